@@ -1,0 +1,66 @@
+#include "bindings.hpp"
+
+namespace transformer::bindings {
+
+std::string describe(const py::array& a) {
+  std::string s = py::str(a.dtype()).cast<std::string>() + " array of shape (";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+    s += std::to_string(a.shape(i));
+    if (i + 1 < a.ndim() || a.ndim() == 1) s += a.ndim() == 1 ? "," : ", ";
+  }
+  return s + ")";
+}
+
+py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, const char* who,
+                                                        const char* arg, int ndim) {
+  py::array a = py::array::ensure(obj);
+  if (!a) throw py::type_error(concat(who, ": ", arg, " must be an integer array"));
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u')
+    throw py::type_error(concat(who, ": ", arg, " must hold integer token ids, got ", describe(a)));
+  if (a.ndim() != ndim)
+    throw py::value_error(concat(who, ": ", arg, " must have ", ndim, " dimensions, got ", describe(a)));
+  return py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+template <typename T>
+py::array_t<T, py::array::c_style> as_floats(const py::handle& obj, const char* who,
+                                             const char* arg, int ndim) {
+  py::array a = py::array::ensure(obj);
+  if (!a) throw py::type_error(concat(who, ": ", arg, " must be a floating-point array"));
+  if (a.dtype().kind() != 'f')
+    throw py::type_error(concat(who, ": ", arg, " must be a floating-point array, got ", describe(a)));
+  if (ndim >= 0 && a.ndim() != ndim)
+    throw py::value_error(concat(who, ": ", arg, " must have ", ndim, " dimensions, got ", describe(a)));
+  return py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+template <typename T>
+py::array_t<T> view(T* data, const std::vector<Index>& shape, py::handle owner) {
+  std::vector<py::ssize_t> sh(shape.begin(), shape.end());
+  return py::array_t<T>(sh, data, owner);
+}
+
+template <typename T>
+py::array_t<T> copy_out(const T* data, const std::vector<Index>& shape) {
+  std::vector<py::ssize_t> sh(shape.begin(), shape.end());
+  py::array_t<T> out(sh);
+  std::copy(data, data + out.size(), out.mutable_data());
+  return out;
+}
+
+template py::array_t<float, py::array::c_style> as_floats<float>(const py::handle&, const char*, const char*, int);
+template py::array_t<double, py::array::c_style> as_floats<double>(const py::handle&, const char*, const char*, int);
+template py::array_t<float> view<float>(float*, const std::vector<Index>&, py::handle);
+template py::array_t<double> view<double>(double*, const std::vector<Index>&, py::handle);
+template py::array_t<float> copy_out<float>(const float*, const std::vector<Index>&);
+template py::array_t<double> copy_out<double>(const double*, const std::vector<Index>&);
+
+}  // namespace transformer::bindings
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "transformer_cpp._core: the C++ core (private; use the transformer_cpp package)";
+  using namespace transformer::bindings;
+  bind_runtime(m);
+  bind_positional_encoding(m);
+}

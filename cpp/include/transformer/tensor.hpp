@@ -1,0 +1,90 @@
+// tensor.hpp — the few types every layer shares.
+//
+// Activations are row-major Eigen matrices with one row per token: a batch of B sequences of
+// T tokens with C channels is a (B*T, C) matrix. Python sees the same memory as (B, T, C).
+//
+// Gradient policy (every layer follows it):
+//   * forward(...) caches exactly what backward(...) needs, in member buffers that are resized
+//     only when the shapes change (no allocation per step once shapes are stable);
+//   * backward(dout) returns the gradient of the input(s) and ACCUMULATES (+=) into the
+//     parameter gradients;
+//   * only zero_grad() clears parameter gradients.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace transformer {
+
+using Index = Eigen::Index;
+
+template <typename T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+template <typename T>
+using MatrixMap = Eigen::Map<Matrix<T>>;
+template <typename T>
+using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
+// A strided block of a row-major matrix, e.g. one head's columns of (B*T, C).
+template <typename T>
+using StridedMap = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using ConstStridedMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+
+// Token ids as they come from NumPy (int64) — row-major (B, T).
+using TokenMatrix = Eigen::Matrix<std::int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstTokenMap = Eigen::Map<const TokenMatrix>;
+// Attention masks: (B, T_q, T_k) bytes, 1 = blocked (may not attend), 0 = allowed.
+using MaskBuffer = std::vector<std::uint8_t>;
+
+// A named view of one parameter tensor and its gradient. The storage belongs to a layer which
+// never reallocates it after construction, so views handed out (to Python, to Adam) stay valid
+// for the layer's lifetime.
+template <typename T>
+struct Parameter {
+  std::string name;
+  T* value = nullptr;
+  T* grad = nullptr;
+  std::vector<Index> shape;
+  Index size() const {
+    Index n = 1;
+    for (Index s : shape) n *= s;
+    return n;
+  }
+};
+
+template <typename T>
+using ParameterList = std::vector<Parameter<T>>;
+
+// Append `in` to `out` with `prefix.` before every name.
+template <typename T>
+void append_parameters(ParameterList<T>& out, const ParameterList<T>& in, const std::string& prefix) {
+  for (const auto& p : in) {
+    Parameter<T> q = p;
+    q.name = prefix.empty() ? p.name : prefix + "." + p.name;
+    out.push_back(std::move(q));
+  }
+}
+
+// Errors: std::invalid_argument -> Python ValueError, std::out_of_range -> IndexError,
+// std::runtime_error -> RuntimeError (pybind11's standard translation).
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+#define TCPP_CHECK(cond, ...)                                                   \
+  do {                                                                          \
+    if (!(cond)) throw std::invalid_argument(::transformer::concat(__VA_ARGS__)); \
+  } while (0)
+
+}  // namespace transformer
