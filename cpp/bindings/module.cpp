@@ -49,6 +49,17 @@ py::array_t<T> copy_out(const T* data, const std::vector<Index>& shape) {
   return out;
 }
 
+void bind_parameter(py::module_& m) {
+  py::class_<PyParameter>(m, "Parameter", "A named parameter: writable NumPy views of value and grad.")
+      .def_readonly("name", &PyParameter::name)
+      .def_readonly("value", &PyParameter::value)
+      .def_readonly("grad", &PyParameter::grad)
+      .def_property_readonly("shape", [](const PyParameter& p) { return p.value.attr("shape"); })
+      .def("__repr__", [](const PyParameter& p) {
+        return "Parameter(" + p.name + ", " + describe(p.value) + ")";
+      });
+}
+
 template py::array_t<float, py::array::c_style> as_floats<float>(const py::handle&, const char*, const char*, int);
 template py::array_t<double, py::array::c_style> as_floats<double>(const py::handle&, const char*, const char*, int);
 template py::array_t<float> view<float>(float*, const std::vector<Index>&, py::handle);
@@ -63,4 +74,8 @@ PYBIND11_MODULE(_core, m) {
   using namespace transformer::bindings;
   bind_runtime(m);
   bind_positional_encoding(m);
+  bind_parameter(m);
+  bind_layers(m);
+  bind_basic_layers(m);
+  bind_model(m);
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
+from .layers import Dropout, Linear
 from ._runtime import build_info, get_num_threads, positional_encoding, set_num_threads
 
 try:
@@ -16,6 +17,8 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [
     "__version__",
+    "Dropout",
+    "Linear",
     "build_info",
     "get_num_threads",
     "positional_encoding",

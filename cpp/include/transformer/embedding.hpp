@@ -1,0 +1,67 @@
+// embedding.hpp — token embedding (token 0 is padding) and the positional embedding of the paper:
+//   PositionalEmbedding(tokens) = Embedding(tokens) * sqrt(d_model) + PE[:T]
+#pragma once
+
+#include <cstdint>
+
+#include "transformer/positional_encoding.hpp"
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+template <typename T>
+class Embedding {
+ public:
+  // Weights N(0, d^-1/2) so that embedding * sqrt(d) has unit scale; row 0 (padding) is zero and
+  // receives no gradient (as PyTorch's padding_idx=0).
+  Embedding(Index vocab_size, Index d_model, std::uint64_t seed = 0);
+
+  // tokens: (B, T) ids in [0, vocab) -> (B*T, d) rows weight[token] * scale.
+  // Throws std::invalid_argument naming the bad id and the vocabulary size.
+  const Matrix<T>& forward(ConstTokenMap tokens, T scale = T(1));
+  // dy: (B*T, d): dweight[token] += scale * dy_row for every non-padding token.
+  void backward(ConstMatrixMap<T> dy);
+
+  ParameterList<T> parameters();  // "weight" (vocab, d)
+  void zero_grad();
+  Index vocab_size() const { return weight_.rows(); }
+  Index dim() const { return weight_.cols(); }
+
+  Matrix<T> weight_, dweight_;  // (vocab, d)
+
+ private:
+  TokenMatrix tokens_;  // (B, T) copy of the last input (small)
+  T scale_ = T(1);
+  Matrix<T> y_;         // (B*T, d)
+};
+
+template <typename T>
+class PositionalEmbedding {
+ public:
+  PositionalEmbedding(Index vocab_size, Index d_model, Index max_length = 2048,
+                      PositionalLayout layout = PositionalLayout::Interleaved, std::uint64_t seed = 0);
+
+  // tokens: (B, T), T <= max_length -> (B*T, d) = weight[tokens] * sqrt(d) + PE[:T].
+  const Matrix<T>& forward(ConstTokenMap tokens);
+  void backward(ConstMatrixMap<T> dy);  // accumulates into the embedding gradient
+
+  ParameterList<T> parameters() { return embedding_.parameters(); }  // "weight"
+  void zero_grad() { embedding_.zero_grad(); }
+  Index max_length() const { return pe_.rows(); }
+  Index dim() const { return pe_.cols(); }
+  Index vocab_size() const { return embedding_.vocab_size(); }
+  PositionalLayout layout() const { return layout_; }
+  const Matrix<T>& table() const { return pe_; }
+  Embedding<T>& embedding() { return embedding_; }
+
+ private:
+  Embedding<T> embedding_;
+  PositionalLayout layout_;
+  Matrix<T> pe_;  // (max_length, d)
+  Matrix<T> y_;   // (B*T, d)
+};
+
+// (B, T) bytes: 1 where tokens == 0 (padding), else 0.
+std::vector<std::uint8_t> padding_mask(ConstTokenMap tokens);
+
+}  // namespace transformer

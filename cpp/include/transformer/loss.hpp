@@ -1,0 +1,32 @@
+// loss.hpp — masked softmax cross-entropy from logits, fused with its gradient, and accuracy.
+//
+// Targets equal to 0 (padding) are ignored. With n = number of non-padding targets and label
+// smoothing eps over V classes, the target distribution is q = (1 - eps) onehot(t) + eps / V
+// (PyTorch's convention), and
+//   loss = (1/n) sum_rows sum_j q_j (logsumexp(x) - x_j),   dlogits = (softmax(x) - q) / n.
+#pragma once
+
+#include <cstdint>
+
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+struct LossStats {
+  double loss = 0.0;   // mean over non-padding targets (0 when there are none)
+  Index count = 0;     // number of non-padding targets
+  Index correct = 0;   // argmax(logits) == target, over non-padding targets
+};
+
+// logits (N, V), targets (N) with ids in [0, V). When dlogits != nullptr it is resized to (N, V)
+// and receives d loss / d logits. Throws std::invalid_argument for ids out of range and
+// std::runtime_error when the loss is not finite.
+template <typename T>
+LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets,
+                               Matrix<T>* dlogits, double label_smoothing = 0.0);
+
+// Fraction of non-padding targets whose argmax is right (0 when there are none).
+template <typename T>
+LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets);
+
+}  // namespace transformer

@@ -1,0 +1,42 @@
+// optimizer.hpp — Adam with the warm-up schedule of the paper, and gradient clipping.
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)        (torch.optim.Adam)
+//   lr(step) = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5),  step counted from 1.
+#pragma once
+
+#include <vector>
+
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+double warmup_learning_rate(Index step, Index d_model, Index warmup = 4000, double scale = 1.0);
+
+template <typename T>
+class Adam {
+ public:
+  explicit Adam(ParameterList<T> params, double beta1 = 0.9, double beta2 = 0.98, double eps = 1e-9);
+
+  // One update with learning rate lr; increments step_count() first (bias correction uses it).
+  void step(double lr);
+  // Global L2 norm of all gradients; if max_norm > 0 and the norm exceeds it, every gradient is
+  // scaled by max_norm / norm. Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+
+  Index step_count() const { return t_; }
+  void set_step_count(Index t) { t_ = t; }
+  // Moment buffers as parameters named "<param>.m" / "<param>.v" (value = the moment; grad unused),
+  // for checkpoints.
+  ParameterList<T> state();
+  const ParameterList<T>& params() const { return params_; }
+  void reset_state();  // zero moments and step count
+
+  double beta1, beta2, eps;
+
+ private:
+  ParameterList<T> params_;
+  std::vector<std::vector<T>> m_, v_;
+  Index t_ = 0;
+};
+
+}  // namespace transformer

@@ -1,0 +1,58 @@
+// random.hpp — seeded randomness that does not depend on the thread count.
+//
+// Two kinds of draws:
+//   * Rng: a sequential generator (splitmix64) for parameter initialisation, always drawn in the
+//     same order on one thread.
+//   * counter_uniform(seed, stream, counter, index): a stateless hash, so element `index` of the
+//     `counter`-th dropout mask of layer `stream` is the same number whichever thread draws it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace transformer {
+
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) from the top 53 bits of a 64-bit word.
+inline double to_unit_double(std::uint64_t bits) {
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter,
+                              std::uint64_t index) {
+  std::uint64_t h = splitmix64(seed ^ 0x5851F42D4C957F2DULL);
+  h = splitmix64(h ^ stream);
+  h = splitmix64(h ^ counter);
+  h = splitmix64(h ^ index);
+  return to_unit_double(h);
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(splitmix64(seed ^ 0xD1B54A32D192ED03ULL)) {}
+  std::uint64_t next() {
+    state_ += 0x9E3779B97F4A7C15ULL;
+    std::uint64_t z = state_;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return to_unit_double(next()); }                          // [0, 1)
+  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }  // [lo, hi)
+  double normal() {                                                            // N(0, 1), Box-Muller
+    const double u1 = 1.0 - uniform();  // (0, 1]
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+}  // namespace transformer

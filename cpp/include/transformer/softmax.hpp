@@ -1,0 +1,16 @@
+// softmax.hpp — numerically stable softmax over each row, and its backward.
+//   y_j = exp(x_j - max) / sum_k exp(x_k - max)
+//   dx_j = y_j * (dy_j - sum_k dy_k y_k)
+// A row that is entirely -inf (fully masked) becomes all zeros, never NaN.
+#pragma once
+
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+template <typename T>
+void softmax_rows(T* x, Index rows, Index cols);  // in place, rows in parallel
+template <typename T>
+void softmax_rows_backward(const T* y, const T* dy, T* dx, Index rows, Index cols);  // dx may alias dy
+
+}  // namespace transformer
