@@ -1,0 +1,477 @@
+"""Subword tokenizer learned from a corpus: byte-level BPE from Hugging Face ``tokenizers``.
+
+Design:
+
+* **Model**: byte-pair encoding trained with ``tokenizers.trainers.BpeTrainer`` to a target
+  vocabulary size (the tutorial aims at ``2**14``). Training is deterministic: the same corpus
+  and arguments give the same vocabulary.
+* **Pre-tokenizer / decoder**: ``ByteLevel`` on both sides. Text is turned into its UTF-8 bytes,
+  so accents, ``¿ ¡``, emoji — any character at all — can be encoded and decoded exactly;
+  the unknown token is never needed as long as the vocabulary holds the 256 byte symbols
+  (it does whenever ``target_vocab_size >= 4 + 256``; see :meth:`SubwordTokenizer.build_from_corpus`).
+* **Leading space**: every text is encoded as ``" " + text`` and one leading space is removed on
+  decoding, so a word has the same tokens at the start of a sentence as in the middle, and
+  ``decode(encode(text)) == text`` for every text that is already in Unicode NFC (which
+  :func:`transformer_cpp.text.clean_sentence` guarantees). Text that is not in NFC comes back
+  in NFC; with ``lowercase=True`` it comes back in lower case.
+* **Special tokens** have fixed ids: ``<pad>`` 0 (the C++ core treats token 0 as padding),
+  ``<start>`` 1, ``<end>`` 2, ``<unk>`` 3.
+
+A saved tokenizer is one JSON document: the Hugging Face tokenizer plus a small header with
+this class's format name and version (see :meth:`SubwordTokenizer.to_str`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+__all__ = ["SubwordTokenizer", "SPECIAL_TOKENS"]
+
+logger = logging.getLogger(__name__)
+
+#: Special tokens in id order: padding is id 0, then start, end and unknown.
+SPECIAL_TOKENS = ("<pad>", "<start>", "<end>", "<unk>")
+_PAD, _START, _END, _UNK = SPECIAL_TOKENS
+
+_FORMAT_NAME = "transformer_cpp.SubwordTokenizer"
+_FORMAT_VERSION = 1
+_BYTE_ALPHABET_SIZE = 256
+
+IdSequence = Union[Sequence[int], np.ndarray]
+
+
+def _require_tokenizers():
+    """Import the parts of Hugging Face ``tokenizers`` this module needs."""
+    try:
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    except ImportError as exc:  # pragma: no cover - tokenizers is a declared dependency
+        raise ImportError(
+            "SubwordTokenizer needs the 'tokenizers' package: pip install tokenizers"
+        ) from exc
+    return Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+
+class SubwordTokenizer:
+    """A byte-level BPE vocabulary with fixed special ids (``pad_id == 0``).
+
+    Build one with :meth:`build_from_corpus`, or restore one with :meth:`load` /
+    :meth:`from_str`. The constructor wraps an already trained ``tokenizers.Tokenizer`` and is
+    not meant to be called directly.
+
+    Example::
+
+        tok = SubwordTokenizer.build_from_corpus(spanish_sentences, target_vocab_size=2**14)
+        ids = tok.encode("¿Qué año?")        # [start_id, ..., end_id]
+        tok.decode(ids)                       # '¿Qué año?'
+    """
+
+    def __init__(self, hf_tokenizer: Any, *, lowercase: bool = False) -> None:
+        self._tok = hf_tokenizer
+        self._lowercase = bool(lowercase)
+        for expected_id, token in enumerate(SPECIAL_TOKENS):
+            got = hf_tokenizer.token_to_id(token)
+            if got != expected_id:
+                raise ValueError(
+                    f"SubwordTokenizer: special token {token!r} must have id {expected_id}, "
+                    f"found {got}; the tokenizer was not built by SubwordTokenizer.build_from_corpus"
+                )
+        self._vocab_size = int(hf_tokenizer.get_vocab_size(with_added_tokens=True))
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def build_from_corpus(
+        cls,
+        sentences: Iterable[str],
+        target_vocab_size: int,
+        *,
+        min_frequency: int = 2,
+        lowercase: bool = False,
+    ) -> "SubwordTokenizer":
+        """Learn a subword vocabulary of at most ``target_vocab_size`` tokens from ``sentences``.
+
+        The size includes the 4 special tokens. With ``target_vocab_size >= 260`` the 256 byte
+        symbols are always in the vocabulary, so any text round-trips. With a smaller target
+        (toy vocabularies in tests) the alphabet is limited to the most frequent byte symbols of
+        the corpus and the rest encode as ``<unk>``; a warning is logged. The trainer may stop
+        below the target when no pair of tokens occurs ``min_frequency`` times any more.
+
+        Args:
+            sentences: the training text, one sentence per item (cleaned sentences are best).
+            target_vocab_size: the largest vocabulary wanted, special tokens included.
+            min_frequency: a pair of tokens is merged only if it occurs at least this often.
+            lowercase: lower-case all text before encoding (decoding then gives lower case).
+
+        Raises:
+            TypeError: if ``sentences`` is a single string or holds a non-string, or a size is
+                not an int.
+            ValueError: if ``target_vocab_size < 5`` (4 special tokens + 1), ``min_frequency <
+                1``, or the corpus has no non-empty sentence.
+        """
+        Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers = _require_tokenizers()
+        name = "SubwordTokenizer.build_from_corpus"
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError(f"{name}: expected an iterable of sentences, got a single string")
+        if isinstance(target_vocab_size, bool) or not isinstance(target_vocab_size, (int, np.integer)):
+            raise TypeError(
+                f"{name}: target_vocab_size must be an int, got {type(target_vocab_size).__name__}"
+            )
+        target_vocab_size = int(target_vocab_size)
+        n_special = len(SPECIAL_TOKENS)
+        if target_vocab_size < n_special + 1:
+            raise ValueError(
+                f"{name}: target_vocab_size {target_vocab_size} is too small; it must be at least "
+                f"{n_special + 1} ({n_special} special tokens + 1)"
+            )
+        if isinstance(min_frequency, bool) or not isinstance(min_frequency, (int, np.integer)):
+            raise TypeError(f"{name}: min_frequency must be an int, got {type(min_frequency).__name__}")
+        if min_frequency < 1:
+            raise ValueError(f"{name}: min_frequency must be >= 1, got {min_frequency}")
+
+        corpus: List[str] = []
+        for i, sentence in enumerate(sentences):
+            if not isinstance(sentence, str):
+                raise TypeError(f"{name}: sentence {i} is a {type(sentence).__name__}, expected a str")
+            if sentence.strip():
+                corpus.append(" " + sentence)
+        if not corpus:
+            raise ValueError(f"{name}: the corpus is empty (no non-empty sentence)")
+
+        tok = Tokenizer(models.BPE(unk_token=_UNK))
+        norm = [normalizers.NFC()]
+        if lowercase:
+            norm.append(normalizers.Lowercase())
+        tok.normalizer = normalizers.Sequence(norm)
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+
+        trainer_args: Dict[str, Any] = dict(
+            vocab_size=target_vocab_size,
+            min_frequency=int(min_frequency),
+            show_progress=False,
+            special_tokens=list(SPECIAL_TOKENS),
+        )
+        if target_vocab_size >= n_special + _BYTE_ALPHABET_SIZE:
+            trainer_args["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
+        else:
+            trainer_args["limit_alphabet"] = target_vocab_size - n_special
+            logger.warning(
+                "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes missing from "
+                "the vocabulary will encode as %s and not round-trip",
+                name, target_vocab_size, n_special + _BYTE_ALPHABET_SIZE, _UNK,
+            )
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
+        result = cls(tok, lowercase=lowercase)
+        logger.info(
+            "%s: learned %d tokens (target %d) from %d sentences",
+            name, result.vocab_size, target_vocab_size, len(corpus),
+        )
+        return result
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def pad_id(self) -> int:
+        """Id of the padding token; always 0."""
+        return 0
+
+    @property
+    def start_id(self) -> int:
+        """Id of the start-of-sentence token."""
+        return 1
+
+    @property
+    def end_id(self) -> int:
+        """Id of the end-of-sentence token."""
+        return 2
+
+    @property
+    def unk_id(self) -> int:
+        """Id of the unknown token (only used when the byte alphabet is incomplete)."""
+        return 3
+
+    @property
+    def special_ids(self) -> frozenset:
+        """The ids of all special tokens."""
+        return frozenset(range(len(SPECIAL_TOKENS)))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens, special tokens included; valid ids are ``0 .. vocab_size - 1``."""
+        return self._vocab_size
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether text is lower-cased before encoding."""
+        return self._lowercase
+
+    def __len__(self) -> int:
+        return self._vocab_size
+
+    def __repr__(self) -> str:
+        return f"SubwordTokenizer(vocab_size={self._vocab_size}, lowercase={self._lowercase})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SubwordTokenizer):
+            return NotImplemented
+        return self.to_str() == other.to_str()
+
+    __hash__ = None  # mutable wrapper around a Rust object: not hashable
+
+    # ------------------------------------------------------------------ encoding
+
+    def _check_text(self, text: Any, caller: str) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"SubwordTokenizer.{caller}: expected a str, got {type(text).__name__}")
+        return text
+
+    def _wrap(self, ids: List[int], add_special_tokens: bool) -> List[int]:
+        if add_special_tokens:
+            return [self.start_id, *ids, self.end_id]
+        return list(ids)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        """Return the token ids of ``text``: ``[start_id, ..., end_id]`` (or without the two
+        special ids when ``add_special_tokens`` is false).
+
+        Raises:
+            TypeError: if ``text`` is not a ``str``.
+        """
+        self._check_text(text, "encode")
+        ids = self._tok.encode(" " + text, add_special_tokens=False).ids
+        return self._wrap(ids, add_special_tokens)
+
+    def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = True) -> List[List[int]]:
+        """Encode several texts at once (in parallel, inside ``tokenizers``).
+
+        Raises:
+            TypeError: if ``texts`` is a single string or holds a non-string.
+        """
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("SubwordTokenizer.encode_batch: expected a list of texts, got a single string")
+        prepared = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"SubwordTokenizer.encode_batch: text {i} is a {type(text).__name__}, expected a str"
+                )
+            prepared.append(" " + text)
+        if not prepared:
+            return []
+        encodings = self._tok.encode_batch(prepared, add_special_tokens=False)
+        return [self._wrap(e.ids, add_special_tokens) for e in encodings]
+
+    def tokens(self, text: str) -> List[str]:
+        """Return the subword pieces of ``text`` as readable strings, for display.
+
+        Each piece is shown as the text it stands for, with a leading space written ``▁``
+        (``"¿Qué año?"`` -> ``['▁¿', 'Qué', '▁año', '?']``, depending on the vocabulary). A piece
+        holding only part of a multi-byte character is shown as ``�``. No special tokens.
+        """
+        self._check_text(text, "tokens")
+        pieces = self._tok.encode(" " + text, add_special_tokens=False).tokens
+        decoder = self._tok.decoder
+        shown = []
+        for piece in pieces:
+            if piece == _UNK:
+                shown.append(piece)
+                continue
+            readable = decoder.decode([piece])
+            shown.append(readable.replace(" ", "\u2581"))
+        return shown
+
+    # ------------------------------------------------------------------ decoding
+
+    def _check_ids(self, ids: Any, caller: str) -> List[int]:
+        """Turn a 1-D list/tuple/array of ints into a list of Python ints in range."""
+        name = f"SubwordTokenizer.{caller}"
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"{name}: expected a sequence of token ids, got a string")
+        if isinstance(ids, np.ndarray):
+            if ids.ndim != 1:
+                raise ValueError(f"{name}: expected a 1-D array of token ids, got shape {ids.shape}")
+            if ids.size and not np.issubdtype(ids.dtype, np.integer):
+                raise TypeError(f"{name}: expected integer token ids, got dtype {ids.dtype}")
+            values = [int(v) for v in ids.tolist()]
+        else:
+            try:
+                raw = list(ids)
+            except TypeError:
+                raise TypeError(
+                    f"{name}: expected a sequence of token ids, got {type(ids).__name__}"
+                ) from None
+            values = []
+            for v in raw:
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"{name}: token ids must be ints, got {type(v).__name__} {v!r}")
+                values.append(int(v))
+        for v in values:
+            if v < 0 or v >= self._vocab_size:
+                raise ValueError(f"{name}: token id {v} is out of range [0, {self._vocab_size})")
+        return values
+
+    def _select(self, ids: List[int], skip_special_tokens: bool) -> List[int]:
+        """Apply the decoding rules: stop at end, drop padding (and specials if asked)."""
+        kept = []
+        for v in ids:
+            if skip_special_tokens:
+                if v == self.end_id:
+                    break
+                if v in (self.pad_id, self.start_id, self.unk_id):
+                    continue
+            elif v == self.pad_id:
+                continue
+            kept.append(v)
+        return kept
+
+    def _finish(self, text: str) -> str:
+        return text[1:] if text.startswith(" ") else text
+
+    def decode(self, ids: IdSequence, skip_special_tokens: bool = True) -> str:
+        """Turn token ids back into text.
+
+        With ``skip_special_tokens`` (the default) decoding stops at the first ``end_id`` and
+        ``<pad>``, ``<start>`` and ``<unk>`` are left out — what you want for model output.
+        Without it, special tokens other than padding are written out (``<start>``, ...).
+        Padding is always ignored. Accepts a list, tuple or 1-D NumPy array of ints.
+
+        Raises:
+            TypeError: if ``ids`` is not a sequence of integers.
+            ValueError: if an id is outside ``[0, vocab_size)`` or an array is not 1-D.
+        """
+        values = self._select(self._check_ids(ids, "decode"), skip_special_tokens)
+        if not values:
+            return ""
+        return self._finish(self._tok.decode(values, skip_special_tokens=False))
+
+    def decode_batch(self, batch: Union[Iterable[IdSequence], np.ndarray], skip_special_tokens: bool = True) -> List[str]:
+        """Decode several id sequences (a list of sequences or a 2-D array, one row each).
+
+        Raises:
+            TypeError / ValueError: as :meth:`decode`, for the offending row.
+        """
+        if isinstance(batch, np.ndarray):
+            if batch.ndim != 2:
+                raise ValueError(
+                    f"SubwordTokenizer.decode_batch: expected a 2-D array (one row per sequence), "
+                    f"got shape {batch.shape}"
+                )
+            rows = list(batch)
+        else:
+            rows = list(batch)
+        selected = [self._select(self._check_ids(r, "decode_batch"), skip_special_tokens) for r in rows]
+        texts = self._tok.decode_batch(selected, skip_special_tokens=False) if selected else []
+        return [self._finish(t) if sel else "" for t, sel in zip(texts, selected)]
+
+    # ------------------------------------------------------------------ vocabulary
+
+    def id_to_token(self, token_id: int) -> str:
+        """Return the vocabulary entry of ``token_id`` in byte-level form (``'Ġaño'`` has a
+        leading space; see :meth:`tokens` for readable pieces).
+
+        Raises:
+            ValueError: if ``token_id`` is out of range.
+        """
+        (value,) = self._check_ids([token_id], "id_to_token")
+        return self._tok.id_to_token(value)
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        """Return the id of a vocabulary entry (byte-level form, or a special token such as
+        ``'<end>'``), or ``None`` if it is not in the vocabulary."""
+        if not isinstance(token, str):
+            raise TypeError(f"SubwordTokenizer.token_to_id: expected a str, got {type(token).__name__}")
+        return self._tok.token_to_id(token)
+
+    def get_vocab(self) -> Dict[str, int]:
+        """Return the vocabulary as ``{token: id}`` (byte-level form), special tokens included."""
+        return dict(self._tok.get_vocab(with_added_tokens=True))
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_str(self) -> str:
+        """Serialise to one JSON string (for embedding in a checkpoint); see :meth:`from_str`."""
+        document = {
+            "format": _FORMAT_NAME,
+            "version": _FORMAT_VERSION,
+            "lowercase": self._lowercase,
+            "special_tokens": list(SPECIAL_TOKENS),
+            "tokenizer": json.loads(self._tok.to_str()),
+        }
+        return json.dumps(document, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_str(cls, s: str) -> "SubwordTokenizer":
+        """Rebuild a tokenizer from the output of :meth:`to_str`.
+
+        Raises:
+            TypeError: if ``s`` is not a ``str``.
+            ValueError: if ``s`` is not a serialised ``SubwordTokenizer`` (not JSON, wrong
+                format name or version, damaged tokenizer).
+        """
+        return cls._from_str(s, "SubwordTokenizer.from_str")
+
+    @classmethod
+    def _from_str(cls, s: Any, caller: str) -> "SubwordTokenizer":
+        if not isinstance(s, str):
+            raise TypeError(f"{caller}: expected a str, got {type(s).__name__}")
+        Tokenizer = _require_tokenizers()[0]
+        try:
+            document = json.loads(s)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{caller}: not a SubwordTokenizer: invalid JSON ({exc})") from None
+        if not isinstance(document, dict) or document.get("format") != _FORMAT_NAME:
+            raise ValueError(
+                f"{caller}: not a SubwordTokenizer: expected a JSON object with "
+                f"\"format\": \"{_FORMAT_NAME}\""
+            )
+        version = document.get("version")
+        if version != _FORMAT_VERSION:
+            raise ValueError(
+                f"{caller}: unsupported SubwordTokenizer format version {version!r}; "
+                f"this version of transformer_cpp reads version {_FORMAT_VERSION}"
+            )
+        if document.get("special_tokens") != list(SPECIAL_TOKENS) or "tokenizer" not in document:
+            raise ValueError(f"{caller}: damaged SubwordTokenizer: special tokens or tokenizer missing")
+        try:
+            hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
+        except Exception as exc:  # tokenizers raises its own Exception subclass
+            raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
+        try:
+            return cls(hf, lowercase=bool(document.get("lowercase", False)))
+        except ValueError as exc:
+            raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write the tokenizer to ``path`` as one UTF-8 JSON file (parent directories are
+        created). The file is written to a temporary name and renamed, so a crash never leaves
+        half a file."""
+        path = os.fspath(path)
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(self.to_str())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "SubwordTokenizer":
+        """Read a tokenizer written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: if ``path`` does not exist.
+            ValueError: if the file is not a saved ``SubwordTokenizer`` (the path is named).
+        """
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"SubwordTokenizer.load: no such file {path!r}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError:
+            raise ValueError(f"SubwordTokenizer.load: {path!r} is not a SubwordTokenizer file (not UTF-8 text)") from None
+        return cls._from_str(text, f"SubwordTokenizer.load({path!r})")

@@ -1,0 +1,158 @@
+"""Tests for transformer_cpp.text: sentence cleaning with non-breaking prefixes."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from transformer_cpp.text import (
+    clean_corpus,
+    clean_sentence,
+    nonbreaking_prefixes,
+    normalize,
+    numeric_only_prefixes,
+    supported_languages,
+)
+
+
+# ---------------------------------------------------------------- prefix lists
+
+
+def test_prefix_lists_come_from_sacremoses_for_en_and_es():
+    en = nonbreaking_prefixes("en")
+    es = nonbreaking_prefixes("es")
+    assert isinstance(en, frozenset) and isinstance(es, frozenset)
+    assert {"Mr", "Mrs", "Dr", "Prof", "e.g", "i.e"} <= en
+    assert {"Sr", "Sra", "Srta", "Dr", "Ud", "EE.UU", "etc"} <= es
+    # Moses' numeric-only markers are split off, not left inside the words.
+    assert not any("#" in p for p in en)
+    assert "No" in numeric_only_prefixes("en") and "No" not in en
+
+
+def test_language_names_and_case_are_accepted():
+    assert nonbreaking_prefixes("English") == nonbreaking_prefixes("en")
+    assert nonbreaking_prefixes("ES") == nonbreaking_prefixes("spanish")
+    assert {"en", "es"} <= set(supported_languages())
+
+
+def test_unknown_language_raises_value_error_naming_supported_ones():
+    with pytest.raises(ValueError, match=r"clean_sentence: unsupported language 'xx'.*\ben\b.*\bes\b"):
+        clean_sentence("Hi.", "xx")
+    with pytest.raises(ValueError, match="nonbreaking_prefixes"):
+        nonbreaking_prefixes("klingon")
+    with pytest.raises(TypeError, match="lang must be a str"):
+        clean_sentence("Hi.", None)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- cleaning rules
+
+
+@pytest.mark.parametrize(
+    "text, lang, expected",
+    [
+        # Non-breaking prefixes keep their dot; the sentence-final dot stays.
+        ("Mr. Smith went to Washington.", "en", "Mr. Smith went to Washington."),
+        ("Dr. Jones and Mrs. Brown came.", "en", "Dr. Jones and Mrs. Brown came."),
+        ('"Mr. Smith?" she asked.', "en", '"Mr. Smith?" she asked.'),
+        # Spanish prefixes, including ones with inner dots.
+        ("La Sra. García vive en EE.UU. desde hace años.", "es", "La Sra. García vive en EE.UU. desde hace años."),
+        ("¿Está Ud. hablando conmigo?", "es", "¿Está Ud. hablando conmigo?"),
+        ("Compré manzanas, peras, etc. y me fui.", "es", "Compré manzanas, peras, etc. y me fui."),
+        # "?" and "!" are never touched.
+        ("Are you sure?", "en", "Are you sure?"),
+        ("¡Qué bien! ¿Vienes?", "es", "¡Qué bien! ¿Vienes?"),
+        ("Really?!", "en", "Really?!"),
+        # A dot before a new sentence is a sentence end and stays.
+        ("I'm sorry. I didn't mean it.", "en", "I'm sorry. I didn't mean it."),
+        ('He said, "I\'m not." Then he left.', "en", 'He said, "I\'m not." Then he left.'),
+        ("Lo siento. ¿Me perdonas?", "es", "Lo siento. ¿Me perdonas?"),
+        # A dot that does not end a sentence is removed.
+        ("Hello.world", "en", "Helloworld"),
+        ("He said no. then he left.", "en", "He said no then he left."),
+        ("«Sí.» dijo él.", "es", "«Sí» dijo él."),
+        ("Wait., then go.", "en", "Wait, then go."),
+        # Numbers and ellipses keep their dots.
+        ("Tom is 1.80 m tall.", "en", "Tom is 1.80 m tall."),
+        ("Cuesta 10.000 dólares.", "es", "Cuesta 10.000 dólares."),
+        ("Add .5 litres.", "en", "Add .5 litres."),
+        ("Well... I don't know.", "en", "Well... I don't know."),
+        # Numeric-only prefixes keep their dot only before a number.
+        ("Read chapter No. 5 today.", "en", "Read chapter No. 5 today."),
+        ("I said No. twice.", "en", "I said No twice."),
+        # A lone dot that ends the text is kept, one that does not is removed.
+        ("Hi .", "en", "Hi ."),
+        ("Hi . there", "en", "Hi there"),
+    ],
+)
+def test_clean_sentence_rules(text, lang, expected):
+    assert clean_sentence(text, lang) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # Documented choice: letters joined by dots are initialisms and keep every dot, at the
+        # end of a sentence or in the middle of one.
+        ("U.S.A. is big", "U.S.A. is big"),
+        ("I live in the U.S.A.", "I live in the U.S.A."),
+        ("I love the U.S.A. It is big.", "I love the U.S.A. It is big."),
+        ("Tom wakes up at 8 a.m. every morning.", "Tom wakes up at 8 a.m. every morning."),
+        ("Is it 3 p.m.?", "Is it 3 p.m.?"),
+        # Initials written with spaces are single-letter prefixes.
+        ("J. K. Rowling wrote it.", "J. K. Rowling wrote it."),
+    ],
+)
+def test_initialisms_keep_their_dots(text, expected):
+    assert clean_sentence(text, "en") == expected
+
+
+def test_whitespace_is_collapsed_and_stripped():
+    assert clean_sentence("  Hello   there,\t my  friend.  ") == "Hello there, my friend."
+    assert clean_sentence("Hola\u00a0 amigo.", "es") == "Hola amigo."
+    assert clean_sentence("a\n\nb") == "a b"
+    assert clean_sentence("   ") == ""
+    assert clean_sentence("") == ""
+
+
+def test_cleaning_is_idempotent():
+    samples = [
+        "Mr. Smith went to Washington.",
+        "U.S.A. is big",
+        "Hello.world , he said. then left.",
+        "La Sra. García vive en EE.UU.",
+        "Well... I don't know.",
+    ]
+    for s in samples:
+        once = clean_sentence(s)
+        assert clean_sentence(once) == once
+
+
+def test_normalize_is_nfc_and_used_by_cleaning():
+    decomposed = "Que\u0301 an\u0303o"  # "Qué año" with combining accents
+    assert normalize(decomposed) == "Qué año"
+    assert unicodedata.is_normalized("NFC", normalize(decomposed))
+    assert clean_sentence("¿" + decomposed + "?", "es") == "¿Qué año?"
+    with pytest.raises(TypeError, match="normalize: expected a str"):
+        normalize(b"bytes")  # type: ignore[arg-type]
+
+
+def test_clean_sentence_rejects_non_strings():
+    with pytest.raises(TypeError, match="clean_sentence: expected text to be a str, got int"):
+        clean_sentence(3)  # type: ignore[arg-type]
+
+
+def test_clean_corpus_cleans_every_sentence():
+    out = clean_corpus(["Mr.  Smith is here.", "Hello.world"], "en")
+    assert out == ["Mr. Smith is here.", "Helloworld"]
+    assert clean_corpus(iter(["La Sra.  López."]), "es") == ["La Sra. López."]
+    assert clean_corpus([], "en") == []
+
+
+def test_clean_corpus_errors():
+    with pytest.raises(TypeError, match="single string"):
+        clean_corpus("Hello there.", "en")
+    with pytest.raises(TypeError, match="sentence 1 is a int"):
+        clean_corpus(["ok", 5], "en")  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="clean_corpus: unsupported language"):
+        clean_corpus(["ok"], "zz")
