@@ -1,6 +1,475 @@
-// Bindings of LayerNorm, ReLU, softmax, embeddings, loss and Adam (filled in by their author).
+// Bindings of LayerNorm, ReLU, softmax, embeddings, loss and Adam.
+#include <memory>
+#include <set>
+#include <utility>
+
 #include "bindings.hpp"
+#include "transformer/activations.hpp"
+#include "transformer/embedding.hpp"
+#include "transformer/layer_norm.hpp"
+#include "transformer/loss.hpp"
+#include "transformer/optimizer.hpp"
+#include "transformer/softmax.hpp"
 
 namespace transformer::bindings {
-void bind_basic_layers(py::module_& m) { (void)m; }
+
+namespace {
+
+// Python-side state of a layer: the C++ layer plus the input array of the last forward, which the
+// layer reads again in backward (it caches a pointer, not a copy).
+template <typename Layer>
+struct Holder {
+  template <typename... Args>
+  explicit Holder(Args&&... args) : layer(std::forward<Args>(args)...) {}
+  Layer layer;
+  py::object saved;
+  std::vector<Index> lead;
+  bool has_forward = false;
+};
+
+py::object empty_parameters() { return py::module_::import("collections").attr("OrderedDict")(); }
+
+std::vector<Index> shape_of(const py::array& a) {
+  return std::vector<Index>(a.shape(), a.shape() + a.ndim());
+}
+
+// "(2, 3)", "(5,)", "()" as Python prints shapes.
+std::string shape_str(const std::vector<Index>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// dout of backward() must have the shape of the last output: (*lead, cols).
+template <typename T>
+RowsInput<T> dout_rows(const py::handle& dout, const char* who, Index cols, const std::vector<Index>& lead) {
+  auto d = as_rows<T>(dout, who, "dout", cols);
+  if (d.lead_shape != lead) {
+    std::vector<Index> want = lead;
+    want.push_back(d.cols);
+    throw py::value_error(concat(who, ": dout must have the shape of the last output ", shape_str(want),
+                                 ", got ", describe(d.array)));
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm, ReLU
+
+template <typename T>
+void bind_layer_norm(py::module_& m) {
+  using H = Holder<LayerNorm<T>>;
+  py::class_<H>(m, class_name<T>("LayerNorm").c_str(),
+                "LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.")
+      .def(py::init([](long long d_model, double eps) { return new H(d_model, eps); }), py::arg("d_model"),
+           py::arg("eps") = 1e-6)
+      .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
+      .def_property_readonly("eps", [](H& h) { return h.layer.eps(); })
+      .def("forward",
+           [](H& h, const py::handle& x) {
+             auto in = as_rows<T>(x, "LayerNorm.forward", "x", h.layer.dim());
+             {
+               py::gil_scoped_release release;
+               h.layer.forward(in.map());
+             }
+             h.saved = in.array;  // the layer reads x again in backward
+             h.lead = in.lead_shape;
+             h.has_forward = true;
+             return rows_out<T>(h.layer.output(), in.lead_shape);
+           },
+           py::arg("x"), "x: (..., d_model) -> (..., d_model)")
+      .def("forward_residual",
+           [](H& h, const py::handle& a, const py::handle& b) {
+             auto ia = as_rows<T>(a, "LayerNorm.forward_residual", "a", h.layer.dim());
+             auto ib = as_rows<T>(b, "LayerNorm.forward_residual", "b", h.layer.dim());
+             if (ia.lead_shape != ib.lead_shape)
+               throw py::value_error(concat("LayerNorm.forward_residual: a and b must have the same shape, got ",
+                                            describe(ia.array), " and ", describe(ib.array)));
+             {
+               py::gil_scoped_release release;
+               h.layer.forward_residual(ia.map(), ib.map());
+             }
+             h.saved = py::none();  // the layer keeps a + b itself
+             h.lead = ia.lead_shape;
+             h.has_forward = true;
+             return rows_out<T>(h.layer.output(), ia.lead_shape);
+           },
+           py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
+      .def("backward",
+           [](H& h, const py::handle& dout) {
+             if (!h.has_forward) throw std::runtime_error("LayerNorm.backward: call forward() first");
+             auto d = dout_rows<T>(dout, "LayerNorm.backward", h.layer.dim(), h.lead);
+             const Matrix<T>* dx;
+             {
+               py::gil_scoped_release release;
+               dx = &h.layer.backward(d.map());
+             }
+             return rows_out<T>(*dx, h.lead);
+           },
+           py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
+      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
+      .def("zero_grad", [](H& h) { h.layer.zero_grad(); });
+}
+
+template <typename T>
+void bind_relu(py::module_& m) {
+  using H = Holder<ReLU<T>>;
+  py::class_<H>(m, class_name<T>("ReLU").c_str(), "ReLU: y = max(x, 0).")
+      .def(py::init([]() { return new H(); }))
+      .def("forward",
+           [](H& h, const py::handle& x) {
+             auto in = as_rows<T>(x, "ReLU.forward", "x", -1);
+             const Matrix<T>* y;
+             {
+               py::gil_scoped_release release;
+               y = &h.layer.forward(in.map());
+             }
+             h.lead = in.lead_shape;
+             h.has_forward = true;
+             return rows_out<T>(*y, in.lead_shape);
+           },
+           py::arg("x"))
+      .def("backward",
+           [](H& h, const py::handle& dout) {
+             if (!h.has_forward) throw std::runtime_error("ReLU.backward: call forward() first");
+             auto d = as_rows<T>(dout, "ReLU.backward", "dout", -1);
+             if (d.lead_shape != h.lead)
+               throw py::value_error("ReLU.backward: dout must have the shape of the last output, got " +
+                                     describe(d.array));
+             const Matrix<T>* dx;
+             {
+               py::gil_scoped_release release;
+               dx = &h.layer.backward(d.map());
+             }
+             return rows_out<T>(*dx, h.lead);
+           },
+           py::arg("dout"), "dout -> dx = dout where the output was positive, 0 elsewhere")
+      .def("parameters", [](py::object) { return empty_parameters(); })
+      .def("zero_grad", [](H&) {});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embeddings and the padding mask
+
+py::array_t<bool> padding_mask_array(const py::handle& tokens, const char* who) {
+  auto tok = as_tokens(tokens, who, "tokens", 2);
+  const Index b = tok.shape(0), t = tok.shape(1);
+  std::vector<std::uint8_t> mask = padding_mask(ConstTokenMap(tok.data(), b, t));
+  py::array_t<bool> out({static_cast<py::ssize_t>(b), static_cast<py::ssize_t>(t)});
+  bool* o = out.mutable_data();
+  for (size_t i = 0; i < mask.size(); ++i) o[i] = mask[i] != 0;
+  return out;
+}
+
+template <typename T>
+void bind_embedding(py::module_& m) {
+  using H = Holder<Embedding<T>>;
+  py::class_<H>(m, class_name<T>("Embedding").c_str(),
+                "Token embedding; id 0 is padding (zero row, no gradient).")
+      .def(py::init([](long long vocab_size, long long d_model, std::uint64_t seed) {
+             return new H(vocab_size, d_model, seed);
+           }),
+           py::arg("vocab_size"), py::arg("d_model"), py::arg("seed") = 0)
+      .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
+      .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
+      .def("forward",
+           [](H& h, const py::handle& tokens, double scale) {
+             auto tok = as_tokens(tokens, "Embedding.forward", "tokens", 2);
+             const Index b = tok.shape(0), t = tok.shape(1);
+             const Matrix<T>* y;
+             {
+               py::gil_scoped_release release;
+               y = &h.layer.forward(ConstTokenMap(tok.data(), b, t), static_cast<T>(scale));
+             }
+             h.lead = {b, t};
+             h.has_forward = true;
+             return rows_out<T>(*y, h.lead);
+           },
+           py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale")
+      .def("backward",
+           [](H& h, const py::handle& dout) {
+             if (!h.has_forward) throw std::runtime_error("Embedding.backward: call forward() first");
+             auto d = dout_rows<T>(dout, "Embedding.backward", h.layer.dim(), h.lead);
+             py::gil_scoped_release release;
+             h.layer.backward(d.map());
+           },
+           py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
+      .def("padding_mask", [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
+           py::arg("tokens"), "bool (B, T), True where tokens == 0")
+      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
+      .def("zero_grad", [](H& h) { h.layer.zero_grad(); });
+}
+
+template <typename T>
+void bind_positional_embedding(py::module_& m) {
+  using H = Holder<PositionalEmbedding<T>>;
+  py::class_<H>(m, class_name<T>("PositionalEmbedding").c_str(),
+                "weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.")
+      .def(py::init([](long long vocab_size, long long d_model, long long max_length, const std::string& layout,
+                       std::uint64_t seed) {
+             return new H(vocab_size, d_model, max_length, parse_positional_layout(layout), seed);
+           }),
+           py::arg("vocab_size"), py::arg("d_model"), py::arg("max_length") = 2048,
+           py::arg("layout") = "interleaved", py::arg("seed") = 0)
+      .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
+      .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
+      .def_property_readonly("max_length", [](H& h) { return h.layer.max_length(); })
+      .def_property_readonly("layout", [](H& h) { return to_string(h.layer.layout()); })
+      .def_property_readonly("table",
+                             [](py::object self) {
+                               const Matrix<T>& pe = self.cast<H&>().layer.table();
+                               py::array a = view<T>(const_cast<T*>(pe.data()), {pe.rows(), pe.cols()}, self);
+                               a.attr("flags").attr("writeable") = false;
+                               return a;
+                             },
+                             "read-only (max_length, d_model) view of the positional table")
+      .def("forward",
+           [](H& h, const py::handle& tokens) {
+             auto tok = as_tokens(tokens, "PositionalEmbedding.forward", "tokens", 2);
+             const Index b = tok.shape(0), t = tok.shape(1);
+             const Matrix<T>* y;
+             {
+               py::gil_scoped_release release;
+               y = &h.layer.forward(ConstTokenMap(tok.data(), b, t));
+             }
+             h.lead = {b, t};
+             h.has_forward = true;
+             return rows_out<T>(*y, h.lead);
+           },
+           py::arg("tokens"), "tokens: int (B, T) with T <= max_length -> (B, T, d_model)")
+      .def("backward",
+           [](H& h, const py::handle& dout) {
+             if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");
+             auto d = dout_rows<T>(dout, "PositionalEmbedding.backward", h.layer.dim(), h.lead);
+             py::gil_scoped_release release;
+             h.layer.backward(d.map());
+           },
+           py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
+      .def("padding_mask",
+           [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "PositionalEmbedding.padding_mask"); },
+           py::arg("tokens"), "bool (B, T), True where tokens == 0")
+      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
+      .def("zero_grad", [](H& h) { h.layer.zero_grad(); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// softmax, loss, accuracy
+
+template <typename T>
+void bind_functions(py::module_& m) {
+  m.def(
+      (std::string("softmax") + dtype_suffix<T>()).c_str(),
+      [](const py::handle& x) {
+        auto in = as_rows<T>(x, "softmax", "x", -1);
+        py::array_t<T> out(shape_of(in.array));
+        T* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          std::copy(in.array.data(), in.array.data() + in.rows * in.cols, o);
+          softmax_rows(o, in.rows, in.cols);
+        }
+        return out;
+      },
+      py::arg("x"), "Softmax over the last axis; a row that is all -inf gives zeros.");
+  m.def(
+      (std::string("softmax_backward") + dtype_suffix<T>()).c_str(),
+      [](const py::handle& y, const py::handle& dy) {
+        auto iy = as_rows<T>(y, "softmax_backward", "y", -1);
+        auto idy = as_rows<T>(dy, "softmax_backward", "dy", -1);
+        if (shape_of(iy.array) != shape_of(idy.array))
+          throw py::value_error(concat("softmax_backward: y and dy must have the same shape, got ",
+                                       describe(iy.array), " and ", describe(idy.array)));
+        py::array_t<T> out(shape_of(iy.array));
+        T* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          softmax_rows_backward(iy.array.data(), idy.array.data(), o, iy.rows, iy.cols);
+        }
+        return out;
+      },
+      py::arg("y"), py::arg("dy"), "Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).");
+  m.def(
+      (std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
+      [](const py::handle& logits, const py::handle& targets, double label_smoothing, bool compute_grad) -> py::tuple {
+        const char* who = "masked_cross_entropy";
+        auto lg = as_rows<T>(logits, who, "logits", -1);
+        if (lg.array.ndim() < 2)
+          throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
+        auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
+        if (shape_of(tg) != lg.lead_shape)
+          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape),
+                                       " to match logits ", describe(lg.array), ", got ", describe(tg)));
+        std::unique_ptr<Matrix<T>> grad(compute_grad ? new Matrix<T>() : nullptr);
+        LossStats stats;
+        {
+          py::gil_scoped_release release;
+          stats = masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing);
+        }
+        if (!compute_grad) return py::make_tuple(stats.loss, py::none());
+        // Hand the gradient buffer to NumPy without copying: the capsule frees it with the array.
+        Matrix<T>* g = grad.release();
+        py::capsule owner(g, [](void* p) { delete static_cast<Matrix<T>*>(p); });
+        std::vector<py::ssize_t> shape(lg.array.shape(), lg.array.shape() + lg.array.ndim());
+        py::array_t<T> dlogits(shape, g->data(), owner);
+        return py::make_tuple(stats.loss, dlogits);
+      },
+      py::arg("logits"), py::arg("targets"), py::arg("label_smoothing") = 0.0, py::arg("compute_grad") = true,
+      "(loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.");
+  m.def(
+      (std::string("masked_accuracy") + dtype_suffix<T>()).c_str(),
+      [](const py::handle& logits, const py::handle& targets) {
+        const char* who = "masked_accuracy";
+        auto lg = as_rows<T>(logits, who, "logits", -1);
+        if (lg.array.ndim() < 2)
+          throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
+        auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
+        if (shape_of(tg) != lg.lead_shape)
+          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape),
+                                       " to match logits ", describe(lg.array), ", got ", describe(tg)));
+        LossStats stats;
+        {
+          py::gil_scoped_release release;
+          stats = masked_accuracy<T>(lg.map(), tg.data());
+        }
+        return stats.count == 0 ? 0.0 : static_cast<double>(stats.correct) / static_cast<double>(stats.count);
+      },
+      py::arg("logits"), py::arg("targets"), "Fraction of targets != 0 whose argmax over logits is right.");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adam
+
+template <typename T>
+struct AdamHolder {
+  std::unique_ptr<Adam<T>> adam;
+  std::vector<std::string> names;
+  std::vector<py::array> keep;  // every parameter's value and grad view: they keep the layers alive
+};
+
+template <typename T>
+AdamHolder<T>* make_adam(const py::object& params, double beta1, double beta2, double eps) {
+  const std::string who = class_name<T>("Adam");
+  // (name, parameter) pairs from a mapping (keys are the names) or a sequence of Parameter.
+  std::vector<std::pair<std::string, py::object>> items;
+  const bool mapping = py::hasattr(params, "items") && py::hasattr(params, "keys");
+  if (mapping) {
+    for (auto kv : params.attr("items")()) {
+      auto pair = kv.cast<py::tuple>();
+      items.emplace_back(py::str(pair[0]).cast<std::string>(), py::reinterpret_borrow<py::object>(pair[1]));
+    }
+  } else {
+    for (auto p : params) items.emplace_back(std::string(), py::reinterpret_borrow<py::object>(p));
+  }
+  if (items.empty()) throw py::value_error(who + ": got no parameters to optimise");
+  for (auto& it : items) {
+    if (!py::isinstance<PyParameter>(it.second))
+      throw py::type_error(concat(who, ": parameters must be Parameter objects (from a layer's parameters()), got ",
+                                  py::str(py::type::of(it.second).attr("__name__")).cast<std::string>()));
+    if (!mapping) it.first = it.second.cast<PyParameter&>().name;
+  }
+  if (!mapping) {  // names from a list must be unique to key the state; otherwise prefix the index
+    std::set<std::string> seen;
+    bool unique = true;
+    for (auto& it : items) unique = seen.insert(it.first).second && unique;
+    if (!unique)
+      for (size_t i = 0; i < items.size(); ++i) items[i].first = std::to_string(i) + "." + items[i].first;
+  }
+
+  auto holder = std::make_unique<AdamHolder<T>>();
+  ParameterList<T> list;
+  std::set<const void*> addresses;
+  for (auto& it : items) {
+    const PyParameter& p = it.second.cast<PyParameter&>();
+    for (const py::array* a : {&p.value, &p.grad}) {
+      if (!py::isinstance<py::array_t<T>>(*a))
+        throw py::type_error(concat(who, ": parameter '", it.first, "' is a ", describe(*a), ", expected ",
+                                    sizeof(T) == 4 ? "float32" : "float64", " (use the Adam of the layer's dtype)"));
+      if (!(a->flags() & py::array::c_style))
+        throw py::value_error(concat(who, ": parameter '", it.first, "' is not contiguous"));
+    }
+    if (shape_of(p.value) != shape_of(p.grad))
+      throw py::value_error(concat(who, ": parameter '", it.first, "' has value ", describe(p.value),
+                                   " but grad ", describe(p.grad)));
+    py::array value = p.value, grad = p.grad;
+    T* v = static_cast<T*>(value.mutable_data());  // raises if read-only
+    T* g = static_cast<T*>(grad.mutable_data());
+    if (!addresses.insert(v).second)
+      throw py::value_error(concat(who, ": parameter '", it.first, "' is given twice"));
+    list.push_back({it.first, v, g, shape_of(value)});
+    holder->names.push_back(it.first);
+    holder->keep.push_back(value);
+    holder->keep.push_back(grad);
+  }
+  holder->adam = std::make_unique<Adam<T>>(std::move(list), beta1, beta2, eps);
+  return holder.release();
+}
+
+template <typename T>
+void bind_adam(py::module_& m) {
+  using H = AdamHolder<T>;
+  py::class_<H>(m, class_name<T>("Adam").c_str(),
+                "Adam over Parameter views (torch.optim.Adam update with bias correction).")
+      .def(py::init(&make_adam<T>), py::arg("parameters"), py::arg("beta1") = 0.9, py::arg("beta2") = 0.98,
+           py::arg("eps") = 1e-9)
+      .def("step",
+           [](H& h, double lr) {
+             py::gil_scoped_release release;
+             h.adam->step(lr);
+           },
+           py::arg("lr"), "One update with learning rate lr (increments step_count first).")
+      .def("clip_grad_norm",
+           [](H& h, double max_norm) {
+             py::gil_scoped_release release;
+             return h.adam->clip_grad_norm(max_norm);
+           },
+           py::arg("max_norm"),
+           "Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm "
+           "before clipping.")
+      .def_property(
+          "step_count", [](H& h) { return h.adam->step_count(); },
+          [](H& h, long long t) {
+            if (t < 0) throw py::value_error(concat("Adam: step_count must be >= 0, got ", t));
+            h.adam->set_step_count(t);
+          })
+      .def_property_readonly("beta1", [](H& h) { return h.adam->beta1; })
+      .def_property_readonly("beta2", [](H& h) { return h.adam->beta2; })
+      .def_property_readonly("eps", [](H& h) { return h.adam->eps; })
+      .def_property_readonly("names", [](H& h) { return h.names; }, "parameter names, in update order")
+      .def("__len__", [](H& h) { return h.names.size(); })
+      .def("state",
+           [](py::object self) {
+             py::object od = empty_parameters();
+             for (const auto& p : self.cast<H&>().adam->state()) od[py::str(p.name)] = view<T>(p.value, p.shape, self);
+             return od;
+           },
+           "OrderedDict '<param>.m' / '<param>.v' -> writable views of the moments (for checkpoints).")
+      .def("reset_state", [](H& h) { h.adam->reset_state(); }, "Zero the moments and the step count.");
+}
+
+}  // namespace
+
+void bind_basic_layers(py::module_& m) {
+  bind_layer_norm<float>(m);
+  bind_layer_norm<double>(m);
+  bind_relu<float>(m);
+  bind_relu<double>(m);
+  bind_embedding<float>(m);
+  bind_embedding<double>(m);
+  bind_positional_embedding<float>(m);
+  bind_positional_embedding<double>(m);
+  bind_functions<float>(m);
+  bind_functions<double>(m);
+  bind_adam<float>(m);
+  bind_adam<double>(m);
+  m.def("padding_mask", [](const py::handle& tokens) { return padding_mask_array(tokens, "padding_mask"); },
+        py::arg("tokens"), "bool (B, T), True where tokens == 0 (padding)");
+  m.def(
+      "warmup_learning_rate",
+      [](long long step, long long d_model, long long warmup, double scale) {
+        return warmup_learning_rate(step, d_model, warmup, scale);
+      },
+      py::arg("step"), py::arg("d_model"), py::arg("warmup") = 4000, py::arg("scale") = 1.0,
+      "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * scale, step counted from 1.");
+}
+
 }  // namespace transformer::bindings

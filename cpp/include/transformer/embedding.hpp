@@ -30,8 +30,14 @@ class Embedding {
   Matrix<T> weight_, dweight_;  // (vocab, d)
 
  private:
+  template <typename U>
+  friend class PositionalEmbedding;  // fuses the lookup with "+ PE" but shares cache_tokens()
+  // Check every id is in [0, vocab) and remember tokens and scale for backward().
+  void cache_tokens(ConstTokenMap tokens, T scale);
+
   TokenMatrix tokens_;  // (B, T) copy of the last input (small)
   T scale_ = T(1);
+  bool has_forward_ = false;
   Matrix<T> y_;         // (B*T, d)
 };
 

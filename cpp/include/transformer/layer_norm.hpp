@@ -34,6 +34,7 @@ class LayerNorm {
   Matrix<T> sum_;                 // (N, d) a + b for forward_residual
   Eigen::Matrix<T, Eigen::Dynamic, 1> mean_, rstd_;  // (N)
   Matrix<T> y_, dx_;              // (N, d)
+  Matrix<T> partial_;             // (ceil(N / block), 2d) per-block dweight | dbias sums in backward
 };
 
 }  // namespace transformer

@@ -25,8 +25,8 @@ class Adam {
 
   Index step_count() const { return t_; }
   void set_step_count(Index t) { t_ = t; }
-  // Moment buffers as parameters named "<param>.m" / "<param>.v" (value = the moment; grad unused),
-  // for checkpoints.
+  // Moment buffers as parameters named "<param>.m" / "<param>.v" (value = the moment; grad is
+  // nullptr), for checkpoints.
   ParameterList<T> state();
   const ParameterList<T>& params() const { return params_; }
   void reset_state();  // zero moments and step count

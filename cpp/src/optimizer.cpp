@@ -1,0 +1,118 @@
+#include "transformer/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace transformer {
+
+namespace {
+
+// A parameter's loop runs on all threads once it has at least this many elements.
+constexpr Index kParallelElements = 16384;
+
+}  // namespace
+
+double warmup_learning_rate(Index step, Index d_model, Index warmup, double scale) {
+  TCPP_CHECK(step >= 1, "warmup_learning_rate: step is counted from 1, got ", step);
+  TCPP_CHECK(d_model > 0, "warmup_learning_rate: d_model must be positive, got ", d_model);
+  TCPP_CHECK(warmup > 0, "warmup_learning_rate: warmup must be positive, got ", warmup);
+  const double s = static_cast<double>(step);
+  const double w = static_cast<double>(warmup);
+  // rises linearly for `warmup` steps, then decays as step^-1/2; the two meet at step == warmup
+  return scale / std::sqrt(static_cast<double>(d_model)) * std::min(1.0 / std::sqrt(s), s / (w * std::sqrt(w)));
+}
+
+template <typename T>
+Adam<T>::Adam(ParameterList<T> params, double beta1_, double beta2_, double eps_)
+    : beta1(beta1_), beta2(beta2_), eps(eps_), params_(std::move(params)) {
+  TCPP_CHECK(beta1 >= 0.0 && beta1 < 1.0, "Adam: beta1 must be in [0, 1), got ", beta1);
+  TCPP_CHECK(beta2 >= 0.0 && beta2 < 1.0, "Adam: beta2 must be in [0, 1), got ", beta2);
+  TCPP_CHECK(eps >= 0.0 && std::isfinite(eps), "Adam: eps must be a finite number >= 0, got ", eps);
+  m_.reserve(params_.size());
+  v_.reserve(params_.size());
+  for (const auto& p : params_) {
+    TCPP_CHECK(p.value != nullptr && p.grad != nullptr, "Adam: parameter '", p.name,
+               "' has no value or gradient storage");
+    m_.emplace_back(static_cast<size_t>(p.size()), T(0));  // first moment, shaped like the parameter
+    v_.emplace_back(static_cast<size_t>(p.size()), T(0));  // second moment
+  }
+}
+
+template <typename T>
+void Adam<T>::step(double lr) {
+  TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
+  ++t_;
+  const double t = static_cast<double>(t_);
+  // torch.optim.Adam (single-tensor path): step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps
+  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
+  const T one_minus_b1 = static_cast<T>(1.0 - beta1), one_minus_b2 = static_cast<T>(1.0 - beta2);
+  const T step_size = static_cast<T>(lr / (1.0 - std::pow(beta1, t)));
+  const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
+  const T e = static_cast<T>(eps);
+  Index total = 0;
+  for (const auto& p : params_) total += p.size();
+  // One region for all parameters; each parameter's elements are shared out among the threads
+  // and `nowait` lets a thread move on to the next parameter at once (parameters are independent).
+#pragma omp parallel if (total >= kParallelElements)
+  for (size_t k = 0; k < params_.size(); ++k) {
+    T* __restrict p = params_[k].value;
+    const T* __restrict g = params_[k].grad;
+    T* __restrict m = m_[k].data();
+    T* __restrict v = v_[k].data();
+    const Index n = params_[k].size();
+#pragma omp for schedule(static) nowait
+    for (Index i = 0; i < n; ++i) {
+      const T gi = g[i];
+      m[i] = b1 * m[i] + one_minus_b1 * gi;
+      v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
+      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + e);
+    }
+  }
+}
+
+template <typename T>
+double Adam<T>::clip_grad_norm(double max_norm) {
+  double sumsq = 0.0;
+  for (const auto& p : params_) {
+    const T* g = p.grad;
+    const Index n = p.size();
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) if (n >= kParallelElements)
+    for (Index i = 0; i < n; ++i) sumsq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  }
+  const double norm = std::sqrt(sumsq);
+  // A non-finite norm is returned unchanged for the caller to act on; scaling by 0 or NaN would
+  // only hide where the problem came from.
+  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
+    const T factor = static_cast<T>(max_norm / norm);
+    for (const auto& p : params_) {
+      T* g = p.grad;
+      const Index n = p.size();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+      for (Index i = 0; i < n; ++i) g[i] *= factor;
+    }
+  }
+  return norm;
+}
+
+template <typename T>
+ParameterList<T> Adam<T>::state() {
+  ParameterList<T> out;
+  out.reserve(2 * params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    out.push_back({params_[k].name + ".m", m_[k].data(), nullptr, params_[k].shape});
+    out.push_back({params_[k].name + ".v", v_[k].data(), nullptr, params_[k].shape});
+  }
+  return out;
+}
+
+template <typename T>
+void Adam<T>::reset_state() {
+  for (auto& m : m_) std::fill(m.begin(), m.end(), T(0));
+  for (auto& v : v_) std::fill(v.begin(), v.end(), T(0));
+  t_ = 0;
+}
+
+template class Adam<float>;
+template class Adam<double>;
+
+}  // namespace transformer
