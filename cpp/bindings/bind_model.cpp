@@ -1,6 +1,230 @@
-// Bindings of the Transformer model.
+// Bindings of the Transformer model: forward/backward, train_step/evaluate with the GIL released,
+// hierarchical parameters, optimiser state for checkpoints, attention weights for plots.
 #include "bindings.hpp"
+#include "transformer/transformer.hpp"
 
 namespace transformer::bindings {
-void bind_model(py::module_& m) { (void)m; }
+
+namespace {
+
+template <typename T>
+struct ModelHolder {
+  explicit ModelHolder(const TransformerConfig& c) : model(c) {}
+  Transformer<T> model;
+  Index B = -1, Tt = 0;
+  Index last_count = 0;
+};
+
+// Check the three token arrays of a training/evaluation batch.
+struct Batch {
+  py::array_t<std::int64_t, py::array::c_style> src, tgt_in, tgt_out;
+};
+
+Batch token_batch(const py::handle& src, const py::handle& tgt_in, const py::handle* tgt_out, const char* who) {
+  Batch b;
+  b.src = as_tokens(src, who, "src", 2);
+  b.tgt_in = as_tokens(tgt_in, who, "tgt_in", 2);
+  if (tgt_out != nullptr) {
+    b.tgt_out = as_tokens(*tgt_out, who, "tgt_out", 2);
+    if (b.tgt_out.shape(0) != b.tgt_in.shape(0) || b.tgt_out.shape(1) != b.tgt_in.shape(1))
+      throw py::value_error(concat(who, ": tgt_out has shape ", describe(b.tgt_out), " but tgt_in has ",
+                                   describe(b.tgt_in), "; they must match"));
+  }
+  if (b.src.shape(0) != b.tgt_in.shape(0))
+    throw py::value_error(concat(who, ": src has batch size ", b.src.shape(0), " but tgt_in has ", b.tgt_in.shape(0),
+                                 "; they must match"));
+  return b;
+}
+
+ConstTokenMap tmap(const py::array_t<std::int64_t, py::array::c_style>& a) {
+  return ConstTokenMap(a.data(), a.shape(0), a.shape(1));
+}
+
+template <typename T>
+void bind_transformer(py::module_& m) {
+  using H = ModelHolder<T>;
+  py::class_<H>(m, class_name<T>("Transformer").c_str(), "The encoder-decoder Transformer.")
+      .def(py::init([](long long src_vocab_size, long long tgt_vocab_size, long long d_model, long long n_layers,
+                       long long n_heads, long long d_ff, double dropout, long long max_length,
+                       const std::string& layout, bool pre_norm, bool share_embeddings, double layer_norm_eps,
+                       std::uint64_t seed) {
+             TransformerConfig c;
+             c.src_vocab_size = src_vocab_size;
+             c.tgt_vocab_size = tgt_vocab_size;
+             c.d_model = d_model;
+             c.n_layers = n_layers;
+             c.n_heads = n_heads;
+             c.d_ff = d_ff;
+             c.dropout = dropout;
+             c.max_length = max_length;
+             c.layout = parse_positional_layout(layout);
+             c.pre_norm = pre_norm;
+             c.share_embeddings = share_embeddings;
+             c.layer_norm_eps = layer_norm_eps;
+             c.seed = seed;
+             return new H(c);
+           }),
+           py::arg("src_vocab_size"), py::arg("tgt_vocab_size"), py::arg("d_model") = 512, py::arg("n_layers") = 6,
+           py::arg("n_heads") = 8, py::arg("d_ff") = 2048, py::arg("dropout") = 0.1, py::arg("max_length") = 2048,
+           py::arg("layout") = "interleaved", py::arg("pre_norm") = false, py::arg("share_embeddings") = false,
+           py::arg("layer_norm_eps") = 1e-6, py::arg("seed") = 0)
+      .def("forward",
+           [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
+             Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
+             const Matrix<T>* logits;
+             {
+               py::gil_scoped_release release;
+               logits = &h.model.forward(tmap(b.src), tmap(b.tgt_in), training);
+             }
+             h.B = b.tgt_in.shape(0);
+             h.Tt = b.tgt_in.shape(1);
+             return copy_out<T>(logits->data(), {h.B, h.Tt, logits->cols()});
+           },
+           py::arg("src"), py::arg("tgt_in"), py::arg("training") = false,
+           "src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)")
+      .def("backward",
+           [](H& h, const py::handle& dlogits) {
+             if (h.B < 0) throw std::runtime_error("Transformer.backward: call forward() first");
+             const Index V = h.model.config().tgt_vocab_size;
+             auto d = as_floats<T>(dlogits, "Transformer.backward", "dlogits", 3);
+             if (d.shape(0) != h.B || d.shape(1) != h.Tt || d.shape(2) != V)
+               throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
+                                            "), got ", describe(d)));
+             py::gil_scoped_release release;
+             h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
+           },
+           py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
+      .def("train_step",
+           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
+             Batch b = token_batch(src, tgt_in, &tgt_out, "Transformer.train_step");
+             LossStats s;
+             {
+               py::gil_scoped_release release;
+               s = h.model.train_step(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
+             }
+             h.B = b.tgt_in.shape(0);
+             h.Tt = b.tgt_in.shape(1);
+             h.last_count = s.count;
+             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
+             return py::make_tuple(s.loss, acc);
+           },
+           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
+           "Forward, masked loss, backward and one Adam step; returns (loss, accuracy).")
+      .def("evaluate",
+           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
+             Batch b = token_batch(src, tgt_in, &tgt_out, "Transformer.evaluate");
+             LossStats s;
+             {
+               py::gil_scoped_release release;
+               s = h.model.evaluate(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
+             }
+             h.B = b.tgt_in.shape(0);
+             h.Tt = b.tgt_in.shape(1);
+             h.last_count = s.count;
+             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
+             return py::make_tuple(s.loss, acc);
+           },
+           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
+           "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).")
+      .def_property_readonly("last_token_count", [](H& h) { return h.last_count; },
+                             "Non-padding target tokens in the last train_step/evaluate batch.")
+      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.parameters(), self); })
+      .def("zero_grad", [](H& h) { h.model.zero_grad(); })
+      .def("configure_optimizer",
+           [](H& h, long long warmup, double lr_scale, double fixed_lr, double beta1, double beta2, double eps,
+              double clip_norm, double label_smoothing) {
+             if (warmup < 1) throw py::value_error(concat("configure_optimizer: warmup must be >= 1, got ", warmup));
+             if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
+               throw py::value_error(concat("configure_optimizer: label_smoothing must be in [0, 1), got ", label_smoothing));
+             if (!(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0 && eps > 0.0))
+               throw py::value_error("configure_optimizer: need 0 <= beta1, beta2 < 1 and eps > 0");
+             OptimizerConfig& o = h.model.optimizer_config();
+             o.warmup = warmup;
+             o.lr_scale = lr_scale;
+             o.fixed_lr = fixed_lr;
+             o.beta1 = beta1;
+             o.beta2 = beta2;
+             o.eps = eps;
+             o.clip_norm = clip_norm;
+             o.label_smoothing = label_smoothing;
+           },
+           py::arg("warmup") = 4000, py::arg("lr_scale") = 1.0, py::arg("fixed_lr") = 0.0, py::arg("beta1") = 0.9,
+           py::arg("beta2") = 0.98, py::arg("eps") = 1e-9, py::arg("clip_norm") = 0.0,
+           py::arg("label_smoothing") = 0.0)
+      .def("optimizer_config",
+           [](H& h) {
+             const OptimizerConfig& o = h.model.optimizer_config();
+             py::dict d;
+             d["warmup"] = o.warmup;
+             d["lr_scale"] = o.lr_scale;
+             d["fixed_lr"] = o.fixed_lr;
+             d["beta1"] = o.beta1;
+             d["beta2"] = o.beta2;
+             d["eps"] = o.eps;
+             d["clip_norm"] = o.clip_norm;
+             d["label_smoothing"] = o.label_smoothing;
+             return d;
+           })
+      .def("optimizer_state",
+           [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self); },
+           "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
+      .def_property(
+          "step", [](H& h) { return h.model.optimizer().step_count(); },
+          [](H& h, long long s) {
+            if (s < 0) throw py::value_error("Transformer.step must be >= 0");
+            h.model.optimizer().set_step_count(s);
+          },
+          "Optimiser steps taken so far.")
+      .def_property(
+          "dropout_calls", [](H& h) { return h.model.dropout_calls(); },
+          [](H& h, std::uint64_t c) { h.model.set_dropout_calls(c); },
+          "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
+      .def("learning_rate", [](H& h, long long step) { return h.model.learning_rate(step); }, py::arg("step"))
+      .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
+      .def("attention_weights",
+           [](H& h) {
+             if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
+             py::dict out;
+             auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
+               out[py::str(name)] = copy_out<T>(a.attention_weights().data(),
+                                                {a.batch(), a.n_heads(), a.query_length(), a.key_length()});
+             };
+             auto& enc = h.model.encoder();
+             for (size_t i = 0; i < enc.layers_.size(); ++i)
+               add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
+             auto& dec = h.model.decoder();
+             for (size_t i = 0; i < dec.layers_.size(); ++i) {
+               add("decoder.layers." + std::to_string(i) + ".self_attention", dec.layers_[i]->self_attention_);
+               add("decoder.layers." + std::to_string(i) + ".cross_attention", dec.layers_[i]->cross_attention_);
+             }
+             return out;
+           },
+           "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
+      .def("config", [](H& h) {
+        const TransformerConfig& c = h.model.config();
+        py::dict d;
+        d["src_vocab_size"] = c.src_vocab_size;
+        d["tgt_vocab_size"] = c.tgt_vocab_size;
+        d["d_model"] = c.d_model;
+        d["n_layers"] = c.n_layers;
+        d["n_heads"] = c.n_heads;
+        d["d_ff"] = c.d_ff;
+        d["dropout"] = c.dropout;
+        d["max_length"] = c.max_length;
+        d["layout"] = to_string(c.layout);
+        d["pre_norm"] = c.pre_norm;
+        d["share_embeddings"] = c.share_embeddings;
+        d["layer_norm_eps"] = c.layer_norm_eps;
+        d["seed"] = c.seed;
+        return d;
+      });
+}
+
+}  // namespace
+
+void bind_model(py::module_& m) {
+  bind_transformer<float>(m);
+  bind_transformer<double>(m);
+}
+
 }  // namespace transformer::bindings

@@ -1,14 +1,48 @@
 """transformer-cpp: the Transformer of "Attention Is All You Need" with a multithreaded C++ core.
 
 The C++ extension (``transformer_cpp._core``) is private; everything public is re-exported here.
+Layers have ``forward``/``backward``/``parameters``/``zero_grad``; ``Transformer`` is the full
+model with ``train_step``; the text side (cleaning, tokenizer, Tatoeba data), training,
+translation and plots live in the submodules ``text``, ``tokenizer``, ``data``, ``training``,
+``translate`` and ``plotting``.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from .layers import Dropout, Linear
 from ._runtime import build_info, get_num_threads, positional_encoding, set_num_threads
+from .basic_layers import (
+    Adam,
+    Embedding,
+    LayerNorm,
+    PositionalEmbedding,
+    ReLU,
+    masked_accuracy,
+    masked_cross_entropy,
+    padding_mask,
+    softmax,
+    softmax_backward,
+    warmup_learning_rate,
+)
+from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, train_val_test_split
+from .layers import (
+    Decoder,
+    DecoderLayer,
+    Dropout,
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    Linear,
+    MultiHeadAttention,
+    ScaledDotProductAttention,
+    decoder_self_attention_mask,
+    look_ahead_mask,
+    scaled_dot_product_attention,
+)
+from .model import PRESETS, Transformer, preset_config
+from .text import clean_corpus, clean_sentence
+from .tokenizer import SubwordTokenizer
 
 try:
     __version__ = _version("transformer-cpp")
@@ -16,11 +50,43 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
     __version__ = "0.0.0+unknown"
 
 __all__ = [
-    "__version__",
+    "Adam",
+    "Decoder",
+    "DecoderLayer",
     "Dropout",
+    "Embedding",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "LayerNorm",
     "Linear",
+    "MultiHeadAttention",
+    "PRESETS",
+    "PositionalEmbedding",
+    "ReLU",
+    "ScaledDotProductAttention",
+    "SubwordTokenizer",
+    "TatoebaPairs",
+    "Transformer",
+    "__version__",
+    "batches",
     "build_info",
+    "clean_corpus",
+    "clean_sentence",
+    "decoder_self_attention_mask",
+    "encode_pairs",
     "get_num_threads",
+    "load_tatoeba",
+    "look_ahead_mask",
+    "masked_accuracy",
+    "masked_cross_entropy",
+    "padding_mask",
     "positional_encoding",
+    "preset_config",
+    "scaled_dot_product_attention",
     "set_num_threads",
+    "softmax",
+    "softmax_backward",
+    "train_val_test_split",
+    "warmup_learning_rate",
 ]

@@ -1,0 +1,102 @@
+// attention.hpp — scaled dot-product attention, masks, and multi-head attention.
+//
+//   Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + mask) V
+//
+// Masks are bytes with 1 = blocked (the query may not attend to that key) and 0 = allowed, the
+// convention of PyTorch's boolean masks and of the original TensorFlow tutorial's 0/1 masks.
+// A query row whose keys are all blocked gets all-zero weights and a zero output, never NaN.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transformer/linear.hpp"
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+// A (Bm, T_q, T_k) byte mask; batch_stride = T_q*T_k, or 0 to use one mask for every batch entry.
+struct AttentionMask {
+  const std::uint8_t* data = nullptr;  // nullptr: nothing blocked
+  Index batch_stride = 0;
+  const std::uint8_t* row(Index b, Index i, Index Tk) const {
+    return data == nullptr ? nullptr : data + b * batch_stride + i * Tk;
+  }
+};
+
+// Build a (B, T_q, T_k) mask: key j of batch b is blocked when key_padding[b*T_k + j] != 0
+// (key_padding may be nullptr) or, when causal, when j > i (a look-ahead mask).
+void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* key_padding, Index B,
+                          Index Tq, Index Tk, bool causal);
+
+// Batched attention over B x H heads. Head h of batch b reads query row i at
+//   q + (b*Tq + i) * q_stride + h*dk            (likewise k, v with Tk rows)
+// so Q, K, V can be column blocks of one fused projection. Writes the attention weights
+// (B, H, Tq, Tk) and the output rows (same addressing with out_stride). Heads run in parallel.
+template <typename T>
+void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
+                       Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
+                       const AttentionMask& mask, T* weights, T* out, Index out_stride);
+
+// The backward of attention_forward given its inputs, the weights it wrote and dout. Writes
+// (assigns, does not accumulate) dq, dk, dv in the same addressing; dscores is scratch of the
+// size of weights.
+template <typename T>
+void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
+                        Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
+                        const T* weights, const T* dout, Index dout_stride, T* dq, Index dq_stride,
+                        T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores);
+
+template <typename T>
+class MultiHeadAttention {
+ public:
+  // Throws std::invalid_argument when d_model % n_heads != 0.
+  MultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed = 0);
+
+  // Self-attention: queries, keys and values all projected from x (B*T, d) with one fused GEMM.
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask);
+  // Cross-attention: queries from x (B*Tq, d), keys and values from memory (B*Tk, d).
+  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index Tq,
+                           Index Tk, const AttentionMask& mask);
+  // dout (B*Tq, d) -> dx (B*Tq, d). For self-attention dx includes the key and value paths; for
+  // cross-attention the memory gradient is in dmemory(). Parameter gradients accumulate.
+  const Matrix<T>& backward(ConstMatrixMap<T> dout);
+  const Matrix<T>& dmemory() const { return dmem_; }
+
+  ParameterList<T> parameters();  // query/key/value/output . weight/bias
+  void zero_grad();
+
+  Index d_model() const { return d_; }
+  Index n_heads() const { return h_; }
+  Index d_k() const { return dk_; }
+  Index batch() const { return B_; }
+  Index query_length() const { return Tq_; }
+  Index key_length() const { return Tk_; }
+  bool has_forward() const { return B_ >= 0; }
+  // Weights of the last forward, (B*H*Tq, Tk) = (B, H, Tq, Tk).
+  const Matrix<T>& attention_weights() const { return weights_; }
+  const Matrix<T>& output() const { return out_.output(); }
+  Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(out_.output()); }
+
+  Matrix<T> w_in_, dw_in_;     // (3d, d): rows [W_q; W_k; W_v], as PyTorch's in_proj_weight
+  RowVector<T> b_in_, db_in_;  // (3d)
+  Linear<T> out_;              // W_o (d, d)
+
+ private:
+  Index d_, h_, dk_;
+  bool self_ = true;
+  const T* x_ = nullptr;    // (B*Tq, d) input of the last forward (the caller's)
+  const T* mem_ = nullptr;  // (B*Tk, d) memory of the last cross-attention forward
+  Index B_ = -1, Tq_ = 0, Tk_ = 0;
+  Matrix<T> qkv_;      // self: (B*T, 3d) = [Q | K | V];  cross: (B*Tq, d) = Q
+  Matrix<T> kv_;       // cross: (B*Tk, 2d) = [K | V]
+  Matrix<T> weights_;  // (B*H*Tq, Tk)
+  Matrix<T> dscores_;  // (B*H*Tq, Tk) scratch
+  Matrix<T> ctx_;      // (B*Tq, d) heads concatenated, before W_o
+  Matrix<T> dqkv_;     // like qkv_
+  Matrix<T> dkv_;      // like kv_
+  Matrix<T> dx_;       // (B*Tq, d)
+  Matrix<T> dmem_;     // (B*Tk, d)
+};
+
+}  // namespace transformer

@@ -1,0 +1,87 @@
+// decoder.hpp — the decoder layer and stack of Figure 1 (right).
+//
+// post-norm (default):  h1 = LN1(x  + Dropout(MaskedSelfAttention(x)))
+//                       h2 = LN2(h1 + Dropout(CrossAttention(h1, memory)))
+//                       y  = LN3(h2 + Dropout(FFN(h2)))
+// pre-norm (option): each sub-layer reads LN(input) and adds its output to the input; a final LN
+// after the stack.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "transformer/attention.hpp"
+#include "transformer/dropout.hpp"
+#include "transformer/embedding.hpp"
+#include "transformer/feed_forward.hpp"
+#include "transformer/layer_norm.hpp"
+
+namespace transformer {
+
+template <typename T>
+class DecoderLayer {
+ public:
+  DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false,
+               double eps = 1e-6, std::uint64_t seed = 0);
+
+  // x: (B*T, d), memory: (B*S, d). self_mask (B, T, T): look-ahead and target padding;
+  // cross_mask (B, T, S): source padding. Inputs must stay alive until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len, Index S,
+                           const AttentionMask& self_mask, const AttentionMask& cross_mask, bool training);
+  // -> dx (B*T, d); the memory gradient of this layer is in dmemory().
+  const Matrix<T>& backward(ConstMatrixMap<T> dout);
+  const Matrix<T>& dmemory() const { return cross_attention_.dmemory(); }
+  const Matrix<T>& output() const { return pre_norm_ ? out_ : norm3_.output(); }
+
+  ParameterList<T> parameters();  // self_attention, norm1, cross_attention, norm2, feed_forward, norm3
+  void zero_grad();
+  std::vector<Dropout<T>*> dropouts();
+
+  MultiHeadAttention<T> self_attention_;
+  LayerNorm<T> norm1_;
+  MultiHeadAttention<T> cross_attention_;
+  LayerNorm<T> norm2_;
+  FeedForward<T> feed_forward_;
+  LayerNorm<T> norm3_;
+
+ private:
+  bool pre_norm_;
+  Dropout<T> dropout1_, dropout2_, dropout3_;
+  const T* x_ = nullptr;
+  Matrix<T> r1_, r2_, out_;            // pre-norm residual sums
+  Matrix<T> d1_, d2_, d3_, dtmp_, dx_;  // gradient buffers (B*T, d)
+};
+
+template <typename T>
+class Decoder {
+ public:
+  Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
+          Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
+
+  // tokens (B, T), memory (B*S, d), source_padding (B, S) bytes (1 = padding) -> (B*T, d).
+  const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
+                           const std::uint8_t* source_padding, bool training);
+  // Accumulates parameter gradients; the summed memory gradient is in dmemory().
+  void backward(ConstMatrixMap<T> dout);
+  const Matrix<T>& dmemory() const { return dmemory_; }
+  const Matrix<T>& output() const;
+  Index batch() const { return B_; }
+  Index length() const { return T_; }
+
+  ParameterList<T> parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*
+  void zero_grad();
+  std::vector<Dropout<T>*> dropouts();
+
+  PositionalEmbedding<T> embedding_;
+  std::vector<std::unique_ptr<DecoderLayer<T>>> layers_;
+  std::unique_ptr<LayerNorm<T>> final_norm_;
+
+ private:
+  Dropout<T> dropout_;
+  Index B_ = -1, T_ = 0, S_ = 0;
+  std::vector<std::uint8_t> key_padding_, self_mask_, cross_mask_;
+  Matrix<T> x_, dx_, dmemory_;
+};
+
+}  // namespace transformer

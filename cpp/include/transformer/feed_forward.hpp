@@ -1,0 +1,34 @@
+// feed_forward.hpp — the position-wise feed-forward network FFN(x) = max(0, x W1^T + b1) W2^T + b2,
+// with dropout after the ReLU (as PyTorch's nn.TransformerEncoderLayer).
+#pragma once
+
+#include <cstdint>
+
+#include "transformer/dropout.hpp"
+#include "transformer/linear.hpp"
+
+namespace transformer {
+
+template <typename T>
+class FeedForward {
+ public:
+  FeedForward(Index d_model, Index d_ff, double dropout = 0.1, std::uint64_t seed = 0);
+
+  // x: (N, d_model) -> (N, d_model). `x` must stay alive until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, bool training);
+  const Matrix<T>& backward(ConstMatrixMap<T> dy);  // -> dx (N, d_model)
+
+  ParameterList<T> parameters();  // linear1.{weight,bias}, linear2.{weight,bias}
+  void zero_grad();
+  const Matrix<T>& output() const { return linear2_.output(); }
+  Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(linear2_.output()); }
+  Dropout<T>& dropout() { return dropout_; }
+
+  Linear<T> linear1_, linear2_;
+
+ private:
+  Dropout<T> dropout_;
+  Matrix<T> dh_;  // (N, d_ff)
+};
+
+}  // namespace transformer

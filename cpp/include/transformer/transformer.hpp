@@ -1,0 +1,91 @@
+// transformer.hpp — the encoder-decoder Transformer: encoder, decoder, and the final linear layer
+// to target-vocabulary logits; training step (forward, masked loss, backward, Adam) in one call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transformer/decoder.hpp"
+#include "transformer/encoder.hpp"
+#include "transformer/loss.hpp"
+#include "transformer/optimizer.hpp"
+
+namespace transformer {
+
+struct TransformerConfig {
+  Index src_vocab_size = 0;
+  Index tgt_vocab_size = 0;
+  Index d_model = 512;   // model width
+  Index n_layers = 6;    // encoder layers = decoder layers
+  Index n_heads = 8;     // attention heads, d_k = d_model / n_heads
+  Index d_ff = 2048;     // inner width of the feed-forward network
+  double dropout = 0.1;  // on embeddings, sub-layer outputs and inside the feed-forward network
+  Index max_length = 2048;  // longest sequence (size of the positional table)
+  PositionalLayout layout = PositionalLayout::Interleaved;
+  bool pre_norm = false;       // post-norm as in the paper by default
+  bool share_embeddings = false;  // tie the decoder embedding and the output projection
+  double layer_norm_eps = 1e-6;
+  std::uint64_t seed = 0;
+};
+
+struct OptimizerConfig {
+  double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
+  Index warmup = 4000;     // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+  double lr_scale = 1.0;
+  double fixed_lr = 0.0;   // > 0: use this constant learning rate instead of the schedule
+  double clip_norm = 0.0;  // > 0: clip gradients to this global L2 norm
+  double label_smoothing = 0.0;
+};
+
+template <typename T>
+class Transformer {
+ public:
+  explicit Transformer(const TransformerConfig& config);
+
+  // src (B, S), tgt_in (B, T) token ids -> logits (B*T, V_tgt).
+  const Matrix<T>& forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training);
+  // dlogits (B*T, V_tgt): accumulates every parameter gradient.
+  void backward(ConstMatrixMap<T> dlogits);
+  // zero_grad, forward (training), masked loss, backward, clipping, one Adam step.
+  LossStats train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out);
+  // forward (inference) and masked loss/accuracy, no update.
+  LossStats evaluate(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out);
+
+  ParameterList<T> parameters();
+  void zero_grad();
+  const TransformerConfig& config() const { return config_; }
+  OptimizerConfig& optimizer_config() { return opt_config_; }
+  Adam<T>& optimizer();
+  double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
+  double last_grad_norm() const { return last_grad_norm_; }
+  // Number of training forwards so far: the dropout masks' counter (restored on resume).
+  std::uint64_t dropout_calls() const;
+  void set_dropout_calls(std::uint64_t calls);
+  void set_dropout_seed(std::uint64_t seed);
+
+  const Matrix<T>& logits() const { return logits_; }
+  Encoder<T>& encoder() { return *encoder_; }
+  Decoder<T>& decoder() { return *decoder_; }
+
+  // Output projection: logits = y W^T + b with W (V, d) own or tied to the decoder embedding.
+  T* output_weight();
+  T* output_weight_grad();
+  RowVector<T> out_bias_, dout_bias_;  // (V)
+
+ private:
+  void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) const;
+  TransformerConfig config_;
+  OptimizerConfig opt_config_;
+  std::unique_ptr<Encoder<T>> encoder_;
+  std::unique_ptr<Decoder<T>> decoder_;
+  Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
+  std::unique_ptr<Adam<T>> adam_;
+  Index B_ = -1, T_ = 0;
+  Matrix<T> logits_;   // (B*T, V)
+  Matrix<T> dlogits_;  // (B*T, V)
+  Matrix<T> dy_;       // (B*T, d)
+  double last_grad_norm_ = 0.0;
+};
+
+}  // namespace transformer

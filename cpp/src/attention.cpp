@@ -1,0 +1,248 @@
+#include "transformer/attention.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "transformer/random.hpp"
+
+namespace transformer {
+
+void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* key_padding, Index B,
+                          Index Tq, Index Tk, bool causal) {
+  out.resize(static_cast<size_t>(B * Tq * Tk));
+  for (Index b = 0; b < B; ++b) {
+    for (Index i = 0; i < Tq; ++i) {
+      std::uint8_t* row = out.data() + (b * Tq + i) * Tk;
+      for (Index j = 0; j < Tk; ++j) {
+        const bool pad = key_padding != nullptr && key_padding[b * Tk + j] != 0;
+        row[j] = static_cast<std::uint8_t>(pad || (causal && j > i));
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
+                       Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
+                       const AttentionMask& mask, T* weights, T* out, Index out_stride) {
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
+#pragma omp parallel for schedule(static)
+  for (Index bh = 0; bh < B * H; ++bh) {
+    const Index b = bh / H, h = bh % H;
+    ConstStridedMap<T> Q(q + b * Tq * q_stride + h * dk, Tq, dk, Eigen::OuterStride<>(q_stride));  // (Tq, dk)
+    ConstStridedMap<T> K(k + b * Tk * k_stride + h * dk, Tk, dk, Eigen::OuterStride<>(k_stride));  // (Tk, dk)
+    ConstStridedMap<T> V(v + b * Tk * v_stride + h * dk, Tk, dk, Eigen::OuterStride<>(v_stride));  // (Tk, dk)
+    MatrixMap<T> P(weights + bh * Tq * Tk, Tq, Tk);                                                 // (Tq, Tk)
+    StridedMap<T> O(out + b * Tq * out_stride + h * dk, Tq, dk, Eigen::OuterStride<>(out_stride));  // (Tq, dk)
+    // scores = Q K^T / sqrt(dk)
+    P.noalias() = (Q * K.transpose()) * scale;
+    // masked softmax over each row; blocked keys get weight 0, a fully blocked row is all 0
+    for (Index i = 0; i < Tq; ++i) {
+      T* row = P.data() + i * Tk;
+      const std::uint8_t* m = mask.row(b, i, Tk);
+      T mx = -std::numeric_limits<T>::infinity();
+      for (Index j = 0; j < Tk; ++j)
+        if (!(m && m[j]) && row[j] > mx) mx = row[j];
+      if (mx == -std::numeric_limits<T>::infinity()) {
+        for (Index j = 0; j < Tk; ++j) row[j] = T(0);
+        continue;
+      }
+      T sum = T(0);
+      for (Index j = 0; j < Tk; ++j) {
+        const T e = (m && m[j]) ? T(0) : std::exp(row[j] - mx);
+        row[j] = e;
+        sum += e;
+      }
+      const T inv = T(1) / sum;
+      for (Index j = 0; j < Tk; ++j) row[j] *= inv;
+    }
+    // out = P V
+    O.noalias() = P * V;
+  }
+}
+
+template <typename T>
+void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
+                        Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
+                        const T* weights, const T* dout, Index dout_stride, T* dq, Index dq_stride,
+                        T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores) {
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
+#pragma omp parallel for schedule(static)
+  for (Index bh = 0; bh < B * H; ++bh) {
+    const Index b = bh / H, h = bh % H;
+    ConstStridedMap<T> Q(q + b * Tq * q_stride + h * dk, Tq, dk, Eigen::OuterStride<>(q_stride));
+    ConstStridedMap<T> K(k + b * Tk * k_stride + h * dk, Tk, dk, Eigen::OuterStride<>(k_stride));
+    ConstStridedMap<T> V(v + b * Tk * v_stride + h * dk, Tk, dk, Eigen::OuterStride<>(v_stride));
+    ConstMatrixMap<T> P(weights + bh * Tq * Tk, Tq, Tk);
+    ConstStridedMap<T> dO(dout + b * Tq * dout_stride + h * dk, Tq, dk, Eigen::OuterStride<>(dout_stride));
+    StridedMap<T> dQ(dq + b * Tq * dq_stride + h * dk, Tq, dk, Eigen::OuterStride<>(dq_stride));
+    StridedMap<T> dK(dk_out + b * Tk * dk_stride + h * dk, Tk, dk, Eigen::OuterStride<>(dk_stride));
+    StridedMap<T> dV(dv + b * Tk * dv_stride + h * dk, Tk, dk, Eigen::OuterStride<>(dv_stride));
+    MatrixMap<T> dS(dscores + bh * Tq * Tk, Tq, Tk);
+    // forward was O = P V, so dP = dO V^T and dV = P^T dO
+    dS.noalias() = dO * V.transpose();
+    dV.noalias() = P.transpose() * dO;
+    // P = softmax(S) row-wise, so dS_ij = P_ij (dP_ij - sum_k dP_ik P_ik); then the 1/sqrt(dk)
+    for (Index i = 0; i < Tq; ++i) {
+      const T* p = P.data() + i * Tk;
+      T* d = dS.data() + i * Tk;
+      T dot = T(0);
+      for (Index j = 0; j < Tk; ++j) dot += d[j] * p[j];
+      for (Index j = 0; j < Tk; ++j) d[j] = p[j] * (d[j] - dot) * scale;
+    }
+    // S = Q K^T (scaled), so dQ = dS K and dK = dS^T Q
+    dQ.noalias() = dS * K;
+    dK.noalias() = dS.transpose() * Q;
+  }
+}
+
+template <typename T>
+MultiHeadAttention<T>::MultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed)
+    : out_(d_model > 0 ? d_model : 1, d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+      d_(d_model), h_(n_heads) {
+  TCPP_CHECK(d_model > 0 && n_heads > 0, "MultiHeadAttention: d_model and n_heads must be positive, got ",
+             d_model, " and ", n_heads);
+  TCPP_CHECK(d_model % n_heads == 0, "MultiHeadAttention: d_model ", d_model,
+             " is not divisible by n_heads ", n_heads);
+  dk_ = d_model / n_heads;
+  w_in_.resize(3 * d_, d_);
+  dw_in_ = Matrix<T>::Zero(3 * d_, d_);
+  b_in_ = RowVector<T>::Zero(3 * d_);
+  db_in_ = RowVector<T>::Zero(3 * d_);
+  // each of W_q, W_k, W_v is Glorot-uniform as a (d, d) matrix, from its own stream
+  const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
+  for (int part = 0; part < 3; ++part) {
+    Rng rng(splitmix64(seed + 1 + static_cast<std::uint64_t>(part)));
+    T* w = w_in_.data() + part * d_ * d_;
+    for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
+  }
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len,
+                                                const AttentionMask& mask) {
+  TCPP_CHECK(x.cols() == d_, "MultiHeadAttention: input has ", x.cols(), " features, expected d_model ", d_);
+  TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "MultiHeadAttention: input has ", x.rows(),
+             " rows, expected B*T = ", B, "*", T_len);
+  self_ = true;
+  x_ = x.data();
+  mem_ = nullptr;
+  B_ = B;
+  Tq_ = Tk_ = T_len;
+  // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (B*T, 3d)
+  qkv_.resize(B * T_len, 3 * d_);
+  qkv_.noalias() = x * w_in_.transpose();
+  qkv_.rowwise() += b_in_;
+  weights_.resize(B * h_ * T_len, T_len);
+  ctx_.resize(B * T_len, d_);
+  const T* base = qkv_.data();
+  attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, T_len, T_len, dk_,
+                       mask, weights_.data(), ctx_.data(), d_);
+  return out_.forward(ConstMatrixMap<T>(ctx_.data(), ctx_.rows(), ctx_.cols()));
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B,
+                                                Index Tq, Index Tk, const AttentionMask& mask) {
+  TCPP_CHECK(x.cols() == d_ && memory.cols() == d_, "MultiHeadAttention: inputs have ", x.cols(), " and ",
+             memory.cols(), " features, expected d_model ", d_);
+  TCPP_CHECK(B > 0 && Tq > 0 && Tk > 0 && x.rows() == B * Tq && memory.rows() == B * Tk,
+             "MultiHeadAttention: query rows ", x.rows(), " and memory rows ", memory.rows(),
+             " do not match B*Tq = ", B, "*", Tq, " and B*Tk = ", B, "*", Tk);
+  self_ = false;
+  x_ = x.data();
+  mem_ = memory.data();
+  B_ = B;
+  Tq_ = Tq;
+  Tk_ = Tk;
+  // Q = x W_q^T + b_q                                                   (B*Tq, d)
+  qkv_.resize(B * Tq, d_);
+  qkv_.noalias() = x * w_in_.topRows(d_).transpose();
+  qkv_.rowwise() += b_in_.head(d_);
+  // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (B*Tk, 2d)
+  kv_.resize(B * Tk, 2 * d_);
+  kv_.noalias() = memory * w_in_.bottomRows(2 * d_).transpose();
+  kv_.rowwise() += b_in_.tail(2 * d_);
+  weights_.resize(B * h_ * Tq, Tk);
+  ctx_.resize(B * Tq, d_);
+  attention_forward<T>(qkv_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask,
+                       weights_.data(), ctx_.data(), d_);
+  return out_.forward(ConstMatrixMap<T>(ctx_.data(), ctx_.rows(), ctx_.cols()));
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
+  if (B_ < 0) throw std::runtime_error("MultiHeadAttention: backward() called before forward()");
+  TCPP_CHECK(dout.rows() == B_ * Tq_ && dout.cols() == d_, "MultiHeadAttention: backward got dout of shape (",
+             dout.rows(), ", ", dout.cols(), "), expected (", B_ * Tq_, ", ", d_, ")");
+  // output projection: dctx = dout W_o                                  (B*Tq, d)
+  const Matrix<T>& dctx = out_.backward(dout);
+  dscores_.resize(weights_.rows(), weights_.cols());
+  ConstMatrixMap<T> x(x_, B_ * Tq_, d_);
+  if (self_) {
+    dqkv_.resize(qkv_.rows(), qkv_.cols());
+    const T* base = qkv_.data();
+    T* dbase = dqkv_.data();
+    attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B_, h_, Tq_, Tk_, dk_,
+                          weights_.data(), dctx.data(), d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_,
+                          3 * d_, dscores_.data());
+    // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
+    // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
+    dw_in_.noalias() += dqkv_.transpose() * x;
+    db_in_.noalias() += dqkv_.colwise().sum();
+    dx_.resize(B_ * Tq_, d_);
+    dx_.noalias() = dqkv_ * w_in_;
+    return dx_;
+  }
+  ConstMatrixMap<T> mem(mem_, B_ * Tk_, d_);
+  dqkv_.resize(qkv_.rows(), qkv_.cols());
+  dkv_.resize(kv_.rows(), kv_.cols());
+  attention_backward<T>(qkv_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_, B_, h_, Tq_, Tk_, dk_,
+                        weights_.data(), dctx.data(), d_, dqkv_.data(), d_, dkv_.data(), 2 * d_,
+                        dkv_.data() + d_, 2 * d_, dscores_.data());
+  dw_in_.topRows(d_).noalias() += dqkv_.transpose() * x;
+  db_in_.head(d_).noalias() += dqkv_.colwise().sum();
+  dw_in_.bottomRows(2 * d_).noalias() += dkv_.transpose() * mem;
+  db_in_.tail(2 * d_).noalias() += dkv_.colwise().sum();
+  dx_.resize(B_ * Tq_, d_);
+  dx_.noalias() = dqkv_ * w_in_.topRows(d_);
+  dmem_.resize(B_ * Tk_, d_);
+  dmem_.noalias() = dkv_ * w_in_.bottomRows(2 * d_);
+  return dx_;
+}
+
+template <typename T>
+ParameterList<T> MultiHeadAttention<T>::parameters() {
+  ParameterList<T> ps;
+  const char* names[3] = {"query", "key", "value"};
+  for (int part = 0; part < 3; ++part) {
+    ps.push_back({std::string(names[part]) + ".weight", w_in_.data() + part * d_ * d_,
+                  dw_in_.data() + part * d_ * d_, {d_, d_}});
+    ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
+  }
+  append_parameters(ps, out_.parameters(), "output");
+  return ps;
+}
+
+template <typename T>
+void MultiHeadAttention<T>::zero_grad() {
+  dw_in_.setZero();
+  db_in_.setZero();
+  out_.zero_grad();
+}
+
+template void attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
+                                       Index, Index, Index, Index, const AttentionMask&, float*, float*, Index);
+template void attention_forward<double>(const double*, Index, const double*, Index, const double*, Index,
+                                        Index, Index, Index, Index, Index, const AttentionMask&, double*,
+                                        double*, Index);
+template void attention_backward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
+                                        Index, Index, Index, Index, const float*, const float*, Index, float*,
+                                        Index, float*, Index, float*, Index, float*);
+template void attention_backward<double>(const double*, Index, const double*, Index, const double*, Index,
+                                         Index, Index, Index, Index, Index, const double*, const double*, Index,
+                                         double*, Index, double*, Index, double*, Index, double*);
+template class MultiHeadAttention<float>;
+template class MultiHeadAttention<double>;
+
+}  // namespace transformer

@@ -1,0 +1,249 @@
+#include "transformer/decoder.hpp"
+
+#include <new>
+
+#include "transformer/random.hpp"
+
+namespace transformer {
+
+template <typename T>
+static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+template <typename T>
+static MatrixMap<T> mmap(Matrix<T>& m) {
+  return MatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
+template <typename T>
+DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm,
+                              double eps, std::uint64_t seed)
+    : self_attention_(d_model, n_heads, splitmix64(seed + 1)),
+      norm1_(d_model, eps),
+      cross_attention_(d_model, n_heads, splitmix64(seed + 2)),
+      norm2_(d_model, eps),
+      feed_forward_(d_model, d_ff, dropout, splitmix64(seed + 3)),
+      norm3_(d_model, eps),
+      pre_norm_(pre_norm),
+      dropout1_(dropout, seed, splitmix64(seed + 4)),
+      dropout2_(dropout, seed, splitmix64(seed + 5)),
+      dropout3_(dropout, seed, splitmix64(seed + 6)) {}
+
+template <typename T>
+const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len,
+                                          Index S, const AttentionMask& self_mask,
+                                          const AttentionMask& cross_mask, bool training) {
+  x_ = x.data();
+  if (!pre_norm_) {
+    // h1 = LN1(x + Dropout(MaskedSelfAttention(x)))
+    self_attention_.forward(x, B, T_len, self_mask);
+    Matrix<T>& a1 = self_attention_.output_mut();
+    dropout1_.forward_inplace(mmap(a1), training);
+    const Matrix<T>& h1 = norm1_.forward_residual(x, cmap(a1));
+    // h2 = LN2(h1 + Dropout(CrossAttention(h1, memory)))
+    cross_attention_.forward(cmap(h1), memory, B, T_len, S, cross_mask);
+    Matrix<T>& a2 = cross_attention_.output_mut();
+    dropout2_.forward_inplace(mmap(a2), training);
+    const Matrix<T>& h2 = norm2_.forward_residual(cmap(h1), cmap(a2));
+    // y = LN3(h2 + Dropout(FFN(h2)))
+    feed_forward_.forward(cmap(h2), training);
+    Matrix<T>& f = feed_forward_.output_mut();
+    dropout3_.forward_inplace(mmap(f), training);
+    return norm3_.forward_residual(cmap(h2), cmap(f));
+  }
+  // r1 = x + Dropout(MaskedSelfAttention(LN1(x)))
+  const Matrix<T>& n1 = norm1_.forward(x);
+  self_attention_.forward(cmap(n1), B, T_len, self_mask);
+  Matrix<T>& a1 = self_attention_.output_mut();
+  dropout1_.forward_inplace(mmap(a1), training);
+  r1_.resize(x.rows(), x.cols());
+  r1_.noalias() = x + a1;
+  // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory))
+  const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
+  cross_attention_.forward(cmap(n2), memory, B, T_len, S, cross_mask);
+  Matrix<T>& a2 = cross_attention_.output_mut();
+  dropout2_.forward_inplace(mmap(a2), training);
+  r2_.resize(x.rows(), x.cols());
+  r2_.noalias() = r1_ + a2;
+  // y = r2 + Dropout(FFN(LN3(r2)))
+  const Matrix<T>& n3 = norm3_.forward(cmap(r2_));
+  feed_forward_.forward(cmap(n3), training);
+  Matrix<T>& f = feed_forward_.output_mut();
+  dropout3_.forward_inplace(mmap(f), training);
+  out_.resize(x.rows(), x.cols());
+  out_.noalias() = r2_ + f;
+  return out_;
+}
+
+template <typename T>
+const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
+  if (x_ == nullptr) throw std::runtime_error("DecoderLayer: backward() called before forward()");
+  if (!pre_norm_) {
+    // y = LN3(h2 + f'): the gradient of the sum reaches h2 directly and through the FFN
+    const Matrix<T>& ds3 = norm3_.backward(dout);
+    dtmp_ = ds3;
+    dropout3_.backward_inplace(mmap(dtmp_));
+    const Matrix<T>& dh2_ffn = feed_forward_.backward(cmap(dtmp_));
+    d3_.resize(ds3.rows(), ds3.cols());
+    d3_.noalias() = ds3 + dh2_ffn;  // d h2
+    // h2 = LN2(h1 + a2'): to h1 directly and through the cross-attention queries
+    const Matrix<T>& ds2 = norm2_.backward(cmap(d3_));
+    dtmp_ = ds2;
+    dropout2_.backward_inplace(mmap(dtmp_));
+    const Matrix<T>& dh1_cross = cross_attention_.backward(cmap(dtmp_));
+    d2_.resize(ds2.rows(), ds2.cols());
+    d2_.noalias() = ds2 + dh1_cross;  // d h1
+    // h1 = LN1(x + a1'): to x directly and through the masked self-attention
+    const Matrix<T>& ds1 = norm1_.backward(cmap(d2_));
+    dtmp_ = ds1;
+    dropout1_.backward_inplace(mmap(dtmp_));
+    const Matrix<T>& dx_self = self_attention_.backward(cmap(dtmp_));
+    dx_.resize(ds1.rows(), ds1.cols());
+    dx_.noalias() = ds1 + dx_self;
+    return dx_;
+  }
+  // y = r2 + f'(LN3(r2))
+  dtmp_ = dout;
+  dropout3_.backward_inplace(mmap(dtmp_));
+  const Matrix<T>& dn3 = feed_forward_.backward(cmap(dtmp_));
+  const Matrix<T>& dr2_norm = norm3_.backward(cmap(dn3));
+  d3_.resize(dout.rows(), dout.cols());
+  d3_.noalias() = dout + dr2_norm;  // d r2
+  // r2 = r1 + a2'(LN2(r1), memory)
+  dtmp_ = d3_;
+  dropout2_.backward_inplace(mmap(dtmp_));
+  const Matrix<T>& dn2 = cross_attention_.backward(cmap(dtmp_));
+  const Matrix<T>& dr1_norm = norm2_.backward(cmap(dn2));
+  d2_.resize(dout.rows(), dout.cols());
+  d2_.noalias() = d3_ + dr1_norm;  // d r1
+  // r1 = x + a1'(LN1(x))
+  dtmp_ = d2_;
+  dropout1_.backward_inplace(mmap(dtmp_));
+  const Matrix<T>& dn1 = self_attention_.backward(cmap(dtmp_));
+  const Matrix<T>& dx_norm = norm1_.backward(cmap(dn1));
+  dx_.resize(dout.rows(), dout.cols());
+  dx_.noalias() = d2_ + dx_norm;
+  return dx_;
+}
+
+template <typename T>
+ParameterList<T> DecoderLayer<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, self_attention_.parameters(), "self_attention");
+  append_parameters(ps, norm1_.parameters(), "norm1");
+  append_parameters(ps, cross_attention_.parameters(), "cross_attention");
+  append_parameters(ps, norm2_.parameters(), "norm2");
+  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
+  append_parameters(ps, norm3_.parameters(), "norm3");
+  return ps;
+}
+
+template <typename T>
+void DecoderLayer<T>::zero_grad() {
+  self_attention_.zero_grad();
+  norm1_.zero_grad();
+  cross_attention_.zero_grad();
+  norm2_.zero_grad();
+  feed_forward_.zero_grad();
+  norm3_.zero_grad();
+}
+
+template <typename T>
+std::vector<Dropout<T>*> DecoderLayer<T>::dropouts() {
+  return {&dropout1_, &dropout2_, &feed_forward_.dropout(), &dropout3_};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff,
+                    double dropout, Index max_length, PositionalLayout layout, bool pre_norm, double eps,
+                    std::uint64_t seed)
+    : embedding_(vocab_size, d_model, max_length, layout, splitmix64(seed + 1)),
+      dropout_(dropout, seed, splitmix64(seed + 2)) {
+  TCPP_CHECK(n_layers > 0, "Decoder: n_layers must be positive, got ", n_layers);
+  for (Index i = 0; i < n_layers; ++i)
+    layers_.push_back(std::make_unique<DecoderLayer<T>>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
+                                                        splitmix64(seed + 200 + static_cast<std::uint64_t>(i))));
+  if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
+                                     const std::uint8_t* source_padding, bool training) {
+  const Index B = tokens.rows(), Tt = tokens.cols();
+  TCPP_CHECK(B > 0 && Tt > 0, "Decoder: the target batch is empty (shape (", B, ", ", Tt, "))");
+  TCPP_CHECK(memory.rows() == B * S, "Decoder: memory has ", memory.rows(), " rows, expected B*S = ", B, "*", S);
+  x_ = embedding_.forward(tokens);
+  dropout_.forward_inplace(mmap(x_), training);
+  B_ = B;
+  T_ = Tt;
+  S_ = S;
+  key_padding_.resize(static_cast<size_t>(B * Tt));
+  for (Index i = 0; i < B * Tt; ++i) key_padding_[i] = tokens.data()[i] == 0;
+  // masked self-attention: look-ahead and target padding; cross-attention: source padding
+  build_attention_mask(self_mask_, key_padding_.data(), B, Tt, Tt, true);
+  build_attention_mask(cross_mask_, source_padding, B, Tt, S, false);
+  AttentionMask self_mask{self_mask_.data(), Tt * Tt}, cross_mask{cross_mask_.data(), Tt * S};
+  const Matrix<T>* h = &x_;
+  for (auto& layer : layers_) h = &layer->forward(cmap(*h), memory, B, Tt, S, self_mask, cross_mask, training);
+  if (final_norm_) h = &final_norm_->forward(cmap(*h));
+  return *h;
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::output() const {
+  if (final_norm_) return final_norm_->output();
+  return layers_.back()->output();
+}
+
+template <typename T>
+void Decoder<T>::backward(ConstMatrixMap<T> dout) {
+  if (B_ < 0) throw std::runtime_error("Decoder: backward() called before forward()");
+  ConstMatrixMap<T> d = dout;
+  if (final_norm_) {
+    const Matrix<T>& dn = final_norm_->backward(d);
+    new (&d) ConstMatrixMap<T>(dn.data(), dn.rows(), dn.cols());  // re-seat the map
+  }
+  dmemory_.setZero(B_ * S_, embedding_.dim());
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    const Matrix<T>& dx = (*it)->backward(d);
+    dmemory_ += (*it)->dmemory();  // every layer attends to the same memory
+    new (&d) ConstMatrixMap<T>(dx.data(), dx.rows(), dx.cols());
+  }
+  dx_ = d;
+  dropout_.backward_inplace(mmap(dx_));
+  embedding_.backward(cmap(dx_));
+}
+
+template <typename T>
+ParameterList<T> Decoder<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, embedding_.parameters(), "embedding");
+  for (size_t i = 0; i < layers_.size(); ++i)
+    append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
+  if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
+  return ps;
+}
+
+template <typename T>
+void Decoder<T>::zero_grad() {
+  embedding_.zero_grad();
+  for (auto& l : layers_) l->zero_grad();
+  if (final_norm_) final_norm_->zero_grad();
+}
+
+template <typename T>
+std::vector<Dropout<T>*> Decoder<T>::dropouts() {
+  std::vector<Dropout<T>*> ds{&dropout_};
+  for (auto& l : layers_)
+    for (auto* d : l->dropouts()) ds.push_back(d);
+  return ds;
+}
+
+template class DecoderLayer<float>;
+template class DecoderLayer<double>;
+template class Decoder<float>;
+template class Decoder<double>;
+
+}  // namespace transformer

@@ -1,0 +1,209 @@
+#include "transformer/encoder.hpp"
+
+#include <new>
+
+#include "transformer/random.hpp"
+
+namespace transformer {
+
+template <typename T>
+static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+template <typename T>
+static MatrixMap<T> mmap(Matrix<T>& m) {
+  return MatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
+template <typename T>
+EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm,
+                              double eps, std::uint64_t seed)
+    : self_attention_(d_model, n_heads, splitmix64(seed + 1)),
+      norm1_(d_model, eps),
+      feed_forward_(d_model, d_ff, dropout, splitmix64(seed + 2)),
+      norm2_(d_model, eps),
+      pre_norm_(pre_norm),
+      dropout1_(dropout, seed, splitmix64(seed + 3)),
+      dropout2_(dropout, seed, splitmix64(seed + 4)) {}
+
+template <typename T>
+const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len,
+                                          const AttentionMask& mask, bool training) {
+  x_ = x.data();
+  rows_ = x.rows();
+  if (!pre_norm_) {
+    // h = LN1(x + Dropout(SelfAttention(x)))
+    self_attention_.forward(x, B, T_len, mask);
+    Matrix<T>& a_mut = self_attention_.output_mut();
+    dropout1_.forward_inplace(mmap(a_mut), training);
+    const Matrix<T>& h = norm1_.forward_residual(x, cmap(a_mut));
+    // y = LN2(h + Dropout(FFN(h)))
+    feed_forward_.forward(cmap(h), training);
+    Matrix<T>& f = feed_forward_.output_mut();
+    dropout2_.forward_inplace(mmap(f), training);
+    return norm2_.forward_residual(cmap(h), cmap(f));
+  }
+  // r1 = x + Dropout(SelfAttention(LN1(x)))
+  const Matrix<T>& n1 = norm1_.forward(x);
+  self_attention_.forward(cmap(n1), B, T_len, mask);
+  Matrix<T>& a = self_attention_.output_mut();
+  dropout1_.forward_inplace(mmap(a), training);
+  r1_.resize(x.rows(), x.cols());
+  r1_.noalias() = x + a;
+  // y = r1 + Dropout(FFN(LN2(r1)))
+  const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
+  feed_forward_.forward(cmap(n2), training);
+  Matrix<T>& f = feed_forward_.output_mut();
+  dropout2_.forward_inplace(mmap(f), training);
+  out_.resize(x.rows(), x.cols());
+  out_.noalias() = r1_ + f;
+  return out_;
+}
+
+template <typename T>
+const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
+  if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
+  if (!pre_norm_) {
+    // y = LN2(h + f'): d(h + f') from LN2 flows to both h and f'
+    const Matrix<T>& ds2 = norm2_.backward(dout);
+    df_ = ds2;
+    dropout2_.backward_inplace(mmap(df_));
+    const Matrix<T>& dh_ffn = feed_forward_.backward(cmap(df_));
+    dh_.resize(ds2.rows(), ds2.cols());
+    dh_.noalias() = ds2 + dh_ffn;
+    // h = LN1(x + a'): d(x + a') flows to both x and a'
+    const Matrix<T>& ds1 = norm1_.backward(cmap(dh_));
+    da_ = ds1;
+    dropout1_.backward_inplace(mmap(da_));
+    const Matrix<T>& dx_attn = self_attention_.backward(cmap(da_));
+    dx_.resize(ds1.rows(), ds1.cols());
+    dx_.noalias() = ds1 + dx_attn;
+    return dx_;
+  }
+  // y = r1 + f'(LN2(r1)): dr1 = dout + LN2'(FFN'(dropout'(dout)))
+  df_ = dout;
+  dropout2_.backward_inplace(mmap(df_));
+  const Matrix<T>& dn2 = feed_forward_.backward(cmap(df_));
+  const Matrix<T>& dr1_norm = norm2_.backward(cmap(dn2));
+  dh_.resize(dout.rows(), dout.cols());
+  dh_.noalias() = dout + dr1_norm;
+  // r1 = x + a'(LN1(x)): dx = dr1 + LN1'(attention'(dropout'(dr1)))
+  da_ = dh_;
+  dropout1_.backward_inplace(mmap(da_));
+  const Matrix<T>& dn1 = self_attention_.backward(cmap(da_));
+  const Matrix<T>& dx_norm = norm1_.backward(cmap(dn1));
+  dx_.resize(dout.rows(), dout.cols());
+  dx_.noalias() = dh_ + dx_norm;
+  return dx_;
+}
+
+template <typename T>
+ParameterList<T> EncoderLayer<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, self_attention_.parameters(), "self_attention");
+  append_parameters(ps, norm1_.parameters(), "norm1");
+  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
+  append_parameters(ps, norm2_.parameters(), "norm2");
+  return ps;
+}
+
+template <typename T>
+void EncoderLayer<T>::zero_grad() {
+  self_attention_.zero_grad();
+  norm1_.zero_grad();
+  feed_forward_.zero_grad();
+  norm2_.zero_grad();
+}
+
+template <typename T>
+std::vector<Dropout<T>*> EncoderLayer<T>::dropouts() {
+  return {&dropout1_, &feed_forward_.dropout(), &dropout2_};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff,
+                    double dropout, Index max_length, PositionalLayout layout, bool pre_norm, double eps,
+                    std::uint64_t seed)
+    : embedding_(vocab_size, d_model, max_length, layout, splitmix64(seed + 1)),
+      dropout_(dropout, seed, splitmix64(seed + 2)) {
+  TCPP_CHECK(n_layers > 0, "Encoder: n_layers must be positive, got ", n_layers);
+  for (Index i = 0; i < n_layers; ++i)
+    layers_.push_back(std::make_unique<EncoderLayer<T>>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
+                                                        splitmix64(seed + 100 + static_cast<std::uint64_t>(i))));
+  if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
+}
+
+template <typename T>
+const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training) {
+  const Index B = tokens.rows(), S = tokens.cols();
+  TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
+  x_ = embedding_.forward(tokens);  // (B*S, d): embedding * sqrt(d) + PE
+  dropout_.forward_inplace(mmap(x_), training);
+  B_ = B;
+  S_ = S;
+  key_padding_.resize(static_cast<size_t>(B * S));
+  for (Index i = 0; i < B * S; ++i) key_padding_[i] = tokens.data()[i] == 0;
+  build_attention_mask(mask_, key_padding_.data(), B, S, S, false);
+  AttentionMask mask{mask_.data(), S * S};
+  const Matrix<T>* h = &x_;
+  for (auto& layer : layers_) h = &layer->forward(cmap(*h), B, S, mask, training);
+  if (final_norm_) h = &final_norm_->forward(cmap(*h));
+  return *h;
+}
+
+template <typename T>
+const Matrix<T>& Encoder<T>::output() const {
+  if (final_norm_) return final_norm_->output();
+  return layers_.back()->output();
+}
+
+template <typename T>
+void Encoder<T>::backward(ConstMatrixMap<T> dmemory) {
+  if (B_ < 0) throw std::runtime_error("Encoder: backward() called before forward()");
+  ConstMatrixMap<T> d = dmemory;
+  if (final_norm_) {
+    const Matrix<T>& dn = final_norm_->backward(d);
+    new (&d) ConstMatrixMap<T>(dn.data(), dn.rows(), dn.cols());  // re-seat the map
+  }
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    const Matrix<T>& dx = (*it)->backward(d);
+    new (&d) ConstMatrixMap<T>(dx.data(), dx.rows(), dx.cols());
+  }
+  dx_ = d;
+  dropout_.backward_inplace(mmap(dx_));
+  embedding_.backward(cmap(dx_));
+}
+
+template <typename T>
+ParameterList<T> Encoder<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, embedding_.parameters(), "embedding");
+  for (size_t i = 0; i < layers_.size(); ++i)
+    append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
+  if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
+  return ps;
+}
+
+template <typename T>
+void Encoder<T>::zero_grad() {
+  embedding_.zero_grad();
+  for (auto& l : layers_) l->zero_grad();
+  if (final_norm_) final_norm_->zero_grad();
+}
+
+template <typename T>
+std::vector<Dropout<T>*> Encoder<T>::dropouts() {
+  std::vector<Dropout<T>*> ds{&dropout_};
+  for (auto& l : layers_)
+    for (auto* d : l->dropouts()) ds.push_back(d);
+  return ds;
+}
+
+template class EncoderLayer<float>;
+template class EncoderLayer<double>;
+template class Encoder<float>;
+template class Encoder<double>;
+
+}  // namespace transformer

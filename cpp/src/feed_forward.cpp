@@ -1,0 +1,53 @@
+#include "transformer/feed_forward.hpp"
+
+#include "transformer/activations.hpp"
+#include "transformer/random.hpp"
+
+namespace transformer {
+
+template <typename T>
+FeedForward<T>::FeedForward(Index d_model, Index d_ff, double dropout, std::uint64_t seed)
+    : linear1_(d_model, d_ff, true, splitmix64(seed + 1)),
+      linear2_(d_ff, d_model, true, splitmix64(seed + 2)),
+      dropout_(dropout, seed, splitmix64(seed + 3)) {}
+
+template <typename T>
+const Matrix<T>& FeedForward<T>::forward(ConstMatrixMap<T> x, bool training) {
+  // h = dropout(relu(x W1^T + b1)), in place in linear1's output buffer   (N, d_ff)
+  Matrix<T>& h = const_cast<Matrix<T>&>(linear1_.forward(x));
+  relu_inplace<T>(h.data(), h.size());
+  dropout_.forward_inplace(MatrixMap<T>(h.data(), h.rows(), h.cols()), training);
+  // y = h W2^T + b2                                                       (N, d_model)
+  return linear2_.forward(ConstMatrixMap<T>(h.data(), h.rows(), h.cols()));
+}
+
+template <typename T>
+const Matrix<T>& FeedForward<T>::backward(ConstMatrixMap<T> dy) {
+  dh_ = linear2_.backward(dy);  // (N, d_ff)
+  MatrixMap<T> dh(dh_.data(), dh_.rows(), dh_.cols());
+  dropout_.backward_inplace(dh);
+  // h after dropout is 0 exactly where relu or dropout zeroed it; where dropout zeroed it the
+  // mask has already zeroed the gradient, so (h > 0) is the relu derivative that remains.
+  const Matrix<T>& h = linear1_.output();
+  relu_backward_inplace<T>(h.data(), dh_.data(), dh_.size());
+  return linear1_.backward(ConstMatrixMap<T>(dh_.data(), dh_.rows(), dh_.cols()));
+}
+
+template <typename T>
+ParameterList<T> FeedForward<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, linear1_.parameters(), "linear1");
+  append_parameters(ps, linear2_.parameters(), "linear2");
+  return ps;
+}
+
+template <typename T>
+void FeedForward<T>::zero_grad() {
+  linear1_.zero_grad();
+  linear2_.zero_grad();
+}
+
+template class FeedForward<float>;
+template class FeedForward<double>;
+
+}  // namespace transformer

@@ -1,0 +1,180 @@
+#include "transformer/transformer.hpp"
+
+#include <cmath>
+
+#include "transformer/random.hpp"
+
+namespace transformer {
+
+template <typename T>
+static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
+template <typename T>
+Transformer<T>::Transformer(const TransformerConfig& c) : config_(c) {
+  TCPP_CHECK(c.src_vocab_size > 1 && c.tgt_vocab_size > 1, "Transformer: src_vocab_size and tgt_vocab_size ",
+             "must be at least 2 (padding plus one token), got ", c.src_vocab_size, " and ", c.tgt_vocab_size);
+  TCPP_CHECK(c.d_model > 0 && c.n_layers > 0 && c.n_heads > 0 && c.d_ff > 0 && c.max_length > 0,
+             "Transformer: d_model, n_layers, n_heads, d_ff and max_length must be positive");
+  TCPP_CHECK(c.d_model % c.n_heads == 0, "Transformer: d_model ", c.d_model, " is not divisible by n_heads ",
+             c.n_heads);
+  TCPP_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "Transformer: dropout must be in [0, 1), got ", c.dropout);
+  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
+                                          splitmix64(c.seed + 1));
+  decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
+                                          splitmix64(c.seed + 2));
+  out_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
+  dout_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
+  if (!c.share_embeddings) {
+    // Glorot uniform, as for any Linear
+    out_weight_.resize(c.tgt_vocab_size, c.d_model);
+    dout_weight_ = Matrix<T>::Zero(c.tgt_vocab_size, c.d_model);
+    Rng rng(splitmix64(c.seed + 3));
+    const double a = std::sqrt(6.0 / static_cast<double>(c.tgt_vocab_size + c.d_model));
+    for (Index i = 0; i < out_weight_.size(); ++i) out_weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));
+  }
+}
+
+template <typename T>
+T* Transformer<T>::output_weight() {
+  return config_.share_embeddings ? decoder_->embedding_.embedding().weight_.data() : out_weight_.data();
+}
+template <typename T>
+T* Transformer<T>::output_weight_grad() {
+  return config_.share_embeddings ? decoder_->embedding_.embedding().dweight_.data() : dout_weight_.data();
+}
+
+template <typename T>
+void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) const {
+  TCPP_CHECK(src.rows() == tgt.rows(), "Transformer.", who, ": src has batch size ", src.rows(),
+             " but tgt_in has ", tgt.rows(), "; they must match");
+  TCPP_CHECK(src.rows() > 0 && src.cols() > 0 && tgt.cols() > 0, "Transformer.", who,
+             ": empty batch (src shape (", src.rows(), ", ", src.cols(), "), tgt_in shape (", tgt.rows(), ", ",
+             tgt.cols(), "))");
+  TCPP_CHECK(src.cols() <= config_.max_length, "Transformer.", who, ": source length ", src.cols(),
+             " exceeds max_length ", config_.max_length);
+  TCPP_CHECK(tgt.cols() <= config_.max_length, "Transformer.", who, ": target length ", tgt.cols(),
+             " exceeds max_length ", config_.max_length);
+}
+
+template <typename T>
+const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training) {
+  check_batch(src, tgt_in, "forward");
+  const Matrix<T>& memory = encoder_->forward(src, training);  // (B*S, d)
+  const Matrix<T>& y = decoder_->forward(tgt_in, cmap(memory), src.cols(), encoder_->key_padding().data(),
+                                         training);  // (B*T, d)
+  B_ = tgt_in.rows();
+  T_ = tgt_in.cols();
+  const Index V = config_.tgt_vocab_size, d = config_.d_model;
+  ConstMatrixMap<T> W(output_weight(), V, d);
+  // logits = y W^T + b                                                    (B*T, V)
+  logits_.resize(y.rows(), V);
+  logits_.noalias() = y * W.transpose();
+  logits_.rowwise() += out_bias_;
+  return logits_;
+}
+
+template <typename T>
+void Transformer<T>::backward(ConstMatrixMap<T> dlogits) {
+  if (B_ < 0) throw std::runtime_error("Transformer: backward() called before forward()");
+  const Index V = config_.tgt_vocab_size, d = config_.d_model;
+  TCPP_CHECK(dlogits.rows() == B_ * T_ && dlogits.cols() == V, "Transformer.backward: dlogits has shape (",
+             dlogits.rows(), ", ", dlogits.cols(), "), expected (", B_ * T_, ", ", V, ")");
+  const Matrix<T>& y = decoder_->output();
+  ConstMatrixMap<T> W(output_weight(), V, d);
+  MatrixMap<T> dW(output_weight_grad(), V, d);
+  // logits = y W^T + b, so dW += dlogits^T y, db += column sums, dy = dlogits W
+  dW.noalias() += dlogits.transpose() * y;
+  dout_bias_.noalias() += dlogits.colwise().sum();
+  dy_.resize(y.rows(), d);
+  dy_.noalias() = dlogits * W;
+  decoder_->backward(cmap(dy_));
+  encoder_->backward(cmap(decoder_->dmemory()));
+}
+
+template <typename T>
+Adam<T>& Transformer<T>::optimizer() {
+  if (!adam_)
+    adam_ = std::make_unique<Adam<T>>(parameters(), opt_config_.beta1, opt_config_.beta2, opt_config_.eps);
+  adam_->beta1 = opt_config_.beta1;
+  adam_->beta2 = opt_config_.beta2;
+  adam_->eps = opt_config_.eps;
+  return *adam_;
+}
+
+template <typename T>
+double Transformer<T>::learning_rate(Index step) const {
+  if (opt_config_.fixed_lr > 0.0) return opt_config_.fixed_lr;
+  return warmup_learning_rate(step, config_.d_model, opt_config_.warmup, opt_config_.lr_scale);
+}
+
+template <typename T>
+LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
+  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
+             "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
+             ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+  Adam<T>& adam = optimizer();
+  zero_grad();
+  const Matrix<T>& logits = forward(src, tgt_in, true);
+  LossStats stats = masked_cross_entropy<T>(cmap(logits), tgt_out.data(), &dlogits_, opt_config_.label_smoothing);
+  backward(cmap(dlogits_));
+  last_grad_norm_ = adam.clip_grad_norm(opt_config_.clip_norm);
+  if (!std::isfinite(last_grad_norm_))
+    throw std::runtime_error("Transformer.train_step: the gradient norm is not finite; no update was applied");
+  adam.step(learning_rate(adam.step_count() + 1));
+  return stats;
+}
+
+template <typename T>
+LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
+  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
+             "Transformer.evaluate: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
+             ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+  const Matrix<T>& logits = forward(src, tgt_in, false);
+  return masked_cross_entropy<T>(cmap(logits), tgt_out.data(), nullptr, opt_config_.label_smoothing);
+}
+
+template <typename T>
+ParameterList<T> Transformer<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, encoder_->parameters(), "encoder");
+  append_parameters(ps, decoder_->parameters(), "decoder");
+  if (!config_.share_embeddings)
+    ps.push_back({"output.weight", out_weight_.data(), dout_weight_.data(),
+                  {config_.tgt_vocab_size, config_.d_model}});
+  ps.push_back({"output.bias", out_bias_.data(), dout_bias_.data(), {config_.tgt_vocab_size}});
+  return ps;
+}
+
+template <typename T>
+void Transformer<T>::zero_grad() {
+  encoder_->zero_grad();
+  decoder_->zero_grad();
+  dout_weight_.setZero();
+  dout_bias_.setZero();
+}
+
+template <typename T>
+std::uint64_t Transformer<T>::dropout_calls() const {
+  return const_cast<Encoder<T>&>(*encoder_).dropouts().front()->calls();
+}
+
+template <typename T>
+void Transformer<T>::set_dropout_calls(std::uint64_t calls) {
+  for (auto* d : encoder_->dropouts()) d->set_calls(calls);
+  for (auto* d : decoder_->dropouts()) d->set_calls(calls);
+}
+
+template <typename T>
+void Transformer<T>::set_dropout_seed(std::uint64_t seed) {
+  for (auto* d : encoder_->dropouts()) d->set_seed(seed);
+  for (auto* d : decoder_->dropouts()) d->set_seed(seed);
+}
+
+template class Transformer<float>;
+template class Transformer<double>;
+
+}  // namespace transformer

@@ -1,0 +1,191 @@
+"""The encoder-decoder Transformer, a thin Python class over the C++ model, and its presets."""
+
+from __future__ import annotations
+
+import numbers
+from collections import OrderedDict
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from .layers import core_class
+
+__all__ = ["PRESETS", "Transformer", "preset_config"]
+
+# Architecture presets (see DESIGN.md). Vocabulary sizes come from the tokenizers.
+PRESETS: Dict[str, Dict[str, Any]] = {
+    # the TensorFlow NMT tutorial: 80k pairs, vocabulary target 2**14
+    "tutorial": dict(d_model=512, n_layers=4, n_heads=8, d_ff=512, dropout=0.1, max_length=15),
+    # the paper's base model
+    "base": dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, dropout=0.1, max_length=2048),
+    # tests, notebooks, CI
+    "tiny": dict(d_model=128, n_layers=2, n_heads=4, d_ff=256, dropout=0.1, max_length=15),
+}
+
+
+def preset_config(name: str) -> Dict[str, Any]:
+    """A copy of preset ``name``'s architecture; ValueError naming the presets if unknown."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
+    return dict(PRESETS[name])
+
+
+def _int_arg(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < minimum:
+        raise ValueError(f"Transformer: {name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class Transformer:
+    """The Transformer of "Attention Is All You Need" with its C++ forward and backward passes.
+
+    ``forward(src, tgt_in, training=False)`` maps int token ids ``src`` (B, S) and ``tgt_in`` (B, T)
+    to float logits (B, T, tgt_vocab_size). Token 0 is padding in both. ``backward(dlogits)``
+    accumulates every parameter gradient; ``train_step(src, tgt_in, tgt_out)`` does forward, the
+    masked cross-entropy, backward and one Adam step in one C++ call and returns
+    ``(loss, accuracy)``; ``evaluate`` does the same without the update.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (padding id 0 included).
+        d_model: model width. n_layers: encoder and decoder layers. n_heads: attention heads
+            (``d_model % n_heads == 0``). d_ff: inner width of the feed-forward networks.
+        dropout: rate on embeddings, sub-layer outputs and inside the feed-forward networks.
+        max_length: longest source or target sequence (size of the positional table).
+        layout: positional-encoding layout, ``"interleaved"`` (paper) or ``"concatenated"``.
+        pre_norm: LayerNorm before each sub-layer (and after each stack) instead of after.
+        share_embeddings: tie the target embedding and the output projection.
+        layer_norm_eps: epsilon inside the LayerNorm square root.
+        seed: initialisation and dropout seed.
+        dtype: ``"float32"`` (training) or ``"float64"`` (gradient checks).
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6,
+                 n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048,
+                 layout: str = "interleaved", pre_norm: bool = False, share_embeddings: bool = False,
+                 layer_norm_eps: float = 1e-6, seed: int = 0, dtype: Any = "float32") -> None:
+        src_vocab_size = _int_arg(src_vocab_size, "src_vocab_size", 2)
+        tgt_vocab_size = _int_arg(tgt_vocab_size, "tgt_vocab_size", 2)
+        d_model = _int_arg(d_model, "d_model")
+        n_layers = _int_arg(n_layers, "n_layers")
+        n_heads = _int_arg(n_heads, "n_heads")
+        d_ff = _int_arg(d_ff, "d_ff")
+        max_length = _int_arg(max_length, "max_length")
+        seed = _int_arg(seed, "seed", 0)
+        if d_model % n_heads:
+            raise ValueError(f"Transformer: d_model {d_model} is not divisible by n_heads {n_heads}")
+        if not (0.0 <= float(dropout) < 1.0):
+            raise ValueError(f"Transformer: dropout must be in [0, 1), got {dropout!r}")
+        if layout not in ("interleaved", "concatenated"):
+            raise ValueError(f"Transformer: layout must be 'interleaved' or 'concatenated', got {layout!r}")
+        if layout == "concatenated" and d_model % 2:
+            raise ValueError(f"Transformer: the concatenated layout needs an even d_model, got {d_model}")
+        self.dtype = np.dtype(dtype).name
+        self._core = core_class("Transformer", dtype)(
+            src_vocab_size, tgt_vocab_size, d_model, n_layers, n_heads, d_ff, float(dropout), max_length, layout,
+            bool(pre_norm), bool(share_embeddings), float(layer_norm_eps), seed)
+
+    # --- construction helpers ---------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: Dict[str, Any]) -> "Transformer":
+        """Build from a dict as returned by :attr:`config` (unknown keys are an error)."""
+        return cls(**config)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The architecture as a JSON-serialisable dict (``Transformer.from_config`` rebuilds it)."""
+        c = dict(self._core.config())
+        c["dtype"] = self.dtype
+        return c
+
+    # --- the model --------------------------------------------------------------------------
+    def forward(self, src: np.ndarray, tgt_in: np.ndarray, training: bool = False) -> np.ndarray:
+        """Logits (B, T, tgt_vocab_size) for source ids (B, S) and decoder-input ids (B, T)."""
+        return self._core.forward(src, tgt_in, bool(training))
+
+    __call__ = forward
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        """Accumulate every parameter gradient from ``d loss / d logits`` of the last forward."""
+        self._core.backward(dlogits)
+
+    def zero_grad(self) -> None:
+        """Clear every parameter gradient."""
+        self._core.zero_grad()
+
+    def parameters(self) -> "OrderedDict[str, Any]":
+        """Ordered dict ``hierarchical name -> Parameter`` with writable ``.value``/``.grad`` views,
+        e.g. ``encoder.layers.0.self_attention.query.weight``."""
+        return self._core.parameters()
+
+    def num_parameters(self) -> int:
+        """Number of trainable scalars."""
+        return int(sum(p.value.size for p in self.parameters().values()))
+
+    # --- training ---------------------------------------------------------------------------
+    def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0,
+                            beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-9, clip_norm: float = 0.0,
+                            label_smoothing: float = 0.0) -> None:
+        """Adam and the schedule ``lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
+        (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing."""
+        self._core.configure_optimizer(int(warmup), float(lr_scale), float(fixed_lr), float(beta1), float(beta2),
+                                       float(eps), float(clip_norm), float(label_smoothing))
+
+    @property
+    def optimizer_config(self) -> Dict[str, Any]:
+        return dict(self._core.optimizer_config())
+
+    def train_step(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
+        """zero_grad, forward (training), masked loss, backward, clipping, one Adam step — all in
+        C++ with the GIL released. Returns ``(loss, accuracy)`` over non-padding targets."""
+        return self._core.train_step(src, tgt_in, tgt_out)
+
+    def evaluate(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
+        """Masked loss and accuracy in inference mode (no dropout, no update)."""
+        return self._core.evaluate(src, tgt_in, tgt_out)
+
+    @property
+    def last_token_count(self) -> int:
+        """Non-padding target tokens in the last ``train_step``/``evaluate`` batch."""
+        return int(self._core.last_token_count)
+
+    @property
+    def step(self) -> int:
+        """Optimiser steps taken (settable, to resume)."""
+        return int(self._core.step)
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._core.step = int(value)
+
+    @property
+    def dropout_calls(self) -> int:
+        """The dropout masks' counter (settable, to resume a run exactly)."""
+        return int(self._core.dropout_calls)
+
+    @dropout_calls.setter
+    def dropout_calls(self, value: int) -> None:
+        self._core.dropout_calls = int(value)
+
+    def learning_rate(self, step: Optional[int] = None) -> float:
+        """Learning rate at a 1-based ``step`` (default: the next step)."""
+        return float(self._core.learning_rate(self.step + 1 if step is None else int(step)))
+
+    @property
+    def last_grad_norm(self) -> float:
+        """Global gradient norm of the last ``train_step`` (before clipping)."""
+        return float(self._core.last_grad_norm)
+
+    def optimizer_state(self) -> "OrderedDict[str, Any]":
+        """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
+        return self._core.optimizer_state()
+
+    def attention_weights(self) -> Dict[str, np.ndarray]:
+        """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k)."""
+        return dict(self._core.attention_weights())
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Transformer(src_vocab_size={c['src_vocab_size']}, tgt_vocab_size={c['tgt_vocab_size']}, "
+                f"d_model={c['d_model']}, n_layers={c['n_layers']}, n_heads={c['n_heads']}, d_ff={c['d_ff']}, "
+                f"dropout={c['dropout']}, max_length={c['max_length']}, dtype={self.dtype!r}; "
+                f"{self.num_parameters():,} parameters)")
