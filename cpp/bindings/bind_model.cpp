@@ -1,6 +1,7 @@
 // Bindings of the Transformer model: forward/backward, train_step/evaluate with the GIL released,
 // hierarchical parameters, optimiser state for checkpoints, attention weights for plots.
 #include "bindings.hpp"
+#include "transformer/decoding.hpp"
 #include "transformer/transformer.hpp"
 
 namespace transformer::bindings {
@@ -200,6 +201,50 @@ void bind_transformer(py::module_& m) {
              return out;
            },
            "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
+      .def("greedy_decode",
+           [](H& h, const py::handle& src, long long start_id, long long end_id, long long max_length) {
+             auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
+             TokenMatrix out;
+             {
+               py::gil_scoped_release release;
+               out = greedy_decode<T>(h.model, tmap(s), start_id, end_id, max_length);
+             }
+             h.B = -1;  // the cached training forward is no longer valid
+             // drop trailing columns that are padding in every row
+             Index L = out.cols();
+             while (L > 0 && (out.col(L - 1).array() == 0).all()) --L;
+             py::array_t<std::int64_t> r({out.rows(), L});
+             for (Index i = 0; i < out.rows(); ++i)
+               std::copy(out.data() + i * out.cols(), out.data() + i * out.cols() + L, r.mutable_data() + i * L);
+             return r;
+           },
+           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
+           "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.")
+      .def("beam_search",
+           [](H& h, const py::handle& src, long long start_id, long long end_id, long long max_length,
+              long long beam_size, double length_penalty, long long n_best) {
+             auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
+             std::vector<std::vector<BeamHypothesis>> res;
+             {
+               py::gil_scoped_release release;
+               res = beam_search<T>(h.model, tmap(s), start_id, end_id, max_length, beam_size, length_penalty, n_best);
+             }
+             h.B = -1;
+             py::list out;
+             for (auto& sent : res) {
+               py::list hyps;
+               for (auto& hyp : sent) {
+                 py::array_t<std::int64_t> toks(static_cast<py::ssize_t>(hyp.tokens.size()));
+                 std::copy(hyp.tokens.begin(), hyp.tokens.end(), toks.mutable_data());
+                 hyps.append(py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished));
+               }
+               out.append(hyps);
+             }
+             return out;
+           },
+           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
+           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1,
+           "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
       .def("config", [](H& h) {
         const TransformerConfig& c = h.model.config();
         py::dict d;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 from collections import OrderedDict
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -182,6 +182,30 @@ class Transformer:
     def attention_weights(self) -> Dict[str, np.ndarray]:
         """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k)."""
         return dict(self._core.attention_weights())
+
+    # --- decoding ---------------------------------------------------------------------------
+    def greedy_decode(self, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+        """Greedy decoding with a key/value cache, in C++.
+
+        Encodes ``src`` (B, S) once, projects the cross-attention keys/values once per sentence,
+        and appends self-attention keys/values one position per step. Returns int64 (B, L): the
+        ids generated after ``start_id``, up to and including ``end_id``, padded with 0 (the
+        padding id is never generated); ``L <= max_length``. Finished sentences leave the batch.
+        """
+        return self._core.greedy_decode(src, int(start_id), int(end_id), int(max_length))
+
+    def beam_search(self, src: np.ndarray, start_id: int, end_id: int, max_length: int, beam_size: int = 4,
+                    length_penalty: float = 0.6, n_best: int = 1) -> List[List[Tuple[np.ndarray, float, float, bool]]]:
+        """Beam search with a key/value cache, in C++.
+
+        Returns, for every sentence, ``n_best`` hypotheses best first as ``(tokens, score,
+        log_prob, finished)``: ``tokens`` the generated ids (ending with ``end_id`` when
+        ``finished``), ``score = log_prob / ((5 + len) / 6) ** length_penalty`` (GNMT). A sentence
+        stops when no live beam can still beat its ``n_best``-th finished hypothesis.
+        With ``beam_size=1`` and ``length_penalty=0`` it equals :meth:`greedy_decode`.
+        """
+        return self._core.beam_search(src, int(start_id), int(end_id), int(max_length), int(beam_size),
+                                      float(length_penalty), int(n_best))
 
     def __repr__(self) -> str:
         c = self.config

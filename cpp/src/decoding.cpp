@@ -1,0 +1,460 @@
+#include "transformer/decoding.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace transformer {
+
+namespace {
+
+// y = x W^T + b for an inference step                                     (R, out)
+template <typename T>
+void linear_rows(const Matrix<T>& x, const Matrix<T>& W, const RowVector<T>& b, Matrix<T>& y) {
+  y.resize(x.rows(), W.rows());
+  y.noalias() = x * W.transpose();
+  y.rowwise() += b;
+}
+
+// y = LN(x) with the layer's weight, bias and eps (inference; nothing cached)
+template <typename T>
+void layer_norm_rows(const Matrix<T>& x, const LayerNorm<T>& ln, Matrix<T>& y) {
+  const Index n = x.rows(), d = x.cols();
+  y.resize(n, d);
+  const T eps = static_cast<T>(ln.eps());
+#pragma omp parallel for schedule(static) if (n > 64)
+  for (Index r = 0; r < n; ++r) {
+    const T* xr = x.data() + r * d;
+    T* yr = y.data() + r * d;
+    T mean = T(0);
+    for (Index j = 0; j < d; ++j) mean += xr[j];
+    mean /= static_cast<T>(d);
+    T var = T(0);
+    for (Index j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= static_cast<T>(d);
+    const T rstd = T(1) / std::sqrt(var + eps);
+    for (Index j = 0; j < d; ++j) yr[j] = (xr[j] - mean) * rstd * ln.weight_[j] + ln.bias_[j];
+  }
+}
+
+// Softmax of n scores in place, skipping blocked entries (mask != 0): they get 0. All blocked: 0s.
+template <typename T>
+void masked_softmax(T* s, Index n, const std::uint8_t* mask) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (Index j = 0; j < n; ++j)
+    if (!(mask && mask[j]) && s[j] > mx) mx = s[j];
+  if (mx == -std::numeric_limits<T>::infinity()) {
+    for (Index j = 0; j < n; ++j) s[j] = T(0);
+    return;
+  }
+  T sum = T(0);
+  for (Index j = 0; j < n; ++j) {
+    s[j] = (mask && mask[j]) ? T(0) : std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  const T inv = T(1) / sum;
+  for (Index j = 0; j < n; ++j) s[j] *= inv;
+}
+
+// log-softmax of one row of logits with the padding id excluded (its log-prob is -inf)
+template <typename T>
+void log_softmax_no_pad(const T* logits, Index V, std::vector<double>& out) {
+  out.resize(static_cast<size_t>(V));
+  double mx = -std::numeric_limits<double>::infinity();
+  for (Index j = 1; j < V; ++j) mx = std::max(mx, static_cast<double>(logits[j]));
+  double sum = 0.0;
+  for (Index j = 1; j < V; ++j) sum += std::exp(static_cast<double>(logits[j]) - mx);
+  const double lse = mx + std::log(sum);
+  out[0] = -std::numeric_limits<double>::infinity();
+  for (Index j = 1; j < V; ++j) out[static_cast<size_t>(j)] = static_cast<double>(logits[j]) - lse;
+}
+
+}  // namespace
+
+template <typename T>
+IncrementalDecoder<T>::IncrementalDecoder(Transformer<T>& model)
+    : model_(model),
+      d_(model.config().d_model),
+      h_(model.config().n_heads),
+      dk_(model.config().d_model / model.config().n_heads),
+      V_(model.config().tgt_vocab_size) {}
+
+template <typename T>
+void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps) {
+  const TransformerConfig& c = model_.config();
+  TCPP_CHECK(max_steps >= 1 && max_steps <= c.max_length, "decode: max_steps must be in [1, max_length ",
+             c.max_length, "], got ", max_steps);
+  const Matrix<T>& memory = model_.encoder().forward(src, false);  // (B*S, d)
+  B_ = src.rows();
+  S_ = src.cols();
+  R_ = B_;
+  t_ = 0;
+  max_steps_ = max_steps;
+  src_padding_ = model_.encoder().key_padding();
+  row_sentence_.resize(static_cast<size_t>(R_));
+  std::iota(row_sentence_.begin(), row_sentence_.end(), Index(0));
+  auto& layers = model_.decoder().layers_;
+  caches_.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    LayerCache& cache = caches_[l];
+    const MultiHeadAttention<T>& cross = layers[l]->cross_attention_;
+    // [K | V] of the memory, once per sentence                            (B*S, d) each
+    cache.mk.resize(B_ * S_, d_);
+    cache.mv.resize(B_ * S_, d_);
+    cache.mk.noalias() = memory * cross.w_in_.middleRows(d_, d_).transpose();
+    cache.mk.rowwise() += cross.b_in_.segment(d_, d_);
+    cache.mv.noalias() = memory * cross.w_in_.bottomRows(d_).transpose();
+    cache.mv.rowwise() += cross.b_in_.tail(d_);
+    cache.k.resize(R_, max_steps_ * d_);
+    cache.v.resize(R_, max_steps_ * d_);
+  }
+}
+
+template <typename T>
+void IncrementalDecoder<T>::attention_self(const Matrix<T>& qkv, LayerCache& c, Matrix<T>& ctx) {
+  const Index n = t_ + 1, stride = max_steps_ * d_;
+  // append this position's keys and values to every row's cache
+  for (Index r = 0; r < R_; ++r) {
+    std::copy(qkv.data() + r * 3 * d_ + d_, qkv.data() + r * 3 * d_ + 2 * d_, c.k.data() + r * stride + t_ * d_);
+    std::copy(qkv.data() + r * 3 * d_ + 2 * d_, qkv.data() + r * 3 * d_ + 3 * d_, c.v.data() + r * stride + t_ * d_);
+  }
+  ctx.resize(R_, d_);
+  tmp_.resize(R_ * h_, max_steps_);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+#pragma omp parallel for schedule(static) if (R_ * h_ > 8)
+  for (Index rh = 0; rh < R_ * h_; ++rh) {
+    const Index r = rh / h_, h = rh % h_;
+    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> q(qkv.data() + r * 3 * d_ + h * dk_, dk_);
+    ConstStridedMap<T> K(c.k.data() + r * stride + h * dk_, n, dk_, Eigen::OuterStride<>(d_));  // (n, dk)
+    ConstStridedMap<T> V(c.v.data() + r * stride + h * dk_, n, dk_, Eigen::OuterStride<>(d_));  // (n, dk)
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> s(tmp_.data() + rh * max_steps_, n);
+    s.noalias() = (K * q) * scale;  // all earlier positions are visible: no look-ahead to mask
+    masked_softmax(s.data(), n, static_cast<const std::uint8_t*>(nullptr));
+    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> o(ctx.data() + r * d_ + h * dk_, dk_);
+    o.noalias() = s.transpose() * V;
+  }
+}
+
+template <typename T>
+void IncrementalDecoder<T>::attention_cross(const Matrix<T>& q, const LayerCache& c, Matrix<T>& ctx) {
+  ctx.resize(R_, d_);
+  tmp_.resize(R_ * h_, std::max(S_, max_steps_));
+  const Index ts = tmp_.cols();
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+#pragma omp parallel for schedule(static) if (R_ * h_ > 8)
+  for (Index rh = 0; rh < R_ * h_; ++rh) {
+    const Index r = rh / h_, h = rh % h_;
+    const Index sent = row_sentence_[static_cast<size_t>(r)];
+    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> qv(q.data() + r * d_ + h * dk_, dk_);
+    ConstStridedMap<T> K(c.mk.data() + sent * S_ * d_ + h * dk_, S_, dk_, Eigen::OuterStride<>(d_));
+    ConstStridedMap<T> V(c.mv.data() + sent * S_ * d_ + h * dk_, S_, dk_, Eigen::OuterStride<>(d_));
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> s(tmp_.data() + rh * ts, S_);
+    s.noalias() = (K * qv) * scale;
+    masked_softmax(s.data(), S_, src_padding_.data() + sent * S_);  // source padding is blocked
+    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> o(ctx.data() + r * d_ + h * dk_, dk_);
+    o.noalias() = s.transpose() * V;
+  }
+}
+
+template <typename T>
+const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
+  TCPP_CHECK(t_ < max_steps_, "decode: no room for another step (max_steps ", max_steps_, ")");
+  const TransformerConfig& c = model_.config();
+  auto& dec = model_.decoder();
+  // x = embedding[token] * sqrt(d) + PE[t]                                 (R, d)
+  const Matrix<T>& E = dec.embedding_.embedding().weight_;
+  const Matrix<T>& pe = dec.embedding_.table();
+  const T scale = static_cast<T>(std::sqrt(static_cast<double>(d_)));
+  x_.resize(R_, d_);
+  for (Index r = 0; r < R_; ++r) {
+    const std::int64_t tok = tokens[r];
+    TCPP_CHECK(tok >= 0 && tok < c.tgt_vocab_size, "decode: token id ", tok, " is out of range for vocabulary size ",
+               c.tgt_vocab_size);
+    x_.row(r) = E.row(tok) * scale + pe.row(t_);
+  }
+  for (size_t l = 0; l < dec.layers_.size(); ++l) {
+    DecoderLayer<T>& L = *dec.layers_[l];
+    LayerCache& cache = caches_[l];
+    MultiHeadAttention<T>& sa = L.self_attention_;
+    MultiHeadAttention<T>& ca = L.cross_attention_;
+    FeedForward<T>& ff = L.feed_forward_;
+    if (!c.pre_norm) {
+      // h1 = LN1(x + SelfAttention(x)) over the cached prefix
+      linear_rows(x_, sa.w_in_, sa.b_in_, qkv_);
+      attention_self(qkv_, cache, ctx_);
+      linear_rows(ctx_, sa.out_.weight_, sa.out_.bias_, a_);
+      a_ += x_;
+      layer_norm_rows(a_, L.norm1_, h1_);
+      // h2 = LN2(h1 + CrossAttention(h1, memory))
+      q_.resize(R_, d_);
+      q_.noalias() = h1_ * ca.w_in_.topRows(d_).transpose();
+      q_.rowwise() += ca.b_in_.head(d_);
+      attention_cross(q_, cache, ctx_);
+      linear_rows(ctx_, ca.out_.weight_, ca.out_.bias_, a_);
+      a_ += h1_;
+      layer_norm_rows(a_, L.norm2_, h2_);
+      // y = LN3(h2 + FFN(h2))
+      linear_rows(h2_, ff.linear1_.weight_, ff.linear1_.bias_, f1_);
+      f1_ = f1_.cwiseMax(T(0));
+      linear_rows(f1_, ff.linear2_.weight_, ff.linear2_.bias_, a_);
+      a_ += h2_;
+      layer_norm_rows(a_, L.norm3_, x_);
+    } else {
+      // r1 = x + SelfAttention(LN1(x))
+      layer_norm_rows(x_, L.norm1_, h1_);
+      linear_rows(h1_, sa.w_in_, sa.b_in_, qkv_);
+      attention_self(qkv_, cache, ctx_);
+      linear_rows(ctx_, sa.out_.weight_, sa.out_.bias_, a_);
+      x_ += a_;
+      // r2 = r1 + CrossAttention(LN2(r1), memory)
+      layer_norm_rows(x_, L.norm2_, h1_);
+      q_.resize(R_, d_);
+      q_.noalias() = h1_ * ca.w_in_.topRows(d_).transpose();
+      q_.rowwise() += ca.b_in_.head(d_);
+      attention_cross(q_, cache, ctx_);
+      linear_rows(ctx_, ca.out_.weight_, ca.out_.bias_, a_);
+      x_ += a_;
+      // y = r2 + FFN(LN3(r2))
+      layer_norm_rows(x_, L.norm3_, h2_);
+      linear_rows(h2_, ff.linear1_.weight_, ff.linear1_.bias_, f1_);
+      f1_ = f1_.cwiseMax(T(0));
+      linear_rows(f1_, ff.linear2_.weight_, ff.linear2_.bias_, a_);
+      x_ += a_;
+    }
+  }
+  const Matrix<T>* y = &x_;
+  if (dec.final_norm_) {
+    layer_norm_rows(x_, *dec.final_norm_, y_);
+    y = &y_;
+  }
+  // logits = y W_out^T + b                                                 (R, V)
+  ConstMatrixMap<T> W(model_.output_weight(), V_, d_);
+  logits_.resize(R_, V_);
+  logits_.noalias() = *y * W.transpose();
+  logits_.rowwise() += model_.out_bias_;
+  ++t_;
+  return logits_;
+}
+
+template <typename T>
+void IncrementalDecoder<T>::select_rows(const std::vector<Index>& rows) {
+  const Index n = static_cast<Index>(rows.size());
+  for (Index i = 0; i < n; ++i)
+    TCPP_CHECK(rows[static_cast<size_t>(i)] >= 0 && rows[static_cast<size_t>(i)] < R_, "decode: bad row index");
+  const Index used = t_ * d_;  // cached columns in use
+  for (LayerCache& c : caches_) {
+    for (Matrix<T>* m : {&c.k, &c.v}) {
+      gather_.resize(n, m->cols());
+      for (Index i = 0; i < n; ++i)
+        std::copy(m->data() + rows[static_cast<size_t>(i)] * m->cols(),
+                  m->data() + rows[static_cast<size_t>(i)] * m->cols() + used, gather_.data() + i * m->cols());
+      m->swap(gather_);
+    }
+  }
+  std::vector<Index> sentences(static_cast<size_t>(n));
+  for (Index i = 0; i < n; ++i) sentences[static_cast<size_t>(i)] = row_sentence_[static_cast<size_t>(rows[static_cast<size_t>(i)])];
+  row_sentence_.swap(sentences);
+  R_ = n;
+}
+
+template <typename T>
+TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
+                          Index max_length) {
+  const TransformerConfig& c = model.config();
+  TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
+             "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
+             end_id);
+  TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
+  const Index steps = std::min(max_length, c.max_length);
+  const Index B = src.rows();
+  TokenMatrix out = TokenMatrix::Zero(B, steps);
+  if (B == 0) return out;
+  IncrementalDecoder<T> dec(model);
+  dec.start(src, steps);
+  std::vector<std::int64_t> tokens(static_cast<size_t>(B), start_id);
+  std::vector<std::int64_t> next;
+  std::vector<Index> keep;
+  const Index V = c.tgt_vocab_size;
+  for (Index t = 0; t < steps && dec.rows() > 0; ++t) {
+    const Matrix<T>& logits = dec.step(tokens.data());  // (R, V)
+    const Index R = dec.rows();
+    next.resize(static_cast<size_t>(R));
+#pragma omp parallel for schedule(static) if (R > 4)
+    for (Index r = 0; r < R; ++r) {
+      const T* row = logits.data() + r * V;
+      Index best = 1;  // never the padding id 0
+      for (Index j = 2; j < V; ++j)
+        if (row[j] > row[best]) best = j;
+      next[static_cast<size_t>(r)] = best;
+    }
+    keep.clear();
+    for (Index r = 0; r < R; ++r) {
+      out(dec.sentence_of(r), t) = next[static_cast<size_t>(r)];
+      if (next[static_cast<size_t>(r)] != end_id) keep.push_back(r);
+    }
+    if (static_cast<Index>(keep.size()) != R) dec.select_rows(keep);  // finished sentences leave the batch
+    tokens.resize(keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) tokens[i] = next[static_cast<size_t>(keep[i])];
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
+                                                     std::int64_t start_id, std::int64_t end_id,
+                                                     Index max_length, Index beam_size, double alpha,
+                                                     Index n_best) {
+  const TransformerConfig& c = model.config();
+  TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
+             "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
+             end_id);
+  TCPP_CHECK(beam_size >= 1, "beam_search: beam_size must be >= 1, got ", beam_size);
+  TCPP_CHECK(n_best >= 1 && n_best <= beam_size, "beam_search: n_best must be in [1, beam_size = ", beam_size,
+             "], got ", n_best);
+  TCPP_CHECK(alpha >= 0.0, "beam_search: length penalty alpha must be >= 0, got ", alpha);
+  TCPP_CHECK(max_length >= 1, "beam_search: max_length must be >= 1, got ", max_length);
+  const Index steps = std::min(max_length, c.max_length);
+  const Index B = src.rows(), V = c.tgt_vocab_size;
+  auto penalty = [alpha](Index len) { return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha); };
+
+  std::vector<std::vector<BeamHypothesis>> finished(static_cast<size_t>(B));
+  // live beams: one row of the decoder each
+  struct Live {
+    Index sentence;
+    std::vector<std::int64_t> tokens;
+    double log_prob;
+  };
+  std::vector<Live> live;
+  for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
+  if (B == 0) return finished;
+  IncrementalDecoder<T> dec(model);
+  dec.start(src, steps);
+  std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
+  std::vector<std::vector<double>> logp;
+
+  auto sentence_done = [&](Index s, const std::vector<const Live*>& beams, Index t) {
+    auto& fin = finished[static_cast<size_t>(s)];
+    if (beams.empty()) return true;
+    if (static_cast<Index>(fin.size()) < n_best) return false;
+    // the n_best-th best finished score
+    std::vector<double> scores;
+    for (auto& h : fin) scores.push_back(h.score);
+    std::nth_element(scores.begin(), scores.begin() + (n_best - 1), scores.end(), std::greater<double>());
+    const double threshold = scores[static_cast<size_t>(n_best - 1)];
+    // log-probs only fall, so a live beam's best possible score is log_prob / penalty(longest)
+    double best_live = -std::numeric_limits<double>::infinity();
+    for (const Live* l : beams) best_live = std::max(best_live, l->log_prob / penalty(steps));
+    (void)t;
+    return threshold >= best_live;
+  };
+
+  for (Index t = 0; t < steps && !live.empty(); ++t) {
+    const Matrix<T>& logits = dec.step(feed.data());  // (R, V), row r = live[r]
+    const Index R = dec.rows();
+    logp.resize(static_cast<size_t>(R));
+#pragma omp parallel for schedule(static) if (R > 4)
+    for (Index r = 0; r < R; ++r) log_softmax_no_pad(logits.data() + r * V, V, logp[static_cast<size_t>(r)]);
+
+    std::vector<Live> next_live;
+    std::vector<Index> rows;
+    std::vector<std::int64_t> next_feed;
+    // process each sentence's beams (rows of one sentence are contiguous)
+    Index r0 = 0;
+    while (r0 < R) {
+      const Index s = live[static_cast<size_t>(r0)].sentence;
+      Index r1 = r0;
+      while (r1 < R && live[static_cast<size_t>(r1)].sentence == s) ++r1;
+      // candidates (score, row, token): the best 2k continuations are enough to refill k beams
+      struct Cand {
+        double lp;
+        Index row;
+        std::int64_t tok;
+      };
+      std::vector<Cand> cands;
+      const Index keep_per_row = std::min<Index>(2 * beam_size, V - 1);
+      for (Index r = r0; r < r1; ++r) {
+        const auto& lp = logp[static_cast<size_t>(r)];
+        std::vector<Index> idx(static_cast<size_t>(V - 1));
+        std::iota(idx.begin(), idx.end(), Index(1));
+        std::partial_sort(idx.begin(), idx.begin() + keep_per_row, idx.end(), [&](Index a, Index b) {
+          return lp[static_cast<size_t>(a)] > lp[static_cast<size_t>(b)] ||
+                 (lp[static_cast<size_t>(a)] == lp[static_cast<size_t>(b)] && a < b);
+        });
+        for (Index i = 0; i < keep_per_row; ++i) {
+          const Index tok = idx[static_cast<size_t>(i)];
+          cands.push_back({live[static_cast<size_t>(r)].log_prob + lp[static_cast<size_t>(tok)], r, tok});
+        }
+      }
+      std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.lp > b.lp; });
+      std::vector<const Live*> kept;
+      const size_t first_new = next_live.size();
+      for (const Cand& cd : cands) {
+        if (static_cast<Index>(next_live.size() - first_new) >= beam_size) break;
+        const Live& parent = live[static_cast<size_t>(cd.row)];
+        std::vector<std::int64_t> toks = parent.tokens;
+        toks.push_back(cd.tok);
+        if (cd.tok == end_id) {
+          const Index len = static_cast<Index>(toks.size());
+          finished[static_cast<size_t>(s)].push_back({toks, cd.lp, cd.lp / penalty(len), true});
+        } else if (t + 1 < steps) {
+          next_live.push_back({s, std::move(toks), cd.lp});
+          rows.push_back(cd.row);
+          next_feed.push_back(cd.tok);
+        } else {
+          // cut at max_length: keep as an unfinished hypothesis
+          const Index len = static_cast<Index>(toks.size());
+          finished[static_cast<size_t>(s)].push_back({toks, cd.lp, cd.lp / penalty(len), false});
+          next_live.push_back({s, {}, 0.0});  // placeholder to count toward the beam, removed below
+          rows.push_back(-1);
+          next_feed.push_back(0);
+        }
+      }
+      for (size_t i = first_new; i < next_live.size(); ++i)
+        if (rows[i] >= 0) kept.push_back(&next_live[i]);
+      if (sentence_done(s, kept, t)) {
+        // drop this sentence's live beams
+        next_live.resize(first_new);
+        rows.resize(first_new);
+        next_feed.resize(first_new);
+      }
+      r0 = r1;
+    }
+    // remove placeholders of hypotheses cut at max_length
+    std::vector<Live> compact;
+    std::vector<Index> compact_rows;
+    std::vector<std::int64_t> compact_feed;
+    for (size_t i = 0; i < next_live.size(); ++i) {
+      if (rows[i] < 0) continue;
+      compact.push_back(std::move(next_live[i]));
+      compact_rows.push_back(rows[i]);
+      compact_feed.push_back(next_feed[i]);
+    }
+    live.swap(compact);
+    feed.swap(compact_feed);
+    if (!live.empty()) dec.select_rows(compact_rows);
+  }
+  // any beams still alive at the end (cannot happen when steps ran out, kept for safety)
+  for (const Live& l : live) {
+    const Index len = static_cast<Index>(l.tokens.size());
+    finished[static_cast<size_t>(l.sentence)].push_back({l.tokens, l.log_prob, l.log_prob / penalty(len), false});
+  }
+  for (auto& fin : finished) {
+    std::stable_sort(fin.begin(), fin.end(),
+                     [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; });
+    if (static_cast<Index>(fin.size()) > n_best) fin.resize(static_cast<size_t>(n_best));
+  }
+  return finished;
+}
+
+template class IncrementalDecoder<float>;
+template class IncrementalDecoder<double>;
+template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index);
+template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index);
+template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
+                                                                     std::int64_t, Index, Index, double, Index);
+template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap,
+                                                                      std::int64_t, std::int64_t, Index, Index,
+                                                                      double, Index);
+
+}  // namespace transformer
