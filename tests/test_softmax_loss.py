@@ -157,6 +157,21 @@ def test_cross_entropy_two_dimensional_and_without_gradient():
     assert none is None and loss2 == pytest.approx(loss, rel=1e-15)
 
 
+def test_cross_entropy_gradients_are_independent_arrays():
+    # the gradient buffer of a dropped result is reused; one that is still held must not change
+    a, ta = random_problem((3, 4), 6, seed=12)
+    b, tb = random_problem((3, 4), 6, seed=13)
+    _, da = masked_cross_entropy(a, ta)
+    kept = da.copy()
+    for _ in range(3):
+        _, db = masked_cross_entropy(b, tb)
+        del db
+    np.testing.assert_array_equal(da, kept)
+    _, db = masked_cross_entropy(b, tb)
+    np.testing.assert_allclose(db, cross_entropy_reference(b, tb)[1], rtol=1e-12, atol=1e-16)
+    np.testing.assert_array_equal(da, kept)
+
+
 def test_cross_entropy_all_padding_is_zero():
     logits = np.random.default_rng(8).standard_normal((2, 3, 4)).astype(np.float32)
     loss, dlogits = masked_cross_entropy(logits, np.zeros((2, 3), np.int64), label_smoothing=0.1)
@@ -210,6 +225,10 @@ def test_masked_accuracy():
     # logits that put the mass on the target are always right
     perfect = np.eye(4)[targets] * 10.0
     assert masked_accuracy(perfect, targets) == 1.0
+    # ties go to the first maximum, as numpy.argmax and torch.argmax
+    tie = np.array([[1.0, 3.0, 3.0, 0.0]])
+    assert masked_accuracy(tie, np.array([1])) == 1.0
+    assert masked_accuracy(tie, np.array([2])) == 0.0
     assert masked_accuracy(logits, np.zeros_like(targets)) == 0.0
     with pytest.raises(ValueError, match="out of range"):
         masked_accuracy(logits, np.full_like(targets, 4))

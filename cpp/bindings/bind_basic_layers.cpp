@@ -255,6 +255,29 @@ void bind_positional_embedding(py::module_& m) {
 // ---------------------------------------------------------------------------------------------
 // softmax, loss, accuracy
 
+// dlogits is large ((B*T, V): 63 MB for 960 tokens and 16k classes), and a fresh allocation each
+// step costs page faults on every page. The buffer handed to NumPy comes back here when the array
+// dies (with the GIL held) and is reused by the next call, so a training loop that drops dlogits
+// before the next step allocates nothing once shapes are stable.
+template <typename T>
+std::unique_ptr<Matrix<T>>& spare_gradient() {
+  static std::unique_ptr<Matrix<T>> spare;
+  return spare;
+}
+
+template <typename T>
+std::unique_ptr<Matrix<T>> take_gradient_buffer() {
+  auto& spare = spare_gradient<T>();
+  return spare ? std::move(spare) : std::make_unique<Matrix<T>>();
+}
+
+template <typename T>
+void return_gradient_buffer(void* p) {
+  std::unique_ptr<Matrix<T>> m(static_cast<Matrix<T>*>(p));
+  auto& spare = spare_gradient<T>();
+  if (!spare) spare = std::move(m);  // otherwise m is freed here
+}
+
 template <typename T>
 void bind_functions(py::module_& m) {
   m.def(
@@ -299,16 +322,16 @@ void bind_functions(py::module_& m) {
         if (shape_of(tg) != lg.lead_shape)
           throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape),
                                        " to match logits ", describe(lg.array), ", got ", describe(tg)));
-        std::unique_ptr<Matrix<T>> grad(compute_grad ? new Matrix<T>() : nullptr);
+        std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
         LossStats stats;
         {
           py::gil_scoped_release release;
           stats = masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing);
         }
         if (!compute_grad) return py::make_tuple(stats.loss, py::none());
-        // Hand the gradient buffer to NumPy without copying: the capsule frees it with the array.
+        // Hand the gradient buffer to NumPy without copying; the capsule gives it back with the array.
         Matrix<T>* g = grad.release();
-        py::capsule owner(g, [](void* p) { delete static_cast<Matrix<T>*>(p); });
+        py::capsule owner(g, &return_gradient_buffer<T>);
         std::vector<py::ssize_t> shape(lg.array.shape(), lg.array.shape() + lg.array.ndim());
         py::array_t<T> dlogits(shape, g->data(), owner);
         return py::make_tuple(stats.loss, dlogits);

@@ -25,6 +25,14 @@ Index check_targets(const char* who, const std::int64_t* targets, Index rows, In
   return count;
 }
 
+// Whether t is the arg max of x (the first maximum, as numpy.argmax and torch.argmax), given the
+// row maximum m: x_t must equal m and no earlier entry may. Cheaper than an index-tracking max,
+// which Eigen does not vectorise; the second test only runs on the rare exact ties.
+template <typename T>
+inline bool is_argmax(const ConstRowArray<T>& x, T m, std::int64_t t) {
+  return x(t) == m && !(x.head(t) == m).any();
+}
+
 }  // namespace
 
 template <typename T>
@@ -65,8 +73,7 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
       continue;
     }
     ConstRowArray<T> x(xp + i * classes, classes);
-    Index arg = 0;
-    const T m = x.maxCoeff(&arg);
+    const T m = x.maxCoeff();  // vectorised; the arg max is not needed, see is_argmax()
     double lse;
     if (dp != nullptr) {
       RowArray<T> g(dp + i * classes, classes);
@@ -82,7 +89,7 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
     if (eps > 0.0) row_loss += eps * (lse - static_cast<double>(x.mean()));
     if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
     total += row_loss;
-    correct += arg == t;
+    correct += is_argmax(x, m, t);
   }
   if (first_bad < rows) {
     throw std::runtime_error(concat("masked_cross_entropy: the loss is not finite (first at row ", first_bad,
@@ -105,9 +112,8 @@ LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets)
 #pragma omp parallel for schedule(static) reduction(+ : correct) if (rows * classes >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
     if (targets[i] == 0) continue;
-    Index arg = 0;
-    ConstRowArray<T>(xp + i * classes, classes).maxCoeff(&arg);
-    correct += arg == targets[i];
+    ConstRowArray<T> x(xp + i * classes, classes);
+    correct += is_argmax(x, x.maxCoeff(), targets[i]);
   }
   stats.correct = correct;
   return stats;
