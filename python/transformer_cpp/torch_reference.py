@@ -1,0 +1,466 @@
+"""A PyTorch reference of :class:`transformer_cpp.Transformer`, for parity tests and benchmarks.
+
+The reference is built from ``torch.nn`` pieces and computes exactly what the C++ model computes,
+so the two agree on outputs and gradients up to floating-point rounding:
+
+* input layer: ``nn.Embedding(vocab, d_model, padding_idx=0)`` scaled by ``sqrt(d_model)`` plus
+  the sinusoidal table of :func:`transformer_cpp.positional_encoding`, then dropout;
+* attention: packed Q/K/V projection ``in_proj_weight`` (3 d_model, d_model) as in
+  ``nn.MultiheadAttention``, ``torch.nn.functional.scaled_dot_product_attention`` per head, an
+  ``output`` ``nn.Linear``; a query whose keys are all blocked gets a zero output (PyTorch's own
+  attention returns NaN there);
+* sub-layers post-norm (``x = LN(x + Dropout(sublayer(x)))``, the paper) or, with ``pre_norm``,
+  ``x = x + Dropout(sublayer(LN(x)))`` and a final ``LayerNorm`` after each stack;
+* feed-forward ``linear2(Dropout(ReLU(linear1(x))))``; ``nn.LayerNorm(d_model, eps)``;
+* masks: source key padding in encoder self-attention and in cross-attention, look-ahead plus
+  target key padding in decoder self-attention (token 0 is padding);
+* output projection ``y W^T + b``, with ``W`` the decoder embedding when ``share_embeddings``.
+
+Module and parameter names mirror the C++ model's (``encoder.layers.0.norm1.weight`` ...) except
+that each attention keeps its query/key/value weights packed in ``in_proj_weight`` /
+``in_proj_bias`` (rows ``[W_q; W_k; W_v]``, the same packing the C++ core uses internally).
+
+Public functions (stable; the benchmark uses them):
+
+``build_reference(config, dtype=None) -> ReferenceTransformer``
+    A fresh reference for a ``Transformer.config`` dict (float32 unless the config or ``dtype``
+    says float64), initialised like the C++ model (Glorot-uniform weights, zero biases,
+    ``N(0, d_model**-0.5)`` embeddings, seeded by ``config["seed"]``). It is an ordinary
+    ``nn.Module``: call it as ``ref(src, tgt_in)`` with int64 tensors or NumPy arrays to get
+    logits ``(B, T, tgt_vocab)``, train it with ``torch.optim.Adam``; ``ref.loss(logits, tgt_out)``
+    is the masked cross-entropy (``ignore_index=0``).
+``copy_weights_to_reference(model, ref)``
+    Copy every parameter of one of our models or layers (``Transformer``, ``EncoderLayer``,
+    ``MultiHeadAttention``, ... or a mapping ``name -> array``) into the matching reference module
+    (``ReferenceTransformer``, ``ReferenceEncoderLayer``, ...). Every reference parameter must be
+    covered and every name known; anything else raises ``KeyError`` / ``ValueError``.
+``reference_gradients(ref) -> dict``
+    The ``.grad`` of every reference parameter as NumPy arrays keyed by OUR parameter names
+    (``...self_attention.query.weight`` is the first third of ``in_proj_weight.grad``); zeros for
+    parameters that received no gradient.
+
+The layer classes (``ReferenceMultiHeadAttention``, ``ReferenceFeedForward``,
+``ReferenceEncoderLayer``, ``ReferenceDecoderLayer``, ``ReferenceEncoder``, ``ReferenceDecoder``)
+take the same constructor arguments and forward inputs as our layers of the same name, with
+boolean masks where True = blocked.
+
+This module needs PyTorch (``pip install 'transformer-cpp[torch]'``); importing it without
+PyTorch raises ``ImportError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "transformer_cpp.torch_reference needs PyTorch; install it with "
+        "pip install 'transformer-cpp[torch]'") from exc
+
+from ._runtime import positional_encoding
+
+__all__ = [
+    "ReferenceDecoder",
+    "ReferenceDecoderLayer",
+    "ReferenceEncoder",
+    "ReferenceEncoderLayer",
+    "ReferenceFeedForward",
+    "ReferenceMultiHeadAttention",
+    "ReferenceTransformer",
+    "build_reference",
+    "copy_weights_to_reference",
+    "reference_gradients",
+    "torch_dtype",
+]
+
+# Defaults of transformer_cpp.Transformer for keys a config may leave out.
+_DEFAULTS: Dict[str, Any] = dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, dropout=0.1, max_length=2048,
+                                 layout="interleaved", pre_norm=False, share_embeddings=False,
+                                 layer_norm_eps=1e-6, seed=0, dtype="float32")
+
+_QKV = {"query": 0, "key": 1, "value": 2}
+
+
+def torch_dtype(dtype: Any) -> "torch.dtype":
+    """``torch.float32`` or ``torch.float64`` for a NumPy-style dtype name (or a torch dtype)."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"torch_reference: dtype must be float32 or float64, got {dtype}")
+        return dtype
+    name = np.dtype(dtype).name
+    if name not in ("float32", "float64"):
+        raise ValueError(f"torch_reference: dtype must be 'float32' or 'float64', got {dtype!r}")
+    return torch.float32 if name == "float32" else torch.float64
+
+
+def _as_tokens(x: Any, device: "torch.device") -> "torch.Tensor":
+    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    if t.dtype.is_floating_point or t.dtype == torch.bool or t.dim() != 2:
+        raise ValueError(f"torch_reference: token ids must be an integer (B, T) array, got {t.dtype} {tuple(t.shape)}")
+    return t.to(device=device, dtype=torch.long)
+
+
+def _as_mask(mask: Any, device: "torch.device") -> Optional["torch.Tensor"]:
+    """A boolean tensor, True = blocked (any non-zero value blocks), or None."""
+    if mask is None:
+        return None
+    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
+    return (m != 0).to(device)
+
+
+# --- layers ----------------------------------------------------------------------------------------
+
+
+class ReferenceMultiHeadAttention(nn.Module):
+    """Multi-head attention with a packed ``in_proj_weight`` (rows ``[W_q; W_k; W_v]``), like
+    ``nn.MultiheadAttention``, and an ``output`` projection; fully blocked query rows give zeros.
+
+    ``forward(x, memory=None, mask=None)``: x (B, Tq, d); memory (B, Tk, d) for cross-attention;
+    mask broadcastable to (B, Tq, Tk), True = blocked.
+    """
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"ReferenceMultiHeadAttention: d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model))
+        self.output = nn.Linear(d_model, d_model)
+
+    def _heads(self, t: "torch.Tensor") -> "torch.Tensor":  # (B, T, d) -> (B, H, T, d_k)
+        b, n, _ = t.shape
+        return t.view(b, n, self.n_heads, self.d_k).transpose(1, 2)
+
+    def forward(self, x: "torch.Tensor", memory: Optional["torch.Tensor"] = None,
+                mask: Any = None) -> "torch.Tensor":
+        d = self.d_model
+        if memory is None:
+            q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(d, dim=-1)
+        else:
+            q = F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d])
+            k, v = F.linear(memory, self.in_proj_weight[d:], self.in_proj_bias[d:]).split(d, dim=-1)
+        b, tq, tk = x.shape[0], x.shape[1], k.shape[1]
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        blocked = _as_mask(mask, x.device)
+        if blocked is None:
+            ctx = F.scaled_dot_product_attention(q, k, v)
+        else:
+            blocked = blocked.expand(b, tq, tk)
+            dead = blocked.all(dim=-1, keepdim=True)  # (B, Tq, 1): queries with nothing to attend to
+            # SDPA gives NaN for a row with no allowed key: let such rows attend freely, then zero them
+            allowed = ~(blocked & ~dead)
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed.unsqueeze(1))
+            ctx = ctx.masked_fill(dead.unsqueeze(1), 0.0)
+        ctx = ctx.transpose(1, 2).reshape(b, tq, d)
+        return self.output(ctx)
+
+
+class ReferenceFeedForward(nn.Module):
+    """``linear2(Dropout(ReLU(linear1(x))))``."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class ReferenceEncoderLayer(nn.Module):
+    """Self-attention and feed-forward sub-layers, post-norm (default) or pre-norm.
+    ``forward(x, mask=None)`` with x (B, T, d) and mask broadcastable to (B, T, T)."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False,
+                 eps: float = 1e-6) -> None:
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.self_attention = ReferenceMultiHeadAttention(d_model, n_heads)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, x: "torch.Tensor", mask: Any = None) -> "torch.Tensor":
+        if self.pre_norm:
+            x = x + self.dropout1(self.self_attention(self.norm1(x), mask=mask))
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attention(x, mask=mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class ReferenceDecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention and feed-forward sub-layers, post- or pre-norm.
+    ``forward(x, memory, self_mask=None, cross_mask=None)``."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False,
+                 eps: float = 1e-6) -> None:
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.self_attention = ReferenceMultiHeadAttention(d_model, n_heads)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.cross_attention = ReferenceMultiHeadAttention(d_model, n_heads)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
+        self.norm3 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, x: "torch.Tensor", memory: "torch.Tensor", self_mask: Any = None,
+                cross_mask: Any = None) -> "torch.Tensor":
+        if self.pre_norm:
+            x = x + self.dropout1(self.self_attention(self.norm1(x), mask=self_mask))
+            x = x + self.dropout2(self.cross_attention(self.norm2(x), memory, mask=cross_mask))
+            return x + self.dropout3(self.feed_forward(self.norm3(x)))
+        x = self.norm1(x + self.dropout1(self.self_attention(x, mask=self_mask)))
+        x = self.norm2(x + self.dropout2(self.cross_attention(x, memory, mask=cross_mask)))
+        return self.norm3(x + self.dropout3(self.feed_forward(x)))
+
+
+class _Stack(nn.Module):
+    """Shared input layer of the encoder and decoder stacks."""
+
+    def __init__(self, vocab_size: int, d_model: int, dropout: float, max_length: int, layout: str) -> None:
+        super().__init__()
+        self.d_model, self.max_length = d_model, max_length
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
+        self.register_buffer("pe", torch.from_numpy(positional_encoding(max_length, d_model, layout, "float64")),
+                             persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def embed(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        t = tokens.shape[1]
+        if t > self.max_length:
+            raise ValueError(f"torch_reference: sequence length {t} is longer than max_length {self.max_length}")
+        x = self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:t].to(self.embedding.weight.dtype)
+        return self.dropout(x)
+
+
+class ReferenceEncoder(_Stack):
+    """Embedding, dropout and ``n_layers`` encoder layers (+ a final LayerNorm when pre-norm).
+    ``forward(tokens) -> (B, S, d)``; padding keys (token 0) are masked."""
+
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 max_length: int = 2048, layout: str = "interleaved", pre_norm: bool = False,
+                 eps: float = 1e-6) -> None:
+        super().__init__(vocab_size, d_model, dropout, max_length, layout)
+        self.layers = nn.ModuleList(ReferenceEncoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps)
+                                    for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
+
+    def forward(self, tokens: Any) -> "torch.Tensor":
+        tokens = _as_tokens(tokens, self.embedding.weight.device)
+        mask = (tokens == 0)[:, None, :]  # (B, 1, S): padding keys
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, mask=mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class ReferenceDecoder(_Stack):
+    """Embedding, dropout and ``n_layers`` decoder layers (+ a final LayerNorm when pre-norm).
+    ``forward(tokens, memory, source_padding=None)`` with source_padding (B, S), True = padding."""
+
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 max_length: int = 2048, layout: str = "interleaved", pre_norm: bool = False,
+                 eps: float = 1e-6) -> None:
+        super().__init__(vocab_size, d_model, dropout, max_length, layout)
+        self.layers = nn.ModuleList(ReferenceDecoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps)
+                                    for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
+
+    def forward(self, tokens: Any, memory: "torch.Tensor", source_padding: Any = None) -> "torch.Tensor":
+        tokens = _as_tokens(tokens, self.embedding.weight.device)
+        t = tokens.shape[1]
+        look_ahead = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)
+        self_mask = look_ahead[None] | (tokens == 0)[:, None, :]  # (B, T, T)
+        cross_mask = None if source_padding is None else _as_mask(source_padding, tokens.device)[:, None, :]
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, memory, self_mask=self_mask, cross_mask=cross_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class _OutputProjection(nn.Module):
+    """``y W^T + b``; ``weight`` is None when tied to the decoder embedding."""
+
+    def __init__(self, d_model: int, vocab_size: int, tied: bool) -> None:
+        super().__init__()
+        self.weight = None if tied else nn.Parameter(torch.empty(vocab_size, d_model))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, y: "torch.Tensor", tied_weight: Optional["torch.Tensor"] = None) -> "torch.Tensor":
+        return F.linear(y, self.weight if self.weight is not None else tied_weight, self.bias)
+
+
+class ReferenceTransformer(nn.Module):
+    """The encoder-decoder Transformer in PyTorch, mirroring :class:`transformer_cpp.Transformer`.
+
+    ``forward(src, tgt_in) -> logits (B, T, tgt_vocab_size)``; ``loss(logits, tgt_out,
+    label_smoothing=0.0)`` is the cross-entropy averaged over non-padding targets. Build it with
+    :func:`build_reference`.
+    """
+
+    def __init__(self, config: Mapping) -> None:
+        super().__init__()
+        unknown = set(config) - set(_DEFAULTS) - {"src_vocab_size", "tgt_vocab_size"}
+        if unknown:
+            raise ValueError(f"build_reference: unknown config keys {sorted(unknown)}")
+        c = dict(_DEFAULTS)
+        c.update(config)
+        if "src_vocab_size" not in c or "tgt_vocab_size" not in c:
+            raise ValueError("build_reference: the config needs src_vocab_size and tgt_vocab_size")
+        self.config = c
+        common = dict(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"], d_ff=c["d_ff"],
+                      dropout=c["dropout"], max_length=c["max_length"], layout=c["layout"],
+                      pre_norm=c["pre_norm"], eps=c["layer_norm_eps"])
+        self.encoder = ReferenceEncoder(c["src_vocab_size"], **common)
+        self.decoder = ReferenceDecoder(c["tgt_vocab_size"], **common)
+        self.output = _OutputProjection(c["d_model"], c["tgt_vocab_size"], bool(c["share_embeddings"]))
+
+    def forward(self, src: Any, tgt_in: Any) -> "torch.Tensor":
+        device = self.output.bias.device
+        src = _as_tokens(src, device)
+        tgt_in = _as_tokens(tgt_in, device)
+        if src.shape[0] != tgt_in.shape[0]:
+            raise ValueError(f"ReferenceTransformer: src has batch size {src.shape[0]} but tgt_in has {tgt_in.shape[0]}")
+        memory = self.encoder(src)
+        y = self.decoder(tgt_in, memory, source_padding=src == 0)
+        return self.output(y, self.decoder.embedding.weight)
+
+    @staticmethod
+    def loss(logits: "torch.Tensor", tgt_out: Any, label_smoothing: float = 0.0) -> "torch.Tensor":
+        """Mean cross-entropy over targets that are not padding (0), as the C++ masked loss."""
+        tgt = _as_tokens(tgt_out, logits.device)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0,
+                               label_smoothing=label_smoothing)
+
+
+def _init_like_ours(module: nn.Module, seed: int) -> None:
+    """Glorot-uniform weights (each of W_q, W_k, W_v as a square matrix), zero biases, LayerNorm
+    weight 1, embeddings N(0, d**-0.5) with the padding row 0 — the C++ initialisation scheme
+    (not its numbers, which come from a different generator)."""
+    g = torch.Generator().manual_seed(int(seed))
+
+    def glorot(w: "torch.Tensor") -> None:
+        a = math.sqrt(6.0 / (w.shape[0] + w.shape[1]))
+        w.copy_(torch.rand(w.shape, generator=g, dtype=torch.float64).mul_(2 * a).sub_(a))
+
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, ReferenceMultiHeadAttention):
+                for part in m.in_proj_weight.chunk(3, dim=0):
+                    glorot(part)
+                m.in_proj_bias.zero_()
+            elif isinstance(m, nn.Linear):
+                glorot(m.weight)
+                m.bias.zero_()
+            elif isinstance(m, nn.Embedding):
+                d = m.weight.shape[1]
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g, dtype=torch.float64) / math.sqrt(d))
+                m.weight[0].zero_()
+            elif isinstance(m, _OutputProjection):
+                if m.weight is not None:
+                    glorot(m.weight)
+                m.bias.zero_()
+
+
+def build_reference(config: Mapping, dtype: Any = None) -> ReferenceTransformer:
+    """A :class:`ReferenceTransformer` for a ``Transformer.config`` dict.
+
+    ``dtype`` (``"float32"``/``"float64"``) overrides ``config["dtype"]`` (default float32). The
+    weights are initialised like the C++ model's (same scheme, seeded by ``config["seed"]``); use
+    :func:`copy_weights_to_reference` to make them equal to a given model's.
+    """
+    ref = ReferenceTransformer(config)
+    _init_like_ours(ref, ref.config["seed"])
+    return ref.to(torch_dtype(dtype if dtype is not None else ref.config["dtype"]))
+
+
+# --- name mapping ------------------------------------------------------------------------------------
+
+
+def _reference_slot(ref: nn.Module, name: str, params: Dict[str, "torch.nn.Parameter"]):
+    """(torch parameter name, row slice or None) holding OUR parameter ``name``."""
+    parts = name.split(".")
+    if len(parts) >= 2 and parts[-2] in _QKV and parts[-1] in ("weight", "bias"):
+        prefix = ".".join(parts[:-2])
+        packed = f"{prefix}.in_proj_{parts[-1]}" if prefix else f"in_proj_{parts[-1]}"
+        if packed in params:
+            d = params[packed].shape[0] // 3
+            i = _QKV[parts[-2]]
+            return packed, slice(i * d, (i + 1) * d)
+    if name in params:
+        return name, None
+    raise KeyError(f"copy_weights_to_reference: our parameter {name!r} has no counterpart in "
+                   f"{type(ref).__name__}; is it the matching reference class and configuration?")
+
+
+def _our_values(model: Any) -> Dict[str, np.ndarray]:
+    if isinstance(model, Mapping):
+        items = model.items()
+    elif hasattr(model, "parameters"):
+        items = model.parameters().items()
+    else:
+        raise TypeError(f"copy_weights_to_reference: expected one of our models or layers, or a mapping "
+                        f"name -> array, got {type(model).__name__}")
+    return {name: np.asarray(getattr(p, "value", p)) for name, p in items}
+
+
+def copy_weights_to_reference(model: Any, ref: nn.Module) -> None:
+    """Copy every parameter of ``model`` (one of our models/layers, or a mapping ``name -> array``
+    or ``name -> Parameter``) into ``ref``, converting to ``ref``'s dtype.
+
+    Raises ``KeyError`` for a name with no counterpart, ``ValueError`` for a shape mismatch or when
+    some reference parameter was not covered.
+    """
+    params = dict(ref.named_parameters())
+    covered = {n: torch.zeros(p.shape, dtype=torch.bool) for n, p in params.items()}
+    with torch.no_grad():
+        for name, value in _our_values(model).items():
+            target, rows = _reference_slot(ref, name, params)
+            dest = params[target] if rows is None else params[target][rows]
+            if tuple(dest.shape) != value.shape:
+                raise ValueError(f"copy_weights_to_reference: {name} has shape {value.shape} but the reference's "
+                                 f"{target} slot has {tuple(dest.shape)}")
+            dest.copy_(torch.from_numpy(np.ascontiguousarray(value)).to(dest.dtype))
+            if rows is None:
+                covered[target][...] = True
+            else:
+                covered[target][rows] = True
+    missing = [n for n, c in covered.items() if not bool(c.all())]
+    if missing:
+        raise ValueError(f"copy_weights_to_reference: reference parameters {missing} were not covered by the model")
+
+
+def reference_gradients(ref: nn.Module) -> Dict[str, np.ndarray]:
+    """``name -> gradient`` (float64 NumPy copies) of every reference parameter, in OUR naming:
+    packed ``in_proj_weight``/``in_proj_bias`` gradients are split into ``query``, ``key`` and
+    ``value``. Parameters without a gradient give zeros."""
+    out: Dict[str, np.ndarray] = {}
+    for name, p in ref.named_parameters():
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        g = g.detach().to("cpu", torch.float64).numpy().copy()
+        head, _, leaf = name.rpartition(".")
+        if leaf in ("in_proj_weight", "in_proj_bias"):
+            kind = leaf[len("in_proj_"):]
+            d = g.shape[0] // 3
+            for part, i in _QKV.items():
+                key = f"{head}.{part}.{kind}" if head else f"{part}.{kind}"
+                out[key] = g[i * d:(i + 1) * d]
+        else:
+            out[name] = g
+    return out
+
