@@ -1,0 +1,148 @@
+"""KV-cached greedy decoding and beam search against full recomputation and enumeration."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import transformer_cpp as tc
+
+START, END = 1, 2
+
+
+def reference_greedy(model, src, max_length):
+    """The tutorial loop: re-run the whole model on the growing prefix, pick the argmax (never pad)."""
+    out = np.zeros((src.shape[0], max_length), np.int64)
+    for b in range(src.shape[0]):
+        seq = [START]
+        for t in range(max_length):
+            logits = model.forward(src[b:b + 1], np.array([seq]))[0, -1]
+            logits[0] = -np.inf
+            nxt = int(np.argmax(logits))
+            out[b, t] = nxt
+            seq.append(nxt)
+            if nxt == END:
+                break
+    return out
+
+
+def log_probs(model, src_row, prefix):
+    """log softmax over the vocabulary, pad excluded, for the next token after ``prefix``."""
+    logits = model.forward(src_row[None], np.array([[START] + list(prefix)]))[0, -1].astype(np.float64)
+    logits[0] = -np.inf
+    m = logits.max()
+    return logits - m - np.log(np.exp(logits - m).sum())
+
+
+@pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
+def model(request):
+    return tc.Transformer(30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3,
+                          dtype="float64", pre_norm=request.param)
+
+
+def padded_source():
+    src = np.random.default_rng(0).integers(3, 30, size=(5, 7))
+    src[1, 4:] = 0
+    src[3, 2:] = 0
+    return src
+
+
+def test_cached_greedy_equals_full_recompute(model):
+    src = padded_source()
+    out = model.greedy_decode(src, START, END, 10)
+    ref = reference_greedy(model, src, 10)
+    assert out.dtype == np.int64 and out.shape[0] == 5 and out.shape[1] <= 10
+    np.testing.assert_array_equal(out, ref[:, :out.shape[1]])
+    assert not ref[:, out.shape[1]:].any()
+
+
+def test_greedy_batch_equals_one_by_one(model):
+    src = padded_source()
+    batch = model.greedy_decode(src, START, END, 10)
+    for b in range(src.shape[0]):
+        single = model.greedy_decode(src[b:b + 1], START, END, 10)[0]
+        np.testing.assert_array_equal(batch[b, :single.size], single)
+        assert not batch[b, single.size:].any()
+
+
+def test_greedy_stops_at_end_and_pads_after():
+    # a model trained to copy: output must end with END and be followed by zeros only
+    model = tc.Transformer(12, 12, d_model=32, n_layers=1, n_heads=4, d_ff=64, dropout=0.0, max_length=8, seed=0)
+    model.configure_optimizer(fixed_lr=3e-3)
+    src = np.array([[3, 4, 5, 0], [6, 7, 8, 9], [10, 11, 0, 0]])
+    tgt = np.array([[1, 3, 4, 5, 2, 0], [1, 6, 7, 8, 9, 2], [1, 10, 11, 2, 0, 0]])
+    for _ in range(300):
+        model.train_step(src, tgt[:, :-1], tgt[:, 1:])
+    out = model.greedy_decode(src, START, END, 8)
+    np.testing.assert_array_equal(out, tgt[:, 1:][:, :out.shape[1]])
+
+
+def test_beam_size_one_equals_greedy(model):
+    src = padded_source()
+    greedy = model.greedy_decode(src, START, END, 10)
+    beams = model.beam_search(src, START, END, 10, beam_size=1, length_penalty=0.0)
+    for b, hyps in enumerate(beams):
+        assert len(hyps) == 1
+        expected = [t for t in greedy[b] if t != 0]
+        np.testing.assert_array_equal(hyps[0][0], expected)
+
+
+def test_beam_search_scores_are_the_model_log_probabilities(model):
+    src = padded_source()[:2]
+    for alpha in (0.0, 0.6):
+        for b, hyps in enumerate(model.beam_search(src, START, END, 6, beam_size=3, length_penalty=alpha, n_best=3)):
+            assert len(hyps) == 3
+            scores = [h[1] for h in hyps]
+            assert scores == sorted(scores, reverse=True)
+            for tokens, score, logp, finished in hyps:
+                total = sum(log_probs(model, src[b], tokens[:i])[tokens[i]] for i in range(len(tokens)))
+                assert abs(total - logp) < 1e-9
+                assert abs(score - logp / ((5 + len(tokens)) / 6) ** alpha) < 1e-9
+                assert finished == (tokens[-1] == END)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_beam_search_finds_the_exact_best_sequence_by_enumeration(alpha):
+    # vocabulary {pad, start, end, 3, 4}; every sequence of up to 3 generated tokens is enumerable
+    model = tc.Transformer(6, 5, d_model=8, n_layers=1, n_heads=2, d_ff=16, max_length=6, seed=11, dtype="float64")
+    params = model.parameters()
+    rng = np.random.default_rng(5)
+    for p in params.values():  # larger weights give peaky, varied distributions
+        p.value[...] = rng.standard_normal(p.value.shape) * 0.8
+    src = np.array([[3, 4, 5, 0], [5, 5, 3, 4]])
+    max_len = 3
+    for b in range(src.shape[0]):
+        best, best_score = None, -np.inf
+        for length in range(1, max_len + 1):
+            for body in itertools.product([1, 2, 3, 4], repeat=length):
+                if END in body[:-1]:
+                    continue  # generation stops at the first end token
+                logp = sum(log_probs(model, src[b], body[:i])[body[i]] for i in range(length))
+                score = logp / ((5 + length) / 6) ** alpha
+                if body[-1] != END and length < max_len:
+                    continue  # unfinished hypotheses only count when cut at max_length
+                if score > best_score:
+                    best, best_score = body, score
+        # a beam as wide as the search space never prunes, so it must find the optimum
+        hyp = model.beam_search(src[b:b + 1], START, END, max_len, beam_size=64, length_penalty=alpha)[0][0]
+        assert tuple(hyp[0]) == best
+        assert abs(hyp[1] - best_score) < 1e-9
+
+
+def test_decoding_bad_arguments():
+    model = tc.Transformer(10, 10, d_model=8, n_layers=1, n_heads=2, d_ff=8, max_length=5)
+    src = np.array([[3, 4]])
+    with pytest.raises(ValueError, match="start_id"):
+        model.greedy_decode(src, 0, 2, 5)
+    with pytest.raises(ValueError, match="out of range"):
+        model.greedy_decode(np.array([[3, 40]]), 1, 2, 5)
+    with pytest.raises(TypeError, match="integer"):
+        model.greedy_decode(src.astype(np.float32), 1, 2, 5)
+    with pytest.raises(ValueError, match="n_best"):
+        model.beam_search(src, 1, 2, 5, beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="beam_size"):
+        model.beam_search(src, 1, 2, 5, beam_size=0)
+    with pytest.raises(ValueError, match="max_length"):
+        model.greedy_decode(np.ones((1, 9), np.int64), 1, 2, 5)
+    # max_length larger than the model's positional table is capped, not an error
+    assert model.greedy_decode(src, 1, 2, 50).shape[1] <= 5
