@@ -1,0 +1,85 @@
+"""Helpers for the gradient checks of the composite layers (attention, encoder/decoder, Transformer).
+
+``tests/gradcheck.py`` checks a layer with one forward signature; the composite layers need more
+freedom (several inputs, token inputs without gradient, embedding rows that are padding by
+convention, parameters whose true gradient is zero), so these helpers take the pieces explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, Tuple
+
+import numpy as np
+
+import transformer_cpp as tc
+from gradcheck import TOLERANCE, numeric_grad, rel_error
+
+# The key bias adds q . b_k to every score of a query row; softmax is invariant to that shift, so
+# its true gradient is exactly zero and both sides hold only rounding noise (~1e-15 analytic,
+# ~1e-10 numeric for an O(1) loss and step 1e-6).
+ZERO_GRADIENT_SUFFIXES = ("key.bias",)
+ANALYTIC_ZERO = 1e-11
+NUMERIC_ZERO = 1e-7
+
+
+def randomise_parameters(layer, seed: int, scale: float = 0.3, skip: Iterable[str] = ()) -> None:
+    """Add ``scale * N(0, 1)`` to every parameter (biases and LayerNorm weights move away from
+    0 and 1, so a gradient formula that only works at the initial values is caught). Embedding row
+    0 (padding) stays zero."""
+    rng = np.random.default_rng(seed)
+    for name, p in layer.parameters().items():
+        if any(s in name for s in skip):
+            continue
+        v = p.value
+        noise = scale * rng.standard_normal(v.shape)
+        if name.endswith("embedding.weight"):
+            noise[0] = 0.0
+        v += noise.astype(v.dtype)
+
+
+def parameter_items(layer, analytic: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+    """``name -> (view to perturb, analytic gradient)`` for every parameter. Embedding weights are
+    checked on rows 1: only: row 0 is padding and gets no gradient by convention (like PyTorch's
+    ``padding_idx``), which is not the derivative of the outputs at padded positions."""
+    items = {}
+    for name, p in layer.parameters().items():
+        if name.endswith("embedding.weight"):
+            items[name] = (p.value[1:], analytic[name][1:])
+        else:
+            items[name] = (p.value, analytic[name])
+    return items
+
+
+def check_against_numeric(loss: Callable[[], float], items: Dict[str, Tuple[np.ndarray, np.ndarray]],
+                          tolerance: float = TOLERANCE) -> Dict[str, float]:
+    """Compare each analytic gradient with central differences of ``loss`` over its view.
+
+    Relative error is ``||a - n|| / (||a|| + ||n||)`` over the whole tensor (``gradcheck.rel_error``);
+    it must be <= ``tolerance``. Parameters whose true gradient is zero (``ZERO_GRADIENT_SUFFIXES``)
+    are instead required to be ~0 on both sides in absolute terms. Returns the errors by name.
+    """
+    errors: Dict[str, float] = {}
+    bad = {}
+    # Thousands of tiny forwards: one thread avoids OpenMP barrier stalls when the cores are shared
+    # (the analytic gradients were computed with the default thread count).
+    threads = tc.get_num_threads()
+    tc.set_num_threads(1)
+    try:
+        numerics = {name: numeric_grad(loss, view) for name, (view, _) in items.items()}
+    finally:
+        tc.set_num_threads(threads)
+    for name, (view, analytic) in items.items():
+        numeric = numerics[name]
+        if name.endswith(ZERO_GRADIENT_SUFFIXES):
+            a, n = float(np.abs(analytic).max()), float(np.abs(numeric).max())
+            errors[name] = max(a, n)
+            if not (a <= ANALYTIC_ZERO and n <= NUMERIC_ZERO):
+                bad[name] = (a, n)
+            continue
+        # a gradient that is zero on both sides would make the check vacuous
+        assert np.linalg.norm(numeric) > 1e-8, f"{name}: the numeric gradient is zero, the check proves nothing"
+        errors[name] = rel_error(analytic, numeric)
+        if not errors[name] <= tolerance:
+            bad[name] = errors[name]
+    assert not bad, f"gradient check failed (relative error > {tolerance} or a nonzero 'zero' gradient): {bad}"
+    return errors
