@@ -1,0 +1,517 @@
+"""Saving and loading model checkpoints: one directory per checkpoint, written atomically.
+
+A *run directory* (what ``transformer-cpp train --out`` names) holds checkpoints and a pointer::
+
+    runs/tutorial/
+        latest                        one line: the name of the newest checkpoint
+        epoch-0003/                   the state after 3 complete epochs
+        epoch-0004/
+        epoch-0005-batch-000417/      interrupted (Ctrl-C) in epoch 5 after 417 of its batches
+            config.json               format, model architecture, optimiser settings, training
+                                      and data settings, and the size + SHA-256 of every file
+            model.safetensors         the weights, one tensor per ``Transformer.parameters()`` name
+            optimizer.safetensors     Adam moments, ``<parameter>.m`` / ``<parameter>.v``
+            src_tokenizer.json        the source SubwordTokenizer
+            tgt_tokenizer.json        the target SubwordTokenizer
+            trainer_state.json        epoch, step, dropout counter, position in the epoch,
+                                      history (see ``transformer_cpp.training``)
+
+No pickle anywhere: tensors are safetensors, everything else is JSON.
+
+Crash safety. A checkpoint is first written into a hidden temporary directory next to its final
+place (``.tmp-<name>-<pid>``), every file is flushed to disk, and the directory is then renamed
+into place with one ``os.replace``. Only after that is ``latest`` rewritten, again through a
+temporary file and ``os.replace``. A crash at any moment therefore leaves ``latest`` naming a
+complete checkpoint; a half-written temporary directory is ignored by :func:`load_checkpoint` and
+removed by the next successful save. Old checkpoints beyond ``keep`` are deleted last.
+
+Loading checks everything it reads and raises :class:`CheckpointError` (a ``ValueError``) with the
+path and what is wrong: missing directory or file, invalid JSON, a file whose size or checksum
+differs from what ``config.json`` recorded (truncated or damaged), unreadable safetensors, missing
+or unexpected tensors, shapes or dtypes that do not match the architecture, tokenizers whose
+vocabulary does not match the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from .model import Transformer
+from .tokenizer import SubwordTokenizer
+
+__all__ = [
+    "CheckpointError",
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "checkpoint_name",
+    "resolve_checkpoint",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+]
+
+FORMAT_NAME = "transformer_cpp.checkpoint"
+FORMAT_VERSION = 1
+
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+SRC_TOKENIZER_FILE = "src_tokenizer.json"
+TGT_TOKENIZER_FILE = "tgt_tokenizer.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+LATEST_FILE = "latest"
+
+_NAME_RE = re.compile(r"^epoch-(\d{4,})(?:-batch-(\d{6,}))?$")
+_TMP_PREFIX = ".tmp-"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete, damaged or does not fit its own architecture."""
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` returns.
+
+    Attributes:
+        path: the checkpoint directory that was read (``latest`` already followed).
+        model: the Transformer with its weights (and, if loaded, optimiser moments, step and
+            dropout counter) restored.
+        src_tokenizer, tgt_tokenizer: the tokenizers the model was trained with.
+        trainer_state: the ``Trainer``'s state (epoch, position, history, ...) or ``None``.
+        train_config: the training settings (a ``TrainConfig`` as a dict) or ``None``.
+        data: how the data was loaded and split (path, num_samples, split seed, fractions,
+            languages, max_length) or ``None``.
+        optimizer_loaded: whether the optimiser moments were restored.
+    """
+
+    path: Path
+    model: Transformer
+    src_tokenizer: SubwordTokenizer
+    tgt_tokenizer: SubwordTokenizer
+    trainer_state: Optional[Dict[str, Any]] = None
+    train_config: Optional[Dict[str, Any]] = None
+    data: Optional[Dict[str, Any]] = None
+    optimizer_loaded: bool = False
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------ names
+
+
+def checkpoint_name(epochs_done: int, batches_into_next_epoch: int = 0) -> str:
+    """The directory name of a checkpoint.
+
+    ``epoch-0003`` is the state after 3 complete epochs; ``epoch-0004-batch-000017`` the state
+    after 3 complete epochs and 17 batches of the 4th (a checkpoint saved on Ctrl-C).
+    """
+    if epochs_done < 0 or batches_into_next_epoch < 0:
+        raise ValueError(f"checkpoint_name: counts must be >= 0, got {epochs_done}, {batches_into_next_epoch}")
+    if batches_into_next_epoch:
+        return f"epoch-{epochs_done + 1:04d}-batch-{batches_into_next_epoch:06d}"
+    return f"epoch-{epochs_done:04d}"
+
+
+def _order_key(name: str) -> Optional[Tuple[int, int]]:
+    """(complete epochs, batches into the next) for a checkpoint name, or None if not one."""
+    match = _NAME_RE.match(name)
+    if not match:
+        return None
+    epoch = int(match.group(1))
+    if match.group(2) is None:
+        return epoch, 0
+    return epoch - 1, int(match.group(2))
+
+
+def list_checkpoints(run_dir: PathLike) -> List[Path]:
+    """The checkpoint directories of ``run_dir``, oldest first (by training progress).
+
+    Only directories named like :func:`checkpoint_name` that hold a ``config.json`` count;
+    temporary directories of an interrupted write are ignored.
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        return []
+    found = []
+    for child in run.iterdir():
+        key = _order_key(child.name)
+        if key is not None and child.is_dir() and (child / CONFIG_FILE).is_file():
+            found.append((key, child))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: PathLike) -> Optional[Path]:
+    """The checkpoint that ``run_dir/latest`` names, or ``None`` if the run has no ``latest``.
+
+    Raises:
+        CheckpointError: if ``latest`` exists but names no checkpoint directory.
+    """
+    run = Path(run_dir)
+    pointer = run / LATEST_FILE
+    if not pointer.is_file():
+        return None
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"cannot read checkpoint pointer '{pointer}': {exc}") from None
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise CheckpointError(f"checkpoint pointer '{pointer}' is damaged (content {name!r})")
+    target = run / name
+    if not target.is_dir():
+        raise CheckpointError(f"checkpoint pointer '{pointer}' names '{name}', which does not exist in '{run}'")
+    return target
+
+
+def resolve_checkpoint(path: PathLike) -> Path:
+    """Turn a run directory (with ``latest``) or a checkpoint directory into a checkpoint directory.
+
+    Raises:
+        CheckpointError: if ``path`` does not exist or holds neither ``latest`` nor ``config.json``.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CheckpointError(f"no such checkpoint directory '{p}'")
+    if not p.is_dir():
+        raise CheckpointError(f"'{p}' is a file; expected a run directory (with 'latest') or a checkpoint directory")
+    if (p / CONFIG_FILE).is_file():
+        return p
+    latest = latest_checkpoint(p)
+    if latest is not None:
+        return latest
+    raise CheckpointError(
+        f"'{p}' holds no checkpoint: expected a '{LATEST_FILE}' file (a run directory) or a "
+        f"'{CONFIG_FILE}' (a checkpoint directory)"
+    )
+
+
+# ------------------------------------------------------------------------------------ saving
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` and push it to disk before returning."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable (best effort: not every platform allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
+    from safetensors.numpy import save
+
+    arrays = {name: np.ascontiguousarray(np.array(t.value, copy=True)) for name, t in tensors.items()}
+    return save(arrays, metadata={"format": FORMAT_NAME, "content": kind})
+
+
+def _remove_stale_temporaries(run: Path, keep: Optional[Path] = None) -> None:
+    for child in run.iterdir():
+        if child.name.startswith(_TMP_PREFIX) and child != keep:
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def save_checkpoint(
+    run_dir: PathLike,
+    model: Transformer,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    *,
+    name: Optional[str] = None,
+    trainer_state: Optional[Mapping[str, Any]] = None,
+    train_config: Optional[Mapping[str, Any]] = None,
+    data: Optional[Mapping[str, Any]] = None,
+    optimizer: bool = True,
+    keep: Optional[int] = 5,
+) -> Path:
+    """Write a checkpoint of ``model`` into ``run_dir/name`` atomically; point ``latest`` at it.
+
+    Args:
+        run_dir: the run directory (created if needed).
+        model: the model; its ``config``, ``optimizer_config``, weights and (with ``optimizer``)
+            Adam moments, ``step`` and ``dropout_calls`` are saved.
+        src_tokenizer, tgt_tokenizer: the tokenizers (their vocabulary sizes must match the model).
+        name: the directory name, as made by :func:`checkpoint_name` (default: from
+            ``trainer_state``'s ``epoch`` and ``batch_in_epoch``, else ``epoch-0000``).
+        trainer_state, train_config, data: JSON-serialisable dicts stored as they are.
+        optimizer: also save the optimiser moments (needed to resume training, not to translate).
+        keep: keep only the newest ``keep`` checkpoints of ``run_dir`` (``None`` or 0: keep all).
+            The one just written is always kept.
+
+    Returns:
+        The checkpoint directory.
+
+    Raises:
+        ValueError: bad arguments (a name not made by :func:`checkpoint_name`, tokenizers that do
+            not match the model, state that is not JSON-serialisable).
+    """
+    run = Path(run_dir).expanduser()
+    if name is None:
+        state = trainer_state or {}
+        name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
+    if _order_key(name) is None:
+        raise ValueError(f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003'")
+    if keep is not None and (isinstance(keep, bool) or int(keep) < 0):
+        raise ValueError(f"save_checkpoint: keep must be >= 0 or None, got {keep!r}")
+    cfg = model.config
+    for label, tok, key in (("src_tokenizer", src_tokenizer, "src_vocab_size"), ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size")):
+        if not isinstance(tok, SubwordTokenizer):
+            raise ValueError(f"save_checkpoint: {label} must be a SubwordTokenizer, got {type(tok).__name__}")
+        if tok.vocab_size != cfg[key]:
+            raise ValueError(f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}")
+
+    # Everything is serialised before the first byte is written, so that bad input fails early.
+    files: Dict[str, bytes] = {
+        MODEL_FILE: _tensor_bytes(model.parameters(), "weights"),
+        SRC_TOKENIZER_FILE: src_tokenizer.to_str().encode("utf-8"),
+        TGT_TOKENIZER_FILE: tgt_tokenizer.to_str().encode("utf-8"),
+    }
+    if optimizer:
+        files[OPTIMIZER_FILE] = _tensor_bytes(model.optimizer_state(), "adam")
+    try:
+        files[TRAINER_STATE_FILE] = _json_bytes(None if trainer_state is None else dict(trainer_state))
+        config = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "model": cfg,
+            "optimizer": {
+                "config": model.optimizer_config,
+                "saved": bool(optimizer),
+                "step": model.step,
+                "dropout_calls": model.dropout_calls,
+            },
+            "train_config": None if train_config is None else dict(train_config),
+            "data": None if data is None else dict(data),
+            "files": {fname: {"bytes": len(b), "sha256": _sha256(b)} for fname, b in sorted(files.items())},
+        }
+        config_bytes = _json_bytes(config)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
+
+    run.mkdir(parents=True, exist_ok=True)
+    tmp = run / f"{_TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for fname, payload in files.items():
+            _write_bytes(tmp / fname, payload)
+        _write_bytes(tmp / CONFIG_FILE, config_bytes)  # last: a directory with config.json is complete
+        _fsync_dir(tmp)
+        target = run / name
+        if target.exists():  # e.g. the same epoch saved again after resuming from an older checkpoint
+            trash = run / f"{_TMP_PREFIX}old-{name}-{uuid.uuid4().hex[:8]}"
+            os.replace(target, trash)
+            os.replace(tmp, target)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+        _fsync_dir(run)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    _write_pointer(run, name)
+    _remove_stale_temporaries(run)
+    if keep:
+        _prune(run, int(keep), protect=target)
+    return target
+
+
+def _write_pointer(run: Path, name: str) -> None:
+    tmp = run / f"{_TMP_PREFIX}{LATEST_FILE}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        _write_bytes(tmp, (name + "\n").encode("utf-8"))
+        os.replace(tmp, run / LATEST_FILE)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+    _fsync_dir(run)
+
+
+def _prune(run: Path, keep: int, protect: Path) -> None:
+    checkpoints = list_checkpoints(run)
+    for old in checkpoints[: max(0, len(checkpoints) - keep)]:
+        if old != protect:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+def _read_file(ckpt: Path, fname: str, files: Mapping[str, Any]) -> bytes:
+    path = ckpt / fname
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint '{ckpt}' is incomplete: '{fname}' is missing")
+    data = path.read_bytes()
+    expected = files.get(fname)
+    if isinstance(expected, Mapping):
+        if len(data) != expected.get("bytes"):
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': '{fname}' has {len(data)} bytes, expected {expected.get('bytes')} "
+                "(truncated or overwritten)"
+            )
+        if _sha256(data) != expected.get("sha256"):
+            raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is damaged (its SHA-256 does not match config.json)")
+    return data
+
+
+def _read_json(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Any:
+    data = _read_file(ckpt, fname, files)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not valid JSON ({exc})") from None
+
+
+def _load_tensors(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    from safetensors.numpy import load
+
+    data = _read_file(ckpt, fname, files)
+    try:
+        return load(data)
+    except Exception as exc:  # safetensors raises its own SafetensorError (an Exception)
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a readable safetensors file ({exc})") from None
+
+
+def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
+    """Copy ``tensors`` into the ``.value`` views of ``targets``, checking names, shapes, dtypes."""
+    missing = [n for n in targets if n not in tensors]
+    unexpected = [n for n in tensors if n not in targets]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensor(s), e.g. {missing[0]!r}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected tensor(s), e.g. {unexpected[0]!r}")
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' does not match the architecture in config.json: "
+                              + "; ".join(parts))
+    for n, target in targets.items():
+        value = tensors[n]
+        if value.shape != target.value.shape:
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': '{fname}' tensor {n!r} has shape {value.shape}, "
+                f"the architecture in config.json needs {target.value.shape}"
+            )
+        if value.dtype != target.value.dtype:
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': '{fname}' tensor {n!r} is {value.dtype}, the model is {target.value.dtype}"
+            )
+    for n, target in targets.items():
+        target.value[...] = tensors[n]
+
+
+def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> SubwordTokenizer:
+    data = _read_file(ckpt, fname, files)
+    try:
+        return SubwordTokenizer.from_str(data.decode("utf-8"))
+    except (UnicodeDecodeError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
+
+
+def load_checkpoint(path: PathLike, *, optimizer: bool = True) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint`.
+
+    Args:
+        path: a run directory (its ``latest`` checkpoint is read) or a checkpoint directory.
+        optimizer: also restore the Adam moments, ``step`` and ``dropout_calls`` (to resume
+            training). Translation does not need them, and with ``False`` the optimiser file is
+            not even read.
+
+    Raises:
+        CheckpointError: anything missing, damaged or inconsistent (the message says what and where).
+    """
+    ckpt = resolve_checkpoint(path)
+    config_path = ckpt / CONFIG_FILE
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' is not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': cannot read '{CONFIG_FILE}' ({exc})") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' is not a transformer_cpp checkpoint configuration")
+    if config.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': format version {config.get('version')!r} is not supported "
+            f"(this transformer_cpp reads version {FORMAT_VERSION})"
+        )
+    files = config.get("files")
+    model_cfg = config.get("model")
+    opt = config.get("optimizer")
+    if not isinstance(files, dict) or not isinstance(model_cfg, dict) or not isinstance(opt, dict):
+        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
+
+    try:
+        model = Transformer.from_config(model_cfg)
+        if isinstance(opt.get("config"), dict):
+            model.configure_optimizer(**opt["config"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': the configuration in '{CONFIG_FILE}' is invalid ({exc})") from None
+
+    _assign(ckpt, MODEL_FILE, model.parameters(), _load_tensors(ckpt, MODEL_FILE, files))
+    optimizer_loaded = False
+    if optimizer:
+        if not opt.get("saved", False):
+            raise CheckpointError(f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training")
+        _assign(ckpt, OPTIMIZER_FILE, model.optimizer_state(), _load_tensors(ckpt, OPTIMIZER_FILE, files))
+        try:
+            model.step = int(opt["step"])
+            model.dropout_calls = int(opt["dropout_calls"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})") from None
+        optimizer_loaded = True
+
+    src_tok = _load_tokenizer(ckpt, SRC_TOKENIZER_FILE, files)
+    tgt_tok = _load_tokenizer(ckpt, TGT_TOKENIZER_FILE, files)
+    for label, tok, key in (("source", src_tok, "src_vocab_size"), ("target", tgt_tok, "tgt_vocab_size")):
+        if tok.vocab_size != model_cfg.get(key):
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': the {label} tokenizer has {tok.vocab_size} tokens but the model's "
+                f"{key} is {model_cfg.get(key)}"
+            )
+    trainer_state = _read_json(ckpt, TRAINER_STATE_FILE, files)
+    if trainer_state is not None and not isinstance(trainer_state, dict):
+        raise CheckpointError(f"checkpoint '{ckpt}': '{TRAINER_STATE_FILE}' must hold a JSON object or null")
+    return Checkpoint(
+        path=ckpt,
+        model=model,
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
+        trainer_state=trainer_state,
+        train_config=config.get("train_config"),
+        data=config.get("data"),
+        optimizer_loaded=optimizer_loaded,
+    )

@@ -1,0 +1,571 @@
+"""Training loop: epochs of shuffled batches, metrics, history, checkpoints and exact resume.
+
+The model does the heavy work: ``Transformer.train_step`` runs forward, the masked loss,
+backward, clipping and one Adam step with the warm-up schedule in C++. This module decides what
+goes into each step and keeps the books::
+
+    model = Transformer(tok_en.vocab_size, tok_es.vocab_size, **preset_config("tutorial"))
+    trainer = Trainer(model, train_pairs, valid_pairs, TrainConfig(epochs=10),
+                      src_tokenizer=tok_en, tgt_tokenizer=tok_es, checkpoint_dir="runs/tutorial")
+    history = trainer.fit()
+    history_plot(history)
+
+What a step sees. Each epoch the training pairs are shuffled by a generator seeded with
+``(TrainConfig.seed, epoch)`` (:func:`transformer_cpp.data.batches`), optionally bucketed by
+length. Teacher forcing: the decoder reads ``tgt[:, :-1]`` and learns to predict
+``tgt[:, 1:]``. Loss and accuracy count non-padding target tokens only.
+
+Metrics. Loss and accuracy are *token-weighted*: a batch with 600 target tokens weighs 600 times
+as much as one token, so an epoch's value is the mean over its tokens, whatever the batch sizes
+(``Transformer.last_token_count`` gives each batch's count). The history is a dict that
+:func:`transformer_cpp.plotting.history_plot` draws::
+
+    {"batch": {"step": [...], "loss": [...], "accuracy": [...], "lr": [...]},
+     "epoch": {"epoch": [...], "step": [...], "loss": [...], "accuracy": [...],
+               "val_loss": [...], "val_accuracy": [...], "lr": [...],
+               "seconds": [...], "tokens_per_second": [...]}}
+
+``batch`` gets one entry every ``log_every`` optimiser steps: the token-weighted mean over those
+steps and the learning rate of the last one. ``seconds`` is the wall-clock time of an epoch's
+training steps (validation and checkpointing excluded); ``tokens_per_second`` is target
+(non-padding label) tokens per second of that time.
+
+Checkpoints and resume. With ``checkpoint_dir``, the trainer saves a checkpoint after every epoch
+(:mod:`transformer_cpp.checkpoint`; the newest ``keep_checkpoints`` are kept). The state saved is
+everything the next step depends on: weights, Adam moments, step count, the dropout masks'
+counter, the epoch and the position inside it, the running sums and the history. The batch order
+is a pure function of ``(seed, epoch)``, so it needs no saved generator state. Hence
+:meth:`Trainer.from_checkpoint` continues *exactly*: the resumed run produces the same losses,
+bit for bit, as a run that was never stopped (with the same thread count; the tests check it).
+
+Ctrl-C. While :meth:`Trainer.fit` runs in the main thread, the first Ctrl-C (SIGINT) does not
+kill the step in progress: the current batch finishes, a checkpoint of that exact position is
+written (named ``epoch-000E-batch-00000B``), and :class:`TrainingInterrupted` (a
+``KeyboardInterrupt``) is raised. Resuming from it skips the ``B`` batches of epoch ``E`` already
+done and continues with the same order, so an interrupted run too is resumed exactly. A second
+Ctrl-C stops at once without a new checkpoint (the last saved one is intact). Python delivers
+signals to the main thread only; when ``fit`` runs elsewhere it cannot be interrupted this way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import math
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from .data import Batch, EncodedPairs, batches, num_batches
+
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "TrainingInterrupted",
+    "evaluate_loss",
+    "empty_history",
+]
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = "transformer_cpp.trainer_state"
+STATE_VERSION = 1
+
+
+@dataclass
+class TrainConfig:
+    """Training settings. The model architecture lives in the model's own config.
+
+    The defaults follow the NMT tutorial (batch 64, warm-up 4000, no label smoothing); the paper
+    used label smoothing 0.1.
+    """
+
+    epochs: int = 10  # passes over the training pairs (a resumed run trains until this many are done)
+    batch_size: int = 64  # sentence pairs per optimiser step
+    warmup: int = 4000  # warm-up steps of lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    lr_scale: float = 1.0  # multiplies that schedule
+    fixed_lr: float = 0.0  # > 0: a constant learning rate instead of the schedule
+    beta1: float = 0.9  # Adam's first-moment decay (paper: 0.9)
+    beta2: float = 0.98  # Adam's second-moment decay (paper: 0.98)
+    adam_eps: float = 1e-9  # Adam's epsilon (paper: 1e-9)
+    label_smoothing: float = 0.0  # eps of label smoothing (paper: 0.1, tutorial: 0)
+    clip_norm: float = 0.0  # clip gradients to this global norm; 0 = no clipping
+    seed: int = 0  # seeds the per-epoch shuffling (the model has its own seed for weights and dropout)
+    log_every: int = 10  # one "batch" history entry per this many steps
+    bucket_by_length: bool = False  # batch sentences of similar length together (less padding)
+    drop_remainder: bool = False  # drop the last, smaller batch of each epoch
+    keep_checkpoints: int = 5  # keep the newest this many checkpoints (0 = keep all)
+    threads: Optional[int] = None  # C++ threads (None: leave the current setting)
+    progress: bool = True  # a tqdm progress bar per epoch
+
+    def __post_init__(self) -> None:
+        def integer(name: str, minimum: int) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+                raise ValueError(f"TrainConfig: {name} must be an integer >= {minimum}, got {value!r}")
+            setattr(self, name, int(value))
+
+        integer("epochs", 0)
+        integer("batch_size", 1)
+        integer("warmup", 1)
+        integer("seed", 0)
+        integer("log_every", 1)
+        integer("keep_checkpoints", 0)
+        if self.threads is not None:
+            integer("threads", 1)
+        if not 0.0 <= float(self.label_smoothing) < 1.0:
+            raise ValueError(f"TrainConfig: label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        for name in ("lr_scale", "fixed_lr", "clip_norm", "adam_eps", "beta1", "beta2"):
+            value = float(getattr(self, name))
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"TrainConfig: {name} must be a finite number >= 0, got {getattr(self, name)!r}")
+            setattr(self, name, value)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The settings as a JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+        """Rebuild from :meth:`to_dict` output; unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown setting(s) {', '.join(unknown)}")
+        return cls(**dict(values))
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped on Ctrl-C. ``checkpoint`` is the checkpoint written at the stop (or None)."""
+
+    def __init__(self, message: str, checkpoint: Optional[Path] = None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+def empty_history() -> Dict[str, Dict[str, List[Any]]]:
+    """A history with every series present and empty."""
+    return {
+        "batch": {"step": [], "loss": [], "accuracy": [], "lr": []},
+        "epoch": {"epoch": [], "step": [], "loss": [], "accuracy": [], "val_loss": [], "val_accuracy": [],
+                  "lr": [], "seconds": [], "tokens_per_second": []},
+    }
+
+
+def evaluate_loss(model: Any, encoded: EncodedPairs, batch_size: int = 64) -> Tuple[float, float, int]:
+    """Masked loss and accuracy of ``model`` over all pairs of ``encoded`` (inference mode).
+
+    Both are token-weighted over the batches. Returns ``(loss, accuracy, target_tokens)``.
+    """
+    loss_sum = 0.0
+    correct = 0.0
+    tokens = 0
+    for batch in batches(encoded, batch_size, shuffle=False):
+        loss, acc = model.evaluate(batch.src, batch.tgt_in, batch.tgt_out)
+        n = model.last_token_count
+        loss_sum += loss * n
+        correct += acc * n
+        tokens += n
+    if tokens == 0:
+        return 0.0, 0.0, 0
+    return loss_sum / tokens, correct / tokens, tokens
+
+
+def _fingerprint(encoded: Optional[EncodedPairs]) -> Optional[str]:
+    """A short hash of the token ids, to catch resuming with different data."""
+    if encoded is None:
+        return None
+    h = hashlib.sha256()
+    for array in (encoded.src, encoded.tgt):
+        a = np.ascontiguousarray(array, dtype=np.int64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _zero_sums() -> Dict[str, float]:
+    return {"loss": 0.0, "correct": 0.0, "tokens": 0}
+
+
+class _StopRequest:
+    """SIGINT handler for the duration of ``fit``: the first Ctrl-C asks for a clean stop after
+    the current batch, a second one raises ``KeyboardInterrupt`` at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> "_StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+            except (ValueError, OSError):  # e.g. an embedded interpreter without signals
+                self._installed = False
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this batch and saving a checkpoint (press again to stop now)",
+              file=sys.stderr, flush=True)
+
+    @property
+    def installed(self) -> bool:
+        return self._installed
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+
+class Trainer:
+    """Trains a :class:`~transformer_cpp.model.Transformer` on encoded sentence pairs.
+
+    Args:
+        model: the model; its optimiser is configured from ``config`` (warm-up schedule, Adam
+            betas/eps, clipping, label smoothing).
+        train_data: training pairs from :func:`transformer_cpp.data.encode_pairs`.
+        valid_data: validation pairs (loss and accuracy after each epoch), or ``None``.
+        config: the :class:`TrainConfig` (default settings if ``None``).
+        src_tokenizer, tgt_tokenizer: needed to write checkpoints (they are saved with them).
+        checkpoint_dir: the run directory for a checkpoint after every epoch, or ``None``.
+        data_info: JSON-serialisable description of the data (file, number of pairs, split seed,
+            fractions, languages...), stored in each checkpoint so that the split can be rebuilt.
+
+    Attributes:
+        epoch: complete epochs so far. batch_in_epoch: batches done of the epoch in progress.
+        history: see the module docstring.
+        last_checkpoint: the newest checkpoint written (or loaded), or ``None``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        train_data: EncodedPairs,
+        valid_data: Optional[EncodedPairs] = None,
+        config: Optional[TrainConfig] = None,
+        *,
+        src_tokenizer: Any = None,
+        tgt_tokenizer: Any = None,
+        checkpoint_dir: Union[str, Path, None] = None,
+        data_info: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        if not isinstance(train_data, EncodedPairs):
+            raise TypeError(f"Trainer: train_data must be EncodedPairs (from encode_pairs), got {type(train_data).__name__}")
+        if valid_data is not None and not isinstance(valid_data, EncodedPairs):
+            raise TypeError(f"Trainer: valid_data must be EncodedPairs or None, got {type(valid_data).__name__}")
+        self.config = config if config is not None else TrainConfig()
+        if not isinstance(self.config, TrainConfig):
+            raise TypeError(f"Trainer: config must be a TrainConfig, got {type(self.config).__name__}")
+        self.model = model
+        self.train_data = train_data
+        self.valid_data = valid_data
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        if self.checkpoint_dir is not None and (src_tokenizer is None or tgt_tokenizer is None):
+            raise ValueError("Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)")
+        self.data_info = dict(data_info) if data_info is not None else None
+        for key, tok in (("src_vocab_size", src_tokenizer), ("tgt_vocab_size", tgt_tokenizer)):
+            if tok is not None and tok.vocab_size != model.config[key]:
+                raise ValueError(f"Trainer: the tokenizer has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
+        max_length = int(model.config["max_length"])
+        for name, data in (("train_data", train_data), ("valid_data", valid_data)):
+            # the encoder reads src, the decoder tgt[:, :-1]; both must fit the positional table
+            if data is not None and (data.src.shape[1] > max_length or data.tgt.shape[1] - 1 > max_length):
+                raise ValueError(f"Trainer: {name} holds sequences longer than the model's max_length {max_length}; "
+                                 f"encode them with encode_pairs(..., max_length={max_length})")
+        self._configure_model()
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.history = empty_history()
+        self.last_checkpoint: Optional[Path] = None
+        self._epoch_sums = _zero_sums()
+        self._epoch_seconds = 0.0
+        self._window = _zero_sums()
+        self._window_steps = 0
+        self._fingerprints = {"train": _fingerprint(train_data), "valid": _fingerprint(valid_data)}
+
+    # ------------------------------------------------------------------ setup
+
+    def _configure_model(self) -> None:
+        c = self.config
+        self.model.configure_optimizer(warmup=c.warmup, lr_scale=c.lr_scale, fixed_lr=c.fixed_lr, beta1=c.beta1,
+                                       beta2=c.beta2, eps=c.adam_eps, clip_norm=c.clip_norm,
+                                       label_smoothing=c.label_smoothing)
+        if c.threads is not None:
+            from ._runtime import set_num_threads
+
+            set_num_threads(c.threads)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Optimiser steps in one epoch."""
+        return num_batches(self.train_data, self.config.batch_size, drop_remainder=self.config.drop_remainder)
+
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        """The batches of 0-based ``epoch`` in training order (what :meth:`fit` feeds the model)."""
+        c = self.config
+        return batches(self.train_data, c.batch_size, shuffle=True, seed=c.seed, epoch=epoch,
+                       bucket_by_length=c.bucket_by_length, drop_remainder=c.drop_remainder)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Everything besides the model needed to continue exactly (JSON-serialisable)."""
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "step": self.model.step,
+            "dropout_calls": self.model.dropout_calls,
+            "epoch_sums": dict(self._epoch_sums),
+            "epoch_seconds": self._epoch_seconds,
+            "window": dict(self._window),
+            "window_steps": self._window_steps,
+            "history": self.history,
+            "data_fingerprint": dict(self._fingerprints),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (the model's weights and optimiser are separate).
+
+        Raises:
+            ValueError: if the state is not a trainer state, or was made with other data.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise ValueError("Trainer.load_state_dict: not a transformer_cpp trainer state")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"Trainer.load_state_dict: unsupported trainer state version {state.get('version')!r}")
+        saved = state.get("data_fingerprint") or {}
+        for part in ("train", "valid"):
+            if saved.get(part) is not None and self._fingerprints[part] is not None and saved[part] != self._fingerprints[part]:
+                raise ValueError(
+                    f"Trainer: the {part} data differ from those the checkpoint was trained on (different file, "
+                    "number of samples, split, tokenizers or max_length); resuming would not continue the same run"
+                )
+        try:
+            self.epoch = int(state["epoch"])
+            self.batch_in_epoch = int(state["batch_in_epoch"])
+            self._epoch_sums = {k: state["epoch_sums"][k] for k in ("loss", "correct", "tokens")}
+            self._epoch_seconds = float(state["epoch_seconds"])
+            self._window = {k: state["window"][k] for k in ("loss", "correct", "tokens")}
+            self._window_steps = int(state["window_steps"])
+            history = empty_history()
+            for section, series in history.items():
+                for key in series:
+                    series[key] = list(state["history"][section].get(key, []))
+            self.history = history
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"Trainer.load_state_dict: damaged trainer state ({exc!r})") from None
+        if self.batch_in_epoch > self.batches_per_epoch:
+            raise ValueError(f"Trainer.load_state_dict: the state is {self.batch_in_epoch} batches into an epoch "
+                             f"of {self.batches_per_epoch} batches (different batch size or data?)")
+        if int(state.get("step", self.model.step)) != self.model.step:
+            raise ValueError(f"Trainer.load_state_dict: the state was saved at step {state.get('step')} but the "
+                             f"model is at step {self.model.step}")
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: Union[str, Path],
+        train_data: EncodedPairs,
+        valid_data: Optional[EncodedPairs] = None,
+        *,
+        checkpoint_dir: Union[str, Path, None] = None,
+        epochs: Optional[int] = None,
+        threads: Optional[int] = None,
+        progress: Optional[bool] = None,
+    ) -> "Trainer":
+        """A trainer that continues the run saved at ``path`` (a run directory or one checkpoint).
+
+        ``train_data`` and ``valid_data`` must be the same encoded pairs as in the saved run
+        (checked with a hash). The model, tokenizers, optimiser state, settings and history come
+        from the checkpoint; ``epochs`` (the total to reach), ``threads`` and ``progress`` may be
+        changed since they do not alter the numbers. New checkpoints go to ``checkpoint_dir``,
+        by default the run directory that holds ``path``.
+
+        Raises:
+            transformer_cpp.checkpoint.CheckpointError: a damaged checkpoint or one without
+                optimiser or trainer state.
+            ValueError: different data.
+        """
+        from .checkpoint import CheckpointError, load_checkpoint
+
+        ckpt = load_checkpoint(path, optimizer=True)
+        if ckpt.trainer_state is None or ckpt.train_config is None:
+            raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
+        try:
+            values = dict(ckpt.train_config)
+            if epochs is not None:
+                values["epochs"] = epochs
+            if threads is not None:
+                values["threads"] = threads
+            if progress is not None:
+                values["progress"] = progress
+            config = TrainConfig.from_dict(values)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint '{ckpt.path}': invalid training settings ({exc})") from None
+        trainer = cls(ckpt.model, train_data, valid_data, config, src_tokenizer=ckpt.src_tokenizer,
+                      tgt_tokenizer=ckpt.tgt_tokenizer,
+                      checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else ckpt.path.parent,
+                      data_info=ckpt.data)
+        trainer.load_state_dict(ckpt.trainer_state)
+        trainer.last_checkpoint = ckpt.path
+        return trainer
+
+    def save_checkpoint(self) -> Path:
+        """Write a checkpoint of the current position into ``checkpoint_dir``; return its path."""
+        from .checkpoint import save_checkpoint
+
+        if self.checkpoint_dir is None:
+            raise ValueError("Trainer.save_checkpoint: no checkpoint_dir was given")
+        path = save_checkpoint(self.checkpoint_dir, self.model, self.src_tokenizer, self.tgt_tokenizer,
+                               trainer_state=self.state_dict(), train_config=self.config.to_dict(),
+                               data=self.data_info, optimizer=True, keep=self.config.keep_checkpoints)
+        self.last_checkpoint = path
+        return path
+
+    # ------------------------------------------------------------------ training
+
+    def evaluate(self, data: Optional[EncodedPairs] = None) -> Tuple[float, float]:
+        """Masked loss and accuracy (token-weighted) on ``data`` (default: the validation pairs)."""
+        data = self.valid_data if data is None else data
+        if data is None:
+            raise ValueError("Trainer.evaluate: no data (and no valid_data was given)")
+        loss, acc, _ = evaluate_loss(self.model, data, self.config.batch_size)
+        return loss, acc
+
+    def _record_step(self, loss: float, acc: float, tokens: int) -> None:
+        for sums in (self._epoch_sums, self._window):
+            sums["loss"] += loss * tokens
+            sums["correct"] += acc * tokens
+            sums["tokens"] += tokens
+        self._window_steps += 1
+        self.batch_in_epoch += 1
+        if self._window_steps >= self.config.log_every:
+            w = self._window
+            n = max(w["tokens"], 1)
+            step = self.model.step
+            h = self.history["batch"]
+            h["step"].append(step)
+            h["loss"].append(w["loss"] / n)
+            h["accuracy"].append(w["correct"] / n)
+            h["lr"].append(self.model.learning_rate(step))
+            self._window = _zero_sums()
+            self._window_steps = 0
+
+    def _finish_epoch(self) -> Dict[str, Any]:
+        s = self._epoch_sums
+        n = max(s["tokens"], 1)
+        e = self.history["epoch"]
+        entry: Dict[str, Any] = {
+            "epoch": self.epoch + 1,
+            "step": self.model.step,
+            "loss": s["loss"] / n,
+            "accuracy": s["correct"] / n,
+            "lr": self.model.learning_rate(max(self.model.step, 1)),
+            "seconds": self._epoch_seconds,
+            "tokens_per_second": s["tokens"] / self._epoch_seconds if self._epoch_seconds > 0 else 0.0,
+        }
+        if self.valid_data is not None:
+            entry["val_loss"], entry["val_accuracy"] = self.evaluate()
+        for key, value in entry.items():
+            e[key].append(value)
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        self._epoch_sums = _zero_sums()
+        self._epoch_seconds = 0.0
+        return entry
+
+    def fit(
+        self,
+        epochs: Optional[int] = None,
+        *,
+        on_batch_end: Optional[Callable[["Trainer"], None]] = None,
+        on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]] = None,
+    ) -> Dict[str, Dict[str, List[Any]]]:
+        """Train until ``epochs`` (default ``config.epochs``) epochs are complete; return the history.
+
+        Continues from the current position, so calling ``fit`` again after an interruption, or
+        on a trainer from :meth:`from_checkpoint`, picks up where training stopped.
+        ``on_batch_end(trainer)`` runs after each step, ``on_epoch_end(trainer, entry)`` after each
+        epoch (after the checkpoint).
+
+        Raises:
+            TrainingInterrupted: on Ctrl-C, after saving a checkpoint (see the module docstring).
+        """
+        target = self.config.epochs if epochs is None else int(epochs)
+        if self.config.threads is not None:
+            from ._runtime import set_num_threads
+
+            set_num_threads(self.config.threads)
+        with _StopRequest() as stop:
+            while self.epoch < target:
+                entry = self._run_epoch(target, stop, on_batch_end)
+                if entry is None:  # interrupted
+                    path = self.save_checkpoint() if self.checkpoint_dir is not None else None
+                    where = f"; checkpoint saved to {path}" if path is not None else ""
+                    raise TrainingInterrupted(
+                        f"training interrupted in epoch {self.epoch + 1} after {self.batch_in_epoch} batches{where}",
+                        path)
+                path = self.save_checkpoint() if self.checkpoint_dir is not None else None
+                if on_epoch_end is not None:
+                    on_epoch_end(self, entry)
+                if stop.requested and self.epoch < target:  # Ctrl-C during validation or saving
+                    where = f"; checkpoint saved to {path}" if path is not None else ""
+                    raise TrainingInterrupted(f"training interrupted after epoch {self.epoch}{where}", path)
+        return self.history
+
+    def _run_epoch(self, target: int, stop: _StopRequest,
+                   on_batch_end: Optional[Callable[["Trainer"], None]]) -> Optional[Dict[str, Any]]:
+        """Run the rest of the current epoch; the epoch's history entry, or None if stopped."""
+        from tqdm import tqdm
+
+        total = self.batches_per_epoch
+        skip = self.batch_in_epoch
+        bar = tqdm(total=total, initial=skip, desc=f"epoch {self.epoch + 1}/{target}", unit="batch",
+                   disable=not self.config.progress, leave=True, dynamic_ncols=True, file=sys.stderr)
+        model = self.model
+        try:
+            for batch in itertools.islice(self.epoch_batches(self.epoch), skip, None):
+                t0 = time.perf_counter()
+                loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
+                self._epoch_seconds += time.perf_counter() - t0
+                self._record_step(loss, acc, model.last_token_count)
+                if self.config.progress:
+                    s = self._epoch_sums
+                    n = max(s["tokens"], 1)
+                    bar.set_postfix(loss=f"{s['loss'] / n:.4f}", acc=f"{s['correct'] / n:.4f}",
+                                    lr=f"{model.learning_rate(model.step):.2e}", refresh=False)
+                    bar.update(1)
+                if on_batch_end is not None:
+                    on_batch_end(self)
+                if stop.requested:
+                    return None
+            entry = self._finish_epoch()
+            if self.config.progress:
+                val = ""
+                if "val_loss" in entry:
+                    val = f", val_loss {entry['val_loss']:.4f}, val_acc {entry['val_accuracy']:.4f}"
+                bar.set_postfix(loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}",
+                                lr=f"{entry['lr']:.2e}", refresh=True)
+                bar.close()
+                tqdm.write(f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
+                           f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s", file=sys.stderr)
+            logger.info("epoch %d: %s", entry["epoch"], entry)
+            return entry
+        finally:
+            bar.close()

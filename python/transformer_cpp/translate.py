@@ -1,0 +1,418 @@
+"""Translation with a trained Transformer: greedy decoding, beam search, attention maps, BLEU.
+
+::
+
+    translator = Translator.from_checkpoint("runs/tutorial")
+    translator.translate("you should pay for it.")            # 'deberías pagar por ello.'
+    translator.translate_batch(["we have no extra money."], beam_size=4)
+    t = translator.translate("you should pay for it.", return_attention=True)
+    attention_heatmap(t.cross_attention(), t.source_pieces, t.target_pieces)
+
+Input sentences go through :func:`transformer_cpp.text.clean_sentence` in the source language,
+exactly as the training sentences did, and are encoded as ``[start, ..., end]``. A sentence whose
+encoding is longer than the model's ``max_length`` (the size of its positional table) is
+**truncated** to ``max_length`` tokens — its first ``max_length - 2`` subwords between start and
+end — and a :class:`SentenceTruncatedWarning` names it: translating the beginning of a long
+sentence is more useful than refusing, and the warning keeps it visible.
+
+Decoding. Greedy decoding appends the most likely next token until the end token or
+``max_length`` generated tokens. It runs in C++ (``Transformer.greedy_decode``: the encoder runs
+once and the decoder keeps a key/value cache). :func:`greedy_decode_reference` is the same
+algorithm written plainly in Python — it re-runs ``Transformer.forward`` on the growing prefix —
+kept as the readable definition and as what the tests compare the C++ path against. Beam search
+(``beam_size > 1``) uses ``Transformer.beam_search`` (GNMT length penalty).
+
+Attention. With ``return_attention=True`` the decoded sentence is run once more through
+``Transformer.forward`` (teacher-forced on the model's own output) and the cross-attention
+weights of every decoder layer are returned: row ``i`` is the query that produced output token
+``i``, column ``j`` the source token ``j``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .text import clean_sentence
+
+__all__ = [
+    "Translator",
+    "Translation",
+    "EvaluationResult",
+    "SentenceTruncatedWarning",
+    "greedy_decode",
+    "greedy_decode_reference",
+    "evaluate",
+]
+
+
+class SentenceTruncatedWarning(UserWarning):
+    """An input sentence had more tokens than the model's ``max_length`` and was cut."""
+
+
+# ------------------------------------------------------------------------------------ decoding
+
+
+def _check_src(src: Any, who: str) -> np.ndarray:
+    src = np.asarray(src)
+    if src.ndim != 2 or src.dtype.kind not in "iu":
+        raise ValueError(f"{who}: src must be an integer (batch, length) array, got {src.dtype} {src.shape}")
+    return np.ascontiguousarray(src, dtype=np.int64)
+
+
+def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+    """Greedy decoding in plain Python: the readable definition of ``Transformer.greedy_decode``.
+
+    At every step the whole prefix ``[start, y_1, ..., y_t]`` is run through
+    ``model.forward(src, prefix)`` and ``y_{t+1}`` is the argmax of the last position's logits
+    over every token except padding (id 0, which a model must never output). A
+    sentence is finished once it has produced ``end_id``; its later positions are padding (0).
+    Stops when every sentence is finished or after ``max_length`` tokens (never more than the
+    model's ``max_length``).
+
+    Args:
+        model: a :class:`~transformer_cpp.model.Transformer`.
+        src: int (B, S) source ids, padded with 0.
+        start_id, end_id: the target tokenizer's start and end ids.
+        max_length: the most tokens to generate per sentence (the end token included).
+
+    Returns:
+        int64 (B, L): the generated ids after the start token, up to and including the end token,
+        padded with 0; ``L`` is the longest row.
+    """
+    src = _check_src(src, "greedy_decode_reference")
+    batch = src.shape[0]
+    limit = min(int(max_length), int(model.config["max_length"]))
+    out = np.zeros((batch, 0), dtype=np.int64)
+    done = np.zeros(batch, dtype=bool)
+    start = np.full((batch, 1), int(start_id), dtype=np.int64)
+    for _ in range(limit):
+        prefix = np.ascontiguousarray(np.concatenate([start, out], axis=1))
+        logits = model.forward(src, prefix, training=False)  # (B, t+1, V)
+        nxt = logits[:, -1, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
+        nxt[done] = 0
+        out = np.concatenate([out, nxt[:, None]], axis=1)
+        done |= nxt == int(end_id)
+        if done.all():
+            break
+    return out
+
+
+def greedy_decode(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+    """Greedy decoding: ``model.greedy_decode`` (C++, key/value cache) when the model has it,
+    else :func:`greedy_decode_reference`. Same arguments and result."""
+    src = _check_src(src, "greedy_decode")
+    if hasattr(model, "greedy_decode"):
+        return np.asarray(model.greedy_decode(src, int(start_id), int(end_id), int(max_length)), dtype=np.int64)
+    return greedy_decode_reference(model, src, start_id, end_id, max_length)
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class Translation:
+    """One translation with what is needed to inspect it.
+
+    Attributes:
+        source: the input sentence after cleaning.
+        text: the translation (detokenised).
+        source_ids: the encoder input, ``[start, ..., end]`` (after truncation, if any).
+        target_ids: the generated ids (the end token included when ``finished``).
+        source_pieces, target_pieces: readable subword pieces for ``source_ids`` / ``target_ids``
+            (``▁`` marks a leading space), for axis labels.
+        finished: whether decoding produced the end token (else it hit ``max_length``).
+        truncated: whether the source was cut to ``max_length`` tokens.
+        score: beam search's length-normalised log-probability (``None`` for greedy decoding).
+        attention: with ``return_attention=True``, decoder layer name ->
+            cross-attention weights ``(heads, len(target_ids), len(source_ids))``.
+    """
+
+    source: str
+    text: str
+    source_ids: List[int]
+    target_ids: List[int]
+    source_pieces: List[str]
+    target_pieces: List[str]
+    finished: bool
+    truncated: bool = False
+    score: Optional[float] = None
+    attention: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    def cross_attention(self, layer: int = -1) -> np.ndarray:
+        """Cross-attention ``(heads, target, source)`` of decoder layer ``layer`` (default the last).
+
+        Raises:
+            ValueError: if the translation was made without ``return_attention=True``.
+        """
+        if not self.attention:
+            raise ValueError("Translation.cross_attention: translate with return_attention=True to get attention weights")
+        names = sorted(self.attention, key=lambda n: int(n.split(".")[2]))
+        return self.attention[names[layer]]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class EvaluationResult:
+    """Scores of :func:`evaluate`.
+
+    Attributes:
+        bleu: corpus BLEU (sacrebleu, 0-100). chrf: corpus chrF (sacrebleu, 0-100).
+        loss, accuracy: masked loss and accuracy (teacher forcing, token-weighted) over the pairs
+            that fit ``max_length``.
+        sentences: pairs translated. scored_pairs: pairs in the loss (those that fit).
+        hypotheses, references: the translations and the cleaned references.
+        bleu_signature, chrf_signature: sacrebleu's signatures (how the scores were computed).
+    """
+
+    bleu: float
+    chrf: float
+    loss: float
+    accuracy: float
+    sentences: int
+    scored_pairs: int
+    hypotheses: List[str]
+    references: List[str]
+    bleu_signature: str = ""
+    chrf_signature: str = ""
+
+    def summary(self) -> str:
+        """One line with the four scores."""
+        return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  loss {self.loss:.4f}  accuracy {self.accuracy:.4f}  "
+                f"({self.sentences} sentences)")
+
+
+# ------------------------------------------------------------------------------------ translator
+
+
+def _piece(tokenizer: Any, token_id: int) -> str:
+    """A readable label for one token id: ``▁`` for a leading space, ``<end>`` for specials."""
+    if token_id in tokenizer.special_ids:
+        return tokenizer.id_to_token(token_id)
+    text = tokenizer.decode([token_id])
+    # byte-level BPE writes a leading space as "Ġ"; decode() drops one leading space, so restore it
+    return ("\u2581" + text) if tokenizer.id_to_token(token_id).startswith("\u0120") else text
+
+
+class Translator:
+    """Translate sentences with a trained model and its two tokenizers.
+
+    Args:
+        model: a trained :class:`~transformer_cpp.model.Transformer`.
+        src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
+        src_lang: language of the input, for :func:`~transformer_cpp.text.clean_sentence`
+            (``"en"``); ``None`` skips cleaning.
+        max_length: most tokens to generate (default and upper bound: the model's ``max_length``).
+    """
+
+    def __init__(self, model: Any, src_tokenizer: Any, tgt_tokenizer: Any, *, src_lang: Optional[str] = "en",
+                 max_length: Optional[int] = None) -> None:
+        self.model = model
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.src_lang = src_lang
+        self.model_max_length = int(model.config["max_length"])
+        for label, tok, key in (("src_tokenizer", src_tokenizer, "src_vocab_size"),
+                                ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size")):
+            if tok.vocab_size != model.config[key]:
+                raise ValueError(f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
+        self.max_length = self._limit(max_length)
+        self.checkpoint: Optional[Path] = None  # set by from_checkpoint
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, Path], *, max_length: Optional[int] = None) -> "Translator":
+        """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint).
+
+        Raises:
+            transformer_cpp.checkpoint.CheckpointError: a missing or damaged checkpoint.
+        """
+        from .checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(path, optimizer=False)
+        src_lang = (ckpt.data or {}).get("src_lang", "en")
+        translator = cls(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, src_lang=src_lang, max_length=max_length)
+        translator.checkpoint = ckpt.path
+        return translator
+
+    def _limit(self, max_length: Optional[int]) -> int:
+        if max_length is None:
+            return self.model_max_length
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+            raise ValueError(f"Translator: max_length must be a positive integer, got {max_length!r}")
+        return min(int(max_length), self.model_max_length)
+
+    def clean(self, sentence: str) -> str:
+        """The input as the model sees it: :func:`clean_sentence` in ``src_lang``."""
+        if not isinstance(sentence, str):
+            raise TypeError(f"Translator: expected a sentence (str), got {type(sentence).__name__}")
+        return clean_sentence(sentence, self.src_lang) if self.src_lang else sentence.strip()
+
+    def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int], bool]:
+        """``(cleaned, ids, truncated)`` for one input sentence (see the module docstring); warns
+        with :class:`SentenceTruncatedWarning` when the sentence is cut."""
+        cleaned = self.clean(sentence)
+        ids = self.src_tokenizer.encode(cleaned)
+        limit = self.model_max_length
+        if len(ids) > limit:
+            warnings.warn(
+                f"Translator: the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens; "
+                f"only its first {limit - 2} subwords are translated (the model's max_length is {limit})",
+                SentenceTruncatedWarning, stacklevel=_stacklevel + 1)
+            return cleaned, ids[: limit - 1] + [self.src_tokenizer.end_id], True
+        return cleaned, ids, False
+
+    def translate(self, sentence: str, *, beam_size: int = 1, length_penalty: float = 0.6,
+                  max_length: Optional[int] = None, return_attention: bool = False) -> Union[str, Translation]:
+        """Translate one sentence.
+
+        Args:
+            sentence: the input (cleaned like the training data before encoding).
+            beam_size: 1 for greedy decoding, more for beam search.
+            length_penalty: GNMT length-penalty exponent for beam search.
+            max_length: most tokens to generate (default: the translator's ``max_length``).
+            return_attention: return a :class:`Translation` with the cross-attention weights
+                instead of the text.
+
+        Returns:
+            The translation text, or a :class:`Translation` with ``return_attention=True``.
+        """
+        if not isinstance(sentence, str):
+            raise TypeError(f"Translator.translate: expected a str, got {type(sentence).__name__}; "
+                            "use translate_batch for several sentences")
+        return self.translate_batch([sentence], beam_size=beam_size, length_penalty=length_penalty,
+                                    max_length=max_length, return_attention=return_attention, _stacklevel=3)[0]
+
+    def translate_batch(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
+                        max_length: Optional[int] = None, return_attention: bool = False,
+                        batch_size: int = 64, _stacklevel: int = 2) -> List[Any]:
+        """Translate several sentences (``batch_size`` at a time); a list of texts, or of
+        :class:`Translation` with ``return_attention=True``. See :meth:`translate`."""
+        if isinstance(sentences, str):
+            raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
+        sentences = list(sentences)
+        if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
+            raise ValueError(f"Translator: beam_size must be an integer >= 1, got {beam_size!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"Translator: batch_size must be an integer >= 1, got {batch_size!r}")
+        if not math.isfinite(float(length_penalty)):
+            raise ValueError(f"Translator: length_penalty must be finite, got {length_penalty!r}")
+        limit = self._limit(max_length) if max_length is not None else self.max_length
+        encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
+        results: List[Translation] = []
+        for start in range(0, len(encoded), int(batch_size)):
+            chunk = encoded[start:start + int(batch_size)]
+            results.extend(self._translate_chunk(chunk, int(beam_size), float(length_penalty), limit, return_attention))
+        return results if return_attention else [r.text for r in results]
+
+    def _translate_chunk(self, encoded: List[Tuple[str, List[int], bool]], beam_size: int, length_penalty: float,
+                         limit: int, return_attention: bool) -> List[Translation]:
+        if not encoded:
+            return []
+        width = max(len(ids) for _, ids, _ in encoded)
+        src = np.zeros((len(encoded), width), dtype=np.int64)
+        for i, (_, ids, _) in enumerate(encoded):
+            src[i, : len(ids)] = ids
+        tgt = self.tgt_tokenizer
+        scores: List[Optional[float]] = [None] * len(encoded)
+        if beam_size == 1:
+            out = greedy_decode(self.model, src, tgt.start_id, tgt.end_id, limit)
+            generated = [[int(v) for v in row if v != 0] for row in out]
+        else:
+            if not hasattr(self.model, "beam_search"):
+                raise ValueError("Translator: this model has no beam_search; use beam_size=1")
+            hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, limit, beam_size, length_penalty, 1)
+            generated = [[int(v) for v in h[0][0]] for h in hyps]
+            scores = [float(h[0][1]) for h in hyps]
+        results = []
+        for (cleaned, ids, truncated), gen, score in zip(encoded, generated, scores):
+            finished = bool(gen) and gen[-1] == tgt.end_id
+            results.append(Translation(
+                source=cleaned,
+                text=tgt.decode(gen),
+                source_ids=list(ids),
+                target_ids=gen,
+                source_pieces=[_piece(self.src_tokenizer, i) for i in ids],
+                target_pieces=[_piece(tgt, i) for i in gen],
+                finished=finished,
+                truncated=truncated,
+                score=score,
+            ))
+        if return_attention:
+            self._attach_attention(src, results)
+        return results
+
+    def _attach_attention(self, src: np.ndarray, results: List[Translation]) -> None:
+        """One teacher-forced forward pass on ``[start] + output[:-1]``; keep the cross-attention."""
+        lengths = [len(r.target_ids) for r in results]
+        width = max(max(lengths), 1)
+        tgt_in = np.zeros((len(results), width), dtype=np.int64)
+        for i, r in enumerate(results):
+            row = [self.tgt_tokenizer.start_id] + r.target_ids[:-1]
+            tgt_in[i, : len(row)] = row
+        self.model.forward(src, tgt_in, training=False)
+        weights = self.model.attention_weights()
+        cross = {name: w for name, w in weights.items() if name.endswith("cross_attention")}
+        for i, r in enumerate(results):
+            t, s = max(len(r.target_ids), 1), len(r.source_ids)
+            r.attention = {name: np.array(w[i, :, :t, :s]) for name, w in cross.items()}
+
+
+# ------------------------------------------------------------------------------------ evaluation
+
+
+def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str], *, beam_size: int = 1,
+             length_penalty: float = 0.6, batch_size: int = 64, tgt_lang: Optional[str] = "es") -> EvaluationResult:
+    """BLEU and chrF of ``translator`` on held-out pairs, plus the masked loss and accuracy.
+
+    The references are cleaned with :func:`clean_sentence` in ``tgt_lang`` (as the training
+    targets were; ``None`` to leave them as they are) and scored against the translations with
+    ``sacrebleu.corpus_bleu`` / ``corpus_chrf`` (default settings: 13a tokenisation, chrF with
+    character n-grams up to 6). The loss and accuracy are teacher-forced and token-weighted over
+    the pairs that fit the model's ``max_length``; BLEU and chrF use every pair (long sources are
+    truncated, see :class:`Translator`).
+
+    Raises:
+        ValueError: if the lists differ in length or are empty.
+    """
+    import sacrebleu
+
+    from .data import encode_pairs
+    from .training import evaluate_loss
+
+    sources, references = list(sources), list(references)
+    if len(sources) != len(references):
+        raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
+    if not sources:
+        raise ValueError("evaluate: no sentence pairs to evaluate")
+    refs = [clean_sentence(r, tgt_lang) if tgt_lang else r.strip() for r in references]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SentenceTruncatedWarning)
+        hyps = translator.translate_batch(sources, beam_size=beam_size, length_penalty=length_penalty,
+                                          batch_size=batch_size)
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hyps, [refs])
+    chrf_score = chrf.corpus_score(hyps, [refs])
+
+    loss = accuracy = float("nan")
+    scored = 0
+    try:
+        enc = encode_pairs([translator.clean(s) for s in sources], refs, translator.src_tokenizer,
+                           translator.tgt_tokenizer, translator.model_max_length)
+    except ValueError:  # every pair is too long
+        enc = None
+    if enc is not None:
+        loss, accuracy, _ = evaluate_loss(translator.model, enc, batch_size)
+        scored = len(enc)
+    return EvaluationResult(
+        bleu=float(bleu_score.score), chrf=float(chrf_score.score), loss=loss, accuracy=accuracy,
+        sentences=len(sources), scored_pairs=scored, hypotheses=hyps, references=refs,
+        bleu_signature=str(bleu.get_signature()), chrf_signature=str(chrf.get_signature()),
+    )
