@@ -40,6 +40,11 @@ Adam<T>::Adam(ParameterList<T> params, double beta1_, double beta2_, double eps_
 
 template <typename T>
 void Adam<T>::step(double lr) {
+  step(lr, 1.0, false);
+}
+
+template <typename T>
+void Adam<T>::step(double lr, double grad_scale, bool zero_grads) {
   TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
   ++t_;
   const double t = static_cast<double>(t_);
@@ -49,6 +54,7 @@ void Adam<T>::step(double lr) {
   const T step_size = static_cast<T>(lr / (1.0 - std::pow(beta1, t)));
   const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
   const T e = static_cast<T>(eps);
+  const T gs = static_cast<T>(grad_scale);
   Index total = 0;
   for (const auto& p : params_) total += p.size();
   // One region for all parameters; each parameter's elements are shared out among the threads
@@ -56,18 +62,35 @@ void Adam<T>::step(double lr) {
 #pragma omp parallel if (total >= kParallelElements)
   for (size_t k = 0; k < params_.size(); ++k) {
     T* __restrict p = params_[k].value;
-    const T* __restrict g = params_[k].grad;
+    T* __restrict g = params_[k].grad;
     T* __restrict m = m_[k].data();
     T* __restrict v = v_[k].data();
     const Index n = params_[k].size();
 #pragma omp for schedule(static) nowait
     for (Index i = 0; i < n; ++i) {
-      const T gi = g[i];
+      const T gi = g[i] * gs;
       m[i] = b1 * m[i] + one_minus_b1 * gi;
       v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
       p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + e);
+      if (zero_grads) g[i] = T(0);
     }
   }
+}
+
+template <typename T>
+double Adam<T>::grad_norm() const {
+  Index total = 0;
+  for (const auto& p : params_) total += p.size();
+  double sumsq = 0.0;
+  // one region for all parameters, each parameter's elements shared among the threads
+#pragma omp parallel if (total >= kParallelElements) reduction(+ : sumsq)
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const T* g = params_[k].grad;
+    const Index n = params_[k].size();
+#pragma omp for schedule(static) nowait
+    for (Index i = 0; i < n; ++i) sumsq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  }
+  return std::sqrt(sumsq);
 }
 
 template <typename T>

@@ -79,6 +79,7 @@ const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in
 
 template <typename T>
 void Transformer<T>::backward(ConstMatrixMap<T> dlogits) {
+  grads_zero_ = false;
   if (B_ < 0) throw std::runtime_error("Transformer: backward() called before forward()");
   const Index V = config_.tgt_vocab_size, d = config_.d_model;
   TCPP_CHECK(dlogits.rows() == B_ * T_ && dlogits.cols() == V, "Transformer.backward: dlogits has shape (",
@@ -117,14 +118,20 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
              "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
              ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   Adam<T>& adam = optimizer();
-  zero_grad();
+  if (!grads_zero_) zero_grad();
+  grads_zero_ = false;
   const Matrix<T>& logits = forward(src, tgt_in, true);
   LossStats stats = masked_cross_entropy<T>(cmap(logits), tgt_out.data(), &dlogits_, opt_config_.label_smoothing);
   backward(cmap(dlogits_));
-  last_grad_norm_ = adam.clip_grad_norm(opt_config_.clip_norm);
+  last_grad_norm_ = adam.grad_norm();
   if (!std::isfinite(last_grad_norm_))
     throw std::runtime_error("Transformer.train_step: the gradient norm is not finite; no update was applied");
-  adam.step(learning_rate(adam.step_count() + 1));
+  // clipping to a global norm is a factor applied inside the fused Adam pass, which also zeroes
+  // the gradients for the next step (so no separate zero_grad pass is needed)
+  const double clip = opt_config_.clip_norm;
+  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
+  adam.step(learning_rate(adam.step_count() + 1), scale, true);
+  grads_zero_ = true;
   return stats;
 }
 

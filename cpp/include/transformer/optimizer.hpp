@@ -19,6 +19,11 @@ class Adam {
 
   // One update with learning rate lr; increments step_count() first (bias correction uses it).
   void step(double lr);
+  // The fused form used by training: each gradient is multiplied by grad_scale (clipping) as it is
+  // read, and set to zero after use when zero_grads — one pass over p, g, m, v instead of three.
+  void step(double lr, double grad_scale, bool zero_grads);
+  // Global L2 norm of all gradients, without changing them.
+  double grad_norm() const;
   // Global L2 norm of all gradients; if max_norm > 0 and the norm exceeds it, every gradient is
   // scaled by max_norm / norm. Returns the norm before clipping.
   double clip_grad_norm(double max_norm);

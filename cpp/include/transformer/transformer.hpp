@@ -86,6 +86,7 @@ class Transformer {
   Matrix<T> dlogits_;  // (B*T, V)
   Matrix<T> dy_;       // (B*T, d)
   double last_grad_norm_ = 0.0;
+  bool grads_zero_ = false;  // the last train_step's fused Adam pass left every gradient at 0
 };
 
 }  // namespace transformer
