@@ -214,11 +214,11 @@ void bind_attention(py::module_& m) {
              const Index d = h.layer.d_model();
              auto X = as_btc<T>(x, who, "x", d);
              const Index B = X.lead_shape[0], Tq = X.lead_shape[1];
-             h.keep.clear();
-             h.keep.push_back(X.array);
-             h.flag = !memory.is_none();
+             // The layer points into the arrays of its last accepted forward until backward: collect
+             // the new ones aside and replace h.keep / h.flag only once this forward has succeeded.
+             std::vector<py::object> keep{X.array};
              if (memory.is_none()) {
-               AttentionMask mk = mask_arg(mask, who, B, Tq, Tq, h.keep);
+               AttentionMask mk = mask_arg(mask, who, B, Tq, Tq, keep);
                py::gil_scoped_release release;
                h.layer.forward(X.map(), B, Tq, mk);
              } else {
@@ -226,11 +226,13 @@ void bind_attention(py::module_& m) {
                if (M.lead_shape[0] != B)
                  throw py::value_error(concat(who, ": memory has batch size ", M.lead_shape[0], " but x has ", B));
                const Index Tk = M.lead_shape[1];
-               h.keep.push_back(M.array);
-               AttentionMask mk = mask_arg(mask, who, B, Tq, Tk, h.keep);
+               keep.push_back(M.array);
+               AttentionMask mk = mask_arg(mask, who, B, Tq, Tk, keep);
                py::gil_scoped_release release;
                h.layer.forward(X.map(), M.map(), B, Tq, Tk, mk);
              }
+             h.keep = std::move(keep);
+             h.flag = !memory.is_none();
              h.has_forward = true;
              return btc_out<T>(h.layer.output(), B, Tq);
            },
@@ -455,15 +457,14 @@ void bind_encoder_decoder(py::module_& m) {
              const Index B = tok.shape(0), Tn = tok.shape(1), S = M.lead_shape[1];
              if (M.lead_shape[0] != B)
                throw py::value_error(concat(who, ": memory has batch size ", M.lead_shape[0], " but tokens have ", B));
-             h.keep.clear();
-             h.keep.push_back(tok);
-             h.keep.push_back(M.array);
+             // as in MultiHeadAttention.forward: replace h.keep only once the forward has succeeded
+             std::vector<py::object> keep{tok, M.array};
              const std::uint8_t* pad = nullptr;
              if (!source_padding.is_none()) {
                auto p = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(source_padding);
                if (!p || p.ndim() != 2 || p.shape(0) != B || p.shape(1) != S)
                  throw py::value_error(concat(who, ": source_padding must have shape (", B, ", ", S, ")"));
-               h.keep.push_back(p);
+               keep.push_back(p);
                pad = p.data();
              }
              const Matrix<T>* y;
@@ -471,6 +472,7 @@ void bind_encoder_decoder(py::module_& m) {
                py::gil_scoped_release release;
                y = &h.layer.forward(ConstTokenMap(tok.data(), B, Tn), M.map(), S, pad, training);
              }
+             h.keep = std::move(keep);
              h.lead = {B, Tn, S};
              h.has_forward = true;
              return btc_out<T>(*y, B, Tn);

@@ -63,6 +63,9 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
 template <typename T>
 const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training) {
   check_batch(src, tgt_in, "forward");
+  // Until this forward completes there is no valid state for backward(): the encoder may accept a
+  // new batch and the decoder then reject its target ids, leaving the two out of step.
+  B_ = -1;
   const Matrix<T>& memory = encoder_->forward(src, training);  // (B*S, d)
   const Matrix<T>& y = decoder_->forward(tgt_in, cmap(memory), src.cols(), encoder_->key_padding().data(),
                                          training);  // (B*T, d)
