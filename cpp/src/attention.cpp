@@ -118,95 +118,173 @@ MultiHeadAttention<T>::MultiHeadAttention(Index d_model, Index n_heads, std::uin
   }
 }
 
+namespace {
+
+// Packed rows -> the padded (B*T, C) layout, zero at the rows not listed.
+template <typename T>
+void scatter_rows(const Matrix<T>& packed, const RowLayout& l, Matrix<T>& padded) {
+  const Index C = packed.cols(), n = l.B * l.T;
+  padded.resize(n, C);
+  Index r = 0;
+  for (Index j = 0; j < n; ++j) {
+    if (r < packed.rows() && l.ids[static_cast<size_t>(r)] == j) {
+      padded.row(j) = packed.row(r++);
+    } else {
+      padded.row(j).setZero();
+    }
+  }
+}
+
+// The listed rows of a padded (B*T, C) matrix.
+template <typename T>
+void gather_rows(const Matrix<T>& padded, const RowLayout& l, Matrix<T>& packed) {
+  const Index n = l.rows();
+  packed.resize(n, padded.cols());
+  for (Index r = 0; r < n; ++r) packed.row(r) = padded.row(l.ids[static_cast<size_t>(r)]);
+}
+
+}  // namespace
+
 template <typename T>
 const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len,
                                                 const AttentionMask& mask) {
-  TCPP_CHECK(x.cols() == d_, "MultiHeadAttention: input has ", x.cols(), " features, expected d_model ", d_);
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "MultiHeadAttention: input has ", x.rows(),
              " rows, expected B*T = ", B, "*", T_len);
+  own_q_ = RowLayout::dense(B, T_len);
+  return forward(x, own_q_, mask);
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index Tq,
+                                                Index Tk, const AttentionMask& mask) {
+  TCPP_CHECK(B > 0 && Tq > 0 && Tk > 0 && x.rows() == B * Tq && memory.rows() == B * Tk,
+             "MultiHeadAttention: query rows ", x.rows(), " and memory rows ", memory.rows(),
+             " do not match B*Tq = ", B, "*", Tq, " and B*Tk = ", B, "*", Tk);
+  own_q_ = RowLayout::dense(B, Tq);
+  own_k_ = RowLayout::dense(B, Tk);
+  return forward(x, memory, own_q_, own_k_, mask);
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask) {
+  TCPP_CHECK(x.cols() == d_, "MultiHeadAttention: input has ", x.cols(), " features, expected d_model ", d_);
+  TCPP_CHECK(x.rows() == l.rows(), "MultiHeadAttention: input has ", x.rows(), " rows, expected ", l.rows());
   self_ = true;
   x_ = x.data();
   mem_ = nullptr;
-  B_ = B;
-  Tq_ = Tk_ = T_len;
-  // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (B*T, 3d)
-  qkv_.resize(B * T_len, 3 * d_);
+  lq_ = lk_ = &l;
+  const Index B = l.B, Tn = l.T;
+  // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
+  qkv_.resize(x.rows(), 3 * d_);
   qkv_.noalias() = x * w_in_.transpose();
   qkv_.rowwise() += b_in_;
-  weights_.resize(B * h_ * T_len, T_len);
-  ctx_.resize(B * T_len, d_);
+  // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
-  attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, T_len, T_len, dk_,
-                       mask, weights_.data(), ctx_.data(), d_);
+  if (l.packed) {
+    scatter_rows(qkv_, l, qkv_pad_);
+    base = qkv_pad_.data();
+  }
+  weights_.resize(B * h_ * Tn, Tn);
+  Matrix<T>& ctx = l.packed ? ctx_pad_ : ctx_;
+  ctx.resize(B * Tn, d_);
+  attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_, mask,
+                       weights_.data(), ctx.data(), d_);
+  if (l.packed) gather_rows(ctx_pad_, l, ctx_);
   return out_.forward(ConstMatrixMap<T>(ctx_.data(), ctx_.rows(), ctx_.cols()));
 }
 
 template <typename T>
-const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B,
-                                                Index Tq, Index Tk, const AttentionMask& mask) {
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lq,
+                                                const RowLayout& lk, const AttentionMask& mask) {
   TCPP_CHECK(x.cols() == d_ && memory.cols() == d_, "MultiHeadAttention: inputs have ", x.cols(), " and ",
              memory.cols(), " features, expected d_model ", d_);
-  TCPP_CHECK(B > 0 && Tq > 0 && Tk > 0 && x.rows() == B * Tq && memory.rows() == B * Tk,
-             "MultiHeadAttention: query rows ", x.rows(), " and memory rows ", memory.rows(),
-             " do not match B*Tq = ", B, "*", Tq, " and B*Tk = ", B, "*", Tk);
+  TCPP_CHECK(x.rows() == lq.rows() && memory.rows() == lk.rows() && lq.B == lk.B, "MultiHeadAttention: query rows ",
+             x.rows(), " and memory rows ", memory.rows(), " do not match their layouts (", lq.rows(), ", ", lk.rows(),
+             ")");
   self_ = false;
   x_ = x.data();
   mem_ = memory.data();
-  B_ = B;
-  Tq_ = Tq;
-  Tk_ = Tk;
-  // Q = x W_q^T + b_q                                                   (B*Tq, d)
-  qkv_.resize(B * Tq, d_);
+  lq_ = &lq;
+  lk_ = &lk;
+  const Index B = lq.B, Tq = lq.T, Tk = lk.T;
+  // Q = x W_q^T + b_q                                                   (rows_q, d)
+  qkv_.resize(x.rows(), d_);
   qkv_.noalias() = x * w_in_.topRows(d_).transpose();
   qkv_.rowwise() += b_in_.head(d_);
-  // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (B*Tk, 2d)
-  kv_.resize(B * Tk, 2 * d_);
+  // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (rows_k, 2d)
+  kv_.resize(memory.rows(), 2 * d_);
   kv_.noalias() = memory * w_in_.bottomRows(2 * d_).transpose();
   kv_.rowwise() += b_in_.tail(2 * d_);
+  const T* q = qkv_.data();
+  const T* kv = kv_.data();
+  if (lq.packed) {
+    scatter_rows(qkv_, lq, qkv_pad_);
+    q = qkv_pad_.data();
+  }
+  if (lk.packed) {
+    scatter_rows(kv_, lk, kv_pad_);
+    kv = kv_pad_.data();
+  }
   weights_.resize(B * h_ * Tq, Tk);
-  ctx_.resize(B * Tq, d_);
-  attention_forward<T>(qkv_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask,
-                       weights_.data(), ctx_.data(), d_);
+  Matrix<T>& ctx = lq.packed ? ctx_pad_ : ctx_;
+  ctx.resize(B * Tq, d_);
+  attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
+  if (lq.packed) gather_rows(ctx_pad_, lq, ctx_);
   return out_.forward(ConstMatrixMap<T>(ctx_.data(), ctx_.rows(), ctx_.cols()));
 }
 
 template <typename T>
 const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
-  if (B_ < 0) throw std::runtime_error("MultiHeadAttention: backward() called before forward()");
-  TCPP_CHECK(dout.rows() == B_ * Tq_ && dout.cols() == d_, "MultiHeadAttention: backward got dout of shape (",
-             dout.rows(), ", ", dout.cols(), "), expected (", B_ * Tq_, ", ", d_, ")");
-  // output projection: dctx = dout W_o                                  (B*Tq, d)
+  if (lq_ == nullptr) throw std::runtime_error("MultiHeadAttention: backward() called before forward()");
+  const RowLayout& lq = *lq_;
+  const RowLayout& lk = *lk_;
+  const Index B = lq.B, Tq = lq.T, Tk = lk.T, rq = lq.rows(), rk = lk.rows();
+  TCPP_CHECK(dout.rows() == rq && dout.cols() == d_, "MultiHeadAttention: backward got dout of shape (", dout.rows(),
+             ", ", dout.cols(), "), expected (", rq, ", ", d_, ")");
+  // output projection: dctx = dout W_o                                  (rows_q, d)
   const Matrix<T>& dctx = out_.backward(dout);
+  const T* dctx_ptr = dctx.data();
+  if (lq.packed) {  // padding query rows get a zero gradient
+    scatter_rows(dctx, lq, dctx_pad_);
+    dctx_ptr = dctx_pad_.data();
+  }
   dscores_.resize(weights_.rows(), weights_.cols());
-  ConstMatrixMap<T> x(x_, B_ * Tq_, d_);
+  ConstMatrixMap<T> x(x_, rq, d_);
   if (self_) {
-    dqkv_.resize(qkv_.rows(), qkv_.cols());
-    const T* base = qkv_.data();
-    T* dbase = dqkv_.data();
-    attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B_, h_, Tq_, Tk_, dk_,
-                          weights_.data(), dctx.data(), d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_,
-                          3 * d_, dscores_.data());
+    const T* base = lq.packed ? qkv_pad_.data() : qkv_.data();
+    Matrix<T>& dpad = lq.packed ? dqkv_pad_ : dqkv_;
+    dpad.resize(B * Tq, 3 * d_);
+    T* dbase = dpad.data();
+    attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_,
+                          weights_.data(), dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_,
+                          dscores_.data());
+    if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
     dw_in_.noalias() += dqkv_.transpose() * x;
     db_in_.noalias() += dqkv_.colwise().sum();
-    dx_.resize(B_ * Tq_, d_);
+    dx_.resize(rq, d_);
     dx_.noalias() = dqkv_ * w_in_;
     return dx_;
   }
-  ConstMatrixMap<T> mem(mem_, B_ * Tk_, d_);
-  dqkv_.resize(qkv_.rows(), qkv_.cols());
-  dkv_.resize(kv_.rows(), kv_.cols());
-  attention_backward<T>(qkv_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_, B_, h_, Tq_, Tk_, dk_,
-                        weights_.data(), dctx.data(), d_, dqkv_.data(), d_, dkv_.data(), 2 * d_,
-                        dkv_.data() + d_, 2 * d_, dscores_.data());
+  ConstMatrixMap<T> mem(mem_, rk, d_);
+  const T* q = lq.packed ? qkv_pad_.data() : qkv_.data();
+  const T* kv = lk.packed ? kv_pad_.data() : kv_.data();
+  Matrix<T>& dq = lq.packed ? dqkv_pad_ : dqkv_;
+  Matrix<T>& dkv = lk.packed ? dkv_pad_ : dkv_;
+  dq.resize(B * Tq, d_);
+  dkv.resize(B * Tk, 2 * d_);
+  attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, weights_.data(), dctx_ptr, d_,
+                        dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_, dscores_.data());
+  if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
+  if (lk.packed) gather_rows(dkv_pad_, lk, dkv_);
   dw_in_.topRows(d_).noalias() += dqkv_.transpose() * x;
   db_in_.head(d_).noalias() += dqkv_.colwise().sum();
   dw_in_.bottomRows(2 * d_).noalias() += dkv_.transpose() * mem;
   db_in_.tail(2 * d_).noalias() += dkv_.colwise().sum();
-  dx_.resize(B_ * Tq_, d_);
+  dx_.resize(rq, d_);
   dx_.noalias() = dqkv_ * w_in_.topRows(d_);
-  dmem_.resize(B_ * Tk_, d_);
+  dmem_.resize(rk, d_);
   dmem_.noalias() = dkv_ * w_in_.bottomRows(2 * d_);
   return dx_;
 }

@@ -33,43 +33,56 @@ template <typename T>
 const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len,
                                           Index S, const AttentionMask& self_mask,
                                           const AttentionMask& cross_mask, bool training) {
+  TCPP_CHECK(B > 0 && T_len > 0 && S > 0 && x.rows() == B * T_len && memory.rows() == B * S,
+             "DecoderLayer: x has ", x.rows(), " rows and memory ", memory.rows(), ", expected B*T = ", B, "*", T_len,
+             " and B*S = ", B, "*", S);
+  own_x_ = RowLayout::dense(B, T_len);
+  own_m_ = RowLayout::dense(B, S);
+  return forward(x, memory, own_x_, own_m_, self_mask, cross_mask, training);
+}
+
+template <typename T>
+const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lx,
+                                          const RowLayout& lm, const AttentionMask& self_mask,
+                                          const AttentionMask& cross_mask, bool training) {
   x_ = x.data();
+  const Index* ids = lx.row_ids();
   if (!pre_norm_) {
     // h1 = LN1(x + Dropout(MaskedSelfAttention(x)))
-    self_attention_.forward(x, B, T_len, self_mask);
+    self_attention_.forward(x, lx, self_mask);
     Matrix<T>& a1 = self_attention_.output_mut();
-    dropout1_.forward_inplace(mmap(a1), training);
+    dropout1_.forward_inplace(mmap(a1), training, ids);
     const Matrix<T>& h1 = norm1_.forward_residual(x, cmap(a1));
     // h2 = LN2(h1 + Dropout(CrossAttention(h1, memory)))
-    cross_attention_.forward(cmap(h1), memory, B, T_len, S, cross_mask);
+    cross_attention_.forward(cmap(h1), memory, lx, lm, cross_mask);
     Matrix<T>& a2 = cross_attention_.output_mut();
-    dropout2_.forward_inplace(mmap(a2), training);
+    dropout2_.forward_inplace(mmap(a2), training, ids);
     const Matrix<T>& h2 = norm2_.forward_residual(cmap(h1), cmap(a2));
     // y = LN3(h2 + Dropout(FFN(h2)))
-    feed_forward_.forward(cmap(h2), training);
+    feed_forward_.forward(cmap(h2), training, ids);
     Matrix<T>& f = feed_forward_.output_mut();
-    dropout3_.forward_inplace(mmap(f), training);
+    dropout3_.forward_inplace(mmap(f), training, ids);
     return norm3_.forward_residual(cmap(h2), cmap(f));
   }
   // r1 = x + Dropout(MaskedSelfAttention(LN1(x)))
   const Matrix<T>& n1 = norm1_.forward(x);
-  self_attention_.forward(cmap(n1), B, T_len, self_mask);
+  self_attention_.forward(cmap(n1), lx, self_mask);
   Matrix<T>& a1 = self_attention_.output_mut();
-  dropout1_.forward_inplace(mmap(a1), training);
+  dropout1_.forward_inplace(mmap(a1), training, ids);
   r1_.resize(x.rows(), x.cols());
   r1_.noalias() = x + a1;
   // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory))
   const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
-  cross_attention_.forward(cmap(n2), memory, B, T_len, S, cross_mask);
+  cross_attention_.forward(cmap(n2), memory, lx, lm, cross_mask);
   Matrix<T>& a2 = cross_attention_.output_mut();
-  dropout2_.forward_inplace(mmap(a2), training);
+  dropout2_.forward_inplace(mmap(a2), training, ids);
   r2_.resize(x.rows(), x.cols());
   r2_.noalias() = r1_ + a2;
   // y = r2 + Dropout(FFN(LN3(r2)))
   const Matrix<T>& n3 = norm3_.forward(cmap(r2_));
-  feed_forward_.forward(cmap(n3), training);
+  feed_forward_.forward(cmap(n3), training, ids);
   Matrix<T>& f = feed_forward_.output_mut();
-  dropout3_.forward_inplace(mmap(f), training);
+  dropout3_.forward_inplace(mmap(f), training, ids);
   out_.resize(x.rows(), x.cols());
   out_.noalias() = r2_ + f;
   return out_;
@@ -171,14 +184,38 @@ Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_hea
 template <typename T>
 const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
                                      const std::uint8_t* source_padding, bool training) {
-  const Index B = tokens.rows(), Tt = tokens.cols();
+  TCPP_CHECK(memory.rows() == tokens.rows() * S, "Decoder: memory has ", memory.rows(), " rows, expected B*S = ",
+             tokens.rows(), "*", S);
+  own_memory_ = RowLayout::dense(tokens.rows(), S);
+  return forward(tokens, memory, own_memory_, source_padding, training, nullptr, false);
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, const RowLayout& memory_layout,
+                                     const std::uint8_t* source_padding, bool training, const std::int64_t* targets,
+                                     bool pack) {
+  const Index B = tokens.rows(), Tt = tokens.cols(), S = memory_layout.T;
   TCPP_CHECK(B > 0 && Tt > 0, "Decoder: the target batch is empty (shape (", B, ", ", Tt, "))");
-  TCPP_CHECK(memory.rows() == B * S, "Decoder: memory has ", memory.rows(), " rows, expected B*S = ", B, "*", S);
-  x_ = embedding_.forward(tokens);
-  dropout_.forward_inplace(mmap(x_), training);
+  TCPP_CHECK(memory_layout.B == B && memory.rows() == memory_layout.rows(), "Decoder: memory has ", memory.rows(),
+             " rows for batch ", memory_layout.B, ", expected ", memory_layout.rows(), " rows for batch ", B);
+  // rows to compute: all, or (pack) the positions with an input token or a target — a padding
+  // query whose target is padding too feeds nothing that the loss sees
+  layout_.B = B;
+  layout_.T = Tt;
+  layout_.packed = false;
+  layout_.ids.clear();
+  if (pack) {
+    for (Index i = 0; i < B * Tt; ++i)
+      if (tokens.data()[i] != 0 || (targets != nullptr && targets[i] != 0)) layout_.ids.push_back(i);
+    layout_.packed = static_cast<Index>(layout_.ids.size()) < B * Tt;
+    if (!layout_.packed) layout_.ids.clear();
+  }
+  x_ = embedding_.forward(tokens, layout_);
+  dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
   B_ = B;
   T_ = Tt;
   S_ = S;
+  mem_rows_ = memory.rows();
   key_padding_.resize(static_cast<size_t>(B * Tt));
   for (Index i = 0; i < B * Tt; ++i) key_padding_[i] = tokens.data()[i] == 0;
   // masked self-attention: look-ahead and target padding; cross-attention: source padding
@@ -186,7 +223,8 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
   build_attention_mask(cross_mask_, source_padding, B, Tt, S, false);
   AttentionMask self_mask{self_mask_.data(), Tt * Tt}, cross_mask{cross_mask_.data(), Tt * S};
   const Matrix<T>* h = &x_;
-  for (auto& layer : layers_) h = &layer->forward(cmap(*h), memory, B, Tt, S, self_mask, cross_mask, training);
+  for (auto& layer : layers_)
+    h = &layer->forward(cmap(*h), memory, layout_, memory_layout, self_mask, cross_mask, training);
   if (final_norm_) h = &final_norm_->forward(cmap(*h));
   return *h;
 }
@@ -205,7 +243,7 @@ void Decoder<T>::backward(ConstMatrixMap<T> dout) {
     const Matrix<T>& dn = final_norm_->backward(d);
     new (&d) ConstMatrixMap<T>(dn.data(), dn.rows(), dn.cols());  // re-seat the map
   }
-  dmemory_.setZero(B_ * S_, embedding_.dim());
+  dmemory_.setZero(mem_rows_, embedding_.dim());
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     const Matrix<T>& dx = (*it)->backward(d);
     dmemory_ += (*it)->dmemory();  // every layer attends to the same memory

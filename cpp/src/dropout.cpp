@@ -11,25 +11,29 @@ Dropout<T>::Dropout(double rate, std::uint64_t seed, std::uint64_t stream)
 }
 
 template <typename T>
-void Dropout<T>::make_mask(Index n) {
-  mask_.resize(static_cast<size_t>(n));
+void Dropout<T>::make_mask(Index rows, Index cols, const Index* row_ids) {
+  mask_.resize(static_cast<size_t>(rows * cols));
   const T keep_scale = static_cast<T>(1.0 / (1.0 - rate_));
   const std::uint64_t call = calls_++;
   T* mask = mask_.data();
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (Index i = 0; i < n; ++i) {
-    mask[i] = counter_uniform(seed_, stream_, call, static_cast<std::uint64_t>(i)) < rate_ ? T(0) : keep_scale;
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (Index r = 0; r < rows; ++r) {
+    const std::uint64_t base = static_cast<std::uint64_t>(row_ids ? row_ids[r] : r) * static_cast<std::uint64_t>(cols);
+    for (Index c = 0; c < cols; ++c)
+      mask[r * cols + c] = counter_uniform(seed_, stream_, call, base + static_cast<std::uint64_t>(c)) < rate_
+                               ? T(0)
+                               : keep_scale;
   }
 }
 
 template <typename T>
-void Dropout<T>::forward_inplace(MatrixMap<T> x, bool training) {
+void Dropout<T>::forward_inplace(MatrixMap<T> x, bool training, const Index* row_ids) {
   rows_ = x.rows();
   cols_ = x.cols();
   last_training_ = training && rate_ > 0.0;
   if (!last_training_) return;
   const Index n = x.size();
-  make_mask(n);
+  make_mask(x.rows(), x.cols(), row_ids);
   T* p = x.data();
   const T* mask = mask_.data();
   for (Index i = 0; i < n; ++i) p[i] *= mask[i];

@@ -129,6 +129,28 @@ const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens) {
 }
 
 template <typename T>
+const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const RowLayout& layout) {
+  if (!layout.packed) return forward(tokens);
+  const Index length = tokens.cols(), d = dim();
+  TCPP_CHECK(length <= max_length(), "PositionalEmbedding: sequence length ", length,
+             " is longer than max_length ", max_length(), "; build the layer with a larger max_length");
+  const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
+  embedding_.cache_tokens(tokens, scale);  // checks every id
+  const Index n = layout.rows();
+  // keep only the computed rows' tokens, so backward scatters exactly these rows
+  TokenMatrix picked(n, 1);
+  for (Index r = 0; r < n; ++r) picked(r, 0) = tokens.data()[layout.ids[static_cast<size_t>(r)]];
+  embedding_.tokens_.swap(picked);
+  y_.resize(n, d);  // (rows, d)
+  const Matrix<T>& w = embedding_.weight_;
+  const Index* ids = layout.ids.data();
+  const std::int64_t* tok = embedding_.tokens_.data();
+#pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
+  for (Index r = 0; r < n; ++r) y_.row(r) = w.row(tok[r]) * scale + pe_.row(ids[r] % length);
+  return y_;
+}
+
+template <typename T>
 void PositionalEmbedding<T>::backward(ConstMatrixMap<T> dy) {
   if (!embedding_.has_forward_) throw std::runtime_error("PositionalEmbedding: backward() called before forward()");
   TCPP_CHECK(dy.rows() == embedding_.tokens_.size() && dy.cols() == dim(),

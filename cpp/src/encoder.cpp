@@ -29,32 +29,42 @@ EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double d
 template <typename T>
 const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len,
                                           const AttentionMask& mask, bool training) {
+  TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "EncoderLayer: input has ", x.rows(),
+             " rows, expected B*T = ", B, "*", T_len);
+  own_ = RowLayout::dense(B, T_len);
+  return forward(x, own_, mask, training);
+}
+
+template <typename T>
+const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask,
+                                          bool training) {
   x_ = x.data();
   rows_ = x.rows();
+  const Index* ids = layout.row_ids();
   if (!pre_norm_) {
     // h = LN1(x + Dropout(SelfAttention(x)))
-    self_attention_.forward(x, B, T_len, mask);
+    self_attention_.forward(x, layout, mask);
     Matrix<T>& a_mut = self_attention_.output_mut();
-    dropout1_.forward_inplace(mmap(a_mut), training);
+    dropout1_.forward_inplace(mmap(a_mut), training, ids);
     const Matrix<T>& h = norm1_.forward_residual(x, cmap(a_mut));
     // y = LN2(h + Dropout(FFN(h)))
-    feed_forward_.forward(cmap(h), training);
+    feed_forward_.forward(cmap(h), training, ids);
     Matrix<T>& f = feed_forward_.output_mut();
-    dropout2_.forward_inplace(mmap(f), training);
+    dropout2_.forward_inplace(mmap(f), training, ids);
     return norm2_.forward_residual(cmap(h), cmap(f));
   }
   // r1 = x + Dropout(SelfAttention(LN1(x)))
   const Matrix<T>& n1 = norm1_.forward(x);
-  self_attention_.forward(cmap(n1), B, T_len, mask);
+  self_attention_.forward(cmap(n1), layout, mask);
   Matrix<T>& a = self_attention_.output_mut();
-  dropout1_.forward_inplace(mmap(a), training);
+  dropout1_.forward_inplace(mmap(a), training, ids);
   r1_.resize(x.rows(), x.cols());
   r1_.noalias() = x + a;
   // y = r1 + Dropout(FFN(LN2(r1)))
   const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
-  feed_forward_.forward(cmap(n2), training);
+  feed_forward_.forward(cmap(n2), training, ids);
   Matrix<T>& f = feed_forward_.output_mut();
-  dropout2_.forward_inplace(mmap(f), training);
+  dropout2_.forward_inplace(mmap(f), training, ids);
   out_.resize(x.rows(), x.cols());
   out_.noalias() = r1_ + f;
   return out_;
@@ -136,11 +146,23 @@ Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_hea
 }
 
 template <typename T>
-const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training) {
+const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool pack) {
   const Index B = tokens.rows(), S = tokens.cols();
   TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
-  x_ = embedding_.forward(tokens);  // (B*S, d): embedding * sqrt(d) + PE
-  dropout_.forward_inplace(mmap(x_), training);
+  // rows to compute: all, or (pack) only the non-padding positions — padding rows are keys that
+  // every query ignores, so nothing downstream depends on their values
+  layout_.B = B;
+  layout_.T = S;
+  layout_.packed = false;
+  layout_.ids.clear();  // keeps its capacity: no allocation per step
+  if (pack) {
+    for (Index i = 0; i < B * S; ++i)
+      if (tokens.data()[i] != 0) layout_.ids.push_back(i);
+    layout_.packed = static_cast<Index>(layout_.ids.size()) < B * S;
+    if (!layout_.packed) layout_.ids.clear();
+  }
+  x_ = embedding_.forward(tokens, layout_);  // (rows, d): embedding * sqrt(d) + PE
+  dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
   B_ = B;
   S_ = S;
   key_padding_.resize(static_cast<size_t>(B * S));
@@ -148,7 +170,7 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training) {
   build_attention_mask(mask_, key_padding_.data(), B, S, S, false);
   AttentionMask mask{mask_.data(), S * S};
   const Matrix<T>* h = &x_;
-  for (auto& layer : layers_) h = &layer->forward(cmap(*h), B, S, mask, training);
+  for (auto& layer : layers_) h = &layer->forward(cmap(*h), layout_, mask, training);
   if (final_norm_) h = &final_norm_->forward(cmap(*h));
   return *h;
 }

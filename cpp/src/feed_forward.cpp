@@ -12,11 +12,11 @@ FeedForward<T>::FeedForward(Index d_model, Index d_ff, double dropout, std::uint
       dropout_(dropout, seed, splitmix64(seed + 3)) {}
 
 template <typename T>
-const Matrix<T>& FeedForward<T>::forward(ConstMatrixMap<T> x, bool training) {
+const Matrix<T>& FeedForward<T>::forward(ConstMatrixMap<T> x, bool training, const Index* row_ids) {
   // h = dropout(relu(x W1^T + b1)), in place in linear1's output buffer   (N, d_ff)
   Matrix<T>& h = const_cast<Matrix<T>&>(linear1_.forward(x));
   relu_inplace<T>(h.data(), h.size());
-  dropout_.forward_inplace(MatrixMap<T>(h.data(), h.rows(), h.cols()), training);
+  dropout_.forward_inplace(MatrixMap<T>(h.data(), h.rows(), h.cols()), training, row_ids);
   // y = h W2^T + b2                                                       (N, d_model)
   return linear2_.forward(ConstMatrixMap<T>(h.data(), h.rows(), h.cols()));
 }

@@ -63,17 +63,24 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
 template <typename T>
 const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training) {
   check_batch(src, tgt_in, "forward");
-  // Until this forward completes there is no valid state for backward(): the encoder may accept a
+  run(src, tgt_in, nullptr, training, false);
+  B_ = tgt_in.rows();  // backward() may follow
+  T_ = tgt_in.cols();
+  return logits_;
+}
+
+template <typename T>
+const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
+                                     bool training, bool pack) {
+  // Until a forward completes there is no valid state for backward(): the encoder may accept a
   // new batch and the decoder then reject its target ids, leaving the two out of step.
   B_ = -1;
-  const Matrix<T>& memory = encoder_->forward(src, training);  // (B*S, d)
-  const Matrix<T>& y = decoder_->forward(tgt_in, cmap(memory), src.cols(), encoder_->key_padding().data(),
-                                         training);  // (B*T, d)
-  B_ = tgt_in.rows();
-  T_ = tgt_in.cols();
+  const Matrix<T>& memory = encoder_->forward(src, training, pack);  // (rows_src, d)
+  const Matrix<T>& y = decoder_->forward(tgt_in, cmap(memory), encoder_->layout(), encoder_->key_padding().data(),
+                                         training, tgt_out, pack);  // (rows_tgt, d)
   const Index V = config_.tgt_vocab_size, d = config_.d_model;
   ConstMatrixMap<T> W(output_weight(), V, d);
-  // logits = y W^T + b                                                    (B*T, V)
+  // logits = y W^T + b                                                    (rows_tgt, V)
   logits_.resize(y.rows(), V);
   logits_.noalias() = y * W.transpose();
   logits_.rowwise() += out_bias_;
@@ -82,11 +89,17 @@ const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in
 
 template <typename T>
 void Transformer<T>::backward(ConstMatrixMap<T> dlogits) {
-  grads_zero_ = false;
   if (B_ < 0) throw std::runtime_error("Transformer: backward() called before forward()");
-  const Index V = config_.tgt_vocab_size, d = config_.d_model;
+  const Index V = config_.tgt_vocab_size;
   TCPP_CHECK(dlogits.rows() == B_ * T_ && dlogits.cols() == V, "Transformer.backward: dlogits has shape (",
              dlogits.rows(), ", ", dlogits.cols(), "), expected (", B_ * T_, ", ", V, ")");
+  backward_rows(dlogits);
+}
+
+template <typename T>
+void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits) {
+  grads_zero_ = false;
+  const Index V = config_.tgt_vocab_size, d = config_.d_model;
   const Matrix<T>& y = decoder_->output();
   ConstMatrixMap<T> W(output_weight(), V, d);
   MatrixMap<T> dW(output_weight_grad(), V, d);
@@ -97,6 +110,15 @@ void Transformer<T>::backward(ConstMatrixMap<T> dlogits) {
   dy_.noalias() = dlogits * W;
   decoder_->backward(cmap(dy_));
   encoder_->backward(cmap(decoder_->dmemory()));
+}
+
+template <typename T>
+const std::int64_t* Transformer<T>::row_targets(ConstTokenMap tgt_out) {
+  const RowLayout& l = decoder_->layout();
+  if (!l.packed) return tgt_out.data();
+  targets_.resize(l.ids.size());
+  for (size_t r = 0; r < l.ids.size(); ++r) targets_[r] = tgt_out.data()[l.ids[r]];
+  return targets_.data();
 }
 
 template <typename T>
@@ -123,9 +145,12 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   Adam<T>& adam = optimizer();
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
-  const Matrix<T>& logits = forward(src, tgt_in, true);
-  LossStats stats = masked_cross_entropy<T>(cmap(logits), tgt_out.data(), &dlogits_, opt_config_.label_smoothing);
-  backward(cmap(dlogits_));
+  // only the rows that matter to the loss are computed ("packed": padding removed)
+  check_batch(src, tgt_in, "train_step");
+  const Matrix<T>& logits = run(src, tgt_in, tgt_out.data(), true, true);
+  LossStats stats =
+      masked_cross_entropy<T>(cmap(logits), row_targets(tgt_out), &dlogits_, opt_config_.label_smoothing);
+  backward_rows(cmap(dlogits_));
   last_grad_norm_ = adam.grad_norm();
   if (!std::isfinite(last_grad_norm_))
     throw std::runtime_error("Transformer.train_step: the gradient norm is not finite; no update was applied");
@@ -143,8 +168,9 @@ LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, Cons
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
              "Transformer.evaluate: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
              ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
-  const Matrix<T>& logits = forward(src, tgt_in, false);
-  return masked_cross_entropy<T>(cmap(logits), tgt_out.data(), nullptr, opt_config_.label_smoothing);
+  check_batch(src, tgt_in, "evaluate");
+  const Matrix<T>& logits = run(src, tgt_in, tgt_out.data(), false, true);
+  return masked_cross_entropy<T>(cmap(logits), row_targets(tgt_out), nullptr, opt_config_.label_smoothing);
 }
 
 template <typename T>

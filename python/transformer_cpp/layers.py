@@ -158,6 +158,9 @@ class ScaledDotProductAttention(_Wrapped):
         lead = q.shape[:-2]
         if k.shape[:-2] != lead or v.shape[:-2] != lead:
             raise ValueError(f"{who}: q, k, v must share leading dimensions, got {q.shape}, {k.shape}, {v.shape}")
+        if k.shape[-2] != v.shape[-2] or not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
+            raise ValueError(f"{who}: expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, d) with one d and one Tk; "
+                             f"got q, k, v of shapes {q.shape}, {k.shape}, {v.shape}")
         g = int(np.prod(lead)) if lead else 1
         tq, tk = q.shape[-2], k.shape[-2]
         m = None

@@ -53,12 +53,18 @@ class MultiHeadAttention {
   // Throws std::invalid_argument when d_model % n_heads != 0.
   MultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed = 0);
 
-  // Self-attention: queries, keys and values all projected from x (B*T, d) with one fused GEMM.
+  // Self-attention: queries, keys and values all projected from x with one fused GEMM. x holds
+  // layout.rows() rows (all B*T, or only the packed non-padding ones); mask is (B, T, T) in padded
+  // coordinates. `layout` must stay alive until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask);
+  // Cross-attention: queries from x (rows of lq), keys and values from memory (rows of lk).
+  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lq,
+                           const RowLayout& lk, const AttentionMask& mask);
+  // Dense (unpacked) conveniences: x (B*T, d); memory (B*Tk, d).
   const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask);
-  // Cross-attention: queries from x (B*Tq, d), keys and values from memory (B*Tk, d).
-  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index Tq,
-                           Index Tk, const AttentionMask& mask);
-  // dout (B*Tq, d) -> dx (B*Tq, d). For self-attention dx includes the key and value paths; for
+  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index Tq, Index Tk,
+                           const AttentionMask& mask);
+  // dout (rows, d) -> dx (rows, d). For self-attention dx includes the key and value paths; for
   // cross-attention the memory gradient is in dmemory(). Parameter gradients accumulate.
   const Matrix<T>& backward(ConstMatrixMap<T> dout);
   const Matrix<T>& dmemory() const { return dmem_; }
@@ -69,10 +75,10 @@ class MultiHeadAttention {
   Index d_model() const { return d_; }
   Index n_heads() const { return h_; }
   Index d_k() const { return dk_; }
-  Index batch() const { return B_; }
-  Index query_length() const { return Tq_; }
-  Index key_length() const { return Tk_; }
-  bool has_forward() const { return B_ >= 0; }
+  Index batch() const { return lq_ ? lq_->B : -1; }
+  Index query_length() const { return lq_ ? lq_->T : 0; }
+  Index key_length() const { return lk_ ? lk_->T : 0; }
+  bool has_forward() const { return lq_ != nullptr; }
   // Weights of the last forward, (B*H*Tq, Tk) = (B, H, Tq, Tk).
   const Matrix<T>& attention_weights() const { return weights_; }
   const Matrix<T>& output() const { return out_.output(); }
@@ -84,19 +90,26 @@ class MultiHeadAttention {
 
  private:
   Index d_, h_, dk_;
+
   bool self_ = true;
-  const T* x_ = nullptr;    // (B*Tq, d) input of the last forward (the caller's)
-  const T* mem_ = nullptr;  // (B*Tk, d) memory of the last cross-attention forward
-  Index B_ = -1, Tq_ = 0, Tk_ = 0;
-  Matrix<T> qkv_;      // self: (B*T, 3d) = [Q | K | V];  cross: (B*Tq, d) = Q
-  Matrix<T> kv_;       // cross: (B*Tk, 2d) = [K | V]
+  const T* x_ = nullptr;    // (rows_q, d) input of the last forward (the caller's)
+  const T* mem_ = nullptr;  // (rows_k, d) memory of the last cross-attention forward
+  const RowLayout* lq_ = nullptr;  // rows of the queries (and keys/values for self-attention)
+  const RowLayout* lk_ = nullptr;  // rows of the keys/values
+  RowLayout own_q_, own_k_;         // dense layouts for the (B, T) conveniences
+  Matrix<T> qkv_;      // self: (rows, 3d) = [Q | K | V];  cross: (rows_q, d) = Q
+  Matrix<T> kv_;       // cross: (rows_k, 2d) = [K | V]
+  Matrix<T> qkv_pad_, kv_pad_;  // packed batches: the same in the padded (B*T) layout, 0 at padding
   Matrix<T> weights_;  // (B*H*Tq, Tk)
   Matrix<T> dscores_;  // (B*H*Tq, Tk) scratch
-  Matrix<T> ctx_;      // (B*Tq, d) heads concatenated, before W_o
+  Matrix<T> ctx_pad_;  // packed batches: (B*Tq, d) attention output in the padded layout
+  Matrix<T> ctx_;      // (rows_q, d) heads concatenated, before W_o
+  Matrix<T> dctx_pad_; // packed: (B*Tq, d)
   Matrix<T> dqkv_;     // like qkv_
   Matrix<T> dkv_;      // like kv_
-  Matrix<T> dx_;       // (B*Tq, d)
-  Matrix<T> dmem_;     // (B*Tk, d)
+  Matrix<T> dqkv_pad_, dkv_pad_;
+  Matrix<T> dx_;       // (rows_q, d)
+  Matrix<T> dmem_;     // (rows_k, d)
 };
 
 }  // namespace transformer

@@ -29,6 +29,10 @@ class DecoderLayer {
   // cross_mask (B, T, S): source padding. Inputs must stay alive until backward().
   const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len, Index S,
                            const AttentionMask& self_mask, const AttentionMask& cross_mask, bool training);
+  // The same over the rows of layouts (x: rows of lx; memory: rows of lm; masks in padded
+  // coordinates). x, memory and both layouts must stay alive until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lx, const RowLayout& lm,
+                           const AttentionMask& self_mask, const AttentionMask& cross_mask, bool training);
   // -> dx (B*T, d); the memory gradient of this layer is in dmemory().
   const Matrix<T>& backward(ConstMatrixMap<T> dout);
   const Matrix<T>& dmemory() const { return cross_attention_.dmemory(); }
@@ -49,6 +53,7 @@ class DecoderLayer {
   bool pre_norm_;
   Dropout<T> dropout1_, dropout2_, dropout3_;
   const T* x_ = nullptr;
+  RowLayout own_x_, own_m_;            // the dense convenience's layouts
   Matrix<T> r1_, r2_, out_;            // pre-norm residual sums
   Matrix<T> d1_, d2_, d3_, dtmp_, dx_;  // gradient buffers (B*T, d)
 };
@@ -62,6 +67,12 @@ class Decoder {
   // tokens (B, T), memory (B*S, d), source_padding (B, S) bytes (1 = padding) -> (B*T, d).
   const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
                            const std::uint8_t* source_padding, bool training);
+  // memory holds the rows of memory_layout (e.g. a packed encoder). With pack, only the positions
+  // where tokens != 0 or targets != 0 (targets (B, T) may be nullptr) are computed, and the
+  // output has layout().rows() rows.
+  const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, const RowLayout& memory_layout,
+                           const std::uint8_t* source_padding, bool training, const std::int64_t* targets, bool pack);
+  const RowLayout& layout() const { return layout_; }
   // Accumulates parameter gradients; the summed memory gradient is in dmemory().
   void backward(ConstMatrixMap<T> dout);
   const Matrix<T>& dmemory() const { return dmemory_; }
@@ -79,7 +90,8 @@ class Decoder {
 
  private:
   Dropout<T> dropout_;
-  Index B_ = -1, T_ = 0, S_ = 0;
+  Index B_ = -1, T_ = 0, S_ = 0, mem_rows_ = 0;
+  RowLayout layout_, own_memory_;
   std::vector<std::uint8_t> key_padding_, self_mask_, cross_mask_;
   Matrix<T> x_, dx_, dmemory_;
 };

@@ -20,8 +20,10 @@ class Dropout {
 
   // x: (N, C) -> y: (N, C). With training == false or rate == 0 the output is a copy of x.
   const Matrix<T>& forward(ConstMatrixMap<T> x, bool training);
-  // In-place variant for buffers the caller owns: x *= mask (training) or unchanged.
-  void forward_inplace(MatrixMap<T> x, bool training);
+  // In-place variant for buffers the caller owns: x *= mask (training) or unchanged. With row_ids
+  // (a packed batch), row r draws the mask of padded row row_ids[r], so a packed pass drops the same
+  // elements as the padded one.
+  void forward_inplace(MatrixMap<T> x, bool training, const Index* row_ids = nullptr);
   // dy -> dx = dy * mask (the same scaled mask as the last forward).
   const Matrix<T>& backward(ConstMatrixMap<T> dy);
   void backward_inplace(MatrixMap<T> dy) const;
@@ -35,7 +37,7 @@ class Dropout {
   const Matrix<T>& output() const { return y_; }
 
  private:
-  void make_mask(Index n);
+  void make_mask(Index rows, Index cols, const Index* row_ids);
   double rate_;
   std::uint64_t seed_, stream_, calls_ = 0;
   bool last_training_ = false;

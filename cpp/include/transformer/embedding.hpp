@@ -49,6 +49,8 @@ class PositionalEmbedding {
 
   // tokens: (B, T), T <= max_length -> (B*T, d) = weight[tokens] * sqrt(d) + PE[:T].
   const Matrix<T>& forward(ConstTokenMap tokens);
+  // Only the rows of `layout` (a packed batch): row r is padded row layout.ids[r].
+  const Matrix<T>& forward(ConstTokenMap tokens, const RowLayout& layout);
   void backward(ConstMatrixMap<T> dy);  // accumulates into the embedding gradient
 
   ParameterList<T> parameters() { return embedding_.parameters(); }  // "weight"

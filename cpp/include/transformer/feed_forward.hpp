@@ -15,7 +15,7 @@ class FeedForward {
   FeedForward(Index d_model, Index d_ff, double dropout = 0.1, std::uint64_t seed = 0);
 
   // x: (N, d_model) -> (N, d_model). `x` must stay alive until backward().
-  const Matrix<T>& forward(ConstMatrixMap<T> x, bool training);
+  const Matrix<T>& forward(ConstMatrixMap<T> x, bool training, const Index* row_ids = nullptr);
   const Matrix<T>& backward(ConstMatrixMap<T> dy);  // -> dx (N, d_model)
 
   ParameterList<T> parameters();  // linear1.{weight,bias}, linear2.{weight,bias}

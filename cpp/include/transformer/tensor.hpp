@@ -44,6 +44,24 @@ using ConstTokenMap = Eigen::Map<const TokenMatrix>;
 // Attention masks: (B, T_q, T_k) bytes, 1 = blocked (may not attend), 0 = allowed.
 using MaskBuffer = std::vector<std::uint8_t>;
 
+// Which rows of a padded batch (B sequences of T positions, row b*T + t) a pass computes: all of
+// them, or ("removing padding") only the listed ones. Position-wise work (projections, LayerNorm,
+// feed-forward, dropout, the output layer) then runs on rows() rows instead of B*T; attention
+// scatters its inputs back into the padded (B, T) layout, where the masks live.
+struct RowLayout {
+  Index B = 0, T = 0;
+  bool packed = false;
+  std::vector<Index> ids;  // packed: the padded row index b*T + t of every computed row, increasing
+  Index rows() const { return packed ? static_cast<Index>(ids.size()) : B * T; }
+  const Index* row_ids() const { return packed ? ids.data() : nullptr; }
+  static RowLayout dense(Index B, Index T) {
+    RowLayout l;
+    l.B = B;
+    l.T = T;
+    return l;
+  }
+};
+
 // A named view of one parameter tensor and its gradient. The storage belongs to a layer which
 // never reallocates it after construction, so views handed out (to Python, to Adam) stay valid
 // for the layer's lifetime.

@@ -49,7 +49,8 @@ class Transformer {
   void backward(ConstMatrixMap<T> dlogits);
   // zero_grad, forward (training), masked loss, backward, clipping, one Adam step.
   LossStats train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out);
-  // forward (inference) and masked loss/accuracy, no update.
+  // forward (inference) and masked loss/accuracy, no update. train_step and evaluate compute only
+  // the positions the loss depends on (padding rows removed); the result equals the padded pass.
   LossStats evaluate(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out);
 
   ParameterList<T> parameters();
@@ -74,6 +75,13 @@ class Transformer {
   RowVector<T> out_bias_, dout_bias_;  // (V)
 
  private:
+  // forward over the rows to compute: all (pack = false) or, with pack, only those that the loss on
+  // tgt_out depends on; returns logits (rows, V)
+  const Matrix<T>& run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training,
+                       bool pack);
+  void backward_rows(ConstMatrixMap<T> dlogits);
+  const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
+  std::vector<std::int64_t> targets_;
   void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) const;
   TransformerConfig config_;
   OptimizerConfig opt_config_;
