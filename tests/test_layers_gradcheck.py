@@ -3,6 +3,8 @@ FeedForward, EncoderLayer and DecoderLayer (post-norm and pre-norm), the Encoder
 and the whole Transformer — every input gradient and every parameter gradient, with padding and
 look-ahead masks. Sizes are tiny so that differentiating every parameter stays fast."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -268,3 +270,134 @@ def test_transformer_gradients_with_training_dropout(pre_norm):
     run()
     model.backward(w)
     check_against_numeric(lambda: float(np.sum(run() * w)), parameter_items(model, grads_of(model)))
+
+
+# --- inputs that the bindings must convert --------------------------------------------------------
+
+
+def _strided_float32(rng, shape):
+    """A non-contiguous float32 view (every other element of a wider array): the binding must
+    convert it to a contiguous float64 copy and keep that copy alive until backward."""
+    wide = rng.standard_normal(shape[:-1] + (2 * shape[-1],)).astype(np.float32)
+    return wide[..., ::2]
+
+
+@pytest.mark.parametrize("kind", ["mha_self", "mha_cross", "feed_forward", "encoder_layer", "decoder_layer",
+                                  "decoder"])
+def test_backward_after_forward_on_a_converted_input(kind):
+    makers = {
+        "mha_self": lambda: tc.MultiHeadAttention(D, H, seed=3, dtype="float64"),
+        "mha_cross": lambda: tc.MultiHeadAttention(D, H, seed=3, dtype="float64"),
+        "feed_forward": lambda: tc.FeedForward(D, FF, dropout=0.0, seed=3, dtype="float64"),
+        "encoder_layer": lambda: tc.EncoderLayer(D, H, FF, dropout=0.0, seed=3, dtype="float64"),
+        "decoder_layer": lambda: tc.DecoderLayer(D, H, FF, dropout=0.0, seed=3, dtype="float64"),
+        "decoder": lambda: tc.Decoder(V, D, 1, H, FF, dropout=0.0, seed=3, dtype="float64"),
+    }
+    tgt = tokens(np.random.default_rng(1), 2, 3)
+
+    calls = {
+        "mha_self": lambda layer, x, mem: layer.forward(x),
+        "mha_cross": lambda layer, x, mem: layer.forward(x, mem),
+        "feed_forward": lambda layer, x, mem: layer.forward(x),
+        "encoder_layer": lambda layer, x, mem: layer.forward(x),
+        "decoder_layer": lambda layer, x, mem: layer.forward(x, mem),
+        "decoder": lambda layer, x, mem: layer.forward(tgt, mem),
+    }
+    call = calls[kind]
+
+    rng = np.random.default_rng(0)
+    a, b = makers[kind](), makers[kind]()
+    x32, mem32 = _strided_float32(rng, (2, 3, D)), _strided_float32(rng, (2, 4, D))
+    x64, mem64 = x32.astype(np.float64), mem32.astype(np.float64)
+    dout = rng.standard_normal((2, 3, D))
+    ya = call(a, x32, mem32)
+    yb = call(b, x64, mem64)
+    np.testing.assert_array_equal(ya, yb)
+    del x32, mem32
+    gc.collect()
+    _ = [rng.standard_normal(64) for _ in range(100)]  # reuse freed memory if any were freed
+    ga, gb = a.backward(dout), b.backward(dout)
+    for u, v in zip(ga if isinstance(ga, tuple) else (ga,), gb if isinstance(gb, tuple) else (gb,)):
+        np.testing.assert_array_equal(u, v)
+    for (name, pa), pb in zip(a.parameters().items(), b.parameters().values()):
+        np.testing.assert_array_equal(pa.grad, pb.grad, err_msg=name)
+
+
+# --- the gradient inside train_step -----------------------------------------------------------------
+#
+# train_step computes its gradient on its own path (padding rows removed) and consumes it in a fused
+# Adam pass, so it is never visible. It can be read back from the update: the first Adam step (with
+# bias correction, m_hat = g and v_hat = g^2) moves a parameter by -lr * g / (|g| + eps), so with
+# r = -delta / lr the gradient is g = r * eps / (1 - |r|). A large eps (1.0) keeps that inversion
+# well conditioned in float64.
+
+LR, ADAM_EPS = 1e-2, 1.0
+
+
+def train_step_gradient(model, src, tgt_in, tgt_out):
+    before = {n: p.value.copy() for n, p in model.parameters().items()}
+    model.train_step(src, tgt_in, tgt_out)
+    grads = {}
+    for n, p in model.parameters().items():
+        r = -(p.value - before[n]) / LR
+        assert np.all(np.abs(r) < 1), n
+        grads[n] = r * ADAM_EPS / (1 - np.abs(r))
+    return grads
+
+
+def twin_models(seed, **options):
+    """Two identical float64 models (same seed, same randomised parameters)."""
+    models = []
+    for _ in range(2):
+        m = tc.Transformer(V, V + 2, d_model=D, n_layers=1, n_heads=H, d_ff=FF, max_length=6, seed=seed,
+                           dtype="float64", **options)
+        randomise_parameters(m, seed)
+        models.append(m)
+    return models
+
+
+@pytest.mark.parametrize("options,smoothing", [
+    (dict(), 0.1),
+    (dict(pre_norm=True, share_embeddings=True), 0.0),
+], ids=["post_norm_label_smoothing", "pre_norm_shared"])
+def test_train_step_gradient_matches_finite_differences(options, smoothing):
+    """The gradient train_step applies is the derivative of the loss evaluate() reports."""
+    rng = np.random.default_rng(11)
+    a, b = twin_models(12, dropout=0.0, **options)
+    src, tgt = model_batch(rng)
+    tgt_out = tokens(rng, 3, 4, vocab=V + 2, pad_from=[2, None, 3])  # padding where tgt_in has it
+    for m in (a, b):
+        m.configure_optimizer(fixed_lr=LR, eps=ADAM_EPS, label_smoothing=smoothing)
+    analytic = train_step_gradient(a, src, tgt, tgt_out)
+    check_against_numeric(lambda: b.evaluate(src, tgt, tgt_out)[0], parameter_items(b, analytic))
+
+
+def test_train_step_gradient_with_dropout_equals_forward_backward():
+    """With dropout on, train_step (padding removed) and forward/backward (padded layout) started
+    from the same dropout counter must drop the same elements, hence give the same gradient."""
+    rng = np.random.default_rng(13)
+    a, b = twin_models(14, dropout=0.3)
+    src, tgt = model_batch(rng)
+    tgt_out = tokens(rng, 3, 4, vocab=V + 2, pad_from=[2, None, 3])
+    a.configure_optimizer(fixed_lr=LR, eps=ADAM_EPS)
+    a.dropout_calls = b.dropout_calls = 7
+    analytic = train_step_gradient(a, src, tgt, tgt_out)
+    logits = b.forward(src, tgt, training=True)
+    _, dlogits = tc.masked_cross_entropy(logits, tgt_out)
+    b.zero_grad()
+    b.backward(dlogits)
+    assert a.dropout_calls == b.dropout_calls == 8
+    for n, p in b.parameters().items():
+        if n.endswith("key.bias"):  # zero in theory, rounding noise on both paths
+            assert np.abs(analytic[n]).max() < 1e-12 and np.abs(p.grad).max() < 1e-12
+            continue
+        scale = np.abs(p.grad).max()
+        assert scale > 0, n
+        assert np.abs(analytic[n] - p.grad).max() <= 1e-9 * scale, n
+    # and dropout was really on: without it the gradient differs
+    c, _ = twin_models(14, dropout=0.0)
+    logits = c.forward(src, tgt)
+    c.zero_grad()
+    c.backward(tc.masked_cross_entropy(logits, tgt_out)[1])
+    g = c.parameters()["decoder.layers.0.feed_forward.linear1.weight"].grad
+    assert not np.allclose(g, analytic["decoder.layers.0.feed_forward.linear1.weight"], rtol=1e-3)

@@ -119,7 +119,7 @@ def test_decoder_layer_parity(pre_norm, dtype):
 
 MODEL_VARIANTS = {
     "post_norm": dict(),
-    "pre_norm": dict(pre_norm=True),
+    "pre_norm": dict(pre_norm=True, layer_norm_eps=1e-2),  # a large eps, so a lost eps would show
     "shared_embeddings": dict(share_embeddings=True),
     "pre_norm_shared_concatenated": dict(pre_norm=True, share_embeddings=True, layout="concatenated"),
 }
@@ -194,14 +194,19 @@ def test_model_loss_matches_torch(variant):
     assert model.last_token_count == int((tgt_out != 0).sum())
 
 
-@pytest.mark.parametrize("variant", ["post_norm", "pre_norm_shared_concatenated"])
-def test_training_steps_match_torch_adam(variant):
+@pytest.mark.parametrize("variant,smoothing,clip", [
+    ("post_norm", 0.0, 0.0),
+    ("pre_norm_shared_concatenated", 0.0, 0.0),
+    ("shared_embeddings", 0.1, 0.5),
+])
+def test_training_steps_match_torch_adam(variant, smoothing, clip):
     """Six train_steps of ours against the reference trained with torch.optim.Adam(betas=(0.9, 0.98),
-    eps=1e-9) and the warm-up schedule as a LambdaLR. The loss before each update is compared."""
+    eps=1e-9) and the warm-up schedule as a LambdaLR (plus label smoothing and clipping to a global
+    norm with clip_grad_norm_ in one case). The loss before each update is compared."""
     rng = np.random.default_rng(9)
     model, ref = model_and_reference(MODEL_VARIANTS[variant])
     warmup, scale = 3, 2.0
-    model.configure_optimizer(warmup=warmup, lr_scale=scale)
+    model.configure_optimizer(warmup=warmup, lr_scale=scale, label_smoothing=smoothing, clip_norm=clip)
     opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: tc.warmup_learning_rate(s + 1, D, warmup, scale))
@@ -211,8 +216,12 @@ def test_training_steps_match_torch_adam(variant):
         assert model.learning_rate() == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
         ours.append(model.train_step(src, tgt_in, tgt_out)[0])
         opt.zero_grad()
-        loss = ref.loss(ref(src, tgt_in), tgt_out)
+        loss = ref.loss(ref(src, tgt_in), tgt_out, label_smoothing=smoothing)
         loss.backward()
+        if clip:
+            norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), clip).item()
+            assert model.last_grad_norm == pytest.approx(norm, rel=1e-4)
+            assert norm > clip  # the clipping is active
         opt.step()
         sched.step()
         theirs.append(loss.item())

@@ -28,7 +28,9 @@ Public functions (stable; the benchmark uses them):
     ``N(0, d_model**-0.5)`` embeddings, seeded by ``config["seed"]``). It is an ordinary
     ``nn.Module``: call it as ``ref(src, tgt_in)`` with int64 tensors or NumPy arrays to get
     logits ``(B, T, tgt_vocab)``, train it with ``torch.optim.Adam``; ``ref.loss(logits, tgt_out)``
-    is the masked cross-entropy (``ignore_index=0``).
+    is the masked cross-entropy (``ignore_index=0``). For step-by-step decoding use its parts:
+    ``memory = ref.encoder(src)``, ``y = ref.decoder(tgt_prefix, memory, source_padding=src == 0)``,
+    ``logits = ref.project(y)``.
 ``copy_weights_to_reference(model, ref)``
     Copy every parameter of one of our models or layers (``Transformer``, ``EncoderLayer``,
     ``MultiHeadAttention``, ... or a mapping ``name -> array``) into the matching reference module
@@ -338,6 +340,10 @@ class ReferenceTransformer(nn.Module):
             raise ValueError(f"ReferenceTransformer: src has batch size {src.shape[0]} but tgt_in has {tgt_in.shape[0]}")
         memory = self.encoder(src)
         y = self.decoder(tgt_in, memory, source_padding=src == 0)
+        return self.project(y)
+
+    def project(self, y: "torch.Tensor") -> "torch.Tensor":
+        """Logits from decoder outputs ``y`` (..., d_model), with the tied or own output weight."""
         return self.output(y, self.decoder.embedding.weight)
 
     @staticmethod
