@@ -58,6 +58,7 @@ __all__ = [
     "list_checkpoints",
     "checkpoint_name",
     "resolve_checkpoint",
+    "read_checkpoint_config",
     "FORMAT_NAME",
     "FORMAT_VERSION",
 ]
@@ -441,17 +442,14 @@ def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Subword
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
 
 
-def load_checkpoint(path: PathLike, *, optimizer: bool = True) -> Checkpoint:
-    """Load a checkpoint written by :func:`save_checkpoint`.
+def read_checkpoint_config(path: PathLike) -> Tuple[Path, Dict[str, Any]]:
+    """``(checkpoint directory, its config.json as a dict)`` without loading any tensor.
 
-    Args:
-        path: a run directory (its ``latest`` checkpoint is read) or a checkpoint directory.
-        optimizer: also restore the Adam moments, ``step`` and ``dropout_calls`` (to resume
-            training). Translation does not need them, and with ``False`` the optimiser file is
-            not even read.
+    The dict has the sections ``model`` (architecture), ``optimizer``, ``train_config``, ``data``
+    and ``files``. Useful to look at a run, or to rebuild its data split, cheaply.
 
     Raises:
-        CheckpointError: anything missing, damaged or inconsistent (the message says what and where).
+        CheckpointError: no checkpoint at ``path``, or a ``config.json`` that is not valid.
     """
     ckpt = resolve_checkpoint(path)
     config_path = ckpt / CONFIG_FILE
@@ -468,6 +466,22 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True) -> Checkpoint:
             f"checkpoint '{ckpt}': format version {config.get('version')!r} is not supported "
             f"(this transformer_cpp reads version {FORMAT_VERSION})"
         )
+    return ckpt, config
+
+
+def load_checkpoint(path: PathLike, *, optimizer: bool = True) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint`.
+
+    Args:
+        path: a run directory (its ``latest`` checkpoint is read) or a checkpoint directory.
+        optimizer: also restore the Adam moments, ``step`` and ``dropout_calls`` (to resume
+            training). Translation does not need them, and with ``False`` the optimiser file is
+            not even read.
+
+    Raises:
+        CheckpointError: anything missing, damaged or inconsistent (the message says what and where).
+    """
+    ckpt, config = read_checkpoint_config(path)
     files = config.get("files")
     model_cfg = config.get("model")
     opt = config.get("optimizer")

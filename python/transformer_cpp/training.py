@@ -380,7 +380,7 @@ class Trainer:
     @classmethod
     def from_checkpoint(
         cls,
-        path: Union[str, Path],
+        path: Union[str, Path, Any],
         train_data: EncodedPairs,
         valid_data: Optional[EncodedPairs] = None,
         *,
@@ -389,7 +389,8 @@ class Trainer:
         threads: Optional[int] = None,
         progress: Optional[bool] = None,
     ) -> "Trainer":
-        """A trainer that continues the run saved at ``path`` (a run directory or one checkpoint).
+        """A trainer that continues the run saved at ``path`` (a run directory, one checkpoint
+        directory, or a :class:`~transformer_cpp.checkpoint.Checkpoint` loaded with its optimiser).
 
         ``train_data`` and ``valid_data`` must be the same encoded pairs as in the saved run
         (checked with a hash). The model, tokenizers, optimiser state, settings and history come
@@ -402,9 +403,11 @@ class Trainer:
                 optimiser or trainer state.
             ValueError: different data.
         """
-        from .checkpoint import CheckpointError, load_checkpoint
+        from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
 
-        ckpt = load_checkpoint(path, optimizer=True)
+        ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path, optimizer=True)
+        if not ckpt.optimizer_loaded:
+            raise CheckpointError(f"checkpoint '{ckpt.path}' was loaded without its optimiser state; it cannot be resumed")
         if ckpt.trainer_state is None or ckpt.train_config is None:
             raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
         try:

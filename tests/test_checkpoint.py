@@ -1,0 +1,321 @@
+"""Checkpoints: round trip, damaged or incomplete directories, atomic writes, keeping the newest."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import transformer_cpp as tc
+import transformer_cpp.checkpoint as ck
+from transformer_cpp.checkpoint import (CheckpointError, checkpoint_name, latest_checkpoint, list_checkpoints,
+                                        load_checkpoint, read_checkpoint_config, save_checkpoint)
+
+from toy_task import threads, reversal_pairs, reversal_tokenizer, tiny_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Toy models train fastest on one thread (and the count is the same in every run compared)."""
+    with threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return reversal_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def trained(tok):
+    """A model after a few Adam steps, so that weights and moments are not at their initial values."""
+    model = tiny_model(tok, dropout=0.1, seed=3)
+    model.configure_optimizer(warmup=10, clip_norm=2.0, label_smoothing=0.1)
+    src, tgt = reversal_pairs(64, seed=5)
+    enc = tc.encode_pairs(src, tgt, tok, tok, 8)
+    for b in tc.batches(enc, 16, seed=0):
+        model.train_step(b.src, b.tgt_in, b.tgt_out)
+    return model, enc
+
+
+def _save(run, model, tok, name="epoch-0001", **kw):
+    kw.setdefault("trainer_state", {"epoch": 1, "note": "état"})
+    kw.setdefault("train_config", {"batch_size": 16})
+    kw.setdefault("data", {"split_seed": 0, "src_lang": "en"})
+    return save_checkpoint(run, model, tok, tok, name=name, **kw)
+
+
+def test_round_trip(tmp_path, tok, trained):
+    model, enc = trained
+    path = _save(tmp_path, model, tok)
+    assert path == tmp_path / "epoch-0001"
+    assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "optimizer.safetensors",
+                                        "src_tokenizer.json", "tgt_tokenizer.json", "trainer_state.json"]
+    assert (tmp_path / "latest").read_text().strip() == "epoch-0001"
+    for where in (tmp_path, path):  # run directory (follows latest) or checkpoint directory
+        ck_ = load_checkpoint(where)
+        assert ck_.path == path and ck_.optimizer_loaded
+        m = ck_.model
+        assert m.config == model.config and m.optimizer_config == model.optimizer_config
+        assert (m.step, m.dropout_calls) == (model.step, model.dropout_calls) and model.step == 4
+        for name, p in model.parameters().items():
+            np.testing.assert_array_equal(m.parameters()[name].value, p.value, err_msg=name)
+        for name, p in model.optimizer_state().items():
+            assert np.any(p.value != 0), name
+            np.testing.assert_array_equal(m.optimizer_state()[name].value, p.value, err_msg=name)
+        assert ck_.src_tokenizer == tok and ck_.tgt_tokenizer == tok
+        assert ck_.trainer_state == {"epoch": 1, "note": "état"}
+        assert ck_.train_config == {"batch_size": 16} and ck_.data == {"split_seed": 0, "src_lang": "en"}
+        np.testing.assert_array_equal(m.forward(enc.src, enc.tgt[:, :-1]), model.forward(enc.src, enc.tgt[:, :-1]))
+    # the next training step is the same too (Adam moments, step, dropout counter)
+    b = next(tc.batches(enc, 16, seed=1))
+    restored = load_checkpoint(path).model
+    assert restored.train_step(b.src, b.tgt_in, b.tgt_out) == model.train_step(b.src, b.tgt_in, b.tgt_out)
+
+
+def test_config_is_plain_json_and_tensors_are_safetensors(tmp_path, tok, trained):
+    model, _ = trained
+    path = _save(tmp_path, model, tok)
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["format"] == "transformer_cpp.checkpoint" and cfg["model"] == model.config
+    assert set(cfg["files"]) == {"model.safetensors", "optimizer.safetensors", "src_tokenizer.json",
+                                 "tgt_tokenizer.json", "trainer_state.json"}
+    from safetensors.numpy import load_file
+
+    weights = load_file(str(path / "model.safetensors"))
+    assert set(weights) == set(model.parameters())
+    moments = load_file(str(path / "optimizer.safetensors"))
+    assert set(moments) == set(model.optimizer_state())
+    assert read_checkpoint_config(tmp_path) == (path, cfg)
+
+
+def test_translation_only_checkpoint(tmp_path, tok, trained):
+    model, _ = trained
+    path = _save(tmp_path, model, tok, optimizer=False)
+    assert not (path / "optimizer.safetensors").exists()
+    loaded = load_checkpoint(path, optimizer=False)
+    assert not loaded.optimizer_loaded and loaded.model.step == 0
+    with pytest.raises(CheckpointError, match="without optimiser state"):
+        load_checkpoint(path)
+
+
+# --- damaged checkpoints ----------------------------------------------------------------------
+
+
+def _damage_truncate(path):
+    f = path / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:1000])
+
+
+def _damage_flip_byte(path):
+    f = path / "optimizer.safetensors"
+    data = bytearray(f.read_bytes())
+    data[-10] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def _damage_bad_json(path):
+    (path / "config.json").write_text('{"format": "transformer_cpp.checkpoint", "model": {')
+
+
+def _damage_state_json(path):
+    (path / "trainer_state.json").write_text("{not json")
+
+
+def _damage_missing(path):
+    (path / "tgt_tokenizer.json").unlink()
+
+
+def _damage_shape(path):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["model"]["d_ff"] = 48  # the saved feed-forward weights have 64 rows
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def _damage_version(path):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["version"] = 99
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def _damage_not_a_checkpoint(path):
+    (path / "config.json").write_text('{"hello": 1}')
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_damage_truncate, r"model.safetensors' has 1000 bytes, expected \d+ \(truncated"),
+    (_damage_flip_byte, r"optimizer.safetensors' is damaged"),
+    (_damage_bad_json, r"config.json' is not valid JSON"),
+    (_damage_state_json, r"trainer_state.json' has 9 bytes, expected"),
+    (_damage_missing, r"incomplete: 'tgt_tokenizer.json' is missing"),
+    (_damage_shape, r"tensor '.*feed_forward.*' has shape \(\d+, \d+\), the architecture in config.json needs"),
+    (_damage_version, r"format version 99 is not supported"),
+    (_damage_not_a_checkpoint, r"not a transformer_cpp checkpoint"),
+])
+def test_damaged_checkpoint_raises_a_clear_error(tmp_path, tok, trained, damage, message):
+    path = _save(tmp_path, trained[0], tok)
+    damage(path)
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_checkpoint(tmp_path)
+    assert isinstance(info.value, ValueError)
+    assert str(path) in str(info.value)
+
+
+def test_damaged_tensor_file_with_matching_checksum(tmp_path, tok, trained):
+    """A well-formed file whose tensors do not fit (checksums updated, so only the content is wrong)."""
+    model, _ = trained
+    path = _save(tmp_path, model, tok)
+    cfg = json.loads((path / "config.json").read_text())
+
+    def rewrite(tensors):
+        save_file(tensors, str(path / "model.safetensors"))
+        data = (path / "model.safetensors").read_bytes()
+        cfg["files"]["model.safetensors"] = {"bytes": len(data), "sha256": ck._sha256(data)}
+        (path / "config.json").write_text(json.dumps(cfg))
+
+    weights = {k: p.value.copy() for k, p in model.parameters().items()}
+    missing = dict(weights)
+    missing.pop("decoder.output.weight" if "decoder.output.weight" in missing else next(reversed(missing)))
+    rewrite(missing)
+    with pytest.raises(CheckpointError, match="missing 1 tensor"):
+        load_checkpoint(path)
+    wrong_dtype = {k: v.astype(np.float64) for k, v in weights.items()}
+    rewrite(wrong_dtype)
+    with pytest.raises(CheckpointError, match="is float64, the model is float32"):
+        load_checkpoint(path)
+    (path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    data = (path / "model.safetensors").read_bytes()
+    cfg["files"]["model.safetensors"] = {"bytes": len(data), "sha256": ck._sha256(data)}
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        load_checkpoint(path)
+
+
+def test_missing_or_wrong_paths(tmp_path, tok, trained):
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        load_checkpoint(tmp_path / "nothing-here")
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(CheckpointError, match="is a file"):
+        load_checkpoint(tmp_path / "file.txt")
+    _save(tmp_path, trained[0], tok)
+    (tmp_path / "latest").write_text("epoch-0042\n")
+    with pytest.raises(CheckpointError, match="names 'epoch-0042', which does not exist"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "latest").write_text("../elsewhere\n")
+    with pytest.raises(CheckpointError, match="damaged"):
+        load_checkpoint(tmp_path)
+
+
+def test_save_rejects_bad_arguments(tmp_path, tok, trained):
+    model, _ = trained
+    small = tc.SubwordTokenizer.build_from_corpus(["a b"] * 3, 8, min_frequency=1)
+    with pytest.raises(ValueError, match="src_tokenizer has 8 tokens but the model's src_vocab_size is 17"):
+        save_checkpoint(tmp_path, model, small, tok)
+    with pytest.raises(ValueError, match="not a checkpoint name"):
+        save_checkpoint(tmp_path, model, tok, tok, name="my-best")
+    with pytest.raises(ValueError, match="JSON"):
+        save_checkpoint(tmp_path, model, tok, tok, trainer_state={"x": object()})
+    with pytest.raises(ValueError, match="JSON"):
+        save_checkpoint(tmp_path, model, tok, tok, trainer_state={"x": float("nan")})
+    assert list_checkpoints(tmp_path) == [] and not (tmp_path / "latest").exists()
+    assert not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())
+
+
+# --- atomic writes ----------------------------------------------------------------------------
+
+
+def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, tok, trained, monkeypatch):
+    model, enc = trained
+    first = _save(tmp_path, model, tok, name="epoch-0001")
+    expected = model.forward(enc.src, enc.tgt[:, :-1])
+    real_write = ck._write_bytes
+    calls = []
+
+    def crash_on_third_file(path, data):
+        calls.append(path.name)
+        if len(calls) == 3:
+            real_write(path, data[: len(data) // 2])  # half a file on disk...
+            raise OSError("disk full (simulated)")  # ...then the crash
+        real_write(path, data)
+
+    monkeypatch.setattr(ck, "_write_bytes", crash_on_third_file)
+    model.configure_optimizer(warmup=10, clip_norm=2.0, label_smoothing=0.1)
+    with pytest.raises(OSError, match="simulated"):
+        _save(tmp_path, model, tok, name="epoch-0002")
+    monkeypatch.setattr(ck, "_write_bytes", real_write)
+    assert latest_checkpoint(tmp_path) == first
+    assert list_checkpoints(tmp_path) == [first]
+    assert not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())  # the temporary is removed
+    np.testing.assert_array_equal(load_checkpoint(tmp_path).model.forward(enc.src, enc.tgt[:, :-1]), expected)
+
+
+def test_crash_before_the_pointer_moves(tmp_path, tok, trained, monkeypatch):
+    model, _ = trained
+    first = _save(tmp_path, model, tok, name="epoch-0001")
+
+    def crash(run, name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ck, "_write_pointer", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, model, tok, name="epoch-0002")
+    monkeypatch.undo()
+    # the new directory is complete but `latest` still names the old one, which loads
+    assert (tmp_path / "epoch-0002" / "config.json").is_file()
+    assert load_checkpoint(tmp_path).path == first
+
+
+def test_leftover_temporary_directory_is_ignored_and_cleaned(tmp_path, tok, trained):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    # what a killed process leaves behind: a hidden temporary directory with some files
+    stale = tmp_path / ".tmp-epoch-0002-12345-abcdef12"
+    shutil.copytree(tmp_path / "epoch-0001", stale)
+    (stale / "model.safetensors").write_bytes(b"half")
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001"]
+    assert load_checkpoint(tmp_path).path.name == "epoch-0001"
+    _save(tmp_path, model, tok, name="epoch-0002")
+    assert not stale.exists()
+
+
+def test_saving_the_same_name_again_replaces_it(tmp_path, tok, trained):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001", trainer_state={"run": 1})
+    _save(tmp_path, model, tok, name="epoch-0001", trainer_state={"run": 2})
+    assert load_checkpoint(tmp_path).trainer_state == {"run": 2}
+    assert [p.name for p in tmp_path.iterdir()] and not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())
+
+
+# --- names and keeping the newest -------------------------------------------------------------
+
+
+def test_checkpoint_names_and_order():
+    assert checkpoint_name(3) == "epoch-0003"
+    assert checkpoint_name(3, 17) == "epoch-0004-batch-000017"
+    names = ["epoch-0004", "epoch-0002", "epoch-0003-batch-000009", "epoch-0003", "epoch-0003-batch-000010"]
+    keys = sorted(names, key=ck._order_key)
+    assert keys == ["epoch-0002", "epoch-0003-batch-000009", "epoch-0003-batch-000010", "epoch-0003", "epoch-0004"]
+    assert ck._order_key("latest") is None and ck._order_key(".tmp-epoch-0001-1-a") is None
+    with pytest.raises(ValueError):
+        checkpoint_name(-1)
+
+
+def test_keeps_the_last_five(tmp_path, tok, trained):
+    model, _ = trained
+    for epoch in range(1, 8):
+        _save(tmp_path, model, tok, name=checkpoint_name(epoch))
+        if epoch == 4:
+            _save(tmp_path, model, tok, name=checkpoint_name(4, 3))
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == ["epoch-0004", "epoch-0005-batch-000003", "epoch-0005", "epoch-0006", "epoch-0007"]
+    assert latest_checkpoint(tmp_path).name == "epoch-0007"
+    _save(tmp_path, model, tok, name=checkpoint_name(8), keep=0)
+    assert len(list_checkpoints(tmp_path)) == 6  # 0 keeps everything that is there
+    _save(tmp_path, model, tok, name=checkpoint_name(9), keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0009"]

@@ -1,0 +1,275 @@
+"""Trainer and TrainConfig: batches, metrics, history, loss falls, exact resume (also after Ctrl-C)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import transformer_cpp as tc
+from transformer_cpp.checkpoint import list_checkpoints
+from transformer_cpp.plotting import history_plot
+from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted, evaluate_loss
+
+from toy_task import threads, reversal_pairs, reversal_tokenizer, tiny_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Toy models train fastest on one thread (and the count is the same in every run compared)."""
+    with threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return reversal_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def data(tok):
+    src, tgt = reversal_pairs(600, seed=1)
+    train = tc.encode_pairs(src[:500], tgt[:500], tok, tok, 8)
+    valid = tc.encode_pairs(src[500:], tgt[500:], tok, tok, 8)
+    return train, valid
+
+
+def _config(**kw) -> TrainConfig:
+    base = dict(epochs=3, batch_size=32, warmup=50, lr_scale=0.5, log_every=1, progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+# --- TrainConfig ------------------------------------------------------------------------------
+
+
+def test_train_config_defaults_and_round_trip():
+    c = TrainConfig()
+    assert (c.batch_size, c.warmup, c.keep_checkpoints, c.epochs) == (64, 4000, 5, 10)
+    assert TrainConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ValueError, match="unknown setting"):
+        TrainConfig.from_dict({"epochs": 1, "learning_rate": 3})
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(batch_size=0), "batch_size"), (dict(epochs=-1), "epochs"), (dict(warmup=0), "warmup"),
+    (dict(label_smoothing=1.0), "label_smoothing"), (dict(clip_norm=-1.0), "clip_norm"),
+    (dict(batch_size=2.5), "batch_size"), (dict(threads=0), "threads"), (dict(log_every=True), "log_every"),
+])
+def test_train_config_rejects_bad_values(kw, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kw)
+
+
+def test_trainer_configures_the_optimizer(tok, data):
+    model = tiny_model(tok)
+    Trainer(model, data[0], config=_config(warmup=123, lr_scale=0.25, clip_norm=1.5, label_smoothing=0.1))
+    oc = model.optimizer_config
+    assert (oc["warmup"], oc["lr_scale"], oc["clip_norm"], oc["label_smoothing"]) == (123, 0.25, 1.5, 0.1)
+    assert (oc["beta1"], oc["beta2"], oc["eps"]) == (0.9, 0.98, 1e-9)
+
+
+def test_trainer_rejects_bad_arguments(tok, data):
+    model = tiny_model(tok)
+    with pytest.raises(TypeError, match="EncodedPairs"):
+        Trainer(model, [[1, 2]])
+    with pytest.raises(ValueError, match="tokenizer"):
+        Trainer(model, data[0], checkpoint_dir="somewhere")
+    long = tc.encode_pairs(["a b c d e f a b c"], ["a"], tok, tok, None)
+    with pytest.raises(ValueError, match="max_length"):
+        Trainer(model, long)
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+def test_epoch_batches_teacher_forcing_and_shuffling(tok, data):
+    train = data[0]
+    trainer = Trainer(tiny_model(tok), train, config=_config())
+    first = list(trainer.epoch_batches(0))
+    assert len(first) == trainer.batches_per_epoch == -(-len(train) // 32)
+    for b in first:
+        rows = train.tgt[b.indices]
+        width = b.tgt_in.shape[1] + 1
+        np.testing.assert_array_equal(b.tgt_in, rows[:, :width - 1])  # tgt[:, :-1]
+        np.testing.assert_array_equal(b.tgt_out, rows[:, 1:width])  # tgt[:, 1:]
+        assert (b.tgt_in[:, 0] == tok.start_id).all()
+    order0 = np.concatenate([b.indices for b in first])
+    assert sorted(order0) == list(range(len(train)))  # every pair once
+    again = np.concatenate([b.indices for b in trainer.epoch_batches(0)])
+    other = np.concatenate([b.indices for b in trainer.epoch_batches(1)])
+    np.testing.assert_array_equal(order0, again)  # seeded
+    assert not np.array_equal(order0, other)  # reshuffled every epoch
+    reseeded = Trainer(tiny_model(tok), train, config=_config(seed=7))
+    assert not np.array_equal(order0, np.concatenate([b.indices for b in reseeded.epoch_batches(0)]))
+
+
+def test_drop_remainder_and_bucketing(tok, data):
+    train = data[0]
+    assert len(train) % 32  # so that there is a remainder to drop
+    dropped = Trainer(tiny_model(tok), train, config=_config(drop_remainder=True))
+    sizes = [len(b) for b in dropped.epoch_batches(0)]
+    assert dropped.batches_per_epoch == len(sizes) == len(train) // 32 and set(sizes) == {32}
+
+    def padding(trainer):
+        return sum(int((b.tgt_out == 0).sum()) for b in trainer.epoch_batches(0))
+
+    plain = Trainer(tiny_model(tok), train, config=_config())
+    bucketed = Trainer(tiny_model(tok), train, config=_config(bucket_by_length=True))
+    assert padding(bucketed) < padding(plain)
+
+
+# --- metrics and history ----------------------------------------------------------------------
+
+
+def test_evaluate_loss_is_token_weighted(tok, data):
+    valid = data[1]
+    model = tiny_model(tok)
+    loss, acc, tokens = evaluate_loss(model, valid, batch_size=16)
+    assert tokens == int(np.count_nonzero(valid.tgt[:, 1:]))
+    losses, accs, counts = [], [], []
+    for b in tc.batches(valid, 16, shuffle=False):
+        lo, ac = model.evaluate(b.src, b.tgt_in, b.tgt_out)
+        losses.append(lo)
+        accs.append(ac)
+        counts.append(model.last_token_count)
+    assert len(set(counts)) > 1  # batches differ in token count, so weighting matters
+    assert loss == pytest.approx(np.average(losses, weights=counts), rel=1e-12)
+    assert acc == pytest.approx(np.average(accs, weights=counts), rel=1e-12)
+    assert loss != pytest.approx(np.mean(losses), rel=1e-9)
+    # one batch holding everything gives the same loss
+    whole, _, _ = evaluate_loss(model, valid, batch_size=len(valid))
+    assert whole == pytest.approx(loss, rel=1e-5)
+
+
+def test_training_lowers_the_loss_and_records_history(tok, data):
+    train, valid = data
+    trainer = Trainer(tiny_model(tok, dropout=0.1), train, valid, _config(epochs=3, log_every=4))
+    history = trainer.fit()
+    e, b = history["epoch"], history["batch"]
+    steps = 3 * trainer.batches_per_epoch
+    assert e["epoch"] == [1, 2, 3] and e["step"] == [steps // 3, 2 * steps // 3, steps]
+    assert trainer.model.step == steps and trainer.epoch == 3 and trainer.batch_in_epoch == 0
+    assert e["loss"][-1] < 0.6 * e["loss"][0]
+    assert e["val_loss"][-1] < 0.8 * e["val_loss"][0]
+    assert e["val_accuracy"][-1] > e["val_accuracy"][0]
+    # the recorded validation numbers are what evaluate_loss gives now
+    val_loss, val_acc, _ = evaluate_loss(trainer.model, valid, 32)
+    assert (e["val_loss"][-1], e["val_accuracy"][-1]) == pytest.approx((val_loss, val_acc), rel=1e-12)
+    assert all(s > 0 for s in e["seconds"]) and all(t > 0 for t in e["tokens_per_second"])
+    tokens = int(np.count_nonzero(train.tgt[:, 1:]))
+    assert e["tokens_per_second"][0] == pytest.approx(tokens / e["seconds"][0], rel=1e-9)
+    # one batch entry per 4 steps, at steps 4, 8, ...; the learning rate of that step
+    assert b["step"] == list(range(4, steps + 1, 4))
+    assert b["lr"] == [trainer.model.learning_rate(s) for s in b["step"]]
+    assert len(b["loss"]) == len(b["accuracy"]) == len(b["step"])
+    fig = history_plot(history)
+    assert len(fig.axes) == 3
+
+
+def test_fit_is_reproducible(tok, data):
+    runs = []
+    for _ in range(2):
+        trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], None, _config(epochs=1))
+        runs.append(trainer.fit()["batch"]["loss"])
+    assert runs[0] == runs[1]
+
+
+# --- exact resume -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference_run(tok, data):
+    """Three uninterrupted epochs with dropout on; every step's loss is logged."""
+    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=3))
+    history = trainer.fit()
+    weights = {k: p.value.copy() for k, p in trainer.model.parameters().items()}
+    return history, weights
+
+
+def _assert_same_run(history, weights, reference):
+    ref_history, ref_weights = reference
+    assert history["batch"]["loss"] == ref_history["batch"]["loss"]  # bit for bit
+    assert history["batch"]["step"] == ref_history["batch"]["step"]
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "step", "epoch"):
+        assert history["epoch"][key] == ref_history["epoch"][key], key
+    for name, value in ref_weights.items():
+        np.testing.assert_array_equal(weights[name], value, err_msg=name)
+
+
+def test_resume_after_an_epoch_is_exact(tok, data, tmp_path, reference_run):
+    first = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=1),
+                    src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    first.fit()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001"]
+    del first
+    resumed = Trainer.from_checkpoint(tmp_path, data[0], data[1], epochs=3)
+    assert (resumed.epoch, resumed.batch_in_epoch) == (1, 0)
+    assert resumed.config.epochs == 3 and resumed.config.warmup == 50
+    history = resumed.fit()
+    _assert_same_run(history, {k: p.value for k, p in resumed.model.parameters().items()}, reference_run)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001", "epoch-0002", "epoch-0003"]
+
+
+def test_ctrl_c_saves_the_exact_position_and_resume_continues(tok, data, tmp_path, reference_run):
+    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=3),
+                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    stop_at = trainer.batches_per_epoch + 5  # the 5th batch of epoch 2
+    previous = signal.getsignal(signal.SIGINT)
+
+    def press_ctrl_c(t):
+        if t.model.step == stop_at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.fit(on_batch_end=press_ctrl_c)
+    assert signal.getsignal(signal.SIGINT) is previous  # the handler is restored
+    assert info.value.checkpoint == tmp_path / "epoch-0002-batch-000005"
+    assert isinstance(info.value, KeyboardInterrupt)
+    assert (trainer.epoch, trainer.batch_in_epoch, trainer.model.step) == (1, 5, stop_at)
+    assert (tmp_path / "latest").read_text().strip() == "epoch-0002-batch-000005"
+
+    resumed = Trainer.from_checkpoint(tmp_path, data[0], data[1])
+    assert (resumed.epoch, resumed.batch_in_epoch, resumed.model.step) == (1, 5, stop_at)
+    history = resumed.fit()
+    _assert_same_run(history, {k: p.value for k, p in resumed.model.parameters().items()}, reference_run)
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == ["epoch-0001", "epoch-0002-batch-000005", "epoch-0002", "epoch-0003"]
+
+
+def test_interrupted_fit_continues_in_memory(tok, data, reference_run):
+    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=3))
+
+    def stop(t):
+        if t.model.step == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.fit(on_batch_end=stop)
+    assert info.value.checkpoint is None
+    history = trainer.fit()
+    _assert_same_run(history, {k: p.value for k, p in trainer.model.parameters().items()}, reference_run)
+
+
+def test_resume_refuses_other_data(tok, data, tmp_path):
+    Trainer(tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok,
+            checkpoint_dir=tmp_path).fit()
+    src, tgt = reversal_pairs(500, seed=99)
+    other = tc.encode_pairs(src, tgt, tok, tok, 8)
+    with pytest.raises(ValueError, match="train data differ"):
+        Trainer.from_checkpoint(tmp_path, other)
+    with pytest.raises(ValueError, match="batches into an epoch|data differ"):
+        state = Trainer.from_checkpoint(tmp_path, data[0]).state_dict()
+        state["batch_in_epoch"] = 10_000
+        Trainer(tiny_model(tok), data[0]).load_state_dict(state)
+
+
+def test_epoch_checkpoints_keep_the_newest(tok, data, tmp_path):
+    trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=4, keep_checkpoints=2),
+                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    seen = []
+    trainer.fit(on_epoch_end=lambda t, entry: seen.append((entry["epoch"], t.last_checkpoint.name)))
+    assert seen == [(1, "epoch-0001"), (2, "epoch-0002"), (3, "epoch-0003"), (4, "epoch-0004")]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0003", "epoch-0004"]

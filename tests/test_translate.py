@@ -1,0 +1,193 @@
+"""Translator: exact translations of a learnable toy language, C++ vs Python greedy decoding, beam
+search, attention weights, truncation, evaluation with BLEU/chrF."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import transformer_cpp as tc
+from transformer_cpp.checkpoint import CheckpointError, save_checkpoint
+from transformer_cpp.plotting import attention_heatmap
+from transformer_cpp.training import TrainConfig, Trainer
+from transformer_cpp.translate import (SentenceTruncatedWarning, Translation, Translator, evaluate, greedy_decode,
+                                       greedy_decode_reference)
+
+from toy_task import threads, SYMBOLS, reversal_pairs, reversal_tokenizer, tiny_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Toy models train fastest on one thread (and the count is the same in every run compared)."""
+    with threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return reversal_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    """Sentences the model never saw in training (the training pairs use another seed)."""
+    src, tgt = reversal_pairs(300, seed=1234)
+    train_src = set(reversal_pairs(2000, seed=0)[0])
+    keep = [i for i, s in enumerate(src) if s not in train_src]
+    assert len(keep) > 30
+    return [src[i] for i in keep], [tgt[i] for i in keep]
+
+
+@pytest.fixture(scope="module")
+def translator(tok):
+    """A model trained to reverse sequences of a-f (about a second of training)."""
+    src, tgt = reversal_pairs(2000, seed=0)
+    enc = tc.encode_pairs(src, tgt, tok, tok, 8)
+    model = tiny_model(tok)
+    Trainer(model, enc, None, TrainConfig(epochs=20, batch_size=32, warmup=100, lr_scale=1.0, progress=False)).fit()
+    return Translator(model, tok, tok)
+
+
+def test_translates_the_toy_language_exactly(translator, held_out):
+    src, tgt = held_out
+    out = translator.translate_batch(src)
+    wrong = [(s, o, t) for s, o, t in zip(src, out, tgt) if o != t]
+    assert not wrong, wrong[:5]
+    assert translator.translate("a b c d") == "d c b a"
+    assert translator.translate("  f   e\t") == "e f"  # cleaned like the training data
+    # chunking does not change anything
+    assert translator.translate_batch(src, batch_size=7) == out
+    assert [translator.translate(s) for s in src[:10]] == out[:10]
+
+
+def test_cpp_greedy_decoding_matches_the_python_reference(translator, tok, held_out):
+    model = translator.model
+    src = tc.encode_pairs(held_out[0], held_out[1], tok, tok, 8).src  # padded batch of varied lengths
+    cpp = model.greedy_decode(src, tok.start_id, tok.end_id, 8)
+    ref = greedy_decode_reference(model, src, tok.start_id, tok.end_id, 8)
+    np.testing.assert_array_equal(cpp, ref)
+    np.testing.assert_array_equal(greedy_decode(model, src, tok.start_id, tok.end_id, 8), ref)
+    # each row: ids up to and including the end token, then padding
+    for row in ref:
+        ids = list(row[row != 0])
+        assert ids[-1] == tok.end_id and tok.end_id not in ids[:-1] and 0 not in ids
+        assert list(row[len(ids):]) == [0] * (len(row) - len(ids))
+
+
+def test_greedy_reference_on_an_untrained_model_hits_max_length(tok):
+    """An untrained model rarely stops: both paths cut at max_length the same way."""
+    model = tiny_model(tok, seed=11)
+    src = np.random.default_rng(0).integers(4, tok.vocab_size, size=(6, 7))
+    for limit in (1, 3, 8, 50):
+        cpp = model.greedy_decode(src, tok.start_id, tok.end_id, limit)
+        ref = greedy_decode_reference(model, src, tok.start_id, tok.end_id, limit)
+        np.testing.assert_array_equal(cpp, ref)
+        assert ref.shape[1] <= min(limit, 8)
+
+
+def test_greedy_decode_falls_back_to_python(translator, tok):
+    class PythonOnly:  # a model without the C++ greedy_decode
+        def __init__(self, model):
+            self._m = model
+            self.config = model.config
+
+        def forward(self, src, tgt_in, training=False):
+            return self._m.forward(src, tgt_in, training)
+
+    src = np.array([[1, 11, 12, 13, 2]], dtype=np.int64)
+    slow = greedy_decode(PythonOnly(translator.model), src, tok.start_id, tok.end_id, 8)
+    np.testing.assert_array_equal(slow, translator.model.greedy_decode(src, tok.start_id, tok.end_id, 8))
+
+
+def test_beam_search(translator, held_out):
+    src, tgt = held_out
+    assert translator.translate_batch(src[:40], beam_size=4) == tgt[:40]
+    t = translator.translate("c a f", beam_size=3, return_attention=True)
+    assert t.text == "f a c" and t.score is not None and t.score < 0 and t.finished
+
+
+def test_return_attention(translator, tok):
+    t = translator.translate("a b c d e", return_attention=True)
+    assert isinstance(t, Translation) and str(t) == t.text == "e d c b a"
+    assert t.source_ids == tok.encode("a b c d e") and t.target_ids[-1] == tok.end_id
+    assert t.source_pieces == ["<start>", "\u2581a", "\u2581b", "\u2581c", "\u2581d", "\u2581e", "<end>"]
+    assert t.target_pieces == ["\u2581e", "\u2581d", "\u2581c", "\u2581b", "\u2581a", "<end>"]
+    assert list(t.attention) == ["decoder.layers.0.cross_attention"]
+    w = t.cross_attention()
+    assert w.shape == (2, len(t.target_ids), len(t.source_ids))  # (heads, target, source)
+    np.testing.assert_allclose(w.sum(axis=-1), 1.0, rtol=1e-5)
+    # the weights are those of a forward pass on [start] + output[:-1]
+    model = translator.model
+    model.forward(np.array([t.source_ids]), np.array([[tok.start_id] + t.target_ids[:-1]]))
+    np.testing.assert_allclose(model.attention_weights()["decoder.layers.0.cross_attention"][0], w, rtol=1e-6)
+    # in a batch, padding is cut away
+    batch = translator.translate_batch(["a", "a b c d e"], return_attention=True)
+    assert batch[0].cross_attention().shape == (2, 2, 3)
+    np.testing.assert_allclose(batch[1].cross_attention(), w, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="return_attention=True"):
+        Translation("a", "a", [1], [2], [], [], True).cross_attention()
+    fig = attention_heatmap(w, t.source_pieces, t.target_pieces)
+    assert len(fig.axes) == 3  # two heads and a colour bar
+
+
+def test_long_input_is_truncated_with_a_warning(translator, tok):
+    long = " ".join(SYMBOLS + SYMBOLS)  # 12 symbols + start/end > max_length 8
+    with pytest.warns(SentenceTruncatedWarning, match="has 14 tokens; only its first 6 subwords"):
+        t = translator.translate(long, return_attention=True)
+    assert t.truncated and len(t.source_ids) == 8 and t.source_ids[-1] == tok.end_id
+    assert t.text == translator.translate("a b c d e f")  # what the model makes of the first six symbols
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translator.translate("a b")  # no warning for a short sentence
+
+
+def test_max_length_limits_the_output(translator):
+    t = translator.translate("a b c d e", max_length=3, return_attention=True)
+    assert len(t.target_ids) == 3 and not t.finished and t.text == "e d c"
+    assert Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer,
+                      max_length=1000).max_length == 8
+
+
+def test_bad_arguments(translator, tok):
+    with pytest.raises(TypeError, match="translate_batch"):
+        translator.translate(["a b"])
+    with pytest.raises(TypeError, match="single string"):
+        translator.translate_batch("a b")
+    with pytest.raises(ValueError, match="beam_size"):
+        translator.translate("a", beam_size=0)
+    with pytest.raises(ValueError, match="max_length"):
+        translator.translate("a", max_length=0)
+    other = tc.SubwordTokenizer.build_from_corpus(["x y z"] * 3, 9, min_frequency=1)
+    with pytest.raises(ValueError, match="tgt_tokenizer has"):
+        Translator(translator.model, tok, other)
+    assert translator.translate_batch([]) == []
+
+
+def test_from_checkpoint(translator, tok, tmp_path, held_out):
+    save_checkpoint(tmp_path, translator.model, tok, tok, data={"src_lang": "en"}, optimizer=False)
+    loaded = Translator.from_checkpoint(tmp_path)
+    assert loaded.checkpoint == tmp_path / "epoch-0000"
+    assert loaded.translate_batch(held_out[0][:20]) == held_out[1][:20]
+    (tmp_path / "epoch-0000" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        Translator.from_checkpoint(tmp_path)
+
+
+def test_evaluate_scores(translator, held_out):
+    src, tgt = held_out
+    result = evaluate(translator, src, tgt, tgt_lang=None)
+    assert result.bleu == pytest.approx(100.0) and result.chrf == pytest.approx(100.0)
+    assert result.accuracy == 1.0 and 0 <= result.loss < 0.1
+    assert result.sentences == result.scored_pairs == len(src)
+    assert result.hypotheses == tgt and "BLEU 100.00" in result.summary()
+    assert "tok:13a" in result.bleu_signature
+    # a bad system scores lower, by sacrebleu's own numbers
+    import sacrebleu
+
+    wrong = evaluate(translator, src, [s for s in src], tgt_lang=None)  # references not reversed
+    assert wrong.bleu == pytest.approx(sacrebleu.corpus_bleu(tgt, [src]).score)
+    assert wrong.bleu < 100 and wrong.accuracy < 1.0
+    with pytest.raises(ValueError, match="2 sources but 1 references"):
+        evaluate(translator, ["a", "b"], ["a"])

@@ -1,0 +1,70 @@
+"""Small tasks for the training, checkpoint, translation and command-line tests.
+
+* The *reversal language*: sentences of 1-5 symbols from ``a``-``f`` ("c a f"), translated into
+  the same symbols in reverse order ("f a c"). A one-layer model of width 32 learns it exactly in
+  about a second, so tests can demand exact translations.
+* A tiny Tatoeba-format file (``English<TAB>Spanish<TAB>attribution``) built from a handful of
+  words, for the command line. The real data set is never used by the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
+import numpy as np
+
+import transformer_cpp as tc
+
+SYMBOLS = "abcdef"
+
+
+def reversal_pairs(n: int, seed: int = 0, max_symbols: int = 5) -> Tuple[List[str], List[str]]:
+    """``n`` random sentences of 1..max_symbols symbols and their reversals."""
+    rng = np.random.default_rng(seed)
+    src = [" ".join(rng.choice(list(SYMBOLS), size=int(rng.integers(1, max_symbols + 1)))) for _ in range(n)]
+    return src, [" ".join(s.split()[::-1]) for s in src]
+
+
+def reversal_tokenizer() -> tc.SubwordTokenizer:
+    """A byte-level BPE vocabulary where every symbol (with its leading space) is one token."""
+    corpus = [" ".join(SYMBOLS)] * 4 + [s for s in SYMBOLS]
+    logging.getLogger("transformer_cpp.tokenizer").setLevel(logging.ERROR)  # the small-alphabet warning
+    tok = tc.SubwordTokenizer.build_from_corpus(corpus, 20, min_frequency=1)
+    for s in SYMBOLS:
+        assert len(tok.encode(s, add_special_tokens=False)) == 1, tok.tokens(s)
+    return tok
+
+
+def tiny_model(tok: tc.SubwordTokenizer, *, dropout: float = 0.0, seed: int = 0, d_model: int = 32,
+               max_length: int = 8) -> tc.Transformer:
+    """A one-layer Transformer small enough to train in a second."""
+    return tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=d_model, n_layers=1, n_heads=2, d_ff=2 * d_model,
+                          dropout=dropout, max_length=max_length, seed=seed)
+
+
+def write_tatoeba_file(path: Path, n: int = 400, seed: int = 0) -> Path:
+    """A tiny English-Spanish file in the manythings.org format."""
+    words = [("cat", "gato"), ("dog", "perro"), ("house", "casa"), ("water", "agua"), ("book", "libro"),
+             ("tree", "árbol"), ("car", "coche"), ("bird", "pájaro")]
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        a, b = (words[int(k)] for k in rng.integers(0, len(words), size=2))
+        lines.append(f"The {a[0]} and the {b[0]}.\tEl {a[1]} y el {b[1]}.\tCC-BY 2.0 (France) Attribution: test #{i}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` C++ threads, then restore the previous count (toy models are faster
+    on one thread, and a busy shared machine makes threads wait for each other)."""
+    before = tc.get_num_threads()
+    tc.set_num_threads(n)
+    try:
+        yield
+    finally:
+        tc.set_num_threads(before)
