@@ -207,7 +207,8 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
   if (pack) {
     for (Index i = 0; i < B * Tt; ++i)
       if (tokens.data()[i] != 0 || (targets != nullptr && targets[i] != 0)) layout_.ids.push_back(i);
-    layout_.packed = static_cast<Index>(layout_.ids.size()) < B * Tt;
+    // nothing to compute (an all-padding batch): run unpacked rather than with zero rows
+    layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * Tt;
     if (!layout_.packed) layout_.ids.clear();
   }
   x_ = embedding_.forward(tokens, layout_);

@@ -158,7 +158,8 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
   if (pack) {
     for (Index i = 0; i < B * S; ++i)
       if (tokens.data()[i] != 0) layout_.ids.push_back(i);
-    layout_.packed = static_cast<Index>(layout_.ids.size()) < B * S;
+    // nothing to compute (an all-padding batch): run unpacked rather than with zero rows
+    layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * S;
     if (!layout_.packed) layout_.ids.clear();
   }
   x_ = embedding_.forward(tokens, layout_);  // (rows, d): embedding * sqrt(d) + PE
