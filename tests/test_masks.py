@@ -199,3 +199,38 @@ def test_model_with_an_all_padding_source_and_target_row_is_finite():
     loss, _ = model.train_step(src, tgt_in, tgt_out)
     assert np.isfinite(loss) and np.isfinite(model.last_grad_norm)
     assert all(np.all(np.isfinite(p.value)) for p in model.parameters().values())
+
+
+@pytest.mark.parametrize("after_a_step", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_train_step_on_a_batch_whose_sources_are_all_padding(dtype, after_a_step):
+    """Every cross-attention row is dead, so the target side trains as a language model. train_step
+    must accept the batch as forward/evaluate do, on a fresh model and right after a normal step."""
+    model = small_model(dtype=dtype)
+    model.configure_optimizer(fixed_lr=1e-3)
+    rng = np.random.default_rng(8)
+    tgt_in, tgt_out = rng.integers(1, 19, (3, 4)), rng.integers(1, 19, (3, 4))
+    if after_a_step:
+        model.train_step(rng.integers(1, 17, (3, 5)), tgt_in, tgt_out)
+    empty = np.zeros((2, 6), int)
+    expected, _ = model.evaluate(empty, tgt_in[:2], tgt_out[:2])
+    before = model.parameters()["decoder.layers.0.feed_forward.linear1.weight"].value.copy()
+    loss, _ = model.train_step(empty, tgt_in[:2], tgt_out[:2])
+    assert loss == pytest.approx(expected, rel=1e-6)
+    assert model.step == 1 + after_a_step
+    assert not np.array_equal(model.parameters()["decoder.layers.0.feed_forward.linear1.weight"].value, before)
+    assert all(np.all(np.isfinite(p.value)) for p in model.parameters().values())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_train_step_on_a_batch_whose_targets_are_all_padding(dtype):
+    """No target counts: the loss is 0 and, on a fresh model, nothing moves (zero gradient)."""
+    model = small_model(dtype=dtype)
+    src = np.random.default_rng(9).integers(1, 17, (2, 5))
+    none = np.zeros((2, 3), int)
+    before = {n: p.value.copy() for n, p in model.parameters().items()}
+    assert model.train_step(src, none, none) == (0.0, 0.0)
+    assert model.evaluate(src, none, none) == (0.0, 0.0)
+    assert model.last_token_count == 0
+    for n, p in model.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
