@@ -229,3 +229,29 @@ def test_training_steps_match_torch_adam(variant, smoothing, clip):
     assert model.step == 6
     assert theirs[-1] < 0.8 * theirs[0], "the reference must actually train for the comparison to mean much"
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
+def test_transformer_parity_medium_size(pre_norm):
+    """Shapes large enough for the parallel paths (embedding rows, attention over batch x heads,
+    blocked GEMM) and uneven padding in every sequence, float32."""
+    rng = np.random.default_rng(10)
+    model = tc.Transformer(50, 47, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=0.0, max_length=32,
+                           pre_norm=pre_norm, seed=11)
+    ref = build_reference(model.config)
+    copy_weights_to_reference(model, ref)
+    b, s, t = 16, 21, 18
+    src = tokens(rng, b, s, 50, list(rng.integers(3, s + 1, b)))
+    tgt_in = tokens(rng, b, t, 47, list(rng.integers(2, t + 1, b)))
+    tgt_out = np.roll(tgt_in, -1, axis=1) * (tgt_in != 0)
+    tgt_out[:, -1] = 0
+    dlogits = rng.standard_normal((b, t, 47)).astype(np.float32)
+    logits = model.forward(src, tgt_in)
+    model.zero_grad()
+    model.backward(dlogits)
+    lt = ref(src, tgt_in)
+    lt.backward(torch.from_numpy(dlogits))
+    assert_close(logits, lt, TOL["float32"], "logits")
+    assert_gradients_close(model, ref, TOL["float32"])
+    loss, _ = model.evaluate(src, tgt_in, tgt_out)
+    assert loss == pytest.approx(ref.loss(lt.detach(), tgt_out).item(), rel=1e-5)
