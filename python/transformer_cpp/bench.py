@@ -18,7 +18,8 @@ use), except the peak-memory measurement, which needs a fresh process per implem
    the growing prefix at every step) and CTranslate2 on the same weights (see
    :func:`convert_to_ctranslate2`; the conversion is checked to give identical outputs first).
 4. **Peak memory** of training steps, ours and PyTorch's, each in a child process
-   (``python -m transformer_cpp.bench --child-memory ours|torch``), and **thread scaling** of the
+   (``python -m transformer_cpp.bench --child-memory ours|torch``; peak RSS from ``VmHWM``, see
+   :func:`_peak_rss`), and **thread scaling** of the
    training step (1 thread against all threads).
 
 Thread control: ``--threads N`` calls ``transformer_cpp.set_num_threads(N)`` and
@@ -793,10 +794,22 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
 # ----------------------------------------------------------------------------------------------
 
 
-def _maxrss_bytes() -> int:
-    """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
+def _peak_rss() -> Tuple[int, str]:
+    """Peak resident set size of this process so far, in bytes, and where it was read.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, the high-water mark of this process image. Not
+    ``ru_maxrss``: Linux carries ``ru_maxrss`` across ``fork``/``exec``, so a child started by the
+    (large) benchmark process would report the parent's peak. Elsewhere: ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024, "VmHWM"
+    except OSError:
+        pass
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r) if sys.platform == "darwin" else int(r) * 1024
+    return (int(r) if sys.platform == "darwin" else int(r) * 1024), "ru_maxrss"
 
 
 def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
@@ -808,7 +821,7 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
 
         torch.set_num_threads(threads)
         from . import torch_reference  # noqa: F401
-    baseline = _maxrss_bytes()
+    baseline, source = _peak_rss()
     batches = make_batches(shapes, shapes.memory_steps, seed=seed + 1)
     if which == "ours":
         model = build_ours(shapes, seed)
@@ -820,15 +833,16 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
             trainer.train_step(*trainer.tensors(b))
     else:
         raise ValueError(f"--child-memory: expected 'ours' or 'torch', got {which!r}")
-    peak = _maxrss_bytes()
+    peak, _ = _peak_rss()
     return {"which": which, "baseline_mb": baseline / 2 ** 20, "raw_mb": peak / 2 ** 20,
-            "delta_mb": (peak - baseline) / 2 ** 20, "steps": len(batches)}
+            "delta_mb": (peak - baseline) / 2 ** 20, "steps": len(batches), "source": source}
 
 
 def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool,
                    seed: int = 0) -> Dict[str, Any]:
     """Peak memory of training steps, ours and PyTorch's, each in its own child process."""
-    out: Dict[str, Any] = {"method": "ru_maxrss of a child process; delta = peak - peak after imports"}
+    out: Dict[str, Any] = {"method": "peak RSS (VmHWM, else ru_maxrss) of a child process after its training "
+                                     "steps; delta = that peak - the peak after imports"}
     env = dict(os.environ)
     for key in _THREAD_ENV:
         env[key] = str(threads)
@@ -836,12 +850,15 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
         cmd = [sys.executable, "-m", "transformer_cpp.bench", "--child-memory", which, "--threads", str(threads),
                "--seed", str(seed)] + (["--quick"] if quick else [])
         _log(f"memory: {which} in a child process")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            out[which] = {"error": f"child exited with {proc.returncode}: {proc.stderr.strip()[-500:]}"}
-        else:
-            out[which] = json.loads(lines[-1])
+        for attempt in (1, 2):  # once more if the child fails (e.g. an editable rebuild raced a source edit)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+            if proc.returncode == 0 and lines:
+                out[which] = json.loads(lines[-1])
+                break
+            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            out[which] = {"error": f"child exited with {proc.returncode}: {last[:300]}"}
+            _log(f"memory child ({which}) failed, attempt {attempt}: {last[:300]}")
     ours_delta = out.get("ours", {}).get("delta_mb")
     torch_delta = (out.get("torch") or {}).get("delta_mb")
     # a tiny (quick) model may fit in memory the imports already touched: no ratio then
@@ -851,43 +868,59 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
 
 def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int = 0) -> Dict[str, Any]:
     """Training tokens/s at 1 thread and at ``threads``, interleaved step by step (ours; PyTorch for
-    reference), one untimed step per setting first."""
-    import_torch = None
+    reference), one untimed step per setting first; plus the NumPy GEMM peak at both thread counts,
+    the machine's own scaling ceiling (two vCPUs of a busy or SMT host scale less than 2x)."""
+    torch_module = None
     if with_torch:
-        import torch as import_torch
+        import torch as torch_module
+
+    def use(n: int) -> None:
+        set_all_threads(n, torch_module)
+
     model = build_ours(shapes, seed)
     trainer = TorchTrainer(shapes, model) if with_torch else None
     batches = make_batches(shapes, 1 + shapes.scaling_steps, seed=seed + 3)
     times: Dict[Tuple[str, int], List[float]] = {}
     settings = [1, threads]
-    for i, b in enumerate(batches):
+    gemm: Dict[int, List[float]] = {n: [] for n in settings}
+    try:
         for n in settings:
-            set_num_threads(n)
-            if import_torch is not None:
-                import_torch.set_num_threads(n)
-            t0 = time.perf_counter()
-            model.train_step(b.src, b.tgt_in, b.tgt_out)
-            t1 = time.perf_counter()
-            if i:
-                times.setdefault(("ours", n), []).append(t1 - t0)
-            if trainer is not None:
-                src, tgt_in, tgt_out = trainer.tensors(b)
+            use(n)
+            gemm[n].append(gemm_peak(shapes.gemm_n, shapes.gemm_repeats, seed)["gflops"])
+        for i, b in enumerate(batches):
+            for n in settings:
+                use(n)
                 t0 = time.perf_counter()
-                trainer.train_step(src, tgt_in, tgt_out)
+                model.train_step(b.src, b.tgt_in, b.tgt_out)
                 t1 = time.perf_counter()
                 if i:
-                    times.setdefault(("torch", n), []).append(t1 - t0)
-        _log(f"scaling step {i + 1}/{len(batches)}" + (" (warm-up)" if not i else ""))
-    set_num_threads(threads)
-    if import_torch is not None:
-        import_torch.set_num_threads(threads)
+                    times.setdefault(("ours", n), []).append(t1 - t0)
+                if trainer is not None:
+                    src, tgt_in, tgt_out = trainer.tensors(b)
+                    t0 = time.perf_counter()
+                    trainer.train_step(src, tgt_in, tgt_out)
+                    t1 = time.perf_counter()
+                    if i:
+                        times.setdefault(("torch", n), []).append(t1 - t0)
+            _log(f"scaling step {i + 1}/{len(batches)}" + (" (warm-up)" if not i else "")
+                 + "".join(f"  {k[0]}@{k[1]} {v[-1]:.3f}s" for k, v in times.items() if i))
+        for n in settings:
+            use(n)
+            gemm[n].append(gemm_peak(shapes.gemm_n, shapes.gemm_repeats, seed)["gflops"])
+    finally:
+        use(threads)
     timed = batches[1:]
-    out: Dict[str, Any] = {"threads": threads, "steps": shapes.scaling_steps}
+    flops = [training_step_flops(shapes, b) for b in timed]
+    gemm_1, gemm_n = max(gemm[1]), max(gemm[threads])
+    out: Dict[str, Any] = {"threads": threads, "steps": shapes.scaling_steps,
+                           "gemm": {"gflops_1": gemm_1, "gflops_n": gemm_n, "speedup": gemm_n / gemm_1}}
     for name in (["ours", "torch"] if with_torch else ["ours"]):
         one = _median_rate([b.tokens for b in timed], times[(name, 1)])
         many = _median_rate([b.tokens for b in timed], times[(name, threads)])
+        gflops_1 = _median_rate(flops, times[(name, 1)]) / 1e9
         out[name] = {"tokens_per_s_1": one, f"tokens_per_s_{threads}": many, "tokens_per_s_n": many,
-                     "speedup": many / one}
+                     "speedup": many / one, "gflops_1": gflops_1, "peak_fraction_1": gflops_1 / gemm_1,
+                     "step_s_1": list(times[(name, 1)]), "step_s_n": list(times[(name, threads)])}
     return out
 
 
@@ -979,6 +1012,8 @@ def format_report(results: Dict[str, Any]) -> str:
         row("   % of GEMM peak", _fmt(o.get("peak_fraction"), "%"), _fmt(t.get("peak_fraction"), "%"), "", "",
             "train_peak_fraction")
         row("   median step time", _fmt(o["step_s_median"], "s"), _fmt(t.get("step_s_median"), "s"))
+        row("   fastest / slowest step (s)", f"{min(o['step_s']):.2f}/{max(o['step_s']):.2f}",
+            f"{min(t['step_s']):.2f}/{max(t['step_s']):.2f}" if t else "")
     dec = results.get("decoding")
     if dec:
         lines.append(f"3. Greedy decoding: {dec['sentences']} sentences, up to {dec['max_length']} tokens "
@@ -1010,7 +1045,8 @@ def format_report(results: Dict[str, Any]) -> str:
         if "error" in o or "error" in t:
             lines.append(f"4. Peak memory: error: {o.get('error') or t.get('error')}")
         else:
-            lines.append("4. Peak memory of training steps (child processes, ru_maxrss)")
+            lines.append(f"4. Peak memory of {o.get('steps', '?')} training steps (child processes, "
+                         f"{o.get('source', 'peak RSS')})")
             row("   delta over imports (MB)", _fmt(o.get("delta_mb")), _fmt(t.get("delta_mb")), "",
                 _fmt(mem.get("ratio_delta"), "x"), "memory_vs_torch")
             row("   raw peak RSS (MB)", _fmt(o.get("raw_mb")), _fmt(t.get("raw_mb")))
@@ -1022,6 +1058,13 @@ def format_report(results: Dict[str, Any]) -> str:
         row("   1 thread", _fmt(o["tokens_per_s_1"]), _fmt(t.get("tokens_per_s_1")))
         row(f"   {n} threads", _fmt(o["tokens_per_s_n"]), _fmt(t.get("tokens_per_s_n")))
         row("   speed-up", _fmt(o["speedup"], "x"), _fmt(t.get("speedup"), "x"), "", "", "thread_scaling")
+        g = sc.get("gemm") or {}
+        if g:
+            row(f"   machine: NumPy GEMM GFLOP/s 1 -> {n} threads", f"{g['gflops_1']:.0f}->{g['gflops_n']:.0f}",
+                "", "", _fmt(g["speedup"], "x"))
+        row("   1-thread model GFLOP/s (% of 1-thread GEMM)",
+            f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
+            f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "")
     lines.append("")
     return "\n".join(lines)
 
