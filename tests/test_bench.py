@@ -176,3 +176,20 @@ def test_torch_tutorial_loop_equals_ours():
 def test_ctranslate2_conversion_is_exact(layout):
     exact, why = bench.check_ctranslate2_exact(threads=1, layout=layout)
     assert exact, why
+
+
+def test_quick_without_torch_reports_ours_alone(tmp_path):
+    out = tmp_path / "ours.json"
+    proc = subprocess.run([sys.executable, "-m", "transformer_cpp.bench", "--quick", "--no-torch", "--no-ctranslate2",
+                           "--skip-scaling", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "PyTorch comparisons skipped" in proc.stdout  # the table says so
+    r = json.loads(out.read_text())
+    assert r["threads"] == 1 and r["training"]["torch"] is None and r["training"]["ratio"] is None
+    _positive(r["training"]["ours"]["tokens_per_s"], "training.ours.tokens_per_s")
+    for bs, entry in r["decoding"]["batches"].items():
+        assert set(entry) == {"ours"}
+        _positive(entry["ours"]["sentences_per_s"], f"decoding[{bs}].ours")
+    assert "torch" not in r["memory"] and "error" not in r["memory"]["ours"]
+    assert {t["key"]: t["met"] for t in r["targets"]}["train_vs_torch"] is None

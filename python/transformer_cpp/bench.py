@@ -1087,6 +1087,10 @@ def _jsonable(obj: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 
+_DESCRIPTION = ("Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
+                "training step, greedy decoding, peak memory and thread scaling, with the issue's targets.")
+
+
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="threads for every library (default: all cores available to the process)")
@@ -1108,7 +1112,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
     p = subparsers.add_parser("bench", help="benchmark the C++ core against PyTorch (and CTranslate2)",
-                              description=__doc__.split("\n\n")[0] if __doc__ else None)
+                              description=_DESCRIPTION)
     _add_arguments(p)
     p.set_defaults(func=run_bench)
     return p
@@ -1191,8 +1195,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m transformer_cpp.bench [options]`` (the options of ``transformer-cpp bench``)."""
-    parser = argparse.ArgumentParser(prog="python -m transformer_cpp.bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="python -m transformer_cpp.bench", description=_DESCRIPTION)
     _add_arguments(parser)
     args = parser.parse_args(argv)
     try:
