@@ -41,6 +41,23 @@ ConstTokenMap tmap(const py::array_t<std::int64_t, py::array::c_style>& a) {
   return ConstTokenMap(a.data(), a.shape(0), a.shape(1));
 }
 
+// train_step (train) or evaluate: (loss, accuracy) over the non-padding targets, GIL released.
+template <typename T>
+py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
+                    bool train) {
+  Batch b = token_batch(src, tgt_in, &tgt_out, train ? "Transformer.train_step" : "Transformer.evaluate");
+  LossStats s;
+  {
+    py::gil_scoped_release release;
+    s = train ? h.model.train_step(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out))
+              : h.model.evaluate(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
+  }
+  h.B = -1;  // these passes compute only the rows the loss needs: no backward() may follow
+  h.last_count = s.count;
+  const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
+  return py::make_tuple(s.loss, acc);
+}
+
 template <typename T>
 void bind_transformer(py::module_& m) {
   using H = ModelHolder<T>;
@@ -97,33 +114,13 @@ void bind_transformer(py::module_& m) {
            py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
       .def("train_step",
            [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
-             Batch b = token_batch(src, tgt_in, &tgt_out, "Transformer.train_step");
-             LossStats s;
-             {
-               py::gil_scoped_release release;
-               s = h.model.train_step(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
-             }
-             h.B = b.tgt_in.shape(0);
-             h.Tt = b.tgt_in.shape(1);
-             h.last_count = s.count;
-             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
-             return py::make_tuple(s.loss, acc);
+             return loss_step(h, src, tgt_in, tgt_out, true);
            },
            py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
            "Forward, masked loss, backward and one Adam step; returns (loss, accuracy).")
       .def("evaluate",
            [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
-             Batch b = token_batch(src, tgt_in, &tgt_out, "Transformer.evaluate");
-             LossStats s;
-             {
-               py::gil_scoped_release release;
-               s = h.model.evaluate(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
-             }
-             h.B = b.tgt_in.shape(0);
-             h.Tt = b.tgt_in.shape(1);
-             h.last_count = s.count;
-             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
-             return py::make_tuple(s.loss, acc);
+             return loss_step(h, src, tgt_in, tgt_out, false);
            },
            py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
            "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).")
