@@ -3,6 +3,7 @@
 #include <new>
 
 #include "transformer/random.hpp"
+#include "transformer/stack.hpp"
 
 namespace transformer {
 
@@ -185,43 +186,24 @@ const Matrix<T>& Encoder<T>::output() const {
 template <typename T>
 void Encoder<T>::backward(ConstMatrixMap<T> dmemory) {
   if (B_ < 0) throw std::runtime_error("Encoder: backward() called before forward()");
-  ConstMatrixMap<T> d = dmemory;
-  if (final_norm_) {
-    const Matrix<T>& dn = final_norm_->backward(d);
-    new (&d) ConstMatrixMap<T>(dn.data(), dn.rows(), dn.cols());  // re-seat the map
-  }
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    const Matrix<T>& dx = (*it)->backward(d);
-    new (&d) ConstMatrixMap<T>(dx.data(), dx.rows(), dx.cols());
-  }
-  dx_ = d;
+  dx_ = stack_backward<T>(dmemory, layers_, final_norm_.get(), [](EncoderLayer<T>&) {});
   dropout_.backward_inplace(mmap(dx_));
   embedding_.backward(cmap(dx_));
 }
 
 template <typename T>
 ParameterList<T> Encoder<T>::parameters() {
-  ParameterList<T> ps;
-  append_parameters(ps, embedding_.parameters(), "embedding");
-  for (size_t i = 0; i < layers_.size(); ++i)
-    append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
-  if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
-  return ps;
+  return stack_parameters<T>(embedding_, layers_, final_norm_.get());
 }
 
 template <typename T>
 void Encoder<T>::zero_grad() {
-  embedding_.zero_grad();
-  for (auto& l : layers_) l->zero_grad();
-  if (final_norm_) final_norm_->zero_grad();
+  stack_zero_grad<T>(embedding_, layers_, final_norm_.get());
 }
 
 template <typename T>
 std::vector<Dropout<T>*> Encoder<T>::dropouts() {
-  std::vector<Dropout<T>*> ds{&dropout_};
-  for (auto& l : layers_)
-    for (auto* d : l->dropouts()) ds.push_back(d);
-  return ds;
+  return stack_dropouts<T>(dropout_, layers_);
 }
 
 template class EncoderLayer<float>;
