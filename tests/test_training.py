@@ -273,3 +273,28 @@ def test_epoch_checkpoints_keep_the_newest(tok, data, tmp_path):
     trainer.fit(on_epoch_end=lambda t, entry: seen.append((entry["epoch"], t.last_checkpoint.name)))
     assert seen == [(1, "epoch-0001"), (2, "epoch-0002"), (3, "epoch-0003"), (4, "epoch-0004")]
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0003", "epoch-0004"]
+
+
+def test_second_ctrl_c_stops_at_once(tok, data, tmp_path):
+    trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=2), src_tokenizer=tok, tgt_tokenizer=tok,
+                      checkpoint_dir=tmp_path)
+    previous = signal.getsignal(signal.SIGINT)
+
+    def press_twice(t):
+        if t.model.step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        trainer.fit(on_batch_end=press_twice)
+    assert not isinstance(info.value, TrainingInterrupted)  # no clean stop, no new checkpoint
+    assert signal.getsignal(signal.SIGINT) is previous
+    assert list_checkpoints(tmp_path) == []
+
+
+def test_from_checkpoint_needs_a_training_checkpoint(tok, data, tmp_path):
+    from transformer_cpp.checkpoint import CheckpointError, save_checkpoint
+
+    save_checkpoint(tmp_path, tiny_model(tok), tok, tok)  # no trainer state, no training settings
+    with pytest.raises(CheckpointError, match="no trainer state"):
+        Trainer.from_checkpoint(tmp_path, data[0])
