@@ -173,6 +173,18 @@ def _check_resume_options(args: argparse.Namespace, model_cfg: Dict[str, Any], t
                         + ", or start a new run with another --out")
 
 
+def _show_epoch_summaries() -> None:
+    """Without a progress bar, the trainer reports each epoch through its logger: show those lines."""
+    import logging
+
+    log = logging.getLogger(f"{__package__}.training")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .checkpoint import list_checkpoints, load_checkpoint, read_checkpoint_config
     from .model import Transformer, preset_config
@@ -233,6 +245,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
                           checkpoint_dir=out, data_info=data_info)
         _say(f"training {config.epochs} epochs of {trainer.batches_per_epoch:,} batches; checkpoints in {out}")
+    _show_epoch_summaries()
     try:
         trainer.fit()
     except TrainingInterrupted as exc:

@@ -559,16 +559,18 @@ class Trainer:
                 if stop.requested:
                     return None
             entry = self._finish_epoch()
+            val = ""
+            if "val_loss" in entry:
+                val = f", val_loss {entry['val_loss']:.4f}, val_acc {entry['val_accuracy']:.4f}"
+            summary = (f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
+                       f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s")
             if self.config.progress:
-                val = ""
-                if "val_loss" in entry:
-                    val = f", val_loss {entry['val_loss']:.4f}, val_acc {entry['val_accuracy']:.4f}"
                 bar.set_postfix(loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}",
                                 lr=f"{entry['lr']:.2e}", refresh=True)
                 bar.close()
-                tqdm.write(f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
-                           f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s", file=sys.stderr)
-            logger.info("epoch %d: %s", entry["epoch"], entry)
+                tqdm.write(summary, file=sys.stderr)
+            else:
+                logger.info("%s", summary)  # the command line shows these; a library user may enable them
             return entry
         finally:
             bar.close()
