@@ -172,10 +172,19 @@ def test_torch_tutorial_loop_equals_ours():
 
 
 @pytest.mark.skipif(not HAVE_CT2, reason="needs ctranslate2")
-@pytest.mark.parametrize("layout", ["interleaved", "concatenated"])
-def test_ctranslate2_conversion_is_exact(layout):
-    exact, why = bench.check_ctranslate2_exact(threads=1, layout=layout)
+@pytest.mark.parametrize("layout, tied", [("interleaved", False), ("concatenated", False), ("interleaved", True)])
+def test_ctranslate2_conversion_is_exact(layout, tied):
+    exact, why = bench.check_ctranslate2_exact(threads=1, layout=layout, share_embeddings=tied)
     assert exact, why
+
+
+@pytest.mark.skipif(not HAVE_CT2, reason="needs ctranslate2")
+def test_ctranslate2_refuses_pre_norm(tmp_path):
+    import transformer_cpp as tc
+
+    model = tc.Transformer(20, 20, d_model=16, n_layers=1, n_heads=2, d_ff=16, max_length=8, pre_norm=True)
+    with pytest.raises(ValueError, match="pre-norm"):
+        bench.convert_to_ctranslate2(model, str(tmp_path))
 
 
 def test_quick_without_torch_reports_ours_alone(tmp_path):

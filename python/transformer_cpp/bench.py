@@ -50,12 +50,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import __version__, build_info, get_num_threads, positional_encoding, set_num_threads
+from . import __version__, build_info, positional_encoding, set_num_threads
 from .model import Transformer
 
 __all__ = [
@@ -575,10 +575,10 @@ def convert_to_ctranslate2(model: Transformer, output_dir: str) -> Tuple[List[st
       output; cross-attention ``linear[0]`` = query, ``linear[1]`` = ``[W_k; W_v]``, ``linear[2]`` =
       output; LayerNorms: self-attention <- norm1, cross-attention <- norm2, feed-forward <- the
       layer's last norm (norm2 in the encoder, norm3 in the decoder);
-    * ``decoder.projection`` = our output layer.
+    * ``decoder.projection`` = our output layer (the decoder embedding when embeddings are tied).
 
-    Pre-norm models and tied embeddings are not converted (ValueError). Returns the source and
-    target vocabularies (token names by id) used for the conversion.
+    Pre-norm models are not converted (ValueError). Returns the source and target vocabularies
+    (token names by id) used for the conversion.
     """
     from ctranslate2.specs import transformer_spec
 
@@ -618,9 +618,11 @@ def convert_to_ctranslate2(model: Transformer, output_dir: str) -> Tuple[List[st
             linear(layer.ffn.linear_0, f"{p}.feed_forward.linear1")
             linear(layer.ffn.linear_1, f"{p}.feed_forward.linear2")
             norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
-    if "output.weight" not in params:
-        raise ValueError("convert_to_ctranslate2: tied embeddings (share_embeddings) are not supported")
-    linear(spec.decoder.projection, "output")
+    if "output.weight" in params:
+        linear(spec.decoder.projection, "output")
+    else:  # share_embeddings: the projection is the decoder embedding
+        spec.decoder.projection.weight = params["decoder.embedding.weight"]
+        spec.decoder.projection.bias = params["output.bias"]
     source_vocab = _token_names(cfg["src_vocab_size"], "s")
     target_vocab = _token_names(cfg["tgt_vocab_size"], "t")
     spec.register_source_vocabulary(source_vocab)
@@ -686,8 +688,8 @@ def _max_log_prob_difference(model: Transformer, ct: "CTranslate2Greedy", src: n
     return worst
 
 
-def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24,
-                            layout: str = "interleaved") -> Tuple[bool, str]:
+def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24, layout: str = "interleaved",
+                            share_embeddings: bool = False) -> Tuple[bool, str]:
     """Is the CTranslate2 conversion exact? On a small random float32 model whose end-token bias
     makes some sentences stop early, CTranslate2's greedy outputs must equal ours token for token
     (at batch 1 and padded in one batch), its token log-probabilities (``score_batch``) must agree
@@ -697,7 +699,7 @@ def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24
     if ct2 is None:
         return False, why or "CTranslate2 not available"
     model = Transformer(37, 41, d_model=32, n_layers=2, n_heads=4, d_ff=48, dropout=0.1, max_length=12,
-                        layout=layout, seed=seed)
+                        layout=layout, share_embeddings=share_embeddings, seed=seed)
     bias = model.parameters()["output.bias"].value
     bias[END_ID] = 1.5  # some sentences end at once, some run to max_length, some in between
     rng = np.random.default_rng(seed)
