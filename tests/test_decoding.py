@@ -146,3 +146,28 @@ def test_decoding_bad_arguments():
         model.greedy_decode(np.ones((1, 9), np.int64), 1, 2, 5)
     # max_length larger than the model's positional table is capped, not an error
     assert model.greedy_decode(src, 1, 2, 50).shape[1] <= 5
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_float32_cached_greedy_equals_full_recompute(pre_norm):
+    # float32 steps with few rows use the AVX-512 kernel (when built with it); the reference loop
+    # uses the training forward. d_model and d_ff multiples of 16 take the kernel's fast path, the
+    # odd vocabulary size and batch sizes its edge tiles.
+    m = tc.Transformer(300, 251, d_model=64, n_layers=2, n_heads=4, d_ff=96, max_length=12, seed=5,
+                       pre_norm=pre_norm)
+    rng = np.random.default_rng(1)
+    src = rng.integers(3, 300, size=(37, 9))
+    src[1, 4:] = 0
+    src[3, 2:] = 0
+    out = m.greedy_decode(src, START, END, 10)
+    ref = reference_greedy(m, src, 10)
+    np.testing.assert_array_equal(out, ref[:, :out.shape[1]])
+
+
+def test_float32_beam_log_probs_match_the_forward_pass():
+    m = tc.Transformer(40, 37, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_length=10, seed=2)
+    src = np.random.default_rng(3).integers(3, 40, size=(5, 6))
+    for b, hyps in enumerate(m.beam_search(src, START, END, 6, beam_size=3, length_penalty=0.0, n_best=2)):
+        for tokens, score, logp, finished in hyps:
+            total = sum(log_probs(m, src[b], tokens[:i])[tokens[i]] for i in range(len(tokens)))
+            assert abs(total - logp) < 1e-4 * max(1.0, abs(total))  # float32 forward vs float32 steps

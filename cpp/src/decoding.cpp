@@ -4,15 +4,73 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace transformer {
 
 namespace {
 
-// y = x W^T + b for an inference step                                     (R, out)
-template <typename T>
-void linear_rows(const Matrix<T>& x, const Matrix<T>& W, const RowVector<T>& b, Matrix<T>& y) {
+// Rows of a decoding step are few (one per live hypothesis): a general GEMM spends most of its
+// time packing the (out, in) weight for a handful of rows. Up to this many rows, float steps use
+// the kernel below, which streams each weight row once and keeps it in L1 for every x row.
+constexpr Index kFewRows = 64;
+
+#if defined(__AVX512F__)
+// y (R, N) = x (R, K) W^T + b with W (N, K) row-major and K % 16 == 0. Tiles of 4 weight rows x 4
+// input rows keep 16 accumulators in registers: each step of 16 k loads 8 vectors and does 16 FMAs.
+void few_rows_linear_f32(const float* x, Index R, Index K, const float* W, Index N, const float* b, float* y) {
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 17))
+  for (Index n0 = 0; n0 < N; n0 += 4) {
+    const Index nb = std::min<Index>(4, N - n0);
+    for (Index r0 = 0; r0 < R; r0 += 4) {
+      const Index rb = std::min<Index>(4, R - r0);
+      __m512 acc[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+      if (nb == 4 && rb == 4) {
+        for (Index k = 0; k < K; k += 16) {
+          const __m512 w0 = _mm512_loadu_ps(W + (n0 + 0) * K + k), w1 = _mm512_loadu_ps(W + (n0 + 1) * K + k);
+          const __m512 w2 = _mm512_loadu_ps(W + (n0 + 2) * K + k), w3 = _mm512_loadu_ps(W + (n0 + 3) * K + k);
+          for (int i = 0; i < 4; ++i) {
+            const __m512 xv = _mm512_loadu_ps(x + (r0 + i) * K + k);
+            acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(xv, w1, acc[i][1]);
+            acc[i][2] = _mm512_fmadd_ps(xv, w2, acc[i][2]);
+            acc[i][3] = _mm512_fmadd_ps(xv, w3, acc[i][3]);
+          }
+        }
+      } else {  // edge tiles
+        for (Index k = 0; k < K; k += 16)
+          for (Index i = 0; i < rb; ++i) {
+            const __m512 xv = _mm512_loadu_ps(x + (r0 + i) * K + k);
+            for (Index j = 0; j < nb; ++j)
+              acc[i][j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(W + (n0 + j) * K + k), acc[i][j]);
+          }
+      }
+      for (Index i = 0; i < rb; ++i)
+        for (Index j = 0; j < nb; ++j) y[(r0 + i) * N + n0 + j] = _mm512_reduce_add_ps(acc[i][j]) + b[n0 + j];
+    }
+  }
+}
+#endif
+
+// y = x W^T + b for an inference step; W is (out, in) row-major                (R, out)
+template <typename T, typename WeightMatrix, typename Bias>
+void linear_rows(const Matrix<T>& x, const WeightMatrix& W, const Bias& b, Matrix<T>& y) {
   y.resize(x.rows(), W.rows());
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (x.rows() <= kFewRows && x.cols() % 16 == 0 && W.cols() == x.cols() && W.outerStride() == W.cols()) {
+      few_rows_linear_f32(x.data(), x.rows(), x.cols(), W.data(), W.rows(), b.data(), y.data());
+      return;
+    }
+  }
+#endif
+  // the reference: Eigen's GEMM
   y.noalias() = x * W.transpose();
   y.rowwise() += b;
 }
@@ -187,9 +245,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       a_ += x_;
       layer_norm_rows(a_, L.norm1_, h1_);
       // h2 = LN2(h1 + CrossAttention(h1, memory))
-      q_.resize(R_, d_);
-      q_.noalias() = h1_ * ca.w_in_.topRows(d_).transpose();
-      q_.rowwise() += ca.b_in_.head(d_);
+      linear_rows(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), q_);
       attention_cross(q_, cache, ctx_);
       linear_rows(ctx_, ca.out_.weight_, ca.out_.bias_, a_);
       a_ += h1_;
@@ -209,9 +265,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       x_ += a_;
       // r2 = r1 + CrossAttention(LN2(r1), memory)
       layer_norm_rows(x_, L.norm2_, h1_);
-      q_.resize(R_, d_);
-      q_.noalias() = h1_ * ca.w_in_.topRows(d_).transpose();
-      q_.rowwise() += ca.b_in_.head(d_);
+      linear_rows(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), q_);
       attention_cross(q_, cache, ctx_);
       linear_rows(ctx_, ca.out_.weight_, ca.out_.bias_, a_);
       x_ += a_;
@@ -230,9 +284,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
   }
   // logits = y W_out^T + b                                                 (R, V)
   ConstMatrixMap<T> W(model_.output_weight(), V_, d_);
-  logits_.resize(R_, V_);
-  logits_.noalias() = *y * W.transpose();
-  logits_.rowwise() += model_.out_bias_;
+  linear_rows(*y, W, model_.out_bias_, logits_);
   ++t_;
   return logits_;
 }
