@@ -1,5 +1,6 @@
 #include "transformer/attention.hpp"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -143,6 +144,17 @@ void gather_rows(const Matrix<T>& padded, const RowLayout& l, Matrix<T>& packed)
   for (Index r = 0; r < n; ++r) packed.row(r) = padded.row(l.ids[static_cast<size_t>(r)]);
 }
 
+// Buffers that only live inside one backward() call (score and projection gradients) are shared by
+// every MultiHeadAttention of a thread instead of one set per layer: a model's backward runs in
+// the thread that called it, one layer at a time, so the peak memory holds one set, not 3N.
+enum BackwardScratch { kDScores, kDCtxPad, kDQkvPad, kDKvPad, kDQkv, kDKv, kScratchCount };
+
+template <typename T>
+Matrix<T>& backward_scratch(BackwardScratch slot) {
+  thread_local std::array<Matrix<T>, kScratchCount> buffers;
+  return buffers[slot];
+}
+
 }  // namespace
 
 template <typename T>
@@ -241,6 +253,12 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   const Index B = lq.B, Tq = lq.T, Tk = lk.T, rq = lq.rows(), rk = lk.rows();
   TCPP_CHECK(dout.rows() == rq && dout.cols() == d_, "MultiHeadAttention: backward got dout of shape (", dout.rows(),
              ", ", dout.cols(), "), expected (", rq, ", ", d_, ")");
+  Matrix<T>& dscores_ = backward_scratch<T>(kDScores);
+  Matrix<T>& dctx_pad_ = backward_scratch<T>(kDCtxPad);
+  Matrix<T>& dqkv_pad_ = backward_scratch<T>(kDQkvPad);
+  Matrix<T>& dkv_pad_ = backward_scratch<T>(kDKvPad);
+  Matrix<T>& dqkv_ = backward_scratch<T>(kDQkv);
+  Matrix<T>& dkv_ = backward_scratch<T>(kDKv);
   // output projection: dctx = dout W_o                                  (rows_q, d)
   const Matrix<T>& dctx = out_.backward(dout);
   const T* dctx_ptr = dctx.data();

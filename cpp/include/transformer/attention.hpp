@@ -101,13 +101,10 @@ class MultiHeadAttention {
   Matrix<T> kv_;       // cross: (rows_k, 2d) = [K | V]
   Matrix<T> qkv_pad_, kv_pad_;  // packed batches: the same in the padded (B*T) layout, 0 at padding
   Matrix<T> weights_;  // (B*H*Tq, Tk)
-  Matrix<T> dscores_;  // (B*H*Tq, Tk) scratch
   Matrix<T> ctx_pad_;  // packed batches: (B*Tq, d) attention output in the padded layout
   Matrix<T> ctx_;      // (rows_q, d) heads concatenated, before W_o
-  Matrix<T> dctx_pad_; // packed: (B*Tq, d)
-  Matrix<T> dqkv_;     // like qkv_
-  Matrix<T> dkv_;      // like kv_
-  Matrix<T> dqkv_pad_, dkv_pad_;
+  // (the gradients of scores, projections and context live in per-thread scratch shared by every
+  // MultiHeadAttention; see backward_scratch in attention.cpp)
   Matrix<T> dx_;       // (rows_q, d)
   Matrix<T> dmem_;     // (rows_k, d)
 };
