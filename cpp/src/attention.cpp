@@ -147,7 +147,9 @@ void gather_rows(const Matrix<T>& padded, const RowLayout& l, Matrix<T>& packed)
 // Buffers that only live inside one backward() call (score and projection gradients) are shared by
 // every MultiHeadAttention of a thread instead of one set per layer: a model's backward runs in
 // the thread that called it, one layer at a time, so the peak memory holds one set, not 3N.
-enum BackwardScratch { kDScores, kDCtxPad, kDQkvPad, kDKvPad, kDQkv, kDKv, kScratchCount };
+// The padded copies of packed projections (and of the context) are scratch too: backward rebuilds
+// them from the packed rows it keeps, which costs one copy and saves a padded buffer per layer.
+enum BackwardScratch { kDScores, kDCtxPad, kDQkvPad, kDKvPad, kDQkv, kDKv, kQkvPad, kKvPad, kCtxPad, kScratchCount };
 
 template <typename T>
 Matrix<T>& backward_scratch(BackwardScratch slot) {
@@ -192,16 +194,18 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLa
   qkv_.rowwise() += b_in_;
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
+  Matrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
+  Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
   if (l.packed) {
-    scatter_rows(qkv_, l, qkv_pad_);
-    base = qkv_pad_.data();
+    scatter_rows(qkv_, l, qkv_pad);
+    base = qkv_pad.data();
   }
   weights_.resize(B * h_ * Tn, Tn);
-  Matrix<T>& ctx = l.packed ? ctx_pad_ : ctx_;
+  Matrix<T>& ctx = l.packed ? ctx_pad : ctx_;
   ctx.resize(B * Tn, d_);
   attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_, mask,
                        weights_.data(), ctx.data(), d_);
-  if (l.packed) gather_rows(ctx_pad_, l, ctx_);
+  if (l.packed) gather_rows(ctx_pad, l, ctx_);
   return out_.forward(ConstMatrixMap<T>(ctx_.data(), ctx_.rows(), ctx_.cols()));
 }
 
@@ -229,19 +233,22 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   kv_.rowwise() += b_in_.tail(2 * d_);
   const T* q = qkv_.data();
   const T* kv = kv_.data();
+  Matrix<T>& q_pad = backward_scratch<T>(kQkvPad);
+  Matrix<T>& kv_pad = backward_scratch<T>(kKvPad);
+  Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
   if (lq.packed) {
-    scatter_rows(qkv_, lq, qkv_pad_);
-    q = qkv_pad_.data();
+    scatter_rows(qkv_, lq, q_pad);
+    q = q_pad.data();
   }
   if (lk.packed) {
-    scatter_rows(kv_, lk, kv_pad_);
-    kv = kv_pad_.data();
+    scatter_rows(kv_, lk, kv_pad);
+    kv = kv_pad.data();
   }
   weights_.resize(B * h_ * Tq, Tk);
-  Matrix<T>& ctx = lq.packed ? ctx_pad_ : ctx_;
+  Matrix<T>& ctx = lq.packed ? ctx_pad : ctx_;
   ctx.resize(B * Tq, d_);
   attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
-  if (lq.packed) gather_rows(ctx_pad_, lq, ctx_);
+  if (lq.packed) gather_rows(ctx_pad, lq, ctx_);
   return out_.forward(ConstMatrixMap<T>(ctx_.data(), ctx_.rows(), ctx_.cols()));
 }
 
@@ -268,6 +275,11 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   }
   dscores_.resize(weights_.rows(), weights_.cols());
   ConstMatrixMap<T> x(x_, rq, d_);
+  // the padded projections of the forward, rebuilt from the packed rows kept
+  Matrix<T>& qkv_pad_ = backward_scratch<T>(kQkvPad);
+  Matrix<T>& kv_pad_ = backward_scratch<T>(kKvPad);
+  if (lq.packed) scatter_rows(qkv_, lq, qkv_pad_);
+  if (!self_ && lk.packed) scatter_rows(kv_, lk, kv_pad_);
   if (self_) {
     const T* base = lq.packed ? qkv_pad_.data() : qkv_.data();
     Matrix<T>& dpad = lq.packed ? dqkv_pad_ : dqkv_;

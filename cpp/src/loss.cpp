@@ -74,6 +74,10 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
     }
     ConstRowArray<T> x(xp + i * classes, classes);
     const T m = x.maxCoeff();  // vectorised; the arg max is not needed, see is_argmax()
+    // read what the loss needs from x before the gradient is written: dlogits may be logits itself
+    const double x_t = static_cast<double>(x(t));
+    const double x_mean = eps > 0.0 ? static_cast<double>(x.mean()) : 0.0;
+    correct += is_argmax(x, m, t);
     double lse;
     if (dp != nullptr) {
       RowArray<T> g(dp + i * classes, classes);
@@ -85,11 +89,10 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
     } else {
       lse = static_cast<double>(m) + std::log(static_cast<double>((x - m).exp().sum()));
     }
-    double row_loss = (1.0 - eps) * (lse - static_cast<double>(x(t)));
-    if (eps > 0.0) row_loss += eps * (lse - static_cast<double>(x.mean()));
+    double row_loss = (1.0 - eps) * (lse - x_t);
+    if (eps > 0.0) row_loss += eps * (lse - x_mean);
     if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
     total += row_loss;
-    correct += is_argmax(x, m, t);
   }
   if (first_bad < rows) {
     throw std::runtime_error(concat("masked_cross_entropy: the loss is not finite (first at row ", first_bad,

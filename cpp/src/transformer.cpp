@@ -147,10 +147,11 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   grads_zero_ = false;
   // only the rows that matter to the loss are computed ("packed": padding removed)
   check_batch(src, tgt_in, "train_step");
-  const Matrix<T>& logits = run(src, tgt_in, tgt_out.data(), true, true);
+  run(src, tgt_in, tgt_out.data(), true, true);
+  // the gradient of the loss replaces the logits in place: one (rows, V) buffer, not two
   LossStats stats =
-      masked_cross_entropy<T>(cmap(logits), row_targets(tgt_out), &dlogits_, opt_config_.label_smoothing);
-  backward_rows(cmap(dlogits_));
+      masked_cross_entropy<T>(cmap(logits_), row_targets(tgt_out), &logits_, opt_config_.label_smoothing);
+  backward_rows(cmap(logits_));
   last_grad_norm_ = adam.grad_norm();
   if (!std::isfinite(last_grad_norm_))
     throw std::runtime_error("Transformer.train_step: the gradient norm is not finite; no update was applied");

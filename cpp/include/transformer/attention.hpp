@@ -99,12 +99,10 @@ class MultiHeadAttention {
   RowLayout own_q_, own_k_;         // dense layouts for the (B, T) conveniences
   Matrix<T> qkv_;      // self: (rows, 3d) = [Q | K | V];  cross: (rows_q, d) = Q
   Matrix<T> kv_;       // cross: (rows_k, 2d) = [K | V]
-  Matrix<T> qkv_pad_, kv_pad_;  // packed batches: the same in the padded (B*T) layout, 0 at padding
   Matrix<T> weights_;  // (B*H*Tq, Tk)
-  Matrix<T> ctx_pad_;  // packed batches: (B*Tq, d) attention output in the padded layout
   Matrix<T> ctx_;      // (rows_q, d) heads concatenated, before W_o
-  // (the gradients of scores, projections and context live in per-thread scratch shared by every
-  // MultiHeadAttention; see backward_scratch in attention.cpp)
+  // (padded copies of packed batches and the gradients of scores, projections and context live in
+  // per-thread scratch shared by every MultiHeadAttention; see backward_scratch in attention.cpp)
   Matrix<T> dx_;       // (rows_q, d)
   Matrix<T> dmem_;     // (rows_k, d)
 };

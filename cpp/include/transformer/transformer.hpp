@@ -90,8 +90,7 @@ class Transformer {
   Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
   std::unique_ptr<Adam<T>> adam_;
   Index B_ = -1, T_ = 0;
-  Matrix<T> logits_;   // (B*T, V)
-  Matrix<T> dlogits_;  // (B*T, V)
+  Matrix<T> logits_;   // (B*T, V); after train_step, d loss / d logits (computed in place)
   Matrix<T> dy_;       // (B*T, d)
   double last_grad_norm_ = 0.0;
   bool grads_zero_ = false;  // the last train_step's fused Adam pass left every gradient at 0
