@@ -191,7 +191,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLa
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
   qkv_.resize(x.rows(), 3 * d_);
   qkv_.noalias() = x * w_in_.transpose();
-  qkv_.rowwise() += b_in_;
+  add_row_vector(qkv_.data(), qkv_.rows(), 3 * d_, b_in_.data());
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
   Matrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
@@ -226,11 +226,11 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   // Q = x W_q^T + b_q                                                   (rows_q, d)
   qkv_.resize(x.rows(), d_);
   qkv_.noalias() = x * w_in_.topRows(d_).transpose();
-  qkv_.rowwise() += b_in_.head(d_);
+  add_row_vector(qkv_.data(), qkv_.rows(), d_, b_in_.data());
   // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (rows_k, 2d)
   kv_.resize(memory.rows(), 2 * d_);
   kv_.noalias() = memory * w_in_.bottomRows(2 * d_).transpose();
-  kv_.rowwise() += b_in_.tail(2 * d_);
+  add_row_vector(kv_.data(), kv_.rows(), 2 * d_, b_in_.data() + d_);
   const T* q = qkv_.data();
   const T* kv = kv_.data();
   Matrix<T>& q_pad = backward_scratch<T>(kQkvPad);
@@ -292,7 +292,7 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
     dw_in_.noalias() += dqkv_.transpose() * x;
-    db_in_.noalias() += dqkv_.colwise().sum();
+    add_column_sums(dqkv_.data(), dqkv_.rows(), 3 * d_, db_in_.data());
     dx_.resize(rq, d_);
     dx_.noalias() = dqkv_ * w_in_;
     return dx_;
@@ -309,9 +309,9 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
   if (lk.packed) gather_rows(dkv_pad_, lk, dkv_);
   dw_in_.topRows(d_).noalias() += dqkv_.transpose() * x;
-  db_in_.head(d_).noalias() += dqkv_.colwise().sum();
+  add_column_sums(dqkv_.data(), dqkv_.rows(), d_, db_in_.data());
   dw_in_.bottomRows(2 * d_).noalias() += dkv_.transpose() * mem;
-  db_in_.tail(2 * d_).noalias() += dkv_.colwise().sum();
+  add_column_sums(dkv_.data(), dkv_.rows(), 2 * d_, db_in_.data() + d_);
   dx_.resize(rq, d_);
   dx_.noalias() = dqkv_ * w_in_.topRows(d_);
   dmem_.resize(rk, d_);

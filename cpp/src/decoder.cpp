@@ -71,21 +71,21 @@ const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T>
   Matrix<T>& a1 = self_attention_.output_mut();
   dropout1_.forward_inplace(mmap(a1), training, ids);
   r1_.resize(x.rows(), x.cols());
-  r1_.noalias() = x + a1;
+  add_arrays(r1_.data(), x.data(), a1.data(), r1_.size());
   // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory))
   const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
   cross_attention_.forward(cmap(n2), memory, lx, lm, cross_mask);
   Matrix<T>& a2 = cross_attention_.output_mut();
   dropout2_.forward_inplace(mmap(a2), training, ids);
   r2_.resize(x.rows(), x.cols());
-  r2_.noalias() = r1_ + a2;
+  add_arrays(r2_.data(), r1_.data(), a2.data(), r2_.size());
   // y = r2 + Dropout(FFN(LN3(r2)))
   const Matrix<T>& n3 = norm3_.forward(cmap(r2_));
   feed_forward_.forward(cmap(n3), training, ids);
   Matrix<T>& f = feed_forward_.output_mut();
   dropout3_.forward_inplace(mmap(f), training, ids);
   out_.resize(x.rows(), x.cols());
-  out_.noalias() = r2_ + f;
+  add_arrays(out_.data(), r2_.data(), f.data(), out_.size());
   return out_;
 }
 
@@ -99,21 +99,21 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
     dropout3_.backward_inplace(mmap(dtmp_));
     const Matrix<T>& dh2_ffn = feed_forward_.backward(cmap(dtmp_));
     d3_.resize(ds3.rows(), ds3.cols());
-    d3_.noalias() = ds3 + dh2_ffn;  // d h2
+    add_arrays(d3_.data(), ds3.data(), dh2_ffn.data(), d3_.size());  // d h2
     // h2 = LN2(h1 + a2'): to h1 directly and through the cross-attention queries
     const Matrix<T>& ds2 = norm2_.backward(cmap(d3_));
     dtmp_ = ds2;
     dropout2_.backward_inplace(mmap(dtmp_));
     const Matrix<T>& dh1_cross = cross_attention_.backward(cmap(dtmp_));
     d2_.resize(ds2.rows(), ds2.cols());
-    d2_.noalias() = ds2 + dh1_cross;  // d h1
+    add_arrays(d2_.data(), ds2.data(), dh1_cross.data(), d2_.size());  // d h1
     // h1 = LN1(x + a1'): to x directly and through the masked self-attention
     const Matrix<T>& ds1 = norm1_.backward(cmap(d2_));
     dtmp_ = ds1;
     dropout1_.backward_inplace(mmap(dtmp_));
     const Matrix<T>& dx_self = self_attention_.backward(cmap(dtmp_));
     dx_.resize(ds1.rows(), ds1.cols());
-    dx_.noalias() = ds1 + dx_self;
+    add_arrays(dx_.data(), ds1.data(), dx_self.data(), dx_.size());
     return dx_;
   }
   // y = r2 + f'(LN3(r2))
@@ -122,21 +122,21 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   const Matrix<T>& dn3 = feed_forward_.backward(cmap(dtmp_));
   const Matrix<T>& dr2_norm = norm3_.backward(cmap(dn3));
   d3_.resize(dout.rows(), dout.cols());
-  d3_.noalias() = dout + dr2_norm;  // d r2
+  add_arrays(d3_.data(), dout.data(), dr2_norm.data(), d3_.size());  // d r2
   // r2 = r1 + a2'(LN2(r1), memory)
   dtmp_ = d3_;
   dropout2_.backward_inplace(mmap(dtmp_));
   const Matrix<T>& dn2 = cross_attention_.backward(cmap(dtmp_));
   const Matrix<T>& dr1_norm = norm2_.backward(cmap(dn2));
   d2_.resize(dout.rows(), dout.cols());
-  d2_.noalias() = d3_ + dr1_norm;  // d r1
+  add_arrays(d2_.data(), d3_.data(), dr1_norm.data(), d2_.size());  // d r1
   // r1 = x + a1'(LN1(x))
   dtmp_ = d2_;
   dropout1_.backward_inplace(mmap(dtmp_));
   const Matrix<T>& dn1 = self_attention_.backward(cmap(dtmp_));
   const Matrix<T>& dx_norm = norm1_.backward(cmap(dn1));
   dx_.resize(dout.rows(), dout.cols());
-  dx_.noalias() = d2_ + dx_norm;
+  add_arrays(dx_.data(), d2_.data(), dx_norm.data(), dx_.size());
   return dx_;
 }
 

@@ -36,6 +36,7 @@ void Dropout<T>::forward_inplace(MatrixMap<T> x, bool training, const Index* row
   make_mask(x.rows(), x.cols(), row_ids);
   T* p = x.data();
   const T* mask = mask_.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (Index i = 0; i < n; ++i) p[i] *= mask[i];
 }
 
@@ -56,6 +57,7 @@ void Dropout<T>::backward_inplace(MatrixMap<T> dy) const {
   T* p = dy.data();
   const T* mask = mask_.data();
   const Index n = dy.size();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (Index i = 0; i < n; ++i) p[i] *= mask[i];
 }
 

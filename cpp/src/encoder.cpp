@@ -60,14 +60,14 @@ const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& 
   Matrix<T>& a = self_attention_.output_mut();
   dropout1_.forward_inplace(mmap(a), training, ids);
   r1_.resize(x.rows(), x.cols());
-  r1_.noalias() = x + a;
+  add_arrays(r1_.data(), x.data(), a.data(), r1_.size());
   // y = r1 + Dropout(FFN(LN2(r1)))
   const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
   feed_forward_.forward(cmap(n2), training, ids);
   Matrix<T>& f = feed_forward_.output_mut();
   dropout2_.forward_inplace(mmap(f), training, ids);
   out_.resize(x.rows(), x.cols());
-  out_.noalias() = r1_ + f;
+  add_arrays(out_.data(), r1_.data(), f.data(), out_.size());
   return out_;
 }
 
@@ -81,14 +81,14 @@ const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
     dropout2_.backward_inplace(mmap(df_));
     const Matrix<T>& dh_ffn = feed_forward_.backward(cmap(df_));
     dh_.resize(ds2.rows(), ds2.cols());
-    dh_.noalias() = ds2 + dh_ffn;
+    add_arrays(dh_.data(), ds2.data(), dh_ffn.data(), dh_.size());
     // h = LN1(x + a'): d(x + a') flows to both x and a'
     const Matrix<T>& ds1 = norm1_.backward(cmap(dh_));
     da_ = ds1;
     dropout1_.backward_inplace(mmap(da_));
     const Matrix<T>& dx_attn = self_attention_.backward(cmap(da_));
     dx_.resize(ds1.rows(), ds1.cols());
-    dx_.noalias() = ds1 + dx_attn;
+    add_arrays(dx_.data(), ds1.data(), dx_attn.data(), dx_.size());
     return dx_;
   }
   // y = r1 + f'(LN2(r1)): dr1 = dout + LN2'(FFN'(dropout'(dout)))
@@ -97,14 +97,14 @@ const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   const Matrix<T>& dn2 = feed_forward_.backward(cmap(df_));
   const Matrix<T>& dr1_norm = norm2_.backward(cmap(dn2));
   dh_.resize(dout.rows(), dout.cols());
-  dh_.noalias() = dout + dr1_norm;
+  add_arrays(dh_.data(), dout.data(), dr1_norm.data(), dh_.size());
   // r1 = x + a'(LN1(x)): dx = dr1 + LN1'(attention'(dropout'(dr1)))
   da_ = dh_;
   dropout1_.backward_inplace(mmap(da_));
   const Matrix<T>& dn1 = self_attention_.backward(cmap(da_));
   const Matrix<T>& dx_norm = norm1_.backward(cmap(dn1));
   dx_.resize(dout.rows(), dout.cols());
-  dx_.noalias() = dh_ + dx_norm;
+  add_arrays(dx_.data(), dh_.data(), dx_norm.data(), dx_.size());
   return dx_;
 }
 

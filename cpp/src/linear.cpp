@@ -29,7 +29,7 @@ const Matrix<T>& Linear<T>::forward(ConstMatrixMap<T> x) {
   y_.resize(rows_, out_features());
   // y = x W^T (+ b)                                                    (N, out)
   y_.noalias() = x * weight_.transpose();
-  if (has_bias_) y_.rowwise() += bias_;
+  if (has_bias_) add_row_vector(y_.data(), rows_, out_features(), bias_.data());
   return y_;
 }
 
@@ -41,7 +41,7 @@ void Linear<T>::backward_params_only(ConstMatrixMap<T> dy) {
   ConstMatrixMap<T> x(x_, rows_, in_features());
   // forward was y = x W^T + b, so dW = dy^T x and db = column sums of dy.
   dweight_.noalias() += dy.transpose() * x;
-  if (has_bias_) dbias_.noalias() += dy.colwise().sum();
+  if (has_bias_) add_column_sums(dy.data(), dy.rows(), dy.cols(), dbias_.data());
 }
 
 template <typename T>

@@ -83,7 +83,7 @@ const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, co
   // logits = y W^T + b                                                    (rows_tgt, V)
   logits_.resize(y.rows(), V);
   logits_.noalias() = y * W.transpose();
-  logits_.rowwise() += out_bias_;
+  add_row_vector(logits_.data(), logits_.rows(), V, out_bias_.data());
   return logits_;
 }
 
@@ -105,7 +105,7 @@ void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits) {
   MatrixMap<T> dW(output_weight_grad(), V, d);
   // logits = y W^T + b, so dW += dlogits^T y, db += column sums, dy = dlogits W
   dW.noalias() += dlogits.transpose() * y;
-  dout_bias_.noalias() += dlogits.colwise().sum();
+  add_column_sums(dlogits.data(), dlogits.rows(), V, dout_bias_.data());
   dy_.resize(y.rows(), d);
   dy_.noalias() = dlogits * W;
   decoder_->backward(cmap(dy_));

@@ -13,6 +13,12 @@
 
 #include <Eigen/Core>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -98,6 +104,57 @@ std::string concat(Args&&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
+}
+
+// Element-wise helpers that split rows or columns among the OpenMP threads once the work is large
+// enough to pay for a parallel region. Each element is computed by one thread in a fixed order, so
+// results do not depend on the thread count.
+constexpr Index kParallelMin = 1 << 15;
+
+// y.row(r) += b for every row of a row-major (rows, cols) buffer.
+template <typename T>
+void add_row_vector(T* y, Index rows, Index cols, const T* b) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (Index r = 0; r < rows; ++r) {
+    T* yr = y + r * cols;
+    for (Index c = 0; c < cols; ++c) yr[c] += b[c];
+  }
+}
+
+// db += the column sums of a row-major (rows, cols) dy; threads own column ranges and add rows in
+// order.
+template <typename T>
+void add_column_sums(const T* dy, Index rows, Index cols, T* db) {
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+#ifdef _OPENMP
+    const Index nt = omp_get_num_threads(), tid = omp_get_thread_num();
+#else
+    const Index nt = 1, tid = 0;
+#endif
+    // column blocks of 16 so that threads do not share cache lines of db
+    const Index blocks = (cols + 15) / 16;
+    const Index c0 = std::min(cols, 16 * (blocks * tid / nt)), c1 = std::min(cols, 16 * (blocks * (tid + 1) / nt));
+    // sum each chunk of columns over the rows first, then add the sums to db (db + sum, as a
+    // separate reduction would: accumulating the same gradient twice doubles it exactly)
+    for (Index k0 = c0; k0 < c1; k0 += 256) {
+      const Index k1 = std::min(c1, k0 + 256);
+      T acc[256];
+      for (Index c = k0; c < k1; ++c) acc[c - k0] = T(0);
+      for (Index r = 0; r < rows; ++r) {
+        const T* row = dy + r * cols;
+        for (Index c = k0; c < k1; ++c) acc[c - k0] += row[c];
+      }
+      for (Index c = k0; c < k1; ++c) db[c] += acc[c - k0];
+    }
+  }
+}
+
+// out = a + b over n elements (out may alias a or b).
+template <typename T>
+void add_arrays(T* out, const T* a, const T* b, Index n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (Index i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 #define TCPP_CHECK(cond, ...)                                                   \
