@@ -20,6 +20,22 @@ namespace {
 constexpr Index kFewRows = 64;
 
 #if defined(__AVX512F__)
+// The sums of the 16 lanes of each of a, b, c, d, as one 4-float vector [sum a, sum b, sum c,
+// sum d]: a transpose-and-add tree, about 2.5x fewer operations than four separate reductions.
+inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] and the same for c, d
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  // per lane: [a, b, c, d] partial sums
+  const __m512 abcd = _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+  // add the four 128-bit lanes
+  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(abcd),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+}
+
 // y (R, N) = x (R, K) W^T + b with W (N, K) row-major and K % 16 == 0. Tiles of 4 weight rows x 4
 // input rows keep 16 accumulators in registers: each step of 16 k loads 8 vectors and does 16 FMAs.
 void few_rows_linear_f32(const float* x, Index R, Index K, const float* W, Index N, const float* b, float* y) {
@@ -51,8 +67,15 @@ void few_rows_linear_f32(const float* x, Index R, Index K, const float* W, Index
               acc[i][j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(W + (n0 + j) * K + k), acc[i][j]);
           }
       }
-      for (Index i = 0; i < rb; ++i)
-        for (Index j = 0; j < nb; ++j) y[(r0 + i) * N + n0 + j] = _mm512_reduce_add_ps(acc[i][j]) + b[n0 + j];
+      if (nb == 4) {
+        const __m128 bias = _mm_loadu_ps(b + n0);
+        for (Index i = 0; i < rb; ++i)
+          _mm_storeu_ps(y + (r0 + i) * N + n0,
+                        _mm_add_ps(reduce_add4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias));
+      } else {
+        for (Index i = 0; i < rb; ++i)
+          for (Index j = 0; j < nb; ++j) y[(r0 + i) * N + n0 + j] = _mm512_reduce_add_ps(acc[i][j]) + b[n0 + j];
+      }
     }
   }
 }
