@@ -40,9 +40,13 @@ from .layers import (
     look_ahead_mask,
     scaled_dot_product_attention,
 )
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .model import PRESETS, Transformer, preset_config
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
+from .training import TrainConfig, Trainer, TrainingInterrupted
+from .translate import Translation, Translator
+from .translate import evaluate as evaluate_translation
 
 try:
     __version__ = _version("transformer-cpp")
@@ -51,6 +55,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [
     "Adam",
+    "CheckpointError",
     "Decoder",
     "DecoderLayer",
     "Dropout",
@@ -67,7 +72,12 @@ __all__ = [
     "ScaledDotProductAttention",
     "SubwordTokenizer",
     "TatoebaPairs",
+    "TrainConfig",
+    "Trainer",
+    "TrainingInterrupted",
     "Transformer",
+    "Translation",
+    "Translator",
     "__version__",
     "batches",
     "build_info",
@@ -75,14 +85,17 @@ __all__ = [
     "clean_sentence",
     "decoder_self_attention_mask",
     "encode_pairs",
+    "evaluate_translation",
     "get_num_threads",
     "load_tatoeba",
+    "load_checkpoint",
     "look_ahead_mask",
     "masked_accuracy",
     "masked_cross_entropy",
     "padding_mask",
     "positional_encoding",
     "preset_config",
+    "save_checkpoint",
     "scaled_dot_product_attention",
     "set_num_threads",
     "softmax",
