@@ -202,3 +202,15 @@ def test_quick_without_torch_reports_ours_alone(tmp_path):
         _positive(entry["ours"]["sentences_per_s"], f"decoding[{bs}].ours")
     assert "torch" not in r["memory"] and "error" not in r["memory"]["ours"]
     assert {t["key"]: t["met"] for t in r["targets"]}["train_vs_torch"] is None
+
+
+def test_useful_flops_count_only_real_tokens():
+    """Without padding the useful count equals the padded model count; padding lowers it."""
+    shapes = bench.QUICK_SHAPES
+    full = bench.make_batches(shapes, 1, seed=0)[0]
+    dense = full.__class__(np.where(full.src == 0, 5, full.src), np.where(full.tgt_in == 0, 5, full.tgt_in),
+                           np.where(full.tgt_out == 0, 5, full.tgt_out), full.tokens)
+    s, t = dense.src.shape[1], dense.tgt_in.shape[1]
+    padded = bench.forward_matmul_flops(shapes, dense.src.shape[0], s, t)
+    assert bench.useful_forward_flops(shapes, dense) == padded
+    assert 0 < bench.useful_forward_flops(shapes, full) < padded

@@ -16,18 +16,7 @@ from transformer_cpp.checkpoint import (CheckpointError, checkpoint_name, latest
                                         load_checkpoint, read_checkpoint_config, save_checkpoint)
 
 from toy_task import threads, reversal_pairs, reversal_tokenizer, tiny_model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Toy models train fastest on one thread (and the count is the same in every run compared)."""
-    with threads(1):
-        yield
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return reversal_tokenizer()
+from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
 
 @pytest.fixture(scope="module")

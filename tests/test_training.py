@@ -14,18 +14,7 @@ from transformer_cpp.plotting import history_plot
 from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted, evaluate_loss
 
 from toy_task import threads, reversal_pairs, reversal_tokenizer, tiny_model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Toy models train fastest on one thread (and the count is the same in every run compared)."""
-    with threads(1):
-        yield
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return reversal_tokenizer()
+from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import numpy as np
+import pytest
 
 import transformer_cpp as tc
 
@@ -68,3 +69,18 @@ def threads(n: int) -> Iterator[None]:
         yield
     finally:
         tc.set_num_threads(before)
+
+
+# Fixtures shared by the training, checkpoint and translation tests (import them into a module to
+# use them there; one_thread is autouse within the importing module).
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Toy models train fastest on one thread (and the count is the same in every run compared)."""
+    with threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The reversal task's tokenizer."""
+    return reversal_tokenizer()

@@ -11,21 +11,6 @@ namespace transformer::bindings {
 
 namespace {
 
-// Python-side state of a layer: the C++ layer plus the input array of the last forward, which the
-// layer reads again in backward (it caches a pointer, not a copy).
-template <typename Layer>
-struct Holder {
-  template <typename... Args>
-  explicit Holder(Args&&... args) : layer(std::forward<Args>(args)...) {}
-  Layer layer;
-  py::object saved;
-  std::vector<py::object> keep;  // further arrays the layer points into until backward
-  std::vector<std::uint8_t> mask_storage;
-  std::vector<Index> lead;
-  bool has_forward = false;
-  bool flag = false;  // layer-specific (MultiHeadAttention: the last forward was cross-attention)
-};
-
 template <typename T>
 void bind_linear(py::module_& m) {
   using H = Holder<Linear<T>>;
@@ -53,10 +38,7 @@ void bind_linear(py::module_& m) {
       .def("backward",
            [](H& h, const py::handle& dout) {
              if (!h.has_forward) throw std::runtime_error("Linear.backward: call forward() first");
-             auto d = as_rows<T>(dout, "Linear.backward", "dout", h.layer.out_features());
-             if (d.lead_shape != h.lead)
-               throw py::value_error("Linear.backward: dout must have the shape of the last output, got " +
-                                     describe(d.array));
+             auto d = dout_rows<T>(dout, "Linear.backward", h.layer.out_features(), h.lead);
              const Matrix<T>* dx;
              {
                py::gil_scoped_release release;
@@ -94,10 +76,7 @@ void bind_dropout(py::module_& m) {
       .def("backward",
            [](H& h, const py::handle& dout) {
              if (!h.has_forward) throw std::runtime_error("Dropout.backward: call forward() first");
-             auto d = as_rows<T>(dout, "Dropout.backward", "dout", -1);
-             if (d.lead_shape != h.lead)
-               throw py::value_error("Dropout.backward: dout must have the shape of the last output, got " +
-                                     describe(d.array));
+             auto d = dout_rows<T>(dout, "Dropout.backward", -1, h.lead);
              const Matrix<T>* dx;
              {
                py::gil_scoped_release release;
@@ -106,7 +85,7 @@ void bind_dropout(py::module_& m) {
              return rows_out<T>(*dx, h.lead);
            },
            py::arg("dout"))
-      .def("parameters", [](py::object) { return py::module_::import("collections").attr("OrderedDict")(); })
+      .def("parameters", [](py::object) { return empty_parameters(); })
       .def("zero_grad", [](H&) {});
 }
 
@@ -196,7 +175,7 @@ void bind_attention(py::module_& m) {
                                    copy_out<T>(s.dv.data(), {s.G, s.Tk, s.dk}));
            },
            py::arg("dout"))
-      .def("parameters", [](py::object) { return py::module_::import("collections").attr("OrderedDict")(); })
+      .def("parameters", [](py::object) { return empty_parameters(); })
       .def("zero_grad", [](Sdpa&) {});
 
   // ---- multi-head attention -------------------------------------------------------------------
@@ -289,9 +268,7 @@ void bind_feed_forward(py::module_& m) {
       .def("backward",
            [](H& h, const py::handle& dout) {
              if (!h.has_forward) throw std::runtime_error("FeedForward.backward: call forward() first");
-             auto d = as_rows<T>(dout, "FeedForward.backward", "dout", h.layer.linear2_.out_features());
-             if (d.lead_shape != h.lead)
-               throw py::value_error("FeedForward.backward: dout must have the output's shape, got " + describe(d.array));
+             auto d = dout_rows<T>(dout, "FeedForward.backward", h.layer.linear2_.out_features(), h.lead);
              const Matrix<T>* dx;
              {
                py::gil_scoped_release release;

@@ -110,4 +110,43 @@ py::array_t<T> rows_out(const Matrix<T>& m, std::vector<Index> lead) {
   return copy_out<T>(m.data(), lead);
 }
 
+// Python-side state of a layer: the C++ layer plus the input array(s) of the last forward, which
+// the layer reads again in backward (it caches pointers, not copies).
+template <typename Layer>
+struct Holder {
+  template <typename... Args>
+  explicit Holder(Args&&... args) : layer(std::forward<Args>(args)...) {}
+  Layer layer;
+  py::object saved;
+  std::vector<py::object> keep;  // further arrays the layer points into until backward
+  std::vector<Index> lead;
+  bool has_forward = false;
+  bool flag = false;  // layer-specific (MultiHeadAttention: the last forward was cross-attention)
+};
+
+// parameters() of a layer that has none.
+inline py::object empty_parameters() { return py::module_::import("collections").attr("OrderedDict")(); }
+
+inline std::vector<Index> shape_of(const py::array& a) { return std::vector<Index>(a.shape(), a.shape() + a.ndim()); }
+
+// "(2, 3)", "(5,)", "()" as Python prints shapes.
+inline std::string shape_str(const std::vector<Index>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// dout of backward() must have the shape of the last output: (*lead, cols).
+template <typename T>
+RowsInput<T> dout_rows(const py::handle& dout, const char* who, Index cols, const std::vector<Index>& lead) {
+  auto d = as_rows<T>(dout, who, "dout", cols);
+  if (d.lead_shape != lead) {
+    std::vector<Index> want = lead;
+    want.push_back(d.cols);
+    throw py::value_error(concat(who, ": dout must have the shape of the last output ", shape_str(want),
+                                 ", got ", describe(d.array)));
+  }
+  return d;
+}
+
 }  // namespace transformer::bindings
