@@ -12,6 +12,7 @@ template <typename T>
 struct ModelHolder {
   explicit ModelHolder(const TransformerConfig& c) : model(c) {}
   Transformer<T> model;
+  DecodeWeights<T> decode_weights;  // packed weights' memory, reused by every decode (repacked each time)
   Index B = -1, Tt = 0;
   Index last_count = 0;
 };
@@ -204,7 +205,7 @@ void bind_transformer(py::module_& m) {
              TokenMatrix out;
              {
                py::gil_scoped_release release;
-               out = greedy_decode<T>(h.model, tmap(s), start_id, end_id, max_length);
+               out = greedy_decode<T>(h.model, tmap(s), start_id, end_id, max_length, &h.decode_weights);
              }
              h.B = -1;  // the cached training forward is no longer valid
              // drop trailing columns that are padding in every row
@@ -224,7 +225,8 @@ void bind_transformer(py::module_& m) {
              std::vector<std::vector<BeamHypothesis>> res;
              {
                py::gil_scoped_release release;
-               res = beam_search<T>(h.model, tmap(s), start_id, end_id, max_length, beam_size, length_penalty, n_best);
+               res = beam_search<T>(h.model, tmap(s), start_id, end_id, max_length, beam_size, length_penalty, n_best,
+                                   &h.decode_weights);
              }
              h.B = -1;
              py::list out;

@@ -1,4 +1,5 @@
 #include "bindings.hpp"
+#include "transformer/decode_kernels.hpp"
 #include "transformer/positional_encoding.hpp"
 #include "transformer/runtime.hpp"
 
@@ -9,6 +10,46 @@ void bind_runtime(py::module_& m) {
         "Set the number of threads used by OpenMP loops and Eigen's GEMM.");
   m.def("get_num_threads", &get_num_threads, "Number of threads the core will use.");
   m.def("build_info", &build_info, "Compiler, flags, OpenMP, Eigen version and SIMD level.");
+
+  // The decoding kernels on their own, for the tests that compare them with NumPy.
+  m.def("_have_decode_kernels", &have_decode_kernels, "Whether this build has the AVX-512 decoding kernels.");
+  m.def(
+      "_decode_linear",
+      [](const py::handle& x, const py::handle& W, const py::handle& b, const std::string& kernel) {
+        const char* who = "_decode_linear";
+        auto w = as_rows<float>(W, who, "W", -1);
+        auto xs = as_rows<float>(x, who, "x", w.cols);
+        auto bs = as_rows<float>(b, who, "b", w.rows);
+        if (w.lead_shape.size() != 1 || xs.lead_shape.size() != 1 || bs.rows != 1 || !bs.lead_shape.empty())
+          throw py::value_error("_decode_linear: x and W must be 2-D, b 1-D");
+        Matrix<float> y(xs.rows, w.rows);
+        if (kernel == "packed" || kernel == "packed_reference") {
+          PackedLinear<float> p;
+          py::gil_scoped_release release;
+          p.pack(w.array.data(), w.rows, w.cols, w.cols, bs.array.data());
+          if (kernel == "packed")
+            p.apply(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+          else
+            p.apply_reference(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+        } else if (kernel == "few_rows") {
+          if (!have_decode_kernels()) throw py::value_error("_decode_linear: this build has no few_rows kernel");
+          if (w.cols % 16 != 0) throw py::value_error("_decode_linear: few_rows needs K % 16 == 0");
+          py::gil_scoped_release release;
+          few_rows_linear(xs.array.data(), xs.rows, w.cols, w.array.data(), w.rows, bs.array.data(), y.data());
+        } else {
+          throw py::value_error("_decode_linear: kernel must be 'packed', 'packed_reference' or 'few_rows'");
+        }
+        return copy_out<float>(y.data(), {y.rows(), y.cols()});
+      },
+      py::arg("x"), py::arg("W"), py::arg("b"), py::arg("kernel"), "y = x W^T + b by one decoding kernel (tests).");
+  m.def(
+      "_first_argmax",
+      [](const py::handle& v) {
+        auto a = as_rows<float>(v, "_first_argmax", "v", -1);
+        if (!a.lead_shape.empty() || a.cols < 1) throw py::value_error("_first_argmax: v must be 1-D and non-empty");
+        return first_argmax(a.array.data(), a.cols);
+      },
+      py::arg("v"), "Index of the first largest value (tests of the decoding argmax).");
 }
 
 void bind_positional_encoding(py::module_& m) {

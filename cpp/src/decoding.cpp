@@ -6,97 +6,9 @@
 #include <numeric>
 #include <type_traits>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace transformer {
 
 namespace {
-
-// Rows of a decoding step are few (one per live hypothesis): a general GEMM spends most of its
-// time packing the (out, in) weight for a handful of rows. Up to this many rows, float steps use
-// the kernel below, which streams each weight row once and keeps it in L1 for every x row.
-constexpr Index kFewRows = 64;
-
-#if defined(__AVX512F__)
-// The sums of the 16 lanes of each of a, b, c, d, as one 4-float vector [sum a, sum b, sum c,
-// sum d]: a transpose-and-add tree, about 2.5x fewer operations than four separate reductions.
-inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] and the same for c, d
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  // per lane: [a, b, c, d] partial sums
-  const __m512 abcd = _mm512_add_ps(
-      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
-      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
-  // add the four 128-bit lanes
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(abcd),
-                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
-  return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-}
-
-// y (R, N) = x (R, K) W^T + b with W (N, K) row-major and K % 16 == 0. Tiles of 4 weight rows x 4
-// input rows keep 16 accumulators in registers: each step of 16 k loads 8 vectors and does 16 FMAs.
-void few_rows_linear_f32(const float* x, Index R, Index K, const float* W, Index N, const float* b, float* y) {
-#pragma omp parallel for schedule(static) if (N * K >= (1 << 17))
-  for (Index n0 = 0; n0 < N; n0 += 4) {
-    const Index nb = std::min<Index>(4, N - n0);
-    for (Index r0 = 0; r0 < R; r0 += 4) {
-      const Index rb = std::min<Index>(4, R - r0);
-      __m512 acc[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
-      if (nb == 4 && rb == 4) {
-        for (Index k = 0; k < K; k += 16) {
-          const __m512 w0 = _mm512_loadu_ps(W + (n0 + 0) * K + k), w1 = _mm512_loadu_ps(W + (n0 + 1) * K + k);
-          const __m512 w2 = _mm512_loadu_ps(W + (n0 + 2) * K + k), w3 = _mm512_loadu_ps(W + (n0 + 3) * K + k);
-          for (int i = 0; i < 4; ++i) {
-            const __m512 xv = _mm512_loadu_ps(x + (r0 + i) * K + k);
-            acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(xv, w1, acc[i][1]);
-            acc[i][2] = _mm512_fmadd_ps(xv, w2, acc[i][2]);
-            acc[i][3] = _mm512_fmadd_ps(xv, w3, acc[i][3]);
-          }
-        }
-      } else {  // edge tiles
-        for (Index k = 0; k < K; k += 16)
-          for (Index i = 0; i < rb; ++i) {
-            const __m512 xv = _mm512_loadu_ps(x + (r0 + i) * K + k);
-            for (Index j = 0; j < nb; ++j)
-              acc[i][j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(W + (n0 + j) * K + k), acc[i][j]);
-          }
-      }
-      if (nb == 4) {
-        const __m128 bias = _mm_loadu_ps(b + n0);
-        for (Index i = 0; i < rb; ++i)
-          _mm_storeu_ps(y + (r0 + i) * N + n0,
-                        _mm_add_ps(reduce_add4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias));
-      } else {
-        for (Index i = 0; i < rb; ++i)
-          for (Index j = 0; j < nb; ++j) y[(r0 + i) * N + n0 + j] = _mm512_reduce_add_ps(acc[i][j]) + b[n0 + j];
-      }
-    }
-  }
-}
-#endif
-
-// y = x W^T + b for an inference step; W is (out, in) row-major                (R, out)
-template <typename T, typename WeightMatrix, typename Bias>
-void linear_rows(const Matrix<T>& x, const WeightMatrix& W, const Bias& b, Matrix<T>& y) {
-  y.resize(x.rows(), W.rows());
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (x.rows() <= kFewRows && x.cols() % 16 == 0 && W.cols() == x.cols() && W.outerStride() == W.cols()) {
-      few_rows_linear_f32(x.data(), x.rows(), x.cols(), W.data(), W.rows(), b.data(), y.data());
-      return;
-    }
-  }
-#endif
-  // the reference: Eigen's GEMM
-  y.noalias() = x * W.transpose();
-  y.rowwise() += b;
-}
 
 // y = LN(x) with the layer's weight, bias and eps (inference; nothing cached)
 template <typename T>
@@ -154,6 +66,51 @@ void log_softmax_no_pad(const T* logits, Index V, std::vector<double>& out) {
 }  // namespace
 
 template <typename T>
+void DecodeWeights<T>::pack(Transformer<T>& model) {
+  auto& dec = model.decoder();
+  const Index d = model.config().d_model;
+  layers.resize(dec.layers_.size());
+  for (size_t l = 0; l < dec.layers_.size(); ++l) {
+    const DecoderLayer<T>& L = *dec.layers_[l];
+    const MultiHeadAttention<T>& sa = L.self_attention_;
+    const MultiHeadAttention<T>& ca = L.cross_attention_;
+    const FeedForward<T>& ff = L.feed_forward_;
+    Layer& p = layers[l];
+    p.self_qkv.pack(sa.w_in_.data(), 3 * d, d, d, sa.b_in_.data());
+    p.self_out.pack(sa.out_.weight_.data(), d, d, d, sa.out_.bias_.data());
+    p.cross_q.pack(ca.w_in_.data(), d, d, d, ca.b_in_.data());  // the query rows of [W_q; W_k; W_v]
+    p.cross_out.pack(ca.out_.weight_.data(), d, d, d, ca.out_.bias_.data());
+    p.ff1.pack(ff.linear1_.weight_.data(), ff.linear1_.weight_.rows(), d, d, ff.linear1_.bias_.data());
+    p.ff2.pack(ff.linear2_.weight_.data(), d, ff.linear2_.weight_.cols(), ff.linear2_.weight_.cols(),
+               ff.linear2_.bias_.data());
+  }
+  output.pack(model.output_weight(), model.config().tgt_vocab_size, d, d, model.out_bias_.data());
+}
+
+template <typename T>
+template <typename WeightMatrix, typename Bias>
+void IncrementalDecoder<T>::linear(const Matrix<T>& x, const WeightMatrix& W, const Bias& b,
+                                   const PackedLinear<T>* packed, Matrix<T>& y) const {
+  y.resize(x.rows(), W.rows());
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed != nullptr && x.rows() >= DecodeWeights<T>::kMinRows) {
+      packed->apply(x.data(), x.rows(), x.cols(), y.data(), y.cols());
+      return;
+    }
+    // up to this many rows the few-row kernel beats Eigen's GEMM, which packs W on every call
+    constexpr Index kFewRows = 64;
+    if (have_decode_kernels() && x.rows() <= kFewRows && x.cols() % 16 == 0 && W.cols() == x.cols() &&
+        W.outerStride() == W.cols()) {
+      few_rows_linear(x.data(), x.rows(), x.cols(), W.data(), W.rows(), b.data(), y.data());
+      return;
+    }
+  }
+  // the reference: Eigen's GEMM
+  y.noalias() = x * W.transpose();
+  y.rowwise() += b;
+}
+
+template <typename T>
 IncrementalDecoder<T>::IncrementalDecoder(Transformer<T>& model)
     : model_(model),
       d_(model.config().d_model),
@@ -162,16 +119,23 @@ IncrementalDecoder<T>::IncrementalDecoder(Transformer<T>& model)
       V_(model.config().tgt_vocab_size) {}
 
 template <typename T>
-void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps) {
+void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed) {
   const TransformerConfig& c = model_.config();
   TCPP_CHECK(max_steps >= 1 && max_steps <= c.max_length, "decode: max_steps must be in [1, max_length ",
              c.max_length, "], got ", max_steps);
-  const Matrix<T>& memory = model_.encoder().forward(src, false);  // (B*S, d)
+  // padding positions of the source are only ever masked keys: encode the real tokens alone
+  const Matrix<T>& memory = model_.encoder().forward(src, false, /*pack=*/true);  // (rows, d)
+  const RowLayout& rows = model_.encoder().layout();
   B_ = src.rows();
   S_ = src.cols();
   R_ = B_;
   t_ = 0;
   max_steps_ = max_steps;
+  packed_ = nullptr;
+  if (packed != nullptr && DecodeWeights<T>::available()) {
+    packed->pack(model_);
+    packed_ = packed;
+  }
   src_padding_ = model_.encoder().key_padding();
   row_sentence_.resize(static_cast<size_t>(R_));
   std::iota(row_sentence_.begin(), row_sentence_.end(), Index(0));
@@ -180,13 +144,17 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps) {
   for (size_t l = 0; l < layers.size(); ++l) {
     LayerCache& cache = caches_[l];
     const MultiHeadAttention<T>& cross = layers[l]->cross_attention_;
-    // [K | V] of the memory, once per sentence                            (B*S, d) each
-    cache.mk.resize(B_ * S_, d_);
-    cache.mv.resize(B_ * S_, d_);
-    cache.mk.noalias() = memory * cross.w_in_.middleRows(d_, d_).transpose();
-    cache.mk.rowwise() += cross.b_in_.segment(d_, d_);
-    cache.mv.noalias() = memory * cross.w_in_.bottomRows(d_).transpose();
-    cache.mv.rowwise() += cross.b_in_.tail(d_);
+    // [K | V] of the memory in one product, once per sentence, scattered to the (B*S, d)
+    // layout (padding positions stay 0: they are masked)
+    kv_.noalias() = memory * cross.w_in_.bottomRows(2 * d_).transpose();  // (rows, 2d)
+    kv_.rowwise() += cross.b_in_.tail(2 * d_);
+    cache.mk.setZero(B_ * S_, d_);
+    cache.mv.setZero(B_ * S_, d_);
+    for (Index i = 0; i < kv_.rows(); ++i) {
+      const Index row = rows.packed ? rows.ids[static_cast<size_t>(i)] : i;
+      cache.mk.row(row) = kv_.row(i).head(d_);
+      cache.mv.row(row) = kv_.row(i).tail(d_);
+    }
     cache.k.resize(R_, max_steps_ * d_);
     cache.v.resize(R_, max_steps_ * d_);
   }
@@ -260,43 +228,44 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
     MultiHeadAttention<T>& sa = L.self_attention_;
     MultiHeadAttention<T>& ca = L.cross_attention_;
     FeedForward<T>& ff = L.feed_forward_;
+    const typename DecodeWeights<T>::Layer* P = packed_ ? &packed_->layers[l] : nullptr;
     if (!c.pre_norm) {
       // h1 = LN1(x + SelfAttention(x)) over the cached prefix
-      linear_rows(x_, sa.w_in_, sa.b_in_, qkv_);
+      linear(x_, sa.w_in_, sa.b_in_, P ? &P->self_qkv : nullptr, qkv_);
       attention_self(qkv_, cache, ctx_);
-      linear_rows(ctx_, sa.out_.weight_, sa.out_.bias_, a_);
+      linear(ctx_, sa.out_.weight_, sa.out_.bias_, P ? &P->self_out : nullptr, a_);
       a_ += x_;
       layer_norm_rows(a_, L.norm1_, h1_);
       // h2 = LN2(h1 + CrossAttention(h1, memory))
-      linear_rows(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), q_);
+      linear(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), P ? &P->cross_q : nullptr, q_);
       attention_cross(q_, cache, ctx_);
-      linear_rows(ctx_, ca.out_.weight_, ca.out_.bias_, a_);
+      linear(ctx_, ca.out_.weight_, ca.out_.bias_, P ? &P->cross_out : nullptr, a_);
       a_ += h1_;
       layer_norm_rows(a_, L.norm2_, h2_);
       // y = LN3(h2 + FFN(h2))
-      linear_rows(h2_, ff.linear1_.weight_, ff.linear1_.bias_, f1_);
+      linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
       f1_ = f1_.cwiseMax(T(0));
-      linear_rows(f1_, ff.linear2_.weight_, ff.linear2_.bias_, a_);
+      linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
       a_ += h2_;
       layer_norm_rows(a_, L.norm3_, x_);
     } else {
       // r1 = x + SelfAttention(LN1(x))
       layer_norm_rows(x_, L.norm1_, h1_);
-      linear_rows(h1_, sa.w_in_, sa.b_in_, qkv_);
+      linear(h1_, sa.w_in_, sa.b_in_, P ? &P->self_qkv : nullptr, qkv_);
       attention_self(qkv_, cache, ctx_);
-      linear_rows(ctx_, sa.out_.weight_, sa.out_.bias_, a_);
+      linear(ctx_, sa.out_.weight_, sa.out_.bias_, P ? &P->self_out : nullptr, a_);
       x_ += a_;
       // r2 = r1 + CrossAttention(LN2(r1), memory)
       layer_norm_rows(x_, L.norm2_, h1_);
-      linear_rows(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), q_);
+      linear(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), P ? &P->cross_q : nullptr, q_);
       attention_cross(q_, cache, ctx_);
-      linear_rows(ctx_, ca.out_.weight_, ca.out_.bias_, a_);
+      linear(ctx_, ca.out_.weight_, ca.out_.bias_, P ? &P->cross_out : nullptr, a_);
       x_ += a_;
       // y = r2 + FFN(LN3(r2))
       layer_norm_rows(x_, L.norm3_, h2_);
-      linear_rows(h2_, ff.linear1_.weight_, ff.linear1_.bias_, f1_);
+      linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
       f1_ = f1_.cwiseMax(T(0));
-      linear_rows(f1_, ff.linear2_.weight_, ff.linear2_.bias_, a_);
+      linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
       x_ += a_;
     }
   }
@@ -307,7 +276,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
   }
   // logits = y W_out^T + b                                                 (R, V)
   ConstMatrixMap<T> W(model_.output_weight(), V_, d_);
-  linear_rows(*y, W, model_.out_bias_, logits_);
+  linear(*y, W, model_.out_bias_, packed_ ? &packed_->output : nullptr, logits_);
   ++t_;
   return logits_;
 }
@@ -335,7 +304,7 @@ void IncrementalDecoder<T>::select_rows(const std::vector<Index>& rows) {
 
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length) {
+                          Index max_length, DecodeWeights<T>* workspace) {
   const TransformerConfig& c = model.config();
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
@@ -346,7 +315,9 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   TokenMatrix out = TokenMatrix::Zero(B, steps);
   if (B == 0) return out;
   IncrementalDecoder<T> dec(model);
-  dec.start(src, steps);
+  DecodeWeights<T> local;
+  const bool pack = DecodeWeights<T>::available() && B >= DecodeWeights<T>::kMinRows;
+  dec.start(src, steps, pack ? (workspace ? workspace : &local) : nullptr);
   std::vector<std::int64_t> tokens(static_cast<size_t>(B), start_id);
   std::vector<std::int64_t> next;
   std::vector<Index> keep;
@@ -358,10 +329,7 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
 #pragma omp parallel for schedule(static) if (R > 4)
     for (Index r = 0; r < R; ++r) {
       const T* row = logits.data() + r * V;
-      Index best = 1;  // never the padding id 0
-      for (Index j = 2; j < V; ++j)
-        if (row[j] > row[best]) best = j;
-      next[static_cast<size_t>(r)] = best;
+      next[static_cast<size_t>(r)] = 1 + first_argmax(row + 1, V - 1);  // never the padding id 0
     }
     keep.clear();
     for (Index r = 0; r < R; ++r) {
@@ -379,7 +347,7 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
                                                      std::int64_t start_id, std::int64_t end_id,
                                                      Index max_length, Index beam_size, double alpha,
-                                                     Index n_best) {
+                                                     Index n_best, DecodeWeights<T>* workspace) {
   const TransformerConfig& c = model.config();
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
@@ -404,7 +372,9 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
   if (B == 0) return finished;
   IncrementalDecoder<T> dec(model);
-  dec.start(src, steps);
+  DecodeWeights<T> local;  // after the first step every sentence has up to beam_size rows
+  const bool pack = DecodeWeights<T>::available() && B * beam_size >= DecodeWeights<T>::kMinRows;
+  dec.start(src, steps, pack ? (workspace ? workspace : &local) : nullptr);
   std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
   std::vector<std::vector<double>> logp;
 
@@ -522,14 +492,19 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   return finished;
 }
 
+template struct DecodeWeights<float>;
+template struct DecodeWeights<double>;
 template class IncrementalDecoder<float>;
 template class IncrementalDecoder<double>;
-template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index);
-template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index);
+template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
+                                          DecodeWeights<float>*);
+template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
+                                           DecodeWeights<double>*);
 template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
-                                                                     std::int64_t, Index, Index, double, Index);
+                                                                     std::int64_t, Index, Index, double, Index,
+                                                                     DecodeWeights<float>*);
 template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap,
                                                                       std::int64_t, std::int64_t, Index, Index,
-                                                                      double, Index);
+                                                                      double, Index, DecodeWeights<double>*);
 
 }  // namespace transformer

@@ -10,11 +10,32 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "transformer/decode_kernels.hpp"
 #include "transformer/transformer.hpp"
 
 namespace transformer {
+
+// The decoder's weights packed for PackedLinear (see decode_kernels.hpp). Every decode packs the
+// model's current weights again (a few ms, against ~100 ms of decoding at batch 32), so a
+// workspace kept between calls saves only the allocation and can never hold stale weights.
+template <typename T>
+struct DecodeWeights {
+  // Steps with fewer live rows than this use few_rows_linear (no packing pays off at batch 1).
+  static constexpr Index kMinRows = 4;
+  // Packing is worth it only for float builds with the AVX-512 kernels.
+  static bool available() { return std::is_same_v<T, float> && have_decode_kernels(); }
+
+  struct Layer {
+    PackedLinear<T> self_qkv, self_out, cross_q, cross_out, ff1, ff2;
+  };
+  std::vector<Layer> layers;
+  PackedLinear<T> output;
+
+  void pack(Transformer<T>& model);
+};
 
 template <typename T>
 class IncrementalDecoder {
@@ -22,8 +43,9 @@ class IncrementalDecoder {
   explicit IncrementalDecoder(Transformer<T>& model);
 
   // Encode src (B, S) and prepare caches for up to max_steps positions, one hypothesis per
-  // sentence (row r belongs to sentence r).
-  void start(ConstTokenMap src, Index max_steps);
+  // sentence (row r belongs to sentence r). With `packed` (only when DecodeWeights::available()),
+  // the model's weights are packed into it and steps with at least kMinRows rows use them.
+  void start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed = nullptr);
   // Feed tokens[r] at the next position for every live row; returns logits (R, V).
   const Matrix<T>& step(const std::int64_t* tokens);
   // Keep rows: new row i is old row rows[i] (with its cache); rows may repeat (beam expansion).
@@ -41,7 +63,13 @@ class IncrementalDecoder {
   void attention_self(const Matrix<T>& qkv, LayerCache& c, Matrix<T>& ctx);
   void attention_cross(const Matrix<T>& q, const LayerCache& c, Matrix<T>& ctx);
 
+  // y = x W^T + b for the rows of a step, by the fastest kernel that applies            (R, out)
+  template <typename WeightMatrix, typename Bias>
+  void linear(const Matrix<T>& x, const WeightMatrix& W, const Bias& b, const PackedLinear<T>* packed,
+              Matrix<T>& y) const;
+
   Transformer<T>& model_;
+  DecodeWeights<T>* packed_ = nullptr;
   Index d_, h_, dk_, V_;
   Index B_ = 0, S_ = 0, R_ = 0, t_ = 0, max_steps_ = 0;
   std::vector<LayerCache> caches_;
@@ -50,13 +78,15 @@ class IncrementalDecoder {
   // step buffers (R, .)
   Matrix<T> x_, qkv_, q_, ctx_, a_, h1_, h2_, f1_, y_, logits_, tmp_;
   Matrix<T> gather_;  // scratch for select_rows
+  Matrix<T> kv_;      // scratch for the memory keys/values in start
 };
 
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
 // L <= max_length; at most config.max_length positions are fed to the decoder.
+// `workspace` (optional) keeps the packed weights' memory between calls.
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length);
+                          Index max_length, DecodeWeights<T>* workspace = nullptr);
 
 struct BeamHypothesis {
   std::vector<std::int64_t> tokens;  // generated ids (ending with end_id unless cut at max_length)
@@ -73,6 +103,6 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
                                                      std::int64_t start_id, std::int64_t end_id,
                                                      Index max_length, Index beam_size, double alpha,
-                                                     Index n_best);
+                                                     Index n_best, DecodeWeights<T>* workspace = nullptr);
 
 }  // namespace transformer
