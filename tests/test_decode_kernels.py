@@ -93,3 +93,26 @@ def test_first_argmax_is_the_first_largest(n):
     if n > 1:
         v[0] = np.nan
     assert _core._first_argmax(v) == n - 1
+
+
+def test_fingerprint_sees_every_single_change():
+    # the packed decoder weights are reused only while the fingerprint of the model's weights is
+    # unchanged: any one changed element (any position, any lane, the tail, -0.0 for 0.0) must
+    # change it
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(10_007).astype(np.float32)  # not a multiple of the 64-word block
+    base = _core._fingerprint(w)
+    assert _core._fingerprint(w.copy()) == base
+    assert _core._fingerprint(w, 1) != base  # the seed matters
+    for i in list(rng.integers(0, w.size, 200)) + [0, 1, 127, 128, w.size - 2, w.size - 1]:
+        changed = w.copy()
+        changed[i] = np.nextafter(changed[i], np.float32(np.inf))  # the smallest possible change
+        assert _core._fingerprint(changed) != base, i
+    z = np.zeros(300, np.float32)
+    nz = z.copy()
+    nz[299] = -0.0
+    assert _core._fingerprint(z) != _core._fingerprint(nz)
+    # the length is part of it: trailing zero bytes are not ignored
+    assert _core._fingerprint(np.zeros(5, np.uint8)) != _core._fingerprint(np.zeros(6, np.uint8))
+    with pytest.raises(ValueError, match="contiguous"):
+        _core._fingerprint(w[::2])

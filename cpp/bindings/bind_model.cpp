@@ -10,9 +10,9 @@ namespace {
 
 template <typename T>
 struct ModelHolder {
-  explicit ModelHolder(const TransformerConfig& c) : model(c) {}
+  explicit ModelHolder(const TransformerConfig& c) : model(c), decode(model) {}
   Transformer<T> model;
-  DecodeWeights<T> decode_weights;  // packed weights' memory, reused by every decode (repacked each time)
+  DecodeWorkspace<T> decode;  // packed weights and decoder buffers, kept between decodes
   Index B = -1, Tt = 0;
   Index last_count = 0;
 };
@@ -205,7 +205,7 @@ void bind_transformer(py::module_& m) {
              TokenMatrix out;
              {
                py::gil_scoped_release release;
-               out = greedy_decode<T>(h.model, tmap(s), start_id, end_id, max_length, &h.decode_weights);
+               out = greedy_decode<T>(h.model, tmap(s), start_id, end_id, max_length, &h.decode);
              }
              h.B = -1;  // the cached training forward is no longer valid
              // drop trailing columns that are padding in every row
@@ -226,7 +226,7 @@ void bind_transformer(py::module_& m) {
              {
                py::gil_scoped_release release;
                res = beam_search<T>(h.model, tmap(s), start_id, end_id, max_length, beam_size, length_penalty, n_best,
-                                   &h.decode_weights);
+                                   &h.decode);
              }
              h.B = -1;
              py::list out;

@@ -43,6 +43,13 @@ void bind_runtime(py::module_& m) {
       },
       py::arg("x"), py::arg("W"), py::arg("b"), py::arg("kernel"), "y = x W^T + b by one decoding kernel (tests).");
   m.def(
+      "_fingerprint",
+      [](const py::array& data, std::uint64_t seed) {
+        if (!(data.flags() & py::array::c_style)) throw py::value_error("_fingerprint: data must be C-contiguous");
+        return fingerprint(data.data(), static_cast<std::size_t>(data.nbytes()), seed);
+      },
+      py::arg("data"), py::arg("seed") = 0, "64-bit fingerprint of a contiguous buffer's bytes (tests).");
+  m.def(
       "_first_argmax",
       [](const py::handle& v) {
         auto a = as_rows<float>(v, "_first_argmax", "v", -1);

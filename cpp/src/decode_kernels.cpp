@@ -1,6 +1,7 @@
 #include "transformer/decode_kernels.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -90,6 +91,53 @@ void few_rows_linear(const float* x, Index R, Index K, const float* W, Index N, 
 #else
   (void)x, (void)R, (void)W, (void)N, (void)b, (void)y;
 #endif
+}
+
+namespace {
+// splitmix64's finaliser: every input bit affects every output bit
+inline std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+std::uint64_t fingerprint(const void* data, std::size_t bytes, std::uint64_t seed) {
+  constexpr int kLanes = 64;  // word i goes to lane i % 64: 8 AVX-512 vectors of 8 words
+  constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ULL;
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  alignas(64) std::uint64_t lane[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane[j] = mix64(seed + static_cast<std::uint64_t>(j));
+  std::size_t i = 0;
+#if defined(__AVX512DQ__)
+  // the same lanes as the loop below, 8 independent multiply chains in flight
+  {
+    __m512i acc[8];
+    for (int v = 0; v < 8; ++v) acc[v] = _mm512_load_si512(lane + 8 * v);
+    const __m512i odd = _mm512_set1_epi64(static_cast<long long>(kOdd));
+    for (; i + 8 * kLanes <= bytes; i += 8 * kLanes)
+      for (int v = 0; v < 8; ++v)
+        acc[v] = _mm512_mullo_epi64(_mm512_xor_si512(acc[v], _mm512_loadu_si512(p + i + 64 * v)), odd);
+    for (int v = 0; v < 8; ++v) _mm512_store_si512(lane + 8 * v, acc[v]);
+  }
+#endif
+  for (; i + 8 * kLanes <= bytes; i += 8 * kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      std::uint64_t w;
+      std::memcpy(&w, p + i + 8 * j, 8);
+      lane[j] = (lane[j] ^ w) * kOdd;
+    }
+  // the last < 512 bytes, 8 at a time (the final word zero-padded)
+  for (int j = 0; i < bytes; ++j, i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, std::min<std::size_t>(8, bytes - i));
+    lane[j] = (lane[j] ^ w) * kOdd;
+  }
+  std::uint64_t h = mix64(seed ^ static_cast<std::uint64_t>(bytes));
+  for (int j = 0; j < kLanes; ++j) h = mix64(h ^ lane[j]) + static_cast<std::uint64_t>(j);
+  return h;
 }
 
 template <typename T>

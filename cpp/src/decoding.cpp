@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <type_traits>
 
@@ -10,24 +11,23 @@ namespace transformer {
 
 namespace {
 
-// y = LN(x) with the layer's weight, bias and eps (inference; nothing cached)
+// y = LN(x + res) with the layer's weight, bias and eps (inference; nothing cached); res may be
+// null (y = LN(x)). Rows are independent; Eigen's vectorised sums keep each row short.
 template <typename T>
-void layer_norm_rows(const Matrix<T>& x, const LayerNorm<T>& ln, Matrix<T>& y) {
+void layer_norm_rows(const Matrix<T>& x, const Matrix<T>* res, const LayerNorm<T>& ln, Matrix<T>& y) {
+  using Vec = Eigen::Array<T, 1, Eigen::Dynamic>;
   const Index n = x.rows(), d = x.cols();
   y.resize(n, d);
   const T eps = static_cast<T>(ln.eps());
-#pragma omp parallel for schedule(static) if (n > 64)
+#pragma omp parallel for schedule(static) if (n >= 16)
   for (Index r = 0; r < n; ++r) {
-    const T* xr = x.data() + r * d;
-    T* yr = y.data() + r * d;
-    T mean = T(0);
-    for (Index j = 0; j < d; ++j) mean += xr[j];
-    mean /= static_cast<T>(d);
-    T var = T(0);
-    for (Index j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
-    var /= static_cast<T>(d);
-    const T rstd = T(1) / std::sqrt(var + eps);
-    for (Index j = 0; j < d; ++j) yr[j] = (xr[j] - mean) * rstd * ln.weight_[j] + ln.bias_[j];
+    Eigen::Map<Vec> yr(y.data() + r * d, d);
+    yr = Eigen::Map<const Vec>(x.data() + r * d, d);
+    if (res != nullptr) yr += Eigen::Map<const Vec>(res->data() + r * d, d);
+    const T mean = yr.mean();
+    yr -= mean;
+    const T rstd = T(1) / std::sqrt(yr.square().mean() + eps);
+    yr = yr * rstd * ln.weight_.array() + ln.bias_.array();
   }
 }
 
@@ -50,6 +50,22 @@ void masked_softmax(T* s, Index n, const std::uint8_t* mask) {
   for (Index j = 0; j < n; ++j) s[j] *= inv;
 }
 
+// One query against n keys/values (rows j at K + j*ld, V + j*ld, dk wide):
+// o = softmax(scale * q.K_j over the unblocked j) V. s holds the n scores (scratch).
+template <typename T>
+void attend(const T* q, const T* K, const T* V, Index n, Index ld, Index dk, const std::uint8_t* mask, T scale, T* s,
+            T* o) {
+  using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  const Eigen::Map<const Vec> qv(q, dk);
+  for (Index j = 0; j < n; ++j)
+    s[j] = (mask && mask[j]) ? T(0) : scale * Eigen::Map<const Vec>(K + j * ld, dk).dot(qv);
+  masked_softmax(s, n, mask);
+  Eigen::Map<Vec> ov(o, dk);
+  ov.setZero();
+  for (Index j = 0; j < n; ++j)
+    if (s[j] != T(0)) ov += s[j] * Eigen::Map<const Vec>(V + j * ld, dk);
+}
+
 // log-softmax of one row of logits with the padding id excluded (its log-prob is -inf)
 template <typename T>
 void log_softmax_no_pad(const T* logits, Index V, std::vector<double>& out) {
@@ -66,6 +82,59 @@ void log_softmax_no_pad(const T* logits, Index V, std::vector<double>& out) {
 }  // namespace
 
 template <typename T>
+std::vector<typename DecodeWeights<T>::Source> DecodeWeights<T>::sources(Transformer<T>& model) const {
+  std::vector<Source> out;
+  auto add = [&out](const auto& m) { out.push_back({m.data(), static_cast<Index>(m.size())}); };
+  for (const auto& L : model.decoder().layers_) {
+    for (const MultiHeadAttention<T>* a : {&L->self_attention_, &L->cross_attention_}) {
+      add(a->w_in_);
+      add(a->b_in_);
+      add(a->out_.weight_);
+      add(a->out_.bias_);
+    }
+    add(L->feed_forward_.linear1_.weight_);
+    add(L->feed_forward_.linear1_.bias_);
+    add(L->feed_forward_.linear2_.weight_);
+    add(L->feed_forward_.linear2_.bias_);
+  }
+  out.push_back({model.output_weight(), model.config().tgt_vocab_size * model.config().d_model});
+  add(model.out_bias_);
+  return out;
+}
+
+template <typename T>
+bool DecodeWeights<T>::update(Transformer<T>& model) {
+  // fingerprint every source in 1 MB pieces, in parallel, then combine them in order; the
+  // addresses and sizes are part of it (the same model, the same tensors)
+  const std::vector<Source> src = sources(model);
+  constexpr Index kPiece = (1 << 20) / static_cast<Index>(sizeof(T));
+  struct Piece {
+    const T* data;
+    Index size;
+  };
+  std::vector<Piece> pieces;
+  for (const Source& s : src)
+    for (Index i = 0; i < s.size; i += kPiece) pieces.push_back({s.data + i, std::min(kPiece, s.size - i)});
+  std::vector<std::uint64_t> h(pieces.size());
+#pragma omp parallel for schedule(dynamic, 4)
+  for (Index i = 0; i < static_cast<Index>(pieces.size()); ++i)
+    h[static_cast<size_t>(i)] = fingerprint(pieces[static_cast<size_t>(i)].data,
+                                            static_cast<std::size_t>(pieces[static_cast<size_t>(i)].size) * sizeof(T),
+                                            static_cast<std::uint64_t>(i));
+  std::uint64_t f = fingerprint(h.data(), h.size() * sizeof(std::uint64_t), 0);
+  for (const Source& s : src) {
+    const std::uint64_t where[2] = {reinterpret_cast<std::uintptr_t>(s.data), static_cast<std::uint64_t>(s.size)};
+    f = fingerprint(where, sizeof(where), f);
+  }
+  if (held_ && model_ == &model && fingerprint_ == f) return false;
+  pack(model);
+  held_ = true;
+  model_ = &model;
+  fingerprint_ = f;
+  return true;
+}
+
+template <typename T>
 void DecodeWeights<T>::pack(Transformer<T>& model) {
   auto& dec = model.decoder();
   const Index d = model.config().d_model;
@@ -78,7 +147,9 @@ void DecodeWeights<T>::pack(Transformer<T>& model) {
     Layer& p = layers[l];
     p.self_qkv.pack(sa.w_in_.data(), 3 * d, d, d, sa.b_in_.data());
     p.self_out.pack(sa.out_.weight_.data(), d, d, d, sa.out_.bias_.data());
-    p.cross_q.pack(ca.w_in_.data(), d, d, d, ca.b_in_.data());  // the query rows of [W_q; W_k; W_v]
+    // [W_q; W_k; W_v] of the cross-attention: the queries per step, keys and values once
+    p.cross_q.pack(ca.w_in_.data(), d, d, d, ca.b_in_.data());
+    p.cross_kv.pack(ca.w_in_.data() + d * d, 2 * d, d, d, ca.b_in_.data() + d);
     p.cross_out.pack(ca.out_.weight_.data(), d, d, d, ca.out_.bias_.data());
     p.ff1.pack(ff.linear1_.weight_.data(), ff.linear1_.weight_.rows(), d, d, ff.linear1_.bias_.data());
     p.ff2.pack(ff.linear2_.weight_.data(), d, ff.linear2_.weight_.cols(), ff.linear2_.weight_.cols(),
@@ -133,7 +204,7 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
   max_steps_ = max_steps;
   packed_ = nullptr;
   if (packed != nullptr && DecodeWeights<T>::available()) {
-    packed->pack(model_);
+    packed->update(model_);
     packed_ = packed;
   }
   src_padding_ = model_.encoder().key_padding();
@@ -145,11 +216,16 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
     LayerCache& cache = caches_[l];
     const MultiHeadAttention<T>& cross = layers[l]->cross_attention_;
     // [K | V] of the memory in one product, once per sentence, scattered to the (B*S, d)
-    // layout (padding positions stay 0: they are masked)
-    kv_.noalias() = memory * cross.w_in_.bottomRows(2 * d_).transpose();  // (rows, 2d)
-    kv_.rowwise() += cross.b_in_.tail(2 * d_);
-    cache.mk.setZero(B_ * S_, d_);
-    cache.mv.setZero(B_ * S_, d_);
+    // layout; padding positions are left unset (attention never reads a blocked key)
+    if (packed_ != nullptr) {
+      kv_.resize(memory.rows(), 2 * d_);
+      packed_->layers[l].cross_kv.apply(memory.data(), memory.rows(), d_, kv_.data(), 2 * d_);
+    } else {
+      kv_.noalias() = memory * cross.w_in_.bottomRows(2 * d_).transpose();  // (rows, 2d)
+      kv_.rowwise() += cross.b_in_.tail(2 * d_);
+    }
+    cache.mk.resize(B_ * S_, d_);
+    cache.mv.resize(B_ * S_, d_);
     for (Index i = 0; i < kv_.rows(); ++i) {
       const Index row = rows.packed ? rows.ids[static_cast<size_t>(i)] : i;
       cache.mk.row(row) = kv_.row(i).head(d_);
@@ -174,14 +250,10 @@ void IncrementalDecoder<T>::attention_self(const Matrix<T>& qkv, LayerCache& c, 
 #pragma omp parallel for schedule(static) if (R_ * h_ > 8)
   for (Index rh = 0; rh < R_ * h_; ++rh) {
     const Index r = rh / h_, h = rh % h_;
-    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> q(qkv.data() + r * 3 * d_ + h * dk_, dk_);
-    ConstStridedMap<T> K(c.k.data() + r * stride + h * dk_, n, dk_, Eigen::OuterStride<>(d_));  // (n, dk)
-    ConstStridedMap<T> V(c.v.data() + r * stride + h * dk_, n, dk_, Eigen::OuterStride<>(d_));  // (n, dk)
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> s(tmp_.data() + rh * max_steps_, n);
-    s.noalias() = (K * q) * scale;  // all earlier positions are visible: no look-ahead to mask
-    masked_softmax(s.data(), n, static_cast<const std::uint8_t*>(nullptr));
-    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> o(ctx.data() + r * d_ + h * dk_, dk_);
-    o.noalias() = s.transpose() * V;
+    // every earlier position is visible: no look-ahead to mask
+    attend(qkv.data() + r * 3 * d_ + h * dk_, c.k.data() + r * stride + h * dk_, c.v.data() + r * stride + h * dk_,
+           n, d_, dk_, static_cast<const std::uint8_t*>(nullptr), scale, tmp_.data() + rh * max_steps_,
+           ctx.data() + r * d_ + h * dk_);
   }
 }
 
@@ -195,14 +267,9 @@ void IncrementalDecoder<T>::attention_cross(const Matrix<T>& q, const LayerCache
   for (Index rh = 0; rh < R_ * h_; ++rh) {
     const Index r = rh / h_, h = rh % h_;
     const Index sent = row_sentence_[static_cast<size_t>(r)];
-    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> qv(q.data() + r * d_ + h * dk_, dk_);
-    ConstStridedMap<T> K(c.mk.data() + sent * S_ * d_ + h * dk_, S_, dk_, Eigen::OuterStride<>(d_));
-    ConstStridedMap<T> V(c.mv.data() + sent * S_ * d_ + h * dk_, S_, dk_, Eigen::OuterStride<>(d_));
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> s(tmp_.data() + rh * ts, S_);
-    s.noalias() = (K * qv) * scale;
-    masked_softmax(s.data(), S_, src_padding_.data() + sent * S_);  // source padding is blocked
-    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> o(ctx.data() + r * d_ + h * dk_, dk_);
-    o.noalias() = s.transpose() * V;
+    // source padding is blocked
+    attend(q.data() + r * d_ + h * dk_, c.mk.data() + sent * S_ * d_ + h * dk_, c.mv.data() + sent * S_ * d_ + h * dk_,
+           S_, d_, dk_, src_padding_.data() + sent * S_, scale, tmp_.data() + rh * ts, ctx.data() + r * d_ + h * dk_);
   }
 }
 
@@ -234,35 +301,32 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       linear(x_, sa.w_in_, sa.b_in_, P ? &P->self_qkv : nullptr, qkv_);
       attention_self(qkv_, cache, ctx_);
       linear(ctx_, sa.out_.weight_, sa.out_.bias_, P ? &P->self_out : nullptr, a_);
-      a_ += x_;
-      layer_norm_rows(a_, L.norm1_, h1_);
+      layer_norm_rows(a_, &x_, L.norm1_, h1_);
       // h2 = LN2(h1 + CrossAttention(h1, memory))
       linear(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), P ? &P->cross_q : nullptr, q_);
       attention_cross(q_, cache, ctx_);
       linear(ctx_, ca.out_.weight_, ca.out_.bias_, P ? &P->cross_out : nullptr, a_);
-      a_ += h1_;
-      layer_norm_rows(a_, L.norm2_, h2_);
+      layer_norm_rows(a_, &h1_, L.norm2_, h2_);
       // y = LN3(h2 + FFN(h2))
       linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
       f1_ = f1_.cwiseMax(T(0));
       linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
-      a_ += h2_;
-      layer_norm_rows(a_, L.norm3_, x_);
+      layer_norm_rows(a_, &h2_, L.norm3_, x_);
     } else {
       // r1 = x + SelfAttention(LN1(x))
-      layer_norm_rows(x_, L.norm1_, h1_);
+      layer_norm_rows(x_, static_cast<const Matrix<T>*>(nullptr), L.norm1_, h1_);
       linear(h1_, sa.w_in_, sa.b_in_, P ? &P->self_qkv : nullptr, qkv_);
       attention_self(qkv_, cache, ctx_);
       linear(ctx_, sa.out_.weight_, sa.out_.bias_, P ? &P->self_out : nullptr, a_);
       x_ += a_;
       // r2 = r1 + CrossAttention(LN2(r1), memory)
-      layer_norm_rows(x_, L.norm2_, h1_);
+      layer_norm_rows(x_, static_cast<const Matrix<T>*>(nullptr), L.norm2_, h1_);
       linear(h1_, ca.w_in_.topRows(d_), ca.b_in_.head(d_), P ? &P->cross_q : nullptr, q_);
       attention_cross(q_, cache, ctx_);
       linear(ctx_, ca.out_.weight_, ca.out_.bias_, P ? &P->cross_out : nullptr, a_);
       x_ += a_;
       // y = r2 + FFN(LN3(r2))
-      layer_norm_rows(x_, L.norm3_, h2_);
+      layer_norm_rows(x_, static_cast<const Matrix<T>*>(nullptr), L.norm3_, h2_);
       linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
       f1_ = f1_.cwiseMax(T(0));
       linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
@@ -271,7 +335,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
   }
   const Matrix<T>* y = &x_;
   if (dec.final_norm_) {
-    layer_norm_rows(x_, *dec.final_norm_, y_);
+    layer_norm_rows(x_, static_cast<const Matrix<T>*>(nullptr), *dec.final_norm_, y_);
     y = &y_;
   }
   // logits = y W_out^T + b                                                 (R, V)
@@ -302,9 +366,23 @@ void IncrementalDecoder<T>::select_rows(const std::vector<Index>& rows) {
   R_ = n;
 }
 
+namespace {
+// The caller's workspace (which must belong to this model), else a fresh one owned by `local`.
+template <typename T>
+DecodeWorkspace<T>& workspace_for(Transformer<T>& model, DecodeWorkspace<T>* workspace,
+                                  std::unique_ptr<DecodeWorkspace<T>>& local) {
+  if (workspace != nullptr) {
+    TCPP_CHECK(&workspace->decoder.model() == &model, "decode: the workspace belongs to another model");
+    return *workspace;
+  }
+  local = std::make_unique<DecodeWorkspace<T>>(model);
+  return *local;
+}
+}  // namespace
+
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length, DecodeWeights<T>* workspace) {
+                          Index max_length, DecodeWorkspace<T>* workspace) {
   const TransformerConfig& c = model.config();
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
@@ -314,10 +392,11 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   const Index B = src.rows();
   TokenMatrix out = TokenMatrix::Zero(B, steps);
   if (B == 0) return out;
-  IncrementalDecoder<T> dec(model);
-  DecodeWeights<T> local;
+  std::unique_ptr<DecodeWorkspace<T>> local;
+  DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
+  IncrementalDecoder<T>& dec = ws.decoder;
   const bool pack = DecodeWeights<T>::available() && B >= DecodeWeights<T>::kMinRows;
-  dec.start(src, steps, pack ? (workspace ? workspace : &local) : nullptr);
+  dec.start(src, steps, pack ? &ws.weights : nullptr);
   std::vector<std::int64_t> tokens(static_cast<size_t>(B), start_id);
   std::vector<std::int64_t> next;
   std::vector<Index> keep;
@@ -347,7 +426,7 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
                                                      std::int64_t start_id, std::int64_t end_id,
                                                      Index max_length, Index beam_size, double alpha,
-                                                     Index n_best, DecodeWeights<T>* workspace) {
+                                                     Index n_best, DecodeWorkspace<T>* workspace) {
   const TransformerConfig& c = model.config();
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
@@ -371,10 +450,12 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   std::vector<Live> live;
   for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
   if (B == 0) return finished;
-  IncrementalDecoder<T> dec(model);
-  DecodeWeights<T> local;  // after the first step every sentence has up to beam_size rows
+  std::unique_ptr<DecodeWorkspace<T>> local;
+  DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
+  IncrementalDecoder<T>& dec = ws.decoder;
+  // after the first step every sentence has up to beam_size rows
   const bool pack = DecodeWeights<T>::available() && B * beam_size >= DecodeWeights<T>::kMinRows;
-  dec.start(src, steps, pack ? (workspace ? workspace : &local) : nullptr);
+  dec.start(src, steps, pack ? &ws.weights : nullptr);
   std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
   std::vector<std::vector<double>> logp;
 
@@ -497,14 +578,14 @@ template struct DecodeWeights<double>;
 template class IncrementalDecoder<float>;
 template class IncrementalDecoder<double>;
 template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
-                                          DecodeWeights<float>*);
+                                          DecodeWorkspace<float>*);
 template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
-                                           DecodeWeights<double>*);
+                                           DecodeWorkspace<double>*);
 template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
                                                                      std::int64_t, Index, Index, double, Index,
-                                                                     DecodeWeights<float>*);
+                                                                     DecodeWorkspace<float>*);
 template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap,
                                                                       std::int64_t, std::int64_t, Index, Index,
-                                                                      double, Index, DecodeWeights<double>*);
+                                                                      double, Index, DecodeWorkspace<double>*);
 
 }  // namespace transformer

@@ -19,6 +19,9 @@
 //   Panels are split among the threads. About 1.7-1.9x the few-row kernel at 8-32 rows.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "transformer/tensor.hpp"
 
 namespace transformer {
@@ -30,6 +33,13 @@ bool have_decode_kernels();
 // y (R, N) = x (R, K) W^T + b, all row-major and contiguous, W (N, K). Requires
 // have_decode_kernels() and K % 16 == 0.
 void few_rows_linear(const float* x, Index R, Index K, const float* W, Index N, const float* b, float* y);
+
+// A 64-bit fingerprint of `bytes` bytes, seeded: 64 independent lanes each fold in every 64th
+// 8-byte word as lane = (lane ^ word) * odd constant (a bijection of the lane for any word, so a
+// change confined to one lane always changes the result), then the lanes, the length and the seed
+// are mixed together. For telling whether weights changed since they were packed; not a
+// cryptographic hash.
+std::uint64_t fingerprint(const void* data, std::size_t bytes, std::uint64_t seed);
 
 // The index of the first largest of v[0..n) (n >= 1); NaNs are never chosen over a number.
 // Vectorised for float when the build has the AVX-512 kernels.

@@ -18,9 +18,10 @@
 
 namespace transformer {
 
-// The decoder's weights packed for PackedLinear (see decode_kernels.hpp). Every decode packs the
-// model's current weights again (a few ms, against ~100 ms of decoding at batch 32), so a
-// workspace kept between calls saves only the allocation and can never hold stale weights.
+// The decoder's weights packed for PackedLinear (see decode_kernels.hpp), kept between decodes.
+// update() fingerprints the model's current weights (one read pass, about a third of the cost of
+// packing them) and packs again only when they differ from what is held, so weights changed in
+// any way (training, checkpoint loading, writes through the NumPy views) are always seen.
 template <typename T>
 struct DecodeWeights {
   // Steps with fewer live rows than this use few_rows_linear (no packing pays off at batch 1).
@@ -29,12 +30,26 @@ struct DecodeWeights {
   static bool available() { return std::is_same_v<T, float> && have_decode_kernels(); }
 
   struct Layer {
-    PackedLinear<T> self_qkv, self_out, cross_q, cross_out, ff1, ff2;
+    PackedLinear<T> self_qkv, self_out, cross_q, cross_kv, cross_out, ff1, ff2;
   };
   std::vector<Layer> layers;
   PackedLinear<T> output;
 
+  // Make the packed weights equal to the model's; returns true when it had to pack.
+  bool update(Transformer<T>& model);
+  // Forget what is held: the next update() packs.
+  void invalidate() { held_ = false; }
+
+ private:
+  struct Source {
+    const T* data;
+    Index size;
+  };
+  std::vector<Source> sources(Transformer<T>& model) const;
   void pack(Transformer<T>& model);
+  bool held_ = false;
+  const Transformer<T>* model_ = nullptr;
+  std::uint64_t fingerprint_ = 0;
 };
 
 template <typename T>
@@ -44,13 +59,14 @@ class IncrementalDecoder {
 
   // Encode src (B, S) and prepare caches for up to max_steps positions, one hypothesis per
   // sentence (row r belongs to sentence r). With `packed` (only when DecodeWeights::available()),
-  // the model's weights are packed into it and steps with at least kMinRows rows use them.
+  // it is brought up to date with the model's weights and steps with at least kMinRows rows use it.
   void start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed = nullptr);
   // Feed tokens[r] at the next position for every live row; returns logits (R, V).
   const Matrix<T>& step(const std::int64_t* tokens);
   // Keep rows: new row i is old row rows[i] (with its cache); rows may repeat (beam expansion).
   void select_rows(const std::vector<Index>& rows);
 
+  Transformer<T>& model() const { return model_; }
   Index rows() const { return R_; }
   Index position() const { return t_; }
   Index sentence_of(Index row) const { return row_sentence_[static_cast<size_t>(row)]; }
@@ -81,12 +97,21 @@ class IncrementalDecoder {
   Matrix<T> kv_;      // scratch for the memory keys/values in start
 };
 
+// What a model keeps between decodes: the packed weights and the decoder with its buffers (so
+// steady decoding at a fixed batch shape allocates nothing). One per model; not thread-safe.
+template <typename T>
+struct DecodeWorkspace {
+  explicit DecodeWorkspace(Transformer<T>& model) : decoder(model) {}
+  IncrementalDecoder<T> decoder;
+  DecodeWeights<T> weights;
+};
+
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
 // L <= max_length; at most config.max_length positions are fed to the decoder.
-// `workspace` (optional) keeps the packed weights' memory between calls.
+// `workspace` (optional, for `model`) keeps packed weights and buffers between calls.
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length, DecodeWeights<T>* workspace = nullptr);
+                          Index max_length, DecodeWorkspace<T>* workspace = nullptr);
 
 struct BeamHypothesis {
   std::vector<std::int64_t> tokens;  // generated ids (ending with end_id unless cut at max_length)
@@ -103,6 +128,6 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
                                                      std::int64_t start_id, std::int64_t end_id,
                                                      Index max_length, Index beam_size, double alpha,
-                                                     Index n_best, DecodeWeights<T>* workspace = nullptr);
+                                                     Index n_best, DecodeWorkspace<T>* workspace = nullptr);
 
 }  // namespace transformer
