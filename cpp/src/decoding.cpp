@@ -97,6 +97,16 @@ std::vector<typename DecodeWeights<T>::Source> DecodeWeights<T>::sources(Transfo
     add(L->feed_forward_.linear2_.weight_);
     add(L->feed_forward_.linear2_.bias_);
   }
+  for (const auto& L : model.encoder().layers_) {
+    add(L->self_attention_.w_in_);
+    add(L->self_attention_.b_in_);
+    add(L->self_attention_.out_.weight_);
+    add(L->self_attention_.out_.bias_);
+    add(L->feed_forward_.linear1_.weight_);
+    add(L->feed_forward_.linear1_.bias_);
+    add(L->feed_forward_.linear2_.weight_);
+    add(L->feed_forward_.linear2_.bias_);
+  }
   out.push_back({model.output_weight(), model.config().tgt_vocab_size * model.config().d_model});
   add(model.out_bias_);
   return out;
@@ -155,6 +165,19 @@ void DecodeWeights<T>::pack(Transformer<T>& model) {
     p.ff2.pack(ff.linear2_.weight_.data(), d, ff.linear2_.weight_.cols(), ff.linear2_.weight_.cols(),
                ff.linear2_.bias_.data());
   }
+  auto& enc = model.encoder();
+  encoder_layers.resize(enc.layers_.size());
+  for (size_t l = 0; l < enc.layers_.size(); ++l) {
+    const auto& L = *enc.layers_[l];
+    const MultiHeadAttention<T>& sa = L.self_attention_;
+    const FeedForward<T>& ff = L.feed_forward_;
+    EncoderLayer& p = encoder_layers[l];
+    p.qkv.pack(sa.w_in_.data(), 3 * d, d, d, sa.b_in_.data());
+    p.out.pack(sa.out_.weight_.data(), d, d, d, sa.out_.bias_.data());
+    p.ff1.pack(ff.linear1_.weight_.data(), ff.linear1_.weight_.rows(), d, d, ff.linear1_.bias_.data());
+    p.ff2.pack(ff.linear2_.weight_.data(), d, ff.linear2_.weight_.cols(), ff.linear2_.weight_.cols(),
+               ff.linear2_.bias_.data());
+  }
   output.pack(model.output_weight(), model.config().tgt_vocab_size, d, d, model.out_bias_.data());
 }
 
@@ -194,9 +217,6 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
   const TransformerConfig& c = model_.config();
   TCPP_CHECK(max_steps >= 1 && max_steps <= c.max_length, "decode: max_steps must be in [1, max_length ",
              c.max_length, "], got ", max_steps);
-  // padding positions of the source are only ever masked keys: encode the real tokens alone
-  const Matrix<T>& memory = model_.encoder().forward(src, false, /*pack=*/true);  // (rows, d)
-  const RowLayout& rows = model_.encoder().layout();
   B_ = src.rows();
   S_ = src.cols();
   R_ = B_;
@@ -207,7 +227,20 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
     packed->update(model_);
     packed_ = packed;
   }
-  src_padding_ = model_.encoder().key_padding();
+  // padding positions of the source are only ever masked keys: encode the real tokens alone
+  const Matrix<T>* mem = nullptr;
+  const Index* mem_rows = nullptr;  // padded index b*S + t of every memory row (null: all rows)
+  if (packed_ != nullptr) {
+    encode_packed(src);
+    mem = &memory_;
+    mem_rows = enc_rows_.data();
+  } else {
+    mem = &model_.encoder().forward(src, false, /*pack=*/true);  // (rows, d)
+    if (model_.encoder().layout().packed) mem_rows = model_.encoder().layout().ids.data();
+  }
+  const Matrix<T>& memory = *mem;
+  src_padding_.resize(static_cast<size_t>(B_ * S_));
+  for (Index i = 0; i < B_ * S_; ++i) src_padding_[static_cast<size_t>(i)] = src.data()[i] == 0;
   row_sentence_.resize(static_cast<size_t>(R_));
   std::iota(row_sentence_.begin(), row_sentence_.end(), Index(0));
   auto& layers = model_.decoder().layers_;
@@ -227,13 +260,102 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
     cache.mk.resize(B_ * S_, d_);
     cache.mv.resize(B_ * S_, d_);
     for (Index i = 0; i < kv_.rows(); ++i) {
-      const Index row = rows.packed ? rows.ids[static_cast<size_t>(i)] : i;
+      const Index row = mem_rows ? mem_rows[i] : i;
       cache.mk.row(row) = kv_.row(i).head(d_);
       cache.mv.row(row) = kv_.row(i).tail(d_);
     }
     cache.k.resize(R_, max_steps_ * d_);
     cache.v.resize(R_, max_steps_ * d_);
   }
+}
+
+template <typename T>
+void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
+  auto& enc = model_.encoder();
+  const TransformerConfig& c = model_.config();
+  const Index B = src.rows(), S = src.cols();
+  TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
+  const Matrix<T>& pe = enc.embedding_.table();
+  TCPP_CHECK(S <= pe.rows(), "PositionalEmbedding: sequence length ", S, " is longer than max_length ", pe.rows(),
+             "; build the layer with a larger max_length");
+  // the rows to compute: every non-padding position, sentence by sentence
+  enc_rows_.clear();
+  enc_offset_.assign(static_cast<size_t>(B + 1), 0);
+  for (Index b = 0; b < B; ++b) {
+    for (Index t = 0; t < S; ++t) {
+      const std::int64_t tok = src(b, t);
+      TCPP_CHECK(tok >= 0 && tok < c.src_vocab_size, "Embedding: token id ", tok,
+                 " is out of range for vocabulary size ", c.src_vocab_size);
+      if (tok != 0) enc_rows_.push_back(b * S + t);
+    }
+    enc_offset_[static_cast<size_t>(b + 1)] = static_cast<Index>(enc_rows_.size());
+  }
+  const Index n = static_cast<Index>(enc_rows_.size());
+  // x = embedding[token] * sqrt(d) + PE[t]                                     (n, d)
+  const Matrix<T>& E = enc.embedding_.embedding().weight_;
+  const T emb_scale = static_cast<T>(std::sqrt(static_cast<double>(d_)));
+  ex_.resize(n, d_);
+  for (Index i = 0; i < n; ++i) {
+    const Index row = enc_rows_[static_cast<size_t>(i)];
+    ex_.row(i) = E.row(src.data()[row]) * emb_scale + pe.row(row % S);
+  }
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+  tmp_.resize(B * h_, S);
+  // self-attention of the packed rows: sentence b's queries against its own keys, which are
+  // exactly its non-padding positions (the key-padding mask needs no bytes here)
+  auto self_attention = [&](const Matrix<T>& qkv, Matrix<T>& ctx) {
+    ctx.resize(n, d_);
+#pragma omp parallel for schedule(dynamic, 4) if (B * h_ > 8)
+    for (Index bh = 0; bh < B * h_; ++bh) {
+      const Index b = bh / h_, h = bh % h_;
+      const Index r0 = enc_offset_[static_cast<size_t>(b)], len = enc_offset_[static_cast<size_t>(b + 1)] - r0;
+      const T* base = qkv.data() + r0 * 3 * d_ + h * dk_;
+      for (Index i = 0; i < len; ++i)
+        attend(base + i * 3 * d_, base + d_, base + 2 * d_, len, 3 * d_, dk_, static_cast<const std::uint8_t*>(nullptr),
+               scale, tmp_.data() + bh * S, ctx.data() + (r0 + i) * d_ + h * dk_);
+    }
+  };
+  auto relu = [](Matrix<T>& m) {
+    T* p = m.data();
+    const Index size = m.size();
+#pragma omp parallel for schedule(static) if (size >= (1 << 16))
+    for (Index i = 0; i < size; ++i) p[i] = std::max(p[i], T(0));
+  };
+  auto apply = [n](const PackedLinear<T>& w, const Matrix<T>& x, Matrix<T>& y) {
+    y.resize(n, w.out_features());
+    w.apply(x.data(), n, x.cols(), y.data(), y.cols());
+  };
+  for (size_t l = 0; l < enc.layers_.size(); ++l) {
+    const auto& L = *enc.layers_[l];
+    const typename DecodeWeights<T>::EncoderLayer& P = packed_->encoder_layers[l];
+    if (!c.pre_norm) {
+      // h = LN1(x + SelfAttention(x));  x = LN2(h + FFN(h))
+      apply(P.qkv, ex_, eqkv_);
+      self_attention(eqkv_, ectx_);
+      apply(P.out, ectx_, ea_);
+      layer_norm_rows(ea_, &ex_, L.norm1_, eh_);
+      apply(P.ff1, eh_, ef_);
+      relu(ef_);
+      apply(P.ff2, ef_, ea_);
+      layer_norm_rows(ea_, &eh_, L.norm2_, ex_);
+    } else {
+      // x = x + SelfAttention(LN1(x));  x = x + FFN(LN2(x))
+      layer_norm_rows(ex_, static_cast<const Matrix<T>*>(nullptr), L.norm1_, eh_);
+      apply(P.qkv, eh_, eqkv_);
+      self_attention(eqkv_, ectx_);
+      apply(P.out, ectx_, ea_);
+      ex_ += ea_;
+      layer_norm_rows(ex_, static_cast<const Matrix<T>*>(nullptr), L.norm2_, eh_);
+      apply(P.ff1, eh_, ef_);
+      relu(ef_);
+      apply(P.ff2, ef_, ea_);
+      ex_ += ea_;
+    }
+  }
+  if (enc.final_norm_)
+    layer_norm_rows(ex_, static_cast<const Matrix<T>*>(nullptr), *enc.final_norm_, memory_);
+  else
+    memory_.swap(ex_);
 }
 
 template <typename T>

@@ -32,7 +32,11 @@ struct DecodeWeights {
   struct Layer {
     PackedLinear<T> self_qkv, self_out, cross_q, cross_kv, cross_out, ff1, ff2;
   };
-  std::vector<Layer> layers;
+  struct EncoderLayer {
+    PackedLinear<T> qkv, out, ff1, ff2;
+  };
+  std::vector<Layer> layers;                  // the decoder's
+  std::vector<EncoderLayer> encoder_layers;  // the encoder's
   PackedLinear<T> output;
 
   // Make the packed weights equal to the model's; returns true when it had to pack.
@@ -76,6 +80,9 @@ class IncrementalDecoder {
     Matrix<T> k, v;      // (R, max_steps * d): row r holds positions 0..t-1 of hypothesis r
     Matrix<T> mk, mv;    // (B*S, d): cross-attention keys/values of the memory, per sentence
   };
+  // The encoder's forward on the packed weights, for the non-padding source positions only:
+  // the computation of Encoder::forward(src, training = false, pack = true), into memory_.
+  void encode_packed(ConstTokenMap src);
   void attention_self(const Matrix<T>& qkv, LayerCache& c, Matrix<T>& ctx);
   void attention_cross(const Matrix<T>& q, const LayerCache& c, Matrix<T>& ctx);
 
@@ -95,6 +102,10 @@ class IncrementalDecoder {
   Matrix<T> x_, qkv_, q_, ctx_, a_, h1_, h2_, f1_, y_, logits_, tmp_;
   Matrix<T> gather_;  // scratch for select_rows
   Matrix<T> kv_;      // scratch for the memory keys/values in start
+  // encode_packed: source rows (non-padding positions in order), sentence b's rows
+  // [enc_offset_[b], enc_offset_[b + 1]), activations and the memory (rows, d)
+  std::vector<Index> enc_rows_, enc_offset_;
+  Matrix<T> ex_, eqkv_, ectx_, ea_, eh_, ef_, memory_;
 };
 
 // What a model keeps between decodes: the packed weights and the decoder with its buffers (so
