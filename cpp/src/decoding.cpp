@@ -50,6 +50,15 @@ void masked_softmax(T* s, Index n, const std::uint8_t* mask) {
   for (Index j = 0; j < n; ++j) s[j] *= inv;
 }
 
+// x = max(x, 0) in place
+template <typename T>
+void relu_rows(Matrix<T>& x) {
+  T* p = x.data();
+  const Index size = x.size();
+#pragma omp parallel for schedule(static) if (size >= (1 << 18))
+  for (Index i = 0; i < size; ++i) p[i] = std::max(p[i], T(0));
+}
+
 // One query against n keys/values (rows j at K + j*ld, V + j*ld, dk wide):
 // o = softmax(scale * q.K_j over the unblocked j) V. s holds the n scores (scratch).
 template <typename T>
@@ -315,12 +324,6 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
                scale, tmp_.data() + bh * S, ctx.data() + (r0 + i) * d_ + h * dk_);
     }
   };
-  auto relu = [](Matrix<T>& m) {
-    T* p = m.data();
-    const Index size = m.size();
-#pragma omp parallel for schedule(static) if (size >= (1 << 16))
-    for (Index i = 0; i < size; ++i) p[i] = std::max(p[i], T(0));
-  };
   auto apply = [n](const PackedLinear<T>& w, const Matrix<T>& x, Matrix<T>& y) {
     y.resize(n, w.out_features());
     w.apply(x.data(), n, x.cols(), y.data(), y.cols());
@@ -335,7 +338,7 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
       apply(P.out, ectx_, ea_);
       layer_norm_rows(ea_, &ex_, L.norm1_, eh_);
       apply(P.ff1, eh_, ef_);
-      relu(ef_);
+      relu_rows(ef_);
       apply(P.ff2, ef_, ea_);
       layer_norm_rows(ea_, &eh_, L.norm2_, ex_);
     } else {
@@ -347,7 +350,7 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
       ex_ += ea_;
       layer_norm_rows(ex_, static_cast<const Matrix<T>*>(nullptr), L.norm2_, eh_);
       apply(P.ff1, eh_, ef_);
-      relu(ef_);
+      relu_rows(ef_);
       apply(P.ff2, ef_, ea_);
       ex_ += ea_;
     }
@@ -361,17 +364,16 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
 template <typename T>
 void IncrementalDecoder<T>::attention_self(const Matrix<T>& qkv, LayerCache& c, Matrix<T>& ctx) {
   const Index n = t_ + 1, stride = max_steps_ * d_;
-  // append this position's keys and values to every row's cache
-  for (Index r = 0; r < R_; ++r) {
-    std::copy(qkv.data() + r * 3 * d_ + d_, qkv.data() + r * 3 * d_ + 2 * d_, c.k.data() + r * stride + t_ * d_);
-    std::copy(qkv.data() + r * 3 * d_ + 2 * d_, qkv.data() + r * 3 * d_ + 3 * d_, c.v.data() + r * stride + t_ * d_);
-  }
   ctx.resize(R_, d_);
   tmp_.resize(R_ * h_, max_steps_);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
-#pragma omp parallel for schedule(static) if (R_ * h_ > 8)
+#pragma omp parallel for schedule(dynamic, 16) if (R_ * h_ > 8)
   for (Index rh = 0; rh < R_ * h_; ++rh) {
     const Index r = rh / h_, h = rh % h_;
+    // append this position's key and value of head h to row r's cache
+    const T* kv = qkv.data() + r * 3 * d_ + h * dk_;
+    std::copy(kv + d_, kv + d_ + dk_, c.k.data() + r * stride + t_ * d_ + h * dk_);
+    std::copy(kv + 2 * d_, kv + 2 * d_ + dk_, c.v.data() + r * stride + t_ * d_ + h * dk_);
     // every earlier position is visible: no look-ahead to mask
     attend(qkv.data() + r * 3 * d_ + h * dk_, c.k.data() + r * stride + h * dk_, c.v.data() + r * stride + h * dk_,
            n, d_, dk_, static_cast<const std::uint8_t*>(nullptr), scale, tmp_.data() + rh * max_steps_,
@@ -385,7 +387,7 @@ void IncrementalDecoder<T>::attention_cross(const Matrix<T>& q, const LayerCache
   tmp_.resize(R_ * h_, std::max(S_, max_steps_));
   const Index ts = tmp_.cols();
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
-#pragma omp parallel for schedule(static) if (R_ * h_ > 8)
+#pragma omp parallel for schedule(dynamic, 16) if (R_ * h_ > 8)
   for (Index rh = 0; rh < R_ * h_; ++rh) {
     const Index r = rh / h_, h = rh % h_;
     const Index sent = row_sentence_[static_cast<size_t>(r)];
@@ -431,7 +433,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       layer_norm_rows(a_, &h1_, L.norm2_, h2_);
       // y = LN3(h2 + FFN(h2))
       linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
-      f1_ = f1_.cwiseMax(T(0));
+      relu_rows(f1_);
       linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
       layer_norm_rows(a_, &h2_, L.norm3_, x_);
     } else {
@@ -450,7 +452,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       // y = r2 + FFN(LN3(r2))
       layer_norm_rows(x_, static_cast<const Matrix<T>*>(nullptr), L.norm3_, h2_);
       linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
-      f1_ = f1_.cwiseMax(T(0));
+      relu_rows(f1_);
       linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
       x_ += a_;
     }
