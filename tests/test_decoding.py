@@ -205,3 +205,41 @@ def test_packed_weights_follow_every_change_of_the_model():
     np.testing.assert_array_equal(m.greedy_decode(src, START, END, 8), fresh.greedy_decode(src, START, END, 8))
     for hyp_m, hyp_f in zip(m.beam_search(src, START, END, 8, beam_size=3), fresh.beam_search(src, START, END, 8, 3)):
         np.testing.assert_array_equal(hyp_m[0][0], hyp_f[0][0])
+
+
+def test_a_model_busy_in_another_thread_refuses_instead_of_racing():
+    # calls that release the GIL mark the model busy; another thread's call raises meanwhile
+    import threading
+
+    m = tc.Transformer(200, 300, d_model=64, n_layers=2, n_heads=4, d_ff=128, max_length=16, seed=1)
+    src = np.random.default_rng(0).integers(3, 200, size=(64, 15))
+    expected = m.greedy_decode(src, START, END, 15)
+    results, errors = [], []
+    started = threading.Event()
+
+    def decode():
+        started.set()
+        while len(results) < 30:
+            try:
+                results.append(m.greedy_decode(src, START, END, 15))
+            except RuntimeError as exc:  # the main thread's call held the model: retry
+                errors.append(str(exc))
+
+    worker = threading.Thread(target=decode)
+    worker.start()
+    started.wait()
+    while worker.is_alive():
+        for call in (m.zero_grad, lambda: m.forward(src[:2], src[:2, :3]),
+                     lambda: m.greedy_decode(src[:4], START, END, 5)):
+            try:
+                call()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+    worker.join()
+    assert errors and all("in use by another thread" in e for e in errors)
+    assert len(results) == 30
+    for out in results:  # the worker's decodes were never disturbed
+        np.testing.assert_array_equal(out, expected)
+    # idle again: every call works
+    m.zero_grad()
+    np.testing.assert_array_equal(m.greedy_decode(src, START, END, 15), expected)

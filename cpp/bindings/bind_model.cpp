@@ -15,6 +15,33 @@ struct ModelHolder {
   DecodeWorkspace<T> decode;  // packed weights and decoder buffers, kept between decodes
   Index B = -1, Tt = 0;
   Index last_count = 0;
+  bool busy = false;  // a call that released the GIL is running on this model
+};
+
+// A model is not thread-safe: its layers keep activations and scratch as members. Calls that
+// release the GIL hold an InUse for their whole duration (it is created and destroyed with the
+// GIL held, so the flag needs no lock); a call from another Python thread meanwhile raises
+// instead of racing on the buffers.
+template <typename T>
+void check_idle(const ModelHolder<T>& h, const char* who) {
+  if (h.busy)
+    throw std::runtime_error(concat(who, ": this Transformer is in use by another thread (a C++ core model runs "
+                                         "one call at a time; use one model per thread)"));
+}
+
+template <typename T>
+class InUse {
+ public:
+  InUse(ModelHolder<T>& h, const char* who) : h_(h) {
+    check_idle(h, who);
+    h.busy = true;
+  }
+  ~InUse() { h_.busy = false; }
+  InUse(const InUse&) = delete;
+  InUse& operator=(const InUse&) = delete;
+
+ private:
+  ModelHolder<T>& h_;
 };
 
 // Check the three token arrays of a training/evaluation batch.
@@ -46,7 +73,9 @@ ConstTokenMap tmap(const py::array_t<std::int64_t, py::array::c_style>& a) {
 template <typename T>
 py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
                     bool train) {
-  Batch b = token_batch(src, tgt_in, &tgt_out, train ? "Transformer.train_step" : "Transformer.evaluate");
+  const char* who = train ? "Transformer.train_step" : "Transformer.evaluate";
+  Batch b = token_batch(src, tgt_in, &tgt_out, who);
+  InUse<T> in_use(h, who);
   LossStats s;
   {
     py::gil_scoped_release release;
@@ -90,6 +119,7 @@ void bind_transformer(py::module_& m) {
       .def("forward",
            [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
              Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
+             InUse<T> in_use(h, "Transformer.forward");
              const Matrix<T>* logits;
              {
                py::gil_scoped_release release;
@@ -103,6 +133,7 @@ void bind_transformer(py::module_& m) {
            "src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)")
       .def("backward",
            [](H& h, const py::handle& dlogits) {
+             InUse<T> in_use(h, "Transformer.backward");
              if (h.B < 0) throw std::runtime_error("Transformer.backward: call forward() first");
              const Index V = h.model.config().tgt_vocab_size;
              auto d = as_floats<T>(dlogits, "Transformer.backward", "dlogits", 3);
@@ -128,10 +159,15 @@ void bind_transformer(py::module_& m) {
       .def_property_readonly("last_token_count", [](H& h) { return h.last_count; },
                              "Non-padding target tokens in the last train_step/evaluate batch.")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.parameters(), self); })
-      .def("zero_grad", [](H& h) { h.model.zero_grad(); })
+      .def("zero_grad",
+           [](H& h) {
+             check_idle(h, "Transformer.zero_grad");
+             h.model.zero_grad();
+           })
       .def("configure_optimizer",
            [](H& h, long long warmup, double lr_scale, double fixed_lr, double beta1, double beta2, double eps,
               double clip_norm, double label_smoothing) {
+             check_idle(h, "Transformer.configure_optimizer");
              if (warmup < 1) throw py::value_error(concat("configure_optimizer: warmup must be >= 1, got ", warmup));
              if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
                throw py::value_error(concat("configure_optimizer: label_smoothing must be in [0, 1), got ", label_smoothing));
@@ -170,18 +206,23 @@ void bind_transformer(py::module_& m) {
       .def_property(
           "step", [](H& h) { return h.model.optimizer().step_count(); },
           [](H& h, long long s) {
+            check_idle(h, "Transformer.step");
             if (s < 0) throw py::value_error("Transformer.step must be >= 0");
             h.model.optimizer().set_step_count(s);
           },
           "Optimiser steps taken so far.")
       .def_property(
           "dropout_calls", [](H& h) { return h.model.dropout_calls(); },
-          [](H& h, std::uint64_t c) { h.model.set_dropout_calls(c); },
+          [](H& h, std::uint64_t c) {
+            check_idle(h, "Transformer.dropout_calls");
+            h.model.set_dropout_calls(c);
+          },
           "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
       .def("learning_rate", [](H& h, long long step) { return h.model.learning_rate(step); }, py::arg("step"))
       .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
       .def("attention_weights",
            [](H& h) {
+             check_idle(h, "Transformer.attention_weights");
              if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
              py::dict out;
              auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
@@ -202,6 +243,7 @@ void bind_transformer(py::module_& m) {
       .def("greedy_decode",
            [](H& h, const py::handle& src, long long start_id, long long end_id, long long max_length) {
              auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
+             InUse<T> in_use(h, "Transformer.greedy_decode");
              TokenMatrix out;
              {
                py::gil_scoped_release release;
@@ -222,6 +264,7 @@ void bind_transformer(py::module_& m) {
            [](H& h, const py::handle& src, long long start_id, long long end_id, long long max_length,
               long long beam_size, double length_penalty, long long n_best) {
              auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
+             InUse<T> in_use(h, "Transformer.beam_search");
              std::vector<std::vector<BeamHypothesis>> res;
              {
                py::gil_scoped_release release;
