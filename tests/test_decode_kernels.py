@@ -7,11 +7,11 @@ edges directly: row counts across the 12-row blocks, output widths that leave a 
 import numpy as np
 import pytest
 
-from transformer_cpp import _core
+from transformer_cpp import kernels
 
 # Builds without AVX-512 (-Ccmake.define.TRANSFORMER_CPP_NATIVE=OFF, other CPUs) have no few-row
 # kernel, and their "packed" product is the plain loop; both are still checked below.
-HAVE_KERNELS = _core._have_decode_kernels()
+HAVE_KERNELS = kernels.have_decode_kernels()
 
 
 def reference(x, W, b):
@@ -33,7 +33,7 @@ def test_packed_linear_matches_numpy(rows, n_out, k_in):
     b = rng.standard_normal(n_out).astype(np.float32)
     ref = reference(x, W, b)
     for kernel in ("packed", "packed_reference"):
-        y = _core._decode_linear(x, W, b, kernel)
+        y = kernels.decode_linear(x, W, b, kernel)
         assert y.shape == (rows, n_out)
         assert np.abs(y - ref).max() < tolerance(x, W), kernel
 
@@ -47,9 +47,9 @@ def test_few_rows_linear_matches_numpy(rows, n_out, k_in):
     b = rng.standard_normal(n_out).astype(np.float32)
     if not HAVE_KERNELS:
         with pytest.raises(ValueError, match="no few_rows kernel"):
-            _core._decode_linear(x, W, b, "few_rows")
+            kernels.decode_linear(x, W, b, "few_rows")
         return
-    y = _core._decode_linear(x, W, b, "few_rows")
+    y = kernels.decode_linear(x, W, b, "few_rows")
     assert np.abs(y - reference(x, W, b)).max() < tolerance(x, W)
 
 
@@ -60,7 +60,7 @@ def test_packed_linear_writes_only_its_outputs():
     x = rng.standard_normal((13, 48)).astype(np.float32)
     W = rng.standard_normal((70, 48)).astype(np.float32)
     b = np.arange(70, dtype=np.float32)
-    y = _core._decode_linear(x, W, b, "packed")
+    y = kernels.decode_linear(x, W, b, "packed")
     ref = reference(x, W, b)
     assert np.abs(y[:, -6:] - ref[:, -6:]).max() < tolerance(x, W)
     assert np.abs(y[:, :1] - ref[:, :1]).max() < tolerance(x, W)
@@ -69,11 +69,11 @@ def test_packed_linear_writes_only_its_outputs():
 def test_decode_linear_rejects_bad_shapes():
     x = np.zeros((2, 16), np.float32)
     with pytest.raises(ValueError, match="last dimension"):
-        _core._decode_linear(x, np.zeros((3, 8), np.float32), np.zeros(3, np.float32), "packed")
+        kernels.decode_linear(x, np.zeros((3, 8), np.float32), np.zeros(3, np.float32), "packed")
     with pytest.raises(ValueError, match="kernel"):
-        _core._decode_linear(x, np.zeros((3, 16), np.float32), np.zeros(3, np.float32), "nope")
+        kernels.decode_linear(x, np.zeros((3, 16), np.float32), np.zeros(3, np.float32), "nope")
     with pytest.raises(ValueError, match="K % 16" if HAVE_KERNELS else "no few_rows kernel"):
-        _core._decode_linear(np.zeros((2, 8), np.float32), np.zeros((3, 8), np.float32), np.zeros(3, np.float32),
+        kernels.decode_linear(np.zeros((2, 8), np.float32), np.zeros((3, 8), np.float32), np.zeros(3, np.float32),
                              "few_rows")
 
 
@@ -81,18 +81,18 @@ def test_decode_linear_rejects_bad_shapes():
 def test_first_argmax_is_the_first_largest(n):
     rng = np.random.default_rng(n)
     v = rng.standard_normal(n).astype(np.float32)
-    assert _core._first_argmax(v) == int(np.argmax(v))
+    assert kernels.first_argmax(v) == int(np.argmax(v))
     # ties: the first occurrence wins, in the vector body and in the tail
     v[:] = 0.0
     v[n // 2] = 1.0
     v[n - 1] = 1.0
-    assert _core._first_argmax(v) == n // 2
+    assert kernels.first_argmax(v) == n // 2
     # -inf everywhere except one place; a NaN is never the answer when a number exists
     v[:] = -np.inf
     v[n - 1] = -5.0
     if n > 1:
         v[0] = np.nan
-    assert _core._first_argmax(v) == n - 1
+    assert kernels.first_argmax(v) == n - 1
 
 
 def test_fingerprint_sees_every_single_change():
@@ -101,18 +101,18 @@ def test_fingerprint_sees_every_single_change():
     # change it
     rng = np.random.default_rng(0)
     w = rng.standard_normal(10_007).astype(np.float32)  # not a multiple of the 64-word block
-    base = _core._fingerprint(w)
-    assert _core._fingerprint(w.copy()) == base
-    assert _core._fingerprint(w, 1) != base  # the seed matters
+    base = kernels.fingerprint(w)
+    assert kernels.fingerprint(w.copy()) == base
+    assert kernels.fingerprint(w, 1) != base  # the seed matters
     for i in list(rng.integers(0, w.size, 200)) + [0, 1, 127, 128, w.size - 2, w.size - 1]:
         changed = w.copy()
         changed[i] = np.nextafter(changed[i], np.float32(np.inf))  # the smallest possible change
-        assert _core._fingerprint(changed) != base, i
+        assert kernels.fingerprint(changed) != base, i
     z = np.zeros(300, np.float32)
     nz = z.copy()
     nz[299] = -0.0
-    assert _core._fingerprint(z) != _core._fingerprint(nz)
+    assert kernels.fingerprint(z) != kernels.fingerprint(nz)
     # the length is part of it: trailing zero bytes are not ignored
-    assert _core._fingerprint(np.zeros(5, np.uint8)) != _core._fingerprint(np.zeros(6, np.uint8))
+    assert kernels.fingerprint(np.zeros(5, np.uint8)) != kernels.fingerprint(np.zeros(6, np.uint8))
     with pytest.raises(ValueError, match="contiguous"):
-        _core._fingerprint(w[::2])
+        kernels.fingerprint(w[::2])
