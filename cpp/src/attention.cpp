@@ -1,5 +1,7 @@
 #include "transformer/attention.hpp"
 
+
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -126,12 +128,17 @@ template <typename T>
 void scatter_rows(const Matrix<T>& packed, const RowLayout& l, Matrix<T>& padded) {
   const Index C = packed.cols(), n = l.B * l.T;
   padded.resize(n, C);
-  Index r = 0;
-  for (Index j = 0; j < n; ++j) {
-    if (r < packed.rows() && l.ids[static_cast<size_t>(r)] == j) {
-      padded.row(j) = packed.row(r++);
-    } else {
-      padded.row(j).setZero();
+  // sequence by sequence in parallel: the ids are increasing, so sequence b's packed rows are the
+  // ones with ids in [b*T, (b+1)*T), found by binary search
+#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
+  for (Index b = 0; b < l.B; ++b) {
+    Index r = std::lower_bound(l.ids.begin(), l.ids.end(), b * l.T) - l.ids.begin();
+    for (Index j = b * l.T; j < (b + 1) * l.T; ++j) {
+      if (r < packed.rows() && l.ids[static_cast<size_t>(r)] == j) {
+        padded.row(j) = packed.row(r++);
+      } else {
+        padded.row(j).setZero();
+      }
     }
   }
 }
@@ -141,6 +148,7 @@ template <typename T>
 void gather_rows(const Matrix<T>& padded, const RowLayout& l, Matrix<T>& packed) {
   const Index n = l.rows();
   packed.resize(n, padded.cols());
+#pragma omp parallel for schedule(static) if (n * padded.cols() >= (1 << 15))
   for (Index r = 0; r < n; ++r) packed.row(r) = padded.row(l.ids[static_cast<size_t>(r)]);
 }
 

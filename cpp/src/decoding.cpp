@@ -268,6 +268,7 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
     }
     cache.mk.resize(B_ * S_, d_);
     cache.mv.resize(B_ * S_, d_);
+#pragma omp parallel for schedule(static) if (kv_.rows() >= 64)
     for (Index i = 0; i < kv_.rows(); ++i) {
       const Index row = mem_rows ? mem_rows[i] : i;
       cache.mk.row(row) = kv_.row(i).head(d_);
@@ -304,6 +305,7 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
   const Matrix<T>& E = enc.embedding_.embedding().weight_;
   const T emb_scale = static_cast<T>(std::sqrt(static_cast<double>(d_)));
   ex_.resize(n, d_);
+#pragma omp parallel for schedule(static) if (n >= 64)
   for (Index i = 0; i < n; ++i) {
     const Index row = enc_rows_[static_cast<size_t>(i)];
     ex_.row(i) = E.row(src.data()[row]) * emb_scale + pe.row(row % S);
