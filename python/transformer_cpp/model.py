@@ -191,6 +191,11 @@ class Transformer:
         and appends self-attention keys/values one position per step. Returns int64 (B, L): the
         ids generated after ``start_id``, up to and including ``end_id``, padded with 0 (the
         padding id is never generated); ``L <= max_length``. Finished sentences leave the batch.
+
+        float32 models on a CPU with AVX-512 pack the weights once into panels for a small-row
+        kernel (batches of 4+ rows) and keep that copy, with the decoder's buffers, between
+        calls; it is refreshed whenever a fingerprint of the weights changes. The GIL is released
+        while decoding; another thread's call on this model meanwhile raises ``RuntimeError``.
         """
         return self._core.greedy_decode(src, int(start_id), int(end_id), int(max_length))
 
