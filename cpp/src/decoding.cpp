@@ -94,27 +94,26 @@ template <typename T>
 std::vector<typename DecodeWeights<T>::Source> DecodeWeights<T>::sources(Transformer<T>& model) const {
   std::vector<Source> out;
   auto add = [&out](const auto& m) { out.push_back({m.data(), static_cast<Index>(m.size())}); };
+  auto attention = [&add](const MultiHeadAttention<T>& a) {
+    add(a.w_in_);
+    add(a.b_in_);
+    add(a.out_.weight_);
+    add(a.out_.bias_);
+  };
+  auto feed_forward = [&add](const FeedForward<T>& f) {
+    add(f.linear1_.weight_);
+    add(f.linear1_.bias_);
+    add(f.linear2_.weight_);
+    add(f.linear2_.bias_);
+  };
   for (const auto& L : model.decoder().layers_) {
-    for (const MultiHeadAttention<T>* a : {&L->self_attention_, &L->cross_attention_}) {
-      add(a->w_in_);
-      add(a->b_in_);
-      add(a->out_.weight_);
-      add(a->out_.bias_);
-    }
-    add(L->feed_forward_.linear1_.weight_);
-    add(L->feed_forward_.linear1_.bias_);
-    add(L->feed_forward_.linear2_.weight_);
-    add(L->feed_forward_.linear2_.bias_);
+    attention(L->self_attention_);
+    attention(L->cross_attention_);
+    feed_forward(L->feed_forward_);
   }
   for (const auto& L : model.encoder().layers_) {
-    add(L->self_attention_.w_in_);
-    add(L->self_attention_.b_in_);
-    add(L->self_attention_.out_.weight_);
-    add(L->self_attention_.out_.bias_);
-    add(L->feed_forward_.linear1_.weight_);
-    add(L->feed_forward_.linear1_.bias_);
-    add(L->feed_forward_.linear2_.weight_);
-    add(L->feed_forward_.linear2_.bias_);
+    attention(L->self_attention_);
+    feed_forward(L->feed_forward_);
   }
   out.push_back({model.output_weight(), model.config().tgt_vocab_size * model.config().d_model});
   add(model.out_bias_);
