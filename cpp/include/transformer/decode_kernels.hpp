@@ -8,15 +8,17 @@
 // * few_rows_linear reads W (N, K) as it is: tiles of 4 weight rows x 4 input rows, 16-lane
 //   partial dot products, summed horizontally at the end. No set-up; best below ~4 rows.
 //
-// * PackedLinear packs the weight once per decode (before the first step) into panels of kPanel
-//   output features,
+// * PackedLinear packs the weight once (decoding keeps the packed copy with the model and packs
+//   again only when the weights change, see DecodeWeights) into panels of kPanel output features,
 //
 //     panel p holds W[p*kPanel + j, k] at data[(p*K + k)*kPanel + j]   (K, kPanel) row-major,
 //
 //   zero-filled past N. The kernel walks a panel k by k: it loads the kPanel weights of one k
 //   once, broadcasts x[r, k] for up to kRowBlock rows, and keeps kRowBlock x kPanel accumulators
 //   in registers, so every weight fetched serves kRowBlock rows and no horizontal sums are needed.
-//   Panels are split among the threads. About 1.7-1.9x the few-row kernel at 8-32 rows.
+//   K is walked in blocks of kKBlock: a block of the panel stays in L1 while every row block uses
+//   it, and the next block is prefetched. Panels are split among the threads. About 1.7-1.9x the
+//   few-row kernel at 8-32 rows.
 #pragma once
 
 #include <cstddef>

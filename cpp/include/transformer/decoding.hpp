@@ -18,7 +18,8 @@
 
 namespace transformer {
 
-// The decoder's weights packed for PackedLinear (see decode_kernels.hpp), kept between decodes.
+// The model's weights (encoder and decoder layers, output projection; not the embeddings) packed
+// for PackedLinear (see decode_kernels.hpp), kept between decodes.
 // update() fingerprints the model's current weights (one read pass, about a third of the cost of
 // packing them) and packs again only when they differ from what is held, so weights changed in
 // any way (training, checkpoint loading, writes through the NumPy views) are always seen.
@@ -41,8 +42,6 @@ struct DecodeWeights {
 
   // Make the packed weights equal to the model's; returns true when it had to pack.
   bool update(Transformer<T>& model);
-  // Forget what is held: the next update() packs.
-  void invalidate() { held_ = false; }
 
  private:
   struct Source {
