@@ -1228,6 +1228,9 @@ def run_bench(args: argparse.Namespace) -> int:
         results["notes"].append(f"PyTorch comparisons skipped: {torch_reason}")
     if ct2 is None:
         results["notes"].append(f"CTranslate2 comparison skipped: {ct2_reason}")
+    elif getattr(os, "RTLD_DEEPBIND", 0):
+        results["notes"].append("CTranslate2 imported with RTLD_DEEPBIND: it keeps its own OpenMP runtime instead of "
+                                "sharing (and throttling) the one PyTorch and this package use")
     if "not controlled" in how["numpy_blas"]:
         results["notes"].append("NumPy BLAS threads not controlled: the GEMM peak uses NumPy's default")
     t_start = time.perf_counter()
