@@ -75,17 +75,26 @@ void attend(const T* q, const T* K, const T* V, Index n, Index ld, Index dk, con
     if (s[j] != T(0)) ov += s[j] * Eigen::Map<const Vec>(V + j * ld, dk);
 }
 
-// log-softmax of one row of logits with the padding id excluded (its log-prob is -inf)
+// The `keep` largest logits of one row of V, never the padding id 0, as ids best first (ties: the
+// lower id first), and the row's log-sum-exp over ids 1..V-1, so that log p(id) = logit - lse.
+// Log-softmax is monotonic within a row, so these are also the `keep` most probable ids; the
+// softmax itself is never materialised.
 template <typename T>
-void log_softmax_no_pad(const T* logits, Index V, std::vector<double>& out) {
-  out.resize(static_cast<size_t>(V));
-  double mx = -std::numeric_limits<double>::infinity();
-  for (Index j = 1; j < V; ++j) mx = std::max(mx, static_cast<double>(logits[j]));
-  double sum = 0.0;
-  for (Index j = 1; j < V; ++j) sum += std::exp(static_cast<double>(logits[j]) - mx);
-  const double lse = mx + std::log(sum);
-  out[0] = -std::numeric_limits<double>::infinity();
-  for (Index j = 1; j < V; ++j) out[static_cast<size_t>(j)] = static_cast<double>(logits[j]) - lse;
+double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>& top) {
+  top.clear();
+  for (Index j = 1; j < V; ++j) {
+    if (static_cast<Index>(top.size()) == keep && !(logits[j] > logits[top.back()])) continue;
+    // insert j after every id with a logit >= its own (so equal logits keep increasing ids)
+    auto at = std::upper_bound(top.begin(), top.end(), j,
+                               [logits](Index a, Index b) { return logits[a] > logits[b]; });
+    top.insert(at, j);
+    if (static_cast<Index>(top.size()) > keep) top.pop_back();
+  }
+  using Arr = Eigen::Array<T, 1, Eigen::Dynamic>;
+  const Eigen::Map<const Arr> x(logits + 1, V - 1);
+  const T mx = x.maxCoeff();
+  const double sum = static_cast<double>((x - mx).exp().sum());  // Eigen's vectorised exp and sum
+  return static_cast<double>(mx) + std::log(sum);
 }
 
 }  // namespace
@@ -582,7 +591,11 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   const bool pack = DecodeWeights<T>::available() && B * beam_size >= DecodeWeights<T>::kMinRows;
   dec.start(src, steps, pack ? &ws.weights : nullptr);
   std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
-  std::vector<std::vector<double>> logp;
+  // per live row: its best 2k continuations and its log-sum-exp; the best 2k continuations of
+  // each row are enough to refill k beams
+  const Index keep_per_row = std::min<Index>(2 * beam_size, V - 1);
+  std::vector<std::vector<Index>> top;
+  std::vector<double> lse;
 
   auto sentence_done = [&](Index s, const std::vector<const Live*>& beams, Index t) {
     auto& fin = finished[static_cast<size_t>(s)];
@@ -603,9 +616,11 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   for (Index t = 0; t < steps && !live.empty(); ++t) {
     const Matrix<T>& logits = dec.step(feed.data());  // (R, V), row r = live[r]
     const Index R = dec.rows();
-    logp.resize(static_cast<size_t>(R));
+    top.resize(static_cast<size_t>(R));
+    lse.resize(static_cast<size_t>(R));
 #pragma omp parallel for schedule(static) if (R > 4)
-    for (Index r = 0; r < R; ++r) log_softmax_no_pad(logits.data() + r * V, V, logp[static_cast<size_t>(r)]);
+    for (Index r = 0; r < R; ++r)
+      lse[static_cast<size_t>(r)] = top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
 
     std::vector<Live> next_live;
     std::vector<Index> rows;
@@ -616,26 +631,19 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
       const Index s = live[static_cast<size_t>(r0)].sentence;
       Index r1 = r0;
       while (r1 < R && live[static_cast<size_t>(r1)].sentence == s) ++r1;
-      // candidates (score, row, token): the best 2k continuations are enough to refill k beams
+      // candidates (score, row, token)
       struct Cand {
         double lp;
         Index row;
         std::int64_t tok;
       };
       std::vector<Cand> cands;
-      const Index keep_per_row = std::min<Index>(2 * beam_size, V - 1);
       for (Index r = r0; r < r1; ++r) {
-        const auto& lp = logp[static_cast<size_t>(r)];
-        std::vector<Index> idx(static_cast<size_t>(V - 1));
-        std::iota(idx.begin(), idx.end(), Index(1));
-        std::partial_sort(idx.begin(), idx.begin() + keep_per_row, idx.end(), [&](Index a, Index b) {
-          return lp[static_cast<size_t>(a)] > lp[static_cast<size_t>(b)] ||
-                 (lp[static_cast<size_t>(a)] == lp[static_cast<size_t>(b)] && a < b);
-        });
-        for (Index i = 0; i < keep_per_row; ++i) {
-          const Index tok = idx[static_cast<size_t>(i)];
-          cands.push_back({live[static_cast<size_t>(r)].log_prob + lp[static_cast<size_t>(tok)], r, tok});
-        }
+        const T* row = logits.data() + r * V;
+        for (Index tok : top[static_cast<size_t>(r)])
+          cands.push_back({live[static_cast<size_t>(r)].log_prob +
+                               (static_cast<double>(row[tok]) - lse[static_cast<size_t>(r)]),
+                           r, tok});
       }
       std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.lp > b.lp; });
       std::vector<const Live*> kept;
