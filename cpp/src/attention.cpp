@@ -1,12 +1,11 @@
 #include "transformer/attention.hpp"
 
-
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 
 #include "transformer/random.hpp"
+#include "transformer/softmax.hpp"
 
 namespace transformer {
 
@@ -40,25 +39,7 @@ void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, c
     // scores = Q K^T / sqrt(dk)
     P.noalias() = (Q * K.transpose()) * scale;
     // masked softmax over each row; blocked keys get weight 0, a fully blocked row is all 0
-    for (Index i = 0; i < Tq; ++i) {
-      T* row = P.data() + i * Tk;
-      const std::uint8_t* m = mask.row(b, i, Tk);
-      T mx = -std::numeric_limits<T>::infinity();
-      for (Index j = 0; j < Tk; ++j)
-        if (!(m && m[j]) && row[j] > mx) mx = row[j];
-      if (mx == -std::numeric_limits<T>::infinity()) {
-        for (Index j = 0; j < Tk; ++j) row[j] = T(0);
-        continue;
-      }
-      T sum = T(0);
-      for (Index j = 0; j < Tk; ++j) {
-        const T e = (m && m[j]) ? T(0) : std::exp(row[j] - mx);
-        row[j] = e;
-        sum += e;
-      }
-      const T inv = T(1) / sum;
-      for (Index j = 0; j < Tk; ++j) row[j] *= inv;
-    }
+    for (Index i = 0; i < Tq; ++i) masked_softmax_row(P.data() + i * Tk, Tk, mask.row(b, i, Tk));
     // out = P V
     O.noalias() = P * V;
   }

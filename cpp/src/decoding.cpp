@@ -7,57 +7,21 @@
 #include <numeric>
 #include <type_traits>
 
+#include "transformer/activations.hpp"
+#include "transformer/softmax.hpp"
+
 namespace transformer {
 
 namespace {
 
-// y = LN(x + res) with the layer's weight, bias and eps (inference; nothing cached); res may be
-// null (y = LN(x)). Rows are independent; Eigen's vectorised sums keep each row short.
+// y = LN(x + res) with the layer's weight, bias and eps; res may be null (y = LN(x))
 template <typename T>
 void layer_norm_rows(const Matrix<T>& x, const Matrix<T>* res, const LayerNorm<T>& ln, Matrix<T>& y) {
-  using Vec = Eigen::Array<T, 1, Eigen::Dynamic>;
-  const Index n = x.rows(), d = x.cols();
-  y.resize(n, d);
-  const T eps = static_cast<T>(ln.eps());
-#pragma omp parallel for schedule(static) if (n >= 16)
-  for (Index r = 0; r < n; ++r) {
-    Eigen::Map<Vec> yr(y.data() + r * d, d);
-    yr = Eigen::Map<const Vec>(x.data() + r * d, d);
-    if (res != nullptr) yr += Eigen::Map<const Vec>(res->data() + r * d, d);
-    const T mean = yr.mean();
-    yr -= mean;
-    const T rstd = T(1) / std::sqrt(yr.square().mean() + eps);
-    yr = yr * rstd * ln.weight_.array() + ln.bias_.array();
-  }
+  y.resize(x.rows(), x.cols());
+  ln.forward_inference(x.data(), res ? res->data() : nullptr, y.data(), x.rows());
 }
 
-// Softmax of n scores in place, skipping blocked entries (mask != 0): they get 0. All blocked: 0s.
-template <typename T>
-void masked_softmax(T* s, Index n, const std::uint8_t* mask) {
-  T mx = -std::numeric_limits<T>::infinity();
-  for (Index j = 0; j < n; ++j)
-    if (!(mask && mask[j]) && s[j] > mx) mx = s[j];
-  if (mx == -std::numeric_limits<T>::infinity()) {
-    for (Index j = 0; j < n; ++j) s[j] = T(0);
-    return;
-  }
-  T sum = T(0);
-  for (Index j = 0; j < n; ++j) {
-    s[j] = (mask && mask[j]) ? T(0) : std::exp(s[j] - mx);
-    sum += s[j];
-  }
-  const T inv = T(1) / sum;
-  for (Index j = 0; j < n; ++j) s[j] *= inv;
-}
 
-// x = max(x, 0) in place
-template <typename T>
-void relu_rows(Matrix<T>& x) {
-  T* p = x.data();
-  const Index size = x.size();
-#pragma omp parallel for schedule(static) if (size >= (1 << 18))
-  for (Index i = 0; i < size; ++i) p[i] = std::max(p[i], T(0));
-}
 
 // One query against n keys/values (rows j at K + j*ld, V + j*ld, dk wide):
 // o = softmax(scale * q.K_j over the unblocked j) V. s holds the n scores (scratch).
@@ -68,7 +32,7 @@ void attend(const T* q, const T* K, const T* V, Index n, Index ld, Index dk, con
   const Eigen::Map<const Vec> qv(q, dk);
   for (Index j = 0; j < n; ++j)
     s[j] = (mask && mask[j]) ? T(0) : scale * Eigen::Map<const Vec>(K + j * ld, dk).dot(qv);
-  masked_softmax(s, n, mask);
+  masked_softmax_row(s, n, mask);
   Eigen::Map<Vec> ov(o, dk);
   ov.setZero();
   for (Index j = 0; j < n; ++j)
@@ -163,37 +127,35 @@ bool DecodeWeights<T>::update(Transformer<T>& model) {
 
 template <typename T>
 void DecodeWeights<T>::pack(Transformer<T>& model) {
-  auto& dec = model.decoder();
   const Index d = model.config().d_model;
+  // a whole (out, in) weight and its bias
+  auto whole = [](PackedLinear<T>& p, const Matrix<T>& w, const RowVector<T>& b) {
+    p.pack(w.data(), w.rows(), w.cols(), w.cols(), b.data());
+  };
+  auto& dec = model.decoder();
   layers.resize(dec.layers_.size());
   for (size_t l = 0; l < dec.layers_.size(); ++l) {
     const DecoderLayer<T>& L = *dec.layers_[l];
-    const MultiHeadAttention<T>& sa = L.self_attention_;
     const MultiHeadAttention<T>& ca = L.cross_attention_;
-    const FeedForward<T>& ff = L.feed_forward_;
     Layer& p = layers[l];
-    p.self_qkv.pack(sa.w_in_.data(), 3 * d, d, d, sa.b_in_.data());
-    p.self_out.pack(sa.out_.weight_.data(), d, d, d, sa.out_.bias_.data());
+    whole(p.self_qkv, L.self_attention_.w_in_, L.self_attention_.b_in_);
+    whole(p.self_out, L.self_attention_.out_.weight_, L.self_attention_.out_.bias_);
     // [W_q; W_k; W_v] of the cross-attention: the queries per step, keys and values once
     p.cross_q.pack(ca.w_in_.data(), d, d, d, ca.b_in_.data());
     p.cross_kv.pack(ca.w_in_.data() + d * d, 2 * d, d, d, ca.b_in_.data() + d);
-    p.cross_out.pack(ca.out_.weight_.data(), d, d, d, ca.out_.bias_.data());
-    p.ff1.pack(ff.linear1_.weight_.data(), ff.linear1_.weight_.rows(), d, d, ff.linear1_.bias_.data());
-    p.ff2.pack(ff.linear2_.weight_.data(), d, ff.linear2_.weight_.cols(), ff.linear2_.weight_.cols(),
-               ff.linear2_.bias_.data());
+    whole(p.cross_out, ca.out_.weight_, ca.out_.bias_);
+    whole(p.ff1, L.feed_forward_.linear1_.weight_, L.feed_forward_.linear1_.bias_);
+    whole(p.ff2, L.feed_forward_.linear2_.weight_, L.feed_forward_.linear2_.bias_);
   }
   auto& enc = model.encoder();
   encoder_layers.resize(enc.layers_.size());
   for (size_t l = 0; l < enc.layers_.size(); ++l) {
     const auto& L = *enc.layers_[l];
-    const MultiHeadAttention<T>& sa = L.self_attention_;
-    const FeedForward<T>& ff = L.feed_forward_;
     EncoderLayer& p = encoder_layers[l];
-    p.qkv.pack(sa.w_in_.data(), 3 * d, d, d, sa.b_in_.data());
-    p.out.pack(sa.out_.weight_.data(), d, d, d, sa.out_.bias_.data());
-    p.ff1.pack(ff.linear1_.weight_.data(), ff.linear1_.weight_.rows(), d, d, ff.linear1_.bias_.data());
-    p.ff2.pack(ff.linear2_.weight_.data(), d, ff.linear2_.weight_.cols(), ff.linear2_.weight_.cols(),
-               ff.linear2_.bias_.data());
+    whole(p.qkv, L.self_attention_.w_in_, L.self_attention_.b_in_);
+    whole(p.out, L.self_attention_.out_.weight_, L.self_attention_.out_.bias_);
+    whole(p.ff1, L.feed_forward_.linear1_.weight_, L.feed_forward_.linear1_.bias_);
+    whole(p.ff2, L.feed_forward_.linear2_.weight_, L.feed_forward_.linear2_.bias_);
   }
   output.pack(model.output_weight(), model.config().tgt_vocab_size, d, d, model.out_bias_.data());
 }
@@ -348,7 +310,7 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
       apply(P.out, ectx_, ea_);
       layer_norm_rows(ea_, &ex_, L.norm1_, eh_);
       apply(P.ff1, eh_, ef_);
-      relu_rows(ef_);
+      relu_inplace(ef_.data(), ef_.size());
       apply(P.ff2, ef_, ea_);
       layer_norm_rows(ea_, &eh_, L.norm2_, ex_);
     } else {
@@ -360,7 +322,7 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
       ex_ += ea_;
       layer_norm_rows(ex_, static_cast<const Matrix<T>*>(nullptr), L.norm2_, eh_);
       apply(P.ff1, eh_, ef_);
-      relu_rows(ef_);
+      relu_inplace(ef_.data(), ef_.size());
       apply(P.ff2, ef_, ea_);
       ex_ += ea_;
     }
@@ -443,7 +405,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       layer_norm_rows(a_, &h1_, L.norm2_, h2_);
       // y = LN3(h2 + FFN(h2))
       linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
-      relu_rows(f1_);
+      relu_inplace(f1_.data(), f1_.size());
       linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
       layer_norm_rows(a_, &h2_, L.norm3_, x_);
     } else {
@@ -462,7 +424,7 @@ const Matrix<T>& IncrementalDecoder<T>::step(const std::int64_t* tokens) {
       // y = r2 + FFN(LN3(r2))
       layer_norm_rows(x_, static_cast<const Matrix<T>*>(nullptr), L.norm3_, h2_);
       linear(h2_, ff.linear1_.weight_, ff.linear1_.bias_, P ? &P->ff1 : nullptr, f1_);
-      relu_rows(f1_);
+      relu_inplace(f1_.data(), f1_.size());
       linear(f1_, ff.linear2_.weight_, ff.linear2_.bias_, P ? &P->ff2 : nullptr, a_);
       x_ += a_;
     }

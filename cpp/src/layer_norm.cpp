@@ -14,10 +14,6 @@ constexpr Index kParallelElements = 16384;
 // the result does not depend on the thread count.
 constexpr Index kBlockRows = 32;
 
-template <typename T>
-using RowArray = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
-template <typename T>
-using ConstRowArray = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
 // One row: mean, rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * weight + bias.
 template <typename T>
@@ -84,6 +80,20 @@ const Matrix<T>& LayerNorm<T>::forward_residual(ConstMatrixMap<T> a, ConstMatrix
     normalize_row(sp + i * d, y_.data() + i * d, d, weight_, bias_, eps, mean_[i], rstd_[i]);
   }
   return y_;
+}
+
+template <typename T>
+void LayerNorm<T>::forward_inference(const T* a, const T* b, T* y, Index n) const {
+  const Index d = dim();
+  const T eps = static_cast<T>(eps_);
+#pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
+  for (Index i = 0; i < n; ++i) {
+    T* yr = y + i * d;
+    RowArray<T>(yr, d) = ConstRowArray<T>(a + i * d, d);
+    if (b != nullptr) RowArray<T>(yr, d) += ConstRowArray<T>(b + i * d, d);
+    T mean, rstd;
+    normalize_row(yr, yr, d, weight_, bias_, eps, mean, rstd);
+  }
 }
 
 template <typename T>

@@ -9,10 +9,6 @@ namespace {
 // Rows in parallel once a call has at least this many logits.
 constexpr Index kParallelElements = 16384;
 
-template <typename T>
-using RowArray = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
-template <typename T>
-using ConstRowArray = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
 // Every target must be a class index in [0, V); returns how many are not padding (0).
 Index check_targets(const char* who, const std::int64_t* targets, Index rows, Index classes) {

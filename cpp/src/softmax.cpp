@@ -1,5 +1,6 @@
 #include "transformer/softmax.hpp"
 
+#include <cmath>
 #include <limits>
 
 namespace transformer {
@@ -9,10 +10,6 @@ namespace {
 // Rows in parallel once a call has at least this many elements.
 constexpr Index kParallelElements = 16384;
 
-template <typename T>
-using RowArray = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
-template <typename T>
-using ConstRowArray = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
 }  // namespace
 
@@ -46,6 +43,26 @@ void softmax_rows_backward(const T* y, const T* dy, T* dx, Index rows, Index col
   }
 }
 
+template <typename T>
+void masked_softmax_row(T* s, Index n, const std::uint8_t* mask) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (Index j = 0; j < n; ++j)
+    if (!(mask && mask[j]) && s[j] > mx) mx = s[j];
+  if (mx == -std::numeric_limits<T>::infinity()) {
+    for (Index j = 0; j < n; ++j) s[j] = T(0);
+    return;
+  }
+  T sum = T(0);
+  for (Index j = 0; j < n; ++j) {
+    s[j] = (mask && mask[j]) ? T(0) : std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  const T inv = T(1) / sum;
+  for (Index j = 0; j < n; ++j) s[j] *= inv;
+}
+
+template void masked_softmax_row<float>(float*, Index, const std::uint8_t*);
+template void masked_softmax_row<double>(double*, Index, const std::uint8_t*);
 template void softmax_rows<float>(float*, Index, Index);
 template void softmax_rows<double>(double*, Index, Index);
 template void softmax_rows_backward<float>(const float*, const float*, float*, Index, Index);

@@ -16,6 +16,9 @@ class LayerNorm {
   // Fused residual: y = LN(a + b). The sum is kept in an internal buffer; backward() then
   // returns d(a + b), which is the gradient of both a and b.
   const Matrix<T>& forward_residual(ConstMatrixMap<T> a, ConstMatrixMap<T> b);
+  // Inference: y = LN(a + b) for n rows (b may be null: y = LN(a)); all (n, d) row-major, y
+  // distinct from a and b. Keeps nothing for backward() and leaves the layer's state alone.
+  void forward_inference(const T* a, const T* b, T* y, Index n) const;
   // dy: (N, d) -> dx: (N, d); accumulates dweight, dbias.
   const Matrix<T>& backward(ConstMatrixMap<T> dy);
 

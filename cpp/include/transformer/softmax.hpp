@@ -4,12 +4,18 @@
 // A row that is entirely -inf (fully masked) becomes all zeros, never NaN.
 #pragma once
 
+#include <cstdint>
+
 #include "transformer/tensor.hpp"
 
 namespace transformer {
 
 template <typename T>
 void softmax_rows(T* x, Index rows, Index cols);  // in place, rows in parallel
+// Softmax of one row of n scores in place, skipping blocked entries (mask[j] != 0; mask may be
+// null): they get 0, and a fully blocked row is all 0.
+template <typename T>
+void masked_softmax_row(T* s, Index n, const std::uint8_t* mask);
 template <typename T>
 void softmax_rows_backward(const T* y, const T* dy, T* dx, Index rows, Index cols);  // dx may alias dy
 

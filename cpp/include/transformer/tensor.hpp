@@ -43,6 +43,11 @@ template <typename T>
 using StridedMap = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
 using ConstStridedMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+// One row (or any contiguous run) of values as an Eigen array, for element-wise row kernels.
+template <typename T>
+using RowArray = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+template <typename T>
+using ConstRowArray = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
 // Token ids as they come from NumPy (int64) — row-major (B, T).
 using TokenMatrix = Eigen::Matrix<std::int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
