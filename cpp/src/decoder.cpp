@@ -48,95 +48,46 @@ const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T>
                                           const AttentionMask& cross_mask, bool training) {
   x_ = x.data();
   const Index* ids = lx.row_ids();
-  if (!pre_norm_) {
-    // h1 = LN1(x + Dropout(MaskedSelfAttention(x)))
-    self_attention_.forward(x, lx, self_mask);
-    Matrix<T>& a1 = self_attention_.output_mut();
-    dropout1_.forward_inplace(mmap(a1), training, ids);
-    const Matrix<T>& h1 = norm1_.forward_residual(x, cmap(a1));
-    // h2 = LN2(h1 + Dropout(CrossAttention(h1, memory)))
-    cross_attention_.forward(cmap(h1), memory, lx, lm, cross_mask);
-    Matrix<T>& a2 = cross_attention_.output_mut();
-    dropout2_.forward_inplace(mmap(a2), training, ids);
-    const Matrix<T>& h2 = norm2_.forward_residual(cmap(h1), cmap(a2));
-    // y = LN3(h2 + Dropout(FFN(h2)))
-    feed_forward_.forward(cmap(h2), training, ids);
-    Matrix<T>& f = feed_forward_.output_mut();
-    dropout3_.forward_inplace(mmap(f), training, ids);
-    return norm3_.forward_residual(cmap(h2), cmap(f));
-  }
-  // r1 = x + Dropout(MaskedSelfAttention(LN1(x)))
-  const Matrix<T>& n1 = norm1_.forward(x);
-  self_attention_.forward(cmap(n1), lx, self_mask);
-  Matrix<T>& a1 = self_attention_.output_mut();
-  dropout1_.forward_inplace(mmap(a1), training, ids);
-  r1_.resize(x.rows(), x.cols());
-  add_arrays(r1_.data(), x.data(), a1.data(), r1_.size());
-  // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory))
-  const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
-  cross_attention_.forward(cmap(n2), memory, lx, lm, cross_mask);
-  Matrix<T>& a2 = cross_attention_.output_mut();
-  dropout2_.forward_inplace(mmap(a2), training, ids);
-  r2_.resize(x.rows(), x.cols());
-  add_arrays(r2_.data(), r1_.data(), a2.data(), r2_.size());
-  // y = r2 + Dropout(FFN(LN3(r2)))
-  const Matrix<T>& n3 = norm3_.forward(cmap(r2_));
-  feed_forward_.forward(cmap(n3), training, ids);
-  Matrix<T>& f = feed_forward_.output_mut();
-  dropout3_.forward_inplace(mmap(f), training, ids);
-  out_.resize(x.rows(), x.cols());
-  add_arrays(out_.data(), r2_.data(), f.data(), out_.size());
-  return out_;
+  // post-norm: h1 = LN1(x + Dropout(MaskedSelfAttention(x))), h2 = LN2(h1 + Dropout(CrossAttention(h1,
+  // memory))), y = LN3(h2 + Dropout(FFN(h2))); pre-norm: r1 = x + Dropout(MaskedSelfAttention(LN1(x))),
+  // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory)), y = r2 + Dropout(FFN(LN3(r2)))
+  const Matrix<T>& h1 = residual_forward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        self_attention_.forward(in, lx, self_mask);
+        return self_attention_.output_mut();
+      },
+      x, training, ids, r1_);
+  const Matrix<T>& h2 = residual_forward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        cross_attention_.forward(in, memory, lx, lm, cross_mask);
+        return cross_attention_.output_mut();
+      },
+      cmap(h1), training, ids, r2_);
+  return residual_forward<T>(
+      pre_norm_, norm3_, dropout3_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        feed_forward_.forward(in, training, ids);
+        return feed_forward_.output_mut();
+      },
+      cmap(h2), training, ids, out_);
 }
 
 template <typename T>
 const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("DecoderLayer: backward() called before forward()");
-  if (!pre_norm_) {
-    // y = LN3(h2 + f'): the gradient of the sum reaches h2 directly and through the FFN
-    const Matrix<T>& ds3 = norm3_.backward(dout);
-    dtmp_ = ds3;
-    dropout3_.backward_inplace(mmap(dtmp_));
-    const Matrix<T>& dh2_ffn = feed_forward_.backward(cmap(dtmp_));
-    d3_.resize(ds3.rows(), ds3.cols());
-    add_arrays(d3_.data(), ds3.data(), dh2_ffn.data(), d3_.size());  // d h2
-    // h2 = LN2(h1 + a2'): to h1 directly and through the cross-attention queries
-    const Matrix<T>& ds2 = norm2_.backward(cmap(d3_));
-    dtmp_ = ds2;
-    dropout2_.backward_inplace(mmap(dtmp_));
-    const Matrix<T>& dh1_cross = cross_attention_.backward(cmap(dtmp_));
-    d2_.resize(ds2.rows(), ds2.cols());
-    add_arrays(d2_.data(), ds2.data(), dh1_cross.data(), d2_.size());  // d h1
-    // h1 = LN1(x + a1'): to x directly and through the masked self-attention
-    const Matrix<T>& ds1 = norm1_.backward(cmap(d2_));
-    dtmp_ = ds1;
-    dropout1_.backward_inplace(mmap(dtmp_));
-    const Matrix<T>& dx_self = self_attention_.backward(cmap(dtmp_));
-    dx_.resize(ds1.rows(), ds1.cols());
-    add_arrays(dx_.data(), ds1.data(), dx_self.data(), dx_.size());
-    return dx_;
-  }
-  // y = r2 + f'(LN3(r2))
-  dtmp_ = dout;
-  dropout3_.backward_inplace(mmap(dtmp_));
-  const Matrix<T>& dn3 = feed_forward_.backward(cmap(dtmp_));
-  const Matrix<T>& dr2_norm = norm3_.backward(cmap(dn3));
-  d3_.resize(dout.rows(), dout.cols());
-  add_arrays(d3_.data(), dout.data(), dr2_norm.data(), d3_.size());  // d r2
-  // r2 = r1 + a2'(LN2(r1), memory)
-  dtmp_ = d3_;
-  dropout2_.backward_inplace(mmap(dtmp_));
-  const Matrix<T>& dn2 = cross_attention_.backward(cmap(dtmp_));
-  const Matrix<T>& dr1_norm = norm2_.backward(cmap(dn2));
-  d2_.resize(dout.rows(), dout.cols());
-  add_arrays(d2_.data(), d3_.data(), dr1_norm.data(), d2_.size());  // d r1
-  // r1 = x + a1'(LN1(x))
-  dtmp_ = d2_;
-  dropout1_.backward_inplace(mmap(dtmp_));
-  const Matrix<T>& dn1 = self_attention_.backward(cmap(dtmp_));
-  const Matrix<T>& dx_norm = norm1_.backward(cmap(dn1));
-  dx_.resize(dout.rows(), dout.cols());
-  add_arrays(dx_.data(), d2_.data(), dx_norm.data(), dx_.size());
+  // the three residual sub-layers in reverse: feed-forward, cross-attention (its queries; the
+  // memory's gradient is kept by the attention), masked self-attention
+  residual_backward<T>(pre_norm_, norm3_, dropout3_,
+                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout,
+                       dtmp_, d3_);
+  residual_backward<T>(pre_norm_, norm2_, dropout2_,
+                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return cross_attention_.backward(d); },
+                       cmap(d3_), dtmp_, d2_);
+  residual_backward<T>(pre_norm_, norm1_, dropout1_,
+                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); },
+                       cmap(d2_), dtmp_, dx_);
   return dx_;
 }
 

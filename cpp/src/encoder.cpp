@@ -42,69 +42,34 @@ const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& 
   x_ = x.data();
   rows_ = x.rows();
   const Index* ids = layout.row_ids();
-  if (!pre_norm_) {
-    // h = LN1(x + Dropout(SelfAttention(x)))
-    self_attention_.forward(x, layout, mask);
-    Matrix<T>& a_mut = self_attention_.output_mut();
-    dropout1_.forward_inplace(mmap(a_mut), training, ids);
-    const Matrix<T>& h = norm1_.forward_residual(x, cmap(a_mut));
-    // y = LN2(h + Dropout(FFN(h)))
-    feed_forward_.forward(cmap(h), training, ids);
-    Matrix<T>& f = feed_forward_.output_mut();
-    dropout2_.forward_inplace(mmap(f), training, ids);
-    return norm2_.forward_residual(cmap(h), cmap(f));
-  }
-  // r1 = x + Dropout(SelfAttention(LN1(x)))
-  const Matrix<T>& n1 = norm1_.forward(x);
-  self_attention_.forward(cmap(n1), layout, mask);
-  Matrix<T>& a = self_attention_.output_mut();
-  dropout1_.forward_inplace(mmap(a), training, ids);
-  r1_.resize(x.rows(), x.cols());
-  add_arrays(r1_.data(), x.data(), a.data(), r1_.size());
-  // y = r1 + Dropout(FFN(LN2(r1)))
-  const Matrix<T>& n2 = norm2_.forward(cmap(r1_));
-  feed_forward_.forward(cmap(n2), training, ids);
-  Matrix<T>& f = feed_forward_.output_mut();
-  dropout2_.forward_inplace(mmap(f), training, ids);
-  out_.resize(x.rows(), x.cols());
-  add_arrays(out_.data(), r1_.data(), f.data(), out_.size());
-  return out_;
+  // post-norm: h = LN1(x + Dropout(SelfAttention(x))), y = LN2(h + Dropout(FFN(h)));
+  // pre-norm: r1 = x + Dropout(SelfAttention(LN1(x))), y = r1 + Dropout(FFN(LN2(r1)))
+  const Matrix<T>& h = residual_forward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        self_attention_.forward(in, layout, mask);
+        return self_attention_.output_mut();
+      },
+      x, training, ids, r1_);
+  return residual_forward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        feed_forward_.forward(in, training, ids);
+        return feed_forward_.output_mut();
+      },
+      cmap(h), training, ids, out_);
 }
 
 template <typename T>
 const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
-  if (!pre_norm_) {
-    // y = LN2(h + f'): d(h + f') from LN2 flows to both h and f'
-    const Matrix<T>& ds2 = norm2_.backward(dout);
-    df_ = ds2;
-    dropout2_.backward_inplace(mmap(df_));
-    const Matrix<T>& dh_ffn = feed_forward_.backward(cmap(df_));
-    dh_.resize(ds2.rows(), ds2.cols());
-    add_arrays(dh_.data(), ds2.data(), dh_ffn.data(), dh_.size());
-    // h = LN1(x + a'): d(x + a') flows to both x and a'
-    const Matrix<T>& ds1 = norm1_.backward(cmap(dh_));
-    da_ = ds1;
-    dropout1_.backward_inplace(mmap(da_));
-    const Matrix<T>& dx_attn = self_attention_.backward(cmap(da_));
-    dx_.resize(ds1.rows(), ds1.cols());
-    add_arrays(dx_.data(), ds1.data(), dx_attn.data(), dx_.size());
-    return dx_;
-  }
-  // y = r1 + f'(LN2(r1)): dr1 = dout + LN2'(FFN'(dropout'(dout)))
-  df_ = dout;
-  dropout2_.backward_inplace(mmap(df_));
-  const Matrix<T>& dn2 = feed_forward_.backward(cmap(df_));
-  const Matrix<T>& dr1_norm = norm2_.backward(cmap(dn2));
-  dh_.resize(dout.rows(), dout.cols());
-  add_arrays(dh_.data(), dout.data(), dr1_norm.data(), dh_.size());
-  // r1 = x + a'(LN1(x)): dx = dr1 + LN1'(attention'(dropout'(dr1)))
-  da_ = dh_;
-  dropout1_.backward_inplace(mmap(da_));
-  const Matrix<T>& dn1 = self_attention_.backward(cmap(da_));
-  const Matrix<T>& dx_norm = norm1_.backward(cmap(dn1));
-  dx_.resize(dout.rows(), dout.cols());
-  add_arrays(dx_.data(), dh_.data(), dx_norm.data(), dx_.size());
+  // the two residual sub-layers in reverse: feed-forward, then self-attention
+  residual_backward<T>(pre_norm_, norm2_, dropout2_,
+                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout,
+                       dtmp_, dh_);
+  residual_backward<T>(pre_norm_, norm1_, dropout1_,
+                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); },
+                       cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 

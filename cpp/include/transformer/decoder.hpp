@@ -55,7 +55,7 @@ class DecoderLayer {
   const T* x_ = nullptr;
   RowLayout own_x_, own_m_;            // the dense convenience's layouts
   Matrix<T> r1_, r2_, out_;            // pre-norm residual sums
-  Matrix<T> d1_, d2_, d3_, dtmp_, dx_;  // gradient buffers (B*T, d)
+  Matrix<T> d2_, d3_, dtmp_, dx_;  // gradient buffers (B*T, d)
 };
 
 template <typename T>

@@ -49,7 +49,7 @@ class EncoderLayer {
   Index rows_ = -1;
   RowLayout own_;                // the dense convenience's layout
   Matrix<T> r1_, out_;           // pre-norm residual sums (B*T, d)
-  Matrix<T> da_, df_, dh_, dx_;  // (B*T, d) gradient buffers
+  Matrix<T> dtmp_, dh_, dx_;  // (B*T, d) gradient buffers
 };
 
 template <typename T>

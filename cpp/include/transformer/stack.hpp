@@ -12,6 +12,53 @@
 
 namespace transformer {
 
+// Forward of one residual sub-layer of an encoder or decoder layer, F being an attention or the
+// feed-forward network: `sub_forward(input)` runs F and returns its output buffer, which is
+// dropped out in place. Post-norm returns LN(x + Dropout(F(x))) (the norm's output); pre-norm
+// writes x + Dropout(F(LN(x))) into `sum` and returns it.
+template <typename T, typename SubForward>
+const Matrix<T>& residual_forward(bool pre_norm, LayerNorm<T>& norm, Dropout<T>& dropout, SubForward&& sub_forward,
+                                  ConstMatrixMap<T> x, bool training, const Index* ids, Matrix<T>& sum) {
+  if (!pre_norm) {
+    Matrix<T>& a = sub_forward(x);
+    dropout.forward_inplace(MatrixMap<T>(a.data(), a.rows(), a.cols()), training, ids);
+    return norm.forward_residual(x, ConstMatrixMap<T>(a.data(), a.rows(), a.cols()));
+  }
+  const Matrix<T>& n = norm.forward(x);
+  Matrix<T>& a = sub_forward(ConstMatrixMap<T>(n.data(), n.rows(), n.cols()));
+  dropout.forward_inplace(MatrixMap<T>(a.data(), a.rows(), a.cols()), training, ids);
+  sum.resize(x.rows(), x.cols());
+  add_arrays(sum.data(), x.data(), a.data(), sum.size());
+  return sum;
+}
+
+// Backward of one residual sub-layer of an encoder or decoder layer, F being an attention or the
+// feed-forward network whose backward is `sub_backward(d output) -> d input`:
+//   post-norm  y = LN(x + Dropout(F(x))):  dx = s + F'(Dropout'(s)),  s = LN'(dy)
+//   pre-norm   y = x + Dropout(F(LN(x))):  dx = dy + LN'(F'(Dropout'(dy)))
+// `scratch` holds the dropped-out gradient; dx must be neither dy's storage nor scratch.
+template <typename T, typename SubBackward>
+void residual_backward(bool pre_norm, LayerNorm<T>& norm, const Dropout<T>& dropout, SubBackward&& sub_backward,
+                       ConstMatrixMap<T> dy, Matrix<T>& scratch, Matrix<T>& dx) {
+  auto map = [](Matrix<T>& m) { return MatrixMap<T>(m.data(), m.rows(), m.cols()); };
+  auto cmap = [](const Matrix<T>& m) { return ConstMatrixMap<T>(m.data(), m.rows(), m.cols()); };
+  if (!pre_norm) {
+    const Matrix<T>& s = norm.backward(dy);  // d(x + F'(x)): to x directly and through F
+    scratch = s;
+    dropout.backward_inplace(map(scratch));
+    const Matrix<T>& d_sub = sub_backward(cmap(scratch));
+    dx.resize(s.rows(), s.cols());
+    add_arrays(dx.data(), s.data(), d_sub.data(), dx.size());
+    return;
+  }
+  scratch = dy;
+  dropout.backward_inplace(map(scratch));
+  const Matrix<T>& d_sub = sub_backward(cmap(scratch));
+  const Matrix<T>& d_norm = norm.backward(cmap(d_sub));
+  dx.resize(dy.rows(), dy.cols());
+  add_arrays(dx.data(), dy.data(), d_norm.data(), dx.size());
+}
+
 template <typename T, typename Layer>
 ParameterList<T> stack_parameters(PositionalEmbedding<T>& embedding, std::vector<std::unique_ptr<Layer>>& layers,
                                   LayerNorm<T>* final_norm) {
