@@ -1,4 +1,5 @@
 // Bindings of LayerNorm, ReLU, softmax, embeddings, loss and Adam.
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <utility>
@@ -178,13 +179,15 @@ void bind_positional_embedding(py::module_& m) {
       .def_property_readonly("max_length", [](H& h) { return h.layer.max_length(); })
       .def_property_readonly("layout", [](H& h) { return to_string(h.layer.layout()); })
       .def_property_readonly("table",
-                             [](py::object self) {
-                               const Matrix<T>& pe = self.cast<H&>().layer.table();
-                               py::array a = view<T>(const_cast<T*>(pe.data()), {pe.rows(), pe.cols()}, self);
+                             [](H& h) {
+                               // a copy: the table is a cache that grows (and moves) for longer inputs
+                               const Matrix<T>& pe = h.layer.table();
+                               py::array_t<T> a({pe.rows(), pe.cols()});
+                               std::copy(pe.data(), pe.data() + pe.size(), a.mutable_data());
                                a.attr("flags").attr("writeable") = false;
                                return a;
                              },
-                             "read-only (max_length, d_model) view of the positional table")
+                             "read-only copy (cached positions, d_model) of the positional table")
       .def("forward",
            [](H& h, const py::handle& tokens) {
              auto tok = as_tokens(tokens, "PositionalEmbedding.forward", "tokens", 2);
@@ -198,7 +201,7 @@ void bind_positional_embedding(py::module_& m) {
              h.has_forward = true;
              return rows_out<T>(*y, h.lead);
            },
-           py::arg("tokens"), "tokens: int (B, T) with T <= max_length -> (B, T, d_model)")
+           py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed")
       .def("backward",
            [](H& h, const py::handle& dout) {
              if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");

@@ -166,9 +166,12 @@ void bind_transformer(py::module_& m) {
            })
       .def("configure_optimizer",
            [](H& h, long long warmup, double lr_scale, double fixed_lr, double beta1, double beta2, double eps,
-              double clip_norm, double label_smoothing) {
+              double clip_norm, double label_smoothing, long long total_steps) {
              check_idle(h, "Transformer.configure_optimizer");
              if (warmup < 1) throw py::value_error(concat("configure_optimizer: warmup must be >= 1, got ", warmup));
+             if (total_steps != 0 && total_steps <= warmup)
+               throw py::value_error(concat("configure_optimizer: total_steps must be 0 (no decay) or > warmup ",
+                                            warmup, ", got ", total_steps));
              if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
                throw py::value_error(concat("configure_optimizer: label_smoothing must be in [0, 1), got ", label_smoothing));
              if (!(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0 && eps > 0.0))
@@ -182,10 +185,11 @@ void bind_transformer(py::module_& m) {
              o.eps = eps;
              o.clip_norm = clip_norm;
              o.label_smoothing = label_smoothing;
+             o.total_steps = total_steps;
            },
            py::arg("warmup") = 4000, py::arg("lr_scale") = 1.0, py::arg("fixed_lr") = 0.0, py::arg("beta1") = 0.9,
            py::arg("beta2") = 0.98, py::arg("eps") = 1e-9, py::arg("clip_norm") = 0.0,
-           py::arg("label_smoothing") = 0.0)
+           py::arg("label_smoothing") = 0.0, py::arg("total_steps") = 0)
       .def("optimizer_config",
            [](H& h) {
              const OptimizerConfig& o = h.model.optimizer_config();
@@ -198,6 +202,7 @@ void bind_transformer(py::module_& m) {
              d["eps"] = o.eps;
              d["clip_norm"] = o.clip_norm;
              d["label_smoothing"] = o.label_smoothing;
+             d["total_steps"] = o.total_steps;
              return d;
            })
       .def("optimizer_state",

@@ -193,9 +193,8 @@ IncrementalDecoder<T>::IncrementalDecoder(Transformer<T>& model)
 
 template <typename T>
 void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed) {
-  const TransformerConfig& c = model_.config();
-  TCPP_CHECK(max_steps >= 1 && max_steps <= c.max_length, "decode: max_steps must be in [1, max_length ",
-             c.max_length, "], got ", max_steps);
+  TCPP_CHECK(max_steps >= 1, "decode: max_steps must be >= 1, got ", max_steps);
+  model_.decoder().embedding_.reserve_positions(max_steps);  // positions 0 .. max_steps-1 are fed
   B_ = src.rows();
   S_ = src.cols();
   R_ = B_;
@@ -255,9 +254,8 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
   const TransformerConfig& c = model_.config();
   const Index B = src.rows(), S = src.cols();
   TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
+  enc.embedding_.reserve_positions(S);
   const Matrix<T>& pe = enc.embedding_.table();
-  TCPP_CHECK(S <= pe.rows(), "PositionalEmbedding: sequence length ", S, " is longer than max_length ", pe.rows(),
-             "; build the layer with a larger max_length");
   // the rows to compute: every non-padding position, sentence by sentence
   enc_rows_.clear();
   enc_offset_.assign(static_cast<size_t>(B + 1), 0);
@@ -484,7 +482,7 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
              "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
              end_id);
   TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
-  const Index steps = std::min(max_length, c.max_length);
+  const Index steps = max_length;
   const Index B = src.rows();
   TokenMatrix out = TokenMatrix::Zero(B, steps);
   if (B == 0) return out;
@@ -532,7 +530,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
              "], got ", n_best);
   TCPP_CHECK(alpha >= 0.0, "beam_search: length penalty alpha must be >= 0, got ", alpha);
   TCPP_CHECK(max_length >= 1, "beam_search: max_length must be >= 1, got ", max_length);
-  const Index steps = std::min(max_length, c.max_length);
+  const Index steps = max_length;
   const Index B = src.rows(), V = c.tgt_vocab_size;
   auto penalty = [alpha](Index len) { return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha); };
 

@@ -1,5 +1,6 @@
 #include "transformer/embedding.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "transformer/random.hpp"
@@ -111,10 +112,16 @@ PositionalEmbedding<T>::PositionalEmbedding(Index vocab_size, Index d_model, Ind
 }
 
 template <typename T>
+void PositionalEmbedding<T>::reserve_positions(Index length) {
+  if (length <= pe_.rows()) return;
+  // at least double, so that a decode growing one position at a time rebuilds rarely
+  pe_ = positional_encoding<T>(std::max(length, 2 * pe_.rows()), dim(), layout_);
+}
+
+template <typename T>
 const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens) {
   const Index batch = tokens.rows(), length = tokens.cols(), d = dim();
-  TCPP_CHECK(length <= max_length(), "PositionalEmbedding: sequence length ", length,
-             " is longer than max_length ", max_length(), "; build the layer with a larger max_length");
+  reserve_positions(length);
   const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
   embedding_.cache_tokens(tokens, scale);
   y_.resize(batch * length, d);  // (B*T, d)
@@ -132,8 +139,7 @@ template <typename T>
 const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const RowLayout& layout) {
   if (!layout.packed) return forward(tokens);
   const Index length = tokens.cols(), d = dim();
-  TCPP_CHECK(length <= max_length(), "PositionalEmbedding: sequence length ", length,
-             " is longer than max_length ", max_length(), "; build the layer with a larger max_length");
+  reserve_positions(length);
   const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
   embedding_.cache_tokens(tokens, scale);  // checks every id
   const Index n = layout.rows();

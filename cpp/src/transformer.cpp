@@ -1,5 +1,6 @@
 #include "transformer/transformer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "transformer/random.hpp"
@@ -54,10 +55,6 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
   TCPP_CHECK(src.rows() > 0 && src.cols() > 0 && tgt.cols() > 0, "Transformer.", who,
              ": empty batch (src shape (", src.rows(), ", ", src.cols(), "), tgt_in shape (", tgt.rows(), ", ",
              tgt.cols(), "))");
-  TCPP_CHECK(src.cols() <= config_.max_length, "Transformer.", who, ": source length ", src.cols(),
-             " exceeds max_length ", config_.max_length);
-  TCPP_CHECK(tgt.cols() <= config_.max_length, "Transformer.", who, ": target length ", tgt.cols(),
-             " exceeds max_length ", config_.max_length);
 }
 
 template <typename T>
@@ -134,7 +131,14 @@ Adam<T>& Transformer<T>::optimizer() {
 template <typename T>
 double Transformer<T>::learning_rate(Index step) const {
   if (opt_config_.fixed_lr > 0.0) return opt_config_.fixed_lr;
-  return warmup_learning_rate(step, config_.d_model, opt_config_.warmup, opt_config_.lr_scale);
+  const OptimizerConfig& o = opt_config_;
+  if (o.total_steps > 0 && step > o.warmup) {
+    // fitted to the run's length: from the peak at `warmup` straight down to 0 at `total_steps`
+    const double peak = warmup_learning_rate(o.warmup, config_.d_model, o.warmup, o.lr_scale);
+    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps - o.warmup);
+    return peak * std::max(0.0, left);
+  }
+  return warmup_learning_rate(step, config_.d_model, o.warmup, o.lr_scale);
 }
 
 template <typename T>

@@ -41,7 +41,7 @@ from .layers import (
     scaled_dot_product_attention,
 )
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .model import PRESETS, Transformer, preset_config
+from .model import PRESETS, RECIPES, Transformer, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
 from .training import TrainConfig, Trainer, TrainingInterrupted
@@ -67,6 +67,7 @@ __all__ = [
     "Linear",
     "MultiHeadAttention",
     "PRESETS",
+    "RECIPES",
     "PositionalEmbedding",
     "ReLU",
     "ScaledDotProductAttention",
@@ -95,6 +96,7 @@ __all__ = [
     "padding_mask",
     "positional_encoding",
     "preset_config",
+    "preset_recipe",
     "save_checkpoint",
     "scaled_dot_product_attention",
     "set_num_threads",

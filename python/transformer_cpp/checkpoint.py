@@ -59,6 +59,9 @@ __all__ = [
     "checkpoint_name",
     "resolve_checkpoint",
     "read_checkpoint_config",
+    "average_checkpoints",
+    "mark_best",
+    "best_checkpoint",
     "FORMAT_NAME",
     "FORMAT_VERSION",
 ]
@@ -73,6 +76,9 @@ SRC_TOKENIZER_FILE = "src_tokenizer.json"
 TGT_TOKENIZER_FILE = "tgt_tokenizer.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest"
+BEST_FILE = "best"
+#: The checkpoint that :func:`average_checkpoints` writes into a run directory.
+AVERAGED_NAME = "averaged"
 
 _NAME_RE = re.compile(r"^epoch-(\d{4,})(?:-batch-(\d{6,}))?$")
 _TMP_PREFIX = ".tmp-"
@@ -161,8 +167,25 @@ def latest_checkpoint(run_dir: PathLike) -> Optional[Path]:
     Raises:
         CheckpointError: if ``latest`` exists but names no checkpoint directory.
     """
+    return _follow(Path(run_dir), LATEST_FILE)
+
+
+def best_checkpoint(run_dir: PathLike) -> Optional[Path]:
+    """The checkpoint that ``run_dir/best`` names (best validation BLEU, possibly the averaged
+    one), or ``None`` if the run has no ``best``."""
+    return _follow(Path(run_dir), BEST_FILE)
+
+
+def mark_best(run_dir: PathLike, name: str) -> None:
+    """Point ``run_dir/best`` at the checkpoint ``name`` (atomically)."""
     run = Path(run_dir)
-    pointer = run / LATEST_FILE
+    if not (run / name / CONFIG_FILE).is_file():
+        raise CheckpointError(f"mark_best: '{run / name}' is not a checkpoint")
+    _write_pointer(run, name, BEST_FILE)
+
+
+def _follow(run: Path, pointer_name: str) -> Optional[Path]:
+    pointer = run / pointer_name
     if not pointer.is_file():
         return None
     try:
@@ -177,8 +200,11 @@ def latest_checkpoint(run_dir: PathLike) -> Optional[Path]:
     return target
 
 
-def resolve_checkpoint(path: PathLike) -> Path:
+def resolve_checkpoint(path: PathLike, prefer: str = "latest") -> Path:
     """Turn a run directory (with ``latest``) or a checkpoint directory into a checkpoint directory.
+
+    ``prefer="best"`` takes the run's ``best`` checkpoint when it has one (translation), else
+    ``latest`` (what resuming needs).
 
     Raises:
         CheckpointError: if ``path`` does not exist or holds neither ``latest`` nor ``config.json``.
@@ -190,6 +216,12 @@ def resolve_checkpoint(path: PathLike) -> Path:
         raise CheckpointError(f"'{p}' is a file; expected a run directory (with 'latest') or a checkpoint directory")
     if (p / CONFIG_FILE).is_file():
         return p
+    if prefer not in ("latest", "best"):
+        raise ValueError(f"resolve_checkpoint: prefer must be 'latest' or 'best', got {prefer!r}")
+    if prefer == "best":
+        best = best_checkpoint(p)
+        if best is not None:
+            return best
     latest = latest_checkpoint(p)
     if latest is not None:
         return latest
@@ -283,8 +315,9 @@ def save_checkpoint(
     if name is None:
         state = trainer_state or {}
         name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
-    if _order_key(name) is None:
-        raise ValueError(f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003'")
+    if _order_key(name) is None and name != AVERAGED_NAME:
+        raise ValueError(f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' "
+                         f"(or {AVERAGED_NAME!r})")
     if keep is not None and (isinstance(keep, bool) or int(keep) < 0):
         raise ValueError(f"save_checkpoint: keep must be >= 0 or None, got {keep!r}")
     cfg = model.config
@@ -343,18 +376,19 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
-    _write_pointer(run, name)
+    if name != AVERAGED_NAME:  # "latest" is what a resume continues: never the average
+        _write_pointer(run, name)
     _remove_stale_temporaries(run)
     if keep:
         _prune(run, int(keep), protect=target)
     return target
 
 
-def _write_pointer(run: Path, name: str) -> None:
-    tmp = run / f"{_TMP_PREFIX}{LATEST_FILE}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def _write_pointer(run: Path, name: str, pointer: str = LATEST_FILE) -> None:
+    tmp = run / f"{_TMP_PREFIX}{pointer}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         _write_bytes(tmp, (name + "\n").encode("utf-8"))
-        os.replace(tmp, run / LATEST_FILE)
+        os.replace(tmp, run / pointer)
     except BaseException:
         if tmp.exists():
             tmp.unlink()
@@ -364,8 +398,12 @@ def _write_pointer(run: Path, name: str) -> None:
 
 def _prune(run: Path, keep: int, protect: Path) -> None:
     checkpoints = list_checkpoints(run)
+    try:
+        best = best_checkpoint(run)
+    except CheckpointError:
+        best = None
     for old in checkpoints[: max(0, len(checkpoints) - keep)]:
-        if old != protect:
+        if old != protect and old != best:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -442,7 +480,43 @@ def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Subword
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
 
 
-def read_checkpoint_config(path: PathLike) -> Tuple[Path, Dict[str, Any]]:
+def average_checkpoints(paths: List[PathLike], run_dir: Optional[PathLike] = None,
+                        name: str = AVERAGED_NAME) -> Tuple[Optional[Path], Transformer]:
+    """Average the weights of several checkpoints of one run (the same architecture and
+    tokenizers); return ``(path written or None, the averaged model)``.
+
+    Every weight becomes the arithmetic mean over ``paths`` (accumulated in float64). With
+    ``run_dir``, the result is saved there as checkpoint ``name`` (default ``averaged``)
+    without optimiser state: it is for translating, not for resuming; ``latest`` is unchanged.
+
+    Raises:
+        CheckpointError: fewer than one checkpoint, or checkpoints that differ in architecture
+            or tokenizers.
+    """
+    if not paths:
+        raise CheckpointError("average_checkpoints: no checkpoint to average")
+    first = load_checkpoint(paths[0], optimizer=False)
+    params = first.model.parameters()
+    sums = {k: np.array(p.value, dtype=np.float64) for k, p in params.items()}
+    for path in paths[1:]:
+        ckpt = load_checkpoint(path, optimizer=False)
+        if ckpt.model.config != first.model.config:
+            raise CheckpointError(f"average_checkpoints: '{ckpt.path}' has another architecture than '{first.path}'")
+        if ckpt.src_tokenizer != first.src_tokenizer or ckpt.tgt_tokenizer != first.tgt_tokenizer:
+            raise CheckpointError(f"average_checkpoints: '{ckpt.path}' has other tokenizers than '{first.path}'")
+        for k, p in ckpt.model.parameters().items():
+            sums[k] += p.value
+    for k, p in params.items():
+        p.value[...] = sums[k] / len(paths)
+    out = None
+    if run_dir is not None:
+        data = dict(first.data or {}, averaged_from=[Path(p).name for p in paths])
+        out = save_checkpoint(run_dir, first.model, first.src_tokenizer, first.tgt_tokenizer, name=name,
+                              train_config=first.train_config, data=data, optimizer=False, keep=None)
+    return out, first.model
+
+
+def read_checkpoint_config(path: PathLike, prefer: str = "latest") -> Tuple[Path, Dict[str, Any]]:
     """``(checkpoint directory, its config.json as a dict)`` without loading any tensor.
 
     The dict has the sections ``model`` (architecture), ``optimizer``, ``train_config``, ``data``
@@ -451,7 +525,7 @@ def read_checkpoint_config(path: PathLike) -> Tuple[Path, Dict[str, Any]]:
     Raises:
         CheckpointError: no checkpoint at ``path``, or a ``config.json`` that is not valid.
     """
-    ckpt = resolve_checkpoint(path)
+    ckpt = resolve_checkpoint(path, prefer)
     config_path = ckpt / CONFIG_FILE
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -469,7 +543,7 @@ def read_checkpoint_config(path: PathLike) -> Tuple[Path, Dict[str, Any]]:
     return ckpt, config
 
 
-def load_checkpoint(path: PathLike, *, optimizer: bool = True) -> Checkpoint:
+def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[str] = None) -> Checkpoint:
     """Load a checkpoint written by :func:`save_checkpoint`.
 
     Args:
@@ -477,11 +551,13 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True) -> Checkpoint:
         optimizer: also restore the Adam moments, ``step`` and ``dropout_calls`` (to resume
             training). Translation does not need them, and with ``False`` the optimiser file is
             not even read.
+        prefer: for a run directory, ``"latest"`` or ``"best"`` (see :func:`resolve_checkpoint`);
+            default ``"latest"`` with ``optimizer`` (resuming), else ``"best"`` (translating).
 
     Raises:
         CheckpointError: anything missing, damaged or inconsistent (the message says what and where).
     """
-    ckpt, config = read_checkpoint_config(path)
+    ckpt, config = read_checkpoint_config(path, prefer or ("latest" if optimizer else "best"))
     files = config.get("files")
     model_cfg = config.get("model")
     opt = config.get("optimizer")

@@ -34,31 +34,42 @@ _ARCH_OPTIONS = {
     "heads": "n_heads",
     "d_ff": "d_ff",
     "dropout": "dropout",
-    "max_length": "max_length",
 }
 # Training options: command-line flag -> TrainConfig field.
 _TRAIN_OPTIONS = {
     "batch_size": "batch_size",
+    "max_tokens": "max_tokens",
     "warmup": "warmup",
     "lr_scale": "lr_scale",
     "fixed_lr": "fixed_lr",
+    "decay": "decay",
     "label_smoothing": "label_smoothing",
     "clip_norm": "clip_norm",
     "log_every": "log_every",
     "bucket_by_length": "bucket_by_length",
     "drop_remainder": "drop_remainder",
     "keep_checkpoints": "keep_checkpoints",
+    "val_bleu_sentences": "val_bleu_sentences",
+    "average_last": "average_last",
 }
+# Training options a resumed run may change (they do not alter what a step computes).
+_CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last")
 # Data options: command-line flag -> key of the checkpoint's "data" section.
 _DATA_OPTIONS = {
     "num_samples": "num_samples",
+    "sampling": "sampling",
     "vocab_size": "vocab_size",
+    "joint_vocab": "joint_vocab",
     "split_seed": "split_seed",
     "valid_fraction": "valid_fraction",
     "test_fraction": "test_fraction",
+    "max_length": "max_length_option",
 }
-_DEFAULT_DATA = {"num_samples": 80_000, "vocab_size": 2 ** 14, "split_seed": 0, "valid_fraction": 0.05,
-                 "test_fraction": 0.05}
+_DEFAULT_DATA = {"num_samples": 0, "sampling": "random", "vocab_size": 8000, "joint_vocab": False, "split_seed": 0,
+                 "valid_fraction": 0.02, "test_fraction": 0.03, "max_length_option": 0}
+#: Share of the training pairs that the automatic length limit (--max-length 0) keeps.
+LENGTH_COVERAGE = 99.9
+DEFAULT_PRESET = "quick"
 
 
 class UserError(Exception):
@@ -113,23 +124,31 @@ def _load_split(data_path: Optional[str], info: Dict[str, Any]) -> Tuple[Any, Di
     """Load, clean and split the pairs as ``info`` says; returns (split, updated info).
 
     ``split`` maps ``"train"``, ``"valid"``, ``"test"`` to ``(source sentences, target sentences)``.
+    Runs record ``split = "by-source"`` (:func:`~transformer_cpp.data.split_by_source`); a run
+    without it was split pair by pair, and is rebuilt that way.
     """
-    from .data import load_tatoeba, train_val_test_split
+    from .data import load_tatoeba, split_by_source, train_val_test_split
     from .text import clean_corpus
 
     num_samples = info.get("num_samples") or None
-    pairs = load_tatoeba(data_path, num_samples=num_samples)
-    _say(f"loaded {len(pairs):,} sentence pairs from {pairs.source}")
+    pairs = load_tatoeba(data_path, num_samples=num_samples, sampling=info.get("sampling", "first"),
+                         seed=int(info.get("split_seed", 0)))
+    _say(f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
+         + (f" ({pairs.stats.skipped:,} lines skipped)" if pairs.stats.skipped else ""))
     src_all = clean_corpus(pairs.english, info["src_lang"])
     tgt_all = clean_corpus(pairs.spanish, info["tgt_lang"])
-    parts = train_val_test_split(len(pairs), info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
+    if info.get("split") == "by-source":
+        parts = split_by_source(src_all, tgt_all, info["valid_fraction"], info["test_fraction"],
+                                seed=info["split_seed"]).parts()
+    else:
+        parts = train_val_test_split(len(pairs), info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
     split = {name: ([src_all[i] for i in idx], [tgt_all[i] for i in idx])
              for name, idx in zip(("train", "valid", "test"), parts)}
     info = dict(info, path=str(Path(pairs.source).resolve()) if pairs.source else None, pairs_loaded=len(pairs))
     return split, info
 
 
-def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_length: int) -> Optional[Any]:
+def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_length: Optional[int]) -> Optional[Any]:
     from .data import encode_pairs
 
     src, tgt = split[name]
@@ -141,6 +160,25 @@ def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_le
         raise UserError(f"the {name} split has no usable pair: {exc}") from None
 
 
+def _choose_max_length(split: Dict[str, Any], src_tok: Any, tgt_tok: Any, option: int) -> int:
+    """The training length limit: ``option`` if > 0, else the length that covers
+    :data:`LENGTH_COVERAGE` percent of the training pairs; prints the percentiles."""
+    from .data import length_limit, length_percentiles
+
+    src, tgt = split["train"]
+    lengths = [max(len(a), len(b)) for a, b in zip(src_tok.encode_batch(src), tgt_tok.encode_batch(tgt))]
+    pct = length_percentiles(lengths)
+    _say("training pair lengths in tokens (longer side, start and end included): "
+         + ", ".join(f"{p:g}% <= {v}" for p, v in pct.items()))
+    if option:
+        kept = sum(n <= option for n in lengths) / len(lengths) * 100
+        _say(f"max length {option} tokens (--max-length) keeps {kept:.2f}% of the training pairs")
+        return int(option)
+    limit = length_limit(lengths, LENGTH_COVERAGE)
+    _say(f"max length {limit} tokens: covers {LENGTH_COVERAGE}% of the training pairs")
+    return limit
+
+
 # ------------------------------------------------------------------------------------ train
 
 
@@ -148,29 +186,49 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> Dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
+def _requested(args: argparse.Namespace, preset: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    """(architecture, TrainConfig fields, data settings) that ``preset`` and the options ask for;
+    without a preset only the options given."""
+    from .model import preset_config, preset_recipe
+
+    arch: Dict[str, Any] = {}
+    train: Dict[str, Any] = {}
+    data: Dict[str, Any] = {}
+    if preset is not None:
+        arch = preset_config(preset)
+        recipe = preset_recipe(preset)
+        train = recipe["train"]
+        data = {("max_length_option" if k == "max_length" else k): v for k, v in recipe["data"].items()}
+    arch.update({_ARCH_OPTIONS[k]: v for k, v in _given(args, list(_ARCH_OPTIONS)).items()})
+    train.update({_TRAIN_OPTIONS[k]: v for k, v in _given(args, list(_TRAIN_OPTIONS)).items()})
+    for flag in ("epochs", "seed", "time_budget"):
+        if getattr(args, flag) is not None:
+            train[flag] = getattr(args, flag)
+    data.update({_DATA_OPTIONS[k]: v for k, v in _given(args, list(_DATA_OPTIONS)).items()})
+    return arch, train, data
+
+
 def _check_resume_options(args: argparse.Namespace, model_cfg: Dict[str, Any], train_cfg: Dict[str, Any],
-                          data: Dict[str, Any]) -> None:
-    """With --resume, options that would change the run must agree with the checkpoint."""
+                          data: Dict[str, Any]) -> Dict[str, Any]:
+    """With --resume, what the command asks for (its preset and options) must agree with the
+    checkpoint, except the settings a resumed run may change; returns those changes."""
+    arch, train, data_req = _requested(args, args.preset)
+    arch.pop("max_length", None)  # a positional-table cache, not a setting of the run
     conflicts = []
-    for flag, key in _ARCH_OPTIONS.items():
-        value = getattr(args, flag)
-        if value is not None and value != model_cfg.get(key):
-            conflicts.append(f"--{flag.replace('_', '-')} {value} (the run has {model_cfg.get(key)})")
-    for flag, key in _TRAIN_OPTIONS.items():
-        value = getattr(args, flag)
-        if value is not None and value != train_cfg.get(key):
-            conflicts.append(f"--{flag.replace('_', '-')} {value} (the run has {train_cfg.get(key)})")
-    for flag, key in _DATA_OPTIONS.items():
-        value = getattr(args, flag)
-        if value is not None and value != data.get(key):
-            conflicts.append(f"--{flag.replace('_', '-')} {value} (the run has {data.get(key)})")
-    if args.seed is not None and args.seed != train_cfg.get("seed"):
-        conflicts.append(f"--seed {args.seed} (the run has {train_cfg.get('seed')})")
-    if args.preset is not None:
-        conflicts.append("--preset (the architecture comes from the checkpoint)")
+    names = {v: k for k, v in {**_ARCH_OPTIONS, **_TRAIN_OPTIONS, **_DATA_OPTIONS}.items()}
+    for section, requested, saved in (("architecture", arch, model_cfg), ("training", train, train_cfg),
+                                      ("data", data_req, data)):
+        for key, value in requested.items():
+            if section == "training" and key in _CHANGEABLE_ON_RESUME:
+                continue
+            have = saved.get(key, _DEFAULT_DATA.get(key) if section == "data" else None)
+            if value != have:
+                flag = names.get(key, key).replace("_", "-")
+                conflicts.append(f"--{flag} {value} (the run has {have})")
     if conflicts:
-        raise UserError("--resume continues the run with its own settings; drop " + ", ".join(conflicts)
-                        + ", or start a new run with another --out")
+        raise UserError("--resume continues the run in --out with its own settings, and these options differ "
+                        "from it: " + ", ".join(conflicts) + "; drop them, or start a new run with another --out")
+    return {k: v for k, v in train.items() if k in _CHANGEABLE_ON_RESUME}
 
 
 def _show_epoch_summaries() -> None:
@@ -185,13 +243,28 @@ def _show_epoch_summaries() -> None:
     log.setLevel(logging.INFO)
 
 
+def _build_tokenizers(split: Dict[str, Any], data_info: Dict[str, Any]) -> Tuple[Any, Any]:
+    from .tokenizer import SubwordTokenizer
+
+    vocab = int(data_info["vocab_size"])
+    src, tgt = split["train"]
+    if data_info.get("joint_vocab"):
+        tok = SubwordTokenizer.build_from_corpus(list(src) + list(tgt), vocab)
+        _say(f"joint subword vocabulary: {tok.vocab_size:,} tokens (target {vocab:,})")
+        return tok, tok
+    src_tok = SubwordTokenizer.build_from_corpus(src, vocab)
+    tgt_tok = SubwordTokenizer.build_from_corpus(tgt, vocab)
+    _say(f"subword vocabularies: {data_info['src_lang']} {src_tok.vocab_size:,} tokens, "
+         f"{data_info['tgt_lang']} {tgt_tok.vocab_size:,} tokens (target {vocab:,})")
+    return src_tok, tgt_tok
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .checkpoint import list_checkpoints, load_checkpoint, read_checkpoint_config
-    from .model import Transformer, preset_config
-    from .tokenizer import SubwordTokenizer
+    from .model import Transformer
     from .training import TrainConfig, Trainer, TrainingInterrupted
 
-    out = Path(args.out if args.out is not None else f"runs/{args.preset or 'tutorial'}")
+    out = Path(args.out if args.out is not None else f"runs/{args.preset or DEFAULT_PRESET}")
     _set_threads(args.threads)
     existing = list_checkpoints(out) or (out / "latest").exists()
 
@@ -202,74 +275,91 @@ def _cmd_train(args: argparse.Namespace) -> int:
         data_info = cfg.get("data") or {}
         if not data_info or cfg.get("train_config") is None:
             raise UserError(f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here")
-        _check_resume_options(args, cfg["model"], cfg["train_config"], data_info)
+        changes = _check_resume_options(args, cfg["model"], cfg["train_config"], data_info)
         split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
         ckpt = load_checkpoint(ckpt_dir, optimizer=True)
-        max_length = int(data_info["max_length"])
+        max_length = data_info.get("max_length")
         train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
         valid = _encode(split, "valid", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
-        trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=args.epochs,
-                                          threads=args.threads, progress=False if args.no_progress else None)
+        trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
+                                          threads=args.threads, progress=False if args.no_progress else None,
+                                          time_budget=changes.get("time_budget"))
         _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
-             f"step {trainer.model.step}; training until epoch {trainer.config.epochs}")
+             f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
     else:
         if existing:
             raise UserError(f"'{out}' already holds a run; pass --resume to continue it or choose another --out")
-        arch = preset_config(args.preset or "tutorial")
-        for flag, key in _ARCH_OPTIONS.items():
-            if getattr(args, flag) is not None:
-                arch[key] = getattr(args, flag)
-        data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", max_length=arch["max_length"])
-        data_info.update({_DATA_OPTIONS[k]: v for k, v in _given(args, list(_DATA_OPTIONS)).items()})
-        if data_info["num_samples"] is not None and data_info["num_samples"] < 0:
-            raise UserError(f"--num-samples must be >= 0 (0 = all pairs), got {data_info['num_samples']}")
-        settings = {_TRAIN_OPTIONS[k]: v for k, v in _given(args, list(_TRAIN_OPTIONS)).items()}
-        config = TrainConfig(epochs=args.epochs if args.epochs is not None else 10,
-                             seed=args.seed if args.seed is not None else 0,
-                             threads=args.threads, progress=not args.no_progress, **settings)
+        _check_writable(out)
+        arch, settings, data_req = _requested(args, args.preset or DEFAULT_PRESET)
+        data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
+        data_info.update(data_req)
+        settings.setdefault("epochs", 10)
+        config = TrainConfig(threads=args.threads, progress=not args.no_progress, **settings)
         Transformer(4, 4, seed=config.seed, **arch)  # a bad architecture fails now, before any work
         split, data_info = _load_split(args.data, data_info)
-        vocab = int(data_info["vocab_size"])
-        src_tok = SubwordTokenizer.build_from_corpus(split["train"][0], vocab)
-        tgt_tok = SubwordTokenizer.build_from_corpus(split["train"][1], vocab)
-        _say(f"subword vocabularies: {data_info['src_lang']} {src_tok.vocab_size:,} tokens, "
-             f"{data_info['tgt_lang']} {tgt_tok.vocab_size:,} tokens (target {vocab:,})")
-        train = _encode(split, "train", src_tok, tgt_tok, arch["max_length"])
+        src_tok, tgt_tok = _build_tokenizers(split, data_info)
+        max_length = _choose_max_length(split, src_tok, tgt_tok, int(data_info["max_length_option"] or 0))
+        data_info["max_length"] = max_length
+        arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
+        train = _encode(split, "train", src_tok, tgt_tok, max_length)
         if train is None:
             raise UserError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
-        valid = _encode(split, "valid", src_tok, tgt_tok, arch["max_length"])
-        _say(f"pairs of at most {arch['max_length']} tokens: {len(train):,} train, "
-             f"{len(valid) if valid is not None else 0:,} validation, {len(split['test'][0]):,} test (held out)")
+        valid = _encode(split, "valid", src_tok, tgt_tok, max_length)
+        _say(f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
+             f"{len(valid) if valid is not None else 0:,} validation, {len(split['test'][0]):,} test (held out; "
+             f"split by English sentence)")
+        if data_info.get("joint_vocab"):
+            arch["share_embeddings"] = True
         model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
         _say(f"model: {model!r}")
         trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
                           checkpoint_dir=out, data_info=data_info)
-        _say(f"training {config.epochs} epochs of {trainer.batches_per_epoch:,} batches; checkpoints in {out}")
+        budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
+        _say(f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
+             f"checkpoints in {out}")
     _show_epoch_summaries()
     try:
         trainer.fit()
     except TrainingInterrupted as exc:
         where = f"checkpoint {exc.checkpoint}" if exc.checkpoint else "the last epoch checkpoint"
-        _say(f"{PROG} train: interrupted; {where} holds the state; continue with: "
-             f"{PROG} train --out {out} --resume")
+        _say(f"{PROG} train: interrupted; {where} holds the state; continue with the same command and --resume")
         return 130
     last = trainer.history["epoch"]
     if last["epoch"]:
         summary = f"loss {last['loss'][-1]:.4f}, accuracy {last['accuracy'][-1]:.4f}"
         if last["val_loss"]:
             summary += f", validation loss {last['val_loss'][-1]:.4f}, accuracy {last['val_accuracy'][-1]:.4f}"
-        _say(f"done after epoch {last['epoch'][-1]}: {summary}")
-    if trainer.epoch >= trainer.config.epochs and not last["epoch"]:
-        _say(f"nothing to do: the run already has {trainer.epoch} epochs (ask for more with --epochs)")
-    _say(f"model saved in {trainer.last_checkpoint}; try: {PROG} translate --model {out} \"you should pay for it.\"")
+        if last["val_bleu"]:
+            summary += f", validation BLEU {last['val_bleu'][-1]:.2f}"
+        _say(f"done after epoch {last['epoch'][-1]} ({trainer.elapsed / 60:.1f} minutes): {summary}")
+    _say(f"model saved in {out} (translation uses {_best_name(out)}); try: {PROG} translate --model {out} "
+         f"\"you should pay for it.\"")
     return 0
+
+
+def _best_name(run: Path) -> str:
+    from .checkpoint import resolve_checkpoint
+
+    return resolve_checkpoint(run, "best").name
+
+
+def _check_writable(out: Path) -> None:
+    """Fail before any work if the run directory cannot be created or written."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise UserError(f"--out '{out}' cannot be written: {exc.strerror or exc}") from None
 
 
 # ------------------------------------------------------------------------------------ translate
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
-    from .translate import SentenceTruncatedWarning, Translator
+    from .translate import LongInputWarning, Translator
 
     _set_threads(args.threads)
     translator = Translator.from_checkpoint(args.model, max_length=args.max_length)
@@ -280,11 +370,11 @@ def _cmd_translate(args: argparse.Namespace) -> int:
             _say("reading sentences from standard input, one per line (end with Ctrl-D)")
         sentences = [line.rstrip("\r\n") for line in sys.stdin]
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SentenceTruncatedWarning)
+        warnings.simplefilter("always", LongInputWarning)
         texts = translator.translate_batch(sentences, beam_size=args.beam_size, length_penalty=args.length_penalty,
                                            batch_size=args.batch_size)
     for w in caught:
-        if issubclass(w.category, SentenceTruncatedWarning):
+        if issubclass(w.category, LongInputWarning):
             _say(f"{PROG} translate: warning: {w.message}")
     for source, text in zip(sentences, texts):
         print(text if source.strip() else "")
@@ -294,35 +384,74 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ evaluate
 
 
+def _read_pairs_file(path: str) -> Tuple[List[str], List[str]]:
+    from .data import load_tatoeba
+
+    pairs = load_tatoeba(path, sampling="first")
+    if pairs.stats.skipped:
+        _say(f"{path}: {pairs.stats.skipped} of {pairs.stats.read} lines skipped ({pairs.stats.empty} empty, "
+             f"{pairs.stats.no_tab} without a tab, {pairs.stats.empty_field} with an empty side, "
+             f"{pairs.stats.undecodable} not UTF-8)")
+    return pairs.english, pairs.spanish
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .checkpoint import read_checkpoint_config
     from .translate import Translator, evaluate
 
     _set_threads(args.threads)
-    ckpt_dir, cfg = read_checkpoint_config(args.model)
-    data_info = cfg.get("data")
-    if not data_info:
-        raise UserError(f"checkpoint '{ckpt_dir}' does not record its data split; it was not written by "
-                        f"'{PROG} train'")
-    if args.split == "test" and not data_info.get("test_fraction"):
-        raise UserError("the run kept no test split (test fraction 0); use --split valid")
+    ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
+    data_info = cfg.get("data") or {}
     translator = Translator.from_checkpoint(ckpt_dir)
-    split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
-    sources, references = split[args.split]
+    if args.pairs is not None:
+        sources, references = _read_pairs_file(args.pairs)
+        what = f"{args.pairs}"
+    else:
+        if not data_info:
+            raise UserError(f"checkpoint '{ckpt_dir}' does not record its data split (it was not written by "
+                            f"'{PROG} train'); score it on a file with --pairs")
+        if args.split == "test" and not data_info.get("test_fraction"):
+            raise UserError("the run kept no test split (test fraction 0); use --split valid or --pairs FILE")
+        split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
+        sources, references = split[args.split]
+        what = f"the {args.split} split"
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     if not sources:
-        raise UserError(f"the {args.split} split is empty")
+        raise UserError(f"{what} has no sentence pair")
     result = evaluate(translator, sources, references, beam_size=args.beam_size, length_penalty=args.length_penalty,
                       batch_size=args.batch_size, tgt_lang=data_info.get("tgt_lang", "es"))
+    if args.output is not None:
+        Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
     print(f"checkpoint  {ckpt_dir}")
-    print(f"split       {args.split}: {result.sentences} sentence pairs ({result.scored_pairs} within max_length)")
+    print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}")
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
     print(f"chrF        {result.chrf:.2f}   ({result.chrf_signature})")
     print(f"loss        {result.loss:.4f}")
     print(f"accuracy    {result.accuracy:.4f}")
+    if args.output is not None:
+        print(f"hypotheses  {args.output}")
     for i in range(min(args.examples, len(sources))):
         print(f"\n  source     {sources[i]}\n  reference  {result.references[i]}\n  output     {result.hypotheses[i]}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ average
+
+
+def _cmd_average(args: argparse.Namespace) -> int:
+    from .checkpoint import average_checkpoints, list_checkpoints, mark_best
+
+    run = Path(args.model)
+    found = list_checkpoints(run)
+    if len(found) < 2:
+        raise UserError(f"'{run}' holds {len(found)} checkpoint(s); averaging needs at least 2")
+    paths = found[-args.last:]
+    path, _ = average_checkpoints(paths, run)
+    if args.mark_best:
+        mark_best(run, path.name)
+    print(f"averaged {', '.join(p.name for p in paths)} into {path}"
+          + ("; 'best' now points at it" if args.mark_best else ""))
     return 0
 
 
@@ -349,53 +478,85 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
 def _add_train_parser(sub: Any) -> None:
     from .model import PRESETS
 
     p = sub.add_parser("train", help="train an English-to-Spanish model on the Tatoeba pairs",
                        description="Train a Transformer on English-Spanish pairs. A checkpoint is written "
-                                   "after every epoch (and on Ctrl-C); --resume continues exactly. "
-                                   "Options left out take the preset's or the default value.")
+                                   "after every epoch (and on Ctrl-C); the same command with --resume "
+                                   "continues exactly. Options left out take the preset's value. Presets: "
+                                   "quick (10 minutes), standard (about an hour), tutorial (the TensorFlow "
+                                   "tutorial's settings), base (the paper's base model), tiny (tests).")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="architecture preset (default: tutorial)")
+                   help=f"architecture and training recipe (default: {DEFAULT_PRESET})")
     p.add_argument("--data", default=None, help="spa.txt or spa-eng.zip (default: $TRANSFORMER_CPP_DATA, "
                                                 "else the download cache)")
     p.add_argument("--out", default=None, help="run directory for checkpoints (default: runs/<preset>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     p.add_argument("--epochs", type=_positive_int, default=None,
-                   help="epochs in total (default 10; with --resume, the run's own)")
+                   help="epochs in total (default: the preset's; may be raised with --resume)")
+    p.add_argument("--time-budget", type=_non_negative_float, default=None, metavar="MINUTES",
+                   help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
+                        "(0 = no budget; default: the preset's)")
     p.add_argument("--threads", type=_positive_int, default=None, help="C++ threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("data")
     g.add_argument("--num-samples", type=_non_negative_int, default=None,
-                   help="use the first N pairs of the file (default 80000; 0 = all)")
-    g.add_argument("--vocab-size", type=_positive_int, default=None, help="target size of each subword vocabulary (default 16384)")
-    g.add_argument("--valid-fraction", type=float, default=None, help="share of pairs for validation (default 0.05)")
-    g.add_argument("--test-fraction", type=float, default=None, help="share of pairs held out for evaluate (default 0.05)")
-    g.add_argument("--split-seed", type=_non_negative_int, default=None, help="seed of the train/valid/test split (default 0)")
+                   help="use N pairs of the file (default: the preset's; 0 = all)")
+    g.add_argument("--sampling", choices=("random", "first"), default=None,
+                   help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
+                        "lines (the file is sorted by length: the N shortest; the tutorial's way)")
+    g.add_argument("--vocab-size", type=_positive_int, default=None, help="target size of each subword vocabulary")
+    g.add_argument("--joint-vocab", action="store_const", const=True, default=None,
+                   help="one subword vocabulary for English and Spanish, decoder embedding tied to the output layer")
+    g.add_argument("--valid-fraction", type=float, default=None, help="share of pairs for validation (default 0.02)")
+    g.add_argument("--test-fraction", type=float, default=None, help="share of pairs held out for evaluate (default 0.03)")
+    g.add_argument("--split-seed", type=_non_negative_int, default=None,
+                   help="seed of the sample and of the train/valid/test split by English sentence (default 0)")
+    g.add_argument("--max-length", type=_non_negative_int, default=None,
+                   help=f"longest training pair in tokens; longer pairs are left out of training (0 = the length "
+                        f"that covers {LENGTH_COVERAGE}%% of them). Translation has no length limit.")
     g = p.add_argument_group("architecture (default: the preset's)")
     g.add_argument("--d-model", type=_positive_int, default=None, help="model width")
     g.add_argument("--layers", type=_positive_int, default=None, help="encoder and decoder layers")
     g.add_argument("--heads", type=_positive_int, default=None, help="attention heads")
     g.add_argument("--d-ff", type=_positive_int, default=None, help="feed-forward inner width")
     g.add_argument("--dropout", type=float, default=None, help="dropout rate")
-    g.add_argument("--max-length", type=_positive_int, default=None,
-                   help="longest sentence in tokens; longer pairs are dropped")
-    g = p.add_argument_group("optimisation (default: TrainConfig's)")
-    g.add_argument("--batch-size", type=_positive_int, default=None, help="pairs per step (default 64)")
-    g.add_argument("--warmup", type=_positive_int, default=None, help="warm-up steps (default 4000)")
-    g.add_argument("--lr-scale", type=float, default=None, help="multiplies the learning-rate schedule (default 1)")
+    g = p.add_argument_group("optimisation (default: the preset's)")
+    g.add_argument("--batch-size", type=_positive_int, default=None, help="pairs per step (when --max-tokens is 0)")
+    g.add_argument("--max-tokens", type=_non_negative_int, default=None,
+                   help="tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)")
+    g.add_argument("--warmup", type=_positive_int, default=None, help="warm-up steps")
+    g.add_argument("--lr-scale", type=float, default=None, help="multiplies the learning-rate schedule")
     g.add_argument("--fixed-lr", type=float, default=None, help="constant learning rate instead of the schedule")
-    g.add_argument("--label-smoothing", type=float, default=None, help="label smoothing (default 0; paper 0.1)")
-    g.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this global norm (default: off)")
+    g.add_argument("--decay", action=argparse.BooleanOptionalAction, default=None,
+                   help="after the warm-up, decay the learning rate linearly to 0 at the end of the run")
+    g.add_argument("--label-smoothing", type=float, default=None, help="label smoothing (paper 0.1)")
+    g.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this global norm (0 = off)")
     g.add_argument("--seed", type=_non_negative_int, default=None, help="seed of weights, dropout and shuffling (default 0)")
     g.add_argument("--log-every", type=_positive_int, default=None, help="history entry every N steps (default 10)")
     g.add_argument("--bucket-by-length", action="store_const", const=True, default=None,
-                   help="batch sentences of similar length together")
+                   help="batch sentences of similar length together (with --batch-size)")
     g.add_argument("--drop-remainder", action="store_const", const=True, default=None,
-                   help="drop the last, smaller batch of each epoch")
+                   help="drop the last, smaller batch of each epoch (with --batch-size)")
     g.add_argument("--keep-checkpoints", type=_non_negative_int, default=None,
-                   help="keep the newest N checkpoints (default 5; 0 = all)")
+                   help="keep the newest N checkpoints (default 5; 0 = all); the best one is always kept")
+    g.add_argument("--val-bleu-sentences", type=_non_negative_int, default=None,
+                   help="greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)")
+    g.add_argument("--average-last", type=_non_negative_int, default=None,
+                   help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -407,16 +568,20 @@ def _add_translate_parser(sub: Any) -> None:
     p.add_argument("--model", required=True, help="run directory (its latest checkpoint) or checkpoint directory")
     p.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy decoding (default), more = beam search")
     p.add_argument("--length-penalty", type=float, default=0.6, help="beam search length-penalty exponent (default 0.6)")
-    p.add_argument("--max-length", type=_positive_int, default=None, help="most tokens to generate (default: the model's)")
+    p.add_argument("--max-length", type=_positive_int, default=None,
+                   help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)")
     p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together (default 64)")
     p.add_argument("--threads", type=_positive_int, default=None, help="C++ threads (default: all cores)")
     p.set_defaults(func=_cmd_translate)
 
 
 def _add_evaluate_parser(sub: Any) -> None:
-    p = sub.add_parser("evaluate", help="BLEU, chrF, loss and accuracy on the held-out pairs",
-                       description="Rebuild the run's data split and score the model on its test (or "
-                                   "validation) pairs.")
+    p = sub.add_parser("evaluate", help="BLEU, chrF, loss and accuracy on held-out pairs or a pairs file",
+                       description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
+                                   "'English<TAB>Spanish[<TAB>...]' lines (--pairs), or on the run's own test (or "
+                                   "validation) split, rebuilt from the checkpoint's record.")
+    p.add_argument("--pairs", default=None, metavar="FILE", help="score on this pairs file instead of the run's split")
+    p.add_argument("--output", default=None, metavar="FILE", help="write the translations here, one per line")
     p.add_argument("--model", required=True, help="run directory (its latest checkpoint) or checkpoint directory")
     p.add_argument("--data", default=None, help="the data file (default: the one the run was trained on)")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
@@ -442,6 +607,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_parser(sub)
     _add_translate_parser(sub)
     _add_evaluate_parser(sub)
+
+    p = sub.add_parser("average", help="average the last checkpoints of a run into one",
+                       description="Average the weights of the newest N checkpoints of a run into the checkpoint "
+                                   "'averaged' (for translating; 'latest', which --resume continues, is unchanged).")
+    p.add_argument("--model", required=True, help="run directory")
+    p.add_argument("--last", type=_positive_int, default=5, help="how many of the newest checkpoints (default 5)")
+    p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
+    p.set_defaults(func=_cmd_average)
 
     # --- extension point: the benchmark subcommand -------------------------------------------
     # `transformer_cpp.bench` (when it exists) provides add_bench_parser(subparsers), which adds

@@ -29,7 +29,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -43,7 +43,14 @@ __all__ = [
     "load_tatoeba",
     "download_tatoeba",
     "default_cache_dir",
+    "SAMPLING_MODES",
     "train_val_test_split",
+    "SourceSplit",
+    "split_by_source",
+    "length_percentiles",
+    "length_limit",
+    "batch_plan",
+    "make_batch",
     "EncodedPairs",
     "encode_pairs",
     "Batch",
@@ -71,6 +78,8 @@ TATOEBA_LICENSE = (
 
 #: Environment variable naming a local ``spa.txt`` or ``spa-eng.zip`` to use instead of the cache.
 DATA_ENV_VAR = "TRANSFORMER_CPP_DATA"
+#: How :func:`load_tatoeba` picks ``num_samples`` pairs: a seeded random sample, or the first N.
+SAMPLING_MODES = ("random", "first")
 #: Environment variable naming the cache directory (default ``~/.cache/transformer_cpp``).
 CACHE_ENV_VAR = "TRANSFORMER_CPP_CACHE"
 
@@ -364,6 +373,8 @@ def load_tatoeba(
     path: Union[str, os.PathLike, None] = None,
     num_samples: Optional[int] = None,
     *,
+    sampling: str = "random",
+    seed: int = 0,
     cache_dir: Union[str, os.PathLike, None] = None,
     download: bool = True,
     urls: Optional[Sequence[str]] = None,
@@ -385,9 +396,17 @@ def load_tatoeba(
     lines without a tab, lines with an empty side and lines that are not UTF-8 are skipped and
     counted in ``.stats``; fields are stripped of surrounding whitespace.
 
+    ``spa.txt`` is sorted by sentence length, so "the first N lines" are the N *shortest* pairs.
+    ``num_samples`` therefore draws a seeded random sample by default (``sampling="random"``,
+    the pairs stay in file order); ``sampling="first"`` keeps the first N valid pairs, as the
+    TensorFlow tutorial does.
+
     Args:
         path: the data file; ``None`` to look it up as above.
-        num_samples: keep only the first ``num_samples`` valid pairs (reading stops there).
+        num_samples: how many pairs to keep (``None``: all of them).
+        sampling: ``"random"`` (a sample drawn with ``seed``) or ``"first"`` (the first N valid
+            pairs; reading stops there).
+        seed: seed of the random sample.
         cache_dir: the cache directory for steps 3 and 4.
         download: whether step 4 may happen.
         urls: URLs for step 4.
@@ -405,8 +424,19 @@ def load_tatoeba(
         if num_samples < 1:
             raise ValueError(f"{caller}: num_samples must be >= 1, got {num_samples}")
         num_samples = int(num_samples)
+    if sampling not in SAMPLING_MODES:
+        raise ValueError(f"{caller}: sampling must be one of {', '.join(SAMPLING_MODES)}, got {sampling!r}")
     resolved = _resolve_path(path, cache_dir, download, urls, caller)
-    return _parse(resolved, num_samples, caller)
+    if sampling == "first" or num_samples is None:
+        return _parse(resolved, num_samples, caller)
+    pairs = _parse(resolved, None, caller)
+    if num_samples >= len(pairs):
+        return pairs
+    keep = np.sort(np.random.default_rng(int(seed)).choice(len(pairs), size=num_samples, replace=False))
+    pairs.english = [pairs.english[i] for i in keep]
+    pairs.spanish = [pairs.spanish[i] for i in keep]
+    pairs.attributions = [pairs.attributions[i] for i in keep]
+    return pairs
 
 
 # ---------------------------------------------------------------------------- splitting
@@ -472,6 +502,119 @@ def train_val_test_split(
     if isinstance(items, np.ndarray):
         return items[train], items[valid], items[test]
     return tuple([items[int(i)] for i in part] for part in (train, valid, test))  # type: ignore[return-value]
+
+
+def _sentence_key(text: str) -> str:
+    """What makes two sentences "the same" for splitting: case and spacing ignored."""
+    return " ".join(text.casefold().split())
+
+
+@dataclass(eq=False)
+class SourceSplit:
+    """A split of sentence pairs drawn by source sentence (see :func:`split_by_source`).
+
+    Attributes:
+        train, valid, test: sorted ``int64`` indices of the pairs in each part.
+        dropped: pairs left out of ``train`` (and ``valid``) because their target sentence is a
+            reference of a later part: no reference is ever a training target.
+    """
+
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+    dropped: int
+
+    def parts(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.train, self.valid, self.test
+
+
+def split_by_source(
+    sources: Sequence[str],
+    targets: Sequence[str],
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    seed: int = 0,
+) -> SourceSplit:
+    """Split parallel sentences into train, validation and test **by source sentence**.
+
+    Tatoeba gives one English sentence several Spanish translations; a pair-by-pair split puts
+    some of them in training and others in the test part, so the test then measures memory.
+    Here every distinct source sentence (case and spacing ignored) goes, with all its pairs,
+    to exactly one part: the distinct sources are shuffled with ``seed`` and dealt to the test
+    part until it holds ``round(n * test_fraction)`` pairs, then to validation, the rest to
+    training. Then every training pair whose *target* sentence is also a test or validation
+    reference is dropped, and every validation pair whose target is a test reference: no
+    reference is ever seen as a training target either.
+
+    Deterministic: the same sentences, fractions and seed give the same split.
+
+    Raises:
+        ValueError: if the lists differ in length, a fraction is outside ``[0, 1)``, or nothing
+            is left for training.
+    """
+    caller = "split_by_source"
+    if len(sources) != len(targets):
+        raise ValueError(f"{caller}: {len(sources)} sources but {len(targets)} targets; expected parallel lists")
+    for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 <= float(value) < 1.0:
+            raise ValueError(f"{caller}: {label} must be in [0, 1), got {value}")
+    n = len(sources)
+    group_of: Dict[str, int] = {}
+    groups = np.empty(n, dtype=np.int64)
+    for i, text in enumerate(sources):
+        groups[i] = group_of.setdefault(_sentence_key(text), len(group_of))
+    sizes = np.bincount(groups, minlength=len(group_of))
+    order = np.random.default_rng(int(seed)).permutation(len(group_of))
+    filled = np.cumsum(sizes[order])
+    n_test = int(round(n * float(test_fraction)))
+    n_valid = int(round(n * float(valid_fraction)))
+    # deal whole groups: a group goes to test while test is still short of its share, and so on
+    part_of_group = np.full(len(group_of), 2, dtype=np.int64)  # 0 test, 1 valid, 2 train
+    before = filled - sizes[order]
+    part_of_group[order[before < n_test]] = 0
+    part_of_group[order[(before >= n_test) & (before < n_test + n_valid)]] = 1
+    part = part_of_group[groups]
+    target_keys = [_sentence_key(t) for t in targets]
+    test_refs = {target_keys[i] for i in np.flatnonzero(part == 0)}
+    valid_refs = {target_keys[i] for i in np.flatnonzero(part == 1)}
+    keep = np.ones(n, dtype=bool)
+    for i in range(n):
+        key = target_keys[i]
+        if (part[i] == 2 and (key in test_refs or key in valid_refs)) or (part[i] == 1 and key in test_refs):
+            keep[i] = False
+    train = np.flatnonzero((part == 2) & keep).astype(np.int64)
+    if n and not len(train):
+        raise ValueError(f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} "
+                         f"leave no training pair out of {n}")
+    return SourceSplit(
+        train=train,
+        valid=np.flatnonzero((part == 1) & keep).astype(np.int64),
+        test=np.flatnonzero(part == 0).astype(np.int64),
+        dropped=int(n - keep.sum()),
+    )
+
+
+#: Percentiles that :func:`length_percentiles` reports.
+LENGTH_PERCENTILES = (50.0, 90.0, 99.0, 99.5, 99.9, 100.0)
+
+
+def length_percentiles(lengths: Sequence[int], percentiles: Sequence[float] = LENGTH_PERCENTILES) -> Dict[float, int]:
+    """``{percentile: length}``: the smallest length that covers that share of ``lengths``."""
+    values = np.sort(np.asarray(lengths, dtype=np.int64))
+    if not len(values):
+        raise ValueError("length_percentiles: no lengths")
+    out = {}
+    for p in percentiles:
+        k = int(np.ceil(len(values) * float(p) / 100.0)) - 1
+        out[float(p)] = int(values[min(max(k, 0), len(values) - 1)])
+    return out
+
+
+def length_limit(lengths: Sequence[int], coverage: float = 99.5) -> int:
+    """The smallest length that covers ``coverage`` percent of ``lengths``."""
+    if not 0.0 < float(coverage) <= 100.0:
+        raise ValueError(f"length_limit: coverage must be in (0, 100], got {coverage!r}")
+    return length_percentiles(lengths, (float(coverage),))[float(coverage)]
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -620,7 +763,7 @@ def _check_batch_size(batch_size: Any, caller: str) -> int:
 
 
 def num_batches(encoded_or_n: Union[EncodedPairs, int], batch_size: int, *, drop_remainder: bool = False) -> int:
-    """Number of batches :func:`batches` yields for ``encoded_or_n`` examples."""
+    """Number of batches :func:`batches` yields for ``encoded_or_n`` examples (sentence batches)."""
     batch_size = _check_batch_size(batch_size, "num_batches")
     n = len(encoded_or_n) if isinstance(encoded_or_n, EncodedPairs) else int(encoded_or_n)
     if n < 0:
@@ -628,10 +771,68 @@ def num_batches(encoded_or_n: Union[EncodedPairs, int], batch_size: int, *, drop
     return n // batch_size if drop_remainder else -(-n // batch_size)
 
 
+def batch_plan(
+    encoded: EncodedPairs,
+    batch_size: int = 64,
+    *,
+    max_tokens: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    bucket_by_length: bool = False,
+    drop_remainder: bool = False,
+    bucket_pool: int = 50,
+) -> List[np.ndarray]:
+    """The rows of ``encoded`` in each batch of one epoch, in training order (see :func:`batches`)."""
+    caller = "batches"
+    if not isinstance(encoded, EncodedPairs):
+        raise TypeError(f"{caller}: expected EncodedPairs (from encode_pairs), got {type(encoded).__name__}")
+    batch_size = _check_batch_size(batch_size, caller)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
+        raise ValueError(f"{caller}: max_tokens must be an int >= 0 (0 = batches of batch_size pairs), got {max_tokens!r}")
+    if isinstance(bucket_pool, bool) or not isinstance(bucket_pool, (int, np.integer)) or bucket_pool < 1:
+        raise ValueError(f"{caller}: bucket_pool must be an int >= 1, got {bucket_pool!r}")
+    n = len(encoded)
+    rng = np.random.default_rng([int(seed), int(epoch)]) if shuffle else None
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    lengths = np.maximum(encoded.src_lengths, encoded.tgt_lengths)
+    if max_tokens:
+        # token budget: sort by length (ties in this epoch's random order), cut greedily so that
+        # rows * longest row <= max_tokens, then shuffle the batches
+        order = order[np.argsort(lengths[order], kind="stable")]
+        plan: List[np.ndarray] = []
+        start, longest = 0, 0
+        for pos in range(n):
+            length = int(lengths[order[pos]])
+            if pos > start and (pos - start + 1) * max(longest, length) > max_tokens:
+                plan.append(order[start:pos])
+                start, longest = pos, 0
+            longest = max(longest, length)
+        if n > start:
+            plan.append(order[start:n])
+        if rng is not None:
+            plan = [plan[i] for i in rng.permutation(len(plan))]
+        return plan
+    if bucket_by_length:
+        pool = bucket_pool * batch_size
+        pieces = []
+        for start in range(0, n, pool):
+            chunk = order[start:start + pool]
+            pieces.append(chunk[np.argsort(lengths[chunk], kind="stable")])
+        order = np.concatenate(pieces) if pieces else order
+    starts = list(range(0, n, batch_size))
+    if drop_remainder and n % batch_size:
+        starts = starts[:-1]
+    if bucket_by_length and rng is not None:
+        starts = [starts[i] for i in rng.permutation(len(starts))]
+    return [order[start:start + batch_size] for start in starts]
+
+
 def batches(
     encoded: EncodedPairs,
-    batch_size: int,
+    batch_size: int = 64,
     *,
+    max_tokens: int = 0,
     shuffle: bool = True,
     seed: int = 0,
     epoch: int = 0,
@@ -649,39 +850,29 @@ def batches(
     sentences of similar length and carries little padding. Without ``drop_remainder`` the
     last batch may be smaller; with it, that batch is dropped.
 
+    With ``max_tokens > 0`` batches are sized by tokens instead of pairs: the examples are
+    sorted by length (ties in the epoch's random order) and cut so that each batch's padded
+    size, ``pairs * longest (source or target)``, stays within ``max_tokens`` (a single longer
+    pair makes a batch of its own); the batches are then shuffled. ``batch_size``,
+    ``bucket_by_length`` and ``drop_remainder`` do not apply.
+
     Each batch is trimmed to its longest source and target, so it has no all-padding column.
     """
-    caller = "batches"
-    if not isinstance(encoded, EncodedPairs):
-        raise TypeError(f"{caller}: expected EncodedPairs (from encode_pairs), got {type(encoded).__name__}")
-    batch_size = _check_batch_size(batch_size, caller)
-    if isinstance(bucket_pool, bool) or not isinstance(bucket_pool, (int, np.integer)) or bucket_pool < 1:
-        raise ValueError(f"{caller}: bucket_pool must be an int >= 1, got {bucket_pool!r}")
-    n = len(encoded)
-    rng = np.random.default_rng([int(seed), int(epoch)]) if shuffle else None
-    order = rng.permutation(n) if rng is not None else np.arange(n)
-    if bucket_by_length:
-        lengths = np.maximum(encoded.src_lengths, encoded.tgt_lengths)
-        pool = bucket_pool * batch_size
-        pieces = []
-        for start in range(0, n, pool):
-            chunk = order[start:start + pool]
-            pieces.append(chunk[np.argsort(lengths[chunk], kind="stable")])
-        order = np.concatenate(pieces) if pieces else order
-    starts = list(range(0, n, batch_size))
-    if drop_remainder and n % batch_size:
-        starts = starts[:-1]
-    if bucket_by_length and rng is not None:
-        starts = [starts[i] for i in rng.permutation(len(starts))]
-    for start in starts:
-        idx = order[start:start + batch_size]
-        s_len = int(encoded.src_lengths[idx].max())
-        t_len = int(encoded.tgt_lengths[idx].max())
-        src = np.ascontiguousarray(encoded.src[idx, :s_len], dtype=np.int64)
-        tgt = encoded.tgt[idx, :t_len]
-        yield Batch(
-            src=src,
-            tgt_in=np.ascontiguousarray(tgt[:, :-1], dtype=np.int64),
-            tgt_out=np.ascontiguousarray(tgt[:, 1:], dtype=np.int64),
-            indices=np.ascontiguousarray(idx, dtype=np.int64),
-        )
+    for idx in batch_plan(encoded, batch_size, max_tokens=max_tokens, shuffle=shuffle, seed=seed, epoch=epoch,
+                          bucket_by_length=bucket_by_length, drop_remainder=drop_remainder,
+                          bucket_pool=bucket_pool):
+        yield make_batch(encoded, idx)
+
+
+def make_batch(encoded: EncodedPairs, idx: np.ndarray) -> Batch:
+    """The :class:`Batch` of rows ``idx`` of ``encoded``, trimmed to its longest source and target."""
+    s_len = int(encoded.src_lengths[idx].max())
+    t_len = int(encoded.tgt_lengths[idx].max())
+    src = np.ascontiguousarray(encoded.src[idx, :s_len], dtype=np.int64)
+    tgt = encoded.tgt[idx, :t_len]
+    return Batch(
+        src=src,
+        tgt_in=np.ascontiguousarray(tgt[:, :-1], dtype=np.int64),
+        tgt_out=np.ascontiguousarray(tgt[:, 1:], dtype=np.int64),
+        indices=np.ascontiguousarray(idx, dtype=np.int64),
+    )

@@ -10,16 +10,48 @@ import numpy as np
 
 from .layers import core_class
 
-__all__ = ["PRESETS", "Transformer", "preset_config"]
+__all__ = ["PRESETS", "RECIPES", "Transformer", "preset_config", "preset_recipe"]
 
-# Architecture presets (see DESIGN.md). Vocabulary sizes come from the tokenizers.
+# Presets, named for what they are for. PRESETS holds each one's architecture (vocabulary sizes
+# come from the tokenizers; max_length is only the positional table's initial size, a cache);
+# RECIPES holds how `transformer-cpp train` trains it: TrainConfig fields ("train") and data
+# settings ("data"). Options given on the command line override both.
 PRESETS: Dict[str, Dict[str, Any]] = {
-    # the TensorFlow NMT tutorial: 80k pairs, vocabulary target 2**14
+    # the README's main job: all the data, 10 minutes on 2 cores
+    "quick": dict(d_model=128, n_layers=2, n_heads=4, d_ff=512, dropout=0.1, max_length=64),
+    # about an hour on 2 cores
+    "standard": dict(d_model=256, n_layers=3, n_heads=4, d_ff=1024, dropout=0.1, max_length=64),
+    # the TensorFlow NMT tutorial: the first 80k pairs, vocabulary target 2**14, max length 15
     "tutorial": dict(d_model=512, n_layers=4, n_heads=8, d_ff=512, dropout=0.1, max_length=15),
     # the paper's base model
     "base": dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, dropout=0.1, max_length=2048),
     # tests, notebooks, CI
     "tiny": dict(d_model=128, n_layers=2, n_heads=4, d_ff=256, dropout=0.1, max_length=15),
+}
+
+RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
+    "quick": {
+        "train": dict(max_tokens=3000, warmup=400, lr_scale=0.5, label_smoothing=0.1, decay=True,
+                      time_budget=10.0, epochs=1000, average_last=0),
+        "data": dict(num_samples=0, sampling="random", vocab_size=8000, max_length=0),
+    },
+    "standard": {
+        "train": dict(max_tokens=3000, warmup=800, lr_scale=0.7, label_smoothing=0.1, decay=True,
+                      time_budget=60.0, epochs=1000, average_last=3),
+        "data": dict(num_samples=0, sampling="random", vocab_size=8000, max_length=0),
+    },
+    "tutorial": {
+        "train": dict(batch_size=64, warmup=4000, epochs=10),
+        "data": dict(num_samples=80_000, sampling="first", vocab_size=2 ** 14, max_length=15),
+    },
+    "base": {
+        "train": dict(max_tokens=8000, warmup=4000, label_smoothing=0.1, epochs=20),
+        "data": dict(num_samples=0, sampling="random", vocab_size=2 ** 14, max_length=0),
+    },
+    "tiny": {
+        "train": dict(batch_size=64, warmup=4000, epochs=10),
+        "data": dict(num_samples=0, sampling="random", vocab_size=8000, max_length=0),
+    },
 }
 
 
@@ -28,6 +60,14 @@ def preset_config(name: str) -> Dict[str, Any]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     return dict(PRESETS[name])
+
+
+def preset_recipe(name: str) -> Dict[str, Dict[str, Any]]:
+    """A copy of preset ``name``'s training recipe: ``{"train": TrainConfig fields, "data":
+    data settings}`` (``max_length`` 0: cover 99.9% of the training pairs; ``num_samples`` 0:
+    all pairs)."""
+    preset_config(name)
+    return {k: dict(v) for k, v in RECIPES[name].items()}
 
 
 def _int_arg(value: Any, name: str, minimum: int = 1) -> int:
@@ -50,7 +90,7 @@ class Transformer:
         d_model: model width. n_layers: encoder and decoder layers. n_heads: attention heads
             (``d_model % n_heads == 0``). d_ff: inner width of the feed-forward networks.
         dropout: rate on embeddings, sub-layer outputs and inside the feed-forward networks.
-        max_length: longest source or target sequence (size of the positional table).
+        max_length: positional-table rows built up front; a cache, longer sequences extend it.
         layout: positional-encoding layout, ``"interleaved"`` (paper) or ``"concatenated"``.
         pre_norm: LayerNorm before each sub-layer (and after each stack) instead of after.
         share_embeddings: tie the target embedding and the output projection.
@@ -124,11 +164,13 @@ class Transformer:
     # --- training ---------------------------------------------------------------------------
     def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0,
                             beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-9, clip_norm: float = 0.0,
-                            label_smoothing: float = 0.0) -> None:
+                            label_smoothing: float = 0.0, total_steps: int = 0) -> None:
         """Adam and the schedule ``lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
-        (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing."""
+        (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing.
+        With ``total_steps > warmup`` the rate falls linearly after the warm-up, from its peak
+        to 0 at ``total_steps`` (a schedule fitted to the run's length)."""
         self._core.configure_optimizer(int(warmup), float(lr_scale), float(fixed_lr), float(beta1), float(beta2),
-                                       float(eps), float(clip_norm), float(label_smoothing))
+                                       float(eps), float(clip_norm), float(label_smoothing), int(total_steps))
 
     @property
     def optimizer_config(self) -> Dict[str, Any]:

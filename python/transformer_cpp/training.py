@@ -63,7 +63,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .data import Batch, EncodedPairs, batches, num_batches
+from .data import Batch, EncodedPairs, batch_plan, batches, make_batch
 
 __all__ = [
     "TrainConfig",
@@ -71,6 +71,8 @@ __all__ = [
     "TrainingInterrupted",
     "evaluate_loss",
     "empty_history",
+    "bleu_of_encoded",
+    "output_limit",
 ]
 
 logger = logging.getLogger(__name__)
@@ -88,10 +90,13 @@ class TrainConfig:
     """
 
     epochs: int = 10  # passes over the training pairs (a resumed run trains until this many are done)
-    batch_size: int = 64  # sentence pairs per optimiser step
+    batch_size: int = 64  # sentence pairs per optimiser step (when max_tokens is 0)
+    max_tokens: int = 0  # > 0: batches of at most this many padded tokens (pairs * longest side), by length
+    time_budget: float = 0.0  # > 0: minutes of training; the schedule is fitted to it and training stops on time
     warmup: int = 4000  # warm-up steps of lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     lr_scale: float = 1.0  # multiplies that schedule
     fixed_lr: float = 0.0  # > 0: a constant learning rate instead of the schedule
+    decay: bool = False  # after the warm-up, decay linearly to 0 at the run's end (epochs or time budget)
     beta1: float = 0.9  # Adam's first-moment decay (paper: 0.9)
     beta2: float = 0.98  # Adam's second-moment decay (paper: 0.98)
     adam_eps: float = 1e-9  # Adam's epsilon (paper: 1e-9)
@@ -101,7 +106,9 @@ class TrainConfig:
     log_every: int = 10  # one "batch" history entry per this many steps
     bucket_by_length: bool = False  # batch sentences of similar length together (less padding)
     drop_remainder: bool = False  # drop the last, smaller batch of each epoch
-    keep_checkpoints: int = 5  # keep the newest this many checkpoints (0 = keep all)
+    keep_checkpoints: int = 5  # keep the newest this many checkpoints (0 = keep all; "best" is always kept)
+    val_bleu_sentences: int = 500  # greedy BLEU on this many validation pairs after each epoch (0 = off)
+    average_last: int = 0  # > 1: at the end, average the newest this many checkpoints into "averaged"
     threads: Optional[int] = None  # C++ threads (None: leave the current setting)
     progress: bool = True  # a tqdm progress bar per epoch
 
@@ -118,6 +125,13 @@ class TrainConfig:
         integer("seed", 0)
         integer("log_every", 1)
         integer("keep_checkpoints", 0)
+        integer("max_tokens", 0)
+        integer("val_bleu_sentences", 0)
+        integer("average_last", 0)
+        budget = float(self.time_budget)
+        if not math.isfinite(budget) or budget < 0:
+            raise ValueError(f"TrainConfig: time_budget must be a finite number of minutes >= 0, got {self.time_budget!r}")
+        self.time_budget = budget
         if self.threads is not None:
             integer("threads", 1)
         if not 0.0 <= float(self.label_smoothing) < 1.0:
@@ -155,7 +169,7 @@ def empty_history() -> Dict[str, Dict[str, List[Any]]]:
     return {
         "batch": {"step": [], "loss": [], "accuracy": [], "lr": []},
         "epoch": {"epoch": [], "step": [], "loss": [], "accuracy": [], "val_loss": [], "val_accuracy": [],
-                  "lr": [], "seconds": [], "tokens_per_second": []},
+                  "val_bleu": [], "lr": [], "seconds": [], "minutes": [], "tokens_per_second": []},
     }
 
 
@@ -280,12 +294,6 @@ class Trainer:
         for key, tok in (("src_vocab_size", src_tokenizer), ("tgt_vocab_size", tgt_tokenizer)):
             if tok is not None and tok.vocab_size != model.config[key]:
                 raise ValueError(f"Trainer: the tokenizer has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
-        max_length = int(model.config["max_length"])
-        for name, data in (("train_data", train_data), ("valid_data", valid_data)):
-            # the encoder reads src, the decoder tgt[:, :-1]; both must fit the positional table
-            if data is not None and (data.src.shape[1] > max_length or data.tgt.shape[1] - 1 > max_length):
-                raise ValueError(f"Trainer: {name} holds sequences longer than the model's max_length {max_length}; "
-                                 f"encode them with encode_pairs(..., max_length={max_length})")
         self._configure_model()
         self.epoch = 0
         self.batch_in_epoch = 0
@@ -296,14 +304,21 @@ class Trainer:
         self._window = _zero_sums()
         self._window_steps = 0
         self._fingerprints = {"train": _fingerprint(train_data), "valid": _fingerprint(valid_data)}
+        self._plan: Tuple[int, List[np.ndarray]] = (-1, [])
+        self.elapsed = 0.0  # seconds of training so far (what the time budget counts), over all sessions
+        self.finished = False  # the time budget is spent
+        self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None}  # best validation BLEU so far
+        self._clock = time.perf_counter()
 
     # ------------------------------------------------------------------ setup
 
-    def _configure_model(self) -> None:
+    def _configure_model(self, total_steps: int = 0) -> None:
         c = self.config
+        if total_steps and total_steps <= c.warmup:
+            total_steps = c.warmup + 1  # a run shorter than its warm-up: decay over its last step
         self.model.configure_optimizer(warmup=c.warmup, lr_scale=c.lr_scale, fixed_lr=c.fixed_lr, beta1=c.beta1,
                                        beta2=c.beta2, eps=c.adam_eps, clip_norm=c.clip_norm,
-                                       label_smoothing=c.label_smoothing)
+                                       label_smoothing=c.label_smoothing, total_steps=int(total_steps))
         if c.threads is not None:
             from ._runtime import set_num_threads
 
@@ -311,14 +326,22 @@ class Trainer:
 
     @property
     def batches_per_epoch(self) -> int:
-        """Optimiser steps in one epoch."""
-        return num_batches(self.train_data, self.config.batch_size, drop_remainder=self.config.drop_remainder)
+        """Optimiser steps in the current epoch (with ``max_tokens`` the count varies a little)."""
+        return len(self.batch_plan(self.epoch))
+
+    def batch_plan(self, epoch: int) -> List[np.ndarray]:
+        """The training rows of each batch of 0-based ``epoch``, in order (a pure function of
+        the data, the settings and ``epoch``)."""
+        if self._plan[0] != epoch:
+            c = self.config
+            self._plan = (epoch, batch_plan(self.train_data, c.batch_size, max_tokens=c.max_tokens, shuffle=True,
+                                            seed=c.seed, epoch=epoch, bucket_by_length=c.bucket_by_length,
+                                            drop_remainder=c.drop_remainder))
+        return self._plan[1]
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         """The batches of 0-based ``epoch`` in training order (what :meth:`fit` feeds the model)."""
-        c = self.config
-        return batches(self.train_data, c.batch_size, shuffle=True, seed=c.seed, epoch=epoch,
-                       bucket_by_length=c.bucket_by_length, drop_remainder=c.drop_remainder)
+        return (make_batch(self.train_data, idx) for idx in self.batch_plan(epoch))
 
     # ------------------------------------------------------------------ state
 
@@ -337,6 +360,9 @@ class Trainer:
             "window_steps": self._window_steps,
             "history": self.history,
             "data_fingerprint": dict(self._fingerprints),
+            "elapsed": self.elapsed,
+            "finished": self.finished,
+            "best": dict(self.best),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -363,6 +389,10 @@ class Trainer:
             self._epoch_seconds = float(state["epoch_seconds"])
             self._window = {k: state["window"][k] for k in ("loss", "correct", "tokens")}
             self._window_steps = int(state["window_steps"])
+            self.elapsed = float(state.get("elapsed", 0.0))
+            self.finished = bool(state.get("finished", False))
+            best = state.get("best") or {}
+            self.best = {"bleu": best.get("bleu"), "checkpoint": best.get("checkpoint")}
             history = empty_history()
             for section, series in history.items():
                 for key in series:
@@ -388,6 +418,7 @@ class Trainer:
         epochs: Optional[int] = None,
         threads: Optional[int] = None,
         progress: Optional[bool] = None,
+        time_budget: Optional[float] = None,
     ) -> "Trainer":
         """A trainer that continues the run saved at ``path`` (a run directory, one checkpoint
         directory, or a :class:`~transformer_cpp.checkpoint.Checkpoint` loaded with its optimiser).
@@ -418,6 +449,8 @@ class Trainer:
                 values["threads"] = threads
             if progress is not None:
                 values["progress"] = progress
+            if time_budget is not None:
+                values["time_budget"] = time_budget
             config = TrainConfig.from_dict(values)
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint '{ckpt.path}': invalid training settings ({exc})") from None
@@ -470,28 +503,77 @@ class Trainer:
             self._window = _zero_sums()
             self._window_steps = 0
 
-    def _finish_epoch(self) -> Dict[str, Any]:
+    def validation_bleu(self, model: Any = None) -> Optional[float]:
+        """Greedy corpus BLEU (sacrebleu) on the first ``val_bleu_sentences`` validation pairs,
+        or ``None`` without validation pairs, a target tokenizer or ``val_bleu_sentences``.
+        The references are the encoded targets decoded back to text (exact for these tokenizers)."""
+        n = self.config.val_bleu_sentences
+        if not n or self.valid_data is None or self.tgt_tokenizer is None:
+            return None
+        return bleu_of_encoded(self.model if model is None else model, self.valid_data, self.tgt_tokenizer, n)
+
+    def _finish_epoch(self, partial: bool = False) -> Dict[str, Any]:
+        """The history entry of the epoch just trained (``partial``: stopped inside it by the
+        time budget; the entry's ``epoch`` is then fractional and the epoch count stays)."""
         s = self._epoch_sums
         n = max(s["tokens"], 1)
         e = self.history["epoch"]
+        done = self.epoch + (self.batch_in_epoch / max(self.batches_per_epoch, 1) if partial else 1)
         entry: Dict[str, Any] = {
-            "epoch": self.epoch + 1,
+            "epoch": round(done, 4) if partial else self.epoch + 1,
             "step": self.model.step,
             "loss": s["loss"] / n,
             "accuracy": s["correct"] / n,
             "lr": self.model.learning_rate(max(self.model.step, 1)),
             "seconds": self._epoch_seconds,
+            "minutes": self.elapsed / 60.0,
             "tokens_per_second": s["tokens"] / self._epoch_seconds if self._epoch_seconds > 0 else 0.0,
         }
         if self.valid_data is not None:
             entry["val_loss"], entry["val_accuracy"] = self.evaluate()
+        bleu = self.validation_bleu()
+        if bleu is not None:
+            entry["val_bleu"] = bleu
         for key, value in entry.items():
             e[key].append(value)
-        self.epoch += 1
-        self.batch_in_epoch = 0
+        if not partial:
+            self.epoch += 1
+            self.batch_in_epoch = 0
         self._epoch_sums = _zero_sums()
         self._epoch_seconds = 0.0
         return entry
+
+    def _save_and_rank(self, entry: Optional[Dict[str, Any]]) -> Optional[Path]:
+        """Save a checkpoint (with a run directory) and point ``best`` at it if its validation BLEU
+        is the best so far."""
+        if self.checkpoint_dir is None:
+            return None
+        bleu = None if entry is None else entry.get("val_bleu")
+        better = bleu is not None and (self.best["bleu"] is None or bleu > self.best["bleu"])
+        if better:
+            self.best = {"bleu": bleu, "checkpoint": checkpoint_name(self.epoch, self.batch_in_epoch)}
+        path = self.save_checkpoint()
+        if better:
+            mark_best(self.checkpoint_dir, path.name)
+        return path
+
+    def _fit_schedule(self, remaining_seconds: float, seconds_per_step: float) -> None:
+        """Fit the learning-rate decay to the end of the run: the time budget (estimated from
+        the measured seconds per step) or the last epoch."""
+        c = self.config
+        if not c.decay or c.fixed_lr > 0:
+            return
+        if c.time_budget > 0:
+            total = self.model.step + int(max(remaining_seconds, 0.0) / max(seconds_per_step, 1e-9))
+            if c.epochs:
+                total = min(total, self._steps_to_epoch(c.epochs))
+        else:
+            total = self._steps_to_epoch(c.epochs)
+        self._configure_model(total_steps=max(total, 1))
+
+    def _steps_to_epoch(self, epochs: int) -> int:
+        """Optimiser steps when ``epochs`` epochs are done (estimated from the current epoch's size)."""
+        return self.model.step + (epochs - self.epoch) * self.batches_per_epoch - self.batch_in_epoch
 
     def fit(
         self,
@@ -500,12 +582,18 @@ class Trainer:
         on_batch_end: Optional[Callable[["Trainer"], None]] = None,
         on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]] = None,
     ) -> Dict[str, Dict[str, List[Any]]]:
-        """Train until ``epochs`` (default ``config.epochs``) epochs are complete; return the history.
+        """Train until ``epochs`` (default ``config.epochs``) epochs are complete or the time budget
+        is spent; return the history.
 
         Continues from the current position, so calling ``fit`` again after an interruption, or
         on a trainer from :meth:`from_checkpoint`, picks up where training stopped.
         ``on_batch_end(trainer)`` runs after each step, ``on_epoch_end(trainer, entry)`` after each
         epoch (after the checkpoint).
+
+        Time budget (``config.time_budget`` minutes): the clock counts everything ``fit`` does
+        (steps, validation, checkpoints) and carries over a resume. The decay of the learning
+        rate (``config.decay``) is fitted to the steps that the measured speed allows, refitted
+        every 50 steps, and training stops on time with a checkpoint, possibly inside an epoch.
 
         Raises:
             TrainingInterrupted: on Ctrl-C, after saving a checkpoint (see the module docstring).
@@ -515,26 +603,65 @@ class Trainer:
             from ._runtime import set_num_threads
 
             set_num_threads(self.config.threads)
+        budget = self.config.time_budget * 60.0
+        if budget and self.elapsed >= budget:
+            self.finished = True
+        if self.finished:
+            return self.history
+        self._clock = time.perf_counter() - self.elapsed  # elapsed carries over from earlier sessions
+        self._fit_schedule(budget - self.elapsed, 1.0)  # a first guess; refitted once steps are timed
         with _StopRequest() as stop:
-            while self.epoch < target:
-                entry = self._run_epoch(target, stop, on_batch_end)
+            while self.epoch < target and not self.finished:
+                entry = self._run_epoch(target, stop, on_batch_end, budget)
                 if entry is None:  # interrupted
                     path = self.save_checkpoint() if self.checkpoint_dir is not None else None
                     where = f"; checkpoint saved to {path}" if path is not None else ""
                     raise TrainingInterrupted(
                         f"training interrupted in epoch {self.epoch + 1} after {self.batch_in_epoch} batches{where}",
                         path)
-                path = self.save_checkpoint() if self.checkpoint_dir is not None else None
+                path = self._save_and_rank(entry)
+                self.elapsed = time.perf_counter() - self._clock
                 if on_epoch_end is not None:
                     on_epoch_end(self, entry)
-                if stop.requested and self.epoch < target:  # Ctrl-C during validation or saving
+                if stop.requested and self.epoch < target and not self.finished:  # Ctrl-C during validation or saving
                     where = f"; checkpoint saved to {path}" if path is not None else ""
                     raise TrainingInterrupted(f"training interrupted after epoch {self.epoch}{where}", path)
+        if self.config.average_last > 1 and self.checkpoint_dir is not None:
+            self.average_checkpoints()
         return self.history
 
-    def _run_epoch(self, target: int, stop: _StopRequest,
-                   on_batch_end: Optional[Callable[["Trainer"], None]]) -> Optional[Dict[str, Any]]:
-        """Run the rest of the current epoch; the epoch's history entry, or None if stopped."""
+    def average_checkpoints(self) -> Optional[Path]:
+        """Average the newest ``average_last`` checkpoints into ``<run>/averaged``; point ``best``
+        at it when its validation BLEU beats the best checkpoint's (or when there is no BLEU)."""
+        from .checkpoint import average_checkpoints, list_checkpoints
+
+        assert self.checkpoint_dir is not None
+        paths = list_checkpoints(self.checkpoint_dir)[-self.config.average_last:]
+        if len(paths) < 2:
+            return None
+        path, model = average_checkpoints(paths, self.checkpoint_dir)
+        bleu = self.validation_bleu(model)
+        if bleu is None or self.best["bleu"] is None or bleu > self.best["bleu"]:
+            mark_best(self.checkpoint_dir, path.name)
+        message = f"averaged the last {len(paths)} checkpoints into {path}"
+        if bleu is not None:
+            message += f": validation BLEU {bleu:.2f} (best checkpoint {self.best['bleu']:.2f})" \
+                if self.best["bleu"] is not None else f": validation BLEU {bleu:.2f}"
+        self._report(message)
+        return path
+
+    def _report(self, message: str) -> None:
+        if self.config.progress:
+            from tqdm import tqdm
+
+            tqdm.write(message, file=sys.stderr)
+        else:
+            logger.info("%s", message)
+
+    def _run_epoch(self, target: int, stop: _StopRequest, on_batch_end: Optional[Callable[["Trainer"], None]],
+                   budget: float = 0.0) -> Optional[Dict[str, Any]]:
+        """Run the rest of the current epoch; the epoch's history entry, or None if stopped by
+        Ctrl-C. With a time budget the epoch may end early (a partial entry; ``finished`` set)."""
         from tqdm import tqdm
 
         total = self.batches_per_epoch
@@ -542,12 +669,23 @@ class Trainer:
         bar = tqdm(total=total, initial=skip, desc=f"epoch {self.epoch + 1}/{target}", unit="batch",
                    disable=not self.config.progress, leave=True, dynamic_ncols=True, file=sys.stderr)
         model = self.model
+        session_start = self._clock
+        timed_steps, timed_seconds = 0, 0.0
+        partial = False
         try:
             for batch in itertools.islice(self.epoch_batches(self.epoch), skip, None):
                 t0 = time.perf_counter()
                 loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
-                self._epoch_seconds += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                self._epoch_seconds += t1 - t0
+                self.elapsed = t1 - session_start
                 self._record_step(loss, acc, model.last_token_count)
+                if self.batch_in_epoch > skip + 2:  # the first steps of a session warm caches up
+                    timed_steps += 1
+                    timed_seconds += t1 - t0
+                    if timed_steps % 50 == 0:
+                        # epoch ends cost validation and a checkpoint: reserve 3% of the budget for them
+                        self._fit_schedule(budget * 0.97 - self.elapsed, timed_seconds / timed_steps)
                 if self.config.progress:
                     s = self._epoch_sums
                     n = max(s["tokens"], 1)
@@ -558,12 +696,21 @@ class Trainer:
                     on_batch_end(self)
                 if stop.requested:
                     return None
-            entry = self._finish_epoch()
+                if budget and self.elapsed >= budget * 0.985:
+                    self.finished = True
+                    partial = self.batch_in_epoch < total
+                    break
+            entry = self._finish_epoch(partial=partial)
+            self.elapsed = time.perf_counter() - session_start
             val = ""
             if "val_loss" in entry:
                 val = f", val_loss {entry['val_loss']:.4f}, val_acc {entry['val_accuracy']:.4f}"
-            summary = (f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
-                       f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s")
+            if "val_bleu" in entry:
+                val += f", val_bleu {entry['val_bleu']:.2f}"
+            label = f"epoch {entry['epoch']}" + (" (time budget spent)" if self.finished else "")
+            summary = (f"{label}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
+                       f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s, "
+                       f"{self.elapsed / 60:.1f} min in all")
             if self.config.progress:
                 bar.set_postfix(loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}",
                                 lr=f"{entry['lr']:.2e}", refresh=True)
@@ -574,3 +721,39 @@ class Trainer:
             return entry
         finally:
             bar.close()
+
+
+def bleu_of_encoded(model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit: int = 0,
+                    batch_size: int = 64) -> float:
+    """Greedy corpus BLEU (sacrebleu, default 13a) of ``model`` on the first ``limit`` pairs of
+    ``encoded`` (all with 0): hypotheses and references decoded with ``tgt_tokenizer``."""
+    import sacrebleu
+
+    n = len(encoded) if not limit else min(int(limit), len(encoded))
+    hyps: List[str] = []
+    refs: List[str] = []
+    for start in range(0, n, batch_size):
+        rows = np.arange(start, min(start + batch_size, n))
+        s_len = int(encoded.src_lengths[rows].max())
+        src = np.ascontiguousarray(encoded.src[rows, :s_len])
+        out = model.greedy_decode(src, tgt_tokenizer.start_id, tgt_tokenizer.end_id, output_limit(s_len))
+        hyps.extend(tgt_tokenizer.decode([int(v) for v in row if v != 0]) for row in out)
+        refs.extend(tgt_tokenizer.decode(encoded.tgt[r, : encoded.tgt_lengths[r]]) for r in rows)
+    return float(sacrebleu.metrics.BLEU().corpus_score(hyps, [refs]).score)
+
+
+def output_limit(source_tokens: int) -> int:
+    """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
+    return int(1.5 * int(source_tokens)) + 10
+
+
+def checkpoint_name(epochs_done: int, batches_into_next_epoch: int = 0) -> str:
+    from .checkpoint import checkpoint_name as name
+
+    return name(epochs_done, batches_into_next_epoch)
+
+
+def mark_best(run_dir: Path, name: str) -> None:
+    from .checkpoint import mark_best as mark
+
+    mark(run_dir, name)

@@ -9,14 +9,16 @@
     attention_heatmap(t.cross_attention(), t.source_pieces, t.target_pieces)
 
 Input sentences go through :func:`transformer_cpp.text.clean_sentence` in the source language,
-exactly as the training sentences did, and are encoded as ``[start, ..., end]``. A sentence whose
-encoding is longer than the model's ``max_length`` (the size of its positional table) is
-**truncated** to ``max_length`` tokens — its first ``max_length - 2`` subwords between start and
-end — and a :class:`SentenceTruncatedWarning` names it: translating the beginning of a long
-sentence is more useful than refusing, and the warning keeps it visible.
+exactly as the training sentences did, and are encoded as ``[start, ..., end]``. Length policy:
+**every input is translated whole**, whatever its length (the sinusoidal positional encodings
+exist for every position; the model's table is a cache that grows). Each sentence may produce up
+to :func:`~transformer_cpp.training.output_limit` tokens, ``1.5 * source tokens + 10``, or fewer
+with ``max_length``. A model translates best what is as long as its training pairs; an input
+longer than the longest training pair the checkpoint records gets a :class:`LongInputWarning`
+(the translation is still made, of the whole input).
 
-Decoding. Greedy decoding appends the most likely next token until the end token or
-``max_length`` generated tokens. It runs in C++ (``Transformer.greedy_decode``: the encoder runs
+Decoding. Greedy decoding appends the most likely next token until the end token or the
+output limit. It runs in C++ (``Transformer.greedy_decode``: the encoder runs
 once and the decoder keeps a key/value cache). :func:`greedy_decode_reference` is the same
 algorithm written plainly in Python — it re-runs ``Transformer.forward`` on the growing prefix —
 kept as the readable definition and as what the tests compare the C++ path against. Beam search
@@ -44,15 +46,15 @@ __all__ = [
     "Translator",
     "Translation",
     "EvaluationResult",
-    "SentenceTruncatedWarning",
+    "LongInputWarning",
     "greedy_decode",
     "greedy_decode_reference",
     "evaluate",
 ]
 
 
-class SentenceTruncatedWarning(UserWarning):
-    """An input sentence had more tokens than the model's ``max_length`` and was cut."""
+class LongInputWarning(UserWarning):
+    """An input is longer than any training pair: it is translated whole, but quality may suffer."""
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -72,8 +74,7 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
     ``model.forward(src, prefix)`` and ``y_{t+1}`` is the argmax of the last position's logits
     over every token except padding (id 0, which a model must never output). A
     sentence is finished once it has produced ``end_id``; its later positions are padding (0).
-    Stops when every sentence is finished or after ``max_length`` tokens (never more than the
-    model's ``max_length``).
+    Stops when every sentence is finished or after ``max_length`` tokens.
 
     Args:
         model: a :class:`~transformer_cpp.model.Transformer`.
@@ -87,7 +88,7 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
     """
     src = _check_src(src, "greedy_decode_reference")
     batch = src.shape[0]
-    limit = min(int(max_length), int(model.config["max_length"]))
+    limit = int(max_length)
     out = np.zeros((batch, 0), dtype=np.int64)
     done = np.zeros(batch, dtype=bool)
     start = np.full((batch, 1), int(start_id), dtype=np.int64)
@@ -122,12 +123,11 @@ class Translation:
     Attributes:
         source: the input sentence after cleaning.
         text: the translation (detokenised).
-        source_ids: the encoder input, ``[start, ..., end]`` (after truncation, if any).
+        source_ids: the encoder input, ``[start, ..., end]`` (the whole sentence).
         target_ids: the generated ids (the end token included when ``finished``).
         source_pieces, target_pieces: readable subword pieces for ``source_ids`` / ``target_ids``
             (``▁`` marks a leading space), for axis labels.
-        finished: whether decoding produced the end token (else it hit ``max_length``).
-        truncated: whether the source was cut to ``max_length`` tokens.
+        finished: whether decoding produced the end token (else it hit the output limit).
         score: beam search's length-normalised log-probability (``None`` for greedy decoding).
         attention: with ``return_attention=True``, decoder layer name ->
             cross-attention weights ``(heads, len(target_ids), len(source_ids))``.
@@ -140,7 +140,6 @@ class Translation:
     source_pieces: List[str]
     target_pieces: List[str]
     finished: bool
-    truncated: bool = False
     score: Optional[float] = None
     attention: Dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -209,16 +208,19 @@ class Translator:
         src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
         src_lang: language of the input, for :func:`~transformer_cpp.text.clean_sentence`
             (``"en"``); ``None`` skips cleaning.
-        max_length: most tokens to generate (default and upper bound: the model's ``max_length``).
+        max_length: most tokens to generate per sentence (default: ``1.5 * source tokens + 10``
+            each; a number caps that).
+        trained_length: the longest training pair in tokens (inputs beyond it get a
+            :class:`LongInputWarning`), or ``None``.
     """
 
     def __init__(self, model: Any, src_tokenizer: Any, tgt_tokenizer: Any, *, src_lang: Optional[str] = "en",
-                 max_length: Optional[int] = None) -> None:
+                 max_length: Optional[int] = None, trained_length: Optional[int] = None) -> None:
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.src_lang = src_lang
-        self.model_max_length = int(model.config["max_length"])
+        self.trained_length = None if trained_length is None else int(trained_length)
         for label, tok, key in (("src_tokenizer", src_tokenizer, "src_vocab_size"),
                                 ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size")):
             if tok.vocab_size != model.config[key]:
@@ -236,17 +238,20 @@ class Translator:
         from .checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(path, optimizer=False)
-        src_lang = (ckpt.data or {}).get("src_lang", "en")
-        translator = cls(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, src_lang=src_lang, max_length=max_length)
+        data = ckpt.data or {}
+        trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
+        translator = cls(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, src_lang=data.get("src_lang", "en"),
+                         max_length=max_length, trained_length=trained)
         translator.checkpoint = ckpt.path
         return translator
 
-    def _limit(self, max_length: Optional[int]) -> int:
+    @staticmethod
+    def _limit(max_length: Optional[int]) -> Optional[int]:
         if max_length is None:
-            return self.model_max_length
+            return None
         if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
             raise ValueError(f"Translator: max_length must be a positive integer, got {max_length!r}")
-        return min(int(max_length), self.model_max_length)
+        return int(max_length)
 
     def clean(self, sentence: str) -> str:
         """The input as the model sees it: :func:`clean_sentence` in ``src_lang``."""
@@ -254,19 +259,17 @@ class Translator:
             raise TypeError(f"Translator: expected a sentence (str), got {type(sentence).__name__}")
         return clean_sentence(sentence, self.src_lang) if self.src_lang else sentence.strip()
 
-    def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int], bool]:
-        """``(cleaned, ids, truncated)`` for one input sentence (see the module docstring); warns
-        with :class:`SentenceTruncatedWarning` when the sentence is cut."""
+    def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int]]:
+        """``(cleaned, ids)`` for one input sentence, all of it (see the module docstring); warns
+        with :class:`LongInputWarning` when it is longer than any training pair."""
         cleaned = self.clean(sentence)
         ids = self.src_tokenizer.encode(cleaned)
-        limit = self.model_max_length
-        if len(ids) > limit:
+        if self.trained_length is not None and len(ids) > self.trained_length:
             warnings.warn(
-                f"Translator: the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens; "
-                f"only its first {limit - 2} subwords are translated (the model's max_length is {limit})",
-                SentenceTruncatedWarning, stacklevel=_stacklevel + 1)
-            return cleaned, ids[: limit - 1] + [self.src_tokenizer.end_id], True
-        return cleaned, ids, False
+                f"Translator: the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens, "
+                f"more than any training pair ({self.trained_length}); it is translated whole, but the translation "
+                "may be poorer", LongInputWarning, stacklevel=_stacklevel + 1)
+        return cleaned, ids
 
     def translate(self, sentence: str, *, beam_size: int = 1, length_penalty: float = 0.6,
                   max_length: Optional[int] = None, return_attention: bool = False) -> Union[str, Translation]:
@@ -276,7 +279,8 @@ class Translator:
             sentence: the input (cleaned like the training data before encoding).
             beam_size: 1 for greedy decoding, more for beam search.
             length_penalty: GNMT length-penalty exponent for beam search.
-            max_length: most tokens to generate (default: the translator's ``max_length``).
+            max_length: most tokens to generate (default: the translator's ``max_length``, else
+                ``1.5 * source tokens + 10``).
             return_attention: return a :class:`Translation` with the cross-attention weights
                 instead of the text.
 
@@ -311,27 +315,32 @@ class Translator:
             results.extend(self._translate_chunk(chunk, int(beam_size), float(length_penalty), limit, return_attention))
         return results if return_attention else [r.text for r in results]
 
-    def _translate_chunk(self, encoded: List[Tuple[str, List[int], bool]], beam_size: int, length_penalty: float,
-                         limit: int, return_attention: bool) -> List[Translation]:
+    def _translate_chunk(self, encoded: List[Tuple[str, List[int]]], beam_size: int, length_penalty: float,
+                         limit: Optional[int], return_attention: bool) -> List[Translation]:
+        from .training import output_limit
+
         if not encoded:
             return []
-        width = max(len(ids) for _, ids, _ in encoded)
+        width = max(len(ids) for _, ids in encoded)
         src = np.zeros((len(encoded), width), dtype=np.int64)
-        for i, (_, ids, _) in enumerate(encoded):
+        for i, (_, ids) in enumerate(encoded):
             src[i, : len(ids)] = ids
+        # one decode call per chunk: its limit is the longest sentence's; shorter ones are cut below
+        limits = [output_limit(len(ids)) if limit is None else limit for _, ids in encoded]
+        steps = max(limits)
         tgt = self.tgt_tokenizer
         scores: List[Optional[float]] = [None] * len(encoded)
         if beam_size == 1:
-            out = greedy_decode(self.model, src, tgt.start_id, tgt.end_id, limit)
-            generated = [[int(v) for v in row if v != 0] for row in out]
+            out = greedy_decode(self.model, src, tgt.start_id, tgt.end_id, steps)
+            generated = [[int(v) for v in row if v != 0][:n] for row, n in zip(out, limits)]
         else:
             if not hasattr(self.model, "beam_search"):
                 raise ValueError("Translator: this model has no beam_search; use beam_size=1")
-            hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, limit, beam_size, length_penalty, 1)
-            generated = [[int(v) for v in h[0][0]] for h in hyps]
+            hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1)
+            generated = [[int(v) for v in h[0][0]][:n] for h, n in zip(hyps, limits)]
             scores = [float(h[0][1]) for h in hyps]
         results = []
-        for (cleaned, ids, truncated), gen, score in zip(encoded, generated, scores):
+        for (cleaned, ids), gen, score in zip(encoded, generated, scores):
             finished = bool(gen) and gen[-1] == tgt.end_id
             results.append(Translation(
                 source=cleaned,
@@ -341,7 +350,6 @@ class Translator:
                 source_pieces=[_piece(self.src_tokenizer, i) for i in ids],
                 target_pieces=[_piece(tgt, i) for i in gen],
                 finished=finished,
-                truncated=truncated,
                 score=score,
             ))
         if return_attention:
@@ -375,8 +383,7 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
     targets were; ``None`` to leave them as they are) and scored against the translations with
     ``sacrebleu.corpus_bleu`` / ``corpus_chrf`` (default settings: 13a tokenisation, chrF with
     character n-grams up to 6). The loss and accuracy are teacher-forced and token-weighted over
-    the pairs that fit the model's ``max_length``; BLEU and chrF use every pair (long sources are
-    truncated, see :class:`Translator`).
+    every pair. Every source is translated whole (see :class:`Translator`).
 
     Raises:
         ValueError: if the lists differ in length or are empty.
@@ -393,7 +400,7 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
         raise ValueError("evaluate: no sentence pairs to evaluate")
     refs = [clean_sentence(r, tgt_lang) if tgt_lang else r.strip() for r in references]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SentenceTruncatedWarning)
+        warnings.simplefilter("ignore", LongInputWarning)
         hyps = translator.translate_batch(sources, beam_size=beam_size, length_penalty=length_penalty,
                                           batch_size=batch_size)
     bleu = sacrebleu.metrics.BLEU()
@@ -403,14 +410,10 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
     loss = accuracy = float("nan")
     scored = 0
-    try:
-        enc = encode_pairs([translator.clean(s) for s in sources], refs, translator.src_tokenizer,
-                           translator.tgt_tokenizer, translator.model_max_length)
-    except ValueError:  # every pair is too long
-        enc = None
-    if enc is not None:
-        loss, accuracy, _ = evaluate_loss(translator.model, enc, batch_size)
-        scored = len(enc)
+    enc = encode_pairs([translator.clean(s) for s in sources], refs, translator.src_tokenizer,
+                       translator.tgt_tokenizer, None)
+    loss, accuracy, _ = evaluate_loss(translator.model, enc, batch_size)
+    scored = len(enc)
     return EvaluationResult(
         bleu=float(bleu_score.score), chrf=float(chrf_score.score), loss=loss, accuracy=accuracy,
         sentences=len(sources), scored_pairs=scored, hypotheses=hyps, references=refs,

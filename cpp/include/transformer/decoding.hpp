@@ -117,7 +117,7 @@ struct DecodeWorkspace {
 };
 
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
-// L <= max_length; at most config.max_length positions are fed to the decoder.
+// L <= max_length (the positional table grows to max_length rows if it is shorter).
 // `workspace` (optional, for `model`) keeps packed weights and buffers between calls.
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,

@@ -47,7 +47,8 @@ class PositionalEmbedding {
   PositionalEmbedding(Index vocab_size, Index d_model, Index max_length = 2048,
                       PositionalLayout layout = PositionalLayout::Interleaved, std::uint64_t seed = 0);
 
-  // tokens: (B, T), T <= max_length -> (B*T, d) = weight[tokens] * sqrt(d) + PE[:T].
+  // tokens: (B, T) -> (B*T, d) = weight[tokens] * sqrt(d) + PE[:T]. The sinusoid table is a
+  // cache: `max_length` rows are built up front and it grows when a longer sequence arrives.
   const Matrix<T>& forward(ConstTokenMap tokens);
   // Only the rows of `layout` (a packed batch): row r is padded row layout.ids[r].
   const Matrix<T>& forward(ConstTokenMap tokens, const RowLayout& layout);
@@ -55,7 +56,9 @@ class PositionalEmbedding {
 
   ParameterList<T> parameters() { return embedding_.parameters(); }  // "weight"
   void zero_grad() { embedding_.zero_grad(); }
-  Index max_length() const { return pe_.rows(); }
+  Index max_length() const { return pe_.rows(); }  // rows cached so far
+  // Grow the cached table to at least `length` rows (the sinusoids exist for every position).
+  void reserve_positions(Index length);
   Index dim() const { return pe_.cols(); }
   Index vocab_size() const { return embedding_.vocab_size(); }
   PositionalLayout layout() const { return layout_; }
@@ -65,7 +68,7 @@ class PositionalEmbedding {
  private:
   Embedding<T> embedding_;
   PositionalLayout layout_;
-  Matrix<T> pe_;  // (max_length, d)
+  Matrix<T> pe_;  // (cached positions, d), grown by reserve_positions
   Matrix<T> y_;   // (B*T, d)
 };
 

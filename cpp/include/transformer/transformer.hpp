@@ -21,7 +21,7 @@ struct TransformerConfig {
   Index n_heads = 8;     // attention heads, d_k = d_model / n_heads
   Index d_ff = 2048;     // inner width of the feed-forward network
   double dropout = 0.1;  // on embeddings, sub-layer outputs and inside the feed-forward network
-  Index max_length = 2048;  // longest sequence (size of the positional table)
+  Index max_length = 2048;  // positional-table rows built up front (a cache: longer inputs extend it)
   PositionalLayout layout = PositionalLayout::Interleaved;
   bool pre_norm = false;       // post-norm as in the paper by default
   bool share_embeddings = false;  // tie the decoder embedding and the output projection
@@ -34,6 +34,7 @@ struct OptimizerConfig {
   Index warmup = 4000;     // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
   double lr_scale = 1.0;
   double fixed_lr = 0.0;   // > 0: use this constant learning rate instead of the schedule
+  Index total_steps = 0;   // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
   double clip_norm = 0.0;  // > 0: clip gradients to this global L2 norm
   double label_smoothing = 0.0;
 };
