@@ -138,7 +138,7 @@ def test_missing_file_names_the_path(tmp_path):
 
 def test_num_samples_takes_first_valid_pairs(tmp_path):
     path = write_txt(tmp_path / "spa.txt", ["", "junk"] + GOOD_LINES)
-    pairs = load_tatoeba(path, num_samples=2)
+    pairs = load_tatoeba(path, num_samples=2, sampling="first")
     assert list(pairs) == [("Go.", "Ve."), ("Hi.", "Hola.")]
     assert pairs.stats.kept == 2 and pairs.stats.read == 4  # reading stops there
     assert len(load_tatoeba(path, num_samples=100)) == 5
@@ -154,7 +154,7 @@ def test_env_var_resolution(tmp_path, monkeypatch, clean_env):
     assert len(load_tatoeba()) == 5
     txt = write_txt(tmp_path / "other.txt", GOOD_LINES[:2])
     monkeypatch.setenv(DATA_ENV_VAR, str(txt))
-    assert len(load_tatoeba(num_samples=1)) == 1
+    assert len(load_tatoeba(num_samples=1, sampling="first")) == 1
     # An explicit path wins over the variable.
     assert len(load_tatoeba(zpath)) == 5
     monkeypatch.setenv(DATA_ENV_VAR, str(tmp_path / "gone.txt"))
@@ -406,7 +406,6 @@ def test_bucketing_covers_every_example_once(encoded):
 # ---------------------------------------------------------------- the real data (CI)
 
 
-@pytest.mark.skipif(not os.environ.get(DATA_ENV_VAR), reason=f"{DATA_ENV_VAR} is not set")
 def test_real_tatoeba_file_end_to_end():
     path = Path(os.environ[DATA_ENV_VAR])
     assert path.is_file(), f"{DATA_ENV_VAR} points at '{path}', which does not exist"

@@ -293,18 +293,26 @@ HISTORY = {
 def test_history_plot(history: dict) -> None:
     fig = P.history_plot(history)
     assert isinstance(fig, Figure)
-    assert len(fig.axes) == 3
-    assert [ax.get_title() for ax in fig.axes] == ["loss", "accuracy", "learning rate"]
+    assert len(fig.axes) == 4
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "accuracy", "learning rate", "validation BLEU"]
 
 
 def test_history_plot_draws_the_numbers() -> None:
     fig = P.history_plot(HISTORY)
-    loss_ax, acc_ax, lr_ax = fig.axes
+    loss_ax, acc_ax, lr_ax, bleu_ax = fig.axes
     x, y = loss_ax.get_lines()[0].get_data()
     np.testing.assert_array_equal(x, HISTORY["batch"]["step"])
     np.testing.assert_array_equal(y, HISTORY["batch"]["loss"])
     assert len(loss_ax.get_lines()) == 3  # batch, epoch train, epoch validation
     np.testing.assert_array_equal(lr_ax.get_lines()[0].get_data()[1], HISTORY["batch"]["lr"])
+    assert not bleu_ax.get_lines()  # HISTORY has no validation BLEU
+    with_bleu = {"epoch": {"epoch": [1, 2], "val_bleu": [10.0, 20.0], "minutes": [1.5, 3.0]}}
+    np.testing.assert_array_equal(P.history_plot(with_bleu).axes[3].get_lines()[0].get_data()[1], [10.0, 20.0])
+    fig = P.bleu_by_minutes_plot({"a": with_bleu, "b": with_bleu})
+    assert len(fig.axes[0].get_lines()) == 2
+    np.testing.assert_array_equal(fig.axes[0].get_lines()[0].get_data()[0], [1.5, 3.0])
+    with pytest.raises(ValueError, match="no matching 'minutes' and 'val_bleu'"):
+        P.bleu_by_minutes_plot({"a": HISTORY})
 
 
 def test_figures_render_to_png(pe_small: np.ndarray, tmp_path) -> None:

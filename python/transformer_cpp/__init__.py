@@ -25,7 +25,7 @@ from .basic_layers import (
     softmax_backward,
     warmup_learning_rate,
 )
-from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, train_val_test_split
+from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, split_by_source, train_val_test_split
 from .layers import (
     Decoder,
     DecoderLayer,
@@ -40,7 +40,7 @@ from .layers import (
     look_ahead_mask,
     scaled_dot_product_attention,
 )
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .model import PRESETS, RECIPES, Transformer, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
@@ -90,6 +90,7 @@ __all__ = [
     "get_num_threads",
     "load_tatoeba",
     "load_checkpoint",
+    "average_checkpoints",
     "look_ahead_mask",
     "masked_accuracy",
     "masked_cross_entropy",
@@ -103,5 +104,6 @@ __all__ = [
     "softmax",
     "softmax_backward",
     "train_val_test_split",
+    "split_by_source",
     "warmup_learning_rate",
 ]

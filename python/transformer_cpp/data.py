@@ -571,8 +571,10 @@ def split_by_source(
     # deal whole groups: a group goes to test while test is still short of its share, and so on
     part_of_group = np.full(len(group_of), 2, dtype=np.int64)  # 0 test, 1 valid, 2 train
     before = filled - sizes[order]
-    part_of_group[order[before < n_test]] = 0
-    part_of_group[order[(before >= n_test) & (before < n_test + n_valid)]] = 1
+    in_test = before < n_test
+    test_end = int(filled[in_test][-1]) if in_test.any() else 0  # pairs dealt to test (whole groups)
+    part_of_group[order[in_test]] = 0
+    part_of_group[order[~in_test & (before < test_end + n_valid)]] = 1
     part = part_of_group[groups]
     target_keys = [_sentence_key(t) for t in targets]
     test_refs = {target_keys[i] for i in np.flatnonzero(part == 0)}

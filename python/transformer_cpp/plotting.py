@@ -52,6 +52,7 @@ __all__ = [
     "attention_heatmap",
     "mask_plot",
     "history_plot",
+    "bleu_by_minutes_plot",
     "save_positional_encoding_figures",
 ]
 
@@ -524,7 +525,7 @@ def history_plot(history: Mapping[str, Mapping[str, Sequence[float]]]) -> "Figur
     against the epoch number.
 
     Returns:
-        A figure with three axes.
+        A figure with four axes: loss, accuracy, learning rate, validation BLEU.
     """
     who = "history_plot"
     if not isinstance(history, Mapping):
@@ -547,8 +548,8 @@ def history_plot(history: Mapping[str, Mapping[str, Sequence[float]]]) -> "Figur
 
     x_label = "step" if len(b_step) or any(len(_series(batch, k)) for k in ("loss", "accuracy", "lr")) else "epoch"
 
-    fig = _figure((13, 3.8))
-    axes = fig.subplots(1, 3)
+    fig = _figure((17, 3.8))
+    axes = fig.subplots(1, 4)
     for ax, key, name in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
         drawn = False
         values = _series(batch, key)
@@ -574,6 +575,36 @@ def history_plot(history: Mapping[str, Mapping[str, Sequence[float]]]) -> "Figur
         ax.text(0.5, 0.5, "no learning rate recorded", ha="center", va="center", transform=ax.transAxes, color="0.5")
     ax.set_title("learning rate")
     ax.set_xlabel("step")
+    ax = axes[3]
+    bleu = _series(epoch, "val_bleu")
+    if len(bleu):
+        ax.plot(epoch_x(bleu), bleu, "s--", ms=4, color="tab:purple", label="validation BLEU (greedy)")
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no validation BLEU recorded", ha="center", va="center", transform=ax.transAxes, color="0.5")
+    ax.set_title("validation BLEU")
+    ax.set_xlabel(x_label)
+    return fig
+
+
+def bleu_by_minutes_plot(runs: Mapping[str, Mapping[str, Any]]) -> "Figure":
+    """Validation BLEU against training minutes for several runs (``label -> history``), as in
+    ``docs/experiments.md``: each run's ``epoch`` entries ``minutes`` and ``val_bleu``."""
+    who = "bleu_by_minutes_plot"
+    if not isinstance(runs, Mapping) or not runs:
+        raise ValueError(f"{who}: expected a non-empty dict label -> history")
+    fig = _figure((7, 4.5))
+    ax = fig.subplots()
+    for label, history in runs.items():
+        epoch = history.get("epoch") or {} if isinstance(history, Mapping) else {}
+        minutes, bleu = _series(epoch, "minutes"), _series(epoch, "val_bleu")
+        if len(minutes) != len(bleu) or not len(bleu):
+            raise ValueError(f"{who}: run {label!r} has no matching 'minutes' and 'val_bleu' series")
+        ax.plot(minutes, bleu, "o-", ms=3, label=str(label))
+    ax.set_xlabel("training minutes")
+    ax.set_ylabel("validation BLEU (greedy)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
     return fig
 
 

@@ -549,7 +549,8 @@ class Trainer:
         if self.checkpoint_dir is None:
             return None
         bleu = None if entry is None else entry.get("val_bleu")
-        better = bleu is not None and (self.best["bleu"] is None or bleu > self.best["bleu"])
+        # on a tie the newer checkpoint wins (it has trained longer)
+        better = bleu is not None and (self.best["bleu"] is None or bleu >= self.best["bleu"])
         if better:
             self.best = {"bleu": bleu, "checkpoint": checkpoint_name(self.epoch, self.batch_in_epoch)}
         path = self.save_checkpoint()
