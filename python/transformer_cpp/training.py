@@ -63,6 +63,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .checkpoint import checkpoint_name, mark_best
 from .data import Batch, EncodedPairs, batch_plan, batches, make_batch
 
 __all__ = [
@@ -747,14 +748,3 @@ def output_limit(source_tokens: int) -> int:
     """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
     return int(1.5 * int(source_tokens)) + 10
 
-
-def checkpoint_name(epochs_done: int, batches_into_next_epoch: int = 0) -> str:
-    from .checkpoint import checkpoint_name as name
-
-    return name(epochs_done, batches_into_next_epoch)
-
-
-def mark_best(run_dir: Path, name: str) -> None:
-    from .checkpoint import mark_best as mark
-
-    mark(run_dir, name)
