@@ -238,6 +238,10 @@ def test_time_budget_stops_on_time_with_a_checkpoint(tok, tmp_path):
     step = again.model.step
     again.fit()
     assert again.model.step == step
+    # ... unless the budget is raised: it trains on until the new budget is spent
+    more = Trainer.from_checkpoint(tmp_path / "run", trainer.train_data, trainer.valid_data, time_budget=0.08)
+    more.fit()
+    assert more.model.step > step and more.finished and more.elapsed >= 0.9 * 0.08 * 60
 
 
 # ------------------------------------------------------------------------------------ command line

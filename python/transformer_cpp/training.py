@@ -606,8 +606,8 @@ class Trainer:
 
             set_num_threads(self.config.threads)
         budget = self.config.time_budget * 60.0
-        if budget and self.elapsed >= budget:
-            self.finished = True
+        # "finished" means the budget is spent: a resume with a larger budget trains on
+        self.finished = bool(budget) and self.elapsed >= budget * 0.985
         if self.finished:
             return self.history
         self._clock = time.perf_counter() - self.elapsed  # elapsed carries over from earlier sessions
