@@ -297,3 +297,31 @@ def test_evaluate_on_a_pairs_file_equals_sacrebleu(cli_run, tmp_path):
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("BLEU"))
     assert float(line.split()[1]) == pytest.approx(expected.score, abs=0.006)
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in line
+
+
+def test_validation_bleu_subset_is_spread_over_the_whole_split():
+    """The file is sorted by length: the BLEU subset must reach the long end, not only the first pairs."""
+    n = 10
+    rows = [[1, 10 + i, 20 + i, 30 + i, 40 + i, 50 + i, 2] for i in range(n)]
+    ids = np.array(rows, dtype=np.int64)
+    lengths = np.full(n, 7, dtype=np.int64)
+    encoded = tdata.EncodedPairs(src=ids, tgt=ids.copy(), src_lengths=lengths, tgt_lengths=lengths.copy(),
+                                 indices=np.arange(n), removed=0, max_length=None)
+    seen = []
+
+    class EchoModel:
+        def greedy_decode(self, src, start_id, end_id, limit):
+            seen.extend(int(v) - 10 for v in src[:, 1])
+            return src[:, 1:]
+
+    class WordTokenizer:
+        start_id, end_id = 1, 2
+
+        def decode(self, ids):
+            return " ".join(f"w{int(v)}" for v in ids if int(v) > 2)
+
+    assert bleu_of_encoded(EchoModel(), encoded, WordTokenizer(), limit=4) == pytest.approx(100.0)
+    assert seen == [0, 3, 6, 9]
+    seen.clear()
+    bleu_of_encoded(EchoModel(), encoded, WordTokenizer())
+    assert seen == list(range(n))

@@ -505,7 +505,7 @@ class Trainer:
             self._window_steps = 0
 
     def validation_bleu(self, model: Any = None) -> Optional[float]:
-        """Greedy corpus BLEU (sacrebleu) on the first ``val_bleu_sentences`` validation pairs,
+        """Greedy corpus BLEU (sacrebleu) on ``val_bleu_sentences`` validation pairs (evenly spread),
         or ``None`` without validation pairs, a target tokenizer or ``val_bleu_sentences``.
         The references are the encoded targets decoded back to text (exact for these tokenizers)."""
         n = self.config.val_bleu_sentences
@@ -727,15 +727,18 @@ class Trainer:
 
 def bleu_of_encoded(model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit: int = 0,
                     batch_size: int = 64) -> float:
-    """Greedy corpus BLEU (sacrebleu, default 13a) of ``model`` on the first ``limit`` pairs of
-    ``encoded`` (all with 0): hypotheses and references decoded with ``tgt_tokenizer``."""
+    """Greedy corpus BLEU (sacrebleu, default 13a) of ``model`` on ``limit`` pairs of ``encoded``
+    spread evenly over it (all with 0): hypotheses and references decoded with ``tgt_tokenizer``.
+    Evenly spread, not the first ones: the Tatoeba file is sorted by length, so the first pairs
+    would be the shortest and their BLEU would flatter the model."""
     import sacrebleu
 
     n = len(encoded) if not limit else min(int(limit), len(encoded))
+    chosen = np.unique(np.linspace(0, len(encoded) - 1, n).round().astype(np.int64)) if n else np.zeros(0, np.int64)
     hyps: List[str] = []
     refs: List[str] = []
-    for start in range(0, n, batch_size):
-        rows = np.arange(start, min(start + batch_size, n))
+    for start in range(0, len(chosen), batch_size):
+        rows = chosen[start:start + batch_size]
         s_len = int(encoded.src_lengths[rows].max())
         src = np.ascontiguousarray(encoded.src[rows, :s_len])
         out = model.greedy_decode(src, tgt_tokenizer.start_id, tgt_tokenizer.end_id, output_limit(s_len))
