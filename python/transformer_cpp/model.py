@@ -31,14 +31,14 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 
 RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
     "quick": {
-        "train": dict(max_tokens=3000, warmup=400, lr_scale=0.5, label_smoothing=0.1, decay=True,
+        "train": dict(max_tokens=1500, warmup=600, lr_scale=0.5, label_smoothing=0.1, decay=True,
                       time_budget=10.0, epochs=1000, average_last=0),
         "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
     },
     "standard": {
-        "train": dict(max_tokens=3000, warmup=800, lr_scale=0.7, label_smoothing=0.1, decay=True,
+        "train": dict(max_tokens=1500, warmup=1000, lr_scale=0.7, label_smoothing=0.1, decay=True,
                       time_budget=60.0, epochs=1000, average_last=3),
-        "data": dict(num_samples=0, sampling="random", vocab_size=8000, max_length=0),
+        "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
     },
     "tutorial": {
         "train": dict(batch_size=64, warmup=4000, epochs=10),
