@@ -1,5 +1,7 @@
 // Bindings of LayerNorm, ReLU, softmax, embeddings, loss and Adam.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <set>
 #include <utility>
@@ -24,42 +26,60 @@ void bind_layer_norm(py::module_& m) {
   using H = Holder<LayerNorm<T>>;
   py::class_<H>(m, class_name<T>("LayerNorm").c_str(),
                 "LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.")
-      .def(py::init([](long long d_model, double eps) { return new H(d_model, eps); }), py::arg("d_model"),
-           py::arg("eps") = 1e-6)
+      .def(py::init([](const py::object& d_model, const py::object& eps) {
+             return new H(int_arg(d_model, "LayerNorm", "d_model"), float_arg(eps, "LayerNorm", "eps"));
+           }),
+           py::arg("d_model"), py::arg("eps") = 1e-6)
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def_property_readonly("eps", [](H& h) { return h.layer.eps(); })
       .def("forward",
            [](H& h, const py::handle& x) {
-             auto in = as_rows<T>(x, "LayerNorm.forward", "x", h.layer.dim());
+             const char* who = "LayerNorm.forward";
+             InUse in_use(h.busy, who);
+             auto in = as_rows<T>(x, who, "x", h.layer.dim());
+             check_input(in, who, "x", true);  // the layer reads x again in backward
+             check_forward<T>(h.layer, who, concat("an input of ", in.rows, " rows"),
+                              3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
+             h.has_forward = false;
              {
                py::gil_scoped_release release;
                h.layer.forward(in.map());
              }
-             h.saved = in.array;  // the layer reads x again in backward
+             h.saved = in.array;
              h.lead = in.lead_shape;
              h.has_forward = true;
+             check_output(h.layer.output(), who);
              return rows_out<T>(h.layer.output(), in.lead_shape);
            },
            py::arg("x"), "x: (..., d_model) -> (..., d_model)")
       .def("forward_residual",
            [](H& h, const py::handle& a, const py::handle& b) {
-             auto ia = as_rows<T>(a, "LayerNorm.forward_residual", "a", h.layer.dim());
-             auto ib = as_rows<T>(b, "LayerNorm.forward_residual", "b", h.layer.dim());
+             const char* who = "LayerNorm.forward_residual";
+             InUse in_use(h.busy, who);
+             auto ia = as_rows<T>(a, who, "a", h.layer.dim());
+             auto ib = as_rows<T>(b, who, "b", h.layer.dim());
              if (ia.lead_shape != ib.lead_shape)
                throw py::value_error(concat("LayerNorm.forward_residual: a and b must have the same shape, got ",
                                             describe(ia.array), " and ", describe(ib.array)));
+             check_input(ia, who, "a", false);  // the layer keeps a + b itself
+             check_input(ib, who, "b", false);
+             check_forward<T>(h.layer, who, concat("an input of ", ia.rows, " rows"),
+                              4.0 * static_cast<double>(ia.rows) * static_cast<double>(ia.cols));
+             h.has_forward = false;
              {
                py::gil_scoped_release release;
                h.layer.forward_residual(ia.map(), ib.map());
              }
-             h.saved = py::none();  // the layer keeps a + b itself
+             h.saved = py::none();
              h.lead = ia.lead_shape;
              h.has_forward = true;
+             check_output(h.layer.output(), who);
              return rows_out<T>(h.layer.output(), ia.lead_shape);
            },
            py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
       .def("backward",
            [](H& h, const py::handle& dout) {
+             InUse in_use(h.busy, "LayerNorm.backward");
              if (!h.has_forward) throw std::runtime_error("LayerNorm.backward: call forward() first");
              auto d = dout_rows<T>(dout, "LayerNorm.backward", h.layer.dim(), h.lead);
              const Matrix<T>* dx;
@@ -71,7 +91,10 @@ void bind_layer_norm(py::module_& m) {
            },
            py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) { h.layer.zero_grad(); });
+      .def("zero_grad", [](H& h) {
+        check_idle(h.busy, "LayerNorm.zero_grad", "layer");
+        h.layer.zero_grad();
+      });
 }
 
 template <typename T>
@@ -81,7 +104,13 @@ void bind_relu(py::module_& m) {
       .def(py::init([]() { return new H(); }))
       .def("forward",
            [](H& h, const py::handle& x) {
-             auto in = as_rows<T>(x, "ReLU.forward", "x", -1);
+             const char* who = "ReLU.forward";
+             InUse in_use(h.busy, who);
+             auto in = as_rows<T>(x, who, "x", -1);
+             check_input(in, who, "x", false);  // backward reads the output
+             check_memory(who, concat("an input of ", in.rows, " rows"),
+                          2.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols) * sizeof(T));
+             h.has_forward = false;
              const Matrix<T>* y;
              {
                py::gil_scoped_release release;
@@ -94,8 +123,10 @@ void bind_relu(py::module_& m) {
            py::arg("x"))
       .def("backward",
            [](H& h, const py::handle& dout) {
+             InUse in_use(h.busy, "ReLU.backward");
              if (!h.has_forward) throw std::runtime_error("ReLU.backward: call forward() first");
              auto d = as_rows<T>(dout, "ReLU.backward", "dout", -1);
+             check_input(d, "ReLU.backward", "dout", false);
              if (d.lead_shape != h.lead)
                throw py::value_error("ReLU.backward: dout must have the shape of the last output, got " +
                                      describe(d.array));
@@ -129,16 +160,24 @@ void bind_embedding(py::module_& m) {
   using H = Holder<Embedding<T>>;
   py::class_<H>(m, class_name<T>("Embedding").c_str(),
                 "Token embedding; id 0 is padding (zero row, no gradient).")
-      .def(py::init([](long long vocab_size, long long d_model, std::uint64_t seed) {
-             return new H(vocab_size, d_model, seed);
+      .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& seed) {
+             const char* who = "Embedding";
+             return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"), seed_arg(seed, who));
            }),
            py::arg("vocab_size"), py::arg("d_model"), py::arg("seed") = 0)
       .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def("forward",
-           [](H& h, const py::handle& tokens, double scale) {
-             auto tok = as_tokens(tokens, "Embedding.forward", "tokens", 2);
+           [](H& h, const py::handle& tokens, const py::object& scale_arg) {
+             const char* who = "Embedding.forward";
+             InUse in_use(h.busy, who);
+             const double scale = float_arg(scale_arg, who, "scale");
+             if (!std::isfinite(scale) || std::fabs(scale) > static_cast<double>(std::numeric_limits<T>::max()))
+               throw py::value_error(concat(who, ": scale must be a finite number, got ", scale));
+             auto tok = as_tokens(tokens, who, "tokens", 2);
              const Index b = tok.shape(0), t = tok.shape(1);
+             check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
+                              static_cast<double>(b) * static_cast<double>(t) * static_cast<double>(h.layer.dim()));
              const Matrix<T>* y;
              {
                py::gil_scoped_release release;
@@ -146,11 +185,13 @@ void bind_embedding(py::module_& m) {
              }
              h.lead = {b, t};
              h.has_forward = true;
+             check_output(*y, who);
              return rows_out<T>(*y, h.lead);
            },
            py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale")
       .def("backward",
            [](H& h, const py::handle& dout) {
+             InUse in_use(h.busy, "Embedding.backward");
              if (!h.has_forward) throw std::runtime_error("Embedding.backward: call forward() first");
              auto d = dout_rows<T>(dout, "Embedding.backward", h.layer.dim(), h.lead);
              py::gil_scoped_release release;
@@ -160,7 +201,10 @@ void bind_embedding(py::module_& m) {
       .def("padding_mask", [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
            py::arg("tokens"), "bool (B, T), True where tokens == 0")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) { h.layer.zero_grad(); });
+      .def("zero_grad", [](H& h) {
+        check_idle(h.busy, "Embedding.zero_grad", "layer");
+        h.layer.zero_grad();
+      });
 }
 
 template <typename T>
@@ -168,9 +212,12 @@ void bind_positional_embedding(py::module_& m) {
   using H = Holder<PositionalEmbedding<T>>;
   py::class_<H>(m, class_name<T>("PositionalEmbedding").c_str(),
                 "weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.")
-      .def(py::init([](long long vocab_size, long long d_model, long long max_length, const std::string& layout,
-                       std::uint64_t seed) {
-             return new H(vocab_size, d_model, max_length, parse_positional_layout(layout), seed);
+      .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& max_length,
+                       const py::object& layout, const py::object& seed) {
+             const char* who = "PositionalEmbedding";
+             return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"),
+                          int_arg(max_length, who, "max_length"),
+                          parse_positional_layout(str_arg(layout, who, "layout")), seed_arg(seed, who));
            }),
            py::arg("vocab_size"), py::arg("d_model"), py::arg("max_length") = 2048,
            py::arg("layout") = "interleaved", py::arg("seed") = 0)
@@ -180,6 +227,7 @@ void bind_positional_embedding(py::module_& m) {
       .def_property_readonly("layout", [](H& h) { return to_string(h.layer.layout()); })
       .def_property_readonly("table",
                              [](H& h) {
+                               check_idle(h.busy, "PositionalEmbedding.table", "layer");
                                // a copy: the table is a cache that grows (and moves) for longer inputs
                                const Matrix<T>& pe = h.layer.table();
                                py::array_t<T> a({pe.rows(), pe.cols()});
@@ -190,8 +238,13 @@ void bind_positional_embedding(py::module_& m) {
                              "read-only copy (cached positions, d_model) of the positional table")
       .def("forward",
            [](H& h, const py::handle& tokens) {
-             auto tok = as_tokens(tokens, "PositionalEmbedding.forward", "tokens", 2);
+             const char* who = "PositionalEmbedding.forward";
+             InUse in_use(h.busy, who);
+             auto tok = as_tokens(tokens, who, "tokens", 2);
              const Index b = tok.shape(0), t = tok.shape(1);
+             const double d = static_cast<double>(h.layer.dim());
+             check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
+                              static_cast<double>(b) * static_cast<double>(t) * d + 2.0 * static_cast<double>(t) * d);
              const Matrix<T>* y;
              {
                py::gil_scoped_release release;
@@ -199,11 +252,13 @@ void bind_positional_embedding(py::module_& m) {
              }
              h.lead = {b, t};
              h.has_forward = true;
+             check_output(*y, who);
              return rows_out<T>(*y, h.lead);
            },
            py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed")
       .def("backward",
            [](H& h, const py::handle& dout) {
+             InUse in_use(h.busy, "PositionalEmbedding.backward");
              if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");
              auto d = dout_rows<T>(dout, "PositionalEmbedding.backward", h.layer.dim(), h.lead);
              py::gil_scoped_release release;
@@ -214,7 +269,10 @@ void bind_positional_embedding(py::module_& m) {
            [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "PositionalEmbedding.padding_mask"); },
            py::arg("tokens"), "bool (B, T), True where tokens == 0")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) { h.layer.zero_grad(); });
+      .def("zero_grad", [](H& h) {
+        check_idle(h.busy, "PositionalEmbedding.zero_grad", "layer");
+        h.layer.zero_grad();
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,8 +336,9 @@ void bind_functions(py::module_& m) {
       py::arg("y"), py::arg("dy"), "Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).");
   m.def(
       (std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& logits, const py::handle& targets, double label_smoothing, bool compute_grad) -> py::tuple {
+      [](const py::handle& logits, const py::handle& targets, const py::object& smoothing, bool compute_grad) -> py::tuple {
         const char* who = "masked_cross_entropy";
+        const double label_smoothing = float_arg(smoothing, who, "label_smoothing");
         auto lg = as_rows<T>(logits, who, "logits", -1);
         if (lg.array.ndim() < 2)
           throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
@@ -330,13 +389,17 @@ void bind_functions(py::module_& m) {
 template <typename T>
 struct AdamHolder {
   std::unique_ptr<Adam<T>> adam;
+  bool busy = false;  // a step is running (see InUse)
   std::vector<std::string> names;
   std::vector<py::array> keep;  // every parameter's value and grad view: they keep the layers alive
 };
 
 template <typename T>
-AdamHolder<T>* make_adam(const py::object& params, double beta1, double beta2, double eps) {
+AdamHolder<T>* make_adam(const py::object& params, const py::object& beta1_arg, const py::object& beta2_arg,
+                         const py::object& eps_arg) {
   const std::string who = class_name<T>("Adam");
+  const double beta1 = float_arg(beta1_arg, "Adam", "beta1"), beta2 = float_arg(beta2_arg, "Adam", "beta2");
+  const double eps = float_arg(eps_arg, "Adam", "eps");
   // (name, parameter) pairs from a mapping (keys are the names) or a sequence of Parameter.
   std::vector<std::pair<std::string, py::object>> items;
   const bool mapping = py::hasattr(params, "items") && py::hasattr(params, "keys");
@@ -400,13 +463,20 @@ void bind_adam(py::module_& m) {
       .def(py::init(&make_adam<T>), py::arg("parameters"), py::arg("beta1") = 0.9, py::arg("beta2") = 0.98,
            py::arg("eps") = 1e-9)
       .def("step",
-           [](H& h, double lr) {
+           [](H& h, const py::object& lr) {
+             const double rate = float_arg(lr, "Adam.step", "lr");
+             InUse in_use(h.busy, "Adam.step", "optimizer");
              py::gil_scoped_release release;
-             h.adam->step(lr);
+             h.adam->step(rate);
            },
            py::arg("lr"), "One update with learning rate lr (increments step_count first).")
       .def("clip_grad_norm",
-           [](H& h, double max_norm) {
+           [](H& h, const py::object& max_norm_arg) {
+             const double max_norm = float_arg(max_norm_arg, "Adam.clip_grad_norm", "max_norm");
+             if (!(std::isfinite(max_norm) && max_norm >= 0.0))
+               throw py::value_error(concat("Adam.clip_grad_norm: max_norm must be a finite number >= 0 (0: only "
+                                            "measure), got ", max_norm));
+             InUse in_use(h.busy, "Adam.clip_grad_norm", "optimizer");
              py::gil_scoped_release release;
              return h.adam->clip_grad_norm(max_norm);
            },
@@ -415,9 +485,9 @@ void bind_adam(py::module_& m) {
            "before clipping.")
       .def_property(
           "step_count", [](H& h) { return h.adam->step_count(); },
-          [](H& h, long long t) {
-            if (t < 0) throw py::value_error(concat("Adam: step_count must be >= 0, got ", t));
-            h.adam->set_step_count(t);
+          [](H& h, const py::object& t) {
+            check_idle(h.busy, "Adam.step_count", "optimizer");
+            h.adam->set_step_count(int_arg(t, "Adam", "step_count", 0));
           })
       .def_property_readonly("beta1", [](H& h) { return h.adam->beta1; })
       .def_property_readonly("beta2", [](H& h) { return h.adam->beta2; })
@@ -431,7 +501,12 @@ void bind_adam(py::module_& m) {
              return od;
            },
            "OrderedDict '<param>.m' / '<param>.v' -> writable views of the moments (for checkpoints).")
-      .def("reset_state", [](H& h) { h.adam->reset_state(); }, "Zero the moments and the step count.");
+      .def("reset_state",
+           [](H& h) {
+             check_idle(h.busy, "Adam.reset_state", "optimizer");
+             h.adam->reset_state();
+           },
+           "Zero the moments and the step count.");
 }
 
 }  // namespace
@@ -453,8 +528,10 @@ void bind_basic_layers(py::module_& m) {
         py::arg("tokens"), "bool (B, T), True where tokens == 0 (padding)");
   m.def(
       "warmup_learning_rate",
-      [](long long step, long long d_model, long long warmup, double scale) {
-        return warmup_learning_rate(step, d_model, warmup, scale);
+      [](const py::object& step, const py::object& d_model, const py::object& warmup, const py::object& scale) {
+        const char* who = "warmup_learning_rate";
+        return warmup_learning_rate(int_arg(step, who, "step"), int_arg(d_model, who, "d_model"),
+                                    int_arg(warmup, who, "warmup"), float_arg(scale, who, "scale"));
       },
       py::arg("step"), py::arg("d_model"), py::arg("warmup") = 4000, py::arg("scale") = 1.0,
       "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * scale, step counted from 1.");

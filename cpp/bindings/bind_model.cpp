@@ -19,30 +19,17 @@ struct ModelHolder {
 };
 
 // A model is not thread-safe: its layers keep activations and scratch as members. Calls that
-// release the GIL hold an InUse for their whole duration (it is created and destroyed with the
-// GIL held, so the flag needs no lock); a call from another Python thread meanwhile raises
-// instead of racing on the buffers.
+// release the GIL (or change what such a call reads) hold a ModelInUse (see InUse in bindings.hpp).
 template <typename T>
-void check_idle(const ModelHolder<T>& h, const char* who) {
-  if (h.busy)
-    throw std::runtime_error(concat(who, ": this Transformer is in use by another thread (a C++ core model runs "
-                                         "one call at a time; use one model per thread)"));
-}
-
-template <typename T>
-class InUse {
+class ModelInUse : public InUse {
  public:
-  InUse(ModelHolder<T>& h, const char* who) : h_(h) {
-    check_idle(h, who);
-    h.busy = true;
-  }
-  ~InUse() { h_.busy = false; }
-  InUse(const InUse&) = delete;
-  InUse& operator=(const InUse&) = delete;
-
- private:
-  ModelHolder<T>& h_;
+  ModelInUse(ModelHolder<T>& h, const char* who) : InUse(h.busy, who, "Transformer") {}
 };
+
+template <typename T>
+void check_model_idle(const ModelHolder<T>& h, const char* who) {
+  check_idle(h.busy, who, "Transformer");
+}
 
 // Check the three token arrays of a training/evaluation batch.
 struct Batch {
@@ -75,7 +62,7 @@ py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& 
                     bool train) {
   const char* who = train ? "Transformer.train_step" : "Transformer.evaluate";
   Batch b = token_batch(src, tgt_in, &tgt_out, who);
-  InUse<T> in_use(h, who);
+  ModelInUse<T> in_use(h, who);
   LossStats s;
   {
     py::gil_scoped_release release;
@@ -92,24 +79,26 @@ template <typename T>
 void bind_transformer(py::module_& m) {
   using H = ModelHolder<T>;
   py::class_<H>(m, class_name<T>("Transformer").c_str(), "The encoder-decoder Transformer.")
-      .def(py::init([](long long src_vocab_size, long long tgt_vocab_size, long long d_model, long long n_layers,
-                       long long n_heads, long long d_ff, double dropout, long long max_length,
-                       const std::string& layout, bool pre_norm, bool share_embeddings, double layer_norm_eps,
-                       std::uint64_t seed) {
+      .def(py::init([](const py::object& src_vocab_size, const py::object& tgt_vocab_size, const py::object& d_model,
+                       const py::object& n_layers, const py::object& n_heads, const py::object& d_ff,
+                       const py::object& dropout, const py::object& max_length, const py::object& layout,
+                       bool pre_norm, bool share_embeddings, const py::object& layer_norm_eps,
+                       const py::object& seed) {
+             const char* who = "Transformer";
              TransformerConfig c;
-             c.src_vocab_size = src_vocab_size;
-             c.tgt_vocab_size = tgt_vocab_size;
-             c.d_model = d_model;
-             c.n_layers = n_layers;
-             c.n_heads = n_heads;
-             c.d_ff = d_ff;
-             c.dropout = dropout;
-             c.max_length = max_length;
-             c.layout = parse_positional_layout(layout);
+             c.src_vocab_size = int_arg(src_vocab_size, who, "src_vocab_size");
+             c.tgt_vocab_size = int_arg(tgt_vocab_size, who, "tgt_vocab_size");
+             c.d_model = int_arg(d_model, who, "d_model");
+             c.n_layers = int_arg(n_layers, who, "n_layers");
+             c.n_heads = int_arg(n_heads, who, "n_heads");
+             c.d_ff = int_arg(d_ff, who, "d_ff");
+             c.dropout = float_arg(dropout, who, "dropout");
+             c.max_length = int_arg(max_length, who, "max_length");
+             c.layout = parse_positional_layout(str_arg(layout, who, "layout"));
              c.pre_norm = pre_norm;
              c.share_embeddings = share_embeddings;
-             c.layer_norm_eps = layer_norm_eps;
-             c.seed = seed;
+             c.layer_norm_eps = float_arg(layer_norm_eps, who, "layer_norm_eps");
+             c.seed = seed_arg(seed, who);
              return new H(c);
            }),
            py::arg("src_vocab_size"), py::arg("tgt_vocab_size"), py::arg("d_model") = 512, py::arg("n_layers") = 6,
@@ -119,8 +108,9 @@ void bind_transformer(py::module_& m) {
       .def("forward",
            [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
              Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
-             InUse<T> in_use(h, "Transformer.forward");
+             ModelInUse<T> in_use(h, "Transformer.forward");
              const Matrix<T>* logits;
+             h.B = -1;  // until this forward has succeeded
              {
                py::gil_scoped_release release;
                logits = &h.model.forward(tmap(b.src), tmap(b.tgt_in), training);
@@ -133,13 +123,14 @@ void bind_transformer(py::module_& m) {
            "src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)")
       .def("backward",
            [](H& h, const py::handle& dlogits) {
-             InUse<T> in_use(h, "Transformer.backward");
+             ModelInUse<T> in_use(h, "Transformer.backward");
              if (h.B < 0) throw std::runtime_error("Transformer.backward: call forward() first");
              const Index V = h.model.config().tgt_vocab_size;
              auto d = as_floats<T>(dlogits, "Transformer.backward", "dlogits", 3);
              if (d.shape(0) != h.B || d.shape(1) != h.Tt || d.shape(2) != V)
                throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
                                             "), got ", describe(d)));
+             check_finite_input(d.data(), static_cast<Index>(d.size()), "Transformer.backward", "dlogits");
              py::gil_scoped_release release;
              h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
            },
@@ -161,31 +152,26 @@ void bind_transformer(py::module_& m) {
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.parameters(), self); })
       .def("zero_grad",
            [](H& h) {
-             check_idle(h, "Transformer.zero_grad");
+             check_model_idle(h, "Transformer.zero_grad");
              h.model.zero_grad();
            })
       .def("configure_optimizer",
-           [](H& h, long long warmup, double lr_scale, double fixed_lr, double beta1, double beta2, double eps,
-              double clip_norm, double label_smoothing, long long total_steps) {
-             check_idle(h, "Transformer.configure_optimizer");
-             if (warmup < 1) throw py::value_error(concat("configure_optimizer: warmup must be >= 1, got ", warmup));
-             if (total_steps != 0 && total_steps <= warmup)
-               throw py::value_error(concat("configure_optimizer: total_steps must be 0 (no decay) or > warmup ",
-                                            warmup, ", got ", total_steps));
-             if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
-               throw py::value_error(concat("configure_optimizer: label_smoothing must be in [0, 1), got ", label_smoothing));
-             if (!(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0 && eps > 0.0))
-               throw py::value_error("configure_optimizer: need 0 <= beta1, beta2 < 1 and eps > 0");
-             OptimizerConfig& o = h.model.optimizer_config();
-             o.warmup = warmup;
-             o.lr_scale = lr_scale;
-             o.fixed_lr = fixed_lr;
-             o.beta1 = beta1;
-             o.beta2 = beta2;
-             o.eps = eps;
-             o.clip_norm = clip_norm;
-             o.label_smoothing = label_smoothing;
-             o.total_steps = total_steps;
+           [](H& h, const py::object& warmup, const py::object& lr_scale, const py::object& fixed_lr,
+              const py::object& beta1, const py::object& beta2, const py::object& eps, const py::object& clip_norm,
+              const py::object& label_smoothing, const py::object& total_steps) {
+             const char* who = "configure_optimizer";
+             check_model_idle(h, "Transformer.configure_optimizer");
+             OptimizerConfig o;
+             o.warmup = int_arg(warmup, who, "warmup");
+             o.lr_scale = float_arg(lr_scale, who, "lr_scale");
+             o.fixed_lr = float_arg(fixed_lr, who, "fixed_lr");
+             o.beta1 = float_arg(beta1, who, "beta1");
+             o.beta2 = float_arg(beta2, who, "beta2");
+             o.eps = float_arg(eps, who, "eps");
+             o.clip_norm = float_arg(clip_norm, who, "clip_norm");
+             o.label_smoothing = float_arg(label_smoothing, who, "label_smoothing");
+             o.total_steps = int_arg(total_steps, who, "total_steps");
+             h.model.set_optimizer_config(o);  // validates every field (ValueError naming it)
            },
            py::arg("warmup") = 4000, py::arg("lr_scale") = 1.0, py::arg("fixed_lr") = 0.0, py::arg("beta1") = 0.9,
            py::arg("beta2") = 0.98, py::arg("eps") = 1e-9, py::arg("clip_norm") = 0.0,
@@ -206,28 +192,48 @@ void bind_transformer(py::module_& m) {
              return d;
            })
       .def("optimizer_state",
-           [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self); },
+           [](py::object self) {
+             check_model_idle(self.cast<H&>(), "Transformer.optimizer_state");
+             return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self);
+           },
            "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
       .def_property(
-          "step", [](H& h) { return h.model.optimizer().step_count(); },
-          [](H& h, long long s) {
-            check_idle(h, "Transformer.step");
-            if (s < 0) throw py::value_error("Transformer.step must be >= 0");
-            h.model.optimizer().set_step_count(s);
+          "step",
+          [](H& h) {
+            check_model_idle(h, "Transformer.step");
+            return h.model.optimizer().step_count();
+          },
+          [](H& h, const py::object& s) {
+            check_model_idle(h, "Transformer.step");
+            h.model.optimizer().set_step_count(int_arg(s, "Transformer", "step", 0));
           },
           "Optimiser steps taken so far.")
       .def_property(
           "dropout_calls", [](H& h) { return h.model.dropout_calls(); },
-          [](H& h, std::uint64_t c) {
-            check_idle(h, "Transformer.dropout_calls");
-            h.model.set_dropout_calls(c);
+          [](H& h, const py::object& c) {
+            check_model_idle(h, "Transformer.dropout_calls");
+            h.model.set_dropout_calls(seed_arg(c, "Transformer", "dropout_calls"));
           },
           "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
-      .def("learning_rate", [](H& h, long long step) { return h.model.learning_rate(step); }, py::arg("step"))
+      .def("learning_rate",
+           [](H& h, const py::object& step) {
+             return h.model.learning_rate(int_arg(step, "Transformer.learning_rate", "step", 1));
+           },
+           py::arg("step"))
+      .def("nonfinite_parameters",
+           [](H& h, bool optimizer_state) {
+             check_model_idle(h, "Transformer.nonfinite_parameters");
+             std::vector<std::string> bad = nonfinite_parameters(h.model.parameters());
+             if (optimizer_state && h.model.has_optimizer())
+               for (auto& name : nonfinite_parameters(h.model.optimizer().state())) bad.push_back(name);
+             return bad;
+           },
+           py::arg("optimizer_state") = true,
+           "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.")
       .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
       .def("attention_weights",
            [](H& h) {
-             check_idle(h, "Transformer.attention_weights");
+             check_model_idle(h, "Transformer.attention_weights");
              if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
              py::dict out;
              auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
@@ -246,13 +252,18 @@ void bind_transformer(py::module_& m) {
            },
            "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
       .def("greedy_decode",
-           [](H& h, const py::handle& src, long long start_id, long long end_id, long long max_length) {
+           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
+              const py::object& max_length) {
+             const char* who = "greedy_decode";
              auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
-             InUse<T> in_use(h, "Transformer.greedy_decode");
+             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
+             const Index steps = int_arg(max_length, who, "max_length");
+             ModelInUse<T> in_use(h, "Transformer.greedy_decode");
              TokenMatrix out;
+             h.B = -1;  // the cached training forward is no longer valid
              {
                py::gil_scoped_release release;
-               out = greedy_decode<T>(h.model, tmap(s), start_id, end_id, max_length, &h.decode);
+               out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode);
              }
              h.B = -1;  // the cached training forward is no longer valid
              // drop trailing columns that are padding in every row
@@ -266,15 +277,21 @@ void bind_transformer(py::module_& m) {
            py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
            "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.")
       .def("beam_search",
-           [](H& h, const py::handle& src, long long start_id, long long end_id, long long max_length,
-              long long beam_size, double length_penalty, long long n_best) {
+           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
+              const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
+              const py::object& n_best) {
+             const char* who = "beam_search";
              auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
-             InUse<T> in_use(h, "Transformer.beam_search");
+             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
+             const Index steps = int_arg(max_length, who, "max_length"), beam = int_arg(beam_size, who, "beam_size");
+             const Index best = int_arg(n_best, who, "n_best");
+             const double alpha = float_arg(length_penalty, who, "length_penalty");
+             ModelInUse<T> in_use(h, "Transformer.beam_search");
              std::vector<std::vector<BeamHypothesis>> res;
+             h.B = -1;
              {
                py::gil_scoped_release release;
-               res = beam_search<T>(h.model, tmap(s), start_id, end_id, max_length, beam_size, length_penalty, n_best,
-                                   &h.decode);
+               res = beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode);
              }
              h.B = -1;
              py::list out;

@@ -6,10 +6,18 @@
 namespace transformer::bindings {
 
 void bind_runtime(py::module_& m) {
-  m.def("set_num_threads", &set_num_threads, py::arg("n"),
-        "Set the number of threads used by OpenMP loops and Eigen's GEMM.");
+  m.def("set_num_threads",
+        [](const py::object& n) { set_num_threads(static_cast<int>(int_arg(n, "set_num_threads", "n", 1, kMaxThreads))); },
+        py::arg("n"), "Set the number of threads used by OpenMP loops and Eigen's GEMM.");
   m.def("get_num_threads", &get_num_threads, "Number of threads the core will use.");
   m.def("build_info", &build_info, "Compiler, flags, OpenMP, Eigen version and SIMD level.");
+  // The core's memory check, for the Python modules that allocate from user sizes.
+  m.def("_memory_limit_bytes", &memory_limit_bytes, "Bytes this process may still use (see checks.hpp).");
+  m.def(
+      "_check_memory",
+      [](const std::string& who, const std::string& what, double bytes) { check_memory(who, what, bytes); },
+      py::arg("who"), py::arg("what"), py::arg("bytes"),
+      "ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.");
 
   // The decoding kernels on their own, for the tests that compare them with NumPy.
   m.def("_have_decode_kernels", &have_decode_kernels, "Whether this build has the AVX-512 decoding kernels.");
@@ -62,8 +70,12 @@ void bind_runtime(py::module_& m) {
 void bind_positional_encoding(py::module_& m) {
   m.def(
       "positional_encoding",
-      [](long long length, long long depth, const std::string& layout, const std::string& dtype) {
-        const PositionalLayout lay = parse_positional_layout(layout);
+      [](const py::object& length_arg, const py::object& depth_arg, const py::object& layout_arg,
+         const py::object& dtype_arg) {
+        const char* who = "positional_encoding";
+        const Index length = int_arg(length_arg, who, "length"), depth = int_arg(depth_arg, who, "depth");
+        const PositionalLayout lay = parse_positional_layout(str_arg(layout_arg, who, "layout"));
+        const std::string dtype = str_arg(dtype_arg, who, "dtype");
         if (dtype == "float32") {
           Matrix<float> pe;
           {

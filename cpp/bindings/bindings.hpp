@@ -6,9 +6,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <cstdint>
 #include <string>
 
+#include "transformer/checks.hpp"
 #include "transformer/tensor.hpp"
 
 namespace py = pybind11;
@@ -25,6 +27,45 @@ void bind_model(py::module_& m);         // Transformer
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);
+
+// Numbers arrive as Python objects, so that any int (even one beyond 64 bits), NumPy scalar or
+// wrong type gets an error naming the argument and what it may be, never pybind11's list of
+// signatures. int_arg: an integer in [lo, hi] (TypeError for non-integers and bools, ValueError
+// out of range); seed_arg: an integer in [0, 2**64); float_arg: a real number (the core checks
+// its range, e.g. finite and >= 0).
+// (lo = kAnyInt: any 64-bit value, the core then says what it accepts.)
+constexpr long long kAnyInt = LLONG_MIN;
+long long int_arg(const py::handle& v, const char* who, const char* name, long long lo = kAnyInt,
+                  long long hi = LLONG_MAX);
+std::uint64_t seed_arg(const py::handle& v, const char* who, const char* name = "seed");
+double float_arg(const py::handle& v, const char* who, const char* name);
+// A str argument (TypeError naming it otherwise).
+std::string str_arg(const py::handle& v, const char* who, const char* name);
+
+// One call at a time per core object. Layers and models keep activations and scratch as members,
+// so two threads in one object would race on them (double free, segfault). Every call that
+// releases the GIL, or that changes what such a call reads, holds an InUse for its whole duration;
+// it is created and destroyed with the GIL held, so the flag needs no lock. A call from another
+// Python thread meanwhile raises RuntimeError. `what` names the kind of object ("layer").
+inline void check_idle(bool busy, const char* who, const char* what) {
+  if (busy)
+    throw std::runtime_error(concat(who, ": this ", what, " is in use by another thread (a C++ core ", what,
+                                    " runs one call at a time; use one ", what, " per thread)"));
+}
+
+class InUse {
+ public:
+  InUse(bool& busy, const char* who, const char* what = "layer") : busy_(busy) {
+    check_idle(busy, who, what);
+    busy = true;
+  }
+  ~InUse() { busy_ = false; }
+  InUse(const InUse&) = delete;
+  InUse& operator=(const InUse&) = delete;
+
+ private:
+  bool& busy_;
+};
 
 // Token ids: any integer dtype of the given rank, returned as a C-contiguous int64 array (no
 // copy when it already is one). Floats, bools and other kinds raise TypeError.
@@ -75,6 +116,16 @@ py::object parameters_dict(const ParameterList<T>& params, py::handle owner) {
   return od;
 }
 
+// An array the core reads again later (in backward) must not change under it: a copy, unless the
+// conversion already made one that nothing else holds.
+template <typename T>
+py::array_t<T, py::array::c_style> owned(py::array_t<T, py::array::c_style> a) {
+  if (a.owndata() && a.ref_count() == 1) return a;
+  py::array_t<T, py::array::c_style> copy(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+  std::copy(a.data(), a.data() + a.size(), copy.mutable_data());
+  return copy;
+}
+
 // Float input of shape (..., cols) seen as an (N, cols) matrix; `array` keeps the memory alive.
 template <typename T>
 struct RowsInput {
@@ -111,7 +162,8 @@ py::array_t<T> rows_out(const Matrix<T>& m, std::vector<Index> lead) {
 }
 
 // Python-side state of a layer: the C++ layer plus the input array(s) of the last forward, which
-// the layer reads again in backward (it caches pointers, not copies).
+// the layer reads again in backward (it caches pointers, not copies; they are owned copies, see
+// owned()).
 template <typename Layer>
 struct Holder {
   template <typename... Args>
@@ -122,7 +174,34 @@ struct Holder {
   std::vector<Index> lead;
   bool has_forward = false;
   bool flag = false;  // layer-specific (MultiHeadAttention: the last forward was cross-attention)
+  bool busy = false;  // a call is running on this layer (see InUse)
 };
+
+// A layer input: finite (ValueError naming it otherwise) and, with `keep`, owned by the layer.
+template <typename T>
+void check_input(RowsInput<T>& r, const char* who, const char* arg, bool keep) {
+  check_finite_input(r.array.data(), static_cast<Index>(r.array.size()), who, arg);
+  if (keep) r.array = owned<T>(r.array);
+}
+
+// What a layer's forward checks before it runs: that the buffers it will keep (`elements` of
+// type T, estimated from the shapes by the helpers of checks.hpp) fit in memory, and that its
+// weights are finite.
+template <typename T, typename Layer>
+void check_forward(Layer& layer, const char* who, const std::string& what, double elements) {
+  check_memory(who, what, elements * static_cast<double>(sizeof(T)));
+  check_finite_parameters(layer.parameters(), who);
+}
+
+// A layer output that is not finite comes from finite inputs and weights only by overflow.
+template <typename T>
+void check_output(const Matrix<T>& y, const char* who) {
+  const Index i = first_nonfinite(y.data(), y.size());
+  if (i >= 0)
+    throw NonFiniteError(concat(who, ": the output is not finite (", static_cast<double>(y.data()[i]),
+                                " at flat index ", i, "): the computation overflowed; the inputs or weights are "
+                                "too large"));
+}
 
 // parameters() of a layer that has none.
 inline py::object empty_parameters() { return py::module_::import("collections").attr("OrderedDict")(); }
@@ -140,6 +219,7 @@ inline std::string shape_str(const std::vector<Index>& shape) {
 template <typename T>
 RowsInput<T> dout_rows(const py::handle& dout, const char* who, Index cols, const std::vector<Index>& lead) {
   auto d = as_rows<T>(dout, who, "dout", cols);
+  check_input(d, who, "dout", false);
   if (d.lead_shape != lead) {
     std::vector<Index> want = lead;
     want.push_back(d.cols);

@@ -11,6 +11,65 @@ std::string describe(const py::array& a) {
   return s + ")";
 }
 
+namespace {
+std::string type_name(const py::handle& v) { return py::str(py::type::of(v).attr("__name__")).cast<std::string>(); }
+std::string short_repr(const py::handle& v) {
+  std::string s = py::repr(v).cast<std::string>();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+}  // namespace
+
+long long int_arg(const py::handle& v, const char* who, const char* name, long long lo, long long hi) {
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+    throw py::type_error(concat(who, ": ", name, " must be an integer, got ", type_name(v), " ", short_repr(v)));
+  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || x < lo || x > hi) {
+    if (lo == LLONG_MIN && hi == LLONG_MAX)
+      throw py::value_error(concat(who, ": ", name, " must be an integer that fits in 64 bits, got ", short_repr(i)));
+    if (hi == LLONG_MAX)
+      throw py::value_error(concat(who, ": ", name, " must be an integer >= ", lo, " that fits in 64 bits, got ",
+                                   short_repr(i)));
+    throw py::value_error(concat(who, ": ", name, " must be an integer in [", lo, ", ", hi, "], got ", short_repr(i)));
+  }
+  return x;
+}
+
+std::uint64_t seed_arg(const py::handle& v, const char* who, const char* name) {
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+    throw py::type_error(concat(who, ": ", name, " must be an integer, got ", type_name(v), " ", short_repr(v)));
+  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  const unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
+  if (PyErr_Occurred()) {  // negative or beyond 64 bits
+    PyErr_Clear();
+    throw py::value_error(concat(who, ": ", name, " must be an integer in [0, 2**64), got ", short_repr(i)));
+  }
+  return static_cast<std::uint64_t>(x);
+}
+
+double float_arg(const py::handle& v, const char* who, const char* name) {
+  if (PyBool_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()))
+    throw py::type_error(concat(who, ": ", name, " must be a number, got ", type_name(v), " ", short_repr(v)));
+  const double x = PyFloat_AsDouble(v.ptr());
+  if (x == -1.0 && PyErr_Occurred()) {
+    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
+    PyErr_Clear();
+    if (overflow) throw py::value_error(concat(who, ": ", name, " is too large for a float, got ", short_repr(v)));
+    throw py::type_error(concat(who, ": ", name, " must be a number, got ", type_name(v), " ", short_repr(v)));
+  }
+  return x;
+}
+
+std::string str_arg(const py::handle& v, const char* who, const char* name) {
+  if (!PyUnicode_Check(v.ptr()))
+    throw py::type_error(concat(who, ": ", name, " must be a str, got ", type_name(v), " ", short_repr(v)));
+  return v.cast<std::string>();
+}
+
 py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, const char* who,
                                                         const char* arg, int ndim) {
   py::array a = py::array::ensure(obj);
@@ -72,6 +131,9 @@ template py::array_t<double> copy_out<double>(const double*, const std::vector<I
 PYBIND11_MODULE(_core, m) {
   m.doc() = "transformer_cpp._core: the C++ core (private; use the transformer_cpp package)";
   using namespace transformer::bindings;
+  // NonFiniteError: a FloatingPointError (it is one) and a RuntimeError (what it was before)
+  py::register_exception<transformer::NonFiniteError>(
+      m, "NonFiniteError", py::make_tuple(py::handle(PyExc_FloatingPointError), py::handle(PyExc_RuntimeError)));
   bind_runtime(m);
   bind_positional_encoding(m);
   bind_parameter(m);

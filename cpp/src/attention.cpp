@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "transformer/checks.hpp"
 #include "transformer/random.hpp"
 #include "transformer/softmax.hpp"
 
@@ -82,7 +83,10 @@ void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, 
 
 template <typename T>
 MultiHeadAttention<T>::MultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed)
-    : out_(d_model > 0 ? d_model : 1, d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+    // the whole layer's size is checked before its first weight is allocated
+    : out_(checked_size<T>("MultiHeadAttention", concat("d_model ", d_model), attention_parameters(d_model), 0,
+                           d_model > 0 ? d_model : 1),
+           d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
       d_(d_model), h_(n_heads) {
   TCPP_CHECK(d_model > 0 && n_heads > 0, "MultiHeadAttention: d_model and n_heads must be positive, got ",
              d_model, " and ", n_heads);

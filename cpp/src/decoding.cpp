@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "transformer/activations.hpp"
+#include "transformer/checks.hpp"
 #include "transformer/softmax.hpp"
 
 namespace transformer {
@@ -461,6 +462,30 @@ void IncrementalDecoder<T>::select_rows(const std::vector<Index>& rows) {
 }
 
 namespace {
+// Before a decode allocates anything: refuse one whose buffers cannot fit (the encoder pass over
+// src; in every decoder layer the key/value caches of `rows` hypotheses for `steps` positions and
+// the memory's keys and values; scores, step buffers, logits, the output ids), then weights that
+// are not finite. Scanning every weight costs far less than the decode.
+template <typename T>
+void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index steps, const char* who,
+                  const std::string& what) {
+  const TransformerConfig& c = model.config();
+  const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
+  const double R = static_cast<double>(rows), n = static_cast<double>(steps), d = static_cast<double>(c.d_model);
+  const double H = static_cast<double>(c.n_heads), dff = static_cast<double>(c.d_ff);
+  const double L = static_cast<double>(c.n_layers), V = static_cast<double>(c.tgt_vocab_size);
+  const double elements = L * encoder_layer_elements(B * S, B, H, S, d, dff) + 4 * B * S * d +
+                          L * (2 * R * n * d + 2 * B * S * d) + R * n * d + R * H * std::max(S, n) +
+                          R * (12 * d + 2 * dff + 2 * V) + n * d;
+  check_memory(who, what, elements * static_cast<double>(sizeof(T)) + B * S * S + B * n * 8);
+  check_finite_parameters(model.parameters(), who);
+}
+
+[[noreturn]] void throw_nonfinite_logits(const char* who, Index step) {
+  throw NonFiniteError(concat(who, ": the logits of step ", step, " are not finite: the activations overflowed "
+                              "(the weights are too large); nothing was decoded"));
+}
+
 // The caller's workspace (which must belong to this model), else a fresh one owned by `local`.
 template <typename T>
 DecodeWorkspace<T>& workspace_for(Transformer<T>& model, DecodeWorkspace<T>* workspace,
@@ -484,8 +509,10 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
   const Index steps = max_length;
   const Index B = src.rows();
+  if (B == 0) return TokenMatrix::Zero(0, 1);
+  check_decode(model, src, B, steps, "greedy_decode",
+               concat("max_length ", max_length, " for ", B, " sentences of source length ", src.cols()));
   TokenMatrix out = TokenMatrix::Zero(B, steps);
-  if (B == 0) return out;
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   IncrementalDecoder<T>& dec = ws.decoder;
@@ -499,11 +526,14 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
     const Matrix<T>& logits = dec.step(tokens.data());  // (R, V)
     const Index R = dec.rows();
     next.resize(static_cast<size_t>(R));
-#pragma omp parallel for schedule(static) if (R > 4)
+    int bad = 0;
+#pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
     for (Index r = 0; r < R; ++r) {
       const T* row = logits.data() + r * V;
+      bad |= !ConstRowArray<T>(row, V).allFinite();
       next[static_cast<size_t>(r)] = 1 + first_argmax(row + 1, V - 1);  // never the padding id 0
     }
+    if (bad) throw_nonfinite_logits("greedy_decode", t);
     keep.clear();
     for (Index r = 0; r < R; ++r) {
       out(dec.sentence_of(r), t) = next[static_cast<size_t>(r)];
@@ -525,14 +555,18 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
              end_id);
-  TCPP_CHECK(beam_size >= 1, "beam_search: beam_size must be >= 1, got ", beam_size);
+  TCPP_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, "beam_search: beam_size must be in [1, ", kMaxBeamSize,
+             "], got ", beam_size);
   TCPP_CHECK(n_best >= 1 && n_best <= beam_size, "beam_search: n_best must be in [1, beam_size = ", beam_size,
              "], got ", n_best);
-  TCPP_CHECK(alpha >= 0.0, "beam_search: length penalty alpha must be >= 0, got ", alpha);
   TCPP_CHECK(max_length >= 1, "beam_search: max_length must be >= 1, got ", max_length);
+  TCPP_CHECK(std::isfinite(alpha) && alpha >= 0.0, "beam_search: length_penalty must be a finite number >= 0, got ",
+             alpha);
   const Index steps = max_length;
   const Index B = src.rows(), V = c.tgt_vocab_size;
   auto penalty = [alpha](Index len) { return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha); };
+  TCPP_CHECK(std::isfinite(penalty(steps)), "beam_search: length_penalty ", alpha, " is too large for max_length ",
+             max_length, ": the penalty ((5 + length) / 6) ** length_penalty overflows");
 
   std::vector<std::vector<BeamHypothesis>> finished(static_cast<size_t>(B));
   // live beams: one row of the decoder each
@@ -542,8 +576,11 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
     double log_prob;
   };
   std::vector<Live> live;
-  for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
   if (B == 0) return finished;
+  check_decode(model, src, B * beam_size, steps, "beam_search",
+               concat("beam_size ", beam_size, " and max_length ", max_length, " for ", B,
+                      " sentences of source length ", src.cols()));
+  for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   IncrementalDecoder<T>& dec = ws.decoder;
@@ -578,9 +615,13 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
     const Index R = dec.rows();
     top.resize(static_cast<size_t>(R));
     lse.resize(static_cast<size_t>(R));
-#pragma omp parallel for schedule(static) if (R > 4)
-    for (Index r = 0; r < R; ++r)
+    int bad = 0;
+#pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
+    for (Index r = 0; r < R; ++r) {
+      bad |= !ConstRowArray<T>(logits.data() + r * V, V).allFinite();
       lse[static_cast<size_t>(r)] = top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
+    }
+    if (bad) throw_nonfinite_logits("beam_search", t);
 
     std::vector<Live> next_live;
     std::vector<Index> rows;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "transformer/checks.hpp"
 #include "transformer/random.hpp"
 
 #ifdef _OPENMP
@@ -47,6 +48,8 @@ template <typename T>
 Embedding<T>::Embedding(Index vocab_size, Index d_model, std::uint64_t seed) {
   TCPP_CHECK(vocab_size > 0, "Embedding: vocab_size must be positive, got ", vocab_size);
   TCPP_CHECK(d_model > 0, "Embedding: d_model must be positive, got ", d_model);
+  checked_size<T>("Embedding", concat("vocab_size ", vocab_size, " x d_model ", d_model),
+                  static_cast<double>(vocab_size) * static_cast<double>(d_model), 0, 0);
   weight_.resize(vocab_size, d_model);
   dweight_ = Matrix<T>::Zero(vocab_size, d_model);
   // N(0, d^-1/2): embedding * sqrt(d) then has unit scale, like the positional encoding.
@@ -108,6 +111,8 @@ PositionalEmbedding<T>::PositionalEmbedding(Index vocab_size, Index d_model, Ind
                                             PositionalLayout layout, std::uint64_t seed)
     : embedding_(vocab_size, d_model, seed), layout_(layout) {
   TCPP_CHECK(max_length > 0, "PositionalEmbedding: max_length must be positive, got ", max_length);
+  check_memory("PositionalEmbedding", concat("a positional table of max_length ", max_length, " x d_model ", d_model),
+               static_cast<double>(max_length) * static_cast<double>(d_model) * sizeof(T));
   pe_ = positional_encoding<T>(max_length, d_model, layout);  // (max_length, d), built once
 }
 

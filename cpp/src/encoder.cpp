@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "transformer/checks.hpp"
 #include "transformer/random.hpp"
 #include "transformer/stack.hpp"
 
@@ -19,7 +20,9 @@ static MatrixMap<T> mmap(Matrix<T>& m) {
 template <typename T>
 EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm,
                               double eps, std::uint64_t seed)
-    : self_attention_(d_model, n_heads, splitmix64(seed + 1)),
+    : self_attention_(checked_size<T>("EncoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
+                                      encoder_layer_parameters(d_model, d_ff), 0, d_model),
+                      n_heads, splitmix64(seed + 1)),
       norm1_(d_model, eps),
       feed_forward_(d_model, d_ff, dropout, splitmix64(seed + 2)),
       norm2_(d_model, eps),
@@ -102,7 +105,13 @@ template <typename T>
 Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff,
                     double dropout, Index max_length, PositionalLayout layout, bool pre_norm, double eps,
                     std::uint64_t seed)
-    : embedding_(vocab_size, d_model, max_length, layout, splitmix64(seed + 1)),
+    : embedding_(checked_size<T>("Encoder",
+                                 concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
+                                        ", d_ff ", d_ff, ", max_length ", max_length),
+                                 static_cast<double>(vocab_size) * d_model +
+                                     static_cast<double>(n_layers) * encoder_layer_parameters(d_model, d_ff),
+                                 static_cast<double>(max_length) * d_model, vocab_size),
+                 d_model, max_length, layout, splitmix64(seed + 1)),
       dropout_(dropout, seed, splitmix64(seed + 2)) {
   TCPP_CHECK(n_layers > 0, "Encoder: n_layers must be positive, got ", n_layers);
   for (Index i = 0; i < n_layers; ++i)

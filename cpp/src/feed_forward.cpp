@@ -1,13 +1,16 @@
 #include "transformer/feed_forward.hpp"
 
 #include "transformer/activations.hpp"
+#include "transformer/checks.hpp"
 #include "transformer/random.hpp"
 
 namespace transformer {
 
 template <typename T>
 FeedForward<T>::FeedForward(Index d_model, Index d_ff, double dropout, std::uint64_t seed)
-    : linear1_(d_model, d_ff, true, splitmix64(seed + 1)),
+    : linear1_(checked_size<T>("FeedForward", concat("d_model ", d_model, ", d_ff ", d_ff),
+                               feed_forward_parameters(d_model, d_ff), 0, d_model),
+               d_ff, true, splitmix64(seed + 1)),
       linear2_(d_ff, d_model, true, splitmix64(seed + 2)),
       dropout_(dropout, seed, splitmix64(seed + 3)) {}
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "transformer/checks.hpp"
 #include "transformer/random.hpp"
 
 namespace transformer {
@@ -11,6 +12,8 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_
     : has_bias_(bias) {
   TCPP_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be ",
              "positive, got ", in_features, " and ", out_features);
+  checked_size<T>("Linear", concat("in_features ", in_features, " x out_features ", out_features),
+                  linear_parameters(static_cast<double>(in_features), static_cast<double>(out_features)), 0, 0);
   weight_.resize(out_features, in_features);
   dweight_ = Matrix<T>::Zero(out_features, in_features);
   bias_ = RowVector<T>::Zero(out_features);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "transformer/checks.hpp"
+
 namespace transformer {
 
 namespace {
@@ -91,7 +93,7 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
     total += row_loss;
   }
   if (first_bad < rows) {
-    throw std::runtime_error(concat("masked_cross_entropy: the loss is not finite (first at row ", first_bad,
+    throw NonFiniteError(concat("masked_cross_entropy: the loss is not finite (first at row ", first_bad,
                                     ", target ", targets[first_bad], "): the logits contain NaN or "
                                     "infinite values; training has diverged or the input is corrupt"));
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "transformer/checks.hpp"
+
 namespace transformer {
 
 namespace {
@@ -16,6 +18,8 @@ double warmup_learning_rate(Index step, Index d_model, Index warmup, double scal
   TCPP_CHECK(step >= 1, "warmup_learning_rate: step is counted from 1, got ", step);
   TCPP_CHECK(d_model > 0, "warmup_learning_rate: d_model must be positive, got ", d_model);
   TCPP_CHECK(warmup > 0, "warmup_learning_rate: warmup must be positive, got ", warmup);
+  TCPP_CHECK(std::isfinite(scale) && scale >= 0.0, "warmup_learning_rate: scale must be a finite number >= 0, got ",
+             scale);
   const double s = static_cast<double>(step);
   const double w = static_cast<double>(warmup);
   // rises linearly for `warmup` steps, then decays as step^-1/2; the two meet at step == warmup
@@ -44,10 +48,10 @@ void Adam<T>::step(double lr) {
 }
 
 template <typename T>
-void Adam<T>::step(double lr, double grad_scale, bool zero_grads) {
+void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* check_who) {
   TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
-  ++t_;
-  const double t = static_cast<double>(t_);
+  TCPP_CHECK(std::isfinite(grad_scale), "Adam: gradient scale must be finite, got ", grad_scale);
+  const double t = static_cast<double>(t_ + 1);
   // torch.optim.Adam (single-tensor path): step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
   const T one_minus_b1 = static_cast<T>(1.0 - beta1), one_minus_b2 = static_cast<T>(1.0 - beta2);
@@ -57,6 +61,31 @@ void Adam<T>::step(double lr, double grad_scale, bool zero_grads) {
   const T gs = static_cast<T>(grad_scale);
   Index total = 0;
   for (const auto& p : params_) total += p.size();
+  if (check_who != nullptr) {
+    // the update below, computed without writing anything: is every result finite?
+    int bad = 0;
+#pragma omp parallel if (total >= kParallelElements) reduction(| : bad)
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const T* p = params_[k].value;
+      const T* g = params_[k].grad;
+      const T* m = m_[k].data();
+      const T* v = v_[k].data();
+      const Index n = params_[k].size();
+#pragma omp for schedule(static) nowait
+      for (Index i = 0; i < n; ++i) {
+        const T gi = g[i] * gs;
+        const T mi = b1 * m[i] + one_minus_b1 * gi;
+        const T vi = b2 * v[i] + one_minus_b2 * gi * gi;
+        const T pi = p[i] - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + e);
+        bad |= !(std::isfinite(mi) && std::isfinite(vi) && std::isfinite(pi));
+      }
+    }
+    if (bad)
+      throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr, ") would make weights or Adam "
+                                  "moments non-finite: training has diverged; no update was applied, the "
+                                  "weights are those of the last good step"));
+  }
+  ++t_;
   // One region for all parameters; each parameter's elements are shared out among the threads
   // and `nowait` lets a thread move on to the next parameter at once (parameters are independent).
 #pragma omp parallel if (total >= kParallelElements)

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "transformer/checks.hpp"
+
 namespace transformer {
 
 PositionalLayout parse_positional_layout(const std::string& name) {
@@ -19,6 +21,8 @@ template <typename T>
 Matrix<T> positional_encoding(Index length, Index depth, PositionalLayout layout) {
   TCPP_CHECK(length > 0, "positional_encoding: length must be a positive integer, got ", length);
   TCPP_CHECK(depth > 0, "positional_encoding: depth must be a positive integer, got ", depth);
+  check_memory("positional_encoding", concat("a table of length ", length, " x depth ", depth),
+               static_cast<double>(length) * static_cast<double>(depth) * sizeof(T));
   Matrix<T> pe(length, depth);  // (length, depth)
   if (layout == PositionalLayout::Interleaved) {
     // column c uses frequency index i = c/2; even columns sin, odd columns cos.

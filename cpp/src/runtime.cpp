@@ -13,7 +13,7 @@
 namespace transformer {
 
 void set_num_threads(int n) {
-  TCPP_CHECK(n >= 1, "set_num_threads: n must be >= 1, got ", n);
+  TCPP_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: n must be in [1, ", kMaxThreads, "], got ", n);
 #ifdef _OPENMP
   omp_set_num_threads(n);
 #endif

@@ -19,7 +19,7 @@ void softmax_rows(T* x, Index rows, Index cols) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
     RowArray<T> r(x + i * cols, cols);
-    const T m = r.maxCoeff();
+    const T m = r.template maxCoeff<Eigen::PropagateNaN>();  // a NaN anywhere makes the row NaN
     if (m == -std::numeric_limits<T>::infinity()) {
       r.setZero();  // every key masked: attend to nothing rather than produce 0/0
       continue;
@@ -46,10 +46,21 @@ void softmax_rows_backward(const T* y, const T* dy, T* dx, Index rows, Index col
 template <typename T>
 void masked_softmax_row(T* s, Index n, const std::uint8_t* mask) {
   T mx = -std::numeric_limits<T>::infinity();
-  for (Index j = 0; j < n; ++j)
-    if (!(mask && mask[j]) && s[j] > mx) mx = s[j];
-  if (mx == -std::numeric_limits<T>::infinity()) {
+  bool open = false, nan = false;  // some key is not blocked; some unblocked score is NaN
+  for (Index j = 0; j < n; ++j) {
+    if (mask && mask[j]) continue;
+    open = true;
+    nan |= s[j] != s[j];
+    if (s[j] > mx) mx = s[j];
+  }
+  if (!open) {  // every key blocked: attend to nothing
     for (Index j = 0; j < n; ++j) s[j] = T(0);
+    return;
+  }
+  if (nan || mx == -std::numeric_limits<T>::infinity()) {
+    // no finite score to weigh by (NaN, or every score -inf after an overflow): NaN weights, so
+    // that the failure shows instead of passing for a fully masked row
+    for (Index j = 0; j < n; ++j) s[j] = std::numeric_limits<T>::quiet_NaN();
     return;
   }
   T sum = T(0);

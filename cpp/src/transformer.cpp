@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "transformer/checks.hpp"
 #include "transformer/random.hpp"
 
 namespace transformer {
@@ -13,14 +14,54 @@ static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
 }
 
 template <typename T>
-Transformer<T>::Transformer(const TransformerConfig& c) : config_(c) {
+void validate(const TransformerConfig& c) {
   TCPP_CHECK(c.src_vocab_size > 1 && c.tgt_vocab_size > 1, "Transformer: src_vocab_size and tgt_vocab_size ",
              "must be at least 2 (padding plus one token), got ", c.src_vocab_size, " and ", c.tgt_vocab_size);
-  TCPP_CHECK(c.d_model > 0 && c.n_layers > 0 && c.n_heads > 0 && c.d_ff > 0 && c.max_length > 0,
-             "Transformer: d_model, n_layers, n_heads, d_ff and max_length must be positive");
+  const std::pair<const char*, Index> sizes[] = {
+      {"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"d_ff", c.d_ff},
+      {"max_length", c.max_length}};
+  for (const auto& s : sizes) TCPP_CHECK(s.second > 0, "Transformer: ", s.first, " must be positive, got ", s.second);
   TCPP_CHECK(c.d_model % c.n_heads == 0, "Transformer: d_model ", c.d_model, " is not divisible by n_heads ",
              c.n_heads);
+  TCPP_CHECK(c.layout != PositionalLayout::Concatenated || c.d_model % 2 == 0,
+             "Transformer: the concatenated layout needs an even d_model, got ", c.d_model);
   TCPP_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "Transformer: dropout must be in [0, 1), got ", c.dropout);
+  TCPP_CHECK(std::isfinite(c.layer_norm_eps) && c.layer_norm_eps >= 0.0,
+             "Transformer: layer_norm_eps must be a finite number >= 0, got ", c.layer_norm_eps);
+  // every weight (value and gradient) and the two positional tables, before any is allocated
+  const double d = static_cast<double>(c.d_model), L = static_cast<double>(c.n_layers);
+  const double V = static_cast<double>(c.tgt_vocab_size), dff = static_cast<double>(c.d_ff);
+  const double params = static_cast<double>(c.src_vocab_size) * d + L * encoder_layer_parameters(d, dff) + V * d +
+                        L * decoder_layer_parameters(d, dff) + (c.share_embeddings ? 0.0 : V * d) + V +
+                        (c.pre_norm ? 4 * d : 0.0);
+  checked_size<T>("Transformer",
+                  concat("a model with src_vocab_size ", c.src_vocab_size, ", tgt_vocab_size ", c.tgt_vocab_size,
+                         ", d_model ", c.d_model, ", n_layers ", c.n_layers, ", d_ff ", c.d_ff, " and max_length ",
+                         c.max_length),
+                  params, 2.0 * static_cast<double>(c.max_length) * d, 0);
+}
+
+void validate(const OptimizerConfig& o) {
+  const char* who = "configure_optimizer";
+  TCPP_CHECK(o.warmup >= 1, who, ": warmup must be >= 1, got ", o.warmup);
+  TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, who, ": total_steps must be 0 (no decay) or > warmup ",
+             o.warmup, ", got ", o.total_steps);
+  TCPP_CHECK(std::isfinite(o.lr_scale) && o.lr_scale > 0.0, who, ": lr_scale must be a finite number > 0, got ",
+             o.lr_scale);
+  TCPP_CHECK(std::isfinite(o.fixed_lr) && o.fixed_lr >= 0.0, who,
+             ": fixed_lr must be a finite number >= 0 (0: use the warm-up schedule), got ", o.fixed_lr);
+  TCPP_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, who, ": beta1 must be in [0, 1), got ", o.beta1);
+  TCPP_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, who, ": beta2 must be in [0, 1), got ", o.beta2);
+  TCPP_CHECK(std::isfinite(o.eps) && o.eps > 0.0, who, ": eps must be a finite number > 0, got ", o.eps);
+  TCPP_CHECK(std::isfinite(o.clip_norm) && o.clip_norm >= 0.0, who,
+             ": clip_norm must be a finite number >= 0 (0: no clipping), got ", o.clip_norm);
+  TCPP_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing < 1.0, who, ": label_smoothing must be in [0, 1), got ",
+             o.label_smoothing);
+}
+
+template <typename T>
+Transformer<T>::Transformer(const TransformerConfig& c) : config_(c) {
+  validate<T>(c);
   encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
                                           c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
                                           splitmix64(c.seed + 1));
@@ -49,18 +90,44 @@ T* Transformer<T>::output_weight_grad() {
 }
 
 template <typename T>
-void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) const {
+void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) {
   TCPP_CHECK(src.rows() == tgt.rows(), "Transformer.", who, ": src has batch size ", src.rows(),
              " but tgt_in has ", tgt.rows(), "; they must match");
   TCPP_CHECK(src.rows() > 0 && src.cols() > 0 && tgt.cols() > 0, "Transformer.", who,
              ": empty batch (src shape (", src.rows(), ", ", src.cols(), "), tgt_in shape (", tgt.rows(), ", ",
              tgt.cols(), "))");
+  // the activations of a padded pass (packed passes need less): every layer keeps its inputs,
+  // attention weights (B, H, Tq, Tk) and masks; then the logits and their gradient
+  const TransformerConfig& c = config_;
+  const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
+  const double Tt = static_cast<double>(tgt.cols()), d = static_cast<double>(c.d_model);
+  const double H = static_cast<double>(c.n_heads), dff = static_cast<double>(c.d_ff);
+  const double L = static_cast<double>(c.n_layers), V = static_cast<double>(c.tgt_vocab_size);
+  const double elements = L * encoder_layer_elements(B * S, B, H, S, d, dff) +
+                          L * decoder_layer_elements(B * Tt, B * S, B, H, Tt, S, d, dff) + 4 * B * (S + Tt) * d +
+                          2 * B * Tt * V;
+  const double mask_bytes = B * (S * S + Tt * Tt + Tt * S);
+  check_memory(concat("Transformer.", who),
+               concat("a batch of ", src.rows(), " sequences of source length ", src.cols(), " and target length ",
+                      tgt.cols()),
+               elements * static_cast<double>(sizeof(T)) + mask_bytes);
+  check_finite_parameters(parameters(), concat("Transformer.", who));
+}
+
+template <typename T>
+void Transformer<T>::set_optimizer_config(const OptimizerConfig& o) {
+  validate(o);
+  opt_config_ = o;
 }
 
 template <typename T>
 const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training) {
   check_batch(src, tgt_in, "forward");
   run(src, tgt_in, nullptr, training, false);
+  const Index bad = first_nonfinite(logits_.data(), logits_.size());
+  if (bad >= 0)
+    throw NonFiniteError(concat("Transformer.forward: the logits are not finite (", logits_.data()[bad],
+                                " at flat index ", bad, "): the activations overflowed; the weights are too large"));
   B_ = tgt_in.rows();  // backward() may follow
   T_ = tgt_in.cols();
   return logits_;
@@ -120,8 +187,12 @@ const std::int64_t* Transformer<T>::row_targets(ConstTokenMap tgt_out) {
 
 template <typename T>
 Adam<T>& Transformer<T>::optimizer() {
-  if (!adam_)
+  if (!adam_) {
+    double n = 0;
+    for (const auto& p : parameters()) n += static_cast<double>(p.size());
+    check_memory("Transformer", "the Adam moments", 2 * n * sizeof(T));
     adam_ = std::make_unique<Adam<T>>(parameters(), opt_config_.beta1, opt_config_.beta2, opt_config_.eps);
+  }
   adam_->beta1 = opt_config_.beta1;
   adam_->beta2 = opt_config_.beta2;
   adam_->eps = opt_config_.eps;
@@ -141,6 +212,19 @@ double Transformer<T>::learning_rate(Index step) const {
   return warmup_learning_rate(step, config_.d_model, o.warmup, o.lr_scale);
 }
 
+// The masked loss; a non-finite one is a NonFiniteError that says nothing was changed.
+template <typename Loss>
+static LossStats loss_or_throw(Loss&& loss, const char* who) {
+  try {
+    return loss();
+  } catch (const NonFiniteError& e) {
+    const bool training = std::string(who) == "train_step";
+    throw NonFiniteError(concat("Transformer.", who, ": non-finite loss (NaN or infinity): the model has diverged ",
+                                "or its weights are too large", training ? "; no update was applied, the weights "
+                                "are those of the last good step" : "", " [", e.what(), "]"));
+  }
+}
+
 template <typename T>
 LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
@@ -153,17 +237,21 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   check_batch(src, tgt_in, "train_step");
   run(src, tgt_in, tgt_out.data(), true, true);
   // the gradient of the loss replaces the logits in place: one (rows, V) buffer, not two
-  LossStats stats =
-      masked_cross_entropy<T>(cmap(logits_), row_targets(tgt_out), &logits_, opt_config_.label_smoothing);
+  LossStats stats = loss_or_throw(
+      [&] { return masked_cross_entropy<T>(cmap(logits_), row_targets(tgt_out), &logits_, opt_config_.label_smoothing); },
+      "train_step");
   backward_rows(cmap(logits_));
   last_grad_norm_ = adam.grad_norm();
   if (!std::isfinite(last_grad_norm_))
-    throw std::runtime_error("Transformer.train_step: the gradient norm is not finite; no update was applied");
+    throw NonFiniteError(
+        "Transformer.train_step: non-finite gradient norm: training has diverged; no update was applied, the "
+        "weights are those of the last good step");
   // clipping to a global norm is a factor applied inside the fused Adam pass, which also zeroes
-  // the gradients for the next step (so no separate zero_grad pass is needed)
+  // the gradients for the next step (so no separate zero_grad pass is needed); the pass refuses
+  // first, changing nothing, if a weight or moment would become non-finite
   const double clip = opt_config_.clip_norm;
   const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
-  adam.step(learning_rate(adam.step_count() + 1), scale, true);
+  adam.step(learning_rate(adam.step_count() + 1), scale, true, "Transformer.train_step");
   grads_zero_ = true;
   return stats;
 }
@@ -175,7 +263,9 @@ LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, Cons
              ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   check_batch(src, tgt_in, "evaluate");
   const Matrix<T>& logits = run(src, tgt_in, tgt_out.data(), false, true);
-  return masked_cross_entropy<T>(cmap(logits), row_targets(tgt_out), nullptr, opt_config_.label_smoothing);
+  return loss_or_throw(
+      [&] { return masked_cross_entropy<T>(cmap(logits), row_targets(tgt_out), nullptr, opt_config_.label_smoothing); },
+      "evaluate");
 }
 
 template <typename T>
@@ -215,6 +305,8 @@ void Transformer<T>::set_dropout_seed(std::uint64_t seed) {
   for (auto* d : decoder_->dropouts()) d->set_seed(seed);
 }
 
+template void validate<float>(const TransformerConfig&);
+template void validate<double>(const TransformerConfig&);
 template class Transformer<float>;
 template class Transformer<double>;
 

@@ -4,7 +4,8 @@
 //
 // Masks are bytes with 1 = blocked (the query may not attend to that key) and 0 = allowed, the
 // convention of PyTorch's boolean masks and of the original TensorFlow tutorial's 0/1 masks.
-// A query row whose keys are all blocked gets all-zero weights and a zero output, never NaN.
+// A query row whose keys are all blocked gets all-zero weights and a zero output, never NaN; a
+// row of NaN (or overflowed, all -inf) scores gets NaN weights, which the entry points refuse.
 #pragma once
 
 #include <cstdint>

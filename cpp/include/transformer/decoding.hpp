@@ -130,6 +130,13 @@ struct BeamHypothesis {
   bool finished = false;            // ended with end_id
 };
 
+// The largest beam_search accepts: each live beam keeps its own key/value caches.
+constexpr Index kMaxBeamSize = 1024;
+
+// Both decoders check first, before allocating: sizes against the memory there is (caches for
+// max_length positions), ids and options, and that every weight is finite (NonFiniteError);
+// logits that overflow while decoding are a NonFiniteError too, never a silent choice.
+
 // Beam search with beam size k and GNMT length penalty alpha; returns the n_best hypotheses of
 // each sentence, best first. A sentence stops as soon as no live beam can still beat its
 // n_best-th finished hypothesis (an exact bound, since log-probabilities only decrease), or at

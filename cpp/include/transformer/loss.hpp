@@ -21,7 +21,7 @@ struct LossStats {
 // logits (N, V), targets (N) with ids in [0, V). When dlogits != nullptr it is resized to (N, V)
 // and receives d loss / d logits; it may be the matrix behind logits (the gradient then replaces
 // the logits in place, row by row). Throws std::invalid_argument for ids out of range and
-// std::runtime_error when the loss is not finite.
+// NonFiniteError (a std::runtime_error, see checks.hpp) when the loss is not finite.
 template <typename T>
 LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets,
                                Matrix<T>* dlogits, double label_smoothing = 0.0);

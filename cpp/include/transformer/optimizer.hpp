@@ -21,7 +21,9 @@ class Adam {
   void step(double lr);
   // The fused form used by training: each gradient is multiplied by grad_scale (clipping) as it is
   // read, and set to zero after use when zero_grads — one pass over p, g, m, v instead of three.
-  void step(double lr, double grad_scale, bool zero_grads);
+  // With `check_who`, a read-only pass first makes sure no weight or moment would become NaN or
+  // infinite; if one would, it throws NonFiniteError (naming check_who) and changes nothing.
+  void step(double lr, double grad_scale, bool zero_grads, const char* check_who = nullptr);
   // Global L2 norm of all gradients, without changing them.
   double grad_norm() const;
   // Global L2 norm of all gradients; if max_norm > 0 and the norm exceeds it, every gradient is

@@ -39,6 +39,13 @@ struct OptimizerConfig {
   double label_smoothing = 0.0;
 };
 
+// Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed:
+// sizes positive, d_model divisible by n_heads, rates in range, every number finite, and the
+// weights within the memory there is (checked before anything is allocated).
+template <typename T>
+void validate(const TransformerConfig& c);
+void validate(const OptimizerConfig& o);
+
 template <typename T>
 class Transformer {
  public:
@@ -49,6 +56,8 @@ class Transformer {
   // dlogits (B*T, V_tgt): accumulates every parameter gradient.
   void backward(ConstMatrixMap<T> dlogits);
   // zero_grad, forward (training), masked loss, backward, clipping, one Adam step.
+  // Refuses (NonFiniteError, nothing changed) non-finite weights, a non-finite loss or gradient
+  // norm, and an update that would make a weight or an Adam moment non-finite.
   LossStats train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out);
   // forward (inference) and masked loss/accuracy, no update. train_step and evaluate compute only
   // the positions the loss depends on (padding rows removed); the result equals the padded pass.
@@ -57,8 +66,10 @@ class Transformer {
   ParameterList<T> parameters();
   void zero_grad();
   const TransformerConfig& config() const { return config_; }
-  OptimizerConfig& optimizer_config() { return opt_config_; }
-  Adam<T>& optimizer();
+  const OptimizerConfig& optimizer_config() const { return opt_config_; }
+  void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
+  Adam<T>& optimizer();  // created on first use
+  bool has_optimizer() const { return adam_ != nullptr; }
   double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
   double last_grad_norm() const { return last_grad_norm_; }
   // Number of training forwards so far: the dropout masks' counter (restored on resume).
@@ -83,7 +94,8 @@ class Transformer {
   void backward_rows(ConstMatrixMap<T> dlogits);
   const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
   std::vector<std::int64_t> targets_;
-  void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) const;
+  // Shapes, then the memory the pass will need (before it allocates); then finite weights.
+  void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who);
   TransformerConfig config_;
   OptimizerConfig opt_config_;
   std::unique_ptr<Encoder<T>> encoder_;
