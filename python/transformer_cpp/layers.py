@@ -75,6 +75,7 @@ def look_ahead_mask(size: int) -> np.ndarray:
     """``(size, size)`` boolean mask, True above the diagonal: position i may not see j > i."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise ValueError(f"look_ahead_mask: size must be a positive integer, got {size!r}")
+    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", 2.0 * float(size) * float(size))
     return np.triu(np.ones((size, size), dtype=bool), k=1)
 
 
@@ -99,6 +100,7 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
         m = m[:, 0]
     if m.ndim not in (2, 3):
         raise ValueError(f"{who}: mask must broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk}), got shape {m.shape}")
+    _core._check_memory(who, f"a ({batch}, {tq}, {tk}) mask", 2.0 * float(batch) * float(tq) * float(tk))
     try:
         m = np.broadcast_to(m != 0, (batch, tq, tk))
     except ValueError:
@@ -165,6 +167,7 @@ class ScaledDotProductAttention(_Wrapped):
         tq, tk = q.shape[-2], k.shape[-2]
         m = None
         if mask is not None:
+            _core._check_memory(who, f"a mask of {g} groups of ({tq}, {tk})", 2.0 * float(g) * float(tq) * float(tk))
             mm = np.asarray(mask)
             try:
                 mm = np.broadcast_to(mm != 0, lead + (tq, tk))

@@ -8,9 +8,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import _core
 from .layers import core_class
 
-__all__ = ["PRESETS", "RECIPES", "Transformer", "preset_config", "preset_recipe"]
+__all__ = ["NonFiniteError", "PRESETS", "RECIPES", "Transformer", "preset_config", "preset_recipe"]
+
+#: Raised when weights, a loss, a gradient norm or an output hold NaN or infinity (a diverged run,
+#: a damaged checkpoint, an overflow). Both a ``FloatingPointError`` and a ``RuntimeError``.
+NonFiniteError = _core.NonFiniteError
 
 # Presets, named for what they are for. PRESETS holds each one's architecture (vocabulary sizes
 # come from the tokenizers; max_length is only the positional table's initial size, a cache);
@@ -71,6 +76,7 @@ def preset_recipe(name: str) -> Dict[str, Dict[str, Any]]:
 
 
 def _int_arg(value: Any, name: str, minimum: int = 1) -> int:
+    # the upper bounds (64 bits, what memory can hold) are checked by the core, with the same messages
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < minimum:
         raise ValueError(f"Transformer: {name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -111,18 +117,13 @@ class Transformer:
         d_ff = _int_arg(d_ff, "d_ff")
         max_length = _int_arg(max_length, "max_length")
         seed = _int_arg(seed, "seed", 0)
-        if d_model % n_heads:
-            raise ValueError(f"Transformer: d_model {d_model} is not divisible by n_heads {n_heads}")
-        if not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"Transformer: dropout must be in [0, 1), got {dropout!r}")
-        if layout not in ("interleaved", "concatenated"):
+        if isinstance(layout, str) and layout not in ("interleaved", "concatenated"):
             raise ValueError(f"Transformer: layout must be 'interleaved' or 'concatenated', got {layout!r}")
-        if layout == "concatenated" and d_model % 2:
-            raise ValueError(f"Transformer: the concatenated layout needs an even d_model, got {d_model}")
         self.dtype = np.dtype(dtype).name
+        # the core checks the rest (divisibility, rates, finite numbers, memory) before allocating
         self._core = core_class("Transformer", dtype)(
-            src_vocab_size, tgt_vocab_size, d_model, n_layers, n_heads, d_ff, float(dropout), max_length, layout,
-            bool(pre_norm), bool(share_embeddings), float(layer_norm_eps), seed)
+            src_vocab_size, tgt_vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout,
+            bool(pre_norm), bool(share_embeddings), layer_norm_eps, seed)
 
     # --- construction helpers ---------------------------------------------------------------
     @classmethod
@@ -161,6 +162,20 @@ class Transformer:
         """Number of trainable scalars."""
         return int(sum(p.value.size for p in self.parameters().values()))
 
+    def nonfinite_parameters(self, optimizer_state: bool = True) -> List[str]:
+        """Names of the parameters holding NaN or infinity (empty when all are finite), and with
+        ``optimizer_state`` the Adam moments ``'<param>.m'`` / ``'<param>.v'`` that do."""
+        return list(self._core.nonfinite_parameters(bool(optimizer_state)))
+
+    def check_finite(self, who: str = "Transformer", optimizer_state: bool = True) -> None:
+        """Raise :class:`NonFiniteError` naming every parameter (and Adam moment) that holds NaN or
+        infinity, e.g. after loading a checkpoint; ``who`` starts the message."""
+        bad = self.nonfinite_parameters(optimizer_state)
+        if bad:
+            shown = ", ".join(repr(n) for n in bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+            raise NonFiniteError(f"{who}: {len(bad)} tensor{'s' if len(bad) > 1 else ''} hold NaN or infinite "
+                                 f"values: {shown}")
+
     # --- training ---------------------------------------------------------------------------
     def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0,
                             beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-9, clip_norm: float = 0.0,
@@ -168,9 +183,13 @@ class Transformer:
         """Adam and the schedule ``lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
         (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing.
         With ``total_steps > warmup`` the rate falls linearly after the warm-up, from its peak
-        to 0 at ``total_steps`` (a schedule fitted to the run's length)."""
-        self._core.configure_optimizer(int(warmup), float(lr_scale), float(fixed_lr), float(beta1), float(beta2),
-                                       float(eps), float(clip_norm), float(label_smoothing), int(total_steps))
+        to 0 at ``total_steps`` (a schedule fitted to the run's length).
+
+        Raises ValueError naming the first bad option (the core's check, shared with the command
+        line): warmup >= 1, lr_scale > 0, fixed_lr >= 0, clip_norm >= 0 and eps > 0 finite,
+        beta1, beta2 and label_smoothing in [0, 1), total_steps 0 or > warmup."""
+        self._core.configure_optimizer(warmup, lr_scale, fixed_lr, beta1, beta2, eps, clip_norm, label_smoothing,
+                                       total_steps)
 
     @property
     def optimizer_config(self) -> Dict[str, Any]:
@@ -178,7 +197,12 @@ class Transformer:
 
     def train_step(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
         """zero_grad, forward (training), masked loss, backward, clipping, one Adam step — all in
-        C++ with the GIL released. Returns ``(loss, accuracy)`` over non-padding targets."""
+        C++ with the GIL released. Returns ``(loss, accuracy)`` over non-padding targets.
+
+        Raises :class:`NonFiniteError` (a ``FloatingPointError`` and ``RuntimeError``; the message
+        starts ``"Transformer.train_step: non-finite loss"`` when the loss diverged) for
+        non-finite weights, loss or gradient norm, or an update that would make a weight
+        non-finite: nothing is updated then, the model keeps the weights of its last good step."""
         return self._core.train_step(src, tgt_in, tgt_out)
 
     def evaluate(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
@@ -197,7 +221,7 @@ class Transformer:
 
     @step.setter
     def step(self, value: int) -> None:
-        self._core.step = int(value)
+        self._core.step = value
 
     @property
     def dropout_calls(self) -> int:
@@ -206,11 +230,11 @@ class Transformer:
 
     @dropout_calls.setter
     def dropout_calls(self, value: int) -> None:
-        self._core.dropout_calls = int(value)
+        self._core.dropout_calls = value
 
     def learning_rate(self, step: Optional[int] = None) -> float:
         """Learning rate at a 1-based ``step`` (default: the next step)."""
-        return float(self._core.learning_rate(self.step + 1 if step is None else int(step)))
+        return float(self._core.learning_rate(self.step + 1 if step is None else step))
 
     @property
     def last_grad_norm(self) -> float:
@@ -238,8 +262,12 @@ class Transformer:
         kernel (batches of 4+ rows) and keep that copy, with the decoder's buffers, between
         calls; it is refreshed whenever a fingerprint of the weights changes. The GIL is released
         while decoding; another thread's call on this model meanwhile raises ``RuntimeError``.
+
+        Before decoding, ``max_length`` is checked against the memory its key/value caches need
+        (ValueError) and every weight must be finite (:class:`NonFiniteError`, as for logits that
+        overflow while decoding).
         """
-        return self._core.greedy_decode(src, int(start_id), int(end_id), int(max_length))
+        return self._core.greedy_decode(src, start_id, end_id, max_length)
 
     def beam_search(self, src: np.ndarray, start_id: int, end_id: int, max_length: int, beam_size: int = 4,
                     length_penalty: float = 0.6, n_best: int = 1) -> List[List[Tuple[np.ndarray, float, float, bool]]]:
@@ -250,9 +278,9 @@ class Transformer:
         ``finished``), ``score = log_prob / ((5 + len) / 6) ** length_penalty`` (GNMT). A sentence
         stops when no live beam can still beat its ``n_best``-th finished hypothesis.
         With ``beam_size=1`` and ``length_penalty=0`` it equals :meth:`greedy_decode`.
+        ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0.
         """
-        return self._core.beam_search(src, int(start_id), int(end_id), int(max_length), int(beam_size),
-                                      float(length_penalty), int(n_best))
+        return self._core.beam_search(src, start_id, end_id, max_length, beam_size, length_penalty, n_best)
 
     def __repr__(self) -> str:
         c = self.config
