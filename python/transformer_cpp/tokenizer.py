@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-__all__ = ["SubwordTokenizer", "SPECIAL_TOKENS"]
+__all__ = ["MAX_VOCAB_SIZE", "SubwordTokenizer", "SPECIAL_TOKENS"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ _PAD, _START, _END, _UNK = SPECIAL_TOKENS
 _FORMAT_NAME = "transformer_cpp.SubwordTokenizer"
 _FORMAT_VERSION = 1
 _BYTE_ALPHABET_SIZE = 256
+#: The largest ``target_vocab_size`` accepted (2**20). Subword vocabularies are far smaller; the
+#: bound keeps an absurd size from reaching the tokenizers library, which aborts the process on one.
+MAX_VOCAB_SIZE = 2 ** 20
 
 IdSequence = Union[Sequence[int], np.ndarray]
 
@@ -96,10 +99,11 @@ class SubwordTokenizer:
         """Learn a subword vocabulary of at most ``target_vocab_size`` tokens from ``sentences``.
 
         The size includes the 4 special tokens. With ``target_vocab_size >= 260`` the 256 byte
-        symbols are always in the vocabulary, so any text round-trips. With a smaller target
-        (toy vocabularies in tests) the alphabet is limited to the most frequent byte symbols of
-        the corpus and the rest encode as ``<unk>``; a warning is logged. The trainer may stop
-        below the target when no pair of tokens occurs ``min_frequency`` times any more.
+        symbols are always in the vocabulary, so any text round-trips. A smaller target (toy
+        vocabularies in tests) must still hold every byte symbol of the corpus, so that the
+        corpus itself round-trips; bytes the corpus never uses then encode as ``<unk>`` (a
+        warning is logged). The trainer may stop below the target when no pair of tokens occurs
+        ``min_frequency`` times any more.
 
         Args:
             sentences: the training text, one sentence per item (cleaned sentences are best).
@@ -110,8 +114,10 @@ class SubwordTokenizer:
         Raises:
             TypeError: if ``sentences`` is a single string or holds a non-string, or a size is
                 not an int.
-            ValueError: if ``target_vocab_size < 5`` (4 special tokens + 1), ``min_frequency <
-                1``, or the corpus has no non-empty sentence.
+            ValueError: if ``target_vocab_size < 5`` (4 special tokens + 1) or cannot hold the 4
+                special tokens and the byte symbols of the corpus (the message gives the
+                minimum), if it is above :data:`MAX_VOCAB_SIZE`, if ``min_frequency < 1``, or if
+                the corpus has no non-empty sentence.
         """
         Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers = _require_tokenizers()
         name = "SubwordTokenizer.build_from_corpus"
@@ -128,10 +134,15 @@ class SubwordTokenizer:
                 f"{name}: target_vocab_size {target_vocab_size} is too small; it must be at least "
                 f"{n_special + 1} ({n_special} special tokens + 1)"
             )
+        if target_vocab_size > MAX_VOCAB_SIZE:
+            raise ValueError(
+                f"{name}: target_vocab_size {target_vocab_size} is too large; it must be at most "
+                f"{MAX_VOCAB_SIZE} (2**20)"
+            )
         if isinstance(min_frequency, bool) or not isinstance(min_frequency, (int, np.integer)):
             raise TypeError(f"{name}: min_frequency must be an int, got {type(min_frequency).__name__}")
-        if min_frequency < 1:
-            raise ValueError(f"{name}: min_frequency must be >= 1, got {min_frequency}")
+        if not 1 <= min_frequency < 2 ** 63:
+            raise ValueError(f"{name}: min_frequency must be >= 1 and below 2**63, got {min_frequency}")
 
         corpus: List[str] = []
         for i, sentence in enumerate(sentences):
@@ -147,6 +158,16 @@ class SubwordTokenizer:
         if lowercase:
             norm.append(normalizers.Lowercase())
         tok.normalizer = normalizers.Sequence(norm)
+        if target_vocab_size < n_special + _BYTE_ALPHABET_SIZE:
+            # the byte symbols the corpus uses (after normalisation) must all fit, or its own text
+            # would encode as <unk>
+            used = len(set(tok.normalizer.normalize_str(" ".join(corpus)).encode("utf-8")))
+            if target_vocab_size < n_special + used:
+                raise ValueError(
+                    f"{name}: target_vocab_size {target_vocab_size} cannot hold the {n_special} special "
+                    f"tokens and the {used} byte symbols this corpus uses; it must be at least "
+                    f"{n_special + used} (at least {n_special + _BYTE_ALPHABET_SIZE} to encode any text)"
+                )
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
 
@@ -161,8 +182,8 @@ class SubwordTokenizer:
         else:
             trainer_args["limit_alphabet"] = target_vocab_size - n_special
             logger.warning(
-                "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes missing from "
-                "the vocabulary will encode as %s and not round-trip",
+                "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes the corpus does "
+                "not use will encode as %s and not round-trip",
                 name, target_vocab_size, n_special + _BYTE_ALPHABET_SIZE, _UNK,
             )
         tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
