@@ -1,0 +1,598 @@
+"""The C++ core and the low-level Python API against a hostile user: threads sharing one layer,
+inputs changed between forward and backward, NaN and infinity, absurd sizes, options that make
+no sense. Each must give a clear exception or a correct result, never a crash or a silent wrong
+answer. Scenarios that could crash the interpreter run in a subprocess."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import transformer_cpp as tc
+from transformer_cpp.model import NonFiniteError
+from transformer_cpp.tokenizer import MAX_VOCAB_SIZE
+
+V = 13
+HUGE = 2 ** 70  # beyond 64 bits
+
+
+def run_isolated(code: str, env=None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter; a crash shows up as a negative return code."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def assert_clean_exit(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, (f"the interpreter died with return code {proc.returncode} "
+                                  f"(negative = killed by a signal)\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+
+
+def small_model(**kw):
+    args = dict(d_model=8, n_layers=1, n_heads=2, d_ff=12, dropout=0.0, max_length=8, dtype="float64")
+    args.update(kw)
+    return tc.Transformer(V, V, **args)
+
+
+def batch(seed=0, b=2, s=4, t=3):
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, V, (b, s)), rng.integers(1, V, (b, t)), rng.integers(1, V, (b, t))
+
+
+# --- 1. one call at a time per layer ------------------------------------------------------------
+
+_HAMMER = """
+    import threading, numpy as np, transformer_cpp as tc
+    rng = np.random.default_rng(0)
+    B, T, D = 8, 24, 64
+    x = rng.standard_normal((B, T, D)).astype(np.float32)
+    mem = rng.standard_normal((B, T, D)).astype(np.float32)
+    tok = rng.integers(1, 50, (B, T))
+    big = rng.standard_normal((256, 512)).astype(np.float32)
+
+    def adam_step():
+        lin = tc.Linear(512, 512)
+        opt = tc.Adam(lin.parameters())
+        return lambda: opt.step(1e-3)
+
+    def model_step():
+        m = tc.Transformer(50, 50, d_model=D, n_layers=1, n_heads=4, d_ff=64, dropout=0.1)
+        return lambda: m.train_step(tok, tok, tok)
+
+    def layer(make, fwd, bwd_shape):
+        obj = make()
+        def call():
+            out = fwd(obj)
+            if bwd_shape is not None:
+                obj.backward(np.ones(bwd_shape, np.float32))
+        return lambda: call()
+
+    kinds = {
+        "Linear": layer(lambda: tc.Linear(512, 512), lambda l: l.forward(big), (256, 512)),
+        "Dropout": layer(lambda: tc.Dropout(0.5), lambda l: l.forward(big), (256, 512)),
+        "ReLU": layer(lambda: tc.ReLU(), lambda l: l.forward(big), (256, 512)),
+        "LayerNorm": layer(lambda: tc.LayerNorm(512), lambda l: l.forward(big), (256, 512)),
+        "Embedding": layer(lambda: tc.Embedding(50, D), lambda l: l.forward(tok), (B, T, D)),
+        "PositionalEmbedding": layer(lambda: tc.PositionalEmbedding(50, D, max_length=4), lambda l: l.forward(tok),
+                                     (B, T, D)),
+        "ScaledDotProductAttention": layer(lambda: tc.ScaledDotProductAttention(), lambda l: l.forward(x, x, x),
+                                           (B, T, D)),
+        "MultiHeadAttention": layer(lambda: tc.MultiHeadAttention(D, 4), lambda l: l.forward(x, mem), (B, T, D)),
+        "FeedForward": layer(lambda: tc.FeedForward(D, 256), lambda l: l.forward(x, training=True), (B, T, D)),
+        "EncoderLayer": layer(lambda: tc.EncoderLayer(D, 4, 128), lambda l: l.forward(x), (B, T, D)),
+        "DecoderLayer": layer(lambda: tc.DecoderLayer(D, 4, 128), lambda l: l.forward(x, mem), (B, T, D)),
+        "Encoder": layer(lambda: tc.Encoder(50, D, 2, 4, 128), lambda l: l.forward(tok), (B, T, D)),
+        "Decoder": layer(lambda: tc.Decoder(50, D, 2, 4, 128), lambda l: l.forward(tok, mem), (B, T, D)),
+        "Adam": adam_step(),
+        "Transformer": model_step(),
+    }
+    for name, call in kinds.items():
+        stats = {"ok": 0, "busy": 0}
+        lock = threading.Lock()
+        start = threading.Barrier(2)
+
+        def hammer():
+            start.wait()
+            for i in range(3000):
+                try:
+                    call()
+                    key = "ok"
+                except RuntimeError as e:
+                    assert "in use by another thread" in str(e), str(e)
+                    key = "busy"
+                with lock:
+                    stats[key] += 1
+                    if stats["busy"] >= 3 and stats["ok"] >= 3:
+                        return
+
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(name, stats["ok"], stats["busy"], flush=True)
+    print("DONE")
+"""
+
+
+def test_two_threads_on_one_layer_get_an_error_not_a_crash():
+    """Every bound class with forward/backward (and Adam, and the model) runs one call at a time:
+    two threads hammering one object never crash; the loser gets RuntimeError."""
+    proc = run_isolated(_HAMMER, timeout=600)
+    assert_clean_exit(proc)
+    assert "DONE" in proc.stdout, proc.stdout + proc.stderr
+    for line in proc.stdout.splitlines()[:-1]:
+        name, ok, busy = line.split()
+        assert int(ok) > 0, line
+        assert int(busy) > 0, f"{name}: the two threads never overlapped ({line})"
+
+
+def test_idle_layer_works_again_after_a_refused_call():
+    lin = tc.Linear(4, 3, dtype="float64")
+    x = np.ones((2, 4))
+    y = lin.forward(x)
+    np.testing.assert_array_equal(lin.forward(x), y)
+    lin.zero_grad()
+
+
+# --- 2. backward uses what forward saw --------------------------------------------------------
+
+
+def _grads(layer):
+    return {n: p.grad.copy() for n, p in layer.parameters().items()}
+
+
+def _as_list(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+rng0 = np.random.default_rng(0)
+X = rng0.standard_normal((2, 5, 8))
+MEM = rng0.standard_normal((2, 6, 8))
+TOK = rng0.integers(1, V, (2, 5))
+
+# name -> (make layer, forward(layer, inputs), inputs, dout shape)
+MUTATION_CASES = {
+    "Linear": (lambda: tc.Linear(8, 6, seed=1, dtype="float64"), lambda l, a: l.forward(a[0]), [X], (2, 5, 6)),
+    "LayerNorm": (lambda: tc.LayerNorm(8, dtype="float64"), lambda l, a: l.forward(a[0]), [X], (2, 5, 8)),
+    "LayerNorm.forward_residual": (lambda: tc.LayerNorm(8, dtype="float64"),
+                                   lambda l, a: l.forward_residual(a[0], a[1]), [X, X * 2], (2, 5, 8)),
+    "ReLU": (lambda: tc.ReLU(dtype="float64"), lambda l, a: l.forward(a[0]), [X], (2, 5, 8)),
+    "Dropout": (lambda: tc.Dropout(0.3, seed=2, dtype="float64"), lambda l, a: l.forward(a[0]), [X], (2, 5, 8)),
+    "FeedForward": (lambda: tc.FeedForward(8, 16, dropout=0.2, seed=1, dtype="float64"),
+                    lambda l, a: l.forward(a[0], training=True), [X], (2, 5, 8)),
+    "ScaledDotProductAttention": (lambda: tc.ScaledDotProductAttention(dtype="float64"),
+                                  lambda l, a: l.forward(a[0], a[1], a[2]), [X, MEM, MEM * 3], (2, 5, 8)),
+    "MultiHeadAttention self": (lambda: tc.MultiHeadAttention(8, 2, seed=1, dtype="float64"),
+                                lambda l, a: l.forward(a[0]), [X], (2, 5, 8)),
+    "MultiHeadAttention cross": (lambda: tc.MultiHeadAttention(8, 2, seed=1, dtype="float64"),
+                                 lambda l, a: l.forward(a[0], a[1]), [X, MEM], (2, 5, 8)),
+    "EncoderLayer": (lambda: tc.EncoderLayer(8, 2, 16, dropout=0.1, seed=1, dtype="float64"),
+                     lambda l, a: l.forward(a[0], training=True), [X], (2, 5, 8)),
+    "EncoderLayer pre-norm": (lambda: tc.EncoderLayer(8, 2, 16, pre_norm=True, seed=1, dtype="float64"),
+                              lambda l, a: l.forward(a[0]), [X], (2, 5, 8)),
+    "DecoderLayer": (lambda: tc.DecoderLayer(8, 2, 16, seed=1, dtype="float64"),
+                     lambda l, a: l.forward(a[0], a[1]), [X, MEM], (2, 5, 8)),
+    "Embedding": (lambda: tc.Embedding(V, 8, seed=1, dtype="float64"), lambda l, a: l.forward(a[0]), [TOK],
+                  (2, 5, 8)),
+    "PositionalEmbedding": (lambda: tc.PositionalEmbedding(V, 8, seed=1, dtype="float64"),
+                            lambda l, a: l.forward(a[0]), [TOK], (2, 5, 8)),
+    "Encoder": (lambda: tc.Encoder(V, 8, 1, 2, 16, seed=1, dtype="float64"), lambda l, a: l.forward(a[0]), [TOK],
+                (2, 5, 8)),
+    "Decoder": (lambda: tc.Decoder(V, 8, 1, 2, 16, seed=1, dtype="float64"), lambda l, a: l.forward(a[0], a[1]),
+                [TOK, MEM], (2, 5, 8)),
+}
+
+
+@pytest.mark.parametrize("view", [False, True], ids=["array", "view"])
+@pytest.mark.parametrize("name", list(MUTATION_CASES))
+def test_backward_uses_what_forward_saw(name, view):
+    """Changing the input arrays in place between forward and backward changes nothing."""
+    make, forward, inputs, dout_shape = MUTATION_CASES[name]
+    dout = np.random.default_rng(5).standard_normal(dout_shape)
+    ref_layer = make()
+    ref_out = forward(ref_layer, [a.copy() for a in inputs])
+    ref_back = _as_list(ref_layer.backward(dout))
+
+    layer = make()
+    bases = [a.copy() for a in inputs]
+    args = [b[...] if view else b for b in bases]  # a view shares the base's memory
+    out = forward(layer, args)
+    for b in bases:  # the caller reuses its buffers before backward
+        b[...] = 7 if b.dtype.kind == "f" else 1
+    back = _as_list(layer.backward(dout))
+    # equal up to rounding (SIMD reductions may round differently at another address); a
+    # mutated input would change them by O(1)
+    close = dict(rtol=1e-12, atol=1e-12)
+    for got, want in zip(_as_list(out), _as_list(ref_out)):
+        np.testing.assert_allclose(got, want, **close)
+    for got, want in zip(back, ref_back):
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, want, **close)
+    ref_grads = _grads(ref_layer)
+    for n, g in _grads(layer).items():
+        np.testing.assert_allclose(g, ref_grads[n], err_msg=n, **close)
+
+
+def test_transformer_backward_uses_what_forward_saw():
+    src, tgt_in, _ = batch()
+    dlogits = np.random.default_rng(3).standard_normal((2, 3, V))
+    ref = small_model(seed=4)
+    ref.forward(src.copy(), tgt_in.copy(), training=True)
+    ref.backward(dlogits)
+    m = small_model(seed=4)
+    s, t = src.copy(), tgt_in.copy()
+    m.forward(s, t, training=True)
+    s[...] = 0
+    t[...] = 1
+    m.backward(dlogits)
+    for n, p in m.parameters().items():
+        np.testing.assert_allclose(p.grad, ref.parameters()[n].grad, rtol=1e-12, atol=1e-12, err_msg=n)
+
+
+# --- 3. non-finite values ---------------------------------------------------------------------
+
+NONFINITE = [np.nan, np.inf, -np.inf]
+
+
+def _poison(a, value):
+    a = np.array(a, dtype=np.float64)
+    a.flat[a.size // 2] = value
+    return a
+
+
+@pytest.mark.parametrize("value", NONFINITE, ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("name", list(MUTATION_CASES))
+def test_layers_refuse_nonfinite_inputs(name, value):
+    make, forward, inputs, dout_shape = MUTATION_CASES[name]
+    for i in range(len(inputs)):
+        if inputs[i].dtype.kind != "f":
+            continue
+        args = [a.copy() for a in inputs]
+        args[i] = _poison(args[i], value)
+        with pytest.raises(ValueError, match="holds .* at flat index .*inputs must be finite"):
+            forward(make(), args)
+    layer = make()
+    forward(layer, inputs)
+    with pytest.raises(ValueError, match="dout holds"):
+        layer.backward(_poison(np.ones(dout_shape), value))
+
+
+@pytest.mark.parametrize("name", [n for n in MUTATION_CASES if n not in ("ReLU", "Dropout", "ScaledDotProductAttention")])
+def test_layers_refuse_nonfinite_weights(name):
+    make, forward, inputs, _ = MUTATION_CASES[name]
+    layer = make()
+    pname, p = list(layer.parameters().items())[-1]
+    p.value.flat[0] = np.nan
+    with pytest.raises(NonFiniteError, match=f"weights are not finite: parameter '{pname}'"):
+        forward(layer, inputs)
+
+
+def test_nonfinite_error_is_a_floating_point_and_runtime_error():
+    assert issubclass(NonFiniteError, FloatingPointError) and issubclass(NonFiniteError, RuntimeError)
+
+
+@pytest.mark.parametrize("value", NONFINITE, ids=["nan", "inf", "-inf"])
+def test_model_refuses_nonfinite_weights_everywhere(value):
+    m = small_model()
+    src, tgt_in, tgt_out = batch()
+    m.train_step(src, tgt_in, tgt_out)
+    m.parameters()["decoder.layers.0.norm2.weight"].value[1] = value
+    before = {n: p.value.copy() for n, p in m.parameters().items()}
+    name = "decoder.layers.0.norm2.weight"
+    calls = {
+        "forward": lambda: m.forward(src, tgt_in),
+        "evaluate": lambda: m.evaluate(src, tgt_in, tgt_out),
+        "train_step": lambda: m.train_step(src, tgt_in, tgt_out),
+        "greedy_decode": lambda: m.greedy_decode(src, 1, 2, 5),
+        "beam_search": lambda: m.beam_search(src, 1, 2, 5, beam_size=2),
+    }
+    for who, call in calls.items():
+        with pytest.raises(NonFiniteError, match=f"{who}: the weights are not finite: parameter '{name}'"):
+            call()
+    assert m.step == 1
+    for n, p in m.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+    assert m.nonfinite_parameters() == [name]
+    with pytest.raises(NonFiniteError, match=f"1 tensor hold NaN or infinite values: '{name}'"):
+        m.check_finite("load_checkpoint")
+
+
+def test_nonfinite_parameters_lists_adam_moments():
+    m = small_model()
+    m.train_step(*batch())
+    assert m.nonfinite_parameters() == []
+    m.check_finite()
+    m.optimizer_state()["output.bias.v"].value[0] = np.inf
+    assert m.nonfinite_parameters() == ["output.bias.v"]
+    assert m.nonfinite_parameters(optimizer_state=False) == []
+    # an update through that moment would be non-finite: refused, nothing changes
+    before = {n: p.value.copy() for n, p in m.parameters().items()}
+    with pytest.raises(NonFiniteError, match="no update was applied"):
+        m.train_step(*batch())
+    assert m.step == 1
+    for n, p in m.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+
+
+def test_train_step_with_nonfinite_loss_applies_no_update():
+    m = small_model(dtype="float32")
+    src, tgt_in, tgt_out = batch()
+    m.train_step(src, tgt_in, tgt_out)
+    # finite weights whose logits overflow float32
+    m.parameters()["output.weight"].value[...] = 3e38
+    before = {n: p.value.copy() for n, p in m.parameters().items()}
+    with pytest.raises(NonFiniteError, match="Transformer.train_step: non-finite loss") as info:
+        m.train_step(src, tgt_in, tgt_out)
+    assert isinstance(info.value, FloatingPointError) and isinstance(info.value, RuntimeError)
+    assert "no update was applied" in str(info.value)
+    assert m.step == 1
+    for n, p in m.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+    with pytest.raises(NonFiniteError, match="Transformer.evaluate: non-finite loss"):
+        m.evaluate(src, tgt_in, tgt_out)
+    with pytest.raises(NonFiniteError, match="logits are not finite"):
+        m.forward(src, tgt_in)
+    with pytest.raises(NonFiniteError, match="greedy_decode: the logits of step 0 are not finite"):
+        m.greedy_decode(src, 1, 2, 4)
+    with pytest.raises(NonFiniteError, match="beam_search: the logits of step 0 are not finite"):
+        m.beam_search(src, 1, 2, 4)
+
+
+def test_a_diverging_run_stops_with_finite_weights():
+    m = small_model(dtype="float32")
+    m.configure_optimizer(fixed_lr=1e30)
+    src, tgt_in, tgt_out = batch()
+    with pytest.raises(NonFiniteError, match="train_step"):
+        for _ in range(50):
+            m.train_step(src, tgt_in, tgt_out)
+    assert m.nonfinite_parameters() == []  # the last good step's weights
+
+
+def test_attention_never_hides_nan_as_a_masked_row():
+    # softmax: an all-NaN row is NaN (not zeros like a fully masked, all -inf row)
+    out = tc.softmax(np.array([[np.nan, np.nan], [-np.inf, -np.inf], [np.nan, 1.0]]))
+    assert np.isnan(out[0]).all() and np.isnan(out[2]).all()
+    np.testing.assert_array_equal(out[1], [0, 0])
+    # scores that overflow (all -inf without a mask) are refused, not turned into zero weights
+    q = np.full((1, 2, 4), 1e20, np.float32)
+    with pytest.raises(NonFiniteError, match="output is not finite"):
+        tc.scaled_dot_product_attention(q, -q, np.ones((1, 2, 4), np.float32))
+    # a fully masked row still gives zeros
+    mask = np.ones((1, 2, 2), bool)
+    out, w = tc.scaled_dot_product_attention(np.ones((1, 2, 4)), np.ones((1, 2, 4)), np.ones((1, 2, 4)), mask)
+    assert not out.any() and not w.any()
+
+
+# --- 4. sizes --------------------------------------------------------------------------------
+
+ABSURD_CONSTRUCTORS = {
+    "Linear": (lambda: tc.Linear(10 ** 7, 10 ** 7), r"in_features 10000000 x out_features 10000000"),
+    "Embedding": (lambda: tc.Embedding(10 ** 9, 10 ** 6), r"vocab_size 1000000000 x d_model 1000000"),
+    "PositionalEmbedding": (lambda: tc.PositionalEmbedding(10, 512, max_length=10 ** 12), r"max_length 10\*\*12|max_length 1000000000000"),
+    "MultiHeadAttention": (lambda: tc.MultiHeadAttention(10 ** 8, 1), r"d_model 100000000"),
+    "FeedForward": (lambda: tc.FeedForward(10 ** 6, 10 ** 8), r"d_model 1000000, d_ff 100000000"),
+    "EncoderLayer": (lambda: tc.EncoderLayer(10 ** 6, 1, 8), r"d_model 1000000"),
+    "DecoderLayer": (lambda: tc.DecoderLayer(10 ** 6, 1, 8), r"d_model 1000000"),
+    "Encoder": (lambda: tc.Encoder(10, 8, 10 ** 12, 2, 8), r"n_layers 1000000000000"),
+    "Decoder": (lambda: tc.Decoder(10, 8, 10 ** 12, 2, 8), r"n_layers 1000000000000"),
+    "Transformer d_model": (lambda: tc.Transformer(13, 13, d_model=10 ** 6), r"d_model 1000000"),
+    "Transformer vocab": (lambda: tc.Transformer(10 ** 12, 13, d_model=8, n_heads=2), r"src_vocab_size 1000000000000"),
+    "Transformer max_length": (lambda: tc.Transformer(13, 13, d_model=8, n_heads=2, max_length=10 ** 12),
+                               r"max_length 1000000000000"),
+    "Transformer n_layers": (lambda: tc.Transformer(13, 13, d_model=8, n_heads=2, n_layers=2 ** 62),
+                             r"n_layers 4611686018427387904"),
+    "positional_encoding": (lambda: tc.positional_encoding(10 ** 9, 10 ** 6), r"length 1000000000 x depth 1000000"),
+}
+
+
+@pytest.mark.parametrize("name", list(ABSURD_CONSTRUCTORS))
+def test_absurd_sizes_are_refused_before_allocation(name):
+    make, fragment = ABSURD_CONSTRUCTORS[name]
+    with pytest.raises(ValueError, match=fragment) as info:
+        make()
+    assert "of memory available" in str(info.value)
+
+
+def test_absurd_batches_are_refused_before_allocation():
+    m = small_model()
+    long_src = np.ones((1, 300_000), np.int64)
+    with pytest.raises(ValueError, match="source length 300000.*memory available"):
+        m.forward(long_src, np.ones((1, 2), np.int64))
+    with pytest.raises(ValueError, match="memory available"):
+        m.train_step(long_src, np.ones((1, 2), np.int64), np.ones((1, 2), np.int64))
+    with pytest.raises(ValueError, match="memory available"):
+        tc.Encoder(V, 8, 1, 2, 8).forward(long_src)
+    with pytest.raises(ValueError, match="memory available"):
+        tc.MultiHeadAttention(4, 1).forward(np.zeros((1, 300_000, 4)))
+    with pytest.raises(ValueError, match="memory available"):
+        tc.Linear(1, 10 ** 6).forward(np.zeros((10 ** 6, 1), np.float32))
+    with pytest.raises(ValueError, match="memory available"):
+        tc.look_ahead_mask(10 ** 7)
+    with pytest.raises(ValueError, match="memory available"):
+        tc.MultiHeadAttention(4, 1).forward(np.zeros((1, 10 ** 6, 4), np.float32), mask=np.zeros((1, 10 ** 6), bool))
+
+
+def test_decoding_sizes():
+    m = small_model()
+    src = np.ones((2, 3), np.int64)
+    with pytest.raises(ValueError, match="greedy_decode: max_length 1000000000 .*memory available"):
+        m.greedy_decode(src, 1, 2, 10 ** 9)
+    with pytest.raises(ValueError, match="beam_search: beam_size .* and max_length .*memory available"):
+        m.beam_search(src, 1, 2, 10 ** 8, beam_size=8)
+    for beam in (10 ** 6, 2 ** 62, 2 ** 63 - 1, 0, -3):  # 2 * beam_size must never overflow
+        with pytest.raises(ValueError, match=r"beam_size must be in \[1, 1024\]"):
+            m.beam_search(src, 1, 2, 5, beam_size=beam)
+    # the largest beam works and gives a result for every sentence
+    out = m.beam_search(src, 1, 2, 3, beam_size=1024, n_best=2)
+    assert len(out) == 2 and all(len(h) == 2 for h in out)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: tc.Linear(HUGE, 3), "in_features"),
+    (lambda: tc.Linear(3, 3, seed=HUGE), "seed"),
+    (lambda: tc.Linear(3, 3, seed=-1), "seed"),
+    (lambda: tc.Dropout(0.1, seed=HUGE), "seed"),
+    (lambda: tc.Dropout(10 ** 400), "rate"),
+    (lambda: tc.LayerNorm(HUGE), "d_model"),
+    (lambda: tc.LayerNorm(4, eps=10 ** 400), "eps"),
+    (lambda: tc.Embedding(HUGE, 4), "vocab_size"),
+    (lambda: tc.PositionalEmbedding(4, 4, max_length=HUGE), "max_length"),
+    (lambda: tc.MultiHeadAttention(8, HUGE), "n_heads"),
+    (lambda: tc.FeedForward(8, HUGE), "d_ff"),
+    (lambda: tc.EncoderLayer(8, 2, 8, dropout=10 ** 400), "dropout"),
+    (lambda: tc.DecoderLayer(8, 2, HUGE), "d_ff"),
+    (lambda: tc.Encoder(HUGE, 8, 1, 2, 8), "vocab_size"),
+    (lambda: tc.Decoder(4, 8, 1, 2, 8, max_length=-HUGE), "max_length"),
+    (lambda: tc.Transformer(13, HUGE), "tgt_vocab_size"),
+    (lambda: tc.Transformer(13, 13, d_ff=HUGE), "d_ff"),
+    (lambda: tc.Transformer(13, 13, seed=HUGE), "seed"),
+    (lambda: tc.Transformer(13, 13, dropout=10 ** 400), "dropout"),
+    (lambda: small_model().greedy_decode(np.ones((1, 2), int), 1, 2, HUGE), "max_length"),
+    (lambda: small_model().greedy_decode(np.ones((1, 2), int), HUGE, 2, 4), "start_id"),
+    (lambda: small_model().beam_search(np.ones((1, 2), int), 1, 2, 4, beam_size=HUGE), "beam_size"),
+    (lambda: small_model().beam_search(np.ones((1, 2), int), 1, 2, 4, n_best=HUGE), "n_best"),
+    (lambda: small_model().beam_search(np.ones((1, 2), int), 1, 2, 4, length_penalty=10 ** 400), "length_penalty"),
+    (lambda: small_model().configure_optimizer(warmup=HUGE), "warmup"),
+    (lambda: small_model().configure_optimizer(fixed_lr=10 ** 400), "fixed_lr"),
+    (lambda: small_model().learning_rate(HUGE), "step"),
+    (lambda: setattr(small_model(), "step", HUGE), "step"),
+    (lambda: setattr(small_model(), "dropout_calls", HUGE), "dropout_calls"),
+    (lambda: tc.positional_encoding(HUGE, 4), "length"),
+    (lambda: tc.set_num_threads(HUGE), "n"),
+    (lambda: tc.warmup_learning_rate(HUGE, 8), "step"),
+    (lambda: tc.masked_cross_entropy(np.zeros((1, 3)), np.ones(1, int), label_smoothing=10 ** 400), "label_smoothing"),
+    (lambda: tc.Adam(tc.Linear(2, 2).parameters()).step(10 ** 400), "lr"),
+    (lambda: setattr(tc.Dropout(0.1), "calls", HUGE), "calls"),
+])
+def test_integers_beyond_64_bits_name_the_argument(call, name):
+    with pytest.raises(ValueError, match=rf"\b{name}\b") as info:
+        call()
+    assert "Invoked with" not in str(info.value)  # not pybind11's list of signatures
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda: tc.Linear(3.0, 3), "in_features must be an integer, got float"),
+    (lambda: tc.Linear("3", 3), "in_features must be an integer, got str"),
+    (lambda: tc.Dropout("0.1"), "rate must be a number, got str"),
+    (lambda: tc.Encoder(5, 8, 1, 2, 8, layout=3), "layout must be a str"),
+    (lambda: small_model().greedy_decode(np.ones((1, 2), int), 1, 2, 4.5), "max_length must be an integer"),
+    (lambda: tc.set_num_threads(2.0), "must be a positive integer"),
+])
+def test_wrong_argument_types_name_the_argument(call, fragment):
+    with pytest.raises((TypeError, ValueError), match=fragment) as info:
+        call()
+    assert "Invoked with" not in str(info.value)
+
+
+def test_memory_limit_can_be_lowered_by_the_environment():
+    import os
+    env = dict(os.environ, TRANSFORMER_CPP_MEMORY_LIMIT="1000000")
+    proc = run_isolated("""
+        import numpy as np, transformer_cpp as tc
+        try:
+            tc.Linear(1000, 1000)
+        except ValueError as e:
+            assert "more than the 976.6 KB of memory available" in str(e), e
+            print("refused")
+        tc.Linear(100, 100).forward(np.ones((2, 100), np.float32))
+        print("OK")
+    """, env=env)
+    assert_clean_exit(proc)
+    assert proc.stdout.split() == ["refused", "OK"], proc.stdout + proc.stderr
+
+
+def test_tokenizer_vocabulary_bounds():
+    build = tc.SubwordTokenizer.build_from_corpus
+    corpus = ["the cat sat on the mat", "¿qué tal?"]
+    with pytest.raises(ValueError, match=rf"target_vocab_size {10 ** 12} is too large; it must be at most {MAX_VOCAB_SIZE}"):
+        build(corpus, 10 ** 12)
+    with pytest.raises(ValueError, match="too large"):
+        build(corpus, 2 ** 64 + 1)
+    n_bytes = len(set(" ".join(" " + s for s in corpus).encode("utf-8")))
+    with pytest.raises(ValueError, match=rf"target_vocab_size 5 cannot hold the 4 special tokens and the {n_bytes} "
+                                         rf"byte symbols this corpus uses; it must be at least {4 + n_bytes}"):
+        build(corpus, 5)
+    tok = build(corpus, 4 + n_bytes, min_frequency=1)  # the minimum: the corpus round-trips
+    for s in corpus:
+        assert tok.decode(tok.encode(s)) == s
+    with pytest.raises(ValueError, match="min_frequency"):
+        build(corpus, 300, min_frequency=HUGE)
+
+
+def test_huge_vocabulary_does_not_abort_the_interpreter():
+    proc = run_isolated("""
+        import transformer_cpp as tc
+        for size in (10 ** 10, 2 ** 64, 2 ** 200):
+            try:
+                tc.SubwordTokenizer.build_from_corpus(["a b c"], size)
+            except ValueError as e:
+                assert "too large" in str(e)
+        print("OK")
+    """)
+    assert_clean_exit(proc)
+
+
+# --- 5. options that make no sense ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(fixed_lr=float("nan")), "fixed_lr must be a finite number >= 0"),
+    (dict(fixed_lr=float("inf")), "fixed_lr"),
+    (dict(fixed_lr=-1e-3), "fixed_lr"),
+    (dict(lr_scale=0.0), "lr_scale must be a finite number > 0"),
+    (dict(lr_scale=float("nan")), "lr_scale"),
+    (dict(clip_norm=-1.0), "clip_norm must be a finite number >= 0"),
+    (dict(clip_norm=float("nan")), "clip_norm"),
+    (dict(clip_norm=float("inf")), "clip_norm"),
+    (dict(eps=0.0), "eps must be a finite number > 0"),
+    (dict(eps=float("nan")), "eps"),
+    (dict(beta1=1.0), "beta1 must be in"),
+    (dict(beta2=float("nan")), "beta2"),
+    (dict(warmup=0), "warmup must be >= 1"),
+    (dict(total_steps=-5), "total_steps must be 0"),
+    (dict(label_smoothing=float("nan")), "label_smoothing"),
+    (dict(label_smoothing=1.0), "label_smoothing"),
+])
+def test_optimizer_options_are_refused(kwargs, fragment):
+    m = small_model()
+    before = m.optimizer_config
+    with pytest.raises(ValueError, match=f"configure_optimizer: {fragment}"):
+        m.configure_optimizer(**kwargs)
+    assert m.optimizer_config == before  # nothing half-applied
+
+
+@pytest.mark.parametrize("penalty", [float("inf"), float("nan"), -0.5, 1e300])
+def test_length_penalty_is_checked(penalty):
+    with pytest.raises(ValueError, match="length_penalty"):
+        small_model().beam_search(np.ones((1, 3), int), 1, 2, 5, length_penalty=penalty)
+
+
+def test_other_numeric_options_are_refused():
+    lin = tc.Linear(2, 2)
+    adam = tc.Adam(lin.parameters())
+    with pytest.raises(ValueError, match="learning rate must be a finite number"):
+        adam.step(float("nan"))
+    with pytest.raises(ValueError, match="max_norm must be a finite number >= 0"):
+        adam.clip_grad_norm(-1.0)
+    with pytest.raises(ValueError, match="max_norm"):
+        adam.clip_grad_norm(float("nan"))
+    with pytest.raises(ValueError, match="eps must be a finite number"):
+        tc.LayerNorm(4, eps=float("nan"))
+    with pytest.raises(ValueError, match="rate must be in"):
+        tc.Dropout(float("nan"))
+    with pytest.raises(ValueError, match="dropout must be in"):
+        tc.Transformer(13, 13, dropout=float("nan"))
+    with pytest.raises(ValueError, match="layer_norm_eps must be a finite number"):
+        tc.Transformer(13, 13, layer_norm_eps=float("inf"))
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        tc.warmup_learning_rate(1, 8, scale=float("nan"))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        tc.masked_cross_entropy(np.zeros((1, 3)), np.ones(1, int), label_smoothing=float("nan"))
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        tc.Embedding(4, 2).forward(np.ones((1, 2), int), scale=float("inf"))
+    with pytest.raises(ValueError, match=r"set_num_threads: n must be an integer in \[1, 1024\]"):
+        tc.set_num_threads(10 ** 6)
