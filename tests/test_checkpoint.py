@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,3 +309,137 @@ def test_keeps_the_last_five(tmp_path, tok, trained):
     assert len(list_checkpoints(tmp_path)) == 6  # 0 keeps everything that is there
     _save(tmp_path, model, tok, name=checkpoint_name(9), keep=1)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0009"]
+
+
+# --- non-finite values ------------------------------------------------------------------------
+
+
+def _rewrite_tensors(path, fname, tensors):
+    """Write ``tensors`` as ``fname`` and update config.json's size and checksum, so that only the
+    values are wrong."""
+    save_file(tensors, str(path / fname))
+    data = (path / fname).read_bytes()
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["files"][fname] = {"bytes": len(data), "sha256": ck._sha256(data)}
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("fname, bad", [("model.safetensors", np.nan), ("model.safetensors", -np.inf),
+                                        ("optimizer.safetensors", np.inf)])
+def test_loading_non_finite_values_fails_naming_the_tensor(tmp_path, tok, trained, fname, bad):
+    model, _ = trained
+    path = _save(tmp_path, model, tok)
+    source = model.parameters() if fname == "model.safetensors" else model.optimizer_state()
+    tensors = {k: np.array(p.value) for k, p in source.items()}
+    name = sorted(tensors)[3]
+    tensors[name].flat[1] = bad
+    _rewrite_tensors(path, fname, tensors)
+    kind = "1 NaN, 0 infinite" if np.isnan(bad) else "0 NaN, 1 infinite"
+    with pytest.raises(CheckpointError, match=rf"'{fname}' holds non-finite values, in tensor '{name}' \({kind} of"):
+        load_checkpoint(path)
+    if fname == "optimizer.safetensors":  # translating does not read the moments
+        assert load_checkpoint(path, optimizer=False).model.config == model.config
+
+
+def test_saving_non_finite_weights_is_refused(tmp_path, tok, trained):
+    model, _ = trained
+    copy = load_checkpoint(_save(tmp_path / "good", model, tok)).model
+    name = "decoder.layers.0.norm1.weight"
+    copy.parameters()[name].value[2] = np.nan
+    with pytest.raises(ValueError, match=rf"save_checkpoint: the model holds non-finite values, in '{name}' \(1 NaN"):
+        save_checkpoint(tmp_path / "bad", copy, tok, tok)
+    assert not (tmp_path / "bad").exists() or list_checkpoints(tmp_path / "bad") == []
+
+
+# --- housekeeping: pruning, temporaries, the lock ---------------------------------------------
+
+
+def test_pruning_deletes_only_complete_checkpoints_of_this_run(tmp_path, tok, trained):
+    model, _ = trained
+    first = _save(tmp_path, model, tok, name="epoch-0001", run_id="run-a")
+    # a damaged directory with a checkpoint's name (from a crash, or copied in) and a complete
+    # checkpoint of another run: neither is counted, kept in place of a good one, or deleted
+    damaged = tmp_path / "epoch-0099"
+    shutil.copytree(first, damaged)
+    (damaged / "model.safetensors").write_bytes(b"half")
+    foreign = tmp_path / "epoch-0050"
+    shutil.copytree(_save(tmp_path / "other", model, tok, name="epoch-0050", run_id="run-b"), foreign)
+    for epoch in range(2, 7):
+        _save(tmp_path, model, tok, name=checkpoint_name(epoch), run_id="run-a", keep=3)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0004", "epoch-0005", "epoch-0006", "epoch-0050"]
+    assert damaged.is_dir() and [p.name for p in list_checkpoints(tmp_path, complete=False)][-1] == "epoch-0099"
+    assert json.loads((foreign / "config.json").read_text())["run_id"] == "run-b"
+    assert load_checkpoint(tmp_path).path.name == "epoch-0006"  # latest: the one just written
+
+
+def test_pruning_keeps_best_and_the_run_id_carries_on(tmp_path, tok, trained):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    ck.mark_best(tmp_path, "epoch-0001")
+    for epoch in range(2, 5):
+        _save(tmp_path, model, tok, name=checkpoint_name(epoch), keep=2)  # run id: the one latest names
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001", "epoch-0003", "epoch-0004"]
+    ids = {json.loads((p / "config.json").read_text())["run_id"] for p in list_checkpoints(tmp_path)}
+    assert len(ids) == 1 and load_checkpoint(tmp_path).run_id in ids
+
+
+def test_a_half_deleted_checkpoint_is_not_listed_and_leftovers_are_cleaned(tmp_path, tok, trained, monkeypatch):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    _save(tmp_path, model, tok, name="epoch-0002")
+    # a deletion killed half-way: the checkpoint was renamed first, so it is no longer listed
+    real_rmtree = shutil.rmtree
+
+    def killed(path, *args, **kwargs):
+        (Path(path) / "model.safetensors").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ck.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ck._remove_checkpoint(tmp_path / "epoch-0001")
+    monkeypatch.setattr(ck.shutil, "rmtree", real_rmtree)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0002"]
+    # what the old code left (files deleted in place) is not listed either
+    (tmp_path / "epoch-0002" / "optimizer.safetensors").unlink()
+    assert list_checkpoints(tmp_path) == []
+    # leftovers of killed writes: a checkpoint directory, a pointer file next to `latest`
+    (tmp_path / ".tmp-latest-999999-0123abcd").write_text("epoch-00")
+    (tmp_path / ".tmp-epoch-0003-999999-0123abcd").mkdir()
+    assert any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+    _save(tmp_path, model, tok, name="epoch-0003")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    (tmp_path / ".tmp-best-999999-0123abcd").write_text("x")
+    with ck.lock_run(tmp_path):  # taking the lock cleans them too
+        assert not (tmp_path / ".tmp-best-999999-0123abcd").exists()
+
+
+def test_a_second_process_cannot_write_into_a_locked_run(tmp_path, tok, trained):
+    import subprocess
+    import sys
+
+    model, _ = trained
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time, transformer_cpp.checkpoint as ck\n"
+                               f"with ck.lock_run({str(run)!r}):\n    print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ck.RunLockedError, match=rf"run directory '{run}' is in use by another process "
+                                                    rf"\(process {holder.pid}\)"):
+            _save(run, model, tok)
+        with pytest.raises(ck.RunLockedError):
+            with ck.lock_run(run):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with ck.lock_run(run):  # free again once the holder is gone; re-entrant within a process
+        assert _save(run, model, tok).name == "epoch-0001"
+
+
+def test_check_writable(tmp_path):
+    assert ck.check_writable(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError, match=rf"--out '{tmp_path / 'file' / 'run'}' cannot be written"):
+        ck.check_writable(tmp_path / "file" / "run", "--out")

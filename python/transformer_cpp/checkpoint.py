@@ -19,30 +19,49 @@ A *run directory* (what ``transformer-cpp train --out`` names) holds checkpoints
 No pickle anywhere: tensors are safetensors, everything else is JSON.
 
 Crash safety. A checkpoint is first written into a hidden temporary directory next to its final
-place (``.tmp-<name>-<pid>``), every file is flushed to disk, and the directory is then renamed
-into place with one ``os.replace``. Only after that is ``latest`` rewritten, again through a
-temporary file and ``os.replace``. A crash at any moment therefore leaves ``latest`` naming a
-complete checkpoint; a half-written temporary directory is ignored by :func:`load_checkpoint` and
-removed by the next successful save. Old checkpoints beyond ``keep`` are deleted last.
+place (``.tmp-<name>-<pid>-<random>``), every file is flushed to disk, and the directory is then
+renamed into place with one ``os.replace``. Only after that is ``latest`` rewritten, again through
+a temporary file and ``os.replace``. A crash at any moment therefore leaves ``latest`` naming a
+complete checkpoint; a half-written temporary directory or pointer file is ignored by
+:func:`load_checkpoint` and removed when the run directory is next locked or written.
+
+Housekeeping. Old checkpoints beyond ``keep`` are deleted last, and only those that this run wrote
+(``config.json`` records the run's ``run_id``) and that are complete (every file present with the
+size ``config.json`` records): a damaged or foreign directory with a checkpoint's name is never
+counted or deleted, the one just written and ``best`` are always kept. A checkpoint is deleted by
+renaming it to a temporary name first, so a half-deleted one is never listed.
+
+One writer at a time. Writing into a run directory takes its lock, ``<run>/.lock``
+(``fcntl.flock``; :func:`lock_run`); a trainer holds it for the whole of ``fit`` and the command
+line for the whole command, so a second process that tries to train or save into the same
+directory fails at once with :class:`RunLockedError`.
 
 Loading checks everything it reads and raises :class:`CheckpointError` (a ``ValueError``) with the
 path and what is wrong: missing directory or file, invalid JSON, a file whose size or checksum
 differs from what ``config.json`` recorded (truncated or damaged), unreadable safetensors, missing
-or unexpected tensors, shapes or dtypes that do not match the architecture, tokenizers whose
-vocabulary does not match the model.
+or unexpected tensors, shapes or dtypes that do not match the architecture, NaN or infinite
+values (naming the tensor), tokenizers whose vocabulary does not match the model. Saving refuses
+weights or moments that are not finite, so a checkpoint that loads is a usable one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (not POSIX: no run-directory lock)
+    fcntl = None  # type: ignore[assignment]
 
 import numpy as np
 
@@ -51,6 +70,7 @@ from .tokenizer import SubwordTokenizer
 
 __all__ = [
     "CheckpointError",
+    "RunLockedError",
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",
@@ -62,6 +82,9 @@ __all__ = [
     "average_checkpoints",
     "mark_best",
     "best_checkpoint",
+    "lock_run",
+    "check_writable",
+    "nonfinite_tensors",
     "FORMAT_NAME",
     "FORMAT_VERSION",
 ]
@@ -82,12 +105,17 @@ AVERAGED_NAME = "averaged"
 
 _NAME_RE = re.compile(r"^epoch-(\d{4,})(?:-batch-(\d{6,}))?$")
 _TMP_PREFIX = ".tmp-"
+LOCK_FILE = ".lock"
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, damaged or does not fit its own architecture."""
+
+
+class RunLockedError(CheckpointError):
+    """Another process holds the run directory's lock (it is training or saving there)."""
 
 
 @dataclass
@@ -115,6 +143,7 @@ class Checkpoint:
     data: Optional[Dict[str, Any]] = None
     optimizer_loaded: bool = False
     extra: Dict[str, Any] = field(default_factory=dict)
+    run_id: Optional[str] = None  # the run that wrote it (see the module docstring)
 
 
 # ------------------------------------------------------------------------------------ names
@@ -144,21 +173,49 @@ def _order_key(name: str) -> Optional[Tuple[int, int]]:
     return epoch - 1, int(match.group(2))
 
 
-def list_checkpoints(run_dir: PathLike) -> List[Path]:
-    """The checkpoint directories of ``run_dir``, oldest first (by training progress).
-
-    Only directories named like :func:`checkpoint_name` that hold a ``config.json`` count;
-    temporary directories of an interrupted write are ignored.
-    """
-    run = Path(run_dir)
+def _checkpoint_dirs(run: Path) -> List[Path]:
+    """Directories of ``run`` named like :func:`checkpoint_name`, oldest first, whatever they hold."""
     if not run.is_dir():
         return []
     found = []
     for child in run.iterdir():
         key = _order_key(child.name)
-        if key is not None and child.is_dir() and (child / CONFIG_FILE).is_file():
+        if key is not None and child.is_dir():
             found.append((key, child))
     return [p for _, p in sorted(found)]
+
+
+def _complete_config(ckpt: Path) -> Optional[Dict[str, Any]]:
+    """The ``config.json`` of ``ckpt`` if the checkpoint is complete: that file is a checkpoint
+    configuration and every file it records is there with the recorded size (no checksum: cheap
+    enough for every listing). ``None`` for anything else."""
+    try:
+        config = json.loads((ckpt / CONFIG_FILE).read_text(encoding="utf-8"))
+        if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
+            return None
+        files = config.get("files")
+        if not isinstance(files, dict) or MODEL_FILE not in files:
+            return None
+        for fname, info in files.items():
+            if "/" in fname or not isinstance(info, dict) or (ckpt / fname).stat().st_size != info.get("bytes"):
+                return None
+    except (OSError, ValueError):  # missing or unreadable files, invalid JSON or UTF-8
+        return None
+    return config
+
+
+def list_checkpoints(run_dir: PathLike, *, complete: bool = True) -> List[Path]:
+    """The checkpoint directories of ``run_dir``, oldest first (by training progress).
+
+    Only directories named like :func:`checkpoint_name` count; temporary directories of an
+    interrupted write or deletion are ignored. With ``complete`` (the default) a directory must
+    also hold a checkpoint whose files are all there with the sizes ``config.json`` records;
+    with ``complete=False`` a ``config.json`` is enough.
+    """
+    dirs = _checkpoint_dirs(Path(run_dir))
+    if complete:
+        return [p for p in dirs if _complete_config(p) is not None]
+    return [p for p in dirs if (p / CONFIG_FILE).is_file()]
 
 
 def latest_checkpoint(run_dir: PathLike) -> Optional[Path]:
@@ -181,7 +238,8 @@ def mark_best(run_dir: PathLike, name: str) -> None:
     run = Path(run_dir)
     if not (run / name / CONFIG_FILE).is_file():
         raise CheckpointError(f"mark_best: '{run / name}' is not a checkpoint")
-    _write_pointer(run, name, BEST_FILE)
+    with lock_run(run):
+        _write_pointer(run, name, BEST_FILE)
 
 
 def _follow(run: Path, pointer_name: str) -> Optional[Path]:
@@ -271,10 +329,161 @@ def _tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
     return save(arrays, metadata={"format": FORMAT_NAME, "content": kind})
 
 
-def _remove_stale_temporaries(run: Path, keep: Optional[Path] = None) -> None:
-    for child in run.iterdir():
-        if child.name.startswith(_TMP_PREFIX) and child != keep:
-            shutil.rmtree(child, ignore_errors=True)
+_in_flight: set = set()  # temporaries this process is writing or removing right now
+
+
+@contextlib.contextmanager
+def _temporary(run: Path, what: str) -> Iterator[Path]:
+    """A fresh temporary path in ``run``, ``.tmp-<what>-<pid>-<random>``, that
+    :func:`_remove_stale_temporaries` leaves alone for the ``with`` block (another thread of this
+    process may be cleaning up meanwhile)."""
+    path = run / f"{_TMP_PREFIX}{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    _in_flight.add(path)
+    try:
+        yield path
+    finally:
+        _in_flight.discard(path)
+
+
+def _remove_path(path: Path) -> None:
+    """Remove a file or a directory tree, ignoring what is already gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _remove_stale_temporaries(run: Path) -> None:
+    """Remove what interrupted writes and deletions left in ``run`` (hidden ``.tmp-*`` files and
+    directories), except those in use in this process. Called with the run's lock held, so no
+    other process is writing there."""
+    try:
+        children = list(run.iterdir())
+    except OSError:
+        return
+    for child in children:
+        if child.name.startswith(_TMP_PREFIX) and child not in _in_flight:
+            _remove_path(child)
+
+
+def _remove_checkpoint(path: Path) -> None:
+    """Delete a checkpoint directory: first renamed to a temporary name (one atomic step, after
+    which it is no longer listed), then removed."""
+    with _temporary(path.parent, f"removed-{path.name}") as trash:
+        try:
+            os.replace(path, trash)
+        except OSError:
+            return  # not ours to remove after all (gone, or not permitted): leave it
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+_held_locks: Dict[str, List[int]] = {}  # resolved run directory -> [file descriptor, depth]
+_held_locks_guard = threading.Lock()
+
+
+def _lock_holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return f" (process {text})" if text.isdigit() else ""
+
+
+@contextlib.contextmanager
+def lock_run(run_dir: PathLike) -> Iterator[Path]:
+    """Hold the lock of run directory ``run_dir`` (created if needed) for the ``with`` block.
+
+    The lock is ``fcntl.flock`` on ``<run>/.lock``: the operating system releases it when the
+    process ends, however it ends. Within one process the lock is re-entrant. Taking it also
+    removes what interrupted writes left behind (see the module docstring). Where ``flock`` is
+    not available (not POSIX, or a file system without locks) the block runs unlocked.
+
+    Raises:
+        RunLockedError: another process holds the lock.
+        OSError: the directory cannot be created.
+    """
+    run = Path(run_dir).expanduser()
+    run.mkdir(parents=True, exist_ok=True)
+    key = str(run.resolve())
+    with _held_locks_guard:
+        held = _held_locks.get(key)
+        if held is not None:
+            held[1] += 1
+        else:
+            held = _held_locks[key] = [_acquire(run), 1]  # non-blocking: fine under the guard
+            if held[0] >= 0:
+                _remove_stale_temporaries(run)
+    try:
+        yield run
+    finally:
+        with _held_locks_guard:
+            held[1] -= 1
+            release = held[1] == 0
+            if release:
+                del _held_locks[key]
+        if release and held[0] >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(held[0], fcntl.LOCK_UN)
+            os.close(held[0])
+
+
+def _acquire(run: Path) -> int:
+    """Lock ``run``; the lock file's descriptor, or -1 when this platform cannot lock."""
+    if fcntl is None:
+        return -1
+    try:
+        fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return -1  # e.g. a read-only directory: writing will fail with its own message
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise RunLockedError(f"run directory '{run}' is in use by another process{holder} that trains or saves "
+                             "checkpoints there; wait until it ends, or use another directory") from None
+    except OSError:  # a file system without flock
+        os.close(fd)
+        return -1
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    return fd
+
+
+def check_writable(run_dir: PathLike, what: str = "run directory") -> Path:
+    """Create ``run_dir`` if needed and check that files can be written in it; raise
+    ``OSError("<what> '<run_dir>' cannot be written: <reason>")`` otherwise. Returns the path."""
+    import tempfile
+
+    run = Path(run_dir).expanduser()
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run):
+            pass
+    except OSError as exc:
+        raise OSError(f"{what} '{run}' cannot be written: {exc.strerror or exc}") from None
+    return run
+
+
+def nonfinite_tensors(tensors: Mapping[str, Any]) -> List[str]:
+    """The names of the tensors (arrays, or objects with a ``.value`` array) that hold a NaN or
+    infinite value, each with what it holds: ``"'output.bias' (3 NaN, 0 infinite of 120)"``."""
+    bad = []
+    for name, t in tensors.items():
+        value = np.asarray(getattr(t, "value", t))
+        if value.dtype.kind not in "fc":
+            continue
+        finite = np.isfinite(value)
+        if not finite.all():
+            nan = int(np.isnan(value).sum())
+            bad.append(f"{name!r} ({nan} NaN, {int(value.size - finite.sum()) - nan} infinite of {value.size})")
+    return bad
+
+
+def _describe_bad(bad: List[str]) -> str:
+    return ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
 
 
 def save_checkpoint(
@@ -289,6 +498,7 @@ def save_checkpoint(
     data: Optional[Mapping[str, Any]] = None,
     optimizer: bool = True,
     keep: Optional[int] = 5,
+    run_id: Optional[str] = None,
 ) -> Path:
     """Write a checkpoint of ``model`` into ``run_dir/name`` atomically; point ``latest`` at it.
 
@@ -301,15 +511,21 @@ def save_checkpoint(
             ``trainer_state``'s ``epoch`` and ``batch_in_epoch``, else ``epoch-0000``).
         trainer_state, train_config, data: JSON-serialisable dicts stored as they are.
         optimizer: also save the optimiser moments (needed to resume training, not to translate).
-        keep: keep only the newest ``keep`` checkpoints of ``run_dir`` (``None`` or 0: keep all).
-            The one just written is always kept.
+        keep: keep only the newest ``keep`` complete checkpoints of this run (``None`` or 0:
+            keep all). The one just written and ``best`` are always kept; checkpoints of other
+            runs and damaged directories are never deleted.
+        run_id: the run this checkpoint belongs to (recorded in ``config.json``; pruning only
+            deletes checkpoints of the same run). Default: the run of the checkpoint ``latest``
+            names, else a new one.
 
     Returns:
         The checkpoint directory.
 
     Raises:
         ValueError: bad arguments (a name not made by :func:`checkpoint_name`, tokenizers that do
-            not match the model, state that is not JSON-serialisable).
+            not match the model, state that is not JSON-serialisable, weights or moments that
+            hold NaN or infinite values).
+        RunLockedError: another process is writing into ``run_dir``.
     """
     run = Path(run_dir).expanduser()
     if name is None:
@@ -326,6 +542,15 @@ def save_checkpoint(
             raise ValueError(f"save_checkpoint: {label} must be a SubwordTokenizer, got {type(tok).__name__}")
         if tok.vocab_size != cfg[key]:
             raise ValueError(f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}")
+
+    bad = nonfinite_tensors(model.parameters())
+    if optimizer and not bad:
+        bad = nonfinite_tensors(model.optimizer_state())
+    if bad:
+        raise ValueError(f"save_checkpoint: the model holds non-finite values, in {_describe_bad(bad)}; "
+                         "a checkpoint of it could not be used (has training diverged?)")
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        raise ValueError(f"save_checkpoint: run_id must be a non-empty str or None, got {run_id!r}")
 
     # Everything is serialised before the first byte is written, so that bad input fails early.
     files: Dict[str, bytes] = {
@@ -351,60 +576,77 @@ def save_checkpoint(
             "data": None if data is None else dict(data),
             "files": {fname: {"bytes": len(b), "sha256": _sha256(b)} for fname, b in sorted(files.items())},
         }
-        config_bytes = _json_bytes(config)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
 
-    run.mkdir(parents=True, exist_ok=True)
-    tmp = run / f"{_TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        for fname, payload in files.items():
-            _write_bytes(tmp / fname, payload)
-        _write_bytes(tmp / CONFIG_FILE, config_bytes)  # last: a directory with config.json is complete
-        _fsync_dir(tmp)
+    with lock_run(run):
+        config["run_id"] = run_id or _latest_run_id(run) or uuid.uuid4().hex[:16]
+        config_bytes = _json_bytes(config)
         target = run / name
-        if target.exists():  # e.g. the same epoch saved again after resuming from an older checkpoint
-            trash = run / f"{_TMP_PREFIX}old-{name}-{uuid.uuid4().hex[:8]}"
-            os.replace(target, trash)
-            os.replace(tmp, target)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-        _fsync_dir(run)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with _temporary(run, name) as tmp, _temporary(run, f"old-{name}") as trash:
+            tmp.mkdir()
+            try:
+                for fname, payload in files.items():
+                    _write_bytes(tmp / fname, payload)
+                _write_bytes(tmp / CONFIG_FILE, config_bytes)  # last: a directory with config.json is complete
+                _fsync_dir(tmp)
+                if target.exists():  # e.g. the same epoch saved again after resuming from an older checkpoint
+                    os.replace(target, trash)
+                    os.replace(tmp, target)
+                    shutil.rmtree(trash, ignore_errors=True)
+                else:
+                    os.replace(tmp, target)
+                _fsync_dir(run)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
 
-    if name != AVERAGED_NAME:  # "latest" is what a resume continues: never the average
-        _write_pointer(run, name)
-    _remove_stale_temporaries(run)
-    if keep:
-        _prune(run, int(keep), protect=target)
+        if name != AVERAGED_NAME:  # "latest" is what a resume continues: never the average
+            _write_pointer(run, name)
+        _remove_stale_temporaries(run)
+        if keep:
+            _prune(run, int(keep), protect=target, run_id=config["run_id"])
     return target
 
 
-def _write_pointer(run: Path, name: str, pointer: str = LATEST_FILE) -> None:
-    tmp = run / f"{_TMP_PREFIX}{pointer}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def _latest_run_id(run: Path) -> Optional[str]:
+    """The run id recorded by the checkpoint ``latest`` names, if it can be read."""
     try:
-        _write_bytes(tmp, (name + "\n").encode("utf-8"))
-        os.replace(tmp, run / pointer)
-    except BaseException:
-        if tmp.exists():
-            tmp.unlink()
-        raise
+        latest = latest_checkpoint(run)
+    except CheckpointError:
+        return None
+    config = _complete_config(latest) if latest is not None else None
+    run_id = config.get("run_id") if config is not None else None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def _write_pointer(run: Path, name: str, pointer: str = LATEST_FILE) -> None:
+    with _temporary(run, pointer) as tmp:
+        try:
+            _write_bytes(tmp, (name + "\n").encode("utf-8"))
+            os.replace(tmp, run / pointer)
+        except BaseException:
+            if tmp.exists():
+                tmp.unlink()
+            raise
     _fsync_dir(run)
 
 
-def _prune(run: Path, keep: int, protect: Path) -> None:
-    checkpoints = list_checkpoints(run)
+def _prune(run: Path, keep: int, protect: Path, run_id: str) -> None:
+    """Delete the oldest complete checkpoints of run ``run_id`` beyond the newest ``keep``, never
+    ``protect`` (the one just written) nor ``best``."""
+    ours = []
+    for path in _checkpoint_dirs(run):
+        config = _complete_config(path)
+        if config is not None and config.get("run_id") == run_id:
+            ours.append(path)
     try:
         best = best_checkpoint(run)
     except CheckpointError:
         best = None
-    for old in checkpoints[: max(0, len(checkpoints) - keep)]:
+    for old in ours[: max(0, len(ours) - keep)]:
         if old != protect and old != best:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_checkpoint(old)
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -468,6 +710,10 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
             raise CheckpointError(
                 f"checkpoint '{ckpt}': '{fname}' tensor {n!r} is {value.dtype}, the model is {target.value.dtype}"
             )
+    bad = nonfinite_tensors(tensors)
+    if bad:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' holds non-finite values, in tensor {_describe_bad(bad)}; "
+                              "the checkpoint is unusable (saved from a diverged run, or damaged)")
     for n, target in targets.items():
         target.value[...] = tensors[n]
 
@@ -595,6 +841,7 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     trainer_state = _read_json(ckpt, TRAINER_STATE_FILE, files)
     if trainer_state is not None and not isinstance(trainer_state, dict):
         raise CheckpointError(f"checkpoint '{ckpt}': '{TRAINER_STATE_FILE}' must hold a JSON object or null")
+    run_id = config.get("run_id")
     return Checkpoint(
         path=ckpt,
         model=model,
@@ -604,4 +851,5 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
         train_config=config.get("train_config"),
         data=config.get("data"),
         optimizer_loaded=optimizer_loaded,
+        run_id=run_id if isinstance(run_id, str) and run_id else None,
     )
