@@ -46,10 +46,32 @@ def test_train_config_defaults_and_round_trip():
     (dict(batch_size=0), "batch_size"), (dict(epochs=-1), "epochs"), (dict(warmup=0), "warmup"),
     (dict(label_smoothing=1.0), "label_smoothing"), (dict(clip_norm=-1.0), "clip_norm"),
     (dict(batch_size=2.5), "batch_size"), (dict(threads=0), "threads"), (dict(log_every=True), "log_every"),
+    # every value the command line refuses, the Python API refuses with the same message
+    (dict(fixed_lr=float("nan")), r"TrainConfig: fixed_lr must be a finite number >= 0, got nan$"),
+    (dict(clip_norm=float("inf")), r"TrainConfig: clip_norm must be a finite number >= 0, got inf$"),
+    (dict(label_smoothing=float("nan")), r"TrainConfig: label_smoothing must be a number in \[0, 1\), got nan$"),
+    (dict(lr_scale=0.0), r"TrainConfig: lr_scale must be a finite number > 0, got 0.0$"),
+    (dict(beta2=1.0), r"beta2 must be a number in \[0, 1\)"), (dict(adam_eps=0.0), "adam_eps must be a finite number > 0"),
+    (dict(seed=2 ** 70), r"seed must be an integer in \[0, 9223372036854775807\], got 1180591620717411303424$"),
+    (dict(epochs=10 ** 30), r"epochs must be an integer in \[0, 1000000\]"),
+    (dict(warmup=np.int64(0)), "warmup must be an integer in"), (dict(time_budget=1e300), "time_budget"),
+    (dict(lr_scale="1"), r"lr_scale must be a finite number > 0, got '1'"),
+    (dict(decay="no"), r"TrainConfig: decay must be True or False, got 'no'"),
 ])
 def test_train_config_rejects_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kw)
+
+
+def test_train_config_check_and_limits():
+    assert TrainConfig.check("batch_size", np.int32(7)) == 7 and type(TrainConfig.check("batch_size", 7)) is int
+    assert TrainConfig.check("lr_scale", 2) == 2.0 and TrainConfig.check("threads", None) is None
+    assert TrainConfig.LIMITS["label_smoothing"].describe() == "a number in [0, 1)"
+    assert TrainConfig.LIMITS["fixed_lr"].describe() == "a finite number >= 0"
+    assert set(TrainConfig.LIMITS) | {"decay", "bucket_by_length", "drop_remainder", "progress"} == \
+        {f for f in TrainConfig().to_dict()}  # every setting is checked
+    with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
+        TrainConfig.check("learning_rate", 1)
 
 
 def test_trainer_configures_the_optimizer(tok, data):
@@ -66,7 +88,7 @@ def test_trainer_rejects_bad_arguments(tok, data):
         Trainer(model, [[1, 2]])
     with pytest.raises(ValueError, match="tokenizer"):
         Trainer(model, data[0], checkpoint_dir="somewhere")
-    with pytest.raises(ValueError, match="time_budget must be a finite number of minutes"):
+    with pytest.raises(ValueError, match=r"time_budget must be a number of minutes in \[0, 1000000\]"):
         TrainConfig(time_budget=float("nan"))
     # pairs longer than the positional table are fine: the table is a cache that grows
     long = tc.encode_pairs(["a b c d e f a b c"], ["a"], tok, tok, None)
@@ -289,3 +311,113 @@ def test_from_checkpoint_needs_a_training_checkpoint(tok, data, tmp_path):
     save_checkpoint(tmp_path, tiny_model(tok), tok, tok)  # no trainer state, no training settings
     with pytest.raises(CheckpointError, match="no trainer state"):
         Trainer.from_checkpoint(tmp_path, data[0])
+
+
+# --- runs that cannot train, or stop diverging ------------------------------------------------
+
+
+def test_a_run_whose_batches_are_all_dropped_is_refused(tok, data):
+    model = tiny_model(tok)
+    with pytest.raises(ValueError, match=r"Trainer: no training batch: 500 training pair\(s\) make no complete batch "
+                                         r"of batch_size 501 and drop_remainder"):
+        Trainer(model, data[0], config=_config(batch_size=501, drop_remainder=True))
+    assert model.step == 0
+    Trainer(model, data[0], config=_config(batch_size=500, drop_remainder=True))  # one complete batch is enough
+
+
+def test_a_diverging_run_stops_with_the_last_good_state(tok, data, tmp_path):
+    from transformer_cpp.checkpoint import load_checkpoint, nonfinite_tensors
+    from transformer_cpp.training import TrainingDiverged
+
+    trainer = Trainer(tiny_model(tok), data[0], data[1], _config(fixed_lr=1e30, epochs=2), src_tokenizer=tok,
+                      tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    with pytest.raises(TrainingDiverged, match=r"training diverged at step (\d+) \(epoch 1, batch \1\): .*non-finite.*; "
+                                               r"the state before it is saved in .*epoch-0001-batch-0+\d+; a lower "
+                                               r"learning rate") as info:
+        trainer.fit()
+    step = trainer.model.step
+    assert step >= 1 and info.value.checkpoint == trainer.last_checkpoint
+    saved = load_checkpoint(info.value.checkpoint)  # loads: its weights are finite
+    assert saved.model.step == step and saved.trainer_state["batch_in_epoch"] == step
+    assert not nonfinite_tensors(saved.model.parameters())
+    # without a run directory nothing is saved, and the message says so
+    plain = Trainer(tiny_model(tok), data[0], None, _config(fixed_lr=1e30))
+    with pytest.raises(TrainingDiverged, match="nothing was saved") as info:
+        plain.fit()
+    assert info.value.checkpoint is None
+
+
+class _Exploding:
+    """A model whose weights become NaN at one step (and whose loss is then NaN): what a core
+    that did not refuse the update would leave."""
+
+    def __init__(self, model, at_step):
+        self.__dict__.update(_model=model, _at=at_step)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._model, name, value)
+
+    def train_step(self, *args):
+        if self._model.step + 1 == self._at:
+            next(iter(self._model.parameters().values())).value[0, 0] = np.nan
+            self._model.step += 1
+            return float("nan"), 0.0
+        return self._model.train_step(*args)
+
+
+def test_non_finite_weights_are_never_saved_the_last_good_checkpoint_is_named(tok, data, tmp_path):
+    from transformer_cpp.training import TrainingDiverged
+
+    trainer = Trainer(_Exploding(tiny_model(tok), at_step=20), data[0], None, _config(epochs=3),
+                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    with pytest.raises(TrainingDiverged, match=r"at step 20 \(epoch 2, batch 4\): the loss is nan; the weights are "
+                                               r"not finite .*the last good checkpoint is .*epoch-0001") as info:
+        trainer.fit()
+    assert info.value.checkpoint.name == "epoch-0001"
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001"]
+    assert (tmp_path / "latest").read_text().strip() == "epoch-0001"
+
+
+def test_checkpoint_dir_is_checked_before_any_work(tok, data, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError, match=r"Trainer: checkpoint_dir '.*file/run' cannot be written"):
+        Trainer(tiny_model(tok), data[0], config=_config(), src_tokenizer=tok, tgt_tokenizer=tok,
+                checkpoint_dir=tmp_path / "file" / "run")
+
+
+def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
+    import subprocess
+    import sys
+
+    from transformer_cpp.checkpoint import RunLockedError, lock_run
+
+    probe = ("import sys, transformer_cpp.checkpoint as ck\ntry:\n    with ck.lock_run(sys.argv[1]): print('free')\n"
+             "except ck.RunLockedError as e: print('locked')")
+    seen = []
+
+    def try_from_another_process(t):
+        if t.model.step == 2:
+            seen.append(subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
+                                       text=True).stdout.strip())
+
+    trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok,
+                      checkpoint_dir=tmp_path)
+    trainer.fit(on_batch_end=try_from_another_process)
+    assert seen == ["locked"]
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, transformer_cpp.checkpoint as ck\n"
+                               "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
+                               str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        step = trainer.model.step
+        with pytest.raises(RunLockedError, match="in use by another process"):
+            trainer.fit(epochs=2)
+        assert trainer.model.step == step  # refused before any step
+    finally:
+        holder.kill()
+        holder.wait()
+    with lock_run(tmp_path):  # released by fit, and by the holder's death
+        pass

@@ -49,6 +49,7 @@ signals to the main thread only; when ``fit`` runs elsewhere it cannot be interr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -57,19 +58,22 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .checkpoint import checkpoint_name, mark_best
+from .checkpoint import checkpoint_name, lock_run, mark_best, nonfinite_tensors
 from .data import Batch, EncodedPairs, batch_plan, batches, make_batch
 
 __all__ = [
+    "Limit",
     "TrainConfig",
     "Trainer",
     "TrainingInterrupted",
+    "TrainingDiverged",
     "evaluate_loss",
     "empty_history",
     "bleu_of_encoded",
@@ -80,6 +84,68 @@ logger = logging.getLogger(__name__)
 
 STATE_FORMAT = "transformer_cpp.trainer_state"
 STATE_VERSION = 1
+
+#: The largest seed: seeds reach the C++ core as 64-bit integers.
+MAX_SEED = 2 ** 63 - 1
+#: The most C++ threads a setting may ask for.
+MAX_THREADS = 4096
+
+
+def _number_text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The allowed values of one numeric setting: an integer (``integer``) or a finite number
+    from ``low`` to ``high`` (``high`` may be infinite; ``low_open`` / ``high_open`` exclude the
+    bound itself).
+
+    :class:`TrainConfig` and :class:`~transformer_cpp.translate.Translator` check their settings
+    with these, and the command line checks its options with the same ones, so that both say
+    the same thing about a bad value.
+    """
+
+    integer: bool
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    unit: str = ""  # e.g. "minutes"
+
+    def describe(self) -> str:
+        """``"an integer in [1, 1000000]"``, ``"a finite number > 0"``, ``"a number in [0, 1)"``."""
+        kind = "an integer" if self.integer else ("a finite number" if math.isinf(self.high) else "a number")
+        if self.unit:
+            kind += f" of {self.unit}"
+        if math.isinf(self.high):
+            return f"{kind} {'>' if self.low_open else '>='} {_number_text(self.low)}"
+        return (f"{kind} in {'(' if self.low_open else '['}{_number_text(self.low)}, "
+                f"{_number_text(self.high)}{')' if self.high_open else ']'}")
+
+    def check(self, owner: str, name: str, value: Any) -> Union[int, float]:
+        """``value`` as an ``int`` or ``float``; ``ValueError`` ("<owner>: <name> must be ...,
+        got ...") when it is not one or lies outside the range."""
+        ok = not isinstance(value, (bool, np.bool_))
+        if ok and self.integer:
+            ok = isinstance(value, (int, np.integer))
+            number: Union[int, float] = int(value) if ok else 0
+        elif ok:
+            ok = isinstance(value, (int, float, np.integer, np.floating))
+            number = float(value) if ok else 0.0
+            ok = ok and math.isfinite(number)
+        if ok:
+            ok = (number > self.low if self.low_open else number >= self.low) and \
+                 (number < self.high if self.high_open else number <= self.high)
+        if not ok:
+            raise ValueError(f"{owner}: {name} must be {self.describe()}, got {value!r}")
+        return number
+
+
+def _flag(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{owner}: {name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 @dataclass
@@ -113,35 +179,44 @@ class TrainConfig:
     threads: Optional[int] = None  # C++ threads (None: leave the current setting)
     progress: bool = True  # a tqdm progress bar per epoch
 
-    def __post_init__(self) -> None:
-        def integer(name: str, minimum: int) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-                raise ValueError(f"TrainConfig: {name} must be an integer >= {minimum}, got {value!r}")
-            setattr(self, name, int(value))
+    #: The allowed values of each numeric setting (the command line checks its options with these).
+    LIMITS: ClassVar[Dict[str, Limit]] = {
+        "epochs": Limit(True, 0, 1_000_000),
+        "batch_size": Limit(True, 1, 1_000_000),
+        "max_tokens": Limit(True, 0, 100_000_000),
+        "time_budget": Limit(False, 0, 1_000_000, unit="minutes"),  # about two years
+        "warmup": Limit(True, 1, 1_000_000_000),
+        "lr_scale": Limit(False, 0, low_open=True),
+        "fixed_lr": Limit(False, 0),
+        "beta1": Limit(False, 0, 1, high_open=True),
+        "beta2": Limit(False, 0, 1, high_open=True),
+        "adam_eps": Limit(False, 0, low_open=True),
+        "label_smoothing": Limit(False, 0, 1, high_open=True),
+        "clip_norm": Limit(False, 0),
+        "seed": Limit(True, 0, MAX_SEED),
+        "log_every": Limit(True, 1, 1_000_000_000),
+        "keep_checkpoints": Limit(True, 0, 1_000_000),
+        "val_bleu_sentences": Limit(True, 0, 1_000_000_000),
+        "average_last": Limit(True, 0, 1_000),
+        "threads": Limit(True, 1, MAX_THREADS),
+    }
+    _FLAGS: ClassVar[Tuple[str, ...]] = ("decay", "bucket_by_length", "drop_remainder", "progress")
 
-        integer("epochs", 0)
-        integer("batch_size", 1)
-        integer("warmup", 1)
-        integer("seed", 0)
-        integer("log_every", 1)
-        integer("keep_checkpoints", 0)
-        integer("max_tokens", 0)
-        integer("val_bleu_sentences", 0)
-        integer("average_last", 0)
-        budget = float(self.time_budget)
-        if not math.isfinite(budget) or budget < 0:
-            raise ValueError(f"TrainConfig: time_budget must be a finite number of minutes >= 0, got {self.time_budget!r}")
-        self.time_budget = budget
-        if self.threads is not None:
-            integer("threads", 1)
-        if not 0.0 <= float(self.label_smoothing) < 1.0:
-            raise ValueError(f"TrainConfig: label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        for name in ("lr_scale", "fixed_lr", "clip_norm", "adam_eps", "beta1", "beta2"):
-            value = float(getattr(self, name))
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"TrainConfig: {name} must be a finite number >= 0, got {getattr(self, name)!r}")
-            setattr(self, name, value)
+    @classmethod
+    def check(cls, name: str, value: Any) -> Any:
+        """``value`` if it is allowed for setting ``name`` (as an ``int``, ``float`` or ``bool``),
+        else ``ValueError`` naming the setting and what it allows."""
+        if name in cls._FLAGS:
+            return _flag("TrainConfig", name, value)
+        if name == "threads" and value is None:
+            return None
+        if name not in cls.LIMITS:
+            raise ValueError(f"TrainConfig: unknown setting {name!r}")
+        return cls.LIMITS[name].check("TrainConfig", name, value)
+
+    def __post_init__(self) -> None:
+        for name in (*self.LIMITS, *self._FLAGS):
+            setattr(self, name, self.check(name, getattr(self, name)))
 
     def to_dict(self) -> Dict[str, Any]:
         """The settings as a JSON-serialisable dict."""
@@ -163,6 +238,22 @@ class TrainingInterrupted(KeyboardInterrupt):
     def __init__(self, message: str, checkpoint: Optional[Path] = None) -> None:
         super().__init__(message)
         self.checkpoint = checkpoint
+
+
+class TrainingDiverged(RuntimeError):
+    """Training stopped because the loss (or the gradient, or a validation loss) became NaN or
+    infinite. The step that failed changed nothing; ``checkpoint`` is the checkpoint of the state
+    before it (written when the run has a checkpoint directory and the weights are finite), or
+    the newest earlier one, or ``None``."""
+
+    def __init__(self, message: str, checkpoint: Optional[Path] = None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+class _Diverged(Exception):
+    """Raised inside an epoch when a value became non-finite; :meth:`Trainer.fit` turns it into
+    :class:`TrainingDiverged` after saving what can be saved."""
 
 
 def empty_history() -> Dict[str, Dict[str, List[Any]]]:
@@ -288,9 +379,13 @@ class Trainer:
         self.valid_data = valid_data
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.checkpoint_dir = Path(checkpoint_dir).expanduser() if checkpoint_dir is not None else None
         if self.checkpoint_dir is not None and (src_tokenizer is None or tgt_tokenizer is None):
             raise ValueError("Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)")
+        if self.checkpoint_dir is not None:
+            from .checkpoint import check_writable
+
+            check_writable(self.checkpoint_dir, "Trainer: checkpoint_dir")  # before any work, not after an epoch
         self.data_info = dict(data_info) if data_info is not None else None
         for key, tok in (("src_vocab_size", src_tokenizer), ("tgt_vocab_size", tgt_tokenizer)):
             if tok is not None and tok.vocab_size != model.config[key]:
@@ -310,6 +405,13 @@ class Trainer:
         self.finished = False  # the time budget is spent
         self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None}  # best validation BLEU so far
         self._clock = time.perf_counter()
+        self.run_id = uuid.uuid4().hex[:16]  # recorded in each checkpoint: pruning deletes only this run's
+        if not self.batch_plan(0):
+            c = self.config
+            raise ValueError(
+                f"Trainer: no training batch: {len(train_data)} training pair(s) make no complete batch of "
+                f"batch_size {c.batch_size} and drop_remainder drops the incomplete one; lower batch_size or "
+                "set drop_remainder=False" if len(train_data) else "Trainer: train_data holds no pair")
 
     # ------------------------------------------------------------------ setup
 
@@ -364,6 +466,7 @@ class Trainer:
             "elapsed": self.elapsed,
             "finished": self.finished,
             "best": dict(self.best),
+            "run_id": self.run_id,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -394,6 +497,8 @@ class Trainer:
             self.finished = bool(state.get("finished", False))
             best = state.get("best") or {}
             self.best = {"bleu": best.get("bleu"), "checkpoint": best.get("checkpoint")}
+            if isinstance(state.get("run_id"), str) and state["run_id"]:
+                self.run_id = state["run_id"]
             history = empty_history()
             for section, series in history.items():
                 for key in series:
@@ -459,6 +564,8 @@ class Trainer:
                       tgt_tokenizer=ckpt.tgt_tokenizer,
                       checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else ckpt.path.parent,
                       data_info=ckpt.data)
+        if ckpt.run_id is not None:
+            trainer.run_id = ckpt.run_id
         trainer.load_state_dict(ckpt.trainer_state)
         trainer.last_checkpoint = ckpt.path
         return trainer
@@ -471,7 +578,8 @@ class Trainer:
             raise ValueError("Trainer.save_checkpoint: no checkpoint_dir was given")
         path = save_checkpoint(self.checkpoint_dir, self.model, self.src_tokenizer, self.tgt_tokenizer,
                                trainer_state=self.state_dict(), train_config=self.config.to_dict(),
-                               data=self.data_info, optimizer=True, keep=self.config.keep_checkpoints)
+                               data=self.data_info, optimizer=True, keep=self.config.keep_checkpoints,
+                               run_id=self.run_id)
         self.last_checkpoint = path
         return path
 
@@ -597,9 +705,21 @@ class Trainer:
         rate (``config.decay``) is fitted to the steps that the measured speed allows, refitted
         every 50 steps, and training stops on time with a checkpoint, possibly inside an epoch.
 
+        With ``checkpoint_dir``, the run directory's lock is held throughout (see
+        :func:`~transformer_cpp.checkpoint.lock_run`): another process cannot train into it meanwhile.
+
         Raises:
             TrainingInterrupted: on Ctrl-C, after saving a checkpoint (see the module docstring).
+            TrainingDiverged: the loss or the gradient became NaN or infinite; the step that did
+                it changed nothing, and the state before it is saved (when its weights are finite).
+            transformer_cpp.checkpoint.RunLockedError: another process is training in ``checkpoint_dir``.
         """
+        lock = lock_run(self.checkpoint_dir) if self.checkpoint_dir is not None else contextlib.nullcontext()
+        with lock:
+            return self._fit(epochs, on_batch_end, on_epoch_end)
+
+    def _fit(self, epochs: Optional[int], on_batch_end: Optional[Callable[["Trainer"], None]],
+             on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]]) -> Dict[str, Dict[str, List[Any]]]:
         target = self.config.epochs if epochs is None else int(epochs)
         if self.config.threads is not None:
             from ._runtime import set_num_threads
@@ -614,7 +734,10 @@ class Trainer:
         self._fit_schedule(budget - self.elapsed, 1.0)  # a first guess; refitted once steps are timed
         with _StopRequest() as stop:
             while self.epoch < target and not self.finished:
-                entry = self._run_epoch(target, stop, on_batch_end, budget)
+                try:
+                    entry = self._run_epoch(target, stop, on_batch_end, budget)
+                except _Diverged as exc:
+                    raise self._diverged(str(exc)) from None
                 if entry is None:  # interrupted
                     path = self.save_checkpoint() if self.checkpoint_dir is not None else None
                     where = f"; checkpoint saved to {path}" if path is not None else ""
@@ -631,6 +754,25 @@ class Trainer:
         if self.config.average_last > 1 and self.checkpoint_dir is not None:
             self.average_checkpoints()
         return self.history
+
+    def _diverged(self, reason: str) -> TrainingDiverged:
+        """Save the state before the step that failed (when its weights are finite) and describe
+        what happened."""
+        if self.checkpoint_dir is None:
+            saved = "nothing was saved (the trainer has no checkpoint_dir)"
+            path = None
+        else:
+            bad = nonfinite_tensors(self.model.parameters())
+            if not bad:
+                path = self.save_checkpoint()
+                saved = f"the state before it is saved in {path}"
+            else:
+                path = self.last_checkpoint
+                saved = (f"the weights are not finite ({len(bad)} tensor(s), e.g. {bad[0]}), so nothing new was saved; "
+                         + (f"the last good checkpoint is {path}" if path is not None else "no checkpoint was written"))
+        return TrainingDiverged(
+            f"training diverged {reason}; {saved}; a lower learning rate (lr_scale or fixed_lr), gradient clipping "
+            "(clip_norm) or a longer warm-up may help", path)
 
     def average_checkpoints(self) -> Optional[Path]:
         """Average the newest ``average_last`` checkpoints into ``<run>/averaged``; point ``best``
@@ -677,7 +819,13 @@ class Trainer:
         try:
             for batch in itertools.islice(self.epoch_batches(self.epoch), skip, None):
                 t0 = time.perf_counter()
-                loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
+                where = f"at step {model.step + 1} (epoch {self.epoch + 1}, batch {self.batch_in_epoch + 1})"
+                try:
+                    loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
+                except FloatingPointError as exc:  # transformer_cpp.NonFiniteError: the step changed nothing
+                    raise _Diverged(f"{where}: {exc}") from None
+                if not math.isfinite(loss):
+                    raise _Diverged(f"{where}: the loss is {loss}")
                 t1 = time.perf_counter()
                 self._epoch_seconds += t1 - t0
                 self.elapsed = t1 - session_start
@@ -702,7 +850,10 @@ class Trainer:
                     self.finished = True
                     partial = self.batch_in_epoch < total
                     break
-            entry = self._finish_epoch(partial=partial)
+            try:
+                entry = self._finish_epoch(partial=partial)
+            except FloatingPointError as exc:  # a non-finite validation loss or decoding
+                raise _Diverged(f"in the validation of epoch {self.epoch + 1}: {exc}") from None
             self.elapsed = time.perf_counter() - session_start
             val = ""
             if "val_loss" in entry:
