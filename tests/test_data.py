@@ -117,11 +117,40 @@ def test_bad_lines_are_counted_not_fatal(tmp_path):
         "only english\t",
     ]
     path = write_txt(tmp_path / "spa.txt", lines, extra=b"Bad\xff\xfe bytes\tMalo\nOk.\tVale.\n")
-    pairs = load_tatoeba(path)
+    pairs = load_tatoeba(path, errors="skip")
     assert list(pairs) == [("Go.", "Ve."), ("Hi.", "Hola."), ("Ok.", "Vale.")]
     s = pairs.stats
     assert (s.read, s.kept, s.empty, s.no_tab, s.empty_field, s.undecodable) == (9, 3, 2, 1, 2, 1)
-    assert s.skipped == 6
+    assert s.skipped == 6 and s.undecodable_lines == [8]
+    assert s.describe_skipped() == "2 empty, 1 without a tab, 2 with an empty side, 1 not valid utf-8"
+    # by default the undecodable line is an error that names the file, the line and the bytes
+    with pytest.raises(data.UndecodableLineError, match=r"spa.txt' line 8 is not valid utf-8: invalid start byte "
+                                                        r"at byte 4 of the line \(b'\\xff'\)") as info:
+        load_tatoeba(path)
+    assert (info.value.line, info.value.encoding, info.value.path) == (8, "utf-8", path)
+
+
+def test_a_file_in_another_encoding_is_refused_or_decoded_as_named(tmp_path):
+    lines = ["Go.\tVe.", "Where is the bathroom?\t¿Dónde está el baño?", "Coffee.\tCafé."]
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.txt' line 2 is not valid utf-8.*encoding='latin-1'"):
+        load_tatoeba(path)
+    pairs = load_tatoeba(path, encoding="latin-1")
+    assert list(pairs)[1:] == [("Where is the bathroom?", "¿Dónde está el baño?"), ("Coffee.", "Café.")]
+    assert pairs.stats.encoding == "iso8859-1" and pairs.stats.skipped == 0
+    skipped = load_tatoeba(path, errors="skip")  # nothing is lost silently: counted, with line numbers
+    assert len(skipped) == 1 and skipped.stats.undecodable_lines == [2, 3]
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("Go.\tVe.\n".encode("utf-16"))
+    with pytest.raises(ValueError, match="line 1 is not valid utf-8.*UTF-16 byte-order mark"):
+        load_tatoeba(utf16)
+    with pytest.raises(ValueError, match="encoding 'utf-16' is not supported"):
+        load_tatoeba(utf16, encoding="utf-16")
+    with pytest.raises(ValueError, match="unknown text encoding 'klingon'"):
+        load_tatoeba(path, encoding="klingon")
+    with pytest.raises(ValueError, match="errors must be one of strict, skip"):
+        load_tatoeba(path, errors="replace")
 
 
 def test_nothing_valid_raises(tmp_path):
@@ -249,10 +278,14 @@ def test_split_of_items():
 
 
 def test_split_errors():
-    with pytest.raises(ValueError, match=r"valid_fraction must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"valid_fraction must be in \[0, 1\), got 1.5"):
         train_val_test_split(10, valid_fraction=1.5)
-    with pytest.raises(ValueError, match="leave no training example"):
+    with pytest.raises(ValueError, match=r"test_fraction must be in \[0, 1\), got nan"):
+        data.split_by_source(["a"], ["b"], test_fraction=float("nan"))
+    with pytest.raises(ValueError, match="add up to 1 or more and leave nothing for training"):
         train_val_test_split(10, valid_fraction=0.5, test_fraction=0.5)
+    with pytest.raises(ValueError, match="leave no training example"):
+        train_val_test_split(3, valid_fraction=0.45, test_fraction=0.5)
     with pytest.raises(TypeError, match="expected an int or a sequence"):
         train_val_test_split(3.5)  # type: ignore[arg-type]
 

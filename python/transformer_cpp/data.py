@@ -21,7 +21,9 @@ Pipeline::
 
 from __future__ import annotations
 
+import codecs
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -40,6 +42,9 @@ __all__ = [
     "CACHE_ENV_VAR",
     "LoadStats",
     "TatoebaPairs",
+    "UndecodableLineError",
+    "check_encoding",
+    "check_fractions",
     "load_tatoeba",
     "download_tatoeba",
     "default_cache_dir",
@@ -101,7 +106,10 @@ class LoadStats:
         empty: blank lines (only whitespace).
         no_tab: non-blank lines without a tab.
         empty_field: lines whose English or Spanish field is blank.
-        undecodable: lines that are not valid UTF-8.
+        undecodable: lines that are not valid in the file's encoding (only with ``errors="skip"``;
+            by default such a line is an error).
+        undecodable_lines: their line numbers (1-based).
+        encoding: the encoding the file was read with.
     """
 
     read: int = 0
@@ -110,11 +118,51 @@ class LoadStats:
     no_tab: int = 0
     empty_field: int = 0
     undecodable: int = 0
+    undecodable_lines: List[int] = field(default_factory=list)
+    encoding: str = "utf-8"
 
     @property
     def skipped(self) -> int:
         """Lines read but not kept."""
         return self.empty + self.no_tab + self.empty_field + self.undecodable
+
+    def describe_skipped(self) -> str:
+        """``"3 empty, 1 without a tab, 0 with an empty side, 2 not valid utf-8"``."""
+        return (f"{self.empty} empty, {self.no_tab} without a tab, {self.empty_field} with an empty side, "
+                f"{self.undecodable} not valid {self.encoding}")
+
+
+class UndecodableLineError(ValueError):
+    """A line of a data file is not valid in the encoding it is read with.
+
+    Attributes: ``path``, ``line`` (1-based), ``encoding`` and ``detail`` (what is wrong where).
+    """
+
+    def __init__(self, message: str, path: Path, line: int, encoding: str, detail: str) -> None:
+        super().__init__(message)
+        self.path, self.line, self.encoding, self.detail = path, line, encoding, detail
+
+
+#: How :func:`load_tatoeba` treats a line that is not valid in the file's encoding.
+DECODE_ERRORS = ("strict", "skip")
+
+
+def check_encoding(encoding: str, caller: str = "load_tatoeba") -> str:
+    """The canonical name of ``encoding`` (``"utf-8"``, ``"latin-1"`` -> ``"iso8859-1"``...);
+    ``ValueError`` for an unknown one or one whose lines do not end with the byte ``0x0A``
+    (UTF-16, UTF-32: convert such files to UTF-8 first)."""
+    if not isinstance(encoding, str):
+        raise ValueError(f"{caller}: encoding must be a str such as 'utf-8' or 'latin-1', got {encoding!r}")
+    try:
+        name = codecs.lookup(encoding).name
+        newline_ok = "\n\t".encode(name) == b"\n\t"
+    except (LookupError, UnicodeError, TypeError):
+        raise ValueError(f"{caller}: unknown text encoding {encoding!r}; expected one such as 'utf-8', "
+                         "'latin-1' or 'cp1252'") from None
+    if not newline_ok:
+        raise ValueError(f"{caller}: the encoding {encoding!r} is not supported: lines must end with the byte "
+                         "0x0A and fields be separated by 0x09 (convert UTF-16 or UTF-32 files to UTF-8 first)")
+    return name
 
 
 @dataclass
@@ -196,8 +244,21 @@ def _read_lines(path: Path, caller: str) -> Iterator[bytes]:
             yield from f
 
 
-def _parse(path: Path, num_samples: Optional[int], caller: str) -> TatoebaPairs:
-    stats = LoadStats()
+def _undecodable(path: Path, number: int, raw: bytes, encoding: str, exc: UnicodeDecodeError,
+                 caller: str) -> UndecodableLineError:
+    bad = raw[exc.start:max(exc.end, exc.start + 1)]
+    detail = f"{exc.reason} at byte {exc.start + 1} of the line ({bad!r})"
+    if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        detail += "; the file starts with a UTF-16 byte-order mark: convert it to UTF-8 first"
+    return UndecodableLineError(
+        f"{caller}: '{path}' line {number} is not valid {encoding}: {detail}. If the file uses another "
+        "encoding, name it (encoding='latin-1', say); errors='skip' leaves such lines out instead",
+        path, number, encoding, detail)
+
+
+def _parse(path: Path, num_samples: Optional[int], caller: str, encoding: str = "utf-8",
+           errors: str = "strict") -> TatoebaPairs:
+    stats = LoadStats(encoding=encoding)
     english: List[str] = []
     spanish: List[str] = []
     attributions: List[str] = []
@@ -208,9 +269,12 @@ def _parse(path: Path, num_samples: Optional[int], caller: str) -> TatoebaPairs:
                 break
             stats.read += 1
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                if errors == "strict":
+                    raise _undecodable(path, stats.read, raw, encoding, exc, caller) from None
                 stats.undecodable += 1
+                stats.undecodable_lines.append(stats.read)
                 continue
             if stats.read == 1:
                 line = line.lstrip("\ufeff")
@@ -235,15 +299,11 @@ def _parse(path: Path, num_samples: Optional[int], caller: str) -> TatoebaPairs:
     if not english:
         raise ValueError(
             f"{caller}: no valid 'English<TAB>Spanish' line in '{path}' "
-            f"(read {stats.read} lines: {stats.empty} empty, {stats.no_tab} without a tab, "
-            f"{stats.empty_field} with an empty field, {stats.undecodable} not UTF-8)"
+            f"(read {stats.read} lines: {stats.describe_skipped()})"
         )
     if stats.skipped:
-        logger.info(
-            "%s: skipped %d of %d lines in %s (%d empty, %d without a tab, %d with an empty "
-            "field, %d not UTF-8)", caller, stats.skipped, stats.read, path, stats.empty,
-            stats.no_tab, stats.empty_field, stats.undecodable,
-        )
+        logger.info("%s: skipped %d of %d lines in %s (%s)", caller, stats.skipped, stats.read, path,
+                    stats.describe_skipped())
     return TatoebaPairs(english, spanish, attributions, stats, path)
 
 
@@ -378,6 +438,8 @@ def load_tatoeba(
     cache_dir: Union[str, os.PathLike, None] = None,
     download: bool = True,
     urls: Optional[Sequence[str]] = None,
+    encoding: str = "utf-8",
+    errors: str = "strict",
 ) -> TatoebaPairs:
     """Load English–Spanish pairs from ``spa.txt`` (a ``.txt`` file or a ``.zip`` holding it).
 
@@ -393,8 +455,15 @@ def load_tatoeba(
 
     In a zip, the member named ``spa.txt`` is read, else the only ``.txt`` file (files whose
     name starts with ``_``, like manythings.org's ``_about.txt``, are ignored). Blank lines,
-    lines without a tab, lines with an empty side and lines that are not UTF-8 are skipped and
-    counted in ``.stats``; fields are stripped of surrounding whitespace.
+    lines without a tab and lines with an empty side are skipped and counted in ``.stats``;
+    fields are stripped of surrounding whitespace.
+
+    Encoding. The file is read as ``encoding`` (default UTF-8; a byte-order mark on the first
+    line is dropped). A line that is not valid in it is an error naming the file, the line and
+    the bytes (:class:`UndecodableLineError`): a file in another encoding is refused rather than
+    read with whole lines silently missing. Name its encoding (``encoding="latin-1"``), or pass
+    ``errors="skip"`` to leave such lines out; they are then counted, with their line numbers,
+    in ``.stats``.
 
     ``spa.txt`` is sorted by sentence length, so "the first N lines" are the N *shortest* pairs.
     ``num_samples`` therefore draws a seeded random sample by default (``sampling="random"``,
@@ -410,14 +479,20 @@ def load_tatoeba(
         cache_dir: the cache directory for steps 3 and 4.
         download: whether step 4 may happen.
         urls: URLs for step 4.
+        encoding: the file's text encoding (see :func:`check_encoding`).
+        errors: ``"strict"`` (a line not valid in ``encoding`` is an error) or ``"skip"``.
 
     Raises:
         FileNotFoundError: if ``path`` (or ``$TRANSFORMER_CPP_DATA``) does not exist.
+        UndecodableLineError: a line is not valid in ``encoding`` (with ``errors="strict"``).
         ValueError: if a zip holds no single pairs file, or no valid pair is left, or
-            ``num_samples`` is not a positive int.
+            ``num_samples`` is not a positive int, or the encoding is unknown.
         OSError: if the download fails.
     """
     caller = "load_tatoeba"
+    encoding = check_encoding(encoding, caller)
+    if errors not in DECODE_ERRORS:
+        raise ValueError(f"{caller}: errors must be one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
     if num_samples is not None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
             raise TypeError(f"{caller}: num_samples must be an int or None, got {type(num_samples).__name__}")
@@ -428,8 +503,8 @@ def load_tatoeba(
         raise ValueError(f"{caller}: sampling must be one of {', '.join(SAMPLING_MODES)}, got {sampling!r}")
     resolved = _resolve_path(path, cache_dir, download, urls, caller)
     if sampling == "first" or num_samples is None:
-        return _parse(resolved, num_samples, caller)
-    pairs = _parse(resolved, None, caller)
+        return _parse(resolved, num_samples, caller, encoding, errors)
+    pairs = _parse(resolved, None, caller, encoding, errors)
     if num_samples >= len(pairs):
         return pairs
     keep = np.sort(np.random.default_rng(int(seed)).choice(len(pairs), size=num_samples, replace=False))
@@ -483,9 +558,7 @@ def train_val_test_split(
                 f"{caller}: expected an int or a sequence with a length, got {type(n_or_items).__name__}"
             ) from None
         items = n_or_items
-    for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 <= float(value) < 1.0:
-            raise ValueError(f"{caller}: {label} must be in [0, 1), got {value}")
+    check_fractions(valid_fraction, test_fraction, caller)
     n_valid = int(round(n * float(valid_fraction)))
     n_test = int(round(n * float(test_fraction)))
     if n > 0 and n_valid + n_test >= n:
@@ -502,6 +575,24 @@ def train_val_test_split(
     if isinstance(items, np.ndarray):
         return items[train], items[valid], items[test]
     return tuple([items[int(i)] for i in part] for part in (train, valid, test))  # type: ignore[return-value]
+
+
+def check_fractions(valid_fraction: Any, test_fraction: Any, caller: str = "split_by_source") -> Tuple[float, float]:
+    """``(valid_fraction, test_fraction)`` as floats if each is a number in [0, 1) and together
+    they leave pairs for training (sum < 1); ``ValueError`` otherwise."""
+    values = []
+    for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not 0.0 <= number < 1.0:
+            raise ValueError(f"{caller}: {label} must be in [0, 1), got {value!r}")
+        values.append(number)
+    if values[0] + values[1] >= 1.0:
+        raise ValueError(f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} add up to "
+                         "1 or more and leave nothing for training")
+    return values[0], values[1]
 
 
 def _sentence_key(text: str) -> str:
@@ -555,9 +646,7 @@ def split_by_source(
     caller = "split_by_source"
     if len(sources) != len(targets):
         raise ValueError(f"{caller}: {len(sources)} sources but {len(targets)} targets; expected parallel lists")
-    for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 <= float(value) < 1.0:
-            raise ValueError(f"{caller}: {label} must be in [0, 1), got {value}")
+    check_fractions(valid_fraction, test_fraction, caller)
     n = len(sources)
     group_of: Dict[str, int] = {}
     groups = np.empty(n, dtype=np.int64)
