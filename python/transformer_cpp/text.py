@@ -50,6 +50,7 @@ import unicodedata
 from typing import Iterable, Optional, Tuple
 
 __all__ = [
+    "check_text",
     "normalize",
     "clean_sentence",
     "clean_corpus",
@@ -69,6 +70,21 @@ _WHITESPACE = re.compile(r"\s+")
 # Two or more single letters each followed by a dot: U.S.A., a.m., a.C.
 _INITIALISM = re.compile(r"(?:[^\W\d_]\.){2,}")
 _NUMERIC_ONLY_MARKER = "#NUMERIC_ONLY#"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(text: str, caller: str) -> str:
+    """``text`` if it is valid Unicode text; ``ValueError`` if it holds a lone surrogate (what
+    Python makes of bytes that are not UTF-8 when it decodes with ``surrogateescape``, as it does
+    for command-line arguments), naming its position."""
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        raise ValueError(f"{caller}: the text {text[:40]!r}{'...' if len(text) > 40 else ''} is not valid Unicode: it "
+                         f"holds the lone surrogate {bad.group()!r} at position {bad.start()} (bytes that were not "
+                         "valid UTF-8?)")
+    return text
 
 
 def normalize(text: str) -> str:
@@ -223,10 +239,11 @@ def clean_sentence(text: str, lang: str = "en") -> str:
 
     Raises:
         TypeError: if ``text`` is not a ``str``.
-        ValueError: if ``lang`` is not supported.
+        ValueError: if ``lang`` is not supported, or ``text`` is not valid Unicode (see :func:`check_text`).
     """
     if not isinstance(text, str):
         raise TypeError(f"clean_sentence: expected text to be a str, got {type(text).__name__}")
+    check_text(text, "clean_sentence")
     code = _resolve_language(lang, "clean_sentence")
     always, numeric = _prefix_lists(code)
     tokens = _WHITESPACE.split(normalize(text).strip())

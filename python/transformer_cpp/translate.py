@@ -32,15 +32,15 @@ weights of every decoder layer are returned: row ``i`` is the query that produce
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .text import clean_sentence
+from .text import check_text, clean_sentence
+from .training import Limit
 
 __all__ = [
     "Translator",
@@ -212,7 +212,28 @@ class Translator:
             each; a number caps that).
         trained_length: the longest training pair in tokens (inputs beyond it get a
             :class:`LongInputWarning`), or ``None``.
+
+    Options (here and in :meth:`translate` / :meth:`translate_batch`) are checked against
+    :attr:`LIMITS`, as the command line checks its options, with the same messages.
     """
+
+    #: The allowed values of the decoding options.
+    LIMITS: ClassVar[Dict[str, Limit]] = {
+        "beam_size": Limit(True, 1, 1024),
+        "length_penalty": Limit(False, 0, 10),
+        "max_length": Limit(True, 1, 100_000),
+        "batch_size": Limit(True, 1, 100_000),
+    }
+
+    @classmethod
+    def check(cls, name: str, value: Any) -> Any:
+        """``value`` if it is allowed for option ``name`` (``max_length`` may be ``None``), else
+        ``ValueError`` naming the option and what it allows."""
+        if name == "max_length" and value is None:
+            return None
+        if name not in cls.LIMITS:
+            raise ValueError(f"Translator: unknown option {name!r}")
+        return cls.LIMITS[name].check("Translator", name, value)
 
     def __init__(self, model: Any, src_tokenizer: Any, tgt_tokenizer: Any, *, src_lang: Optional[str] = "en",
                  max_length: Optional[int] = None, trained_length: Optional[int] = None) -> None:
@@ -245,19 +266,20 @@ class Translator:
         translator.checkpoint = ckpt.path
         return translator
 
-    @staticmethod
-    def _limit(max_length: Optional[int]) -> Optional[int]:
-        if max_length is None:
-            return None
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
-            raise ValueError(f"Translator: max_length must be a positive integer, got {max_length!r}")
-        return int(max_length)
+    @classmethod
+    def _limit(cls, max_length: Optional[int]) -> Optional[int]:
+        return cls.check("max_length", max_length)
 
     def clean(self, sentence: str) -> str:
-        """The input as the model sees it: :func:`clean_sentence` in ``src_lang``."""
+        """The input as the model sees it: :func:`clean_sentence` in ``src_lang``.
+
+        Raises:
+            TypeError: not a ``str``. ValueError: a ``str`` that is not valid text (it holds a
+                lone surrogate, as bytes that were not UTF-8 become with ``surrogateescape``).
+        """
         if not isinstance(sentence, str):
             raise TypeError(f"Translator: expected a sentence (str), got {type(sentence).__name__}")
-        return clean_sentence(sentence, self.src_lang) if self.src_lang else sentence.strip()
+        return clean_sentence(sentence, self.src_lang) if self.src_lang else check_text(sentence, "Translator").strip()
 
     def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int]]:
         """``(cleaned, ids)`` for one input sentence, all of it (see the module docstring); warns
@@ -301,12 +323,9 @@ class Translator:
         if isinstance(sentences, str):
             raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
         sentences = list(sentences)
-        if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
-            raise ValueError(f"Translator: beam_size must be an integer >= 1, got {beam_size!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"Translator: batch_size must be an integer >= 1, got {batch_size!r}")
-        if not math.isfinite(float(length_penalty)):
-            raise ValueError(f"Translator: length_penalty must be finite, got {length_penalty!r}")
+        beam_size = self.check("beam_size", beam_size)
+        batch_size = self.check("batch_size", batch_size)
+        length_penalty = self.check("length_penalty", length_penalty)
         limit = self._limit(max_length) if max_length is not None else self.max_length
         encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
         results: List[Translation] = []
