@@ -10,9 +10,22 @@ Subcommands::
     transformer-cpp figures --out figures                                # positional-encoding figures
 
 The data file is ``--data``, else ``$TRANSFORMER_CPP_DATA``, else the download cache (see
-:func:`transformer_cpp.data.load_tatoeba`). Errors a user can cause (a missing file, a damaged
-checkpoint, a bad option) print one line and exit with status 1 (2 for a bad command line); set
-``TRANSFORMER_CPP_DEBUG=1`` to see the traceback instead.
+:func:`transformer_cpp.data.load_tatoeba`); it is read as UTF-8 unless ``--encoding`` names
+another encoding, and a line that is not valid in it stops ``train`` with the file and line
+(``--decode-errors skip`` leaves such lines out, counted). Every line or pair left out (malformed,
+undecodable, longer than the length limit, or a test reference) is counted in what ``train``
+prints.
+
+``translate`` reads standard input as bytes: a line that is not valid UTF-8 is reported on
+standard error by its line number and gets an empty output line (so output lines stay aligned
+with input lines); the others are translated, and the exit status is then 1.
+
+Errors a user can cause (a missing file, a damaged checkpoint, a bad option, sizes that do not
+fit in memory, a run that diverges) print one line and exit with status 1 (2 for a bad command
+line). Options are checked before any work, against the ranges that ``--help`` shows and that
+the Python API (``TrainConfig``, ``Translator``) checks too, with the same messages. Anything
+else is a bug: it also prints one line, saying so; set ``TRANSFORMER_CPP_DEBUG=1`` to see the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -64,9 +77,12 @@ _DATA_OPTIONS = {
     "valid_fraction": "valid_fraction",
     "test_fraction": "test_fraction",
     "max_length": "max_length_option",
+    "encoding": "encoding",
+    "decode_errors": "decode_errors",
 }
 _DEFAULT_DATA = {"num_samples": 0, "sampling": "random", "vocab_size": 8000, "joint_vocab": False, "split_seed": 0,
-                 "valid_fraction": 0.02, "test_fraction": 0.03, "max_length_option": 0}
+                 "valid_fraction": 0.02, "test_fraction": 0.03, "max_length_option": 0, "encoding": "utf-8",
+                 "decode_errors": "strict"}
 #: Share of the training pairs that the automatic length limit (--max-length 0) keeps.
 LENGTH_COVERAGE = 99.9
 DEFAULT_PRESET = "quick"
@@ -120,6 +136,38 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ data
 
 
+def _line_numbers(numbers: Sequence[int], shown: int = 20) -> str:
+    """``"3, 9 and 17"``, or the first ``shown`` and how many more."""
+    head = [str(n) for n in numbers[:shown]]
+    if len(numbers) > shown:
+        return ", ".join(head) + f" and {len(numbers) - shown:,} more"
+    return head[0] if len(head) == 1 else ", ".join(head[:-1]) + " and " + head[-1]
+
+
+def _load_pairs(path: Optional[str], info: Dict[str, Any], **kwargs: Any) -> Any:
+    """:func:`~transformer_cpp.data.load_tatoeba` with the run's encoding and policy for undecodable
+    lines; prints how many lines it kept and, by reason, how many it left out."""
+    from .data import UndecodableLineError, load_tatoeba
+
+    # runs recorded before "encoding" existed skipped undecodable lines: rebuild them the same way
+    errors = info.get("decode_errors", "strict" if "encoding" in info else "skip")
+    try:
+        pairs = load_tatoeba(path, encoding=info.get("encoding", "utf-8"), errors=errors, **kwargs)
+    except UndecodableLineError as exc:
+        raise UserError(f"'{exc.path}' line {exc.line} is not valid {exc.encoding}: {exc.detail}. If the file uses "
+                        f"another encoding, name it with --encoding (e.g. --encoding latin-1); --decode-errors skip "
+                        f"leaves such lines out instead") from None
+    stats = pairs.stats
+    message = f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
+    if stats.skipped:
+        message += f"; left out {stats.skipped:,} of {stats.read:,} lines ({stats.describe_skipped()})"
+    _say(message)
+    if stats.undecodable:
+        _say(f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
+             f"{_line_numbers(stats.undecodable_lines)}")
+    return pairs
+
+
 def _load_split(data_path: Optional[str], info: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
     """Load, clean and split the pairs as ``info`` says; returns (split, updated info).
 
@@ -127,19 +175,21 @@ def _load_split(data_path: Optional[str], info: Dict[str, Any]) -> Tuple[Any, Di
     Runs record ``split = "by-source"`` (:func:`~transformer_cpp.data.split_by_source`); a run
     without it was split pair by pair, and is rebuilt that way.
     """
-    from .data import load_tatoeba, split_by_source, train_val_test_split
+    from .data import split_by_source, train_val_test_split
     from .text import clean_corpus
 
     num_samples = info.get("num_samples") or None
-    pairs = load_tatoeba(data_path, num_samples=num_samples, sampling=info.get("sampling", "first"),
-                         seed=int(info.get("split_seed", 0)))
-    _say(f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
-         + (f" ({pairs.stats.skipped:,} lines skipped)" if pairs.stats.skipped else ""))
+    pairs = _load_pairs(data_path, info, num_samples=num_samples, sampling=info.get("sampling", "first"),
+                        seed=int(info.get("split_seed", 0)))
     src_all = clean_corpus(pairs.english, info["src_lang"])
     tgt_all = clean_corpus(pairs.spanish, info["tgt_lang"])
     if info.get("split") == "by-source":
-        parts = split_by_source(src_all, tgt_all, info["valid_fraction"], info["test_fraction"],
-                                seed=info["split_seed"]).parts()
+        by_source = split_by_source(src_all, tgt_all, info["valid_fraction"], info["test_fraction"],
+                                    seed=info["split_seed"])
+        parts = by_source.parts()
+        if by_source.dropped:
+            _say(f"left out {by_source.dropped:,} training or validation pairs whose Spanish sentence is a "
+                 "reference of a later split (so no reference is ever a training target)")
     else:
         parts = train_val_test_split(len(pairs), info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
     split = {name: ([src_all[i] for i in idx], [tgt_all[i] for i in idx])
@@ -157,7 +207,8 @@ def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_le
     try:
         return encode_pairs(src, tgt, src_tok, tgt_tok, max_length)
     except ValueError as exc:
-        raise UserError(f"the {name} split has no usable pair: {exc}") from None
+        hint = "; raise --max-length (0 = automatic)" if "longer than max_length" in str(exc) else ""
+        raise UserError(f"the {name} split has no usable pair: {exc}{hint}") from None
 
 
 def _choose_max_length(split: Dict[str, Any], src_tok: Any, tgt_tok: Any, option: int) -> int:
@@ -260,63 +311,104 @@ def _build_tokenizers(split: Dict[str, Any], data_info: Dict[str, Any]) -> Tuple
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .checkpoint import list_checkpoints, load_checkpoint, read_checkpoint_config
-    from .model import Transformer
-    from .training import TrainConfig, Trainer, TrainingInterrupted
+    from .checkpoint import check_writable, list_checkpoints, lock_run
 
     out = Path(args.out if args.out is not None else f"runs/{args.preset or DEFAULT_PRESET}")
     _set_threads(args.threads)
-    existing = list_checkpoints(out) or (out / "latest").exists()
+    existing = bool(list_checkpoints(out, complete=False)) or (out / "latest").exists()
+    if args.resume and not existing:
+        raise UserError(f"nothing to resume: '{out}' holds no checkpoint")
+    if not args.resume and existing:
+        raise UserError(f"'{out}' already holds a run; pass --resume to continue it or choose another --out")
+    created = not out.exists()
+    check_writable(out, "--out")  # before any work, not after the first epoch
+    try:
+        with lock_run(out):  # held to the end: a second `train` into the same --out fails at once
+            trainer = _resume_trainer(args, out) if args.resume else _new_trainer(args, out)
+            return _fit(trainer, out)
+    except BaseException:
+        if created:
+            _remove_if_unused(out)
+        raise
 
-    if args.resume:
-        if not existing:
-            raise UserError(f"nothing to resume: '{out}' holds no checkpoint")
-        ckpt_dir, cfg = read_checkpoint_config(out)
-        data_info = cfg.get("data") or {}
-        if not data_info or cfg.get("train_config") is None:
-            raise UserError(f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here")
-        changes = _check_resume_options(args, cfg["model"], cfg["train_config"], data_info)
-        split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
-        ckpt = load_checkpoint(ckpt_dir, optimizer=True)
-        max_length = data_info.get("max_length")
-        train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
-        valid = _encode(split, "valid", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
-        trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
-                                          threads=args.threads, progress=False if args.no_progress else None,
-                                          time_budget=changes.get("time_budget"))
-        _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
-             f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
-    else:
-        if existing:
-            raise UserError(f"'{out}' already holds a run; pass --resume to continue it or choose another --out")
-        _check_writable(out)
-        arch, settings, data_req = _requested(args, args.preset or DEFAULT_PRESET)
-        data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
-        data_info.update(data_req)
-        settings.setdefault("epochs", 10)
-        config = TrainConfig(threads=args.threads, progress=not args.no_progress, **settings)
-        Transformer(4, 4, seed=config.seed, **arch)  # a bad architecture fails now, before any work
-        split, data_info = _load_split(args.data, data_info)
-        src_tok, tgt_tok = _build_tokenizers(split, data_info)
-        max_length = _choose_max_length(split, src_tok, tgt_tok, int(data_info["max_length_option"] or 0))
-        data_info["max_length"] = max_length
-        arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
-        train = _encode(split, "train", src_tok, tgt_tok, max_length)
-        if train is None:
-            raise UserError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
-        valid = _encode(split, "valid", src_tok, tgt_tok, max_length)
-        _say(f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
-             f"{len(valid) if valid is not None else 0:,} validation, {len(split['test'][0]):,} test (held out; "
-             f"split by English sentence)")
-        if data_info.get("joint_vocab"):
-            arch["share_embeddings"] = True
-        model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
-        _say(f"model: {model!r}")
-        trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
-                          checkpoint_dir=out, data_info=data_info)
-        budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
-        _say(f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
-             f"checkpoints in {out}")
+
+def _remove_if_unused(out: Path) -> None:
+    """Remove the run directory this command created if nothing but its lock file is in it (the
+    command failed before its first checkpoint)."""
+    from .checkpoint import LOCK_FILE
+
+    try:
+        if {p.name for p in out.iterdir()} <= {LOCK_FILE}:
+            (out / LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
+    except OSError:
+        pass
+
+
+def _resume_trainer(args: argparse.Namespace, out: Path) -> Any:
+    from .checkpoint import load_checkpoint, read_checkpoint_config
+    from .training import Trainer
+
+    ckpt_dir, cfg = read_checkpoint_config(out)
+    data_info = cfg.get("data") or {}
+    if not data_info or cfg.get("train_config") is None:
+        raise UserError(f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here")
+    changes = _check_resume_options(args, cfg["model"], cfg["train_config"], data_info)
+    split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
+    ckpt = load_checkpoint(ckpt_dir, optimizer=True)
+    max_length = data_info.get("max_length")
+    train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
+    valid = _encode(split, "valid", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
+    trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
+                                      threads=args.threads, progress=False if args.no_progress else None,
+                                      time_budget=changes.get("time_budget"))
+    _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
+         f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
+    return trainer
+
+
+def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
+    from .data import check_fractions
+    from .model import Transformer
+    from .training import TrainConfig, Trainer
+
+    arch, settings, data_req = _requested(args, args.preset or DEFAULT_PRESET)
+    data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
+    data_info.update(data_req)
+    settings.setdefault("epochs", 10)
+    config = TrainConfig(threads=args.threads, progress=not args.no_progress, **settings)
+    check_fractions(data_info["valid_fraction"], data_info["test_fraction"])
+    # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
+    # are checked again when the model is built)
+    Transformer(4, 4, seed=config.seed, **arch)
+    split, data_info = _load_split(args.data, data_info)
+    src_tok, tgt_tok = _build_tokenizers(split, data_info)
+    max_length = _choose_max_length(split, src_tok, tgt_tok, int(data_info["max_length_option"] or 0))
+    data_info["max_length"] = max_length
+    arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
+    train = _encode(split, "train", src_tok, tgt_tok, max_length)
+    if train is None:
+        raise UserError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
+    valid = _encode(split, "valid", src_tok, tgt_tok, max_length)
+    valid_note = f" ({valid.removed:,} longer ones left out)" if valid is not None and valid.removed else ""
+    _say(f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
+         f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split['test'][0]):,} test "
+         f"(held out; split by English sentence)")
+    if data_info.get("joint_vocab"):
+        arch["share_embeddings"] = True
+    model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
+    _say(f"model: {model!r}")
+    trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
+                      checkpoint_dir=out, data_info=data_info)
+    budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
+    _say(f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
+         f"checkpoints in {out}")
+    return trainer
+
+
+def _fit(trainer: Any, out: Path) -> int:
+    from .training import TrainingInterrupted
+
     _show_epoch_summaries()
     try:
         trainer.fit()
@@ -343,55 +435,81 @@ def _best_name(run: Path) -> str:
     return resolve_checkpoint(run, "best").name
 
 
-def _check_writable(out: Path) -> None:
-    """Fail before any work if the run directory cannot be created or written."""
-    import tempfile
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise UserError(f"--out '{out}' cannot be written: {exc.strerror or exc}") from None
-
-
 # ------------------------------------------------------------------------------------ translate
 
 
+def _read_input_lines() -> Tuple[List[Optional[str]], List[Tuple[int, str]]]:
+    """Standard input as lines of text, read as bytes and decoded line by line as UTF-8:
+    ``(lines, bad)`` where an undecodable line is ``None`` in ``lines`` and ``(line number, what
+    is wrong)`` in ``bad``."""
+    data = sys.stdin.buffer.read()
+    raw_lines = data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()  # the newline that ends the last line
+    lines: List[Optional[str]] = []
+    bad: List[Tuple[int, str]] = []
+    for number, raw in enumerate(raw_lines, 1):
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # a UTF-8 byte-order mark
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            lines.append(None)
+            bad.append((number, f"{exc.reason} at byte {exc.start + 1} ({raw[exc.start:max(exc.end, exc.start + 1)]!r})"))
+    return lines, bad
+
+
 def _cmd_translate(args: argparse.Namespace) -> int:
+    from .text import check_text
     from .translate import LongInputWarning, Translator
 
     _set_threads(args.threads)
     translator = Translator.from_checkpoint(args.model, max_length=args.max_length)
+    bad: List[Tuple[int, str]] = []
     if args.sentences:
-        sentences: List[str] = list(args.sentences)
+        sentences: List[Optional[str]] = []
+        what = "argument"
+        for number, sentence in enumerate(args.sentences, 1):
+            try:
+                sentences.append(check_text(sentence, "translate"))
+            except ValueError:  # bytes that were not UTF-8 (Python keeps them as lone surrogates)
+                sentences.append(None)
+                bad.append((number, ""))
     else:
         if sys.stdin.isatty():
             _say("reading sentences from standard input, one per line (end with Ctrl-D)")
-        sentences = [line.rstrip("\r\n") for line in sys.stdin]
+        sentences, bad = _read_input_lines()
+        what = "line"
+    for number, problem in bad[:20]:
+        _say(f"{PROG} translate: {what} {number} is not valid UTF-8{f' ({problem})' if problem else ''}; its output "
+             "line is left empty")
+    if len(bad) > 20:
+        _say(f"{PROG} translate: {len(bad) - 20:,} more {what}s are not valid UTF-8; their output lines are left empty")
+    todo = [s for s in sentences if s is not None and s.strip()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LongInputWarning)
-        texts = translator.translate_batch(sentences, beam_size=args.beam_size, length_penalty=args.length_penalty,
-                                           batch_size=args.batch_size)
+        texts = iter(translator.translate_batch(todo, beam_size=args.beam_size, length_penalty=args.length_penalty,
+                                                batch_size=args.batch_size))
     for w in caught:
         if issubclass(w.category, LongInputWarning):
             _say(f"{PROG} translate: warning: {w.message}")
-    for source, text in zip(sentences, texts):
-        print(text if source.strip() else "")
+    for source in sentences:
+        print(next(texts) if source is not None and source.strip() else "")
+    if bad:
+        _say(f"{PROG} translate: {len(bad):,} of {len(sentences):,} {what}s not valid UTF-8 (see above); the others "
+             "are translated")
+        return 1
     return 0
 
 
 # ------------------------------------------------------------------------------------ evaluate
 
 
-def _read_pairs_file(path: str) -> Tuple[List[str], List[str]]:
-    from .data import load_tatoeba
-
-    pairs = load_tatoeba(path, sampling="first")
-    if pairs.stats.skipped:
-        _say(f"{path}: {pairs.stats.skipped} of {pairs.stats.read} lines skipped ({pairs.stats.empty} empty, "
-             f"{pairs.stats.no_tab} without a tab, {pairs.stats.empty_field} with an empty side, "
-             f"{pairs.stats.undecodable} not UTF-8)")
+def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str]]:
+    """The pairs of ``path``; lines that are not valid in ``encoding`` are left out and reported
+    by line number, with every other line left out."""
+    pairs = _load_pairs(path, {"encoding": encoding, "decode_errors": "skip"}, sampling="first")
     return pairs.english, pairs.spanish
 
 
@@ -404,7 +522,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     data_info = cfg.get("data") or {}
     translator = Translator.from_checkpoint(ckpt_dir)
     if args.pairs is not None:
-        sources, references = _read_pairs_file(args.pairs)
+        sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
         what = f"{args.pairs}"
     else:
         if not data_info:
@@ -412,6 +530,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                             f"'{PROG} train'); score it on a file with --pairs")
         if args.split == "test" and not data_info.get("test_fraction"):
             raise UserError("the run kept no test split (test fraction 0); use --split valid or --pairs FILE")
+        if args.encoding is not None:  # e.g. the data file was converted since
+            data_info = dict(data_info, encoding=args.encoding)
         split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
         sources, references = split[args.split]
         what = f"the {args.split} split"
@@ -458,36 +578,94 @@ def _cmd_average(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
-def _positive_int(text: str) -> int:
+# Every option is checked when the command line is read, before any work. Options that are
+# settings of TrainConfig or Translator are checked by those classes (TrainConfig.check,
+# Translator.check: the Python API says the same about a bad value); the others have their range
+# here. Each range is part of the option's help.
+_MAX_COUNT = 2 ** 63 - 1  # counts and seeds that Python holds but that must never overflow elsewhere
+# Architecture sizes: beyond these no model fits in a computer's memory; the core also checks
+# what a model of the requested sizes needs against the memory there is.
+_ARCH_RANGES = {"d_model": (1, 16384), "layers": (1, 256), "heads": (1, 1024), "d_ff": (1, 262144)}
+# 4 special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
+_VOCAB_RANGE = (260, 2 ** 20)
+_MAX_LENGTH_RANGE = (2, 100_000)  # --max-length of train (0 = automatic)
+
+
+def _parse_number(text: str, integer: bool) -> Any:
     try:
-        value = int(text)
+        return int(text) if integer else float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}") from None
 
 
-def _non_negative_int(text: str) -> int:
+def _int_in(low: int, high: int = _MAX_COUNT, *, zero: str = "") -> Any:
+    """An argparse type: an integer in [low, high] (or 0, meaning ``zero``, when that is given)."""
+
+    def convert(text: str) -> int:
+        value = _parse_number(text, True)
+        if zero and value == 0:
+            return 0
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {'0 (' + zero + ') or ' if zero else ''}an integer in "
+                                             f"[{low}, {high}], got {value}")
+        return value
+
+    return convert
+
+
+def _setting(owner: str, name: str, *, minimum: Optional[int] = None) -> Any:
+    """An argparse type for setting ``name`` of ``owner`` ("TrainConfig" or "Translator"), checked
+    by that class; ``minimum``: a stricter lower bound for the command line."""
+
+    def convert(text: str) -> Any:
+        from .training import TrainConfig
+        from .translate import Translator
+
+        cls = TrainConfig if owner == "TrainConfig" else Translator
+        value = _parse_number(text, cls.LIMITS[name].integer)
+        try:
+            value = cls.check(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return convert
+
+
+def _range_help(owner: str, name: str) -> str:
+    from .training import TrainConfig
+    from .translate import Translator
+
+    return (TrainConfig if owner == "TrainConfig" else Translator).LIMITS[name].describe()
+
+
+def _fraction(name: str) -> Any:
+    def convert(text: str) -> float:
+        from .data import check_fractions
+
+        value = _parse_number(text, False)
+        try:
+            return check_fractions(value, 0.0)[0] if name == "valid_fraction" else check_fractions(0.0, value)[1]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def _encoding(text: str) -> str:
+    from .data import check_encoding
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+        return check_encoding(text, "--encoding")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _non_negative_float(text: str) -> float:
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
+_positive_int = _int_in(1)
+_non_negative_int = _int_in(0)
+_threads = _int_in(1, 4096)
 
 
 def _add_train_parser(sub: Any) -> None:
@@ -505,12 +683,13 @@ def _add_train_parser(sub: Any) -> None:
                                                 "else the download cache)")
     p.add_argument("--out", default=None, help="run directory for checkpoints (default: runs/<preset>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    p.add_argument("--epochs", type=_positive_int, default=None,
-                   help="epochs in total (default: the preset's; may be raised with --resume)")
-    p.add_argument("--time-budget", type=_non_negative_float, default=None, metavar="MINUTES",
+    p.add_argument("--epochs", type=_setting("TrainConfig", "epochs", minimum=1), default=None,
+                   help="epochs in total, at most 1000000 (default: the preset's; may be raised with --resume)")
+    p.add_argument("--time-budget", type=_setting("TrainConfig", "time_budget"), default=None, metavar="MINUTES",
                    help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
-                        "(0 = no budget; default: the preset's)")
-    p.add_argument("--threads", type=_positive_int, default=None, help="C++ threads (default: all cores)")
+                        "(0 = no budget; default: the preset's; " + _range_help("TrainConfig", "time_budget") + ")")
+    p.add_argument("--threads", type=_setting("TrainConfig", "threads"), default=None,
+                   help="C++ threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("data")
     g.add_argument("--num-samples", type=_non_negative_int, default=None,
@@ -518,45 +697,58 @@ def _add_train_parser(sub: Any) -> None:
     g.add_argument("--sampling", choices=("random", "first"), default=None,
                    help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
                         "lines (the file is sorted by length: the N shortest; the tutorial's way)")
-    g.add_argument("--vocab-size", type=_positive_int, default=None, help="target size of each subword vocabulary")
+    g.add_argument("--vocab-size", type=_int_in(*_VOCAB_RANGE), default=None,
+                   help=f"target size of each subword vocabulary, in [{_VOCAB_RANGE[0]}, {_VOCAB_RANGE[1]}] (at least "
+                        "the 4 special tokens and the 256 byte symbols)")
     g.add_argument("--joint-vocab", action="store_const", const=True, default=None,
                    help="one subword vocabulary for English and Spanish, decoder embedding tied to the output layer")
-    g.add_argument("--valid-fraction", type=float, default=None, help="share of pairs for validation (default 0.02)")
-    g.add_argument("--test-fraction", type=float, default=None, help="share of pairs held out for evaluate (default 0.03)")
+    g.add_argument("--valid-fraction", type=_fraction("valid_fraction"), default=None,
+                   help="share of pairs for validation, in [0, 1) (default 0.02)")
+    g.add_argument("--test-fraction", type=_fraction("test_fraction"), default=None,
+                   help="share of pairs held out for evaluate, in [0, 1) (default 0.03)")
     g.add_argument("--split-seed", type=_non_negative_int, default=None,
                    help="seed of the sample and of the train/valid/test split by English sentence (default 0)")
-    g.add_argument("--max-length", type=_non_negative_int, default=None,
-                   help=f"longest training pair in tokens; longer pairs are left out of training (0 = the length "
-                        f"that covers {LENGTH_COVERAGE}%% of them). Translation has no length limit.")
+    g.add_argument("--max-length", type=_int_in(*_MAX_LENGTH_RANGE, zero="automatic"), default=None,
+                   help=f"longest training pair in tokens, in [{_MAX_LENGTH_RANGE[0]}, {_MAX_LENGTH_RANGE[1]}]; longer "
+                        f"pairs are left out of training (0 = the length that covers {LENGTH_COVERAGE}%% of them). "
+                        "Translation has no length limit.")
+    g.add_argument("--encoding", type=_encoding, default=None,
+                   help="text encoding of the data file (default utf-8); a line not valid in it is an error")
+    g.add_argument("--decode-errors", choices=("strict", "skip"), default=None,
+                   help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
+                        "default) or be left out, counted (skip)")
     g = p.add_argument_group("architecture (default: the preset's)")
-    g.add_argument("--d-model", type=_positive_int, default=None, help="model width")
-    g.add_argument("--layers", type=_positive_int, default=None, help="encoder and decoder layers")
-    g.add_argument("--heads", type=_positive_int, default=None, help="attention heads")
-    g.add_argument("--d-ff", type=_positive_int, default=None, help="feed-forward inner width")
+    for flag, what in (("d_model", "model width"), ("layers", "encoder and decoder layers"),
+                       ("heads", "attention heads"), ("d_ff", "feed-forward inner width")):
+        low, high = _ARCH_RANGES[flag]
+        g.add_argument("--" + flag.replace("_", "-"), type=_int_in(low, high), default=None,
+                       help=f"{what}, in [{low}, {high}]")
     g.add_argument("--dropout", type=float, default=None, help="dropout rate")
     g = p.add_argument_group("optimisation (default: the preset's)")
-    g.add_argument("--batch-size", type=_positive_int, default=None, help="pairs per step (when --max-tokens is 0)")
-    g.add_argument("--max-tokens", type=_non_negative_int, default=None,
-                   help="tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)")
-    g.add_argument("--warmup", type=_positive_int, default=None, help="warm-up steps")
-    g.add_argument("--lr-scale", type=float, default=None, help="multiplies the learning-rate schedule")
-    g.add_argument("--fixed-lr", type=float, default=None, help="constant learning rate instead of the schedule")
+    def setting(flag: str, help: str, **kw: Any) -> None:
+        name = flag.replace("-", "_")
+        g.add_argument("--" + flag, type=_setting("TrainConfig", name), default=None,
+                       help=f"{help} ({_range_help('TrainConfig', name)})", **kw)
+
+    setting("batch-size", "pairs per step (when --max-tokens is 0)")
+    setting("max-tokens", "tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)")
+    setting("warmup", "warm-up steps")
+    setting("lr-scale", "multiplies the learning-rate schedule")
+    setting("fixed-lr", "constant learning rate instead of the schedule (0 = the schedule)")
     g.add_argument("--decay", action=argparse.BooleanOptionalAction, default=None,
                    help="after the warm-up, decay the learning rate linearly to 0 at the end of the run")
-    g.add_argument("--label-smoothing", type=float, default=None, help="label smoothing (paper 0.1)")
-    g.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this global norm (0 = off)")
-    g.add_argument("--seed", type=_non_negative_int, default=None, help="seed of weights, dropout and shuffling (default 0)")
-    g.add_argument("--log-every", type=_positive_int, default=None, help="history entry every N steps (default 10)")
+    setting("label-smoothing", "label smoothing (paper 0.1)")
+    setting("clip-norm", "clip gradients to this global norm (0 = off)")
+    setting("seed", "seed of weights, dropout and shuffling (default 0)")
+    setting("log-every", "history entry every N steps (default 10)")
     g.add_argument("--bucket-by-length", action="store_const", const=True, default=None,
                    help="batch sentences of similar length together (with --batch-size)")
     g.add_argument("--drop-remainder", action="store_const", const=True, default=None,
                    help="drop the last, smaller batch of each epoch (with --batch-size)")
-    g.add_argument("--keep-checkpoints", type=_non_negative_int, default=None,
-                   help="keep the newest N checkpoints (default 5; 0 = all); the best one is always kept")
-    g.add_argument("--val-bleu-sentences", type=_non_negative_int, default=None,
-                   help="greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)")
-    g.add_argument("--average-last", type=_non_negative_int, default=None,
-                   help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
+    setting("keep-checkpoints", "keep the newest N checkpoints of the run (default 5; 0 = all); the best one is "
+                                "always kept")
+    setting("val-bleu-sentences", "greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)")
+    setting("average-last", "at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -566,13 +758,22 @@ def _add_translate_parser(sub: Any) -> None:
                                    "standard input; prints one translation per line.")
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
     p.add_argument("--model", required=True, help="run directory (its latest checkpoint) or checkpoint directory")
-    p.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy decoding (default), more = beam search")
-    p.add_argument("--length-penalty", type=float, default=0.6, help="beam search length-penalty exponent (default 0.6)")
-    p.add_argument("--max-length", type=_positive_int, default=None,
-                   help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)")
-    p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences decoded together (default 64)")
-    p.add_argument("--threads", type=_positive_int, default=None, help="C++ threads (default: all cores)")
+    _add_decoding_options(p)
+    p.add_argument("--max-length", type=_setting("Translator", "max_length"), default=None,
+                   help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
+                        + _range_help("Translator", "max_length") + ")")
     p.set_defaults(func=_cmd_translate)
+
+
+def _add_decoding_options(p: Any) -> None:
+    p.add_argument("--beam-size", type=_setting("Translator", "beam_size"), default=1,
+                   help="1 = greedy decoding (default), more = beam search (" + _range_help("Translator", "beam_size") + ")")
+    p.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=0.6,
+                   help="beam search length-penalty exponent (default 0.6; " + _range_help("Translator", "length_penalty")
+                        + ")")
+    p.add_argument("--batch-size", type=_setting("Translator", "batch_size"), default=64,
+                   help="sentences decoded together (default 64)")
+    p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
 
 
 def _add_evaluate_parser(sub: Any) -> None:
@@ -585,12 +786,12 @@ def _add_evaluate_parser(sub: Any) -> None:
     p.add_argument("--model", required=True, help="run directory (its latest checkpoint) or checkpoint directory")
     p.add_argument("--data", default=None, help="the data file (default: the one the run was trained on)")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
+    p.add_argument("--encoding", type=_encoding, default=None,
+                   help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
+                        "not valid in it are left out and reported by line number")
     p.add_argument("--limit", type=_non_negative_int, default=0, help="score only the first N pairs (default all)")
-    p.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy decoding (default)")
-    p.add_argument("--length-penalty", type=float, default=0.6, help="beam search length-penalty exponent")
-    p.add_argument("--batch-size", type=_positive_int, default=64, help="sentences per batch (default 64)")
+    _add_decoding_options(p)
     p.add_argument("--examples", type=_non_negative_int, default=0, help="also print the first N translations")
-    p.add_argument("--threads", type=_positive_int, default=None, help="C++ threads (default: all cores)")
     p.set_defaults(func=_cmd_evaluate)
 
 
@@ -615,6 +816,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=_positive_int, default=5, help="how many of the newest checkpoints (default 5)")
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=_cmd_average)
+
+    from .serve import add_serve_parser  # the HTTP server (its dependencies are imported when it runs)
+
+    add_serve_parser(sub)
 
     # --- extension point: the benchmark subcommand -------------------------------------------
     # `transformer_cpp.bench` (when it exists) provides add_bench_parser(subparsers), which adds
@@ -645,17 +850,44 @@ def _main(argv: Optional[List[str]]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _text_streams_in_utf8()
     if os.environ.get("TRANSFORMER_CPP_DEBUG"):
         return int(args.func(args) or 0)
     try:
         return int(args.func(args) or 0)
-    except (UserError, OSError, ValueError) as exc:  # CheckpointError and FileNotFoundError included
+    # what a user can cause: bad files, checkpoints and options (CheckpointError, FileNotFoundError,
+    # the core's ValueError), sizes beyond the memory (MemoryError), a diverged run
+    # (TrainingDiverged, NonFiniteError: RuntimeError), a run directory in use
+    except (UserError, OSError, ValueError, RuntimeError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return 1
+    except MemoryError as exc:
+        detail = " ".join(str(exc).split())
+        print(f"{PROG} {args.command}: error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
+              "(model, vocabulary, batch, beam or length) need more memory than there is; ask for smaller ones",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: one line too, but saying so
+        message = " ".join(str(exc).split())
+        print(f"{PROG} {args.command}: internal error: {type(exc).__name__}: {message} (this is a bug; run with "
+              "TRANSFORMER_CPP_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+def _text_streams_in_utf8() -> None:
+    """Write standard output and error as UTF-8 whatever the locale says (standard input is read
+    as UTF-8 bytes too), replacing nothing: text in, text out."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(encoding="utf-8")
+            except (OSError, ValueError):
+                pass
 
 
 if __name__ == "__main__":  # pragma: no cover
