@@ -38,6 +38,14 @@ is a pure function of ``(seed, epoch)``, so it needs no saved generator state. H
 :meth:`Trainer.from_checkpoint` continues *exactly*: the resumed run produces the same losses,
 bit for bit, as a run that was never stopped (with the same thread count; the tests check it).
 
+Divergence. When a step's loss (or its gradient norm) is NaN or infinite, the core refuses the
+step and changes nothing (``transformer_cpp.NonFiniteError``); a NaN loss returned by a model, or
+a non-finite validation loss, counts the same. :meth:`Trainer.fit` then saves the state before
+that step (unless its weights are not finite: checkpoints never hold NaN or infinity) and raises
+:class:`TrainingDiverged`, which names the step and the checkpoint. Settings are checked when a
+:class:`TrainConfig` is made (:attr:`TrainConfig.LIMITS`), and a trainer whose epoch would have
+no batch (``drop_remainder`` with fewer pairs than a batch) is refused when it is made.
+
 Ctrl-C. While :meth:`Trainer.fit` runs in the main thread, the first Ctrl-C (SIGINT) does not
 kill the step in progress: the current batch finishes, a checkpoint of that exact position is
 written (named ``epoch-000E-batch-00000B``), and :class:`TrainingInterrupted` (a
