@@ -87,6 +87,8 @@ void bind_layer_norm(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, "LayerNorm.backward");
+             check_parameter_gradients(h.layer.parameters(), "LayerNorm.backward");
              return rows_out<T>(*dx, h.lead);
            },
            py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
@@ -194,8 +196,11 @@ void bind_embedding(py::module_& m) {
              InUse in_use(h.busy, "Embedding.backward");
              if (!h.has_forward) throw std::runtime_error("Embedding.backward: call forward() first");
              auto d = dout_rows<T>(dout, "Embedding.backward", h.layer.dim(), h.lead);
-             py::gil_scoped_release release;
-             h.layer.backward(d.map());
+             {
+               py::gil_scoped_release release;
+               h.layer.backward(d.map());
+             }
+             check_parameter_gradients(h.layer.parameters(), "Embedding.backward");
            },
            py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
       .def("padding_mask", [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
@@ -261,8 +266,11 @@ void bind_positional_embedding(py::module_& m) {
              InUse in_use(h.busy, "PositionalEmbedding.backward");
              if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");
              auto d = dout_rows<T>(dout, "PositionalEmbedding.backward", h.layer.dim(), h.lead);
-             py::gil_scoped_release release;
-             h.layer.backward(d.map());
+             {
+               py::gil_scoped_release release;
+               h.layer.backward(d.map());
+             }
+             check_parameter_gradients(h.layer.parameters(), "PositionalEmbedding.backward");
            },
            py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
       .def("padding_mask",

@@ -64,6 +64,8 @@ void bind_linear(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, who);
+             check_parameter_gradients(h.layer.parameters(), who);
              return rows_out<T>(*dx, h.lead);
            },
            py::arg("dout"), "dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db")
@@ -119,6 +121,7 @@ void bind_dropout(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, who);
              return rows_out<T>(*dx, h.lead);
            },
            py::arg("dout"))
@@ -225,6 +228,9 @@ void bind_attention(py::module_& m) {
                                      s.weights.data(), dO.data(), s.dk, s.dq.data(), s.dk, s.dk_.data(), s.dk,
                                      s.dv.data(), s.dk, s.dscores.data());
              }
+             check_gradient(s.dq, who, "gradient of q");
+             check_gradient(s.dk_, who, "gradient of k");
+             check_gradient(s.dv, who, "gradient of v");
              return py::make_tuple(copy_out<T>(s.dq.data(), {s.G, s.Tq, s.dk}),
                                    copy_out<T>(s.dk_.data(), {s.G, s.Tk, s.dk}),
                                    copy_out<T>(s.dv.data(), {s.G, s.Tk, s.dk}));
@@ -297,6 +303,9 @@ void bind_attention(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, who);
+             if (cross) check_gradient(h.layer.dmemory(), who, "memory gradient");
+             check_parameter_gradients(h.layer.parameters(), who);
              if (!cross) return btc_out<T>(*dx, B, Tq);
              return py::make_tuple(btc_out<T>(*dx, B, Tq), btc_out<T>(h.layer.dmemory(), B, Tk));
            },
@@ -358,6 +367,8 @@ void bind_feed_forward(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, who);
+             check_parameter_gradients(h.layer.parameters(), who);
              return rows_out<T>(*dx, h.lead);
            },
            py::arg("dout"))
@@ -451,6 +462,8 @@ void bind_encoder_decoder(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, who);
+             check_parameter_gradients(h.layer.parameters(), who);
              return btc_out<T>(*dx, h.lead[0], h.lead[1]);
            },
            py::arg("dout"))
@@ -514,6 +527,9 @@ void bind_encoder_decoder(py::module_& m) {
                py::gil_scoped_release release;
                dx = &h.layer.backward(d.map());
              }
+             check_gradient(*dx, who);
+             check_gradient(h.layer.dmemory(), who, "memory gradient");
+             check_parameter_gradients(h.layer.parameters(), who);
              return py::make_tuple(btc_out<T>(*dx, h.lead[0], h.lead[1]), btc_out<T>(h.layer.dmemory(), h.lead[0], h.lead[2]));
            },
            py::arg("dout"), "dout (B, T, d) -> (dx (B, T, d), dmemory (B, S, d))")
@@ -569,8 +585,11 @@ void bind_encoder_decoder(py::module_& m) {
              auto d = as_btc<T>(dout, who, "dout", h.layer.embedding_.dim(), false);
              if (d.lead_shape != h.lead)
                throw py::value_error("Encoder.backward: dout must have the output's shape, got " + describe(d.array));
-             py::gil_scoped_release release;
-             h.layer.backward(d.map());
+             {
+               py::gil_scoped_release release;
+               h.layer.backward(d.map());
+             }
+             check_parameter_gradients(h.layer.parameters(), who);
            },
            py::arg("dout"))
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<En&>().layer.parameters(), self); })
@@ -646,6 +665,8 @@ void bind_encoder_decoder(py::module_& m) {
                py::gil_scoped_release release;
                h.layer.backward(d.map());
              }
+             check_gradient(h.layer.dmemory(), who, "memory gradient");
+             check_parameter_gradients(h.layer.parameters(), who);
              return btc_out<T>(h.layer.dmemory(), h.lead[0], h.lead[2]);
            },
            py::arg("dout"), "dout (B, T, d) -> dmemory (B, S, d)")

@@ -131,8 +131,11 @@ void bind_transformer(py::module_& m) {
                throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
                                             "), got ", describe(d)));
              check_finite_input(d.data(), static_cast<Index>(d.size()), "Transformer.backward", "dlogits");
-             py::gil_scoped_release release;
-             h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
+             {
+               py::gil_scoped_release release;
+               h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
+             }
+             check_parameter_gradients(h.model.parameters(), "Transformer.backward");
            },
            py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
       .def("train_step",

@@ -215,6 +215,26 @@ inline std::string shape_str(const std::vector<Index>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
+// What a backward returns (a gradient `g` of an input) and what it accumulates (the parameter
+// gradients) must be finite; from finite inputs, weights and dout they are not only after an
+// overflow, which is then an error instead of NaN passed on.
+template <typename T>
+void check_gradient(const Matrix<T>& g, const char* who, const char* what = "input gradient") {
+  const Index i = first_nonfinite(g.data(), g.size());
+  if (i >= 0)
+    throw NonFiniteError(concat(who, ": the ", what, " is not finite (", static_cast<double>(g.data()[i]),
+                                " at flat index ", i, "): the computation overflowed; the inputs, weights or dout "
+                                "are too large"));
+}
+template <typename T>
+void check_parameter_gradients(const ParameterList<T>& params, const char* who) {
+  for (const auto& p : params)
+    if (first_nonfinite(p.grad, p.size()) >= 0)
+      throw NonFiniteError(concat(who, ": the gradient of parameter '", p.name, "' is not finite: the computation "
+                                  "overflowed (or it has accumulated too much: zero_grad()); the inputs, weights "
+                                  "or dout are too large"));
+}
+
 // dout of backward() must have the shape of the last output: (*lead, cols).
 template <typename T>
 RowsInput<T> dout_rows(const py::handle& dout, const char* who, Index cols, const std::vector<Index>& lead) {

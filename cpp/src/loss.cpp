@@ -1,5 +1,6 @@
 #include "transformer/loss.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "transformer/checks.hpp"
@@ -109,13 +110,22 @@ LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets)
   LossStats stats;
   stats.count = check_targets("masked_accuracy", targets, rows, classes);
   Index correct = 0;
+  Index first_nan = rows;  // an arg max over NaN means nothing
   const T* xp = logits.data();
-#pragma omp parallel for schedule(static) reduction(+ : correct) if (rows * classes >= kParallelElements)
+#pragma omp parallel for schedule(static) reduction(+ : correct) reduction(min : first_nan) \
+    if (rows * classes >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
     if (targets[i] == 0) continue;
     ConstRowArray<T> x(xp + i * classes, classes);
+    if (x.isNaN().any()) {
+      first_nan = std::min(first_nan, i);
+      continue;
+    }
     correct += is_argmax(x, x.maxCoeff(), targets[i]);
   }
+  if (first_nan < rows)
+    throw NonFiniteError(concat("masked_accuracy: the logits of row ", first_nan,
+                                " are NaN: training has diverged or the input is corrupt"));
   stats.correct = correct;
   return stats;
 }
