@@ -129,14 +129,15 @@ def masked_cross_entropy(logits: ArrayLike, targets: ArrayLike, label_smoothing:
         respect to ``logits`` (same shape and dtype), computed in the same pass.
 
     Raises:
-        ValueError: target ids out of range, mismatched shapes.
-        RuntimeError: the loss is NaN or infinite.
+        ValueError: target ids out of range, mismatched shapes, label_smoothing outside [0, 1].
+        NonFiniteError: (a RuntimeError and FloatingPointError) the logits hold NaN or infinity.
     """
     return _function("masked_cross_entropy", logits)(logits, targets, label_smoothing, compute_grad)
 
 
 def masked_accuracy(logits: ArrayLike, targets: ArrayLike) -> float:
-    """Fraction of non-padding targets whose ``argmax(logits)`` is right (0.0 if there are none)."""
+    """Fraction of non-padding targets whose ``argmax(logits)`` is right (0.0 if there are none).
+    Logits holding NaN or infinity raise NonFiniteError (a RuntimeError)."""
     return _function("masked_accuracy", logits)(logits, targets)
 
 

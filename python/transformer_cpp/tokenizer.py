@@ -15,7 +15,8 @@ Design:
   :func:`transformer_cpp.text.clean_sentence` guarantees). Text that is not in NFC comes back
   in NFC; with ``lowercase=True`` it comes back in lower case.
 * **Special tokens** have fixed ids: ``<pad>`` 0 (the C++ core treats token 0 as padding),
-  ``<start>`` 1, ``<end>`` 2, ``<unk>`` 3.
+  ``<start>`` 1, ``<end>`` 2, ``<unk>`` 3. Only :meth:`SubwordTokenizer.encode` adds them; text
+  that happens to spell one (``"a <end> b"``) is encoded as ordinary text and round-trips.
 
 A saved tokenizer is one JSON document: the Hugging Face tokenizer plus a small header with
 this class's format name and version (see :meth:`SubwordTokenizer.to_str`).
@@ -46,6 +47,19 @@ _BYTE_ALPHABET_SIZE = 256
 MAX_VOCAB_SIZE = 2 ** 20
 
 IdSequence = Union[Sequence[int], np.ndarray]
+
+
+def _unicode_error(text: str, what: str) -> Optional[ValueError]:
+    """A ValueError naming the first lone surrogate of ``text`` (what ``surrogateescape`` makes of
+    bytes that are not UTF-8), or None when ``text`` is valid Unicode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return ValueError(
+            f"{what} is not valid Unicode: it holds the lone surrogate {text[exc.start]!r} at position "
+            f"{exc.start} (bytes that were not UTF-8?); decode the input correctly or replace them"
+        )
+    return None
 
 
 def _require_tokenizers():
@@ -84,6 +98,11 @@ class SubwordTokenizer:
                     f"found {got}; the tokenizer was not built by SubwordTokenizer.build_from_corpus"
                 )
         self._vocab_size = int(hf_tokenizer.get_vocab_size(with_added_tokens=True))
+        # Text that spells a special token ("<end>", "<pad>") is ordinary text: encoded as its
+        # bytes, never as the special id (which would end or blank the sentence). A runtime flag of
+        # tokenizers >= 0.19, not part of the saved JSON, so it is set on every load.
+        if hasattr(hf_tokenizer, "encode_special_tokens"):
+            hf_tokenizer.encode_special_tokens = True
 
     # ------------------------------------------------------------------ building
 
@@ -148,6 +167,9 @@ class SubwordTokenizer:
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str):
                 raise TypeError(f"{name}: sentence {i} is a {type(sentence).__name__}, expected a str")
+            bad = _unicode_error(sentence, f"{name}: sentence {i}")
+            if bad is not None:
+                raise bad
             if sentence.strip():
                 corpus.append(" " + sentence)
         if not corpus:
@@ -251,6 +273,22 @@ class SubwordTokenizer:
             raise TypeError(f"SubwordTokenizer.{caller}: expected a str, got {type(text).__name__}")
         return text
 
+    def _encode_all(self, texts: List[str], caller: str) -> List[Any]:
+        """``tokenizers`` encodings of ``texts`` (each with its leading space); text that is not
+        valid Unicode is a ValueError naming it (the library says only "TextInputSequence must be
+        str")."""
+        try:
+            if len(texts) == 1:
+                return [self._tok.encode(texts[0], add_special_tokens=False)]
+            return self._tok.encode_batch(texts, add_special_tokens=False)
+        except Exception:
+            for i, text in enumerate(texts):
+                bad = _unicode_error(text[1:], f"SubwordTokenizer.{caller}: text {i}" if len(texts) > 1
+                                     else f"SubwordTokenizer.{caller}: the text")
+                if bad is not None:
+                    raise bad from None
+            raise
+
     def _wrap(self, ids: List[int], add_special_tokens: bool) -> List[int]:
         if add_special_tokens:
             return [self.start_id, *ids, self.end_id]
@@ -262,9 +300,11 @@ class SubwordTokenizer:
 
         Raises:
             TypeError: if ``text`` is not a ``str``.
+            ValueError: if ``text`` is not valid Unicode (a lone surrogate, e.g. from bytes that
+                were decoded with ``errors="surrogateescape"``); the message gives the position.
         """
         self._check_text(text, "encode")
-        ids = self._tok.encode(" " + text, add_special_tokens=False).ids
+        ids = self._encode_all([" " + text], "encode")[0].ids
         return self._wrap(ids, add_special_tokens)
 
     def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = True) -> List[List[int]]:
@@ -284,7 +324,7 @@ class SubwordTokenizer:
             prepared.append(" " + text)
         if not prepared:
             return []
-        encodings = self._tok.encode_batch(prepared, add_special_tokens=False)
+        encodings = self._encode_all(prepared, "encode_batch")
         return [self._wrap(e.ids, add_special_tokens) for e in encodings]
 
     def tokens(self, text: str) -> List[str]:
@@ -295,7 +335,7 @@ class SubwordTokenizer:
         holding only part of a multi-byte character is shown as ``�``. No special tokens.
         """
         self._check_text(text, "tokens")
-        pieces = self._tok.encode(" " + text, add_special_tokens=False).tokens
+        pieces = self._encode_all([" " + text], "tokens")[0].tokens
         decoder = self._tok.decoder
         shown = []
         for piece in pieces:
