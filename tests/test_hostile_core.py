@@ -596,3 +596,60 @@ def test_other_numeric_options_are_refused():
         tc.Embedding(4, 2).forward(np.ones((1, 2), int), scale=float("inf"))
     with pytest.raises(ValueError, match=r"set_num_threads: n must be an integer in \[1, 1024\]"):
         tc.set_num_threads(10 ** 6)
+
+
+# --- 6. text that is not what it seems ------------------------------------------------------------
+
+
+def test_text_spelling_a_special_token_is_ordinary_text():
+    tok = tc.SubwordTokenizer.build_from_corpus(["hello world"] * 3, 300)
+    for text in ("<end>", "a <end> b", "<pad>", "<start><unk> x"):
+        ids = tok.encode(text)
+        assert ids[0] == tok.start_id and ids[-1] == tok.end_id
+        assert not set(ids[1:-1]) & tok.special_ids, (text, ids)  # never the special ids
+        assert tok.decode(ids) == text
+        again = tc.SubwordTokenizer.from_str(tok.to_str())  # a reloaded tokenizer too
+        assert again.encode(text) == ids
+
+
+def test_text_that_is_not_unicode_names_the_position():
+    tok = tc.SubwordTokenizer.build_from_corpus(["hello world"] * 3, 300)
+    bad = b"caf\xe9 ok".decode("utf-8", errors="surrogateescape")  # Latin-1 bytes read as UTF-8
+    with pytest.raises(ValueError, match=r"encode: the text is not valid Unicode: .*'\\udce9' at position 3"):
+        tok.encode(bad)
+    with pytest.raises(ValueError, match=r"encode_batch: text 1 is not valid Unicode"):
+        tok.encode_batch(["fine", bad])
+    with pytest.raises(ValueError, match=r"tokens: the text is not valid Unicode"):
+        tok.tokens(bad)
+    with pytest.raises(ValueError, match=r"build_from_corpus: sentence 1 is not valid Unicode"):
+        tc.SubwordTokenizer.build_from_corpus(["fine", bad], 300)
+
+
+def test_nan_logits_in_rows_that_count_are_refused():
+    logits = np.zeros((2, 4))
+    logits[1, 2] = np.nan
+    # row 1 is padding (target 0): ignored, as the loss of a padded batch must be
+    assert tc.masked_accuracy(logits, np.array([1, 0])) == 0.0
+    assert np.isfinite(tc.masked_cross_entropy(logits, np.array([1, 0]))[0])
+    # a row that counts: an arg max over NaN means nothing
+    with pytest.raises(NonFiniteError, match="masked_accuracy: the logits of row 1 are NaN"):
+        tc.masked_accuracy(logits, np.array([1, 3]))
+    with pytest.raises(NonFiniteError, match="masked_cross_entropy: the loss is not finite"):
+        tc.masked_cross_entropy(logits, np.array([1, 3]))
+
+
+def test_overflow_is_an_error_never_a_nan_gradient():
+    # a fully masked query row has a zero gradient, never 0 * inf = NaN from its huge values
+    mha = tc.MultiHeadAttention(4, 1, seed=3)
+    x = np.zeros((1, 1, 4), np.float32)
+    x[0, 0, 0] = 3.4e38
+    mha.forward(x, mask=np.ones((1, 1, 1), bool))
+    dx = mha.backward(np.ones((1, 1, 4), np.float32))
+    assert np.isfinite(dx).all() and not dx.any()
+    for n, p in mha.parameters().items():
+        assert np.isfinite(p.grad).all(), n
+    # finite but huge values elsewhere overflow: an error in forward or in backward
+    lin = tc.Linear(4, 4, seed=1)
+    lin.forward(np.full((2, 4), 1e30, np.float32))
+    with pytest.raises(NonFiniteError, match="Linear.backward: the gradient of parameter 'weight' is not finite"):
+        lin.backward(np.full((2, 4), 1e30, np.float32))
