@@ -21,6 +21,10 @@ use), except the peak-memory measurement, which needs a fresh process per implem
    (``python -m transformer_cpp.bench --child-memory ours|torch``; peak RSS from ``VmHWM``, see
    :func:`_peak_rss`), and **thread scaling** of the
    training step (1 thread against all threads).
+5. **Serving**: requests per second and p50/p99 latency of the HTTP server
+   (:mod:`transformer_cpp.serve`) at 32 concurrent clients on a random model of the ``tiny``
+   preset, with request batching against ``--max-batch 1`` (see :func:`bench_serving`; needs the
+   ``serve`` extra, else skipped with a note; ``--serving-only`` runs just this section).
 
 Thread control: ``--threads N`` calls ``transformer_cpp.set_num_threads(N)`` and
 ``torch.set_num_threads(N)``, sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/... for child
@@ -63,6 +67,7 @@ __all__ = [
     "QUICK_SHAPES",
     "TUTORIAL_SHAPES",
     "add_bench_parser",
+    "bench_serving",
     "check_ctranslate2_exact",
     "convert_to_ctranslate2",
     "forward_matmul_flops",
@@ -997,6 +1002,142 @@ def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int
 
 
 # ----------------------------------------------------------------------------------------------
+# 5. serving: HTTP requests per second with and without request batching
+# ----------------------------------------------------------------------------------------------
+
+SERVING_CLIENTS = 32           # concurrent HTTP clients
+TARGET_SERVING_RATIO = 3.0     # requests/s with batching (--max-batch 32) / one at a time (--max-batch 1)
+
+
+def serving_translator(seed: int = 0, vocab_size: int = 8000, words: int = 8000,
+                       corpus: int = 12000) -> Tuple[Any, List[str]]:
+    """A randomly initialised model of the ``tiny`` preset (its architecture with dropout off,
+    and its recipe's 8,000-token vocabularies) with a subword vocabulary learnt from ``corpus``
+    synthetic sentences over ``words`` made-up words, as a ``Translator``; and 256 synthetic
+    input sentences of 4-10 words (about 18 tokens). A random model rarely emits the end token,
+    so every sentence runs to its output limit (``1.5 * source tokens + 10``): the worst case
+    for the server."""
+    import logging
+
+    from .model import preset_config
+    from .tokenizer import SubwordTokenizer
+    from .translate import Translator
+
+    rng = np.random.default_rng(seed)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    vocabulary = ["".join(rng.choice(letters, size=int(rng.integers(2, 9)))) for _ in range(words)]
+
+    def sentence(lo: int, hi: int) -> str:
+        return " ".join(rng.choice(vocabulary, size=int(rng.integers(lo, hi + 1)))) + "."
+
+    log = logging.getLogger(f"{__package__}.tokenizer")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        tok = SubwordTokenizer.build_from_corpus([sentence(3, 12) for _ in range(corpus)], vocab_size)
+    finally:
+        log.setLevel(level)
+    config = dict(preset_config("tiny"), dropout=0.0)
+    model = Transformer(tok.vocab_size, tok.vocab_size, seed=seed, **config)
+    return Translator(model, tok, tok, src_lang="en"), [sentence(4, 10) for _ in range(256)]
+
+
+async def _http_client(host: str, port: int, bodies: Sequence[bytes], latencies: List[float]) -> None:
+    """One keep-alive HTTP/1.1 connection posting ``bodies`` to /translate one after the other
+    (a minimal client: the load generator should cost little next to the server)."""
+    import asyncio
+
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        for body in bodies:
+            started = time.perf_counter()
+            writer.write(b"POST /translate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body))
+            status = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            answer = await reader.readexactly(length)
+            if b" 200 " not in status:
+                raise RuntimeError(f"serving bench: {status.decode().strip()}: {answer[:200]!r}")
+            latencies.append(time.perf_counter() - started)
+    finally:
+        writer.close()
+
+
+def _serving_load(url: str, per_client: Sequence[Sequence[bytes]]) -> Tuple[float, List[float]]:
+    """Run one client per entry of ``per_client`` at once; (seconds, latencies)."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    latencies: List[float] = []
+
+    async def main() -> None:
+        await asyncio.gather(*(_http_client(parts.hostname or "127.0.0.1", parts.port or 80, bodies, latencies)
+                               for bodies in per_client))
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    return time.perf_counter() - started, latencies
+
+
+def bench_serving(threads: int, quick: bool = False, seed: int = 0, clients: int = SERVING_CLIENTS,
+                  requests_per_client: Optional[int] = None) -> Dict[str, Any]:
+    """Requests per second and latency of ``transformer-cpp serve`` (the app of
+    :func:`transformer_cpp.serve.create_app` under uvicorn, in a thread of this process, on
+    127.0.0.1) with request batching (``--max-batch 32 --max-wait-ms 5``) and one sentence at a
+    time (``--max-batch 1``): ``clients`` concurrent keep-alive connections, each posting
+    ``{"text": ...}`` requests of one sentence one after the other. Both runs send the same
+    requests, after one untimed warm-up request per client. The model is
+    :func:`serving_translator`'s."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+
+        from .serve import background_server, create_app
+    except ImportError as exc:
+        return {"skipped": f"FastAPI/uvicorn not installed ({exc}); pip install 'transformer-cpp[serve]'"}
+    set_num_threads(threads)
+    # --quick: a small vocabulary, learnt in a fraction of a second (the numbers then mean little)
+    translator, sentences = serving_translator(seed, *((1000, 1000, 3000) if quick else ()))
+    per = requests_per_client or (2 if quick else 8)
+    order = np.random.default_rng(seed).permutation(len(sentences))
+    bodies = [json.dumps({"text": sentences[int(i)]}).encode() for i in order]
+    timed = [[bodies[(c * per + k) % len(bodies)] for k in range(per)] for c in range(clients)]
+    warm = [[bodies[(c * 7 + 3) % len(bodies)]] for c in range(clients)]
+    out: Dict[str, Any] = {"clients": clients, "requests": clients * per, "threads": threads,
+                           "model": {k: v for k, v in translator.model.config.items()
+                                     if k in ("d_model", "n_layers", "n_heads", "d_ff", "src_vocab_size")},
+                           "mean_output_limit": float(np.mean([int(1.5 * len(translator.src_tokenizer.encode(s))) + 10
+                                                               for s in sentences])),
+                           "modes": {}}
+    for name, max_batch in (("batching", 32), ("one_at_a_time", 1)):
+        _log(f"serving: {clients} clients x {per} requests, --max-batch {max_batch}")
+        app = create_app(translator, max_batch=max_batch, max_wait_ms=5.0, max_queue=100_000, threads=threads)
+        with background_server(app) as url:
+            _serving_load(url, warm)
+            before = dict(app.state.batcher.stats)
+            seconds, latencies = _serving_load(url, timed)
+            stats = app.state.batcher.stats
+        batches = stats["batches"] - before["batches"]
+        ms = np.asarray(latencies) * 1000.0
+        out["modes"][name] = {
+            "max_batch": max_batch, "max_wait_ms": 5.0, "seconds": seconds,
+            "requests_per_s": len(latencies) / seconds,
+            "latency_ms_p50": float(np.percentile(ms, 50)), "latency_ms_p99": float(np.percentile(ms, 99)),
+            "mean_batch": (stats["sentences"] - before["sentences"]) / batches if batches else None,
+        }
+    out["ratio"] = out["modes"]["batching"]["requests_per_s"] / out["modes"]["one_at_a_time"]["requests_per_s"]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # targets, report
 # ----------------------------------------------------------------------------------------------
 
@@ -1029,6 +1170,10 @@ def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     if n > 1:
         add("thread_scaling", f"training speed-up 1 -> {n} threads (ours)", (sc.get("ours") or {}).get("speedup"),
             round(TARGET_SCALING_PER_THREAD * n, 3))
+    sv = results.get("serving") or {}
+    if sv:
+        add("serving_batching", f"serving requests/s at {sv.get('clients', SERVING_CLIENTS)} clients, batching / "
+            "one at a time", sv.get("ratio"), TARGET_SERVING_RATIO)
     return targets
 
 
@@ -1144,6 +1289,23 @@ def format_report(results: Dict[str, Any]) -> str:
         row("   1-thread model GFLOP/s (% of 1-thread GEMM)",
             f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
             f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "")
+    sv = results.get("serving")
+    if sv:
+        if "skipped" in sv:
+            lines.append(f"5. Serving: skipped: {sv['skipped']}")
+        else:
+            m = sv["model"]
+            lines.append(f"5. Serving over HTTP (uvicorn, 127.0.0.1): {sv['clients']} concurrent clients, "
+                         f"{sv['requests']} one-sentence requests, {sv['threads']} C++ thread(s)")
+            lines.append(f"   random model of the tiny preset (d_model {m['d_model']}, {m['n_layers']}+{m['n_layers']} "
+                         f"layers, vocabularies {m['src_vocab_size']:,}): every output runs to its limit, "
+                         f"{sv['mean_output_limit']:.0f} tokens on average")
+            for name, label in (("batching", "batching"), ("one_at_a_time", "one at a time")):
+                e = sv["modes"][name]
+                row(f"   {label} (--max-batch {e['max_batch']}): requests/s", _fmt(e["requests_per_s"]))
+                lines.append(f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
+                             f"{e['mean_batch']:.1f} sentences per decode call")
+            row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x"), key="serving_batching")
     lines.append("")
     return "\n".join(lines)
 
@@ -1167,7 +1329,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 _DESCRIPTION = ("Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
-                "training step, greedy decoding, peak memory and thread scaling, with the issue's targets.")
+                "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
+                "with and without request batching, with the issues' targets.")
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -1182,6 +1345,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--skip-decode", action="store_true", help="skip greedy decoding")
     p.add_argument("--skip-scaling", action="store_true", help="skip the thread-scaling measurement")
+    p.add_argument("--skip-serving", action="store_true", help="skip the HTTP serving measurement")
+    p.add_argument("--serving-only", action="store_true",
+                   help="run only the HTTP serving measurement (batching against one at a time)")
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
     p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and synthetic batches")
@@ -1216,6 +1382,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print(json.dumps(_jsonable(child_memory(args.child_memory, shapes, threads, args.seed))), flush=True)
         return 0
 
+    serving_only = bool(getattr(args, "serving_only", False))
+    if serving_only:  # nothing compares with PyTorch or CTranslate2: leave them out
+        args.no_torch = args.no_ctranslate2 = True
     torch, torch_reason = (None, "disabled with --no-torch") if args.no_torch else _import_torch()
     ct2, ct2_reason = (None, "disabled with --no-ctranslate2") if args.no_ctranslate2 else _import_ctranslate2()
     how = set_all_threads(threads, torch)
@@ -1235,19 +1404,24 @@ def run_bench(args: argparse.Namespace) -> int:
         results["notes"].append("NumPy BLAS threads not controlled: the GEMM peak uses NumPy's default")
     t_start = time.perf_counter()
 
-    _log(f"GEMM peak ({shapes.gemm_n}^2 float32)")
-    results["gemm"] = gemm_peak(shapes.gemm_n, shapes.gemm_repeats, args.seed)
-    _log(f"training step ({shapes.name} shapes)")
-    results["training"] = bench_training(shapes, results["gemm"]["gflops"], torch is not None, args.seed)
-    if not args.skip_decode:
+    if not serving_only:
+        _log(f"GEMM peak ({shapes.gemm_n}^2 float32)")
+        results["gemm"] = gemm_peak(shapes.gemm_n, shapes.gemm_repeats, args.seed)
+        _log(f"training step ({shapes.name} shapes)")
+        results["training"] = bench_training(shapes, results["gemm"]["gflops"], torch is not None, args.seed)
+    if not args.skip_decode and not serving_only:
         results["decoding"] = bench_decoding(shapes, threads, torch is not None, ct2 is not None, ct2_reason,
                                              args.seed)
-    if not args.skip_memory:
+    if not args.skip_memory and not serving_only:
         results["memory"] = measure_memory(shapes, threads, torch is not None, bool(args.quick), args.seed)
-    if not args.skip_scaling and threads > 1:
+    if not args.skip_scaling and threads > 1 and not serving_only:
         results["scaling"] = bench_scaling(shapes, threads, torch is not None, args.seed)
-    elif not args.skip_scaling:
+    elif not args.skip_scaling and not serving_only:
         results["notes"].append("thread scaling skipped: only 1 thread")
+    if not getattr(args, "skip_serving", False):
+        results["serving"] = bench_serving(threads, bool(args.quick), args.seed)
+        if "skipped" in results["serving"]:
+            results["notes"].append(f"serving skipped: {results['serving']['skipped']}")
 
     results["elapsed_s"] = time.perf_counter() - t_start
     try:
