@@ -45,8 +45,10 @@ def translator(tok):
 
 
 def running(app):
-    """Serve ``app`` with uvicorn in a thread on a free port of 127.0.0.1; yields the base URL."""
-    return serve.background_server(app, HOST, 0)
+    """Serve ``app`` with uvicorn in a thread on a free port of 127.0.0.1; yields the base URL.
+    Idle keep-alive connections stay open for minutes (uvicorn's default is 5 s): on a starved
+    machine a client may pause that long between requests, and would then race the close."""
+    return serve.background_server(app, HOST, 0, timeout_keep_alive=600)
 
 
 @pytest.fixture(scope="module")
@@ -134,15 +136,15 @@ def test_load_50_clients_1000_requests(translator, server):
     async def main():
         queue = list(enumerate(requests))
         answers = [None] * len(requests)
-        limits = httpx.Limits(max_connections=50, max_keepalive_connections=50)
-        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
-            async def worker():
+
+        async def client():  # one client, one keep-alive connection, one request at a time
+            async with httpx.AsyncClient(base_url=url, timeout=60) as c:
                 while queue:
                     i, (body, _) = queue.pop()
                     r = await c.post("/translate", json=body)
                     answers[i] = (r.status_code, r.json())
 
-            await asyncio.gather(*(worker() for _ in range(50)))
+        await asyncio.gather(*(client() for _ in range(50)))
         return answers
 
     started = time.perf_counter()

@@ -873,10 +873,11 @@ def serve(translator: Any, *, host: str = "127.0.0.1", port: int = 8000, config:
 
 @contextlib.contextmanager
 def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
-                      start_timeout: float = 60.0) -> Iterator[str]:
+                      start_timeout: float = 60.0, **uvicorn_options: Any) -> Iterator[str]:
     """Run ``app`` with uvicorn in a background thread (for tests, benchmarks and notebooks);
     yields its base URL, ``http://host:port`` (``port=0``: a free port). The server is stopped
-    gracefully when the block ends."""
+    gracefully when the block ends. ``uvicorn_options`` go to ``uvicorn.Config`` (e.g.
+    ``timeout_keep_alive``)."""
     import socket
     import threading
 
@@ -887,7 +888,8 @@ def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, log_l
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=30))
+    options = dict(dict(lifespan="on", timeout_graceful_shutdown=30), **uvicorn_options)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
