@@ -369,6 +369,7 @@ def test_pruning_deletes_only_complete_checkpoints_of_this_run(tmp_path, tok, tr
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0004", "epoch-0005", "epoch-0006", "epoch-0050"]
     assert damaged.is_dir() and [p.name for p in list_checkpoints(tmp_path, complete=False)][-1] == "epoch-0099"
     assert json.loads((foreign / "config.json").read_text())["run_id"] == "run-b"
+    assert [p.name for p in list_checkpoints(tmp_path, run_id="run-a")] == ["epoch-0004", "epoch-0005", "epoch-0006"]
     assert load_checkpoint(tmp_path).path.name == "epoch-0006"  # latest: the one just written
 
 

@@ -204,15 +204,18 @@ def _complete_config(ckpt: Path) -> Optional[Dict[str, Any]]:
     return config
 
 
-def list_checkpoints(run_dir: PathLike, *, complete: bool = True) -> List[Path]:
+def list_checkpoints(run_dir: PathLike, *, complete: bool = True, run_id: Optional[str] = None) -> List[Path]:
     """The checkpoint directories of ``run_dir``, oldest first (by training progress).
 
     Only directories named like :func:`checkpoint_name` count; temporary directories of an
     interrupted write or deletion are ignored. With ``complete`` (the default) a directory must
     also hold a checkpoint whose files are all there with the sizes ``config.json`` records;
-    with ``complete=False`` a ``config.json`` is enough.
+    with ``complete=False`` a ``config.json`` is enough. With ``run_id``, only the complete
+    checkpoints of that run are listed.
     """
     dirs = _checkpoint_dirs(Path(run_dir))
+    if run_id is not None:
+        return [p for p in dirs if (_complete_config(p) or {}).get("run_id") == run_id]
     if complete:
         return [p for p in dirs if _complete_config(p) is not None]
     return [p for p in dirs if (p / CONFIG_FILE).is_file()]
@@ -635,11 +638,7 @@ def _write_pointer(run: Path, name: str, pointer: str = LATEST_FILE) -> None:
 def _prune(run: Path, keep: int, protect: Path, run_id: str) -> None:
     """Delete the oldest complete checkpoints of run ``run_id`` beyond the newest ``keep``, never
     ``protect`` (the one just written) nor ``best``."""
-    ours = []
-    for path in _checkpoint_dirs(run):
-        config = _complete_config(path)
-        if config is not None and config.get("run_id") == run_id:
-            ours.append(path)
+    ours = list_checkpoints(run, run_id=run_id)
     try:
         best = best_checkpoint(run)
     except CheckpointError:

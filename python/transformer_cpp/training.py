@@ -783,12 +783,13 @@ class Trainer:
             "(clip_norm) or a longer warm-up may help", path)
 
     def average_checkpoints(self) -> Optional[Path]:
-        """Average the newest ``average_last`` checkpoints into ``<run>/averaged``; point ``best``
-        at it when its validation BLEU beats the best checkpoint's (or when there is no BLEU)."""
+        """Average the newest ``average_last`` complete checkpoints of this run into
+        ``<run>/averaged``; point ``best`` at it when its validation BLEU beats the best
+        checkpoint's (or when there is no BLEU)."""
         from .checkpoint import average_checkpoints, list_checkpoints
 
         assert self.checkpoint_dir is not None
-        paths = list_checkpoints(self.checkpoint_dir)[-self.config.average_last:]
+        paths = list_checkpoints(self.checkpoint_dir, run_id=self.run_id)[-self.config.average_last:]
         if len(paths) < 2:
             return None
         path, model = average_checkpoints(paths, self.checkpoint_dir)
