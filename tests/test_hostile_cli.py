@@ -1,0 +1,346 @@
+"""The command line against hostile input, as a new user might try it.
+
+Every error a user can cause ends as ONE line on standard error and a non-zero exit status, never
+a traceback; what the command line refuses, the Python API (``TrainConfig``, ``Translator``)
+refuses with the same message; text is text whatever the bytes; nothing is dropped without being
+counted; a run directory has one writer. Commands that could crash run in subprocesses, with
+their address space limited so that a size that escaped the checks fails instead of eating the
+machine's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from transformer_cpp import cli
+from transformer_cpp.checkpoint import load_checkpoint, nonfinite_tensors
+from transformer_cpp.training import TrainConfig
+from transformer_cpp.translate import Translator
+
+from toy_task import reversal_tokenizer, tiny_model, write_tatoeba_file
+
+SMALL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
+         "--batch-size", "32", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1"]
+ADDRESS_SPACE = 6 << 30  # bytes a command may map: far more than these tiny runs need
+
+
+def _limit_memory(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        os.nice(5)
+
+    return apply
+
+
+def run(*args: str, stdin: bytes = b"", memory: int = ADDRESS_SPACE, env: dict = None,
+        timeout: float = 120) -> subprocess.CompletedProcess:
+    """``transformer-cpp args`` in a subprocess; stdout and stderr decoded as UTF-8."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMER_CPP_DATA", "TRANSFORMER_CPP_DEBUG")}
+    full_env.update(env or {})
+    result = subprocess.run([sys.executable, "-m", "transformer_cpp", *args], input=stdin, capture_output=True,
+                            env=full_env, timeout=timeout, preexec_fn=_limit_memory(memory))
+    return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode("utf-8", "replace"),
+                                       result.stderr.decode("utf-8", "replace"))
+
+
+def one_line_error(result: subprocess.CompletedProcess, *fragments: str, status: int = 1) -> str:
+    assert result.returncode == status, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def parse_error(argv, capsys) -> str:
+    """Run the command line in this process up to its argument check; the one error line."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run (1 epoch) to translate and evaluate with."""
+    root = tmp_path_factory.mktemp("hostile")
+    data = write_tatoeba_file(root / "pairs.txt", n=300)
+    result = run("train", *SMALL, "--data", str(data), "--epochs", "1", "--out", str(root / "run"))
+    assert result.returncode == 0, result.stderr
+    return root, data
+
+
+# --- options: bounded before any work, the same words as the Python API -----------------------
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["train", "--d-model", "1000000"], "argument --d-model: expected an integer in [1, 16384], got 1000000"),
+    (["train", "--layers", "100000"], "argument --layers: expected an integer in [1, 256]"),
+    (["train", "--max-length", "1000000000"], "expected 0 (automatic) or an integer in [2, 100000], got 1000000000"),
+    (["train", "--vocab-size", "5"], "argument --vocab-size: expected an integer in [260, 1048576], got 5"),
+    (["train", "--num-samples", "-3"], "argument --num-samples: expected an integer in [0, 9223372036854775807]"),
+    (["train", "--split-seed", "99999999999999999999999"], "expected an integer in [0, 9223372036854775807]"),
+    (["train", "--warmup", "1e3"], "argument --warmup: expected an integer, got '1e3'"),
+    (["train", "--epochs", "0"], "argument --epochs: expected an integer >= 1, got 0"),
+    (["train", "--valid-fraction", "1.5"], "argument --valid-fraction: split_by_source: valid_fraction must be in "
+                                           "[0, 1), got 1.5"),
+    (["train", "--encoding", "klingon"], "argument --encoding: --encoding: unknown text encoding 'klingon'"),
+    (["train", "--encoding", "utf-16"], "is not supported: lines must end with the byte 0x0A"),
+    (["translate", "--model", "m", "--threads", "99999999999999999999"], "expected an integer in [1, 4096]"),
+    (["evaluate", "--model", "m", "--limit", "-1"], "argument --limit: expected an integer in [0, "),
+    (["average", "--model", "m", "--last", "0"], "argument --last: expected an integer in [1, "),
+])
+def test_absurd_options_are_refused_with_the_range(argv, fragment, capsys):
+    line = parse_error(argv, capsys)
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize("flag, text, api", [
+    ("--seed", "99999999999999999999999", lambda: TrainConfig(seed=99999999999999999999999)),
+    ("--epochs", "99999999999999999999", lambda: TrainConfig(epochs=99999999999999999999)),
+    ("--fixed-lr", "nan", lambda: TrainConfig(fixed_lr=float("nan"))),
+    ("--fixed-lr", "-1", lambda: TrainConfig(fixed_lr=-1.0)),
+    ("--lr-scale", "0", lambda: TrainConfig(lr_scale=0.0)),
+    ("--clip-norm", "-0.5", lambda: TrainConfig(clip_norm=-0.5)),
+    ("--clip-norm", "inf", lambda: TrainConfig(clip_norm=float("inf"))),
+    ("--label-smoothing", "1", lambda: TrainConfig(label_smoothing=1.0)),
+    ("--label-smoothing", "-0.1", lambda: TrainConfig(label_smoothing=-0.1)),
+    ("--batch-size", "0", lambda: TrainConfig(batch_size=0)),
+    ("--max-tokens", "1000000000000", lambda: TrainConfig(max_tokens=10 ** 12)),
+    ("--time-budget", "1e300", lambda: TrainConfig(time_budget=1e300)),
+    ("--threads", "100000", lambda: TrainConfig(threads=100000)),
+    ("--keep-checkpoints", "-1", lambda: TrainConfig(keep_checkpoints=-1)),
+])
+def test_train_options_and_train_config_say_the_same(flag, text, api, capsys):
+    with pytest.raises(ValueError) as info:
+        api()
+    message = str(info.value)
+    assert message.startswith("TrainConfig: ")
+    assert f"argument {flag}: {message}" in parse_error(["train", flag, text], capsys)
+
+
+@pytest.mark.parametrize("flag, text, option, value", [
+    ("--beam-size", "1000000", "beam_size", 1000000),
+    ("--beam-size", "0", "beam_size", 0),
+    ("--length-penalty", "inf", "length_penalty", float("inf")),
+    ("--length-penalty", "nan", "length_penalty", float("nan")),
+    ("--length-penalty", "-1", "length_penalty", -1.0),
+    ("--batch-size", "0", "batch_size", 0),
+    ("--max-length", "1000000000", "max_length", 1000000000),
+])
+def test_decoding_options_and_translator_say_the_same(flag, text, option, value, capsys):
+    tok = reversal_tokenizer()
+    translator = Translator(tiny_model(tok), tok, tok, src_lang=None)
+    with pytest.raises(ValueError) as info:
+        if option == "max_length":
+            Translator(translator.model, tok, tok, max_length=value)
+        else:
+            translator.translate_batch(["a b"], **{option: value})
+    message = str(info.value)
+    assert message.startswith(f"Translator: {option} must be ")
+    for command in ("translate", "evaluate"):
+        if command == "evaluate" and option == "max_length":
+            continue
+        assert f"argument {flag}: {message}" in parse_error([command, "--model", "m", flag, text], capsys)
+    with pytest.raises(ValueError, match="Translator: max_length must be"):  # the per-call limit too
+        translator.translate("a b", max_length=0)
+
+
+def test_text_that_is_not_valid_unicode_is_a_clear_error():
+    tok = reversal_tokenizer()
+    translator = Translator(tiny_model(tok), tok, tok)
+    for t in (translator, Translator(translator.model, tok, tok, src_lang=None)):
+        with pytest.raises(ValueError, match=r"is not valid Unicode: it holds the lone surrogate '\\udcff' at position 2"):
+            t.translate("a \udcff b")
+
+
+# --- sizes beyond the memory, crashes that must not happen --------------------------------------
+
+
+def test_sizes_beyond_memory_are_one_line(tmp_path, monkeypatch, capsys):
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
+    # refused by the core's memory check before anything is allocated, before the data is read
+    result = run("train", "--preset", "tiny", "--data", str(data), "--no-progress", "--threads", "1",
+                 "--d-model", "16384", "--layers", "256", "--out", str(tmp_path / "a"))
+    one_line_error(result, "needs", "more than")
+    assert "loaded" not in result.stderr and not (tmp_path / "a").exists()  # nothing read, nothing left behind
+    # an allocation that fails anyway (std::bad_alloc): one line too
+    def out_of_memory(args):
+        raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(cli, "_cmd_figures", out_of_memory)
+    assert cli.main(["figures"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("transformer-cpp figures: error: out of memory (std::bad_alloc): ") and "\n" not in err
+
+
+def test_damaged_or_absurd_checkpoints_are_one_line(trained, tmp_path):
+    root, _ = trained
+    # NaN weights (checksums updated, so only the values are wrong): refused naming the tensor
+    nan_run = tmp_path / "nan"
+    shutil.copytree(root / "run", nan_run)
+    ckpt = nan_run / "epoch-0001"
+    weights = load_file(str(ckpt / "model.safetensors"))
+    weights["decoder.layers.0.norm2.bias"][3] = np.nan
+    save_file(weights, str(ckpt / "model.safetensors"))
+    cfg = json.loads((ckpt / "config.json").read_text())
+    blob = (ckpt / "model.safetensors").read_bytes()
+    import hashlib
+
+    cfg["files"]["model.safetensors"] = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    one_line_error(run("translate", "--model", str(nan_run), "The cat."), "'decoder.layers.0.norm2.bias' (1 NaN")
+    # an architecture no memory holds: refused before allocation, not killed by the kernel
+    for key, value in (("max_length", 10 ** 12), ("d_model", 10 ** 7), ("src_vocab_size", 2 ** 62)):
+        cfg_big = dict(cfg, model=dict(cfg["model"], **{key: value}))
+        (ckpt / "config.json").write_text(json.dumps(cfg_big))
+        one_line_error(run("translate", "--model", str(nan_run), "The cat."), "config.json' is invalid")
+
+
+def test_a_bug_is_one_line_that_says_so():
+    code = ("import sys, transformer_cpp.cli as cli\n"
+            "cli._cmd_figures = lambda args: [][1]\n"
+            "sys.exit(cli.main(['figures']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "internal error: IndexError: list index out of range" in lines[0], result.stderr
+    assert "TRANSFORMER_CPP_DEBUG=1" in lines[0]
+    debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, TRANSFORMER_CPP_DEBUG="1"))
+    assert "Traceback" in debug.stderr and "IndexError" in debug.stderr
+
+
+# --- training runs that cannot train or diverge ---------------------------------------------------
+
+
+def test_a_diverging_run_stops_with_a_checkpoint_of_the_last_good_state(tmp_path):
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
+    out = tmp_path / "run"
+    line = one_line_error(run("train", *SMALL, "--data", str(data), "--epochs", "2", "--fixed-lr", "1e30",
+                              "--out", str(out)), "training diverged at step", "the state before it is saved in")
+    saved = line.split("the state before it is saved in ")[1].split(";")[0]
+    ckpt = load_checkpoint(saved)
+    assert ckpt.path == out / (out / "latest").read_text().strip()
+    assert not nonfinite_tensors(ckpt.model.parameters()) and ckpt.model.step >= 1
+
+
+def test_runs_that_would_not_train_are_refused_before_training(tmp_path):
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
+    line = one_line_error(run("train", *SMALL, "--data", str(data), "--drop-remainder", "--batch-size", "100000",
+                              "--out", str(tmp_path / "a")), "no training batch", "drop_remainder")
+    assert "loss 0.0000" not in line and not (tmp_path / "a").exists()
+    one_line_error(run("train", *SMALL, "--data", str(data), "--max-length", "2", "--out", str(tmp_path / "b")),
+                   "the train split has no usable pair", "longer than max_length=2", "raise --max-length")
+
+
+def test_out_is_checked_writable_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("x")
+    result = run("train", *SMALL, "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "file" / "run"))
+    one_line_error(result, "--out", "cannot be written")  # not the missing data: nothing was read
+    assert "loaded" not in result.stderr
+
+
+def test_a_second_writer_of_a_run_fails_at_once(trained, tmp_path):
+    root, _ = trained
+    run_dir = tmp_path / "run"
+    shutil.copytree(root / "run", run_dir)
+    (run_dir / ".tmp-latest-4242-0123abcd").write_text("epoch-00")  # a pointer write killed half-way
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, transformer_cpp.checkpoint as ck\n"
+                               "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
+                               str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        result = run("train", "--out", str(run_dir), "--resume", "--epochs", "2", "--no-progress")
+        one_line_error(result, f"run directory '{run_dir}' is in use by another process (process {holder.pid})")
+        assert time.monotonic() - started < 60 and "loaded" not in result.stderr
+        one_line_error(run("average", "--model", str(run_dir), "--last", "1"), "holds 1 checkpoint")
+    finally:
+        holder.kill()
+        holder.wait()
+    result = run("train", "--out", str(run_dir), "--resume", "--epochs", "2", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".tmp-")]
+
+
+# --- text in, text out: encodings and undecodable bytes -------------------------------------------
+
+
+def test_invalid_utf8_on_stdin_fails_only_its_own_lines(trained):
+    root, _ = trained
+    model = str(root / "run")
+    good = run("translate", "--model", model, stdin=b"The cat and the dog.\n")
+    assert good.returncode == 0, good.stderr
+    expected = good.stdout.strip()
+    assert expected
+    result = run("translate", "--model", model,
+                 stdin=b"The cat and the dog.\nThe caf\xe9 and \xff.\n\nThe cat and the dog.\r\n\xc3\n")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stdout.split("\n") == [expected, "", "", expected, "", ""]  # aligned with the input lines
+    err = result.stderr
+    assert "line 2 is not valid UTF-8 (invalid continuation byte at byte 8 (b'\\xe9'))" in err
+    assert "line 5 is not valid UTF-8 (unexpected end of data at byte 1" in err
+    assert "2 of 5 lines not valid UTF-8" in err and "line 3 " not in err
+    # arguments with undecodable bytes (Python keeps them as lone surrogates)
+    result = run("translate", "--model", model, os.fsdecode(b"bad \xff"), "The cat and the dog.")
+    assert result.returncode == 1 and result.stdout.split("\n") == ["", expected, ""]
+    assert "argument 1 is not valid UTF-8" in result.stderr and "Traceback" not in result.stderr
+    # UTF-8 output whatever the locale
+    result = run("translate", "--model", model, "The tree and the bird.", env={"LC_ALL": "C", "LANG": "C",
+                                                                                "PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
+def _latin1_pairs(path: Path, n: int = 120) -> Path:
+    """A pairs file in Latin-1: every third Spanish sentence has an accented letter."""
+    lines = []
+    for i in range(n):
+        es = f"El {'árbol' if i % 3 == 0 else 'perro'} y el gato {i}."
+        lines.append(f"The {'tree' if i % 3 == 0 else 'dog'} and the cat number {i}.\t{es}")
+    path.write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    return path
+
+
+def test_evaluate_pairs_reports_undecodable_lines_and_scores_the_rest(trained, tmp_path):
+    root, _ = trained
+    pairs = _latin1_pairs(tmp_path / "latin1.txt", 12)
+    result = run("evaluate", "--model", str(root / "run"), "--pairs", str(pairs))
+    assert result.returncode == 0, result.stderr
+    assert "left out 4 of 12 lines (0 empty, 0 without a tab, 0 with an empty side, 4 not valid utf-8)" in result.stderr
+    assert "not valid utf-8, left out: lines 1, 4, 7 and 10" in result.stderr
+    assert f"{pairs}: 8 sentence pairs" in result.stdout
+    result = run("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--encoding", "latin-1")
+    assert result.returncode == 0 and f"{pairs}: 12 sentence pairs" in result.stdout, result.stderr
+
+
+def test_training_data_in_another_encoding_is_refused_or_decoded_as_told(tmp_path):
+    data = _latin1_pairs(tmp_path / "latin1.txt")
+    one_line_error(run("train", *SMALL, "--data", str(data), "--out", str(tmp_path / "a")),
+                   f"'{data}' line 1 is not valid utf-8: invalid continuation byte", "--encoding")
+    out = tmp_path / "b"
+    result = run("train", *SMALL, "--data", str(data), "--encoding", "latin-1", "--epochs", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"loaded 120 sentence pairs from {data}\n" in result.stderr
+    info = json.loads((out / "epoch-0001" / "config.json").read_text())["data"]
+    assert info["encoding"] == "iso8859-1" and info["decode_errors"] == "strict"
+    result = run("evaluate", "--model", str(out), "--split", "valid")  # the split is rebuilt with the encoding
+    assert result.returncode == 0, result.stderr
+    skipped = run("train", *SMALL, "--data", str(data), "--decode-errors", "skip", "--epochs", "1",
+                  "--out", str(tmp_path / "c"))
+    assert skipped.returncode == 0, skipped.stderr
+    assert "left out 40 of 120 lines" in skipped.stderr and "lines 1, 4, 7" in skipped.stderr
