@@ -393,3 +393,27 @@ def test_command_line_errors(tmp_path):
     from transformer_cpp import cli
 
     assert cli.main(["serve", "--model", str(tmp_path / "nothing")]) == 1
+
+
+# ------------------------------------------------------------------------------------ bench
+
+
+def test_bench_serving_section_structure():
+    """The bench's serving section on a few requests (numbers are not asserted, only their form)."""
+    from transformer_cpp import bench
+
+    r = bench.bench_serving(1, quick=True, clients=4, requests_per_client=2)
+    assert r["clients"] == 4 and r["requests"] == 8 and r["threads"] == 1
+    for name, max_batch in (("batching", 32), ("one_at_a_time", 1)):
+        e = r["modes"][name]
+        assert e["max_batch"] == max_batch and e["requests_per_s"] > 0
+        assert 0 < e["latency_ms_p50"] <= e["latency_ms_p99"]
+        assert 1 <= e["mean_batch"] <= max_batch
+    assert r["modes"]["one_at_a_time"]["mean_batch"] == 1
+    assert r["ratio"] == pytest.approx(r["modes"]["batching"]["requests_per_s"]
+                                       / r["modes"]["one_at_a_time"]["requests_per_s"])
+    targets = {t["key"]: t for t in bench.evaluate_targets({"serving": r})}
+    assert targets["serving_batching"]["target"] == bench.TARGET_SERVING_RATIO
+    results = {"machine": {"cpu": "x", "cores": 2}, "quick": True, "threads": 1, "serving": r,
+               "targets": list(targets.values())}
+    assert "5. Serving over HTTP" in bench.format_report(results)
