@@ -295,7 +295,14 @@ def test_invalid_utf8_on_stdin_fails_only_its_own_lines(trained):
     err = result.stderr
     assert "line 2 is not valid UTF-8 (invalid continuation byte at byte 8 (b'\\xe9'))" in err
     assert "line 5 is not valid UTF-8 (unexpected end of data at byte 1" in err
-    assert "2 of 5 lines not valid UTF-8" in err and "line 3 " not in err
+    assert "2 of 5 lines not translated (see above)" in err and "line 3 " not in err
+    # a sentence too long for the memory fails alone too (its batch is retried sentence by sentence)
+    huge = b"the cat and the dog " * 20000
+    result = run("translate", "--model", model, stdin=b"The cat and the dog.\n" + huge + b"\nThe cat and the dog.\n")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stdout.split("\n") == [expected, "", expected, ""]
+    assert "line 2 cannot be translated: greedy_decode: max_length" in result.stderr
+    assert "1 of 3 lines not translated" in result.stderr and result.stderr.count("has 100002 tokens") == 1
     # arguments with undecodable bytes (Python keeps them as lone surrogates)
     result = run("translate", "--model", model, os.fsdecode(b"bad \xff"), "The cat and the dog.")
     assert result.returncode == 1 and result.stdout.split("\n") == ["", expected, ""]
@@ -326,6 +333,8 @@ def test_evaluate_pairs_reports_undecodable_lines_and_scores_the_rest(trained, t
     assert f"{pairs}: 8 sentence pairs" in result.stdout
     result = run("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--encoding", "latin-1")
     assert result.returncode == 0 and f"{pairs}: 12 sentence pairs" in result.stdout, result.stderr
+    result = run("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--output", str(tmp_path / "no" / "h"))
+    assert "loaded" not in one_line_error(result, "--output", "cannot be written") and "loaded" not in result.stderr
 
 
 def test_training_data_in_another_encoding_is_refused_or_decoded_as_told(tmp_path):

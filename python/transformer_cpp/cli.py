@@ -460,6 +460,34 @@ def _read_input_lines() -> Tuple[List[Optional[str]], List[Tuple[int, str]]]:
     return lines, bad
 
 
+def _translate_lines(translator: Any, todo: List[Tuple[int, str]], args: argparse.Namespace) -> Tuple[Dict[int, str], List[Tuple[int, str]]]:
+    """Translate ``(number, sentence)`` pairs a batch at a time: ``({number: translation}, failed)``.
+    A batch the core refuses (a sentence too long for the memory, say) is retried sentence by
+    sentence, so that one sentence fails alone: ``failed`` holds ``(number, why)``."""
+    done: Dict[int, str] = {}
+    failed: List[Tuple[int, str]] = []
+
+    def translate(chunk: List[Tuple[int, str]]) -> None:
+        texts = translator.translate_batch([s for _, s in chunk], beam_size=args.beam_size,
+                                           length_penalty=args.length_penalty, batch_size=args.batch_size)
+        done.update(zip((n for n, _ in chunk), texts))
+
+    for start in range(0, len(todo), args.batch_size):
+        chunk = todo[start:start + args.batch_size]
+        try:
+            translate(chunk)
+        except (ValueError, MemoryError) as exc:
+            if len(chunk) == 1:
+                failed.append((chunk[0][0], " ".join(str(exc).split()) or type(exc).__name__))
+                continue
+            for item in chunk:
+                try:
+                    translate([item])
+                except (ValueError, MemoryError) as one:
+                    failed.append((item[0], " ".join(str(one).split()) or type(one).__name__))
+    return done, failed
+
+
 def _cmd_translate(args: argparse.Namespace) -> int:
     from .text import check_text
     from .translate import LongInputWarning, Translator
@@ -486,19 +514,19 @@ def _cmd_translate(args: argparse.Namespace) -> int:
              "line is left empty")
     if len(bad) > 20:
         _say(f"{PROG} translate: {len(bad) - 20:,} more {what}s are not valid UTF-8; their output lines are left empty")
-    todo = [s for s in sentences if s is not None and s.strip()]
+    todo = [(n, s) for n, s in enumerate(sentences, 1) if s is not None and s.strip()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LongInputWarning)
-        texts = iter(translator.translate_batch(todo, beam_size=args.beam_size, length_penalty=args.length_penalty,
-                                                batch_size=args.batch_size))
-    for w in caught:
-        if issubclass(w.category, LongInputWarning):
-            _say(f"{PROG} translate: warning: {w.message}")
-    for source in sentences:
-        print(next(texts) if source is not None and source.strip() else "")
-    if bad:
-        _say(f"{PROG} translate: {len(bad):,} of {len(sentences):,} {what}s not valid UTF-8 (see above); the others "
-             "are translated")
+        done, failed = _translate_lines(translator, todo, args)
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, LongInputWarning)):
+        _say(f"{PROG} translate: warning: {message}")  # once each, though a refused batch is retried
+    for number, why in failed:
+        _say(f"{PROG} translate: {what} {number} cannot be translated: {why}; its output line is left empty")
+    for number in range(1, len(sentences) + 1):
+        print(done.get(number, ""))
+    if bad or failed:
+        _say(f"{PROG} translate: {len(bad) + len(failed):,} of {len(sentences):,} {what}s not translated (see above); "
+             "the others are")
         return 1
     return 0
 
@@ -518,6 +546,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .translate import Translator, evaluate
 
     _set_threads(args.threads)
+    if args.output is not None:  # before the work, not after it
+        folder = Path(args.output).parent
+        if Path(args.output).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise UserError(f"--output '{args.output}' cannot be written (not a file in a writable directory)")
     ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
     data_info = cfg.get("data") or {}
     translator = Translator.from_checkpoint(ckpt_dir)
