@@ -728,7 +728,7 @@ class Trainer:
 
     def _fit(self, epochs: Optional[int], on_batch_end: Optional[Callable[["Trainer"], None]],
              on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]]) -> Dict[str, Dict[str, List[Any]]]:
-        target = self.config.epochs if epochs is None else int(epochs)
+        target = self.config.epochs if epochs is None else TrainConfig.check("epochs", epochs)
         if self.config.threads is not None:
             from ._runtime import set_num_threads
 
