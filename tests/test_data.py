@@ -163,6 +163,8 @@ def test_missing_file_names_the_path(tmp_path):
     missing = tmp_path / "nowhere" / "spa.txt"
     with pytest.raises(FileNotFoundError, match=f"load_tatoeba: no such file '{missing}'"):
         load_tatoeba(missing)
+    with pytest.raises(OSError, match=f"load_tatoeba: '{tmp_path}' is a directory; expected a .txt or .zip data file"):
+        load_tatoeba(tmp_path)
 
 
 def test_num_samples_takes_first_valid_pairs(tmp_path):

@@ -211,6 +211,15 @@ def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_le
         raise UserError(f"the {name} split has no usable pair: {exc}{hint}") from None
 
 
+def _encode_valid(split: Dict[str, Any], src_tok: Any, tgt_tok: Any, max_length: Optional[int]) -> Optional[Any]:
+    """The encoded validation pairs, or None (said) when every one is longer than ``max_length``."""
+    try:
+        return _encode(split, "valid", src_tok, tgt_tok, max_length)
+    except UserError as exc:
+        _say(f"{exc}: training without validation")
+        return None
+
+
 def _choose_max_length(split: Dict[str, Any], src_tok: Any, tgt_tok: Any, option: int) -> int:
     """The training length limit: ``option`` if > 0, else the length that covers
     :data:`LENGTH_COVERAGE` percent of the training pairs; prints the percentiles."""
@@ -358,7 +367,7 @@ def _resume_trainer(args: argparse.Namespace, out: Path) -> Any:
     ckpt = load_checkpoint(ckpt_dir, optimizer=True)
     max_length = data_info.get("max_length")
     train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
-    valid = _encode(split, "valid", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
+    valid = _encode_valid(split, ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
     trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
                                       threads=args.threads, progress=False if args.no_progress else None,
                                       time_budget=changes.get("time_budget"))
@@ -389,7 +398,7 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
     train = _encode(split, "train", src_tok, tgt_tok, max_length)
     if train is None:
         raise UserError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
-    valid = _encode(split, "valid", src_tok, tgt_tok, max_length)
+    valid = _encode_valid(split, src_tok, tgt_tok, max_length)
     valid_note = f" ({valid.removed:,} longer ones left out)" if valid is not None and valid.removed else ""
     _say(f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
          f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split['test'][0]):,} test "

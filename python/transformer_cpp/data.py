@@ -395,6 +395,13 @@ def _unpack(zip_path: Path, cache: Path, caller: str) -> Path:
     return target
 
 
+def _not_a_file(path: Path, caller: str, where: str) -> OSError:
+    if path.exists():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        return IsADirectoryError(f"{caller}: '{path}'{where} is {kind}; expected a .txt or .zip data file")
+    return FileNotFoundError(f"{caller}: no such file '{path}'{where}")
+
+
 def _resolve_path(
     path: Union[str, os.PathLike, None],
     cache_dir: Union[str, os.PathLike, None],
@@ -405,13 +412,13 @@ def _resolve_path(
     if path is not None:
         resolved = Path(path).expanduser()
         if not resolved.is_file():
-            raise FileNotFoundError(f"{caller}: no such file '{resolved}'")
+            raise _not_a_file(resolved, caller, "")
         return resolved
     env = os.environ.get(DATA_ENV_VAR)
     if env:
         resolved = Path(env).expanduser()
         if not resolved.is_file():
-            raise FileNotFoundError(f"{caller}: no such file '{resolved}' (from ${DATA_ENV_VAR})")
+            raise _not_a_file(resolved, caller, f" (from ${DATA_ENV_VAR})")
         return resolved
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     cached = cache / _CACHED_TXT
