@@ -33,8 +33,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 # TRANSFORMER_CPP_FUZZ_SCALE=10 runs ten times as many examples (a longer fuzzing session).
+# The examples are derandomized (the same every run, so CI is reproducible); set
+# TRANSFORMER_CPP_FUZZ_RANDOM=1 to explore new ones.
 SCALE = float(os.environ.get("TRANSFORMER_CPP_FUZZ_SCALE", "1"))
 FUZZ = settings(deadline=None, database=None, print_blob=True,
+                derandomize=os.environ.get("TRANSFORMER_CPP_FUZZ_RANDOM") != "1",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 

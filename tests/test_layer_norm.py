@@ -230,3 +230,14 @@ def test_relu_bad_input():
         r.backward(np.zeros((3, 2), np.float32))
     with pytest.raises(TypeError, match="floating-point"):
         r.forward(np.zeros((2, 3), bool))
+
+
+def test_huge_finite_inputs_normalise_correctly_in_float32():
+    """Squares of 1e30 overflow float32; the row must still be normalised, not zeroed."""
+    import transformer_cpp as tc
+
+    x = np.array([[[1e30, 0, 0, 0], [1e20, -3e20, 2e20, 5e19], [1.0, 2.0, 3.0, 4.0]]], dtype=np.float32)
+    x64 = x.astype(np.float64)
+    ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-6)
+    out = tc.LayerNorm(4).forward(x)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,7 @@
 #include "transformer/layer_norm.hpp"
 
+#include "transformer/checks.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -20,9 +22,23 @@ template <typename T>
 inline void normalize_row(const T* x, T* y, Index d, const RowVector<T>& weight,
                           const RowVector<T>& bias, T eps, T& mean_out, T& rstd_out) {
   ConstRowArray<T> xr(x, d);
-  const T mean = xr.mean();
+  T mean = xr.mean();
   const T var = (xr - mean).square().mean();  // biased: divide by d
-  const T rstd = T(1) / std::sqrt(var + eps);
+  T rstd = T(1) / std::sqrt(var + eps);
+  if (!std::isfinite(var) && xr.isFinite().all()) {
+    // Rare path: finite inputs so large that the sum or the squares overflow (float32 beyond
+    // ~1e19). Work in units of s = max |x|: mean = s * mean(x / s), var = s^2 * m2 with
+    // m2 = mean((x / s - mean / s)^2), so rstd = 1 / (s * sqrt(m2 + eps / s^2)).
+    const T s = xr.abs().maxCoeff();
+    const T mean_s = (xr / s).mean();
+    const T m2 = (xr / s - mean_s).square().mean();
+    mean = s * mean_s;
+    rstd = T(1) / (s * std::sqrt(m2 + eps / (s * s)));
+    RowArray<T>(y, d) = (xr / s - mean_s) * (s * rstd) * weight.array() + bias.array();
+    mean_out = mean;
+    rstd_out = rstd;
+    return;
+  }
   RowArray<T>(y, d) = (xr - mean) * rstd * weight.array() + bias.array();
   mean_out = mean;
   rstd_out = rstd;
@@ -34,6 +50,7 @@ template <typename T>
 LayerNorm<T>::LayerNorm(Index d, double eps) : eps_(eps) {
   TCPP_CHECK(d > 0, "LayerNorm: d_model must be positive, got ", d);
   TCPP_CHECK(eps >= 0.0 && std::isfinite(eps), "LayerNorm: eps must be a finite number >= 0, got ", eps);
+  checked_size<T>("LayerNorm", concat("d_model ", d), 2.0 * static_cast<double>(d), 0, 0);  // before allocating
   weight_ = RowVector<T>::Ones(d);
   bias_ = RowVector<T>::Zero(d);
   dweight_ = RowVector<T>::Zero(d);
