@@ -653,3 +653,13 @@ def test_overflow_is_an_error_never_a_nan_gradient():
     lin.forward(np.full((2, 4), 1e30, np.float32))
     with pytest.raises(NonFiniteError, match="Linear.backward: the gradient of parameter 'weight' is not finite"):
         lin.backward(np.full((2, 4), 1e30, np.float32))
+
+
+def test_helpers_name_bad_arguments():
+    from transformer_cpp import kernels
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
+        kernels.fingerprint(np.zeros(3), seed=HUGE)
+    with pytest.raises(TypeError, match="data must be a NumPy array"):
+        kernels.fingerprint([1, 2, 3])
+    with pytest.raises(ValueError, match="memory available"):
+        tc.look_ahead_mask(10 ** 400)

@@ -52,4 +52,8 @@ def first_argmax(values: np.ndarray) -> int:
 def fingerprint(data: np.ndarray, seed: int = 0) -> int:
     """The 64-bit fingerprint of a C-contiguous array's bytes that decides whether the packed
     decoder weights still match the model's (any single changed element changes it)."""
+    if not isinstance(data, np.ndarray):
+        raise TypeError(f"fingerprint: data must be a NumPy array, got {type(data).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2 ** 64:
+        raise ValueError(f"fingerprint: seed must be an integer in [0, 2**64), got {seed!r}")
     return int(_core._fingerprint(data, int(seed)))

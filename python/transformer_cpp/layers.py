@@ -75,7 +75,7 @@ def look_ahead_mask(size: int) -> np.ndarray:
     """``(size, size)`` boolean mask, True above the diagonal: position i may not see j > i."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise ValueError(f"look_ahead_mask: size must be a positive integer, got {size!r}")
-    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", 2.0 * float(size) * float(size))
+    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", float(min(2 * int(size) ** 2, 10 ** 300)))
     return np.triu(np.ones((size, size), dtype=bool), k=1)
 
 
