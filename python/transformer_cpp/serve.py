@@ -905,26 +905,6 @@ def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, log_l
         sock.close()
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value}")
-    return value
-
-
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -936,19 +916,23 @@ def _non_negative_float(text: str) -> float:
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
+    # the command line's own option types: one source of checks and messages with train/translate
+    from .cli import _int_in, _setting, _threads
+
+    _positive_int, _port = _int_in(1), _int_in(0, 65535)
     d = ServeConfig()
     p.add_argument("--model", required=True, help="run directory (its best checkpoint) or checkpoint directory")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 = any free port)")
-    p.add_argument("--threads", type=_positive_int, default=None, help="C++ threads (default: all cores)")
+    p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
     g = p.add_argument_group("batching and decoding")
     g.add_argument("--max-batch", type=_positive_int, default=d.max_batch,
                    help=f"most sentences per decode call (default {d.max_batch}; 1 = one at a time)")
     g.add_argument("--max-wait-ms", type=_non_negative_float, default=d.max_wait_ms,
                    help=f"how long a batch waits to fill after its first sentence (default {d.max_wait_ms:g} ms)")
-    g.add_argument("--beam-size", type=_positive_int, default=d.beam_size,
+    g.add_argument("--beam-size", type=_setting("Translator", "beam_size"), default=d.beam_size,
                    help=f"beam size of requests that do not give one (default {d.beam_size} = greedy)")
-    g.add_argument("--length-penalty", type=_non_negative_float, default=d.length_penalty,
+    g.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=d.length_penalty,
                    help=f"beam search length-penalty exponent (default {d.length_penalty})")
     g.add_argument("--max-length", type=_positive_int, default=None,
                    help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)")
