@@ -179,3 +179,29 @@ def test_evaluate_scores(translator, held_out):
     assert wrong.bleu < 100 and wrong.accuracy < 1.0
     with pytest.raises(ValueError, match="2 sources but 1 references"):
         evaluate(translator, ["a", "b"], ["a"])
+    # the toy split repeats a few sources (with the same translation): each is scored once
+    assert result.sources == len(set(src)) and result.multi_bleu == pytest.approx(100.0)
+    once = {s: i for i, s in reversed(list(enumerate(src)))}
+    firsts = sorted(once.values())
+    expected = sacrebleu.corpus_chrf([wrong.hypotheses[i] for i in firsts], [[src[i] for i in firsts]])
+    assert wrong.multi_chrf == pytest.approx(expected.score)
+
+
+def test_evaluate_counts_every_reference_of_a_repeated_source(translator, held_out):
+    """One source with two translations: single-reference BLEU counts the output wrong against one
+    of them; the all-references score is sacrebleu's with both references, once per source."""
+    import sacrebleu
+
+    firsts = {s: t for s, t in reversed(list(zip(*held_out)))}  # distinct sources
+    src, tgt = list(firsts)[:6], list(firsts.values())[:6]
+    other = [" ".join(reversed(t.split())) + " extra" for t in tgt]  # a second, different reference
+    sources = src + [s.upper() for s in src[:3]]  # the same sentences (case ignored, as the split does)
+    refs = tgt + other[:3]
+    result = evaluate(translator, sources, refs, tgt_lang=None)
+    assert result.sentences == 9 and result.sources == 6
+    hyps = result.hypotheses[:6]
+    assert hyps == tgt  # the toy model is exact
+    assert result.bleu == pytest.approx(sacrebleu.corpus_bleu(result.hypotheses, [refs]).score) and result.bleu < 100
+    expected = sacrebleu.corpus_bleu(hyps, [tgt, other[:3] + [None] * 3])
+    assert result.multi_bleu == pytest.approx(expected.score) == pytest.approx(100.0)
+    assert result.multi_chrf == pytest.approx(100.0)

@@ -41,10 +41,10 @@ from .layers import (
     scaled_dot_product_attention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
-from .model import PRESETS, RECIPES, Transformer, preset_config, preset_recipe
+from .model import PRESETS, RECIPES, NonFiniteError, Transformer, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
-from .training import TrainConfig, Trainer, TrainingInterrupted
+from .training import TrainConfig, Trainer, TrainingDiverged, TrainingInterrupted
 from .translate import Translation, Translator
 from .translate import evaluate as evaluate_translation
 
@@ -66,6 +66,7 @@ __all__ = [
     "LayerNorm",
     "Linear",
     "MultiHeadAttention",
+    "NonFiniteError",
     "PRESETS",
     "RECIPES",
     "PositionalEmbedding",
@@ -75,6 +76,7 @@ __all__ = [
     "TatoebaPairs",
     "TrainConfig",
     "Trainer",
+    "TrainingDiverged",
     "TrainingInterrupted",
     "Transformer",
     "Translation",

@@ -47,6 +47,8 @@ _ARCH_OPTIONS = {
     "heads": "n_heads",
     "d_ff": "d_ff",
     "dropout": "dropout",
+    "pre_norm": "pre_norm",
+    "tie_embeddings": "share_embeddings",
 }
 # Training options: command-line flag -> TrainConfig field.
 _TRAIN_OPTIONS = {
@@ -404,7 +406,7 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
          f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split['test'][0]):,} test "
          f"(held out; split by English sentence)")
     if data_info.get("joint_vocab"):
-        arch["share_embeddings"] = True
+        arch.setdefault("share_embeddings", True)
     model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
     _say(f"model: {model!r}")
     trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
@@ -588,6 +590,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}")
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
     print(f"chrF        {result.chrf:.2f}   ({result.chrf_signature})")
+    if result.sources < result.sentences:
+        print(f"all refs    BLEU {result.multi_bleu:.2f}  chrF {result.multi_chrf:.2f}   ({result.sources} distinct "
+              f"sources, each scored once against all its references)")
     print(f"loss        {result.loss:.4f}")
     print(f"accuracy    {result.accuracy:.4f}")
     if args.output is not None:
@@ -765,6 +770,11 @@ def _add_train_parser(sub: Any) -> None:
         g.add_argument("--" + flag.replace("_", "-"), type=_int_in(low, high), default=None,
                        help=f"{what}, in [{low}, {high}]")
     g.add_argument("--dropout", type=float, default=None, help="dropout rate")
+    g.add_argument("--pre-norm", action=argparse.BooleanOptionalAction, default=None,
+                   help="layer normalisation before each sub-layer (and after each stack) instead of after it "
+                        "(the paper's post-norm)")
+    g.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="tie the decoder embedding to the output layer (fewer weights; on with --joint-vocab)")
     g = p.add_argument_group("optimisation (default: the preset's)")
     def setting(flag: str, help: str, **kw: Any) -> None:
         name = flag.replace("-", "_")

@@ -169,6 +169,12 @@ class EvaluationResult:
         sentences: pairs translated. scored_pairs: pairs in the loss (those that fit).
         hypotheses, references: the translations and the cleaned references.
         bleu_signature, chrf_signature: sacrebleu's signatures (how the scores were computed).
+        sources: how many distinct source sentences the pairs hold.
+        multi_bleu, multi_chrf: the scores with every reference of a source counted: one
+            hypothesis per distinct source, scored against all the references given for it
+            (sacrebleu with a variable number of references). Equal to ``bleu``/``chrf`` when no
+            source repeats; higher when one English sentence has several Spanish translations,
+            as a correct alternative translation then counts.
     """
 
     bleu: float
@@ -181,6 +187,9 @@ class EvaluationResult:
     references: List[str]
     bleu_signature: str = ""
     chrf_signature: str = ""
+    sources: int = 0
+    multi_bleu: float = float("nan")
+    multi_chrf: float = float("nan")
 
     def summary(self) -> str:
         """One line with the four scores."""
@@ -426,6 +435,9 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hyps, [refs])
     chrf_score = chrf.corpus_score(hyps, [refs])
+    multi_hyps, multi_refs = _group_references(sources, hyps, refs)
+    multi_bleu = sacrebleu.metrics.BLEU().corpus_score(multi_hyps, multi_refs)
+    multi_chrf = sacrebleu.metrics.CHRF().corpus_score(multi_hyps, multi_refs)
 
     loss = accuracy = float("nan")
     scored = 0
@@ -437,4 +449,27 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
         bleu=float(bleu_score.score), chrf=float(chrf_score.score), loss=loss, accuracy=accuracy,
         sentences=len(sources), scored_pairs=scored, hypotheses=hyps, references=refs,
         bleu_signature=str(bleu.get_signature()), chrf_signature=str(chrf.get_signature()),
+        sources=len(multi_hyps), multi_bleu=float(multi_bleu.score), multi_chrf=float(multi_chrf.score),
     )
+
+
+def _group_references(sources: Sequence[str], hyps: Sequence[str],
+                      refs: Sequence[str]) -> Tuple[List[str], List[List[Optional[str]]]]:
+    """One hypothesis per distinct source (its first) and the reference streams sacrebleu takes
+    for a variable number of references: stream k holds each source's k-th reference or None.
+    Sources are "the same" as the leak-free split sees it (case and spacing ignored)."""
+    from .data import _sentence_key
+
+    order: Dict[str, int] = {}
+    grouped: List[List[str]] = []
+    first_hyp: List[str] = []
+    for src, hyp, ref in zip(sources, hyps, refs):
+        key = _sentence_key(src)
+        if key not in order:
+            order[key] = len(grouped)
+            grouped.append([])
+            first_hyp.append(hyp)
+        grouped[order[key]].append(ref)
+    most = max(len(g) for g in grouped)
+    streams = [[g[k] if k < len(g) else None for g in grouped] for k in range(most)]
+    return first_hyp, streams
