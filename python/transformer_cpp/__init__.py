@@ -3,8 +3,8 @@
 The C++ extension (``transformer_cpp._core``) is private; everything public is re-exported here.
 Layers have ``forward``/``backward``/``parameters``/``zero_grad``; ``Transformer`` is the full
 model with ``train_step``; the text side (cleaning, tokenizer, Tatoeba data), training,
-translation and plots live in the submodules ``text``, ``tokenizer``, ``data``, ``training``,
-``translate`` and ``plotting``.
+translation, plots and export to other runtimes live in the submodules ``text``, ``tokenizer``,
+``data``, ``training``, ``translate``, ``plotting`` and ``export``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .layers import (
     scaled_dot_product_attention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
+from .export import export_ctranslate2, export_torch
 from .model import PRESETS, RECIPES, NonFiniteError, Transformer, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
@@ -89,6 +90,8 @@ __all__ = [
     "decoder_self_attention_mask",
     "encode_pairs",
     "evaluate_translation",
+    "export_ctranslate2",
+    "export_torch",
     "get_num_threads",
     "load_tatoeba",
     "load_checkpoint",

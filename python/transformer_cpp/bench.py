@@ -15,8 +15,9 @@ use), except the peak-memory measurement, which needs a fresh process per implem
    of the GEMM peak.
 3. **Greedy decoding** of random source sentences at batch 1 and 32: ``Transformer.greedy_decode``
    (C++, key/value cache) against the PyTorch-tutorial loop (encode once, re-run the decoder on
-   the growing prefix at every step) and CTranslate2 on the same weights (see
-   :func:`convert_to_ctranslate2`; the conversion is checked to give identical outputs first).
+   the growing prefix at every step) and CTranslate2 on the same weights (converted by
+   :func:`transformer_cpp.export.convert_to_ctranslate2`, the converter of ``transformer-cpp export``;
+   the conversion is checked to give identical outputs first).
 4. **Peak memory** of training steps, ours and PyTorch's, each in a child process
    (``python -m transformer_cpp.bench --child-memory ours|torch``; peak RSS from ``VmHWM``, see
    :func:`_peak_rss`), and **thread scaling** of the
@@ -59,7 +60,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import __version__, build_info, positional_encoding, set_num_threads
+from . import __version__, build_info, set_num_threads
+from .export import convert_to_ctranslate2, import_ctranslate2
 from .model import Transformer
 
 __all__ = [
@@ -330,28 +332,12 @@ def _import_torch() -> Tuple[Any, Optional[str]]:
 
 
 def _import_ctranslate2() -> Tuple[Any, Optional[str]]:
-    """``(ctranslate2, None)`` or ``(None, reason)``.
-
-    CTranslate2 ships its own OpenMP runtime, but once PyTorch has been imported (it loads the
-    system ``libgomp.so.1`` globally, and our extension uses the same one) CTranslate2's OpenMP
-    calls bind to that shared runtime instead, from CTranslate2's own worker thread. The shared
-    runtime then manages more threads than there are cores and stops spin-waiting, which slowed
-    both our decoder (~35%) and PyTorch (~25%) for the rest of the run in our measurements. So the
-    extension is loaded with RTLD_DEEPBIND: its libraries resolve their own symbols first, each
-    library keeps its own OpenMP runtime, as it would in a process of its own."""
-    if "ctranslate2" in sys.modules:
-        return sys.modules["ctranslate2"], None
-    flags = sys.getdlopenflags()
-    deepbind = getattr(os, "RTLD_DEEPBIND", 0)
+    """``(ctranslate2, None)`` or ``(None, reason)``; loaded by :func:`transformer_cpp.export.import_ctranslate2`
+    (which keeps CTranslate2's OpenMP runtime apart from ours and PyTorch's)."""
     try:
-        if deepbind:
-            sys.setdlopenflags(os.RTLD_NOW | os.RTLD_LOCAL | deepbind)
-        import ctranslate2
+        return import_ctranslate2(), None
     except ImportError as exc:
-        return None, f"CTranslate2 not available ({exc}); pip install ctranslate2"
-    finally:
-        sys.setdlopenflags(flags)
-    return ctranslate2, None
+        return None, str(exc)
 
 
 def _log(msg: str) -> None:
@@ -598,88 +584,6 @@ def torch_tutorial_greedy(ref: Any, src: np.ndarray, start_id: int, end_id: int,
             if bool(finished.all()):
                 break
     return ys[:, 1:].numpy()
-
-
-def _token_names(size: int, prefix: str) -> List[str]:
-    """Synthetic vocabulary: id 0 is ``<unk>`` (our padding; never generated with ``disable_unk``),
-    ``START_ID`` is ``<s>``, ``END_ID`` is ``</s>``, the rest ``<prefix><id>``."""
-    names = [f"{prefix}{i}" for i in range(size)]
-    names[0], names[START_ID], names[END_ID] = "<unk>", "<s>", "</s>"
-    return names
-
-
-def convert_to_ctranslate2(model: Transformer, output_dir: str) -> Tuple[List[str], List[str]]:
-    """Write ``model`` as a CTranslate2 float32 model directory through ``ctranslate2.specs``.
-
-    Mapping (checked against CTranslate2's layers: post-norm sub-layers compute
-    ``LN(x + sublayer(x))`` with the LayerNorm stored in the sub-layer spec; embeddings are
-    multiplied by ``sqrt(d_model)`` when ``scale_embeddings``; a stored ``position_encodings``
-    table is added as is, from position 0):
-
-    * ``TransformerSpec.from_config(n_layers, n_heads, pre_norm=False)``, no relative positions;
-      ``config.layer_norm_epsilon`` = ours;
-    * embeddings = ours, ``scale_embeddings = True``; ``position_encodings.encodings`` = our own
-      table (so the interleaved and concatenated layouts both convert exactly);
-    * self-attention ``linear[0]`` = ``[W_q; W_k; W_v]`` (and biases) concatenated, ``linear[1]`` =
-      output; cross-attention ``linear[0]`` = query, ``linear[1]`` = ``[W_k; W_v]``, ``linear[2]`` =
-      output; LayerNorms: self-attention <- norm1, cross-attention <- norm2, feed-forward <- the
-      layer's last norm (norm2 in the encoder, norm3 in the decoder);
-    * ``decoder.projection`` = our output layer (the decoder embedding when embeddings are tied).
-
-    Pre-norm models are not converted (ValueError). Returns the source and target vocabularies
-    (token names by id) used for the conversion.
-    """
-    from ctranslate2.specs import transformer_spec
-
-    cfg = model.config
-    if cfg["pre_norm"]:
-        raise ValueError("convert_to_ctranslate2: pre-norm models are not supported (their final norms differ)")
-    params = {name: np.ascontiguousarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
-    spec = transformer_spec.TransformerSpec.from_config(cfg["n_layers"], cfg["n_heads"], pre_norm=False,
-                                                        with_relative_position=False)
-    # a few spare rows: harmless, never read by ours, and keep CTranslate2 from running off the table
-    table = positional_encoding(cfg["max_length"] + 16, cfg["d_model"], cfg["layout"]).astype(np.float32)
-
-    def linear(s: Any, *names: str) -> None:
-        s.weight = np.concatenate([params[n + ".weight"] for n in names])
-        s.bias = np.concatenate([params[n + ".bias"] for n in names])
-
-    def norm(s: Any, name: str) -> None:
-        s.gamma, s.beta = params[name + ".weight"], params[name + ".bias"]
-
-    for side, stack in (("encoder", spec.encoder), ("decoder", spec.decoder)):
-        embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
-        embeddings.weight = params[f"{side}.embedding.weight"]
-        stack.scale_embeddings = True
-        stack.position_encodings.encodings = table
-        for i, layer in enumerate(stack.layer):
-            p = f"{side}.layers.{i}"
-            a = f"{p}.self_attention"
-            linear(layer.self_attention.linear[0], f"{a}.query", f"{a}.key", f"{a}.value")
-            linear(layer.self_attention.linear[1], f"{a}.output")
-            norm(layer.self_attention.layer_norm, f"{p}.norm1")
-            if side == "decoder":
-                c = f"{p}.cross_attention"
-                linear(layer.attention.linear[0], f"{c}.query")
-                linear(layer.attention.linear[1], f"{c}.key", f"{c}.value")
-                linear(layer.attention.linear[2], f"{c}.output")
-                norm(layer.attention.layer_norm, f"{p}.norm2")
-            linear(layer.ffn.linear_0, f"{p}.feed_forward.linear1")
-            linear(layer.ffn.linear_1, f"{p}.feed_forward.linear2")
-            norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
-    if "output.weight" in params:
-        linear(spec.decoder.projection, "output")
-    else:  # share_embeddings: the projection is the decoder embedding
-        spec.decoder.projection.weight = params["decoder.embedding.weight"]
-        spec.decoder.projection.bias = params["output.bias"]
-    source_vocab = _token_names(cfg["src_vocab_size"], "s")
-    target_vocab = _token_names(cfg["tgt_vocab_size"], "t")
-    spec.register_source_vocabulary(source_vocab)
-    spec.register_target_vocabulary(target_vocab)
-    spec.config.layer_norm_epsilon = float(cfg["layer_norm_eps"])
-    spec.validate()
-    spec.save(output_dir)
-    return source_vocab, target_vocab
 
 
 class CTranslate2Greedy:

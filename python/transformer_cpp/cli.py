@@ -8,6 +8,7 @@ Subcommands::
     echo "we have no extra money." | transformer-cpp translate --model runs/tutorial
     transformer-cpp evaluate --model runs/tutorial                       # BLEU, chrF, loss, accuracy
     transformer-cpp figures --out figures                                # positional-encoding figures
+    transformer-cpp export --model runs/tutorial --to ctranslate2 out    # or --to torch (see export.py)
 
 The data file is ``--data``, else ``$TRANSFORMER_CPP_DATA``, else the download cache (see
 :func:`transformer_cpp.data.load_tatoeba`); it is read as UTF-8 unless ``--encoding`` names
@@ -621,6 +622,26 @@ def _cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------ export
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_ctranslate2, export_torch
+
+    if args.quantization is not None and args.to != "ctranslate2":
+        raise UserError(f"--quantization is for --to ctranslate2 (the {args.to} export keeps the model's weights as "
+                        "they are)")
+    try:
+        if args.to == "ctranslate2":
+            out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
+        else:
+            out = export_torch(args.model, args.out)
+    except ImportError as exc:  # an optional dependency (its extra is named in the message)
+        raise UserError(str(exc)) from None
+    print(f"exported to {args.to}: {out}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
@@ -846,6 +867,23 @@ def _add_evaluate_parser(sub: Any) -> None:
     p.set_defaults(func=_cmd_evaluate)
 
 
+def _add_export_parser(sub: Any) -> None:
+    from .export import QUANTIZATIONS
+
+    p = sub.add_parser("export", help="export a trained model to CTranslate2 or PyTorch",
+                       description="Write the model (the run's best checkpoint) and its tokenizers for another "
+                                   "runtime: a CTranslate2 model directory (exact in float32) or a PyTorch state dict "
+                                   "with a small module definition, transformer_torch.py, that needs no "
+                                   "transformer-cpp. OUT must not exist or be empty.")
+    p.add_argument("--model", required=True, help="run directory (its best checkpoint) or checkpoint directory")
+    p.add_argument("--to", required=True, choices=("ctranslate2", "torch"), help="the runtime to export for")
+    p.add_argument("out", metavar="OUT", help="the directory to write (new, or empty)")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                   help="CTranslate2 weight type (default: float32, exact; the others are smaller and faster but "
+                        "not exact)")
+    p.set_defaults(func=_cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``transformer-cpp`` with every subcommand."""
     parser = _Parser(prog=PROG, description="The Transformer of 'Attention Is All You Need' with a C++ core.")
@@ -867,6 +905,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=_positive_int, default=5, help="how many of the newest checkpoints (default 5)")
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=_cmd_average)
+
+    _add_export_parser(sub)
 
     from .serve import add_serve_parser  # the HTTP server (its dependencies are imported when it runs)
 
