@@ -1,0 +1,909 @@
+"""
+transformer_cpp._core: the C++ core (private; use the transformer_cpp package)
+"""
+# Type stubs of the compiled extension, for editors and type checkers. First written by
+# pybind11-stubgen 3.0 (`pybind11-stubgen transformer_cpp._core -o OUT`), then given argument
+# and return types by hand (the bindings take `object` and check numbers themselves).
+# tests/test_stubs.py fails when this file and the compiled module differ in their names, the
+# methods and properties of a class, or the argument names of a function: edit it with the bindings.
+from __future__ import annotations
+import collections
+import typing
+
+import numpy
+import numpy.typing
+
+class NonFiniteError(FloatingPointError, RuntimeError):
+    pass
+class Parameter:
+    """
+    A named parameter: writable NumPy views of value and grad.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def grad(self) -> numpy.ndarray:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def shape(self) -> tuple[int, ...]:
+        ...
+    @property
+    def value(self) -> numpy.ndarray:
+        ...
+class Linear_float32:
+    """
+    Dense layer y = x W^T + b with W of shape (out_features, in_features).
+    """
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db
+        """
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x: (..., in_features) -> (..., out_features)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def in_features(self) -> int:
+        ...
+    @property
+    def out_features(self) -> int:
+        ...
+class Linear_float64:
+    """
+    Dense layer y = x W^T + b with W of shape (out_features, in_features).
+    """
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db
+        """
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x: (..., in_features) -> (..., out_features)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def in_features(self) -> int:
+        ...
+    @property
+    def out_features(self) -> int:
+        ...
+class Dropout_float32:
+    """
+    Inverted dropout with a seeded, thread-count independent mask.
+    """
+    def __init__(self, rate: float = 0.1, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = True) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def calls(self) -> int:
+        ...
+    @calls.setter
+    def calls(self, value: int) -> None:
+        ...
+    @property
+    def rate(self) -> float:
+        ...
+class Dropout_float64:
+    """
+    Inverted dropout with a seeded, thread-count independent mask.
+    """
+    def __init__(self, rate: float = 0.1, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = True) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def calls(self) -> int:
+        ...
+    @calls.setter
+    def calls(self, value: int) -> None:
+        ...
+    @property
+    def rate(self) -> float:
+        ...
+class ScaledDotProductAttention_float32:
+    """
+    softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.
+    """
+    def __init__(self) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        ...
+    def forward(self, q: numpy.typing.ArrayLike, k: numpy.typing.ArrayLike, v: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class MultiHeadAttention_float32:
+    """
+    Multi-head attention: projections, heads, scaled dot-product attention, output projection.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None:
+        ...
+    def attention_weights(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        The attention weights of the last forward, (B, heads, T_q, T_k).
+        """
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.ndarray | tuple[numpy.ndarray, numpy.ndarray]:
+        """
+        dout (B, Tq, d) -> dx (self-attention) or (dx, dmemory) (cross-attention)
+        """
+    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike | None = None, mask: numpy.typing.ArrayLike | None = None) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_k(self) -> int:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def n_heads(self) -> int:
+        ...
+class ScaledDotProductAttention_float64:
+    """
+    softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.
+    """
+    def __init__(self) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        ...
+    def forward(self, q: numpy.typing.ArrayLike, k: numpy.typing.ArrayLike, v: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class MultiHeadAttention_float64:
+    """
+    Multi-head attention: projections, heads, scaled dot-product attention, output projection.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None:
+        ...
+    def attention_weights(self) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        The attention weights of the last forward, (B, heads, T_q, T_k).
+        """
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.ndarray | tuple[numpy.ndarray, numpy.ndarray]:
+        """
+        dout (B, Tq, d) -> dx (self-attention) or (dx, dmemory) (cross-attention)
+        """
+    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike | None = None, mask: numpy.typing.ArrayLike | None = None) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_k(self) -> int:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def n_heads(self) -> int:
+        ...
+class FeedForward_float32:
+    """
+    FFN(x) = Linear2(Dropout(ReLU(Linear1(x)))).
+    """
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class FeedForward_float64:
+    """
+    FFN(x) = Linear2(Dropout(ReLU(Linear1(x)))).
+    """
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class EncoderLayer_float32:
+    """
+    Self-attention and feed-forward sub-layers with residuals and LayerNorm.
+    """
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def forward(self, x: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class DecoderLayer_float32:
+    """
+    Masked self-attention, cross-attention and feed-forward sub-layers with residuals and LayerNorm.
+    """
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        """
+        dout (B, T, d) -> (dx (B, T, d), dmemory (B, S, d))
+        """
+    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, self_mask: numpy.typing.ArrayLike | None = None, cross_mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class Encoder_float32:
+    """
+    Positional embedding, dropout and N encoder layers.
+    """
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None:
+        ...
+    def forward(self, tokens: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class Decoder_float32:
+    """
+    Positional embedding, dropout and N decoder layers attending to an encoder memory.
+    """
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout (B, T, d) -> dmemory (B, S, d)
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, source_padding: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class EncoderLayer_float64:
+    """
+    Self-attention and feed-forward sub-layers with residuals and LayerNorm.
+    """
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def forward(self, x: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class DecoderLayer_float64:
+    """
+    Masked self-attention, cross-attention and feed-forward sub-layers with residuals and LayerNorm.
+    """
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        """
+        dout (B, T, d) -> (dx (B, T, d), dmemory (B, S, d))
+        """
+    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, self_mask: numpy.typing.ArrayLike | None = None, cross_mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class Encoder_float64:
+    """
+    Positional embedding, dropout and N encoder layers.
+    """
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None:
+        ...
+    def forward(self, tokens: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class Decoder_float64:
+    """
+    Positional embedding, dropout and N decoder layers attending to an encoder memory.
+    """
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout (B, T, d) -> dmemory (B, S, d)
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, source_padding: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class LayerNorm_float32:
+    """
+    LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.
+    """
+    def __init__(self, d_model: int, eps: float = 1e-06) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout: (..., d_model) -> dx; accumulates the weight and bias gradients
+        """
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x: (..., d_model) -> (..., d_model)
+        """
+    def forward_residual(self, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        LN(a + b); backward() then returns d(a + b), the gradient of both
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+class LayerNorm_float64:
+    """
+    LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.
+    """
+    def __init__(self, d_model: int, eps: float = 1e-06) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout: (..., d_model) -> dx; accumulates the weight and bias gradients
+        """
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x: (..., d_model) -> (..., d_model)
+        """
+    def forward_residual(self, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        LN(a + b); backward() then returns d(a + b), the gradient of both
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+class ReLU_float32:
+    """
+    ReLU: y = max(x, 0).
+    """
+    def __init__(self) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout -> dx = dout where the output was positive, 0 elsewhere
+        """
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class ReLU_float64:
+    """
+    ReLU: y = max(x, 0).
+    """
+    def __init__(self) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout -> dx = dout where the output was positive, 0 elsewhere
+        """
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+class Embedding_float32:
+    """
+    Token embedding; id 0 is padding (zero row, no gradient).
+    """
+    def __init__(self, vocab_size: int, d_model: int, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None:
+        """
+        dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike, scale: float = 1.0) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale
+        """
+    def padding_mask(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]:
+        """
+        bool (B, T), True where tokens == 0
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def vocab_size(self) -> int:
+        ...
+class Embedding_float64:
+    """
+    Token embedding; id 0 is padding (zero row, no gradient).
+    """
+    def __init__(self, vocab_size: int, d_model: int, seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None:
+        """
+        dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike, scale: float = 1.0) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale
+        """
+    def padding_mask(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]:
+        """
+        bool (B, T), True where tokens == 0
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def vocab_size(self) -> int:
+        ...
+class PositionalEmbedding_float32:
+    """
+    weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.
+    """
+    def __init__(self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = 'interleaved', seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None:
+        """
+        dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed
+        """
+    def padding_mask(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]:
+        """
+        bool (B, T), True where tokens == 0
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def layout(self) -> str:
+        ...
+    @property
+    def max_length(self) -> int:
+        ...
+    @property
+    def table(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        read-only copy (cached positions, d_model) of the positional table
+        """
+    @property
+    def vocab_size(self) -> int:
+        ...
+class PositionalEmbedding_float64:
+    """
+    weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.
+    """
+    def __init__(self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = 'interleaved', seed: int = 0) -> None:
+        ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None:
+        """
+        dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed
+        """
+    def padding_mask(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]:
+        """
+        bool (B, T), True where tokens == 0
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_model(self) -> int:
+        ...
+    @property
+    def layout(self) -> str:
+        ...
+    @property
+    def max_length(self) -> int:
+        ...
+    @property
+    def table(self) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        read-only copy (cached positions, d_model) of the positional table
+        """
+    @property
+    def vocab_size(self) -> int:
+        ...
+class Adam_float32:
+    """
+    Adam over Parameter views (torch.optim.Adam update with bias correction).
+    """
+    def __init__(self, parameters: collections.OrderedDict[str, Parameter] | typing.Iterable[Parameter], beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def clip_grad_norm(self, max_norm: float) -> float:
+        """
+        Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm before clipping.
+        """
+    def reset_state(self) -> None:
+        """
+        Zero the moments and the step count.
+        """
+    def state(self) -> collections.OrderedDict[str, numpy.ndarray]:
+        """
+        OrderedDict '<param>.m' / '<param>.v' -> writable views of the moments (for checkpoints).
+        """
+    def step(self, lr: float) -> None:
+        """
+        One update with learning rate lr (increments step_count first).
+        """
+    @property
+    def beta1(self) -> float:
+        ...
+    @property
+    def beta2(self) -> float:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+    @property
+    def names(self) -> list[str]:
+        """
+        parameter names, in update order
+        """
+    @property
+    def step_count(self) -> int:
+        ...
+    @step_count.setter
+    def step_count(self, value: int) -> None:
+        ...
+class Adam_float64:
+    """
+    Adam over Parameter views (torch.optim.Adam update with bias correction).
+    """
+    def __init__(self, parameters: collections.OrderedDict[str, Parameter] | typing.Iterable[Parameter], beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def clip_grad_norm(self, max_norm: float) -> float:
+        """
+        Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm before clipping.
+        """
+    def reset_state(self) -> None:
+        """
+        Zero the moments and the step count.
+        """
+    def state(self) -> collections.OrderedDict[str, numpy.ndarray]:
+        """
+        OrderedDict '<param>.m' / '<param>.v' -> writable views of the moments (for checkpoints).
+        """
+    def step(self, lr: float) -> None:
+        """
+        One update with learning rate lr (increments step_count first).
+        """
+    @property
+    def beta1(self) -> float:
+        ...
+    @property
+    def beta2(self) -> float:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+    @property
+    def names(self) -> list[str]:
+        """
+        parameter names, in update order
+        """
+    @property
+    def step_count(self) -> int:
+        ...
+    @step_count.setter
+    def step_count(self, value: int) -> None:
+        ...
+class Transformer_float32:
+    """
+    The encoder-decoder Transformer.
+    """
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def attention_weights(self) -> dict[str, numpy.ndarray]:
+        """
+        Attention weights of the last forward: name -> (B, heads, T_q, T_k).
+        """
+    def backward(self, dlogits: numpy.typing.ArrayLike) -> None:
+        """
+        Accumulate every parameter gradient from d loss / d logits (B, T, V).
+        """
+    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1) -> list[list[tuple[list[int], float, float, bool]]]:
+        """
+        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
+        """
+    def config(self) -> dict[str, typing.Any]:
+        ...
+    def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0, beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09, clip_norm: float = 0.0, label_smoothing: float = 0.0, total_steps: int = 0) -> None:
+        ...
+    def evaluate(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+        """
+        Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).
+        """
+    def forward(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)
+        """
+    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
+        """
+    def learning_rate(self, step: int) -> float:
+        ...
+    def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
+        """
+        Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.
+        """
+    def optimizer_config(self) -> dict[str, typing.Any]:
+        ...
+    def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
+        """
+        Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def train_step(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+        """
+        Forward, masked loss, backward and one Adam step; returns (loss, accuracy).
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def dropout_calls(self) -> int:
+        """
+        Training forwards so far: the dropout masks' counter (restore it to resume exactly).
+        """
+    @dropout_calls.setter
+    def dropout_calls(self, value: int) -> None:
+        ...
+    @property
+    def last_grad_norm(self) -> float:
+        ...
+    @property
+    def last_token_count(self) -> int:
+        """
+        Non-padding target tokens in the last train_step/evaluate batch.
+        """
+    @property
+    def step(self) -> int:
+        """
+        Optimiser steps taken so far.
+        """
+    @step.setter
+    def step(self, value: int) -> None:
+        ...
+class Transformer_float64:
+    """
+    The encoder-decoder Transformer.
+    """
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0) -> None:
+        ...
+    def attention_weights(self) -> dict[str, numpy.ndarray]:
+        """
+        Attention weights of the last forward: name -> (B, heads, T_q, T_k).
+        """
+    def backward(self, dlogits: numpy.typing.ArrayLike) -> None:
+        """
+        Accumulate every parameter gradient from d loss / d logits (B, T, V).
+        """
+    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1) -> list[list[tuple[list[int], float, float, bool]]]:
+        """
+        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
+        """
+    def config(self) -> dict[str, typing.Any]:
+        ...
+    def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0, beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09, clip_norm: float = 0.0, label_smoothing: float = 0.0, total_steps: int = 0) -> None:
+        ...
+    def evaluate(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+        """
+        Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).
+        """
+    def forward(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)
+        """
+    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
+        """
+    def learning_rate(self, step: int) -> float:
+        ...
+    def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
+        """
+        Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.
+        """
+    def optimizer_config(self) -> dict[str, typing.Any]:
+        ...
+    def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
+        """
+        Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]:
+        ...
+    def train_step(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+        """
+        Forward, masked loss, backward and one Adam step; returns (loss, accuracy).
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def dropout_calls(self) -> int:
+        """
+        Training forwards so far: the dropout masks' counter (restore it to resume exactly).
+        """
+    @dropout_calls.setter
+    def dropout_calls(self, value: int) -> None:
+        ...
+    @property
+    def last_grad_norm(self) -> float:
+        ...
+    @property
+    def last_token_count(self) -> int:
+        """
+        Non-padding target tokens in the last train_step/evaluate batch.
+        """
+    @property
+    def step(self) -> int:
+        """
+        Optimiser steps taken so far.
+        """
+    @step.setter
+    def step(self, value: int) -> None:
+        ...
+def _check_memory(who: str, what: str, bytes: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    """
+    ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.
+    """
+def _decode_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    y = x W^T + b by one decoding kernel (tests).
+    """
+def _fingerprint(data: numpy.ndarray, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
+    """
+    64-bit fingerprint of a contiguous buffer's bytes (tests).
+    """
+def _first_argmax(v: numpy.typing.ArrayLike) -> int:
+    """
+    Index of the first largest value (tests of the decoding argmax).
+    """
+def _have_decode_kernels() -> bool:
+    """
+    Whether this build has the AVX-512 decoding kernels.
+    """
+def _memory_limit_bytes() -> float:
+    """
+    Bytes this process may still use (see checks.hpp).
+    """
+def attention_mask(key_padding: numpy.typing.ArrayLike, query_length: int, causal: bool = False) -> numpy.typing.NDArray[numpy.bool_]:
+    ...
+def build_info() -> dict[str, str]:
+    """
+    Compiler, flags, OpenMP, Eigen version and SIMD level.
+    """
+def get_num_threads() -> int:
+    """
+    Number of threads the core will use.
+    """
+def masked_accuracy_float32(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike) -> float:
+    """
+    Fraction of targets != 0 whose argmax over logits is right.
+    """
+def masked_accuracy_float64(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike) -> float:
+    """
+    Fraction of targets != 0 whose argmax over logits is right.
+    """
+def masked_cross_entropy_float32(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike, label_smoothing: float = 0.0, compute_grad: bool = True) -> tuple[float, numpy.ndarray | None]:
+    """
+    (loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.
+    """
+def masked_cross_entropy_float64(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike, label_smoothing: float = 0.0, compute_grad: bool = True) -> tuple[float, numpy.ndarray | None]:
+    """
+    (loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.
+    """
+def padding_mask(tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]:
+    """
+    bool (B, T), True where tokens == 0 (padding)
+    """
+def positional_encoding(length: int, depth: int, layout: str = 'interleaved', dtype: str = 'float32') -> numpy.ndarray:
+    ...
+def set_num_threads(n: int) -> None:
+    """
+    Set the number of threads used by OpenMP loops and Eigen's GEMM.
+    """
+def softmax_backward_float32(y: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).
+    """
+def softmax_backward_float64(y: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+    """
+    Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).
+    """
+def softmax_float32(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    Softmax over the last axis; a row that is all -inf gives zeros.
+    """
+def softmax_float64(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+    """
+    Softmax over the last axis; a row that is all -inf gives zeros.
+    """
+def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> float:
+    """
+    d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * scale, step counted from 1.
+    """
