@@ -1,5 +1,6 @@
 """The HTTP server (transformer_cpp.serve): the batcher, a load test of 50 concurrent clients,
-every bad-request case of the issue, the page, the command line and a graceful SIGTERM.
+every bad-request case (invalid JSON, wrong types, sizes, beam sizes, content type), the page,
+the command line and a graceful SIGTERM.
 
 Everything runs on 127.0.0.1 with the toy reversal model of ``toy_task`` (trained in about a
 second), so translations are exact and a swapped or lost answer cannot go unnoticed.

@@ -1,8 +1,8 @@
 """``transformer-cpp bench``: our C++ core against PyTorch (and CTranslate2) in one run.
 
-The benchmark answers the issue "Fast: a benchmark against PyTorch in one run". Everything runs
-in this process with one thread count for every library (default: all cores the process may
-use), except the peak-memory measurement, which needs a fresh process per implementation:
+Everything runs in this process with one thread count for every library (default: all cores the
+process may use), except the peak-memory measurement, which needs a fresh process per
+implementation:
 
 1. **Machine GEMM peak**: float32 ``2048 x 2048`` matrix products in NumPy (best of several),
    the practical ceiling for dense compute on this machine.
@@ -91,7 +91,7 @@ TARGET_TRAIN_PEAK = 0.60         # achieved model GFLOP/s / GEMM peak
 TARGET_DECODE_VS_TORCH = 5.0     # greedy sentences/s at batch 32, ours / PyTorch tutorial loop
 TARGET_DECODE_VS_CT2 = 1.0       # greedy sentences/s at batch 32, ours / CTranslate2 float32
 TARGET_MEMORY_RATIO = 1.0        # training peak memory (delta over imports), ours / PyTorch, at most
-TARGET_SCALING_PER_THREAD = 0.9  # speed-up from 1 to N threads >= 0.9 N (the issue: 2 threads >= 1.8x)
+TARGET_SCALING_PER_THREAD = 0.9  # speed-up from 1 to N threads >= 0.9 N (the target: 2 threads >= 1.8x)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class BenchShapes:
                     max_length=self.max_length, seed=seed)
 
 
-# The ``tutorial`` preset of DESIGN.md with the tutorial's vocabularies and batch size.
+# The ``tutorial`` preset (model.PRESETS) with the tutorial's vocabularies and batch size.
 TUTORIAL_SHAPES = BenchShapes(name="tutorial")
 # Tiny shapes for CI smoke runs: seconds, not minutes. Numbers mean little.
 QUICK_SHAPES = BenchShapes(name="quick", batch=8, max_length=10, d_model=64, n_layers=2, d_ff=128, n_heads=4,
@@ -1234,7 +1234,7 @@ def _jsonable(obj: Any) -> Any:
 
 _DESCRIPTION = ("Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
                 "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
-                "with and without request batching, with the issues' targets.")
+                "with and without request batching, with the project's targets.")
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
