@@ -805,7 +805,7 @@ class Trainer:
 
     def _report(self, message: str) -> None:
         if self.config.progress:
-            from tqdm import tqdm
+            from tqdm.auto import tqdm
 
             tqdm.write(message, file=sys.stderr)
         else:
@@ -815,7 +815,7 @@ class Trainer:
                    budget: float = 0.0) -> Optional[Dict[str, Any]]:
         """Run the rest of the current epoch; the epoch's history entry, or None if stopped by
         Ctrl-C. With a time budget the epoch may end early (a partial entry; ``finished`` set)."""
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
 
         total = self.batches_per_epoch
         skip = self.batch_in_epoch
