@@ -4,7 +4,7 @@
 ``transformer_torch.py``, next to:
 
     config.json             the architecture, the special token ids and where the model came from
-    model.safetensors       the weights: a state dict whose names are this module's
+    model.safetensors       the weights: this module's state dict (transformer-cpp's parameter names)
     source_tokenizer.json   the subword vocabularies, as Hugging Face ``tokenizers`` files
     target_tokenizer.json
 

@@ -257,7 +257,8 @@ def export_ctranslate2(checkpoint_dir: PathLike, out_dir: PathLike, quantization
         _write_tokenizers(tmp, src_tok, tgt_tok)
         options = dict(CTRANSLATE2_OPTIONS, suppress_sequences=[[tgt_tok.id_to_token(_PAD_ID)]])
         _write_json(tmp / "transformer_cpp.json", dict(
-            _provenance(ckpt, "ctranslate2"), quantization=quantization or "float32", exact=quantization in (None, "float32"),
+            _provenance(ckpt, "ctranslate2"), quantization=quantization or "float32",
+            exact=quantization in (None, "float32") and ckpt.model.config["dtype"] == "float32",
             translate_batch_options=options,
             max_decoding_length="int(1.5 * source tokens) + 10, source tokens counting the start and end tokens",
         ))
