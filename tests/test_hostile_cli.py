@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -353,3 +354,201 @@ def test_training_data_in_another_encoding_is_refused_or_decoded_as_told(tmp_pat
                   "--out", str(tmp_path / "c"))
     assert skipped.returncode == 0, skipped.stderr
     assert "left out 40 of 120 lines" in skipped.stderr and "lines 1, 4, 7" in skipped.stderr
+
+
+# --- found by tools/hostile_campaign.py: data, training state, checkpoints, translation -----------
+
+
+def test_old_mac_line_ends_are_line_ends(tmp_path):
+    from transformer_cpp.data import load_tatoeba
+
+    lines = [f"The cat number {i}.\tEl gato número {i}.\tCC-BY 2.0 (France) #{i}" for i in range(12)]
+    for end in ("\r", "\r\n", "\n"):
+        path = tmp_path / "pairs.txt"
+        path.write_bytes((end.join(lines) + end).encode())
+        pairs = load_tatoeba(path)
+        assert len(pairs) == 12 and pairs.stats.read == 12, (repr(end), len(pairs))
+        assert pairs.spanish[11] == "El gato número 11." and all("\r" not in a for a in pairs.attributions)
+
+
+def test_seeds_flags_and_sentences_are_checked_by_name(tmp_path):
+    import transformer_cpp as tc
+
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=30)
+    tok = reversal_tokenizer()
+    enc = tc.encode_pairs(["a b", "c"], ["b a", "c"], tok, tok, None)
+    for call, fragment in [
+        (lambda: tc.load_tatoeba(data, 5, seed=-1), "load_tatoeba: seed must be an integer >= 0, got -1"),
+        (lambda: tc.split_by_source(["a", "b"], ["x", "y"], seed=-2), "split_by_source: seed must be an integer >= 0"),
+        (lambda: tc.train_val_test_split(10, seed=-3), "train_val_test_split: seed must be an integer >= 0"),
+        (lambda: list(tc.batches(enc, 2, seed=-4)), "batches: seed must be an integer >= 0"),
+        (lambda: tc.split_by_source(["a", 5], ["x", "y"]), "split_by_source: source 1 is a int, expected a str"),
+        (lambda: tc.split_by_source(["a", "b"], ["x", None]), "split_by_source: target 1 is a NoneType"),
+        (lambda: list(tc.batches(enc, 2, shuffle="no")), "batches: shuffle must be True or False"),
+        (lambda: tc.load_tatoeba(data, 5, seed=2.5), "load_tatoeba: seed must be an integer >= 0, got float"),
+    ]:
+        with pytest.raises((TypeError, ValueError)) as info:
+            call()
+        assert fragment in str(info.value), str(info.value)
+    with pytest.raises(TypeError, match="TrainConfig.from_dict: expected a mapping"):
+        TrainConfig.from_dict(None)
+
+
+def _toy_trainer(tmp_path, **config):
+    import transformer_cpp as tc
+    from toy_task import reversal_pairs
+
+    tok = reversal_tokenizer()
+    src, tgt = reversal_pairs(40, seed=1)
+    enc = tc.encode_pairs(src, tgt, tok, tok, None)
+    cfg = dict(epochs=1, batch_size=8, warmup=10, progress=False, val_bleu_sentences=0, log_every=1)
+    cfg.update(config)
+    return tc.Trainer(tiny_model(tok, d_model=16), enc, None, TrainConfig(**cfg), src_tokenizer=tok, tgt_tokenizer=tok,
+                      checkpoint_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (dict(epoch=-3), "epoch must be an integer >= 0, got -3"),
+    (dict(batch_in_epoch=-1), "batch_in_epoch must be an integer >= 0"),
+    (dict(batch_in_epoch=10 ** 6), "batches into an epoch of 5 batches"),
+    (dict(epoch_sums={"loss": "x", "correct": 0, "tokens": 0}), "loss must be a finite number >= 0, got 'x'"),
+    (dict(window={"loss": 1.0, "correct": 0.5}), "it lacks 'tokens'"),
+    (dict(elapsed=float("nan")), "elapsed must be a finite number >= 0, got nan"),
+    (dict(history="none"), "history must be an object"),
+    (dict(history={"batch": {"loss": 5}}), "history.batch.loss must be a list"),
+    (dict(finished="yes"), "finished must be true or false"),
+    (dict(best={"bleu": "high"}), "best.bleu must be a finite number or null"),
+])
+def test_a_damaged_trainer_state_is_refused_and_changes_nothing(tmp_path, change, fragment):
+    trained = _toy_trainer(tmp_path)
+    trained.fit()
+    state = dict(trained.state_dict(), **change)
+    fresh = _toy_trainer(tmp_path / "b")
+    fresh.model.step = trained.model.step
+    before = (fresh.epoch, fresh.batch_in_epoch, dict(fresh._epoch_sums), fresh.elapsed, fresh.history)
+    with pytest.raises(ValueError, match="Trainer.load_state_dict") as info:
+        fresh.load_state_dict(state)
+    assert fragment in str(info.value), str(info.value)
+    assert (fresh.epoch, fresh.batch_in_epoch, dict(fresh._epoch_sums), fresh.elapsed, fresh.history) == before
+    fresh.load_state_dict(trained.state_dict())  # the undamaged state loads
+    assert fresh.epoch == 1
+
+
+def test_decay_applies_to_a_fixed_learning_rate(tmp_path):
+    trainer = _toy_trainer(tmp_path, epochs=2, fixed_lr=1e-3, decay=True)
+    trainer.fit()
+    lrs = trainer.history["batch"]["lr"]
+    assert len(lrs) == 10 and lrs[0] < 1e-3 and all(a > b for a, b in zip(lrs, lrs[1:])), lrs
+    assert lrs[-1] == 0.0  # the run's last step, as with the warm-up schedule
+    constant = _toy_trainer(tmp_path / "b", epochs=2, fixed_lr=1e-3)
+    constant.fit()
+    assert set(constant.history["batch"]["lr"]) == {1e-3}
+
+
+def _sparse(path: Path, size: int) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)  # no disk used
+
+
+def _record(ckpt: Path, fname: str, **info) -> None:
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["files"][fname].update(info)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+
+
+def test_checkpoint_files_larger_than_they_can_be_are_refused_before_reading(trained, tmp_path):
+    """A damaged checkpoint whose files are huge (sparse, so cheap to make) fails at once naming
+    the file, instead of reading gigabytes into memory (MemoryError, or the machine's memory)."""
+    root, _ = trained
+    cases = {
+        "latest": lambda run, ck: (_sparse(run / "latest", 10 << 30), _sparse(run / "best", 10 << 30)),
+        "config.json": lambda run, ck: _sparse(ck / "config.json", 10 << 30),
+        "model.safetensors' has 10737418240 bytes, expected": lambda run, ck: _sparse(ck / "model.safetensors", 10 << 30),
+        "model.safetensors' has 3,221,225,472 bytes, more than such a file can hold": lambda run, ck: (
+            _sparse(ck / "model.safetensors", 3 << 30), _record(ck, "model.safetensors", bytes=3 << 30)),
+        "src_tokenizer.json' has 3,221,225,472 bytes, more than such a file can hold": lambda run, ck: (
+            _sparse(ck / "src_tokenizer.json", 3 << 30), _record(ck, "src_tokenizer.json", bytes=3 << 30)),
+        "records no valid size and SHA-256 for 'model.safetensors'": lambda run, ck: _record(
+            ck, "model.safetensors", bytes="big"),
+    }
+    for i, (fragment, damage) in enumerate(cases.items()):
+        run_dir = tmp_path / f"run{i}"
+        shutil.copytree(root / "run", run_dir)
+        damage(run_dir, run_dir / (run_dir / "latest").read_text().strip())
+        started = time.monotonic()
+        with pytest.raises(ValueError) as info:
+            load_checkpoint(run_dir, prefer="latest")
+        assert fragment in str(info.value), (fragment, str(info.value))
+        assert time.monotonic() - started < 20
+    result = run("translate", "--model", str(tmp_path / "run0"), "The cat.", memory=2 << 30)
+    one_line_error(result, "checkpoint pointer", "best", "is damaged")
+
+
+@pytest.mark.parametrize("edit, fragment, translating", [
+    (lambda cfg: cfg["optimizer"].update(step="12"), "step must be an integer, got '12'", False),
+    (lambda cfg: cfg.update(data=[1, 2]), "the 'data' section of 'config.json' must be an object or null, got list",
+     True),
+    (lambda cfg: cfg.update(train_config="fast"), "the 'train_config' section", True),
+])
+def test_config_sections_of_the_wrong_kind_are_refused(trained, tmp_path, edit, fragment, translating):
+    root, _ = trained
+    run_dir = tmp_path / "run"
+    shutil.copytree(root / "run", run_dir)
+    for ckpt in run_dir.glob("epoch-*"):
+        cfg = json.loads((ckpt / "config.json").read_text())
+        edit(cfg)
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        load_checkpoint(run_dir)
+    if translating:  # what translating reads (the optimiser step is only read to resume)
+        one_line_error(run("translate", "--model", str(run_dir), "The cat."), fragment)
+    with pytest.raises(TypeError, match="load_checkpoint: optimizer must be True or False"):
+        load_checkpoint(root / "run", optimizer="no")
+
+
+def test_best_and_averages_stay_inside_one_run(trained, tmp_path):
+    from transformer_cpp.checkpoint import CheckpointError, average_checkpoints, mark_best
+
+    root, _ = trained
+    run_dir = tmp_path / "run"
+    shutil.copytree(root / "run", run_dir)
+    shutil.copytree(run_dir / "epoch-0001", tmp_path / "outside")
+    with pytest.raises(CheckpointError, match="name '../outside' is not the name of a checkpoint"):
+        mark_best(run_dir, "../outside")
+    assert (run_dir / "best").read_text().strip() != "../outside"
+    other = run_dir / "epoch-0003"
+    shutil.copytree(run_dir / "epoch-0001", other)  # a checkpoint of another run, same architecture
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["run_id"] = "another-run"
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="belongs to another run"):
+        average_checkpoints([run_dir / "epoch-0001", other])
+    one_line_error(run("average", "--model", str(run_dir), "--last", "3"), "belongs to another run")
+
+
+def test_translator_checks_its_language_and_layers():
+    tok = reversal_tokenizer()
+    model = tiny_model(tok)
+    with pytest.raises(ValueError, match="Translator: src_lang: unsupported language 'klingon'"):
+        Translator(model, tok, tok, src_lang="klingon")
+    t = Translator(model, tok, tok, src_lang=None).translate("a b", return_attention=True)
+    assert t.cross_attention(0).shape == t.cross_attention(-1).shape
+    for layer in (1, -2, 0.5):
+        with pytest.raises(ValueError, match=r"layer must be an integer in \[-1, 1\) \(the model has 1 decoder layer\)"):
+            t.cross_attention(layer)
+    with pytest.raises(TypeError, match="return_attention must be True or False"):
+        Translator(model, tok, tok, src_lang=None).translate("a b", return_attention="no")
+
+
+def test_thread_counts_beyond_the_address_space(trained):
+    """Under a 2 GB address-space limit, OMP_NUM_THREADS=100000 is lowered (with a warning) instead
+    of killing the process at the first parallel loop, and --threads 1024 is refused in one line."""
+    root, _ = trained
+    model = str(root / "run")
+    good = run("translate", "--model", model, "The cat.", memory=2 << 30)
+    assert good.returncode == 0, good.stderr
+    wide = run("translate", "--model", model, "The cat.", memory=2 << 30, env={"OMP_NUM_THREADS": "100000"})
+    assert wide.returncode == 0 and wide.stdout == good.stdout, wide.stderr
+    assert "OMP_NUM_THREADS asks for 100000 threads" in wide.stderr
+    one_line_error(run("translate", "--model", model, "--threads", "1024", "The cat.", memory=2 << 30),
+                   "set_num_threads: 1024 threads need", "ulimit -v")

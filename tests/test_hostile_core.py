@@ -663,3 +663,169 @@ def test_helpers_name_bad_arguments():
         kernels.fingerprint([1, 2, 3])
     with pytest.raises(ValueError, match="memory available"):
         tc.look_ahead_mask(10 ** 400)
+
+
+# --- 7. found by tools/hostile_campaign.py ---------------------------------------------------------
+
+
+def test_softmax_of_plus_infinity_is_its_limit():
+    out = tc.softmax(np.array([[np.inf, 0.0, 1.0], [np.inf, -np.inf, np.inf], [1.0, 2.0, 3.0]]))
+    np.testing.assert_array_equal(out[0], [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(out[1], [0.5, 0.0, 0.5])
+    e = np.exp([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(out[2], e / e.sum(), rtol=1e-12)
+    assert np.isnan(tc.softmax(np.array([[np.inf, np.nan]]))).all()  # NaN still shows
+
+
+def test_a_train_step_without_target_tokens_is_refused_and_changes_nothing():
+    m = small_model()
+    src, tgt_in, tgt_out = batch()
+    m.train_step(src, tgt_in, tgt_out)
+    before = {n: p.value.copy() for n, p in m.parameters().items()}
+    with pytest.raises(ValueError, match="tgt_out holds no target token.*no update was applied"):
+        m.train_step(src, tgt_in, np.zeros_like(tgt_out))
+    assert m.step == 1
+    for n, p in m.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+    m.train_step(src, tgt_in, tgt_out)  # and the model trains on
+    assert m.step == 2
+
+
+def test_adam_refuses_an_update_that_is_not_finite():
+    lin = tc.Linear(3, 3, seed=1)
+    adam = tc.Adam(lin.parameters())
+    before = {n: p.value.copy() for n, p in lin.parameters().items()}
+    lin.parameters()["weight"].grad[0, 0] = np.nan
+    with pytest.raises(NonFiniteError, match="Adam.step: the update .* no update was applied"):
+        adam.step(1e-3)
+    for n, p in lin.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+    assert adam.step_count == 0
+
+
+def test_unsigned_token_ids_beyond_int64_are_named_as_given():
+    with pytest.raises(ValueError, match=r"tokens holds the token id 9223372036854775813 at flat index 1"):
+        tc.Embedding(10, 4).forward(np.array([[1, 2 ** 63 + 5]], np.uint64))
+    out = tc.Embedding(10, 4, dtype="float64").forward(np.array([[1, 9]], np.uint64))  # small ones still work
+    assert out.shape == (1, 2, 4)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: small_model().forward(np.ones((1, 3), int), np.ones((1, 2), int), training="no"), "training"),
+    (lambda: small_model(pre_norm="no"), "pre_norm"),
+    (lambda: small_model(share_embeddings="false"), "share_embeddings"),
+    (lambda: small_model().nonfinite_parameters("yes"), "optimizer_state"),
+    (lambda: tc.SubwordTokenizer.build_from_corpus(["a b c"] * 3, 300, lowercase="no"), "lowercase"),
+    (lambda: tc.SubwordTokenizer.build_from_corpus(["a b c"] * 3, 300).encode("a", add_special_tokens="no"),
+     "add_special_tokens"),
+    (lambda: tc.SubwordTokenizer.build_from_corpus(["a b c"] * 3, 300).decode([1, 5], skip_special_tokens=0),
+     "skip_special_tokens"),
+])
+def test_flags_must_be_booleans(call, name):
+    """A string such as "no" is true in Python: a flag given one is refused, never taken as True."""
+    with pytest.raises(TypeError, match=rf"{name} must be True or False"):
+        call()
+
+
+def test_fixed_learning_rate_decays_when_a_run_length_is_given():
+    m = small_model()
+    m.configure_optimizer(fixed_lr=1e-2)
+    assert m.learning_rate(1) == m.learning_rate(10 ** 6) == 1e-2
+    m.configure_optimizer(fixed_lr=1e-2, total_steps=10, warmup=4000)  # no warm-up with a fixed rate
+    np.testing.assert_allclose([m.learning_rate(s) for s in (1, 5, 10, 11)], [9e-3, 5e-3, 0.0, 0.0], atol=1e-15)
+    with pytest.raises(ValueError, match="total_steps must be 0 .* or > warmup"):
+        m.configure_optimizer(warmup=10, total_steps=10)
+
+
+_ADDRESS_SPACE = """
+    import resource, warnings
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import numpy as np, transformer_cpp as tc
+    print("threads", tc.get_num_threads(), len(caught), flush=True)
+    for make in (lambda: tc.Linear(30000, 30000), lambda: tc.positional_encoding(400_000, 1024, dtype="float64"),
+                 lambda: tc.Transformer(32000, 32000, d_model=1024, n_layers=6, n_heads=16, d_ff=4096),
+                 lambda: tc.set_num_threads(1024)):
+        try:
+            make()
+            print("accepted")
+        except ValueError as e:
+            assert "memory available" in str(e) or "ulimit -v" in str(e), e
+            print("refused")
+    tc.set_num_threads(2)
+    lin = tc.Linear(64, 64)
+    print("ok", lin.forward(np.ones((512, 64), np.float32)).shape, flush=True)
+"""
+
+
+@pytest.mark.parametrize("omp", ["1", "100000"])
+def test_an_address_space_limit_is_a_memory_limit(omp):
+    """Under ulimit -v (RLIMIT_AS) sizes that fit in the machine's memory but not in the address
+    space are refused before allocation, like sizes beyond the memory; thread counts whose stacks
+    do not fit too, and an OMP_NUM_THREADS that asks for too many is lowered, with a warning
+    (OpenMP would otherwise kill the process at the first parallel loop)."""
+    import os
+
+    env = dict(os.environ, OMP_NUM_THREADS=omp)
+    proc = run_isolated(_ADDRESS_SPACE, env=env)
+    assert_clean_exit(proc)
+    lines = proc.stdout.split("\n")
+    _, threads, warned = lines[0].split()
+    if omp == "1":
+        assert (int(threads), int(warned)) == (1, 0), proc.stdout
+    else:  # lowered to what the stacks of 2 GB can hold, and said so
+        assert 1 < int(threads) < 1024 and int(warned) >= 1, proc.stdout
+    assert lines[1:5] == ["refused"] * 4, proc.stdout + proc.stderr
+    assert lines[5] == "ok (512, 64)"
+
+
+def test_positional_encoding_hands_over_its_table():
+    a = tc.positional_encoding(7, 6)
+    assert a.flags.writeable and a.shape == (7, 6)
+    b = tc.positional_encoding(7, 6)
+    a[...] = 0  # the tables are independent arrays
+    assert b.any()
+
+
+def test_a_pickled_or_copied_tokenizer_keeps_special_token_text_ordinary():
+    import copy
+    import pickle
+
+    tok = tc.SubwordTokenizer.build_from_corpus(["hello world"] * 3, 300)
+    for again in (pickle.loads(pickle.dumps(tok)), copy.deepcopy(tok), copy.copy(tok)):
+        assert again == tok
+        for text in ("a <end> b", "<pad>", "<start><unk>"):
+            assert again.encode(text) == tok.encode(text)
+            assert not set(again.encode(text)[1:-1]) & tok.special_ids
+
+
+def test_tokenizer_files_directories_and_two_writers(tmp_path):
+    import threading
+
+    tok = tc.SubwordTokenizer.build_from_corpus(["hello world"] * 3, 300)
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        tc.SubwordTokenizer.load(tmp_path)
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        tok.save(tmp_path)
+    errors = []
+
+    def save():
+        for _ in range(20):
+            try:
+                tok.save(tmp_path / "t.json")
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+
+    threads = [threading.Thread(target=save) for _ in range(3)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors
+    assert tc.SubwordTokenizer.load(tmp_path / "t.json") == tok
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary file left behind
+    with open(tmp_path / "big.json", "wb") as f:
+        f.truncate(3 << 30)  # sparse: no disk used
+    with pytest.raises(ValueError, match="more than any SubwordTokenizer file"):
+        tc.SubwordTokenizer.load(tmp_path / "big.json")
+    with pytest.raises(TypeError, match="expected a trained tokenizers.Tokenizer"):
+        tc.SubwordTokenizer(object())

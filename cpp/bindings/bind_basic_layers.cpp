@@ -475,7 +475,8 @@ void bind_adam(py::module_& m) {
              const double rate = float_arg(lr, "Adam.step", "lr");
              InUse in_use(h.busy, "Adam.step", "optimizer");
              py::gil_scoped_release release;
-             h.adam->step(rate);
+             // refused, changing nothing, if a weight or moment would become NaN or infinite
+             h.adam->step(rate, 1.0, false, "Adam.step");
            },
            py::arg("lr"), "One update with learning rate lr (increments step_count first).")
       .def("clip_grad_norm",

@@ -10,6 +10,17 @@ void bind_runtime(py::module_& m) {
         [](const py::object& n) { set_num_threads(static_cast<int>(int_arg(n, "set_num_threads", "n", 1, kMaxThreads))); },
         py::arg("n"), "Set the number of threads used by OpenMP loops and Eigen's GEMM.");
   m.def("get_num_threads", &get_num_threads, "Number of threads the core will use.");
+  // More threads than the address space holds (OMP_NUM_THREADS=100000 under ulimit -v) would kill
+  // the process at the first parallel loop: the importing thread starts with what fits. (The
+  // package lowers OMP_NUM_THREADS before loading this module too, for the threads started later.)
+  const int asked = get_num_threads(), most = affordable_threads();
+  if (asked > most) {
+    set_num_threads(most);
+    if (PyErr_WarnEx(PyExc_RuntimeWarning,
+                     concat("transformer_cpp: ", asked, " threads (OMP_NUM_THREADS) do not fit in the address space "
+                            "this process may still map (ulimit -v); using ", most).c_str(), 1) != 0)
+      throw py::error_already_set();
+  }
   m.def("build_info", &build_info, "Compiler, flags, OpenMP, Eigen version and SIMD level.");
   // The core's memory check, for the Python modules that allocate from user sizes.
   m.def("_memory_limit_bytes", &memory_limit_bytes, "Bytes this process may still use (see checks.hpp).");
@@ -67,6 +78,20 @@ void bind_runtime(py::module_& m) {
       py::arg("v"), "Index of the first largest value (tests of the decoding argmax).");
 }
 
+// The table as a NumPy array that owns the matrix (no second copy of a table that may be large).
+template <typename T>
+py::array table_array(Index length, Index depth, PositionalLayout lay) {
+  auto pe = std::make_unique<Matrix<T>>();
+  {
+    py::gil_scoped_release release;
+    *pe = positional_encoding<T>(length, depth, lay);
+  }
+  const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(pe->rows()), static_cast<py::ssize_t>(pe->cols())};
+  T* data = pe->data();
+  py::capsule owner(pe.release(), [](void* p) { delete static_cast<Matrix<T>*>(p); });
+  return py::array_t<T>(shape, data, owner);
+}
+
 void bind_positional_encoding(py::module_& m) {
   m.def(
       "positional_encoding",
@@ -76,22 +101,8 @@ void bind_positional_encoding(py::module_& m) {
         const Index length = int_arg(length_arg, who, "length"), depth = int_arg(depth_arg, who, "depth");
         const PositionalLayout lay = parse_positional_layout(str_arg(layout_arg, who, "layout"));
         const std::string dtype = str_arg(dtype_arg, who, "dtype");
-        if (dtype == "float32") {
-          Matrix<float> pe;
-          {
-            py::gil_scoped_release release;
-            pe = positional_encoding<float>(length, depth, lay);
-          }
-          return py::array(copy_out<float>(pe.data(), {pe.rows(), pe.cols()}));
-        }
-        if (dtype == "float64") {
-          Matrix<double> pe;
-          {
-            py::gil_scoped_release release;
-            pe = positional_encoding<double>(length, depth, lay);
-          }
-          return py::array(copy_out<double>(pe.data(), {pe.rows(), pe.cols()}));
-        }
+        if (dtype == "float32") return table_array<float>(length, depth, lay);
+        if (dtype == "float64") return table_array<double>(length, depth, lay);
         throw py::value_error("positional_encoding: dtype must be 'float32' or 'float64', got '" + dtype + "'");
       },
       py::arg("length"), py::arg("depth"), py::arg("layout") = "interleaved",

@@ -79,6 +79,15 @@ py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, c
     throw py::type_error(concat(who, ": ", arg, " must hold integer token ids, got ", describe(a)));
   if (a.ndim() != ndim)
     throw py::value_error(concat(who, ": ", arg, " must have ", ndim, " dimensions, got ", describe(a)));
+  if (kind == 'u' && a.itemsize() == 8) {
+    // beyond 2**63 - 1 a cast to int64 would wrap to a negative id and the message would name it
+    auto u = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    const std::uint64_t* p = u.data();
+    for (py::ssize_t i = 0; i < u.size(); ++i)
+      if (p[i] > static_cast<std::uint64_t>(INT64_MAX))
+        throw py::value_error(concat(who, ": ", arg, " holds the token id ", p[i], " at flat index ", i,
+                                     ", beyond any vocabulary"));
+  }
   return py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #if defined(__unix__) || defined(__APPLE__)
+#include <sys/resource.h>
 #include <unistd.h>
 #endif
 
@@ -46,6 +47,16 @@ double cgroup_room_bytes() {
   return std::max(0.0, max - current);
 }
 
+// Virtual size of this process (/proc/self/statm), or 0.
+double virtual_bytes() {
+#if defined(__unix__)
+  std::ifstream f("/proc/self/statm");
+  double size = 0;
+  if (f >> size) return size * static_cast<double>(sysconf(_SC_PAGESIZE));
+#endif
+  return 0.0;
+}
+
 double physical_bytes() {
 #if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -56,11 +67,31 @@ double physical_bytes() {
 
 }  // namespace
 
+double address_space_room_bytes() {
+  double room = -1.0;
+#if defined(__unix__) || defined(__APPLE__)
+  const double used = virtual_bytes();
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit r;
+    if (getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
+    // RLIMIT_DATA counts less than the whole address space, so the virtual size overstates what
+    // it has used: a conservative room
+    const double left = std::max(0.0, static_cast<double>(r.rlim_cur) - used);
+    room = room < 0 ? left : std::min(room, left);
+  }
+#endif
+  return room;
+}
+
 double memory_limit_bytes() {
   double available = available_bytes();
   const double room = cgroup_room_bytes();
   if (room >= 0 && (available < 0 || room < available)) available = room;
   double limit = available >= 0 ? available + resident_bytes() : physical_bytes();
+  // an address-space limit (ulimit -v, RLIMIT_AS) fails allocations with memory to spare: what
+  // the process may still map, plus what it holds (its buffers are reused)
+  const double space = address_space_room_bytes();
+  if (space >= 0) limit = std::min(limit, space + resident_bytes());
   if (const char* env = std::getenv("TRANSFORMER_CPP_MEMORY_LIMIT")) {
     char* end = nullptr;
     const double cap = std::strtod(env, &end);

@@ -24,6 +24,12 @@ void softmax_rows(T* x, Index rows, Index cols) {
       r.setZero();  // every key masked: attend to nothing rather than produce 0/0
       continue;
     }
+    if (m == std::numeric_limits<T>::infinity()) {
+      // the limit as those scores grow: equal weights on the +inf entries (exp(inf - inf) is NaN)
+      r = (r == m).template cast<T>();
+      r *= T(1) / r.sum();
+      continue;
+    }
     r = (r - m).exp();  // (cols), the largest term is exp(0) = 1 so the sum is >= 1
     r *= T(1) / r.sum();
   }

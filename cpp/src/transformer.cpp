@@ -44,8 +44,12 @@ void validate(const TransformerConfig& c) {
 void validate(const OptimizerConfig& o) {
   const char* who = "configure_optimizer";
   TCPP_CHECK(o.warmup >= 1, who, ": warmup must be >= 1, got ", o.warmup);
-  TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, who, ": total_steps must be 0 (no decay) or > warmup ",
-             o.warmup, ", got ", o.total_steps);
+  // the decay starts after the warm-up; a fixed learning rate has none and decays from step 1
+  if (o.fixed_lr > 0.0)
+    TCPP_CHECK(o.total_steps >= 0, who, ": total_steps must be 0 (no decay) or >= 1, got ", o.total_steps);
+  else
+    TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, who, ": total_steps must be 0 (no decay) or > warmup ",
+               o.warmup, ", got ", o.total_steps);
   TCPP_CHECK(std::isfinite(o.lr_scale) && o.lr_scale > 0.0, who, ": lr_scale must be a finite number > 0, got ",
              o.lr_scale);
   TCPP_CHECK(std::isfinite(o.fixed_lr) && o.fixed_lr >= 0.0, who,
@@ -201,8 +205,13 @@ Adam<T>& Transformer<T>::optimizer() {
 
 template <typename T>
 double Transformer<T>::learning_rate(Index step) const {
-  if (opt_config_.fixed_lr > 0.0) return opt_config_.fixed_lr;
   const OptimizerConfig& o = opt_config_;
+  if (o.fixed_lr > 0.0) {
+    if (o.total_steps <= 0) return o.fixed_lr;
+    // fitted to the run's length: from fixed_lr straight down to 0 at `total_steps`
+    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps);
+    return o.fixed_lr * std::max(0.0, std::min(1.0, left));
+  }
   if (o.total_steps > 0 && step > o.warmup) {
     // fitted to the run's length: from the peak at `warmup` straight down to 0 at `total_steps`
     const double peak = warmup_learning_rate(o.warmup, config_.d_model, o.warmup, o.lr_scale);
@@ -230,11 +239,15 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
              "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
              ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+  check_batch(src, tgt_in, "train_step");
+  // a batch of padding labels has no loss to learn from: a step would only move the weights by
+  // Adam's momentum and advance the schedule, and report a loss of 0
+  TCPP_CHECK((tgt_out.array() != 0).any(), "Transformer.train_step: tgt_out holds no target token (every label is ",
+             "the padding id 0): there is nothing to learn from; no update was applied");
   Adam<T>& adam = optimizer();
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
   // only the rows that matter to the loss are computed ("packed": padding removed)
-  check_batch(src, tgt_in, "train_step");
   run(src, tgt_in, tgt_out.data(), true, true);
   // the gradient of the loss replaces the logits in place: one (rows, V) buffer, not two
   LossStats stats = loss_or_throw(

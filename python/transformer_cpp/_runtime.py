@@ -3,11 +3,62 @@
 from __future__ import annotations
 
 import numbers
+import os
+import warnings
 from typing import Dict
 
 import numpy as np
 
-from . import _core
+
+def _affordable_threads() -> int:
+    """The most OpenMP threads whose stacks fit in half of the address space an rlimit (ulimit -v)
+    leaves, at most 1024: the core's ``affordable_threads`` (runtime.cpp), computed here because
+    it is needed before the core (and OpenMP with it) is loaded."""
+    import resource
+
+    most = 1024
+    limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)) if r is not None]
+    limits = [x for x in limits if x != resource.RLIM_INFINITY]
+    if not limits:
+        return most
+    try:
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        used = 0
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    stack = 2 << 20 if stack == resource.RLIM_INFINITY else stack
+    text = os.environ.get("OMP_STACKSIZE", "").strip()
+    if text:
+        number = text.rstrip("bBkKmMgG ")
+        try:
+            unit = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1 << 10)
+            stack = int(float(number) * unit)
+        except ValueError:
+            pass
+    room = max(0, min(limits) - used)
+    return min(most, int(room / 2 / (stack + 65536)) + 1)
+
+
+def _tame_thread_environment() -> None:
+    """Lower OMP_NUM_THREADS before OpenMP reads it (when the core is loaded) if it asks for more
+    threads than the core allows or the address space holds: OpenMP would kill the process at
+    the first parallel loop (every thread started later begins with that count)."""
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    try:
+        asked = int(text.split(",")[0]) if text else len(os.sched_getaffinity(0))
+    except (ValueError, AttributeError, OSError):
+        return  # OpenMP ignores (with a warning) what it cannot parse
+    most = _affordable_threads()
+    if asked > most:
+        os.environ["OMP_NUM_THREADS"] = str(most)
+        warnings.warn(f"transformer_cpp: OMP_NUM_THREADS asks for {asked} threads, more than the core allows (1024) "
+                      f"or the address space holds (ulimit -v); using {most}", RuntimeWarning, stacklevel=3)
+
+
+_tame_thread_environment()
+
+from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads it when this loads)
 
 __all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info"]
 

@@ -65,8 +65,10 @@ except ImportError:  # pragma: no cover  (not POSIX: no run-directory lock)
 
 import numpy as np
 
+from . import _core
+from ._checks import flag as _flag
 from .model import Transformer
-from .tokenizer import SubwordTokenizer
+from .tokenizer import MAX_FILE_BYTES as _MAX_TOKENIZER_BYTES, SubwordTokenizer
 
 __all__ = [
     "CheckpointError",
@@ -104,6 +106,11 @@ BEST_FILE = "best"
 AVERAGED_NAME = "averaged"
 
 _NAME_RE = re.compile(r"^epoch-(\d{4,})(?:-batch-(\d{6,}))?$")
+#: Sizes beyond which a pointer file or a config.json is not one (a checkpoint's own files are
+#: bounded by what config.json records and what the architecture needs).
+_MAX_POINTER_BYTES = 4096
+_MAX_CONFIG_BYTES = 16 << 20
+_MAX_STATE_BYTES = 1 << 30
 _TMP_PREFIX = ".tmp-"
 LOCK_FILE = ".lock"
 
@@ -239,6 +246,9 @@ def best_checkpoint(run_dir: PathLike) -> Optional[Path]:
 def mark_best(run_dir: PathLike, name: str) -> None:
     """Point ``run_dir/best`` at the checkpoint ``name`` (atomically)."""
     run = Path(run_dir)
+    if not isinstance(name, str) or (_order_key(name) is None and name != AVERAGED_NAME):
+        raise CheckpointError(f"mark_best: name {name!r} is not the name of a checkpoint of the run, such as "
+                              f"'epoch-0003' or {AVERAGED_NAME!r}")
     if not (run / name / CONFIG_FILE).is_file():
         raise CheckpointError(f"mark_best: '{run / name}' is not a checkpoint")
     with lock_run(run):
@@ -250,7 +260,12 @@ def _follow(run: Path, pointer_name: str) -> Optional[Path]:
     if not pointer.is_file():
         return None
     try:
-        name = pointer.read_text(encoding="utf-8").strip()
+        with open(pointer, "rb") as f:
+            raw = f.read(_MAX_POINTER_BYTES + 1)  # one line: never read a damaged, huge file whole
+        if len(raw) > _MAX_POINTER_BYTES:
+            raise CheckpointError(f"checkpoint pointer '{pointer}' is damaged (over {_MAX_POINTER_BYTES} bytes; it "
+                                  "should hold one checkpoint name)")
+        name = raw.decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"cannot read checkpoint pointer '{pointer}': {exc}") from None
     if not name or "/" in name or "\\" in name or name in (".", ".."):
@@ -537,6 +552,7 @@ def save_checkpoint(
     if _order_key(name) is None and name != AVERAGED_NAME:
         raise ValueError(f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' "
                          f"(or {AVERAGED_NAME!r})")
+    optimizer = _flag("save_checkpoint", "optimizer", optimizer)
     if keep is not None and (isinstance(keep, bool) or int(keep) < 0):
         raise ValueError(f"save_checkpoint: keep must be >= 0 or None, got {keep!r}")
     cfg = model.config
@@ -651,35 +667,57 @@ def _prune(run: Path, keep: int, protect: Path, run_id: str) -> None:
 # ------------------------------------------------------------------------------------ loading
 
 
-def _read_file(ckpt: Path, fname: str, files: Mapping[str, Any]) -> bytes:
+def _read_file(ckpt: Path, fname: str, files: Mapping[str, Any], most: Optional[int] = None) -> bytes:
+    """The bytes of ``fname``, checked against the size and SHA-256 that config.json records before
+    (size) and after (checksum) reading; a recorded size above ``most`` bytes (what such a file can
+    hold) or above the memory there is is refused before anything is read."""
     path = ckpt / fname
+    expected = files.get(fname)
+    if not (isinstance(expected, Mapping) and isinstance(expected.get("bytes"), int)
+            and not isinstance(expected.get("bytes"), bool) and expected["bytes"] >= 0
+            and isinstance(expected.get("sha256"), str)):
+        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' records no valid size and SHA-256 for '{fname}' "
+                              f"(got {expected!r:.80}); the checkpoint is damaged")
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{ckpt}' is incomplete: '{fname}' is missing")
+    size = path.stat().st_size
+    if size != expected["bytes"]:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size} bytes, expected {expected['bytes']} "
+                              "(truncated or overwritten)")
+    if most is not None and size > most:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than such a file can hold "
+                              f"({most:,}); the checkpoint is damaged")
+    try:
+        _core._check_memory(f"checkpoint '{ckpt}'", f"reading '{fname}'", float(size))
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
     data = path.read_bytes()
-    expected = files.get(fname)
-    if isinstance(expected, Mapping):
-        if len(data) != expected.get("bytes"):
-            raise CheckpointError(
-                f"checkpoint '{ckpt}': '{fname}' has {len(data)} bytes, expected {expected.get('bytes')} "
-                "(truncated or overwritten)"
-            )
-        if _sha256(data) != expected.get("sha256"):
-            raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is damaged (its SHA-256 does not match config.json)")
+    if len(data) != size:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' changed while it was read")
+    if _sha256(data) != expected["sha256"]:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is damaged (its SHA-256 does not match config.json)")
     return data
 
 
 def _read_json(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Any:
-    data = _read_file(ckpt, fname, files)
+    data = _read_file(ckpt, fname, files, _MAX_STATE_BYTES)
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not valid JSON ({exc})") from None
 
 
-def _load_tensors(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+def _tensor_file_bound(targets: Mapping[str, Any]) -> int:
+    """The most bytes a safetensors file of ``targets`` can take: the tensors and a header with a
+    generous allowance per tensor."""
+    return int(sum(t.value.nbytes + 1024 for t in targets.values())) + (1 << 20)
+
+
+def _load_tensors(ckpt: Path, fname: str, files: Mapping[str, Any],
+                  targets: Optional[Mapping[str, Any]] = None) -> Dict[str, np.ndarray]:
     from safetensors.numpy import load
 
-    data = _read_file(ckpt, fname, files)
+    data = _read_file(ckpt, fname, files, None if targets is None else _tensor_file_bound(targets))
     try:
         return load(data)
     except Exception as exc:  # safetensors raises its own SafetensorError (an Exception)
@@ -718,7 +756,7 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
 
 
 def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> SubwordTokenizer:
-    data = _read_file(ckpt, fname, files)
+    data = _read_file(ckpt, fname, files, _MAX_TOKENIZER_BYTES)
     try:
         return SubwordTokenizer.from_str(data.decode("utf-8"))
     except (UnicodeDecodeError, TypeError, ValueError) as exc:
@@ -745,6 +783,9 @@ def average_checkpoints(paths: List[PathLike], run_dir: Optional[PathLike] = Non
     sums = {k: np.array(p.value, dtype=np.float64) for k, p in params.items()}
     for path in paths[1:]:
         ckpt = load_checkpoint(path, optimizer=False)
+        if ckpt.run_id != first.run_id:
+            raise CheckpointError(f"average_checkpoints: '{ckpt.path}' belongs to another run ({ckpt.run_id}) than "
+                                  f"'{first.path}' ({first.run_id}); average checkpoints of one run")
         if ckpt.model.config != first.model.config:
             raise CheckpointError(f"average_checkpoints: '{ckpt.path}' has another architecture than '{first.path}'")
         if ckpt.src_tokenizer != first.src_tokenizer or ckpt.tgt_tokenizer != first.tgt_tokenizer:
@@ -773,6 +814,10 @@ def read_checkpoint_config(path: PathLike, prefer: str = "latest") -> Tuple[Path
     ckpt = resolve_checkpoint(path, prefer)
     config_path = ckpt / CONFIG_FILE
     try:
+        size = config_path.stat().st_size
+        if size > _MAX_CONFIG_BYTES:
+            raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' has {size:,} bytes, more than a checkpoint "
+                                  f"configuration ({_MAX_CONFIG_BYTES:,} at most); it is damaged")
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' is not valid JSON ({exc})") from None
@@ -802,12 +847,17 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     Raises:
         CheckpointError: anything missing, damaged or inconsistent (the message says what and where).
     """
+    optimizer = _flag("load_checkpoint", "optimizer", optimizer)
     ckpt, config = read_checkpoint_config(path, prefer or ("latest" if optimizer else "best"))
     files = config.get("files")
     model_cfg = config.get("model")
     opt = config.get("optimizer")
     if not isinstance(files, dict) or not isinstance(model_cfg, dict) or not isinstance(opt, dict):
         raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
+    for section in ("train_config", "data"):
+        if config.get(section) is not None and not isinstance(config[section], dict):
+            raise CheckpointError(f"checkpoint '{ckpt}': the '{section}' section of '{CONFIG_FILE}' must be an object "
+                                  f"or null, got {type(config[section]).__name__}")
 
     try:
         model = Transformer.from_config(model_cfg)
@@ -816,15 +866,19 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': the configuration in '{CONFIG_FILE}' is invalid ({exc})") from None
 
-    _assign(ckpt, MODEL_FILE, model.parameters(), _load_tensors(ckpt, MODEL_FILE, files))
+    _assign(ckpt, MODEL_FILE, model.parameters(), _load_tensors(ckpt, MODEL_FILE, files, model.parameters()))
     optimizer_loaded = False
     if optimizer:
         if not opt.get("saved", False):
             raise CheckpointError(f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training")
-        _assign(ckpt, OPTIMIZER_FILE, model.optimizer_state(), _load_tensors(ckpt, OPTIMIZER_FILE, files))
+        _assign(ckpt, OPTIMIZER_FILE, model.optimizer_state(),
+                _load_tensors(ckpt, OPTIMIZER_FILE, files, model.optimizer_state()))
         try:
-            model.step = int(opt["step"])
-            model.dropout_calls = int(opt["dropout_calls"])
+            for key in ("step", "dropout_calls"):
+                if isinstance(opt.get(key), bool) or not isinstance(opt.get(key), int):
+                    raise ValueError(f"{key} must be an integer, got {opt.get(key)!r:.40}")
+            model.step = opt["step"]
+            model.dropout_calls = opt["dropout_calls"]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})") from None
         optimizer_loaded = True

@@ -35,6 +35,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._checks import flag as _flag, seed as _seed
+
 __all__ = [
     "TATOEBA_URLS",
     "TATOEBA_LICENSE",
@@ -230,18 +232,33 @@ def _pick_zip_member(archive: zipfile.ZipFile, zip_path: Path, caller: str) -> s
     return texts[0]
 
 
+def _split_line_ends(lines: Iterator[bytes]) -> Iterator[bytes]:
+    """The lines of ``lines`` (split at ``\n`` by the file object) without their ends, split again
+    at a lone ``\r``: a line ends with ``\n``, ``\r\n`` or ``\r`` (Python's universal newlines), so
+    that a file written with old Mac line ends is not read as one long line."""
+    for raw in lines:
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        if body.endswith(b"\r"):
+            body = body[:-1]
+        if b"\r" in body:
+            yield from body.split(b"\r")
+        else:
+            yield body
+
+
 def _read_lines(path: Path, caller: str) -> Iterator[bytes]:
-    """Yield the raw lines of a .txt file or of the right member of a .zip file."""
+    """Yield the lines of a .txt file or of the right member of a .zip file, without their line
+    ends (``\n``, ``\r\n`` or ``\r``), as bytes."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
             member = _pick_zip_member(archive, path, caller)
             with archive.open(member) as f:
-                yield from f
+                yield from _split_line_ends(f)
     elif path.suffix.lower() == ".zip":
         raise ValueError(f"{caller}: '{path}' has a .zip name but is not a valid zip archive")
     else:
         with open(path, "rb") as f:
-            yield from f
+            yield from _split_line_ends(f)
 
 
 def _undecodable(path: Path, number: int, raw: bytes, encoding: str, exc: UnicodeDecodeError,
@@ -278,7 +295,6 @@ def _parse(path: Path, num_samples: Optional[int], caller: str, encoding: str = 
                 continue
             if stats.read == 1:
                 line = line.lstrip("\ufeff")
-            line = line.rstrip("\r\n")
             if not line.strip():
                 stats.empty += 1
                 continue
@@ -497,6 +513,7 @@ def load_tatoeba(
         OSError: if the download fails.
     """
     caller = "load_tatoeba"
+    seed = _seed(caller, "seed", seed)
     encoding = check_encoding(encoding, caller)
     if errors not in DECODE_ERRORS:
         raise ValueError(f"{caller}: errors must be one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
@@ -566,6 +583,7 @@ def train_val_test_split(
             ) from None
         items = n_or_items
     check_fractions(valid_fraction, test_fraction, caller)
+    seed = _seed(caller, "seed", seed)
     n_valid = int(round(n * float(valid_fraction)))
     n_test = int(round(n * float(test_fraction)))
     if n > 0 and n_valid + n_test >= n:
@@ -573,7 +591,7 @@ def train_val_test_split(
             f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} leave no "
             f"training example out of {n}"
         )
-    perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    perm = np.random.default_rng(seed).permutation(n).astype(np.int64)  # seed checked above
     test = np.sort(perm[:n_test])
     valid = np.sort(perm[n_test:n_test + n_valid])
     train = np.sort(perm[n_test + n_valid:])
@@ -654,6 +672,11 @@ def split_by_source(
     if len(sources) != len(targets):
         raise ValueError(f"{caller}: {len(sources)} sources but {len(targets)} targets; expected parallel lists")
     check_fractions(valid_fraction, test_fraction, caller)
+    seed = _seed(caller, "seed", seed)
+    for label, texts in (("source", sources), ("target", targets)):
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"{caller}: {label} {i} is a {type(text).__name__}, expected a str")
     n = len(sources)
     group_of: Dict[str, int] = {}
     groups = np.empty(n, dtype=np.int64)
@@ -890,8 +913,12 @@ def batch_plan(
         raise ValueError(f"{caller}: max_tokens must be an int >= 0 (0 = batches of batch_size pairs), got {max_tokens!r}")
     if isinstance(bucket_pool, bool) or not isinstance(bucket_pool, (int, np.integer)) or bucket_pool < 1:
         raise ValueError(f"{caller}: bucket_pool must be an int >= 1, got {bucket_pool!r}")
+    shuffle = _flag(caller, "shuffle", shuffle)
+    bucket_by_length = _flag(caller, "bucket_by_length", bucket_by_length)
+    drop_remainder = _flag(caller, "drop_remainder", drop_remainder)
+    seed, epoch = _seed(caller, "seed", seed), _seed(caller, "epoch", epoch)
     n = len(encoded)
-    rng = np.random.default_rng([int(seed), int(epoch)]) if shuffle else None
+    rng = np.random.default_rng([seed, epoch]) if shuffle else None
     order = rng.permutation(n) if rng is not None else np.arange(n)
     lengths = np.maximum(encoded.src_lengths, encoded.tgt_lengths)
     if max_tokens:

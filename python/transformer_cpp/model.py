@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _core
+from ._checks import flag as _flag
 from .layers import core_class
 
 __all__ = ["NonFiniteError", "PRESETS", "RECIPES", "Transformer", "preset_config", "preset_recipe"]
@@ -124,7 +125,8 @@ class Transformer:
         # the core checks the rest (divisibility, rates, finite numbers, memory) before allocating
         self._core = core_class("Transformer", dtype)(
             src_vocab_size, tgt_vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout,
-            bool(pre_norm), bool(share_embeddings), layer_norm_eps, seed)
+            _flag("Transformer", "pre_norm", pre_norm), _flag("Transformer", "share_embeddings", share_embeddings),
+            layer_norm_eps, seed)
 
     # --- construction helpers ---------------------------------------------------------------
     @classmethod
@@ -142,7 +144,7 @@ class Transformer:
     # --- the model --------------------------------------------------------------------------
     def forward(self, src: np.ndarray, tgt_in: np.ndarray, training: bool = False) -> np.ndarray:
         """Logits (B, T, tgt_vocab_size) for source ids (B, S) and decoder-input ids (B, T)."""
-        return self._core.forward(src, tgt_in, bool(training))
+        return self._core.forward(src, tgt_in, _flag("Transformer.forward", "training", training))
 
     __call__ = forward
 
@@ -166,7 +168,8 @@ class Transformer:
     def nonfinite_parameters(self, optimizer_state: bool = True) -> List[str]:
         """Names of the parameters holding NaN or infinity (empty when all are finite), and with
         ``optimizer_state`` the Adam moments ``'<param>.m'`` / ``'<param>.v'`` that do."""
-        return list(self._core.nonfinite_parameters(bool(optimizer_state)))
+        return list(self._core.nonfinite_parameters(_flag("Transformer.nonfinite_parameters", "optimizer_state",
+                                                          optimizer_state)))
 
     def check_finite(self, who: str = "Transformer", optimizer_state: bool = True) -> None:
         """Raise :class:`NonFiniteError` naming every parameter (and Adam moment) that holds NaN or
@@ -184,11 +187,12 @@ class Transformer:
         """Adam and the schedule ``lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
         (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing.
         With ``total_steps > warmup`` the rate falls linearly after the warm-up, from its peak
-        to 0 at ``total_steps`` (a schedule fitted to the run's length).
+        to 0 at ``total_steps`` (a schedule fitted to the run's length); with a ``fixed_lr``
+        (no warm-up) and ``total_steps >= 1`` it falls from ``fixed_lr`` at step 0.
 
         Raises ValueError naming the first bad option (the core's check, shared with the command
         line): warmup >= 1, lr_scale > 0, fixed_lr >= 0, clip_norm >= 0 and eps > 0 finite,
-        beta1, beta2 and label_smoothing in [0, 1), total_steps 0 or > warmup."""
+        beta1, beta2 and label_smoothing in [0, 1), total_steps 0 or > warmup (>= 1 with fixed_lr)."""
         self._core.configure_optimizer(warmup, lr_scale, fixed_lr, beta1, beta2, eps, clip_norm, label_smoothing,
                                        total_steps)
 

@@ -24,12 +24,17 @@ this class's format name and version (see :meth:`SubwordTokenizer.to_str`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import threading
+import uuid
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
+
+from ._checks import flag as _flag
 
 __all__ = ["MAX_VOCAB_SIZE", "SubwordTokenizer", "SPECIAL_TOKENS"]
 
@@ -45,6 +50,9 @@ _BYTE_ALPHABET_SIZE = 256
 #: The largest ``target_vocab_size`` accepted (2**20). Subword vocabularies are far smaller; the
 #: bound keeps an absurd size from reaching the tokenizers library, which aborts the process on one.
 MAX_VOCAB_SIZE = 2 ** 20
+#: The largest file :meth:`SubwordTokenizer.load` reads: a vocabulary of MAX_VOCAB_SIZE tokens and
+#: its merges take a few hundred bytes each.
+MAX_FILE_BYTES = 1 << 30
 
 IdSequence = Union[Sequence[int], np.ndarray]
 
@@ -88,8 +96,12 @@ class SubwordTokenizer:
     """
 
     def __init__(self, hf_tokenizer: Any, *, lowercase: bool = False) -> None:
+        if not all(hasattr(hf_tokenizer, a) for a in ("token_to_id", "get_vocab_size", "encode", "decode")):
+            raise TypeError(f"SubwordTokenizer: expected a trained tokenizers.Tokenizer, got "
+                            f"{type(hf_tokenizer).__name__}; make one with SubwordTokenizer.build_from_corpus, "
+                            "load or from_str")
         self._tok = hf_tokenizer
-        self._lowercase = bool(lowercase)
+        self._lowercase = _flag("SubwordTokenizer", "lowercase", lowercase)
         for expected_id, token in enumerate(SPECIAL_TOKENS):
             got = hf_tokenizer.token_to_id(token)
             if got != expected_id:
@@ -162,6 +174,7 @@ class SubwordTokenizer:
             raise TypeError(f"{name}: min_frequency must be an int, got {type(min_frequency).__name__}")
         if not 1 <= min_frequency < 2 ** 63:
             raise ValueError(f"{name}: min_frequency must be >= 1 and below 2**63, got {min_frequency}")
+        lowercase = _flag(name, "lowercase", lowercase)
 
         corpus: List[str] = []
         for i, sentence in enumerate(sentences):
@@ -266,6 +279,12 @@ class SubwordTokenizer:
 
     __hash__ = None  # mutable wrapper around a Rust object: not hashable
 
+    def __reduce__(self) -> Any:
+        # pickling and copying go through the saved form, which every load turns into a tokenizer
+        # with the runtime settings of __init__ (text that spells a special token stays ordinary
+        # text: the library's own pickle would lose that flag)
+        return (SubwordTokenizer.from_str, (self.to_str(),))
+
     # ------------------------------------------------------------------ encoding
 
     def _check_text(self, text: Any, caller: str) -> str:
@@ -290,7 +309,7 @@ class SubwordTokenizer:
             raise
 
     def _wrap(self, ids: List[int], add_special_tokens: bool) -> List[int]:
-        if add_special_tokens:
+        if add_special_tokens:  # checked by the caller
             return [self.start_id, *ids, self.end_id]
         return list(ids)
 
@@ -304,6 +323,7 @@ class SubwordTokenizer:
                 were decoded with ``errors="surrogateescape"``); the message gives the position.
         """
         self._check_text(text, "encode")
+        add_special_tokens = _flag("SubwordTokenizer.encode", "add_special_tokens", add_special_tokens)
         ids = self._encode_all([" " + text], "encode")[0].ids
         return self._wrap(ids, add_special_tokens)
 
@@ -315,6 +335,7 @@ class SubwordTokenizer:
         """
         if isinstance(texts, (str, bytes)):
             raise TypeError("SubwordTokenizer.encode_batch: expected a list of texts, got a single string")
+        add_special_tokens = _flag("SubwordTokenizer.encode_batch", "add_special_tokens", add_special_tokens)
         prepared = []
         for i, text in enumerate(texts):
             if not isinstance(text, str):
@@ -405,6 +426,7 @@ class SubwordTokenizer:
             TypeError: if ``ids`` is not a sequence of integers.
             ValueError: if an id is outside ``[0, vocab_size)`` or an array is not 1-D.
         """
+        skip_special_tokens = _flag("SubwordTokenizer.decode", "skip_special_tokens", skip_special_tokens)
         values = self._select(self._check_ids(ids, "decode"), skip_special_tokens)
         if not values:
             return ""
@@ -416,6 +438,7 @@ class SubwordTokenizer:
         Raises:
             TypeError / ValueError: as :meth:`decode`, for the offending row.
         """
+        skip_special_tokens = _flag("SubwordTokenizer.decode_batch", "skip_special_tokens", skip_special_tokens)
         if isinstance(batch, np.ndarray):
             if batch.ndim != 2:
                 raise ValueError(
@@ -502,8 +525,11 @@ class SubwordTokenizer:
             hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
         except Exception as exc:  # tokenizers raises its own Exception subclass
             raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
+        lowercase = document.get("lowercase", False)
+        if not isinstance(lowercase, bool):
+            raise ValueError(f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}")
         try:
-            return cls(hf, lowercase=bool(document.get("lowercase", False)))
+            return cls(hf, lowercase=lowercase)
         except ValueError as exc:
             raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
 
@@ -514,10 +540,19 @@ class SubwordTokenizer:
         path = os.fspath(path)
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_str())
-        os.replace(tmp, path)
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"SubwordTokenizer.save: {path!r} is a directory; give a file name")
+        # a name of its own for every call (two threads may save to one path at once), removed
+        # again if anything fails
+        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self.to_str())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "SubwordTokenizer":
@@ -528,8 +563,15 @@ class SubwordTokenizer:
             ValueError: if the file is not a saved ``SubwordTokenizer`` (the path is named).
         """
         path = os.fspath(path)
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"SubwordTokenizer.load: {path!r} is a directory; expected a file written by "
+                                    "SubwordTokenizer.save")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SubwordTokenizer.load: no such file {path!r}")
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"SubwordTokenizer.load: {path!r} has {size:,} bytes, more than any SubwordTokenizer file "
+                             f"({MAX_FILE_BYTES:,} at most); it is not one")
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()

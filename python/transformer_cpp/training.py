@@ -96,7 +96,7 @@ STATE_VERSION = 1
 #: The largest seed: seeds reach the C++ core as 64-bit integers.
 MAX_SEED = 2 ** 63 - 1
 #: The most C++ threads a setting may ask for.
-MAX_THREADS = 4096
+MAX_THREADS = 1024  # the core's limit (set_num_threads)
 
 
 def _number_text(x: float) -> str:
@@ -170,8 +170,8 @@ class TrainConfig:
     time_budget: float = 0.0  # > 0: minutes of training; the schedule is fitted to it and training stops on time
     warmup: int = 4000  # warm-up steps of lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     lr_scale: float = 1.0  # multiplies that schedule
-    fixed_lr: float = 0.0  # > 0: a constant learning rate instead of the schedule
-    decay: bool = False  # after the warm-up, decay linearly to 0 at the run's end (epochs or time budget)
+    fixed_lr: float = 0.0  # > 0: a constant learning rate instead of the warm-up schedule (decay still applies)
+    decay: bool = False  # after the warm-up (from step 1 with fixed_lr), decay linearly to 0 at the run's end
     beta1: float = 0.9  # Adam's first-moment decay (paper: 0.9)
     beta2: float = 0.98  # Adam's second-moment decay (paper: 0.98)
     adam_eps: float = 1e-9  # Adam's epsilon (paper: 1e-9)
@@ -233,8 +233,10 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
         """Rebuild from :meth:`to_dict` output; unknown keys are an error."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"TrainConfig.from_dict: expected a mapping of settings, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(map(str, set(values) - known))
         if unknown:
             raise ValueError(f"TrainConfig: unknown setting(s) {', '.join(unknown)}")
         return cls(**dict(values))
@@ -343,6 +345,64 @@ class _StopRequest:
             self._installed = False
 
 
+def _state_number(state: Mapping[str, Any], key: str, integer: bool, default: Any = None) -> Any:
+    """``state[key]`` if it is a finite number >= 0 (an integer with ``integer``); else ValueError."""
+    value = state.get(key, default) if default is not None else state[key]
+    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.number))
+    if not ok or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key} must be {'an integer' if integer else 'a finite number'} >= 0, got {value!r:.40}")
+    return int(value) if integer else float(value)
+
+
+def _state_sums(state: Mapping[str, Any], key: str) -> Dict[str, float]:
+    sums = state[key]
+    if not isinstance(sums, Mapping):
+        raise ValueError(f"{key} must be an object, got {type(sums).__name__}")
+    return {"loss": _state_number(sums, "loss", False), "correct": _state_number(sums, "correct", False),
+            "tokens": _state_number(sums, "tokens", True)}
+
+
+def _checked_state(state: Mapping[str, Any]) -> Dict[str, Any]:
+    """The values of a trainer state, each checked for its type and range (a damaged or edited
+    trainer_state.json must not resume a run from a negative epoch, or with text for numbers)."""
+    best = state.get("best") or {}
+    if not isinstance(best, Mapping):
+        raise ValueError(f"best must be an object, got {type(best).__name__}")
+    bleu, name = best.get("bleu"), best.get("checkpoint")
+    if bleu is not None and (isinstance(bleu, bool) or not isinstance(bleu, (int, float)) or not math.isfinite(bleu)):
+        raise ValueError(f"best.bleu must be a finite number or null, got {bleu!r:.40}")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"best.checkpoint must be a checkpoint name or null, got {name!r:.40}")
+    finished = state.get("finished", False)
+    if not isinstance(finished, bool):
+        raise ValueError(f"finished must be true or false, got {finished!r:.40}")
+    saved_history = state["history"]
+    if not isinstance(saved_history, Mapping):
+        raise ValueError(f"history must be an object, got {type(saved_history).__name__}")
+    history = empty_history()
+    for section, series in history.items():
+        saved = saved_history.get(section, {})
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"history.{section} must be an object, got {type(saved).__name__}")
+        for key in series:
+            values = saved.get(key, [])
+            if not isinstance(values, list):
+                raise ValueError(f"history.{section}.{key} must be a list, got {type(values).__name__}")
+            series[key] = list(values)
+    step = state.get("step")
+    if step is not None:
+        step = _state_number(state, "step", True)
+    run_id = state.get("run_id")
+    return {
+        "epoch": _state_number(state, "epoch", True), "batch_in_epoch": _state_number(state, "batch_in_epoch", True),
+        "epoch_sums": _state_sums(state, "epoch_sums"), "epoch_seconds": _state_number(state, "epoch_seconds", False),
+        "window": _state_sums(state, "window"), "window_steps": _state_number(state, "window_steps", True),
+        "elapsed": _state_number(state, "elapsed", False, 0.0), "finished": finished,
+        "best": {"bleu": bleu, "checkpoint": name}, "history": history, "step": step,
+        "run_id": run_id if isinstance(run_id, str) and run_id else None,
+    }
+
+
 class Trainer:
     """Trains a :class:`~transformer_cpp.model.Transformer` on encoded sentence pairs.
 
@@ -425,7 +485,7 @@ class Trainer:
 
     def _configure_model(self, total_steps: int = 0) -> None:
         c = self.config
-        if total_steps and total_steps <= c.warmup:
+        if total_steps and total_steps <= c.warmup and c.fixed_lr == 0:
             total_steps = c.warmup + 1  # a run shorter than its warm-up: decay over its last step
         self.model.configure_optimizer(warmup=c.warmup, lr_scale=c.lr_scale, fixed_lr=c.fixed_lr, beta1=c.beta1,
                                        beta2=c.beta2, eps=c.adam_eps, clip_norm=c.clip_norm,
@@ -495,31 +555,26 @@ class Trainer:
                     "number of samples, split, tokenizers or max_length); resuming would not continue the same run"
                 )
         try:
-            self.epoch = int(state["epoch"])
-            self.batch_in_epoch = int(state["batch_in_epoch"])
-            self._epoch_sums = {k: state["epoch_sums"][k] for k in ("loss", "correct", "tokens")}
-            self._epoch_seconds = float(state["epoch_seconds"])
-            self._window = {k: state["window"][k] for k in ("loss", "correct", "tokens")}
-            self._window_steps = int(state["window_steps"])
-            self.elapsed = float(state.get("elapsed", 0.0))
-            self.finished = bool(state.get("finished", False))
-            best = state.get("best") or {}
-            self.best = {"bleu": best.get("bleu"), "checkpoint": best.get("checkpoint")}
-            if isinstance(state.get("run_id"), str) and state["run_id"]:
-                self.run_id = state["run_id"]
-            history = empty_history()
-            for section, series in history.items():
-                for key in series:
-                    series[key] = list(state["history"][section].get(key, []))
-            self.history = history
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"Trainer.load_state_dict: damaged trainer state ({exc!r})") from None
-        if self.batch_in_epoch > self.batches_per_epoch:
-            raise ValueError(f"Trainer.load_state_dict: the state is {self.batch_in_epoch} batches into an epoch "
-                             f"of {self.batches_per_epoch} batches (different batch size or data?)")
-        if int(state.get("step", self.model.step)) != self.model.step:
-            raise ValueError(f"Trainer.load_state_dict: the state was saved at step {state.get('step')} but the "
+            values = _checked_state(state)
+        except KeyError as exc:
+            raise ValueError(f"Trainer.load_state_dict: damaged trainer state (it lacks {exc})") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"Trainer.load_state_dict: damaged trainer state ({exc})") from None
+        batches = len(self.batch_plan(values["epoch"]))
+        if values["batch_in_epoch"] > batches:
+            raise ValueError(f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "
+                             f"of {batches} batches (different batch size or data?)")
+        if values["step"] is not None and values["step"] != self.model.step:
+            raise ValueError(f"Trainer.load_state_dict: the state was saved at step {values['step']} but the "
                              f"model is at step {self.model.step}")
+        # every value checked: now the trainer changes, all at once
+        self.epoch, self.batch_in_epoch = values["epoch"], values["batch_in_epoch"]
+        self._epoch_sums, self._epoch_seconds = values["epoch_sums"], values["epoch_seconds"]
+        self._window, self._window_steps = values["window"], values["window_steps"]
+        self.elapsed, self.finished, self.best = values["elapsed"], values["finished"], values["best"]
+        if values["run_id"] is not None:
+            self.run_id = values["run_id"]
+        self.history = values["history"]
 
     @classmethod
     def from_checkpoint(
@@ -679,7 +734,7 @@ class Trainer:
         """Fit the learning-rate decay to the end of the run: the time budget (estimated from
         the measured seconds per step) or the last epoch."""
         c = self.config
-        if not c.decay or c.fixed_lr > 0:
+        if not c.decay:
             return
         if c.time_budget > 0:
             total = self.model.step + int(max(remaining_seconds, 0.0) / max(seconds_per_step, 1e-9))

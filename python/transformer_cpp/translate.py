@@ -39,7 +39,8 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .text import check_text, clean_sentence
+from ._checks import flag as _flag
+from .text import _resolve_language, check_text, clean_sentence
 from .training import Limit
 
 __all__ = [
@@ -152,7 +153,11 @@ class Translation:
         if not self.attention:
             raise ValueError("Translation.cross_attention: translate with return_attention=True to get attention weights")
         names = sorted(self.attention, key=lambda n: int(n.split(".")[2]))
-        return self.attention[names[layer]]
+        if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) or \
+                not -len(names) <= int(layer) < len(names):
+            raise ValueError(f"Translation.cross_attention: layer must be an integer in [{-len(names)}, {len(names)}) "
+                             f"(the model has {len(names)} decoder layer{'s' if len(names) != 1 else ''}), got {layer!r}")
+        return self.attention[names[int(layer)]]
 
     def __str__(self) -> str:
         return self.text
@@ -246,6 +251,8 @@ class Translator:
 
     def __init__(self, model: Any, src_tokenizer: Any, tgt_tokenizer: Any, *, src_lang: Optional[str] = "en",
                  max_length: Optional[int] = None, trained_length: Optional[int] = None) -> None:
+        if src_lang is not None:
+            _resolve_language(src_lang, "Translator: src_lang")  # an unknown language fails here, not per sentence
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
@@ -334,6 +341,7 @@ class Translator:
         sentences = list(sentences)
         beam_size = self.check("beam_size", beam_size)
         batch_size = self.check("batch_size", batch_size)
+        return_attention = _flag("Translator", "return_attention", return_attention)
         length_penalty = self.check("length_penalty", length_penalty)
         limit = self._limit(max_length) if max_length is not None else self.max_length
         encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]

@@ -22,10 +22,14 @@ class NonFiniteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Bytes this process may still use: MemAvailable of /proc/meminfo plus what the process already
-// holds (its buffers are reused when shapes repeat), else the physical memory; never more than
-// TRANSFORMER_CPP_MEMORY_LIMIT (bytes) when that is set.
+// Bytes this process may still use: MemAvailable of /proc/meminfo (or the cgroup's room, or the
+// address space an rlimit leaves) plus what the process already holds (its buffers are reused
+// when shapes repeat), else the physical memory; never more than TRANSFORMER_CPP_MEMORY_LIMIT
+// (bytes) when that is set.
 double memory_limit_bytes();
+// Bytes of address space this process may still map under its limits (ulimit -v: RLIMIT_AS, and
+// RLIMIT_DATA), or -1 without a limit. Thread stacks count against it, not against the memory.
+double address_space_room_bytes();
 // "1.5 GB", "12 KB": for messages; and a count as "13107200" (or "1.2e+20" when huge).
 std::string format_bytes(double bytes);
 std::string format_count(double count);

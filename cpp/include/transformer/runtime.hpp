@@ -9,7 +9,12 @@ namespace transformer {
 // Number of threads used by OpenMP loops and Eigen's parallel GEMM (the same pool), at most
 // kMaxThreads.
 constexpr int kMaxThreads = 1024;
+// Refuses (std::invalid_argument) more threads than affordable_threads().
 void set_num_threads(int n);
+// The most threads whose stacks fit in half of the address space an rlimit (ulimit -v) leaves,
+// at most kMaxThreads; thread_stack_bytes() is what each one maps.
+int affordable_threads();
+double thread_stack_bytes();
 int get_num_threads();
 // Compiler, flags, OpenMP, Eigen version, SIMD level: what this extension was built with.
 std::map<std::string, std::string> build_info();

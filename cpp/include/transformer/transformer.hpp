@@ -35,6 +35,7 @@ struct OptimizerConfig {
   double lr_scale = 1.0;
   double fixed_lr = 0.0;   // > 0: use this constant learning rate instead of the schedule
   Index total_steps = 0;   // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
+                           // (with fixed_lr: >= 1, decay from fixed_lr at step 0 to 0 at this step)
   double clip_norm = 0.0;  // > 0: clip gradients to this global L2 norm
   double label_smoothing = 0.0;
 };
