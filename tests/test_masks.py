@@ -224,12 +224,13 @@ def test_train_step_on_a_batch_whose_sources_are_all_padding(dtype, after_a_step
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_train_step_on_a_batch_whose_targets_are_all_padding(dtype):
-    """No target counts: the loss is 0 and, on a fresh model, nothing moves (zero gradient)."""
+    """No target counts: evaluate reports 0; train_step refuses (nothing to learn from) and nothing moves."""
     model = small_model(dtype=dtype)
     src = np.random.default_rng(9).integers(1, 17, (2, 5))
     none = np.zeros((2, 3), int)
     before = {n: p.value.copy() for n, p in model.parameters().items()}
-    assert model.train_step(src, none, none) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="tgt_out holds no target token.*no update was applied"):
+        model.train_step(src, none, none)
     assert model.evaluate(src, none, none) == (0.0, 0.0)
     assert model.last_token_count == 0
     for n, p in model.parameters().items():
