@@ -411,8 +411,8 @@ def _toy_trainer(tmp_path, **config):
     (dict(epoch=-3), "epoch must be an integer >= 0, got -3"),
     (dict(batch_in_epoch=-1), "batch_in_epoch must be an integer >= 0"),
     (dict(batch_in_epoch=10 ** 6), "batches into an epoch of 5 batches"),
-    (dict(epoch_sums={"loss": "x", "correct": 0, "tokens": 0}), "loss must be a finite number >= 0, got 'x'"),
-    (dict(window={"loss": 1.0, "correct": 0.5}), "it lacks 'tokens'"),
+    (dict(epoch_sums={"loss": "x", "correct": 0, "tokens": 0}), "epoch_sums.loss must be a finite number >= 0, got 'x'"),
+    (dict(window={"loss": 1.0, "correct": 0.5}), "it lacks 'window.tokens'"),
     (dict(elapsed=float("nan")), "elapsed must be a finite number >= 0, got nan"),
     (dict(history="none"), "history must be an object"),
     (dict(history={"batch": {"loss": 5}}), "history.batch.loss must be a list"),
@@ -504,6 +504,17 @@ def test_config_sections_of_the_wrong_kind_are_refused(trained, tmp_path, edit, 
         one_line_error(run("translate", "--model", str(run_dir), "The cat."), fragment)
     with pytest.raises(TypeError, match="load_checkpoint: optimizer must be True or False"):
         load_checkpoint(root / "run", optimizer="no")
+
+
+def test_checkpoints_in_a_directory_whose_name_is_not_utf8(trained, tmp_path):
+    root, _ = trained
+    run_dir = tmp_path / os.fsdecode(b"r\xe9n")  # Python keeps the byte as a lone surrogate
+    shutil.copytree(root / "run", run_dir)
+    shutil.copytree(run_dir / "epoch-0001", run_dir / "epoch-0002")  # a second checkpoint of the run
+    assert load_checkpoint(run_dir).model.step >= 1
+    result = run("average", "--model", str(run_dir), "--last", "2")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert (run_dir / "averaged" / "model.safetensors").is_file()
 
 
 def test_best_and_averages_stay_inside_one_run(trained, tmp_path):

@@ -687,10 +687,10 @@ def _read_file(ckpt: Path, fname: str, files: Mapping[str, Any], most: Optional[
     if most is not None and size > most:
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than such a file can hold "
                               f"({most:,}); the checkpoint is damaged")
-    try:
-        _core._check_memory(f"checkpoint '{ckpt}'", f"reading '{fname}'", float(size))
-    except ValueError as exc:
-        raise CheckpointError(str(exc)) from None
+    room = _core._memory_limit_bytes()  # compared here: paths need not be valid UTF-8 for the core
+    if size > room:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than the {room:,.0f} bytes of "
+                              "memory available to read it")
     data = path.read_bytes()
     if len(data) != size:
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' changed while it was read")
@@ -783,13 +783,13 @@ def average_checkpoints(paths: List[PathLike], run_dir: Optional[PathLike] = Non
     sums = {k: np.array(p.value, dtype=np.float64) for k, p in params.items()}
     for path in paths[1:]:
         ckpt = load_checkpoint(path, optimizer=False)
-        if ckpt.run_id != first.run_id:
-            raise CheckpointError(f"average_checkpoints: '{ckpt.path}' belongs to another run ({ckpt.run_id}) than "
-                                  f"'{first.path}' ({first.run_id}); average checkpoints of one run")
         if ckpt.model.config != first.model.config:
             raise CheckpointError(f"average_checkpoints: '{ckpt.path}' has another architecture than '{first.path}'")
         if ckpt.src_tokenizer != first.src_tokenizer or ckpt.tgt_tokenizer != first.tgt_tokenizer:
             raise CheckpointError(f"average_checkpoints: '{ckpt.path}' has other tokenizers than '{first.path}'")
+        if ckpt.run_id != first.run_id:
+            raise CheckpointError(f"average_checkpoints: '{ckpt.path}' belongs to another run ({ckpt.run_id}) than "
+                                  f"'{first.path}' ({first.run_id}); average checkpoints of one run")
         for k, p in ckpt.model.parameters().items():
             sums[k] += p.value
     for k, p in params.items():

@@ -345,12 +345,14 @@ class _StopRequest:
             self._installed = False
 
 
-def _state_number(state: Mapping[str, Any], key: str, integer: bool, default: Any = None) -> Any:
-    """``state[key]`` if it is a finite number >= 0 (an integer with ``integer``); else ValueError."""
+def _state_number(state: Mapping[str, Any], key: str, integer: bool, default: Any = None, where: str = "") -> Any:
+    """``state[key]`` if it is a finite number >= 0 (an integer with ``integer``); else ValueError
+    naming ``where + key``."""
     value = state.get(key, default) if default is not None else state[key]
     ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.number))
     if not ok or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{key} must be {'an integer' if integer else 'a finite number'} >= 0, got {value!r:.40}")
+        raise ValueError(f"{where}{key} must be {'an integer' if integer else 'a finite number'} >= 0, "
+                         f"got {value!r:.40}")
     return int(value) if integer else float(value)
 
 
@@ -358,8 +360,13 @@ def _state_sums(state: Mapping[str, Any], key: str) -> Dict[str, float]:
     sums = state[key]
     if not isinstance(sums, Mapping):
         raise ValueError(f"{key} must be an object, got {type(sums).__name__}")
-    return {"loss": _state_number(sums, "loss", False), "correct": _state_number(sums, "correct", False),
-            "tokens": _state_number(sums, "tokens", True)}
+    where = f"{key}."
+    for k in ("loss", "correct", "tokens"):
+        if k not in sums:
+            raise KeyError(f"{where}{k}")
+    return {"loss": _state_number(sums, "loss", False, where=where),
+            "correct": _state_number(sums, "correct", False, where=where),
+            "tokens": _state_number(sums, "tokens", True, where=where)}
 
 
 def _checked_state(state: Mapping[str, Any]) -> Dict[str, Any]:
