@@ -563,3 +563,36 @@ def test_thread_counts_beyond_the_address_space(trained):
     assert "OMP_NUM_THREADS asks for 100000 threads" in wide.stderr
     one_line_error(run("translate", "--model", model, "--threads", "1024", "The cat.", memory=2 << 30),
                    "set_num_threads: 1024 threads need", "ulimit -v")
+
+
+def test_options_that_would_be_ignored_are_refused(tmp_path):
+    import transformer_cpp as tc
+
+    for name in ("drop_remainder", "bucket_by_length"):
+        with pytest.raises(ValueError, match=f"TrainConfig: {name} applies to batches of batch_size pairs; with "
+                                             "max_tokens 500"):
+            TrainConfig(max_tokens=500, **{name: True})
+        TrainConfig(max_tokens=0, **{name: True})
+    tok = reversal_tokenizer()
+    enc = tc.encode_pairs(["a b", "c"], ["b a", "c"], tok, tok, None)
+    with pytest.raises(ValueError, match="batches: drop_remainder applies to batches of batch_size pairs"):
+        list(tc.batches(enc, max_tokens=10, drop_remainder=True))
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
+    one_line_error(run("train", "--preset", "quick", "--data", str(data), "--drop-remainder", "--no-progress",
+                       "--out", str(tmp_path / "run")), "drop_remainder applies to batches of batch_size pairs")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trainer_refuses_pairs_encoded_with_other_tokenizers():
+    import transformer_cpp as tc
+    from toy_task import reversal_pairs
+
+    tok = reversal_tokenizer()
+    big = tc.SubwordTokenizer.build_from_corpus(["the cat sat on the mat", "a dog"] * 3, 300, min_frequency=1)
+    src, tgt = reversal_pairs(20)
+    train = tc.encode_pairs(src, tgt, tok, tok, None)
+    valid = tc.encode_pairs(["the cat sat on the mat"], ["the mat"], big, big, None)
+    with pytest.raises(ValueError, match=r"Trainer: valid_data holds source token id \d+, outside the model's "
+                                         r"src_vocab_size"):
+        tc.Trainer(tiny_model(tok), train, valid, TrainConfig(epochs=1, progress=False))
+    tc.Trainer(tiny_model(tok), train, None, TrainConfig(epochs=1, progress=False))

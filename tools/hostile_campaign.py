@@ -1885,6 +1885,25 @@ def _(c):
     assert len(lrs) == 10 and all(a > b for a, b in zip(lrs, lrs[1:])), f"decay=True was ignored: {lrs}"
 
 
+err("TrainConfig: drop_remainder with a token budget", lambda c: tc.TrainConfig(max_tokens=500, drop_remainder=True),
+    "drop_remainder")
+err("TrainConfig: bucket_by_length with a token budget", lambda c: tc.TrainConfig(max_tokens=500, bucket_by_length=True),
+    "bucket_by_length")
+err("batches: drop_remainder with a token budget", lambda c: list(tc.batches(_encoded(), max_tokens=20,
+                                                                            drop_remainder=True)), "drop_remainder")
+
+
+def _other_tokenizer_valid(c):
+    from toy_task import reversal_pairs
+
+    tok = rtok()
+    big = tc.SubwordTokenizer.build_from_corpus(CORPUS, 300, min_frequency=1)
+    src, tgt = reversal_pairs(10)
+    valid = tc.encode_pairs(["the cat sat on the mat"] * 3, ["the mat"] * 3, big, big, None)
+    return _trainer(c, valid=valid)
+
+
+err("Trainer: validation pairs encoded with another tokenizer", _other_tokenizer_valid, "valid_data")
 err("Trainer: valid_data as a list", lambda c: _trainer(c, valid=[1, 2]), "valid_data")
 err("Trainer: config as a dict", lambda c: _trainer(c, config={"epochs": 1}), "TrainConfig")
 
@@ -2723,6 +2742,8 @@ cli("train: --average-last 3 over 3 epochs", _trn("--average-last", "3", "--epoc
 cli("train: --valid-fraction 0.5 --test-fraction 0.5", _trn("--valid-fraction", "0.5", "--test-fraction", "0.5"),
     match=("fraction",))
 cli("train: --max-tokens 1", _trn("--max-tokens", "1"), expect="ok", check=_run_ok(), timeout=240)
+cli("train: --drop-remainder with the quick preset's token budget",
+    _trn("--preset", "quick", "--time-budget", "0", "--drop-remainder"), match=("drop_remainder",))
 cli("train: C locale", _trn(), env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}, expect="ok",
     check=_run_ok())
 cli("train: --log-every 10**9", _trn("--log-every", str(10 ** 9)), expect="ok", check=_run_ok())
@@ -2730,13 +2751,47 @@ cli("train: --d-model 16384 --d-ff 262144", _trn("--d-model", "16384", "--d-ff",
 cli("train: --vocab-size 2**20 on a tiny corpus", _trn("--vocab-size", str(2 ** 20)), expect="ok", check=_run_ok(),
     timeout=240)
 
+# export (CTranslate2 and PyTorch, when installed)
+def _ex(*args: str, model: str = "fixture", out: str = "exported") -> Callable[[Context], List[str]]:
+    return lambda c: ["export", "--model", str(c.run if model == "fixture" else c.work / model), *args,
+                      str(c.work / out) if not out.startswith("/") else out]
+
+
+def _exported(*names: str) -> Callable[[Context, Result], None]:
+    def check(c: Context, res: Result) -> None:
+        files = {p.name for p in (c.work / "exported").iterdir()}
+        for n in names:
+            assert n in files, f"{n} not written ({sorted(files)})"
+
+    return check
+
+
+cli("export: missing model", _ex("--to", "torch", model="nope"), match=("no such checkpoint",))
+cli("export: OUT is a directory that holds a file", _ex("--to", "torch"), match=("empty",),
+    prepare=lambda c: ((c.work / "exported").mkdir(), (c.work / "exported" / "keep.txt").write_text("mine")))
+cli("export: OUT is a file", _ex("--to", "torch", out="f"), match=("f",), prepare=lambda c: (c.work / "f").write_text("x"))
+cli("export: OUT under /dev/null", _ex("--to", "torch", out="/dev/null/x"), match=("/dev/null",))
+cli("export: --to onnx", _ex("--to", "onnx"), match=("--to",))
+cli("export: --quantization int3", _ex("--to", "ctranslate2", "--quantization", "int3"), match=("--quantization",))
+cli("export: infinity in the weights", _ex("--to", "torch", model="run"), match=("output.bias",),
+    prepare=_prep_run(lambda r: [edit_tensors(k, "model.safetensors", lambda t: t["output.bias"].__setitem__(0, np.inf))
+                                 for k in ck.list_checkpoints(r)]))
+cli("export: to PyTorch", _ex("--to", "torch"), expect="either", check=_exported("transformer_torch.py"), timeout=300)
+cli("export: to CTranslate2", _ex("--to", "ctranslate2"), expect="either", check=_exported("model.bin"), timeout=300)
+cli("export: to CTranslate2 in int8", _ex("--to", "ctranslate2", "--quantization", "int8"), expect="either",
+    check=_exported("model.bin"), timeout=300)
+cli("export: OUT that is not UTF-8", lambda c: ["export", "--model", str(c.run), "--to", "torch",
+                                               str(c.work / os.fsdecode(b"ex\xe9"))], expect="either",
+    check=lambda c, r: None if list((c.work / os.fsdecode(b"ex\xe9")).iterdir()) else
+    (_ for _ in ()).throw(AssertionError("nothing written")), timeout=300)
+
 # the program itself
 cli("no subcommand", lambda c: [], expect="either", partial=True,
     check=lambda c, r: None if r.rc == 2 and "usage:" in r.out else (_ for _ in ()).throw(AssertionError(r.out[:200])))
 cli("an unknown subcommand", lambda c: ["fly"], match=("fly",))
 cli("--version", lambda c: ["--version"], expect="ok", check=lambda c, r: None if "transformer-cpp" in r.out else
     (_ for _ in ()).throw(AssertionError(r.out)))
-for _sub in ("train", "translate", "evaluate", "average", "figures", "serve"):
+for _sub in ("train", "translate", "evaluate", "average", "figures", "serve", "export"):
     cli(f"{_sub} --help", (lambda s: lambda c: [s, "--help"])(_sub), expect="ok",
         check=lambda c, r: None if "usage:" in r.out else (_ for _ in ()).throw(AssertionError(r.out[:200])))
 cli("serve: missing model", lambda c: ["serve", "--model", str(c.work / "nope")], match=("nope",))

@@ -708,9 +708,10 @@ def _read_json(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Any:
 
 
 def _tensor_file_bound(targets: Mapping[str, Any]) -> int:
-    """The most bytes a safetensors file of ``targets`` can take: the tensors and a header with a
-    generous allowance per tensor."""
-    return int(sum(t.value.nbytes + 1024 for t in targets.values())) + (1 << 20)
+    """The most bytes a safetensors file of ``targets`` can take: the tensors (at 8 bytes an element,
+    so that float64 tensors for a float32 model are refused for their dtype, by name) and a header
+    with a generous allowance per tensor."""
+    return int(sum(8 * t.value.size + 1024 for t in targets.values())) + (1 << 20)
 
 
 def _load_tensors(ckpt: Path, fname: str, files: Mapping[str, Any],

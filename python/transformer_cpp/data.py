@@ -916,6 +916,10 @@ def batch_plan(
     shuffle = _flag(caller, "shuffle", shuffle)
     bucket_by_length = _flag(caller, "bucket_by_length", bucket_by_length)
     drop_remainder = _flag(caller, "drop_remainder", drop_remainder)
+    for name, value in (("bucket_by_length", bucket_by_length), ("drop_remainder", drop_remainder)):
+        if max_tokens and value:  # it would be ignored, not applied
+            raise ValueError(f"{caller}: {name} applies to batches of batch_size pairs; with max_tokens {max_tokens} "
+                             f"the batches are cut by tokens (and sorted by length): set max_tokens=0 or {name}=False")
     seed, epoch = _seed(caller, "seed", seed), _seed(caller, "epoch", epoch)
     n = len(encoded)
     rng = np.random.default_rng([seed, epoch]) if shuffle else None
@@ -978,8 +982,8 @@ def batches(
     With ``max_tokens > 0`` batches are sized by tokens instead of pairs: the examples are
     sorted by length (ties in the epoch's random order) and cut so that each batch's padded
     size, ``pairs * longest (source or target)``, stays within ``max_tokens`` (a single longer
-    pair makes a batch of its own); the batches are then shuffled. ``batch_size``,
-    ``bucket_by_length`` and ``drop_remainder`` do not apply.
+    pair makes a batch of its own); the batches are then shuffled. ``batch_size`` does not apply;
+    ``bucket_by_length`` and ``drop_remainder`` are refused (ValueError).
 
     Each batch is trimmed to its longest source and target, so it has no all-padding column.
     """

@@ -225,6 +225,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in (*self.LIMITS, *self._FLAGS):
             setattr(self, name, self.check(name, getattr(self, name)))
+        for name in ("bucket_by_length", "drop_remainder"):  # they would be ignored, not applied
+            if self.max_tokens and getattr(self, name):
+                raise ValueError(f"TrainConfig: {name} applies to batches of batch_size pairs; with max_tokens "
+                                 f"{self.max_tokens} the batches are cut by tokens (and sorted by length): set "
+                                 f"max_tokens=0 or {name}=False")
 
     def to_dict(self) -> Dict[str, Any]:
         """The settings as a JSON-serialisable dict."""
@@ -465,6 +470,16 @@ class Trainer:
         for key, tok in (("src_vocab_size", src_tokenizer), ("tgt_vocab_size", tgt_tokenizer)):
             if tok is not None and tok.vocab_size != model.config[key]:
                 raise ValueError(f"Trainer: the tokenizer has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
+        # ids beyond the model's vocabularies (pairs encoded with other tokenizers) would fail only
+        # when their batch comes, perhaps after an epoch of training
+        for label, data in (("train_data", train_data), ("valid_data", valid_data)):
+            if data is None or not len(data):
+                continue
+            for side, ids, key in (("source", data.src, "src_vocab_size"), ("target", data.tgt, "tgt_vocab_size")):
+                low, high = int(ids.min()), int(ids.max())
+                if low < 0 or high >= model.config[key]:
+                    raise ValueError(f"Trainer: {label} holds {side} token id {high if high >= 0 else low}, outside the "
+                                     f"model's {key} {model.config[key]}; were the pairs encoded with other tokenizers?")
         self._configure_model()
         self.epoch = 0
         self.batch_in_epoch = 0
