@@ -371,6 +371,41 @@ def test_old_mac_line_ends_are_line_ends(tmp_path):
         assert pairs.spanish[11] == "El gato número 11." and all("\r" not in a for a in pairs.attributions)
 
 
+def test_a_data_file_with_an_endless_line_is_refused_without_reading_it_whole(tmp_path):
+    """A sparse 10 GB file (one endless line of NUL bytes) used to be read into memory whole."""
+    import zipfile
+
+    from transformer_cpp import data as tdata
+
+    huge = tmp_path / "huge.txt"
+    _sparse(huge, 10 << 30)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="line 1 is longer than 64 MB: this is not a file of 'English<TAB>Spanish'"):
+        tdata.load_tatoeba(huge)
+    assert time.monotonic() - started < 30
+    bomb = tmp_path / "bomb.zip"  # 100 MB of zeros, compressed to a fraction of a MB
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z, z.open("spa.txt", "w") as f:
+        for _ in range(100):
+            f.write(bytes(1 << 20))
+    with pytest.raises(ValueError, match="longer than 64 MB"):
+        tdata.load_tatoeba(bomb)
+    one_line_error(run("train", *SMALL, "--data", str(huge), "--out", str(tmp_path / "run"), memory=2 << 30),
+                   "line 1 is longer than 64 MB")
+
+
+def test_line_ends_across_read_chunks(tmp_path, monkeypatch):
+    from transformer_cpp import data as tdata
+
+    monkeypatch.setattr(tdata, "_CHUNK", 3)  # every kind of line end falls on a chunk boundary somewhere
+    lines = [f"The cat {i}.\tEl gato {i}." for i in range(7)]
+    payload = (lines[0] + "\r\n" + lines[1] + "\r" + lines[2] + "\n\r\n" + lines[3] + "\r\r" + lines[4] + "\n"
+               + lines[5] + "\r\n" + lines[6]).encode()
+    (tmp_path / "p.txt").write_bytes(payload)
+    pairs = tdata.load_tatoeba(tmp_path / "p.txt")
+    assert pairs.english == [f"The cat {i}." for i in range(7)]
+    assert (pairs.stats.read, pairs.stats.empty) == (9, 2)
+
+
 def test_seeds_flags_and_sentences_are_checked_by_name(tmp_path):
     import transformer_cpp as tc
 

@@ -1150,6 +1150,22 @@ err("model: source and target batches differ", lambda c: small().forward(np.ones
     "batch")
 
 
+err("model: backward before forward", lambda c: small().backward(np.ones((1, 2, V))), "forward")
+
+
+@api("model: float32 dlogits into a float64 model", expect="either")
+def _(c):
+    a, b = small(seed=1), small(seed=1)
+    src, tgt_in, _ = batch()
+    d = rand(2, 3, V)
+    a.forward(src, tgt_in, training=True)
+    b.forward(src, tgt_in, training=True)
+    a.backward(d)
+    b.backward(d.astype(np.float32))
+    for n, p in a.parameters().items():
+        _close(b.parameters()[n].grad, p.grad, 1e-5)
+
+
 @api("model: int32 ids give the same loss as int64")
 def _(c):
     src, tgt_in, tgt_out = batch()
@@ -1687,6 +1703,27 @@ def _(c):
 def _(c):
     pairs = _load(c, ("x " * 2_500_000 + "\ty\n").encode() + "\n".join(PAIRS).encode())
     assert len(pairs) == 13
+
+
+err("data: a 10 GB sparse file", lambda c: tc.load_tatoeba(sparse(c.work / "huge.txt", 10 << 30)), "longer than")
+
+
+@api("data: a zip whose member is 200 MB of zeros", expect="error", match=("longer than",))
+def _(c):
+    path = c.work / "bomb.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("spa.txt", "w") as f:
+            block = bytes(1 << 20)
+            for _ in range(200):
+                f.write(block)
+    return tc.load_tatoeba(path)
+
+
+@api("data: a path given as bytes", expect="either")
+def _(c):
+    path = c.work / "p.txt"
+    path.write_bytes("\n".join(PAIRS).encode())
+    assert len(tc.load_tatoeba(os.fsencode(path))) == 12
 
 
 err("data: UTF-16 file", lambda c: _load(c, "\n".join(PAIRS).encode("utf-16")), "UTF-16")
@@ -2520,6 +2557,12 @@ cli("translate: TRANSFORMER_CPP_MEMORY_LIMIT=garbage", _tr(SENT, model="fixture"
     env={"TRANSFORMER_CPP_MEMORY_LIMIT": "lots"}, expect="ok", check=_n_lines(1))
 cli("translate: OMP_NUM_THREADS=100000", _tr(SENT, model="fixture"), env={"OMP_NUM_THREADS": "100000"}, expect="either",
     check=_n_lines(1))
+cli("translate: OMP_STACKSIZE=1G and --threads 2", _tr("--threads", "2", SENT, model="fixture"),
+    env={"OMP_STACKSIZE": "1G"}, expect="either", match=("stacks",), check=_n_lines(1))
+cli("translate: OMP_STACKSIZE=1G and OMP_NUM_THREADS=4", _tr(SENT, model="fixture"),
+    env={"OMP_STACKSIZE": "1G", "OMP_NUM_THREADS": "4"}, expect="ok", check=_n_lines(1))
+cli("translate: best names a deleted average", _tr(SENT), match=("averaged",),
+    prepare=_prep_run(lambda r: (r / "best").write_text("averaged\n")))
 cli("translate: OMP_NUM_THREADS=abc", _tr(SENT, model="fixture"), env={"OMP_NUM_THREADS": "abc"}, expect="ok",
     check=_n_lines(1))
 cli("translate: OMP_NUM_THREADS=0", _tr(SENT, model="fixture"), env={"OMP_NUM_THREADS": "0"}, expect="ok",
@@ -2549,6 +2592,8 @@ def _in_out(*fragments: str) -> Callable[[Context, Result], None]:
 cli("evaluate: --pairs missing", lambda c: _ev("--pairs", str(c.work / "nope.txt"))(c), match=("no such file",))
 cli("evaluate: --pairs is a directory", lambda c: _ev("--pairs", str(c.work))(c), match=("directory",))
 cli("evaluate: --pairs empty", lambda c: _ev("--pairs", "p.txt")(c), match=("no valid",), prepare=_pairs_file("p.txt", b""))
+cli("evaluate: --pairs is a 10 GB sparse file", _ev("--pairs", "huge.txt"), match=("longer than",),
+    prepare=lambda c: sparse(c.work / "huge.txt", 10 << 30))
 cli("evaluate: --pairs /dev/null", _ev("--pairs", "/dev/null"), match=("not a regular file",))
 cli("evaluate: --pairs without tabs", _ev("--pairs", "p.txt"), match=("no valid",),
     prepare=_pairs_file("p.txt", b"one\ntwo\nthree\n"))
@@ -2664,6 +2709,11 @@ cli("train: --data /dev/zero", _trn(data="/dev/zero"), match=("not a regular fil
 cli("train: --data is a named pipe", _trn(data="fifo"), match=("not a regular file",),
     prepare=lambda c: os.mkfifo(c.work / "fifo"), timeout=60)
 cli("train: --data is a directory", lambda c: _trn(data=str(c.work))(c), match=("directory",))
+cli("train: --data is a 10 GB sparse file", _trn(data="huge.txt"), match=("longer than",),
+    prepare=lambda c: sparse(c.work / "huge.txt", 10 << 30))
+cli("train: --resume after latest was deleted", lambda c: ["train", "--out", str(c.work / "run"), "--resume",
+                                                           "--epochs", "3", "--no-progress"],
+    match=("latest",), prepare=_prep_run(lambda r: (r / "latest").unlink()))
 cli("train: --data is empty", _trn(data="e.txt"), match=("no valid",), prepare=_pairs_file("e.txt", b""))
 cli("train: data with lone carriage returns", _trn(data="cr.txt"), expect="either",
     prepare=lambda c: (c.work / "cr.txt").write_bytes(c.data.read_bytes().replace(b"\n", b"\r")),

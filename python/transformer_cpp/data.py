@@ -25,6 +25,7 @@ import codecs
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 import urllib.request
@@ -232,18 +233,47 @@ def _pick_zip_member(archive: zipfile.ZipFile, zip_path: Path, caller: str) -> s
     return texts[0]
 
 
-def _split_line_ends(lines: Iterator[bytes]) -> Iterator[bytes]:
-    """The lines of ``lines`` (split at ``\n`` by the file object) without their ends, split again
-    at a lone ``\r``: a line ends with ``\n``, ``\r\n`` or ``\r`` (Python's universal newlines), so
-    that a file written with old Mac line ends is not read as one long line."""
-    for raw in lines:
-        body = raw[:-1] if raw.endswith(b"\n") else raw
-        if body.endswith(b"\r"):
-            body = body[:-1]
-        if b"\r" in body:
-            yield from body.split(b"\r")
+#: The longest line a data file may have (a pair of sentences takes a few hundred bytes): a file
+#: with a longer one is not a file of sentence pairs (a binary file, a damaged or sparse one), and
+#: reading it whole could take all the memory.
+MAX_LINE_BYTES = 1 << 26
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_CHUNK = 1 << 20
+
+
+def _universal_lines(f: Any, path: Path, caller: str) -> Iterator[bytes]:
+    """The lines of the binary file ``f`` without their ends: a line ends with ``\n``, ``\r\n`` or
+    ``\r`` (Python's universal newlines, so that a file with old Mac line ends is not one long
+    line). Read a chunk at a time; a line longer than :data:`MAX_LINE_BYTES` is a ValueError."""
+    rest: List[bytes] = []  # the line in progress, in pieces (each byte is scanned once)
+    rest_bytes = 0
+    skip_lf = False  # the last chunk ended with \r: a \n that starts the next one ends the same line
+    number = 0
+    while True:
+        data = f.read(_CHUNK)
+        eof = not data
+        if skip_lf and data[:1] == b"\n":
+            data = data[1:]
+        skip_lf = False
+        if eof:
+            if rest_bytes:
+                yield b"".join(rest)
+            return
+        if _LINE_END.search(data) is None:  # the line goes on
+            rest.append(data)
+            rest_bytes += len(data)
         else:
-            yield body
+            skip_lf = data.endswith(b"\r")
+            lines = _LINE_END.split(data)
+            lines[0] = b"".join(rest) + lines[0]
+            last = lines.pop()  # what follows the last line end: a line not finished yet
+            rest, rest_bytes = [last], len(last)
+            for line in lines:
+                number += 1
+                yield line
+        if rest_bytes > MAX_LINE_BYTES:
+            raise ValueError(f"{caller}: '{path}' line {number + 1} is longer than {MAX_LINE_BYTES >> 20} MB: this is "
+                             "not a file of 'English<TAB>Spanish' lines (a binary or damaged file?)")
 
 
 def _read_lines(path: Path, caller: str) -> Iterator[bytes]:
@@ -253,12 +283,12 @@ def _read_lines(path: Path, caller: str) -> Iterator[bytes]:
         with zipfile.ZipFile(path) as archive:
             member = _pick_zip_member(archive, path, caller)
             with archive.open(member) as f:
-                yield from _split_line_ends(f)
+                yield from _universal_lines(f, path, caller)
     elif path.suffix.lower() == ".zip":
         raise ValueError(f"{caller}: '{path}' has a .zip name but is not a valid zip archive")
     else:
         with open(path, "rb") as f:
-            yield from _split_line_ends(f)
+            yield from _universal_lines(f, path, caller)
 
 
 def _undecodable(path: Path, number: int, raw: bytes, encoding: str, exc: UnicodeDecodeError,
@@ -327,7 +357,7 @@ def _check_readable(txt: Path, caller: str) -> None:
     """Raise unless ``txt`` is a file whose first line looks like a pair."""
     try:
         with open(txt, "rb") as f:
-            first = f.readline()
+            first = f.readline(MAX_LINE_BYTES)
     except OSError as exc:
         raise OSError(f"{caller}: the unpacked data '{txt}' cannot be read: {exc}") from exc
     if b"\t" not in first:
