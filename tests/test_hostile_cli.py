@@ -631,3 +631,21 @@ def test_a_trainer_refuses_pairs_encoded_with_other_tokenizers():
                                          r"src_vocab_size"):
         tc.Trainer(tiny_model(tok), train, valid, TrainConfig(epochs=1, progress=False))
     tc.Trainer(tiny_model(tok), train, None, TrainConfig(epochs=1, progress=False))
+
+
+def test_a_disk_that_fills_up_leaves_no_half_checkpoint(tmp_path):
+    """RLIMIT_FSIZE makes a write fail as a full disk does: one line naming the checkpoint, and the
+    run directory as it was (here: not created at all)."""
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=100)
+    out = tmp_path / "run"
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))  # the weights alone are larger
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMER_CPP_")}
+    result = subprocess.run([sys.executable, "-m", "transformer_cpp", "train", *SMALL, "--data", str(data), "--epochs",
+                             "1", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300,
+                            preexec_fn=small_files)
+    one_line_error(result, f"save_checkpoint: writing checkpoint '{out / 'epoch-0001'}' failed: File too large",
+                   "is as it was")
+    assert not out.exists() or not [p.name for p in out.iterdir() if p.name != ".lock"]

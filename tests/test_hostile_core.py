@@ -829,3 +829,21 @@ def test_tokenizer_files_directories_and_two_writers(tmp_path):
         tc.SubwordTokenizer.load(tmp_path / "big.json")
     with pytest.raises(TypeError, match="expected a trained tokenizers.Tokenizer"):
         tc.SubwordTokenizer(object())
+
+
+def test_the_last_step_count_is_an_error_not_an_overflow():
+    m = small_model()
+    src, tgt_in, tgt_out = batch()
+    m.step = 2 ** 63 - 1
+    before = {n: p.value.copy() for n, p in m.parameters().items()}
+    with pytest.raises(ValueError, match=r"train_step: the step count 9223372036854775807 is at its maximum"):
+        m.train_step(src, tgt_in, tgt_out)
+    with pytest.raises(ValueError, match="learning_rate: the step count 9223372036854775807 is at its maximum"):
+        m.learning_rate()
+    for n, p in m.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+    assert m.step == 2 ** 63 - 1
+    adam = tc.Adam(tc.Linear(2, 2).parameters())
+    adam.step_count = 2 ** 63 - 1
+    with pytest.raises(ValueError, match="Adam: the step count .* is at its maximum"):  # not "diverged"
+        adam.step(1e-3)

@@ -142,6 +142,8 @@ class Case:
     check: Optional[Callable[[Context, "Result"], None]] = None  # cli: assertions on a successful run
     stdout: str = "pipe"  # cli: "pipe", "devfull" or "closed"
     partial: bool = False  # cli: a non-zero exit is a partial success that ``check`` judges (translate)
+    fsize: int = 0  # cli: RLIMIT_FSIZE in bytes (0: none), a disk that fills up (the editable install's
+    #                  rebuild at import writes files too: keep it above a few tens of KB)
     timeout: float = 0.0  # 0: the campaign's default
     note: str = ""
 
@@ -174,9 +176,9 @@ def err(name: str, call: Callable[[Context], Any], *match: str, note: str = "") 
 def cli(name: str, argv: Callable[[Context], List[str]], expect: str = "error", match: Sequence[str] = (), *,
         stdin: Any = b"", env: Optional[Dict[str, str]] = None, prepare: Optional[Callable[[Context], None]] = None,
         check: Optional[Callable[[Context, Result], None]] = None, stdout: str = "pipe", timeout: float = 0.0,
-        partial: bool = False, note: str = "") -> None:
+        partial: bool = False, fsize: int = 0, note: str = "") -> None:
     CASES.append(Case(name, "cli", expect, tuple(match), argv, stdin=stdin, env=env, prepare=prepare, check=check,
-                      stdout=stdout, timeout=timeout, partial=partial, note=note))
+                      stdout=stdout, timeout=timeout, partial=partial, fsize=fsize, note=note))
 
 
 # --------------------------------------------------------------------------------------- helpers for cases
@@ -294,9 +296,11 @@ def lines_of(res: Result) -> List[str]:
 # --------------------------------------------------------------------------------------- running
 
 
-def _limit(memory: int) -> None:
+def _limit(memory: int, fsize: int = 0) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if fsize:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
 
 def _describe(exc: BaseException) -> Dict[str, Any]:
@@ -405,7 +409,7 @@ def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
     started = time.monotonic()
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE, cwd=ctx.work,
-                                env=cli_env(case.env), preexec_fn=lambda: (_limit(memory), os.setpgid(0, 0)))
+                                env=cli_env(case.env), preexec_fn=lambda: (_limit(memory, case.fsize), os.setpgid(0, 0)))
         if case.stdout == "closed":
             proc.stdout.close()
         try:
@@ -1245,6 +1249,25 @@ def _(c):
 
 
 err("model: negative step", lambda c: setattr(small(), "step", -1), "step")
+
+
+def _at_last_step(c):
+    m = small()
+    src, tgt_in, tgt_out = batch()
+    m.step = 2 ** 63 - 1
+    return m.train_step(src, tgt_in, tgt_out)
+
+
+def _adam_at_last_step(c):
+    adam = tc.Adam(tc.Linear(2, 2).parameters())
+    adam.step_count = 2 ** 63 - 1
+    return adam.step(1e-3)
+
+
+err("model: train_step at step 2**63 - 1", _at_last_step, "maximum")
+err("adam: step at step_count 2**63 - 1", _adam_at_last_step, "maximum")
+err("model: learning rate of the step after 2**63 - 1", lambda c: (lambda m: (setattr(m, "step", 2 ** 63 - 1),
+                                                                              m.learning_rate()))(small()), "maximum")
 err("model: float step", lambda c: setattr(small(), "step", 2.5), "step")
 err("model: negative dropout_calls", lambda c: setattr(small(), "dropout_calls", -1), "dropout_calls")
 err("model: total_steps equal to warmup", lambda c: small().configure_optimizer(warmup=10, total_steps=10),
@@ -2755,6 +2778,17 @@ cli("train: --resume to 3 epochs", lambda c: ["train", "--out", str(c.work / "ru
     check=lambda c, r: None if latest(c.work / "run").name == "epoch-0003" else
     (_ for _ in ()).throw(AssertionError(latest(c.work / "run").name)))
 cli("train: --out ''", lambda c: _trn()(c)[:-2] + ["--out", ""], match=("--out",))
+def _no_half_checkpoint(c: Context, res: Result) -> None:
+    out = c.work / "out"
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert not [n for n in left if n.startswith(".tmp-") or n.startswith("epoch-")], f"left behind: {left}"
+    lines = [line for line in res.err.splitlines() if "error" in line]
+    assert len(lines) == 1 and "writing checkpoint" in lines[0], res.err[-500:]
+
+
+cli("train: the disk fills up at the first checkpoint", _trn(), expect="either", partial=True, fsize=60_000,
+    check=_no_half_checkpoint)
+cli("train: --lr-scale 1e308", _trn("--lr-scale", "1e308"), match=("diverged",))
 cli("train: --out is a file", _trn(out="f"), match=("--out",), prepare=lambda c: (c.work / "f").write_text("x"))
 cli("train: --threads 4096", _trn("--threads", "4096"), expect="either", check=_run_ok(), match=("threads",))
 cli("train: --threads 1024", _trn("--threads", "1024"), expect="either", check=_run_ok(), match=("threads",))

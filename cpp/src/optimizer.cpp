@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "transformer/checks.hpp"
 
@@ -50,6 +51,8 @@ void Adam<T>::step(double lr) {
 template <typename T>
 void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* check_who) {
   TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
+  TCPP_CHECK(t_ < std::numeric_limits<Index>::max(), "Adam: the step count ", t_,
+             " is at its maximum (2**63 - 1); no update was applied");
   TCPP_CHECK(std::isfinite(grad_scale), "Adam: gradient scale must be finite, got ", grad_scale);
   const double t = static_cast<double>(t_ + 1);
   // torch.optim.Adam (single-tensor path): step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "transformer/checks.hpp"
 #include "transformer/random.hpp"
@@ -240,6 +241,8 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
              "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
              ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   check_batch(src, tgt_in, "train_step");
+  TCPP_CHECK(!adam_ || adam_->step_count() < std::numeric_limits<Index>::max(), "Transformer.train_step: the step ",
+             "count ", adam_ ? adam_->step_count() : 0, " is at its maximum (2**63 - 1); no update was applied");
   // a batch of padding labels has no loss to learn from: a step would only move the weights by
   // Adam's momentum and advance the schedule, and report a loss of 0
   TCPP_CHECK((tgt_out.array() != 0).any(), "Transformer.train_step: tgt_out holds no target token (every label is ",

@@ -616,12 +616,21 @@ def save_checkpoint(
                 else:
                     os.replace(tmp, target)
                 _fsync_dir(run)
+            except OSError as exc:  # a full disk, a file size limit, a vanished directory
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise type(exc)(f"save_checkpoint: writing checkpoint '{target}' failed: {exc.strerror or exc} "
+                                f"(disk full?); '{run}' is as it was") from None
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
 
         if name != AVERAGED_NAME:  # "latest" is what a resume continues: never the average
-            _write_pointer(run, name)
+            try:
+                _write_pointer(run, name)
+            except OSError as exc:
+                raise type(exc)(f"save_checkpoint: checkpoint '{target}' is complete, but writing '{LATEST_FILE}' "
+                                f"failed: {exc.strerror or exc} (disk full?); it still names the previous "
+                                "checkpoint") from None
         _remove_stale_temporaries(run)
         if keep:
             _prune(run, int(keep), protect=target, run_id=config["run_id"])

@@ -239,7 +239,12 @@ class Transformer:
 
     def learning_rate(self, step: Optional[int] = None) -> float:
         """Learning rate at a 1-based ``step`` (default: the next step)."""
-        return float(self._core.learning_rate(self.step + 1 if step is None else step))
+        if step is None:
+            if self.step >= 2 ** 63 - 1:
+                raise ValueError(f"Transformer.learning_rate: the step count {self.step} is at its maximum "
+                                 "(2**63 - 1): there is no next step")
+            step = self.step + 1
+        return float(self._core.learning_rate(step))
 
     @property
     def last_grad_norm(self) -> float:
