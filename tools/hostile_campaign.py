@@ -87,7 +87,11 @@ from transformer_cpp import translate as tl  # noqa: E402
 CLASSES = ("clear-error", "handled", "crash", "traceback", "unclear-error", "silent-wrong", "hang")
 FAILING = ("crash", "traceback", "unclear-error", "silent-wrong", "hang")
 USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError)  # FloatingPointError is an ArithmeticError
-INTERNAL_ERRORS = (IndexError, KeyError, AttributeError, ZeroDivisionError, UnboundLocalError, RecursionError,
+class ServerError(Exception):
+    """An HTTP 500 from the serving app (a bug there), raised by the serve cases."""
+
+
+INTERNAL_ERRORS = (ServerError, IndexError, KeyError, AttributeError, ZeroDivisionError, UnboundLocalError, RecursionError,
                    MemoryError, NameError, AssertionError, StopIteration)
 
 # --------------------------------------------------------------------------------------- context
@@ -2446,7 +2450,105 @@ def _(c):
 err("greedy decoding: a float source", lambda c: tl.greedy_decode(translator(c).model, np.ones((1, 3)), 1, 2, 4), "src")
 
 
-# --- 8. the command line ----------------------------------------------------------------------------
+# --- 8. the HTTP app (serve.create_app through FastAPI's TestClient) ---------------------------------
+
+
+def _serve(c: Context, **options: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    from transformer_cpp.serve import create_app
+
+    return TestClient(create_app(translator(c), threads=1, **options))
+
+
+def _post(client: Any, body: Any = None, *, content: Optional[bytes] = None,
+          headers: Optional[Dict[str, str]] = None) -> Any:
+    if content is None:
+        r = client.post("/translate", json=body, headers=headers)
+    else:
+        r = client.post("/translate", content=content, headers=headers or {"content-type": "application/json"})
+    if r.status_code >= 500 and r.status_code != 503:
+        raise ServerError(f"HTTP {r.status_code}: {r.text[:300]}")
+    return r
+
+
+def _refused(status: int, *fragments: str, **options: Any) -> Callable[..., Callable[[Context], None]]:
+    """A serve case: the request must get ``status`` with a JSON error naming ``fragments``."""
+
+    def wrap(send: Callable[[Any], Any]) -> Callable[[Context], None]:
+        def case(c: Context) -> None:
+            with _serve(c, **options) as client:
+                r = send(client)
+                assert r.status_code == status, f"HTTP {r.status_code} (expected {status}): {r.text[:200]}"
+                text = r.text.lower()
+                for f in fragments:
+                    assert f.lower() in text, f"{f!r} not in {r.text[:300]}"
+                assert client.get("/health").status_code == 200  # and the server goes on
+
+        return case
+
+    return wrap
+
+
+def serve_case(name: str, status: int, *fragments: str, **options: Any):
+    def register(send: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        CASES.append(Case(f"serve: {name}", "api", "ok", (), _refused(status, *fragments, **options)(send)))
+        return send
+
+    return register
+
+
+serve_case("text/plain body", 415, "json")(lambda cl: _post(cl, content=b'{"text": "hi"}',
+                                                                headers={"content-type": "text/plain"}))
+serve_case("body that is not JSON", 400, "json")(lambda cl: _post(cl, content=b"{text: hi"))
+serve_case("body that is not UTF-8", 400)(lambda cl: _post(cl, content=b'{"text": "\xff\xfe"}'))
+serve_case("JSON null", 422)(lambda cl: _post(cl, content=b"null"))
+serve_case("JSON list", 422)(lambda cl: _post(cl, ["The cat."]))
+serve_case("no text at all", 422, "text")(lambda cl: _post(cl, {"beam_size": 2}))
+serve_case("text and texts both", 422, "text")(lambda cl: _post(cl, {"text": "a", "texts": ["b"]}))
+serve_case("a number among the texts", 422, "texts")(lambda cl: _post(cl, {"texts": ["The cat.", 5]}))
+serve_case("a text over max_chars", 422, "characters", max_chars=50)(lambda cl: _post(cl, {"text": "cat " * 20}))
+serve_case("more texts than max_texts", 422, "texts", max_texts=3)(lambda cl: _post(cl, {"texts": ["a"] * 4}))
+serve_case("beam_size 0", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 0}))
+serve_case("beam_size 10**6", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 10 ** 6}))
+serve_case("beam_size 2**70", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2 ** 70}))
+serve_case("beam_size as a string", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": "4"}))
+serve_case("beam_size true", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": True}))
+serve_case("beam_size 2.5", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2.5}))
+serve_case("n_best above beam_size", 422, "n_best")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2,
+                                                                           "n_best": 3}))
+serve_case("return_attention as a string", 422, "return_attention")(
+    lambda cl: _post(cl, {"text": "The cat.", "return_attention": "yes"}))
+serve_case("a body over max_request_bytes", 413, "bytes", max_request_bytes=1000)(
+    lambda cl: _post(cl, {"text": "x" * 5000}))
+serve_case("a lone surrogate in the JSON", 422, "text")(lambda cl: _post(cl, content=b'{"text": "caf\\udce9"}'))
+serve_case("an empty text", 422, "text")(lambda cl: _post(cl, {"text": "   "}))
+serve_case("JSON nested 30000 deep", 400, "deeply")(lambda cl: _post(cl, content=b"[" * 30000 + b"]" * 30000))
+serve_case("an object nested 30000 deep in text", 400, "deeply")(
+    lambda cl: _post(cl, content=b'{"text": ' + b"[" * 30000 + b"]" * 30000 + b"}"))
+serve_case("a number literal 1e999", 422, "beam_size")(
+    lambda cl: _post(cl, content=b'{"text": "The cat.", "beam_size": 1e999}'))
+serve_case("GET /translate", 405)(lambda cl: cl.get("/translate"))
+serve_case("an unknown path", 404)(lambda cl: cl.get("/nothing/here"))
+
+
+@api("serve: translations equal the offline translator's, with attention")
+def _(c):
+    t = translator(c)
+    texts = ["The cat and the dog.", "The tree.", "caf\u00e9 \x00 nul", "😀"]
+    with _serve(c) as client:
+        r = _post(client, {"texts": texts, "return_attention": True})
+        assert r.status_code == 200, r.text[:300]
+        got = r.json()["translations"]
+        assert [g["text"] for g in got] == t.translate_batch(texts), (got, t.translate_batch(texts))
+        for g in got:
+            a = g["attention"]
+            assert len(a["target_pieces"]) >= 1 and len(a["source_pieces"]) >= 2
+        info = client.get("/info").json()
+        assert info["limits"]["max_texts"] == 64
+
+
+# --- 9. the command line ----------------------------------------------------------------------------
 
 SENT = "The cat and the dog."
 
