@@ -649,3 +649,24 @@ def test_a_disk_that_fills_up_leaves_no_half_checkpoint(tmp_path):
     one_line_error(result, f"save_checkpoint: writing checkpoint '{out / 'epoch-0001'}' failed: File too large",
                    "is as it was")
     assert not out.exists() or not [p.name for p in out.iterdir() if p.name != ".lock"]
+
+
+def test_helpers_of_training_and_checkpoints_name_bad_counts():
+    import transformer_cpp as tc
+    from transformer_cpp.checkpoint import checkpoint_name
+    from transformer_cpp.training import bleu_of_encoded, output_limit
+
+    tok = reversal_tokenizer()
+    enc = tc.encode_pairs(["a b", "c"], ["b a", "c"], tok, tok, None)
+    for call, fragment in [
+        (lambda: bleu_of_encoded(tiny_model(tok), enc, tok, limit=-1), "bleu_of_encoded: limit must be an integer >= 0"),
+        (lambda: bleu_of_encoded(tiny_model(tok), enc, tok, batch_size=0), "batch_size must be an integer >= 1"),
+        (lambda: output_limit(-5), "output_limit: source_tokens must be an integer >= 0, got -5"),
+        (lambda: checkpoint_name(1.5), "checkpoint_name: counts must be integers, got 1.5"),
+    ]:
+        with pytest.raises((TypeError, ValueError)) as info:
+            call()
+        assert fragment in str(info.value), str(info.value)
+    assert output_limit(4) == 16 and checkpoint_name(3, 17) == "epoch-0004-batch-000017"
+    split = tc.split_by_source((s for s in ["a", "b", "c", "d"]), (t for t in ["w", "x", "y", "z"]), 0.25, 0.25)
+    assert sorted(np.concatenate(split.parts()).tolist()) == [0, 1, 2, 3]

@@ -2069,6 +2069,20 @@ def _(c):
     t.fit()
 
 
+err("bleu_of_encoded: limit -1", lambda c: tr.bleu_of_encoded(small(), _encoded(), rtok(), limit=-1), "limit")
+err("bleu_of_encoded: batch_size 0", lambda c: tr.bleu_of_encoded(small(), _encoded(), rtok(), batch_size=0),
+    "batch_size")
+err("output_limit: negative length", lambda c: tr.output_limit(-5), "source_tokens")
+err("checkpoint_name: a float count", lambda c: ck.checkpoint_name(1.5), "integers")
+err("checkpoint_name: a string count", lambda c: ck.checkpoint_name("3"), "integers")
+
+
+@api("split_by_source: generators")
+def _(c):
+    s = tc.split_by_source((x for x in ["a", "b", "c", "d"]), (y for y in ["w", "x", "y", "z"]), 0.25, 0.25)
+    assert len(s.train) + len(s.valid) + len(s.test) + s.dropped == 4
+
+
 err("evaluate_loss: batch_size 0", lambda c: tr.evaluate_loss(small(), _encoded(), 0), "batch_size")
 
 

@@ -162,6 +162,9 @@ def checkpoint_name(epochs_done: int, batches_into_next_epoch: int = 0) -> str:
     ``epoch-0003`` is the state after 3 complete epochs; ``epoch-0004-batch-000017`` the state
     after 3 complete epochs and 17 batches of the 4th (a checkpoint saved on Ctrl-C).
     """
+    for value in (epochs_done, batches_into_next_epoch):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"checkpoint_name: counts must be integers, got {epochs_done!r}, {batches_into_next_epoch!r}")
     if epochs_done < 0 or batches_into_next_epoch < 0:
         raise ValueError(f"checkpoint_name: counts must be >= 0, got {epochs_done}, {batches_into_next_epoch}")
     if batches_into_next_epoch:

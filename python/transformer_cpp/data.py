@@ -699,6 +699,9 @@ def split_by_source(
             is left for training.
     """
     caller = "split_by_source"
+    if isinstance(sources, str) or isinstance(targets, str):
+        raise TypeError(f"{caller}: expected lists of sentences, got a single string")
+    sources, targets = list(sources), list(targets)  # any iterables (a generator has no len)
     if len(sources) != len(targets):
         raise ValueError(f"{caller}: {len(sources)} sources but {len(targets)} targets; expected parallel lists")
     check_fractions(valid_fraction, test_fraction, caller)

@@ -970,6 +970,8 @@ def bleu_of_encoded(model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit
     would be the shortest and their BLEU would flatter the model."""
     import sacrebleu
 
+    limit = Limit(True, 0).check("bleu_of_encoded", "limit", limit)
+    batch_size = Limit(True, 1).check("bleu_of_encoded", "batch_size", batch_size)
     n = len(encoded) if not limit else min(int(limit), len(encoded))
     chosen = np.unique(np.linspace(0, len(encoded) - 1, n).round().astype(np.int64)) if n else np.zeros(0, np.int64)
     hyps: List[str] = []
@@ -986,5 +988,6 @@ def bleu_of_encoded(model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit
 
 def output_limit(source_tokens: int) -> int:
     """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
-    return int(1.5 * int(source_tokens)) + 10
+    source_tokens = Limit(True, 0).check("output_limit", "source_tokens", source_tokens)
+    return int(1.5 * source_tokens) + 10
 
