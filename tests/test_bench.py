@@ -92,6 +92,13 @@ def test_quick_decoding_and_memory(quick_results):
         assert mem[which]["delta_mb"] >= 0
     if r["threads"] > 1:
         _positive(r["scaling"]["ours"]["speedup"], "scaling.ours.speedup")
+        bm = r["busy_machine"]
+        for kind in ("training", "decoding"):
+            for key in ("seconds_1", "seconds_fixed", "seconds_governed", "fixed_vs_1", "governed_vs_1"):
+                _positive(bm[kind][key], f"busy_machine.{kind}.{key}")
+            used = bm[kind]["governed_threads"]
+            assert len(used) == bm["settle"] + bm["steps"] and set(used) <= {1, r["threads"]}
+        assert {"busy_training", "busy_decoding"} <= {t["key"] for t in r["targets"]}
 
 
 def test_quick_targets_listed(quick_results):

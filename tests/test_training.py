@@ -57,6 +57,7 @@ def test_train_config_defaults_and_round_trip():
     (dict(warmup=np.int64(0)), "warmup must be an integer in"), (dict(time_budget=1e300), "time_budget"),
     (dict(lr_scale="1"), r"lr_scale must be a finite number > 0, got '1'"),
     (dict(decay="no"), r"TrainConfig: decay must be True or False, got 'no'"),
+    (dict(adaptive_threads=1), r"TrainConfig: adaptive_threads must be True or False, got 1"),
 ])
 def test_train_config_rejects_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -68,7 +69,7 @@ def test_train_config_check_and_limits():
     assert TrainConfig.check("lr_scale", 2) == 2.0 and TrainConfig.check("threads", None) is None
     assert TrainConfig.LIMITS["label_smoothing"].describe() == "a number in [0, 1)"
     assert TrainConfig.LIMITS["fixed_lr"].describe() == "a finite number >= 0"
-    assert set(TrainConfig.LIMITS) | {"decay", "bucket_by_length", "drop_remainder", "progress"} == \
+    assert set(TrainConfig.LIMITS) | {"decay", "bucket_by_length", "drop_remainder", "adaptive_threads", "progress"} == \
         {f for f in TrainConfig().to_dict()}  # every setting is checked
     with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
         TrainConfig.check("learning_rate", 1)
@@ -421,3 +422,20 @@ def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
         holder.wait()
     with lock_run(tmp_path):  # released by fit, and by the holder's death
         pass
+
+
+def test_fit_governs_threads_and_gives_them_back(tok, data):
+    """With two threads asked for, a Trainer times its steps through a ThreadGovernor (one per
+    Trainer, kept across fits) and leaves the core with the two threads after fit; with
+    adaptive_threads off there is none."""
+    with threads(1):
+        trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=1, threads=2))
+        trainer.fit()
+        governor = trainer._governor
+        assert governor is not None and governor.most == 2 and governor._units == trainer.model.step
+        assert tc.get_num_threads() == 2
+        trainer.fit(epochs=2)
+        assert trainer._governor is governor and governor._units == trainer.model.step
+        fixed = Trainer(tiny_model(tok), data[0], None, _config(epochs=1, threads=2, adaptive_threads=False))
+        fixed.fit()
+        assert fixed._governor is None and tc.get_num_threads() == 2

@@ -205,3 +205,23 @@ def test_evaluate_counts_every_reference_of_a_repeated_source(translator, held_o
     expected = sacrebleu.corpus_bleu(hyps, [tgt, other[:3] + [None] * 3])
     assert result.multi_bleu == pytest.approx(expected.score) == pytest.approx(100.0)
     assert result.multi_chrf == pytest.approx(100.0)
+
+
+def test_translate_batch_governs_threads_and_gives_them_back(translator, held_out):
+    """With two threads, translate_batch times each chunk through the translator's
+    ThreadGovernor (kept across calls), answers as with fixed threads, and leaves the core with
+    the two threads; with adaptive_threads off there is no governor."""
+    sources = held_out[0][:40]
+    with threads(2):
+        expected = translator.translate_batch(sources, batch_size=4)  # governed: 10 chunks
+        governor = translator._governor
+        assert governor is not None and governor.most == 2 and governor._units == 10
+        assert tc.get_num_threads() == 2
+        translator.translate_batch(sources, batch_size=8)
+        assert translator._governor is governor and governor._units == 15
+        translator.adaptive_threads = False
+        try:
+            assert translator.translate_batch(sources, batch_size=4) == expected
+            assert governor._units == 15 and tc.get_num_threads() == 2
+        finally:
+            translator.adaptive_threads = True

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import warnings
-from typing import Dict
+from collections import deque
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -60,7 +62,7 @@ _tame_thread_environment()
 
 from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads it when this loads)
 
-__all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info"]
+__all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
 
 _LAYOUTS = ("interleaved", "concatenated")
 
@@ -116,3 +118,121 @@ def get_num_threads() -> int:
 def build_info() -> Dict[str, str]:
     """What the extension was built with: compiler, flags, OpenMP, Eigen version, SIMD level."""
     return dict(_core.build_info())
+
+
+class ThreadGovernor:
+    """Chooses how many of ``most`` threads the core uses, by timing the work itself.
+
+    OpenMP splits every loop into equal shares, one per thread. When another program holds one
+    of the cores, the thread that shares it runs at a fraction of the speed and every loop waits
+    for it: on a 2-core machine with one core busy, 2 threads ran a training step in 2.1-2.2 s
+    against 1.4-1.5 s for 1 thread. No wait policy fixes that; using fewer threads does.
+
+    The caller times units of repeated work (training steps, decoding batches) and reports each
+    one with :meth:`record`: its seconds and its size (tokens, say). The governor keeps a
+    window of seconds-per-unit at the current thread count and now and then *probes* a
+    neighbouring count (one fewer, or one more when it is below ``most``) for a few units; it
+    moves when the neighbour is faster by ``margin``. A probe is started on schedule (after
+    ``first_probe`` units, then every ``interval`` units, the interval doubling up to
+    ``max_interval`` after each probe that does not move) or at once when the current speed drops by ``slowdown`` (another program started).
+    On a quiet machine the probes cost a fraction of a percent of the time (a few slower units
+    every ``max_interval``).
+
+    ``set_threads`` defaults to the core's :func:`set_num_threads`; tests pass their own.
+    """
+
+    def __init__(self, most: int, set_threads: Optional[Callable[[int], None]] = None, *,
+                 window: int = 16, probe_units: int = 4, settle_units: int = 1, first_probe: int = 6, interval: int = 40,
+                 max_interval: int = 1000, margin: float = 0.05, slowdown: float = 1.3) -> None:
+        self.most = _positive_int(most, "most", "ThreadGovernor")
+        self._set = set_threads if set_threads is not None else set_num_threads
+        self.window, self.probe_units, self.settle_units = window, probe_units, settle_units
+        self.min_interval, self.max_interval = interval, max_interval
+        self.margin, self.slowdown = margin, slowdown
+        self.current = self.most          # the count in use outside probes
+        self.threads = self.most          # the count the next unit runs with
+        self._recent: Deque[float] = deque(maxlen=window)
+        self._reference: Optional[float] = None   # seconds per unit when the last decision was made
+        self._interval = first_probe  # look around early once (a machine busy from the start), then rarely
+        self._since_probe = 0
+        self._probe: Optional[int] = None  # the count being probed
+        self._probe_rates: List[float] = []
+        self._probe_skip = 0
+        self._direction = -1               # the next scheduled probe: -1 fewer threads, +1 more
+        self.history: List[Tuple[int, int]] = []  # (units seen, threads) at every change
+        self._units = 0
+        self._set(self.most)
+
+    @staticmethod
+    def _median(values: Sequence[float]) -> float:
+        ordered = sorted(values)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+    def _use(self, n: int) -> None:
+        if n != self.threads:
+            self._set(n)
+            self.threads = n
+
+    def _neighbour(self) -> Optional[int]:
+        """The count to probe next: alternately one fewer and one more, within [1, most]."""
+        for step in (self._direction, -self._direction):
+            n = self.current + step
+            if 1 <= n <= self.most:
+                self._direction = -step
+                return n
+        return None
+
+    def _start_probe(self) -> None:
+        n = self._neighbour()
+        self._since_probe = 0
+        if n is None:
+            return
+        self._probe, self._probe_rates, self._probe_skip = n, [], self.settle_units
+        self._use(n)
+
+    def record(self, seconds: float, units: float = 1.0) -> None:
+        """Report one unit of work done with :attr:`threads` threads: ``seconds`` of wall time for
+        ``units`` of work (> 0). Sets the thread count for the next unit."""
+        if not (units > 0 and math.isfinite(seconds) and seconds >= 0):
+            return  # nothing to learn from
+        rate = seconds / units
+        self._units += 1
+        if self._probe is not None:
+            if self._probe_skip > 0:   # the first unit after a change warms caches and threads
+                self._probe_skip -= 1
+                return
+            self._probe_rates.append(rate)
+            if len(self._probe_rates) < self.probe_units:
+                return
+            probed = self._median(self._probe_rates)
+            here = self._median(self._recent) if self._recent else math.inf
+            n, self._probe = self._probe, None
+            if probed < here * (1.0 - self.margin):
+                self.current = n
+                self._recent.clear()
+                self._recent.extend(self._probe_rates)
+                self._reference = probed
+                self._interval = self.min_interval
+                self.history.append((self._units, n))
+            else:
+                self._reference = here
+                # below ``most``, look up again sooner: the other program may have ended
+                cap = self.max_interval if self.current == self.most else max(self.min_interval, self.max_interval // 4)
+                self._interval = min(self._interval * 2, cap)
+            self._use(self.current)
+            return
+        self._recent.append(rate)
+        self._since_probe += 1
+        if self.most == 1:
+            return
+        if self._reference is None and len(self._recent) >= min(self.window, 4):
+            self._reference = self._median(self._recent)
+        tail = list(self._recent)[-4:]
+        if (self._reference is not None and len(tail) == 4
+                and self._median(tail) > self._reference * self.slowdown):
+            self._interval = self.min_interval      # the machine changed: look around now
+            self._direction = -1
+            self._start_probe()
+        elif self._since_probe >= self._interval and len(self._recent) >= 4:
+            self._start_probe()

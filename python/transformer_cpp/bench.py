@@ -119,6 +119,8 @@ class BenchShapes:
     warmup: int = 2               # training steps per implementation, not timed
     steps: int = 5                # timed training steps per implementation
     scaling_steps: int = 2        # timed steps per thread count in the scaling section
+    busy_settle: int = 12         # busy-machine section: untimed steps (the governor finds its count)
+    busy_steps: int = 8           # busy-machine section: timed steps (and decoding batches) per setting
     sentences: int = 256          # greedy decoding: sentences translated per batch size
     decode_batches: Tuple[int, ...] = (1, 32)
     memory_steps: int = 3         # training steps in each memory child (the first ones warm up)
@@ -135,7 +137,8 @@ TUTORIAL_SHAPES = BenchShapes(name="tutorial")
 # Tiny shapes for CI smoke runs: seconds, not minutes. Numbers mean little.
 QUICK_SHAPES = BenchShapes(name="quick", batch=8, max_length=10, d_model=64, n_layers=2, d_ff=128, n_heads=4,
                            src_vocab=300, tgt_vocab=320, gemm_n=256, gemm_repeats=3, warmup=1, steps=2,
-                           scaling_steps=1, sentences=8, decode_batches=(1, 4), memory_steps=2)
+                           scaling_steps=1, sentences=8, decode_batches=(1, 4), memory_steps=2,
+                           busy_settle=8, busy_steps=3)
 
 
 def random_sentences(rng: np.random.Generator, count: int, vocab: int, min_length: int,
@@ -906,9 +909,85 @@ def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int
 
 
 # ----------------------------------------------------------------------------------------------
+# 4b. a busy machine: one core taken by another program
+# ----------------------------------------------------------------------------------------------
+
+HOG_SOURCE = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def start_hog(seconds: float) -> "subprocess.Popen[bytes]":
+    """A busy loop in another process that ends by itself after ``seconds`` (and is killed by the
+    caller when the measurement ends first): one core taken, like a build or a browser tab."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", HOG_SOURCE.format(seconds=float(seconds))])
+
+
+def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
+    """Training steps and greedy-decoding batches (32 sentences) with a CPU hog holding one core:
+    1 thread, ``threads`` fixed (every loop split in equal shares, so all wait for the thread that
+    shares the hog's core) and ``threads`` governed (:class:`ThreadGovernor`, what ``train`` and
+    ``Translator`` do). The three run alternately, unit by unit; the first ``busy_settle`` units
+    of each are not timed (the governor finds its count in them; a real run has thousands)."""
+    from ._runtime import ThreadGovernor
+
+    model = build_ours(shapes, seed)
+    batches = make_batches(shapes, shapes.busy_settle + shapes.busy_steps, seed=seed + 5)
+    rng = np.random.default_rng(seed + 6)
+    count = shapes.busy_settle + shapes.busy_steps
+    sources = [pad(random_sentences(rng, 32, shapes.src_vocab, shapes.min_length, shapes.max_length))
+               for _ in range(count)]
+    greedy, _ = ours_greedy_function(model)
+    out: Dict[str, Any] = {"threads": threads, "settle": shapes.busy_settle, "steps": shapes.busy_steps}
+    hog = start_hog(600.0)
+    try:
+        time.sleep(0.3)
+        for kind in ("training", "decoding"):
+            governor = ThreadGovernor(threads)
+            times: Dict[str, List[float]] = {"1": [], "fixed": [], "governed": []}
+            chosen: List[int] = []
+            for i in range(count):
+                if kind == "training":
+                    b = batches[i]
+                    work = float(b.src.size + b.tgt_in.size)
+                    unit: Callable[[], Any] = lambda b=b: model.train_step(b.src, b.tgt_in, b.tgt_out)
+                else:
+                    src = sources[i]
+                    work = float(src.size)
+                    unit = lambda src=src: greedy(src, START_ID, END_ID, shapes.max_length)
+                order = ["1", "fixed", "governed"]
+                for name in order[i % 3:] + order[:i % 3]:
+                    n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
+                    set_num_threads(n)
+                    t0 = time.perf_counter()
+                    unit()
+                    seconds = time.perf_counter() - t0
+                    if name == "governed":
+                        chosen.append(n)
+                        governor.record(seconds, work)
+                    if i >= shapes.busy_settle:
+                        times[name].append(seconds)
+                _log(f"busy machine, {kind} {i + 1}/{count}" + (" (settling)" if i < shapes.busy_settle else "")
+                     + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if i >= shapes.busy_settle))
+            one = statistics.median(times["1"])
+            out[kind] = {"seconds_1": one, "seconds_fixed": statistics.median(times["fixed"]),
+                         "seconds_governed": statistics.median(times["governed"]),
+                         "fixed_vs_1": one / statistics.median(times["fixed"]),
+                         "governed_vs_1": one / statistics.median(times["governed"]),
+                         "governed_threads": chosen, "unit": "training step" if kind == "training"
+                         else "greedy batch of 32"}
+    finally:
+        hog.kill()
+        hog.wait()
+        set_num_threads(threads)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # 5. serving: HTTP requests per second with and without request batching
 # ----------------------------------------------------------------------------------------------
 
+TARGET_BUSY_RATIO = 1.0       # busy machine: all threads (governed) at least as fast as 1 thread
 SERVING_CLIENTS = 32           # concurrent HTTP clients
 TARGET_SERVING_RATIO = 3.0     # requests/s with batching (--max-batch 32) / one at a time (--max-batch 1)
 
@@ -1074,6 +1153,11 @@ def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     if n > 1:
         add("thread_scaling", f"training speed-up 1 -> {n} threads (ours)", (sc.get("ours") or {}).get("speedup"),
             round(TARGET_SCALING_PER_THREAD * n, 3))
+    bm = results.get("busy_machine") or {}
+    for kind in ("training", "decoding"):
+        if bm.get(kind):
+            add(f"busy_{kind}", f"busy machine (one core hogged), {kind}: {bm['threads']} threads (governed) / 1 thread",
+                bm[kind]["governed_vs_1"], TARGET_BUSY_RATIO)
     sv = results.get("serving") or {}
     if sv:
         add("serving_batching", f"serving requests/s at {sv.get('clients', SERVING_CLIENTS)} clients, batching / "
@@ -1193,6 +1277,16 @@ def format_report(results: Dict[str, Any]) -> str:
         row("   1-thread model GFLOP/s (% of 1-thread GEMM)",
             f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
             f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "")
+    bm = results.get("busy_machine")
+    if bm:
+        n = bm["threads"]
+        lines.append(f"   Busy machine: a CPU hog holds one core; median of {bm['steps']} units after {bm['settle']} "
+                     "settling ones, alternating")
+        for kind in ("training", "decoding"):
+            k = bm[kind]
+            lines.append(f"   {k['unit']}: 1 thread {_fmt(k['seconds_1'], 's')}, {n} fixed {_fmt(k['seconds_fixed'], 's')} "
+                         f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
+                         f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})")
     sv = results.get("serving")
     if sv:
         if "skipped" in sv:
@@ -1249,6 +1343,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--skip-decode", action="store_true", help="skip greedy decoding")
     p.add_argument("--skip-scaling", action="store_true", help="skip the thread-scaling measurement")
+    p.add_argument("--skip-busy", action="store_true",
+                   help="skip the busy-machine measurement (a CPU hog on one core: 1 thread against all)")
     p.add_argument("--skip-serving", action="store_true", help="skip the HTTP serving measurement")
     p.add_argument("--serving-only", action="store_true",
                    help="run only the HTTP serving measurement (batching against one at a time)")
@@ -1322,6 +1418,8 @@ def run_bench(args: argparse.Namespace) -> int:
         results["scaling"] = bench_scaling(shapes, threads, torch is not None, args.seed)
     elif not args.skip_scaling and not serving_only:
         results["notes"].append("thread scaling skipped: only 1 thread")
+    if not getattr(args, "skip_busy", False) and threads > 1 and not serving_only:
+        results["busy_machine"] = bench_busy(shapes, threads, args.seed)
     if not getattr(args, "skip_serving", False):
         results["serving"] = bench_serving(threads, bool(args.quick), args.seed)
         if "skipped" in results["serving"]:

@@ -374,6 +374,7 @@ def _resume_trainer(args: argparse.Namespace, out: Path) -> Any:
     trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
                                       threads=args.threads, progress=False if args.no_progress else None,
                                       time_budget=changes.get("time_budget"))
+    trainer.config.adaptive_threads = not args.fixed_threads  # how threads are used: not part of the run
     _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
          f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
     return trainer
@@ -388,7 +389,8 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
     data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
     data_info.update(data_req)
     settings.setdefault("epochs", 10)
-    config = TrainConfig(threads=args.threads, progress=not args.no_progress, **settings)
+    config = TrainConfig(threads=args.threads, progress=not args.no_progress,
+                         adaptive_threads=not args.fixed_threads, **settings)
     check_fractions(data_info["valid_fraction"], data_info["test_fraction"])
     # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
     # are checked again when the model is built)
@@ -757,6 +759,9 @@ def _add_train_parser(sub: Any) -> None:
                         "(0 = no budget; default: the preset's; " + _range_help("TrainConfig", "time_budget") + ")")
     p.add_argument("--threads", type=_setting("TrainConfig", "threads"), default=None,
                    help="C++ threads (default: all cores)")
+    p.add_argument("--fixed-threads", action="store_true",
+                   help="always use all --threads threads (by default the run times its steps and uses fewer "
+                        "while that is faster: another program holding a core slows every thread's share)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("data")
     g.add_argument("--num-samples", type=_non_negative_int, default=None,

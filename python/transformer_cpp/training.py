@@ -185,6 +185,7 @@ class TrainConfig:
     val_bleu_sentences: int = 500  # greedy BLEU on this many validation pairs after each epoch (0 = off)
     average_last: int = 0  # > 1: at the end, average the newest this many checkpoints into "averaged"
     threads: Optional[int] = None  # C++ threads (None: leave the current setting)
+    adaptive_threads: bool = True  # use fewer of those threads while that is faster (a busy machine)
     progress: bool = True  # a tqdm progress bar per epoch
 
     #: The allowed values of each numeric setting (the command line checks its options with these).
@@ -208,7 +209,7 @@ class TrainConfig:
         "average_last": Limit(True, 0, 1_000),
         "threads": Limit(True, 1, MAX_THREADS),
     }
-    _FLAGS: ClassVar[Tuple[str, ...]] = ("decay", "bucket_by_length", "drop_remainder", "progress")
+    _FLAGS: ClassVar[Tuple[str, ...]] = ("decay", "bucket_by_length", "drop_remainder", "adaptive_threads", "progress")
 
     @classmethod
     def check(cls, name: str, value: Any) -> Any:
@@ -487,6 +488,7 @@ class Trainer:
         self.last_checkpoint: Optional[Path] = None
         self._epoch_sums = _zero_sums()
         self._epoch_seconds = 0.0
+        self._governor: Optional[Any] = None
         self._window = _zero_sums()
         self._window_steps = 0
         self._fingerprints = {"train": _fingerprint(train_data), "valid": _fingerprint(valid_data)}
@@ -801,7 +803,13 @@ class Trainer:
         """
         lock = lock_run(self.checkpoint_dir) if self.checkpoint_dir is not None else contextlib.nullcontext()
         with lock:
-            return self._fit(epochs, on_batch_end, on_epoch_end)
+            try:
+                return self._fit(epochs, on_batch_end, on_epoch_end)
+            finally:
+                if self._governor is not None:  # leave the core with the threads it was given
+                    from ._runtime import set_num_threads
+
+                    set_num_threads(self._governor.most)
 
     def _fit(self, epochs: Optional[int], on_batch_end: Optional[Callable[["Trainer"], None]],
              on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]]) -> Dict[str, Dict[str, List[Any]]]:
@@ -888,6 +896,24 @@ class Trainer:
         else:
             logger.info("%s", message)
 
+    def _thread_governor(self) -> Optional[Any]:
+        """The run's :class:`~transformer_cpp._runtime.ThreadGovernor` (one per Trainer, so what
+        it learnt carries over between epochs), or None with one thread or ``adaptive_threads``
+        off."""
+        from ._runtime import ThreadGovernor, get_num_threads, set_num_threads
+
+        most = self.config.threads if self.config.threads is not None else get_num_threads()
+        if not self.config.adaptive_threads or most <= 1:
+            if self._governor is not None:  # switched off between fits: all threads again
+                set_num_threads(self._governor.most)
+                self._governor = None
+            return None
+        if self._governor is None or self._governor.most != most:
+            self._governor = ThreadGovernor(most)
+        else:
+            set_num_threads(self._governor.threads)  # validation may have run with another count
+        return self._governor
+
     def _run_epoch(self, target: int, stop: _StopRequest, on_batch_end: Optional[Callable[["Trainer"], None]],
                    budget: float = 0.0) -> Optional[Dict[str, Any]]:
         """Run the rest of the current epoch; the epoch's history entry, or None if stopped by
@@ -902,6 +928,7 @@ class Trainer:
         session_start = self._clock
         timed_steps, timed_seconds = 0, 0.0
         partial = False
+        governor = self._thread_governor()
         try:
             for batch in itertools.islice(self.epoch_batches(self.epoch), skip, None):
                 t0 = time.perf_counter()
@@ -913,6 +940,8 @@ class Trainer:
                 if not math.isfinite(loss):
                     raise _Diverged(f"{where}: the loss is {loss}")
                 t1 = time.perf_counter()
+                if governor is not None:
+                    governor.record(t1 - t0, batch.src.size + batch.tgt_in.size)
                 self._epoch_seconds += t1 - t0
                 self.elapsed = t1 - session_start
                 self._record_step(loss, acc, model.last_token_count)

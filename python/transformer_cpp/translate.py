@@ -32,6 +32,7 @@ weights of every decoder layer are returned: row ``i`` is the query that produce
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,6 +265,8 @@ class Translator:
                 raise ValueError(f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
         self.max_length = self._limit(max_length)
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
+        self.adaptive_threads = True  # time each batch and use fewer threads while that is faster
+        self._governor: Optional[Any] = None
 
     @classmethod
     def from_checkpoint(cls, path: Union[str, Path], *, max_length: Optional[int] = None) -> "Translator":
@@ -346,10 +349,37 @@ class Translator:
         limit = self._limit(max_length) if max_length is not None else self.max_length
         encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
         results: List[Translation] = []
-        for start in range(0, len(encoded), int(batch_size)):
-            chunk = encoded[start:start + int(batch_size)]
-            results.extend(self._translate_chunk(chunk, int(beam_size), float(length_penalty), limit, return_attention))
+        governor = self._thread_governor()
+        try:
+            for start in range(0, len(encoded), int(batch_size)):
+                chunk = encoded[start:start + int(batch_size)]
+                t0 = time.perf_counter()
+                results.extend(self._translate_chunk(chunk, int(beam_size), float(length_penalty), limit,
+                                                     return_attention))
+                if governor is not None:  # work ~ sentences x (source + output length)
+                    work = sum(len(ids) + len(r.target_ids) for (_, ids), r in zip(chunk, results[start:]))
+                    governor.record(time.perf_counter() - t0, max(work, 1))
+        finally:
+            if governor is not None:
+                from ._runtime import set_num_threads
+
+                set_num_threads(governor.most)
         return results if return_attention else [r.text for r in results]
+
+    def _thread_governor(self) -> Optional[Any]:
+        """This translator's ThreadGovernor (kept across calls, so that what it learnt about the
+        machine carries over), set to its current choice; None with one thread or
+        ``adaptive_threads`` off. A thread count changed by the user starts a new one."""
+        from ._runtime import ThreadGovernor, get_num_threads, set_num_threads
+
+        most = get_num_threads()
+        if not self.adaptive_threads or most <= 1:
+            return None
+        if self._governor is None or self._governor.most != most:
+            self._governor = ThreadGovernor(most)
+        else:
+            set_num_threads(self._governor.threads)
+        return self._governor
 
     def _translate_chunk(self, encoded: List[Tuple[str, List[int]]], beam_size: int, length_penalty: float,
                          limit: Optional[int], return_attention: bool) -> List[Translation]:

@@ -1,0 +1,108 @@
+"""The thread governor (``_runtime.ThreadGovernor``): on a simulated machine whose speed per
+thread count is known, it finds the faster count, follows a change of load, and costs little
+when nothing changes. The governor is pure bookkeeping, so no clock is involved."""
+
+import numpy as np
+import pytest
+
+from transformer_cpp._runtime import ThreadGovernor
+
+
+class Machine:
+    """Seconds per unit of work for each thread count, with a little multiplicative noise."""
+
+    def __init__(self, speeds, seed=0, noise=0.03):
+        self.speeds = dict(speeds)
+        self.rng = np.random.default_rng(seed)
+        self.noise = noise
+        self.calls = []
+
+    def set_threads(self, n):
+        self.calls.append(n)
+
+    def seconds(self, threads, units):
+        return self.speeds[threads] * units * (1 + self.noise * self.rng.standard_normal())
+
+
+def run(governor, machine, steps, units_rng=None):
+    used = []
+    rng = units_rng or np.random.default_rng(1)
+    for _ in range(steps):
+        n = governor.threads
+        units = float(rng.integers(1000, 1500))  # batches of different sizes: rates are per unit
+        used.append(n)
+        governor.record(machine.seconds(n, units), units)
+    return used
+
+
+QUIET = {1: 1.8e-4, 2: 1.0e-4}   # 2 threads 1.8x faster than 1
+BUSY = {1: 1.5e-4, 2: 2.2e-4}    # one core held by another program: 2 threads slower (measured ratio)
+
+
+def test_quiet_machine_stays_on_all_threads_and_probes_rarely():
+    m = Machine(QUIET)
+    g = ThreadGovernor(2, m.set_threads)
+    used = run(g, m, 6000)
+    assert g.current == 2 and g.history == []
+    fewer = used.count(1)
+    # probes at intervals 40, 80, ... up to 1000 units, 5 units each (1 settling + 4 timed)
+    assert 0 < fewer <= 5 * 12, fewer
+    # the cost: the extra time of those units, against all units on 2 threads
+    extra = fewer * (QUIET[1] - QUIET[2]) / (len(used) * QUIET[2])
+    assert extra < 0.01, extra
+
+
+def test_busy_machine_moves_to_one_thread_and_back():
+    m = Machine(QUIET)
+    g = ThreadGovernor(2, m.set_threads)
+    run(g, m, 300)
+    assert g.current == 2
+    m.speeds = BUSY                      # another program takes a core
+    used = run(g, m, 300)
+    assert g.current == 1
+    switched = used.index(1) if 1 in used else None
+    assert switched is not None and switched <= 6  # the slowdown starts a probe at once
+    # after the move nearly every unit runs on 1 thread (probes of 2 are the exception)
+    assert used[20:].count(2) <= 0.15 * len(used[20:])
+    time_busy = sum(BUSY[n] for n in used)
+    assert time_busy < 1.0 * len(used) * BUSY[1] * 1.1  # within 10% of always-1 on the busy machine
+    m.speeds = QUIET                     # the other program ends
+    used = run(g, m, 600)
+    assert g.current == 2
+    assert used[-300:].count(2) >= 0.97 * 300
+
+
+def test_busy_from_the_start_settles_on_one_thread():
+    m = Machine(BUSY)
+    g = ThreadGovernor(2, m.set_threads)
+    used = run(g, m, 1000)
+    assert g.current == 1
+    total = sum(BUSY[n] for n in used)
+    assert total <= len(used) * BUSY[1] * 1.08, total / (len(used) * BUSY[1])
+
+
+def test_walks_down_more_than_one_step():
+    # 8 threads with 3 cores busy: 5 is best
+    speeds = {n: 1.0 / min(n, 5) * (1.0 if n <= 5 else 1.0 + 0.5 * (n - 5)) for n in range(1, 9)}
+    m = Machine(speeds, noise=0.01)
+    g = ThreadGovernor(8, m.set_threads, interval=10)
+    run(g, m, 3000)
+    assert g.current == 5
+
+
+def test_one_thread_never_changes_anything():
+    m = Machine({1: 1.0})
+    g = ThreadGovernor(1, m.set_threads)
+    used = run(g, m, 500)
+    assert set(used) == {1} and m.calls == [1]
+
+
+def test_bad_reports_are_ignored_and_bad_counts_refused():
+    m = Machine(QUIET)
+    g = ThreadGovernor(2, m.set_threads)
+    for seconds, units in [(float("nan"), 1.0), (1.0, 0.0), (-1.0, 5.0), (float("inf"), 1.0)]:
+        g.record(seconds, units)
+    assert g.threads == 2 and g.current == 2
+    for bad in (0, -1, 2.5, True, "2"):
+        with pytest.raises(ValueError, match="most"):
+            ThreadGovernor(bad, m.set_threads)
