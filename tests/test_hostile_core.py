@@ -780,6 +780,42 @@ def test_an_address_space_limit_is_a_memory_limit(omp):
     assert lines[5] == "ok (512, 64)"
 
 
+_GIVEN_THREADS = """
+    import resource, warnings
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import numpy as np, transformer_cpp as tc
+    given = tc.get_num_threads()
+    lin = tc.Linear(64, 64)
+    lin.forward(np.ones((4096, 64), np.float32))  # the threads start
+    ballast = np.ones(400 << 17)  # 400 MB: the room left is now too small for that many new stacks
+    for n in (given, max(1, given // 2), given):  # a governor lowers the count, then goes back
+        tc.set_num_threads(n)
+        assert tc.get_num_threads() == n
+        lin.forward(np.ones((4096, 64), np.float32))
+    try:
+        tc.set_num_threads(1024)
+        print("accepted 1024")
+    except ValueError as e:
+        assert "ulimit -v" in str(e), e
+    print("ok", given, flush=True)
+"""
+
+
+def test_a_thread_count_once_given_can_be_set_again():
+    """Under ulimit -v, the count OMP_NUM_THREADS was lowered to (or one set before) can be set
+    again once memory has been used (the governor of Translator and Trainer lowers the count and
+    goes back to it): only counts beyond what the process was given are checked against the
+    address space. The Translator failed every sentence ('set_num_threads: 119 threads need 944 MB')."""
+    import os
+
+    proc = run_isolated(_GIVEN_THREADS, env=dict(os.environ, OMP_NUM_THREADS="100000"))
+    assert_clean_exit(proc)
+    words = proc.stdout.split()
+    assert words[0] == "ok" and 1 < int(words[1]) < 1024, proc.stdout + proc.stderr
+
+
 def test_positional_encoding_hands_over_its_table():
     a = tc.positional_encoding(7, 6)
     assert a.flags.writeable and a.shape == (7, 6)

@@ -1,6 +1,8 @@
 #include "transformer/runtime.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <stdexcept>
@@ -54,13 +56,29 @@ int affordable_threads() {
   return extra + 1.0 >= kMaxThreads ? kMaxThreads : static_cast<int>(extra) + 1;
 }
 
+namespace {
+// The most threads this process has been given (by set_num_threads, or OMP_NUM_THREADS when it
+// was loaded): a count up to it needs no address space that is not already taken or promised.
+// Their stacks are counted in the virtual size once they have started, so checking such a count
+// again would refuse to go back to a count that runs (a thread governor lowers the count while
+// another program holds a core, then raises it again).
+std::atomic<int> granted_threads{0};
+}  // namespace
+
 void set_num_threads(int n) {
   TCPP_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: n must be in [1, ", kMaxThreads, "], got ", n);
-  const int most = affordable_threads();
-  TCPP_CHECK(n <= most, "set_num_threads: ", n, " threads need ", format_bytes((n - 1) * thread_stack_bytes()),
-             " of address space for their stacks (", format_bytes(thread_stack_bytes()), " each), more than half of ",
-             "the ", format_bytes(address_space_room_bytes()), " this process may still map (ulimit -v); ask for at ",
-             "most ", most);
+  const int granted = std::max(granted_threads.load(), get_num_threads());
+  if (n > granted) {
+    const int most = affordable_threads();
+    TCPP_CHECK(n <= most, "set_num_threads: ", n, " threads need ", format_bytes((n - 1) * thread_stack_bytes()),
+               " of address space for their stacks (", format_bytes(thread_stack_bytes()), " each), more than half of ",
+               "the ", format_bytes(address_space_room_bytes()), " this process may still map (ulimit -v); ask for at ",
+               "most ", most);
+  }
+  int seen = granted_threads.load();
+  const int now = std::max(granted, n);
+  while (seen < now && !granted_threads.compare_exchange_weak(seen, now)) {
+  }
 #ifdef _OPENMP
   omp_set_num_threads(n);
 #endif
