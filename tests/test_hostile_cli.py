@@ -670,3 +670,83 @@ def test_helpers_of_training_and_checkpoints_name_bad_counts():
     assert output_limit(4) == 16 and checkpoint_name(3, 17) == "epoch-0004-batch-000017"
     split = tc.split_by_source((s for s in ["a", "b", "c", "d"]), (t for t in ["w", "x", "y", "z"]), 0.25, 0.25)
     assert sorted(np.concatenate(split.parts()).tolist()) == [0, 1, 2, 3]
+
+
+# --- found by the campaign after the thread governor and the last fixes --------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--out", ""], ["train", "--data", ""], ["translate", "--model", ""], ["evaluate", "--model", ""],
+    ["evaluate", "--model", "m", "--pairs", ""], ["evaluate", "--model", "m", "--output", ""],
+    ["evaluate", "--model", "m", "--data", ""], ["average", "--model", ""], ["export", "--model", "m", "--to", "torch", ""],
+    ["export", "--model", "", "--to", "torch", "x"], ["figures", "--out", ""], ["serve", "--model", ""],
+])
+def test_an_empty_path_is_refused_not_taken_for_the_current_directory(argv, capsys):
+    """``--out ''`` (an unset shell variable) trained into the current directory and exit 0."""
+    line = parse_error(argv, capsys)
+    assert "expected a path, got an empty string (an unset variable?)" in line, line
+
+
+def test_the_python_api_refuses_an_empty_path_in_the_same_words(trained, tmp_path, monkeypatch):
+    import transformer_cpp as tc
+    from transformer_cpp.plotting import save_positional_encoding_figures
+
+    root, _ = trained
+    monkeypatch.chdir(tmp_path)
+    tok = reversal_tokenizer()
+    model = tiny_model(tok)
+    enc = tc.encode_pairs(["a b"], ["b a"], tok, tok, None)
+    for call, who in [
+        (lambda: tc.Trainer(model, enc, None, TrainConfig(epochs=1, progress=False), src_tokenizer=tok,
+                            tgt_tokenizer=tok, checkpoint_dir=""), "Trainer: checkpoint_dir"),
+        (lambda: tc.save_checkpoint("", model, tok, tok), "save_checkpoint: run_dir"),
+        (lambda: tc.load_checkpoint(""), "checkpoint path"),
+        (lambda: Translator.from_checkpoint(""), "checkpoint path"),
+        (lambda: tc.load_tatoeba(""), "load_tatoeba: path"),
+        (lambda: tc.export_torch(root / "run", ""), "export: out_dir"),
+        (lambda: save_positional_encoding_figures(""), "save_positional_encoding_figures: out_dir"),
+    ]:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith(f"{who}: expected a path, got an empty string"), str(info.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written where the process runs
+
+
+def test_lone_carriage_returns_on_stdin_are_line_ends(trained):
+    """Standard input with old Mac line ends was one line: one translation for two sentences."""
+    root, _ = trained
+    model = str(root / "run")
+    alone = [run("translate", "--model", model, s).stdout for s in ("The cat.", "The dog.")]
+    for stdin in (b"The cat.\rThe dog.\r", b"The cat.\r\nThe dog.", b"The cat.\nThe dog.\r"):
+        result = run("translate", "--model", model, stdin=stdin)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "".join(alone), (stdin, result.stdout)
+
+
+def test_evaluate_refuses_a_split_rebuilt_from_a_changed_data_file(trained, tmp_path):
+    """The test split was rebuilt from whatever the recorded file held by then and scored as the
+    run's test split; now each split's pairs are recorded as a digest and compared."""
+    root, data = trained
+    lines = data.read_text(encoding="utf-8").splitlines()
+    other = write_tatoeba_file(tmp_path / "other.txt", n=200, seed=7).read_text(encoding="utf-8").splitlines()
+    changed = tmp_path / "changed.txt"
+    changed.write_text("\n".join(lines[:150] + other + lines[150:]) + "\n", encoding="utf-8")
+    info = json.loads((root / "run" / "epoch-0001" / "config.json").read_text())["data"]
+    assert set(info["split_digests"]) == {"train", "valid", "test"}
+    for split in ("test", "valid"):
+        one_line_error(run("evaluate", "--model", str(root / "run"), "--data", str(changed), "--split", split),
+                       f"the {split} split rebuilt from '{changed}' differs from the one the run held out",
+                       "500 pairs loaded now, 300 when the run was trained", "--pairs")
+    moved = tmp_path / "moved.txt"  # the same text elsewhere (or converted to another encoding) is fine
+    shutil.copyfile(data, moved)
+    result = run("evaluate", "--model", str(root / "run"), "--data", str(moved), "--limit", "2")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_batch_size_that_a_token_budget_would_ignore_is_refused(tmp_path):
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
+    one_line_error(run("train", "--preset", "quick", "--batch-size", "16", "--data", str(data), "--no-progress",
+                       "--out", str(tmp_path / "run")),
+                   "--batch-size 16 would be ignored: batches are cut by tokens (max_tokens 1500, from the quick "
+                   "preset); add --max-tokens 0")
+    assert not (tmp_path / "run").exists()

@@ -4,11 +4,13 @@ something else (a string flag read as ``True``) or failing deep inside NumPy."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["flag", "seed"]
+__all__ = ["flag", "path", "seed"]
 
 
 def flag(owner: str, name: str, value: Any) -> bool:
@@ -28,3 +30,21 @@ def seed(owner: str, name: str, value: Any) -> int:
     if int(value) < 0:
         raise ValueError(f"{owner}: {name} must be an integer >= 0, got {int(value)}")
     return int(value)
+
+
+EMPTY_PATH = "expected a path, got an empty string (an unset variable?); use '.' for the current directory"
+
+
+def path(what: str, value: Any) -> Path:
+    """``value`` (a ``str``, ``bytes`` or path object) as a ``Path`` with ``~`` expanded, else
+    ``TypeError``, or ``ValueError("<what>: expected a path, got an empty string ...")``:
+    ``Path("")`` is the current directory, so an unset shell variable (``--out "$RUN"``) would
+    write checkpoints, figures or an average into whatever directory the command runs in. The
+    command line's path options say the same (``argument --out: expected a path, ...``)."""
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{what}: expected a path (str or os.PathLike), got {type(value).__name__} {value!r:.60}")
+    if isinstance(value, str) and not value:  # (a PathLike cannot be empty: Path("") is ".")
+        raise ValueError(f"{what}: {EMPTY_PATH}")
+    return Path(value).expanduser()

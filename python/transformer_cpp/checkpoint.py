@@ -66,7 +66,7 @@ except ImportError:  # pragma: no cover  (not POSIX: no run-directory lock)
 import numpy as np
 
 from . import _core
-from ._checks import flag as _flag
+from ._checks import flag as _flag, path as _path
 from .model import Transformer
 from .tokenizer import MAX_FILE_BYTES as _MAX_TOKENIZER_BYTES, SubwordTokenizer
 
@@ -288,7 +288,7 @@ def resolve_checkpoint(path: PathLike, prefer: str = "latest") -> Path:
     Raises:
         CheckpointError: if ``path`` does not exist or holds neither ``latest`` nor ``config.json``.
     """
-    p = Path(path).expanduser()
+    p = _path("checkpoint path", path)
     if not p.exists():
         raise CheckpointError(f"no such checkpoint directory '{p}'")
     if not p.is_dir():
@@ -424,7 +424,7 @@ def lock_run(run_dir: PathLike) -> Iterator[Path]:
         RunLockedError: another process holds the lock.
         OSError: the directory cannot be created.
     """
-    run = Path(run_dir).expanduser()
+    run = _path("lock_run: run_dir", run_dir)
     run.mkdir(parents=True, exist_ok=True)
     key = str(run.resolve())
     with _held_locks_guard:
@@ -478,7 +478,7 @@ def check_writable(run_dir: PathLike, what: str = "run directory") -> Path:
     ``OSError("<what> '<run_dir>' cannot be written: <reason>")`` otherwise. Returns the path."""
     import tempfile
 
-    run = Path(run_dir).expanduser()
+    run = _path(what, run_dir)
     try:
         run.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=run):
@@ -548,7 +548,7 @@ def save_checkpoint(
             hold NaN or infinite values).
         RunLockedError: another process is writing into ``run_dir``.
     """
-    run = Path(run_dir).expanduser()
+    run = _path("save_checkpoint: run_dir", run_dir)
     if name is None:
         state = trainer_state or {}
         name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))

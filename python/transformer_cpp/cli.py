@@ -197,8 +197,34 @@ def _load_split(data_path: Optional[str], info: Dict[str, Any]) -> Tuple[Any, Di
         parts = train_val_test_split(len(pairs), info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
     split = {name: ([src_all[i] for i in idx], [tgt_all[i] for i in idx])
              for name, idx in zip(("train", "valid", "test"), parts)}
-    info = dict(info, path=str(Path(pairs.source).resolve()) if pairs.source else None, pairs_loaded=len(pairs))
+    info = dict(info, path=str(Path(pairs.source).resolve()) if pairs.source else None, pairs_loaded=len(pairs),
+                split_digests={name: _split_digest(*split[name]) for name in split})
     return split, info
+
+
+def _split_digest(sources: Sequence[str], targets: Sequence[str]) -> str:
+    """A short hash of a split's pairs, in order: the run records one per split, so that a split
+    rebuilt later from a changed data file is not taken for the one the run held out."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for src, tgt in zip(sources, targets):
+        h.update(src.encode("utf-8", "surrogatepass") + b"\t" + tgt.encode("utf-8", "surrogatepass") + b"\n")
+    return h.hexdigest()[:16]
+
+
+def _check_same_split(name: str, recorded: Dict[str, Any], rebuilt: Dict[str, Any]) -> None:
+    """Refuse a ``name`` split rebuilt from a data file that changed since training: scoring it
+    would report a test score on other pairs (perhaps training ones) without a word."""
+    then = (recorded.get("split_digests") or {}).get(name)
+    now = rebuilt["split_digests"][name]
+    before, after = recorded.get("pairs_loaded"), rebuilt.get("pairs_loaded")
+    if (then is not None and then != now) or (then is None and before is not None and before != after):
+        counts = f" ({after:,} pairs loaded now, {before:,} when the run was trained)" if before != after and \
+            isinstance(before, int) else ""
+        raise UserError(f"the {name} split rebuilt from '{rebuilt.get('path')}' differs from the one the run held out: "
+                        f"the data file changed since training{counts}, so its pairs are not the held-out ones; "
+                        "pass the original file with --data, or score a file of pairs with --pairs")
 
 
 def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_length: Optional[int]) -> Optional[Any]:
@@ -389,6 +415,11 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
     data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
     data_info.update(data_req)
     settings.setdefault("epochs", 10)
+    if args.batch_size is not None and settings.get("max_tokens"):  # it would be ignored, not applied
+        origin = "--max-tokens" if args.max_tokens is not None else f"the {args.preset or DEFAULT_PRESET} preset"
+        raise UserError(f"--batch-size {args.batch_size} would be ignored: batches are cut by tokens (max_tokens "
+                        f"{settings['max_tokens']}, from {origin}); add --max-tokens 0 to batch by sentences, or "
+                        "leave out --batch-size")
     config = TrainConfig(threads=args.threads, progress=not args.no_progress,
                          adaptive_threads=not args.fixed_threads, **settings)
     check_fractions(data_info["valid_fraction"], data_info["test_fraction"])
@@ -455,15 +486,17 @@ def _best_name(run: Path) -> str:
 def _read_input_lines() -> Tuple[List[Optional[str]], List[Tuple[int, str]]]:
     """Standard input as lines of text, read as bytes and decoded line by line as UTF-8:
     ``(lines, bad)`` where an undecodable line is ``None`` in ``lines`` and ``(line number, what
-    is wrong)`` in ``bad``."""
+    is wrong)`` in ``bad``. Lines end in ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as
+    data files are read."""
+    import re
+
     data = sys.stdin.buffer.read()
-    raw_lines = data.split(b"\n")
+    raw_lines = re.split(rb"\r\n|\r|\n", data)
     if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()  # the newline that ends the last line
+        raw_lines.pop()  # the line end that ends the last line
     lines: List[Optional[str]] = []
     bad: List[Tuple[int, str]] = []
     for number, raw in enumerate(raw_lines, 1):
-        raw = raw[:-1] if raw.endswith(b"\r") else raw
         if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]  # a UTF-8 byte-order mark
         try:
@@ -578,7 +611,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             raise UserError("the run kept no test split (test fraction 0); use --split valid or --pairs FILE")
         if args.encoding is not None:  # e.g. the data file was converted since
             data_info = dict(data_info, encoding=args.encoding)
-        split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
+        split, rebuilt = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
+        _check_same_split(args.split, data_info, rebuilt)
         sources, references = split[args.split]
         what = f"the {args.split} split"
     if args.limit:
@@ -732,6 +766,17 @@ def _encoding(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def path_option(text: str) -> str:
+    """An argparse type for a file or directory option: any path but an empty one, which would
+    mean the current directory (an unset shell variable: ``--out "$RUN"``). The Python API refuses
+    it with the same words (``_checks.path``)."""
+    if not text:
+        from ._checks import EMPTY_PATH
+
+        raise argparse.ArgumentTypeError(EMPTY_PATH)
+    return text
+
+
 _positive_int = _int_in(1)
 _non_negative_int = _int_in(0)
 _threads = _int_in(1, 4096)
@@ -748,9 +793,10 @@ def _add_train_parser(sub: Any) -> None:
                                    "tutorial's settings), base (the paper's base model), tiny (tests).")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help=f"architecture and training recipe (default: {DEFAULT_PRESET})")
-    p.add_argument("--data", default=None, help="spa.txt or spa-eng.zip (default: $TRANSFORMER_CPP_DATA, "
-                                                "else the download cache)")
-    p.add_argument("--out", default=None, help="run directory for checkpoints (default: runs/<preset>)")
+    p.add_argument("--data", type=path_option, default=None,
+                   help="spa.txt or spa-eng.zip (default: $TRANSFORMER_CPP_DATA, else the download cache)")
+    p.add_argument("--out", type=path_option, default=None,
+                   help="run directory for checkpoints (default: runs/<preset>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     p.add_argument("--epochs", type=_setting("TrainConfig", "epochs", minimum=1), default=None,
                    help="epochs in total, at most 1000000 (default: the preset's; may be raised with --resume)")
@@ -834,7 +880,8 @@ def _add_translate_parser(sub: Any) -> None:
                        description="Translate the sentences given as arguments, or one per line from "
                                    "standard input; prints one translation per line.")
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
-    p.add_argument("--model", required=True, help="run directory (its latest checkpoint) or checkpoint directory")
+    p.add_argument("--model", type=path_option, required=True,
+                   help="run directory (its latest checkpoint) or checkpoint directory")
     _add_decoding_options(p)
     p.add_argument("--max-length", type=_setting("Translator", "max_length"), default=None,
                    help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
@@ -858,10 +905,14 @@ def _add_evaluate_parser(sub: Any) -> None:
                        description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
                                    "'English<TAB>Spanish[<TAB>...]' lines (--pairs), or on the run's own test (or "
                                    "validation) split, rebuilt from the checkpoint's record.")
-    p.add_argument("--pairs", default=None, metavar="FILE", help="score on this pairs file instead of the run's split")
-    p.add_argument("--output", default=None, metavar="FILE", help="write the translations here, one per line")
-    p.add_argument("--model", required=True, help="run directory (its latest checkpoint) or checkpoint directory")
-    p.add_argument("--data", default=None, help="the data file (default: the one the run was trained on)")
+    p.add_argument("--pairs", type=path_option, default=None, metavar="FILE",
+                   help="score on this pairs file instead of the run's split")
+    p.add_argument("--output", type=path_option, default=None, metavar="FILE",
+                   help="write the translations here, one per line")
+    p.add_argument("--model", type=path_option, required=True,
+                   help="run directory (its latest checkpoint) or checkpoint directory")
+    p.add_argument("--data", type=path_option, default=None,
+                   help="the data file (default: the one the run was trained on)")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
     p.add_argument("--encoding", type=_encoding, default=None,
                    help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
@@ -880,9 +931,10 @@ def _add_export_parser(sub: Any) -> None:
                                    "runtime: a CTranslate2 model directory (exact in float32) or a PyTorch state dict "
                                    "with a small module definition, transformer_torch.py, that needs no "
                                    "transformer-cpp. OUT must not exist or be empty.")
-    p.add_argument("--model", required=True, help="run directory (its best checkpoint) or checkpoint directory")
+    p.add_argument("--model", type=path_option, required=True,
+                   help="run directory (its best checkpoint) or checkpoint directory")
     p.add_argument("--to", required=True, choices=("ctranslate2", "torch"), help="the runtime to export for")
-    p.add_argument("out", metavar="OUT", help="the directory to write (new, or empty)")
+    p.add_argument("out", type=path_option, metavar="OUT", help="the directory to write (new, or empty)")
     p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                    help="CTranslate2 weight type (default: float32, exact; the others are smaller and faster but "
                         "not exact)")
@@ -896,7 +948,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     p = sub.add_parser("figures", help="render the positional-encoding figures to PNG files")
-    p.add_argument("--out", default="figures", help="output directory (default: figures)")
+    p.add_argument("--out", type=path_option, default="figures", help="output directory (default: figures)")
     p.set_defaults(func=_cmd_figures)
 
     _add_train_parser(sub)
@@ -906,7 +958,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="average the last checkpoints of a run into one",
                        description="Average the weights of the newest N checkpoints of a run into the checkpoint "
                                    "'averaged' (for translating; 'latest', which --resume continues, is unchanged).")
-    p.add_argument("--model", required=True, help="run directory")
+    p.add_argument("--model", type=path_option, required=True, help="run directory")
     p.add_argument("--last", type=_positive_int, default=5, help="how many of the newest checkpoints (default 5)")
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=_cmd_average)

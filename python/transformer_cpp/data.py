@@ -36,7 +36,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._checks import flag as _flag, seed as _seed
+from ._checks import flag as _flag, path as _path, seed as _seed
 
 __all__ = [
     "TATOEBA_URLS",
@@ -456,7 +456,7 @@ def _resolve_path(
     caller: str,
 ) -> Path:
     if path is not None:
-        resolved = Path(path).expanduser()
+        resolved = _path(f"{caller}: path", path)
         if not resolved.is_file():
             raise _not_a_file(resolved, caller, "")
         return resolved

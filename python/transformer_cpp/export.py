@@ -344,7 +344,9 @@ def _provenance(ckpt: Any, to: str) -> Dict[str, Any]:
 def _check_out_dir(out_dir: PathLike) -> Path:
     """``out_dir`` as a Path if it can be written: absent (its parent a writable directory) or an
     empty directory. Checked before any work."""
-    out = Path(os.fspath(out_dir))
+    from ._checks import path
+
+    out = path("export: out_dir", out_dir)
     if out.exists() or out.is_symlink():
         if not out.is_dir():
             raise FileExistsError(f"the output '{out}' exists and is not a directory; choose another output "

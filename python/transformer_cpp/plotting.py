@@ -448,9 +448,11 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike]) -> List[p
     from ._runtime import positional_encoding
 
     who = "save_positional_encoding_figures"
-    if not isinstance(out_dir, (str, os.PathLike)):
+    from ._checks import path
+
+    if not isinstance(out_dir, (str, os.PathLike)):  # (this module raises ValueError for every bad argument)
         raise ValueError(f"{who}: out_dir must be a path (str or os.PathLike), got {out_dir!r}")
-    out = pathlib.Path(out_dir)
+    out = path(f"{who}: out_dir", out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{who}: {str(out)!r} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)

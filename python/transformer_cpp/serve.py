@@ -917,11 +917,12 @@ def _non_negative_float(text: str) -> float:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     # the command line's own option types: one source of checks and messages with train/translate
-    from .cli import _int_in, _setting, _threads
+    from .cli import _int_in, _setting, _threads, path_option
 
     _positive_int, _port = _int_in(1), _int_in(0, 65535)
     d = ServeConfig()
-    p.add_argument("--model", required=True, help="run directory (its best checkpoint) or checkpoint directory")
+    p.add_argument("--model", type=path_option, required=True,
+                   help="run directory (its best checkpoint) or checkpoint directory")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 = any free port)")
     p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")

@@ -73,6 +73,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optio
 
 import numpy as np
 
+from ._checks import path as _path
 from .checkpoint import checkpoint_name, lock_run, mark_best, nonfinite_tensors
 from .data import Batch, EncodedPairs, batch_plan, batches, make_batch
 
@@ -460,7 +461,7 @@ class Trainer:
         self.valid_data = valid_data
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
-        self.checkpoint_dir = Path(checkpoint_dir).expanduser() if checkpoint_dir is not None else None
+        self.checkpoint_dir = _path("Trainer: checkpoint_dir", checkpoint_dir) if checkpoint_dir is not None else None
         if self.checkpoint_dir is not None and (src_tokenizer is None or tgt_tokenizer is None):
             raise ValueError("Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)")
         if self.checkpoint_dir is not None:
