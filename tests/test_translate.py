@@ -225,3 +225,23 @@ def test_translate_batch_governs_threads_and_gives_them_back(translator, held_ou
             assert governor._units == 15 and tc.get_num_threads() == 2
         finally:
             translator.adaptive_threads = True
+
+
+def test_a_translation_is_one_line_whatever_the_model_emits():
+    """A model can emit any byte, a line break among them (here: an output bias that makes the
+    newline byte win): the text is one line, whitespace runs as one space, as the cleaned
+    training targets are; the command line's output lines stay aligned with its inputs."""
+    from transformer_cpp.translate import one_line
+
+    corpus = ["the cat and the dog", "el gato y el perro"] * 3
+    tok = tc.SubwordTokenizer.build_from_corpus(corpus, 300, min_frequency=1)
+    newline = [i for i in tok.encode("a\nb", add_special_tokens=False) if tok.id_to_token(i) == "Ċ"]
+    assert newline
+    model = tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)
+    translator = Translator(model, tok, tok, src_lang=None)
+    model.parameters()["output.bias"].value[newline[0]] = 1e3
+    src = np.array([tok.encode("the cat")])
+    assert tok.decode(model.greedy_decode(src, tok.start_id, tok.end_id, 5)[0]) == "\n" * 5
+    assert translator.translate_batch(["the cat", "the dog"], max_length=5) == ["", ""]
+    assert translator.translate("the cat", max_length=5, beam_size=2) == ""
+    assert one_line(" a\n\n b\r\nc\u2028d\x0b e\t") == "a b c d e"

@@ -2662,6 +2662,24 @@ cli("translate: NUL bytes in a line", _tr(model="fixture"), expect="ok", stdin=b
     check=lambda c, r: (_n_lines(2)(c, r)))
 cli("translate: carriage returns only", _tr(model="fixture"), expect="either", stdin=b"The cat.\rThe dog.\r",
     check=_same_as_alone("The cat.", "The dog."))
+
+
+def _emits_line_breaks(run: Path) -> None:
+    """Every checkpoint's output bias makes the newline byte the likeliest token."""
+    tok = tc.load_checkpoint(run, optimizer=False).tgt_tokenizer
+    newline = [i for i in tok.encode("a\nb", add_special_tokens=False) if tok.id_to_token(i) == "\u010a"][0]
+    for k in ck.list_checkpoints(run):
+        edit_tensors(k, "model.safetensors", lambda t: t["output.bias"].__setitem__(newline, 1e3))
+
+
+cli("translate: a model that emits line breaks", _tr("The cat.", "The dog."), expect="ok", prepare=_prep_run(
+    _emits_line_breaks), check=_n_lines(2))
+cli("evaluate: a model that emits line breaks, --output", lambda c: ["evaluate", "--model", str(c.work / "run"),
+                                                                       "--limit", "3", "--output", "h.txt"],
+    expect="ok", prepare=_prep_run(_emits_line_breaks),
+    check=lambda c, r: None if (c.work / "h.txt").read_text().count("\n") == 3 else
+    (_ for _ in ()).throw(AssertionError(f"{(c.work / 'h.txt').read_text().count(chr(10))} lines for 3 hypotheses")))
+
 cli("translate: Windows line endings", _tr(model="fixture"), expect="ok", stdin=b"The cat.\r\nThe dog.\r\n",
     check=_same_as_alone("The cat.", "The dog."))
 cli("translate: a byte-order mark", _tr(model="fixture"), expect="ok", stdin=b"\xef\xbb\xbf" + SENT.encode() + b"\n",

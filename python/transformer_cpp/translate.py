@@ -28,10 +28,16 @@ Attention. With ``return_attention=True`` the decoded sentence is run once more 
 ``Transformer.forward`` (teacher-forced on the model's own output) and the cross-attention
 weights of every decoder layer are returned: row ``i`` is the query that produced output token
 ``i``, column ``j`` the source token ``j``.
+
+Output text. A translation is one line: the model can emit any byte (a line break among them,
+from a damaged or barely trained model), but it was trained on cleaned sentences, in which every
+run of whitespace is one space; the decoded text gets the same treatment (:func:`one_line`), so
+that the command line's output lines stay aligned with its input lines.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,6 +59,14 @@ __all__ = [
     "greedy_decode_reference",
     "evaluate",
 ]
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (line breaks included) as one space, stripped: what
+    the training targets look like after cleaning, and one output line per translation."""
+    return _WHITESPACE.sub(" ", text).strip()
 
 
 class LongInputWarning(UserWarning):
@@ -410,7 +424,7 @@ class Translator:
             finished = bool(gen) and gen[-1] == tgt.end_id
             results.append(Translation(
                 source=cleaned,
-                text=tgt.decode(gen),
+                text=one_line(tgt.decode(gen)),
                 source_ids=list(ids),
                 target_ids=gen,
                 source_pieces=[_piece(self.src_tokenizer, i) for i in ids],
