@@ -3,6 +3,7 @@ inputs changed between forward and backward, NaN and infinity, absurd sizes, opt
 no sense. Each must give a clear exception or a correct result, never a crash or a silent wrong
 answer. Scenarios that could crash the interpreter run in a subprocess."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -883,3 +884,17 @@ def test_the_last_step_count_is_an_error_not_an_overflow():
     adam.step_count = 2 ** 63 - 1
     with pytest.raises(ValueError, match="Adam: the step count .* is at its maximum"):  # not "diverged"
         adam.step(1e-3)
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda: tc.LayerNorm(4, eps=0.0), "LayerNorm: eps must be a finite number > 0, got 0"),
+    (lambda: tc.EncoderLayer(8, 2, 16, eps=0.0), "LayerNorm: eps must be a finite number > 0, got 0"),
+    (lambda: small_model(layer_norm_eps=0.0), "Transformer: layer_norm_eps must be a finite number > 0, got 0"),
+    (lambda: tc.Adam(tc.Linear(3, 2).parameters(), eps=0.0), "Adam: eps must be a finite number > 0, got 0"),
+])
+def test_an_epsilon_of_zero_is_refused(make, fragment):
+    """eps = 0 was accepted and divided by zero later: a constant row made LayerNorm's output NaN,
+    reported as an overflow ('the inputs or weights are too large'), and Adam's first step over a
+    gradient that was 0 'diverged'. configure_optimizer already asked for eps > 0."""
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        make()

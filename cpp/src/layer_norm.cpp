@@ -49,7 +49,8 @@ inline void normalize_row(const T* x, T* y, Index d, const RowVector<T>& weight,
 template <typename T>
 LayerNorm<T>::LayerNorm(Index d, double eps) : eps_(eps) {
   TCPP_CHECK(d > 0, "LayerNorm: d_model must be positive, got ", d);
-  TCPP_CHECK(eps >= 0.0 && std::isfinite(eps), "LayerNorm: eps must be a finite number >= 0, got ", eps);
+  // eps = 0 divides by zero on a constant row (a NaN output that would look like an overflow)
+  TCPP_CHECK(eps > 0.0 && std::isfinite(eps), "LayerNorm: eps must be a finite number > 0, got ", eps);
   checked_size<T>("LayerNorm", concat("d_model ", d), 2.0 * static_cast<double>(d), 0, 0);  // before allocating
   weight_ = RowVector<T>::Ones(d);
   bias_ = RowVector<T>::Zero(d);

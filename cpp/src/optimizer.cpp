@@ -32,7 +32,8 @@ Adam<T>::Adam(ParameterList<T> params, double beta1_, double beta2_, double eps_
     : beta1(beta1_), beta2(beta2_), eps(eps_), params_(std::move(params)) {
   TCPP_CHECK(beta1 >= 0.0 && beta1 < 1.0, "Adam: beta1 must be in [0, 1), got ", beta1);
   TCPP_CHECK(beta2 >= 0.0 && beta2 < 1.0, "Adam: beta2 must be in [0, 1), got ", beta2);
-  TCPP_CHECK(eps >= 0.0 && std::isfinite(eps), "Adam: eps must be a finite number >= 0, got ", eps);
+  // eps = 0 divides by zero where a gradient has always been 0 (as configure_optimizer says)
+  TCPP_CHECK(eps > 0.0 && std::isfinite(eps), "Adam: eps must be a finite number > 0, got ", eps);
   m_.reserve(params_.size());
   v_.reserve(params_.size());
   for (const auto& p : params_) {

@@ -27,8 +27,8 @@ void validate(const TransformerConfig& c) {
   TCPP_CHECK(c.layout != PositionalLayout::Concatenated || c.d_model % 2 == 0,
              "Transformer: the concatenated layout needs an even d_model, got ", c.d_model);
   TCPP_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "Transformer: dropout must be in [0, 1), got ", c.dropout);
-  TCPP_CHECK(std::isfinite(c.layer_norm_eps) && c.layer_norm_eps >= 0.0,
-             "Transformer: layer_norm_eps must be a finite number >= 0, got ", c.layer_norm_eps);
+  TCPP_CHECK(std::isfinite(c.layer_norm_eps) && c.layer_norm_eps > 0.0,
+             "Transformer: layer_norm_eps must be a finite number > 0, got ", c.layer_norm_eps);
   // every weight (value and gradient) and the two positional tables, before any is allocated
   const double d = static_cast<double>(c.d_model), L = static_cast<double>(c.n_layers);
   const double V = static_cast<double>(c.tgt_vocab_size), dff = static_cast<double>(c.d_ff);
