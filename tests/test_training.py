@@ -58,6 +58,7 @@ def test_train_config_defaults_and_round_trip():
     (dict(lr_scale="1"), r"lr_scale must be a finite number > 0, got '1'"),
     (dict(decay="no"), r"TrainConfig: decay must be True or False, got 'no'"),
     (dict(adaptive_threads=1), r"TrainConfig: adaptive_threads must be True or False, got 1"),
+    (dict(adam_eps=10 ** 400), "TrainConfig: adam_eps must be a finite number > 0, got 1000"),  # not OverflowError
 ])
 def test_train_config_rejects_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -439,3 +440,17 @@ def test_fit_governs_threads_and_gives_them_back(tok, data):
         fixed = Trainer(tiny_model(tok), data[0], None, _config(epochs=1, threads=2, adaptive_threads=False))
         fixed.fit()
         assert fixed._governor is None and tc.get_num_threads() == 2
+
+
+def test_train_config_checks_a_setting_changed_after_construction():
+    """config.fixed_lr = nan (or a string flag) was taken as it was and reached the run."""
+    c = TrainConfig(drop_remainder=True)
+    for name, value, match in [("fixed_lr", float("nan"), r"TrainConfig: fixed_lr must be a finite number >= 0"),
+                               ("batch_size", -5, r"batch_size must be an integer in \[1, 1000000\], got -5"),
+                               ("adaptive_threads", "no", "adaptive_threads must be True or False"),
+                               ("max_tokens", 100, "drop_remainder applies to batches of batch_size pairs")]:
+        with pytest.raises(ValueError, match=match):
+            setattr(c, name, value)
+    assert c == TrainConfig(drop_remainder=True)  # nothing refused was kept
+    c.epochs, c.lr_scale = np.int64(3), 2
+    assert (type(c.epochs), c.lr_scale, type(c.lr_scale)) == (int, 2.0, float)

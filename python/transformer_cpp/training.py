@@ -141,7 +141,10 @@ class Limit:
             number: Union[int, float] = int(value) if ok else 0
         elif ok:
             ok = isinstance(value, (int, float, np.integer, np.floating))
-            number = float(value) if ok else 0.0
+            try:
+                number = float(value) if ok else 0.0
+            except OverflowError:  # an int beyond any float (10**400): not a finite number either
+                ok, number = False, 0.0
             ok = ok and math.isfinite(number)
         if ok:
             ok = (number > self.low if self.low_open else number >= self.low) and \
@@ -225,12 +228,26 @@ class TrainConfig:
         return cls.LIMITS[name].check("TrainConfig", name, value)
 
     def __post_init__(self) -> None:
-        for name in (*self.LIMITS, *self._FLAGS):
-            setattr(self, name, self.check(name, getattr(self, name)))
-        for name in ("bucket_by_length", "drop_remainder"):  # they would be ignored, not applied
-            if self.max_tokens and getattr(self, name):
+        self._check_combination(self.max_tokens, self.bucket_by_length, self.drop_remainder)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Every setting is checked when it is set, at construction and after it (``config.fixed_lr
+        = float("nan")`` is refused like ``TrainConfig(fixed_lr=float("nan"))``)."""
+        if name in self.LIMITS or name in self._FLAGS:
+            value = self.check(name, value)
+            if name in ("max_tokens", "bucket_by_length", "drop_remainder") and \
+                    all(hasattr(self, n) for n in ("max_tokens", "bucket_by_length", "drop_remainder")):
+                now = {"max_tokens": self.max_tokens, "bucket_by_length": self.bucket_by_length,
+                       "drop_remainder": self.drop_remainder, name: value}
+                self._check_combination(now["max_tokens"], now["bucket_by_length"], now["drop_remainder"])
+        object.__setattr__(self, name, value)
+
+    @staticmethod
+    def _check_combination(max_tokens: int, bucket_by_length: bool, drop_remainder: bool) -> None:
+        for name, on in (("bucket_by_length", bucket_by_length), ("drop_remainder", drop_remainder)):
+            if max_tokens and on:  # it would be ignored, not applied
                 raise ValueError(f"TrainConfig: {name} applies to batches of batch_size pairs; with max_tokens "
-                                 f"{self.max_tokens} the batches are cut by tokens (and sorted by length): set "
+                                 f"{max_tokens} the batches are cut by tokens (and sorted by length): set "
                                  f"max_tokens=0 or {name}=False")
 
     def to_dict(self) -> Dict[str, Any]:
