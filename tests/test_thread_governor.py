@@ -106,3 +106,17 @@ def test_bad_reports_are_ignored_and_bad_counts_refused():
     for bad in (0, -1, 2.5, True, "2"):
         with pytest.raises(ValueError, match="most"):
             ThreadGovernor(bad, m.set_threads)
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    (dict(window=0), "window must be a positive integer"), (dict(probe_units=2.5), "probe_units"),
+    (dict(interval=50, max_interval=10), "max_interval (10) must be >= interval (50)"),
+    (dict(settle_units=-1), "settle_units must be an integer >= 0"),
+    (dict(margin=float("nan")), "margin must be a number in [0, 1)"), (dict(margin=1.0), "margin"),
+    (dict(slowdown=1.0), "slowdown must be a finite number > 1"), (dict(slowdown=float("inf")), "slowdown"),
+])
+def test_nonsense_settings_are_refused(kw, fragment):
+    """A window of 0 failed at the first report (the median of nothing); a NaN margin never moved."""
+    with pytest.raises(ValueError) as info:
+        ThreadGovernor(2, Machine(QUIET).set_threads, **kw)
+    assert fragment in str(info.value), str(info.value)

@@ -245,3 +245,9 @@ def test_a_translation_is_one_line_whatever_the_model_emits():
     assert translator.translate_batch(["the cat", "the dog"], max_length=5) == ["", ""]
     assert translator.translate("the cat", max_length=5, beam_size=2) == ""
     assert one_line(" a\n\n b\r\nc\u2028d\x0b e\t") == "a b c d e"
+
+
+def test_adaptive_threads_takes_a_boolean_only(translator):
+    with pytest.raises(TypeError, match="Translator: adaptive_threads must be True or False, got str 'no'"):
+        translator.adaptive_threads = "no"
+    assert translator.adaptive_threads is True

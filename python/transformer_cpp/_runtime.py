@@ -145,6 +145,17 @@ class ThreadGovernor:
                  window: int = 16, probe_units: int = 4, settle_units: int = 1, first_probe: int = 6, interval: int = 40,
                  max_interval: int = 1000, margin: float = 0.05, slowdown: float = 1.3) -> None:
         self.most = _positive_int(most, "most", "ThreadGovernor")
+        for name, value in (("window", window), ("probe_units", probe_units), ("first_probe", first_probe),
+                            ("interval", interval), ("max_interval", max_interval)):
+            _positive_int(value, name, "ThreadGovernor")
+        if isinstance(settle_units, bool) or not isinstance(settle_units, numbers.Integral) or settle_units < 0:
+            raise ValueError(f"ThreadGovernor: settle_units must be an integer >= 0, got {settle_units!r}")
+        if max_interval < interval:
+            raise ValueError(f"ThreadGovernor: max_interval ({max_interval}) must be >= interval ({interval})")
+        if not (isinstance(margin, numbers.Real) and 0 <= margin < 1):
+            raise ValueError(f"ThreadGovernor: margin must be a number in [0, 1), got {margin!r}")
+        if not (isinstance(slowdown, numbers.Real) and 1 < slowdown < math.inf):
+            raise ValueError(f"ThreadGovernor: slowdown must be a finite number > 1, got {slowdown!r}")
         self._set = set_threads if set_threads is not None else set_num_threads
         self.window, self.probe_units, self.settle_units = window, probe_units, settle_units
         self.min_interval, self.max_interval = interval, max_interval

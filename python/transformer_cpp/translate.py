@@ -279,8 +279,18 @@ class Translator:
                 raise ValueError(f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
         self.max_length = self._limit(max_length)
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
-        self.adaptive_threads = True  # time each batch and use fewer threads while that is faster
+        self._adaptive_threads = True
         self._governor: Optional[Any] = None
+
+    @property
+    def adaptive_threads(self) -> bool:
+        """Time each batch and use fewer threads while that is faster (a busy machine); True or
+        False (a string such as ``"no"`` is refused, not taken as true)."""
+        return self._adaptive_threads
+
+    @adaptive_threads.setter
+    def adaptive_threads(self, value: bool) -> None:
+        self._adaptive_threads = _flag("Translator", "adaptive_threads", value)
 
     @classmethod
     def from_checkpoint(cls, path: Union[str, Path], *, max_length: Optional[int] = None) -> "Translator":
