@@ -1,17 +1,23 @@
-"""Property-based fuzzing (Hypothesis) of the public API: layers, the Transformer (forward,
-training, decoding), functions and the tokenizer, with random shapes, dtypes, sizes, values (NaN,
-infinity, huge, negative) and strings.
+"""Property-based fuzzing (Hypothesis) of the public API: layers (the token layers and stacks
+too), the Transformer (forward, training, decoding), Adam, functions, the tokenizer, the
+Translator, the options of TrainConfig and Translator against the command line's, sentence
+cleaning and data files, with random shapes, dtypes, sizes, values (NaN, infinity, huge,
+negative), strings and bytes.
 
 The property is always the same: a clear exception (ValueError, TypeError or RuntimeError, with a
 message that is not pybind11's list of signatures) or a correct result (right shape, finite
-values, equal to a NumPy reference where there is one, never an output for input that had to be
-refused) — never a crash, a hang or a MemoryError.
+values, equal to a NumPy reference or to the documented rule where there is one, never an output
+for input that had to be refused, and input that is valid never refused) — never a crash, a hang
+or a MemoryError. A translation is one line whatever the model emits; an option says the same in
+the Python API and on the command line; a data file's lines are all counted.
 
-Every case runs in a worker subprocess, so that a crash fails one example (which Hypothesis then
-shrinks) instead of killing the test run. The worker runs with TRANSFORMER_CPP_MEMORY_LIMIT at
-512 MB and one thread: an absurd size can never take the machine's memory, only be refused.
-The number of examples (2,100 in all) is bounded so that the whole file takes well under a
-minute (about 15 s of CPU); TRANSFORMER_CPP_FUZZ_SCALE multiplies it for a longer session.
+Every case that reaches the C++ core runs in a worker subprocess, so that a crash fails one
+example (which Hypothesis then shrinks) instead of killing the test run. The worker runs with
+TRANSFORMER_CPP_MEMORY_LIMIT at 512 MB and one thread: an absurd size can never take the
+machine's memory, only be refused. The pure-Python cases (options, cleaning, data files) run in
+the test process. The number of examples (4,100 in all) is bounded so that the whole file takes
+about half a minute (under 20 s of CPU); TRANSFORMER_CPP_FUZZ_SCALE multiplies it for a longer
+session.
 """
 
 from __future__ import annotations
@@ -89,9 +95,14 @@ def layer(name, ctor_args, ctor_kw, fwd_args, fwd_kw):
             ref = x @ p["weight"].T + p["bias"]
         elif name == "ReLU":
             ref = np.maximum(x, 0)
-        else:
-            mu = x.mean(-1, keepdims=True)
-            ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + obj.eps) * p["weight"] + p["bias"]
+        else:  # on x / s with eps / s**2, the same value without overflow for huge rows (1e300)
+            with np.errstate(all="ignore"):
+                scale = np.max(np.abs(x), axis=-1, keepdims=True)
+                scale = np.where((scale > 0) & np.isfinite(scale), scale, 1.0)
+                y = x / scale
+                mu = y.mean(-1, keepdims=True)
+                ref = (y - mu) / np.sqrt(((y - mu) ** 2).mean(-1, keepdims=True) + obj.eps / scale ** 2) \
+                    * p["weight"] + p["bias"]
         with np.errstate(all="ignore"):
             r["ref"] = bool(np.all(np.isfinite(ref))) and bool(np.allclose(out, ref, rtol=2e-3, atol=2e-3))
     main = out[0] if isinstance(out, tuple) else out
@@ -108,9 +119,10 @@ def function(name, args, kw):
         x = np.asarray(args[0], np.float64)
         with np.errstate(all="ignore"):
             m = x.max(-1, keepdims=True)
-            # a row holding +inf: the limit, equal weights on its +inf entries
+            # a row holding +inf: the limit, equal weights on its +inf entries; a row of -inf only
+            # (fully masked): zeros
             e = np.where(np.isposinf(m), (x == m).astype(np.float64), np.exp(x - m))
-            ref = e / e.sum(-1, keepdims=True)
+            ref = np.where(np.isneginf(m), 0.0, e / e.sum(-1, keepdims=True))
         r["ref"] = bool(np.allclose(out, ref, rtol=1e-3, atol=1e-6, equal_nan=True))
         r["finite"] = _finite(out)
     return r
@@ -151,6 +163,57 @@ def tokenizer(corpus, vocab, texts, ids):
     pairs = [(t, tok.decode(tok.encode(t)), again.decode(again.encode(t))) for t in texts]
     decoded = tok.decode(ids) if ids is not None else None
     return {"vocab_size": tok.vocab_size, "pairs": pairs, "decoded": decoded}
+
+
+def token_layer(name, ctor_args, ctor_kw, tokens, fwd_kw, memory):
+    obj = getattr(tc, name)(*ctor_args, **ctor_kw)
+    out = obj.forward(tokens, memory, **fwd_kw) if name == "Decoder" else obj.forward(tokens, **fwd_kw)
+    r = {"finite": _finite(out), "shape": _shape(out), "ref": None}
+    if name == "Embedding":
+        w = obj.parameters()["weight"].value.astype(np.float64)
+        with np.errstate(all="ignore"):
+            ref = w[np.asarray(tokens)] * float(fwd_kw.get("scale", 1.0))
+        r["ref"] = bool(np.allclose(out, ref, rtol=1e-5, atol=1e-6))
+    back = obj.backward(np.ones_like(out))
+    r["back_finite"] = _finite(back)
+    r["grads_finite"] = all(bool(np.all(np.isfinite(p.grad))) for p in obj.parameters().values())
+    return r
+
+
+def adam(dtype, kw, clip, lr, bad_grad):
+    lin = tc.Linear(4, 3, dtype=dtype)
+    lin.forward(np.linspace(-1, 1, 8).reshape(2, 4))
+    lin.backward(np.ones((2, 3)))
+    if bad_grad is not None:
+        lin.parameters()["weight"].grad.flat[1] = bad_grad
+    opt = tc.Adam(lin.parameters(), **kw)
+    before = {k: p.value.copy() for k, p in lin.parameters().items()}
+    r = {"norm": None, "step_error": None}
+    try:
+        if clip is not None:
+            r["norm"] = float(opt.clip_grad_norm(clip))
+        opt.step(lr)
+    except Exception as exc:  # what it refused must have changed nothing
+        r["step_error"] = [type(exc).__name__, str(exc)]
+        r["unchanged"] = all(np.array_equal(before[k], p.value) for k, p in lin.parameters().items())
+    r["finite"] = all(bool(np.all(np.isfinite(p.value))) for p in lin.parameters().values())
+    return r
+
+
+_TOKENIZER = []
+
+
+def translate(sentences, src_lang, options, seed, favour):
+    if not _TOKENIZER:
+        corpus = ["the cat and the dog.", "el gato y el perro.", "¿Qué tal? ¡Muy bien!", "a house, a tree"] * 3
+        _TOKENIZER.append(tc.SubwordTokenizer.build_from_corpus(corpus, 300, min_frequency=1))
+    tok = _TOKENIZER[0]
+    model = tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.0,
+                           seed=seed)
+    if favour is not None:  # a model that prefers one token: any byte, a line break among them
+        model.parameters()["output.bias"].value[favour % tok.vocab_size] = 50.0
+    translator = tc.Translator(model, tok, tok, src_lang=src_lang)
+    return {"out": translator.translate_batch(sentences, **options)}
 
 
 while True:
@@ -556,8 +619,9 @@ def test_fuzz_transformer(worker, case):
 
 # --- the tokenizer --------------------------------------------------------------------------------
 
-SURROGATES = st.text(alphabet=st.characters(exclude_categories=()), min_size=1, max_size=12).filter(
-    lambda t: any("\ud800" <= c <= "\udfff" for c in t))
+# text holding a lone surrogate (what bytes that are not UTF-8 become with surrogateescape)
+SURROGATES = st.builds(lambda a, c, b: a + c + b, st.text(max_size=5),
+                       st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), st.text(max_size=5))
 NICE_TEXT = st.one_of(st.text(max_size=20), st.sampled_from(["<end>", "a <pad> b", "<start><unk>", "¿Qué tal?",
                                                                "e\u0301", "\x00\t\n", "  two  spaces ", "ﬁ Å"]))
 
@@ -600,3 +664,352 @@ def test_fuzz_tokenizer(worker, case):
             assert decoded == unicodedata.normalize("NFC", text), (text, decoded)
     if ids is not None:
         assert all(good_int(i, 0, info["vocab_size"] - 1) for i in ids), f"decoded ids {ids}"
+
+
+# --- token layers: embeddings, encoder and decoder stacks ------------------------------------------
+
+
+@st.composite
+def token_layer_case(draw):
+    name = draw(st.sampled_from(["Embedding", "PositionalEmbedding", "Encoder", "Decoder"]))
+    what = broken(draw, "size", "tokens", "memory", "option")
+    v, d = draw(st.sampled_from([11, 13])), draw(st.sampled_from([4, 8]))
+    b, t, s = draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4))
+    max_length = draw(st.sampled_from([2, 8, 64]))  # the positional table is a cache: shorter than t grows
+    kw = {"dtype": draw(st.sampled_from(["float32", "float64"]))}
+    args = {"Embedding": [v, d], "PositionalEmbedding": [v, d, max_length],
+            "Encoder": [v, d, 1, 2, 8, 0.0, max_length], "Decoder": [v, d, 1, 2, 8, 0.0, max_length]}[name]
+    if what == "size":
+        sizes = [i for i, a in enumerate(args) if not isinstance(a, float)]
+        args[draw(st.sampled_from(sizes))] = draw(st.one_of(BAD_SIZES, st.just(3)))  # 3: heads do not divide
+    tokens = draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, v - 1)))
+    if what == "tokens":
+        tokens = draw(bad_tokens(v, (b, t)))
+    fwd_kw = {}
+    if name == "Embedding" and draw(st.booleans()):
+        fwd_kw["scale"] = draw(st.sampled_from([1.0, 2.5, 0.0, -1.0] + ([np.nan, np.inf, 1e300, "2"] if what == "option"
+                                                                       else [])))
+    if name in ("Encoder", "Decoder"):
+        fwd_kw["training"] = draw(st.booleans())
+        if what == "option":
+            args[5] = draw(BAD_FLOATS)  # dropout
+    memory = None
+    if name == "Decoder":
+        memory = draw(float_array((b, s, d), poison=what == "memory"))
+        if what == "memory" and draw(st.booleans()):
+            memory = draw(bad_input((b, s, d)))
+        if draw(st.booleans()):
+            shape = draw(st.sampled_from([(b, s)] + ([(b, s + 1), (s,)] if what == "option" else [])))
+            fwd_kw["source_padding"] = draw(hnp.arrays(bool, shape))
+    return name, args, kw, tokens, fwd_kw, memory
+
+
+@settings(FUZZ, max_examples=int(300 * SCALE))
+@given(case=token_layer_case())
+def test_fuzz_token_layers(worker, case):
+    name, args, kw, tokens, fwd_kw, memory = case
+    status, info = outcome(worker("token_layer", name, args, kw, tokens, fwd_kw, memory))
+    event(f"{name} {status}")
+    if status == "raised":
+        return
+    v, d = args[0], args[1]
+    assert good_int(v, 1, 64) and good_int(d, 1, 64), f"{name} accepted the sizes {args}"
+    assert all(good_int(a, 1, 64) for a in args[2:] if not isinstance(a, float)), f"{name} accepted {args}"
+    if name in ("Encoder", "Decoder"):
+        assert d % args[3] == 0 and 0 <= args[5] < 1, f"{name} accepted {args}"
+    empty = isinstance(tokens, np.ndarray) and tokens.ndim == 2 and tokens.dtype.kind in "iu" and tokens.size == 0
+    assert valid_tokens(tokens, v) or (empty and "Embedding" in name), f"{name} accepted the token ids {tokens!r}"
+    if name == "Decoder":  # a list or another real dtype of the right shape is taken as it is (like Linear's)
+        m = np.asarray(memory) if memory is not None else None
+        assert m is not None and m.dtype.kind in "fiub" and m.ndim == 3 and m.shape[0] == tokens.shape[0] and \
+            m.shape[1] > 0 and m.shape[2] == d and not nonfinite(m), f"Decoder accepted the memory {memory!r}"
+    scale = fwd_kw.get("scale", 1.0)
+    assert isinstance(scale, float) and np.isfinite(scale), f"Embedding accepted scale {scale!r}"
+    assert info["shape"] == [tokens.shape[0], tokens.shape[1], d], info
+    assert info["finite"] and info["back_finite"] and info["grads_finite"], f"{name}: non-finite values {info}"
+    assert info["ref"] in (None, True), f"Embedding differs from weight[tokens] * scale: {info}"
+
+
+# --- Adam -----------------------------------------------------------------------------------------
+
+
+@st.composite
+def adam_case(draw):
+    what = broken(draw, "beta", "eps", "lr", "clip", "grad")
+    kw = {}
+    if what == "beta":
+        kw[draw(st.sampled_from(["beta1", "beta2"]))] = draw(st.sampled_from([1.0, -0.1, np.nan, np.inf, 0.0, 0.999,
+                                                                               "0.9", None]))
+    if what == "eps":
+        kw["eps"] = draw(st.sampled_from([0.0, -1e-9, np.nan, np.inf, 1e-300, 1e300, "1e-9"]))
+    lr = draw(st.sampled_from([1e-3, 0.0, 1.0]))
+    if what == "lr":
+        lr = draw(st.sampled_from([np.nan, np.inf, -1e-3, 1e30, 1e300, 10 ** 400, "0.1", None]))
+    clip = draw(st.sampled_from([None, None, 1.0, 0.0, 1e-30]))
+    if what == "clip":
+        clip = draw(BAD_FLOATS)
+    bad_grad = draw(SPECIAL) if what == "grad" else None
+    return draw(st.sampled_from(["float32", "float64"])), kw, clip, lr, bad_grad
+
+
+@settings(FUZZ, max_examples=int(200 * SCALE))
+@given(case=adam_case())
+def test_fuzz_adam(worker, case):
+    dtype, kw, clip, lr, bad_grad = case
+    status, info = outcome(worker("adam", dtype, kw, clip, lr, bad_grad))
+    event(f"Adam {status}")
+    if status == "raised":
+        return
+    assert all(isinstance(kw[b], float) and 0 <= kw[b] < 1 for b in ("beta1", "beta2") if b in kw), f"Adam accepted {kw}"
+    assert "eps" not in kw or (isinstance(kw["eps"], float) and 0 < kw["eps"] < np.inf), f"Adam accepted {kw}"
+    with np.errstate(all="ignore"):
+        stored = None if bad_grad is None else np.asarray(bad_grad).astype(dtype)  # 1e300 is infinite in float32
+    if info["step_error"] is not None:  # refused, naming why, and nothing changed
+        kind, message = info["step_error"]
+        assert kind in ("ValueError", "TypeError", "NonFiniteError"), info
+        assert message.strip() and "Invoked with" not in message, info
+        assert info["unchanged"], f"a refused step changed the weights: {info}"
+        return
+    assert info["finite"], f"Adam made the weights non-finite without an error: {info}"
+    assert isinstance(lr, float) and 0 <= lr < np.inf, f"Adam.step accepted the learning rate {lr!r}"
+    assert clip is None or (isinstance(clip, float) and 0 <= clip < np.inf), f"clip_grad_norm accepted {clip!r}"
+    assert stored is None or np.isfinite(stored), f"Adam stepped over the gradient {bad_grad!r}"
+
+
+# --- the Translator -------------------------------------------------------------------------------
+
+SENTENCE = st.one_of(NICE_TEXT, st.text(max_size=30), st.sampled_from(["", "   ", "a\nb", "x\r\ny", "\u2028", "Mr. Smith.",
+                                                                       "U.S.A. is big.", "¿Vienes?\t¡Sí!"]))
+GOOD_OPTIONS = {"beam_size": [1, 1, 2, 3], "length_penalty": [0.0, 0.6, 2.0], "max_length": [None, 1, 4],
+                "batch_size": [1, 2, 64]}
+
+
+@st.composite
+def translate_case(draw):
+    what = broken(draw, "sentence", "sentences", "option", "language")
+    sentences = draw(st.lists(SENTENCE, max_size=4))
+    if what == "sentence":
+        sentences.insert(draw(st.integers(0, len(sentences))),
+                         draw(st.one_of(SURROGATES, st.integers(), st.none(), st.binary(max_size=4))))
+    elif what == "sentences":
+        sentences = draw(st.sampled_from(["one string", None, 5]))
+    options = {name: draw(st.sampled_from(good)) for name, good in GOOD_OPTIONS.items() if draw(st.booleans())}
+    if what == "option":
+        name = draw(st.sampled_from(list(GOOD_OPTIONS) + ["return_attention"]))
+        if name == "length_penalty":
+            options[name] = draw(st.one_of(BAD_FLOATS, st.just(10.5)))
+        elif name == "return_attention":
+            options[name] = draw(st.sampled_from(["yes", 1, 0, None]))
+        else:
+            options[name] = draw(st.one_of(BAD_SIZES, st.just(10 ** 6 if name != "beam_size" else 1025)))
+    src_lang = draw(st.sampled_from(["en", "es", None]))
+    if what == "language":
+        src_lang = draw(st.sampled_from(["klingon", 3, ""]))
+    return sentences, src_lang, options, draw(st.integers(0, 3)), draw(st.one_of(st.none(), st.integers(0, 299)))
+
+
+def valid_option(name, value) -> bool:
+    if name == "return_attention":
+        return isinstance(value, bool)
+    if name == "length_penalty":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 10
+    if name == "max_length" and value is None:
+        return True
+    high = {"beam_size": 1024, "max_length": 100_000, "batch_size": 100_000}[name]
+    return good_int(value, 1, high)
+
+
+@settings(FUZZ, max_examples=int(300 * SCALE))
+@given(case=translate_case())
+def test_fuzz_translator(worker, case):
+    """Any sentences and options: a clear error, or one line of text per sentence (whatever the
+    model emits: a model that prefers any one token, a line break among them, too); valid input
+    is never refused."""
+    sentences, src_lang, options, seed, favour = case
+    status, info = outcome(worker("translate", sentences, src_lang, options, seed, favour))
+    event(f"translate {status}")
+    valid = (isinstance(sentences, list) and all(isinstance(s, str) and not any("\ud800" <= c <= "\udfff" for c in s)
+                                                 for s in sentences)
+             and src_lang in ("en", "es", None) and all(valid_option(k, v) for k, v in options.items()))
+    if status == "raised":
+        assert not valid, f"refused valid input: {info}"
+        return
+    assert valid, f"translated input that had to be refused: {sentences!r} {src_lang!r} {options}"
+    out = info["out"]
+    assert isinstance(out, list) and len(out) == len(sentences), out
+    for text in out:
+        assert isinstance(text, str) and text == " ".join(text.split()), f"not one clean line: {text!r}"
+
+
+# --- options: the Python API and the command line say the same --------------------------------------
+
+TRAIN_FLAGS = {"epochs": "--epochs", "time_budget": "--time-budget", "threads": "--threads", "batch_size": "--batch-size",
+               "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_scale": "--lr-scale", "fixed_lr": "--fixed-lr",
+               "label_smoothing": "--label-smoothing", "clip_norm": "--clip-norm", "seed": "--seed",
+               "log_every": "--log-every", "keep_checkpoints": "--keep-checkpoints",
+               "val_bleu_sentences": "--val-bleu-sentences", "average_last": "--average-last"}
+ANY_VALUE = st.one_of(st.integers(-10, 10 ** 7), st.integers(-2 ** 80, 2 ** 80),
+                      st.sampled_from([0, 1, -1, 2 ** 63 - 1, 2 ** 63, 10 ** 400]),
+                      st.floats(allow_nan=True, allow_infinity=True), st.floats(-2, 2),
+                      st.sampled_from([True, False, None, "1", "yes", b"1", [1], np.int32(7), np.float32(0.5)]))
+
+
+@settings(FUZZ, max_examples=int(600 * SCALE))
+@given(owner=st.sampled_from(["TrainConfig", "Translator"]), data=st.data())
+def test_fuzz_options_api_and_command_line(owner, data):
+    """Every numeric setting of TrainConfig and decoding option of Translator, any value: refused
+    with a message naming it, or taken exactly (no rounding 2.7 to 2, no string read as a
+    number) and within its documented range; the command line's option, given the same number,
+    refuses it or takes it alike, with the same message."""
+    import argparse
+    import math
+
+    from transformer_cpp import cli
+    from transformer_cpp.training import TrainConfig
+    from transformer_cpp.translate import Translator
+
+    cls = TrainConfig if owner == "TrainConfig" else Translator
+    names = sorted(cls.LIMITS) + (list(TrainConfig._FLAGS) if owner == "TrainConfig" else [])
+    name = data.draw(st.sampled_from(names))
+    value = data.draw(ANY_VALUE)
+    event(f"{owner}.{name}")
+    api_error = None
+    try:
+        got = TrainConfig(**{name: value}).__dict__[name] if owner == "TrainConfig" else Translator.check(name, value)
+    except (ValueError, TypeError) as exc:
+        api_error = str(exc)
+        assert api_error.startswith(f"{owner}: ") and name in api_error, api_error
+    if api_error is None:
+        if name in getattr(cls, "_FLAGS", ()):
+            assert isinstance(value, (bool, np.bool_)) and got is bool(value), (name, value, got)
+        elif value is None:
+            assert name in ("threads", "max_length") and got is None, (name, got)
+        else:
+            limit = cls.LIMITS[name]
+            assert not isinstance(value, (bool, str, bytes, list)), f"{owner} took {name}={value!r}"
+            exact = value if limit.integer else float(value)  # an int for a float setting: the nearest float
+            assert type(got) is (int if limit.integer else float) and got == exact and math.isfinite(got), (value, got)
+            assert (got > limit.low if limit.low_open else got >= limit.low), (name, got)
+            assert (got < limit.high if limit.high_open else got <= limit.high), (name, got)
+    if owner == "TrainConfig":
+        flag = TRAIN_FLAGS.get(name)
+    else:
+        flag = {"beam_size": "--beam-size", "length_penalty": "--length-penalty", "max_length": "--max-length",
+                "batch_size": "--batch-size"}[name]
+    integer = name in cls.LIMITS and cls.LIMITS[name].integer
+    if flag is None or isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float)) or \
+            (integer and not isinstance(value, int)) or (not integer and not isinstance(value, float)) or \
+            (name == "epochs" and value == 0):  # the command line asks for at least one epoch
+        return
+    try:
+        cli._setting(owner, name, minimum=1 if name == "epochs" else None)(repr(value))
+        cli_error = None
+    except argparse.ArgumentTypeError as exc:
+        cli_error = str(exc)
+    assert cli_error == api_error, f"{flag} {value!r}: the command line says {cli_error!r}, the API {api_error!r}"
+
+
+# --- text in: cleaning and data files ---------------------------------------------------------------
+
+
+@settings(FUZZ, max_examples=int(300 * SCALE))
+@given(text=st.one_of(st.text(max_size=40), NICE_TEXT, SURROGATES, st.integers(), st.none(), st.binary(max_size=4)),
+       lang=st.sampled_from(["en", "es", "English", "klingon", None]))
+def test_fuzz_clean_sentence(text, lang):
+    """Any text: one stripped line with single spaces; text that is not valid Unicode, a value
+    that is not text or an unknown language is a clear error."""
+    from transformer_cpp.text import clean_sentence
+
+    try:
+        out = clean_sentence(text, lang) if lang is not None else clean_sentence(text)
+    except (TypeError, ValueError) as exc:
+        event("clean_sentence raised")
+        assert str(exc).strip(), type(exc)
+        assert not isinstance(text, str) or lang == "klingon" or any("\ud800" <= c <= "\udfff" for c in text), exc
+        return
+    event("clean_sentence ok")
+    assert isinstance(text, str) and lang != "klingon"
+    assert isinstance(out, str) and out == " ".join(out.split()), repr(out)
+
+
+TEXT_PIECES = [b"The cat.", b"El gato.", b"a", b" ", b"  ", "\u00e9".encode(), "\u00bfQu\u00e9?".encode(), b"\x00",
+               "\u2028".encode(), b"CC-BY 2.0"]
+BAD_PIECES = [b"\xe9", b"\xff", b"\x81", b"\x85", b"\xc3", b"\xef\xbb\xbf", b"\r", b"\t"]
+LINE_ENDS = [b"\n", b"\n", b"\r\n", b"\r", b"\n\n", b"\r\r\n"]
+
+
+@st.composite
+def pairs_file(draw):
+    """Lines of 'field<TAB>field[<TAB>attribution]' in UTF-8 with any line ends, some with a piece
+    that is not valid UTF-8 (or a stray tab or CR), some without a tab or a side."""
+    def field():
+        parts = draw(st.lists(st.sampled_from(TEXT_PIECES), max_size=3))
+        if draw(st.integers(0, 9)) == 0:
+            parts.insert(draw(st.integers(0, len(parts))), draw(st.sampled_from(BAD_PIECES)))
+        return b"".join(parts)
+
+    lines = []
+    for _ in range(draw(st.integers(0, 8))):
+        tabs = draw(st.sampled_from([b"\t", b"\t", b"\t", b"", b"\t\t"]))
+        lines.append(field() + tabs + field() + (b"\t" + field() if draw(st.booleans()) else b"")
+                     + draw(st.sampled_from(LINE_ENDS)))
+    data = b"".join(lines)
+    if data and draw(st.booleans()):
+        data = data.rstrip(b"\r\n")  # no line end after the last line
+    if draw(st.integers(0, 9)) == 0:
+        data = b"\xef\xbb\xbf" + data  # a byte-order mark
+    return data
+
+
+def _expected_load(data: bytes, encoding: str, errors: str):
+    """What load_tatoeba must make of ``data``: (kept pairs, undecodable line numbers), by its spec."""
+    import re
+
+    lines = re.split(rb"\r\n|\r|\n", data)
+    if lines and lines[-1] == b"":
+        lines.pop()
+    pairs, bad = [], []
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode(encoding)
+        except UnicodeDecodeError:
+            bad.append(number)
+            continue
+        line = line.lstrip("\ufeff") if number == 1 else line
+        if "\t" in line:
+            fields = line.split("\t")
+            if fields[0].strip() and fields[1].strip():
+                pairs.append((fields[0].strip(), fields[1].strip()))
+    return pairs, bad, len(lines)
+
+
+@settings(FUZZ, max_examples=int(300 * SCALE))
+@given(data=pairs_file(), encoding=st.sampled_from(["utf-8", "utf-8", "latin-1", "cp1252"]),
+       errors=st.sampled_from(["strict", "skip"]))
+def test_fuzz_load_tatoeba(tmp_path_factory, data, encoding, errors):
+    """A data file of any bytes: the pairs its lines hold (any line end), every line counted, an
+    undecodable line an error naming it (or, with errors='skip', left out and reported), never a
+    field with a tab or a line break in it."""
+    from transformer_cpp.data import load_tatoeba
+
+    path = tmp_path_factory.mktemp("fuzz-data", numbered=True) / "pairs.txt"
+    path.write_bytes(data)
+    pairs, bad, n_lines = _expected_load(data, encoding, errors)
+    try:
+        loaded = load_tatoeba(path, encoding=encoding, errors=errors)
+    except ValueError as exc:
+        event(f"load_tatoeba raised ({encoding}, {errors})")
+        message = str(exc)
+        if bad and errors == "strict":
+            assert f"line {bad[0]} is not valid {encoding}" in message, message
+        else:
+            assert not pairs and "no valid 'English<TAB>Spanish' line" in message, (pairs, message)
+        return
+    event(f"load_tatoeba ok ({encoding}, {errors})")
+    assert not (bad and errors == "strict"), f"read undecodable lines {bad} with errors='strict'"
+    assert list(zip(loaded.english, loaded.spanish)) == pairs
+    stats = loaded.stats
+    assert stats.read == n_lines and stats.kept == len(pairs) and stats.kept + stats.skipped == stats.read, stats
+    assert stats.undecodable_lines == bad, stats
+    for field_ in loaded.english + loaded.spanish:
+        assert field_ == field_.strip() and not set(field_) & {"\t", "\n", "\r"}, repr(field_)
