@@ -1953,6 +1953,18 @@ err("TrainConfig: drop_remainder with a token budget", lambda c: tc.TrainConfig(
     "drop_remainder")
 err("TrainConfig: bucket_by_length with a token budget", lambda c: tc.TrainConfig(max_tokens=500, bucket_by_length=True),
     "bucket_by_length")
+err("TrainConfig: fixed_lr set to NaN after construction", lambda c: setattr(tc.TrainConfig(), "fixed_lr", float("nan")),
+    "fixed_lr")
+err("TrainConfig: max_tokens set after drop_remainder", lambda c: setattr(tc.TrainConfig(drop_remainder=True),
+                                                                          "max_tokens", 500), "drop_remainder")
+err("TrainConfig: adam_eps 10**400", lambda c: tc.TrainConfig(adam_eps=10 ** 400), "adam_eps")
+err("Trainer: checkpoint_dir ''", lambda c: tc.Trainer(small(), _encoded(), None, tc.TrainConfig(progress=False),
+                                                      src_tokenizer=rtok(), tgt_tokenizer=rtok(), checkpoint_dir=""),
+    "checkpoint_dir", "empty")
+err("save_checkpoint: run_dir ''", lambda c: tc.save_checkpoint("", small(), rtok(), rtok()), "run_dir", "empty")
+err("adam: eps 0", lambda c: tc.Adam(tc.Linear(2, 2).parameters(), eps=0.0), "eps")
+err("Translator: adaptive_threads 'no'", lambda c: setattr(translator(c), "adaptive_threads", "no"),
+    "adaptive_threads")
 err("batches: drop_remainder with a token budget", lambda c: list(tc.batches(_encoded(), max_tokens=20,
                                                                             drop_remainder=True)), "drop_remainder")
 
@@ -2923,6 +2935,9 @@ def _no_half_checkpoint(c: Context, res: Result) -> None:
 cli("train: the disk fills up at the first checkpoint", _trn(), expect="either", partial=True, fsize=60_000,
     check=_no_half_checkpoint)
 cli("train: --lr-scale 1e308", _trn("--lr-scale", "1e308"), match=("diverged",))
+cli("figures: --out ''", lambda c: ["figures", "--out", ""], match=("--out", "empty"))
+cli("average: --model ''", lambda c: ["average", "--model", ""], match=("--model", "empty"))
+cli("evaluate: --pairs ''", lambda c: ["evaluate", "--model", str(c.run), "--pairs", ""], match=("--pairs", "empty"))
 cli("train: --out is a file", _trn(out="f"), match=("--out",), prepare=lambda c: (c.work / "f").write_text("x"))
 cli("train: --threads 4096", _trn("--threads", "4096"), expect="either", check=_run_ok(), match=("threads",))
 cli("train: --threads 1024", _trn("--threads", "1024"), expect="either", check=_run_ok(), match=("threads",))
