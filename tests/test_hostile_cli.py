@@ -747,6 +747,11 @@ def test_a_batch_size_that_a_token_budget_would_ignore_is_refused(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
     one_line_error(run("train", "--preset", "quick", "--batch-size", "16", "--data", str(data), "--no-progress",
                        "--out", str(tmp_path / "run")),
-                   "--batch-size 16 would be ignored: batches are cut by tokens (max_tokens 1500, from the quick "
-                   "preset); add --max-tokens 0")
+                   "--batch-size 16 would be ignored: the quick preset cuts batches by tokens (max_tokens 1500); "
+                   "add --max-tokens 0")
     assert not (tmp_path / "run").exists()
+    # given with --max-tokens, it sizes the validation batches: accepted
+    both = run("train", "--preset", "quick", "--batch-size", "16", "--max-tokens", "300", "--time-budget", "0",
+               "--epochs", "1", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2", "--data", str(data),
+               "--no-progress", "--threads", "1", "--out", str(tmp_path / "both"))
+    assert both.returncode == 0, both.stderr

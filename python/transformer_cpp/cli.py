@@ -415,13 +415,14 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
     data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
     data_info.update(data_req)
     settings.setdefault("epochs", 10)
-    if args.batch_size is not None and settings.get("max_tokens"):  # it would be ignored, not applied
-        origin = "--max-tokens" if args.max_tokens is not None else f"the {args.preset or DEFAULT_PRESET} preset"
-        raise UserError(f"--batch-size {args.batch_size} would be ignored: batches are cut by tokens (max_tokens "
-                        f"{settings['max_tokens']}, from {origin}); add --max-tokens 0 to batch by sentences, or "
-                        "leave out --batch-size")
     config = TrainConfig(threads=args.threads, progress=not args.no_progress,
                          adaptive_threads=not args.fixed_threads, **settings)
+    # --batch-size against the preset's token budget would be ignored, not applied (given together
+    # with --max-tokens, it sizes the validation batches)
+    if args.batch_size is not None and config.max_tokens and args.max_tokens is None:
+        raise UserError(f"--batch-size {args.batch_size} would be ignored: the {args.preset or DEFAULT_PRESET} preset "
+                        f"cuts batches by tokens (max_tokens {config.max_tokens}); add --max-tokens 0 to batch by "
+                        "sentences, or leave out --batch-size")
     check_fractions(data_info["valid_fraction"], data_info["test_fraction"])
     # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
     # are checked again when the model is built)
