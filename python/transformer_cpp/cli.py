@@ -845,8 +845,8 @@ def _add_translate_parser(sub: Any) -> None:
 def _add_decoding_options(p: Any) -> None:
     p.add_argument("--beam-size", type=_setting("Translator", "beam_size"), default=1,
                    help="1 = greedy decoding (default), more = beam search (" + _range_help("Translator", "beam_size") + ")")
-    p.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=0.6,
-                   help="beam search length-penalty exponent (default 0.6; " + _range_help("Translator", "length_penalty")
+    p.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=1.0,
+                   help="beam search length-penalty exponent (default 1.0, chosen on validation BLEU; " + _range_help("Translator", "length_penalty")
                         + ")")
     p.add_argument("--batch-size", type=_setting("Translator", "batch_size"), default=64,
                    help="sentences decoded together (default 64)")

@@ -98,7 +98,7 @@ class ServeConfig:
     max_wait_ms: float = 5.0
     beam_size: int = 1
     max_beam_size: int = 8
-    length_penalty: float = 0.6
+    length_penalty: float = 1.0
     max_request_bytes: int = 64 * 1024
     max_texts: int = 64
     max_chars: int = 1000
