@@ -37,9 +37,11 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 }
 
 RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
+    # average_last 2: the last two checkpoints (the last full epoch and the partial one the
+    # budget ends in) averaged: +0.35 validation BLEU (beam 4) on run "tielr", 44.45 vs 44.10
     "quick": {
         "train": dict(max_tokens=1500, warmup=600, lr_scale=0.8, label_smoothing=0.1, decay=True,
-                      time_budget=10.0, epochs=1000, average_last=0),
+                      time_budget=10.0, epochs=1000, average_last=2),
         "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
     },
     "standard": {
