@@ -460,6 +460,8 @@ def test_bench_serving_section_structure():
 
     r = bench.bench_serving(1, quick=True, clients=4, requests_per_client=2)
     assert r["clients"] == 4 and r["requests"] == 8 and r["threads"] == 1
+    assert r["server"] == serve.uvicorn_choices()
+    assert r["client"]["process"] == "separate" and r["client"]["loop"] in ("uvloop", "asyncio")
     for name, max_batch in (("batching", 32), ("one_at_a_time", 1)):
         e = r["modes"][name]
         assert e["max_batch"] == max_batch and e["requests_per_s"] > 0
