@@ -412,3 +412,48 @@ def test_cli_train_precision_bf16(tmp_path):
     result = run_cli("translate", "--model", str(run_dir), "The cat and the dog.", env_extra=off)
     assert result.returncode == 0 and result.stdout.strip(), result.stderr
     assert "loaded with precision 'float32'" in result.stderr
+
+
+GUARD_SCRIPT = r"""
+import ctypes, mmap, sys
+import numpy as np
+from transformer_cpp import kernels
+
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+keep = []
+
+
+def at_page_end(values):
+    '''A float32 copy of `values` whose last element is the last one before an unreadable page.'''
+    nbytes = values.size * 4
+    pages = (nbytes + PAGE - 1) // PAGE + 1
+    mm = mmap.mmap(-1, pages * PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    assert libc.mprotect(base + (pages - 1) * PAGE, PAGE, 0) == 0, ctypes.get_errno()
+    a = np.frombuffer(mm, dtype=np.float32, count=values.size, offset=(pages - 1) * PAGE - nbytes)
+    a[...] = values.ravel()
+    keep.append(mm)
+    return a.reshape(values.shape)
+
+
+rng = np.random.default_rng(0)
+for M, N, K in [(1, 1, 1), (7, 5, 3), (13, 33, 31), (25, 40, 47), (12, 32, 64), (3, 17, 513)]:
+    for ta in (False, True):
+        for tb in (False, True):
+            a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
+            b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+            got = kernels.bf16_matmul(at_page_end(a), at_page_end(b), ta, tb)
+            ref = kernels.bf16_matmul(a, b, ta, tb, kernel="reference")
+            assert np.allclose(got, ref, rtol=1e-5, atol=1e-5), (M, N, K, ta, tb)
+print("ok")
+"""
+
+
+@needs_bf16
+def test_kernel_reads_nothing_past_its_inputs():
+    """Inputs that end right before an unreadable page: packing reads the last rows with masked
+    loads, never a byte past the end (a read there would kill the child with SIGSEGV)."""
+    result = subprocess.run([sys.executable, "-c", GUARD_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (result.returncode, result.stderr[-2000:])
