@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
     {"dW d*d    128x1500 . 1500x128", 128, 128, 1500, true, false},
     {"tut fwd ffn 2048x512 . 512x512", 2048, 512, 512, false, true},
     {"tut fwd out 2048x512 . 512x8000", 2048, 8000, 512, false, true},
+    // one head's attention products at the quick preset (T ~ 35, d_k 32): stay float32
+    {"attn QK^T 35x32 . 32x35", 35, 35, 32, false, true},
+    {"attn PV   35x35 . 35x32", 35, 32, 35, false, false},
   };
   for (auto& c : cases) {
     M32 A = c.ta ? M32::Random(c.K, c.M) : M32::Random(c.M, c.K);
