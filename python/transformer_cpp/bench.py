@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -122,7 +123,7 @@ class BenchShapes:
     steps: int = 5                # timed training steps per implementation
     scaling_steps: int = 2        # timed steps per thread count in the scaling section
     busy_settle: int = 12         # busy-machine section: untimed steps (the governor finds its count)
-    busy_steps: int = 8           # busy-machine section: timed steps (and decoding batches) per setting
+    busy_steps: int = 24          # busy-machine section: units after settling (the first of each block untimed)
     sentences: int = 256          # greedy decoding: sentences translated per batch size
     decode_batches: Tuple[int, ...] = (1, 32)
     memory_steps: int = 3         # training steps in each memory child (the first ones warm up)
@@ -914,6 +915,7 @@ def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int
 # 4b. a busy machine: one core taken by another program
 # ----------------------------------------------------------------------------------------------
 
+BUSY_BLOCK = 4  # busy-machine section: units per setting before the next setting takes over
 HOG_SOURCE = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -929,8 +931,9 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
     """Training steps and greedy-decoding batches (32 sentences) with a CPU hog holding one core:
     1 thread, ``threads`` fixed (every loop split in equal shares, so all wait for the thread that
     shares the hog's core) and ``threads`` governed (:class:`ThreadGovernor`, what ``train`` and
-    ``Translator`` do). The three run alternately, unit by unit; the first ``busy_settle`` units
-    of each are not timed (the governor finds its count in them; a real run has thousands)."""
+    ``Translator`` do). The three take turns in blocks of ``BUSY_BLOCK`` units; the first
+    ``busy_settle`` units of each, and the first unit of every block, are not timed (the governor
+    finds its count in the settling ones; a real run has thousands)."""
     from ._runtime import ThreadGovernor
 
     model = build_ours(shapes, seed)
@@ -948,29 +951,33 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
             governor = ThreadGovernor(threads)
             times: Dict[str, List[float]] = {"1": [], "fixed": [], "governed": []}
             chosen: List[int] = []
-            for i in range(count):
-                if kind == "training":
-                    b = batches[i]
-                    work = float(b.src.size + b.tgt_in.size)
-                    unit: Callable[[], Any] = lambda b=b: model.train_step(b.src, b.tgt_in, b.tgt_out)
-                else:
-                    src = sources[i]
-                    work = float(src.size)
-                    unit = lambda src=src: greedy(src, START_ID, END_ID, shapes.max_length)
-                order = ["1", "fixed", "governed"]
-                for name in order[i % 3:] + order[:i % 3]:
-                    n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
-                    set_num_threads(n)
-                    t0 = time.perf_counter()
-                    unit()
-                    seconds = time.perf_counter() - t0
-                    if name == "governed":
-                        chosen.append(n)
-                        governor.record(seconds, work)
-                    if i >= shapes.busy_settle:
-                        times[name].append(seconds)
-                _log(f"busy machine, {kind} {i + 1}/{count}" + (" (settling)" if i < shapes.busy_settle else "")
-                     + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if i >= shapes.busy_settle))
+            # blocks of BUSY_BLOCK units per setting, each block of settings in another of the six
+            # orders (who follows whom matters: the scheduler moves threads between the hog's core
+            # and the free one with a delay); the first unit of a block is not timed
+            orders = list(itertools.permutations(("1", "fixed", "governed")))
+            for block, start in enumerate(range(0, count, BUSY_BLOCK)):
+                for name in orders[block % len(orders)]:
+                    for i in range(start, min(start + BUSY_BLOCK, count)):
+                        if kind == "training":
+                            b = batches[i]
+                            work = float(b.src.size + b.tgt_in.size)
+                            unit: Callable[[], Any] = lambda b=b: model.train_step(b.src, b.tgt_in, b.tgt_out)
+                        else:
+                            src = sources[i]
+                            work = float(src.size)
+                            unit = lambda src=src: greedy(src, START_ID, END_ID, shapes.max_length)
+                        n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
+                        set_num_threads(n)
+                        t0 = time.perf_counter()
+                        unit()
+                        seconds = time.perf_counter() - t0
+                        if name == "governed":
+                            chosen.append(n)
+                            governor.record(seconds, work)
+                        if i >= shapes.busy_settle and i > start:
+                            times[name].append(seconds)
+                _log(f"busy machine, {kind} units {start + 1}-{min(start + BUSY_BLOCK, count)}/{count}"
+                     + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if v))
             one = statistics.median(times["1"])
             out[kind] = {"seconds_1": one, "seconds_fixed": statistics.median(times["fixed"]),
                          "seconds_governed": statistics.median(times["governed"]),
