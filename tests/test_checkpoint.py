@@ -16,7 +16,7 @@ import transformer_cpp.checkpoint as ck
 from transformer_cpp.checkpoint import (CheckpointError, checkpoint_name, latest_checkpoint, list_checkpoints,
                                         load_checkpoint, read_checkpoint_config, save_checkpoint)
 
-from toy_task import threads, reversal_pairs, reversal_tokenizer, tiny_model
+from toy_task import reversal_pairs, tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
 

@@ -8,13 +8,10 @@ import os
 import subprocess
 import sys
 import time
-import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-import transformer_cpp as tc
 from transformer_cpp import data as tdata
 from transformer_cpp.checkpoint import average_checkpoints, best_checkpoint, list_checkpoints, load_checkpoint
 from transformer_cpp.training import TrainConfig, Trainer, bleu_of_encoded, output_limit

@@ -316,6 +316,61 @@ def test_create_app_options_and_embedding(translator):
         assert c.post("/mt/translate", json={"texts": ["a", "b", "c"]}).status_code == 422
 
 
+# ------------------------------------------------------------------------------------ HTTP stack
+
+
+def test_uvicorn_choices_prefer_the_c_parser_and_uvloop_and_fall_back(monkeypatch):
+    import importlib.util
+
+    choices = serve.uvicorn_choices()
+    assert choices["http"] == ("httptools" if importlib.util.find_spec("httptools") else "h11")
+    assert choices["loop"] == ("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
+    monkeypatch.setitem(sys.modules, "httptools", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    assert serve.uvicorn_choices() == {"http": "h11", "loop": "asyncio"}
+
+
+def test_server_without_httptools_and_uvloop_answers(translator, monkeypatch):
+    """The fallback (h11, asyncio's loop) serves requests and bad requests alike."""
+    monkeypatch.setitem(sys.modules, "httptools", None)
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    with running(serve.create_app(translator)) as url, httpx.Client(base_url=url, timeout=30) as c:
+        r = c.post("/translate", json={"texts": ["a b c", "f e"]})
+        assert r.status_code == 200 and [t["text"] for t in r.json()["translations"]] == ["c b a", "e f"]
+        r = c.post("/translate", content=b'{"text": "a b"', headers=JSON)
+        assert r.status_code == 400 and r.json()["status"] == 400
+
+
+LOOPS = ["asyncio"] + (["uvloop"] if serve.uvicorn_choices()["loop"] == "uvloop" else [])
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_background_server_connections_have_nagle_off(translator, monkeypatch, loop):
+    """Every accepted connection has TCP_NODELAY: with Nagle's algorithm on, a response written
+    in two parts (headers, body) waited for the client's delayed ACK, about 40 ms per request
+    (asyncio's loop only turns Nagle off for sockets created with IPPROTO_TCP)."""
+    import socket
+
+    import uvicorn
+
+    servers = []
+
+    class Recording(uvicorn.Server):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            servers.append(self)
+
+    monkeypatch.setattr(uvicorn, "Server", Recording)
+    with serve.background_server(serve.create_app(translator), HOST, 0, loop=loop) as url, \
+            httpx.Client(base_url=url, timeout=30) as c:
+        assert c.get("/health").status_code == 200  # the keep-alive connection stays open
+        connections = list(servers[0].server_state.connections)
+        assert connections
+        for protocol in connections:
+            sock = protocol.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
 # ------------------------------------------------------------------------------------ command line
 
 
@@ -405,6 +460,8 @@ def test_bench_serving_section_structure():
 
     r = bench.bench_serving(1, quick=True, clients=4, requests_per_client=2)
     assert r["clients"] == 4 and r["requests"] == 8 and r["threads"] == 1
+    assert r["server"] == serve.uvicorn_choices()
+    assert r["client"]["process"] == "separate" and r["client"]["loop"] in ("uvloop", "asyncio")
     for name, max_batch in (("batching", 32), ("one_at_a_time", 1)):
         e = r["modes"][name]
         assert e["max_batch"] == max_batch and e["requests_per_s"] > 0

@@ -13,7 +13,7 @@ from transformer_cpp.checkpoint import list_checkpoints
 from transformer_cpp.plotting import history_plot
 from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted, evaluate_loss
 
-from toy_task import threads, reversal_pairs, reversal_tokenizer, tiny_model
+from toy_task import threads, reversal_pairs, tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
 

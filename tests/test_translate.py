@@ -15,7 +15,7 @@ from transformer_cpp.training import TrainConfig, Trainer
 from transformer_cpp.translate import (Translation, Translator, evaluate, greedy_decode,
                                        greedy_decode_reference)
 
-from toy_task import threads, SYMBOLS, reversal_pairs, reversal_tokenizer, tiny_model
+from toy_task import threads, SYMBOLS, reversal_pairs, tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
 

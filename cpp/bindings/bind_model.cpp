@@ -83,7 +83,7 @@ void bind_transformer(py::module_& m) {
                        const py::object& n_layers, const py::object& n_heads, const py::object& d_ff,
                        const py::object& dropout, const py::object& max_length, const py::object& layout,
                        bool pre_norm, bool share_embeddings, const py::object& layer_norm_eps,
-                       const py::object& seed) {
+                       const py::object& seed, const py::object& precision) {
              const char* who = "Transformer";
              TransformerConfig c;
              c.src_vocab_size = int_arg(src_vocab_size, who, "src_vocab_size");
@@ -99,12 +99,17 @@ void bind_transformer(py::module_& m) {
              c.share_embeddings = share_embeddings;
              c.layer_norm_eps = float_arg(layer_norm_eps, who, "layer_norm_eps");
              c.seed = seed_arg(seed, who);
+             try {
+               c.precision = parse_precision(str_arg(precision, who, "precision"));
+             } catch (const std::invalid_argument& e) {
+               throw py::value_error(concat(who, ": ", e.what()));
+             }
              return new H(c);
            }),
            py::arg("src_vocab_size"), py::arg("tgt_vocab_size"), py::arg("d_model") = 512, py::arg("n_layers") = 6,
            py::arg("n_heads") = 8, py::arg("d_ff") = 2048, py::arg("dropout") = 0.1, py::arg("max_length") = 2048,
            py::arg("layout") = "interleaved", py::arg("pre_norm") = false, py::arg("share_embeddings") = false,
-           py::arg("layer_norm_eps") = 1e-6, py::arg("seed") = 0)
+           py::arg("layer_norm_eps") = 1e-6, py::arg("seed") = 0, py::arg("precision") = "float32")
       .def("forward",
            [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
              Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
@@ -328,6 +333,7 @@ void bind_transformer(py::module_& m) {
         d["share_embeddings"] = c.share_embeddings;
         d["layer_norm_eps"] = c.layer_norm_eps;
         d["seed"] = c.seed;
+        d["precision"] = to_string(c.precision);
         return d;
       });
 }

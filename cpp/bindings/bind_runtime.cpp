@@ -1,4 +1,5 @@
 #include "bindings.hpp"
+#include "transformer/bf16_gemm.hpp"
 #include "transformer/decode_kernels.hpp"
 #include "transformer/positional_encoding.hpp"
 #include "transformer/runtime.hpp"
@@ -61,6 +62,56 @@ void bind_runtime(py::module_& m) {
         return copy_out<float>(y.data(), {y.rows(), y.cols()});
       },
       py::arg("x"), py::arg("W"), py::arg("b"), py::arg("kernel"), "y = x W^T + b by one decoding kernel (tests).");
+  // The bfloat16 matrix-product kernel on its own, for the tests that compare it with its reference.
+  m.def("_bf16_supported", &bf16::supported, "Whether the bfloat16 kernel may run here (CPU, build, environment).");
+  m.def("_bf16_unsupported_reason", &bf16::unsupported_reason, "Why not, or '' when it may.");
+  m.def(
+      "_bf16_matmul",
+      [](const py::handle& a, const py::handle& b, bool trans_a, bool trans_b, const py::handle& c,
+         const std::string& kernel) {
+        const char* who = "_bf16_matmul";
+        auto as = as_rows<float>(a, who, "a", -1);
+        auto bs = as_rows<float>(b, who, "b", -1);
+        if (as.lead_shape.size() != 1 || bs.lead_shape.size() != 1)
+          throw py::value_error("_bf16_matmul: a and b must be 2-D");
+        const Index M = trans_a ? as.cols : as.rows, K = trans_a ? as.rows : as.cols;
+        const Index Kb = trans_b ? bs.cols : bs.rows, N = trans_b ? bs.rows : bs.cols;
+        if (K != Kb) throw py::value_error(concat("_bf16_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
+        Matrix<float> out = Matrix<float>::Zero(M, N);
+        float beta = 0.0f;
+        if (!c.is_none()) {
+          auto cs = as_rows<float>(c, who, "c", N);
+          if (cs.lead_shape.size() != 1 || cs.rows != M)
+            throw py::value_error(concat("_bf16_matmul: c must have shape (", M, ", ", N, ")"));
+          std::copy(cs.array.data(), cs.array.data() + M * N, out.data());
+          beta = 1.0f;
+        }
+        if (kernel == "avx512_bf16") {
+          if (!bf16::cpu_supported()) throw py::value_error("_bf16_matmul: " + bf16::unsupported_reason());
+          py::gil_scoped_release release;
+          bf16::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
+                     N);
+        } else if (kernel == "reference") {
+          py::gil_scoped_release release;
+          bf16::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
+                               out.data(), N);
+        } else {
+          throw py::value_error("_bf16_matmul: kernel must be 'avx512_bf16' or 'reference'");
+        }
+        return copy_out<float>(out.data(), {M, N});
+      },
+      py::arg("a"), py::arg("b"), py::arg("trans_a"), py::arg("trans_b"), py::arg("c"), py::arg("kernel"),
+      "op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).");
+  m.def(
+      "_round_to_bf16",
+      [](const py::handle& x) {
+        auto a = as_floats<float>(x, "_round_to_bf16", "x", -1);
+        py::array_t<float> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+        float* o = out.mutable_data();
+        for (py::ssize_t i = 0; i < a.size(); ++i) o[i] = bf16::round_to_bf16(a.data()[i]);
+        return out;
+      },
+      py::arg("x"), "Each value rounded to the nearest bfloat16, ties to even (tests).");
   m.def(
       "_fingerprint",
       [](const py::array& data, std::uint64_t seed) {

@@ -111,6 +111,24 @@ MultiHeadAttention<T>::MultiHeadAttention(Index d_model, Index n_heads, std::uin
 
 namespace {
 
+template <typename T>
+ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+template <typename T>
+MatrixMap<T> map(Matrix<T>& m) {
+  return MatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+// rows [first, first + n) of a row-major matrix: contiguous, e.g. W_q or [W_k; W_v] of W_in
+template <typename T>
+ConstMatrixMap<T> rows_of(const Matrix<T>& m, Index first, Index n) {
+  return ConstMatrixMap<T>(m.data() + first * m.cols(), n, m.cols());
+}
+template <typename T>
+MatrixMap<T> mut_rows_of(Matrix<T>& m, Index first, Index n) {
+  return MatrixMap<T>(m.data() + first * m.cols(), n, m.cols());
+}
+
 // Packed rows -> the padded (B*T, C) layout, zero at the rows not listed.
 template <typename T>
 void scatter_rows(const Matrix<T>& packed, const RowLayout& l, Matrix<T>& padded) {
@@ -186,7 +204,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLa
   const Index B = l.B, Tn = l.T;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
   qkv_.resize(x.rows(), 3 * d_);
-  qkv_.noalias() = x * w_in_.transpose();
+  dense_forward<T>(precision_, x, cmap(w_in_), map(qkv_));
   add_row_vector(qkv_.data(), qkv_.rows(), 3 * d_, b_in_.data());
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
@@ -221,11 +239,11 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   const Index B = lq.B, Tq = lq.T, Tk = lk.T;
   // Q = x W_q^T + b_q                                                   (rows_q, d)
   qkv_.resize(x.rows(), d_);
-  qkv_.noalias() = x * w_in_.topRows(d_).transpose();
+  dense_forward<T>(precision_, x, rows_of(w_in_, 0, d_), map(qkv_));
   add_row_vector(qkv_.data(), qkv_.rows(), d_, b_in_.data());
   // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (rows_k, 2d)
   kv_.resize(memory.rows(), 2 * d_);
-  kv_.noalias() = memory * w_in_.bottomRows(2 * d_).transpose();
+  dense_forward<T>(precision_, memory, rows_of(w_in_, d_, 2 * d_), map(kv_));
   add_row_vector(kv_.data(), kv_.rows(), 2 * d_, b_in_.data() + d_);
   const T* q = qkv_.data();
   const T* kv = kv_.data();
@@ -287,10 +305,10 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
     if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
-    dw_in_.noalias() += dqkv_.transpose() * x;
+    dense_backward_weight<T>(precision_, cmap(dqkv_), x, map(dw_in_));
     add_column_sums(dqkv_.data(), dqkv_.rows(), 3 * d_, db_in_.data());
     dx_.resize(rq, d_);
-    dx_.noalias() = dqkv_ * w_in_;
+    dense_backward_input<T>(precision_, cmap(dqkv_), cmap(w_in_), map(dx_));
     return dx_;
   }
   ConstMatrixMap<T> mem(mem_, rk, d_);
@@ -304,15 +322,22 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
                         dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_, dscores_.data());
   if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
   if (lk.packed) gather_rows(dkv_pad_, lk, dkv_);
-  dw_in_.topRows(d_).noalias() += dqkv_.transpose() * x;
+  dense_backward_weight<T>(precision_, cmap(dqkv_), x, mut_rows_of(dw_in_, 0, d_));
   add_column_sums(dqkv_.data(), dqkv_.rows(), d_, db_in_.data());
-  dw_in_.bottomRows(2 * d_).noalias() += dkv_.transpose() * mem;
+  dense_backward_weight<T>(precision_, cmap(dkv_), mem, mut_rows_of(dw_in_, d_, 2 * d_));
   add_column_sums(dkv_.data(), dkv_.rows(), 2 * d_, db_in_.data() + d_);
   dx_.resize(rq, d_);
-  dx_.noalias() = dqkv_ * w_in_.topRows(d_);
+  dense_backward_input<T>(precision_, cmap(dqkv_), rows_of(w_in_, 0, d_), map(dx_));
   dmem_.resize(rk, d_);
-  dmem_.noalias() = dkv_ * w_in_.bottomRows(2 * d_);
+  dense_backward_input<T>(precision_, cmap(dkv_), rows_of(w_in_, d_, 2 * d_), map(dmem_));
   return dx_;
+}
+
+template <typename T>
+void MultiHeadAttention<T>::set_precision(Precision p) {
+  check_precision<T>(p, "MultiHeadAttention");
+  out_.set_precision(p);
+  precision_ = p;
 }
 
 template <typename T>

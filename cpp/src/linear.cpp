@@ -8,6 +8,11 @@
 namespace transformer {
 
 template <typename T>
+static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
+template <typename T>
 Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_t seed)
     : has_bias_(bias) {
   TCPP_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be ",
@@ -31,7 +36,7 @@ const Matrix<T>& Linear<T>::forward(ConstMatrixMap<T> x) {
   rows_ = x.rows();
   y_.resize(rows_, out_features());
   // y = x W^T (+ b)                                                    (N, out)
-  y_.noalias() = x * weight_.transpose();
+  dense_forward<T>(precision_, x, cmap(weight_), MatrixMap<T>(y_.data(), y_.rows(), y_.cols()));
   if (has_bias_) add_row_vector(y_.data(), rows_, out_features(), bias_.data());
   return y_;
 }
@@ -43,7 +48,7 @@ void Linear<T>::backward_params_only(ConstMatrixMap<T> dy) {
              dy.rows(), ", ", dy.cols(), "), expected (", rows_, ", ", out_features(), ")");
   ConstMatrixMap<T> x(x_, rows_, in_features());
   // forward was y = x W^T + b, so dW = dy^T x and db = column sums of dy.
-  dweight_.noalias() += dy.transpose() * x;
+  dense_backward_weight<T>(precision_, dy, x, MatrixMap<T>(dweight_.data(), dweight_.rows(), dweight_.cols()));
   if (has_bias_) add_column_sums(dy.data(), dy.rows(), dy.cols(), dbias_.data());
 }
 
@@ -52,8 +57,14 @@ const Matrix<T>& Linear<T>::backward(ConstMatrixMap<T> dy) {
   backward_params_only(dy);
   // and dx = dy W                                                       (N, in)
   dx_.resize(rows_, in_features());
-  dx_.noalias() = dy * weight_;
+  dense_backward_input<T>(precision_, dy, cmap(weight_), MatrixMap<T>(dx_.data(), dx_.rows(), dx_.cols()));
   return dx_;
+}
+
+template <typename T>
+void Linear<T>::set_precision(Precision p) {
+  check_precision<T>(p, "Linear");
+  precision_ = p;
 }
 
 template <typename T>

@@ -29,6 +29,7 @@ void validate(const TransformerConfig& c) {
   TCPP_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "Transformer: dropout must be in [0, 1), got ", c.dropout);
   TCPP_CHECK(std::isfinite(c.layer_norm_eps) && c.layer_norm_eps > 0.0,
              "Transformer: layer_norm_eps must be a finite number > 0, got ", c.layer_norm_eps);
+  check_precision<T>(c.precision, "Transformer");
   // every weight (value and gradient) and the two positional tables, before any is allocated
   const double d = static_cast<double>(c.d_model), L = static_cast<double>(c.n_layers);
   const double V = static_cast<double>(c.tgt_vocab_size), dff = static_cast<double>(c.d_ff);
@@ -73,6 +74,16 @@ Transformer<T>::Transformer(const TransformerConfig& c) : config_(c) {
   decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
                                           c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
                                           splitmix64(c.seed + 2));
+  // every dense layer's products in the configured precision (the output layer's: run/backward_rows)
+  for (auto& layer : encoder_->layers_) {
+    layer->self_attention_.set_precision(c.precision);
+    layer->feed_forward_.set_precision(c.precision);
+  }
+  for (auto& layer : decoder_->layers_) {
+    layer->self_attention_.set_precision(c.precision);
+    layer->cross_attention_.set_precision(c.precision);
+    layer->feed_forward_.set_precision(c.precision);
+  }
   out_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
   dout_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
   if (!c.share_embeddings) {
@@ -151,7 +162,7 @@ const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, co
   ConstMatrixMap<T> W(output_weight(), V, d);
   // logits = y W^T + b                                                    (rows_tgt, V)
   logits_.resize(y.rows(), V);
-  logits_.noalias() = y * W.transpose();
+  dense_forward<T>(config_.precision, cmap(y), W, MatrixMap<T>(logits_.data(), logits_.rows(), V));
   add_row_vector(logits_.data(), logits_.rows(), V, out_bias_.data());
   return logits_;
 }
@@ -173,10 +184,10 @@ void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits) {
   ConstMatrixMap<T> W(output_weight(), V, d);
   MatrixMap<T> dW(output_weight_grad(), V, d);
   // logits = y W^T + b, so dW += dlogits^T y, db += column sums, dy = dlogits W
-  dW.noalias() += dlogits.transpose() * y;
+  dense_backward_weight<T>(config_.precision, dlogits, cmap(y), dW);
   add_column_sums(dlogits.data(), dlogits.rows(), V, dout_bias_.data());
   dy_.resize(y.rows(), d);
-  dy_.noalias() = dlogits * W;
+  dense_backward_input<T>(config_.precision, dlogits, W, MatrixMap<T>(dy_.data(), dy_.rows(), d));
   decoder_->backward(cmap(dy_));
   encoder_->backward(cmap(decoder_->dmemory()));
 }

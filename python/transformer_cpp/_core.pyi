@@ -675,7 +675,7 @@ class Transformer_float32:
     """
     The encoder-decoder Transformer.
     """
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0) -> None:
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0, precision: str = 'float32') -> None:
         ...
     def attention_weights(self) -> dict[str, numpy.ndarray]:
         """
@@ -753,7 +753,7 @@ class Transformer_float64:
     """
     The encoder-decoder Transformer.
     """
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0) -> None:
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0, precision: str = 'float32') -> None:
         ...
     def attention_weights(self) -> dict[str, numpy.ndarray]:
         """
@@ -831,6 +831,18 @@ def _check_memory(who: str, what: str, bytes: typing.SupportsFloat | typing.Supp
     """
     ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.
     """
+def _bf16_matmul(a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, trans_a: bool, trans_b: bool, c: numpy.typing.ArrayLike | None, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).
+    """
+def _bf16_supported() -> bool:
+    """
+    Whether the bfloat16 kernel may run here (CPU, build, environment).
+    """
+def _bf16_unsupported_reason() -> str:
+    """
+    Why not, or '' when it may.
+    """
 def _decode_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
     """
     y = x W^T + b by one decoding kernel (tests).
@@ -850,6 +862,10 @@ def _have_decode_kernels() -> bool:
 def _memory_limit_bytes() -> float:
     """
     Bytes this process may still use (see checks.hpp).
+    """
+def _round_to_bf16(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    Each value rounded to the nearest bfloat16, ties to even (tests).
     """
 def attention_mask(key_padding: numpy.typing.ArrayLike, query_length: int, causal: bool = False) -> numpy.typing.NDArray[numpy.bool_]:
     ...

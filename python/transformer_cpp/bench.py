@@ -2,7 +2,7 @@
 
 Everything runs in this process with one thread count for every library (default: all cores the
 process may use), except the peak-memory measurement, which needs a fresh process per
-implementation:
+implementation, and the serving section's HTTP clients:
 
 1. **Machine GEMM peak**: float32 ``2048 x 2048`` matrix products in NumPy (best of several),
    the practical ceiling for dense compute on this machine.
@@ -23,9 +23,10 @@ implementation:
    :func:`_peak_rss`), and **thread scaling** of the
    training step (1 thread against all threads).
 5. **Serving**: requests per second and p50/p99 latency of the HTTP server
-   (:mod:`transformer_cpp.serve`) at 32 concurrent clients on a random model of the ``tiny``
-   preset, with request batching against ``--max-batch 1`` (see :func:`bench_serving`; needs the
-   ``serve`` extra, else skipped with a note; ``--serving-only`` runs just this section).
+   (:mod:`transformer_cpp.serve`) at 32 concurrent clients (in a child process) on a random model
+   of the ``tiny`` preset, with request batching against ``--max-batch 1`` (see
+   :func:`bench_serving`; needs the ``serve`` extra, else skipped with a note; ``--serving-only``
+   runs just this section).
 
 Thread control: ``--threads N`` calls ``transformer_cpp.set_num_threads(N)`` and
 ``torch.set_num_threads(N)``, sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/... for child
@@ -43,7 +44,9 @@ issue's targets are printed next to each figure with whether they are met.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -120,7 +123,7 @@ class BenchShapes:
     steps: int = 5                # timed training steps per implementation
     scaling_steps: int = 2        # timed steps per thread count in the scaling section
     busy_settle: int = 12         # busy-machine section: untimed steps (the governor finds its count)
-    busy_steps: int = 8           # busy-machine section: timed steps (and decoding batches) per setting
+    busy_steps: int = 24          # busy-machine section: units after settling (the first of each block untimed)
     sentences: int = 256          # greedy decoding: sentences translated per batch size
     decode_batches: Tuple[int, ...] = (1, 32)
     memory_steps: int = 3         # training steps in each memory child (the first ones warm up)
@@ -912,6 +915,7 @@ def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int
 # 4b. a busy machine: one core taken by another program
 # ----------------------------------------------------------------------------------------------
 
+BUSY_BLOCK = 4  # busy-machine section: units per setting before the next setting takes over
 HOG_SOURCE = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -927,8 +931,9 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
     """Training steps and greedy-decoding batches (32 sentences) with a CPU hog holding one core:
     1 thread, ``threads`` fixed (every loop split in equal shares, so all wait for the thread that
     shares the hog's core) and ``threads`` governed (:class:`ThreadGovernor`, what ``train`` and
-    ``Translator`` do). The three run alternately, unit by unit; the first ``busy_settle`` units
-    of each are not timed (the governor finds its count in them; a real run has thousands)."""
+    ``Translator`` do). The three take turns in blocks of ``BUSY_BLOCK`` units; the first
+    ``busy_settle`` units of each, and the first unit of every block, are not timed (the governor
+    finds its count in the settling ones; a real run has thousands)."""
     from ._runtime import ThreadGovernor
 
     model = build_ours(shapes, seed)
@@ -946,29 +951,33 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
             governor = ThreadGovernor(threads)
             times: Dict[str, List[float]] = {"1": [], "fixed": [], "governed": []}
             chosen: List[int] = []
-            for i in range(count):
-                if kind == "training":
-                    b = batches[i]
-                    work = float(b.src.size + b.tgt_in.size)
-                    unit: Callable[[], Any] = lambda b=b: model.train_step(b.src, b.tgt_in, b.tgt_out)
-                else:
-                    src = sources[i]
-                    work = float(src.size)
-                    unit = lambda src=src: greedy(src, START_ID, END_ID, shapes.max_length)
-                order = ["1", "fixed", "governed"]
-                for name in order[i % 3:] + order[:i % 3]:
-                    n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
-                    set_num_threads(n)
-                    t0 = time.perf_counter()
-                    unit()
-                    seconds = time.perf_counter() - t0
-                    if name == "governed":
-                        chosen.append(n)
-                        governor.record(seconds, work)
-                    if i >= shapes.busy_settle:
-                        times[name].append(seconds)
-                _log(f"busy machine, {kind} {i + 1}/{count}" + (" (settling)" if i < shapes.busy_settle else "")
-                     + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if i >= shapes.busy_settle))
+            # blocks of BUSY_BLOCK units per setting, each block of settings in another of the six
+            # orders (who follows whom matters: the scheduler moves threads between the hog's core
+            # and the free one with a delay); the first unit of a block is not timed
+            orders = list(itertools.permutations(("1", "fixed", "governed")))
+            for block, start in enumerate(range(0, count, BUSY_BLOCK)):
+                for name in orders[block % len(orders)]:
+                    for i in range(start, min(start + BUSY_BLOCK, count)):
+                        if kind == "training":
+                            b = batches[i]
+                            work = float(b.src.size + b.tgt_in.size)
+                            unit: Callable[[], Any] = lambda b=b: model.train_step(b.src, b.tgt_in, b.tgt_out)
+                        else:
+                            src = sources[i]
+                            work = float(src.size)
+                            unit = lambda src=src: greedy(src, START_ID, END_ID, shapes.max_length)
+                        n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
+                        set_num_threads(n)
+                        t0 = time.perf_counter()
+                        unit()
+                        seconds = time.perf_counter() - t0
+                        if name == "governed":
+                            chosen.append(n)
+                            governor.record(seconds, work)
+                        if i >= shapes.busy_settle and i > start:
+                            times[name].append(seconds)
+                _log(f"busy machine, {kind} units {start + 1}-{min(start + BUSY_BLOCK, count)}/{count}"
+                     + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if v))
             one = statistics.median(times["1"])
             out[kind] = {"seconds_1": one, "seconds_fixed": statistics.median(times["fixed"]),
                          "seconds_governed": statistics.median(times["governed"]),
@@ -1053,43 +1062,144 @@ async def _http_client(host: str, port: int, bodies: Sequence[bytes], latencies:
         writer.close()
 
 
-def _serving_load(url: str, per_client: Sequence[Sequence[bytes]]) -> Tuple[float, List[float]]:
+def _client_loop() -> Tuple[Callable[[], Any], str]:
+    """The load generator's event loop: uvloop's when it is installed (a cheaper client leaves more
+    of the shared cores to the server), else asyncio's."""
+    import asyncio
+
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop, "asyncio"
+    return uvloop.new_event_loop, "uvloop"
+
+
+def _serving_load(host: str, port: int, per_client: Sequence[Sequence[bytes]],
+                  new_loop: Optional[Callable[[], Any]] = None) -> Tuple[float, List[float]]:
     """Run one client per entry of ``per_client`` at once; (seconds, latencies)."""
     import asyncio
-    from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
     latencies: List[float] = []
 
     async def main() -> None:
-        await asyncio.gather(*(_http_client(parts.hostname or "127.0.0.1", parts.port or 80, bodies, latencies)
-                               for bodies in per_client))
+        await asyncio.gather(*(_http_client(host, port, bodies, latencies) for bodies in per_client))
 
-    started = time.perf_counter()
-    asyncio.run(main())
-    return time.perf_counter() - started, latencies
+    loop = (new_loop or asyncio.new_event_loop)()
+    try:
+        started = time.perf_counter()
+        loop.run_until_complete(main())
+        return time.perf_counter() - started, latencies
+    finally:
+        loop.close()
+
+
+def _serving_client_process() -> None:
+    """The load generator of :func:`bench_serving`, run in its own process (a real client is not in
+    the server's process, and would not share its GIL). Says ``{"loop": ...}`` on one line of
+    standard output, then for every job (one JSON line on standard input: ``host``, ``port`` and
+    ``clients``, one list of request bodies per client) answers one line: ``seconds`` and
+    ``latencies``, or ``error``. Ends at the end of its input."""
+    new_loop, name = _client_loop()
+    out = sys.stdout
+    out.write(json.dumps({"loop": name}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            seconds, latencies = _serving_load(job["host"], int(job["port"]),
+                                               [[b.encode() for b in bodies] for bodies in job["clients"]], new_loop)
+            answer: Dict[str, Any] = {"seconds": seconds, "latencies": latencies}
+        except Exception as exc:  # reported to the bench, which raises it
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+class _LoadGenerator:
+    """The parent's handle on :func:`_serving_client_process` (``python -c``; started once,
+    before anything is timed, and used for every job)."""
+
+    def __init__(self, timeout: float = 600.0) -> None:
+        import queue
+        import threading
+
+        self.timeout = timeout
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from transformer_cpp.bench import _serving_client_process; "
+                                   "_serving_client_process()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._lines: "queue.Queue[str]" = queue.Queue()
+        threading.Thread(target=self._read, name="load-generator-reader", daemon=True).start()
+        self.loop = self._answer("start")["loop"]
+
+    def _read(self) -> None:
+        """Hand the child's answers to :meth:`_answer` (which waits with a timeout); "" at the end."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put("")
+
+    def _answer(self, what: str) -> Dict[str, Any]:
+        import queue
+
+        try:
+            line = self._lines.get(timeout=self.timeout)
+        except queue.Empty:
+            raise RuntimeError(f"serving bench: the load generator gave no answer ({what}) in "
+                               f"{self.timeout:g} s") from None
+        if not line:
+            raise RuntimeError(f"serving bench: the load generator exited ({what}) with status {self.proc.wait()}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"serving bench: load generator: {answer['error']}")
+        return answer
+
+    def run(self, url: str, per_client: Sequence[Sequence[bytes]]) -> Tuple[float, List[float]]:
+        """Run one client per entry of ``per_client`` at once against ``url``; (seconds, latencies)."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        job = {"host": parts.hostname or "127.0.0.1", "port": parts.port or 80,
+               "clients": [[b.decode() for b in bodies] for bodies in per_client]}
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer("load")
+        return float(answer["seconds"]), [float(x) for x in answer["latencies"]]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def bench_serving(threads: int, quick: bool = False, seed: int = 0, clients: int = SERVING_CLIENTS,
                   requests_per_client: Optional[int] = None) -> Dict[str, Any]:
     """Requests per second and latency of ``transformer-cpp serve`` (the app of
-    :func:`transformer_cpp.serve.create_app` under uvicorn, in a thread of this process, on
-    127.0.0.1) with request batching (``--max-batch 32 --max-wait-ms 5``) and one sentence at a
-    time (``--max-batch 1``): ``clients`` concurrent keep-alive connections, each posting
-    ``{"text": ...}`` requests of one sentence one after the other. Both runs send the same
-    requests, after one untimed warm-up request per client. The model is
-    :func:`serving_translator`'s."""
+    :func:`transformer_cpp.serve.create_app` under uvicorn, with the HTTP parser and event loop of
+    :func:`transformer_cpp.serve.uvicorn_choices`, in a thread of this process, on 127.0.0.1)
+    with request batching (``--max-batch 32 --max-wait-ms 5``) and one sentence at a time
+    (``--max-batch 1``): ``clients`` concurrent keep-alive connections, each posting
+    ``{"text": ...}`` requests of one sentence one after the other (16 each; 2 with ``quick``).
+    The clients run in a separate process (:func:`_serving_client_process`), as real clients
+    would: they do not share the server's GIL. Both runs send the same requests, after one
+    untimed warm-up request per client. The model is :func:`serving_translator`'s."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
 
-        from .serve import background_server, create_app
+        from .serve import background_server, create_app, uvicorn_choices
     except ImportError as exc:
         return {"skipped": f"FastAPI/uvicorn not installed ({exc}); pip install 'transformer-cpp[serve]'"}
     set_num_threads(threads)
     # --quick: a small vocabulary, learnt in a fraction of a second (the numbers then mean little)
     translator, sentences = serving_translator(seed, *((1000, 1000, 3000) if quick else ()))
-    per = requests_per_client or (2 if quick else 8)
+    per = requests_per_client or (2 if quick else 16)
     order = np.random.default_rng(seed).permutation(len(sentences))
     bodies = [json.dumps({"text": sentences[int(i)]}).encode() for i in order]
     timed = [[bodies[(c * per + k) % len(bodies)] for k in range(per)] for c in range(clients)]
@@ -1099,23 +1209,28 @@ def bench_serving(threads: int, quick: bool = False, seed: int = 0, clients: int
                                      if k in ("d_model", "n_layers", "n_heads", "d_ff", "src_vocab_size")},
                            "mean_output_limit": float(np.mean([int(1.5 * len(translator.src_tokenizer.encode(s))) + 10
                                                                for s in sentences])),
-                           "modes": {}}
-    for name, max_batch in (("batching", 32), ("one_at_a_time", 1)):
-        _log(f"serving: {clients} clients x {per} requests, --max-batch {max_batch}")
-        app = create_app(translator, max_batch=max_batch, max_wait_ms=5.0, max_queue=100_000, threads=threads)
-        with background_server(app) as url:
-            _serving_load(url, warm)
-            before = dict(app.state.batcher.stats)
-            seconds, latencies = _serving_load(url, timed)
-            stats = app.state.batcher.stats
-        batches = stats["batches"] - before["batches"]
-        ms = np.asarray(latencies) * 1000.0
-        out["modes"][name] = {
-            "max_batch": max_batch, "max_wait_ms": 5.0, "seconds": seconds,
-            "requests_per_s": len(latencies) / seconds,
-            "latency_ms_p50": float(np.percentile(ms, 50)), "latency_ms_p99": float(np.percentile(ms, 99)),
-            "mean_batch": (stats["sentences"] - before["sentences"]) / batches if batches else None,
-        }
+                           "server": uvicorn_choices(), "modes": {}}
+    load = _LoadGenerator()
+    out["client"] = {"process": "separate", "loop": load.loop}
+    try:
+        for name, max_batch in (("batching", 32), ("one_at_a_time", 1)):
+            _log(f"serving: {clients} clients x {per} requests, --max-batch {max_batch}")
+            app = create_app(translator, max_batch=max_batch, max_wait_ms=5.0, max_queue=100_000, threads=threads)
+            with background_server(app) as url:
+                load.run(url, warm)
+                before = dict(app.state.batcher.stats)
+                seconds, latencies = load.run(url, timed)
+                stats = app.state.batcher.stats
+            batches = stats["batches"] - before["batches"]
+            ms = np.asarray(latencies) * 1000.0
+            out["modes"][name] = {
+                "max_batch": max_batch, "max_wait_ms": 5.0, "seconds": seconds,
+                "requests_per_s": len(latencies) / seconds,
+                "latency_ms_p50": float(np.percentile(ms, 50)), "latency_ms_p99": float(np.percentile(ms, 99)),
+                "mean_batch": (stats["sentences"] - before["sentences"]) / batches if batches else None,
+            }
+    finally:
+        load.close()
     out["ratio"] = out["modes"]["batching"]["requests_per_s"] / out["modes"]["one_at_a_time"]["requests_per_s"]
     return out
 
@@ -1293,7 +1408,10 @@ def format_report(results: Dict[str, Any]) -> str:
             lines.append(f"5. Serving: skipped: {sv['skipped']}")
         else:
             m = sv["model"]
-            lines.append(f"5. Serving over HTTP (uvicorn, 127.0.0.1): {sv['clients']} concurrent clients, "
+            server, client = sv.get("server") or {}, sv.get("client") or {}
+            stack = f"uvicorn with {server['http']} and {server['loop']}" if server else "uvicorn"
+            where = f"; clients in a separate process ({client['loop']})" if client.get("process") == "separate" else ""
+            lines.append(f"5. Serving over HTTP ({stack}, 127.0.0.1{where}): {sv['clients']} concurrent clients, "
                          f"{sv['requests']} one-sentence requests, {sv['threads']} C++ thread(s)")
             lines.append(f"   random model of the tiny preset (d_model {m['d_model']}, {m['n_layers']}+{m['n_layers']} "
                          f"layers, vocabularies {m['src_vocab_size']:,}): every output runs to its limit, "

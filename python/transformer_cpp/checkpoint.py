@@ -54,6 +54,7 @@ import re
 import shutil
 import threading
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
@@ -872,6 +873,13 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
             raise CheckpointError(f"checkpoint '{ckpt}': the '{section}' section of '{CONFIG_FILE}' must be an object "
                                   f"or null, got {type(config[section]).__name__}")
 
+    if not optimizer and model_cfg.get("precision") == "bf16" and not _core._bf16_supported():
+        # decoding runs in float32 whatever the training precision: a model trained in bf16 is
+        # still translated here; only resuming its training needs the bf16 kernel
+        warnings.warn(f"checkpoint '{ckpt}' was trained with precision 'bf16', which cannot run here "
+                      f"({_core._bf16_unsupported_reason()}); loaded with precision 'float32' (decoding is float32 "
+                      "either way)", RuntimeWarning, stacklevel=2)
+        model_cfg = dict(model_cfg, precision="float32")
     try:
         model = Transformer.from_config(model_cfg)
         if isinstance(opt.get("config"), dict):

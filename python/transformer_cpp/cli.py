@@ -50,7 +50,10 @@ _ARCH_OPTIONS = {
     "dropout": "dropout",
     "pre_norm": "pre_norm",
     "tie_embeddings": "share_embeddings",
+    "precision": "precision",
 }
+# What a checkpoint written before an architecture option existed had (its absence means this).
+_DEFAULT_ARCH = {"precision": "float32"}
 # Training options: command-line flag -> TrainConfig field.
 _TRAIN_OPTIONS = {
     "batch_size": "batch_size",
@@ -310,7 +313,7 @@ def _check_resume_options(args: argparse.Namespace, model_cfg: Dict[str, Any], t
         for key, value in requested.items():
             if section == "training" and key in _CHANGEABLE_ON_RESUME:
                 continue
-            have = saved.get(key, _DEFAULT_DATA.get(key) if section == "data" else None)
+            have = saved.get(key, (_DEFAULT_DATA if section == "data" else _DEFAULT_ARCH).get(key))
             if value != have:
                 flag = names.get(key, key).replace("_", "-")
                 conflicts.append(f"--{flag} {value} (the run has {have})")
@@ -810,6 +813,11 @@ def _add_train_parser(sub: Any) -> None:
                    help="always use all --threads threads (by default the run times its steps and uses fewer "
                         "while that is faster: another program holding a core slows every thread's share)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--precision", choices=("float32", "bf16"), default=None,
+                   help="matrix products of the dense layers (attention projections, feed-forward, output "
+                        "layer): float32 (the default), or bf16 mixed precision: bfloat16 inputs summed in float32 "
+                        "by AVX512_BF16 instructions, float32 weights, optimiser, normalisation and loss; needs a "
+                        "CPU with AVX512_BF16. Recorded in the checkpoints; a resumed run keeps it")
     g = p.add_argument_group("data")
     g.add_argument("--num-samples", type=_non_negative_int, default=None,
                    help="use N pairs of the file (default: the preset's; 0 = all)")
@@ -893,8 +901,8 @@ def _add_translate_parser(sub: Any) -> None:
 def _add_decoding_options(p: Any) -> None:
     p.add_argument("--beam-size", type=_setting("Translator", "beam_size"), default=1,
                    help="1 = greedy decoding (default), more = beam search (" + _range_help("Translator", "beam_size") + ")")
-    p.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=0.6,
-                   help="beam search length-penalty exponent (default 0.6; " + _range_help("Translator", "length_penalty")
+    p.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=1.0,
+                   help="beam search length-penalty exponent (default 1.0, chosen on validation BLEU; " + _range_help("Translator", "length_penalty")
                         + ")")
     p.add_argument("--batch-size", type=_setting("Translator", "batch_size"), default=64,
                    help="sentences decoded together (default 64)")

@@ -47,6 +47,12 @@ not valid JSON, 422 for a missing, unknown or wrong-typed field, an empty text, 
 range, and 503 (with ``Retry-After``) when more than ``max_queue`` sentences would wait. No field
 names a file. The server binds 127.0.0.1 unless told otherwise.
 
+**HTTP stack.** :func:`serve` and :func:`background_server` run uvicorn with its C HTTP parser
+``httptools`` and the ``uvloop`` event loop when they are importable (the ``serve`` extra
+installs both), else with the pure-Python ``h11`` parser and asyncio's loop
+(:func:`uvicorn_choices`). On this project's 2-core machine, with a no-op decoder, httptools and
+uvloop took the server's CPU per request from about 0.39 ms to 0.28 ms.
+
 **Shutdown.** On SIGTERM (or Ctrl-C) uvicorn stops accepting connections and lets the requests
 in flight finish (their sentences are still decoded), then the batcher is closed and
 ``transformer-cpp serve`` exits with status 0.
@@ -70,9 +76,28 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["ServeConfig", "ServeError", "Batcher", "create_app", "background_server", "add_serve_parser", "serve", "main"]
+__all__ = ["ServeConfig", "ServeError", "Batcher", "create_app", "background_server", "uvicorn_choices",
+           "add_serve_parser", "serve", "main"]
 
 _SERVE_EXTRA_HINT = 'the server needs FastAPI and uvicorn: pip install "transformer-cpp[serve]"'
+
+
+def uvicorn_choices() -> Dict[str, str]:
+    """uvicorn's ``http`` and ``loop`` settings: ``httptools`` (a C HTTP parser) and ``uvloop``
+    when they can be imported (the ``serve`` extra installs both), else the pure-Python ``h11``
+    and asyncio's own loop. Chosen here rather than left to uvicorn's ``auto`` so that the
+    command line can say what it runs and the bench can record it."""
+    import importlib
+
+    def importable(name: str) -> bool:
+        try:
+            importlib.import_module(name)
+        except Exception:  # ImportError, or a broken build of the module
+            return False
+        return True
+
+    return {"http": "httptools" if importable("httptools") else "h11",
+            "loop": "uvloop" if importable("uvloop") else "asyncio"}
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -98,7 +123,7 @@ class ServeConfig:
     max_wait_ms: float = 5.0
     beam_size: int = 1
     max_beam_size: int = 8
-    length_penalty: float = 0.6
+    length_penalty: float = 1.0
     max_request_bytes: int = 64 * 1024
     max_texts: int = 64
     max_chars: int = 1000
@@ -854,7 +879,8 @@ def serve(translator: Any, *, host: str = "127.0.0.1", port: int = 8000, config:
 
     app = create_app(translator, config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                                           timeout_graceful_shutdown=graceful_timeout, lifespan="on"))
+                                           timeout_graceful_shutdown=graceful_timeout, lifespan="on",
+                                           **uvicorn_choices()))
     # uvicorn re-raises the signal it shut down on after restoring the previous handlers; make
     # those handlers no-ops while serving, so that a graceful shutdown ends with status 0.
     previous = {}
@@ -877,18 +903,24 @@ def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, log_l
     """Run ``app`` with uvicorn in a background thread (for tests, benchmarks and notebooks);
     yields its base URL, ``http://host:port`` (``port=0``: a free port). The server is stopped
     gracefully when the block ends. ``uvicorn_options`` go to ``uvicorn.Config`` (e.g.
-    ``timeout_keep_alive``)."""
+    ``timeout_keep_alive``, or ``http`` and ``loop`` instead of :func:`uvicorn_choices`)."""
     import socket
     import threading
 
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio's loop turns Nagle's algorithm off (TCP_NODELAY) only
+    # on connections of a socket whose protocol says TCP (uvloop does it on any). With Nagle on,
+    # uvicorn's response (headers, then body: two writes) waited for the client's delayed ACK,
+    # about 40 ms per request on Linux. The listening socket gets TCP_NODELAY too (Linux hands it
+    # on to accepted connections).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    options = dict(dict(lifespan="on", timeout_graceful_shutdown=30), **uvicorn_options)
+    options = dict(dict(lifespan="on", timeout_graceful_shutdown=30, **uvicorn_choices()), **uvicorn_options)
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
@@ -982,9 +1014,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         set_num_threads(args.threads)
     translator = Translator.from_checkpoint(args.model, max_length=args.max_length)
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
+    stack = uvicorn_choices()
     print(f"transformer-cpp serve: {translator.checkpoint} on {where}/ (page), POST /translate, GET /health, "
-          f"/info, /docs; batches of up to {config.max_batch} sentences, waiting up to {config.max_wait_ms:g} ms",
-          file=sys.stderr, flush=True)
+          f"/info, /docs; batches of up to {config.max_batch} sentences, waiting up to {config.max_wait_ms:g} ms; "
+          f"uvicorn with {stack['http']} and {stack['loop']}", file=sys.stderr, flush=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"transformer-cpp serve: warning: listening on {args.host}, reachable from other machines; the "
               "server has no authentication", file=sys.stderr, flush=True)

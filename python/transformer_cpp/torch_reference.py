@@ -86,7 +86,9 @@ __all__ = [
 # Defaults of transformer_cpp.Transformer for keys a config may leave out.
 _DEFAULTS: Dict[str, Any] = dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, dropout=0.1, max_length=2048,
                                  layout="interleaved", pre_norm=False, share_embeddings=False,
-                                 layer_norm_eps=1e-6, seed=0, dtype="float32")
+                                 layer_norm_eps=1e-6, seed=0, dtype="float32",
+                                 # our matrix-product precision; the reference computes in its dtype
+                                 precision="float32")
 
 _QKV = {"query": 0, "key": 1, "value": 2}
 

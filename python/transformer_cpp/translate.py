@@ -336,14 +336,18 @@ class Translator:
                 "may be poorer", LongInputWarning, stacklevel=_stacklevel + 1)
         return cleaned, ids
 
-    def translate(self, sentence: str, *, beam_size: int = 1, length_penalty: float = 0.6,
+    def translate(self, sentence: str, *, beam_size: int = 1, length_penalty: float = 1.0,
                   max_length: Optional[int] = None, return_attention: bool = False) -> Union[str, Translation]:
         """Translate one sentence.
 
         Args:
             sentence: the input (cleaned like the training data before encoding).
             beam_size: 1 for greedy decoding, more for beam search.
-            length_penalty: GNMT length-penalty exponent for beam search.
+            length_penalty: GNMT length-penalty exponent for beam search (scores are divided by
+                ``((5 + length) / 6) ** length_penalty``). The default 1.0 (GNMT's paper used
+                0.6, which stays the core's default) was chosen on validation BLEU, beam 4: +0.16
+                for a quick-recipe model (44.10 against 43.94), +0.03 for the standard one;
+                2.0 lost 1.1.
             max_length: most tokens to generate (default: the translator's ``max_length``, else
                 ``1.5 * source tokens + 10``).
             return_attention: return a :class:`Translation` with the cross-attention weights
@@ -358,7 +362,7 @@ class Translator:
         return self.translate_batch([sentence], beam_size=beam_size, length_penalty=length_penalty,
                                     max_length=max_length, return_attention=return_attention, _stacklevel=3)[0]
 
-    def translate_batch(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6,
+    def translate_batch(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 1.0,
                         max_length: Optional[int] = None, return_attention: bool = False,
                         batch_size: int = 64, _stacklevel: int = 2) -> List[Any]:
         """Translate several sentences (``batch_size`` at a time); a list of texts, or of
@@ -466,7 +470,7 @@ class Translator:
 
 
 def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str], *, beam_size: int = 1,
-             length_penalty: float = 0.6, batch_size: int = 64, tgt_lang: Optional[str] = "es") -> EvaluationResult:
+             length_penalty: float = 1.0, batch_size: int = 64, tgt_lang: Optional[str] = "es") -> EvaluationResult:
     """BLEU and chrF of ``translator`` on held-out pairs, plus the masked loss and accuracy.
 
     The references are cleaned with :func:`clean_sentence` in ``tgt_lang`` (as the training

@@ -80,6 +80,10 @@ class MultiHeadAttention {
   Index query_length() const { return lq_ ? lq_->T : 0; }
   Index key_length() const { return lk_ ? lk_->T : 0; }
   bool has_forward() const { return lq_ != nullptr; }
+  // The precision of the four projections' products (matmul.hpp); the score and weighted-sum
+  // products stay in T. Throws std::invalid_argument when it cannot run here.
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
   // Weights of the last forward, (B*H*Tq, Tk) = (B, H, Tq, Tk).
   const Matrix<T>& attention_weights() const { return weights_; }
   const Matrix<T>& output() const { return out_.output(); }
@@ -91,6 +95,7 @@ class MultiHeadAttention {
 
  private:
   Index d_, h_, dk_;
+  Precision precision_ = Precision::Float32;
 
   bool self_ = true;
   const T* x_ = nullptr;    // (rows_q, d) input of the last forward (the caller's)

@@ -23,6 +23,11 @@ class FeedForward {
   const Matrix<T>& output() const { return linear2_.output(); }
   Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(linear2_.output()); }
   Dropout<T>& dropout() { return dropout_; }
+  // The precision of both linear layers' products (matmul.hpp).
+  void set_precision(Precision p) {
+    linear1_.set_precision(p);
+    linear2_.set_precision(p);
+  }
 
   Linear<T> linear1_, linear2_;
 

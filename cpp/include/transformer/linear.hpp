@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "transformer/matmul.hpp"
 #include "transformer/tensor.hpp"
 
 namespace transformer {
@@ -27,6 +28,10 @@ class Linear {
   Index out_features() const { return weight_.rows(); }
   bool has_bias() const { return has_bias_; }
   const Matrix<T>& output() const { return y_; }
+  // The precision of the three products (matmul.hpp); float32 unless set. Throws
+  // std::invalid_argument when it cannot run here (check_precision).
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
 
   Matrix<T> weight_;    // (out, in)
   RowVector<T> bias_;   // (out)
@@ -35,6 +40,7 @@ class Linear {
 
  private:
   bool has_bias_;
+  Precision precision_ = Precision::Float32;
   const T* x_ = nullptr;  // cached input (N, in), owned by the caller
   Index rows_ = -1;
   Matrix<T> y_;   // (N, out)

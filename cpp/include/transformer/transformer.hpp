@@ -9,6 +9,7 @@
 #include "transformer/decoder.hpp"
 #include "transformer/encoder.hpp"
 #include "transformer/loss.hpp"
+#include "transformer/matmul.hpp"
 #include "transformer/optimizer.hpp"
 
 namespace transformer {
@@ -27,6 +28,10 @@ struct TransformerConfig {
   bool share_embeddings = false;  // tie the decoder embedding and the output projection
   double layer_norm_eps = 1e-6;
   std::uint64_t seed = 0;
+  // The matrix products of every dense layer (attention projections, feed-forward, output layer),
+  // forward and backward: float32, or bfloat16 inputs with float32 sums (AVX512_BF16). Weights,
+  // gradients, Adam, LayerNorm, softmax, attention scores and the loss stay float32 either way.
+  Precision precision = Precision::Float32;
 };
 
 struct OptimizerConfig {
@@ -41,8 +46,9 @@ struct OptimizerConfig {
 };
 
 // Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed:
-// sizes positive, d_model divisible by n_heads, rates in range, every number finite, and the
-// weights within the memory there is (checked before anything is allocated).
+// sizes positive, d_model divisible by n_heads, rates in range, every number finite, the
+// precision available (bf16: float32 models on a CPU with AVX512_BF16), and the weights within
+// the memory there is (checked before anything is allocated).
 template <typename T>
 void validate(const TransformerConfig& c);
 void validate(const OptimizerConfig& o);

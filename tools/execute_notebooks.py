@@ -1,0 +1,133 @@
+"""Execute the notebooks in ``notebooks/`` and save them with their outputs, so that a visitor
+sees the figures on GitHub without running anything.
+
+    python tools/execute_notebooks.py            # all notebooks, small settings (TRANSFORMER_CPP_QUICK=1)
+
+The notebooks run exactly as ``tests/test_notebooks.py`` runs them (a kernel on this interpreter,
+``TRANSFORMER_CPP_QUICK=1``, a temporary working directory), so the committed outputs have the
+structure of a fresh test run, which that test checks. Outputs are kept small: progress-bar
+redraws are reduced to their last state and long text is cut.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import tempfile
+from typing import Any, Dict, List, Set
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+KERNEL_NAME = "transformer-cpp-notebooks"
+CELL_TIMEOUT = 600          # seconds per cell
+MAX_STREAM_CHARS = 3000     # text kept per stream output
+MAX_IMAGE_WIDTH = 720       # pixels; wider figures are scaled down and stored with a 256-colour palette
+
+
+def kernel_manager(kernel_dir: pathlib.Path, env: Dict[str, str]) -> Any:
+    """A Jupyter kernel running ``sys.executable`` (whatever kernels the machine has registered)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec_dir = kernel_dir / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": f"Python ({sys.executable})", "language": "python", "env": env}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    ksm = KernelSpecManager(kernel_dirs=[str(kernel_dir)], ensure_native_kernel=False)
+    return KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
+
+
+def execute(path: pathlib.Path, scratch: pathlib.Path) -> Any:
+    """The notebook at ``path`` executed with small settings in ``scratch`` (raises on a cell error)."""
+    nb = nbformat.read(path, as_version=4)
+    work = scratch / "work"
+    work.mkdir(parents=True)
+    km = kernel_manager(scratch / "kernels", {"TRANSFORMER_CPP_QUICK": "1"})
+    NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=False,
+                   resources={"metadata": {"path": str(work)}}).execute()
+    return nb
+
+
+def output_kinds(nb: Any) -> List[Set[str]]:
+    """Per code cell, what kinds of output it made: ``stream:stdout``, ``display_data:image/png``,
+    ``execute_result:text/plain``, ... (the structure, not the content, which changes run to run)."""
+    kinds = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        found = set()
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "stream":
+                found.add(f"stream:{out['name']}")
+            elif out["output_type"] in ("display_data", "execute_result"):
+                found.update(f"{out['output_type']}:{mime}" for mime in out.get("data", {}))
+            else:
+                found.add(out["output_type"])
+        kinds.append(found)
+    return kinds
+
+
+def _last_redraw(text: str) -> str:
+    """What a terminal would show: of each line, the part after its last carriage return."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+def _small_png(data: str) -> str:
+    """A base64 PNG at most MAX_IMAGE_WIDTH wide, with a 256-colour palette (heat maps and
+    line plots lose nothing visible)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+    if image.width > MAX_IMAGE_WIDTH:
+        image = image.resize((MAX_IMAGE_WIDTH, round(image.height * MAX_IMAGE_WIDTH / image.width)), Image.LANCZOS)
+    buffer = io.BytesIO()
+    image.quantize(256).save(buffer, format="PNG", optimize=True)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def shrink(nb: Any) -> Any:
+    """Progress-bar redraws reduced to their final state, long streams cut, images made smaller,
+    timings dropped."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.metadata.pop("execution", None)
+        merged: List[Any] = []  # consecutive writes to one stream become one output
+        for out in cell.get("outputs", []):
+            if (out["output_type"] == "stream" and merged and merged[-1]["output_type"] == "stream"
+                    and merged[-1]["name"] == out["name"]):
+                merged[-1]["text"] += out["text"]
+            else:
+                merged.append(out)
+        cell.outputs = merged
+        for out in cell.outputs:
+            if out["output_type"] == "stream":
+                text = _last_redraw(out["text"])
+                if len(text) > MAX_STREAM_CHARS:
+                    text = text[:MAX_STREAM_CHARS] + f"\n[... {len(text) - MAX_STREAM_CHARS} characters cut]\n"
+                out["text"] = text
+            elif "image/png" in out.get("data", {}):
+                out["data"]["image/png"] = _small_png(out["data"]["image/png"])
+    return nb
+
+
+def main(argv: List[str]) -> int:
+    paths = [pathlib.Path(a) for a in argv] or sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+    for path in paths:
+        with tempfile.TemporaryDirectory() as scratch:
+            nb = shrink(execute(path, pathlib.Path(scratch)))
+        nbformat.write(nb, path)
+        print(f"{path}: {path.stat().st_size / 1024:.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
