@@ -50,9 +50,7 @@ import contextlib
 import copy
 import gc
 import hashlib
-import io
 import json
-import math
 import os
 import pickle
 import resource
@@ -67,7 +65,7 @@ import time
 import traceback
 import warnings
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -80,7 +78,6 @@ sys.path.insert(0, str(REPO / "tests"))
 import transformer_cpp as tc  # noqa: E402  (imported once here; API cases fork from this process)
 from transformer_cpp import checkpoint as ck  # noqa: E402
 from transformer_cpp import data as td  # noqa: E402
-from transformer_cpp import text as tt  # noqa: E402
 from transformer_cpp import training as tr  # noqa: E402
 from transformer_cpp import translate as tl  # noqa: E402
 
@@ -1970,11 +1967,7 @@ err("batches: drop_remainder with a token budget", lambda c: list(tc.batches(_en
 
 
 def _other_tokenizer_valid(c):
-    from toy_task import reversal_pairs
-
-    tok = rtok()
     big = tc.SubwordTokenizer.build_from_corpus(CORPUS, 300, min_frequency=1)
-    src, tgt = reversal_pairs(10)
     valid = tc.encode_pairs(["the cat sat on the mat"] * 3, ["the mat"] * 3, big, big, None)
     return _trainer(c, valid=valid)
 
