@@ -515,11 +515,16 @@ def model_case(draw):
                   n_layers=draw(st.sampled_from([1, 2])), n_heads=draw(st.sampled_from([1, 2])), d_ff=8,
                   dropout=draw(st.sampled_from([0.0, 0.1])), max_length=draw(st.sampled_from([4, 16])),
                   pre_norm=draw(st.booleans()), share_embeddings=draw(st.booleans()),
-                  dtype=draw(st.sampled_from(["float32", "float64"])), layer_norm_eps=1e-6)
+                  dtype=draw(st.sampled_from(["float32", "float64"])), layer_norm_eps=1e-6,
+                  precision=draw(st.sampled_from(["float32", "float32", "bf16"])))
     what = broken(draw, "config", "tokens", "decode", "optimizer", "weights")
     if what == "config":
-        field = draw(st.sampled_from(CONFIG_FIELDS))
-        config[field] = draw(BAD_FLOATS if field in ("dropout", "layer_norm_eps") else st.one_of(BAD_SIZES, st.just(3)))
+        field = draw(st.sampled_from(CONFIG_FIELDS + ["precision"]))
+        if field == "precision":  # bf16 with float64 is refused too
+            config[field] = draw(st.sampled_from(["BF16", "fp8", "", None, 16]))
+        else:
+            config[field] = draw(BAD_FLOATS if field in ("dropout", "layer_norm_eps") else st.one_of(BAD_SIZES,
+                                                                                                     st.just(3)))
     b, s, t = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4))
     arrays = {"src": draw(hnp.arrays(np.int64, (b, s), elements=st.integers(0, sv - 1))),
               "tgt_in": draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, tv - 1))),
@@ -587,6 +592,7 @@ def test_fuzz_transformer(worker, case):
     sv, tv = config["src_vocab_size"], config["tgt_vocab_size"]
     assert all(good_int(config[k], 1, 64) for k in CONFIG_FIELDS[:7]), f"accepted the configuration {config}"
     assert config["d_model"] % config["n_heads"] == 0 and 0 <= config["dropout"] < 1, config
+    assert config["precision"] == "float32" or (config["precision"] == "bf16" and config["dtype"] == "float32"), config
     assert not any(c[0] == "poison" for c in calls), "ran with non-finite weights"
     for (method, args, kw), r in zip(calls, info):
         if method == "configure_optimizer":

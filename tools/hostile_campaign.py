@@ -1950,6 +1950,19 @@ err("TrainConfig: drop_remainder with a token budget", lambda c: tc.TrainConfig(
     "drop_remainder")
 err("TrainConfig: bucket_by_length with a token budget", lambda c: tc.TrainConfig(max_tokens=500, bucket_by_length=True),
     "bucket_by_length")
+err("Transformer: precision bf16 with float64", lambda c: small(precision="bf16"), "precision", "float64")
+err("Transformer: precision 'BF16'", lambda c: small(dtype="float32", precision="BF16"), "precision")
+
+
+@api("Transformer: bf16 training with a NaN weight", expect="error", match=("output.bias",))
+def _(c):
+    m = small(dtype="float32", precision="bf16")
+    m.parameters()["output.bias"].value[0] = np.nan
+    m.train_step(*batch())
+
+
+
+
 err("TrainConfig: fixed_lr set to NaN after construction", lambda c: setattr(tc.TrainConfig(), "fixed_lr", float("nan")),
     "fixed_lr")
 err("TrainConfig: max_tokens set after drop_remainder", lambda c: setattr(tc.TrainConfig(drop_remainder=True),
@@ -2931,6 +2944,12 @@ cli("train: --lr-scale 1e308", _trn("--lr-scale", "1e308"), match=("diverged",))
 cli("figures: --out ''", lambda c: ["figures", "--out", ""], match=("--out", "empty"))
 cli("average: --model ''", lambda c: ["average", "--model", ""], match=("--model", "empty"))
 cli("evaluate: --pairs ''", lambda c: ["evaluate", "--model", str(c.run), "--pairs", ""], match=("--pairs", "empty"))
+cli("train: --precision bf16 on --resume of a float32 run", lambda c: ["train", "--out", str(c.work / "run"), "--resume",
+                                                                      "--precision", "bf16", "--no-progress"],
+    match=("--precision",), prepare=_prep_run(lambda r: None))
+cli("translate: a checkpoint whose precision is 'fp8'", _tr(SENT), match=("precision",),
+    prepare=_prep_run(lambda r: [edit_config(k, lambda g: g["model"].update(precision="fp8"))
+                                 for k in ck.list_checkpoints(r)]))
 cli("train: --out is a file", _trn(out="f"), match=("--out",), prepare=lambda c: (c.work / "f").write_text("x"))
 cli("train: --threads 4096", _trn("--threads", "4096"), expect="either", check=_run_ok(), match=("threads",))
 cli("train: --threads 1024", _trn("--threads", "1024"), expect="either", check=_run_ok(), match=("threads",))
