@@ -40,12 +40,12 @@ def main(argv=None) -> int:
         "pe_cosine_similarity.png": cosine_similarity_plot(pe, position=1000, zoom=(950, 1050)),
     }
     translator = Translator.from_checkpoint(args.run)
-    result = translator.translate(args.sentence, return_attention=True)
+    result = translator.translate(args.sentence, beam_size=4, return_attention=True)  # as the main job
     name = sorted(result.attention)[-1]  # the last decoder layer's cross-attention
     weights = result.attention[name].mean(axis=0)  # averaged over the heads
     figures["attention.png"] = attention_heatmap(
         weights, x_labels=result.source_pieces, y_labels=result.target_pieces,
-        title=f"cross-attention, last decoder layer, mean of heads\n{result.source!r} -> {result.text!r}")
+        title=f"{result.source}\n→ {result.text}\n(cross-attention, last decoder layer, mean of heads)")
     run = pathlib.Path(args.run)
     latest = run / (run / "latest").read_text(encoding="utf-8").strip() if (run / "latest").is_file() else run
     state_path = latest / "trainer_state.json"  # the whole run's history (best may be earlier)
