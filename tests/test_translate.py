@@ -247,7 +247,18 @@ def test_a_translation_is_one_line_whatever_the_model_emits():
     assert one_line(" a\n\n b\r\nc\u2028d\x0b e\t") == "a b c d e"
 
 
-def test_adaptive_threads_takes_a_boolean_only(translator):
+def test_adaptive_threads_and_max_length_are_checked_when_set(translator):
+    """translator.max_length = 'x' failed at the next translation with "invalid literal for int()",
+    2.5 with an internal TypeError."""
     with pytest.raises(TypeError, match="Translator: adaptive_threads must be True or False, got str 'no'"):
         translator.adaptive_threads = "no"
     assert translator.adaptive_threads is True
+    for bad in (-1, "x", 2.5, 10 ** 6):
+        with pytest.raises(ValueError, match=r"Translator: max_length must be an integer in \[1, 100000\]"):
+            translator.max_length = bad
+    assert translator.max_length is None
+    translator.max_length = 3
+    try:
+        assert len(translator.translate_batch(["a b c d"], return_attention=True)[0].target_ids) <= 3
+    finally:
+        translator.max_length = None

@@ -1975,6 +1975,8 @@ err("save_checkpoint: run_dir ''", lambda c: tc.save_checkpoint("", small(), rto
 err("adam: eps 0", lambda c: tc.Adam(tc.Linear(2, 2).parameters(), eps=0.0), "eps")
 err("Translator: adaptive_threads 'no'", lambda c: setattr(translator(c), "adaptive_threads", "no"),
     "adaptive_threads")
+err("Translator: max_length set to 'x' after construction", lambda c: setattr(translator(c), "max_length", "x"),
+    "max_length")
 err("batches: drop_remainder with a token budget", lambda c: list(tc.batches(_encoded(), max_tokens=20,
                                                                             drop_remainder=True)), "drop_remainder")
 

@@ -277,10 +277,20 @@ class Translator:
                                 ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size")):
             if tok.vocab_size != model.config[key]:
                 raise ValueError(f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
-        self.max_length = self._limit(max_length)
+        self.max_length = max_length  # checked by the property
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
         self._adaptive_threads = True
         self._governor: Optional[Any] = None
+
+    @property
+    def max_length(self) -> Optional[int]:
+        """Most tokens to generate per sentence (``None``: ``1.5 * source tokens + 10`` each);
+        checked when set, as the constructor checks it."""
+        return self._max_length
+
+    @max_length.setter
+    def max_length(self, value: Optional[int]) -> None:
+        self._max_length = self._limit(value)
 
     @property
     def adaptive_threads(self) -> bool:
