@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import transformer_cpp as tc
-from transformer_cpp.basic_layers import Embedding, PositionalEmbedding, padding_mask
+from transformer_cpp.functional import padding_mask
+from transformer_cpp.layers import Embedding, PositionalEmbedding
 from gradcheck import TOLERANCE, numeric_grad, rel_error
 
 TOKENS = np.array([[3, 1, 4, 1, 5, 0], [2, 6, 5, 0, 0, 0]])  # repeats and padding

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import transformer_cpp as tc
-from transformer_cpp.basic_layers import LayerNorm, ReLU
+from transformer_cpp.layers import LayerNorm, ReLU
 from gradcheck import check_layer
 
 

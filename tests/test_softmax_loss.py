@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_cpp.basic_layers import masked_accuracy, masked_cross_entropy, softmax, softmax_backward
+from transformer_cpp.functional import masked_accuracy, masked_cross_entropy, softmax, softmax_backward
 from gradcheck import TOLERANCE, numeric_grad, rel_error
 
 

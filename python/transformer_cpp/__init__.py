@@ -1,8 +1,9 @@
 """transformer-cpp: the Transformer of "Attention Is All You Need" with a multithreaded C++ core.
 
 The C++ extension (``transformer_cpp._core``) is private; everything public is re-exported here.
-Layers have ``forward``/``backward``/``parameters``/``zero_grad``; ``Transformer`` is the full
-model with ``train_step``; the text side (cleaning, tokenizer, Tatoeba data), training,
+Layers (:mod:`~transformer_cpp.layers`, one class each) have ``forward``/``backward``/
+``parameters``/``zero_grad``; the functions (softmax, loss, masks) are in ``functional``, Adam in
+``optim``; ``Transformer`` is the full model with ``train_step``; the text side (cleaning, tokenizer, Tatoeba data), training,
 translation, plots and export to other runtimes live in the submodules ``text``, ``tokenizer``,
 ``data``, ``training``, ``translate``, ``plotting`` and ``export``.
 """
@@ -12,36 +13,37 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version as _version
 
 from ._runtime import build_info, get_num_threads, positional_encoding, set_num_threads
-from .basic_layers import (
-    Adam,
-    Embedding,
-    LayerNorm,
-    PositionalEmbedding,
-    ReLU,
+from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, split_by_source, train_val_test_split
+from .functional import (
+    decoder_self_attention_mask,
+    look_ahead_mask,
     masked_accuracy,
     masked_cross_entropy,
     padding_mask,
+    scaled_dot_product_attention,
     softmax,
     softmax_backward,
     warmup_learning_rate,
 )
-from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, split_by_source, train_val_test_split
 from .layers import (
     Decoder,
     DecoderLayer,
     Dropout,
+    Embedding,
     Encoder,
     EncoderLayer,
     FeedForward,
+    Layer,
+    LayerNorm,
     Linear,
     MultiHeadAttention,
+    PositionalEmbedding,
+    ReLU,
     ScaledDotProductAttention,
-    decoder_self_attention_mask,
-    look_ahead_mask,
-    scaled_dot_product_attention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch
+from .optim import Adam
 from .model import PRESETS, RECIPES, NonFiniteError, Transformer, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
@@ -64,6 +66,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "Layer",
     "LayerNorm",
     "Linear",
     "MultiHeadAttention",

@@ -1,6 +1,7 @@
-"""The C++ layers, one factory per layer, choosing the float32 or float64 build by ``dtype``.
+"""The layers of the Transformer, one class each, over the C++ core.
 
-Every layer object has the same surface:
+Every layer wraps one ``_core`` object (the float32 or float64 build, chosen by ``dtype``) and has
+the same surface:
 
 * ``forward(x, ...)`` — NumPy in, NumPy out (a copy; the layer keeps what backward needs);
 * ``backward(dout)`` — returns the gradient of the input(s) and *accumulates* parameter gradients;
@@ -8,13 +9,16 @@ Every layer object has the same surface:
   writable NumPy views of the C++ memory (writing ``.value[...]`` changes the layer);
 * ``zero_grad()`` — the only thing that clears parameter gradients.
 
-``float32`` is what models train with; ``float64`` exists so that tests can check every backward
-pass against finite differences.
+Other attributes of the C++ object (``in_features``, ``calls``, ``table``, ...) are read and set
+through the wrapper. ``float32`` is what models train with; ``float64`` exists so that tests can
+check every backward pass against finite differences. The functions (softmax, loss, masks) are in
+:mod:`transformer_cpp.functional`, the optimiser in :mod:`transformer_cpp.optim`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Tuple
 
 import numpy as np
 
@@ -24,20 +28,22 @@ __all__ = [
     "Decoder",
     "DecoderLayer",
     "Dropout",
+    "Embedding",
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "Layer",
+    "LayerNorm",
     "Linear",
     "MultiHeadAttention",
+    "PositionalEmbedding",
+    "ReLU",
     "ScaledDotProductAttention",
     "core_class",
-    "decoder_self_attention_mask",
-    "look_ahead_mask",
-    "scaled_dot_product_attention",
 ]
 
 
-def core_class(name: str, dtype: Any = "float32") -> type:
+def core_class(name: str, dtype: Any = "float32") -> Any:
     """The ``_core`` class ``name`` for ``dtype`` (``"float32"`` or ``"float64"``)."""
     try:
         dt = np.dtype(dtype).name
@@ -48,43 +54,186 @@ def core_class(name: str, dtype: Any = "float32") -> type:
     return getattr(_core, f"{name}_{dt}")
 
 
-def Linear(in_features: int, out_features: int, bias: bool = True, *, seed: int = 0, dtype: Any = "float32"):
+class CoreObject:
+    """A Python object over one ``_core`` object: attributes it does not define itself are read
+    from and written to the C++ object (so ``dropout.calls = 0`` reaches the core)."""
+
+    _core: Any
+
+    def __init__(self, core: Any) -> None:
+        object.__setattr__(self, "_core", core)
+
+    def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
+        if name.startswith("__") or name == "_core":
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "_core"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and not hasattr(type(self), name) and hasattr(type(self._core), name):
+            setattr(self._core, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """``float32`` or ``float64``: the build of the core object underneath."""
+        return np.dtype("float64" if type(self._core).__name__.endswith("_float64") else "float32")
+
+    def __dir__(self) -> list:
+        return sorted(set(super().__dir__()) | {n for n in dir(self._core) if not n.startswith("_")})
+
+
+class Layer(CoreObject):
+    """Base of every layer: ``forward``, ``backward``, ``parameters``, ``zero_grad``."""
+
+    _args: str = ""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._core.forward(*args, **kwargs)
+
+    def backward(self, dout: Any) -> Any:
+        """Gradient of the input(s) for ``dout`` of the last output's shape; accumulates parameter grads."""
+        return self._core.backward(dout)
+
+    def parameters(self) -> "OrderedDict[str, _core.Parameter]":
+        """Ordered dict ``name -> Parameter`` (writable views of value and grad)."""
+        params: OrderedDict[str, _core.Parameter] = self._core.parameters()
+        return params
+
+    def zero_grad(self) -> None:
+        """Clear every parameter gradient."""
+        self._core.zero_grad()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._args})"
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(np.dtype(dtype).name)
+
+
+# --- dense layers --------------------------------------------------------------------------------
+
+
+class Linear(Layer):
     """Dense layer ``y = x W^T + b``; ``W`` has shape ``(out_features, in_features)`` as in PyTorch.
 
     Weights are Glorot-uniform from ``seed``, the bias starts at zero.
     ``forward(x)`` maps ``(..., in_features)`` to ``(..., out_features)``.
     """
-    return core_class("Linear", dtype)(in_features, out_features, bias, seed)
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, seed: int = 0,
+                 dtype: Any = "float32") -> None:
+        super().__init__(core_class("Linear", dtype)(in_features, out_features, bias, seed))
+        self._args = f"{in_features}, {out_features}, bias={bias}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, x: Any) -> np.ndarray:
+        return self._core.forward(x)  # type: ignore[no-any-return]
 
 
-def Dropout(rate: float = 0.1, *, seed: int = 0, dtype: Any = "float32"):
+class Dropout(Layer):
     """Inverted dropout. ``forward(x, training=True)`` zeroes each element with probability ``rate``
     and scales the rest by ``1 / (1 - rate)``; with ``training=False`` it is the identity.
     Masks depend only on ``seed`` and the call count (``.calls``), never on the thread count."""
-    return core_class("Dropout", dtype)(rate, seed)
+
+    def __init__(self, rate: float = 0.1, *, seed: int = 0, dtype: Any = "float32") -> None:
+        super().__init__(core_class("Dropout", dtype)(rate, seed))
+        self._args = f"rate={rate}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, x: Any, training: bool = True) -> np.ndarray:
+        return self._core.forward(x, training)  # type: ignore[no-any-return]
 
 
-# --- masks ----------------------------------------------------------------------------------------
-#
-# Masks are boolean with True = blocked (the query may not attend to that key), as PyTorch's boolean
-# attention masks and the original TensorFlow tutorial's 0/1 masks. Any non-zero value counts as
-# blocked, so additive masks of 0 / -inf (or -1e9) work as well.
+class ReLU(Layer):
+    """``y = max(x, 0)`` element-wise; ``backward(dout)`` passes ``dout`` where ``y > 0``."""
+
+    def __init__(self, *, dtype: Any = "float32") -> None:
+        super().__init__(core_class("ReLU", dtype)())
+        self._args = f"dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, x: Any) -> np.ndarray:
+        return self._core.forward(x)  # type: ignore[no-any-return]
 
 
-def look_ahead_mask(size: int) -> np.ndarray:
-    """``(size, size)`` boolean mask, True above the diagonal: position i may not see j > i."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise ValueError(f"look_ahead_mask: size must be a positive integer, got {size!r}")
-    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", float(min(2 * int(size) ** 2, 10 ** 300)))
-    return np.triu(np.ones((size, size), dtype=bool), k=1)
+class LayerNorm(Layer):
+    """Layer normalisation over the last axis, as ``torch.nn.LayerNorm(d_model, eps=eps)``.
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance (divide by
+    ``d_model``) and ``eps`` inside the square root. Parameters ``"weight"`` (ones) and ``"bias"``
+    (zeros), each of shape ``(d_model,)``.
+
+    ``forward(x)`` maps ``(..., d_model)`` to the same shape. ``forward_residual(a, b)`` computes
+    ``LN(a + b)`` (the "Add & Norm" of the paper) without a separate sum; after it, ``backward``
+    returns ``d(a + b)``, which is the gradient of both ``a`` and ``b``.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6, *, dtype: Any = "float32") -> None:
+        super().__init__(core_class("LayerNorm", dtype)(d_model, eps))
+        self._args = f"{d_model}, eps={eps}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, x: Any) -> np.ndarray:
+        return self._core.forward(x)  # type: ignore[no-any-return]
+
+    def forward_residual(self, a: Any, b: Any) -> np.ndarray:
+        return self._core.forward_residual(a, b)  # type: ignore[no-any-return]
 
 
-def decoder_self_attention_mask(tokens: np.ndarray) -> np.ndarray:
-    """``(B, T, T)`` union of the look-ahead mask and the padding mask of target ``tokens`` (B, T)."""
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
-        raise ValueError(f"decoder_self_attention_mask: tokens must be an integer (B, T) array, got {tokens.dtype} {tokens.shape}")
-    return _core.attention_mask((tokens == 0).astype(np.uint8), tokens.shape[1], True)
+class FeedForward(Layer):
+    """Position-wise ``Linear(d_model, d_ff) -> ReLU -> Dropout -> Linear(d_ff, d_model)``;
+    ``forward(x, training=False)`` with ``x`` (..., d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, *, seed: int = 0,
+                 dtype: Any = "float32") -> None:
+        super().__init__(core_class("FeedForward", dtype)(d_model, d_ff, dropout, seed))
+        self._args = f"{d_model}, {d_ff}, dropout={dropout}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, x: Any, training: bool = False) -> np.ndarray:
+        return self._core.forward(x, training)  # type: ignore[no-any-return]
+
+
+# --- embeddings ----------------------------------------------------------------------------------
+
+
+class Embedding(Layer):
+    """Token embedding with padding id 0.
+
+    The ``"weight"`` parameter ``(vocab_size, d_model)`` starts as ``N(0, d_model**-0.5)`` with
+    row 0 zero; row 0 never receives gradient (like ``padding_idx=0`` in PyTorch).
+    ``forward(tokens, scale=1.0)`` maps int ``(B, T)`` ids to ``weight[tokens] * scale`` of shape
+    ``(B, T, d_model)``; ids outside ``[0, vocab_size)`` raise ``ValueError``.
+    ``backward(dout)`` accumulates the weight gradient and returns ``None``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, *, seed: int = 0, dtype: Any = "float32") -> None:
+        super().__init__(core_class("Embedding", dtype)(vocab_size, d_model, seed))
+        self._args = f"{vocab_size}, {d_model}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, tokens: Any, scale: float = 1.0) -> np.ndarray:
+        return self._core.forward(tokens, scale)  # type: ignore[no-any-return]
+
+
+class PositionalEmbedding(Layer):
+    """The input layer of the Transformer: ``weight[tokens] * sqrt(d_model) + PE[:T]``.
+
+    ``PE`` is the sinusoidal table of :func:`transformer_cpp.positional_encoding` with the given
+    ``layout`` (``"interleaved"`` or ``"concatenated"``), built once for ``max_length`` positions
+    (``.table``). ``forward(tokens)`` takes int ids ``(B, T)`` with ``T <= max_length`` and returns
+    ``(B, T, d_model)``; the embedding weight is as in :class:`Embedding`.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = "interleaved",
+                 *, seed: int = 0, dtype: Any = "float32") -> None:
+        super().__init__(core_class("PositionalEmbedding", dtype)(vocab_size, d_model, max_length, layout, seed))
+        self._args = f"{vocab_size}, {d_model}, max_length={max_length}, layout={layout!r}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, tokens: Any) -> np.ndarray:
+        return self._core.forward(tokens)  # type: ignore[no-any-return]
+
+
+# --- attention -----------------------------------------------------------------------------------
 
 
 def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
@@ -108,38 +257,15 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
     return np.ascontiguousarray(m, dtype=np.uint8)
 
 
-def _btc_shape(x: Any, who: str, name: str) -> tuple:
+def _btc_shape(x: Any, who: str, name: str) -> Tuple[int, ...]:
     shape = np.shape(x)
     if len(shape) != 3:
         raise ValueError(f"{who}: {name} must have shape (batch, length, d_model), got {shape}")
     return shape
 
 
-class _Wrapped:
-    """Base of the thin Python classes that normalise masks before calling a ``_core`` layer."""
 
-    _core_name = ""
-
-    def __init__(self, core: Any) -> None:
-        self._core = core
-
-    def parameters(self):
-        """Ordered dict ``name -> Parameter`` (writable views of value and grad)."""
-        return self._core.parameters()
-
-    def zero_grad(self) -> None:
-        """Clear every parameter gradient."""
-        self._core.zero_grad()
-
-    def backward(self, dout: np.ndarray):
-        """Gradient of the input(s) for ``dout`` of the last output's shape; accumulates parameter grads."""
-        return self._core.backward(dout)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._args})"
-
-
-class ScaledDotProductAttention(_Wrapped):
+class ScaledDotProductAttention(Layer):
     """``softmax(Q K^T / sqrt(d_k) + mask) V`` with its backward.
 
     ``forward(q, k, v, mask=None)`` takes ``q`` (..., Tq, d), ``k`` and ``v`` (..., Tk, d) and a
@@ -186,18 +312,7 @@ class ScaledDotProductAttention(_Wrapped):
         return dq.reshape(lead + dq.shape[1:]), dk.reshape(lead + dk.shape[1:]), dv.reshape(lead + dv.shape[1:])
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None):
-    """``softmax(Q K^T / sqrt(d_k) + mask) V`` computed in C++; returns ``(output, attention_weights)``.
-
-    Shapes: ``q`` (..., Tq, d), ``k``/``v`` (..., Tk, d); ``mask`` broadcastable to (..., Tq, Tk),
-    True (non-zero) = blocked. A query whose keys are all blocked gets zero weights and output.
-    The dtype follows ``q`` (float64 stays float64, anything else is float32).
-    """
-    dtype = "float64" if np.asarray(q).dtype == np.float64 else "float32"
-    return ScaledDotProductAttention(dtype=dtype).forward(q, k, v, mask)
-
-
-class MultiHeadAttention(_Wrapped):
+class MultiHeadAttention(Layer):
     """Multi-head attention (Q, K, V projections, ``n_heads`` heads of ``d_k = d_model / n_heads``,
     concatenation, output projection).
 
@@ -212,7 +327,6 @@ class MultiHeadAttention(_Wrapped):
     def __init__(self, d_model: int, n_heads: int, *, seed: int = 0, dtype: Any = "float32") -> None:
         super().__init__(core_class("MultiHeadAttention", dtype)(d_model, n_heads, seed))
         self._args = f"d_model={d_model}, n_heads={n_heads}"
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
 
     def forward(self, x: np.ndarray, memory: Any = None, mask: Any = None) -> np.ndarray:
         who = "MultiHeadAttention.forward"
@@ -224,7 +338,7 @@ class MultiHeadAttention(_Wrapped):
         return self._core.attention_weights()
 
 
-class EncoderLayer(_Wrapped):
+class EncoderLayer(Layer):
     """``x -> LN(x + Dropout(SelfAttention(x))) -> LN(. + Dropout(FFN(.)))`` (post-norm; ``pre_norm=True``
     for the pre-norm variant). ``forward(x, mask=None, training=False)`` with ``x`` (B, T, d_model)."""
 
@@ -239,7 +353,7 @@ class EncoderLayer(_Wrapped):
         return self._core.forward(x, _as_mask(mask, b, t, t, who), training)
 
 
-class DecoderLayer(_Wrapped):
+class DecoderLayer(Layer):
     """Masked self-attention, cross-attention over ``memory`` and FFN, each with residual + LayerNorm.
 
     ``forward(x, memory, self_mask=None, cross_mask=None, training=False)``; ``backward(dout)``
@@ -259,26 +373,38 @@ class DecoderLayer(_Wrapped):
                                   training)
 
 
-def FeedForward(d_model: int, d_ff: int, dropout: float = 0.1, *, seed: int = 0, dtype: Any = "float32"):
-    """Position-wise ``Linear(d_model, d_ff) -> ReLU -> Dropout -> Linear(d_ff, d_model)``;
-    ``forward(x, training=False)`` with ``x`` (..., d_model)."""
-    return core_class("FeedForward", dtype)(d_model, d_ff, dropout, seed)
+
+# --- stacks --------------------------------------------------------------------------------------
 
 
-def Encoder(vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-            max_length: int = 2048, layout: str = "interleaved", *, pre_norm: bool = False, eps: float = 1e-6,
-            seed: int = 0, dtype: Any = "float32"):
+class Encoder(Layer):
     """Positional embedding, dropout and ``n_layers`` encoder layers. ``forward(tokens, training=False)``
     maps int tokens (B, S) to (B, S, d_model); padding (token 0) keys are masked."""
-    return core_class("Encoder", dtype)(vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout,
-                                        pre_norm, eps, seed)
+
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 max_length: int = 2048, layout: str = "interleaved", *, pre_norm: bool = False, eps: float = 1e-6,
+                 seed: int = 0, dtype: Any = "float32") -> None:
+        super().__init__(core_class("Encoder", dtype)(vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length,
+                                                      layout, pre_norm, eps, seed))
+        self._args = (f"{vocab_size}, {d_model}, n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}, "
+                      f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}")
+
+    def forward(self, tokens: Any, training: bool = False) -> np.ndarray:
+        return self._core.forward(tokens, training)  # type: ignore[no-any-return]
 
 
-def Decoder(vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-            max_length: int = 2048, layout: str = "interleaved", *, pre_norm: bool = False, eps: float = 1e-6,
-            seed: int = 0, dtype: Any = "float32"):
+class Decoder(Layer):
     """Positional embedding, dropout and ``n_layers`` decoder layers.
     ``forward(tokens, memory, source_padding=None, training=False)``: tokens (B, T), memory (B, S, d),
     source_padding bool (B, S) (True = padding key). ``backward(dout)`` returns dmemory."""
-    return core_class("Decoder", dtype)(vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout,
-                                        pre_norm, eps, seed)
+
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 max_length: int = 2048, layout: str = "interleaved", *, pre_norm: bool = False, eps: float = 1e-6,
+                 seed: int = 0, dtype: Any = "float32") -> None:
+        super().__init__(core_class("Decoder", dtype)(vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length,
+                                                      layout, pre_norm, eps, seed))
+        self._args = (f"{vocab_size}, {d_model}, n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}, "
+                      f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}")
+
+    def forward(self, tokens: Any, memory: Any, source_padding: Any = None, training: bool = False) -> np.ndarray:
+        return self._core.forward(tokens, memory, source_padding, training)  # type: ignore[no-any-return]

@@ -1,0 +1,130 @@
+"""The Transformer's functions over the C++ core: softmax, the masked loss and accuracy, masks,
+scaled dot-product attention and the learning-rate schedule of the paper.
+
+Functions choose the float32 or float64 core from their input array: float64 input runs the
+float64 core, anything else float32. Token id 0 is padding everywhere: loss and accuracy ignore
+targets equal to 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+from .layers import ScaledDotProductAttention
+
+__all__ = [
+    "decoder_self_attention_mask",
+    "look_ahead_mask",
+    "masked_accuracy",
+    "masked_cross_entropy",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "softmax",
+    "softmax_backward",
+    "warmup_learning_rate",
+]
+
+ArrayLike = Any
+
+
+def _suffix(x: ArrayLike) -> str:
+    """``"float64"`` for float64 input, else ``"float32"`` (the core reports other bad dtypes)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(x).dtype
+    return "float64" if np.dtype(dtype) == np.float64 else "float32"
+
+
+def _function(name: str, x: ArrayLike) -> Any:
+    return getattr(_core, f"{name}_{_suffix(x)}")
+
+
+def softmax(x: ArrayLike) -> np.ndarray:
+    """Numerically stable softmax over the last axis. A row that is entirely ``-inf`` (fully
+    masked) gives zeros, not NaN."""
+    return _function("softmax", x)(x)
+
+
+def softmax_backward(y: ArrayLike, dy: ArrayLike) -> np.ndarray:
+    """Gradient of the softmax input from its output ``y`` and the output gradient ``dy``:
+    ``y * (dy - sum(dy * y, axis=-1))``."""
+    return _function("softmax_backward", y)(y, dy)
+
+
+def padding_mask(tokens: ArrayLike) -> np.ndarray:
+    """Boolean ``(B, T)`` array, ``True`` where ``tokens == 0`` (padding)."""
+    return _core.padding_mask(tokens)
+
+
+def masked_cross_entropy(logits: ArrayLike, targets: ArrayLike, label_smoothing: float = 0.0, *,
+                         compute_grad: bool = True) -> Tuple[float, Optional[np.ndarray]]:
+    """Softmax cross-entropy from logits averaged over the targets that are not padding (0).
+
+    Args:
+        logits: ``(B, T, V)`` or ``(N, V)`` float scores.
+        targets: int ids of shape ``logits.shape[:-1]`` in ``[0, V)``; 0 is ignored.
+        label_smoothing: ``eps`` in ``[0, 1]``; the target distribution is
+            ``(1 - eps) * onehot + eps / V`` as in ``torch.nn.functional.cross_entropy``.
+        compute_grad: when False, skip the gradient (evaluation) and return ``None`` for it.
+
+    Returns:
+        ``(loss, dlogits)``: the mean loss (0.0 when every target is padding) and its gradient with
+        respect to ``logits`` (same shape and dtype), computed in the same pass.
+
+    Raises:
+        ValueError: target ids out of range, mismatched shapes, label_smoothing outside [0, 1].
+        NonFiniteError: (a RuntimeError and FloatingPointError) the logits hold NaN or infinity.
+    """
+    return _function("masked_cross_entropy", logits)(logits, targets, label_smoothing, compute_grad)
+
+
+def masked_accuracy(logits: ArrayLike, targets: ArrayLike) -> float:
+    """Fraction of non-padding targets whose ``argmax(logits)`` is right (0.0 if there are none).
+    Logits holding NaN or infinity raise NonFiniteError (a RuntimeError)."""
+    return _function("masked_accuracy", logits)(logits, targets)
+
+
+def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> float:
+    """The schedule of the paper: ``scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)``.
+
+    ``step`` counts from 1 (``ValueError`` for ``step <= 0``); the rate rises linearly for
+    ``warmup`` steps and then decays as ``step**-0.5``.
+    """
+    return _core.warmup_learning_rate(step, d_model, warmup, scale)
+
+
+# --- masks ----------------------------------------------------------------------------------------
+#
+# Masks are boolean with True = blocked (the query may not attend to that key), as PyTorch's boolean
+# attention masks and the original TensorFlow tutorial's 0/1 masks. Any non-zero value counts as
+# blocked, so additive masks of 0 / -inf (or -1e9) work as well.
+
+
+def look_ahead_mask(size: int) -> np.ndarray:
+    """``(size, size)`` boolean mask, True above the diagonal: position i may not see j > i."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+        raise ValueError(f"look_ahead_mask: size must be a positive integer, got {size!r}")
+    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", float(min(2 * int(size) ** 2, 10 ** 300)))
+    return np.triu(np.ones((size, size), dtype=bool), k=1)
+
+
+def decoder_self_attention_mask(tokens: np.ndarray) -> np.ndarray:
+    """``(B, T, T)`` union of the look-ahead mask and the padding mask of target ``tokens`` (B, T)."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
+        raise ValueError(f"decoder_self_attention_mask: tokens must be an integer (B, T) array, got {tokens.dtype} {tokens.shape}")
+    return _core.attention_mask((tokens == 0).astype(np.uint8), tokens.shape[1], True)
+
+
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None):
+    """``softmax(Q K^T / sqrt(d_k) + mask) V`` computed in C++; returns ``(output, attention_weights)``.
+
+    Shapes: ``q`` (..., Tq, d), ``k``/``v`` (..., Tk, d); ``mask`` broadcastable to (..., Tq, Tk),
+    True (non-zero) = blocked. A query whose keys are all blocked gets zero weights and output.
+    The dtype follows ``q`` (float64 stays float64, anything else is float32).
+    """
+    dtype = "float64" if np.asarray(q).dtype == np.float64 else "float32"
+    return ScaledDotProductAttention(dtype=dtype).forward(q, k, v, mask)
