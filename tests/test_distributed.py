@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
+from transformer_cpp.data import make_batch
 from transformer_cpp.training import TrainConfig, Trainer
 
 from toy_task import reversal_pairs, threads, tiny_model, write_tatoeba_file
@@ -61,6 +62,14 @@ def weights(out: Path, scenario: str, rank: int) -> dict:
 # ------------------------------------------------------------------ one process: the step's halves
 
 
+def compared(params) -> dict:
+    """The parameters a comparison of two trainings can hold to a tolerance: all but the attention
+    key biases. Softmax ignores a constant added to a row of scores, so a key bias's gradient is 0
+    in exact arithmetic and float32 rounding noise in practice; Adam normalises that noise into
+    updates of about the learning rate, different for any other order of the same sums."""
+    return {k: p for k, p in params.items() if not k.endswith(".key.bias")}
+
+
 def toy(tok, n=120, seed=1):
     src, tgt = reversal_pairs(n, seed=seed)
     return tc.encode_pairs(src, tgt, tok, tok, 8)
@@ -68,7 +77,7 @@ def toy(tok, n=120, seed=1):
 
 def test_compute_then_apply_equals_train_step(tok):
     data = toy(tok)
-    batches = [tc.make_batch(data, np.arange(i, i + 30)) for i in range(0, 90, 30)]
+    batches = [make_batch(data, np.arange(i, i + 30)) for i in range(0, 90, 30)]
     with threads(1):
         a, b = tiny_model(tok, dropout=0.1, seed=2), tiny_model(tok, dropout=0.1, seed=2)
         for m in (a, b):
@@ -79,16 +88,19 @@ def test_compute_then_apply_equals_train_step(tok):
             loss_b, acc_b = b.compute_gradients(batch.src, batch.tgt_in, batch.tgt_out, grad_scale=n)
             assert b.last_token_count == n
             b.apply_gradients(1.0 / n)
-            assert loss_b == loss_a and acc_b == acc_a  # the same forward
+            # the same forward; the weights differ in the last bits after a first update (the gradient
+            # is summed over tokens and divided by their count instead of averaged)
+            assert loss_b == pytest.approx(loss_a, rel=1e-5) and acc_b == pytest.approx(acc_a, abs=1e-6)
             assert b.last_grad_norm == pytest.approx(a.last_grad_norm, rel=1e-5)
         assert b.step == a.step == 3
-        for name, p in a.parameters().items():
-            np.testing.assert_allclose(b.parameters()[name].value, p.value, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert len(compared(a.parameters())) == len(a.parameters()) - 3  # 3 attention layers in a 1+1-layer model
+        for name, p in compared(a.parameters()).items():
+            np.testing.assert_allclose(b.parameters()[name].value, p.value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_gradient_buffer_is_one_flat_view(tok):
     data = toy(tok, 40)
-    batch = tc.make_batch(data, np.arange(40))
+    batch = make_batch(data, np.arange(40))
     model = tiny_model(tok)
     buf = model.gradient_buffer()
     assert buf.dtype == np.float32 and buf.ndim == 1 and buf.size == model.num_parameters() + 8
@@ -113,7 +125,7 @@ def test_update_does_not_depend_on_the_thread_count(tok):
     # ranks may run different thread counts: the norm that clipping uses is summed in a fixed order,
     # so the same gradient buffer gives bitwise the same weights
     data = toy(tok, 60)
-    batch = tc.make_batch(data, np.arange(60))
+    batch = make_batch(data, np.arange(60))
     models = []
     for count in (1, 2):
         with threads(1):
@@ -167,7 +179,7 @@ def test_two_ranks_match_one_process(two_rank_runs, tok):
     np.testing.assert_allclose(mine["losses"], trainer.history["batch"]["loss"], rtol=1e-5)
     np.testing.assert_allclose(mine["val_loss"], trainer.history["epoch"]["val_loss"], rtol=1e-5)
     got = weights(out, "parity", 0)
-    for name, p in trainer.model.parameters().items():
+    for name, p in compared(trainer.model.parameters()).items():
         np.testing.assert_allclose(got[name], p.value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 

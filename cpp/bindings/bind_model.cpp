@@ -187,6 +187,13 @@ void bind_transformer(py::module_& m) {
            },
            "The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() "
            "order, then 8 spare values for the caller to sum along with them.")
+      .def("zero_gradient_buffer",
+           [](H& h) {
+             ModelInUse<T> in_use(h, "Transformer.zero_gradient_buffer");
+             h.model.zero_flat_gradients();
+           },
+           "Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share "
+           "of the batch).")
       .def("apply_gradients",
            [](H& h, const py::object& grad_scale) {
              const char* who = "Transformer.apply_gradients";

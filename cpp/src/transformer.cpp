@@ -311,6 +311,14 @@ T* Transformer<T>::flat_gradients() {
 }
 
 template <typename T>
+void Transformer<T>::zero_flat_gradients() {
+  T* flat = flat_gradients();
+  std::fill(flat, flat + flat_grads_.size(), T(0));
+  optimizer();
+  flat_pending_ = true;
+}
+
+template <typename T>
 LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out,
                                             double grad_scale) {
   const char* who = "Transformer.compute_gradients";

@@ -102,8 +102,18 @@ class _Silent(Exception):
     """Exit with status 1 without a message: in a data-parallel run, rank 0 says what went wrong."""
 
 
-# In a data-parallel run (mpiexec), only rank 0 speaks: set for the other ranks by `train`.
+# In a data-parallel run (mpiexec), only rank 0 speaks: set for the other ranks by `train`. They
+# still report an error of their own (not one that every rank raised alike), with their rank.
 _QUIET = False
+_RANK = ""
+
+
+def _said_by_rank_0(exc: BaseException) -> bool:
+    """Whether every rank raised ``exc`` alike, so that rank 0 reports it (data parallelism)."""
+    from .distributed import PeerFailed, WeightsDrifted
+    from .training import TrainingDiverged
+
+    return isinstance(exc, (_Silent, UserError, PeerFailed, WeightsDrifted, TrainingDiverged, KeyboardInterrupt))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -388,13 +398,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _data_parallel(args: argparse.Namespace) -> Any:
     """The run's :class:`~transformer_cpp.distributed.DataParallel` when ``mpiexec`` started this
     process as one of several, else None (and MPI is not imported)."""
-    global _QUIET
+    global _QUIET, _RANK
     from .distributed import MPIUnavailable, from_environment, launched_world
 
     size, rank = launched_world()
     if size <= 1:
         return None
     _QUIET = rank != 0
+    _RANK = f"rank {rank}: " if rank else ""
     try:
         return from_environment(timeout=args.mpi_timeout)
     except MPIUnavailable as exc:
@@ -502,6 +513,7 @@ def _resume_trainer_here(args: argparse.Namespace, out: Path, parallel: Any) -> 
     from .training import Trainer
 
     ckpt_dir, cfg = read_checkpoint_config(out)
+    _check_world_size(ckpt_dir, parallel)
     data_info = cfg.get("data") or {}
     if not data_info or cfg.get("train_config") is None:
         raise UserError(f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here")
@@ -518,6 +530,24 @@ def _resume_trainer_here(args: argparse.Namespace, out: Path, parallel: Any) -> 
     _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
          f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
     return trainer
+
+
+def _check_world_size(ckpt_dir: Path, parallel: Any) -> None:
+    """Refuse at once (before reading the data) to resume with another number of processes; a
+    damaged state file is left to the full load to report."""
+    import json
+
+    from .checkpoint import TRAINER_STATE_FILE
+    from .training import world_size_problem
+
+    try:
+        state = json.loads((ckpt_dir / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(state, dict):
+        problem = world_size_problem(state.get("world_size", 1), 1 if parallel is None else parallel.size)
+        if problem is not None and "damaged" not in problem:
+            raise UserError(problem)
 
 
 def _new_trainer(args: argparse.Namespace, out: Path, steps: Optional[_Collective] = None) -> Any:
@@ -1156,12 +1186,12 @@ def _main(argv: Optional[List[str]]) -> int:
         return 1
     except (UserError, OSError, ValueError, RuntimeError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        if not _QUIET:  # data parallelism: rank 0 says it
-            print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        if not _QUIET or not _said_by_rank_0(exc):  # data parallelism: rank 0 says what all ranks met
+            print(f"{PROG} {args.command}: {_RANK}error: {message}", file=sys.stderr)
         return 1
     except MemoryError as exc:
         detail = " ".join(str(exc).split())
-        print(f"{PROG} {args.command}: error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
+        print(f"{PROG} {args.command}: {_RANK}error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
               "(model, vocabulary, batch, beam or length) need more memory than there is; ask for smaller ones",
               file=sys.stderr)
         return 1
@@ -1171,7 +1201,7 @@ def _main(argv: Optional[List[str]]) -> int:
         return 130
     except Exception as exc:  # a bug: one line too, but saying so
         message = " ".join(str(exc).split())
-        print(f"{PROG} {args.command}: internal error: {type(exc).__name__}: {message} (this is a bug; run with "
+        print(f"{PROG} {args.command}: {_RANK}internal error: {type(exc).__name__}: {message} (this is a bug; run with "
               "TRANSFORMER_CPP_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return 1
 

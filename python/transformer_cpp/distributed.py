@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["DataParallel", "MPIUnavailable", "WeightsDrifted", "launched_world", "from_environment",
+__all__ = ["DataParallel", "MPIUnavailable", "WeightsDrifted", "PeerFailed", "launched_world", "from_environment",
            "DEFAULT_TIMEOUT", "SPARE_SLOTS"]
 
 #: Seconds a collective call may take before the job is aborted (TRANSFORMER_CPP_MPI_TIMEOUT).
@@ -51,6 +51,10 @@ class MPIUnavailable(RuntimeError):
 
 class WeightsDrifted(RuntimeError):
     """The ranks' weights are no longer identical (their fingerprints differ)."""
+
+
+class PeerFailed(RuntimeError):
+    """Another rank's part of a step failed (that rank raises its own error)."""
 
 
 def launched_world() -> Tuple[int, int]:
@@ -283,13 +287,15 @@ class DataParallel:
                 n = int(np.count_nonzero(batch.tgt_out))
                 loss, acc = model.compute_gradients(batch.src, batch.tgt_in, batch.tgt_out, grad_scale=float(max(n, 1)))
             else:  # a batch with fewer pairs than ranks: this rank adds nothing
-                buf[:] = 0
+                model.zero_gradient_buffer()
+                # and counts the forward it did not need, so that every rank's dropout counter (which
+                # rank 0's checkpoint records for all) stays the number of steps
+                model.dropout_calls = model.dropout_calls + 1
         except (ValueError, RuntimeError, FloatingPointError, MemoryError) as exc:
             error = exc
-            buf[:] = 0
+            buf[:] = 0  # (the sum is not applied: every rank raises below)
             n = 0
-            if self.rank != 0:  # rank 0 speaks for the run; a rank's own failure is said by that rank
-                print(f"transformer-cpp: rank {self.rank}: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+            loss = acc = 0.0
         spare = buf[-SPARE_SLOTS:]
         spare[:] = 0
         spare[_LOSS] = loss * n
@@ -307,7 +313,7 @@ class DataParallel:
         if totals[_FAILED] > 0 or totals[_DIVERGED] > 0:
             if error is not None:
                 raise error
-            kind = RuntimeError if totals[_FAILED] > 0 else FloatingPointError
+            kind = PeerFailed if totals[_FAILED] > 0 else FloatingPointError
             raise kind(f"another rank's step failed {where} (its own message says why); no update was applied")
         tokens = int(round(totals[_TOKENS]))
         model.apply_gradients(1.0 / tokens)

@@ -241,6 +241,11 @@ class Transformer:
         its own numbers in the same all-reduce."""
         return self._core.gradient_buffer()
 
+    def zero_gradient_buffer(self) -> None:
+        """Set :meth:`gradient_buffer` to 0, ready for :meth:`apply_gradients`: what a process
+        without a share of a batch contributes to the sum."""
+        self._core.zero_gradient_buffer()
+
     def apply_gradients(self, grad_scale: float = 1.0) -> None:
         """The second half of :meth:`train_step` with ``gradient_buffer() * grad_scale`` as the
         gradients: norm (summed in a fixed order, independent of the thread count), clipping and one

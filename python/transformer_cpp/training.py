@@ -330,6 +330,19 @@ def _fingerprint(encoded: Optional[EncodedPairs]) -> Optional[str]:
     return h.hexdigest()[:16]
 
 
+def world_size_problem(saved: Any, current: int) -> Optional[str]:
+    """Why a run trained as ``saved`` processes (a trainer state's ``world_size``) cannot continue
+    as ``current`` ones, or None when it can (the same number)."""
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 1:
+        return f"Trainer.load_state_dict: damaged trainer state (world_size must be an integer >= 1, got {saved!r:.40})"
+    if saved == current:
+        return None
+    how = f"mpiexec -n {saved}" if saved > 1 else "one process (without mpiexec)"
+    return (f"Trainer: the run was trained as {saved} process(es) and this launch has {current}: the batches would "
+            f"be split and the dropout masks drawn differently, so it would not continue the same run; resume it "
+            f"with {how}")
+
+
 def _zero_sums() -> Dict[str, float]:
     return {"loss": 0.0, "correct": 0.0, "tokens": 0}
 
@@ -631,15 +644,9 @@ class Trainer:
             raise ValueError(f"Trainer.load_state_dict: damaged trainer state (it lacks {exc})") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"Trainer.load_state_dict: damaged trainer state ({exc})") from None
-        saved_size = state.get("world_size", 1)
-        if isinstance(saved_size, bool) or not isinstance(saved_size, int) or saved_size < 1:
-            raise ValueError(f"Trainer.load_state_dict: damaged trainer state (world_size must be an integer >= 1, "
-                             f"got {saved_size!r:.40})")
-        if saved_size != self.world_size:
-            how = f"mpiexec -n {saved_size}" if saved_size > 1 else "one process (without mpiexec)"
-            raise ValueError(f"Trainer: the run was trained as {saved_size} process(es) and this launch has "
-                             f"{self.world_size}: the batches would be split and the dropout masks drawn differently, "
-                             f"so it would not continue the same run; resume it with {how}")
+        problem = world_size_problem(state.get("world_size", 1), self.world_size)
+        if problem is not None:
+            raise ValueError(problem)
         batches = len(self.batch_plan(values["epoch"]))
         if values["batch_in_epoch"] > batches:
             raise ValueError(f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "

@@ -81,6 +81,9 @@ class Transformer {
   // values the caller may use to sum its own numbers along with the gradients (same all-reduce).
   static constexpr Index kFlatSpareSlots = 8;
   T* flat_gradients();  // allocated on first use, never reallocated afterwards
+  // A process with no share of a batch (or whose share failed) adds zeros: flat_gradients() set to
+  // 0, ready for the sum and apply_gradients, as after compute_gradients.
+  void zero_flat_gradients();
   Index flat_parameter_count();
   // train_step's second half on flat_gradients() (each value multiplied by grad_scale first):
   // the global norm, summed in a fixed order whatever the thread count (so processes that use
