@@ -409,6 +409,12 @@ def _data_parallel(args: argparse.Namespace) -> Any:
     try:
         return from_environment(timeout=args.mpi_timeout)
     except MPIUnavailable as exc:
+        if rank != 0:
+            # without MPI the ranks cannot agree: rank 0 says it, and the others leave a moment later
+            # (the launcher ends the job when the first process fails, rank 0 perhaps before it spoke)
+            import time
+
+            time.sleep(2.0)
         raise UserError(str(exc)) from None
 
 
