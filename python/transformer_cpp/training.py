@@ -351,12 +351,15 @@ class _StopRequest:
     """SIGINT handler for the duration of ``fit``: the first Ctrl-C asks for a clean stop after
     the current batch, a second one raises ``KeyboardInterrupt`` at once."""
 
-    def __init__(self, terminate: bool = False) -> None:
+    def __init__(self, terminate: bool = False, quiet: bool = False) -> None:
         self.requested = False
+        self._quiet = quiet  # data parallelism: rank 0 alone says it
         self._previous: Dict[int, Any] = {}
         self._installed = False
-        # data parallelism: SIGTERM too (a cluster's scheduler stopping the job) stops with a checkpoint
-        self._signals = (signal.SIGINT, signal.SIGTERM) if terminate else (signal.SIGINT,)
+        # data parallelism: SIGTERM (a cluster's scheduler stopping the job) and SIGUSR1 (what Open MPI's
+        # mpiexec passes on to every rank, where it answers SIGINT and SIGTERM by killing them) stop
+        # with a checkpoint too
+        self._signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1) if terminate else (signal.SIGINT,)
 
     def __enter__(self) -> "_StopRequest":
         if threading.current_thread() is threading.main_thread():
@@ -373,8 +376,9 @@ class _StopRequest:
             raise KeyboardInterrupt
         self.requested = True
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(f"\n{name}: stopping after this batch and saving a checkpoint (press Ctrl-C again to stop now)",
-              file=sys.stderr, flush=True)
+        if not self._quiet:
+            print(f"\n{name}: stopping after this batch and saving a checkpoint (press Ctrl-C again to stop now)",
+                  file=sys.stderr, flush=True)
 
     @property
     def installed(self) -> bool:
@@ -902,7 +906,7 @@ class Trainer:
         self._fit_schedule(budget - self.elapsed, 1.0)  # a first guess; refitted once steps are timed
         if self.parallel is not None:
             self.parallel.check_same_weights(self.model, self.model.step)
-        with _StopRequest(terminate=self.parallel is not None) as stop:
+        with _StopRequest(terminate=self.parallel is not None, quiet=not self._root) as stop:
             while self.epoch < target and not self.finished:
                 try:
                     entry = self._run_epoch(target, stop, on_batch_end, budget)
