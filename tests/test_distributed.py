@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -281,6 +282,36 @@ def test_command_line_two_ranks(tmp_path):
                        "--epochs", "2", "--no-progress", n=3)
     assert result.returncode != 0
     one_error_line(result.stderr, "trained as 2 process(es) and this launch has 3")
+
+
+def test_command_line_sigusr1_to_mpiexec_stops_with_a_checkpoint(tmp_path):
+    # Open MPI's mpiexec kills the ranks on SIGINT/SIGTERM but passes SIGUSR1 on to each of them
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=260)
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.pop("TRANSFORMER_CPP_DATA", None)
+    proc = subprocess.Popen([mpiexec(), "-n", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m",
+                             "transformer_cpp", "train", *SMALL, "--data", str(data), "--epochs", "1000",
+                             "--out", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT
+        while not (run_dir / "epoch-0001").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None and (run_dir / "epoch-0001").exists(), "the run did not get through epoch 1"
+        proc.send_signal(signal.SIGUSR1)
+        _, stderr = proc.communicate(timeout=LAUNCH_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "train: interrupted; checkpoint" in stderr, stderr
+    assert stderr.count("SIGUSR1: stopping after this batch") == 1, stderr  # rank 0 alone says it
+    # the checkpoint of where the request arrived: inside an epoch (epoch-000E-batch-00000B), or at an
+    # epoch end when it came during validation
+    latest = (run_dir / "latest").read_text().strip()
+    state = json.loads((run_dir / latest / "trainer_state.json").read_text())
+    assert state["world_size"] == 2 and 1 <= state["epoch"] < 1000
+    assert ("-batch-" in latest) == (state["batch_in_epoch"] > 0), latest
 
 
 def test_command_line_without_the_mpi_extra(tmp_path):

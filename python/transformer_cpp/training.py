@@ -53,6 +53,13 @@ written (named ``epoch-000E-batch-00000B``), and :class:`TrainingInterrupted` (a
 done and continues with the same order, so an interrupted run too is resumed exactly. A second
 Ctrl-C stops at once without a new checkpoint (the last saved one is intact). Python delivers
 signals to the main thread only; when ``fit`` runs elsewhere it cannot be interrupted this way.
+
+Data parallelism. ``Trainer(..., parallel=DataParallel)`` (see :mod:`transformer_cpp.distributed`;
+``transformer-cpp train`` under ``mpiexec`` does it) trains on several processes: each step splits
+the global batch across the ranks, sums the gradients with one all-reduce and applies the same
+Adam step everywhere. SIGTERM and SIGUSR1 then stop like Ctrl-C, on whichever rank they arrive;
+rank 0 alone validates, reports and writes checkpoints; the number of processes is part of the
+saved state, and a resume with another number is refused.
 """
 
 from __future__ import annotations
