@@ -1,6 +1,7 @@
 // Bindings of the Transformer model: forward/backward, train_step/evaluate with the GIL released,
 // hierarchical parameters, optimiser state for checkpoints, attention weights for plots.
 #include "bindings.hpp"
+#include "transformer/decode_kernels.hpp"
 #include "transformer/decoding.hpp"
 #include "transformer/transformer.hpp"
 
@@ -155,6 +156,69 @@ void bind_transformer(py::module_& m) {
            },
            py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
            "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).")
+      // data parallelism: train_step in two halves around a sum of gradient_buffer() over processes
+      .def("compute_gradients",
+           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
+              const py::object& grad_scale) {
+             const char* who = "Transformer.compute_gradients";
+             const double scale = float_arg(grad_scale, who, "grad_scale");
+             Batch b = token_batch(src, tgt_in, &tgt_out, who);
+             ModelInUse<T> in_use(h, who);
+             LossStats s;
+             {
+               py::gil_scoped_release release;
+               s = h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale);
+             }
+             h.B = -1;
+             h.last_count = s.count;
+             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
+             return py::make_tuple(s.loss, acc);
+           },
+           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"), py::arg("grad_scale") = 1.0,
+           "Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() "
+           "(the layers' own are zeroed); no update. Returns (loss, accuracy).")
+      .def("gradient_buffer",
+           [](py::object self) {
+             H& h = self.cast<H&>();
+             check_model_idle(h, "Transformer.gradient_buffer");
+             T* data = h.model.flat_gradients();
+             const Index n = h.model.flat_parameter_count() + Transformer<T>::kFlatSpareSlots;
+             return py::array_t<T>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(T))}, data, self);
+           },
+           "The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() "
+           "order, then 8 spare values for the caller to sum along with them.")
+      .def("zero_gradient_buffer",
+           [](H& h) {
+             ModelInUse<T> in_use(h, "Transformer.zero_gradient_buffer");
+             h.model.zero_flat_gradients();
+           },
+           "Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share "
+           "of the batch).")
+      .def("apply_gradients",
+           [](H& h, const py::object& grad_scale) {
+             const char* who = "Transformer.apply_gradients";
+             const double scale = float_arg(grad_scale, who, "grad_scale");
+             ModelInUse<T> in_use(h, who);
+             py::gil_scoped_release release;
+             h.model.apply_gradients(scale);
+           },
+           py::arg("grad_scale") = 1.0,
+           "Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.")
+      .def("set_dropout_seed",
+           [](H& h, const py::object& seed) {
+             check_model_idle(h, "Transformer.set_dropout_seed");
+             h.model.set_dropout_seed(seed_arg(seed, "Transformer", "dropout seed"));
+           },
+           py::arg("seed"), "Seed the dropout masks (the counter is kept).")
+      .def("weights_fingerprint",
+           [](H& h) {
+             check_model_idle(h, "Transformer.weights_fingerprint");
+             std::uint64_t f = 0;
+             for (const auto& p : h.model.parameters())
+               f = fingerprint(p.value, static_cast<std::size_t>(p.size()) * sizeof(T), f);
+             return f;
+           },
+           "64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).")
       .def_property_readonly("last_token_count", [](H& h) { return h.last_count; },
                              "Non-padding target tokens in the last train_step/evaluate batch.")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.parameters(), self); })

@@ -295,6 +295,110 @@ LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, Cons
       "evaluate");
 }
 
+// ------------------------------------------------------------------ data parallelism
+
+template <typename T>
+Index Transformer<T>::flat_parameter_count() {
+  Index n = 0;
+  for (const auto& p : parameters()) n += p.size();
+  return n;
+}
+
+template <typename T>
+T* Transformer<T>::flat_gradients() {
+  if (flat_grads_.empty()) flat_grads_.assign(static_cast<size_t>(flat_parameter_count() + kFlatSpareSlots), T(0));
+  return flat_grads_.data();
+}
+
+template <typename T>
+void Transformer<T>::zero_flat_gradients() {
+  T* flat = flat_gradients();
+  std::fill(flat, flat + flat_grads_.size(), T(0));
+  optimizer();
+  flat_pending_ = true;
+}
+
+template <typename T>
+LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out,
+                                            double grad_scale) {
+  const char* who = "Transformer.compute_gradients";
+  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(), who, ": tgt_out has shape (",
+             tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(),
+             "); they must match");
+  TCPP_CHECK(std::isfinite(grad_scale), who, ": grad_scale must be finite, got ", grad_scale);
+  check_batch(src, tgt_in, "train_step");
+  TCPP_CHECK((tgt_out.array() != 0).any(), who, ": tgt_out holds no target token (every label is the padding id 0): ",
+             "there is nothing to learn from");
+  optimizer();  // the Adam moments exist before the first apply_gradients
+  T* flat = flat_gradients();
+  flat_pending_ = false;
+  if (!grads_zero_) zero_grad();
+  grads_zero_ = false;
+  run(src, tgt_in, tgt_out.data(), true, true);
+  LossStats stats = loss_or_throw(
+      [&] { return masked_cross_entropy<T>(cmap(logits_), row_targets(tgt_out), &logits_, opt_config_.label_smoothing); },
+      "train_step");
+  backward_rows(cmap(logits_));
+  // gather: flat = grad * grad_scale, and grad = 0 for the next step (one pass)
+  const T gs = static_cast<T>(grad_scale);
+  Index offset = 0;
+  for (const auto& p : parameters()) {
+    T* __restrict g = p.grad;
+    T* __restrict f = flat + offset;
+    const Index n = p.size();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (Index i = 0; i < n; ++i) {
+      f[i] = g[i] * gs;
+      g[i] = T(0);
+    }
+    offset += n;
+  }
+  grads_zero_ = true;
+  flat_pending_ = true;
+  return stats;
+}
+
+template <typename T>
+double Transformer<T>::flat_gradient_norm(double grad_scale) const {
+  TCPP_CHECK(!flat_grads_.empty(), "Transformer.flat_gradient_norm: no gradients yet (call compute_gradients)");
+  const Index n = static_cast<Index>(flat_grads_.size()) - kFlatSpareSlots;
+  // fixed blocks, each summed in order by one thread, then the block sums in order: the result does
+  // not depend on the thread count
+  constexpr Index kBlock = 8192;
+  const Index blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+  const T* g = flat_grads_.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (Index b = 0; b < blocks; ++b) {
+    double s = 0.0;
+    const Index end = std::min(n, (b + 1) * kBlock);
+    for (Index i = b * kBlock; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    partial[static_cast<size_t>(b)] = s;
+  }
+  double sumsq = 0.0;
+  for (double s : partial) sumsq += s;
+  return std::sqrt(sumsq) * std::abs(grad_scale);
+}
+
+template <typename T>
+void Transformer<T>::apply_gradients(double grad_scale) {
+  const char* who = "Transformer.apply_gradients";
+  TCPP_CHECK(flat_pending_, who, ": no gradients to apply (call compute_gradients first; each gradient is applied ",
+             "once)");
+  TCPP_CHECK(std::isfinite(grad_scale), who, ": grad_scale must be finite, got ", grad_scale);
+  Adam<T>& adam = optimizer();
+  TCPP_CHECK(adam.step_count() < std::numeric_limits<Index>::max(), who, ": the step count ", adam.step_count(),
+             " is at its maximum (2**63 - 1); no update was applied");
+  last_grad_norm_ = flat_gradient_norm(grad_scale);
+  if (!std::isfinite(last_grad_norm_))
+    throw NonFiniteError(concat(who, ": non-finite gradient norm: training has diverged; no update was applied, ",
+                                "the weights are those of the last good step"));
+  const double clip = opt_config_.clip_norm;
+  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
+  adam.step_flat(flat_grads_.data(), learning_rate(adam.step_count() + 1), grad_scale * scale, who);
+  flat_pending_ = false;
+}
+
 template <typename T>
 ParameterList<T> Transformer<T>::parameters() {
   ParameterList<T> ps;

@@ -677,6 +677,10 @@ class Transformer_float32:
     """
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0, precision: str = 'float32') -> None:
         ...
+    def apply_gradients(self, grad_scale: typing.SupportsFloat = 1.0) -> None:
+        """
+        Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.
+        """
     def attention_weights(self) -> dict[str, numpy.ndarray]:
         """
         Attention weights of the last forward: name -> (B, heads, T_q, T_k).
@@ -689,6 +693,10 @@ class Transformer_float32:
         """
         KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
         """
+    def compute_gradients(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike, grad_scale: typing.SupportsFloat = 1.0) -> tuple[float, float]:
+        """
+        Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
+        """
     def config(self) -> dict[str, typing.Any]:
         ...
     def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0, beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09, clip_norm: float = 0.0, label_smoothing: float = 0.0, total_steps: int = 0) -> None:
@@ -700,6 +708,10 @@ class Transformer_float32:
     def forward(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
         """
         src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)
+        """
+    def gradient_buffer(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
     def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int) -> numpy.typing.NDArray[numpy.int64]:
         """
@@ -719,12 +731,24 @@ class Transformer_float32:
         """
     def parameters(self) -> collections.OrderedDict[str, Parameter]:
         ...
+    def set_dropout_seed(self, seed: int) -> None:
+        """
+        Seed the dropout masks (the counter is kept).
+        """
     def train_step(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
         """
         Forward, masked loss, backward and one Adam step; returns (loss, accuracy).
         """
+    def weights_fingerprint(self) -> int:
+        """
+        64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).
+        """
     def zero_grad(self) -> None:
         ...
+    def zero_gradient_buffer(self) -> None:
+        """
+        Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share of the batch).
+        """
     @property
     def dropout_calls(self) -> int:
         """
@@ -755,6 +779,10 @@ class Transformer_float64:
     """
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0, precision: str = 'float32') -> None:
         ...
+    def apply_gradients(self, grad_scale: typing.SupportsFloat = 1.0) -> None:
+        """
+        Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.
+        """
     def attention_weights(self) -> dict[str, numpy.ndarray]:
         """
         Attention weights of the last forward: name -> (B, heads, T_q, T_k).
@@ -767,6 +795,10 @@ class Transformer_float64:
         """
         KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
         """
+    def compute_gradients(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike, grad_scale: typing.SupportsFloat = 1.0) -> tuple[float, float]:
+        """
+        Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
+        """
     def config(self) -> dict[str, typing.Any]:
         ...
     def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0, beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09, clip_norm: float = 0.0, label_smoothing: float = 0.0, total_steps: int = 0) -> None:
@@ -778,6 +810,10 @@ class Transformer_float64:
     def forward(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
         """
         src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)
+        """
+    def gradient_buffer(self) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
     def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int) -> numpy.typing.NDArray[numpy.int64]:
         """
@@ -797,12 +833,24 @@ class Transformer_float64:
         """
     def parameters(self) -> collections.OrderedDict[str, Parameter]:
         ...
+    def set_dropout_seed(self, seed: int) -> None:
+        """
+        Seed the dropout masks (the counter is kept).
+        """
     def train_step(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
         """
         Forward, masked loss, backward and one Adam step; returns (loss, accuracy).
         """
+    def weights_fingerprint(self) -> int:
+        """
+        64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).
+        """
     def zero_grad(self) -> None:
         ...
+    def zero_gradient_buffer(self) -> None:
+        """
+        Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share of the batch).
+        """
     @property
     def dropout_calls(self) -> int:
         """

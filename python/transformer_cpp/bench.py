@@ -1422,6 +1422,11 @@ def format_report(results: Dict[str, Any]) -> str:
                 lines.append(f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
                              f"{e['mean_batch']:.1f} sentences per decode call")
             row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x"), key="serving_batching")
+    if results.get("mpi_scaling"):  # bench_mpi.py
+        from .bench_mpi import format_mpi_scaling
+
+        lines.extend("6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(
+            results["mpi_scaling"])))
     lines.append("")
     return "\n".join(lines)
 
@@ -1464,6 +1469,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-busy", action="store_true",
                    help="skip the busy-machine measurement (a CPU hog on one core: 1 thread against all)")
     p.add_argument("--skip-serving", action="store_true", help="skip the HTTP serving measurement")
+    p.add_argument("--skip-mpi", action="store_true",
+                   help="skip the MPI scaling section (1 process of N threads against N ranks; bench_mpi.py)")
     p.add_argument("--serving-only", action="store_true",
                    help="run only the HTTP serving measurement (batching against one at a time)")
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
@@ -1543,6 +1550,13 @@ def run_bench(args: argparse.Namespace) -> int:
         if "skipped" in results["serving"]:
             results["notes"].append(f"serving skipped: {results['serving']['skipped']}")
 
+    if not getattr(args, "skip_mpi", False) and not serving_only:  # bench_mpi.py
+        from .bench_mpi import bench_mpi_scaling
+
+        results["mpi_scaling"] = bench_mpi_scaling(bool(args.quick), ranks=max(threads, 2),
+                                                   seed=args.seed)
+        if "skipped" in results["mpi_scaling"]:
+            results["notes"].append(f"MPI scaling skipped: {results['mpi_scaling']['skipped']}")
     results["elapsed_s"] = time.perf_counter() - t_start
     try:
         results["machine"]["load_average_end"] = round(os.getloadavg()[0], 2)

@@ -98,6 +98,24 @@ class UserError(Exception):
     """An error the user can fix; printed as one line without a traceback."""
 
 
+class _Silent(Exception):
+    """Exit with status 1 without a message: in a data-parallel run, rank 0 says what went wrong."""
+
+
+# In a data-parallel run (mpiexec), only rank 0 speaks: set for the other ranks by `train`. They
+# still report an error of their own (not one that every rank raised alike), with their rank.
+_QUIET = False
+_RANK = ""
+
+
+def _said_by_rank_0(exc: BaseException) -> bool:
+    """Whether every rank raised ``exc`` alike, so that rank 0 reports it (data parallelism)."""
+    from .distributed import PeerFailed, WeightsDrifted
+    from .training import TrainingDiverged
+
+    return isinstance(exc, (_Silent, UserError, PeerFailed, WeightsDrifted, TrainingDiverged, KeyboardInterrupt))
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (no usage block) and exit with status 2."""
 
@@ -106,7 +124,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    if not _QUIET:
+        print(message, file=sys.stderr, flush=True)
 
 
 def _version_text() -> str:
@@ -355,6 +374,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .checkpoint import check_writable, list_checkpoints, lock_run
 
     out = Path(args.out if args.out is not None else f"runs/{args.preset or DEFAULT_PRESET}")
+    parallel = _data_parallel(args)
+    if parallel is not None:
+        return _train_parallel(args, out, parallel)
     _set_threads(args.threads)
     existing = bool(list_checkpoints(out, complete=False)) or (out / "latest").exists()
     if args.resume and not existing:
@@ -373,6 +395,107 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise
 
 
+def _data_parallel(args: argparse.Namespace) -> Any:
+    """The run's :class:`~transformer_cpp.distributed.DataParallel` when ``mpiexec`` started this
+    process as one of several, else None (and MPI is not imported)."""
+    global _QUIET, _RANK
+    from .distributed import MPIUnavailable, from_environment, launched_world
+
+    size, rank = launched_world()
+    if size <= 1:
+        return None
+    _QUIET = rank != 0
+    _RANK = f"rank {rank}: " if rank else ""
+    try:
+        return from_environment(timeout=args.mpi_timeout)
+    except MPIUnavailable as exc:
+        if rank != 0:
+            # without MPI the ranks cannot agree: rank 0 says it, and the others leave a moment later
+            # (the launcher ends the job when the first process fails, rank 0 perhaps before it spoke)
+            import time
+
+            time.sleep(2.0)
+        raise UserError(str(exc)) from None
+
+
+class _Collective:
+    """Setup steps of a data-parallel run: each rank does its part, then they agree, so that a
+    failure anywhere stops every rank and rank 0 says it in one line. Without MPI, steps just run."""
+
+    def __init__(self, parallel: Any) -> None:
+        self.parallel = parallel
+
+    def run(self, what: str, fn: Any) -> Any:
+        if self.parallel is None:
+            return fn()
+        result, error = None, None
+        try:
+            result = fn()
+        except (UserError, OSError, ValueError, RuntimeError, MemoryError, TypeError) as exc:
+            error = exc
+        line = self.parallel.agree(error, what)
+        if line is not None:
+            if self.parallel.is_root:
+                raise UserError(line)
+            raise _Silent()
+        return result
+
+    def on_root(self, what: str, fn: Any) -> Any:
+        """``fn()`` on rank 0, its result sent to every rank."""
+        if self.parallel is None:
+            return fn()
+        result, error = None, None
+        if self.parallel.is_root:
+            try:
+                result = fn()
+            except (UserError, OSError, ValueError, RuntimeError, MemoryError, TypeError) as exc:
+                error = " ".join(str(exc).split()) or type(exc).__name__
+        error, result = self.parallel.bcast((error, result), what)
+        if error is not None:
+            if self.parallel.is_root:
+                raise UserError(error)
+            raise _Silent()
+        return result
+
+
+def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
+    """``train`` as one rank of ``mpiexec -n N``: every rank reads the data and the run directory
+    (shared by all hosts), rank 0 builds the vocabularies and alone writes into ``--out``."""
+    import contextlib
+
+    from .checkpoint import check_writable, list_checkpoints, lock_run
+
+    steps = _Collective(parallel)
+    _set_threads(args.threads)
+
+    def check_out() -> bool:
+        existing = bool(list_checkpoints(out, complete=False)) or (out / "latest").exists()
+        if args.resume and not existing:
+            raise UserError(f"nothing to resume: '{out}' holds no checkpoint")
+        if not args.resume and existing:
+            raise UserError(f"'{out}' already holds a run; pass --resume to continue it or choose another --out")
+        created = not out.exists()
+        if parallel.is_root:
+            check_writable(out, "--out")
+        return created
+
+    created = steps.run("checking --out", check_out)
+    _say(f"data-parallel training: {parallel.size} MPI processes; rank 0 writes {out}")
+    with contextlib.ExitStack() as stack:
+        try:
+            if parallel.is_root:
+                steps.run("locking --out", lambda: stack.enter_context(lock_run(out)))
+            else:
+                steps.run("locking --out", lambda: None)
+            trainer = _resume_trainer(args, out, steps) if args.resume else _new_trainer(args, out, steps)
+            return _fit(trainer, out)
+        except BaseException:
+            if created and parallel.is_root:
+                stack.close()
+                _remove_if_unused(out)
+            raise
+
+
 def _remove_if_unused(out: Path) -> None:
     """Remove the run directory this command created if nothing but its lock file is in it (the
     command failed before its first checkpoint)."""
@@ -386,11 +509,17 @@ def _remove_if_unused(out: Path) -> None:
         pass
 
 
-def _resume_trainer(args: argparse.Namespace, out: Path) -> Any:
+def _resume_trainer(args: argparse.Namespace, out: Path, steps: Optional[_Collective] = None) -> Any:
+    steps = steps if steps is not None else _Collective(None)
+    return steps.run("resuming the run", lambda: _resume_trainer_here(args, out, steps.parallel))
+
+
+def _resume_trainer_here(args: argparse.Namespace, out: Path, parallel: Any) -> Any:
     from .checkpoint import load_checkpoint, read_checkpoint_config
     from .training import Trainer
 
     ckpt_dir, cfg = read_checkpoint_config(out)
+    _check_world_size(ckpt_dir, parallel)
     data_info = cfg.get("data") or {}
     if not data_info or cfg.get("train_config") is None:
         raise UserError(f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here")
@@ -402,17 +531,44 @@ def _resume_trainer(args: argparse.Namespace, out: Path) -> Any:
     valid = _encode_valid(split, ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
     trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
                                       threads=args.threads, progress=False if args.no_progress else None,
-                                      time_budget=changes.get("time_budget"))
+                                      time_budget=changes.get("time_budget"), parallel=parallel)
     trainer.config.adaptive_threads = not args.fixed_threads  # how threads are used: not part of the run
     _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
          f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
     return trainer
 
 
-def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
+def _check_world_size(ckpt_dir: Path, parallel: Any) -> None:
+    """Refuse at once (before reading the data) to resume with another number of processes; a
+    damaged state file is left to the full load to report."""
+    import json
+
+    from .checkpoint import TRAINER_STATE_FILE
+    from .training import world_size_problem
+
+    try:
+        state = json.loads((ckpt_dir / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(state, dict):
+        problem = world_size_problem(state.get("world_size", 1), 1 if parallel is None else parallel.size)
+        if problem is not None and "damaged" not in problem:
+            raise UserError(problem)
+
+
+def _new_trainer(args: argparse.Namespace, out: Path, steps: Optional[_Collective] = None) -> Any:
+    steps = steps if steps is not None else _Collective(None)
+    arch, config, data_info, split = steps.run("reading the data", lambda: _new_run_data(args))
+    # the vocabularies: built once (rank 0) and shared, so that every rank encodes alike
+    src_tok, tgt_tok = steps.on_root("building the subword vocabularies", lambda: _build_tokenizers(split, data_info))
+    return steps.run("building the model", lambda: _new_run_model(args, out, arch, config, data_info, split, src_tok,
+                                                                  tgt_tok, steps.parallel))
+
+
+def _new_run_data(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Dict[str, Any], Dict[str, Any]]:
     from .data import check_fractions
     from .model import Transformer
-    from .training import TrainConfig, Trainer
+    from .training import TrainConfig
 
     arch, settings, data_req = _requested(args, args.preset or DEFAULT_PRESET)
     data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
@@ -431,7 +587,14 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
     # are checked again when the model is built)
     Transformer(4, 4, seed=config.seed, **arch)
     split, data_info = _load_split(args.data, data_info)
-    src_tok, tgt_tok = _build_tokenizers(split, data_info)
+    return arch, config, data_info, split
+
+
+def _new_run_model(args: argparse.Namespace, out: Path, arch: Dict[str, Any], config: Any, data_info: Dict[str, Any],
+                   split: Dict[str, Any], src_tok: Any, tgt_tok: Any, parallel: Any) -> Any:
+    from .model import Transformer
+    from .training import Trainer
+
     max_length = _choose_max_length(split, src_tok, tgt_tok, int(data_info["max_length_option"] or 0))
     data_info["max_length"] = max_length
     arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
@@ -448,7 +611,7 @@ def _new_trainer(args: argparse.Namespace, out: Path) -> Any:
     model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
     _say(f"model: {model!r}")
     trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
-                      checkpoint_dir=out, data_info=data_info)
+                      checkpoint_dir=out, data_info=data_info, parallel=parallel)
     budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
     _say(f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
          f"checkpoints in {out}")
@@ -741,6 +904,13 @@ def _setting(owner: str, name: str, *, minimum: Optional[int] = None) -> Any:
     return convert
 
 
+def _seconds(text: str) -> float:
+    value = _parse_number(text, False)
+    if not (isinstance(value, (int, float)) and 0 < value < 1e9):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return float(value)
+
+
 def _range_help(owner: str, name: str) -> str:
     from .training import TrainConfig
     from .translate import Translator
@@ -813,6 +983,9 @@ def _add_train_parser(sub: Any) -> None:
                    help="always use all --threads threads (by default the run times its steps and uses fewer "
                         "while that is faster: another program holding a core slows every thread's share)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--mpi-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="under mpiexec: abort every process when a collective call (a step's gradient all-reduce, "
+                        "the wait for rank 0's validation) takes longer (default $TRANSFORMER_CPP_MPI_TIMEOUT or 600)")
     p.add_argument("--precision", choices=("float32", "bf16"), default=None,
                    help="matrix products of the dense layers (attention projections, feed-forward, output "
                         "layer): float32 (the default), or bf16 mixed precision: bfloat16 inputs summed in float32 "
@@ -1015,22 +1188,26 @@ def _main(argv: Optional[List[str]]) -> int:
     # what a user can cause: bad files, checkpoints and options (CheckpointError, FileNotFoundError,
     # the core's ValueError), sizes beyond the memory (MemoryError), a diverged run
     # (TrainingDiverged, NonFiniteError: RuntimeError), a run directory in use
+    except _Silent:
+        return 1
     except (UserError, OSError, ValueError, RuntimeError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        if not _QUIET or not _said_by_rank_0(exc):  # data parallelism: rank 0 says what all ranks met
+            print(f"{PROG} {args.command}: {_RANK}error: {message}", file=sys.stderr)
         return 1
     except MemoryError as exc:
         detail = " ".join(str(exc).split())
-        print(f"{PROG} {args.command}: error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
+        print(f"{PROG} {args.command}: {_RANK}error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
               "(model, vocabulary, batch, beam or length) need more memory than there is; ask for smaller ones",
               file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        if not _QUIET:
+            print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug: one line too, but saying so
         message = " ".join(str(exc).split())
-        print(f"{PROG} {args.command}: internal error: {type(exc).__name__}: {message} (this is a bug; run with "
+        print(f"{PROG} {args.command}: {_RANK}internal error: {type(exc).__name__}: {message} (this is a bug; run with "
               "TRANSFORMER_CPP_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return 1
 

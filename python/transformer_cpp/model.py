@@ -223,6 +223,43 @@ class Transformer:
         non-finite: nothing is updated then, the model keeps the weights of its last good step."""
         return self._core.train_step(src, tgt_in, tgt_out)
 
+    # ---------------------------------------------------------------- data parallelism
+    # train_step in two halves around a sum of gradient_buffer() over processes (see distributed.py)
+
+    def compute_gradients(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray,
+                          grad_scale: float = 1.0) -> Tuple[float, float]:
+        """The first half of :meth:`train_step`: forward, masked loss and backward; the gradients
+        times ``grad_scale`` land in :meth:`gradient_buffer` and nothing is updated. Returns
+        ``(loss, accuracy)``. ``grad_scale = last_token_count`` turns the mean over this batch's
+        tokens into their sum, so that sums over processes divided by the global token count give
+        the gradient of the whole batch's mean loss."""
+        return self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale)
+
+    def gradient_buffer(self) -> np.ndarray:
+        """The model's contiguous gradient buffer, a NumPy view (no copy): every parameter's
+        gradient in :meth:`parameters` order, then 8 spare values that the caller may use to sum
+        its own numbers in the same all-reduce."""
+        return self._core.gradient_buffer()
+
+    def zero_gradient_buffer(self) -> None:
+        """Set :meth:`gradient_buffer` to 0, ready for :meth:`apply_gradients`: what a process
+        without a share of a batch contributes to the sum."""
+        self._core.zero_gradient_buffer()
+
+    def apply_gradients(self, grad_scale: float = 1.0) -> None:
+        """The second half of :meth:`train_step` with ``gradient_buffer() * grad_scale`` as the
+        gradients: norm (summed in a fixed order, independent of the thread count), clipping and one
+        Adam step. Refuses non-finite results as :meth:`train_step` does, changing nothing."""
+        self._core.apply_gradients(grad_scale)
+
+    def set_dropout_seed(self, seed: int) -> None:
+        """Seed the dropout masks (by default the model's ``seed``); the counter is kept."""
+        self._core.set_dropout_seed(seed)
+
+    def weights_fingerprint(self) -> int:
+        """A 64-bit fingerprint of every weight's bytes: equal weights give equal fingerprints."""
+        return int(self._core.weights_fingerprint())
+
     def evaluate(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
         """Masked loss and accuracy in inference mode (no dropout, no update)."""
         return self._core.evaluate(src, tgt_in, tgt_out)

@@ -53,6 +53,13 @@ written (named ``epoch-000E-batch-00000B``), and :class:`TrainingInterrupted` (a
 done and continues with the same order, so an interrupted run too is resumed exactly. A second
 Ctrl-C stops at once without a new checkpoint (the last saved one is intact). Python delivers
 signals to the main thread only; when ``fit`` runs elsewhere it cannot be interrupted this way.
+
+Data parallelism. ``Trainer(..., parallel=DataParallel)`` (see :mod:`transformer_cpp.distributed`;
+``transformer-cpp train`` under ``mpiexec`` does it) trains on several processes: each step splits
+the global batch across the ranks, sums the gradients with one all-reduce and applies the same
+Adam step everywhere. SIGTERM and SIGUSR1 then stop like Ctrl-C, on whichever rank they arrive;
+rank 0 alone validates, reports and writes checkpoints; the number of processes is part of the
+saved state, and a resume with another number is refused.
 """
 
 from __future__ import annotations
@@ -330,6 +337,19 @@ def _fingerprint(encoded: Optional[EncodedPairs]) -> Optional[str]:
     return h.hexdigest()[:16]
 
 
+def world_size_problem(saved: Any, current: int) -> Optional[str]:
+    """Why a run trained as ``saved`` processes (a trainer state's ``world_size``) cannot continue
+    as ``current`` ones, or None when it can (the same number)."""
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 1:
+        return f"Trainer.load_state_dict: damaged trainer state (world_size must be an integer >= 1, got {saved!r:.40})"
+    if saved == current:
+        return None
+    how = f"mpiexec -n {saved}" if saved > 1 else "one process (without mpiexec)"
+    return (f"Trainer: the run was trained as {saved} process(es) and this launch has {current}: the batches would "
+            f"be split and the dropout masks drawn differently, so it would not continue the same run; resume it "
+            f"with {how}")
+
+
 def _zero_sums() -> Dict[str, float]:
     return {"loss": 0.0, "correct": 0.0, "tokens": 0}
 
@@ -338,15 +358,21 @@ class _StopRequest:
     """SIGINT handler for the duration of ``fit``: the first Ctrl-C asks for a clean stop after
     the current batch, a second one raises ``KeyboardInterrupt`` at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, terminate: bool = False, quiet: bool = False) -> None:
         self.requested = False
-        self._previous: Any = None
+        self._quiet = quiet  # data parallelism: rank 0 alone says it
+        self._previous: Dict[int, Any] = {}
         self._installed = False
+        # data parallelism: SIGTERM (a cluster's scheduler stopping the job) and SIGUSR1 (what Open MPI's
+        # mpiexec passes on to every rank, where it answers SIGINT and SIGTERM by killing them) stop
+        # with a checkpoint too
+        self._signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1) if terminate else (signal.SIGINT,)
 
     def __enter__(self) -> "_StopRequest":
         if threading.current_thread() is threading.main_thread():
             try:
-                self._previous = signal.signal(signal.SIGINT, self._handle)
+                for sig in self._signals:
+                    self._previous[sig] = signal.signal(sig, self._handle)
                 self._installed = True
             except (ValueError, OSError):  # e.g. an embedded interpreter without signals
                 self._installed = False
@@ -356,17 +382,20 @@ class _StopRequest:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nCtrl-C: stopping after this batch and saving a checkpoint (press again to stop now)",
-              file=sys.stderr, flush=True)
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if not self._quiet:
+            print(f"\n{name}: stopping after this batch and saving a checkpoint (press Ctrl-C again to stop now)",
+                  file=sys.stderr, flush=True)
 
     @property
     def installed(self) -> bool:
         return self._installed
 
     def __exit__(self, *exc: Any) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+        self._installed = False
 
 
 def _state_number(state: Mapping[str, Any], key: str, integer: bool, default: Any = None, where: str = "") -> Any:
@@ -465,7 +494,16 @@ class Trainer:
         tgt_tokenizer: Any = None,
         checkpoint_dir: Union[str, Path, None] = None,
         data_info: Optional[Mapping[str, Any]] = None,
+        parallel: Any = None,
     ) -> None:
+        if parallel is not None and not all(hasattr(parallel, a) for a in ("rank", "size", "train_step")):
+            raise TypeError(f"Trainer: parallel must be a transformer_cpp.distributed.DataParallel or None, got "
+                            f"{type(parallel).__name__}")
+        # data parallelism over MPI: every rank trains; rank 0 alone writes checkpoints and reports
+        self.parallel = parallel if parallel is not None and parallel.size > 1 else None
+        self._root = self.parallel is None or self.parallel.rank == 0
+        if not self._root:
+            checkpoint_dir = None
         if not isinstance(train_data, EncodedPairs):
             raise TypeError(f"Trainer: train_data must be EncodedPairs (from encode_pairs), got {type(train_data).__name__}")
         if valid_data is not None and not isinstance(valid_data, EncodedPairs):
@@ -500,6 +538,11 @@ class Trainer:
                     raise ValueError(f"Trainer: {label} holds {side} token id {high if high >= 0 else low}, outside the "
                                      f"model's {key} {model.config[key]}; were the pairs encoded with other tokenizers?")
         self._configure_model()
+        if self.parallel is not None:  # each rank its own dropout masks, deterministically
+            model.set_dropout_seed(self.parallel.dropout_seed(int(model.config["seed"])))
+        self._stop_all = False  # a rank asked to stop (data parallelism: the step's all-reduce says so)
+        self._step_seconds = 0.0  # this rank's last step
+        self._agreed_step_seconds = 0.0  # rank 0's step before the last (data parallelism: what every rank times with)
         self.epoch = 0
         self.batch_in_epoch = 0
         self.history = empty_history()
@@ -577,7 +620,17 @@ class Trainer:
             "finished": self.finished,
             "best": dict(self.best),
             "run_id": self.run_id,
+            "world_size": self.world_size,
         }
+
+    @property
+    def world_size(self) -> int:
+        """Processes that train together (MPI ranks; 1 without data parallelism)."""
+        return 1 if self.parallel is None else int(self.parallel.size)
+
+    @property
+    def _progress(self) -> bool:
+        return bool(self.config.progress) and self._root
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (the model's weights and optimiser are separate).
@@ -602,6 +655,9 @@ class Trainer:
             raise ValueError(f"Trainer.load_state_dict: damaged trainer state (it lacks {exc})") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"Trainer.load_state_dict: damaged trainer state ({exc})") from None
+        problem = world_size_problem(state.get("world_size", 1), self.world_size)
+        if problem is not None:
+            raise ValueError(problem)
         batches = len(self.batch_plan(values["epoch"]))
         if values["batch_in_epoch"] > batches:
             raise ValueError(f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "
@@ -630,6 +686,7 @@ class Trainer:
         threads: Optional[int] = None,
         progress: Optional[bool] = None,
         time_budget: Optional[float] = None,
+        parallel: Any = None,
     ) -> "Trainer":
         """A trainer that continues the run saved at ``path`` (a run directory, one checkpoint
         directory, or a :class:`~transformer_cpp.checkpoint.Checkpoint` loaded with its optimiser).
@@ -638,7 +695,8 @@ class Trainer:
         (checked with a hash). The model, tokenizers, optimiser state, settings and history come
         from the checkpoint; ``epochs`` (the total to reach), ``threads`` and ``progress`` may be
         changed since they do not alter the numbers. New checkpoints go to ``checkpoint_dir``,
-        by default the run directory that holds ``path``.
+        by default the run directory that holds ``path``. ``parallel`` (a
+        :class:`~transformer_cpp.distributed.DataParallel`) must have as many ranks as the run had.
 
         Raises:
             transformer_cpp.checkpoint.CheckpointError: a damaged checkpoint or one without
@@ -668,7 +726,7 @@ class Trainer:
         trainer = cls(ckpt.model, train_data, valid_data, config, src_tokenizer=ckpt.src_tokenizer,
                       tgt_tokenizer=ckpt.tgt_tokenizer,
                       checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else ckpt.path.parent,
-                      data_info=ckpt.data)
+                      data_info=ckpt.data, parallel=parallel)
         if ckpt.run_id is not None:
             trainer.run_id = ckpt.run_id
         trainer.load_state_dict(ckpt.trainer_state)
@@ -743,11 +801,21 @@ class Trainer:
             "minutes": self.elapsed / 60.0,
             "tokens_per_second": s["tokens"] / self._epoch_seconds if self._epoch_seconds > 0 else 0.0,
         }
-        if self.valid_data is not None:
-            entry["val_loss"], entry["val_accuracy"] = self.evaluate()
-        bleu = self.validation_bleu()
-        if bleu is not None:
-            entry["val_bleu"] = bleu
+        failure = None
+        if self._root:  # data parallelism: rank 0 validates, the others wait for its entry
+            try:
+                if self.valid_data is not None:
+                    entry["val_loss"], entry["val_accuracy"] = self.evaluate()
+                bleu = self.validation_bleu()
+                if bleu is not None:
+                    entry["val_bleu"] = bleu
+            except FloatingPointError as exc:
+                failure = str(exc)
+        if self.parallel is not None:
+            failure, entry = self.parallel.bcast((failure, entry) if self._root else None,
+                                                 f"the wait for rank 0's validation of epoch {self.epoch + 1}")
+        if failure is not None:
+            raise FloatingPointError(failure)
         for key, value in entry.items():
             e[key].append(value)
         if not partial:
@@ -843,7 +911,9 @@ class Trainer:
             return self.history
         self._clock = time.perf_counter() - self.elapsed  # elapsed carries over from earlier sessions
         self._fit_schedule(budget - self.elapsed, 1.0)  # a first guess; refitted once steps are timed
-        with _StopRequest() as stop:
+        if self.parallel is not None:
+            self.parallel.check_same_weights(self.model, self.model.step)
+        with _StopRequest(terminate=self.parallel is not None, quiet=not self._root) as stop:
             while self.epoch < target and not self.finished:
                 try:
                     entry = self._run_epoch(target, stop, on_batch_end, budget)
@@ -851,6 +921,8 @@ class Trainer:
                     raise self._diverged(str(exc)) from None
                 if entry is None:  # interrupted
                     path = self.save_checkpoint() if self.checkpoint_dir is not None else None
+                    if self.parallel is not None:  # every rank stops once rank 0's checkpoint is written
+                        self.parallel.barrier("the wait for rank 0's checkpoint")
                     where = f"; checkpoint saved to {path}" if path is not None else ""
                     raise TrainingInterrupted(
                         f"training interrupted in epoch {self.epoch + 1} after {self.batch_in_epoch} batches{where}",
@@ -859,12 +931,40 @@ class Trainer:
                 self.elapsed = time.perf_counter() - self._clock
                 if on_epoch_end is not None:
                     on_epoch_end(self, entry)
-                if stop.requested and self.epoch < target and not self.finished:  # Ctrl-C during validation or saving
+                requested = stop.requested if self.parallel is None else \
+                    self.parallel.any(stop.requested, f"the stop check after epoch {self.epoch}")
+                if requested and self.epoch < target and not self.finished:  # Ctrl-C during validation or saving
                     where = f"; checkpoint saved to {path}" if path is not None else ""
                     raise TrainingInterrupted(f"training interrupted after epoch {self.epoch}{where}", path)
+        if self.parallel is not None:
+            self.parallel.check_same_weights(self.model, self.model.step)
         if self.config.average_last > 1 and self.checkpoint_dir is not None:
             self.average_checkpoints()
         return self.history
+
+    def _parallel_step(self, rows: np.ndarray, stop: _StopRequest, where: str,
+                       session_start: float) -> Tuple[float, float, int, int]:
+        """One data-parallel step on the global batch ``rows`` (see
+        :meth:`transformer_cpp.distributed.DataParallel.train_step`); returns the global loss,
+        accuracy and token count, and this rank's work for the thread governor."""
+        assert self.parallel is not None
+        shapes: List[int] = [0]
+
+        def batch_of(share: np.ndarray) -> Batch:
+            b = make_batch(self.train_data, share)
+            shapes[0] = b.src.size + b.tgt_in.size
+            return b
+
+        try:
+            r = self.parallel.train_step(self.model, batch_of, rows, stop=stop.requested,
+                                         elapsed=time.perf_counter() - session_start,
+                                         step_seconds=self._step_seconds, where=where)
+        except FloatingPointError as exc:  # on every rank alike; nothing was updated
+            raise _Diverged(f"{where}: {exc}") from None
+        self._stop_all = r["stop"]
+        self.elapsed = r["elapsed"]
+        self._agreed_step_seconds = r["step_seconds"]
+        return r["loss"], r["accuracy"], r["tokens"], shapes[0]
 
     def _diverged(self, reason: str) -> TrainingDiverged:
         """Save the state before the step that failed (when its weights are finite) and describe
@@ -907,6 +1007,8 @@ class Trainer:
         return path
 
     def _report(self, message: str) -> None:
+        if not self._root:
+            return
         if self.config.progress:
             from tqdm.auto import tqdm
 
@@ -941,35 +1043,45 @@ class Trainer:
         total = self.batches_per_epoch
         skip = self.batch_in_epoch
         bar = tqdm(total=total, initial=skip, desc=f"epoch {self.epoch + 1}/{target}", unit="batch",
-                   disable=not self.config.progress, leave=True, dynamic_ncols=True, file=sys.stderr)
+                   disable=not self._progress, leave=True, dynamic_ncols=True, file=sys.stderr)
         model = self.model
         session_start = self._clock
         timed_steps, timed_seconds = 0, 0.0
         partial = False
         governor = self._thread_governor()
         try:
-            for batch in itertools.islice(self.epoch_batches(self.epoch), skip, None):
+            for rows in itertools.islice(self.batch_plan(self.epoch), skip, None):
                 t0 = time.perf_counter()
                 where = f"at step {model.step + 1} (epoch {self.epoch + 1}, batch {self.batch_in_epoch + 1})"
-                try:
-                    loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
-                except FloatingPointError as exc:  # transformer_cpp.NonFiniteError: the step changed nothing
-                    raise _Diverged(f"{where}: {exc}") from None
+                if self.parallel is None:
+                    batch = make_batch(self.train_data, rows)
+                    try:
+                        loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
+                    except FloatingPointError as exc:  # transformer_cpp.NonFiniteError: the step changed nothing
+                        raise _Diverged(f"{where}: {exc}") from None
+                    tokens, work = model.last_token_count, batch.src.size + batch.tgt_in.size
+                else:
+                    loss, acc, tokens, work = self._parallel_step(rows, stop, where, session_start)
                 if not math.isfinite(loss):
                     raise _Diverged(f"{where}: the loss is {loss}")
                 t1 = time.perf_counter()
                 if governor is not None:
-                    governor.record(t1 - t0, batch.src.size + batch.tgt_in.size)
+                    governor.record(t1 - t0, work)
                 self._epoch_seconds += t1 - t0
-                self.elapsed = t1 - session_start
-                self._record_step(loss, acc, model.last_token_count)
+                if self.parallel is None:  # (data parallelism: every rank has rank 0's clock, set by the step)
+                    self.elapsed = t1 - session_start
+                step_seconds = t1 - t0 if self.parallel is None else self._agreed_step_seconds
+                self._step_seconds = t1 - t0
+                self._record_step(loss, acc, tokens)
+                if self.parallel is not None and model.step % self.parallel.check_every == 0:
+                    self.parallel.check_same_weights(model, model.step)
                 if self.batch_in_epoch > skip + 2:  # the first steps of a session warm caches up
                     timed_steps += 1
-                    timed_seconds += t1 - t0
+                    timed_seconds += step_seconds
                     if timed_steps % 50 == 0:
                         # epoch ends cost validation and a checkpoint: reserve 3% of the budget for them
                         self._fit_schedule(budget * 0.97 - self.elapsed, timed_seconds / timed_steps)
-                if self.config.progress:
+                if self._progress:
                     s = self._epoch_sums
                     n = max(s["tokens"], 1)
                     bar.set_postfix(loss=f"{s['loss'] / n:.4f}", acc=f"{s['correct'] / n:.4f}",
@@ -977,7 +1089,7 @@ class Trainer:
                     bar.update(1)
                 if on_batch_end is not None:
                     on_batch_end(self)
-                if stop.requested:
+                if (stop.requested if self.parallel is None else self._stop_all):
                     return None
                 if budget and self.elapsed >= budget * 0.985:
                     self.finished = True
@@ -997,12 +1109,12 @@ class Trainer:
             summary = (f"{label}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
                        f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s, "
                        f"{self.elapsed / 60:.1f} min in all")
-            if self.config.progress:
+            if self._progress:
                 bar.set_postfix(loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}",
                                 lr=f"{entry['lr']:.2e}", refresh=True)
                 bar.close()
                 tqdm.write(summary, file=sys.stderr)
-            else:
+            elif self._root:
                 logger.info("%s", summary)  # the command line shows these; a library user may enable them
             return entry
         finally:

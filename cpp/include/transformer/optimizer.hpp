@@ -24,6 +24,10 @@ class Adam {
   // With `check_who`, a read-only pass first makes sure no weight or moment would become NaN or
   // infinite; if one would, it throws NonFiniteError (naming check_who) and changes nothing.
   void step(double lr, double grad_scale, bool zero_grads, const char* check_who = nullptr);
+  // step(lr, grad_scale, false, check_who) with the gradients read from one contiguous buffer
+  // (the parameters' gradients one after another, in params() order) instead of each
+  // parameter's own gradient storage, which is left alone.
+  void step_flat(const T* grads, double lr, double grad_scale, const char* check_who = nullptr);
   // Global L2 norm of all gradients, without changing them.
   double grad_norm() const;
   // Global L2 norm of all gradients; if max_norm > 0 and the norm exceeds it, every gradient is

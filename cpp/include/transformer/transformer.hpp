@@ -70,6 +70,29 @@ class Transformer {
   // the positions the loss depends on (padding rows removed); the result equals the padded pass.
   LossStats evaluate(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out);
 
+  // Data parallelism (several processes, one gradient sum per step): train_step in two halves
+  // around a sum of flat_gradients() over the processes (an MPI all-reduce in Python).
+  // compute_gradients is train_step's first half: the same checks, forward, masked loss and
+  // backward, then every parameter gradient multiplied by grad_scale is copied into
+  // flat_gradients() (parameters() order) and the layers' gradients are zeroed. Nothing else
+  // changes: no weight, Adam moment or step count. A non-finite loss throws NonFiniteError.
+  LossStats compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out, double grad_scale);
+  // The contiguous gradient buffer: flat_parameter_count() gradient values, then kFlatSpareSlots
+  // values the caller may use to sum its own numbers along with the gradients (same all-reduce).
+  static constexpr Index kFlatSpareSlots = 8;
+  T* flat_gradients();  // allocated on first use, never reallocated afterwards
+  // A process with no share of a batch (or whose share failed) adds zeros: flat_gradients() set to
+  // 0, ready for the sum and apply_gradients, as after compute_gradients.
+  void zero_flat_gradients();
+  Index flat_parameter_count();
+  // train_step's second half on flat_gradients() (each value multiplied by grad_scale first):
+  // the global norm, summed in a fixed order whatever the thread count (so processes that use
+  // different thread counts clip alike), clipping, one Adam step. Refuses, changing nothing, as
+  // train_step does. Every process that applies the same flat buffer gets the same weights.
+  void apply_gradients(double grad_scale);
+  // The norm apply_gradients uses (of flat_gradients() * grad_scale), without changing anything.
+  double flat_gradient_norm(double grad_scale) const;
+
   ParameterList<T> parameters();
   void zero_grad();
   const TransformerConfig& config() const { return config_; }
@@ -114,6 +137,8 @@ class Transformer {
   Matrix<T> dy_;       // (B*T, d)
   double last_grad_norm_ = 0.0;
   bool grads_zero_ = false;  // the last train_step's fused Adam pass left every gradient at 0
+  std::vector<T> flat_grads_;      // (parameters + kFlatSpareSlots): see flat_gradients()
+  bool flat_pending_ = false;      // compute_gradients filled flat_grads_ and apply_gradients has not run
 };
 
 }  // namespace transformer
