@@ -294,7 +294,7 @@ def test_command_line_compute_type(tmp_path):
     r = _run_cli("evaluate", "--model", str(run_dir), "--data", str(data), "--compute-type", "int8", "--limit", "10",
                  "--beam-size", "2")
     assert r.returncode == 0, r.stderr
-    assert "BLEU" in r.stdout
+    assert "BLEU" in r.stdout and "beam size 2, compute type int8" in r.stdout
     # where the CPU lacks VNNI: one clear line, no traceback
     r = _run_cli("translate", "--model", str(run_dir), "--compute-type", "int8", "The cat.",
                  env_extra={"TRANSFORMER_CPP_DISABLE_INT8": "1"})

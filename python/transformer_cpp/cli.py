@@ -628,7 +628,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.output is not None:
         Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
     print(f"checkpoint  {ckpt_dir}")
-    print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}")
+    print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+          + (f", compute type {args.compute_type}" if args.compute_type != "float32" else ""))
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
     print(f"chrF        {result.chrf:.2f}   ({result.chrf_signature})")
     if result.sources < result.sentences:

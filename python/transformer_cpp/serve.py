@@ -587,6 +587,7 @@ def _info(translator: Any, config: ServeConfig, threads: int) -> Dict[str, Any]:
         "source_language": translator.src_lang,
         "trained_length": translator.trained_length,
         "max_output_tokens": translator.max_length,
+        "compute_type": getattr(translator, "compute_type", "float32"),
         "threads": threads,
         "batching": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms},
         "defaults": {"beam_size": config.beam_size, "length_penalty": config.length_penalty},
