@@ -14,6 +14,14 @@ struct ModelHolder {
   explicit ModelHolder(const TransformerConfig& c) : model(c), decode(model) {}
   Transformer<T> model;
   DecodeWorkspace<T> decode;  // packed weights and decoder buffers, kept between decodes
+  // Whether the weights may have changed since the last decode checked them: a train_step, or a
+  // NumPy view of them (parameters()) alive now or released since (it may have been written). When
+  // neither, a decode skips the fingerprint and the finite check, two passes over every weight
+  // that cost more than decoding one short sentence. (Writes through a raw address kept after its
+  // view died are not seen: keep the view.)
+  long views = 0;             // parameters() results (sets of views) alive
+  bool weights_dirty = true;  // a train_step or a released view since the last checked decode
+  bool weights_unchanged() const { return views == 0 && !weights_dirty; }
   Index B = -1, Tt = 0;
   Index last_count = 0;
   bool busy = false;  // a call that released the GIL is running on this model
@@ -30,6 +38,16 @@ class ModelInUse : public InUse {
 template <typename T>
 void check_model_idle(const ModelHolder<T>& h, const char* who) {
   check_idle(h.busy, who, "Transformer");
+}
+
+// The decoders' compute_type argument: a str naming one of the compute types.
+ComputeType compute_type_arg(const py::handle& v, const char* who) {
+  const std::string name = str_arg(v, who, "compute_type");
+  try {
+    return parse_compute_type(name);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(concat(who, ": ", e.what()));
+  }
 }
 
 // Check the three token arrays of a training/evaluation batch.
@@ -64,6 +82,7 @@ py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& 
   const char* who = train ? "Transformer.train_step" : "Transformer.evaluate";
   Batch b = token_batch(src, tgt_in, &tgt_out, who);
   ModelInUse<T> in_use(h, who);
+  if (train) h.weights_dirty = true;
   LossStats s;
   {
     py::gil_scoped_release release;
@@ -221,7 +240,27 @@ void bind_transformer(py::module_& m) {
            "64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).")
       .def_property_readonly("last_token_count", [](H& h) { return h.last_count; },
                              "Non-padding target tokens in the last train_step/evaluate batch.")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().model.parameters(), self); })
+      .def("parameters",
+           [](py::object self) {
+             // the views' base: a capsule that keeps the model alive and, when the last view of
+             // this set goes, marks the weights as possibly written (see ModelHolder::views)
+             H& h = self.cast<H&>();
+             struct Guard {
+               PyObject* owner;
+               H* holder;
+             };
+             auto* g = new Guard{self.ptr(), &h};
+             Py_INCREF(self.ptr());
+             ++h.views;
+             py::capsule base(g, [](void* p) {
+               auto* guard = static_cast<Guard*>(p);
+               --guard->holder->views;
+               guard->holder->weights_dirty = true;
+               Py_DECREF(guard->owner);
+               delete guard;
+             });
+             return parameters_dict<T>(h.model.parameters(), base);
+           })
       .def("zero_grad",
            [](H& h) {
              check_model_idle(h, "Transformer.zero_grad");
@@ -325,18 +364,21 @@ void bind_transformer(py::module_& m) {
            "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
       .def("greedy_decode",
            [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
-              const py::object& max_length) {
+              const py::object& max_length, const py::object& compute_type) {
              const char* who = "greedy_decode";
+             const ComputeType compute = compute_type_arg(compute_type, who);
              auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
              const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
              const Index steps = int_arg(max_length, who, "max_length");
              ModelInUse<T> in_use(h, "Transformer.greedy_decode");
              TokenMatrix out;
              h.B = -1;  // the cached training forward is no longer valid
+             const bool unchanged = h.weights_unchanged();
              {
                py::gil_scoped_release release;
-               out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode);
+               out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged);
              }
+             h.weights_dirty = false;  // checked (or unchanged) and finite
              h.B = -1;  // the cached training forward is no longer valid
              // drop trailing columns that are padding in every row
              Index L = out.cols();
@@ -347,12 +389,14 @@ void bind_transformer(py::module_& m) {
              return r;
            },
            py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
+           py::arg("compute_type") = "float32",
            "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.")
       .def("beam_search",
            [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
               const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
-              const py::object& n_best) {
+              const py::object& n_best, const py::object& compute_type) {
              const char* who = "beam_search";
+             const ComputeType compute = compute_type_arg(compute_type, who);
              auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
              const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
              const Index steps = int_arg(max_length, who, "max_length"), beam = int_arg(beam_size, who, "beam_size");
@@ -361,10 +405,13 @@ void bind_transformer(py::module_& m) {
              ModelInUse<T> in_use(h, "Transformer.beam_search");
              std::vector<std::vector<BeamHypothesis>> res;
              h.B = -1;
+             const bool unchanged = h.weights_unchanged();
              {
                py::gil_scoped_release release;
-               res = beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode);
+               res = beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute,
+                                    unchanged);
              }
+             h.weights_dirty = false;
              h.B = -1;
              py::list out;
              for (auto& sent : res) {
@@ -379,7 +426,7 @@ void bind_transformer(py::module_& m) {
              return out;
            },
            py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
-           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1,
+           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
            "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
       .def("config", [](H& h) {
         const TransformerConfig& c = h.model.config();

@@ -2,6 +2,7 @@
 #include "transformer/bf16_gemm.hpp"
 #include "transformer/decode_kernels.hpp"
 #include "transformer/positional_encoding.hpp"
+#include "transformer/quantized_linear.hpp"
 #include "transformer/runtime.hpp"
 
 namespace transformer::bindings {
@@ -62,6 +63,52 @@ void bind_runtime(py::module_& m) {
         return copy_out<float>(y.data(), {y.rows(), y.cols()});
       },
       py::arg("x"), py::arg("W"), py::arg("b"), py::arg("kernel"), "y = x W^T + b by one decoding kernel (tests).");
+  // The int8 / bf16 decoding kernels on their own (quantized_linear.hpp), for the tests.
+  m.def(
+      "_compute_type_supported",
+      [](const std::string& name) { return compute_type_supported(parse_compute_type(name)); }, py::arg("name"),
+      "Whether decoding with compute type name ('float32', 'int8', 'bf16') may run here.");
+  m.def(
+      "_compute_type_unsupported_reason",
+      [](const std::string& name) { return compute_type_unsupported_reason(parse_compute_type(name)); },
+      py::arg("name"), "Why not, or '' when it may.");
+  m.def(
+      "_quantized_linear",
+      [](const py::handle& x, const py::handle& W, const py::handle& b, const std::string& compute_type,
+         const std::string& kernel) {
+        const char* who = "_quantized_linear";
+        auto w = as_rows<float>(W, who, "W", -1);
+        auto xs = as_rows<float>(x, who, "x", w.cols);
+        auto bs = as_rows<float>(b, who, "b", w.rows);
+        if (w.lead_shape.size() != 1 || xs.lead_shape.size() != 1 || bs.rows != 1 || !bs.lead_shape.empty())
+          throw py::value_error("_quantized_linear: x and W must be 2-D, b 1-D");
+        const ComputeType c = parse_compute_type(compute_type);
+        if (c == ComputeType::Float32) throw py::value_error("_quantized_linear: compute_type must be 'int8' or 'bf16'");
+        if (kernel != "kernel" && kernel != "reference" && kernel != "weight")
+          throw py::value_error("_quantized_linear: kernel must be 'kernel', 'reference' or 'weight'");
+        if (kernel == "kernel" && !compute_type_supported(c))
+          throw py::value_error("_quantized_linear: " + compute_type_unsupported_reason(c));
+        QuantizedLinear q;
+        Matrix<float> y;
+        {
+          py::gil_scoped_release release;
+          q.pack(c, w.array.data(), w.rows, w.cols, w.cols, bs.array.data());
+          if (kernel == "weight") {  // the dequantised weight (N, K)
+            y.resize(w.rows, w.cols);
+            for (Index n = 0; n < w.rows; ++n)
+              for (Index k = 0; k < w.cols; ++k) y(n, k) = q.weight(n, k);
+          } else {
+            y.resize(xs.rows, w.rows);
+            if (kernel == "kernel")
+              q.apply(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+            else
+              q.apply_reference(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+          }
+        }
+        return copy_out<float>(y.data(), {y.rows(), y.cols()});
+      },
+      py::arg("x"), py::arg("W"), py::arg("b"), py::arg("compute_type"), py::arg("kernel"),
+      "y = x W^T + b with int8 or bf16 weights: the kernel, its reference, or the dequantised weight (tests).");
   // The bfloat16 matrix-product kernel on its own, for the tests that compare it with its reference.
   m.def("_bf16_supported", &bf16::supported, "Whether the bfloat16 kernel may run here (CPU, build, environment).");
   m.def("_bf16_unsupported_reason", &bf16::unsupported_reason, "Why not, or '' when it may.");

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <stdexcept>
 #include <type_traits>
 
 #include "transformer/activations.hpp"
@@ -65,6 +66,31 @@ double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>&
 }  // namespace
 
 template <typename T>
+void DecodeLinear<T>::pack(ComputeType t, const T* W, Index N, Index K, Index ldw, const T* b) {
+  type = t;
+  if (t == ComputeType::Float32) {
+    f32.pack(W, N, K, ldw, b);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    low.pack(t, W, N, K, ldw, b);
+  else
+    throw std::logic_error("DecodeLinear: int8 / bf16 requested for a float64 model");
+}
+
+template <typename T>
+void DecodeLinear<T>::apply(const T* x, Index R, Index ldx, T* y, Index ldy) const {
+  if (type == ComputeType::Float32) {
+    f32.apply(x, R, ldx, y, ldy);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    low.apply(x, R, ldx, y, ldy);
+  else
+    throw std::logic_error("DecodeLinear: int8 / bf16 requested for a float64 model");
+}
+
+template <typename T>
 std::vector<typename DecodeWeights<T>::Source> DecodeWeights<T>::sources(Transformer<T>& model) const {
   std::vector<Source> out;
   auto add = [&out](const auto& m) { out.push_back({m.data(), static_cast<Index>(m.size())}); };
@@ -95,7 +121,8 @@ std::vector<typename DecodeWeights<T>::Source> DecodeWeights<T>::sources(Transfo
 }
 
 template <typename T>
-bool DecodeWeights<T>::update(Transformer<T>& model) {
+bool DecodeWeights<T>::update(Transformer<T>& model, ComputeType c, bool verify) {
+  if (!verify && held_ && model_ == &model && type_ == c) return false;
   // fingerprint every source in 1 MB pieces, in parallel, then combine them in order; the
   // addresses and sizes are part of it (the same model, the same tensors)
   const std::vector<Source> src = sources(model);
@@ -118,7 +145,8 @@ bool DecodeWeights<T>::update(Transformer<T>& model) {
     const std::uint64_t where[2] = {reinterpret_cast<std::uintptr_t>(s.data), static_cast<std::uint64_t>(s.size)};
     f = fingerprint(where, sizeof(where), f);
   }
-  if (held_ && model_ == &model && fingerprint_ == f) return false;
+  if (held_ && model_ == &model && fingerprint_ == f && type_ == c) return false;
+  type_ = c;
   pack(model);
   held_ = true;
   model_ = &model;
@@ -130,8 +158,9 @@ template <typename T>
 void DecodeWeights<T>::pack(Transformer<T>& model) {
   const Index d = model.config().d_model;
   // a whole (out, in) weight and its bias
-  auto whole = [](PackedLinear<T>& p, const Matrix<T>& w, const RowVector<T>& b) {
-    p.pack(w.data(), w.rows(), w.cols(), w.cols(), b.data());
+  const ComputeType c = type_;
+  auto whole = [c](DecodeLinear<T>& p, const Matrix<T>& w, const RowVector<T>& b) {
+    p.pack(c, w.data(), w.rows(), w.cols(), w.cols(), b.data());
   };
   auto& dec = model.decoder();
   layers.resize(dec.layers_.size());
@@ -142,8 +171,8 @@ void DecodeWeights<T>::pack(Transformer<T>& model) {
     whole(p.self_qkv, L.self_attention_.w_in_, L.self_attention_.b_in_);
     whole(p.self_out, L.self_attention_.out_.weight_, L.self_attention_.out_.bias_);
     // [W_q; W_k; W_v] of the cross-attention: the queries per step, keys and values once
-    p.cross_q.pack(ca.w_in_.data(), d, d, d, ca.b_in_.data());
-    p.cross_kv.pack(ca.w_in_.data() + d * d, 2 * d, d, d, ca.b_in_.data() + d);
+    p.cross_q.pack(c, ca.w_in_.data(), d, d, d, ca.b_in_.data());
+    p.cross_kv.pack(c, ca.w_in_.data() + d * d, 2 * d, d, d, ca.b_in_.data() + d);
     whole(p.cross_out, ca.out_.weight_, ca.out_.bias_);
     whole(p.ff1, L.feed_forward_.linear1_.weight_, L.feed_forward_.linear1_.bias_);
     whole(p.ff2, L.feed_forward_.linear2_.weight_, L.feed_forward_.linear2_.bias_);
@@ -158,14 +187,18 @@ void DecodeWeights<T>::pack(Transformer<T>& model) {
     whole(p.ff1, L.feed_forward_.linear1_.weight_, L.feed_forward_.linear1_.bias_);
     whole(p.ff2, L.feed_forward_.linear2_.weight_, L.feed_forward_.linear2_.bias_);
   }
-  output.pack(model.output_weight(), model.config().tgt_vocab_size, d, d, model.out_bias_.data());
+  output.pack(c, model.output_weight(), model.config().tgt_vocab_size, d, d, model.out_bias_.data());
 }
 
 template <typename T>
 template <typename WeightMatrix, typename Bias>
 void IncrementalDecoder<T>::linear(const Matrix<T>& x, const WeightMatrix& W, const Bias& b,
-                                   const PackedLinear<T>* packed, Matrix<T>& y) const {
+                                   const DecodeLinear<T>* packed, Matrix<T>& y) const {
   y.resize(x.rows(), W.rows());
+  if (packed != nullptr && packed->type != ComputeType::Float32) {  // int8 / bf16: at any row count
+    packed->apply(x.data(), x.rows(), x.cols(), y.data(), y.cols());
+    return;
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (packed != nullptr && x.rows() >= DecodeWeights<T>::kMinRows) {
       packed->apply(x.data(), x.rows(), x.cols(), y.data(), y.cols());
@@ -193,7 +226,8 @@ IncrementalDecoder<T>::IncrementalDecoder(Transformer<T>& model)
       V_(model.config().tgt_vocab_size) {}
 
 template <typename T>
-void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed) {
+void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed, ComputeType c,
+                                  bool verify) {
   TCPP_CHECK(max_steps >= 1, "decode: max_steps must be >= 1, got ", max_steps);
   model_.decoder().embedding_.reserve_positions(max_steps);  // positions 0 .. max_steps-1 are fed
   B_ = src.rows();
@@ -202,8 +236,8 @@ void IncrementalDecoder<T>::start(ConstTokenMap src, Index max_steps, DecodeWeig
   t_ = 0;
   max_steps_ = max_steps;
   packed_ = nullptr;
-  if (packed != nullptr && DecodeWeights<T>::available()) {
-    packed->update(model_);
+  if (packed != nullptr && (DecodeWeights<T>::available() || c != ComputeType::Float32)) {
+    packed->update(model_, c, verify);
     packed_ = packed;
   }
   // padding positions of the source are only ever masked keys: encode the real tokens alone
@@ -295,7 +329,7 @@ void IncrementalDecoder<T>::encode_packed(ConstTokenMap src) {
                scale, tmp_.data() + bh * S, ctx.data() + (r0 + i) * d_ + h * dk_);
     }
   };
-  auto apply = [n](const PackedLinear<T>& w, const Matrix<T>& x, Matrix<T>& y) {
+  auto apply = [n](const DecodeLinear<T>& w, const Matrix<T>& x, Matrix<T>& y) {
     y.resize(n, w.out_features());
     w.apply(x.data(), n, x.cols(), y.data(), y.cols());
   };
@@ -465,10 +499,11 @@ namespace {
 // Before a decode allocates anything: refuse one whose buffers cannot fit (the encoder pass over
 // src; in every decoder layer the key/value caches of `rows` hypotheses for `steps` positions and
 // the memory's keys and values; scores, step buffers, logits, the output ids), then weights that
-// are not finite. Scanning every weight costs far less than the decode.
+// are not finite (skipped when the caller knows the weights are unchanged since the last decode
+// with this workspace found them finite: the scan costs more than decoding one short sentence).
 template <typename T>
 void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index steps, const char* who,
-                  const std::string& what) {
+                  const std::string& what, DecodeWorkspace<T>* workspace, bool weights_unchanged) {
   const TransformerConfig& c = model.config();
   const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
   const double R = static_cast<double>(rows), n = static_cast<double>(steps), d = static_cast<double>(c.d_model);
@@ -478,7 +513,11 @@ void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index st
                           L * (2 * R * n * d + 2 * B * S * d) + R * n * d + R * H * std::max(S, n) +
                           R * (12 * d + 2 * dff + 2 * V) + n * d;
   check_memory(who, what, elements * static_cast<double>(sizeof(T)) + B * S * S + B * n * 8);
+  if (workspace != nullptr && &workspace->decoder.model() != &model) workspace = nullptr;  // refused later
+  if (workspace != nullptr && weights_unchanged && workspace->finite_checked) return;
+  if (workspace != nullptr) workspace->finite_checked = false;
   check_finite_parameters(model.parameters(), who);
+  if (workspace != nullptr) workspace->finite_checked = true;
 }
 
 [[noreturn]] void throw_nonfinite_logits(const char* who, Index step) {
@@ -501,8 +540,10 @@ DecodeWorkspace<T>& workspace_for(Transformer<T>& model, DecodeWorkspace<T>* wor
 
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length, DecodeWorkspace<T>* workspace) {
+                          Index max_length, DecodeWorkspace<T>* workspace, ComputeType compute,
+                          bool weights_unchanged) {
   const TransformerConfig& c = model.config();
+  check_compute_type<T>(compute, "greedy_decode");
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
              end_id);
@@ -511,13 +552,14 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   const Index B = src.rows();
   if (B == 0) return TokenMatrix::Zero(0, 1);
   check_decode(model, src, B, steps, "greedy_decode",
-               concat("max_length ", max_length, " for ", B, " sentences of source length ", src.cols()));
+               concat("max_length ", max_length, " for ", B, " sentences of source length ", src.cols()), workspace,
+               weights_unchanged);
   TokenMatrix out = TokenMatrix::Zero(B, steps);
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   IncrementalDecoder<T>& dec = ws.decoder;
-  const bool pack = DecodeWeights<T>::available() && B >= DecodeWeights<T>::kMinRows;
-  dec.start(src, steps, pack ? &ws.weights : nullptr);
+  const bool pack = DecodeWeights<T>::wanted(compute, B);
+  dec.start(src, steps, pack ? &ws.weights(compute) : nullptr, compute, !weights_unchanged);
   std::vector<std::int64_t> tokens(static_cast<size_t>(B), start_id);
   std::vector<std::int64_t> next;
   std::vector<Index> keep;
@@ -550,8 +592,10 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
                                                      std::int64_t start_id, std::int64_t end_id,
                                                      Index max_length, Index beam_size, double alpha,
-                                                     Index n_best, DecodeWorkspace<T>* workspace) {
+                                                     Index n_best, DecodeWorkspace<T>* workspace,
+                                                     ComputeType compute, bool weights_unchanged) {
   const TransformerConfig& c = model.config();
+  check_compute_type<T>(compute, "beam_search");
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
              "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
              end_id);
@@ -579,14 +623,15 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   if (B == 0) return finished;
   check_decode(model, src, B * beam_size, steps, "beam_search",
                concat("beam_size ", beam_size, " and max_length ", max_length, " for ", B,
-                      " sentences of source length ", src.cols()));
+                      " sentences of source length ", src.cols()),
+               workspace, weights_unchanged);
   for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   IncrementalDecoder<T>& dec = ws.decoder;
   // after the first step every sentence has up to beam_size rows
-  const bool pack = DecodeWeights<T>::available() && B * beam_size >= DecodeWeights<T>::kMinRows;
-  dec.start(src, steps, pack ? &ws.weights : nullptr);
+  const bool pack = DecodeWeights<T>::wanted(compute, B * beam_size);
+  dec.start(src, steps, pack ? &ws.weights(compute) : nullptr, compute, !weights_unchanged);
   std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
   // per live row: its best 2k continuations and its log-sum-exp; the best 2k continuations of
   // each row are enough to refill k beams
@@ -707,19 +752,21 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   return finished;
 }
 
+template struct DecodeLinear<float>;
+template struct DecodeLinear<double>;
 template struct DecodeWeights<float>;
 template struct DecodeWeights<double>;
 template class IncrementalDecoder<float>;
 template class IncrementalDecoder<double>;
 template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
-                                          DecodeWorkspace<float>*);
+                                          DecodeWorkspace<float>*, ComputeType, bool);
 template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
-                                           DecodeWorkspace<double>*);
+                                           DecodeWorkspace<double>*, ComputeType, bool);
 template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
                                                                      std::int64_t, Index, Index, double, Index,
-                                                                     DecodeWorkspace<float>*);
+                                                                     DecodeWorkspace<float>*, ComputeType, bool);
 template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap,
                                                                       std::int64_t, std::int64_t, Index, Index,
-                                                                      double, Index, DecodeWorkspace<double>*);
+                                                                      double, Index, DecodeWorkspace<double>*, ComputeType, bool);
 
 }  // namespace transformer

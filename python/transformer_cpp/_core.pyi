@@ -689,7 +689,7 @@ class Transformer_float32:
         """
         Accumulate every parameter gradient from d loss / d logits (B, T, V).
         """
-    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1) -> list[list[tuple[list[int], float, float, bool]]]:
+    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1, compute_type: str = "float32") -> list[list[tuple[list[int], float, float, bool]]]:
         """
         KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
         """
@@ -713,7 +713,7 @@ class Transformer_float32:
         """
         The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
-    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int) -> numpy.typing.NDArray[numpy.int64]:
+    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32") -> numpy.typing.NDArray[numpy.int64]:
         """
         KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
         """
@@ -791,7 +791,7 @@ class Transformer_float64:
         """
         Accumulate every parameter gradient from d loss / d logits (B, T, V).
         """
-    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1) -> list[list[tuple[list[int], float, float, bool]]]:
+    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1, compute_type: str = "float32") -> list[list[tuple[list[int], float, float, bool]]]:
         """
         KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
         """
@@ -815,7 +815,7 @@ class Transformer_float64:
         """
         The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
-    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int) -> numpy.typing.NDArray[numpy.int64]:
+    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32") -> numpy.typing.NDArray[numpy.int64]:
         """
         KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
         """
@@ -891,6 +891,14 @@ def _bf16_unsupported_reason() -> str:
     """
     Why not, or '' when it may.
     """
+def _compute_type_supported(name: str) -> bool:
+    """
+    Whether decoding with compute type name ('float32', 'int8', 'bf16') may run here.
+    """
+def _compute_type_unsupported_reason(name: str) -> str:
+    """
+    Why not, or '' when it may.
+    """
 def _decode_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
     """
     y = x W^T + b by one decoding kernel (tests).
@@ -910,6 +918,10 @@ def _have_decode_kernels() -> bool:
 def _memory_limit_bytes() -> float:
     """
     Bytes this process may still use (see checks.hpp).
+    """
+def _quantized_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, compute_type: str, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    y = x W^T + b with int8 or bf16 weights: the kernel, its reference, or the dequantised weight (tests).
     """
 def _round_to_bf16(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
     """

@@ -5,19 +5,26 @@ process may use), except the peak-memory measurement, which needs a fresh proces
 implementation, and the serving section's HTTP clients:
 
 1. **Machine GEMM peak**: float32 ``2048 x 2048`` matrix products in NumPy (best of several),
-   the practical ceiling for dense compute on this machine.
+   the practical ceiling for dense compute on this machine; and the **bfloat16 GEMM peak**
+   measured the same way, the best of PyTorch's bfloat16 ``matmul`` (oneDNN) and our AVX512_BF16
+   kernel (:func:`bf16_gemm_peak`): what bf16 training runs against.
 2. **Training step** at the ``tutorial`` preset shapes (batch 64, sentences of 4-15 tokens with
    realistic padding, d_model 512, 4+4 layers, d_ff 512, 8 heads, vocabularies 14,000/15,500,
    dropout 0.1, Adam): ``Transformer.train_step`` against the same architecture in ``torch.nn``
    (:mod:`transformer_cpp.torch_reference`) with ``torch.optim.Adam``, started from the same
    weights and fed the same batches, alternating step by step. Non-padding target tokens per
    second, the ratio, achieved model GFLOP/s (see :func:`forward_matmul_flops`) and the fraction
-   of the GEMM peak.
+   of the GEMM peak. The low-precision peers alternate in the same loop: ours with
+   ``precision="bf16"`` and PyTorch under ``torch.autocast("cpu", dtype=torch.bfloat16)``, both
+   from the same weights (their fraction of the bf16 peak is reported).
 3. **Greedy decoding** of random source sentences at batch 1 and 32: ``Transformer.greedy_decode``
    (C++, key/value cache) against the PyTorch-tutorial loop (encode once, re-run the decoder on
    the growing prefix at every step) and CTranslate2 on the same weights (converted by
    :func:`transformer_cpp.export.convert_to_ctranslate2`, the converter of ``transformer-cpp export``;
-   the conversion is checked to give identical outputs first).
+   the conversion is checked to give identical outputs first). The low-precision peers run in the
+   same rotation on the same batches: ours with ``compute_type="int8"`` and ``"bf16"``, and
+   CTranslate2 with ``compute_type="int8"`` (its CPU recommendation; the same converted model,
+   quantised when loaded).
 4. **Peak memory** of training steps, ours and PyTorch's, each in a child process
    (``python -m transformer_cpp.bench --child-memory ours|torch``; peak RSS from ``VmHWM``, see
    :func:`_peak_rss`), and **thread scaling** of the
@@ -93,6 +100,8 @@ TARGET_TRAIN_RATIO = 1.5         # training tokens/s, ours / PyTorch
 TARGET_TRAIN_PEAK = 0.60         # achieved model GFLOP/s / GEMM peak
 TARGET_DECODE_VS_TORCH = 5.0     # greedy sentences/s at batch 32, ours / PyTorch tutorial loop
 TARGET_DECODE_VS_CT2 = 1.0       # greedy sentences/s at batch 32, ours / CTranslate2 float32
+TARGET_TRAIN_VS_TORCH_BF16 = 1.5  # training tokens/s, best precision of ours / PyTorch bf16 autocast
+TARGET_DECODE_VS_CT2_INT8 = {"32": 1.5, "1": 2.0}  # greedy sentences/s, best of ours / CTranslate2 int8
 TARGET_MEMORY_RATIO = 1.0        # training peak memory (delta over imports), ours / PyTorch, at most
 TARGET_SCALING_PER_THREAD = 0.9  # speed-up from 1 to N threads >= 0.9 N (the target: 2 threads >= 1.8x)
 
@@ -388,6 +397,39 @@ def gemm_probe(n: int = 2048, seed: int = 0) -> Callable[[], float]:
     return probe
 
 
+def bf16_gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0, torch_module: Any = None) -> Dict[str, Any]:
+    """The bfloat16 GEMM peak, measured as :func:`gemm_peak` measures float32 (best of ``repeats``
+    ``n x n`` products after an untimed one, ``2 n^3`` FLOPs each): PyTorch's bfloat16 ``matmul``
+    (oneDNN's AVX512_BF16 / AMX kernels where the CPU has them) and our AVX512_BF16 kernel
+    (:func:`transformer_cpp.kernels.bf16_matmul`, float32 inputs rounded while packing). The peak
+    is the faster of the two; each is reported. Empty when neither can run."""
+    from . import kernels
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out: Dict[str, Any] = {"n": n, "repeats": max(1, repeats)}
+
+    def best_of(fn: Callable[[], Any]) -> float:
+        fn()
+        times = []
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return 2.0 * n ** 3 / min(times) / 1e9
+
+    if torch_module is not None:
+        ta = torch_module.from_numpy(a).to(torch_module.bfloat16)
+        tb = torch_module.from_numpy(b).to(torch_module.bfloat16)
+        out["torch_gflops"] = best_of(lambda: torch_module.matmul(ta, tb))
+    if kernels.have_bf16():
+        out["ours_gflops"] = best_of(lambda: kernels.bf16_matmul(a, b))
+    found = [out[k] for k in ("torch_gflops", "ours_gflops") if k in out]
+    out["gflops"] = max(found) if found else None
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # 2. training step
 # ----------------------------------------------------------------------------------------------
@@ -404,9 +446,11 @@ class TorchTrainer:
     """The reference model of :mod:`transformer_cpp.torch_reference` with ``torch.optim.Adam``
     (same betas, eps and learning rate as ours), weights copied from ``model`` when given."""
 
-    def __init__(self, shapes: BenchShapes, model: Optional[Transformer] = None, seed: int = 0) -> None:
+    def __init__(self, shapes: BenchShapes, model: Optional[Transformer] = None, seed: int = 0,
+                 autocast: bool = False) -> None:
         import torch
 
+        self.autocast = bool(autocast)  # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
         from .torch_reference import build_reference, copy_weights_to_reference
 
         self.torch = torch
@@ -426,8 +470,9 @@ class TorchTrainer:
         """zero_grad, forward, masked loss (and accuracy, as ours computes it), backward, Adam."""
         self.ref.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.ref(src, tgt_in)
-        loss = self.ref.loss(logits, tgt_out)
+        with self.torch.autocast("cpu", dtype=self.torch.bfloat16, enabled=self.autocast):
+            logits = self.ref(src, tgt_in)
+            loss = self.ref.loss(logits, tgt_out)
         loss.backward()
         self.optimizer.step()
         with self.torch.no_grad():
@@ -450,17 +495,58 @@ def _summarise_steps(batches: Sequence[Batch], seconds: Sequence[float], flops: 
     return out
 
 
+def _bf16_trainers(shapes: BenchShapes, model: Transformer, with_torch: bool,
+                   seed: int = 0) -> Tuple[Dict[str, Callable[[Batch], Tuple[float, float]]], List[str]]:
+    """The low-precision training peers, started from ``model``'s weights (call before it trains):
+    ours with ``precision="bf16"`` (when the CPU has AVX512_BF16) and PyTorch under bf16 autocast
+    (when ``with_torch``). Returns ``{name: step function}`` (a step returns ``(seconds, loss)``)
+    and notes on what was left out."""
+    from . import kernels
+
+    steps: Dict[str, Callable[[Batch], Tuple[float, float]]] = {}
+    notes: List[str] = []
+    if kernels.have_bf16():
+        ours = Transformer(**dict(shapes.model_config(seed), precision="bf16"))
+        for name, p in ours.parameters().items():
+            p.value[...] = model.parameters()[name].value
+        ours.configure_optimizer()
+
+        def run_ours(b: Batch) -> Tuple[float, float]:
+            t0 = time.perf_counter()
+            loss, _ = ours.train_step(b.src, b.tgt_in, b.tgt_out)
+            return time.perf_counter() - t0, loss
+
+        steps["ours_bf16"] = run_ours
+    else:
+        notes.append(f"ours bf16 training skipped: {kernels.bf16_unsupported_reason()}")
+    if with_torch:
+        trainer = TorchTrainer(shapes, model, autocast=True)
+
+        def run_torch(b: Batch) -> Tuple[float, float]:
+            src, tgt_in, tgt_out = trainer.tensors(b)
+            t0 = time.perf_counter()
+            loss, _ = trainer.train_step(src, tgt_in, tgt_out)
+            return time.perf_counter() - t0, loss
+
+        steps["torch_bf16"] = run_torch
+    return steps, notes
+
+
 def bench_training(shapes: BenchShapes, peak_gflops: Optional[float], with_torch: bool,
-                   seed: int = 0) -> Dict[str, Any]:
+                   seed: int = 0, bf16_peak_gflops: Optional[float] = None,
+                   low_precision: bool = True) -> Dict[str, Any]:
     """Ours and (if ``with_torch``) PyTorch on the same batches, alternating step by step (who goes
-    first alternates too); the first ``shapes.warmup`` steps of each are not timed."""
+    first alternates too); the first ``shapes.warmup`` steps of each are not timed. With
+    ``low_precision``, ours in bf16 and PyTorch under bf16 autocast take their turns too (see
+    :func:`_bf16_trainers`); their fractions are of ``bf16_peak_gflops``."""
     model = build_ours(shapes, seed)
+    low, low_notes = _bf16_trainers(shapes, model, with_torch, seed) if low_precision else ({}, [])
     trainer = TorchTrainer(shapes, model) if with_torch else None
     batches = make_batches(shapes, shapes.warmup + shapes.steps, seed=seed + 1)
     flops = [training_step_flops(shapes, b) for b in batches]
     useful = [3 * useful_forward_flops(shapes, b) for b in batches]
-    times: Dict[str, List[float]] = {"ours": [], "torch": []}
-    losses: Dict[str, List[float]] = {"ours": [], "torch": []}
+    times: Dict[str, List[float]] = {name: [] for name in ["ours", "torch", *low]}
+    losses: Dict[str, List[float]] = {name: [] for name in ["ours", "torch", *low]}
 
     def run_ours(b: Batch) -> Tuple[float, float]:
         t0 = time.perf_counter()
@@ -477,6 +563,7 @@ def bench_training(shapes: BenchShapes, peak_gflops: Optional[float], with_torch
     runners: List[Tuple[str, Callable[[Batch], Tuple[float, float]]]] = [("ours", run_ours)]
     if trainer is not None:
         runners.append(("torch", run_torch))
+    runners += list(low.items())
     # One GEMM probe per timed step: what the machine gives *while* the steps run (shared machines
     # drift), reported next to the best-of peak measured up front.
     probe = gemm_probe(shapes.gemm_n, seed)
@@ -516,7 +603,31 @@ def bench_training(shapes: BenchShapes, peak_gflops: Optional[float], with_torch
         result["ratio"] = result["ours"]["tokens_per_s"] / result["torch"]["tokens_per_s"]
         result["torch"]["fraction_of_gemm_during_steps"] = (result["torch"]["gflops"]
                                                             / result["gemm_during_steps_gflops"])
+    result.update(_low_precision_training_summary(result, low, timed, times, losses, tflops, bf16_peak_gflops))
+    result["low_precision_notes"] = low_notes
     return result
+
+
+def _low_precision_training_summary(result: Dict[str, Any], low: Dict[str, Any], timed: Sequence[Batch],
+                                    times: Dict[str, List[float]], losses: Dict[str, List[float]],
+                                    flops: Sequence[int], bf16_peak_gflops: Optional[float]) -> Dict[str, Any]:
+    """The bf16 peers' rows and the ratios of the best precision of ours against each PyTorch."""
+    out: Dict[str, Any] = {}
+    for name in low:
+        out[name] = _summarise_steps(timed, times[name], flops, bf16_peak_gflops, losses[name])
+    rates = {name: (result.get(name) or out.get(name) or {}).get("tokens_per_s")
+             for name in ("ours", "ours_bf16", "torch", "torch_bf16")}
+    ours = {k: v for k, v in rates.items() if k.startswith("ours") and v}
+    if ours:
+        best = max(ours, key=lambda k: ours[k])
+        out["best_ours"] = best
+        for peer in ("torch", "torch_bf16"):
+            if rates.get(peer):
+                out[f"best_ours_vs_{peer}"] = ours[best] / rates[peer]
+        torch_rates = [rates[k] for k in ("torch", "torch_bf16") if rates.get(k)]
+        if torch_rates:
+            out["best_ours_vs_best_torch"] = ours[best] / max(torch_rates)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -598,13 +709,15 @@ class CTranslate2Greedy:
     ``decode(src)`` takes the same 0-padded (B, S) ids as ours and returns (B, L) ids with 0 after
     the end token; :meth:`prepare` converts ids to token strings outside any timed region."""
 
-    def __init__(self, model: Transformer, threads: int, workdir: str) -> None:
+    def __init__(self, model: Transformer, threads: int, workdir: str, compute_type: str = "float32") -> None:
         ctranslate2, why = _import_ctranslate2()
         if ctranslate2 is None:
             raise RuntimeError(why)
         self.source_vocab, self.target_vocab = convert_to_ctranslate2(model, workdir)
         self.target_ids = {t: i for i, t in enumerate(self.target_vocab)}
-        self.translator = ctranslate2.Translator(workdir, device="cpu", compute_type="float32",
+        # the model is converted in float32; "int8" quantises it when loading (CTranslate2's CPU advice)
+        self.compute_type = compute_type
+        self.translator = ctranslate2.Translator(workdir, device="cpu", compute_type=compute_type,
                                                  inter_threads=1, intra_threads=threads)
 
     def prepare(self, src: np.ndarray) -> List[List[str]]:
@@ -700,11 +813,40 @@ def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24
     return True, note
 
 
+def _low_precision_decoders(model: Transformer, threads: int, max_len: int, ct2_dir: Optional[str]
+                            ) -> Tuple[Dict[str, Tuple[str, Callable[[Any], np.ndarray], Callable[[np.ndarray], Any]]],
+                                       List[str]]:
+    """The low-precision decoding peers on ``model``'s weights: ours with ``compute_type`` int8 and
+    bf16 (where the CPU has VNNI / AVX512_BF16) and, with ``ct2_dir`` (a directory for a second
+    conversion; None when the float32 conversion was not exact), CTranslate2 int8. Returns
+    ``{name: (method, run, prepare)}`` and notes on what was left out."""
+    from . import kernels
+
+    out: Dict[str, Tuple[str, Callable[[Any], np.ndarray], Callable[[np.ndarray], Any]]] = {}
+    notes: List[str] = []
+    for ct in ("int8", "bf16"):
+        if kernels.have_compute_type(ct):
+            out[f"ours_{ct}"] = (f"C++ greedy_decode, compute_type {ct}",
+                                 lambda src, ct=ct: model.greedy_decode(src, START_ID, END_ID, max_len, compute_type=ct),
+                                 lambda src: src)
+        else:
+            notes.append(f"ours {ct} decoding skipped: {kernels.compute_type_unsupported_reason(ct)}")
+    if ct2_dir is not None:
+        os.makedirs(os.path.join(ct2_dir, "int8"), exist_ok=True)
+        ct8 = CTranslate2Greedy(model, threads, os.path.join(ct2_dir, "int8"), compute_type="int8")
+        out["ctranslate2_int8"] = ("CTranslate2 translate_batch, int8 (quantised when loaded), beam 1",
+                                   lambda tokens: ct8.to_ids(ct8.translate(tokens, max_len)), ct8.prepare)
+    else:
+        notes.append("CTranslate2 int8 skipped: no exact float32 conversion")
+    return out, notes
+
+
 def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2: bool,
-                   ct2_reason: Optional[str], seed: int = 0) -> Dict[str, Any]:
+                   ct2_reason: Optional[str], seed: int = 0, low_precision: bool = True) -> Dict[str, Any]:
     """Greedy decoding of ``shapes.sentences`` random sentences at each batch size in
     ``shapes.decode_batches``; per batch the implementations run in rotating order and each
-    batch's time is added to that implementation's total (one untimed batch first)."""
+    batch's time is added to that implementation's total (one untimed batch first). With
+    ``low_precision`` the int8 / bf16 peers join the rotation (:func:`_low_precision_decoders`)."""
     model = Transformer(**shapes.model_config(seed))
     rng = np.random.default_rng(seed + 2)
     sentences = random_sentences(rng, shapes.sentences, shapes.src_vocab, shapes.min_length, shapes.max_length)
@@ -738,6 +880,13 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
             impls["ctranslate2"] = {"method": "CTranslate2 translate_batch, float32, beam 1"}
             runners["ctranslate2"] = lambda tokens: ct.to_ids(ct.translate(tokens, max_len))
             prepare["ctranslate2"] = ct.prepare
+    if low_precision:
+        extra, notes = _low_precision_decoders(model, threads, max_len, tmp if ct is not None else None)
+        result["low_precision_notes"] = notes
+        for name, (method, run, prep) in extra.items():
+            impls[name] = {"method": method}
+            runners[name] = run
+            prepare[name] = prep
     try:
         for bs in shapes.decode_batches:
             chunks = [pad(sentences[i:i + bs]) for i in range(0, len(sentences), bs)]
@@ -768,6 +917,12 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
             for name in names:
                 if name != "ours":
                     entry[f"ratio_vs_{name}"] = entry["ours"]["sentences_per_s"] / entry[name]["sentences_per_s"]
+            mine = [n for n in names if n == "ours" or n.startswith("ours_")]
+            best = max(mine, key=lambda n: entry[n]["sentences_per_s"])
+            entry["best_ours"] = best
+            for name in names:
+                if name not in mine:
+                    entry[f"best_ours_vs_{name}"] = entry[best]["sentences_per_s"] / entry[name]["sentences_per_s"]
             result["batches"][str(bs)] = entry
     finally:
         ct = None
@@ -1263,6 +1418,7 @@ def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     mem = results.get("memory") or {}
     add("memory_vs_torch", "training peak memory (delta), ours / PyTorch", mem.get("ratio_delta"),
         TARGET_MEMORY_RATIO, at_most=True)
+    targets += _low_precision_targets(results)
     sc = results.get("scaling") or {}
     n = int(sc.get("threads", results.get("threads", 1)))
     if n > 1:
@@ -1278,6 +1434,80 @@ def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
         add("serving_batching", f"serving requests/s at {sv.get('clients', SERVING_CLIENTS)} clients, batching / "
             "one at a time", sv.get("ratio"), TARGET_SERVING_RATIO)
     return targets
+
+
+def _low_precision_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The issue's low-precision targets: training (best precision of ours) against PyTorch bf16
+    autocast, greedy decoding (best compute type of ours) against CTranslate2 int8 at each batch."""
+    out: List[Dict[str, Any]] = []
+
+    def add(key: str, name: str, value: Optional[float], target: float) -> None:
+        out.append({"key": key, "name": name, "value": value, "target": target, "comparison": ">=", "unit": "x",
+                    "met": None if value is None else value >= target})
+
+    tr = results.get("training") or {}
+    if "torch_bf16" in tr:
+        add("train_vs_torch_bf16", "training tokens/s, best of ours / PyTorch bf16 autocast",
+            tr.get("best_ours_vs_torch_bf16"), TARGET_TRAIN_VS_TORCH_BF16)
+    for bs, entry in ((results.get("decoding") or {}).get("batches") or {}).items():
+        if bs in TARGET_DECODE_VS_CT2_INT8 and "ctranslate2_int8" in entry:
+            add(f"decode_vs_ctranslate2_int8_b{bs}", f"greedy batch {bs}, best of ours / CTranslate2 int8",
+                entry.get("best_ours_vs_ctranslate2_int8"), TARGET_DECODE_VS_CT2_INT8[bs])
+    return out
+
+
+def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The low-precision peers' lines of the report: training in float32 and bf16 (ours, PyTorch),
+    the bf16 GEMM peak, greedy decoding in float32 / int8 / bf16 against CTranslate2."""
+    lines: List[str] = []
+
+    def met(key: str) -> str:
+        t = targets.get(key)
+        if not t:
+            return ""
+        return f"   target {t['comparison']} {_fmt(t['target'], t['unit'])}: {({True: 'yes', False: 'NO', None: 'n/a'})[t['met']]}"
+
+    g = results.get("gemm_bf16") or {}
+    tr = results.get("training") or {}
+    if g or any(k in tr for k in ("ours_bf16", "torch_bf16")):
+        lines.append("3b. Low-precision peers (same weights, same batches, alternating in the runs of 2 and 3)")
+    if g:
+        parts = [f"{label} {g[k]:.0f}" for label, k in (("PyTorch bf16 matmul", "torch_gflops"),
+                                                        ("ours AVX512_BF16", "ours_gflops")) if g.get(k)]
+        lines.append(f"   bf16 GEMM peak {g['n']}^2 (GFLOP/s): {_fmt(g.get('gflops'))}  ({', '.join(parts) or 'none'})")
+    if any(k in tr for k in ("ours_bf16", "torch_bf16")):
+        lines.append(f"   {'training, target tokens/s':42}{'float32':>12}{'bf16':>12}{'GFLOP/s':>10}{'% bf16 peak':>13}")
+        for who, f32, b16 in (("ours", "ours", "ours_bf16"), ("PyTorch (bf16 = autocast)", "torch", "torch_bf16")):
+            a, b = tr.get(f32) or {}, tr.get(b16) or {}
+            lines.append(f"   {'  ' + who:42}{_fmt(a.get('tokens_per_s')):>12}{_fmt(b.get('tokens_per_s')):>12}"
+                         f"{_fmt(b.get('gflops')):>10}{_fmt(b.get('peak_fraction'), '%'):>13}")
+        if tr.get("best_ours"):
+            lines.append(f"     best of ours ({tr['best_ours']}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
+                         f"/ PyTorch bf16 autocast {_fmt(tr.get('best_ours_vs_torch_bf16'), 'x')}"
+                         + met("train_vs_torch_bf16"))
+    for note in tr.get("low_precision_notes") or []:
+        lines.append(f"   note: {note}")
+    dec = results.get("decoding") or {}
+    batches = dec.get("batches") or {}
+    names = [n for n in ("ours", "ours_int8", "ours_bf16", "ctranslate2", "ctranslate2_int8")
+             if any(n in e for e in batches.values())]
+    if any(n.endswith(("int8", "bf16")) for n in names):
+        labels = {"ours": "ours f32", "ours_int8": "ours int8", "ours_bf16": "ours bf16", "ctranslate2": "CT2 f32",
+                  "ctranslate2_int8": "CT2 int8"}
+        lines.append("   greedy decoding, sentences/s" + " " * 12 + "".join(f"{labels[n]:>11}" for n in names))
+        for bs in sorted(batches, key=int):
+            e = batches[bs]
+            lines.append(f"   {'  batch ' + bs:42}" + "".join(f"{_fmt((e.get(n) or {}).get('sentences_per_s')):>11}"
+                                                        for n in names))
+            if "ctranslate2_int8" in e:
+                lines.append(f"     best of ours ({e['best_ours']}) / CTranslate2 int8 "
+                             f"{_fmt(e.get('best_ours_vs_ctranslate2_int8'), 'x')}, / CTranslate2 float32 "
+                             f"{_fmt(e.get('best_ours_vs_ctranslate2'), 'x')}" + met(f"decode_vs_ctranslate2_int8_b{bs}"))
+            lengths = ", ".join(f"{labels[n]} {e[n]['mean_output_tokens']:.1f}" for n in names if n in e)
+            lines.append(f"     mean output tokens: {lengths}")
+        for note in dec.get("low_precision_notes") or []:
+            lines.append(f"   note: {note}")
+    return lines
 
 
 def _fmt(value: Optional[float], kind: str = "num") -> str:
@@ -1402,6 +1632,7 @@ def format_report(results: Dict[str, Any]) -> str:
             lines.append(f"   {k['unit']}: 1 thread {_fmt(k['seconds_1'], 's')}, {n} fixed {_fmt(k['seconds_fixed'], 's')} "
                          f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
                          f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})")
+    lines += _format_low_precision(results, targets)
     sv = results.get("serving")
     if sv:
         if "skipped" in sv:
@@ -1532,8 +1763,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if not serving_only:
         _log(f"GEMM peak ({shapes.gemm_n}^2 float32)")
         results["gemm"] = gemm_peak(shapes.gemm_n, shapes.gemm_repeats, args.seed)
+        _log(f"bf16 GEMM peak ({shapes.gemm_n}^2)")
+        results["gemm_bf16"] = bf16_gemm_peak(shapes.gemm_n, shapes.gemm_repeats, args.seed, torch)
         _log(f"training step ({shapes.name} shapes)")
-        results["training"] = bench_training(shapes, results["gemm"]["gflops"], torch is not None, args.seed)
+        results["training"] = bench_training(shapes, results["gemm"]["gflops"], torch is not None, args.seed,
+                                             bf16_peak_gflops=results["gemm_bf16"]["gflops"])
     if not args.skip_decode and not serving_only:
         results["decoding"] = bench_decoding(shapes, threads, torch is not None, ct2 is not None, ct2_reason,
                                              args.seed)

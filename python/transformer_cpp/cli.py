@@ -707,7 +707,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     from .translate import LongInputWarning, Translator
 
     _set_threads(args.threads)
-    translator = Translator.from_checkpoint(args.model, max_length=args.max_length)
+    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
     bad: List[Tuple[int, str]] = []
     if args.sentences:
         sentences: List[Optional[str]] = []
@@ -766,7 +766,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             raise UserError(f"--output '{args.output}' cannot be written (not a file in a writable directory)")
     ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
     data_info = cfg.get("data") or {}
-    translator = Translator.from_checkpoint(ckpt_dir)
+    translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
     if args.pairs is not None:
         sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
         what = f"{args.pairs}"
@@ -791,7 +791,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.output is not None:
         Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
     print(f"checkpoint  {ckpt_dir}")
-    print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}")
+    print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+          + (f", compute type {args.compute_type}" if args.compute_type != "float32" else ""))
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
     print(f"chrF        {result.chrf:.2f}   ({result.chrf_signature})")
     if result.sources < result.sentences:
@@ -1080,6 +1081,15 @@ def _add_decoding_options(p: Any) -> None:
     p.add_argument("--batch-size", type=_setting("Translator", "batch_size"), default=64,
                    help="sentences decoded together (default 64)")
     p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
+    _add_compute_type_option(p)
+
+
+def _add_compute_type_option(p: Any) -> None:
+    from .translate import COMPUTE_TYPES
+
+    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default="float32",
+                   help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
+                        "activations, AVX512_VNNI) or bf16 (AVX512_BF16); the model file is not changed")
 
 
 def _add_evaluate_parser(sub: Any) -> None:

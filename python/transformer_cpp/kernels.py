@@ -8,6 +8,10 @@ and so that a curious reader can call them. Nothing here is needed to use the pa
 ``Transformer(..., precision="bf16")`` runs the products of its dense layers with bfloat16 inputs
 and float32 sums (see ``cpp/include/transformer/bf16_gemm.hpp``); :func:`bf16_matmul` is that
 kernel on its own, with its readable reference.
+
+``Transformer.greedy_decode(..., compute_type="int8" | "bf16")`` multiplies by a low-precision
+copy of the weights (see ``cpp/include/transformer/quantized_linear.hpp``); :func:`quantized_linear`
+is that kernel on its own, with its reference and the dequantised weight it multiplies with.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import numpy as np
 from . import _core
 
 __all__ = ["have_decode_kernels", "decode_linear", "first_argmax", "fingerprint", "have_bf16",
-           "bf16_unsupported_reason", "bf16_matmul", "round_to_bf16"]
+           "bf16_unsupported_reason", "bf16_matmul", "round_to_bf16", "COMPUTE_TYPES", "have_compute_type",
+           "compute_type_unsupported_reason", "quantized_linear"]
 
 _KERNELS = ("packed", "packed_reference", "few_rows")
 
@@ -103,3 +108,54 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
     """``x`` (as float32) rounded to the nearest bfloat16, ties to even, returned as float32 (the
     rounding the kernel applies to its inputs; subnormals become zero, as the instruction does)."""
     return _core._round_to_bf16(x)
+
+
+#: The decoders' compute types (``Transformer.greedy_decode``, ``beam_search``, ``Translator``).
+COMPUTE_TYPES = ("float32", "int8", "bf16")
+_QUANTIZED_KERNELS = ("kernel", "reference", "weight")
+
+
+def _compute_type(name: str, who: str) -> str:
+    if not isinstance(name, str) or name not in COMPUTE_TYPES:
+        raise ValueError(f"{who}: compute_type must be one of {', '.join(map(repr, COMPUTE_TYPES))}, got {name!r}")
+    return name
+
+
+def have_compute_type(name: str) -> bool:
+    """Whether decoding with compute type ``name`` can run here: ``"float32"`` always; ``"int8"``
+    needs AVX512_VNNI (with AVX512F/BW/VL; ``TRANSFORMER_CPP_DISABLE_INT8`` turns it off),
+    ``"bf16"`` AVX512_BF16 (``TRANSFORMER_CPP_DISABLE_BF16``)."""
+    return bool(_core._compute_type_supported(_compute_type(name, "have_compute_type")))
+
+
+def compute_type_unsupported_reason(name: str) -> str:
+    """Why :func:`have_compute_type` is false, in a sentence (``""`` when it is true)."""
+    return str(_core._compute_type_unsupported_reason(_compute_type(name, "compute_type_unsupported_reason")))
+
+
+def quantized_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, compute_type: str = "int8",
+                     kernel: str = "kernel") -> np.ndarray:
+    """``x @ weight.T + bias`` as the decoder computes it with ``compute_type`` ``"int8"`` or ``"bf16"``.
+
+    int8: each row of ``weight`` gets the scale ``max|row| / 127`` and is rounded to integers in
+    [-127, 127]; each row of ``x`` likewise (``round(x * (127 / max|x row|))``, ties to even) when
+    the product runs; the integer products are summed exactly in int32 and the result is
+    ``sum * weight_scale * x_scale + bias``. bf16: ``x`` and ``weight`` rounded to bfloat16, the
+    products summed in float32.
+
+    Args:
+        x: (R, K); weight: (N, K); bias: (N,) (converted to float32).
+        kernel: ``"kernel"`` (AVX512_VNNI / AVX512_BF16; ValueError on a CPU without them),
+            ``"reference"`` (the same rounding, products summed exactly in int64 or float64) or
+            ``"weight"`` (the (N, K) dequantised weight the kernel multiplies with; ``x`` unused).
+
+    Returns:
+        float32 array (R, N) (``"weight"``: (N, K)).
+    """
+    _compute_type(compute_type, "quantized_linear")
+    if compute_type == "float32":
+        raise ValueError("quantized_linear: compute_type must be 'int8' or 'bf16' (float32 is decode_linear)")
+    if kernel not in _QUANTIZED_KERNELS:
+        raise ValueError(f"quantized_linear: kernel must be one of {', '.join(map(repr, _QUANTIZED_KERNELS))}, "
+                         f"got {kernel!r}")
+    return _core._quantized_linear(x, weight, bias, compute_type, kernel)

@@ -310,7 +310,8 @@ class Transformer:
         return dict(self._core.attention_weights())
 
     # --- decoding ---------------------------------------------------------------------------
-    def greedy_decode(self, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+    def greedy_decode(self, src: np.ndarray, start_id: int, end_id: int, max_length: int,
+                      compute_type: str = "float32") -> np.ndarray:
         """Greedy decoding with a key/value cache, in C++.
 
         Encodes ``src`` (B, S) once, projects the cross-attention keys/values once per sentence,
@@ -326,11 +327,19 @@ class Transformer:
         Before decoding, ``max_length`` is checked against the memory its key/value caches need
         (ValueError) and every weight must be finite (:class:`NonFiniteError`, as for logits that
         overflow while decoding).
+
+        ``compute_type`` is the matrix products' precision (the model's weights are not changed):
+        ``"float32"``; ``"int8"`` (weights quantised per output feature, activations per row,
+        AVX512_VNNI integer dot products, float32 everywhere else); ``"bf16"`` (weights and
+        activations rounded to bfloat16, float32 sums, AVX512_BF16). The low-precision copy of the
+        weights is made at the first call and kept like the float32 panels. ``ValueError`` names
+        what is missing on a CPU without the instructions, and refuses them for float64 models.
         """
-        return self._core.greedy_decode(src, start_id, end_id, max_length)
+        return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type)
 
     def beam_search(self, src: np.ndarray, start_id: int, end_id: int, max_length: int, beam_size: int = 4,
-                    length_penalty: float = 0.6, n_best: int = 1) -> List[List[Tuple[np.ndarray, float, float, bool]]]:
+                    length_penalty: float = 0.6, n_best: int = 1,
+                    compute_type: str = "float32") -> List[List[Tuple[np.ndarray, float, float, bool]]]:
         """Beam search with a key/value cache, in C++.
 
         Returns, for every sentence, ``n_best`` hypotheses best first as ``(tokens, score,
@@ -338,9 +347,11 @@ class Transformer:
         ``finished``), ``score = log_prob / ((5 + len) / 6) ** length_penalty`` (GNMT). A sentence
         stops when no live beam can still beat its ``n_best``-th finished hypothesis.
         With ``beam_size=1`` and ``length_penalty=0`` it equals :meth:`greedy_decode`.
-        ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0.
+        ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0. ``compute_type``:
+        as for :meth:`greedy_decode`.
         """
-        return self._core.beam_search(src, start_id, end_id, max_length, beam_size, length_penalty, n_best)
+        return self._core.beam_search(src, start_id, end_id, max_length, beam_size, length_penalty, n_best,
+                                      compute_type)
 
     def __repr__(self) -> str:
         c = self.config

@@ -221,11 +221,15 @@ def decode_items(translator: Any, items: Sequence[_Item], beam_size: int, n_best
     limits = [it.limit for it in items]
     steps = max(limits)
     # hypotheses per item, best first: (ids, score); cut to each sentence's own limit
+    compute_type = getattr(translator, "compute_type", "float32")
     if beam_size == 1:
-        out = greedy_decode(model, src, tgt.start_id, tgt.end_id, steps)
+        out = greedy_decode(model, src, tgt.start_id, tgt.end_id, steps, compute_type)
         hyps = [[([int(v) for v in row if v != 0][:n], None)] for row, n in zip(out, limits)]
-    else:
+    elif compute_type == "float32":
         raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best)
+    else:
+        raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best,
+                                compute_type)
         hyps = [[([int(v) for v in h[0]][:n], float(h[1])) for h in hs] for hs, n in zip(raw, limits)]
 
     results = []
@@ -583,6 +587,7 @@ def _info(translator: Any, config: ServeConfig, threads: int) -> Dict[str, Any]:
         "source_language": translator.src_lang,
         "trained_length": translator.trained_length,
         "max_output_tokens": translator.max_length,
+        "compute_type": getattr(translator, "compute_type", "float32"),
         "threads": threads,
         "batching": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms},
         "defaults": {"beam_size": config.beam_size, "length_penalty": config.length_penalty},
@@ -949,7 +954,7 @@ def _non_negative_float(text: str) -> float:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     # the command line's own option types: one source of checks and messages with train/translate
-    from .cli import _int_in, _setting, _threads, path_option
+    from .cli import _add_compute_type_option, _int_in, _setting, _threads, path_option
 
     _positive_int, _port = _int_in(1), _int_in(0, 65535)
     d = ServeConfig()
@@ -969,6 +974,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"beam search length-penalty exponent (default {d.length_penalty})")
     g.add_argument("--max-length", type=_positive_int, default=None,
                    help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)")
+    _add_compute_type_option(g)
     g = p.add_argument_group("limits (a request over one gets a 4xx JSON error; a full queue 503)")
     g.add_argument("--max-beam-size", type=_positive_int, default=None,
                    help=f"largest beam size (and n_best) a request may ask for (default {d.max_beam_size}, "
@@ -1012,7 +1018,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.threads is not None:
         set_num_threads(args.threads)
-    translator = Translator.from_checkpoint(args.model, max_length=args.max_length)
+    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
     stack = uvicorn_choices()
     print(f"transformer-cpp serve: {translator.checkpoint} on {where}/ (page), POST /translate, GET /health, "

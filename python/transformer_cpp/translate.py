@@ -62,6 +62,25 @@ __all__ = [
 
 _WHITESPACE = re.compile(r"\s+")
 
+#: The decoders' compute types, in the order the command line lists them.
+COMPUTE_TYPES = ("float32", "int8", "bf16")
+
+
+def check_compute_type(who: str, value: Any) -> str:
+    """``value`` if it names a compute type this machine can run, else ``ValueError`` (``TypeError``
+    for a non-str) naming what is allowed or what the CPU lacks."""
+    if not isinstance(value, str):
+        raise TypeError(f"{who}: compute_type must be a str ({', '.join(map(repr, COMPUTE_TYPES))}), got "
+                        f"{type(value).__name__} {value!r:.40}")
+    if value not in COMPUTE_TYPES:
+        raise ValueError(f"{who}: compute_type must be one of {', '.join(map(repr, COMPUTE_TYPES))}, got {value!r:.40}")
+    from . import _core
+
+    if not _core._compute_type_supported(value):
+        raise ValueError(f"{who}: compute_type {value!r} is not available: "
+                         f"{_core._compute_type_unsupported_reason(value)}; use compute_type 'float32'")
+    return value
+
 
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (line breaks included) as one space, stripped: what
@@ -120,12 +139,18 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
     return out
 
 
-def greedy_decode(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+def greedy_decode(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int,
+                  compute_type: str = "float32") -> np.ndarray:
     """Greedy decoding: ``model.greedy_decode`` (C++, key/value cache) when the model has it,
-    else :func:`greedy_decode_reference`. Same arguments and result."""
+    else :func:`greedy_decode_reference` (float32 only). Same arguments and result."""
     src = _check_src(src, "greedy_decode")
     if hasattr(model, "greedy_decode"):
-        return np.asarray(model.greedy_decode(src, int(start_id), int(end_id), int(max_length)), dtype=np.int64)
+        if compute_type == "float32":  # models from before compute_type (or stand-ins) take 4 arguments
+            return np.asarray(model.greedy_decode(src, int(start_id), int(end_id), int(max_length)), dtype=np.int64)
+        return np.asarray(model.greedy_decode(src, int(start_id), int(end_id), int(max_length), compute_type),
+                          dtype=np.int64)
+    if compute_type != "float32":
+        raise ValueError(f"greedy_decode: compute_type {compute_type!r} needs a model with a C++ greedy_decode")
     return greedy_decode_reference(model, src, start_id, end_id, max_length)
 
 
@@ -241,6 +266,10 @@ class Translator:
             each; a number caps that).
         trained_length: the longest training pair in tokens (inputs beyond it get a
             :class:`LongInputWarning`), or ``None``.
+        compute_type: the precision of the decoder's matrix products (the model is not changed):
+            ``"float32"`` (default), ``"int8"`` (int8 weights per output feature and activations
+            per row, AVX512_VNNI) or ``"bf16"`` (AVX512_BF16). Checked when set: a name outside
+            these, or one this CPU cannot run, is a ``ValueError`` saying what is missing.
 
     Options (here and in :meth:`translate` / :meth:`translate_batch`) are checked against
     :attr:`LIMITS`, as the command line checks its options, with the same messages.
@@ -265,7 +294,8 @@ class Translator:
         return cls.LIMITS[name].check("Translator", name, value)
 
     def __init__(self, model: Any, src_tokenizer: Any, tgt_tokenizer: Any, *, src_lang: Optional[str] = "en",
-                 max_length: Optional[int] = None, trained_length: Optional[int] = None) -> None:
+                 max_length: Optional[int] = None, trained_length: Optional[int] = None,
+                 compute_type: str = "float32") -> None:
         if src_lang is not None:
             _resolve_language(src_lang, "Translator: src_lang")  # an unknown language fails here, not per sentence
         self.model = model
@@ -278,6 +308,7 @@ class Translator:
             if tok.vocab_size != model.config[key]:
                 raise ValueError(f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
         self.max_length = max_length  # checked by the property
+        self.compute_type = compute_type  # checked by the property
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
         self._adaptive_threads = True
         self._governor: Optional[Any] = None
@@ -293,6 +324,15 @@ class Translator:
         self._max_length = self._limit(value)
 
     @property
+    def compute_type(self) -> str:
+        """The precision of the decoder's matrix products: ``"float32"``, ``"int8"`` or ``"bf16"``."""
+        return self._compute_type
+
+    @compute_type.setter
+    def compute_type(self, value: str) -> None:
+        self._compute_type = check_compute_type("Translator", value)
+
+    @property
     def adaptive_threads(self) -> bool:
         """Time each batch and use fewer threads while that is faster (a busy machine); True or
         False (a string such as ``"no"`` is refused, not taken as true)."""
@@ -303,8 +343,10 @@ class Translator:
         self._adaptive_threads = _flag("Translator", "adaptive_threads", value)
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, Path], *, max_length: Optional[int] = None) -> "Translator":
-        """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint).
+    def from_checkpoint(cls, path: Union[str, Path], *, max_length: Optional[int] = None,
+                        compute_type: str = "float32") -> "Translator":
+        """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint);
+        ``compute_type`` as for the constructor.
 
         Raises:
             transformer_cpp.checkpoint.CheckpointError: a missing or damaged checkpoint.
@@ -315,7 +357,7 @@ class Translator:
         data = ckpt.data or {}
         trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
         translator = cls(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, src_lang=data.get("src_lang", "en"),
-                         max_length=max_length, trained_length=trained)
+                         max_length=max_length, trained_length=trained, compute_type=compute_type)
         translator.checkpoint = ckpt.path
         return translator
 
@@ -435,12 +477,16 @@ class Translator:
         tgt = self.tgt_tokenizer
         scores: List[Optional[float]] = [None] * len(encoded)
         if beam_size == 1:
-            out = greedy_decode(self.model, src, tgt.start_id, tgt.end_id, steps)
+            out = greedy_decode(self.model, src, tgt.start_id, tgt.end_id, steps, self.compute_type)
             generated = [[int(v) for v in row if v != 0][:n] for row, n in zip(out, limits)]
         else:
             if not hasattr(self.model, "beam_search"):
                 raise ValueError("Translator: this model has no beam_search; use beam_size=1")
-            hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1)
+            if self.compute_type == "float32":
+                hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1)
+            else:
+                hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1,
+                                              self.compute_type)
             generated = [[int(v) for v in h[0][0]][:n] for h, n in zip(hyps, limits)]
             scores = [float(h[0][1]) for h in hyps]
         results = []

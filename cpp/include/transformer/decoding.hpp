@@ -14,9 +14,24 @@
 #include <vector>
 
 #include "transformer/decode_kernels.hpp"
+#include "transformer/quantized_linear.hpp"
 #include "transformer/transformer.hpp"
 
 namespace transformer {
+
+// One dense layer's weight packed for decoding: float32 panels (PackedLinear), or int8 / bf16
+// (QuantizedLinear), by the compute type it was packed for.
+template <typename T>
+struct DecodeLinear {
+  ComputeType type = ComputeType::Float32;
+  PackedLinear<T> f32;
+  QuantizedLinear low;  // float models only
+
+  void pack(ComputeType t, const T* W, Index N, Index K, Index ldw, const T* b);
+  // y (R, N) = x (R, K) W^T + b
+  void apply(const T* x, Index R, Index ldx, T* y, Index ldy) const;
+  Index out_features() const { return type == ComputeType::Float32 ? f32.out_features() : low.out_features(); }
+};
 
 // The model's weights (encoder and decoder layers, output projection; not the embeddings) packed
 // for PackedLinear (see decode_kernels.hpp), kept between decodes.
@@ -27,21 +42,29 @@ template <typename T>
 struct DecodeWeights {
   // Steps with fewer live rows than this use few_rows_linear (no packing pays off at batch 1).
   static constexpr Index kMinRows = 4;
-  // Packing is worth it only for float builds with the AVX-512 kernels.
+  // Packing float32 weights is worth it only for float builds with the AVX-512 kernels; int8 and
+  // bf16 always pack (check_compute_type says whether they can run).
   static bool available() { return std::is_same_v<T, float> && have_decode_kernels(); }
+  // Whether a decode of `rows` rows (after the first step) with compute type c uses packed weights.
+  static bool wanted(ComputeType c, Index rows) {
+    return c != ComputeType::Float32 || (available() && rows >= kMinRows);
+  }
 
   struct Layer {
-    PackedLinear<T> self_qkv, self_out, cross_q, cross_kv, cross_out, ff1, ff2;
+    DecodeLinear<T> self_qkv, self_out, cross_q, cross_kv, cross_out, ff1, ff2;
   };
   struct EncoderLayer {
-    PackedLinear<T> qkv, out, ff1, ff2;
+    DecodeLinear<T> qkv, out, ff1, ff2;
   };
   std::vector<Layer> layers;                  // the decoder's
   std::vector<EncoderLayer> encoder_layers;  // the encoder's
-  PackedLinear<T> output;
+  DecodeLinear<T> output;
 
-  // Make the packed weights equal to the model's; returns true when it had to pack.
-  bool update(Transformer<T>& model);
+  // Make the packed weights equal to the model's, in compute type c; returns true when it had to
+  // pack. With verify false the caller knows the weights are unchanged since the last update:
+  // the fingerprint is skipped when this model's weights are held in compute type c.
+  bool update(Transformer<T>& model, ComputeType c = ComputeType::Float32, bool verify = true);
+  ComputeType compute_type() const { return type_; }
 
  private:
   struct Source {
@@ -50,6 +73,7 @@ struct DecodeWeights {
   };
   std::vector<Source> sources(Transformer<T>& model) const;
   void pack(Transformer<T>& model);
+  ComputeType type_ = ComputeType::Float32;
   bool held_ = false;
   const Transformer<T>* model_ = nullptr;
   std::uint64_t fingerprint_ = 0;
@@ -61,9 +85,11 @@ class IncrementalDecoder {
   explicit IncrementalDecoder(Transformer<T>& model);
 
   // Encode src (B, S) and prepare caches for up to max_steps positions, one hypothesis per
-  // sentence (row r belongs to sentence r). With `packed` (only when DecodeWeights::available()),
-  // it is brought up to date with the model's weights and steps with at least kMinRows rows use it.
-  void start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed = nullptr);
+  // sentence (row r belongs to sentence r). With `packed` (float32: only when
+  // DecodeWeights::available()), it is brought up to date with the model's weights in compute type
+  // c, and steps use it (float32: those with at least kMinRows rows).
+  void start(ConstTokenMap src, Index max_steps, DecodeWeights<T>* packed = nullptr,
+             ComputeType c = ComputeType::Float32, bool verify = true);
   // Feed tokens[r] at the next position for every live row; returns logits (R, V).
   const Matrix<T>& step(const std::int64_t* tokens);
   // Keep rows: new row i is old row rows[i] (with its cache); rows may repeat (beam expansion).
@@ -87,7 +113,7 @@ class IncrementalDecoder {
 
   // y = x W^T + b for the rows of a step, by the fastest kernel that applies            (R, out)
   template <typename WeightMatrix, typename Bias>
-  void linear(const Matrix<T>& x, const WeightMatrix& W, const Bias& b, const PackedLinear<T>* packed,
+  void linear(const Matrix<T>& x, const WeightMatrix& W, const Bias& b, const DecodeLinear<T>* packed,
               Matrix<T>& y) const;
 
   Transformer<T>& model_;
@@ -113,15 +139,25 @@ template <typename T>
 struct DecodeWorkspace {
   explicit DecodeWorkspace(Transformer<T>& model) : decoder(model) {}
   IncrementalDecoder<T> decoder;
-  DecodeWeights<T> weights;
+  // the packed weights of each compute type, packed at its first use (switching between compute
+  // types does not repack; each copy follows the weights by its own fingerprint)
+  DecodeWeights<T> packs[3];
+  DecodeWeights<T>& weights(ComputeType c) { return packs[static_cast<int>(c)]; }
+  bool finite_checked = false;  // the last decode found every weight finite
 };
 
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
 // L <= max_length (the positional table grows to max_length rows if it is shorter).
 // `workspace` (optional, for `model`) keeps packed weights and buffers between calls.
+// `compute` is the matrix products' compute type (quantized_linear.hpp; int8 and bf16 need a
+// float model and the CPU's support, else std::invalid_argument naming what is missing).
+// `weights_unchanged`: the caller knows the weights did not change since the last decode with this
+// workspace (the bindings track train steps and NumPy views): its fingerprint and finite check
+// (full passes over the weights, the largest cost of a one-sentence decode) are skipped.
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length, DecodeWorkspace<T>* workspace = nullptr);
+                          Index max_length, DecodeWorkspace<T>* workspace = nullptr,
+                          ComputeType compute = ComputeType::Float32, bool weights_unchanged = false);
 
 struct BeamHypothesis {
   std::vector<std::int64_t> tokens;  // generated ids (ending with end_id unless cut at max_length)
@@ -145,6 +181,8 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
                                                      std::int64_t start_id, std::int64_t end_id,
                                                      Index max_length, Index beam_size, double alpha,
-                                                     Index n_best, DecodeWorkspace<T>* workspace = nullptr);
+                                                     Index n_best, DecodeWorkspace<T>* workspace = nullptr,
+                                                     ComputeType compute = ComputeType::Float32,
+                                                     bool weights_unchanged = false);
 
 }  // namespace transformer
