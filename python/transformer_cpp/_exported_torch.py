@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -95,7 +95,7 @@ class MultiHeadAttention(nn.Module):
         weights = torch.softmax(scores.masked_fill(blocked, -math.inf), dim=-1)
         weights = torch.where(blocked.all(dim=-1, keepdim=True), torch.zeros_like(weights), weights)
         context = (weights @ v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)  # (B, Tq, d)
-        return self.output(context)
+        return cast(torch.Tensor, self.output(context))
 
 
 class FeedForward(nn.Module):
@@ -106,15 +106,15 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+        return cast(torch.Tensor, self.linear2(self.dropout(torch.relu(self.linear1(x)))))
 
 
 def residual(x: torch.Tensor, sublayer: Any, norm: nn.LayerNorm, dropout: nn.Dropout, pre_norm: bool) -> torch.Tensor:
     """One sub-layer with its residual connection: ``LN(x + dropout(sublayer(x)))`` (post-norm, the
     paper) or ``x + dropout(sublayer(LN(x)))`` (pre-norm)."""
     if pre_norm:
-        return x + dropout(sublayer(norm(x)))
-    return norm(x + dropout(sublayer(x)))
+        return cast(torch.Tensor, x + dropout(sublayer(norm(x))))
+    return cast(torch.Tensor, norm(x + dropout(sublayer(x))))
 
 
 class EncoderLayer(nn.Module):
@@ -171,7 +171,7 @@ class Stack(nn.Module):
             self._table = positional_encoding(max(t, 2 * self._table.shape[0], 64), self.d_model, self.layout)
         weight = self.embedding.weight
         pe = self._table[:t].to(device=weight.device, dtype=weight.dtype)
-        return self.dropout(self.embedding(tokens) * math.sqrt(self.d_model) + pe)
+        return cast(torch.Tensor, self.dropout(self.embedding(tokens) * math.sqrt(self.d_model) + pe))
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) if self.norm is not None else x
@@ -229,7 +229,7 @@ class Transformer(nn.Module):
     def project(self, y: torch.Tensor) -> torch.Tensor:
         if isinstance(self.output, TiedOutput):
             return F.linear(y, self.decoder.embedding.weight, self.output.bias)
-        return self.output(y)
+        return cast(torch.Tensor, self.output(y))
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.project(self.decoder(tgt_in, self.encoder(src), src))
@@ -240,7 +240,7 @@ class Transformer(nn.Module):
 
 def read_config(directory: str) -> Dict[str, Any]:
     with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
-        return json.load(f)
+        return cast(Dict[str, Any], json.load(f))
 
 
 def load(directory: str, device: str = "cpu") -> Transformer:
@@ -272,7 +272,7 @@ def load_tokenizers(directory: str) -> Tuple[Any, Any]:
 
 
 def special_ids(model: Transformer) -> Dict[str, int]:
-    return model.config.get("special_ids", {"pad": 0, "start": 1, "end": 2, "unk": 3})
+    return cast(Dict[str, int], model.config.get("special_ids", {"pad": 0, "start": 1, "end": 2, "unk": 3}))
 
 
 def encode(tokenizer: Any, text: str, start_id: int, end_id: int) -> List[int]:

@@ -141,6 +141,23 @@ class ThreadGovernor:
     ``set_threads`` defaults to the core's :func:`set_num_threads`; tests pass their own.
     """
 
+    most: int
+    window: int
+    probe_units: int
+    settle_units: int
+    min_interval: int
+    max_interval: int
+    margin: float
+    slowdown: float
+    current: int
+    threads: int
+    _set: Callable[[int], None]
+    _interval: int
+    _since_probe: int
+    _probe_skip: int
+    _direction: int
+    _units: int
+
     def __init__(self, most: int, set_threads: Optional[Callable[[int], None]] = None, *,
                  window: int = 16, probe_units: int = 4, settle_units: int = 1, first_probe: int = 6, interval: int = 40,
                  max_interval: int = 1000, margin: float = 0.05, slowdown: float = 1.3) -> None:

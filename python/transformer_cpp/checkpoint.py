@@ -351,7 +351,7 @@ def _tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
     return save(arrays, metadata={"format": FORMAT_NAME, "content": kind})
 
 
-_in_flight: set = set()  # temporaries this process is writing or removing right now
+_in_flight: set[Path] = set()  # temporaries this process is writing or removing right now
 
 
 @contextlib.contextmanager
@@ -585,7 +585,7 @@ def save_checkpoint(
         files[OPTIMIZER_FILE] = _tensor_bytes(model.optimizer_state(), "adam")
     try:
         files[TRAINER_STATE_FILE] = _json_bytes(None if trainer_state is None else dict(trainer_state))
-        config = {
+        config: Dict[str, Any] = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "model": cfg,

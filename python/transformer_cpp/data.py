@@ -32,7 +32,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -276,7 +276,7 @@ def _universal_lines(f: Any, path: Path, caller: str) -> Iterator[bytes]:
                              "not a file of 'English<TAB>Spanish' lines (a binary or damaged file?)")
 
 
-def _read_lines(path: Path, caller: str) -> Iterator[bytes]:
+def _read_lines(path: Path, caller: str) -> Generator[bytes, None, None]:
     """Yield the lines of a .txt file or of the right member of a .zip file, without their line
     ends (``\n``, ``\r\n`` or ``\r``), as bytes."""
     if zipfile.is_zipfile(path):
@@ -365,7 +365,7 @@ def _check_readable(txt: Path, caller: str) -> None:
 
 
 def download_tatoeba(
-    cache_dir: Union[str, os.PathLike, None] = None,
+    cache_dir: Union[str, os.PathLike[str], None] = None,
     *,
     urls: Optional[Sequence[str]] = None,
     timeout: float = 60.0,
@@ -449,8 +449,8 @@ def _not_a_file(path: Path, caller: str, where: str) -> OSError:
 
 
 def _resolve_path(
-    path: Union[str, os.PathLike, None],
-    cache_dir: Union[str, os.PathLike, None],
+    path: Union[str, os.PathLike[str], None],
+    cache_dir: Union[str, os.PathLike[str], None],
     download: bool,
     urls: Optional[Sequence[str]],
     caller: str,
@@ -483,12 +483,12 @@ def _resolve_path(
 
 
 def load_tatoeba(
-    path: Union[str, os.PathLike, None] = None,
+    path: Union[str, os.PathLike[str], None] = None,
     num_samples: Optional[int] = None,
     *,
     sampling: str = "random",
     seed: int = 0,
-    cache_dir: Union[str, os.PathLike, None] = None,
+    cache_dir: Union[str, os.PathLike[str], None] = None,
     download: bool = True,
     urls: Optional[Sequence[str]] = None,
     encoding: str = "utf-8",

@@ -8,7 +8,7 @@ targets equal to 0.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, cast
 
 import numpy as np
 
@@ -45,13 +45,13 @@ def _function(name: str, x: ArrayLike) -> Any:
 def softmax(x: ArrayLike) -> np.ndarray:
     """Numerically stable softmax over the last axis. A row that is entirely ``-inf`` (fully
     masked) gives zeros, not NaN."""
-    return _function("softmax", x)(x)
+    return cast(np.ndarray, _function("softmax", x)(x))
 
 
 def softmax_backward(y: ArrayLike, dy: ArrayLike) -> np.ndarray:
     """Gradient of the softmax input from its output ``y`` and the output gradient ``dy``:
     ``y * (dy - sum(dy * y, axis=-1))``."""
-    return _function("softmax_backward", y)(y, dy)
+    return cast(np.ndarray, _function("softmax_backward", y)(y, dy))
 
 
 def padding_mask(tokens: ArrayLike) -> np.ndarray:
@@ -78,13 +78,14 @@ def masked_cross_entropy(logits: ArrayLike, targets: ArrayLike, label_smoothing:
         ValueError: target ids out of range, mismatched shapes, label_smoothing outside [0, 1].
         NonFiniteError: (a RuntimeError and FloatingPointError) the logits hold NaN or infinity.
     """
-    return _function("masked_cross_entropy", logits)(logits, targets, label_smoothing, compute_grad)
+    return cast(Tuple[float, Optional[np.ndarray]],
+                _function("masked_cross_entropy", logits)(logits, targets, label_smoothing, compute_grad))
 
 
 def masked_accuracy(logits: ArrayLike, targets: ArrayLike) -> float:
     """Fraction of non-padding targets whose ``argmax(logits)`` is right (0.0 if there are none).
     Logits holding NaN or infinity raise NonFiniteError (a RuntimeError)."""
-    return _function("masked_accuracy", logits)(logits, targets)
+    return cast(float, _function("masked_accuracy", logits)(logits, targets))
 
 
 def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> float:
@@ -119,7 +120,8 @@ def decoder_self_attention_mask(tokens: np.ndarray) -> np.ndarray:
     return _core.attention_mask((tokens == 0).astype(np.uint8), tokens.shape[1], True)
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None):
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                                 mask: Any = None) -> Tuple[np.ndarray, np.ndarray]:
     """``softmax(Q K^T / sqrt(d_k) + mask) V`` computed in C++; returns ``(output, attention_weights)``.
 
     Shapes: ``q`` (..., Tq, d), ``k``/``v`` (..., Tk, d); ``mask`` broadcastable to (..., Tq, Tk),

@@ -18,7 +18,7 @@ check every backward pass against finite differences. The functions (softmax, lo
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Tuple
+from typing import Any, List, Tuple, cast
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class CoreObject:
         """``float32`` or ``float64``: the build of the core object underneath."""
         return np.dtype("float64" if type(self._core).__name__.endswith("_float64") else "float32")
 
-    def __dir__(self) -> list:
+    def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | {n for n in dir(self._core) if not n.startswith("_")})
 
 
@@ -131,7 +131,7 @@ class Linear(Layer):
         self._args = f"{in_features}, {out_features}, bias={bias}, dtype={_dtype_name(dtype)!r}"
 
     def forward(self, x: Any) -> np.ndarray:
-        return self._core.forward(x)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(x))
 
 
 class Dropout(Layer):
@@ -144,7 +144,7 @@ class Dropout(Layer):
         self._args = f"rate={rate}, dtype={_dtype_name(dtype)!r}"
 
     def forward(self, x: Any, training: bool = True) -> np.ndarray:
-        return self._core.forward(x, training)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(x, training))
 
 
 class ReLU(Layer):
@@ -155,7 +155,7 @@ class ReLU(Layer):
         self._args = f"dtype={_dtype_name(dtype)!r}"
 
     def forward(self, x: Any) -> np.ndarray:
-        return self._core.forward(x)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(x))
 
 
 class LayerNorm(Layer):
@@ -175,10 +175,10 @@ class LayerNorm(Layer):
         self._args = f"{d_model}, eps={eps}, dtype={_dtype_name(dtype)!r}"
 
     def forward(self, x: Any) -> np.ndarray:
-        return self._core.forward(x)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(x))
 
     def forward_residual(self, a: Any, b: Any) -> np.ndarray:
-        return self._core.forward_residual(a, b)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward_residual(a, b))
 
 
 class FeedForward(Layer):
@@ -191,7 +191,7 @@ class FeedForward(Layer):
         self._args = f"{d_model}, {d_ff}, dropout={dropout}, dtype={_dtype_name(dtype)!r}"
 
     def forward(self, x: Any, training: bool = False) -> np.ndarray:
-        return self._core.forward(x, training)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(x, training))
 
 
 # --- embeddings ----------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class Embedding(Layer):
         self._args = f"{vocab_size}, {d_model}, dtype={_dtype_name(dtype)!r}"
 
     def forward(self, tokens: Any, scale: float = 1.0) -> np.ndarray:
-        return self._core.forward(tokens, scale)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(tokens, scale))
 
 
 class PositionalEmbedding(Layer):
@@ -230,7 +230,7 @@ class PositionalEmbedding(Layer):
         self._args = f"{vocab_size}, {d_model}, max_length={max_length}, layout={layout!r}, dtype={_dtype_name(dtype)!r}"
 
     def forward(self, tokens: Any) -> np.ndarray:
-        return self._core.forward(tokens)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(tokens))
 
 
 # --- attention -----------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def _btc_shape(x: Any, who: str, name: str) -> Tuple[int, ...]:
     shape = np.shape(x)
     if len(shape) != 3:
         raise ValueError(f"{who}: {name} must have shape (batch, length, d_model), got {shape}")
-    return shape
+    return cast(Tuple[int, ...], shape)
 
 
 
@@ -276,9 +276,9 @@ class ScaledDotProductAttention(Layer):
     def __init__(self, *, dtype: Any = "float32") -> None:
         super().__init__(core_class("ScaledDotProductAttention", dtype)())
         self._args = f"dtype={np.dtype(dtype).name!r}"
-        self._lead: tuple = ()
+        self._lead: Tuple[int, ...] = ()
 
-    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None):
+    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None) -> Tuple[np.ndarray, np.ndarray]:
         who = "scaled_dot_product_attention"
         q, k, v = (np.asarray(a) for a in (q, k, v))
         if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
@@ -304,7 +304,7 @@ class ScaledDotProductAttention(Layer):
         self._lead = lead
         return out.reshape(lead + out.shape[1:]), w.reshape(lead + w.shape[1:])
 
-    def backward(self, dout: np.ndarray):
+    def backward(self, dout: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         dout = np.asarray(dout)
         g = int(np.prod(self._lead)) if self._lead else 1
         dq, dk, dv = self._core.backward(dout.reshape((g,) + dout.shape[len(self._lead):]))
@@ -332,10 +332,10 @@ class MultiHeadAttention(Layer):
         who = "MultiHeadAttention.forward"
         b, tq, _ = _btc_shape(x, who, "x")
         tk = tq if memory is None else _btc_shape(memory, who, "memory")[1]
-        return self._core.forward(x, memory, _as_mask(mask, b, tq, tk, who))
+        return cast(np.ndarray, self._core.forward(x, memory, _as_mask(mask, b, tq, tk, who)))
 
     def attention_weights(self) -> np.ndarray:
-        return self._core.attention_weights()
+        return cast(np.ndarray, self._core.attention_weights())
 
 
 class EncoderLayer(Layer):
@@ -350,7 +350,7 @@ class EncoderLayer(Layer):
     def forward(self, x: np.ndarray, mask: Any = None, training: bool = False) -> np.ndarray:
         who = "EncoderLayer.forward"
         b, t, _ = _btc_shape(x, who, "x")
-        return self._core.forward(x, _as_mask(mask, b, t, t, who), training)
+        return cast(np.ndarray, self._core.forward(x, _as_mask(mask, b, t, t, who), training))
 
 
 class DecoderLayer(Layer):
@@ -369,8 +369,8 @@ class DecoderLayer(Layer):
         who = "DecoderLayer.forward"
         b, t, _ = _btc_shape(x, who, "x")
         s = _btc_shape(memory, who, "memory")[1]
-        return self._core.forward(x, memory, _as_mask(self_mask, b, t, t, who), _as_mask(cross_mask, b, t, s, who),
-                                  training)
+        return cast(np.ndarray, self._core.forward(x, memory, _as_mask(self_mask, b, t, t, who),
+                                                   _as_mask(cross_mask, b, t, s, who), training))
 
 
 
@@ -390,7 +390,7 @@ class Encoder(Layer):
                       f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}")
 
     def forward(self, tokens: Any, training: bool = False) -> np.ndarray:
-        return self._core.forward(tokens, training)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(tokens, training))
 
 
 class Decoder(Layer):
@@ -407,4 +407,4 @@ class Decoder(Layer):
                       f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}")
 
     def forward(self, tokens: Any, memory: Any, source_padding: Any = None, training: bool = False) -> np.ndarray:
-        return self._core.forward(tokens, memory, source_padding, training)  # type: ignore[no-any-return]
+        return cast(np.ndarray, self._core.forward(tokens, memory, source_padding, training))

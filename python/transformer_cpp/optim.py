@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Iterable, Union
+from typing import TYPE_CHECKING, Iterable, Union
 
 import numpy as np
 
 from .layers import CoreObject, core_class
+
+if TYPE_CHECKING:
+    from ._core import Parameter
 
 __all__ = ["Adam"]
 
@@ -29,7 +32,7 @@ class Adam(CoreObject):
     keeps the layers alive.
     """
 
-    def __init__(self, parameters: Union[Mapping, Iterable], beta1: float = 0.9, beta2: float = 0.98,
+    def __init__(self, parameters: Union[Mapping[str, Parameter], Iterable[Parameter]], beta1: float = 0.9, beta2: float = 0.98,
                  eps: float = 1e-9) -> None:
         if isinstance(parameters, Mapping):
             first = next(iter(parameters.values()), None)

@@ -28,7 +28,7 @@ import math
 import numbers
 import os
 import pathlib
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Literal, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -140,7 +140,7 @@ def cosine_similarity_to(pe: np.ndarray, position: int) -> np.ndarray:
     dots = pe @ pe[position]  # (length,)
     denom = norms * norms[position]
     sims = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
-    return np.clip(sims, -1.0, 1.0)
+    return cast(np.ndarray, np.clip(sims, -1.0, 1.0))
 
 
 def ring_coordinates(pe_row: np.ndarray, layout: str = "interleaved") -> Tuple[np.ndarray, np.ndarray]:
@@ -259,7 +259,7 @@ def learning_rate_schedule(d_model: int, warmup: int = 4000, steps: int = 20000)
     warmup = _int(warmup, "warmup", who, minimum=1)
     steps = _int(steps, "steps", who, minimum=1)
     step = np.arange(1, steps + 1, dtype=np.float64)
-    return d_model**-0.5 * np.minimum(step**-0.5, step * warmup**-1.5)
+    return cast(np.ndarray, d_model**-0.5 * np.minimum(step**-0.5, step * warmup**-1.5))
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +267,8 @@ def learning_rate_schedule(d_model: int, warmup: int = 4000, steps: int = 20000)
 # --------------------------------------------------------------------------------------------
 
 
-def _figure(figsize: Tuple[float, float], layout: Optional[str] = "constrained") -> "Figure":
+def _figure(figsize: Tuple[float, float],
+            layout: Optional[Literal["constrained", "compressed", "tight"]] = "constrained") -> "Figure":
     from matplotlib.figure import Figure
 
     return Figure(figsize=figsize, layout=layout)
@@ -434,7 +435,7 @@ def rotating_rings_plot(
     return fig
 
 
-def save_positional_encoding_figures(out_dir: Union[str, os.PathLike]) -> List[pathlib.Path]:
+def save_positional_encoding_figures(out_dir: Union[str, os.PathLike[str]]) -> List[pathlib.Path]:
     """Render the positional-encoding figures to PNG files in ``out_dir`` (created if needed).
 
     Files: ``pe_heatmap_2048x512.png`` (depth on y, position on x), ``pe_cosine_similarity.png``
@@ -448,11 +449,11 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike]) -> List[p
     from ._runtime import positional_encoding
 
     who = "save_positional_encoding_figures"
-    from ._checks import path
+    from ._checks import path as _path
 
     if not isinstance(out_dir, (str, os.PathLike)):  # (this module raises ValueError for every bad argument)
         raise ValueError(f"{who}: out_dir must be a path (str or os.PathLike), got {out_dir!r}")
-    out = path(f"{who}: out_dir", out_dir)
+    out = _path(f"{who}: out_dir", out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{who}: {str(out)!r} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -464,7 +465,7 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike]) -> List[p
         ("pe_tokens_50x256.png", positional_encoding_heatmap(positional_encoding(50, 256), position_axis="y")),
         ("pe_rotating_rings.png", rotating_rings_plot(positional_encoding(2048, 64), positions=(1, 10, 100, 1000))),
     ]
-    paths = []
+    paths: List[pathlib.Path] = []
     for name, fig in figures:
         path = out / name
         fig.savefig(path, dpi=110)
@@ -490,7 +491,8 @@ def learning_rate_plot(
     Returns:
         A figure with one axes.
     """
-    widths = [d_model] if isinstance(d_model, numbers.Integral) else list(d_model)
+    # numbers.Integral admits NumPy integers too, but mypy cannot narrow the Union with it
+    widths = [cast(int, d_model)] if isinstance(d_model, numbers.Integral) else list(cast(Sequence[int], d_model))
     if not widths:
         raise ValueError("learning_rate_plot: d_model must be an integer or a non-empty sequence of integers")
     curves = [(w, learning_rate_schedule(w, warmup, steps)) for w in widths]
@@ -511,7 +513,7 @@ def _series(section: Mapping[str, Any], key: str) -> np.ndarray:
     values = section.get(key) if isinstance(section, Mapping) else None
     if values is None:
         return np.zeros(0)
-    return np.asarray(list(values), dtype=np.float64).ravel()
+    return cast(np.ndarray, np.asarray(list(values), dtype=np.float64).ravel())
 
 
 def history_plot(history: Mapping[str, Mapping[str, Sequence[float]]]) -> "Figure":
@@ -545,7 +547,7 @@ def history_plot(history: Mapping[str, Mapping[str, Sequence[float]]]) -> "Figur
     def epoch_x(values: np.ndarray) -> np.ndarray:
         x = e_num if len(e_num) == len(values) else np.arange(1, len(values) + 1, dtype=np.float64)
         if len(b_step) and len(x) and x.max() > 0:
-            return x * (b_step.max() / x.max())
+            return cast(np.ndarray, x * (b_step.max() / x.max()))
         return x
 
     x_label = "step" if len(b_step) or any(len(_series(batch, k)) for k in ("loss", "accuracy", "lr")) else "epoch"

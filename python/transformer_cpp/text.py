@@ -103,7 +103,7 @@ def normalize(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _language_table() -> dict:
+def _language_table() -> dict[str, str]:
     """Map every accepted language name or code (lower case) to its sacremoses code."""
     from sacremoses.corpus import NonbreakingPrefixes
 

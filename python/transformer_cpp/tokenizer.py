@@ -30,11 +30,15 @@ import logging
 import os
 import threading
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union, cast
 
 import numpy as np
 
 from ._checks import flag as _flag
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as _HFTokenizer
 
 __all__ = ["MAX_VOCAB_SIZE", "SubwordTokenizer", "SPECIAL_TOKENS"]
 
@@ -70,7 +74,7 @@ def _unicode_error(text: str, what: str) -> Optional[ValueError]:
     return None
 
 
-def _require_tokenizers():
+def _require_tokenizers() -> Tuple[Type[_HFTokenizer], ModuleType, ModuleType, ModuleType, ModuleType, ModuleType]:
     """Import the parts of Hugging Face ``tokenizers`` this module needs."""
     try:
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -252,7 +256,7 @@ class SubwordTokenizer:
         return 3
 
     @property
-    def special_ids(self) -> frozenset:
+    def special_ids(self) -> frozenset[int]:
         """The ids of all special tokens."""
         return frozenset(range(len(SPECIAL_TOKENS)))
 
@@ -277,7 +281,9 @@ class SubwordTokenizer:
             return NotImplemented
         return self.to_str() == other.to_str()
 
-    __hash__ = None  # mutable wrapper around a Rust object: not hashable
+    # mutable wrapper around a Rust object: not hashable (object types __hash__ as a method, and
+    # mypy has no other spelling for "this class is unhashable")
+    __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> Any:
         # pickling and copying go through the saved form, which every load turns into a tokenizer
@@ -299,7 +305,7 @@ class SubwordTokenizer:
         try:
             if len(texts) == 1:
                 return [self._tok.encode(texts[0], add_special_tokens=False)]
-            return self._tok.encode_batch(texts, add_special_tokens=False)
+            return cast(List[Any], self._tok.encode_batch(texts, add_special_tokens=False))
         except Exception:
             for i, text in enumerate(texts):
                 bad = _unicode_error(text[1:], f"SubwordTokenizer.{caller}: text {i}" if len(texts) > 1
@@ -462,14 +468,14 @@ class SubwordTokenizer:
             ValueError: if ``token_id`` is out of range.
         """
         (value,) = self._check_ids([token_id], "id_to_token")
-        return self._tok.id_to_token(value)
+        return cast(str, self._tok.id_to_token(value))
 
     def token_to_id(self, token: str) -> Optional[int]:
         """Return the id of a vocabulary entry (byte-level form, or a special token such as
         ``'<end>'``), or ``None`` if it is not in the vocabulary."""
         if not isinstance(token, str):
             raise TypeError(f"SubwordTokenizer.token_to_id: expected a str, got {type(token).__name__}")
-        return self._tok.token_to_id(token)
+        return cast(Optional[int], self._tok.token_to_id(token))
 
     def get_vocab(self) -> Dict[str, int]:
         """Return the vocabulary as ``{token: id}`` (byte-level form), special tokens included."""
@@ -533,7 +539,7 @@ class SubwordTokenizer:
         except ValueError as exc:
             raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
 
-    def save(self, path: Union[str, os.PathLike]) -> None:
+    def save(self, path: Union[str, os.PathLike[str]]) -> None:
         """Write the tokenizer to ``path`` as one UTF-8 JSON file (parent directories are
         created). The file is written to a temporary name and renamed, so a crash never leaves
         half a file."""
@@ -555,7 +561,7 @@ class SubwordTokenizer:
             raise
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "SubwordTokenizer":
+    def load(cls, path: Union[str, os.PathLike[str]]) -> "SubwordTokenizer":
         """Read a tokenizer written by :meth:`save`.
 
         Raises:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple, cast
 
 import numpy as np
 
@@ -148,10 +148,10 @@ class ReferenceMultiHeadAttention(nn.Module):
                 mask: Any = None) -> "torch.Tensor":
         d = self.d_model
         if memory is None:
-            q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(d, dim=-1)
+            q, k, v = torch.split(F.linear(x, self.in_proj_weight, self.in_proj_bias), d, dim=-1)
         else:
             q = F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d])
-            k, v = F.linear(memory, self.in_proj_weight[d:], self.in_proj_bias[d:]).split(d, dim=-1)
+            k, v = torch.split(F.linear(memory, self.in_proj_weight[d:], self.in_proj_bias[d:]), d, dim=-1)
         b, tq, tk = x.shape[0], x.shape[1], k.shape[1]
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         blocked = _as_mask(mask, x.device)
@@ -165,7 +165,7 @@ class ReferenceMultiHeadAttention(nn.Module):
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed.unsqueeze(1))
             ctx = ctx.masked_fill(dead.unsqueeze(1), 0.0)
         ctx = ctx.transpose(1, 2).reshape(b, tq, d)
-        return self.output(ctx)
+        return cast(torch.Tensor, self.output(ctx))
 
 
 class ReferenceFeedForward(nn.Module):
@@ -178,7 +178,7 @@ class ReferenceFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+        return cast(torch.Tensor, self.linear2(self.dropout(torch.relu(self.linear1(x)))))
 
 
 class ReferenceEncoderLayer(nn.Module):
@@ -199,9 +199,9 @@ class ReferenceEncoderLayer(nn.Module):
     def forward(self, x: "torch.Tensor", mask: Any = None) -> "torch.Tensor":
         if self.pre_norm:
             x = x + self.dropout1(self.self_attention(self.norm1(x), mask=mask))
-            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+            return cast(torch.Tensor, x + self.dropout2(self.feed_forward(self.norm2(x))))
         x = self.norm1(x + self.dropout1(self.self_attention(x, mask=mask)))
-        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+        return cast(torch.Tensor, self.norm2(x + self.dropout2(self.feed_forward(x))))
 
 
 class ReferenceDecoderLayer(nn.Module):
@@ -227,14 +227,16 @@ class ReferenceDecoderLayer(nn.Module):
         if self.pre_norm:
             x = x + self.dropout1(self.self_attention(self.norm1(x), mask=self_mask))
             x = x + self.dropout2(self.cross_attention(self.norm2(x), memory, mask=cross_mask))
-            return x + self.dropout3(self.feed_forward(self.norm3(x)))
+            return cast(torch.Tensor, x + self.dropout3(self.feed_forward(self.norm3(x))))
         x = self.norm1(x + self.dropout1(self.self_attention(x, mask=self_mask)))
         x = self.norm2(x + self.dropout2(self.cross_attention(x, memory, mask=cross_mask)))
-        return self.norm3(x + self.dropout3(self.feed_forward(x)))
+        return cast(torch.Tensor, self.norm3(x + self.dropout3(self.feed_forward(x))))
 
 
 class _Stack(nn.Module):
     """Shared input layer of the encoder and decoder stacks."""
+
+    pe: torch.Tensor  # the positional-encoding buffer registered in __init__
 
     def __init__(self, vocab_size: int, d_model: int, dropout: float, max_length: int, layout: str) -> None:
         super().__init__()
@@ -249,7 +251,7 @@ class _Stack(nn.Module):
         if t > self.max_length:
             raise ValueError(f"torch_reference: sequence length {t} is longer than max_length {self.max_length}")
         x = self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:t].to(self.embedding.weight.dtype)
-        return self.dropout(x)
+        return cast(torch.Tensor, self.dropout(x))
 
 
 class ReferenceEncoder(_Stack):
@@ -290,7 +292,8 @@ class ReferenceDecoder(_Stack):
         t = tokens.shape[1]
         look_ahead = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)
         self_mask = look_ahead[None] | (tokens == 0)[:, None, :]  # (B, T, T)
-        cross_mask = None if source_padding is None else _as_mask(source_padding, tokens.device)[:, None, :]
+        cross_mask = (None if source_padding is None
+                      else cast(torch.Tensor, _as_mask(source_padding, tokens.device))[:, None, :])
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x, memory, self_mask=self_mask, cross_mask=cross_mask)
@@ -306,7 +309,8 @@ class _OutputProjection(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, y: "torch.Tensor", tied_weight: Optional["torch.Tensor"] = None) -> "torch.Tensor":
-        return F.linear(y, self.weight if self.weight is not None else tied_weight, self.bias)
+        # with a tied output the caller passes tied_weight (project does)
+        return F.linear(y, cast(torch.Tensor, self.weight if self.weight is not None else tied_weight), self.bias)
 
 
 class ReferenceTransformer(nn.Module):
@@ -317,7 +321,7 @@ class ReferenceTransformer(nn.Module):
     :func:`build_reference`.
     """
 
-    def __init__(self, config: Mapping) -> None:
+    def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__()
         unknown = set(config) - set(_DEFAULTS) - {"src_vocab_size", "tgt_vocab_size"}
         if unknown:
@@ -346,7 +350,7 @@ class ReferenceTransformer(nn.Module):
 
     def project(self, y: "torch.Tensor") -> "torch.Tensor":
         """Logits from decoder outputs ``y`` (..., d_model), with the tied or own output weight."""
-        return self.output(y, self.decoder.embedding.weight)
+        return cast(torch.Tensor, self.output(y, self.decoder.embedding.weight))
 
     @staticmethod
     def loss(logits: "torch.Tensor", tgt_out: Any, label_smoothing: float = 0.0) -> "torch.Tensor":
@@ -385,7 +389,7 @@ def _init_like_ours(module: nn.Module, seed: int) -> None:
                 m.bias.zero_()
 
 
-def build_reference(config: Mapping, dtype: Any = None) -> ReferenceTransformer:
+def build_reference(config: Mapping[str, Any], dtype: Any = None) -> ReferenceTransformer:
     """A :class:`ReferenceTransformer` for a ``Transformer.config`` dict.
 
     ``dtype`` (``"float32"``/``"float64"``) overrides ``config["dtype"]`` (default float32). The
@@ -400,7 +404,8 @@ def build_reference(config: Mapping, dtype: Any = None) -> ReferenceTransformer:
 # --- name mapping ------------------------------------------------------------------------------------
 
 
-def _reference_slot(ref: nn.Module, name: str, params: Dict[str, "torch.nn.Parameter"]):
+def _reference_slot(ref: nn.Module, name: str,
+                    params: Dict[str, "torch.nn.Parameter"]) -> Tuple[str, Optional[slice]]:
     """(torch parameter name, row slice or None) holding OUR parameter ``name``."""
     parts = name.split(".")
     if len(parts) >= 2 and parts[-2] in _QKV and parts[-1] in ("weight", "bias"):
@@ -459,8 +464,8 @@ def reference_gradients(ref: nn.Module) -> Dict[str, np.ndarray]:
     ``value``. Parameters without a gradient give zeros."""
     out: Dict[str, np.ndarray] = {}
     for name, p in ref.named_parameters():
-        g = p.grad if p.grad is not None else torch.zeros_like(p)
-        g = g.detach().to("cpu", torch.float64).numpy().copy()
+        grad = p.grad if p.grad is not None else torch.zeros_like(p)
+        g = grad.detach().to("cpu", torch.float64).numpy().copy()
         head, _, leaf = name.rpartition(".")
         if leaf in ("in_proj_weight", "in_proj_bias"):
             kind = leaf[len("in_proj_"):]
