@@ -410,11 +410,12 @@ def _data_parallel(args: argparse.Namespace) -> Any:
         return from_environment(timeout=args.mpi_timeout)
     except MPIUnavailable as exc:
         if rank != 0:
-            # without MPI the ranks cannot agree: rank 0 says it, and the others leave a moment later
-            # (the launcher ends the job when the first process fails, rank 0 perhaps before it spoke)
+            # without MPI the ranks cannot agree: rank 0 says it, and the others wait for the launcher to
+            # end the job when rank 0 fails (it would end it when the first process fails, rank 0
+            # perhaps before it spoke); at most 30 s, in case rank 0 does not fail
             import time
 
-            time.sleep(2.0)
+            time.sleep(30.0)
         raise UserError(str(exc)) from None
 
 
