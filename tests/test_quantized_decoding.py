@@ -339,3 +339,17 @@ def test_a_write_through_a_released_view_is_seen(compute_type, batch):
         p.value[...] = m.parameters()[name].value
     np.testing.assert_array_equal(m.greedy_decode(src, START, END, 8, compute_type=compute_type),
                                   fresh.greedy_decode(src, START, END, 8, compute_type=compute_type))
+
+
+@pytest.mark.parametrize("compute_type", ["float32", *LOW])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_server_decodes_with_the_translators_compute_type(compute_type, beam_size):
+    from transformer_cpp.serve import _Item, decode_items
+
+    t = _translator(compute_type)
+    items = []
+    for i, s in enumerate(["a b c", "c a"]):
+        cleaned, ids = t.encode(s)
+        items.append(_Item(source=cleaned, ids=ids, limit=12, return_attention=False, job=None, index=i))
+    got = [r["text"] for r in decode_items(t, items, beam_size, 1, 1.0)]
+    assert got == t.translate_batch(["a b c", "c a"], beam_size=beam_size, max_length=12)

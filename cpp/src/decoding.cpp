@@ -6,6 +6,8 @@
 #include <memory>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 #include <type_traits>
 
 #include "transformer/activations.hpp"
@@ -91,48 +93,82 @@ void DecodeLinear<T>::apply(const T* x, Index R, Index ldx, T* y, Index ldy) con
 }
 
 template <typename T>
-std::vector<typename DecodeWeights<T>::Source> DecodeWeights<T>::sources(Transformer<T>& model) const {
-  std::vector<Source> out;
-  auto add = [&out](const auto& m) { out.push_back({m.data(), static_cast<Index>(m.size())}); };
-  auto attention = [&add](const MultiHeadAttention<T>& a) {
-    add(a.w_in_);
-    add(a.b_in_);
-    add(a.out_.weight_);
-    add(a.out_.bias_);
+std::vector<typename DecodeWeights<T>::Dense> DecodeWeights<T>::dense_layers(Transformer<T>& model) {
+  const ParameterList<T> params = model.parameters();
+  std::unordered_map<std::string, const Parameter<T>*> by_name;
+  for (const auto& p : params) by_name[p.name] = &p;
+  auto find = [&by_name](const std::string& name) -> const Parameter<T>& {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw std::logic_error("DecodeWeights: the model has no parameter " + name);
+    return *it->second;
   };
-  auto feed_forward = [&add](const FeedForward<T>& f) {
-    add(f.linear1_.weight_);
-    add(f.linear1_.bias_);
-    add(f.linear2_.weight_);
-    add(f.linear2_.bias_);
+  std::vector<Dense> out;
+  // `<prefix><name>.weight` and `.bias` for each name, which must follow each other in memory:
+  // one product over their rows
+  auto add = [&](DecodeLinear<T>& slot, const std::string& prefix, std::initializer_list<const char*> names) {
+    Dense d{&slot, nullptr, nullptr, 0, 0};
+    for (const char* name : names) {
+      const Parameter<T>& w = find(prefix + name + ".weight");
+      const Parameter<T>& b = find(prefix + name + ".bias");
+      if (d.W == nullptr) {
+        d.W = w.value;
+        d.b = b.value;
+        d.K = w.shape.at(1);
+      }
+      if (w.shape.at(1) != d.K || w.value != d.W + d.N * d.K || b.value != d.b + d.N)
+        throw std::logic_error("DecodeWeights: " + prefix + name + " does not follow the weights fused with it");
+      d.N += w.shape.at(0);
+    }
+    out.push_back(d);
   };
-  for (const auto& L : model.decoder().layers_) {
-    attention(L->self_attention_);
-    attention(L->cross_attention_);
-    feed_forward(L->feed_forward_);
+  const Index n_layers = model.config().n_layers;
+  layers.resize(static_cast<size_t>(n_layers));
+  encoder_layers.resize(static_cast<size_t>(n_layers));
+  for (Index l = 0; l < n_layers; ++l) {
+    const std::string at = "decoder.layers." + std::to_string(l) + ".";
+    Layer& L = layers[static_cast<size_t>(l)];
+    add(L.self_qkv, at, {"self_attention.query", "self_attention.key", "self_attention.value"});
+    add(L.self_out, at, {"self_attention.output"});
+    add(L.cross_q, at, {"cross_attention.query"});  // per step; the keys and values once per sentence
+    add(L.cross_kv, at, {"cross_attention.key", "cross_attention.value"});
+    add(L.cross_out, at, {"cross_attention.output"});
+    add(L.ff1, at, {"feed_forward.linear1"});
+    add(L.ff2, at, {"feed_forward.linear2"});
   }
-  for (const auto& L : model.encoder().layers_) {
-    attention(L->self_attention_);
-    feed_forward(L->feed_forward_);
+  for (Index l = 0; l < n_layers; ++l) {
+    const std::string at = "encoder.layers." + std::to_string(l) + ".";
+    EncoderLayer& L = encoder_layers[static_cast<size_t>(l)];
+    add(L.qkv, at, {"self_attention.query", "self_attention.key", "self_attention.value"});
+    add(L.out, at, {"self_attention.output"});
+    add(L.ff1, at, {"feed_forward.linear1"});
+    add(L.ff2, at, {"feed_forward.linear2"});
   }
-  out.push_back({model.output_weight(), model.config().tgt_vocab_size * model.config().d_model});
-  add(model.out_bias_);
+  // the output layer: its own weight, or the decoder embedding it is tied to
+  const Parameter<T>& bias = find("output.bias");
+  const Parameter<T>& w = by_name.count("output.weight") ? find("output.weight") : find("decoder.embedding.weight");
+  if (w.value != model.output_weight()) throw std::logic_error("DecodeWeights: output weight not found by name");
+  out.push_back({&output, w.value, bias.value, w.shape.at(0), w.shape.at(1)});
   return out;
 }
 
 template <typename T>
 bool DecodeWeights<T>::update(Transformer<T>& model, ComputeType c, bool verify) {
   if (!verify && held_ && model_ == &model && type_ == c) return false;
-  // fingerprint every source in 1 MB pieces, in parallel, then combine them in order; the
-  // addresses and sizes are part of it (the same model, the same tensors)
-  const std::vector<Source> src = sources(model);
-  constexpr Index kPiece = (1 << 20) / static_cast<Index>(sizeof(T));
+  // fingerprint every weight and bias in 1 MB pieces, in parallel, then combine them in order;
+  // the addresses and sizes are part of it (the same model, the same tensors)
+  const std::vector<Dense> dense = dense_layers(model);
   struct Piece {
     const T* data;
     Index size;
   };
+  std::vector<Piece> sources;
+  for (const Dense& d : dense) {
+    sources.push_back({d.W, d.N * d.K});
+    sources.push_back({d.b, d.N});
+  }
+  constexpr Index kPiece = (1 << 20) / static_cast<Index>(sizeof(T));
   std::vector<Piece> pieces;
-  for (const Source& s : src)
+  for (const Piece& s : sources)
     for (Index i = 0; i < s.size; i += kPiece) pieces.push_back({s.data + i, std::min(kPiece, s.size - i)});
   std::vector<std::uint64_t> h(pieces.size());
 #pragma omp parallel for schedule(dynamic, 4)
@@ -141,53 +177,17 @@ bool DecodeWeights<T>::update(Transformer<T>& model, ComputeType c, bool verify)
                                             static_cast<std::size_t>(pieces[static_cast<size_t>(i)].size) * sizeof(T),
                                             static_cast<std::uint64_t>(i));
   std::uint64_t f = fingerprint(h.data(), h.size() * sizeof(std::uint64_t), 0);
-  for (const Source& s : src) {
+  for (const Piece& s : sources) {
     const std::uint64_t where[2] = {reinterpret_cast<std::uintptr_t>(s.data), static_cast<std::uint64_t>(s.size)};
     f = fingerprint(where, sizeof(where), f);
   }
   if (held_ && model_ == &model && fingerprint_ == f && type_ == c) return false;
   type_ = c;
-  pack(model);
+  for (const Dense& d : dense) d.slot->pack(c, d.W, d.N, d.K, d.K, d.b);
   held_ = true;
   model_ = &model;
   fingerprint_ = f;
   return true;
-}
-
-template <typename T>
-void DecodeWeights<T>::pack(Transformer<T>& model) {
-  const Index d = model.config().d_model;
-  // a whole (out, in) weight and its bias
-  const ComputeType c = type_;
-  auto whole = [c](DecodeLinear<T>& p, const Matrix<T>& w, const RowVector<T>& b) {
-    p.pack(c, w.data(), w.rows(), w.cols(), w.cols(), b.data());
-  };
-  auto& dec = model.decoder();
-  layers.resize(dec.layers_.size());
-  for (size_t l = 0; l < dec.layers_.size(); ++l) {
-    const DecoderLayer<T>& L = *dec.layers_[l];
-    const MultiHeadAttention<T>& ca = L.cross_attention_;
-    Layer& p = layers[l];
-    whole(p.self_qkv, L.self_attention_.w_in_, L.self_attention_.b_in_);
-    whole(p.self_out, L.self_attention_.out_.weight_, L.self_attention_.out_.bias_);
-    // [W_q; W_k; W_v] of the cross-attention: the queries per step, keys and values once
-    p.cross_q.pack(c, ca.w_in_.data(), d, d, d, ca.b_in_.data());
-    p.cross_kv.pack(c, ca.w_in_.data() + d * d, 2 * d, d, d, ca.b_in_.data() + d);
-    whole(p.cross_out, ca.out_.weight_, ca.out_.bias_);
-    whole(p.ff1, L.feed_forward_.linear1_.weight_, L.feed_forward_.linear1_.bias_);
-    whole(p.ff2, L.feed_forward_.linear2_.weight_, L.feed_forward_.linear2_.bias_);
-  }
-  auto& enc = model.encoder();
-  encoder_layers.resize(enc.layers_.size());
-  for (size_t l = 0; l < enc.layers_.size(); ++l) {
-    const auto& L = *enc.layers_[l];
-    EncoderLayer& p = encoder_layers[l];
-    whole(p.qkv, L.self_attention_.w_in_, L.self_attention_.b_in_);
-    whole(p.out, L.self_attention_.out_.weight_, L.self_attention_.out_.bias_);
-    whole(p.ff1, L.feed_forward_.linear1_.weight_, L.feed_forward_.linear1_.bias_);
-    whole(p.ff2, L.feed_forward_.linear2_.weight_, L.feed_forward_.linear2_.bias_);
-  }
-  output.pack(c, model.output_weight(), model.config().tgt_vocab_size, d, d, model.out_bias_.data());
 }
 
 template <typename T>

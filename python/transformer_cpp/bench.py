@@ -914,10 +914,10 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
                 if name != "ours":
                     same = sum(a == b for a, b in zip(outputs[name], outputs["ours"]))
                     entry[name]["identical_to_ours"] = f"{same}/{len(sentences)}"
-            for name in names:
-                if name != "ours":
-                    entry[f"ratio_vs_{name}"] = entry["ours"]["sentences_per_s"] / entry[name]["sentences_per_s"]
             mine = [n for n in names if n == "ours" or n.startswith("ours_")]
+            for name in names:
+                if name not in mine:
+                    entry[f"ratio_vs_{name}"] = entry["ours"]["sentences_per_s"] / entry[name]["sentences_per_s"]
             best = max(mine, key=lambda n: entry[n]["sentences_per_s"])
             entry["best_ours"] = best
             for name in names:

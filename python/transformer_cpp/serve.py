@@ -230,6 +230,7 @@ def decode_items(translator: Any, items: Sequence[_Item], beam_size: int, n_best
     else:
         raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best,
                                 compute_type)
+    if beam_size != 1:
         hyps = [[([int(v) for v in h[0]][:n], float(h[1])) for h in hs] for hs, n in zip(raw, limits)]
 
     results = []

@@ -67,12 +67,17 @@ struct DecodeWeights {
   ComputeType compute_type() const { return type_; }
 
  private:
-  struct Source {
-    const T* data;
-    Index size;
+  // One dense layer as decoding multiplies by it: where it is packed, its (N, K) weight and bias
+  // (N) in the model (fused products: several consecutive weights of the same K).
+  struct Dense {
+    DecodeLinear<T>* slot;
+    const T* W;
+    const T* b;
+    Index N, K;
   };
-  std::vector<Source> sources(Transformer<T>& model) const;
-  void pack(Transformer<T>& model);
+  // Every dense layer decoding packs, found once by their parameters() names (the one list that
+  // the fingerprint and the packing both walk); sizes `layers` and `encoder_layers`.
+  std::vector<Dense> dense_layers(Transformer<T>& model);
   ComputeType type_ = ComputeType::Float32;
   bool held_ = false;
   const Transformer<T>* model_ = nullptr;

@@ -89,8 +89,9 @@ class QuantizedLinear {
 
  private:
   // x rows as the kernel's words (KW per row, the padding words zero: int8 128 128 128 128 (an
-  // offset zero), bf16 0) into xw_, and the int8 row scales into xs_.
-  void quantize_rows(const float* x, Index R, Index ldx) const;
+  // offset zero), bf16 0) into xw_, and the int8 row scales into xs_. `vectorised`: the int8
+  // rounding by AVX-512 (the same operations; apply), else the plain loop (apply_reference).
+  void quantize_rows(const float* x, Index R, Index ldx, bool vectorised) const;
 
   ComputeType type_ = ComputeType::Int8;
   Index N_ = 0, K_ = 0, KW_ = 0, panels_ = 0;
