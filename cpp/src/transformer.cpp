@@ -162,8 +162,8 @@ const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, co
   ConstMatrixMap<T> W(output_weight(), V, d);
   // logits = y W^T + b                                                    (rows_tgt, V)
   logits_.resize(y.rows(), V);
-  dense_forward<T>(config_.precision, cmap(y), W, MatrixMap<T>(logits_.data(), logits_.rows(), V));
-  if (add_bias) add_row_vector(logits_.data(), logits_.rows(), V, out_bias_.data());
+  dense_forward<T>(config_.precision, cmap(y), W, MatrixMap<T>(logits_.data(), logits_.rows(), V),
+                   add_bias ? out_bias_.data() : nullptr);
   return logits_;
 }
 
