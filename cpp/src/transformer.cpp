@@ -274,17 +274,20 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
       },
       "train_step");
   backward_rows(cmap(logits_), true);
-  last_grad_norm_ = adam.grad_norm();
+  const double lr = learning_rate(adam.step_count() + 1);
+  const double clip = opt_config_.clip_norm;
+  // without clipping the update's scale is 1 whatever the norm, so the pass that computes the
+  // norm also checks that the update stays finite (refusing, changing nothing, if a weight or
+  // moment would not); with clipping the scale needs the norm first and Adam checks in its pass
+  last_grad_norm_ = clip > 0.0 ? adam.grad_norm() : adam.grad_norm_checked(lr, "Transformer.train_step");
   if (!std::isfinite(last_grad_norm_))
     throw NonFiniteError(
         "Transformer.train_step: non-finite gradient norm: training has diverged; no update was applied, the "
         "weights are those of the last good step");
   // clipping to a global norm is a factor applied inside the fused Adam pass, which also zeroes
-  // the gradients for the next step (so no separate zero_grad pass is needed); the pass refuses
-  // first, changing nothing, if a weight or moment would become non-finite
-  const double clip = opt_config_.clip_norm;
+  // the gradients for the next step (so no separate zero_grad pass is needed)
   const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
-  adam.step(learning_rate(adam.step_count() + 1), scale, true, "Transformer.train_step");
+  adam.step(lr, scale, true, clip > 0.0 ? "Transformer.train_step" : nullptr);
   grads_zero_ = true;
   return stats;
 }
