@@ -334,6 +334,26 @@ def test_nonfinite_parameters_lists_adam_moments():
         np.testing.assert_array_equal(p.value, before[n], err_msg=n)
 
 
+@pytest.mark.parametrize("clip", [0.0, 1.0], ids=["no_clip", "clip"])
+def test_train_step_refuses_a_nonfinite_update_with_and_without_clipping(clip):
+    """Without clipping the pass that computes the gradient norm also checks the update; with
+    clipping Adam's own pass does. Either way: the same error, and nothing changes."""
+    m = small_model(dtype="float32")
+    m.configure_optimizer(warmup=10, clip_norm=clip)
+    m.train_step(*batch())
+    m.optimizer_state()["output.bias.v"].value[0] = np.inf
+    before = {n: p.value.copy() for n, p in m.parameters().items()}
+    state = {n: p.value.copy() for n, p in m.optimizer_state().items()}
+    with pytest.raises(NonFiniteError, match=r"Transformer.train_step: the update \(learning rate .*\) would make "
+                       r"weights or Adam moments non-finite.*no update was applied"):
+        m.train_step(*batch())
+    assert m.step == 1
+    for n, p in m.parameters().items():
+        np.testing.assert_array_equal(p.value, before[n], err_msg=n)
+    for n, p in m.optimizer_state().items():
+        np.testing.assert_array_equal(p.value, state[n], err_msg=n)
+
+
 def test_train_step_with_nonfinite_loss_applies_no_update():
     m = small_model(dtype="float32")
     src, tgt_in, tgt_out = batch()

@@ -1,5 +1,6 @@
 #include "bindings.hpp"
 #include "transformer/bf16_gemm.hpp"
+#include "transformer/f32_gemm.hpp"
 #include "transformer/decode_kernels.hpp"
 #include "transformer/positional_encoding.hpp"
 #include "transformer/quantized_linear.hpp"
@@ -149,6 +150,53 @@ void bind_runtime(py::module_& m) {
       },
       py::arg("a"), py::arg("b"), py::arg("trans_a"), py::arg("trans_b"), py::arg("c"), py::arg("kernel"),
       "op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).");
+  // The float32 matrix-product kernel of the dense layers on its own (tests against its reference).
+  m.def("_f32_kernel_supported", &f32::supported,
+        "Whether the float32 AVX-512 kernel runs the dense layers' products here (CPU, build, environment).");
+  m.def(
+      "_f32_matmul",
+      [](const py::handle& a, const py::handle& b, bool trans_a, bool trans_b, const py::handle& c,
+         const py::handle& bias, const std::string& kernel) {
+        const char* who = "_f32_matmul";
+        auto as = as_rows<float>(a, who, "a", -1);
+        auto bs = as_rows<float>(b, who, "b", -1);
+        if (as.lead_shape.size() != 1 || bs.lead_shape.size() != 1)
+          throw py::value_error("_f32_matmul: a and b must be 2-D");
+        const Index M = trans_a ? as.cols : as.rows, K = trans_a ? as.rows : as.cols;
+        const Index Kb = trans_b ? bs.cols : bs.rows, N = trans_b ? bs.rows : bs.cols;
+        if (K != Kb) throw py::value_error(concat("_f32_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
+        Matrix<float> out = Matrix<float>::Constant(M, N, std::nanf(""));  // beta 0 must not read C
+        float beta = 0.0f;
+        if (!c.is_none()) {
+          auto cs = as_rows<float>(c, who, "c", N);
+          if (cs.lead_shape.size() != 1 || cs.rows != M)
+            throw py::value_error(concat("_f32_matmul: c must have shape (", M, ", ", N, ")"));
+          std::copy(cs.array.data(), cs.array.data() + M * N, out.data());
+          beta = 1.0f;
+        }
+        RowVector<float> bias_values;
+        if (!bias.is_none()) {
+          auto bv = as_rows<float>(bias, who, "bias", N);
+          if (!bv.lead_shape.empty()) throw py::value_error(concat("_f32_matmul: bias must have shape (", N, ",)"));
+          bias_values = Eigen::Map<const RowVector<float>>(bv.array.data(), N);
+        }
+        const float* bias_ptr = bias.is_none() ? nullptr : bias_values.data();
+        if (kernel == "avx512") {
+          if (!f32::supported()) throw py::value_error("_f32_matmul: the float32 AVX-512 kernel cannot run here");
+          py::gil_scoped_release release;
+          f32::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(), N,
+                    bias_ptr);
+        } else if (kernel == "reference") {
+          py::gil_scoped_release release;
+          f32::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
+                              out.data(), N, bias_ptr);
+        } else {
+          throw py::value_error("_f32_matmul: kernel must be 'avx512' or 'reference'");
+        }
+        return copy_out<float>(out.data(), {M, N});
+      },
+      py::arg("a"), py::arg("b"), py::arg("trans_a"), py::arg("trans_b"), py::arg("c"), py::arg("bias"),
+      py::arg("kernel"), "op(a) op(b) (+ c) (+ bias) in float32 (tests).");
   m.def(
       "_round_to_bf16",
       [](const py::handle& x) {

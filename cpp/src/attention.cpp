@@ -204,8 +204,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLa
   const Index B = l.B, Tn = l.T;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
   qkv_.resize(x.rows(), 3 * d_);
-  dense_forward<T>(precision_, x, cmap(w_in_), map(qkv_));
-  add_row_vector(qkv_.data(), qkv_.rows(), 3 * d_, b_in_.data());
+  dense_forward<T>(precision_, x, cmap(w_in_), map(qkv_), b_in_.data());
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
   Matrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
@@ -239,12 +238,10 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   const Index B = lq.B, Tq = lq.T, Tk = lk.T;
   // Q = x W_q^T + b_q                                                   (rows_q, d)
   qkv_.resize(x.rows(), d_);
-  dense_forward<T>(precision_, x, rows_of(w_in_, 0, d_), map(qkv_));
-  add_row_vector(qkv_.data(), qkv_.rows(), d_, b_in_.data());
+  dense_forward<T>(precision_, x, rows_of(w_in_, 0, d_), map(qkv_), b_in_.data());
   // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (rows_k, 2d)
   kv_.resize(memory.rows(), 2 * d_);
-  dense_forward<T>(precision_, memory, rows_of(w_in_, d_, 2 * d_), map(kv_));
-  add_row_vector(kv_.data(), kv_.rows(), 2 * d_, b_in_.data() + d_);
+  dense_forward<T>(precision_, memory, rows_of(w_in_, d_, 2 * d_), map(kv_), b_in_.data() + d_);
   const T* q = qkv_.data();
   const T* kv = kv_.data();
   Matrix<T>& q_pad = backward_scratch<T>(kQkvPad);

@@ -36,8 +36,8 @@ const Matrix<T>& Linear<T>::forward(ConstMatrixMap<T> x) {
   rows_ = x.rows();
   y_.resize(rows_, out_features());
   // y = x W^T (+ b)                                                    (N, out)
-  dense_forward<T>(precision_, x, cmap(weight_), MatrixMap<T>(y_.data(), y_.rows(), y_.cols()));
-  if (has_bias_) add_row_vector(y_.data(), rows_, out_features(), bias_.data());
+  dense_forward<T>(precision_, x, cmap(weight_), MatrixMap<T>(y_.data(), y_.rows(), y_.cols()),
+                   has_bias_ ? bias_.data() : nullptr);
   return y_;
 }
 

@@ -50,18 +50,44 @@ void Adam<T>::step(double lr) {
 }
 
 template <typename T>
+typename Adam<T>::Coefficients Adam<T>::coefficients(double lr) const {
+  const double t = static_cast<double>(t_ + 1);
+  // torch.optim.Adam (single-tensor path): step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps
+  return {static_cast<T>(beta1),
+          static_cast<T>(beta2),
+          static_cast<T>(1.0 - beta1),
+          static_cast<T>(1.0 - beta2),
+          static_cast<T>(lr / (1.0 - std::pow(beta1, t))),
+          static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(beta2, t))),
+          static_cast<T>(eps)};
+}
+
+// Whether the update of one element (gradient already scaled) stays finite; the arithmetic is the
+// update's own, so the answer is exact.
+template <typename T, typename C>
+inline bool update_is_finite(const C& k, T p, T gi, T m, T v) {
+  const T mi = k.b1 * m + k.one_minus_b1 * gi;
+  const T vi = k.b2 * v + k.one_minus_b2 * gi * gi;
+  const T pi = p - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.e);
+  return std::isfinite(mi) && std::isfinite(vi) && std::isfinite(pi);
+}
+
+template <typename T>
+void Adam<T>::refuse(const char* check_who, double lr) const {
+  throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr, ") would make weights or Adam "
+                              "moments non-finite: training has diverged; no update was applied, the "
+                              "weights are those of the last good step"));
+}
+
+template <typename T>
 void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* check_who) {
   TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
   TCPP_CHECK(t_ < std::numeric_limits<Index>::max(), "Adam: the step count ", t_,
              " is at its maximum (2**63 - 1); no update was applied");
   TCPP_CHECK(std::isfinite(grad_scale), "Adam: gradient scale must be finite, got ", grad_scale);
-  const double t = static_cast<double>(t_ + 1);
-  // torch.optim.Adam (single-tensor path): step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps
-  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
-  const T one_minus_b1 = static_cast<T>(1.0 - beta1), one_minus_b2 = static_cast<T>(1.0 - beta2);
-  const T step_size = static_cast<T>(lr / (1.0 - std::pow(beta1, t)));
-  const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
-  const T e = static_cast<T>(eps);
+  const Coefficients k = coefficients(lr);
+  const T b1 = k.b1, b2 = k.b2, one_minus_b1 = k.one_minus_b1, one_minus_b2 = k.one_minus_b2;
+  const T step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, e = k.e;
   const T gs = static_cast<T>(grad_scale);
   Index total = 0;
   for (const auto& p : params_) total += p.size();
@@ -69,36 +95,27 @@ void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* ch
     // the update below, computed without writing anything: is every result finite?
     int bad = 0;
 #pragma omp parallel if (total >= kParallelElements) reduction(| : bad)
-    for (size_t k = 0; k < params_.size(); ++k) {
-      const T* p = params_[k].value;
-      const T* g = params_[k].grad;
-      const T* m = m_[k].data();
-      const T* v = v_[k].data();
-      const Index n = params_[k].size();
+    for (size_t q = 0; q < params_.size(); ++q) {
+      const T* p = params_[q].value;
+      const T* g = params_[q].grad;
+      const T* m = m_[q].data();
+      const T* v = v_[q].data();
+      const Index n = params_[q].size();
 #pragma omp for schedule(static) nowait
-      for (Index i = 0; i < n; ++i) {
-        const T gi = g[i] * gs;
-        const T mi = b1 * m[i] + one_minus_b1 * gi;
-        const T vi = b2 * v[i] + one_minus_b2 * gi * gi;
-        const T pi = p[i] - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + e);
-        bad |= !(std::isfinite(mi) && std::isfinite(vi) && std::isfinite(pi));
-      }
+      for (Index i = 0; i < n; ++i) bad |= !update_is_finite(k, p[i], g[i] * gs, m[i], v[i]);
     }
-    if (bad)
-      throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr, ") would make weights or Adam "
-                                  "moments non-finite: training has diverged; no update was applied, the "
-                                  "weights are those of the last good step"));
+    if (bad) refuse(check_who, lr);
   }
   ++t_;
   // One region for all parameters; each parameter's elements are shared out among the threads
   // and `nowait` lets a thread move on to the next parameter at once (parameters are independent).
 #pragma omp parallel if (total >= kParallelElements)
-  for (size_t k = 0; k < params_.size(); ++k) {
-    T* __restrict p = params_[k].value;
-    T* __restrict g = params_[k].grad;
-    T* __restrict m = m_[k].data();
-    T* __restrict v = v_[k].data();
-    const Index n = params_[k].size();
+  for (size_t q = 0; q < params_.size(); ++q) {
+    T* __restrict p = params_[q].value;
+    T* __restrict g = params_[q].grad;
+    T* __restrict m = m_[q].data();
+    T* __restrict v = v_[q].data();
+    const Index n = params_[q].size();
 #pragma omp for schedule(static) nowait
     for (Index i = 0; i < n; ++i) {
       const T gi = g[i] * gs;
@@ -183,6 +200,33 @@ double Adam<T>::grad_norm() const {
     for (Index i = 0; i < n; ++i) sumsq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
   }
   return std::sqrt(sumsq);
+}
+
+template <typename T>
+double Adam<T>::grad_norm_checked(double lr, const char* check_who) const {
+  TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
+  const Coefficients k = coefficients(lr);
+  Index total = 0;
+  for (const auto& p : params_) total += p.size();
+  double sumsq = 0.0;
+  int bad = 0;
+  // grad_norm()'s loop (same partition, same sums) with step()'s check beside it
+#pragma omp parallel if (total >= kParallelElements) reduction(+ : sumsq) reduction(| : bad)
+  for (size_t q = 0; q < params_.size(); ++q) {
+    const T* p = params_[q].value;
+    const T* g = params_[q].grad;
+    const T* m = m_[q].data();
+    const T* v = v_[q].data();
+    const Index n = params_[q].size();
+#pragma omp for schedule(static) nowait
+    for (Index i = 0; i < n; ++i) {
+      sumsq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+      bad |= !update_is_finite(k, p[i], g[i], m[i], v[i]);
+    }
+  }
+  const double norm = std::sqrt(sumsq);
+  if (bad && std::isfinite(norm)) refuse(check_who, lr);
+  return norm;
 }
 
 template <typename T>

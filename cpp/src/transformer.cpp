@@ -151,7 +151,7 @@ const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in
 
 template <typename T>
 const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
-                                     bool training, bool pack) {
+                                     bool training, bool pack, bool add_bias) {
   // Until a forward completes there is no valid state for backward(): the encoder may accept a
   // new batch and the decoder then reject its target ids, leaving the two out of step.
   B_ = -1;
@@ -162,8 +162,8 @@ const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, co
   ConstMatrixMap<T> W(output_weight(), V, d);
   // logits = y W^T + b                                                    (rows_tgt, V)
   logits_.resize(y.rows(), V);
-  dense_forward<T>(config_.precision, cmap(y), W, MatrixMap<T>(logits_.data(), logits_.rows(), V));
-  add_row_vector(logits_.data(), logits_.rows(), V, out_bias_.data());
+  dense_forward<T>(config_.precision, cmap(y), W, MatrixMap<T>(logits_.data(), logits_.rows(), V),
+                   add_bias ? out_bias_.data() : nullptr);
   return logits_;
 }
 
@@ -173,11 +173,11 @@ void Transformer<T>::backward(ConstMatrixMap<T> dlogits) {
   const Index V = config_.tgt_vocab_size;
   TCPP_CHECK(dlogits.rows() == B_ * T_ && dlogits.cols() == V, "Transformer.backward: dlogits has shape (",
              dlogits.rows(), ", ", dlogits.cols(), "), expected (", B_ * T_, ", ", V, ")");
-  backward_rows(dlogits);
+  backward_rows(dlogits, false);
 }
 
 template <typename T>
-void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits) {
+void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done) {
   grads_zero_ = false;
   const Index V = config_.tgt_vocab_size, d = config_.d_model;
   const Matrix<T>& y = decoder_->output();
@@ -185,7 +185,7 @@ void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits) {
   MatrixMap<T> dW(output_weight_grad(), V, d);
   // logits = y W^T + b, so dW += dlogits^T y, db += column sums, dy = dlogits W
   dense_backward_weight<T>(config_.precision, dlogits, cmap(y), dW);
-  add_column_sums(dlogits.data(), dlogits.rows(), V, dout_bias_.data());
+  if (!bias_grad_done) add_column_sums(dlogits.data(), dlogits.rows(), V, dout_bias_.data());
   dy_.resize(y.rows(), d);
   dense_backward_input<T>(config_.precision, dlogits, W, MatrixMap<T>(dy_.data(), dy_.rows(), d));
   decoder_->backward(cmap(dy_));
@@ -262,23 +262,32 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
   // only the rows that matter to the loss are computed ("packed": padding removed)
-  run(src, tgt_in, tgt_out.data(), true, true);
-  // the gradient of the loss replaces the logits in place: one (rows, V) buffer, not two
+  // (the output layer's bias is left out of the logits: the fused loss adds it)
+  run(src, tgt_in, tgt_out.data(), true, true, false);
+  // the gradient of the loss replaces the logits in place: one (rows, V) buffer, not two; the loss
+  // pass also adds the bias and sums the bias gradient while each row is in cache
   LossStats stats = loss_or_throw(
-      [&] { return masked_cross_entropy<T>(cmap(logits_), row_targets(tgt_out), &logits_, opt_config_.label_smoothing); },
+      [&] {
+        return output_cross_entropy<T>(MatrixMap<T>(logits_.data(), logits_.rows(), logits_.cols()), out_bias_.data(),
+                                       row_targets(tgt_out), opt_config_.label_smoothing, dout_bias_.data(),
+                                       loss_partial_);
+      },
       "train_step");
-  backward_rows(cmap(logits_));
-  last_grad_norm_ = adam.grad_norm();
+  backward_rows(cmap(logits_), true);
+  const double lr = learning_rate(adam.step_count() + 1);
+  const double clip = opt_config_.clip_norm;
+  // without clipping the update's scale is 1 whatever the norm, so the pass that computes the
+  // norm also checks that the update stays finite (refusing, changing nothing, if a weight or
+  // moment would not); with clipping the scale needs the norm first and Adam checks in its pass
+  last_grad_norm_ = clip > 0.0 ? adam.grad_norm() : adam.grad_norm_checked(lr, "Transformer.train_step");
   if (!std::isfinite(last_grad_norm_))
     throw NonFiniteError(
         "Transformer.train_step: non-finite gradient norm: training has diverged; no update was applied, the "
         "weights are those of the last good step");
   // clipping to a global norm is a factor applied inside the fused Adam pass, which also zeroes
-  // the gradients for the next step (so no separate zero_grad pass is needed); the pass refuses
-  // first, changing nothing, if a weight or moment would become non-finite
-  const double clip = opt_config_.clip_norm;
+  // the gradients for the next step (so no separate zero_grad pass is needed)
   const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
-  adam.step(learning_rate(adam.step_count() + 1), scale, true, "Transformer.train_step");
+  adam.step(lr, scale, true, clip > 0.0 ? "Transformer.train_step" : nullptr);
   grads_zero_ = true;
   return stats;
 }

@@ -903,6 +903,14 @@ def _decode_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: nump
     """
     y = x W^T + b by one decoding kernel (tests).
     """
+def _f32_kernel_supported() -> bool:
+    """
+    Whether the float32 AVX-512 kernel runs the dense layers' products here (CPU, build, environment).
+    """
+def _f32_matmul(a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, trans_a: bool, trans_b: bool, c: numpy.typing.ArrayLike | None, bias: numpy.typing.ArrayLike | None, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    op(a) op(b) (+ c) (+ bias) in float32 (tests).
+    """
 def _fingerprint(data: numpy.ndarray, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
     64-bit fingerprint of a contiguous buffer's bytes (tests).

@@ -9,6 +9,10 @@ and so that a curious reader can call them. Nothing here is needed to use the pa
 and float32 sums (see ``cpp/include/transformer/bf16_gemm.hpp``); :func:`bf16_matmul` is that
 kernel on its own, with its readable reference.
 
+In float32 the dense layers' products run on an AVX-512 kernel when the CPU has AVX-512F (see
+``cpp/include/transformer/f32_gemm.hpp``; Eigen's GEMM otherwise); :func:`f32_matmul` is that
+kernel on its own, with its readable reference.
+
 ``Transformer.greedy_decode(..., compute_type="int8" | "bf16")`` multiplies by a low-precision
 copy of the weights (see ``cpp/include/transformer/quantized_linear.hpp``); :func:`quantized_linear`
 is that kernel on its own, with its reference and the dequantised weight it multiplies with.
@@ -22,7 +26,7 @@ from . import _core
 
 __all__ = ["have_decode_kernels", "decode_linear", "first_argmax", "fingerprint", "have_bf16",
            "bf16_unsupported_reason", "bf16_matmul", "round_to_bf16", "COMPUTE_TYPES", "have_compute_type",
-           "compute_type_unsupported_reason", "quantized_linear"]
+           "compute_type_unsupported_reason", "quantized_linear", "have_f32_kernel", "f32_matmul"]
 
 _KERNELS = ("packed", "packed_reference", "few_rows")
 
@@ -159,3 +163,34 @@ def quantized_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, comput
         raise ValueError(f"quantized_linear: kernel must be one of {', '.join(map(repr, _QUANTIZED_KERNELS))}, "
                          f"got {kernel!r}")
     return _core._quantized_linear(x, weight, bias, compute_type, kernel)
+
+
+_F32_KERNELS = ("avx512", "reference")
+
+
+def have_f32_kernel() -> bool:
+    """Whether the float32 dense-layer products run on the AVX-512 kernel here: a CPU (and OS)
+    with AVX-512F, a build that has the kernel, and no ``TRANSFORMER_CPP_DISABLE_F32_KERNEL`` in the
+    environment (a non-empty value other than ``"0"`` turns it off: Eigen's GEMM is used then)."""
+    return bool(_core._f32_kernel_supported())
+
+
+def f32_matmul(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False,
+               c: np.ndarray | None = None, bias: np.ndarray | None = None, kernel: str = "avx512") -> np.ndarray:
+    """``op(a) @ op(b)`` (``+ c``) (``+ bias`` on every row) in float32: the matrix product of the
+    float32 dense layers.
+
+    Args:
+        a, b: 2-D float arrays (converted to float32); ``op(x)`` is ``x.T`` when ``trans_x``.
+        c: optional (M, N) float32 array added to the product (the gradient accumulation).
+        bias: optional (N,) float32 array added to every row (the layer's bias).
+        kernel: ``"avx512"`` (the kernel; ValueError where :func:`have_f32_kernel` is false) or
+            ``"reference"`` (products summed in float64: the readable loop the tests compare the
+            kernel with).
+
+    Returns:
+        float32 array (M, N).
+    """
+    if kernel not in _F32_KERNELS:
+        raise ValueError(f"f32_matmul: kernel must be one of {', '.join(map(repr, _F32_KERNELS))}, got {kernel!r}")
+    return _core._f32_matmul(a, b, bool(trans_a), bool(trans_b), c, bias, kernel)

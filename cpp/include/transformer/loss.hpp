@@ -26,6 +26,16 @@ template <typename T>
 LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets,
                                Matrix<T>* dlogits, double label_smoothing = 0.0);
 
+// The training loss of the model's output layer, fused: logits (N, V) hold y W^T without the
+// bias. Row by row, while the row is in cache, this adds the bias, computes the masked
+// cross-entropy as masked_cross_entropy does, writes d loss / d logits over the logits (which are
+// then the gradient of y W^T + b as well) and adds the gradient's column sums to dbias (V).
+// `partial` is scratch. Same errors as masked_cross_entropy; on a throw the logits hold nothing
+// useful and dbias is unchanged.
+template <typename T>
+LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets,
+                               double label_smoothing, T* dbias, Matrix<T>& partial);
+
 // Fraction of non-padding targets whose argmax is right (0 when there are none).
 template <typename T>
 LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets);

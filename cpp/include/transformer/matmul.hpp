@@ -1,8 +1,9 @@
-// matmul.hpp — the matrix-product backend of the dense layers: float32/float64 by Eigen's GEMM, or
-// bfloat16 inputs with float32 accumulation (bf16_gemm.hpp).
+// matmul.hpp — the matrix-product backend of the dense layers: float32 by the AVX-512 kernel
+// (f32_gemm.hpp; Eigen's GEMM on CPUs without AVX-512F), float64 by Eigen's GEMM, or bfloat16
+// inputs with float32 accumulation (bf16_gemm.hpp).
 //
 // A dense layer y = x W^T (W (out, in) as in PyTorch) needs three products, forward and backward:
-//   dense_forward          y  = x W^T       (rows, out)
+//   dense_forward          y  = x W^T (+ b) (rows, out)
 //   dense_backward_input   dx = dy W        (rows, in)
 //   dense_backward_weight  dW += dy^T x     (out, in)
 // Linear, the attention projections and the model's output layer call these, so the precision of
@@ -30,9 +31,10 @@ std::string to_string(Precision p);
 template <typename T>
 void check_precision(Precision p, const char* who);
 
-// y (rows, out) = x (rows, in) W^T, W (out, in). All maps contiguous row-major.
+// y (rows, out) = x (rows, in) W^T + bias, W (out, in), bias (out) or nullptr for none. All maps
+// contiguous row-major.
 template <typename T>
-void dense_forward(Precision p, ConstMatrixMap<T> x, ConstMatrixMap<T> W, MatrixMap<T> y);
+void dense_forward(Precision p, ConstMatrixMap<T> x, ConstMatrixMap<T> W, MatrixMap<T> y, const T* bias = nullptr);
 // dx (rows, in) = dy (rows, out) W.
 template <typename T>
 void dense_backward_input(Precision p, ConstMatrixMap<T> dy, ConstMatrixMap<T> W, MatrixMap<T> dx);

@@ -30,6 +30,11 @@ class Adam {
   void step_flat(const T* grads, double lr, double grad_scale, const char* check_who = nullptr);
   // Global L2 norm of all gradients, without changing them.
   double grad_norm() const;
+  // grad_norm() and, in the same pass over p, g, m, v, the check that step(lr, 1, ..., who) makes
+  // first: when the norm is finite and an update with learning rate lr and grad_scale 1 would make
+  // a weight or moment non-finite, throws that NonFiniteError (naming check_who), changing nothing.
+  // Training without clipping calls this and then step(lr, 1, true) without its own check.
+  double grad_norm_checked(double lr, const char* check_who) const;
   // Global L2 norm of all gradients; if max_norm > 0 and the norm exceeds it, every gradient is
   // scaled by max_norm / norm. Returns the norm before clipping.
   double clip_grad_norm(double max_norm);
@@ -45,6 +50,12 @@ class Adam {
   double beta1, beta2, eps;
 
  private:
+  // the update's constants for learning rate lr at step t_ + 1 (see step)
+  struct Coefficients {
+    T b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, e;
+  };
+  Coefficients coefficients(double lr) const;
+  [[noreturn]] void refuse(const char* check_who, double lr) const;
   ParameterList<T> params_;
   std::vector<std::vector<T>> m_, v_;
   Index t_ = 0;

@@ -118,10 +118,11 @@ class Transformer {
 
  private:
   // forward over the rows to compute: all (pack = false) or, with pack, only those that the loss on
-  // tgt_out depends on; returns logits (rows, V)
+  // tgt_out depends on; returns logits (rows, V), without the output bias unless add_bias
   const Matrix<T>& run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training,
-                       bool pack);
-  void backward_rows(ConstMatrixMap<T> dlogits);
+                       bool pack, bool add_bias = true);
+  // every gradient from dlogits (rows, V); bias_grad_done: the output bias's gradient is already in
+  void backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done);
   const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
   std::vector<std::int64_t> targets_;
   // Shapes, then the memory the pass will need (before it allocates); then finite weights.
@@ -135,6 +136,7 @@ class Transformer {
   Index B_ = -1, T_ = 0;
   Matrix<T> logits_;   // (B*T, V); after train_step, d loss / d logits (computed in place)
   Matrix<T> dy_;       // (B*T, d)
+  Matrix<T> loss_partial_;  // (row blocks, V) scratch of the fused loss's bias gradient
   double last_grad_norm_ = 0.0;
   bool grads_zero_ = false;  // the last train_step's fused Adam pass left every gradient at 0
   std::vector<T> flat_grads_;      // (parameters + kFlatSpareSlots): see flat_gradients()

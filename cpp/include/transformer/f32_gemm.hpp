@@ -1,0 +1,60 @@
+// f32_gemm.hpp — float32 matrix products with an AVX-512 micro-kernel (the dense layers' products
+// in float32 precision; Eigen's GEMM remains the fallback and the float64 path).
+//
+//   C (M, N) = beta * C + op(A) (M, K) op(B) (K, N) [+ bias]     beta 0 or 1, all row-major float32
+//
+// op(A)[i, k] is A[i*lda + k], or with trans_a A[k*lda + i]; op(B)[k, j] is B[k*ldb + j], or with
+// trans_b B[j*ldb + k]. `bias` (N values, may be nullptr) is added to every row of the result:
+// C[i, j] = beta C[i, j] + sum_k op(A)[i, k] op(B)[k, j] + bias[j]. The three products of a Linear
+// layer y = x W^T + b (W (out, in)) are
+//   forward   y  = x W^T + b gemm(N, out, in, x, in, false, W, in, true, 0, y, out, b)
+//   dx        dx = dy W      gemm(N, in, out, dy, out, false, W, in, false, 0, dx, in)
+//   dW        dW += dy^T x   gemm(out, in, N, dy, out, true, x, in, false, 1, dW, in)
+//
+// The layout is bf16_gemm's (the BLIS/GotoBLAS scheme) with float32 panels:
+//   * K is walked in blocks of kKC. For each block op(A) is packed into panels of kMR rows and
+//     op(B) into panels of kNR columns:
+//        A panel ip: float (ip*KC + k)*kMR + i = op(A)[ip*kMR + i, k0 + k]
+//        B panel jp: float (jp*KC + k)*kNR + j = op(B)[k0 + k, jp*kNR + j]
+//     (rows and columns past M and N are zero).
+//   * The micro-kernel keeps a kMR x kNR tile of C in 24 AVX-512 registers: per k it loads the two
+//     16-float vectors of the B panel, broadcasts each of the kMR values of the A panel and issues
+//     kMR * 2 fused multiply-adds. The first k block stores its tile (beta 0: C is never read, so
+//     no pass clears it first), later blocks add to it; the last adds the bias.
+//   * C is cut into blocks of panels spread over the OpenMP threads (one parallel region per
+//     product; packing is split among the threads too). Each element of C is computed by one
+//     thread in a fixed order (k ascending), so results do not depend on the thread count.
+//
+// Chosen at run time by CPUID through function target attributes, so the extension loads and
+// runs (with Eigen) on any x86-64 CPU; kDisableEnv turns the kernel off.
+#pragma once
+
+#include "transformer/tensor.hpp"
+
+namespace transformer::f32 {
+
+constexpr Index kMR = 12;   // rows of C per micro-kernel tile (broadcast A values)
+constexpr Index kNR = 32;   // columns of C per tile (two 16-float vectors)
+constexpr Index kKC = 256;  // k values per packed block: a B panel is kKC * kNR * 4 bytes = 32 KB (L1)
+// products with fewer multiply-adds than this run on the calling thread only
+constexpr double kParallelMacs = 1 << 18;
+
+// The environment variable that, set to a non-empty value other than "0", makes supported()
+// false (the dense layers then use Eigen's GEMM; for comparisons and tests).
+constexpr const char* kDisableEnv = "TRANSFORMER_CPP_DISABLE_F32_KERNEL";
+
+// Whether this build has the kernel, the CPU and OS can run it (AVX512F and the OS saves the
+// AVX-512 state), and kDisableEnv does not turn it off. Read once per process.
+bool supported();
+
+// C = beta C + op(A) op(B) + bias (see the top of this file) with the AVX-512 kernel.
+// Throws std::runtime_error when the CPU cannot run it and std::invalid_argument for a beta other
+// than 0 or 1 or inconsistent sizes.
+void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
+          bool trans_b, float beta, float* C, Index ldc, const float* bias = nullptr);
+
+// The readable reference: the same product summed in double, then rounded to float. For tests.
+void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
+                    bool trans_b, float beta, float* C, Index ldc, const float* bias = nullptr);
+
+}  // namespace transformer::f32
