@@ -343,11 +343,17 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   flat_pending_ = false;
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
-  run(src, tgt_in, tgt_out.data(), true, true);
+  // the same passes as train_step: logits without the output bias, the fused loss adds it and sums
+  // its gradient, the gradient of the loss replaces the logits in place
+  run(src, tgt_in, tgt_out.data(), true, true, false);
   LossStats stats = loss_or_throw(
-      [&] { return masked_cross_entropy<T>(cmap(logits_), row_targets(tgt_out), &logits_, opt_config_.label_smoothing); },
+      [&] {
+        return output_cross_entropy<T>(MatrixMap<T>(logits_.data(), logits_.rows(), logits_.cols()), out_bias_.data(),
+                                       row_targets(tgt_out), opt_config_.label_smoothing, dout_bias_.data(),
+                                       loss_partial_);
+      },
       "train_step");
-  backward_rows(cmap(logits_));
+  backward_rows(cmap(logits_), true);
   // gather: flat = grad * grad_scale, and grad = 0 for the next step (one pass)
   const T gs = static_cast<T>(grad_scale);
   Index offset = 0;
