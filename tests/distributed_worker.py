@@ -10,7 +10,8 @@ weights to ``OUT_DIR/<scenario>-rank<r>.npz``. Scenarios:
 * ``full`` / ``half``: dropout 0.1, 2 epochs / the first epoch only, into ``OUT_DIR/<scenario>-run``;
   ``resume`` continues ``half-run`` to 2 epochs.
 * ``kill``: rank 1 kills itself (SIGKILL) after step 3. ``hang``: rank 1 stops answering after step
-  2 (timeout 3 s). ``sigterm``: rank 1 gets SIGTERM after step 2.
+  2 (timeout 3 s). ``sigterm``: rank 1 gets SIGTERM after step 2. ``drift``: rank 1 changes a weight
+  after step 1 (the fingerprint check at step 2 must catch it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import transformer_cpp as tc  # noqa: E402
-from transformer_cpp.distributed import from_environment  # noqa: E402
+from transformer_cpp.distributed import WeightsDrifted, from_environment  # noqa: E402
 from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted  # noqa: E402
 
 from toy_task import reversal_pairs, reversal_tokenizer, tiny_model  # noqa: E402
@@ -66,6 +67,8 @@ def run(scenario, out, parallel, tok, train, valid) -> None:
             time.sleep(120)
         if rank == 1 and scenario == "sigterm" and trainer.model.step == 2:
             os.kill(os.getpid(), signal.SIGTERM)
+        if rank == 1 and scenario == "drift" and trainer.model.step == 1:
+            trainer.model.parameters()["output.bias"].value[0] += 1e-3
 
     if scenario == "resume":
         trainer = Trainer.from_checkpoint(out / "half-run", train, valid, epochs=2, parallel=parallel)
@@ -81,6 +84,9 @@ def run(scenario, out, parallel, tok, train, valid) -> None:
     except TrainingInterrupted as exc:
         report["outcome"] = "interrupted"
         report["checkpoint"] = None if exc.checkpoint is None else str(exc.checkpoint)
+    except WeightsDrifted as exc:
+        report["outcome"] = "drifted"
+        report["message"] = str(exc)
     report["losses"] = trainer.history["batch"]["loss"]
     report["steps"] = trainer.history["batch"]["step"]
     report["val_loss"] = trainer.history["epoch"]["val_loss"]

@@ -242,6 +242,15 @@ def test_sigterm_on_one_rank_stops_all_with_a_checkpoint(tmp_path):
     assert (tmp_path / "sigterm-run" / "latest").read_text().strip() == "epoch-0001-batch-000003"
 
 
+def test_weights_that_drift_apart_are_caught(tmp_path):
+    result, _ = worker("drift", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    r0, r1 = report(tmp_path, "drift", 0), report(tmp_path, "drift", 1)
+    assert r0["outcome"] == r1["outcome"] == "drifted"  # on every rank, at the check after step 2
+    assert r0["step"] == r1["step"] == 2
+    assert "the ranks' weights differ at step 2" in r0["message"] and r0["message"] == r1["message"]
+
+
 # ------------------------------------------------------------------ the command line
 
 

@@ -1788,7 +1788,7 @@ def run_bench(args: argparse.Namespace) -> int:
         from .bench_mpi import bench_mpi_scaling
 
         results["mpi_scaling"] = bench_mpi_scaling(bool(args.quick), ranks=max(threads, 2),
-                                                   seed=args.seed)
+                                                   rounds=1 if args.quick else 2, seed=args.seed)
         if "skipped" in results["mpi_scaling"]:
             results["notes"].append(f"MPI scaling skipped: {results['mpi_scaling']['skipped']}")
     results["elapsed_s"] = time.perf_counter() - t_start
