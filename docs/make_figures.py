@@ -17,8 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 
 from transformer_cpp import positional_encoding  # noqa: E402
-from transformer_cpp.plotting import (attention_heatmap, cosine_similarity_plot, history_plot,  # noqa: E402
-                                      positional_encoding_heatmap)
+from transformer_cpp.plotting import (
+    attention_heatmap,
+    cosine_similarity_plot,
+    history_plot,  # noqa: E402
+    positional_encoding_heatmap,
+)
 from transformer_cpp.translate import Translator  # noqa: E402
 
 DOCS = pathlib.Path(__file__).resolve().parent
@@ -44,8 +48,11 @@ def main(argv=None) -> int:
     name = sorted(result.attention)[-1]  # the last decoder layer's cross-attention
     weights = result.attention[name].mean(axis=0)  # averaged over the heads
     figures["attention.png"] = attention_heatmap(
-        weights, x_labels=result.source_pieces, y_labels=result.target_pieces,
-        title=f"{result.source}\n→ {result.text}\n(cross-attention, last decoder layer, mean of heads)")
+        weights,
+        x_labels=result.source_pieces,
+        y_labels=result.target_pieces,
+        title=f"{result.source}\n→ {result.text}\n(cross-attention, last decoder layer, mean of heads)",
+    )
     run = pathlib.Path(args.run)
     latest = run / (run / "latest").read_text(encoding="utf-8").strip() if (run / "latest").is_file() else run
     state_path = latest / "trainer_state.json"  # the whole run's history (best may be earlier)

@@ -1,4 +1,5 @@
 """Draw docs/experiments.png (validation BLEU against training minutes) from docs/experiments.json."""
+
 import json
 from pathlib import Path
 

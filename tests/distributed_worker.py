@@ -34,13 +34,24 @@ from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted  
 from toy_task import reversal_pairs, reversal_tokenizer, tiny_model  # noqa: E402
 
 PAIRS = 145  # 6 batches of 24 and one of 1 pair: rank 1 has no share of the last batch
-CONFIG = dict(batch_size=24, fixed_lr=2e-3, log_every=1, val_bleu_sentences=0, progress=False, threads=1,
-              adaptive_threads=False, seed=3, clip_norm=1.0)
+CONFIG = dict(
+    batch_size=24,
+    fixed_lr=2e-3,
+    log_every=1,
+    val_bleu_sentences=0,
+    progress=False,
+    threads=1,
+    adaptive_threads=False,
+    seed=3,
+    clip_norm=1.0,
+)
 
 
 def data(tok):
     src, tgt = reversal_pairs(PAIRS + 20, seed=1)
-    return tc.encode_pairs(src[:PAIRS], tgt[:PAIRS], tok, tok, 8), tc.encode_pairs(src[PAIRS:], tgt[PAIRS:], tok, tok, 8)
+    return tc.encode_pairs(src[:PAIRS], tgt[:PAIRS], tok, tok, 8), tc.encode_pairs(
+        src[PAIRS:], tgt[PAIRS:], tok, tok, 8
+    )
 
 
 def main() -> int:
@@ -75,8 +86,16 @@ def run(scenario, out, parallel, tok, train, valid) -> None:
     else:
         dropout = 0.0 if scenario == "parity" else 0.1
         config = TrainConfig(epochs=1 if scenario == "half" else (2 if scenario in ("parity", "full") else 3), **CONFIG)
-        trainer = Trainer(tiny_model(tok, dropout=dropout, seed=5), train, valid, config, src_tokenizer=tok,
-                          tgt_tokenizer=tok, checkpoint_dir=run_dir, parallel=parallel)
+        trainer = Trainer(
+            tiny_model(tok, dropout=dropout, seed=5),
+            train,
+            valid,
+            config,
+            src_tokenizer=tok,
+            tgt_tokenizer=tok,
+            checkpoint_dir=run_dir,
+            parallel=parallel,
+        )
     report["checkpoint_dir"] = None if trainer.checkpoint_dir is None else str(trainer.checkpoint_dir)
     try:
         trainer.fit(on_batch_end=on_batch_end)
@@ -94,8 +113,10 @@ def run(scenario, out, parallel, tok, train, valid) -> None:
     report["fingerprint"] = trainer.model.weights_fingerprint()
     report["last_checkpoint"] = None if trainer.last_checkpoint is None else str(trainer.last_checkpoint)
     (out / f"{scenario}-rank{rank}.json").write_text(json.dumps(report))
-    np.savez(out / f"{scenario}-rank{rank}.npz",
-             **{name: np.asarray(p.value) for name, p in trainer.model.parameters().items()})
+    np.savez(
+        out / f"{scenario}-rank{rank}.npz",
+        **{name: np.asarray(p.value) for name, p in trainer.model.parameters().items()},
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ from typing import Callable, Dict
 
 import numpy as np
 
-EPS = 1e-6          # central-difference step in float64
-TOLERANCE = 1e-6    # relative error allowed between analytic and numeric gradients
+EPS = 1e-6  # central-difference step in float64
+TOLERANCE = 1e-6  # relative error allowed between analytic and numeric gradients
 
 
 def rel_error(a: np.ndarray, b: np.ndarray) -> float:
@@ -34,9 +34,14 @@ def numeric_grad(f: Callable[[], float], x: np.ndarray, eps: float = EPS) -> np.
     return grad
 
 
-def check_layer(layer, inputs: Dict[str, np.ndarray], forward: Callable[..., np.ndarray],
-                backward: Callable[[np.ndarray], Dict[str, np.ndarray]], seed: int = 0,
-                tolerance: float = TOLERANCE) -> Dict[str, float]:
+def check_layer(
+    layer,
+    inputs: Dict[str, np.ndarray],
+    forward: Callable[..., np.ndarray],
+    backward: Callable[[np.ndarray], Dict[str, np.ndarray]],
+    seed: int = 0,
+    tolerance: float = TOLERANCE,
+) -> Dict[str, float]:
     """Check input and parameter gradients of ``layer`` against central differences.
 
     ``forward(**inputs)`` returns the output; ``backward(dout)`` returns a dict of input

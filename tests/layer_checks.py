@@ -50,8 +50,9 @@ def parameter_items(layer, analytic: Dict[str, np.ndarray]) -> Dict[str, Tuple[n
     return items
 
 
-def check_against_numeric(loss: Callable[[], float], items: Dict[str, Tuple[np.ndarray, np.ndarray]],
-                          tolerance: float = TOLERANCE) -> Dict[str, float]:
+def check_against_numeric(
+    loss: Callable[[], float], items: Dict[str, Tuple[np.ndarray, np.ndarray]], tolerance: float = TOLERANCE
+) -> Dict[str, float]:
     """Compare each analytic gradient with central differences of ``loss`` over its view.
 
     Relative error is ``||a - n|| / (||a|| + ||n||)`` over the whole tensor (``gradcheck.rel_error``);

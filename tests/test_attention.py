@@ -8,7 +8,7 @@ import transformer_cpp as tc
 from layer_checks import check_against_numeric, parameter_items, randomise_parameters
 
 TOL64 = 1e-12  # float64 forward vs NumPy: a handful of roundings on O(1) values
-TOL32 = 2e-6   # float32 forward vs a float64 NumPy reference, relative to max |value|
+TOL32 = 2e-6  # float32 forward vs a float64 NumPy reference, relative to max |value|
 
 
 def sdpa_reference(q, k, v, mask=None):
@@ -26,6 +26,7 @@ def sdpa_reference(q, k, v, mask=None):
 def mha_reference(params, x, memory=None, mask=None, n_heads=2):
     """Multi-head attention from its parameters (name -> array), as in the paper: project, split
     heads, attend, concatenate, project."""
+
     def lin(a, name):
         return a @ params[f"{name}.weight"].T + params[f"{name}.bias"]
 
@@ -47,7 +48,7 @@ def mha_reference(params, x, memory=None, mask=None, n_heads=2):
 def decoder_mask_with_dead_row(rng, b, t):
     """Look-ahead + target padding, and one query row with every key blocked."""
     tokens = rng.integers(1, 9, (b, t))
-    tokens[0, t - 2:] = 0
+    tokens[0, t - 2 :] = 0
     mask = tc.decoder_self_attention_mask(tokens).copy()
     mask[1, 2, :] = True
     return mask
@@ -149,8 +150,9 @@ def test_mha_matches_numpy(cross, dtype, tol):
     mask[1, 2, :] = True
     y = mha.forward(x, memory, mask)
     params64 = {n: p.value.astype(np.float64) for n, p in mha.parameters().items()}
-    ref, ref_w = mha_reference(params64, x.astype(np.float64),
-                               None if memory is None else memory.astype(np.float64), mask)
+    ref, ref_w = mha_reference(
+        params64, x.astype(np.float64), None if memory is None else memory.astype(np.float64), mask
+    )
     assert y.shape == (3, 4, 8) and y.dtype == np.dtype(dtype)
     np.testing.assert_allclose(y, ref, rtol=0, atol=tol * np.abs(ref).max())
     w = mha.attention_weights()
@@ -169,8 +171,13 @@ def test_mha_mask_forms_agree():
     key_pad = np.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 1]], bool)
     full = np.broadcast_to(key_pad[:, None, :], (2, 5, 5))
     base = mha.forward(x, mask=full)
-    for m in (full[:, None], key_pad[:, None, :], full.astype(np.int64), np.where(full, -np.inf, 0.0),
-              np.where(full, -1e9, 0.0)):
+    for m in (
+        full[:, None],
+        key_pad[:, None, :],
+        full.astype(np.int64),
+        np.where(full, -np.inf, 0.0),
+        np.where(full, -1e9, 0.0),
+    ):
         np.testing.assert_array_equal(mha.forward(x, mask=m), base)
     assert not np.allclose(mha.forward(x), base)  # the mask does something
 

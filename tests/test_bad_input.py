@@ -28,13 +28,14 @@ def batch():
 
 def run_isolated(code: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter; a segfault shows up as a negative return code."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
 
 
 def assert_clean_exit(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, (f"the interpreter died with return code {proc.returncode} "
-                                  f"(negative = killed by a signal)\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
+    assert proc.returncode == 0, (
+        f"the interpreter died with return code {proc.returncode} "
+        f"(negative = killed by a signal)\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    )
     assert "OK" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -148,31 +149,38 @@ def test_sequences_longer_than_max_length_are_accepted(model, batch):
 # --- construction -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [
-    lambda: tc.MultiHeadAttention(10, 4),
-    lambda: tc.EncoderLayer(10, 4, 12),
-    lambda: tc.DecoderLayer(10, 4, 12),
-    lambda: tc.Encoder(SRC_V, 10, 1, 4, 12),
-    lambda: tc.Decoder(SRC_V, 10, 1, 4, 12),
-    lambda: tc.Transformer(SRC_V, TGT_V, d_model=10, n_heads=4),
-    lambda: tc.MultiHeadAttention(10, 4, dtype="float64"),
-], ids=["mha", "encoder_layer", "decoder_layer", "encoder", "decoder", "transformer", "mha64"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tc.MultiHeadAttention(10, 4),
+        lambda: tc.EncoderLayer(10, 4, 12),
+        lambda: tc.DecoderLayer(10, 4, 12),
+        lambda: tc.Encoder(SRC_V, 10, 1, 4, 12),
+        lambda: tc.Decoder(SRC_V, 10, 1, 4, 12),
+        lambda: tc.Transformer(SRC_V, TGT_V, d_model=10, n_heads=4),
+        lambda: tc.MultiHeadAttention(10, 4, dtype="float64"),
+    ],
+    ids=["mha", "encoder_layer", "decoder_layer", "encoder", "decoder", "transformer", "mha64"],
+)
 def test_d_model_not_divisible_by_heads(make):
     with pytest.raises(ValueError, match="d_model 10 is not divisible by n_heads 4"):
         make()
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(n_heads=0), "n_heads"),
-    (dict(d_model=0), "d_model"),
-    (dict(n_layers=0), "n_layers"),
-    (dict(d_ff=-1), "d_ff"),
-    (dict(max_length=0), "max_length"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(dropout=-0.1), "dropout"),
-    (dict(layout="sideways"), "layout"),
-    (dict(d_model=2.5), "d_model"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(n_heads=0), "n_heads"),
+        (dict(d_model=0), "d_model"),
+        (dict(n_layers=0), "n_layers"),
+        (dict(d_ff=-1), "d_ff"),
+        (dict(max_length=0), "max_length"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(dropout=-0.1), "dropout"),
+        (dict(layout="sideways"), "layout"),
+        (dict(d_model=2.5), "d_model"),
+    ],
+)
 def test_bad_model_configuration(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         tc.Transformer(SRC_V, TGT_V, **kwargs)
@@ -192,16 +200,19 @@ def test_bad_layer_configuration():
 # --- backward before forward, wrong gradients ---------------------------------------------------
 
 
-@pytest.mark.parametrize("make,name", [
-    (lambda: tc.ScaledDotProductAttention(), "scaled_dot_product_attention"),
-    (lambda: tc.MultiHeadAttention(8, 2), "MultiHeadAttention"),
-    (lambda: tc.FeedForward(8, 12), "FeedForward"),
-    (lambda: tc.EncoderLayer(8, 2, 12), "EncoderLayer"),
-    (lambda: tc.DecoderLayer(8, 2, 12), "DecoderLayer"),
-    (lambda: tc.Encoder(SRC_V, 8, 1, 2, 12), "Encoder"),
-    (lambda: tc.Decoder(TGT_V, 8, 1, 2, 12), "Decoder"),
-    (lambda: tc.Transformer(SRC_V, TGT_V, d_model=8, n_layers=1, n_heads=2, d_ff=12), "Transformer"),
-])
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda: tc.ScaledDotProductAttention(), "scaled_dot_product_attention"),
+        (lambda: tc.MultiHeadAttention(8, 2), "MultiHeadAttention"),
+        (lambda: tc.FeedForward(8, 12), "FeedForward"),
+        (lambda: tc.EncoderLayer(8, 2, 12), "EncoderLayer"),
+        (lambda: tc.DecoderLayer(8, 2, 12), "DecoderLayer"),
+        (lambda: tc.Encoder(SRC_V, 8, 1, 2, 12), "Encoder"),
+        (lambda: tc.Decoder(TGT_V, 8, 1, 2, 12), "Decoder"),
+        (lambda: tc.Transformer(SRC_V, TGT_V, d_model=8, n_layers=1, n_heads=2, d_ff=12), "Transformer"),
+    ],
+)
 def test_backward_before_forward(make, name):
     layer = make()
     with pytest.raises(RuntimeError, match=f"{name}.backward: call forward\\(\\) first"):
@@ -247,7 +258,9 @@ def test_layer_inputs_must_be_float_arrays_of_the_right_shape():
     # a float32 array given to a float64 layer is converted, not rejected
     mha64 = tc.MultiHeadAttention(8, 2, dtype="float64")
     x = np.random.default_rng(0).standard_normal((2, 3, 8))
-    np.testing.assert_allclose(mha64.forward(x.astype(np.float32)), mha64.forward(x.astype(np.float32).astype(np.float64)))
+    np.testing.assert_allclose(
+        mha64.forward(x.astype(np.float32)), mha64.forward(x.astype(np.float32).astype(np.float64))
+    )
 
 
 def test_scaled_dot_product_attention_shape_mismatch_message():
@@ -286,8 +299,9 @@ def test_bad_mask_shapes():
     with pytest.raises(ValueError, match=r"source_padding must have shape \(2, 5\)"):
         tc.Decoder(TGT_V, 8, 1, 2, 12).forward(np.ones((2, 3), int), mem, source_padding=np.zeros((2, 4), bool))
     with pytest.raises(ValueError, match="does not broadcast"):
-        tc.scaled_dot_product_attention(np.zeros((2, 3, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5, 4)),
-                                        np.zeros((2, 3, 4), bool))
+        tc.scaled_dot_product_attention(
+            np.zeros((2, 3, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5, 4)), np.zeros((2, 3, 4), bool)
+        )
 
 
 # --- NaN ----------------------------------------------------------------------------------------
@@ -327,7 +341,8 @@ def test_nan_in_the_model_raises_and_applies_no_update(model, batch):
 
 
 def test_backward_after_rejected_cross_attention_forward():
-    assert_clean_exit(run_isolated("""
+    assert_clean_exit(
+        run_isolated("""
         import numpy as np, transformer_cpp as tc
         rng = np.random.default_rng(0)
         m = tc.MultiHeadAttention(64, 2, dtype="float64")
@@ -350,11 +365,13 @@ def test_backward_after_rejected_cross_attention_forward():
             assert isinstance(got, np.ndarray), type(got)
             np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
             print("OK")
-    """))
+    """)
+    )
 
 
 def test_backward_after_rejected_decoder_forward():
-    assert_clean_exit(run_isolated("""
+    assert_clean_exit(
+        run_isolated("""
         import numpy as np, transformer_cpp as tc
         rng = np.random.default_rng(0)
         dec = tc.Decoder(50, 64, 1, 2, 64, dropout=0.0, dtype="float64")
@@ -372,13 +389,15 @@ def test_backward_after_rejected_decoder_forward():
             except RuntimeError:
                 pass
         print("OK")
-    """))
+    """)
+    )
 
 
 def test_backward_after_rejected_model_forward():
     """The encoder accepts the new batch, the decoder rejects its target ids: the model must not
     run a backward that mixes the decoder's old state with the encoder's new one."""
-    assert_clean_exit(run_isolated("""
+    assert_clean_exit(
+        run_isolated("""
         import numpy as np, transformer_cpp as tc
         rng = np.random.default_rng(0)
         m = tc.Transformer(50, 50, d_model=64, n_layers=1, n_heads=2, d_ff=64, dropout=0.0, dtype="float64")
@@ -394,11 +413,13 @@ def test_backward_after_rejected_model_forward():
         except (RuntimeError, ValueError) as e:
             assert "forward" in str(e) or "shape" in str(e), e
         print("OK")
-    """))
+    """)
+    )
 
 
 def test_failed_train_step_then_backward_is_safe():
-    assert_clean_exit(run_isolated("""
+    assert_clean_exit(
+        run_isolated("""
         import numpy as np, transformer_cpp as tc
         rng = np.random.default_rng(0)
         m = tc.Transformer(50, 50, d_model=64, n_layers=1, n_heads=2, d_ff=64, dropout=0.0)
@@ -415,4 +436,5 @@ def test_failed_train_step_then_backward_is_safe():
             except (RuntimeError, ValueError):
                 pass
         print("OK")
-    """))
+    """)
+    )

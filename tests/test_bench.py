@@ -39,8 +39,13 @@ def quick_results(tmp_path_factory):
     """One ``python -m transformer_cpp.bench --quick --json`` run (JSON on stdout, table on stderr)."""
     out = tmp_path_factory.mktemp("bench") / "results.json"
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-m", "transformer_cpp.bench", "--quick", "--json"],
-                          capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_cpp.bench", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout)
     out.write_text(proc.stdout)
@@ -85,7 +90,7 @@ def test_quick_decoding_and_memory(quick_results):
             for bs, entry in dec["batches"].items():
                 _positive(entry["ctranslate2"]["sentences_per_s"], f"decoding[{bs}].ctranslate2")
     mem = r["memory"]
-    for which in (["ours", "torch"] if HAVE_TORCH else ["ours"]):
+    for which in ["ours", "torch"] if HAVE_TORCH else ["ours"]:
         assert "error" not in mem[which], mem[which]
         _positive(mem[which]["raw_mb"], f"memory.{which}.raw_mb")
         _positive(mem[which]["baseline_mb"], f"memory.{which}.baseline_mb")
@@ -104,8 +109,13 @@ def test_quick_decoding_and_memory(quick_results):
 def test_quick_targets_listed(quick_results):
     r, _ = quick_results
     keys = {t["key"] for t in r["targets"]}
-    assert {"train_vs_torch", "train_peak_fraction", "decode_vs_torch", "decode_vs_ctranslate2",
-            "memory_vs_torch"} <= keys
+    assert {
+        "train_vs_torch",
+        "train_peak_fraction",
+        "decode_vs_torch",
+        "decode_vs_ctranslate2",
+        "memory_vs_torch",
+    } <= keys
     for t in r["targets"]:
         assert t["met"] in (True, False, None)
         assert t["met"] is None or t["value"] is not None
@@ -196,9 +206,24 @@ def test_ctranslate2_refuses_pre_norm(tmp_path):
 
 def test_quick_without_torch_reports_ours_alone(tmp_path):
     out = tmp_path / "ours.json"
-    proc = subprocess.run([sys.executable, "-m", "transformer_cpp.bench", "--quick", "--no-torch", "--no-ctranslate2",
-                           "--skip-scaling", "--threads", "1", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp.bench",
+            "--quick",
+            "--no-torch",
+            "--no-ctranslate2",
+            "--skip-scaling",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PyTorch comparisons skipped" in proc.stdout  # the table says so
     r = json.loads(out.read_text())
@@ -218,8 +243,12 @@ def test_useful_flops_count_only_real_tokens():
     """Without padding the useful count equals the padded model count; padding lowers it."""
     shapes = bench.QUICK_SHAPES
     full = bench.make_batches(shapes, 1, seed=0)[0]
-    dense = full.__class__(np.where(full.src == 0, 5, full.src), np.where(full.tgt_in == 0, 5, full.tgt_in),
-                           np.where(full.tgt_out == 0, 5, full.tgt_out), full.tokens)
+    dense = full.__class__(
+        np.where(full.src == 0, 5, full.src),
+        np.where(full.tgt_in == 0, 5, full.tgt_in),
+        np.where(full.tgt_out == 0, 5, full.tgt_out),
+        full.tokens,
+    )
     s, t = dense.src.shape[1], dense.tgt_in.shape[1]
     padded = bench.forward_matmul_flops(shapes, dense.src.shape[0], s, t)
     assert bench.useful_forward_flops(shapes, dense) == padded

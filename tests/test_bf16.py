@@ -33,8 +33,8 @@ from toy_task import write_tatoeba_file
 HAVE_BF16 = kernels.have_bf16()
 needs_bf16 = pytest.mark.skipif(not HAVE_BF16, reason=f"no bfloat16 kernel here: {kernels.bf16_unsupported_reason()}")
 
-U32 = 2.0 ** -24  # float32 unit roundoff
-U16 = 2.0 ** -8   # bfloat16 unit roundoff (8 significant bits)
+U32 = 2.0**-24  # float32 unit roundoff
+U16 = 2.0**-8  # bfloat16 unit roundoff (8 significant bits)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -45,37 +45,63 @@ def numpy_round_to_bf16(x: np.ndarray) -> np.ndarray:
     """Round-to-nearest-even on the bits, written independently of the C++ one."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     exponent = u & 0x7F800000
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
     nan = (exponent == 0x7F800000) & ((u & 0x007FFFFF) != 0)
     out = np.where(exponent == 0, u & 0x80000000, rounded)  # subnormals flush to signed zero
-    out = np.where(exponent == 0x7F800000, u, out)           # inf stays inf
+    out = np.where(exponent == 0x7F800000, u, out)  # inf stays inf
     out = np.where(nan, (u | 0x00400000) & 0xFFFF0000, out)
     return out.astype(np.uint32).view(np.float32)
 
 
 def special_values() -> np.ndarray:
     one = np.float32(1.0)
-    ulp = np.float32(2.0 ** -7)  # bfloat16 spacing at 1
-    vals = [0.0, -0.0, 1.0, -1.0, one + ulp / 2, one + 3 * ulp / 2, one + ulp / 2 + 2.0 ** -20,
-            one + ulp / 2 - 2.0 ** -20, 3.14159265, -2.71828, 1e-30, 1e-38, 1e-40, -1e-45, 3.3e38,
-            3.4028235e38, -3.4028235e38, np.inf, -np.inf, 65504.0, 1.0 / 3.0]
+    ulp = np.float32(2.0**-7)  # bfloat16 spacing at 1
+    vals = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        one + ulp / 2,
+        one + 3 * ulp / 2,
+        one + ulp / 2 + 2.0**-20,
+        one + ulp / 2 - 2.0**-20,
+        3.14159265,
+        -2.71828,
+        1e-30,
+        1e-38,
+        1e-40,
+        -1e-45,
+        3.3e38,
+        3.4028235e38,
+        -3.4028235e38,
+        np.inf,
+        -np.inf,
+        65504.0,
+        1.0 / 3.0,
+    ]
     return np.array(vals, dtype=np.float32)
 
 
 def test_round_to_bf16_matches_the_bit_rule():
     rng = np.random.default_rng(0)
-    x = np.concatenate([special_values(), rng.standard_normal(5000).astype(np.float32),
-                        (rng.standard_normal(2000) * 1e30).astype(np.float32),
-                        rng.integers(0, 2 ** 32, 5000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    x = np.concatenate(
+        [
+            special_values(),
+            rng.standard_normal(5000).astype(np.float32),
+            (rng.standard_normal(2000) * 1e30).astype(np.float32),
+            rng.integers(0, 2**32, 5000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        ]
+    )
     ours = kernels.round_to_bf16(x)
     ref = numpy_round_to_bf16(x)
     both_nan = np.isnan(ours) & np.isnan(ref)
     assert np.array_equal(ours.view(np.uint32)[~both_nan], ref.view(np.uint32)[~both_nan])
     assert np.array_equal(np.isnan(ours), np.isnan(x))
     # ties go to the even neighbour; just above the tie rounds up; the largest float overflows
-    ulp = 2.0 ** -7
-    r = kernels.round_to_bf16(np.array([1 + ulp / 2, 1 + 3 * ulp / 2, 1 + ulp / 2 + 2.0 ** -20, 3.4028235e38],
-                                       dtype=np.float32))
+    ulp = 2.0**-7
+    r = kernels.round_to_bf16(
+        np.array([1 + ulp / 2, 1 + 3 * ulp / 2, 1 + ulp / 2 + 2.0**-20, 3.4028235e38], dtype=np.float32)
+    )
     assert r[0] == 1.0 and r[1] == 1 + 2 * ulp and r[2] == 1 + ulp and np.isinf(r[3])
     # at most half a bfloat16 ulp away (8 significant bits) for normal numbers
     normal = rng.standard_normal(1000).astype(np.float32)
@@ -87,9 +113,13 @@ def test_the_instruction_rounds_like_the_reference():
     """A product with 1.0 gives the packed (converted) input exactly: the hardware conversion is
     round_to_bf16, subnormals included."""
     rng = np.random.default_rng(1)
-    x = np.concatenate([special_values()[np.isfinite(special_values())],
-                        rng.standard_normal(3000).astype(np.float32),
-                        (rng.standard_normal(500) * 1e-39).astype(np.float32)])
+    x = np.concatenate(
+        [
+            special_values()[np.isfinite(special_values())],
+            rng.standard_normal(3000).astype(np.float32),
+            (rng.standard_normal(500) * 1e-39).astype(np.float32),
+        ]
+    )
     got = kernels.bf16_matmul(x[:, None], np.ones((1, 1), np.float32))[:, 0]
     assert np.array_equal(got.view(np.uint32) & 0x7FFFFFFF, kernels.round_to_bf16(x).view(np.uint32) & 0x7FFFFFFF)
 
@@ -140,8 +170,9 @@ def test_kernel_matches_reference_on_odd_shapes(M, N, trans_a, trans_b):
         c = rng.standard_normal((M, N)).astype(np.float32) if accumulate else None
         got = kernels.bf16_matmul(a, b, trans_a, trans_b, c=c)
         ref = kernels.bf16_matmul(a, b, trans_a, trans_b, c=c, kernel="reference")
-        size = np.abs(op(kernels.round_to_bf16(a), trans_a)).astype(np.float64) @ \
-            np.abs(op(kernels.round_to_bf16(b), trans_b)).astype(np.float64)
+        size = np.abs(op(kernels.round_to_bf16(a), trans_a)).astype(np.float64) @ np.abs(
+            op(kernels.round_to_bf16(b), trans_b)
+        ).astype(np.float64)
         if c is not None:
             size += np.abs(c)
         tol = (K + 2) * U32 * size + 1e-30
@@ -151,8 +182,9 @@ def test_kernel_matches_reference_on_odd_shapes(M, N, trans_a, trans_b):
 
 @needs_bf16
 @pytest.mark.parametrize("trans_a, trans_b", [(False, True), (False, False), (True, False)])
-@pytest.mark.parametrize("M, N, K", [(1, 1, 1), (7, 33, 129), (129, 7, 33), (150, 400, 128), (64, 128, 1000),
-                                     (300, 64, 513)])
+@pytest.mark.parametrize(
+    "M, N, K", [(1, 1, 1), (7, 33, 129), (129, 7, 33), (150, 400, 128), (64, 128, 1000), (300, 64, 513)]
+)
 def test_kernel_is_float32_within_bf16_rounding(M, N, K, trans_a, trans_b):
     """Against plain float32 (no rounding of the inputs): within what rounding to 8 significant
     bits allows, and (for random data) well inside it; and not float32 itself (it does round)."""
@@ -161,7 +193,7 @@ def test_kernel_is_float32_within_bf16_rounding(M, N, K, trans_a, trans_b):
     got = kernels.bf16_matmul(a, b, trans_a, trans_b).astype(np.float64)
     exact = float64_product(a, b, trans_a, trans_b, rounded=False)
     size = np.abs(op(a, trans_a)).astype(np.float64) @ np.abs(op(b, trans_b)).astype(np.float64)
-    tol = (2 * U16 + U16 ** 2 + (K + 2) * U32) * size
+    tol = (2 * U16 + U16**2 + (K + 2) * U32) * size
     err = np.abs(got - exact)
     assert np.all(err <= tol)
     if K >= 33:
@@ -184,7 +216,7 @@ def test_kernel_shapes_of_a_training_step():
         got = kernels.bf16_matmul(a, b, ta, tb).astype(np.float64)
         exact = float64_product(a, b, ta, tb, rounded=False)
         size = np.abs(op(a, ta)).astype(np.float64) @ np.abs(op(b, tb)).astype(np.float64)
-        assert np.all(np.abs(got - exact) <= (2 * U16 + U16 ** 2 + (K + 2) * U32) * size)
+        assert np.all(np.abs(got - exact) <= (2 * U16 + U16**2 + (K + 2) * U32) * size)
         # and relative to the result's scale the typical error is that of bfloat16 inputs
         assert np.abs(got - exact).mean() < 0.01 * np.abs(exact).mean()
 
@@ -218,8 +250,9 @@ def test_kernel_arguments():
 # the model
 
 
-CONFIG = dict(src_vocab_size=40, tgt_vocab_size=48, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0,
-              max_length=16)
+CONFIG = dict(
+    src_vocab_size=40, tgt_vocab_size=48, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0, max_length=16
+)
 
 
 def twin_models(**overrides):
@@ -236,8 +269,8 @@ def batch(rng, B=6, S=9, T=8, src_vocab=40, tgt_vocab=48):
     src = rng.integers(3, src_vocab, (B, S))
     tgt = rng.integers(3, tgt_vocab, (B, T + 1))
     for b in range(B):  # some padding
-        src[b, S - b // 2:] = 0
-        tgt[b, T + 1 - b // 3:] = 0
+        src[b, S - b // 2 :] = 0
+        tgt[b, T + 1 - b // 3 :] = 0
     return src, tgt[:, :-1].copy(), tgt[:, 1:].copy()
 
 
@@ -281,7 +314,7 @@ def copy_task(rng, n, vocab=20, max_len=7):
     for i, L in enumerate(lengths):
         s = rng.integers(3, vocab, L)
         src[i, :L] = s
-        tgt[i, 0], tgt[i, 1:L + 1], tgt[i, L + 1] = 1, s[::-1], 2
+        tgt[i, 0], tgt[i, 1 : L + 1], tgt[i, L + 1] = 1, s[::-1], 2
     return src, tgt
 
 
@@ -290,8 +323,17 @@ def test_bf16_training_lowers_the_loss_like_float32():
     """320 steps on the copy-reversal task, same initial weights and batches: bf16 learns, and its
     last-epoch loss is within 20% of float32's (runs this small are noisy: measured 0.331 and 0.334
     from 3.26)."""
-    cfg = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=32, n_layers=1, n_heads=2, d_ff=64, dropout=0.0,
-               max_length=12, seed=3)
+    cfg = dict(
+        src_vocab_size=20,
+        tgt_vocab_size=20,
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        d_ff=64,
+        dropout=0.0,
+        max_length=12,
+        seed=3,
+    )
     rng = np.random.default_rng(0)
     src, tgt = copy_task(rng, 512)
     curves = {}
@@ -301,7 +343,7 @@ def test_bf16_training_lowers_the_loss_like_float32():
         losses = []
         for epoch in range(20):
             for i in range(0, len(src), 32):
-                loss, _ = model.train_step(src[i:i + 32], tgt[i:i + 32, :-1], tgt[i:i + 32, 1:])
+                loss, _ = model.train_step(src[i : i + 32], tgt[i : i + 32, :-1], tgt[i : i + 32, 1:])
                 losses.append(loss)
         curves[precision] = np.array(losses)
     f32, b16 = curves["float32"], curves["bf16"]
@@ -352,10 +394,26 @@ def test_precision_survives_save_load_and_resume(tmp_path):
     tok = reversal_tokenizer()
     src, tgt = reversal_pairs(200, seed=1)
     pairs = tc.encode_pairs(src, tgt, tok, tok, 8)
-    model = tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=32, n_layers=1, n_heads=2, d_ff=64,
-                           dropout=0.0, max_length=8, precision="bf16")
-    trainer = Trainer(model, pairs, None, TrainConfig(batch_size=32, warmup=20, epochs=1, progress=False),
-                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path / "run")
+    model = tc.Transformer(
+        tok.vocab_size,
+        tok.vocab_size,
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        d_ff=64,
+        dropout=0.0,
+        max_length=8,
+        precision="bf16",
+    )
+    trainer = Trainer(
+        model,
+        pairs,
+        None,
+        TrainConfig(batch_size=32, warmup=20, epochs=1, progress=False),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path / "run",
+    )
     trainer.fit()
     cfg = json.loads((tmp_path / "run" / "epoch-0001" / "config.json").read_text())
     assert cfg["model"]["precision"] == "bf16"
@@ -377,21 +435,43 @@ def run_cli(*args, env_extra=None, timeout=180):
     env = dict(os.environ)
     env.pop("TRANSFORMER_CPP_DATA", None)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
-SMALL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-         "--batch-size", "32", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1",
-         "--num-samples", "200"]
+SMALL = [
+    "--preset",
+    "tiny",
+    "--d-model",
+    "32",
+    "--d-ff",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "32",
+    "--warmup",
+    "20",
+    "--vocab-size",
+    "300",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num-samples",
+    "200",
+]
 
 
 @needs_bf16
 def test_cli_train_precision_bf16(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=250)
     run_dir = tmp_path / "run"
-    result = run_cli("train", *SMALL, "--data", str(data), "--epochs", "1", "--precision", "bf16",
-                     "--out", str(run_dir))
+    result = run_cli(
+        "train", *SMALL, "--data", str(data), "--epochs", "1", "--precision", "bf16", "--out", str(run_dir)
+    )
     assert result.returncode == 0, result.stderr
     assert "precision='bf16'" in result.stderr
     cfg = json.loads((run_dir / "epoch-0001" / "config.json").read_text())
@@ -405,8 +485,19 @@ def test_cli_train_precision_bf16(tmp_path):
     assert result.returncode == 0 and result.stdout.strip(), result.stderr
     # where bf16 cannot run: training it is a one-line error, translating its checkpoint works
     off = {"TRANSFORMER_CPP_DISABLE_BF16": "1"}
-    result = run_cli("train", *SMALL, "--data", str(data), "--epochs", "1", "--precision", "bf16",
-                     "--out", str(tmp_path / "run2"), env_extra=off)
+    result = run_cli(
+        "train",
+        *SMALL,
+        "--data",
+        str(data),
+        "--epochs",
+        "1",
+        "--precision",
+        "bf16",
+        "--out",
+        str(tmp_path / "run2"),
+        env_extra=off,
+    )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "precision 'bf16' is not available" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     result = run_cli("translate", "--model", str(run_dir), "The cat and the dog.", env_extra=off)

@@ -13,8 +13,15 @@ from safetensors.numpy import save_file
 
 import transformer_cpp as tc
 import transformer_cpp.checkpoint as ck
-from transformer_cpp.checkpoint import (CheckpointError, checkpoint_name, latest_checkpoint, list_checkpoints,
-                                        load_checkpoint, read_checkpoint_config, save_checkpoint)
+from transformer_cpp.checkpoint import (
+    CheckpointError,
+    checkpoint_name,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_checkpoint_config,
+    save_checkpoint,
+)
 
 from toy_task import reversal_pairs, tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
@@ -43,8 +50,14 @@ def test_round_trip(tmp_path, tok, trained):
     model, enc = trained
     path = _save(tmp_path, model, tok)
     assert path == tmp_path / "epoch-0001"
-    assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "optimizer.safetensors",
-                                        "src_tokenizer.json", "tgt_tokenizer.json", "trainer_state.json"]
+    assert sorted(os.listdir(path)) == [
+        "config.json",
+        "model.safetensors",
+        "optimizer.safetensors",
+        "src_tokenizer.json",
+        "tgt_tokenizer.json",
+        "trainer_state.json",
+    ]
     assert (tmp_path / "latest").read_text().strip() == "epoch-0001"
     for where in (tmp_path, path):  # run directory (follows latest) or checkpoint directory
         ck_ = load_checkpoint(where)
@@ -72,8 +85,13 @@ def test_config_is_plain_json_and_tensors_are_safetensors(tmp_path, tok, trained
     path = _save(tmp_path, model, tok)
     cfg = json.loads((path / "config.json").read_text())
     assert cfg["format"] == "transformer_cpp.checkpoint" and cfg["model"] == model.config
-    assert set(cfg["files"]) == {"model.safetensors", "optimizer.safetensors", "src_tokenizer.json",
-                                 "tgt_tokenizer.json", "trainer_state.json"}
+    assert set(cfg["files"]) == {
+        "model.safetensors",
+        "optimizer.safetensors",
+        "src_tokenizer.json",
+        "tgt_tokenizer.json",
+        "trainer_state.json",
+    }
     from safetensors.numpy import load_file
 
     weights = load_file(str(path / "model.safetensors"))
@@ -136,16 +154,19 @@ def _damage_not_a_checkpoint(path):
     (path / "config.json").write_text('{"hello": 1}')
 
 
-@pytest.mark.parametrize("damage, message", [
-    (_damage_truncate, r"model.safetensors' has 1000 bytes, expected \d+ \(truncated"),
-    (_damage_flip_byte, r"optimizer.safetensors' is damaged"),
-    (_damage_bad_json, r"config.json' is not valid JSON"),
-    (_damage_state_json, r"trainer_state.json' has 9 bytes, expected"),
-    (_damage_missing, r"incomplete: 'tgt_tokenizer.json' is missing"),
-    (_damage_shape, r"tensor '.*feed_forward.*' has shape \(\d+, \d+\), the architecture in config.json needs"),
-    (_damage_version, r"format version 99 is not supported"),
-    (_damage_not_a_checkpoint, r"not a transformer_cpp checkpoint"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (_damage_truncate, r"model.safetensors' has 1000 bytes, expected \d+ \(truncated"),
+        (_damage_flip_byte, r"optimizer.safetensors' is damaged"),
+        (_damage_bad_json, r"config.json' is not valid JSON"),
+        (_damage_state_json, r"trainer_state.json' has 9 bytes, expected"),
+        (_damage_missing, r"incomplete: 'tgt_tokenizer.json' is missing"),
+        (_damage_shape, r"tensor '.*feed_forward.*' has shape \(\d+, \d+\), the architecture in config.json needs"),
+        (_damage_version, r"format version 99 is not supported"),
+        (_damage_not_a_checkpoint, r"not a transformer_cpp checkpoint"),
+    ],
+)
 def test_damaged_checkpoint_raises_a_clear_error(tmp_path, tok, trained, damage, message):
     path = _save(tmp_path, trained[0], tok)
     damage(path)
@@ -324,8 +345,9 @@ def _rewrite_tensors(path, fname, tensors):
     (path / "config.json").write_text(json.dumps(cfg))
 
 
-@pytest.mark.parametrize("fname, bad", [("model.safetensors", np.nan), ("model.safetensors", -np.inf),
-                                        ("optimizer.safetensors", np.inf)])
+@pytest.mark.parametrize(
+    "fname, bad", [("model.safetensors", np.nan), ("model.safetensors", -np.inf), ("optimizer.safetensors", np.inf)]
+)
 def test_loading_non_finite_values_fails_naming_the_tensor(tmp_path, tok, trained, fname, bad):
     model, _ = trained
     path = _save(tmp_path, model, tok)
@@ -421,13 +443,22 @@ def test_a_second_process_cannot_write_into_a_locked_run(tmp_path, tok, trained)
     model, _ = trained
     run = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time, transformer_cpp.checkpoint as ck\n"
-                               f"with ck.lock_run({str(run)!r}):\n    print('locked', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, transformer_cpp.checkpoint as ck\n"
+            f"with ck.lock_run({str(run)!r}):\n    print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(ck.RunLockedError, match=rf"run directory '{run}' is in use by another process "
-                                                    rf"\(process {holder.pid}\)"):
+        with pytest.raises(
+            ck.RunLockedError,
+            match=rf"run directory '{run}' is in use by another process "
+            rf"\(process {holder.pid}\)",
+        ):
             _save(run, model, tok)
         with pytest.raises(ck.RunLockedError):
             with ck.lock_run(run):

@@ -17,16 +17,42 @@ from transformer_cpp.cli import build_parser
 from toy_task import write_tatoeba_file
 
 # A very small model: the point is the plumbing, not the translations.
-SMALL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-         "--batch-size", "32", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1"]
+SMALL = [
+    "--preset",
+    "tiny",
+    "--d-model",
+    "32",
+    "--d-ff",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "32",
+    "--warmup",
+    "20",
+    "--vocab-size",
+    "300",
+    "--no-progress",
+    "--threads",
+    "1",
+]
 
 
 def run(*args: str, stdin: str = "", cwd: Path = None, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("TRANSFORMER_CPP_DATA", None)  # every command names its data
     env.pop("TRANSFORMER_CPP_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "transformer_cpp", *args], input=stdin, capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -43,8 +69,9 @@ def trained_run(tmp_path_factory):
     """``train`` once for the whole module: 2 epochs on 300 pairs."""
     root = tmp_path_factory.mktemp("cli")
     data = write_tatoeba_file(root / "pairs.txt", n=400)
-    result = run("train", *SMALL, "--data", str(data), "--num-samples", "300", "--epochs", "2",
-                 "--out", str(root / "run"))
+    result = run(
+        "train", *SMALL, "--data", str(data), "--num-samples", "300", "--epochs", "2", "--out", str(root / "run")
+    )
     assert result.returncode == 0, result.stderr
     return root, data, result
 
@@ -72,7 +99,9 @@ def test_translate_arguments_and_stdin(trained_run):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 2 and all(lines)
-    result = run("translate", "--model", model, "--beam-size", "3", stdin="The car and the bird.\n\nThe water and the cat.\n")
+    result = run(
+        "translate", "--model", model, "--beam-size", "3", stdin="The car and the bird.\n\nThe water and the cat.\n"
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")[:-1]
     assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]
@@ -104,8 +133,11 @@ def test_resume_continues_the_run(trained_run, tmp_path):
     assert "resuming" in result.stderr and (run_dir / "latest").read_text().strip() == "epoch-0003"
     state = json.loads((run_dir / "epoch-0003" / "trainer_state.json").read_text())
     assert state["history"]["epoch"]["epoch"] == [1, 2, 3]
-    assert_one_line_error(run("train", "--out", str(run_dir), "--resume", "--d-model", "64"),
-                          "--resume continues the run in --out with its own settings", "--d-model 64")
+    assert_one_line_error(
+        run("train", "--out", str(run_dir), "--resume", "--d-model", "64"),
+        "--resume continues the run in --out with its own settings",
+        "--d-model 64",
+    )
     assert_one_line_error(run("train", "--out", str(tmp_path / "empty"), "--resume"), "nothing to resume")
 
 
@@ -113,9 +145,25 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
     env = {k: v for k, v in os.environ.items() if k != "TRANSFORMER_CPP_DATA"}
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_cpp", "train", *SMALL, "--data", str(data),
-                             "--epochs", "100000", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "train",
+            *SMALL,
+            "--data",
+            str(data),
+            "--epochs",
+            "100000",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (out / "latest").exists():
@@ -135,13 +183,16 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["train", "--preset", "huge"], ["invalid choice: 'huge'"]),
-    (["train", "--bogus-option"], ["unrecognized arguments: --bogus-option"]),
-    (["train", "--batch-size", "zero"], ["--batch-size", "expected an integer"]),
-    (["translate", "x"], ["--model"]),
-    (["nonsense"], ["invalid choice"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["train", "--preset", "huge"], ["invalid choice: 'huge'"]),
+        (["train", "--bogus-option"], ["unrecognized arguments: --bogus-option"]),
+        (["train", "--batch-size", "zero"], ["--batch-size", "expected an integer"]),
+        (["translate", "x"], ["--model"]),
+        (["nonsense"], ["invalid choice"]),
+    ],
+)
 def test_command_line_mistakes(args, fragments):
     result = run(*args)
     assert result.returncode == 2
@@ -150,14 +201,30 @@ def test_command_line_mistakes(args, fragments):
 
 def test_user_errors_print_one_line(trained_run, tmp_path):
     root, data, _ = trained_run
-    assert_one_line_error(run("train", *SMALL, "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r")),
-                          "no such file", "missing.txt")
-    assert_one_line_error(run("translate", "--model", str(tmp_path / "nowhere"), "hello"),
-                          "no such checkpoint directory")
-    assert_one_line_error(run("train", *SMALL, "--data", str(data), "--out", str(root / "run")),
-                          "already holds a run")
-    assert_one_line_error(run("train", *SMALL, "--data", str(data), "--num-samples", "50", "--dropout", "1.5",
-                              "--out", str(tmp_path / "r2")), "dropout")
+    assert_one_line_error(
+        run("train", *SMALL, "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r")),
+        "no such file",
+        "missing.txt",
+    )
+    assert_one_line_error(
+        run("translate", "--model", str(tmp_path / "nowhere"), "hello"), "no such checkpoint directory"
+    )
+    assert_one_line_error(run("train", *SMALL, "--data", str(data), "--out", str(root / "run")), "already holds a run")
+    assert_one_line_error(
+        run(
+            "train",
+            *SMALL,
+            "--data",
+            str(data),
+            "--num-samples",
+            "50",
+            "--dropout",
+            "1.5",
+            "--out",
+            str(tmp_path / "r2"),
+        ),
+        "dropout",
+    )
     # a damaged checkpoint
     import shutil
 
@@ -181,7 +248,24 @@ def test_version_figures_and_help():
     commands = parser._subparsers._group_actions[0].choices  # the registered subcommands
     assert {"figures", "train", "translate", "evaluate"} <= set(commands)
     help_text = run("train", "--help").stdout
-    for option in ("--preset", "--data", "--num-samples", "--epochs", "--out", "--resume", "--d-model", "--layers",
-                   "--heads", "--d-ff", "--dropout", "--max-length", "--batch-size", "--warmup", "--vocab-size",
-                   "--seed", "--threads", "--label-smoothing"):
+    for option in (
+        "--preset",
+        "--data",
+        "--num-samples",
+        "--epochs",
+        "--out",
+        "--resume",
+        "--d-model",
+        "--layers",
+        "--heads",
+        "--d-ff",
+        "--dropout",
+        "--max-length",
+        "--batch-size",
+        "--warmup",
+        "--vocab-size",
+        "--seed",
+        "--threads",
+        "--label-smoothing",
+    ):
         assert option in help_text, option

@@ -124,8 +124,11 @@ def test_bad_lines_are_counted_not_fatal(tmp_path):
     assert s.skipped == 6 and s.undecodable_lines == [8]
     assert s.describe_skipped() == "2 empty, 1 without a tab, 2 with an empty side, 1 not valid utf-8"
     # by default the undecodable line is an error that names the file, the line and the bytes
-    with pytest.raises(data.UndecodableLineError, match=r"spa.txt' line 8 is not valid utf-8: invalid start byte "
-                                                        r"at byte 4 of the line \(b'\\xff'\)") as info:
+    with pytest.raises(
+        data.UndecodableLineError,
+        match=r"spa.txt' line 8 is not valid utf-8: invalid start byte "
+        r"at byte 4 of the line \(b'\\xff'\)",
+    ) as info:
         load_tatoeba(path)
     assert (info.value.line, info.value.encoding, info.value.path) == (8, "utf-8", path)
 
@@ -295,14 +298,32 @@ def test_split_errors():
 # ---------------------------------------------------------------- encoding and batching
 
 EN = [
-    "Go.", "Hi.", "Run!", "Who?", "What year is it?", "Tom is tired.", "I like coffee.",
-    "She speaks Spanish and English very well, doesn't she?", "Where is the bathroom?", "I'm here.",
-    "How are you?", "The boy ate an apple.",
+    "Go.",
+    "Hi.",
+    "Run!",
+    "Who?",
+    "What year is it?",
+    "Tom is tired.",
+    "I like coffee.",
+    "She speaks Spanish and English very well, doesn't she?",
+    "Where is the bathroom?",
+    "I'm here.",
+    "How are you?",
+    "The boy ate an apple.",
 ]
 ES = [
-    "Ve.", "Hola.", "¡Corre!", "¿Quién?", "¿Qué año es?", "Tom está cansado.", "Me gusta el café.",
-    "Ella habla muy bien español e inglés, ¿verdad?", "¿Dónde está el baño?", "Estoy aquí.",
-    "¿Cómo estás?", "El niño comió una manzana.",
+    "Ve.",
+    "Hola.",
+    "¡Corre!",
+    "¿Quién?",
+    "¿Qué año es?",
+    "Tom está cansado.",
+    "Me gusta el café.",
+    "Ella habla muy bien español e inglés, ¿verdad?",
+    "¿Dónde está el baño?",
+    "Estoy aquí.",
+    "¿Cómo estás?",
+    "El niño comió una manzana.",
 ]
 
 
@@ -328,7 +349,7 @@ def test_encode_pairs_layout(encoded, tokenizers):
         ids = en_tok.encode(EN[i])
         row = encoded.src[i]
         assert row[: len(ids)].tolist() == ids  # start ... end
-        assert (row[len(ids):] == 0).all()  # padding after the sentence
+        assert (row[len(ids) :] == 0).all()  # padding after the sentence
         assert encoded.src_lengths[i] == len(ids)
         assert es_tok.decode(encoded.tgt[i]) == ES[i]
 
@@ -336,9 +357,7 @@ def test_encode_pairs_layout(encoded, tokenizers):
 def test_encode_pairs_removes_long_pairs(tokenizers):
     en_tok, es_tok = tokenizers
     limit = 8
-    expected_removed = sum(
-        1 for e, s in zip(EN, ES) if len(en_tok.encode(e)) > limit or len(es_tok.encode(s)) > limit
-    )
+    expected_removed = sum(1 for e, s in zip(EN, ES) if len(en_tok.encode(e)) > limit or len(es_tok.encode(s)) > limit)
     assert 0 < expected_removed < len(EN)
     enc = encode_pairs(EN, ES, en_tok, es_tok, limit)
     assert enc.removed == expected_removed
@@ -379,7 +398,7 @@ def test_batches_teacher_forcing_and_padding(encoded):
         np.testing.assert_array_equal(batch.src, encoded.src[batch.indices][:, : batch.src.shape[1]])
         # Trimmed: no all-padding column is left, and nothing but padding was cut.
         assert (batch.src[:, -1] != 0).any() and (batch.tgt_out[:, -1] != 0).any()
-        assert (encoded.src[batch.indices][:, batch.src.shape[1]:] == 0).all()
+        assert (encoded.src[batch.indices][:, batch.src.shape[1] :] == 0).all()
         assert (full[:, t:] == 0).all()
         # Padding is 0 and only after the sentence.
         for row, n in zip(batch.src, encoded.src_lengths[batch.indices]):
@@ -427,6 +446,7 @@ def test_bucketing_covers_every_example_once(encoded):
     lengths = np.maximum(encoded.src_lengths, encoded.tgt_lengths)
     maxima = [int(lengths[b.indices].max()) for b in got]
     assert maxima == sorted(maxima)
+
     # Bucketing reduces padding compared with no bucketing.
     def padding(bs):
         return sum(int((b.src == 0).sum() + (b.tgt_out == 0).sum()) for b in bs)

@@ -4,6 +4,7 @@ The packed-panel kernel is what every decoding step with 4+ rows runs; these tes
 edges directly: row counts across the 12-row blocks, output widths that leave a partial last
 32-wide panel, and K that is not a multiple of the 128-wide k blocks.
 """
+
 import numpy as np
 import pytest
 
@@ -73,8 +74,9 @@ def test_decode_linear_rejects_bad_shapes():
     with pytest.raises(ValueError, match="kernel"):
         kernels.decode_linear(x, np.zeros((3, 16), np.float32), np.zeros(3, np.float32), "nope")
     with pytest.raises(ValueError, match="K % 16" if HAVE_KERNELS else "no few_rows kernel"):
-        kernels.decode_linear(np.zeros((2, 8), np.float32), np.zeros((3, 8), np.float32), np.zeros(3, np.float32),
-                             "few_rows")
+        kernels.decode_linear(
+            np.zeros((2, 8), np.float32), np.zeros((3, 8), np.float32), np.zeros(3, np.float32), "few_rows"
+        )
 
 
 @pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 33, 15499])

@@ -16,7 +16,7 @@ def reference_greedy(model, src, max_length):
     for b in range(src.shape[0]):
         seq = [START]
         for t in range(max_length):
-            logits = model.forward(src[b:b + 1], np.array([seq]))[0, -1]
+            logits = model.forward(src[b : b + 1], np.array([seq]))[0, -1]
             logits[0] = -np.inf
             nxt = int(np.argmax(logits))
             out[b, t] = nxt
@@ -36,8 +36,18 @@ def log_probs(model, src_row, prefix):
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
 def model(request):
-    return tc.Transformer(30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3,
-                          dtype="float64", pre_norm=request.param)
+    return tc.Transformer(
+        30,
+        25,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        d_ff=32,
+        max_length=12,
+        seed=3,
+        dtype="float64",
+        pre_norm=request.param,
+    )
 
 
 def padded_source():
@@ -52,17 +62,17 @@ def test_cached_greedy_equals_full_recompute(model):
     out = model.greedy_decode(src, START, END, 10)
     ref = reference_greedy(model, src, 10)
     assert out.dtype == np.int64 and out.shape[0] == 5 and out.shape[1] <= 10
-    np.testing.assert_array_equal(out, ref[:, :out.shape[1]])
-    assert not ref[:, out.shape[1]:].any()
+    np.testing.assert_array_equal(out, ref[:, : out.shape[1]])
+    assert not ref[:, out.shape[1] :].any()
 
 
 def test_greedy_batch_equals_one_by_one(model):
     src = padded_source()
     batch = model.greedy_decode(src, START, END, 10)
     for b in range(src.shape[0]):
-        single = model.greedy_decode(src[b:b + 1], START, END, 10)[0]
-        np.testing.assert_array_equal(batch[b, :single.size], single)
-        assert not batch[b, single.size:].any()
+        single = model.greedy_decode(src[b : b + 1], START, END, 10)[0]
+        np.testing.assert_array_equal(batch[b, : single.size], single)
+        assert not batch[b, single.size :].any()
 
 
 def test_greedy_stops_at_end_and_pads_after():
@@ -74,7 +84,7 @@ def test_greedy_stops_at_end_and_pads_after():
     for _ in range(300):
         model.train_step(src, tgt[:, :-1], tgt[:, 1:])
     out = model.greedy_decode(src, START, END, 8)
-    np.testing.assert_array_equal(out, tgt[:, 1:][:, :out.shape[1]])
+    np.testing.assert_array_equal(out, tgt[:, 1:][:, : out.shape[1]])
 
 
 def test_beam_size_one_equals_greedy(model):
@@ -124,7 +134,7 @@ def test_beam_search_finds_the_exact_best_sequence_by_enumeration(alpha):
                 if score > best_score:
                     best, best_score = body, score
         # a beam as wide as the search space never prunes, so it must find the optimum
-        hyp = model.beam_search(src[b:b + 1], START, END, max_len, beam_size=64, length_penalty=alpha)[0][0]
+        hyp = model.beam_search(src[b : b + 1], START, END, max_len, beam_size=64, length_penalty=alpha)[0][0]
         assert tuple(hyp[0]) == best
         assert abs(hyp[1] - best_score) < 1e-9
 
@@ -153,15 +163,14 @@ def test_float32_cached_greedy_equals_full_recompute(pre_norm):
     # float32 steps with few rows use the AVX-512 kernel (when built with it); the reference loop
     # uses the training forward. d_model and d_ff multiples of 16 take the kernel's fast path, the
     # odd vocabulary size and batch sizes its edge tiles.
-    m = tc.Transformer(300, 251, d_model=64, n_layers=2, n_heads=4, d_ff=96, max_length=12, seed=5,
-                       pre_norm=pre_norm)
+    m = tc.Transformer(300, 251, d_model=64, n_layers=2, n_heads=4, d_ff=96, max_length=12, seed=5, pre_norm=pre_norm)
     rng = np.random.default_rng(1)
     src = rng.integers(3, 300, size=(37, 9))
     src[1, 4:] = 0
     src[3, 2:] = 0
     out = m.greedy_decode(src, START, END, 10)
     ref = reference_greedy(m, src, 10)
-    np.testing.assert_array_equal(out, ref[:, :out.shape[1]])
+    np.testing.assert_array_equal(out, ref[:, : out.shape[1]])
 
 
 def test_float32_beam_log_probs_match_the_forward_pass():
@@ -229,8 +238,11 @@ def test_a_model_busy_in_another_thread_refuses_instead_of_racing():
     worker.start()
     started.wait()
     while worker.is_alive():
-        for call in (m.zero_grad, lambda: m.forward(src[:2], src[:2, :3]),
-                     lambda: m.greedy_decode(src[:4], START, END, 5)):
+        for call in (
+            m.zero_grad,
+            lambda: m.forward(src[:2], src[:2, :3]),
+            lambda: m.greedy_decode(src[:4], START, END, 5),
+        ):
             try:
                 call()
             except RuntimeError as exc:

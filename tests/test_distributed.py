@@ -37,13 +37,24 @@ def mpiexec() -> str:
 
 def launch(*command: str, n: int = 2, timeout: float = LAUNCH_TIMEOUT) -> tuple:
     """``mpiexec -n n command`` with one thread per rank; returns (CompletedProcess, seconds)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("TRANSFORMER_CPP_DEBUG", None)
     env.pop("TRANSFORMER_CPP_DATA", None)
     start = time.monotonic()
-    result = subprocess.run([mpiexec(), "-n", str(n), "--oversubscribe", "--bind-to", "none", *command],
-                            capture_output=True, text=True, env=env, timeout=timeout)
+    result = subprocess.run(
+        [mpiexec(), "-n", str(n), "--oversubscribe", "--bind-to", "none", *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     return result, time.monotonic() - start
 
 
@@ -141,10 +152,12 @@ def test_update_does_not_depend_on_the_thread_count(tok):
 
 
 def test_no_mpi_import_without_a_launcher(tmp_path):
-    code = ("import sys; import transformer_cpp, transformer_cpp.cli, transformer_cpp.training; "
-            "from transformer_cpp.distributed import from_environment, launched_world; "
-            "assert launched_world() == (1, 0) and from_environment() is None; "
-            "print('mpi4py' in sys.modules)")
+    code = (
+        "import sys; import transformer_cpp, transformer_cpp.cli, transformer_cpp.training; "
+        "from transformer_cpp.distributed import from_environment, launched_world; "
+        "assert launched_world() == (1, 0) and from_environment() is None; "
+        "print('mpi4py' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "PMIX_"))}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -204,7 +217,7 @@ def test_resume_with_two_ranks_continues_exactly(two_rank_runs):
     out = two_rank_runs
     full, half, resumed = (report(out, s, 0) for s in ("full", "half", "resume"))
     assert resumed["losses"] == full["losses"]  # epoch 1 from the checkpoint's history, epoch 2 trained again
-    assert half["losses"] == full["losses"][:len(half["losses"])]
+    assert half["losses"] == full["losses"][: len(half["losses"])]
     assert resumed["fingerprint"] == full["fingerprint"]
 
 
@@ -254,8 +267,29 @@ def test_weights_that_drift_apart_are_caught(tmp_path):
 # ------------------------------------------------------------------ the command line
 
 
-SMALL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2", "--batch-size", "32",
-         "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1", "--num-samples", "200"]
+SMALL = [
+    "--preset",
+    "tiny",
+    "--d-model",
+    "32",
+    "--d-ff",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "32",
+    "--warmup",
+    "20",
+    "--vocab-size",
+    "300",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num-samples",
+    "200",
+]
 
 
 def one_error_line(stderr: str, *fragments: str) -> None:
@@ -269,8 +303,19 @@ def one_error_line(stderr: str, *fragments: str) -> None:
 def test_command_line_two_ranks(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=260)
     run_dir = tmp_path / "run"
-    result, _ = launch(sys.executable, "-m", "transformer_cpp", "train", *SMALL, "--data", str(data), "--epochs", "1",
-                       "--out", str(run_dir))
+    result, _ = launch(
+        sys.executable,
+        "-m",
+        "transformer_cpp",
+        "train",
+        *SMALL,
+        "--data",
+        str(data),
+        "--epochs",
+        "1",
+        "--out",
+        str(run_dir),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("model: ") == 1, result.stderr  # rank 0 alone speaks
     assert "data-parallel training: 2 MPI processes" in result.stderr
@@ -280,15 +325,42 @@ def test_command_line_two_ranks(tmp_path):
 
     # --resume as one process: one clear line
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "PMIX_"))}
-    single = subprocess.run([sys.executable, "-m", "transformer_cpp", "train", "--out", str(run_dir), "--resume",
-                             "--epochs", "2", "--no-progress"], capture_output=True, text=True, env=env, timeout=120)
+    single = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "train",
+            "--out",
+            str(run_dir),
+            "--resume",
+            "--epochs",
+            "2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert single.returncode == 1
     one_error_line(single.stderr, "trained as 2 process(es)", "mpiexec -n 2")
     assert single.stderr.count("\n") == 1
 
     # --resume with 3 ranks: one line from rank 0
-    result, _ = launch(sys.executable, "-m", "transformer_cpp", "train", "--out", str(run_dir), "--resume",
-                       "--epochs", "2", "--no-progress", n=3)
+    result, _ = launch(
+        sys.executable,
+        "-m",
+        "transformer_cpp",
+        "train",
+        "--out",
+        str(run_dir),
+        "--resume",
+        "--epochs",
+        "2",
+        "--no-progress",
+        n=3,
+    )
     assert result.returncode != 0
     one_error_line(result.stderr, "trained as 2 process(es) and this launch has 3")
 
@@ -299,9 +371,31 @@ def test_command_line_sigusr1_to_mpiexec_stops_with_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.pop("TRANSFORMER_CPP_DATA", None)
-    proc = subprocess.Popen([mpiexec(), "-n", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m",
-                             "transformer_cpp", "train", *SMALL, "--data", str(data), "--epochs", "1000",
-                             "--out", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            mpiexec(),
+            "-n",
+            "2",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "train",
+            *SMALL,
+            "--data",
+            str(data),
+            "--epochs",
+            "1000",
+            "--out",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + LAUNCH_TIMEOUT
         while not (run_dir / "epoch-0001").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -325,8 +419,10 @@ def test_command_line_sigusr1_to_mpiexec_stops_with_a_checkpoint(tmp_path):
 
 def test_command_line_without_the_mpi_extra(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=100)
-    code = ("import sys; sys.modules['mpi4py'] = None; from transformer_cpp.cli import main; "
-            f"sys.exit(main(['train', '--data', {str(data)!r}, '--out', {str(tmp_path / 'run')!r}]))")
+    code = (
+        "import sys; sys.modules['mpi4py'] = None; from transformer_cpp.cli import main; "
+        f"sys.exit(main(['train', '--data', {str(data)!r}, '--out', {str(tmp_path / 'run')!r}]))"
+    )
     result, _ = launch(sys.executable, "-c", code)
     assert result.returncode != 0
     one_error_line(result.stderr, "mpi4py cannot be imported", "pip install 'transformer-cpp[mpi]'")

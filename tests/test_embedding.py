@@ -19,7 +19,7 @@ def test_initialisation():
     assert list(emb.parameters()) == ["weight"]
     assert not w[0].any(), "the padding row starts at zero"
     # N(0, d^-1/2): 63,936 draws, so the sample std is within ~0.3% of 1/8
-    assert abs(w[1:].std() - 64 ** -0.5) < 0.02 * 64 ** -0.5
+    assert abs(w[1:].std() - 64**-0.5) < 0.02 * 64**-0.5
     assert abs(w[1:].mean()) < 0.005
     same = Embedding(1000, 64, seed=1).parameters()["weight"].value
     other = Embedding(1000, 64, seed=2).parameters()["weight"].value
@@ -139,8 +139,11 @@ def test_backward_does_not_depend_on_thread_count():
 
 def test_padding_mask():
     expected = TOKENS == 0
-    for mask in (padding_mask(TOKENS), Embedding(8, 2).padding_mask(TOKENS),
-                 PositionalEmbedding(8, 2).padding_mask(TOKENS.astype(np.int32))):
+    for mask in (
+        padding_mask(TOKENS),
+        Embedding(8, 2).padding_mask(TOKENS),
+        PositionalEmbedding(8, 2).padding_mask(TOKENS.astype(np.int32)),
+    ):
         assert mask.dtype == np.bool_ and mask.shape == TOKENS.shape
         np.testing.assert_array_equal(mask, expected)
     with pytest.raises(TypeError, match="integer"):

@@ -39,13 +39,24 @@ def _train(tok, steps: int = 150, **arch) -> tc.Transformer:
     not everything, so its outputs have many lengths and some run to the output limit."""
     src, tgt = reversal_pairs(512, seed=0)
     enc = tc.encode_pairs(src, tgt, tok, tok, 8)
-    model = tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0,
-                           max_length=8, seed=1, **arch)
+    model = tc.Transformer(
+        tok.vocab_size,
+        tok.vocab_size,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        max_length=8,
+        seed=1,
+        **arch,
+    )
     model.configure_optimizer(warmup=20)
     for i in range(steps):
         rows = slice((32 * i) % 512, (32 * i) % 512 + 32)
-        model.train_step(enc.src[rows], np.ascontiguousarray(enc.tgt[rows, :-1]),
-                         np.ascontiguousarray(enc.tgt[rows, 1:]))
+        model.train_step(
+            enc.src[rows], np.ascontiguousarray(enc.tgt[rows, :-1]), np.ascontiguousarray(enc.tgt[rows, 1:])
+        )
     return model
 
 
@@ -105,8 +116,9 @@ def test_ctranslate2_export_gives_our_greedy_tokens(runs, tok, tmp_path, variant
         ours = _ours(run, sentences, max_length=cap)
         _check_varied(ours, cut=cap is not None)
         limits = [output_limit(len(p) + 2) if cap is None else cap for p in pieces]  # + start and end
-        results = translator.translate_batch(pieces, max_decoding_length=max(limits), return_end_token=True,
-                                             **info["translate_batch_options"])
+        results = translator.translate_batch(
+            pieces, max_decoding_length=max(limits), return_end_token=True, **info["translate_batch_options"]
+        )
         theirs = [[tok.token_to_id(t) for t in r.hypotheses[0]][:n] for r, n in zip(results, limits)]
         assert theirs == ours, cap
         texts = Translator.from_checkpoint(run, max_length=cap).translate_batch(sentences)
@@ -126,7 +138,8 @@ def test_ctranslate2_quantized_export(runs, tok, tmp_path):
 
     pieces = Tokenizer.from_file(str(small / "source_tokenizer.json")).encode(" a b c", add_special_tokens=False).tokens
     result = ctranslate2.Translator(str(small), device="cpu", intra_threads=1).translate_batch(
-        [pieces], max_decoding_length=8, **info["translate_batch_options"])
+        [pieces], max_decoding_length=8, **info["translate_batch_options"]
+    )
     assert result[0].hypotheses[0] and all(tok.token_to_id(t) is not None for t in result[0].hypotheses[0])
 
 
@@ -166,8 +179,13 @@ _TORCH_CHECK = textwrap.dedent("""
 def test_torch_export_reproduces_our_logits_and_tokens(runs, tok, tmp_path, variant):
     run, model = runs[variant]
     out = export.export_torch(run, tmp_path / "torch")
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "source_tokenizer.json",
-                                                     "target_tokenizer.json", "transformer_torch.py"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "source_tokenizer.json",
+        "target_tokenizer.json",
+        "transformer_torch.py",
+    ]
     sentences = _sentences()
     src = tc.encode_pairs(sentences, sentences, tok, tok, None).src  # (B, S), 0-padded
     tgt_in = tc.encode_pairs(sentences, [" ".join(s.split()[::-1]) for s in sentences], tok, tok, None).tgt[:, :-1]
@@ -177,8 +195,13 @@ def test_torch_export_reproduces_our_logits_and_tokens(runs, tok, tmp_path, vari
     work.mkdir()
     np.savez(work / "inputs.npz", src=src, tgt_in=tgt_in, max_length=max_length)
     (work / "sentences.json").write_text(json.dumps(sentences))
-    proc = subprocess.run([sys.executable, "-c", _TORCH_CHECK, str(out), str(work)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _TORCH_CHECK, str(out), str(work)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert proc.returncode == 0, proc.stderr
     got = np.load(work / "outputs.npz")
     facts = json.loads((work / "outputs.json").read_text())
@@ -200,8 +223,9 @@ def test_torch_export_reproduces_our_logits_and_tokens(runs, tok, tmp_path, vari
 def test_torch_export_needs_no_torch(runs, tmp_path):
     """Writing the PyTorch export needs neither torch nor ctranslate2 (blocked here)."""
     run, _ = runs["paper"]
-    result = _run_cli("export", "--model", str(run), "--to", "torch", str(tmp_path / "out"),
-                      blocked=("torch", "ctranslate2"))
+    result = _run_cli(
+        "export", "--model", str(run), "--to", "torch", str(tmp_path / "out"), blocked=("torch", "ctranslate2")
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
@@ -229,8 +253,9 @@ def _one_line_error(result: subprocess.CompletedProcess, status: int, *fragments
 
 def test_command_line_export(runs, tmp_path):
     run, _ = runs["paper"]
-    result = _run_cli("export", "--model", str(run), "--to", "ctranslate2", str(tmp_path / "ct2"),
-                      "--quantization", "int8")
+    result = _run_cli(
+        "export", "--model", str(run), "--to", "ctranslate2", str(tmp_path / "ct2"), "--quantization", "int8"
+    )
     assert result.returncode == 0, result.stderr
     assert f"exported to ctranslate2: {tmp_path / 'ct2'}" in result.stdout
     assert json.loads((tmp_path / "ct2" / "transformer_cpp.json").read_text())["quantization"] == "int8"
@@ -248,26 +273,52 @@ def test_bad_arguments_are_one_line_errors(runs, tmp_path):
     _one_line_error(_run_cli("export", "--model", str(run), "--to", "onnx", out), 2, "--to", "invalid choice", "onnx")
     _one_line_error(_run_cli("export", "--to", "torch", out), 2, "--model")
     _one_line_error(_run_cli("export", "--model", str(run), "--to", "torch"), 2, "OUT")
-    _one_line_error(_run_cli("export", "--model", str(run), "--to", "ctranslate2", out, "--quantization", "int3"),
-                    2, "--quantization", "int3", "int8")
+    _one_line_error(
+        _run_cli("export", "--model", str(run), "--to", "ctranslate2", out, "--quantization", "int3"),
+        2,
+        "--quantization",
+        "int3",
+        "int8",
+    )
     # what only the command can see (status 1)
-    _one_line_error(_run_cli("export", "--model", str(run), "--to", "torch", out, "--quantization", "int8"),
-                    1, "--quantization is for --to ctranslate2")
-    _one_line_error(_run_cli("export", "--model", str(tmp_path / "nowhere"), "--to", "torch", out),
-                    1, "no such checkpoint directory")
+    _one_line_error(
+        _run_cli("export", "--model", str(run), "--to", "torch", out, "--quantization", "int8"),
+        1,
+        "--quantization is for --to ctranslate2",
+    )
+    _one_line_error(
+        _run_cli("export", "--model", str(tmp_path / "nowhere"), "--to", "torch", out),
+        1,
+        "no such checkpoint directory",
+    )
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
     for to in ("torch", "ctranslate2"):
-        _one_line_error(_run_cli("export", "--model", str(run), "--to", to, str(taken)), 1,
-                        str(taken), "already exists and is not empty")
+        _one_line_error(
+            _run_cli("export", "--model", str(run), "--to", to, str(taken)),
+            1,
+            str(taken),
+            "already exists and is not empty",
+        )
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
-    _one_line_error(_run_cli("export", "--model", str(run), "--to", "torch", str(tmp_path / "no" / "such" / "dir")),
-                    1, "no such directory")
-    _one_line_error(_run_cli("export", "--model", str(runs["pre-norm-float64"][0]), "--to", "ctranslate2", out),
-                    1, "pre-norm", "--to torch")
-    _one_line_error(_run_cli("export", "--model", str(run), "--to", "ctranslate2", out, blocked=("ctranslate2",)),
-                    1, "CTranslate2 is not installed", "pip install 'transformer-cpp[ctranslate2]'")
+    _one_line_error(
+        _run_cli("export", "--model", str(run), "--to", "torch", str(tmp_path / "no" / "such" / "dir")),
+        1,
+        "no such directory",
+    )
+    _one_line_error(
+        _run_cli("export", "--model", str(runs["pre-norm-float64"][0]), "--to", "ctranslate2", out),
+        1,
+        "pre-norm",
+        "--to torch",
+    )
+    _one_line_error(
+        _run_cli("export", "--model", str(run), "--to", "ctranslate2", out, blocked=("ctranslate2",)),
+        1,
+        "CTranslate2 is not installed",
+        "pip install 'transformer-cpp[ctranslate2]'",
+    )
     # nothing was left behind by the failures: no output, no temporary directory
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 

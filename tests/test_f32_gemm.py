@@ -23,7 +23,7 @@ from transformer_cpp import kernels
 
 needs_kernel = pytest.mark.skipif(not kernels.have_f32_kernel(), reason="no float32 AVX-512 kernel here")
 
-U32 = 2.0 ** -24  # float32 unit roundoff
+U32 = 2.0**-24  # float32 unit roundoff
 
 
 def operands(rng, M, N, K, trans_a, trans_b, with_c, with_bias):
@@ -52,16 +52,16 @@ def test_reference_is_the_float64_product():
         for trans_b in (False, True):
             a, b, c, bias = operands(rng, 7, 9, 11, trans_a, trans_b, True, True)
             got = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
-            exact = ((a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
-                     + c + bias)
+            exact = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64) + c + bias
             np.testing.assert_allclose(got, exact.astype(np.float32), rtol=1e-6, atol=1e-6)
 
 
 @needs_kernel
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
-@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (13, 33, 7), (12, 32, 256), (11, 31, 257), (50, 70, 300),
-                                   (257, 129, 513), (100, 4000, 128)])
+@pytest.mark.parametrize(
+    "M,N,K", [(1, 1, 1), (13, 33, 7), (12, 32, 256), (11, 31, 257), (50, 70, 300), (257, 129, 513), (100, 4000, 128)]
+)
 def test_kernel_matches_reference(M, N, K, trans_a, trans_b):
     """Odd shapes: partial tiles in rows and columns, K across several blocks (kKC = 256)."""
     rng = np.random.default_rng(M * 1000 + N + K)
@@ -85,7 +85,11 @@ def test_kernel_shapes_of_a_training_step():
         bias = rng.standard_normal(d_out).astype(np.float32)
         dy = rng.standard_normal((rows, d_out)).astype(np.float32)
         dw = rng.standard_normal((d_out, d_in)).astype(np.float32)
-        for args in ((x, w, False, True, None, bias), (dy, w, False, False, None, None), (dy, x, True, False, dw, None)):
+        for args in (
+            (x, w, False, True, None, bias),
+            (dy, w, False, False, None, None),
+            (dy, x, True, False, dw, None),
+        ):
             got = kernels.f32_matmul(*args)
             ref = kernels.f32_matmul(*args, kernel="reference")
             a, b, ta, tb, c, bb = args

@@ -17,19 +17,31 @@ def batch(seed=0):
     src = rng.integers(3, 30, size=(4, 7))
     src[1, 4:] = 0
     src[3, 2:] = 0
-    src[2, 3] = 0          # padding in the middle of a sentence too
-    src[0, :] = 0          # and a sentence that is all padding
+    src[2, 3] = 0  # padding in the middle of a sentence too
+    src[0, :] = 0  # and a sentence that is all padding
     src[0, 0] = 5
     tgt = rng.integers(3, 25, size=(4, 6))
     tgt[0, 3:] = 0
     tgt[2, 1:] = 0
-    tgt[1, 2] = 0          # a padding input whose target is not padding
+    tgt[1, 2] = 0  # a padding input whose target is not padding
     return src, tgt[:, :-1].copy(), tgt[:, 1:].copy()
 
 
 def model(pre_norm=False, dropout=0.3, share=False):
-    return tc.Transformer(30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3,
-                          dtype="float64", pre_norm=pre_norm, dropout=dropout, share_embeddings=share)
+    return tc.Transformer(
+        30,
+        25,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        d_ff=32,
+        max_length=12,
+        seed=3,
+        dtype="float64",
+        pre_norm=pre_norm,
+        dropout=dropout,
+        share_embeddings=share,
+    )
 
 
 def dense_reference(m, src, tgt_in, tgt_out):
@@ -55,7 +67,7 @@ def test_packed_train_step_equals_padded_forward_backward(pre_norm, share):
     for name, g in grads.items():
         got = state[name + ".m"].value / 0.1
         np.testing.assert_allclose(got, g, rtol=0, atol=1e-12 * max(1.0, np.abs(g).max()), err_msg=name)
-    assert abs(m.last_grad_norm - np.sqrt(sum((g ** 2).sum() for g in grads.values()))) < 1e-10
+    assert abs(m.last_grad_norm - np.sqrt(sum((g**2).sum() for g in grads.values()))) < 1e-10
 
 
 def test_packed_evaluate_equals_padded_loss_and_accuracy():
@@ -78,7 +90,7 @@ def test_fused_adam_with_clipping_equals_clip_then_plain_adam():
     for step in range(1, 4):
         a.train_step(src, tgt_in, tgt_out)
         _, grads = dense_reference(b, src, tgt_in, tgt_out)
-        norm = np.sqrt(sum((g ** 2).sum() for g in grads.values()))
+        norm = np.sqrt(sum((g**2).sum() for g in grads.values()))
         assert abs(norm - a.last_grad_norm) < 1e-10 * norm
         scale = min(1.0, 0.5 / norm)
         for p in b.parameters().values():

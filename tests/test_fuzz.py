@@ -42,14 +42,17 @@ from hypothesis.extra import numpy as hnp
 # The examples are derandomized (the same every run, so CI is reproducible); set
 # TRANSFORMER_CPP_FUZZ_RANDOM=1 to explore new ones.
 SCALE = float(os.environ.get("TRANSFORMER_CPP_FUZZ_SCALE", "1"))
-FUZZ = settings(deadline=None, database=None, print_blob=True,
-                derandomize=os.environ.get("TRANSFORMER_CPP_FUZZ_RANDOM") != "1",
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    deadline=None,
+    database=None,
+    print_blob=True,
+    derandomize=os.environ.get("TRANSFORMER_CPP_FUZZ_RANDOM") != "1",
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 # --- the worker -----------------------------------------------------------------------------------
 
-WORKER = r'''
+WORKER = r"""
 import pickle, struct, sys
 import numpy as np
 import transformer_cpp as tc
@@ -225,7 +228,7 @@ while True:
         _send(("ok", globals()[fn](*args)))
     except Exception as exc:  # the property is checked in the test process
         _send(("raised", [c.__name__ for c in type(exc).__mro__], str(exc)))
-'''
+"""
 
 
 class Worker:
@@ -238,12 +241,22 @@ class Worker:
         self.log = tempfile.TemporaryFile()
 
     def start(self) -> None:
-        env = dict(os.environ, TRANSFORMER_CPP_MEMORY_LIMIT=str(512 << 20), OMP_NUM_THREADS="1",
-                   TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
+        env = dict(
+            os.environ,
+            TRANSFORMER_CPP_MEMORY_LIMIT=str(512 << 20),
+            OMP_NUM_THREADS="1",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONWARNINGS="ignore",
+        )
         self.log.seek(0)
         self.log.truncate()
-        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(WORKER)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+        )
 
     def _read(self, n: int) -> bytes:
         data = b""
@@ -257,8 +270,9 @@ class Worker:
                 self.proc.wait()
                 self.log.seek(0)
                 err = self.log.read().decode(errors="replace")[-3000:]
-                raise AssertionError(f"the worker crashed (return code {self.proc.returncode}, negative = "
-                                     f"killed by a signal)\n{err}")
+                raise AssertionError(
+                    f"the worker crashed (return code {self.proc.returncode}, negative = killed by a signal)\n{err}"
+                )
             data += chunk
         return data
 
@@ -312,8 +326,8 @@ def outcome(result):
 # on the success path (whose result is checked) and makes every failure easy to read.
 
 SPECIAL = st.sampled_from([np.nan, np.inf, -np.inf, 1e30, -1e30, 1e300, 3.4e38, 5e-324, -0.0])
-BAD_SIZES = st.sampled_from([0, -1, -(2 ** 63), 2 ** 63, 2 ** 70, 10 ** 9, 10 ** 12, 2.5, "8", None, True])
-BAD_FLOATS = st.sampled_from([np.nan, np.inf, -np.inf, -1.0, 1e300, 10 ** 400, "0.1", None])
+BAD_SIZES = st.sampled_from([0, -1, -(2**63), 2**63, 2**70, 10**9, 10**12, 2.5, "8", None, True])
+BAD_FLOATS = st.sampled_from([np.nan, np.inf, -np.inf, -1.0, 1e300, 10**400, "0.1", None])
 
 
 def broken(draw, *things):
@@ -337,8 +351,7 @@ def bad_input(draw, good_shape):
     string, None, nested lists."""
     shape = draw(st.one_of(st.just(good_shape), hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)))
     arr = draw(float_array(shape))
-    kind = draw(st.sampled_from(["float32", "float16", "list", "int64", "bool", "complex64", "str", "none",
-                                 "object"]))
+    kind = draw(st.sampled_from(["float32", "float16", "list", "int64", "bool", "complex64", "str", "none", "object"]))
     with np.errstate(all="ignore"):
         if kind in ("float32", "float16", "complex64"):
             return arr.astype(kind)
@@ -367,17 +380,38 @@ def nonfinite(x) -> bool:
 
 @st.composite
 def layer_case(draw):
-    name = draw(st.sampled_from(["Linear", "LayerNorm", "ReLU", "Dropout", "FeedForward", "MultiHeadAttention",
-                                 "EncoderLayer", "DecoderLayer", "ScaledDotProductAttention"]))
+    name = draw(
+        st.sampled_from(
+            [
+                "Linear",
+                "LayerNorm",
+                "ReLU",
+                "Dropout",
+                "FeedForward",
+                "MultiHeadAttention",
+                "EncoderLayer",
+                "DecoderLayer",
+                "ScaledDotProductAttention",
+            ]
+        )
+    )
     what = broken(draw, "size", "input", "values", "option")
     d = draw(st.sampled_from([4, 8]))
     b, t, s = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
     heads = draw(st.sampled_from([1, 2]))
     kw = {"dtype": draw(st.sampled_from(["float32", "float64"]))}
     fwd_kw = {}
-    args = {"Linear": [d, draw(st.sampled_from([3, 6]))], "LayerNorm": [d], "ReLU": [], "ScaledDotProductAttention": [],
-            "Dropout": [draw(st.sampled_from([0.0, 0.1, 0.5]))], "FeedForward": [d, 16],
-            "MultiHeadAttention": [d, heads], "EncoderLayer": [d, heads, 8], "DecoderLayer": [d, heads, 8]}[name]
+    args = {
+        "Linear": [d, draw(st.sampled_from([3, 6]))],
+        "LayerNorm": [d],
+        "ReLU": [],
+        "ScaledDotProductAttention": [],
+        "Dropout": [draw(st.sampled_from([0.0, 0.1, 0.5]))],
+        "FeedForward": [d, 16],
+        "MultiHeadAttention": [d, heads],
+        "EncoderLayer": [d, heads, 8],
+        "DecoderLayer": [d, heads, 8],
+    }[name]
     if what == "size" and args and not isinstance(args[0], float):
         args[draw(st.integers(0, len(args) - 1))] = draw(st.one_of(BAD_SIZES, st.just(3)))  # 3: heads do not divide
     if name in ("Dropout", "FeedForward"):
@@ -405,7 +439,9 @@ def layer_case(draw):
         fwd_kw["memory"] = inputs[1]
     if name in ("MultiHeadAttention", "EncoderLayer", "ScaledDotProductAttention") and draw(st.booleans()):
         tk = shapes[-1][1]
-        mask_shape = draw(st.sampled_from([(b, t, tk), (t, tk), (b, 1, tk)] + ([(3,), (b, t + 1, tk)] if what == "option" else [])))
+        mask_shape = draw(
+            st.sampled_from([(b, t, tk), (t, tk), (b, 1, tk)] + ([(3,), (b, t + 1, tk)] if what == "option" else []))
+        )
         fwd_kw["mask"] = draw(hnp.arrays(bool, mask_shape))
     return name, args, kw, fwd, fwd_kw
 
@@ -434,30 +470,53 @@ def some_size(draw, *good):
 
 @st.composite
 def function_case(draw):
-    name = draw(st.sampled_from(["softmax", "masked_cross_entropy", "masked_accuracy", "positional_encoding",
-                                 "look_ahead_mask", "padding_mask", "warmup_learning_rate"]))
+    name = draw(
+        st.sampled_from(
+            [
+                "softmax",
+                "masked_cross_entropy",
+                "masked_accuracy",
+                "positional_encoding",
+                "look_ahead_mask",
+                "padding_mask",
+                "warmup_learning_rate",
+            ]
+        )
+    )
     if name == "softmax":
         shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=5))
         return name, [draw(st.one_of(float_array(shape), float_array(shape, poison=True), bad_input(shape)))], {}
     if name in ("masked_cross_entropy", "masked_accuracy"):
         n, v = draw(st.integers(1, 4)), draw(st.integers(1, 6))
-        logits = draw(st.one_of(float_array((n, v)), float_array((n, v)), float_array((n, v), poison=True),
-                                bad_input((n, v))))
-        targets = draw(st.one_of(hnp.arrays(np.int64, (n,), elements=st.integers(0, v - 1)),
-                                 hnp.arrays(np.int64, (n,), elements=st.integers(-2, v + 1)), st.just("x")))
+        logits = draw(
+            st.one_of(float_array((n, v)), float_array((n, v)), float_array((n, v), poison=True), bad_input((n, v)))
+        )
+        targets = draw(
+            st.one_of(
+                hnp.arrays(np.int64, (n,), elements=st.integers(0, v - 1)),
+                hnp.arrays(np.int64, (n,), elements=st.integers(-2, v + 1)),
+                st.just("x"),
+            )
+        )
         kw = {}
         if name == "masked_cross_entropy":
             kw["label_smoothing"] = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0, -0.1, np.nan]))
         return name, [logits, targets], kw
     if name == "positional_encoding":
-        return name, [some_size(draw, 1, 7, 50), some_size(draw, 2, 8)], {
-            "layout": draw(st.sampled_from(["interleaved", "concatenated", "interleaved", "sideways", 3]))}
+        return (
+            name,
+            [some_size(draw, 1, 7, 50), some_size(draw, 2, 8)],
+            {"layout": draw(st.sampled_from(["interleaved", "concatenated", "interleaved", "sideways", 3]))},
+        )
     if name == "look_ahead_mask":
         return name, [some_size(draw, 1, 5, 100)], {}
     if name == "padding_mask":
         return name, [draw(st.one_of(hnp.arrays(np.int64, (2, 3), elements=st.integers(0, 3)), bad_input((2, 3))))], {}
-    return name, [some_size(draw, 1, 100), some_size(draw, 8, 512)], {
-        "warmup": some_size(draw, 1, 4000), "scale": draw(st.sampled_from([1.0, 0.5, 1.0, np.nan, -1.0]))}
+    return (
+        name,
+        [some_size(draw, 1, 100), some_size(draw, 8, 512)],
+        {"warmup": some_size(draw, 1, 4000), "scale": draw(st.sampled_from([1.0, 0.5, 1.0, np.nan, -1.0]))},
+    )
 
 
 @settings(FUZZ, max_examples=int(400 * SCALE))
@@ -499,55 +558,96 @@ def bad_tokens(draw, vocab, shape):
         return good[:, :0]
     if kind == "uint64":
         out = good.astype(np.uint64)
-        out.flat[0] = np.uint64(2 ** 63 + 1)
+        out.flat[0] = np.uint64(2**63 + 1)
         return out
     return "1 2 3"
 
 
-CONFIG_FIELDS = ["src_vocab_size", "tgt_vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_length",
-                 "dropout", "layer_norm_eps"]
+CONFIG_FIELDS = [
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_ff",
+    "max_length",
+    "dropout",
+    "layer_norm_eps",
+]
 
 
 @st.composite
 def model_case(draw):
     sv, tv = draw(st.sampled_from([11, 13])), draw(st.sampled_from([11, 13]))
-    config = dict(src_vocab_size=sv, tgt_vocab_size=tv, d_model=draw(st.sampled_from([4, 8])),
-                  n_layers=draw(st.sampled_from([1, 2])), n_heads=draw(st.sampled_from([1, 2])), d_ff=8,
-                  dropout=draw(st.sampled_from([0.0, 0.1])), max_length=draw(st.sampled_from([4, 16])),
-                  pre_norm=draw(st.booleans()), share_embeddings=draw(st.booleans()),
-                  dtype=draw(st.sampled_from(["float32", "float64"])), layer_norm_eps=1e-6,
-                  precision=draw(st.sampled_from(["float32", "float32", "bf16"])))
+    config = dict(
+        src_vocab_size=sv,
+        tgt_vocab_size=tv,
+        d_model=draw(st.sampled_from([4, 8])),
+        n_layers=draw(st.sampled_from([1, 2])),
+        n_heads=draw(st.sampled_from([1, 2])),
+        d_ff=8,
+        dropout=draw(st.sampled_from([0.0, 0.1])),
+        max_length=draw(st.sampled_from([4, 16])),
+        pre_norm=draw(st.booleans()),
+        share_embeddings=draw(st.booleans()),
+        dtype=draw(st.sampled_from(["float32", "float64"])),
+        layer_norm_eps=1e-6,
+        precision=draw(st.sampled_from(["float32", "float32", "bf16"])),
+    )
     what = broken(draw, "config", "tokens", "decode", "optimizer", "weights")
     if what == "config":
         field = draw(st.sampled_from(CONFIG_FIELDS + ["precision"]))
         if field == "precision":  # bf16 with float64 is refused too
             config[field] = draw(st.sampled_from(["BF16", "fp8", "", None, 16]))
         else:
-            config[field] = draw(BAD_FLOATS if field in ("dropout", "layer_norm_eps") else st.one_of(BAD_SIZES,
-                                                                                                     st.just(3)))
+            config[field] = draw(
+                BAD_FLOATS if field in ("dropout", "layer_norm_eps") else st.one_of(BAD_SIZES, st.just(3))
+            )
     b, s, t = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4))
-    arrays = {"src": draw(hnp.arrays(np.int64, (b, s), elements=st.integers(0, sv - 1))),
-              "tgt_in": draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, tv - 1))),
-              "tgt_out": draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, tv - 1)))}
+    arrays = {
+        "src": draw(hnp.arrays(np.int64, (b, s), elements=st.integers(0, sv - 1))),
+        "tgt_in": draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, tv - 1))),
+        "tgt_out": draw(hnp.arrays(np.int64, (b, t), elements=st.integers(0, tv - 1))),
+    }
     if what == "tokens":
         key = draw(st.sampled_from(list(arrays)))
         arrays[key] = draw(bad_tokens(sv if key == "src" else tv, arrays[key].shape))
     src, tgt_in, tgt_out = arrays["src"], arrays["tgt_in"], arrays["tgt_out"]
     calls = []
     if what == "optimizer":
-        field, value = draw(st.sampled_from([("fixed_lr", np.nan), ("fixed_lr", -1.0), ("fixed_lr", np.inf),
-                                             ("clip_norm", -1.0), ("clip_norm", np.inf), ("warmup", 0),
-                                             ("label_smoothing", 1.0), ("lr_scale", 0.0), ("eps", np.nan),
-                                             ("total_steps", -1), ("beta1", 1.0), ("warmup", 2 ** 70)]))
+        field, value = draw(
+            st.sampled_from(
+                [
+                    ("fixed_lr", np.nan),
+                    ("fixed_lr", -1.0),
+                    ("fixed_lr", np.inf),
+                    ("clip_norm", -1.0),
+                    ("clip_norm", np.inf),
+                    ("warmup", 0),
+                    ("label_smoothing", 1.0),
+                    ("lr_scale", 0.0),
+                    ("eps", np.nan),
+                    ("total_steps", -1),
+                    ("beta1", 1.0),
+                    ("warmup", 2**70),
+                ]
+            )
+        )
         calls.append(("configure_optimizer", [], {field: value}))
     elif draw(st.booleans()):
-        calls.append(("configure_optimizer", [], {"fixed_lr": draw(st.sampled_from([0.0, 1e-3, 1e30])),
-                                                  "clip_norm": draw(st.sampled_from([0.0, 1.0]))}))
+        calls.append(
+            (
+                "configure_optimizer",
+                [],
+                {"fixed_lr": draw(st.sampled_from([0.0, 1e-3, 1e30])), "clip_norm": draw(st.sampled_from([0.0, 1.0]))},
+            )
+        )
     if what == "weights":
         calls.append(("poison", [draw(st.integers(0, 1000)), draw(st.sampled_from([np.nan, np.inf, -np.inf]))], {}))
     for _ in range(draw(st.integers(1, 3))):
-        method = draw(st.sampled_from(["forward", "evaluate", "train_step", "train_step", "greedy_decode",
-                                       "beam_search"]))
+        method = draw(
+            st.sampled_from(["forward", "evaluate", "train_step", "train_step", "greedy_decode", "beam_search"])
+        )
         if method == "forward":
             calls.append((method, [src, tgt_in], {"training": draw(st.booleans())}))
         elif method in ("evaluate", "train_step"):
@@ -555,13 +655,23 @@ def model_case(draw):
         else:
             start, end, kw = 1, 2, {"max_length": draw(st.sampled_from([1, 3, 6]))}
             if method == "beam_search":
-                kw.update(beam_size=draw(st.sampled_from([1, 2, 3, 1024])), n_best=draw(st.sampled_from([1, 2])),
-                          length_penalty=draw(st.sampled_from([0.0, 0.6, 2.0])))
+                kw.update(
+                    beam_size=draw(st.sampled_from([1, 2, 3, 1024])),
+                    n_best=draw(st.sampled_from([1, 2])),
+                    length_penalty=draw(st.sampled_from([0.0, 0.6, 2.0])),
+                )
             if what == "decode":
-                field = draw(st.sampled_from(["start", "end", "max_length"] +
-                                             (["beam_size", "length_penalty", "n_best"] if method == "beam_search" else [])))
-                bad = draw(BAD_FLOATS) if field == "length_penalty" else draw(
-                    st.one_of(BAD_SIZES, st.just(tv), st.just(1025) if field == "beam_size" else st.just(-1)))
+                field = draw(
+                    st.sampled_from(
+                        ["start", "end", "max_length"]
+                        + (["beam_size", "length_penalty", "n_best"] if method == "beam_search" else [])
+                    )
+                )
+                bad = (
+                    draw(BAD_FLOATS)
+                    if field == "length_penalty"
+                    else draw(st.one_of(BAD_SIZES, st.just(tv), st.just(1025) if field == "beam_size" else st.just(-1)))
+                )
                 if field == "start":
                     start = bad
                 elif field == "end":
@@ -573,8 +683,14 @@ def model_case(draw):
 
 
 def valid_tokens(a, vocab) -> bool:
-    return (isinstance(a, np.ndarray) and a.dtype.kind in "iu" and a.ndim == 2 and a.size > 0
-            and int(a.min()) >= 0 and int(a.max()) < vocab)
+    return (
+        isinstance(a, np.ndarray)
+        and a.dtype.kind in "iu"
+        and a.ndim == 2
+        and a.size > 0
+        and int(a.min()) >= 0
+        and int(a.max()) < vocab
+    )
 
 
 def good_int(v, lo, hi) -> bool:
@@ -598,7 +714,7 @@ def test_fuzz_transformer(worker, case):
         if method == "configure_optimizer":
             assert all(np.isfinite(v) and v >= 0 for v in kw.values()), f"configure_optimizer accepted {kw}"
             assert kw.get("warmup", 1) >= 1 and kw.get("label_smoothing", 0) < 1 and kw.get("beta1", 0) < 1
-            assert kw.get("lr_scale", 1) > 0 and kw.get("eps", 1) > 0 and kw.get("warmup", 1) < 2 ** 63, kw
+            assert kw.get("lr_scale", 1) > 0 and kw.get("eps", 1) > 0 and kw.get("warmup", 1) < 2**63, kw
             continue
         src = args[0]
         assert valid_tokens(src, sv), f"{method} accepted source ids {src!r}"
@@ -626,31 +742,49 @@ def test_fuzz_transformer(worker, case):
 # --- the tokenizer --------------------------------------------------------------------------------
 
 # text holding a lone surrogate (what bytes that are not UTF-8 become with surrogateescape)
-SURROGATES = st.builds(lambda a, c, b: a + c + b, st.text(max_size=5),
-                       st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), st.text(max_size=5))
-NICE_TEXT = st.one_of(st.text(max_size=20), st.sampled_from(["<end>", "a <pad> b", "<start><unk>", "¿Qué tal?",
-                                                               "e\u0301", "\x00\t\n", "  two  spaces ", "ﬁ Å"]))
+SURROGATES = st.builds(
+    lambda a, c, b: a + c + b,
+    st.text(max_size=5),
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.text(max_size=5),
+)
+NICE_TEXT = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(
+        ["<end>", "a <pad> b", "<start><unk>", "¿Qué tal?", "e\u0301", "\x00\t\n", "  two  spaces ", "ﬁ Å"]
+    ),
+)
 
 
 @st.composite
 def tokenizer_case(draw):
     corpus = draw(st.lists(NICE_TEXT, min_size=1, max_size=4).filter(lambda c: any(x.strip() for x in c)))
-    vocab = draw(st.sampled_from([260, 300, 1000, 2 ** 20]))
+    vocab = draw(st.sampled_from([260, 300, 1000, 2**20]))
     texts = draw(st.lists(NICE_TEXT, max_size=4))
     ids = draw(st.one_of(st.none(), st.lists(st.integers(0, 259), max_size=6)))
     what = broken(draw, "corpus", "vocab", "text", "ids")
     if what == "corpus":
-        corpus = draw(st.one_of(st.just("one string"), st.just([]), st.just(["", "  "]),
-                                st.lists(st.one_of(NICE_TEXT, st.integers(), st.none(), SURROGATES), min_size=1,
-                                         max_size=3)))
+        corpus = draw(
+            st.one_of(
+                st.just("one string"),
+                st.just([]),
+                st.just(["", "  "]),
+                st.lists(st.one_of(NICE_TEXT, st.integers(), st.none(), SURROGATES), min_size=1, max_size=3),
+            )
+        )
     elif what == "vocab":
-        vocab = draw(st.sampled_from([0, -5, 4, 5, 9, 20, 2 ** 20 + 1, 10 ** 10, 2 ** 64, 2.5, "300", None]))
+        vocab = draw(st.sampled_from([0, -5, 4, 5, 9, 20, 2**20 + 1, 10**10, 2**64, 2.5, "300", None]))
     elif what == "text":
         texts = draw(st.lists(st.one_of(NICE_TEXT, SURROGATES, st.integers(), st.none()), min_size=1, max_size=3))
     elif what == "ids":
-        ids = draw(st.one_of(st.lists(st.integers(-5, 10 ** 6), min_size=1, max_size=4),
-                             st.lists(st.one_of(st.floats(), st.text(max_size=2), st.booleans()), min_size=1,
-                                      max_size=3), st.just("abc"), st.just(5)))
+        ids = draw(
+            st.one_of(
+                st.lists(st.integers(-5, 10**6), min_size=1, max_size=4),
+                st.lists(st.one_of(st.floats(), st.text(max_size=2), st.booleans()), min_size=1, max_size=3),
+                st.just("abc"),
+                st.just(5),
+            )
+        )
     return corpus, vocab, texts, ids
 
 
@@ -662,7 +796,7 @@ def test_fuzz_tokenizer(worker, case):
     event(f"tokenizer {status}")
     if status == "raised":
         return
-    assert good_int(vocab, 5, 2 ** 20), f"built a tokenizer with target_vocab_size {vocab!r}"
+    assert good_int(vocab, 5, 2**20), f"built a tokenizer with target_vocab_size {vocab!r}"
     assert info["vocab_size"] <= vocab
     for text, decoded, reloaded in info["pairs"]:
         assert isinstance(text, str) and decoded == reloaded, "a saved and reloaded tokenizer decodes differently"
@@ -683,8 +817,12 @@ def token_layer_case(draw):
     b, t, s = draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4))
     max_length = draw(st.sampled_from([2, 8, 64]))  # the positional table is a cache: shorter than t grows
     kw = {"dtype": draw(st.sampled_from(["float32", "float64"]))}
-    args = {"Embedding": [v, d], "PositionalEmbedding": [v, d, max_length],
-            "Encoder": [v, d, 1, 2, 8, 0.0, max_length], "Decoder": [v, d, 1, 2, 8, 0.0, max_length]}[name]
+    args = {
+        "Embedding": [v, d],
+        "PositionalEmbedding": [v, d, max_length],
+        "Encoder": [v, d, 1, 2, 8, 0.0, max_length],
+        "Decoder": [v, d, 1, 2, 8, 0.0, max_length],
+    }[name]
     if what == "size":
         sizes = [i for i, a in enumerate(args) if not isinstance(a, float)]
         args[draw(st.sampled_from(sizes))] = draw(st.one_of(BAD_SIZES, st.just(3)))  # 3: heads do not divide
@@ -693,8 +831,9 @@ def token_layer_case(draw):
         tokens = draw(bad_tokens(v, (b, t)))
     fwd_kw = {}
     if name == "Embedding" and draw(st.booleans()):
-        fwd_kw["scale"] = draw(st.sampled_from([1.0, 2.5, 0.0, -1.0] + ([np.nan, np.inf, 1e300, "2"] if what == "option"
-                                                                       else [])))
+        fwd_kw["scale"] = draw(
+            st.sampled_from([1.0, 2.5, 0.0, -1.0] + ([np.nan, np.inf, 1e300, "2"] if what == "option" else []))
+        )
     if name in ("Encoder", "Decoder"):
         fwd_kw["training"] = draw(st.booleans())
         if what == "option":
@@ -727,8 +866,15 @@ def test_fuzz_token_layers(worker, case):
     assert valid_tokens(tokens, v) or (empty and "Embedding" in name), f"{name} accepted the token ids {tokens!r}"
     if name == "Decoder":  # a list or another real dtype of the right shape is taken as it is (like Linear's)
         m = np.asarray(memory) if memory is not None else None
-        assert m is not None and m.dtype.kind in "fiub" and m.ndim == 3 and m.shape[0] == tokens.shape[0] and \
-            m.shape[1] > 0 and m.shape[2] == d and not nonfinite(m), f"Decoder accepted the memory {memory!r}"
+        assert (
+            m is not None
+            and m.dtype.kind in "fiub"
+            and m.ndim == 3
+            and m.shape[0] == tokens.shape[0]
+            and m.shape[1] > 0
+            and m.shape[2] == d
+            and not nonfinite(m)
+        ), f"Decoder accepted the memory {memory!r}"
     scale = fwd_kw.get("scale", 1.0)
     assert isinstance(scale, float) and np.isfinite(scale), f"Embedding accepted scale {scale!r}"
     assert info["shape"] == [tokens.shape[0], tokens.shape[1], d], info
@@ -744,13 +890,14 @@ def adam_case(draw):
     what = broken(draw, "beta", "eps", "lr", "clip", "grad")
     kw = {}
     if what == "beta":
-        kw[draw(st.sampled_from(["beta1", "beta2"]))] = draw(st.sampled_from([1.0, -0.1, np.nan, np.inf, 0.0, 0.999,
-                                                                               "0.9", None]))
+        kw[draw(st.sampled_from(["beta1", "beta2"]))] = draw(
+            st.sampled_from([1.0, -0.1, np.nan, np.inf, 0.0, 0.999, "0.9", None])
+        )
     if what == "eps":
         kw["eps"] = draw(st.sampled_from([0.0, -1e-9, np.nan, np.inf, 1e-300, 1e300, "1e-9"]))
     lr = draw(st.sampled_from([1e-3, 0.0, 1.0]))
     if what == "lr":
-        lr = draw(st.sampled_from([np.nan, np.inf, -1e-3, 1e30, 1e300, 10 ** 400, "0.1", None]))
+        lr = draw(st.sampled_from([np.nan, np.inf, -1e-3, 1e30, 1e300, 10**400, "0.1", None]))
     clip = draw(st.sampled_from([None, None, 1.0, 0.0, 1e-30]))
     if what == "clip":
         clip = draw(BAD_FLOATS)
@@ -766,7 +913,9 @@ def test_fuzz_adam(worker, case):
     event(f"Adam {status}")
     if status == "raised":
         return
-    assert all(isinstance(kw[b], float) and 0 <= kw[b] < 1 for b in ("beta1", "beta2") if b in kw), f"Adam accepted {kw}"
+    assert all(isinstance(kw[b], float) and 0 <= kw[b] < 1 for b in ("beta1", "beta2") if b in kw), (
+        f"Adam accepted {kw}"
+    )
     assert "eps" not in kw or (isinstance(kw["eps"], float) and 0 < kw["eps"] < np.inf), f"Adam accepted {kw}"
     with np.errstate(all="ignore"):
         stored = None if bad_grad is None else np.asarray(bad_grad).astype(dtype)  # 1e300 is infinite in float32
@@ -784,10 +933,17 @@ def test_fuzz_adam(worker, case):
 
 # --- the Translator -------------------------------------------------------------------------------
 
-SENTENCE = st.one_of(NICE_TEXT, st.text(max_size=30), st.sampled_from(["", "   ", "a\nb", "x\r\ny", "\u2028", "Mr. Smith.",
-                                                                       "U.S.A. is big.", "¿Vienes?\t¡Sí!"]))
-GOOD_OPTIONS = {"beam_size": [1, 1, 2, 3], "length_penalty": [0.0, 0.6, 2.0], "max_length": [None, 1, 4],
-                "batch_size": [1, 2, 64]}
+SENTENCE = st.one_of(
+    NICE_TEXT,
+    st.text(max_size=30),
+    st.sampled_from(["", "   ", "a\nb", "x\r\ny", "\u2028", "Mr. Smith.", "U.S.A. is big.", "¿Vienes?\t¡Sí!"]),
+)
+GOOD_OPTIONS = {
+    "beam_size": [1, 1, 2, 3],
+    "length_penalty": [0.0, 0.6, 2.0],
+    "max_length": [None, 1, 4],
+    "batch_size": [1, 2, 64],
+}
 
 
 @st.composite
@@ -795,8 +951,10 @@ def translate_case(draw):
     what = broken(draw, "sentence", "sentences", "option", "language")
     sentences = draw(st.lists(SENTENCE, max_size=4))
     if what == "sentence":
-        sentences.insert(draw(st.integers(0, len(sentences))),
-                         draw(st.one_of(SURROGATES, st.integers(), st.none(), st.binary(max_size=4))))
+        sentences.insert(
+            draw(st.integers(0, len(sentences))),
+            draw(st.one_of(SURROGATES, st.integers(), st.none(), st.binary(max_size=4))),
+        )
     elif what == "sentences":
         sentences = draw(st.sampled_from(["one string", None, 5]))
     options = {name: draw(st.sampled_from(good)) for name, good in GOOD_OPTIONS.items() if draw(st.booleans())}
@@ -807,7 +965,7 @@ def translate_case(draw):
         elif name == "return_attention":
             options[name] = draw(st.sampled_from(["yes", 1, 0, None]))
         else:
-            options[name] = draw(st.one_of(BAD_SIZES, st.just(10 ** 6 if name != "beam_size" else 1025)))
+            options[name] = draw(st.one_of(BAD_SIZES, st.just(10**6 if name != "beam_size" else 1025)))
     src_lang = draw(st.sampled_from(["en", "es", None]))
     if what == "language":
         src_lang = draw(st.sampled_from(["klingon", 3, ""]))
@@ -834,9 +992,12 @@ def test_fuzz_translator(worker, case):
     sentences, src_lang, options, seed, favour = case
     status, info = outcome(worker("translate", sentences, src_lang, options, seed, favour))
     event(f"translate {status}")
-    valid = (isinstance(sentences, list) and all(isinstance(s, str) and not any("\ud800" <= c <= "\udfff" for c in s)
-                                                 for s in sentences)
-             and src_lang in ("en", "es", None) and all(valid_option(k, v) for k, v in options.items()))
+    valid = (
+        isinstance(sentences, list)
+        and all(isinstance(s, str) and not any("\ud800" <= c <= "\udfff" for c in s) for s in sentences)
+        and src_lang in ("en", "es", None)
+        and all(valid_option(k, v) for k, v in options.items())
+    )
     if status == "raised":
         assert not valid, f"refused valid input: {info}"
         return
@@ -849,15 +1010,31 @@ def test_fuzz_translator(worker, case):
 
 # --- options: the Python API and the command line say the same --------------------------------------
 
-TRAIN_FLAGS = {"epochs": "--epochs", "time_budget": "--time-budget", "threads": "--threads", "batch_size": "--batch-size",
-               "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_scale": "--lr-scale", "fixed_lr": "--fixed-lr",
-               "label_smoothing": "--label-smoothing", "clip_norm": "--clip-norm", "seed": "--seed",
-               "log_every": "--log-every", "keep_checkpoints": "--keep-checkpoints",
-               "val_bleu_sentences": "--val-bleu-sentences", "average_last": "--average-last"}
-ANY_VALUE = st.one_of(st.integers(-10, 10 ** 7), st.integers(-2 ** 80, 2 ** 80),
-                      st.sampled_from([0, 1, -1, 2 ** 63 - 1, 2 ** 63, 10 ** 400]),
-                      st.floats(allow_nan=True, allow_infinity=True), st.floats(-2, 2),
-                      st.sampled_from([True, False, None, "1", "yes", b"1", [1], np.int32(7), np.float32(0.5)]))
+TRAIN_FLAGS = {
+    "epochs": "--epochs",
+    "time_budget": "--time-budget",
+    "threads": "--threads",
+    "batch_size": "--batch-size",
+    "max_tokens": "--max-tokens",
+    "warmup": "--warmup",
+    "lr_scale": "--lr-scale",
+    "fixed_lr": "--fixed-lr",
+    "label_smoothing": "--label-smoothing",
+    "clip_norm": "--clip-norm",
+    "seed": "--seed",
+    "log_every": "--log-every",
+    "keep_checkpoints": "--keep-checkpoints",
+    "val_bleu_sentences": "--val-bleu-sentences",
+    "average_last": "--average-last",
+}
+ANY_VALUE = st.one_of(
+    st.integers(-10, 10**7),
+    st.integers(-(2**80), 2**80),
+    st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, 10**400]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(-2, 2),
+    st.sampled_from([True, False, None, "1", "yes", b"1", [1], np.int32(7), np.float32(0.5)]),
+)
 
 
 @settings(FUZZ, max_examples=int(600 * SCALE))
@@ -895,17 +1072,26 @@ def test_fuzz_options_api_and_command_line(owner, data):
             assert not isinstance(value, (bool, str, bytes, list)), f"{owner} took {name}={value!r}"
             exact = value if limit.integer else float(value)  # an int for a float setting: the nearest float
             assert type(got) is (int if limit.integer else float) and got == exact and math.isfinite(got), (value, got)
-            assert (got > limit.low if limit.low_open else got >= limit.low), (name, got)
-            assert (got < limit.high if limit.high_open else got <= limit.high), (name, got)
+            assert got > limit.low if limit.low_open else got >= limit.low, (name, got)
+            assert got < limit.high if limit.high_open else got <= limit.high, (name, got)
     if owner == "TrainConfig":
         flag = TRAIN_FLAGS.get(name)
     else:
-        flag = {"beam_size": "--beam-size", "length_penalty": "--length-penalty", "max_length": "--max-length",
-                "batch_size": "--batch-size"}[name]
+        flag = {
+            "beam_size": "--beam-size",
+            "length_penalty": "--length-penalty",
+            "max_length": "--max-length",
+            "batch_size": "--batch-size",
+        }[name]
     integer = name in cls.LIMITS and cls.LIMITS[name].integer
-    if flag is None or isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float)) or \
-            (integer and not isinstance(value, int)) or (not integer and not isinstance(value, float)) or \
-            (name == "epochs" and value == 0):  # the command line asks for at least one epoch
+    if (
+        flag is None
+        or isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, float))
+        or (integer and not isinstance(value, int))
+        or (not integer and not isinstance(value, float))
+        or (name == "epochs" and value == 0)
+    ):  # the command line asks for at least one epoch
         return
     try:
         cli._setting(owner, name, minimum=1 if name == "epochs" else None)(repr(value))
@@ -919,8 +1105,10 @@ def test_fuzz_options_api_and_command_line(owner, data):
 
 
 @settings(FUZZ, max_examples=int(300 * SCALE))
-@given(text=st.one_of(st.text(max_size=40), NICE_TEXT, SURROGATES, st.integers(), st.none(), st.binary(max_size=4)),
-       lang=st.sampled_from(["en", "es", "English", "klingon", None]))
+@given(
+    text=st.one_of(st.text(max_size=40), NICE_TEXT, SURROGATES, st.integers(), st.none(), st.binary(max_size=4)),
+    lang=st.sampled_from(["en", "es", "English", "klingon", None]),
+)
 def test_fuzz_clean_sentence(text, lang):
     """Any text: one stripped line with single spaces; text that is not valid Unicode, a value
     that is not text or an unknown language is a clear error."""
@@ -938,8 +1126,18 @@ def test_fuzz_clean_sentence(text, lang):
     assert isinstance(out, str) and out == " ".join(out.split()), repr(out)
 
 
-TEXT_PIECES = [b"The cat.", b"El gato.", b"a", b" ", b"  ", "\u00e9".encode(), "\u00bfQu\u00e9?".encode(), b"\x00",
-               "\u2028".encode(), b"CC-BY 2.0"]
+TEXT_PIECES = [
+    b"The cat.",
+    b"El gato.",
+    b"a",
+    b" ",
+    b"  ",
+    "\u00e9".encode(),
+    "\u00bfQu\u00e9?".encode(),
+    b"\x00",
+    "\u2028".encode(),
+    b"CC-BY 2.0",
+]
 BAD_PIECES = [b"\xe9", b"\xff", b"\x81", b"\x85", b"\xc3", b"\xef\xbb\xbf", b"\r", b"\t"]
 LINE_ENDS = [b"\n", b"\n", b"\r\n", b"\r", b"\n\n", b"\r\r\n"]
 
@@ -948,6 +1146,7 @@ LINE_ENDS = [b"\n", b"\n", b"\r\n", b"\r", b"\n\n", b"\r\r\n"]
 def pairs_file(draw):
     """Lines of 'field<TAB>field[<TAB>attribution]' in UTF-8 with any line ends, some with a piece
     that is not valid UTF-8 (or a stray tab or CR), some without a tab or a side."""
+
     def field():
         parts = draw(st.lists(st.sampled_from(TEXT_PIECES), max_size=3))
         if draw(st.integers(0, 9)) == 0:
@@ -957,8 +1156,13 @@ def pairs_file(draw):
     lines = []
     for _ in range(draw(st.integers(0, 8))):
         tabs = draw(st.sampled_from([b"\t", b"\t", b"\t", b"", b"\t\t"]))
-        lines.append(field() + tabs + field() + (b"\t" + field() if draw(st.booleans()) else b"")
-                     + draw(st.sampled_from(LINE_ENDS)))
+        lines.append(
+            field()
+            + tabs
+            + field()
+            + (b"\t" + field() if draw(st.booleans()) else b"")
+            + draw(st.sampled_from(LINE_ENDS))
+        )
     data = b"".join(lines)
     if data and draw(st.booleans()):
         data = data.rstrip(b"\r\n")  # no line end after the last line
@@ -990,8 +1194,11 @@ def _expected_load(data: bytes, encoding: str, errors: str):
 
 
 @settings(FUZZ, max_examples=int(300 * SCALE))
-@given(data=pairs_file(), encoding=st.sampled_from(["utf-8", "utf-8", "latin-1", "cp1252"]),
-       errors=st.sampled_from(["strict", "skip"]))
+@given(
+    data=pairs_file(),
+    encoding=st.sampled_from(["utf-8", "utf-8", "latin-1", "cp1252"]),
+    errors=st.sampled_from(["strict", "skip"]),
+)
 def test_fuzz_load_tatoeba(tmp_path_factory, data, encoding, errors):
     """A data file of any bytes: the pairs its lines hold (any line end), every line counted, an
     undecodable line an error naming it (or, with errors='skip', left out and reported), never a

@@ -31,8 +31,27 @@ from transformer_cpp.translate import Translator
 
 from toy_task import reversal_tokenizer, tiny_model, write_tatoeba_file
 
-SMALL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-         "--batch-size", "32", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1"]
+SMALL = [
+    "--preset",
+    "tiny",
+    "--d-model",
+    "32",
+    "--d-ff",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "32",
+    "--warmup",
+    "20",
+    "--vocab-size",
+    "300",
+    "--no-progress",
+    "--threads",
+    "1",
+]
 ADDRESS_SPACE = 6 << 30  # bytes a command may map: far more than these tiny runs need
 
 
@@ -44,15 +63,26 @@ def _limit_memory(limit: int):
     return apply
 
 
-def run(*args: str, stdin: bytes = b"", memory: int = ADDRESS_SPACE, env: dict = None,
-        timeout: float = 120) -> subprocess.CompletedProcess:
+def run(
+    *args: str, stdin: bytes = b"", memory: int = ADDRESS_SPACE, env: dict = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """``transformer-cpp args`` in a subprocess; stdout and stderr decoded as UTF-8."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMER_CPP_DATA", "TRANSFORMER_CPP_DEBUG")}
     full_env.update(env or {})
-    result = subprocess.run([sys.executable, "-m", "transformer_cpp", *args], input=stdin, capture_output=True,
-                            env=full_env, timeout=timeout, preexec_fn=_limit_memory(memory))
-    return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode("utf-8", "replace"),
-                                       result.stderr.decode("utf-8", "replace"))
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", *args],
+        input=stdin,
+        capture_output=True,
+        env=full_env,
+        timeout=timeout,
+        preexec_fn=_limit_memory(memory),
+    )
+    return subprocess.CompletedProcess(
+        result.args,
+        result.returncode,
+        result.stdout.decode("utf-8", "replace"),
+        result.stderr.decode("utf-8", "replace"),
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str, status: int = 1) -> str:
@@ -88,44 +118,55 @@ def trained(tmp_path_factory):
 # --- options: bounded before any work, the same words as the Python API -----------------------
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["train", "--d-model", "1000000"], "argument --d-model: expected an integer in [1, 16384], got 1000000"),
-    (["train", "--layers", "100000"], "argument --layers: expected an integer in [1, 256]"),
-    (["train", "--max-length", "1000000000"], "expected 0 (automatic) or an integer in [2, 100000], got 1000000000"),
-    (["train", "--vocab-size", "5"], "argument --vocab-size: expected an integer in [260, 1048576], got 5"),
-    (["train", "--num-samples", "-3"], "argument --num-samples: expected an integer in [0, 9223372036854775807]"),
-    (["train", "--split-seed", "99999999999999999999999"], "expected an integer in [0, 9223372036854775807]"),
-    (["train", "--warmup", "1e3"], "argument --warmup: expected an integer, got '1e3'"),
-    (["train", "--epochs", "0"], "argument --epochs: expected an integer >= 1, got 0"),
-    (["train", "--valid-fraction", "1.5"], "argument --valid-fraction: split_by_source: valid_fraction must be in "
-                                           "[0, 1), got 1.5"),
-    (["train", "--encoding", "klingon"], "argument --encoding: --encoding: unknown text encoding 'klingon'"),
-    (["train", "--encoding", "utf-16"], "is not supported: lines must end with the byte 0x0A"),
-    (["translate", "--model", "m", "--threads", "99999999999999999999"], "expected an integer in [1, 4096]"),
-    (["evaluate", "--model", "m", "--limit", "-1"], "argument --limit: expected an integer in [0, "),
-    (["average", "--model", "m", "--last", "0"], "argument --last: expected an integer in [1, "),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["train", "--d-model", "1000000"], "argument --d-model: expected an integer in [1, 16384], got 1000000"),
+        (["train", "--layers", "100000"], "argument --layers: expected an integer in [1, 256]"),
+        (
+            ["train", "--max-length", "1000000000"],
+            "expected 0 (automatic) or an integer in [2, 100000], got 1000000000",
+        ),
+        (["train", "--vocab-size", "5"], "argument --vocab-size: expected an integer in [260, 1048576], got 5"),
+        (["train", "--num-samples", "-3"], "argument --num-samples: expected an integer in [0, 9223372036854775807]"),
+        (["train", "--split-seed", "99999999999999999999999"], "expected an integer in [0, 9223372036854775807]"),
+        (["train", "--warmup", "1e3"], "argument --warmup: expected an integer, got '1e3'"),
+        (["train", "--epochs", "0"], "argument --epochs: expected an integer >= 1, got 0"),
+        (
+            ["train", "--valid-fraction", "1.5"],
+            "argument --valid-fraction: split_by_source: valid_fraction must be in [0, 1), got 1.5",
+        ),
+        (["train", "--encoding", "klingon"], "argument --encoding: --encoding: unknown text encoding 'klingon'"),
+        (["train", "--encoding", "utf-16"], "is not supported: lines must end with the byte 0x0A"),
+        (["translate", "--model", "m", "--threads", "99999999999999999999"], "expected an integer in [1, 4096]"),
+        (["evaluate", "--model", "m", "--limit", "-1"], "argument --limit: expected an integer in [0, "),
+        (["average", "--model", "m", "--last", "0"], "argument --last: expected an integer in [1, "),
+    ],
+)
 def test_absurd_options_are_refused_with_the_range(argv, fragment, capsys):
     line = parse_error(argv, capsys)
     assert fragment in line, line
 
 
-@pytest.mark.parametrize("flag, text, api", [
-    ("--seed", "99999999999999999999999", lambda: TrainConfig(seed=99999999999999999999999)),
-    ("--epochs", "99999999999999999999", lambda: TrainConfig(epochs=99999999999999999999)),
-    ("--fixed-lr", "nan", lambda: TrainConfig(fixed_lr=float("nan"))),
-    ("--fixed-lr", "-1", lambda: TrainConfig(fixed_lr=-1.0)),
-    ("--lr-scale", "0", lambda: TrainConfig(lr_scale=0.0)),
-    ("--clip-norm", "-0.5", lambda: TrainConfig(clip_norm=-0.5)),
-    ("--clip-norm", "inf", lambda: TrainConfig(clip_norm=float("inf"))),
-    ("--label-smoothing", "1", lambda: TrainConfig(label_smoothing=1.0)),
-    ("--label-smoothing", "-0.1", lambda: TrainConfig(label_smoothing=-0.1)),
-    ("--batch-size", "0", lambda: TrainConfig(batch_size=0)),
-    ("--max-tokens", "1000000000000", lambda: TrainConfig(max_tokens=10 ** 12)),
-    ("--time-budget", "1e300", lambda: TrainConfig(time_budget=1e300)),
-    ("--threads", "100000", lambda: TrainConfig(threads=100000)),
-    ("--keep-checkpoints", "-1", lambda: TrainConfig(keep_checkpoints=-1)),
-])
+@pytest.mark.parametrize(
+    "flag, text, api",
+    [
+        ("--seed", "99999999999999999999999", lambda: TrainConfig(seed=99999999999999999999999)),
+        ("--epochs", "99999999999999999999", lambda: TrainConfig(epochs=99999999999999999999)),
+        ("--fixed-lr", "nan", lambda: TrainConfig(fixed_lr=float("nan"))),
+        ("--fixed-lr", "-1", lambda: TrainConfig(fixed_lr=-1.0)),
+        ("--lr-scale", "0", lambda: TrainConfig(lr_scale=0.0)),
+        ("--clip-norm", "-0.5", lambda: TrainConfig(clip_norm=-0.5)),
+        ("--clip-norm", "inf", lambda: TrainConfig(clip_norm=float("inf"))),
+        ("--label-smoothing", "1", lambda: TrainConfig(label_smoothing=1.0)),
+        ("--label-smoothing", "-0.1", lambda: TrainConfig(label_smoothing=-0.1)),
+        ("--batch-size", "0", lambda: TrainConfig(batch_size=0)),
+        ("--max-tokens", "1000000000000", lambda: TrainConfig(max_tokens=10**12)),
+        ("--time-budget", "1e300", lambda: TrainConfig(time_budget=1e300)),
+        ("--threads", "100000", lambda: TrainConfig(threads=100000)),
+        ("--keep-checkpoints", "-1", lambda: TrainConfig(keep_checkpoints=-1)),
+    ],
+)
 def test_train_options_and_train_config_say_the_same(flag, text, api, capsys):
     with pytest.raises(ValueError) as info:
         api()
@@ -134,15 +175,18 @@ def test_train_options_and_train_config_say_the_same(flag, text, api, capsys):
     assert f"argument {flag}: {message}" in parse_error(["train", flag, text], capsys)
 
 
-@pytest.mark.parametrize("flag, text, option, value", [
-    ("--beam-size", "1000000", "beam_size", 1000000),
-    ("--beam-size", "0", "beam_size", 0),
-    ("--length-penalty", "inf", "length_penalty", float("inf")),
-    ("--length-penalty", "nan", "length_penalty", float("nan")),
-    ("--length-penalty", "-1", "length_penalty", -1.0),
-    ("--batch-size", "0", "batch_size", 0),
-    ("--max-length", "1000000000", "max_length", 1000000000),
-])
+@pytest.mark.parametrize(
+    "flag, text, option, value",
+    [
+        ("--beam-size", "1000000", "beam_size", 1000000),
+        ("--beam-size", "0", "beam_size", 0),
+        ("--length-penalty", "inf", "length_penalty", float("inf")),
+        ("--length-penalty", "nan", "length_penalty", float("nan")),
+        ("--length-penalty", "-1", "length_penalty", -1.0),
+        ("--batch-size", "0", "batch_size", 0),
+        ("--max-length", "1000000000", "max_length", 1000000000),
+    ],
+)
 def test_decoding_options_and_translator_say_the_same(flag, text, option, value, capsys):
     tok = reversal_tokenizer()
     translator = Translator(tiny_model(tok), tok, tok, src_lang=None)
@@ -165,7 +209,9 @@ def test_text_that_is_not_valid_unicode_is_a_clear_error():
     tok = reversal_tokenizer()
     translator = Translator(tiny_model(tok), tok, tok)
     for t in (translator, Translator(translator.model, tok, tok, src_lang=None)):
-        with pytest.raises(ValueError, match=r"is not valid Unicode: it holds the lone surrogate '\\udcff' at position 2"):
+        with pytest.raises(
+            ValueError, match=r"is not valid Unicode: it holds the lone surrogate '\\udcff' at position 2"
+        ):
             t.translate("a \udcff b")
 
 
@@ -175,10 +221,25 @@ def test_text_that_is_not_valid_unicode_is_a_clear_error():
 def test_sizes_beyond_memory_are_one_line(tmp_path, monkeypatch, capsys):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
     # refused by the core's memory check before anything is allocated, before the data is read
-    result = run("train", "--preset", "tiny", "--data", str(data), "--no-progress", "--threads", "1",
-                 "--d-model", "16384", "--layers", "256", "--out", str(tmp_path / "a"))
+    result = run(
+        "train",
+        "--preset",
+        "tiny",
+        "--data",
+        str(data),
+        "--no-progress",
+        "--threads",
+        "1",
+        "--d-model",
+        "16384",
+        "--layers",
+        "256",
+        "--out",
+        str(tmp_path / "a"),
+    )
     one_line_error(result, "needs", "more than")
     assert "loaded" not in result.stderr and not (tmp_path / "a").exists()  # nothing read, nothing left behind
+
     # an allocation that fails anyway (std::bad_alloc): one line too
     def out_of_memory(args):
         raise MemoryError("std::bad_alloc")
@@ -206,23 +267,28 @@ def test_damaged_or_absurd_checkpoints_are_one_line(trained, tmp_path):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     one_line_error(run("translate", "--model", str(nan_run), "The cat."), "'decoder.layers.0.norm2.bias' (1 NaN")
     # an architecture no memory holds: refused before allocation, not killed by the kernel
-    for key, value in (("max_length", 10 ** 12), ("d_model", 10 ** 7), ("src_vocab_size", 2 ** 62)):
+    for key, value in (("max_length", 10**12), ("d_model", 10**7), ("src_vocab_size", 2**62)):
         cfg_big = dict(cfg, model=dict(cfg["model"], **{key: value}))
         (ckpt / "config.json").write_text(json.dumps(cfg_big))
         one_line_error(run("translate", "--model", str(nan_run), "The cat."), "config.json' is invalid")
 
 
 def test_a_bug_is_one_line_that_says_so():
-    code = ("import sys, transformer_cpp.cli as cli\n"
-            "cli._cmd_figures = lambda args: [][1]\n"
-            "sys.exit(cli.main(['figures']))")
+    code = (
+        "import sys, transformer_cpp.cli as cli\ncli._cmd_figures = lambda args: [][1]\nsys.exit(cli.main(['figures']))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "internal error: IndexError: list index out of range" in lines[0], result.stderr
     assert "TRANSFORMER_CPP_DEBUG=1" in lines[0]
-    debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, TRANSFORMER_CPP_DEBUG="1"))
+    debug = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TRANSFORMER_CPP_DEBUG="1"),
+    )
     assert "Traceback" in debug.stderr and "IndexError" in debug.stderr
 
 
@@ -232,8 +298,11 @@ def test_a_bug_is_one_line_that_says_so():
 def test_a_diverging_run_stops_with_a_checkpoint_of_the_last_good_state(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
     out = tmp_path / "run"
-    line = one_line_error(run("train", *SMALL, "--data", str(data), "--epochs", "2", "--fixed-lr", "1e30",
-                              "--out", str(out)), "training diverged at step", "the state before it is saved in")
+    line = one_line_error(
+        run("train", *SMALL, "--data", str(data), "--epochs", "2", "--fixed-lr", "1e30", "--out", str(out)),
+        "training diverged at step",
+        "the state before it is saved in",
+    )
     saved = line.split("the state before it is saved in ")[1].split(";")[0]
     ckpt = load_checkpoint(saved)
     assert ckpt.path == out / (out / "latest").read_text().strip()
@@ -242,11 +311,28 @@ def test_a_diverging_run_stops_with_a_checkpoint_of_the_last_good_state(tmp_path
 
 def test_runs_that_would_not_train_are_refused_before_training(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
-    line = one_line_error(run("train", *SMALL, "--data", str(data), "--drop-remainder", "--batch-size", "100000",
-                              "--out", str(tmp_path / "a")), "no training batch", "drop_remainder")
+    line = one_line_error(
+        run(
+            "train",
+            *SMALL,
+            "--data",
+            str(data),
+            "--drop-remainder",
+            "--batch-size",
+            "100000",
+            "--out",
+            str(tmp_path / "a"),
+        ),
+        "no training batch",
+        "drop_remainder",
+    )
     assert "loss 0.0000" not in line and not (tmp_path / "a").exists()
-    one_line_error(run("train", *SMALL, "--data", str(data), "--max-length", "2", "--out", str(tmp_path / "b")),
-                   "the train split has no usable pair", "longer than max_length=2", "raise --max-length")
+    one_line_error(
+        run("train", *SMALL, "--data", str(data), "--max-length", "2", "--out", str(tmp_path / "b")),
+        "the train split has no usable pair",
+        "longer than max_length=2",
+        "raise --max-length",
+    )
 
 
 def test_out_is_checked_writable_before_any_work(tmp_path):
@@ -261,9 +347,17 @@ def test_a_second_writer_of_a_run_fails_at_once(trained, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(root / "run", run_dir)
     (run_dir / ".tmp-latest-4242-0123abcd").write_text("epoch-00")  # a pointer write killed half-way
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, transformer_cpp.checkpoint as ck\n"
-                               "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
-                               str(run_dir)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, transformer_cpp.checkpoint as ck\n"
+            "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         started = time.monotonic()
@@ -289,8 +383,12 @@ def test_invalid_utf8_on_stdin_fails_only_its_own_lines(trained):
     assert good.returncode == 0, good.stderr
     expected = good.stdout.strip()
     assert expected
-    result = run("translate", "--model", model,
-                 stdin=b"The cat and the dog.\nThe caf\xe9 and \xff.\n\nThe cat and the dog.\r\n\xc3\n")
+    result = run(
+        "translate",
+        "--model",
+        model,
+        stdin=b"The cat and the dog.\nThe caf\xe9 and \xff.\n\nThe cat and the dog.\r\n\xc3\n",
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stdout.split("\n") == [expected, "", "", expected, "", ""]  # aligned with the input lines
     err = result.stderr
@@ -309,8 +407,13 @@ def test_invalid_utf8_on_stdin_fails_only_its_own_lines(trained):
     assert result.returncode == 1 and result.stdout.split("\n") == ["", expected, ""]
     assert "argument 1 is not valid UTF-8" in result.stderr and "Traceback" not in result.stderr
     # UTF-8 output whatever the locale
-    result = run("translate", "--model", model, "The tree and the bird.", env={"LC_ALL": "C", "LANG": "C",
-                                                                                "PYTHONIOENCODING": "ascii"})
+    result = run(
+        "translate",
+        "--model",
+        model,
+        "The tree and the bird.",
+        env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"},
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
 
@@ -334,14 +437,19 @@ def test_evaluate_pairs_reports_undecodable_lines_and_scores_the_rest(trained, t
     assert f"{pairs}: 8 sentence pairs" in result.stdout
     result = run("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--encoding", "latin-1")
     assert result.returncode == 0 and f"{pairs}: 12 sentence pairs" in result.stdout, result.stderr
-    result = run("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--output", str(tmp_path / "no" / "h"))
+    result = run(
+        "evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--output", str(tmp_path / "no" / "h")
+    )
     assert "loaded" not in one_line_error(result, "--output", "cannot be written") and "loaded" not in result.stderr
 
 
 def test_training_data_in_another_encoding_is_refused_or_decoded_as_told(tmp_path):
     data = _latin1_pairs(tmp_path / "latin1.txt")
-    one_line_error(run("train", *SMALL, "--data", str(data), "--out", str(tmp_path / "a")),
-                   f"'{data}' line 1 is not valid utf-8: invalid continuation byte", "--encoding")
+    one_line_error(
+        run("train", *SMALL, "--data", str(data), "--out", str(tmp_path / "a")),
+        f"'{data}' line 1 is not valid utf-8: invalid continuation byte",
+        "--encoding",
+    )
     out = tmp_path / "b"
     result = run("train", *SMALL, "--data", str(data), "--encoding", "latin-1", "--epochs", "1", "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -350,8 +458,9 @@ def test_training_data_in_another_encoding_is_refused_or_decoded_as_told(tmp_pat
     assert info["encoding"] == "iso8859-1" and info["decode_errors"] == "strict"
     result = run("evaluate", "--model", str(out), "--split", "valid")  # the split is rebuilt with the encoding
     assert result.returncode == 0, result.stderr
-    skipped = run("train", *SMALL, "--data", str(data), "--decode-errors", "skip", "--epochs", "1",
-                  "--out", str(tmp_path / "c"))
+    skipped = run(
+        "train", *SMALL, "--data", str(data), "--decode-errors", "skip", "--epochs", "1", "--out", str(tmp_path / "c")
+    )
     assert skipped.returncode == 0, skipped.stderr
     assert "left out 40 of 120 lines" in skipped.stderr and "lines 1, 4, 7" in skipped.stderr
 
@@ -389,8 +498,10 @@ def test_a_data_file_with_an_endless_line_is_refused_without_reading_it_whole(tm
             f.write(bytes(1 << 20))
     with pytest.raises(ValueError, match="longer than 64 MB"):
         tdata.load_tatoeba(bomb)
-    one_line_error(run("train", *SMALL, "--data", str(huge), "--out", str(tmp_path / "run"), memory=2 << 30),
-                   "line 1 is longer than 64 MB")
+    one_line_error(
+        run("train", *SMALL, "--data", str(huge), "--out", str(tmp_path / "run"), memory=2 << 30),
+        "line 1 is longer than 64 MB",
+    )
 
 
 def test_line_ends_across_read_chunks(tmp_path, monkeypatch):
@@ -398,8 +509,21 @@ def test_line_ends_across_read_chunks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tdata, "_CHUNK", 3)  # every kind of line end falls on a chunk boundary somewhere
     lines = [f"The cat {i}.\tEl gato {i}." for i in range(7)]
-    payload = (lines[0] + "\r\n" + lines[1] + "\r" + lines[2] + "\n\r\n" + lines[3] + "\r\r" + lines[4] + "\n"
-               + lines[5] + "\r\n" + lines[6]).encode()
+    payload = (
+        lines[0]
+        + "\r\n"
+        + lines[1]
+        + "\r"
+        + lines[2]
+        + "\n\r\n"
+        + lines[3]
+        + "\r\r"
+        + lines[4]
+        + "\n"
+        + lines[5]
+        + "\r\n"
+        + lines[6]
+    ).encode()
     (tmp_path / "p.txt").write_bytes(payload)
     pairs = tdata.load_tatoeba(tmp_path / "p.txt")
     assert pairs.english == [f"The cat {i}." for i in range(7)]
@@ -438,22 +562,35 @@ def _toy_trainer(tmp_path, **config):
     enc = tc.encode_pairs(src, tgt, tok, tok, None)
     cfg = dict(epochs=1, batch_size=8, warmup=10, progress=False, val_bleu_sentences=0, log_every=1)
     cfg.update(config)
-    return tc.Trainer(tiny_model(tok, d_model=16), enc, None, TrainConfig(**cfg), src_tokenizer=tok, tgt_tokenizer=tok,
-                      checkpoint_dir=tmp_path / "run")
+    return tc.Trainer(
+        tiny_model(tok, d_model=16),
+        enc,
+        None,
+        TrainConfig(**cfg),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path / "run",
+    )
 
 
-@pytest.mark.parametrize("change, fragment", [
-    (dict(epoch=-3), "epoch must be an integer >= 0, got -3"),
-    (dict(batch_in_epoch=-1), "batch_in_epoch must be an integer >= 0"),
-    (dict(batch_in_epoch=10 ** 6), "batches into an epoch of 5 batches"),
-    (dict(epoch_sums={"loss": "x", "correct": 0, "tokens": 0}), "epoch_sums.loss must be a finite number >= 0, got 'x'"),
-    (dict(window={"loss": 1.0, "correct": 0.5}), "it lacks 'window.tokens'"),
-    (dict(elapsed=float("nan")), "elapsed must be a finite number >= 0, got nan"),
-    (dict(history="none"), "history must be an object"),
-    (dict(history={"batch": {"loss": 5}}), "history.batch.loss must be a list"),
-    (dict(finished="yes"), "finished must be true or false"),
-    (dict(best={"bleu": "high"}), "best.bleu must be a finite number or null"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (dict(epoch=-3), "epoch must be an integer >= 0, got -3"),
+        (dict(batch_in_epoch=-1), "batch_in_epoch must be an integer >= 0"),
+        (dict(batch_in_epoch=10**6), "batches into an epoch of 5 batches"),
+        (
+            dict(epoch_sums={"loss": "x", "correct": 0, "tokens": 0}),
+            "epoch_sums.loss must be a finite number >= 0, got 'x'",
+        ),
+        (dict(window={"loss": 1.0, "correct": 0.5}), "it lacks 'window.tokens'"),
+        (dict(elapsed=float("nan")), "elapsed must be a finite number >= 0, got nan"),
+        (dict(history="none"), "history must be an object"),
+        (dict(history={"batch": {"loss": 5}}), "history.batch.loss must be a list"),
+        (dict(finished="yes"), "finished must be true or false"),
+        (dict(best={"bleu": "high"}), "best.bleu must be a finite number or null"),
+    ],
+)
 def test_a_damaged_trainer_state_is_refused_and_changes_nothing(tmp_path, change, fragment):
     trained = _toy_trainer(tmp_path)
     trained.fit()
@@ -498,13 +635,20 @@ def test_checkpoint_files_larger_than_they_can_be_are_refused_before_reading(tra
     cases = {
         "latest": lambda run, ck: (_sparse(run / "latest", 10 << 30), _sparse(run / "best", 10 << 30)),
         "config.json": lambda run, ck: _sparse(ck / "config.json", 10 << 30),
-        "model.safetensors' has 10737418240 bytes, expected": lambda run, ck: _sparse(ck / "model.safetensors", 10 << 30),
+        "model.safetensors' has 10737418240 bytes, expected": lambda run, ck: _sparse(
+            ck / "model.safetensors", 10 << 30
+        ),
         "model.safetensors' has 3,221,225,472 bytes, more than such a file can hold": lambda run, ck: (
-            _sparse(ck / "model.safetensors", 3 << 30), _record(ck, "model.safetensors", bytes=3 << 30)),
+            _sparse(ck / "model.safetensors", 3 << 30),
+            _record(ck, "model.safetensors", bytes=3 << 30),
+        ),
         "src_tokenizer.json' has 3,221,225,472 bytes, more than such a file can hold": lambda run, ck: (
-            _sparse(ck / "src_tokenizer.json", 3 << 30), _record(ck, "src_tokenizer.json", bytes=3 << 30)),
+            _sparse(ck / "src_tokenizer.json", 3 << 30),
+            _record(ck, "src_tokenizer.json", bytes=3 << 30),
+        ),
         "records no valid size and SHA-256 for 'model.safetensors'": lambda run, ck: _record(
-            ck, "model.safetensors", bytes="big"),
+            ck, "model.safetensors", bytes="big"
+        ),
     }
     for i, (fragment, damage) in enumerate(cases.items()):
         run_dir = tmp_path / f"run{i}"
@@ -519,12 +663,18 @@ def test_checkpoint_files_larger_than_they_can_be_are_refused_before_reading(tra
     one_line_error(result, "checkpoint pointer", "best", "is damaged")
 
 
-@pytest.mark.parametrize("edit, fragment, translating", [
-    (lambda cfg: cfg["optimizer"].update(step="12"), "step must be an integer, got '12'", False),
-    (lambda cfg: cfg.update(data=[1, 2]), "the 'data' section of 'config.json' must be an object or null, got list",
-     True),
-    (lambda cfg: cfg.update(train_config="fast"), "the 'train_config' section", True),
-])
+@pytest.mark.parametrize(
+    "edit, fragment, translating",
+    [
+        (lambda cfg: cfg["optimizer"].update(step="12"), "step must be an integer, got '12'", False),
+        (
+            lambda cfg: cfg.update(data=[1, 2]),
+            "the 'data' section of 'config.json' must be an object or null, got list",
+            True,
+        ),
+        (lambda cfg: cfg.update(train_config="fast"), "the 'train_config' section", True),
+    ],
+)
 def test_config_sections_of_the_wrong_kind_are_refused(trained, tmp_path, edit, fragment, translating):
     root, _ = trained
     run_dir = tmp_path / "run"
@@ -580,7 +730,9 @@ def test_translator_checks_its_language_and_layers():
     t = Translator(model, tok, tok, src_lang=None).translate("a b", return_attention=True)
     assert t.cross_attention(0).shape == t.cross_attention(-1).shape
     for layer in (1, -2, 0.5):
-        with pytest.raises(ValueError, match=r"layer must be an integer in \[-1, 1\) \(the model has 1 decoder layer\)"):
+        with pytest.raises(
+            ValueError, match=r"layer must be an integer in \[-1, 1\) \(the model has 1 decoder layer\)"
+        ):
             t.cross_attention(layer)
     with pytest.raises(TypeError, match="return_attention must be True or False"):
         Translator(model, tok, tok, src_lang=None).translate("a b", return_attention="no")
@@ -596,16 +748,20 @@ def test_thread_counts_beyond_the_address_space(trained):
     wide = run("translate", "--model", model, "The cat.", memory=2 << 30, env={"OMP_NUM_THREADS": "100000"})
     assert wide.returncode == 0 and wide.stdout == good.stdout, wide.stderr
     assert "OMP_NUM_THREADS asks for 100000 threads" in wide.stderr
-    one_line_error(run("translate", "--model", model, "--threads", "1024", "The cat.", memory=2 << 30),
-                   "set_num_threads: 1024 threads need", "ulimit -v")
+    one_line_error(
+        run("translate", "--model", model, "--threads", "1024", "The cat.", memory=2 << 30),
+        "set_num_threads: 1024 threads need",
+        "ulimit -v",
+    )
 
 
 def test_options_that_would_be_ignored_are_refused(tmp_path):
     import transformer_cpp as tc
 
     for name in ("drop_remainder", "bucket_by_length"):
-        with pytest.raises(ValueError, match=f"TrainConfig: {name} applies to batches of batch_size pairs; with "
-                                             "max_tokens 500"):
+        with pytest.raises(
+            ValueError, match=f"TrainConfig: {name} applies to batches of batch_size pairs; with max_tokens 500"
+        ):
             TrainConfig(max_tokens=500, **{name: True})
         TrainConfig(max_tokens=0, **{name: True})
     tok = reversal_tokenizer()
@@ -613,8 +769,20 @@ def test_options_that_would_be_ignored_are_refused(tmp_path):
     with pytest.raises(ValueError, match="batches: drop_remainder applies to batches of batch_size pairs"):
         list(tc.batches(enc, max_tokens=10, drop_remainder=True))
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
-    one_line_error(run("train", "--preset", "quick", "--data", str(data), "--drop-remainder", "--no-progress",
-                       "--out", str(tmp_path / "run")), "drop_remainder applies to batches of batch_size pairs")
+    one_line_error(
+        run(
+            "train",
+            "--preset",
+            "quick",
+            "--data",
+            str(data),
+            "--drop-remainder",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ),
+        "drop_remainder applies to batches of batch_size pairs",
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -627,8 +795,11 @@ def test_a_trainer_refuses_pairs_encoded_with_other_tokenizers():
     src, tgt = reversal_pairs(20)
     train = tc.encode_pairs(src, tgt, tok, tok, None)
     valid = tc.encode_pairs(["the cat sat on the mat"], ["the mat"], big, big, None)
-    with pytest.raises(ValueError, match=r"Trainer: valid_data holds source token id \d+, outside the model's "
-                                         r"src_vocab_size"):
+    with pytest.raises(
+        ValueError,
+        match=r"Trainer: valid_data holds source token id \d+, outside the model's "
+        r"src_vocab_size",
+    ):
         tc.Trainer(tiny_model(tok), train, valid, TrainConfig(epochs=1, progress=False))
     tc.Trainer(tiny_model(tok), train, None, TrainConfig(epochs=1, progress=False))
 
@@ -643,11 +814,29 @@ def test_a_disk_that_fills_up_leaves_no_half_checkpoint(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))  # the weights alone are larger
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMER_CPP_")}
-    result = subprocess.run([sys.executable, "-m", "transformer_cpp", "train", *SMALL, "--data", str(data), "--epochs",
-                             "1", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300,
-                            preexec_fn=small_files)
-    one_line_error(result, f"save_checkpoint: writing checkpoint '{out / 'epoch-0001'}' failed: File too large",
-                   "is as it was")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "train",
+            *SMALL,
+            "--data",
+            str(data),
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        preexec_fn=small_files,
+    )
+    one_line_error(
+        result, f"save_checkpoint: writing checkpoint '{out / 'epoch-0001'}' failed: File too large", "is as it was"
+    )
     assert not out.exists() or not [p.name for p in out.iterdir() if p.name != ".lock"]
 
 
@@ -659,7 +848,10 @@ def test_helpers_of_training_and_checkpoints_name_bad_counts():
     tok = reversal_tokenizer()
     enc = tc.encode_pairs(["a b", "c"], ["b a", "c"], tok, tok, None)
     for call, fragment in [
-        (lambda: bleu_of_encoded(tiny_model(tok), enc, tok, limit=-1), "bleu_of_encoded: limit must be an integer >= 0"),
+        (
+            lambda: bleu_of_encoded(tiny_model(tok), enc, tok, limit=-1),
+            "bleu_of_encoded: limit must be an integer >= 0",
+        ),
         (lambda: bleu_of_encoded(tiny_model(tok), enc, tok, batch_size=0), "batch_size must be an integer >= 1"),
         (lambda: output_limit(-5), "output_limit: source_tokens must be an integer >= 0, got -5"),
         (lambda: checkpoint_name(1.5), "checkpoint_name: counts must be integers, got 1.5"),
@@ -675,12 +867,23 @@ def test_helpers_of_training_and_checkpoints_name_bad_counts():
 # --- found by the campaign after the thread governor and the last fixes --------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--out", ""], ["train", "--data", ""], ["translate", "--model", ""], ["evaluate", "--model", ""],
-    ["evaluate", "--model", "m", "--pairs", ""], ["evaluate", "--model", "m", "--output", ""],
-    ["evaluate", "--model", "m", "--data", ""], ["average", "--model", ""], ["export", "--model", "m", "--to", "torch", ""],
-    ["export", "--model", "", "--to", "torch", "x"], ["figures", "--out", ""], ["serve", "--model", ""],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--out", ""],
+        ["train", "--data", ""],
+        ["translate", "--model", ""],
+        ["evaluate", "--model", ""],
+        ["evaluate", "--model", "m", "--pairs", ""],
+        ["evaluate", "--model", "m", "--output", ""],
+        ["evaluate", "--model", "m", "--data", ""],
+        ["average", "--model", ""],
+        ["export", "--model", "m", "--to", "torch", ""],
+        ["export", "--model", "", "--to", "torch", "x"],
+        ["figures", "--out", ""],
+        ["serve", "--model", ""],
+    ],
+)
 def test_an_empty_path_is_refused_not_taken_for_the_current_directory(argv, capsys):
     """``--out ''`` (an unset shell variable) trained into the current directory and exit 0."""
     line = parse_error(argv, capsys)
@@ -697,8 +900,18 @@ def test_the_python_api_refuses_an_empty_path_in_the_same_words(trained, tmp_pat
     model = tiny_model(tok)
     enc = tc.encode_pairs(["a b"], ["b a"], tok, tok, None)
     for call, who in [
-        (lambda: tc.Trainer(model, enc, None, TrainConfig(epochs=1, progress=False), src_tokenizer=tok,
-                            tgt_tokenizer=tok, checkpoint_dir=""), "Trainer: checkpoint_dir"),
+        (
+            lambda: tc.Trainer(
+                model,
+                enc,
+                None,
+                TrainConfig(epochs=1, progress=False),
+                src_tokenizer=tok,
+                tgt_tokenizer=tok,
+                checkpoint_dir="",
+            ),
+            "Trainer: checkpoint_dir",
+        ),
         (lambda: tc.save_checkpoint("", model, tok, tok), "save_checkpoint: run_dir"),
         (lambda: tc.load_checkpoint(""), "checkpoint path"),
         (lambda: Translator.from_checkpoint(""), "checkpoint path"),
@@ -734,9 +947,12 @@ def test_evaluate_refuses_a_split_rebuilt_from_a_changed_data_file(trained, tmp_
     info = json.loads((root / "run" / "epoch-0001" / "config.json").read_text())["data"]
     assert set(info["split_digests"]) == {"train", "valid", "test"}
     for split in ("test", "valid"):
-        one_line_error(run("evaluate", "--model", str(root / "run"), "--data", str(changed), "--split", split),
-                       f"the {split} split rebuilt from '{changed}' differs from the one the run held out",
-                       "500 pairs loaded now, 300 when the run was trained", "--pairs")
+        one_line_error(
+            run("evaluate", "--model", str(root / "run"), "--data", str(changed), "--split", split),
+            f"the {split} split rebuilt from '{changed}' differs from the one the run held out",
+            "500 pairs loaded now, 300 when the run was trained",
+            "--pairs",
+        )
     moved = tmp_path / "moved.txt"  # the same text elsewhere (or converted to another encoding) is fine
     shutil.copyfile(data, moved)
     result = run("evaluate", "--model", str(root / "run"), "--data", str(moved), "--limit", "2")
@@ -745,13 +961,50 @@ def test_evaluate_refuses_a_split_rebuilt_from_a_changed_data_file(trained, tmp_
 
 def test_a_batch_size_that_a_token_budget_would_ignore_is_refused(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=50)
-    one_line_error(run("train", "--preset", "quick", "--batch-size", "16", "--data", str(data), "--no-progress",
-                       "--out", str(tmp_path / "run")),
-                   "--batch-size 16 would be ignored: the quick preset cuts batches by tokens (max_tokens 1500); "
-                   "add --max-tokens 0")
+    one_line_error(
+        run(
+            "train",
+            "--preset",
+            "quick",
+            "--batch-size",
+            "16",
+            "--data",
+            str(data),
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ),
+        "--batch-size 16 would be ignored: the quick preset cuts batches by tokens (max_tokens 1500); "
+        "add --max-tokens 0",
+    )
     assert not (tmp_path / "run").exists()
     # given with --max-tokens, it sizes the validation batches: accepted
-    both = run("train", "--preset", "quick", "--batch-size", "16", "--max-tokens", "300", "--time-budget", "0",
-               "--epochs", "1", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2", "--data", str(data),
-               "--no-progress", "--threads", "1", "--out", str(tmp_path / "both"))
+    both = run(
+        "train",
+        "--preset",
+        "quick",
+        "--batch-size",
+        "16",
+        "--max-tokens",
+        "300",
+        "--time-budget",
+        "0",
+        "--epochs",
+        "1",
+        "--d-model",
+        "16",
+        "--d-ff",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--data",
+        str(data),
+        "--no-progress",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path / "both"),
+    )
     assert both.returncode == 0, both.stderr

@@ -53,8 +53,9 @@ def test_feed_forward_values_and_gradients():
     ffn.zero_grad()
     ffn.forward(x, training=False)
     dx = ffn.backward(w)
-    check_against_numeric(lambda: float(np.sum(ffn.forward(x) * w)),
-                          {"x": (x, dx), **parameter_items(ffn, grads_of(ffn))})
+    check_against_numeric(
+        lambda: float(np.sum(ffn.forward(x) * w)), {"x": (x, dx), **parameter_items(ffn, grads_of(ffn))}
+    )
 
 
 def test_feed_forward_training_dropout_gradients():
@@ -86,8 +87,9 @@ def test_feed_forward_training_dropout_gradients():
     mask = np.where(h > 0, hm / np.where(h > 0, h, 1.0), 0.0)  # 0 or 1/(1-rate) where relu is live
     mask = np.where(np.isclose(mask, 1 / (1 - rate)), 1 / (1 - rate), 0.0)
 
-    check_against_numeric(lambda: float(np.sum(ffn_reference(p, x, mask) * w)),
-                          {"x": (x, dx), **parameter_items(ffn, analytic)})
+    check_against_numeric(
+        lambda: float(np.sum(ffn_reference(p, x, mask) * w)), {"x": (x, dx), **parameter_items(ffn, analytic)}
+    )
     # inference mode: no dropout at all
     np.testing.assert_allclose(ffn.forward(x, training=False), ffn_reference(p, x), rtol=0, atol=1e-13)
 
@@ -108,8 +110,9 @@ def test_encoder_layer_gradients(pre_norm):
     layer.forward(x, mask, training=True)
     dx = layer.backward(w)
     assert dx.shape == x.shape
-    check_against_numeric(lambda: float(np.sum(layer.forward(x, mask) * w)),
-                          {"x": (x, dx), **parameter_items(layer, grads_of(layer))})
+    check_against_numeric(
+        lambda: float(np.sum(layer.forward(x, mask) * w)), {"x": (x, dx), **parameter_items(layer, grads_of(layer))}
+    )
 
 
 @pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
@@ -133,8 +136,7 @@ def test_decoder_layer_gradients(pre_norm):
     dx, dmem = layer.backward(w)
     assert dx.shape == x.shape and dmem.shape == memory.shape
     assert not dmem[1, 3:].any() and not dmem[2, 4:].any()  # padded source rows are never read
-    check_against_numeric(loss, {"x": (x, dx), "memory": (memory, dmem),
-                                 **parameter_items(layer, grads_of(layer))})
+    check_against_numeric(loss, {"x": (x, dx), "memory": (memory, dmem), **parameter_items(layer, grads_of(layer))})
 
 
 # --- stacks -------------------------------------------------------------------------------------
@@ -193,16 +195,21 @@ def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
     return src, tgt
 
 
-@pytest.mark.parametrize("options", [
-    dict(n_layers=2),
-    dict(n_layers=1, pre_norm=True),
-    dict(n_layers=1, share_embeddings=True),
-    dict(n_layers=1, pre_norm=True, share_embeddings=True, layout="concatenated"),
-], ids=["post_norm_2_layers", "pre_norm", "shared_embeddings", "pre_norm_shared_concatenated"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(n_layers=2),
+        dict(n_layers=1, pre_norm=True),
+        dict(n_layers=1, share_embeddings=True),
+        dict(n_layers=1, pre_norm=True, share_embeddings=True, layout="concatenated"),
+    ],
+    ids=["post_norm_2_layers", "pre_norm", "shared_embeddings", "pre_norm_shared_concatenated"],
+)
 def test_transformer_gradients(options):
     rng = np.random.default_rng(6)
-    model = tc.Transformer(V, V + 2, d_model=D, n_heads=H, d_ff=FF, dropout=0.0, max_length=6, seed=8,
-                           dtype="float64", **options)
+    model = tc.Transformer(
+        V, V + 2, d_model=D, n_heads=H, d_ff=FF, dropout=0.0, max_length=6, seed=8, dtype="float64", **options
+    )
     randomise_parameters(model, 7)
     names = list(model.parameters())
     assert ("output.weight" in names) != bool(options.get("share_embeddings"))
@@ -229,8 +236,19 @@ def test_transformer_tied_padding_row_gradient():
     masked as a key and never a query there), so on a loss over real positions only its gradient is
     exactly the projection's — checked against central differences."""
     rng = np.random.default_rng(8)
-    model = tc.Transformer(V, V, d_model=D, n_layers=1, n_heads=H, d_ff=FF, dropout=0.0, max_length=6,
-                           share_embeddings=True, seed=9, dtype="float64")
+    model = tc.Transformer(
+        V,
+        V,
+        d_model=D,
+        n_layers=1,
+        n_heads=H,
+        d_ff=FF,
+        dropout=0.0,
+        max_length=6,
+        share_embeddings=True,
+        seed=9,
+        dtype="float64",
+    )
     randomise_parameters(model, 9)
     src, tgt = model_batch(rng, V, V)
     w = rng.standard_normal((3, 4, V)) * (tgt != 0)[..., None]
@@ -238,8 +256,9 @@ def test_transformer_tied_padding_row_gradient():
     model.forward(src, tgt)
     model.backward(w)
     emb = model.parameters()["decoder.embedding.weight"]
-    check_against_numeric(lambda: float(np.sum(model.forward(src, tgt) * w)),
-                          {"decoder.embedding.weight": (emb.value, emb.grad.copy())})
+    check_against_numeric(
+        lambda: float(np.sum(model.forward(src, tgt) * w)), {"decoder.embedding.weight": (emb.value, emb.grad.copy())}
+    )
 
 
 @pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
@@ -248,8 +267,19 @@ def test_transformer_gradients_with_training_dropout(pre_norm):
     before every forward replays the same masks: the finite differences then see the same
     function as the backward."""
     rng = np.random.default_rng(10)
-    model = tc.Transformer(V, V + 2, d_model=D, n_layers=1, n_heads=H, d_ff=FF, dropout=0.3, max_length=6,
-                           pre_norm=pre_norm, seed=11, dtype="float64")
+    model = tc.Transformer(
+        V,
+        V + 2,
+        d_model=D,
+        n_layers=1,
+        n_heads=H,
+        d_ff=FF,
+        dropout=0.3,
+        max_length=6,
+        pre_norm=pre_norm,
+        seed=11,
+        dtype="float64",
+    )
     randomise_parameters(model, 12)
     src, tgt = model_batch(rng)
     w = rng.standard_normal((3, 4, V + 2))
@@ -282,8 +312,7 @@ def _strided_float32(rng, shape):
     return wide[..., ::2]
 
 
-@pytest.mark.parametrize("kind", ["mha_self", "mha_cross", "feed_forward", "encoder_layer", "decoder_layer",
-                                  "decoder"])
+@pytest.mark.parametrize("kind", ["mha_self", "mha_cross", "feed_forward", "encoder_layer", "decoder_layer", "decoder"])
 def test_backward_after_forward_on_a_converted_input(kind):
     makers = {
         "mha_self": lambda: tc.MultiHeadAttention(D, H, seed=3, dtype="float64"),
@@ -349,17 +378,22 @@ def twin_models(seed, **options):
     """Two identical float64 models (same seed, same randomised parameters)."""
     models = []
     for _ in range(2):
-        m = tc.Transformer(V, V + 2, d_model=D, n_layers=1, n_heads=H, d_ff=FF, max_length=6, seed=seed,
-                           dtype="float64", **options)
+        m = tc.Transformer(
+            V, V + 2, d_model=D, n_layers=1, n_heads=H, d_ff=FF, max_length=6, seed=seed, dtype="float64", **options
+        )
         randomise_parameters(m, seed)
         models.append(m)
     return models
 
 
-@pytest.mark.parametrize("options,smoothing", [
-    (dict(), 0.1),
-    (dict(pre_norm=True, share_embeddings=True), 0.0),
-], ids=["post_norm_label_smoothing", "pre_norm_shared"])
+@pytest.mark.parametrize(
+    "options,smoothing",
+    [
+        (dict(), 0.1),
+        (dict(pre_norm=True, share_embeddings=True), 0.0),
+    ],
+    ids=["post_norm_label_smoothing", "pre_norm_shared"],
+)
 def test_train_step_gradient_matches_finite_differences(options, smoothing):
     """The gradient train_step applies is the derivative of the loss evaluate() reports."""
     rng = np.random.default_rng(11)

@@ -10,33 +10,46 @@ F, T = False, True
 
 
 def test_look_ahead_mask_matrix():
-    np.testing.assert_array_equal(tc.look_ahead_mask(4), [
-        [F, T, T, T],
-        [F, F, T, T],
-        [F, F, F, T],
-        [F, F, F, F],
-    ])
+    np.testing.assert_array_equal(
+        tc.look_ahead_mask(4),
+        [
+            [F, T, T, T],
+            [F, F, T, T],
+            [F, F, F, T],
+            [F, F, F, F],
+        ],
+    )
     assert tc.look_ahead_mask(1).tolist() == [[False]]
     assert tc.look_ahead_mask(3).dtype == bool
 
 
 def test_padding_mask_matrix():
-    np.testing.assert_array_equal(tc.padding_mask(np.array([[7, 3, 0, 0], [5, 0, 2, 0]])), [
-        [F, F, T, T],
-        [F, T, F, T],
-    ])
+    np.testing.assert_array_equal(
+        tc.padding_mask(np.array([[7, 3, 0, 0], [5, 0, 2, 0]])),
+        [
+            [F, F, T, T],
+            [F, T, F, T],
+        ],
+    )
 
 
 def test_decoder_self_attention_mask_is_the_union():
     tokens = np.array([[4, 9, 0], [2, 6, 8]])
-    np.testing.assert_array_equal(tc.decoder_self_attention_mask(tokens), [
-        [[F, T, T],   # sequence 0: position 2 is padding, so key 2 is blocked everywhere
-         [F, F, T],
-         [F, F, T]],
-        [[F, T, T],   # sequence 1: no padding, the look-ahead mask alone
-         [F, F, T],
-         [F, F, F]],
-    ])
+    np.testing.assert_array_equal(
+        tc.decoder_self_attention_mask(tokens),
+        [
+            [
+                [F, T, T],  # sequence 0: position 2 is padding, so key 2 is blocked everywhere
+                [F, F, T],
+                [F, F, T],
+            ],
+            [
+                [F, T, T],  # sequence 1: no padding, the look-ahead mask alone
+                [F, F, T],
+                [F, F, F],
+            ],
+        ],
+    )
     rng = np.random.default_rng(0)
     tok = rng.integers(0, 4, (5, 6))
     expected = tc.look_ahead_mask(6)[None] | tc.padding_mask(tok)[:, None, :]
@@ -60,8 +73,7 @@ def test_decoder_self_attention_mask_rejects_bad_tokens():
 
 
 def small_model(**kw):
-    options = dict(d_model=16, n_layers=2, n_heads=4, d_ff=24, dropout=0.0, max_length=16, seed=3,
-                   dtype="float64")
+    options = dict(d_model=16, n_layers=2, n_heads=4, d_ff=24, dropout=0.0, max_length=16, seed=3, dtype="float64")
     options.update(kw)
     return tc.Transformer(17, 19, **options)
 
@@ -75,12 +87,12 @@ def test_decoder_output_at_t_ignores_later_target_tokens(pre_norm):
     base = model.forward(src, tgt)
     for t in range(7):
         changed = tgt.copy()
-        changed[:, t + 1:] = rng.integers(1, 19, (3, 6 - t))
-        changed[0, t + 1:] = 0  # also: turning later tokens into padding changes nothing before them
+        changed[:, t + 1 :] = rng.integers(1, 19, (3, 6 - t))
+        changed[0, t + 1 :] = 0  # also: turning later tokens into padding changes nothing before them
         out = model.forward(src, changed)
-        np.testing.assert_allclose(out[:, :t + 1], base[:, :t + 1], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-12)
         if t < 6:
-            assert not np.allclose(out[:, t + 1:], base[:, t + 1:]), "later positions must see the change"
+            assert not np.allclose(out[:, t + 1 :], base[:, t + 1 :]), "later positions must see the change"
     # and position t does depend on token t (the mask is not shifted by one)
     changed = tgt.copy()
     changed[:, 2] = (tgt[:, 2] % 18) + 1
@@ -146,9 +158,14 @@ def test_model_attention_weights_respect_the_masks():
     tgt[1, 3:] = 0
     model.forward(src, tgt)
     weights = model.attention_weights()
-    assert set(weights) == {"encoder.layers.0.self_attention", "encoder.layers.1.self_attention",
-                            "decoder.layers.0.self_attention", "decoder.layers.1.self_attention",
-                            "decoder.layers.0.cross_attention", "decoder.layers.1.cross_attention"}
+    assert set(weights) == {
+        "encoder.layers.0.self_attention",
+        "encoder.layers.1.self_attention",
+        "decoder.layers.0.self_attention",
+        "decoder.layers.1.self_attention",
+        "decoder.layers.0.cross_attention",
+        "decoder.layers.1.cross_attention",
+    }
     enc = weights["encoder.layers.0.self_attention"]
     assert enc.shape == (2, 4, 5, 5)
     assert not enc[0, :, :, 3:].any()

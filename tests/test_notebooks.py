@@ -54,14 +54,18 @@ def test_notebook_runs(path: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: 
     # (content differs: timings, random draws). Rerun tools/execute_notebooks.py after editing.
     committed = nbformat.read(path, as_version=4)
     fresh, saved = execute_notebooks.output_kinds(nb), execute_notebooks.output_kinds(committed)
-    assert len(saved) == len(fresh), f"{path.name}: committed with {len(saved)} code cells, the notebook has {len(fresh)}"
+    assert len(saved) == len(fresh), (
+        f"{path.name}: committed with {len(saved)} code cells, the notebook has {len(fresh)}"
+    )
     for i, (want, got) in enumerate(zip(fresh, saved)):
         # stderr (warnings, text progress bars) and widgets (progress bars with ipywidgets
         # installed) depend on the environment, not on the notebook
         want = {k for k in want if k != "stream:stderr" and "widget" not in k}
         got = {k for k in got if k != "stream:stderr" and "widget" not in k}
-        assert got == want, (f"{path.name}: code cell {i + 1} was committed with outputs {sorted(got)}, a fresh run "
-                             f"gives {sorted(want)}; run python tools/execute_notebooks.py")
+        assert got == want, (
+            f"{path.name}: code cell {i + 1} was committed with outputs {sorted(got)}, a fresh run "
+            f"gives {sorted(want)}; run python tools/execute_notebooks.py"
+        )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

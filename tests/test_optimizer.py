@@ -18,10 +18,11 @@ from transformer_cpp.optim import Adam
 
 def test_warmup_learning_rate_formula():
     for step in (1, 10, 3999, 4000, 4001, 100000):
-        ref = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+        ref = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
         assert warmup_learning_rate(step, 512) == pytest.approx(ref, rel=1e-15)
     assert warmup_learning_rate(50, 128, warmup=100, scale=2.0) == pytest.approx(
-        2.0 * 128 ** -0.5 * 50 * 100 ** -1.5, rel=1e-15)
+        2.0 * 128**-0.5 * 50 * 100**-1.5, rel=1e-15
+    )
     # linear rise to the peak at step == warmup, then decay
     lrs = [warmup_learning_rate(s, 64, warmup=20) for s in range(1, 60)]
     assert int(np.argmax(lrs)) + 1 == 20
@@ -79,8 +80,9 @@ def test_adam_matches_torch(dtype, rtol, atol):
     assert list(state) == [f"{k}.{s}" for k in params for s in ("m", "v")]
     for name, tp in zip(params, tparams):
         np.testing.assert_allclose(state[name + ".m"], topt.state[tp]["exp_avg"].numpy(), rtol=rtol * 10, atol=atol)
-        np.testing.assert_allclose(state[name + ".v"], topt.state[tp]["exp_avg_sq"].numpy(), rtol=rtol * 10,
-                                   atol=atol * atol)
+        np.testing.assert_allclose(
+            state[name + ".v"], topt.state[tp]["exp_avg_sq"].numpy(), rtol=rtol * 10, atol=atol * atol
+        )
 
 
 def test_adam_large_parameter_matches_torch():
@@ -114,7 +116,7 @@ def test_adam_step_count_drives_bias_correction():
     for k, p in params.items():
         m = 0.2 * grads[k]
         v = 0.1 * grads[k] ** 2
-        ref = before[k] - 0.01 / (1 - 0.8 ** 101) * m / (np.sqrt(v) / np.sqrt(1 - 0.9 ** 101) + 1e-8)
+        ref = before[k] - 0.01 / (1 - 0.8**101) * m / (np.sqrt(v) / np.sqrt(1 - 0.9**101) + 1e-8)
         np.testing.assert_allclose(p.value, ref, rtol=1e-14, atol=1e-16)
     opt.reset_state()
     assert opt.step_count == 0
@@ -166,7 +168,7 @@ def test_clip_grad_norm_is_global():
     for p in params.values():
         p.grad[...] = rng.standard_normal(p.value.shape)
     grads = [p.grad.copy() for p in params.values()]
-    norm = np.sqrt(sum((g ** 2).sum() for g in grads))
+    norm = np.sqrt(sum((g**2).sum() for g in grads))
     tgrads = [torch.from_numpy(g.copy()) for g in grads]
     tparams = [torch.zeros(g.shape, dtype=torch.float64, requires_grad=True) for g in grads]
     for tp, g in zip(tparams, tgrads):

@@ -271,10 +271,19 @@ def test_mask_plot() -> None:
 
 
 HISTORY = {
-    "batch": {"step": [1, 2, 3, 4, 5, 6], "loss": [5.0, 4.0, 3.5, 3.0, 2.8, 2.5],
-              "accuracy": [0.1, 0.2, 0.25, 0.3, 0.33, 0.4], "lr": [1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4]},
-    "epoch": {"epoch": [1, 2], "loss": [4.2, 2.8], "accuracy": [0.2, 0.35],
-              "val_loss": [3.9, 3.0], "val_accuracy": [0.22, 0.3]},
+    "batch": {
+        "step": [1, 2, 3, 4, 5, 6],
+        "loss": [5.0, 4.0, 3.5, 3.0, 2.8, 2.5],
+        "accuracy": [0.1, 0.2, 0.25, 0.3, 0.33, 0.4],
+        "lr": [1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4],
+    },
+    "epoch": {
+        "epoch": [1, 2],
+        "loss": [4.2, 2.8],
+        "accuracy": [0.2, 0.35],
+        "val_loss": [3.9, 3.0],
+        "val_accuracy": [0.22, 0.3],
+    },
 }
 
 
@@ -356,7 +365,11 @@ def test_cli_figures(tmp_path) -> None:
     env = dict(os.environ, MPLBACKEND="Agg")
     result = subprocess.run(
         [sys.executable, "-m", "transformer_cpp", "figures", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     pngs = sorted(out.glob("*.png"))

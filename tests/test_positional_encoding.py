@@ -199,7 +199,10 @@ def test_version_command_prints_build_info() -> None:
     env = dict(os.environ, MPLBACKEND="Agg")
     result = subprocess.run(
         [sys.executable, "-m", "transformer_cpp", "--version"],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout

@@ -16,8 +16,7 @@ from transformer_cpp.translate import Translator
 
 START, END = 1, 2
 HAVE = {c: kernels.have_compute_type(c) for c in ("int8", "bf16")}
-needs = {c: pytest.mark.skipif(not HAVE[c], reason=f"{c}: {kernels.compute_type_unsupported_reason(c)}")
-         for c in HAVE}
+needs = {c: pytest.mark.skipif(not HAVE[c], reason=f"{c}: {kernels.compute_type_unsupported_reason(c)}") for c in HAVE}
 LOW = [pytest.param("int8", marks=needs["int8"]), pytest.param("bf16", marks=needs["bf16"])]
 
 # (R, N, K): odd sizes, a partial last panel (N % 32), K not a multiple of the word (4 int8, 2 bf16
@@ -57,8 +56,9 @@ def test_int8_reference_is_the_stated_rounding(shape):
     ref = kernels.quantized_linear(x, W, b, "int8", "reference")
     np.testing.assert_allclose(ref, expected, rtol=0, atol=1e-6 * _magnitude(x, W, b).max())
     # the weight the kernel multiplies with: the codes times their scale
-    np.testing.assert_array_equal(kernels.quantized_linear(x, W, b, "int8", "weight"),
-                                  (wq * ws[:, None]).astype(np.float32))
+    np.testing.assert_array_equal(
+        kernels.quantized_linear(x, W, b, "int8", "weight"), (wq * ws[:, None]).astype(np.float32)
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -126,8 +126,9 @@ def test_kernel_function_checks_its_arguments():
 
 
 def _model(pre_norm=False, seed=4):
-    return tc.Transformer(60, 53, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_length=10, seed=seed,
-                          pre_norm=pre_norm)
+    return tc.Transformer(
+        60, 53, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_length=10, seed=seed, pre_norm=pre_norm
+    )
 
 
 def _src(n=6, seed=5):
@@ -172,7 +173,7 @@ def test_low_precision_greedy_is_beam_one_and_independent_of_the_batch(compute_t
         row = [int(v) for v in out[b] if v != 0]
         assert row == [int(v) for v in hyps[b][0][0]]
         # rows are quantised one by one: a sentence decodes the same alone as in a batch
-        alone = m.greedy_decode(src[b:b + 1], START, END, 9, compute_type=compute_type)
+        alone = m.greedy_decode(src[b : b + 1], START, END, 9, compute_type=compute_type)
         assert [int(v) for v in alone[0] if v != 0] == row
 
 
@@ -192,8 +193,10 @@ def test_low_precision_weights_follow_changes_and_compute_type_switches(compute_
     fresh = _model(seed=999)
     for name, p in fresh.parameters().items():
         p.value[...] = m.parameters()[name].value
-    np.testing.assert_array_equal(m.greedy_decode(src, START, END, 8, compute_type=compute_type),
-                                  fresh.greedy_decode(src, START, END, 8, compute_type=compute_type))
+    np.testing.assert_array_equal(
+        m.greedy_decode(src, START, END, 8, compute_type=compute_type),
+        fresh.greedy_decode(src, START, END, 8, compute_type=compute_type),
+    )
 
 
 def test_decoders_refuse_bad_compute_types():
@@ -260,7 +263,9 @@ def test_translator_compute_type(compute_type):
 
 
 def test_translator_refuses_bad_compute_types():
-    with pytest.raises(ValueError, match=r"Translator: compute_type must be one of 'float32', 'int8', 'bf16', got 'fp16'"):
+    with pytest.raises(
+        ValueError, match=r"Translator: compute_type must be one of 'float32', 'int8', 'bf16', got 'fp16'"
+    ):
         _translator("fp16")
     t = _translator()
     with pytest.raises(TypeError, match="Translator: compute_type must be a str"):
@@ -270,8 +275,9 @@ def test_translator_refuses_bad_compute_types():
 
 def _run_cli(*args, env_extra=None, timeout=600):
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 @needs["int8"]
@@ -281,9 +287,36 @@ def test_command_line_compute_type(tmp_path):
 
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=250)
     run_dir = tmp_path / "run"
-    r = _run_cli("train", "--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-                 "--batch-size", "32", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1",
-                 "--num-samples", "200", "--data", str(data), "--epochs", "1", "--out", str(run_dir))
+    r = _run_cli(
+        "train",
+        "--preset",
+        "tiny",
+        "--d-model",
+        "32",
+        "--d-ff",
+        "64",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--batch-size",
+        "32",
+        "--warmup",
+        "20",
+        "--vocab-size",
+        "300",
+        "--no-progress",
+        "--threads",
+        "1",
+        "--num-samples",
+        "200",
+        "--data",
+        str(data),
+        "--epochs",
+        "1",
+        "--out",
+        str(run_dir),
+    )
     assert r.returncode == 0, r.stderr
     outputs = {}
     for ct in ("float32", "int8", "bf16"):
@@ -291,20 +324,42 @@ def test_command_line_compute_type(tmp_path):
         assert r.returncode == 0, r.stderr
         outputs[ct] = r.stdout.splitlines()
         assert len(outputs[ct]) == 2
-    r = _run_cli("evaluate", "--model", str(run_dir), "--data", str(data), "--compute-type", "int8", "--limit", "10",
-                 "--beam-size", "2")
+    r = _run_cli(
+        "evaluate",
+        "--model",
+        str(run_dir),
+        "--data",
+        str(data),
+        "--compute-type",
+        "int8",
+        "--limit",
+        "10",
+        "--beam-size",
+        "2",
+    )
     assert r.returncode == 0, r.stderr
     assert "BLEU" in r.stdout and "beam size 2, compute type int8" in r.stdout
     # where the CPU lacks VNNI: one clear line, no traceback
-    r = _run_cli("translate", "--model", str(run_dir), "--compute-type", "int8", "The cat.",
-                 env_extra={"TRANSFORMER_CPP_DISABLE_INT8": "1"})
+    r = _run_cli(
+        "translate",
+        "--model",
+        str(run_dir),
+        "--compute-type",
+        "int8",
+        "The cat.",
+        env_extra={"TRANSFORMER_CPP_DISABLE_INT8": "1"},
+    )
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "compute_type 'int8' is not available" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_command_line_refuses_an_unknown_compute_type():
-    r = subprocess.run([sys.executable, "-m", "transformer_cpp", "translate", "--model", "nowhere",
-                        "--compute-type", "fp8", "hello"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", "translate", "--model", "nowhere", "--compute-type", "fp8", "hello"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0
     assert "--compute-type: invalid choice: 'fp8' (choose from 'float32', 'int8', 'bf16')" in r.stderr
 
@@ -337,8 +392,10 @@ def test_a_write_through_a_released_view_is_seen(compute_type, batch):
     fresh = _model(seed=999)
     for name, p in fresh.parameters().items():
         p.value[...] = m.parameters()[name].value
-    np.testing.assert_array_equal(m.greedy_decode(src, START, END, 8, compute_type=compute_type),
-                                  fresh.greedy_decode(src, START, END, 8, compute_type=compute_type))
+    np.testing.assert_array_equal(
+        m.greedy_decode(src, START, END, 8, compute_type=compute_type),
+        fresh.greedy_decode(src, START, END, 8, compute_type=compute_type),
+    )
 
 
 @pytest.mark.parametrize("compute_type", ["float32", *LOW])

@@ -23,8 +23,9 @@ from toy_task import one_thread, reversal_pairs, tiny_model, tok, write_tatoeba_
 def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("TRANSFORMER_CPP_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 # ------------------------------------------------------------------------------------ splitting
@@ -126,8 +127,9 @@ def test_token_batches_respect_the_budget(tok):
     longest = np.maximum(enc.src_lengths, enc.tgt_lengths)
     for idx in plan:
         assert len(idx) * longest[idx].max() <= 60 or len(idx) == 1
-    assert [len(p) for p in plan] != [len(p) for p in tdata.batch_plan(enc, max_tokens=60, seed=0, epoch=3)] or \
-        not all(np.array_equal(x, y) for x, y in zip(plan, tdata.batch_plan(enc, max_tokens=60, seed=0, epoch=3)))
+    assert [len(p) for p in plan] != [len(p) for p in tdata.batch_plan(enc, max_tokens=60, seed=0, epoch=3)] or not all(
+        np.array_equal(x, y) for x, y in zip(plan, tdata.batch_plan(enc, max_tokens=60, seed=0, epoch=3))
+    )
     # padding stays small: batches hold sentences of similar length
     padded = sum(len(idx) * longest[idx].max() for idx in plan)
     assert padded <= 1.2 * longest.sum()
@@ -158,8 +160,9 @@ def test_fifty_word_sentence_translates_and_matches_forward(tok):
     src = np.array([tok.encode(" ".join(["c"] * 50))])
     tgt = np.array([[tok.start_id] + [tok.encode("a", add_special_tokens=False)[0]] * 60])
     np.testing.assert_allclose(small.forward(src, tgt), big.forward(src, tgt), rtol=1e-5, atol=1e-5)
-    assert np.array_equal(small.greedy_decode(src, tok.start_id, tok.end_id, 80),
-                          big.greedy_decode(src, tok.start_id, tok.end_id, 80))
+    assert np.array_equal(
+        small.greedy_decode(src, tok.start_id, tok.end_id, 80), big.greedy_decode(src, tok.start_id, tok.end_id, 80)
+    )
 
 
 # ------------------------------------------------------------------------------------ training helpers
@@ -169,20 +172,37 @@ def reversal_trainer(tok, out, config, n=2100):
     src, tgt = reversal_pairs(n, seed=1)
     train = tdata.encode_pairs(src[:2000], tgt[:2000], tok, tok, None)
     valid = tdata.encode_pairs(src[2000:], tgt[2000:], tok, tok, None)
-    return Trainer(tiny_model(tok, dropout=0.0), train, valid, config, src_tokenizer=tok, tgt_tokenizer=tok,
-                   checkpoint_dir=out, data_info={"src_lang": None, "tgt_lang": None})
+    return Trainer(
+        tiny_model(tok, dropout=0.0),
+        train,
+        valid,
+        config,
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=out,
+        data_info={"src_lang": None, "tgt_lang": None},
+    )
 
 
 def test_validation_bleu_best_pointer_and_averaging(tok, tmp_path):
-    config = TrainConfig(epochs=6, batch_size=32, warmup=100, lr_scale=1.0, progress=False, val_bleu_sentences=60,
-                         average_last=3, keep_checkpoints=2)
+    config = TrainConfig(
+        epochs=6,
+        batch_size=32,
+        warmup=100,
+        lr_scale=1.0,
+        progress=False,
+        val_bleu_sentences=60,
+        average_last=3,
+        keep_checkpoints=2,
+    )
     trainer = reversal_trainer(tok, tmp_path / "run", config)
     history = trainer.fit()
     bleus = history["epoch"]["val_bleu"]
     assert len(bleus) == 6 and max(bleus) > 50  # the reversal task is being learned
     # BLEU is sacrebleu's on the decoded validation pairs
-    assert bleus[-1] == pytest.approx(bleu_of_encoded(load_checkpoint(tmp_path / "run" / "epoch-0006").model,
-                                                      trainer.valid_data, tok, 60))
+    assert bleus[-1] == pytest.approx(
+        bleu_of_encoded(load_checkpoint(tmp_path / "run" / "epoch-0006").model, trainer.valid_data, tok, 60)
+    )
     # the best checkpoint survives pruning, whatever its age; the pointer names it
     best = best_checkpoint(tmp_path / "run")
     assert best is not None and (best / "config.json").is_file()
@@ -194,8 +214,9 @@ def test_validation_bleu_best_pointer_and_averaging(tok, tmp_path):
 
 
 def test_average_checkpoints_is_the_mean_and_translates(tok, tmp_path):
-    config = TrainConfig(epochs=3, batch_size=64, warmup=30, lr_scale=1.0, progress=False, val_bleu_sentences=0,
-                         keep_checkpoints=0)
+    config = TrainConfig(
+        epochs=3, batch_size=64, warmup=30, lr_scale=1.0, progress=False, val_bleu_sentences=0, keep_checkpoints=0
+    )
     reversal_trainer(tok, tmp_path / "run", config).fit()
     paths = list_checkpoints(tmp_path / "run")
     assert len(paths) == 3
@@ -217,8 +238,15 @@ def test_average_checkpoints_is_the_mean_and_translates(tok, tmp_path):
 
 def test_time_budget_stops_on_time_with_a_checkpoint(tok, tmp_path):
     budget_minutes = 0.05  # 3 seconds
-    config = TrainConfig(epochs=10_000, batch_size=8, warmup=10, progress=False, time_budget=budget_minutes,
-                         decay=True, val_bleu_sentences=20)
+    config = TrainConfig(
+        epochs=10_000,
+        batch_size=8,
+        warmup=10,
+        progress=False,
+        time_budget=budget_minutes,
+        decay=True,
+        val_bleu_sentences=20,
+    )
     trainer = reversal_trainer(tok, tmp_path / "run", config)
     t0 = time.perf_counter()
     trainer.fit()
@@ -248,9 +276,31 @@ def test_time_budget_stops_on_time_with_a_checkpoint(tok, tmp_path):
 def cli_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("recipe")
     data = write_tatoeba_file(root / "pairs.txt", n=600)
-    args = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-            "--max-tokens", "400", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1",
-            "--data", str(data), "--out", str(root / "run")]
+    args = [
+        "--preset",
+        "tiny",
+        "--d-model",
+        "32",
+        "--d-ff",
+        "64",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--max-tokens",
+        "400",
+        "--warmup",
+        "20",
+        "--vocab-size",
+        "300",
+        "--no-progress",
+        "--threads",
+        "1",
+        "--data",
+        str(data),
+        "--out",
+        str(root / "run"),
+    ]
     result = run_cli("train", *args, "--epochs", "2")
     assert result.returncode == 0, result.stderr
     return root, data, args, result
@@ -281,11 +331,25 @@ def test_evaluate_on_a_pairs_file_equals_sacrebleu(cli_run, tmp_path):
 
     root, _, _, _ = cli_run
     pairs = tmp_path / "new.txt"
-    pairs.write_text("The cat and the dog.\tEl gato y el perro.\tCC-BY\nThe tree and the car.\tEl árbol y el coche.\n"
-                     "The bird and the book.\tEl pájaro y el libro.\n", encoding="utf-8")
+    pairs.write_text(
+        "The cat and the dog.\tEl gato y el perro.\tCC-BY\nThe tree and the car.\tEl árbol y el coche.\n"
+        "The bird and the book.\tEl pájaro y el libro.\n",
+        encoding="utf-8",
+    )
     hyps = tmp_path / "hyps.txt"
-    result = run_cli("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--output", str(hyps),
-                     "--beam-size", "2", "--batch-size", "2")
+    result = run_cli(
+        "evaluate",
+        "--model",
+        str(root / "run"),
+        "--pairs",
+        str(pairs),
+        "--output",
+        str(hyps),
+        "--beam-size",
+        "2",
+        "--batch-size",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
     outputs = hyps.read_text(encoding="utf-8").splitlines()
     refs = ["El gato y el perro.", "El árbol y el coche.", "El pájaro y el libro."]
@@ -302,8 +366,15 @@ def test_validation_bleu_subset_is_spread_over_the_whole_split():
     rows = [[1, 10 + i, 20 + i, 30 + i, 40 + i, 50 + i, 2] for i in range(n)]
     ids = np.array(rows, dtype=np.int64)
     lengths = np.full(n, 7, dtype=np.int64)
-    encoded = tdata.EncodedPairs(src=ids, tgt=ids.copy(), src_lengths=lengths, tgt_lengths=lengths.copy(),
-                                 indices=np.arange(n), removed=0, max_length=None)
+    encoded = tdata.EncodedPairs(
+        src=ids,
+        tgt=ids.copy(),
+        src_lengths=lengths,
+        tgt_lengths=lengths.copy(),
+        indices=np.arange(n),
+        removed=0,
+        max_length=None,
+    )
     seen = []
 
     class EchoModel:

@@ -40,8 +40,12 @@ def translator(tok):
     """A model trained to reverse sequences of a-f (about a second of training)."""
     src, tgt = reversal_pairs(2000, seed=0)
     model = tiny_model(tok)
-    Trainer(model, tc.encode_pairs(src, tgt, tok, tok, 8), None,
-            TrainConfig(epochs=20, batch_size=32, warmup=100, lr_scale=1.0, progress=False)).fit()
+    Trainer(
+        model,
+        tc.encode_pairs(src, tgt, tok, tok, 8),
+        None,
+        TrainConfig(epochs=20, batch_size=32, warmup=100, lr_scale=1.0, progress=False),
+    ).fit()
     return Translator(model, tok, tok)
 
 
@@ -85,15 +89,16 @@ def test_batcher_gathers_requests_and_answers_each_with_its_own(translator, monk
 
     monkeypatch.setattr(serve, "decode_items", recording)
     texts = reversal_pairs(40, seed=5)[0]
-    jobs = [(texts[i:i + 1 + i % 3], 1 + i % 2) for i in range(0, 40, 3)]  # 1-3 sentences, beam 1 or 2
+    jobs = [(texts[i : i + 1 + i % 3], 1 + i % 2) for i in range(0, 40, 3)]  # 1-3 sentences, beam 1 or 2
     expected = {b: dict(zip(texts, offline(translator, texts, b))) for b in (1, 2)}
     config = serve.ServeConfig(max_batch=4, max_wait_ms=50)
 
     async def main():
         batcher = serve.Batcher(translator, config)
         batcher.start()
-        answers = await asyncio.gather(*(
-            batcher.submit([serve.encode_text(translator, t) for t in ts], beam_size=b) for ts, b in jobs))
+        answers = await asyncio.gather(
+            *(batcher.submit([serve.encode_text(translator, t) for t in ts], beam_size=b) for ts, b in jobs)
+        )
         await batcher.close()
         return answers, batcher.stats
 
@@ -109,8 +114,14 @@ def test_batcher_gathers_requests_and_answers_each_with_its_own(translator, monk
 
 
 def test_serve_config_rejects_bad_settings():
-    for bad in (dict(max_batch=0), dict(max_wait_ms=-1), dict(max_texts=True), dict(beam_size=9, max_beam_size=8),
-                dict(max_wait_ms=float("nan")), dict(max_queue=1.5)):
+    for bad in (
+        dict(max_batch=0),
+        dict(max_wait_ms=-1),
+        dict(max_texts=True),
+        dict(beam_size=9, max_beam_size=8),
+        dict(max_wait_ms=float("nan")),
+        dict(max_queue=1.5),
+    ):
         with pytest.raises(ValueError, match="ServeConfig"):
             serve.ServeConfig(**bad)
 
@@ -221,9 +232,11 @@ def test_bad_request_gets_a_json_error_and_the_next_request_is_served(client, tr
 
 def test_oversized_body_without_content_length_is_refused(client):
     """A chunked body (no Content-Length) is counted while it is read."""
+
     def chunks():
         for _ in range(100):
             yield b" " * 4096
+
     r = client.post("/translate", content=chunks(), headers=JSON)
     assert r.status_code == 413 and "bytes" in r.json()["error"]
     assert client.post("/translate", json={"text": "b a"}).json()["translations"][0]["text"] == "a b"
@@ -280,10 +293,17 @@ def test_health_info_openapi_and_page(client, translator):
     info = client.get("/info").json()
     assert info["version"] == tc.__version__
     assert info["model"] == translator.model.config
-    assert info["vocab_sizes"] == {"source": translator.src_tokenizer.vocab_size,
-                                   "target": translator.tgt_tokenizer.vocab_size}
-    assert info["limits"] == {"max_request_bytes": 65536, "max_texts": 64, "max_chars": 1000, "max_beam_size": 8,
-                              "max_queue": 1024}
+    assert info["vocab_sizes"] == {
+        "source": translator.src_tokenizer.vocab_size,
+        "target": translator.tgt_tokenizer.vocab_size,
+    }
+    assert info["limits"] == {
+        "max_request_bytes": 65536,
+        "max_texts": 64,
+        "max_chars": 1000,
+        "max_beam_size": 8,
+        "max_queue": 1024,
+    }
     assert info["batching"] == {"max_batch": 32, "max_wait_ms": 5.0}
     schema = client.get("/openapi.json").json()
     post = schema["paths"]["/translate"]["post"]
@@ -361,8 +381,10 @@ def test_background_server_connections_have_nagle_off(translator, monkeypatch, l
             servers.append(self)
 
     monkeypatch.setattr(uvicorn, "Server", Recording)
-    with serve.background_server(serve.create_app(translator), HOST, 0, loop=loop) as url, \
-            httpx.Client(base_url=url, timeout=30) as c:
+    with (
+        serve.background_server(serve.create_app(translator), HOST, 0, loop=loop) as url,
+        httpx.Client(base_url=url, timeout=30) as c,
+    ):
         assert c.get("/health").status_code == 200  # the keep-alive connection stays open
         connections = list(servers[0].server_state.connections)
         assert connections
@@ -377,8 +399,21 @@ def test_background_server_connections_have_nagle_off(translator, monkeypatch, l
 def test_serve_command_line_options():
     from transformer_cpp import cli
 
-    args = cli.build_parser().parse_args(["serve", "--model", "runs/x", "--max-batch", "1", "--max-wait-ms", "0",
-                                          "--beam-size", "12", "--max-chars", "50"])
+    args = cli.build_parser().parse_args(
+        [
+            "serve",
+            "--model",
+            "runs/x",
+            "--max-batch",
+            "1",
+            "--max-wait-ms",
+            "0",
+            "--beam-size",
+            "12",
+            "--max-chars",
+            "50",
+        ]
+    )
     cfg = serve.config_from_args(args)
     assert (args.host, args.port) == ("127.0.0.1", 8000)
     assert cfg.max_batch == 1 and cfg.max_wait_ms == 0 and cfg.beam_size == 12 and cfg.max_beam_size == 12
@@ -390,9 +425,25 @@ def test_serve_command_line_options():
 
 def _start_server(model_dir: Path, *extra: str) -> "tuple[subprocess.Popen, str]":
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_cpp", "serve", "--model", str(model_dir),
-                             "--port", "0", "--threads", "1", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "serve",
+            "--model",
+            str(model_dir),
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -468,10 +519,16 @@ def test_bench_serving_section_structure():
         assert 0 < e["latency_ms_p50"] <= e["latency_ms_p99"]
         assert 1 <= e["mean_batch"] <= max_batch
     assert r["modes"]["one_at_a_time"]["mean_batch"] == 1
-    assert r["ratio"] == pytest.approx(r["modes"]["batching"]["requests_per_s"]
-                                       / r["modes"]["one_at_a_time"]["requests_per_s"])
+    assert r["ratio"] == pytest.approx(
+        r["modes"]["batching"]["requests_per_s"] / r["modes"]["one_at_a_time"]["requests_per_s"]
+    )
     targets = {t["key"]: t for t in bench.evaluate_targets({"serving": r})}
     assert targets["serving_batching"]["target"] == bench.TARGET_SERVING_RATIO
-    results = {"machine": {"cpu": "x", "cores": 2}, "quick": True, "threads": 1, "serving": r,
-               "targets": list(targets.values())}
+    results = {
+        "machine": {"cpu": "x", "cores": 2},
+        "quick": True,
+        "threads": 1,
+        "serving": r,
+        "targets": list(targets.values()),
+    }
     assert "5. Serving over HTTP" in bench.format_report(results)

@@ -41,13 +41,22 @@ def browser():
     chrome = _find(_BROWSERS, "CHROME_BINARY")
     driver_path = _find(("chromedriver",), "CHROMEDRIVER")
     if chrome is None or driver_path is None:
-        pytest.fail("the browser test needs Chromium and chromedriver on PATH (Debian: apt-get install chromium "
-                    "chromium-driver; or set CHROME_BINARY and CHROMEDRIVER)")
+        pytest.fail(
+            "the browser test needs Chromium and chromedriver on PATH (Debian: apt-get install chromium "
+            "chromium-driver; or set CHROME_BINARY and CHROMEDRIVER)"
+        )
     os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download anything
     options = webdriver.ChromeOptions()
     options.binary_location = chrome
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-extensions", "--no-first-run", "--window-size=1200,900"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-extensions",
+        "--no-first-run",
+        "--window-size=1200,900",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     driver.set_page_load_timeout(60)

@@ -56,9 +56,13 @@ def test_softmax_matches_numpy(dtype, tol):
 
 
 def test_softmax_is_stable_and_handles_masked_rows():
-    x = np.array([[1000.0, 1001.0, 999.0],              # large logits: no overflow
-                  [-np.inf, 0.0, -np.inf],              # partly masked
-                  [-np.inf, -np.inf, -np.inf]])         # fully masked: zeros, not NaN
+    x = np.array(
+        [
+            [1000.0, 1001.0, 999.0],  # large logits: no overflow
+            [-np.inf, 0.0, -np.inf],  # partly masked
+            [-np.inf, -np.inf, -np.inf],
+        ]
+    )  # fully masked: zeros, not NaN
     for dtype in (np.float32, np.float64):
         y = softmax(x.astype(dtype))
         assert np.isfinite(y).all()
@@ -125,8 +129,9 @@ def test_cross_entropy_matches_numpy(eps):
 def test_cross_entropy_matches_torch(eps):
     logits, targets = random_problem((8, 30), 700, seed=5)  # 168,000 logits: parallel path
     lt = torch.from_numpy(logits).requires_grad_(True)
-    ref = torch.nn.functional.cross_entropy(lt.reshape(-1, 700), torch.from_numpy(targets).reshape(-1),
-                                            ignore_index=0, label_smoothing=eps)
+    ref = torch.nn.functional.cross_entropy(
+        lt.reshape(-1, 700), torch.from_numpy(targets).reshape(-1), ignore_index=0, label_smoothing=eps
+    )
     ref.backward()
     loss, dlogits = masked_cross_entropy(logits, targets, label_smoothing=eps)
     assert loss == pytest.approx(ref.item(), rel=1e-12)

@@ -81,7 +81,7 @@ def _runtime_signature(name: str, fn: object) -> Optional[Signature]:
     first = doc.splitlines()[0] if doc else ""
     if "Overloaded function" in doc or not first.startswith(name + "("):
         return None
-    inner = first[len(name) + 1:first.rindex(") ->")]
+    inner = first[len(name) + 1 : first.rindex(") ->")]
     return [(arg.split(":")[0].split("=")[0].strip(), "=" in arg) for arg in _split_top_level(inner)]
 
 
@@ -103,8 +103,10 @@ def test_module_names_match():
     stub, runtime = _stub_top(), _runtime_top()
     missing = sorted(set(runtime) - set(stub))
     extra = sorted(set(stub) - set(runtime))
-    assert not missing and not extra, (f"_core.pyi lacks {missing} and names {extra}, which the compiled "
-                                       "module does not have: update the stub with the bindings")
+    assert not missing and not extra, (
+        f"_core.pyi lacks {missing} and names {extra}, which the compiled "
+        "module does not have: update the stub with the bindings"
+    )
     for name, obj in runtime.items():
         is_class = isinstance(obj, type)
         assert isinstance(stub[name], ast.ClassDef) == is_class, f"{name}: a {'class' if is_class else 'function'}"
@@ -130,8 +132,11 @@ def test_class_matches(name):
         assert [ast.unparse(b) for b in node.bases] == [b.__name__ for b in cls.__bases__]
         return
     # a class without constructor gets a C slot __init__ that raises "No constructor defined!"
-    members = {n: v for n, v in vars(cls).items()
-               if n not in _PYBIND_INTERNALS and not isinstance(v, types.WrapperDescriptorType)}
+    members = {
+        n: v
+        for n, v in vars(cls).items()
+        if n not in _PYBIND_INTERNALS and not isinstance(v, types.WrapperDescriptorType)
+    }
     defs: Dict[str, List[ast.FunctionDef]] = {}
     for item in node.body:
         if isinstance(item, ast.FunctionDef):
@@ -145,7 +150,8 @@ def test_class_matches(name):
             assert "property" in decorators, f"{name}.{member} is a property"
             settable = value.fset is not None
             assert (f"{member}.setter" in decorators) == settable, (
-                f"{name}.{member} is {'settable' if settable else 'read-only'} in the compiled module")
+                f"{name}.{member} is {'settable' if settable else 'read-only'} in the compiled module"
+            )
         else:
             assert "property" not in decorators and len(defs[member]) == 1, f"{name}.{member} is a method"
             _check_signature(f"{name}.{member}", value, defs[member][0], problems)
@@ -163,4 +169,6 @@ def test_the_checks_see_a_change():
     _check_signature("Linear_float32.forward", fn, renamed, problems)
     assert problems and "inputs" in problems[0]
     assert _split_top_level("a: dict[str, int] = {'x': 1, 'y': 2}, b: str = 'p,q'") == [
-        "a: dict[str, int] = {'x': 1, 'y': 2}", " b: str = 'p,q'"]
+        "a: dict[str, int] = {'x': 1, 'y': 2}",
+        " b: str = 'p,q'",
+    ]

@@ -35,8 +35,8 @@ def run(governor, machine, steps, units_rng=None):
     return used
 
 
-QUIET = {1: 1.8e-4, 2: 1.0e-4}   # 2 threads 1.8x faster than 1
-BUSY = {1: 1.5e-4, 2: 2.2e-4}    # one core held by another program: 2 threads slower (measured ratio)
+QUIET = {1: 1.8e-4, 2: 1.0e-4}  # 2 threads 1.8x faster than 1
+BUSY = {1: 1.5e-4, 2: 2.2e-4}  # one core held by another program: 2 threads slower (measured ratio)
 
 
 def test_quiet_machine_stays_on_all_threads_and_probes_rarely():
@@ -57,7 +57,7 @@ def test_busy_machine_moves_to_one_thread_and_back():
     g = ThreadGovernor(2, m.set_threads)
     run(g, m, 300)
     assert g.current == 2
-    m.speeds = BUSY                      # another program takes a core
+    m.speeds = BUSY  # another program takes a core
     used = run(g, m, 300)
     assert g.current == 1
     switched = used.index(1) if 1 in used else None
@@ -66,7 +66,7 @@ def test_busy_machine_moves_to_one_thread_and_back():
     assert used[20:].count(2) <= 0.15 * len(used[20:])
     time_busy = sum(BUSY[n] for n in used)
     assert time_busy < 1.0 * len(used) * BUSY[1] * 1.1  # within 10% of always-1 on the busy machine
-    m.speeds = QUIET                     # the other program ends
+    m.speeds = QUIET  # the other program ends
     used = run(g, m, 600)
     assert g.current == 2
     assert used[-300:].count(2) >= 0.97 * 300
@@ -108,13 +108,19 @@ def test_bad_reports_are_ignored_and_bad_counts_refused():
             ThreadGovernor(bad, m.set_threads)
 
 
-@pytest.mark.parametrize("kw, fragment", [
-    (dict(window=0), "window must be a positive integer"), (dict(probe_units=2.5), "probe_units"),
-    (dict(interval=50, max_interval=10), "max_interval (10) must be >= interval (50)"),
-    (dict(settle_units=-1), "settle_units must be an integer >= 0"),
-    (dict(margin=float("nan")), "margin must be a number in [0, 1)"), (dict(margin=1.0), "margin"),
-    (dict(slowdown=1.0), "slowdown must be a finite number > 1"), (dict(slowdown=float("inf")), "slowdown"),
-])
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        (dict(window=0), "window must be a positive integer"),
+        (dict(probe_units=2.5), "probe_units"),
+        (dict(interval=50, max_interval=10), "max_interval (10) must be >= interval (50)"),
+        (dict(settle_units=-1), "settle_units must be an integer >= 0"),
+        (dict(margin=float("nan")), "margin must be a number in [0, 1)"),
+        (dict(margin=1.0), "margin"),
+        (dict(slowdown=1.0), "slowdown must be a finite number > 1"),
+        (dict(slowdown=float("inf")), "slowdown"),
+    ],
+)
 def test_nonsense_settings_are_refused(kw, fragment):
     """A window of 0 failed at the first report (the median of nothing); a NaN margin never moved."""
     with pytest.raises(ValueError) as info:

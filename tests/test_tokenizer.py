@@ -104,7 +104,7 @@ def test_encode_without_special_tokens(tok):
 def test_same_word_same_tokens_at_start_and_middle(tok):
     first = tok.encode("Tom is tired.", add_special_tokens=False)
     middle = tok.encode("Yes Tom is tired.", add_special_tokens=False)
-    assert middle[-len(first):] == first
+    assert middle[-len(first) :] == first
 
 
 def test_decode_stops_at_end_and_ignores_padding(tok):

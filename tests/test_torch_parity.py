@@ -126,8 +126,19 @@ MODEL_VARIANTS = {
 
 
 def model_and_reference(options, dtype="float32", dropout=0.0, seed=4):
-    model = tc.Transformer(19, 23, d_model=D, n_layers=2, n_heads=H, d_ff=FF, dropout=dropout, max_length=12,
-                           seed=seed, dtype=dtype, **options)
+    model = tc.Transformer(
+        19,
+        23,
+        d_model=D,
+        n_layers=2,
+        n_heads=H,
+        d_ff=FF,
+        dropout=dropout,
+        max_length=12,
+        seed=seed,
+        dtype=dtype,
+        **options,
+    )
     ref = build_reference(model.config)
     copy_weights_to_reference(model, ref)
     return model, ref
@@ -143,8 +154,19 @@ def model_batch(rng):
 @pytest.mark.parametrize("variant", list(MODEL_VARIANTS))
 def test_transformer_parity(variant, dtype):
     rng = np.random.default_rng(5)
-    model = tc.Transformer(19, 23, d_model=D, n_layers=2, n_heads=H, d_ff=FF, dropout=0.0, max_length=12, seed=6,
-                           dtype=dtype, **MODEL_VARIANTS[variant])
+    model = tc.Transformer(
+        19,
+        23,
+        d_model=D,
+        n_layers=2,
+        n_heads=H,
+        d_ff=FF,
+        dropout=0.0,
+        max_length=12,
+        seed=6,
+        dtype=dtype,
+        **MODEL_VARIANTS[variant],
+    )
     randomise_parameters(model, 6, scale=0.1)
     ref = build_reference(model.config)
     assert next(ref.parameters()).dtype == getattr(torch, dtype)
@@ -170,8 +192,9 @@ def test_masked_cross_entropy_matches_torch(label_smoothing):
     targets = tokens(rng, 3, 5, 13, [2, None, 4])
     loss, dlogits = tc.masked_cross_entropy(logits, targets, label_smoothing)
     lt = torch.tensor(logits, requires_grad=True)
-    ref = torch.nn.functional.cross_entropy(lt.reshape(-1, 13), torch.from_numpy(targets).reshape(-1),
-                                            ignore_index=0, label_smoothing=label_smoothing)
+    ref = torch.nn.functional.cross_entropy(
+        lt.reshape(-1, 13), torch.from_numpy(targets).reshape(-1), ignore_index=0, label_smoothing=label_smoothing
+    )
     ref.backward()
     assert abs(loss - ref.item()) <= 1e-6 * abs(ref.item())
     assert_close(dlogits, lt.grad, 1e-5, "dlogits")
@@ -194,11 +217,14 @@ def test_model_loss_matches_torch(variant):
     assert model.last_token_count == int((tgt_out != 0).sum())
 
 
-@pytest.mark.parametrize("variant,smoothing,clip", [
-    ("post_norm", 0.0, 0.0),
-    ("pre_norm_shared_concatenated", 0.0, 0.0),
-    ("shared_embeddings", 0.1, 0.5),
-])
+@pytest.mark.parametrize(
+    "variant,smoothing,clip",
+    [
+        ("post_norm", 0.0, 0.0),
+        ("pre_norm_shared_concatenated", 0.0, 0.0),
+        ("shared_embeddings", 0.1, 0.5),
+    ],
+)
 def test_training_steps_match_torch_adam(variant, smoothing, clip):
     """Six train_steps of ours against the reference trained with torch.optim.Adam(betas=(0.9, 0.98),
     eps=1e-9) and the warm-up schedule as a LambdaLR (plus label smoothing and clipping to a global
@@ -208,8 +234,7 @@ def test_training_steps_match_torch_adam(variant, smoothing, clip):
     warmup, scale = 3, 2.0
     model.configure_optimizer(warmup=warmup, lr_scale=scale, label_smoothing=smoothing, clip_norm=clip)
     opt = torch.optim.Adam(ref.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: tc.warmup_learning_rate(s + 1, D, warmup, scale))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: tc.warmup_learning_rate(s + 1, D, warmup, scale))
     src, tgt_in, tgt_out = model_batch(rng)
     ours, theirs = [], []
     for step in range(6):
@@ -236,8 +261,9 @@ def test_transformer_parity_medium_size(pre_norm):
     """Shapes large enough for the parallel paths (embedding rows, attention over batch x heads,
     blocked GEMM) and uneven padding in every sequence, float32."""
     rng = np.random.default_rng(10)
-    model = tc.Transformer(50, 47, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=0.0, max_length=32,
-                           pre_norm=pre_norm, seed=11)
+    model = tc.Transformer(
+        50, 47, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=0.0, max_length=32, pre_norm=pre_norm, seed=11
+    )
     ref = build_reference(model.config)
     copy_weights_to_reference(model, ref)
     b, s, t = 16, 21, 18

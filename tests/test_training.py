@@ -42,24 +42,34 @@ def test_train_config_defaults_and_round_trip():
         TrainConfig.from_dict({"epochs": 1, "learning_rate": 3})
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(batch_size=0), "batch_size"), (dict(epochs=-1), "epochs"), (dict(warmup=0), "warmup"),
-    (dict(label_smoothing=1.0), "label_smoothing"), (dict(clip_norm=-1.0), "clip_norm"),
-    (dict(batch_size=2.5), "batch_size"), (dict(threads=0), "threads"), (dict(log_every=True), "log_every"),
-    # every value the command line refuses, the Python API refuses with the same message
-    (dict(fixed_lr=float("nan")), r"TrainConfig: fixed_lr must be a finite number >= 0, got nan$"),
-    (dict(clip_norm=float("inf")), r"TrainConfig: clip_norm must be a finite number >= 0, got inf$"),
-    (dict(label_smoothing=float("nan")), r"TrainConfig: label_smoothing must be a number in \[0, 1\), got nan$"),
-    (dict(lr_scale=0.0), r"TrainConfig: lr_scale must be a finite number > 0, got 0.0$"),
-    (dict(beta2=1.0), r"beta2 must be a number in \[0, 1\)"), (dict(adam_eps=0.0), "adam_eps must be a finite number > 0"),
-    (dict(seed=2 ** 70), r"seed must be an integer in \[0, 9223372036854775807\], got 1180591620717411303424$"),
-    (dict(epochs=10 ** 30), r"epochs must be an integer in \[0, 1000000\]"),
-    (dict(warmup=np.int64(0)), "warmup must be an integer in"), (dict(time_budget=1e300), "time_budget"),
-    (dict(lr_scale="1"), r"lr_scale must be a finite number > 0, got '1'"),
-    (dict(decay="no"), r"TrainConfig: decay must be True or False, got 'no'"),
-    (dict(adaptive_threads=1), r"TrainConfig: adaptive_threads must be True or False, got 1"),
-    (dict(adam_eps=10 ** 400), "TrainConfig: adam_eps must be a finite number > 0, got 1000"),  # not OverflowError
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(batch_size=0), "batch_size"),
+        (dict(epochs=-1), "epochs"),
+        (dict(warmup=0), "warmup"),
+        (dict(label_smoothing=1.0), "label_smoothing"),
+        (dict(clip_norm=-1.0), "clip_norm"),
+        (dict(batch_size=2.5), "batch_size"),
+        (dict(threads=0), "threads"),
+        (dict(log_every=True), "log_every"),
+        # every value the command line refuses, the Python API refuses with the same message
+        (dict(fixed_lr=float("nan")), r"TrainConfig: fixed_lr must be a finite number >= 0, got nan$"),
+        (dict(clip_norm=float("inf")), r"TrainConfig: clip_norm must be a finite number >= 0, got inf$"),
+        (dict(label_smoothing=float("nan")), r"TrainConfig: label_smoothing must be a number in \[0, 1\), got nan$"),
+        (dict(lr_scale=0.0), r"TrainConfig: lr_scale must be a finite number > 0, got 0.0$"),
+        (dict(beta2=1.0), r"beta2 must be a number in \[0, 1\)"),
+        (dict(adam_eps=0.0), "adam_eps must be a finite number > 0"),
+        (dict(seed=2**70), r"seed must be an integer in \[0, 9223372036854775807\], got 1180591620717411303424$"),
+        (dict(epochs=10**30), r"epochs must be an integer in \[0, 1000000\]"),
+        (dict(warmup=np.int64(0)), "warmup must be an integer in"),
+        (dict(time_budget=1e300), "time_budget"),
+        (dict(lr_scale="1"), r"lr_scale must be a finite number > 0, got '1'"),
+        (dict(decay="no"), r"TrainConfig: decay must be True or False, got 'no'"),
+        (dict(adaptive_threads=1), r"TrainConfig: adaptive_threads must be True or False, got 1"),
+        (dict(adam_eps=10**400), "TrainConfig: adam_eps must be a finite number > 0, got 1000"),  # not OverflowError
+    ],
+)
 def test_train_config_rejects_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kw)
@@ -70,8 +80,13 @@ def test_train_config_check_and_limits():
     assert TrainConfig.check("lr_scale", 2) == 2.0 and TrainConfig.check("threads", None) is None
     assert TrainConfig.LIMITS["label_smoothing"].describe() == "a number in [0, 1)"
     assert TrainConfig.LIMITS["fixed_lr"].describe() == "a finite number >= 0"
-    assert set(TrainConfig.LIMITS) | {"decay", "bucket_by_length", "drop_remainder", "adaptive_threads", "progress"} == \
-        {f for f in TrainConfig().to_dict()}  # every setting is checked
+    assert set(TrainConfig.LIMITS) | {
+        "decay",
+        "bucket_by_length",
+        "drop_remainder",
+        "adaptive_threads",
+        "progress",
+    } == {f for f in TrainConfig().to_dict()}  # every setting is checked
     with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
         TrainConfig.check("learning_rate", 1)
 
@@ -108,7 +123,7 @@ def test_epoch_batches_teacher_forcing_and_shuffling(tok, data):
     for b in first:
         rows = train.tgt[b.indices]
         width = b.tgt_in.shape[1] + 1
-        np.testing.assert_array_equal(b.tgt_in, rows[:, :width - 1])  # tgt[:, :-1]
+        np.testing.assert_array_equal(b.tgt_in, rows[:, : width - 1])  # tgt[:, :-1]
         np.testing.assert_array_equal(b.tgt_out, rows[:, 1:width])  # tgt[:, 1:]
         assert (b.tgt_in[:, 0] == tok.start_id).all()
     order0 = np.concatenate([b.indices for b in first])
@@ -215,8 +230,15 @@ def _assert_same_run(history, weights, reference):
 
 
 def test_resume_after_an_epoch_is_exact(tok, data, tmp_path, reference_run):
-    first = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=1),
-                    src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    first = Trainer(
+        tiny_model(tok, dropout=0.1),
+        data[0],
+        data[1],
+        _config(epochs=1),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path,
+    )
     first.fit()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001"]
     del first
@@ -229,8 +251,15 @@ def test_resume_after_an_epoch_is_exact(tok, data, tmp_path, reference_run):
 
 
 def test_ctrl_c_saves_the_exact_position_and_resume_continues(tok, data, tmp_path, reference_run):
-    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=3),
-                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    trainer = Trainer(
+        tiny_model(tok, dropout=0.1),
+        data[0],
+        data[1],
+        _config(epochs=3),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path,
+    )
     stop_at = trainer.batches_per_epoch + 5  # the 5th batch of epoch 2
     previous = signal.getsignal(signal.SIGINT)
 
@@ -269,8 +298,9 @@ def test_interrupted_fit_continues_in_memory(tok, data, reference_run):
 
 
 def test_resume_refuses_other_data(tok, data, tmp_path):
-    Trainer(tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok,
-            checkpoint_dir=tmp_path).fit()
+    Trainer(
+        tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path
+    ).fit()
     src, tgt = reversal_pairs(500, seed=99)
     other = tc.encode_pairs(src, tgt, tok, tok, 8)
     with pytest.raises(ValueError, match="train data differ"):
@@ -282,8 +312,15 @@ def test_resume_refuses_other_data(tok, data, tmp_path):
 
 
 def test_epoch_checkpoints_keep_the_newest(tok, data, tmp_path):
-    trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=4, keep_checkpoints=2),
-                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
+    trainer = Trainer(
+        tiny_model(tok),
+        data[0],
+        None,
+        _config(epochs=4, keep_checkpoints=2),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path,
+    )
     seen = []
     trainer.fit(on_epoch_end=lambda t, entry: seen.append((entry["epoch"], t.last_checkpoint.name)))
     assert seen == [(1, "epoch-0001"), (2, "epoch-0002"), (3, "epoch-0003"), (4, "epoch-0004")]
@@ -291,8 +328,9 @@ def test_epoch_checkpoints_keep_the_newest(tok, data, tmp_path):
 
 
 def test_second_ctrl_c_stops_at_once(tok, data, tmp_path):
-    trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=2), src_tokenizer=tok, tgt_tokenizer=tok,
-                      checkpoint_dir=tmp_path)
+    trainer = Trainer(
+        tiny_model(tok), data[0], None, _config(epochs=2), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path
+    )
     previous = signal.getsignal(signal.SIGINT)
 
     def press_twice(t):
@@ -320,8 +358,11 @@ def test_from_checkpoint_needs_a_training_checkpoint(tok, data, tmp_path):
 
 def test_a_run_whose_batches_are_all_dropped_is_refused(tok, data):
     model = tiny_model(tok)
-    with pytest.raises(ValueError, match=r"Trainer: no training batch: 500 training pair\(s\) make no complete batch "
-                                         r"of batch_size 501 and drop_remainder"):
+    with pytest.raises(
+        ValueError,
+        match=r"Trainer: no training batch: 500 training pair\(s\) make no complete batch "
+        r"of batch_size 501 and drop_remainder",
+    ):
         Trainer(model, data[0], config=_config(batch_size=501, drop_remainder=True))
     assert model.step == 0
     Trainer(model, data[0], config=_config(batch_size=500, drop_remainder=True))  # one complete batch is enough
@@ -331,11 +372,21 @@ def test_a_diverging_run_stops_with_the_last_good_state(tok, data, tmp_path):
     from transformer_cpp.checkpoint import load_checkpoint, nonfinite_tensors
     from transformer_cpp.training import TrainingDiverged
 
-    trainer = Trainer(tiny_model(tok), data[0], data[1], _config(fixed_lr=1e30, epochs=2), src_tokenizer=tok,
-                      tgt_tokenizer=tok, checkpoint_dir=tmp_path)
-    with pytest.raises(TrainingDiverged, match=r"training diverged at step (\d+) \(epoch 1, batch \1\): .*non-finite.*; "
-                                               r"the state before it is saved in .*epoch-0001-batch-0+\d+; a lower "
-                                               r"learning rate") as info:
+    trainer = Trainer(
+        tiny_model(tok),
+        data[0],
+        data[1],
+        _config(fixed_lr=1e30, epochs=2),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path,
+    )
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"training diverged at step (\d+) \(epoch 1, batch \1\): .*non-finite.*; "
+        r"the state before it is saved in .*epoch-0001-batch-0+\d+; a lower "
+        r"learning rate",
+    ) as info:
         trainer.fit()
     step = trainer.model.step
     assert step >= 1 and info.value.checkpoint == trainer.last_checkpoint
@@ -373,10 +424,20 @@ class _Exploding:
 def test_non_finite_weights_are_never_saved_the_last_good_checkpoint_is_named(tok, data, tmp_path):
     from transformer_cpp.training import TrainingDiverged
 
-    trainer = Trainer(_Exploding(tiny_model(tok), at_step=20), data[0], None, _config(epochs=3),
-                      src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
-    with pytest.raises(TrainingDiverged, match=r"at step 20 \(epoch 2, batch 4\): the loss is nan; the weights are "
-                                               r"not finite .*the last good checkpoint is .*epoch-0001") as info:
+    trainer = Trainer(
+        _Exploding(tiny_model(tok), at_step=20),
+        data[0],
+        None,
+        _config(epochs=3),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=tmp_path,
+    )
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"at step 20 \(epoch 2, batch 4\): the loss is nan; the weights are "
+        r"not finite .*the last good checkpoint is .*epoch-0001",
+    ) as info:
         trainer.fit()
     assert info.value.checkpoint.name == "epoch-0001"
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001"]
@@ -386,8 +447,14 @@ def test_non_finite_weights_are_never_saved_the_last_good_checkpoint_is_named(to
 def test_checkpoint_dir_is_checked_before_any_work(tok, data, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(OSError, match=r"Trainer: checkpoint_dir '.*file/run' cannot be written"):
-        Trainer(tiny_model(tok), data[0], config=_config(), src_tokenizer=tok, tgt_tokenizer=tok,
-                checkpoint_dir=tmp_path / "file" / "run")
+        Trainer(
+            tiny_model(tok),
+            data[0],
+            config=_config(),
+            src_tokenizer=tok,
+            tgt_tokenizer=tok,
+            checkpoint_dir=tmp_path / "file" / "run",
+        )
 
 
 def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
@@ -396,22 +463,36 @@ def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
 
     from transformer_cpp.checkpoint import RunLockedError, lock_run
 
-    probe = ("import sys, transformer_cpp.checkpoint as ck\ntry:\n    with ck.lock_run(sys.argv[1]): print('free')\n"
-             "except ck.RunLockedError as e: print('locked')")
+    probe = (
+        "import sys, transformer_cpp.checkpoint as ck\ntry:\n    with ck.lock_run(sys.argv[1]): print('free')\n"
+        "except ck.RunLockedError as e: print('locked')"
+    )
     seen = []
 
     def try_from_another_process(t):
         if t.model.step == 2:
-            seen.append(subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
-                                       text=True).stdout.strip())
+            seen.append(
+                subprocess.run(
+                    [sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True
+                ).stdout.strip()
+            )
 
-    trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok,
-                      checkpoint_dir=tmp_path)
+    trainer = Trainer(
+        tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path
+    )
     trainer.fit(on_batch_end=try_from_another_process)
     assert seen == ["locked"]
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, transformer_cpp.checkpoint as ck\n"
-                               "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
-                               str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, transformer_cpp.checkpoint as ck\n"
+            "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         step = trainer.model.step
@@ -445,10 +526,12 @@ def test_fit_governs_threads_and_gives_them_back(tok, data):
 def test_train_config_checks_a_setting_changed_after_construction():
     """config.fixed_lr = nan (or a string flag) was taken as it was and reached the run."""
     c = TrainConfig(drop_remainder=True)
-    for name, value, match in [("fixed_lr", float("nan"), r"TrainConfig: fixed_lr must be a finite number >= 0"),
-                               ("batch_size", -5, r"batch_size must be an integer in \[1, 1000000\], got -5"),
-                               ("adaptive_threads", "no", "adaptive_threads must be True or False"),
-                               ("max_tokens", 100, "drop_remainder applies to batches of batch_size pairs")]:
+    for name, value, match in [
+        ("fixed_lr", float("nan"), r"TrainConfig: fixed_lr must be a finite number >= 0"),
+        ("batch_size", -5, r"batch_size must be an integer in \[1, 1000000\], got -5"),
+        ("adaptive_threads", "no", "adaptive_threads must be True or False"),
+        ("max_tokens", 100, "drop_remainder applies to batches of batch_size pairs"),
+    ]:
         with pytest.raises(ValueError, match=match):
             setattr(c, name, value)
     assert c == TrainConfig(drop_remainder=True)  # nothing refused was kept

@@ -17,7 +17,7 @@ def reverse_task(rng, batch, length, vocab, pad_last=True):
     for i in range(batch):
         n = length - (i % 3) if pad_last else length  # some sequences shorter, padded with 0
         src[i, n:] = 0
-        tgt[i, 1:n + 1] = src[i, :n][::-1]
+        tgt[i, 1 : n + 1] = src[i, :n][::-1]
         tgt[i, n + 1] = EOS
     return src, tgt[:, :-1], tgt[:, 1:]
 
@@ -60,8 +60,9 @@ def run(seed, steps, threads=None, dropout=0.1, **kw):
     try:
         rng = np.random.default_rng(3)
         src, tgt_in, tgt_out = reverse_task(rng, 16, 10, 40)
-        model = tc.Transformer(40, 40, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=dropout, max_length=16,
-                               seed=seed, **kw)
+        model = tc.Transformer(
+            40, 40, d_model=64, n_layers=2, n_heads=4, d_ff=128, dropout=dropout, max_length=16, seed=seed, **kw
+        )
         model.configure_optimizer(warmup=10)
         return np.array([model.train_step(src, tgt_in, tgt_out)[0] for _ in range(steps)])
     finally:

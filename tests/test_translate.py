@@ -12,8 +12,7 @@ import transformer_cpp as tc
 from transformer_cpp.checkpoint import CheckpointError, save_checkpoint
 from transformer_cpp.plotting import attention_heatmap
 from transformer_cpp.training import TrainConfig, Trainer
-from transformer_cpp.translate import (Translation, Translator, evaluate, greedy_decode,
-                                       greedy_decode_reference)
+from transformer_cpp.translate import Translation, Translator, evaluate, greedy_decode, greedy_decode_reference
 
 from toy_task import threads, SYMBOLS, reversal_pairs, tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
@@ -62,7 +61,7 @@ def test_cpp_greedy_decoding_matches_the_python_reference(translator, tok, held_
     for row in ref:
         ids = list(row[row != 0])
         assert ids[-1] == tok.end_id and tok.end_id not in ids[:-1] and 0 not in ids
-        assert list(row[len(ids):]) == [0] * (len(row) - len(ids))
+        assert list(row[len(ids) :]) == [0] * (len(row) - len(ids))
 
 
 def test_greedy_reference_on_an_untrained_model_hits_max_length(tok):
@@ -134,8 +133,10 @@ def test_long_input_is_translated_whole(translator, tok):
 def test_max_length_limits_the_output(translator):
     t = translator.translate("a b c d e", max_length=3, return_attention=True)
     assert len(t.target_ids) == 3 and not t.finished and t.text == "e d c"
-    assert Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer,
-                      max_length=1000).max_length == 1000
+    assert (
+        Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, max_length=1000).max_length
+        == 1000
+    )
 
 
 def test_bad_arguments(translator, tok):
@@ -253,7 +254,7 @@ def test_adaptive_threads_and_max_length_are_checked_when_set(translator):
     with pytest.raises(TypeError, match="Translator: adaptive_threads must be True or False, got str 'no'"):
         translator.adaptive_threads = "no"
     assert translator.adaptive_threads is True
-    for bad in (-1, "x", 2.5, 10 ** 6):
+    for bad in (-1, "x", 2.5, 10**6):
         with pytest.raises(ValueError, match=r"Translator: max_length must be an integer in \[1, 100000\]"):
             translator.max_length = bad
     assert translator.max_length is None

@@ -39,17 +39,35 @@ def reversal_tokenizer() -> tc.SubwordTokenizer:
     return tok
 
 
-def tiny_model(tok: tc.SubwordTokenizer, *, dropout: float = 0.0, seed: int = 0, d_model: int = 32,
-               max_length: int = 8) -> tc.Transformer:
+def tiny_model(
+    tok: tc.SubwordTokenizer, *, dropout: float = 0.0, seed: int = 0, d_model: int = 32, max_length: int = 8
+) -> tc.Transformer:
     """A one-layer Transformer small enough to train in a second."""
-    return tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=d_model, n_layers=1, n_heads=2, d_ff=2 * d_model,
-                          dropout=dropout, max_length=max_length, seed=seed)
+    return tc.Transformer(
+        tok.vocab_size,
+        tok.vocab_size,
+        d_model=d_model,
+        n_layers=1,
+        n_heads=2,
+        d_ff=2 * d_model,
+        dropout=dropout,
+        max_length=max_length,
+        seed=seed,
+    )
 
 
 def write_tatoeba_file(path: Path, n: int = 400, seed: int = 0) -> Path:
     """A tiny English-Spanish file in the manythings.org format."""
-    words = [("cat", "gato"), ("dog", "perro"), ("house", "casa"), ("water", "agua"), ("book", "libro"),
-             ("tree", "árbol"), ("car", "coche"), ("bird", "pájaro")]
+    words = [
+        ("cat", "gato"),
+        ("dog", "perro"),
+        ("house", "casa"),
+        ("water", "agua"),
+        ("book", "libro"),
+        ("tree", "árbol"),
+        ("car", "coche"),
+        ("bird", "pájaro"),
+    ]
     rng = np.random.default_rng(seed)
     lines = []
     for i in range(n):

@@ -72,9 +72,11 @@ def main() -> int:
     for m in models.values():
         m.configure_optimizer(warmup=4000)
     tokens = [int(np.count_nonzero(b[2])) for b in batches]
-    print(f"{args.shapes} shapes: {models['float32']!r}; {len(batches)} batches, "
-          f"{statistics.mean(tokens):.0f} target tokens and {statistics.mean(b[2].size for b in batches):.0f} padded "
-          f"positions each on average; {args.threads} threads")
+    print(
+        f"{args.shapes} shapes: {models['float32']!r}; {len(batches)} batches, "
+        f"{statistics.mean(tokens):.0f} target tokens and {statistics.mean(b[2].size for b in batches):.0f} padded "
+        f"positions each on average; {args.threads} threads"
+    )
     for m in models.values():  # warm-up: buffers, packed panels, first-touch pages
         for b in batches[:2]:
             m.train_step(*b)
@@ -91,12 +93,17 @@ def main() -> int:
             for b in chosen:
                 m.train_step(*b)
             rates[prec].append(n_tokens / (time.perf_counter() - t0))
-        print(f"round {r + 1}: float32 {rates['float32'][-1]:8.0f}  bf16 {rates['bf16'][-1]:8.0f} target tokens/s  "
-              f"bf16/float32 {rates['bf16'][-1] / rates['float32'][-1]:.3f}", flush=True)
+        print(
+            f"round {r + 1}: float32 {rates['float32'][-1]:8.0f}  bf16 {rates['bf16'][-1]:8.0f} target tokens/s  "
+            f"bf16/float32 {rates['bf16'][-1] / rates['float32'][-1]:.3f}",
+            flush=True,
+        )
     ratios = [b / f for b, f in zip(rates["bf16"], rates["float32"])]
-    print(f"median: float32 {statistics.median(rates['float32']):.0f}, bf16 {statistics.median(rates['bf16']):.0f} "
-          f"target tokens/s; bf16/float32 median {statistics.median(ratios):.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+    print(
+        f"median: float32 {statistics.median(rates['float32']):.0f}, bf16 {statistics.median(rates['bf16']):.0f} "
+        f"target tokens/s; bf16/float32 median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f})"
+    )
     return 0
 
 

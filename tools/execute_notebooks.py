@@ -23,9 +23,9 @@ from nbclient import NotebookClient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 KERNEL_NAME = "transformer-cpp-notebooks"
-CELL_TIMEOUT = 600          # seconds per cell
-MAX_STREAM_CHARS = 3000     # text kept per stream output
-MAX_IMAGE_WIDTH = 720       # pixels; wider figures are scaled down and stored with a 256-colour palette
+CELL_TIMEOUT = 600  # seconds per cell
+MAX_STREAM_CHARS = 3000  # text kept per stream output
+MAX_IMAGE_WIDTH = 720  # pixels; wider figures are scaled down and stored with a 256-colour palette
 
 
 def kernel_manager(kernel_dir: pathlib.Path, env: Dict[str, str]) -> Any:
@@ -35,8 +35,12 @@ def kernel_manager(kernel_dir: pathlib.Path, env: Dict[str, str]) -> Any:
 
     spec_dir = kernel_dir / KERNEL_NAME
     spec_dir.mkdir(parents=True)
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": f"Python ({sys.executable})", "language": "python", "env": env}
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python ({sys.executable})",
+        "language": "python",
+        "env": env,
+    }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     ksm = KernelSpecManager(kernel_dirs=[str(kernel_dir)], ensure_native_kernel=False)
     return KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
@@ -48,8 +52,9 @@ def execute(path: pathlib.Path, scratch: pathlib.Path) -> Any:
     work = scratch / "work"
     work.mkdir(parents=True)
     km = kernel_manager(scratch / "kernels", {"TRANSFORMER_CPP_QUICK": "1"})
-    NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=False,
-                   resources={"metadata": {"path": str(work)}}).execute()
+    NotebookClient(
+        nb, km=km, timeout=CELL_TIMEOUT, allow_errors=False, resources={"metadata": {"path": str(work)}}
+    ).execute()
     return nb
 
 
@@ -102,8 +107,12 @@ def shrink(nb: Any) -> Any:
         cell.metadata.pop("execution", None)
         merged: List[Any] = []  # consecutive writes to one stream become one output
         for out in cell.get("outputs", []):
-            if (out["output_type"] == "stream" and merged and merged[-1]["output_type"] == "stream"
-                    and merged[-1]["name"] == out["name"]):
+            if (
+                out["output_type"] == "stream"
+                and merged
+                and merged[-1]["output_type"] == "stream"
+                and merged[-1]["name"] == out["name"]
+            ):
                 merged[-1]["text"] += out["text"]
             else:
                 merged.append(out)

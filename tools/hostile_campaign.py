@@ -84,12 +84,25 @@ from transformer_cpp import translate as tl  # noqa: E402
 CLASSES = ("clear-error", "handled", "crash", "traceback", "unclear-error", "silent-wrong", "hang")
 FAILING = ("crash", "traceback", "unclear-error", "silent-wrong", "hang")
 USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError)  # FloatingPointError is an ArithmeticError
+
+
 class ServerError(Exception):
     """An HTTP 500 from the serving app (a bug there), raised by the serve cases."""
 
 
-INTERNAL_ERRORS = (ServerError, IndexError, KeyError, AttributeError, ZeroDivisionError, UnboundLocalError, RecursionError,
-                   MemoryError, NameError, AssertionError, StopIteration)
+INTERNAL_ERRORS = (
+    ServerError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    ZeroDivisionError,
+    UnboundLocalError,
+    RecursionError,
+    MemoryError,
+    NameError,
+    AssertionError,
+    StopIteration,
+)
 
 # --------------------------------------------------------------------------------------- context
 
@@ -102,9 +115,29 @@ class Context:
     work: Path = Path()  # a fresh directory for the current case
 
 
-SMALL_TRAIN = ["--preset", "tiny", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2",
-               "--batch-size", "64", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1",
-               "--val-bleu-sentences", "20"]
+SMALL_TRAIN = [
+    "--preset",
+    "tiny",
+    "--d-model",
+    "16",
+    "--d-ff",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "64",
+    "--warmup",
+    "20",
+    "--vocab-size",
+    "300",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--val-bleu-sentences",
+    "20",
+]
 
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -119,9 +152,25 @@ def setup(root: Path) -> Context:
 
     data = write_tatoeba_file(root / "pairs.txt", n=300)
     run = root / "run"
-    proc = subprocess.run([sys.executable, "-m", "transformer_cpp", "train", *SMALL_TRAIN, "--data", str(data),
-                           "--epochs", "2", "--out", str(run)], capture_output=True, text=True, env=cli_env(),
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "train",
+            *SMALL_TRAIN,
+            "--data",
+            str(data),
+            "--epochs",
+            "2",
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=600,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"setup: training the fixture run failed:\n{proc.stderr}")
     return Context(root=root, data=data, run=run)
@@ -174,12 +223,40 @@ def err(name: str, call: Callable[[Context], Any], *match: str, note: str = "") 
     CASES.append(Case(name, "api", "error", tuple(match), call, note=note))
 
 
-def cli(name: str, argv: Callable[[Context], List[str]], expect: str = "error", match: Sequence[str] = (), *,
-        stdin: Any = b"", env: Optional[Dict[str, str]] = None, prepare: Optional[Callable[[Context], None]] = None,
-        check: Optional[Callable[[Context, Result], None]] = None, stdout: str = "pipe", timeout: float = 0.0,
-        partial: bool = False, fsize: int = 0, note: str = "") -> None:
-    CASES.append(Case(name, "cli", expect, tuple(match), argv, stdin=stdin, env=env, prepare=prepare, check=check,
-                      stdout=stdout, timeout=timeout, partial=partial, fsize=fsize, note=note))
+def cli(
+    name: str,
+    argv: Callable[[Context], List[str]],
+    expect: str = "error",
+    match: Sequence[str] = (),
+    *,
+    stdin: Any = b"",
+    env: Optional[Dict[str, str]] = None,
+    prepare: Optional[Callable[[Context], None]] = None,
+    check: Optional[Callable[[Context, Result], None]] = None,
+    stdout: str = "pipe",
+    timeout: float = 0.0,
+    partial: bool = False,
+    fsize: int = 0,
+    note: str = "",
+) -> None:
+    CASES.append(
+        Case(
+            name,
+            "cli",
+            expect,
+            tuple(match),
+            argv,
+            stdin=stdin,
+            env=env,
+            prepare=prepare,
+            check=check,
+            stdout=stdout,
+            timeout=timeout,
+            partial=partial,
+            fsize=fsize,
+            note=note,
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------- helpers for cases
@@ -305,9 +382,12 @@ def _limit(memory: int, fsize: int = 0) -> None:
 
 
 def _describe(exc: BaseException) -> Dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)[:2000],
-            "user": isinstance(exc, USER_ERRORS) and not isinstance(exc, INTERNAL_ERRORS),
-            "where": "".join(traceback.format_tb(exc.__traceback__)[-2:])[-1500:]}
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "user": isinstance(exc, USER_ERRORS) and not isinstance(exc, INTERNAL_ERRORS),
+        "where": "".join(traceback.format_tb(exc.__traceback__)[-2:])[-1500:],
+    }
 
 
 def run_api(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, Any]:
@@ -368,11 +448,17 @@ def run_api(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
     os.close(r)
     output = out_path.read_text(errors="replace")[-1500:] if out_path.exists() else ""
     if os.WIFSIGNALED(exited):
-        return {"class": "crash", "detail": f"killed by signal {signal.Signals(os.WTERMSIG(exited)).name}",
-                "output": output}
+        return {
+            "class": "crash",
+            "detail": f"killed by signal {signal.Signals(os.WTERMSIG(exited)).name}",
+            "output": output,
+        }
     if not chunks:
-        return {"class": "crash", "detail": f"exited with status {os.WEXITSTATUS(exited)} without a result",
-                "output": output}
+        return {
+            "class": "crash",
+            "detail": f"exited with status {os.WEXITSTATUS(exited)} without a result",
+            "output": output,
+        }
     report = json.loads(b"".join(chunks).decode("utf-8"))
     return classify_api(case, report) | {"report": report}
 
@@ -409,8 +495,15 @@ def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
         stdout = open("/dev/full", "wb")
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE, cwd=ctx.work,
-                                env=cli_env(case.env), preexec_fn=lambda: (_limit(memory, case.fsize), os.setpgid(0, 0)))
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            cwd=ctx.work,
+            env=cli_env(case.env),
+            preexec_fn=lambda: (_limit(memory, case.fsize), os.setpgid(0, 0)),
+        )
         if case.stdout == "closed":
             proc.stdout.close()
         try:
@@ -424,8 +517,12 @@ def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
         if case.stdout == "devfull":
             stdout.close()
     res = Result(proc.returncode, (out or b"").decode("utf-8", "replace"), errb.decode("utf-8", "replace"))
-    return classify_cli(case, ctx, res) | {"rc": res.rc, "stderr": res.err[-2000:], "stdout": res.out[-500:],
-                                           "seconds": round(time.monotonic() - started, 2)}
+    return classify_cli(case, ctx, res) | {
+        "rc": res.rc,
+        "stderr": res.err[-2000:],
+        "stdout": res.out[-500:],
+        "seconds": round(time.monotonic() - started, 2),
+    }
 
 
 def classify_cli(case: Case, ctx: Context, res: Result) -> Dict[str, Any]:
@@ -503,15 +600,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             try:
                 outcome = (run_api if case.kind == "api" else run_cli)(case, ctx, memory, timeout)
             except Exception as exc:  # noqa: BLE001  (a bug of the campaign itself, or of a prepare step)
-                outcome = {"class": "traceback", "detail": f"campaign: {type(exc).__name__}: {exc}",
-                           "where": traceback.format_exc()[-1500:]}
+                outcome = {
+                    "class": "traceback",
+                    "detail": f"campaign: {type(exc).__name__}: {exc}",
+                    "where": traceback.format_exc()[-1500:],
+                }
             outcome["seconds"] = round(time.monotonic() - t0, 2)
             counts[outcome["class"]] += 1
-            results.append({"name": case.name, "kind": case.kind, "expect": case.expect, "note": case.note,
-                            **outcome})
+            results.append({"name": case.name, "kind": case.kind, "expect": case.expect, "note": case.note, **outcome})
             if args.verbose or outcome["class"] in FAILING:
-                print(f"[{i:3d}/{len(cases)}] {outcome['class']:13} {case.kind:3} {case.name}: "
-                      f"{' '.join(str(outcome.get('detail', '')).split())[:300]}", flush=True)
+                print(
+                    f"[{i:3d}/{len(cases)}] {outcome['class']:13} {case.kind:3} {case.name}: "
+                    f"{' '.join(str(outcome.get('detail', '')).split())[:300]}",
+                    flush=True,
+                )
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -523,10 +625,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         a = sum(1 for r in results if r["class"] == k and r["kind"] == "api")
         c = sum(1 for r in results if r["class"] == k and r["kind"] == "cli")
         print(f"{k:15}{a:6}{c:6}{a + c:6}")
-    print(f"{'total':15}{sum(r['kind'] == 'api' for r in results):6}{sum(r['kind'] == 'cli' for r in results):6}"
-          f"{len(results):6}   ({elapsed / 60:.1f} minutes)")
-    Path(args.out).write_text(json.dumps({"counts": counts, "seconds": round(elapsed, 1),
-                                          "memory_bytes": memory, "results": results}, indent=1))
+    print(
+        f"{'total':15}{sum(r['kind'] == 'api' for r in results):6}{sum(r['kind'] == 'cli' for r in results):6}"
+        f"{len(results):6}   ({elapsed / 60:.1f} minutes)"
+    )
+    Path(args.out).write_text(
+        json.dumps(
+            {"counts": counts, "seconds": round(elapsed, 1), "memory_bytes": memory, "results": results}, indent=1
+        )
+    )
     print(f"results: {args.out}")
     return 1 if any(counts[k] for k in FAILING) else 0
 
@@ -732,8 +839,11 @@ def _(c):
 
 err("embedding: negative id", lambda c: tc.Embedding(10, 4).forward(np.array([[1, -1]])), "-1")
 err("embedding: id equal to vocab_size", lambda c: tc.Embedding(10, 4).forward(np.array([[1, 10]])), "10")
-err("embedding: uint64 id beyond int64", lambda c: tc.Embedding(10, 4).forward(np.array([[2 ** 63 + 5]], np.uint64)),
-    "9223372036854775813")
+err(
+    "embedding: uint64 id beyond int64",
+    lambda c: tc.Embedding(10, 4).forward(np.array([[2**63 + 5]], np.uint64)),
+    "9223372036854775813",
+)
 err("embedding: float ids", lambda c: tc.Embedding(10, 4).forward(np.array([[1.0, 2.0]])), "integer")
 
 
@@ -763,8 +873,11 @@ def _(c):
     assert not g[0].any(), "the padding row got a gradient"
 
 
-err("embedding: non-finite scale", lambda c: tc.Embedding(4, 2).forward(np.ones((1, 2), int), scale=float("nan")),
-    "scale")
+err(
+    "embedding: non-finite scale",
+    lambda c: tc.Embedding(4, 2).forward(np.ones((1, 2), int), scale=float("nan")),
+    "scale",
+)
 
 
 @api("positional embedding: sequence beyond max_length equals a larger table")
@@ -896,16 +1009,31 @@ def _(c):
     _close(tc.softmax_backward(y, dy), want, 1e-12)
 
 
-err("masked_cross_entropy: target beyond the vocabulary",
-    lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1, 4])), "4")
-err("masked_cross_entropy: negative target", lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1, -2])),
-    "-2")
-err("masked_cross_entropy: float targets", lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1.0, 2.0])),
-    "target")
-err("masked_cross_entropy: rows and targets differ",
-    lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1, 2, 3])), "target")
-err("masked_cross_entropy: negative label smoothing",
-    lambda c: tc.masked_cross_entropy(np.zeros((1, 3)), np.ones(1, int), label_smoothing=-0.1), "label_smoothing")
+err(
+    "masked_cross_entropy: target beyond the vocabulary",
+    lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1, 4])),
+    "4",
+)
+err(
+    "masked_cross_entropy: negative target",
+    lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1, -2])),
+    "-2",
+)
+err(
+    "masked_cross_entropy: float targets",
+    lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1.0, 2.0])),
+    "target",
+)
+err(
+    "masked_cross_entropy: rows and targets differ",
+    lambda c: tc.masked_cross_entropy(np.zeros((2, 4)), np.array([1, 2, 3])),
+    "target",
+)
+err(
+    "masked_cross_entropy: negative label smoothing",
+    lambda c: tc.masked_cross_entropy(np.zeros((1, 3)), np.ones(1, int), label_smoothing=-0.1),
+    "label_smoothing",
+)
 
 
 @api("masked_cross_entropy: all padding", expect="either")
@@ -935,8 +1063,10 @@ def _(c):
 @api("padding_mask: float ids", expect="either")
 def _(c):
     m = tc.padding_mask(np.array([[1.0, 0.0, 2.5]]))
-    assert np.asarray(m).astype(bool).ravel().tolist()[-3:] == [False, True, False] or \
-        np.asarray(m).astype(bool).sum() == 1, m
+    assert (
+        np.asarray(m).astype(bool).ravel().tolist()[-3:] == [False, True, False]
+        or np.asarray(m).astype(bool).sum() == 1
+    ), m
 
 
 err("warmup_learning_rate: negative scale", lambda c: tc.warmup_learning_rate(1, 8, scale=-1.0), "scale")
@@ -945,9 +1075,9 @@ err("warmup_learning_rate: step 0", lambda c: tc.warmup_learning_rate(0, 8), "st
 
 @api("warmup_learning_rate: step 2**62")
 def _(c):
-    lr = tc.warmup_learning_rate(2 ** 62, 512)
+    lr = tc.warmup_learning_rate(2**62, 512)
     assert np.isfinite(lr) and lr > 0, lr
-    _close(lr, 512 ** -0.5 * (2 ** 62) ** -0.5, 1e-9)
+    _close(lr, 512**-0.5 * (2**62) ** -0.5, 1e-9)
 
 
 err("look_ahead_mask: float size", lambda c: tc.look_ahead_mask(2.5), "size")
@@ -960,8 +1090,11 @@ def _(c):
     assert np.array_equal(m, np.triu(np.ones((3, 3), bool), 1)), m
 
 
-err("decoder_self_attention_mask: 3-D tokens", lambda c: tc.decoder_self_attention_mask(np.ones((1, 2, 3), int)),
-    "tokens")
+err(
+    "decoder_self_attention_mask: 3-D tokens",
+    lambda c: tc.decoder_self_attention_mask(np.ones((1, 2, 3), int)),
+    "tokens",
+)
 
 
 @api("attention: 0/1 integer mask equals the boolean mask")
@@ -988,20 +1121,32 @@ def _(c):
     _close(w, p, 1e-12)
 
 
-err("attention: mask that does not broadcast",
+err(
+    "attention: mask that does not broadcast",
     lambda c: tc.scaled_dot_product_attention(rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 4), np.zeros((3, 3), bool)),
-    "mask")
-err("attention: q and k widths differ",
-    lambda c: tc.scaled_dot_product_attention(rand(2, 3, 4), rand(2, 5, 5), rand(2, 5, 4)), "q")
-err("attention: k and v lengths differ",
-    lambda c: tc.scaled_dot_product_attention(rand(2, 3, 4), rand(2, 5, 4), rand(2, 6, 4)), "k")
+    "mask",
+)
+err(
+    "attention: q and k widths differ",
+    lambda c: tc.scaled_dot_product_attention(rand(2, 3, 4), rand(2, 5, 5), rand(2, 5, 4)),
+    "q",
+)
+err(
+    "attention: k and v lengths differ",
+    lambda c: tc.scaled_dot_product_attention(rand(2, 3, 4), rand(2, 5, 4), rand(2, 6, 4)),
+    "k",
+)
 err("multi-head attention: width not divisible by heads", lambda c: tc.MultiHeadAttention(10, 3), "divisible")
-err("multi-head attention: memory of another width",
+err(
+    "multi-head attention: memory of another width",
     lambda c: tc.MultiHeadAttention(8, 2).forward(np.ones((1, 3, 8), np.float32), np.ones((1, 4, 6), np.float32)),
-    "memory")
-err("multi-head attention: memory of another batch",
+    "memory",
+)
+err(
+    "multi-head attention: memory of another batch",
     lambda c: tc.MultiHeadAttention(8, 2).forward(np.ones((2, 3, 8), np.float32), np.ones((3, 4, 8), np.float32)),
-    "memory")
+    "memory",
+)
 
 
 @api("multi-head attention: weights before any forward", expect="either")
@@ -1032,10 +1177,16 @@ def _(c):
     assert np.all(np.isfinite(out))
 
 
-err("decoder: memory of another batch",
-    lambda c: tc.Decoder(V, 8, 1, 2, 16).forward(np.ones((2, 3), int), np.ones((3, 4, 8), np.float32)), "memory")
-err("decoder: token beyond the vocabulary",
-    lambda c: tc.Decoder(V, 8, 1, 2, 16).forward(np.full((1, 3), V), np.ones((1, 4, 8), np.float32)), str(V))
+err(
+    "decoder: memory of another batch",
+    lambda c: tc.Decoder(V, 8, 1, 2, 16).forward(np.ones((2, 3), int), np.ones((3, 4, 8), np.float32)),
+    "memory",
+)
+err(
+    "decoder: token beyond the vocabulary",
+    lambda c: tc.Decoder(V, 8, 1, 2, 16).forward(np.full((1, 3), V), np.ones((1, 4, 8), np.float32)),
+    str(V),
+)
 
 
 @api("adam: no parameters", expect="either")
@@ -1145,14 +1296,23 @@ def _(c):
     assert np.isfinite(loss) or np.isnan(loss), loss
 
 
-err("model: tgt_in and tgt_out shapes differ",
-    lambda c: small().train_step(np.ones((2, 4), int), np.ones((2, 3), int), np.ones((2, 2), int)), "tgt_out")
-err("model: target id beyond the vocabulary",
-    lambda c: small().train_step(np.ones((2, 4), int), np.ones((2, 3), int), np.full((2, 3), V)), str(V))
+err(
+    "model: tgt_in and tgt_out shapes differ",
+    lambda c: small().train_step(np.ones((2, 4), int), np.ones((2, 3), int), np.ones((2, 2), int)),
+    "tgt_out",
+)
+err(
+    "model: target id beyond the vocabulary",
+    lambda c: small().train_step(np.ones((2, 4), int), np.ones((2, 3), int), np.full((2, 3), V)),
+    str(V),
+)
 err("model: negative source id", lambda c: small().forward(np.array([[1, -3]]), np.ones((1, 2), int)), "-3")
 err("model: 3-D ids", lambda c: small().forward(np.ones((1, 2, 3), int), np.ones((1, 2), int)), "src")
-err("model: source and target batches differ", lambda c: small().forward(np.ones((2, 3), int), np.ones((3, 2), int)),
-    "batch")
+err(
+    "model: source and target batches differ",
+    lambda c: small().forward(np.ones((2, 3), int), np.ones((3, 2), int)),
+    "batch",
+)
 
 
 err("model: backward before forward", lambda c: small().backward(np.ones((1, 2, V))), "forward")
@@ -1183,8 +1343,9 @@ def _(c):
 def _(c):
     src, tgt_in, tgt_out = batch(b=4)
     a = small(seed=2).evaluate(src[::2], tgt_in[::2], tgt_out[::2])
-    b = small(seed=2).evaluate(np.ascontiguousarray(src[::2]), np.ascontiguousarray(tgt_in[::2]),
-                               np.ascontiguousarray(tgt_out[::2]))
+    b = small(seed=2).evaluate(
+        np.ascontiguousarray(src[::2]), np.ascontiguousarray(tgt_in[::2]), np.ascontiguousarray(tgt_out[::2])
+    )
     _close(a, b, 1e-12)
 
 
@@ -1255,33 +1416,45 @@ err("model: negative step", lambda c: setattr(small(), "step", -1), "step")
 def _at_last_step(c):
     m = small()
     src, tgt_in, tgt_out = batch()
-    m.step = 2 ** 63 - 1
+    m.step = 2**63 - 1
     return m.train_step(src, tgt_in, tgt_out)
 
 
 def _adam_at_last_step(c):
     adam = tc.Adam(tc.Linear(2, 2).parameters())
-    adam.step_count = 2 ** 63 - 1
+    adam.step_count = 2**63 - 1
     return adam.step(1e-3)
 
 
 err("model: train_step at step 2**63 - 1", _at_last_step, "maximum")
 err("adam: step at step_count 2**63 - 1", _adam_at_last_step, "maximum")
-err("model: learning rate of the step after 2**63 - 1", lambda c: (lambda m: (setattr(m, "step", 2 ** 63 - 1),
-                                                                              m.learning_rate()))(small()), "maximum")
+err(
+    "model: learning rate of the step after 2**63 - 1",
+    lambda c: (lambda m: (setattr(m, "step", 2**63 - 1), m.learning_rate()))(small()),
+    "maximum",
+)
 err("model: float step", lambda c: setattr(small(), "step", 2.5), "step")
 err("model: negative dropout_calls", lambda c: setattr(small(), "dropout_calls", -1), "dropout_calls")
-err("model: total_steps equal to warmup", lambda c: small().configure_optimizer(warmup=10, total_steps=10),
-    "total_steps")
+err(
+    "model: total_steps equal to warmup",
+    lambda c: small().configure_optimizer(warmup=10, total_steps=10),
+    "total_steps",
+)
 err("model: warmup given as a string", lambda c: small().configure_optimizer(warmup="10"), "warmup")
 err("model: warmup True", lambda c: small().configure_optimizer(warmup=True), "warmup")
 err("model: dtype float16", lambda c: tc.Transformer(V, V, d_model=8, n_heads=2, dtype="float16"), "dtype")
 err("model: layout nonsense", lambda c: tc.Transformer(V, V, d_model=8, n_heads=2, layout="spiral"), "layout")
 err("model: vocabulary of 1", lambda c: tc.Transformer(1, V, d_model=8, n_heads=2), "src_vocab_size")
-err("model: from_config with an unknown key", lambda c: tc.Transformer.from_config(dict(small().config, colour="red")),
-    "colour")
-err("model: from_config with a string size", lambda c: tc.Transformer.from_config(dict(small().config, d_model="8")),
-    "d_model")
+err(
+    "model: from_config with an unknown key",
+    lambda c: tc.Transformer.from_config(dict(small().config, colour="red")),
+    "colour",
+)
+err(
+    "model: from_config with a string size",
+    lambda c: tc.Transformer.from_config(dict(small().config, d_model="8")),
+    "d_model",
+)
 err("model: pickled", lambda c: pickle.dumps(small()), "pickle")
 
 
@@ -1295,7 +1468,7 @@ def _(c):
 
 @api("model: learning rate at step 2**62")
 def _(c):
-    lr = small().learning_rate(2 ** 62)
+    lr = small().learning_rate(2**62)
     assert np.isfinite(lr) and lr >= 0, lr
 
 
@@ -1450,19 +1623,33 @@ def _(c):
     assert tok.decode(tok.encode(CORPUS[1])) == CORPUS[1]
 
 
-err("tokenizer: corpus of whitespace", lambda c: tc.SubwordTokenizer.build_from_corpus([" ", "\t\n", ""], 300),
-    "empty")
+err("tokenizer: corpus of whitespace", lambda c: tc.SubwordTokenizer.build_from_corpus([" ", "\t\n", ""], 300), "empty")
 err("tokenizer: corpus of bytes", lambda c: tc.SubwordTokenizer.build_from_corpus([b"abc"], 300), "str")
-err("tokenizer: float vocabulary size", lambda c: tc.SubwordTokenizer.build_from_corpus(CORPUS, 300.0),
-    "target_vocab_size")
-err("tokenizer: lowercase given as a string",
-    lambda c: tc.SubwordTokenizer.build_from_corpus(CORPUS, 300, lowercase="no"), "lowercase")
-err("tokenizer: add_special_tokens given as a string", lambda c: ctok().encode("the cat", add_special_tokens="no"),
-    "add_special_tokens")
-err("tokenizer: skip_special_tokens given as a string", lambda c: ctok().decode([1, 5, 2], skip_special_tokens="no"),
-    "skip_special_tokens")
-err("tokenizer: min_frequency 0", lambda c: tc.SubwordTokenizer.build_from_corpus(CORPUS, 300, min_frequency=0),
-    "min_frequency")
+err(
+    "tokenizer: float vocabulary size",
+    lambda c: tc.SubwordTokenizer.build_from_corpus(CORPUS, 300.0),
+    "target_vocab_size",
+)
+err(
+    "tokenizer: lowercase given as a string",
+    lambda c: tc.SubwordTokenizer.build_from_corpus(CORPUS, 300, lowercase="no"),
+    "lowercase",
+)
+err(
+    "tokenizer: add_special_tokens given as a string",
+    lambda c: ctok().encode("the cat", add_special_tokens="no"),
+    "add_special_tokens",
+)
+err(
+    "tokenizer: skip_special_tokens given as a string",
+    lambda c: ctok().decode([1, 5, 2], skip_special_tokens="no"),
+    "skip_special_tokens",
+)
+err(
+    "tokenizer: min_frequency 0",
+    lambda c: tc.SubwordTokenizer.build_from_corpus(CORPUS, 300, min_frequency=0),
+    "min_frequency",
+)
 
 
 @api("tokenizer: numpy vocabulary size")
@@ -1474,8 +1661,17 @@ def _(c):
 @api("tokenizer: control characters, NUL, emoji, right-to-left text round-trip")
 def _(c):
     tok = ctok()
-    for text in ("a\x00b", "tab\there", "bell\x07", "emoji 😀🇪🇸", "עברית ومرحبا", "zero\u200bwidth", "\ufeffbom",
-                 "  two  spaces ", "e\u0301 combining"):
+    for text in (
+        "a\x00b",
+        "tab\there",
+        "bell\x07",
+        "emoji 😀🇪🇸",
+        "עברית ومرحبا",
+        "zero\u200bwidth",
+        "\ufeffbom",
+        "  two  spaces ",
+        "e\u0301 combining",
+    ):
         import unicodedata
 
         want = unicodedata.normalize("NFC", text)
@@ -1538,11 +1734,16 @@ def _(c):
     assert tok.decode_batch([]) == []
 
 
-err("tokenizer: from_str with a damaged model",
+err(
+    "tokenizer: from_str with a damaged model",
     lambda c: tc.SubwordTokenizer.from_str(json.dumps(dict(json.loads(ctok().to_str()), tokenizer={"model": 5}))),
-    "damaged")
-err("tokenizer: from_str of another version",
-    lambda c: tc.SubwordTokenizer.from_str(json.dumps(dict(json.loads(ctok().to_str()), version=99))), "version")
+    "damaged",
+)
+err(
+    "tokenizer: from_str of another version",
+    lambda c: tc.SubwordTokenizer.from_str(json.dumps(dict(json.loads(ctok().to_str()), version=99))),
+    "version",
+)
 err("tokenizer: from_str of bytes", lambda c: tc.SubwordTokenizer.from_str(ctok().to_str().encode()), "str")
 err("tokenizer: from_str of JSON null", lambda c: tc.SubwordTokenizer.from_str("null"), "SubwordTokenizer")
 
@@ -1560,8 +1761,12 @@ def _swapped_specials(c):
 
 
 err("tokenizer: from_str with special ids swapped", _swapped_specials, "<start>")
-err("tokenizer: load a directory", lambda c: tc.SubwordTokenizer.load(c.work), "directory",
-    note="the message must not claim that a directory does not exist")
+err(
+    "tokenizer: load a directory",
+    lambda c: tc.SubwordTokenizer.load(c.work),
+    "directory",
+    note="the message must not claim that a directory does not exist",
+)
 
 
 def _load_bytes(c, payload: bytes):
@@ -1571,8 +1776,11 @@ def _load_bytes(c, payload: bytes):
 
 err("tokenizer: load a binary file", lambda c: _load_bytes(c, b"\x00\xff\xfe" * 100), "tok.json")
 err("tokenizer: load an empty file", lambda c: _load_bytes(c, b""), "tok.json")
-err("tokenizer: load a 10 GB sparse file", lambda c: tc.SubwordTokenizer.load(sparse(c.work / "t.json", 10 << 30)),
-    "bytes")
+err(
+    "tokenizer: load a 10 GB sparse file",
+    lambda c: tc.SubwordTokenizer.load(sparse(c.work / "t.json", 10 << 30)),
+    "bytes",
+)
 
 
 @api("tokenizer: save onto a directory leaves nothing behind", expect="either")
@@ -1626,8 +1834,11 @@ err("tokenizer: encode_batch with a bytes item", lambda c: ctok().encode_batch([
 err("tokenizer: encode None", lambda c: ctok().encode(None), "str")
 err("tokenizer: token_to_id of an int", lambda c: ctok().token_to_id(5), "str")
 err("tokenizer: id_to_token of -1", lambda c: ctok().id_to_token(-1), "-1")
-err("tokenizer: a text with a surrogate pair written as two code points",
-    lambda c: ctok().encode("smile \ud83d\ude00"), "surrogate")
+err(
+    "tokenizer: a text with a surrogate pair written as two code points",
+    lambda c: ctok().encode("smile \ud83d\ude00"),
+    "surrogate",
+)
 err("tokenizer: constructed from garbage", lambda c: tc.SubwordTokenizer(object()), "SubwordTokenizer")
 
 
@@ -1665,9 +1876,20 @@ def _(c):
 
 @api("text: cleaning twice changes nothing")
 def _(c):
-    for s in ("Hello.world , he said. then left.", "U.S.A. is big. and so.", "x .. y . z", "a. b. C. d.",
-              "He said no. then left. Then", "No. 5 is here.", "(e.g. this). and that.", "¿Sí. no.?", "3.14. pi",
-              ".5 . .5", "etc.. etc...", "A.B.C.d.e. f"):
+    for s in (
+        "Hello.world , he said. then left.",
+        "U.S.A. is big. and so.",
+        "x .. y . z",
+        "a. b. C. d.",
+        "He said no. then left. Then",
+        "No. 5 is here.",
+        "(e.g. this). and that.",
+        "¿Sí. no.?",
+        "3.14. pi",
+        ".5 . .5",
+        "etc.. etc...",
+        "A.B.C.d.e. f",
+    ):
         once = tc.clean_sentence(s)
         assert tc.clean_sentence(once) == once, (s, once, tc.clean_sentence(once))
 
@@ -1771,12 +1993,18 @@ def _zip(c, members: Dict[str, bytes], name: str = "spa-eng.zip") -> Path:
     return path
 
 
-err("data: zip with two text files",
-    lambda c: tc.load_tatoeba(_zip(c, {"a.txt": b"x\ty\n", "b.txt": b"x\ty\n"})), "cannot tell")
+err(
+    "data: zip with two text files",
+    lambda c: tc.load_tatoeba(_zip(c, {"a.txt": b"x\ty\n", "b.txt": b"x\ty\n"})),
+    "cannot tell",
+)
 err("data: empty zip", lambda c: tc.load_tatoeba(_zip(c, {})), "no files")
 err("data: broken zip with a .zip name", lambda c: _load(c, b"PK\x03\x04 broken", name="x.zip"), "zip")
-err("data: gzip file", lambda c: _load(c, __import__("gzip").compress("\n".join(PAIRS).encode()), name="spa.txt.gz"),
-    "not valid")
+err(
+    "data: gzip file",
+    lambda c: _load(c, __import__("gzip").compress("\n".join(PAIRS).encode()), name="spa.txt.gz"),
+    "not valid",
+)
 
 
 @api("data: zip with spa.txt and an _about.txt")
@@ -1811,8 +2039,11 @@ def _(c):
 err("split_by_source: non-string sources", lambda c: tc.split_by_source([1, 2, 3], ["a", "b", "c"]), "source")
 err("split_by_source: lists of different lengths", lambda c: tc.split_by_source(["a", "b"], ["a"]), "targets")
 err("split_by_source: negative seed", lambda c: tc.split_by_source(["a", "b", "c"], ["x", "y", "z"], seed=-1), "seed")
-err("split_by_source: NaN fraction", lambda c: tc.split_by_source(["a", "b"], ["x", "y"], float("nan")),
-    "valid_fraction")
+err(
+    "split_by_source: NaN fraction",
+    lambda c: tc.split_by_source(["a", "b"], ["x", "y"], float("nan")),
+    "valid_fraction",
+)
 
 
 @api("split_by_source: empty lists", expect="either")
@@ -1824,7 +2055,9 @@ def _(c):
 @api("split_by_source: no source or reference crosses parts")
 def _(c):
     rng = np.random.default_rng(0)
-    src = [f"Sentence {int(k)}." if rng.random() < 0.5 else f"  SENTENCE   {int(k)}. " for k in rng.integers(0, 40, 400)]
+    src = [
+        f"Sentence {int(k)}." if rng.random() < 0.5 else f"  SENTENCE   {int(k)}. " for k in rng.integers(0, 40, 400)
+    ]
     tgt = [f"Frase {int(k)}." for k in rng.integers(0, 60, 400)]
     s = tc.split_by_source(src, tgt, 0.2, 0.2, seed=3)
     key = lambda t: " ".join(t.casefold().split())  # noqa: E731
@@ -1849,8 +2082,11 @@ def _(c):
 err("encode_pairs: strings instead of lists", lambda c: tc.encode_pairs("abc", "def", rtok(), rtok(), None), "string")
 err("encode_pairs: max_length 1", lambda c: tc.encode_pairs(["a"], ["a"], rtok(), rtok(), 1), "max_length")
 err("encode_pairs: max_length 3.0", lambda c: tc.encode_pairs(["a"], ["a"], rtok(), rtok(), 3.0), "max_length")
-err("encode_pairs: lists of different lengths", lambda c: tc.encode_pairs(["a", "b"], ["a"], rtok(), rtok(), None),
-    "target")
+err(
+    "encode_pairs: lists of different lengths",
+    lambda c: tc.encode_pairs(["a", "b"], ["a"], rtok(), rtok(), None),
+    "target",
+)
 
 
 class _FakeTok:
@@ -1860,8 +2096,11 @@ class _FakeTok:
         return [[1, 2] for _ in texts]
 
 
-err("encode_pairs: a tokenizer whose padding id is not 0",
-    lambda c: tc.encode_pairs(["a"], ["b"], _FakeTok(), rtok(), None), "pad_id")
+err(
+    "encode_pairs: a tokenizer whose padding id is not 0",
+    lambda c: tc.encode_pairs(["a"], ["b"], _FakeTok(), rtok(), None),
+    "pad_id",
+)
 
 
 @api("encode_pairs: empty sentences")
@@ -1901,12 +2140,18 @@ def _(c):
 
 err("batches: float batch_size", lambda c: list(tc.batches(_encoded(), 4.0)), "batch_size")
 err("batches: negative max_tokens", lambda c: list(tc.batches(_encoded(), max_tokens=-1)), "max_tokens")
-err("batches: bucket_pool 0", lambda c: list(tc.batches(_encoded(), bucket_by_length=True, bucket_pool=0)),
-    "bucket_pool")
+err(
+    "batches: bucket_pool 0",
+    lambda c: list(tc.batches(_encoded(), bucket_by_length=True, bucket_pool=0)),
+    "bucket_pool",
+)
 err("batches: a list instead of EncodedPairs", lambda c: list(tc.batches([1, 2, 3], 2)), "EncodedPairs")
 err("batches: shuffle given as a string", lambda c: list(tc.batches(_encoded(), 4, shuffle="no")), "shuffle")
-err("batches: drop_remainder given as a string", lambda c: list(tc.batches(_encoded(), 4, drop_remainder="no")),
-    "drop_remainder")
+err(
+    "batches: drop_remainder given as a string",
+    lambda c: list(tc.batches(_encoded(), 4, drop_remainder="no")),
+    "drop_remainder",
+)
 err("batches: negative seed", lambda c: list(tc.batches(_encoded(), 4, seed=-1)), "seed")
 err("num_batches: negative count", lambda c: td.num_batches(-1, 2), "-1")
 err("length_limit: coverage 0", lambda c: td.length_limit([1, 2, 3], 0), "coverage")
@@ -1926,30 +2171,51 @@ def _trainer(c, config: Any = None, ckpt: bool = False, n: int = 40, **kw: Any) 
     enc = tc.encode_pairs(src, tgt, tok, tok, None)
     model = tiny_model(tok, d_model=16)
     cfg = config or tc.TrainConfig(epochs=1, batch_size=8, warmup=10, progress=False, val_bleu_sentences=0)
-    return tc.Trainer(model, enc, kw.pop("valid", None), cfg, src_tokenizer=tok, tgt_tokenizer=tok,
-                      checkpoint_dir=(c.work / "run") if ckpt else None, **kw)
+    return tc.Trainer(
+        model,
+        enc,
+        kw.pop("valid", None),
+        cfg,
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+        checkpoint_dir=(c.work / "run") if ckpt else None,
+        **kw,
+    )
 
 
 err("TrainConfig: float epochs", lambda c: tc.TrainConfig(epochs=2.0), "epochs")
-err("TrainConfig: from_dict with an unknown key", lambda c: tc.TrainConfig.from_dict({"epochs": 1, "colour": 2}),
-    "colour")
+err(
+    "TrainConfig: from_dict with an unknown key",
+    lambda c: tc.TrainConfig.from_dict({"epochs": 1, "colour": 2}),
+    "colour",
+)
 err("TrainConfig: from_dict(None)", lambda c: tc.TrainConfig.from_dict(None), "TrainConfig")
 err("TrainConfig: progress given as a string", lambda c: tc.TrainConfig(progress="no"), "progress")
 
 
 @api("TrainConfig: decay with a fixed learning rate", expect="either")
 def _(c):
-    t = _trainer(c, tc.TrainConfig(epochs=2, batch_size=8, fixed_lr=1e-3, decay=True, progress=False,
-                                   val_bleu_sentences=0, log_every=1))
+    t = _trainer(
+        c,
+        tc.TrainConfig(
+            epochs=2, batch_size=8, fixed_lr=1e-3, decay=True, progress=False, val_bleu_sentences=0, log_every=1
+        ),
+    )
     t.fit()
     lrs = t.history["batch"]["lr"]
     assert len(lrs) == 10 and all(a > b for a, b in zip(lrs, lrs[1:])), f"decay=True was ignored: {lrs}"
 
 
-err("TrainConfig: drop_remainder with a token budget", lambda c: tc.TrainConfig(max_tokens=500, drop_remainder=True),
-    "drop_remainder")
-err("TrainConfig: bucket_by_length with a token budget", lambda c: tc.TrainConfig(max_tokens=500, bucket_by_length=True),
-    "bucket_by_length")
+err(
+    "TrainConfig: drop_remainder with a token budget",
+    lambda c: tc.TrainConfig(max_tokens=500, drop_remainder=True),
+    "drop_remainder",
+)
+err(
+    "TrainConfig: bucket_by_length with a token budget",
+    lambda c: tc.TrainConfig(max_tokens=500, bucket_by_length=True),
+    "bucket_by_length",
+)
 err("Transformer: precision bf16 with float64", lambda c: small(precision="bf16"), "precision", "float64")
 err("Transformer: precision 'BF16'", lambda c: small(dtype="float32", precision="BF16"), "precision")
 
@@ -1961,24 +2227,44 @@ def _(c):
     m.train_step(*batch())
 
 
-
-
-err("TrainConfig: fixed_lr set to NaN after construction", lambda c: setattr(tc.TrainConfig(), "fixed_lr", float("nan")),
-    "fixed_lr")
-err("TrainConfig: max_tokens set after drop_remainder", lambda c: setattr(tc.TrainConfig(drop_remainder=True),
-                                                                          "max_tokens", 500), "drop_remainder")
-err("TrainConfig: adam_eps 10**400", lambda c: tc.TrainConfig(adam_eps=10 ** 400), "adam_eps")
-err("Trainer: checkpoint_dir ''", lambda c: tc.Trainer(small(), _encoded(), None, tc.TrainConfig(progress=False),
-                                                      src_tokenizer=rtok(), tgt_tokenizer=rtok(), checkpoint_dir=""),
-    "checkpoint_dir", "empty")
+err(
+    "TrainConfig: fixed_lr set to NaN after construction",
+    lambda c: setattr(tc.TrainConfig(), "fixed_lr", float("nan")),
+    "fixed_lr",
+)
+err(
+    "TrainConfig: max_tokens set after drop_remainder",
+    lambda c: setattr(tc.TrainConfig(drop_remainder=True), "max_tokens", 500),
+    "drop_remainder",
+)
+err("TrainConfig: adam_eps 10**400", lambda c: tc.TrainConfig(adam_eps=10**400), "adam_eps")
+err(
+    "Trainer: checkpoint_dir ''",
+    lambda c: tc.Trainer(
+        small(),
+        _encoded(),
+        None,
+        tc.TrainConfig(progress=False),
+        src_tokenizer=rtok(),
+        tgt_tokenizer=rtok(),
+        checkpoint_dir="",
+    ),
+    "checkpoint_dir",
+    "empty",
+)
 err("save_checkpoint: run_dir ''", lambda c: tc.save_checkpoint("", small(), rtok(), rtok()), "run_dir", "empty")
 err("adam: eps 0", lambda c: tc.Adam(tc.Linear(2, 2).parameters(), eps=0.0), "eps")
-err("Translator: adaptive_threads 'no'", lambda c: setattr(translator(c), "adaptive_threads", "no"),
-    "adaptive_threads")
-err("Translator: max_length set to 'x' after construction", lambda c: setattr(translator(c), "max_length", "x"),
-    "max_length")
-err("batches: drop_remainder with a token budget", lambda c: list(tc.batches(_encoded(), max_tokens=20,
-                                                                            drop_remainder=True)), "drop_remainder")
+err("Translator: adaptive_threads 'no'", lambda c: setattr(translator(c), "adaptive_threads", "no"), "adaptive_threads")
+err(
+    "Translator: max_length set to 'x' after construction",
+    lambda c: setattr(translator(c), "max_length", "x"),
+    "max_length",
+)
+err(
+    "batches: drop_remainder with a token budget",
+    lambda c: list(tc.batches(_encoded(), max_tokens=20, drop_remainder=True)),
+    "drop_remainder",
+)
 
 
 def _other_tokenizer_valid(c):
@@ -2003,8 +2289,12 @@ def _vocab_mismatch(c):
 
     tok = rtok()
     src, tgt = reversal_pairs(10)
-    return tc.Trainer(tc.Transformer(tok.vocab_size + 1, tok.vocab_size, d_model=8, n_heads=2),
-                      tc.encode_pairs(src, tgt, tok, tok, None), src_tokenizer=tok, tgt_tokenizer=tok)
+    return tc.Trainer(
+        tc.Transformer(tok.vocab_size + 1, tok.vocab_size, d_model=8, n_heads=2),
+        tc.encode_pairs(src, tgt, tok, tok, None),
+        src_tokenizer=tok,
+        tgt_tokenizer=tok,
+    )
 
 
 err("Trainer: tokenizer and model vocabularies differ", _vocab_mismatch, "src_vocab_size")
@@ -2039,8 +2329,9 @@ def _(c):
 
 @api("Trainer: a time budget of a microsecond")
 def _(c):
-    t = _trainer(c, tc.TrainConfig(epochs=3, batch_size=8, time_budget=1e-8, progress=False, val_bleu_sentences=0),
-                 ckpt=True)
+    t = _trainer(
+        c, tc.TrainConfig(epochs=3, batch_size=8, time_budget=1e-8, progress=False, val_bleu_sentences=0), ckpt=True
+    )
     t.fit()
     e = t.history["epoch"]
     assert t.model.step >= 1 and e["loss"] and all(np.isfinite(x) and x > 0 for x in e["loss"]), e
@@ -2060,8 +2351,11 @@ def _state_with(c, **changes: Any) -> None:
 
 err("Trainer: state with a negative epoch", lambda c: _state_with(c, epoch=-3), "epoch")
 err("Trainer: state with a negative batch position", lambda c: _state_with(c, batch_in_epoch=-1), "batch_in_epoch")
-err("Trainer: state whose sums are strings",
-    lambda c: _state_with(c, epoch_sums={"loss": "x", "correct": 0, "tokens": 0}), "epoch_sums")
+err(
+    "Trainer: state whose sums are strings",
+    lambda c: _state_with(c, epoch_sums={"loss": "x", "correct": 0, "tokens": 0}),
+    "epoch_sums",
+)
 err("Trainer: state whose history is a string", lambda c: _state_with(c, history="none"), "history")
 err("Trainer: state with a NaN clock", lambda c: _state_with(c, elapsed=float("nan")), "elapsed")
 err("Trainer: state of another format", lambda c: _trainer(c).load_state_dict({"format": "x"}), "trainer state")
@@ -2090,8 +2384,11 @@ def _(c):
 
 
 err("bleu_of_encoded: limit -1", lambda c: tr.bleu_of_encoded(small(), _encoded(), rtok(), limit=-1), "limit")
-err("bleu_of_encoded: batch_size 0", lambda c: tr.bleu_of_encoded(small(), _encoded(), rtok(), batch_size=0),
-    "batch_size")
+err(
+    "bleu_of_encoded: batch_size 0",
+    lambda c: tr.bleu_of_encoded(small(), _encoded(), rtok(), batch_size=0),
+    "batch_size",
+)
 err("output_limit: negative length", lambda c: tr.output_limit(-5), "source_tokens")
 err("checkpoint_name: a float count", lambda c: ck.checkpoint_name(1.5), "integers")
 err("checkpoint_name: a string count", lambda c: ck.checkpoint_name("3"), "integers")
@@ -2121,11 +2418,13 @@ err("save: name with a parent directory", lambda c: _save(c, name="../escape"), 
 err("save: name 'latest'", lambda c: _save(c, name="latest"), "name")
 err("save: name '.tmp-x'", lambda c: _save(c, name=".tmp-epoch-0001"), "name")
 err("save: keep True", lambda c: _save(c, keep=True), "keep")
-err("save: run directory that is a file", lambda c: (c.work / "f").write_text("x") and _save(c, run=c.work / "f"),
-    "f")
+err("save: run directory that is a file", lambda c: (c.work / "f").write_text("x") and _save(c, run=c.work / "f"), "f")
 err("save: NaN in the trainer state", lambda c: _save(c, trainer_state={"loss": float("nan")}), "JSON")
-err("save: tokenizer of another size",
-    lambda c: tc.save_checkpoint(c.work / "r", small(), rtok(), rtok()), "src_vocab_size")
+err(
+    "save: tokenizer of another size",
+    lambda c: tc.save_checkpoint(c.work / "r", small(), rtok(), rtok()),
+    "src_vocab_size",
+)
 err("save: run_id that is not a string", lambda c: _save(c, run_id=5), "run_id")
 
 
@@ -2209,78 +2508,184 @@ def _(c):
     return tc.load_checkpoint(run, optimizer=False)
 
 
-err("load: config.json with a byte-order mark",
-    lambda c: _damaged(c, lambda k: (k / "config.json").write_bytes(b"\xef\xbb\xbf" + (k / "config.json").read_bytes())),
-    "config.json")
-err("load: config.json holding null", lambda c: _damaged(c, lambda k: (k / "config.json").write_text("null")),
-    "config.json")
-err("load: config.json holding a list", lambda c: _damaged(c, lambda k: (k / "config.json").write_text("[1, 2]")),
-    "config.json")
-err("load: config.json is a directory",
-    lambda c: _damaged(c, lambda k: ((k / "config.json").unlink(), (k / "config.json").mkdir())), "config.json")
-err("load: d_model as a string",
-    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["model"].update(d_model="16"))), "d_model")
-err("load: an unknown architecture key",
-    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["model"].update(colour="red"))), "colour")
-err("load: dtype float16", lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["model"].update(dtype="float16"))),
-    "dtype")
-err("load: model section is a list", lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g.update(model=[1]))),
-    "model")
-err("load: warmup as a string",
-    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"]["config"].update(warmup="x"))), "warmup")
-err("load: an unknown optimiser option",
+err(
+    "load: config.json with a byte-order mark",
+    lambda c: _damaged(
+        c, lambda k: (k / "config.json").write_bytes(b"\xef\xbb\xbf" + (k / "config.json").read_bytes())
+    ),
+    "config.json",
+)
+err(
+    "load: config.json holding null",
+    lambda c: _damaged(c, lambda k: (k / "config.json").write_text("null")),
+    "config.json",
+)
+err(
+    "load: config.json holding a list",
+    lambda c: _damaged(c, lambda k: (k / "config.json").write_text("[1, 2]")),
+    "config.json",
+)
+err(
+    "load: config.json is a directory",
+    lambda c: _damaged(c, lambda k: ((k / "config.json").unlink(), (k / "config.json").mkdir())),
+    "config.json",
+)
+err(
+    "load: d_model as a string",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["model"].update(d_model="16"))),
+    "d_model",
+)
+err(
+    "load: an unknown architecture key",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["model"].update(colour="red"))),
+    "colour",
+)
+err(
+    "load: dtype float16",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["model"].update(dtype="float16"))),
+    "dtype",
+)
+err(
+    "load: model section is a list",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g.update(model=[1]))),
+    "model",
+)
+err(
+    "load: warmup as a string",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"]["config"].update(warmup="x"))),
+    "warmup",
+)
+err(
+    "load: an unknown optimiser option",
     lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"]["config"].update(momentum=0.9))),
-    "momentum")
-err("load: negative optimiser step",
-    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"].update(step=-5))), "step")
-err("load: optimiser step 1e30", lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"].update(step=1e30))),
-    "step")
-err("load: optimiser step as a string",
-    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"].update(step="12"))), "step")
+    "momentum",
+)
+err(
+    "load: negative optimiser step",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"].update(step=-5))),
+    "step",
+)
+err(
+    "load: optimiser step 1e30",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"].update(step=1e30))),
+    "step",
+)
+err(
+    "load: optimiser step as a string",
+    lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["optimizer"].update(step="12"))),
+    "step",
+)
 err("load: format version 2", lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g.update(version=2))), "version")
 err("load: files section missing", lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g.pop("files"))), "files")
-err("load: files entry is a string",
+err(
+    "load: files entry is a string",
     lambda c: _damaged(c, lambda k: edit_config(k, lambda g: g["files"].update({"model.safetensors": "big"}))),
-    "model.safetensors")
-err("load: truncated weights",
-    lambda c: _damaged(c, lambda k: (k / "model.safetensors").write_bytes((k / "model.safetensors").read_bytes()[:100])),
-    "model.safetensors")
-err("load: one flipped byte in the weights", lambda c: _damaged(c, lambda k: (k / "model.safetensors").write_bytes(
-    (lambda b: b[:-5] + bytes([b[-5] ^ 1]) + b[-4:])((k / "model.safetensors").read_bytes()))), "damaged")
-err("load: an extra tensor",
-    lambda c: _damaged(c, lambda k: edit_tensors(k, "model.safetensors", lambda t: t.update(extra=np.ones(3, np.float32)))),
-    "unexpected")
-err("load: a missing tensor",
-    lambda c: _damaged(c, lambda k: edit_tensors(k, "model.safetensors", lambda t: t.pop("output.bias"))), "missing")
-err("load: float64 weights", lambda c: _damaged(c, lambda k: edit_tensors(
-    k, "model.safetensors", lambda t: t.update({n: v.astype(np.float64) for n, v in t.items()}))), "float64")
-err("load: a tensor of another shape", lambda c: _damaged(c, lambda k: edit_tensors(
-    k, "model.safetensors", lambda t: t.update({"output.bias": np.zeros(3, np.float32)}))), "shape")
-err("load: infinity in the weights", lambda c: _damaged(c, lambda k: edit_tensors(
-    k, "model.safetensors", lambda t: t["output.bias"].__setitem__(0, np.inf))), "output.bias")
-err("load: NaN in the Adam moments", lambda c: _damaged(c, lambda k: edit_tensors(
-    k, "optimizer.safetensors", lambda t: t[next(iter(t))].flat.__setitem__(0, np.nan))), "optimizer.safetensors")
+    "model.safetensors",
+)
+err(
+    "load: truncated weights",
+    lambda c: _damaged(
+        c, lambda k: (k / "model.safetensors").write_bytes((k / "model.safetensors").read_bytes()[:100])
+    ),
+    "model.safetensors",
+)
+err(
+    "load: one flipped byte in the weights",
+    lambda c: _damaged(
+        c,
+        lambda k: (k / "model.safetensors").write_bytes(
+            (lambda b: b[:-5] + bytes([b[-5] ^ 1]) + b[-4:])((k / "model.safetensors").read_bytes())
+        ),
+    ),
+    "damaged",
+)
+err(
+    "load: an extra tensor",
+    lambda c: _damaged(
+        c, lambda k: edit_tensors(k, "model.safetensors", lambda t: t.update(extra=np.ones(3, np.float32)))
+    ),
+    "unexpected",
+)
+err(
+    "load: a missing tensor",
+    lambda c: _damaged(c, lambda k: edit_tensors(k, "model.safetensors", lambda t: t.pop("output.bias"))),
+    "missing",
+)
+err(
+    "load: float64 weights",
+    lambda c: _damaged(
+        c,
+        lambda k: edit_tensors(
+            k, "model.safetensors", lambda t: t.update({n: v.astype(np.float64) for n, v in t.items()})
+        ),
+    ),
+    "float64",
+)
+err(
+    "load: a tensor of another shape",
+    lambda c: _damaged(
+        c, lambda k: edit_tensors(k, "model.safetensors", lambda t: t.update({"output.bias": np.zeros(3, np.float32)}))
+    ),
+    "shape",
+)
+err(
+    "load: infinity in the weights",
+    lambda c: _damaged(
+        c, lambda k: edit_tensors(k, "model.safetensors", lambda t: t["output.bias"].__setitem__(0, np.inf))
+    ),
+    "output.bias",
+)
+err(
+    "load: NaN in the Adam moments",
+    lambda c: _damaged(
+        c, lambda k: edit_tensors(k, "optimizer.safetensors", lambda t: t[next(iter(t))].flat.__setitem__(0, np.nan))
+    ),
+    "optimizer.safetensors",
+)
 
 
 @api("load: NaN moments do not stop a load for translation")
 def _(c):
-    ckpt = _damaged(c, lambda k: edit_tensors(k, "optimizer.safetensors",
-                                              lambda t: t[next(iter(t))].flat.__setitem__(0, np.nan)), optimizer=False)
+    ckpt = _damaged(
+        c,
+        lambda k: edit_tensors(k, "optimizer.safetensors", lambda t: t[next(iter(t))].flat.__setitem__(0, np.nan)),
+        optimizer=False,
+    )
     assert not ckpt.model.nonfinite_parameters(optimizer_state=False)
 
 
-err("load: source and target tokenizers swapped", lambda c: _damaged(c, lambda k: (
-    lambda a, b: (rewrite(k, "src_tokenizer.json", b), rewrite(k, "tgt_tokenizer.json", a)))(
-    (k / "src_tokenizer.json").read_bytes(), (k / "tgt_tokenizer.json").read_bytes())), "tokenizer")
-err("load: a tokenizer that is not one", lambda c: _damaged(c, lambda k: rewrite(k, "src_tokenizer.json", b'{"a": 1}')),
-    "src_tokenizer.json")
-err("load: trainer state that is a list", lambda c: _damaged(c, lambda k: rewrite(k, "trainer_state.json", b"[1]")),
-    "trainer_state.json")
-err("load: optimiser file missing", lambda c: _damaged(c, lambda k: (k / "optimizer.safetensors").unlink()),
-    "optimizer.safetensors")
-err("load: latest is a symlink loop", lambda c: (lambda run: ((run / "latest").unlink(),
-                                                              (run / "latest").symlink_to(run / "latest"),
-                                                              tc.load_checkpoint(run)))(copy_run(c)), "latest")
+err(
+    "load: source and target tokenizers swapped",
+    lambda c: _damaged(
+        c,
+        lambda k: (lambda a, b: (rewrite(k, "src_tokenizer.json", b), rewrite(k, "tgt_tokenizer.json", a)))(
+            (k / "src_tokenizer.json").read_bytes(), (k / "tgt_tokenizer.json").read_bytes()
+        ),
+    ),
+    "tokenizer",
+)
+err(
+    "load: a tokenizer that is not one",
+    lambda c: _damaged(c, lambda k: rewrite(k, "src_tokenizer.json", b'{"a": 1}')),
+    "src_tokenizer.json",
+)
+err(
+    "load: trainer state that is a list",
+    lambda c: _damaged(c, lambda k: rewrite(k, "trainer_state.json", b"[1]")),
+    "trainer_state.json",
+)
+err(
+    "load: optimiser file missing",
+    lambda c: _damaged(c, lambda k: (k / "optimizer.safetensors").unlink()),
+    "optimizer.safetensors",
+)
+err(
+    "load: latest is a symlink loop",
+    lambda c: (
+        lambda run: ((run / "latest").unlink(), (run / "latest").symlink_to(run / "latest"), tc.load_checkpoint(run))
+    )(copy_run(c)),
+    "latest",
+)
 
 
 @api("list_checkpoints: damaged and foreign directories are not listed")
@@ -2321,8 +2726,11 @@ def _(c):
         assert np.array_equal(p.value, ma.parameters()[n].value), n
 
 
-err("average: a name that is not a checkpoint name",
-    lambda c: tc.average_checkpoints([c.run / "epoch-0001", c.run / "epoch-0002"], c.work / "r", name="../x"), "name")
+err(
+    "average: a name that is not a checkpoint name",
+    lambda c: tc.average_checkpoints([c.run / "epoch-0001", c.run / "epoch-0002"], c.work / "r", name="../x"),
+    "name",
+)
 
 
 @api("mark_best: a name outside the run", expect="error", match=("name",))
@@ -2348,8 +2756,9 @@ def _(c):
         m = tiny_model(tok, d_model=16, seed=k)
         for e in range(5):
             try:
-                tc.save_checkpoint(c.work / "run", m, tok, tok, name=ck.checkpoint_name(10 * k + e + 1), keep=None,
-                                   run_id="same")
+                tc.save_checkpoint(
+                    c.work / "run", m, tok, tok, name=ck.checkpoint_name(10 * k + e + 1), keep=None, run_id="same"
+                )
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
 
@@ -2373,18 +2782,27 @@ def _(c):
     return t2.translate("The cat.")
 
 
-err("translator: tokenizer of another size",
-    lambda c: (lambda t: tc.Translator(t.model, t.tgt_tokenizer, rtok()))(translator(c)), "tokens")
+err(
+    "translator: tokenizer of another size",
+    lambda c: (lambda t: tc.Translator(t.model, t.tgt_tokenizer, rtok()))(translator(c)),
+    "tokens",
+)
 err("translator: max_length 0", lambda c: tc.Translator.from_checkpoint(c.run, max_length=0), "max_length")
 err("translator: max_length True", lambda c: translator(c).translate("The cat.", max_length=True), "max_length")
-err("translator: length_penalty as a string", lambda c: translator(c).translate("The cat.", length_penalty="0.6"),
-    "length_penalty")
+err(
+    "translator: length_penalty as a string",
+    lambda c: translator(c).translate("The cat.", length_penalty="0.6"),
+    "length_penalty",
+)
 err("translator: batch_size 2.0", lambda c: translator(c).translate_batch(["The cat."], batch_size=2.0), "batch_size")
 err("translator: beam_size 0", lambda c: translator(c).translate("The cat.", beam_size=0), "beam_size")
 err("translator: a None among the sentences", lambda c: translator(c).translate_batch(["The cat.", None]), "str")
 err("translator: bytes", lambda c: translator(c).translate(b"The cat."), "str")
-err("translator: return_attention given as a string",
-    lambda c: translator(c).translate("The cat.", return_attention="no"), "return_attention")
+err(
+    "translator: return_attention given as a string",
+    lambda c: translator(c).translate("The cat.", return_attention="no"),
+    "return_attention",
+)
 err("translator: a single string to translate_batch", lambda c: translator(c).translate_batch("The cat."), "string")
 
 
@@ -2406,10 +2824,16 @@ def _(c):
         assert np.all(np.isfinite(a)) and np.allclose(a.sum(-1), 1, atol=1e-4)
 
 
-err("translator: cross_attention of a layer that does not exist",
-    lambda c: translator(c).translate("The cat.", return_attention=True).cross_attention(5), "layer")
-err("translator: cross_attention without attention", lambda c: tl.Translation("a", "b", [], [], [], [], True)
-    .cross_attention(), "return_attention")
+err(
+    "translator: cross_attention of a layer that does not exist",
+    lambda c: translator(c).translate("The cat.", return_attention=True).cross_attention(5),
+    "layer",
+)
+err(
+    "translator: cross_attention without attention",
+    lambda c: tl.Translation("a", "b", [], [], [], [], True).cross_attention(),
+    "return_attention",
+)
 
 
 @api("translator: max_length 1")
@@ -2421,8 +2845,13 @@ def _(c):
 @api("translator: a batch translates each sentence as alone")
 def _(c):
     t = translator(c)
-    sentences = ["The cat.", "The tree and the bird and the car and the house.", "", "The dog and the water.",
-                 "book " * 30]
+    sentences = [
+        "The cat.",
+        "The tree and the bird and the car and the house.",
+        "",
+        "The dog and the water.",
+        "book " * 30,
+    ]
     alone = [t.translate(s) for s in sentences]
     assert t.translate_batch(sentences, batch_size=64) == alone
     assert t.translate_batch(sentences, batch_size=2) == alone
@@ -2446,14 +2875,23 @@ def _(c):
     assert len(r.source_ids) > 100
 
 
-err("evaluate: lists of different lengths", lambda c: tc.evaluate_translation(translator(c), ["a"], ["b", "c"]),
-    "references")
+err(
+    "evaluate: lists of different lengths",
+    lambda c: tc.evaluate_translation(translator(c), ["a"], ["b", "c"]),
+    "references",
+)
 err("evaluate: nothing to evaluate", lambda c: tc.evaluate_translation(translator(c), [], []), "no sentence")
 err("evaluate: a None reference", lambda c: tc.evaluate_translation(translator(c), ["The cat."], [None]), "str")
-err("evaluate: unknown target language",
-    lambda c: tc.evaluate_translation(translator(c), ["The cat."], ["El gato."], tgt_lang="klingon"), "klingon")
-err("evaluate: batch_size 0",
-    lambda c: tc.evaluate_translation(translator(c), ["The cat."], ["El gato."], batch_size=0), "batch_size")
+err(
+    "evaluate: unknown target language",
+    lambda c: tc.evaluate_translation(translator(c), ["The cat."], ["El gato."], tgt_lang="klingon"),
+    "klingon",
+)
+err(
+    "evaluate: batch_size 0",
+    lambda c: tc.evaluate_translation(translator(c), ["The cat."], ["El gato."], batch_size=0),
+    "batch_size",
+)
 
 
 @api("evaluate: scores and counts")
@@ -2495,8 +2933,9 @@ def _serve(c: Context, **options: Any) -> Any:
     return TestClient(create_app(translator(c), threads=1, **options))
 
 
-def _post(client: Any, body: Any = None, *, content: Optional[bytes] = None,
-          headers: Optional[Dict[str, str]] = None) -> Any:
+def _post(
+    client: Any, body: Any = None, *, content: Optional[bytes] = None, headers: Optional[Dict[str, str]] = None
+) -> Any:
     if content is None:
         r = client.post("/translate", json=body, headers=headers)
     else:
@@ -2532,8 +2971,9 @@ def serve_case(name: str, status: int, *fragments: str, **options: Any):
     return register
 
 
-serve_case("text/plain body", 415, "json")(lambda cl: _post(cl, content=b'{"text": "hi"}',
-                                                                headers={"content-type": "text/plain"}))
+serve_case("text/plain body", 415, "json")(
+    lambda cl: _post(cl, content=b'{"text": "hi"}', headers={"content-type": "text/plain"})
+)
 serve_case("body that is not JSON", 400, "json")(lambda cl: _post(cl, content=b"{text: hi"))
 serve_case("body that is not UTF-8", 400)(lambda cl: _post(cl, content=b'{"text": "\xff\xfe"}'))
 serve_case("JSON null", 422)(lambda cl: _post(cl, content=b"null"))
@@ -2544,24 +2984,29 @@ serve_case("a number among the texts", 422, "texts")(lambda cl: _post(cl, {"text
 serve_case("a text over max_chars", 422, "characters", max_chars=50)(lambda cl: _post(cl, {"text": "cat " * 20}))
 serve_case("more texts than max_texts", 422, "texts", max_texts=3)(lambda cl: _post(cl, {"texts": ["a"] * 4}))
 serve_case("beam_size 0", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 0}))
-serve_case("beam_size 10**6", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 10 ** 6}))
-serve_case("beam_size 2**70", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2 ** 70}))
+serve_case("beam_size 10**6", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 10**6}))
+serve_case("beam_size 2**70", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2**70}))
 serve_case("beam_size as a string", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": "4"}))
 serve_case("beam_size true", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": True}))
 serve_case("beam_size 2.5", 422, "beam_size")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2.5}))
-serve_case("n_best above beam_size", 422, "n_best")(lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2,
-                                                                           "n_best": 3}))
+serve_case("n_best above beam_size", 422, "n_best")(
+    lambda cl: _post(cl, {"text": "The cat.", "beam_size": 2, "n_best": 3})
+)
 serve_case("return_attention as a string", 422, "return_attention")(
-    lambda cl: _post(cl, {"text": "The cat.", "return_attention": "yes"}))
+    lambda cl: _post(cl, {"text": "The cat.", "return_attention": "yes"})
+)
 serve_case("a body over max_request_bytes", 413, "bytes", max_request_bytes=1000)(
-    lambda cl: _post(cl, {"text": "x" * 5000}))
+    lambda cl: _post(cl, {"text": "x" * 5000})
+)
 serve_case("a lone surrogate in the JSON", 422, "text")(lambda cl: _post(cl, content=b'{"text": "caf\\udce9"}'))
 serve_case("an empty text", 422, "text")(lambda cl: _post(cl, {"text": "   "}))
 serve_case("JSON nested 30000 deep", 400, "deeply")(lambda cl: _post(cl, content=b"[" * 30000 + b"]" * 30000))
 serve_case("an object nested 30000 deep in text", 400, "deeply")(
-    lambda cl: _post(cl, content=b'{"text": ' + b"[" * 30000 + b"]" * 30000 + b"}"))
+    lambda cl: _post(cl, content=b'{"text": ' + b"[" * 30000 + b"]" * 30000 + b"}")
+)
 serve_case("a number literal 1e999", 422, "beam_size")(
-    lambda cl: _post(cl, content=b'{"text": "The cat.", "beam_size": 1e999}'))
+    lambda cl: _post(cl, content=b'{"text": "The cat.", "beam_size": 1e999}')
+)
 serve_case("GET /translate", 405)(lambda cl: cl.get("/translate"))
 serve_case("an unknown path", 404)(lambda cl: cl.get("/nothing/here"))
 
@@ -2611,54 +3056,145 @@ def _tr(*args: str, model: str = "run") -> Callable[[Context], List[str]]:
 
 # translate: the model argument
 cli("translate: missing model", _tr(SENT, model="nope"), match=("no such checkpoint",))
-cli("translate: model is a file", _tr(SENT, model="f"), match=("is a file",),
-    prepare=lambda c: (c.work / "f").write_text("x"))
-cli("translate: empty directory", _tr(SENT, model="empty"), match=("holds no checkpoint",),
-    prepare=lambda c: (c.work / "empty").mkdir())
-cli("translate: latest names a deleted checkpoint", _tr(SENT), match=("does not exist",),
-    prepare=_prep_run(lambda r: (shutil.rmtree(r / "epoch-0002"), (r / "best").unlink())))
-cli("translate: best and latest are binary", _tr(SENT), match=("best",),
-    prepare=_prep_run(lambda r: ((r / "best").write_bytes(b"\xff\x00"), (r / "latest").write_bytes(b"\xff"))))
-cli("translate: best is a 10 GB sparse file", _tr(SENT), match=("best",),
-    prepare=_prep_run(lambda r: sparse(r / "best", 10 << 30)))
-cli("translate: config.json is garbage", _tr(SENT), match=("config.json",),
-    prepare=_prep_run(lambda r: (latest(r) / "config.json").write_bytes(b"\x00garbage")))
-cli("translate: truncated weights", _tr(SENT), match=("model.safetensors",),
-    prepare=_prep_run(lambda r: (latest(r) / "model.safetensors").write_bytes(b"12345")))
-cli("translate: model.safetensors is a 10 GB sparse file", _tr(SENT), match=("model.safetensors",),
-    prepare=_prep_run(lambda r: sparse(latest(r) / "model.safetensors", 10 << 30)))
-cli("translate: a 3 GB tokenizer recorded as such", _tr(SENT), match=("src_tokenizer.json",),
-    prepare=_prep_run(lambda r: (sparse(latest(r) / "src_tokenizer.json", 3 << 30),
-                                 edit_config(latest(r), lambda g: g["files"]["src_tokenizer.json"].update(bytes=3 << 30)))))
-cli("translate: d_model 1e6 in config.json", _tr(SENT), match=("config.json",),
-    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["model"].update(d_model=10 ** 6, n_heads=1))))
-cli("translate: 2**40 layers in config.json", _tr(SENT), match=("config.json",),
-    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["model"].update(n_layers=2 ** 40))))
-cli("translate: NaN written as text in config.json", _tr(SENT), match=("config.json",),
-    prepare=_prep_run(lambda r: (latest(r) / "config.json").write_text(
-        (latest(r) / "config.json").read_text().replace('"dropout": 0.1', '"dropout": NaN'))))
-cli("translate: data section records max_length as a string", _tr(SENT), expect="ok", check=_n_lines(1),
-    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["data"].update(max_length="8"))))
-cli("translate: data section records src_lang klingon", _tr(SENT), match=("klingon",),
-    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["data"].update(src_lang="klingon"))))
-cli("translate: data section is a list", _tr(SENT), match=("data",),
-    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g.update(data=[1, 2]))))
+cli(
+    "translate: model is a file",
+    _tr(SENT, model="f"),
+    match=("is a file",),
+    prepare=lambda c: (c.work / "f").write_text("x"),
+)
+cli(
+    "translate: empty directory",
+    _tr(SENT, model="empty"),
+    match=("holds no checkpoint",),
+    prepare=lambda c: (c.work / "empty").mkdir(),
+)
+cli(
+    "translate: latest names a deleted checkpoint",
+    _tr(SENT),
+    match=("does not exist",),
+    prepare=_prep_run(lambda r: (shutil.rmtree(r / "epoch-0002"), (r / "best").unlink())),
+)
+cli(
+    "translate: best and latest are binary",
+    _tr(SENT),
+    match=("best",),
+    prepare=_prep_run(lambda r: ((r / "best").write_bytes(b"\xff\x00"), (r / "latest").write_bytes(b"\xff"))),
+)
+cli(
+    "translate: best is a 10 GB sparse file",
+    _tr(SENT),
+    match=("best",),
+    prepare=_prep_run(lambda r: sparse(r / "best", 10 << 30)),
+)
+cli(
+    "translate: config.json is garbage",
+    _tr(SENT),
+    match=("config.json",),
+    prepare=_prep_run(lambda r: (latest(r) / "config.json").write_bytes(b"\x00garbage")),
+)
+cli(
+    "translate: truncated weights",
+    _tr(SENT),
+    match=("model.safetensors",),
+    prepare=_prep_run(lambda r: (latest(r) / "model.safetensors").write_bytes(b"12345")),
+)
+cli(
+    "translate: model.safetensors is a 10 GB sparse file",
+    _tr(SENT),
+    match=("model.safetensors",),
+    prepare=_prep_run(lambda r: sparse(latest(r) / "model.safetensors", 10 << 30)),
+)
+cli(
+    "translate: a 3 GB tokenizer recorded as such",
+    _tr(SENT),
+    match=("src_tokenizer.json",),
+    prepare=_prep_run(
+        lambda r: (
+            sparse(latest(r) / "src_tokenizer.json", 3 << 30),
+            edit_config(latest(r), lambda g: g["files"]["src_tokenizer.json"].update(bytes=3 << 30)),
+        )
+    ),
+)
+cli(
+    "translate: d_model 1e6 in config.json",
+    _tr(SENT),
+    match=("config.json",),
+    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["model"].update(d_model=10**6, n_heads=1))),
+)
+cli(
+    "translate: 2**40 layers in config.json",
+    _tr(SENT),
+    match=("config.json",),
+    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["model"].update(n_layers=2**40))),
+)
+cli(
+    "translate: NaN written as text in config.json",
+    _tr(SENT),
+    match=("config.json",),
+    prepare=_prep_run(
+        lambda r: (latest(r) / "config.json").write_text(
+            (latest(r) / "config.json").read_text().replace('"dropout": 0.1', '"dropout": NaN')
+        )
+    ),
+)
+cli(
+    "translate: data section records max_length as a string",
+    _tr(SENT),
+    expect="ok",
+    check=_n_lines(1),
+    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["data"].update(max_length="8"))),
+)
+cli(
+    "translate: data section records src_lang klingon",
+    _tr(SENT),
+    match=("klingon",),
+    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["data"].update(src_lang="klingon"))),
+)
+cli(
+    "translate: data section is a list",
+    _tr(SENT),
+    match=("data",),
+    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g.update(data=[1, 2]))),
+)
 
 # translate: options
 cli("translate: --batch-size 10**6", _tr("--batch-size", "1000000", SENT, model="fixture"), match=("--batch-size",))
 cli("translate: --threads 0", _tr("--threads", "0", SENT, model="fixture"), match=("--threads",))
-cli("translate: --threads 4096", _tr("--threads", "4096", SENT, model="fixture"), expect="either", check=_n_lines(1),
-    match=("threads",))
-cli("translate: --threads 1024", _tr("--threads", "1024", SENT, model="fixture"), expect="either", check=_n_lines(1),
-    match=("threads",))
-cli("translate: --beam-size 1024", _tr("--beam-size", "1024", SENT, model="fixture"), expect="ok", check=_n_lines(1),
-    timeout=180)
+cli(
+    "translate: --threads 4096",
+    _tr("--threads", "4096", SENT, model="fixture"),
+    expect="either",
+    check=_n_lines(1),
+    match=("threads",),
+)
+cli(
+    "translate: --threads 1024",
+    _tr("--threads", "1024", SENT, model="fixture"),
+    expect="either",
+    check=_n_lines(1),
+    match=("threads",),
+)
+cli(
+    "translate: --beam-size 1024",
+    _tr("--beam-size", "1024", SENT, model="fixture"),
+    expect="ok",
+    check=_n_lines(1),
+    timeout=180,
+)
 cli("translate: --max-length 1", _tr("--max-length", "1", SENT, SENT, model="fixture"), expect="ok", check=_n_lines(2))
-cli("translate: --length-penalty 1e-320", _tr("--beam-size", "2", "--length-penalty", "1e-320", SENT, model="fixture"),
-    expect="ok", check=_n_lines(1))
+cli(
+    "translate: --length-penalty 1e-320",
+    _tr("--beam-size", "2", "--length-penalty", "1e-320", SENT, model="fixture"),
+    expect="ok",
+    check=_n_lines(1),
+)
 cli("translate: --beam-size 2.0", _tr("--beam-size", "2.0", SENT, model="fixture"), match=("--beam-size",))
 cli("translate: --beam-size 0x10", _tr("--beam-size", "0x10", SENT, model="fixture"), match=("--beam-size",))
-cli("translate: an unknown option", _tr("--colour", "red", SENT, model="fixture"), match=("--colour",), )
+cli(
+    "translate: an unknown option",
+    _tr("--colour", "red", SENT, model="fixture"),
+    match=("--colour",),
+)
 
 
 # translate: standard input and arguments
@@ -2676,12 +3212,27 @@ def _same_as_alone(*expected_lines: Optional[str]) -> Callable[[Context, Result]
     return check
 
 
-cli("translate: blank lines in", _tr(model="fixture"), expect="ok", stdin=b"\n \n\t\n\n\n",
-    check=_same_as_alone(None, None, None, None, None))
-cli("translate: NUL bytes in a line", _tr(model="fixture"), expect="ok", stdin=b"The cat\x00 and the dog.\n" + SENT.encode(),
-    check=lambda c, r: (_n_lines(2)(c, r)))
-cli("translate: carriage returns only", _tr(model="fixture"), expect="either", stdin=b"The cat.\rThe dog.\r",
-    check=_same_as_alone("The cat.", "The dog."))
+cli(
+    "translate: blank lines in",
+    _tr(model="fixture"),
+    expect="ok",
+    stdin=b"\n \n\t\n\n\n",
+    check=_same_as_alone(None, None, None, None, None),
+)
+cli(
+    "translate: NUL bytes in a line",
+    _tr(model="fixture"),
+    expect="ok",
+    stdin=b"The cat\x00 and the dog.\n" + SENT.encode(),
+    check=lambda c, r: _n_lines(2)(c, r),
+)
+cli(
+    "translate: carriage returns only",
+    _tr(model="fixture"),
+    expect="either",
+    stdin=b"The cat.\rThe dog.\r",
+    check=_same_as_alone("The cat.", "The dog."),
+)
 
 
 def _emits_line_breaks(run: Path) -> None:
@@ -2692,60 +3243,173 @@ def _emits_line_breaks(run: Path) -> None:
         edit_tensors(k, "model.safetensors", lambda t: t["output.bias"].__setitem__(newline, 1e3))
 
 
-cli("translate: a model that emits line breaks", _tr("The cat.", "The dog."), expect="ok", prepare=_prep_run(
-    _emits_line_breaks), check=_n_lines(2))
-cli("evaluate: a model that emits line breaks, --output", lambda c: ["evaluate", "--model", str(c.work / "run"),
-                                                                       "--limit", "3", "--output", "h.txt"],
-    expect="ok", prepare=_prep_run(_emits_line_breaks),
-    check=lambda c, r: None if (c.work / "h.txt").read_text().count("\n") == 3 else
-    (_ for _ in ()).throw(AssertionError(f"{(c.work / 'h.txt').read_text().count(chr(10))} lines for 3 hypotheses")))
+cli(
+    "translate: a model that emits line breaks",
+    _tr("The cat.", "The dog."),
+    expect="ok",
+    prepare=_prep_run(_emits_line_breaks),
+    check=_n_lines(2),
+)
+cli(
+    "evaluate: a model that emits line breaks, --output",
+    lambda c: ["evaluate", "--model", str(c.work / "run"), "--limit", "3", "--output", "h.txt"],
+    expect="ok",
+    prepare=_prep_run(_emits_line_breaks),
+    check=lambda c, r: (
+        None
+        if (c.work / "h.txt").read_text().count("\n") == 3
+        else (_ for _ in ()).throw(
+            AssertionError(f"{(c.work / 'h.txt').read_text().count(chr(10))} lines for 3 hypotheses")
+        )
+    ),
+)
 
-cli("translate: Windows line endings", _tr(model="fixture"), expect="ok", stdin=b"The cat.\r\nThe dog.\r\n",
-    check=_same_as_alone("The cat.", "The dog."))
-cli("translate: a byte-order mark", _tr(model="fixture"), expect="ok", stdin=b"\xef\xbb\xbf" + SENT.encode() + b"\n",
-    check=_same_as_alone(SENT))
-cli("translate: no final newline", _tr(model="fixture"), expect="ok", stdin=b"The cat.\nThe dog.",
-    check=_same_as_alone("The cat.", "The dog."))
-cli("translate: nothing on standard input", _tr(model="fixture"), expect="ok", stdin=b"",
-    check=lambda c, r: None if r.out == "" else (_ for _ in ()).throw(AssertionError(repr(r.out))))
+cli(
+    "translate: Windows line endings",
+    _tr(model="fixture"),
+    expect="ok",
+    stdin=b"The cat.\r\nThe dog.\r\n",
+    check=_same_as_alone("The cat.", "The dog."),
+)
+cli(
+    "translate: a byte-order mark",
+    _tr(model="fixture"),
+    expect="ok",
+    stdin=b"\xef\xbb\xbf" + SENT.encode() + b"\n",
+    check=_same_as_alone(SENT),
+)
+cli(
+    "translate: no final newline",
+    _tr(model="fixture"),
+    expect="ok",
+    stdin=b"The cat.\nThe dog.",
+    check=_same_as_alone("The cat.", "The dog."),
+)
+cli(
+    "translate: nothing on standard input",
+    _tr(model="fixture"),
+    expect="ok",
+    stdin=b"",
+    check=lambda c, r: None if r.out == "" else (_ for _ in ()).throw(AssertionError(repr(r.out))),
+)
 cli("translate: an empty argument", _tr("", SENT, model="fixture"), expect="ok", check=_same_as_alone(None, SENT))
-cli("translate: an argument after --", _tr("--", "-The cat-", model="fixture"), expect="ok",
-    check=_same_as_alone("-The cat-"))
-cli("translate: an argument with a newline", _tr("The cat.\nThe dog.", model="fixture"), expect="ok",
-    check=_same_as_alone("The cat. The dog."))
-cli("translate: UTF-16 on standard input", _tr(model="fixture"), expect="either", partial=True,
+cli(
+    "translate: an argument after --",
+    _tr("--", "-The cat-", model="fixture"),
+    expect="ok",
+    check=_same_as_alone("-The cat-"),
+)
+cli(
+    "translate: an argument with a newline",
+    _tr("The cat.\nThe dog.", model="fixture"),
+    expect="ok",
+    check=_same_as_alone("The cat. The dog."),
+)
+cli(
+    "translate: UTF-16 on standard input",
+    _tr(model="fixture"),
+    expect="either",
+    partial=True,
     stdin="The cat.\nThe dog.\n".encode("utf-16"),
-    check=lambda c, r: None if "not valid UTF-8" in r.err and r.rc == 1 else (_ for _ in ()).throw(
-        AssertionError("UTF-16 input was translated as if it were text: " + repr(r.out[:80]))))
-cli("translate: 2000 lines", _tr("--batch-size", "100", model="fixture"), expect="ok",
-    stdin=("The cat.\nThe dog and the tree.\n" * 1000).encode(), check=_n_lines(2000), timeout=240)
-cli("translate: a 600-word line", _tr(model="fixture"), expect="either", partial=True, stdin=(("the cat " * 300) + "\nThe dog.\n").encode(),
-    check=_n_lines(2), timeout=240)
+    check=lambda c, r: (
+        None
+        if "not valid UTF-8" in r.err and r.rc == 1
+        else (_ for _ in ()).throw(
+            AssertionError("UTF-16 input was translated as if it were text: " + repr(r.out[:80]))
+        )
+    ),
+)
+cli(
+    "translate: 2000 lines",
+    _tr("--batch-size", "100", model="fixture"),
+    expect="ok",
+    stdin=("The cat.\nThe dog and the tree.\n" * 1000).encode(),
+    check=_n_lines(2000),
+    timeout=240,
+)
+cli(
+    "translate: a 600-word line",
+    _tr(model="fixture"),
+    expect="either",
+    partial=True,
+    stdin=(("the cat " * 300) + "\nThe dog.\n").encode(),
+    check=_n_lines(2),
+    timeout=240,
+)
 cli("translate: stdout is /dev/full", _tr(SENT, model="fixture"), match=("space",), stdout="devfull")
-cli("translate: stdout closed", _tr(SENT, model="fixture"), expect="either", stdout="closed",
-    check=lambda c, r: None)
-cli("translate: a model path that is not UTF-8", lambda c: ["translate", "--model", os.fsdecode(b"r\xffun"), SENT],
-    match=("no such checkpoint",))
-cli("translate: a model path with a newline", lambda c: ["translate", "--model", "ru\nn", SENT],
-    match=("no such checkpoint",))
-cli("translate: TRANSFORMER_CPP_MEMORY_LIMIT=1000", _tr(SENT, model="fixture"), env={"TRANSFORMER_CPP_MEMORY_LIMIT": "1000"},
-    match=("memory",))
-cli("translate: TRANSFORMER_CPP_MEMORY_LIMIT=garbage", _tr(SENT, model="fixture"),
-    env={"TRANSFORMER_CPP_MEMORY_LIMIT": "lots"}, expect="ok", check=_n_lines(1))
-cli("translate: OMP_NUM_THREADS=100000", _tr(SENT, model="fixture"), env={"OMP_NUM_THREADS": "100000"}, expect="either",
-    check=_n_lines(1))
-cli("translate: OMP_STACKSIZE=1G and --threads 2", _tr("--threads", "2", SENT, model="fixture"),
-    env={"OMP_STACKSIZE": "1G"}, expect="either", match=("stacks",), check=_n_lines(1))
-cli("translate: OMP_STACKSIZE=1G and OMP_NUM_THREADS=4", _tr(SENT, model="fixture"),
-    env={"OMP_STACKSIZE": "1G", "OMP_NUM_THREADS": "4"}, expect="ok", check=_n_lines(1))
-cli("translate: best names a deleted average", _tr(SENT), match=("averaged",),
-    prepare=_prep_run(lambda r: (r / "best").write_text("averaged\n")))
-cli("translate: OMP_NUM_THREADS=abc", _tr(SENT, model="fixture"), env={"OMP_NUM_THREADS": "abc"}, expect="ok",
-    check=_n_lines(1))
-cli("translate: OMP_NUM_THREADS=0", _tr(SENT, model="fixture"), env={"OMP_NUM_THREADS": "0"}, expect="ok",
-    check=_n_lines(1))
-cli("translate: C locale and ASCII output encoding", _tr("El árbol ¿y? 😀", model="fixture"),
-    env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}, expect="ok", check=_n_lines(1))
+cli("translate: stdout closed", _tr(SENT, model="fixture"), expect="either", stdout="closed", check=lambda c, r: None)
+cli(
+    "translate: a model path that is not UTF-8",
+    lambda c: ["translate", "--model", os.fsdecode(b"r\xffun"), SENT],
+    match=("no such checkpoint",),
+)
+cli(
+    "translate: a model path with a newline",
+    lambda c: ["translate", "--model", "ru\nn", SENT],
+    match=("no such checkpoint",),
+)
+cli(
+    "translate: TRANSFORMER_CPP_MEMORY_LIMIT=1000",
+    _tr(SENT, model="fixture"),
+    env={"TRANSFORMER_CPP_MEMORY_LIMIT": "1000"},
+    match=("memory",),
+)
+cli(
+    "translate: TRANSFORMER_CPP_MEMORY_LIMIT=garbage",
+    _tr(SENT, model="fixture"),
+    env={"TRANSFORMER_CPP_MEMORY_LIMIT": "lots"},
+    expect="ok",
+    check=_n_lines(1),
+)
+cli(
+    "translate: OMP_NUM_THREADS=100000",
+    _tr(SENT, model="fixture"),
+    env={"OMP_NUM_THREADS": "100000"},
+    expect="either",
+    check=_n_lines(1),
+)
+cli(
+    "translate: OMP_STACKSIZE=1G and --threads 2",
+    _tr("--threads", "2", SENT, model="fixture"),
+    env={"OMP_STACKSIZE": "1G"},
+    expect="either",
+    match=("stacks",),
+    check=_n_lines(1),
+)
+cli(
+    "translate: OMP_STACKSIZE=1G and OMP_NUM_THREADS=4",
+    _tr(SENT, model="fixture"),
+    env={"OMP_STACKSIZE": "1G", "OMP_NUM_THREADS": "4"},
+    expect="ok",
+    check=_n_lines(1),
+)
+cli(
+    "translate: best names a deleted average",
+    _tr(SENT),
+    match=("averaged",),
+    prepare=_prep_run(lambda r: (r / "best").write_text("averaged\n")),
+)
+cli(
+    "translate: OMP_NUM_THREADS=abc",
+    _tr(SENT, model="fixture"),
+    env={"OMP_NUM_THREADS": "abc"},
+    expect="ok",
+    check=_n_lines(1),
+)
+cli(
+    "translate: OMP_NUM_THREADS=0",
+    _tr(SENT, model="fixture"),
+    env={"OMP_NUM_THREADS": "0"},
+    expect="ok",
+    check=_n_lines(1),
+)
+cli(
+    "translate: C locale and ASCII output encoding",
+    _tr("El árbol ¿y? 😀", model="fixture"),
+    env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"},
+    expect="ok",
+    check=_n_lines(1),
+)
 cli("translate: HOME unset", _tr(SENT, model="fixture"), env={"HOME": ""}, expect="ok", check=_n_lines(1))
 
 
@@ -2768,28 +3432,63 @@ def _in_out(*fragments: str) -> Callable[[Context, Result], None]:
 
 cli("evaluate: --pairs missing", lambda c: _ev("--pairs", str(c.work / "nope.txt"))(c), match=("no such file",))
 cli("evaluate: --pairs is a directory", lambda c: _ev("--pairs", str(c.work))(c), match=("directory",))
-cli("evaluate: --pairs empty", lambda c: _ev("--pairs", "p.txt")(c), match=("no valid",), prepare=_pairs_file("p.txt", b""))
-cli("evaluate: --pairs is a 10 GB sparse file", _ev("--pairs", "huge.txt"), match=("longer than",),
-    prepare=lambda c: sparse(c.work / "huge.txt", 10 << 30))
+cli(
+    "evaluate: --pairs empty",
+    lambda c: _ev("--pairs", "p.txt")(c),
+    match=("no valid",),
+    prepare=_pairs_file("p.txt", b""),
+)
+cli(
+    "evaluate: --pairs is a 10 GB sparse file",
+    _ev("--pairs", "huge.txt"),
+    match=("longer than",),
+    prepare=lambda c: sparse(c.work / "huge.txt", 10 << 30),
+)
 cli("evaluate: --pairs /dev/null", _ev("--pairs", "/dev/null"), match=("not a regular file",))
-cli("evaluate: --pairs without tabs", _ev("--pairs", "p.txt"), match=("no valid",),
-    prepare=_pairs_file("p.txt", b"one\ntwo\nthree\n"))
+cli(
+    "evaluate: --pairs without tabs",
+    _ev("--pairs", "p.txt"),
+    match=("no valid",),
+    prepare=_pairs_file("p.txt", b"one\ntwo\nthree\n"),
+)
 cli("evaluate: --limit 1", _ev("--limit", "1"), expect="ok", check=_in_out("1 sentence pairs"))
-cli("evaluate: --examples beyond the pairs", _ev("--limit", "2", "--examples", "50"), expect="ok",
-    check=lambda c, r: None if r.out.count("  source ") == 2 else (_ for _ in ()).throw(AssertionError(r.out[-300:])))
+cli(
+    "evaluate: --examples beyond the pairs",
+    _ev("--limit", "2", "--examples", "50"),
+    expect="ok",
+    check=lambda c, r: None if r.out.count("  source ") == 2 else (_ for _ in ()).throw(AssertionError(r.out[-300:])),
+)
 cli("evaluate: --output is a directory", lambda c: _ev("--output", str(c.work))(c), match=("--output",))
 cli("evaluate: --output is /dev/full", _ev("--limit", "2", "--output", "/dev/full"), match=("space",))
-cli("evaluate: --split valid, beam 3", _ev("--split", "valid", "--beam-size", "3"), expect="ok",
-    check=_in_out("beam size 3"))
-cli("evaluate: --pairs with a name that is not UTF-8", lambda c: _ev("--pairs", os.fsdecode(b"p\xe9.txt"))(c), expect="ok",
+cli(
+    "evaluate: --split valid, beam 3",
+    _ev("--split", "valid", "--beam-size", "3"),
+    expect="ok",
+    check=_in_out("beam size 3"),
+)
+cli(
+    "evaluate: --pairs with a name that is not UTF-8",
+    lambda c: _ev("--pairs", os.fsdecode(b"p\xe9.txt"))(c),
+    expect="ok",
     prepare=lambda c: (c.work / os.fsdecode(b"p\xe9.txt")).write_bytes("\n".join(PAIRS).encode()),
-    check=_in_out("12 sentence pairs"))
-cli("evaluate: --output with a name that is not UTF-8",
-    lambda c: _ev("--limit", "2", "--output", os.fsdecode(b"h\xe9.txt"))(c), expect="ok",
-    check=lambda c, r: None if (c.work / os.fsdecode(b"h\xe9.txt")).read_text().count("\n") == 2 else
-    (_ for _ in ()).throw(AssertionError("hypotheses not written")))
-cli("evaluate: the recorded data file is gone", _ev(model="run"), match=("no such file",),
-    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["data"].update(path=str(r / "gone.txt")))))
+    check=_in_out("12 sentence pairs"),
+)
+cli(
+    "evaluate: --output with a name that is not UTF-8",
+    lambda c: _ev("--limit", "2", "--output", os.fsdecode(b"h\xe9.txt"))(c),
+    expect="ok",
+    check=lambda c, r: (
+        None
+        if (c.work / os.fsdecode(b"h\xe9.txt")).read_text().count("\n") == 2
+        else (_ for _ in ()).throw(AssertionError("hypotheses not written"))
+    ),
+)
+cli(
+    "evaluate: the recorded data file is gone",
+    _ev(model="run"),
+    match=("no such file",),
+    prepare=_prep_run(lambda r: edit_config(latest(r), lambda g: g["data"].update(path=str(r / "gone.txt")))),
+)
 
 
 def _changed_data(c: Context) -> None:
@@ -2801,15 +3500,31 @@ def _changed_data(c: Context) -> None:
         edit_config(ckpt, lambda g: g["data"].update(path=str(changed)))
 
 
-cli("evaluate: the data file changed since training", _ev(model="run"), expect="either", prepare=_changed_data,
-    check=lambda c, r: None if "differ" in r.err.replace(str(c.work), "") or "changed" in r.err.replace(
-        str(c.work), "") else (_ for _ in ()).throw(
-        AssertionError("scored a split rebuilt from a different file without a word")))
-cli("evaluate: a checkpoint without a data record", _ev(model="run"), match=("--pairs",),
-    prepare=_prep_run(lambda r: [edit_config(k, lambda g: g.update(data=None)) for k in ck.list_checkpoints(r)]))
-cli("evaluate: a run without a test split", _ev(model="run"), match=("test",),
-    prepare=_prep_run(lambda r: [edit_config(k, lambda g: g["data"].update(test_fraction=0.0))
-                                 for k in ck.list_checkpoints(r)]))
+cli(
+    "evaluate: the data file changed since training",
+    _ev(model="run"),
+    expect="either",
+    prepare=_changed_data,
+    check=lambda c, r: (
+        None
+        if "differ" in r.err.replace(str(c.work), "") or "changed" in r.err.replace(str(c.work), "")
+        else (_ for _ in ()).throw(AssertionError("scored a split rebuilt from a different file without a word"))
+    ),
+)
+cli(
+    "evaluate: a checkpoint without a data record",
+    _ev(model="run"),
+    match=("--pairs",),
+    prepare=_prep_run(lambda r: [edit_config(k, lambda g: g.update(data=None)) for k in ck.list_checkpoints(r)]),
+)
+cli(
+    "evaluate: a run without a test split",
+    _ev(model="run"),
+    match=("test",),
+    prepare=_prep_run(
+        lambda r: [edit_config(k, lambda g: g["data"].update(test_fraction=0.0)) for k in ck.list_checkpoints(r)]
+    ),
+)
 cli("evaluate: --limit -1", _ev("--limit", "-1"), match=("--limit",))
 cli("evaluate: --split train", _ev("--split", "train"), match=("--split",))
 
@@ -2820,12 +3535,21 @@ def _av(*args: str, model: str = "run") -> Callable[[Context], List[str]]:
 
 
 cli("average: missing run", _av(model="nope"), match=("0 checkpoint",))
-cli("average: a run with one checkpoint", _av(), match=("1 checkpoint",),
-    prepare=_prep_run(lambda r: shutil.rmtree(r / "epoch-0001")))
-cli("average: --last 1", _av("--last", "1"), expect="either", prepare=_prep_run(lambda r: None),
-    check=lambda c, r: None)
-cli("average: a checkpoint directory instead of a run", _av(model="run/epoch-0002"), match=("checkpoint",),
-    prepare=_prep_run(lambda r: None))
+cli(
+    "average: a run with one checkpoint",
+    _av(),
+    match=("1 checkpoint",),
+    prepare=_prep_run(lambda r: shutil.rmtree(r / "epoch-0001")),
+)
+cli(
+    "average: --last 1", _av("--last", "1"), expect="either", prepare=_prep_run(lambda r: None), check=lambda c, r: None
+)
+cli(
+    "average: a checkpoint directory instead of a run",
+    _av(model="run/epoch-0002"),
+    match=("checkpoint",),
+    prepare=_prep_run(lambda r: None),
+)
 cli("average: --last 0", _av("--last", "0"), match=("--last",))
 
 
@@ -2837,30 +3561,77 @@ def _two_runs(c: Context) -> None:
     (run / "latest").write_text("epoch-0002\n")
 
 
-cli("average: a directory holding two runs", _av(), expect="either", prepare=_two_runs,
-    check=lambda c, r: None if json.loads((c.work / "run" / "averaged" / "config.json").read_text())["data"]
-    ["averaged_from"] in (["epoch-0001", "epoch-0002"],) else (_ for _ in ()).throw(AssertionError(
-        "averaged checkpoints of two runs: " + str(json.loads((c.work / "run" / "averaged" / "config.json")
-                                                               .read_text())["data"]["averaged_from"]))))
-cli("average: another architecture among the checkpoints", _av(), match=("architecture",),
-    prepare=_prep_run(lambda r: (shutil.copytree(r / "epoch-0002", r / "epoch-0003"),
-                                 edit_tensors(r / "epoch-0003", "model.safetensors", lambda t: None),
-                                 edit_config(r / "epoch-0003", lambda g: g["model"].update(d_ff=48)))))
-cli("average: --mark-best", _av("--mark-best"), expect="ok", prepare=_prep_run(lambda r: None),
-    check=lambda c, r: None if (c.work / "run" / "best").read_text().strip() == "averaged" else
-    (_ for _ in ()).throw(AssertionError("best does not name the average")))
-cli("average: a run path that is not UTF-8", lambda c: ["average", "--model", str(c.work / os.fsdecode(b"r\xe9"))],
-    expect="ok", prepare=lambda c: shutil.copytree(c.run, c.work / os.fsdecode(b"r\xe9")),
-    check=lambda c, r: None if (c.work / os.fsdecode(b"r\xe9") / "averaged").is_dir() else
-    (_ for _ in ()).throw(AssertionError("no average")))
+cli(
+    "average: a directory holding two runs",
+    _av(),
+    expect="either",
+    prepare=_two_runs,
+    check=lambda c, r: (
+        None
+        if json.loads((c.work / "run" / "averaged" / "config.json").read_text())["data"]["averaged_from"]
+        in (["epoch-0001", "epoch-0002"],)
+        else (_ for _ in ()).throw(
+            AssertionError(
+                "averaged checkpoints of two runs: "
+                + str(json.loads((c.work / "run" / "averaged" / "config.json").read_text())["data"]["averaged_from"])
+            )
+        )
+    ),
+)
+cli(
+    "average: another architecture among the checkpoints",
+    _av(),
+    match=("architecture",),
+    prepare=_prep_run(
+        lambda r: (
+            shutil.copytree(r / "epoch-0002", r / "epoch-0003"),
+            edit_tensors(r / "epoch-0003", "model.safetensors", lambda t: None),
+            edit_config(r / "epoch-0003", lambda g: g["model"].update(d_ff=48)),
+        )
+    ),
+)
+cli(
+    "average: --mark-best",
+    _av("--mark-best"),
+    expect="ok",
+    prepare=_prep_run(lambda r: None),
+    check=lambda c, r: (
+        None
+        if (c.work / "run" / "best").read_text().strip() == "averaged"
+        else (_ for _ in ()).throw(AssertionError("best does not name the average"))
+    ),
+)
+cli(
+    "average: a run path that is not UTF-8",
+    lambda c: ["average", "--model", str(c.work / os.fsdecode(b"r\xe9"))],
+    expect="ok",
+    prepare=lambda c: shutil.copytree(c.run, c.work / os.fsdecode(b"r\xe9")),
+    check=lambda c, r: (
+        None
+        if (c.work / os.fsdecode(b"r\xe9") / "averaged").is_dir()
+        else (_ for _ in ()).throw(AssertionError("no average"))
+    ),
+)
 
 # figures
-cli("figures: --out is a file", lambda c: ["figures", "--out", str(c.work / "f")], match=("f",),
-    prepare=lambda c: (c.work / "f").write_text("x"))
+cli(
+    "figures: --out is a file",
+    lambda c: ["figures", "--out", str(c.work / "f")],
+    match=("f",),
+    prepare=lambda c: (c.work / "f").write_text("x"),
+)
 cli("figures: --out under /dev/null", lambda c: ["figures", "--out", "/dev/null/figs"], match=("/dev/null",))
-cli("figures: --out that is not UTF-8", lambda c: ["figures", "--out", str(c.work / os.fsdecode(b"fig\xe9"))],
-    expect="ok", check=lambda c, r: None if list((c.work / os.fsdecode(b"fig\xe9")).glob("*.png")) else
-    (_ for _ in ()).throw(AssertionError("no figure written")), timeout=240)
+cli(
+    "figures: --out that is not UTF-8",
+    lambda c: ["figures", "--out", str(c.work / os.fsdecode(b"fig\xe9"))],
+    expect="ok",
+    check=lambda c, r: (
+        None
+        if list((c.work / os.fsdecode(b"fig\xe9")).glob("*.png"))
+        else (_ for _ in ()).throw(AssertionError("no figure written"))
+    ),
+    timeout=240,
+)
 
 
 # train
@@ -2883,21 +3654,44 @@ def _run_ok(*extra: Callable[[Path], Any]) -> Callable[[Context, Result], None]:
 
 
 cli("train: --data /dev/zero", _trn(data="/dev/zero"), match=("not a regular file",))
-cli("train: --data is a named pipe", _trn(data="fifo"), match=("not a regular file",),
-    prepare=lambda c: os.mkfifo(c.work / "fifo"), timeout=60)
+cli(
+    "train: --data is a named pipe",
+    _trn(data="fifo"),
+    match=("not a regular file",),
+    prepare=lambda c: os.mkfifo(c.work / "fifo"),
+    timeout=60,
+)
 cli("train: --data is a directory", lambda c: _trn(data=str(c.work))(c), match=("directory",))
-cli("train: --data is a 10 GB sparse file", _trn(data="huge.txt"), match=("longer than",),
-    prepare=lambda c: sparse(c.work / "huge.txt", 10 << 30))
-cli("train: --resume after latest was deleted", lambda c: ["train", "--out", str(c.work / "run"), "--resume",
-                                                           "--epochs", "3", "--no-progress"],
-    match=("latest",), prepare=_prep_run(lambda r: (r / "latest").unlink()))
+cli(
+    "train: --data is a 10 GB sparse file",
+    _trn(data="huge.txt"),
+    match=("longer than",),
+    prepare=lambda c: sparse(c.work / "huge.txt", 10 << 30),
+)
+cli(
+    "train: --resume after latest was deleted",
+    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    match=("latest",),
+    prepare=_prep_run(lambda r: (r / "latest").unlink()),
+)
 cli("train: --data is empty", _trn(data="e.txt"), match=("no valid",), prepare=_pairs_file("e.txt", b""))
-cli("train: data with lone carriage returns", _trn(data="cr.txt"), expect="either",
+cli(
+    "train: data with lone carriage returns",
+    _trn(data="cr.txt"),
+    expect="either",
     prepare=lambda c: (c.work / "cr.txt").write_bytes(c.data.read_bytes().replace(b"\n", b"\r")),
-    check=lambda c, r: None if "loaded 300 sentence pairs" in r.err else (_ for _ in ()).throw(
-        AssertionError("lines lost: " + [l for l in r.err.splitlines() if "loaded" in l][0])))
-cli("train: every line the same", _trn(data="same.txt"), match=("training",),
-    prepare=_pairs_file("same.txt", b"The cat.\tEl gato.\n" * 200))
+    check=lambda c, r: (
+        None
+        if "loaded 300 sentence pairs" in r.err
+        else (_ for _ in ()).throw(AssertionError("lines lost: " + [l for l in r.err.splitlines() if "loaded" in l][0]))
+    ),
+)
+cli(
+    "train: every line the same",
+    _trn(data="same.txt"),
+    match=("training",),
+    prepare=_pairs_file("same.txt", b"The cat.\tEl gato.\n" * 200),
+)
 cli("train: --num-samples 1", _trn("--num-samples", "1"), expect="either", check=_run_ok())
 cli("train: --num-samples 3", _trn("--num-samples", "3"), expect="either", check=_run_ok())
 cli("train: --heads 3 with --d-model 16", _trn("--heads", "3"), match=("divisible",))
@@ -2905,33 +3699,68 @@ cli("train: --dropout nan", _trn("--dropout", "nan"), match=("dropout",))
 cli("train: --dropout 1", _trn("--dropout", "1"), match=("dropout",))
 cli("train: --dropout -0.1", _trn("--dropout", "-0.1"), match=("dropout",))
 cli("train: --time-budget 1e-7", _trn("--time-budget", "1e-7"), expect="ok", check=_run_ok())
-cli("train: --keep-checkpoints 1 over 3 epochs", _trn("--keep-checkpoints", "1", "--epochs", "3"), expect="ok",
-    check=_run_ok(lambda out: None if len(ck.list_checkpoints(out)) <= 2 else (_ for _ in ()).throw(
-        AssertionError(f"{len(ck.list_checkpoints(out))} checkpoints kept"))))
-cli("train: --resume with another --d-model", lambda c: ["train", "--out", str(c.work / "run"), "--resume",
-                                                        "--d-model", "32", "--no-progress"],
-    match=("--d-model",), prepare=_prep_run(lambda r: None))
-cli("train: --resume with a damaged latest", lambda c: ["train", "--out", str(c.work / "run"), "--resume",
-                                                       "--epochs", "3", "--no-progress"],
-    match=("model.safetensors",), prepare=_prep_run(lambda r: (latest(r) / "model.safetensors").write_bytes(b"x")))
-cli("train: --resume with a negative epoch in the trainer state",
+cli(
+    "train: --keep-checkpoints 1 over 3 epochs",
+    _trn("--keep-checkpoints", "1", "--epochs", "3"),
+    expect="ok",
+    check=_run_ok(
+        lambda out: (
+            None
+            if len(ck.list_checkpoints(out)) <= 2
+            else (_ for _ in ()).throw(AssertionError(f"{len(ck.list_checkpoints(out))} checkpoints kept"))
+        )
+    ),
+)
+cli(
+    "train: --resume with another --d-model",
+    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--d-model", "32", "--no-progress"],
+    match=("--d-model",),
+    prepare=_prep_run(lambda r: None),
+)
+cli(
+    "train: --resume with a damaged latest",
     lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
-    match=("epoch",), prepare=_prep_run(lambda r: edit_json_file(latest(r), "trainer_state.json",
-                                                                 lambda s: s.update(epoch=-3))))
-cli("train: --resume with a batch position beyond the epoch",
+    match=("model.safetensors",),
+    prepare=_prep_run(lambda r: (latest(r) / "model.safetensors").write_bytes(b"x")),
+)
+cli(
+    "train: --resume with a negative epoch in the trainer state",
     lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
-    match=("batch",), prepare=_prep_run(lambda r: edit_json_file(latest(r), "trainer_state.json",
-                                                                 lambda s: s.update(batch_in_epoch=10 ** 6))))
-cli("train: --resume with string sums in the trainer state",
+    match=("epoch",),
+    prepare=_prep_run(lambda r: edit_json_file(latest(r), "trainer_state.json", lambda s: s.update(epoch=-3))),
+)
+cli(
+    "train: --resume with a batch position beyond the epoch",
     lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
-    match=("trainer",), prepare=_prep_run(lambda r: edit_json_file(
-        latest(r), "trainer_state.json", lambda s: s.update(epoch_sums={"loss": "x", "correct": "y", "tokens": "z"}))))
-cli("train: --resume to 3 epochs", lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3",
-                                              "--no-progress"],
-    expect="ok", prepare=_prep_run(lambda r: None),
-    check=lambda c, r: None if latest(c.work / "run").name == "epoch-0003" else
-    (_ for _ in ()).throw(AssertionError(latest(c.work / "run").name)))
+    match=("batch",),
+    prepare=_prep_run(
+        lambda r: edit_json_file(latest(r), "trainer_state.json", lambda s: s.update(batch_in_epoch=10**6))
+    ),
+)
+cli(
+    "train: --resume with string sums in the trainer state",
+    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    match=("trainer",),
+    prepare=_prep_run(
+        lambda r: edit_json_file(
+            latest(r), "trainer_state.json", lambda s: s.update(epoch_sums={"loss": "x", "correct": "y", "tokens": "z"})
+        )
+    ),
+)
+cli(
+    "train: --resume to 3 epochs",
+    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    expect="ok",
+    prepare=_prep_run(lambda r: None),
+    check=lambda c, r: (
+        None
+        if latest(c.work / "run").name == "epoch-0003"
+        else (_ for _ in ()).throw(AssertionError(latest(c.work / "run").name))
+    ),
+)
 cli("train: --out ''", lambda c: _trn()(c)[:-2] + ["--out", ""], match=("--out",))
+
+
 def _no_half_checkpoint(c: Context, res: Result) -> None:
     out = c.work / "out"
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
@@ -2940,68 +3769,156 @@ def _no_half_checkpoint(c: Context, res: Result) -> None:
     assert len(lines) == 1 and "writing checkpoint" in lines[0], res.err[-500:]
 
 
-cli("train: the disk fills up at the first checkpoint", _trn(), expect="either", partial=True, fsize=60_000,
-    check=_no_half_checkpoint)
+cli(
+    "train: the disk fills up at the first checkpoint",
+    _trn(),
+    expect="either",
+    partial=True,
+    fsize=60_000,
+    check=_no_half_checkpoint,
+)
 cli("train: --lr-scale 1e308", _trn("--lr-scale", "1e308"), match=("diverged",))
 cli("figures: --out ''", lambda c: ["figures", "--out", ""], match=("--out", "empty"))
 cli("average: --model ''", lambda c: ["average", "--model", ""], match=("--model", "empty"))
 cli("evaluate: --pairs ''", lambda c: ["evaluate", "--model", str(c.run), "--pairs", ""], match=("--pairs", "empty"))
-cli("train: --precision bf16 on --resume of a float32 run", lambda c: ["train", "--out", str(c.work / "run"), "--resume",
-                                                                      "--precision", "bf16", "--no-progress"],
-    match=("--precision",), prepare=_prep_run(lambda r: None))
-cli("translate: a checkpoint whose precision is 'fp8'", _tr(SENT), match=("precision",),
-    prepare=_prep_run(lambda r: [edit_config(k, lambda g: g["model"].update(precision="fp8"))
-                                 for k in ck.list_checkpoints(r)]))
+cli(
+    "train: --precision bf16 on --resume of a float32 run",
+    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--precision", "bf16", "--no-progress"],
+    match=("--precision",),
+    prepare=_prep_run(lambda r: None),
+)
+cli(
+    "translate: a checkpoint whose precision is 'fp8'",
+    _tr(SENT),
+    match=("precision",),
+    prepare=_prep_run(
+        lambda r: [edit_config(k, lambda g: g["model"].update(precision="fp8")) for k in ck.list_checkpoints(r)]
+    ),
+)
 cli("train: --out is a file", _trn(out="f"), match=("--out",), prepare=lambda c: (c.work / "f").write_text("x"))
 cli("train: --threads 4096", _trn("--threads", "4096"), expect="either", check=_run_ok(), match=("threads",))
 cli("train: --threads 1024", _trn("--threads", "1024"), expect="either", check=_run_ok(), match=("threads",))
+
+
 def _decaying(c: Context, res: Result) -> None:
     state = tc.load_checkpoint(c.work / "out").trainer_state
     lrs = state["history"]["batch"]["lr"]
     assert len(lrs) > 2 and all(a > b for a, b in zip(lrs, lrs[1:])), f"--decay (from the preset) ignored: {lrs}"
 
 
-cli("train: --fixed-lr with the quick preset's decay", lambda c: _trn("--preset", "quick", "--time-budget", "0",
-                                                                      "--max-tokens", "0", "--fixed-lr", "0.001",
-                                                                      "--epochs", "2", "--log-every", "1")(c),
-    expect="either", match=("decay",), check=_decaying)
-cli("train: --batch-size with the quick preset's token budget", lambda c: _trn("--preset", "quick", "--time-budget", "0",
-                                                                               "--batch-size", "16")(c),
-    expect="either", check=lambda c, r: None if ("about 18 batches" in r.err or "--max-tokens" in r.err) else
-    (_ for _ in ()).throw(AssertionError("--batch-size 16 ignored: " + [l for l in r.err.splitlines()
-                                                                          if "batches" in l][0])))
+cli(
+    "train: --fixed-lr with the quick preset's decay",
+    lambda c: _trn(
+        "--preset",
+        "quick",
+        "--time-budget",
+        "0",
+        "--max-tokens",
+        "0",
+        "--fixed-lr",
+        "0.001",
+        "--epochs",
+        "2",
+        "--log-every",
+        "1",
+    )(c),
+    expect="either",
+    match=("decay",),
+    check=_decaying,
+)
+cli(
+    "train: --batch-size with the quick preset's token budget",
+    lambda c: _trn("--preset", "quick", "--time-budget", "0", "--batch-size", "16")(c),
+    expect="either",
+    check=lambda c, r: (
+        None
+        if ("about 18 batches" in r.err or "--max-tokens" in r.err)
+        else (_ for _ in ()).throw(
+            AssertionError("--batch-size 16 ignored: " + [l for l in r.err.splitlines() if "batches" in l][0])
+        )
+    ),
+)
 cli("train: --vocab-size 260", _trn("--vocab-size", "260"), expect="ok", check=_run_ok())
-cli("train: --seed 2**63-1", _trn("--seed", str(2 ** 63 - 1), "--split-seed", str(2 ** 63 - 1)), expect="ok",
-    check=_run_ok())
-cli("train: --seed 2**63", _trn("--seed", str(2 ** 63)), match=("--seed",))
-cli("train: data with a byte-order mark", _trn(data="bom.txt"), expect="ok", check=_run_ok(),
-    prepare=lambda c: (c.work / "bom.txt").write_bytes(b"\xef\xbb\xbf" + c.data.read_bytes()))
-cli("train: zip holding two text files", _trn(data="d.zip"), match=("cannot tell",),
-    prepare=lambda c: _zip(c, {"a.txt": c.data.read_bytes(), "b.txt": c.data.read_bytes()}, "d.zip"))
-cli("train: gzip data", _trn(data="d.txt.gz"), match=("not valid",),
-    prepare=lambda c: (c.work / "d.txt.gz").write_bytes(__import__("gzip").compress(c.data.read_bytes())))
+cli(
+    "train: --seed 2**63-1",
+    _trn("--seed", str(2**63 - 1), "--split-seed", str(2**63 - 1)),
+    expect="ok",
+    check=_run_ok(),
+)
+cli("train: --seed 2**63", _trn("--seed", str(2**63)), match=("--seed",))
+cli(
+    "train: data with a byte-order mark",
+    _trn(data="bom.txt"),
+    expect="ok",
+    check=_run_ok(),
+    prepare=lambda c: (c.work / "bom.txt").write_bytes(b"\xef\xbb\xbf" + c.data.read_bytes()),
+)
+cli(
+    "train: zip holding two text files",
+    _trn(data="d.zip"),
+    match=("cannot tell",),
+    prepare=lambda c: _zip(c, {"a.txt": c.data.read_bytes(), "b.txt": c.data.read_bytes()}, "d.zip"),
+)
+cli(
+    "train: gzip data",
+    _trn(data="d.txt.gz"),
+    match=("not valid",),
+    prepare=lambda c: (c.work / "d.txt.gz").write_bytes(__import__("gzip").compress(c.data.read_bytes())),
+)
 cli("train: --label-smoothing 0.999", _trn("--label-smoothing", "0.999"), expect="ok", check=_run_ok())
 cli("train: --warmup 1 --lr-scale 50", _trn("--warmup", "1", "--lr-scale", "50"), expect="either", check=_run_ok())
-cli("train: TRANSFORMER_CPP_MEMORY_LIMIT=10000", _trn(), env={"TRANSFORMER_CPP_MEMORY_LIMIT": "10000"},
-    match=("memory",))
-cli("train: --average-last 3 over 3 epochs", _trn("--average-last", "3", "--epochs", "3"), expect="ok",
-    check=_run_ok(lambda out: None if (out / "averaged").is_dir() else (_ for _ in ()).throw(AssertionError("no average"))))
-cli("train: --valid-fraction 0.5 --test-fraction 0.5", _trn("--valid-fraction", "0.5", "--test-fraction", "0.5"),
-    match=("fraction",))
+cli(
+    "train: TRANSFORMER_CPP_MEMORY_LIMIT=10000",
+    _trn(),
+    env={"TRANSFORMER_CPP_MEMORY_LIMIT": "10000"},
+    match=("memory",),
+)
+cli(
+    "train: --average-last 3 over 3 epochs",
+    _trn("--average-last", "3", "--epochs", "3"),
+    expect="ok",
+    check=_run_ok(
+        lambda out: None if (out / "averaged").is_dir() else (_ for _ in ()).throw(AssertionError("no average"))
+    ),
+)
+cli(
+    "train: --valid-fraction 0.5 --test-fraction 0.5",
+    _trn("--valid-fraction", "0.5", "--test-fraction", "0.5"),
+    match=("fraction",),
+)
 cli("train: --max-tokens 1", _trn("--max-tokens", "1"), expect="ok", check=_run_ok(), timeout=240)
-cli("train: --drop-remainder with the quick preset's token budget",
-    _trn("--preset", "quick", "--time-budget", "0", "--drop-remainder"), match=("drop_remainder",))
-cli("train: C locale", _trn(), env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}, expect="ok",
-    check=_run_ok())
-cli("train: --log-every 10**9", _trn("--log-every", str(10 ** 9)), expect="ok", check=_run_ok())
+cli(
+    "train: --drop-remainder with the quick preset's token budget",
+    _trn("--preset", "quick", "--time-budget", "0", "--drop-remainder"),
+    match=("drop_remainder",),
+)
+cli(
+    "train: C locale",
+    _trn(),
+    env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"},
+    expect="ok",
+    check=_run_ok(),
+)
+cli("train: --log-every 10**9", _trn("--log-every", str(10**9)), expect="ok", check=_run_ok())
 cli("train: --d-model 16384 --d-ff 262144", _trn("--d-model", "16384", "--d-ff", "262144"), match=("memory",))
-cli("train: --vocab-size 2**20 on a tiny corpus", _trn("--vocab-size", str(2 ** 20)), expect="ok", check=_run_ok(),
-    timeout=240)
+cli(
+    "train: --vocab-size 2**20 on a tiny corpus",
+    _trn("--vocab-size", str(2**20)),
+    expect="ok",
+    check=_run_ok(),
+    timeout=240,
+)
+
 
 # export (CTranslate2 and PyTorch, when installed)
 def _ex(*args: str, model: str = "fixture", out: str = "exported") -> Callable[[Context], List[str]]:
-    return lambda c: ["export", "--model", str(c.run if model == "fixture" else c.work / model), *args,
-                      str(c.work / out) if not out.startswith("/") else out]
+    return lambda c: [
+        "export",
+        "--model",
+        str(c.run if model == "fixture" else c.work / model),
+        *args,
+        str(c.work / out) if not out.startswith("/") else out,
+    ]
 
 
 def _exported(*names: str) -> Callable[[Context, Result], None]:
@@ -3014,38 +3931,83 @@ def _exported(*names: str) -> Callable[[Context, Result], None]:
 
 
 cli("export: missing model", _ex("--to", "torch", model="nope"), match=("no such checkpoint",))
-cli("export: OUT is a directory that holds a file", _ex("--to", "torch"), match=("empty",),
-    prepare=lambda c: ((c.work / "exported").mkdir(), (c.work / "exported" / "keep.txt").write_text("mine")))
-cli("export: OUT is a file", _ex("--to", "torch", out="f"), match=("f",), prepare=lambda c: (c.work / "f").write_text("x"))
+cli(
+    "export: OUT is a directory that holds a file",
+    _ex("--to", "torch"),
+    match=("empty",),
+    prepare=lambda c: ((c.work / "exported").mkdir(), (c.work / "exported" / "keep.txt").write_text("mine")),
+)
+cli(
+    "export: OUT is a file",
+    _ex("--to", "torch", out="f"),
+    match=("f",),
+    prepare=lambda c: (c.work / "f").write_text("x"),
+)
 cli("export: OUT under /dev/null", _ex("--to", "torch", out="/dev/null/x"), match=("/dev/null",))
 cli("export: --to onnx", _ex("--to", "onnx"), match=("--to",))
 cli("export: --quantization int3", _ex("--to", "ctranslate2", "--quantization", "int3"), match=("--quantization",))
-cli("export: infinity in the weights", _ex("--to", "torch", model="run"), match=("output.bias",),
-    prepare=_prep_run(lambda r: [edit_tensors(k, "model.safetensors", lambda t: t["output.bias"].__setitem__(0, np.inf))
-                                 for k in ck.list_checkpoints(r)]))
+cli(
+    "export: infinity in the weights",
+    _ex("--to", "torch", model="run"),
+    match=("output.bias",),
+    prepare=_prep_run(
+        lambda r: [
+            edit_tensors(k, "model.safetensors", lambda t: t["output.bias"].__setitem__(0, np.inf))
+            for k in ck.list_checkpoints(r)
+        ]
+    ),
+)
 cli("export: to PyTorch", _ex("--to", "torch"), expect="either", check=_exported("transformer_torch.py"), timeout=300)
 cli("export: to CTranslate2", _ex("--to", "ctranslate2"), expect="either", check=_exported("model.bin"), timeout=300)
-cli("export: to CTranslate2 in int8", _ex("--to", "ctranslate2", "--quantization", "int8"), expect="either",
-    check=_exported("model.bin"), timeout=300)
-cli("export: OUT that is not UTF-8", lambda c: ["export", "--model", str(c.run), "--to", "torch",
-                                               str(c.work / os.fsdecode(b"ex\xe9"))], expect="either",
-    check=lambda c, r: None if list((c.work / os.fsdecode(b"ex\xe9")).iterdir()) else
-    (_ for _ in ()).throw(AssertionError("nothing written")), timeout=300)
+cli(
+    "export: to CTranslate2 in int8",
+    _ex("--to", "ctranslate2", "--quantization", "int8"),
+    expect="either",
+    check=_exported("model.bin"),
+    timeout=300,
+)
+cli(
+    "export: OUT that is not UTF-8",
+    lambda c: ["export", "--model", str(c.run), "--to", "torch", str(c.work / os.fsdecode(b"ex\xe9"))],
+    expect="either",
+    check=lambda c, r: (
+        None
+        if list((c.work / os.fsdecode(b"ex\xe9")).iterdir())
+        else (_ for _ in ()).throw(AssertionError("nothing written"))
+    ),
+    timeout=300,
+)
 
 # the program itself
-cli("no subcommand", lambda c: [], expect="either", partial=True,
-    check=lambda c, r: None if r.rc == 2 and "usage:" in r.out else (_ for _ in ()).throw(AssertionError(r.out[:200])))
+cli(
+    "no subcommand",
+    lambda c: [],
+    expect="either",
+    partial=True,
+    check=lambda c, r: None if r.rc == 2 and "usage:" in r.out else (_ for _ in ()).throw(AssertionError(r.out[:200])),
+)
 cli("an unknown subcommand", lambda c: ["fly"], match=("fly",))
-cli("--version", lambda c: ["--version"], expect="ok", check=lambda c, r: None if "transformer-cpp" in r.out else
-    (_ for _ in ()).throw(AssertionError(r.out)))
+cli(
+    "--version",
+    lambda c: ["--version"],
+    expect="ok",
+    check=lambda c, r: None if "transformer-cpp" in r.out else (_ for _ in ()).throw(AssertionError(r.out)),
+)
 for _sub in ("train", "translate", "evaluate", "average", "figures", "serve", "export"):
-    cli(f"{_sub} --help", (lambda s: lambda c: [s, "--help"])(_sub), expect="ok",
-        check=lambda c, r: None if "usage:" in r.out else (_ for _ in ()).throw(AssertionError(r.out[:200])))
+    cli(
+        f"{_sub} --help",
+        (lambda s: lambda c: [s, "--help"])(_sub),
+        expect="ok",
+        check=lambda c, r: None if "usage:" in r.out else (_ for _ in ()).throw(AssertionError(r.out[:200])),
+    )
 cli("serve: missing model", lambda c: ["serve", "--model", str(c.work / "nope")], match=("nope",))
 cli("serve: --port 99999", lambda c: ["serve", "--model", str(c.run), "--port", "99999"], match=("--port",))
 cli("serve: --max-batch 0", lambda c: ["serve", "--model", str(c.run), "--max-batch", "0"], match=("--max-batch",))
-cli("serve: --max-wait-ms nan", lambda c: ["serve", "--model", str(c.run), "--max-wait-ms", "nan"],
-    match=("--max-wait-ms",))
+cli(
+    "serve: --max-wait-ms nan",
+    lambda c: ["serve", "--model", str(c.run), "--max-wait-ms", "nan"],
+    match=("--max-wait-ms",),
+)
 cli("evaluate: no --model", lambda c: ["evaluate"], match=("--model",))
 cli("train: --data without a value", lambda c: ["train", "--data"], match=("--data",))
 

@@ -79,8 +79,10 @@ def check_format(files: Sequence[Path], fix: bool) -> List[str]:
         out = subprocess.run([exe, "--dry-run", "--Werror", str(f)], capture_output=True, text=True, check=False)
         if out.returncode != 0:
             first = next((line for line in out.stderr.splitlines() if "error" in line), out.stderr.strip())
-            problems.append(f"clang-format: {f.relative_to(ROOT)} is not formatted ({first.strip()}); "
-                            f"run python tools/lint_cpp.py --fix")
+            problems.append(
+                f"clang-format: {f.relative_to(ROOT)} is not formatted ({first.strip()}); "
+                f"run python tools/lint_cpp.py --fix"
+            )
     return problems
 
 
@@ -90,13 +92,28 @@ def check_tidy(files: Sequence[Path], jobs: int) -> List[str]:
 
     exe = tool("clang-tidy")
     with tempfile.TemporaryDirectory() as tmp:
-        flags = ["-std=c++17", "-fopenmp", f"-I{ROOT / 'cpp' / 'include'}", "-isystem", eigen_include(),
-                 "-isystem", pybind11.get_include(), "-isystem", sysconfig.get_paths()["include"],
-                 "-isystem", omp_include(Path(tmp))]
+        flags = [
+            "-std=c++17",
+            "-fopenmp",
+            f"-I{ROOT / 'cpp' / 'include'}",
+            "-isystem",
+            eigen_include(),
+            "-isystem",
+            pybind11.get_include(),
+            "-isystem",
+            sysconfig.get_paths()["include"],
+            "-isystem",
+            omp_include(Path(tmp)),
+        ]
 
         def run(unit: Path) -> str:
-            out = subprocess.run([exe, "--quiet", f"--config-file={ROOT / '.clang-tidy'}", str(unit), "--", *flags],
-                                 capture_output=True, text=True, check=False, cwd=ROOT)
+            out = subprocess.run(
+                [exe, "--quiet", f"--config-file={ROOT / '.clang-tidy'}", str(unit), "--", *flags],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=ROOT,
+            )
             return out.stdout if out.returncode != 0 or "warning:" in out.stdout else ""
 
         units = [f for f in files if f.suffix == ".cpp"]

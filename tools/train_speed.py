@@ -38,8 +38,7 @@ def write_batches(shapes: str, data: str, pairs: int, count: int, seed: int, pat
         rng = np.random.default_rng(seed)
         picked = rng.choice(len(every), size=min(count, len(every)), replace=False)
         batches = [(every[i].src, every[i].tgt_in, every[i].tgt_out) for i in picked]
-        config = dict(tc.preset_config("quick"), src_vocab_size=src_tok.vocab_size,
-                      tgt_vocab_size=tgt_tok.vocab_size)
+        config = dict(tc.preset_config("quick"), src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size)
     else:
         from transformer_cpp.bench import TUTORIAL_SHAPES, make_batches
 
@@ -107,11 +106,23 @@ def main() -> int:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     procs = []
     for py in pythons:
-        cmd = [py, os.path.abspath(__file__), "--worker", "--config", json.dumps(config), "--batches", path,
-               "--threads", str(args.threads), "--seed", str(args.seed), "--shapes", args.shapes]
+        cmd = [
+            py,
+            os.path.abspath(__file__),
+            "--worker",
+            "--config",
+            json.dumps(config),
+            "--batches",
+            path,
+            "--threads",
+            str(args.threads),
+            "--seed",
+            str(args.seed),
+            "--shapes",
+            args.shapes,
+        ]
         cmd[0] = os.path.abspath(py) if os.sep in py else py
-        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                                      cwd=tmp))
+        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp))
     for pr in procs:
         assert pr.stdout.readline().strip() == "ready"
     print(f"{args.shapes} shapes, {args.threads} threads, load {os.getloadavg()[0]:.2f}", flush=True)
@@ -124,16 +135,19 @@ def main() -> int:
             procs[k].stdin.write(f"{args.steps}\n")
             procs[k].stdin.flush()
             rates[k].append(float(procs[k].stdout.readline()))
-        print(f"round {r + 1}: " + "  ".join(f"{rs[-1]:8.0f}" for rs in rates)
-              + "".join(f"  ratio {rs[-1] / rates[0][-1]:.3f}" for rs in rates[1:]), flush=True)
+        print(
+            f"round {r + 1}: "
+            + "  ".join(f"{rs[-1]:8.0f}" for rs in rates)
+            + "".join(f"  ratio {rs[-1] / rates[0][-1]:.3f}" for rs in rates[1:]),
+            flush=True,
+        )
     for pr in procs:
         pr.stdin.close()
         pr.wait()
     summary = "median target tokens/s: " + ", ".join(f"{statistics.median(rs):.0f}" for rs in rates)
     for rs in rates[1:]:
         ratios = [a / b for a, b in zip(rs, rates[0])]
-        summary += (f"; ratio median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
-                    f"max {max(ratios):.3f})")
+        summary += f"; ratio median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})"
     print(summary + f"; load {os.getloadavg()[0]:.2f}")
     return 0
 

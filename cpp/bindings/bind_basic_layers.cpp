@@ -32,66 +32,69 @@ void bind_layer_norm(py::module_& m) {
            py::arg("d_model"), py::arg("eps") = 1e-6)
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def_property_readonly("eps", [](H& h) { return h.layer.eps(); })
-      .def("forward",
-           [](H& h, const py::handle& x) {
-             const char* who = "LayerNorm.forward";
-             InUse in_use(h.busy, who);
-             auto in = as_rows<T>(x, who, "x", h.layer.dim());
-             check_input(in, who, "x", true);  // the layer reads x again in backward
-             check_forward<T>(h.layer, who, concat("an input of ", in.rows, " rows"),
-                              3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
-             h.has_forward = false;
-             {
-               py::gil_scoped_release release;
-               h.layer.forward(in.map());
-             }
-             h.saved = in.array;
-             h.lead = in.lead_shape;
-             h.has_forward = true;
-             check_output(h.layer.output(), who);
-             return rows_out<T>(h.layer.output(), in.lead_shape);
-           },
-           py::arg("x"), "x: (..., d_model) -> (..., d_model)")
-      .def("forward_residual",
-           [](H& h, const py::handle& a, const py::handle& b) {
-             const char* who = "LayerNorm.forward_residual";
-             InUse in_use(h.busy, who);
-             auto ia = as_rows<T>(a, who, "a", h.layer.dim());
-             auto ib = as_rows<T>(b, who, "b", h.layer.dim());
-             if (ia.lead_shape != ib.lead_shape)
-               throw py::value_error(concat("LayerNorm.forward_residual: a and b must have the same shape, got ",
-                                            describe(ia.array), " and ", describe(ib.array)));
-             check_input(ia, who, "a", false);  // the layer keeps a + b itself
-             check_input(ib, who, "b", false);
-             check_forward<T>(h.layer, who, concat("an input of ", ia.rows, " rows"),
-                              4.0 * static_cast<double>(ia.rows) * static_cast<double>(ia.cols));
-             h.has_forward = false;
-             {
-               py::gil_scoped_release release;
-               h.layer.forward_residual(ia.map(), ib.map());
-             }
-             h.saved = py::none();
-             h.lead = ia.lead_shape;
-             h.has_forward = true;
-             check_output(h.layer.output(), who);
-             return rows_out<T>(h.layer.output(), ia.lead_shape);
-           },
-           py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
-      .def("backward",
-           [](H& h, const py::handle& dout) {
-             InUse in_use(h.busy, "LayerNorm.backward");
-             if (!h.has_forward) throw std::runtime_error("LayerNorm.backward: call forward() first");
-             auto d = dout_rows<T>(dout, "LayerNorm.backward", h.layer.dim(), h.lead);
-             const Matrix<T>* dx;
-             {
-               py::gil_scoped_release release;
-               dx = &h.layer.backward(d.map());
-             }
-             check_gradient(*dx, "LayerNorm.backward");
-             check_parameter_gradients(h.layer.parameters(), "LayerNorm.backward");
-             return rows_out<T>(*dx, h.lead);
-           },
-           py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
+      .def(
+          "forward",
+          [](H& h, const py::handle& x) {
+            const char* who = "LayerNorm.forward";
+            InUse in_use(h.busy, who);
+            auto in = as_rows<T>(x, who, "x", h.layer.dim());
+            check_input(in, who, "x", true);  // the layer reads x again in backward
+            check_forward<T>(h.layer, who, concat("an input of ", in.rows, " rows"),
+                             3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
+            h.has_forward = false;
+            {
+              py::gil_scoped_release release;
+              h.layer.forward(in.map());
+            }
+            h.saved = in.array;
+            h.lead = in.lead_shape;
+            h.has_forward = true;
+            check_output(h.layer.output(), who);
+            return rows_out<T>(h.layer.output(), in.lead_shape);
+          },
+          py::arg("x"), "x: (..., d_model) -> (..., d_model)")
+      .def(
+          "forward_residual",
+          [](H& h, const py::handle& a, const py::handle& b) {
+            const char* who = "LayerNorm.forward_residual";
+            InUse in_use(h.busy, who);
+            auto ia = as_rows<T>(a, who, "a", h.layer.dim());
+            auto ib = as_rows<T>(b, who, "b", h.layer.dim());
+            if (ia.lead_shape != ib.lead_shape)
+              throw py::value_error(concat("LayerNorm.forward_residual: a and b must have the same shape, got ",
+                                           describe(ia.array), " and ", describe(ib.array)));
+            check_input(ia, who, "a", false);  // the layer keeps a + b itself
+            check_input(ib, who, "b", false);
+            check_forward<T>(h.layer, who, concat("an input of ", ia.rows, " rows"),
+                             4.0 * static_cast<double>(ia.rows) * static_cast<double>(ia.cols));
+            h.has_forward = false;
+            {
+              py::gil_scoped_release release;
+              h.layer.forward_residual(ia.map(), ib.map());
+            }
+            h.saved = py::none();
+            h.lead = ia.lead_shape;
+            h.has_forward = true;
+            check_output(h.layer.output(), who);
+            return rows_out<T>(h.layer.output(), ia.lead_shape);
+          },
+          py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
+      .def(
+          "backward",
+          [](H& h, const py::handle& dout) {
+            InUse in_use(h.busy, "LayerNorm.backward");
+            if (!h.has_forward) throw std::runtime_error("LayerNorm.backward: call forward() first");
+            auto d = dout_rows<T>(dout, "LayerNorm.backward", h.layer.dim(), h.lead);
+            const Matrix<T>* dx;
+            {
+              py::gil_scoped_release release;
+              dx = &h.layer.backward(d.map());
+            }
+            check_gradient(*dx, "LayerNorm.backward");
+            check_parameter_gradients(h.layer.parameters(), "LayerNorm.backward");
+            return rows_out<T>(*dx, h.lead);
+          },
+          py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
       .def("zero_grad", [](H& h) {
         check_idle(h.busy, "LayerNorm.zero_grad", "layer");
@@ -104,42 +107,44 @@ void bind_relu(py::module_& m) {
   using H = Holder<ReLU<T>>;
   py::class_<H>(m, class_name<T>("ReLU").c_str(), "ReLU: y = max(x, 0).")
       .def(py::init([]() { return new H(); }))
-      .def("forward",
-           [](H& h, const py::handle& x) {
-             const char* who = "ReLU.forward";
-             InUse in_use(h.busy, who);
-             auto in = as_rows<T>(x, who, "x", -1);
-             check_input(in, who, "x", false);  // backward reads the output
-             check_memory(who, concat("an input of ", in.rows, " rows"),
-                          2.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols) * sizeof(T));
-             h.has_forward = false;
-             const Matrix<T>* y;
-             {
-               py::gil_scoped_release release;
-               y = &h.layer.forward(in.map());
-             }
-             h.lead = in.lead_shape;
-             h.has_forward = true;
-             return rows_out<T>(*y, in.lead_shape);
-           },
-           py::arg("x"))
-      .def("backward",
-           [](H& h, const py::handle& dout) {
-             InUse in_use(h.busy, "ReLU.backward");
-             if (!h.has_forward) throw std::runtime_error("ReLU.backward: call forward() first");
-             auto d = as_rows<T>(dout, "ReLU.backward", "dout", -1);
-             check_input(d, "ReLU.backward", "dout", false);
-             if (d.lead_shape != h.lead)
-               throw py::value_error("ReLU.backward: dout must have the shape of the last output, got " +
-                                     describe(d.array));
-             const Matrix<T>* dx;
-             {
-               py::gil_scoped_release release;
-               dx = &h.layer.backward(d.map());
-             }
-             return rows_out<T>(*dx, h.lead);
-           },
-           py::arg("dout"), "dout -> dx = dout where the output was positive, 0 elsewhere")
+      .def(
+          "forward",
+          [](H& h, const py::handle& x) {
+            const char* who = "ReLU.forward";
+            InUse in_use(h.busy, who);
+            auto in = as_rows<T>(x, who, "x", -1);
+            check_input(in, who, "x", false);  // backward reads the output
+            check_memory(who, concat("an input of ", in.rows, " rows"),
+                         2.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols) * sizeof(T));
+            h.has_forward = false;
+            const Matrix<T>* y;
+            {
+              py::gil_scoped_release release;
+              y = &h.layer.forward(in.map());
+            }
+            h.lead = in.lead_shape;
+            h.has_forward = true;
+            return rows_out<T>(*y, in.lead_shape);
+          },
+          py::arg("x"))
+      .def(
+          "backward",
+          [](H& h, const py::handle& dout) {
+            InUse in_use(h.busy, "ReLU.backward");
+            if (!h.has_forward) throw std::runtime_error("ReLU.backward: call forward() first");
+            auto d = as_rows<T>(dout, "ReLU.backward", "dout", -1);
+            check_input(d, "ReLU.backward", "dout", false);
+            if (d.lead_shape != h.lead)
+              throw py::value_error("ReLU.backward: dout must have the shape of the last output, got " +
+                                    describe(d.array));
+            const Matrix<T>* dx;
+            {
+              py::gil_scoped_release release;
+              dx = &h.layer.backward(d.map());
+            }
+            return rows_out<T>(*dx, h.lead);
+          },
+          py::arg("dout"), "dout -> dx = dout where the output was positive, 0 elsewhere")
       .def("parameters", [](py::object) { return empty_parameters(); })
       .def("zero_grad", [](H&) {});
 }
@@ -160,51 +165,55 @@ py::array_t<bool> padding_mask_array(const py::handle& tokens, const char* who) 
 template <typename T>
 void bind_embedding(py::module_& m) {
   using H = Holder<Embedding<T>>;
-  py::class_<H>(m, class_name<T>("Embedding").c_str(),
-                "Token embedding; id 0 is padding (zero row, no gradient).")
+  py::class_<H>(m, class_name<T>("Embedding").c_str(), "Token embedding; id 0 is padding (zero row, no gradient).")
       .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& seed) {
              const char* who = "Embedding";
-             return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"), seed_arg(seed, who));
+             return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"),
+                          seed_arg(seed, who));
            }),
            py::arg("vocab_size"), py::arg("d_model"), py::arg("seed") = 0)
       .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
-      .def("forward",
-           [](H& h, const py::handle& tokens, const py::object& scale_arg) {
-             const char* who = "Embedding.forward";
-             InUse in_use(h.busy, who);
-             const double scale = float_arg(scale_arg, who, "scale");
-             if (!std::isfinite(scale) || std::fabs(scale) > static_cast<double>(std::numeric_limits<T>::max()))
-               throw py::value_error(concat(who, ": scale must be a finite number, got ", scale));
-             auto tok = as_tokens(tokens, who, "tokens", 2);
-             const Index b = tok.shape(0), t = tok.shape(1);
-             check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
-                              static_cast<double>(b) * static_cast<double>(t) * static_cast<double>(h.layer.dim()));
-             const Matrix<T>* y;
-             {
-               py::gil_scoped_release release;
-               y = &h.layer.forward(ConstTokenMap(tok.data(), b, t), static_cast<T>(scale));
-             }
-             h.lead = {b, t};
-             h.has_forward = true;
-             check_output(*y, who);
-             return rows_out<T>(*y, h.lead);
-           },
-           py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale")
-      .def("backward",
-           [](H& h, const py::handle& dout) {
-             InUse in_use(h.busy, "Embedding.backward");
-             if (!h.has_forward) throw std::runtime_error("Embedding.backward: call forward() first");
-             auto d = dout_rows<T>(dout, "Embedding.backward", h.layer.dim(), h.lead);
-             {
-               py::gil_scoped_release release;
-               h.layer.backward(d.map());
-             }
-             check_parameter_gradients(h.layer.parameters(), "Embedding.backward");
-           },
-           py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
-      .def("padding_mask", [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
-           py::arg("tokens"), "bool (B, T), True where tokens == 0")
+      .def(
+          "forward",
+          [](H& h, const py::handle& tokens, const py::object& scale_arg) {
+            const char* who = "Embedding.forward";
+            InUse in_use(h.busy, who);
+            const double scale = float_arg(scale_arg, who, "scale");
+            if (!std::isfinite(scale) || std::fabs(scale) > static_cast<double>(std::numeric_limits<T>::max()))
+              throw py::value_error(concat(who, ": scale must be a finite number, got ", scale));
+            auto tok = as_tokens(tokens, who, "tokens", 2);
+            const Index b = tok.shape(0), t = tok.shape(1);
+            check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
+                             static_cast<double>(b) * static_cast<double>(t) * static_cast<double>(h.layer.dim()));
+            const Matrix<T>* y;
+            {
+              py::gil_scoped_release release;
+              y = &h.layer.forward(ConstTokenMap(tok.data(), b, t), static_cast<T>(scale));
+            }
+            h.lead = {b, t};
+            h.has_forward = true;
+            check_output(*y, who);
+            return rows_out<T>(*y, h.lead);
+          },
+          py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale")
+      .def(
+          "backward",
+          [](H& h, const py::handle& dout) {
+            InUse in_use(h.busy, "Embedding.backward");
+            if (!h.has_forward) throw std::runtime_error("Embedding.backward: call forward() first");
+            auto d = dout_rows<T>(dout, "Embedding.backward", h.layer.dim(), h.lead);
+            {
+              py::gil_scoped_release release;
+              h.layer.backward(d.map());
+            }
+            check_parameter_gradients(h.layer.parameters(), "Embedding.backward");
+          },
+          py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
+      .def(
+          "padding_mask",
+          [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
+          py::arg("tokens"), "bool (B, T), True where tokens == 0")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
       .def("zero_grad", [](H& h) {
         check_idle(h.busy, "Embedding.zero_grad", "layer");
@@ -224,58 +233,62 @@ void bind_positional_embedding(py::module_& m) {
                           int_arg(max_length, who, "max_length"),
                           parse_positional_layout(str_arg(layout, who, "layout")), seed_arg(seed, who));
            }),
-           py::arg("vocab_size"), py::arg("d_model"), py::arg("max_length") = 2048,
-           py::arg("layout") = "interleaved", py::arg("seed") = 0)
+           py::arg("vocab_size"), py::arg("d_model"), py::arg("max_length") = 2048, py::arg("layout") = "interleaved",
+           py::arg("seed") = 0)
       .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def_property_readonly("max_length", [](H& h) { return h.layer.max_length(); })
       .def_property_readonly("layout", [](H& h) { return to_string(h.layer.layout()); })
-      .def_property_readonly("table",
-                             [](H& h) {
-                               check_idle(h.busy, "PositionalEmbedding.table", "layer");
-                               // a copy: the table is a cache that grows (and moves) for longer inputs
-                               const Matrix<T>& pe = h.layer.table();
-                               py::array_t<T> a({pe.rows(), pe.cols()});
-                               std::copy(pe.data(), pe.data() + pe.size(), a.mutable_data());
-                               a.attr("flags").attr("writeable") = false;
-                               return a;
-                             },
-                             "read-only copy (cached positions, d_model) of the positional table")
-      .def("forward",
-           [](H& h, const py::handle& tokens) {
-             const char* who = "PositionalEmbedding.forward";
-             InUse in_use(h.busy, who);
-             auto tok = as_tokens(tokens, who, "tokens", 2);
-             const Index b = tok.shape(0), t = tok.shape(1);
-             const double d = static_cast<double>(h.layer.dim());
-             check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
-                              static_cast<double>(b) * static_cast<double>(t) * d + 2.0 * static_cast<double>(t) * d);
-             const Matrix<T>* y;
-             {
-               py::gil_scoped_release release;
-               y = &h.layer.forward(ConstTokenMap(tok.data(), b, t));
-             }
-             h.lead = {b, t};
-             h.has_forward = true;
-             check_output(*y, who);
-             return rows_out<T>(*y, h.lead);
-           },
-           py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed")
-      .def("backward",
-           [](H& h, const py::handle& dout) {
-             InUse in_use(h.busy, "PositionalEmbedding.backward");
-             if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");
-             auto d = dout_rows<T>(dout, "PositionalEmbedding.backward", h.layer.dim(), h.lead);
-             {
-               py::gil_scoped_release release;
-               h.layer.backward(d.map());
-             }
-             check_parameter_gradients(h.layer.parameters(), "PositionalEmbedding.backward");
-           },
-           py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
-      .def("padding_mask",
-           [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "PositionalEmbedding.padding_mask"); },
-           py::arg("tokens"), "bool (B, T), True where tokens == 0")
+      .def_property_readonly(
+          "table",
+          [](H& h) {
+            check_idle(h.busy, "PositionalEmbedding.table", "layer");
+            // a copy: the table is a cache that grows (and moves) for longer inputs
+            const Matrix<T>& pe = h.layer.table();
+            py::array_t<T> a({pe.rows(), pe.cols()});
+            std::copy(pe.data(), pe.data() + pe.size(), a.mutable_data());
+            a.attr("flags").attr("writeable") = false;
+            return a;
+          },
+          "read-only copy (cached positions, d_model) of the positional table")
+      .def(
+          "forward",
+          [](H& h, const py::handle& tokens) {
+            const char* who = "PositionalEmbedding.forward";
+            InUse in_use(h.busy, who);
+            auto tok = as_tokens(tokens, who, "tokens", 2);
+            const Index b = tok.shape(0), t = tok.shape(1);
+            const double d = static_cast<double>(h.layer.dim());
+            check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
+                             static_cast<double>(b) * static_cast<double>(t) * d + 2.0 * static_cast<double>(t) * d);
+            const Matrix<T>* y;
+            {
+              py::gil_scoped_release release;
+              y = &h.layer.forward(ConstTokenMap(tok.data(), b, t));
+            }
+            h.lead = {b, t};
+            h.has_forward = true;
+            check_output(*y, who);
+            return rows_out<T>(*y, h.lead);
+          },
+          py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed")
+      .def(
+          "backward",
+          [](H& h, const py::handle& dout) {
+            InUse in_use(h.busy, "PositionalEmbedding.backward");
+            if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");
+            auto d = dout_rows<T>(dout, "PositionalEmbedding.backward", h.layer.dim(), h.lead);
+            {
+              py::gil_scoped_release release;
+              h.layer.backward(d.map());
+            }
+            check_parameter_gradients(h.layer.parameters(), "PositionalEmbedding.backward");
+          },
+          py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
+      .def(
+          "padding_mask",
+          [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "PositionalEmbedding.padding_mask"); },
+          py::arg("tokens"), "bool (B, T), True where tokens == 0")
       .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
       .def("zero_grad", [](H& h) {
         check_idle(h.busy, "PositionalEmbedding.zero_grad", "layer");
@@ -311,40 +324,40 @@ void return_gradient_buffer(void* p) {
 
 template <typename T>
 void bind_functions(py::module_& m) {
-  m.def(
-      (std::string("softmax") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& x) {
-        auto in = as_rows<T>(x, "softmax", "x", -1);
-        py::array_t<T> out(shape_of(in.array));
-        T* o = out.mutable_data();
-        {
-          py::gil_scoped_release release;
-          std::copy(in.array.data(), in.array.data() + in.rows * in.cols, o);
-          softmax_rows(o, in.rows, in.cols);
-        }
-        return out;
-      },
-      py::arg("x"), "Softmax over the last axis; a row that is all -inf gives zeros.");
-  m.def(
-      (std::string("softmax_backward") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& y, const py::handle& dy) {
-        auto iy = as_rows<T>(y, "softmax_backward", "y", -1);
-        auto idy = as_rows<T>(dy, "softmax_backward", "dy", -1);
-        if (shape_of(iy.array) != shape_of(idy.array))
-          throw py::value_error(concat("softmax_backward: y and dy must have the same shape, got ",
-                                       describe(iy.array), " and ", describe(idy.array)));
-        py::array_t<T> out(shape_of(iy.array));
-        T* o = out.mutable_data();
-        {
-          py::gil_scoped_release release;
-          softmax_rows_backward(iy.array.data(), idy.array.data(), o, iy.rows, iy.cols);
-        }
-        return out;
-      },
-      py::arg("y"), py::arg("dy"), "Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).");
+  m.def((std::string("softmax") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& x) {
+          auto in = as_rows<T>(x, "softmax", "x", -1);
+          py::array_t<T> out(shape_of(in.array));
+          T* o = out.mutable_data();
+          {
+            py::gil_scoped_release release;
+            std::copy(in.array.data(), in.array.data() + in.rows * in.cols, o);
+            softmax_rows(o, in.rows, in.cols);
+          }
+          return out;
+        },
+        py::arg("x"), "Softmax over the last axis; a row that is all -inf gives zeros.");
+  m.def((std::string("softmax_backward") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& y, const py::handle& dy) {
+          auto iy = as_rows<T>(y, "softmax_backward", "y", -1);
+          auto idy = as_rows<T>(dy, "softmax_backward", "dy", -1);
+          if (shape_of(iy.array) != shape_of(idy.array))
+            throw py::value_error(concat("softmax_backward: y and dy must have the same shape, got ",
+                                         describe(iy.array), " and ", describe(idy.array)));
+          py::array_t<T> out(shape_of(iy.array));
+          T* o = out.mutable_data();
+          {
+            py::gil_scoped_release release;
+            softmax_rows_backward(iy.array.data(), idy.array.data(), o, iy.rows, iy.cols);
+          }
+          return out;
+        },
+        py::arg("y"), py::arg("dy"),
+        "Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).");
   m.def(
       (std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& logits, const py::handle& targets, const py::object& smoothing, bool compute_grad) -> py::tuple {
+      [](const py::handle& logits, const py::handle& targets, const py::object& smoothing,
+         bool compute_grad) -> py::tuple {
         const char* who = "masked_cross_entropy";
         const double label_smoothing = float_arg(smoothing, who, "label_smoothing");
         auto lg = as_rows<T>(logits, who, "logits", -1);
@@ -352,8 +365,8 @@ void bind_functions(py::module_& m) {
           throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
         auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
         if (shape_of(tg) != lg.lead_shape)
-          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape),
-                                       " to match logits ", describe(lg.array), ", got ", describe(tg)));
+          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
+                                       describe(lg.array), ", got ", describe(tg)));
         std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
         LossStats stats;
         {
@@ -379,8 +392,8 @@ void bind_functions(py::module_& m) {
           throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
         auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
         if (shape_of(tg) != lg.lead_shape)
-          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape),
-                                       " to match logits ", describe(lg.array), ", got ", describe(tg)));
+          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
+                                       describe(lg.array), ", got ", describe(tg)));
         LossStats stats;
         {
           py::gil_scoped_release release;
@@ -447,13 +460,12 @@ AdamHolder<T>* make_adam(const py::object& params, const py::object& beta1_arg, 
         throw py::value_error(concat(who, ": parameter '", it.first, "' is not contiguous"));
     }
     if (shape_of(p.value) != shape_of(p.grad))
-      throw py::value_error(concat(who, ": parameter '", it.first, "' has value ", describe(p.value),
-                                   " but grad ", describe(p.grad)));
+      throw py::value_error(
+          concat(who, ": parameter '", it.first, "' has value ", describe(p.value), " but grad ", describe(p.grad)));
     py::array value = p.value, grad = p.grad;
     T* v = static_cast<T*>(value.mutable_data());  // raises if read-only
     T* g = static_cast<T*>(grad.mutable_data());
-    if (!addresses.insert(v).second)
-      throw py::value_error(concat(who, ": parameter '", it.first, "' is given twice"));
+    if (!addresses.insert(v).second) throw py::value_error(concat(who, ": parameter '", it.first, "' is given twice"));
     list.push_back({it.first, v, g, shape_of(value)});
     holder->names.push_back(it.first);
     holder->keep.push_back(value);
@@ -470,28 +482,32 @@ void bind_adam(py::module_& m) {
                 "Adam over Parameter views (torch.optim.Adam update with bias correction).")
       .def(py::init(&make_adam<T>), py::arg("parameters"), py::arg("beta1") = 0.9, py::arg("beta2") = 0.98,
            py::arg("eps") = 1e-9)
-      .def("step",
-           [](H& h, const py::object& lr) {
-             const double rate = float_arg(lr, "Adam.step", "lr");
-             InUse in_use(h.busy, "Adam.step", "optimizer");
-             py::gil_scoped_release release;
-             // refused, changing nothing, if a weight or moment would become NaN or infinite
-             h.adam->step(rate, 1.0, false, "Adam.step");
-           },
-           py::arg("lr"), "One update with learning rate lr (increments step_count first).")
-      .def("clip_grad_norm",
-           [](H& h, const py::object& max_norm_arg) {
-             const double max_norm = float_arg(max_norm_arg, "Adam.clip_grad_norm", "max_norm");
-             if (!(std::isfinite(max_norm) && max_norm >= 0.0))
-               throw py::value_error(concat("Adam.clip_grad_norm: max_norm must be a finite number >= 0 (0: only "
-                                            "measure), got ", max_norm));
-             InUse in_use(h.busy, "Adam.clip_grad_norm", "optimizer");
-             py::gil_scoped_release release;
-             return h.adam->clip_grad_norm(max_norm);
-           },
-           py::arg("max_norm"),
-           "Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm "
-           "before clipping.")
+      .def(
+          "step",
+          [](H& h, const py::object& lr) {
+            const double rate = float_arg(lr, "Adam.step", "lr");
+            InUse in_use(h.busy, "Adam.step", "optimizer");
+            py::gil_scoped_release release;
+            // refused, changing nothing, if a weight or moment would become NaN or infinite
+            h.adam->step(rate, 1.0, false, "Adam.step");
+          },
+          py::arg("lr"), "One update with learning rate lr (increments step_count first).")
+      .def(
+          "clip_grad_norm",
+          [](H& h, const py::object& max_norm_arg) {
+            const double max_norm = float_arg(max_norm_arg, "Adam.clip_grad_norm", "max_norm");
+            if (!(std::isfinite(max_norm) && max_norm >= 0.0))
+              throw py::value_error(
+                  concat("Adam.clip_grad_norm: max_norm must be a finite number >= 0 (0: only "
+                         "measure), got ",
+                         max_norm));
+            InUse in_use(h.busy, "Adam.clip_grad_norm", "optimizer");
+            py::gil_scoped_release release;
+            return h.adam->clip_grad_norm(max_norm);
+          },
+          py::arg("max_norm"),
+          "Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm "
+          "before clipping.")
       .def_property(
           "step_count", [](H& h) { return h.adam->step_count(); },
           [](H& h, const py::object& t) {
@@ -501,21 +517,24 @@ void bind_adam(py::module_& m) {
       .def_property_readonly("beta1", [](H& h) { return h.adam->beta1; })
       .def_property_readonly("beta2", [](H& h) { return h.adam->beta2; })
       .def_property_readonly("eps", [](H& h) { return h.adam->eps; })
-      .def_property_readonly("names", [](H& h) { return h.names; }, "parameter names, in update order")
+      .def_property_readonly(
+          "names", [](H& h) { return h.names; }, "parameter names, in update order")
       .def("__len__", [](H& h) { return h.names.size(); })
-      .def("state",
-           [](py::object self) {
-             py::object od = empty_parameters();
-             for (const auto& p : self.cast<H&>().adam->state()) od[py::str(p.name)] = view<T>(p.value, p.shape, self);
-             return od;
-           },
-           "OrderedDict '<param>.m' / '<param>.v' -> writable views of the moments (for checkpoints).")
-      .def("reset_state",
-           [](H& h) {
-             check_idle(h.busy, "Adam.reset_state", "optimizer");
-             h.adam->reset_state();
-           },
-           "Zero the moments and the step count.");
+      .def(
+          "state",
+          [](py::object self) {
+            py::object od = empty_parameters();
+            for (const auto& p : self.cast<H&>().adam->state()) od[py::str(p.name)] = view<T>(p.value, p.shape, self);
+            return od;
+          },
+          "OrderedDict '<param>.m' / '<param>.v' -> writable views of the moments (for checkpoints).")
+      .def(
+          "reset_state",
+          [](H& h) {
+            check_idle(h.busy, "Adam.reset_state", "optimizer");
+            h.adam->reset_state();
+          },
+          "Zero the moments and the step count.");
 }
 
 }  // namespace
@@ -533,8 +552,9 @@ void bind_basic_layers(py::module_& m) {
   bind_functions<double>(m);
   bind_adam<float>(m);
   bind_adam<double>(m);
-  m.def("padding_mask", [](const py::handle& tokens) { return padding_mask_array(tokens, "padding_mask"); },
-        py::arg("tokens"), "bool (B, T), True where tokens == 0 (padding)");
+  m.def(
+      "padding_mask", [](const py::handle& tokens) { return padding_mask_array(tokens, "padding_mask"); },
+      py::arg("tokens"), "bool (B, T), True where tokens == 0 (padding)");
   m.def(
       "warmup_learning_rate",
       [](const py::object& step, const py::object& d_model, const py::object& warmup, const py::object& scale) {

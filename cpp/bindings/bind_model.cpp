@@ -101,9 +101,9 @@ void bind_transformer(py::module_& m) {
   py::class_<H>(m, class_name<T>("Transformer").c_str(), "The encoder-decoder Transformer.")
       .def(py::init([](const py::object& src_vocab_size, const py::object& tgt_vocab_size, const py::object& d_model,
                        const py::object& n_layers, const py::object& n_heads, const py::object& d_ff,
-                       const py::object& dropout, const py::object& max_length, const py::object& layout,
-                       bool pre_norm, bool share_embeddings, const py::object& layer_norm_eps,
-                       const py::object& seed, const py::object& precision) {
+                       const py::object& dropout, const py::object& max_length, const py::object& layout, bool pre_norm,
+                       bool share_embeddings, const py::object& layer_norm_eps, const py::object& seed,
+                       const py::object& precision) {
              const char* who = "Transformer";
              TransformerConfig c;
              c.src_vocab_size = int_arg(src_vocab_size, who, "src_vocab_size");
@@ -130,116 +130,127 @@ void bind_transformer(py::module_& m) {
            py::arg("n_heads") = 8, py::arg("d_ff") = 2048, py::arg("dropout") = 0.1, py::arg("max_length") = 2048,
            py::arg("layout") = "interleaved", py::arg("pre_norm") = false, py::arg("share_embeddings") = false,
            py::arg("layer_norm_eps") = 1e-6, py::arg("seed") = 0, py::arg("precision") = "float32")
-      .def("forward",
-           [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
-             Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
-             ModelInUse<T> in_use(h, "Transformer.forward");
-             const Matrix<T>* logits;
-             h.B = -1;  // until this forward has succeeded
-             {
-               py::gil_scoped_release release;
-               logits = &h.model.forward(tmap(b.src), tmap(b.tgt_in), training);
-             }
-             h.B = b.tgt_in.shape(0);
-             h.Tt = b.tgt_in.shape(1);
-             return copy_out<T>(logits->data(), {h.B, h.Tt, logits->cols()});
-           },
-           py::arg("src"), py::arg("tgt_in"), py::arg("training") = false,
-           "src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)")
-      .def("backward",
-           [](H& h, const py::handle& dlogits) {
-             ModelInUse<T> in_use(h, "Transformer.backward");
-             if (h.B < 0) throw std::runtime_error("Transformer.backward: call forward() first");
-             const Index V = h.model.config().tgt_vocab_size;
-             auto d = as_floats<T>(dlogits, "Transformer.backward", "dlogits", 3);
-             if (d.shape(0) != h.B || d.shape(1) != h.Tt || d.shape(2) != V)
-               throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
-                                            "), got ", describe(d)));
-             check_finite_input(d.data(), static_cast<Index>(d.size()), "Transformer.backward", "dlogits");
-             {
-               py::gil_scoped_release release;
-               h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
-             }
-             check_parameter_gradients(h.model.parameters(), "Transformer.backward");
-           },
-           py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
-      .def("train_step",
-           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
-             return loss_step(h, src, tgt_in, tgt_out, true);
-           },
-           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
-           "Forward, masked loss, backward and one Adam step; returns (loss, accuracy).")
-      .def("evaluate",
-           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
-             return loss_step(h, src, tgt_in, tgt_out, false);
-           },
-           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
-           "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).")
+      .def(
+          "forward",
+          [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
+            Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
+            ModelInUse<T> in_use(h, "Transformer.forward");
+            const Matrix<T>* logits;
+            h.B = -1;  // until this forward has succeeded
+            {
+              py::gil_scoped_release release;
+              logits = &h.model.forward(tmap(b.src), tmap(b.tgt_in), training);
+            }
+            h.B = b.tgt_in.shape(0);
+            h.Tt = b.tgt_in.shape(1);
+            return copy_out<T>(logits->data(), {h.B, h.Tt, logits->cols()});
+          },
+          py::arg("src"), py::arg("tgt_in"), py::arg("training") = false,
+          "src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)")
+      .def(
+          "backward",
+          [](H& h, const py::handle& dlogits) {
+            ModelInUse<T> in_use(h, "Transformer.backward");
+            if (h.B < 0) throw std::runtime_error("Transformer.backward: call forward() first");
+            const Index V = h.model.config().tgt_vocab_size;
+            auto d = as_floats<T>(dlogits, "Transformer.backward", "dlogits", 3);
+            if (d.shape(0) != h.B || d.shape(1) != h.Tt || d.shape(2) != V)
+              throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
+                                           "), got ", describe(d)));
+            check_finite_input(d.data(), static_cast<Index>(d.size()), "Transformer.backward", "dlogits");
+            {
+              py::gil_scoped_release release;
+              h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
+            }
+            check_parameter_gradients(h.model.parameters(), "Transformer.backward");
+          },
+          py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
+      .def(
+          "train_step",
+          [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
+            return loss_step(h, src, tgt_in, tgt_out, true);
+          },
+          py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
+          "Forward, masked loss, backward and one Adam step; returns (loss, accuracy).")
+      .def(
+          "evaluate",
+          [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
+            return loss_step(h, src, tgt_in, tgt_out, false);
+          },
+          py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
+          "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).")
       // data parallelism: train_step in two halves around a sum of gradient_buffer() over processes
-      .def("compute_gradients",
-           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
-              const py::object& grad_scale) {
-             const char* who = "Transformer.compute_gradients";
-             const double scale = float_arg(grad_scale, who, "grad_scale");
-             Batch b = token_batch(src, tgt_in, &tgt_out, who);
-             ModelInUse<T> in_use(h, who);
-             LossStats s;
-             {
-               py::gil_scoped_release release;
-               s = h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale);
-             }
-             h.B = -1;
-             h.last_count = s.count;
-             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
-             return py::make_tuple(s.loss, acc);
-           },
-           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"), py::arg("grad_scale") = 1.0,
-           "Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() "
-           "(the layers' own are zeroed); no update. Returns (loss, accuracy).")
-      .def("gradient_buffer",
-           [](py::object self) {
-             H& h = self.cast<H&>();
-             check_model_idle(h, "Transformer.gradient_buffer");
-             T* data = h.model.flat_gradients();
-             const Index n = h.model.flat_parameter_count() + Transformer<T>::kFlatSpareSlots;
-             return py::array_t<T>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(T))}, data, self);
-           },
-           "The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() "
-           "order, then 8 spare values for the caller to sum along with them.")
-      .def("zero_gradient_buffer",
-           [](H& h) {
-             ModelInUse<T> in_use(h, "Transformer.zero_gradient_buffer");
-             h.model.zero_flat_gradients();
-           },
-           "Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share "
-           "of the batch).")
-      .def("apply_gradients",
-           [](H& h, const py::object& grad_scale) {
-             const char* who = "Transformer.apply_gradients";
-             const double scale = float_arg(grad_scale, who, "grad_scale");
-             ModelInUse<T> in_use(h, who);
-             py::gil_scoped_release release;
-             h.model.apply_gradients(scale);
-           },
-           py::arg("grad_scale") = 1.0,
-           "Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.")
-      .def("set_dropout_seed",
-           [](H& h, const py::object& seed) {
-             check_model_idle(h, "Transformer.set_dropout_seed");
-             h.model.set_dropout_seed(seed_arg(seed, "Transformer", "dropout seed"));
-           },
-           py::arg("seed"), "Seed the dropout masks (the counter is kept).")
-      .def("weights_fingerprint",
-           [](H& h) {
-             check_model_idle(h, "Transformer.weights_fingerprint");
-             std::uint64_t f = 0;
-             for (const auto& p : h.model.parameters())
-               f = fingerprint(p.value, static_cast<std::size_t>(p.size()) * sizeof(T), f);
-             return f;
-           },
-           "64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).")
-      .def_property_readonly("last_token_count", [](H& h) { return h.last_count; },
-                             "Non-padding target tokens in the last train_step/evaluate batch.")
+      .def(
+          "compute_gradients",
+          [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
+             const py::object& grad_scale) {
+            const char* who = "Transformer.compute_gradients";
+            const double scale = float_arg(grad_scale, who, "grad_scale");
+            Batch b = token_batch(src, tgt_in, &tgt_out, who);
+            ModelInUse<T> in_use(h, who);
+            LossStats s;
+            {
+              py::gil_scoped_release release;
+              s = h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale);
+            }
+            h.B = -1;
+            h.last_count = s.count;
+            const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
+            return py::make_tuple(s.loss, acc);
+          },
+          py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"), py::arg("grad_scale") = 1.0,
+          "Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() "
+          "(the layers' own are zeroed); no update. Returns (loss, accuracy).")
+      .def(
+          "gradient_buffer",
+          [](py::object self) {
+            H& h = self.cast<H&>();
+            check_model_idle(h, "Transformer.gradient_buffer");
+            T* data = h.model.flat_gradients();
+            const Index n = h.model.flat_parameter_count() + Transformer<T>::kFlatSpareSlots;
+            return py::array_t<T>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(T))}, data, self);
+          },
+          "The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() "
+          "order, then 8 spare values for the caller to sum along with them.")
+      .def(
+          "zero_gradient_buffer",
+          [](H& h) {
+            ModelInUse<T> in_use(h, "Transformer.zero_gradient_buffer");
+            h.model.zero_flat_gradients();
+          },
+          "Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share "
+          "of the batch).")
+      .def(
+          "apply_gradients",
+          [](H& h, const py::object& grad_scale) {
+            const char* who = "Transformer.apply_gradients";
+            const double scale = float_arg(grad_scale, who, "grad_scale");
+            ModelInUse<T> in_use(h, who);
+            py::gil_scoped_release release;
+            h.model.apply_gradients(scale);
+          },
+          py::arg("grad_scale") = 1.0,
+          "Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.")
+      .def(
+          "set_dropout_seed",
+          [](H& h, const py::object& seed) {
+            check_model_idle(h, "Transformer.set_dropout_seed");
+            h.model.set_dropout_seed(seed_arg(seed, "Transformer", "dropout seed"));
+          },
+          py::arg("seed"), "Seed the dropout masks (the counter is kept).")
+      .def(
+          "weights_fingerprint",
+          [](H& h) {
+            check_model_idle(h, "Transformer.weights_fingerprint");
+            std::uint64_t f = 0;
+            for (const auto& p : h.model.parameters())
+              f = fingerprint(p.value, static_cast<std::size_t>(p.size()) * sizeof(T), f);
+            return f;
+          },
+          "64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).")
+      .def_property_readonly(
+          "last_token_count", [](H& h) { return h.last_count; },
+          "Non-padding target tokens in the last train_step/evaluate batch.")
       .def("parameters",
            [](py::object self) {
              // the views' base: a capsule that keeps the model alive and, when the last view of
@@ -266,27 +277,28 @@ void bind_transformer(py::module_& m) {
              check_model_idle(h, "Transformer.zero_grad");
              h.model.zero_grad();
            })
-      .def("configure_optimizer",
-           [](H& h, const py::object& warmup, const py::object& lr_scale, const py::object& fixed_lr,
-              const py::object& beta1, const py::object& beta2, const py::object& eps, const py::object& clip_norm,
-              const py::object& label_smoothing, const py::object& total_steps) {
-             const char* who = "configure_optimizer";
-             check_model_idle(h, "Transformer.configure_optimizer");
-             OptimizerConfig o;
-             o.warmup = int_arg(warmup, who, "warmup");
-             o.lr_scale = float_arg(lr_scale, who, "lr_scale");
-             o.fixed_lr = float_arg(fixed_lr, who, "fixed_lr");
-             o.beta1 = float_arg(beta1, who, "beta1");
-             o.beta2 = float_arg(beta2, who, "beta2");
-             o.eps = float_arg(eps, who, "eps");
-             o.clip_norm = float_arg(clip_norm, who, "clip_norm");
-             o.label_smoothing = float_arg(label_smoothing, who, "label_smoothing");
-             o.total_steps = int_arg(total_steps, who, "total_steps");
-             h.model.set_optimizer_config(o);  // validates every field (ValueError naming it)
-           },
-           py::arg("warmup") = 4000, py::arg("lr_scale") = 1.0, py::arg("fixed_lr") = 0.0, py::arg("beta1") = 0.9,
-           py::arg("beta2") = 0.98, py::arg("eps") = 1e-9, py::arg("clip_norm") = 0.0,
-           py::arg("label_smoothing") = 0.0, py::arg("total_steps") = 0)
+      .def(
+          "configure_optimizer",
+          [](H& h, const py::object& warmup, const py::object& lr_scale, const py::object& fixed_lr,
+             const py::object& beta1, const py::object& beta2, const py::object& eps, const py::object& clip_norm,
+             const py::object& label_smoothing, const py::object& total_steps) {
+            const char* who = "configure_optimizer";
+            check_model_idle(h, "Transformer.configure_optimizer");
+            OptimizerConfig o;
+            o.warmup = int_arg(warmup, who, "warmup");
+            o.lr_scale = float_arg(lr_scale, who, "lr_scale");
+            o.fixed_lr = float_arg(fixed_lr, who, "fixed_lr");
+            o.beta1 = float_arg(beta1, who, "beta1");
+            o.beta2 = float_arg(beta2, who, "beta2");
+            o.eps = float_arg(eps, who, "eps");
+            o.clip_norm = float_arg(clip_norm, who, "clip_norm");
+            o.label_smoothing = float_arg(label_smoothing, who, "label_smoothing");
+            o.total_steps = int_arg(total_steps, who, "total_steps");
+            h.model.set_optimizer_config(o);  // validates every field (ValueError naming it)
+          },
+          py::arg("warmup") = 4000, py::arg("lr_scale") = 1.0, py::arg("fixed_lr") = 0.0, py::arg("beta1") = 0.9,
+          py::arg("beta2") = 0.98, py::arg("eps") = 1e-9, py::arg("clip_norm") = 0.0, py::arg("label_smoothing") = 0.0,
+          py::arg("total_steps") = 0)
       .def("optimizer_config",
            [](H& h) {
              const OptimizerConfig& o = h.model.optimizer_config();
@@ -302,12 +314,13 @@ void bind_transformer(py::module_& m) {
              d["total_steps"] = o.total_steps;
              return d;
            })
-      .def("optimizer_state",
-           [](py::object self) {
-             check_model_idle(self.cast<H&>(), "Transformer.optimizer_state");
-             return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self);
-           },
-           "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
+      .def(
+          "optimizer_state",
+          [](py::object self) {
+            check_model_idle(self.cast<H&>(), "Transformer.optimizer_state");
+            return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self);
+          },
+          "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
       .def_property(
           "step",
           [](H& h) {
@@ -326,108 +339,113 @@ void bind_transformer(py::module_& m) {
             h.model.set_dropout_calls(seed_arg(c, "Transformer", "dropout_calls"));
           },
           "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
-      .def("learning_rate",
-           [](H& h, const py::object& step) {
-             return h.model.learning_rate(int_arg(step, "Transformer.learning_rate", "step", 1));
-           },
-           py::arg("step"))
-      .def("nonfinite_parameters",
-           [](H& h, bool optimizer_state) {
-             check_model_idle(h, "Transformer.nonfinite_parameters");
-             std::vector<std::string> bad = nonfinite_parameters(h.model.parameters());
-             if (optimizer_state && h.model.has_optimizer())
-               for (auto& name : nonfinite_parameters(h.model.optimizer().state())) bad.push_back(name);
-             return bad;
-           },
-           py::arg("optimizer_state") = true,
-           "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.")
+      .def(
+          "learning_rate",
+          [](H& h, const py::object& step) {
+            return h.model.learning_rate(int_arg(step, "Transformer.learning_rate", "step", 1));
+          },
+          py::arg("step"))
+      .def(
+          "nonfinite_parameters",
+          [](H& h, bool optimizer_state) {
+            check_model_idle(h, "Transformer.nonfinite_parameters");
+            std::vector<std::string> bad = nonfinite_parameters(h.model.parameters());
+            if (optimizer_state && h.model.has_optimizer())
+              for (auto& name : nonfinite_parameters(h.model.optimizer().state())) bad.push_back(name);
+            return bad;
+          },
+          py::arg("optimizer_state") = true,
+          "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.")
       .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
-      .def("attention_weights",
-           [](H& h) {
-             check_model_idle(h, "Transformer.attention_weights");
-             if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
-             py::dict out;
-             auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
-               out[py::str(name)] = copy_out<T>(a.attention_weights().data(),
-                                                {a.batch(), a.n_heads(), a.query_length(), a.key_length()});
-             };
-             auto& enc = h.model.encoder();
-             for (size_t i = 0; i < enc.layers_.size(); ++i)
-               add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
-             auto& dec = h.model.decoder();
-             for (size_t i = 0; i < dec.layers_.size(); ++i) {
-               add("decoder.layers." + std::to_string(i) + ".self_attention", dec.layers_[i]->self_attention_);
-               add("decoder.layers." + std::to_string(i) + ".cross_attention", dec.layers_[i]->cross_attention_);
-             }
-             return out;
-           },
-           "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
-      .def("greedy_decode",
-           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
-              const py::object& max_length, const py::object& compute_type) {
-             const char* who = "greedy_decode";
-             const ComputeType compute = compute_type_arg(compute_type, who);
-             auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
-             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
-             const Index steps = int_arg(max_length, who, "max_length");
-             ModelInUse<T> in_use(h, "Transformer.greedy_decode");
-             TokenMatrix out;
-             h.B = -1;  // the cached training forward is no longer valid
-             const bool unchanged = h.weights_unchanged();
-             {
-               py::gil_scoped_release release;
-               out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged);
-             }
-             h.weights_dirty = false;  // checked (or unchanged) and finite
-             h.B = -1;  // the cached training forward is no longer valid
-             // drop trailing columns that are padding in every row
-             Index L = out.cols();
-             while (L > 0 && (out.col(L - 1).array() == 0).all()) --L;
-             py::array_t<std::int64_t> r({out.rows(), L});
-             for (Index i = 0; i < out.rows(); ++i)
-               std::copy(out.data() + i * out.cols(), out.data() + i * out.cols() + L, r.mutable_data() + i * L);
-             return r;
-           },
-           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
-           py::arg("compute_type") = "float32",
-           "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.")
-      .def("beam_search",
-           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
-              const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
-              const py::object& n_best, const py::object& compute_type) {
-             const char* who = "beam_search";
-             const ComputeType compute = compute_type_arg(compute_type, who);
-             auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
-             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
-             const Index steps = int_arg(max_length, who, "max_length"), beam = int_arg(beam_size, who, "beam_size");
-             const Index best = int_arg(n_best, who, "n_best");
-             const double alpha = float_arg(length_penalty, who, "length_penalty");
-             ModelInUse<T> in_use(h, "Transformer.beam_search");
-             std::vector<std::vector<BeamHypothesis>> res;
-             h.B = -1;
-             const bool unchanged = h.weights_unchanged();
-             {
-               py::gil_scoped_release release;
-               res = beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute,
-                                    unchanged);
-             }
-             h.weights_dirty = false;
-             h.B = -1;
-             py::list out;
-             for (auto& sent : res) {
-               py::list hyps;
-               for (auto& hyp : sent) {
-                 py::array_t<std::int64_t> toks(static_cast<py::ssize_t>(hyp.tokens.size()));
-                 std::copy(hyp.tokens.begin(), hyp.tokens.end(), toks.mutable_data());
-                 hyps.append(py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished));
-               }
-               out.append(hyps);
-             }
-             return out;
-           },
-           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
-           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
-           "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
+      .def(
+          "attention_weights",
+          [](H& h) {
+            check_model_idle(h, "Transformer.attention_weights");
+            if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
+            py::dict out;
+            auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
+              out[py::str(name)] =
+                  copy_out<T>(a.attention_weights().data(), {a.batch(), a.n_heads(), a.query_length(), a.key_length()});
+            };
+            auto& enc = h.model.encoder();
+            for (size_t i = 0; i < enc.layers_.size(); ++i)
+              add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
+            auto& dec = h.model.decoder();
+            for (size_t i = 0; i < dec.layers_.size(); ++i) {
+              add("decoder.layers." + std::to_string(i) + ".self_attention", dec.layers_[i]->self_attention_);
+              add("decoder.layers." + std::to_string(i) + ".cross_attention", dec.layers_[i]->cross_attention_);
+            }
+            return out;
+          },
+          "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
+      .def(
+          "greedy_decode",
+          [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
+             const py::object& max_length, const py::object& compute_type) {
+            const char* who = "greedy_decode";
+            const ComputeType compute = compute_type_arg(compute_type, who);
+            auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
+            const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
+            const Index steps = int_arg(max_length, who, "max_length");
+            ModelInUse<T> in_use(h, "Transformer.greedy_decode");
+            TokenMatrix out;
+            h.B = -1;  // the cached training forward is no longer valid
+            const bool unchanged = h.weights_unchanged();
+            {
+              py::gil_scoped_release release;
+              out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged);
+            }
+            h.weights_dirty = false;  // checked (or unchanged) and finite
+            h.B = -1;                 // the cached training forward is no longer valid
+            // drop trailing columns that are padding in every row
+            Index L = out.cols();
+            while (L > 0 && (out.col(L - 1).array() == 0).all()) --L;
+            py::array_t<std::int64_t> r({out.rows(), L});
+            for (Index i = 0; i < out.rows(); ++i)
+              std::copy(out.data() + i * out.cols(), out.data() + i * out.cols() + L, r.mutable_data() + i * L);
+            return r;
+          },
+          py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
+          py::arg("compute_type") = "float32",
+          "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.")
+      .def(
+          "beam_search",
+          [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
+             const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
+             const py::object& n_best, const py::object& compute_type) {
+            const char* who = "beam_search";
+            const ComputeType compute = compute_type_arg(compute_type, who);
+            auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
+            const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
+            const Index steps = int_arg(max_length, who, "max_length"), beam = int_arg(beam_size, who, "beam_size");
+            const Index best = int_arg(n_best, who, "n_best");
+            const double alpha = float_arg(length_penalty, who, "length_penalty");
+            ModelInUse<T> in_use(h, "Transformer.beam_search");
+            std::vector<std::vector<BeamHypothesis>> res;
+            h.B = -1;
+            const bool unchanged = h.weights_unchanged();
+            {
+              py::gil_scoped_release release;
+              res =
+                  beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute, unchanged);
+            }
+            h.weights_dirty = false;
+            h.B = -1;
+            py::list out;
+            for (auto& sent : res) {
+              py::list hyps;
+              for (auto& hyp : sent) {
+                py::array_t<std::int64_t> toks(static_cast<py::ssize_t>(hyp.tokens.size()));
+                std::copy(hyp.tokens.begin(), hyp.tokens.end(), toks.mutable_data());
+                hyps.append(py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished));
+              }
+              out.append(hyps);
+            }
+            return out;
+          },
+          py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
+          py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
+          "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
       .def("config", [](H& h) {
         const TransformerConfig& c = h.model.config();
         py::dict d;

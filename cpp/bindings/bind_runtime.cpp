@@ -1,7 +1,7 @@
 #include "bindings.hpp"
 #include "transformer/bf16_gemm.hpp"
-#include "transformer/f32_gemm.hpp"
 #include "transformer/decode_kernels.hpp"
+#include "transformer/f32_gemm.hpp"
 #include "transformer/positional_encoding.hpp"
 #include "transformer/quantized_linear.hpp"
 #include "transformer/runtime.hpp"
@@ -9,9 +9,12 @@
 namespace transformer::bindings {
 
 void bind_runtime(py::module_& m) {
-  m.def("set_num_threads",
-        [](const py::object& n) { set_num_threads(static_cast<int>(int_arg(n, "set_num_threads", "n", 1, kMaxThreads))); },
-        py::arg("n"), "Set the number of threads used by OpenMP loops and Eigen's GEMM.");
+  m.def(
+      "set_num_threads",
+      [](const py::object& n) {
+        set_num_threads(static_cast<int>(int_arg(n, "set_num_threads", "n", 1, kMaxThreads)));
+      },
+      py::arg("n"), "Set the number of threads used by OpenMP loops and Eigen's GEMM.");
   m.def("get_num_threads", &get_num_threads, "Number of threads the core will use.");
   // More threads than the address space holds (OMP_NUM_THREADS=100000 under ulimit -v) would kill
   // the process at the first parallel loop: the importing thread starts with what fits. (The
@@ -20,8 +23,12 @@ void bind_runtime(py::module_& m) {
   if (asked > most) {
     set_num_threads(most);
     if (PyErr_WarnEx(PyExc_RuntimeWarning,
-                     concat("transformer_cpp: ", asked, " threads (OMP_NUM_THREADS) do not fit in the address space "
-                            "this process may still map (ulimit -v); using ", most).c_str(), 1) != 0)
+                     concat("transformer_cpp: ", asked,
+                            " threads (OMP_NUM_THREADS) do not fit in the address space "
+                            "this process may still map (ulimit -v); using ",
+                            most)
+                         .c_str(),
+                     1) != 0)
       throw py::error_already_set();
   }
   m.def("build_info", &build_info, "Compiler, flags, OpenMP, Eigen version and SIMD level.");
@@ -84,7 +91,8 @@ void bind_runtime(py::module_& m) {
         if (w.lead_shape.size() != 1 || xs.lead_shape.size() != 1 || bs.rows != 1 || !bs.lead_shape.empty())
           throw py::value_error("_quantized_linear: x and W must be 2-D, b 1-D");
         const ComputeType c = parse_compute_type(compute_type);
-        if (c == ComputeType::Float32) throw py::value_error("_quantized_linear: compute_type must be 'int8' or 'bf16'");
+        if (c == ComputeType::Float32)
+          throw py::value_error("_quantized_linear: compute_type must be 'int8' or 'bf16'");
         if (kernel != "kernel" && kernel != "reference" && kernel != "weight")
           throw py::value_error("_quantized_linear: kernel must be 'kernel', 'reference' or 'weight'");
         if (kernel == "kernel" && !compute_type_supported(c))
@@ -124,7 +132,8 @@ void bind_runtime(py::module_& m) {
           throw py::value_error("_bf16_matmul: a and b must be 2-D");
         const Index M = trans_a ? as.cols : as.rows, K = trans_a ? as.rows : as.cols;
         const Index Kb = trans_b ? bs.cols : bs.rows, N = trans_b ? bs.rows : bs.cols;
-        if (K != Kb) throw py::value_error(concat("_bf16_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
+        if (K != Kb)
+          throw py::value_error(concat("_bf16_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
         Matrix<float> out = Matrix<float>::Zero(M, N);
         float beta = 0.0f;
         if (!c.is_none()) {
@@ -164,7 +173,8 @@ void bind_runtime(py::module_& m) {
           throw py::value_error("_f32_matmul: a and b must be 2-D");
         const Index M = trans_a ? as.cols : as.rows, K = trans_a ? as.rows : as.cols;
         const Index Kb = trans_b ? bs.cols : bs.rows, N = trans_b ? bs.rows : bs.cols;
-        if (K != Kb) throw py::value_error(concat("_f32_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
+        if (K != Kb)
+          throw py::value_error(concat("_f32_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
         Matrix<float> out = Matrix<float>::Constant(M, N, std::nanf(""));  // beta 0 must not read C
         float beta = 0.0f;
         if (!c.is_none()) {
@@ -251,8 +261,7 @@ void bind_positional_encoding(py::module_& m) {
         if (dtype == "float64") return table_array<double>(length, depth, lay);
         throw py::value_error("positional_encoding: dtype must be 'float32' or 'float64', got '" + dtype + "'");
       },
-      py::arg("length"), py::arg("depth"), py::arg("layout") = "interleaved",
-      py::arg("dtype") = "float32");
+      py::arg("length"), py::arg("depth"), py::arg("layout") = "interleaved", py::arg("dtype") = "float32");
 }
 
 }  // namespace transformer::bindings

@@ -69,15 +69,14 @@ class InUse {
 
 // Token ids: any integer dtype of the given rank, returned as a C-contiguous int64 array (no
 // copy when it already is one). Floats, bools and other kinds raise TypeError.
-py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, const char* who,
-                                                        const char* arg, int ndim);
+py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, const char* who, const char* arg,
+                                                        int ndim);
 
 // Floating input of the given rank (ndim < 0: any rank) as a C-contiguous array of T (no copy
 // when dtype and layout already match; other float dtypes are converted). Integers, bools and
 // other kinds raise TypeError.
 template <typename T>
-py::array_t<T, py::array::c_style> as_floats(const py::handle& obj, const char* who,
-                                             const char* arg, int ndim);
+py::array_t<T, py::array::c_style> as_floats(const py::handle& obj, const char* who, const char* arg, int ndim);
 
 // A NumPy view of `data` with the given shape that keeps `owner` alive.
 template <typename T>
@@ -143,8 +142,7 @@ RowsInput<T> as_rows(const py::handle& obj, const char* who, const char* arg, In
     throw py::value_error(concat(who, ": ", arg, " must have at least 1 dimension, got a scalar"));
   const Index last = r.array.shape(r.array.ndim() - 1);
   if (cols >= 0 && last != cols)
-    throw py::value_error(concat(who, ": ", arg, " must have last dimension ", cols, ", got ",
-                                 describe(r.array)));
+    throw py::value_error(concat(who, ": ", arg, " must have last dimension ", cols, ", got ", describe(r.array)));
   r.cols = last;
   r.rows = 1;
   for (py::ssize_t i = 0; i + 1 < r.array.ndim(); ++i) {
@@ -199,7 +197,8 @@ void check_output(const Matrix<T>& y, const char* who) {
   const Index i = first_nonfinite(y.data(), y.size());
   if (i >= 0)
     throw NonFiniteError(concat(who, ": the output is not finite (", static_cast<double>(y.data()[i]),
-                                " at flat index ", i, "): the computation overflowed; the inputs or weights are "
+                                " at flat index ", i,
+                                "): the computation overflowed; the inputs or weights are "
                                 "too large"));
 }
 
@@ -223,14 +222,16 @@ void check_gradient(const Matrix<T>& g, const char* who, const char* what = "inp
   const Index i = first_nonfinite(g.data(), g.size());
   if (i >= 0)
     throw NonFiniteError(concat(who, ": the ", what, " is not finite (", static_cast<double>(g.data()[i]),
-                                " at flat index ", i, "): the computation overflowed; the inputs, weights or dout "
+                                " at flat index ", i,
+                                "): the computation overflowed; the inputs, weights or dout "
                                 "are too large"));
 }
 template <typename T>
 void check_parameter_gradients(const ParameterList<T>& params, const char* who) {
   for (const auto& p : params)
     if (first_nonfinite(p.grad, p.size()) >= 0)
-      throw NonFiniteError(concat(who, ": the gradient of parameter '", p.name, "' is not finite: the computation "
+      throw NonFiniteError(concat(who, ": the gradient of parameter '", p.name,
+                                  "' is not finite: the computation "
                                   "overflowed (or it has accumulated too much: zero_grad()); the inputs, weights "
                                   "or dout are too large"));
 }
@@ -243,8 +244,8 @@ RowsInput<T> dout_rows(const py::handle& dout, const char* who, Index cols, cons
   if (d.lead_shape != lead) {
     std::vector<Index> want = lead;
     want.push_back(d.cols);
-    throw py::value_error(concat(who, ": dout must have the shape of the last output ", shape_str(want),
-                                 ", got ", describe(d.array)));
+    throw py::value_error(
+        concat(who, ": dout must have the shape of the last output ", shape_str(want), ", got ", describe(d.array)));
   }
   return d;
 }

@@ -31,8 +31,8 @@ long long int_arg(const py::handle& v, const char* who, const char* name, long l
     if (lo == LLONG_MIN && hi == LLONG_MAX)
       throw py::value_error(concat(who, ": ", name, " must be an integer that fits in 64 bits, got ", short_repr(i)));
     if (hi == LLONG_MAX)
-      throw py::value_error(concat(who, ": ", name, " must be an integer >= ", lo, " that fits in 64 bits, got ",
-                                   short_repr(i)));
+      throw py::value_error(
+          concat(who, ": ", name, " must be an integer >= ", lo, " that fits in 64 bits, got ", short_repr(i)));
     throw py::value_error(concat(who, ": ", name, " must be an integer in [", lo, ", ", hi, "], got ", short_repr(i)));
   }
   return x;
@@ -70,8 +70,8 @@ std::string str_arg(const py::handle& v, const char* who, const char* name) {
   return v.cast<std::string>();
 }
 
-py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, const char* who,
-                                                        const char* arg, int ndim) {
+py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, const char* who, const char* arg,
+                                                        int ndim) {
   py::array a = py::array::ensure(obj);
   if (!a) throw py::type_error(concat(who, ": ", arg, " must be an integer array"));
   const char kind = a.dtype().kind();
@@ -85,15 +85,14 @@ py::array_t<std::int64_t, py::array::c_style> as_tokens(const py::handle& obj, c
     const std::uint64_t* p = u.data();
     for (py::ssize_t i = 0; i < u.size(); ++i)
       if (p[i] > static_cast<std::uint64_t>(INT64_MAX))
-        throw py::value_error(concat(who, ": ", arg, " holds the token id ", p[i], " at flat index ", i,
-                                     ", beyond any vocabulary"));
+        throw py::value_error(
+            concat(who, ": ", arg, " holds the token id ", p[i], " at flat index ", i, ", beyond any vocabulary"));
   }
   return py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
 template <typename T>
-py::array_t<T, py::array::c_style> as_floats(const py::handle& obj, const char* who,
-                                             const char* arg, int ndim) {
+py::array_t<T, py::array::c_style> as_floats(const py::handle& obj, const char* who, const char* arg, int ndim) {
   py::array a = py::array::ensure(obj);
   if (!a) throw py::type_error(concat(who, ": ", arg, " must be a floating-point array"));
   if (a.dtype().kind() != 'f')
@@ -123,9 +122,7 @@ void bind_parameter(py::module_& m) {
       .def_readonly("value", &PyParameter::value)
       .def_readonly("grad", &PyParameter::grad)
       .def_property_readonly("shape", [](const PyParameter& p) { return p.value.attr("shape"); })
-      .def("__repr__", [](const PyParameter& p) {
-        return "Parameter(" + p.name + ", " + describe(p.value) + ")";
-      });
+      .def("__repr__", [](const PyParameter& p) { return "Parameter(" + p.name + ", " + describe(p.value) + ")"; });
 }
 
 template py::array_t<float, py::array::c_style> as_floats<float>(const py::handle&, const char*, const char*, int);

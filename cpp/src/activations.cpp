@@ -59,8 +59,8 @@ const Matrix<T>& ReLU<T>::forward(ConstMatrixMap<T> x) {
 template <typename T>
 const Matrix<T>& ReLU<T>::backward(ConstMatrixMap<T> dy) {
   if (rows_ < 0) throw std::runtime_error("ReLU: backward() called before forward()");
-  TCPP_CHECK(dy.rows() == y_.rows() && dy.cols() == y_.cols(), "ReLU: backward got dout of shape (",
-             dy.rows(), ", ", dy.cols(), "), expected (", y_.rows(), ", ", y_.cols(), ")");
+  TCPP_CHECK(dy.rows() == y_.rows() && dy.cols() == y_.cols(), "ReLU: backward got dout of shape (", dy.rows(), ", ",
+             dy.cols(), "), expected (", y_.rows(), ", ", y_.cols(), ")");
   dx_ = dy;  // (N, C); no reallocation when the shape is unchanged
   relu_backward_inplace(y_.data(), dx_.data(), dx_.size());
   return dx_;

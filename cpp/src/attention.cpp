@@ -10,8 +10,8 @@
 
 namespace transformer {
 
-void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* key_padding, Index B,
-                          Index Tq, Index Tk, bool causal) {
+void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* key_padding, Index B, Index Tq, Index Tk,
+                          bool causal) {
   out.resize(static_cast<size_t>(B * Tq * Tk));
   for (Index b = 0; b < B; ++b) {
     for (Index i = 0; i < Tq; ++i) {
@@ -25,16 +25,16 @@ void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* ke
 }
 
 template <typename T>
-void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
-                       Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
-                       const AttentionMask& mask, T* weights, T* out, Index out_stride) {
+void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride, Index B,
+                       Index H, Index Tq, Index Tk, Index dk, const AttentionMask& mask, T* weights, T* out,
+                       Index out_stride) {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
 #pragma omp parallel for schedule(static)
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
-    ConstStridedMap<T> Q(q + b * Tq * q_stride + h * dk, Tq, dk, Eigen::OuterStride<>(q_stride));  // (Tq, dk)
-    ConstStridedMap<T> K(k + b * Tk * k_stride + h * dk, Tk, dk, Eigen::OuterStride<>(k_stride));  // (Tk, dk)
-    ConstStridedMap<T> V(v + b * Tk * v_stride + h * dk, Tk, dk, Eigen::OuterStride<>(v_stride));  // (Tk, dk)
+    ConstStridedMap<T> Q(q + b * Tq * q_stride + h * dk, Tq, dk, Eigen::OuterStride<>(q_stride));   // (Tq, dk)
+    ConstStridedMap<T> K(k + b * Tk * k_stride + h * dk, Tk, dk, Eigen::OuterStride<>(k_stride));   // (Tk, dk)
+    ConstStridedMap<T> V(v + b * Tk * v_stride + h * dk, Tk, dk, Eigen::OuterStride<>(v_stride));   // (Tk, dk)
     MatrixMap<T> P(weights + bh * Tq * Tk, Tq, Tk);                                                 // (Tq, Tk)
     StridedMap<T> O(out + b * Tq * out_stride + h * dk, Tq, dk, Eigen::OuterStride<>(out_stride));  // (Tq, dk)
     // scores = Q K^T / sqrt(dk)
@@ -47,10 +47,9 @@ void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, c
 }
 
 template <typename T>
-void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
-                        Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
-                        const T* weights, const T* dout, Index dout_stride, T* dq, Index dq_stride,
-                        T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores) {
+void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride, Index B,
+                        Index H, Index Tq, Index Tk, Index dk, const T* weights, const T* dout, Index dout_stride,
+                        T* dq, Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores) {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
 #pragma omp parallel for schedule(static)
   for (Index bh = 0; bh < B * H; ++bh) {
@@ -90,11 +89,11 @@ MultiHeadAttention<T>::MultiHeadAttention(Index d_model, Index n_heads, std::uin
     : out_(checked_size<T>("MultiHeadAttention", concat("d_model ", d_model), attention_parameters(d_model), 0,
                            d_model > 0 ? d_model : 1),
            d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
-      d_(d_model), h_(n_heads) {
-  TCPP_CHECK(d_model > 0 && n_heads > 0, "MultiHeadAttention: d_model and n_heads must be positive, got ",
-             d_model, " and ", n_heads);
-  TCPP_CHECK(d_model % n_heads == 0, "MultiHeadAttention: d_model ", d_model,
-             " is not divisible by n_heads ", n_heads);
+      d_(d_model),
+      h_(n_heads) {
+  TCPP_CHECK(d_model > 0 && n_heads > 0, "MultiHeadAttention: d_model and n_heads must be positive, got ", d_model,
+             " and ", n_heads);
+  TCPP_CHECK(d_model % n_heads == 0, "MultiHeadAttention: d_model ", d_model, " is not divisible by n_heads ", n_heads);
   dk_ = d_model / n_heads;
   w_in_.resize(3 * d_, d_);
   dw_in_ = Matrix<T>::Zero(3 * d_, d_);
@@ -174,8 +173,7 @@ Matrix<T>& backward_scratch(BackwardScratch slot) {
 }  // namespace
 
 template <typename T>
-const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len,
-                                                const AttentionMask& mask) {
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask) {
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "MultiHeadAttention: input has ", x.rows(),
              " rows, expected B*T = ", B, "*", T_len);
   own_q_ = RowLayout::dense(B, T_len);
@@ -296,9 +294,8 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
     Matrix<T>& dpad = lq.packed ? dqkv_pad_ : dqkv_;
     dpad.resize(B * Tq, 3 * d_);
     T* dbase = dpad.data();
-    attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_,
-                          weights_.data(), dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_,
-                          dscores_.data());
+    attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_, weights_.data(),
+                          dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_, dscores_.data());
     if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
@@ -342,8 +339,10 @@ ParameterList<T> MultiHeadAttention<T>::parameters() {
   ParameterList<T> ps;
   const char* names[3] = {"query", "key", "value"};
   for (int part = 0; part < 3; ++part) {
-    ps.push_back({std::string(names[part]) + ".weight", w_in_.data() + part * d_ * d_,
-                  dw_in_.data() + part * d_ * d_, {d_, d_}});
+    ps.push_back({std::string(names[part]) + ".weight",
+                  w_in_.data() + part * d_ * d_,
+                  dw_in_.data() + part * d_ * d_,
+                  {d_, d_}});
     ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
   }
   append_parameters(ps, out_.parameters(), "output");
@@ -357,17 +356,16 @@ void MultiHeadAttention<T>::zero_grad() {
   out_.zero_grad();
 }
 
-template void attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
-                                       Index, Index, Index, Index, const AttentionMask&, float*, float*, Index);
-template void attention_forward<double>(const double*, Index, const double*, Index, const double*, Index,
-                                        Index, Index, Index, Index, Index, const AttentionMask&, double*,
-                                        double*, Index);
-template void attention_backward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
-                                        Index, Index, Index, Index, const float*, const float*, Index, float*,
-                                        Index, float*, Index, float*, Index, float*);
-template void attention_backward<double>(const double*, Index, const double*, Index, const double*, Index,
-                                         Index, Index, Index, Index, Index, const double*, const double*, Index,
-                                         double*, Index, double*, Index, double*, Index, double*);
+template void attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index, Index,
+                                       Index, Index, Index, const AttentionMask&, float*, float*, Index);
+template void attention_forward<double>(const double*, Index, const double*, Index, const double*, Index, Index, Index,
+                                        Index, Index, Index, const AttentionMask&, double*, double*, Index);
+template void attention_backward<float>(const float*, Index, const float*, Index, const float*, Index, Index, Index,
+                                        Index, Index, Index, const float*, const float*, Index, float*, Index, float*,
+                                        Index, float*, Index, float*);
+template void attention_backward<double>(const double*, Index, const double*, Index, const double*, Index, Index, Index,
+                                         Index, Index, Index, const double*, const double*, Index, double*, Index,
+                                         double*, Index, double*, Index, double*);
 template class MultiHeadAttention<float>;
 template class MultiHeadAttention<double>;
 

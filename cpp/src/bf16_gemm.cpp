@@ -11,7 +11,8 @@
 // with function target attributes, never with -m flags for the whole file: inline functions of
 // headers (std::, Eigen) instantiated here must stay plain x86-64 code, since the linker may keep
 // this file's copy for the whole extension.
-#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define TCPP_BF16_KERNEL 1
 #include <cpuid.h>
 #include <immintrin.h>
@@ -223,7 +224,7 @@ TCPP_BF16_TARGET inline void micro_kernel(Index pairs, const std::uint32_t* a, c
 
 // What one product's k block needs to find its packed panels and C.
 struct Block {
-  Index M, N, pairs;            // rows and columns of C, k pairs in this block
+  Index M, N, pairs;             // rows and columns of C, k pairs in this block
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
   Index blocks_n;                // blocks of C per row of blocks
   const std::uint32_t* a;        // packed A: panel ip at a + ip*pairs*kMR
@@ -258,7 +259,8 @@ std::uint32_t* workspace(std::vector<std::uint32_t>& buf, Index words) {
   const size_t need = static_cast<size_t>(words) + 16;
   if (buf.size() < need) buf.assign(need, 0u);
   const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
-  return buf.data() + ((64 - addr % 64) % 64) / sizeof(std::uint32_t);
+  const size_t skip_words = ((64 - addr % 64) % 64) / sizeof(std::uint32_t);
+  return buf.data() + skip_words;
 }
 
 #ifdef _OPENMP
@@ -273,8 +275,7 @@ inline int thread_count() { return 1; }
 void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
           float beta, float* C, Index ldc) {
   check_args("bf16::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
-  if (!cpu_supported())
-    throw std::runtime_error("bf16::gemm: " + unsupported_reason());
+  if (!cpu_supported()) throw std::runtime_error("bf16::gemm: " + unsupported_reason());
 #if TCPP_BF16_KERNEL
   if (M == 0 || N == 0) return;
   if (K == 0) {
@@ -296,7 +297,10 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
     Index rp = std::min<Index>(4, MP), cp = std::min<Index>(4, NP);
     auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
     while (blocks() < want && (rp > 1 || cp > 1)) {
-      if (rp >= cp) rp = (rp + 1) / 2; else cp = (cp + 1) / 2;
+      if (rp >= cp)
+        rp = (rp + 1) / 2;
+      else
+        cp = (cp + 1) / 2;
       if (rp == 1 && cp == 1) break;
     }
     const Index blocks_n = (NP + cp - 1) / cp, n_blocks = blocks();

@@ -168,7 +168,8 @@ void check_finite_parameters(const ParameterList<T>& params, const std::string& 
   for (size_t i = 0; i < bad.size() && i < 5; ++i) names << (i ? ", " : "") << "'" << bad[i] << "'";
   if (bad.size() > 5) names << " and " << bad.size() - 5 << " more";
   throw NonFiniteError(concat(who, ": the weights are not finite: ", bad.size() == 1 ? "parameter " : "parameters ",
-                              names.str(), bad.size() == 1 ? " holds" : " hold", " NaN or infinite values; load weights that are finite "
+                              names.str(), bad.size() == 1 ? " holds" : " hold",
+                              " NaN or infinite values; load weights that are finite "
                               "(a checkpoint from before training diverged)"));
 }
 

@@ -28,12 +28,11 @@ inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
   const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
   // per lane: [a, b, c, d] partial sums
-  const __m512 abcd = _mm512_add_ps(
-      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
-      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+  const __m512 abcd = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+                                    _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
   // add the four 128-bit lanes
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(abcd),
-                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+  const __m256 half =
+      _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
   return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
 }
 
@@ -257,9 +256,9 @@ inline void panel_rows(const float* x, Index ldx, const float* P, Index kc, cons
 
 using PanelRowsFn = void (*)(const float*, Index, const float*, Index, const float*, bool, float*, Index, Index,
                              const float*);
-constexpr PanelRowsFn kPanelRows[] = {nullptr,         panel_rows<1>,  panel_rows<2>,  panel_rows<3>, panel_rows<4>,
-                                      panel_rows<5>,   panel_rows<6>,  panel_rows<7>,  panel_rows<8>, panel_rows<9>,
-                                      panel_rows<10>,  panel_rows<11>, panel_rows<12>};
+constexpr PanelRowsFn kPanelRows[] = {nullptr,        panel_rows<1>,  panel_rows<2>, panel_rows<3>, panel_rows<4>,
+                                      panel_rows<5>,  panel_rows<6>,  panel_rows<7>, panel_rows<8>, panel_rows<9>,
+                                      panel_rows<10>, panel_rows<11>, panel_rows<12>};
 
 }  // namespace
 #endif
@@ -284,8 +283,8 @@ void PackedLinear<T>::apply(const T* x, Index R, Index ldx, T* y, Index ldy) con
         const float* ahead = next + kc * kPanel <= end ? next : nullptr;
         for (Index r0 = 0; r0 < R; r0 += kRowBlock) {
           const Index rb = std::min(kRowBlock, R - r0);
-          kPanelRows[rb](x + r0 * ldx + k0, ldx, P + k0 * kPanel, kc, bias_.data() + n0, k0 == 0,
-                         y + r0 * ldy + n0, ldy, nb, r0 == 0 ? ahead : nullptr);
+          kPanelRows[rb](x + r0 * ldx + k0, ldx, P + k0 * kPanel, kc, bias_.data() + n0, k0 == 0, y + r0 * ldy + n0,
+                         ldy, nb, r0 == 0 ? ahead : nullptr);
         }
       }
     }

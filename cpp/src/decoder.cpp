@@ -18,8 +18,8 @@ static MatrixMap<T> mmap(Matrix<T>& m) {
 }
 
 template <typename T>
-DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm,
-                              double eps, std::uint64_t seed)
+DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,
+                              std::uint64_t seed)
     : self_attention_(checked_size<T>("DecoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
                                       decoder_layer_parameters(d_model, d_ff), 0, d_model),
                       n_heads, splitmix64(seed + 1)),
@@ -34,12 +34,12 @@ DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       dropout3_(dropout, seed, splitmix64(seed + 6)) {}
 
 template <typename T>
-const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len,
-                                          Index S, const AttentionMask& self_mask,
-                                          const AttentionMask& cross_mask, bool training) {
-  TCPP_CHECK(B > 0 && T_len > 0 && S > 0 && x.rows() == B * T_len && memory.rows() == B * S,
-             "DecoderLayer: x has ", x.rows(), " rows and memory ", memory.rows(), ", expected B*T = ", B, "*", T_len,
-             " and B*S = ", B, "*", S);
+const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len, Index S,
+                                          const AttentionMask& self_mask, const AttentionMask& cross_mask,
+                                          bool training) {
+  TCPP_CHECK(B > 0 && T_len > 0 && S > 0 && x.rows() == B * T_len && memory.rows() == B * S, "DecoderLayer: x has ",
+             x.rows(), " rows and memory ", memory.rows(), ", expected B*T = ", B, "*", T_len, " and B*S = ", B, "*",
+             S);
   own_x_ = RowLayout::dense(B, T_len);
   own_m_ = RowLayout::dense(B, S);
   return forward(x, memory, own_x_, own_m_, self_mask, cross_mask, training);
@@ -82,15 +82,15 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("DecoderLayer: backward() called before forward()");
   // the three residual sub-layers in reverse: feed-forward, cross-attention (its queries; the
   // memory's gradient is kept by the attention), masked self-attention
-  residual_backward<T>(pre_norm_, norm3_, dropout3_,
-                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout,
-                       dtmp_, d3_);
-  residual_backward<T>(pre_norm_, norm2_, dropout2_,
-                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return cross_attention_.backward(d); },
-                       cmap(d3_), dtmp_, d2_);
-  residual_backward<T>(pre_norm_, norm1_, dropout1_,
-                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); },
-                       cmap(d2_), dtmp_, dx_);
+  residual_backward<T>(
+      pre_norm_, norm3_, dropout3_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, d3_);
+  residual_backward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return cross_attention_.backward(d); }, cmap(d3_), dtmp_, d2_);
+  residual_backward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(d2_), dtmp_, dx_);
   return dx_;
 }
 
@@ -124,9 +124,8 @@ std::vector<Dropout<T>*> DecoderLayer<T>::dropouts() {
 // ---------------------------------------------------------------------------------------------
 
 template <typename T>
-Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff,
-                    double dropout, Index max_length, PositionalLayout layout, bool pre_norm, double eps,
-                    std::uint64_t seed)
+Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
+                    Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
     : embedding_(checked_size<T>("Decoder",
                                  concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
                                         ", d_ff ", d_ff, ", max_length ", max_length),
@@ -145,8 +144,8 @@ Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_hea
 template <typename T>
 const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
                                      const std::uint8_t* source_padding, bool training) {
-  TCPP_CHECK(memory.rows() == tokens.rows() * S, "Decoder: memory has ", memory.rows(), " rows, expected B*S = ",
-             tokens.rows(), "*", S);
+  TCPP_CHECK(memory.rows() == tokens.rows() * S, "Decoder: memory has ", memory.rows(),
+             " rows, expected B*S = ", tokens.rows(), "*", S);
   own_memory_ = RowLayout::dense(tokens.rows(), S);
   return forward(tokens, memory, own_memory_, source_padding, training, nullptr, false);
 }

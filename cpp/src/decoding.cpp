@@ -7,8 +7,8 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <type_traits>
+#include <unordered_map>
 
 #include "transformer/activations.hpp"
 #include "transformer/checks.hpp"
@@ -25,8 +25,6 @@ void layer_norm_rows(const Matrix<T>& x, const Matrix<T>* res, const LayerNorm<T
   ln.forward_inference(x.data(), res ? res->data() : nullptr, y.data(), x.rows());
 }
 
-
-
 // One query against n keys/values (rows j at K + j*ld, V + j*ld, dk wide):
 // o = softmax(scale * q.K_j over the unblocked j) V. s holds the n scores (scratch).
 template <typename T>
@@ -34,8 +32,7 @@ void attend(const T* q, const T* K, const T* V, Index n, Index ld, Index dk, con
             T* o) {
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   const Eigen::Map<const Vec> qv(q, dk);
-  for (Index j = 0; j < n; ++j)
-    s[j] = (mask && mask[j]) ? T(0) : scale * Eigen::Map<const Vec>(K + j * ld, dk).dot(qv);
+  for (Index j = 0; j < n; ++j) s[j] = (mask && mask[j]) ? T(0) : scale * Eigen::Map<const Vec>(K + j * ld, dk).dot(qv);
   masked_softmax_row(s, n, mask);
   Eigen::Map<Vec> ov(o, dk);
   ov.setZero();
@@ -53,8 +50,7 @@ double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>&
   for (Index j = 1; j < V; ++j) {
     if (static_cast<Index>(top.size()) == keep && !(logits[j] > logits[top.back()])) continue;
     // insert j after every id with a logit >= its own (so equal logits keep increasing ids)
-    auto at = std::upper_bound(top.begin(), top.end(), j,
-                               [logits](Index a, Index b) { return logits[a] > logits[b]; });
+    auto at = std::upper_bound(top.begin(), top.end(), j, [logits](Index a, Index b) { return logits[a] > logits[b]; });
     top.insert(at, j);
     if (static_cast<Index>(top.size()) > keep) top.pop_back();
   }
@@ -380,8 +376,8 @@ void IncrementalDecoder<T>::attention_self(const Matrix<T>& qkv, LayerCache& c, 
     std::copy(kv + d_, kv + d_ + dk_, c.k.data() + r * stride + t_ * d_ + h * dk_);
     std::copy(kv + 2 * d_, kv + 2 * d_ + dk_, c.v.data() + r * stride + t_ * d_ + h * dk_);
     // every earlier position is visible: no look-ahead to mask
-    attend(qkv.data() + r * 3 * d_ + h * dk_, c.k.data() + r * stride + h * dk_, c.v.data() + r * stride + h * dk_,
-           n, d_, dk_, static_cast<const std::uint8_t*>(nullptr), scale, tmp_.data() + rh * max_steps_,
+    attend(qkv.data() + r * 3 * d_ + h * dk_, c.k.data() + r * stride + h * dk_, c.v.data() + r * stride + h * dk_, n,
+           d_, dk_, static_cast<const std::uint8_t*>(nullptr), scale, tmp_.data() + rh * max_steps_,
            ctx.data() + r * d_ + h * dk_);
   }
 }
@@ -490,7 +486,8 @@ void IncrementalDecoder<T>::select_rows(const std::vector<Index>& rows) {
     }
   }
   std::vector<Index> sentences(static_cast<size_t>(n));
-  for (Index i = 0; i < n; ++i) sentences[static_cast<size_t>(i)] = row_sentence_[static_cast<size_t>(rows[static_cast<size_t>(i)])];
+  for (Index i = 0; i < n; ++i)
+    sentences[static_cast<size_t>(i)] = row_sentence_[static_cast<size_t>(rows[static_cast<size_t>(i)])];
   row_sentence_.swap(sentences);
   R_ = n;
 }
@@ -521,7 +518,8 @@ void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index st
 }
 
 [[noreturn]] void throw_nonfinite_logits(const char* who, Index step) {
-  throw NonFiniteError(concat(who, ": the logits of step ", step, " are not finite: the activations overflowed "
+  throw NonFiniteError(concat(who, ": the logits of step ", step,
+                              " are not finite: the activations overflowed "
                               "(the weights are too large); nothing was decoded"));
 }
 
@@ -589,10 +587,9 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
 }
 
 template <typename T>
-std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
-                                                     std::int64_t start_id, std::int64_t end_id,
-                                                     Index max_length, Index beam_size, double alpha,
-                                                     Index n_best, DecodeWorkspace<T>* workspace,
+std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
+                                                     std::int64_t end_id, Index max_length, Index beam_size,
+                                                     double alpha, Index n_best, DecodeWorkspace<T>* workspace,
                                                      ComputeType compute, bool weights_unchanged) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "beam_search");
@@ -625,6 +622,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
                concat("beam_size ", beam_size, " and max_length ", max_length, " for ", B,
                       " sentences of source length ", src.cols()),
                workspace, weights_unchanged);
+  live.reserve(static_cast<size_t>(B));
   for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
@@ -664,7 +662,8 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
 #pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
     for (Index r = 0; r < R; ++r) {
       bad |= !ConstRowArray<T>(logits.data() + r * V, V).allFinite();
-      lse[static_cast<size_t>(r)] = top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
+      lse[static_cast<size_t>(r)] =
+          top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
     }
     if (bad) throw_nonfinite_logits("beam_search", t);
 
@@ -687,9 +686,9 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
       for (Index r = r0; r < r1; ++r) {
         const T* row = logits.data() + r * V;
         for (Index tok : top[static_cast<size_t>(r)])
-          cands.push_back({live[static_cast<size_t>(r)].log_prob +
-                               (static_cast<double>(row[tok]) - lse[static_cast<size_t>(r)]),
-                           r, tok});
+          cands.push_back(
+              {live[static_cast<size_t>(r)].log_prob + (static_cast<double>(row[tok]) - lse[static_cast<size_t>(r)]), r,
+               tok});
       }
       std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.lp > b.lp; });
       std::vector<const Live*> kept;
@@ -765,8 +764,8 @@ template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, 
 template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
                                                                      std::int64_t, Index, Index, double, Index,
                                                                      DecodeWorkspace<float>*, ComputeType, bool);
-template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap,
-                                                                      std::int64_t, std::int64_t, Index, Index,
-                                                                      double, Index, DecodeWorkspace<double>*, ComputeType, bool);
+template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap, std::int64_t,
+                                                                      std::int64_t, Index, Index, double, Index,
+                                                                      DecodeWorkspace<double>*, ComputeType, bool);
 
 }  // namespace transformer

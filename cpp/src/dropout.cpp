@@ -5,8 +5,7 @@
 namespace transformer {
 
 template <typename T>
-Dropout<T>::Dropout(double rate, std::uint64_t seed, std::uint64_t stream)
-    : rate_(rate), seed_(seed), stream_(stream) {
+Dropout<T>::Dropout(double rate, std::uint64_t seed, std::uint64_t stream) : rate_(rate), seed_(seed), stream_(stream) {
   TCPP_CHECK(rate >= 0.0 && rate < 1.0, "Dropout: rate must be in [0, 1), got ", rate);
 }
 
@@ -20,9 +19,8 @@ void Dropout<T>::make_mask(Index rows, Index cols, const Index* row_ids) {
   for (Index r = 0; r < rows; ++r) {
     const std::uint64_t base = static_cast<std::uint64_t>(row_ids ? row_ids[r] : r) * static_cast<std::uint64_t>(cols);
     for (Index c = 0; c < cols; ++c)
-      mask[r * cols + c] = counter_uniform(seed_, stream_, call, base + static_cast<std::uint64_t>(c)) < rate_
-                               ? T(0)
-                               : keep_scale;
+      mask[r * cols + c] =
+          counter_uniform(seed_, stream_, call, base + static_cast<std::uint64_t>(c)) < rate_ ? T(0) : keep_scale;
   }
 }
 
@@ -50,8 +48,8 @@ const Matrix<T>& Dropout<T>::forward(ConstMatrixMap<T> x, bool training) {
 template <typename T>
 void Dropout<T>::backward_inplace(MatrixMap<T> dy) const {
   if (rows_ < 0) throw std::runtime_error("Dropout: backward() called before forward()");
-  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == cols_, "Dropout: backward got dout of shape (",
-             dy.rows(), ", ", dy.cols(), "), expected (", rows_, ", ", cols_, ")");
+  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == cols_, "Dropout: backward got dout of shape (", dy.rows(), ", ",
+             dy.cols(), "), expected (", rows_, ", ", cols_, ")");
   if (!last_training_) return;
   // forward was y = x * mask, so dx = dy * mask.
   T* p = dy.data();

@@ -65,8 +65,8 @@ void Embedding<T>::cache_tokens(ConstTokenMap tokens, T scale) {
   const std::int64_t vocab = vocab_size();
   const std::int64_t* tok = tokens.data();
   for (Index i = 0; i < n; ++i) {
-    TCPP_CHECK(tok[i] >= 0 && tok[i] < vocab, "Embedding: token id ", tok[i],
-               " is out of range for vocabulary size ", vocab);
+    TCPP_CHECK(tok[i] >= 0 && tok[i] < vocab, "Embedding: token id ", tok[i], " is out of range for vocabulary size ",
+               vocab);
   }
   tokens_ = tokens;  // (B, T); reallocates only when the shape changes
   scale_ = scale;
@@ -87,8 +87,8 @@ const Matrix<T>& Embedding<T>::forward(ConstTokenMap tokens, T scale) {
 template <typename T>
 void Embedding<T>::backward(ConstMatrixMap<T> dy) {
   if (!has_forward_) throw std::runtime_error("Embedding: backward() called before forward()");
-  TCPP_CHECK(dy.rows() == tokens_.size() && dy.cols() == dim(), "Embedding: backward got dout of shape (",
-             dy.rows(), ", ", dy.cols(), "), expected (", tokens_.size(), ", ", dim(), ")");
+  TCPP_CHECK(dy.rows() == tokens_.size() && dy.cols() == dim(), "Embedding: backward got dout of shape (", dy.rows(),
+             ", ", dy.cols(), "), expected (", tokens_.size(), ", ", dim(), ")");
   // forward was y_i = weight[token_i] * scale, so dweight[token_i] += scale * dy_i.
   scatter_add_rows(tokens_, scale_, dy, dweight_);
 }
@@ -107,8 +107,8 @@ void Embedding<T>::zero_grad() {
 // PositionalEmbedding
 
 template <typename T>
-PositionalEmbedding<T>::PositionalEmbedding(Index vocab_size, Index d_model, Index max_length,
-                                            PositionalLayout layout, std::uint64_t seed)
+PositionalEmbedding<T>::PositionalEmbedding(Index vocab_size, Index d_model, Index max_length, PositionalLayout layout,
+                                            std::uint64_t seed)
     : embedding_(vocab_size, d_model, seed), layout_(layout) {
   TCPP_CHECK(max_length > 0, "PositionalEmbedding: max_length must be positive, got ", max_length);
   check_memory("PositionalEmbedding", concat("a positional table of max_length ", max_length, " x d_model ", d_model),
@@ -165,8 +165,8 @@ template <typename T>
 void PositionalEmbedding<T>::backward(ConstMatrixMap<T> dy) {
   if (!embedding_.has_forward_) throw std::runtime_error("PositionalEmbedding: backward() called before forward()");
   TCPP_CHECK(dy.rows() == embedding_.tokens_.size() && dy.cols() == dim(),
-             "PositionalEmbedding: backward got dout of shape (", dy.rows(), ", ", dy.cols(),
-             "), expected (", embedding_.tokens_.size(), ", ", dim(), ")");
+             "PositionalEmbedding: backward got dout of shape (", dy.rows(), ", ", dy.cols(), "), expected (",
+             embedding_.tokens_.size(), ", ", dim(), ")");
   // PE is a constant, so the gradient is the embedding's: dweight[token] += sqrt(d) * dy.
   embedding_.backward(dy);
 }

@@ -18,8 +18,8 @@ static MatrixMap<T> mmap(Matrix<T>& m) {
 }
 
 template <typename T>
-EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm,
-                              double eps, std::uint64_t seed)
+EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,
+                              std::uint64_t seed)
     : self_attention_(checked_size<T>("EncoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
                                       encoder_layer_parameters(d_model, d_ff), 0, d_model),
                       n_heads, splitmix64(seed + 1)),
@@ -31,8 +31,8 @@ EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       dropout2_(dropout, seed, splitmix64(seed + 4)) {}
 
 template <typename T>
-const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len,
-                                          const AttentionMask& mask, bool training) {
+const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask,
+                                          bool training) {
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "EncoderLayer: input has ", x.rows(),
              " rows, expected B*T = ", B, "*", T_len);
   own_ = RowLayout::dense(B, T_len);
@@ -67,12 +67,12 @@ template <typename T>
 const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
   // the two residual sub-layers in reverse: feed-forward, then self-attention
-  residual_backward<T>(pre_norm_, norm2_, dropout2_,
-                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout,
-                       dtmp_, dh_);
-  residual_backward<T>(pre_norm_, norm1_, dropout1_,
-                       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); },
-                       cmap(dh_), dtmp_, dx_);
+  residual_backward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, dh_);
+  residual_backward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 
@@ -102,9 +102,8 @@ std::vector<Dropout<T>*> EncoderLayer<T>::dropouts() {
 // ---------------------------------------------------------------------------------------------
 
 template <typename T>
-Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff,
-                    double dropout, Index max_length, PositionalLayout layout, bool pre_norm, double eps,
-                    std::uint64_t seed)
+Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
+                    Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
     : embedding_(checked_size<T>("Encoder",
                                  concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
                                         ", d_ff ", d_ff, ", max_length ", max_length),

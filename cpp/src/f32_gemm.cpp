@@ -89,8 +89,8 @@ inline __mmask16 first_lanes(Index n) {
 //            transposed A, op(B) of a plain B), copied `width` at a time;
 //   else:    line w is contiguous in k, src[(first + w)*ld + k0 + k] (op(A) of a plain A, op(B) of
 //            a transposed B): 16 x 16 blocks are transposed through registers.
-TCPP_F32_TARGET void pack_k_major(const float* src, Index ld, Index first, Index count, Index width, Index k0,
-                                  Index kc, float* dst) {
+TCPP_F32_TARGET void pack_k_major(const float* src, Index ld, Index first, Index count, Index width, Index k0, Index kc,
+                                  float* dst) {
   for (Index k = 0; k < kc; ++k) {
     const float* s = src + (k0 + k) * ld + first;
     float* d = dst + k * width;
@@ -110,8 +110,8 @@ TCPP_F32_TARGET void pack_lines(const float* src, Index ld, Index first, Index c
       const Index ks = std::min<Index>(16, kc - kb);
       for (Index w = 0; w < 16; ++w) {
         const bool real = w < lines && w0 + w < count;
-        const __m512 v = real ? _mm512_maskz_loadu_ps(first_lanes(ks), src + (first + w0 + w) * ld + k0 + kb)
-                              : _mm512_setzero_ps();
+        const __m512 v =
+            real ? _mm512_maskz_loadu_ps(first_lanes(ks), src + (first + w0 + w) * ld + k0 + kb) : _mm512_setzero_ps();
         _mm512_store_ps(block[w], v);
       }
       for (Index k = 0; k < ks; ++k) {
@@ -198,7 +198,8 @@ float* workspace(std::vector<float>& buf, Index floats) {
   const size_t need = static_cast<size_t>(floats) + 16;
   if (buf.size() < need) buf.assign(need, 0.0f);
   const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
-  return buf.data() + ((64 - addr % 64) % 64) / sizeof(float);
+  const size_t skip_floats = ((64 - addr % 64) % 64) / sizeof(float);
+  return buf.data() + skip_floats;
 }
 
 #ifdef _OPENMP
@@ -239,7 +240,10 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
     Index rp = std::min<Index>(4, MP), cp = std::min<Index>(4, NP);
     auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
     while (blocks() < want && (rp > 1 || cp > 1)) {
-      if (rp >= cp) rp = (rp + 1) / 2; else cp = (cp + 1) / 2;
+      if (rp >= cp)
+        rp = (rp + 1) / 2;
+      else
+        cp = (cp + 1) / 2;
       if (rp == 1 && cp == 1) break;
     }
     const Index blocks_n = (NP + cp - 1) / cp, n_blocks = blocks();
@@ -264,8 +268,8 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
         else
           pack_k_major(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
       }
-      const Block s{M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0,
-                    k0 + kc >= K ? bias : nullptr};
+      const Block s{
+          M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0, k0 + kc >= K ? bias : nullptr};
 #pragma omp for schedule(static)
       for (Index blk = 0; blk < n_blocks; ++blk) compute_block(s, blk);
     }

@@ -1,9 +1,9 @@
 #include "transformer/layer_norm.hpp"
 
-#include "transformer/checks.hpp"
-
 #include <algorithm>
 #include <cmath>
+
+#include "transformer/checks.hpp"
 
 namespace transformer {
 
@@ -16,11 +16,10 @@ constexpr Index kParallelElements = 16384;
 // the result does not depend on the thread count.
 constexpr Index kBlockRows = 32;
 
-
 // One row: mean, rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * weight + bias.
 template <typename T>
-inline void normalize_row(const T* x, T* y, Index d, const RowVector<T>& weight,
-                          const RowVector<T>& bias, T eps, T& mean_out, T& rstd_out) {
+inline void normalize_row(const T* x, T* y, Index d, const RowVector<T>& weight, const RowVector<T>& bias, T eps,
+                          T& mean_out, T& rstd_out) {
   ConstRowArray<T> xr(x, d);
   T mean = xr.mean();
   const T var = (xr - mean).square().mean();  // biased: divide by d
@@ -64,9 +63,9 @@ const Matrix<T>& LayerNorm<T>::forward(ConstMatrixMap<T> x) {
   const Index n = x.rows(), d = dim();
   x_ = x.data();
   rows_ = n;
-  y_.resize(n, d);      // (N, d)
-  mean_.resize(n);      // (N)
-  rstd_.resize(n);      // (N)
+  y_.resize(n, d);  // (N, d)
+  mean_.resize(n);  // (N)
+  rstd_.resize(n);  // (N)
   const T eps = static_cast<T>(eps_);
   const T* xp = x.data();
 #pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
@@ -82,10 +81,10 @@ const Matrix<T>& LayerNorm<T>::forward_residual(ConstMatrixMap<T> a, ConstMatrix
   TCPP_CHECK(a.rows() == b.rows() && a.cols() == b.cols(), "LayerNorm: forward_residual got inputs of shape (",
              a.rows(), ", ", a.cols(), ") and (", b.rows(), ", ", b.cols(), "), expected equal shapes");
   const Index n = a.rows(), d = dim();
-  sum_.resize(n, d);    // (N, d) a + b, the input backward() normalises again
-  y_.resize(n, d);      // (N, d)
-  mean_.resize(n);      // (N)
-  rstd_.resize(n);      // (N)
+  sum_.resize(n, d);  // (N, d) a + b, the input backward() normalises again
+  y_.resize(n, d);    // (N, d)
+  mean_.resize(n);    // (N)
+  rstd_.resize(n);    // (N)
   x_ = sum_.data();
   rows_ = n;
   const T eps = static_cast<T>(eps_);
@@ -117,11 +116,11 @@ void LayerNorm<T>::forward_inference(const T* a, const T* b, T* y, Index n) cons
 template <typename T>
 const Matrix<T>& LayerNorm<T>::backward(ConstMatrixMap<T> dy) {
   if (x_ == nullptr) throw std::runtime_error("LayerNorm: backward() called before forward()");
-  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == dim(), "LayerNorm: backward got dout of shape (",
-             dy.rows(), ", ", dy.cols(), "), expected (", rows_, ", ", dim(), ")");
+  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == dim(), "LayerNorm: backward got dout of shape (", dy.rows(), ", ",
+             dy.cols(), "), expected (", rows_, ", ", dim(), ")");
   const Index n = rows_, d = dim();
   const Index blocks = (n + kBlockRows - 1) / kBlockRows;
-  dx_.resize(n, d);              // (N, d)
+  dx_.resize(n, d);                // (N, d)
   partial_.resize(blocks, 2 * d);  // (blocks, 2d): [sum dy * xhat | sum dy] over the block's rows
   const T* xp = x_;
   const T* dyp = dy.data();

@@ -13,10 +13,9 @@ static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
 }
 
 template <typename T>
-Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_t seed)
-    : has_bias_(bias) {
-  TCPP_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be ",
-             "positive, got ", in_features, " and ", out_features);
+Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_t seed) : has_bias_(bias) {
+  TCPP_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be ", "positive, got ",
+             in_features, " and ", out_features);
   checked_size<T>("Linear", concat("in_features ", in_features, " x out_features ", out_features),
                   linear_parameters(static_cast<double>(in_features), static_cast<double>(out_features)), 0, 0);
   weight_.resize(out_features, in_features);
@@ -30,8 +29,7 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_
 
 template <typename T>
 const Matrix<T>& Linear<T>::forward(ConstMatrixMap<T> x) {
-  TCPP_CHECK(x.cols() == in_features(), "Linear: input has ", x.cols(), " features, expected ",
-             in_features());
+  TCPP_CHECK(x.cols() == in_features(), "Linear: input has ", x.cols(), " features, expected ", in_features());
   x_ = x.data();
   rows_ = x.rows();
   y_.resize(rows_, out_features());
@@ -44,8 +42,8 @@ const Matrix<T>& Linear<T>::forward(ConstMatrixMap<T> x) {
 template <typename T>
 void Linear<T>::backward_params_only(ConstMatrixMap<T> dy) {
   if (x_ == nullptr) throw std::runtime_error("Linear: backward() called before forward()");
-  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == out_features(), "Linear: backward got dout of shape (",
-             dy.rows(), ", ", dy.cols(), "), expected (", rows_, ", ", out_features(), ")");
+  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == out_features(), "Linear: backward got dout of shape (", dy.rows(), ", ",
+             dy.cols(), "), expected (", rows_, ", ", out_features(), ")");
   ConstMatrixMap<T> x(x_, rows_, in_features());
   // forward was y = x W^T + b, so dW = dy^T x and db = column sums of dy.
   dense_backward_weight<T>(precision_, dy, x, MatrixMap<T>(dweight_.data(), dweight_.rows(), dweight_.cols()));

@@ -14,7 +14,6 @@ constexpr Index kParallelElements = 16384;
 // output_cross_entropy sums the bias gradient over fixed blocks of this many rows.
 constexpr Index kLossBlockRows = 16;
 
-
 // Every target must be a class index in [0, V); returns how many are not padding (0).
 Index check_targets(const char* who, const std::int64_t* targets, Index rows, Index classes) {
   Index count = 0;
@@ -42,8 +41,8 @@ inline bool is_argmax(const ConstRowArray<T>& x, T m, std::int64_t t) {
 // and, since d lse / d x_j = softmax_j and sum_j q_j = 1,
 //   dlogits_j = (softmax_j - q_j) / n = softmax_j / n - eps / (V n) - [j == t] (1 - eps) / n.
 template <typename T>
-inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t t, double eps, T inv_count,
-                                T smooth, T hit, Index& correct) {
+inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t t, double eps, T inv_count, T smooth,
+                                T hit, Index& correct) {
   ConstRowArray<T> x(xp, classes);
   const T m = x.maxCoeff();  // vectorised; the arg max is not needed, see is_argmax()
   const double x_t = static_cast<double>(x(t));
@@ -74,8 +73,8 @@ inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t 
 }  // namespace
 
 template <typename T>
-LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets,
-                               Matrix<T>* dlogits, double label_smoothing) {
+LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets, Matrix<T>* dlogits,
+                               double label_smoothing) {
   const Index rows = logits.rows(), classes = logits.cols();
   TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
   TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
@@ -98,16 +97,16 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
   double total = 0.0;
   Index correct = 0;
   Index first_bad = rows;  // first row whose loss is NaN or infinite
-#pragma omp parallel for schedule(static) reduction(+ : total, correct) reduction(min : first_bad) \
-    if (rows * classes >= kParallelElements)
+#pragma omp parallel for schedule(static) reduction(+ : total, correct) \
+    reduction(min : first_bad) if (rows * classes >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
     const std::int64_t t = targets[i];
     if (t == 0) {  // padding: no loss, no gradient
       if (dp != nullptr) RowArray<T>(dp + i * classes, classes).setZero();
       continue;
     }
-    const double row_loss = cross_entropy_row(xp + i * classes, dp != nullptr ? dp + i * classes : nullptr, classes,
-                                              t, eps, inv_count, smooth, hit, correct);
+    const double row_loss = cross_entropy_row(xp + i * classes, dp != nullptr ? dp + i * classes : nullptr, classes, t,
+                                              eps, inv_count, smooth, hit, correct);
     if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
     total += row_loss;
   }
@@ -118,8 +117,8 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
 }
 
 template <typename T>
-LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets,
-                               double label_smoothing, T* dbias, Matrix<T>& partial) {
+LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets, double label_smoothing,
+                               T* dbias, Matrix<T>& partial) {
   const Index rows = logits.rows(), classes = logits.cols();
   TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
   TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
@@ -145,8 +144,8 @@ LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::in
   double total = 0.0;
   Index correct = 0;
   Index first_bad = rows;  // first row whose loss is NaN or infinite
-#pragma omp parallel for schedule(static) reduction(+ : total, correct) reduction(min : first_bad) \
-    if (rows * classes >= kParallelElements)
+#pragma omp parallel for schedule(static) reduction(+ : total, correct) \
+    reduction(min : first_bad) if (rows * classes >= kParallelElements)
   for (Index blk = 0; blk < blocks; ++blk) {
     RowArray<T> pdb(pp + blk * classes, classes);
     pdb.setZero();
@@ -192,8 +191,8 @@ LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets)
   Index correct = 0;
   Index first_nan = rows;  // an arg max over NaN means nothing
   const T* xp = logits.data();
-#pragma omp parallel for schedule(static) reduction(+ : correct) reduction(min : first_nan) \
-    if (rows * classes >= kParallelElements)
+#pragma omp parallel for schedule(static) reduction(+ : correct) \
+    reduction(min : first_nan) if (rows * classes >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
     if (targets[i] == 0) continue;
     ConstRowArray<T> x(xp + i * classes, classes);

@@ -41,8 +41,9 @@ void dense_forward(Precision p, ConstMatrixMap<T> x, ConstMatrixMap<T> W, Matrix
   if (p == Precision::BFloat16) {
     if constexpr (!std::is_same_v<T, float>) bf16_for_double();
     // y = x W^T: op(B) = W^T, read from W (out, in) transposed
-    else bf16::gemm(x.rows(), W.rows(), x.cols(), x.data(), x.cols(), false, W.data(), W.cols(), true, 0.0f,
-                    y.data(), y.cols());
+    else
+      bf16::gemm(x.rows(), W.rows(), x.cols(), x.data(), x.cols(), false, W.data(), W.cols(), true, 0.0f, y.data(),
+                 y.cols());
   } else if (use_f32_kernel<T>()) {
     if constexpr (std::is_same_v<T, float>) {
       // the kernel adds the bias as it stores each tile: no second pass over y
@@ -59,15 +60,17 @@ void dense_forward(Precision p, ConstMatrixMap<T> x, ConstMatrixMap<T> W, Matrix
 template <typename T>
 void dense_backward_input(Precision p, ConstMatrixMap<T> dy, ConstMatrixMap<T> W, MatrixMap<T> dx) {
   if (p == Precision::BFloat16) {
-    if constexpr (!std::is_same_v<T, float>) bf16_for_double();
-    else bf16::gemm(dy.rows(), W.cols(), dy.cols(), dy.data(), dy.cols(), false, W.data(), W.cols(), false, 0.0f,
-                    dx.data(), dx.cols());
+    if constexpr (!std::is_same_v<T, float>)
+      bf16_for_double();
+    else
+      bf16::gemm(dy.rows(), W.cols(), dy.cols(), dy.data(), dy.cols(), false, W.data(), W.cols(), false, 0.0f,
+                 dx.data(), dx.cols());
     return;
   }
   if constexpr (std::is_same_v<T, float>)
     if (use_f32_kernel<T>()) {
-      f32::gemm(dy.rows(), W.cols(), dy.cols(), dy.data(), dy.cols(), false, W.data(), W.cols(), false, 0.0f,
-                dx.data(), dx.cols());
+      f32::gemm(dy.rows(), W.cols(), dy.cols(), dy.data(), dy.cols(), false, W.data(), W.cols(), false, 0.0f, dx.data(),
+                dx.cols());
       return;
     }
   dx.noalias() = dy * W;
@@ -78,14 +81,15 @@ void dense_backward_weight(Precision p, ConstMatrixMap<T> dy, ConstMatrixMap<T> 
   if (p == Precision::BFloat16) {
     if constexpr (!std::is_same_v<T, float>) bf16_for_double();
     // dW += dy^T x: op(A) = dy^T, read from dy (rows, out) transposed; K = rows
-    else bf16::gemm(dy.cols(), x.cols(), dy.rows(), dy.data(), dy.cols(), true, x.data(), x.cols(), false, 1.0f,
-                    dW.data(), dW.cols());
+    else
+      bf16::gemm(dy.cols(), x.cols(), dy.rows(), dy.data(), dy.cols(), true, x.data(), x.cols(), false, 1.0f, dW.data(),
+                 dW.cols());
     return;
   }
   if constexpr (std::is_same_v<T, float>)
     if (use_f32_kernel<T>()) {
-      f32::gemm(dy.cols(), x.cols(), dy.rows(), dy.data(), dy.cols(), true, x.data(), x.cols(), false, 1.0f,
-                dW.data(), dW.cols());
+      f32::gemm(dy.cols(), x.cols(), dy.rows(), dy.data(), dy.cols(), true, x.data(), x.cols(), false, 1.0f, dW.data(),
+                dW.cols());
       return;
     }
   dW.noalias() += dy.transpose() * x;

@@ -74,7 +74,8 @@ inline bool update_is_finite(const C& k, T p, T gi, T m, T v) {
 
 template <typename T>
 void Adam<T>::refuse(const char* check_who, double lr) const {
-  throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr, ") would make weights or Adam "
+  throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr,
+                              ") would make weights or Adam "
                               "moments non-finite: training has diverged; no update was applied, the "
                               "weights are those of the last good step"));
 }
@@ -164,7 +165,8 @@ void Adam<T>::step_flat(const T* grads, double lr, double grad_scale, const char
       }
     }
     if (bad)
-      throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr, ") would make weights or Adam "
+      throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr,
+                                  ") would make weights or Adam "
                                   "moments non-finite: training has diverged; no update was applied, the "
                                   "weights are those of the last good step"));
   }

@@ -9,8 +9,8 @@ namespace transformer {
 PositionalLayout parse_positional_layout(const std::string& name) {
   if (name == "interleaved") return PositionalLayout::Interleaved;
   if (name == "concatenated") return PositionalLayout::Concatenated;
-  throw std::invalid_argument(concat("positional_encoding: unknown layout '", name,
-                                     "'; expected 'interleaved' or 'concatenated'"));
+  throw std::invalid_argument(
+      concat("positional_encoding: unknown layout '", name, "'; expected 'interleaved' or 'concatenated'"));
 }
 
 std::string to_string(PositionalLayout layout) {
@@ -29,20 +29,19 @@ Matrix<T> positional_encoding(Index length, Index depth, PositionalLayout layout
     // An odd depth is allowed here: the last column is a lone sin.
     for (Index pos = 0; pos < length; ++pos) {
       for (Index c = 0; c < depth; c += 2) {
-        const double angle = static_cast<double>(pos) /
-                             std::pow(10000.0, static_cast<double>(c) / static_cast<double>(depth));
+        const double angle =
+            static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(c) / static_cast<double>(depth));
         pe(pos, c) = static_cast<T>(std::sin(angle));
         if (c + 1 < depth) pe(pos, c + 1) = static_cast<T>(std::cos(angle));
       }
     }
   } else {
-    TCPP_CHECK(depth % 2 == 0,
-               "positional_encoding: the 'concatenated' layout needs an even depth, got ", depth);
+    TCPP_CHECK(depth % 2 == 0, "positional_encoding: the 'concatenated' layout needs an even depth, got ", depth);
     const Index half = depth / 2;
     for (Index pos = 0; pos < length; ++pos) {
       for (Index i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(pos) /
-                             std::pow(10000.0, static_cast<double>(i) / static_cast<double>(half));
+        const double angle =
+            static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(i) / static_cast<double>(half));
         pe(pos, i) = static_cast<T>(std::sin(angle));
         pe(pos, half + i) = static_cast<T>(std::cos(angle));
       }

@@ -12,7 +12,8 @@
 
 // As in bf16_gemm.cpp: the kernels are compiled with function target attributes (never -m flags
 // for the whole file) and run only after a CPUID check.
-#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define TCPP_LOWP_KERNEL 1
 #include <cpuid.h>
 #include <immintrin.h>
@@ -36,9 +37,12 @@ ComputeType parse_compute_type(const std::string& name) {
 
 std::string to_string(ComputeType c) {
   switch (c) {
-    case ComputeType::Int8: return "int8";
-    case ComputeType::BFloat16: return "bf16";
-    default: return "float32";
+    case ComputeType::Int8:
+      return "int8";
+    case ComputeType::BFloat16:
+      return "bf16";
+    default:
+      return "float32";
   }
 }
 
@@ -95,8 +99,8 @@ void check_compute_type(ComputeType c, const char* who) {
   if (c == ComputeType::Float32) return;
   TCPP_CHECK((std::is_same<T, float>::value), who, ": compute_type '", to_string(c),
              "' needs a float32 model (float64 models are for gradient checks); use compute_type 'float32'");
-  TCPP_CHECK(compute_type_supported(c), who, ": compute_type '", to_string(c), "' is not available: ",
-             compute_type_unsupported_reason(c), "; use compute_type 'float32'",
+  TCPP_CHECK(compute_type_supported(c), who, ": compute_type '", to_string(c),
+             "' is not available: ", compute_type_unsupported_reason(c), "; use compute_type 'float32'",
              c == ComputeType::Int8 && compute_type_supported(ComputeType::BFloat16) ? " or 'bf16'" : "",
              c == ComputeType::BFloat16 && compute_type_supported(ComputeType::Int8) ? " or 'int8'" : "");
 }
@@ -135,8 +139,7 @@ inline int quantize(float x, float inv) {
 void QuantizedLinear::pack(ComputeType type, const float* W, Index N, Index K, Index ldw, const float* b) {
   TCPP_CHECK(type == ComputeType::Int8 || type == ComputeType::BFloat16,
              "QuantizedLinear: compute type must be int8 or bf16, got ", to_string(type));
-  TCPP_CHECK(N > 0 && K > 0 && ldw >= K, "QuantizedLinear: bad shape (", N, ", ", K, ") with leading dimension ",
-             ldw);
+  TCPP_CHECK(N > 0 && K > 0 && ldw >= K, "QuantizedLinear: bad shape (", N, ", ", K, ") with leading dimension ", ldw);
   type_ = type;
   N_ = N;
   K_ = K;
@@ -274,7 +277,9 @@ void QuantizedLinear::apply_reference(const float* x, Index R, Index ldx, float*
         std::int64_t acc = 0;
         for (Index k = 0; k < K_; ++k) {
           const int xq = static_cast<int>((xr[k / 4] >> (8 * (k % 4))) & 0xFFu) - 128;
-          const int wq = static_cast<std::int8_t>(static_cast<std::uint8_t>(w[(k / 4) * kPanel] >> (8 * (k % 4))));
+          // the byte is an int8 weight: sign extension is the point
+          const int wq = static_cast<std::int8_t>(  // NOLINT(bugprone-signed-char-misuse)
+              static_cast<std::uint8_t>(w[(k / 4) * kPanel] >> (8 * (k % 4))));
           acc += xq * wq;
         }
         y[r * ldy + n] = static_cast<float>(static_cast<double>(acc) * w_scale_[static_cast<size_t>(n)] *
@@ -391,11 +396,11 @@ TCPP_BF16_TARGET void bf16_rows(const std::uint32_t* x, Index ldx, const std::ui
 
 using RowsFn = void (*)(const std::uint32_t*, Index, const std::uint32_t*, Index, const std::int32_t*, bool, bool,
                         float*, Index, Index, const float*, const float*, const float*, const std::uint32_t*);
-constexpr RowsFn kInt8Rows[] = {nullptr,       int8_rows<1>,  int8_rows<2>,  int8_rows<3>, int8_rows<4>,
-                                int8_rows<5>,  int8_rows<6>,  int8_rows<7>,  int8_rows<8>, int8_rows<9>,
+constexpr RowsFn kInt8Rows[] = {nullptr,       int8_rows<1>,  int8_rows<2>, int8_rows<3>, int8_rows<4>,
+                                int8_rows<5>,  int8_rows<6>,  int8_rows<7>, int8_rows<8>, int8_rows<9>,
                                 int8_rows<10>, int8_rows<11>, int8_rows<12>};
-constexpr RowsFn kBf16Rows[] = {nullptr,       bf16_rows<1>,  bf16_rows<2>,  bf16_rows<3>, bf16_rows<4>,
-                                bf16_rows<5>,  bf16_rows<6>,  bf16_rows<7>,  bf16_rows<8>, bf16_rows<9>,
+constexpr RowsFn kBf16Rows[] = {nullptr,       bf16_rows<1>,  bf16_rows<2>, bf16_rows<3>, bf16_rows<4>,
+                                bf16_rows<5>,  bf16_rows<6>,  bf16_rows<7>, bf16_rows<8>, bf16_rows<9>,
                                 bf16_rows<10>, bf16_rows<11>, bf16_rows<12>};
 
 }  // namespace

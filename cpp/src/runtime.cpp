@@ -109,8 +109,7 @@ std::map<std::string, std::string> build_info() {
 #else
   info["openmp"] = "off";
 #endif
-  info["eigen_version"] = std::to_string(EIGEN_WORLD_VERSION) + "." +
-                          std::to_string(EIGEN_MAJOR_VERSION) + "." +
+  info["eigen_version"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
                           std::to_string(EIGEN_MINOR_VERSION);
 #ifdef TCPP_EIGEN_DIR
   info["eigen_dir"] = TCPP_EIGEN_DIR;

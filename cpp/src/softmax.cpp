@@ -10,7 +10,6 @@ namespace {
 // Rows in parallel once a call has at least this many elements.
 constexpr Index kParallelElements = 16384;
 
-
 }  // namespace
 
 template <typename T>

@@ -18,9 +18,11 @@ template <typename T>
 void validate(const TransformerConfig& c) {
   TCPP_CHECK(c.src_vocab_size > 1 && c.tgt_vocab_size > 1, "Transformer: src_vocab_size and tgt_vocab_size ",
              "must be at least 2 (padding plus one token), got ", c.src_vocab_size, " and ", c.tgt_vocab_size);
-  const std::pair<const char*, Index> sizes[] = {
-      {"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"d_ff", c.d_ff},
-      {"max_length", c.max_length}};
+  const std::pair<const char*, Index> sizes[] = {{"d_model", c.d_model},
+                                                 {"n_layers", c.n_layers},
+                                                 {"n_heads", c.n_heads},
+                                                 {"d_ff", c.d_ff},
+                                                 {"max_length", c.max_length}};
   for (const auto& s : sizes) TCPP_CHECK(s.second > 0, "Transformer: ", s.first, " must be positive, got ", s.second);
   TCPP_CHECK(c.d_model % c.n_heads == 0, "Transformer: d_model ", c.d_model, " is not divisible by n_heads ",
              c.n_heads);
@@ -36,11 +38,11 @@ void validate(const TransformerConfig& c) {
   const double params = static_cast<double>(c.src_vocab_size) * d + L * encoder_layer_parameters(d, dff) + V * d +
                         L * decoder_layer_parameters(d, dff) + (c.share_embeddings ? 0.0 : V * d) + V +
                         (c.pre_norm ? 4 * d : 0.0);
-  checked_size<T>("Transformer",
-                  concat("a model with src_vocab_size ", c.src_vocab_size, ", tgt_vocab_size ", c.tgt_vocab_size,
-                         ", d_model ", c.d_model, ", n_layers ", c.n_layers, ", d_ff ", c.d_ff, " and max_length ",
-                         c.max_length),
-                  params, 2.0 * static_cast<double>(c.max_length) * d, 0);
+  checked_size<T>(
+      "Transformer",
+      concat("a model with src_vocab_size ", c.src_vocab_size, ", tgt_vocab_size ", c.tgt_vocab_size, ", d_model ",
+             c.d_model, ", n_layers ", c.n_layers, ", d_ff ", c.d_ff, " and max_length ", c.max_length),
+      params, 2.0 * static_cast<double>(c.max_length) * d, 0);
 }
 
 void validate(const OptimizerConfig& o) {
@@ -69,11 +71,9 @@ template <typename T>
 Transformer<T>::Transformer(const TransformerConfig& c) : config_(c) {
   validate<T>(c);
   encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
-                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
-                                          splitmix64(c.seed + 1));
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 1));
   decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
-                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
-                                          splitmix64(c.seed + 2));
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 2));
   // every dense layer's products in the configured precision (the output layer's: run/backward_rows)
   for (auto& layer : encoder_->layers_) {
     layer->self_attention_.set_precision(c.precision);
@@ -107,11 +107,10 @@ T* Transformer<T>::output_weight_grad() {
 
 template <typename T>
 void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who) {
-  TCPP_CHECK(src.rows() == tgt.rows(), "Transformer.", who, ": src has batch size ", src.rows(),
-             " but tgt_in has ", tgt.rows(), "; they must match");
-  TCPP_CHECK(src.rows() > 0 && src.cols() > 0 && tgt.cols() > 0, "Transformer.", who,
-             ": empty batch (src shape (", src.rows(), ", ", src.cols(), "), tgt_in shape (", tgt.rows(), ", ",
-             tgt.cols(), "))");
+  TCPP_CHECK(src.rows() == tgt.rows(), "Transformer.", who, ": src has batch size ", src.rows(), " but tgt_in has ",
+             tgt.rows(), "; they must match");
+  TCPP_CHECK(src.rows() > 0 && src.cols() > 0 && tgt.cols() > 0, "Transformer.", who, ": empty batch (src shape (",
+             src.rows(), ", ", src.cols(), "), tgt_in shape (", tgt.rows(), ", ", tgt.cols(), "))");
   // the activations of a padded pass (packed passes need less): every layer keeps its inputs,
   // attention weights (B, H, Tq, Tk) and masks; then the logits and their gradient
   const TransformerConfig& c = config_;
@@ -123,10 +122,10 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
                           L * decoder_layer_elements(B * Tt, B * S, B, H, Tt, S, d, dff) + 4 * B * (S + Tt) * d +
                           2 * B * Tt * V;
   const double mask_bytes = B * (S * S + Tt * Tt + Tt * S);
-  check_memory(concat("Transformer.", who),
-               concat("a batch of ", src.rows(), " sequences of source length ", src.cols(), " and target length ",
-                      tgt.cols()),
-               elements * static_cast<double>(sizeof(T)) + mask_bytes);
+  check_memory(
+      concat("Transformer.", who),
+      concat("a batch of ", src.rows(), " sequences of source length ", src.cols(), " and target length ", tgt.cols()),
+      elements * static_cast<double>(sizeof(T)) + mask_bytes);
   check_finite_parameters(parameters(), concat("Transformer.", who));
 }
 
@@ -241,16 +240,19 @@ static LossStats loss_or_throw(Loss&& loss, const char* who) {
   } catch (const NonFiniteError& e) {
     const bool training = std::string(who) == "train_step";
     throw NonFiniteError(concat("Transformer.", who, ": non-finite loss (NaN or infinity): the model has diverged ",
-                                "or its weights are too large", training ? "; no update was applied, the weights "
-                                "are those of the last good step" : "", " [", e.what(), "]"));
+                                "or its weights are too large",
+                                training ? "; no update was applied, the weights "
+                                           "are those of the last good step"
+                                         : "",
+                                " [", e.what(), "]"));
   }
 }
 
 template <typename T>
 LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
-             "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
-             ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+             "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
+             tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   check_batch(src, tgt_in, "train_step");
   TCPP_CHECK(!adam_ || adam_->step_count() < std::numeric_limits<Index>::max(), "Transformer.train_step: the step ",
              "count ", adam_ ? adam_->step_count() : 0, " is at its maximum (2**63 - 1); no update was applied");
@@ -295,8 +297,8 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
 template <typename T>
 LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
-             "Transformer.evaluate: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(),
-             ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+             "Transformer.evaluate: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
+             tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   check_batch(src, tgt_in, "evaluate");
   const Matrix<T>& logits = run(src, tgt_in, tgt_out.data(), false, true);
   return loss_or_throw(
@@ -336,8 +338,8 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
              "); they must match");
   TCPP_CHECK(std::isfinite(grad_scale), who, ": grad_scale must be finite, got ", grad_scale);
   check_batch(src, tgt_in, "train_step");
-  TCPP_CHECK((tgt_out.array() != 0).any(), who, ": tgt_out holds no target token (every label is the padding id 0): ",
-             "there is nothing to learn from");
+  TCPP_CHECK((tgt_out.array() != 0).any(), who,
+             ": tgt_out holds no target token (every label is the padding id 0): ", "there is nothing to learn from");
   optimizer();  // the Adam moments exist before the first apply_gradients
   T* flat = flat_gradients();
   flat_pending_ = false;
@@ -420,8 +422,7 @@ ParameterList<T> Transformer<T>::parameters() {
   append_parameters(ps, encoder_->parameters(), "encoder");
   append_parameters(ps, decoder_->parameters(), "decoder");
   if (!config_.share_embeddings)
-    ps.push_back({"output.weight", out_weight_.data(), dout_weight_.data(),
-                  {config_.tgt_vocab_size, config_.d_model}});
+    ps.push_back({"output.weight", out_weight_.data(), dout_weight_.data(), {config_.tgt_vocab_size, config_.d_model}});
   ps.push_back({"output.bias", out_bias_.data(), dout_bias_.data(), {config_.tgt_vocab_size}});
   return ps;
 }

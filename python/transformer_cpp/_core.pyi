@@ -1,6 +1,7 @@
 """
 transformer_cpp._core: the C++ core (private; use the transformer_cpp package)
 """
+
 # Type stubs of the compiled extension, for editors and type checkers. First written by
 # pybind11-stubgen 3.0 (`pybind11-stubgen transformer_cpp._core -o OUT`), then given argument
 # and return types by hand (the bindings take `object` and check numbers themselves).
@@ -15,30 +16,26 @@ import numpy.typing
 
 class NonFiniteError(FloatingPointError, RuntimeError):
     pass
+
 class Parameter:
     """
     A named parameter: writable NumPy views of value and grad.
     """
-    def __repr__(self) -> str:
-        ...
+    def __repr__(self) -> str: ...
     @property
-    def grad(self) -> numpy.ndarray:
-        ...
+    def grad(self) -> numpy.ndarray: ...
     @property
-    def name(self) -> str:
-        ...
+    def name(self) -> str: ...
     @property
-    def shape(self) -> tuple[int, ...]:
-        ...
+    def shape(self) -> tuple[int, ...]: ...
     @property
-    def value(self) -> numpy.ndarray:
-        ...
+    def value(self) -> numpy.ndarray: ...
+
 class Linear_float32:
     """
     Dense layer y = x W^T + b with W of shape (out_features, in_features).
     """
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> None:
-        ...
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
         """
         dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db
@@ -47,22 +44,18 @@ class Linear_float32:
         """
         x: (..., in_features) -> (..., out_features)
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def in_features(self) -> int:
-        ...
+    def in_features(self) -> int: ...
     @property
-    def out_features(self) -> int:
-        ...
+    def out_features(self) -> int: ...
+
 class Linear_float64:
     """
     Dense layer y = x W^T + b with W of shape (out_features, in_features).
     """
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> None:
-        ...
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
         """
         dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db
@@ -71,82 +64,70 @@ class Linear_float64:
         """
         x: (..., in_features) -> (..., out_features)
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def in_features(self) -> int:
-        ...
+    def in_features(self) -> int: ...
     @property
-    def out_features(self) -> int:
-        ...
+    def out_features(self) -> int: ...
+
 class Dropout_float32:
     """
     Inverted dropout with a seeded, thread-count independent mask.
     """
-    def __init__(self, rate: float = 0.1, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def forward(self, x: numpy.typing.ArrayLike, training: bool = True) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(self, rate: float = 0.1, seed: int = 0) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]: ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = True) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def calls(self) -> int:
-        ...
+    def calls(self) -> int: ...
     @calls.setter
-    def calls(self, value: int) -> None:
-        ...
+    def calls(self, value: int) -> None: ...
     @property
-    def rate(self) -> float:
-        ...
+    def rate(self) -> float: ...
+
 class Dropout_float64:
     """
     Inverted dropout with a seeded, thread-count independent mask.
     """
-    def __init__(self, rate: float = 0.1, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def forward(self, x: numpy.typing.ArrayLike, training: bool = True) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(self, rate: float = 0.1, seed: int = 0) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]: ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = True) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def calls(self) -> int:
-        ...
+    def calls(self) -> int: ...
     @calls.setter
-    def calls(self, value: int) -> None:
-        ...
+    def calls(self, value: int) -> None: ...
     @property
-    def rate(self) -> float:
-        ...
+    def rate(self) -> float: ...
+
 class ScaledDotProductAttention_float32:
     """
     softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.
     """
-    def __init__(self) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
-        ...
-    def forward(self, q: numpy.typing.ArrayLike, k: numpy.typing.ArrayLike, v: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(self) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]
+    ]: ...
+    def forward(
+        self,
+        q: numpy.typing.ArrayLike,
+        k: numpy.typing.ArrayLike,
+        v: numpy.typing.ArrayLike,
+        mask: numpy.typing.ArrayLike | None = None,
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class MultiHeadAttention_float32:
     """
     Multi-head attention: projections, heads, scaled dot-product attention, output projection.
     """
-    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None:
-        ...
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None: ...
     def attention_weights(self) -> numpy.typing.NDArray[numpy.float32]:
         """
         The attention weights of the last forward, (B, heads, T_q, T_k).
@@ -155,41 +136,46 @@ class MultiHeadAttention_float32:
         """
         dout (B, Tq, d) -> dx (self-attention) or (dx, dmemory) (cross-attention)
         """
-    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike | None = None, mask: numpy.typing.ArrayLike | None = None) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(
+        self,
+        x: numpy.typing.ArrayLike,
+        memory: numpy.typing.ArrayLike | None = None,
+        mask: numpy.typing.ArrayLike | None = None,
+    ) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_k(self) -> int:
-        ...
+    def d_k(self) -> int: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def n_heads(self) -> int:
-        ...
+    def n_heads(self) -> int: ...
+
 class ScaledDotProductAttention_float64:
     """
     softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.
     """
-    def __init__(self) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
-        ...
-    def forward(self, q: numpy.typing.ArrayLike, k: numpy.typing.ArrayLike, v: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(self) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]
+    ]: ...
+    def forward(
+        self,
+        q: numpy.typing.ArrayLike,
+        k: numpy.typing.ArrayLike,
+        v: numpy.typing.ArrayLike,
+        mask: numpy.typing.ArrayLike | None = None,
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class MultiHeadAttention_float64:
     """
     Multi-head attention: projections, heads, scaled dot-product attention, output projection.
     """
-    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None:
-        ...
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None: ...
     def attention_weights(self) -> numpy.typing.NDArray[numpy.float64]:
         """
         The attention weights of the last forward, (B, heads, T_q, T_k).
@@ -198,175 +184,264 @@ class MultiHeadAttention_float64:
         """
         dout (B, Tq, d) -> dx (self-attention) or (dx, dmemory) (cross-attention)
         """
-    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike | None = None, mask: numpy.typing.ArrayLike | None = None) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(
+        self,
+        x: numpy.typing.ArrayLike,
+        memory: numpy.typing.ArrayLike | None = None,
+        mask: numpy.typing.ArrayLike | None = None,
+    ) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_k(self) -> int:
-        ...
+    def d_k(self) -> int: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def n_heads(self) -> int:
-        ...
+    def n_heads(self) -> int: ...
+
 class FeedForward_float32:
     """
     FFN(x) = Linear2(Dropout(ReLU(Linear1(x)))).
     """
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, seed: int = 0) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]: ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class FeedForward_float64:
     """
     FFN(x) = Linear2(Dropout(ReLU(Linear1(x)))).
     """
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, seed: int = 0) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]: ...
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class EncoderLayer_float32:
     """
     Self-attention and feed-forward sub-layers with residuals and LayerNorm.
     """
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def forward(self, x: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]: ...
+    def forward(
+        self, x: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None, training: bool = False
+    ) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class DecoderLayer_float32:
     """
     Masked self-attention, cross-attention and feed-forward sub-layers with residuals and LayerNorm.
     """
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
         """
         dout (B, T, d) -> (dx (B, T, d), dmemory (B, S, d))
         """
-    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, self_mask: numpy.typing.ArrayLike | None = None, cross_mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(
+        self,
+        x: numpy.typing.ArrayLike,
+        memory: numpy.typing.ArrayLike,
+        self_mask: numpy.typing.ArrayLike | None = None,
+        cross_mask: numpy.typing.ArrayLike | None = None,
+        training: bool = False,
+    ) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class Encoder_float32:
     """
     Positional embedding, dropout and N encoder layers.
     """
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> None:
-        ...
-    def forward(self, tokens: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None: ...
+    def forward(
+        self, tokens: numpy.typing.ArrayLike, training: bool = False
+    ) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class Decoder_float32:
     """
     Positional embedding, dropout and N decoder layers attending to an encoder memory.
     """
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
         """
         dout (B, T, d) -> dmemory (B, S, d)
         """
-    def forward(self, tokens: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, source_padding: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(
+        self,
+        tokens: numpy.typing.ArrayLike,
+        memory: numpy.typing.ArrayLike,
+        source_padding: numpy.typing.ArrayLike | None = None,
+        training: bool = False,
+    ) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class EncoderLayer_float64:
     """
     Self-attention and feed-forward sub-layers with residuals and LayerNorm.
     """
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def forward(self, x: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]: ...
+    def forward(
+        self, x: numpy.typing.ArrayLike, mask: numpy.typing.ArrayLike | None = None, training: bool = False
+    ) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class DecoderLayer_float64:
     """
     Masked self-attention, cross-attention and feed-forward sub-layers with residuals and LayerNorm.
     """
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
         """
         dout (B, T, d) -> (dx (B, T, d), dmemory (B, S, d))
         """
-    def forward(self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, self_mask: numpy.typing.ArrayLike | None = None, cross_mask: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(
+        self,
+        x: numpy.typing.ArrayLike,
+        memory: numpy.typing.ArrayLike,
+        self_mask: numpy.typing.ArrayLike | None = None,
+        cross_mask: numpy.typing.ArrayLike | None = None,
+        training: bool = False,
+    ) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class Encoder_float64:
     """
     Positional embedding, dropout and N encoder layers.
     """
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
-    def backward(self, dout: numpy.typing.ArrayLike) -> None:
-        ...
-    def forward(self, tokens: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> None: ...
+    def forward(
+        self, tokens: numpy.typing.ArrayLike, training: bool = False
+    ) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class Decoder_float64:
     """
     Positional embedding, dropout and N decoder layers attending to an encoder memory.
     """
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, eps: float = 1e-06, seed: int = 0) -> None:
-        ...
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        eps: float = 1e-06,
+        seed: int = 0,
+    ) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
         """
         dout (B, T, d) -> dmemory (B, S, d)
         """
-    def forward(self, tokens: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike, source_padding: numpy.typing.ArrayLike | None = None, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(
+        self,
+        tokens: numpy.typing.ArrayLike,
+        memory: numpy.typing.ArrayLike,
+        source_padding: numpy.typing.ArrayLike | None = None,
+        training: bool = False,
+    ) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class LayerNorm_float32:
     """
     LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.
     """
-    def __init__(self, d_model: int, eps: float = 1e-06) -> None:
-        ...
+    def __init__(self, d_model: int, eps: float = 1e-06) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
         """
         dout: (..., d_model) -> dx; accumulates the weight and bias gradients
@@ -375,26 +450,24 @@ class LayerNorm_float32:
         """
         x: (..., d_model) -> (..., d_model)
         """
-    def forward_residual(self, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+    def forward_residual(
+        self, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike
+    ) -> numpy.typing.NDArray[numpy.float32]:
         """
         LN(a + b); backward() then returns d(a + b), the gradient of both
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def eps(self) -> float:
-        ...
+    def eps(self) -> float: ...
+
 class LayerNorm_float64:
     """
     LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.
     """
-    def __init__(self, d_model: int, eps: float = 1e-06) -> None:
-        ...
+    def __init__(self, d_model: int, eps: float = 1e-06) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
         """
         dout: (..., d_model) -> dx; accumulates the weight and bias gradients
@@ -403,58 +476,50 @@ class LayerNorm_float64:
         """
         x: (..., d_model) -> (..., d_model)
         """
-    def forward_residual(self, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+    def forward_residual(
+        self, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike
+    ) -> numpy.typing.NDArray[numpy.float64]:
         """
         LN(a + b); backward() then returns d(a + b), the gradient of both
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def eps(self) -> float:
-        ...
+    def eps(self) -> float: ...
+
 class ReLU_float32:
     """
     ReLU: y = max(x, 0).
     """
-    def __init__(self) -> None:
-        ...
+    def __init__(self) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
         """
         dout -> dx = dout where the output was positive, 0 elsewhere
         """
-    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class ReLU_float64:
     """
     ReLU: y = max(x, 0).
     """
-    def __init__(self) -> None:
-        ...
+    def __init__(self) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
         """
         dout -> dx = dout where the output was positive, 0 elsewhere
         """
-    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
-        ...
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def forward(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]: ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+
 class Embedding_float32:
     """
     Token embedding; id 0 is padding (zero row, no gradient).
     """
-    def __init__(self, vocab_size: int, d_model: int, seed: int = 0) -> None:
-        ...
+    def __init__(self, vocab_size: int, d_model: int, seed: int = 0) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> None:
         """
         dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
@@ -467,22 +532,18 @@ class Embedding_float32:
         """
         bool (B, T), True where tokens == 0
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def vocab_size(self) -> int:
-        ...
+    def vocab_size(self) -> int: ...
+
 class Embedding_float64:
     """
     Token embedding; id 0 is padding (zero row, no gradient).
     """
-    def __init__(self, vocab_size: int, d_model: int, seed: int = 0) -> None:
-        ...
+    def __init__(self, vocab_size: int, d_model: int, seed: int = 0) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> None:
         """
         dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
@@ -495,22 +556,20 @@ class Embedding_float64:
         """
         bool (B, T), True where tokens == 0
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def vocab_size(self) -> int:
-        ...
+    def vocab_size(self) -> int: ...
+
 class PositionalEmbedding_float32:
     """
     weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.
     """
-    def __init__(self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = 'interleaved', seed: int = 0) -> None:
-        ...
+    def __init__(
+        self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = "interleaved", seed: int = 0
+    ) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> None:
         """
         dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
@@ -523,33 +582,29 @@ class PositionalEmbedding_float32:
         """
         bool (B, T), True where tokens == 0
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def layout(self) -> str:
-        ...
+    def layout(self) -> str: ...
     @property
-    def max_length(self) -> int:
-        ...
+    def max_length(self) -> int: ...
     @property
     def table(self) -> numpy.typing.NDArray[numpy.float32]:
         """
         read-only copy (cached positions, d_model) of the positional table
         """
     @property
-    def vocab_size(self) -> int:
-        ...
+    def vocab_size(self) -> int: ...
+
 class PositionalEmbedding_float64:
     """
     weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.
     """
-    def __init__(self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = 'interleaved', seed: int = 0) -> None:
-        ...
+    def __init__(
+        self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = "interleaved", seed: int = 0
+    ) -> None: ...
     def backward(self, dout: numpy.typing.ArrayLike) -> None:
         """
         dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None
@@ -562,35 +617,34 @@ class PositionalEmbedding_float64:
         """
         bool (B, T), True where tokens == 0
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
-    def zero_grad(self) -> None:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
     @property
-    def d_model(self) -> int:
-        ...
+    def d_model(self) -> int: ...
     @property
-    def layout(self) -> str:
-        ...
+    def layout(self) -> str: ...
     @property
-    def max_length(self) -> int:
-        ...
+    def max_length(self) -> int: ...
     @property
     def table(self) -> numpy.typing.NDArray[numpy.float64]:
         """
         read-only copy (cached positions, d_model) of the positional table
         """
     @property
-    def vocab_size(self) -> int:
-        ...
+    def vocab_size(self) -> int: ...
+
 class Adam_float32:
     """
     Adam over Parameter views (torch.optim.Adam update with bias correction).
     """
-    def __init__(self, parameters: collections.OrderedDict[str, Parameter] | typing.Iterable[Parameter], beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09) -> None:
-        ...
-    def __len__(self) -> int:
-        ...
+    def __init__(
+        self,
+        parameters: collections.OrderedDict[str, Parameter] | typing.Iterable[Parameter],
+        beta1: float = 0.9,
+        beta2: float = 0.98,
+        eps: float = 1e-09,
+    ) -> None: ...
+    def __len__(self) -> int: ...
     def clip_grad_norm(self, max_norm: float) -> float:
         """
         Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm before clipping.
@@ -608,33 +662,33 @@ class Adam_float32:
         One update with learning rate lr (increments step_count first).
         """
     @property
-    def beta1(self) -> float:
-        ...
+    def beta1(self) -> float: ...
     @property
-    def beta2(self) -> float:
-        ...
+    def beta2(self) -> float: ...
     @property
-    def eps(self) -> float:
-        ...
+    def eps(self) -> float: ...
     @property
     def names(self) -> list[str]:
         """
         parameter names, in update order
         """
     @property
-    def step_count(self) -> int:
-        ...
+    def step_count(self) -> int: ...
     @step_count.setter
-    def step_count(self, value: int) -> None:
-        ...
+    def step_count(self, value: int) -> None: ...
+
 class Adam_float64:
     """
     Adam over Parameter views (torch.optim.Adam update with bias correction).
     """
-    def __init__(self, parameters: collections.OrderedDict[str, Parameter] | typing.Iterable[Parameter], beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09) -> None:
-        ...
-    def __len__(self) -> int:
-        ...
+    def __init__(
+        self,
+        parameters: collections.OrderedDict[str, Parameter] | typing.Iterable[Parameter],
+        beta1: float = 0.9,
+        beta2: float = 0.98,
+        eps: float = 1e-09,
+    ) -> None: ...
+    def __len__(self) -> int: ...
     def clip_grad_norm(self, max_norm: float) -> float:
         """
         Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm before clipping.
@@ -652,31 +706,42 @@ class Adam_float64:
         One update with learning rate lr (increments step_count first).
         """
     @property
-    def beta1(self) -> float:
-        ...
+    def beta1(self) -> float: ...
     @property
-    def beta2(self) -> float:
-        ...
+    def beta2(self) -> float: ...
     @property
-    def eps(self) -> float:
-        ...
+    def eps(self) -> float: ...
     @property
     def names(self) -> list[str]:
         """
         parameter names, in update order
         """
     @property
-    def step_count(self) -> int:
-        ...
+    def step_count(self) -> int: ...
     @step_count.setter
-    def step_count(self, value: int) -> None:
-        ...
+    def step_count(self, value: int) -> None: ...
+
 class Transformer_float32:
     """
     The encoder-decoder Transformer.
     """
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0, precision: str = 'float32') -> None:
-        ...
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        n_layers: int = 6,
+        n_heads: int = 8,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        share_embeddings: bool = False,
+        layer_norm_eps: float = 1e-06,
+        seed: int = 0,
+        precision: str = "float32",
+    ) -> None: ...
     def apply_gradients(self, grad_scale: typing.SupportsFloat = 1.0) -> None:
         """
         Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.
@@ -689,23 +754,52 @@ class Transformer_float32:
         """
         Accumulate every parameter gradient from d loss / d logits (B, T, V).
         """
-    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1, compute_type: str = "float32") -> list[list[tuple[list[int], float, float, bool]]]:
+    def beam_search(
+        self,
+        src: numpy.typing.ArrayLike,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        n_best: int = 1,
+        compute_type: str = "float32",
+    ) -> list[list[tuple[list[int], float, float, bool]]]:
         """
         KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
         """
-    def compute_gradients(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike, grad_scale: typing.SupportsFloat = 1.0) -> tuple[float, float]:
+    def compute_gradients(
+        self,
+        src: numpy.typing.ArrayLike,
+        tgt_in: numpy.typing.ArrayLike,
+        tgt_out: numpy.typing.ArrayLike,
+        grad_scale: typing.SupportsFloat = 1.0,
+    ) -> tuple[float, float]:
         """
         Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
         """
-    def config(self) -> dict[str, typing.Any]:
-        ...
-    def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0, beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09, clip_norm: float = 0.0, label_smoothing: float = 0.0, total_steps: int = 0) -> None:
-        ...
-    def evaluate(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+    def config(self) -> dict[str, typing.Any]: ...
+    def configure_optimizer(
+        self,
+        warmup: int = 4000,
+        lr_scale: float = 1.0,
+        fixed_lr: float = 0.0,
+        beta1: float = 0.9,
+        beta2: float = 0.98,
+        eps: float = 1e-09,
+        clip_norm: float = 0.0,
+        label_smoothing: float = 0.0,
+        total_steps: int = 0,
+    ) -> None: ...
+    def evaluate(
+        self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike
+    ) -> tuple[float, float]:
         """
         Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).
         """
-    def forward(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+    def forward(
+        self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False
+    ) -> numpy.typing.NDArray[numpy.float32]:
         """
         src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)
         """
@@ -713,29 +807,30 @@ class Transformer_float32:
         """
         The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
-    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32") -> numpy.typing.NDArray[numpy.int64]:
+    def greedy_decode(
+        self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
+    ) -> numpy.typing.NDArray[numpy.int64]:
         """
         KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
         """
-    def learning_rate(self, step: int) -> float:
-        ...
+    def learning_rate(self, step: int) -> float: ...
     def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
         """
         Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.
         """
-    def optimizer_config(self) -> dict[str, typing.Any]:
-        ...
+    def optimizer_config(self) -> dict[str, typing.Any]: ...
     def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
         """
         Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
     def set_dropout_seed(self, seed: int) -> None:
         """
         Seed the dropout masks (the counter is kept).
         """
-    def train_step(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+    def train_step(
+        self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike
+    ) -> tuple[float, float]:
         """
         Forward, masked loss, backward and one Adam step; returns (loss, accuracy).
         """
@@ -743,8 +838,7 @@ class Transformer_float32:
         """
         64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).
         """
-    def zero_grad(self) -> None:
-        ...
+    def zero_grad(self) -> None: ...
     def zero_gradient_buffer(self) -> None:
         """
         Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share of the batch).
@@ -755,11 +849,9 @@ class Transformer_float32:
         Training forwards so far: the dropout masks' counter (restore it to resume exactly).
         """
     @dropout_calls.setter
-    def dropout_calls(self, value: int) -> None:
-        ...
+    def dropout_calls(self, value: int) -> None: ...
     @property
-    def last_grad_norm(self) -> float:
-        ...
+    def last_grad_norm(self) -> float: ...
     @property
     def last_token_count(self) -> int:
         """
@@ -771,14 +863,29 @@ class Transformer_float32:
         Optimiser steps taken so far.
         """
     @step.setter
-    def step(self, value: int) -> None:
-        ...
+    def step(self, value: int) -> None: ...
+
 class Transformer_float64:
     """
     The encoder-decoder Transformer.
     """
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048, layout: str = 'interleaved', pre_norm: bool = False, share_embeddings: bool = False, layer_norm_eps: float = 1e-06, seed: int = 0, precision: str = 'float32') -> None:
-        ...
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        n_layers: int = 6,
+        n_heads: int = 8,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        share_embeddings: bool = False,
+        layer_norm_eps: float = 1e-06,
+        seed: int = 0,
+        precision: str = "float32",
+    ) -> None: ...
     def apply_gradients(self, grad_scale: typing.SupportsFloat = 1.0) -> None:
         """
         Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.
@@ -791,23 +898,52 @@ class Transformer_float64:
         """
         Accumulate every parameter gradient from d loss / d logits (B, T, V).
         """
-    def beam_search(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, beam_size: int = 4, length_penalty: float = 0.6, n_best: int = 1, compute_type: str = "float32") -> list[list[tuple[list[int], float, float, bool]]]:
+    def beam_search(
+        self,
+        src: numpy.typing.ArrayLike,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        n_best: int = 1,
+        compute_type: str = "float32",
+    ) -> list[list[tuple[list[int], float, float, bool]]]:
         """
         KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
         """
-    def compute_gradients(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike, grad_scale: typing.SupportsFloat = 1.0) -> tuple[float, float]:
+    def compute_gradients(
+        self,
+        src: numpy.typing.ArrayLike,
+        tgt_in: numpy.typing.ArrayLike,
+        tgt_out: numpy.typing.ArrayLike,
+        grad_scale: typing.SupportsFloat = 1.0,
+    ) -> tuple[float, float]:
         """
         Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
         """
-    def config(self) -> dict[str, typing.Any]:
-        ...
-    def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0, beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-09, clip_norm: float = 0.0, label_smoothing: float = 0.0, total_steps: int = 0) -> None:
-        ...
-    def evaluate(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+    def config(self) -> dict[str, typing.Any]: ...
+    def configure_optimizer(
+        self,
+        warmup: int = 4000,
+        lr_scale: float = 1.0,
+        fixed_lr: float = 0.0,
+        beta1: float = 0.9,
+        beta2: float = 0.98,
+        eps: float = 1e-09,
+        clip_norm: float = 0.0,
+        label_smoothing: float = 0.0,
+        total_steps: int = 0,
+    ) -> None: ...
+    def evaluate(
+        self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike
+    ) -> tuple[float, float]:
         """
         Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).
         """
-    def forward(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+    def forward(
+        self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, training: bool = False
+    ) -> numpy.typing.NDArray[numpy.float64]:
         """
         src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)
         """
@@ -815,29 +951,30 @@ class Transformer_float64:
         """
         The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
-    def greedy_decode(self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32") -> numpy.typing.NDArray[numpy.int64]:
+    def greedy_decode(
+        self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
+    ) -> numpy.typing.NDArray[numpy.int64]:
         """
         KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
         """
-    def learning_rate(self, step: int) -> float:
-        ...
+    def learning_rate(self, step: int) -> float: ...
     def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
         """
         Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.
         """
-    def optimizer_config(self) -> dict[str, typing.Any]:
-        ...
+    def optimizer_config(self) -> dict[str, typing.Any]: ...
     def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
         """
         Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
         """
-    def parameters(self) -> collections.OrderedDict[str, Parameter]:
-        ...
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
     def set_dropout_seed(self, seed: int) -> None:
         """
         Seed the dropout masks (the counter is kept).
         """
-    def train_step(self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike) -> tuple[float, float]:
+    def train_step(
+        self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike
+    ) -> tuple[float, float]:
         """
         Forward, masked loss, backward and one Adam step; returns (loss, accuracy).
         """
@@ -845,8 +982,7 @@ class Transformer_float64:
         """
         64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).
         """
-    def zero_grad(self) -> None:
-        ...
+    def zero_grad(self) -> None: ...
     def zero_gradient_buffer(self) -> None:
         """
         Set gradient_buffer() to 0 and make it ready for apply_gradients (a process without a share of the batch).
@@ -857,11 +993,9 @@ class Transformer_float64:
         Training forwards so far: the dropout masks' counter (restore it to resume exactly).
         """
     @dropout_calls.setter
-    def dropout_calls(self, value: int) -> None:
-        ...
+    def dropout_calls(self, value: int) -> None: ...
     @property
-    def last_grad_norm(self) -> float:
-        ...
+    def last_grad_norm(self) -> float: ...
     @property
     def last_token_count(self) -> int:
         """
@@ -873,120 +1007,182 @@ class Transformer_float64:
         Optimiser steps taken so far.
         """
     @step.setter
-    def step(self, value: int) -> None:
-        ...
+    def step(self, value: int) -> None: ...
+
 def _check_memory(who: str, what: str, bytes: typing.SupportsFloat | typing.SupportsIndex) -> None:
     """
     ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.
     """
-def _bf16_matmul(a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, trans_a: bool, trans_b: bool, c: numpy.typing.ArrayLike | None, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+
+def _bf16_matmul(
+    a: numpy.typing.ArrayLike,
+    b: numpy.typing.ArrayLike,
+    trans_a: bool,
+    trans_b: bool,
+    c: numpy.typing.ArrayLike | None,
+    kernel: str,
+) -> numpy.typing.NDArray[numpy.float32]:
     """
     op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).
     """
+
 def _bf16_supported() -> bool:
     """
     Whether the bfloat16 kernel may run here (CPU, build, environment).
     """
+
 def _bf16_unsupported_reason() -> str:
     """
     Why not, or '' when it may.
     """
+
 def _compute_type_supported(name: str) -> bool:
     """
     Whether decoding with compute type name ('float32', 'int8', 'bf16') may run here.
     """
+
 def _compute_type_unsupported_reason(name: str) -> str:
     """
     Why not, or '' when it may.
     """
-def _decode_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+
+def _decode_linear(
+    x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, kernel: str
+) -> numpy.typing.NDArray[numpy.float32]:
     """
     y = x W^T + b by one decoding kernel (tests).
     """
+
 def _f32_kernel_supported() -> bool:
     """
     Whether the float32 AVX-512 kernel runs the dense layers' products here (CPU, build, environment).
     """
-def _f32_matmul(a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, trans_a: bool, trans_b: bool, c: numpy.typing.ArrayLike | None, bias: numpy.typing.ArrayLike | None, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+
+def _f32_matmul(
+    a: numpy.typing.ArrayLike,
+    b: numpy.typing.ArrayLike,
+    trans_a: bool,
+    trans_b: bool,
+    c: numpy.typing.ArrayLike | None,
+    bias: numpy.typing.ArrayLike | None,
+    kernel: str,
+) -> numpy.typing.NDArray[numpy.float32]:
     """
     op(a) op(b) (+ c) (+ bias) in float32 (tests).
     """
+
 def _fingerprint(data: numpy.ndarray, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
     64-bit fingerprint of a contiguous buffer's bytes (tests).
     """
+
 def _first_argmax(v: numpy.typing.ArrayLike) -> int:
     """
     Index of the first largest value (tests of the decoding argmax).
     """
+
 def _have_decode_kernels() -> bool:
     """
     Whether this build has the AVX-512 decoding kernels.
     """
+
 def _memory_limit_bytes() -> float:
     """
     Bytes this process may still use (see checks.hpp).
     """
-def _quantized_linear(x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, compute_type: str, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
+
+def _quantized_linear(
+    x: numpy.typing.ArrayLike, W: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, compute_type: str, kernel: str
+) -> numpy.typing.NDArray[numpy.float32]:
     """
     y = x W^T + b with int8 or bf16 weights: the kernel, its reference, or the dequantised weight (tests).
     """
+
 def _round_to_bf16(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
     """
     Each value rounded to the nearest bfloat16, ties to even (tests).
     """
-def attention_mask(key_padding: numpy.typing.ArrayLike, query_length: int, causal: bool = False) -> numpy.typing.NDArray[numpy.bool_]:
-    ...
+
+def attention_mask(
+    key_padding: numpy.typing.ArrayLike, query_length: int, causal: bool = False
+) -> numpy.typing.NDArray[numpy.bool_]: ...
 def build_info() -> dict[str, str]:
     """
     Compiler, flags, OpenMP, Eigen version and SIMD level.
     """
+
 def get_num_threads() -> int:
     """
     Number of threads the core will use.
     """
+
 def masked_accuracy_float32(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike) -> float:
     """
     Fraction of targets != 0 whose argmax over logits is right.
     """
+
 def masked_accuracy_float64(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike) -> float:
     """
     Fraction of targets != 0 whose argmax over logits is right.
     """
-def masked_cross_entropy_float32(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike, label_smoothing: float = 0.0, compute_grad: bool = True) -> tuple[float, numpy.ndarray | None]:
+
+def masked_cross_entropy_float32(
+    logits: numpy.typing.ArrayLike,
+    targets: numpy.typing.ArrayLike,
+    label_smoothing: float = 0.0,
+    compute_grad: bool = True,
+) -> tuple[float, numpy.ndarray | None]:
     """
     (loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.
     """
-def masked_cross_entropy_float64(logits: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike, label_smoothing: float = 0.0, compute_grad: bool = True) -> tuple[float, numpy.ndarray | None]:
+
+def masked_cross_entropy_float64(
+    logits: numpy.typing.ArrayLike,
+    targets: numpy.typing.ArrayLike,
+    label_smoothing: float = 0.0,
+    compute_grad: bool = True,
+) -> tuple[float, numpy.ndarray | None]:
     """
     (loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.
     """
+
 def padding_mask(tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]:
     """
     bool (B, T), True where tokens == 0 (padding)
     """
-def positional_encoding(length: int, depth: int, layout: str = 'interleaved', dtype: str = 'float32') -> numpy.ndarray:
-    ...
+
+def positional_encoding(
+    length: int, depth: int, layout: str = "interleaved", dtype: str = "float32"
+) -> numpy.ndarray: ...
 def set_num_threads(n: int) -> None:
     """
     Set the number of threads used by OpenMP loops and Eigen's GEMM.
     """
-def softmax_backward_float32(y: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+
+def softmax_backward_float32(
+    y: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike
+) -> numpy.typing.NDArray[numpy.float32]:
     """
     Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).
     """
-def softmax_backward_float64(y: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+
+def softmax_backward_float64(
+    y: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike
+) -> numpy.typing.NDArray[numpy.float64]:
     """
     Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).
     """
+
 def softmax_float32(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
     """
     Softmax over the last axis; a row that is all -inf gives zeros.
     """
+
 def softmax_float64(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
     """
     Softmax over the last axis; a row that is all -inf gives zeros.
     """
+
 def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> float:
     """
     d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * scale, step counted from 1.

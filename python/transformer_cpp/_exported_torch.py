@@ -144,11 +144,13 @@ class DecoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(d_model, eps=eps)
         self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_blocked: torch.Tensor,
-                cross_blocked: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, self_blocked: torch.Tensor, cross_blocked: torch.Tensor
+    ) -> torch.Tensor:
         x = residual(x, lambda h: self.self_attention(h, h, self_blocked), self.norm1, self.dropout1, self.pre_norm)
-        x = residual(x, lambda h: self.cross_attention(h, memory, cross_blocked), self.norm2, self.dropout2,
-                     self.pre_norm)
+        x = residual(
+            x, lambda h: self.cross_attention(h, memory, cross_blocked), self.norm2, self.dropout2, self.pre_norm
+        )
         return residual(x, self.feed_forward, self.norm3, self.dropout3, self.pre_norm)
 
 
@@ -160,8 +162,10 @@ class Stack(nn.Module):
         self.d_model, self.layout = c["d_model"], c["layout"]
         self.embedding = nn.Embedding(vocab_size, c["d_model"])
         self.dropout = nn.Dropout(c["dropout"])
-        self.layers = nn.ModuleList(layer(c["d_model"], c["n_heads"], c["d_ff"], c["dropout"], c["pre_norm"],
-                                          c["layer_norm_eps"]) for _ in range(c["n_layers"]))
+        self.layers = nn.ModuleList(
+            layer(c["d_model"], c["n_heads"], c["d_ff"], c["dropout"], c["pre_norm"], c["layer_norm_eps"])
+            for _ in range(c["n_layers"])
+        )
         self.norm = nn.LayerNorm(c["d_model"], eps=c["layer_norm_eps"]) if c["pre_norm"] else None
         self._table = torch.zeros(0, c["d_model"], dtype=torch.float64)
 
@@ -316,8 +320,13 @@ def output_limit(source_tokens: int) -> int:
     return int(1.5 * source_tokens) + 10
 
 
-def translate(model: Transformer, src_tokenizer: Any, tgt_tokenizer: Any, sentences: Sequence[str],
-              max_length: Optional[int] = None) -> List[str]:
+def translate(
+    model: Transformer,
+    src_tokenizer: Any,
+    tgt_tokenizer: Any,
+    sentences: Sequence[str],
+    max_length: Optional[int] = None,
+) -> List[str]:
     """Greedy translations of ``sentences`` (one batch)."""
     ids_of = special_ids(model)
     encoded = [encode(src_tokenizer, " ".join(s.split()), ids_of["start"], ids_of["end"]) for s in sentences]

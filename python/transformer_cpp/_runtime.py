@@ -19,7 +19,9 @@ def _affordable_threads() -> int:
     import resource
 
     most = 1024
-    limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)) if r is not None]
+    limits = [
+        resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)) if r is not None
+    ]
     limits = [x for x in limits if x != resource.RLIM_INFINITY]
     if not limits:
         return most
@@ -54,8 +56,12 @@ def _tame_thread_environment() -> None:
     most = _affordable_threads()
     if asked > most:
         os.environ["OMP_NUM_THREADS"] = str(most)
-        warnings.warn(f"transformer_cpp: OMP_NUM_THREADS asks for {asked} threads, more than the core allows (1024) "
-                      f"or the address space holds (ulimit -v); using {most}", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"transformer_cpp: OMP_NUM_THREADS asks for {asked} threads, more than the core allows (1024) "
+            f"or the address space holds (ulimit -v); using {most}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 _tame_thread_environment()
@@ -75,9 +81,7 @@ def _positive_int(value: object, name: str, who: str) -> int:
     return int(value)
 
 
-def positional_encoding(
-    length: int, depth: int, layout: str = "interleaved", dtype: str = "float32"
-) -> np.ndarray:
+def positional_encoding(length: int, depth: int, layout: str = "interleaved", dtype: str = "float32") -> np.ndarray:
     """The sinusoidal positional encoding of "Attention Is All You Need", computed in C++.
 
     Args:
@@ -158,12 +162,28 @@ class ThreadGovernor:
     _direction: int
     _units: int
 
-    def __init__(self, most: int, set_threads: Optional[Callable[[int], None]] = None, *,
-                 window: int = 16, probe_units: int = 4, settle_units: int = 1, first_probe: int = 6, interval: int = 40,
-                 max_interval: int = 1000, margin: float = 0.05, slowdown: float = 1.3) -> None:
+    def __init__(
+        self,
+        most: int,
+        set_threads: Optional[Callable[[int], None]] = None,
+        *,
+        window: int = 16,
+        probe_units: int = 4,
+        settle_units: int = 1,
+        first_probe: int = 6,
+        interval: int = 40,
+        max_interval: int = 1000,
+        margin: float = 0.05,
+        slowdown: float = 1.3,
+    ) -> None:
         self.most = _positive_int(most, "most", "ThreadGovernor")
-        for name, value in (("window", window), ("probe_units", probe_units), ("first_probe", first_probe),
-                            ("interval", interval), ("max_interval", max_interval)):
+        for name, value in (
+            ("window", window),
+            ("probe_units", probe_units),
+            ("first_probe", first_probe),
+            ("interval", interval),
+            ("max_interval", max_interval),
+        ):
             _positive_int(value, name, "ThreadGovernor")
         if isinstance(settle_units, bool) or not isinstance(settle_units, numbers.Integral) or settle_units < 0:
             raise ValueError(f"ThreadGovernor: settle_units must be an integer >= 0, got {settle_units!r}")
@@ -177,16 +197,16 @@ class ThreadGovernor:
         self.window, self.probe_units, self.settle_units = window, probe_units, settle_units
         self.min_interval, self.max_interval = interval, max_interval
         self.margin, self.slowdown = margin, slowdown
-        self.current = self.most          # the count in use outside probes
-        self.threads = self.most          # the count the next unit runs with
+        self.current = self.most  # the count in use outside probes
+        self.threads = self.most  # the count the next unit runs with
         self._recent: Deque[float] = deque(maxlen=window)
-        self._reference: Optional[float] = None   # seconds per unit when the last decision was made
+        self._reference: Optional[float] = None  # seconds per unit when the last decision was made
         self._interval = first_probe  # look around early once (a machine busy from the start), then rarely
         self._since_probe = 0
         self._probe: Optional[int] = None  # the count being probed
         self._probe_rates: List[float] = []
         self._probe_skip = 0
-        self._direction = -1               # the next scheduled probe: -1 fewer threads, +1 more
+        self._direction = -1  # the next scheduled probe: -1 fewer threads, +1 more
         self.history: List[Tuple[int, int]] = []  # (units seen, threads) at every change
         self._units = 0
         self._set(self.most)
@@ -227,7 +247,7 @@ class ThreadGovernor:
         rate = seconds / units
         self._units += 1
         if self._probe is not None:
-            if self._probe_skip > 0:   # the first unit after a change warms caches and threads
+            if self._probe_skip > 0:  # the first unit after a change warms caches and threads
                 self._probe_skip -= 1
                 return
             self._probe_rates.append(rate)
@@ -257,9 +277,8 @@ class ThreadGovernor:
         if self._reference is None and len(self._recent) >= min(self.window, 4):
             self._reference = self._median(self._recent)
         tail = list(self._recent)[-4:]
-        if (self._reference is not None and len(tail) == 4
-                and self._median(tail) > self._reference * self.slowdown):
-            self._interval = self.min_interval      # the machine changed: look around now
+        if self._reference is not None and len(tail) == 4 and self._median(tail) > self._reference * self.slowdown:
+            self._interval = self.min_interval  # the machine changed: look around now
             self._direction = -1
             self._start_probe()
         elif self._since_probe >= self._interval and len(self._recent) >= 4:

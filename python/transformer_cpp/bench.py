@@ -96,13 +96,13 @@ _FIRST_WORD_ID = 3
 JSON_SCHEMA_VERSION = 1
 
 # The issue's targets (met by optimisation work on the core, measured here).
-TARGET_TRAIN_RATIO = 1.5         # training tokens/s, ours / PyTorch
-TARGET_TRAIN_PEAK = 0.60         # achieved model GFLOP/s / GEMM peak
-TARGET_DECODE_VS_TORCH = 5.0     # greedy sentences/s at batch 32, ours / PyTorch tutorial loop
-TARGET_DECODE_VS_CT2 = 1.0       # greedy sentences/s at batch 32, ours / CTranslate2 float32
+TARGET_TRAIN_RATIO = 1.5  # training tokens/s, ours / PyTorch
+TARGET_TRAIN_PEAK = 0.60  # achieved model GFLOP/s / GEMM peak
+TARGET_DECODE_VS_TORCH = 5.0  # greedy sentences/s at batch 32, ours / PyTorch tutorial loop
+TARGET_DECODE_VS_CT2 = 1.0  # greedy sentences/s at batch 32, ours / CTranslate2 float32
 TARGET_TRAIN_VS_TORCH_BF16 = 1.5  # training tokens/s, best precision of ours / PyTorch bf16 autocast
 TARGET_DECODE_VS_CT2_INT8 = {"32": 1.5, "1": 2.0}  # greedy sentences/s, best of ours / CTranslate2 int8
-TARGET_MEMORY_RATIO = 1.0        # training peak memory (delta over imports), ours / PyTorch, at most
+TARGET_MEMORY_RATIO = 1.0  # training peak memory (delta over imports), ours / PyTorch, at most
 TARGET_SCALING_PER_THREAD = 0.9  # speed-up from 1 to N threads >= 0.9 N (the target: 2 threads >= 1.8x)
 
 
@@ -116,57 +116,85 @@ class BenchShapes:
     """Model and batch shapes of one benchmark configuration."""
 
     name: str
-    batch: int = 64               # sentences per training batch
-    min_length: int = 4           # shortest sentence, start and end tokens included
-    max_length: int = 15          # longest sentence (and the model's positional table)
+    batch: int = 64  # sentences per training batch
+    min_length: int = 4  # shortest sentence, start and end tokens included
+    max_length: int = 15  # longest sentence (and the model's positional table)
     d_model: int = 512
-    n_layers: int = 4             # encoder layers = decoder layers
+    n_layers: int = 4  # encoder layers = decoder layers
     d_ff: int = 512
     n_heads: int = 8
     src_vocab: int = 14_000
     tgt_vocab: int = 15_500
     dropout: float = 0.1
-    gemm_n: int = 2048            # GEMM peak matrix size
+    gemm_n: int = 2048  # GEMM peak matrix size
     gemm_repeats: int = 5
-    warmup: int = 2               # training steps per implementation, not timed
-    steps: int = 5                # timed training steps per implementation
-    scaling_steps: int = 2        # timed steps per thread count in the scaling section
-    busy_settle: int = 12         # busy-machine section: untimed steps (the governor finds its count)
-    busy_steps: int = 24          # busy-machine section: units after settling (the first of each block untimed)
-    sentences: int = 256          # greedy decoding: sentences translated per batch size
+    warmup: int = 2  # training steps per implementation, not timed
+    steps: int = 5  # timed training steps per implementation
+    scaling_steps: int = 2  # timed steps per thread count in the scaling section
+    busy_settle: int = 12  # busy-machine section: untimed steps (the governor finds its count)
+    busy_steps: int = 24  # busy-machine section: units after settling (the first of each block untimed)
+    sentences: int = 256  # greedy decoding: sentences translated per batch size
     decode_batches: Tuple[int, ...] = (1, 32)
-    memory_steps: int = 3         # training steps in each memory child (the first ones warm up)
+    memory_steps: int = 3  # training steps in each memory child (the first ones warm up)
 
     def model_config(self, seed: int = 0) -> Dict[str, Any]:
         """Keyword arguments of :class:`transformer_cpp.Transformer` for these shapes."""
-        return dict(src_vocab_size=self.src_vocab, tgt_vocab_size=self.tgt_vocab, d_model=self.d_model,
-                    n_layers=self.n_layers, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
-                    max_length=self.max_length, seed=seed)
+        return dict(
+            src_vocab_size=self.src_vocab,
+            tgt_vocab_size=self.tgt_vocab,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            max_length=self.max_length,
+            seed=seed,
+        )
 
 
 # The ``tutorial`` preset (model.PRESETS) with the tutorial's vocabularies and batch size.
 TUTORIAL_SHAPES = BenchShapes(name="tutorial")
 # Tiny shapes for CI smoke runs: seconds, not minutes. Numbers mean little.
-QUICK_SHAPES = BenchShapes(name="quick", batch=8, max_length=10, d_model=64, n_layers=2, d_ff=128, n_heads=4,
-                           src_vocab=300, tgt_vocab=320, gemm_n=256, gemm_repeats=3, warmup=1, steps=2,
-                           scaling_steps=1, sentences=8, decode_batches=(1, 4), memory_steps=2,
-                           busy_settle=8, busy_steps=3)
+QUICK_SHAPES = BenchShapes(
+    name="quick",
+    batch=8,
+    max_length=10,
+    d_model=64,
+    n_layers=2,
+    d_ff=128,
+    n_heads=4,
+    src_vocab=300,
+    tgt_vocab=320,
+    gemm_n=256,
+    gemm_repeats=3,
+    warmup=1,
+    steps=2,
+    scaling_steps=1,
+    sentences=8,
+    decode_batches=(1, 4),
+    memory_steps=2,
+    busy_settle=8,
+    busy_steps=3,
+)
 
 
-def random_sentences(rng: np.random.Generator, count: int, vocab: int, min_length: int,
-                     max_length: int) -> List[np.ndarray]:
+def random_sentences(
+    rng: np.random.Generator, count: int, vocab: int, min_length: int, max_length: int
+) -> List[np.ndarray]:
     """``count`` sentences ``[START, w..., END]`` with lengths uniform in ``[min_length, max_length]``
     (start and end tokens included) and words uniform in ``[3, vocab)``."""
     lengths = rng.integers(min_length, max_length + 1, size=count)
-    return [np.concatenate(([START_ID], rng.integers(_FIRST_WORD_ID, vocab, size=n - 2), [END_ID])).astype(np.int64)
-            for n in lengths]
+    return [
+        np.concatenate(([START_ID], rng.integers(_FIRST_WORD_ID, vocab, size=n - 2), [END_ID])).astype(np.int64)
+        for n in lengths
+    ]
 
 
 def pad(sentences: Sequence[np.ndarray]) -> np.ndarray:
     """Right-pad int sentences with 0 to the longest one: (B, max length) int64."""
     out = np.zeros((len(sentences), max(len(s) for s in sentences)), np.int64)
     for i, s in enumerate(sentences):
-        out[i, :len(s)] = s
+        out[i, : len(s)] = s
     return out
 
 
@@ -174,10 +202,10 @@ def pad(sentences: Sequence[np.ndarray]) -> np.ndarray:
 class Batch:
     """One training batch with teacher forcing: ``tgt_in = tgt[:, :-1]``, ``tgt_out = tgt[:, 1:]``."""
 
-    src: np.ndarray      # (B, S) int64, 0-padded
-    tgt_in: np.ndarray   # (B, T) int64
+    src: np.ndarray  # (B, S) int64, 0-padded
+    tgt_in: np.ndarray  # (B, T) int64
     tgt_out: np.ndarray  # (B, T) int64
-    tokens: int          # non-padding target tokens (what the loss averages over)
+    tokens: int  # non-padding target tokens (what the loss averages over)
 
 
 def make_batches(shapes: BenchShapes, count: int, seed: int = 0) -> List[Batch]:
@@ -213,9 +241,14 @@ def forward_matmul_flops(shapes: BenchShapes, batch_size: int, src_len: int, tgt
     b, s, t = batch_size, src_len, tgt_len
     d, f, n_layers, v = shapes.d_model, shapes.d_ff, shapes.n_layers, shapes.tgt_vocab
     encoder_layer = 4 * 2 * b * s * d * d + 2 * 2 * b * s * s * d + 2 * 2 * b * s * d * f
-    decoder_layer = (4 * 2 * b * t * d * d + 2 * 2 * b * t * t * d
-                     + 2 * 2 * b * t * d * d + 2 * 2 * b * s * d * d + 2 * 2 * b * t * s * d
-                     + 2 * 2 * b * t * d * f)
+    decoder_layer = (
+        4 * 2 * b * t * d * d
+        + 2 * 2 * b * t * t * d
+        + 2 * 2 * b * t * d * d
+        + 2 * 2 * b * s * d * d
+        + 2 * 2 * b * t * s * d
+        + 2 * 2 * b * t * d * f
+    )
     return n_layers * (encoder_layer + decoder_layer) + 2 * b * t * d * v
 
 
@@ -234,9 +267,14 @@ def useful_forward_flops(shapes: BenchShapes, batch: Batch) -> int:
     t = np.count_nonzero((batch.tgt_in != 0) | (batch.tgt_out != 0), axis=1).astype(np.int64)
     ns, nt = int(s.sum()), int(t.sum())
     encoder_layer = 4 * 2 * ns * d * d + 2 * 2 * int((s * s).sum()) * d + 2 * 2 * ns * d * f
-    decoder_layer = (4 * 2 * nt * d * d + 2 * 2 * int((t * t).sum()) * d
-                     + 2 * 2 * nt * d * d + 2 * 2 * ns * d * d + 2 * 2 * int((t * s).sum()) * d
-                     + 2 * 2 * nt * d * f)
+    decoder_layer = (
+        4 * 2 * nt * d * d
+        + 2 * 2 * int((t * t).sum()) * d
+        + 2 * 2 * nt * d * d
+        + 2 * 2 * ns * d * d
+        + 2 * 2 * int((t * s).sum()) * d
+        + 2 * 2 * nt * d * f
+    )
     return n_layers * (encoder_layer + decoder_layer) + 2 * nt * d * v
 
 
@@ -258,8 +296,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+_THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 def _openblas_set_threads(n: int) -> Optional[str]:
@@ -275,8 +319,12 @@ def _openblas_set_threads(n: int) -> Optional[str]:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for symbol in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                       "openblas_set_num_threads64_", "openblas_set_num_threads"):
+        for symbol in (
+            "scipy_openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_",
+            "openblas_set_num_threads",
+        ):
             fn = getattr(lib, symbol, None)
             if fn is not None:
                 fn.argtypes = [ctypes.c_int]
@@ -324,8 +372,11 @@ def _cpu_model() -> str:
 def machine_facts() -> Dict[str, Any]:
     """CPU, cores, load and library versions, for the report header."""
     facts: Dict[str, Any] = {
-        "cpu": _cpu_model(), "cores": available_cores(), "python": platform.python_version(),
-        "numpy": np.__version__, "transformer_cpp": __version__,
+        "cpu": _cpu_model(),
+        "cores": available_cores(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "transformer_cpp": __version__,
         "build": {k: v for k, v in build_info().items() if k in ("compiler", "flags", "openmp", "simd")},
     }
     try:
@@ -378,8 +429,13 @@ def gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0) -> Dict[str, Any]:
         np.matmul(a, b, out=c)
         times.append(time.perf_counter() - t0)
     best = min(times)
-    return {"n": n, "repeats": len(times), "best_s": best, "gflops": 2.0 * n ** 3 / best / 1e9,
-            "median_gflops": 2.0 * n ** 3 / statistics.median(times) / 1e9}
+    return {
+        "n": n,
+        "repeats": len(times),
+        "best_s": best,
+        "gflops": 2.0 * n**3 / best / 1e9,
+        "median_gflops": 2.0 * n**3 / statistics.median(times) / 1e9,
+    }
 
 
 def gemm_probe(n: int = 2048, seed: int = 0) -> Callable[[], float]:
@@ -392,7 +448,7 @@ def gemm_probe(n: int = 2048, seed: int = 0) -> Callable[[], float]:
     def probe() -> float:
         t0 = time.perf_counter()
         np.matmul(a, b, out=c)
-        return 2.0 * n ** 3 / (time.perf_counter() - t0) / 1e9
+        return 2.0 * n**3 / (time.perf_counter() - t0) / 1e9
 
     return probe
 
@@ -417,7 +473,7 @@ def bf16_gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0, torch_module:
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-        return 2.0 * n ** 3 / min(times) / 1e9
+        return 2.0 * n**3 / min(times) / 1e9
 
     if torch_module is not None:
         ta = torch_module.from_numpy(a).to(torch_module.bfloat16)
@@ -446,8 +502,9 @@ class TorchTrainer:
     """The reference model of :mod:`transformer_cpp.torch_reference` with ``torch.optim.Adam``
     (same betas, eps and learning rate as ours), weights copied from ``model`` when given."""
 
-    def __init__(self, shapes: BenchShapes, model: Optional[Transformer] = None, seed: int = 0,
-                 autocast: bool = False) -> None:
+    def __init__(
+        self, shapes: BenchShapes, model: Optional[Transformer] = None, seed: int = 0, autocast: bool = False
+    ) -> None:
         import torch
 
         self.autocast = bool(autocast)  # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
@@ -458,7 +515,7 @@ class TorchTrainer:
         self.ref = build_reference(config)
         if model is not None:
             copy_weights_to_reference(model, self.ref)
-        lr = model.learning_rate(1) if model is not None else shapes.d_model ** -0.5 * 4000 ** -1.5
+        lr = model.learning_rate(1) if model is not None else shapes.d_model**-0.5 * 4000**-1.5
         self.optimizer = torch.optim.Adam(self.ref.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
 
     def tensors(self, batch: Batch) -> Tuple[Any, Any, Any]:
@@ -485,18 +542,29 @@ def _median_rate(amounts: Sequence[float], seconds: Sequence[float]) -> float:
     return statistics.median(a / s for a, s in zip(amounts, seconds))
 
 
-def _summarise_steps(batches: Sequence[Batch], seconds: Sequence[float], flops: Sequence[int],
-                     peak_gflops: Optional[float], losses: Sequence[float]) -> Dict[str, Any]:
+def _summarise_steps(
+    batches: Sequence[Batch],
+    seconds: Sequence[float],
+    flops: Sequence[int],
+    peak_gflops: Optional[float],
+    losses: Sequence[float],
+) -> Dict[str, Any]:
     gflops = _median_rate(flops, seconds) / 1e9
-    out = {"tokens_per_s": _median_rate([b.tokens for b in batches], seconds),
-           "step_s_median": statistics.median(seconds), "step_s": list(seconds), "gflops": gflops,
-           "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}
+    out = {
+        "tokens_per_s": _median_rate([b.tokens for b in batches], seconds),
+        "step_s_median": statistics.median(seconds),
+        "step_s": list(seconds),
+        "gflops": gflops,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+    }
     out["peak_fraction"] = gflops / peak_gflops if peak_gflops else None
     return out
 
 
-def _bf16_trainers(shapes: BenchShapes, model: Transformer, with_torch: bool,
-                   seed: int = 0) -> Tuple[Dict[str, Callable[[Batch], Tuple[float, float]]], List[str]]:
+def _bf16_trainers(
+    shapes: BenchShapes, model: Transformer, with_torch: bool, seed: int = 0
+) -> Tuple[Dict[str, Callable[[Batch], Tuple[float, float]]], List[str]]:
     """The low-precision training peers, started from ``model``'s weights (call before it trains):
     ours with ``precision="bf16"`` (when the CPU has AVX512_BF16) and PyTorch under bf16 autocast
     (when ``with_torch``). Returns ``{name: step function}`` (a step returns ``(seconds, loss)``)
@@ -532,9 +600,14 @@ def _bf16_trainers(shapes: BenchShapes, model: Transformer, with_torch: bool,
     return steps, notes
 
 
-def bench_training(shapes: BenchShapes, peak_gflops: Optional[float], with_torch: bool,
-                   seed: int = 0, bf16_peak_gflops: Optional[float] = None,
-                   low_precision: bool = True) -> Dict[str, Any]:
+def bench_training(
+    shapes: BenchShapes,
+    peak_gflops: Optional[float],
+    with_torch: bool,
+    seed: int = 0,
+    bf16_peak_gflops: Optional[float] = None,
+    low_precision: bool = True,
+) -> Dict[str, Any]:
     """Ours and (if ``with_torch``) PyTorch on the same batches, alternating step by step (who goes
     first alternates too); the first ``shapes.warmup`` steps of each are not timed. With
     ``low_precision``, ours in bf16 and PyTorch under bf16 autocast take their turns too (see
@@ -577,46 +650,60 @@ def bench_training(shapes: BenchShapes, peak_gflops: Optional[float], with_torch
                 times[name].append(seconds)
         if i >= shapes.warmup:
             probes.append(probe())
-        _log(f"training step {i + 1}/{len(batches)}"
-             + ("" if i >= shapes.warmup else " (warm-up)")
-             + "".join(f"  {n} {times[n][-1]:.3f}s" for n, _ in runners if i >= shapes.warmup))
-    timed = batches[shapes.warmup:]
-    tflops = flops[shapes.warmup:]
+        _log(
+            f"training step {i + 1}/{len(batches)}"
+            + ("" if i >= shapes.warmup else " (warm-up)")
+            + "".join(f"  {n} {times[n][-1]:.3f}s" for n, _ in runners if i >= shapes.warmup)
+        )
+    timed = batches[shapes.warmup :]
+    tflops = flops[shapes.warmup :]
     result: Dict[str, Any] = {
-        "shapes": asdict(shapes), "warmup": shapes.warmup, "steps": shapes.steps,
+        "shapes": asdict(shapes),
+        "warmup": shapes.warmup,
+        "steps": shapes.steps,
         "mean_target_tokens": statistics.mean(b.tokens for b in timed),
         "mean_src_len": statistics.mean(b.src.shape[1] for b in timed),
         "mean_tgt_len": statistics.mean(b.tgt_in.shape[1] for b in timed),
         "flops_per_step_mean": statistics.mean(tflops),
         "num_parameters": model.num_parameters(),
         "ours": _summarise_steps(timed, times["ours"], tflops, peak_gflops, losses["ours"]),
-        "useful_flops_per_step_mean": statistics.mean(useful[shapes.warmup:]),
-        "torch": None, "ratio": None,
+        "useful_flops_per_step_mean": statistics.mean(useful[shapes.warmup :]),
+        "torch": None,
+        "ratio": None,
         "gemm_during_steps_gflops": statistics.median(probes),
     }
     result["ours"]["fraction_of_gemm_during_steps"] = result["ours"]["gflops"] / result["gemm_during_steps_gflops"]
     # the same steps measured on the work actually needed (real tokens): see useful_forward_flops
-    result["ours"]["useful_gflops"] = _median_rate(useful[shapes.warmup:], times["ours"]) / 1e9
+    result["ours"]["useful_gflops"] = _median_rate(useful[shapes.warmup :], times["ours"]) / 1e9
     result["ours"]["useful_peak_fraction"] = (result["ours"]["useful_gflops"] / peak_gflops) if peak_gflops else None
     if trainer is not None:
         result["torch"] = _summarise_steps(timed, times["torch"], tflops, peak_gflops, losses["torch"])
         result["ratio"] = result["ours"]["tokens_per_s"] / result["torch"]["tokens_per_s"]
-        result["torch"]["fraction_of_gemm_during_steps"] = (result["torch"]["gflops"]
-                                                            / result["gemm_during_steps_gflops"])
+        result["torch"]["fraction_of_gemm_during_steps"] = (
+            result["torch"]["gflops"] / result["gemm_during_steps_gflops"]
+        )
     result.update(_low_precision_training_summary(result, low, timed, times, losses, tflops, bf16_peak_gflops))
     result["low_precision_notes"] = low_notes
     return result
 
 
-def _low_precision_training_summary(result: Dict[str, Any], low: Dict[str, Any], timed: Sequence[Batch],
-                                    times: Dict[str, List[float]], losses: Dict[str, List[float]],
-                                    flops: Sequence[int], bf16_peak_gflops: Optional[float]) -> Dict[str, Any]:
+def _low_precision_training_summary(
+    result: Dict[str, Any],
+    low: Dict[str, Any],
+    timed: Sequence[Batch],
+    times: Dict[str, List[float]],
+    losses: Dict[str, List[float]],
+    flops: Sequence[int],
+    bf16_peak_gflops: Optional[float],
+) -> Dict[str, Any]:
     """The bf16 peers' rows and the ratios of the best precision of ours against each PyTorch."""
     out: Dict[str, Any] = {}
     for name in low:
         out[name] = _summarise_steps(timed, times[name], flops, bf16_peak_gflops, losses[name])
-    rates = {name: (result.get(name) or out.get(name) or {}).get("tokens_per_s")
-             for name in ("ours", "ours_bf16", "torch", "torch_bf16")}
+    rates = {
+        name: (result.get(name) or out.get(name) or {}).get("tokens_per_s")
+        for name in ("ours", "ours_bf16", "torch", "torch_bf16")
+    }
     ours = {k: v for k, v in rates.items() if k.startswith("ours") and v}
     if ours:
         best = max(ours, key=lambda k: ours[k])
@@ -651,8 +738,7 @@ def trim_outputs(out: np.ndarray, end_id: int = END_ID) -> List[Tuple[int, ...]]
     return rows
 
 
-def python_loop_greedy(model: Transformer, src: np.ndarray, start_id: int, end_id: int,
-                       max_length: int) -> np.ndarray:
+def python_loop_greedy(model: Transformer, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
     """Greedy decoding as a Python loop over ``model.forward`` on the growing prefix (no cache):
     the fallback when the core has no ``greedy_decode``. Same output convention."""
     b = src.shape[0]
@@ -673,8 +759,10 @@ def ours_greedy_function(model: Transformer) -> Tuple[Callable[..., np.ndarray],
     """Our greedy decoder and its label: the C++ KV-cached ``greedy_decode`` if the core has it."""
     if hasattr(model._core, "greedy_decode"):
         return model.greedy_decode, "C++ greedy_decode (KV cache)"
-    return (lambda src, s, e, n: python_loop_greedy(model, src, s, e, n),
-            "Python loop over Transformer.forward (no greedy_decode in this build)")
+    return (
+        lambda src, s, e, n: python_loop_greedy(model, src, s, e, n),
+        "Python loop over Transformer.forward (no greedy_decode in this build)",
+    )
 
 
 def torch_tutorial_greedy(ref: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
@@ -717,8 +805,9 @@ class CTranslate2Greedy:
         self.target_ids = {t: i for i, t in enumerate(self.target_vocab)}
         # the model is converted in float32; "int8" quantises it when loading (CTranslate2's CPU advice)
         self.compute_type = compute_type
-        self.translator = ctranslate2.Translator(workdir, device="cpu", compute_type=compute_type,
-                                                 inter_threads=1, intra_threads=threads)
+        self.translator = ctranslate2.Translator(
+            workdir, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+        )
 
     def prepare(self, src: np.ndarray) -> List[List[str]]:
         """Token strings of every 0-padded row (padding removed)."""
@@ -728,23 +817,30 @@ class CTranslate2Greedy:
         """The timed call: greedy search, the padding/unknown id 0 never generated, the end token
         allowed at the first step (CTranslate2's default ``min_decoding_length`` is 1, ours 0) and
         kept in the output."""
-        return self.translator.translate_batch(tokens, beam_size=1, max_decoding_length=max_length,
-                                               min_decoding_length=0, disable_unk=True,
-                                               return_end_token=True, max_batch_size=0)
+        return self.translator.translate_batch(
+            tokens,
+            beam_size=1,
+            max_decoding_length=max_length,
+            min_decoding_length=0,
+            disable_unk=True,
+            return_end_token=True,
+            max_batch_size=0,
+        )
 
     def to_ids(self, results: List[Any]) -> np.ndarray:
         rows = [[self.target_ids[t] for t in r.hypotheses[0]] for r in results]
         out = np.zeros((len(rows), max([len(r) for r in rows] + [1])), np.int64)
         for i, r in enumerate(rows):
-            out[i, :len(r)] = r
+            out[i, : len(r)] = r
         return out
 
     def decode(self, src: np.ndarray, max_length: int) -> np.ndarray:
         return self.to_ids(self.translate(self.prepare(src), max_length))
 
 
-def _max_log_prob_difference(model: Transformer, ct: "CTranslate2Greedy", src: np.ndarray,
-                             outputs: List[Tuple[int, ...]]) -> float:
+def _max_log_prob_difference(
+    model: Transformer, ct: "CTranslate2Greedy", src: np.ndarray, outputs: List[Tuple[int, ...]]
+) -> float:
     """Largest |log p(token)| difference between CTranslate2's ``score_batch`` and our forward pass
     along our greedy outputs (teacher-forced), over every sentence and position."""
     targets = [[ct.target_vocab[i] for i in (row[:-1] if row and row[-1] == END_ID else row)] for row in outputs]
@@ -753,16 +849,17 @@ def _max_log_prob_difference(model: Transformer, ct: "CTranslate2Greedy", src: n
     for i, (row, res) in enumerate(zip(outputs, scored)):
         if not row:
             continue
-        logits = model.forward(src[i:i + 1], np.array([(START_ID,) + row[:-1]], np.int64))[0].astype(np.float64)
+        logits = model.forward(src[i : i + 1], np.array([(START_ID,) + row[:-1]], np.int64))[0].astype(np.float64)
         shifted = logits - logits.max(-1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
         ours = log_probs[np.arange(len(row)), list(row)]
-        worst = max(worst, float(np.max(np.abs(np.asarray(res.log_probs[:len(row)], np.float64) - ours))))
+        worst = max(worst, float(np.max(np.abs(np.asarray(res.log_probs[: len(row)], np.float64) - ours))))
     return worst
 
 
-def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24, layout: str = "interleaved",
-                            share_embeddings: bool = False) -> Tuple[bool, str]:
+def check_ctranslate2_exact(
+    threads: int = 1, seed: int = 7, sentences: int = 24, layout: str = "interleaved", share_embeddings: bool = False
+) -> Tuple[bool, str]:
     """Is the CTranslate2 conversion exact? On a small random float32 model whose end-token bias
     makes some sentences stop early, CTranslate2's greedy outputs must equal ours token for token
     (at batch 1 and padded in one batch), its token log-probabilities (``score_batch``) must agree
@@ -771,17 +868,30 @@ def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24
     ct2, why = _import_ctranslate2()
     if ct2 is None:
         return False, why or "CTranslate2 not available"
-    model = Transformer(37, 41, d_model=32, n_layers=2, n_heads=4, d_ff=48, dropout=0.1, max_length=12,
-                        layout=layout, share_embeddings=share_embeddings, seed=seed)
+    model = Transformer(
+        37,
+        41,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        dropout=0.1,
+        max_length=12,
+        layout=layout,
+        share_embeddings=share_embeddings,
+        seed=seed,
+    )
     bias = model.parameters()["output.bias"].value
     bias[END_ID] = 1.5  # some sentences end at once, some run to max_length, some in between
     rng = np.random.default_rng(seed)
     srcs = random_sentences(rng, sentences, 37, 3, 12)
     padded = pad(srcs)
     max_len = 12
-    ours_batch = trim_outputs(model.greedy_decode(padded, START_ID, END_ID, max_len)
-                              if hasattr(model._core, "greedy_decode")
-                              else python_loop_greedy(model, padded, START_ID, END_ID, max_len))
+    ours_batch = trim_outputs(
+        model.greedy_decode(padded, START_ID, END_ID, max_len)
+        if hasattr(model._core, "greedy_decode")
+        else python_loop_greedy(model, padded, START_ID, END_ID, max_len)
+    )
     with tempfile.TemporaryDirectory(prefix="tcpp-ct2-check-") as tmp:
         try:
             ct = CTranslate2Greedy(model, threads, tmp)
@@ -798,8 +908,10 @@ def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24
         return False, f"greedy outputs differ from ours on {bad} of {2 * len(srcs)} decodes of a small random model"
     if not worst < 1e-4:
         return False, f"token log-probabilities differ from ours by up to {worst:.2g} (float32 rounding is ~1e-6)"
-    note = (f"identical greedy outputs on {len(srcs)} sentences (output lengths {lengths}) at batch 1 and padded, "
-            f"token log-probs within {worst:.1g} of ours")
+    note = (
+        f"identical greedy outputs on {len(srcs)} sentences (output lengths {lengths}) at batch 1 and padded, "
+        f"token log-probs within {worst:.1g} of ours"
+    )
     torch, _ = _import_torch()
     if torch is not None:
         from .torch_reference import build_reference, copy_weights_to_reference
@@ -813,9 +925,9 @@ def check_ctranslate2_exact(threads: int = 1, seed: int = 7, sentences: int = 24
     return True, note
 
 
-def _low_precision_decoders(model: Transformer, threads: int, max_len: int, ct2_dir: Optional[str]
-                            ) -> Tuple[Dict[str, Tuple[str, Callable[[Any], np.ndarray], Callable[[np.ndarray], Any]]],
-                                       List[str]]:
+def _low_precision_decoders(
+    model: Transformer, threads: int, max_len: int, ct2_dir: Optional[str]
+) -> Tuple[Dict[str, Tuple[str, Callable[[Any], np.ndarray], Callable[[np.ndarray], Any]]], List[str]]:
     """The low-precision decoding peers on ``model``'s weights: ours with ``compute_type`` int8 and
     bf16 (where the CPU has VNNI / AVX512_BF16) and, with ``ct2_dir`` (a directory for a second
     conversion; None when the float32 conversion was not exact), CTranslate2 int8. Returns
@@ -826,23 +938,35 @@ def _low_precision_decoders(model: Transformer, threads: int, max_len: int, ct2_
     notes: List[str] = []
     for ct in ("int8", "bf16"):
         if kernels.have_compute_type(ct):
-            out[f"ours_{ct}"] = (f"C++ greedy_decode, compute_type {ct}",
-                                 lambda src, ct=ct: model.greedy_decode(src, START_ID, END_ID, max_len, compute_type=ct),
-                                 lambda src: src)
+            out[f"ours_{ct}"] = (
+                f"C++ greedy_decode, compute_type {ct}",
+                lambda src, ct=ct: model.greedy_decode(src, START_ID, END_ID, max_len, compute_type=ct),
+                lambda src: src,
+            )
         else:
             notes.append(f"ours {ct} decoding skipped: {kernels.compute_type_unsupported_reason(ct)}")
     if ct2_dir is not None:
         os.makedirs(os.path.join(ct2_dir, "int8"), exist_ok=True)
         ct8 = CTranslate2Greedy(model, threads, os.path.join(ct2_dir, "int8"), compute_type="int8")
-        out["ctranslate2_int8"] = ("CTranslate2 translate_batch, int8 (quantised when loaded), beam 1",
-                                   lambda tokens: ct8.to_ids(ct8.translate(tokens, max_len)), ct8.prepare)
+        out["ctranslate2_int8"] = (
+            "CTranslate2 translate_batch, int8 (quantised when loaded), beam 1",
+            lambda tokens: ct8.to_ids(ct8.translate(tokens, max_len)),
+            ct8.prepare,
+        )
     else:
         notes.append("CTranslate2 int8 skipped: no exact float32 conversion")
     return out, notes
 
 
-def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2: bool,
-                   ct2_reason: Optional[str], seed: int = 0, low_precision: bool = True) -> Dict[str, Any]:
+def bench_decoding(
+    shapes: BenchShapes,
+    threads: int,
+    with_torch: bool,
+    with_ct2: bool,
+    ct2_reason: Optional[str],
+    seed: int = 0,
+    low_precision: bool = True,
+) -> Dict[str, Any]:
     """Greedy decoding of ``shapes.sentences`` random sentences at each batch size in
     ``shapes.decode_batches``; per batch the implementations run in rotating order and each
     batch's time is added to that implementation's total (one untimed batch first). With
@@ -853,10 +977,15 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
     max_len = shapes.max_length
     ours_fn, ours_label = ours_greedy_function(model)
     impls: Dict[str, Dict[str, Any]] = {"ours": {"method": ours_label}}
-    result: Dict[str, Any] = {"sentences": len(sentences), "max_length": max_len, "batches": {},
-                              "ctranslate2": {"status": "not run", "reason": ct2_reason}}
+    result: Dict[str, Any] = {
+        "sentences": len(sentences),
+        "max_length": max_len,
+        "batches": {},
+        "ctranslate2": {"status": "not run", "reason": ct2_reason},
+    }
     runners: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
-        "ours": lambda src: ours_fn(src, START_ID, END_ID, max_len)}
+        "ours": lambda src: ours_fn(src, START_ID, END_ID, max_len)
+    }
     prepare: Dict[str, Callable[[np.ndarray], Any]] = {"ours": lambda src: src}
     ref = None
     if with_torch:
@@ -889,7 +1018,7 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
             prepare[name] = prep
     try:
         for bs in shapes.decode_batches:
-            chunks = [pad(sentences[i:i + bs]) for i in range(0, len(sentences), bs)]
+            chunks = [pad(sentences[i : i + bs]) for i in range(0, len(sentences), bs)]
             inputs = {name: [prepare[name](c) for c in chunks] for name in runners}
             totals = {name: 0.0 for name in runners}
             outputs: Dict[str, List[Tuple[int, ...]]] = {name: [] for name in runners}
@@ -898,19 +1027,24 @@ def bench_decoding(shapes: BenchShapes, threads: int, with_torch: bool, with_ct2
                 runners[name](inputs[name][0])
             t_start = time.perf_counter()
             for k in range(len(chunks)):
-                order = names[k % len(names):] + names[:k % len(names)]
+                order = names[k % len(names) :] + names[: k % len(names)]
                 for name in order:
                     t0 = time.perf_counter()
                     out = runners[name](inputs[name][k])
                     totals[name] += time.perf_counter() - t0
                     outputs[name].extend(trim_outputs(out))
-            _log(f"greedy decoding batch {bs}: {time.perf_counter() - t_start:.1f}s "
-                 + "  ".join(f"{n} {totals[n]:.2f}s" for n in names))
+            _log(
+                f"greedy decoding batch {bs}: {time.perf_counter() - t_start:.1f}s "
+                + "  ".join(f"{n} {totals[n]:.2f}s" for n in names)
+            )
             entry: Dict[str, Any] = {}
             for name in names:
-                entry[name] = {"sentences_per_s": len(sentences) / totals[name], "seconds": totals[name],
-                               "mean_output_tokens": statistics.mean(len(o) for o in outputs[name]),
-                               "method": impls[name]["method"]}
+                entry[name] = {
+                    "sentences_per_s": len(sentences) / totals[name],
+                    "seconds": totals[name],
+                    "mean_output_tokens": statistics.mean(len(o) for o in outputs[name]),
+                    "method": impls[name]["method"],
+                }
                 if name != "ours":
                     same = sum(a == b for a, b in zip(outputs[name], outputs["ours"]))
                     entry[name]["identical_to_ours"] = f"{same}/{len(sentences)}"
@@ -976,21 +1110,37 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
     else:
         raise ValueError(f"--child-memory: expected 'ours' or 'torch', got {which!r}")
     peak, _ = _peak_rss()
-    return {"which": which, "baseline_mb": baseline / 2 ** 20, "raw_mb": peak / 2 ** 20,
-            "delta_mb": (peak - baseline) / 2 ** 20, "steps": len(batches), "source": source}
+    return {
+        "which": which,
+        "baseline_mb": baseline / 2**20,
+        "raw_mb": peak / 2**20,
+        "delta_mb": (peak - baseline) / 2**20,
+        "steps": len(batches),
+        "source": source,
+    }
 
 
-def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool,
-                   seed: int = 0) -> Dict[str, Any]:
+def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool, seed: int = 0) -> Dict[str, Any]:
     """Peak memory of training steps, ours and PyTorch's, each in its own child process."""
-    out: Dict[str, Any] = {"method": "peak RSS (VmHWM, else ru_maxrss) of a child process after its training "
-                                     "steps; delta = that peak - the peak after imports"}
+    out: Dict[str, Any] = {
+        "method": "peak RSS (VmHWM, else ru_maxrss) of a child process after its training "
+        "steps; delta = that peak - the peak after imports"
+    }
     env = dict(os.environ)
     for key in _THREAD_ENV:
         env[key] = str(threads)
-    for which in (["ours", "torch"] if with_torch else ["ours"]):
-        cmd = [sys.executable, "-m", "transformer_cpp.bench", "--child-memory", which, "--threads", str(threads),
-               "--seed", str(seed)] + (["--quick"] if quick else [])
+    for which in ["ours", "torch"] if with_torch else ["ours"]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "transformer_cpp.bench",
+            "--child-memory",
+            which,
+            "--threads",
+            str(threads),
+            "--seed",
+            str(seed),
+        ] + (["--quick"] if quick else [])
         _log(f"memory: {which} in a child process")
         for attempt in (1, 2):  # once more if the child fails (e.g. an editable rebuild raced a source edit)
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
@@ -1044,8 +1194,11 @@ def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int
                     t1 = time.perf_counter()
                     if i:
                         times.setdefault(("torch", n), []).append(t1 - t0)
-            _log(f"scaling step {i + 1}/{len(batches)}" + (" (warm-up)" if not i else "")
-                 + "".join(f"  {k[0]}@{k[1]} {v[-1]:.3f}s" for k, v in times.items() if i))
+            _log(
+                f"scaling step {i + 1}/{len(batches)}"
+                + (" (warm-up)" if not i else "")
+                + "".join(f"  {k[0]}@{k[1]} {v[-1]:.3f}s" for k, v in times.items() if i)
+            )
         for n in settings:
             use(n)
             gemm[n].append(gemm_peak(shapes.gemm_n, shapes.gemm_repeats, seed)["gflops"])
@@ -1054,15 +1207,25 @@ def bench_scaling(shapes: BenchShapes, threads: int, with_torch: bool, seed: int
     timed = batches[1:]
     flops = [training_step_flops(shapes, b) for b in timed]
     gemm_1, gemm_n = max(gemm[1]), max(gemm[threads])
-    out: Dict[str, Any] = {"threads": threads, "steps": shapes.scaling_steps,
-                           "gemm": {"gflops_1": gemm_1, "gflops_n": gemm_n, "speedup": gemm_n / gemm_1}}
-    for name in (["ours", "torch"] if with_torch else ["ours"]):
+    out: Dict[str, Any] = {
+        "threads": threads,
+        "steps": shapes.scaling_steps,
+        "gemm": {"gflops_1": gemm_1, "gflops_n": gemm_n, "speedup": gemm_n / gemm_1},
+    }
+    for name in ["ours", "torch"] if with_torch else ["ours"]:
         one = _median_rate([b.tokens for b in timed], times[(name, 1)])
         many = _median_rate([b.tokens for b in timed], times[(name, threads)])
         gflops_1 = _median_rate(flops, times[(name, 1)]) / 1e9
-        out[name] = {"tokens_per_s_1": one, f"tokens_per_s_{threads}": many, "tokens_per_s_n": many,
-                     "speedup": many / one, "gflops_1": gflops_1, "peak_fraction_1": gflops_1 / gemm_1,
-                     "step_s_1": list(times[(name, 1)]), "step_s_n": list(times[(name, threads)])}
+        out[name] = {
+            "tokens_per_s_1": one,
+            f"tokens_per_s_{threads}": many,
+            "tokens_per_s_n": many,
+            "speedup": many / one,
+            "gflops_1": gflops_1,
+            "peak_fraction_1": gflops_1 / gemm_1,
+            "step_s_1": list(times[(name, 1)]),
+            "step_s_n": list(times[(name, threads)]),
+        }
     return out
 
 
@@ -1095,8 +1258,9 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
     batches = make_batches(shapes, shapes.busy_settle + shapes.busy_steps, seed=seed + 5)
     rng = np.random.default_rng(seed + 6)
     count = shapes.busy_settle + shapes.busy_steps
-    sources = [pad(random_sentences(rng, 32, shapes.src_vocab, shapes.min_length, shapes.max_length))
-               for _ in range(count)]
+    sources = [
+        pad(random_sentences(rng, 32, shapes.src_vocab, shapes.min_length, shapes.max_length)) for _ in range(count)
+    ]
     greedy, _ = ours_greedy_function(model)
     out: Dict[str, Any] = {"threads": threads, "settle": shapes.busy_settle, "steps": shapes.busy_steps}
     hog = start_hog(600.0)
@@ -1131,15 +1295,20 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
                             governor.record(seconds, work)
                         if i >= shapes.busy_settle and i > start:
                             times[name].append(seconds)
-                _log(f"busy machine, {kind} units {start + 1}-{min(start + BUSY_BLOCK, count)}/{count}"
-                     + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if v))
+                _log(
+                    f"busy machine, {kind} units {start + 1}-{min(start + BUSY_BLOCK, count)}/{count}"
+                    + "".join(f"  {k} {v[-1]:.3f}s" for k, v in times.items() if v)
+                )
             one = statistics.median(times["1"])
-            out[kind] = {"seconds_1": one, "seconds_fixed": statistics.median(times["fixed"]),
-                         "seconds_governed": statistics.median(times["governed"]),
-                         "fixed_vs_1": one / statistics.median(times["fixed"]),
-                         "governed_vs_1": one / statistics.median(times["governed"]),
-                         "governed_threads": chosen, "unit": "training step" if kind == "training"
-                         else "greedy batch of 32"}
+            out[kind] = {
+                "seconds_1": one,
+                "seconds_fixed": statistics.median(times["fixed"]),
+                "seconds_governed": statistics.median(times["governed"]),
+                "fixed_vs_1": one / statistics.median(times["fixed"]),
+                "governed_vs_1": one / statistics.median(times["governed"]),
+                "governed_threads": chosen,
+                "unit": "training step" if kind == "training" else "greedy batch of 32",
+            }
     finally:
         hog.kill()
         hog.wait()
@@ -1151,13 +1320,14 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
 # 5. serving: HTTP requests per second with and without request batching
 # ----------------------------------------------------------------------------------------------
 
-TARGET_BUSY_RATIO = 1.0       # busy machine: all threads (governed) at least as fast as 1 thread
-SERVING_CLIENTS = 32           # concurrent HTTP clients
-TARGET_SERVING_RATIO = 3.0     # requests/s with batching (--max-batch 32) / one at a time (--max-batch 1)
+TARGET_BUSY_RATIO = 1.0  # busy machine: all threads (governed) at least as fast as 1 thread
+SERVING_CLIENTS = 32  # concurrent HTTP clients
+TARGET_SERVING_RATIO = 3.0  # requests/s with batching (--max-batch 32) / one at a time (--max-batch 1)
 
 
-def serving_translator(seed: int = 0, vocab_size: int = 8000, words: int = 8000,
-                       corpus: int = 12000) -> Tuple[Any, List[str]]:
+def serving_translator(
+    seed: int = 0, vocab_size: int = 8000, words: int = 8000, corpus: int = 12000
+) -> Tuple[Any, List[str]]:
     """A randomly initialised model of the ``tiny`` preset (its architecture with dropout off,
     and its recipe's 8,000-token vocabularies) with a subword vocabulary learnt from ``corpus``
     synthetic sentences over ``words`` made-up words, as a ``Translator``; and 256 synthetic
@@ -1198,8 +1368,10 @@ async def _http_client(host: str, port: int, bodies: Sequence[bytes], latencies:
     try:
         for body in bodies:
             started = time.perf_counter()
-            writer.write(b"POST /translate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body))
+            writer.write(
+                b"POST /translate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body)
+            )
             status = await reader.readline()
             length = 0
             while True:
@@ -1229,8 +1401,9 @@ def _client_loop() -> Tuple[Callable[[], Any], str]:
     return uvloop.new_event_loop, "uvloop"
 
 
-def _serving_load(host: str, port: int, per_client: Sequence[Sequence[bytes]],
-                  new_loop: Optional[Callable[[], Any]] = None) -> Tuple[float, List[float]]:
+def _serving_load(
+    host: str, port: int, per_client: Sequence[Sequence[bytes]], new_loop: Optional[Callable[[], Any]] = None
+) -> Tuple[float, List[float]]:
     """Run one client per entry of ``per_client`` at once; (seconds, latencies)."""
     import asyncio
 
@@ -1261,8 +1434,9 @@ def _serving_client_process() -> None:
     for line in sys.stdin:
         job = json.loads(line)
         try:
-            seconds, latencies = _serving_load(job["host"], int(job["port"]),
-                                               [[b.encode() for b in bodies] for bodies in job["clients"]], new_loop)
+            seconds, latencies = _serving_load(
+                job["host"], int(job["port"]), [[b.encode() for b in bodies] for bodies in job["clients"]], new_loop
+            )
             answer: Dict[str, Any] = {"seconds": seconds, "latencies": latencies}
         except Exception as exc:  # reported to the bench, which raises it
             answer = {"error": f"{type(exc).__name__}: {exc}"}
@@ -1280,9 +1454,15 @@ class _LoadGenerator:
 
         self.timeout = timeout
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from transformer_cpp.bench import _serving_client_process; "
-                                   "_serving_client_process()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-c",
+                "from transformer_cpp.bench import _serving_client_process; _serving_client_process()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self._lines: "queue.Queue[str]" = queue.Queue()
         threading.Thread(target=self._read, name="load-generator-reader", daemon=True).start()
         self.loop = self._answer("start")["loop"]
@@ -1300,8 +1480,9 @@ class _LoadGenerator:
         try:
             line = self._lines.get(timeout=self.timeout)
         except queue.Empty:
-            raise RuntimeError(f"serving bench: the load generator gave no answer ({what}) in "
-                               f"{self.timeout:g} s") from None
+            raise RuntimeError(
+                f"serving bench: the load generator gave no answer ({what}) in {self.timeout:g} s"
+            ) from None
         if not line:
             raise RuntimeError(f"serving bench: the load generator exited ({what}) with status {self.proc.wait()}")
         answer = json.loads(line)
@@ -1314,8 +1495,11 @@ class _LoadGenerator:
         from urllib.parse import urlsplit
 
         parts = urlsplit(url)
-        job = {"host": parts.hostname or "127.0.0.1", "port": parts.port or 80,
-               "clients": [[b.decode() for b in bodies] for bodies in per_client]}
+        job = {
+            "host": parts.hostname or "127.0.0.1",
+            "port": parts.port or 80,
+            "clients": [[b.decode() for b in bodies] for bodies in per_client],
+        }
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
@@ -1333,8 +1517,13 @@ class _LoadGenerator:
             self.proc.wait()
 
 
-def bench_serving(threads: int, quick: bool = False, seed: int = 0, clients: int = SERVING_CLIENTS,
-                  requests_per_client: Optional[int] = None) -> Dict[str, Any]:
+def bench_serving(
+    threads: int,
+    quick: bool = False,
+    seed: int = 0,
+    clients: int = SERVING_CLIENTS,
+    requests_per_client: Optional[int] = None,
+) -> Dict[str, Any]:
     """Requests per second and latency of ``transformer-cpp serve`` (the app of
     :func:`transformer_cpp.serve.create_app` under uvicorn, with the HTTP parser and event loop of
     :func:`transformer_cpp.serve.uvicorn_choices`, in a thread of this process, on 127.0.0.1)
@@ -1359,12 +1548,21 @@ def bench_serving(threads: int, quick: bool = False, seed: int = 0, clients: int
     bodies = [json.dumps({"text": sentences[int(i)]}).encode() for i in order]
     timed = [[bodies[(c * per + k) % len(bodies)] for k in range(per)] for c in range(clients)]
     warm = [[bodies[(c * 7 + 3) % len(bodies)]] for c in range(clients)]
-    out: Dict[str, Any] = {"clients": clients, "requests": clients * per, "threads": threads,
-                           "model": {k: v for k, v in translator.model.config.items()
-                                     if k in ("d_model", "n_layers", "n_heads", "d_ff", "src_vocab_size")},
-                           "mean_output_limit": float(np.mean([int(1.5 * len(translator.src_tokenizer.encode(s))) + 10
-                                                               for s in sentences])),
-                           "server": uvicorn_choices(), "modes": {}}
+    out: Dict[str, Any] = {
+        "clients": clients,
+        "requests": clients * per,
+        "threads": threads,
+        "model": {
+            k: v
+            for k, v in translator.model.config.items()
+            if k in ("d_model", "n_layers", "n_heads", "d_ff", "src_vocab_size")
+        },
+        "mean_output_limit": float(
+            np.mean([int(1.5 * len(translator.src_tokenizer.encode(s))) + 10 for s in sentences])
+        ),
+        "server": uvicorn_choices(),
+        "modes": {},
+    }
     load = _LoadGenerator()
     out["client"] = {"process": "separate", "loop": load.loop}
     try:
@@ -1379,9 +1577,12 @@ def bench_serving(threads: int, quick: bool = False, seed: int = 0, clients: int
             batches = stats["batches"] - before["batches"]
             ms = np.asarray(latencies) * 1000.0
             out["modes"][name] = {
-                "max_batch": max_batch, "max_wait_ms": 5.0, "seconds": seconds,
+                "max_batch": max_batch,
+                "max_wait_ms": 5.0,
+                "seconds": seconds,
                 "requests_per_s": len(latencies) / seconds,
-                "latency_ms_p50": float(np.percentile(ms, 50)), "latency_ms_p99": float(np.percentile(ms, 99)),
+                "latency_ms_p50": float(np.percentile(ms, 50)),
+                "latency_ms_p99": float(np.percentile(ms, 99)),
                 "mean_batch": (stats["sentences"] - before["sentences"]) / batches if batches else None,
             }
     finally:
@@ -1399,40 +1600,74 @@ def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The issue's targets with the measured value and whether each is met (None: not measured)."""
     targets: List[Dict[str, Any]] = []
 
-    def add(key: str, name: str, value: Optional[float], target: float, at_most: bool = False,
-            unit: str = "x") -> None:
+    def add(key: str, name: str, value: Optional[float], target: float, at_most: bool = False, unit: str = "x") -> None:
         met = None if value is None else (value <= target if at_most else value >= target)
-        targets.append({"key": key, "name": name, "value": value, "target": target,
-                        "comparison": "<=" if at_most else ">=", "unit": unit, "met": met})
+        targets.append(
+            {
+                "key": key,
+                "name": name,
+                "value": value,
+                "target": target,
+                "comparison": "<=" if at_most else ">=",
+                "unit": unit,
+                "met": met,
+            }
+        )
 
     tr = results.get("training") or {}
     add("train_vs_torch", "training tokens/s, ours / PyTorch", tr.get("ratio"), TARGET_TRAIN_RATIO)
-    add("train_peak_fraction", "training model GFLOP/s / GEMM peak",
-        (tr.get("ours") or {}).get("peak_fraction"), TARGET_TRAIN_PEAK, unit="%")
+    add(
+        "train_peak_fraction",
+        "training model GFLOP/s / GEMM peak",
+        (tr.get("ours") or {}).get("peak_fraction"),
+        TARGET_TRAIN_PEAK,
+        unit="%",
+    )
     dec = (results.get("decoding") or {}).get("batches", {})
     big = str(max((int(k) for k in dec), default=0))
     d = dec.get(big, {})
     add("decode_vs_torch", f"greedy batch {big}, ours / PyTorch loop", d.get("ratio_vs_torch"), TARGET_DECODE_VS_TORCH)
-    add("decode_vs_ctranslate2", f"greedy batch {big}, ours / CTranslate2", d.get("ratio_vs_ctranslate2"),
-        TARGET_DECODE_VS_CT2)
+    add(
+        "decode_vs_ctranslate2",
+        f"greedy batch {big}, ours / CTranslate2",
+        d.get("ratio_vs_ctranslate2"),
+        TARGET_DECODE_VS_CT2,
+    )
     mem = results.get("memory") or {}
-    add("memory_vs_torch", "training peak memory (delta), ours / PyTorch", mem.get("ratio_delta"),
-        TARGET_MEMORY_RATIO, at_most=True)
+    add(
+        "memory_vs_torch",
+        "training peak memory (delta), ours / PyTorch",
+        mem.get("ratio_delta"),
+        TARGET_MEMORY_RATIO,
+        at_most=True,
+    )
     targets += _low_precision_targets(results)
     sc = results.get("scaling") or {}
     n = int(sc.get("threads", results.get("threads", 1)))
     if n > 1:
-        add("thread_scaling", f"training speed-up 1 -> {n} threads (ours)", (sc.get("ours") or {}).get("speedup"),
-            round(TARGET_SCALING_PER_THREAD * n, 3))
+        add(
+            "thread_scaling",
+            f"training speed-up 1 -> {n} threads (ours)",
+            (sc.get("ours") or {}).get("speedup"),
+            round(TARGET_SCALING_PER_THREAD * n, 3),
+        )
     bm = results.get("busy_machine") or {}
     for kind in ("training", "decoding"):
         if bm.get(kind):
-            add(f"busy_{kind}", f"busy machine (one core hogged), {kind}: {bm['threads']} threads (governed) / 1 thread",
-                bm[kind]["governed_vs_1"], TARGET_BUSY_RATIO)
+            add(
+                f"busy_{kind}",
+                f"busy machine (one core hogged), {kind}: {bm['threads']} threads (governed) / 1 thread",
+                bm[kind]["governed_vs_1"],
+                TARGET_BUSY_RATIO,
+            )
     sv = results.get("serving") or {}
     if sv:
-        add("serving_batching", f"serving requests/s at {sv.get('clients', SERVING_CLIENTS)} clients, batching / "
-            "one at a time", sv.get("ratio"), TARGET_SERVING_RATIO)
+        add(
+            "serving_batching",
+            f"serving requests/s at {sv.get('clients', SERVING_CLIENTS)} clients, batching / one at a time",
+            sv.get("ratio"),
+            TARGET_SERVING_RATIO,
+        )
     return targets
 
 
@@ -1442,17 +1677,34 @@ def _low_precision_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
 
     def add(key: str, name: str, value: Optional[float], target: float) -> None:
-        out.append({"key": key, "name": name, "value": value, "target": target, "comparison": ">=", "unit": "x",
-                    "met": None if value is None else value >= target})
+        out.append(
+            {
+                "key": key,
+                "name": name,
+                "value": value,
+                "target": target,
+                "comparison": ">=",
+                "unit": "x",
+                "met": None if value is None else value >= target,
+            }
+        )
 
     tr = results.get("training") or {}
     if "torch_bf16" in tr:
-        add("train_vs_torch_bf16", "training tokens/s, best of ours / PyTorch bf16 autocast",
-            tr.get("best_ours_vs_torch_bf16"), TARGET_TRAIN_VS_TORCH_BF16)
+        add(
+            "train_vs_torch_bf16",
+            "training tokens/s, best of ours / PyTorch bf16 autocast",
+            tr.get("best_ours_vs_torch_bf16"),
+            TARGET_TRAIN_VS_TORCH_BF16,
+        )
     for bs, entry in ((results.get("decoding") or {}).get("batches") or {}).items():
         if bs in TARGET_DECODE_VS_CT2_INT8 and "ctranslate2_int8" in entry:
-            add(f"decode_vs_ctranslate2_int8_b{bs}", f"greedy batch {bs}, best of ours / CTranslate2 int8",
-                entry.get("best_ours_vs_ctranslate2_int8"), TARGET_DECODE_VS_CT2_INT8[bs])
+            add(
+                f"decode_vs_ctranslate2_int8_b{bs}",
+                f"greedy batch {bs}, best of ours / CTranslate2 int8",
+                entry.get("best_ours_vs_ctranslate2_int8"),
+                TARGET_DECODE_VS_CT2_INT8[bs],
+            )
     return out
 
 
@@ -1472,37 +1724,57 @@ def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, 
     if g or any(k in tr for k in ("ours_bf16", "torch_bf16")):
         lines.append("3b. Low-precision peers (same weights, same batches, alternating in the runs of 2 and 3)")
     if g:
-        parts = [f"{label} {g[k]:.0f}" for label, k in (("PyTorch bf16 matmul", "torch_gflops"),
-                                                        ("ours AVX512_BF16", "ours_gflops")) if g.get(k)]
+        parts = [
+            f"{label} {g[k]:.0f}"
+            for label, k in (("PyTorch bf16 matmul", "torch_gflops"), ("ours AVX512_BF16", "ours_gflops"))
+            if g.get(k)
+        ]
         lines.append(f"   bf16 GEMM peak {g['n']}^2 (GFLOP/s): {_fmt(g.get('gflops'))}  ({', '.join(parts) or 'none'})")
     if any(k in tr for k in ("ours_bf16", "torch_bf16")):
-        lines.append(f"   {'training, target tokens/s':42}{'float32':>12}{'bf16':>12}{'GFLOP/s':>10}{'% bf16 peak':>13}")
+        lines.append(
+            f"   {'training, target tokens/s':42}{'float32':>12}{'bf16':>12}{'GFLOP/s':>10}{'% bf16 peak':>13}"
+        )
         for who, f32, b16 in (("ours", "ours", "ours_bf16"), ("PyTorch (bf16 = autocast)", "torch", "torch_bf16")):
             a, b = tr.get(f32) or {}, tr.get(b16) or {}
-            lines.append(f"   {'  ' + who:42}{_fmt(a.get('tokens_per_s')):>12}{_fmt(b.get('tokens_per_s')):>12}"
-                         f"{_fmt(b.get('gflops')):>10}{_fmt(b.get('peak_fraction'), '%'):>13}")
+            lines.append(
+                f"   {'  ' + who:42}{_fmt(a.get('tokens_per_s')):>12}{_fmt(b.get('tokens_per_s')):>12}"
+                f"{_fmt(b.get('gflops')):>10}{_fmt(b.get('peak_fraction'), '%'):>13}"
+            )
         if tr.get("best_ours"):
-            lines.append(f"     best of ours ({tr['best_ours']}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
-                         f"/ PyTorch bf16 autocast {_fmt(tr.get('best_ours_vs_torch_bf16'), 'x')}"
-                         + met("train_vs_torch_bf16"))
+            lines.append(
+                f"     best of ours ({tr['best_ours']}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
+                f"/ PyTorch bf16 autocast {_fmt(tr.get('best_ours_vs_torch_bf16'), 'x')}" + met("train_vs_torch_bf16")
+            )
     for note in tr.get("low_precision_notes") or []:
         lines.append(f"   note: {note}")
     dec = results.get("decoding") or {}
     batches = dec.get("batches") or {}
-    names = [n for n in ("ours", "ours_int8", "ours_bf16", "ctranslate2", "ctranslate2_int8")
-             if any(n in e for e in batches.values())]
+    names = [
+        n
+        for n in ("ours", "ours_int8", "ours_bf16", "ctranslate2", "ctranslate2_int8")
+        if any(n in e for e in batches.values())
+    ]
     if any(n.endswith(("int8", "bf16")) for n in names):
-        labels = {"ours": "ours f32", "ours_int8": "ours int8", "ours_bf16": "ours bf16", "ctranslate2": "CT2 f32",
-                  "ctranslate2_int8": "CT2 int8"}
+        labels = {
+            "ours": "ours f32",
+            "ours_int8": "ours int8",
+            "ours_bf16": "ours bf16",
+            "ctranslate2": "CT2 f32",
+            "ctranslate2_int8": "CT2 int8",
+        }
         lines.append("   greedy decoding, sentences/s" + " " * 12 + "".join(f"{labels[n]:>11}" for n in names))
         for bs in sorted(batches, key=int):
             e = batches[bs]
-            lines.append(f"   {'  batch ' + bs:42}" + "".join(f"{_fmt((e.get(n) or {}).get('sentences_per_s')):>11}"
-                                                        for n in names))
+            lines.append(
+                f"   {'  batch ' + bs:42}"
+                + "".join(f"{_fmt((e.get(n) or {}).get('sentences_per_s')):>11}" for n in names)
+            )
             if "ctranslate2_int8" in e:
-                lines.append(f"     best of ours ({e['best_ours']}) / CTranslate2 int8 "
-                             f"{_fmt(e.get('best_ours_vs_ctranslate2_int8'), 'x')}, / CTranslate2 float32 "
-                             f"{_fmt(e.get('best_ours_vs_ctranslate2'), 'x')}" + met(f"decode_vs_ctranslate2_int8_b{bs}"))
+                lines.append(
+                    f"     best of ours ({e['best_ours']}) / CTranslate2 int8 "
+                    f"{_fmt(e.get('best_ours_vs_ctranslate2_int8'), 'x')}, / CTranslate2 float32 "
+                    f"{_fmt(e.get('best_ours_vs_ctranslate2'), 'x')}" + met(f"decode_vs_ctranslate2_int8_b{bs}")
+                )
             lengths = ", ".join(f"{labels[n]} {e[n]['mean_output_tokens']:.1f}" for n in names if n in e)
             lines.append(f"     mean output tokens: {lengths}")
         for note in dec.get("low_precision_notes") or []:
@@ -1527,18 +1799,21 @@ def _fmt(value: Optional[float], kind: str = "num") -> str:
 def format_report(results: Dict[str, Any]) -> str:
     """The human-readable table."""
     m = results["machine"]
-    lines = [f"transformer-cpp bench ({'quick' if results['quick'] else 'full'}): {results['threads']} thread(s), "
-             f"{m['cpu']}, {m['cores']} core(s) available",
-             f"load average {m.get('load_average_start', '?')} at start, {m.get('load_average_end', '?')} at end"
-             + ("  (machine busy: timings are noisy)" if results.get("busy") else "")]
+    lines = [
+        f"transformer-cpp bench ({'quick' if results['quick'] else 'full'}): {results['threads']} thread(s), "
+        f"{m['cpu']}, {m['cores']} core(s) available",
+        f"load average {m.get('load_average_start', '?')} at start, {m.get('load_average_end', '?')} at end"
+        + ("  (machine busy: timings are noisy)" if results.get("busy") else ""),
+    ]
     for note in results.get("notes", []):
         lines.append(f"note: {note}")
     targets = {t["key"]: t for t in results.get("targets", [])}
     header = f"{'':44}{'ours':>12}{'PyTorch':>12}{'CTranslate2':>13}{'ratio':>9}   target     met"
     lines += ["", header, "-" * len(header)]
 
-    def row(label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str = "",
-            key: Optional[str] = None) -> None:
+    def row(
+        label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str = "", key: Optional[str] = None
+    ) -> None:
         tgt = met = ""
         if key and key in targets:
             t = targets[key]
@@ -1552,38 +1827,67 @@ def format_report(results: Dict[str, Any]) -> str:
     tr = results.get("training")
     if tr:
         s = tr["shapes"]
-        lines.append(f"2. Training step: batch {s['batch']}, lengths {s['min_length']}-{s['max_length']}, "
-                     f"d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, d_ff {s['d_ff']}, "
-                     f"vocab {s['src_vocab']:,}/{s['tgt_vocab']:,}; median of {tr['steps']} steps")
+        lines.append(
+            f"2. Training step: batch {s['batch']}, lengths {s['min_length']}-{s['max_length']}, "
+            f"d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, d_ff {s['d_ff']}, "
+            f"vocab {s['src_vocab']:,}/{s['tgt_vocab']:,}; median of {tr['steps']} steps"
+        )
         o, t = tr["ours"], tr.get("torch") or {}
-        row("   target tokens/s", _fmt(o["tokens_per_s"]), _fmt(t.get("tokens_per_s")), "",
-            _fmt(tr.get("ratio"), "x"), "train_vs_torch")
+        row(
+            "   target tokens/s",
+            _fmt(o["tokens_per_s"]),
+            _fmt(t.get("tokens_per_s")),
+            "",
+            _fmt(tr.get("ratio"), "x"),
+            "train_vs_torch",
+        )
         row("   model GFLOP/s (matmuls, fwd+bwd = 3x fwd)", _fmt(o["gflops"]), _fmt(t.get("gflops")))
-        row("   % of GEMM peak", _fmt(o.get("peak_fraction"), "%"), _fmt(t.get("peak_fraction"), "%"), "", "",
-            "train_peak_fraction")
+        row(
+            "   % of GEMM peak",
+            _fmt(o.get("peak_fraction"), "%"),
+            _fmt(t.get("peak_fraction"), "%"),
+            "",
+            "",
+            "train_peak_fraction",
+        )
         if o.get("useful_gflops") is not None:
             row("   useful GFLOP/s (real tokens)", _fmt(o["useful_gflops"]))
             row("   useful % of GEMM peak", _fmt(o.get("useful_peak_fraction"), "%"))
-        row(f"   % of GEMM during the steps ({tr['gemm_during_steps_gflops']:.0f} GFLOP/s)",
-            _fmt(o.get("fraction_of_gemm_during_steps"), "%"), _fmt(t.get("fraction_of_gemm_during_steps"), "%"))
+        row(
+            f"   % of GEMM during the steps ({tr['gemm_during_steps_gflops']:.0f} GFLOP/s)",
+            _fmt(o.get("fraction_of_gemm_during_steps"), "%"),
+            _fmt(t.get("fraction_of_gemm_during_steps"), "%"),
+        )
         row("   median step time", _fmt(o["step_s_median"], "s"), _fmt(t.get("step_s_median"), "s"))
-        row("   fastest / slowest step (s)", f"{min(o['step_s']):.2f}/{max(o['step_s']):.2f}",
-            f"{min(t['step_s']):.2f}/{max(t['step_s']):.2f}" if t else "")
+        row(
+            "   fastest / slowest step (s)",
+            f"{min(o['step_s']):.2f}/{max(o['step_s']):.2f}",
+            f"{min(t['step_s']):.2f}/{max(t['step_s']):.2f}" if t else "",
+        )
     dec = results.get("decoding")
     if dec:
-        lines.append(f"3. Greedy decoding: {dec['sentences']} sentences, up to {dec['max_length']} tokens "
-                     f"(sentences/s; CTranslate2 conversion: {dec['ctranslate2']['status']})")
+        lines.append(
+            f"3. Greedy decoding: {dec['sentences']} sentences, up to {dec['max_length']} tokens "
+            f"(sentences/s; CTranslate2 conversion: {dec['ctranslate2']['status']})"
+        )
         keys = sorted(dec["batches"], key=int)
         for k in keys:
             e = dec["batches"][k]
             last = k == keys[-1]
-            row(f"   batch {k}", _fmt(e["ours"]["sentences_per_s"]),
+            row(
+                f"   batch {k}",
+                _fmt(e["ours"]["sentences_per_s"]),
                 _fmt((e.get("torch") or {}).get("sentences_per_s")),
-                _fmt((e.get("ctranslate2") or {}).get("sentences_per_s")), _fmt(e.get("ratio_vs_torch"), "x"),
-                "decode_vs_torch" if last else None)
+                _fmt((e.get("ctranslate2") or {}).get("sentences_per_s")),
+                _fmt(e.get("ratio_vs_torch"), "x"),
+                "decode_vs_torch" if last else None,
+            )
             if "ratio_vs_ctranslate2" in e:
-                row("     ours / CTranslate2", ratio=_fmt(e["ratio_vs_ctranslate2"], "x"),
-                    key="decode_vs_ctranslate2" if last else None)
+                row(
+                    "     ours / CTranslate2",
+                    ratio=_fmt(e["ratio_vs_ctranslate2"], "x"),
+                    key="decode_vs_ctranslate2" if last else None,
+                )
         if dec["ctranslate2"].get("reason"):
             lines.append(f"   CTranslate2: {dec['ctranslate2']['reason']}")
         agree = []
@@ -1594,18 +1898,28 @@ def format_report(results: Dict[str, Any]) -> str:
         if agree:
             lines.append("   outputs identical to ours: " + ", ".join(agree))
         first = dec["batches"][keys[0]]["ours"]
-        lines.append(f"   ours: {first['method']}; mean output length {first['mean_output_tokens']:.1f} tokens "
-                     "(a random model rarely emits the end token: near worst-case lengths)")
+        lines.append(
+            f"   ours: {first['method']}; mean output length {first['mean_output_tokens']:.1f} tokens "
+            "(a random model rarely emits the end token: near worst-case lengths)"
+        )
     mem = results.get("memory")
     if mem:
         o, t = mem.get("ours", {}), mem.get("torch") or {}
         if "error" in o or "error" in t:
             lines.append(f"4. Peak memory: error: {o.get('error') or t.get('error')}")
         else:
-            lines.append(f"4. Peak memory of {o.get('steps', '?')} training steps (child processes, "
-                         f"{o.get('source', 'peak RSS')})")
-            row("   delta over imports (MB)", _fmt(o.get("delta_mb")), _fmt(t.get("delta_mb")), "",
-                _fmt(mem.get("ratio_delta"), "x"), "memory_vs_torch")
+            lines.append(
+                f"4. Peak memory of {o.get('steps', '?')} training steps (child processes, "
+                f"{o.get('source', 'peak RSS')})"
+            )
+            row(
+                "   delta over imports (MB)",
+                _fmt(o.get("delta_mb")),
+                _fmt(t.get("delta_mb")),
+                "",
+                _fmt(mem.get("ratio_delta"), "x"),
+                "memory_vs_torch",
+            )
             row("   raw peak RSS (MB)", _fmt(o.get("raw_mb")), _fmt(t.get("raw_mb")))
     sc = results.get("scaling")
     if sc:
@@ -1617,21 +1931,32 @@ def format_report(results: Dict[str, Any]) -> str:
         row("   speed-up", _fmt(o["speedup"], "x"), _fmt(t.get("speedup"), "x"), "", "", "thread_scaling")
         g = sc.get("gemm") or {}
         if g:
-            row(f"   machine: NumPy GEMM GFLOP/s 1 -> {n} threads", f"{g['gflops_1']:.0f}->{g['gflops_n']:.0f}",
-                "", "", _fmt(g["speedup"], "x"))
-        row("   1-thread model GFLOP/s (% of 1-thread GEMM)",
+            row(
+                f"   machine: NumPy GEMM GFLOP/s 1 -> {n} threads",
+                f"{g['gflops_1']:.0f}->{g['gflops_n']:.0f}",
+                "",
+                "",
+                _fmt(g["speedup"], "x"),
+            )
+        row(
+            "   1-thread model GFLOP/s (% of 1-thread GEMM)",
             f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
-            f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "")
+            f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "",
+        )
     bm = results.get("busy_machine")
     if bm:
         n = bm["threads"]
-        lines.append(f"   Busy machine: a CPU hog holds one core; median of {bm['steps']} units after {bm['settle']} "
-                     "settling ones, alternating")
+        lines.append(
+            f"   Busy machine: a CPU hog holds one core; median of {bm['steps']} units after {bm['settle']} "
+            "settling ones, alternating"
+        )
         for kind in ("training", "decoding"):
             k = bm[kind]
-            lines.append(f"   {k['unit']}: 1 thread {_fmt(k['seconds_1'], 's')}, {n} fixed {_fmt(k['seconds_fixed'], 's')} "
-                         f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
-                         f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})")
+            lines.append(
+                f"   {k['unit']}: 1 thread {_fmt(k['seconds_1'], 's')}, {n} fixed {_fmt(k['seconds_fixed'], 's')} "
+                f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
+                f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})"
+            )
     lines += _format_low_precision(results, targets)
     sv = results.get("serving")
     if sv:
@@ -1642,22 +1967,30 @@ def format_report(results: Dict[str, Any]) -> str:
             server, client = sv.get("server") or {}, sv.get("client") or {}
             stack = f"uvicorn with {server['http']} and {server['loop']}" if server else "uvicorn"
             where = f"; clients in a separate process ({client['loop']})" if client.get("process") == "separate" else ""
-            lines.append(f"5. Serving over HTTP ({stack}, 127.0.0.1{where}): {sv['clients']} concurrent clients, "
-                         f"{sv['requests']} one-sentence requests, {sv['threads']} C++ thread(s)")
-            lines.append(f"   random model of the tiny preset (d_model {m['d_model']}, {m['n_layers']}+{m['n_layers']} "
-                         f"layers, vocabularies {m['src_vocab_size']:,}): every output runs to its limit, "
-                         f"{sv['mean_output_limit']:.0f} tokens on average")
+            lines.append(
+                f"5. Serving over HTTP ({stack}, 127.0.0.1{where}): {sv['clients']} concurrent clients, "
+                f"{sv['requests']} one-sentence requests, {sv['threads']} C++ thread(s)"
+            )
+            lines.append(
+                f"   random model of the tiny preset (d_model {m['d_model']}, {m['n_layers']}+{m['n_layers']} "
+                f"layers, vocabularies {m['src_vocab_size']:,}): every output runs to its limit, "
+                f"{sv['mean_output_limit']:.0f} tokens on average"
+            )
             for name, label in (("batching", "batching"), ("one_at_a_time", "one at a time")):
                 e = sv["modes"][name]
                 row(f"   {label} (--max-batch {e['max_batch']}): requests/s", _fmt(e["requests_per_s"]))
-                lines.append(f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
-                             f"{e['mean_batch']:.1f} sentences per decode call")
+                lines.append(
+                    f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
+                    f"{e['mean_batch']:.1f} sentences per decode call"
+                )
             row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x"), key="serving_batching")
     if results.get("mpi_scaling"):  # bench_mpi.py
         from .bench_mpi import format_mpi_scaling
 
-        lines.extend("6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(
-            results["mpi_scaling"])))
+        lines.extend(
+            "6. " + line if i == 0 else "   " + line
+            for i, line in enumerate(format_mpi_scaling(results["mpi_scaling"]))
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -1680,30 +2013,51 @@ def _jsonable(obj: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 
-_DESCRIPTION = ("Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
-                "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
-                "with and without request batching, with the project's targets.")
+_DESCRIPTION = (
+    "Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
+    "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
+    "with and without request batching, with the project's targets."
+)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None,
-                   help="threads for every library (default: all cores available to the process)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for every library (default: all cores available to the process)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny shapes and few steps: a smoke test for CI")
-    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
-                   help="machine-readable results: to stdout (the table then goes to stderr) or to PATH")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help="machine-readable results: to stdout (the table then goes to stderr) or to PATH",
+    )
     p.add_argument("--steps", type=int, default=None, help="timed training steps per implementation")
     p.add_argument("--warmup", type=int, default=None, help="untimed training steps per implementation")
     p.add_argument("--sentences", type=int, default=None, help="sentences per greedy-decoding batch size")
     p.add_argument("--skip-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--skip-decode", action="store_true", help="skip greedy decoding")
     p.add_argument("--skip-scaling", action="store_true", help="skip the thread-scaling measurement")
-    p.add_argument("--skip-busy", action="store_true",
-                   help="skip the busy-machine measurement (a CPU hog on one core: 1 thread against all)")
+    p.add_argument(
+        "--skip-busy",
+        action="store_true",
+        help="skip the busy-machine measurement (a CPU hog on one core: 1 thread against all)",
+    )
     p.add_argument("--skip-serving", action="store_true", help="skip the HTTP serving measurement")
-    p.add_argument("--skip-mpi", action="store_true",
-                   help="skip the MPI scaling section (1 process of N threads against N ranks; bench_mpi.py)")
-    p.add_argument("--serving-only", action="store_true",
-                   help="run only the HTTP serving measurement (batching against one at a time)")
+    p.add_argument(
+        "--skip-mpi",
+        action="store_true",
+        help="skip the MPI scaling section (1 process of N threads against N ranks; bench_mpi.py)",
+    )
+    p.add_argument(
+        "--serving-only",
+        action="store_true",
+        help="run only the HTTP serving measurement (batching against one at a time)",
+    )
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
     p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and synthetic batches")
@@ -1712,8 +2066,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p = subparsers.add_parser("bench", help="benchmark the C++ core against PyTorch (and CTranslate2)",
-                              description=_DESCRIPTION)
+    p = subparsers.add_parser(
+        "bench", help="benchmark the C++ core against PyTorch (and CTranslate2)", description=_DESCRIPTION
+    )
     _add_arguments(p)
     p.set_defaults(func=run_bench)
     return p
@@ -1745,17 +2100,24 @@ def run_bench(args: argparse.Namespace) -> int:
     ct2, ct2_reason = (None, "disabled with --no-ctranslate2") if args.no_ctranslate2 else _import_ctranslate2()
     how = set_all_threads(threads, torch)
     results: Dict[str, Any] = {
-        "schema": JSON_SCHEMA_VERSION, "quick": bool(args.quick), "threads": threads,
-        "threads_set_by": how, "machine": machine_facts(), "notes": [],
-        "torch_version": getattr(torch, "__version__", None), "ctranslate2_version": getattr(ct2, "__version__", None),
+        "schema": JSON_SCHEMA_VERSION,
+        "quick": bool(args.quick),
+        "threads": threads,
+        "threads_set_by": how,
+        "machine": machine_facts(),
+        "notes": [],
+        "torch_version": getattr(torch, "__version__", None),
+        "ctranslate2_version": getattr(ct2, "__version__", None),
     }
     if torch is None:
         results["notes"].append(f"PyTorch comparisons skipped: {torch_reason}")
     if ct2 is None:
         results["notes"].append(f"CTranslate2 comparison skipped: {ct2_reason}")
     elif getattr(os, "RTLD_DEEPBIND", 0):
-        results["notes"].append("CTranslate2 imported with RTLD_DEEPBIND: it keeps its own OpenMP runtime instead of "
-                                "sharing (and throttling) the one PyTorch and this package use")
+        results["notes"].append(
+            "CTranslate2 imported with RTLD_DEEPBIND: it keeps its own OpenMP runtime instead of "
+            "sharing (and throttling) the one PyTorch and this package use"
+        )
     if "not controlled" in how["numpy_blas"]:
         results["notes"].append("NumPy BLAS threads not controlled: the GEMM peak uses NumPy's default")
     t_start = time.perf_counter()
@@ -1766,11 +2128,15 @@ def run_bench(args: argparse.Namespace) -> int:
         _log(f"bf16 GEMM peak ({shapes.gemm_n}^2)")
         results["gemm_bf16"] = bf16_gemm_peak(shapes.gemm_n, shapes.gemm_repeats, args.seed, torch)
         _log(f"training step ({shapes.name} shapes)")
-        results["training"] = bench_training(shapes, results["gemm"]["gflops"], torch is not None, args.seed,
-                                             bf16_peak_gflops=results["gemm_bf16"]["gflops"])
+        results["training"] = bench_training(
+            shapes,
+            results["gemm"]["gflops"],
+            torch is not None,
+            args.seed,
+            bf16_peak_gflops=results["gemm_bf16"]["gflops"],
+        )
     if not args.skip_decode and not serving_only:
-        results["decoding"] = bench_decoding(shapes, threads, torch is not None, ct2 is not None, ct2_reason,
-                                             args.seed)
+        results["decoding"] = bench_decoding(shapes, threads, torch is not None, ct2 is not None, ct2_reason, args.seed)
     if not args.skip_memory and not serving_only:
         results["memory"] = measure_memory(shapes, threads, torch is not None, bool(args.quick), args.seed)
     if not args.skip_scaling and threads > 1 and not serving_only:
@@ -1787,8 +2153,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if not getattr(args, "skip_mpi", False) and not serving_only:  # bench_mpi.py
         from .bench_mpi import bench_mpi_scaling
 
-        results["mpi_scaling"] = bench_mpi_scaling(bool(args.quick), ranks=max(threads, 2),
-                                                   rounds=1 if args.quick else 2, seed=args.seed)
+        results["mpi_scaling"] = bench_mpi_scaling(
+            bool(args.quick), ranks=max(threads, 2), rounds=1 if args.quick else 2, seed=args.seed
+        )
         if "skipped" in results["mpi_scaling"]:
             results["notes"].append(f"MPI scaling skipped: {results['mpi_scaling']['skipped']}")
     results["elapsed_s"] = time.perf_counter() - t_start
@@ -1798,8 +2165,10 @@ def run_bench(args: argparse.Namespace) -> int:
         pass
     # Busy: other work was running (the 1-minute load at the end includes our own threads).
     cores = results["machine"]["cores"]
-    results["busy"] = bool(results["machine"].get("load_average_start", 0) > 0.5 * cores
-                           or results["machine"].get("load_average_end", 0) > threads + 0.5 * cores)
+    results["busy"] = bool(
+        results["machine"].get("load_average_start", 0) > 0.5 * cores
+        or results["machine"].get("load_average_end", 0) > threads + 0.5 * cores
+    )
     results["targets"] = evaluate_targets(results)
     results = _jsonable(results)
 

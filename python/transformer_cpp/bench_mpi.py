@@ -54,8 +54,15 @@ def _run_child(command: List[str], threads: int, timeout: float) -> Dict[str, An
     return json.loads(lines[-1])
 
 
-def bench_mpi_scaling(quick: bool = False, ranks: int = 2, steps: Optional[int] = None, warmup: int = 2,
-                      rounds: int = 2, seed: int = 0, timeout: float = 1800.0) -> Dict[str, Any]:
+def bench_mpi_scaling(
+    quick: bool = False,
+    ranks: int = 2,
+    steps: Optional[int] = None,
+    warmup: int = 2,
+    rounds: int = 2,
+    seed: int = 0,
+    timeout: float = 1800.0,
+) -> Dict[str, Any]:
     """One process with ``ranks`` threads against ``ranks`` MPI ranks of one thread, at the
     tutorial shapes (``quick``: tiny ones), taking turns for ``rounds`` rounds."""
     try:
@@ -69,29 +76,39 @@ def bench_mpi_scaling(quick: bool = False, ranks: int = 2, steps: Optional[int] 
     common = ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed)] + (["--quick"] if quick else [])
     me = [sys.executable, "-m", "transformer_cpp.bench_mpi"]
     single_cmd = me + ["--child", "single", "--threads", str(ranks)] + common
-    ranks_cmd = [mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "none"] + me + \
-        ["--child", "ranks", "--threads", "1"] + common
+    ranks_cmd = (
+        [mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "none"]
+        + me
+        + ["--child", "ranks", "--threads", "1"]
+        + common
+    )
     single: List[Dict[str, Any]] = []
     parallel: List[Dict[str, Any]] = []
     for r in range(rounds):
         order = [("single", single_cmd, ranks, single), ("ranks", ranks_cmd, 1, parallel)]
-        for name, cmd, threads, into in (order if r % 2 == 0 else order[::-1]):
+        for name, cmd, threads, into in order if r % 2 == 0 else order[::-1]:
             print(f"[bench] MPI scaling round {r + 1}/{rounds}: {name}", file=sys.stderr, flush=True)
             into.append(_run_child(cmd, threads, timeout))
     best_single = max(single, key=lambda x: x["tokens_per_s"])
     best_ranks = max(parallel, key=lambda x: x["tokens_per_s"])
     step = best_ranks["seconds_per_step"]
     return {
-        "ranks": ranks, "steps": steps, "rounds": rounds, "shapes": best_single["shapes"],
-        "parameters": best_ranks["parameters"], "allreduce_bytes": best_ranks["allreduce_bytes"],
-        "single_threads": ranks, "single_tokens_per_s": best_single["tokens_per_s"],
+        "ranks": ranks,
+        "steps": steps,
+        "rounds": rounds,
+        "shapes": best_single["shapes"],
+        "parameters": best_ranks["parameters"],
+        "allreduce_bytes": best_ranks["allreduce_bytes"],
+        "single_threads": ranks,
+        "single_tokens_per_s": best_single["tokens_per_s"],
         "ranks_tokens_per_s": best_ranks["tokens_per_s"],
         "speedup": best_ranks["tokens_per_s"] / best_single["tokens_per_s"],
         "ranks_split_s": {k: best_ranks["seconds_per_step_" + k] for k in ("compute", "allreduce", "update")},
         "allreduce_share": best_ranks["seconds_per_step_allreduce"] / step,
         "allreduce_alone_s": best_ranks["allreduce_alone_s"],
         "allreduce_alone_share": best_ranks["allreduce_alone_s"] / step,
-        "all_single": [x["tokens_per_s"] for x in single], "all_ranks": [x["tokens_per_s"] for x in parallel],
+        "all_single": [x["tokens_per_s"] for x in single],
+        "all_ranks": [x["tokens_per_s"] for x in parallel],
         "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(ranks_cmd)),
     }
 
@@ -106,8 +123,7 @@ def format_mpi_scaling(result: Dict[str, Any]) -> List[str]:
         f"MPI scaling ({result['shapes']} shapes, {result['parameters']:,} parameters, all-reduce of "
         f"{result['allreduce_bytes'] / 1e6:.0f} MB per step; best of {result['rounds']} rounds):",
         f"  1 process, {n} threads: {result['single_tokens_per_s']:,.0f} target tokens/s",
-        f"  {n} ranks, 1 thread each: {result['ranks_tokens_per_s']:,.0f} target tokens/s "
-        f"({result['speedup']:.2f}x)",
+        f"  {n} ranks, 1 thread each: {result['ranks_tokens_per_s']:,.0f} target tokens/s ({result['speedup']:.2f}x)",
         f"  rank 0 per step: compute {split['compute']:.3f} s, all-reduce with the wait for the slowest rank "
         f"{split['allreduce']:.3f} s ({100 * result['allreduce_share']:.0f}% of the step), update "
         f"{split['update']:.3f} s; the all-reduce alone {result['allreduce_alone_s']:.3f} s "
@@ -126,7 +142,7 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
     shapes = QUICK_SHAPES if args.quick else TUTORIAL_SHAPES
     model = build_ours(shapes, args.seed)
     batches = make_batches(shapes, args.warmup + args.steps, seed=args.seed + 3)
-    timed_tokens = sum(b.tokens for b in batches[args.warmup:])
+    timed_tokens = sum(b.tokens for b in batches[args.warmup :])
     out: Dict[str, Any] = {"shapes": shapes.name, "threads": args.threads, "parameters": model.num_parameters()}
     if args.child == "single":
         seconds = 0.0
@@ -151,8 +167,13 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
             src, tgt_in, tgt_out = b.src[share], b.tgt_in[share], b.tgt_out[share]
             s_len = int(np.max(np.count_nonzero(src, axis=1)))
             t_len = int(np.max(np.count_nonzero(tgt_out, axis=1)))
-            return Batch(src=np.ascontiguousarray(src[:, :s_len]), tgt_in=np.ascontiguousarray(tgt_in[:, :t_len]),
-                         tgt_out=np.ascontiguousarray(tgt_out[:, :t_len]), indices=share)
+            return Batch(
+                src=np.ascontiguousarray(src[:, :s_len]),
+                tgt_in=np.ascontiguousarray(tgt_in[:, :t_len]),
+                tgt_out=np.ascontiguousarray(tgt_out[:, :t_len]),
+                indices=share,
+            )
+
         return take
 
     seconds = 0.0
@@ -161,8 +182,15 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
             parallel.barrier("the bench's start")
             parallel.seconds = {"compute": 0.0, "allreduce": 0.0, "update": 0.0, "steps": 0}
         t0 = time.perf_counter()
-        parallel.train_step(model, batch_of(b), np.arange(len(b.src)), stop=False, elapsed=0.0, step_seconds=0.0,
-                            where=f"at bench step {i + 1}")
+        parallel.train_step(
+            model,
+            batch_of(b),
+            np.arange(len(b.src)),
+            stop=False,
+            elapsed=0.0,
+            step_seconds=0.0,
+            where=f"at bench step {i + 1}",
+        )
         if i >= args.warmup:
             seconds += time.perf_counter() - t0
     buf = model.gradient_buffer()
@@ -173,9 +201,14 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
         parallel.allreduce_sum(buf, "the bench's all-reduce")
         alone.append(time.perf_counter() - t0)
     split = parallel.seconds
-    out.update(tokens_per_s=timed_tokens / seconds, seconds_per_step=seconds / args.steps, ranks=parallel.size,
-               allreduce_bytes=int(buf.nbytes), allreduce_alone_s=statistics.median(alone),
-               **{f"seconds_per_step_{k}": split[k] / args.steps for k in ("compute", "allreduce", "update")})
+    out.update(
+        tokens_per_s=timed_tokens / seconds,
+        seconds_per_step=seconds / args.steps,
+        ranks=parallel.size,
+        allreduce_bytes=int(buf.nbytes),
+        allreduce_alone_s=statistics.median(alone),
+        **{f"seconds_per_step_{k}": split[k] / args.steps for k in ("compute", "allreduce", "update")},
+    )
     return out if parallel.rank == 0 else {}
 
 

@@ -165,7 +165,9 @@ def checkpoint_name(epochs_done: int, batches_into_next_epoch: int = 0) -> str:
     """
     for value in (epochs_done, batches_into_next_epoch):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"checkpoint_name: counts must be integers, got {epochs_done!r}, {batches_into_next_epoch!r}")
+            raise TypeError(
+                f"checkpoint_name: counts must be integers, got {epochs_done!r}, {batches_into_next_epoch!r}"
+            )
     if epochs_done < 0 or batches_into_next_epoch < 0:
         raise ValueError(f"checkpoint_name: counts must be >= 0, got {epochs_done}, {batches_into_next_epoch}")
     if batches_into_next_epoch:
@@ -251,8 +253,10 @@ def mark_best(run_dir: PathLike, name: str) -> None:
     """Point ``run_dir/best`` at the checkpoint ``name`` (atomically)."""
     run = Path(run_dir)
     if not isinstance(name, str) or (_order_key(name) is None and name != AVERAGED_NAME):
-        raise CheckpointError(f"mark_best: name {name!r} is not the name of a checkpoint of the run, such as "
-                              f"'epoch-0003' or {AVERAGED_NAME!r}")
+        raise CheckpointError(
+            f"mark_best: name {name!r} is not the name of a checkpoint of the run, such as "
+            f"'epoch-0003' or {AVERAGED_NAME!r}"
+        )
     if not (run / name / CONFIG_FILE).is_file():
         raise CheckpointError(f"mark_best: '{run / name}' is not a checkpoint")
     with lock_run(run):
@@ -267,8 +271,10 @@ def _follow(run: Path, pointer_name: str) -> Optional[Path]:
         with open(pointer, "rb") as f:
             raw = f.read(_MAX_POINTER_BYTES + 1)  # one line: never read a damaged, huge file whole
         if len(raw) > _MAX_POINTER_BYTES:
-            raise CheckpointError(f"checkpoint pointer '{pointer}' is damaged (over {_MAX_POINTER_BYTES} bytes; it "
-                                  "should hold one checkpoint name)")
+            raise CheckpointError(
+                f"checkpoint pointer '{pointer}' is damaged (over {_MAX_POINTER_BYTES} bytes; it "
+                "should hold one checkpoint name)"
+            )
         name = raw.decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"cannot read checkpoint pointer '{pointer}': {exc}") from None
@@ -463,8 +469,10 @@ def _acquire(run: Path) -> int:
     except BlockingIOError:
         holder = _lock_holder(fd)
         os.close(fd)
-        raise RunLockedError(f"run directory '{run}' is in use by another process{holder} that trains or saves "
-                             "checkpoints there; wait until it ends, or use another directory") from None
+        raise RunLockedError(
+            f"run directory '{run}' is in use by another process{holder} that trains or saves "
+            "checkpoints there; wait until it ends, or use another directory"
+        ) from None
     except OSError:  # a file system without flock
         os.close(fd)
         return -1
@@ -554,24 +562,32 @@ def save_checkpoint(
         state = trainer_state or {}
         name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
     if _order_key(name) is None and name != AVERAGED_NAME:
-        raise ValueError(f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' "
-                         f"(or {AVERAGED_NAME!r})")
+        raise ValueError(
+            f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' (or {AVERAGED_NAME!r})"
+        )
     optimizer = _flag("save_checkpoint", "optimizer", optimizer)
     if keep is not None and (isinstance(keep, bool) or int(keep) < 0):
         raise ValueError(f"save_checkpoint: keep must be >= 0 or None, got {keep!r}")
     cfg = model.config
-    for label, tok, key in (("src_tokenizer", src_tokenizer, "src_vocab_size"), ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size")):
+    for label, tok, key in (
+        ("src_tokenizer", src_tokenizer, "src_vocab_size"),
+        ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
+    ):
         if not isinstance(tok, SubwordTokenizer):
             raise ValueError(f"save_checkpoint: {label} must be a SubwordTokenizer, got {type(tok).__name__}")
         if tok.vocab_size != cfg[key]:
-            raise ValueError(f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}")
+            raise ValueError(
+                f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}"
+            )
 
     bad = nonfinite_tensors(model.parameters())
     if optimizer and not bad:
         bad = nonfinite_tensors(model.optimizer_state())
     if bad:
-        raise ValueError(f"save_checkpoint: the model holds non-finite values, in {_describe_bad(bad)}; "
-                         "a checkpoint of it could not be used (has training diverged?)")
+        raise ValueError(
+            f"save_checkpoint: the model holds non-finite values, in {_describe_bad(bad)}; "
+            "a checkpoint of it could not be used (has training diverged?)"
+        )
     if run_id is not None and (not isinstance(run_id, str) or not run_id):
         raise ValueError(f"save_checkpoint: run_id must be a non-empty str or None, got {run_id!r}")
 
@@ -622,8 +638,10 @@ def save_checkpoint(
                 _fsync_dir(run)
             except OSError as exc:  # a full disk, a file size limit, a vanished directory
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise type(exc)(f"save_checkpoint: writing checkpoint '{target}' failed: {exc.strerror or exc} "
-                                f"(disk full?); '{run}' is as it was") from None
+                raise type(exc)(
+                    f"save_checkpoint: writing checkpoint '{target}' failed: {exc.strerror or exc} "
+                    f"(disk full?); '{run}' is as it was"
+                ) from None
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -632,9 +650,11 @@ def save_checkpoint(
             try:
                 _write_pointer(run, name)
             except OSError as exc:
-                raise type(exc)(f"save_checkpoint: checkpoint '{target}' is complete, but writing '{LATEST_FILE}' "
-                                f"failed: {exc.strerror or exc} (disk full?); it still names the previous "
-                                "checkpoint") from None
+                raise type(exc)(
+                    f"save_checkpoint: checkpoint '{target}' is complete, but writing '{LATEST_FILE}' "
+                    f"failed: {exc.strerror or exc} (disk full?); it still names the previous "
+                    "checkpoint"
+                ) from None
         _remove_stale_temporaries(run)
         if keep:
             _prune(run, int(keep), protect=target, run_id=config["run_id"])
@@ -686,24 +706,35 @@ def _read_file(ckpt: Path, fname: str, files: Mapping[str, Any], most: Optional[
     hold) or above the memory there is is refused before anything is read."""
     path = ckpt / fname
     expected = files.get(fname)
-    if not (isinstance(expected, Mapping) and isinstance(expected.get("bytes"), int)
-            and not isinstance(expected.get("bytes"), bool) and expected["bytes"] >= 0
-            and isinstance(expected.get("sha256"), str)):
-        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' records no valid size and SHA-256 for '{fname}' "
-                              f"(got {expected!r:.80}); the checkpoint is damaged")
+    if not (
+        isinstance(expected, Mapping)
+        and isinstance(expected.get("bytes"), int)
+        and not isinstance(expected.get("bytes"), bool)
+        and expected["bytes"] >= 0
+        and isinstance(expected.get("sha256"), str)
+    ):
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': '{CONFIG_FILE}' records no valid size and SHA-256 for '{fname}' "
+            f"(got {expected!r:.80}); the checkpoint is damaged"
+        )
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{ckpt}' is incomplete: '{fname}' is missing")
     size = path.stat().st_size
     if size != expected["bytes"]:
-        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size} bytes, expected {expected['bytes']} "
-                              "(truncated or overwritten)")
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': '{fname}' has {size} bytes, expected {expected['bytes']} (truncated or overwritten)"
+        )
     if most is not None and size > most:
-        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than such a file can hold "
-                              f"({most:,}); the checkpoint is damaged")
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than such a file can hold "
+            f"({most:,}); the checkpoint is damaged"
+        )
     room = _core._memory_limit_bytes()  # compared here: paths need not be valid UTF-8 for the core
     if size > room:
-        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than the {room:,.0f} bytes of "
-                              "memory available to read it")
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': '{fname}' has {size:,} bytes, more than the {room:,.0f} bytes of "
+            "memory available to read it"
+        )
     data = path.read_bytes()
     if len(data) != size:
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' changed while it was read")
@@ -727,8 +758,9 @@ def _tensor_file_bound(targets: Mapping[str, Any]) -> int:
     return int(sum(8 * t.value.size + 1024 for t in targets.values())) + (1 << 20)
 
 
-def _load_tensors(ckpt: Path, fname: str, files: Mapping[str, Any],
-                  targets: Optional[Mapping[str, Any]] = None) -> Dict[str, np.ndarray]:
+def _load_tensors(
+    ckpt: Path, fname: str, files: Mapping[str, Any], targets: Optional[Mapping[str, Any]] = None
+) -> Dict[str, np.ndarray]:
     from safetensors.numpy import load
 
     data = _read_file(ckpt, fname, files, None if targets is None else _tensor_file_bound(targets))
@@ -748,8 +780,9 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
             parts.append(f"missing {len(missing)} tensor(s), e.g. {missing[0]!r}")
         if unexpected:
             parts.append(f"{len(unexpected)} unexpected tensor(s), e.g. {unexpected[0]!r}")
-        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' does not match the architecture in config.json: "
-                              + "; ".join(parts))
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': '{fname}' does not match the architecture in config.json: " + "; ".join(parts)
+        )
     for n, target in targets.items():
         value = tensors[n]
         if value.shape != target.value.shape:
@@ -763,8 +796,10 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
             )
     bad = nonfinite_tensors(tensors)
     if bad:
-        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' holds non-finite values, in tensor {_describe_bad(bad)}; "
-                              "the checkpoint is unusable (saved from a diverged run, or damaged)")
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': '{fname}' holds non-finite values, in tensor {_describe_bad(bad)}; "
+            "the checkpoint is unusable (saved from a diverged run, or damaged)"
+        )
     for n, target in targets.items():
         target.value[...] = tensors[n]
 
@@ -777,8 +812,9 @@ def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Subword
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
 
 
-def average_checkpoints(paths: List[PathLike], run_dir: Optional[PathLike] = None,
-                        name: str = AVERAGED_NAME) -> Tuple[Optional[Path], Transformer]:
+def average_checkpoints(
+    paths: List[PathLike], run_dir: Optional[PathLike] = None, name: str = AVERAGED_NAME
+) -> Tuple[Optional[Path], Transformer]:
     """Average the weights of several checkpoints of one run (the same architecture and
     tokenizers); return ``(path written or None, the averaged model)``.
 
@@ -802,8 +838,10 @@ def average_checkpoints(paths: List[PathLike], run_dir: Optional[PathLike] = Non
         if ckpt.src_tokenizer != first.src_tokenizer or ckpt.tgt_tokenizer != first.tgt_tokenizer:
             raise CheckpointError(f"average_checkpoints: '{ckpt.path}' has other tokenizers than '{first.path}'")
         if ckpt.run_id != first.run_id:
-            raise CheckpointError(f"average_checkpoints: '{ckpt.path}' belongs to another run ({ckpt.run_id}) than "
-                                  f"'{first.path}' ({first.run_id}); average checkpoints of one run")
+            raise CheckpointError(
+                f"average_checkpoints: '{ckpt.path}' belongs to another run ({ckpt.run_id}) than "
+                f"'{first.path}' ({first.run_id}); average checkpoints of one run"
+            )
         for k, p in ckpt.model.parameters().items():
             sums[k] += p.value
     for k, p in params.items():
@@ -811,8 +849,17 @@ def average_checkpoints(paths: List[PathLike], run_dir: Optional[PathLike] = Non
     out = None
     if run_dir is not None:
         data = dict(first.data or {}, averaged_from=[Path(p).name for p in paths])
-        out = save_checkpoint(run_dir, first.model, first.src_tokenizer, first.tgt_tokenizer, name=name,
-                              train_config=first.train_config, data=data, optimizer=False, keep=None)
+        out = save_checkpoint(
+            run_dir,
+            first.model,
+            first.src_tokenizer,
+            first.tgt_tokenizer,
+            name=name,
+            train_config=first.train_config,
+            data=data,
+            optimizer=False,
+            keep=None,
+        )
     return out, first.model
 
 
@@ -830,8 +877,10 @@ def read_checkpoint_config(path: PathLike, prefer: str = "latest") -> Tuple[Path
     try:
         size = config_path.stat().st_size
         if size > _MAX_CONFIG_BYTES:
-            raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' has {size:,} bytes, more than a checkpoint "
-                                  f"configuration ({_MAX_CONFIG_BYTES:,} at most); it is damaged")
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': '{CONFIG_FILE}' has {size:,} bytes, more than a checkpoint "
+                f"configuration ({_MAX_CONFIG_BYTES:,} at most); it is damaged"
+            )
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' is not valid JSON ({exc})") from None
@@ -870,15 +919,21 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
         raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
     for section in ("train_config", "data"):
         if config.get(section) is not None and not isinstance(config[section], dict):
-            raise CheckpointError(f"checkpoint '{ckpt}': the '{section}' section of '{CONFIG_FILE}' must be an object "
-                                  f"or null, got {type(config[section]).__name__}")
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': the '{section}' section of '{CONFIG_FILE}' must be an object "
+                f"or null, got {type(config[section]).__name__}"
+            )
 
     if not optimizer and model_cfg.get("precision") == "bf16" and not _core._bf16_supported():
         # decoding runs in float32 whatever the training precision: a model trained in bf16 is
         # still translated here; only resuming its training needs the bf16 kernel
-        warnings.warn(f"checkpoint '{ckpt}' was trained with precision 'bf16', which cannot run here "
-                      f"({_core._bf16_unsupported_reason()}); loaded with precision 'float32' (decoding is float32 "
-                      "either way)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"checkpoint '{ckpt}' was trained with precision 'bf16', which cannot run here "
+            f"({_core._bf16_unsupported_reason()}); loaded with precision 'float32' (decoding is float32 "
+            "either way)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         model_cfg = dict(model_cfg, precision="float32")
     try:
         model = Transformer.from_config(model_cfg)
@@ -892,8 +947,12 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     if optimizer:
         if not opt.get("saved", False):
             raise CheckpointError(f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training")
-        _assign(ckpt, OPTIMIZER_FILE, model.optimizer_state(),
-                _load_tensors(ckpt, OPTIMIZER_FILE, files, model.optimizer_state()))
+        _assign(
+            ckpt,
+            OPTIMIZER_FILE,
+            model.optimizer_state(),
+            _load_tensors(ckpt, OPTIMIZER_FILE, files, model.optimizer_state()),
+        )
         try:
             for key in ("step", "dropout_calls"):
                 if isinstance(opt.get(key), bool) or not isinstance(opt.get(key), int):
@@ -901,7 +960,9 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
             model.step = opt["step"]
             model.dropout_calls = opt["dropout_calls"]
         except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})") from None
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})"
+            ) from None
         optimizer_loaded = True
 
     src_tok = _load_tokenizer(ckpt, SRC_TOKENIZER_FILE, files)

@@ -86,9 +86,18 @@ _DATA_OPTIONS = {
     "encoding": "encoding",
     "decode_errors": "decode_errors",
 }
-_DEFAULT_DATA = {"num_samples": 0, "sampling": "random", "vocab_size": 8000, "joint_vocab": False, "split_seed": 0,
-                 "valid_fraction": 0.02, "test_fraction": 0.03, "max_length_option": 0, "encoding": "utf-8",
-                 "decode_errors": "strict"}
+_DEFAULT_DATA = {
+    "num_samples": 0,
+    "sampling": "random",
+    "vocab_size": 8000,
+    "joint_vocab": False,
+    "split_seed": 0,
+    "valid_fraction": 0.02,
+    "test_fraction": 0.03,
+    "max_length_option": 0,
+    "encoding": "utf-8",
+    "decode_errors": "strict",
+}
 #: Share of the training pairs that the automatic length limit (--max-length 0) keeps.
 LENGTH_COVERAGE = 99.9
 DEFAULT_PRESET = "quick"
@@ -179,17 +188,21 @@ def _load_pairs(path: Optional[str], info: Dict[str, Any], **kwargs: Any) -> Any
     try:
         pairs = load_tatoeba(path, encoding=info.get("encoding", "utf-8"), errors=errors, **kwargs)
     except UndecodableLineError as exc:
-        raise UserError(f"'{exc.path}' line {exc.line} is not valid {exc.encoding}: {exc.detail}. If the file uses "
-                        f"another encoding, name it with --encoding (e.g. --encoding latin-1); --decode-errors skip "
-                        f"leaves such lines out instead") from None
+        raise UserError(
+            f"'{exc.path}' line {exc.line} is not valid {exc.encoding}: {exc.detail}. If the file uses "
+            f"another encoding, name it with --encoding (e.g. --encoding latin-1); --decode-errors skip "
+            f"leaves such lines out instead"
+        ) from None
     stats = pairs.stats
     message = f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
     if stats.skipped:
         message += f"; left out {stats.skipped:,} of {stats.read:,} lines ({stats.describe_skipped()})"
     _say(message)
     if stats.undecodable:
-        _say(f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
-             f"{_line_numbers(stats.undecodable_lines)}")
+        _say(
+            f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
+            f"{_line_numbers(stats.undecodable_lines)}"
+        )
     return pairs
 
 
@@ -204,23 +217,37 @@ def _load_split(data_path: Optional[str], info: Dict[str, Any]) -> Tuple[Any, Di
     from .text import clean_corpus
 
     num_samples = info.get("num_samples") or None
-    pairs = _load_pairs(data_path, info, num_samples=num_samples, sampling=info.get("sampling", "first"),
-                        seed=int(info.get("split_seed", 0)))
+    pairs = _load_pairs(
+        data_path,
+        info,
+        num_samples=num_samples,
+        sampling=info.get("sampling", "first"),
+        seed=int(info.get("split_seed", 0)),
+    )
     src_all = clean_corpus(pairs.english, info["src_lang"])
     tgt_all = clean_corpus(pairs.spanish, info["tgt_lang"])
     if info.get("split") == "by-source":
-        by_source = split_by_source(src_all, tgt_all, info["valid_fraction"], info["test_fraction"],
-                                    seed=info["split_seed"])
+        by_source = split_by_source(
+            src_all, tgt_all, info["valid_fraction"], info["test_fraction"], seed=info["split_seed"]
+        )
         parts = by_source.parts()
         if by_source.dropped:
-            _say(f"left out {by_source.dropped:,} training or validation pairs whose Spanish sentence is a "
-                 "reference of a later split (so no reference is ever a training target)")
+            _say(
+                f"left out {by_source.dropped:,} training or validation pairs whose Spanish sentence is a "
+                "reference of a later split (so no reference is ever a training target)"
+            )
     else:
         parts = train_val_test_split(len(pairs), info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
-    split = {name: ([src_all[i] for i in idx], [tgt_all[i] for i in idx])
-             for name, idx in zip(("train", "valid", "test"), parts)}
-    info = dict(info, path=str(Path(pairs.source).resolve()) if pairs.source else None, pairs_loaded=len(pairs),
-                split_digests={name: _split_digest(*split[name]) for name in split})
+    split = {
+        name: ([src_all[i] for i in idx], [tgt_all[i] for i in idx])
+        for name, idx in zip(("train", "valid", "test"), parts)
+    }
+    info = dict(
+        info,
+        path=str(Path(pairs.source).resolve()) if pairs.source else None,
+        pairs_loaded=len(pairs),
+        split_digests={name: _split_digest(*split[name]) for name in split},
+    )
     return split, info
 
 
@@ -242,11 +269,16 @@ def _check_same_split(name: str, recorded: Dict[str, Any], rebuilt: Dict[str, An
     now = rebuilt["split_digests"][name]
     before, after = recorded.get("pairs_loaded"), rebuilt.get("pairs_loaded")
     if (then is not None and then != now) or (then is None and before is not None and before != after):
-        counts = f" ({after:,} pairs loaded now, {before:,} when the run was trained)" if before != after and \
-            isinstance(before, int) else ""
-        raise UserError(f"the {name} split rebuilt from '{rebuilt.get('path')}' differs from the one the run held out: "
-                        f"the data file changed since training{counts}, so its pairs are not the held-out ones; "
-                        "pass the original file with --data, or score a file of pairs with --pairs")
+        counts = (
+            f" ({after:,} pairs loaded now, {before:,} when the run was trained)"
+            if before != after and isinstance(before, int)
+            else ""
+        )
+        raise UserError(
+            f"the {name} split rebuilt from '{rebuilt.get('path')}' differs from the one the run held out: "
+            f"the data file changed since training{counts}, so its pairs are not the held-out ones; "
+            "pass the original file with --data, or score a file of pairs with --pairs"
+        )
 
 
 def _encode(split: Dict[str, Any], name: str, src_tok: Any, tgt_tok: Any, max_length: Optional[int]) -> Optional[Any]:
@@ -279,8 +311,10 @@ def _choose_max_length(split: Dict[str, Any], src_tok: Any, tgt_tok: Any, option
     src, tgt = split["train"]
     lengths = [max(len(a), len(b)) for a, b in zip(src_tok.encode_batch(src), tgt_tok.encode_batch(tgt))]
     pct = length_percentiles(lengths)
-    _say("training pair lengths in tokens (longer side, start and end included): "
-         + ", ".join(f"{p:g}% <= {v}" for p, v in pct.items()))
+    _say(
+        "training pair lengths in tokens (longer side, start and end included): "
+        + ", ".join(f"{p:g}% <= {v}" for p, v in pct.items())
+    )
     if option:
         kept = sum(n <= option for n in lengths) / len(lengths) * 100
         _say(f"max length {option} tokens (--max-length) keeps {kept:.2f}% of the training pairs")
@@ -297,7 +331,9 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> Dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-def _requested(args: argparse.Namespace, preset: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+def _requested(
+    args: argparse.Namespace, preset: Optional[str]
+) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
     """(architecture, TrainConfig fields, data settings) that ``preset`` and the options ask for;
     without a preset only the options given."""
     from .model import preset_config, preset_recipe
@@ -319,16 +355,20 @@ def _requested(args: argparse.Namespace, preset: Optional[str]) -> Tuple[Dict[st
     return arch, train, data
 
 
-def _check_resume_options(args: argparse.Namespace, model_cfg: Dict[str, Any], train_cfg: Dict[str, Any],
-                          data: Dict[str, Any]) -> Dict[str, Any]:
+def _check_resume_options(
+    args: argparse.Namespace, model_cfg: Dict[str, Any], train_cfg: Dict[str, Any], data: Dict[str, Any]
+) -> Dict[str, Any]:
     """With --resume, what the command asks for (its preset and options) must agree with the
     checkpoint, except the settings a resumed run may change; returns those changes."""
     arch, train, data_req = _requested(args, args.preset)
     arch.pop("max_length", None)  # a positional-table cache, not a setting of the run
     conflicts = []
     names = {v: k for k, v in {**_ARCH_OPTIONS, **_TRAIN_OPTIONS, **_DATA_OPTIONS}.items()}
-    for section, requested, saved in (("architecture", arch, model_cfg), ("training", train, train_cfg),
-                                      ("data", data_req, data)):
+    for section, requested, saved in (
+        ("architecture", arch, model_cfg),
+        ("training", train, train_cfg),
+        ("data", data_req, data),
+    ):
         for key, value in requested.items():
             if section == "training" and key in _CHANGEABLE_ON_RESUME:
                 continue
@@ -337,8 +377,10 @@ def _check_resume_options(args: argparse.Namespace, model_cfg: Dict[str, Any], t
                 flag = names.get(key, key).replace("_", "-")
                 conflicts.append(f"--{flag} {value} (the run has {have})")
     if conflicts:
-        raise UserError("--resume continues the run in --out with its own settings, and these options differ "
-                        "from it: " + ", ".join(conflicts) + "; drop them, or start a new run with another --out")
+        raise UserError(
+            "--resume continues the run in --out with its own settings, and these options differ "
+            "from it: " + ", ".join(conflicts) + "; drop them, or start a new run with another --out"
+        )
     return {k: v for k, v in train.items() if k in _CHANGEABLE_ON_RESUME}
 
 
@@ -365,8 +407,10 @@ def _build_tokenizers(split: Dict[str, Any], data_info: Dict[str, Any]) -> Tuple
         return tok, tok
     src_tok = SubwordTokenizer.build_from_corpus(src, vocab)
     tgt_tok = SubwordTokenizer.build_from_corpus(tgt, vocab)
-    _say(f"subword vocabularies: {data_info['src_lang']} {src_tok.vocab_size:,} tokens, "
-         f"{data_info['tgt_lang']} {tgt_tok.vocab_size:,} tokens (target {vocab:,})")
+    _say(
+        f"subword vocabularies: {data_info['src_lang']} {src_tok.vocab_size:,} tokens, "
+        f"{data_info['tgt_lang']} {tgt_tok.vocab_size:,} tokens (target {vocab:,})"
+    )
     return src_tok, tgt_tok
 
 
@@ -523,19 +567,31 @@ def _resume_trainer_here(args: argparse.Namespace, out: Path, parallel: Any) -> 
     _check_world_size(ckpt_dir, parallel)
     data_info = cfg.get("data") or {}
     if not data_info or cfg.get("train_config") is None:
-        raise UserError(f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here")
+        raise UserError(
+            f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here"
+        )
     changes = _check_resume_options(args, cfg["model"], cfg["train_config"], data_info)
     split, _ = _load_split(args.data if args.data is not None else data_info.get("path"), data_info)
     ckpt = load_checkpoint(ckpt_dir, optimizer=True)
     max_length = data_info.get("max_length")
     train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
     valid = _encode_valid(split, ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
-    trainer = Trainer.from_checkpoint(ckpt, train, valid, checkpoint_dir=out, epochs=changes.get("epochs"),
-                                      threads=args.threads, progress=False if args.no_progress else None,
-                                      time_budget=changes.get("time_budget"), parallel=parallel)
+    trainer = Trainer.from_checkpoint(
+        ckpt,
+        train,
+        valid,
+        checkpoint_dir=out,
+        epochs=changes.get("epochs"),
+        threads=args.threads,
+        progress=False if args.no_progress else None,
+        time_budget=changes.get("time_budget"),
+        parallel=parallel,
+    )
     trainer.config.adaptive_threads = not args.fixed_threads  # how threads are used: not part of the run
-    _say(f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
-         f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained")
+    _say(
+        f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
+        f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained"
+    )
     return trainer
 
 
@@ -562,8 +618,10 @@ def _new_trainer(args: argparse.Namespace, out: Path, steps: Optional[_Collectiv
     arch, config, data_info, split = steps.run("reading the data", lambda: _new_run_data(args))
     # the vocabularies: built once (rank 0) and shared, so that every rank encodes alike
     src_tok, tgt_tok = steps.on_root("building the subword vocabularies", lambda: _build_tokenizers(split, data_info))
-    return steps.run("building the model", lambda: _new_run_model(args, out, arch, config, data_info, split, src_tok,
-                                                                  tgt_tok, steps.parallel))
+    return steps.run(
+        "building the model",
+        lambda: _new_run_model(args, out, arch, config, data_info, split, src_tok, tgt_tok, steps.parallel),
+    )
 
 
 def _new_run_data(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Dict[str, Any], Dict[str, Any]]:
@@ -575,14 +633,17 @@ def _new_run_data(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Dict[s
     data_info: Dict[str, Any] = dict(_DEFAULT_DATA, src_lang="en", tgt_lang="es", split="by-source")
     data_info.update(data_req)
     settings.setdefault("epochs", 10)
-    config = TrainConfig(threads=args.threads, progress=not args.no_progress,
-                         adaptive_threads=not args.fixed_threads, **settings)
+    config = TrainConfig(
+        threads=args.threads, progress=not args.no_progress, adaptive_threads=not args.fixed_threads, **settings
+    )
     # --batch-size against the preset's token budget would be ignored, not applied (given together
     # with --max-tokens, it sizes the validation batches)
     if args.batch_size is not None and config.max_tokens and args.max_tokens is None:
-        raise UserError(f"--batch-size {args.batch_size} would be ignored: the {args.preset or DEFAULT_PRESET} preset "
-                        f"cuts batches by tokens (max_tokens {config.max_tokens}); add --max-tokens 0 to batch by "
-                        "sentences, or leave out --batch-size")
+        raise UserError(
+            f"--batch-size {args.batch_size} would be ignored: the {args.preset or DEFAULT_PRESET} preset "
+            f"cuts batches by tokens (max_tokens {config.max_tokens}); add --max-tokens 0 to batch by "
+            "sentences, or leave out --batch-size"
+        )
     check_fractions(data_info["valid_fraction"], data_info["test_fraction"])
     # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
     # are checked again when the model is built)
@@ -591,8 +652,17 @@ def _new_run_data(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Dict[s
     return arch, config, data_info, split
 
 
-def _new_run_model(args: argparse.Namespace, out: Path, arch: Dict[str, Any], config: Any, data_info: Dict[str, Any],
-                   split: Dict[str, Any], src_tok: Any, tgt_tok: Any, parallel: Any) -> Any:
+def _new_run_model(
+    args: argparse.Namespace,
+    out: Path,
+    arch: Dict[str, Any],
+    config: Any,
+    data_info: Dict[str, Any],
+    split: Dict[str, Any],
+    src_tok: Any,
+    tgt_tok: Any,
+    parallel: Any,
+) -> Any:
     from .model import Transformer
     from .training import Trainer
 
@@ -604,18 +674,31 @@ def _new_run_model(args: argparse.Namespace, out: Path, arch: Dict[str, Any], co
         raise UserError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
     valid = _encode_valid(split, src_tok, tgt_tok, max_length)
     valid_note = f" ({valid.removed:,} longer ones left out)" if valid is not None and valid.removed else ""
-    _say(f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
-         f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split['test'][0]):,} test "
-         f"(held out; split by English sentence)")
+    _say(
+        f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
+        f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split['test'][0]):,} test "
+        f"(held out; split by English sentence)"
+    )
     if data_info.get("joint_vocab"):
         arch.setdefault("share_embeddings", True)
     model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
     _say(f"model: {model!r}")
-    trainer = Trainer(model, train, valid, config, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
-                      checkpoint_dir=out, data_info=data_info, parallel=parallel)
+    trainer = Trainer(
+        model,
+        train,
+        valid,
+        config,
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
+        checkpoint_dir=out,
+        data_info=data_info,
+        parallel=parallel,
+    )
     budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
-    _say(f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
-         f"checkpoints in {out}")
+    _say(
+        f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
+        f"checkpoints in {out}"
+    )
     return trainer
 
 
@@ -637,8 +720,10 @@ def _fit(trainer: Any, out: Path) -> int:
         if last["val_bleu"]:
             summary += f", validation BLEU {last['val_bleu'][-1]:.2f}"
         _say(f"done after epoch {last['epoch'][-1]} ({trainer.elapsed / 60:.1f} minutes): {summary}")
-    _say(f"model saved in {out} (translation uses {_best_name(out)}); try: {PROG} translate --model {out} "
-         f"\"you should pay for it.\"")
+    _say(
+        f"model saved in {out} (translation uses {_best_name(out)}); try: {PROG} translate --model {out} "
+        f'"you should pay for it."'
+    )
     return 0
 
 
@@ -671,11 +756,15 @@ def _read_input_lines() -> Tuple[List[Optional[str]], List[Tuple[int, str]]]:
             lines.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             lines.append(None)
-            bad.append((number, f"{exc.reason} at byte {exc.start + 1} ({raw[exc.start:max(exc.end, exc.start + 1)]!r})"))
+            bad.append(
+                (number, f"{exc.reason} at byte {exc.start + 1} ({raw[exc.start : max(exc.end, exc.start + 1)]!r})")
+            )
     return lines, bad
 
 
-def _translate_lines(translator: Any, todo: List[Tuple[int, str]], args: argparse.Namespace) -> Tuple[Dict[int, str], List[Tuple[int, str]]]:
+def _translate_lines(
+    translator: Any, todo: List[Tuple[int, str]], args: argparse.Namespace
+) -> Tuple[Dict[int, str], List[Tuple[int, str]]]:
     """Translate ``(number, sentence)`` pairs a batch at a time: ``({number: translation}, failed)``.
     A batch the core refuses (a sentence too long for the memory, say) is retried sentence by
     sentence, so that one sentence fails alone: ``failed`` holds ``(number, why)``."""
@@ -683,12 +772,16 @@ def _translate_lines(translator: Any, todo: List[Tuple[int, str]], args: argpars
     failed: List[Tuple[int, str]] = []
 
     def translate(chunk: List[Tuple[int, str]]) -> None:
-        texts = translator.translate_batch([s for _, s in chunk], beam_size=args.beam_size,
-                                           length_penalty=args.length_penalty, batch_size=args.batch_size)
+        texts = translator.translate_batch(
+            [s for _, s in chunk],
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+        )
         done.update(zip((n for n, _ in chunk), texts))
 
     for start in range(0, len(todo), args.batch_size):
-        chunk = todo[start:start + args.batch_size]
+        chunk = todo[start : start + args.batch_size]
         try:
             translate(chunk)
         except (ValueError, MemoryError) as exc:
@@ -725,8 +818,10 @@ def _cmd_translate(args: argparse.Namespace) -> int:
         sentences, bad = _read_input_lines()
         what = "line"
     for number, problem in bad[:20]:
-        _say(f"{PROG} translate: {what} {number} is not valid UTF-8{f' ({problem})' if problem else ''}; its output "
-             "line is left empty")
+        _say(
+            f"{PROG} translate: {what} {number} is not valid UTF-8{f' ({problem})' if problem else ''}; its output "
+            "line is left empty"
+        )
     if len(bad) > 20:
         _say(f"{PROG} translate: {len(bad) - 20:,} more {what}s are not valid UTF-8; their output lines are left empty")
     todo = [(n, s) for n, s in enumerate(sentences, 1) if s is not None and s.strip()]
@@ -740,8 +835,10 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     for number in range(1, len(sentences) + 1):
         print(done.get(number, ""))
     if bad or failed:
-        _say(f"{PROG} translate: {len(bad) + len(failed):,} of {len(sentences):,} {what}s not translated (see above); "
-             "the others are")
+        _say(
+            f"{PROG} translate: {len(bad) + len(failed):,} of {len(sentences):,} {what}s not translated (see above); "
+            "the others are"
+        )
         return 1
     return 0
 
@@ -773,8 +870,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         what = f"{args.pairs}"
     else:
         if not data_info:
-            raise UserError(f"checkpoint '{ckpt_dir}' does not record its data split (it was not written by "
-                            f"'{PROG} train'); score it on a file with --pairs")
+            raise UserError(
+                f"checkpoint '{ckpt_dir}' does not record its data split (it was not written by "
+                f"'{PROG} train'); score it on a file with --pairs"
+            )
         if args.split == "test" and not data_info.get("test_fraction"):
             raise UserError("the run kept no test split (test fraction 0); use --split valid or --pairs FILE")
         if args.encoding is not None:  # e.g. the data file was converted since
@@ -787,18 +886,29 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         sources, references = sources[: args.limit], references[: args.limit]
     if not sources:
         raise UserError(f"{what} has no sentence pair")
-    result = evaluate(translator, sources, references, beam_size=args.beam_size, length_penalty=args.length_penalty,
-                      batch_size=args.batch_size, tgt_lang=data_info.get("tgt_lang", "es"))
+    result = evaluate(
+        translator,
+        sources,
+        references,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        tgt_lang=data_info.get("tgt_lang", "es"),
+    )
     if args.output is not None:
         Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
     print(f"checkpoint  {ckpt_dir}")
-    print(f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
-          + (f", compute type {args.compute_type}" if args.compute_type != "float32" else ""))
+    print(
+        f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+        + (f", compute type {args.compute_type}" if args.compute_type != "float32" else "")
+    )
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
     print(f"chrF        {result.chrf:.2f}   ({result.chrf_signature})")
     if result.sources < result.sentences:
-        print(f"all refs    BLEU {result.multi_bleu:.2f}  chrF {result.multi_chrf:.2f}   ({result.sources} distinct "
-              f"sources, each scored once against all its references)")
+        print(
+            f"all refs    BLEU {result.multi_bleu:.2f}  chrF {result.multi_chrf:.2f}   ({result.sources} distinct "
+            f"sources, each scored once against all its references)"
+        )
     print(f"loss        {result.loss:.4f}")
     print(f"accuracy    {result.accuracy:.4f}")
     if args.output is not None:
@@ -818,12 +928,14 @@ def _cmd_average(args: argparse.Namespace) -> int:
     found = list_checkpoints(run)
     if len(found) < 2:
         raise UserError(f"'{run}' holds {len(found)} checkpoint(s); averaging needs at least 2")
-    paths = found[-args.last:]
+    paths = found[-args.last :]
     path, _ = average_checkpoints(paths, run)
     if args.mark_best:
         mark_best(run, path.name)
-    print(f"averaged {', '.join(p.name for p in paths)} into {path}"
-          + ("; 'best' now points at it" if args.mark_best else ""))
+    print(
+        f"averaged {', '.join(p.name for p in paths)} into {path}"
+        + ("; 'best' now points at it" if args.mark_best else "")
+    )
     return 0
 
 
@@ -834,8 +946,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .export import export_ctranslate2, export_torch
 
     if args.quantization is not None and args.to != "ctranslate2":
-        raise UserError(f"--quantization is for --to ctranslate2 (the {args.to} export keeps the model's weights as "
-                        "they are)")
+        raise UserError(
+            f"--quantization is for --to ctranslate2 (the {args.to} export keeps the model's weights as they are)"
+        )
     try:
         if args.to == "ctranslate2":
             out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
@@ -854,12 +967,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # settings of TrainConfig or Translator are checked by those classes (TrainConfig.check,
 # Translator.check: the Python API says the same about a bad value); the others have their range
 # here. Each range is part of the option's help.
-_MAX_COUNT = 2 ** 63 - 1  # counts and seeds that Python holds but that must never overflow elsewhere
+_MAX_COUNT = 2**63 - 1  # counts and seeds that Python holds but that must never overflow elsewhere
 # Architecture sizes: beyond these no model fits in a computer's memory; the core also checks
 # what a model of the requested sizes needs against the memory there is.
 _ARCH_RANGES = {"d_model": (1, 16384), "layers": (1, 256), "heads": (1, 1024), "d_ff": (1, 262144)}
 # 4 special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
-_VOCAB_RANGE = (260, 2 ** 20)
+_VOCAB_RANGE = (260, 2**20)
 _MAX_LENGTH_RANGE = (2, 100_000)  # --max-length of train (0 = automatic)
 
 
@@ -878,8 +991,9 @@ def _int_in(low: int, high: int = _MAX_COUNT, *, zero: str = "") -> Any:
         if zero and value == 0:
             return 0
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected {'0 (' + zero + ') or ' if zero else ''}an integer in "
-                                             f"[{low}, {high}], got {value}")
+            raise argparse.ArgumentTypeError(
+                f"expected {'0 (' + zero + ') or ' if zero else ''}an integer in [{low}, {high}], got {value}"
+            )
         return value
 
     return convert
@@ -961,126 +1075,259 @@ _threads = _int_in(1, 4096)
 def _add_train_parser(sub: Any) -> None:
     from .model import PRESETS
 
-    p = sub.add_parser("train", help="train an English-to-Spanish model on the Tatoeba pairs",
-                       description="Train a Transformer on English-Spanish pairs. A checkpoint is written "
-                                   "after every epoch (and on Ctrl-C); the same command with --resume "
-                                   "continues exactly. Options left out take the preset's value. Presets: "
-                                   "quick (10 minutes), standard (about an hour), tutorial (the TensorFlow "
-                                   "tutorial's settings), base (the paper's base model), tiny (tests).")
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help=f"architecture and training recipe (default: {DEFAULT_PRESET})")
-    p.add_argument("--data", type=path_option, default=None,
-                   help="spa.txt or spa-eng.zip (default: $TRANSFORMER_CPP_DATA, else the download cache)")
-    p.add_argument("--out", type=path_option, default=None,
-                   help="run directory for checkpoints (default: runs/<preset>)")
+    p = sub.add_parser(
+        "train",
+        help="train an English-to-Spanish model on the Tatoeba pairs",
+        description="Train a Transformer on English-Spanish pairs. A checkpoint is written "
+        "after every epoch (and on Ctrl-C); the same command with --resume "
+        "continues exactly. Options left out take the preset's value. Presets: "
+        "quick (10 minutes), standard (about an hour), tutorial (the TensorFlow "
+        "tutorial's settings), base (the paper's base model), tiny (tests).",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help=f"architecture and training recipe (default: {DEFAULT_PRESET})",
+    )
+    p.add_argument(
+        "--data",
+        type=path_option,
+        default=None,
+        help="spa.txt or spa-eng.zip (default: $TRANSFORMER_CPP_DATA, else the download cache)",
+    )
+    p.add_argument(
+        "--out", type=path_option, default=None, help="run directory for checkpoints (default: runs/<preset>)"
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    p.add_argument("--epochs", type=_setting("TrainConfig", "epochs", minimum=1), default=None,
-                   help="epochs in total, at most 1000000 (default: the preset's; may be raised with --resume)")
-    p.add_argument("--time-budget", type=_setting("TrainConfig", "time_budget"), default=None, metavar="MINUTES",
-                   help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
-                        "(0 = no budget; default: the preset's; " + _range_help("TrainConfig", "time_budget") + ")")
-    p.add_argument("--threads", type=_setting("TrainConfig", "threads"), default=None,
-                   help="C++ threads (default: all cores)")
-    p.add_argument("--fixed-threads", action="store_true",
-                   help="always use all --threads threads (by default the run times its steps and uses fewer "
-                        "while that is faster: another program holding a core slows every thread's share)")
+    p.add_argument(
+        "--epochs",
+        type=_setting("TrainConfig", "epochs", minimum=1),
+        default=None,
+        help="epochs in total, at most 1000000 (default: the preset's; may be raised with --resume)",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=_setting("TrainConfig", "time_budget"),
+        default=None,
+        metavar="MINUTES",
+        help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
+        "(0 = no budget; default: the preset's; " + _range_help("TrainConfig", "time_budget") + ")",
+    )
+    p.add_argument(
+        "--threads", type=_setting("TrainConfig", "threads"), default=None, help="C++ threads (default: all cores)"
+    )
+    p.add_argument(
+        "--fixed-threads",
+        action="store_true",
+        help="always use all --threads threads (by default the run times its steps and uses fewer "
+        "while that is faster: another program holding a core slows every thread's share)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--mpi-timeout", type=_seconds, default=None, metavar="SECONDS",
-                   help="under mpiexec: abort every process when a collective call (a step's gradient all-reduce, "
-                        "the wait for rank 0's validation) takes longer (default $TRANSFORMER_CPP_MPI_TIMEOUT or 600)")
-    p.add_argument("--precision", choices=("float32", "bf16"), default=None,
-                   help="matrix products of the dense layers (attention projections, feed-forward, output "
-                        "layer): float32 (the default), or bf16 mixed precision: bfloat16 inputs summed in float32 "
-                        "by AVX512_BF16 instructions, float32 weights, optimiser, normalisation and loss; needs a "
-                        "CPU with AVX512_BF16. Recorded in the checkpoints; a resumed run keeps it")
+    p.add_argument(
+        "--mpi-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="under mpiexec: abort every process when a collective call (a step's gradient all-reduce, "
+        "the wait for rank 0's validation) takes longer (default $TRANSFORMER_CPP_MPI_TIMEOUT or 600)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("float32", "bf16"),
+        default=None,
+        help="matrix products of the dense layers (attention projections, feed-forward, output "
+        "layer): float32 (the default), or bf16 mixed precision: bfloat16 inputs summed in float32 "
+        "by AVX512_BF16 instructions, float32 weights, optimiser, normalisation and loss; needs a "
+        "CPU with AVX512_BF16. Recorded in the checkpoints; a resumed run keeps it",
+    )
     g = p.add_argument_group("data")
-    g.add_argument("--num-samples", type=_non_negative_int, default=None,
-                   help="use N pairs of the file (default: the preset's; 0 = all)")
-    g.add_argument("--sampling", choices=("random", "first"), default=None,
-                   help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
-                        "lines (the file is sorted by length: the N shortest; the tutorial's way)")
-    g.add_argument("--vocab-size", type=_int_in(*_VOCAB_RANGE), default=None,
-                   help=f"target size of each subword vocabulary, in [{_VOCAB_RANGE[0]}, {_VOCAB_RANGE[1]}] (at least "
-                        "the 4 special tokens and the 256 byte symbols)")
-    g.add_argument("--joint-vocab", action="store_const", const=True, default=None,
-                   help="one subword vocabulary for English and Spanish, decoder embedding tied to the output layer")
-    g.add_argument("--valid-fraction", type=_fraction("valid_fraction"), default=None,
-                   help="share of pairs for validation, in [0, 1) (default 0.02)")
-    g.add_argument("--test-fraction", type=_fraction("test_fraction"), default=None,
-                   help="share of pairs held out for evaluate, in [0, 1) (default 0.03)")
-    g.add_argument("--split-seed", type=_non_negative_int, default=None,
-                   help="seed of the sample and of the train/valid/test split by English sentence (default 0)")
-    g.add_argument("--max-length", type=_int_in(*_MAX_LENGTH_RANGE, zero="automatic"), default=None,
-                   help=f"longest training pair in tokens, in [{_MAX_LENGTH_RANGE[0]}, {_MAX_LENGTH_RANGE[1]}]; longer "
-                        f"pairs are left out of training (0 = the length that covers {LENGTH_COVERAGE}%% of them). "
-                        "Translation has no length limit.")
-    g.add_argument("--encoding", type=_encoding, default=None,
-                   help="text encoding of the data file (default utf-8); a line not valid in it is an error")
-    g.add_argument("--decode-errors", choices=("strict", "skip"), default=None,
-                   help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
-                        "default) or be left out, counted (skip)")
+    g.add_argument(
+        "--num-samples",
+        type=_non_negative_int,
+        default=None,
+        help="use N pairs of the file (default: the preset's; 0 = all)",
+    )
+    g.add_argument(
+        "--sampling",
+        choices=("random", "first"),
+        default=None,
+        help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
+        "lines (the file is sorted by length: the N shortest; the tutorial's way)",
+    )
+    g.add_argument(
+        "--vocab-size",
+        type=_int_in(*_VOCAB_RANGE),
+        default=None,
+        help=f"target size of each subword vocabulary, in [{_VOCAB_RANGE[0]}, {_VOCAB_RANGE[1]}] (at least "
+        "the 4 special tokens and the 256 byte symbols)",
+    )
+    g.add_argument(
+        "--joint-vocab",
+        action="store_const",
+        const=True,
+        default=None,
+        help="one subword vocabulary for English and Spanish, decoder embedding tied to the output layer",
+    )
+    g.add_argument(
+        "--valid-fraction",
+        type=_fraction("valid_fraction"),
+        default=None,
+        help="share of pairs for validation, in [0, 1) (default 0.02)",
+    )
+    g.add_argument(
+        "--test-fraction",
+        type=_fraction("test_fraction"),
+        default=None,
+        help="share of pairs held out for evaluate, in [0, 1) (default 0.03)",
+    )
+    g.add_argument(
+        "--split-seed",
+        type=_non_negative_int,
+        default=None,
+        help="seed of the sample and of the train/valid/test split by English sentence (default 0)",
+    )
+    g.add_argument(
+        "--max-length",
+        type=_int_in(*_MAX_LENGTH_RANGE, zero="automatic"),
+        default=None,
+        help=f"longest training pair in tokens, in [{_MAX_LENGTH_RANGE[0]}, {_MAX_LENGTH_RANGE[1]}]; longer "
+        f"pairs are left out of training (0 = the length that covers {LENGTH_COVERAGE}%% of them). "
+        "Translation has no length limit.",
+    )
+    g.add_argument(
+        "--encoding",
+        type=_encoding,
+        default=None,
+        help="text encoding of the data file (default utf-8); a line not valid in it is an error",
+    )
+    g.add_argument(
+        "--decode-errors",
+        choices=("strict", "skip"),
+        default=None,
+        help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
+        "default) or be left out, counted (skip)",
+    )
     g = p.add_argument_group("architecture (default: the preset's)")
-    for flag, what in (("d_model", "model width"), ("layers", "encoder and decoder layers"),
-                       ("heads", "attention heads"), ("d_ff", "feed-forward inner width")):
+    for flag, what in (
+        ("d_model", "model width"),
+        ("layers", "encoder and decoder layers"),
+        ("heads", "attention heads"),
+        ("d_ff", "feed-forward inner width"),
+    ):
         low, high = _ARCH_RANGES[flag]
-        g.add_argument("--" + flag.replace("_", "-"), type=_int_in(low, high), default=None,
-                       help=f"{what}, in [{low}, {high}]")
+        g.add_argument(
+            "--" + flag.replace("_", "-"), type=_int_in(low, high), default=None, help=f"{what}, in [{low}, {high}]"
+        )
     g.add_argument("--dropout", type=float, default=None, help="dropout rate")
-    g.add_argument("--pre-norm", action=argparse.BooleanOptionalAction, default=None,
-                   help="layer normalisation before each sub-layer (and after each stack) instead of after it "
-                        "(the paper's post-norm)")
-    g.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
-                   help="tie the decoder embedding to the output layer (fewer weights; on with --joint-vocab)")
+    g.add_argument(
+        "--pre-norm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="layer normalisation before each sub-layer (and after each stack) instead of after it "
+        "(the paper's post-norm)",
+    )
+    g.add_argument(
+        "--tie-embeddings",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="tie the decoder embedding to the output layer (fewer weights; on with --joint-vocab)",
+    )
     g = p.add_argument_group("optimisation (default: the preset's)")
+
     def setting(flag: str, help: str, **kw: Any) -> None:
         name = flag.replace("-", "_")
-        g.add_argument("--" + flag, type=_setting("TrainConfig", name), default=None,
-                       help=f"{help} ({_range_help('TrainConfig', name)})", **kw)
+        g.add_argument(
+            "--" + flag,
+            type=_setting("TrainConfig", name),
+            default=None,
+            help=f"{help} ({_range_help('TrainConfig', name)})",
+            **kw,
+        )
 
     setting("batch-size", "pairs per step (when --max-tokens is 0)")
-    setting("max-tokens", "tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)")
+    setting(
+        "max-tokens", "tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)"
+    )
     setting("warmup", "warm-up steps")
     setting("lr-scale", "multiplies the learning-rate schedule")
     setting("fixed-lr", "constant learning rate instead of the schedule (0 = the schedule)")
-    g.add_argument("--decay", action=argparse.BooleanOptionalAction, default=None,
-                   help="after the warm-up, decay the learning rate linearly to 0 at the end of the run")
+    g.add_argument(
+        "--decay",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after the warm-up, decay the learning rate linearly to 0 at the end of the run",
+    )
     setting("label-smoothing", "label smoothing (paper 0.1)")
     setting("clip-norm", "clip gradients to this global norm (0 = off)")
     setting("seed", "seed of weights, dropout and shuffling (default 0)")
     setting("log-every", "history entry every N steps (default 10)")
-    g.add_argument("--bucket-by-length", action="store_const", const=True, default=None,
-                   help="batch sentences of similar length together (with --batch-size)")
-    g.add_argument("--drop-remainder", action="store_const", const=True, default=None,
-                   help="drop the last, smaller batch of each epoch (with --batch-size)")
-    setting("keep-checkpoints", "keep the newest N checkpoints of the run (default 5; 0 = all); the best one is "
-                                "always kept")
+    g.add_argument(
+        "--bucket-by-length",
+        action="store_const",
+        const=True,
+        default=None,
+        help="batch sentences of similar length together (with --batch-size)",
+    )
+    g.add_argument(
+        "--drop-remainder",
+        action="store_const",
+        const=True,
+        default=None,
+        help="drop the last, smaller batch of each epoch (with --batch-size)",
+    )
+    setting(
+        "keep-checkpoints", "keep the newest N checkpoints of the run (default 5; 0 = all); the best one is always kept"
+    )
     setting("val-bleu-sentences", "greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)")
     setting("average-last", "at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
     p.set_defaults(func=_cmd_train)
 
 
 def _add_translate_parser(sub: Any) -> None:
-    p = sub.add_parser("translate", help="translate sentences with a trained model",
-                       description="Translate the sentences given as arguments, or one per line from "
-                                   "standard input; prints one translation per line.")
+    p = sub.add_parser(
+        "translate",
+        help="translate sentences with a trained model",
+        description="Translate the sentences given as arguments, or one per line from "
+        "standard input; prints one translation per line.",
+    )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
-    p.add_argument("--model", type=path_option, required=True,
-                   help="run directory (its latest checkpoint) or checkpoint directory")
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its latest checkpoint) or checkpoint directory"
+    )
     _add_decoding_options(p)
-    p.add_argument("--max-length", type=_setting("Translator", "max_length"), default=None,
-                   help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
-                        + _range_help("Translator", "max_length") + ")")
+    p.add_argument(
+        "--max-length",
+        type=_setting("Translator", "max_length"),
+        default=None,
+        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
+        + _range_help("Translator", "max_length")
+        + ")",
+    )
     p.set_defaults(func=_cmd_translate)
 
 
 def _add_decoding_options(p: Any) -> None:
-    p.add_argument("--beam-size", type=_setting("Translator", "beam_size"), default=1,
-                   help="1 = greedy decoding (default), more = beam search (" + _range_help("Translator", "beam_size") + ")")
-    p.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=1.0,
-                   help="beam search length-penalty exponent (default 1.0, chosen on validation BLEU; " + _range_help("Translator", "length_penalty")
-                        + ")")
-    p.add_argument("--batch-size", type=_setting("Translator", "batch_size"), default=64,
-                   help="sentences decoded together (default 64)")
+    p.add_argument(
+        "--beam-size",
+        type=_setting("Translator", "beam_size"),
+        default=1,
+        help="1 = greedy decoding (default), more = beam search (" + _range_help("Translator", "beam_size") + ")",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=_setting("Translator", "length_penalty"),
+        default=1.0,
+        help="beam search length-penalty exponent (default 1.0, chosen on validation BLEU; "
+        + _range_help("Translator", "length_penalty")
+        + ")",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_setting("Translator", "batch_size"),
+        default=64,
+        help="sentences decoded together (default 64)",
+    )
     p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
     _add_compute_type_option(p)
 
@@ -1088,28 +1335,47 @@ def _add_decoding_options(p: Any) -> None:
 def _add_compute_type_option(p: Any) -> None:
     from .translate import COMPUTE_TYPES
 
-    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default="float32",
-                   help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
-                        "activations, AVX512_VNNI) or bf16 (AVX512_BF16); the model file is not changed")
+    p.add_argument(
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        default="float32",
+        help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
+        "activations, AVX512_VNNI) or bf16 (AVX512_BF16); the model file is not changed",
+    )
 
 
 def _add_evaluate_parser(sub: Any) -> None:
-    p = sub.add_parser("evaluate", help="BLEU, chrF, loss and accuracy on held-out pairs or a pairs file",
-                       description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
-                                   "'English<TAB>Spanish[<TAB>...]' lines (--pairs), or on the run's own test (or "
-                                   "validation) split, rebuilt from the checkpoint's record.")
-    p.add_argument("--pairs", type=path_option, default=None, metavar="FILE",
-                   help="score on this pairs file instead of the run's split")
-    p.add_argument("--output", type=path_option, default=None, metavar="FILE",
-                   help="write the translations here, one per line")
-    p.add_argument("--model", type=path_option, required=True,
-                   help="run directory (its latest checkpoint) or checkpoint directory")
-    p.add_argument("--data", type=path_option, default=None,
-                   help="the data file (default: the one the run was trained on)")
+    p = sub.add_parser(
+        "evaluate",
+        help="BLEU, chrF, loss and accuracy on held-out pairs or a pairs file",
+        description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
+        "'English<TAB>Spanish[<TAB>...]' lines (--pairs), or on the run's own test (or "
+        "validation) split, rebuilt from the checkpoint's record.",
+    )
+    p.add_argument(
+        "--pairs",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="score on this pairs file instead of the run's split",
+    )
+    p.add_argument(
+        "--output", type=path_option, default=None, metavar="FILE", help="write the translations here, one per line"
+    )
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its latest checkpoint) or checkpoint directory"
+    )
+    p.add_argument(
+        "--data", type=path_option, default=None, help="the data file (default: the one the run was trained on)"
+    )
     p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
-    p.add_argument("--encoding", type=_encoding, default=None,
-                   help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
-                        "not valid in it are left out and reported by line number")
+    p.add_argument(
+        "--encoding",
+        type=_encoding,
+        default=None,
+        help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
+        "not valid in it are left out and reported by line number",
+    )
     p.add_argument("--limit", type=_non_negative_int, default=0, help="score only the first N pairs (default all)")
     _add_decoding_options(p)
     p.add_argument("--examples", type=_non_negative_int, default=0, help="also print the first N translations")
@@ -1119,18 +1385,25 @@ def _add_evaluate_parser(sub: Any) -> None:
 def _add_export_parser(sub: Any) -> None:
     from .export import QUANTIZATIONS
 
-    p = sub.add_parser("export", help="export a trained model to CTranslate2 or PyTorch",
-                       description="Write the model (the run's best checkpoint) and its tokenizers for another "
-                                   "runtime: a CTranslate2 model directory (exact in float32) or a PyTorch state dict "
-                                   "with a small module definition, transformer_torch.py, that needs no "
-                                   "transformer-cpp. OUT must not exist or be empty.")
-    p.add_argument("--model", type=path_option, required=True,
-                   help="run directory (its best checkpoint) or checkpoint directory")
+    p = sub.add_parser(
+        "export",
+        help="export a trained model to CTranslate2 or PyTorch",
+        description="Write the model (the run's best checkpoint) and its tokenizers for another "
+        "runtime: a CTranslate2 model directory (exact in float32) or a PyTorch state dict "
+        "with a small module definition, transformer_torch.py, that needs no "
+        "transformer-cpp. OUT must not exist or be empty.",
+    )
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+    )
     p.add_argument("--to", required=True, choices=("ctranslate2", "torch"), help="the runtime to export for")
     p.add_argument("out", type=path_option, metavar="OUT", help="the directory to write (new, or empty)")
-    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
-                   help="CTranslate2 weight type (default: float32, exact; the others are smaller and faster but "
-                        "not exact)")
+    p.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="CTranslate2 weight type (default: float32, exact; the others are smaller and faster but not exact)",
+    )
     p.set_defaults(func=_cmd_export)
 
 
@@ -1148,9 +1421,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_translate_parser(sub)
     _add_evaluate_parser(sub)
 
-    p = sub.add_parser("average", help="average the last checkpoints of a run into one",
-                       description="Average the weights of the newest N checkpoints of a run into the checkpoint "
-                                   "'averaged' (for translating; 'latest', which --resume continues, is unchanged).")
+    p = sub.add_parser(
+        "average",
+        help="average the last checkpoints of a run into one",
+        description="Average the weights of the newest N checkpoints of a run into the checkpoint "
+        "'averaged' (for translating; 'latest', which --resume continues, is unchanged).",
+    )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
     p.add_argument("--last", type=_positive_int, default=5, help="how many of the newest checkpoints (default 5)")
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
@@ -1208,9 +1484,11 @@ def _main(argv: Optional[List[str]]) -> int:
         return 1
     except MemoryError as exc:
         detail = " ".join(str(exc).split())
-        print(f"{PROG} {args.command}: {_RANK}error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
-              "(model, vocabulary, batch, beam or length) need more memory than there is; ask for smaller ones",
-              file=sys.stderr)
+        print(
+            f"{PROG} {args.command}: {_RANK}error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
+            "(model, vocabulary, batch, beam or length) need more memory than there is; ask for smaller ones",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         if not _QUIET:
@@ -1218,8 +1496,11 @@ def _main(argv: Optional[List[str]]) -> int:
         return 130
     except Exception as exc:  # a bug: one line too, but saying so
         message = " ".join(str(exc).split())
-        print(f"{PROG} {args.command}: {_RANK}internal error: {type(exc).__name__}: {message} (this is a bug; run with "
-              "TRANSFORMER_CPP_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        print(
+            f"{PROG} {args.command}: {_RANK}internal error: {type(exc).__name__}: {message} (this is a bug; run with "
+            "TRANSFORMER_CPP_DEBUG=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
         return 1
 
 

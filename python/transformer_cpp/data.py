@@ -131,8 +131,10 @@ class LoadStats:
 
     def describe_skipped(self) -> str:
         """``"3 empty, 1 without a tab, 0 with an empty side, 2 not valid utf-8"``."""
-        return (f"{self.empty} empty, {self.no_tab} without a tab, {self.empty_field} with an empty side, "
-                f"{self.undecodable} not valid {self.encoding}")
+        return (
+            f"{self.empty} empty, {self.no_tab} without a tab, {self.empty_field} with an empty side, "
+            f"{self.undecodable} not valid {self.encoding}"
+        )
 
 
 class UndecodableLineError(ValueError):
@@ -160,11 +162,14 @@ def check_encoding(encoding: str, caller: str = "load_tatoeba") -> str:
         name = codecs.lookup(encoding).name
         newline_ok = "\n\t".encode(name) == b"\n\t"
     except (LookupError, UnicodeError, TypeError):
-        raise ValueError(f"{caller}: unknown text encoding {encoding!r}; expected one such as 'utf-8', "
-                         "'latin-1' or 'cp1252'") from None
+        raise ValueError(
+            f"{caller}: unknown text encoding {encoding!r}; expected one such as 'utf-8', 'latin-1' or 'cp1252'"
+        ) from None
     if not newline_ok:
-        raise ValueError(f"{caller}: the encoding {encoding!r} is not supported: lines must end with the byte "
-                         "0x0A and fields be separated by 0x09 (convert UTF-16 or UTF-32 files to UTF-8 first)")
+        raise ValueError(
+            f"{caller}: the encoding {encoding!r} is not supported: lines must end with the byte "
+            "0x0A and fields be separated by 0x09 (convert UTF-16 or UTF-32 files to UTF-8 first)"
+        )
     return name
 
 
@@ -220,10 +225,7 @@ def _pick_zip_member(archive: zipfile.ZipFile, zip_path: Path, caller: str) -> s
     named = [n for n in names if n.rsplit("/", 1)[-1] == "spa.txt"]
     if len(named) == 1:
         return named[0]
-    texts = [
-        n for n in names
-        if n.lower().endswith(".txt") and not n.rsplit("/", 1)[-1].startswith(("_", "."))
-    ]
+    texts = [n for n in names if n.lower().endswith(".txt") and not n.rsplit("/", 1)[-1].startswith(("_", "."))]
     if len(named) > 1 or len(texts) != 1:
         found = ", ".join(names) if names else "no files"
         raise ValueError(
@@ -272,8 +274,10 @@ def _universal_lines(f: Any, path: Path, caller: str) -> Iterator[bytes]:
                 number += 1
                 yield line
         if rest_bytes > MAX_LINE_BYTES:
-            raise ValueError(f"{caller}: '{path}' line {number + 1} is longer than {MAX_LINE_BYTES >> 20} MB: this is "
-                             "not a file of 'English<TAB>Spanish' lines (a binary or damaged file?)")
+            raise ValueError(
+                f"{caller}: '{path}' line {number + 1} is longer than {MAX_LINE_BYTES >> 20} MB: this is "
+                "not a file of 'English<TAB>Spanish' lines (a binary or damaged file?)"
+            )
 
 
 def _read_lines(path: Path, caller: str) -> Generator[bytes, None, None]:
@@ -291,20 +295,26 @@ def _read_lines(path: Path, caller: str) -> Generator[bytes, None, None]:
             yield from _universal_lines(f, path, caller)
 
 
-def _undecodable(path: Path, number: int, raw: bytes, encoding: str, exc: UnicodeDecodeError,
-                 caller: str) -> UndecodableLineError:
-    bad = raw[exc.start:max(exc.end, exc.start + 1)]
+def _undecodable(
+    path: Path, number: int, raw: bytes, encoding: str, exc: UnicodeDecodeError, caller: str
+) -> UndecodableLineError:
+    bad = raw[exc.start : max(exc.end, exc.start + 1)]
     detail = f"{exc.reason} at byte {exc.start + 1} of the line ({bad!r})"
     if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
         detail += "; the file starts with a UTF-16 byte-order mark: convert it to UTF-8 first"
     return UndecodableLineError(
         f"{caller}: '{path}' line {number} is not valid {encoding}: {detail}. If the file uses another "
         "encoding, name it (encoding='latin-1', say); errors='skip' leaves such lines out instead",
-        path, number, encoding, detail)
+        path,
+        number,
+        encoding,
+        detail,
+    )
 
 
-def _parse(path: Path, num_samples: Optional[int], caller: str, encoding: str = "utf-8",
-           errors: str = "strict") -> TatoebaPairs:
+def _parse(
+    path: Path, num_samples: Optional[int], caller: str, encoding: str = "utf-8", errors: str = "strict"
+) -> TatoebaPairs:
     stats = LoadStats(encoding=encoding)
     english: List[str] = []
     spanish: List[str] = []
@@ -348,8 +358,9 @@ def _parse(path: Path, num_samples: Optional[int], caller: str, encoding: str = 
             f"(read {stats.read} lines: {stats.describe_skipped()})"
         )
     if stats.skipped:
-        logger.info("%s: skipped %d of %d lines in %s (%s)", caller, stats.skipped, stats.read, path,
-                    stats.describe_skipped())
+        logger.info(
+            "%s: skipped %d of %d lines in %s (%s)", caller, stats.skipped, stats.read, path, stats.describe_skipped()
+        )
     return TatoebaPairs(english, spanish, attributions, stats, path)
 
 
@@ -623,8 +634,8 @@ def train_val_test_split(
         )
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)  # seed checked above
     test = np.sort(perm[:n_test])
-    valid = np.sort(perm[n_test:n_test + n_valid])
-    train = np.sort(perm[n_test + n_valid:])
+    valid = np.sort(perm[n_test : n_test + n_valid])
+    train = np.sort(perm[n_test + n_valid :])
     if items is None:
         return train, valid, test
     if isinstance(items, np.ndarray):
@@ -645,8 +656,10 @@ def check_fractions(valid_fraction: Any, test_fraction: Any, caller: str = "spli
             raise ValueError(f"{caller}: {label} must be in [0, 1), got {value!r}")
         values.append(number)
     if values[0] + values[1] >= 1.0:
-        raise ValueError(f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} add up to "
-                         "1 or more and leave nothing for training")
+        raise ValueError(
+            f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} add up to "
+            "1 or more and leave nothing for training"
+        )
     return values[0], values[1]
 
 
@@ -738,8 +751,10 @@ def split_by_source(
             keep[i] = False
     train = np.flatnonzero((part == 2) & keep).astype(np.int64)
     if n and not len(train):
-        raise ValueError(f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} "
-                         f"leave no training pair out of {n}")
+        raise ValueError(
+            f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} "
+            f"leave no training pair out of {n}"
+        )
     return SourceSplit(
         train=train,
         valid=np.flatnonzero((part == 1) & keep).astype(np.int64),
@@ -839,8 +854,7 @@ def encode_pairs(
     src_list, tgt_list = list(src_sentences), list(tgt_sentences)
     if len(src_list) != len(tgt_list):
         raise ValueError(
-            f"{caller}: {len(src_list)} source sentences but {len(tgt_list)} target sentences; "
-            "expected parallel lists"
+            f"{caller}: {len(src_list)} source sentences but {len(tgt_list)} target sentences; expected parallel lists"
         )
     if not src_list:
         raise ValueError(f"{caller}: no sentence pairs to encode")
@@ -857,14 +871,13 @@ def encode_pairs(
     src_ids = src_tokenizer.encode_batch(src_list, add_special_tokens=True)
     tgt_ids = tgt_tokenizer.encode_batch(tgt_list, add_special_tokens=True)
     keep = [
-        i for i, (s, t) in enumerate(zip(src_ids, tgt_ids))
+        i
+        for i, (s, t) in enumerate(zip(src_ids, tgt_ids))
         if max_length is None or (len(s) <= max_length and len(t) <= max_length)
     ]
     removed = len(src_list) - len(keep)
     if not keep:
-        raise ValueError(
-            f"{caller}: all {len(src_list)} pairs are longer than max_length={max_length} tokens"
-        )
+        raise ValueError(f"{caller}: all {len(src_list)} pairs are longer than max_length={max_length} tokens")
     src_kept = [src_ids[i] for i in keep]
     tgt_kept = [tgt_ids[i] for i in keep]
     if removed:
@@ -943,7 +956,9 @@ def batch_plan(
         raise TypeError(f"{caller}: expected EncodedPairs (from encode_pairs), got {type(encoded).__name__}")
     batch_size = _check_batch_size(batch_size, caller)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
-        raise ValueError(f"{caller}: max_tokens must be an int >= 0 (0 = batches of batch_size pairs), got {max_tokens!r}")
+        raise ValueError(
+            f"{caller}: max_tokens must be an int >= 0 (0 = batches of batch_size pairs), got {max_tokens!r}"
+        )
     if isinstance(bucket_pool, bool) or not isinstance(bucket_pool, (int, np.integer)) or bucket_pool < 1:
         raise ValueError(f"{caller}: bucket_pool must be an int >= 1, got {bucket_pool!r}")
     shuffle = _flag(caller, "shuffle", shuffle)
@@ -951,8 +966,10 @@ def batch_plan(
     drop_remainder = _flag(caller, "drop_remainder", drop_remainder)
     for name, value in (("bucket_by_length", bucket_by_length), ("drop_remainder", drop_remainder)):
         if max_tokens and value:  # it would be ignored, not applied
-            raise ValueError(f"{caller}: {name} applies to batches of batch_size pairs; with max_tokens {max_tokens} "
-                             f"the batches are cut by tokens (and sorted by length): set max_tokens=0 or {name}=False")
+            raise ValueError(
+                f"{caller}: {name} applies to batches of batch_size pairs; with max_tokens {max_tokens} "
+                f"the batches are cut by tokens (and sorted by length): set max_tokens=0 or {name}=False"
+            )
     seed, epoch = _seed(caller, "seed", seed), _seed(caller, "epoch", epoch)
     n = len(encoded)
     rng = np.random.default_rng([seed, epoch]) if shuffle else None
@@ -979,7 +996,7 @@ def batch_plan(
         pool = bucket_pool * batch_size
         pieces = []
         for start in range(0, n, pool):
-            chunk = order[start:start + pool]
+            chunk = order[start : start + pool]
             pieces.append(chunk[np.argsort(lengths[chunk], kind="stable")])
         order = np.concatenate(pieces) if pieces else order
     starts = list(range(0, n, batch_size))
@@ -987,7 +1004,7 @@ def batch_plan(
         starts = starts[:-1]
     if bucket_by_length and rng is not None:
         starts = [starts[i] for i in rng.permutation(len(starts))]
-    return [order[start:start + batch_size] for start in starts]
+    return [order[start : start + batch_size] for start in starts]
 
 
 def batches(
@@ -1020,9 +1037,17 @@ def batches(
 
     Each batch is trimmed to its longest source and target, so it has no all-padding column.
     """
-    for idx in batch_plan(encoded, batch_size, max_tokens=max_tokens, shuffle=shuffle, seed=seed, epoch=epoch,
-                          bucket_by_length=bucket_by_length, drop_remainder=drop_remainder,
-                          bucket_pool=bucket_pool):
+    for idx in batch_plan(
+        encoded,
+        batch_size,
+        max_tokens=max_tokens,
+        shuffle=shuffle,
+        seed=seed,
+        epoch=epoch,
+        bucket_by_length=bucket_by_length,
+        drop_remainder=drop_remainder,
+        bucket_pool=bucket_pool,
+    ):
         yield make_batch(encoded, idx)
 
 

@@ -29,8 +29,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["DataParallel", "MPIUnavailable", "WeightsDrifted", "PeerFailed", "launched_world", "from_environment",
-           "DEFAULT_TIMEOUT", "SPARE_SLOTS"]
+__all__ = [
+    "DataParallel",
+    "MPIUnavailable",
+    "WeightsDrifted",
+    "PeerFailed",
+    "launched_world",
+    "from_environment",
+    "DEFAULT_TIMEOUT",
+    "SPARE_SLOTS",
+]
 
 #: Seconds a collective call may take before the job is aborted (TRANSFORMER_CPP_MPI_TIMEOUT).
 #: It must exceed the longest wait at an epoch end: rank 0's validation, BLEU and checkpoint.
@@ -101,7 +109,8 @@ def from_environment(timeout: Optional[float] = None, check_every: int = 100) ->
     except ImportError as exc:
         raise MPIUnavailable(
             f"started by an MPI launcher as {size} processes, but mpi4py cannot be imported ({exc}); install the "
-            "extra with: pip install 'transformer-cpp[mpi]' (or run one process, without mpiexec)") from None
+            "extra with: pip install 'transformer-cpp[mpi]' (or run one process, without mpiexec)"
+        ) from None
     return DataParallel(MPI.COMM_WORLD, timeout=timeout, check_every=check_every)
 
 
@@ -181,9 +190,13 @@ class DataParallel:
     # ---------------------------------------------------------------- bounded collectives
 
     def _abort_on_timeout(self, what: str) -> None:
-        print(f"transformer-cpp: error: rank {self.rank} of {self.size}: {what} did not complete within "
-              f"{self.timeout:g} s: another process has died or hangs; aborting all processes (the limit is "
-              "TRANSFORMER_CPP_MPI_TIMEOUT or train --mpi-timeout)", file=sys.stderr, flush=True)
+        print(
+            f"transformer-cpp: error: rank {self.rank} of {self.size}: {what} did not complete within "
+            f"{self.timeout:g} s: another process has died or hangs; aborting all processes (the limit is "
+            "TRANSFORMER_CPP_MPI_TIMEOUT or train --mpi-timeout)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             self.comm.Abort(1)
         finally:  # Abort does not return; if it did, leave anyway
@@ -238,7 +251,7 @@ class DataParallel:
     def shard(self, rows: np.ndarray) -> np.ndarray:
         """This rank's rows of a global batch: every ``size``-th row from position ``rank`` (a
         batch sorted by length then gives every rank similar lengths)."""
-        return rows[self.rank::self.size]
+        return rows[self.rank :: self.size]
 
     def dropout_seed(self, seed: int) -> int:
         """The dropout seed of this rank: ``seed`` on rank 0 (a run on one rank has one process's
@@ -255,12 +268,23 @@ class DataParallel:
         prints = self.allgather(model.weights_fingerprint(), f"the weight check at step {step}")
         if len(set(prints)) > 1:
             shown = ", ".join(f"rank {r}: {p:016x}" for r, p in enumerate(prints))
-            raise WeightsDrifted(f"the ranks' weights differ at step {step} ({shown}); the processes no longer train "
-                                 "the same model (a different build, thread library or a memory error?); resume from "
-                                 "the last checkpoint")
+            raise WeightsDrifted(
+                f"the ranks' weights differ at step {step} ({shown}); the processes no longer train "
+                "the same model (a different build, thread library or a memory error?); resume from "
+                "the last checkpoint"
+            )
 
-    def train_step(self, model: Any, batch_of: Any, rows: np.ndarray, *, stop: bool, elapsed: float,
-                   step_seconds: float, where: str) -> Dict[str, Any]:
+    def train_step(
+        self,
+        model: Any,
+        batch_of: Any,
+        rows: np.ndarray,
+        *,
+        stop: bool,
+        elapsed: float,
+        step_seconds: float,
+        where: str,
+    ) -> Dict[str, Any]:
         """One data-parallel step on the global batch ``rows``: this rank's share (``batch_of(share)``
         makes its :class:`~transformer_cpp.data.Batch`) through :meth:`Transformer.compute_gradients`,
         one all-reduce of the gradient buffer, then :meth:`Transformer.apply_gradients` with the
@@ -322,7 +346,11 @@ class DataParallel:
         self.seconds["allreduce"] += t2 - t1
         self.seconds["update"] += t3 - t2
         self.seconds["steps"] += 1
-        return {"loss": totals[_LOSS] / tokens, "accuracy": totals[_CORRECT] / tokens, "tokens": tokens,
-                "stop": totals[_STOP] > 0, "elapsed": float(totals[_ELAPSED]),
-                "step_seconds": float(totals[_STEP_SECONDS])}
-
+        return {
+            "loss": totals[_LOSS] / tokens,
+            "accuracy": totals[_CORRECT] / tokens,
+            "tokens": tokens,
+            "stop": totals[_STOP] > 0,
+            "elapsed": float(totals[_ELAPSED]),
+            "step_seconds": float(totals[_STEP_SECONDS]),
+        }

@@ -64,8 +64,7 @@ __all__ = [
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: Weight types ``--quantization`` accepts (CTranslate2's own names; None keeps float32).
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-                 "float32")
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 #: The ``translate_batch`` options that make CTranslate2's greedy search ours.
 CTRANSLATE2_OPTIONS: Dict[str, Any] = {"beam_size": 1, "suppress_sequences": [["<pad>"]], "min_decoding_length": 0}
 #: The module definition written into a PyTorch export.
@@ -102,8 +101,9 @@ def import_ctranslate2() -> Any:
             sys.setdlopenflags(os.RTLD_NOW | os.RTLD_LOCAL | deepbind)
         import ctranslate2
     except ImportError as exc:
-        raise ImportError(f"CTranslate2 is not installed ({exc}); install it with "
-                          "pip install 'transformer-cpp[ctranslate2]'") from exc
+        raise ImportError(
+            f"CTranslate2 is not installed ({exc}); install it with pip install 'transformer-cpp[ctranslate2]'"
+        ) from exc
     finally:
         sys.setdlopenflags(flags)
     return ctranslate2
@@ -117,10 +117,16 @@ def _synthetic_vocabulary(size: int, prefix: str) -> List[str]:
     return names
 
 
-def convert_to_ctranslate2(model: Any, output_dir: PathLike, *, source_vocabulary: Optional[Sequence[str]] = None,
-                           target_vocabulary: Optional[Sequence[str]] = None,
-                           special_tokens: Optional[Dict[str, str]] = None, positions: Optional[int] = None,
-                           quantization: Optional[str] = None) -> Tuple[List[str], List[str]]:
+def convert_to_ctranslate2(
+    model: Any,
+    output_dir: PathLike,
+    *,
+    source_vocabulary: Optional[Sequence[str]] = None,
+    target_vocabulary: Optional[Sequence[str]] = None,
+    special_tokens: Optional[Dict[str, str]] = None,
+    positions: Optional[int] = None,
+    quantization: Optional[str] = None,
+) -> Tuple[List[str], List[str]]:
     """Write ``model`` (a :class:`~transformer_cpp.Transformer`) as a CTranslate2 model directory
     through ``ctranslate2.specs``; returns the source and target vocabularies (token names by id).
 
@@ -155,27 +161,35 @@ def convert_to_ctranslate2(model: Any, output_dir: PathLike, *, source_vocabular
         # CTranslate2's pre-norm Transformer (final LayerNorm after each stack) gave our tokens on a
         # random model when the stacks' final norms were mapped too, but that mapping is not yet
         # tested here; until it is, pre-norm models go to PyTorch
-        raise ValueError("convert_to_ctranslate2: pre-norm models are not converted to CTranslate2; "
-                         "export them with --to torch")
+        raise ValueError(
+            "convert_to_ctranslate2: pre-norm models are not converted to CTranslate2; export them with --to torch"
+        )
     if quantization is not None and quantization not in QUANTIZATIONS:
-        raise ValueError(f"convert_to_ctranslate2: unknown quantization {quantization!r}; expected one of "
-                         + ", ".join(QUANTIZATIONS))
-    source_vocab = list(source_vocabulary) if source_vocabulary is not None else _synthetic_vocabulary(
-        cfg["src_vocab_size"], "s")
-    target_vocab = list(target_vocabulary) if target_vocabulary is not None else _synthetic_vocabulary(
-        cfg["tgt_vocab_size"], "t")
+        raise ValueError(
+            f"convert_to_ctranslate2: unknown quantization {quantization!r}; expected one of "
+            + ", ".join(QUANTIZATIONS)
+        )
+    source_vocab = (
+        list(source_vocabulary) if source_vocabulary is not None else _synthetic_vocabulary(cfg["src_vocab_size"], "s")
+    )
+    target_vocab = (
+        list(target_vocabulary) if target_vocabulary is not None else _synthetic_vocabulary(cfg["tgt_vocab_size"], "t")
+    )
     for side, vocab, key in (("source", source_vocab, "src_vocab_size"), ("target", target_vocab, "tgt_vocab_size")):
         if len(vocab) != cfg[key]:
-            raise ValueError(f"convert_to_ctranslate2: the {side} vocabulary has {len(vocab)} tokens but the model's "
-                             f"{key} is {cfg[key]}")
+            raise ValueError(
+                f"convert_to_ctranslate2: the {side} vocabulary has {len(vocab)} tokens but the model's "
+                f"{key} is {cfg[key]}"
+            )
         if len(set(vocab)) != len(vocab):
             raise ValueError(f"convert_to_ctranslate2: the {side} vocabulary repeats a token name")
     import_ctranslate2()
     from ctranslate2.specs import transformer_spec
 
     params = {name: np.ascontiguousarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
-    spec = transformer_spec.TransformerSpec.from_config(cfg["n_layers"], cfg["n_heads"], pre_norm=False,
-                                                        with_relative_position=False)
+    spec = transformer_spec.TransformerSpec.from_config(
+        cfg["n_layers"], cfg["n_heads"], pre_norm=False, with_relative_position=False
+    )
     rows = int(positions) if positions is not None else cfg["max_length"] + 16
     table = positional_encoding(rows, cfg["d_model"], cfg["layout"]).astype(np.float32)
 
@@ -237,31 +251,48 @@ def export_ctranslate2(checkpoint_dir: PathLike, out_dir: PathLike, quantization
         ImportError: CTranslate2 is not installed (the message names the extra that installs it).
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
-        raise ValueError(f"export_ctranslate2: unknown quantization {quantization!r}; expected one of "
-                         + ", ".join(QUANTIZATIONS))
+        raise ValueError(
+            f"export_ctranslate2: unknown quantization {quantization!r}; expected one of " + ", ".join(QUANTIZATIONS)
+        )
     out = _check_out_dir(out_dir)
     import_ctranslate2()  # before any work
     ckpt = _load(checkpoint_dir)
     if ckpt.model.config["pre_norm"]:
-        raise ValueError(f"export_ctranslate2: '{ckpt.path}' holds a pre-norm model, which is not converted to "
-                         "CTranslate2; export it with --to torch")
+        raise ValueError(
+            f"export_ctranslate2: '{ckpt.path}' holds a pre-norm model, which is not converted to "
+            "CTranslate2; export it with --to torch"
+        )
     src_tok, tgt_tok = ckpt.src_tokenizer, ckpt.tgt_tokenizer
-    special = {"unk_token": src_tok.id_to_token(_UNK_ID), "bos_token": src_tok.id_to_token(_START_ID),
-               "eos_token": src_tok.id_to_token(_END_ID), "decoder_start_token": tgt_tok.id_to_token(_START_ID),
-               "add_source_bos": True, "add_source_eos": True}
+    special = {
+        "unk_token": src_tok.id_to_token(_UNK_ID),
+        "bos_token": src_tok.id_to_token(_START_ID),
+        "eos_token": src_tok.id_to_token(_END_ID),
+        "decoder_start_token": tgt_tok.id_to_token(_START_ID),
+        "add_source_bos": True,
+        "add_source_eos": True,
+    }
     with _staging(out) as tmp:
-        convert_to_ctranslate2(ckpt.model, tmp, source_vocabulary=_vocabulary(src_tok),
-                               target_vocabulary=_vocabulary(tgt_tok), special_tokens=special,
-                               positions=max(int(ckpt.model.config["max_length"]), CTRANSLATE2_POSITIONS),
-                               quantization=quantization)
+        convert_to_ctranslate2(
+            ckpt.model,
+            tmp,
+            source_vocabulary=_vocabulary(src_tok),
+            target_vocabulary=_vocabulary(tgt_tok),
+            special_tokens=special,
+            positions=max(int(ckpt.model.config["max_length"]), CTRANSLATE2_POSITIONS),
+            quantization=quantization,
+        )
         _write_tokenizers(tmp, src_tok, tgt_tok)
         options = dict(CTRANSLATE2_OPTIONS, suppress_sequences=[[tgt_tok.id_to_token(_PAD_ID)]])
-        _write_json(tmp / "transformer_cpp.json", dict(
-            _provenance(ckpt, "ctranslate2"), quantization=quantization or "float32",
-            exact=quantization in (None, "float32") and ckpt.model.config["dtype"] == "float32",
-            translate_batch_options=options,
-            max_decoding_length="int(1.5 * source tokens) + 10, source tokens counting the start and end tokens",
-        ))
+        _write_json(
+            tmp / "transformer_cpp.json",
+            dict(
+                _provenance(ckpt, "ctranslate2"),
+                quantization=quantization or "float32",
+                exact=quantization in (None, "float32") and ckpt.model.config["dtype"] == "float32",
+                translate_batch_options=options,
+                max_decoding_length="int(1.5 * source tokens) + 10, source tokens counting the start and end tokens",
+            ),
+        )
     return out
 
 
@@ -333,8 +364,10 @@ def _provenance(ckpt: Any, to: str) -> Dict[str, Any]:
         "transformer_cpp_version": __version__,
         "model": ckpt.model.config,
         "special_ids": {"pad": _PAD_ID, "start": _START_ID, "end": _END_ID, "unk": _UNK_ID},
-        "special_tokens": {k: ckpt.tgt_tokenizer.id_to_token(i)
-                           for k, i in (("pad", _PAD_ID), ("start", _START_ID), ("end", _END_ID), ("unk", _UNK_ID))},
+        "special_tokens": {
+            k: ckpt.tgt_tokenizer.id_to_token(i)
+            for k, i in (("pad", _PAD_ID), ("start", _START_ID), ("end", _END_ID), ("unk", _UNK_ID))
+        },
         "src_lang": data.get("src_lang", "en"),
         "tgt_lang": data.get("tgt_lang", "es"),
         "tokenization": "ids = [start] + tokenizer.encode(' ' + sentence, add_special_tokens=False).ids + [end]",
@@ -349,11 +382,11 @@ def _check_out_dir(out_dir: PathLike) -> Path:
     out = path("export: out_dir", out_dir)
     if out.exists() or out.is_symlink():
         if not out.is_dir():
-            raise FileExistsError(f"the output '{out}' exists and is not a directory; choose another output "
-                                  "directory")
+            raise FileExistsError(f"the output '{out}' exists and is not a directory; choose another output directory")
         if any(out.iterdir()):
-            raise FileExistsError(f"the output directory '{out}' already exists and is not empty; choose another "
-                                  "one or remove it")
+            raise FileExistsError(
+                f"the output directory '{out}' already exists and is not empty; choose another one or remove it"
+            )
     parent = out.absolute().parent
     if not parent.is_dir():
         raise FileNotFoundError(f"cannot write the output directory '{out}': no such directory '{parent}'")

@@ -59,8 +59,9 @@ def padding_mask(tokens: ArrayLike) -> np.ndarray:
     return _core.padding_mask(tokens)
 
 
-def masked_cross_entropy(logits: ArrayLike, targets: ArrayLike, label_smoothing: float = 0.0, *,
-                         compute_grad: bool = True) -> Tuple[float, Optional[np.ndarray]]:
+def masked_cross_entropy(
+    logits: ArrayLike, targets: ArrayLike, label_smoothing: float = 0.0, *, compute_grad: bool = True
+) -> Tuple[float, Optional[np.ndarray]]:
     """Softmax cross-entropy from logits averaged over the targets that are not padding (0).
 
     Args:
@@ -78,8 +79,10 @@ def masked_cross_entropy(logits: ArrayLike, targets: ArrayLike, label_smoothing:
         ValueError: target ids out of range, mismatched shapes, label_smoothing outside [0, 1].
         NonFiniteError: (a RuntimeError and FloatingPointError) the logits hold NaN or infinity.
     """
-    return cast(Tuple[float, Optional[np.ndarray]],
-                _function("masked_cross_entropy", logits)(logits, targets, label_smoothing, compute_grad))
+    return cast(
+        Tuple[float, Optional[np.ndarray]],
+        _function("masked_cross_entropy", logits)(logits, targets, label_smoothing, compute_grad),
+    )
 
 
 def masked_accuracy(logits: ArrayLike, targets: ArrayLike) -> float:
@@ -108,7 +111,7 @@ def look_ahead_mask(size: int) -> np.ndarray:
     """``(size, size)`` boolean mask, True above the diagonal: position i may not see j > i."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise ValueError(f"look_ahead_mask: size must be a positive integer, got {size!r}")
-    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", float(min(2 * int(size) ** 2, 10 ** 300)))
+    _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", float(min(2 * int(size) ** 2, 10**300)))
     return np.triu(np.ones((size, size), dtype=bool), k=1)
 
 
@@ -116,12 +119,15 @@ def decoder_self_attention_mask(tokens: np.ndarray) -> np.ndarray:
     """``(B, T, T)`` union of the look-ahead mask and the padding mask of target ``tokens`` (B, T)."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
-        raise ValueError(f"decoder_self_attention_mask: tokens must be an integer (B, T) array, got {tokens.dtype} {tokens.shape}")
+        raise ValueError(
+            f"decoder_self_attention_mask: tokens must be an integer (B, T) array, got {tokens.dtype} {tokens.shape}"
+        )
     return _core.attention_mask((tokens == 0).astype(np.uint8), tokens.shape[1], True)
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                                 mask: Any = None) -> Tuple[np.ndarray, np.ndarray]:
+def scaled_dot_product_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None
+) -> Tuple[np.ndarray, np.ndarray]:
     """``softmax(Q K^T / sqrt(d_k) + mask) V`` computed in C++; returns ``(output, attention_weights)``.
 
     Shapes: ``q`` (..., Tq, d), ``k``/``v`` (..., Tk, d); ``mask`` broadcastable to (..., Tq, Tk),

@@ -24,9 +24,22 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["have_decode_kernels", "decode_linear", "first_argmax", "fingerprint", "have_bf16",
-           "bf16_unsupported_reason", "bf16_matmul", "round_to_bf16", "COMPUTE_TYPES", "have_compute_type",
-           "compute_type_unsupported_reason", "quantized_linear", "have_f32_kernel", "f32_matmul"]
+__all__ = [
+    "have_decode_kernels",
+    "decode_linear",
+    "first_argmax",
+    "fingerprint",
+    "have_bf16",
+    "bf16_unsupported_reason",
+    "bf16_matmul",
+    "round_to_bf16",
+    "COMPUTE_TYPES",
+    "have_compute_type",
+    "compute_type_unsupported_reason",
+    "quantized_linear",
+    "have_f32_kernel",
+    "f32_matmul",
+]
 
 _KERNELS = ("packed", "packed_reference", "few_rows")
 
@@ -68,7 +81,7 @@ def fingerprint(data: np.ndarray, seed: int = 0) -> int:
     decoder weights still match the model's (any single changed element changes it)."""
     if not isinstance(data, np.ndarray):
         raise TypeError(f"fingerprint: data must be a NumPy array, got {type(data).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2 ** 64:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
         raise ValueError(f"fingerprint: seed must be an integer in [0, 2**64), got {seed!r}")
     return int(_core._fingerprint(data, int(seed)))
 
@@ -88,8 +101,14 @@ def bf16_unsupported_reason() -> str:
     return str(_core._bf16_unsupported_reason())
 
 
-def bf16_matmul(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False,
-                c: np.ndarray | None = None, kernel: str = "avx512_bf16") -> np.ndarray:
+def bf16_matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    c: np.ndarray | None = None,
+    kernel: str = "avx512_bf16",
+) -> np.ndarray:
     """``op(a) @ op(b)`` (``+ c``) with every input rounded to bfloat16 and the products summed in
     float32: the matrix product of ``precision="bf16"``.
 
@@ -137,8 +156,9 @@ def compute_type_unsupported_reason(name: str) -> str:
     return str(_core._compute_type_unsupported_reason(_compute_type(name, "compute_type_unsupported_reason")))
 
 
-def quantized_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, compute_type: str = "int8",
-                     kernel: str = "kernel") -> np.ndarray:
+def quantized_linear(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, compute_type: str = "int8", kernel: str = "kernel"
+) -> np.ndarray:
     """``x @ weight.T + bias`` as the decoder computes it with ``compute_type`` ``"int8"`` or ``"bf16"``.
 
     int8: each row of ``weight`` gets the scale ``max|row| / 127`` and is rounded to integers in
@@ -160,8 +180,9 @@ def quantized_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, comput
     if compute_type == "float32":
         raise ValueError("quantized_linear: compute_type must be 'int8' or 'bf16' (float32 is decode_linear)")
     if kernel not in _QUANTIZED_KERNELS:
-        raise ValueError(f"quantized_linear: kernel must be one of {', '.join(map(repr, _QUANTIZED_KERNELS))}, "
-                         f"got {kernel!r}")
+        raise ValueError(
+            f"quantized_linear: kernel must be one of {', '.join(map(repr, _QUANTIZED_KERNELS))}, got {kernel!r}"
+        )
     return _core._quantized_linear(x, weight, bias, compute_type, kernel)
 
 
@@ -175,8 +196,15 @@ def have_f32_kernel() -> bool:
     return bool(_core._f32_kernel_supported())
 
 
-def f32_matmul(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False,
-               c: np.ndarray | None = None, bias: np.ndarray | None = None, kernel: str = "avx512") -> np.ndarray:
+def f32_matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    c: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    kernel: str = "avx512",
+) -> np.ndarray:
     """``op(a) @ op(b)`` (``+ c``) (``+ bias`` on every row) in float32: the matrix product of the
     float32 dense layers.
 

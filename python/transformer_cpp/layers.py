@@ -125,8 +125,9 @@ class Linear(Layer):
     ``forward(x)`` maps ``(..., in_features)`` to ``(..., out_features)``.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, seed: int = 0,
-                 dtype: Any = "float32") -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, *, seed: int = 0, dtype: Any = "float32"
+    ) -> None:
         super().__init__(core_class("Linear", dtype)(in_features, out_features, bias, seed))
         self._args = f"{in_features}, {out_features}, bias={bias}, dtype={_dtype_name(dtype)!r}"
 
@@ -185,8 +186,7 @@ class FeedForward(Layer):
     """Position-wise ``Linear(d_model, d_ff) -> ReLU -> Dropout -> Linear(d_ff, d_model)``;
     ``forward(x, training=False)`` with ``x`` (..., d_model)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, *, seed: int = 0,
-                 dtype: Any = "float32") -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, *, seed: int = 0, dtype: Any = "float32") -> None:
         super().__init__(core_class("FeedForward", dtype)(d_model, d_ff, dropout, seed))
         self._args = f"{d_model}, {d_ff}, dropout={dropout}, dtype={_dtype_name(dtype)!r}"
 
@@ -224,10 +224,20 @@ class PositionalEmbedding(Layer):
     ``(B, T, d_model)``; the embedding weight is as in :class:`Embedding`.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_length: int = 2048, layout: str = "interleaved",
-                 *, seed: int = 0, dtype: Any = "float32") -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        *,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
         super().__init__(core_class("PositionalEmbedding", dtype)(vocab_size, d_model, max_length, layout, seed))
-        self._args = f"{vocab_size}, {d_model}, max_length={max_length}, layout={layout!r}, dtype={_dtype_name(dtype)!r}"
+        self._args = (
+            f"{vocab_size}, {d_model}, max_length={max_length}, layout={layout!r}, dtype={_dtype_name(dtype)!r}"
+        )
 
     def forward(self, tokens: Any) -> np.ndarray:
         return cast(np.ndarray, self._core.forward(tokens))
@@ -253,7 +263,9 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
     try:
         m = np.broadcast_to(m != 0, (batch, tq, tk))
     except ValueError:
-        raise ValueError(f"{who}: mask of shape {np.shape(mask)} does not broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk})") from None
+        raise ValueError(
+            f"{who}: mask of shape {np.shape(mask)} does not broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk})"
+        ) from None
     return np.ascontiguousarray(m, dtype=np.uint8)
 
 
@@ -262,7 +274,6 @@ def _btc_shape(x: Any, who: str, name: str) -> Tuple[int, ...]:
     if len(shape) != 3:
         raise ValueError(f"{who}: {name} must have shape (batch, length, d_model), got {shape}")
     return cast(Tuple[int, ...], shape)
-
 
 
 class ScaledDotProductAttention(Layer):
@@ -287,8 +298,10 @@ class ScaledDotProductAttention(Layer):
         if k.shape[:-2] != lead or v.shape[:-2] != lead:
             raise ValueError(f"{who}: q, k, v must share leading dimensions, got {q.shape}, {k.shape}, {v.shape}")
         if k.shape[-2] != v.shape[-2] or not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
-            raise ValueError(f"{who}: expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, d) with one d and one Tk; "
-                             f"got q, k, v of shapes {q.shape}, {k.shape}, {v.shape}")
+            raise ValueError(
+                f"{who}: expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, d) with one d and one Tk; "
+                f"got q, k, v of shapes {q.shape}, {k.shape}, {v.shape}"
+            )
         g = int(np.prod(lead)) if lead else 1
         tq, tk = q.shape[-2], k.shape[-2]
         m = None
@@ -307,7 +320,7 @@ class ScaledDotProductAttention(Layer):
     def backward(self, dout: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         dout = np.asarray(dout)
         g = int(np.prod(self._lead)) if self._lead else 1
-        dq, dk, dv = self._core.backward(dout.reshape((g,) + dout.shape[len(self._lead):]))
+        dq, dk, dv = self._core.backward(dout.reshape((g,) + dout.shape[len(self._lead) :]))
         lead = self._lead
         return dq.reshape(lead + dq.shape[1:]), dk.reshape(lead + dk.shape[1:]), dv.reshape(lead + dv.shape[1:])
 
@@ -342,8 +355,18 @@ class EncoderLayer(Layer):
     """``x -> LN(x + Dropout(SelfAttention(x))) -> LN(. + Dropout(FFN(.)))`` (post-norm; ``pre_norm=True``
     for the pre-norm variant). ``forward(x, mask=None, training=False)`` with ``x`` (B, T, d_model)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, *, pre_norm: bool = False,
-                 eps: float = 1e-6, seed: int = 0, dtype: Any = "float32") -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
         super().__init__(core_class("EncoderLayer", dtype)(d_model, n_heads, d_ff, dropout, pre_norm, eps, seed))
         self._args = f"d_model={d_model}, n_heads={n_heads}, d_ff={d_ff}, dropout={dropout}, pre_norm={pre_norm}"
 
@@ -359,19 +382,33 @@ class DecoderLayer(Layer):
     ``forward(x, memory, self_mask=None, cross_mask=None, training=False)``; ``backward(dout)``
     returns ``(dx, dmemory)``."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, *, pre_norm: bool = False,
-                 eps: float = 1e-6, seed: int = 0, dtype: Any = "float32") -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
         super().__init__(core_class("DecoderLayer", dtype)(d_model, n_heads, d_ff, dropout, pre_norm, eps, seed))
         self._args = f"d_model={d_model}, n_heads={n_heads}, d_ff={d_ff}, dropout={dropout}, pre_norm={pre_norm}"
 
-    def forward(self, x: np.ndarray, memory: np.ndarray, self_mask: Any = None, cross_mask: Any = None,
-                training: bool = False) -> np.ndarray:
+    def forward(
+        self, x: np.ndarray, memory: np.ndarray, self_mask: Any = None, cross_mask: Any = None, training: bool = False
+    ) -> np.ndarray:
         who = "DecoderLayer.forward"
         b, t, _ = _btc_shape(x, who, "x")
         s = _btc_shape(memory, who, "memory")[1]
-        return cast(np.ndarray, self._core.forward(x, memory, _as_mask(self_mask, b, t, t, who),
-                                                   _as_mask(cross_mask, b, t, s, who), training))
-
+        return cast(
+            np.ndarray,
+            self._core.forward(
+                x, memory, _as_mask(self_mask, b, t, t, who), _as_mask(cross_mask, b, t, s, who), training
+            ),
+        )
 
 
 # --- stacks --------------------------------------------------------------------------------------
@@ -381,13 +418,31 @@ class Encoder(Layer):
     """Positional embedding, dropout and ``n_layers`` encoder layers. ``forward(tokens, training=False)``
     maps int tokens (B, S) to (B, S, d_model); padding (token 0) keys are masked."""
 
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 max_length: int = 2048, layout: str = "interleaved", *, pre_norm: bool = False, eps: float = 1e-6,
-                 seed: int = 0, dtype: Any = "float32") -> None:
-        super().__init__(core_class("Encoder", dtype)(vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length,
-                                                      layout, pre_norm, eps, seed))
-        self._args = (f"{vocab_size}, {d_model}, n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}, "
-                      f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}")
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        *,
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
+        super().__init__(
+            core_class("Encoder", dtype)(
+                vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout, pre_norm, eps, seed
+            )
+        )
+        self._args = (
+            f"{vocab_size}, {d_model}, n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}, "
+            f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}"
+        )
 
     def forward(self, tokens: Any, training: bool = False) -> np.ndarray:
         return cast(np.ndarray, self._core.forward(tokens, training))
@@ -398,13 +453,31 @@ class Decoder(Layer):
     ``forward(tokens, memory, source_padding=None, training=False)``: tokens (B, T), memory (B, S, d),
     source_padding bool (B, S) (True = padding key). ``backward(dout)`` returns dmemory."""
 
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 max_length: int = 2048, layout: str = "interleaved", *, pre_norm: bool = False, eps: float = 1e-6,
-                 seed: int = 0, dtype: Any = "float32") -> None:
-        super().__init__(core_class("Decoder", dtype)(vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length,
-                                                      layout, pre_norm, eps, seed))
-        self._args = (f"{vocab_size}, {d_model}, n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}, "
-                      f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}")
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        *,
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
+        super().__init__(
+            core_class("Decoder", dtype)(
+                vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout, pre_norm, eps, seed
+            )
+        )
+        self._args = (
+            f"{vocab_size}, {d_model}, n_layers={n_layers}, n_heads={n_heads}, d_ff={d_ff}, "
+            f"dropout={dropout}, pre_norm={pre_norm}, dtype={_dtype_name(dtype)!r}"
+        )
 
     def forward(self, tokens: Any, memory: Any, source_padding: Any = None, training: bool = False) -> np.ndarray:
         return cast(np.ndarray, self._core.forward(tokens, memory, source_padding, training))

@@ -40,22 +40,38 @@ RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
     # average_last 2: the last two checkpoints (the last full epoch and the partial one the
     # budget ends in) averaged: +0.35 validation BLEU (beam 4) on run "tielr", 44.45 vs 44.10
     "quick": {
-        "train": dict(max_tokens=1500, warmup=600, lr_scale=0.8, label_smoothing=0.1, decay=True,
-                      time_budget=10.0, epochs=1000, average_last=2),
+        "train": dict(
+            max_tokens=1500,
+            warmup=600,
+            lr_scale=0.8,
+            label_smoothing=0.1,
+            decay=True,
+            time_budget=10.0,
+            epochs=1000,
+            average_last=2,
+        ),
         "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
     },
     "standard": {
-        "train": dict(max_tokens=1500, warmup=1000, lr_scale=0.7, label_smoothing=0.1, decay=True,
-                      time_budget=60.0, epochs=1000, average_last=3),
+        "train": dict(
+            max_tokens=1500,
+            warmup=1000,
+            lr_scale=0.7,
+            label_smoothing=0.1,
+            decay=True,
+            time_budget=60.0,
+            epochs=1000,
+            average_last=3,
+        ),
         "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
     },
     "tutorial": {
         "train": dict(batch_size=64, warmup=4000, epochs=10),
-        "data": dict(num_samples=80_000, sampling="first", vocab_size=2 ** 14, max_length=15),
+        "data": dict(num_samples=80_000, sampling="first", vocab_size=2**14, max_length=15),
     },
     "base": {
         "train": dict(max_tokens=8000, warmup=4000, label_smoothing=0.1, epochs=20),
-        "data": dict(num_samples=0, sampling="random", vocab_size=2 ** 14, max_length=0),
+        "data": dict(num_samples=0, sampling="random", vocab_size=2**14, max_length=0),
     },
     "tiny": {
         "train": dict(batch_size=64, warmup=4000, epochs=10),
@@ -116,11 +132,24 @@ class Transformer:
             float32 on the float32 weights.
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_layers: int = 6,
-                 n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1, max_length: int = 2048,
-                 layout: str = "interleaved", pre_norm: bool = False, share_embeddings: bool = False,
-                 layer_norm_eps: float = 1e-6, seed: int = 0, dtype: Any = "float32",
-                 precision: str = "float32") -> None:
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        n_layers: int = 6,
+        n_heads: int = 8,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        share_embeddings: bool = False,
+        layer_norm_eps: float = 1e-6,
+        seed: int = 0,
+        dtype: Any = "float32",
+        precision: str = "float32",
+    ) -> None:
         src_vocab_size = _int_arg(src_vocab_size, "src_vocab_size", 2)
         tgt_vocab_size = _int_arg(tgt_vocab_size, "tgt_vocab_size", 2)
         d_model = _int_arg(d_model, "d_model")
@@ -132,14 +161,28 @@ class Transformer:
         if isinstance(layout, str) and layout not in ("interleaved", "concatenated"):
             raise ValueError(f"Transformer: layout must be 'interleaved' or 'concatenated', got {layout!r}")
         if not isinstance(precision, str):
-            raise TypeError(f"Transformer: precision must be a str ('float32' or 'bf16'), got "
-                            f"{type(precision).__name__} {precision!r:.40}")
+            raise TypeError(
+                f"Transformer: precision must be a str ('float32' or 'bf16'), got "
+                f"{type(precision).__name__} {precision!r:.40}"
+            )
         self.dtype = np.dtype(dtype).name
         # the core checks the rest (divisibility, rates, finite numbers, memory) before allocating
         self._core = core_class("Transformer", dtype)(
-            src_vocab_size, tgt_vocab_size, d_model, n_layers, n_heads, d_ff, dropout, max_length, layout,
-            _flag("Transformer", "pre_norm", pre_norm), _flag("Transformer", "share_embeddings", share_embeddings),
-            layer_norm_eps, seed, precision)
+            src_vocab_size,
+            tgt_vocab_size,
+            d_model,
+            n_layers,
+            n_heads,
+            d_ff,
+            dropout,
+            max_length,
+            layout,
+            _flag("Transformer", "pre_norm", pre_norm),
+            _flag("Transformer", "share_embeddings", share_embeddings),
+            layer_norm_eps,
+            seed,
+            precision,
+        )
 
     # --- construction helpers ---------------------------------------------------------------
     @classmethod
@@ -181,8 +224,11 @@ class Transformer:
     def nonfinite_parameters(self, optimizer_state: bool = True) -> List[str]:
         """Names of the parameters holding NaN or infinity (empty when all are finite), and with
         ``optimizer_state`` the Adam moments ``'<param>.m'`` / ``'<param>.v'`` that do."""
-        return list(self._core.nonfinite_parameters(_flag("Transformer.nonfinite_parameters", "optimizer_state",
-                                                          optimizer_state)))
+        return list(
+            self._core.nonfinite_parameters(
+                _flag("Transformer.nonfinite_parameters", "optimizer_state", optimizer_state)
+            )
+        )
 
     def check_finite(self, who: str = "Transformer", optimizer_state: bool = True) -> None:
         """Raise :class:`NonFiniteError` naming every parameter (and Adam moment) that holds NaN or
@@ -190,13 +236,23 @@ class Transformer:
         bad = self.nonfinite_parameters(optimizer_state)
         if bad:
             shown = ", ".join(repr(n) for n in bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
-            raise NonFiniteError(f"{who}: {len(bad)} tensor{'s' if len(bad) > 1 else ''} hold NaN or infinite "
-                                 f"values: {shown}")
+            raise NonFiniteError(
+                f"{who}: {len(bad)} tensor{'s' if len(bad) > 1 else ''} hold NaN or infinite values: {shown}"
+            )
 
     # --- training ---------------------------------------------------------------------------
-    def configure_optimizer(self, warmup: int = 4000, lr_scale: float = 1.0, fixed_lr: float = 0.0,
-                            beta1: float = 0.9, beta2: float = 0.98, eps: float = 1e-9, clip_norm: float = 0.0,
-                            label_smoothing: float = 0.0, total_steps: int = 0) -> None:
+    def configure_optimizer(
+        self,
+        warmup: int = 4000,
+        lr_scale: float = 1.0,
+        fixed_lr: float = 0.0,
+        beta1: float = 0.9,
+        beta2: float = 0.98,
+        eps: float = 1e-9,
+        clip_norm: float = 0.0,
+        label_smoothing: float = 0.0,
+        total_steps: int = 0,
+    ) -> None:
         """Adam and the schedule ``lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
         (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing.
         With ``total_steps > warmup`` the rate falls linearly after the warm-up, from its peak
@@ -206,8 +262,9 @@ class Transformer:
         Raises ValueError naming the first bad option (the core's check, shared with the command
         line): warmup >= 1, lr_scale > 0, fixed_lr >= 0, clip_norm >= 0 and eps > 0 finite,
         beta1, beta2 and label_smoothing in [0, 1), total_steps 0 or > warmup (>= 1 with fixed_lr)."""
-        self._core.configure_optimizer(warmup, lr_scale, fixed_lr, beta1, beta2, eps, clip_norm, label_smoothing,
-                                       total_steps)
+        self._core.configure_optimizer(
+            warmup, lr_scale, fixed_lr, beta1, beta2, eps, clip_norm, label_smoothing, total_steps
+        )
 
     @property
     def optimizer_config(self) -> Dict[str, Any]:
@@ -226,8 +283,9 @@ class Transformer:
     # ---------------------------------------------------------------- data parallelism
     # train_step in two halves around a sum of gradient_buffer() over processes (see distributed.py)
 
-    def compute_gradients(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray,
-                          grad_scale: float = 1.0) -> Tuple[float, float]:
+    def compute_gradients(
+        self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray, grad_scale: float = 1.0
+    ) -> Tuple[float, float]:
         """The first half of :meth:`train_step`: forward, masked loss and backward; the gradients
         times ``grad_scale`` land in :meth:`gradient_buffer` and nothing is updated. Returns
         ``(loss, accuracy)``. ``grad_scale = last_token_count`` turns the mean over this batch's
@@ -290,9 +348,11 @@ class Transformer:
     def learning_rate(self, step: Optional[int] = None) -> float:
         """Learning rate at a 1-based ``step`` (default: the next step)."""
         if step is None:
-            if self.step >= 2 ** 63 - 1:
-                raise ValueError(f"Transformer.learning_rate: the step count {self.step} is at its maximum "
-                                 "(2**63 - 1): there is no next step")
+            if self.step >= 2**63 - 1:
+                raise ValueError(
+                    f"Transformer.learning_rate: the step count {self.step} is at its maximum "
+                    "(2**63 - 1): there is no next step"
+                )
             step = self.step + 1
         return float(self._core.learning_rate(step))
 
@@ -310,8 +370,9 @@ class Transformer:
         return dict(self._core.attention_weights())
 
     # --- decoding ---------------------------------------------------------------------------
-    def greedy_decode(self, src: np.ndarray, start_id: int, end_id: int, max_length: int,
-                      compute_type: str = "float32") -> np.ndarray:
+    def greedy_decode(
+        self, src: np.ndarray, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
+    ) -> np.ndarray:
         """Greedy decoding with a key/value cache, in C++.
 
         Encodes ``src`` (B, S) once, projects the cross-attention keys/values once per sentence,
@@ -337,9 +398,17 @@ class Transformer:
         """
         return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type)
 
-    def beam_search(self, src: np.ndarray, start_id: int, end_id: int, max_length: int, beam_size: int = 4,
-                    length_penalty: float = 0.6, n_best: int = 1,
-                    compute_type: str = "float32") -> List[List[Tuple[np.ndarray, float, float, bool]]]:
+    def beam_search(
+        self,
+        src: np.ndarray,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        n_best: int = 1,
+        compute_type: str = "float32",
+    ) -> List[List[Tuple[np.ndarray, float, float, bool]]]:
         """Beam search with a key/value cache, in C++.
 
         Returns, for every sentence, ``n_best`` hypotheses best first as ``(tokens, score,
@@ -350,13 +419,16 @@ class Transformer:
         ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0. ``compute_type``:
         as for :meth:`greedy_decode`.
         """
-        return self._core.beam_search(src, start_id, end_id, max_length, beam_size, length_penalty, n_best,
-                                      compute_type)
+        return self._core.beam_search(
+            src, start_id, end_id, max_length, beam_size, length_penalty, n_best, compute_type
+        )
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"Transformer(src_vocab_size={c['src_vocab_size']}, tgt_vocab_size={c['tgt_vocab_size']}, "
-                f"d_model={c['d_model']}, n_layers={c['n_layers']}, n_heads={c['n_heads']}, d_ff={c['d_ff']}, "
-                f"dropout={c['dropout']}, max_length={c['max_length']}, dtype={self.dtype!r}, "
-                f"precision={c['precision']!r}; "
-                f"{self.num_parameters():,} parameters)")
+        return (
+            f"Transformer(src_vocab_size={c['src_vocab_size']}, tgt_vocab_size={c['tgt_vocab_size']}, "
+            f"d_model={c['d_model']}, n_layers={c['n_layers']}, n_heads={c['n_heads']}, d_ff={c['d_ff']}, "
+            f"dropout={c['dropout']}, max_length={c['max_length']}, dtype={self.dtype!r}, "
+            f"precision={c['precision']!r}; "
+            f"{self.num_parameters():,} parameters)"
+        )

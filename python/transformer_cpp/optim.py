@@ -32,8 +32,13 @@ class Adam(CoreObject):
     keeps the layers alive.
     """
 
-    def __init__(self, parameters: Union[Mapping[str, Parameter], Iterable[Parameter]], beta1: float = 0.9, beta2: float = 0.98,
-                 eps: float = 1e-9) -> None:
+    def __init__(
+        self,
+        parameters: Union[Mapping[str, Parameter], Iterable[Parameter]],
+        beta1: float = 0.9,
+        beta2: float = 0.98,
+        eps: float = 1e-9,
+    ) -> None:
         if isinstance(parameters, Mapping):
             first = next(iter(parameters.values()), None)
         else:
@@ -43,8 +48,9 @@ class Adam(CoreObject):
             raise ValueError("Adam: got no parameters to optimise")
         value = getattr(first, "value", None)
         if value is None:
-            raise TypeError(f"Adam: parameters must be Parameter objects (from a layer's parameters()), "
-                            f"got {type(first).__name__}")
+            raise TypeError(
+                f"Adam: parameters must be Parameter objects (from a layer's parameters()), got {type(first).__name__}"
+            )
         super().__init__(core_class("Adam", value.dtype)(parameters, beta1, beta2, eps))
 
     def step(self, lr: float) -> None:

@@ -267,8 +267,9 @@ def learning_rate_schedule(d_model: int, warmup: int = 4000, steps: int = 20000)
 # --------------------------------------------------------------------------------------------
 
 
-def _figure(figsize: Tuple[float, float],
-            layout: Optional[Literal["constrained", "compressed", "tight"]] = "constrained") -> "Figure":
+def _figure(
+    figsize: Tuple[float, float], layout: Optional[Literal["constrained", "compressed", "tight"]] = "constrained"
+) -> "Figure":
     from matplotlib.figure import Figure
 
     return Figure(figsize=figsize, layout=layout)
@@ -311,15 +312,21 @@ def positional_encoding_heatmap(
     if position_axis == "x":
         fig = _figure((10, 4.5))
         ax = fig.add_subplot()
-        image = ax.imshow(pe.T, aspect="auto", origin="lower", cmap=cmap, vmin=-1, vmax=1,
-                          extent=(-0.5, length - 0.5, -0.5, depth - 0.5))
+        image = ax.imshow(
+            pe.T,
+            aspect="auto",
+            origin="lower",
+            cmap=cmap,
+            vmin=-1,
+            vmax=1,
+            extent=(-0.5, length - 0.5, -0.5, depth - 0.5),
+        )
         ax.set_xlabel("position")
         ax.set_ylabel("depth (column of the encoding)")
     else:
         fig = _figure((9, 5))
         ax = fig.add_subplot()
-        image = ax.imshow(pe, aspect="auto", origin="upper", cmap=cmap, vmin=-1, vmax=1,
-                          interpolation="nearest")
+        image = ax.imshow(pe, aspect="auto", origin="upper", cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         ax.set_xlabel("depth (column of the encoding)")
         ax.set_ylabel("position (token)")
     ax.set_title(title if title is not None else f"Positional encoding, {length} positions x {depth} dimensions")
@@ -478,9 +485,7 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike[str]]) -> L
 # --------------------------------------------------------------------------------------------
 
 
-def learning_rate_plot(
-    d_model: Union[int, Sequence[int]] = 512, warmup: int = 4000, steps: int = 20000
-) -> "Figure":
+def learning_rate_plot(d_model: Union[int, Sequence[int]] = 512, warmup: int = 4000, steps: int = 20000) -> "Figure":
     """The learning-rate schedule of :func:`learning_rate_schedule` against the step.
 
     Args:
@@ -533,7 +538,9 @@ def history_plot(history: Mapping[str, Mapping[str, Sequence[float]]]) -> "Figur
     """
     who = "history_plot"
     if not isinstance(history, Mapping):
-        raise ValueError(f"{who}: history must be a dict with 'batch' and/or 'epoch' entries, got {type(history).__name__}")
+        raise ValueError(
+            f"{who}: history must be a dict with 'batch' and/or 'epoch' entries, got {type(history).__name__}"
+        )
     batch = history.get("batch") or {}
     epoch = history.get("epoch") or {}
 

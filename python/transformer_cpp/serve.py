@@ -76,8 +76,17 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["ServeConfig", "ServeError", "Batcher", "create_app", "background_server", "uvicorn_choices",
-           "add_serve_parser", "serve", "main"]
+__all__ = [
+    "ServeConfig",
+    "ServeError",
+    "Batcher",
+    "create_app",
+    "background_server",
+    "uvicorn_choices",
+    "add_serve_parser",
+    "serve",
+    "main",
+]
 
 _SERVE_EXTRA_HINT = 'the server needs FastAPI and uvicorn: pip install "transformer-cpp[serve]"'
 
@@ -96,8 +105,10 @@ def uvicorn_choices() -> Dict[str, str]:
             return False
         return True
 
-    return {"http": "httptools" if importable("httptools") else "h11",
-            "loop": "uvloop" if importable("uvloop") else "asyncio"}
+    return {
+        "http": "httptools" if importable("httptools") else "h11",
+        "loop": "uvloop" if importable("uvloop") else "asyncio",
+    }
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -130,8 +141,15 @@ class ServeConfig:
     max_queue: int = 1024
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "beam_size", "max_beam_size", "max_request_bytes", "max_texts", "max_chars",
-                     "max_queue"):
+        for name in (
+            "max_batch",
+            "beam_size",
+            "max_beam_size",
+            "max_request_bytes",
+            "max_texts",
+            "max_chars",
+            "max_queue",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"ServeConfig: {name} must be an integer >= 1, got {value!r}")
@@ -140,14 +158,21 @@ class ServeConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"ServeConfig: {name} must be a finite number >= 0, got {value!r}")
         if self.beam_size > self.max_beam_size:
-            raise ValueError(f"ServeConfig: beam_size {self.beam_size} is larger than max_beam_size {self.max_beam_size}")
+            raise ValueError(
+                f"ServeConfig: beam_size {self.beam_size} is larger than max_beam_size {self.max_beam_size}"
+            )
 
 
 class ServeError(Exception):
     """A request the server refuses: ``status`` (4xx/5xx) and a message for the JSON error body."""
 
-    def __init__(self, status: int, message: str, details: Optional[List[Dict[str, Any]]] = None,
-                 headers: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        details: Optional[List[Dict[str, Any]]] = None,
+        headers: Optional[Dict[str, str]] = None,
+    ) -> None:
         super().__init__(message)
         self.status = int(status)
         self.message = message
@@ -162,12 +187,12 @@ class ServeError(Exception):
 class _Item:
     """One sentence of one request, encoded, waiting for the batcher."""
 
-    source: str                 # the cleaned input
-    ids: List[int]              # encoder input [start, ..., end]
-    limit: int                  # most tokens to generate
+    source: str  # the cleaned input
+    ids: List[int]  # encoder input [start, ..., end]
+    limit: int  # most tokens to generate
     return_attention: bool
     job: "_Job"
-    index: int                  # position in the request
+    index: int  # position in the request
     warning: Optional[str] = None
 
 
@@ -202,13 +227,16 @@ def encode_text(translator: Any, text: str) -> Tuple[str, List[int], int, Option
     warning = None
     trained = translator.trained_length
     if trained is not None and len(ids) > trained:
-        warning = (f"the input has {len(ids)} tokens, more than any training pair ({trained}); it is translated "
-                   "whole, but the translation may be poorer")
+        warning = (
+            f"the input has {len(ids)} tokens, more than any training pair ({trained}); it is translated "
+            "whole, but the translation may be poorer"
+        )
     return cleaned, ids, int(limit), warning
 
 
-def decode_items(translator: Any, items: Sequence[_Item], beam_size: int, n_best: int,
-                 length_penalty: float) -> List[Dict[str, Any]]:
+def decode_items(
+    translator: Any, items: Sequence[_Item], beam_size: int, n_best: int, length_penalty: float
+) -> List[Dict[str, Any]]:
     """Translate ``items`` with one batched decode call; one result dict per item (see the module
     docstring). Runs in the batcher's worker thread: the only thread that uses the model."""
     from .translate import _piece, greedy_decode
@@ -228,19 +256,23 @@ def decode_items(translator: Any, items: Sequence[_Item], beam_size: int, n_best
     elif compute_type == "float32":
         raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best)
     else:
-        raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best,
-                                compute_type)
+        raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best, compute_type)
     if beam_size != 1:
         hyps = [[([int(v) for v in h[0]][:n], float(h[1])) for h in hs] for hs, n in zip(raw, limits)]
 
     results = []
     for it, hs in zip(items, hyps):
         gen, score = hs[0]
-        res: Dict[str, Any] = {"text": tgt.decode(gen), "source": it.source,
-                               "finished": bool(gen) and gen[-1] == tgt.end_id, "score": score}
+        res: Dict[str, Any] = {
+            "text": tgt.decode(gen),
+            "source": it.source,
+            "finished": bool(gen) and gen[-1] == tgt.end_id,
+            "score": score,
+        }
         if n_best > 1:
-            res["hypotheses"] = [{"text": tgt.decode(g), "score": s, "finished": bool(g) and g[-1] == tgt.end_id}
-                                 for g, s in hs]
+            res["hypotheses"] = [
+                {"text": tgt.decode(g), "score": s, "finished": bool(g) and g[-1] == tgt.end_id} for g, s in hs
+            ]
         if it.warning:
             res["warning"] = it.warning
         results.append(res)
@@ -304,8 +336,14 @@ class Batcher:
         self._wakeup: Optional[asyncio.Event] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self.closing = False
-        self.stats = {"requests": 0, "sentences": 0, "batches": 0, "largest_batch": 0, "rejected_queue_full": 0,
-                      "decode_seconds": 0.0}
+        self.stats = {
+            "requests": 0,
+            "sentences": 0,
+            "batches": 0,
+            "largest_batch": 0,
+            "rejected_queue_full": 0,
+            "decode_seconds": 0.0,
+        }
 
     # --- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -322,7 +360,8 @@ class Batcher:
             from . import set_num_threads
 
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="translator", initializer=set_num_threads, initargs=(self.threads,))
+                max_workers=1, thread_name_prefix="translator", initializer=set_num_threads, initargs=(self.threads,)
+            )
         self._task = loop.create_task(self._run(), name="transformer-cpp-batcher")
 
     async def close(self) -> None:
@@ -343,16 +382,24 @@ class Batcher:
         return len(self._pending)
 
     # --- requests --------------------------------------------------------------------------
-    async def submit(self, encoded: Sequence[Tuple[str, List[int], int, Optional[str]]], *, beam_size: int = 1,
-                     n_best: int = 1, return_attention: bool = False) -> List[Dict[str, Any]]:
+    async def submit(
+        self,
+        encoded: Sequence[Tuple[str, List[int], int, Optional[str]]],
+        *,
+        beam_size: int = 1,
+        n_best: int = 1,
+        return_attention: bool = False,
+    ) -> List[Dict[str, Any]]:
         """Queue one request's sentences (from :func:`encode_text`) and wait for their results."""
         if self.closing:
             raise ServeError(503, "the server is shutting down", headers={"Retry-After": "1"})
         self.start()
         if len(self._pending) + len(encoded) > self.config.max_queue:
             self.stats["rejected_queue_full"] += 1
-            raise QueueFull(f"the server is busy: {len(self._pending)} sentences are waiting (at most "
-                            f"{self.config.max_queue}); retry later")
+            raise QueueFull(
+                f"the server is busy: {len(self._pending)} sentences are waiting (at most "
+                f"{self.config.max_queue}); retry later"
+            )
         assert self._loop is not None and self._wakeup is not None
         job = _Job(len(encoded), self._loop)
         now = self._loop.time()
@@ -414,7 +461,8 @@ class Batcher:
             started = time.perf_counter()
             try:
                 results = await loop.run_in_executor(
-                    self._executor, decode_items, self.translator, batch, beam_size, n_best, cfg.length_penalty)
+                    self._executor, decode_items, self.translator, batch, beam_size, n_best, cfg.length_penalty
+                )
             except Exception as exc:  # a failed decode fails its requests, not the server
                 for item in batch:
                     item.job.fail(exc)
@@ -507,8 +555,11 @@ async def read_json_body(request: Any, config: ServeConfig) -> Any:
     drain_cap = max(16 * config.max_request_bytes, 4 << 20)
     if not _is_json(request.headers.get("content-type")):
         await _drain(request, drain_cap)
-        raise ServeError(415, f"send the request as JSON (Content-Type: application/json), got "
-                              f"{request.headers.get('content-type') or 'no content type'}")
+        raise ServeError(
+            415,
+            f"send the request as JSON (Content-Type: application/json), got "
+            f"{request.headers.get('content-type') or 'no content type'}",
+        )
     length = request.headers.get("content-length")
     if length is not None:
         try:
@@ -517,8 +568,9 @@ async def read_json_body(request: Any, config: ServeConfig) -> Any:
             raise ServeError(400, f"bad Content-Length header {length!r}") from None
         if declared > config.max_request_bytes:
             await _drain(request, drain_cap)
-            raise ServeError(413, f"the request body has {declared:,} bytes; at most {config.max_request_bytes:,} "
-                                  "are accepted")
+            raise ServeError(
+                413, f"the request body has {declared:,} bytes; at most {config.max_request_bytes:,} are accepted"
+            )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -528,12 +580,16 @@ async def read_json_body(request: Any, config: ServeConfig) -> Any:
         chunks.append(chunk)
     body = b"".join(chunks)
     if not body.strip():
-        raise ServeError(400, "the request body is empty; send a JSON object such as {\"text\": \"...\"}")
+        raise ServeError(400, 'the request body is empty; send a JSON object such as {"text": "..."}')
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ServeError(400, f"the request body is not valid JSON: {exc}"
-                         if not isinstance(exc, RecursionError) else "the request body nests too deeply") from None
+        raise ServeError(
+            400,
+            f"the request body is not valid JSON: {exc}"
+            if not isinstance(exc, RecursionError)
+            else "the request body nests too deeply",
+        ) from None
 
 
 def parse_request(body: Any, config: ServeConfig) -> Tuple[List[str], int, int, bool]:
@@ -544,18 +600,23 @@ def parse_request(body: Any, config: ServeConfig) -> Tuple[List[str], int, int, 
     try:
         req = _models()["request"].model_validate(body)
     except ValidationError as exc:
-        details = [{"field": _field_name(e.get("loc", ())), "message": e.get("msg", "")}
-                   for e in exc.errors(include_url=False, include_input=False)]
+        details = [
+            {"field": _field_name(e.get("loc", ())), "message": e.get("msg", "")}
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
         first = details[0] if details else {"field": "body", "message": "invalid"}
         more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
         raise ServeError(422, f"invalid request: {first['field']}: {first['message']}{more}", details) from None
     if (req.text is None) == (req.texts is None):
-        raise ServeError(422, "give either \"text\" (one sentence) or \"texts\" (a list of sentences)"
-                         + (", not both" if req.text is not None else ""))
+        raise ServeError(
+            422,
+            'give either "text" (one sentence) or "texts" (a list of sentences)'
+            + (", not both" if req.text is not None else ""),
+        )
     texts = [req.text] if req.text is not None else list(req.texts or [])
     where = (lambda i: "text") if req.text is not None else (lambda i: f"texts[{i}]")
     if not texts:
-        raise ServeError(422, "\"texts\" is empty; give at least one sentence")
+        raise ServeError(422, '"texts" is empty; give at least one sentence')
     if len(texts) > config.max_texts:
         raise ServeError(422, f"{len(texts):,} texts in one request; at most {config.max_texts} are accepted")
     for i, t in enumerate(texts):
@@ -583,8 +644,10 @@ def _info(translator: Any, config: ServeConfig, threads: int) -> Dict[str, Any]:
         "version": __version__,
         "checkpoint": None if getattr(translator, "checkpoint", None) is None else str(translator.checkpoint),
         "model": model_cfg,
-        "vocab_sizes": {"source": int(translator.src_tokenizer.vocab_size),
-                        "target": int(translator.tgt_tokenizer.vocab_size)},
+        "vocab_sizes": {
+            "source": int(translator.src_tokenizer.vocab_size),
+            "target": int(translator.tgt_tokenizer.vocab_size),
+        },
         "source_language": translator.src_lang,
         "trained_length": translator.trained_length,
         "max_output_tokens": translator.max_length,
@@ -592,14 +655,19 @@ def _info(translator: Any, config: ServeConfig, threads: int) -> Dict[str, Any]:
         "threads": threads,
         "batching": {"max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms},
         "defaults": {"beam_size": config.beam_size, "length_penalty": config.length_penalty},
-        "limits": {"max_request_bytes": config.max_request_bytes, "max_texts": config.max_texts,
-                   "max_chars": config.max_chars, "max_beam_size": config.max_beam_size,
-                   "max_queue": config.max_queue},
+        "limits": {
+            "max_request_bytes": config.max_request_bytes,
+            "max_texts": config.max_texts,
+            "max_chars": config.max_chars,
+            "max_beam_size": config.max_beam_size,
+            "max_queue": config.max_queue,
+        },
     }
 
 
-def create_app(translator: Any, config: Optional[ServeConfig] = None, *, threads: Optional[int] = None,
-               **options: Any) -> Any:
+def create_app(
+    translator: Any, config: Optional[ServeConfig] = None, *, threads: Optional[int] = None, **options: Any
+) -> Any:
     """The ASGI app (FastAPI) serving ``translator``; see the module docstring for the API.
 
     Args:
@@ -640,14 +708,17 @@ def create_app(translator: Any, config: Optional[ServeConfig] = None, *, threads
         finally:
             await batcher.close()
 
-    app = FastAPI(title="transformer-cpp translator", version=__version__, lifespan=lifespan,
-                  description="Translate with a trained transformer-cpp model. Concurrent requests are batched.")
+    app = FastAPI(
+        title="transformer-cpp translator",
+        version=__version__,
+        lifespan=lifespan,
+        description="Translate with a trained transformer-cpp model. Concurrent requests are batched.",
+    )
     app.state.batcher = batcher
     app.state.translator = translator
     app.state.config = config
 
-    def error_response(status: int, message: str, details: Any = None,
-                       headers: Optional[Dict[str, str]] = None) -> Any:
+    def error_response(status: int, message: str, details: Any = None, headers: Optional[Dict[str, str]] = None) -> Any:
         body: Dict[str, Any] = {"error": message, "status": status}
         if details:
             body["details"] = details
@@ -692,12 +763,29 @@ def create_app(translator: Any, config: Optional[ServeConfig] = None, *, threads
         return JSONResponse({"translations": results, "beam_size": beam_size, "n_best": n_best})
 
     translate.__annotations__["request"] = Request  # a class, not the string of the postponed annotation
-    app.post("/translate", summary="Translate one or more sentences",
-             responses={200: {"model": models["response"]}, 400: error_doc, 413: error_doc, 415: error_doc,
-                        422: error_doc, 503: error_doc},
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": models["request"].model_json_schema(),
-                 "example": {"text": "you should pay for it.", "beam_size": 4}}}}})(translate)
+    app.post(
+        "/translate",
+        summary="Translate one or more sentences",
+        responses={
+            200: {"model": models["response"]},
+            400: error_doc,
+            413: error_doc,
+            415: error_doc,
+            422: error_doc,
+            503: error_doc,
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": models["request"].model_json_schema(),
+                        "example": {"text": "you should pay for it.", "beam_size": 4},
+                    }
+                },
+            }
+        },
+    )(translate)
 
     @app.get("/health", summary="Liveness, with the batcher's counters")
     async def health() -> Any:
@@ -871,8 +959,16 @@ $("source").addEventListener("keydown", (event) => {
 # ------------------------------------------------------------------------------------ running
 
 
-def serve(translator: Any, *, host: str = "127.0.0.1", port: int = 8000, config: Optional[ServeConfig] = None,
-          graceful_timeout: Optional[float] = 30.0, log_level: str = "info", access_log: bool = False) -> int:
+def serve(
+    translator: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    config: Optional[ServeConfig] = None,
+    graceful_timeout: Optional[float] = 30.0,
+    log_level: str = "info",
+    access_log: bool = False,
+) -> int:
     """Run the app with uvicorn until SIGTERM or Ctrl-C; returns 0 after a graceful shutdown.
 
     On a signal uvicorn stops accepting connections, waits (up to ``graceful_timeout`` seconds)
@@ -884,9 +980,18 @@ def serve(translator: Any, *, host: str = "127.0.0.1", port: int = 8000, config:
         raise ImportError(f"{_SERVE_EXTRA_HINT} ({exc})") from exc
 
     app = create_app(translator, config)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                                           timeout_graceful_shutdown=graceful_timeout, lifespan="on",
-                                           **uvicorn_choices()))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=access_log,
+            timeout_graceful_shutdown=graceful_timeout,
+            lifespan="on",
+            **uvicorn_choices(),
+        )
+    )
     # uvicorn re-raises the signal it shut down on after restoring the previous handlers; make
     # those handlers no-ops while serving, so that a graceful shutdown ends with status 0.
     previous = {}
@@ -904,8 +1009,15 @@ def serve(translator: Any, *, host: str = "127.0.0.1", port: int = 8000, config:
 
 
 @contextlib.contextmanager
-def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
-                      start_timeout: float = 60.0, **uvicorn_options: Any) -> Iterator[str]:
+def background_server(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    log_level: str = "warning",
+    start_timeout: float = 60.0,
+    **uvicorn_options: Any,
+) -> Iterator[str]:
     """Run ``app`` with uvicorn in a background thread (for tests, benchmarks and notebooks);
     yields its base URL, ``http://host:port`` (``port=0``: a free port). The server is stopped
     gracefully when the block ends. ``uvicorn_options`` go to ``uvicorn.Config`` (e.g.
@@ -959,50 +1071,103 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
     _positive_int, _port = _int_in(1), _int_in(0, 65535)
     d = ServeConfig()
-    p.add_argument("--model", type=path_option, required=True,
-                   help="run directory (its best checkpoint) or checkpoint directory")
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 = any free port)")
     p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
     g = p.add_argument_group("batching and decoding")
-    g.add_argument("--max-batch", type=_positive_int, default=d.max_batch,
-                   help=f"most sentences per decode call (default {d.max_batch}; 1 = one at a time)")
-    g.add_argument("--max-wait-ms", type=_non_negative_float, default=d.max_wait_ms,
-                   help=f"how long a batch waits to fill after its first sentence (default {d.max_wait_ms:g} ms)")
-    g.add_argument("--beam-size", type=_setting("Translator", "beam_size"), default=d.beam_size,
-                   help=f"beam size of requests that do not give one (default {d.beam_size} = greedy)")
-    g.add_argument("--length-penalty", type=_setting("Translator", "length_penalty"), default=d.length_penalty,
-                   help=f"beam search length-penalty exponent (default {d.length_penalty})")
-    g.add_argument("--max-length", type=_positive_int, default=None,
-                   help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)")
+    g.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=d.max_batch,
+        help=f"most sentences per decode call (default {d.max_batch}; 1 = one at a time)",
+    )
+    g.add_argument(
+        "--max-wait-ms",
+        type=_non_negative_float,
+        default=d.max_wait_ms,
+        help=f"how long a batch waits to fill after its first sentence (default {d.max_wait_ms:g} ms)",
+    )
+    g.add_argument(
+        "--beam-size",
+        type=_setting("Translator", "beam_size"),
+        default=d.beam_size,
+        help=f"beam size of requests that do not give one (default {d.beam_size} = greedy)",
+    )
+    g.add_argument(
+        "--length-penalty",
+        type=_setting("Translator", "length_penalty"),
+        default=d.length_penalty,
+        help=f"beam search length-penalty exponent (default {d.length_penalty})",
+    )
+    g.add_argument(
+        "--max-length",
+        type=_positive_int,
+        default=None,
+        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
+    )
     _add_compute_type_option(g)
     g = p.add_argument_group("limits (a request over one gets a 4xx JSON error; a full queue 503)")
-    g.add_argument("--max-beam-size", type=_positive_int, default=None,
-                   help=f"largest beam size (and n_best) a request may ask for (default {d.max_beam_size}, "
-                        "or --beam-size if larger)")
-    g.add_argument("--max-request-bytes", type=_positive_int, default=d.max_request_bytes,
-                   help=f"largest request body (default {d.max_request_bytes:,})")
-    g.add_argument("--max-texts", type=_positive_int, default=d.max_texts,
-                   help=f"most texts per request (default {d.max_texts})")
-    g.add_argument("--max-chars", type=_positive_int, default=d.max_chars,
-                   help=f"most characters per text (default {d.max_chars:,})")
-    g.add_argument("--max-queue", type=_positive_int, default=d.max_queue,
-                   help=f"most sentences waiting for a decode (default {d.max_queue:,})")
+    g.add_argument(
+        "--max-beam-size",
+        type=_positive_int,
+        default=None,
+        help=f"largest beam size (and n_best) a request may ask for (default {d.max_beam_size}, "
+        "or --beam-size if larger)",
+    )
+    g.add_argument(
+        "--max-request-bytes",
+        type=_positive_int,
+        default=d.max_request_bytes,
+        help=f"largest request body (default {d.max_request_bytes:,})",
+    )
+    g.add_argument(
+        "--max-texts", type=_positive_int, default=d.max_texts, help=f"most texts per request (default {d.max_texts})"
+    )
+    g.add_argument(
+        "--max-chars",
+        type=_positive_int,
+        default=d.max_chars,
+        help=f"most characters per text (default {d.max_chars:,})",
+    )
+    g.add_argument(
+        "--max-queue",
+        type=_positive_int,
+        default=d.max_queue,
+        help=f"most sentences waiting for a decode (default {d.max_queue:,})",
+    )
     g = p.add_argument_group("server")
-    g.add_argument("--graceful-timeout", type=_non_negative_float, default=30.0,
-                   help="on SIGTERM, wait this many seconds for requests in flight (default 30)")
-    g.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
-                   help="uvicorn's log level (default info)")
+    g.add_argument(
+        "--graceful-timeout",
+        type=_non_negative_float,
+        default=30.0,
+        help="on SIGTERM, wait this many seconds for requests in flight (default 30)",
+    )
+    g.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        default="info",
+        help="uvicorn's log level (default info)",
+    )
     g.add_argument("--access-log", action="store_true", help="log every request")
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
     """The :class:`ServeConfig` of parsed ``serve`` options."""
     max_beam = args.max_beam_size if args.max_beam_size is not None else max(ServeConfig.max_beam_size, args.beam_size)
-    return ServeConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, beam_size=args.beam_size,
-                       max_beam_size=max_beam, length_penalty=args.length_penalty,
-                       max_request_bytes=args.max_request_bytes, max_texts=args.max_texts, max_chars=args.max_chars,
-                       max_queue=args.max_queue)
+    return ServeConfig(
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        beam_size=args.beam_size,
+        max_beam_size=max_beam,
+        length_penalty=args.length_penalty,
+        max_request_bytes=args.max_request_bytes,
+        max_texts=args.max_texts,
+        max_chars=args.max_chars,
+        max_queue=args.max_queue,
+    )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -1022,27 +1187,44 @@ def run_from_args(args: argparse.Namespace) -> int:
     translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
     stack = uvicorn_choices()
-    print(f"transformer-cpp serve: {translator.checkpoint} on {where}/ (page), POST /translate, GET /health, "
-          f"/info, /docs; batches of up to {config.max_batch} sentences, waiting up to {config.max_wait_ms:g} ms; "
-          f"uvicorn with {stack['http']} and {stack['loop']}", file=sys.stderr, flush=True)
+    print(
+        f"transformer-cpp serve: {translator.checkpoint} on {where}/ (page), POST /translate, GET /health, "
+        f"/info, /docs; batches of up to {config.max_batch} sentences, waiting up to {config.max_wait_ms:g} ms; "
+        f"uvicorn with {stack['http']} and {stack['loop']}",
+        file=sys.stderr,
+        flush=True,
+    )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"transformer-cpp serve: warning: listening on {args.host}, reachable from other machines; the "
-              "server has no authentication", file=sys.stderr, flush=True)
-    return serve(translator, host=args.host, port=args.port, config=config,
-                 graceful_timeout=args.graceful_timeout or None, log_level=args.log_level,
-                 access_log=args.access_log)
+        print(
+            f"transformer-cpp serve: warning: listening on {args.host}, reachable from other machines; the "
+            "server has no authentication",
+            file=sys.stderr,
+            flush=True,
+        )
+    return serve(
+        translator,
+        host=args.host,
+        port=args.port,
+        config=config,
+        graceful_timeout=args.graceful_timeout or None,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
 
 
-_DESCRIPTION = ("Serve a trained model over HTTP (FastAPI on uvicorn): POST /translate (JSON), GET /health, "
-                "GET /info, a web page at / with the cross-attention map, the OpenAPI schema at /docs. "
-                "Concurrent requests are batched into one decode call. SIGTERM finishes the requests in flight, "
-                "then exits 0. Needs the serve extra: pip install \"transformer-cpp[serve]\".")
+_DESCRIPTION = (
+    "Serve a trained model over HTTP (FastAPI on uvicorn): POST /translate (JSON), GET /health, "
+    "GET /info, a web page at / with the cross-attention map, the OpenAPI schema at /docs. "
+    "Concurrent requests are batched into one decode call. SIGTERM finishes the requests in flight, "
+    'then exits 0. Needs the serve extra: pip install "transformer-cpp[serve]".'
+)
 
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``serve`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p = subparsers.add_parser("serve", help="serve a trained model over HTTP (API, batching, web page)",
-                              description=_DESCRIPTION)
+    p = subparsers.add_parser(
+        "serve", help="serve a trained model over HTTP (API, batching, web page)", description=_DESCRIPTION
+    )
     _add_arguments(p)
     p.set_defaults(func=run_from_args)
     return p

@@ -81,9 +81,11 @@ def check_text(text: str, caller: str) -> str:
     for command-line arguments), naming its position."""
     bad = _SURROGATE.search(text)
     if bad is not None:
-        raise ValueError(f"{caller}: the text {text[:40]!r}{'...' if len(text) > 40 else ''} is not valid Unicode: it "
-                         f"holds the lone surrogate {bad.group()!r} at position {bad.start()} (bytes that were not "
-                         "valid UTF-8?)")
+        raise ValueError(
+            f"{caller}: the text {text[:40]!r}{'...' if len(text) > 40 else ''} is not valid Unicode: it "
+            f"holds the lone surrogate {bad.group()!r} at position {bad.start()} (bytes that were not "
+            "valid UTF-8?)"
+        )
     return text
 
 
@@ -176,9 +178,7 @@ def _starts_sentence(token: Optional[str]) -> bool:
     return first.isupper() or first.isdigit() or first in _OPENING
 
 
-def _clean_token(
-    token: str, next_token: Optional[str], always: frozenset[str], numeric: frozenset[str]
-) -> str:
+def _clean_token(token: str, next_token: Optional[str], always: frozenset[str], numeric: frozenset[str]) -> str:
     """Apply the dot rules of the module docstring to one whitespace-free token."""
     if "." not in token:
         return token
@@ -271,8 +271,6 @@ def clean_corpus(sentences: Iterable[str], lang: str = "en") -> list[str]:
     result = []
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
-            raise TypeError(
-                f"clean_corpus: sentence {i} is a {type(sentence).__name__}, expected a str"
-            )
+            raise TypeError(f"clean_corpus: sentence {i} is a {type(sentence).__name__}, expected a str")
         result.append(clean_sentence(sentence, code))
     return result

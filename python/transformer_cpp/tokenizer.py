@@ -53,7 +53,7 @@ _FORMAT_VERSION = 1
 _BYTE_ALPHABET_SIZE = 256
 #: The largest ``target_vocab_size`` accepted (2**20). Subword vocabularies are far smaller; the
 #: bound keeps an absurd size from reaching the tokenizers library, which aborts the process on one.
-MAX_VOCAB_SIZE = 2 ** 20
+MAX_VOCAB_SIZE = 2**20
 #: The largest file :meth:`SubwordTokenizer.load` reads: a vocabulary of MAX_VOCAB_SIZE tokens and
 #: its merges take a few hundred bytes each.
 MAX_FILE_BYTES = 1 << 30
@@ -79,9 +79,7 @@ def _require_tokenizers() -> Tuple[Type[_HFTokenizer], ModuleType, ModuleType, M
     try:
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     except ImportError as exc:  # pragma: no cover - tokenizers is a declared dependency
-        raise ImportError(
-            "SubwordTokenizer needs the 'tokenizers' package: pip install tokenizers"
-        ) from exc
+        raise ImportError("SubwordTokenizer needs the 'tokenizers' package: pip install tokenizers") from exc
     return Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 
@@ -101,9 +99,11 @@ class SubwordTokenizer:
 
     def __init__(self, hf_tokenizer: Any, *, lowercase: bool = False) -> None:
         if not all(hasattr(hf_tokenizer, a) for a in ("token_to_id", "get_vocab_size", "encode", "decode")):
-            raise TypeError(f"SubwordTokenizer: expected a trained tokenizers.Tokenizer, got "
-                            f"{type(hf_tokenizer).__name__}; make one with SubwordTokenizer.build_from_corpus, "
-                            "load or from_str")
+            raise TypeError(
+                f"SubwordTokenizer: expected a trained tokenizers.Tokenizer, got "
+                f"{type(hf_tokenizer).__name__}; make one with SubwordTokenizer.build_from_corpus, "
+                "load or from_str"
+            )
         self._tok = hf_tokenizer
         self._lowercase = _flag("SubwordTokenizer", "lowercase", lowercase)
         for expected_id, token in enumerate(SPECIAL_TOKENS):
@@ -159,9 +159,7 @@ class SubwordTokenizer:
         if isinstance(sentences, (str, bytes)):
             raise TypeError(f"{name}: expected an iterable of sentences, got a single string")
         if isinstance(target_vocab_size, bool) or not isinstance(target_vocab_size, (int, np.integer)):
-            raise TypeError(
-                f"{name}: target_vocab_size must be an int, got {type(target_vocab_size).__name__}"
-            )
+            raise TypeError(f"{name}: target_vocab_size must be an int, got {type(target_vocab_size).__name__}")
         target_vocab_size = int(target_vocab_size)
         n_special = len(SPECIAL_TOKENS)
         if target_vocab_size < n_special + 1:
@@ -176,7 +174,7 @@ class SubwordTokenizer:
             )
         if isinstance(min_frequency, bool) or not isinstance(min_frequency, (int, np.integer)):
             raise TypeError(f"{name}: min_frequency must be an int, got {type(min_frequency).__name__}")
-        if not 1 <= min_frequency < 2 ** 63:
+        if not 1 <= min_frequency < 2**63:
             raise ValueError(f"{name}: min_frequency must be >= 1 and below 2**63, got {min_frequency}")
         lowercase = _flag(name, "lowercase", lowercase)
 
@@ -223,13 +221,19 @@ class SubwordTokenizer:
             logger.warning(
                 "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes the corpus does "
                 "not use will encode as %s and not round-trip",
-                name, target_vocab_size, n_special + _BYTE_ALPHABET_SIZE, _UNK,
+                name,
+                target_vocab_size,
+                n_special + _BYTE_ALPHABET_SIZE,
+                _UNK,
             )
         tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
         result = cls(tok, lowercase=lowercase)
         logger.info(
             "%s: learned %d tokens (target %d) from %d sentences",
-            name, result.vocab_size, target_vocab_size, len(corpus),
+            name,
+            result.vocab_size,
+            target_vocab_size,
+            len(corpus),
         )
         return result
 
@@ -308,8 +312,12 @@ class SubwordTokenizer:
             return cast(List[Any], self._tok.encode_batch(texts, add_special_tokens=False))
         except Exception:
             for i, text in enumerate(texts):
-                bad = _unicode_error(text[1:], f"SubwordTokenizer.{caller}: text {i}" if len(texts) > 1
-                                     else f"SubwordTokenizer.{caller}: the text")
+                bad = _unicode_error(
+                    text[1:],
+                    f"SubwordTokenizer.{caller}: text {i}"
+                    if len(texts) > 1
+                    else f"SubwordTokenizer.{caller}: the text",
+                )
                 if bad is not None:
                     raise bad from None
             raise
@@ -345,9 +353,7 @@ class SubwordTokenizer:
         prepared = []
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise TypeError(
-                    f"SubwordTokenizer.encode_batch: text {i} is a {type(text).__name__}, expected a str"
-                )
+                raise TypeError(f"SubwordTokenizer.encode_batch: text {i} is a {type(text).__name__}, expected a str")
             prepared.append(" " + text)
         if not prepared:
             return []
@@ -390,9 +396,7 @@ class SubwordTokenizer:
             try:
                 raw = list(ids)
             except TypeError:
-                raise TypeError(
-                    f"{name}: expected a sequence of token ids, got {type(ids).__name__}"
-                ) from None
+                raise TypeError(f"{name}: expected a sequence of token ids, got {type(ids).__name__}") from None
             values = []
             for v in raw:
                 if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -438,7 +442,9 @@ class SubwordTokenizer:
             return ""
         return self._finish(self._tok.decode(values, skip_special_tokens=False))
 
-    def decode_batch(self, batch: Union[Iterable[IdSequence], np.ndarray], skip_special_tokens: bool = True) -> List[str]:
+    def decode_batch(
+        self, batch: Union[Iterable[IdSequence], np.ndarray], skip_special_tokens: bool = True
+    ) -> List[str]:
         """Decode several id sequences (a list of sequences or a 2-D array, one row each).
 
         Raises:
@@ -516,8 +522,7 @@ class SubwordTokenizer:
             raise ValueError(f"{caller}: not a SubwordTokenizer: invalid JSON ({exc})") from None
         if not isinstance(document, dict) or document.get("format") != _FORMAT_NAME:
             raise ValueError(
-                f"{caller}: not a SubwordTokenizer: expected a JSON object with "
-                f"\"format\": \"{_FORMAT_NAME}\""
+                f'{caller}: not a SubwordTokenizer: expected a JSON object with "format": "{_FORMAT_NAME}"'
             )
         version = document.get("version")
         if version != _FORMAT_VERSION:
@@ -533,7 +538,9 @@ class SubwordTokenizer:
             raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
         lowercase = document.get("lowercase", False)
         if not isinstance(lowercase, bool):
-            raise ValueError(f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}")
+            raise ValueError(
+                f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}"
+            )
         try:
             return cls(hf, lowercase=lowercase)
         except ValueError as exc:
@@ -570,17 +577,22 @@ class SubwordTokenizer:
         """
         path = os.fspath(path)
         if os.path.isdir(path):
-            raise IsADirectoryError(f"SubwordTokenizer.load: {path!r} is a directory; expected a file written by "
-                                    "SubwordTokenizer.save")
+            raise IsADirectoryError(
+                f"SubwordTokenizer.load: {path!r} is a directory; expected a file written by SubwordTokenizer.save"
+            )
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SubwordTokenizer.load: no such file {path!r}")
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
-            raise ValueError(f"SubwordTokenizer.load: {path!r} has {size:,} bytes, more than any SubwordTokenizer file "
-                             f"({MAX_FILE_BYTES:,} at most); it is not one")
+            raise ValueError(
+                f"SubwordTokenizer.load: {path!r} has {size:,} bytes, more than any SubwordTokenizer file "
+                f"({MAX_FILE_BYTES:,} at most); it is not one"
+            )
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
         except UnicodeDecodeError:
-            raise ValueError(f"SubwordTokenizer.load: {path!r} is not a SubwordTokenizer file (not UTF-8 text)") from None
+            raise ValueError(
+                f"SubwordTokenizer.load: {path!r} is not a SubwordTokenizer file (not UTF-8 text)"
+            ) from None
         return cls._from_str(text, f"SubwordTokenizer.load({path!r})")

@@ -64,8 +64,8 @@ try:
     from torch import nn
 except ImportError as exc:  # pragma: no cover - exercised only without torch
     raise ImportError(
-        "transformer_cpp.torch_reference needs PyTorch; install it with "
-        "pip install 'transformer-cpp[torch]'") from exc
+        "transformer_cpp.torch_reference needs PyTorch; install it with pip install 'transformer-cpp[torch]'"
+    ) from exc
 
 from ._runtime import positional_encoding
 
@@ -84,11 +84,22 @@ __all__ = [
 ]
 
 # Defaults of transformer_cpp.Transformer for keys a config may leave out.
-_DEFAULTS: Dict[str, Any] = dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, dropout=0.1, max_length=2048,
-                                 layout="interleaved", pre_norm=False, share_embeddings=False,
-                                 layer_norm_eps=1e-6, seed=0, dtype="float32",
-                                 # our matrix-product precision; the reference computes in its dtype
-                                 precision="float32")
+_DEFAULTS: Dict[str, Any] = dict(
+    d_model=512,
+    n_layers=6,
+    n_heads=8,
+    d_ff=2048,
+    dropout=0.1,
+    max_length=2048,
+    layout="interleaved",
+    pre_norm=False,
+    share_embeddings=False,
+    layer_norm_eps=1e-6,
+    seed=0,
+    dtype="float32",
+    # our matrix-product precision; the reference computes in its dtype
+    precision="float32",
+)
 
 _QKV = {"query": 0, "key": 1, "value": 2}
 
@@ -144,8 +155,7 @@ class ReferenceMultiHeadAttention(nn.Module):
         b, n, _ = t.shape
         return t.view(b, n, self.n_heads, self.d_k).transpose(1, 2)
 
-    def forward(self, x: "torch.Tensor", memory: Optional["torch.Tensor"] = None,
-                mask: Any = None) -> "torch.Tensor":
+    def forward(self, x: "torch.Tensor", memory: Optional["torch.Tensor"] = None, mask: Any = None) -> "torch.Tensor":
         d = self.d_model
         if memory is None:
             q, k, v = torch.split(F.linear(x, self.in_proj_weight, self.in_proj_bias), d, dim=-1)
@@ -185,8 +195,9 @@ class ReferenceEncoderLayer(nn.Module):
     """Self-attention and feed-forward sub-layers, post-norm (default) or pre-norm.
     ``forward(x, mask=None)`` with x (B, T, d) and mask broadcastable to (B, T, T)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False,
-                 eps: float = 1e-6) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-6
+    ) -> None:
         super().__init__()
         self.pre_norm = pre_norm
         self.self_attention = ReferenceMultiHeadAttention(d_model, n_heads)
@@ -208,8 +219,9 @@ class ReferenceDecoderLayer(nn.Module):
     """Masked self-attention, cross-attention and feed-forward sub-layers, post- or pre-norm.
     ``forward(x, memory, self_mask=None, cross_mask=None)``."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False,
-                 eps: float = 1e-6) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-6
+    ) -> None:
         super().__init__()
         self.pre_norm = pre_norm
         self.self_attention = ReferenceMultiHeadAttention(d_model, n_heads)
@@ -222,8 +234,9 @@ class ReferenceDecoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def forward(self, x: "torch.Tensor", memory: "torch.Tensor", self_mask: Any = None,
-                cross_mask: Any = None) -> "torch.Tensor":
+    def forward(
+        self, x: "torch.Tensor", memory: "torch.Tensor", self_mask: Any = None, cross_mask: Any = None
+    ) -> "torch.Tensor":
         if self.pre_norm:
             x = x + self.dropout1(self.self_attention(self.norm1(x), mask=self_mask))
             x = x + self.dropout2(self.cross_attention(self.norm2(x), memory, mask=cross_mask))
@@ -242,8 +255,9 @@ class _Stack(nn.Module):
         super().__init__()
         self.d_model, self.max_length = d_model, max_length
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
-        self.register_buffer("pe", torch.from_numpy(positional_encoding(max_length, d_model, layout, "float64")),
-                             persistent=False)
+        self.register_buffer(
+            "pe", torch.from_numpy(positional_encoding(max_length, d_model, layout, "float64")), persistent=False
+        )
         self.dropout = nn.Dropout(dropout)
 
     def embed(self, tokens: "torch.Tensor") -> "torch.Tensor":
@@ -258,12 +272,23 @@ class ReferenceEncoder(_Stack):
     """Embedding, dropout and ``n_layers`` encoder layers (+ a final LayerNorm when pre-norm).
     ``forward(tokens) -> (B, S, d)``; padding keys (token 0) are masked."""
 
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 max_length: int = 2048, layout: str = "interleaved", pre_norm: bool = False,
-                 eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+    ) -> None:
         super().__init__(vocab_size, d_model, dropout, max_length, layout)
-        self.layers = nn.ModuleList(ReferenceEncoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps)
-                                    for _ in range(n_layers))
+        self.layers = nn.ModuleList(
+            ReferenceEncoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps) for _ in range(n_layers)
+        )
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
 
     def forward(self, tokens: Any) -> "torch.Tensor":
@@ -279,12 +304,23 @@ class ReferenceDecoder(_Stack):
     """Embedding, dropout and ``n_layers`` decoder layers (+ a final LayerNorm when pre-norm).
     ``forward(tokens, memory, source_padding=None)`` with source_padding (B, S), True = padding."""
 
-    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 max_length: int = 2048, layout: str = "interleaved", pre_norm: bool = False,
-                 eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        max_length: int = 2048,
+        layout: str = "interleaved",
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+    ) -> None:
         super().__init__(vocab_size, d_model, dropout, max_length, layout)
-        self.layers = nn.ModuleList(ReferenceDecoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps)
-                                    for _ in range(n_layers))
+        self.layers = nn.ModuleList(
+            ReferenceDecoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps) for _ in range(n_layers)
+        )
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
 
     def forward(self, tokens: Any, memory: "torch.Tensor", source_padding: Any = None) -> "torch.Tensor":
@@ -292,8 +328,9 @@ class ReferenceDecoder(_Stack):
         t = tokens.shape[1]
         look_ahead = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)
         self_mask = look_ahead[None] | (tokens == 0)[:, None, :]  # (B, T, T)
-        cross_mask = (None if source_padding is None
-                      else cast(torch.Tensor, _as_mask(source_padding, tokens.device))[:, None, :])
+        cross_mask = (
+            None if source_padding is None else cast(torch.Tensor, _as_mask(source_padding, tokens.device))[:, None, :]
+        )
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x, memory, self_mask=self_mask, cross_mask=cross_mask)
@@ -331,9 +368,17 @@ class ReferenceTransformer(nn.Module):
         if "src_vocab_size" not in c or "tgt_vocab_size" not in c:
             raise ValueError("build_reference: the config needs src_vocab_size and tgt_vocab_size")
         self.config = c
-        common = dict(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"], d_ff=c["d_ff"],
-                      dropout=c["dropout"], max_length=c["max_length"], layout=c["layout"],
-                      pre_norm=c["pre_norm"], eps=c["layer_norm_eps"])
+        common = dict(
+            d_model=c["d_model"],
+            n_layers=c["n_layers"],
+            n_heads=c["n_heads"],
+            d_ff=c["d_ff"],
+            dropout=c["dropout"],
+            max_length=c["max_length"],
+            layout=c["layout"],
+            pre_norm=c["pre_norm"],
+            eps=c["layer_norm_eps"],
+        )
         self.encoder = ReferenceEncoder(c["src_vocab_size"], **common)
         self.decoder = ReferenceDecoder(c["tgt_vocab_size"], **common)
         self.output = _OutputProjection(c["d_model"], c["tgt_vocab_size"], bool(c["share_embeddings"]))
@@ -343,7 +388,9 @@ class ReferenceTransformer(nn.Module):
         src = _as_tokens(src, device)
         tgt_in = _as_tokens(tgt_in, device)
         if src.shape[0] != tgt_in.shape[0]:
-            raise ValueError(f"ReferenceTransformer: src has batch size {src.shape[0]} but tgt_in has {tgt_in.shape[0]}")
+            raise ValueError(
+                f"ReferenceTransformer: src has batch size {src.shape[0]} but tgt_in has {tgt_in.shape[0]}"
+            )
         memory = self.encoder(src)
         y = self.decoder(tgt_in, memory, source_padding=src == 0)
         return self.project(y)
@@ -356,8 +403,9 @@ class ReferenceTransformer(nn.Module):
     def loss(logits: "torch.Tensor", tgt_out: Any, label_smoothing: float = 0.0) -> "torch.Tensor":
         """Mean cross-entropy over targets that are not padding (0), as the C++ masked loss."""
         tgt = _as_tokens(tgt_out, logits.device)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0,
-                               label_smoothing=label_smoothing)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0, label_smoothing=label_smoothing
+        )
 
 
 def _init_like_ours(module: nn.Module, seed: int) -> None:
@@ -404,8 +452,7 @@ def build_reference(config: Mapping[str, Any], dtype: Any = None) -> ReferenceTr
 # --- name mapping ------------------------------------------------------------------------------------
 
 
-def _reference_slot(ref: nn.Module, name: str,
-                    params: Dict[str, "torch.nn.Parameter"]) -> Tuple[str, Optional[slice]]:
+def _reference_slot(ref: nn.Module, name: str, params: Dict[str, "torch.nn.Parameter"]) -> Tuple[str, Optional[slice]]:
     """(torch parameter name, row slice or None) holding OUR parameter ``name``."""
     parts = name.split(".")
     if len(parts) >= 2 and parts[-2] in _QKV and parts[-1] in ("weight", "bias"):
@@ -417,8 +464,10 @@ def _reference_slot(ref: nn.Module, name: str,
             return packed, slice(i * d, (i + 1) * d)
     if name in params:
         return name, None
-    raise KeyError(f"copy_weights_to_reference: our parameter {name!r} has no counterpart in "
-                   f"{type(ref).__name__}; is it the matching reference class and configuration?")
+    raise KeyError(
+        f"copy_weights_to_reference: our parameter {name!r} has no counterpart in "
+        f"{type(ref).__name__}; is it the matching reference class and configuration?"
+    )
 
 
 def _our_values(model: Any) -> Dict[str, np.ndarray]:
@@ -427,8 +476,10 @@ def _our_values(model: Any) -> Dict[str, np.ndarray]:
     elif hasattr(model, "parameters"):
         items = model.parameters().items()
     else:
-        raise TypeError(f"copy_weights_to_reference: expected one of our models or layers, or a mapping "
-                        f"name -> array, got {type(model).__name__}")
+        raise TypeError(
+            f"copy_weights_to_reference: expected one of our models or layers, or a mapping "
+            f"name -> array, got {type(model).__name__}"
+        )
     return {name: np.asarray(getattr(p, "value", p)) for name, p in items}
 
 
@@ -446,8 +497,10 @@ def copy_weights_to_reference(model: Any, ref: nn.Module) -> None:
             target, rows = _reference_slot(ref, name, params)
             dest = params[target] if rows is None else params[target][rows]
             if tuple(dest.shape) != value.shape:
-                raise ValueError(f"copy_weights_to_reference: {name} has shape {value.shape} but the reference's "
-                                 f"{target} slot has {tuple(dest.shape)}")
+                raise ValueError(
+                    f"copy_weights_to_reference: {name} has shape {value.shape} but the reference's "
+                    f"{target} slot has {tuple(dest.shape)}"
+                )
             dest.copy_(torch.from_numpy(np.ascontiguousarray(value)).to(dest.dtype))
             if rows is None:
                 covered[target][...] = True
@@ -468,12 +521,11 @@ def reference_gradients(ref: nn.Module) -> Dict[str, np.ndarray]:
         g = grad.detach().to("cpu", torch.float64).numpy().copy()
         head, _, leaf = name.rpartition(".")
         if leaf in ("in_proj_weight", "in_proj_bias"):
-            kind = leaf[len("in_proj_"):]
+            kind = leaf[len("in_proj_") :]
             d = g.shape[0] // 3
             for part, i in _QKV.items():
                 key = f"{head}.{part}.{kind}" if head else f"{part}.{kind}"
-                out[key] = g[i * d:(i + 1) * d]
+                out[key] = g[i * d : (i + 1) * d]
         else:
             out[name] = g
     return out
-

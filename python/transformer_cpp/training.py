@@ -102,7 +102,7 @@ STATE_FORMAT = "transformer_cpp.trainer_state"
 STATE_VERSION = 1
 
 #: The largest seed: seeds reach the C++ core as 64-bit integers.
-MAX_SEED = 2 ** 63 - 1
+MAX_SEED = 2**63 - 1
 #: The most C++ threads a setting may ask for.
 MAX_THREADS = 1024  # the core's limit (set_num_threads)
 
@@ -136,8 +136,10 @@ class Limit:
             kind += f" of {self.unit}"
         if math.isinf(self.high):
             return f"{kind} {'>' if self.low_open else '>='} {_number_text(self.low)}"
-        return (f"{kind} in {'(' if self.low_open else '['}{_number_text(self.low)}, "
-                f"{_number_text(self.high)}{')' if self.high_open else ']'}")
+        return (
+            f"{kind} in {'(' if self.low_open else '['}{_number_text(self.low)}, "
+            f"{_number_text(self.high)}{')' if self.high_open else ']'}"
+        )
 
     def check(self, owner: str, name: str, value: Any) -> Union[int, float]:
         """``value`` as an ``int`` or ``float``; ``ValueError`` ("<owner>: <name> must be ...,
@@ -154,8 +156,9 @@ class Limit:
                 ok, number = False, 0.0
             ok = ok and math.isfinite(number)
         if ok:
-            ok = (number > self.low if self.low_open else number >= self.low) and \
-                 (number < self.high if self.high_open else number <= self.high)
+            ok = (number > self.low if self.low_open else number >= self.low) and (
+                number < self.high if self.high_open else number <= self.high
+            )
         if not ok:
             raise ValueError(f"{owner}: {name} must be {self.describe()}, got {value!r}")
         return number
@@ -242,10 +245,15 @@ class TrainConfig:
         = float("nan")`` is refused like ``TrainConfig(fixed_lr=float("nan"))``)."""
         if name in self.LIMITS or name in self._FLAGS:
             value = self.check(name, value)
-            if name in ("max_tokens", "bucket_by_length", "drop_remainder") and \
-                    all(hasattr(self, n) for n in ("max_tokens", "bucket_by_length", "drop_remainder")):
-                now = {"max_tokens": self.max_tokens, "bucket_by_length": self.bucket_by_length,
-                       "drop_remainder": self.drop_remainder, name: value}
+            if name in ("max_tokens", "bucket_by_length", "drop_remainder") and all(
+                hasattr(self, n) for n in ("max_tokens", "bucket_by_length", "drop_remainder")
+            ):
+                now = {
+                    "max_tokens": self.max_tokens,
+                    "bucket_by_length": self.bucket_by_length,
+                    "drop_remainder": self.drop_remainder,
+                    name: value,
+                }
                 self._check_combination(now["max_tokens"], now["bucket_by_length"], now["drop_remainder"])
         object.__setattr__(self, name, value)
 
@@ -253,9 +261,11 @@ class TrainConfig:
     def _check_combination(max_tokens: int, bucket_by_length: bool, drop_remainder: bool) -> None:
         for name, on in (("bucket_by_length", bucket_by_length), ("drop_remainder", drop_remainder)):
             if max_tokens and on:  # it would be ignored, not applied
-                raise ValueError(f"TrainConfig: {name} applies to batches of batch_size pairs; with max_tokens "
-                                 f"{max_tokens} the batches are cut by tokens (and sorted by length): set "
-                                 f"max_tokens=0 or {name}=False")
+                raise ValueError(
+                    f"TrainConfig: {name} applies to batches of batch_size pairs; with max_tokens "
+                    f"{max_tokens} the batches are cut by tokens (and sorted by length): set "
+                    f"max_tokens=0 or {name}=False"
+                )
 
     def to_dict(self) -> Dict[str, Any]:
         """The settings as a JSON-serialisable dict."""
@@ -301,8 +311,19 @@ def empty_history() -> Dict[str, Dict[str, List[Any]]]:
     """A history with every series present and empty."""
     return {
         "batch": {"step": [], "loss": [], "accuracy": [], "lr": []},
-        "epoch": {"epoch": [], "step": [], "loss": [], "accuracy": [], "val_loss": [], "val_accuracy": [],
-                  "val_bleu": [], "lr": [], "seconds": [], "minutes": [], "tokens_per_second": []},
+        "epoch": {
+            "epoch": [],
+            "step": [],
+            "loss": [],
+            "accuracy": [],
+            "val_loss": [],
+            "val_accuracy": [],
+            "val_bleu": [],
+            "lr": [],
+            "seconds": [],
+            "minutes": [],
+            "tokens_per_second": [],
+        },
     }
 
 
@@ -345,9 +366,11 @@ def world_size_problem(saved: Any, current: int) -> Optional[str]:
     if saved == current:
         return None
     how = f"mpiexec -n {saved}" if saved > 1 else "one process (without mpiexec)"
-    return (f"Trainer: the run was trained as {saved} process(es) and this launch has {current}: the batches would "
-            f"be split and the dropout masks drawn differently, so it would not continue the same run; resume it "
-            f"with {how}")
+    return (
+        f"Trainer: the run was trained as {saved} process(es) and this launch has {current}: the batches would "
+        f"be split and the dropout masks drawn differently, so it would not continue the same run; resume it "
+        f"with {how}"
+    )
 
 
 def _zero_sums() -> Dict[str, float]:
@@ -384,8 +407,11 @@ class _StopRequest:
         self.requested = True
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if not self._quiet:
-            print(f"\n{name}: stopping after this batch and saving a checkpoint (press Ctrl-C again to stop now)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\n{name}: stopping after this batch and saving a checkpoint (press Ctrl-C again to stop now)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @property
     def installed(self) -> bool:
@@ -404,8 +430,9 @@ def _state_number(state: Mapping[str, Any], key: str, integer: bool, default: An
     value = state.get(key, default) if default is not None else state[key]
     ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.number))
     if not ok or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where}{key} must be {'an integer' if integer else 'a finite number'} >= 0, "
-                         f"got {value!r:.40}")
+        raise ValueError(
+            f"{where}{key} must be {'an integer' if integer else 'a finite number'} >= 0, got {value!r:.40}"
+        )
     return int(value) if integer else float(value)
 
 
@@ -417,9 +444,11 @@ def _state_sums(state: Mapping[str, Any], key: str) -> Dict[str, float]:
     for k in ("loss", "correct", "tokens"):
         if k not in sums:
             raise KeyError(f"{where}{k}")
-    return {"loss": _state_number(sums, "loss", False, where=where),
-            "correct": _state_number(sums, "correct", False, where=where),
-            "tokens": _state_number(sums, "tokens", True, where=where)}
+    return {
+        "loss": _state_number(sums, "loss", False, where=where),
+        "correct": _state_number(sums, "correct", False, where=where),
+        "tokens": _state_number(sums, "tokens", True, where=where),
+    }
 
 
 def _checked_state(state: Mapping[str, Any]) -> Dict[str, Any]:
@@ -454,11 +483,17 @@ def _checked_state(state: Mapping[str, Any]) -> Dict[str, Any]:
         step = _state_number(state, "step", True)
     run_id = state.get("run_id")
     return {
-        "epoch": _state_number(state, "epoch", True), "batch_in_epoch": _state_number(state, "batch_in_epoch", True),
-        "epoch_sums": _state_sums(state, "epoch_sums"), "epoch_seconds": _state_number(state, "epoch_seconds", False),
-        "window": _state_sums(state, "window"), "window_steps": _state_number(state, "window_steps", True),
-        "elapsed": _state_number(state, "elapsed", False, 0.0), "finished": finished,
-        "best": {"bleu": bleu, "checkpoint": name}, "history": history, "step": step,
+        "epoch": _state_number(state, "epoch", True),
+        "batch_in_epoch": _state_number(state, "batch_in_epoch", True),
+        "epoch_sums": _state_sums(state, "epoch_sums"),
+        "epoch_seconds": _state_number(state, "epoch_seconds", False),
+        "window": _state_sums(state, "window"),
+        "window_steps": _state_number(state, "window_steps", True),
+        "elapsed": _state_number(state, "elapsed", False, 0.0),
+        "finished": finished,
+        "best": {"bleu": bleu, "checkpoint": name},
+        "history": history,
+        "step": step,
         "run_id": run_id if isinstance(run_id, str) and run_id else None,
     }
 
@@ -497,15 +532,19 @@ class Trainer:
         parallel: Any = None,
     ) -> None:
         if parallel is not None and not all(hasattr(parallel, a) for a in ("rank", "size", "train_step")):
-            raise TypeError(f"Trainer: parallel must be a transformer_cpp.distributed.DataParallel or None, got "
-                            f"{type(parallel).__name__}")
+            raise TypeError(
+                f"Trainer: parallel must be a transformer_cpp.distributed.DataParallel or None, got "
+                f"{type(parallel).__name__}"
+            )
         # data parallelism over MPI: every rank trains; rank 0 alone writes checkpoints and reports
         self.parallel = parallel if parallel is not None and parallel.size > 1 else None
         self._root = self.parallel is None or self.parallel.rank == 0
         if not self._root:
             checkpoint_dir = None
         if not isinstance(train_data, EncodedPairs):
-            raise TypeError(f"Trainer: train_data must be EncodedPairs (from encode_pairs), got {type(train_data).__name__}")
+            raise TypeError(
+                f"Trainer: train_data must be EncodedPairs (from encode_pairs), got {type(train_data).__name__}"
+            )
         if valid_data is not None and not isinstance(valid_data, EncodedPairs):
             raise TypeError(f"Trainer: valid_data must be EncodedPairs or None, got {type(valid_data).__name__}")
         self.config = config if config is not None else TrainConfig()
@@ -518,7 +557,9 @@ class Trainer:
         self.tgt_tokenizer = tgt_tokenizer
         self.checkpoint_dir = _path("Trainer: checkpoint_dir", checkpoint_dir) if checkpoint_dir is not None else None
         if self.checkpoint_dir is not None and (src_tokenizer is None or tgt_tokenizer is None):
-            raise ValueError("Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)")
+            raise ValueError(
+                "Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)"
+            )
         if self.checkpoint_dir is not None:
             from .checkpoint import check_writable
 
@@ -526,7 +567,9 @@ class Trainer:
         self.data_info = dict(data_info) if data_info is not None else None
         for key, tok in (("src_vocab_size", src_tokenizer), ("tgt_vocab_size", tgt_tokenizer)):
             if tok is not None and tok.vocab_size != model.config[key]:
-                raise ValueError(f"Trainer: the tokenizer has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
+                raise ValueError(
+                    f"Trainer: the tokenizer has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
+                )
         # ids beyond the model's vocabularies (pairs encoded with other tokenizers) would fail only
         # when their batch comes, perhaps after an epoch of training
         for label, data in (("train_data", train_data), ("valid_data", valid_data)):
@@ -535,8 +578,10 @@ class Trainer:
             for side, ids, key in (("source", data.src, "src_vocab_size"), ("target", data.tgt, "tgt_vocab_size")):
                 low, high = int(ids.min()), int(ids.max())
                 if low < 0 or high >= model.config[key]:
-                    raise ValueError(f"Trainer: {label} holds {side} token id {high if high >= 0 else low}, outside the "
-                                     f"model's {key} {model.config[key]}; were the pairs encoded with other tokenizers?")
+                    raise ValueError(
+                        f"Trainer: {label} holds {side} token id {high if high >= 0 else low}, outside the "
+                        f"model's {key} {model.config[key]}; were the pairs encoded with other tokenizers?"
+                    )
         self._configure_model()
         if self.parallel is not None:  # each rank its own dropout masks, deterministically
             model.set_dropout_seed(self.parallel.dropout_seed(int(model.config["seed"])))
@@ -564,7 +609,10 @@ class Trainer:
             raise ValueError(
                 f"Trainer: no training batch: {len(train_data)} training pair(s) make no complete batch of "
                 f"batch_size {c.batch_size} and drop_remainder drops the incomplete one; lower batch_size or "
-                "set drop_remainder=False" if len(train_data) else "Trainer: train_data holds no pair")
+                "set drop_remainder=False"
+                if len(train_data)
+                else "Trainer: train_data holds no pair"
+            )
 
     # ------------------------------------------------------------------ setup
 
@@ -572,9 +620,17 @@ class Trainer:
         c = self.config
         if total_steps and total_steps <= c.warmup and c.fixed_lr == 0:
             total_steps = c.warmup + 1  # a run shorter than its warm-up: decay over its last step
-        self.model.configure_optimizer(warmup=c.warmup, lr_scale=c.lr_scale, fixed_lr=c.fixed_lr, beta1=c.beta1,
-                                       beta2=c.beta2, eps=c.adam_eps, clip_norm=c.clip_norm,
-                                       label_smoothing=c.label_smoothing, total_steps=int(total_steps))
+        self.model.configure_optimizer(
+            warmup=c.warmup,
+            lr_scale=c.lr_scale,
+            fixed_lr=c.fixed_lr,
+            beta1=c.beta1,
+            beta2=c.beta2,
+            eps=c.adam_eps,
+            clip_norm=c.clip_norm,
+            label_smoothing=c.label_smoothing,
+            total_steps=int(total_steps),
+        )
         if c.threads is not None:
             from ._runtime import set_num_threads
 
@@ -590,9 +646,19 @@ class Trainer:
         the data, the settings and ``epoch``)."""
         if self._plan[0] != epoch:
             c = self.config
-            self._plan = (epoch, batch_plan(self.train_data, c.batch_size, max_tokens=c.max_tokens, shuffle=True,
-                                            seed=c.seed, epoch=epoch, bucket_by_length=c.bucket_by_length,
-                                            drop_remainder=c.drop_remainder))
+            self._plan = (
+                epoch,
+                batch_plan(
+                    self.train_data,
+                    c.batch_size,
+                    max_tokens=c.max_tokens,
+                    shuffle=True,
+                    seed=c.seed,
+                    epoch=epoch,
+                    bucket_by_length=c.bucket_by_length,
+                    drop_remainder=c.drop_remainder,
+                ),
+            )
         return self._plan[1]
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
@@ -644,7 +710,11 @@ class Trainer:
             raise ValueError(f"Trainer.load_state_dict: unsupported trainer state version {state.get('version')!r}")
         saved = state.get("data_fingerprint") or {}
         for part in ("train", "valid"):
-            if saved.get(part) is not None and self._fingerprints[part] is not None and saved[part] != self._fingerprints[part]:
+            if (
+                saved.get(part) is not None
+                and self._fingerprints[part] is not None
+                and saved[part] != self._fingerprints[part]
+            ):
                 raise ValueError(
                     f"Trainer: the {part} data differ from those the checkpoint was trained on (different file, "
                     "number of samples, split, tokenizers or max_length); resuming would not continue the same run"
@@ -660,11 +730,15 @@ class Trainer:
             raise ValueError(problem)
         batches = len(self.batch_plan(values["epoch"]))
         if values["batch_in_epoch"] > batches:
-            raise ValueError(f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "
-                             f"of {batches} batches (different batch size or data?)")
+            raise ValueError(
+                f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "
+                f"of {batches} batches (different batch size or data?)"
+            )
         if values["step"] is not None and values["step"] != self.model.step:
-            raise ValueError(f"Trainer.load_state_dict: the state was saved at step {values['step']} but the "
-                             f"model is at step {self.model.step}")
+            raise ValueError(
+                f"Trainer.load_state_dict: the state was saved at step {values['step']} but the "
+                f"model is at step {self.model.step}"
+            )
         # every value checked: now the trainer changes, all at once
         self.epoch, self.batch_in_epoch = values["epoch"], values["batch_in_epoch"]
         self._epoch_sums, self._epoch_seconds = values["epoch_sums"], values["epoch_seconds"]
@@ -707,7 +781,9 @@ class Trainer:
 
         ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path, optimizer=True)
         if not ckpt.optimizer_loaded:
-            raise CheckpointError(f"checkpoint '{ckpt.path}' was loaded without its optimiser state; it cannot be resumed")
+            raise CheckpointError(
+                f"checkpoint '{ckpt.path}' was loaded without its optimiser state; it cannot be resumed"
+            )
         if ckpt.trainer_state is None or ckpt.train_config is None:
             raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
         try:
@@ -723,10 +799,17 @@ class Trainer:
             config = TrainConfig.from_dict(values)
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint '{ckpt.path}': invalid training settings ({exc})") from None
-        trainer = cls(ckpt.model, train_data, valid_data, config, src_tokenizer=ckpt.src_tokenizer,
-                      tgt_tokenizer=ckpt.tgt_tokenizer,
-                      checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else ckpt.path.parent,
-                      data_info=ckpt.data, parallel=parallel)
+        trainer = cls(
+            ckpt.model,
+            train_data,
+            valid_data,
+            config,
+            src_tokenizer=ckpt.src_tokenizer,
+            tgt_tokenizer=ckpt.tgt_tokenizer,
+            checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else ckpt.path.parent,
+            data_info=ckpt.data,
+            parallel=parallel,
+        )
         if ckpt.run_id is not None:
             trainer.run_id = ckpt.run_id
         trainer.load_state_dict(ckpt.trainer_state)
@@ -739,10 +822,18 @@ class Trainer:
 
         if self.checkpoint_dir is None:
             raise ValueError("Trainer.save_checkpoint: no checkpoint_dir was given")
-        path = save_checkpoint(self.checkpoint_dir, self.model, self.src_tokenizer, self.tgt_tokenizer,
-                               trainer_state=self.state_dict(), train_config=self.config.to_dict(),
-                               data=self.data_info, optimizer=True, keep=self.config.keep_checkpoints,
-                               run_id=self.run_id)
+        path = save_checkpoint(
+            self.checkpoint_dir,
+            self.model,
+            self.src_tokenizer,
+            self.tgt_tokenizer,
+            trainer_state=self.state_dict(),
+            train_config=self.config.to_dict(),
+            data=self.data_info,
+            optimizer=True,
+            keep=self.config.keep_checkpoints,
+            run_id=self.run_id,
+        )
         self.last_checkpoint = path
         return path
 
@@ -812,8 +903,9 @@ class Trainer:
             except FloatingPointError as exc:
                 failure = str(exc)
         if self.parallel is not None:
-            failure, entry = self.parallel.bcast((failure, entry) if self._root else None,
-                                                 f"the wait for rank 0's validation of epoch {self.epoch + 1}")
+            failure, entry = self.parallel.bcast(
+                (failure, entry) if self._root else None, f"the wait for rank 0's validation of epoch {self.epoch + 1}"
+            )
         if failure is not None:
             raise FloatingPointError(failure)
         for key, value in entry.items():
@@ -897,8 +989,12 @@ class Trainer:
 
                     set_num_threads(self._governor.most)
 
-    def _fit(self, epochs: Optional[int], on_batch_end: Optional[Callable[["Trainer"], None]],
-             on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]]) -> Dict[str, Dict[str, List[Any]]]:
+    def _fit(
+        self,
+        epochs: Optional[int],
+        on_batch_end: Optional[Callable[["Trainer"], None]],
+        on_epoch_end: Optional[Callable[["Trainer", Dict[str, Any]], None]],
+    ) -> Dict[str, Dict[str, List[Any]]]:
         target = self.config.epochs if epochs is None else TrainConfig.check("epochs", epochs)
         if self.config.threads is not None:
             from ._runtime import set_num_threads
@@ -926,13 +1022,17 @@ class Trainer:
                     where = f"; checkpoint saved to {path}" if path is not None else ""
                     raise TrainingInterrupted(
                         f"training interrupted in epoch {self.epoch + 1} after {self.batch_in_epoch} batches{where}",
-                        path)
+                        path,
+                    )
                 path = self._save_and_rank(entry)
                 self.elapsed = time.perf_counter() - self._clock
                 if on_epoch_end is not None:
                     on_epoch_end(self, entry)
-                requested = stop.requested if self.parallel is None else \
-                    self.parallel.any(stop.requested, f"the stop check after epoch {self.epoch}")
+                requested = (
+                    stop.requested
+                    if self.parallel is None
+                    else self.parallel.any(stop.requested, f"the stop check after epoch {self.epoch}")
+                )
                 if requested and self.epoch < target and not self.finished:  # Ctrl-C during validation or saving
                     where = f"; checkpoint saved to {path}" if path is not None else ""
                     raise TrainingInterrupted(f"training interrupted after epoch {self.epoch}{where}", path)
@@ -942,8 +1042,9 @@ class Trainer:
             self.average_checkpoints()
         return self.history
 
-    def _parallel_step(self, rows: np.ndarray, stop: _StopRequest, where: str,
-                       session_start: float) -> Tuple[float, float, int, int]:
+    def _parallel_step(
+        self, rows: np.ndarray, stop: _StopRequest, where: str, session_start: float
+    ) -> Tuple[float, float, int, int]:
         """One data-parallel step on the global batch ``rows`` (see
         :meth:`transformer_cpp.distributed.DataParallel.train_step`); returns the global loss,
         accuracy and token count, and this rank's work for the thread governor."""
@@ -956,9 +1057,15 @@ class Trainer:
             return b
 
         try:
-            r = self.parallel.train_step(self.model, batch_of, rows, stop=stop.requested,
-                                         elapsed=time.perf_counter() - session_start,
-                                         step_seconds=self._step_seconds, where=where)
+            r = self.parallel.train_step(
+                self.model,
+                batch_of,
+                rows,
+                stop=stop.requested,
+                elapsed=time.perf_counter() - session_start,
+                step_seconds=self._step_seconds,
+                where=where,
+            )
         except FloatingPointError as exc:  # on every rank alike; nothing was updated
             raise _Diverged(f"{where}: {exc}") from None
         self._stop_all = r["stop"]
@@ -979,11 +1086,15 @@ class Trainer:
                 saved = f"the state before it is saved in {path}"
             else:
                 path = self.last_checkpoint
-                saved = (f"the weights are not finite ({len(bad)} tensor(s), e.g. {bad[0]}), so nothing new was saved; "
-                         + (f"the last good checkpoint is {path}" if path is not None else "no checkpoint was written"))
+                saved = (
+                    f"the weights are not finite ({len(bad)} tensor(s), e.g. {bad[0]}), so nothing new was saved; "
+                    + (f"the last good checkpoint is {path}" if path is not None else "no checkpoint was written")
+                )
         return TrainingDiverged(
             f"training diverged {reason}; {saved}; a lower learning rate (lr_scale or fixed_lr), gradient clipping "
-            "(clip_norm) or a longer warm-up may help", path)
+            "(clip_norm) or a longer warm-up may help",
+            path,
+        )
 
     def average_checkpoints(self) -> Optional[Path]:
         """Average the newest ``average_last`` complete checkpoints of this run into
@@ -992,7 +1103,7 @@ class Trainer:
         from .checkpoint import average_checkpoints, list_checkpoints
 
         assert self.checkpoint_dir is not None
-        paths = list_checkpoints(self.checkpoint_dir, run_id=self.run_id)[-self.config.average_last:]
+        paths = list_checkpoints(self.checkpoint_dir, run_id=self.run_id)[-self.config.average_last :]
         if len(paths) < 2:
             return None
         path, model = average_checkpoints(paths, self.checkpoint_dir)
@@ -1001,8 +1112,11 @@ class Trainer:
             mark_best(self.checkpoint_dir, path.name)
         message = f"averaged the last {len(paths)} checkpoints into {path}"
         if bleu is not None:
-            message += f": validation BLEU {bleu:.2f} (best checkpoint {self.best['bleu']:.2f})" \
-                if self.best["bleu"] is not None else f": validation BLEU {bleu:.2f}"
+            message += (
+                f": validation BLEU {bleu:.2f} (best checkpoint {self.best['bleu']:.2f})"
+                if self.best["bleu"] is not None
+                else f": validation BLEU {bleu:.2f}"
+            )
         self._report(message)
         return path
 
@@ -1034,16 +1148,25 @@ class Trainer:
             set_num_threads(self._governor.threads)  # validation may have run with another count
         return self._governor
 
-    def _run_epoch(self, target: int, stop: _StopRequest, on_batch_end: Optional[Callable[["Trainer"], None]],
-                   budget: float = 0.0) -> Optional[Dict[str, Any]]:
+    def _run_epoch(
+        self, target: int, stop: _StopRequest, on_batch_end: Optional[Callable[["Trainer"], None]], budget: float = 0.0
+    ) -> Optional[Dict[str, Any]]:
         """Run the rest of the current epoch; the epoch's history entry, or None if stopped by
         Ctrl-C. With a time budget the epoch may end early (a partial entry; ``finished`` set)."""
         from tqdm.auto import tqdm
 
         total = self.batches_per_epoch
         skip = self.batch_in_epoch
-        bar = tqdm(total=total, initial=skip, desc=f"epoch {self.epoch + 1}/{target}", unit="batch",
-                   disable=not self._progress, leave=True, dynamic_ncols=True, file=sys.stderr)
+        bar = tqdm(
+            total=total,
+            initial=skip,
+            desc=f"epoch {self.epoch + 1}/{target}",
+            unit="batch",
+            disable=not self._progress,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
         model = self.model
         session_start = self._clock
         timed_steps, timed_seconds = 0, 0.0
@@ -1084,12 +1207,16 @@ class Trainer:
                 if self._progress:
                     s = self._epoch_sums
                     n = max(s["tokens"], 1)
-                    bar.set_postfix(loss=f"{s['loss'] / n:.4f}", acc=f"{s['correct'] / n:.4f}",
-                                    lr=f"{model.learning_rate(model.step):.2e}", refresh=False)
+                    bar.set_postfix(
+                        loss=f"{s['loss'] / n:.4f}",
+                        acc=f"{s['correct'] / n:.4f}",
+                        lr=f"{model.learning_rate(model.step):.2e}",
+                        refresh=False,
+                    )
                     bar.update(1)
                 if on_batch_end is not None:
                     on_batch_end(self)
-                if (stop.requested if self.parallel is None else self._stop_all):
+                if stop.requested if self.parallel is None else self._stop_all:
                     return None
                 if budget and self.elapsed >= budget * 0.985:
                     self.finished = True
@@ -1106,12 +1233,15 @@ class Trainer:
             if "val_bleu" in entry:
                 val += f", val_bleu {entry['val_bleu']:.2f}"
             label = f"epoch {entry['epoch']}" + (" (time budget spent)" if self.finished else "")
-            summary = (f"{label}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
-                       f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s, "
-                       f"{self.elapsed / 60:.1f} min in all")
+            summary = (
+                f"{label}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
+                f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s, "
+                f"{self.elapsed / 60:.1f} min in all"
+            )
             if self._progress:
-                bar.set_postfix(loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}",
-                                lr=f"{entry['lr']:.2e}", refresh=True)
+                bar.set_postfix(
+                    loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}", lr=f"{entry['lr']:.2e}", refresh=True
+                )
                 bar.close()
                 tqdm.write(summary, file=sys.stderr)
             elif self._root:
@@ -1121,8 +1251,9 @@ class Trainer:
             bar.close()
 
 
-def bleu_of_encoded(model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit: int = 0,
-                    batch_size: int = 64) -> float:
+def bleu_of_encoded(
+    model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit: int = 0, batch_size: int = 64
+) -> float:
     """Greedy corpus BLEU (sacrebleu, default 13a) of ``model`` on ``limit`` pairs of ``encoded``
     spread evenly over it (all with 0): hypotheses and references decoded with ``tgt_tokenizer``.
     Evenly spread, not the first ones: the Tatoeba file is sorted by length, so the first pairs
@@ -1136,7 +1267,7 @@ def bleu_of_encoded(model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit
     hyps: List[str] = []
     refs: List[str] = []
     for start in range(0, len(chosen), batch_size):
-        rows = chosen[start:start + batch_size]
+        rows = chosen[start : start + batch_size]
         s_len = int(encoded.src_lengths[rows].max())
         src = np.ascontiguousarray(encoded.src[rows, :s_len])
         out = model.greedy_decode(src, tgt_tokenizer.start_id, tgt_tokenizer.end_id, output_limit(s_len))
@@ -1149,4 +1280,3 @@ def output_limit(source_tokens: int) -> int:
     """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
     source_tokens = Limit(True, 0).check("output_limit", "source_tokens", source_tokens)
     return int(1.5 * source_tokens) + 10
-

@@ -70,15 +70,19 @@ def check_compute_type(who: str, value: Any) -> str:
     """``value`` if it names a compute type this machine can run, else ``ValueError`` (``TypeError``
     for a non-str) naming what is allowed or what the CPU lacks."""
     if not isinstance(value, str):
-        raise TypeError(f"{who}: compute_type must be a str ({', '.join(map(repr, COMPUTE_TYPES))}), got "
-                        f"{type(value).__name__} {value!r:.40}")
+        raise TypeError(
+            f"{who}: compute_type must be a str ({', '.join(map(repr, COMPUTE_TYPES))}), got "
+            f"{type(value).__name__} {value!r:.40}"
+        )
     if value not in COMPUTE_TYPES:
         raise ValueError(f"{who}: compute_type must be one of {', '.join(map(repr, COMPUTE_TYPES))}, got {value!r:.40}")
     from . import _core
 
     if not _core._compute_type_supported(value):
-        raise ValueError(f"{who}: compute_type {value!r} is not available: "
-                         f"{_core._compute_type_unsupported_reason(value)}; use compute_type 'float32'")
+        raise ValueError(
+            f"{who}: compute_type {value!r} is not available: "
+            f"{_core._compute_type_unsupported_reason(value)}; use compute_type 'float32'"
+        )
     return value
 
 
@@ -139,16 +143,18 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
     return out
 
 
-def greedy_decode(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int,
-                  compute_type: str = "float32") -> np.ndarray:
+def greedy_decode(
+    model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
+) -> np.ndarray:
     """Greedy decoding: ``model.greedy_decode`` (C++, key/value cache) when the model has it,
     else :func:`greedy_decode_reference` (float32 only). Same arguments and result."""
     src = _check_src(src, "greedy_decode")
     if hasattr(model, "greedy_decode"):
         if compute_type == "float32":  # models from before compute_type (or stand-ins) take 4 arguments
             return np.asarray(model.greedy_decode(src, int(start_id), int(end_id), int(max_length)), dtype=np.int64)
-        return np.asarray(model.greedy_decode(src, int(start_id), int(end_id), int(max_length), compute_type),
-                          dtype=np.int64)
+        return np.asarray(
+            model.greedy_decode(src, int(start_id), int(end_id), int(max_length), compute_type), dtype=np.int64
+        )
     if compute_type != "float32":
         raise ValueError(f"greedy_decode: compute_type {compute_type!r} needs a model with a C++ greedy_decode")
     return greedy_decode_reference(model, src, start_id, end_id, max_length)
@@ -191,12 +197,19 @@ class Translation:
             ValueError: if the translation was made without ``return_attention=True``.
         """
         if not self.attention:
-            raise ValueError("Translation.cross_attention: translate with return_attention=True to get attention weights")
+            raise ValueError(
+                "Translation.cross_attention: translate with return_attention=True to get attention weights"
+            )
         names = sorted(self.attention, key=lambda n: int(n.split(".")[2]))
-        if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) or \
-                not -len(names) <= int(layer) < len(names):
-            raise ValueError(f"Translation.cross_attention: layer must be an integer in [{-len(names)}, {len(names)}) "
-                             f"(the model has {len(names)} decoder layer{'s' if len(names) != 1 else ''}), got {layer!r}")
+        if (
+            isinstance(layer, (bool, np.bool_))
+            or not isinstance(layer, (int, np.integer))
+            or not -len(names) <= int(layer) < len(names)
+        ):
+            raise ValueError(
+                f"Translation.cross_attention: layer must be an integer in [{-len(names)}, {len(names)}) "
+                f"(the model has {len(names)} decoder layer{'s' if len(names) != 1 else ''}), got {layer!r}"
+            )
         return self.attention[names[int(layer)]]
 
     def __str__(self) -> str:
@@ -238,8 +251,10 @@ class EvaluationResult:
 
     def summary(self) -> str:
         """One line with the four scores."""
-        return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  loss {self.loss:.4f}  accuracy {self.accuracy:.4f}  "
-                f"({self.sentences} sentences)")
+        return (
+            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  loss {self.loss:.4f}  accuracy {self.accuracy:.4f}  "
+            f"({self.sentences} sentences)"
+        )
 
 
 # ------------------------------------------------------------------------------------ translator
@@ -293,9 +308,17 @@ class Translator:
             raise ValueError(f"Translator: unknown option {name!r}")
         return cls.LIMITS[name].check("Translator", name, value)
 
-    def __init__(self, model: Any, src_tokenizer: Any, tgt_tokenizer: Any, *, src_lang: Optional[str] = "en",
-                 max_length: Optional[int] = None, trained_length: Optional[int] = None,
-                 compute_type: str = "float32") -> None:
+    def __init__(
+        self,
+        model: Any,
+        src_tokenizer: Any,
+        tgt_tokenizer: Any,
+        *,
+        src_lang: Optional[str] = "en",
+        max_length: Optional[int] = None,
+        trained_length: Optional[int] = None,
+        compute_type: str = "float32",
+    ) -> None:
         if src_lang is not None:
             _resolve_language(src_lang, "Translator: src_lang")  # an unknown language fails here, not per sentence
         self.model = model
@@ -303,10 +326,14 @@ class Translator:
         self.tgt_tokenizer = tgt_tokenizer
         self.src_lang = src_lang
         self.trained_length = None if trained_length is None else int(trained_length)
-        for label, tok, key in (("src_tokenizer", src_tokenizer, "src_vocab_size"),
-                                ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size")):
+        for label, tok, key in (
+            ("src_tokenizer", src_tokenizer, "src_vocab_size"),
+            ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
+        ):
             if tok.vocab_size != model.config[key]:
-                raise ValueError(f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}")
+                raise ValueError(
+                    f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
+                )
         self.max_length = max_length  # checked by the property
         self.compute_type = compute_type  # checked by the property
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
@@ -343,8 +370,9 @@ class Translator:
         self._adaptive_threads = _flag("Translator", "adaptive_threads", value)
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, Path], *, max_length: Optional[int] = None,
-                        compute_type: str = "float32") -> "Translator":
+    def from_checkpoint(
+        cls, path: Union[str, Path], *, max_length: Optional[int] = None, compute_type: str = "float32"
+    ) -> "Translator":
         """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint);
         ``compute_type`` as for the constructor.
 
@@ -356,8 +384,15 @@ class Translator:
         ckpt = load_checkpoint(path, optimizer=False)
         data = ckpt.data or {}
         trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
-        translator = cls(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer, src_lang=data.get("src_lang", "en"),
-                         max_length=max_length, trained_length=trained, compute_type=compute_type)
+        translator = cls(
+            ckpt.model,
+            ckpt.src_tokenizer,
+            ckpt.tgt_tokenizer,
+            src_lang=data.get("src_lang", "en"),
+            max_length=max_length,
+            trained_length=trained,
+            compute_type=compute_type,
+        )
         translator.checkpoint = ckpt.path
         return translator
 
@@ -385,11 +420,21 @@ class Translator:
             warnings.warn(
                 f"Translator: the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens, "
                 f"more than any training pair ({self.trained_length}); it is translated whole, but the translation "
-                "may be poorer", LongInputWarning, stacklevel=_stacklevel + 1)
+                "may be poorer",
+                LongInputWarning,
+                stacklevel=_stacklevel + 1,
+            )
         return cleaned, ids
 
-    def translate(self, sentence: str, *, beam_size: int = 1, length_penalty: float = 1.0,
-                  max_length: Optional[int] = None, return_attention: bool = False) -> Union[str, Translation]:
+    def translate(
+        self,
+        sentence: str,
+        *,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_length: Optional[int] = None,
+        return_attention: bool = False,
+    ) -> Union[str, Translation]:
         """Translate one sentence.
 
         Args:
@@ -409,14 +454,30 @@ class Translator:
             The translation text, or a :class:`Translation` with ``return_attention=True``.
         """
         if not isinstance(sentence, str):
-            raise TypeError(f"Translator.translate: expected a str, got {type(sentence).__name__}; "
-                            "use translate_batch for several sentences")
-        return self.translate_batch([sentence], beam_size=beam_size, length_penalty=length_penalty,
-                                    max_length=max_length, return_attention=return_attention, _stacklevel=3)[0]
+            raise TypeError(
+                f"Translator.translate: expected a str, got {type(sentence).__name__}; "
+                "use translate_batch for several sentences"
+            )
+        return self.translate_batch(
+            [sentence],
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_length=max_length,
+            return_attention=return_attention,
+            _stacklevel=3,
+        )[0]
 
-    def translate_batch(self, sentences: Sequence[str], *, beam_size: int = 1, length_penalty: float = 1.0,
-                        max_length: Optional[int] = None, return_attention: bool = False,
-                        batch_size: int = 64, _stacklevel: int = 2) -> List[Any]:
+    def translate_batch(
+        self,
+        sentences: Sequence[str],
+        *,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_length: Optional[int] = None,
+        return_attention: bool = False,
+        batch_size: int = 64,
+        _stacklevel: int = 2,
+    ) -> List[Any]:
         """Translate several sentences (``batch_size`` at a time); a list of texts, or of
         :class:`Translation` with ``return_attention=True``. See :meth:`translate`."""
         if isinstance(sentences, str):
@@ -432,10 +493,11 @@ class Translator:
         governor = self._thread_governor()
         try:
             for start in range(0, len(encoded), int(batch_size)):
-                chunk = encoded[start:start + int(batch_size)]
+                chunk = encoded[start : start + int(batch_size)]
                 t0 = time.perf_counter()
-                results.extend(self._translate_chunk(chunk, int(beam_size), float(length_penalty), limit,
-                                                     return_attention))
+                results.extend(
+                    self._translate_chunk(chunk, int(beam_size), float(length_penalty), limit, return_attention)
+                )
                 if governor is not None:  # work ~ sentences x (source + output length)
                     work = sum(len(ids) + len(r.target_ids) for (_, ids), r in zip(chunk, results[start:]))
                     governor.record(time.perf_counter() - t0, max(work, 1))
@@ -461,8 +523,14 @@ class Translator:
             set_num_threads(self._governor.threads)
         return self._governor
 
-    def _translate_chunk(self, encoded: List[Tuple[str, List[int]]], beam_size: int, length_penalty: float,
-                         limit: Optional[int], return_attention: bool) -> List[Translation]:
+    def _translate_chunk(
+        self,
+        encoded: List[Tuple[str, List[int]]],
+        beam_size: int,
+        length_penalty: float,
+        limit: Optional[int],
+        return_attention: bool,
+    ) -> List[Translation]:
         from .training import output_limit
 
         if not encoded:
@@ -485,23 +553,26 @@ class Translator:
             if self.compute_type == "float32":
                 hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1)
             else:
-                hyps = self.model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1,
-                                              self.compute_type)
+                hyps = self.model.beam_search(
+                    src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, 1, self.compute_type
+                )
             generated = [[int(v) for v in h[0][0]][:n] for h, n in zip(hyps, limits)]
             scores = [float(h[0][1]) for h in hyps]
         results = []
         for (cleaned, ids), gen, score in zip(encoded, generated, scores):
             finished = bool(gen) and gen[-1] == tgt.end_id
-            results.append(Translation(
-                source=cleaned,
-                text=one_line(tgt.decode(gen)),
-                source_ids=list(ids),
-                target_ids=gen,
-                source_pieces=[_piece(self.src_tokenizer, i) for i in ids],
-                target_pieces=[_piece(tgt, i) for i in gen],
-                finished=finished,
-                score=score,
-            ))
+            results.append(
+                Translation(
+                    source=cleaned,
+                    text=one_line(tgt.decode(gen)),
+                    source_ids=list(ids),
+                    target_ids=gen,
+                    source_pieces=[_piece(self.src_tokenizer, i) for i in ids],
+                    target_pieces=[_piece(tgt, i) for i in gen],
+                    finished=finished,
+                    score=score,
+                )
+            )
         if return_attention:
             self._attach_attention(src, results)
         return results
@@ -525,8 +596,16 @@ class Translator:
 # ------------------------------------------------------------------------------------ evaluation
 
 
-def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str], *, beam_size: int = 1,
-             length_penalty: float = 1.0, batch_size: int = 64, tgt_lang: Optional[str] = "es") -> EvaluationResult:
+def evaluate(
+    translator: Translator,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 1.0,
+    batch_size: int = 64,
+    tgt_lang: Optional[str] = "es",
+) -> EvaluationResult:
     """BLEU and chrF of ``translator`` on held-out pairs, plus the masked loss and accuracy.
 
     The references are cleaned with :func:`clean_sentence` in ``tgt_lang`` (as the training
@@ -551,8 +630,9 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
     refs = [clean_sentence(r, tgt_lang) if tgt_lang else r.strip() for r in references]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LongInputWarning)
-        hyps = translator.translate_batch(sources, beam_size=beam_size, length_penalty=length_penalty,
-                                          batch_size=batch_size)
+        hyps = translator.translate_batch(
+            sources, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size
+        )
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hyps, [refs])
@@ -563,20 +643,31 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
     loss = accuracy = float("nan")
     scored = 0
-    enc = encode_pairs([translator.clean(s) for s in sources], refs, translator.src_tokenizer,
-                       translator.tgt_tokenizer, None)
+    enc = encode_pairs(
+        [translator.clean(s) for s in sources], refs, translator.src_tokenizer, translator.tgt_tokenizer, None
+    )
     loss, accuracy, _ = evaluate_loss(translator.model, enc, batch_size)
     scored = len(enc)
     return EvaluationResult(
-        bleu=float(bleu_score.score), chrf=float(chrf_score.score), loss=loss, accuracy=accuracy,
-        sentences=len(sources), scored_pairs=scored, hypotheses=hyps, references=refs,
-        bleu_signature=str(bleu.get_signature()), chrf_signature=str(chrf.get_signature()),
-        sources=len(multi_hyps), multi_bleu=float(multi_bleu.score), multi_chrf=float(multi_chrf.score),
+        bleu=float(bleu_score.score),
+        chrf=float(chrf_score.score),
+        loss=loss,
+        accuracy=accuracy,
+        sentences=len(sources),
+        scored_pairs=scored,
+        hypotheses=hyps,
+        references=refs,
+        bleu_signature=str(bleu.get_signature()),
+        chrf_signature=str(chrf.get_signature()),
+        sources=len(multi_hyps),
+        multi_bleu=float(multi_bleu.score),
+        multi_chrf=float(multi_chrf.score),
     )
 
 
-def _group_references(sources: Sequence[str], hyps: Sequence[str],
-                      refs: Sequence[str]) -> Tuple[List[str], List[List[Optional[str]]]]:
+def _group_references(
+    sources: Sequence[str], hyps: Sequence[str], refs: Sequence[str]
+) -> Tuple[List[str], List[List[Optional[str]]]]:
     """One hypothesis per distinct source (its first) and the reference streams sacrebleu takes
     for a variable number of references: stream k holds each source's k-th reference or None.
     Sources are "the same" as the leak-free split sees it (case and spacing ignored)."""

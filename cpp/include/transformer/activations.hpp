@@ -8,7 +8,7 @@ namespace transformer {
 template <typename T>
 class ReLU {
  public:
-  const Matrix<T>& forward(ConstMatrixMap<T> x);   // y = max(x, 0)
+  const Matrix<T>& forward(ConstMatrixMap<T> x);    // y = max(x, 0)
   const Matrix<T>& backward(ConstMatrixMap<T> dy);  // dx = dy * (y > 0)
   ParameterList<T> parameters() { return {}; }
   void zero_grad() {}

@@ -27,26 +27,25 @@ struct AttentionMask {
 
 // Build a (B, T_q, T_k) mask: key j of batch b is blocked when key_padding[b*T_k + j] != 0
 // (key_padding may be nullptr) or, when causal, when j > i (a look-ahead mask).
-void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* key_padding, Index B,
-                          Index Tq, Index Tk, bool causal);
+void build_attention_mask(std::vector<std::uint8_t>& out, const std::uint8_t* key_padding, Index B, Index Tq, Index Tk,
+                          bool causal);
 
 // Batched attention over B x H heads. Head h of batch b reads query row i at
 //   q + (b*Tq + i) * q_stride + h*dk            (likewise k, v with Tk rows)
 // so Q, K, V can be column blocks of one fused projection. Writes the attention weights
 // (B, H, Tq, Tk) and the output rows (same addressing with out_stride). Heads run in parallel.
 template <typename T>
-void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
-                       Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
-                       const AttentionMask& mask, T* weights, T* out, Index out_stride);
+void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride, Index B,
+                       Index H, Index Tq, Index Tk, Index dk, const AttentionMask& mask, T* weights, T* out,
+                       Index out_stride);
 
 // The backward of attention_forward given its inputs, the weights it wrote and dout. Writes
 // (assigns, does not accumulate) dq, dk, dv in the same addressing; dscores is scratch of the
 // size of weights.
 template <typename T>
-void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v,
-                        Index v_stride, Index B, Index H, Index Tq, Index Tk, Index dk,
-                        const T* weights, const T* dout, Index dout_stride, T* dq, Index dq_stride,
-                        T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores);
+void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride, Index B,
+                        Index H, Index Tq, Index Tk, Index dk, const T* weights, const T* dout, Index dout_stride,
+                        T* dq, Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores);
 
 template <typename T>
 class MultiHeadAttention {
@@ -59,8 +58,8 @@ class MultiHeadAttention {
   // coordinates. `layout` must stay alive until backward().
   const Matrix<T>& forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask);
   // Cross-attention: queries from x (rows of lq), keys and values from memory (rows of lk).
-  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lq,
-                           const RowLayout& lk, const AttentionMask& mask);
+  const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lq, const RowLayout& lk,
+                           const AttentionMask& mask);
   // Dense (unpacked) conveniences: x (B*T, d); memory (B*Tk, d).
   const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask);
   const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index Tq, Index Tk,
@@ -98,19 +97,19 @@ class MultiHeadAttention {
   Precision precision_ = Precision::Float32;
 
   bool self_ = true;
-  const T* x_ = nullptr;    // (rows_q, d) input of the last forward (the caller's)
-  const T* mem_ = nullptr;  // (rows_k, d) memory of the last cross-attention forward
+  const T* x_ = nullptr;           // (rows_q, d) input of the last forward (the caller's)
+  const T* mem_ = nullptr;         // (rows_k, d) memory of the last cross-attention forward
   const RowLayout* lq_ = nullptr;  // rows of the queries (and keys/values for self-attention)
   const RowLayout* lk_ = nullptr;  // rows of the keys/values
-  RowLayout own_q_, own_k_;         // dense layouts for the (B, T) conveniences
-  Matrix<T> qkv_;      // self: (rows, 3d) = [Q | K | V];  cross: (rows_q, d) = Q
-  Matrix<T> kv_;       // cross: (rows_k, 2d) = [K | V]
-  Matrix<T> weights_;  // (B*H*Tq, Tk)
-  Matrix<T> ctx_;      // (rows_q, d) heads concatenated, before W_o
+  RowLayout own_q_, own_k_;        // dense layouts for the (B, T) conveniences
+  Matrix<T> qkv_;                  // self: (rows, 3d) = [Q | K | V];  cross: (rows_q, d) = Q
+  Matrix<T> kv_;                   // cross: (rows_k, 2d) = [K | V]
+  Matrix<T> weights_;              // (B*H*Tq, Tk)
+  Matrix<T> ctx_;                  // (rows_q, d) heads concatenated, before W_o
   // (padded copies of packed batches and the gradients of scores, projections and context live in
   // per-thread scratch shared by every MultiHeadAttention; see backward_scratch in attention.cpp)
-  Matrix<T> dx_;       // (rows_q, d)
-  Matrix<T> dmem_;     // (rows_k, d)
+  Matrix<T> dx_;    // (rows_q, d)
+  Matrix<T> dmem_;  // (rows_k, d)
 };
 
 }  // namespace transformer

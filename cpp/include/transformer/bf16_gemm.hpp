@@ -58,8 +58,8 @@ std::string unsupported_reason();
 // C = beta C + op(A) op(B) (see the top of this file) with the AVX512_BF16 kernel.
 // Throws std::runtime_error when !cpu_supported() (never executes the instructions then) and
 // std::invalid_argument for a beta other than 0 or 1 or inconsistent sizes.
-void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
-          bool trans_b, float beta, float* C, Index ldc);
+void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
+          float beta, float* C, Index ldc);
 
 // The readable reference: the same product with every input rounded to bfloat16 by
 // round_to_bf16, multiplied and summed in double, then rounded to float. Slow; for tests.

@@ -86,7 +86,7 @@ inline double encoder_layer_elements(double rows, double B, double H, double T, 
   return attention_elements(rows, rows, B, H, T, T, d) + feed_forward_elements(rows, d, d_ff) + 10 * rows * d;
 }
 inline double decoder_layer_elements(double rows, double mem_rows, double B, double H, double T, double S, double d,
-                                      double d_ff) {
+                                     double d_ff) {
   return attention_elements(rows, rows, B, H, T, T, d) + attention_elements(rows, mem_rows, B, H, T, S, d) +
          feed_forward_elements(rows, d, d_ff) + 14 * rows * d;
 }

@@ -22,8 +22,8 @@ namespace transformer {
 template <typename T>
 class DecoderLayer {
  public:
-  DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false,
-               double eps = 1e-6, std::uint64_t seed = 0);
+  DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false, double eps = 1e-6,
+               std::uint64_t seed = 0);
 
   // x: (B*T, d), memory: (B*S, d). self_mask (B, T, T): look-ahead and target padding;
   // cross_mask (B, T, S): source padding. Inputs must stay alive until backward().
@@ -53,20 +53,20 @@ class DecoderLayer {
   bool pre_norm_;
   Dropout<T> dropout1_, dropout2_, dropout3_;
   const T* x_ = nullptr;
-  RowLayout own_x_, own_m_;            // the dense convenience's layouts
-  Matrix<T> r1_, r2_, out_;            // pre-norm residual sums
+  RowLayout own_x_, own_m_;        // the dense convenience's layouts
+  Matrix<T> r1_, r2_, out_;        // pre-norm residual sums
   Matrix<T> d2_, d3_, dtmp_, dx_;  // gradient buffers (B*T, d)
 };
 
 template <typename T>
 class Decoder {
  public:
-  Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
-          Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
+  Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length,
+          PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
 
   // tokens (B, T), memory (B*S, d), source_padding (B, S) bytes (1 = padding) -> (B*T, d).
-  const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
-                           const std::uint8_t* source_padding, bool training);
+  const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S, const std::uint8_t* source_padding,
+                           bool training);
   // memory holds the rows of memory_layout (e.g. a packed encoder). With pack, only the positions
   // where tokens != 0 or targets != 0 (targets (B, T) may be nullptr) are computed, and the
   // output has layout().rows() rows.

@@ -56,7 +56,7 @@ struct DecodeWeights {
   struct EncoderLayer {
     DecodeLinear<T> qkv, out, ff1, ff2;
   };
-  std::vector<Layer> layers;                  // the decoder's
+  std::vector<Layer> layers;                 // the decoder's
   std::vector<EncoderLayer> encoder_layers;  // the encoder's
   DecodeLinear<T> output;
 
@@ -107,8 +107,8 @@ class IncrementalDecoder {
 
  private:
   struct LayerCache {
-    Matrix<T> k, v;      // (R, max_steps * d): row r holds positions 0..t-1 of hypothesis r
-    Matrix<T> mk, mv;    // (B*S, d): cross-attention keys/values of the memory, per sentence
+    Matrix<T> k, v;    // (R, max_steps * d): row r holds positions 0..t-1 of hypothesis r
+    Matrix<T> mk, mv;  // (B*S, d): cross-attention keys/values of the memory, per sentence
   };
   // The encoder's forward on the packed weights, for the non-padding source positions only:
   // the computation of Encoder::forward(src, training = false, pack = true), into memory_.
@@ -166,9 +166,9 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
 
 struct BeamHypothesis {
   std::vector<std::int64_t> tokens;  // generated ids (ending with end_id unless cut at max_length)
-  double log_prob = 0.0;            // sum of token log-probabilities
-  double score = 0.0;               // log_prob / ((5 + len)^alpha / 6^alpha)  (GNMT length penalty)
-  bool finished = false;            // ended with end_id
+  double log_prob = 0.0;             // sum of token log-probabilities
+  double score = 0.0;                // log_prob / ((5 + len)^alpha / 6^alpha)  (GNMT length penalty)
+  bool finished = false;             // ended with end_id
 };
 
 // The largest beam_search accepts: each live beam keeps its own key/value caches.
@@ -183,10 +183,10 @@ constexpr Index kMaxBeamSize = 1024;
 // n_best-th finished hypothesis (an exact bound, since log-probabilities only decrease), or at
 // max_length. With beam_size 1 this is greedy decoding.
 template <typename T>
-std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src,
-                                                     std::int64_t start_id, std::int64_t end_id,
-                                                     Index max_length, Index beam_size, double alpha,
-                                                     Index n_best, DecodeWorkspace<T>* workspace = nullptr,
+std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
+                                                     std::int64_t end_id, Index max_length, Index beam_size,
+                                                     double alpha, Index n_best,
+                                                     DecodeWorkspace<T>* workspace = nullptr,
                                                      ComputeType compute = ComputeType::Float32,
                                                      bool weights_unchanged = false);
 

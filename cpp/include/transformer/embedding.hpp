@@ -38,7 +38,7 @@ class Embedding {
   TokenMatrix tokens_;  // (B, T) copy of the last input (small)
   T scale_ = T(1);
   bool has_forward_ = false;
-  Matrix<T> y_;         // (B*T, d)
+  Matrix<T> y_;  // (B*T, d)
 };
 
 template <typename T>

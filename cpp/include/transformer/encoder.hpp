@@ -21,15 +21,14 @@ namespace transformer {
 template <typename T>
 class EncoderLayer {
  public:
-  EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false,
-               double eps = 1e-6, std::uint64_t seed = 0);
+  EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false, double eps = 1e-6,
+               std::uint64_t seed = 0);
 
   // x: (rows, d) -> (rows, d) for the rows of `layout` (all B*T, or the packed non-padding ones);
   // mask (B, T, T) in padded coordinates. `x` and `layout` must stay alive until backward().
   const Matrix<T>& forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask, bool training);
   // Dense convenience: x (B*T, d).
-  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask,
-                           bool training);
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask, bool training);
   const Matrix<T>& backward(ConstMatrixMap<T> dout);  // -> dx (B*T, d)
   const Matrix<T>& output() const { return pre_norm_ ? out_ : norm2_.output(); }
 
@@ -47,16 +46,16 @@ class EncoderLayer {
   Dropout<T> dropout1_, dropout2_;
   const T* x_ = nullptr;
   Index rows_ = -1;
-  RowLayout own_;                // the dense convenience's layout
-  Matrix<T> r1_, out_;           // pre-norm residual sums (B*T, d)
+  RowLayout own_;             // the dense convenience's layout
+  Matrix<T> r1_, out_;        // pre-norm residual sums (B*T, d)
   Matrix<T> dtmp_, dh_, dx_;  // (B*T, d) gradient buffers
 };
 
 template <typename T>
 class Encoder {
  public:
-  Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
-          Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
+  Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length,
+          PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
 
   // tokens (B, S) -> memory (B*S, d). Padding (token 0) keys are masked in self-attention.
   // With pack, only the non-padding positions are computed: memory is then (layout().rows(), d).
@@ -82,8 +81,8 @@ class Encoder {
   Index B_ = -1, S_ = 0;
   RowLayout layout_;
   std::vector<std::uint8_t> key_padding_, mask_;  // (B, S), (B, S, S)
-  Matrix<T> x_;   // (B*S, d) embedded and dropped-out input
-  Matrix<T> dx_;  // (B*S, d)
+  Matrix<T> x_;                                   // (B*S, d) embedded and dropped-out input
+  Matrix<T> dx_;                                  // (B*S, d)
 };
 
 }  // namespace transformer

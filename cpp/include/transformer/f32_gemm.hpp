@@ -50,8 +50,8 @@ bool supported();
 // C = beta C + op(A) op(B) + bias (see the top of this file) with the AVX-512 kernel.
 // Throws std::runtime_error when the CPU cannot run it and std::invalid_argument for a beta other
 // than 0 or 1 or inconsistent sizes.
-void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
-          bool trans_b, float beta, float* C, Index ldc, const float* bias = nullptr);
+void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
+          float beta, float* C, Index ldc, const float* bias = nullptr);
 
 // The readable reference: the same product summed in double, then rounded to float. For tests.
 void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,

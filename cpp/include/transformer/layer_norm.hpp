@@ -34,10 +34,10 @@ class LayerNorm {
   double eps_;
   const T* x_ = nullptr;  // input of the last forward (the caller's or sum_)
   Index rows_ = -1;
-  Matrix<T> sum_;                 // (N, d) a + b for forward_residual
+  Matrix<T> sum_;                                    // (N, d) a + b for forward_residual
   Eigen::Matrix<T, Eigen::Dynamic, 1> mean_, rstd_;  // (N)
-  Matrix<T> y_, dx_;              // (N, d)
-  Matrix<T> partial_;             // (ceil(N / block), 2d) per-block dweight | dbias sums in backward
+  Matrix<T> y_, dx_;                                 // (N, d)
+  Matrix<T> partial_;                                // (ceil(N / block), 2d) per-block dweight | dbias sums in backward
 };
 
 }  // namespace transformer

@@ -13,9 +13,9 @@
 namespace transformer {
 
 struct LossStats {
-  double loss = 0.0;   // mean over non-padding targets (0 when there are none)
-  Index count = 0;     // number of non-padding targets
-  Index correct = 0;   // argmax(logits) == target, over non-padding targets
+  double loss = 0.0;  // mean over non-padding targets (0 when there are none)
+  Index count = 0;    // number of non-padding targets
+  Index correct = 0;  // argmax(logits) == target, over non-padding targets
 };
 
 // logits (N, V), targets (N) with ids in [0, V). When dlogits != nullptr it is resized to (N, V)
@@ -23,8 +23,8 @@ struct LossStats {
 // the logits in place, row by row). Throws std::invalid_argument for ids out of range and
 // NonFiniteError (a std::runtime_error, see checks.hpp) when the loss is not finite.
 template <typename T>
-LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets,
-                               Matrix<T>* dlogits, double label_smoothing = 0.0);
+LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets, Matrix<T>* dlogits,
+                               double label_smoothing = 0.0);
 
 // The training loss of the model's output layer, fused: logits (N, V) hold y W^T without the
 // bias. Row by row, while the row is in cache, this adds the bias, computes the masked
@@ -33,8 +33,8 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
 // `partial` is scratch. Same errors as masked_cross_entropy; on a throw the logits hold nothing
 // useful and dbias is unchanged.
 template <typename T>
-LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets,
-                               double label_smoothing, T* dbias, Matrix<T>& partial);
+LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets, double label_smoothing,
+                               T* dbias, Matrix<T>& partial);
 
 // Fraction of non-padding targets whose argmax is right (0 when there are none).
 template <typename T>

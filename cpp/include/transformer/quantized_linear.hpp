@@ -65,8 +65,8 @@ void check_compute_type(ComputeType c, const char* who);
 
 class QuantizedLinear {
  public:
-  static constexpr Index kPanel = 32;      // output features per panel (two 16-lane vectors)
-  static constexpr Index kRowBlock = 12;   // rows sharing one pass over a panel
+  static constexpr Index kPanel = 32;       // output features per panel (two 16-lane vectors)
+  static constexpr Index kRowBlock = 12;    // rows sharing one pass over a panel
   static constexpr Index kWordBlock = 256;  // words of a panel kept in L1 for all row blocks
 
   // Quantise and pack W (N, K), leading dimension ldw >= K, and the bias b (N). type is Int8 or
@@ -95,10 +95,10 @@ class QuantizedLinear {
 
   ComputeType type_ = ComputeType::Int8;
   Index N_ = 0, K_ = 0, KW_ = 0, panels_ = 0;
-  std::vector<std::uint32_t> data_;  // panels_ * KW_ * kPanel packed words
-  std::vector<float> bias_;          // panels_ * kPanel (zero-filled)
-  std::vector<float> w_scale_;       // int8: panels_ * kPanel
-  std::vector<std::int32_t> offset_; // int8: -128 * sum_k Wq[n, k], the accumulators' start
+  std::vector<std::uint32_t> data_;        // panels_ * KW_ * kPanel packed words
+  std::vector<float> bias_;                // panels_ * kPanel (zero-filled)
+  std::vector<float> w_scale_;             // int8: panels_ * kPanel
+  std::vector<std::int32_t> offset_;       // int8: -128 * sum_k Wq[n, k], the accumulators' start
   mutable std::vector<std::uint32_t> xw_;  // (R, KW_) scratch of apply
   mutable std::vector<float> xs_;          // (R) int8 row scales
 };

@@ -24,8 +24,7 @@ inline double to_unit_double(std::uint64_t bits) {
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
-inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter,
-                              std::uint64_t index) {
+inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter, std::uint64_t index) {
   std::uint64_t h = splitmix64(seed ^ 0x5851F42D4C957F2DULL);
   h = splitmix64(h ^ stream);
   h = splitmix64(h ^ counter);
@@ -46,7 +45,7 @@ class Rng {
   double uniform() { return to_unit_double(next()); }                          // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }  // [lo, hi)
   double normal() {                                                            // N(0, 1), Box-Muller
-    const double u1 = 1.0 - uniform();  // (0, 1]
+    const double u1 = 1.0 - uniform();                                         // (0, 1]
     const double u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }

@@ -64,7 +64,8 @@ ParameterList<T> stack_parameters(PositionalEmbedding<T>& embedding, std::vector
                                   LayerNorm<T>* final_norm) {
   ParameterList<T> ps;
   append_parameters(ps, embedding.parameters(), "embedding");
-  for (size_t i = 0; i < layers.size(); ++i) append_parameters(ps, layers[i]->parameters(), "layers." + std::to_string(i));
+  for (size_t i = 0; i < layers.size(); ++i)
+    append_parameters(ps, layers[i]->parameters(), "layers." + std::to_string(i));
   if (final_norm) append_parameters(ps, final_norm->parameters(), "norm");
   return ps;
 }

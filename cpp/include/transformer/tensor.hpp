@@ -18,7 +18,6 @@
 #endif
 
 #include <algorithm>
-
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -162,8 +161,8 @@ void add_arrays(T* out, const T* a, const T* b, Index n) {
   for (Index i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-#define TCPP_CHECK(cond, ...)                                                   \
-  do {                                                                          \
+#define TCPP_CHECK(cond, ...)                                                     \
+  do {                                                                            \
     if (!(cond)) throw std::invalid_argument(::transformer::concat(__VA_ARGS__)); \
   } while (0)
 

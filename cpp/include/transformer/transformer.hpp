@@ -17,14 +17,14 @@ namespace transformer {
 struct TransformerConfig {
   Index src_vocab_size = 0;
   Index tgt_vocab_size = 0;
-  Index d_model = 512;   // model width
-  Index n_layers = 6;    // encoder layers = decoder layers
-  Index n_heads = 8;     // attention heads, d_k = d_model / n_heads
-  Index d_ff = 2048;     // inner width of the feed-forward network
-  double dropout = 0.1;  // on embeddings, sub-layer outputs and inside the feed-forward network
+  Index d_model = 512;      // model width
+  Index n_layers = 6;       // encoder layers = decoder layers
+  Index n_heads = 8;        // attention heads, d_k = d_model / n_heads
+  Index d_ff = 2048;        // inner width of the feed-forward network
+  double dropout = 0.1;     // on embeddings, sub-layer outputs and inside the feed-forward network
   Index max_length = 2048;  // positional-table rows built up front (a cache: longer inputs extend it)
   PositionalLayout layout = PositionalLayout::Interleaved;
-  bool pre_norm = false;       // post-norm as in the paper by default
+  bool pre_norm = false;          // post-norm as in the paper by default
   bool share_embeddings = false;  // tie the decoder embedding and the output projection
   double layer_norm_eps = 1e-6;
   std::uint64_t seed = 0;
@@ -36,7 +36,7 @@ struct TransformerConfig {
 
 struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
-  Index warmup = 4000;     // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+  Index warmup = 4000;  // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
   double lr_scale = 1.0;
   double fixed_lr = 0.0;   // > 0: use this constant learning rate instead of the schedule
   Index total_steps = 0;   // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
@@ -98,7 +98,7 @@ class Transformer {
   const TransformerConfig& config() const { return config_; }
   const OptimizerConfig& optimizer_config() const { return opt_config_; }
   void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
-  Adam<T>& optimizer();  // created on first use
+  Adam<T>& optimizer();                                 // created on first use
   bool has_optimizer() const { return adam_ != nullptr; }
   double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
   double last_grad_norm() const { return last_grad_norm_; }
@@ -119,8 +119,8 @@ class Transformer {
  private:
   // forward over the rows to compute: all (pack = false) or, with pack, only those that the loss on
   // tgt_out depends on; returns logits (rows, V), without the output bias unless add_bias
-  const Matrix<T>& run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training,
-                       bool pack, bool add_bias = true);
+  const Matrix<T>& run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training, bool pack,
+                       bool add_bias = true);
   // every gradient from dlogits (rows, V); bias_grad_done: the output bias's gradient is already in
   void backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done);
   const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
@@ -134,13 +134,13 @@ class Transformer {
   Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
   std::unique_ptr<Adam<T>> adam_;
   Index B_ = -1, T_ = 0;
-  Matrix<T> logits_;   // (B*T, V); after train_step, d loss / d logits (computed in place)
-  Matrix<T> dy_;       // (B*T, d)
+  Matrix<T> logits_;        // (B*T, V); after train_step, d loss / d logits (computed in place)
+  Matrix<T> dy_;            // (B*T, d)
   Matrix<T> loss_partial_;  // (row blocks, V) scratch of the fused loss's bias gradient
   double last_grad_norm_ = 0.0;
-  bool grads_zero_ = false;  // the last train_step's fused Adam pass left every gradient at 0
-  std::vector<T> flat_grads_;      // (parameters + kFlatSpareSlots): see flat_gradients()
-  bool flat_pending_ = false;      // compute_gradients filled flat_grads_ and apply_gradients has not run
+  bool grads_zero_ = false;    // the last train_step's fused Adam pass left every gradient at 0
+  std::vector<T> flat_grads_;  // (parameters + kFlatSpareSlots): see flat_gradients()
+  bool flat_pending_ = false;  // compute_gradients filled flat_grads_ and apply_gradients has not run
 };
 
 }  // namespace transformer
