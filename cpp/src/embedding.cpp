@@ -14,9 +14,6 @@ namespace transformer {
 
 namespace {
 
-// Rows in parallel once a call has at least this many output elements.
-constexpr Index kParallelElements = 16384;
-
 // dweight[token] += scale * dy_row for every non-padding token. Several rows may hold the same
 // token, so threads split the columns rather than the rows: no two threads touch the same
 // element, and every element sums its rows in the same order whatever the thread count.

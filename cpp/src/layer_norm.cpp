@@ -9,9 +9,6 @@ namespace transformer {
 
 namespace {
 
-// Rows are normalised in parallel once a call has at least this many elements; below that the
-// cost of waking the threads is larger than the work.
-constexpr Index kParallelElements = 16384;
 // backward() sums dweight/dbias over fixed blocks of rows, then adds the blocks up in order, so
 // the result does not depend on the thread count.
 constexpr Index kBlockRows = 32;

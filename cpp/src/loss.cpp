@@ -9,8 +9,6 @@ namespace transformer {
 
 namespace {
 
-// Rows in parallel once a call has at least this many logits.
-constexpr Index kParallelElements = 16384;
 // output_cross_entropy sums the bias gradient over fixed blocks of this many rows.
 constexpr Index kLossBlockRows = 16;
 

@@ -8,13 +8,6 @@
 
 namespace transformer {
 
-namespace {
-
-// A parameter's loop runs on all threads once it has at least this many elements.
-constexpr Index kParallelElements = 16384;
-
-}  // namespace
-
 double warmup_learning_rate(Index step, Index d_model, Index warmup, double scale) {
   TCPP_CHECK(step >= 1, "warmup_learning_rate: step is counted from 1, got ", step);
   TCPP_CHECK(d_model > 0, "warmup_learning_rate: d_model must be positive, got ", d_model);

@@ -5,13 +5,6 @@
 
 namespace transformer {
 
-namespace {
-
-// Rows in parallel once a call has at least this many elements.
-constexpr Index kParallelElements = 16384;
-
-}  // namespace
-
 template <typename T>
 void softmax_rows(T* x, Index rows, Index cols) {
   if (cols == 0) return;

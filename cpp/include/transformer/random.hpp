@@ -12,8 +12,11 @@
 
 namespace transformer {
 
+// splitmix64's increment (2^64 divided by the golden ratio, odd)
+constexpr std::uint64_t kSplitmixIncrement = 0x9E3779B97F4A7C15ULL;
+
 inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
+  x += kSplitmixIncrement;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
@@ -35,12 +38,11 @@ inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uin
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) : state_(splitmix64(seed ^ 0xD1B54A32D192ED03ULL)) {}
+  // splitmix64's sequence: the state advances by its increment and each output is the mixed state
   std::uint64_t next() {
-    state_ += 0x9E3779B97F4A7C15ULL;
-    std::uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+    const std::uint64_t previous = state_;
+    state_ += kSplitmixIncrement;
+    return splitmix64(previous);  // adds the increment itself, so this mixes the new state
   }
   double uniform() { return to_unit_double(next()); }                          // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }  // [lo, hi)

@@ -115,6 +115,11 @@ std::string concat(Args&&... args) {
 // results do not depend on the thread count.
 constexpr Index kParallelMin = 1 << 15;
 
+// Row-wise kernels (softmax, the losses, layer norm, embeddings) and Adam's per-parameter loops go
+// parallel once a call has at least this many elements; below that, waking the threads costs more
+// than the work. One value for all of them (it was defined in each of those five files).
+constexpr Index kParallelElements = 16384;
+
 // y.row(r) += b for every row of a row-major (rows, cols) buffer.
 template <typename T>
 void add_row_vector(T* y, Index rows, Index cols, const T* b) {
