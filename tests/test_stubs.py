@@ -50,7 +50,12 @@ def _decorators(fn: ast.FunctionDef) -> List[str]:
 def _stub_signature(fn: ast.FunctionDef) -> Signature:
     args = fn.args.posonlyargs + fn.args.args
     first_default = len(args) - len(fn.args.defaults)
-    return [(a.arg, i >= first_default) for i, a in enumerate(args)]
+    signature = [(a.arg, i >= first_default) for i, a in enumerate(args)]
+    if fn.args.vararg is not None:  # pybind11 writes py::args and py::kwargs as *args and **kwargs
+        signature.append(("*" + fn.args.vararg.arg, False))
+    if fn.args.kwarg is not None:
+        signature.append(("**" + fn.args.kwarg.arg, False))
+    return signature
 
 
 def _split_top_level(text: str) -> List[str]:
