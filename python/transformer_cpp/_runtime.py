@@ -70,10 +70,12 @@ from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads
 
 __all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
 
-_LAYOUTS = ("interleaved", "concatenated")
 
 
 from ._checks import integer as _integer  # noqa: E402  (it checks with the core's Limit)
+
+#: The positional-encoding layouts: those of the model's ``layout`` field.
+_LAYOUT = next(f.limit for f in _core.TransformerConfig.fields() if f.name == "layout")
 
 
 def positional_encoding(length: int, depth: int, layout: str = "interleaved", dtype: str = "float32") -> np.ndarray:
@@ -98,8 +100,7 @@ def positional_encoding(length: int, depth: int, layout: str = "interleaved", dt
     who = "positional_encoding"
     length = _integer(who, "length", length, 1)
     depth = _integer(who, "depth", depth, 1)
-    if layout not in _LAYOUTS:
-        raise ValueError(f"{who}: unknown layout {layout!r}; expected one of {', '.join(map(repr, _LAYOUTS))}")
+    layout = _LAYOUT.check(who, "layout", layout)
     dtype = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
     return _core.positional_encoding(length, depth, layout, dtype)
 

@@ -1031,7 +1031,9 @@ def _count(name: str, low: int, high: Optional[int] = None, *, zero: str = "") -
 
 def _config_options(group: Any, fields: Sequence[Any], owner: str) -> None:
     """An option for every field of a configuration table that has one (``--`` + its option name):
-    flags as --name / --no-name, the others checked by the field's limit, its range in the help."""
+    flags as --name / --no-name, the others checked by the field's limit, its range in the help.
+    Messages name the value as ``owner`` does: the Transformer by the field's name, TrainConfig by
+    the option's (``adam_eps``)."""
     from .config import option_fields
 
     for f in option_fields(fields):
@@ -1042,7 +1044,7 @@ def _config_options(group: Any, fields: Sequence[Any], owner: str) -> None:
             metavar = "{" + ",".join(f.limit.choices) + "}" if f.limit.kind == "choice" else None
             group.add_argument(
                 flag,
-                type=_checked(f.limit, owner, f.name),
+                type=_checked(f.limit, owner, f.option if owner == "TrainConfig" else f.name),
                 default=None,
                 metavar=metavar,
                 help=f"{text} ({f.limit.describe()})",

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, List, Literal, Mapping, Optional, Sequenc
 
 import numpy as np
 
-from ._checks import ANY as _ANY, integer as _integer
+from ._checks import ANY as _ANY, choice as _choice, integer as _integer
 
 if TYPE_CHECKING:  # pragma: no cover - only for type checkers
     from matplotlib.axes import Axes
@@ -58,7 +58,6 @@ __all__ = [
     "save_positional_encoding_figures",
 ]
 
-_LAYOUTS = ("interleaved", "concatenated")
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,9 +66,9 @@ _LAYOUTS = ("interleaved", "concatenated")
 
 
 def _layout(layout: object, who: str) -> str:
-    if layout not in _LAYOUTS:
-        raise ValueError(f"{who}: unknown layout {layout!r}; expected one of {', '.join(map(repr, _LAYOUTS))}")
-    return str(layout)
+    from ._runtime import _LAYOUT
+
+    return str(_LAYOUT.check(who, "layout", layout))
 
 
 def _matrix(array: object, name: str, who: str) -> np.ndarray:
@@ -298,8 +297,7 @@ def positional_encoding_heatmap(
     """
     who = "positional_encoding_heatmap"
     pe = _matrix(pe, "pe", who)
-    if position_axis not in ("x", "y"):
-        raise ValueError(f"{who}: position_axis must be 'x' or 'y', got {position_axis!r}")
+    position_axis = _choice(who, "position_axis", position_axis, ("x", "y"))
     length, depth = pe.shape
     if position_axis == "x":
         fig = _figure((10, 4.5))
