@@ -99,7 +99,9 @@ def test_config_classes_check_every_field():
         TransformerConfig(colour="red")
     with pytest.raises(ValueError, match=r"^Transformer: layout must be 'interleaved' or 'concatenated', got 'x'$"):
         TransformerConfig(layout="x")
-    with pytest.raises(ValueError, match=r"^Transformer: src_vocab_size must be an integer in \[2, 9223372036854775807\]"):
+    with pytest.raises(
+        ValueError, match=r"^Transformer: src_vocab_size must be an integer in \[2, 9223372036854775807\]"
+    ):
         TransformerConfig(src_vocab_size=2**70)  # no stated upper bound, but a 64-bit C++ member
     assert TransformerConfig(src_vocab_size=2, tgt_vocab_size=2, seed=2**64 - 1).to_dict()["seed"] == 2**64 - 1
     with pytest.raises(ValueError, match=r"^configure_optimizer: total_steps must be 0 \(no decay\) or > warmup 10"):
@@ -276,7 +278,9 @@ def test_a_bad_value_has_one_message(tmp_path, tok, capsys, field):
         assert str(info.value) == f"TrainConfig: {field.option} must be {field.limit.describe()}, got {bad!r}"
     # the command line: one line, status 2
     line = _cli_error(capsys, "--" + field.option.replace("_", "-"), str(bad))
-    assert line.endswith(f"{field.option if not model_field else field.name} must be {field.limit.describe()}, got {bad!r} (see transformer-cpp train --help)"), line
+    assert line.endswith(
+        f"{field.option if not model_field else field.name} must be {field.limit.describe()}, got {bad!r} (see transformer-cpp train --help)"
+    ), line
     # a checkpoint whose config.json holds the value
     model = tc.Transformer(tok.vocab_size, tok.vocab_size, **SMALL)
     path = save_checkpoint(tmp_path, model, tok, tok, name="epoch-0001")

@@ -38,7 +38,13 @@ def integer(owner: str, name: str, value: Any, low: int = 0, high: Optional[int]
 
 
 def number(
-    owner: str, name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False
+    owner: str,
+    name: str,
+    value: Any,
+    low: float,
+    high: float = math.inf,
+    low_open: bool = False,
+    high_open: bool = False,
 ) -> float:
     """``value`` as a ``float`` if it is a finite number in the range (``TypeError``, ``ValueError``
     otherwise)."""

@@ -805,6 +805,7 @@ class TransformerConfig:
     """
     The model's architecture (ConfigTable<TransformerConfig> in the core).
     """
+
     __hash__: typing.ClassVar[None]  # type: ignore[assignment]
     @staticmethod
     def fields() -> list[ConfigField]:
@@ -826,6 +827,7 @@ class OptimizerConfig:
     """
     Adam, the learning-rate schedule, clipping and label smoothing.
     """
+
     __hash__: typing.ClassVar[None]  # type: ignore[assignment]
     @staticmethod
     def fields() -> list[ConfigField]:

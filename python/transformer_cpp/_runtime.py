@@ -71,7 +71,6 @@ from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads
 __all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
 
 
-
 from ._checks import integer as _integer  # noqa: E402  (it checks with the core's Limit)
 
 #: The positional-encoding layouts: those of the model's ``layout`` field.

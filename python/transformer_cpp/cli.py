@@ -974,6 +974,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # settings of TrainConfig or Translator are checked by those classes (TrainConfig.check,
 # Translator.check: the Python API says the same about a bad value); the others have their range
 # here. Each range is part of the option's help.
+_MAX_COUNT = 2**63 - 1
 # 4 special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
 _VOCAB_RANGE = (260, 2**20)
 _MAX_LENGTH_RANGE = (2, 100_000)  # --max-length of train (0 = automatic)
@@ -999,7 +1000,11 @@ def _checked(limit: Any, owner: str, name: str, *, zero: str = "") -> Any:
         try:
             return limit.check(owner, name, value)
         except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc) + (f" (or 0: {zero})" if zero else "")) from None
+            if zero:  # the same format, with 0 among what is allowed
+                raise argparse.ArgumentTypeError(
+                    f"{name} must be 0 ({zero}) or {limit.describe()}, got {value!r}"
+                ) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
 
@@ -1010,9 +1015,18 @@ def _setting(owner: str, name: str, *, minimum: Optional[int] = None) -> Any:
     from ._checks import Limit
 
     limit = _limits(owner)[name]
-    if minimum is not None:
-        limit = Limit(True, minimum, limit.high)
-    return _checked(limit, owner, name)
+    convert = _checked(limit, owner, name)
+    if minimum is None:
+        return convert
+    stricter = Limit(True, minimum, limit.high)
+
+    def convert_at_least(text: str) -> Any:
+        value = convert(text)  # the class's message for a value it refuses ...
+        if value < minimum:  # ... and the command line's, with its bound, for one it takes
+            raise argparse.ArgumentTypeError(stricter.message(owner, name, value))
+        return value
+
+    return convert_at_least
 
 
 def _limits(owner: str) -> Dict[str, Any]:
@@ -1022,11 +1036,13 @@ def _limits(owner: str) -> Dict[str, Any]:
     return dict((TrainConfig if owner == "TrainConfig" else Translator).LIMITS)
 
 
-def _count(name: str, low: int, high: Optional[int] = None, *, zero: str = "") -> Any:
-    """An argparse type for a count that belongs to no class's settings: an integer in [low, high]."""
+def _count(name: str, low: int, high: int = _MAX_COUNT, *, zero: str = "") -> Any:
+    """An argparse type for a count that belongs to no class's settings: an integer in [low, high]
+    (by default at most 2**63 - 1: counts and seeds that Python holds but that must never overflow
+    elsewhere)."""
     from ._checks import Limit
 
-    return _checked(Limit(True, low) if high is None else Limit(True, low, high), "", name, zero=zero)
+    return _checked(Limit(True, low, high), "", name, zero=zero)
 
 
 def _config_options(group: Any, fields: Sequence[Any], owner: str) -> None:
@@ -1138,9 +1154,7 @@ def _add_train_parser(sub: Any) -> None:
         help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
         "(0 = no budget; default: the preset's; " + _limits("TrainConfig")["time_budget"].describe() + ")",
     )
-    p.add_argument(
-        "--threads", type=_threads(), default=None, help="C++ threads (default: all cores)"
-    )
+    p.add_argument("--threads", type=_threads(), default=None, help="C++ threads (default: all cores)")
     p.add_argument(
         "--fixed-threads",
         action="store_true",
@@ -1301,7 +1315,9 @@ def _add_decoding_options(p: Any) -> None:
         "--beam-size",
         type=_setting("Translator", "beam_size"),
         default=1,
-        help="1 = greedy decoding (default), more = beam search (" + _limits("Translator")["beam_size"].describe() + ")",
+        help="1 = greedy decoding (default), more = beam search ("
+        + _limits("Translator")["beam_size"].describe()
+        + ")",
     )
     p.add_argument(
         "--length-penalty",
@@ -1372,9 +1388,7 @@ def _add_evaluate_parser(sub: Any) -> None:
     )
     p.add_argument("--limit", type=_count("limit", 0), default=0, help="score only the first N pairs (default all)")
     _add_decoding_options(p)
-    p.add_argument(
-        "--examples", type=_count("examples", 0), default=0, help="also print the first N translations"
-    )
+    p.add_argument("--examples", type=_count("examples", 0), default=0, help="also print the first N translations")
     p.set_defaults(func=_cmd_evaluate)
 
 

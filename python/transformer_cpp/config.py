@@ -78,5 +78,14 @@ def describe_fields(fields: Sequence[Any], indent: str = "    ") -> str:
     """A docstring's argument list: ``name: help (allowed values; default ...)``, one per field."""
     lines = []
     for f in fields:
-        lines.append(f"{indent}{f.name}: {f.help} ({f.limit.describe()}; default {f.default!r}).")
+        default = f"default {f.default!r}" if _allowed(f, f.default) else "required"
+        lines.append(f"{indent}{f.name}: {f.help} ({f.limit.describe()}; {default}).")
     return "\n".join(lines)
+
+
+def _allowed(field: Any, value: Any) -> bool:
+    try:
+        field.limit.check("", field.name, value)
+    except (TypeError, ValueError):
+        return False
+    return True

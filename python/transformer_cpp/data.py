@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import codecs
 import logging
-import math
 import os
 import re
 import shutil
@@ -36,7 +35,14 @@ from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from ._checks import choice as _choice, flag as _flag, integer as _integer, number as _number, path as _path, seed as _seed
+from ._checks import (
+    choice as _choice,
+    flag as _flag,
+    integer as _integer,
+    number as _number,
+    path as _path,
+    seed as _seed,
+)
 
 __all__ = [
     "TATOEBA_URLS",

@@ -112,7 +112,7 @@ class Transformer:
     by ``n_heads``), the precision and the memory the weights need.
 
     Args:
-{args}
+        {args}
         dtype: ``"float32"`` (training) or ``"float64"`` (gradient checks).
     """
 
@@ -194,7 +194,7 @@ class Transformer:
         its value and what is allowed (the core's check, shared with ``TrainConfig`` and the command
         line), and changes nothing:
 
-{args}
+        {args}
         """
         self._core.configure_optimizer(_core.OptimizerConfig(**settings))
 
@@ -380,12 +380,12 @@ def _derive_signatures() -> None:
     init.__signature__ = inspect.Signature(
         [*positional, *keyword_parameters(model_args), dtype], return_annotation="None"
     )
-    Transformer.__doc__ = (Transformer.__doc__ or "").replace("{args}", describe_fields(MODEL_FIELDS, " " * 8))
+    Transformer.__doc__ = (Transformer.__doc__ or "").replace("        {args}", describe_fields(MODEL_FIELDS, " " * 8))
     configure: Any = Transformer.configure_optimizer
     configure.__signature__ = inspect.Signature(
         [positional[0], *keyword_parameters(OPTIMIZER_FIELDS)], return_annotation="None"
     )
-    configure.__doc__ = (configure.__doc__ or "").replace("{args}", describe_fields(OPTIMIZER_FIELDS, " " * 8))
+    configure.__doc__ = (configure.__doc__ or "").replace("        {args}", describe_fields(OPTIMIZER_FIELDS, " " * 8))
 
 
 _derive_signatures()

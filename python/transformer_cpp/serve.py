@@ -1127,7 +1127,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"largest request body (default {d.max_request_bytes:,})",
     )
     g.add_argument(
-        "--max-texts", type=_count("max_texts", 1), default=d.max_texts, help=f"most texts per request (default {d.max_texts})"
+        "--max-texts",
+        type=_count("max_texts", 1),
+        default=d.max_texts,
+        help=f"most texts per request (default {d.max_texts})",
     )
     g.add_argument(
         "--max-chars",
