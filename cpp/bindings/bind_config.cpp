@@ -116,8 +116,8 @@ Config config_from_kwargs(const py::kwargs& kwargs, void (*check)(const Config&)
     try {
       f->set(c, to_field_value(f->limit, value));
     } catch (const std::out_of_range&) {  // an integer no C++ member holds, where the row sets no upper bound
-      refuse(Limit::integer(f->limit.int_low(), std::numeric_limits<std::int64_t>::max()), owner, f->name,
-             item.second, false);
+      refuse(Limit::integer(f->limit.int_low(), std::numeric_limits<std::int64_t>::max()), owner, f->name, item.second,
+             false);
     }
   }
   check(c);
@@ -225,12 +225,11 @@ void bind_config(py::module_& m) {
                if (PyFloat_Check(high.ptr()) && std::isinf(high.cast<double>()) && high.cast<double>() > 0)
                  return Limit::integer(lo);
                const std::uint64_t hi = seed_arg(high, "Limit", "high");
-               if (lo >= 0 && hi < static_cast<std::uint64_t>(lo))
-                 throw py::value_error("Limit: low must be <= high");
+               if (lo >= 0 && hi < static_cast<std::uint64_t>(lo)) throw py::value_error("Limit: low must be <= high");
                return Limit::integer(lo, hi);
              }
-             return Limit::number(float_arg(low, "Limit", "low"), float_arg(high, "Limit", "high"), low_open,
-                                  high_open, unit);
+             return Limit::number(float_arg(low, "Limit", "low"), float_arg(high, "Limit", "high"), low_open, high_open,
+                                  unit);
            }),
            py::arg("integer"), py::arg("low"), py::arg("high") = std::numeric_limits<double>::infinity(),
            py::arg("low_open") = false, py::arg("high_open") = false, py::arg("unit") = "")
@@ -283,13 +282,13 @@ void bind_config(py::module_& m) {
       .def_readonly("option", &PyConfigField::option,
                     "The field's name among the training settings and on the command line (--option-name), "
                     "or None: a field the program sets.")
-      .def("__repr__", [](const PyConfigField& f) { return "ConfigField(" + f.name + ", " + f.limit.describe() + ")"; });
+      .def("__repr__",
+           [](const PyConfigField& f) { return "ConfigField(" + f.name + ", " + f.limit.describe() + ")"; });
 
-  bind_config_class<TransformerConfig>(m, "TransformerConfig",
-                                       "The model's architecture (ConfigTable<TransformerConfig> in the core).",
-                                       &check_config);
-  bind_config_class<OptimizerConfig>(
-      m, "OptimizerConfig", "Adam, the learning-rate schedule, clipping and label smoothing.", &validate);
+  bind_config_class<TransformerConfig>(
+      m, "TransformerConfig", "The model's architecture (ConfigTable<TransformerConfig> in the core).", &check_config);
+  bind_config_class<OptimizerConfig>(m, "OptimizerConfig",
+                                     "Adam, the learning-rate schedule, clipping and label smoothing.", &validate);
 }
 
 }  // namespace transformer::bindings

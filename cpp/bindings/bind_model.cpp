@@ -389,8 +389,7 @@ void bind_transformer(py::module_& m) {
           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
           "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
-      .def(
-          "config", [](H& h) { return h.model.config(); }, "The architecture.");
+      .def("config", [](H& h) { return h.model.config(); }, "The architecture.");
 }
 
 }  // namespace

@@ -46,8 +46,7 @@ Limit Limit::one_of(std::vector<std::string> names) {
 namespace {
 // A bound as the messages write it: 0, 1000000, 0.5, 1e-09.
 std::string bound_text(double x) {
-  if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e18)
-    return std::to_string(static_cast<long long>(x));
+  if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e18) return std::to_string(static_cast<long long>(x));
   return python_repr(x);
 }
 
@@ -78,7 +77,8 @@ std::string Limit::describe() const {
   std::string kind = std::isinf(high_) ? "a finite number" : "a number";
   if (!unit_.empty()) kind += " of " + unit_;
   if (std::isinf(high_)) return kind + (low_open_ ? " > " : " >= ") + bound_text(low_);
-  return kind + " in " + (low_open_ ? "(" : "[") + bound_text(low_) + ", " + bound_text(high_) + (high_open_ ? ")" : "]");
+  return kind + " in " + (low_open_ ? "(" : "[") + bound_text(low_) + ", " + bound_text(high_) +
+         (high_open_ ? ")" : "]");
 }
 
 std::string Limit::message(const std::string& owner, const std::string& name, const std::string& got) const {
@@ -118,8 +118,8 @@ bool Limit::allows(const std::string& v) const {
 
 bool Limit::operator==(const Limit& o) const {
   return kind_ == o.kind_ && int_low_ == o.int_low_ && int_high_ == o.int_high_ &&
-         (low_ == o.low_ || (std::isnan(low_) && std::isnan(o.low_))) && high_ == o.high_ &&
-         low_open_ == o.low_open_ && high_open_ == o.high_open_ && unit_ == o.unit_ && choices_ == o.choices_;
+         (low_ == o.low_ || (std::isnan(low_) && std::isnan(o.low_))) && high_ == o.high_ && low_open_ == o.low_open_ &&
+         high_open_ == o.high_open_ && unit_ == o.unit_ && choices_ == o.choices_;
 }
 
 std::string python_repr(double x) {
@@ -136,7 +136,7 @@ std::string python_repr(double x) {
   const bool negative = s[0] == '-';
   if (negative) s.erase(0, 1);
   const size_t e = s.find('e');
-  const int exponent = std::atoi(s.c_str() + e + 1);
+  const int exponent = static_cast<int>(std::strtol(s.c_str() + e + 1, nullptr, 10));
   std::string digits;
   for (size_t i = 0; i < e; ++i)
     if (s[i] != '.') digits += s[i];

@@ -38,10 +38,10 @@ constexpr std::size_t member_count() {
 
 // A struct member left out of its table would be invisible to Python: refuse the table instead.
 template <typename Config>
-const std::vector<ConfigField<Config>>& complete(const std::vector<ConfigField<Config>>& table, const char* what) {
+std::vector<ConfigField<Config>> complete(std::vector<ConfigField<Config>> table, const char* what) {
   if (table.size() != member_count<Config>())
-    throw std::logic_error(concat(what, " has ", member_count<Config>(), " members but its table lists ",
-                                  table.size(), ": add the new member to ConfigTable<", what, ">"));
+    throw std::logic_error(concat(what, " has ", member_count<Config>(), " members but its table lists ", table.size(),
+                                  ": add the new member to ConfigTable<", what, ">"));
   return table;
 }
 
@@ -68,8 +68,7 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
                              "dropout rate on the embeddings, the sub-layer outputs and inside the feed-forward "
                              "networks"),
           field<&C::max_length>("max_length", Limit::integer(1),
-                                "positional-table rows built up front; a cache: longer sequences extend it",
-                                kNoOption),
+                                "positional-table rows built up front; a cache: longer sequences extend it", kNoOption),
           field<&C::layout>("layout", Limit::one_of({"interleaved", "concatenated"}),
                             "positional-encoding layout: interleaved (the paper's: sine and cosine of each "
                             "frequency side by side) or concatenated (the TensorFlow tutorial's: all sines, "

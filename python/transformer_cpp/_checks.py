@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ._runtime import _core
+from . import _core
 
 __all__ = ["ANY", "Limit", "choice", "flag", "integer", "number", "path", "seed"]
 

@@ -57,7 +57,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 try:
     import fcntl
@@ -808,7 +808,7 @@ def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Subword
 
 
 def average_checkpoints(
-    paths: List[PathLike], run_dir: Optional[PathLike] = None, name: str = AVERAGED_NAME
+    paths: Sequence[PathLike], run_dir: Optional[PathLike] = None, name: str = AVERAGED_NAME
 ) -> Tuple[Optional[Path], Transformer]:
     """Average the weights of several checkpoints of one run (the same architecture and
     tokenizers); return ``(path written or None, the averaged model)``.

@@ -583,6 +583,8 @@ def _resume_trainer_here(args: argparse.Namespace, out: Path, parallel: Any) -> 
     max_length = data_info.get("max_length")
     train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
     valid = _encode_valid(split, ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
+    if train is None:
+        raise UserError(f"the run's training split is empty: '{data_info.get('path')}' holds no training pair")
     trainer = Trainer.from_checkpoint(
         ckpt,
         train,
@@ -937,6 +939,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
         raise UserError(f"'{run}' holds {len(found)} checkpoint(s); averaging needs at least 2")
     paths = found[-args.last :]
     path, _ = average_checkpoints(paths, run)
+    assert path is not None  # written, since run_dir was given
     if args.mark_best:
         mark_best(run, path.name)
     print(
@@ -1452,7 +1455,7 @@ def build_parser() -> argparse.ArgumentParser:
     # `transformer_cpp.bench` (when it exists) provides add_bench_parser(subparsers), which adds
     # the `bench` subcommand and sets its `func`. Import errors inside it are not hidden.
     if importlib.util.find_spec(f"{__package__}.bench") is not None:
-        from .bench import add_bench_parser  # type: ignore[import-not-found]
+        from .bench import add_bench_parser  # type: ignore[import-not-found, unused-ignore]
 
         add_bench_parser(sub)
     return parser

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Sequence, Tuple
 
-from ._runtime import _core
+from . import _core
 
 __all__ = [
     "MODEL_FIELDS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -140,7 +140,7 @@ class Transformer:
     # --- the model --------------------------------------------------------------------------
     def forward(self, src: np.ndarray, tgt_in: np.ndarray, training: bool = False) -> np.ndarray:
         """Logits (B, T, tgt_vocab_size) for source ids (B, S) and decoder-input ids (B, T)."""
-        return self._core.forward(src, tgt_in, _flag("Transformer.forward", "training", training))
+        return cast(np.ndarray, self._core.forward(src, tgt_in, _flag("Transformer.forward", "training", training)))
 
     __call__ = forward
 
@@ -155,7 +155,7 @@ class Transformer:
     def parameters(self) -> "OrderedDict[str, Any]":
         """Ordered dict ``hierarchical name -> Parameter`` with writable ``.value``/``.grad`` views,
         e.g. ``encoder.layers.0.self_attention.query.weight``."""
-        return self._core.parameters()
+        return cast("OrderedDict[str, Any]", self._core.parameters())
 
     def num_parameters(self) -> int:
         """Number of trainable scalars."""
@@ -212,7 +212,8 @@ class Transformer:
         starts ``"Transformer.train_step: non-finite loss"`` when the loss diverged) for
         non-finite weights, loss or gradient norm, or an update that would make a weight
         non-finite: nothing is updated then, the model keeps the weights of its last good step."""
-        return self._core.train_step(src, tgt_in, tgt_out)
+        loss, accuracy = self._core.train_step(src, tgt_in, tgt_out)
+        return float(loss), float(accuracy)
 
     # ---------------------------------------------------------------- data parallelism
     # train_step in two halves around a sum of gradient_buffer() over processes (see distributed.py)
@@ -225,13 +226,14 @@ class Transformer:
         ``(loss, accuracy)``. ``grad_scale = last_token_count`` turns the mean over this batch's
         tokens into their sum, so that sums over processes divided by the global token count give
         the gradient of the whole batch's mean loss."""
-        return self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale)
+        loss, accuracy = self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale)
+        return float(loss), float(accuracy)
 
     def gradient_buffer(self) -> np.ndarray:
         """The model's contiguous gradient buffer, a NumPy view (no copy): every parameter's
         gradient in :meth:`parameters` order, then 8 spare values that the caller may use to sum
         its own numbers in the same all-reduce."""
-        return self._core.gradient_buffer()
+        return cast(np.ndarray, self._core.gradient_buffer())
 
     def zero_gradient_buffer(self) -> None:
         """Set :meth:`gradient_buffer` to 0, ready for :meth:`apply_gradients`: what a process
@@ -254,7 +256,8 @@ class Transformer:
 
     def evaluate(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
         """Masked loss and accuracy in inference mode (no dropout, no update)."""
-        return self._core.evaluate(src, tgt_in, tgt_out)
+        loss, accuracy = self._core.evaluate(src, tgt_in, tgt_out)
+        return float(loss), float(accuracy)
 
     @property
     def last_token_count(self) -> int:
@@ -297,7 +300,7 @@ class Transformer:
 
     def optimizer_state(self) -> "OrderedDict[str, Any]":
         """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
-        return self._core.optimizer_state()
+        return cast("OrderedDict[str, Any]", self._core.optimizer_state())
 
     def attention_weights(self) -> Dict[str, np.ndarray]:
         """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k)."""
@@ -330,7 +333,7 @@ class Transformer:
         weights is made at the first call and kept like the float32 panels. ``ValueError`` names
         what is missing on a CPU without the instructions, and refuses them for float64 models.
         """
-        return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type)
+        return cast(np.ndarray, self._core.greedy_decode(src, start_id, end_id, max_length, compute_type))
 
     def beam_search(
         self,
@@ -353,9 +356,10 @@ class Transformer:
         ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0. ``compute_type``:
         as for :meth:`greedy_decode`.
         """
-        return self._core.beam_search(
+        hypotheses: List[List[Tuple[np.ndarray, float, float, bool]]] = self._core.beam_search(
             src, start_id, end_id, max_length, beam_size, length_penalty, n_best, compute_type
         )
+        return hypotheses
 
     def __repr__(self) -> str:
         c = self.config

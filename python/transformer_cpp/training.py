@@ -907,7 +907,7 @@ class Trainer:
 
     def _steps_to_epoch(self, epochs: int) -> int:
         """Optimiser steps when ``epochs`` epochs are done (estimated from the current epoch's size)."""
-        return self.model.step + (epochs - self.epoch) * self.batches_per_epoch - self.batch_in_epoch
+        return int(self.model.step) + (epochs - self.epoch) * self.batches_per_epoch - self.batch_in_epoch
 
     def fit(
         self,
@@ -1066,6 +1066,7 @@ class Trainer:
         if len(paths) < 2:
             return None
         path, model = average_checkpoints(paths, self.checkpoint_dir)
+        assert path is not None  # written, since run_dir was given
         bleu = self.validation_bleu(model)
         if bleu is None or self.best["bleu"] is None or bleu > self.best["bleu"]:
             mark_best(self.checkpoint_dir, path.name)
@@ -1217,7 +1218,7 @@ def bleu_of_encoded(
     spread evenly over it (all with 0): hypotheses and references decoded with ``tgt_tokenizer``.
     Evenly spread, not the first ones: the Tatoeba file is sorted by length, so the first pairs
     would be the shortest and their BLEU would flatter the model."""
-    import sacrebleu
+    from sacrebleu.metrics.bleu import BLEU
 
     limit = _integer("bleu_of_encoded", "limit", limit, 0)
     batch_size = _integer("bleu_of_encoded", "batch_size", batch_size, 1)
@@ -1232,7 +1233,7 @@ def bleu_of_encoded(
         out = model.greedy_decode(src, tgt_tokenizer.start_id, tgt_tokenizer.end_id, output_limit(s_len))
         hyps.extend(tgt_tokenizer.decode([int(v) for v in row if v != 0]) for row in out)
         refs.extend(tgt_tokenizer.decode(encoded.tgt[r, : encoded.tgt_lengths[r]]) for r in rows)
-    return float(sacrebleu.metrics.BLEU().corpus_score(hyps, [refs]).score)
+    return float(BLEU().corpus_score(hyps, [refs]).score)
 
 
 def output_limit(source_tokens: int) -> int:
