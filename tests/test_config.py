@@ -115,6 +115,7 @@ def test_limit_is_the_one_validator():
     assert Limit(False, 0, low_open=True).describe() == "a finite number > 0"
     assert Limit(False, 0, 1, high_open=True).describe() == "a number in [0, 1)"
     assert Limit(False, 0, 1_000_000, unit="minutes").describe() == "a number of minutes in [0, 1000000]"
+    assert Limit(False, -math.inf).describe() == "a finite number" and Limit(True, -(2**63)).describe() == "an integer"
     assert Limit.flag().describe() == "True or False"
     assert Limit.one_of(["float32", "bf16"]).describe() == "'float32' or 'bf16'"
     assert Limit.one_of(["a", "b", "c"]).describe() == "one of 'a', 'b', 'c'"

@@ -76,6 +76,7 @@ std::string Limit::describe() const {
   }
   std::string kind = std::isinf(high_) ? "a finite number" : "a number";
   if (!unit_.empty()) kind += " of " + unit_;
+  if (std::isinf(high_) && std::isinf(low_)) return kind;
   if (std::isinf(high_)) return kind + (low_open_ ? " > " : " >= ") + bound_text(low_);
   return kind + " in " + (low_open_ ? "(" : "[") + bound_text(low_) + ", " + bound_text(high_) +
          (high_open_ ? ")" : "]");

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, List, Literal, Mapping, Optional, Sequenc
 
 import numpy as np
 
-from ._checks import ANY as _ANY, choice as _choice, integer as _integer
+from ._checks import ANY as _ANY, choice as _choice, integer as _integer, number as _number
 
 if TYPE_CHECKING:  # pragma: no cover - only for type checkers
     from matplotlib.axes import Axes
@@ -189,10 +189,9 @@ def rotation_matrix(k: float, frequency: float) -> np.ndarray:
     Returns:
         float64 array of shape ``(2, 2)``.
     """
-    for name, value in (("k", k), ("frequency", frequency)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ValueError(f"rotation_matrix: {name} must be a finite real number, got {value!r}")
-    theta = float(k) * float(frequency)
+    k = _number("rotation_matrix", "k", k, -math.inf)
+    frequency = _number("rotation_matrix", "frequency", frequency, -math.inf)
+    theta = k * frequency
     c, s = math.cos(theta), math.sin(theta)
     return np.array([[c, s], [-s, c]], dtype=np.float64)
 
