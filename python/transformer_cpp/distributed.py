@@ -221,7 +221,8 @@ class DataParallel:
         return self._bounded(what, self.comm.bcast, obj, root=0)
 
     def allgather(self, obj: Any, what: str = "an all-gather") -> List[Any]:
-        return self._bounded(what, self.comm.allgather, obj)
+        gathered: List[Any] = self._bounded(what, self.comm.allgather, obj)
+        return gathered
 
     def any(self, flag: bool, what: str = "an agreement") -> bool:
         """True on every rank when ``flag`` is true on any."""
@@ -238,7 +239,7 @@ class DataParallel:
         failed = [(r, t) for r, t in enumerate(texts) if t is not None]
         if not failed:
             return None
-        distinct = list(dict.fromkeys(t for _, t in failed))
+        distinct: List[str] = list(dict.fromkeys(str(t) for _, t in failed))
         if len(failed) == self.size and len(distinct) == 1:
             return distinct[0]
         return "; ".join(f"rank {r}: {t}" for r, t in failed)

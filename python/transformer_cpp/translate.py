@@ -42,7 +42,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -263,8 +263,8 @@ class EvaluationResult:
 def _piece(tokenizer: Any, token_id: int) -> str:
     """A readable label for one token id: ``▁`` for a leading space, ``<end>`` for specials."""
     if token_id in tokenizer.special_ids:
-        return tokenizer.id_to_token(token_id)
-    text = tokenizer.decode([token_id])
+        return cast(str, tokenizer.id_to_token(token_id))
+    text = cast(str, tokenizer.decode([token_id]))
     # byte-level BPE writes a leading space as "Ġ"; decode() drops one leading space, so restore it
     return ("\u2581" + text) if tokenizer.id_to_token(token_id).startswith("\u0120") else text
 
@@ -398,7 +398,7 @@ class Translator:
 
     @classmethod
     def _limit(cls, max_length: Optional[int]) -> Optional[int]:
-        return cls.check("max_length", max_length)
+        return cast(Optional[int], cls.check("max_length", max_length))
 
     def clean(self, sentence: str) -> str:
         """The input as the model sees it: :func:`clean_sentence` in ``src_lang``.
@@ -458,14 +458,17 @@ class Translator:
                 f"Translator.translate: expected a str, got {type(sentence).__name__}; "
                 "use translate_batch for several sentences"
             )
-        return self.translate_batch(
-            [sentence],
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_length=max_length,
-            return_attention=return_attention,
-            _stacklevel=3,
-        )[0]
+        return cast(
+            Union[str, "Translation"],
+            self.translate_batch(
+                [sentence],
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                max_length=max_length,
+                return_attention=return_attention,
+                _stacklevel=3,
+            )[0],
+        )
 
     def translate_batch(
         self,
@@ -617,7 +620,8 @@ def evaluate(
     Raises:
         ValueError: if the lists differ in length or are empty.
     """
-    import sacrebleu
+    from sacrebleu.metrics.bleu import BLEU
+    from sacrebleu.metrics.chrf import CHRF
 
     from .data import encode_pairs
     from .training import evaluate_loss
@@ -633,13 +637,15 @@ def evaluate(
         hyps = translator.translate_batch(
             sources, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size
         )
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
+    bleu = BLEU()
+    chrf = CHRF()
     bleu_score = bleu.corpus_score(hyps, [refs])
     chrf_score = chrf.corpus_score(hyps, [refs])
     multi_hyps, multi_refs = _group_references(sources, hyps, refs)
-    multi_bleu = sacrebleu.metrics.BLEU().corpus_score(multi_hyps, multi_refs)
-    multi_chrf = sacrebleu.metrics.CHRF().corpus_score(multi_hyps, multi_refs)
+    # sacrebleu takes None for a source with fewer references than the others
+    streams = cast(List[Sequence[str]], multi_refs)
+    multi_bleu = BLEU().corpus_score(multi_hyps, streams)
+    multi_chrf = CHRF().corpus_score(multi_hyps, streams)
 
     loss = accuracy = float("nan")
     scored = 0
