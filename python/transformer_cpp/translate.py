@@ -19,10 +19,11 @@ longer than the longest training pair the checkpoint records gets a :class:`Long
 
 Decoding. Greedy decoding appends the most likely next token until the end token or the
 output limit. It runs in C++ (``Transformer.greedy_decode``: the encoder runs
-once and the decoder keeps a key/value cache). :func:`greedy_decode_reference` is the same
-algorithm written plainly in Python — it re-runs ``Transformer.forward`` on the growing prefix —
-kept as the readable definition and as what the tests compare the C++ path against. Beam search
-(``beam_size > 1``) uses ``Transformer.beam_search`` (GNMT length penalty).
+once and the decoder keeps a key/value cache). :func:`greedy_reference` is the same algorithm
+written plainly in Python over any next-token function, and :func:`greedy_decode_reference`
+applies it to ``Transformer.forward`` re-run on the growing prefix: the readable definition, and
+what the tests and the benchmark compare decoders against. Beam search (``beam_size > 1``) uses
+``Transformer.beam_search`` (GNMT length penalty).
 
 Attention. With ``return_attention=True`` the decoded sentence is run once more through
 ``Transformer.forward`` (teacher-forced on the model's own output) and the cross-attention
@@ -42,7 +43,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -57,6 +58,7 @@ __all__ = [
     "LongInputWarning",
     "greedy_decode",
     "greedy_decode_reference",
+    "greedy_reference",
     "evaluate",
 ]
 
@@ -106,14 +108,43 @@ def _check_src(src: Any, who: str) -> np.ndarray:
     return np.ascontiguousarray(src, dtype=np.int64)
 
 
+def greedy_reference(
+    next_logits: Callable[[np.ndarray], Any], batch_size: int, start_id: int, end_id: int, max_length: int
+) -> np.ndarray:
+    """Greedy decoding written plainly: the one reference loop every greedy decoder of this
+    project is checked against (the C++ ``Transformer.greedy_decode`` in the tests, CTranslate2
+    and the PyTorch tutorial loop in the benchmark).
+
+    ``next_logits(prefix)`` gets the int64 (B, t+1) prefixes ``[start, y_1, ..., y_t]`` of the
+    ``batch_size`` sentences and returns the logits (B, V) of the token after each (a NumPy array
+    or anything ``np.asarray`` takes). ``y_{t+1}`` is the argmax over every token except padding
+    (id 0, which a model must never output; ties go to the lowest id). A sentence is finished
+    once it has produced ``end_id``; its later positions are padding (0). Stops when every
+    sentence is finished or after ``max_length`` tokens.
+
+    Returns:
+        int64 (B, L): the generated ids after the start token, up to and including the end token,
+        padded with 0; ``L`` is the longest row.
+    """
+    out = np.zeros((batch_size, 0), dtype=np.int64)
+    done = np.zeros(batch_size, dtype=bool)
+    start = np.full((batch_size, 1), int(start_id), dtype=np.int64)
+    for _ in range(int(max_length)):
+        logits = np.asarray(next_logits(np.concatenate([start, out], axis=1)))  # (B, V)
+        nxt = logits[:, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
+        nxt[done] = 0
+        out = np.concatenate([out, nxt[:, None]], axis=1)
+        done |= nxt == int(end_id)
+        if done.all():
+            break
+    return out
+
+
 def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
     """Greedy decoding in plain Python: the readable definition of ``Transformer.greedy_decode``.
 
-    At every step the whole prefix ``[start, y_1, ..., y_t]`` is run through
-    ``model.forward(src, prefix)`` and ``y_{t+1}`` is the argmax of the last position's logits
-    over every token except padding (id 0, which a model must never output). A
-    sentence is finished once it has produced ``end_id``; its later positions are padding (0).
-    Stops when every sentence is finished or after ``max_length`` tokens.
+    :func:`greedy_reference` with the whole prefix ``[start, y_1, ..., y_t]`` run through
+    ``model.forward(src, prefix)`` at every step (no cache) and the last position's logits taken.
 
     Args:
         model: a :class:`~transformer_cpp.model.Transformer`.
@@ -126,21 +157,9 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
         padded with 0; ``L`` is the longest row.
     """
     src = _check_src(src, "greedy_decode_reference")
-    batch = src.shape[0]
-    limit = int(max_length)
-    out = np.zeros((batch, 0), dtype=np.int64)
-    done = np.zeros(batch, dtype=bool)
-    start = np.full((batch, 1), int(start_id), dtype=np.int64)
-    for _ in range(limit):
-        prefix = np.ascontiguousarray(np.concatenate([start, out], axis=1))
-        logits = model.forward(src, prefix, training=False)  # (B, t+1, V)
-        nxt = logits[:, -1, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
-        nxt[done] = 0
-        out = np.concatenate([out, nxt[:, None]], axis=1)
-        done |= nxt == int(end_id)
-        if done.all():
-            break
-    return out
+    return greedy_reference(
+        lambda prefix: model.forward(src, prefix, training=False)[:, -1], src.shape[0], start_id, end_id, max_length
+    )
 
 
 def greedy_decode(
