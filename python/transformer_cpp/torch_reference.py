@@ -555,6 +555,6 @@ def tutorial_greedy_decode(
 
         def next_logits(prefix: np.ndarray) -> np.ndarray:
             y = ref.decoder(torch.from_numpy(prefix), memory, source_padding=source_padding)
-            return cast(np.ndarray, ref.project(y[:, -1]).numpy())
+            return ref.project(y[:, -1]).numpy()
 
         return greedy_reference(next_logits, int(src_t.shape[0]), start_id, end_id, max_length)

@@ -8,6 +8,7 @@ threads governed by :class:`transformer_cpp._runtime.ThreadGovernor` (what ``tra
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 import subprocess
@@ -68,11 +69,11 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
                         if kind == "training":
                             b = batches[i]
                             work = float(b.src.size + b.tgt_in.size)
-                            unit: Callable[[], Any] = lambda b=b: model.train_step(b.src, b.tgt_in, b.tgt_out)
+                            unit: Callable[[], Any] = functools.partial(model.train_step, b.src, b.tgt_in, b.tgt_out)
                         else:
                             src = sources[i]
                             work = float(src.size)
-                            unit = lambda src=src: model.greedy_decode(src, START_ID, END_ID, shapes.max_length)
+                            unit = functools.partial(model.greedy_decode, src, START_ID, END_ID, shapes.max_length)
                         n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
                         set_num_threads(n)
                         t0 = time.perf_counter()

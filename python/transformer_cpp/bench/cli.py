@@ -80,7 +80,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "bench", help="benchmark the C++ core against PyTorch (and CTranslate2)", description=_DESCRIPTION
     )
     _add_arguments(p)

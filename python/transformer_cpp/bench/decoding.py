@@ -41,13 +41,13 @@ def _low_precision_decoders(
     ``{name: (method, run, prepare)}`` and notes on what was left out."""
     out: Dict[str, Tuple[str, Callable[[Any], np.ndarray], Callable[[np.ndarray], Any]]] = {}
     notes: List[str] = []
+
+    def ours(compute_type: str) -> Callable[[Any], np.ndarray]:
+        return lambda src: model.greedy_decode(src, START_ID, END_ID, max_len, compute_type=compute_type)
+
     for ct in ("int8", "bf16"):
         if kernels.have_compute_type(ct):
-            out[f"ours_{ct}"] = (
-                f"C++ greedy_decode, compute_type {ct}",
-                lambda src, ct=ct: model.greedy_decode(src, START_ID, END_ID, max_len, compute_type=ct),
-                lambda src: src,
-            )
+            out[f"ours_{ct}"] = (f"C++ greedy_decode, compute_type {ct}", ours(ct), lambda src: src)
         else:
             notes.append(f"ours {ct} decoding skipped: {kernels.compute_type_unsupported_reason(ct)}")
     if ct2_dir is not None:

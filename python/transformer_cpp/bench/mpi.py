@@ -60,7 +60,8 @@ def _run_child(command: List[str], threads: int, timeout: float) -> Dict[str, An
     if result.returncode != 0 or not lines:
         tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
         raise RuntimeError(f"bench.mpi child failed (status {result.returncode}): {tail}")
-    return json.loads(lines[-1])
+    answer: Dict[str, Any] = json.loads(lines[-1])
+    return answer
 
 
 def bench_mpi_scaling(

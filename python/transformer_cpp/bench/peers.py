@@ -104,7 +104,7 @@ class TorchTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.torch.autocast("cpu", dtype=self.torch.bfloat16, enabled=self.autocast):
             logits = self.ref(src, tgt_in)
-            loss = self.ref.loss(logits, tgt_out)
+            loss: Any = self.ref.loss(logits, tgt_out)
         loss.backward()
         self.optimizer.step()
         with self.torch.no_grad():
@@ -144,14 +144,16 @@ class CTranslate2Greedy:
         """The timed call: greedy search, the padding/unknown id 0 never generated, the end token
         allowed at the first step (CTranslate2's default ``min_decoding_length`` is 1, ours 0) and
         kept in the output."""
-        return self.translator.translate_batch(
-            tokens,
-            beam_size=1,
-            max_decoding_length=max_length,
-            min_decoding_length=0,
-            disable_unk=True,
-            return_end_token=True,
-            max_batch_size=0,
+        return list(
+            self.translator.translate_batch(
+                tokens,
+                beam_size=1,
+                max_decoding_length=max_length,
+                min_decoding_length=0,
+                disable_unk=True,
+                return_end_token=True,
+                max_batch_size=0,
+            )
         )
 
     def to_ids(self, results: List[Any]) -> np.ndarray:
@@ -215,6 +217,7 @@ def check_ctranslate2_exact(
     padded = pad(srcs)
     max_len = 12
     ours_batch = trim_outputs(model.greedy_decode(padded, START_ID, END_ID, max_len))
+    ct: Optional[CTranslate2Greedy] = None
     with tempfile.TemporaryDirectory(prefix="tcpp-ct2-check-") as tmp:
         try:
             ct = CTranslate2Greedy(model, threads, tmp)

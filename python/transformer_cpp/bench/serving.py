@@ -188,7 +188,7 @@ class LoadGenerator:
             ) from None
         if not line:
             raise RuntimeError(f"serving bench: the load generator exited ({what}) with status {self.proc.wait()}")
-        answer = json.loads(line)
+        answer: Dict[str, Any] = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"serving bench: load generator: {answer['error']}")
         return answer

@@ -186,7 +186,7 @@ def _low_precision_training_summary(
         for peer in ("torch", "torch_bf16"):
             if rates.get(peer):
                 out[f"best_ours_vs_{peer}"] = ours[best] / rates[peer]
-        torch_rates = [rates[k] for k in ("torch", "torch_bf16") if rates.get(k)]
+        torch_rates: List[float] = [r for r in (rates.get("torch"), rates.get("torch_bf16")) if r]
         if torch_rates:
             out["best_ours_vs_best_torch"] = ours[best] / max(torch_rates)
     return out
