@@ -430,7 +430,7 @@ def test_command_line_without_the_mpi_extra(tmp_path):
 
 
 def test_bench_scaling_section_runs():
-    from transformer_cpp.bench_mpi import bench_mpi_scaling, format_mpi_scaling
+    from transformer_cpp.bench.mpi import bench_mpi_scaling, format_mpi_scaling
 
     result = bench_mpi_scaling(quick=True, ranks=2, steps=1, warmup=1, rounds=1, timeout=LAUNCH_TIMEOUT)
     assert "skipped" not in result, result
