@@ -259,10 +259,9 @@ class DataParallel:
         masks), a distinct deterministic seed on the others."""
         if self.rank == 0:
             return int(seed)
-        x = (int(seed) + 0x9E3779B97F4A7C15 * self.rank) & 0xFFFFFFFFFFFFFFFF  # splitmix64
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        return (x ^ (x >> 31)) & 0x7FFFFFFFFFFFFFFF
+        from ._core import _splitmix64  # the core's seed mixer (random.hpp), not a copy of it
+
+        return int(_splitmix64((_splitmix64(int(seed) % 2**64) + self.rank) % 2**64)) & 0x7FFFFFFFFFFFFFFF
 
     def check_same_weights(self, model: Any, step: int) -> None:
         """Raise :class:`WeightsDrifted` on every rank when the ranks' weights differ."""
