@@ -430,7 +430,7 @@ def test_command_line_without_the_mpi_extra(tmp_path):
 
 
 def test_bench_scaling_section_runs():
-    from transformer_cpp.bench_mpi import bench_mpi_scaling, format_mpi_scaling
+    from transformer_cpp.bench.mpi import bench_mpi_scaling, format_mpi_scaling
 
     result = bench_mpi_scaling(quick=True, ranks=2, steps=1, warmup=1, rounds=1, timeout=LAUNCH_TIMEOUT)
     assert "skipped" not in result, result
@@ -438,3 +438,30 @@ def test_bench_scaling_section_runs():
     assert 0 < result["allreduce_share"] < 1 and result["allreduce_alone_s"] > 0
     assert result["allreduce_bytes"] == 4 * (result["parameters"] + 8)  # one float32 buffer: gradients + 8 spare
     assert "2 ranks, 1 thread each" in "\n".join(format_mpi_scaling(result))
+
+
+def _splitmix64_reference(x: int) -> int:
+    """splitmix64 as published (Steele, Lea, Flood 2014), written out in Python for the check."""
+    x = (x + 0x9E3779B97F4A7C15) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    return x ^ (x >> 31)
+
+
+def test_rank_dropout_seeds_come_from_the_core_mixer():
+    """The per-rank dropout seeds use the core's splitmix64 (no Python copy of the mixer): rank 0
+    keeps the seed, the others get distinct non-negative 63-bit seeds."""
+    from transformer_cpp._core import _splitmix64
+    from transformer_cpp.distributed import DataParallel
+
+    assert _splitmix64(0) == 0xE220A8397B1DCDAF  # the generator's first output from state 0
+    for x in (1, 12345, 2**64 - 1):
+        assert _splitmix64(x) == _splitmix64_reference(x)
+    seeds = []
+    for rank in range(8):
+        dp = object.__new__(DataParallel)  # no communicator needed for the seed
+        dp.rank = rank
+        seeds.append(dp.dropout_seed(42))
+    assert seeds[0] == 42
+    assert len(set(seeds)) == 8 and all(0 <= s < 2**63 for s in seeds)
+    assert seeds[3] == _splitmix64_reference((_splitmix64_reference(42) + 3) % 2**64) & (2**63 - 1)

@@ -523,7 +523,7 @@ def test_bench_serving_section_structure():
         r["modes"]["batching"]["requests_per_s"] / r["modes"]["one_at_a_time"]["requests_per_s"]
     )
     targets = {t["key"]: t for t in bench.evaluate_targets({"serving": r})}
-    assert targets["serving_batching"]["target"] == bench.TARGET_SERVING_RATIO
+    assert targets["serving_batching"]["target"] == bench.report.TARGET_SERVING_RATIO
     results = {
         "machine": {"cpu": "x", "cores": 2},
         "quick": True,

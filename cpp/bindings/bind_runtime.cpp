@@ -4,6 +4,7 @@
 #include "transformer/f32_gemm.hpp"
 #include "transformer/positional_encoding.hpp"
 #include "transformer/quantized_linear.hpp"
+#include "transformer/random.hpp"
 #include "transformer/runtime.hpp"
 
 namespace transformer::bindings {
@@ -217,6 +218,9 @@ void bind_runtime(py::module_& m) {
         return out;
       },
       py::arg("x"), "Each value rounded to the nearest bfloat16, ties to even (tests).");
+  m.def(
+      "_splitmix64", [](std::uint64_t x) { return splitmix64(x); }, py::arg("x"),
+      "splitmix64 of x, the core's one seed mixer (random.hpp); Python derives seeds with it.");
   m.def(
       "_fingerprint",
       [](const py::array& data, std::uint64_t seed) {

@@ -1165,6 +1165,11 @@ def _f32_matmul(
     op(a) op(b) (+ c) (+ bias) in float32 (tests).
     """
 
+def _splitmix64(x: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    splitmix64 of x, the core's one seed mixer (random.hpp); Python derives seeds with it.
+    """
+
 def _fingerprint(data: numpy.ndarray, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
     64-bit fingerprint of a contiguous buffer's bytes (tests).

@@ -32,7 +32,6 @@ traceback instead.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import warnings
@@ -1451,13 +1450,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parser(sub)
 
-    # --- extension point: the benchmark subcommand -------------------------------------------
-    # `transformer_cpp.bench` (when it exists) provides add_bench_parser(subparsers), which adds
-    # the `bench` subcommand and sets its `func`. Import errors inside it are not hidden.
-    if importlib.util.find_spec(f"{__package__}.bench") is not None:
-        from .bench import add_bench_parser  # type: ignore[import-not-found, unused-ignore]
+    from .bench import add_bench_parser  # the benchmark (PyTorch and CTranslate2 are imported when it runs)
 
-        add_bench_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 

@@ -221,7 +221,8 @@ class DataParallel:
         return self._bounded(what, self.comm.bcast, obj, root=0)
 
     def allgather(self, obj: Any, what: str = "an all-gather") -> List[Any]:
-        return self._bounded(what, self.comm.allgather, obj)
+        gathered: List[Any] = self._bounded(what, self.comm.allgather, obj)
+        return gathered
 
     def any(self, flag: bool, what: str = "an agreement") -> bool:
         """True on every rank when ``flag`` is true on any."""
@@ -238,7 +239,7 @@ class DataParallel:
         failed = [(r, t) for r, t in enumerate(texts) if t is not None]
         if not failed:
             return None
-        distinct = list(dict.fromkeys(t for _, t in failed))
+        distinct: List[str] = list(dict.fromkeys(str(t) for _, t in failed))
         if len(failed) == self.size and len(distinct) == 1:
             return distinct[0]
         return "; ".join(f"rank {r}: {t}" for r, t in failed)
@@ -258,10 +259,9 @@ class DataParallel:
         masks), a distinct deterministic seed on the others."""
         if self.rank == 0:
             return int(seed)
-        x = (int(seed) + 0x9E3779B97F4A7C15 * self.rank) & 0xFFFFFFFFFFFFFFFF  # splitmix64
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        return (x ^ (x >> 31)) & 0x7FFFFFFFFFFFFFFF
+        from ._core import _splitmix64  # the core's seed mixer (random.hpp), not a copy of it
+
+        return int(_splitmix64((_splitmix64(int(seed) % 2**64) + self.rank) % 2**64)) & 0x7FFFFFFFFFFFFFFF
 
     def check_same_weights(self, model: Any, step: int) -> None:
         """Raise :class:`WeightsDrifted` on every rank when the ranks' weights differ."""

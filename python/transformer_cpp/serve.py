@@ -72,7 +72,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -200,13 +200,13 @@ class _Job:
     def __init__(self, count: int, loop: asyncio.AbstractEventLoop) -> None:
         self.results: List[Optional[Dict[str, Any]]] = [None] * count
         self.remaining = count
-        self.future: asyncio.Future = loop.create_future()
+        self.future: asyncio.Future[List[Dict[str, Any]]] = loop.create_future()
 
     def done(self, index: int, result: Dict[str, Any]) -> None:
         self.results[index] = result
         self.remaining -= 1
         if self.remaining == 0 and not self.future.done():
-            self.future.set_result(self.results)
+            self.future.set_result([r for r in self.results if r is not None])  # all set by now
 
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
@@ -250,7 +250,9 @@ def decode_items(
     compute_type = getattr(translator, "compute_type", "float32")
     if beam_size == 1:
         out = greedy_decode(model, src, tgt.start_id, tgt.end_id, steps, compute_type)
-        hyps = [[([int(v) for v in row if v != 0][:n], None)] for row, n in zip(out, limits)]
+        hyps: List[List[Tuple[List[int], Optional[float]]]] = [
+            [([int(v) for v in row if v != 0][:n], None)] for row, n in zip(out, limits)
+        ]
     elif compute_type == "float32":
         raw = model.beam_search(src, tgt.start_id, tgt.end_id, steps, beam_size, length_penalty, n_best)
     else:
@@ -330,7 +332,7 @@ class Batcher:
         self.threads = int(threads) if threads is not None else get_num_threads()
         self._pending: Deque[Tuple[Tuple[int, int], float, _Item]] = collections.deque()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._task: Optional[asyncio.Task] = None
+        self._task: Optional[asyncio.Task[None]] = None
         self._wakeup: Optional[asyncio.Event] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self.closing = False
@@ -612,7 +614,7 @@ def parse_request(body: Any, config: ServeConfig) -> Tuple[List[str], int, int, 
             + (", not both" if req.text is not None else ""),
         )
     texts = [req.text] if req.text is not None else list(req.texts or [])
-    where = (lambda i: "text") if req.text is not None else (lambda i: f"texts[{i}]")
+    where: Callable[[int], str] = (lambda i: "text") if req.text is not None else (lambda i: f"texts[{i}]")
     if not texts:
         raise ServeError(422, '"texts" is empty; give at least one sentence')
     if len(texts) > config.max_texts:
@@ -787,7 +789,7 @@ def create_app(
 
     @app.get("/health", summary="Liveness, with the batcher's counters")
     async def health() -> Any:
-        stats = dict(batcher.stats, queued=batcher.queued)
+        stats: Dict[str, Any] = dict(batcher.stats, queued=batcher.queued)
         stats["mean_batch"] = round(stats["sentences"] / stats["batches"], 3) if stats["batches"] else None
         if batcher.closing:
             return JSONResponse({"status": "shutting down", "batcher": stats}, status_code=503)
@@ -978,18 +980,17 @@ def serve(
         raise ImportError(f"{_SERVE_EXTRA_HINT} ({exc})") from exc
 
     app = create_app(translator, config)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level=log_level,
-            access_log=access_log,
-            timeout_graceful_shutdown=graceful_timeout,
-            lifespan="on",
-            **uvicorn_choices(),
-        )
+    # uvicorn annotates timeout_graceful_shutdown as int but waits with asyncio (seconds as float)
+    options: Dict[str, Any] = dict(
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=graceful_timeout,
+        lifespan="on",
+        **uvicorn_choices(),
     )
+    server = uvicorn.Server(uvicorn.Config(app, **options))
     # uvicorn re-raises the signal it shut down on after restoring the previous handlers; make
     # those handlers no-ops while serving, so that a graceful shutdown ends with status 0.
     previous = {}
@@ -1228,7 +1229,7 @@ _DESCRIPTION = (
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``serve`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "serve", help="serve a trained model over HTTP (API, batching, web page)", description=_DESCRIPTION
     )
     _add_arguments(p)

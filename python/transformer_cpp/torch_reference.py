@@ -40,6 +40,10 @@ Public functions (stable; the benchmark uses them):
     The ``.grad`` of every reference parameter as NumPy arrays keyed by OUR parameter names
     (``...self_attention.query.weight`` is the first third of ``in_proj_weight.grad``); zeros for
     parameters that received no gradient.
+``tutorial_greedy_decode(ref, src, start_id, end_id, max_length) -> np.ndarray``
+    Greedy decoding as the PyTorch tutorial writes it (encode once, re-run the decoder on the
+    growing prefix, no cache): the benchmark's PyTorch decoding peer. The loop is
+    :func:`transformer_cpp.translate.greedy_reference`, so the output follows its convention.
 
 The layer classes (``ReferenceMultiHeadAttention``, ``ReferenceFeedForward``,
 ``ReferenceEncoderLayer``, ``ReferenceDecoderLayer``, ``ReferenceEncoder``, ``ReferenceDecoder``)
@@ -68,6 +72,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     ) from exc
 
 from ._runtime import positional_encoding
+from .translate import greedy_reference
 
 __all__ = [
     "ReferenceDecoder",
@@ -81,6 +86,7 @@ __all__ = [
     "copy_weights_to_reference",
     "reference_gradients",
     "torch_dtype",
+    "tutorial_greedy_decode",
 ]
 
 # Defaults of transformer_cpp.Transformer for keys a config may leave out.
@@ -529,3 +535,26 @@ def reference_gradients(ref: nn.Module) -> Dict[str, np.ndarray]:
         else:
             out[name] = g
     return out
+
+
+# --- decoding ----------------------------------------------------------------------------------------
+
+
+def tutorial_greedy_decode(
+    ref: ReferenceTransformer, src: Any, start_id: int, end_id: int, max_length: int
+) -> np.ndarray:
+    """Greedy decoding with the reference as the PyTorch tutorial does it: the source is encoded
+    once, then at every step the whole decoder re-runs on the growing prefix and its last
+    position is projected (no key/value cache, no gradients; eval mode is the caller's to set).
+    The loop is :func:`transformer_cpp.translate.greedy_reference`: (B, L) int64 ids after the
+    start token, up to and including the end token, then 0; the padding id 0 is never chosen."""
+    with torch.no_grad():
+        src_t = _as_tokens(src, ref.output.bias.device)
+        memory = ref.encoder(src_t)
+        source_padding = src_t == 0
+
+        def next_logits(prefix: np.ndarray) -> np.ndarray:
+            y = ref.decoder(torch.from_numpy(prefix), memory, source_padding=source_padding)
+            return ref.project(y[:, -1]).numpy()
+
+        return greedy_reference(next_logits, int(src_t.shape[0]), start_id, end_id, max_length)

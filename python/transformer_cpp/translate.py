@@ -19,10 +19,11 @@ longer than the longest training pair the checkpoint records gets a :class:`Long
 
 Decoding. Greedy decoding appends the most likely next token until the end token or the
 output limit. It runs in C++ (``Transformer.greedy_decode``: the encoder runs
-once and the decoder keeps a key/value cache). :func:`greedy_decode_reference` is the same
-algorithm written plainly in Python — it re-runs ``Transformer.forward`` on the growing prefix —
-kept as the readable definition and as what the tests compare the C++ path against. Beam search
-(``beam_size > 1``) uses ``Transformer.beam_search`` (GNMT length penalty).
+once and the decoder keeps a key/value cache). :func:`greedy_reference` is the same algorithm
+written plainly in Python over any next-token function, and :func:`greedy_decode_reference`
+applies it to ``Transformer.forward`` re-run on the growing prefix: the readable definition, and
+what the tests and the benchmark compare decoders against. Beam search (``beam_size > 1``) uses
+``Transformer.beam_search`` (GNMT length penalty).
 
 Attention. With ``return_attention=True`` the decoded sentence is run once more through
 ``Transformer.forward`` (teacher-forced on the model's own output) and the cross-attention
@@ -42,7 +43,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -56,6 +57,7 @@ __all__ = [
     "LongInputWarning",
     "greedy_decode",
     "greedy_decode_reference",
+    "greedy_reference",
     "evaluate",
 ]
 
@@ -68,15 +70,15 @@ COMPUTE_TYPES = ("float32", "int8", "bf16")
 def check_compute_type(who: str, value: Any) -> str:
     """``value`` if it names a compute type this machine can run, else ``ValueError`` (``TypeError``
     for a non-str) naming what is allowed or what the CPU lacks."""
-    value = _choice(who, "compute_type", value, COMPUTE_TYPES)
+    name = _choice(who, "compute_type", value, COMPUTE_TYPES)
     from . import _core
 
-    if not _core._compute_type_supported(value):
+    if not _core._compute_type_supported(name):
         raise ValueError(
-            f"{who}: compute_type {value!r} is not available: "
-            f"{_core._compute_type_unsupported_reason(value)}; use compute_type 'float32'"
+            f"{who}: compute_type {name!r} is not available: "
+            f"{_core._compute_type_unsupported_reason(name)}; use compute_type 'float32'"
         )
-    return value
+    return name
 
 
 def one_line(text: str) -> str:
@@ -99,14 +101,43 @@ def _check_src(src: Any, who: str) -> np.ndarray:
     return np.ascontiguousarray(src, dtype=np.int64)
 
 
+def greedy_reference(
+    next_logits: Callable[[np.ndarray], Any], batch_size: int, start_id: int, end_id: int, max_length: int
+) -> np.ndarray:
+    """Greedy decoding written plainly: the one reference loop every greedy decoder of this
+    project is checked against (the C++ ``Transformer.greedy_decode`` in the tests, CTranslate2
+    and the PyTorch tutorial loop in the benchmark).
+
+    ``next_logits(prefix)`` gets the int64 (B, t+1) prefixes ``[start, y_1, ..., y_t]`` of the
+    ``batch_size`` sentences and returns the logits (B, V) of the token after each (a NumPy array
+    or anything ``np.asarray`` takes). ``y_{t+1}`` is the argmax over every token except padding
+    (id 0, which a model must never output; ties go to the lowest id). A sentence is finished
+    once it has produced ``end_id``; its later positions are padding (0). Stops when every
+    sentence is finished or after ``max_length`` tokens.
+
+    Returns:
+        int64 (B, L): the generated ids after the start token, up to and including the end token,
+        padded with 0; ``L`` is the longest row.
+    """
+    out = np.zeros((batch_size, 0), dtype=np.int64)
+    done = np.zeros(batch_size, dtype=bool)
+    start = np.full((batch_size, 1), int(start_id), dtype=np.int64)
+    for _ in range(int(max_length)):
+        logits = np.asarray(next_logits(np.concatenate([start, out], axis=1)))  # (B, V)
+        nxt = logits[:, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
+        nxt[done] = 0
+        out = np.concatenate([out, nxt[:, None]], axis=1)
+        done |= nxt == int(end_id)
+        if done.all():
+            break
+    return out
+
+
 def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
     """Greedy decoding in plain Python: the readable definition of ``Transformer.greedy_decode``.
 
-    At every step the whole prefix ``[start, y_1, ..., y_t]`` is run through
-    ``model.forward(src, prefix)`` and ``y_{t+1}`` is the argmax of the last position's logits
-    over every token except padding (id 0, which a model must never output). A
-    sentence is finished once it has produced ``end_id``; its later positions are padding (0).
-    Stops when every sentence is finished or after ``max_length`` tokens.
+    :func:`greedy_reference` with the whole prefix ``[start, y_1, ..., y_t]`` run through
+    ``model.forward(src, prefix)`` at every step (no cache) and the last position's logits taken.
 
     Args:
         model: a :class:`~transformer_cpp.model.Transformer`.
@@ -119,21 +150,9 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
         padded with 0; ``L`` is the longest row.
     """
     src = _check_src(src, "greedy_decode_reference")
-    batch = src.shape[0]
-    limit = int(max_length)
-    out = np.zeros((batch, 0), dtype=np.int64)
-    done = np.zeros(batch, dtype=bool)
-    start = np.full((batch, 1), int(start_id), dtype=np.int64)
-    for _ in range(limit):
-        prefix = np.ascontiguousarray(np.concatenate([start, out], axis=1))
-        logits = model.forward(src, prefix, training=False)  # (B, t+1, V)
-        nxt = logits[:, -1, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
-        nxt[done] = 0
-        out = np.concatenate([out, nxt[:, None]], axis=1)
-        done |= nxt == int(end_id)
-        if done.all():
-            break
-    return out
+    return greedy_reference(
+        lambda prefix: model.forward(src, prefix, training=False)[:, -1], src.shape[0], start_id, end_id, max_length
+    )
 
 
 def greedy_decode(
@@ -256,8 +275,8 @@ class EvaluationResult:
 def _piece(tokenizer: Any, token_id: int) -> str:
     """A readable label for one token id: ``▁`` for a leading space, ``<end>`` for specials."""
     if token_id in tokenizer.special_ids:
-        return tokenizer.id_to_token(token_id)
-    text = tokenizer.decode([token_id])
+        return cast(str, tokenizer.id_to_token(token_id))
+    text = cast(str, tokenizer.decode([token_id]))
     # byte-level BPE writes a leading space as "Ġ"; decode() drops one leading space, so restore it
     return ("\u2581" + text) if tokenizer.id_to_token(token_id).startswith("\u0120") else text
 
@@ -392,7 +411,7 @@ class Translator:
 
     @classmethod
     def _limit(cls, max_length: Optional[int]) -> Optional[int]:
-        return cls.check("max_length", max_length)
+        return cast(Optional[int], cls.check("max_length", max_length))
 
     def clean(self, sentence: str) -> str:
         """The input as the model sees it: :func:`clean_sentence` in ``src_lang``.
@@ -452,14 +471,17 @@ class Translator:
                 f"Translator.translate: expected a str, got {type(sentence).__name__}; "
                 "use translate_batch for several sentences"
             )
-        return self.translate_batch(
-            [sentence],
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_length=max_length,
-            return_attention=return_attention,
-            _stacklevel=3,
-        )[0]
+        return cast(
+            Union[str, "Translation"],
+            self.translate_batch(
+                [sentence],
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                max_length=max_length,
+                return_attention=return_attention,
+                _stacklevel=3,
+            )[0],
+        )
 
     def translate_batch(
         self,
@@ -611,7 +633,8 @@ def evaluate(
     Raises:
         ValueError: if the lists differ in length or are empty.
     """
-    import sacrebleu
+    from sacrebleu.metrics.bleu import BLEU
+    from sacrebleu.metrics.chrf import CHRF
 
     from .data import encode_pairs
     from .training import evaluate_loss
@@ -627,13 +650,15 @@ def evaluate(
         hyps = translator.translate_batch(
             sources, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size
         )
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
+    bleu = BLEU()
+    chrf = CHRF()
     bleu_score = bleu.corpus_score(hyps, [refs])
     chrf_score = chrf.corpus_score(hyps, [refs])
     multi_hyps, multi_refs = _group_references(sources, hyps, refs)
-    multi_bleu = sacrebleu.metrics.BLEU().corpus_score(multi_hyps, multi_refs)
-    multi_chrf = sacrebleu.metrics.CHRF().corpus_score(multi_hyps, multi_refs)
+    # sacrebleu takes None for a source with fewer references than the others
+    streams = cast(List[Sequence[str]], multi_refs)
+    multi_bleu = BLEU().corpus_score(multi_hyps, streams)
+    multi_chrf = CHRF().corpus_score(multi_hyps, streams)
 
     loss = accuracy = float("nan")
     scored = 0

@@ -1,6 +1,6 @@
 """The benchmark's MPI scaling section: one process with N threads against N MPI ranks with one
-thread each, training the same global batches (``transformer-cpp bench``; alone:
-``python -m transformer_cpp.bench_mpi [--quick] [--ranks 2] [--steps 6] [--rounds 2]``).
+thread each, training the same global batches (section 6 of ``transformer-cpp bench``; alone:
+``python -m transformer_cpp.bench.mpi [--quick] [--ranks 2] [--steps 6] [--rounds 2]``).
 
 Each setting runs in fresh processes (the ranks under ``mpiexec -n N --bind-to none``, the single
 process as a plain child), taking turns for ``rounds`` rounds; each reports target tokens per second
@@ -28,7 +28,16 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["bench_mpi_scaling", "format_mpi_scaling", "find_mpiexec"]
+from .. import set_num_threads
+from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, make_batches
+from .training import build_ours
+
+__all__ = ["bench_mpi_scaling", "find_mpiexec", "format_mpi_scaling", "main"]
+
+_DESCRIPTION = (
+    "The benchmark's MPI scaling section: one process with N threads against N MPI ranks with one "
+    "thread each, training the same global batches."
+)
 
 
 def find_mpiexec() -> Optional[str]:
@@ -50,8 +59,9 @@ def _run_child(command: List[str], threads: int, timeout: float) -> Dict[str, An
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
         tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
-        raise RuntimeError(f"bench_mpi child failed (status {result.returncode}): {tail}")
-    return json.loads(lines[-1])
+        raise RuntimeError(f"bench.mpi child failed (status {result.returncode}): {tail}")
+    answer: Dict[str, Any] = json.loads(lines[-1])
+    return answer
 
 
 def bench_mpi_scaling(
@@ -74,7 +84,7 @@ def bench_mpi_scaling(
         return {"skipped": "no mpiexec found (the mpi extra installs Open MPI's)"}
     steps = steps if steps is not None else (2 if quick else 6)
     common = ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed)] + (["--quick"] if quick else [])
-    me = [sys.executable, "-m", "transformer_cpp.bench_mpi"]
+    me = [sys.executable, "-m", "transformer_cpp.bench.mpi"]
     single_cmd = me + ["--child", "single", "--threads", str(ranks)] + common
     ranks_cmd = (
         [mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "none"]
@@ -135,9 +145,6 @@ def format_mpi_scaling(result: Dict[str, Any]) -> List[str]:
 
 
 def _child(args: argparse.Namespace) -> Dict[str, Any]:
-    from . import set_num_threads
-    from .bench import QUICK_SHAPES, TUTORIAL_SHAPES, build_ours, make_batches
-
     set_num_threads(args.threads)
     shapes = QUICK_SHAPES if args.quick else TUTORIAL_SHAPES
     model = build_ours(shapes, args.seed)
@@ -154,7 +161,7 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
         out.update(tokens_per_s=timed_tokens / seconds, seconds_per_step=seconds / args.steps)
         return out
 
-    from .distributed import from_environment
+    from ..distributed import from_environment
 
     parallel = from_environment(timeout=600.0)
     if parallel is None:
@@ -162,7 +169,7 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
 
     def batch_of(b: Any) -> Any:
         def take(share: np.ndarray) -> Any:
-            from .data import Batch
+            from ..data import Batch
 
             src, tgt_in, tgt_out = b.src[share], b.tgt_in[share], b.tgt_out[share]
             s_len = int(np.max(np.count_nonzero(src, axis=1)))
@@ -213,7 +220,7 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench_mpi", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench.mpi", description=_DESCRIPTION)
     p.add_argument("--quick", action="store_true", help="tiny shapes")
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks (and the single process's threads)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per run")

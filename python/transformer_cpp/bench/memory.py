@@ -1,0 +1,111 @@
+"""Section 4 of the benchmark: peak memory of training steps, ours and PyTorch's.
+
+Each implementation runs in a fresh child process (``python -m transformer_cpp.bench
+--child-memory ours|torch``, :func:`child_memory`): the peak resident set size after the imports,
+then after ``memory_steps`` training steps; the delta is what the model, its optimiser and its
+steps cost (see :func:`peak_rss` for where the peak is read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from typing import Any, Dict, Tuple
+
+from .machine import THREAD_ENV, log, set_all_threads
+from .peers import TorchTrainer
+from .shapes import BenchShapes, make_batches
+from .training import build_ours
+
+__all__ = ["child_memory", "measure_memory", "peak_rss"]
+
+
+def peak_rss() -> Tuple[int, str]:
+    """Peak resident set size of this process so far, in bytes, and where it was read.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, the high-water mark of this process image. Not
+    ``ru_maxrss``: Linux carries ``ru_maxrss`` across ``fork``/``exec``, so a child started by the
+    (large) benchmark process would report the parent's peak. Elsewhere: ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024, "VmHWM"
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (int(r) if sys.platform == "darwin" else int(r) * 1024), "ru_maxrss"
+
+
+def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
+    """Run in a fresh process: import what ``which`` needs, read the baseline peak RSS, build the
+    model and optimiser, run ``shapes.memory_steps`` training steps, read the peak RSS again."""
+    set_all_threads(threads)
+    if which == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        from .. import torch_reference  # noqa: F401
+    baseline, source = peak_rss()
+    batches = make_batches(shapes, shapes.memory_steps, seed=seed + 1)
+    if which == "ours":
+        model = build_ours(shapes, seed)
+        for b in batches:
+            model.train_step(b.src, b.tgt_in, b.tgt_out)
+    elif which == "torch":
+        trainer = TorchTrainer(shapes, None, seed)
+        for b in batches:
+            trainer.train_step(*trainer.tensors(b))
+    else:
+        raise ValueError(f"--child-memory: expected 'ours' or 'torch', got {which!r}")
+    peak, _ = peak_rss()
+    return {
+        "which": which,
+        "baseline_mb": baseline / 2**20,
+        "raw_mb": peak / 2**20,
+        "delta_mb": (peak - baseline) / 2**20,
+        "steps": len(batches),
+        "source": source,
+    }
+
+
+def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool, seed: int = 0) -> Dict[str, Any]:
+    """Peak memory of training steps, ours and PyTorch's, each in its own child process."""
+    out: Dict[str, Any] = {
+        "method": "peak RSS (VmHWM, else ru_maxrss) of a child process after its training "
+        "steps; delta = that peak - the peak after imports"
+    }
+    env = dict(os.environ)
+    for key in THREAD_ENV:
+        env[key] = str(threads)
+    for which in ["ours", "torch"] if with_torch else ["ours"]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "transformer_cpp.bench",
+            "--child-memory",
+            which,
+            "--threads",
+            str(threads),
+            "--seed",
+            str(seed),
+        ] + (["--quick"] if quick else [])
+        log(f"memory: {which} in a child process")
+        for attempt in (1, 2):  # once more if the child fails (e.g. an editable rebuild raced a source edit)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+            if proc.returncode == 0 and lines:
+                out[which] = json.loads(lines[-1])
+                break
+            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            out[which] = {"error": f"child exited with {proc.returncode}: {last[:300]}"}
+            log(f"memory child ({which}) failed, attempt {attempt}: {last[:300]}")
+    ours_delta = out.get("ours", {}).get("delta_mb")
+    torch_delta = (out.get("torch") or {}).get("delta_mb")
+    # a tiny (quick) model may fit in memory the imports already touched: no ratio then
+    out["ratio_delta"] = ours_delta / torch_delta if ours_delta is not None and torch_delta else None
+    return out
