@@ -182,7 +182,8 @@ def test_d_model_not_divisible_by_heads(make):
     ],
 )
 def test_bad_model_configuration(kwargs, fragment):
-    with pytest.raises(ValueError, match=fragment):
+    # TypeError for a value of the wrong type (2.5 for an integer), ValueError for one out of range
+    with pytest.raises(TypeError if kwargs == dict(d_model=2.5) else ValueError, match=fragment):
         tc.Transformer(SRC_V, TGT_V, **kwargs)
 
 

@@ -370,7 +370,7 @@ def test_bf16_model_decodes_in_float32():
 def test_precision_is_checked():
     with pytest.raises(ValueError, match="precision must be 'float32' or 'bf16', got 'fp16'"):
         tc.Transformer(**CONFIG, precision="fp16")
-    with pytest.raises(TypeError, match="precision must be a str"):
+    with pytest.raises(TypeError, match="precision must be 'float32' or 'bf16', got 16"):
         tc.Transformer(**CONFIG, precision=16)
     with pytest.raises(ValueError, match="precision 'bf16' needs dtype float32"):
         tc.Transformer(**CONFIG, dtype="float64", precision="bf16")

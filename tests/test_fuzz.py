@@ -1021,6 +1021,9 @@ TRAIN_FLAGS = {
     "fixed_lr": "--fixed-lr",
     "label_smoothing": "--label-smoothing",
     "clip_norm": "--clip-norm",
+    "beta1": "--beta1",
+    "beta2": "--beta2",
+    "adam_eps": "--adam-eps",
     "seed": "--seed",
     "log_every": "--log-every",
     "keep_checkpoints": "--keep-checkpoints",
@@ -1052,7 +1055,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
     from transformer_cpp.translate import Translator
 
     cls = TrainConfig if owner == "TrainConfig" else Translator
-    names = sorted(cls.LIMITS) + (list(TrainConfig._FLAGS) if owner == "TrainConfig" else [])
+    names = sorted(cls.LIMITS)  # the flags' limits too (Limit.flag())
     name = data.draw(st.sampled_from(names))
     value = data.draw(ANY_VALUE)
     event(f"{owner}.{name}")
@@ -1063,7 +1066,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
         api_error = str(exc)
         assert api_error.startswith(f"{owner}: ") and name in api_error, api_error
     if api_error is None:
-        if name in getattr(cls, "_FLAGS", ()):
+        if cls.LIMITS[name].kind == "flag":
             assert isinstance(value, (bool, np.bool_)) and got is bool(value), (name, value, got)
         elif value is None:
             assert name in ("threads", "max_length") and got is None, (name, got)
@@ -1083,7 +1086,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
             "max_length": "--max-length",
             "batch_size": "--batch-size",
         }[name]
-    integer = name in cls.LIMITS and cls.LIMITS[name].integer
+    integer = cls.LIMITS[name].integer
     if (
         flag is None
         or isinstance(value, (bool, np.bool_))

@@ -121,26 +121,43 @@ def trained(tmp_path_factory):
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["train", "--d-model", "1000000"], "argument --d-model: expected an integer in [1, 16384], got 1000000"),
-        (["train", "--layers", "100000"], "argument --layers: expected an integer in [1, 256]"),
+        (
+            ["train", "--d-model", "1000000"],
+            "argument --d-model: Transformer: d_model must be an integer in [1, 16384], got 1000000",
+        ),
+        (["train", "--layers", "100000"], "argument --layers: Transformer: n_layers must be an integer in [1, 256]"),
+        (["train", "--dropout", "1"], "argument --dropout: Transformer: dropout must be a number in [0, 1), got 1.0"),
         (
             ["train", "--max-length", "1000000000"],
-            "expected 0 (automatic) or an integer in [2, 100000], got 1000000000",
+            "max_length must be 0 (automatic) or an integer in [2, 100000], got 1000000000",
         ),
-        (["train", "--vocab-size", "5"], "argument --vocab-size: expected an integer in [260, 1048576], got 5"),
-        (["train", "--num-samples", "-3"], "argument --num-samples: expected an integer in [0, 9223372036854775807]"),
-        (["train", "--split-seed", "99999999999999999999999"], "expected an integer in [0, 9223372036854775807]"),
+        (
+            ["train", "--vocab-size", "5"],
+            "argument --vocab-size: vocab_size must be an integer in [260, 1048576], got 5",
+        ),
+        (
+            ["train", "--num-samples", "-3"],
+            "argument --num-samples: num_samples must be an integer in [0, 9223372036854775807]",
+        ),
+        (["train", "--split-seed", "99999999999999999999999"], "an integer in [0, 9223372036854775807]"),
         (["train", "--warmup", "1e3"], "argument --warmup: expected an integer, got '1e3'"),
-        (["train", "--epochs", "0"], "argument --epochs: expected an integer >= 1, got 0"),
+        (
+            ["train", "--epochs", "0"],
+            "argument --epochs: TrainConfig: epochs must be an integer in [1, 1000000], got 0",
+        ),
         (
             ["train", "--valid-fraction", "1.5"],
-            "argument --valid-fraction: split_by_source: valid_fraction must be in [0, 1), got 1.5",
+            "argument --valid-fraction: split_by_source: valid_fraction must be a number in [0, 1), got 1.5",
+        ),
+        (
+            ["train", "--precision", "fp16"],
+            "argument --precision: Transformer: precision must be 'float32' or 'bf16', got 'fp16'",
         ),
         (["train", "--encoding", "klingon"], "argument --encoding: --encoding: unknown text encoding 'klingon'"),
         (["train", "--encoding", "utf-16"], "is not supported: lines must end with the byte 0x0A"),
-        (["translate", "--model", "m", "--threads", "99999999999999999999"], "expected an integer in [1, 4096]"),
-        (["evaluate", "--model", "m", "--limit", "-1"], "argument --limit: expected an integer in [0, "),
-        (["average", "--model", "m", "--last", "0"], "argument --last: expected an integer in [1, "),
+        (["translate", "--model", "m", "--threads", "99999999999999999999"], "threads must be an integer in [1, 1024]"),
+        (["evaluate", "--model", "m", "--limit", "-1"], "argument --limit: limit must be an integer in [0, "),
+        (["average", "--model", "m", "--last", "0"], "argument --last: last must be an integer in [1, "),
     ],
 )
 def test_absurd_options_are_refused_with_the_range(argv, fragment, capsys):
@@ -544,7 +561,7 @@ def test_seeds_flags_and_sentences_are_checked_by_name(tmp_path):
         (lambda: tc.split_by_source(["a", 5], ["x", "y"]), "split_by_source: source 1 is a int, expected a str"),
         (lambda: tc.split_by_source(["a", "b"], ["x", None]), "split_by_source: target 1 is a NoneType"),
         (lambda: list(tc.batches(enc, 2, shuffle="no")), "batches: shuffle must be True or False"),
-        (lambda: tc.load_tatoeba(data, 5, seed=2.5), "load_tatoeba: seed must be an integer >= 0, got float"),
+        (lambda: tc.load_tatoeba(data, 5, seed=2.5), "load_tatoeba: seed must be an integer >= 0, got 2.5"),
     ]:
         with pytest.raises((TypeError, ValueError)) as info:
             call()
@@ -666,7 +683,7 @@ def test_checkpoint_files_larger_than_they_can_be_are_refused_before_reading(tra
 @pytest.mark.parametrize(
     "edit, fragment, translating",
     [
-        (lambda cfg: cfg["optimizer"].update(step="12"), "step must be an integer, got '12'", False),
+        (lambda cfg: cfg["optimizer"].update(step="12"), "step must be an integer >= 0, got '12'", False),
         (
             lambda cfg: cfg.update(data=[1, 2]),
             "the 'data' section of 'config.json' must be an object or null, got list",
@@ -854,7 +871,8 @@ def test_helpers_of_training_and_checkpoints_name_bad_counts():
         ),
         (lambda: bleu_of_encoded(tiny_model(tok), enc, tok, batch_size=0), "batch_size must be an integer >= 1"),
         (lambda: output_limit(-5), "output_limit: source_tokens must be an integer >= 0, got -5"),
-        (lambda: checkpoint_name(1.5), "checkpoint_name: counts must be integers, got 1.5"),
+        (lambda: checkpoint_name(1.5), "checkpoint_name: epochs_done must be an integer >= 0, got 1.5"),
+        (lambda: checkpoint_name(1, -2), "checkpoint_name: batches_into_next_epoch must be an integer >= 0, got -2"),
     ]:
         with pytest.raises((TypeError, ValueError)) as info:
             call()

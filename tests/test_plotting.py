@@ -162,18 +162,16 @@ def test_learning_rate_schedule_default_warmup() -> None:
     [
         (lambda pe: P.cosine_similarity_to(pe, 200), "out of range"),
         (lambda pe: P.cosine_similarity_to(pe, -1), "out of range"),
-        (lambda pe: P.cosine_similarity_to(pe, 1.0), "integer"),
         (lambda pe: P.cosine_similarity_to(pe[0], 0), "2-D"),
         (lambda pe: P.ring_coordinates(pe, "interleaved"), "1-D"),
-        (lambda pe: P.ring_coordinates(pe[0], "rows"), "expected one of"),
+        (lambda pe: P.ring_coordinates(pe[0], "rows"), "layout must be 'interleaved' or 'concatenated', got 'rows'"),
         (lambda pe: P.ring_coordinates(np.ones(5), "concatenated"), "even depth"),
         (lambda pe: P.pair_frequencies(1), ">= 2"),
         (lambda pe: P.rotation_matrix(np.nan, 1.0), "finite"),
         (lambda pe: P.relative_position_error(pe, 200), "smaller than"),
-        (lambda pe: P.relative_position_error(pe, 2, layout="x"), "expected one of"),
+        (lambda pe: P.relative_position_error(pe, 2, layout="x"), "layout must be 'interleaved' or 'concatenated'"),
         (lambda pe: P.learning_rate_schedule(0), ">= 1"),
         (lambda pe: P.learning_rate_schedule(512, warmup=0), ">= 1"),
-        (lambda pe: P.learning_rate_schedule(512, steps=2.5), "integer"),
         (lambda pe: P.positional_encoding_heatmap(pe, position_axis="z"), "'x' or 'y'"),
         (lambda pe: P.positional_encoding_heatmap(np.full((3, 4), np.nan)), "NaN"),
         (lambda pe: P.cosine_similarity_plot(pe), "out of range"),
@@ -191,6 +189,19 @@ def test_learning_rate_schedule_default_warmup() -> None:
 )
 def test_bad_arguments_raise_value_error(pe_small: np.ndarray, call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
+        call(pe_small)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda pe: P.cosine_similarity_to(pe, 1.0), "cosine_similarity_to: position must be an integer, got 1.0"),
+        (lambda pe: P.learning_rate_schedule(512, steps=2.5), "steps must be an integer >= 1, got 2.5"),
+        (lambda pe: P.positional_encoding_heatmap(pe, position_axis=0), "position_axis must be 'x' or 'y', got 0"),
+    ],
+)
+def test_arguments_of_the_wrong_type_raise_type_error(pe_small: np.ndarray, call, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
         call(pe_small)
 
 

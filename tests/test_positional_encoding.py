@@ -131,14 +131,10 @@ def test_result_is_a_fresh_writable_array() -> None:
 @pytest.mark.parametrize(
     "kwargs,words",
     [
-        (dict(length=0, depth=4), ["length", "positive integer"]),
-        (dict(length=-3, depth=4), ["length", "positive integer"]),
-        (dict(length=4, depth=0), ["depth", "positive integer"]),
-        (dict(length=4, depth=-1), ["depth", "positive integer"]),
-        (dict(length=2.0, depth=4), ["length", "positive integer"]),
-        (dict(length=4, depth=8.5), ["depth", "positive integer"]),
-        (dict(length=True, depth=4), ["length", "positive integer"]),
-        (dict(length=4, depth=True), ["depth", "positive integer"]),
+        (dict(length=0, depth=4), ["length must be an integer >= 1, got 0"]),
+        (dict(length=-3, depth=4), ["length must be an integer >= 1, got -3"]),
+        (dict(length=4, depth=0), ["depth must be an integer >= 1, got 0"]),
+        (dict(length=4, depth=-1), ["depth must be an integer >= 1, got -1"]),
         (dict(length=4, depth=5, layout="concatenated"), ["concatenated", "even"]),
         (dict(length=4, depth=4, layout="sinusoidal"), ["interleaved", "concatenated"]),
         (dict(length=4, depth=4, dtype="int32"), ["float32", "float64"]),
@@ -151,6 +147,20 @@ def test_bad_arguments_raise_value_error(kwargs: dict, words: list) -> None:
     assert "positional_encoding" in message
     for word in words:
         assert word in message, f"{word!r} missing from {message!r}"
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(length=2.0, depth=4), "length must be an integer >= 1, got 2.0"),
+        (dict(length=4, depth=8.5), "depth must be an integer >= 1, got 8.5"),
+        (dict(length=True, depth=4), "length must be an integer >= 1, got True"),
+        (dict(length=4, depth=True), "depth must be an integer >= 1, got True"),
+    ],
+)
+def test_arguments_of_the_wrong_type_raise_type_error(kwargs: dict, words: str) -> None:
+    with pytest.raises(TypeError, match=f"^positional_encoding: {words}$"):
+        tc.positional_encoding(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +189,8 @@ def test_num_threads_round_trip() -> None:
 @pytest.mark.parametrize("n", [0, -2, 1.5, "2", None, True])
 def test_set_num_threads_rejects_bad_values(n: object) -> None:
     before = tc.get_num_threads()
-    with pytest.raises(ValueError, match="positive integer"):
+    error = ValueError if type(n) is int else TypeError  # out of range, or not an integer
+    with pytest.raises(error, match=r"set_num_threads: n must be an integer >= 1, got"):
         tc.set_num_threads(n)
     assert tc.get_num_threads() == before
 

@@ -268,7 +268,7 @@ def test_translator_refuses_bad_compute_types():
     ):
         _translator("fp16")
     t = _translator()
-    with pytest.raises(TypeError, match="Translator: compute_type must be a str"):
+    with pytest.raises(TypeError, match="Translator: compute_type must be one of 'float32', 'int8', 'bf16', got None"):
         t.compute_type = None
     assert t.compute_type == "float32"
 

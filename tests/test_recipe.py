@@ -79,7 +79,7 @@ def test_split_by_source_is_deterministic_by_seed():
 
 
 def test_split_by_source_rejects_bad_fractions():
-    with pytest.raises(ValueError, match="test_fraction must be in"):
+    with pytest.raises(ValueError, match=r"test_fraction must be a number in \[0, 1\), got 1.5"):
         tdata.split_by_source(["a"], ["b"], 0.1, 1.5)
     with pytest.raises(ValueError, match="sources but"):
         tdata.split_by_source(["a", "b"], ["b"], 0.1, 0.1)
@@ -103,7 +103,7 @@ def test_num_samples_draws_a_seeded_random_sample(tmp_path):
     rows = [position["\t".join(p)] for p in zip(a.english, a.spanish, a.attributions)]
     assert rows == sorted(rows) and len(set(rows)) == 50
     assert len(tdata.load_tatoeba(path, num_samples=10_000)) == 200
-    with pytest.raises(ValueError, match="sampling must be one of random, first"):
+    with pytest.raises(ValueError, match="sampling must be 'random' or 'first', got"):
         tdata.load_tatoeba(path, num_samples=5, sampling="last")
 
 

@@ -114,15 +114,15 @@ def test_batcher_gathers_requests_and_answers_each_with_its_own(translator, monk
 
 
 def test_serve_config_rejects_bad_settings():
-    for bad in (
-        dict(max_batch=0),
-        dict(max_wait_ms=-1),
-        dict(max_texts=True),
-        dict(beam_size=9, max_beam_size=8),
-        dict(max_wait_ms=float("nan")),
-        dict(max_queue=1.5),
+    for bad, error in (
+        (dict(max_batch=0), ValueError),
+        (dict(max_wait_ms=-1), ValueError),
+        (dict(max_texts=True), TypeError),  # a value of the wrong type
+        (dict(beam_size=9, max_beam_size=8), ValueError),
+        (dict(max_wait_ms=float("nan")), ValueError),
+        (dict(max_queue=1.5), TypeError),
     ):
-        with pytest.raises(ValueError, match="ServeConfig"):
+        with pytest.raises(error, match="ServeConfig"):
             serve.ServeConfig(**bad)
 
 

@@ -50,7 +50,12 @@ def _decorators(fn: ast.FunctionDef) -> List[str]:
 def _stub_signature(fn: ast.FunctionDef) -> Signature:
     args = fn.args.posonlyargs + fn.args.args
     first_default = len(args) - len(fn.args.defaults)
-    return [(a.arg, i >= first_default) for i, a in enumerate(args)]
+    signature = [(a.arg, i >= first_default) for i, a in enumerate(args)]
+    if fn.args.vararg is not None:  # pybind11 writes py::args and py::kwargs as *args and **kwargs
+        signature.append(("*" + fn.args.vararg.arg, False))
+    if fn.args.kwarg is not None:
+        signature.append(("**" + fn.args.kwarg.arg, False))
+    return signature
 
 
 def _split_top_level(text: str) -> List[str]:
@@ -137,6 +142,12 @@ def test_class_matches(name):
         for n, v in vars(cls).items()
         if n not in _PYBIND_INTERNALS and not isinstance(v, types.WrapperDescriptorType)
     }
+    # pybind11 sets __hash__ = None in a class that defines __eq__ without __hash__ (it cannot be
+    # hashed): the stub says so with an annotation, "__hash__: typing.ClassVar[None]"
+    unset = {n for n, v in members.items() if v is None}
+    annotated = {item.target.id for item in node.body if isinstance(item, ast.AnnAssign)}
+    assert unset == annotated, f"{name}: None in the class {sorted(unset)}, annotated in the stub {sorted(annotated)}"
+    members = {n: v for n, v in members.items() if v is not None}
     defs: Dict[str, List[ast.FunctionDef]] = {}
     for item in node.body:
         if isinstance(item, ast.FunctionDef):
@@ -152,6 +163,9 @@ def test_class_matches(name):
             assert (f"{member}.setter" in decorators) == settable, (
                 f"{name}.{member} is {'settable' if settable else 'read-only'} in the compiled module"
             )
+        elif isinstance(value, staticmethod):
+            assert decorators == ["staticmethod"] and len(defs[member]) == 1, f"{name}.{member} is a static method"
+            _check_signature(f"{name}.{member}", value.__func__, defs[member][0], problems)
         else:
             assert "property" not in decorators and len(defs[member]) == 1, f"{name}.{member} is a method"
             _check_signature(f"{name}.{member}", value, defs[member][0], problems)

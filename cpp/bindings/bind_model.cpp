@@ -99,37 +99,8 @@ template <typename T>
 void bind_transformer(py::module_& m) {
   using H = ModelHolder<T>;
   py::class_<H>(m, class_name<T>("Transformer").c_str(), "The encoder-decoder Transformer.")
-      .def(py::init([](const py::object& src_vocab_size, const py::object& tgt_vocab_size, const py::object& d_model,
-                       const py::object& n_layers, const py::object& n_heads, const py::object& d_ff,
-                       const py::object& dropout, const py::object& max_length, const py::object& layout, bool pre_norm,
-                       bool share_embeddings, const py::object& layer_norm_eps, const py::object& seed,
-                       const py::object& precision) {
-             const char* who = "Transformer";
-             TransformerConfig c;
-             c.src_vocab_size = int_arg(src_vocab_size, who, "src_vocab_size");
-             c.tgt_vocab_size = int_arg(tgt_vocab_size, who, "tgt_vocab_size");
-             c.d_model = int_arg(d_model, who, "d_model");
-             c.n_layers = int_arg(n_layers, who, "n_layers");
-             c.n_heads = int_arg(n_heads, who, "n_heads");
-             c.d_ff = int_arg(d_ff, who, "d_ff");
-             c.dropout = float_arg(dropout, who, "dropout");
-             c.max_length = int_arg(max_length, who, "max_length");
-             c.layout = parse_positional_layout(str_arg(layout, who, "layout"));
-             c.pre_norm = pre_norm;
-             c.share_embeddings = share_embeddings;
-             c.layer_norm_eps = float_arg(layer_norm_eps, who, "layer_norm_eps");
-             c.seed = seed_arg(seed, who);
-             try {
-               c.precision = parse_precision(str_arg(precision, who, "precision"));
-             } catch (const std::invalid_argument& e) {
-               throw py::value_error(concat(who, ": ", e.what()));
-             }
-             return new H(c);
-           }),
-           py::arg("src_vocab_size"), py::arg("tgt_vocab_size"), py::arg("d_model") = 512, py::arg("n_layers") = 6,
-           py::arg("n_heads") = 8, py::arg("d_ff") = 2048, py::arg("dropout") = 0.1, py::arg("max_length") = 2048,
-           py::arg("layout") = "interleaved", py::arg("pre_norm") = false, py::arg("share_embeddings") = false,
-           py::arg("layer_norm_eps") = 1e-6, py::arg("seed") = 0, py::arg("precision") = "float32")
+      .def(py::init([](const TransformerConfig& c) { return new H(c); }), py::arg("config"),
+           "A model of this architecture (checked again for the precision and the memory it needs).")
       .def(
           "forward",
           [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
@@ -279,41 +250,13 @@ void bind_transformer(py::module_& m) {
            })
       .def(
           "configure_optimizer",
-          [](H& h, const py::object& warmup, const py::object& lr_scale, const py::object& fixed_lr,
-             const py::object& beta1, const py::object& beta2, const py::object& eps, const py::object& clip_norm,
-             const py::object& label_smoothing, const py::object& total_steps) {
-            const char* who = "configure_optimizer";
+          [](H& h, const OptimizerConfig& o) {
             check_model_idle(h, "Transformer.configure_optimizer");
-            OptimizerConfig o;
-            o.warmup = int_arg(warmup, who, "warmup");
-            o.lr_scale = float_arg(lr_scale, who, "lr_scale");
-            o.fixed_lr = float_arg(fixed_lr, who, "fixed_lr");
-            o.beta1 = float_arg(beta1, who, "beta1");
-            o.beta2 = float_arg(beta2, who, "beta2");
-            o.eps = float_arg(eps, who, "eps");
-            o.clip_norm = float_arg(clip_norm, who, "clip_norm");
-            o.label_smoothing = float_arg(label_smoothing, who, "label_smoothing");
-            o.total_steps = int_arg(total_steps, who, "total_steps");
-            h.model.set_optimizer_config(o);  // validates every field (ValueError naming it)
+            h.model.set_optimizer_config(o);
           },
-          py::arg("warmup") = 4000, py::arg("lr_scale") = 1.0, py::arg("fixed_lr") = 0.0, py::arg("beta1") = 0.9,
-          py::arg("beta2") = 0.98, py::arg("eps") = 1e-9, py::arg("clip_norm") = 0.0, py::arg("label_smoothing") = 0.0,
-          py::arg("total_steps") = 0)
-      .def("optimizer_config",
-           [](H& h) {
-             const OptimizerConfig& o = h.model.optimizer_config();
-             py::dict d;
-             d["warmup"] = o.warmup;
-             d["lr_scale"] = o.lr_scale;
-             d["fixed_lr"] = o.fixed_lr;
-             d["beta1"] = o.beta1;
-             d["beta2"] = o.beta2;
-             d["eps"] = o.eps;
-             d["clip_norm"] = o.clip_norm;
-             d["label_smoothing"] = o.label_smoothing;
-             d["total_steps"] = o.total_steps;
-             return d;
-           })
+          py::arg("config"), "Adam, the schedule, clipping and label smoothing of the following train_steps.")
+      .def(
+          "optimizer_config", [](H& h) { return h.model.optimizer_config(); }, "The optimiser's configuration.")
       .def(
           "optimizer_state",
           [](py::object self) {
@@ -446,25 +389,7 @@ void bind_transformer(py::module_& m) {
           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
           "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
-      .def("config", [](H& h) {
-        const TransformerConfig& c = h.model.config();
-        py::dict d;
-        d["src_vocab_size"] = c.src_vocab_size;
-        d["tgt_vocab_size"] = c.tgt_vocab_size;
-        d["d_model"] = c.d_model;
-        d["n_layers"] = c.n_layers;
-        d["n_heads"] = c.n_heads;
-        d["d_ff"] = c.d_ff;
-        d["dropout"] = c.dropout;
-        d["max_length"] = c.max_length;
-        d["layout"] = to_string(c.layout);
-        d["pre_norm"] = c.pre_norm;
-        d["share_embeddings"] = c.share_embeddings;
-        d["layer_norm_eps"] = c.layer_norm_eps;
-        d["seed"] = c.seed;
-        d["precision"] = to_string(c.precision);
-        return d;
-      });
+      .def("config", [](H& h) { return h.model.config(); }, "The architecture.");
 }
 
 }  // namespace

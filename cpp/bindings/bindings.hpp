@@ -15,6 +15,10 @@
 
 namespace py = pybind11;
 
+namespace transformer {
+class Limit;
+}
+
 namespace transformer::bindings {
 
 // One registration function per family; module.cpp calls them all.
@@ -23,6 +27,7 @@ void bind_positional_encoding(py::module_& m);
 void bind_parameter(py::module_& m);
 void bind_layers(py::module_& m);        // Linear, Dropout, attention, feed-forward, encoder/decoder
 void bind_basic_layers(py::module_& m);  // LayerNorm, ReLU, softmax, embeddings, loss, Adam
+void bind_config(py::module_& m);        // Limit, ConfigField, TransformerConfig, OptimizerConfig
 void bind_model(py::module_& m);         // Transformer
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
@@ -41,6 +46,10 @@ std::uint64_t seed_arg(const py::handle& v, const char* who, const char* name = 
 double float_arg(const py::handle& v, const char* who, const char* name);
 // A str argument (TypeError naming it otherwise).
 std::string str_arg(const py::handle& v, const char* who, const char* name);
+
+// v as an int, float, bool or str if `limit` allows it, else TypeError (a value of the wrong type) or
+// ValueError (out of range) with Limit::message: "<owner>: <name> must be <what is allowed>, got <v>".
+py::object check_setting(const Limit& limit, const std::string& owner, const std::string& name, const py::handle& v);
 
 // One call at a time per core object. Layers and models keep activations and scratch as members,
 // so two threads in one object would race on them (double free, segfault). Every call that

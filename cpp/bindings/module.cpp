@@ -145,5 +145,6 @@ PYBIND11_MODULE(_core, m) {
   bind_parameter(m);
   bind_layers(m);
   bind_basic_layers(m);
+  bind_config(m);
   bind_model(m);
 }

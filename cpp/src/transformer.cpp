@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "transformer/checks.hpp"
 #include "transformer/random.hpp"
@@ -14,23 +17,119 @@ static ConstMatrixMap<T> cmap(const Matrix<T>& m) {
   return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
 }
 
-template <typename T>
-void validate(const TransformerConfig& c) {
-  TCPP_CHECK(c.src_vocab_size > 1 && c.tgt_vocab_size > 1, "Transformer: src_vocab_size and tgt_vocab_size ",
-             "must be at least 2 (padding plus one token), got ", c.src_vocab_size, " and ", c.tgt_vocab_size);
-  const std::pair<const char*, Index> sizes[] = {{"d_model", c.d_model},
-                                                 {"n_layers", c.n_layers},
-                                                 {"n_heads", c.n_heads},
-                                                 {"d_ff", c.d_ff},
-                                                 {"max_length", c.max_length}};
-  for (const auto& s : sizes) TCPP_CHECK(s.second > 0, "Transformer: ", s.first, " must be positive, got ", s.second);
+namespace {
+// The number of members of an aggregate such as TransformerConfig: the most initialisers it takes.
+struct AnyMember {
+  template <typename M>
+  operator M() const;  // NOLINT(google-explicit-constructor): only named in unevaluated contexts
+};
+template <typename T, typename Seq, typename = void>
+struct TakesInitialisers : std::false_type {};
+template <typename T, std::size_t... I>
+struct TakesInitialisers<T, std::index_sequence<I...>, std::void_t<decltype(T{(void(I), AnyMember{})...})>>
+    : std::true_type {};
+template <typename T, std::size_t N = 0>
+constexpr std::size_t member_count() {
+  if constexpr (TakesInitialisers<T, std::make_index_sequence<N + 1>>::value)
+    return member_count<T, N + 1>();
+  else
+    return N;
+}
+
+// A struct member left out of its table would be invisible to Python: refuse the table instead.
+template <typename Config>
+std::vector<ConfigField<Config>> complete(std::vector<ConfigField<Config>> table, const char* what) {
+  if (table.size() != member_count<Config>())
+    throw std::logic_error(concat(what, " has ", member_count<Config>(), " members but its table lists ", table.size(),
+                                  ": add the new member to ConfigTable<", what, ">"));
+  return table;
+}
+
+constexpr std::uint64_t kMaxSeed = std::numeric_limits<std::uint64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+
+const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig>::fields() {
+  using C = TransformerConfig;
+  static const std::vector<ConfigField<C>> table = complete<C>(
+      {
+          field<&C::src_vocab_size>("src_vocab_size", Limit::integer(2),
+                                    "source vocabulary size (the padding id 0 included)", kNoOption),
+          field<&C::tgt_vocab_size>("tgt_vocab_size", Limit::integer(2),
+                                    "target vocabulary size (the padding id 0 included)", kNoOption),
+          // the upper bounds of the sizes: beyond them no model fits in a computer's memory (the
+          // memory a model of the requested sizes needs is checked as well)
+          field<&C::d_model>("d_model", Limit::integer(1, 16384), "model width"),
+          field<&C::n_layers>("n_layers", Limit::integer(1, 256), "encoder layers and decoder layers", "layers"),
+          field<&C::n_heads>("n_heads", Limit::integer(1, 1024), "attention heads (d_model must be divisible by them)",
+                             "heads"),
+          field<&C::d_ff>("d_ff", Limit::integer(1, 262144), "inner width of the feed-forward networks"),
+          field<&C::dropout>("dropout", Limit::number(0.0, 1.0, false, true),
+                             "dropout rate on the embeddings, the sub-layer outputs and inside the feed-forward "
+                             "networks"),
+          field<&C::max_length>("max_length", Limit::integer(1),
+                                "positional-table rows built up front; a cache: longer sequences extend it", kNoOption),
+          field<&C::layout>("layout", Limit::one_of({"interleaved", "concatenated"}),
+                            "positional-encoding layout: interleaved (the paper's: sine and cosine of each "
+                            "frequency side by side) or concatenated (the TensorFlow tutorial's: all sines, "
+                            "then all cosines)"),
+          field<&C::pre_norm>("pre_norm", Limit::flag(),
+                              "layer normalisation before each sub-layer (and after each stack) instead of "
+                              "after it (the paper's post-norm)"),
+          field<&C::share_embeddings>("share_embeddings", Limit::flag(),
+                                      "tie the decoder embedding to the output layer (fewer weights)",
+                                      "tie_embeddings"),
+          field<&C::layer_norm_eps>("layer_norm_eps", Limit::number(0.0, kInf, true),
+                                    "epsilon inside the layer normalisation's square root"),
+          field<&C::seed>("seed", Limit::integer(0, kMaxSeed), "seed of the initial weights and the dropout masks",
+                          kNoOption),
+          field<&C::precision>("precision", Limit::one_of({"float32", "bf16"}),
+                               "matrix products of the dense layers (attention projections, feed-forward, output "
+                               "layer), forward and backward: float32, or bf16 mixed precision (bfloat16 inputs "
+                               "summed in float32 by AVX512_BF16 instructions; weights, gradients, optimiser, "
+                               "normalisation, softmax and loss stay float32; needs a float32 model on a CPU with "
+                               "AVX512_BF16). Decoding runs in float32 either way"),
+      },
+      "TransformerConfig");
+  return table;
+}
+
+const std::vector<ConfigField<OptimizerConfig>>& ConfigTable<OptimizerConfig>::fields() {
+  using C = OptimizerConfig;
+  static const std::vector<ConfigField<C>> table = complete<C>(
+      {
+          field<&C::warmup>("warmup", Limit::integer(1, 1000000000),
+                            "warm-up steps of the schedule lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * "
+                            "warmup^-1.5)"),
+          field<&C::lr_scale>("lr_scale", Limit::number(0.0, kInf, true), "multiplies the learning-rate schedule"),
+          field<&C::fixed_lr>("fixed_lr", Limit::number(0.0),
+                              "a constant learning rate instead of the schedule (0 = the schedule)"),
+          field<&C::beta1>("beta1", Limit::number(0.0, 1.0, false, true), "Adam's first-moment decay (paper 0.9)"),
+          field<&C::beta2>("beta2", Limit::number(0.0, 1.0, false, true), "Adam's second-moment decay (paper 0.98)"),
+          field<&C::eps>("eps", Limit::number(0.0, kInf, true), "Adam's epsilon (paper 1e-9)", "adam_eps"),
+          field<&C::clip_norm>("clip_norm", Limit::number(0.0), "clip gradients to this global norm (0 = off)"),
+          field<&C::label_smoothing>("label_smoothing", Limit::number(0.0, 1.0, false, true),
+                                     "label smoothing (paper 0.1)"),
+          field<&C::total_steps>("total_steps", Limit::integer(0),
+                                 "after the warm-up, decay the learning rate linearly to 0 at this step (0 = no "
+                                 "decay; must be > warmup; with fixed_lr, >= 1 and the decay starts at step 0)",
+                                 kNoOption),
+      },
+      "OptimizerConfig");
+  return table;
+}
+
+void check_config(const TransformerConfig& c) {
+  check_fields(c);
   TCPP_CHECK(c.d_model % c.n_heads == 0, "Transformer: d_model ", c.d_model, " is not divisible by n_heads ",
              c.n_heads);
   TCPP_CHECK(c.layout != PositionalLayout::Concatenated || c.d_model % 2 == 0,
              "Transformer: the concatenated layout needs an even d_model, got ", c.d_model);
-  TCPP_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "Transformer: dropout must be in [0, 1), got ", c.dropout);
-  TCPP_CHECK(std::isfinite(c.layer_norm_eps) && c.layer_norm_eps > 0.0,
-             "Transformer: layer_norm_eps must be a finite number > 0, got ", c.layer_norm_eps);
+}
+
+template <typename T>
+void validate(const TransformerConfig& c) {
+  check_config(c);
   check_precision<T>(c.precision, "Transformer");
   // every weight (value and gradient) and the two positional tables, before any is allocated
   const double d = static_cast<double>(c.d_model), L = static_cast<double>(c.n_layers);
@@ -46,25 +145,11 @@ void validate(const TransformerConfig& c) {
 }
 
 void validate(const OptimizerConfig& o) {
-  const char* who = "configure_optimizer";
-  TCPP_CHECK(o.warmup >= 1, who, ": warmup must be >= 1, got ", o.warmup);
+  check_fields(o);
   // the decay starts after the warm-up; a fixed learning rate has none and decays from step 1
-  if (o.fixed_lr > 0.0)
-    TCPP_CHECK(o.total_steps >= 0, who, ": total_steps must be 0 (no decay) or >= 1, got ", o.total_steps);
-  else
-    TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, who, ": total_steps must be 0 (no decay) or > warmup ",
-               o.warmup, ", got ", o.total_steps);
-  TCPP_CHECK(std::isfinite(o.lr_scale) && o.lr_scale > 0.0, who, ": lr_scale must be a finite number > 0, got ",
-             o.lr_scale);
-  TCPP_CHECK(std::isfinite(o.fixed_lr) && o.fixed_lr >= 0.0, who,
-             ": fixed_lr must be a finite number >= 0 (0: use the warm-up schedule), got ", o.fixed_lr);
-  TCPP_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, who, ": beta1 must be in [0, 1), got ", o.beta1);
-  TCPP_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, who, ": beta2 must be in [0, 1), got ", o.beta2);
-  TCPP_CHECK(std::isfinite(o.eps) && o.eps > 0.0, who, ": eps must be a finite number > 0, got ", o.eps);
-  TCPP_CHECK(std::isfinite(o.clip_norm) && o.clip_norm >= 0.0, who,
-             ": clip_norm must be a finite number >= 0 (0: no clipping), got ", o.clip_norm);
-  TCPP_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing < 1.0, who, ": label_smoothing must be in [0, 1), got ",
-             o.label_smoothing);
+  if (o.fixed_lr == 0.0)
+    TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, ConfigTable<OptimizerConfig>::owner(),
+               ": total_steps must be 0 (no decay) or > warmup ", o.warmup, ", got ", o.total_steps);
 }
 
 template <typename T>

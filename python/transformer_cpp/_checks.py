@@ -1,35 +1,73 @@
-"""Argument checks shared by the Python wrappers: each names the argument and what it allows, so
-that a bad value is a one-line ``ValueError`` or ``TypeError`` instead of being taken for
-something else (a string flag read as ``True``) or failing deep inside NumPy."""
+"""Argument checks shared by the Python wrappers and the command line: each names the argument and
+what it allows, so that a bad value is a one-line ``TypeError`` (a value of the wrong type) or
+``ValueError`` (out of range) instead of being taken for something else (a string flag read as
+``True``) or failing deep inside NumPy.
+
+Numbers, flags and names are checked by one validator, :class:`Limit` (the core's, which checks the
+model's and the optimiser's configurations with the same code): one message format,
+``"<owner>: <name> must be <what is allowed>, got <value>"``. :func:`integer`, :func:`flag`,
+:func:`choice` and :func:`seed` are its common uses."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
-import numpy as np
+from . import _core
 
-__all__ = ["flag", "path", "seed"]
+__all__ = ["ANY", "Limit", "choice", "flag", "integer", "number", "path", "seed"]
+
+#: The allowed values of a setting: ``Limit(integer, low, high=inf, low_open=False,
+#: high_open=False, unit="")``, ``Limit.flag()``, ``Limit.one_of(names)``; ``check(owner, name,
+#: value)`` returns the value (an ``int``, ``float``, ``bool`` or ``str``) or raises.
+Limit = _core.Limit
+
+
+#: ``integer(..., low=ANY)``: no lower bound (any integer of 64 bits)
+ANY = -(2**63)
+
+
+def integer(owner: str, name: str, value: Any, low: int = 0, high: Optional[int] = None) -> int:
+    """``value`` as an ``int`` if it is an integer in ``[low, high]`` (no upper bound with ``None``,
+    none at all with ``low=ANY``); ``TypeError`` for anything but an integer (bools and floats
+    included: ``2.0`` is almost always a mistake), ``ValueError`` outside the range."""
+    limit = Limit(True, low) if high is None else Limit(True, low, high)
+    return int(limit.check(owner, name, value))
+
+
+def number(
+    owner: str,
+    name: str,
+    value: Any,
+    low: float,
+    high: float = math.inf,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a ``float`` if it is a finite number in the range (``TypeError``, ``ValueError``
+    otherwise)."""
+    return float(Limit(False, low, high, low_open, high_open).check(owner, name, value))
 
 
 def flag(owner: str, name: str, value: Any) -> bool:
     """``value`` as a ``bool`` if it is one (``True``, ``False`` or a NumPy bool); ``TypeError``
     otherwise: ``"no"`` or ``"False"`` would otherwise count as true."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{owner}: {name} must be True or False, got {type(value).__name__} {value!r:.60}")
-    return bool(value)
+    return bool(Limit.flag().check(owner, name, value))
+
+
+def choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` if it is one of the names ``choices`` (``TypeError`` for a non-str, ``ValueError``
+    for another name)."""
+    return str(Limit.one_of(list(choices)).check(owner, name, value))
 
 
 def seed(owner: str, name: str, value: Any) -> int:
     """``value`` as an ``int`` if it is an integer >= 0 (what NumPy's generators take); ``TypeError``
     or ``ValueError`` naming the argument otherwise (NumPy would say only "expected non-negative
     integer", or take ``2.7`` as ``2``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}: {name} must be an integer >= 0, got {type(value).__name__} {value!r:.60}")
-    if int(value) < 0:
-        raise ValueError(f"{owner}: {name} must be an integer >= 0, got {int(value)}")
-    return int(value)
+    return integer(owner, name, value, 0)
 
 
 EMPTY_PATH = "expected a path, got an empty string (an unset variable?); use '.' for the current directory"

@@ -721,27 +721,138 @@ class Adam_float64:
     @step_count.setter
     def step_count(self, value: int) -> None: ...
 
+class Limit:
+    """
+    The allowed values of a setting: an integer (integer=True) or a finite number from low to high (high may be infinite; low_open / high_open exclude the bound), Limit.flag() (True or False) or Limit.one_of(names). check() refuses anything else with one message format, '<owner>: <name> must be <describe()>, got <value>' (TypeError for a value of the wrong type, ValueError for one out of range); the core checks its configurations with the same.
+    """
+    @staticmethod
+    def flag() -> Limit:
+        """
+        True or False.
+        """
+    @staticmethod
+    def one_of(choices: list[str]) -> Limit:
+        """
+        One of these names.
+        """
+    def __eq__(self, arg0: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __init__(
+        self,
+        integer: bool,
+        low: float,
+        high: float = ...,
+        low_open: bool = False,
+        high_open: bool = False,
+        unit: str = "",
+    ) -> None: ...
+    def __repr__(self) -> str: ...
+    def check(self, owner: str, name: str, value: object) -> typing.Any:
+        """
+        value as an int, float, bool or str if allowed; else TypeError (wrong type) or ValueError (out of range): '<owner>: <name> must be <describe()>, got <value>' ('<name> must be ...' without an owner).
+        """
+    def describe(self) -> str:
+        """
+        What is allowed: 'an integer in [1, 16384]', 'a finite number > 0', 'a number in [0, 1)', 'True or False', "'float32' or 'bf16'".
+        """
+    def message(self, owner: str, name: str, value: object) -> str:
+        """
+        The message check() gives for value.
+        """
+    @property
+    def choices(self) -> list[str]: ...
+    @property
+    def high(self) -> float: ...
+    @property
+    def high_open(self) -> bool: ...
+    @property
+    def integer(self) -> bool: ...
+    @property
+    def kind(self) -> str:
+        """
+        'integer', 'number', 'flag' or 'choice'.
+        """
+    @property
+    def low(self) -> float: ...
+    @property
+    def low_open(self) -> bool: ...
+    @property
+    def unit(self) -> str: ...
+
+class ConfigField:
+    """
+    One row of a configuration's table (TransformerConfig.fields()).
+    """
+    def __repr__(self) -> str: ...
+    @property
+    def default(self) -> typing.Any: ...
+    @property
+    def help(self) -> str: ...
+    @property
+    def limit(self) -> Limit:
+        """
+        What the field allows (its kind: limit.kind).
+        """
+    @property
+    def name(self) -> str: ...
+    @property
+    def option(self) -> str | None:
+        """
+        The field's name among the training settings and on the command line (--option-name), or None: a field the program sets.
+        """
+
+class TransformerConfig:
+    """
+    The model's architecture (ConfigTable<TransformerConfig> in the core).
+    """
+
+    __hash__: typing.ClassVar[None]  # type: ignore[assignment]
+    @staticmethod
+    def fields() -> list[ConfigField]:
+        """
+        The table of the fields, in order: list of ConfigField.
+        """
+    def __eq__(self, arg0: object) -> bool: ...
+    def __init__(self, **kwargs: typing.Any) -> None:
+        """
+        Every field by keyword (the others keep their defaults), each checked against its row of fields(): TypeError for an unknown name or a value of the wrong type, ValueError for one out of range.
+        """
+    def __repr__(self) -> str: ...
+    def to_dict(self) -> dict[str, typing.Any]:
+        """
+        The fields as a dict, in the table's order (JSON-serialisable).
+        """
+
+class OptimizerConfig:
+    """
+    Adam, the learning-rate schedule, clipping and label smoothing.
+    """
+
+    __hash__: typing.ClassVar[None]  # type: ignore[assignment]
+    @staticmethod
+    def fields() -> list[ConfigField]:
+        """
+        The table of the fields, in order: list of ConfigField.
+        """
+    def __eq__(self, arg0: object) -> bool: ...
+    def __init__(self, **kwargs: typing.Any) -> None:
+        """
+        Every field by keyword (the others keep their defaults), each checked against its row of fields(): TypeError for an unknown name or a value of the wrong type, ValueError for one out of range.
+        """
+    def __repr__(self) -> str: ...
+    def to_dict(self) -> dict[str, typing.Any]:
+        """
+        The fields as a dict, in the table's order (JSON-serialisable).
+        """
+
 class Transformer_float32:
     """
     The encoder-decoder Transformer.
     """
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        n_layers: int = 6,
-        n_heads: int = 8,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        max_length: int = 2048,
-        layout: str = "interleaved",
-        pre_norm: bool = False,
-        share_embeddings: bool = False,
-        layer_norm_eps: float = 1e-06,
-        seed: int = 0,
-        precision: str = "float32",
-    ) -> None: ...
+    def __init__(self, config: TransformerConfig) -> None:
+        """
+        A model of this architecture (checked again for the precision and the memory it needs).
+        """
     def apply_gradients(self, grad_scale: typing.SupportsFloat = 1.0) -> None:
         """
         Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.
@@ -778,19 +889,14 @@ class Transformer_float32:
         """
         Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
         """
-    def config(self) -> dict[str, typing.Any]: ...
-    def configure_optimizer(
-        self,
-        warmup: int = 4000,
-        lr_scale: float = 1.0,
-        fixed_lr: float = 0.0,
-        beta1: float = 0.9,
-        beta2: float = 0.98,
-        eps: float = 1e-09,
-        clip_norm: float = 0.0,
-        label_smoothing: float = 0.0,
-        total_steps: int = 0,
-    ) -> None: ...
+    def config(self) -> TransformerConfig:
+        """
+        The architecture.
+        """
+    def configure_optimizer(self, config: OptimizerConfig) -> None:
+        """
+        Adam, the schedule, clipping and label smoothing of the following train_steps.
+        """
     def evaluate(
         self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike
     ) -> tuple[float, float]:
@@ -818,7 +924,10 @@ class Transformer_float32:
         """
         Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.
         """
-    def optimizer_config(self) -> dict[str, typing.Any]: ...
+    def optimizer_config(self) -> OptimizerConfig:
+        """
+        The optimiser's configuration.
+        """
     def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
         """
         Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
@@ -869,23 +978,10 @@ class Transformer_float64:
     """
     The encoder-decoder Transformer.
     """
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        n_layers: int = 6,
-        n_heads: int = 8,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        max_length: int = 2048,
-        layout: str = "interleaved",
-        pre_norm: bool = False,
-        share_embeddings: bool = False,
-        layer_norm_eps: float = 1e-06,
-        seed: int = 0,
-        precision: str = "float32",
-    ) -> None: ...
+    def __init__(self, config: TransformerConfig) -> None:
+        """
+        A model of this architecture (checked again for the precision and the memory it needs).
+        """
     def apply_gradients(self, grad_scale: typing.SupportsFloat = 1.0) -> None:
         """
         Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.
@@ -922,19 +1018,14 @@ class Transformer_float64:
         """
         Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
         """
-    def config(self) -> dict[str, typing.Any]: ...
-    def configure_optimizer(
-        self,
-        warmup: int = 4000,
-        lr_scale: float = 1.0,
-        fixed_lr: float = 0.0,
-        beta1: float = 0.9,
-        beta2: float = 0.98,
-        eps: float = 1e-09,
-        clip_norm: float = 0.0,
-        label_smoothing: float = 0.0,
-        total_steps: int = 0,
-    ) -> None: ...
+    def config(self) -> TransformerConfig:
+        """
+        The architecture.
+        """
+    def configure_optimizer(self, config: OptimizerConfig) -> None:
+        """
+        Adam, the schedule, clipping and label smoothing of the following train_steps.
+        """
     def evaluate(
         self, src: numpy.typing.ArrayLike, tgt_in: numpy.typing.ArrayLike, tgt_out: numpy.typing.ArrayLike
     ) -> tuple[float, float]:
@@ -962,7 +1053,10 @@ class Transformer_float64:
         """
         Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.
         """
-    def optimizer_config(self) -> dict[str, typing.Any]: ...
+    def optimizer_config(self) -> OptimizerConfig:
+        """
+        The optimiser's configuration.
+        """
     def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
         """
         Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).

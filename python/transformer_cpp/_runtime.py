@@ -70,15 +70,11 @@ from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads
 
 __all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
 
-_LAYOUTS = ("interleaved", "concatenated")
 
+from ._checks import integer as _integer  # noqa: E402  (it checks with the core's Limit)
 
-def _positive_int(value: object, name: str, who: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{who}: {name} must be a positive integer, got {value!r}")
-    if int(value) <= 0:
-        raise ValueError(f"{who}: {name} must be a positive integer, got {int(value)}")
-    return int(value)
+#: The positional-encoding layouts: those of the model's ``layout`` field.
+_LAYOUT = next(f.limit for f in _core.TransformerConfig.fields() if f.name == "layout")
 
 
 def positional_encoding(length: int, depth: int, layout: str = "interleaved", dtype: str = "float32") -> np.ndarray:
@@ -101,17 +97,16 @@ def positional_encoding(length: int, depth: int, layout: str = "interleaved", dt
             unknown layout or dtype.
     """
     who = "positional_encoding"
-    length = _positive_int(length, "length", who)
-    depth = _positive_int(depth, "depth", who)
-    if layout not in _LAYOUTS:
-        raise ValueError(f"{who}: unknown layout {layout!r}; expected one of {', '.join(map(repr, _LAYOUTS))}")
+    length = _integer(who, "length", length, 1)
+    depth = _integer(who, "depth", depth, 1)
+    layout = _LAYOUT.check(who, "layout", layout)
     dtype = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
     return _core.positional_encoding(length, depth, layout, dtype)
 
 
 def set_num_threads(n: int) -> None:
     """Set how many threads the C++ core uses (OpenMP loops and Eigen's parallel GEMM)."""
-    _core.set_num_threads(_positive_int(n, "n", "set_num_threads"))
+    _core.set_num_threads(_integer("set_num_threads", "n", n, 1))
 
 
 def get_num_threads() -> int:
@@ -176,7 +171,7 @@ class ThreadGovernor:
         margin: float = 0.05,
         slowdown: float = 1.3,
     ) -> None:
-        self.most = _positive_int(most, "most", "ThreadGovernor")
+        self.most = _integer("ThreadGovernor", "most", most, 1)
         for name, value in (
             ("window", window),
             ("probe_units", probe_units),
@@ -184,9 +179,8 @@ class ThreadGovernor:
             ("interval", interval),
             ("max_interval", max_interval),
         ):
-            _positive_int(value, name, "ThreadGovernor")
-        if isinstance(settle_units, bool) or not isinstance(settle_units, numbers.Integral) or settle_units < 0:
-            raise ValueError(f"ThreadGovernor: settle_units must be an integer >= 0, got {settle_units!r}")
+            _integer("ThreadGovernor", name, value, 1)
+        _integer("ThreadGovernor", "settle_units", settle_units, 0)
         if max_interval < interval:
             raise ValueError(f"ThreadGovernor: max_interval ({max_interval}) must be >= interval ({interval})")
         if not (isinstance(margin, numbers.Real) and 0 <= margin < 1):

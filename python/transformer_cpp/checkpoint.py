@@ -57,7 +57,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 try:
     import fcntl
@@ -67,7 +67,7 @@ except ImportError:  # pragma: no cover  (not POSIX: no run-directory lock)
 import numpy as np
 
 from . import _core
-from ._checks import flag as _flag, path as _path
+from ._checks import flag as _flag, integer as _integer, path as _path
 from .model import Transformer
 from .tokenizer import MAX_FILE_BYTES as _MAX_TOKENIZER_BYTES, SubwordTokenizer
 
@@ -163,13 +163,8 @@ def checkpoint_name(epochs_done: int, batches_into_next_epoch: int = 0) -> str:
     ``epoch-0003`` is the state after 3 complete epochs; ``epoch-0004-batch-000017`` the state
     after 3 complete epochs and 17 batches of the 4th (a checkpoint saved on Ctrl-C).
     """
-    for value in (epochs_done, batches_into_next_epoch):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(
-                f"checkpoint_name: counts must be integers, got {epochs_done!r}, {batches_into_next_epoch!r}"
-            )
-    if epochs_done < 0 or batches_into_next_epoch < 0:
-        raise ValueError(f"checkpoint_name: counts must be >= 0, got {epochs_done}, {batches_into_next_epoch}")
+    epochs_done = _integer("checkpoint_name", "epochs_done", epochs_done)
+    batches_into_next_epoch = _integer("checkpoint_name", "batches_into_next_epoch", batches_into_next_epoch)
     if batches_into_next_epoch:
         return f"epoch-{epochs_done + 1:04d}-batch-{batches_into_next_epoch:06d}"
     return f"epoch-{epochs_done:04d}"
@@ -566,8 +561,8 @@ def save_checkpoint(
             f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' (or {AVERAGED_NAME!r})"
         )
     optimizer = _flag("save_checkpoint", "optimizer", optimizer)
-    if keep is not None and (isinstance(keep, bool) or int(keep) < 0):
-        raise ValueError(f"save_checkpoint: keep must be >= 0 or None, got {keep!r}")
+    if keep is not None:
+        keep = _integer("save_checkpoint", "keep", keep)
     cfg = model.config
     for label, tok, key in (
         ("src_tokenizer", src_tokenizer, "src_vocab_size"),
@@ -813,7 +808,7 @@ def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Subword
 
 
 def average_checkpoints(
-    paths: List[PathLike], run_dir: Optional[PathLike] = None, name: str = AVERAGED_NAME
+    paths: Sequence[PathLike], run_dir: Optional[PathLike] = None, name: str = AVERAGED_NAME
 ) -> Tuple[Optional[Path], Transformer]:
     """Average the weights of several checkpoints of one run (the same architecture and
     tokenizers); return ``(path written or None, the averaged model)``.
@@ -954,11 +949,8 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
             _load_tensors(ckpt, OPTIMIZER_FILE, files, model.optimizer_state()),
         )
         try:
-            for key in ("step", "dropout_calls"):
-                if isinstance(opt.get(key), bool) or not isinstance(opt.get(key), int):
-                    raise ValueError(f"{key} must be an integer, got {opt.get(key)!r:.40}")
-            model.step = opt["step"]
-            model.dropout_calls = opt["dropout_calls"]
+            model.step = _integer("", "step", opt.get("step"))
+            model.dropout_calls = _integer("", "dropout_calls", opt.get("dropout_calls"))
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
                 f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})"

@@ -40,36 +40,20 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 PROG = "transformer-cpp"
 
-# Architecture options: command-line flag -> Transformer argument.
-_ARCH_OPTIONS = {
-    "d_model": "d_model",
-    "layers": "n_layers",
-    "heads": "n_heads",
-    "d_ff": "d_ff",
-    "dropout": "dropout",
-    "pre_norm": "pre_norm",
-    "tie_embeddings": "share_embeddings",
-    "precision": "precision",
-}
-# What a checkpoint written before an architecture option existed had (its absence means this).
-_DEFAULT_ARCH = {"precision": "float32"}
-# Training options: command-line flag -> TrainConfig field.
-_TRAIN_OPTIONS = {
-    "batch_size": "batch_size",
-    "max_tokens": "max_tokens",
-    "warmup": "warmup",
-    "lr_scale": "lr_scale",
-    "fixed_lr": "fixed_lr",
-    "decay": "decay",
-    "label_smoothing": "label_smoothing",
-    "clip_norm": "clip_norm",
-    "log_every": "log_every",
-    "bucket_by_length": "bucket_by_length",
-    "drop_remainder": "drop_remainder",
-    "keep_checkpoints": "keep_checkpoints",
-    "val_bleu_sentences": "val_bleu_sentences",
-    "average_last": "average_last",
-}
+# The architecture options (--d-model, --layers, ...) and the optimiser's (--warmup, --lr-scale, ...)
+# are made from the core's configuration tables (transformer_cpp.config: each field that has an
+# option); the training options below are TrainConfig's own settings, by their field names.
+_TRAIN_OPTIONS = (
+    "batch_size",
+    "max_tokens",
+    "decay",
+    "log_every",
+    "bucket_by_length",
+    "drop_remainder",
+    "keep_checkpoints",
+    "val_bleu_sentences",
+    "average_last",
+)
 # Training options a resumed run may change (they do not alter what a step computes).
 _CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last")
 # Data options: command-line flag -> key of the checkpoint's "data" section.
@@ -326,6 +310,20 @@ def _choose_max_length(split: Dict[str, Any], src_tok: Any, tgt_tok: Any, option
 # ------------------------------------------------------------------------------------ train
 
 
+def _arch_options() -> Dict[str, str]:
+    """Command-line option (dest) -> Transformer argument, from the core's table."""
+    from .config import MODEL_FIELDS, option_fields
+
+    return {f.option: f.name for f in option_fields(MODEL_FIELDS)}
+
+
+def _train_options() -> List[str]:
+    """TrainConfig settings that options set (dest = field name): its own and the optimiser's."""
+    from .config import OPTIMIZER_FIELDS, option_fields
+
+    return [*_TRAIN_OPTIONS, *(f.option for f in option_fields(OPTIMIZER_FIELDS))]
+
+
 def _given(args: argparse.Namespace, names: Sequence[str]) -> Dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
@@ -345,8 +343,8 @@ def _requested(
         recipe = preset_recipe(preset)
         train = recipe["train"]
         data = {("max_length_option" if k == "max_length" else k): v for k, v in recipe["data"].items()}
-    arch.update({_ARCH_OPTIONS[k]: v for k, v in _given(args, list(_ARCH_OPTIONS)).items()})
-    train.update({_TRAIN_OPTIONS[k]: v for k, v in _given(args, list(_TRAIN_OPTIONS)).items()})
+    arch.update({_arch_options()[k]: v for k, v in _given(args, list(_arch_options())).items()})
+    train.update(_given(args, _train_options()))
     for flag in ("epochs", "seed", "time_budget"):
         if getattr(args, flag) is not None:
             train[flag] = getattr(args, flag)
@@ -362,7 +360,16 @@ def _check_resume_options(
     arch, train, data_req = _requested(args, args.preset)
     arch.pop("max_length", None)  # a positional-table cache, not a setting of the run
     conflicts = []
-    names = {v: k for k, v in {**_ARCH_OPTIONS, **_TRAIN_OPTIONS, **_DATA_OPTIONS}.items()}
+    from .config import MODEL_FIELDS, defaults
+    from .training import TrainConfig
+
+    names = {v: k for k, v in {**_arch_options(), **_DATA_OPTIONS}.items()}
+    # what a checkpoint written before a setting existed had: its default
+    section_defaults = {
+        "architecture": defaults(MODEL_FIELDS),
+        "training": TrainConfig().to_dict(),
+        "data": _DEFAULT_DATA,
+    }
     for section, requested, saved in (
         ("architecture", arch, model_cfg),
         ("training", train, train_cfg),
@@ -371,7 +378,7 @@ def _check_resume_options(
         for key, value in requested.items():
             if section == "training" and key in _CHANGEABLE_ON_RESUME:
                 continue
-            have = saved.get(key, (_DEFAULT_DATA if section == "data" else _DEFAULT_ARCH).get(key))
+            have = saved.get(key, section_defaults[section].get(key))
             if value != have:
                 flag = names.get(key, key).replace("_", "-")
                 conflicts.append(f"--{flag} {value} (the run has {have})")
@@ -575,6 +582,8 @@ def _resume_trainer_here(args: argparse.Namespace, out: Path, parallel: Any) -> 
     max_length = data_info.get("max_length")
     train = _encode(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
     valid = _encode_valid(split, ckpt.src_tokenizer, ckpt.tgt_tokenizer, max_length)
+    if train is None:
+        raise UserError(f"the run's training split is empty: '{data_info.get('path')}' holds no training pair")
     trainer = Trainer.from_checkpoint(
         ckpt,
         train,
@@ -929,6 +938,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
         raise UserError(f"'{run}' holds {len(found)} checkpoint(s); averaging needs at least 2")
     paths = found[-args.last :]
     path, _ = average_checkpoints(paths, run)
+    assert path is not None  # written, since run_dir was given
     if args.mark_best:
         mark_best(run, path.name)
     print(
@@ -966,10 +976,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # settings of TrainConfig or Translator are checked by those classes (TrainConfig.check,
 # Translator.check: the Python API says the same about a bad value); the others have their range
 # here. Each range is part of the option's help.
-_MAX_COUNT = 2**63 - 1  # counts and seeds that Python holds but that must never overflow elsewhere
-# Architecture sizes: beyond these no model fits in a computer's memory; the core also checks
-# what a model of the requested sizes needs against the memory there is.
-_ARCH_RANGES = {"d_model": (1, 16384), "layers": (1, 256), "heads": (1, 1024), "d_ff": (1, 262144)}
+_MAX_COUNT = 2**63 - 1
 # 4 special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
 _VOCAB_RANGE = (260, 2**20)
 _MAX_LENGTH_RANGE = (2, 100_000)  # --max-length of train (0 = automatic)
@@ -982,41 +989,84 @@ def _parse_number(text: str, integer: bool) -> Any:
         raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}") from None
 
 
-def _int_in(low: int, high: int = _MAX_COUNT, *, zero: str = "") -> Any:
-    """An argparse type: an integer in [low, high] (or 0, meaning ``zero``, when that is given)."""
+def _checked(limit: Any, owner: str, name: str, *, zero: str = "") -> Any:
+    """An argparse type: the option's text as the value ``limit`` allows (a number, or a name),
+    checked by the one validator (:class:`~transformer_cpp._checks.Limit`), so the message is the one
+    the Python API gives for the same value: ``"<owner>: <name> must be <what is allowed>, got
+    <value>"``. With ``zero``, 0 is accepted too and means ``zero``."""
 
-    def convert(text: str) -> int:
-        value = _parse_number(text, True)
+    def convert(text: str) -> Any:
+        value = text if limit.kind == "choice" else _parse_number(text, limit.integer)
         if zero and value == 0:
             return 0
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"expected {'0 (' + zero + ') or ' if zero else ''}an integer in [{low}, {high}], got {value}"
-            )
-        return value
+        try:
+            return limit.check(owner, name, value)
+        except (TypeError, ValueError) as exc:
+            if zero:  # the same format, with 0 among what is allowed
+                raise argparse.ArgumentTypeError(
+                    f"{name} must be 0 ({zero}) or {limit.describe()}, got {value!r}"
+                ) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
 
 
 def _setting(owner: str, name: str, *, minimum: Optional[int] = None) -> Any:
     """An argparse type for setting ``name`` of ``owner`` ("TrainConfig" or "Translator"), checked
-    by that class; ``minimum``: a stricter lower bound for the command line."""
+    with that class's limit; ``minimum``: a higher lower bound for the command line."""
+    from ._checks import Limit
 
-    def convert(text: str) -> Any:
-        from .training import TrainConfig
-        from .translate import Translator
+    limit = _limits(owner)[name]
+    convert = _checked(limit, owner, name)
+    if minimum is None:
+        return convert
+    stricter = Limit(True, minimum, limit.high)
 
-        cls = TrainConfig if owner == "TrainConfig" else Translator
-        value = _parse_number(text, cls.LIMITS[name].integer)
-        try:
-            value = cls.check(name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+    def convert_at_least(text: str) -> Any:
+        value = convert(text)  # the class's message for a value it refuses ...
+        if value < minimum:  # ... and the command line's, with its bound, for one it takes
+            raise argparse.ArgumentTypeError(stricter.message(owner, name, value))
         return value
 
-    return convert
+    return convert_at_least
+
+
+def _limits(owner: str) -> Dict[str, Any]:
+    from .training import TrainConfig
+    from .translate import Translator
+
+    return dict((TrainConfig if owner == "TrainConfig" else Translator).LIMITS)
+
+
+def _count(name: str, low: int, high: int = _MAX_COUNT, *, zero: str = "") -> Any:
+    """An argparse type for a count that belongs to no class's settings: an integer in [low, high]
+    (by default at most 2**63 - 1: counts and seeds that Python holds but that must never overflow
+    elsewhere)."""
+    from ._checks import Limit
+
+    return _checked(Limit(True, low, high), "", name, zero=zero)
+
+
+def _config_options(group: Any, fields: Sequence[Any], owner: str) -> None:
+    """An option for every field of a configuration table that has one (``--`` + its option name):
+    flags as --name / --no-name, the others checked by the field's limit, its range in the help.
+    Messages name the value as ``owner`` does: the Transformer by the field's name, TrainConfig by
+    the option's (``adam_eps``)."""
+    from .config import option_fields
+
+    for f in option_fields(fields):
+        flag, text = "--" + f.option.replace("_", "-"), f.help.replace("%", "%%")
+        if f.limit.kind == "flag":
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            metavar = "{" + ",".join(f.limit.choices) + "}" if f.limit.kind == "choice" else None
+            group.add_argument(
+                flag,
+                type=_checked(f.limit, owner, f.option if owner == "TrainConfig" else f.name),
+                default=None,
+                metavar=metavar,
+                help=f"{text} ({f.limit.describe()})",
+            )
 
 
 def _seconds(text: str) -> float:
@@ -1024,13 +1074,6 @@ def _seconds(text: str) -> float:
     if not (isinstance(value, (int, float)) and 0 < value < 1e9):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return float(value)
-
-
-def _range_help(owner: str, name: str) -> str:
-    from .training import TrainConfig
-    from .translate import Translator
-
-    return (TrainConfig if owner == "TrainConfig" else Translator).LIMITS[name].describe()
 
 
 def _fraction(name: str) -> Any:
@@ -1066,9 +1109,9 @@ def path_option(text: str) -> str:
     return text
 
 
-_positive_int = _int_in(1)
-_non_negative_int = _int_in(0)
-_threads = _int_in(1, 4096)
+def _threads() -> Any:
+    """The --threads option's type: TrainConfig's limit (the core's)."""
+    return _setting("TrainConfig", "threads")
 
 
 def _add_train_parser(sub: Any) -> None:
@@ -1111,11 +1154,9 @@ def _add_train_parser(sub: Any) -> None:
         default=None,
         metavar="MINUTES",
         help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
-        "(0 = no budget; default: the preset's; " + _range_help("TrainConfig", "time_budget") + ")",
+        "(0 = no budget; default: the preset's; " + _limits("TrainConfig")["time_budget"].describe() + ")",
     )
-    p.add_argument(
-        "--threads", type=_setting("TrainConfig", "threads"), default=None, help="C++ threads (default: all cores)"
-    )
+    p.add_argument("--threads", type=_threads(), default=None, help="C++ threads (default: all cores)")
     p.add_argument(
         "--fixed-threads",
         action="store_true",
@@ -1131,19 +1172,10 @@ def _add_train_parser(sub: Any) -> None:
         help="under mpiexec: abort every process when a collective call (a step's gradient all-reduce, "
         "the wait for rank 0's validation) takes longer (default $TRANSFORMER_CPP_MPI_TIMEOUT or 600)",
     )
-    p.add_argument(
-        "--precision",
-        choices=("float32", "bf16"),
-        default=None,
-        help="matrix products of the dense layers (attention projections, feed-forward, output "
-        "layer): float32 (the default), or bf16 mixed precision: bfloat16 inputs summed in float32 "
-        "by AVX512_BF16 instructions, float32 weights, optimiser, normalisation and loss; needs a "
-        "CPU with AVX512_BF16. Recorded in the checkpoints; a resumed run keeps it",
-    )
     g = p.add_argument_group("data")
     g.add_argument(
         "--num-samples",
-        type=_non_negative_int,
+        type=_count("num_samples", 0),
         default=None,
         help="use N pairs of the file (default: the preset's; 0 = all)",
     )
@@ -1156,7 +1188,7 @@ def _add_train_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--vocab-size",
-        type=_int_in(*_VOCAB_RANGE),
+        type=_count("vocab_size", *_VOCAB_RANGE),
         default=None,
         help=f"target size of each subword vocabulary, in [{_VOCAB_RANGE[0]}, {_VOCAB_RANGE[1]}] (at least "
         "the 4 special tokens and the 256 byte symbols)",
@@ -1182,13 +1214,13 @@ def _add_train_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--split-seed",
-        type=_non_negative_int,
+        type=_count("split_seed", 0),
         default=None,
         help="seed of the sample and of the train/valid/test split by English sentence (default 0)",
     )
     g.add_argument(
         "--max-length",
-        type=_int_in(*_MAX_LENGTH_RANGE, zero="automatic"),
+        type=_count("max_length", *_MAX_LENGTH_RANGE, zero="automatic"),
         default=None,
         help=f"longest training pair in tokens, in [{_MAX_LENGTH_RANGE[0]}, {_MAX_LENGTH_RANGE[1]}]; longer "
         f"pairs are left out of training (0 = the length that covers {LENGTH_COVERAGE}%% of them). "
@@ -1207,32 +1239,11 @@ def _add_train_parser(sub: Any) -> None:
         help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
         "default) or be left out, counted (skip)",
     )
-    g = p.add_argument_group("architecture (default: the preset's)")
-    for flag, what in (
-        ("d_model", "model width"),
-        ("layers", "encoder and decoder layers"),
-        ("heads", "attention heads"),
-        ("d_ff", "feed-forward inner width"),
-    ):
-        low, high = _ARCH_RANGES[flag]
-        g.add_argument(
-            "--" + flag.replace("_", "-"), type=_int_in(low, high), default=None, help=f"{what}, in [{low}, {high}]"
-        )
-    g.add_argument("--dropout", type=float, default=None, help="dropout rate")
-    g.add_argument(
-        "--pre-norm",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="layer normalisation before each sub-layer (and after each stack) instead of after it "
-        "(the paper's post-norm)",
-    )
-    g.add_argument(
-        "--tie-embeddings",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="tie the decoder embedding to the output layer (fewer weights; on with --joint-vocab)",
-    )
+    from .config import MODEL_FIELDS, OPTIMIZER_FIELDS
+
+    _config_options(p.add_argument_group("architecture (default: the preset's)"), MODEL_FIELDS, "Transformer")
     g = p.add_argument_group("optimisation (default: the preset's)")
+    _config_options(g, OPTIMIZER_FIELDS, "TrainConfig")
 
     def setting(flag: str, help: str, **kw: Any) -> None:
         name = flag.replace("-", "_")
@@ -1240,7 +1251,7 @@ def _add_train_parser(sub: Any) -> None:
             "--" + flag,
             type=_setting("TrainConfig", name),
             default=None,
-            help=f"{help} ({_range_help('TrainConfig', name)})",
+            help=f"{help} ({_limits('TrainConfig')[name].describe()})",
             **kw,
         )
 
@@ -1248,17 +1259,12 @@ def _add_train_parser(sub: Any) -> None:
     setting(
         "max-tokens", "tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)"
     )
-    setting("warmup", "warm-up steps")
-    setting("lr-scale", "multiplies the learning-rate schedule")
-    setting("fixed-lr", "constant learning rate instead of the schedule (0 = the schedule)")
     g.add_argument(
         "--decay",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="after the warm-up, decay the learning rate linearly to 0 at the end of the run",
     )
-    setting("label-smoothing", "label smoothing (paper 0.1)")
-    setting("clip-norm", "clip gradients to this global norm (0 = off)")
     setting("seed", "seed of weights, dropout and shuffling (default 0)")
     setting("log-every", "history entry every N steps (default 10)")
     g.add_argument(
@@ -1300,7 +1306,7 @@ def _add_translate_parser(sub: Any) -> None:
         type=_setting("Translator", "max_length"),
         default=None,
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
-        + _range_help("Translator", "max_length")
+        + _limits("Translator")["max_length"].describe()
         + ")",
     )
     p.set_defaults(func=_cmd_translate)
@@ -1311,14 +1317,16 @@ def _add_decoding_options(p: Any) -> None:
         "--beam-size",
         type=_setting("Translator", "beam_size"),
         default=1,
-        help="1 = greedy decoding (default), more = beam search (" + _range_help("Translator", "beam_size") + ")",
+        help="1 = greedy decoding (default), more = beam search ("
+        + _limits("Translator")["beam_size"].describe()
+        + ")",
     )
     p.add_argument(
         "--length-penalty",
         type=_setting("Translator", "length_penalty"),
         default=1.0,
         help="beam search length-penalty exponent (default 1.0, chosen on validation BLEU; "
-        + _range_help("Translator", "length_penalty")
+        + _limits("Translator")["length_penalty"].describe()
         + ")",
     )
     p.add_argument(
@@ -1327,7 +1335,12 @@ def _add_decoding_options(p: Any) -> None:
         default=64,
         help="sentences decoded together (default 64)",
     )
-    p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
+    p.add_argument(
+        "--threads",
+        type=_threads(),
+        default=None,
+        help=f"C++ threads (default: all cores; {_limits('TrainConfig')['threads'].describe()})",
+    )
     _add_compute_type_option(p)
 
 
@@ -1375,9 +1388,9 @@ def _add_evaluate_parser(sub: Any) -> None:
         help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
         "not valid in it are left out and reported by line number",
     )
-    p.add_argument("--limit", type=_non_negative_int, default=0, help="score only the first N pairs (default all)")
+    p.add_argument("--limit", type=_count("limit", 0), default=0, help="score only the first N pairs (default all)")
     _add_decoding_options(p)
-    p.add_argument("--examples", type=_non_negative_int, default=0, help="also print the first N translations")
+    p.add_argument("--examples", type=_count("examples", 0), default=0, help="also print the first N translations")
     p.set_defaults(func=_cmd_evaluate)
 
 
@@ -1427,7 +1440,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'averaged' (for translating; 'latest', which --resume continues, is unchanged).",
     )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
-    p.add_argument("--last", type=_positive_int, default=5, help="how many of the newest checkpoints (default 5)")
+    p.add_argument("--last", type=_count("last", 1), default=5, help="how many of the newest checkpoints (default 5)")
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=_cmd_average)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import codecs
 import logging
-import math
 import os
 import re
 import shutil
@@ -36,7 +35,14 @@ from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from ._checks import flag as _flag, path as _path, seed as _seed
+from ._checks import (
+    choice as _choice,
+    flag as _flag,
+    integer as _integer,
+    number as _number,
+    path as _path,
+    seed as _seed,
+)
 
 __all__ = [
     "TATOEBA_URLS",
@@ -556,16 +562,10 @@ def load_tatoeba(
     caller = "load_tatoeba"
     seed = _seed(caller, "seed", seed)
     encoding = check_encoding(encoding, caller)
-    if errors not in DECODE_ERRORS:
-        raise ValueError(f"{caller}: errors must be one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
+    errors = _choice(caller, "errors", errors, DECODE_ERRORS)
     if num_samples is not None:
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
-            raise TypeError(f"{caller}: num_samples must be an int or None, got {type(num_samples).__name__}")
-        if num_samples < 1:
-            raise ValueError(f"{caller}: num_samples must be >= 1, got {num_samples}")
-        num_samples = int(num_samples)
-    if sampling not in SAMPLING_MODES:
-        raise ValueError(f"{caller}: sampling must be one of {', '.join(SAMPLING_MODES)}, got {sampling!r}")
+        num_samples = _integer(caller, "num_samples", num_samples, 1)
+    sampling = _choice(caller, "sampling", sampling, SAMPLING_MODES)
     resolved = _resolve_path(path, cache_dir, download, urls, caller)
     if sampling == "first" or num_samples is None:
         return _parse(resolved, num_samples, caller, encoding, errors)
@@ -646,15 +646,10 @@ def train_val_test_split(
 def check_fractions(valid_fraction: Any, test_fraction: Any, caller: str = "split_by_source") -> Tuple[float, float]:
     """``(valid_fraction, test_fraction)`` as floats if each is a number in [0, 1) and together
     they leave pairs for training (sum < 1); ``ValueError`` otherwise."""
-    values = []
-    for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if isinstance(value, bool) or not 0.0 <= number < 1.0:
-            raise ValueError(f"{caller}: {label} must be in [0, 1), got {value!r}")
-        values.append(number)
+    values = [
+        _number(caller, label, value, 0.0, 1.0, high_open=True)
+        for label, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction))
+    ]
     if values[0] + values[1] >= 1.0:
         raise ValueError(
             f"{caller}: valid_fraction {valid_fraction} and test_fraction {test_fraction} add up to "
@@ -859,11 +854,7 @@ def encode_pairs(
     if not src_list:
         raise ValueError(f"{caller}: no sentence pairs to encode")
     if max_length is not None:
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
-            raise TypeError(f"{caller}: max_length must be an int or None, got {type(max_length).__name__}")
-        if max_length < 2:
-            raise ValueError(f"{caller}: max_length must be >= 2 (start and end tokens), got {max_length}")
-        max_length = int(max_length)
+        max_length = _integer(caller, "max_length", max_length, 2)  # the start and end tokens
     for label, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
         if getattr(tok, "pad_id", 0) != 0:
             raise ValueError(f"{caller}: {label}.pad_id is {tok.pad_id}; padding must be id 0")
@@ -921,17 +912,9 @@ class Batch:
         return int(np.count_nonzero(self.tgt_out))
 
 
-def _check_batch_size(batch_size: Any, caller: str) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise TypeError(f"{caller}: batch_size must be an int, got {type(batch_size).__name__}")
-    if batch_size < 1:
-        raise ValueError(f"{caller}: batch_size must be >= 1, got {batch_size}")
-    return int(batch_size)
-
-
 def num_batches(encoded_or_n: Union[EncodedPairs, int], batch_size: int, *, drop_remainder: bool = False) -> int:
     """Number of batches :func:`batches` yields for ``encoded_or_n`` examples (sentence batches)."""
-    batch_size = _check_batch_size(batch_size, "num_batches")
+    batch_size = _integer("num_batches", "batch_size", batch_size, 1)
     n = len(encoded_or_n) if isinstance(encoded_or_n, EncodedPairs) else int(encoded_or_n)
     if n < 0:
         raise ValueError(f"num_batches: the number of examples must be >= 0, got {n}")
@@ -954,13 +937,9 @@ def batch_plan(
     caller = "batches"
     if not isinstance(encoded, EncodedPairs):
         raise TypeError(f"{caller}: expected EncodedPairs (from encode_pairs), got {type(encoded).__name__}")
-    batch_size = _check_batch_size(batch_size, caller)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
-        raise ValueError(
-            f"{caller}: max_tokens must be an int >= 0 (0 = batches of batch_size pairs), got {max_tokens!r}"
-        )
-    if isinstance(bucket_pool, bool) or not isinstance(bucket_pool, (int, np.integer)) or bucket_pool < 1:
-        raise ValueError(f"{caller}: bucket_pool must be an int >= 1, got {bucket_pool!r}")
+    batch_size = _integer(caller, "batch_size", batch_size, 1)
+    max_tokens = _integer(caller, "max_tokens", max_tokens, 0)  # 0: batches of batch_size pairs
+    bucket_pool = _integer(caller, "bucket_pool", bucket_pool, 1)
     shuffle = _flag(caller, "shuffle", shuffle)
     bucket_by_length = _flag(caller, "bucket_by_length", bucket_by_length)
     drop_remainder = _flag(caller, "drop_remainder", drop_remainder)

@@ -174,9 +174,9 @@ class DataParallel:
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
         self.timeout = _timeout_from_environment(timeout)
-        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
-            raise ValueError(f"DataParallel: check_every must be an integer >= 1, got {check_every!r}")
-        self.check_every = check_every
+        from ._checks import integer
+
+        self.check_every = integer("DataParallel", "check_every", check_every, 1)
         self.seconds: Dict[str, float] = {"compute": 0.0, "allreduce": 0.0, "update": 0.0, "steps": 0}
         self._watchdog = _Watchdog(self._abort_on_timeout)
 

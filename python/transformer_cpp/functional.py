@@ -13,6 +13,7 @@ from typing import Any, Optional, Tuple, cast
 import numpy as np
 
 from . import _core
+from ._checks import integer as _integer
 from .layers import ScaledDotProductAttention
 
 __all__ = [
@@ -109,8 +110,7 @@ def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: flo
 
 def look_ahead_mask(size: int) -> np.ndarray:
     """``(size, size)`` boolean mask, True above the diagonal: position i may not see j > i."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise ValueError(f"look_ahead_mask: size must be a positive integer, got {size!r}")
+    size = _integer("look_ahead_mask", "size", size, 1)
     _core._check_memory("look_ahead_mask", f"a ({size}, {size}) mask", float(min(2 * int(size) ** 2, 10**300)))
     return np.triu(np.ones((size, size), dtype=bool), k=1)
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import numbers
+import inspect
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
 from . import _core
 from ._checks import flag as _flag
+from .config import MODEL_FIELDS, OPTIMIZER_FIELDS, describe_fields, keyword_parameters
 from .layers import core_class
 
 __all__ = ["NonFiniteError", "PRESETS", "RECIPES", "Transformer", "preset_config", "preset_recipe"]
@@ -95,13 +96,6 @@ def preset_recipe(name: str) -> Dict[str, Dict[str, Any]]:
     return {k: dict(v) for k, v in RECIPES[name].items()}
 
 
-def _int_arg(value: Any, name: str, minimum: int = 1) -> int:
-    # the upper bounds (64 bits, what memory can hold) are checked by the core, with the same messages
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < minimum:
-        raise ValueError(f"Transformer: {name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 class Transformer:
     """The Transformer of "Attention Is All You Need" with its C++ forward and backward passes.
 
@@ -111,78 +105,23 @@ class Transformer:
     masked cross-entropy, backward and one Adam step in one C++ call and returns
     ``(loss, accuracy)``; ``evaluate`` does the same without the update.
 
+    The architecture is given by keyword (every one but the vocabulary sizes has a default); the
+    arguments are the fields of the core's ``TransformerConfig`` (:data:`transformer_cpp.config.MODEL_FIELDS`),
+    each checked when the model is made (``TypeError`` for a value of the wrong type, ``ValueError``
+    naming the field, the value and what is allowed), then the combinations (``d_model`` divisible
+    by ``n_heads``), the precision and the memory the weights need.
+
     Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (padding id 0 included).
-        d_model: model width. n_layers: encoder and decoder layers. n_heads: attention heads
-            (``d_model % n_heads == 0``). d_ff: inner width of the feed-forward networks.
-        dropout: rate on embeddings, sub-layer outputs and inside the feed-forward networks.
-        max_length: positional-table rows built up front; a cache, longer sequences extend it.
-        layout: positional-encoding layout, ``"interleaved"`` (paper) or ``"concatenated"``.
-        pre_norm: LayerNorm before each sub-layer (and after each stack) instead of after.
-        share_embeddings: tie the target embedding and the output projection.
-        layer_norm_eps: epsilon inside the LayerNorm square root.
-        seed: initialisation and dropout seed.
+        {args}
         dtype: ``"float32"`` (training) or ``"float64"`` (gradient checks).
-        precision: the matrix products of every dense layer (attention projections, feed-forward,
-            output layer) in forward and backward: ``"float32"``, or ``"bf16"`` (mixed precision:
-            inputs rounded to bfloat16, products summed in float32 by the AVX512_BF16 kernel;
-            weights, gradients, Adam, LayerNorm, softmax, attention scores and the loss stay
-            float32). ``"bf16"`` needs a float32 model and a CPU with AVX512_BF16 (ValueError
-            otherwise, see :func:`transformer_cpp.kernels.have_bf16`). Decoding always runs in
-            float32 on the float32 weights.
     """
 
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        n_layers: int = 6,
-        n_heads: int = 8,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        max_length: int = 2048,
-        layout: str = "interleaved",
-        pre_norm: bool = False,
-        share_embeddings: bool = False,
-        layer_norm_eps: float = 1e-6,
-        seed: int = 0,
-        dtype: Any = "float32",
-        precision: str = "float32",
-    ) -> None:
-        src_vocab_size = _int_arg(src_vocab_size, "src_vocab_size", 2)
-        tgt_vocab_size = _int_arg(tgt_vocab_size, "tgt_vocab_size", 2)
-        d_model = _int_arg(d_model, "d_model")
-        n_layers = _int_arg(n_layers, "n_layers")
-        n_heads = _int_arg(n_heads, "n_heads")
-        d_ff = _int_arg(d_ff, "d_ff")
-        max_length = _int_arg(max_length, "max_length")
-        seed = _int_arg(seed, "seed", 0)
-        if isinstance(layout, str) and layout not in ("interleaved", "concatenated"):
-            raise ValueError(f"Transformer: layout must be 'interleaved' or 'concatenated', got {layout!r}")
-        if not isinstance(precision, str):
-            raise TypeError(
-                f"Transformer: precision must be a str ('float32' or 'bf16'), got "
-                f"{type(precision).__name__} {precision!r:.40}"
-            )
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, dtype: Any = "float32", **config: Any) -> None:
+        architecture = _core.TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **config)
+        core = core_class("Transformer", dtype)
         self.dtype = np.dtype(dtype).name
-        # the core checks the rest (divisibility, rates, finite numbers, memory) before allocating
-        self._core = core_class("Transformer", dtype)(
-            src_vocab_size,
-            tgt_vocab_size,
-            d_model,
-            n_layers,
-            n_heads,
-            d_ff,
-            dropout,
-            max_length,
-            layout,
-            _flag("Transformer", "pre_norm", pre_norm),
-            _flag("Transformer", "share_embeddings", share_embeddings),
-            layer_norm_eps,
-            seed,
-            precision,
-        )
+        # the core checks the rest (precision, memory) before allocating
+        self._core = core(architecture)
 
     # --- construction helpers ---------------------------------------------------------------
     @classmethod
@@ -192,15 +131,16 @@ class Transformer:
 
     @property
     def config(self) -> Dict[str, Any]:
-        """The architecture as a JSON-serialisable dict (``Transformer.from_config`` rebuilds it)."""
-        c = dict(self._core.config())
+        """The architecture as a JSON-serialisable dict, every field of ``TransformerConfig`` and the
+        ``dtype`` (``Transformer.from_config`` rebuilds it)."""
+        c: Dict[str, Any] = self._core.config().to_dict()
         c["dtype"] = self.dtype
         return c
 
     # --- the model --------------------------------------------------------------------------
     def forward(self, src: np.ndarray, tgt_in: np.ndarray, training: bool = False) -> np.ndarray:
         """Logits (B, T, tgt_vocab_size) for source ids (B, S) and decoder-input ids (B, T)."""
-        return self._core.forward(src, tgt_in, _flag("Transformer.forward", "training", training))
+        return cast(np.ndarray, self._core.forward(src, tgt_in, _flag("Transformer.forward", "training", training)))
 
     __call__ = forward
 
@@ -215,7 +155,7 @@ class Transformer:
     def parameters(self) -> "OrderedDict[str, Any]":
         """Ordered dict ``hierarchical name -> Parameter`` with writable ``.value``/``.grad`` views,
         e.g. ``encoder.layers.0.self_attention.query.weight``."""
-        return self._core.parameters()
+        return cast("OrderedDict[str, Any]", self._core.parameters())
 
     def num_parameters(self) -> int:
         """Number of trainable scalars."""
@@ -241,34 +181,28 @@ class Transformer:
             )
 
     # --- training ---------------------------------------------------------------------------
-    def configure_optimizer(
-        self,
-        warmup: int = 4000,
-        lr_scale: float = 1.0,
-        fixed_lr: float = 0.0,
-        beta1: float = 0.9,
-        beta2: float = 0.98,
-        eps: float = 1e-9,
-        clip_norm: float = 0.0,
-        label_smoothing: float = 0.0,
-        total_steps: int = 0,
-    ) -> None:
+    def configure_optimizer(self, **settings: Any) -> None:
         """Adam and the schedule ``lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
         (or a constant ``fixed_lr`` when > 0), optional clipping to a global norm, label smoothing.
         With ``total_steps > warmup`` the rate falls linearly after the warm-up, from its peak
         to 0 at ``total_steps`` (a schedule fitted to the run's length); with a ``fixed_lr``
-        (no warm-up) and ``total_steps >= 1`` it falls from ``fixed_lr`` at step 0.
+        (no warm-up) and ``total_steps >= 1`` it falls from ``fixed_lr`` at step 0. Settings left
+        out take their defaults.
 
-        Raises ValueError naming the first bad option (the core's check, shared with the command
-        line): warmup >= 1, lr_scale > 0, fixed_lr >= 0, clip_norm >= 0 and eps > 0 finite,
-        beta1, beta2 and label_smoothing in [0, 1), total_steps 0 or > warmup (>= 1 with fixed_lr)."""
-        self._core.configure_optimizer(
-            warmup, lr_scale, fixed_lr, beta1, beta2, eps, clip_norm, label_smoothing, total_steps
-        )
+        The settings are the fields of the core's ``OptimizerConfig``
+        (:data:`transformer_cpp.config.OPTIMIZER_FIELDS`); a bad one raises ``ValueError`` naming it,
+        its value and what is allowed (the core's check, shared with ``TrainConfig`` and the command
+        line), and changes nothing:
+
+        {args}
+        """
+        self._core.configure_optimizer(_core.OptimizerConfig(**settings))
 
     @property
     def optimizer_config(self) -> Dict[str, Any]:
-        return dict(self._core.optimizer_config())
+        """The optimiser's settings as a dict (``configure_optimizer(**optimizer_config)`` restores them)."""
+        settings: Dict[str, Any] = self._core.optimizer_config().to_dict()
+        return settings
 
     def train_step(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
         """zero_grad, forward (training), masked loss, backward, clipping, one Adam step — all in
@@ -278,7 +212,8 @@ class Transformer:
         starts ``"Transformer.train_step: non-finite loss"`` when the loss diverged) for
         non-finite weights, loss or gradient norm, or an update that would make a weight
         non-finite: nothing is updated then, the model keeps the weights of its last good step."""
-        return self._core.train_step(src, tgt_in, tgt_out)
+        loss, accuracy = self._core.train_step(src, tgt_in, tgt_out)
+        return float(loss), float(accuracy)
 
     # ---------------------------------------------------------------- data parallelism
     # train_step in two halves around a sum of gradient_buffer() over processes (see distributed.py)
@@ -291,13 +226,14 @@ class Transformer:
         ``(loss, accuracy)``. ``grad_scale = last_token_count`` turns the mean over this batch's
         tokens into their sum, so that sums over processes divided by the global token count give
         the gradient of the whole batch's mean loss."""
-        return self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale)
+        loss, accuracy = self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale)
+        return float(loss), float(accuracy)
 
     def gradient_buffer(self) -> np.ndarray:
         """The model's contiguous gradient buffer, a NumPy view (no copy): every parameter's
         gradient in :meth:`parameters` order, then 8 spare values that the caller may use to sum
         its own numbers in the same all-reduce."""
-        return self._core.gradient_buffer()
+        return cast(np.ndarray, self._core.gradient_buffer())
 
     def zero_gradient_buffer(self) -> None:
         """Set :meth:`gradient_buffer` to 0, ready for :meth:`apply_gradients`: what a process
@@ -320,7 +256,8 @@ class Transformer:
 
     def evaluate(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
         """Masked loss and accuracy in inference mode (no dropout, no update)."""
-        return self._core.evaluate(src, tgt_in, tgt_out)
+        loss, accuracy = self._core.evaluate(src, tgt_in, tgt_out)
+        return float(loss), float(accuracy)
 
     @property
     def last_token_count(self) -> int:
@@ -363,7 +300,7 @@ class Transformer:
 
     def optimizer_state(self) -> "OrderedDict[str, Any]":
         """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
-        return self._core.optimizer_state()
+        return cast("OrderedDict[str, Any]", self._core.optimizer_state())
 
     def attention_weights(self) -> Dict[str, np.ndarray]:
         """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k)."""
@@ -396,7 +333,7 @@ class Transformer:
         weights is made at the first call and kept like the float32 panels. ``ValueError`` names
         what is missing on a CPU without the instructions, and refuses them for float64 models.
         """
-        return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type)
+        return cast(np.ndarray, self._core.greedy_decode(src, start_id, end_id, max_length, compute_type))
 
     def beam_search(
         self,
@@ -419,9 +356,10 @@ class Transformer:
         ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0. ``compute_type``:
         as for :meth:`greedy_decode`.
         """
-        return self._core.beam_search(
+        hypotheses: List[List[Tuple[np.ndarray, float, float, bool]]] = self._core.beam_search(
             src, start_id, end_id, max_length, beam_size, length_penalty, n_best, compute_type
         )
+        return hypotheses
 
     def __repr__(self) -> str:
         c = self.config
@@ -432,3 +370,26 @@ class Transformer:
             f"precision={c['precision']!r}; "
             f"{self.num_parameters():,} parameters)"
         )
+
+
+# the keyword arguments, signature and documentation of the configuration, from the core's tables
+def _derive_signatures() -> None:
+    model_args = [f for f in MODEL_FIELDS if f.name not in ("src_vocab_size", "tgt_vocab_size")]
+    positional = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="int")
+        for name in ("src_vocab_size", "tgt_vocab_size")
+    ]
+    dtype = inspect.Parameter("dtype", inspect.Parameter.KEYWORD_ONLY, default="float32", annotation="Any")
+    init: Any = Transformer.__init__
+    init.__signature__ = inspect.Signature(
+        [*positional, *keyword_parameters(model_args), dtype], return_annotation="None"
+    )
+    Transformer.__doc__ = (Transformer.__doc__ or "").replace("        {args}", describe_fields(MODEL_FIELDS, " " * 8))
+    configure: Any = Transformer.configure_optimizer
+    configure.__signature__ = inspect.Signature(
+        [positional[0], *keyword_parameters(OPTIMIZER_FIELDS)], return_annotation="None"
+    )
+    configure.__doc__ = (configure.__doc__ or "").replace("        {args}", describe_fields(OPTIMIZER_FIELDS, " " * 8))
+
+
+_derive_signatures()

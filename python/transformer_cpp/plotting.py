@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, List, Literal, Mapping, Optional, Sequenc
 
 import numpy as np
 
+from ._checks import ANY as _ANY, choice as _choice, integer as _integer, number as _number
+
 if TYPE_CHECKING:  # pragma: no cover - only for type checkers
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -56,28 +58,16 @@ __all__ = [
     "save_positional_encoding_figures",
 ]
 
-_LAYOUTS = ("interleaved", "concatenated")
-
 
 # --------------------------------------------------------------------------------------------
 # argument checks
 # --------------------------------------------------------------------------------------------
 
 
-def _int(value: object, name: str, who: str, minimum: Optional[int] = None) -> int:
-    """``value`` as a Python int; bools and floats are refused (they are almost always a mistake)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{who}: {name} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{who}: {name} must be >= {minimum}, got {value}")
-    return value
-
-
 def _layout(layout: object, who: str) -> str:
-    if layout not in _LAYOUTS:
-        raise ValueError(f"{who}: unknown layout {layout!r}; expected one of {', '.join(map(repr, _LAYOUTS))}")
-    return str(layout)
+    from ._runtime import _LAYOUT
+
+    return str(_LAYOUT.check(who, "layout", layout))
 
 
 def _matrix(array: object, name: str, who: str) -> np.ndarray:
@@ -96,7 +86,7 @@ def _matrix(array: object, name: str, who: str) -> np.ndarray:
 
 
 def _position(position: object, length: int, who: str, name: str = "position") -> int:
-    position = _int(position, name, who)
+    position = _integer(who, name, position, _ANY)
     if not 0 <= position < length:
         raise ValueError(f"{who}: {name} {position} is out of range; the encoding has positions 0..{length - 1}")
     return position
@@ -173,7 +163,7 @@ def pair_frequencies(depth: int) -> np.ndarray:
         float64 array of shape ``(depth // 2,)``, from ``w_0 = 1`` (one radian per position) down
         to almost ``1/10000``.
     """
-    depth = _int(depth, "depth", "pair_frequencies", minimum=2)
+    depth = _integer("pair_frequencies", "depth", depth, 2)
     i = np.arange(depth // 2, dtype=np.float64)
     return 1.0 / np.power(10000.0, 2.0 * i / depth)
 
@@ -199,10 +189,9 @@ def rotation_matrix(k: float, frequency: float) -> np.ndarray:
     Returns:
         float64 array of shape ``(2, 2)``.
     """
-    for name, value in (("k", k), ("frequency", frequency)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ValueError(f"rotation_matrix: {name} must be a finite real number, got {value!r}")
-    theta = float(k) * float(frequency)
+    k = _number("rotation_matrix", "k", k, -math.inf)
+    frequency = _number("rotation_matrix", "frequency", frequency, -math.inf)
+    theta = k * frequency
     c, s = math.cos(theta), math.sin(theta)
     return np.array([[c, s], [-s, c]], dtype=np.float64)
 
@@ -228,7 +217,7 @@ def relative_position_error(pe: np.ndarray, k: int, layout: str = "interleaved")
     layout = _layout(layout, who)
     pe = _matrix(pe, "pe", who)
     length, depth = pe.shape
-    k = _int(k, "k", who)
+    k = _integer(who, "k", k, _ANY)
     if abs(k) >= length:
         raise ValueError(f"{who}: |k| must be smaller than the number of positions {length}, got k={k}")
     sin, cos = _pairs(pe, layout, who)  # (length, P) each
@@ -255,9 +244,9 @@ def learning_rate_schedule(d_model: int, warmup: int = 4000, steps: int = 20000)
         from 1).
     """
     who = "learning_rate_schedule"
-    d_model = _int(d_model, "d_model", who, minimum=1)
-    warmup = _int(warmup, "warmup", who, minimum=1)
-    steps = _int(steps, "steps", who, minimum=1)
+    d_model = _integer(who, "d_model", d_model, 1)
+    warmup = _integer(who, "warmup", warmup, 1)
+    steps = _integer(who, "steps", steps, 1)
     step = np.arange(1, steps + 1, dtype=np.float64)
     return cast(np.ndarray, d_model**-0.5 * np.minimum(step**-0.5, step * warmup**-1.5))
 
@@ -306,8 +295,7 @@ def positional_encoding_heatmap(
     """
     who = "positional_encoding_heatmap"
     pe = _matrix(pe, "pe", who)
-    if position_axis not in ("x", "y"):
-        raise ValueError(f"{who}: position_axis must be 'x' or 'y', got {position_axis!r}")
+    position_axis = _choice(who, "position_axis", position_axis, ("x", "y"))
     length, depth = pe.shape
     if position_axis == "x":
         fig = _figure((10, 4.5))

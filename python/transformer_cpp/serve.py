@@ -76,6 +76,8 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 import numpy as np
 
+from ._checks import integer as _integer, number as _number
+
 __all__ = [
     "ServeConfig",
     "ServeError",
@@ -150,13 +152,9 @@ class ServeConfig:
             "max_chars",
             "max_queue",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"ServeConfig: {name} must be an integer >= 1, got {value!r}")
+            object.__setattr__(self, name, _integer("ServeConfig", name, getattr(self, name), 1))
         for name in ("max_wait_ms", "length_penalty"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"ServeConfig: {name} must be a finite number >= 0, got {value!r}")
+            object.__setattr__(self, name, _number("ServeConfig", name, getattr(self, name), 0))
         if self.beam_size > self.max_beam_size:
             raise ValueError(
                 f"ServeConfig: beam_size {self.beam_size} is larger than max_beam_size {self.max_beam_size}"
@@ -1068,20 +1066,25 @@ def _non_negative_float(text: str) -> float:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     # the command line's own option types: one source of checks and messages with train/translate
-    from .cli import _add_compute_type_option, _int_in, _setting, _threads, path_option
+    from .cli import _add_compute_type_option, _count, _limits, _setting, _threads, path_option
 
-    _positive_int, _port = _int_in(1), _int_in(0, 65535)
+    _port = _count("port", 0, 65535)
     d = ServeConfig()
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 = any free port)")
-    p.add_argument("--threads", type=_threads, default=None, help="C++ threads (default: all cores; at most 4096)")
+    p.add_argument(
+        "--threads",
+        type=_threads(),
+        default=None,
+        help=f"C++ threads (default: all cores; {_limits('TrainConfig')['threads'].describe()})",
+    )
     g = p.add_argument_group("batching and decoding")
     g.add_argument(
         "--max-batch",
-        type=_positive_int,
+        type=_count("max_batch", 1),
         default=d.max_batch,
         help=f"most sentences per decode call (default {d.max_batch}; 1 = one at a time)",
     )
@@ -1105,7 +1108,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-length",
-        type=_positive_int,
+        type=_count("max_length", 1),
         default=None,
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
     )
@@ -1113,29 +1116,32 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("limits (a request over one gets a 4xx JSON error; a full queue 503)")
     g.add_argument(
         "--max-beam-size",
-        type=_positive_int,
+        type=_count("max_beam_size", 1),
         default=None,
         help=f"largest beam size (and n_best) a request may ask for (default {d.max_beam_size}, "
         "or --beam-size if larger)",
     )
     g.add_argument(
         "--max-request-bytes",
-        type=_positive_int,
+        type=_count("max_request_bytes", 1),
         default=d.max_request_bytes,
         help=f"largest request body (default {d.max_request_bytes:,})",
     )
     g.add_argument(
-        "--max-texts", type=_positive_int, default=d.max_texts, help=f"most texts per request (default {d.max_texts})"
+        "--max-texts",
+        type=_count("max_texts", 1),
+        default=d.max_texts,
+        help=f"most texts per request (default {d.max_texts})",
     )
     g.add_argument(
         "--max-chars",
-        type=_positive_int,
+        type=_count("max_chars", 1),
         default=d.max_chars,
         help=f"most characters per text (default {d.max_chars:,})",
     )
     g.add_argument(
         "--max-queue",
-        type=_positive_int,
+        type=_count("max_queue", 1),
         default=d.max_queue,
         help=f"most sentences waiting for a decode (default {d.max_queue:,})",
     )

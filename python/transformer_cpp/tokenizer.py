@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 import numpy as np
 
-from ._checks import flag as _flag
+from ._checks import ANY as _ANY_INTEGER, flag as _flag, integer as _integer
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _HFTokenizer
@@ -158,9 +158,7 @@ class SubwordTokenizer:
         name = "SubwordTokenizer.build_from_corpus"
         if isinstance(sentences, (str, bytes)):
             raise TypeError(f"{name}: expected an iterable of sentences, got a single string")
-        if isinstance(target_vocab_size, bool) or not isinstance(target_vocab_size, (int, np.integer)):
-            raise TypeError(f"{name}: target_vocab_size must be an int, got {type(target_vocab_size).__name__}")
-        target_vocab_size = int(target_vocab_size)
+        target_vocab_size = _integer(name, "target_vocab_size", target_vocab_size, _ANY_INTEGER)
         n_special = len(SPECIAL_TOKENS)
         if target_vocab_size < n_special + 1:
             raise ValueError(
@@ -172,10 +170,7 @@ class SubwordTokenizer:
                 f"{name}: target_vocab_size {target_vocab_size} is too large; it must be at most "
                 f"{MAX_VOCAB_SIZE} (2**20)"
             )
-        if isinstance(min_frequency, bool) or not isinstance(min_frequency, (int, np.integer)):
-            raise TypeError(f"{name}: min_frequency must be an int, got {type(min_frequency).__name__}")
-        if not 1 <= min_frequency < 2**63:
-            raise ValueError(f"{name}: min_frequency must be >= 1 and below 2**63, got {min_frequency}")
+        min_frequency = _integer(name, "min_frequency", min_frequency, 1, 2**63 - 1)
         lowercase = _flag(name, "lowercase", lowercase)
 
         corpus: List[str] = []

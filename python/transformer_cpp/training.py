@@ -76,11 +76,26 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import numpy as np
 
-from ._checks import path as _path
+from ._checks import Limit, integer as _integer, number as _number, path as _path
+from .config import OPTIMIZER_FIELDS, option_fields, python_type
 from .checkpoint import checkpoint_name, lock_run, mark_best, nonfinite_tensors
 from .data import Batch, EncodedPairs, batch_plan, batches, make_batch
 
@@ -107,90 +122,42 @@ MAX_SEED = 2**63 - 1
 MAX_THREADS = 1024  # the core's limit (set_num_threads)
 
 
-def _number_text(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class Limit:
-    """The allowed values of one numeric setting: an integer (``integer``) or a finite number
-    from ``low`` to ``high`` (``high`` may be infinite; ``low_open`` / ``high_open`` exclude the
-    bound itself).
-
-    :class:`TrainConfig` and :class:`~transformer_cpp.translate.Translator` check their settings
-    with these, and the command line checks its options with the same ones, so that both say
-    the same thing about a bad value.
-    """
-
-    integer: bool
-    low: float
-    high: float = math.inf
-    low_open: bool = False
-    high_open: bool = False
-    unit: str = ""  # e.g. "minutes"
-
-    def describe(self) -> str:
-        """``"an integer in [1, 1000000]"``, ``"a finite number > 0"``, ``"a number in [0, 1)"``."""
-        kind = "an integer" if self.integer else ("a finite number" if math.isinf(self.high) else "a number")
-        if self.unit:
-            kind += f" of {self.unit}"
-        if math.isinf(self.high):
-            return f"{kind} {'>' if self.low_open else '>='} {_number_text(self.low)}"
-        return (
-            f"{kind} in {'(' if self.low_open else '['}{_number_text(self.low)}, "
-            f"{_number_text(self.high)}{')' if self.high_open else ']'}"
-        )
-
-    def check(self, owner: str, name: str, value: Any) -> Union[int, float]:
-        """``value`` as an ``int`` or ``float``; ``ValueError`` ("<owner>: <name> must be ...,
-        got ...") when it is not one or lies outside the range."""
-        ok = not isinstance(value, (bool, np.bool_))
-        if ok and self.integer:
-            ok = isinstance(value, (int, np.integer))
-            number: Union[int, float] = int(value) if ok else 0
-        elif ok:
-            ok = isinstance(value, (int, float, np.integer, np.floating))
-            try:
-                number = float(value) if ok else 0.0
-            except OverflowError:  # an int beyond any float (10**400): not a finite number either
-                ok, number = False, 0.0
-            ok = ok and math.isfinite(number)
-        if ok:
-            ok = (number > self.low if self.low_open else number >= self.low) and (
-                number < self.high if self.high_open else number <= self.high
-            )
-        if not ok:
-            raise ValueError(f"{owner}: {name} must be {self.describe()}, got {value!r}")
-        return number
-
-
-def _flag(owner: str, name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{owner}: {name} must be True or False, got {value!r}")
-    return bool(value)
+def _with_optimizer_settings(cls: Type[_T]) -> Type[_T]:
+    """Add the optimiser's settings to ``cls`` before ``@dataclass`` makes its fields: every field of
+    the core's ``OptimizerConfig`` that has an option (all but ``total_steps``, which the trainer
+    fits to the run), named by its option (``eps`` is ``adam_eps``), with the table's default and
+    limit. A field added to the core's table is a training setting without a change here."""
+    limits: Dict[str, Limit] = getattr(cls, "LIMITS")
+    settings = option_fields(OPTIMIZER_FIELDS)
+    for f in settings:
+        cls.__annotations__[f.option] = python_type(f).__name__
+        setattr(cls, f.option, f.default)
+        limits[f.option] = f.limit
+    text = "\n".join(f"    {f.option}: {f.help} ({f.limit.describe()}; default {f.default!r})." for f in settings)
+    cls.__doc__ = (cls.__doc__ or "").replace("    {optimizer}", text)
+    return cls
 
 
 @dataclass
+@_with_optimizer_settings
 class TrainConfig:
     """Training settings. The model architecture lives in the model's own config.
 
     The defaults follow the NMT tutorial (batch 64, warm-up 4000, no label smoothing); the paper
-    used label smoothing 0.1.
+    used label smoothing 0.1. Besides the fields below, the optimiser's settings, the core's
+    ``OptimizerConfig`` fields by their option names (:data:`transformer_cpp.config.OPTIMIZER_FIELDS`):
+
+    {optimizer}
     """
 
     epochs: int = 10  # passes over the training pairs (a resumed run trains until this many are done)
     batch_size: int = 64  # sentence pairs per optimiser step (when max_tokens is 0)
     max_tokens: int = 0  # > 0: batches of at most this many padded tokens (pairs * longest side), by length
     time_budget: float = 0.0  # > 0: minutes of training; the schedule is fitted to it and training stops on time
-    warmup: int = 4000  # warm-up steps of lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    lr_scale: float = 1.0  # multiplies that schedule
-    fixed_lr: float = 0.0  # > 0: a constant learning rate instead of the warm-up schedule (decay still applies)
     decay: bool = False  # after the warm-up (from step 1 with fixed_lr), decay linearly to 0 at the run's end
-    beta1: float = 0.9  # Adam's first-moment decay (paper: 0.9)
-    beta2: float = 0.98  # Adam's second-moment decay (paper: 0.98)
-    adam_eps: float = 1e-9  # Adam's epsilon (paper: 1e-9)
-    label_smoothing: float = 0.0  # eps of label smoothing (paper: 0.1, tutorial: 0)
-    clip_norm: float = 0.0  # clip gradients to this global norm; 0 = no clipping
     seed: int = 0  # seeds the per-epoch shuffling (the model has its own seed for weights and dropout)
     log_every: int = 10  # one "batch" history entry per this many steps
     bucket_by_length: bool = False  # batch sentences of similar length together (less padding)
@@ -202,35 +169,37 @@ class TrainConfig:
     adaptive_threads: bool = True  # use fewer of those threads while that is faster (a busy machine)
     progress: bool = True  # a tqdm progress bar per epoch
 
-    #: The allowed values of each numeric setting (the command line checks its options with these).
+    #: The allowed values of each setting (the command line checks its options with these); the
+    #: optimiser's are the core's (added by _with_optimizer_settings).
     LIMITS: ClassVar[Dict[str, Limit]] = {
         "epochs": Limit(True, 0, 1_000_000),
         "batch_size": Limit(True, 1, 1_000_000),
         "max_tokens": Limit(True, 0, 100_000_000),
         "time_budget": Limit(False, 0, 1_000_000, unit="minutes"),  # about two years
-        "warmup": Limit(True, 1, 1_000_000_000),
-        "lr_scale": Limit(False, 0, low_open=True),
-        "fixed_lr": Limit(False, 0),
-        "beta1": Limit(False, 0, 1, high_open=True),
-        "beta2": Limit(False, 0, 1, high_open=True),
-        "adam_eps": Limit(False, 0, low_open=True),
-        "label_smoothing": Limit(False, 0, 1, high_open=True),
-        "clip_norm": Limit(False, 0),
+        "decay": Limit.flag(),
         "seed": Limit(True, 0, MAX_SEED),
         "log_every": Limit(True, 1, 1_000_000_000),
+        "bucket_by_length": Limit.flag(),
+        "drop_remainder": Limit.flag(),
         "keep_checkpoints": Limit(True, 0, 1_000_000),
         "val_bleu_sentences": Limit(True, 0, 1_000_000_000),
         "average_last": Limit(True, 0, 1_000),
         "threads": Limit(True, 1, MAX_THREADS),
+        "adaptive_threads": Limit.flag(),
+        "progress": Limit.flag(),
     }
-    _FLAGS: ClassVar[Tuple[str, ...]] = ("decay", "bucket_by_length", "drop_remainder", "adaptive_threads", "progress")
+
+    if TYPE_CHECKING:  # the optimiser's settings are added at run time, from the core's table
+
+        def __init__(self, **settings: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
 
     @classmethod
     def check(cls, name: str, value: Any) -> Any:
         """``value`` if it is allowed for setting ``name`` (as an ``int``, ``float`` or ``bool``),
-        else ``ValueError`` naming the setting and what it allows."""
-        if name in cls._FLAGS:
-            return _flag("TrainConfig", name, value)
+        else ``TypeError`` (a value of the wrong type) or ``ValueError`` (out of range) naming the
+        setting and what it allows."""
         if name == "threads" and value is None:
             return None
         if name not in cls.LIMITS:
@@ -243,7 +212,7 @@ class TrainConfig:
     def __setattr__(self, name: str, value: Any) -> None:
         """Every setting is checked when it is set, at construction and after it (``config.fixed_lr
         = float("nan")`` is refused like ``TrainConfig(fixed_lr=float("nan"))``)."""
-        if name in self.LIMITS or name in self._FLAGS:
+        if name in self.LIMITS:
             value = self.check(name, value)
             if name in ("max_tokens", "bucket_by_length", "drop_remainder") and all(
                 hasattr(self, n) for n in ("max_tokens", "bucket_by_length", "drop_remainder")
@@ -266,6 +235,11 @@ class TrainConfig:
                     f"{max_tokens} the batches are cut by tokens (and sorted by length): set "
                     f"max_tokens=0 or {name}=False"
                 )
+
+    def optimizer_settings(self) -> Dict[str, Any]:
+        """The optimiser's settings as ``Transformer.configure_optimizer`` takes them (by field name:
+        ``adam_eps`` is ``eps``), without ``total_steps``."""
+        return {f.name: getattr(self, f.option) for f in option_fields(OPTIMIZER_FIELDS)}
 
     def to_dict(self) -> Dict[str, Any]:
         """The settings as a JSON-serialisable dict."""
@@ -428,12 +402,7 @@ def _state_number(state: Mapping[str, Any], key: str, integer: bool, default: An
     """``state[key]`` if it is a finite number >= 0 (an integer with ``integer``); else ValueError
     naming ``where + key``."""
     value = state.get(key, default) if default is not None else state[key]
-    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.number))
-    if not ok or not math.isfinite(value) or value < 0:
-        raise ValueError(
-            f"{where}{key} must be {'an integer' if integer else 'a finite number'} >= 0, got {value!r:.40}"
-        )
-    return int(value) if integer else float(value)
+    return _integer("", where + key, value) if integer else _number("", where + key, value, 0)
 
 
 def _state_sums(state: Mapping[str, Any], key: str) -> Dict[str, float]:
@@ -620,17 +589,7 @@ class Trainer:
         c = self.config
         if total_steps and total_steps <= c.warmup and c.fixed_lr == 0:
             total_steps = c.warmup + 1  # a run shorter than its warm-up: decay over its last step
-        self.model.configure_optimizer(
-            warmup=c.warmup,
-            lr_scale=c.lr_scale,
-            fixed_lr=c.fixed_lr,
-            beta1=c.beta1,
-            beta2=c.beta2,
-            eps=c.adam_eps,
-            clip_norm=c.clip_norm,
-            label_smoothing=c.label_smoothing,
-            total_steps=int(total_steps),
-        )
+        self.model.configure_optimizer(**c.optimizer_settings(), total_steps=int(total_steps))
         if c.threads is not None:
             from ._runtime import set_num_threads
 
@@ -948,7 +907,7 @@ class Trainer:
 
     def _steps_to_epoch(self, epochs: int) -> int:
         """Optimiser steps when ``epochs`` epochs are done (estimated from the current epoch's size)."""
-        return self.model.step + (epochs - self.epoch) * self.batches_per_epoch - self.batch_in_epoch
+        return int(self.model.step) + (epochs - self.epoch) * self.batches_per_epoch - self.batch_in_epoch
 
     def fit(
         self,
@@ -1107,6 +1066,7 @@ class Trainer:
         if len(paths) < 2:
             return None
         path, model = average_checkpoints(paths, self.checkpoint_dir)
+        assert path is not None  # written, since run_dir was given
         bleu = self.validation_bleu(model)
         if bleu is None or self.best["bleu"] is None or bleu > self.best["bleu"]:
             mark_best(self.checkpoint_dir, path.name)
@@ -1258,10 +1218,10 @@ def bleu_of_encoded(
     spread evenly over it (all with 0): hypotheses and references decoded with ``tgt_tokenizer``.
     Evenly spread, not the first ones: the Tatoeba file is sorted by length, so the first pairs
     would be the shortest and their BLEU would flatter the model."""
-    import sacrebleu
+    from sacrebleu.metrics.bleu import BLEU
 
-    limit = Limit(True, 0).check("bleu_of_encoded", "limit", limit)
-    batch_size = Limit(True, 1).check("bleu_of_encoded", "batch_size", batch_size)
+    limit = _integer("bleu_of_encoded", "limit", limit, 0)
+    batch_size = _integer("bleu_of_encoded", "batch_size", batch_size, 1)
     n = len(encoded) if not limit else min(int(limit), len(encoded))
     chosen = np.unique(np.linspace(0, len(encoded) - 1, n).round().astype(np.int64)) if n else np.zeros(0, np.int64)
     hyps: List[str] = []
@@ -1273,10 +1233,10 @@ def bleu_of_encoded(
         out = model.greedy_decode(src, tgt_tokenizer.start_id, tgt_tokenizer.end_id, output_limit(s_len))
         hyps.extend(tgt_tokenizer.decode([int(v) for v in row if v != 0]) for row in out)
         refs.extend(tgt_tokenizer.decode(encoded.tgt[r, : encoded.tgt_lengths[r]]) for r in rows)
-    return float(sacrebleu.metrics.BLEU().corpus_score(hyps, [refs]).score)
+    return float(BLEU().corpus_score(hyps, [refs]).score)
 
 
 def output_limit(source_tokens: int) -> int:
     """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
-    source_tokens = Limit(True, 0).check("output_limit", "source_tokens", source_tokens)
+    source_tokens = _integer("output_limit", "source_tokens", source_tokens, 0)
     return int(1.5 * source_tokens) + 10

@@ -47,9 +47,8 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from ._checks import flag as _flag
+from ._checks import Limit, choice as _choice, flag as _flag
 from .text import _resolve_language, check_text, clean_sentence
-from .training import Limit
 
 __all__ = [
     "Translator",
@@ -71,21 +70,15 @@ COMPUTE_TYPES = ("float32", "int8", "bf16")
 def check_compute_type(who: str, value: Any) -> str:
     """``value`` if it names a compute type this machine can run, else ``ValueError`` (``TypeError``
     for a non-str) naming what is allowed or what the CPU lacks."""
-    if not isinstance(value, str):
-        raise TypeError(
-            f"{who}: compute_type must be a str ({', '.join(map(repr, COMPUTE_TYPES))}), got "
-            f"{type(value).__name__} {value!r:.40}"
-        )
-    if value not in COMPUTE_TYPES:
-        raise ValueError(f"{who}: compute_type must be one of {', '.join(map(repr, COMPUTE_TYPES))}, got {value!r:.40}")
+    name = _choice(who, "compute_type", value, COMPUTE_TYPES)
     from . import _core
 
-    if not _core._compute_type_supported(value):
+    if not _core._compute_type_supported(name):
         raise ValueError(
-            f"{who}: compute_type {value!r} is not available: "
-            f"{_core._compute_type_unsupported_reason(value)}; use compute_type 'float32'"
+            f"{who}: compute_type {name!r} is not available: "
+            f"{_core._compute_type_unsupported_reason(name)}; use compute_type 'float32'"
         )
-    return value
+    return name
 
 
 def one_line(text: str) -> str:
@@ -320,7 +313,8 @@ class Translator:
     @classmethod
     def check(cls, name: str, value: Any) -> Any:
         """``value`` if it is allowed for option ``name`` (``max_length`` may be ``None``), else
-        ``ValueError`` naming the option and what it allows."""
+        ``TypeError`` (a value of the wrong type) or ``ValueError`` (out of range) naming the option
+        and what it allows."""
         if name == "max_length" and value is None:
             return None
         if name not in cls.LIMITS:

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "transformer/config.hpp"
 #include "transformer/decoder.hpp"
 #include "transformer/encoder.hpp"
 #include "transformer/loss.hpp"
@@ -14,6 +15,10 @@
 
 namespace transformer {
 
+// The model's configuration. Each member is listed once more, with what it allows, in the table
+// ConfigTable<TransformerConfig> below (a member missing from it is an error when the table is
+// first used); everything else (checks, the Python class, keyword arguments, checkpoint JSON,
+// command-line options) is derived from the member and its row.
 struct TransformerConfig {
   Index src_vocab_size = 0;
   Index tgt_vocab_size = 0;
@@ -34,24 +39,50 @@ struct TransformerConfig {
   Precision precision = Precision::Float32;
 };
 
+// Adam, the learning-rate schedule, clipping and label smoothing (ConfigTable<OptimizerConfig>
+// below lists the members, as for TransformerConfig).
 struct OptimizerConfig {
-  double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
   Index warmup = 4000;  // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
   double lr_scale = 1.0;
-  double fixed_lr = 0.0;   // > 0: use this constant learning rate instead of the schedule
-  Index total_steps = 0;   // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
-                           // (with fixed_lr: >= 1, decay from fixed_lr at step 0 to 0 at this step)
+  double fixed_lr = 0.0;  // > 0: use this constant learning rate instead of the schedule
+  double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
   double clip_norm = 0.0;  // > 0: clip gradients to this global L2 norm
   double label_smoothing = 0.0;
+  Index total_steps = 0;  // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
+                          // (with fixed_lr: >= 1, decay from fixed_lr at step 0 to 0 at this step)
 };
 
-// Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed:
-// sizes positive, d_model divisible by n_heads, rates in range, every number finite, the
-// precision available (bf16: float32 models on a CPU with AVX512_BF16), and the weights within
-// the memory there is (checked before anything is allocated).
+// The enums of TransformerConfig by name, for its table (see detail::from_value).
+inline void parse_name(const std::string& name, PositionalLayout& out) { out = parse_positional_layout(name); }
+inline void parse_name(const std::string& name, Precision& out) { out = parse_precision(name); }
+
+// The tables. A row: the member, its name, what it allows, a line of help (Python's docstring and
+// the command line's --help), and its option (the name of the command line's option and of the
+// training setting, when not the member's; kNoOption: a field the program sets). Help text is
+// written for a command-line user and a Python user alike.
+template <>
+struct ConfigTable<TransformerConfig> {
+  static const char* owner() { return "Transformer"; }
+  static const std::vector<ConfigField<TransformerConfig>>& fields();
+};
+
+template <>
+struct ConfigTable<OptimizerConfig> {
+  static const char* owner() { return "configure_optimizer"; }
+  static const std::vector<ConfigField<OptimizerConfig>>& fields();
+};
+
+// Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed: every
+// field against its row of the table (check_fields), then what involves several (d_model divisible
+// by n_heads; total_steps after the warm-up), the precision available (bf16: float32 models on a
+// CPU with AVX512_BF16), and the weights within the memory there is (checked before anything is
+// allocated).
 template <typename T>
 void validate(const TransformerConfig& c);
 void validate(const OptimizerConfig& o);
+// validate<T> without what depends on the scalar type and the machine (precision, memory): every
+// field against its row and the combinations.
+void check_config(const TransformerConfig& c);
 
 template <typename T>
 class Transformer {
