@@ -1,4 +1,4 @@
-"""The benchmark's targets and report: what the issue asks of each figure, whether it is met,
+"""The benchmark's targets and report: the target the project sets for each figure, whether it is met,
 and the human-readable table (:func:`format_report`) of the results dictionary that
 ``transformer-cpp bench --json`` writes.
 """
