@@ -103,16 +103,16 @@ def test_bad_reports_are_ignored_and_bad_counts_refused():
     for seconds, units in [(float("nan"), 1.0), (1.0, 0.0), (-1.0, 5.0), (float("inf"), 1.0)]:
         g.record(seconds, units)
     assert g.threads == 2 and g.current == 2
-    for bad in (0, -1, 2.5, True, "2"):
-        with pytest.raises(ValueError, match="most"):
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError), ("2", TypeError)):
+        with pytest.raises(error, match="most must be an integer >= 1"):
             ThreadGovernor(bad, m.set_threads)
 
 
 @pytest.mark.parametrize(
     "kw, fragment",
     [
-        (dict(window=0), "window must be a positive integer"),
-        (dict(probe_units=2.5), "probe_units"),
+        (dict(window=0), "window must be an integer >= 1, got 0"),
+        (dict(probe_units=0), "probe_units must be an integer >= 1, got 0"),
         (dict(interval=50, max_interval=10), "max_interval (10) must be >= interval (50)"),
         (dict(settle_units=-1), "settle_units must be an integer >= 0"),
         (dict(margin=float("nan")), "margin must be a number in [0, 1)"),
@@ -126,3 +126,9 @@ def test_nonsense_settings_are_refused(kw, fragment):
     with pytest.raises(ValueError) as info:
         ThreadGovernor(2, Machine(QUIET).set_threads, **kw)
     assert fragment in str(info.value), str(info.value)
+
+
+def test_settings_of_the_wrong_type_are_a_type_error():
+    """The one message format of a setting (Limit): a count that is not an integer is a TypeError."""
+    with pytest.raises(TypeError, match=r"probe_units must be an integer >= 1, got 2\.5"):
+        ThreadGovernor(2, Machine(QUIET).set_threads, probe_units=2.5)
