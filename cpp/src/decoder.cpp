@@ -103,8 +103,8 @@ void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>
   // the three residual sub-layers of forward(), without dropout: masked self-attention (over the
   // cache), cross-attention, feed-forward
   residual_infer<T>(
-      pre_norm_, norm1_,
-      [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer_step(in, self, be, s, out); }, x, s.n, s.a);
+      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer_step(in, self, be, s, out); },
+      x, s.n, s.a);
   residual_infer<T>(
       pre_norm_, norm2_,
       [&](const Matrix<T>& in, Matrix<T>& out) {

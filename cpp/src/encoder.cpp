@@ -82,8 +82,8 @@ void EncoderLayer<T>::infer(Matrix<T>& x, const SentenceRows& rows, InferenceBac
                             InferenceScratch<T>& s) const {
   // the two residual sub-layers of forward(), without dropout: self-attention, feed-forward
   residual_infer<T>(
-      pre_norm_, norm1_,
-      [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer(in, rows, be, s, out); }, x, s.n, s.a);
+      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer(in, rows, be, s, out); }, x,
+      s.n, s.a);
   residual_infer<T>(
       pre_norm_, norm2_, [&](const Matrix<T>& in, Matrix<T>& out) { feed_forward_.infer(in, be, s, out); }, x, s.n,
       s.a);

@@ -145,8 +145,7 @@ void InferenceBackend<T>::linear(const Matrix<T>& x, const T* W, const T* b, Ind
 
 Index SentenceRows::longest() const {
   Index n = 0;
-  for (Index b = 0; b < B; ++b)
-    n = std::max(n, offsets[static_cast<size_t>(b + 1)] - offsets[static_cast<size_t>(b)]);
+  for (Index b = 0; b < B; ++b) n = std::max(n, offsets[static_cast<size_t>(b + 1)] - offsets[static_cast<size_t>(b)]);
   return n;
 }
 

@@ -104,10 +104,10 @@ struct SentenceRows {
 // Buffers of the inference entry points, reused from call to call (resized when shapes grow).
 template <typename T>
 struct InferenceScratch {
-  Matrix<T> x;        // (rows, d) the stack's running activations
-  Matrix<T> n, a;     // (rows, d) residual sub-layers: the normed input or the sum, the sub-layer's output
-  Matrix<T> qkv, ctx;  // attention: projections (rows, 3d or d), heads' outputs (rows, d)
-  Matrix<T> f;        // (rows, d_ff) the feed-forward's hidden layer
+  Matrix<T> x;            // (rows, d) the stack's running activations
+  Matrix<T> n, a;         // (rows, d) residual sub-layers: the normed input or the sum, the sub-layer's output
+  Matrix<T> qkv, ctx;     // attention: projections (rows, 3d or d), heads' outputs (rows, d)
+  Matrix<T> f;            // (rows, d_ff) the feed-forward's hidden layer
   std::vector<T> scores;  // attention scores, one row per (row, head)
   Matrix<T> gather;       // select_rows
   T* score_rows(Index rows, Index cols) {
