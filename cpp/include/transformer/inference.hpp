@@ -59,9 +59,9 @@ class InferenceBackend {
   }
 
   // Start a pass in compute type c, with prepared weights (`prepare`; float32: only when
-  // available()) or plain products. With `verify`, the blocks prepared by earlier passes are
-  // checked against the model's current weights and prepared again where they changed; without,
-  // the caller knows that no weight changed since the last pass.
+  // available(); int8 and bf16: always) or plain products. With `verify`, the blocks prepared by
+  // earlier passes are checked against the model's current weights and prepared again where they
+  // changed; without, the caller knows that no weight changed since they were last checked.
   void begin(ComputeType c, bool prepare, bool verify);
 
   // y (R, N) = x (R, K) W^T + b for a block of the model's weights: W (N, K) row-major and
