@@ -94,11 +94,16 @@ void PositionalEmbedding<T>::infer(Index n, Row&& row, Matrix<T>& y) const {
   const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
   const Matrix<T>& w = embedding_.weight_;
   y.resize(n, d);
-#pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
-  for (Index i = 0; i < n; ++i) {
+  auto fill = [&](Index i) {
     const std::pair<std::int64_t, Index> at = row(i);
     y.row(i) = w.row(at.first) * scale + pe_.row(at.second);
+  };
+  if (n * d < kParallelElements) {  // a decoding step's few rows: not even an inactive parallel region
+    for (Index i = 0; i < n; ++i) fill(i);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < n; ++i) fill(i);
 }
 
 // (B, T) bytes: 1 where tokens == 0 (padding), else 0.
