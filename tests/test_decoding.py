@@ -284,3 +284,33 @@ def test_prepared_weights_are_checked_after_a_decode_that_did_not_use_them(compu
     expected = fresh.greedy_decode(src, START, END, 8, compute_type=compute_type)
     assert not np.array_equal(before, expected)  # the training steps changed what is decoded
     np.testing.assert_array_equal(after, expected)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_decoding_leaves_the_last_forward_to_backward(dtype):
+    # decoding runs the layers' inference methods, which touch none of forward()'s state: after
+    # decodes of other shapes (plain and, for float32, prepared weights), backward() and
+    # attention_weights() still belong to the last forward()
+    m = tc.Transformer(30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3, dtype=dtype)
+    src = padded_source()
+    tgt_in = np.random.default_rng(1).integers(1, 25, size=(5, 6))
+    dlogits = np.random.default_rng(2).standard_normal((5, 6, 25)).astype(dtype)
+
+    def gradients():
+        m.zero_grad()
+        m.backward(dlogits)
+        return {name: p.grad.copy() for name, p in m.parameters().items()}
+
+    m.forward(src, tgt_in)
+    weights = m.attention_weights()
+    expected = gradients()
+    m.forward(src, tgt_in)
+    m.greedy_decode(src[:1, :3], START, END, 9)
+    m.greedy_decode(src[1:], START, END, 7)
+    m.beam_search(src[:2], START, END, 8, beam_size=3)
+    after = m.attention_weights()
+    assert after.keys() == weights.keys()
+    for name in weights:
+        np.testing.assert_array_equal(after[name], weights[name])
+    for name, grad in gradients().items():
+        np.testing.assert_array_equal(grad, expected[name])
