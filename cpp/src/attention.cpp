@@ -468,11 +468,11 @@ void MultiHeadAttention<T>::infer_cross(const Matrix<T>& x, const Matrix<T>& kv,
              "MultiHeadAttention: cross-attention of ", R, " rows over a memory of ", kv.rows(), " rows (",
              memory_rows.rows(), " expected) for ", sentence_of.size(), " rows");
   // Q = x W_q^T + b_q                                                     (R, d)
-  be.linear(x, w_in_.data(), b_in_.data(), d_, s.qkv);
+  be.linear(x, w_in_.data(), b_in_.data(), d_, s.q);
   s.ctx.resize(R, d_);
   T* scores = s.score_rows(R * h_, S);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
-  const T* q = s.qkv.data();
+  const T* q = s.q.data();
   T* ctx = s.ctx.data();
 #pragma omp parallel for schedule(dynamic, 16) if (R * h_ > 8)
   for (Index rh = 0; rh < R * h_; ++rh) {

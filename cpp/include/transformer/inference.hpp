@@ -101,12 +101,13 @@ struct SentenceRows {
   void assign(ConstTokenMap tokens);
 };
 
-// Buffers of the inference entry points, reused from call to call (resized when shapes grow).
+// Buffers of the inference entry points, reused from call to call. One buffer per shape that a
+// step uses (an Eigen matrix reallocates whenever its size changes).
 template <typename T>
 struct InferenceScratch {
   Matrix<T> x;            // (rows, d) the stack's running activations
   Matrix<T> n, a;         // (rows, d) residual sub-layers: the normed input or the sum, the sub-layer's output
-  Matrix<T> qkv, ctx;     // attention: projections (rows, 3d or d), heads' outputs (rows, d)
+  Matrix<T> qkv, q, ctx;  // attention: [Q | K | V] (rows, 3d), cross-attention's Q (rows, d), heads (rows, d)
   Matrix<T> f;            // (rows, d_ff) the feed-forward's hidden layer
   std::vector<T> scores;  // attention scores, one row per (row, head)
   Matrix<T> gather;       // select_rows
