@@ -237,3 +237,62 @@ def test_a_model_busy_in_another_thread_refuses_instead_of_racing():
     # idle again: every call works
     m.zero_grad()
     np.testing.assert_array_equal(m.greedy_decode(src, START, END, 15), expected)
+
+
+@pytest.mark.parametrize("compute_type", ["float32", "int8", "bf16"])
+def test_prepared_weights_are_checked_after_a_decode_that_did_not_use_them(compute_type):
+    # A decode of 4+ sentences multiplies by weights prepared for its compute type (float32 panels,
+    # int8, bf16); one float32 sentence multiplies by the weights as they are. A decode that did not
+    # use the prepared weights must not count as having checked them: after a training step, a
+    # one-sentence float32 decode, then a batch in the first compute type must see the new weights.
+    from transformer_cpp import kernels
+
+    if compute_type != "float32" and not kernels.have_compute_type(compute_type):
+        pytest.skip(kernels.compute_type_unsupported_reason(compute_type))
+    m = tc.Transformer(60, 53, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_length=10, seed=4)
+    m.configure_optimizer(fixed_lr=0.05)
+    rng = np.random.default_rng(5)
+    src = rng.integers(3, 60, size=(6, 7))
+    before = m.greedy_decode(src, START, END, 8, compute_type=compute_type)  # prepares the weights
+    tgt = rng.integers(3, 53, size=(6, 6))
+    tgt_in = np.concatenate([np.full((6, 1), START), tgt[:, :-1]], axis=1)
+    for _ in range(5):
+        m.train_step(src, tgt_in, tgt)
+    m.greedy_decode(src[:1], START, END, 8)  # float32, one sentence: no prepared weights
+    after = m.greedy_decode(src, START, END, 8, compute_type=compute_type)
+    fresh = tc.Transformer(60, 53, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_length=10, seed=999)
+    for name, p in fresh.parameters().items():
+        p.value[...] = m.parameters()[name].value
+    expected = fresh.greedy_decode(src, START, END, 8, compute_type=compute_type)
+    assert not np.array_equal(before, expected)  # the training steps changed what is decoded
+    np.testing.assert_array_equal(after, expected)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_decoding_leaves_the_last_forward_to_backward(dtype):
+    # decoding runs the layers' inference methods, which touch none of forward()'s state: after
+    # decodes of other shapes (plain and, for float32, prepared weights), backward() and
+    # attention_weights() still belong to the last forward()
+    m = tc.Transformer(30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3, dtype=dtype)
+    src = padded_source()
+    tgt_in = np.random.default_rng(1).integers(1, 25, size=(5, 6))
+    dlogits = np.random.default_rng(2).standard_normal((5, 6, 25)).astype(dtype)
+
+    def gradients():
+        m.zero_grad()
+        m.backward(dlogits)
+        return {name: p.grad.copy() for name, p in m.parameters().items()}
+
+    m.forward(src, tgt_in)
+    weights = m.attention_weights()
+    expected = gradients()
+    m.forward(src, tgt_in)
+    m.greedy_decode(src[:1, :3], START, END, 9)
+    m.greedy_decode(src[1:], START, END, 7)
+    m.beam_search(src[:2], START, END, 8, beam_size=3)
+    after = m.attention_weights()
+    assert after.keys() == weights.keys()
+    for name in weights:
+        np.testing.assert_array_equal(after[name], weights[name])
+    for name, grad in gradients().items():
+        np.testing.assert_array_equal(grad, expected[name])

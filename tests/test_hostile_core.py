@@ -1030,3 +1030,36 @@ def test_an_epsilon_of_zero_is_refused(make, fragment):
     gradient that was 0 'diverged'. configure_optimizer already asked for eps > 0."""
     with pytest.raises(ValueError, match=re.escape(fragment)):
         make()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("clip", [0.0, 1.0], ids=["no_clip", "clip"])
+def test_the_update_check_sees_every_element(dtype, clip):
+    """The check that an update stays finite runs vectorised, 16 lanes at a time in chunks of 16,384
+    elements with a scalar tail: a moment that makes one element's update overflow (finite inputs,
+    an infinite result) is refused wherever that element sits — each lane, the chunk boundary, the
+    tail — with and without clipping (two different passes)."""
+    big = float(np.finfo(dtype).max)
+    m = small_model(dtype=dtype, d_model=64, n_heads=2, d_ff=301)
+    m.configure_optimizer(warmup=10, clip_norm=clip)
+    m.train_step(*batch())
+    # a learning rate so large that step size x (the largest finite moment) overflows whatever the
+    # gradient; every other element's update stays finite (about 100)
+    m.configure_optimizer(fixed_lr=100.0, clip_norm=clip)
+    state = m.optimizer_state()
+    weight = next(n[: -len(".m")] for n in state if n.endswith("linear1.weight.m"))
+    bias = next(n[: -len(".m")] for n in state if n.endswith("linear1.bias.m"))
+    assert state[weight + ".m"].value.size == 64 * 301 > 16384 and state[bias + ".m"].value.size == 301
+    cases = [(weight, i) for i in (0, 5, 15, 16, 31, 16383, 16384, 16399, 64 * 301 - 1)]
+    cases += [(bias, i) for i in (0, 15, 287, 288, 300)]  # 301 = 18 x 16 + 13: the last 13 are the tail
+    for name, i in cases:
+        m1, v1 = state[name + ".m"].value.reshape(-1), state[name + ".v"].value.reshape(-1)
+        saved = m1[i], v1[i]
+        m1[i], v1[i] = big, 0.0  # lr x m overflows
+        assert m.nonfinite_parameters() == []
+        with pytest.raises(NonFiniteError, match="no update was applied"):
+            m.train_step(*batch())
+        assert m.step == 1, (name, i)
+        m1[i], v1[i] = saved
+    m.train_step(*batch())  # restored: the next update goes through
+    assert m.step == 2

@@ -132,3 +132,6 @@ def test_settings_of_the_wrong_type_are_a_type_error():
     """The one message format of a setting (Limit): a count that is not an integer is a TypeError."""
     with pytest.raises(TypeError, match=r"probe_units must be an integer >= 1, got 2\.5"):
         ThreadGovernor(2, Machine(QUIET).set_threads, probe_units=2.5)
+    for kw in (dict(margin="0.1"), dict(slowdown=None), dict(window=True)):
+        with pytest.raises(TypeError, match="ThreadGovernor: "):
+            ThreadGovernor(2, Machine(QUIET).set_threads, **kw)

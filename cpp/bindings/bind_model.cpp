@@ -13,7 +13,7 @@ template <typename T>
 struct ModelHolder {
   explicit ModelHolder(const TransformerConfig& c) : model(c), decode(model) {}
   Transformer<T> model;
-  DecodeWorkspace<T> decode;  // packed weights and decoder buffers, kept between decodes
+  DecodeWorkspace<T> decode;  // prepared weights, caches and buffers of decoding, kept between decodes
   // Whether the weights may have changed since the last decode checked them: a train_step, or a
   // NumPy view of them (parameters()) alive now or released since (it may have been written). When
   // neither, a decode skips the fingerprint and the finite check, two passes over every weight
@@ -332,14 +332,14 @@ void bind_transformer(py::module_& m) {
             const Index steps = int_arg(max_length, who, "max_length");
             ModelInUse<T> in_use(h, "Transformer.greedy_decode");
             TokenMatrix out;
-            h.B = -1;  // the cached training forward is no longer valid
+            // decoding runs the layers' inference methods: the last forward() stays valid for
+            // backward() and attention_weights()
             const bool unchanged = h.weights_unchanged();
             {
               py::gil_scoped_release release;
               out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged);
             }
             h.weights_dirty = false;  // checked (or unchanged) and finite
-            h.B = -1;                 // the cached training forward is no longer valid
             // drop trailing columns that are padding in every row
             Index L = out.cols();
             while (L > 0 && (out.col(L - 1).array() == 0).all()) --L;
@@ -365,15 +365,13 @@ void bind_transformer(py::module_& m) {
             const double alpha = float_arg(length_penalty, who, "length_penalty");
             ModelInUse<T> in_use(h, "Transformer.beam_search");
             std::vector<std::vector<BeamHypothesis>> res;
-            h.B = -1;
-            const bool unchanged = h.weights_unchanged();
+            const bool unchanged = h.weights_unchanged();  // and the last forward() stays valid
             {
               py::gil_scoped_release release;
               res =
                   beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute, unchanged);
             }
             h.weights_dirty = false;
-            h.B = -1;
             py::list out;
             for (auto& sent : res) {
               py::list hyps;

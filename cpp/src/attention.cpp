@@ -356,6 +356,136 @@ void MultiHeadAttention<T>::zero_grad() {
   out_.zero_grad();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Inference
+
+namespace {
+
+// One query against n keys and values (rows j at K + j*ld, V + j*ld, dk wide), every key visible:
+// o = softmax(scale * q.K_j) V. s holds the n scores (scratch); n = 0 gives o = 0.
+template <typename T>
+inline void attend(const T* q, const T* K, const T* V, Index n, Index ld, Index dk, T scale, T* s, T* o) {
+  using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  const Eigen::Map<const Vec> qv(q, dk);
+  for (Index j = 0; j < n; ++j) s[j] = scale * Eigen::Map<const Vec>(K + j * ld, dk).dot(qv);
+  masked_softmax_row(s, n, static_cast<const std::uint8_t*>(nullptr));
+  Eigen::Map<Vec> ov(o, dk);
+  ov.setZero();
+  for (Index j = 0; j < n; ++j)
+    if (s[j] != T(0)) ov += s[j] * Eigen::Map<const Vec>(V + j * ld, dk);
+}
+
+}  // namespace
+
+template <typename T>
+void KVCache<T>::reset(Index rows, Index positions, Index d) {
+  k.resize(rows, positions * d);
+  v.resize(rows, positions * d);
+  length = 0;
+  capacity = positions;
+}
+
+template <typename T>
+void KVCache<T>::select_rows(const std::vector<Index>& rows, Matrix<T>& scratch) {
+  const Index n = static_cast<Index>(rows.size());
+  const Index used = capacity > 0 ? length * (k.cols() / capacity) : 0;  // cached columns in use
+  for (Matrix<T>* m : {&k, &v}) {
+    scratch.resize(n, m->cols());
+    for (Index i = 0; i < n; ++i) {
+      const T* from = m->data() + rows[static_cast<size_t>(i)] * m->cols();
+      std::copy(from, from + used, scratch.data() + i * m->cols());
+    }
+    m->swap(scratch);
+  }
+}
+
+template <typename T>
+void MultiHeadAttention<T>::infer(const Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be,
+                                  InferenceScratch<T>& s, Matrix<T>& y) const {
+  const Index n = x.rows(), B = rows.B, S = rows.longest();
+  // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
+  be.linear(x, w_in_.data(), b_in_.data(), 3 * d_, s.qkv);
+  // sentence b's queries against its own keys, which are exactly its rows
+  s.ctx.resize(n, d_);
+  T* scores = s.score_rows(B * h_, S);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+  const T* qkv = s.qkv.data();
+  T* ctx = s.ctx.data();
+#pragma omp parallel for schedule(dynamic, 4) if (B * h_ > 8)
+  for (Index bh = 0; bh < B * h_; ++bh) {
+    const Index b = bh / h_, h = bh % h_;
+    const Index r0 = rows.offsets[static_cast<size_t>(b)], len = rows.offsets[static_cast<size_t>(b + 1)] - r0;
+    const T* base = qkv + r0 * 3 * d_ + h * dk_;
+    for (Index i = 0; i < len; ++i)
+      attend(base + i * 3 * d_, base + d_, base + 2 * d_, len, 3 * d_, dk_, scale, scores + bh * S,
+             ctx + (r0 + i) * d_ + h * dk_);
+  }
+  be.linear(s.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (rows, d)
+}
+
+template <typename T>
+void MultiHeadAttention<T>::infer_step(const Matrix<T>& x, KVCache<T>& cache, InferenceBackend<T>& be,
+                                       InferenceScratch<T>& s, Matrix<T>& y) const {
+  TCPP_CHECK(cache.length < cache.capacity && cache.k.rows() == x.rows() && cache.k.cols() == cache.capacity * d_,
+             "MultiHeadAttention: the key/value cache has no room for this step (", cache.length, " of ",
+             cache.capacity, " positions held, for ", cache.k.rows(), " rows; the step has ", x.rows(), ")");
+  const Index R = x.rows(), t = cache.length, n = t + 1, stride = cache.capacity * d_;
+  // [Q | K | V] of the new position                                      (R, 3d)
+  be.linear(x, w_in_.data(), b_in_.data(), 3 * d_, s.qkv);
+  s.ctx.resize(R, d_);
+  T* scores = s.score_rows(R * h_, cache.capacity);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+  const T* qkv = s.qkv.data();
+  T* ctx = s.ctx.data();
+  T* K = cache.k.data();
+  T* V = cache.v.data();
+#pragma omp parallel for schedule(dynamic, 16) if (R * h_ > 8)
+  for (Index rh = 0; rh < R * h_; ++rh) {
+    const Index r = rh / h_, h = rh % h_;
+    // append this position's key and value of head h to row r's cache
+    const T* kv = qkv + r * 3 * d_ + h * dk_;
+    std::copy(kv + d_, kv + d_ + dk_, K + r * stride + t * d_ + h * dk_);
+    std::copy(kv + 2 * d_, kv + 2 * d_ + dk_, V + r * stride + t * d_ + h * dk_);
+    attend(kv, K + r * stride + h * dk_, V + r * stride + h * dk_, n, d_, dk_, scale, scores + rh * cache.capacity,
+           ctx + r * d_ + h * dk_);
+  }
+  ++cache.length;
+  be.linear(s.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (R, d)
+}
+
+template <typename T>
+void MultiHeadAttention<T>::infer_memory(const Matrix<T>& memory, InferenceBackend<T>& be, Matrix<T>& kv) const {
+  // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                           (rows, 2d)
+  be.linear(memory, w_in_.data() + d_ * d_, b_in_.data() + d_, 2 * d_, kv);
+}
+
+template <typename T>
+void MultiHeadAttention<T>::infer_cross(const Matrix<T>& x, const Matrix<T>& kv, const SentenceRows& memory_rows,
+                                        const std::vector<Index>& sentence_of, InferenceBackend<T>& be,
+                                        InferenceScratch<T>& s, Matrix<T>& y) const {
+  const Index R = x.rows(), S = memory_rows.longest();
+  TCPP_CHECK(static_cast<Index>(sentence_of.size()) == R && kv.rows() == memory_rows.rows() && kv.cols() == 2 * d_,
+             "MultiHeadAttention: cross-attention of ", R, " rows over a memory of ", kv.rows(), " rows (",
+             memory_rows.rows(), " expected) for ", sentence_of.size(), " rows");
+  // Q = x W_q^T + b_q                                                     (R, d)
+  be.linear(x, w_in_.data(), b_in_.data(), d_, s.q);
+  s.ctx.resize(R, d_);
+  T* scores = s.score_rows(R * h_, S);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+  const T* q = s.q.data();
+  T* ctx = s.ctx.data();
+#pragma omp parallel for schedule(dynamic, 16) if (R * h_ > 8)
+  for (Index rh = 0; rh < R * h_; ++rh) {
+    const Index r = rh / h_, h = rh % h_;
+    const Index sent = sentence_of[static_cast<size_t>(r)];
+    const Index m0 = memory_rows.offsets[static_cast<size_t>(sent)];
+    const Index len = memory_rows.offsets[static_cast<size_t>(sent + 1)] - m0;
+    const T* base = kv.data() + m0 * 2 * d_ + h * dk_;
+    attend(q + r * d_ + h * dk_, base, base + d_, len, 2 * d_, dk_, scale, scores + rh * S, ctx + r * d_ + h * dk_);
+  }
+  be.linear(s.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (R, d)
+}
+
 template void attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index, Index,
                                        Index, Index, Index, const AttentionMask&, float*, float*, Index);
 template void attention_forward<double>(const double*, Index, const double*, Index, const double*, Index, Index, Index,
@@ -366,6 +496,8 @@ template void attention_backward<float>(const float*, Index, const float*, Index
 template void attention_backward<double>(const double*, Index, const double*, Index, const double*, Index, Index, Index,
                                          Index, Index, Index, const double*, const double*, Index, double*, Index,
                                          double*, Index, double*, Index, double*);
+template struct KVCache<float>;
+template struct KVCache<double>;
 template class MultiHeadAttention<float>;
 template class MultiHeadAttention<double>;
 

@@ -5,6 +5,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "transformer/random.hpp"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -92,20 +94,9 @@ void few_rows_linear(const float* x, Index R, Index K, const float* W, Index N, 
 #endif
 }
 
-namespace {
-// splitmix64's finaliser: every input bit affects every output bit
-inline std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 std::uint64_t fingerprint(const void* data, std::size_t bytes, std::uint64_t seed) {
-  constexpr int kLanes = 64;  // word i goes to lane i % 64: 8 AVX-512 vectors of 8 words
-  constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ULL;
+  constexpr int kLanes = 64;                          // word i goes to lane i % 64: 8 AVX-512 vectors of 8 words
+  constexpr std::uint64_t kOdd = kSplitmixIncrement;  // odd: multiplying by it is a bijection
   const unsigned char* p = static_cast<const unsigned char*>(data);
   alignas(64) std::uint64_t lane[kLanes];
   for (int j = 0; j < kLanes; ++j) lane[j] = mix64(seed + static_cast<std::uint64_t>(j));

@@ -1,6 +1,8 @@
 #include "transformer/decoder.hpp"
 
 #include <new>
+#include <numeric>
+#include <utility>
 
 #include "transformer/checks.hpp"
 #include "transformer/random.hpp"
@@ -92,6 +94,26 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
       pre_norm_, norm1_, dropout1_,
       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(d2_), dtmp_, dx_);
   return dx_;
+}
+
+template <typename T>
+void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv,
+                                 const SentenceRows& memory_rows, const std::vector<Index>& sentence_of,
+                                 InferenceBackend<T>& be, InferenceScratch<T>& s) const {
+  // the three residual sub-layers of forward(), without dropout: masked self-attention (over the
+  // cache), cross-attention, feed-forward
+  residual_infer<T>(
+      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer_step(in, self, be, s, out); },
+      x, s.n, s.a);
+  residual_infer<T>(
+      pre_norm_, norm2_,
+      [&](const Matrix<T>& in, Matrix<T>& out) {
+        cross_attention_.infer_cross(in, memory_kv, memory_rows, sentence_of, be, s, out);
+      },
+      x, s.n, s.a);
+  residual_infer<T>(
+      pre_norm_, norm3_, [&](const Matrix<T>& in, Matrix<T>& out) { feed_forward_.infer(in, be, s, out); }, x, s.n,
+      s.a);
 }
 
 template <typename T>
@@ -191,6 +213,48 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
 }
 
 template <typename T>
+void Decoder<T>::infer_start(const Matrix<T>& memory, const SentenceRows& memory_rows, Index max_steps,
+                             InferenceBackend<T>& be, DecoderCache<T>& cache) const {
+  TCPP_CHECK(max_steps >= 1, "Decoder: max_steps must be >= 1, got ", max_steps);
+  TCPP_CHECK(memory.rows() == memory_rows.rows() && memory.cols() == embedding_.dim(), "Decoder: memory has shape (",
+             memory.rows(), ", ", memory.cols(), "), expected (", memory_rows.rows(), ", ", embedding_.dim(), ")");
+  const size_t L = layers_.size();
+  cache.self.resize(L);
+  cache.memory_kv.resize(L);
+  if (&cache.memory_rows != &memory_rows) cache.memory_rows = memory_rows;
+  cache.sentence_of.resize(static_cast<size_t>(memory_rows.B));
+  std::iota(cache.sentence_of.begin(), cache.sentence_of.end(), Index(0));
+  for (size_t l = 0; l < L; ++l) {
+    layers_[l]->cross_attention_.infer_memory(memory, be, cache.memory_kv[l]);
+    cache.self[l].reset(memory_rows.B, max_steps, embedding_.dim());
+  }
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::infer_step(const std::int64_t* tokens, DecoderCache<T>& cache, InferenceBackend<T>& be,
+                                        InferenceScratch<T>& s) const {
+  const Index R = cache.rows(), t = cache.position();
+  // x = embedding[token] * sqrt(d) + PE[t]                                   (R, d)
+  embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s);
+  if (!final_norm_) return s.x;
+  s.n.resize(R, s.x.cols());
+  final_norm_->forward_inference(s.x.data(), nullptr, s.n.data(), R);
+  return s.n;
+}
+
+template <typename T>
+void DecoderCache<T>::select_rows(const std::vector<Index>& rows, Matrix<T>& scratch) {
+  const Index R = this->rows();
+  for (Index r : rows) TCPP_CHECK(r >= 0 && r < R, "Decoder: row ", r, " is not one of the ", R, " rows");
+  for (KVCache<T>& c : self) c.select_rows(rows, scratch);
+  std::vector<Index> sentences(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) sentences[i] = sentence_of[static_cast<size_t>(rows[i])];
+  sentence_of.swap(sentences);
+}
+
+template <typename T>
 const Matrix<T>& Decoder<T>::output() const {
   if (final_norm_) return final_norm_->output();
   return layers_.back()->output();
@@ -222,6 +286,8 @@ std::vector<Dropout<T>*> Decoder<T>::dropouts() {
   return stack_dropouts<T>(dropout_, layers_);
 }
 
+template struct DecoderCache<float>;
+template struct DecoderCache<double>;
 template class DecoderLayer<float>;
 template class DecoderLayer<double>;
 template class Decoder<float>;

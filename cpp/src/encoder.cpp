@@ -1,6 +1,7 @@
 #include "transformer/encoder.hpp"
 
 #include <new>
+#include <utility>
 
 #include "transformer/checks.hpp"
 #include "transformer/random.hpp"
@@ -77,6 +78,18 @@ const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
 }
 
 template <typename T>
+void EncoderLayer<T>::infer(Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be,
+                            InferenceScratch<T>& s) const {
+  // the two residual sub-layers of forward(), without dropout: self-attention, feed-forward
+  residual_infer<T>(
+      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer(in, rows, be, s, out); }, x,
+      s.n, s.a);
+  residual_infer<T>(
+      pre_norm_, norm2_, [&](const Matrix<T>& in, Matrix<T>& out) { feed_forward_.infer(in, be, s, out); }, x, s.n,
+      s.a);
+}
+
+template <typename T>
 ParameterList<T> EncoderLayer<T>::parameters() {
   ParameterList<T> ps;
   append_parameters(ps, self_attention_.parameters(), "self_attention");
@@ -148,6 +161,24 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
   for (auto& layer : layers_) h = &layer->forward(cmap(*h), layout_, mask, training);
   if (final_norm_) h = &final_norm_->forward(cmap(*h));
   return *h;
+}
+
+template <typename T>
+void Encoder<T>::infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
+                       Matrix<T>& memory) const {
+  const Index B = tokens.rows(), S = tokens.cols();
+  TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
+  rows.assign(tokens);  // the non-padding positions, sentence by sentence
+  const std::int64_t* tok = tokens.data();
+  const Index* ids = rows.ids.data();
+  // x = embedding[token] * sqrt(d) + PE[t]                                   (rows, d)
+  embedding_.infer(rows.rows(), [&](Index i) { return std::make_pair(tok[ids[i]], ids[i] % S); }, memory);
+  for (const auto& layer : layers_) layer->infer(memory, rows, be, s);
+  if (final_norm_) {
+    s.n.resize(memory.rows(), memory.cols());
+    final_norm_->forward_inference(memory.data(), nullptr, s.n.data(), memory.rows());
+    memory.swap(s.n);
+  }
 }
 
 template <typename T>

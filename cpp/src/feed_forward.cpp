@@ -37,6 +37,13 @@ const Matrix<T>& FeedForward<T>::backward(ConstMatrixMap<T> dy) {
 }
 
 template <typename T>
+void FeedForward<T>::infer(const Matrix<T>& x, InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>& y) const {
+  be.linear(x, linear1_.weight_.data(), linear1_.bias_.data(), linear1_.out_features(), s.f);  // (N, d_ff)
+  relu_inplace<T>(s.f.data(), s.f.size());
+  be.linear(s.f, linear2_.weight_.data(), linear2_.bias_.data(), linear2_.out_features(), y);  // (N, d_model)
+}
+
+template <typename T>
 ParameterList<T> FeedForward<T>::parameters() {
   ParameterList<T> ps;
   append_parameters(ps, linear1_.parameters(), "linear1");

@@ -186,6 +186,10 @@ T* Transformer<T>::output_weight() {
   return config_.share_embeddings ? decoder_->embedding_.embedding().weight_.data() : out_weight_.data();
 }
 template <typename T>
+const T* Transformer<T>::output_weight() const {
+  return config_.share_embeddings ? decoder_->embedding_.embedding().weight_.data() : out_weight_.data();
+}
+template <typename T>
 T* Transformer<T>::output_weight_grad() {
   return config_.share_embeddings ? decoder_->embedding_.embedding().dweight_.data() : dout_weight_.data();
 }
@@ -499,6 +503,25 @@ void Transformer<T>::apply_gradients(double grad_scale) {
   const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
   adam.step_flat(flat_grads_.data(), learning_rate(adam.step_count() + 1), grad_scale * scale, who);
   flat_pending_ = false;
+}
+
+template <typename T>
+void Transformer<T>::infer_start(ConstTokenMap src, Index max_steps, InferenceBackend<T>& be,
+                                 InferenceState<T>& state) {
+  TCPP_CHECK(max_steps >= 1, "Transformer: max_steps must be >= 1, got ", max_steps);
+  encoder_->embedding_.reserve_positions(src.cols());
+  decoder_->embedding_.reserve_positions(max_steps);  // positions 0 .. max_steps-1 are fed
+  encoder_->infer(src, state.decoder.memory_rows, be, state.scratch, state.memory);
+  decoder_->infer_start(state.memory, state.decoder.memory_rows, max_steps, be, state.decoder);
+}
+
+template <typename T>
+const Matrix<T>& Transformer<T>::infer_step(const std::int64_t* tokens, InferenceBackend<T>& be,
+                                            InferenceState<T>& state) const {
+  const Matrix<T>& y = decoder_->infer_step(tokens, state.decoder, be, state.scratch);  // (R, d)
+  // logits = y W_out^T + b                                                   (R, V)
+  be.linear(y, output_weight(), out_bias_.data(), config_.tgt_vocab_size, state.logits);
+  return state.logits;
 }
 
 template <typename T>

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import warnings
 from collections import deque
@@ -71,7 +70,7 @@ from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads
 __all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
 
 
-from ._checks import integer as _integer  # noqa: E402  (it checks with the core's Limit)
+from ._checks import integer as _integer, number as _number  # noqa: E402  (the core's Limit checks)
 
 #: The positional-encoding layouts: those of the model's ``layout`` field.
 _LAYOUT = next(f.limit for f in _core.TransformerConfig.fields() if f.name == "layout")
@@ -183,10 +182,8 @@ class ThreadGovernor:
         _integer("ThreadGovernor", "settle_units", settle_units, 0)
         if max_interval < interval:
             raise ValueError(f"ThreadGovernor: max_interval ({max_interval}) must be >= interval ({interval})")
-        if not (isinstance(margin, numbers.Real) and 0 <= margin < 1):
-            raise ValueError(f"ThreadGovernor: margin must be a number in [0, 1), got {margin!r}")
-        if not (isinstance(slowdown, numbers.Real) and 1 < slowdown < math.inf):
-            raise ValueError(f"ThreadGovernor: slowdown must be a finite number > 1, got {slowdown!r}")
+        margin = _number("ThreadGovernor", "margin", margin, 0, 1, high_open=True)
+        slowdown = _number("ThreadGovernor", "slowdown", slowdown, 1, low_open=True)
         self._set = set_threads if set_threads is not None else set_num_threads
         self.window, self.probe_units, self.settle_units = window, probe_units, settle_units
         self.min_interval, self.max_interval = interval, max_interval

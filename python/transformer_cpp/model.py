@@ -319,8 +319,10 @@ class Transformer:
 
         float32 models on a CPU with AVX-512 pack the weights once into panels for a small-row
         kernel (batches of 4+ rows) and keep that copy, with the decoder's buffers, between
-        calls; it is refreshed whenever a fingerprint of the weights changes. The GIL is released
+        calls; each weight's copy is refreshed whenever its fingerprint changes. The GIL is released
         while decoding; another thread's call on this model meanwhile raises ``RuntimeError``.
+        Decoding leaves the last :meth:`forward` (what :meth:`backward` and
+        :meth:`attention_weights` use) as it was.
 
         Before decoding, ``max_length`` is checked against the memory its key/value caches need
         (ValueError) and every weight must be finite (:class:`NonFiniteError`, as for logits that

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "transformer/inference.hpp"
 #include "transformer/linear.hpp"
 #include "transformer/tensor.hpp"
 
@@ -47,6 +48,20 @@ void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, 
                         Index H, Index Tq, Index Tk, Index dk, const T* weights, const T* dout, Index dout_stride,
                         T* dq, Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride, T* dscores);
 
+// The inference state of a decoder's self-attention: the keys and values of the positions fed so
+// far. Row r belongs to hypothesis r and holds its positions 0..length-1, position t in columns
+// [t*d, (t+1)*d).
+template <typename T>
+struct KVCache {
+  Matrix<T> k, v;      // (R, capacity * d)
+  Index length = 0;    // positions held
+  Index capacity = 0;  // positions there is room for
+  // Empty, for `rows` hypotheses of up to `capacity` positions of width d.
+  void reset(Index rows, Index capacity, Index d);
+  // Keep rows: new row i is old row rows[i] (rows may repeat: beam expansion); scratch is reused.
+  void select_rows(const std::vector<Index>& rows, Matrix<T>& scratch);
+};
+
 template <typename T>
 class MultiHeadAttention {
  public:
@@ -71,6 +86,25 @@ class MultiHeadAttention {
 
   ParameterList<T> parameters();  // query/key/value/output . weight/bias
   void zero_grad();
+
+  // Inference (inference.hpp): the products go through `be`, buffers come from `s`, and nothing
+  // that forward() keeps for backward() is read or written.
+  // Self-attention of whole sentences (the encoder): x holds the rows of `rows`, which have no
+  // padding, so no key is masked.                                        x (rows, d) -> y (rows, d)
+  void infer(const Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
+             Matrix<T>& y) const;
+  // Self-attention of one new position per hypothesis (the decoder): its key and value are
+  // appended to `cache`, and it attends to its hypothesis's positions so far (nothing later
+  // exists, so there is no look-ahead to mask).                              x (R, d) -> y (R, d)
+  void infer_step(const Matrix<T>& x, KVCache<T>& cache, InferenceBackend<T>& be, InferenceScratch<T>& s,
+                  Matrix<T>& y) const;
+  // Cross-attention keys and values of a memory, once per batch: kv (rows, 2d) = [K | V].
+  void infer_memory(const Matrix<T>& memory, InferenceBackend<T>& be, Matrix<T>& kv) const;
+  // Cross-attention of query rows: row r attends to the memory rows of sentence sentence_of[r]
+  // (memory_rows.offsets), whose keys and values infer_memory put in kv.     x (R, d) -> y (R, d)
+  void infer_cross(const Matrix<T>& x, const Matrix<T>& kv, const SentenceRows& memory_rows,
+                   const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s,
+                   Matrix<T>& y) const;
 
   Index d_model() const { return d_; }
   Index n_heads() const { return h_; }

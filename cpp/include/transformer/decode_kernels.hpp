@@ -3,13 +3,13 @@
 // A decoding step multiplies a handful of rows (one per live hypothesis) by every weight of the
 // decoder and by the (V, d) output projection. A general GEMM re-packs the weight for every such
 // product, and for a few rows that packing costs as much as the product itself. Two kernels
-// avoid it (float, AVX-512; the reference everywhere else is Eigen's GEMM, see decoding.cpp):
+// avoid it (float, AVX-512; elsewhere the dense layers' GEMM, see InferenceBackend in inference.hpp):
 //
 // * few_rows_linear reads W (N, K) as it is: tiles of 4 weight rows x 4 input rows, 16-lane
 //   partial dot products, summed horizontally at the end. No set-up; best below ~4 rows.
 //
 // * PackedLinear packs the weight once (decoding keeps the packed copy with the model and packs
-//   again only when the weights change, see DecodeWeights) into panels of kPanel output features,
+//   again only when the weights change, see InferenceBackend) into panels of kPanel output features,
 //
 //     panel p holds W[p*kPanel + j, k] at data[(p*K + k)*kPanel + j]   (K, kPanel) row-major,
 //

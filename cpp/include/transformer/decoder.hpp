@@ -19,6 +19,21 @@
 
 namespace transformer {
 
+// The inference state of a decoder for a batch of hypotheses (inference.hpp): per layer, the
+// self-attention's keys and values of the positions fed so far and the cross-attention's keys and
+// values of the memory; the memory's rows and which sentence each hypothesis (row) belongs to.
+template <typename T>
+struct DecoderCache {
+  std::vector<KVCache<T>> self;      // per layer
+  std::vector<Matrix<T>> memory_kv;  // per layer: (memory rows, 2d) = [K | V]
+  SentenceRows memory_rows;          // the encoder output's rows (sentence b's: memory_rows.offsets)
+  std::vector<Index> sentence_of;    // (R) the sentence of each row
+  Index rows() const { return static_cast<Index>(sentence_of.size()); }
+  Index position() const { return self.empty() ? 0 : self.front().length; }  // positions fed so far
+  // Keep rows: new row i is old row rows[i] with its caches (rows may repeat: beam expansion).
+  void select_rows(const std::vector<Index>& rows, Matrix<T>& scratch);
+};
+
 template <typename T>
 class DecoderLayer {
  public:
@@ -37,6 +52,12 @@ class DecoderLayer {
   const Matrix<T>& backward(ConstMatrixMap<T> dout);
   const Matrix<T>& dmemory() const { return cross_attention_.dmemory(); }
   const Matrix<T>& output() const { return pre_norm_ ? out_ : norm3_.output(); }
+  // Inference (inference.hpp) of one new position per hypothesis: x (R, d) updated in place;
+  // masked self-attention over `self` (this position appended), cross-attention to the memory
+  // keys and values `memory_kv` of sentence sentence_of[r] (rows of memory_rows); no dropout, the
+  // products through `be`, nothing of forward()'s state touched.
+  void infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv, const SentenceRows& memory_rows,
+                  const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s) const;
 
   ParameterList<T> parameters();  // self_attention, norm1, cross_attention, norm2, feed_forward, norm3
   void zero_grad();
@@ -77,6 +98,17 @@ class Decoder {
   void backward(ConstMatrixMap<T> dout);
   const Matrix<T>& dmemory() const { return dmemory_; }
   const Matrix<T>& output() const;
+  // Inference (inference.hpp), one position at a time over key/value caches. infer_start prepares
+  // `cache` for a memory (the encoder's infer: rows of memory_rows) and up to max_steps positions
+  // of one hypothesis per sentence (row r of sentence r): each layer's cross-attention keys and
+  // values of the memory are computed here, once. The positional table must hold max_steps
+  // positions (embedding_.reserve_positions).
+  void infer_start(const Matrix<T>& memory, const SentenceRows& memory_rows, Index max_steps, InferenceBackend<T>& be,
+                   DecoderCache<T>& cache) const;
+  // Feed tokens[r] at the next position of every row of `cache`: the decoder's output (R, d) (after
+  // the final norm, if any), in a buffer of s.
+  const Matrix<T>& infer_step(const std::int64_t* tokens, DecoderCache<T>& cache, InferenceBackend<T>& be,
+                              InferenceScratch<T>& s) const;
   Index batch() const { return B_; }
   Index length() const { return T_; }
 

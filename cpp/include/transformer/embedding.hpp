@@ -2,7 +2,9 @@
 //   PositionalEmbedding(tokens) = Embedding(tokens) * sqrt(d_model) + PE[:T]
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "transformer/positional_encoding.hpp"
 #include "transformer/tensor.hpp"
@@ -53,6 +55,11 @@ class PositionalEmbedding {
   // Only the rows of `layout` (a packed batch): row r is padded row layout.ids[r].
   const Matrix<T>& forward(ConstTokenMap tokens, const RowLayout& layout);
   void backward(ConstMatrixMap<T> dy);  // accumulates into the embedding gradient
+  // Inference: y (n, d), row i = weight[token] * sqrt(d) + PE[position] for (token, position) =
+  // row(i). Every id is checked; the table must already hold every position (reserve_positions).
+  // Keeps nothing for backward().
+  template <typename Row>
+  void infer(Index n, Row&& row, Matrix<T>& y) const;
 
   ParameterList<T> parameters() { return embedding_.parameters(); }  // "weight"
   void zero_grad() { embedding_.zero_grad(); }
@@ -64,6 +71,7 @@ class PositionalEmbedding {
   PositionalLayout layout() const { return layout_; }
   const Matrix<T>& table() const { return pe_; }
   Embedding<T>& embedding() { return embedding_; }
+  const Embedding<T>& embedding() const { return embedding_; }
 
  private:
   Embedding<T> embedding_;
@@ -71,6 +79,32 @@ class PositionalEmbedding {
   Matrix<T> pe_;  // (cached positions, d), grown by reserve_positions
   Matrix<T> y_;   // (B*T, d)
 };
+
+template <typename T>
+template <typename Row>
+void PositionalEmbedding<T>::infer(Index n, Row&& row, Matrix<T>& y) const {
+  const Index d = dim(), V = vocab_size();
+  for (Index i = 0; i < n; ++i) {
+    const std::pair<std::int64_t, Index> at = row(i);
+    TCPP_CHECK(at.first >= 0 && at.first < V, "Embedding: token id ", at.first, " is out of range for vocabulary size ",
+               V);
+    TCPP_CHECK(at.second >= 0 && at.second < pe_.rows(), "PositionalEmbedding: position ", at.second,
+               " is beyond the table's ", pe_.rows(), " rows (reserve_positions first)");
+  }
+  const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
+  const Matrix<T>& w = embedding_.weight_;
+  y.resize(n, d);
+  auto fill = [&](Index i) {
+    const std::pair<std::int64_t, Index> at = row(i);
+    y.row(i) = w.row(at.first) * scale + pe_.row(at.second);
+  };
+  if (n * d < kParallelElements) {  // a decoding step's few rows: not even an inactive parallel region
+    for (Index i = 0; i < n; ++i) fill(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < n; ++i) fill(i);
+}
 
 // (B, T) bytes: 1 where tokens == 0 (padding), else 0.
 std::vector<std::uint8_t> padding_mask(ConstTokenMap tokens);

@@ -31,6 +31,9 @@ class EncoderLayer {
   const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask, bool training);
   const Matrix<T>& backward(ConstMatrixMap<T> dout);  // -> dx (B*T, d)
   const Matrix<T>& output() const { return pre_norm_ ? out_ : norm2_.output(); }
+  // Inference (inference.hpp): x (rows, d), the rows of `rows` (no padding), updated in place; no
+  // dropout, the products through `be`, nothing of forward()'s state touched.
+  void infer(Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s) const;
 
   ParameterList<T> parameters();  // self_attention.*, norm1.*, feed_forward.*, norm2.*
   void zero_grad();
@@ -62,6 +65,11 @@ class Encoder {
   const Matrix<T>& forward(ConstTokenMap tokens, bool training, bool pack = false);
   const RowLayout& layout() const { return layout_; }
   void backward(ConstMatrixMap<T> dmemory);  // accumulates into all parameter gradients
+  // Inference (inference.hpp): the memory of tokens (B, S) at its non-padding positions only
+  // (padding positions are keys that every query ignores), which `rows` lists (assigned here):
+  // memory (rows, d). The positional table must hold S positions (embedding_.reserve_positions).
+  void infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
+             Matrix<T>& memory) const;
   const Matrix<T>& output() const;
   // (B, S) bytes, 1 where the last source was padding.
   const std::vector<std::uint8_t>& key_padding() const { return key_padding_; }

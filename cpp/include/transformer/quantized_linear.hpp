@@ -2,8 +2,8 @@
 //
 // The decoding kernels of decode_kernels.hpp read float32 weights; at a few rows per step the
 // time goes into fetching them. QuantizedLinear keeps the weight in a smaller type, packed once
-// (DecodeWeights packs again only when the weights change), and multiplies with the CPU's
-// low-precision dot products:
+// (InferenceBackend, inference.hpp, packs again only when the weights change), and multiplies
+// with the CPU's low-precision dot products:
 //
 // * int8 (AVX512_VNNI `vpdpbusd`): every output feature n gets a symmetric scale
 //   w_scale[n] = max_k |W[n, k]| / 127 and Wq[n, k] = round(W[n, k] / w_scale[n]) in [-127, 127].

@@ -15,12 +15,14 @@ namespace transformer {
 // splitmix64's increment (2^64 divided by the golden ratio, odd)
 constexpr std::uint64_t kSplitmixIncrement = 0x9E3779B97F4A7C15ULL;
 
-inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += kSplitmixIncrement;
+// splitmix64's finaliser alone: every input bit affects every output bit (a bijection)
+inline std::uint64_t mix64(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
 }
+
+inline std::uint64_t splitmix64(std::uint64_t x) { return mix64(x + kSplitmixIncrement); }
 
 // Uniform in [0, 1) from the top 53 bits of a 64-bit word.
 inline double to_unit_double(std::uint64_t bits) {

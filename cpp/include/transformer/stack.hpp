@@ -59,6 +59,24 @@ void residual_backward(bool pre_norm, LayerNorm<T>& norm, const Dropout<T>& drop
   add_arrays(dx.data(), dy.data(), d_norm.data(), dx.size());
 }
 
+// One residual sub-layer of an encoder or decoder layer at inference (no dropout, nothing kept),
+// F being an attention or the feed-forward network: `sub(in, out)` writes F(in) into out.
+//   post-norm  x = LN(x + F(x))      pre-norm  x = x + F(LN(x))
+// x is updated in place; n and a are scratch.
+template <typename T, typename Sub>
+void residual_infer(bool pre_norm, const LayerNorm<T>& norm, Sub&& sub, Matrix<T>& x, Matrix<T>& n, Matrix<T>& a) {
+  n.resize(x.rows(), x.cols());
+  if (!pre_norm) {
+    sub(static_cast<const Matrix<T>&>(x), a);
+    norm.forward_inference(a.data(), x.data(), n.data(), x.rows());
+    x.swap(n);
+    return;
+  }
+  norm.forward_inference(x.data(), nullptr, n.data(), x.rows());
+  sub(static_cast<const Matrix<T>&>(n), a);
+  x += a;
+}
+
 template <typename T, typename Layer>
 ParameterList<T> stack_parameters(PositionalEmbedding<T>& embedding, std::vector<std::unique_ptr<Layer>>& layers,
                                   LayerNorm<T>* final_norm) {

@@ -84,6 +84,22 @@ void validate(const OptimizerConfig& o);
 // field against its row and the combinations.
 void check_config(const TransformerConfig& c);
 
+// The inference state of a batch being decoded (decoding.hpp): the encoder's output, the decoder's
+// caches, buffers and the last step's logits. Reused from batch to batch (buffers grow, never
+// shrink, so steady decoding at a fixed shape allocates nothing).
+template <typename T>
+struct InferenceState {
+  Matrix<T> memory;  // (source rows, d) the encoder's output, its rows in decoder.memory_rows
+  DecoderCache<T> decoder;
+  InferenceScratch<T> scratch;
+  Matrix<T> logits;  // (R, V)
+  Index rows() const { return decoder.rows(); }
+  Index position() const { return decoder.position(); }
+  Index sentence_of(Index row) const { return decoder.sentence_of[static_cast<size_t>(row)]; }
+  // Keep rows: new row i is old row rows[i] with its caches (rows may repeat: beam expansion).
+  void select_rows(const std::vector<Index>& rows) { decoder.select_rows(rows, scratch.gather); }
+};
+
 template <typename T>
 class Transformer {
  public:
@@ -124,6 +140,13 @@ class Transformer {
   // The norm apply_gradients uses (of flat_gradients() * grad_scale), without changing anything.
   double flat_gradient_norm(double grad_scale) const;
 
+  // Inference (inference.hpp; greedy and beam search call these): encode src (B, S) once and
+  // prepare `state` for up to max_steps decoder positions of one hypothesis per sentence (row r
+  // of sentence r). Grows the positional tables when they are shorter; changes nothing else.
+  void infer_start(ConstTokenMap src, Index max_steps, InferenceBackend<T>& be, InferenceState<T>& state);
+  // Feed tokens[r] at the next position of every row of `state`: logits (R, V), in state.logits.
+  const Matrix<T>& infer_step(const std::int64_t* tokens, InferenceBackend<T>& be, InferenceState<T>& state) const;
+
   ParameterList<T> parameters();
   void zero_grad();
   const TransformerConfig& config() const { return config_; }
@@ -144,6 +167,7 @@ class Transformer {
 
   // Output projection: logits = y W^T + b with W (V, d) own or tied to the decoder embedding.
   T* output_weight();
+  const T* output_weight() const;
   T* output_weight_grad();
   RowVector<T> out_bias_, dout_bias_;  // (V)
 
