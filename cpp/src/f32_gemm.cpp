@@ -163,46 +163,32 @@ TCPP_F32_TARGET inline void micro_kernel(Index kc, const float* a, const float* 
   }
 }
 
-// What one product needs to find its packed panels and C. The panels of every k block are packed
-// before any tile is computed: the k block starting at k0 (kc = min(kKC, K - k0) values) has its
-// A panel ip at a + k0*MP*kMR + ip*kc*kMR and its B panel jp at b + k0*NP*kNR + jp*kc*kNR.
+// What one product's k block needs to find its packed panels and C.
 struct Block {
-  Index M, N, K;                 // rows and columns of C, k values
-  Index MP, NP;                  // A and B panels
+  Index M, N, kc;                // rows and columns of C, k values in this block
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
-  Index blocks_m, blocks_n;      // blocks of C per column and per row of blocks
-  bool column_major;             // blocks numbered down the columns (B is the larger operand)
-  const float* a;
-  const float* b;
+  Index blocks_n;                // blocks of C per row of blocks
+  const float* a;                // packed A: panel ip at a + ip*kc*kMR
+  const float* b;                // packed B: panel jp at b + jp*kc*kNR
   float* c;
   Index ldc;
-  bool beta_one;      // C += (else C =)
+  bool accumulate;
   const float* bias;  // added by the last k block (nullptr: none)
 };
 
-// Block `blk` of C, every k block in turn (so the block's tiles of C stay in cache between k
-// blocks): for each B panel (kept in L1), every A panel of the block.
+// Block `blk` of C: for each B panel (kept in L1), every A panel of the block.
 TCPP_F32_TARGET void compute_block(const Block& s, Index blk) {
-  const Index bi = s.column_major ? blk % s.blocks_m : blk / s.blocks_n;
-  const Index bj = s.column_major ? blk / s.blocks_m : blk % s.blocks_n;
-  const Index ip0 = bi * s.row_panels, jp0 = bj * s.col_panels;
-  const Index ip1 = std::min(s.MP, ip0 + s.row_panels);
-  const Index jp1 = std::min(s.NP, jp0 + s.col_panels);
-  for (Index k0 = 0; k0 < s.K; k0 += kKC) {
-    const Index kc = std::min(kKC, s.K - k0);
-    const float* a = s.a + k0 * s.MP * kMR;
-    const float* b = s.b + k0 * s.NP * kNR;
-    const bool accumulate = s.beta_one || k0 > 0;
-    const bool last = k0 + kc >= s.K;
-    for (Index jp = jp0; jp < jp1; ++jp) {
-      const float* bp = b + jp * kc * kNR;
-      const float* bias = last && s.bias != nullptr ? s.bias + jp * kNR : nullptr;
-      for (Index ip = ip0; ip < ip1; ++ip) {
-        const float* ap = a + ip * kc * kMR;
-        float* cp = s.c + ip * kMR * s.ldc + jp * kNR;
-        const Index rows = std::min(kMR, s.M - ip * kMR), cols = std::min(kNR, s.N - jp * kNR);
-        micro_kernel(kc, ap, bp, cp, s.ldc, rows, cols, accumulate, bias);
-      }
+  const Index ip0 = (blk / s.blocks_n) * s.row_panels, jp0 = (blk % s.blocks_n) * s.col_panels;
+  const Index ip1 = std::min((s.M + kMR - 1) / kMR, ip0 + s.row_panels);
+  const Index jp1 = std::min((s.N + kNR - 1) / kNR, jp0 + s.col_panels);
+  for (Index jp = jp0; jp < jp1; ++jp) {
+    const float* bp = s.b + jp * s.kc * kNR;
+    const float* bias = s.bias != nullptr ? s.bias + jp * kNR : nullptr;
+    for (Index ip = ip0; ip < ip1; ++ip) {
+      const float* ap = s.a + ip * s.kc * kMR;
+      float* cp = s.c + ip * kMR * s.ldc + jp * kNR;
+      const Index rows = std::min(kMR, s.M - ip * kMR), cols = std::min(kNR, s.N - jp * kNR);
+      micro_kernel(s.kc, ap, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
     }
   }
 }
@@ -240,11 +226,11 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
     return;
   }
   const Index MP = (M + kMR - 1) / kMR, NP = (N + kNR - 1) / kNR;
-  // per calling thread: the products of a model run in the thread that called it, one at a time;
-  // every k block's panels at once (see Block)
+  const Index max_kc = std::min(K, kKC);
+  // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
-  float* a_pack = workspace(a_buf, MP * K * kMR);
-  float* b_pack = workspace(b_buf, NP * K * kNR);
+  float* a_pack = workspace(a_buf, MP * max_kc * kMR);
+  float* b_pack = workspace(b_buf, NP * max_kc * kNR);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
@@ -260,52 +246,33 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
         cp = (cp + 1) / 2;
       if (rp == 1 && cp == 1) break;
     }
-    const Index n_blocks = blocks();
-    // pack op(A) panels and op(B) panels of every k block (the barrier at the end of the second
-    // loop ends both)
+    const Index blocks_n = (NP + cp - 1) / cp, n_blocks = blocks();
+    for (Index k0 = 0; k0 < K; k0 += kKC) {
+      const Index kc = std::min(kKC, K - k0);
+      // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
 #pragma omp for schedule(static) nowait
-    for (Index ip = 0; ip < MP; ++ip) {
-      const Index rows = std::min(kMR, M - ip * kMR);
-      for (Index k0 = 0; k0 < K; k0 += kKC) {
-        const Index kc = std::min(kKC, K - k0);
-        float* dst = a_pack + k0 * MP * kMR + ip * kc * kMR;
+      for (Index ip = 0; ip < MP; ++ip) {
+        float* dst = a_pack + ip * kc * kMR;
+        const Index rows = std::min(kMR, M - ip * kMR);
         if (trans_a)  // op(A)[i, k] = A[k*lda + i]
           pack_k_major(A, lda, ip * kMR, rows, kMR, k0, kc, dst);
         else
           pack_lines(A, lda, ip * kMR, rows, kMR, k0, kc, dst);
       }
-    }
 #pragma omp for schedule(static)
-    for (Index jp = 0; jp < NP; ++jp) {
-      const Index cols = std::min(kNR, N - jp * kNR);
-      for (Index k0 = 0; k0 < K; k0 += kKC) {
-        const Index kc = std::min(kKC, K - k0);
-        float* dst = b_pack + k0 * NP * kNR + jp * kc * kNR;
+      for (Index jp = 0; jp < NP; ++jp) {
+        float* dst = b_pack + jp * kc * kNR;
+        const Index cols = std::min(kNR, N - jp * kNR);
         if (trans_b)  // op(B)[k, j] = B[j*ldb + k]
           pack_lines(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
         else
           pack_k_major(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
       }
-    }
-    // the larger packed operand is read once, the smaller one (in L2) once per block of it
-    const Block s{M,
-                  N,
-                  K,
-                  MP,
-                  NP,
-                  rp,
-                  cp,
-                  (MP + rp - 1) / rp,
-                  (NP + cp - 1) / cp,
-                  NP * kNR > MP * kMR,
-                  a_pack,
-                  b_pack,
-                  C,
-                  ldc,
-                  beta != 0.0f,
-                  bias};
+      const Block s{
+          M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0, k0 + kc >= K ? bias : nullptr};
 #pragma omp for schedule(static)
-    for (Index blk = 0; blk < n_blocks; ++blk) compute_block(s, blk);
+      for (Index blk = 0; blk < n_blocks; ++blk) compute_block(s, blk);
+    }
   }
 #endif
 }

@@ -16,18 +16,13 @@
 //     op(B) into panels of kNR columns:
 //        A panel ip: float (ip*KC + k)*kMR + i = op(A)[ip*kMR + i, k0 + k]
 //        B panel jp: float (jp*KC + k)*kNR + j = op(B)[k0 + k, jp*kNR + j]
-//     (rows and columns past M and N are zero). Every k block is packed first (k block k0's panels
-//     follow the k0*MP*kMR and k0*NP*kNR floats of the blocks before it); then each block of C
-//     runs all its k blocks in turn, so its tiles stay in cache instead of going back to memory
-//     between k blocks (the logits are 600 x 15,500 floats at the tutorial shapes).
+//     (rows and columns past M and N are zero).
 //   * The micro-kernel keeps a kMR x kNR tile of C in 24 AVX-512 registers: per k it loads the two
 //     16-float vectors of the B panel, broadcasts each of the kMR values of the A panel and issues
 //     kMR * 2 fused multiply-adds. The first k block stores its tile (beta 0: C is never read, so
 //     no pass clears it first), later blocks add to it; the last adds the bias.
 //   * C is cut into blocks of panels spread over the OpenMP threads (one parallel region per
-//     product; packing is split among the threads too). Blocks are numbered along the rows of C
-//     when op(A) is the larger packed operand and down the columns otherwise, so the larger one
-//     is read from memory once and the smaller one is re-read from cache. Each element of C is computed by one
+//     product; packing is split among the threads too). Each element of C is computed by one
 //     thread in a fixed order (k ascending), so results do not depend on the thread count.
 //
 // Chosen at run time by CPUID through function target attributes, so the extension loads and
