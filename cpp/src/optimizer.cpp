@@ -65,6 +65,81 @@ inline bool update_is_finite(const C& k, T p, T gi, T m, T v) {
   return std::isfinite(mi) && std::isfinite(vi) && std::isfinite(pi);
 }
 
+namespace {
+
+// The lanes of the vectorised reductions below: each lane sums its own elements in order, so the
+// compiler may vectorise the loop (a scalar double sum cannot be reordered); the lanes are added
+// at the end. A float reordering of the sum of squares, nothing else.
+constexpr Index kLanes = 16;
+// Elements per unit of work shared among the threads (a multiple of kLanes).
+constexpr Index kChunk = 1 << 14;
+
+// Sum of g[i]^2 over [0, n), in double, lane by lane.
+template <typename T>
+double sum_of_squares(const T* g, Index n) {
+  double acc[kLanes] = {};
+  Index i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (Index j = 0; j < kLanes; ++j) acc[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
+  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  double s = 0.0;
+  for (Index j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
+// sum_of_squares(g, n), and whether update_is_finite fails for any element, in one vectorised
+// pass: x * 0 is 0 for a finite x and NaN otherwise, and a NaN stays in its lane's probe, so the
+// probe is 0 exactly when every update_is_finite of the lane holds (the same arithmetic).
+template <typename T, typename C>
+double sum_of_squares_checked(const C& k, const T* p, const T* g, const T* m, const T* v, Index n, bool& bad) {
+  double acc[kLanes] = {};
+  T probe[kLanes] = {};
+  Index i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (Index j = 0; j < kLanes; ++j) {
+      const T gi = g[i + j];
+      acc[j] += static_cast<double>(gi) * static_cast<double>(gi);
+      const T mi = k.b1 * m[i + j] + k.one_minus_b1 * gi;
+      const T vi = k.b2 * v[i + j] + k.one_minus_b2 * gi * gi;
+      const T pi = p[i + j] - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.e);
+      probe[j] += mi * T(0) + vi * T(0) + pi * T(0);
+    }
+  for (; i < n; ++i) {
+    acc[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    if (!update_is_finite(k, p[i], g[i], m[i], v[i])) bad = true;
+  }
+  double s = 0.0;
+  for (Index j = 0; j < kLanes; ++j) {
+    s += acc[j];
+    if (!(probe[j] == T(0))) bad = true;
+  }
+  return s;
+}
+
+// Whether update_is_finite fails for any element of [0, n), the gradient scaled by gs: the probe
+// of sum_of_squares_checked without the sum.
+template <typename T, typename C>
+bool any_update_nonfinite(const C& k, const T* p, const T* g, const T* m, const T* v, Index n, T gs) {
+  T probe[kLanes] = {};
+  bool bad = false;
+  Index i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (Index j = 0; j < kLanes; ++j) {
+      const T gi = g[i + j] * gs;
+      const T mi = k.b1 * m[i + j] + k.one_minus_b1 * gi;
+      const T vi = k.b2 * v[i + j] + k.one_minus_b2 * gi * gi;
+      const T pi = p[i + j] - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.e);
+      probe[j] += mi * T(0) + vi * T(0) + pi * T(0);
+    }
+  for (; i < n; ++i)
+    if (!update_is_finite(k, p[i], g[i] * gs, m[i], v[i])) bad = true;
+  for (Index j = 0; j < kLanes; ++j)
+    if (!(probe[j] == T(0))) bad = true;
+  return bad;
+}
+
+}  // namespace
+
 template <typename T>
 void Adam<T>::refuse(const char* check_who, double lr) const {
   throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr,
@@ -96,7 +171,8 @@ void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* ch
       const T* v = v_[q].data();
       const Index n = params_[q].size();
 #pragma omp for schedule(static) nowait
-      for (Index i = 0; i < n; ++i) bad |= !update_is_finite(k, p[i], g[i] * gs, m[i], v[i]);
+      for (Index c = 0; c < n; c += kChunk)
+        bad |= any_update_nonfinite(k, p + c, g + c, m + c, v + c, std::min(kChunk, n - c), gs) ? 1 : 0;
     }
     if (bad) refuse(check_who, lr);
   }
@@ -186,13 +262,13 @@ double Adam<T>::grad_norm() const {
   Index total = 0;
   for (const auto& p : params_) total += p.size();
   double sumsq = 0.0;
-  // one region for all parameters, each parameter's elements shared among the threads
+  // one region for all parameters, each parameter's chunks shared among the threads
 #pragma omp parallel if (total >= kParallelElements) reduction(+ : sumsq)
   for (size_t k = 0; k < params_.size(); ++k) {
     const T* g = params_[k].grad;
     const Index n = params_[k].size();
 #pragma omp for schedule(static) nowait
-    for (Index i = 0; i < n; ++i) sumsq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    for (Index c = 0; c < n; c += kChunk) sumsq += sum_of_squares(g + c, std::min(kChunk, n - c));
   }
   return std::sqrt(sumsq);
 }
@@ -214,9 +290,10 @@ double Adam<T>::grad_norm_checked(double lr, const char* check_who) const {
     const T* v = v_[q].data();
     const Index n = params_[q].size();
 #pragma omp for schedule(static) nowait
-    for (Index i = 0; i < n; ++i) {
-      sumsq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-      bad |= !update_is_finite(k, p[i], g[i], m[i], v[i]);
+    for (Index c = 0; c < n; c += kChunk) {
+      bool chunk_bad = false;
+      sumsq += sum_of_squares_checked(k, p + c, g + c, m + c, v + c, std::min(kChunk, n - c), chunk_bad);
+      bad |= chunk_bad ? 1 : 0;
     }
   }
   const double norm = std::sqrt(sumsq);
