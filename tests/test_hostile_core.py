@@ -1063,3 +1063,38 @@ def test_the_update_check_sees_every_element(dtype, clip):
         m1[i], v1[i] = saved
     m.train_step(*batch())  # restored: the next update goes through
     assert m.step == 2
+
+
+def test_train_step_skips_the_weight_check_only_when_nothing_can_have_written_the_weights():
+    """After a successful train_step (its update is checked element by element) the next
+    train_step or evaluate skips its pass over every weight, as long as no parameters() view has
+    been made or released since. The skip is visible only to a write behind the model's back: a NaN
+    written through an address kept after its view died surfaces as a non-finite loss (still
+    refused, no update applied) instead of the weight check's message. Any view since brings the
+    check back."""
+    import ctypes
+
+    m = small_model()
+    src, tgt_in, tgt_out = batch()
+    name = "decoder.layers.0.norm2.weight"
+    view = m.parameters()[name].value
+    address = view.ctypes.data
+    assert view.dtype == np.float64
+    del view
+    m.train_step(src, tgt_in, tgt_out)  # a view was released: checked, and now vouched for
+    ctypes.c_double.from_address(address + 8).value = float("nan")  # behind the model's back
+    with pytest.raises(NonFiniteError, match="train_step: non-finite loss.*no update was applied"):
+        m.train_step(src, tgt_in, tgt_out)
+    assert m.step == 1
+    # the failed step proved nothing, so evaluate checks again
+    with pytest.raises(NonFiniteError, match=f"evaluate: the weights are not finite: parameter '{name}'"):
+        m.evaluate(src, tgt_in, tgt_out)
+    ctypes.c_double.from_address(address + 8).value = 1.0
+    m.train_step(src, tgt_in, tgt_out)
+    assert m.step == 2
+    # a view made (even if not written) withdraws the vouching: the next step checks
+    params = m.parameters()
+    ctypes.c_double.from_address(address + 8).value = float("nan")
+    with pytest.raises(NonFiniteError, match=f"train_step: the weights are not finite: parameter '{name}'"):
+        m.train_step(src, tgt_in, tgt_out)
+    del params

@@ -1,5 +1,7 @@
 // Bindings of the Transformer model: forward/backward, train_step/evaluate with the GIL released,
 // hierarchical parameters, optimiser state for checkpoints, attention weights for plots.
+#include <exception>
+
 #include "bindings.hpp"
 #include "transformer/decode_kernels.hpp"
 #include "transformer/decoding.hpp"
@@ -22,6 +24,11 @@ struct ModelHolder {
   long views = 0;             // parameters() results (sets of views) alive
   bool weights_dirty = true;  // a train_step or a released view since the last checked decode
   bool weights_unchanged() const { return views == 0 && !weights_dirty; }
+  // Whether the weights are known to be finite: true after a successful train_step (its update is
+  // checked element by element) while no parameters() view has been alive since; train_step and
+  // evaluate then skip their pass over every weight (Transformer::vouch_weights_finite).
+  bool finite_known = false;
+  std::uint64_t view_events = 0;  // parameters() view sets made or released, ever
   Index B = -1, Tt = 0;
   Index last_count = 0;
   bool busy = false;  // a call that released the GIL is running on this model
@@ -84,11 +91,25 @@ py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& 
   ModelInUse<T> in_use(h, who);
   if (train) h.weights_dirty = true;
   LossStats s;
+  const std::uint64_t events = h.view_events;
+  h.model.vouch_weights_finite(h.finite_known && h.views == 0);
+  std::exception_ptr error;
   {
     py::gil_scoped_release release;
-    s = train ? h.model.train_step(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out))
-              : h.model.evaluate(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
+    try {
+      s = train ? h.model.train_step(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out))
+                : h.model.evaluate(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
+    } catch (...) {
+      h.model.vouch_weights_finite(false);  // not consumed if the call failed before its check
+      error = std::current_exception();
+    }
   }
+  if (error) {
+    h.finite_known = false;  // a failed call proves nothing about the weights: the next one checks
+    std::rethrow_exception(error);
+  }
+  // checked by this call, or vouched for, and no view made or released meanwhile (another thread)
+  if (h.views == 0 && h.view_events == events) h.finite_known = true;
   h.B = -1;  // these passes compute only the rows the loss needs: no backward() may follow
   h.last_count = s.count;
   const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
@@ -197,6 +218,7 @@ void bind_transformer(py::module_& m) {
             const char* who = "Transformer.apply_gradients";
             const double scale = float_arg(grad_scale, who, "grad_scale");
             ModelInUse<T> in_use(h, who);
+            h.finite_known = false;
             py::gil_scoped_release release;
             h.model.apply_gradients(scale);
           },
@@ -234,10 +256,14 @@ void bind_transformer(py::module_& m) {
              auto* g = new Guard{self.ptr(), &h};
              Py_INCREF(self.ptr());
              ++h.views;
+             ++h.view_events;
+             h.finite_known = false;  // the views may be written
              py::capsule base(g, [](void* p) {
                auto* guard = static_cast<Guard*>(p);
                --guard->holder->views;
                guard->holder->weights_dirty = true;
+               guard->holder->finite_known = false;
+               ++guard->holder->view_events;
                Py_DECREF(guard->owner);
                delete guard;
              });

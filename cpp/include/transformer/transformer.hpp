@@ -156,6 +156,11 @@ class Transformer {
   bool has_optimizer() const { return adam_ != nullptr; }
   double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
   double last_grad_norm() const { return last_grad_norm_; }
+  // The next train_step / evaluate / forward may skip its check that every weight is finite (a pass
+  // over all of them, about 3% of a training step): for a caller that knows nothing can have
+  // written the weights since a call that left them finite (a successful train_step: its update is
+  // checked element by element). Applies to the next call only (false withdraws it).
+  void vouch_weights_finite(bool vouched = true) { weights_vouched_ = vouched; }
   // Number of training forwards so far: the dropout masks' counter (restored on resume).
   std::uint64_t dropout_calls() const;
   void set_dropout_calls(std::uint64_t calls);
@@ -180,8 +185,10 @@ class Transformer {
   void backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done);
   const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
   std::vector<std::int64_t> targets_;
-  // Shapes, then the memory the pass will need (before it allocates); then finite weights.
+  // Shapes, then the memory the pass will need (before it allocates); then finite weights, unless
+  // the caller vouched for them (vouch_weights_finite) just before this call.
   void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who);
+  bool weights_vouched_ = false;  // see vouch_weights_finite(); consumed by the next check_batch
   TransformerConfig config_;
   OptimizerConfig opt_config_;
   std::unique_ptr<Encoder<T>> encoder_;
