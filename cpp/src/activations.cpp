@@ -8,7 +8,7 @@ namespace {
 
 // Element-wise loops are memory bound: split them into chunks of this many elements, in
 // parallel only when there are several chunks.
-constexpr Index kChunk = 16384;
+constexpr Index kChunk = tuning::kElementChunk;
 
 template <typename T>
 using FlatArray = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;

@@ -128,7 +128,7 @@ void check_memory(const std::string& who, const std::string& what, double bytes)
 
 template <typename T>
 Index first_nonfinite(const T* p, Index n) {
-  constexpr Index kChunk = 1 << 14;
+  constexpr Index kChunk = tuning::kElementChunk;
   const Index chunks = (n + kChunk - 1) / kChunk;
   Index first = n;
 #pragma omp parallel for schedule(static) reduction(min : first) if (n >= 4 * kParallelMin)

@@ -45,7 +45,7 @@ struct Piece {
 
 template <typename T>
 void add_pieces(std::vector<Piece<T>>& pieces, const T* W, Index NK, const T* b, Index N) {
-  constexpr Index kPiece = (1 << 20) / static_cast<Index>(sizeof(T));
+  constexpr Index kPiece = tuning::kFingerprintPieceBytes / static_cast<Index>(sizeof(T));
   std::uint64_t seed = 0;
   for (Index i = 0; i < NK; i += kPiece) pieces.push_back({W + i, std::min(kPiece, NK - i), seed++});
   for (Index i = 0; i < N; i += kPiece) pieces.push_back({b + i, std::min(kPiece, N - i), seed++});

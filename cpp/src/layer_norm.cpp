@@ -11,7 +11,7 @@ namespace {
 
 // backward() sums dweight/dbias over fixed blocks of rows, then adds the blocks up in order, so
 // the result does not depend on the thread count.
-constexpr Index kBlockRows = 32;
+constexpr Index kBlockRows = tuning::kLayerNormBlockRows;
 
 // One row: mean, rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * weight + bias.
 template <typename T>

@@ -10,7 +10,7 @@ namespace transformer {
 namespace {
 
 // output_cross_entropy sums the bias gradient over fixed blocks of this many rows.
-constexpr Index kLossBlockRows = 16;
+constexpr Index kLossBlockRows = tuning::kLossBlockRows;
 
 // Every target must be a class index in [0, V); returns how many are not padding (0).
 Index check_targets(const char* who, const std::int64_t* targets, Index rows, Index classes) {

@@ -70,9 +70,9 @@ namespace {
 // The lanes of the vectorised reductions below: each lane sums its own elements in order, so the
 // compiler may vectorise the loop (a scalar double sum cannot be reordered); the lanes are added
 // at the end. A float reordering of the sum of squares, nothing else.
-constexpr Index kLanes = 16;
+constexpr Index kLanes = tuning::kReduceLanes;
 // Elements per unit of work shared among the threads (a multiple of kLanes).
-constexpr Index kChunk = 1 << 14;
+constexpr Index kChunk = tuning::kElementChunk;
 
 // Sum of g[i]^2 over [0, n), in double, lane by lane.
 template <typename T>

@@ -471,7 +471,7 @@ double Transformer<T>::flat_gradient_norm(double grad_scale) const {
   const Index n = static_cast<Index>(flat_grads_.size()) - kFlatSpareSlots;
   // fixed blocks, each summed in order by one thread, then the block sums in order: the result does
   // not depend on the thread count
-  constexpr Index kBlock = 8192;
+  constexpr Index kBlock = tuning::kFlatNormBlock;
   const Index blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
   const T* g = flat_grads_.data();

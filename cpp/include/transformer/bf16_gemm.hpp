@@ -38,12 +38,12 @@
 
 namespace transformer::bf16 {
 
-// Tuning constants (the micro-kernel's register tile is kMR x kNR; see bf16_gemm.cpp).
-constexpr Index kMR = 12;   // rows of C per micro-kernel tile (broadcast A words)
-constexpr Index kNR = 32;   // columns of C per tile (two 16-float vectors)
-constexpr Index kKC = 256;  // k values per packed block: a B panel is kKC * kNR * 2 bytes = 16 KB (L1)
+// The micro-kernel's register tile is kMR x kNR (see bf16_gemm.cpp); the knobs are in tuning.hpp.
+constexpr Index kMR = 12;                   // rows of C per micro-kernel tile (broadcast A words)
+constexpr Index kNR = 32;                   // columns of C per tile (two 16-float vectors)
+constexpr Index kKC = tuning::kBf16GemmKC;  // k values per packed block (a B panel: kKC * kNR words)
 // products with fewer multiply-adds than this run on the calling thread only
-constexpr double kParallelMacs = 1 << 20;
+constexpr double kParallelMacs = tuning::kBf16ParallelMacs;
 
 // The environment variable that, set to a non-empty value other than "0", makes supported()
 // false on any CPU (to test the unsupported path and to compare with float32 on one machine).

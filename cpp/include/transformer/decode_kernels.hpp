@@ -51,9 +51,9 @@ Index first_argmax(const T* v, Index n);
 template <typename T>
 class PackedLinear {
  public:
-  static constexpr Index kPanel = 32;     // output features per panel (two 16-float vectors)
-  static constexpr Index kRowBlock = 12;  // rows sharing one pass over a panel
-  static constexpr Index kKBlock = 128;   // k values of a panel kept in L1 for all row blocks
+  static constexpr Index kPanel = 32;                      // output features per panel (two 16-float vectors)
+  static constexpr Index kRowBlock = 12;                   // rows sharing one pass over a panel
+  static constexpr Index kKBlock = tuning::kPackedKBlock;  // k values of a panel kept in L1
 
   // Pack W (N, K), leading dimension ldw >= K, and the bias b (N). Repacking reuses the memory.
   void pack(const T* W, Index N, Index K, Index ldw, const T* b);

@@ -33,11 +33,11 @@
 
 namespace transformer::f32 {
 
-constexpr Index kMR = 12;   // rows of C per micro-kernel tile (broadcast A values)
-constexpr Index kNR = 32;   // columns of C per tile (two 16-float vectors)
-constexpr Index kKC = 256;  // k values per packed block: a B panel is kKC * kNR * 4 bytes = 32 KB (L1)
+constexpr Index kMR = 12;                  // rows of C per micro-kernel tile (broadcast A values)
+constexpr Index kNR = 32;                  // columns of C per tile (two 16-float vectors)
+constexpr Index kKC = tuning::kF32GemmKC;  // k values per packed block (a B panel: kKC * kNR floats)
 // products with fewer multiply-adds than this run on the calling thread only
-constexpr double kParallelMacs = 1 << 18;
+constexpr double kParallelMacs = tuning::kF32ParallelMacs;
 
 // The environment variable that, set to a non-empty value other than "0", makes supported()
 // false (the dense layers then use Eigen's GEMM; for comparisons and tests).

@@ -46,10 +46,10 @@ class InferenceBackend {
  public:
   // Steps with fewer rows than this multiply float32 weights as they are (no packing pays off at
   // batch 1): prepared float32 panels serve products of at least kMinRows rows.
-  static constexpr Index kMinRows = 4;
+  static constexpr Index kMinRows = tuning::kPreparedMinRows;
   // Plain float32 products of up to this many rows use the few-row kernel (it reads W as it is;
   // the dense layers' kernel packs W on every call).
-  static constexpr Index kFewRows = 64;
+  static constexpr Index kFewRows = tuning::kFewRows;
   // Preparing float32 weights is worth it only for float builds with the AVX-512 kernels; int8
   // and bf16 always prepare theirs (check_compute_type says whether they can run).
   static bool available() { return std::is_same_v<T, float> && have_decode_kernels(); }

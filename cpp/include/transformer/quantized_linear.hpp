@@ -65,9 +65,9 @@ void check_compute_type(ComputeType c, const char* who);
 
 class QuantizedLinear {
  public:
-  static constexpr Index kPanel = 32;       // output features per panel (two 16-lane vectors)
-  static constexpr Index kRowBlock = 12;    // rows sharing one pass over a panel
-  static constexpr Index kWordBlock = 256;  // words of a panel kept in L1 for all row blocks
+  static constexpr Index kPanel = 32;                               // output features per panel (two 16-lane vectors)
+  static constexpr Index kRowBlock = 12;                            // rows sharing one pass over a panel
+  static constexpr Index kWordBlock = tuning::kQuantizedWordBlock;  // words of a panel kept in L1
 
   // Quantise and pack W (N, K), leading dimension ldw >= K, and the bias b (N). type is Int8 or
   // BFloat16. Repacking reuses the memory.

@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "transformer/tuning.hpp"
+
 namespace transformer {
 
 using Index = Eigen::Index;
@@ -112,13 +114,9 @@ std::string concat(Args&&... args) {
 
 // Element-wise helpers that split rows or columns among the OpenMP threads once the work is large
 // enough to pay for a parallel region. Each element is computed by one thread in a fixed order, so
-// results do not depend on the thread count.
-constexpr Index kParallelMin = 1 << 15;
-
-// Row-wise kernels (softmax, the losses, layer norm, embeddings) and Adam's per-parameter loops go
-// parallel once a call has at least this many elements; below that, waking the threads costs more
-// than the work. One value for all of them (it was defined in each of those five files).
-constexpr Index kParallelElements = 16384;
+// results do not depend on the thread count. The thresholds are in tuning.hpp.
+constexpr Index kParallelMin = tuning::kParallelMin;
+constexpr Index kParallelElements = tuning::kParallelElements;
 
 // y.row(r) += b for every row of a row-major (rows, cols) buffer.
 template <typename T>

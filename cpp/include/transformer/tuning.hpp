@@ -1,0 +1,91 @@
+// tuning.hpp — every performance knob of the core in one place.
+//
+// A knob here changes speed only: results stay correct for any value (a few change the order of
+// a floating-point sum, which the tests allow for; none changes what is computed). Each comes with
+// what it trades and how its value was chosen. "Not swept" means the value was set by the
+// reasoning given and was never compared against neighbours on this machine: a candidate for
+// tools/train_speed.py or tools/decode_speed.py (two builds alternating) before it is changed.
+//
+// Not here, because they are the shape of a kernel's code rather than free choices: the register
+// tiles of the GEMM and decoding micro-kernels (f32::kMR / kNR, bf16::kMR / kNR, PackedLinear and
+// QuantizedLinear's kPanel / kRowBlock: 12 rows x two 16-lane vectors = 24 accumulators of the 32
+// AVX-512 registers) and the fingerprint's 64 lanes (decode_kernels.cpp).
+#pragma once
+
+#include <cstddef>
+
+namespace transformer::tuning {
+
+using Index = std::ptrdiff_t;  // Eigen::Index, transformer::Index (tensor.hpp)
+
+// --- when a loop is worth a parallel region ---------------------------------------------------
+
+// Element-wise helpers (bias adds, column sums, residual adds, dropout masks, the finite checks,
+// the data-parallel gradient norm) go parallel from this many elements: waking the second thread
+// costs a few microseconds, about what one thread needs for 32K simple float operations. Not
+// swept.
+constexpr Index kParallelMin = 1 << 15;
+
+// Row-wise kernels (softmax, the losses, layer norm, embeddings) and Adam's per-parameter loops go
+// parallel from this many elements. Was defined in each of five files; one value since session 8.
+// Not swept.
+constexpr Index kParallelElements = 16384;
+
+// Matrix products with fewer multiply-adds than this run on the calling thread only. float32: at
+// the quick preset's shapes most per-head products of attention fall below it and the dense
+// layers above; bf16 is higher because packing to bfloat16 is a larger share of a small product.
+// Not swept.
+constexpr double kF32ParallelMacs = 1 << 18;
+constexpr double kBf16ParallelMacs = 1 << 20;
+
+// --- blocking for the caches --------------------------------------------------------------------
+
+// k values per packed block of the GEMMs: a B panel of kKC x 32 columns is 32 KB in float32 (the
+// L1 data cache of this Xeon is 48 KB) and 16 KB in bfloat16. A reordering that kept every k block
+// packed and ran each block of C through all of them (session 8, branch trainspeed) was not faster
+// in alternating 1-thread runs at the tutorial shapes (1.127 against 1.096 CPU s per step, within
+// noise) and was reverted.
+constexpr Index kF32GemmKC = 256;
+constexpr Index kBf16GemmKC = 256;
+
+// Decoding's few-row kernels: k values (float32 panels) and 4-byte words (int8 / bf16 panels) of
+// a 32-wide panel kept in L1 while every block of rows passes over it: 128 x 32 x 4 bytes = 16 KB
+// and 256 x 32 x 4 bytes = 32 KB. Not swept.
+constexpr Index kPackedKBlock = 128;
+constexpr Index kQuantizedWordBlock = 256;
+
+// Memory-bound loops (activations, the finite checks, Adam's norm and update check) work in chunks
+// of this many elements: 64 KB of float32, shared among the threads chunk by chunk. Not swept.
+constexpr Index kElementChunk = 16384;
+
+// Independent partial sums in Adam's vectorised norm and update check: 16 double lanes are two
+// AVX-512 registers of accumulators. With one scalar sum the compiler may not reorder the adds and
+// the loop ran scalar: 8.8% of a 1-thread tutorial-shape step in a profile, 4.3% with the lanes
+// (session 8, perf on a -g build).
+constexpr Index kReduceLanes = 16;
+
+// --- fixed summation blocks (results independent of the thread count) -------------------------
+
+// Reductions over rows are summed in fixed blocks of rows, each by one thread, then the blocks in
+// order; a larger block means fewer partial sums to add and less parallelism. The output layer's
+// fused loss (its bias gradient), layer norm's backward (weight and bias gradients) and the
+// data-parallel gradient norm (elements of the flat gradient buffer). Not swept.
+constexpr Index kLossBlockRows = 16;
+constexpr Index kLayerNormBlockRows = 32;
+constexpr Index kFlatNormBlock = 8192;
+
+// --- inference --------------------------------------------------------------------------------
+
+// Decoding steps with fewer rows than this multiply float32 weights as they are: packing them
+// into panels does not pay off at batch 1. Plain float32 products of up to kFewRows rows use the
+// few-row kernel (it reads W as it is; the dense layers' kernel packs W on every call). With the
+// layers' inference methods (session 8) a float32 batch-1 decode was 8-18% faster than before,
+// these values unchanged.
+constexpr Index kPreparedMinRows = 4;
+constexpr Index kFewRows = 64;
+
+// The weight fingerprint hashes a weight matrix in pieces of this many bytes, each with its own
+// seed, so that the pieces can be hashed in parallel. Not swept.
+constexpr Index kFingerprintPieceBytes = 1 << 20;
+
+}  // namespace transformer::tuning
