@@ -55,14 +55,22 @@ typename Adam<T>::Coefficients Adam<T>::coefficients(double lr) const {
           static_cast<T>(eps)};
 }
 
-// Whether the update of one element (gradient already scaled) stays finite; the arithmetic is the
-// update's own, so the answer is exact.
+// The update of one element (gradient already scaled), computed with the update's own arithmetic
+// and reduced to a probe: x * 0 is 0 for a finite x and NaN otherwise, so the probe is 0 exactly
+// when the new moment, second moment and weight are all finite. Branch-free, so loops that add
+// probes up lane by lane vectorise; a NaN stays in its lane's sum.
 template <typename T, typename C>
-inline bool update_is_finite(const C& k, T p, T gi, T m, T v) {
+inline T update_probe(const C& k, T p, T gi, T m, T v) {
   const T mi = k.b1 * m + k.one_minus_b1 * gi;
   const T vi = k.b2 * v + k.one_minus_b2 * gi * gi;
   const T pi = p - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.e);
-  return std::isfinite(mi) && std::isfinite(vi) && std::isfinite(pi);
+  return mi * T(0) + vi * T(0) + pi * T(0);
+}
+
+// Whether the update of one element stays finite (exact: the update's own arithmetic).
+template <typename T, typename C>
+inline bool update_is_finite(const C& k, T p, T gi, T m, T v) {
+  return update_probe(k, p, gi, m, v) == T(0);
 }
 
 namespace {
@@ -88,8 +96,7 @@ double sum_of_squares(const T* g, Index n) {
 }
 
 // sum_of_squares(g, n), and whether update_is_finite fails for any element, in one vectorised
-// pass: x * 0 is 0 for a finite x and NaN otherwise, and a NaN stays in its lane's probe, so the
-// probe is 0 exactly when every update_is_finite of the lane holds (the same arithmetic).
+// pass: each lane adds up its elements' update_probe, which stays 0 exactly when all are finite.
 template <typename T, typename C>
 double sum_of_squares_checked(const C& k, const T* p, const T* g, const T* m, const T* v, Index n, bool& bad) {
   double acc[kLanes] = {};
@@ -99,10 +106,7 @@ double sum_of_squares_checked(const C& k, const T* p, const T* g, const T* m, co
     for (Index j = 0; j < kLanes; ++j) {
       const T gi = g[i + j];
       acc[j] += static_cast<double>(gi) * static_cast<double>(gi);
-      const T mi = k.b1 * m[i + j] + k.one_minus_b1 * gi;
-      const T vi = k.b2 * v[i + j] + k.one_minus_b2 * gi * gi;
-      const T pi = p[i + j] - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.e);
-      probe[j] += mi * T(0) + vi * T(0) + pi * T(0);
+      probe[j] += update_probe(k, p[i + j], gi, m[i + j], v[i + j]);
     }
   for (; i < n; ++i) {
     acc[0] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
@@ -124,13 +128,7 @@ bool any_update_nonfinite(const C& k, const T* p, const T* g, const T* m, const 
   bool bad = false;
   Index i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (Index j = 0; j < kLanes; ++j) {
-      const T gi = g[i + j] * gs;
-      const T mi = k.b1 * m[i + j] + k.one_minus_b1 * gi;
-      const T vi = k.b2 * v[i + j] + k.one_minus_b2 * gi * gi;
-      const T pi = p[i + j] - k.step_size * mi / (std::sqrt(vi) * k.inv_sqrt_bc2 + k.e);
-      probe[j] += mi * T(0) + vi * T(0) + pi * T(0);
-    }
+    for (Index j = 0; j < kLanes; ++j) probe[j] += update_probe(k, p[i + j], g[i + j] * gs, m[i + j], v[i + j]);
   for (; i < n; ++i)
     if (!update_is_finite(k, p[i], g[i] * gs, m[i], v[i])) bad = true;
   for (Index j = 0; j < kLanes; ++j)
