@@ -91,7 +91,12 @@ def test_quick_decoding_and_memory(quick_results):
             for bs, entry in dec["batches"].items():
                 _positive(entry["ctranslate2"]["sentences_per_s"], f"decoding[{bs}].ctranslate2")
     mem = r["memory"]
-    for which in ["ours", "torch"] if HAVE_TORCH else ["ours"]:
+    # our bf16 step is measured wherever the CPU can run it, and compared with our float32 step
+    assert ("ours_bf16" in mem) == kernels.have_bf16()
+    if "ours_bf16" in mem and mem["ours"]["delta_mb"] > 0:
+        assert mem["ratio_bf16_delta"] == pytest.approx(mem["ours_bf16"]["delta_mb"] / mem["ours"]["delta_mb"])
+    children = ["ours"] + (["ours_bf16"] if kernels.have_bf16() else []) + (["torch"] if HAVE_TORCH else [])
+    for which in children:
         assert "error" not in mem[which], mem[which]
         _positive(mem[which]["raw_mb"], f"memory.{which}.raw_mb")
         _positive(mem[which]["baseline_mb"], f"memory.{which}.baseline_mb")

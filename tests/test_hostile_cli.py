@@ -151,7 +151,7 @@ def trained(tmp_path_factory):
         ),
         (
             ["train", "--precision", "fp16"],
-            "argument --precision: Transformer: precision must be 'float32' or 'bf16', got 'fp16'",
+            "argument --precision: precision must be 'auto' or 'float32' or 'bf16', got 'fp16'",
         ),
         (["train", "--encoding", "klingon"], "argument --encoding: --encoding: unknown text encoding 'klingon'"),
         (["train", "--encoding", "utf-16"], "is not supported: lines must end with the byte 0x0A"),

@@ -84,6 +84,7 @@ _DEFAULT_DATA = {
 #: Share of the training pairs that the automatic length limit (--max-length 0) keeps.
 LENGTH_COVERAGE = 99.9
 DEFAULT_PRESET = "quick"
+AUTO_PRECISION = "auto"  # --precision auto: measured when the run starts (precision.py)
 
 
 class UserError(Exception):
@@ -343,6 +344,7 @@ def _requested(
         recipe = preset_recipe(preset)
         train = recipe["train"]
         data = {("max_length_option" if k == "max_length" else k): v for k, v in recipe["data"].items()}
+        arch.update(recipe.get("model", {}))
     arch.update({_arch_options()[k]: v for k, v in _given(args, list(_arch_options())).items()})
     train.update(_given(args, _train_options()))
     for flag in ("epochs", "seed", "time_budget"):
@@ -378,6 +380,8 @@ def _check_resume_options(
         for key, value in requested.items():
             if section == "training" and key in _CHANGEABLE_ON_RESUME:
                 continue
+            if section == "architecture" and key == "precision" and value == AUTO_PRECISION:
+                continue  # "auto" accepts what the run chose when it started
             have = saved.get(key, section_defaults[section].get(key))
             if value != have:
                 flag = names.get(key, key).replace("_", "-")
@@ -655,9 +659,32 @@ def _new_run_data(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any, Dict[s
     check_fractions(data_info["valid_fraction"], data_info["test_fraction"])
     # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
     # are checked again when the model is built)
-    Transformer(4, 4, seed=config.seed, **arch)
+    Transformer(4, 4, seed=config.seed, **_concrete_precision(arch))
     split, data_info = _load_split(args.data, data_info)
     return arch, config, data_info, split
+
+
+def _concrete_precision(arch: Dict[str, Any]) -> Dict[str, Any]:
+    """``arch`` with precision "auto" (resolved later, when the vocabularies are known) read as
+    float32, for checks that build a model before that."""
+    return dict(arch, precision="float32") if arch.get("precision") == AUTO_PRECISION else arch
+
+
+def _resolve_auto_precision(arch: Dict[str, Any], config: Any, src_vocab: int, tgt_vocab: int, parallel: Any) -> str:
+    """Precision "auto": time a few steps of this model in float32 and bf16 and keep the faster
+    (bf16 only from 1.10x, see precision.py); under MPI rank 0 measures and every rank takes its
+    choice (the ranks must run the same products)."""
+    from .precision import choose_precision
+
+    budget = int(config.max_tokens or 0) or int(config.batch_size) * 12
+    if parallel is None or parallel.rank == 0:
+        chosen, why = choose_precision(arch, src_vocab, tgt_vocab, budget, seed=config.seed)
+    else:
+        chosen, why = "", ""
+    if parallel is not None:
+        chosen, why = parallel.bcast((chosen, why), "the precision rank 0 measured")
+    _say(why)
+    return str(chosen)
 
 
 def _new_run_model(
@@ -689,6 +716,8 @@ def _new_run_model(
     )
     if data_info.get("joint_vocab"):
         arch.setdefault("share_embeddings", True)
+    if arch.get("precision") == AUTO_PRECISION:
+        arch["precision"] = _resolve_auto_precision(arch, config, src_tok.vocab_size, tgt_tok.vocab_size, parallel)
     model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
     _say(f"model: {model!r}")
     trainer = Trainer(
@@ -1047,26 +1076,49 @@ def _count(name: str, low: int, high: int = _MAX_COUNT, *, zero: str = "") -> An
     return _checked(Limit(True, low, high), "", name, zero=zero)
 
 
-def _config_options(group: Any, fields: Sequence[Any], owner: str) -> None:
+def _config_options(
+    group: Any, fields: Sequence[Any], owner: str, extra: Optional[Dict[str, Tuple[str, str]]] = None
+) -> None:
     """An option for every field of a configuration table that has one (``--`` + its option name):
     flags as --name / --no-name, the others checked by the field's limit, its range in the help.
     Messages name the value as ``owner`` does: the Transformer by the field's name, TrainConfig by
-    the option's (``adam_eps``)."""
+    the option's (``adam_eps``). ``extra``: {field: (value, what it means)}, one more choice the
+    command resolves itself (``--precision auto``)."""
     from .config import option_fields
 
     for f in option_fields(fields):
         flag, text = "--" + f.option.replace("_", "-"), f.help.replace("%", "%%")
         if f.limit.kind == "flag":
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            metavar = "{" + ",".join(f.limit.choices) + "}" if f.limit.kind == "choice" else None
-            group.add_argument(
-                flag,
-                type=_checked(f.limit, owner, f.option if owner == "TrainConfig" else f.name),
-                default=None,
-                metavar=metavar,
-                help=f"{text} ({f.limit.describe()})",
-            )
+            continue
+        name = f.option if owner == "TrainConfig" else f.name
+        convert, described = _checked(f.limit, owner, name), f.limit.describe()
+        choices = list(f.limit.choices) if f.limit.kind == "choice" else []
+        if extra and f.name in extra:
+            convert, described = _or_value(convert, extra[f.name][0], name, described)
+            choices.append(extra[f.name][0])
+            text += " " + extra[f.name][1].replace("%", "%%")
+        group.add_argument(
+            flag,
+            type=convert,
+            default=None,
+            metavar="{" + ",".join(choices) + "}" if choices else None,
+            help=f"{text} ({described})",
+        )
+
+
+def _or_value(convert: Any, value: str, name: str, described: str) -> Tuple[Any, str]:
+    """An argparse type that accepts ``value`` as well as what ``convert`` accepts."""
+
+    def accept(text: str) -> Any:
+        if text == value:
+            return value
+        try:
+            return convert(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{name} must be {value!r} or {described}, got {text!r}") from None
+
+    return accept, f"{value!r} or {described}"
 
 
 def _seconds(text: str) -> float:
@@ -1241,7 +1293,18 @@ def _add_train_parser(sub: Any) -> None:
     )
     from .config import MODEL_FIELDS, OPTIMIZER_FIELDS
 
-    _config_options(p.add_argument_group("architecture (default: the preset's)"), MODEL_FIELDS, "Transformer")
+    _config_options(
+        p.add_argument_group("architecture (default: the preset's)"),
+        MODEL_FIELDS,
+        "Transformer",
+        extra={
+            "precision": (
+                AUTO_PRECISION,
+                "auto (the quick and standard presets' default): a few training steps of the model in "
+                "each precision when the run starts, bf16 kept if it is at least 1.10x faster",
+            )
+        },
+    )
     g = p.add_argument_group("optimisation (default: the preset's)")
     _config_options(g, OPTIMIZER_FIELDS, "TrainConfig")
 

@@ -21,8 +21,9 @@ NonFiniteError = _core.NonFiniteError
 
 # Presets, named for what they are for. PRESETS holds each one's architecture (vocabulary sizes
 # come from the tokenizers; max_length is only the positional table's initial size, a cache);
-# RECIPES holds how `transformer-cpp train` trains it: TrainConfig fields ("train") and data
-# settings ("data"). Options given on the command line override both.
+# RECIPES holds how `transformer-cpp train` trains it: TrainConfig fields ("train"), data
+# settings ("data") and architecture settings the command resolves when it runs ("model":
+# precision "auto", measured by precision.py). Options given on the command line override all.
 PRESETS: Dict[str, Dict[str, Any]] = {
     # the README's main job: all the data, 10 minutes on 2 cores (decoder embedding tied to the
     # output layer: +1.3 validation BLEU at the same speed, docs/experiments.md run "tie")
@@ -52,6 +53,9 @@ RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
             average_last=2,
         ),
         "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
+        # bf16 where a step measures >= 1.10x float32 (1.35-1.45x on Zen 4; slower on a Xeon
+        # whose vdpbf16ps runs at half rate): see precision.py
+        "model": dict(precision="auto"),
     },
     "standard": {
         "train": dict(
@@ -65,6 +69,7 @@ RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
             average_last=3,
         ),
         "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
+        "model": dict(precision="auto"),
     },
     "tutorial": {
         "train": dict(batch_size=64, warmup=4000, epochs=10),
@@ -90,7 +95,8 @@ def preset_config(name: str) -> Dict[str, Any]:
 
 def preset_recipe(name: str) -> Dict[str, Dict[str, Any]]:
     """A copy of preset ``name``'s training recipe: ``{"train": TrainConfig fields, "data":
-    data settings}`` (``max_length`` 0: cover 99.9% of the training pairs; ``num_samples`` 0:
+    data settings}``, and for some ``"model"``: ``{"precision": "auto"}`` (the command measures
+    which precision trains faster, :func:`transformer_cpp.precision.choose_precision`) (``max_length`` 0: cover 99.9% of the training pairs; ``num_samples`` 0:
     all pairs)."""
     preset_config(name)
     return {k: dict(v) for k, v in RECIPES[name].items()}

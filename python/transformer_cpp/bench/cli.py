@@ -17,7 +17,7 @@ from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import available_cores, log, machine_facts, set_all_threads
-from .memory import child_memory, measure_memory
+from .memory import MEMORY_CHILDREN, child_memory, measure_memory
 from .peers import import_ctranslate2_or_reason, import_torch
 from .report import JSON_SCHEMA_VERSION, evaluate_targets, format_report, jsonable
 from .serving import bench_serving
@@ -75,7 +75,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
     p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and synthetic batches")
-    p.add_argument("--child-memory", choices=("ours", "torch"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child-memory", choices=MEMORY_CHILDREN, default=None, help=argparse.SUPPRESS)
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:

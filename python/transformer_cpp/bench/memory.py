@@ -1,7 +1,8 @@
-"""Section 4 of the benchmark: peak memory of training steps, ours and PyTorch's.
+"""Section 4 of the benchmark: peak memory of training steps, ours (float32 and, where the CPU has
+AVX512_BF16, bf16) and PyTorch's.
 
 Each implementation runs in a fresh child process (``python -m transformer_cpp.bench
---child-memory ours|torch``, :func:`child_memory`): the peak resident set size after the imports,
+--child-memory ours|ours_bf16|torch``, :func:`child_memory`): the peak resident set size after the imports,
 then after ``memory_steps`` training steps; the delta is what the model, its optimiser and its
 steps cost (see :func:`peak_rss` for where the peak is read).
 """
@@ -15,12 +16,16 @@ import subprocess
 import sys
 from typing import Any, Dict, Tuple
 
+from .. import kernels
 from .machine import THREAD_ENV, log, set_all_threads
 from .peers import TorchTrainer
 from .shapes import BenchShapes, make_batches
 from .training import build_ours
 
-__all__ = ["child_memory", "measure_memory", "peak_rss"]
+__all__ = ["MEMORY_CHILDREN", "child_memory", "measure_memory", "peak_rss"]
+
+# what a memory child can run: our model in float32, our model in bf16 mixed precision, PyTorch's
+MEMORY_CHILDREN = ("ours", "ours_bf16", "torch")
 
 
 def peak_rss() -> Tuple[int, str]:
@@ -52,8 +57,8 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
         from .. import torch_reference  # noqa: F401
     baseline, source = peak_rss()
     batches = make_batches(shapes, shapes.memory_steps, seed=seed + 1)
-    if which == "ours":
-        model = build_ours(shapes, seed)
+    if which in ("ours", "ours_bf16"):
+        model = build_ours(shapes, seed, precision="bf16" if which == "ours_bf16" else "float32")
         for b in batches:
             model.train_step(b.src, b.tgt_in, b.tgt_out)
     elif which == "torch":
@@ -61,7 +66,7 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
         for b in batches:
             trainer.train_step(*trainer.tensors(b))
     else:
-        raise ValueError(f"--child-memory: expected 'ours' or 'torch', got {which!r}")
+        raise ValueError(f"--child-memory: expected one of {', '.join(MEMORY_CHILDREN)}, got {which!r}")
     peak, _ = peak_rss()
     return {
         "which": which,
@@ -74,7 +79,8 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
 
 
 def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool, seed: int = 0) -> Dict[str, Any]:
-    """Peak memory of training steps, ours and PyTorch's, each in its own child process."""
+    """Peak memory of training steps, ours (float32, and bf16 where the CPU has AVX512_BF16) and
+    PyTorch's, each in its own child process."""
     out: Dict[str, Any] = {
         "method": "peak RSS (VmHWM, else ru_maxrss) of a child process after its training "
         "steps; delta = that peak - the peak after imports"
@@ -82,7 +88,8 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
     env = dict(os.environ)
     for key in THREAD_ENV:
         env[key] = str(threads)
-    for which in ["ours", "torch"] if with_torch else ["ours"]:
+    children = ["ours"] + (["ours_bf16"] if kernels.have_bf16() else []) + (["torch"] if with_torch else [])
+    for which in children:
         cmd = [
             sys.executable,
             "-m",
@@ -108,4 +115,7 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
     torch_delta = (out.get("torch") or {}).get("delta_mb")
     # a tiny (quick) model may fit in memory the imports already touched: no ratio then
     out["ratio_delta"] = ours_delta / torch_delta if ours_delta is not None and torch_delta else None
+    # the bf16 step against the float32 one (the issue's target: no more memory than float32)
+    bf16_delta = (out.get("ours_bf16") or {}).get("delta_mb")
+    out["ratio_bf16_delta"] = bf16_delta / ours_delta if bf16_delta is not None and ours_delta else None
     return out

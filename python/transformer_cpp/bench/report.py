@@ -74,6 +74,14 @@ def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
         TARGET_MEMORY_RATIO,
         at_most=True,
     )
+    if mem.get("ours_bf16"):
+        add(
+            "memory_bf16_vs_float32",
+            "training peak memory (delta), ours bf16 / ours float32",
+            mem.get("ratio_bf16_delta"),
+            TARGET_MEMORY_RATIO,
+            at_most=True,
+        )
     targets += _low_precision_targets(results)
     sc = results.get("scaling") or {}
     n = int(sc.get("threads", results.get("threads", 1)))
@@ -354,6 +362,18 @@ def format_report(results: Dict[str, Any]) -> str:
                 "memory_vs_torch",
             )
             row("   raw peak RSS (MB)", _fmt(o.get("raw_mb")), _fmt(t.get("raw_mb")))
+            b = mem.get("ours_bf16") or {}
+            if "error" in b:
+                lines.append(f"   ours bf16: error: {b['error']}")
+            elif b:
+                row(
+                    "   ours bf16: delta (MB), / ours float32",
+                    _fmt(b.get("delta_mb")),
+                    "",
+                    "",
+                    _fmt(mem.get("ratio_bf16_delta"), "x"),
+                    "memory_bf16_vs_float32",
+                )
     sc = results.get("scaling")
     if sc:
         n = sc["threads"]

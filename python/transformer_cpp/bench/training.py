@@ -24,9 +24,10 @@ from .shapes import Batch, BenchShapes, make_batches, training_step_flops, usefu
 __all__ = ["bench_scaling", "bench_training", "build_ours", "timed_steps"]
 
 
-def build_ours(shapes: BenchShapes, seed: int = 0) -> Transformer:
-    """Our model at ``shapes`` with Adam (beta2 0.98, eps 1e-9, the warm-up schedule)."""
-    model = Transformer(**shapes.model_config(seed))
+def build_ours(shapes: BenchShapes, seed: int = 0, precision: str = "float32") -> Transformer:
+    """Our model at ``shapes`` with Adam (beta2 0.98, eps 1e-9, the warm-up schedule), its matrix
+    products in ``precision`` ("float32" or "bf16")."""
+    model = Transformer(**dict(shapes.model_config(seed), precision=precision))
     model.configure_optimizer()
     return model
 
