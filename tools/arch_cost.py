@@ -5,7 +5,7 @@ Each model takes 3 training steps on one batch shaped like the quick recipe's (1
 left out and the median is reported with its ratio to the quick preset. Used to give each
 architecture in docs/experiments.md the same compute as the quick preset's epochs.
 
-    python tools/arch_cost.py [THREADS]
+    python tools/arch_cost.py [THREADS] [PRECISION]
 """
 
 import sys
@@ -22,17 +22,19 @@ CANDIDATES = {
     "d192": dict(d_model=192, n_layers=2, n_heads=4, d_ff=768, dropout=0.1),
     "d128L3": dict(d_model=128, n_layers=3, n_heads=4, d_ff=512, dropout=0.1),
     "d256": dict(d_model=256, n_layers=2, n_heads=4, d_ff=1024, dropout=0.1),
+    "d256L3": dict(d_model=256, n_layers=3, n_heads=4, d_ff=1024, dropout=0.1),
 }
 
 
 def main() -> None:
     tc.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    precision = sys.argv[2] if len(sys.argv) > 2 else "float32"
     rng = np.random.default_rng(0)
     batch, src_len, tgt_len = 110, 13, 14
     src = rng.integers(4, 4000, (batch, src_len))
     tgt = rng.integers(4, 4000, (batch, tgt_len + 1))
     models = {
-        name: tc.Transformer(4000, 4000, max_length=64, share_embeddings=True, **cfg)
+        name: tc.Transformer(4000, 4000, max_length=64, share_embeddings=True, precision=precision, **cfg)
         for name, cfg in CANDIDATES.items()
     }
     times: dict = {name: [] for name in CANDIDATES}

@@ -361,6 +361,9 @@ def _check_resume_options(
     checkpoint, except the settings a resumed run may change; returns those changes."""
     arch, train, data_req = _requested(args, args.preset)
     arch.pop("max_length", None)  # a positional-table cache, not a setting of the run
+    grow = _size_growth(args) if args.preset is not None else None
+    if grow is not None and all(model_cfg.get(k) == v for k, v in grow["arch"].items()):
+        arch.update(grow["arch"])  # model size auto chose the larger model when the run started
     conflicts = []
     from .config import MODEL_FIELDS, defaults
     from .training import TrainConfig
@@ -670,13 +673,19 @@ def _concrete_precision(arch: Dict[str, Any]) -> Dict[str, Any]:
     return dict(arch, precision="float32") if arch.get("precision") == AUTO_PRECISION else arch
 
 
+def _step_tokens(config: Any) -> int:
+    """Target tokens of one training batch, for the steps precision.py times: the token budget,
+    else the batch size times a typical sentence."""
+    return int(config.max_tokens or 0) or int(config.batch_size) * 12
+
+
 def _resolve_auto_precision(arch: Dict[str, Any], config: Any, src_vocab: int, tgt_vocab: int, parallel: Any) -> str:
     """Precision "auto": time a few steps of this model in float32 and bf16 and keep the faster
     (bf16 only from 1.10x, see precision.py); under MPI rank 0 measures and every rank takes its
     choice (the ranks must run the same products)."""
     from .precision import choose_precision
 
-    budget = int(config.max_tokens or 0) or int(config.batch_size) * 12
+    budget = _step_tokens(config)
     if parallel is None or parallel.rank == 0:
         chosen, why = choose_precision(arch, src_vocab, tgt_vocab, budget, seed=config.seed)
     else:
@@ -685,6 +694,58 @@ def _resolve_auto_precision(arch: Dict[str, Any], config: Any, src_vocab: int, t
         chosen, why = parallel.bcast((chosen, why), "the precision rank 0 measured")
     _say(why)
     return str(chosen)
+
+
+# the options that choose the model's size: given any, the user chose it and a preset's "grow"
+# (model size auto) is not applied
+_SIZE_FIELDS = ("d_model", "n_layers", "n_heads", "d_ff", "dropout")
+
+
+def _size_growth(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """The preset's larger architecture and the epochs it needs (``{"arch": ..., "min_epochs":
+    ...}``, model.RECIPES "grow"), or None: no such section, or an option set the size."""
+    from .model import preset_recipe
+
+    grow = preset_recipe(args.preset or DEFAULT_PRESET).get("grow")
+    if not grow:
+        return None
+    given = _given(args, list(_arch_options()))
+    if any(_arch_options()[k] in _SIZE_FIELDS for k in given):
+        return None
+    return dict(grow)
+
+
+def _resolve_auto_size(
+    arch: Dict[str, Any], grow: Dict[str, Any], config: Any, train: Any, src_vocab: int, tgt_vocab: int, parallel: Any
+) -> Dict[str, Any]:
+    """Model size auto: time a step of the preset's model and of its larger one (rank 0 under MPI,
+    the ranks sharing an epoch) and keep the larger if it gets ``min_epochs`` in the time budget
+    (precision.choose_size)."""
+    import numpy as np
+
+    from .precision import choose_size
+
+    budget = _step_tokens(config)
+    ranks = 1 if parallel is None else int(parallel.size)
+    tokens_per_epoch = float(np.sum(np.maximum(train.tgt_lengths - 1, 0))) / ranks
+    if parallel is None or parallel.rank == 0:
+        chosen, why = choose_size(
+            arch,
+            grow["arch"],
+            float(grow["min_epochs"]),
+            src_vocab,
+            tgt_vocab,
+            budget,
+            tokens_per_epoch,
+            float(config.time_budget) * 60.0,
+            seed=config.seed,
+        )
+    else:
+        chosen, why = {}, ""
+    if parallel is not None:
+        chosen, why = parallel.bcast((chosen, why), "the model size rank 0 measured")
+    _say(why)
+    return dict(chosen)
 
 
 def _new_run_model(
@@ -718,6 +779,9 @@ def _new_run_model(
         arch.setdefault("share_embeddings", True)
     if arch.get("precision") == AUTO_PRECISION:
         arch["precision"] = _resolve_auto_precision(arch, config, src_tok.vocab_size, tgt_tok.vocab_size, parallel)
+    grow = _size_growth(args)
+    if grow is not None and config.time_budget:
+        arch = _resolve_auto_size(arch, grow, config, train, src_tok.vocab_size, tgt_tok.vocab_size, parallel)
     model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
     _say(f"model: {model!r}")
     trainer = Trainer(
@@ -1293,8 +1357,16 @@ def _add_train_parser(sub: Any) -> None:
     )
     from .config import MODEL_FIELDS, OPTIMIZER_FIELDS
 
+    from .model import preset_recipe
+
+    grow = preset_recipe(DEFAULT_PRESET)["grow"]
+    grown = ", ".join(f"{k} {v}" for k, v in grow["arch"].items())
     _config_options(
-        p.add_argument_group("architecture (default: the preset's)"),
+        p.add_argument_group(
+            f"architecture (default: the preset's; the {DEFAULT_PRESET} preset trains {grown} instead when a "
+            f"step of that model measures fast enough for {grow['min_epochs']:g} epochs in the time budget, "
+            "unless --d-model, --layers, --heads, --d-ff or --dropout is given)"
+        ),
         MODEL_FIELDS,
         "Transformer",
         extra={

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple, cast
@@ -56,6 +57,11 @@ RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
         # bf16 where a step measures >= 1.10x float32 (1.35-1.45x on Zen 4; slower on a Xeon
         # whose vdpbf16ps runs at half rate): see precision.py
         "model": dict(precision="auto"),
+        # model size auto: d_model 192 where a step measures fast enough for it to get 7.5 epochs
+        # in the budget (about 10 on Zen 5 in bf16, where it ends ahead of d_model 128;
+        # docs/experiments.md, session 11, runs d192 and d192d05); else the preset's d_model 128
+        # (about 9 epochs on Zen 4 in bf16, where d_model 192 would get 5-6 and end behind)
+        "grow": dict(arch=dict(d_model=192, d_ff=768, dropout=0.05), min_epochs=7.5),
     },
     "standard": {
         "train": dict(
@@ -96,10 +102,13 @@ def preset_config(name: str) -> Dict[str, Any]:
 def preset_recipe(name: str) -> Dict[str, Dict[str, Any]]:
     """A copy of preset ``name``'s training recipe: ``{"train": TrainConfig fields, "data":
     data settings}``, and for some ``"model"``: ``{"precision": "auto"}`` (the command measures
-    which precision trains faster, :func:`transformer_cpp.precision.choose_precision`) (``max_length`` 0: cover 99.9% of the training pairs; ``num_samples`` 0:
+    which precision trains faster, :func:`transformer_cpp.precision.choose_precision`) and
+    ``"grow"``: ``{"arch": a larger architecture, "min_epochs": n}`` (the command trains the larger
+    model when a step measures fast enough for n epochs in the time budget,
+    :func:`transformer_cpp.precision.choose_size`) (``max_length`` 0: cover 99.9% of the training pairs; ``num_samples`` 0:
     all pairs)."""
     preset_config(name)
-    return {k: dict(v) for k, v in RECIPES[name].items()}
+    return copy.deepcopy(RECIPES[name])
 
 
 class Transformer:
