@@ -129,8 +129,10 @@ class ThreadGovernor:
     The caller times units of repeated work (training steps, decoding batches) and reports each
     one with :meth:`record`: its seconds and its size (tokens, say). The governor keeps a
     window of seconds-per-unit at the current thread count and now and then *probes* a
-    neighbouring count (one fewer, or one more when it is below ``most``) for a few units; it
-    moves when the neighbour is faster by ``margin``. A probe is started on schedule (after
+    neighbouring count (one fewer, or one more when it is below ``most``) for a few units; when
+    the neighbour looks faster by ``margin``, the current count is timed again for as many units
+    right after (a spike in the window, a noisy probe of short units, must not move it) and the
+    governor moves only if the neighbour beats that too. A probe is started on schedule (after
     ``first_probe`` units, then every ``interval`` units, the interval doubling up to
     ``max_interval`` after each probe that does not move) or at once when the current speed drops by ``slowdown`` (another program started).
     On a quiet machine the probes cost a fraction of a percent of the time (a few slower units
@@ -192,11 +194,17 @@ class ThreadGovernor:
         self.threads = self.most  # the count the next unit runs with
         self._recent: Deque[float] = deque(maxlen=window)
         self._reference: Optional[float] = None  # seconds per unit when the last decision was made
+        self._rebase = False  # set the reference again from the window once it is full
         self._interval = first_probe  # look around early once (a machine busy from the start), then rarely
         self._since_probe = 0
         self._probe: Optional[int] = None  # the count being probed
         self._probe_rates: List[float] = []
         self._probe_skip = 0
+        # a probe that won, being confirmed: (its count, its median, its rates), and the current
+        # count's rates measured again after it
+        self._confirm: Optional[Tuple[int, float, List[float]]] = None
+        self._confirm_rates: List[float] = []
+        self._confirm_skip = 0
         self._direction = -1  # the next scheduled probe: -1 fewer threads, +1 more
         self.history: List[Tuple[int, int]] = []  # (units seen, threads) at every change
         self._units = 0
@@ -230,6 +238,13 @@ class ThreadGovernor:
         self._probe, self._probe_rates, self._probe_skip = n, [], self.settle_units
         self._use(n)
 
+    def _stay(self, here: float) -> None:
+        """A probe that did not win: keep the current count and probe again later."""
+        self._reference = here
+        # below ``most``, look up again sooner: the other program may have ended
+        cap = self.max_interval if self.current == self.most else max(self.min_interval, self.max_interval // 4)
+        self._interval = min(self._interval * 2, cap)
+
     def record(self, seconds: float, units: float = 1.0) -> None:
         """Report one unit of work done with :attr:`threads` threads: ``seconds`` of wall time for
         ``units`` of work (> 0). Sets the thread count for the next unit."""
@@ -248,18 +263,38 @@ class ThreadGovernor:
             here = self._median(self._recent) if self._recent else math.inf
             n, self._probe = self._probe, None
             if probed < here * (1.0 - self.margin):
+                # the probe looks faster than the window: confirm against the current count
+                # measured again now, so that a passing spike in the window does not move us
+                self._confirm = (n, probed, list(self._probe_rates))
+                self._confirm_rates, self._confirm_skip = [], self.settle_units
+            else:
+                self._stay(here)
+            self._use(self.current)
+            return
+        if self._confirm is not None:
+            if self._confirm_skip > 0:
+                self._confirm_skip -= 1
+                return
+            self._confirm_rates.append(rate)
+            if len(self._confirm_rates) < self.probe_units:
+                return
+            n, probed, probe_rates = self._confirm
+            fresh = self._median(self._confirm_rates)
+            self._confirm = None
+            if probed < fresh * (1.0 - self.margin):
                 self.current = n
                 self._recent.clear()
-                self._recent.extend(self._probe_rates)
+                self._recent.extend(probe_rates)
                 self._reference = probed
+                self._rebase = True  # a few probe units are a rough reference: redo it from a full window
                 self._interval = self.min_interval
                 self.history.append((self._units, n))
+                self._use(n)
             else:
-                self._reference = here
-                # below ``most``, look up again sooner: the other program may have ended
-                cap = self.max_interval if self.current == self.most else max(self.min_interval, self.max_interval // 4)
-                self._interval = min(self._interval * 2, cap)
-            self._use(self.current)
+                self._recent.clear()
+                self._recent.extend(self._confirm_rates)
+                self._stay(fresh)
+                self._rebase = True
             return
         self._recent.append(rate)
         self._since_probe += 1
@@ -267,6 +302,8 @@ class ThreadGovernor:
             return
         if self._reference is None and len(self._recent) >= min(self.window, 4):
             self._reference = self._median(self._recent)
+        if self._rebase and len(self._recent) == self.window:
+            self._reference, self._rebase = self._median(self._recent), False
         tail = list(self._recent)[-4:]
         if self._reference is not None and len(tail) == 4 and self._median(tail) > self._reference * self.slowdown:
             self._interval = self.min_interval  # the machine changed: look around now

@@ -77,8 +77,10 @@ def bench_busy(shapes: BenchShapes, threads: int, seed: int = 0) -> Dict[str, An
                         n = {"1": 1, "fixed": threads, "governed": governor.threads}[name]
                         set_num_threads(n)
                         t0 = time.perf_counter()
-                        unit()
+                        result = unit()
                         seconds = time.perf_counter() - t0
+                        if kind == "decoding":  # as Translator counts it: source + output tokens
+                            work += float(np.count_nonzero(np.asarray(result)))
                         if name == "governed":
                             chosen.append(n)
                             governor.record(seconds, work)
