@@ -155,7 +155,7 @@ def test_a_passing_spike_does_not_move_the_governor():
 
     for _ in range(30):
         unit()
-    # a real gain is still taken: 1 thread beat 2 in the probe and again in the confirmation
+    # a real gain is still taken (a move to fewer threads needs no confirmation)
     assert g.current == 1 and g.history and g.history[0][1] == 1
     moves = len(g.history)
     spike["units"] = 4  # four slow units at 1 thread: the slowdown starts a probe of 2 at once

@@ -129,10 +129,10 @@ class ThreadGovernor:
     The caller times units of repeated work (training steps, decoding batches) and reports each
     one with :meth:`record`: its seconds and its size (tokens, say). The governor keeps a
     window of seconds-per-unit at the current thread count and now and then *probes* a
-    neighbouring count (one fewer, or one more when it is below ``most``) for a few units; when
-    the neighbour looks faster by ``margin``, the current count is timed again for as many units
-    right after (a spike in the window, a noisy probe of short units, must not move it) and the
-    governor moves only if the neighbour beats that too. A probe is started on schedule (after
+    neighbouring count (one fewer, or one more when it is below ``most``) for a few units and
+    moves when the neighbour is faster by ``margin``; a move to *more* threads is first confirmed:
+    the current count is timed again for as many units right after, and the governor moves only
+    if the neighbour beats that too (a spike in the window must not move it up). A probe is started on schedule (after
     ``first_probe`` units, then every ``interval`` units, the interval doubling up to
     ``max_interval`` after each probe that does not move) or at once when the current speed drops by ``slowdown`` (another program started).
     On a quiet machine the probes cost a fraction of a percent of the time (a few slower units
@@ -238,6 +238,16 @@ class ThreadGovernor:
         self._probe, self._probe_rates, self._probe_skip = n, [], self.settle_units
         self._use(n)
 
+    def _move(self, n: int, probed: float, probe_rates: Sequence[float]) -> None:
+        """Take ``n`` threads, the probe's rates as the start of the new window."""
+        self.current = n
+        self._recent.clear()
+        self._recent.extend(probe_rates)
+        self._reference = probed
+        self._rebase = True  # a few probe units are a rough reference: redo it from a full window
+        self._interval = self.min_interval
+        self.history.append((self._units, n))
+
     def _stay(self, here: float) -> None:
         """A probe that did not win: keep the current count and probe again later."""
         self._reference = here
@@ -262,11 +272,15 @@ class ThreadGovernor:
             probed = self._median(self._probe_rates)
             here = self._median(self._recent) if self._recent else math.inf
             n, self._probe = self._probe, None
-            if probed < here * (1.0 - self.margin):
-                # the probe looks faster than the window: confirm against the current count
-                # measured again now, so that a passing spike in the window does not move us
+            if probed < here * (1.0 - self.margin) and n > self.current:
+                # more threads look faster than the window: confirm against the current count
+                # measured again now, so that a passing spike in the window does not move us up
+                # (fewer threads are the safe side on a busy machine, and on a quiet one a probe
+                # of fewer never wins: those moves are taken at once)
                 self._confirm = (n, probed, list(self._probe_rates))
                 self._confirm_rates, self._confirm_skip = [], self.settle_units
+            elif probed < here * (1.0 - self.margin):
+                self._move(n, probed, self._probe_rates)
             else:
                 self._stay(here)
             self._use(self.current)
@@ -282,13 +296,7 @@ class ThreadGovernor:
             fresh = self._median(self._confirm_rates)
             self._confirm = None
             if probed < fresh * (1.0 - self.margin):
-                self.current = n
-                self._recent.clear()
-                self._recent.extend(probe_rates)
-                self._reference = probed
-                self._rebase = True  # a few probe units are a rough reference: redo it from a full window
-                self._interval = self.min_interval
-                self.history.append((self._units, n))
+                self._move(n, probed, probe_rates)
                 self._use(n)
             else:
                 self._recent.clear()

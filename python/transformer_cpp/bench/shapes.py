@@ -54,7 +54,7 @@ class BenchShapes:
     steps: int = 5  # timed training steps per implementation
     scaling_steps: int = 2  # timed steps per thread count in the scaling section
     busy_settle: int = 16  # busy-machine section: untimed steps (the governor finds its count: a probe
-    # after 6 units, 5 units, and 5 more of the current count to confirm a move)
+    # after 6 units takes 5, a move to more threads 5 more to confirm it)
     busy_steps: int = 24  # busy-machine section: units after settling (the first of each block untimed)
     sentences: int = 256  # greedy decoding: sentences translated per batch size
     decode_batches: Tuple[int, ...] = (1, 32)
