@@ -592,7 +592,8 @@ def bleu_by_minutes_plot(runs: Mapping[str, Mapping[str, Any]]) -> "Figure":
     who = "bleu_by_minutes_plot"
     if not isinstance(runs, Mapping) or not runs:
         raise ValueError(f"{who}: expected a non-empty dict label -> history")
-    fig = _figure((7, 4.5))
+    # the legend goes below the axes (one line per run), so the figure grows with the runs
+    fig = _figure((9, 4.5 + 0.12 * len(runs)))
     ax = fig.subplots()
     for label, history in runs.items():
         epoch = history.get("epoch") or {} if isinstance(history, Mapping) else {}
@@ -603,7 +604,7 @@ def bleu_by_minutes_plot(runs: Mapping[str, Mapping[str, Any]]) -> "Figure":
     ax.set_xlabel("training minutes")
     ax.set_ylabel("validation BLEU (greedy)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     return fig
 
 
