@@ -13,13 +13,34 @@ namespace {
 // the result does not depend on the thread count.
 constexpr Index kBlockRows = tuning::kLayerNormBlockRows;
 
+// The sum of f(0) + ... + f(d - 1) in an order fixed by d alone: 16 running sums over the
+// columns j mod 16, then the tail, added up in order. Eigen's .sum() / .mean() start their
+// vector loop at the first aligned element, so their result changed in the last bits with where
+// the row happened to be allocated (the same input gave gradients differing by 1 ulp between
+// two models); this one does not.
+template <typename T, typename F>
+inline T fixed_order_sum(Index d, F f) {
+  constexpr Index kLanes = 16;
+  T acc[kLanes] = {};
+  Index j = 0;
+  for (; j + kLanes <= d; j += kLanes) {
+    for (Index k = 0; k < kLanes; ++k) acc[k] += f(j + k);
+  }
+  T tail = T(0);
+  for (; j < d; ++j) tail += f(j);
+  T total = T(0);
+  for (Index k = 0; k < kLanes; ++k) total += acc[k];
+  return total + tail;
+}
+
 // One row: mean, rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * weight + bias.
 template <typename T>
 inline void normalize_row(const T* x, T* y, Index d, const RowVector<T>& weight, const RowVector<T>& bias, T eps,
                           T& mean_out, T& rstd_out) {
   ConstRowArray<T> xr(x, d);
-  T mean = xr.mean();
-  const T var = (xr - mean).square().mean();  // biased: divide by d
+  const T inv_d = T(1) / static_cast<T>(d);
+  T mean = fixed_order_sum<T>(d, [x](Index j) { return x[j]; }) * inv_d;
+  const T var = fixed_order_sum<T>(d, [x, mean](Index j) { return (x[j] - mean) * (x[j] - mean); }) * inv_d;  // biased
   T rstd = T(1) / std::sqrt(var + eps);
   if (!std::isfinite(var) && xr.isFinite().all()) {
     // Rare path: finite inputs so large that the sum or the squares overflow (float32 beyond
@@ -142,8 +163,13 @@ const Matrix<T>& LayerNorm<T>::backward(ConstMatrixMap<T> dy) {
       ConstRowArray<T> dyr(dyp + i * d, d);
       const auto xhat = (xr - mean) * rstd;  // expressions, evaluated where used
       const auto g = dyr * w;
-      const T mean_g = g.mean();
-      const T mean_gx = (g * xhat).mean();
+      const T* xi = xp + i * d;
+      const T* dyi = dyp + i * d;
+      const T* wp = weight_.data();
+      const T inv_d = T(1) / static_cast<T>(d);
+      const T mean_g = fixed_order_sum<T>(d, [dyi, wp](Index j) { return dyi[j] * wp[j]; }) * inv_d;
+      const T mean_gx =
+          fixed_order_sum<T>(d, [=](Index j) { return dyi[j] * wp[j] * ((xi[j] - mean) * rstd); }) * inv_d;
       RowArray<T>(dxp + i * d, d) = rstd * (g - mean_g - xhat * mean_gx);
       pdw += dyr * xhat;
       pdb += dyr;
