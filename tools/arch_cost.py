@@ -23,6 +23,10 @@ CANDIDATES = {
     "d128L3": dict(d_model=128, n_layers=3, n_heads=4, d_ff=512, dropout=0.1),
     "d256": dict(d_model=256, n_layers=2, n_heads=4, d_ff=1024, dropout=0.1),
     "d256L3": dict(d_model=256, n_layers=3, n_heads=4, d_ff=1024, dropout=0.1),
+    "d256L4": dict(d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.1),
+    "d320L3": dict(d_model=320, n_layers=3, n_heads=4, d_ff=1280, dropout=0.1),
+    "d384L3": dict(d_model=384, n_layers=3, n_heads=6, d_ff=1536, dropout=0.1),
+    "d512L3": dict(d_model=512, n_layers=3, n_heads=8, d_ff=2048, dropout=0.1),
 }
 
 
