@@ -3,7 +3,9 @@
 Each model takes 3 training steps on one batch shaped like the quick recipe's (110 pairs of about
 13 tokens: about 1,500 padded tokens), the models taking turns for 6 rounds; the first round is
 left out and the median is reported with its ratio to the quick preset. Used to give each
-architecture in docs/experiments.md the same compute as the quick preset's epochs.
+architecture in docs/experiments.md the same compute as the quick preset's epochs, and to estimate
+how many epochs the larger candidates for the standard preset get in its hour (every model here has
+its decoder embedding tied to the output layer, which does not change a step's cost).
 
     python tools/arch_cost.py [THREADS] [PRECISION]
 """
