@@ -1,6 +1,6 @@
 """Write the part of a run's test split whose English sentences have one translation in the file.
 
-Usage: python tools/single_translation_test.py RUN_DIR OUT.tsv
+Usage: python tools/single_translation_test.py RUN_DIR OUT.tsv   (a run directory or one checkpoint of it)
 then:  transformer-cpp evaluate --model RUN_DIR/averaged --pairs OUT.tsv --beam-size 4
 
 Why: issue 9 gives, "for scale", a score taken on the pairs of a *random* (pair-by-pair) test split
@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from transformer_cpp.cli import _split_digest
 from transformer_cpp.data import _sentence_key, load_tatoeba, split_by_source
 from transformer_cpp.text import clean_corpus
 
@@ -27,7 +28,12 @@ def main() -> None:
     if len(sys.argv) != 3:
         sys.exit(__doc__.split("\n\n")[1])
     run, out = Path(sys.argv[1]), Path(sys.argv[2])
-    checkpoint = run / "averaged" if (run / "averaged").is_dir() else run
+    if (run / "config.json").is_file():
+        checkpoint = run
+    elif (run / "latest").is_file():
+        checkpoint = run / (run / "latest").read_text().strip()
+    else:
+        sys.exit(f"{run}: not a run directory (with 'latest') or a checkpoint directory (with config.json)")
     info = json.loads((checkpoint / "config.json").read_text())["data"]
     if info.get("split") != "by-source" or info.get("num_samples"):
         sys.exit(f"{checkpoint}: this tool rebuilds only by-source splits of the whole file")
@@ -35,6 +41,10 @@ def main() -> None:
     sources = clean_corpus(pairs.english, info["src_lang"])
     targets = clean_corpus(pairs.spanish, info["tgt_lang"])
     split = split_by_source(sources, targets, info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
+    test = ([sources[i] for i in split.test], [targets[i] for i in split.test])
+    recorded = (info.get("split_digests") or {}).get("test")
+    if recorded is not None and _split_digest(*test) != recorded:
+        sys.exit(f"{info['path']}: the test split rebuilt from it is not the one the run held out (the file changed)")
     translations = collections.Counter(_sentence_key(s) for s in sources)
     kept = [i for i in split.test if translations[_sentence_key(sources[i])] == 1]
     with open(out, "w", encoding="utf-8") as f:
