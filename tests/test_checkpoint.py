@@ -406,6 +406,22 @@ def test_pruning_keeps_best_and_the_run_id_carries_on(tmp_path, tok, trained):
     assert len(ids) == 1 and load_checkpoint(tmp_path).run_id in ids
 
 
+def test_a_pointer_file_is_the_checkpoint_it_names(tmp_path, tok, trained):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    _save(tmp_path, model, tok, name="epoch-0002")
+    ck.mark_best(tmp_path, "epoch-0001")
+    assert ck.resolve_checkpoint(tmp_path / "best") == tmp_path / "epoch-0001"
+    assert ck.resolve_checkpoint(tmp_path / "latest") == tmp_path / "epoch-0002"
+    assert load_checkpoint(tmp_path / "best").path.name == "epoch-0001"
+    (tmp_path / "best").write_text("epoch-0042\n")
+    with pytest.raises(CheckpointError, match="names 'epoch-0042', which does not exist"):
+        ck.resolve_checkpoint(tmp_path / "best")
+    (tmp_path / "notes").write_text("epoch-0001\n")  # any other file is still refused, naming what is allowed
+    with pytest.raises(CheckpointError, match="is a file; expected a run directory .* 'latest' or 'best' pointer"):
+        ck.resolve_checkpoint(tmp_path / "notes")
+
+
 def test_a_half_deleted_checkpoint_is_not_listed_and_leftovers_are_cleaned(tmp_path, tok, trained, monkeypatch):
     model, _ = trained
     _save(tmp_path, model, tok, name="epoch-0001")

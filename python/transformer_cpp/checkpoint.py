@@ -282,7 +282,8 @@ def _follow(run: Path, pointer_name: str) -> Optional[Path]:
 
 
 def resolve_checkpoint(path: PathLike, prefer: str = "latest") -> Path:
-    """Turn a run directory (with ``latest``) or a checkpoint directory into a checkpoint directory.
+    """Turn a run directory (with ``latest``), one of its pointer files (``latest``, ``best``) or a
+    checkpoint directory into a checkpoint directory.
 
     ``prefer="best"`` takes the run's ``best`` checkpoint when it has one (translation), else
     ``latest`` (what resuming needs).
@@ -294,7 +295,16 @@ def resolve_checkpoint(path: PathLike, prefer: str = "latest") -> Path:
     if not p.exists():
         raise CheckpointError(f"no such checkpoint directory '{p}'")
     if not p.is_dir():
-        raise CheckpointError(f"'{p}' is a file; expected a run directory (with 'latest') or a checkpoint directory")
+        if p.name in (LATEST_FILE, BEST_FILE):
+            # a run's pointer file (runs/x/best): the checkpoint it names, as a user means by it
+            target = _follow(p.parent, p.name)
+            if target is not None and (target / CONFIG_FILE).is_file():
+                return target
+            raise CheckpointError(f"checkpoint pointer '{p}' names '{target}', which holds no '{CONFIG_FILE}'")
+        raise CheckpointError(
+            f"'{p}' is a file; expected a run directory (with 'latest'), its 'latest' or 'best' pointer, "
+            "or a checkpoint directory"
+        )
     if (p / CONFIG_FILE).is_file():
         return p
     if prefer not in ("latest", "best"):
