@@ -135,8 +135,10 @@ def convert_to_ctranslate2(
     multiplied by ``sqrt(d_model)`` when ``scale_embeddings``; a stored ``position_encodings``
     table is added as is, from position 0):
 
-    * ``TransformerSpec.from_config(n_layers, n_heads, pre_norm=False)``, no relative positions;
-      ``config.layer_norm_epsilon`` = ours;
+    * ``TransformerSpec.from_config(n_layers, n_heads, pre_norm=ours)``, no relative positions;
+      ``config.layer_norm_epsilon`` = ours; pre-norm models: each stack's final ``layer_norm`` <-
+      our ``encoder.norm`` / ``decoder.norm`` (CTranslate2's pre-norm sub-layers compute
+      ``x + sublayer(LN(x))`` with the same per-sub-layer LayerNorms as below);
     * embeddings = ours, ``scale_embeddings = True``; ``position_encodings.encodings`` = our own
       table (so the interleaved and concatenated layouts both convert exactly), ``positions`` rows
       (default ``max_length + 16``);
@@ -152,18 +154,10 @@ def convert_to_ctranslate2(
     ``add_source_eos``). ``quantization`` is one of :data:`QUANTIZATIONS` or None (float32).
 
     Raises:
-        ValueError: a pre-norm model (not converted; see the comment in the code), vocabularies
-            of the wrong size or with repeated tokens, an unknown quantization.
+        ValueError: vocabularies of the wrong size or with repeated tokens, an unknown quantization.
         ImportError: CTranslate2 is not installed.
     """
     cfg = model.config
-    if cfg["pre_norm"]:
-        # CTranslate2's pre-norm Transformer (final LayerNorm after each stack) gave our tokens on a
-        # random model when the stacks' final norms were mapped too, but that mapping is not yet
-        # tested here; until it is, pre-norm models go to PyTorch
-        raise ValueError(
-            "convert_to_ctranslate2: pre-norm models are not converted to CTranslate2; export them with --to torch"
-        )
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(
             f"convert_to_ctranslate2: unknown quantization {quantization!r}; expected one of "
@@ -188,7 +182,7 @@ def convert_to_ctranslate2(
 
     params = {name: np.ascontiguousarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
     spec = transformer_spec.TransformerSpec.from_config(
-        cfg["n_layers"], cfg["n_heads"], pre_norm=False, with_relative_position=False
+        cfg["n_layers"], cfg["n_heads"], pre_norm=bool(cfg["pre_norm"]), with_relative_position=False
     )
     rows = int(positions) if positions is not None else cfg["max_length"] + 16
     table = positional_encoding(rows, cfg["d_model"], cfg["layout"]).astype(np.float32)
@@ -220,6 +214,8 @@ def convert_to_ctranslate2(
             linear(layer.ffn.linear_0, f"{p}.feed_forward.linear1")
             linear(layer.ffn.linear_1, f"{p}.feed_forward.linear2")
             norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
+        if cfg["pre_norm"]:  # the LayerNorm after the stack
+            norm(stack.layer_norm, f"{side}.norm")
     if "output.weight" in params:
         linear(spec.decoder.projection, "output")
     else:  # share_embeddings: the projection is the decoder embedding
@@ -244,7 +240,7 @@ def export_ctranslate2(checkpoint_dir: PathLike, out_dir: PathLike, quantization
     not exact). See the module docstring for how to call CTranslate2 to get our tokens.
 
     Raises:
-        ValueError: an unknown quantization, a pre-norm model, a missing or damaged checkpoint
+        ValueError: an unknown quantization, a missing or damaged checkpoint
             (:class:`~transformer_cpp.checkpoint.CheckpointError`).
         OSError: an output directory that exists and is not empty (``FileExistsError``) or cannot
             be written.
@@ -257,11 +253,6 @@ def export_ctranslate2(checkpoint_dir: PathLike, out_dir: PathLike, quantization
     out = _check_out_dir(out_dir)
     import_ctranslate2()  # before any work
     ckpt = _load(checkpoint_dir)
-    if ckpt.model.config["pre_norm"]:
-        raise ValueError(
-            f"export_ctranslate2: '{ckpt.path}' holds a pre-norm model, which is not converted to "
-            "CTranslate2; export it with --to torch"
-        )
     src_tok, tgt_tok = ckpt.src_tokenizer, ckpt.tgt_tokenizer
     special = {
         "unk_token": src_tok.id_to_token(_UNK_ID),
