@@ -417,6 +417,10 @@ def test_a_pointer_file_is_the_checkpoint_it_names(tmp_path, tok, trained):
     (tmp_path / "best").write_text("epoch-0042\n")
     with pytest.raises(CheckpointError, match="names 'epoch-0042', which does not exist"):
         ck.resolve_checkpoint(tmp_path / "best")
+    (tmp_path / "epoch-0003").mkdir()  # a directory that is not a checkpoint
+    (tmp_path / "best").write_text("epoch-0003\n")
+    with pytest.raises(CheckpointError, match="names 'epoch-0003', which holds no 'config.json'"):
+        ck.resolve_checkpoint(tmp_path / "best")
     (tmp_path / "notes").write_text("epoch-0001\n")  # any other file is still refused, naming what is allowed
     with pytest.raises(CheckpointError, match="is a file; expected a run directory .* 'latest' or 'best' pointer"):
         ck.resolve_checkpoint(tmp_path / "notes")

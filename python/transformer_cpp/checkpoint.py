@@ -297,10 +297,12 @@ def resolve_checkpoint(path: PathLike, prefer: str = "latest") -> Path:
     if not p.is_dir():
         if p.name in (LATEST_FILE, BEST_FILE):
             # a run's pointer file (runs/x/best): the checkpoint it names, as a user means by it
-            target = _follow(p.parent, p.name)
+            target = _follow(p.parent, p.name)  # a file, so never None; raises when damaged or dangling
             if target is not None and (target / CONFIG_FILE).is_file():
                 return target
-            raise CheckpointError(f"checkpoint pointer '{p}' names '{target}', which holds no '{CONFIG_FILE}'")
+            raise CheckpointError(
+                f"checkpoint pointer '{p}' names '{target.name if target else ''}', which holds no '{CONFIG_FILE}'"
+            )
         raise CheckpointError(
             f"'{p}' is a file; expected a run directory (with 'latest'), its 'latest' or 'best' pointer, "
             "or a checkpoint directory"
