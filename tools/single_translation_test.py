@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from transformer_cpp.checkpoint import CheckpointError, resolve_checkpoint
 from transformer_cpp.cli import _split_digest
 from transformer_cpp.data import _sentence_key, load_tatoeba, split_by_source
 from transformer_cpp.text import clean_corpus
@@ -28,12 +29,10 @@ def main() -> None:
     if len(sys.argv) != 3:
         sys.exit(__doc__.split("\n\n")[1])
     run, out = Path(sys.argv[1]), Path(sys.argv[2])
-    if (run / "config.json").is_file():
-        checkpoint = run
-    elif (run / "latest").is_file():
-        checkpoint = run / (run / "latest").read_text().strip()
-    else:
-        sys.exit(f"{run}: not a run directory (with 'latest') or a checkpoint directory (with config.json)")
+    try:
+        checkpoint = resolve_checkpoint(run)  # a checkpoint, or the one a run's 'latest' names
+    except CheckpointError as exc:
+        sys.exit(str(exc))
     info = json.loads((checkpoint / "config.json").read_text())["data"]
     if info.get("split") != "by-source" or info.get("num_samples"):
         sys.exit(f"{checkpoint}: this tool rebuilds only by-source splits of the whole file")

@@ -297,12 +297,11 @@ def resolve_checkpoint(path: PathLike, prefer: str = "latest") -> Path:
     if not p.is_dir():
         if p.name in (LATEST_FILE, BEST_FILE):
             # a run's pointer file (runs/x/best): the checkpoint it names, as a user means by it
-            target = _follow(p.parent, p.name)  # a file, so never None; raises when damaged or dangling
-            if target is not None and (target / CONFIG_FILE).is_file():
-                return target
-            raise CheckpointError(
-                f"checkpoint pointer '{p}' names '{target.name if target else ''}', which holds no '{CONFIG_FILE}'"
-            )
+            target = _follow(p.parent, p.name)  # raises when the pointer is damaged or dangling
+            assert target is not None  # p is a file, so _follow found the pointer
+            if not (target / CONFIG_FILE).is_file():
+                raise CheckpointError(f"checkpoint pointer '{p}' names '{target.name}', which holds no '{CONFIG_FILE}'")
+            return target
         raise CheckpointError(
             f"'{p}' is a file; expected a run directory (with 'latest'), its 'latest' or 'best' pointer, "
             "or a checkpoint directory"
