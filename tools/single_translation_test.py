@@ -21,7 +21,7 @@ from pathlib import Path
 
 from transformer_cpp.checkpoint import CheckpointError, resolve_checkpoint
 from transformer_cpp.cli import _split_digest
-from transformer_cpp.data import _sentence_key, load_tatoeba, split_by_source
+from transformer_cpp.data import sentence_key, load_tatoeba, split_by_source
 from transformer_cpp.text import clean_corpus
 
 
@@ -44,8 +44,8 @@ def main() -> None:
     recorded = (info.get("split_digests") or {}).get("test")
     if recorded is not None and _split_digest(*test) != recorded:
         sys.exit(f"{info['path']}: the test split rebuilt from it is not the one the run held out (the file changed)")
-    translations = collections.Counter(_sentence_key(s) for s in sources)
-    kept = [i for i in split.test if translations[_sentence_key(sources[i])] == 1]
+    translations = collections.Counter(sentence_key(s) for s in sources)
+    kept = [i for i in split.test if translations[sentence_key(sources[i])] == 1]
     with open(out, "w", encoding="utf-8") as f:
         for i in kept:
             f.write(f"{pairs.english[i]}\t{pairs.spanish[i]}\n")

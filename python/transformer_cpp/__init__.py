@@ -10,8 +10,7 @@ translation, plots and export to other runtimes live in the submodules ``text``,
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _version
-
+from ._version import __version__
 from ._runtime import build_info, get_num_threads, positional_encoding, set_num_threads
 from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, split_by_source, train_val_test_split
 from .functional import (
@@ -50,11 +49,6 @@ from .tokenizer import SubwordTokenizer
 from .training import TrainConfig, Trainer, TrainingDiverged, TrainingInterrupted
 from .translate import Translation, Translator
 from .translate import evaluate as evaluate_translation
-
-try:
-    __version__ = _version("transformer-cpp")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "Adam",

@@ -38,6 +38,23 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
+from ._runtime import build_info, set_num_threads
+from ._version import __version__
+from .options import (
+    MAX_LENGTH_RANGE,
+    VOCAB_RANGE,
+    add_decoding_options,
+    config_options,
+    count_option,
+    encoding_option,
+    fraction_option,
+    limits_of,
+    path_option,
+    seconds_option,
+    setting,
+    threads_option,
+)
+
 PROG = "transformer-cpp"
 
 # The architecture options (--d-model, --layers, ...) and the optimiser's (--warmup, --lr-scale, ...)
@@ -122,8 +139,6 @@ def _say(message: str) -> None:
 
 
 def _version_text() -> str:
-    from . import __version__, build_info
-
     info = build_info()
     lines = [f"transformer-cpp {__version__}"]
     for key in ("compiler", "build_type", "flags", "openmp", "eigen_version", "simd", "hardware_threads"):
@@ -134,8 +149,6 @@ def _version_text() -> str:
 
 def _set_threads(threads: Optional[int]) -> None:
     if threads is not None:
-        from . import set_num_threads
-
         set_num_threads(threads)
 
 
@@ -1065,171 +1078,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
-# Every option is checked when the command line is read, before any work. Options that are
-# settings of TrainConfig or Translator are checked by those classes (TrainConfig.check,
-# Translator.check: the Python API says the same about a bad value); the others have their range
-# here. Each range is part of the option's help.
-_MAX_COUNT = 2**63 - 1
-# 4 special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
-_VOCAB_RANGE = (260, 2**20)
-_MAX_LENGTH_RANGE = (2, 100_000)  # --max-length of train (0 = automatic)
-
-
-def _parse_number(text: str, integer: bool) -> Any:
-    try:
-        return int(text) if integer else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}") from None
-
-
-def _checked(limit: Any, owner: str, name: str, *, zero: str = "") -> Any:
-    """An argparse type: the option's text as the value ``limit`` allows (a number, or a name),
-    checked by the one validator (:class:`~transformer_cpp._checks.Limit`), so the message is the one
-    the Python API gives for the same value: ``"<owner>: <name> must be <what is allowed>, got
-    <value>"``. With ``zero``, 0 is accepted too and means ``zero``."""
-
-    def convert(text: str) -> Any:
-        value = text if limit.kind == "choice" else _parse_number(text, limit.integer)
-        if zero and value == 0:
-            return 0
-        try:
-            return limit.check(owner, name, value)
-        except (TypeError, ValueError) as exc:
-            if zero:  # the same format, with 0 among what is allowed
-                raise argparse.ArgumentTypeError(
-                    f"{name} must be 0 ({zero}) or {limit.describe()}, got {value!r}"
-                ) from None
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
-def _setting(owner: str, name: str, *, minimum: Optional[int] = None) -> Any:
-    """An argparse type for setting ``name`` of ``owner`` ("TrainConfig" or "Translator"), checked
-    with that class's limit; ``minimum``: a higher lower bound for the command line."""
-    from ._checks import Limit
-
-    limit = _limits(owner)[name]
-    convert = _checked(limit, owner, name)
-    if minimum is None:
-        return convert
-    stricter = Limit(True, minimum, limit.high)
-
-    def convert_at_least(text: str) -> Any:
-        value = convert(text)  # the class's message for a value it refuses ...
-        if value < minimum:  # ... and the command line's, with its bound, for one it takes
-            raise argparse.ArgumentTypeError(stricter.message(owner, name, value))
-        return value
-
-    return convert_at_least
-
-
-def _limits(owner: str) -> Dict[str, Any]:
-    from .training import TrainConfig
-    from .translate import Translator
-
-    return dict((TrainConfig if owner == "TrainConfig" else Translator).LIMITS)
-
-
-def _count(name: str, low: int, high: int = _MAX_COUNT, *, zero: str = "") -> Any:
-    """An argparse type for a count that belongs to no class's settings: an integer in [low, high]
-    (by default at most 2**63 - 1: counts and seeds that Python holds but that must never overflow
-    elsewhere)."""
-    from ._checks import Limit
-
-    return _checked(Limit(True, low, high), "", name, zero=zero)
-
-
-def _config_options(
-    group: Any, fields: Sequence[Any], owner: str, extra: Optional[Dict[str, Tuple[str, str]]] = None
-) -> None:
-    """An option for every field of a configuration table that has one (``--`` + its option name):
-    flags as --name / --no-name, the others checked by the field's limit, its range in the help.
-    Messages name the value as ``owner`` does: the Transformer by the field's name, TrainConfig by
-    the option's (``adam_eps``). ``extra``: {field: (value, what it means)}, one more choice the
-    command resolves itself (``--precision auto``)."""
-    from .config import option_fields
-
-    for f in option_fields(fields):
-        flag, text = "--" + f.option.replace("_", "-"), f.help.replace("%", "%%")
-        if f.limit.kind == "flag":
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-            continue
-        name = f.option if owner == "TrainConfig" else f.name
-        convert, described = _checked(f.limit, owner, name), f.limit.describe()
-        choices = list(f.limit.choices) if f.limit.kind == "choice" else []
-        if extra and f.name in extra:
-            convert, described = _or_value(convert, extra[f.name][0], name, described)
-            choices.append(extra[f.name][0])
-            text += " " + extra[f.name][1].replace("%", "%%")
-        group.add_argument(
-            flag,
-            type=convert,
-            default=None,
-            metavar="{" + ",".join(choices) + "}" if choices else None,
-            help=f"{text} ({described})",
-        )
-
-
-def _or_value(convert: Any, value: str, name: str, described: str) -> Tuple[Any, str]:
-    """An argparse type that accepts ``value`` as well as what ``convert`` accepts."""
-
-    def accept(text: str) -> Any:
-        if text == value:
-            return value
-        try:
-            return convert(text)
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"{name} must be {value!r} or {described}, got {text!r}") from None
-
-    return accept, f"{value!r} or {described}"
-
-
-def _seconds(text: str) -> float:
-    value = _parse_number(text, False)
-    if not (isinstance(value, (int, float)) and 0 < value < 1e9):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return float(value)
-
-
-def _fraction(name: str) -> Any:
-    def convert(text: str) -> float:
-        from .data import check_fractions
-
-        value = _parse_number(text, False)
-        try:
-            return check_fractions(value, 0.0)[0] if name == "valid_fraction" else check_fractions(0.0, value)[1]
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
-def _encoding(text: str) -> str:
-    from .data import check_encoding
-
-    try:
-        return check_encoding(text, "--encoding")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def path_option(text: str) -> str:
-    """An argparse type for a file or directory option: any path but an empty one, which would
-    mean the current directory (an unset shell variable: ``--out "$RUN"``). The Python API refuses
-    it with the same words (``_checks.path``)."""
-    if not text:
-        from ._checks import EMPTY_PATH
-
-        raise argparse.ArgumentTypeError(EMPTY_PATH)
-    return text
-
-
-def _threads() -> Any:
-    """The --threads option's type: TrainConfig's limit (the core's)."""
-    return _setting("TrainConfig", "threads")
-
-
 def _add_train_parser(sub: Any) -> None:
     from .model import PRESETS
 
@@ -1260,19 +1108,19 @@ def _add_train_parser(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     p.add_argument(
         "--epochs",
-        type=_setting("TrainConfig", "epochs", minimum=1),
+        type=setting("TrainConfig", "epochs", minimum=1),
         default=None,
         help="epochs in total, at most 1000000 (default: the preset's; may be raised with --resume)",
     )
     p.add_argument(
         "--time-budget",
-        type=_setting("TrainConfig", "time_budget"),
+        type=setting("TrainConfig", "time_budget"),
         default=None,
         metavar="MINUTES",
         help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
-        "(0 = no budget; default: the preset's; " + _limits("TrainConfig")["time_budget"].describe() + ")",
+        "(0 = no budget; default: the preset's; " + limits_of("TrainConfig")["time_budget"].describe() + ")",
     )
-    p.add_argument("--threads", type=_threads(), default=None, help="C++ threads (default: all cores)")
+    p.add_argument("--threads", type=threads_option(), default=None, help="C++ threads (default: all cores)")
     p.add_argument(
         "--fixed-threads",
         action="store_true",
@@ -1282,7 +1130,7 @@ def _add_train_parser(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--mpi-timeout",
-        type=_seconds,
+        type=seconds_option,
         default=None,
         metavar="SECONDS",
         help="under mpiexec: abort every process when a collective call (a step's gradient all-reduce, "
@@ -1291,7 +1139,7 @@ def _add_train_parser(sub: Any) -> None:
     g = p.add_argument_group("data")
     g.add_argument(
         "--num-samples",
-        type=_count("num_samples", 0),
+        type=count_option("num_samples", 0),
         default=None,
         help="use N pairs of the file (default: the preset's; 0 = all)",
     )
@@ -1304,9 +1152,9 @@ def _add_train_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--vocab-size",
-        type=_count("vocab_size", *_VOCAB_RANGE),
+        type=count_option("vocab_size", *VOCAB_RANGE),
         default=None,
-        help=f"target size of each subword vocabulary, in [{_VOCAB_RANGE[0]}, {_VOCAB_RANGE[1]}] (at least "
+        help=f"target size of each subword vocabulary, in [{VOCAB_RANGE[0]}, {VOCAB_RANGE[1]}] (at least "
         "the 4 special tokens and the 256 byte symbols)",
     )
     g.add_argument(
@@ -1318,33 +1166,33 @@ def _add_train_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--valid-fraction",
-        type=_fraction("valid_fraction"),
+        type=fraction_option("valid_fraction"),
         default=None,
         help="share of pairs for validation, in [0, 1) (default 0.02)",
     )
     g.add_argument(
         "--test-fraction",
-        type=_fraction("test_fraction"),
+        type=fraction_option("test_fraction"),
         default=None,
         help="share of pairs held out for evaluate, in [0, 1) (default 0.03)",
     )
     g.add_argument(
         "--split-seed",
-        type=_count("split_seed", 0),
+        type=count_option("split_seed", 0),
         default=None,
         help="seed of the sample and of the train/valid/test split by English sentence (default 0)",
     )
     g.add_argument(
         "--max-length",
-        type=_count("max_length", *_MAX_LENGTH_RANGE, zero="automatic"),
+        type=count_option("max_length", *MAX_LENGTH_RANGE, zero="automatic"),
         default=None,
-        help=f"longest training pair in tokens, in [{_MAX_LENGTH_RANGE[0]}, {_MAX_LENGTH_RANGE[1]}]; longer "
+        help=f"longest training pair in tokens, in [{MAX_LENGTH_RANGE[0]}, {MAX_LENGTH_RANGE[1]}]; longer "
         f"pairs are left out of training (0 = the length that covers {LENGTH_COVERAGE}%% of them). "
         "Translation has no length limit.",
     )
     g.add_argument(
         "--encoding",
-        type=_encoding,
+        type=encoding_option,
         default=None,
         help="text encoding of the data file (default utf-8); a line not valid in it is an error",
     )
@@ -1361,7 +1209,7 @@ def _add_train_parser(sub: Any) -> None:
 
     grow = preset_recipe(DEFAULT_PRESET)["grow"]
     grown = ", ".join(f"{k} {v}" for k, v in grow["arch"].items())
-    _config_options(
+    config_options(
         p.add_argument_group(
             f"architecture (default: the preset's; the {DEFAULT_PRESET} preset trains {grown} instead when a "
             f"step of that model measures fast enough for {grow['min_epochs']:g} epochs in the time budget, "
@@ -1378,20 +1226,20 @@ def _add_train_parser(sub: Any) -> None:
         },
     )
     g = p.add_argument_group("optimisation (default: the preset's)")
-    _config_options(g, OPTIMIZER_FIELDS, "TrainConfig")
+    config_options(g, OPTIMIZER_FIELDS, "TrainConfig")
 
-    def setting(flag: str, help: str, **kw: Any) -> None:
+    def add_setting(flag: str, help: str, **kw: Any) -> None:
         name = flag.replace("-", "_")
         g.add_argument(
             "--" + flag,
-            type=_setting("TrainConfig", name),
+            type=setting("TrainConfig", name),
             default=None,
-            help=f"{help} ({_limits('TrainConfig')[name].describe()})",
+            help=f"{help} ({limits_of('TrainConfig')[name].describe()})",
             **kw,
         )
 
-    setting("batch-size", "pairs per step (when --max-tokens is 0)")
-    setting(
+    add_setting("batch-size", "pairs per step (when --max-tokens is 0)")
+    add_setting(
         "max-tokens", "tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)"
     )
     g.add_argument(
@@ -1400,8 +1248,8 @@ def _add_train_parser(sub: Any) -> None:
         default=None,
         help="after the warm-up, decay the learning rate linearly to 0 at the end of the run",
     )
-    setting("seed", "seed of weights, dropout and shuffling (default 0)")
-    setting("log-every", "history entry every N steps (default 10)")
+    add_setting("seed", "seed of weights, dropout and shuffling (default 0)")
+    add_setting("log-every", "history entry every N steps (default 10)")
     g.add_argument(
         "--bucket-by-length",
         action="store_const",
@@ -1416,11 +1264,13 @@ def _add_train_parser(sub: Any) -> None:
         default=None,
         help="drop the last, smaller batch of each epoch (with --batch-size)",
     )
-    setting(
+    add_setting(
         "keep-checkpoints", "keep the newest N checkpoints of the run (default 5; 0 = all); the best one is always kept"
     )
-    setting("val-bleu-sentences", "greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)")
-    setting("average-last", "at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
+    add_setting(
+        "val-bleu-sentences", "greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)"
+    )
+    add_setting("average-last", "at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -1435,60 +1285,16 @@ def _add_translate_parser(sub: Any) -> None:
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its latest checkpoint) or checkpoint directory"
     )
-    _add_decoding_options(p)
+    add_decoding_options(p)
     p.add_argument(
         "--max-length",
-        type=_setting("Translator", "max_length"),
+        type=setting("Translator", "max_length"),
         default=None,
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
-        + _limits("Translator")["max_length"].describe()
+        + limits_of("Translator")["max_length"].describe()
         + ")",
     )
     p.set_defaults(func=_cmd_translate)
-
-
-def _add_decoding_options(p: Any) -> None:
-    p.add_argument(
-        "--beam-size",
-        type=_setting("Translator", "beam_size"),
-        default=1,
-        help="1 = greedy decoding (default), more = beam search ("
-        + _limits("Translator")["beam_size"].describe()
-        + ")",
-    )
-    p.add_argument(
-        "--length-penalty",
-        type=_setting("Translator", "length_penalty"),
-        default=1.0,
-        help="beam search length-penalty exponent (default 1.0, chosen on validation BLEU; "
-        + _limits("Translator")["length_penalty"].describe()
-        + ")",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=_setting("Translator", "batch_size"),
-        default=64,
-        help="sentences decoded together (default 64)",
-    )
-    p.add_argument(
-        "--threads",
-        type=_threads(),
-        default=None,
-        help=f"C++ threads (default: all cores; {_limits('TrainConfig')['threads'].describe()})",
-    )
-    _add_compute_type_option(p)
-
-
-def _add_compute_type_option(p: Any) -> None:
-    from .translate import COMPUTE_TYPES
-
-    p.add_argument(
-        "--compute-type",
-        choices=COMPUTE_TYPES,
-        default="float32",
-        help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
-        "activations, AVX512_VNNI) or bf16 (AVX512_BF16); the model file is not changed",
-    )
 
 
 def _add_evaluate_parser(sub: Any) -> None:
@@ -1518,14 +1324,18 @@ def _add_evaluate_parser(sub: Any) -> None:
     p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
     p.add_argument(
         "--encoding",
-        type=_encoding,
+        type=encoding_option,
         default=None,
         help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
         "not valid in it are left out and reported by line number",
     )
-    p.add_argument("--limit", type=_count("limit", 0), default=0, help="score only the first N pairs (default all)")
-    _add_decoding_options(p)
-    p.add_argument("--examples", type=_count("examples", 0), default=0, help="also print the first N translations")
+    p.add_argument(
+        "--limit", type=count_option("limit", 0), default=0, help="score only the first N pairs (default all)"
+    )
+    add_decoding_options(p)
+    p.add_argument(
+        "--examples", type=count_option("examples", 0), default=0, help="also print the first N translations"
+    )
     p.set_defaults(func=_cmd_evaluate)
 
 
@@ -1575,7 +1385,9 @@ def build_parser() -> argparse.ArgumentParser:
         "'averaged' (for translating; 'latest', which --resume continues, is unchanged).",
     )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
-    p.add_argument("--last", type=_count("last", 1), default=5, help="how many of the newest checkpoints (default 5)")
+    p.add_argument(
+        "--last", type=count_option("last", 1), default=5, help="how many of the newest checkpoints (default 5)"
+    )
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=_cmd_average)
 

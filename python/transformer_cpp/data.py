@@ -61,6 +61,7 @@ __all__ = [
     "train_val_test_split",
     "SourceSplit",
     "split_by_source",
+    "sentence_key",
     "length_percentiles",
     "length_limit",
     "batch_plan",
@@ -658,7 +659,7 @@ def check_fractions(valid_fraction: Any, test_fraction: Any, caller: str = "spli
     return values[0], values[1]
 
 
-def _sentence_key(text: str) -> str:
+def sentence_key(text: str) -> str:
     """What makes two sentences "the same" for splitting: case and spacing ignored."""
     return " ".join(text.casefold().split())
 
@@ -722,7 +723,7 @@ def split_by_source(
     group_of: Dict[str, int] = {}
     groups = np.empty(n, dtype=np.int64)
     for i, text in enumerate(sources):
-        groups[i] = group_of.setdefault(_sentence_key(text), len(group_of))
+        groups[i] = group_of.setdefault(sentence_key(text), len(group_of))
     sizes = np.bincount(groups, minlength=len(group_of))
     order = np.random.default_rng(int(seed)).permutation(len(group_of))
     filled = np.cumsum(sizes[order])
@@ -736,7 +737,7 @@ def split_by_source(
     part_of_group[order[in_test]] = 0
     part_of_group[order[~in_test & (before < test_end + n_valid)]] = 1
     part = part_of_group[groups]
-    target_keys = [_sentence_key(t) for t in targets]
+    target_keys = [sentence_key(t) for t in targets]
     test_refs = {target_keys[i] for i in np.flatnonzero(part == 0)}
     valid_refs = {target_keys[i] for i in np.flatnonzero(part == 1)}
     keep = np.ones(n, dtype=bool)

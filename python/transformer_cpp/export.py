@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._runtime import positional_encoding
+from ._version import __version__
 
 __all__ = [
     "CTRANSLATE2_OPTIONS",
@@ -344,8 +345,6 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _provenance(ckpt: Any, to: str) -> Dict[str, Any]:
-    from . import __version__
-
     data = ckpt.data or {}
     return {
         "format": EXPORT_FORMAT,

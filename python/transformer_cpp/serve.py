@@ -67,7 +67,6 @@ import concurrent.futures
 import contextlib
 import functools
 import json
-import math
 import signal
 import sys
 import time
@@ -75,6 +74,18 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from ._runtime import get_num_threads, set_num_threads
+from ._version import __version__
+from .options import (
+    add_compute_type_option,
+    count_option,
+    limits_of,
+    non_negative_number,
+    path_option,
+    setting,
+    threads_option,
+)
 
 from ._checks import integer as _integer, number as _number
 
@@ -237,7 +248,7 @@ def decode_items(
 ) -> List[Dict[str, Any]]:
     """Translate ``items`` with one batched decode call; one result dict per item (see the module
     docstring). Runs in the batcher's worker thread: the only thread that uses the model."""
-    from .translate import _piece, greedy_decode
+    from .translate import greedy_decode, token_piece as _piece
 
     model, tgt = translator.model, translator.tgt_tokenizer
     width = max(len(it.ids) for it in items)
@@ -323,8 +334,6 @@ class Batcher:
     """
 
     def __init__(self, translator: Any, config: ServeConfig, threads: Optional[int] = None) -> None:
-        from . import get_num_threads
-
         self.translator = translator
         self.config = config
         # OpenMP's thread count belongs to the thread that sets it: the worker thread gets the
@@ -357,8 +366,6 @@ class Batcher:
         self.closing = False
         self._wakeup = asyncio.Event()
         if self._executor is None:
-            from . import set_num_threads
-
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="translator", initializer=set_num_threads, initargs=(self.threads,)
             )
@@ -636,8 +643,6 @@ def parse_request(body: Any, config: ServeConfig) -> Tuple[List[str], int, int, 
 
 
 def _info(translator: Any, config: ServeConfig, threads: int) -> Dict[str, Any]:
-    from . import __version__
-
     model_cfg = dict(translator.model.config)
     return {
         "name": "transformer-cpp",
@@ -690,8 +695,6 @@ def create_app(
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(f"{_SERVE_EXTRA_HINT} ({exc})") from exc
     from contextlib import asynccontextmanager
-
-    from . import __version__
 
     if config is None:
         config = ServeConfig(**options)
@@ -1054,21 +1057,9 @@ def background_server(
         sock.close()
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
-
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    # the command line's own option types: one source of checks and messages with train/translate
-    from .cli import _add_compute_type_option, _count, _limits, _setting, _threads, path_option
 
-    _port = _count("port", 0, 65535)
+    _port = count_option("port", 0, 65535)
     d = ServeConfig()
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
@@ -1077,78 +1068,78 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 = any free port)")
     p.add_argument(
         "--threads",
-        type=_threads(),
+        type=threads_option(),
         default=None,
-        help=f"C++ threads (default: all cores; {_limits('TrainConfig')['threads'].describe()})",
+        help=f"C++ threads (default: all cores; {limits_of('TrainConfig')['threads'].describe()})",
     )
     g = p.add_argument_group("batching and decoding")
     g.add_argument(
         "--max-batch",
-        type=_count("max_batch", 1),
+        type=count_option("max_batch", 1),
         default=d.max_batch,
         help=f"most sentences per decode call (default {d.max_batch}; 1 = one at a time)",
     )
     g.add_argument(
         "--max-wait-ms",
-        type=_non_negative_float,
+        type=non_negative_number,
         default=d.max_wait_ms,
         help=f"how long a batch waits to fill after its first sentence (default {d.max_wait_ms:g} ms)",
     )
     g.add_argument(
         "--beam-size",
-        type=_setting("Translator", "beam_size"),
+        type=setting("Translator", "beam_size"),
         default=d.beam_size,
         help=f"beam size of requests that do not give one (default {d.beam_size} = greedy)",
     )
     g.add_argument(
         "--length-penalty",
-        type=_setting("Translator", "length_penalty"),
+        type=setting("Translator", "length_penalty"),
         default=d.length_penalty,
         help=f"beam search length-penalty exponent (default {d.length_penalty})",
     )
     g.add_argument(
         "--max-length",
-        type=_count("max_length", 1),
+        type=count_option("max_length", 1),
         default=None,
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
     )
-    _add_compute_type_option(g)
+    add_compute_type_option(g)
     g = p.add_argument_group("limits (a request over one gets a 4xx JSON error; a full queue 503)")
     g.add_argument(
         "--max-beam-size",
-        type=_count("max_beam_size", 1),
+        type=count_option("max_beam_size", 1),
         default=None,
         help=f"largest beam size (and n_best) a request may ask for (default {d.max_beam_size}, "
         "or --beam-size if larger)",
     )
     g.add_argument(
         "--max-request-bytes",
-        type=_count("max_request_bytes", 1),
+        type=count_option("max_request_bytes", 1),
         default=d.max_request_bytes,
         help=f"largest request body (default {d.max_request_bytes:,})",
     )
     g.add_argument(
         "--max-texts",
-        type=_count("max_texts", 1),
+        type=count_option("max_texts", 1),
         default=d.max_texts,
         help=f"most texts per request (default {d.max_texts})",
     )
     g.add_argument(
         "--max-chars",
-        type=_count("max_chars", 1),
+        type=count_option("max_chars", 1),
         default=d.max_chars,
         help=f"most characters per text (default {d.max_chars:,})",
     )
     g.add_argument(
         "--max-queue",
-        type=_count("max_queue", 1),
+        type=count_option("max_queue", 1),
         default=d.max_queue,
         help=f"most sentences waiting for a decode (default {d.max_queue:,})",
     )
     g = p.add_argument_group("server")
     g.add_argument(
         "--graceful-timeout",
-        type=_non_negative_float,
+        type=non_negative_number,
         default=30.0,
         help="on SIGTERM, wait this many seconds for requests in flight (default 30)",
     )
@@ -1179,7 +1170,6 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """``transformer-cpp serve``: load the checkpoint once and serve it until SIGTERM."""
-    from . import set_num_threads
     from .translate import Translator
 
     try:

@@ -50,6 +50,7 @@ import unicodedata
 from typing import Iterable, Optional, Tuple
 
 __all__ = [
+    "resolve_language",
     "check_text",
     "normalize",
     "clean_sentence",
@@ -117,7 +118,9 @@ def supported_languages() -> Tuple[str, ...]:
     return tuple(sorted(set(_language_table().values())))
 
 
-def _resolve_language(lang: str, caller: str) -> str:
+def resolve_language(lang: str, caller: str) -> str:
+    """The language code of ``lang`` (a code or a full name, any case), else ``TypeError`` /
+    ``ValueError`` naming ``caller`` and the supported languages."""
     if not isinstance(lang, str):
         raise TypeError(f"{caller}: lang must be a str such as 'en' or 'es', got {type(lang).__name__}")
     code = _language_table().get(lang.strip().lower())
@@ -157,7 +160,7 @@ def nonbreaking_prefixes(lang: str = "en") -> frozenset[str]:
     Raises:
         ValueError: if ``lang`` is not a supported language.
     """
-    return _prefix_lists(_resolve_language(lang, "nonbreaking_prefixes"))[0]
+    return _prefix_lists(resolve_language(lang, "nonbreaking_prefixes"))[0]
 
 
 def numeric_only_prefixes(lang: str = "en") -> frozenset[str]:
@@ -167,7 +170,7 @@ def numeric_only_prefixes(lang: str = "en") -> frozenset[str]:
     Raises:
         ValueError: if ``lang`` is not a supported language.
     """
-    return _prefix_lists(_resolve_language(lang, "numeric_only_prefixes"))[1]
+    return _prefix_lists(resolve_language(lang, "numeric_only_prefixes"))[1]
 
 
 def _starts_sentence(token: Optional[str]) -> bool:
@@ -244,7 +247,7 @@ def clean_sentence(text: str, lang: str = "en") -> str:
     if not isinstance(text, str):
         raise TypeError(f"clean_sentence: expected text to be a str, got {type(text).__name__}")
     check_text(text, "clean_sentence")
-    code = _resolve_language(lang, "clean_sentence")
+    code = resolve_language(lang, "clean_sentence")
     always, numeric = _prefix_lists(code)
     tokens = _WHITESPACE.split(normalize(text).strip())
     if tokens == [""]:
@@ -267,7 +270,7 @@ def clean_corpus(sentences: Iterable[str], lang: str = "en") -> list[str]:
     """
     if isinstance(sentences, (str, bytes)):
         raise TypeError("clean_corpus: expected an iterable of sentences, got a single string")
-    code = _resolve_language(lang, "clean_corpus")
+    code = resolve_language(lang, "clean_corpus")
     result = []
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):

@@ -97,7 +97,8 @@ import numpy as np
 from ._checks import Limit, integer as _integer, number as _number, path as _path
 from .config import OPTIMIZER_FIELDS, option_fields, python_type
 from .checkpoint import checkpoint_name, lock_run, mark_best, nonfinite_tensors
-from .data import Batch, EncodedPairs, batch_plan, batches, make_batch
+from .data import Batch, EncodedPairs, batch_plan, make_batch
+from .translate import bleu_of_encoded, evaluate_loss, output_limit
 
 __all__ = [
     "Limit",
@@ -299,25 +300,6 @@ def empty_history() -> Dict[str, Dict[str, List[Any]]]:
             "tokens_per_second": [],
         },
     }
-
-
-def evaluate_loss(model: Any, encoded: EncodedPairs, batch_size: int = 64) -> Tuple[float, float, int]:
-    """Masked loss and accuracy of ``model`` over all pairs of ``encoded`` (inference mode).
-
-    Both are token-weighted over the batches. Returns ``(loss, accuracy, target_tokens)``.
-    """
-    loss_sum = 0.0
-    correct = 0.0
-    tokens = 0
-    for batch in batches(encoded, batch_size, shuffle=False):
-        loss, acc = model.evaluate(batch.src, batch.tgt_in, batch.tgt_out)
-        n = model.last_token_count
-        loss_sum += loss * n
-        correct += acc * n
-        tokens += n
-    if tokens == 0:
-        return 0.0, 0.0, 0
-    return loss_sum / tokens, correct / tokens, tokens
 
 
 def _fingerprint(encoded: Optional[EncodedPairs]) -> Optional[str]:
@@ -1209,34 +1191,3 @@ class Trainer:
             return entry
         finally:
             bar.close()
-
-
-def bleu_of_encoded(
-    model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit: int = 0, batch_size: int = 64
-) -> float:
-    """Greedy corpus BLEU (sacrebleu, default 13a) of ``model`` on ``limit`` pairs of ``encoded``
-    spread evenly over it (all with 0): hypotheses and references decoded with ``tgt_tokenizer``.
-    Evenly spread, not the first ones: the Tatoeba file is sorted by length, so the first pairs
-    would be the shortest and their BLEU would flatter the model."""
-    from sacrebleu.metrics.bleu import BLEU
-
-    limit = _integer("bleu_of_encoded", "limit", limit, 0)
-    batch_size = _integer("bleu_of_encoded", "batch_size", batch_size, 1)
-    n = len(encoded) if not limit else min(int(limit), len(encoded))
-    chosen = np.unique(np.linspace(0, len(encoded) - 1, n).round().astype(np.int64)) if n else np.zeros(0, np.int64)
-    hyps: List[str] = []
-    refs: List[str] = []
-    for start in range(0, len(chosen), batch_size):
-        rows = chosen[start : start + batch_size]
-        s_len = int(encoded.src_lengths[rows].max())
-        src = np.ascontiguousarray(encoded.src[rows, :s_len])
-        out = model.greedy_decode(src, tgt_tokenizer.start_id, tgt_tokenizer.end_id, output_limit(s_len))
-        hyps.extend(tgt_tokenizer.decode([int(v) for v in row if v != 0]) for row in out)
-        refs.extend(tgt_tokenizer.decode(encoded.tgt[r, : encoded.tgt_lengths[r]]) for r in rows)
-    return float(BLEU().corpus_score(hyps, [refs]).score)
-
-
-def output_limit(source_tokens: int) -> int:
-    """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
-    source_tokens = _integer("output_limit", "source_tokens", source_tokens, 0)
-    return int(1.5 * source_tokens) + 10

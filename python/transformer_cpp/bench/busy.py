@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from .. import set_num_threads
+from .._runtime import set_num_threads
 from .._runtime import ThreadGovernor
 from .machine import log
 from .shapes import END_ID, START_ID, BenchShapes, make_batches, pad, random_sentences

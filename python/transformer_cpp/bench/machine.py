@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .. import __version__, build_info, set_num_threads
+from .._runtime import build_info, set_num_threads
+from .._version import __version__
 
 __all__ = ["THREAD_ENV", "available_cores", "log", "machine_facts", "set_all_threads"]
 

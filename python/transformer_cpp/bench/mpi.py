@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .. import set_num_threads
+from .._runtime import set_num_threads
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, make_batches
 from .training import build_ours
 

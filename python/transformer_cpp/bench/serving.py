@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import set_num_threads
+from .._runtime import set_num_threads
 from ..model import Transformer
 from .machine import log
 

@@ -1,0 +1,47 @@
+"""Translation: one decode path (:func:`decode_rows` with :class:`DecodeOptions`), the
+:class:`Translator` built on it, and the evaluation of a model on held-out pairs.
+
+``transformer_cpp.translate`` is the package's inference layer: it sits above the model, the
+tokenizers, the data and the checkpoints, and below training (whose validation BLEU calls
+:func:`bleu_of_encoded`), the server and the command line.
+"""
+
+from .decoding import (
+    COMPUTE_TYPES,
+    DecodeOptions,
+    Hypothesis,
+    check_compute_type,
+    cross_attention,
+    decode_rows,
+    greedy_decode,
+    greedy_decode_reference,
+    greedy_reference,
+    one_line,
+    output_limit,
+    pad_rows,
+)
+from .evaluation import EvaluationResult, bleu_of_encoded, evaluate, evaluate_loss
+from .translator import LongInputWarning, Translation, Translator, token_piece
+
+__all__ = [
+    "COMPUTE_TYPES",
+    "DecodeOptions",
+    "EvaluationResult",
+    "Hypothesis",
+    "LongInputWarning",
+    "Translation",
+    "Translator",
+    "bleu_of_encoded",
+    "check_compute_type",
+    "cross_attention",
+    "decode_rows",
+    "evaluate",
+    "evaluate_loss",
+    "greedy_decode",
+    "greedy_decode_reference",
+    "greedy_reference",
+    "one_line",
+    "output_limit",
+    "pad_rows",
+    "token_piece",
+]

@@ -1,0 +1,263 @@
+"""The one decode path: pad a batch of token rows, decode it (greedy or beam, any compute type) and
+cut each sentence to its own output limit.
+
+:func:`decode_rows` is what :class:`~transformer_cpp.translate.Translator`, the server's batcher
+and the trainer's validation BLEU all call, with one :class:`DecodeOptions` record that holds the
+decoding settings and their one set of defaults. :func:`greedy_reference` is the plain greedy loop
+every greedy decoder is checked against.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from .._checks import Limit, choice, integer
+from ..kernels import COMPUTE_TYPES, compute_type_unsupported_reason, have_compute_type
+from ..model import DEFAULT_LENGTH_PENALTY
+
+__all__ = [
+    "COMPUTE_TYPES",
+    "DecodeOptions",
+    "Hypothesis",
+    "check_compute_type",
+    "cross_attention",
+    "decode_rows",
+    "greedy_decode",
+    "greedy_decode_reference",
+    "greedy_reference",
+    "one_line",
+    "output_limit",
+    "pad_rows",
+]
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def check_compute_type(who: str, value: Any) -> str:
+    """``value`` if it names a compute type this machine can run, else ``ValueError`` (``TypeError``
+    for a non-str) naming what is allowed or what the CPU lacks."""
+    name = choice(who, "compute_type", value, COMPUTE_TYPES)
+    if not have_compute_type(name):
+        raise ValueError(
+            f"{who}: compute_type {name!r} is not available: "
+            f"{compute_type_unsupported_reason(name)}; use compute_type 'float32'"
+        )
+    return name
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (line breaks included) as one space, stripped: what
+    the training targets look like after cleaning, and one output line per translation."""
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def output_limit(source_tokens: int) -> int:
+    """Most tokens to generate for a source of ``source_tokens`` tokens: ``1.5 * source + 10``."""
+    source_tokens = integer("output_limit", "source_tokens", source_tokens, 0)
+    return int(1.5 * source_tokens) + 10
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode a batch: the settings of every decoder in the package, with one default each.
+
+    Checked when made (``TypeError`` for a value of the wrong type, ``ValueError`` out of range,
+    naming the option and what it allows).
+    """
+
+    #: 1 = greedy decoding; more = beam search with that many live hypotheses per sentence.
+    beam_size: int = 1
+    #: GNMT length-penalty exponent of beam search: scores are divided by ((5 + length) / 6) ** it.
+    length_penalty: float = DEFAULT_LENGTH_PENALTY
+    #: Hypotheses kept per sentence (at most ``beam_size``; greedy decoding has one).
+    n_best: int = 1
+    #: Most tokens to generate per sentence; ``None``: :func:`output_limit` of its source length.
+    max_length: Optional[int] = None
+    #: Precision of the decoder's matrix products: "float32", "int8" or "bf16" (the model is not changed).
+    compute_type: str = "float32"
+
+    #: The allowed values of the numeric options.
+    LIMITS: ClassVar[Dict[str, Any]] = {
+        "beam_size": Limit(True, 1, 1024),
+        "length_penalty": Limit(False, 0, 10),
+        "n_best": Limit(True, 1, 1024),
+        "max_length": Limit(True, 1, 100_000),
+    }
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "compute_type":
+                checked = check_compute_type("DecodeOptions", value)
+            elif f.name == "max_length" and value is None:
+                checked = None
+            else:
+                checked = self.LIMITS[f.name].check("DecodeOptions", f.name, value)
+            object.__setattr__(self, f.name, checked)
+        if self.n_best > self.beam_size:
+            raise ValueError(f"DecodeOptions: n_best {self.n_best} is larger than beam_size {self.beam_size}")
+
+    def limit(self, source_tokens: int) -> int:
+        """Most tokens to generate for a source of ``source_tokens`` tokens."""
+        return output_limit(source_tokens) if self.max_length is None else self.max_length
+
+
+class Hypothesis(NamedTuple):
+    """One decoded output: its token ids (after the start token; the end token included when the
+    sentence finished), its beam-search score (``None`` for greedy decoding) and whether it ended
+    with the end token rather than at the output limit."""
+
+    ids: List[int]
+    score: Optional[float]
+    finished: bool
+
+
+def _check_src(src: Any, who: str) -> np.ndarray:
+    src = np.asarray(src)
+    if src.ndim != 2 or src.dtype.kind not in "iu":
+        raise ValueError(f"{who}: src must be an integer (batch, length) array, got {src.dtype} {src.shape}")
+    return np.ascontiguousarray(src, dtype=np.int64)
+
+
+def pad_rows(rows: Sequence[Sequence[int]]) -> np.ndarray:
+    """int64 (len(rows), longest row): each row of token ids, padded on the right with 0."""
+    width = max((len(r) for r in rows), default=0)
+    src = np.zeros((len(rows), width), dtype=np.int64)
+    for i, ids in enumerate(rows):
+        src[i, : len(ids)] = ids
+    return src
+
+
+def decode_rows(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    start_id: int,
+    end_id: int,
+    options: Optional[DecodeOptions] = None,
+) -> List[List[Hypothesis]]:
+    """Decode a batch of source token rows in one call: the hypotheses of each sentence, best first
+    (``options.n_best`` of them; one for greedy decoding).
+
+    The rows are padded into one batch and decoded for as many steps as the longest sentence's
+    limit needs; each sentence's output is then cut to its own limit (``options.max_length``, else
+    :func:`output_limit` of its own length), so a sentence translates the same alone or in a batch.
+    """
+    options = options or DecodeOptions()
+    if not rows:
+        return []
+    src = pad_rows(rows)
+    limits = [options.limit(len(r)) for r in rows]
+    steps = max(limits)
+    if options.beam_size == 1:
+        out = greedy_decode(model, src, start_id, end_id, steps, options.compute_type)
+        found = [[([int(v) for v in row if v != 0][:n], None)] for row, n in zip(out, limits)]
+    else:
+        raw = model.beam_search(
+            src,
+            start_id,
+            end_id,
+            steps,
+            options.beam_size,
+            options.length_penalty,
+            options.n_best,
+            options.compute_type,
+        )
+        found = [[([int(v) for v in h[0]][:n], float(h[1])) for h in hs] for hs, n in zip(raw, limits)]
+    return [[Hypothesis(ids, score, bool(ids) and ids[-1] == end_id) for ids, score in hs] for hs in found]
+
+
+def cross_attention(
+    model: Any, rows: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], start_id: int
+) -> List[Dict[str, np.ndarray]]:
+    """The cross-attention weights that produced each output: one teacher-forced forward pass on
+    ``[start] + output[:-1]``. For sentence ``i``, ``{layer name: (heads, len(output), len(row))}``:
+    row ``t`` is the query that produced output token ``t``, column ``j`` source token ``j``."""
+    if not rows:
+        return []
+    src = pad_rows(rows)
+    tgt_in = pad_rows([[int(start_id)] + list(out)[:-1] for out in outputs])
+    if tgt_in.shape[1] == 0:
+        tgt_in = np.zeros((len(rows), 1), dtype=np.int64)
+    model.forward(src, tgt_in, training=False)
+    cross = {name: w for name, w in model.attention_weights().items() if name.endswith("cross_attention")}
+    result = []
+    for i, (row, out) in enumerate(zip(rows, outputs)):
+        t, s = max(len(out), 1), len(row)
+        result.append({name: np.array(w[i, :, :t, :s]) for name, w in cross.items()})
+    return result
+
+
+# ------------------------------------------------------------------------------------ greedy
+
+
+def greedy_reference(
+    next_logits: Callable[[np.ndarray], Any], batch_size: int, start_id: int, end_id: int, max_length: int
+) -> np.ndarray:
+    """Greedy decoding written plainly: the one reference loop every greedy decoder of this
+    package is checked against (the C++ ``Transformer.greedy_decode`` in the tests, CTranslate2
+    and the PyTorch tutorial loop in the benchmark).
+
+    ``next_logits(prefix)`` gets the int64 (B, t+1) prefixes ``[start, y_1, ..., y_t]`` of the
+    ``batch_size`` sentences and returns the logits (B, V) of the token after each (a NumPy array
+    or anything ``np.asarray`` takes). ``y_{t+1}`` is the argmax over every token except padding
+    (id 0, which a model must never output; ties go to the lowest id). A sentence is finished
+    once it has produced ``end_id``; its later positions are padding (0). Stops when every
+    sentence is finished or after ``max_length`` tokens.
+
+    Returns:
+        int64 (B, L): the generated ids after the start token, up to and including the end token,
+        padded with 0; ``L`` is the longest row.
+    """
+    out = np.zeros((batch_size, 0), dtype=np.int64)
+    done = np.zeros(batch_size, dtype=bool)
+    start = np.full((batch_size, 1), int(start_id), dtype=np.int64)
+    for _ in range(int(max_length)):
+        logits = np.asarray(next_logits(np.concatenate([start, out], axis=1)))  # (B, V)
+        nxt = logits[:, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
+        nxt[done] = 0
+        out = np.concatenate([out, nxt[:, None]], axis=1)
+        done |= nxt == int(end_id)
+        if done.all():
+            break
+    return out
+
+
+def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+    """Greedy decoding in plain Python: the readable definition of ``Transformer.greedy_decode``.
+
+    :func:`greedy_reference` with the whole prefix ``[start, y_1, ..., y_t]`` run through
+    ``model.forward(src, prefix)`` at every step (no cache) and the last position's logits taken.
+
+    Args:
+        model: a :class:`~transformer_cpp.model.Transformer`.
+        src: int (B, S) source ids, padded with 0.
+        start_id, end_id: the target tokenizer's start and end ids.
+        max_length: the most tokens to generate per sentence (the end token included).
+
+    Returns:
+        int64 (B, L): the generated ids after the start token, up to and including the end token,
+        padded with 0; ``L`` is the longest row.
+    """
+    src = _check_src(src, "greedy_decode_reference")
+    return greedy_reference(
+        lambda prefix: model.forward(src, prefix, training=False)[:, -1], src.shape[0], start_id, end_id, max_length
+    )
+
+
+def greedy_decode(
+    model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
+) -> np.ndarray:
+    """Greedy decoding: ``model.greedy_decode`` (C++, key/value cache) when the model has it, else
+    :func:`greedy_decode_reference` on its ``forward`` (float32 only). Same arguments and result."""
+    src = _check_src(src, "greedy_decode")
+    if hasattr(model, "greedy_decode"):
+        return np.asarray(
+            model.greedy_decode(src, int(start_id), int(end_id), int(max_length), compute_type), dtype=np.int64
+        )
+    if compute_type != "float32":
+        raise ValueError(f"greedy_decode: compute_type {compute_type!r} needs a model with a C++ greedy_decode")
+    return greedy_decode_reference(model, src, start_id, end_id, max_length)

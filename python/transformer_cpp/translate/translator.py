@@ -1,0 +1,401 @@
+"""Translation with a trained Transformer: :class:`Translator` (clean, encode, decode, detokenize)
+and :class:`Translation` (one result with what is needed to inspect it).
+
+::
+
+    translator = Translator.from_checkpoint("runs/tutorial")
+    translator.translate("you should pay for it.")            # 'deberías pagar por ello.'
+    translator.translate_batch(["we have no extra money."], beam_size=4)
+    t = translator.translate("you should pay for it.", return_attention=True)
+    attention_heatmap(t.cross_attention(), t.source_pieces, t.target_pieces)
+
+Input sentences go through :func:`transformer_cpp.text.clean_sentence` in the source language,
+exactly as the training sentences did, and are encoded as ``[start, ..., end]``. Length policy:
+**every input is translated whole**, whatever its length (the sinusoidal positional encodings
+exist for every position; the model's table is a cache that grows). Each sentence may produce up
+to :func:`~transformer_cpp.translate.output_limit` tokens, ``1.5 * source tokens + 10``, or fewer
+with ``max_length``. A model translates best what is as long as its training pairs; an input
+longer than the longest training pair the checkpoint records gets a :class:`LongInputWarning`
+(the translation is still made, of the whole input).
+
+Decoding goes through :func:`~transformer_cpp.translate.decode_rows` (greedy decoding in C++ with a
+key/value cache, or beam search with the GNMT length penalty), the one decode path of the package.
+
+Attention. With ``return_attention=True`` the decoded sentence is run once more through
+``Transformer.forward`` (teacher-forced on the model's own output) and the cross-attention
+weights of every decoder layer are returned: row ``i`` is the query that produced output token
+``i``, column ``j`` the source token ``j``.
+
+Output text. A translation is one line: the model can emit any byte (a line break among them,
+from a damaged or barely trained model), but it was trained on cleaned sentences, in which every
+run of whitespace is one space; the decoded text gets the same treatment (:func:`one_line`), so
+that the command line's output lines stay aligned with its input lines.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
+
+import numpy as np
+
+from .._checks import Limit, flag as _flag
+from .._runtime import ThreadGovernor, get_num_threads, set_num_threads
+from ..checkpoint import load_checkpoint
+from ..model import DEFAULT_LENGTH_PENALTY
+from ..text import check_text, clean_sentence, resolve_language
+from .decoding import DecodeOptions, check_compute_type, cross_attention, decode_rows, one_line
+
+__all__ = ["LongInputWarning", "Translation", "Translator", "token_piece"]
+
+
+class LongInputWarning(UserWarning):
+    """An input is longer than any training pair: it is translated whole, but quality may suffer."""
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class Translation:
+    """One translation with what is needed to inspect it.
+
+    Attributes:
+        source: the input sentence after cleaning.
+        text: the translation (detokenised).
+        source_ids: the encoder input, ``[start, ..., end]`` (the whole sentence).
+        target_ids: the generated ids (the end token included when ``finished``).
+        source_pieces, target_pieces: readable subword pieces for ``source_ids`` / ``target_ids``
+            (``▁`` marks a leading space), for axis labels.
+        finished: whether decoding produced the end token (else it hit the output limit).
+        score: beam search's length-normalised log-probability (``None`` for greedy decoding).
+        attention: with ``return_attention=True``, decoder layer name ->
+            cross-attention weights ``(heads, len(target_ids), len(source_ids))``.
+    """
+
+    source: str
+    text: str
+    source_ids: List[int]
+    target_ids: List[int]
+    source_pieces: List[str]
+    target_pieces: List[str]
+    finished: bool
+    score: Optional[float] = None
+    attention: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    def cross_attention(self, layer: int = -1) -> np.ndarray:
+        """Cross-attention ``(heads, target, source)`` of decoder layer ``layer`` (default the last).
+
+        Raises:
+            ValueError: if the translation was made without ``return_attention=True``.
+        """
+        if not self.attention:
+            raise ValueError(
+                "Translation.cross_attention: translate with return_attention=True to get attention weights"
+            )
+        names = sorted(self.attention, key=lambda n: int(n.split(".")[2]))
+        if (
+            isinstance(layer, (bool, np.bool_))
+            or not isinstance(layer, (int, np.integer))
+            or not -len(names) <= int(layer) < len(names)
+        ):
+            raise ValueError(
+                f"Translation.cross_attention: layer must be an integer in [{-len(names)}, {len(names)}) "
+                f"(the model has {len(names)} decoder layer{'s' if len(names) != 1 else ''}), got {layer!r}"
+            )
+        return self.attention[names[int(layer)]]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def token_piece(tokenizer: Any, token_id: int) -> str:
+    """A readable label for one token id: ``▁`` for a leading space, ``<end>`` for specials."""
+    if token_id in tokenizer.special_ids:
+        return cast(str, tokenizer.id_to_token(token_id))
+    text = cast(str, tokenizer.decode([token_id]))
+    # byte-level BPE writes a leading space as "Ġ"; decode() drops one leading space, so restore it
+    return ("\u2581" + text) if tokenizer.id_to_token(token_id).startswith("\u0120") else text
+
+
+class Translator:
+    """Translate sentences with a trained model and its two tokenizers.
+
+    Args:
+        model: a trained :class:`~transformer_cpp.model.Transformer`.
+        src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
+        src_lang: language of the input, for :func:`~transformer_cpp.text.clean_sentence`
+            (``"en"``); ``None`` skips cleaning.
+        max_length: most tokens to generate per sentence (default: ``1.5 * source tokens + 10``
+            each; a number caps that).
+        trained_length: the longest training pair in tokens (inputs beyond it get a
+            :class:`LongInputWarning`), or ``None``.
+        compute_type: the precision of the decoder's matrix products (the model is not changed):
+            ``"float32"`` (default), ``"int8"`` (int8 weights per output feature and activations
+            per row, AVX512_VNNI) or ``"bf16"`` (AVX512_BF16). Checked when set: a name outside
+            these, or one this CPU cannot run, is a ``ValueError`` saying what is missing.
+
+    Options (here and in :meth:`translate` / :meth:`translate_batch`) are checked against
+    :attr:`LIMITS`, as the command line checks its options, with the same messages.
+    """
+
+    #: The allowed values of the decoding options (those of :class:`DecodeOptions`, and the batch size).
+    LIMITS: ClassVar[Dict[str, Limit]] = {
+        **{k: v for k, v in DecodeOptions.LIMITS.items() if k != "n_best"},
+        "batch_size": Limit(True, 1, 100_000),
+    }
+
+    @classmethod
+    def check(cls, name: str, value: Any) -> Any:
+        """``value`` if it is allowed for option ``name`` (``max_length`` may be ``None``), else
+        ``TypeError`` (a value of the wrong type) or ``ValueError`` (out of range) naming the option
+        and what it allows."""
+        if name == "max_length" and value is None:
+            return None
+        if name not in cls.LIMITS:
+            raise ValueError(f"Translator: unknown option {name!r}")
+        return cls.LIMITS[name].check("Translator", name, value)
+
+    def __init__(
+        self,
+        model: Any,
+        src_tokenizer: Any,
+        tgt_tokenizer: Any,
+        *,
+        src_lang: Optional[str] = "en",
+        max_length: Optional[int] = None,
+        trained_length: Optional[int] = None,
+        compute_type: str = "float32",
+    ) -> None:
+        if src_lang is not None:
+            resolve_language(src_lang, "Translator: src_lang")  # an unknown language fails here, not per sentence
+        self.model = model
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.src_lang = src_lang
+        self.trained_length = None if trained_length is None else int(trained_length)
+        for label, tok, key in (
+            ("src_tokenizer", src_tokenizer, "src_vocab_size"),
+            ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
+        ):
+            if tok.vocab_size != model.config[key]:
+                raise ValueError(
+                    f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
+                )
+        self.max_length = max_length  # checked by the property
+        self.compute_type = compute_type  # checked by the property
+        self.checkpoint: Optional[Path] = None  # set by from_checkpoint
+        self._adaptive_threads = True
+        self._governor: Optional[Any] = None
+
+    @property
+    def max_length(self) -> Optional[int]:
+        """Most tokens to generate per sentence (``None``: ``1.5 * source tokens + 10`` each);
+        checked when set, as the constructor checks it."""
+        return self._max_length
+
+    @max_length.setter
+    def max_length(self, value: Optional[int]) -> None:
+        self._max_length = self._limit(value)
+
+    @property
+    def compute_type(self) -> str:
+        """The precision of the decoder's matrix products: ``"float32"``, ``"int8"`` or ``"bf16"``."""
+        return self._compute_type
+
+    @compute_type.setter
+    def compute_type(self, value: str) -> None:
+        self._compute_type = check_compute_type("Translator", value)
+
+    @property
+    def adaptive_threads(self) -> bool:
+        """Time each batch and use fewer threads while that is faster (a busy machine); True or
+        False (a string such as ``"no"`` is refused, not taken as true)."""
+        return self._adaptive_threads
+
+    @adaptive_threads.setter
+    def adaptive_threads(self, value: bool) -> None:
+        self._adaptive_threads = _flag("Translator", "adaptive_threads", value)
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: Union[str, Path], *, max_length: Optional[int] = None, compute_type: str = "float32"
+    ) -> "Translator":
+        """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint);
+        ``compute_type`` as for the constructor.
+
+        Raises:
+            transformer_cpp.checkpoint.CheckpointError: a missing or damaged checkpoint.
+        """
+        ckpt = load_checkpoint(path, optimizer=False)
+        data = ckpt.data or {}
+        trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
+        translator = cls(
+            ckpt.model,
+            ckpt.src_tokenizer,
+            ckpt.tgt_tokenizer,
+            src_lang=data.get("src_lang", "en"),
+            max_length=max_length,
+            trained_length=trained,
+            compute_type=compute_type,
+        )
+        translator.checkpoint = ckpt.path
+        return translator
+
+    @classmethod
+    def _limit(cls, max_length: Optional[int]) -> Optional[int]:
+        return cast(Optional[int], cls.check("max_length", max_length))
+
+    def clean(self, sentence: str) -> str:
+        """The input as the model sees it: :func:`clean_sentence` in ``src_lang``.
+
+        Raises:
+            TypeError: not a ``str``. ValueError: a ``str`` that is not valid text (it holds a
+                lone surrogate, as bytes that were not UTF-8 become with ``surrogateescape``).
+        """
+        if not isinstance(sentence, str):
+            raise TypeError(f"Translator: expected a sentence (str), got {type(sentence).__name__}")
+        return clean_sentence(sentence, self.src_lang) if self.src_lang else check_text(sentence, "Translator").strip()
+
+    def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int]]:
+        """``(cleaned, ids)`` for one input sentence, all of it (see the module docstring); warns
+        with :class:`LongInputWarning` when it is longer than any training pair."""
+        cleaned = self.clean(sentence)
+        ids = self.src_tokenizer.encode(cleaned)
+        if self.trained_length is not None and len(ids) > self.trained_length:
+            warnings.warn(
+                f"Translator: the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens, "
+                f"more than any training pair ({self.trained_length}); it is translated whole, but the translation "
+                "may be poorer",
+                LongInputWarning,
+                stacklevel=_stacklevel + 1,
+            )
+        return cleaned, ids
+
+    def translate(
+        self,
+        sentence: str,
+        *,
+        beam_size: int = 1,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
+        max_length: Optional[int] = None,
+        return_attention: bool = False,
+    ) -> Union[str, Translation]:
+        """Translate one sentence.
+
+        Args:
+            sentence: the input (cleaned like the training data before encoding).
+            beam_size: 1 for greedy decoding, more for beam search.
+            length_penalty: GNMT length-penalty exponent for beam search (scores are divided by
+                ``((5 + length) / 6) ** length_penalty``; default
+                :data:`~transformer_cpp.model.DEFAULT_LENGTH_PENALTY`).
+            max_length: most tokens to generate (default: the translator's ``max_length``, else
+                ``1.5 * source tokens + 10``).
+            return_attention: return a :class:`Translation` with the cross-attention weights
+                instead of the text.
+
+        Returns:
+            The translation text, or a :class:`Translation` with ``return_attention=True``.
+        """
+        if not isinstance(sentence, str):
+            raise TypeError(
+                f"Translator.translate: expected a str, got {type(sentence).__name__}; "
+                "use translate_batch for several sentences"
+            )
+        return cast(
+            Union[str, "Translation"],
+            self.translate_batch(
+                [sentence],
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                max_length=max_length,
+                return_attention=return_attention,
+                _stacklevel=3,
+            )[0],
+        )
+
+    def translate_batch(
+        self,
+        sentences: Sequence[str],
+        *,
+        beam_size: int = 1,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
+        max_length: Optional[int] = None,
+        return_attention: bool = False,
+        batch_size: int = 64,
+        _stacklevel: int = 2,
+    ) -> List[Any]:
+        """Translate several sentences (``batch_size`` at a time); a list of texts, or of
+        :class:`Translation` with ``return_attention=True``. See :meth:`translate`."""
+        if isinstance(sentences, str):
+            raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
+        sentences = list(sentences)
+        beam_size = self.check("beam_size", beam_size)
+        batch_size = self.check("batch_size", batch_size)
+        return_attention = _flag("Translator", "return_attention", return_attention)
+        length_penalty = self.check("length_penalty", length_penalty)
+        limit = self._limit(max_length) if max_length is not None else self.max_length
+        options = DecodeOptions(
+            beam_size=beam_size, length_penalty=length_penalty, max_length=limit, compute_type=self.compute_type
+        )
+        encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
+        results: List[Translation] = []
+        governor = self._thread_governor()
+        try:
+            for start in range(0, len(encoded), int(batch_size)):
+                chunk = encoded[start : start + int(batch_size)]
+                t0 = time.perf_counter()
+                results.extend(self._translate_chunk(chunk, options, return_attention))
+                if governor is not None:  # work ~ sentences x (source + output length)
+                    work = sum(len(ids) + len(r.target_ids) for (_, ids), r in zip(chunk, results[start:]))
+                    governor.record(time.perf_counter() - t0, max(work, 1))
+        finally:
+            if governor is not None:
+                set_num_threads(governor.most)
+        return results if return_attention else [r.text for r in results]
+
+    def _thread_governor(self) -> Optional[Any]:
+        """This translator's ThreadGovernor (kept across calls, so that what it learnt about the
+        machine carries over), set to its current choice; None with one thread or
+        ``adaptive_threads`` off. A thread count changed by the user starts a new one."""
+        most = get_num_threads()
+        if not self.adaptive_threads or most <= 1:
+            return None
+        if self._governor is None or self._governor.most != most:
+            self._governor = ThreadGovernor(most)
+        else:
+            set_num_threads(self._governor.threads)
+        return self._governor
+
+    def _translate_chunk(
+        self,
+        encoded: List[Tuple[str, List[int]]],
+        options: DecodeOptions,
+        return_attention: bool,
+    ) -> List[Translation]:
+        rows = [ids for _, ids in encoded]
+        tgt = self.tgt_tokenizer
+        found = decode_rows(self.model, rows, tgt.start_id, tgt.end_id, options)
+        results = []
+        for (cleaned, ids), hyps in zip(encoded, found):
+            best = hyps[0]
+            results.append(
+                Translation(
+                    source=cleaned,
+                    text=one_line(tgt.decode(best.ids)),
+                    source_ids=list(ids),
+                    target_ids=best.ids,
+                    source_pieces=[token_piece(self.src_tokenizer, i) for i in ids],
+                    target_pieces=[token_piece(tgt, i) for i in best.ids],
+                    finished=best.finished,
+                    score=best.score,
+                )
+            )
+        if return_attention and results:
+            weights = cross_attention(self.model, rows, [r.target_ids for r in results], tgt.start_id)
+            for r, w in zip(results, weights):
+                r.attention = w
+        return results
