@@ -378,7 +378,7 @@ def test_validation_bleu_subset_is_spread_over_the_whole_split():
     seen = []
 
     class EchoModel:
-        def greedy_decode(self, src, start_id, end_id, limit):
+        def greedy_decode(self, src, start_id, end_id, limit, compute_type="float32"):
             seen.extend(int(v) - 10 for v in src[:, 1])
             return src[:, 1:]
 

@@ -1,0 +1,277 @@
+"""Encoding sentence pairs as padded token-id arrays, and batching them: by sentence count or by
+tokens (batches of similar lengths), shuffled by a seed and the epoch so that a resumed run sees
+the same batches."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .._checks import flag as _flag, integer as _integer, seed as _seed
+
+logger = logging.getLogger("transformer_cpp.data")
+
+__all__ = ["Batch", "EncodedPairs", "batch_plan", "batches", "encode_pairs", "make_batch", "num_batches"]
+
+
+@dataclass(eq=False)
+class EncodedPairs:
+    """Sentence pairs as padded token ids, ready for :func:`batches`.
+
+    Attributes:
+        src: ``(N, S)`` int64 source ids, ``[start, ..., end, 0, 0, ...]``; S is the longest kept
+            source.
+        tgt: ``(N, T)`` int64 target ids, same layout.
+        src_lengths: ``(N,)`` int64 number of non-padding source tokens per pair.
+        tgt_lengths: ``(N,)`` int64 number of non-padding target tokens per pair.
+        indices: ``(N,)`` int64 position of each kept pair in the input lists.
+        removed: how many input pairs were dropped for being longer than ``max_length``.
+        max_length: the limit used (``None`` for none).
+    """
+
+    src: np.ndarray
+    tgt: np.ndarray
+    src_lengths: np.ndarray
+    tgt_lengths: np.ndarray
+    indices: np.ndarray
+    removed: int
+    max_length: Optional[int]
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+
+def _pad(rows: List[List[int]]) -> np.ndarray:
+    """Stack id lists into a zero-padded (len(rows), longest) int64 array."""
+    width = max(len(r) for r in rows)
+    out = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def encode_pairs(
+    src_sentences: Sequence[str],
+    tgt_sentences: Sequence[str],
+    src_tokenizer: Any,
+    tgt_tokenizer: Any,
+    max_length: Optional[int],
+) -> EncodedPairs:
+    """Encode sentence pairs with start/end tokens, drop pairs that are too long, pad with 0.
+
+    A pair is removed when either side has more than ``max_length`` tokens, start and end
+    included (the tutorial's filter); ``None`` keeps every pair. Each side is padded with id 0
+    after its end token up to the longest kept sentence of that side.
+
+    Args:
+        src_sentences, tgt_sentences: parallel lists of sentences.
+        src_tokenizer, tgt_tokenizer: :class:`~transformer_cpp.tokenizer.SubwordTokenizer` (or any
+            object with ``encode_batch(texts, add_special_tokens=True)`` and ``pad_id == 0``).
+        max_length: the longest sequence kept, in tokens, or ``None``.
+
+    Raises:
+        ValueError: if the lists differ in length or are empty, ``max_length < 2``, a tokenizer's
+            padding id is not 0, or every pair is too long.
+    """
+    caller = "encode_pairs"
+    if isinstance(src_sentences, str) or isinstance(tgt_sentences, str):
+        raise TypeError(f"{caller}: expected lists of sentences, got a single string")
+    src_list, tgt_list = list(src_sentences), list(tgt_sentences)
+    if len(src_list) != len(tgt_list):
+        raise ValueError(
+            f"{caller}: {len(src_list)} source sentences but {len(tgt_list)} target sentences; expected parallel lists"
+        )
+    if not src_list:
+        raise ValueError(f"{caller}: no sentence pairs to encode")
+    if max_length is not None:
+        max_length = _integer(caller, "max_length", max_length, 2)  # the start and end tokens
+    for label, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
+        if getattr(tok, "pad_id", 0) != 0:
+            raise ValueError(f"{caller}: {label}.pad_id is {tok.pad_id}; padding must be id 0")
+
+    src_ids = src_tokenizer.encode_batch(src_list, add_special_tokens=True)
+    tgt_ids = tgt_tokenizer.encode_batch(tgt_list, add_special_tokens=True)
+    keep = [
+        i
+        for i, (s, t) in enumerate(zip(src_ids, tgt_ids))
+        if max_length is None or (len(s) <= max_length and len(t) <= max_length)
+    ]
+    removed = len(src_list) - len(keep)
+    if not keep:
+        raise ValueError(f"{caller}: all {len(src_list)} pairs are longer than max_length={max_length} tokens")
+    src_kept = [src_ids[i] for i in keep]
+    tgt_kept = [tgt_ids[i] for i in keep]
+    if removed:
+        logger.info("%s: removed %d of %d pairs longer than %s tokens", caller, removed, len(src_list), max_length)
+    return EncodedPairs(
+        src=_pad(src_kept),
+        tgt=_pad(tgt_kept),
+        src_lengths=np.array([len(s) for s in src_kept], dtype=np.int64),
+        tgt_lengths=np.array([len(t) for t in tgt_kept], dtype=np.int64),
+        indices=np.array(keep, dtype=np.int64),
+        removed=removed,
+        max_length=max_length,
+    )
+
+
+# ---------------------------------------------------------------------------- batching
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """One training batch (teacher forcing), all C-contiguous int64.
+
+    Attributes:
+        src: ``(B, S)`` source ids, trimmed to the longest source in the batch.
+        tgt_in: ``(B, T-1)`` decoder input, ``tgt[:, :-1]`` (starts with the start id).
+        tgt_out: ``(B, T-1)`` labels, ``tgt[:, 1:]`` (ends with the end id, then padding).
+        indices: ``(B,)`` rows of the :class:`EncodedPairs` in this batch.
+    """
+
+    src: np.ndarray
+    tgt_in: np.ndarray
+    tgt_out: np.ndarray
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_target_tokens(self) -> int:
+        """Number of non-padding labels (what the loss averages over)."""
+        return int(np.count_nonzero(self.tgt_out))
+
+
+def num_batches(encoded_or_n: Union[EncodedPairs, int], batch_size: int, *, drop_remainder: bool = False) -> int:
+    """Number of batches :func:`batches` yields for ``encoded_or_n`` examples (sentence batches)."""
+    batch_size = _integer("num_batches", "batch_size", batch_size, 1)
+    n = len(encoded_or_n) if isinstance(encoded_or_n, EncodedPairs) else int(encoded_or_n)
+    if n < 0:
+        raise ValueError(f"num_batches: the number of examples must be >= 0, got {n}")
+    return n // batch_size if drop_remainder else -(-n // batch_size)
+
+
+def batch_plan(
+    encoded: EncodedPairs,
+    batch_size: int = 64,
+    *,
+    max_tokens: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    bucket_by_length: bool = False,
+    drop_remainder: bool = False,
+    bucket_pool: int = 50,
+) -> List[np.ndarray]:
+    """The rows of ``encoded`` in each batch of one epoch, in training order (see :func:`batches`)."""
+    caller = "batches"
+    if not isinstance(encoded, EncodedPairs):
+        raise TypeError(f"{caller}: expected EncodedPairs (from encode_pairs), got {type(encoded).__name__}")
+    batch_size = _integer(caller, "batch_size", batch_size, 1)
+    max_tokens = _integer(caller, "max_tokens", max_tokens, 0)  # 0: batches of batch_size pairs
+    bucket_pool = _integer(caller, "bucket_pool", bucket_pool, 1)
+    shuffle = _flag(caller, "shuffle", shuffle)
+    bucket_by_length = _flag(caller, "bucket_by_length", bucket_by_length)
+    drop_remainder = _flag(caller, "drop_remainder", drop_remainder)
+    for name, value in (("bucket_by_length", bucket_by_length), ("drop_remainder", drop_remainder)):
+        if max_tokens and value:  # it would be ignored, not applied
+            raise ValueError(
+                f"{caller}: {name} applies to batches of batch_size pairs; with max_tokens {max_tokens} "
+                f"the batches are cut by tokens (and sorted by length): set max_tokens=0 or {name}=False"
+            )
+    seed, epoch = _seed(caller, "seed", seed), _seed(caller, "epoch", epoch)
+    n = len(encoded)
+    rng = np.random.default_rng([seed, epoch]) if shuffle else None
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    lengths = np.maximum(encoded.src_lengths, encoded.tgt_lengths)
+    if max_tokens:
+        # token budget: sort by length (ties in this epoch's random order), cut greedily so that
+        # rows * longest row <= max_tokens, then shuffle the batches
+        order = order[np.argsort(lengths[order], kind="stable")]
+        plan: List[np.ndarray] = []
+        start, longest = 0, 0
+        for pos in range(n):
+            length = int(lengths[order[pos]])
+            if pos > start and (pos - start + 1) * max(longest, length) > max_tokens:
+                plan.append(order[start:pos])
+                start, longest = pos, 0
+            longest = max(longest, length)
+        if n > start:
+            plan.append(order[start:n])
+        if rng is not None:
+            plan = [plan[i] for i in rng.permutation(len(plan))]
+        return plan
+    if bucket_by_length:
+        pool = bucket_pool * batch_size
+        pieces = []
+        for start in range(0, n, pool):
+            chunk = order[start : start + pool]
+            pieces.append(chunk[np.argsort(lengths[chunk], kind="stable")])
+        order = np.concatenate(pieces) if pieces else order
+    starts = list(range(0, n, batch_size))
+    if drop_remainder and n % batch_size:
+        starts = starts[:-1]
+    if bucket_by_length and rng is not None:
+        starts = [starts[i] for i in rng.permutation(len(starts))]
+    return [order[start : start + batch_size] for start in starts]
+
+
+def batches(
+    encoded: EncodedPairs,
+    batch_size: int = 64,
+    *,
+    max_tokens: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    bucket_by_length: bool = False,
+    drop_remainder: bool = False,
+    bucket_pool: int = 50,
+) -> Iterator[Batch]:
+    """Yield :class:`Batch` es over ``encoded``; each example appears once per epoch.
+
+    Order: with ``shuffle``, the examples are permuted by a generator seeded with
+    ``(seed, epoch)``, so a given epoch is reproducible and different epochs differ. With
+    ``bucket_by_length``, the order is then cut into pools of ``bucket_pool * batch_size``
+    examples, each pool is sorted by length (longer of source and target, stable), the result is
+    cut into batches, and the batches are shuffled (when ``shuffle``), so that a batch holds
+    sentences of similar length and carries little padding. Without ``drop_remainder`` the
+    last batch may be smaller; with it, that batch is dropped.
+
+    With ``max_tokens > 0`` batches are sized by tokens instead of pairs: the examples are
+    sorted by length (ties in the epoch's random order) and cut so that each batch's padded
+    size, ``pairs * longest (source or target)``, stays within ``max_tokens`` (a single longer
+    pair makes a batch of its own); the batches are then shuffled. ``batch_size`` does not apply;
+    ``bucket_by_length`` and ``drop_remainder`` are refused (ValueError).
+
+    Each batch is trimmed to its longest source and target, so it has no all-padding column.
+    """
+    for idx in batch_plan(
+        encoded,
+        batch_size,
+        max_tokens=max_tokens,
+        shuffle=shuffle,
+        seed=seed,
+        epoch=epoch,
+        bucket_by_length=bucket_by_length,
+        drop_remainder=drop_remainder,
+        bucket_pool=bucket_pool,
+    ):
+        yield make_batch(encoded, idx)
+
+
+def make_batch(encoded: EncodedPairs, idx: np.ndarray) -> Batch:
+    """The :class:`Batch` of rows ``idx`` of ``encoded``, trimmed to its longest source and target."""
+    s_len = int(encoded.src_lengths[idx].max())
+    t_len = int(encoded.tgt_lengths[idx].max())
+    src = np.ascontiguousarray(encoded.src[idx, :s_len], dtype=np.int64)
+    tgt = encoded.tgt[idx, :t_len]
+    return Batch(
+        src=src,
+        tgt_in=np.ascontiguousarray(tgt[:, :-1], dtype=np.int64),
+        tgt_out=np.ascontiguousarray(tgt[:, 1:], dtype=np.int64),
+        indices=np.ascontiguousarray(idx, dtype=np.int64),
+    )
