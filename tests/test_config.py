@@ -19,6 +19,7 @@ import pytest
 
 import transformer_cpp as tc
 from transformer_cpp import cli, kernels
+from transformer_cpp.cli.train import request_from_args
 from transformer_cpp._checks import Limit, choice, flag, integer, number, seed
 from transformer_cpp.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_cpp.config import MODEL_FIELDS, OPTIMIZER_FIELDS, OptimizerConfig, TransformerConfig, option_fields
@@ -233,9 +234,9 @@ def test_every_field_with_an_option_is_a_command_line_option():
             assert "--no-" + f.option.replace("_", "-") in options
     # the command line's option values become the model's and TrainConfig's settings
     args = parser.parse_args(["train", "--layers", "3", "--tie-embeddings", "--adam-eps", "1e-8", "--warmup", "7"])
-    arch, train_settings, _ = cli._requested(args, None)
-    assert arch == {"n_layers": 3, "share_embeddings": True}
-    assert train_settings == {"adam_eps": 1e-8, "warmup": 7}
+    request = request_from_args(args)
+    assert request.architecture == {"n_layers": 3, "share_embeddings": True}
+    assert request.training == {"adam_eps": 1e-8, "warmup": 7}
 
 
 def test_presets_and_recipes_use_the_fields():

@@ -1050,7 +1050,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
     import argparse
     import math
 
-    from transformer_cpp import cli
+    from transformer_cpp import options
     from transformer_cpp.training import TrainConfig
     from transformer_cpp.translate import Translator
 
@@ -1097,7 +1097,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
     ):  # the command line asks for at least one epoch
         return
     try:
-        cli._setting(owner, name, minimum=1 if name == "epochs" else None)(repr(value))
+        options.setting(owner, name, minimum=1 if name == "epochs" else None)(repr(value))
         cli_error = None
     except argparse.ArgumentTypeError as exc:
         cli_error = str(exc)

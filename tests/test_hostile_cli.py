@@ -25,6 +25,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from transformer_cpp import cli
+from transformer_cpp.cli import tools as cli_tools
 from transformer_cpp.checkpoint import load_checkpoint, nonfinite_tensors
 from transformer_cpp.training import TrainConfig
 from transformer_cpp.translate import Translator
@@ -261,7 +262,7 @@ def test_sizes_beyond_memory_are_one_line(tmp_path, monkeypatch, capsys):
     def out_of_memory(args):
         raise MemoryError("std::bad_alloc")
 
-    monkeypatch.setattr(cli, "_cmd_figures", out_of_memory)
+    monkeypatch.setattr(cli_tools, "run_figures", out_of_memory)
     assert cli.main(["figures"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("transformer-cpp figures: error: out of memory (std::bad_alloc): ") and "\n" not in err
@@ -292,7 +293,8 @@ def test_damaged_or_absurd_checkpoints_are_one_line(trained, tmp_path):
 
 def test_a_bug_is_one_line_that_says_so():
     code = (
-        "import sys, transformer_cpp.cli as cli\ncli._cmd_figures = lambda args: [][1]\nsys.exit(cli.main(['figures']))"
+        "import sys, transformer_cpp.cli as cli, transformer_cpp.cli.tools as tools\n"
+        "tools.run_figures = lambda args: [][1]\nsys.exit(cli.main(['figures']))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -523,8 +525,9 @@ def test_a_data_file_with_an_endless_line_is_refused_without_reading_it_whole(tm
 
 def test_line_ends_across_read_chunks(tmp_path, monkeypatch):
     from transformer_cpp import data as tdata
+    from transformer_cpp.data import tatoeba
 
-    monkeypatch.setattr(tdata, "_CHUNK", 3)  # every kind of line end falls on a chunk boundary somewhere
+    monkeypatch.setattr(tatoeba, "_CHUNK", 3)  # every kind of line end falls on a chunk boundary somewhere
     lines = [f"The cat {i}.\tEl gato {i}." for i in range(7)]
     payload = (
         lines[0]

@@ -308,7 +308,7 @@ def cli_run(tmp_path_factory):
 
 def test_train_reports_lengths_split_and_bleu(cli_run):
     root, _, _, result = cli_run
-    assert "99.5% <=" in result.stderr and "split by English sentence" in result.stderr
+    assert "99.5% <=" in result.stderr and "split by source sentence" in result.stderr
     assert "val_bleu" in result.stderr
     cfg = json.loads((root / "run" / "epoch-0002" / "config.json").read_text())
     assert cfg["data"]["split"] == "by-source" and cfg["data"]["sampling"] == "random"

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from transformer_cpp.checkpoint import CheckpointError, resolve_checkpoint
-from transformer_cpp.cli import _split_digest
+from transformer_cpp.task import split_digest
 from transformer_cpp.data import sentence_key, load_tatoeba, split_by_source
 from transformer_cpp.text import clean_corpus
 
@@ -42,7 +42,7 @@ def main() -> None:
     split = split_by_source(sources, targets, info["valid_fraction"], info["test_fraction"], seed=info["split_seed"])
     test = ([sources[i] for i in split.test], [targets[i] for i in split.test])
     recorded = (info.get("split_digests") or {}).get("test")
-    if recorded is not None and _split_digest(*test) != recorded:
+    if recorded is not None and split_digest(*test) != recorded:
         sys.exit(f"{info['path']}: the test split rebuilt from it is not the one the run held out (the file changed)")
     translations = collections.Counter(sentence_key(s) for s in sources)
     kept = [i for i in split.test if translations[sentence_key(sources[i])] == 1]

@@ -43,7 +43,8 @@ from .layers import (
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch
 from .optim import Adam
-from .model import PRESETS, RECIPES, NonFiniteError, Transformer, preset_config, preset_recipe
+from .model import NonFiniteError, Transformer
+from .task import PRESETS, RECIPES, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
 from .training import TrainConfig, Trainer, TrainingDiverged, TrainingInterrupted

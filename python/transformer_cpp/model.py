@@ -1,8 +1,7 @@
-"""The encoder-decoder Transformer, a thin Python class over the C++ model, and its presets."""
+"""The encoder-decoder Transformer, a thin Python class over the C++ model."""
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple, cast
@@ -14,7 +13,7 @@ from ._checks import flag as _flag
 from .config import MODEL_FIELDS, OPTIMIZER_FIELDS, describe_fields, keyword_parameters
 from .layers import core_class
 
-__all__ = ["NonFiniteError", "PRESETS", "RECIPES", "Transformer", "preset_config", "preset_recipe"]
+__all__ = ["DEFAULT_LENGTH_PENALTY", "NonFiniteError", "Transformer"]
 
 #: Raised when weights, a loss, a gradient norm or an output hold NaN or infinity (a diverged run,
 #: a damaged checkpoint, an overflow). Both a ``FloatingPointError`` and a ``RuntimeError``.
@@ -24,96 +23,6 @@ NonFiniteError = _core.NonFiniteError
 #: (``Transformer.beam_search``, ``DecodeOptions``, the command line and the server). 1.0 scored
 #: higher validation BLEU than GNMT's 0.6 with the package's recipes (docs/experiments.md).
 DEFAULT_LENGTH_PENALTY = 1.0
-
-# Presets, named for what they are for. PRESETS holds each one's architecture (vocabulary sizes
-# come from the tokenizers; max_length is only the positional table's initial size, a cache);
-# RECIPES holds how `transformer-cpp train` trains it: TrainConfig fields ("train"), data
-# settings ("data") and architecture settings the command resolves when it runs ("model":
-# precision "auto", measured by precision.py). Options given on the command line override all.
-PRESETS: Dict[str, Dict[str, Any]] = {
-    # the README's main job: all the data, 10 minutes on 2 cores (decoder embedding tied to the
-    # output layer: +1.3 validation BLEU at the same speed, docs/experiments.md run "tie")
-    "quick": dict(d_model=128, n_layers=2, n_heads=4, d_ff=512, dropout=0.0, max_length=64, share_embeddings=True),
-    # about an hour on 2 cores
-    "standard": dict(d_model=256, n_layers=3, n_heads=4, d_ff=1024, dropout=0.1, max_length=64),
-    # the TensorFlow NMT tutorial: the first 80k pairs, vocabulary target 2**14, max length 15
-    "tutorial": dict(d_model=512, n_layers=4, n_heads=8, d_ff=512, dropout=0.1, max_length=15),
-    # the paper's base model
-    "base": dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, dropout=0.1, max_length=2048),
-    # tests, notebooks, CI
-    "tiny": dict(d_model=128, n_layers=2, n_heads=4, d_ff=256, dropout=0.1, max_length=15),
-}
-
-RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
-    # average_last 2: the last two checkpoints (the last full epoch and the partial one the
-    # budget ends in) averaged: +0.35 validation BLEU (beam 4) on run "tielr", 44.45 vs 44.10
-    "quick": {
-        "train": dict(
-            max_tokens=1500,
-            warmup=600,
-            lr_scale=0.8,
-            label_smoothing=0.1,
-            decay=True,
-            time_budget=10.0,
-            epochs=1000,
-            average_last=2,
-        ),
-        "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
-        # bf16 where a step measures >= 1.10x float32 (1.35-1.45x on Zen 4; slower on a Xeon
-        # whose vdpbf16ps runs at half rate): see precision.py
-        "model": dict(precision="auto"),
-        # model size auto: d_model 192 where a step measures fast enough for it to get 7.5 epochs
-        # in the budget (about 10 on Zen 5 in bf16, where it ends ahead of d_model 128;
-        # docs/experiments.md, session 11, runs d192 and d192d05); else the preset's d_model 128
-        # (about 9 epochs on Zen 4 in bf16, where d_model 192 would get 5-6 and end behind)
-        "grow": dict(arch=dict(d_model=192, d_ff=768, dropout=0.05), min_epochs=7.5),
-    },
-    "standard": {
-        "train": dict(
-            max_tokens=1500,
-            warmup=1000,
-            lr_scale=0.7,
-            label_smoothing=0.1,
-            decay=True,
-            time_budget=60.0,
-            epochs=1000,
-            average_last=3,
-        ),
-        "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
-        "model": dict(precision="auto"),
-    },
-    "tutorial": {
-        "train": dict(batch_size=64, warmup=4000, epochs=10),
-        "data": dict(num_samples=80_000, sampling="first", vocab_size=2**14, max_length=15),
-    },
-    "base": {
-        "train": dict(max_tokens=8000, warmup=4000, label_smoothing=0.1, epochs=20),
-        "data": dict(num_samples=0, sampling="random", vocab_size=2**14, max_length=0),
-    },
-    "tiny": {
-        "train": dict(batch_size=64, warmup=4000, epochs=10),
-        "data": dict(num_samples=0, sampling="random", vocab_size=8000, max_length=0),
-    },
-}
-
-
-def preset_config(name: str) -> Dict[str, Any]:
-    """A copy of preset ``name``'s architecture; ValueError naming the presets if unknown."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
-    return dict(PRESETS[name])
-
-
-def preset_recipe(name: str) -> Dict[str, Dict[str, Any]]:
-    """A copy of preset ``name``'s training recipe: ``{"train": TrainConfig fields, "data":
-    data settings}``, and for some ``"model"``: ``{"precision": "auto"}`` (the command measures
-    which precision trains faster, :func:`transformer_cpp.precision.choose_precision`) and
-    ``"grow"``: ``{"arch": a larger architecture, "min_epochs": n}`` (the command trains the larger
-    model when a step measures fast enough for n epochs in the time budget,
-    :func:`transformer_cpp.precision.choose_size`) (``max_length`` 0: cover 99.9% of the training pairs; ``num_samples`` 0:
-    all pairs)."""
-    preset_config(name)
-    return copy.deepcopy(RECIPES[name])
 
 
 class Transformer:

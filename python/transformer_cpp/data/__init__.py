@@ -14,6 +14,7 @@ Pipeline::
 """
 
 from .batching import Batch, EncodedPairs, batch_plan, batches, encode_pairs, make_batch, num_batches
+from .record import SPLIT_BY_PAIR, SPLIT_BY_SOURCE, DataRecord
 from .split import (
     LENGTH_PERCENTILES,
     SourceSplit,
@@ -42,6 +43,9 @@ from .tatoeba import (
 )
 
 __all__ = [
+    "DataRecord",
+    "SPLIT_BY_PAIR",
+    "SPLIT_BY_SOURCE",
     "Batch",
     "CACHE_ENV_VAR",
     "DATA_ENV_VAR",

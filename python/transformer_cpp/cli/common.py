@@ -1,0 +1,65 @@
+"""What every command of ``transformer-cpp`` shares: the program name, the user-error type, the
+one-line argument parser, and the console (in a data-parallel run only rank 0 speaks)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn, Optional
+
+from .._runtime import build_info, set_num_threads
+from .._version import __version__
+from ..task import TaskError
+
+__all__ = ["PROG", "Console", "Parser", "UserError", "console", "set_threads", "version_text"]
+
+PROG = "transformer-cpp"
+
+
+class UserError(TaskError):
+    """An error the user can fix; printed as one line without a traceback."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block) and exit with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class Console:
+    """Where the commands' messages go: standard error. In a data-parallel run (``mpiexec``) only
+    rank 0 speaks; the other ranks still report an error of their own, prefixed with their rank."""
+
+    def __init__(self) -> None:
+        self.quiet = False
+        self.rank_prefix = ""
+
+    def as_rank(self, rank: int) -> None:
+        """Speak as rank ``rank`` of a data-parallel run."""
+        self.quiet = rank != 0
+        self.rank_prefix = f"rank {rank}: " if rank else ""
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+
+#: The console of this process.
+console = Console()
+
+
+def set_threads(threads: Optional[int]) -> None:
+    """Use ``threads`` C++ threads (None: leave the default, every core)."""
+    if threads is not None:
+        set_num_threads(threads)
+
+
+def version_text() -> str:
+    """``transformer-cpp --version``: the version and the build facts."""
+    info = build_info()
+    lines = [f"transformer-cpp {__version__}"]
+    for key in ("compiler", "build_type", "flags", "openmp", "eigen_version", "simd", "hardware_threads"):
+        if key in info:
+            lines.append(f"  {key:<16} {info[key]}")
+    return "\n".join(lines)

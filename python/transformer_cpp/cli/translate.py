@@ -1,0 +1,265 @@
+"""``transformer-cpp translate`` and ``transformer-cpp evaluate``: a :class:`~transformer_cpp.translate.Translator`
+from a checkpoint, on sentences (arguments or standard input) or on held-out pairs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..checkpoint import read_checkpoint_config
+from ..data import DataRecord
+from ..options import add_decoding_options, count_option, encoding_option, limits_of, path_option, setting
+from ..task import check_same_split, load_pairs, load_split
+from ..text import check_text
+from ..translate import LongInputWarning, Translator, evaluate
+from .common import PROG, UserError, console, set_threads
+
+__all__ = ["add_evaluate_parser", "add_translate_parser", "run_evaluate", "run_translate"]
+
+
+def _read_input_lines() -> Tuple[List[Optional[str]], List[Tuple[int, str]]]:
+    """Standard input as lines of text, read as bytes and decoded line by line as UTF-8:
+    ``(lines, bad)`` where an undecodable line is ``None`` in ``lines`` and ``(line number, what
+    is wrong)`` in ``bad``. Lines end in ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as
+    data files are read."""
+    data = sys.stdin.buffer.read()
+    raw_lines = re.split(rb"\r\n|\r|\n", data)
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()  # the line end that ends the last line
+    lines: List[Optional[str]] = []
+    bad: List[Tuple[int, str]] = []
+    for number, raw in enumerate(raw_lines, 1):
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # a UTF-8 byte-order mark
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            lines.append(None)
+            bad.append(
+                (number, f"{exc.reason} at byte {exc.start + 1} ({raw[exc.start : max(exc.end, exc.start + 1)]!r})")
+            )
+    return lines, bad
+
+
+def _translate_lines(
+    translator: Any, todo: List[Tuple[int, str]], args: argparse.Namespace
+) -> Tuple[Dict[int, str], List[Tuple[int, str]]]:
+    """Translate ``(number, sentence)`` pairs a batch at a time: ``({number: translation}, failed)``.
+    A batch the core refuses (a sentence too long for the memory, say) is retried sentence by
+    sentence, so that one sentence fails alone: ``failed`` holds ``(number, why)``."""
+    done: Dict[int, str] = {}
+    failed: List[Tuple[int, str]] = []
+
+    def translate(chunk: List[Tuple[int, str]]) -> None:
+        texts = translator.translate_batch(
+            [s for _, s in chunk],
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+        )
+        done.update(zip((n for n, _ in chunk), texts))
+
+    for start in range(0, len(todo), args.batch_size):
+        chunk = todo[start : start + args.batch_size]
+        try:
+            translate(chunk)
+        except (ValueError, MemoryError) as exc:
+            if len(chunk) == 1:
+                failed.append((chunk[0][0], " ".join(str(exc).split()) or type(exc).__name__))
+                continue
+            for item in chunk:
+                try:
+                    translate([item])
+                except (ValueError, MemoryError) as one:
+                    failed.append((item[0], " ".join(str(one).split()) or type(one).__name__))
+    return done, failed
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    """``transformer-cpp translate``."""
+    set_threads(args.threads)
+    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
+    bad: List[Tuple[int, str]] = []
+    if args.sentences:
+        sentences: List[Optional[str]] = []
+        what = "argument"
+        for number, sentence in enumerate(args.sentences, 1):
+            try:
+                sentences.append(check_text(sentence, "translate"))
+            except ValueError:  # bytes that were not UTF-8 (Python keeps them as lone surrogates)
+                sentences.append(None)
+                bad.append((number, ""))
+    else:
+        if sys.stdin.isatty():
+            console.say("reading sentences from standard input, one per line (end with Ctrl-D)")
+        sentences, bad = _read_input_lines()
+        what = "line"
+    for number, problem in bad[:20]:
+        console.say(
+            f"{PROG} translate: {what} {number} is not valid UTF-8{f' ({problem})' if problem else ''}; its output "
+            "line is left empty"
+        )
+    if len(bad) > 20:
+        console.say(
+            f"{PROG} translate: {len(bad) - 20:,} more {what}s are not valid UTF-8; their output lines are left empty"
+        )
+    todo = [(n, s) for n, s in enumerate(sentences, 1) if s is not None and s.strip()]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LongInputWarning)
+        done, failed = _translate_lines(translator, todo, args)
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, LongInputWarning)):
+        console.say(f"{PROG} translate: warning: {message}")  # once each, though a refused batch is retried
+    for number, why in failed:
+        console.say(f"{PROG} translate: {what} {number} cannot be translated: {why}; its output line is left empty")
+    for number in range(1, len(sentences) + 1):
+        print(done.get(number, ""))
+    if bad or failed:
+        console.say(
+            f"{PROG} translate: {len(bad) + len(failed):,} of {len(sentences):,} {what}s not translated (see above); "
+            "the others are"
+        )
+        return 1
+    return 0
+
+
+def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str]]:
+    """The pairs of ``path``; lines that are not valid in ``encoding`` are left out and reported
+    by line number, with every other line left out."""
+    record = DataRecord(encoding=encoding, decode_errors="skip")
+    pairs = load_pairs(path, record, console.say, sampling="first")
+    return pairs.english, pairs.spanish
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """``transformer-cpp evaluate``."""
+    set_threads(args.threads)
+    if args.output is not None:  # before the work, not after it
+        folder = Path(args.output).parent
+        if Path(args.output).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise UserError(f"--output '{args.output}' cannot be written (not a file in a writable directory)")
+    ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
+    record = DataRecord.from_dict(cfg.get("data")) if cfg.get("data") else None
+    translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
+    if args.pairs is not None:
+        sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
+        what = f"{args.pairs}"
+    else:
+        if record is None:
+            raise UserError(
+                f"checkpoint '{ckpt_dir}' does not record its data split (it was not written by "
+                f"'{PROG} train'); score it on a file with --pairs"
+            )
+        if args.split == "test" and not record.test_fraction:
+            raise UserError("the run kept no test split (test fraction 0); use --split valid or --pairs FILE")
+        if args.encoding is not None:  # e.g. the data file was converted since
+            record = record.replace(encoding=args.encoding)
+        split, rebuilt = load_split(args.data if args.data is not None else record.path, record, console.say)
+        check_same_split(args.split, record, rebuilt)
+        sources, references = split[args.split]
+        what = f"the {args.split} split"
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
+    if not sources:
+        raise UserError(f"{what} has no sentence pair")
+    result = evaluate(
+        translator,
+        sources,
+        references,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        tgt_lang=record.tgt_lang if record is not None else "es",
+    )
+    if args.output is not None:
+        Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+    print(f"checkpoint  {ckpt_dir}")
+    print(
+        f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+        + (f", compute type {args.compute_type}" if args.compute_type != "float32" else "")
+    )
+    print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
+    print(f"chrF        {result.chrf:.2f}   ({result.chrf_signature})")
+    if result.sources < result.sentences:
+        print(
+            f"all refs    BLEU {result.multi_bleu:.2f}  chrF {result.multi_chrf:.2f}   ({result.sources} distinct "
+            f"sources, each scored once against all its references)"
+        )
+    print(f"loss        {result.loss:.4f}")
+    print(f"accuracy    {result.accuracy:.4f}")
+    if args.output is not None:
+        print(f"hypotheses  {args.output}")
+    for i in range(min(args.examples, len(sources))):
+        print(f"\n  source     {sources[i]}\n  reference  {result.references[i]}\n  output     {result.hypotheses[i]}")
+    return 0
+
+
+def add_translate_parser(sub: Any) -> None:
+    """``transformer-cpp translate``."""
+    p = sub.add_parser(
+        "translate",
+        help="translate sentences with a trained model",
+        description="Translate the sentences given as arguments, or one per line from "
+        "standard input; prints one translation per line.",
+    )
+    p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+    )
+    add_decoding_options(p)
+    p.add_argument(
+        "--max-length",
+        type=setting("Translator", "max_length"),
+        default=None,
+        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
+        + limits_of("Translator")["max_length"].describe()
+        + ")",
+    )
+    p.set_defaults(func=run_translate)
+
+
+def add_evaluate_parser(sub: Any) -> None:
+    """``transformer-cpp evaluate``."""
+    p = sub.add_parser(
+        "evaluate",
+        help="BLEU, chrF, loss and accuracy on held-out pairs or a pairs file",
+        description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
+        "'English<TAB>Spanish[<TAB>...]' lines (--pairs), or on the run's own test (or "
+        "validation) split, rebuilt from the checkpoint's record.",
+    )
+    p.add_argument(
+        "--pairs",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="score on this pairs file instead of the run's split",
+    )
+    p.add_argument(
+        "--output", type=path_option, default=None, metavar="FILE", help="write the translations here, one per line"
+    )
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+    )
+    p.add_argument(
+        "--data", type=path_option, default=None, help="the data file (default: the one the run was trained on)"
+    )
+    p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
+    p.add_argument(
+        "--encoding",
+        type=encoding_option,
+        default=None,
+        help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
+        "not valid in it are left out and reported by line number",
+    )
+    p.add_argument(
+        "--limit", type=count_option("limit", 0), default=0, help="score only the first N pairs (default all)"
+    )
+    add_decoding_options(p)
+    p.add_argument(
+        "--examples", type=count_option("examples", 0), default=0, help="also print the first N translations"
+    )
+    p.set_defaults(func=run_evaluate)

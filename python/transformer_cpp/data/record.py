@@ -1,0 +1,83 @@
+"""What a training run records about its data: the ``data`` section of every checkpoint it writes.
+
+The record says how to rebuild the run's split exactly (file, sampling, seed, fractions, encoding)
+and what came of it (pairs loaded, a digest per split, the length limit), so that ``evaluate``
+scores the held-out pairs and ``train --resume`` continues on the same ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+
+__all__ = ["DataRecord", "SPLIT_BY_PAIR", "SPLIT_BY_SOURCE"]
+
+#: Pairs split by source sentence (:func:`~transformer_cpp.data.split_by_source`): no leak.
+SPLIT_BY_SOURCE = "by-source"
+#: Pairs split one by one (:func:`~transformer_cpp.data.train_val_test_split`): what records
+#: without a ``split`` key hold.
+SPLIT_BY_PAIR = "by-pair"
+
+
+@dataclass
+class DataRecord:
+    """The data settings of a run and what the data gave (see the module docstring)."""
+
+    #: Source and target language codes (cleaning and tokenization follow them).
+    src_lang: str = "en"
+    tgt_lang: str = "es"
+    #: How the pairs were split: :data:`SPLIT_BY_SOURCE` or :data:`SPLIT_BY_PAIR`.
+    split: str = SPLIT_BY_SOURCE
+    #: Pairs read from the file (0 = all) and how they were chosen ("random" or "first", the shortest).
+    num_samples: int = 0
+    sampling: str = "random"
+    #: Subword vocabulary size asked for, per language (or one shared with ``joint_vocab``).
+    vocab_size: int = 8000
+    joint_vocab: bool = False
+    #: Seed of the sampling and of the split, and the held-out shares.
+    split_seed: int = 0
+    valid_fraction: float = 0.02
+    test_fraction: float = 0.03
+    #: The length limit asked for (0 = automatic) and the one used, in tokens.
+    max_length_option: int = 0
+    max_length: Optional[int] = None
+    #: How the file was read: its text encoding, and "strict" (stop at an undecodable line) or "skip".
+    encoding: str = "utf-8"
+    decode_errors: str = "strict"
+    #: The file (absolute path), how many pairs it gave, and a digest of each split's pairs.
+    path: Optional[str] = None
+    pairs_loaded: Optional[int] = None
+    split_digests: Dict[str, str] = field(default_factory=dict)
+    #: Keys of the stored section that are not fields here (checkpoint averaging adds
+    #: ``averaged_from``), kept so that a record read and written again loses nothing.
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, values: Optional[Mapping[str, Any]]) -> "DataRecord":
+        """The record a checkpoint stored, including those written before a field existed: a
+        missing field gets the value such runs used (they sampled the first pairs, split pair by
+        pair, and skipped undecodable lines when no encoding was recorded)."""
+        values = dict(values or {})
+        legacy: Dict[str, Any] = {
+            "sampling": "first",
+            "split": SPLIT_BY_PAIR,
+            "decode_errors": "strict" if "encoding" in values else "skip",
+        }
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in values.items() if k in names}
+        extra = {k: v for k, v in values.items() if k not in names}
+        record = cls(**{**legacy, **known})
+        record.split_digests = dict(record.split_digests or {})
+        record.extra = extra
+        return record
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The record as the JSON object a checkpoint stores."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out["split_digests"] = dict(self.split_digests)
+        return {**out, **self.extra}
+
+    def replace(self, **changes: Any) -> "DataRecord":
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,631 @@
+"""The translation task: from a data file and a request (a preset and the settings given) to a
+:class:`~transformer_cpp.training.Trainer` ready to fit, new or resumed.
+
+Every step is a function of its own, so the command line, the notebooks, data-parallel runs and
+the tools share them: read and split the data (:func:`load_split`, recorded in a
+:class:`~transformer_cpp.data.DataRecord`), build the vocabularies (:func:`build_tokenizers`),
+choose the length limit (:func:`choose_max_length`), encode (:func:`encode_split`), resolve
+``precision="auto"`` and model size auto, and build the trainer (:func:`new_trainer`,
+:func:`resume_trainer`). Progress goes through a ``report`` callback (one line each; pass
+``quiet`` to say nothing). A problem the user can fix is a :class:`TaskError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..checkpoint import TRAINER_STATE_FILE, load_checkpoint, read_checkpoint_config
+from ..config import MODEL_FIELDS, defaults, option_fields
+from ..data import (
+    SPLIT_BY_SOURCE,
+    DataRecord,
+    EncodedPairs,
+    TatoebaPairs,
+    UndecodableLineError,
+    check_fractions,
+    encode_pairs,
+    length_limit,
+    length_percentiles,
+    load_tatoeba,
+    split_by_source,
+    train_val_test_split,
+)
+from ..model import Transformer
+from ..precision import choose_precision, choose_size
+from ..text import clean_corpus
+from ..tokenizer import SubwordTokenizer
+from ..training import TrainConfig, Trainer, world_size_problem
+from .presets import AUTO_PRECISION, DEFAULT_PRESET, SIZE_FIELDS, preset_config, preset_recipe
+
+__all__ = [
+    "CHANGEABLE_ON_RESUME",
+    "LENGTH_COVERAGE",
+    "SetupSteps",
+    "Silent",
+    "Split",
+    "TaskError",
+    "TrainRequest",
+    "build_tokenizers",
+    "check_resume_request",
+    "check_same_split",
+    "choose_max_length",
+    "encode_split",
+    "load_pairs",
+    "load_split",
+    "new_trainer",
+    "quiet",
+    "requested_settings",
+    "resume_trainer",
+    "say",
+    "size_growth",
+    "split_digest",
+    "split_sentences",
+]
+
+#: Share of the training pairs that the automatic length limit (max_length_option 0) keeps.
+LENGTH_COVERAGE = 99.9
+#: TrainConfig settings a resumed run may change (they do not alter what a step computes).
+CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last")
+
+Report = Callable[[str], None]
+
+
+def say(message: str) -> None:
+    """The default ``report``: one line on standard error."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def quiet(message: str) -> None:
+    """A ``report`` that says nothing."""
+
+
+class TaskError(ValueError):
+    """A problem the user can fix: the data, the settings asked for, the run directory."""
+
+
+class Silent(Exception):
+    """A setup step failed on another rank of a data-parallel run, and rank 0 says what."""
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def _line_numbers(numbers: Sequence[int], shown: int = 20) -> str:
+    """``"3, 9 and 17"``, or the first ``shown`` and how many more."""
+    head = [str(n) for n in numbers[:shown]]
+    if len(numbers) > shown:
+        return ", ".join(head) + f" and {len(numbers) - shown:,} more"
+    return head[0] if len(head) == 1 else ", ".join(head[:-1]) + " and " + head[-1]
+
+
+def load_pairs(path: Optional[str], record: DataRecord, report: Report = say, **kwargs: Any) -> TatoebaPairs:
+    """:func:`~transformer_cpp.data.load_tatoeba` with the record's encoding and policy for
+    undecodable lines (``kwargs``: its sampling arguments); reports how many lines it kept and, by
+    reason, how many it left out."""
+    try:
+        pairs = load_tatoeba(path, encoding=record.encoding, errors=record.decode_errors, **kwargs)
+    except UndecodableLineError as exc:
+        raise TaskError(
+            f"'{exc.path}' line {exc.line} is not valid {exc.encoding}: {exc.detail}. If the file uses "
+            f"another encoding, name it with --encoding (e.g. --encoding latin-1); --decode-errors skip "
+            f"leaves such lines out instead"
+        ) from None
+    stats = pairs.stats
+    message = f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
+    if stats.skipped:
+        message += f"; left out {stats.skipped:,} of {stats.read:,} lines ({stats.describe_skipped()})"
+    report(message)
+    if stats.undecodable:
+        report(
+            f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
+            f"{_line_numbers(stats.undecodable_lines)}"
+        )
+    return pairs
+
+
+@dataclass
+class Split:
+    """A run's cleaned sentence pairs in three parts, each ``(sources, targets)``."""
+
+    train: Tuple[List[str], List[str]]
+    valid: Tuple[List[str], List[str]]
+    test: Tuple[List[str], List[str]]
+
+    def __getitem__(self, name: str) -> Tuple[List[str], List[str]]:
+        if name not in ("train", "valid", "test"):
+            raise KeyError(name)
+        part: Tuple[List[str], List[str]] = getattr(self, name)
+        return part
+
+
+def split_digest(sources: Sequence[str], targets: Sequence[str]) -> str:
+    """A short hash of a split's pairs, in order: a run records one per split, so that a split
+    rebuilt later from a changed data file is not taken for the one the run held out."""
+    h = hashlib.sha256()
+    for src, tgt in zip(sources, targets):
+        h.update(src.encode("utf-8", "surrogatepass") + b"\t" + tgt.encode("utf-8", "surrogatepass") + b"\n")
+    return h.hexdigest()[:16]
+
+
+def split_sentences(
+    sources: Sequence[str], targets: Sequence[str], record: DataRecord, report: Report = say
+) -> Tuple[Split, DataRecord]:
+    """Split cleaned pairs as ``record`` says (by source sentence, or pair by pair for runs that
+    recorded that); returns the split and the record with each part's digest."""
+    if record.split == SPLIT_BY_SOURCE:
+        by_source = split_by_source(
+            sources, targets, record.valid_fraction, record.test_fraction, seed=record.split_seed
+        )
+        parts = by_source.parts()
+        if by_source.dropped:
+            report(
+                f"left out {by_source.dropped:,} training or validation pairs whose target sentence is a "
+                "reference of a later split (so no reference is ever a training target)"
+            )
+    else:
+        parts = train_val_test_split(len(sources), record.valid_fraction, record.test_fraction, seed=record.split_seed)
+    chosen = [([sources[i] for i in idx], [targets[i] for i in idx]) for idx in parts]
+    split = Split(*chosen)
+    digests = {name: split_digest(*split[name]) for name in ("train", "valid", "test")}
+    return split, record.replace(split_digests=digests)
+
+
+def load_split(path: Optional[str], record: DataRecord, report: Report = say) -> Tuple[Split, DataRecord]:
+    """Load, clean and split the pairs as ``record`` says; returns the split and the record with
+    the file's absolute path, the number of pairs loaded and each part's digest."""
+    pairs = load_pairs(
+        path, record, report, num_samples=record.num_samples or None, sampling=record.sampling, seed=record.split_seed
+    )
+    sources = clean_corpus(pairs.english, record.src_lang)
+    targets = clean_corpus(pairs.spanish, record.tgt_lang)
+    split, record = split_sentences(sources, targets, record, report)
+    resolved = str(Path(pairs.source).resolve()) if pairs.source else None
+    return split, record.replace(path=resolved, pairs_loaded=len(pairs))
+
+
+def check_same_split(name: str, recorded: DataRecord, rebuilt: DataRecord) -> None:
+    """Refuse a ``name`` split rebuilt from a data file that changed since training: scoring it
+    would report a test score on other pairs (perhaps training ones) without a word."""
+    then = recorded.split_digests.get(name)
+    now = rebuilt.split_digests[name]
+    before, after = recorded.pairs_loaded, rebuilt.pairs_loaded
+    if (then is not None and then != now) or (then is None and before is not None and before != after):
+        counts = (
+            f" ({after:,} pairs loaded now, {before:,} when the run was trained)"
+            if before != after and isinstance(before, int) and isinstance(after, int)
+            else ""
+        )
+        raise TaskError(
+            f"the {name} split rebuilt from '{rebuilt.path}' differs from the one the run held out: "
+            f"the data file changed since training{counts}, so its pairs are not the held-out ones; "
+            "pass the original file with --data, or score a file of pairs with --pairs"
+        )
+
+
+def encode_split(
+    split: Split, name: str, src_tok: Any, tgt_tok: Any, max_length: Optional[int]
+) -> Optional[EncodedPairs]:
+    """The ``name`` part encoded (pairs longer than ``max_length`` left out), or None if it is empty."""
+    src, tgt = split[name]
+    if not src:
+        return None
+    try:
+        return encode_pairs(src, tgt, src_tok, tgt_tok, max_length)
+    except ValueError as exc:
+        hint = "; raise --max-length (0 = automatic)" if "longer than max_length" in str(exc) else ""
+        raise TaskError(f"the {name} split has no usable pair: {exc}{hint}") from None
+
+
+def _encode_valid(
+    split: Split, src_tok: Any, tgt_tok: Any, max_length: Optional[int], report: Report
+) -> Optional[EncodedPairs]:
+    """The encoded validation pairs, or None (reported) when every one is longer than ``max_length``."""
+    try:
+        return encode_split(split, "valid", src_tok, tgt_tok, max_length)
+    except TaskError as exc:
+        report(f"{exc}: training without validation")
+        return None
+
+
+def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, report: Report = say) -> int:
+    """The training length limit: ``option`` if > 0, else the length that covers
+    :data:`LENGTH_COVERAGE` percent of the training pairs; reports the percentiles."""
+    src, tgt = split.train
+    lengths = [max(len(a), len(b)) for a, b in zip(src_tok.encode_batch(src), tgt_tok.encode_batch(tgt))]
+    pct = length_percentiles(lengths)
+    report(
+        "training pair lengths in tokens (longer side, start and end included): "
+        + ", ".join(f"{p:g}% <= {v}" for p, v in pct.items())
+    )
+    if option:
+        kept = sum(n <= option for n in lengths) / len(lengths) * 100
+        report(f"max length {option} tokens (--max-length) keeps {kept:.2f}% of the training pairs")
+        return int(option)
+    limit = length_limit(lengths, LENGTH_COVERAGE)
+    report(f"max length {limit} tokens: covers {LENGTH_COVERAGE}% of the training pairs")
+    return limit
+
+
+def build_tokenizers(split: Split, record: DataRecord, report: Report = say) -> Tuple[Any, Any]:
+    """The subword tokenizers of the training part: one per language, or one shared (``joint_vocab``)."""
+    vocab = int(record.vocab_size)
+    src, tgt = split.train
+    if record.joint_vocab:
+        tok = SubwordTokenizer.build_from_corpus(list(src) + list(tgt), vocab)
+        report(f"joint subword vocabulary: {tok.vocab_size:,} tokens (target {vocab:,})")
+        return tok, tok
+    src_tok = SubwordTokenizer.build_from_corpus(src, vocab)
+    tgt_tok = SubwordTokenizer.build_from_corpus(tgt, vocab)
+    report(
+        f"subword vocabularies: {record.src_lang} {src_tok.vocab_size:,} tokens, "
+        f"{record.tgt_lang} {tgt_tok.vocab_size:,} tokens (target {vocab:,})"
+    )
+    return src_tok, tgt_tok
+
+
+# ------------------------------------------------------------------------------------ request
+
+
+@dataclass
+class TrainRequest:
+    """What a user asks ``train`` for: a preset and the settings given on top of it.
+
+    ``architecture`` holds Transformer arguments (``d_model``, ``precision``, ...), ``training``
+    TrainConfig fields (``epochs``, ``warmup``, ...), ``data`` DataRecord fields (``num_samples``,
+    ``vocab_size``, ``max_length_option``, ...): only the ones given; the preset fills the rest.
+    ``preset`` None means the default preset for a new run, and the run's own for a resumed one.
+    """
+
+    preset: Optional[str] = None
+    data_path: Optional[str] = None
+    architecture: Dict[str, Any] = field(default_factory=dict)
+    training: Dict[str, Any] = field(default_factory=dict)
+    data: Dict[str, Any] = field(default_factory=dict)
+    threads: Optional[int] = None
+    progress: bool = True
+    adaptive_threads: bool = True
+
+
+def requested_settings(
+    request: TrainRequest, preset: Optional[str]
+) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    """(architecture, TrainConfig fields, DataRecord fields) that ``preset`` and the request ask
+    for; without a preset only the settings given."""
+    arch: Dict[str, Any] = {}
+    train: Dict[str, Any] = {}
+    data: Dict[str, Any] = {}
+    if preset is not None:
+        arch = preset_config(preset)
+        recipe = preset_recipe(preset)
+        train = recipe["train"]
+        data = {("max_length_option" if k == "max_length" else k): v for k, v in recipe["data"].items()}
+        arch.update(recipe.get("model", {}))
+    arch.update(request.architecture)
+    train.update(request.training)
+    data.update(request.data)
+    return arch, train, data
+
+
+def size_growth(request: TrainRequest) -> Optional[Dict[str, Any]]:
+    """The preset's larger architecture and the epochs it needs (``{"arch": ..., "min_epochs":
+    ...}``, the recipe's "grow"), or None: no such section, or the request set the size."""
+    grow = preset_recipe(request.preset or DEFAULT_PRESET).get("grow")
+    if not grow or any(name in SIZE_FIELDS for name in request.architecture):
+        return None
+    return dict(grow)
+
+
+def check_resume_request(
+    request: TrainRequest, model_cfg: Dict[str, Any], train_cfg: Dict[str, Any], record: DataRecord
+) -> Dict[str, Any]:
+    """A resumed run keeps its settings: what the request asks for (its preset and settings) must
+    agree with the checkpoint, except the settings a resumed run may change; returns those changes."""
+    arch, train, data_req = requested_settings(request, request.preset)
+    arch.pop("max_length", None)  # a positional-table cache, not a setting of the run
+    grow = size_growth(request) if request.preset is not None else None
+    if grow is not None and all(model_cfg.get(k) == v for k, v in grow["arch"].items()):
+        arch.update(grow["arch"])  # model size auto chose the larger model when the run started
+    options = {f.name: f.option for f in option_fields(MODEL_FIELDS)}
+    options.update(max_length_option="max_length")
+    saved_data = record.to_dict()
+    section_defaults = {"architecture": defaults(MODEL_FIELDS), "training": TrainConfig().to_dict(), "data": {}}
+    conflicts = []
+    for section, requested, saved in (
+        ("architecture", arch, model_cfg),
+        ("training", train, train_cfg),
+        ("data", data_req, saved_data),
+    ):
+        for key, value in requested.items():
+            if section == "training" and key in CHANGEABLE_ON_RESUME:
+                continue
+            if section == "architecture" and key == "precision" and value == AUTO_PRECISION:
+                continue  # "auto" accepts what the run chose when it started
+            # a checkpoint written before a setting existed had its default
+            have = saved.get(key, section_defaults[section].get(key))
+            if value != have:
+                flag = options.get(key, key).replace("_", "-")
+                conflicts.append(f"--{flag} {value} (the run has {have})")
+    if conflicts:
+        raise TaskError(
+            "--resume continues the run in --out with its own settings, and these options differ "
+            "from it: " + ", ".join(conflicts) + "; drop them, or start a new run with another --out"
+        )
+    return {k: v for k, v in train.items() if k in CHANGEABLE_ON_RESUME}
+
+
+# ------------------------------------------------------------------------------------ data parallel
+
+
+class SetupSteps:
+    """The setup of a run as steps that every rank of a data-parallel run takes together: each
+    rank does its part, then they agree, so that a failure anywhere stops every rank and rank 0
+    says it in one line. With ``parallel`` None (one process) a step just runs."""
+
+    _FAILURES = (TaskError, OSError, ValueError, RuntimeError, MemoryError, TypeError)
+
+    def __init__(self, parallel: Any = None) -> None:
+        self.parallel = parallel
+
+    def run(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on every rank; a failure on any rank stops all of them."""
+        if self.parallel is None:
+            return fn()
+        result, error = None, None
+        try:
+            result = fn()
+        except self._FAILURES as exc:
+            error = exc
+        line = self.parallel.agree(error, what)
+        if line is not None:
+            if self.parallel.is_root:
+                raise TaskError(line)
+            raise Silent()
+        return result
+
+    def on_root(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on rank 0, its result sent to every rank."""
+        if self.parallel is None:
+            return fn()
+        result, error = None, None
+        if self.parallel.is_root:
+            try:
+                result = fn()
+            except self._FAILURES as exc:
+                error = " ".join(str(exc).split()) or type(exc).__name__
+        error, result = self.parallel.bcast((error, result), what)
+        if error is not None:
+            if self.parallel.is_root:
+                raise TaskError(error)
+            raise Silent()
+        return result
+
+
+# ------------------------------------------------------------------------------------ trainers
+
+
+def _concrete_precision(arch: Dict[str, Any]) -> Dict[str, Any]:
+    """``arch`` with precision "auto" (resolved later, when the vocabularies are known) read as
+    float32, for checks that build a model before that."""
+    return dict(arch, precision="float32") if arch.get("precision") == AUTO_PRECISION else arch
+
+
+def _step_tokens(config: TrainConfig) -> int:
+    """Target tokens of one training batch, for the steps precision.py times: the token budget,
+    else the batch size times a typical sentence."""
+    return int(config.max_tokens or 0) or int(config.batch_size) * 12
+
+
+def _resolve_auto_precision(
+    arch: Dict[str, Any], config: TrainConfig, src_vocab: int, tgt_vocab: int, parallel: Any, report: Report
+) -> str:
+    """Precision "auto": time a few steps of this model in float32 and bf16 and keep the faster
+    (bf16 only from 1.10x, see precision.py); under MPI rank 0 measures and every rank takes its
+    choice (the ranks must run the same products)."""
+    budget = _step_tokens(config)
+    if parallel is None or parallel.rank == 0:
+        chosen, why = choose_precision(arch, src_vocab, tgt_vocab, budget, seed=config.seed)
+    else:
+        chosen, why = "", ""
+    if parallel is not None:
+        chosen, why = parallel.bcast((chosen, why), "the precision rank 0 measured")
+    report(why)
+    return str(chosen)
+
+
+def _resolve_auto_size(
+    arch: Dict[str, Any],
+    grow: Dict[str, Any],
+    config: TrainConfig,
+    train: EncodedPairs,
+    src_vocab: int,
+    tgt_vocab: int,
+    parallel: Any,
+    report: Report,
+) -> Dict[str, Any]:
+    """Model size auto: time a step of the preset's model and of its larger one (rank 0 under MPI,
+    the ranks sharing an epoch) and keep the larger if it gets ``min_epochs`` in the time budget
+    (precision.choose_size)."""
+    budget = _step_tokens(config)
+    ranks = 1 if parallel is None else int(parallel.size)
+    tokens_per_epoch = float(np.sum(np.maximum(train.tgt_lengths - 1, 0))) / ranks
+    if parallel is None or parallel.rank == 0:
+        chosen, why = choose_size(
+            arch,
+            grow["arch"],
+            float(grow["min_epochs"]),
+            src_vocab,
+            tgt_vocab,
+            budget,
+            tokens_per_epoch,
+            float(config.time_budget) * 60.0,
+            seed=config.seed,
+        )
+    else:
+        chosen, why = {}, ""
+    if parallel is not None:
+        chosen, why = parallel.bcast((chosen, why), "the model size rank 0 measured")
+    report(why)
+    return dict(chosen)
+
+
+def new_trainer(request: TrainRequest, out: Path, report: Report = say, steps: Optional[SetupSteps] = None) -> Trainer:
+    """A trainer for a new run in ``out``: reads and splits the data, builds the vocabularies
+    (rank 0, shared), chooses the length limit, resolves the automatic precision and size, and
+    builds the model. Each step through ``steps`` (data-parallel runs); nothing is written yet."""
+    steps = steps if steps is not None else SetupSteps()
+    preset = request.preset or DEFAULT_PRESET
+    arch, config, record, split = steps.run("reading the data", lambda: _read_new_run(request, preset, report))
+    # the vocabularies: built once (rank 0) and shared, so that every rank encodes alike
+    src_tok, tgt_tok = steps.on_root(
+        "building the subword vocabularies", lambda: build_tokenizers(split, record, report)
+    )
+    return steps.run(  # type: ignore[no-any-return]
+        "building the model",
+        lambda: _build_new_run(request, out, arch, config, record, split, src_tok, tgt_tok, steps.parallel, report),
+    )
+
+
+def _read_new_run(
+    request: TrainRequest, preset: str, report: Report
+) -> Tuple[Dict[str, Any], TrainConfig, DataRecord, Split]:
+    arch, settings, data_req = requested_settings(request, preset)
+    record = DataRecord(**data_req)
+    settings.setdefault("epochs", 10)
+    config = TrainConfig(
+        threads=request.threads, progress=request.progress, adaptive_threads=request.adaptive_threads, **settings
+    )
+    # a batch size against the preset's token budget would be ignored, not applied (given together
+    # with max_tokens, it sizes the validation batches)
+    if "batch_size" in request.training and config.max_tokens and "max_tokens" not in request.training:
+        raise TaskError(
+            f"--batch-size {request.training['batch_size']} would be ignored: the {preset} preset cuts "
+            f"batches by tokens (max_tokens {config.max_tokens}); add --max-tokens 0 to batch by "
+            "sentences, or leave out --batch-size"
+        )
+    check_fractions(record.valid_fraction, record.test_fraction)
+    # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
+    # are checked again when the model is built)
+    Transformer(4, 4, seed=config.seed, **_concrete_precision(arch))
+    split, record = load_split(request.data_path, record, report)
+    return arch, config, record, split
+
+
+def _build_new_run(
+    request: TrainRequest,
+    out: Path,
+    arch: Dict[str, Any],
+    config: TrainConfig,
+    record: DataRecord,
+    split: Split,
+    src_tok: Any,
+    tgt_tok: Any,
+    parallel: Any,
+    report: Report,
+) -> Trainer:
+    max_length = choose_max_length(split, src_tok, tgt_tok, int(record.max_length_option or 0), report)
+    record = record.replace(max_length=max_length)
+    arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
+    train = encode_split(split, "train", src_tok, tgt_tok, max_length)
+    if train is None:
+        raise TaskError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
+    valid = _encode_valid(split, src_tok, tgt_tok, max_length, report)
+    valid_note = f" ({valid.removed:,} longer ones left out)" if valid is not None and valid.removed else ""
+    report(
+        f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
+        f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split.test[0]):,} test "
+        f"(held out; split by source sentence)"
+    )
+    if record.joint_vocab:
+        arch.setdefault("share_embeddings", True)
+    if arch.get("precision") == AUTO_PRECISION:
+        arch["precision"] = _resolve_auto_precision(
+            arch, config, src_tok.vocab_size, tgt_tok.vocab_size, parallel, report
+        )
+    grow = size_growth(request)
+    if grow is not None and config.time_budget:
+        arch = _resolve_auto_size(arch, grow, config, train, src_tok.vocab_size, tgt_tok.vocab_size, parallel, report)
+    model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
+    report(f"model: {model!r}")
+    trainer = Trainer(
+        model,
+        train,
+        valid,
+        config,
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
+        checkpoint_dir=out,
+        data_info=record.to_dict(),
+        parallel=parallel,
+    )
+    budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
+    report(
+        f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
+        f"checkpoints in {out}"
+    )
+    return trainer
+
+
+def resume_trainer(
+    request: TrainRequest, out: Path, report: Report = say, steps: Optional[SetupSteps] = None
+) -> Trainer:
+    """The trainer of the run in ``out``, at its latest checkpoint, on the same data: the request
+    may change only :data:`CHANGEABLE_ON_RESUME` settings (anything else that differs is a
+    :class:`TaskError`), and the data file must give the same split."""
+    steps = steps if steps is not None else SetupSteps()
+    return steps.run(  # type: ignore[no-any-return]
+        "resuming the run", lambda: _resume_here(request, out, steps.parallel, report)
+    )
+
+
+def _resume_here(request: TrainRequest, out: Path, parallel: Any, report: Report) -> Trainer:
+    ckpt_dir, cfg = read_checkpoint_config(out)
+    _check_world_size(ckpt_dir, parallel)
+    if not cfg.get("data") or cfg.get("train_config") is None:
+        raise TaskError(
+            f"checkpoint '{ckpt_dir}' was not written by 'transformer-cpp train'; it cannot be resumed here"
+        )
+    record = DataRecord.from_dict(cfg["data"])
+    changes = check_resume_request(request, cfg["model"], cfg["train_config"], record)
+    split, _ = load_split(request.data_path if request.data_path is not None else record.path, record, report)
+    ckpt = load_checkpoint(ckpt_dir, optimizer=True)
+    train = encode_split(split, "train", ckpt.src_tokenizer, ckpt.tgt_tokenizer, record.max_length)
+    valid = _encode_valid(split, ckpt.src_tokenizer, ckpt.tgt_tokenizer, record.max_length, report)
+    if train is None:
+        raise TaskError(f"the run's training split is empty: '{record.path}' holds no training pair")
+    trainer = Trainer.from_checkpoint(
+        ckpt,
+        train,
+        valid,
+        checkpoint_dir=out,
+        epochs=changes.get("epochs"),
+        threads=request.threads,
+        progress=None if request.progress else False,
+        time_budget=changes.get("time_budget"),
+        parallel=parallel,
+    )
+    trainer.config.adaptive_threads = request.adaptive_threads  # how threads are used: not part of the run
+    report(
+        f"resuming {ckpt.path} at epoch {trainer.epoch} (+{trainer.batch_in_epoch} batches), "
+        f"step {trainer.model.step}, {trainer.elapsed / 60:.1f} minutes trained"
+    )
+    return trainer
+
+
+def _check_world_size(ckpt_dir: Path, parallel: Any) -> None:
+    """Refuse at once (before reading the data) to resume with another number of processes; a
+    damaged state file is left to the full load to report."""
+    try:
+        state = json.loads((ckpt_dir / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(state, dict):
+        problem = world_size_problem(state.get("world_size", 1), 1 if parallel is None else parallel.size)
+        if problem is not None and "damaged" not in problem:
+            raise TaskError(problem)
