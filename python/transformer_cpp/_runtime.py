@@ -67,13 +67,13 @@ _tame_thread_environment()
 
 from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads it when this loads)
 
-__all__ = ["positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
+__all__ = ["LAYOUT", "positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
 
 
 from ._checks import integer as _integer, number as _number  # noqa: E402  (the core's Limit checks)
 
 #: The positional-encoding layouts: those of the model's ``layout`` field.
-_LAYOUT = next(f.limit for f in _core.TransformerConfig.fields() if f.name == "layout")
+LAYOUT = next(f.limit for f in _core.TransformerConfig.fields() if f.name == "layout")
 
 
 def positional_encoding(length: int, depth: int, layout: str = "interleaved", dtype: str = "float32") -> np.ndarray:
@@ -98,7 +98,7 @@ def positional_encoding(length: int, depth: int, layout: str = "interleaved", dt
     who = "positional_encoding"
     length = _integer(who, "length", length, 1)
     depth = _integer(who, "depth", depth, 1)
-    layout = _LAYOUT.check(who, "layout", layout)
+    layout = LAYOUT.check(who, "layout", layout)
     dtype = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
     return _core.positional_encoding(length, depth, layout, dtype)
 

@@ -49,7 +49,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._checks import path
 from ._runtime import positional_encoding
+from .checkpoint import load_checkpoint
 from ._version import __version__
 
 __all__ = [
@@ -321,8 +323,6 @@ def export_torch(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
 
 
 def _load(checkpoint_dir: PathLike) -> Any:
-    from .checkpoint import load_checkpoint
-
     return load_checkpoint(checkpoint_dir, optimizer=False)
 
 
@@ -367,8 +367,6 @@ def _provenance(ckpt: Any, to: str) -> Dict[str, Any]:
 def _check_out_dir(out_dir: PathLike) -> Path:
     """``out_dir`` as a Path if it can be written: absent (its parent a writable directory) or an
     empty directory. Checked before any work."""
-    from ._checks import path
-
     out = path("export: out_dir", out_dir)
     if out.exists() or out.is_symlink():
         if not out.is_dir():

@@ -14,9 +14,9 @@ import numpy as np
 
 from . import _core
 from ._checks import integer as _integer
-from .layers import ScaledDotProductAttention
 
 __all__ = [
+    "attention_inputs",
     "decoder_self_attention_mask",
     "look_ahead_mask",
     "masked_accuracy",
@@ -125,6 +125,38 @@ def decoder_self_attention_mask(tokens: np.ndarray) -> np.ndarray:
     return _core.attention_mask((tokens == 0).astype(np.uint8), tokens.shape[1], True)
 
 
+def attention_inputs(
+    q: Any, k: Any, v: Any, mask: Any, who: str
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray], Tuple[int, ...]]:
+    """Attention's arguments as the core takes them: ``q`` (G, Tq, d), ``k`` and ``v`` (G, Tk, d)
+    with the leading dimensions flattened into G groups, the mask broadcast to (G, Tq, Tk) as
+    uint8 (or None), and the leading dimensions; ``ValueError`` naming ``who`` for shapes that do
+    not fit together."""
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ValueError(f"{who}: q, k, v must have the same rank >= 2, got shapes {q.shape}, {k.shape}, {v.shape}")
+    lead = q.shape[:-2]
+    if k.shape[:-2] != lead or v.shape[:-2] != lead:
+        raise ValueError(f"{who}: q, k, v must share leading dimensions, got {q.shape}, {k.shape}, {v.shape}")
+    if k.shape[-2] != v.shape[-2] or not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
+        raise ValueError(
+            f"{who}: expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, d) with one d and one Tk; "
+            f"got q, k, v of shapes {q.shape}, {k.shape}, {v.shape}"
+        )
+    g = int(np.prod(lead)) if lead else 1
+    tq, tk = q.shape[-2], k.shape[-2]
+    m = None
+    if mask is not None:
+        _core._check_memory(who, f"a mask of {g} groups of ({tq}, {tk})", 2.0 * float(g) * float(tq) * float(tk))
+        mm = np.asarray(mask)
+        try:
+            mm = np.broadcast_to(mm != 0, lead + (tq, tk))
+        except ValueError:
+            raise ValueError(f"{who}: mask of shape {mm.shape} does not broadcast to {lead + (tq, tk)}") from None
+        m = np.ascontiguousarray(mm.reshape(g, tq, tk), dtype=np.uint8)
+    return q.reshape(g, tq, -1), k.reshape(g, tk, -1), v.reshape(g, tk, -1), m, lead
+
+
 def scaled_dot_product_attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None
 ) -> Tuple[np.ndarray, np.ndarray]:
@@ -135,4 +167,6 @@ def scaled_dot_product_attention(
     The dtype follows ``q`` (float64 stays float64, anything else is float32).
     """
     dtype = "float64" if np.asarray(q).dtype == np.float64 else "float32"
-    return ScaledDotProductAttention(dtype=dtype).forward(q, k, v, mask)
+    q3, k3, v3, m, lead = attention_inputs(q, k, v, mask, "scaled_dot_product_attention")
+    out, w = getattr(_core, f"ScaledDotProductAttention_{dtype}")().forward(q3, k3, v3, m)
+    return out.reshape(lead + out.shape[1:]), w.reshape(lead + w.shape[1:])

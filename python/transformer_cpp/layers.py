@@ -23,6 +23,7 @@ from typing import Any, List, Tuple, cast
 import numpy as np
 
 from . import _core
+from .functional import attention_inputs
 
 __all__ = [
     "Decoder",
@@ -290,30 +291,8 @@ class ScaledDotProductAttention(Layer):
         self._lead: Tuple[int, ...] = ()
 
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any = None) -> Tuple[np.ndarray, np.ndarray]:
-        who = "scaled_dot_product_attention"
-        q, k, v = (np.asarray(a) for a in (q, k, v))
-        if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
-            raise ValueError(f"{who}: q, k, v must have the same rank >= 2, got shapes {q.shape}, {k.shape}, {v.shape}")
-        lead = q.shape[:-2]
-        if k.shape[:-2] != lead or v.shape[:-2] != lead:
-            raise ValueError(f"{who}: q, k, v must share leading dimensions, got {q.shape}, {k.shape}, {v.shape}")
-        if k.shape[-2] != v.shape[-2] or not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
-            raise ValueError(
-                f"{who}: expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, d) with one d and one Tk; "
-                f"got q, k, v of shapes {q.shape}, {k.shape}, {v.shape}"
-            )
-        g = int(np.prod(lead)) if lead else 1
-        tq, tk = q.shape[-2], k.shape[-2]
-        m = None
-        if mask is not None:
-            _core._check_memory(who, f"a mask of {g} groups of ({tq}, {tk})", 2.0 * float(g) * float(tq) * float(tk))
-            mm = np.asarray(mask)
-            try:
-                mm = np.broadcast_to(mm != 0, lead + (tq, tk))
-            except ValueError:
-                raise ValueError(f"{who}: mask of shape {mm.shape} does not broadcast to {lead + (tq, tk)}") from None
-            m = np.ascontiguousarray(mm.reshape(g, tq, tk), dtype=np.uint8)
-        out, w = self._core.forward(q.reshape(g, tq, -1), k.reshape(g, tk, -1), v.reshape(g, tk, -1), m)
+        q3, k3, v3, m, lead = attention_inputs(q, k, v, mask, "scaled_dot_product_attention")
+        out, w = self._core.forward(q3, k3, v3, m)
         self._lead = lead
         return out.reshape(lead + out.shape[1:]), w.reshape(lead + w.shape[1:])
 

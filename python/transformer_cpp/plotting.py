@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, List, Literal, Mapping, Optional, Sequenc
 
 import numpy as np
 
-from ._checks import ANY as _ANY, choice as _choice, integer as _integer, number as _number
+from ._checks import ANY as _ANY, choice as _choice, integer as _integer, number as _number, path as _path
+from ._runtime import LAYOUT, positional_encoding
 
 if TYPE_CHECKING:  # pragma: no cover - only for type checkers
     from matplotlib.axes import Axes
@@ -65,9 +66,7 @@ __all__ = [
 
 
 def _layout(layout: object, who: str) -> str:
-    from ._runtime import _LAYOUT
-
-    return str(_LAYOUT.check(who, "layout", layout))
+    return str(LAYOUT.check(who, "layout", layout))
 
 
 def _matrix(array: object, name: str, who: str) -> np.ndarray:
@@ -441,11 +440,7 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike[str]]) -> L
     Returns:
         The paths written, in that order.
     """
-    from ._runtime import positional_encoding
-
     who = "save_positional_encoding_figures"
-    from ._checks import path as _path
-
     if not isinstance(out_dir, (str, os.PathLike)):  # (this module raises ValueError for every bad argument)
         raise ValueError(f"{who}: out_dir must be a path (str or os.PathLike), got {out_dir!r}")
     out = _path(f"{who}: out_dir", out_dir)

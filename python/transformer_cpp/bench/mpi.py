@@ -29,6 +29,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .._runtime import set_num_threads
+from ..data import Batch
+from ..distributed import from_environment
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, make_batches
 from .training import build_ours
 
@@ -161,16 +163,12 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
         out.update(tokens_per_s=timed_tokens / seconds, seconds_per_step=seconds / args.steps)
         return out
 
-    from ..distributed import from_environment
-
     parallel = from_environment(timeout=600.0)
     if parallel is None:
         raise RuntimeError("--child ranks must run under mpiexec with at least 2 processes")
 
     def batch_of(b: Any) -> Any:
         def take(share: np.ndarray) -> Any:
-            from ..data import Batch
-
             src, tgt_in, tgt_out = b.src[share], b.tgt_in[share], b.tgt_out[share]
             s_len = int(np.max(np.count_nonzero(src, axis=1)))
             t_len = int(np.max(np.count_nonzero(tgt_out, axis=1)))
