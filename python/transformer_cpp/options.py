@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._checks import EMPTY_PATH, Limit
 from .config import option_fields
-from .data import check_encoding, check_fractions
+from .data import DataRecord, check_encoding, check_fractions
 from .training import TrainConfig
 from .translate import COMPUTE_TYPES, DecodeOptions, Translator
 
@@ -42,9 +42,9 @@ __all__ = [
 ]
 
 MAX_COUNT = 2**63 - 1
-# 4 special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
-VOCAB_RANGE = (260, 2**20)
-MAX_LENGTH_RANGE = (2, 100_000)  # --max-length of train (0 = automatic)
+#: The ranges of train's --vocab-size and --max-length (0 = automatic): the data record's.
+VOCAB_RANGE = (int(DataRecord.LIMITS["vocab_size"].low), int(DataRecord.LIMITS["vocab_size"].high))
+MAX_LENGTH_RANGE = (int(DataRecord.LIMITS["max_length_option"].low), int(DataRecord.LIMITS["max_length_option"].high))
 
 
 def parse_number(text: str, integer: bool) -> Any:

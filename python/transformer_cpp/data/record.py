@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, ClassVar, Dict, Mapping, Optional
+
+from .._checks import Limit
+from ..tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS
+from .split import check_fractions
+from .tatoeba import DECODE_ERRORS, SAMPLING_MODES, check_encoding
 
 __all__ = ["DataRecord", "SPLIT_BY_PAIR", "SPLIT_BY_SOURCE"]
 
@@ -52,6 +57,29 @@ class DataRecord:
     #: Keys of the stored section that are not fields here (checkpoint averaging adds
     #: ``averaged_from``), kept so that a record read and written again loses nothing.
     extra: Dict[str, Any] = field(default_factory=dict)
+
+    #: The allowed values of the settings a run chooses (the others are what the data gave).
+    LIMITS: ClassVar[Dict[str, Any]] = {
+        "num_samples": Limit(True, 0, 2**63 - 1),
+        "sampling": Limit.one_of(list(SAMPLING_MODES)),
+        # the special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
+        "vocab_size": Limit(True, len(SPECIAL_TOKENS) + 256, MAX_VOCAB_SIZE),
+        "joint_vocab": Limit.flag(),
+        "split_seed": Limit(True, 0, 2**63 - 1),
+        "max_length_option": Limit(True, 2, 100_000),  # or 0: automatic
+        "decode_errors": Limit.one_of(list(DECODE_ERRORS)),
+    }
+
+    def check(self) -> "DataRecord":
+        """This record, if every setting a run chooses is allowed; else ``TypeError`` /
+        ``ValueError`` naming the setting and what it allows."""
+        for name, limit in self.LIMITS.items():
+            value = getattr(self, name)
+            if not (name == "max_length_option" and value == 0):
+                limit.check("DataRecord", name, value)
+        check_fractions(self.valid_fraction, self.test_fraction, "DataRecord")
+        check_encoding(self.encoding, "DataRecord")
+        return self
 
     @classmethod
     def from_dict(cls, values: Optional[Mapping[str, Any]]) -> "DataRecord":

@@ -29,7 +29,6 @@ from ..data import (
     EncodedPairs,
     TatoebaPairs,
     UndecodableLineError,
-    check_fractions,
     encode_pairs,
     length_limit,
     length_percentiles,
@@ -496,7 +495,7 @@ def _read_new_run(
     request: TrainRequest, preset: str, report: Report
 ) -> Tuple[Dict[str, Any], TrainConfig, DataRecord, Split]:
     arch, settings, data_req = requested_settings(request, preset)
-    record = DataRecord(**data_req)
+    record = DataRecord(**data_req).check()
     settings.setdefault("epochs", 10)
     config = TrainConfig(
         threads=request.threads, progress=request.progress, adaptive_threads=request.adaptive_threads, **settings
@@ -509,7 +508,6 @@ def _read_new_run(
             f"batches by tokens (max_tokens {config.max_tokens}); add --max-tokens 0 to batch by "
             "sentences, or leave out --batch-size"
         )
-    check_fractions(record.valid_fraction, record.test_fraction)
     # a bad or oversized architecture fails now, before any work (the real vocabulary sizes
     # are checked again when the model is built)
     Transformer(4, 4, seed=config.seed, **_concrete_precision(arch))
