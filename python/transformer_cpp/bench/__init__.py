@@ -48,8 +48,9 @@ Thread control (:mod:`.machine`): ``--threads N`` sets every library to ``N`` th
 in :mod:`.cli`.
 
 Use it as ``transformer-cpp bench`` or ``python -m transformer_cpp.bench`` (``--quick`` for tiny
-shapes, ``--json [PATH]`` for machine-readable results). Nothing here asserts timings; the
-issue's targets are printed next to each figure with whether they are met. Importing this package
+shapes, ``--json [PATH]`` for machine-readable results). Nothing here asserts timings; each ratio
+is printed beside the one the package is built to reach on a CPU with AVX-512 (the "target"
+column) and whether this run reached it. Importing this package
 imports neither PyTorch nor CTranslate2: they are loaded when a section needs them.
 """
 

@@ -115,7 +115,7 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
     torch_delta = (out.get("torch") or {}).get("delta_mb")
     # a tiny (quick) model may fit in memory the imports already touched: no ratio then
     out["ratio_delta"] = ours_delta / torch_delta if ours_delta is not None and torch_delta else None
-    # the bf16 step against the float32 one (the target: no more memory than float32)
+    # the bf16 step against the float32 one: bf16 training should need no more memory than float32
     bf16_delta = (out.get("ours_bf16") or {}).get("delta_mb")
     out["ratio_bf16_delta"] = bf16_delta / ours_delta if bf16_delta is not None and ours_delta else None
     return out
