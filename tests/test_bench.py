@@ -162,8 +162,11 @@ def test_batches_teacher_forcing_and_lengths():
 
 
 def test_main_rejects_bad_arguments(capsys):
-    assert bench.main(["--steps", "0", "--skip-memory", "--skip-decode", "--skip-scaling", "--quick"]) == 1
-    assert "--steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--steps", "0", "--skip-memory", "--skip-decode", "--skip-scaling", "--quick"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--steps" in err and "steps must be an integer in [1, " in err and "got 0" in err
 
 
 def test_add_bench_parser_registers_subcommand():

@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any, Dict, List, Optional
 
+from ..options import count_option, threads_option
 from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
@@ -38,7 +39,7 @@ _DESCRIPTION = (
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
-        type=int,
+        type=threads_option(),
         default=None,
         help="threads for every library (default: all cores available to the process)",
     )
@@ -51,9 +52,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="machine-readable results: to stdout (the table then goes to stderr) or to PATH",
     )
-    p.add_argument("--steps", type=int, default=None, help="timed training steps per implementation")
-    p.add_argument("--warmup", type=int, default=None, help="untimed training steps per implementation")
-    p.add_argument("--sentences", type=int, default=None, help="sentences per greedy-decoding batch size")
+    p.add_argument(
+        "--steps", type=count_option("steps", 1), default=None, help="timed training steps per implementation"
+    )
+    p.add_argument(
+        "--warmup", type=count_option("warmup", 0), default=None, help="untimed training steps per implementation"
+    )
+    p.add_argument(
+        "--sentences", type=count_option("sentences", 1), default=None, help="sentences per greedy-decoding batch size"
+    )
     p.add_argument("--skip-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--skip-decode", action="store_true", help="skip greedy decoding")
     p.add_argument("--skip-scaling", action="store_true", help="skip the thread-scaling measurement")
@@ -75,7 +82,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
     p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights and synthetic batches")
+    p.add_argument("--seed", type=count_option("seed", 0), default=0, help="seed of weights and synthetic batches")
     p.add_argument("--child-memory", choices=MEMORY_CHILDREN, default=None, help=argparse.SUPPRESS)
 
 
@@ -92,9 +99,6 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _shapes_from_args(args: argparse.Namespace) -> BenchShapes:
     shapes = QUICK_SHAPES if args.quick else TUTORIAL_SHAPES
     changes = {k: getattr(args, k) for k in ("steps", "warmup", "sentences") if getattr(args, k) is not None}
-    for k, v in changes.items():
-        if v < (0 if k == "warmup" else 1):
-            raise ValueError(f"--{k} must be {'>= 0' if k == 'warmup' else '>= 1'}, got {v}")
     return replace(shapes, **changes)
 
 
