@@ -2,13 +2,12 @@
 ``precision="auto"`` and model size auto (:func:`choose_size`, further down).
 
 bf16 mixed precision (``Transformer(..., precision="bf16")``) is faster than float32 only where the
-CPU's ``vdpbf16ps`` does more multiply-adds per cycle than its float32 FMAs: measured 1.35x float32
-at the quick preset's shapes on an AMD Zen 4, 0.84x on a Xeon with AVX512_BF16 at half rate
-(README, "bfloat16 mixed precision"). Nothing in CPUID tells the two apart, so ``auto`` times a
+CPU's ``vdpbf16ps`` does more multiply-adds per cycle than its float32 FMAs, which some CPUs with
+AVX512_BF16 run at half rate (docs/experiments.md has measurements, with their CPUs). Nothing in
+CPUID tells the two kinds apart, so ``auto`` times a
 few training steps of the run's own model in both precisions, on a synthetic batch of the run's
 size, taking turns, and keeps bf16 only if it is clearly faster (:data:`BF16_MARGIN`). The
-losses of the two agree (README: 3 epochs of the tiny preset end at the same loss to 4 digits);
-the choice is printed and recorded in the checkpoint like any precision, and ``--resume`` keeps
+two precisions train to the same losses (tests/test_bf16.py compares them); the choice is printed and recorded in the checkpoint like any precision, and ``--resume`` keeps
 what the run chose.
 """
 
@@ -136,13 +135,13 @@ def choose_precision(
 # Choosing the model's size by measuring: a preset with a "grow" section (the quick preset) trains
 # a larger architecture when the machine is fast enough to give it enough epochs in the run's time
 # budget. Which model is best in ten minutes depends on how much the CPU does in ten minutes
-# (docs/experiments.md, session 11): where the quick model gets about 9 epochs it has stopped
-# improving, and a wider model given the same minutes ends ahead once it gets about 8 epochs of its
-# own; with 5-6 it is still behind.
+# (docs/experiments.md): where the quick model gets about 9 epochs it has stopped improving, and a
+# wider model given the same minutes ends ahead once it gets about 8 epochs of its own; with 5-6 it
+# is still behind.
 
 # the share of the synthetic step rate (:func:`measure_models`) that a training epoch reaches:
-# validation after each epoch, batches of every length, the data pipeline (the main job on Zen 4:
-# 15,800 target tokens/s in its epochs against 19,900 measured at the start)
+# validation after each epoch, batches of every length, the data pipeline (docs/experiments.md: the
+# main job's epochs ran at about 0.8 of the rate measured when it started)
 LOOP_EFFICIENCY = 0.8
 
 
