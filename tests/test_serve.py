@@ -2,8 +2,8 @@
 every bad-request case (invalid JSON, wrong types, sizes, beam sizes, content type), the page,
 the command line and a graceful SIGTERM.
 
-Everything runs on 127.0.0.1 with the toy reversal model of ``toy_task`` (trained in about a
-second), so translations are exact and a swapped or lost answer cannot go unnoticed.
+Everything runs on 127.0.0.1 with the toy reversal model of ``toy_task``, so translations are
+exact and a swapped or lost answer cannot go unnoticed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ HOST = "127.0.0.1"
 
 @pytest.fixture(scope="module")
 def translator(tok):
-    """A model trained to reverse sequences of a-f (about a second of training)."""
+    """A model trained to reverse sequences of a-f."""
     src, tgt = reversal_pairs(2000, seed=0)
     model = tiny_model(tok)
     Trainer(
@@ -401,7 +401,7 @@ LOOPS = ["asyncio"] + (["uvloop"] if serve.uvicorn_choices()["loop"] == "uvloop"
 @pytest.mark.parametrize("loop", LOOPS)
 def test_background_server_connections_have_nagle_off(translator, monkeypatch, loop):
     """Every accepted connection has TCP_NODELAY: with Nagle's algorithm on, a response written
-    in two parts (headers, body) waited for the client's delayed ACK, about 40 ms per request
+    in two parts (headers, body) waits for the client's delayed ACK, up to 40 ms on Linux
     (asyncio's loop only turns Nagle off for sockets created with IPPROTO_TCP)."""
     import socket
 

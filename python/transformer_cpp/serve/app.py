@@ -10,7 +10,10 @@ asyncio's loop (:func:`uvicorn_choices`).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
+import socket
+import threading
 import time
 from dataclasses import asdict
 from importlib import resources
@@ -33,7 +36,6 @@ def uvicorn_choices() -> Dict[str, str]:
     when they can be imported (the ``serve`` extra installs both), else the pure-Python ``h11``
     and asyncio's own loop. Chosen here rather than left to uvicorn's ``auto`` so that the
     command line can say what it runs and the bench can record it."""
-    import importlib
 
     def importable(name: str) -> bool:
         try:
@@ -275,9 +277,6 @@ def background_server(
     yields its base URL, ``http://host:port`` (``port=0``: a free port). The server is stopped
     gracefully when the block ends. ``uvicorn_options`` go to ``uvicorn.Config`` (e.g.
     ``timeout_keep_alive``, or ``http`` and ``loop`` instead of :func:`uvicorn_choices`)."""
-    import socket
-    import threading
-
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
