@@ -2,8 +2,8 @@
 every bad-request case (invalid JSON, wrong types, sizes, beam sizes, content type), the page,
 the command line and a graceful SIGTERM.
 
-Everything runs on 127.0.0.1 with the toy reversal model of ``toy_task`` (trained in about a
-second), so translations are exact and a swapped or lost answer cannot go unnoticed.
+Everything runs on 127.0.0.1 with the toy reversal model of ``toy_task``, so translations are
+exact and a swapped or lost answer cannot go unnoticed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 import httpx  # the test extra installs it with FastAPI, uvicorn and Selenium: pip install ".[test]"
 
 import transformer_cpp as tc
-from transformer_cpp import serve
+from transformer_cpp import kernels, serve
 from transformer_cpp.checkpoint import save_checkpoint
 from transformer_cpp.training import TrainConfig, Trainer
 from transformer_cpp.translate import Translator
@@ -37,7 +37,7 @@ HOST = "127.0.0.1"
 
 @pytest.fixture(scope="module")
 def translator(tok):
-    """A model trained to reverse sequences of a-f (about a second of training)."""
+    """A model trained to reverse sequences of a-f."""
     src, tgt = reversal_pairs(2000, seed=0)
     model = tiny_model(tok)
     Trainer(
@@ -83,11 +83,11 @@ def test_batcher_gathers_requests_and_answers_each_with_its_own(translator, monk
     calls = []
     original = serve.decode_items
 
-    def recording(tr, items, beam_size, n_best, length_penalty):
-        calls.append((len(items), beam_size))
-        return original(tr, items, beam_size, n_best, length_penalty)
+    def recording(tr, items, options):
+        calls.append((len(items), options.beam_size))
+        return original(tr, items, options)
 
-    monkeypatch.setattr(serve, "decode_items", recording)
+    monkeypatch.setattr(serve.batcher, "decode_items", recording)  # the name the batcher calls
     texts = reversal_pairs(40, seed=5)[0]
     jobs = [(texts[i : i + 1 + i % 3], 1 + i % 2) for i in range(0, 40, 3)]  # 1-3 sentences, beam 1 or 2
     expected = {b: dict(zip(texts, offline(translator, texts, b))) for b in (1, 2)}
@@ -113,6 +113,38 @@ def test_batcher_gathers_requests_and_answers_each_with_its_own(translator, monk
     assert {b for _, b in calls} == {1, 2}
 
 
+COMPUTE_TYPES = [
+    pytest.param(c, marks=pytest.mark.skipif(not kernels.have_compute_type(c), reason=f"{c} not on this CPU"))
+    for c in ("float32", "int8", "bf16")
+]
+
+
+@pytest.mark.parametrize("compute_type", COMPUTE_TYPES)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batches_decode_as_the_translator_with_its_compute_type_and_output_limit(translator, compute_type, beam_size):
+    """decode_items goes through the Translator's decode path: with the translator's compute type
+    and max_length, a batch gives the offline texts, scores and hypotheses."""
+    t = Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, compute_type=compute_type)
+    t.max_length = 3  # cuts "a b c d e" short
+    texts = ["a b c d e", "c a", "f"]
+    batcher = serve.Batcher(t, serve.ServeConfig(max_beam_size=3))
+    options = batcher.decode_options(beam_size, beam_size)
+    assert (options.compute_type, options.max_length, options.n_best) == (compute_type, 3, beam_size)
+    items = [
+        serve.QueuedSentence(enc.source, enc.ids, False, None, i, enc.warning)
+        for i, enc in enumerate(serve.encode_text(t, x) for x in texts)
+    ]
+    got = serve.decode_items(t, items, options)
+    want = t.translate_batch(texts, beam_size=beam_size, return_attention=True)
+    assert [r["text"] for r in got] == [w.text for w in want]
+    assert [r["finished"] for r in got] == [w.finished for w in want] and not got[0]["finished"]
+    assert [r["score"] for r in got] == [w.score for w in want]
+    if beam_size > 1:
+        assert all(len(r["hypotheses"]) == beam_size and r["hypotheses"][0]["text"] == r["text"] for r in got)
+    else:
+        assert all(r["score"] is None and "hypotheses" not in r for r in got)
+
+
 def test_serve_config_rejects_bad_settings():
     for bad, error in (
         (dict(max_batch=0), ValueError),
@@ -121,6 +153,8 @@ def test_serve_config_rejects_bad_settings():
         (dict(beam_size=9, max_beam_size=8), ValueError),
         (dict(max_wait_ms=float("nan")), ValueError),
         (dict(max_queue=1.5), TypeError),
+        (dict(max_beam_size=5000), ValueError),  # more than a decoder takes (DecodeOptions' limit)
+        (dict(length_penalty=-0.5), ValueError),
     ):
         with pytest.raises(error, match="ServeConfig"):
             serve.ServeConfig(**bad)
@@ -367,7 +401,7 @@ LOOPS = ["asyncio"] + (["uvloop"] if serve.uvicorn_choices()["loop"] == "uvloop"
 @pytest.mark.parametrize("loop", LOOPS)
 def test_background_server_connections_have_nagle_off(translator, monkeypatch, loop):
     """Every accepted connection has TCP_NODELAY: with Nagle's algorithm on, a response written
-    in two parts (headers, body) waited for the client's delayed ACK, about 40 ms per request
+    in two parts (headers, body) waits for the client's delayed ACK, up to 40 ms on Linux
     (asyncio's loop only turns Nagle off for sockets created with IPPROTO_TCP)."""
     import socket
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._runtime import set_num_threads
 from ..model import Transformer
+from ..serve.app import background_server, create_app, uvicorn_choices
 from .machine import log
 
 __all__ = ["SERVING_CLIENTS", "LoadGenerator", "bench_serving", "serving_client_process", "serving_translator"]
@@ -239,8 +240,6 @@ def bench_serving(
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
-
-        from ..serve import background_server, create_app, uvicorn_choices
     except ImportError as exc:
         return {"skipped": f"FastAPI/uvicorn not installed ({exc}); pip install 'transformer-cpp[serve]'"}
     set_num_threads(threads)

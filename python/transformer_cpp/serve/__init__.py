@@ -1,0 +1,87 @@
+"""Serve a trained translator over HTTP: a JSON API with request batching, and a web page.
+
+::
+
+    pip install "transformer-cpp[serve]"
+    transformer-cpp serve --model runs/quick                 # http://127.0.0.1:8000/
+    curl -s localhost:8000/translate -H 'Content-Type: application/json' -d '{"text": "we have no money."}'
+
+or, to embed the app in another ASGI server or application::
+
+    from transformer_cpp.serve import create_app
+    app = create_app(Translator.from_checkpoint("runs/quick"), max_batch=32, max_wait_ms=5)
+
+The app (FastAPI on uvicorn) has five routes:
+
+* ``POST /translate`` with ``{"text": "..."}`` or ``{"texts": ["...", ...]}`` and optionally
+  ``beam_size`` (default: the server's ``--beam-size``), ``n_best`` (hypotheses per text, at most
+  ``beam_size``) and ``return_attention``. The answer is ``{"translations": [...]}``, one entry
+  per text in order: ``text``, ``source`` (the input as cleaned for the model), ``finished``
+  (the end token was produced), ``score`` (beam search's length-normalised log-probability;
+  ``null`` for greedy decoding, as in :class:`~transformer_cpp.translate.Translation`), with
+  ``n_best > 1`` a ``hypotheses`` list (``text``, ``score``, ``finished``, best first), with
+  ``return_attention`` an ``attention`` object (``source_pieces``, ``target_pieces``, ``layer``
+  and ``weights``: the last decoder layer's cross-attention averaged over the heads, one row per
+  output token), and a ``warning`` when an input is longer than every training pair.
+* ``GET /health``: ``{"status": "ok", ...}`` with the batcher's counters (503 while shutting down).
+* ``GET /info``: model configuration, vocabulary sizes, checkpoint, package version, limits.
+* ``GET /``: a page with a text box, the translation and the cross-attention map of the last
+  translation (an SVG heat map).
+* ``GET /openapi.json`` and ``GET /docs``: the OpenAPI schema FastAPI generates.
+
+**Batching.** One :class:`Batcher` owns the translator and gathers the sentences of concurrent
+requests with the same decoding options (``beam_size``, ``n_best``) into one C++ decode call,
+waiting at most ``max_wait_ms`` for a batch to fill. It decodes through the package's one decode
+path, :func:`~transformer_cpp.translate.decode_rows`, with the cleaning, encoding, output limit
+(``1.5 * source + 10``) and cut of :meth:`Translator.translate_batch
+<transformer_cpp.translate.Translator.translate_batch>`, so a server answer equals the offline
+translation of the same text.
+
+**Bad requests.** Every error is a JSON object ``{"error": message, "status": code}``: 415 when
+the content type is not JSON, 413 for a body over ``max_request_bytes``, 400 for a body that is
+not valid JSON, 422 for a missing, unknown or wrong-typed field, an empty text, a text over
+``max_chars`` characters, more than ``max_texts`` texts, or a beam size / ``n_best`` out of
+range, and 503 (with ``Retry-After``) when more than ``max_queue`` sentences would wait. No field
+names a file. The server binds 127.0.0.1 unless told otherwise.
+
+**HTTP stack.** :func:`serve` and :func:`background_server` run uvicorn with its C HTTP parser
+``httptools`` and the ``uvloop`` event loop when they are importable (the ``serve`` extra
+installs both), else with the pure-Python ``h11`` parser and asyncio's loop
+(:func:`uvicorn_choices`).
+
+**Shutdown.** On SIGTERM (or Ctrl-C) uvicorn stops accepting connections and lets the requests
+in flight finish (their sentences are still decoded), then the batcher is closed and
+``transformer-cpp serve`` exits with status 0.
+
+The modules: :mod:`~transformer_cpp.serve.config` (settings and request checks),
+:mod:`~transformer_cpp.serve.batcher`, :mod:`~transformer_cpp.serve.app` (the routes and uvicorn),
+:mod:`~transformer_cpp.serve.command` (the command line); the page is ``page.html``.
+"""
+
+# the names of __all__, and, as explicit re-exports, the others that tests and tools import
+from .app import PAGE_HTML as PAGE_HTML
+from .app import background_server, create_app, serve, uvicorn_choices
+from .batcher import Batcher
+from .batcher import EncodedText as EncodedText
+from .batcher import QueueFull as QueueFull
+from .batcher import QueuedSentence as QueuedSentence
+from .batcher import decode_items as decode_items
+from .batcher import encode_text as encode_text
+from .command import add_serve_parser, main
+from .command import config_from_args as config_from_args
+from .command import run_from_args as run_from_args
+from .config import ServeConfig, ServeError
+from .config import parse_request as parse_request
+from .config import read_json_body as read_json_body
+
+__all__ = [
+    "ServeConfig",
+    "ServeError",
+    "Batcher",
+    "create_app",
+    "background_server",
+    "uvicorn_choices",
+    "add_serve_parser",
+    "serve",
+    "main",
+]

@@ -1,0 +1,205 @@
+"""``transformer-cpp serve`` and ``python -m transformer_cpp.serve``: the options, the
+:class:`~transformer_cpp.serve.ServeConfig` they make, and the command that loads a checkpoint
+once and serves it until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, List, Optional
+
+from .._runtime import set_num_threads
+from ..options import (
+    add_compute_type_option,
+    checked,
+    count_option,
+    limits_of,
+    non_negative_number,
+    path_option,
+    setting,
+    threads_option,
+)
+from ..translate import DecodeOptions, Translator
+from .app import serve, uvicorn_choices
+from .config import SERVE_EXTRA_HINT, ServeConfig
+
+__all__ = ["add_serve_parser", "config_from_args", "main", "run_from_args"]
+
+_DESCRIPTION = (
+    "Serve a trained model over HTTP (FastAPI on uvicorn): POST /translate (JSON), GET /health, "
+    "GET /info, a web page at / with the cross-attention map, the OpenAPI schema at /docs. "
+    "Concurrent requests are batched into one decode call. SIGTERM finishes the requests in flight, "
+    'then exits 0. Needs the serve extra: pip install "transformer-cpp[serve]".'
+)
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    d = ServeConfig()
+    p.add_argument(
+        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--port", type=count_option("port", 0, 65535), default=8000, help="port (default 8000; 0 = any free port)"
+    )
+    p.add_argument(
+        "--threads",
+        type=threads_option(),
+        default=None,
+        help=f"C++ threads (default: all cores; {limits_of('TrainConfig')['threads'].describe()})",
+    )
+    g = p.add_argument_group("batching and decoding")
+    g.add_argument(
+        "--max-batch",
+        type=count_option("max_batch", 1),
+        default=d.max_batch,
+        help=f"most sentences per decode call (default {d.max_batch}; 1 = one at a time)",
+    )
+    g.add_argument(
+        "--max-wait-ms",
+        type=non_negative_number,
+        default=d.max_wait_ms,
+        help=f"how long a batch waits to fill after its first sentence (default {d.max_wait_ms:g} ms)",
+    )
+    g.add_argument(
+        "--beam-size",
+        type=setting("Translator", "beam_size"),
+        default=d.beam_size,
+        help=f"beam size of requests that do not give one (default {d.beam_size} = greedy)",
+    )
+    g.add_argument(
+        "--length-penalty",
+        type=setting("Translator", "length_penalty"),
+        default=d.length_penalty,
+        help=f"beam search length-penalty exponent (default {d.length_penalty})",
+    )
+    g.add_argument(
+        "--max-length",
+        type=count_option("max_length", 1),
+        default=None,
+        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
+    )
+    add_compute_type_option(g)
+    g = p.add_argument_group("limits (a request over one gets a 4xx JSON error; a full queue 503)")
+    g.add_argument(
+        "--max-beam-size",
+        type=checked(DecodeOptions.LIMITS["beam_size"], "ServeConfig", "max_beam_size"),
+        default=None,
+        help=f"largest beam size (and n_best) a request may ask for (default {d.max_beam_size}, "
+        f"or --beam-size if larger; {DecodeOptions.LIMITS['beam_size'].describe()})",
+    )
+    g.add_argument(
+        "--max-request-bytes",
+        type=count_option("max_request_bytes", 1),
+        default=d.max_request_bytes,
+        help=f"largest request body (default {d.max_request_bytes:,})",
+    )
+    g.add_argument(
+        "--max-texts",
+        type=count_option("max_texts", 1),
+        default=d.max_texts,
+        help=f"most texts per request (default {d.max_texts})",
+    )
+    g.add_argument(
+        "--max-chars",
+        type=count_option("max_chars", 1),
+        default=d.max_chars,
+        help=f"most characters per text (default {d.max_chars:,})",
+    )
+    g.add_argument(
+        "--max-queue",
+        type=count_option("max_queue", 1),
+        default=d.max_queue,
+        help=f"most sentences waiting for a decode (default {d.max_queue:,})",
+    )
+    g = p.add_argument_group("server")
+    g.add_argument(
+        "--graceful-timeout",
+        type=non_negative_number,
+        default=30.0,
+        help="on SIGTERM, wait this many seconds for requests in flight (default 30)",
+    )
+    g.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        default="info",
+        help="uvicorn's log level (default info)",
+    )
+    g.add_argument("--access-log", action="store_true", help="log every request")
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    """The :class:`ServeConfig` of parsed ``serve`` options."""
+    max_beam = args.max_beam_size if args.max_beam_size is not None else max(ServeConfig.max_beam_size, args.beam_size)
+    return ServeConfig(
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        beam_size=args.beam_size,
+        max_beam_size=max_beam,
+        length_penalty=args.length_penalty,
+        max_request_bytes=args.max_request_bytes,
+        max_texts=args.max_texts,
+        max_chars=args.max_chars,
+        max_queue=args.max_queue,
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """``transformer-cpp serve``: load the checkpoint once and serve it until SIGTERM."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        print(f"transformer-cpp serve: error: {SERVE_EXTRA_HINT} ({exc})", file=sys.stderr)
+        return 1
+    config = config_from_args(args)
+    if args.threads is not None:
+        set_num_threads(args.threads)
+    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
+    where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
+    stack = uvicorn_choices()
+    print(
+        f"transformer-cpp serve: {translator.checkpoint} on {where}/ (page), POST /translate, GET /health, "
+        f"/info, /docs; batches of up to {config.max_batch} sentences, waiting up to {config.max_wait_ms:g} ms; "
+        f"uvicorn with {stack['http']} and {stack['loop']}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"transformer-cpp serve: warning: listening on {args.host}, reachable from other machines; the "
+            "server has no authentication",
+            file=sys.stderr,
+            flush=True,
+        )
+    return serve(
+        translator,
+        host=args.host,
+        port=args.port,
+        config=config,
+        graceful_timeout=args.graceful_timeout or None,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``serve`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve", help="serve a trained model over HTTP (API, batching, web page)", description=_DESCRIPTION
+    )
+    _add_arguments(p)
+    p.set_defaults(func=run_from_args)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m transformer_cpp.serve --model DIR [options]`` (the options of ``transformer-cpp serve``)."""
+    parser = argparse.ArgumentParser(prog="python -m transformer_cpp.serve", description=_DESCRIPTION)
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_from_args(args)
+    except (OSError, ValueError) as exc:
+        print(f"transformer-cpp serve: error: {exc}", file=sys.stderr)
+        return 1
