@@ -10,6 +10,8 @@ share the server's GIL. Needs the ``serve`` extra; without it the section is ski
 
 from __future__ import annotations
 
+import logging
+
 import contextlib
 import json
 import subprocess
@@ -20,6 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._runtime import set_num_threads
+from ..task import preset_config
+from ..tokenizer import SubwordTokenizer
+from ..translate import Translator
 from ..model import Transformer
 from ..serve.app import background_server, create_app, uvicorn_choices
 from .machine import log
@@ -38,12 +43,6 @@ def serving_translator(
     input sentences of 4-10 words (about 18 tokens). A random model rarely emits the end token,
     so every sentence runs to its output limit (``1.5 * source tokens + 10``): the worst case
     for the server."""
-    import logging
-
-    from ..model import preset_config
-    from ..tokenizer import SubwordTokenizer
-    from ..translate import Translator
-
     rng = np.random.default_rng(seed)
     letters = list("abcdefghijklmnopqrstuvwxyz")
     vocabulary = ["".join(rng.choice(letters, size=int(rng.integers(2, 9)))) for _ in range(words)]

@@ -26,7 +26,7 @@ from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from .._runtime import get_num_threads, set_num_threads
-from ..translate import DecodeOptions, Translator, cross_attention, decode_rows, token_piece
+from ..translate import DecodeOptions, Translator, cross_attention, decode_rows, one_line, token_piece
 from .config import ServeConfig, ServeError
 
 __all__ = ["Batcher", "EncodedText", "QueueFull", "QueuedSentence", "decode_items", "encode_text"]
@@ -103,13 +103,15 @@ def decode_items(
     for it, hyps in zip(items, found):
         best = hyps[0]
         res: Dict[str, Any] = {
-            "text": tgt.decode(best.ids),
+            "text": one_line(tgt.decode(best.ids)),
             "source": it.source,
             "finished": best.finished,
             "score": best.score,
         }
         if options.n_best > 1:
-            res["hypotheses"] = [{"text": tgt.decode(h.ids), "score": h.score, "finished": h.finished} for h in hyps]
+            res["hypotheses"] = [
+                {"text": one_line(tgt.decode(h.ids)), "score": h.score, "finished": h.finished} for h in hyps
+            ]
         if it.warning:
             res["warning"] = it.warning
         results.append(res)
