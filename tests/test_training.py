@@ -102,6 +102,25 @@ def test_train_config_check_and_limits():
         TrainConfig.check("learning_rate", 1)
 
 
+def test_train_config_optimizer_settings_are_the_cores():
+    """TrainConfig writes the optimiser's settings out as fields; they are the core's table's
+    (OPTIMIZER_FIELDS with an option), by option name, with its types, defaults, limits and help,
+    so that a field added to the table is noticed here."""
+    from dataclasses import fields
+
+    from transformer_cpp.config import OPTIMIZER_FIELDS, option_fields, python_type
+
+    table = option_fields(OPTIMIZER_FIELDS)
+    ours = [f for f in fields(TrainConfig)][-len(table) :]
+    assert [f.name for f in ours] == [f.option for f in table]
+    assert [f.type for f in ours] == [python_type(f).__name__ for f in table]
+    assert [f.default for f in ours] == [f.default for f in table]
+    assert all(TrainConfig.LIMITS[f.option] is f.limit for f in table)
+    assert all(f.help in (TrainConfig.__doc__ or "") for f in table)
+    assert "total_steps" not in TrainConfig.LIMITS  # the trainer fits it to the run
+    assert TrainConfig().optimizer_settings() == {f.name: f.default for f in table}
+
+
 def test_trainer_configures_the_optimizer(tok, data):
     model = tiny_model(tok)
     Trainer(model, data[0], config=_config(warmup=123, lr_scale=0.25, clip_norm=1.5, label_smoothing=0.1))
