@@ -125,7 +125,7 @@ class Trainer:
         epoch: complete epochs so far. batch_in_epoch: batches done of the epoch in progress.
         history: see :mod:`transformer_cpp.training.state`.
         last_checkpoint: the newest checkpoint written (or loaded), or ``None``.
-        elapsed: seconds of training so far (what the time budget counts), over all sessions.
+        elapsed: seconds of training so far (what the time budget counts), over every fit and resume.
         finished: the time budget is spent. best: the best validation BLEU so far and its checkpoint.
     """
 
@@ -466,7 +466,7 @@ class _Fit:
         t.finished = bool(budget) and t.elapsed >= budget * 0.985
         if t.finished:
             return t.history
-        self.clock = time.perf_counter() - t.elapsed  # elapsed carries over from earlier sessions
+        self.clock = time.perf_counter() - t.elapsed  # elapsed carries over from earlier fits and resumes
         self.fit_schedule(budget - t.elapsed, 1.0)  # a first guess; refitted once steps are timed
         self.steps.check_same_weights(t.model)
         with self.steps.stop_request() as stop:
@@ -528,7 +528,7 @@ class _Fit:
                 t.elapsed, self.previous_seconds = r.elapsed, r.seconds
                 self.record_step(r.loss, r.accuracy, r.tokens)
                 self.steps.check_weights_on_schedule(model)
-                if t.batch_in_epoch > skip + 2:  # the first steps of a session warm caches up
+                if t.batch_in_epoch > skip + 2:  # the first steps of an epoch (or a resume) warm caches up
                     timed_steps += 1
                     timed_seconds += r.schedule_seconds
                     if timed_steps % 50 == 0:
