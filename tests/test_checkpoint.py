@@ -185,7 +185,7 @@ def test_damaged_tensor_file_with_matching_checksum(tmp_path, tok, trained):
     def rewrite(tensors):
         save_file(tensors, str(path / "model.safetensors"))
         data = (path / "model.safetensors").read_bytes()
-        cfg["files"]["model.safetensors"] = {"bytes": len(data), "sha256": ck._sha256(data)}
+        cfg["files"]["model.safetensors"] = {"bytes": len(data), "sha256": ck.files.sha256(data)}
         (path / "config.json").write_text(json.dumps(cfg))
 
     weights = {k: p.value.copy() for k, p in model.parameters().items()}
@@ -200,7 +200,7 @@ def test_damaged_tensor_file_with_matching_checksum(tmp_path, tok, trained):
         load_checkpoint(path)
     (path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     data = (path / "model.safetensors").read_bytes()
-    cfg["files"]["model.safetensors"] = {"bytes": len(data), "sha256": ck._sha256(data)}
+    cfg["files"]["model.safetensors"] = {"bytes": len(data), "sha256": ck.files.sha256(data)}
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="not a readable safetensors file"):
         load_checkpoint(path)
@@ -245,7 +245,7 @@ def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, tok, traine
     model, enc = trained
     first = _save(tmp_path, model, tok, name="epoch-0001")
     expected = model.forward(enc.src, enc.tgt[:, :-1])
-    real_write = ck._write_bytes
+    real_write = ck.saving.write_bytes
     calls = []
 
     def crash_on_third_file(path, data):
@@ -255,11 +255,11 @@ def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, tok, traine
             raise OSError("disk full (simulated)")  # ...then the crash
         real_write(path, data)
 
-    monkeypatch.setattr(ck, "_write_bytes", crash_on_third_file)
+    monkeypatch.setattr(ck.saving, "write_bytes", crash_on_third_file)
     model.configure_optimizer(warmup=10, clip_norm=2.0, label_smoothing=0.1)
     with pytest.raises(OSError, match="simulated"):
         _save(tmp_path, model, tok, name="epoch-0002")
-    monkeypatch.setattr(ck, "_write_bytes", real_write)
+    monkeypatch.setattr(ck.saving, "write_bytes", real_write)
     assert latest_checkpoint(tmp_path) == first
     assert list_checkpoints(tmp_path) == [first]
     assert not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())  # the temporary is removed
@@ -273,7 +273,7 @@ def test_crash_before_the_pointer_moves(tmp_path, tok, trained, monkeypatch):
     def crash(run, name):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ck, "_write_pointer", crash)
+    monkeypatch.setattr(ck.saving, "write_pointer", crash)
     with pytest.raises(KeyboardInterrupt):
         _save(tmp_path, model, tok, name="epoch-0002")
     monkeypatch.undo()
@@ -310,9 +310,9 @@ def test_checkpoint_names_and_order():
     assert checkpoint_name(3) == "epoch-0003"
     assert checkpoint_name(3, 17) == "epoch-0004-batch-000017"
     names = ["epoch-0004", "epoch-0002", "epoch-0003-batch-000009", "epoch-0003", "epoch-0003-batch-000010"]
-    keys = sorted(names, key=ck._order_key)
+    keys = sorted(names, key=ck.layout.order_key)
     assert keys == ["epoch-0002", "epoch-0003-batch-000009", "epoch-0003-batch-000010", "epoch-0003", "epoch-0004"]
-    assert ck._order_key("latest") is None and ck._order_key(".tmp-epoch-0001-1-a") is None
+    assert ck.layout.order_key("latest") is None and ck.layout.order_key(".tmp-epoch-0001-1-a") is None
     with pytest.raises(ValueError):
         checkpoint_name(-1)
 
@@ -341,7 +341,7 @@ def _rewrite_tensors(path, fname, tensors):
     save_file(tensors, str(path / fname))
     data = (path / fname).read_bytes()
     cfg = json.loads((path / "config.json").read_text())
-    cfg["files"][fname] = {"bytes": len(data), "sha256": ck._sha256(data)}
+    cfg["files"][fname] = {"bytes": len(data), "sha256": ck.files.sha256(data)}
     (path / "config.json").write_text(json.dumps(cfg))
 
 
@@ -437,10 +437,10 @@ def test_a_half_deleted_checkpoint_is_not_listed_and_leftovers_are_cleaned(tmp_p
         (Path(path) / "model.safetensors").unlink()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ck.shutil, "rmtree", killed)
+    monkeypatch.setattr(shutil, "rmtree", killed)
     with pytest.raises(KeyboardInterrupt):
-        ck._remove_checkpoint(tmp_path / "epoch-0001")
-    monkeypatch.setattr(ck.shutil, "rmtree", real_rmtree)
+        ck.files.remove_checkpoint(tmp_path / "epoch-0001")
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0002"]
     # what the old code left (files deleted in place) is not listed either
     (tmp_path / "epoch-0002" / "optimizer.safetensors").unlink()

@@ -617,11 +617,11 @@ def test_a_damaged_trainer_state_is_refused_and_changes_nothing(tmp_path, change
     state = dict(trained.state_dict(), **change)
     fresh = _toy_trainer(tmp_path / "b")
     fresh.model.step = trained.model.step
-    before = (fresh.epoch, fresh.batch_in_epoch, dict(fresh._epoch_sums), fresh.elapsed, fresh.history)
+    before = (fresh.epoch, fresh.batch_in_epoch, fresh.state_dict()["epoch_sums"], fresh.elapsed, fresh.history)
     with pytest.raises(ValueError, match="Trainer.load_state_dict") as info:
         fresh.load_state_dict(state)
     assert fragment in str(info.value), str(info.value)
-    assert (fresh.epoch, fresh.batch_in_epoch, dict(fresh._epoch_sums), fresh.elapsed, fresh.history) == before
+    assert (fresh.epoch, fresh.batch_in_epoch, fresh.state_dict()["epoch_sums"], fresh.elapsed, fresh.history) == before
     fresh.load_state_dict(trained.state_dict())  # the undamaged state loads
     assert fresh.epoch == 1
 

@@ -102,6 +102,25 @@ def test_train_config_check_and_limits():
         TrainConfig.check("learning_rate", 1)
 
 
+def test_train_config_optimizer_settings_are_the_cores():
+    """TrainConfig writes the optimiser's settings out as fields; they are the core's table's
+    (OPTIMIZER_FIELDS with an option), by option name, with its types, defaults, limits and help,
+    so that a field added to the table is noticed here."""
+    from dataclasses import fields
+
+    from transformer_cpp.config import OPTIMIZER_FIELDS, option_fields, python_type
+
+    table = option_fields(OPTIMIZER_FIELDS)
+    ours = [f for f in fields(TrainConfig)][-len(table) :]
+    assert [f.name for f in ours] == [f.option for f in table]
+    assert [f.type for f in ours] == [python_type(f).__name__ for f in table]
+    assert [f.default for f in ours] == [f.default for f in table]
+    assert all(TrainConfig.LIMITS[f.option] is f.limit for f in table)
+    assert all(f.help in (TrainConfig.__doc__ or "") for f in table)
+    assert "total_steps" not in TrainConfig.LIMITS  # the trainer fits it to the run
+    assert TrainConfig().optimizer_settings() == {f.name: f.default for f in table}
+
+
 def test_trainer_configures_the_optimizer(tok, data):
     model = tiny_model(tok)
     Trainer(model, data[0], config=_config(warmup=123, lr_scale=0.25, clip_norm=1.5, label_smoothing=0.1))
@@ -548,3 +567,40 @@ def test_train_config_checks_a_setting_changed_after_construction():
     assert c == TrainConfig(drop_remainder=True)  # nothing refused was kept
     c.epochs, c.lr_scale = np.int64(3), 2
     assert (type(c.epochs), c.lr_scale, type(c.lr_scale)) == (int, 2.0, float)
+
+
+def test_steps_in_one_process_agree_with_themselves():
+    """Without data parallelism the steps' agreements are this process's own values."""
+    from transformer_cpp.training.steps import LocalSteps, steps_for
+
+    steps = steps_for(None)
+    assert isinstance(steps, LocalSteps) and steps.is_root and steps.world_size == 1 and steps.parallel is None
+    assert steps.any(True, "a check") and not steps.any(False, "a check")
+    assert steps.broadcast((None, {"loss": 1.0}), "a broadcast") == (None, {"loss": 1.0})
+    assert steps.stop_after_step(True) and not steps.stop_after_step(False)
+    with pytest.raises(TypeError, match="parallel must be a transformer_cpp.distributed.DataParallel or None"):
+        steps_for(object())
+
+
+def test_run_directory(tok, data, tmp_path):
+    """A RunDirectory knows whether it holds a run, and removes itself when a command that created
+    it fails before writing anything but its lock."""
+    from transformer_cpp.training import RunDirectory
+
+    run = RunDirectory(tmp_path / "run", "--out")
+    assert not run.holds_run()
+    with pytest.raises(RuntimeError, match="no checkpoint yet"):
+        with run.removed_unless_used():
+            run.check_writable()
+            with run.lock():
+                raise RuntimeError("no checkpoint yet")
+    assert not run.path.exists()
+    trainer = Trainer(
+        tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=run.path
+    )
+    trainer.fit()
+    assert trainer.checkpoint_dir == run.path and run.holds_run()
+    run.remove_if_unused()  # it holds a checkpoint: kept
+    assert run.checkpoints() == run.checkpoints(trainer.run_id) == [trainer.last_checkpoint]
+    with pytest.raises(OSError, match="--out '.*' cannot be written"):
+        RunDirectory(trainer.last_checkpoint / "config.json" / "x", "--out").check_writable()

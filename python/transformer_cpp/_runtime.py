@@ -67,7 +67,17 @@ _tame_thread_environment()
 
 from . import _core  # noqa: E402  (after the environment is tamed: OpenMP reads it when this loads)
 
-__all__ = ["LAYOUT", "positional_encoding", "set_num_threads", "get_num_threads", "build_info", "ThreadGovernor"]
+__all__ = [
+    "LAYOUT",
+    "positional_encoding",
+    "set_num_threads",
+    "get_num_threads",
+    "build_info",
+    "memory_limit_bytes",
+    "splitmix64",
+    "ThreadGovernor",
+    "governor_for",
+]
 
 
 from ._checks import integer as _integer, number as _number  # noqa: E402  (the core's Limit checks)
@@ -116,6 +126,17 @@ def get_num_threads() -> int:
 def build_info() -> Dict[str, str]:
     """What the extension was built with: compiler, flags, OpenMP, Eigen version, SIMD level."""
     return dict(_core.build_info())
+
+
+def memory_limit_bytes() -> float:
+    """Bytes this process may still use: what the core's memory checks compare a request with."""
+    return float(_core._memory_limit_bytes())
+
+
+def splitmix64(x: int) -> int:
+    """splitmix64 of ``x`` (an integer in [0, 2**64)): the core's one seed mixer (random.hpp), so
+    that seeds derived in Python are those the core would derive."""
+    return int(_core._splitmix64(x))
 
 
 class ThreadGovernor:
@@ -319,3 +340,19 @@ class ThreadGovernor:
             self._start_probe()
         elif self._since_probe >= self._interval and len(self._recent) >= 4:
             self._start_probe()
+
+
+def governor_for(previous: Optional[ThreadGovernor], most: int, adaptive: bool) -> Optional[ThreadGovernor]:
+    """The :class:`ThreadGovernor` to time the next units of work with, for an owner (a trainer, a
+    translator) that keeps one across calls so that what it learnt about the machine carries over.
+
+    ``previous`` (the owner's governor, or None) when it governs ``most`` threads, with the core
+    set to its current choice again (other work may have run with another count meanwhile); a new
+    governor when ``most`` changed; None when ``adaptive`` is off or ``most`` is 1 (nothing to
+    choose)."""
+    if not adaptive or most <= 1:
+        return None
+    if previous is None or previous.most != most:
+        return ThreadGovernor(most)
+    set_num_threads(previous.threads)
+    return previous

@@ -29,6 +29,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ._checks import integer
+from ._runtime import splitmix64
+
 __all__ = [
     "DataParallel",
     "MPIUnavailable",
@@ -174,8 +177,6 @@ class DataParallel:
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
         self.timeout = _timeout_from_environment(timeout)
-        from ._checks import integer
-
         self.check_every = integer("DataParallel", "check_every", check_every, 1)
         self.seconds: Dict[str, float] = {"compute": 0.0, "allreduce": 0.0, "update": 0.0, "steps": 0}
         self._watchdog = _Watchdog(self._abort_on_timeout)
@@ -259,9 +260,8 @@ class DataParallel:
         masks), a distinct deterministic seed on the others."""
         if self.rank == 0:
             return int(seed)
-        from ._core import _splitmix64  # the core's seed mixer (random.hpp), not a copy of it
-
-        return int(_splitmix64((_splitmix64(int(seed) % 2**64) + self.rank) % 2**64)) & 0x7FFFFFFFFFFFFFFF
+        # the core's seed mixer (random.hpp), not a copy of it
+        return splitmix64((splitmix64(int(seed) % 2**64) + self.rank) % 2**64) & 0x7FFFFFFFFFFFFFFF
 
     def check_same_weights(self, model: Any, step: int) -> None:
         """Raise :class:`WeightsDrifted` on every rank when the ranks' weights differ."""

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from . import kernels
+from .model import Transformer
 
 __all__ = [
     "AUTO",
@@ -66,8 +67,6 @@ def measure_models(
     Transformer arguments): the median over ``rounds`` of ``steps`` steps each on one synthetic
     batch of about ``max_tokens`` target tokens, the models taking turns (the order reversed every
     other round), after one untimed step each. The models are thrown away."""
-    from .model import Transformer
-
     rows = max(1, int(max_tokens) // _SENTENCE_TOKENS)
     rng = np.random.default_rng(seed)
     src = rng.integers(4, src_vocab, size=(rows, _SENTENCE_TOKENS), dtype=np.int64)

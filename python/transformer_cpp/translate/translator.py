@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, 
 import numpy as np
 
 from .._checks import Limit, flag as _flag
-from .._runtime import ThreadGovernor, get_num_threads, set_num_threads
+from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import load_checkpoint
 from ..model import DEFAULT_LENGTH_PENALTY
 from ..text import check_text, clean_sentence, resolve_language
@@ -189,7 +189,7 @@ class Translator:
         self.compute_type = compute_type  # checked by the property
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
         self._adaptive_threads = True
-        self._governor: Optional[Any] = None
+        self._governor: Optional[ThreadGovernor] = None
 
     @property
     def max_length(self) -> Optional[int]:
@@ -343,7 +343,11 @@ class Translator:
         )
         encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
         results: List[Translation] = []
-        governor = self._thread_governor()
+        # one governor per translator, kept across calls (and while adaptive_threads is off), so that
+        # what it learnt about the machine carries over
+        governor = governor_for(self._governor, get_num_threads(), self.adaptive_threads)
+        if governor is not None:
+            self._governor = governor
         try:
             for start in range(0, len(encoded), int(batch_size)):
                 chunk = encoded[start : start + int(batch_size)]
@@ -356,19 +360,6 @@ class Translator:
             if governor is not None:
                 set_num_threads(governor.most)
         return results if return_attention else [r.text for r in results]
-
-    def _thread_governor(self) -> Optional[Any]:
-        """This translator's ThreadGovernor (kept across calls, so that what it learnt about the
-        machine carries over), set to its current choice; None with one thread or
-        ``adaptive_threads`` off. A thread count changed by the user starts a new one."""
-        most = get_num_threads()
-        if not self.adaptive_threads or most <= 1:
-            return None
-        if self._governor is None or self._governor.most != most:
-            self._governor = ThreadGovernor(most)
-        else:
-            set_num_threads(self._governor.threads)
-        return self._governor
 
     def _translate_chunk(
         self,

@@ -1,0 +1,259 @@
+"""Writing a checkpoint: check the model, serialise everything, write it atomically, move the
+``latest`` pointer, prune the run's oldest checkpoints; and the ``best`` pointer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from .._checks import flag as _flag, integer as _integer, path as _path
+from ..model import Transformer
+from ..tokenizer import SubwordTokenizer
+from .files import (
+    fsync_dir,
+    json_bytes,
+    lock_run,
+    remove_checkpoint,
+    remove_stale_temporaries,
+    sha256,
+    temporary,
+    write_bytes,
+    write_pointer,
+)
+from .layout import (
+    AVERAGED_NAME,
+    BEST_FILE,
+    CONFIG_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LATEST_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    SRC_TOKENIZER_FILE,
+    TGT_TOKENIZER_FILE,
+    TRAINER_STATE_FILE,
+    CheckpointError,
+    PathLike,
+    best_checkpoint,
+    checkpoint_name,
+    complete_config,
+    latest_checkpoint,
+    list_checkpoints,
+    order_key,
+)
+
+
+def nonfinite_tensors(tensors: Mapping[str, Any]) -> List[str]:
+    """The names of the tensors (arrays, or objects with a ``.value`` array) that hold a NaN or
+    infinite value, each with what it holds: ``"'output.bias' (3 NaN, 0 infinite of 120)"``."""
+    bad = []
+    for name, t in tensors.items():
+        value = np.asarray(getattr(t, "value", t))
+        if value.dtype.kind not in "fc":
+            continue
+        finite = np.isfinite(value)
+        if not finite.all():
+            nan = int(np.isnan(value).sum())
+            bad.append(f"{name!r} ({nan} NaN, {int(value.size - finite.sum()) - nan} infinite of {value.size})")
+    return bad
+
+
+def describe_bad(bad: List[str]) -> str:
+    """The first three of :func:`nonfinite_tensors`' findings, and how many more there are."""
+    return ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+
+
+def _tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
+    """The ``.value`` arrays of ``tensors`` as the bytes of one safetensors file."""
+    from safetensors.numpy import save
+
+    arrays = {name: np.ascontiguousarray(np.array(t.value, copy=True)) for name, t in tensors.items()}
+    return save(arrays, metadata={"format": FORMAT_NAME, "content": kind})
+
+
+def save_checkpoint(
+    run_dir: PathLike,
+    model: Transformer,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    *,
+    name: Optional[str] = None,
+    trainer_state: Optional[Mapping[str, Any]] = None,
+    train_config: Optional[Mapping[str, Any]] = None,
+    data: Optional[Mapping[str, Any]] = None,
+    optimizer: bool = True,
+    keep: Optional[int] = 5,
+    run_id: Optional[str] = None,
+) -> Path:
+    """Write a checkpoint of ``model`` into ``run_dir/name`` atomically; point ``latest`` at it.
+
+    Args:
+        run_dir: the run directory (created if needed).
+        model: the model; its ``config``, ``optimizer_config``, weights and (with ``optimizer``)
+            Adam moments, ``step`` and ``dropout_calls`` are saved.
+        src_tokenizer, tgt_tokenizer: the tokenizers (their vocabulary sizes must match the model).
+        name: the directory name, as made by :func:`checkpoint_name` (default: from
+            ``trainer_state``'s ``epoch`` and ``batch_in_epoch``, else ``epoch-0000``).
+        trainer_state, train_config, data: JSON-serialisable dicts stored as they are.
+        optimizer: also save the optimiser moments (needed to resume training, not to translate).
+        keep: keep only the newest ``keep`` complete checkpoints of this run (``None`` or 0:
+            keep all). The one just written and ``best`` are always kept; checkpoints of other
+            runs and damaged directories are never deleted.
+        run_id: the run this checkpoint belongs to (recorded in ``config.json``; pruning only
+            deletes checkpoints of the same run). Default: the run of the checkpoint ``latest``
+            names, else a new one.
+
+    Returns:
+        The checkpoint directory.
+
+    Raises:
+        ValueError: bad arguments (a name not made by :func:`checkpoint_name`, tokenizers that do
+            not match the model, state that is not JSON-serialisable, weights or moments that
+            hold NaN or infinite values).
+        RunLockedError: another process is writing into ``run_dir``.
+    """
+    run = _path("save_checkpoint: run_dir", run_dir)
+    if name is None:
+        state = trainer_state or {}
+        name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
+    if order_key(name) is None and name != AVERAGED_NAME:
+        raise ValueError(
+            f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' (or {AVERAGED_NAME!r})"
+        )
+    optimizer = _flag("save_checkpoint", "optimizer", optimizer)
+    if keep is not None:
+        keep = _integer("save_checkpoint", "keep", keep)
+    cfg = model.config
+    for label, tok, key in (
+        ("src_tokenizer", src_tokenizer, "src_vocab_size"),
+        ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
+    ):
+        if not isinstance(tok, SubwordTokenizer):
+            raise ValueError(f"save_checkpoint: {label} must be a SubwordTokenizer, got {type(tok).__name__}")
+        if tok.vocab_size != cfg[key]:
+            raise ValueError(
+                f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}"
+            )
+
+    bad = nonfinite_tensors(model.parameters())
+    if optimizer and not bad:
+        bad = nonfinite_tensors(model.optimizer_state())
+    if bad:
+        raise ValueError(
+            f"save_checkpoint: the model holds non-finite values, in {describe_bad(bad)}; "
+            "a checkpoint of it could not be used (has training diverged?)"
+        )
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        raise ValueError(f"save_checkpoint: run_id must be a non-empty str or None, got {run_id!r}")
+
+    # Everything is serialised before the first byte is written, so that bad input fails early.
+    files: Dict[str, bytes] = {
+        MODEL_FILE: _tensor_bytes(model.parameters(), "weights"),
+        SRC_TOKENIZER_FILE: src_tokenizer.to_str().encode("utf-8"),
+        TGT_TOKENIZER_FILE: tgt_tokenizer.to_str().encode("utf-8"),
+    }
+    if optimizer:
+        files[OPTIMIZER_FILE] = _tensor_bytes(model.optimizer_state(), "adam")
+    try:
+        files[TRAINER_STATE_FILE] = json_bytes(None if trainer_state is None else dict(trainer_state))
+        config: Dict[str, Any] = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "model": cfg,
+            "optimizer": {
+                "config": model.optimizer_config,
+                "saved": bool(optimizer),
+                "step": model.step,
+                "dropout_calls": model.dropout_calls,
+            },
+            "train_config": None if train_config is None else dict(train_config),
+            "data": None if data is None else dict(data),
+            "files": {fname: {"bytes": len(b), "sha256": sha256(b)} for fname, b in sorted(files.items())},
+        }
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
+
+    with lock_run(run):
+        config["run_id"] = run_id or _latest_run_id(run) or uuid.uuid4().hex[:16]
+        config_bytes = json_bytes(config)
+        target = run / name
+        with temporary(run, name) as tmp, temporary(run, f"old-{name}") as trash:
+            tmp.mkdir()
+            try:
+                for fname, payload in files.items():
+                    write_bytes(tmp / fname, payload)
+                write_bytes(tmp / CONFIG_FILE, config_bytes)  # last: a directory with config.json is complete
+                fsync_dir(tmp)
+                if target.exists():  # e.g. the same epoch saved again after resuming from an older checkpoint
+                    os.replace(target, trash)
+                    os.replace(tmp, target)
+                    shutil.rmtree(trash, ignore_errors=True)
+                else:
+                    os.replace(tmp, target)
+                fsync_dir(run)
+            except OSError as exc:  # a full disk, a file size limit, a vanished directory
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise type(exc)(
+                    f"save_checkpoint: writing checkpoint '{target}' failed: {exc.strerror or exc} "
+                    f"(disk full?); '{run}' is as it was"
+                ) from None
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+
+        if name != AVERAGED_NAME:  # "latest" is what a resume continues: never the average
+            try:
+                write_pointer(run, name)
+            except OSError as exc:
+                raise type(exc)(
+                    f"save_checkpoint: checkpoint '{target}' is complete, but writing '{LATEST_FILE}' "
+                    f"failed: {exc.strerror or exc} (disk full?); it still names the previous "
+                    "checkpoint"
+                ) from None
+        remove_stale_temporaries(run)
+        if keep:
+            _prune(run, int(keep), protect=target, run_id=config["run_id"])
+    return target
+
+
+def _latest_run_id(run: Path) -> Optional[str]:
+    """The run id recorded by the checkpoint ``latest`` names, if it can be read."""
+    try:
+        latest = latest_checkpoint(run)
+    except CheckpointError:
+        return None
+    config = complete_config(latest) if latest is not None else None
+    run_id = config.get("run_id") if config is not None else None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def _prune(run: Path, keep: int, protect: Path, run_id: str) -> None:
+    """Delete the oldest complete checkpoints of run ``run_id`` beyond the newest ``keep``, never
+    ``protect`` (the one just written) nor ``best``."""
+    ours = list_checkpoints(run, run_id=run_id)
+    try:
+        best = best_checkpoint(run)
+    except CheckpointError:
+        best = None
+    for old in ours[: max(0, len(ours) - keep)]:
+        if old != protect and old != best:
+            remove_checkpoint(old)
+
+
+def mark_best(run_dir: PathLike, name: str) -> None:
+    """Point ``run_dir/best`` at the checkpoint ``name`` (atomically)."""
+    run = Path(run_dir)
+    if not isinstance(name, str) or (order_key(name) is None and name != AVERAGED_NAME):
+        raise CheckpointError(
+            f"mark_best: name {name!r} is not the name of a checkpoint of the run, such as "
+            f"'epoch-0003' or {AVERAGED_NAME!r}"
+        )
+    if not (run / name / CONFIG_FILE).is_file():
+        raise CheckpointError(f"mark_best: '{run / name}' is not a checkpoint")
+    with lock_run(run):
+        write_pointer(run, name, BEST_FILE)

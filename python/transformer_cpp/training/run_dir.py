@@ -1,0 +1,136 @@
+"""A training run's directory: whether it holds a run, its lock, its checkpoints, the ``best``
+pointer, and the average of the last checkpoints (the files themselves are
+:mod:`transformer_cpp.checkpoint`'s).
+
+With a run directory, the trainer saves a checkpoint after every epoch (the newest
+``keep_checkpoints`` of the run are kept; ``best`` always). The state saved is everything the next
+step depends on: weights, Adam moments, step count, the dropout masks' counter, the epoch and the
+position inside it, the running sums and the history. The batch order is a pure function of
+``(seed, epoch)``, so it needs no saved generator state; hence a resumed run produces the same
+losses, bit for bit, as a run that was never stopped (with the same thread count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator, List, Mapping, Optional, Tuple, Union
+
+from .._checks import path as _path
+from ..checkpoint import (
+    LATEST_FILE,
+    LOCK_FILE,
+    average_checkpoints,
+    check_writable,
+    list_checkpoints,
+    lock_run,
+    mark_best,
+    save_checkpoint,
+)
+
+__all__ = ["RunDirectory", "improves"]
+
+
+def improves(bleu: Optional[float], best: Optional[float]) -> bool:
+    """Whether a checkpoint with validation BLEU ``bleu`` becomes the run's best over one with
+    ``best``: it has a BLEU, at least as high (on a tie the newer checkpoint wins: it has trained
+    longer)."""
+    return bleu is not None and (best is None or bleu >= best)
+
+
+class RunDirectory:
+    """The directory of one training run (what ``transformer-cpp train --out`` names).
+
+    Args:
+        path: the directory (it need not exist yet).
+        what: how messages name it (``"--out"``, ``"Trainer: checkpoint_dir"``).
+    """
+
+    def __init__(self, path: Union[str, Path], what: str = "run directory") -> None:
+        self.path = _path(what, path)
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    def holds_run(self) -> bool:
+        """Whether a run was started here: it has a checkpoint directory (complete or not) or a
+        ``latest`` pointer."""
+        return bool(list_checkpoints(self.path, complete=False)) or (self.path / LATEST_FILE).exists()
+
+    def check_writable(self) -> Path:
+        """Create the directory if needed and check that files can be written in it (before any work,
+        not after the first epoch); ``OSError`` naming it otherwise."""
+        return check_writable(self.path, self.what)
+
+    def lock(self) -> "contextlib.AbstractContextManager[Path]":
+        """The run's lock for a ``with`` block (:func:`~transformer_cpp.checkpoint.lock_run`): one
+        process at a time trains or saves here; ``RunLockedError`` when another holds it."""
+        return lock_run(self.path)
+
+    def remove_if_unused(self) -> None:
+        """Remove the directory if nothing but its lock file is in it (a command that created it
+        failed before its first checkpoint); leave it otherwise, or when it cannot be removed."""
+        try:
+            if {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
+                self.path.rmdir()
+        except OSError:
+            pass
+
+    @contextlib.contextmanager
+    def removed_unless_used(self) -> Iterator["RunDirectory"]:
+        """A ``with`` block after which the directory, if the block created it and fails before
+        anything but the lock file is written, is removed again."""
+        created = not self.path.exists()
+        try:
+            yield self
+        except BaseException:
+            if created:
+                self.remove_if_unused()
+            raise
+
+    def checkpoints(self, run_id: Optional[str] = None) -> List[Path]:
+        """The complete checkpoints, oldest first; with ``run_id``, only that run's."""
+        return list_checkpoints(self.path, run_id=run_id)
+
+    def save(
+        self,
+        model: Any,
+        src_tokenizer: Any,
+        tgt_tokenizer: Any,
+        *,
+        trainer_state: Mapping[str, Any],
+        train_config: Mapping[str, Any],
+        data: Optional[Mapping[str, Any]],
+        keep: int,
+        run_id: str,
+    ) -> Path:
+        """Write a resumable checkpoint (with the optimiser), named by the trainer state's position,
+        point ``latest`` at it and prune the run's oldest beyond ``keep`` (0: keep all); its path."""
+        return save_checkpoint(
+            self.path,
+            model,
+            src_tokenizer,
+            tgt_tokenizer,
+            trainer_state=trainer_state,
+            train_config=train_config,
+            data=data,
+            optimizer=True,
+            keep=keep,
+            run_id=run_id,
+        )
+
+    def mark_best(self, name: str) -> None:
+        """Point ``best`` at checkpoint ``name``."""
+        mark_best(self.path, name)
+
+    def average_last(self, count: int, run_id: str) -> Optional[Tuple[Path, Any, int]]:
+        """Average the newest ``count`` complete checkpoints of run ``run_id`` into ``averaged``:
+        ``(its path, the averaged model, how many were averaged)``, or None with fewer than two."""
+        paths = list_checkpoints(self.path, run_id=run_id)[-count:]
+        if len(paths) < 2:
+            return None
+        path, model = average_checkpoints(paths, self.path)
+        assert path is not None  # written, since a run directory was given
+        return path, model, len(paths)
