@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
-from ..checkpoint import LOCK_FILE, check_writable, list_checkpoints, lock_run, resolve_checkpoint
+from ..checkpoint import resolve_checkpoint
 from ..config import MODEL_FIELDS, OPTIMIZER_FIELDS, option_fields
 from ..distributed import MPIUnavailable, from_environment, launched_world
 from ..options import (
@@ -39,7 +39,7 @@ from ..task import (
     preset_recipe,
     resume_trainer,
 )
-from ..training import Trainer, TrainingInterrupted
+from ..training import RunDirectory, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads
 
 __all__ = ["add_train_parser", "request_from_args", "run_train"]
@@ -106,25 +106,13 @@ def _show_epoch_summaries() -> None:
     log.setLevel(logging.INFO)
 
 
-def _check_out(out: Path, resume: bool) -> bool:
-    """Refuse to start a run over another one, or to resume none; whether ``out`` is new."""
-    existing = bool(list_checkpoints(out, complete=False)) or (out / "latest").exists()
+def _check_out(run: RunDirectory, resume: bool) -> None:
+    """Refuse to start a run over another one, or to resume none."""
+    existing = run.holds_run()
     if resume and not existing:
-        raise UserError(f"nothing to resume: '{out}' holds no checkpoint")
+        raise UserError(f"nothing to resume: '{run.path}' holds no checkpoint")
     if not resume and existing:
-        raise UserError(f"'{out}' already holds a run; pass --resume to continue it or choose another --out")
-    return not out.exists()
-
-
-def _remove_if_unused(out: Path) -> None:
-    """Remove the run directory this command created if nothing but its lock file is in it (the
-    command failed before its first checkpoint)."""
-    try:
-        if {p.name for p in out.iterdir()} <= {LOCK_FILE}:
-            (out / LOCK_FILE).unlink(missing_ok=True)
-            out.rmdir()
-    except OSError:
-        pass
+        raise UserError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -135,16 +123,13 @@ def run_train(args: argparse.Namespace) -> int:
         return _train_parallel(args, out, parallel)
     set_threads(args.threads)
     request = request_from_args(args)
-    created = _check_out(out, args.resume)
-    check_writable(out, "--out")  # before any work, not after the first epoch
-    try:
-        with lock_run(out):  # held to the end: a second `train` into the same --out fails at once
+    run = RunDirectory(out, "--out")
+    _check_out(run, args.resume)
+    with run.removed_unless_used():
+        run.check_writable()  # before any work, not after the first epoch
+        with run.lock():  # held to the end: a second `train` into the same --out fails at once
             build = resume_trainer if args.resume else new_trainer
             return _fit(build(request, out, console.say), out)
-    except BaseException:
-        if created:
-            _remove_if_unused(out)
-        raise
 
 
 def _data_parallel(args: argparse.Namespace) -> Any:
@@ -171,11 +156,13 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
     steps = SetupSteps(parallel)
     set_threads(args.threads)
     request = request_from_args(args)
+    run = RunDirectory(out, "--out")
 
     def check_out() -> bool:
-        created = _check_out(out, args.resume)
+        _check_out(run, args.resume)
+        created = not out.exists()
         if parallel.is_root:
-            check_writable(out, "--out")
+            run.check_writable()
         return created
 
     created = steps.run("checking --out", check_out)
@@ -183,7 +170,7 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
     with contextlib.ExitStack() as stack:
         try:
             if parallel.is_root:
-                steps.run("locking --out", lambda: stack.enter_context(lock_run(out)))
+                steps.run("locking --out", lambda: stack.enter_context(run.lock()))
             else:
                 steps.run("locking --out", lambda: None)
             build = resume_trainer if args.resume else new_trainer
@@ -191,7 +178,7 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
         except BaseException:
             if created and parallel.is_root:
                 stack.close()
-                _remove_if_unused(out)
+                run.remove_if_unused()
             raise
 
 
