@@ -83,6 +83,99 @@ def _require_tokenizers() -> Tuple[Type[_HFTokenizer], ModuleType, ModuleType, M
     return Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 
+def _learn_byte_level_bpe(
+    corpus: List[str], target_vocab_size: int, min_frequency: int, lowercase: bool, name: str
+) -> Any:
+    """A byte-level BPE tokenizer (Hugging Face ``tokenizers``) learnt from ``corpus``: NFC (and
+    lower-case) normalisation, the special tokens first, every byte symbol when the size allows."""
+    Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers = _require_tokenizers()
+    n_special = len(SPECIAL_TOKENS)
+    tok = Tokenizer(models.BPE(unk_token=_UNK))
+    norm = [normalizers.NFC()]
+    if lowercase:
+        norm.append(normalizers.Lowercase())
+    tok.normalizer = normalizers.Sequence(norm)
+    if target_vocab_size < n_special + _BYTE_ALPHABET_SIZE:
+        # the byte symbols the corpus uses (after normalisation) must all fit, or its own text
+        # would encode as <unk>
+        used = len(set(tok.normalizer.normalize_str(" ".join(corpus)).encode("utf-8")))
+        if target_vocab_size < n_special + used:
+            raise ValueError(
+                f"{name}: target_vocab_size {target_vocab_size} cannot hold the {n_special} special "
+                f"tokens and the {used} byte symbols this corpus uses; it must be at least "
+                f"{n_special + used} (at least {n_special + _BYTE_ALPHABET_SIZE} to encode any text)"
+            )
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+
+    trainer_args: Dict[str, Any] = dict(
+        vocab_size=target_vocab_size,
+        min_frequency=int(min_frequency),
+        show_progress=False,
+        special_tokens=list(SPECIAL_TOKENS),
+    )
+    if target_vocab_size >= n_special + _BYTE_ALPHABET_SIZE:
+        trainer_args["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        trainer_args["limit_alphabet"] = target_vocab_size - n_special
+        logger.warning(
+            "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes the corpus does "
+            "not use will encode as %s and not round-trip",
+            name,
+            target_vocab_size,
+            n_special + _BYTE_ALPHABET_SIZE,
+            _UNK,
+        )
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
+    return tok
+
+
+def _parse_document(s: Any, caller: str) -> Tuple[Any, bool]:
+    """The Hugging Face tokenizer and the ``lowercase`` flag of a serialised ``SubwordTokenizer``
+    (what :meth:`SubwordTokenizer.to_str` writes); ``ValueError`` naming ``caller`` and what is
+    wrong otherwise."""
+    if not isinstance(s, str):
+        raise TypeError(f"{caller}: expected a str, got {type(s).__name__}")
+    Tokenizer = _require_tokenizers()[0]
+    try:
+        document = json.loads(s)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{caller}: not a SubwordTokenizer: invalid JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("format") != _FORMAT_NAME:
+        raise ValueError(f'{caller}: not a SubwordTokenizer: expected a JSON object with "format": "{_FORMAT_NAME}"')
+    version = document.get("version")
+    if version != _FORMAT_VERSION:
+        raise ValueError(
+            f"{caller}: unsupported SubwordTokenizer format version {version!r}; "
+            f"this version of transformer_cpp reads version {_FORMAT_VERSION}"
+        )
+    if document.get("special_tokens") != list(SPECIAL_TOKENS) or "tokenizer" not in document:
+        raise ValueError(f"{caller}: damaged SubwordTokenizer: special tokens or tokenizer missing")
+    try:
+        hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
+    except Exception as exc:  # tokenizers raises its own Exception subclass
+        raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
+    lowercase = document.get("lowercase", False)
+    if not isinstance(lowercase, bool):
+        raise ValueError(f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}")
+    return hf, lowercase
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` (parent directories created) under a temporary name of its own,
+    then rename it, so a crash never leaves half a file and two writers never share a temporary."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 class SubwordTokenizer:
     """A byte-level BPE vocabulary with fixed special ids (``pad_id == 0``).
 
@@ -154,7 +247,6 @@ class SubwordTokenizer:
                 minimum), if it is above :data:`MAX_VOCAB_SIZE`, if ``min_frequency < 1``, or if
                 the corpus has no non-empty sentence.
         """
-        Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers = _require_tokenizers()
         name = "SubwordTokenizer.build_from_corpus"
         if isinstance(sentences, (str, bytes)):
             raise TypeError(f"{name}: expected an iterable of sentences, got a single string")
@@ -185,43 +277,7 @@ class SubwordTokenizer:
         if not corpus:
             raise ValueError(f"{name}: the corpus is empty (no non-empty sentence)")
 
-        tok = Tokenizer(models.BPE(unk_token=_UNK))
-        norm = [normalizers.NFC()]
-        if lowercase:
-            norm.append(normalizers.Lowercase())
-        tok.normalizer = normalizers.Sequence(norm)
-        if target_vocab_size < n_special + _BYTE_ALPHABET_SIZE:
-            # the byte symbols the corpus uses (after normalisation) must all fit, or its own text
-            # would encode as <unk>
-            used = len(set(tok.normalizer.normalize_str(" ".join(corpus)).encode("utf-8")))
-            if target_vocab_size < n_special + used:
-                raise ValueError(
-                    f"{name}: target_vocab_size {target_vocab_size} cannot hold the {n_special} special "
-                    f"tokens and the {used} byte symbols this corpus uses; it must be at least "
-                    f"{n_special + used} (at least {n_special + _BYTE_ALPHABET_SIZE} to encode any text)"
-                )
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-
-        trainer_args: Dict[str, Any] = dict(
-            vocab_size=target_vocab_size,
-            min_frequency=int(min_frequency),
-            show_progress=False,
-            special_tokens=list(SPECIAL_TOKENS),
-        )
-        if target_vocab_size >= n_special + _BYTE_ALPHABET_SIZE:
-            trainer_args["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
-        else:
-            trainer_args["limit_alphabet"] = target_vocab_size - n_special
-            logger.warning(
-                "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes the corpus does "
-                "not use will encode as %s and not round-trip",
-                name,
-                target_vocab_size,
-                n_special + _BYTE_ALPHABET_SIZE,
-                _UNK,
-            )
-        tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
+        tok = _learn_byte_level_bpe(corpus, target_vocab_size, int(min_frequency), lowercase, name)
         result = cls(tok, lowercase=lowercase)
         logger.info(
             "%s: learned %d tokens (target %d) from %d sentences",
@@ -508,34 +564,7 @@ class SubwordTokenizer:
 
     @classmethod
     def _from_str(cls, s: Any, caller: str) -> "SubwordTokenizer":
-        if not isinstance(s, str):
-            raise TypeError(f"{caller}: expected a str, got {type(s).__name__}")
-        Tokenizer = _require_tokenizers()[0]
-        try:
-            document = json.loads(s)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{caller}: not a SubwordTokenizer: invalid JSON ({exc})") from None
-        if not isinstance(document, dict) or document.get("format") != _FORMAT_NAME:
-            raise ValueError(
-                f'{caller}: not a SubwordTokenizer: expected a JSON object with "format": "{_FORMAT_NAME}"'
-            )
-        version = document.get("version")
-        if version != _FORMAT_VERSION:
-            raise ValueError(
-                f"{caller}: unsupported SubwordTokenizer format version {version!r}; "
-                f"this version of transformer_cpp reads version {_FORMAT_VERSION}"
-            )
-        if document.get("special_tokens") != list(SPECIAL_TOKENS) or "tokenizer" not in document:
-            raise ValueError(f"{caller}: damaged SubwordTokenizer: special tokens or tokenizer missing")
-        try:
-            hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
-        except Exception as exc:  # tokenizers raises its own Exception subclass
-            raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
-        lowercase = document.get("lowercase", False)
-        if not isinstance(lowercase, bool):
-            raise ValueError(
-                f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}"
-            )
+        hf, lowercase = _parse_document(s, caller)
         try:
             return cls(hf, lowercase=lowercase)
         except ValueError as exc:
@@ -546,21 +575,9 @@ class SubwordTokenizer:
         created). The file is written to a temporary name and renamed, so a crash never leaves
         half a file."""
         path = os.fspath(path)
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
         if os.path.isdir(path):
             raise IsADirectoryError(f"SubwordTokenizer.save: {path!r} is a directory; give a file name")
-        # a name of its own for every call (two threads may save to one path at once), removed
-        # again if anything fails
-        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.to_str())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(path, self.to_str())
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike[str]]) -> "SubwordTokenizer":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -152,6 +152,7 @@ def decode_rows(
     src = pad_rows(rows)
     limits = [options.limit(len(r)) for r in rows]
     steps = max(limits)
+    found: List[List[Tuple[List[int], Optional[float]]]]
     if options.beam_size == 1:
         out = greedy_decode(model, src, start_id, end_id, steps, options.compute_type)
         found = [[([int(v) for v in row if v != 0][:n], None)] for row, n in zip(out, limits)]

@@ -185,7 +185,7 @@ def bleu_of_encoded(
     refs: List[str] = []
     for start in range(0, len(chosen), batch_size):
         rows = chosen[start : start + batch_size]
-        sources = [encoded.src[r, : encoded.src_lengths[r]] for r in rows]
+        sources = [encoded.src[r, : encoded.src_lengths[r]].tolist() for r in rows]
         found = decode_rows(model, sources, tgt_tokenizer.start_id, tgt_tokenizer.end_id, DecodeOptions())
         hyps.extend(tgt_tokenizer.decode(h[0].ids) for h in found)
         refs.extend(tgt_tokenizer.decode(encoded.tgt[r, : encoded.tgt_lengths[r]]) for r in rows)
