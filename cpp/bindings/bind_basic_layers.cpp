@@ -7,12 +7,12 @@
 #include <utility>
 
 #include "bindings.hpp"
-#include "transformer/activations.hpp"
-#include "transformer/embedding.hpp"
-#include "transformer/layer_norm.hpp"
-#include "transformer/loss.hpp"
-#include "transformer/optimizer.hpp"
-#include "transformer/softmax.hpp"
+#include "transformer/layers/activations.hpp"
+#include "transformer/layers/embedding.hpp"
+#include "transformer/layers/layer_norm.hpp"
+#include "transformer/layers/loss.hpp"
+#include "transformer/layers/optimizer.hpp"
+#include "transformer/layers/softmax.hpp"
 
 namespace transformer::bindings {
 

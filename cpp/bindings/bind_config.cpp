@@ -9,7 +9,7 @@
 
 #include "bindings.hpp"
 #include "transformer/config.hpp"
-#include "transformer/transformer.hpp"
+#include "transformer/layers/transformer.hpp"
 
 namespace transformer::bindings {
 

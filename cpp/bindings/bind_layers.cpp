@@ -4,12 +4,12 @@
 // owned copy of those that backward reads again), the memory its buffers need, finite weights;
 // after it: a finite output. Every backward: one call at a time and a finite dout.
 #include "bindings.hpp"
-#include "transformer/attention.hpp"
-#include "transformer/decoder.hpp"
-#include "transformer/dropout.hpp"
-#include "transformer/encoder.hpp"
-#include "transformer/feed_forward.hpp"
-#include "transformer/linear.hpp"
+#include "transformer/layers/attention.hpp"
+#include "transformer/layers/decoder.hpp"
+#include "transformer/layers/dropout.hpp"
+#include "transformer/layers/encoder.hpp"
+#include "transformer/layers/feed_forward.hpp"
+#include "transformer/layers/linear.hpp"
 
 namespace transformer::bindings {
 

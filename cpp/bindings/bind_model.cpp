@@ -3,9 +3,9 @@
 #include <exception>
 
 #include "bindings.hpp"
-#include "transformer/decode_kernels.hpp"
-#include "transformer/decoding.hpp"
-#include "transformer/transformer.hpp"
+#include "transformer/kernels/decode_kernels.hpp"
+#include "transformer/inference/decoding.hpp"
+#include "transformer/layers/transformer.hpp"
 
 namespace transformer::bindings {
 
