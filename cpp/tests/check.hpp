@@ -61,15 +61,15 @@ bool within(const char* file, int line, const std::string& what, const G* got, c
 
 // The same with one tolerance for all: |got - want| <= atol + rtol * |want|.
 template <typename G, typename W>
-bool close(const char* file, int line, const std::string& what, const G* got, const W* want, std::size_t n,
-           double atol, double rtol) {
+bool close(const char* file, int line, const std::string& what, const G* got, const W* want, std::size_t n, double atol,
+           double rtol) {
   std::vector<double> bound(n);
   for (std::size_t i = 0; i < n; ++i) bound[i] = atol + rtol * std::fabs(static_cast<double>(want[i]));
   return within(file, line, what, got, want, bound.data(), n);
 }
 
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
+#define CHECK(cond)                                                                    \
+  do {                                                                                 \
     if (!(cond)) ::transformer::testing::fail(__FILE__, __LINE__, "CHECK(" #cond ")"); \
   } while (0)
 

@@ -162,9 +162,7 @@ struct Int8Case {
     b = uniform<float>(static_cast<size_t>(N), seed + 2);
     q.pack(transformer::ComputeType::Int8, W.data(), N, K, K, b.data());
   }
-  std::string name() const {
-    return "R " + std::to_string(R) + " N " + std::to_string(N) + " K " + std::to_string(K);
-  }
+  std::string name() const { return "R " + std::to_string(R) + " N " + std::to_string(N) + " K " + std::to_string(K); }
 };
 
 std::vector<Int8Case> int8_cases() {

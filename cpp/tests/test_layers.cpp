@@ -173,8 +173,8 @@ void test_layer_norm_forward() {
   std::copy(w.begin(), w.end(), ln32.weight_.data());
   std::copy(b.begin(), b.end(), ln32.bias_.data());
   const std::vector<float> x32 = cast<float>(x);
-  const std::vector<double> want32 = plain_layer_norm(std::vector<double>(x32.begin(), x32.end()), rows, d, w.data(),
-                                                      b.data(), eps);
+  const std::vector<double> want32 =
+      plain_layer_norm(std::vector<double>(x32.begin(), x32.end()), rows, d, w.data(), b.data(), eps);
   const Matrix<float>& y32 = ln32.forward(ConstMatrixMap<float>(x32.data(), rows, d));
   CHECK_CLOSE("LayerNorm<float>::forward", y32.data(), want32.data(), want32.size(),
               4.0 * static_cast<double>(d + 8) * kUnitRoundoff, 0.0);
@@ -243,7 +243,8 @@ void test_linear_double() {
   const Matrix<double> dweight = lin.dweight_;
   const std::vector<double> dbias(lin.dbias_.data(), lin.dbias_.data() + out);
   const std::vector<double> fd_x = finite_differences(x.data(), x.size(), loss);
-  const std::vector<double> fd_w = finite_differences(lin.weight_.data(), static_cast<size_t>(lin.weight_.size()), loss);
+  const std::vector<double> fd_w =
+      finite_differences(lin.weight_.data(), static_cast<size_t>(lin.weight_.size()), loss);
   const std::vector<double> fd_b = finite_differences(lin.bias_.data(), static_cast<size_t>(out), loss);
   CHECK_CLOSE("Linear<double>::backward dx", dx.data(), fd_x.data(), fd_x.size(), kGradAtol, kGradRtol);
   CHECK_CLOSE("Linear<double>::backward dweight", dweight.data(), fd_w.data(), fd_w.size(), kGradAtol, kGradRtol);
@@ -280,8 +281,9 @@ void test_linear_float() {
       }
   };
   auto none = [](Index) { return 0.0; };
-  expect(rows, out, in, [&](Index i, Index o, Index k) { return double(x[i * in + k]) * W(o, k); },
-         [&](Index o) { return double(bias[o]); });
+  expect(
+      rows, out, in, [&](Index i, Index o, Index k) { return double(x[i * in + k]) * W(o, k); },
+      [&](Index o) { return double(bias[o]); });
   CHECK_WITHIN("Linear<float>::forward", y.data(), want.data(), bound.data(), want.size());
   expect(rows, in, out, [&](Index i, Index k, Index o) { return double(dy[i * out + o]) * W(o, k); }, none);
   CHECK_WITHIN("Linear<float>::backward dx", dx.data(), want.data(), bound.data(), want.size());

@@ -26,7 +26,7 @@
 namespace transformer {
 
 // ---------------------------------------------------------------------------------------------
-// Names and what this machine can run
+// Names, and what this CPU can run
 
 ComputeType parse_compute_type(const std::string& name) {
   if (name == "float32") return ComputeType::Float32;

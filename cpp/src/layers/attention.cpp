@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "transformer/checks.hpp"
-#include "transformer/random.hpp"
 #include "transformer/layers/softmax.hpp"
+#include "transformer/random.hpp"
 
 namespace transformer {
 

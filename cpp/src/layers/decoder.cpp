@@ -5,11 +5,10 @@
 #include <utility>
 
 #include "transformer/checks.hpp"
-#include "transformer/random.hpp"
 #include "transformer/layers/stack.hpp"
+#include "transformer/random.hpp"
 
 namespace transformer {
-
 
 template <typename T>
 DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,

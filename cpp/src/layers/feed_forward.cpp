@@ -1,7 +1,7 @@
 #include "transformer/layers/feed_forward.hpp"
 
-#include "transformer/layers/activations.hpp"
 #include "transformer/checks.hpp"
+#include "transformer/layers/activations.hpp"
 #include "transformer/random.hpp"
 
 namespace transformer {

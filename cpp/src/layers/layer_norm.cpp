@@ -15,9 +15,8 @@ constexpr Index kBlockRows = tuning::kLayerNormBlockRows;
 
 // The sum of f(0) + ... + f(d - 1) in an order fixed by d alone: 16 running sums over the
 // columns j mod 16, then the tail, added up in order. Eigen's .sum() / .mean() start their
-// vector loop at the first aligned element, so their result changed in the last bits with where
-// the row happened to be allocated (the same input gave gradients differing by 1 ulp between
-// two models); this one does not.
+// vector loop at the first aligned element, so their result depends in the last bits on where the
+// row is allocated (the same input can give gradients 1 ulp apart in two models); this one does not.
 template <typename T, typename F>
 inline T fixed_order_sum(Index d, F f) {
   constexpr Index kLanes = 16;

@@ -7,7 +7,6 @@
 
 namespace transformer {
 
-
 template <typename T>
 Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_t seed) : has_bias_(bias) {
   TCPP_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be ", "positive, got ",
@@ -30,8 +29,7 @@ const Matrix<T>& Linear<T>::forward(ConstMatrixMap<T> x) {
   rows_ = x.rows();
   y_.resize(rows_, out_features());
   // y = x W^T (+ b)                                                    (N, out)
-  dense_forward<T>(precision_, x, cmap(weight_), mmap(y_),
-                   has_bias_ ? bias_.data() : nullptr);
+  dense_forward<T>(precision_, x, cmap(weight_), mmap(y_), has_bias_ ? bias_.data() : nullptr);
   return y_;
 }
 

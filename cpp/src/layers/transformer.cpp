@@ -12,7 +12,6 @@
 
 namespace transformer {
 
-
 namespace {
 // The number of members of an aggregate such as TransformerConfig: the most initialisers it takes.
 struct AnyMember {
@@ -356,9 +355,8 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   // pass also adds the bias and sums the bias gradient while each row is in cache
   LossStats stats = loss_or_throw(
       [&] {
-        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(),
-                                       row_targets(tgt_out), opt_config_.label_smoothing, dout_bias_.data(),
-                                       loss_partial_);
+        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(), row_targets(tgt_out),
+                                       opt_config_.label_smoothing, dout_bias_.data(), loss_partial_);
       },
       "train_step");
   backward_rows(cmap(logits_), true);
@@ -436,9 +434,8 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   run(src, tgt_in, tgt_out.data(), true, true, false);
   LossStats stats = loss_or_throw(
       [&] {
-        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(),
-                                       row_targets(tgt_out), opt_config_.label_smoothing, dout_bias_.data(),
-                                       loss_partial_);
+        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(), row_targets(tgt_out),
+                                       opt_config_.label_smoothing, dout_bias_.data(), loss_partial_);
       },
       "train_step");
   backward_rows(cmap(logits_), true);

@@ -46,7 +46,7 @@ constexpr Index kKC = tuning::kBf16GemmKC;  // k values per packed block (a B pa
 constexpr double kParallelMacs = tuning::kBf16ParallelMacs;
 
 // The environment variable that, set to a non-empty value other than "0", makes supported()
-// false on any CPU (to test the unsupported path and to compare with float32 on one machine).
+// false on any CPU (to test the unsupported path and to compare with float32 on one CPU).
 constexpr const char* kDisableEnv = "TRANSFORMER_CPP_DISABLE_BF16";
 
 // Whether the CPU and OS can run the kernel (AVX512F, AVX512BW, AVX512VL, AVX512_BF16, and the

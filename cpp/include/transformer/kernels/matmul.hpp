@@ -27,7 +27,7 @@ Precision parse_precision(const std::string& name);
 std::string to_string(Precision p);
 
 // Throws std::invalid_argument "<who>: precision 'bf16' ..." when p cannot run with scalar type T
-// on this machine (bf16 needs float and bf16::supported()); says what to use instead.
+// on this CPU (bf16 needs float and bf16::supported()); says what to use instead.
 template <typename T>
 void check_precision(Precision p, const char* who);
 

@@ -50,7 +50,7 @@ ComputeType parse_compute_type(const std::string& name);
 std::string to_string(ComputeType c);
 
 // The environment variable that, set to a non-empty value other than "0", makes int8 decoding
-// unsupported on any CPU (to test the error, and to compare on one machine). bf16 decoding
+// unsupported on any CPU (to test the error, and to compare the compute types on one CPU). bf16 decoding
 // follows the bf16 kernel's own switch (bf16_gemm.hpp, TRANSFORMER_CPP_DISABLE_BF16).
 constexpr const char* kDisableInt8Env = "TRANSFORMER_CPP_DISABLE_INT8";
 
@@ -59,7 +59,7 @@ bool compute_type_supported(ComputeType c);
 std::string compute_type_unsupported_reason(ComputeType c);
 
 // Throws std::invalid_argument "<who>: compute_type 'int8' ..." when c cannot run with scalar type T
-// on this machine; says what to use instead.
+// on this CPU; says what to use instead.
 template <typename T>
 void check_compute_type(ComputeType c, const char* who);
 

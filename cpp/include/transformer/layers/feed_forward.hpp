@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "transformer/layers/dropout.hpp"
 #include "transformer/inference/backend.hpp"
+#include "transformer/layers/dropout.hpp"
 #include "transformer/layers/linear.hpp"
 
 namespace transformer {

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "transformer/config.hpp"
+#include "transformer/kernels/matmul.hpp"
 #include "transformer/layers/decoder.hpp"
 #include "transformer/layers/encoder.hpp"
 #include "transformer/layers/loss.hpp"
-#include "transformer/kernels/matmul.hpp"
 #include "transformer/layers/optimizer.hpp"
 
 namespace transformer {
@@ -157,7 +157,7 @@ class Transformer {
   double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
   double last_grad_norm() const { return last_grad_norm_; }
   // The next train_step / evaluate / forward may skip its check that every weight is finite (a pass
-  // over all of them, about 3% of a training step): for a caller that knows nothing can have
+  // over all of them, a read of the whole model per step): for a caller that knows nothing can have
   // written the weights since a call that left them finite (a successful train_step: its update is
   // checked element by element). Applies to the next call only (false withdraws it).
   void vouch_weights_finite(bool vouched = true) { weights_vouched_ = vouched; }
