@@ -1019,7 +1019,7 @@ def test_the_last_step_count_is_an_error_not_an_overflow():
     "make, fragment",
     [
         (lambda: tc.LayerNorm(4, eps=0.0), "LayerNorm: eps must be a finite number > 0, got 0"),
-        (lambda: tc.EncoderLayer(8, 2, 16, eps=0.0), "LayerNorm: eps must be a finite number > 0, got 0"),
+        (lambda: tc.EncoderLayer(8, 2, 16, eps=0.0), "EncoderLayer: eps must be a finite number > 0, got 0.0"),
         (lambda: small_model(layer_norm_eps=0.0), "Transformer: layer_norm_eps must be a finite number > 0, got 0"),
         (lambda: tc.Adam(tc.Linear(3, 2).parameters(), eps=0.0), "Adam: eps must be a finite number > 0, got 0"),
     ],
