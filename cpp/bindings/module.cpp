@@ -29,7 +29,7 @@ py::object integer_arg(const py::handle& v, const char* who, const char* name, s
     if (below || py_less(py::int_(most), i))
       throw py::value_error(Limit::integer(lo, most).message(who, name, value_repr(i)));
   }
-  return check_setting(hi ? Limit::integer(lo, *hi) : Limit::integer(lo), who, name, v);
+  return check_setting(Limit::integer(lo, hi), who, name, v);
 }
 }  // namespace
 

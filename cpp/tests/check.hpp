@@ -13,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -81,18 +82,18 @@ bool close(const char* file, int line, const std::string& what, const G* got, co
 #define CHECK_WITHIN(what, got, want, bound, n) \
   ::transformer::testing::within(__FILE__, __LINE__, what, got, want, bound, n)
 
-// Thrown by skip(): this CPU or build cannot run what the test checks.
-struct Skipped {
-  std::string reason;
+// Thrown by skip(): this CPU or build cannot run what the test checks (what() says why).
+struct Skipped : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
-[[noreturn]] inline void skip(const std::string& reason) { throw Skipped{reason}; }
+[[noreturn]] inline void skip(const std::string& reason) { throw Skipped(reason); }
 
 inline void run(const char* name, const std::function<void()>& test) {
   const int before = counts().failed_checks;
   try {
     test();
   } catch (const Skipped& s) {
-    std::printf("SKIP %s: %s\n", name, s.reason.c_str());
+    std::printf("SKIP %s: %s\n", name, s.what());
     ++counts().skipped_tests;
     return;
   } catch (const std::exception& e) {

@@ -227,7 +227,8 @@ void test_int8_kernel() {
     for (Index r = 0; r < c.R; ++r)
       for (Index n = 0; n < c.N; ++n) {
         double magnitude = std::fabs(c.b[n]);
-        for (Index k = 0; k < c.K; ++k) magnitude += std::fabs(static_cast<double>(c.x[r * c.K + k]) * c.W[n * c.K + k]);
+        for (Index k = 0; k < c.K; ++k)
+          magnitude += std::fabs(static_cast<double>(c.x[r * c.K + k]) * c.W[n * c.K + k]);
         bound[r * c.N + n] = 1e-6 * magnitude;
       }
     CHECK_WITHIN("QuantizedLinear::apply (int8) against apply_reference, " + c.name(), y.data(), ref.data(),
