@@ -190,7 +190,7 @@ def test_bad_model_configuration(kwargs, fragment):
 def test_bad_layer_configuration():
     with pytest.raises(ValueError, match="positive"):
         tc.MultiHeadAttention(8, 0)
-    with pytest.raises(ValueError, match="rate"):
+    with pytest.raises(ValueError, match=r"FeedForward: dropout must be a number in \[0, 1\), got 1.0"):
         tc.FeedForward(8, 12, dropout=1.0)
     with pytest.raises(ValueError, match="n_layers"):
         tc.Encoder(SRC_V, 8, 0, 2, 12)

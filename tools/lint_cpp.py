@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("cpp/src", "cpp/include", "cpp/bindings")
+SOURCES = ("cpp/src", "cpp/include", "cpp/bindings", "cpp/tests")
 
 
 def cpp_files() -> List[Path]:

@@ -7,12 +7,12 @@
 #include <utility>
 
 #include "bindings.hpp"
-#include "transformer/activations.hpp"
-#include "transformer/embedding.hpp"
-#include "transformer/layer_norm.hpp"
-#include "transformer/loss.hpp"
-#include "transformer/optimizer.hpp"
-#include "transformer/softmax.hpp"
+#include "transformer/layers/activations.hpp"
+#include "transformer/layers/embedding.hpp"
+#include "transformer/layers/layer_norm.hpp"
+#include "transformer/layers/loss.hpp"
+#include "transformer/layers/optimizer.hpp"
+#include "transformer/layers/softmax.hpp"
 
 namespace transformer::bindings {
 
@@ -27,7 +27,8 @@ void bind_layer_norm(py::module_& m) {
   py::class_<H>(m, class_name<T>("LayerNorm").c_str(),
                 "LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.")
       .def(py::init([](const py::object& d_model, const py::object& eps) {
-             return new H(int_arg(d_model, "LayerNorm", "d_model"), float_arg(eps, "LayerNorm", "eps"));
+             return new H(int_arg(d_model, "LayerNorm", "d_model"),
+                          float_arg(eps, "LayerNorm", "eps", limits::positive()));
            }),
            py::arg("d_model"), py::arg("eps") = 1e-6)
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
@@ -35,29 +36,20 @@ void bind_layer_norm(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& x) {
-            const char* who = "LayerNorm.forward";
-            InUse in_use(h.busy, who);
-            auto in = as_rows<T>(x, who, "x", h.layer.dim());
-            check_input(in, who, "x", true);  // the layer reads x again in backward
-            check_forward<T>(h.layer, who, concat("an input of ", in.rows, " rows"),
-                             3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              h.layer.forward(in.map());
-            }
-            h.saved = in.array;
-            h.lead = in.lead_shape;
-            h.has_forward = true;
-            check_output(h.layer.output(), who);
-            return rows_out<T>(h.layer.output(), in.lead_shape);
+            LayerForward<T, H> call(h, "LayerNorm.forward");
+            auto in = call.rows(x, "x", h.layer.dim(), /*keep=*/true);  // the layer reads x again in backward
+            call.check(concat("an input of ", in.rows, " rows"),
+                       3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
+            const Matrix<T>& y =
+                call.run(in.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(in.map()); });
+            return rows_out<T>(y, in.lead_shape);
           },
           py::arg("x"), "x: (..., d_model) -> (..., d_model)")
       .def(
           "forward_residual",
           [](H& h, const py::handle& a, const py::handle& b) {
-            const char* who = "LayerNorm.forward_residual";
-            InUse in_use(h.busy, who);
+            LayerForward<T, H> call(h, "LayerNorm.forward_residual");
+            const char* who = call.who();
             auto ia = as_rows<T>(a, who, "a", h.layer.dim());
             auto ib = as_rows<T>(b, who, "b", h.layer.dim());
             if (ia.lead_shape != ib.lead_shape)
@@ -65,41 +57,26 @@ void bind_layer_norm(py::module_& m) {
                                            describe(ia.array), " and ", describe(ib.array)));
             check_input(ia, who, "a", false);  // the layer keeps a + b itself
             check_input(ib, who, "b", false);
-            check_forward<T>(h.layer, who, concat("an input of ", ia.rows, " rows"),
-                             4.0 * static_cast<double>(ia.rows) * static_cast<double>(ia.cols));
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              h.layer.forward_residual(ia.map(), ib.map());
-            }
-            h.saved = py::none();
-            h.lead = ia.lead_shape;
-            h.has_forward = true;
-            check_output(h.layer.output(), who);
-            return rows_out<T>(h.layer.output(), ia.lead_shape);
+            call.check(concat("an input of ", ia.rows, " rows"),
+                       4.0 * static_cast<double>(ia.rows) * static_cast<double>(ia.cols));
+            const Matrix<T>& y = call.run(
+                ia.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward_residual(ia.map(), ib.map()); });
+            return rows_out<T>(y, ia.lead_shape);
           },
           py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            InUse in_use(h.busy, "LayerNorm.backward");
-            if (!h.has_forward) throw std::runtime_error("LayerNorm.backward: call forward() first");
-            auto d = dout_rows<T>(dout, "LayerNorm.backward", h.layer.dim(), h.lead);
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, "LayerNorm.backward");
-            check_parameter_gradients(h.layer.parameters(), "LayerNorm.backward");
-            return rows_out<T>(*dx, h.lead);
+            LayerBackward<T, H> call(h, "LayerNorm.backward");
+            auto d = call.dout_rows(dout, h.layer.dim());
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            call.check_parameter_gradients();
+            return rows_out<T>(dx, h.lead);
           },
           py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) {
-        check_idle(h.busy, "LayerNorm.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("LayerNorm.zero_grad"));
 }
 
 template <typename T>
@@ -110,39 +87,22 @@ void bind_relu(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& x) {
-            const char* who = "ReLU.forward";
-            InUse in_use(h.busy, who);
-            auto in = as_rows<T>(x, who, "x", -1);
-            check_input(in, who, "x", false);  // backward reads the output
-            check_memory(who, concat("an input of ", in.rows, " rows"),
-                         2.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols) * sizeof(T));
-            h.has_forward = false;
-            const Matrix<T>* y;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(in.map());
-            }
-            h.lead = in.lead_shape;
-            h.has_forward = true;
-            return rows_out<T>(*y, in.lead_shape);
+            LayerForward<T, H> call(h, "ReLU.forward");
+            auto in = call.rows(x, "x", -1, /*keep=*/false);  // backward reads the output
+            call.check(concat("an input of ", in.rows, " rows"),
+                       2.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
+            const Matrix<T>& y =
+                call.run(in.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(in.map()); });
+            return rows_out<T>(y, in.lead_shape);
           },
           py::arg("x"))
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            InUse in_use(h.busy, "ReLU.backward");
-            if (!h.has_forward) throw std::runtime_error("ReLU.backward: call forward() first");
-            auto d = as_rows<T>(dout, "ReLU.backward", "dout", -1);
-            check_input(d, "ReLU.backward", "dout", false);
-            if (d.lead_shape != h.lead)
-              throw py::value_error("ReLU.backward: dout must have the shape of the last output, got " +
-                                    describe(d.array));
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            return rows_out<T>(*dx, h.lead);
+            LayerBackward<T, H> call(h, "ReLU.backward");
+            auto d = call.dout_rows(dout, -1);
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            return rows_out<T>(dx, h.lead);
           },
           py::arg("dout"), "dout -> dx = dout where the output was positive, 0 elsewhere")
       .def("parameters", [](py::object) { return empty_parameters(); })
@@ -177,48 +137,38 @@ void bind_embedding(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& tokens, const py::object& scale_arg) {
-            const char* who = "Embedding.forward";
-            InUse in_use(h.busy, who);
-            const double scale = float_arg(scale_arg, who, "scale");
-            if (!std::isfinite(scale) || std::fabs(scale) > static_cast<double>(std::numeric_limits<T>::max()))
+            // the layer checks the token ids before it changes anything: a failed forward leaves
+            // the previous one for backward
+            LayerForward<T, H> call(h, "Embedding.forward", /*failure_keeps_previous=*/true);
+            const char* who = call.who();
+            const double scale = float_arg(scale_arg, who, "scale", limits::finite());
+            if (std::fabs(scale) > static_cast<double>(std::numeric_limits<T>::max()))  // finite as a double only
               throw py::value_error(concat(who, ": scale must be a finite number, got ", scale));
-            auto tok = as_tokens(tokens, who, "tokens", 2);
+            auto tok = as_tokens(tokens, who, "tokens", 2);  // copied by the layer
             const Index b = tok.shape(0), t = tok.shape(1);
-            check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
-                             static_cast<double>(b) * static_cast<double>(t) * static_cast<double>(h.layer.dim()));
-            const Matrix<T>* y;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(ConstTokenMap(tok.data(), b, t), static_cast<T>(scale));
-            }
-            h.lead = {b, t};
-            h.has_forward = true;
-            check_output(*y, who);
-            return rows_out<T>(*y, h.lead);
+            call.check(concat("a batch of ", b, " sequences of length ", t),
+                       static_cast<double>(b) * static_cast<double>(t) * static_cast<double>(h.layer.dim()));
+            const Matrix<T>& y = call.run({b, t}, [&]() -> const Matrix<T>& {
+              return h.layer.forward(ConstTokenMap(tok.data(), b, t), static_cast<T>(scale));
+            });
+            return rows_out<T>(y, h.lead);
           },
           py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale")
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            InUse in_use(h.busy, "Embedding.backward");
-            if (!h.has_forward) throw std::runtime_error("Embedding.backward: call forward() first");
-            auto d = dout_rows<T>(dout, "Embedding.backward", h.layer.dim(), h.lead);
-            {
-              py::gil_scoped_release release;
-              h.layer.backward(d.map());
-            }
-            check_parameter_gradients(h.layer.parameters(), "Embedding.backward");
+            LayerBackward<T, H> call(h, "Embedding.backward");
+            auto d = call.dout_rows(dout, h.layer.dim());
+            call.run([&] { h.layer.backward(d.map()); });
+            call.check_parameter_gradients();
           },
           py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
       .def(
           "padding_mask",
           [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
           py::arg("tokens"), "bool (B, T), True where tokens == 0")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) {
-        check_idle(h.busy, "Embedding.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("Embedding.zero_grad"));
 }
 
 template <typename T>
@@ -254,46 +204,33 @@ void bind_positional_embedding(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& tokens) {
-            const char* who = "PositionalEmbedding.forward";
-            InUse in_use(h.busy, who);
-            auto tok = as_tokens(tokens, who, "tokens", 2);
+            // as Embedding.forward: a failed forward leaves the previous one for backward
+            LayerForward<T, H> call(h, "PositionalEmbedding.forward", /*failure_keeps_previous=*/true);
+            auto tok = as_tokens(tokens, call.who(), "tokens", 2);  // copied by the layer
             const Index b = tok.shape(0), t = tok.shape(1);
             const double d = static_cast<double>(h.layer.dim());
-            check_forward<T>(h.layer, who, concat("a batch of ", b, " sequences of length ", t),
-                             static_cast<double>(b) * static_cast<double>(t) * d + 2.0 * static_cast<double>(t) * d);
-            const Matrix<T>* y;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(ConstTokenMap(tok.data(), b, t));
-            }
-            h.lead = {b, t};
-            h.has_forward = true;
-            check_output(*y, who);
-            return rows_out<T>(*y, h.lead);
+            call.check(concat("a batch of ", b, " sequences of length ", t),
+                       static_cast<double>(b) * static_cast<double>(t) * d + 2.0 * static_cast<double>(t) * d);
+            const Matrix<T>& y = call.run(
+                {b, t}, [&]() -> const Matrix<T>& { return h.layer.forward(ConstTokenMap(tok.data(), b, t)); });
+            return rows_out<T>(y, h.lead);
           },
           py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed")
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            InUse in_use(h.busy, "PositionalEmbedding.backward");
-            if (!h.has_forward) throw std::runtime_error("PositionalEmbedding.backward: call forward() first");
-            auto d = dout_rows<T>(dout, "PositionalEmbedding.backward", h.layer.dim(), h.lead);
-            {
-              py::gil_scoped_release release;
-              h.layer.backward(d.map());
-            }
-            check_parameter_gradients(h.layer.parameters(), "PositionalEmbedding.backward");
+            LayerBackward<T, H> call(h, "PositionalEmbedding.backward");
+            auto d = call.dout_rows(dout, h.layer.dim());
+            call.run([&] { h.layer.backward(d.map()); });
+            call.check_parameter_gradients();
           },
           py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
       .def(
           "padding_mask",
           [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "PositionalEmbedding.padding_mask"); },
           py::arg("tokens"), "bool (B, T), True where tokens == 0")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) {
-        check_idle(h.busy, "PositionalEmbedding.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("PositionalEmbedding.zero_grad"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -329,11 +266,10 @@ void bind_functions(py::module_& m) {
           auto in = as_rows<T>(x, "softmax", "x", -1);
           py::array_t<T> out(shape_of(in.array));
           T* o = out.mutable_data();
-          {
-            py::gil_scoped_release release;
+          without_gil([&] {
             std::copy(in.array.data(), in.array.data() + in.rows * in.cols, o);
             softmax_rows(o, in.rows, in.cols);
-          }
+          });
           return out;
         },
         py::arg("x"), "Softmax over the last axis; a row that is all -inf gives zeros.");
@@ -346,10 +282,7 @@ void bind_functions(py::module_& m) {
                                          describe(iy.array), " and ", describe(idy.array)));
           py::array_t<T> out(shape_of(iy.array));
           T* o = out.mutable_data();
-          {
-            py::gil_scoped_release release;
-            softmax_rows_backward(iy.array.data(), idy.array.data(), o, iy.rows, iy.cols);
-          }
+          without_gil([&] { softmax_rows_backward(iy.array.data(), idy.array.data(), o, iy.rows, iy.cols); });
           return out;
         },
         py::arg("y"), py::arg("dy"),
@@ -359,7 +292,7 @@ void bind_functions(py::module_& m) {
       [](const py::handle& logits, const py::handle& targets, const py::object& smoothing,
          bool compute_grad) -> py::tuple {
         const char* who = "masked_cross_entropy";
-        const double label_smoothing = float_arg(smoothing, who, "label_smoothing");
+        const double label_smoothing = float_arg(smoothing, who, "label_smoothing", limits::fraction());
         auto lg = as_rows<T>(logits, who, "logits", -1);
         if (lg.array.ndim() < 2)
           throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
@@ -368,11 +301,8 @@ void bind_functions(py::module_& m) {
           throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
                                        describe(lg.array), ", got ", describe(tg)));
         std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
-        LossStats stats;
-        {
-          py::gil_scoped_release release;
-          stats = masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing);
-        }
+        const LossStats stats =
+            without_gil([&] { return masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing); });
         if (!compute_grad) return py::make_tuple(stats.loss, py::none());
         // Hand the gradient buffer to NumPy without copying; the capsule gives it back with the array.
         Matrix<T>* g = grad.release();
@@ -394,11 +324,7 @@ void bind_functions(py::module_& m) {
         if (shape_of(tg) != lg.lead_shape)
           throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
                                        describe(lg.array), ", got ", describe(tg)));
-        LossStats stats;
-        {
-          py::gil_scoped_release release;
-          stats = masked_accuracy<T>(lg.map(), tg.data());
-        }
+        const LossStats stats = without_gil([&] { return masked_accuracy<T>(lg.map(), tg.data()); });
         return stats.count == 0 ? 0.0 : static_cast<double>(stats.correct) / static_cast<double>(stats.count);
       },
       py::arg("logits"), py::arg("targets"), "Fraction of targets != 0 whose argmax over logits is right.");
@@ -419,8 +345,9 @@ template <typename T>
 AdamHolder<T>* make_adam(const py::object& params, const py::object& beta1_arg, const py::object& beta2_arg,
                          const py::object& eps_arg) {
   const std::string who = class_name<T>("Adam");
-  const double beta1 = float_arg(beta1_arg, "Adam", "beta1"), beta2 = float_arg(beta2_arg, "Adam", "beta2");
-  const double eps = float_arg(eps_arg, "Adam", "eps");
+  const double beta1 = float_arg(beta1_arg, "Adam", "beta1", limits::rate());
+  const double beta2 = float_arg(beta2_arg, "Adam", "beta2", limits::rate());
+  const double eps = float_arg(eps_arg, "Adam", "eps", limits::positive());
   // (name, parameter) pairs from a mapping (keys are the names) or a sequence of Parameter.
   std::vector<std::pair<std::string, py::object>> items;
   const bool mapping = py::hasattr(params, "items") && py::hasattr(params, "keys");
@@ -485,25 +412,18 @@ void bind_adam(py::module_& m) {
       .def(
           "step",
           [](H& h, const py::object& lr) {
-            const double rate = float_arg(lr, "Adam.step", "lr");
+            const double rate = float_arg(lr, "Adam.step", "lr", limits::non_negative());
             InUse in_use(h.busy, "Adam.step", "optimizer");
-            py::gil_scoped_release release;
             // refused, changing nothing, if a weight or moment would become NaN or infinite
-            h.adam->step(rate, 1.0, false, "Adam.step");
+            without_gil([&] { h.adam->step(rate, 1.0, false, "Adam.step"); });
           },
           py::arg("lr"), "One update with learning rate lr (increments step_count first).")
       .def(
           "clip_grad_norm",
           [](H& h, const py::object& max_norm_arg) {
-            const double max_norm = float_arg(max_norm_arg, "Adam.clip_grad_norm", "max_norm");
-            if (!(std::isfinite(max_norm) && max_norm >= 0.0))
-              throw py::value_error(
-                  concat("Adam.clip_grad_norm: max_norm must be a finite number >= 0 (0: only "
-                         "measure), got ",
-                         max_norm));
+            const double max_norm = float_arg(max_norm_arg, "Adam.clip_grad_norm", "max_norm", limits::non_negative());
             InUse in_use(h.busy, "Adam.clip_grad_norm", "optimizer");
-            py::gil_scoped_release release;
-            return h.adam->clip_grad_norm(max_norm);
+            return without_gil([&] { return h.adam->clip_grad_norm(max_norm); });
           },
           py::arg("max_norm"),
           "Global L2 norm of all gradients; scales them by max_norm / norm when it is larger. Returns the norm "
@@ -560,7 +480,8 @@ void bind_basic_layers(py::module_& m) {
       [](const py::object& step, const py::object& d_model, const py::object& warmup, const py::object& scale) {
         const char* who = "warmup_learning_rate";
         return warmup_learning_rate(int_arg(step, who, "step"), int_arg(d_model, who, "d_model"),
-                                    int_arg(warmup, who, "warmup"), float_arg(scale, who, "scale"));
+                                    int_arg(warmup, who, "warmup"),
+                                    float_arg(scale, who, "scale", limits::non_negative()));
       },
       py::arg("step"), py::arg("d_model"), py::arg("warmup") = 4000, py::arg("scale") = 1.0,
       "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * scale, step counted from 1.");

@@ -9,23 +9,11 @@
 
 #include "bindings.hpp"
 #include "transformer/config.hpp"
-#include "transformer/transformer.hpp"
+#include "transformer/layers/transformer.hpp"
 
 namespace transformer::bindings {
 
 namespace {
-
-// repr(v) for a message, shortened; a value whose repr fails (an int of more than 4300 digits)
-// is named by its type.
-std::string got_text(const py::handle& v) {
-  std::string s;
-  try {
-    s = py::repr(v).cast<std::string>();
-  } catch (const py::error_already_set&) {
-    s = "<" + py::str(py::type::of(v).attr("__name__")).cast<std::string>() + ">";
-  }
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
 
 bool is_numpy_bool(const py::handle& v) {
   const py::handle type = py::type::of(v);
@@ -37,15 +25,15 @@ bool is_numpy_bool(const py::handle& v) {
 
 [[noreturn]] void refuse(const Limit& l, const std::string& owner, const std::string& name, const py::handle& v,
                          bool wrong_type) {
-  const std::string msg = l.message(owner, name, got_text(v));
+  const std::string msg = l.message(owner, name, value_repr(v));
   if (wrong_type) throw py::type_error(msg);
   throw py::value_error(msg);
 }
 
-bool less(const py::handle& a, const py::handle& b) {
-  const int r = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_LT);
-  if (r < 0) throw py::error_already_set();
-  return r == 1;
+// A bound of a number Limit: a finite number, or an infinite float for no bound on that side.
+double bound_arg(const py::handle& v, const char* name) {
+  if (PyFloat_Check(v.ptr()) && std::isinf(PyFloat_AsDouble(v.ptr()))) return PyFloat_AsDouble(v.ptr());
+  return float_arg(v, "Limit", name, limits::finite());
 }
 
 const char* kind_name(Limit::Kind k) {
@@ -191,7 +179,7 @@ py::object check_setting(const Limit& l, const std::string& owner, const std::st
       if (is_bool || !PyIndex_Check(v.ptr())) refuse(l, owner, name, v, true);
       py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
       if (!i) throw py::error_already_set();
-      if (less(i, py::int_(l.int_low())) || (l.int_high() && less(py::int_(*l.int_high()), i)))
+      if (py_less(i, py::int_(l.int_low())) || (l.int_high() && py_less(py::int_(*l.int_high()), i)))
         refuse(l, owner, name, v, false);
       return i;
     }
@@ -228,8 +216,7 @@ void bind_config(py::module_& m) {
                if (lo >= 0 && hi < static_cast<std::uint64_t>(lo)) throw py::value_error("Limit: low must be <= high");
                return Limit::integer(lo, hi);
              }
-             return Limit::number(float_arg(low, "Limit", "low"), float_arg(high, "Limit", "high"), low_open, high_open,
-                                  unit);
+             return Limit::number(bound_arg(low, "low"), bound_arg(high, "high"), low_open, high_open, unit);
            }),
            py::arg("integer"), py::arg("low"), py::arg("high") = std::numeric_limits<double>::infinity(),
            py::arg("low_open") = false, py::arg("high_open") = false, py::arg("unit") = "")
@@ -266,7 +253,7 @@ void bind_config(py::module_& m) {
       .def(
           "message",
           [](const Limit& l, const std::string& owner, const std::string& name, const py::handle& value) {
-            return l.message(owner, name, got_text(value));
+            return l.message(owner, name, value_repr(value));
           },
           py::arg("owner"), py::arg("name"), py::arg("value"), "The message check() gives for value.")
       .def("__eq__",

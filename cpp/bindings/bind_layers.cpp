@@ -1,15 +1,15 @@
 // Bindings of Linear, Dropout, attention, feed-forward, encoder and decoder layers.
 //
-// Every forward checks, before the layer runs: one call at a time (InUse), finite inputs (an
-// owned copy of those that backward reads again), the memory its buffers need, finite weights;
-// after it: a finite output. Every backward: one call at a time and a finite dout.
+// Every forward and backward is a LayerForward / LayerBackward (bindings.hpp): before the layer
+// runs, one call at a time, finite inputs (an owned copy of those that backward reads again), the
+// memory its buffers need and finite weights; after it, a finite output (gradients).
 #include "bindings.hpp"
-#include "transformer/attention.hpp"
-#include "transformer/decoder.hpp"
-#include "transformer/dropout.hpp"
-#include "transformer/encoder.hpp"
-#include "transformer/feed_forward.hpp"
-#include "transformer/linear.hpp"
+#include "transformer/layers/attention.hpp"
+#include "transformer/layers/decoder.hpp"
+#include "transformer/layers/dropout.hpp"
+#include "transformer/layers/encoder.hpp"
+#include "transformer/layers/feed_forward.hpp"
+#include "transformer/layers/linear.hpp"
 
 namespace transformer::bindings {
 
@@ -36,46 +36,28 @@ void bind_linear(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& x) {
-            const char* who = "Linear.forward";
-            InUse in_use(h.busy, who);
-            auto in = as_rows<T>(x, who, "x", h.layer.in_features());
-            check_input(in, who, "x", true);  // backward reads x again
-            check_forward<T>(h.layer, who, rows_what(in.rows),
-                             static_cast<double>(in.rows) * static_cast<double>(h.layer.out_features() + in.cols));
-            h.has_forward = false;  // until this forward has succeeded
-            {
-              py::gil_scoped_release release;
-              h.layer.forward(in.map());
-            }
-            h.saved = in.array;
-            h.lead = in.lead_shape;
-            h.has_forward = true;
-            check_output(h.layer.output(), who);
-            return rows_out<T>(h.layer.output(), in.lead_shape);
+            LayerForward<T, H> call(h, "Linear.forward");
+            auto in = call.rows(x, "x", h.layer.in_features(), /*keep=*/true);  // backward reads x again
+            call.check(rows_what(in.rows),
+                       static_cast<double>(in.rows) * static_cast<double>(h.layer.out_features() + in.cols));
+            const Matrix<T>& y =
+                call.run(in.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(in.map()); });
+            return rows_out<T>(y, in.lead_shape);
           },
           py::arg("x"), "x: (..., in_features) -> (..., out_features)")
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            const char* who = "Linear.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("Linear.backward: call forward() first");
-            auto d = dout_rows<T>(dout, who, h.layer.out_features(), h.lead);
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, who);
-            check_parameter_gradients(h.layer.parameters(), who);
-            return rows_out<T>(*dx, h.lead);
+            LayerBackward<T, H> call(h, "Linear.backward");
+            auto d = call.dout_rows(dout, h.layer.out_features());
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            call.check_parameter_gradients();
+            return rows_out<T>(dx, h.lead);
           },
           py::arg("dout"), "dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) {
-        check_idle(h.busy, "Linear.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("Linear.zero_grad"));
 }
 
 template <typename T>
@@ -83,7 +65,7 @@ void bind_dropout(py::module_& m) {
   using H = Holder<Dropout<T>>;
   py::class_<H>(m, class_name<T>("Dropout").c_str(), "Inverted dropout with a seeded, thread-count independent mask.")
       .def(py::init([](const py::object& rate, const py::object& seed) {
-             return new H(float_arg(rate, "Dropout", "rate"), seed_arg(seed, "Dropout"), 0);
+             return new H(float_arg(rate, "Dropout", "rate", limits::rate()), seed_arg(seed, "Dropout"), 0);
            }),
            py::arg("rate") = 0.1, py::arg("seed") = 0)
       .def_property_readonly("rate", [](H& h) { return h.layer.rate(); })
@@ -96,64 +78,41 @@ void bind_dropout(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& x, bool training) {
-            const char* who = "Dropout.forward";
-            InUse in_use(h.busy, who);
-            auto in = as_rows<T>(x, who, "x", -1);
-            check_input(in, who, "x", false);  // backward needs only the mask
-            check_memory(who, rows_what(in.rows),
-                         3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols) * sizeof(T));
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              h.layer.forward(in.map(), training);
-            }
-            h.lead = in.lead_shape;
-            h.has_forward = true;
-            check_output(h.layer.output(), who);  // x / (1 - rate) may overflow
-            return rows_out<T>(h.layer.output(), in.lead_shape);
+            LayerForward<T, H> call(h, "Dropout.forward");
+            auto in = call.rows(x, "x", -1, /*keep=*/false);  // backward needs only the mask
+            call.check(rows_what(in.rows), 3.0 * static_cast<double>(in.rows) * static_cast<double>(in.cols));
+            // x / (1 - rate) may overflow: run() checks the output
+            const Matrix<T>& y =
+                call.run(in.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(in.map(), training); });
+            return rows_out<T>(y, in.lead_shape);
           },
           py::arg("x"), py::arg("training") = true)
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            const char* who = "Dropout.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("Dropout.backward: call forward() first");
-            auto d = dout_rows<T>(dout, who, -1, h.lead);
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, who);
-            return rows_out<T>(*dx, h.lead);
+            LayerBackward<T, H> call(h, "Dropout.backward");
+            auto d = call.dout_rows(dout, -1);
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            return rows_out<T>(dx, h.lead);
           },
           py::arg("dout"))
       .def("parameters", [](py::object) { return empty_parameters(); })
       .def("zero_grad", [](H&) {});
 }
 
-// A (B, Tq, Tk) or (1, Tq, Tk) uint8 mask from Python (None: no mask). The Python layer turns
-// booleans / broadcastable shapes into this form. Masks are read during forward only.
-inline AttentionMask mask_arg(const py::handle& obj, const char* who, Index B, Index Tq, Index Tk,
-                              std::vector<py::object>& keep) {
+// A (B, Tq, Tk) or (1, Tq, Tk) uint8 mask from Python (None: no mask), kept by the forward `call`.
+// The Python layer turns booleans / broadcastable shapes into this form. Masks are read during
+// forward only.
+template <typename Call>
+AttentionMask mask_arg(const py::handle& obj, Index B, Index Tq, Index Tk, Call& call) {
   if (obj.is_none()) return AttentionMask{};
   auto m = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(obj);
   if (!m || m.ndim() != 3 || (m.shape(0) != B && m.shape(0) != 1) || m.shape(1) != Tq || m.shape(2) != Tk)
-    throw py::value_error(concat(who, ": mask must have shape (", B, ", ", Tq, ", ", Tk, ") or (1, ", Tq, ", ", Tk,
-                                 ") with 1 = blocked"));
-  keep.push_back(m);
+    throw py::value_error(concat(call.who(), ": mask must have shape (", B, ", ", Tq, ", ", Tk, ") or (1, ", Tq, ", ",
+                                 Tk, ") with 1 = blocked"));
+  call.keep(m);
   return AttentionMask{m.data(), m.shape(0) == 1 ? 0 : Tq * Tk};
-}
-
-// (B, T, C) float input, checked: shape, finite values, and (keep) an owned copy for backward.
-template <typename T>
-RowsInput<T> as_btc(const py::handle& obj, const char* who, const char* arg, Index C, bool keep) {
-  auto r = as_rows<T>(obj, who, arg, C);
-  if (r.lead_shape.size() != 2)
-    throw py::value_error(concat(who, ": ", arg, " must have shape (batch, length, ", C, "), got ", describe(r.array)));
-  check_input(r, who, arg, keep);
-  return r;
 }
 
 template <typename T>
@@ -161,94 +120,85 @@ py::array_t<T> btc_out(const Matrix<T>& m, Index B, Index Tn) {
   return copy_out<T>(m.data(), {B, Tn, m.cols()});
 }
 
+// Scaled dot-product attention over (G, T, d) groups, bound on its own: the state a layer Holder
+// would hold, and the buffers of attention_forward / attention_backward.
+template <typename T>
+struct Sdpa {
+  std::vector<py::object> keep;  // q, k, v (owned copies) and the mask of the last forward
+  std::vector<Index> lead;       // G, Tq, Tk, d of the last forward
+  bool has_forward = false;
+  bool busy = false;
+  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  AttentionMask mask;
+  Matrix<T> weights, out, dscores, dq, dk, dv;
+};
+
 template <typename T>
 void bind_attention(py::module_& m) {
   // ---- scaled dot-product attention over (G, T, d) groups --------------------------------------
-  struct Sdpa {
-    py::array_t<T, py::array::c_style> q, k, v;
-    std::vector<py::object> keep;
-    AttentionMask mask;
-    Index G = -1, Tq = 0, Tk = 0, dk = 0;
-    Matrix<T> weights, out, dscores, dq, dk_, dv;
-    bool busy = false;
-  };
-  py::class_<Sdpa>(m, class_name<T>("ScaledDotProductAttention").c_str(),
-                   "softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.")
+  using S = Sdpa<T>;
+  py::class_<S>(m, class_name<T>("ScaledDotProductAttention").c_str(),
+                "softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.")
       .def(py::init<>())
       .def(
           "forward",
-          [](Sdpa& s, const py::handle& q, const py::handle& k, const py::handle& v, const py::handle& mask) {
-            const char* who = "scaled_dot_product_attention";
-            InUse in_use(s.busy, who);
+          [](S& s, const py::handle& q, const py::handle& k, const py::handle& v, const py::handle& mask) {
+            LayerForward<T, S> call(s, "scaled_dot_product_attention");
+            const char* who = call.who();
             auto Q = as_floats<T>(q, who, "q", 3), K = as_floats<T>(k, who, "k", 3), V = as_floats<T>(v, who, "v", 3);
             const Index G = Q.shape(0), Tq = Q.shape(1), dk = Q.shape(2), Tk = K.shape(1);
             if (K.shape(0) != G || V.shape(0) != G || K.shape(2) != dk || V.shape(1) != Tk || V.shape(2) != dk)
               throw py::value_error(concat(who,
                                            ": expected q (G, Tq, d), k (G, Tk, d), v (G, Tk, d) with one d; got q ",
                                            describe(Q), ", k ", describe(K), ", v ", describe(V)));
-            const std::pair<const char*, py::array_t<T, py::array::c_style>*> inputs[] = {
-                {"q", &Q}, {"k", &K}, {"v", &V}};
-            for (const auto& in : inputs) {  // backward reads all three again
-              check_finite_input(in.second->data(), static_cast<Index>(in.second->size()), who, in.first);
-              *in.second = owned<T>(*in.second);
-            }
+            call.finite_kept(Q, "q");  // backward reads all three again
+            call.finite_kept(K, "k");
+            call.finite_kept(V, "v");
             const double g = static_cast<double>(G), tq = static_cast<double>(Tq), tk = static_cast<double>(Tk);
-            check_memory(who, concat(G, " groups of ", Tq, " queries and ", Tk, " keys"),
-                         (3 * g * tq * tk + 2 * g * (tq + 2 * tk) * static_cast<double>(dk)) * sizeof(T));
-            std::vector<py::object> keep;
-            AttentionMask mk = mask_arg(mask, who, G, Tq, Tk, keep);
-            s.G = -1;  // no backward until this forward has succeeded
-            s.weights.resize(G * Tq, Tk);
-            s.out.resize(G * Tq, dk);
-            {
-              py::gil_scoped_release release;
+            call.check_memory_bytes(concat(G, " groups of ", Tq, " queries and ", Tk, " keys"),
+                                    (3 * g * tq * tk + 2 * g * (tq + 2 * tk) * static_cast<double>(dk)) * sizeof(T));
+            const AttentionMask mk = mask_arg(mask, G, Tq, Tk, call);
+            const Matrix<T>& out = call.run({G, Tq, Tk, dk}, [&]() -> const Matrix<T>& {
+              s.q = Q.data();
+              s.k = K.data();
+              s.v = V.data();
+              s.mask = mk;
+              s.weights.resize(G * Tq, Tk);
+              s.out.resize(G * Tq, dk);
               attention_forward<T>(Q.data(), dk, K.data(), dk, V.data(), dk, G, 1, Tq, Tk, dk, mk, s.weights.data(),
                                    s.out.data(), dk);
-            }
-            check_output(s.out, who);
-            s.keep = std::move(keep);
-            s.mask = mk;
-            s.q = std::move(Q);
-            s.k = std::move(K);
-            s.v = std::move(V);
-            s.G = G;
-            s.Tq = Tq;
-            s.Tk = Tk;
-            s.dk = dk;
-            return py::make_tuple(copy_out<T>(s.out.data(), {G, Tq, dk}), copy_out<T>(s.weights.data(), {G, Tq, Tk}));
+              return s.out;
+            });
+            return py::make_tuple(copy_out<T>(out.data(), {G, Tq, dk}), copy_out<T>(s.weights.data(), {G, Tq, Tk}));
           },
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask") = py::none())
       .def(
           "backward",
-          [](Sdpa& s, const py::handle& dout) {
-            const char* who = "scaled_dot_product_attention.backward";
-            InUse in_use(s.busy, who);
-            if (s.G < 0) throw std::runtime_error("scaled_dot_product_attention.backward: call forward() first");
-            auto dO = as_floats<T>(dout, who, "dout", 3);
-            if (dO.shape(0) != s.G || dO.shape(1) != s.Tq || dO.shape(2) != s.dk)
+          [](S& s, const py::handle& dout) {
+            LayerBackward<T, S> call(s, "scaled_dot_product_attention.backward");
+            const Index G = s.lead[0], Tq = s.lead[1], Tk = s.lead[2], dk = s.lead[3];
+            auto dO = as_floats<T>(dout, call.who(), "dout", 3);
+            if (dO.shape(0) != G || dO.shape(1) != Tq || dO.shape(2) != dk)
               throw py::value_error("scaled_dot_product_attention.backward: dout must have the output's shape, got " +
                                     describe(dO));
-            check_finite_input(dO.data(), static_cast<Index>(dO.size()), who, "dout");
-            s.dscores.resize(s.G * s.Tq, s.Tk);
-            s.dq.resize(s.G * s.Tq, s.dk);
-            s.dk_.resize(s.G * s.Tk, s.dk);
-            s.dv.resize(s.G * s.Tk, s.dk);
-            {
-              py::gil_scoped_release release;
-              attention_backward<T>(s.q.data(), s.dk, s.k.data(), s.dk, s.v.data(), s.dk, s.G, 1, s.Tq, s.Tk, s.dk,
-                                    s.weights.data(), dO.data(), s.dk, s.dq.data(), s.dk, s.dk_.data(), s.dk,
-                                    s.dv.data(), s.dk, s.dscores.data());
-            }
-            check_gradient(s.dq, who, "gradient of q");
-            check_gradient(s.dk_, who, "gradient of k");
-            check_gradient(s.dv, who, "gradient of v");
-            return py::make_tuple(copy_out<T>(s.dq.data(), {s.G, s.Tq, s.dk}),
-                                  copy_out<T>(s.dk_.data(), {s.G, s.Tk, s.dk}),
-                                  copy_out<T>(s.dv.data(), {s.G, s.Tk, s.dk}));
+            check_finite_input(dO.data(), static_cast<Index>(dO.size()), call.who(), "dout");
+            call.run([&] {
+              s.dscores.resize(G * Tq, Tk);
+              s.dq.resize(G * Tq, dk);
+              s.dk.resize(G * Tk, dk);
+              s.dv.resize(G * Tk, dk);
+              attention_backward<T>(s.q, dk, s.k, dk, s.v, dk, G, 1, Tq, Tk, dk, s.weights.data(), dO.data(), dk,
+                                    s.dq.data(), dk, s.dk.data(), dk, s.dv.data(), dk, s.dscores.data());
+            });
+            call.check_gradient(s.dq, "gradient of q");
+            call.check_gradient(s.dk, "gradient of k");
+            call.check_gradient(s.dv, "gradient of v");
+            return py::make_tuple(copy_out<T>(s.dq.data(), {G, Tq, dk}), copy_out<T>(s.dk.data(), {G, Tk, dk}),
+                                  copy_out<T>(s.dv.data(), {G, Tk, dk}));
           },
           py::arg("dout"))
       .def("parameters", [](py::object) { return empty_parameters(); })
-      .def("zero_grad", [](Sdpa&) {});
+      .def("zero_grad", [](S&) {});
 
   // ---- multi-head attention -------------------------------------------------------------------
   using H = Holder<MultiHeadAttention<T>>;
@@ -265,63 +215,46 @@ void bind_attention(py::module_& m) {
       .def(
           "forward",
           [](H& h, const py::handle& x, const py::handle& memory, const py::handle& mask) {
-            const char* who = "MultiHeadAttention.forward";
-            InUse in_use(h.busy, who);
+            LayerForward<T, H> call(h, "MultiHeadAttention.forward");
+            const char* who = call.who();
             const Index d = h.layer.d_model();
-            auto X = as_btc<T>(x, who, "x", d, true);
+            auto X = call.btc(x, "x", d, /*keep=*/true);
             const Index B = X.lead_shape[0], Tq = X.lead_shape[1];
             const double heads = static_cast<double>(h.layer.n_heads());
-            // The layer points into the arrays of its last accepted forward until backward: collect
-            // the new ones aside and replace h.keep / h.flag only once this forward has succeeded.
-            std::vector<py::object> keep{X.array};
-            h.has_forward = false;
-            if (memory.is_none()) {
-              check_forward<T>(h.layer, who, batch_what(B, Tq),
-                               attention_elements(X.rows, X.rows, B, heads, Tq, Tq, d));
-              AttentionMask mk = mask_arg(mask, who, B, Tq, Tq, keep);
-              py::gil_scoped_release release;
-              h.layer.forward(X.map(), B, Tq, mk);
-            } else {
-              auto M = as_btc<T>(memory, who, "memory", d, true);
+            const bool cross = !memory.is_none();
+            RowsInput<T> M;
+            Index Tk = Tq;
+            if (cross) {
+              M = call.btc(memory, "memory", d, /*keep=*/true);
               if (M.lead_shape[0] != B)
                 throw py::value_error(concat(who, ": memory has batch size ", M.lead_shape[0], " but x has ", B));
-              const Index Tk = M.lead_shape[1];
-              check_forward<T>(h.layer, who, concat(batch_what(B, Tq), " attending to ", Tk, " memory positions"),
-                               attention_elements(X.rows, M.rows, B, heads, Tq, Tk, d));
-              keep.push_back(M.array);
-              AttentionMask mk = mask_arg(mask, who, B, Tq, Tk, keep);
-              py::gil_scoped_release release;
-              h.layer.forward(X.map(), M.map(), B, Tq, Tk, mk);
+              Tk = M.lead_shape[1];
+              call.check(concat(batch_what(B, Tq), " attending to ", Tk, " memory positions"),
+                         attention_elements(X.rows, M.rows, B, heads, Tq, Tk, d));
+            } else {
+              call.check(batch_what(B, Tq), attention_elements(X.rows, X.rows, B, heads, Tq, Tq, d));
             }
-            h.keep = std::move(keep);
-            h.flag = !memory.is_none();
-            h.has_forward = true;
-            check_output(h.layer.output(), who);
-            return btc_out<T>(h.layer.output(), B, Tq);
+            const AttentionMask mk = mask_arg(mask, B, Tq, Tk, call);
+            const Matrix<T>& y = call.run({B, Tq, Tk}, [&]() -> const Matrix<T>& {
+              h.flag = cross;  // backward then returns the memory gradient too
+              return cross ? h.layer.forward(X.map(), M.map(), B, Tq, Tk, mk) : h.layer.forward(X.map(), B, Tq, mk);
+            });
+            return btc_out<T>(y, B, Tq);
           },
           py::arg("x"), py::arg("memory") = py::none(), py::arg("mask") = py::none())
       .def(
           "backward",
           [](H& h, const py::handle& dout) -> py::object {
-            const char* who = "MultiHeadAttention.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("MultiHeadAttention.backward: call forward() first");
-            auto d = as_btc<T>(dout, who, "dout", h.layer.d_model(), false);
-            const Index B = h.layer.batch(), Tq = h.layer.query_length(), Tk = h.layer.key_length();
-            if (d.lead_shape[0] != B || d.lead_shape[1] != Tq)
-              throw py::value_error("MultiHeadAttention.backward: dout must have the output's shape, got " +
-                                    describe(d.array));
+            LayerBackward<T, H> call(h, "MultiHeadAttention.backward");
+            auto d = call.dout_btc(dout, h.layer.d_model());
+            const Index B = h.lead[0], Tq = h.lead[1], Tk = h.lead[2];
             const bool cross = h.flag;
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, who);
-            if (cross) check_gradient(h.layer.dmemory(), who, "memory gradient");
-            check_parameter_gradients(h.layer.parameters(), who);
-            if (!cross) return btc_out<T>(*dx, B, Tq);
-            return py::make_tuple(btc_out<T>(*dx, B, Tq), btc_out<T>(h.layer.dmemory(), B, Tk));
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            if (cross) call.check_gradient(h.layer.dmemory(), "memory gradient");
+            call.check_parameter_gradients();
+            if (!cross) return btc_out<T>(dx, B, Tq);
+            return py::make_tuple(btc_out<T>(dx, B, Tq), btc_out<T>(h.layer.dmemory(), B, Tk));
           },
           py::arg("dout"), "dout (B, Tq, d) -> dx (self-attention) or (dx, dmemory) (cross-attention)")
       .def(
@@ -333,11 +266,8 @@ void bind_attention(py::module_& m) {
                                {h.layer.batch(), h.layer.n_heads(), h.layer.query_length(), h.layer.key_length()});
           },
           "The attention weights of the last forward, (B, heads, T_q, T_k).")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) {
-        check_idle(h.busy, "MultiHeadAttention.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("MultiHeadAttention.zero_grad"));
 }
 
 template <typename T>
@@ -348,52 +278,33 @@ void bind_feed_forward(py::module_& m) {
                        const py::object& seed) {
              const char* who = "FeedForward";
              return new H(int_arg(d_model, who, "d_model"), int_arg(d_ff, who, "d_ff"),
-                          float_arg(dropout, who, "dropout"), seed_arg(seed, who));
+                          float_arg(dropout, who, "dropout", limits::rate()), seed_arg(seed, who));
            }),
            py::arg("d_model"), py::arg("d_ff"), py::arg("dropout") = 0.1, py::arg("seed") = 0)
       .def(
           "forward",
           [](H& h, const py::handle& x, bool training) {
-            const char* who = "FeedForward.forward";
-            InUse in_use(h.busy, who);
-            auto X = as_rows<T>(x, who, "x", h.layer.linear1_.in_features());
-            check_input(X, who, "x", true);
-            check_forward<T>(h.layer, who, rows_what(X.rows),
-                             feed_forward_elements(X.rows, X.cols, h.layer.linear1_.out_features()));
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              h.layer.forward(X.map(), training);
-            }
-            h.saved = X.array;
-            h.lead = X.lead_shape;
-            h.has_forward = true;
-            check_output(h.layer.output(), who);
-            return rows_out<T>(h.layer.output(), X.lead_shape);
+            LayerForward<T, H> call(h, "FeedForward.forward");
+            auto X = call.rows(x, "x", h.layer.linear1_.in_features(), /*keep=*/true);
+            call.check(rows_what(X.rows), feed_forward_elements(X.rows, X.cols, h.layer.linear1_.out_features()));
+            const Matrix<T>& y =
+                call.run(X.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), training); });
+            return rows_out<T>(y, X.lead_shape);
           },
           py::arg("x"), py::arg("training") = false)
       .def(
           "backward",
           [](H& h, const py::handle& dout) {
-            const char* who = "FeedForward.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("FeedForward.backward: call forward() first");
-            auto d = dout_rows<T>(dout, who, h.layer.linear2_.out_features(), h.lead);
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, who);
-            check_parameter_gradients(h.layer.parameters(), who);
-            return rows_out<T>(*dx, h.lead);
+            LayerBackward<T, H> call(h, "FeedForward.backward");
+            auto d = call.dout_rows(dout, h.layer.linear2_.out_features());
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            call.check_parameter_gradients();
+            return rows_out<T>(dx, h.lead);
           },
           py::arg("dout"))
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); })
-      .def("zero_grad", [](H& h) {
-        check_idle(h.busy, "FeedForward.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("FeedForward.zero_grad"));
 }
 
 // The arguments of EncoderLayer / DecoderLayer, and of Encoder / Decoder.
@@ -404,8 +315,12 @@ struct LayerArgs {
 };
 LayerArgs layer_args(const char* who, const py::object& d_model, const py::object& n_heads, const py::object& d_ff,
                      const py::object& dropout, const py::object& eps, const py::object& seed) {
-  return {int_arg(d_model, who, "d_model"),   int_arg(n_heads, who, "n_heads"), int_arg(d_ff, who, "d_ff"),
-          float_arg(dropout, who, "dropout"), float_arg(eps, who, "eps"),       seed_arg(seed, who)};
+  return {int_arg(d_model, who, "d_model"),
+          int_arg(n_heads, who, "n_heads"),
+          int_arg(d_ff, who, "d_ff"),
+          float_arg(dropout, who, "dropout", limits::rate()),
+          float_arg(eps, who, "eps", limits::positive()),
+          seed_arg(seed, who)};
 }
 
 struct StackArgs {
@@ -445,54 +360,31 @@ void bind_encoder_decoder(py::module_& m) {
       .def(
           "forward",
           [](E& h, const py::handle& x, const py::handle& mask, bool training) {
-            const char* who = "EncoderLayer.forward";
-            InUse in_use(h.busy, who);
+            LayerForward<T, E> call(h, "EncoderLayer.forward");
             const Index d = h.layer.norm1_.dim();
-            auto X = as_btc<T>(x, who, "x", d, true);
+            auto X = call.btc(x, "x", d, /*keep=*/true);
             const Index B = X.lead_shape[0], Tn = X.lead_shape[1];
-            check_forward<T>(h.layer, who, batch_what(B, Tn),
-                             encoder_layer_elements(X.rows, B, h.layer.self_attention_.n_heads(), Tn, d,
-                                                    h.layer.feed_forward_.linear1_.out_features()));
-            std::vector<py::object> keep{X.array};
-            AttentionMask mk = mask_arg(mask, who, B, Tn, Tn, keep);
-            const Matrix<T>* y;
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(X.map(), B, Tn, mk, training);
-            }
-            h.keep = std::move(keep);
-            h.lead = X.lead_shape;
-            h.has_forward = true;
-            check_output(*y, who);
-            return btc_out<T>(*y, B, Tn);
+            call.check(batch_what(B, Tn), encoder_layer_elements(X.rows, B, h.layer.self_attention_.n_heads(), Tn, d,
+                                                                 h.layer.feed_forward_.linear1_.out_features()));
+            const AttentionMask mk = mask_arg(mask, B, Tn, Tn, call);
+            const Matrix<T>& y =
+                call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, mk, training); });
+            return btc_out<T>(y, B, Tn);
           },
           py::arg("x"), py::arg("mask") = py::none(), py::arg("training") = false)
       .def(
           "backward",
           [](E& h, const py::handle& dout) {
-            const char* who = "EncoderLayer.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("EncoderLayer.backward: call forward() first");
-            auto d = as_btc<T>(dout, who, "dout", h.layer.norm1_.dim(), false);
-            if (d.lead_shape != h.lead)
-              throw py::value_error("EncoderLayer.backward: dout must have the output's shape, got " +
-                                    describe(d.array));
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, who);
-            check_parameter_gradients(h.layer.parameters(), who);
-            return btc_out<T>(*dx, h.lead[0], h.lead[1]);
+            LayerBackward<T, E> call(h, "EncoderLayer.backward");
+            auto d = call.dout_btc(dout, h.layer.norm1_.dim());
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            call.check_parameter_gradients();
+            return btc_out<T>(dx, h.lead[0], h.lead[1]);
           },
           py::arg("dout"))
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<E&>().layer.parameters(), self); })
-      .def("zero_grad", [](E& h) {
-        check_idle(h.busy, "EncoderLayer.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, E>())
+      .def("zero_grad", zero_grad_method<E>("EncoderLayer.zero_grad"));
 
   using D = Holder<DecoderLayer<T>>;
   py::class_<D>(m, class_name<T>("DecoderLayer").c_str(),
@@ -508,61 +400,41 @@ void bind_encoder_decoder(py::module_& m) {
           "forward",
           [](D& h, const py::handle& x, const py::handle& memory, const py::handle& self_mask,
              const py::handle& cross_mask, bool training) {
-            const char* who = "DecoderLayer.forward";
-            InUse in_use(h.busy, who);
+            LayerForward<T, D> call(h, "DecoderLayer.forward");
+            const char* who = call.who();
             const Index d = h.layer.norm1_.dim();
-            auto X = as_btc<T>(x, who, "x", d, true);
-            auto M = as_btc<T>(memory, who, "memory", d, true);
+            auto X = call.btc(x, "x", d, /*keep=*/true);
+            auto M = call.btc(memory, "memory", d, /*keep=*/true);
             const Index B = X.lead_shape[0], Tn = X.lead_shape[1], S = M.lead_shape[1];
             if (M.lead_shape[0] != B)
               throw py::value_error(concat(who, ": memory has batch size ", M.lead_shape[0], " but x has ", B));
-            check_forward<T>(h.layer, who, concat(batch_what(B, Tn), " attending to ", S, " memory positions"),
-                             decoder_layer_elements(X.rows, M.rows, B, h.layer.self_attention_.n_heads(), Tn, S, d,
-                                                    h.layer.feed_forward_.linear1_.out_features()));
-            std::vector<py::object> keep{X.array, M.array};
-            AttentionMask sm = mask_arg(self_mask, who, B, Tn, Tn, keep);
-            AttentionMask cm = mask_arg(cross_mask, who, B, Tn, S, keep);
-            const Matrix<T>* y;
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(X.map(), M.map(), B, Tn, S, sm, cm, training);
-            }
-            h.keep = std::move(keep);
-            h.lead = {B, Tn, S};
-            h.has_forward = true;
-            check_output(*y, who);
-            return btc_out<T>(*y, B, Tn);
+            call.check(concat(batch_what(B, Tn), " attending to ", S, " memory positions"),
+                       decoder_layer_elements(X.rows, M.rows, B, h.layer.self_attention_.n_heads(), Tn, S, d,
+                                              h.layer.feed_forward_.linear1_.out_features()));
+            const AttentionMask sm = mask_arg(self_mask, B, Tn, Tn, call);
+            const AttentionMask cm = mask_arg(cross_mask, B, Tn, S, call);
+            const Matrix<T>& y = call.run({B, Tn, S}, [&]() -> const Matrix<T>& {
+              return h.layer.forward(X.map(), M.map(), B, Tn, S, sm, cm, training);
+            });
+            return btc_out<T>(y, B, Tn);
           },
           py::arg("x"), py::arg("memory"), py::arg("self_mask") = py::none(), py::arg("cross_mask") = py::none(),
           py::arg("training") = false)
       .def(
           "backward",
           [](D& h, const py::handle& dout) {
-            const char* who = "DecoderLayer.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("DecoderLayer.backward: call forward() first");
-            auto d = as_btc<T>(dout, who, "dout", h.layer.norm1_.dim(), false);
-            if (d.lead_shape[0] != h.lead[0] || d.lead_shape[1] != h.lead[1])
-              throw py::value_error("DecoderLayer.backward: dout must have the output's shape, got " +
-                                    describe(d.array));
-            const Matrix<T>* dx;
-            {
-              py::gil_scoped_release release;
-              dx = &h.layer.backward(d.map());
-            }
-            check_gradient(*dx, who);
-            check_gradient(h.layer.dmemory(), who, "memory gradient");
-            check_parameter_gradients(h.layer.parameters(), who);
-            return py::make_tuple(btc_out<T>(*dx, h.lead[0], h.lead[1]),
+            LayerBackward<T, D> call(h, "DecoderLayer.backward");
+            auto d = call.dout_btc(dout, h.layer.norm1_.dim());
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            call.check_gradient(h.layer.dmemory(), "memory gradient");
+            call.check_parameter_gradients();
+            return py::make_tuple(btc_out<T>(dx, h.lead[0], h.lead[1]),
                                   btc_out<T>(h.layer.dmemory(), h.lead[0], h.lead[2]));
           },
           py::arg("dout"), "dout (B, T, d) -> (dx (B, T, d), dmemory (B, S, d))")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<D&>().layer.parameters(), self); })
-      .def("zero_grad", [](D& h) {
-        check_idle(h.busy, "DecoderLayer.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, D>())
+      .def("zero_grad", zero_grad_method<D>("DecoderLayer.zero_grad"));
 
   using En = Holder<Encoder<T>>;
   py::class_<En>(m, class_name<T>("Encoder").c_str(), "Positional embedding, dropout and N encoder layers.")
@@ -582,49 +454,31 @@ void bind_encoder_decoder(py::module_& m) {
       .def(
           "forward",
           [](En& h, const py::handle& tokens, bool training) {
-            const char* who = "Encoder.forward";
-            InUse in_use(h.busy, who);
-            auto tok = as_tokens(tokens, who, "tokens", 2);
+            LayerForward<T, En> call(h, "Encoder.forward");
+            auto tok = as_tokens(tokens, call.who(), "tokens", 2);
+            call.keep(tok);
             const Index B = tok.shape(0), S = tok.shape(1);
             const auto [H, dff, L] = stack_dims(h.layer);
             const double b = static_cast<double>(B), s = static_cast<double>(S), d = h.layer.embedding_.dim();
-            check_forward<T>(
-                h.layer, who, batch_what(B, S),
-                L * encoder_layer_elements(b * s, b, H, s, d, dff) + 4 * b * s * d + b * s * s / sizeof(T));
-            const Matrix<T>* y;
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(ConstTokenMap(tok.data(), B, S), training);
-            }
-            h.saved = std::move(tok);
-            h.lead = {B, S};
-            h.has_forward = true;
-            check_output(*y, who);
-            return btc_out<T>(*y, B, S);
+            call.check(batch_what(B, S),
+                       L * encoder_layer_elements(b * s, b, H, s, d, dff) + 4 * b * s * d + b * s * s / sizeof(T));
+            const Matrix<T>& y = call.run({B, S}, [&]() -> const Matrix<T>& {
+              return h.layer.forward(ConstTokenMap(tok.data(), B, S), training);
+            });
+            return btc_out<T>(y, B, S);
           },
           py::arg("tokens"), py::arg("training") = false)
       .def(
           "backward",
           [](En& h, const py::handle& dout) {
-            const char* who = "Encoder.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("Encoder.backward: call forward() first");
-            auto d = as_btc<T>(dout, who, "dout", h.layer.embedding_.dim(), false);
-            if (d.lead_shape != h.lead)
-              throw py::value_error("Encoder.backward: dout must have the output's shape, got " + describe(d.array));
-            {
-              py::gil_scoped_release release;
-              h.layer.backward(d.map());
-            }
-            check_parameter_gradients(h.layer.parameters(), who);
+            LayerBackward<T, En> call(h, "Encoder.backward");
+            auto d = call.dout_btc(dout, h.layer.embedding_.dim());
+            call.run([&] { h.layer.backward(d.map()); });
+            call.check_parameter_gradients();
           },
           py::arg("dout"))
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<En&>().layer.parameters(), self); })
-      .def("zero_grad", [](En& h) {
-        check_idle(h.busy, "Encoder.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, En>())
+      .def("zero_grad", zero_grad_method<En>("Encoder.zero_grad"));
 
   using De = Holder<Decoder<T>>;
   py::class_<De>(m, class_name<T>("Decoder").c_str(),
@@ -646,65 +500,47 @@ void bind_encoder_decoder(py::module_& m) {
           "forward",
           [](De& h, const py::handle& tokens, const py::handle& memory, const py::handle& source_padding,
              bool training) {
-            const char* who = "Decoder.forward";
-            InUse in_use(h.busy, who);
+            LayerForward<T, De> call(h, "Decoder.forward");
+            const char* who = call.who();
             auto tok = as_tokens(tokens, who, "tokens", 2);
-            auto M = as_btc<T>(memory, who, "memory", h.layer.embedding_.dim(), true);
+            call.keep(tok);
+            auto M = call.btc(memory, "memory", h.layer.embedding_.dim(), /*keep=*/true);
             const Index B = tok.shape(0), Tn = tok.shape(1), S = M.lead_shape[1];
             if (M.lead_shape[0] != B)
               throw py::value_error(concat(who, ": memory has batch size ", M.lead_shape[0], " but tokens have ", B));
             const auto [H, dff, L] = stack_dims(h.layer);
             const double b = static_cast<double>(B), t = static_cast<double>(Tn), s = static_cast<double>(S);
             const double d = h.layer.embedding_.dim();
-            check_forward<T>(h.layer, who, concat(batch_what(B, Tn), " attending to ", S, " memory positions"),
-                             L * decoder_layer_elements(b * t, b * s, b, H, t, s, d, dff) + 4 * b * t * d +
-                                 b * (t * t + t * s) / sizeof(T));
-            // as in MultiHeadAttention.forward: replace h.keep only once the forward has succeeded
-            std::vector<py::object> keep{tok, M.array};
+            call.check(concat(batch_what(B, Tn), " attending to ", S, " memory positions"),
+                       L * decoder_layer_elements(b * t, b * s, b, H, t, s, d, dff) + 4 * b * t * d +
+                           b * (t * t + t * s) / sizeof(T));
             const std::uint8_t* pad = nullptr;
             if (!source_padding.is_none()) {
               auto p = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(source_padding);
               if (!p || p.ndim() != 2 || p.shape(0) != B || p.shape(1) != S)
                 throw py::value_error(concat(who, ": source_padding must have shape (", B, ", ", S, ")"));
-              keep.push_back(p);
+              call.keep(p);
               pad = p.data();
             }
-            const Matrix<T>* y;
-            h.has_forward = false;
-            {
-              py::gil_scoped_release release;
-              y = &h.layer.forward(ConstTokenMap(tok.data(), B, Tn), M.map(), S, pad, training);
-            }
-            h.keep = std::move(keep);
-            h.lead = {B, Tn, S};
-            h.has_forward = true;
-            check_output(*y, who);
-            return btc_out<T>(*y, B, Tn);
+            const Matrix<T>& y = call.run({B, Tn, S}, [&]() -> const Matrix<T>& {
+              return h.layer.forward(ConstTokenMap(tok.data(), B, Tn), M.map(), S, pad, training);
+            });
+            return btc_out<T>(y, B, Tn);
           },
           py::arg("tokens"), py::arg("memory"), py::arg("source_padding") = py::none(), py::arg("training") = false)
       .def(
           "backward",
           [](De& h, const py::handle& dout) {
-            const char* who = "Decoder.backward";
-            InUse in_use(h.busy, who);
-            if (!h.has_forward) throw std::runtime_error("Decoder.backward: call forward() first");
-            auto d = as_btc<T>(dout, who, "dout", h.layer.embedding_.dim(), false);
-            if (d.lead_shape[0] != h.lead[0] || d.lead_shape[1] != h.lead[1])
-              throw py::value_error("Decoder.backward: dout must have the output's shape, got " + describe(d.array));
-            {
-              py::gil_scoped_release release;
-              h.layer.backward(d.map());
-            }
-            check_gradient(h.layer.dmemory(), who, "memory gradient");
-            check_parameter_gradients(h.layer.parameters(), who);
+            LayerBackward<T, De> call(h, "Decoder.backward");
+            auto d = call.dout_btc(dout, h.layer.embedding_.dim());
+            call.run([&] { h.layer.backward(d.map()); });
+            call.check_gradient(h.layer.dmemory(), "memory gradient");
+            call.check_parameter_gradients();
             return btc_out<T>(h.layer.dmemory(), h.lead[0], h.lead[2]);
           },
           py::arg("dout"), "dout (B, T, d) -> dmemory (B, S, d)")
-      .def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<De&>().layer.parameters(), self); })
-      .def("zero_grad", [](De& h) {
-        check_idle(h.busy, "Decoder.zero_grad", "layer");
-        h.layer.zero_grad();
-      });
+      .def("parameters", parameters_method<T, De>())
+      .def("zero_grad", zero_grad_method<De>("Decoder.zero_grad"));
 }
 
 }  // namespace

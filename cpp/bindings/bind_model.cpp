@@ -3,9 +3,9 @@
 #include <exception>
 
 #include "bindings.hpp"
-#include "transformer/decode_kernels.hpp"
-#include "transformer/decoding.hpp"
-#include "transformer/transformer.hpp"
+#include "transformer/inference/decoding.hpp"
+#include "transformer/kernels/decode_kernels.hpp"
+#include "transformer/layers/transformer.hpp"
 
 namespace transformer::bindings {
 
@@ -94,8 +94,7 @@ py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& 
   const std::uint64_t events = h.view_events;
   h.model.vouch_weights_finite(h.finite_known && h.views == 0);
   std::exception_ptr error;
-  {
-    py::gil_scoped_release release;
+  without_gil([&] {
     try {
       s = train ? h.model.train_step(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out))
                 : h.model.evaluate(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out));
@@ -103,7 +102,7 @@ py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& 
       h.model.vouch_weights_finite(false);  // not consumed if the call failed before its check
       error = std::current_exception();
     }
-  }
+  });
   if (error) {
     h.finite_known = false;  // a failed call proves nothing about the weights: the next one checks
     std::rethrow_exception(error);
@@ -127,15 +126,12 @@ void bind_transformer(py::module_& m) {
           [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
             Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
             ModelInUse<T> in_use(h, "Transformer.forward");
-            const Matrix<T>* logits;
             h.B = -1;  // until this forward has succeeded
-            {
-              py::gil_scoped_release release;
-              logits = &h.model.forward(tmap(b.src), tmap(b.tgt_in), training);
-            }
+            const Matrix<T>& logits = without_gil(
+                [&]() -> const Matrix<T>& { return h.model.forward(tmap(b.src), tmap(b.tgt_in), training); });
             h.B = b.tgt_in.shape(0);
             h.Tt = b.tgt_in.shape(1);
-            return copy_out<T>(logits->data(), {h.B, h.Tt, logits->cols()});
+            return copy_out<T>(logits.data(), {h.B, h.Tt, logits.cols()});
           },
           py::arg("src"), py::arg("tgt_in"), py::arg("training") = false,
           "src (B, S), tgt_in (B, T) int token ids -> logits (B, T, tgt_vocab_size)")
@@ -150,10 +146,7 @@ void bind_transformer(py::module_& m) {
               throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
                                            "), got ", describe(d)));
             check_finite_input(d.data(), static_cast<Index>(d.size()), "Transformer.backward", "dlogits");
-            {
-              py::gil_scoped_release release;
-              h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V));
-            }
+            without_gil([&] { h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V)); });
             check_parameter_gradients(h.model.parameters(), "Transformer.backward");
           },
           py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
@@ -177,14 +170,11 @@ void bind_transformer(py::module_& m) {
           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
              const py::object& grad_scale) {
             const char* who = "Transformer.compute_gradients";
-            const double scale = float_arg(grad_scale, who, "grad_scale");
+            const double scale = float_arg(grad_scale, who, "grad_scale", limits::finite());
             Batch b = token_batch(src, tgt_in, &tgt_out, who);
             ModelInUse<T> in_use(h, who);
-            LossStats s;
-            {
-              py::gil_scoped_release release;
-              s = h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale);
-            }
+            const LossStats s = without_gil(
+                [&] { return h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale); });
             h.B = -1;
             h.last_count = s.count;
             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
@@ -216,11 +206,10 @@ void bind_transformer(py::module_& m) {
           "apply_gradients",
           [](H& h, const py::object& grad_scale) {
             const char* who = "Transformer.apply_gradients";
-            const double scale = float_arg(grad_scale, who, "grad_scale");
+            const double scale = float_arg(grad_scale, who, "grad_scale", limits::finite());
             ModelInUse<T> in_use(h, who);
             h.finite_known = false;
-            py::gil_scoped_release release;
-            h.model.apply_gradients(scale);
+            without_gil([&] { h.model.apply_gradients(scale); });
           },
           py::arg("grad_scale") = 1.0,
           "Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.")
@@ -361,10 +350,8 @@ void bind_transformer(py::module_& m) {
             // decoding runs the layers' inference methods: the last forward() stays valid for
             // backward() and attention_weights()
             const bool unchanged = h.weights_unchanged();
-            {
-              py::gil_scoped_release release;
-              out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged);
-            }
+            without_gil(
+                [&] { out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged); });
             h.weights_dirty = false;  // checked (or unchanged) and finite
             // drop trailing columns that are padding in every row
             Index L = out.cols();
@@ -388,15 +375,14 @@ void bind_transformer(py::module_& m) {
             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
             const Index steps = int_arg(max_length, who, "max_length"), beam = int_arg(beam_size, who, "beam_size");
             const Index best = int_arg(n_best, who, "n_best");
-            const double alpha = float_arg(length_penalty, who, "length_penalty");
+            const double alpha = float_arg(length_penalty, who, "length_penalty", limits::non_negative());
             ModelInUse<T> in_use(h, "Transformer.beam_search");
             std::vector<std::vector<BeamHypothesis>> res;
             const bool unchanged = h.weights_unchanged();  // and the last forward() stays valid
-            {
-              py::gil_scoped_release release;
+            without_gil([&] {
               res =
                   beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute, unchanged);
-            }
+            });
             h.weights_dirty = false;
             py::list out;
             for (auto& sent : res) {

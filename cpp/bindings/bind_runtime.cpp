@@ -1,9 +1,9 @@
 #include "bindings.hpp"
-#include "transformer/bf16_gemm.hpp"
-#include "transformer/decode_kernels.hpp"
-#include "transformer/f32_gemm.hpp"
-#include "transformer/positional_encoding.hpp"
-#include "transformer/quantized_linear.hpp"
+#include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/decode_kernels.hpp"
+#include "transformer/kernels/f32_gemm.hpp"
+#include "transformer/kernels/quantized_linear.hpp"
+#include "transformer/layers/positional_encoding.hpp"
 #include "transformer/random.hpp"
 #include "transformer/runtime.hpp"
 
@@ -55,17 +55,19 @@ void bind_runtime(py::module_& m) {
         Matrix<float> y(xs.rows, w.rows);
         if (kernel == "packed" || kernel == "packed_reference") {
           PackedLinear<float> p;
-          py::gil_scoped_release release;
-          p.pack(w.array.data(), w.rows, w.cols, w.cols, bs.array.data());
-          if (kernel == "packed")
-            p.apply(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
-          else
-            p.apply_reference(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+          without_gil([&] {
+            p.pack(w.array.data(), w.rows, w.cols, w.cols, bs.array.data());
+            if (kernel == "packed")
+              p.apply(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+            else
+              p.apply_reference(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
+          });
         } else if (kernel == "few_rows") {
           if (!have_decode_kernels()) throw py::value_error("_decode_linear: this build has no few_rows kernel");
           if (w.cols % 16 != 0) throw py::value_error("_decode_linear: few_rows needs K % 16 == 0");
-          py::gil_scoped_release release;
-          few_rows_linear(xs.array.data(), xs.rows, w.cols, w.array.data(), w.rows, bs.array.data(), y.data());
+          without_gil([&] {
+            few_rows_linear(xs.array.data(), xs.rows, w.cols, w.array.data(), w.rows, bs.array.data(), y.data());
+          });
         } else {
           throw py::value_error("_decode_linear: kernel must be 'packed', 'packed_reference' or 'few_rows'");
         }
@@ -100,8 +102,7 @@ void bind_runtime(py::module_& m) {
           throw py::value_error("_quantized_linear: " + compute_type_unsupported_reason(c));
         QuantizedLinear q;
         Matrix<float> y;
-        {
-          py::gil_scoped_release release;
+        without_gil([&] {
           q.pack(c, w.array.data(), w.rows, w.cols, w.cols, bs.array.data());
           if (kernel == "weight") {  // the dequantised weight (N, K)
             y.resize(w.rows, w.cols);
@@ -114,7 +115,7 @@ void bind_runtime(py::module_& m) {
             else
               q.apply_reference(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
           }
-        }
+        });
         return copy_out<float>(y.data(), {y.rows(), y.cols()});
       },
       py::arg("x"), py::arg("W"), py::arg("b"), py::arg("compute_type"), py::arg("kernel"),
@@ -146,13 +147,15 @@ void bind_runtime(py::module_& m) {
         }
         if (kernel == "avx512_bf16") {
           if (!bf16::cpu_supported()) throw py::value_error("_bf16_matmul: " + bf16::unsupported_reason());
-          py::gil_scoped_release release;
-          bf16::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
-                     N);
+          without_gil([&] {
+            bf16::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
+                       N);
+          });
         } else if (kernel == "reference") {
-          py::gil_scoped_release release;
-          bf16::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
-                               out.data(), N);
+          without_gil([&] {
+            bf16::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
+                                 out.data(), N);
+          });
         } else {
           throw py::value_error("_bf16_matmul: kernel must be 'avx512_bf16' or 'reference'");
         }
@@ -194,13 +197,15 @@ void bind_runtime(py::module_& m) {
         const float* bias_ptr = bias.is_none() ? nullptr : bias_values.data();
         if (kernel == "avx512") {
           if (!f32::supported()) throw py::value_error("_f32_matmul: the float32 AVX-512 kernel cannot run here");
-          py::gil_scoped_release release;
-          f32::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(), N,
-                    bias_ptr);
+          without_gil([&] {
+            f32::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
+                      N, bias_ptr);
+          });
         } else if (kernel == "reference") {
-          py::gil_scoped_release release;
-          f32::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
-                              out.data(), N, bias_ptr);
+          without_gil([&] {
+            f32::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
+                                out.data(), N, bias_ptr);
+          });
         } else {
           throw py::value_error("_f32_matmul: kernel must be 'avx512' or 'reference'");
         }
@@ -242,10 +247,7 @@ void bind_runtime(py::module_& m) {
 template <typename T>
 py::array table_array(Index length, Index depth, PositionalLayout lay) {
   auto pe = std::make_unique<Matrix<T>>();
-  {
-    py::gil_scoped_release release;
-    *pe = positional_encoding<T>(length, depth, lay);
-  }
+  without_gil([&] { *pe = positional_encoding<T>(length, depth, lay); });
   const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(pe->rows()), static_cast<py::ssize_t>(pe->cols())};
   T* data = pe->data();
   py::capsule owner(pe.release(), [](void* p) { delete static_cast<Matrix<T>*>(p); });

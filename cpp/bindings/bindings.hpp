@@ -6,18 +6,19 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <climits>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "transformer/checks.hpp"
+#include "transformer/config.hpp"
 #include "transformer/tensor.hpp"
 
 namespace py = pybind11;
-
-namespace transformer {
-class Limit;
-}
 
 namespace transformer::bindings {
 
@@ -32,20 +33,43 @@ void bind_model(py::module_& m);         // Transformer
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);
+// repr(v) for a message, cut to 60 characters; a value whose repr fails (an int of more than 4300
+// digits) is named by its type: "<int>".
+std::string value_repr(const py::handle& v);
 
 // Numbers arrive as Python objects, so that any int (even one beyond 64 bits), NumPy scalar or
 // wrong type gets an error naming the argument and what it may be, never pybind11's list of
-// signatures. int_arg: an integer in [lo, hi] (TypeError for non-integers and bools, ValueError
-// out of range); seed_arg: an integer in [0, 2**64); float_arg: a real number (the core checks
-// its range, e.g. finite and >= 0).
-// (lo = kAnyInt: any 64-bit value, the core then says what it accepts.)
-constexpr long long kAnyInt = LLONG_MIN;
-long long int_arg(const py::handle& v, const char* who, const char* name, long long lo = kAnyInt,
-                  long long hi = LLONG_MAX);
+// signatures. Each is checked by the one validator, Limit (check_setting below), so every message
+// reads "<who>: <name> must be <what is allowed>, got <value>" (TypeError for a value of the wrong
+// type, ValueError for one out of range):
+//   int_arg:   an integer in [lo, hi]; without hi, any that fits in 64 bits (a larger one is
+//              refused with the 64-bit bound written out). lo = kAnyInt: any 64-bit value, the core
+//              then says what it accepts.
+//   seed_arg:  an integer in [0, 2**64).
+//   float_arg: a number `limit` allows (limits:: below, the ranges the core checks too).
+constexpr std::int64_t kAnyInt = INT64_MIN;
+std::int64_t int_arg(const py::handle& v, const char* who, const char* name, std::int64_t lo = kAnyInt,
+                     std::optional<std::int64_t> hi = std::nullopt);
 std::uint64_t seed_arg(const py::handle& v, const char* who, const char* name = "seed");
-double float_arg(const py::handle& v, const char* who, const char* name);
+double float_arg(const py::handle& v, const char* who, const char* name, const Limit& limit);
 // A str argument (TypeError naming it otherwise).
 std::string str_arg(const py::handle& v, const char* who, const char* name);
+
+// The ranges of the layers' numeric arguments.
+namespace limits {
+inline Limit finite() { return Limit::number(-std::numeric_limits<double>::infinity()); }  // a finite number
+inline Limit non_negative() { return Limit::number(0.0); }                                 // finite, >= 0
+inline Limit positive() { return Limit::number(0.0, std::numeric_limits<double>::infinity(), true); }  // > 0
+inline Limit rate() { return Limit::number(0.0, 1.0, false, true); }  // a dropout rate, Adam's betas: [0, 1)
+inline Limit fraction() { return Limit::number(0.0, 1.0); }           // label smoothing: [0, 1]
+}  // namespace limits
+
+// a < b for two Python objects (Python's comparison: exact for ints of any size).
+inline bool py_less(const py::handle& a, const py::handle& b) {
+  const int r = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_LT);
+  if (r < 0) throw py::error_already_set();
+  return r == 1;
+}
 
 // v as an int, float, bool or str if `limit` allows it, else TypeError (a value of the wrong type) or
 // ValueError (out of range) with Limit::message: "<owner>: <name> must be <what is allowed>, got <v>".
@@ -168,17 +192,15 @@ py::array_t<T> rows_out(const Matrix<T>& m, std::vector<Index> lead) {
   return copy_out<T>(m.data(), lead);
 }
 
-// Python-side state of a layer: the C++ layer plus the input array(s) of the last forward, which
-// the layer reads again in backward (it caches pointers, not copies; they are owned copies, see
-// owned()).
+// Python-side state of a layer: the C++ layer plus the arrays of the last forward that the layer
+// reads again in backward (it caches pointers, not copies; they are owned copies, see owned()).
 template <typename Layer>
 struct Holder {
   template <typename... Args>
   explicit Holder(Args&&... args) : layer(std::forward<Args>(args)...) {}
   Layer layer;
-  py::object saved;
-  std::vector<py::object> keep;  // further arrays the layer points into until backward
-  std::vector<Index> lead;
+  std::vector<py::object> keep;  // the arrays the layer points into until backward
+  std::vector<Index> lead;       // the leading shape of the last output (see LayerForward::run)
   bool has_forward = false;
   bool flag = false;  // layer-specific (MultiHeadAttention: the last forward was cross-attention)
   bool busy = false;  // a call is running on this layer (see InUse)
@@ -189,15 +211,6 @@ template <typename T>
 void check_input(RowsInput<T>& r, const char* who, const char* arg, bool keep) {
   check_finite_input(r.array.data(), static_cast<Index>(r.array.size()), who, arg);
   if (keep) r.array = owned<T>(r.array);
-}
-
-// What a layer's forward checks before it runs: that the buffers it will keep (`elements` of
-// type T, estimated from the shapes by the helpers of checks.hpp) fit in memory, and that its
-// weights are finite.
-template <typename T, typename Layer>
-void check_forward(Layer& layer, const char* who, const std::string& what, double elements) {
-  check_memory(who, what, elements * static_cast<double>(sizeof(T)));
-  check_finite_parameters(layer.parameters(), who);
 }
 
 // A layer output that is not finite comes from finite inputs and weights only by overflow.
@@ -257,6 +270,169 @@ RowsInput<T> dout_rows(const py::handle& dout, const char* who, Index cols, cons
         concat(who, ": dout must have the shape of the last output ", shape_str(want), ", got ", describe(d.array)));
   }
   return d;
+}
+
+// (B, T, C) float input: shape, finite values and (keep) an owned copy for backward.
+template <typename T>
+RowsInput<T> as_btc(const py::handle& obj, const char* who, const char* arg, Index C, bool keep) {
+  auto r = as_rows<T>(obj, who, arg, C);
+  if (r.lead_shape.size() != 2)
+    throw py::value_error(concat(who, ": ", arg, " must have shape (batch, length, ", C, "), got ", describe(r.array)));
+  check_input(r, who, arg, keep);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bookkeeping of a bound call, written once
+//
+// A method that runs heavy work holds its object for the whole call (InUse: one call at a time),
+// checks its inputs and the memory they need before anything runs, runs the work with the GIL
+// released (without_gil), and checks what the work produced. For the layers (a Holder, or any
+// struct with its busy / has_forward / keep / lead members) LayerForward and LayerBackward are that
+// sequence, so that each bound forward and backward reads:
+//
+//   LayerForward<T, H> call(h, "Linear.forward");
+//   auto in = call.rows(x, "x", h.layer.in_features(), /*keep=*/true);  // finite; kept for backward
+//   call.check(rows_what(in.rows), elements);                             // memory, finite weights
+//   const Matrix<T>& y = call.run(in.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(in.map()); });
+//   return rows_out<T>(y, in.lead_shape);
+//
+//   LayerBackward<T, H> call(h, "Linear.backward");              // and a forward to go back through
+//   auto d = call.dout_rows(dout, h.layer.out_features());         // finite, the last output's shape
+//   const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+//   call.check_gradient(dx);
+//   call.check_parameter_gradients();
+//   return rows_out<T>(dx, h.lead);
+
+// work() with the GIL released (other Python threads run meanwhile); returns what it returns. The
+// work must not touch Python objects.
+template <typename Work>
+decltype(auto) without_gil(Work&& work) {
+  py::gil_scoped_release release;
+  return std::forward<Work>(work)();
+}
+
+// Whether a layer has parameters() (Dropout and scaled dot-product attention have none).
+template <typename Layer, typename = void>
+struct HasParameters : std::false_type {};
+template <typename Layer>
+struct HasParameters<Layer, std::void_t<decltype(std::declval<Layer&>().parameters())>> : std::true_type {};
+
+template <typename T, typename H>
+class LayerForward {
+ public:
+  // `failure_keeps_previous`: the layer checks its inputs before it changes any state (the
+  // embeddings check the token ids first), so a forward that fails leaves the previous one for
+  // backward. Otherwise a failed forward leaves none.
+  LayerForward(H& h, const char* who, bool failure_keeps_previous = false)
+      : h_(h), who_(who), in_use_(h.busy, who), failure_keeps_previous_(failure_keeps_previous) {}
+
+  const char* who() const { return who_; }
+
+  // A float input of shape (..., cols) (cols < 0: any), finite; with `keep`, owned and kept until
+  // backward (the layer reads it again).
+  RowsInput<T> rows(const py::handle& obj, const char* arg, Index cols, bool keep) {
+    auto r = as_rows<T>(obj, who_, arg, cols);
+    check_input(r, who_, arg, keep);
+    if (keep) keep_.push_back(r.array);
+    return r;
+  }
+  // The same of shape (batch, length, C).
+  RowsInput<T> btc(const py::handle& obj, const char* arg, Index C, bool keep) {
+    auto r = as_btc<T>(obj, who_, arg, C, keep);
+    if (keep) keep_.push_back(r.array);
+    return r;
+  }
+  // An array already converted (as_floats), checked finite, then owned and kept.
+  void finite_kept(py::array_t<T, py::array::c_style>& a, const char* arg) {
+    check_finite_input(a.data(), static_cast<Index>(a.size()), who_, arg);
+    a = owned<T>(a);
+    keep_.push_back(a);
+  }
+  // Any further object the layer points into until backward (token ids, masks).
+  void keep(py::object o) { keep_.push_back(std::move(o)); }
+
+  // Before the work: the buffers the layer keeps (`elements` values of type T, estimated from the
+  // shapes by the helpers of checks.hpp) fit in memory, and the weights are finite.
+  void check(const std::string& what, double elements) {
+    check_memory(who_, what, elements * static_cast<double>(sizeof(T)));
+    if constexpr (HasParameters<decltype(h_.layer)>::value) check_finite_parameters(h_.layer.parameters(), who_);
+  }
+  // The same for a layer without weights, in bytes.
+  void check_memory_bytes(const std::string& what, double bytes) { check_memory(who_, what, bytes); }
+
+  // The work (it returns the output) with the GIL released; then the forward is recorded for
+  // backward (the kept arrays, the output's leading shape `lead`) and the output checked finite.
+  template <typename Work>
+  const Matrix<T>& run(std::vector<Index> lead, Work&& work) {
+    if (!failure_keeps_previous_) h_.has_forward = false;  // the layer's cached state changes from here
+    const Matrix<T>& y = without_gil(std::forward<Work>(work));
+    h_.keep = std::move(keep_);
+    h_.lead = std::move(lead);
+    h_.has_forward = true;
+    check_output(y, who_);
+    return y;
+  }
+
+ private:
+  H& h_;
+  const char* who_;
+  InUse in_use_;
+  bool failure_keeps_previous_;
+  std::vector<py::object> keep_;  // the arrays of this forward, the layer's own once it succeeded
+};
+
+template <typename T, typename H>
+class LayerBackward {
+ public:
+  LayerBackward(H& h, const char* who) : h_(h), who_(who), in_use_(h.busy, who) {
+    if (!h.has_forward) throw std::runtime_error(concat(who, ": call forward() first"));
+  }
+
+  const char* who() const { return who_; }
+
+  // dout of shape (*lead, cols) of the last output (cols < 0: any), finite.
+  RowsInput<T> dout_rows(const py::handle& dout, Index cols) {
+    return bindings::dout_rows<T>(dout, who_, cols, h_.lead);
+  }
+  // dout of shape (B, T, C) with the B and T of the last output, finite.
+  RowsInput<T> dout_btc(const py::handle& dout, Index C) {
+    auto d = as_btc<T>(dout, who_, "dout", C, false);
+    if (d.lead_shape[0] != h_.lead[0] || d.lead_shape[1] != h_.lead[1])
+      throw py::value_error(concat(who_, ": dout must have the output's shape, got ", describe(d.array)));
+    return d;
+  }
+
+  // The work with the GIL released; returns what it returns.
+  template <typename Work>
+  decltype(auto) run(Work&& work) {
+    return without_gil(std::forward<Work>(work));
+  }
+
+  // After the work: a gradient it returns, and the parameter gradients it accumulated, are finite.
+  void check_gradient(const Matrix<T>& g, const char* what = "input gradient") {
+    bindings::check_gradient(g, who_, what);
+  }
+  void check_parameter_gradients() { bindings::check_parameter_gradients(h_.layer.parameters(), who_); }
+
+ private:
+  H& h_;
+  const char* who_;
+  InUse in_use_;
+};
+
+// parameters() and zero_grad() of a bound layer H (a Holder): .def("parameters",
+// parameters_method<T, H>()).def("zero_grad", zero_grad_method<H>("Linear.zero_grad")).
+template <typename T, typename H>
+auto parameters_method() {
+  return [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); };
+}
+template <typename H>
+auto zero_grad_method(const char* who) {
+  return [who](H& h) {
+    check_idle(h.busy, who, "layer");
+    h.layer.zero_grad();
+  };
 }
 
 }  // namespace transformer::bindings

@@ -1,3 +1,6 @@
+#include <limits>
+#include <optional>
+
 #include "bindings.hpp"
 
 namespace transformer::bindings {
@@ -13,60 +16,52 @@ std::string describe(const py::array& a) {
 
 namespace {
 std::string type_name(const py::handle& v) { return py::str(py::type::of(v).attr("__name__")).cast<std::string>(); }
-std::string short_repr(const py::handle& v) {
-  std::string s = py::repr(v).cast<std::string>();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+
+// v checked by Limit::integer(lo[, hi]). Without hi, an integer the C++ type cannot hold (beyond
+// [lo, most]; below lo only when lo is the type's own minimum) is refused with that range written
+// out instead: "an integer >= 0" would not say why 2**70 is refused.
+py::object integer_arg(const py::handle& v, const char* who, const char* name, std::int64_t lo,
+                       std::optional<std::uint64_t> hi, std::uint64_t most) {
+  if (!hi && !PyBool_Check(v.ptr()) && PyIndex_Check(v.ptr())) {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    const bool below = lo == std::numeric_limits<std::int64_t>::min() && py_less(i, py::int_(lo));
+    if (below || py_less(py::int_(most), i))
+      throw py::value_error(Limit::integer(lo, most).message(who, name, value_repr(i)));
+  }
+  return check_setting(Limit::integer(lo, hi), who, name, v);
 }
 }  // namespace
 
-long long int_arg(const py::handle& v, const char* who, const char* name, long long lo, long long hi) {
-  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
-    throw py::type_error(concat(who, ": ", name, " must be an integer, got ", type_name(v), " ", short_repr(v)));
-  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!i) throw py::error_already_set();
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if (overflow != 0 || x < lo || x > hi) {
-    if (lo == LLONG_MIN && hi == LLONG_MAX)
-      throw py::value_error(concat(who, ": ", name, " must be an integer that fits in 64 bits, got ", short_repr(i)));
-    if (hi == LLONG_MAX)
-      throw py::value_error(
-          concat(who, ": ", name, " must be an integer >= ", lo, " that fits in 64 bits, got ", short_repr(i)));
-    throw py::value_error(concat(who, ": ", name, " must be an integer in [", lo, ", ", hi, "], got ", short_repr(i)));
+std::string value_repr(const py::handle& v) {
+  std::string s;
+  try {
+    s = py::repr(v).cast<std::string>();
+  } catch (const py::error_already_set&) {
+    s = "<" + type_name(v) + ">";
   }
-  return x;
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+std::int64_t int_arg(const py::handle& v, const char* who, const char* name, std::int64_t lo,
+                     std::optional<std::int64_t> hi) {
+  const auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  std::optional<std::uint64_t> high;
+  if (hi) high = static_cast<std::uint64_t>(*hi);
+  return integer_arg(v, who, name, lo, high, most).cast<std::int64_t>();
 }
 
 std::uint64_t seed_arg(const py::handle& v, const char* who, const char* name) {
-  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
-    throw py::type_error(concat(who, ": ", name, " must be an integer, got ", type_name(v), " ", short_repr(v)));
-  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!i) throw py::error_already_set();
-  const unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
-  if (PyErr_Occurred()) {  // negative or beyond 64 bits
-    PyErr_Clear();
-    throw py::value_error(concat(who, ": ", name, " must be an integer in [0, 2**64), got ", short_repr(i)));
-  }
-  return static_cast<std::uint64_t>(x);
+  return integer_arg(v, who, name, 0, std::nullopt, std::numeric_limits<std::uint64_t>::max()).cast<std::uint64_t>();
 }
 
-double float_arg(const py::handle& v, const char* who, const char* name) {
-  if (PyBool_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()))
-    throw py::type_error(concat(who, ": ", name, " must be a number, got ", type_name(v), " ", short_repr(v)));
-  const double x = PyFloat_AsDouble(v.ptr());
-  if (x == -1.0 && PyErr_Occurred()) {
-    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
-    PyErr_Clear();
-    if (overflow) throw py::value_error(concat(who, ": ", name, " is too large for a float, got ", short_repr(v)));
-    throw py::type_error(concat(who, ": ", name, " must be a number, got ", type_name(v), " ", short_repr(v)));
-  }
-  return x;
+double float_arg(const py::handle& v, const char* who, const char* name, const Limit& limit) {
+  return check_setting(limit, who, name, v).cast<double>();
 }
 
 std::string str_arg(const py::handle& v, const char* who, const char* name) {
   if (!PyUnicode_Check(v.ptr()))
-    throw py::type_error(concat(who, ": ", name, " must be a str, got ", type_name(v), " ", short_repr(v)));
+    throw py::type_error(concat(who, ": ", name, " must be a str, got ", type_name(v), " ", value_repr(v)));
   return v.cast<std::string>();
 }
 
@@ -137,7 +132,8 @@ template py::array_t<double> copy_out<double>(const double*, const std::vector<I
 PYBIND11_MODULE(_core, m) {
   m.doc() = "transformer_cpp._core: the C++ core (private; use the transformer_cpp package)";
   using namespace transformer::bindings;
-  // NonFiniteError: a FloatingPointError (it is one) and a RuntimeError (what it was before)
+  // NonFiniteError: a FloatingPointError (it is one) and a RuntimeError (what code that catches
+  // the core's runtime failures expects)
   py::register_exception<transformer::NonFiniteError>(
       m, "NonFiniteError", py::make_tuple(py::handle(PyExc_FloatingPointError), py::handle(PyExc_RuntimeError)));
   bind_runtime(m);

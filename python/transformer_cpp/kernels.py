@@ -1,20 +1,20 @@
 """The decoding kernels and the bfloat16 matrix-product kernel of the C++ core, one at a time.
 
 ``Transformer.greedy_decode`` and ``beam_search`` multiply the few rows of each decoding step by
-weights packed once into 32-wide panels (see ``cpp/include/transformer/decode_kernels.hpp``).
+weights packed once into 32-wide panels (see ``cpp/include/transformer/kernels/decode_kernels.hpp``).
 This module exposes those kernels on their own so that the tests can compare them with NumPy,
 and so that a curious reader can call them. Nothing here is needed to use the package.
 
 ``Transformer(..., precision="bf16")`` runs the products of its dense layers with bfloat16 inputs
-and float32 sums (see ``cpp/include/transformer/bf16_gemm.hpp``); :func:`bf16_matmul` is that
+and float32 sums (see ``cpp/include/transformer/kernels/bf16_gemm.hpp``); :func:`bf16_matmul` is that
 kernel on its own, with its readable reference.
 
 In float32 the dense layers' products run on an AVX-512 kernel when the CPU has AVX-512F (see
-``cpp/include/transformer/f32_gemm.hpp``; Eigen's GEMM otherwise); :func:`f32_matmul` is that
+``cpp/include/transformer/kernels/f32_gemm.hpp``; Eigen's GEMM otherwise); :func:`f32_matmul` is that
 kernel on its own, with its readable reference.
 
 ``Transformer.greedy_decode(..., compute_type="int8" | "bf16")`` multiplies by a low-precision
-copy of the weights (see ``cpp/include/transformer/quantized_linear.hpp``); :func:`quantized_linear`
+copy of the weights (see ``cpp/include/transformer/kernels/quantized_linear.hpp``); :func:`quantized_linear`
 is that kernel on its own, with its reference and the dequantised weight it multiplies with.
 """
 

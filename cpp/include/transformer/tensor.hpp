@@ -50,6 +50,17 @@ using RowArray = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
 template <typename T>
 using ConstRowArray = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
 
+// A whole matrix as the map that layers and kernels take (a view, no copy): cmap to read it, mmap
+// to write it.
+template <typename T>
+ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+template <typename T>
+MatrixMap<T> mmap(Matrix<T>& m) {
+  return MatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
 // Token ids as they come from NumPy (int64) — row-major (B, T).
 using TokenMatrix = Eigen::Matrix<std::int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstTokenMap = Eigen::Map<const TokenMatrix>;

@@ -3,7 +3,7 @@
 // A knob here changes speed only: results stay correct for any value (a few change the order of
 // a floating-point sum, which the tests allow for; none changes what is computed). Each comes with
 // what it trades and how its value was chosen. "Not swept" means the value was set by the
-// reasoning given and was never compared against neighbours on this machine: a candidate for
+// reasoning given and was never compared against neighbouring values: a candidate for
 // tools/train_speed.py or tools/decode_speed.py (two builds alternating) before it is changed.
 //
 // Not here, because they are the shape of a kernel's code rather than free choices: the register
@@ -27,8 +27,7 @@ using Index = std::ptrdiff_t;  // Eigen::Index, transformer::Index (tensor.hpp)
 constexpr Index kParallelMin = 1 << 15;
 
 // Row-wise kernels (softmax, the losses, layer norm, embeddings) and Adam's per-parameter loops go
-// parallel from this many elements. Was defined in each of five files; one value since session 8.
-// Not swept.
+// parallel from this many elements. Not swept.
 constexpr Index kParallelElements = 16384;
 
 // Matrix products with fewer multiply-adds than this run on the calling thread only. float32: at
@@ -40,11 +39,8 @@ constexpr double kBf16ParallelMacs = 1 << 20;
 
 // --- blocking for the caches --------------------------------------------------------------------
 
-// k values per packed block of the GEMMs: a B panel of kKC x 32 columns is 32 KB in float32 (the
-// L1 data cache of this Xeon is 48 KB) and 16 KB in bfloat16. A reordering that kept every k block
-// packed and ran each block of C through all of them (session 8, branch trainspeed) was not faster
-// in alternating 1-thread runs at the tutorial shapes (1.127 against 1.096 CPU s per step, within
-// noise) and was reverted.
+// k values per packed block of the GEMMs: a B panel of kKC x 32 columns is 32 KB in float32 and
+// 16 KB in bfloat16, so that it stays in a 48 KB L1 data cache while the A panels stream past it.
 constexpr Index kF32GemmKC = 256;
 constexpr Index kBf16GemmKC = 256;
 
@@ -59,9 +55,9 @@ constexpr Index kQuantizedWordBlock = 256;
 constexpr Index kElementChunk = 16384;
 
 // Independent partial sums in Adam's vectorised norm and update check: 16 double lanes are two
-// AVX-512 registers of accumulators. With one scalar sum the compiler may not reorder the adds and
-// the loop ran scalar: 8.8% of a 1-thread tutorial-shape step in a profile, 4.3% with the lanes
-// (session 8, perf on a -g build).
+// AVX-512 registers of accumulators. With one scalar sum the compiler may not reorder the adds
+// (floating-point addition is not associative), so the loop runs scalar; with the lanes it
+// vectorises.
 constexpr Index kReduceLanes = 16;
 
 // --- fixed summation blocks (results independent of the thread count) -------------------------
@@ -78,9 +74,7 @@ constexpr Index kFlatNormBlock = 8192;
 
 // Decoding steps with fewer rows than this multiply float32 weights as they are: packing them
 // into panels does not pay off at batch 1. Plain float32 products of up to kFewRows rows use the
-// few-row kernel (it reads W as it is; the dense layers' kernel packs W on every call). With the
-// layers' inference methods (session 8) a float32 batch-1 decode was 8-18% faster than before,
-// these values unchanged.
+// few-row kernel (it reads W as it is; the dense layers' kernel packs W on every call). Not swept.
 constexpr Index kPreparedMinRows = 4;
 constexpr Index kFewRows = 64;
 

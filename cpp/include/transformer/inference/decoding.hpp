@@ -1,0 +1,81 @@
+// decoding.hpp — fast inference: greedy and beam search over the model's inference entry point
+// (Transformer::infer_start / infer_step, which call the layers' own inference methods; see
+// inference/backend.hpp).
+//
+// The encoder runs once per batch. For every decoder layer the cross-attention keys and values
+// of the memory are projected once per sentence, and the self-attention keys and values of each
+// hypothesis are appended to a cache one position per step, so step t costs O(t) attention work
+// and O(1) projections instead of re-running the decoder on the whole prefix. This file holds the
+// search: which tokens to feed, which hypotheses to keep.
+//
+// Generation never emits the padding id 0 (its logit is treated as -inf), so outputs can be
+// padded with 0 after the end token.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transformer/inference/backend.hpp"
+#include "transformer/kernels/quantized_linear.hpp"
+#include "transformer/layers/transformer.hpp"
+
+namespace transformer {
+
+// What a model keeps between decodes: the inference state (caches and buffers, so steady
+// decoding at a fixed batch shape allocates nothing) and a matrix-product backend per compute
+// type, each with the weights it prepared (switching between compute types does not prepare
+// again; each backend follows the weights by its own fingerprints). One per model; not
+// thread-safe.
+template <typename T>
+struct DecodeWorkspace {
+  explicit DecodeWorkspace(Transformer<T>& m) : model(m) {}
+  Transformer<T>& model;
+  InferenceState<T> state;
+  InferenceBackend<T> backends[3];  // by ComputeType
+  // Decodes whose caller could not promise unchanged weights, counted: a backend whose prepared
+  // weights were checked at the current count needs no check.
+  std::uint64_t weights_version = 0;
+  std::uint64_t checked_version[3] = {~0ULL, ~0ULL, ~0ULL};
+  bool finite_checked = false;  // the last decode found every weight finite
+};
+
+// Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
+// L <= max_length (the positional table grows to max_length rows if it is shorter).
+// `workspace` (optional, for `model`) keeps packed weights and buffers between calls.
+// `compute` is the matrix products' compute type (quantized_linear.hpp; int8 and bf16 need a
+// float model and the CPU's support, else std::invalid_argument naming what is missing).
+// `weights_unchanged`: the caller knows the weights did not change since the last decode with this
+// workspace (the bindings track train steps and NumPy views): its fingerprint and finite check
+// (full passes over the weights, the largest cost of a one-sentence decode) are skipped.
+template <typename T>
+TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
+                          Index max_length, DecodeWorkspace<T>* workspace = nullptr,
+                          ComputeType compute = ComputeType::Float32, bool weights_unchanged = false);
+
+struct BeamHypothesis {
+  std::vector<std::int64_t> tokens;  // generated ids (ending with end_id unless cut at max_length)
+  double log_prob = 0.0;             // sum of token log-probabilities
+  double score = 0.0;                // log_prob / ((5 + len)^alpha / 6^alpha)  (GNMT length penalty)
+  bool finished = false;             // ended with end_id
+};
+
+// The largest beam_search accepts: each live beam keeps its own key/value caches.
+constexpr Index kMaxBeamSize = 1024;
+
+// Both decoders check first, before allocating: sizes against the memory there is (caches for
+// max_length positions), ids and options, and that every weight is finite (NonFiniteError);
+// logits that overflow while decoding are a NonFiniteError too, never a silent choice.
+
+// Beam search with beam size k and GNMT length penalty alpha; returns the n_best hypotheses of
+// each sentence, best first. A sentence stops as soon as no live beam can still beat its
+// n_best-th finished hypothesis (an exact bound, since log-probabilities only decrease), or at
+// max_length. With beam_size 1 this is greedy decoding.
+template <typename T>
+std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
+                                                     std::int64_t end_id, Index max_length, Index beam_size,
+                                                     double alpha, Index n_best,
+                                                     DecodeWorkspace<T>* workspace = nullptr,
+                                                     ComputeType compute = ComputeType::Float32,
+                                                     bool weights_unchanged = false);
+
+}  // namespace transformer

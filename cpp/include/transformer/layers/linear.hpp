@@ -1,0 +1,50 @@
+// linear.hpp — the dense layer y = x W^T + b, W stored (out, in) as in PyTorch.
+#pragma once
+
+#include <cstdint>
+
+#include "transformer/kernels/matmul.hpp"
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+template <typename T>
+class Linear {
+ public:
+  // Glorot/Xavier uniform weights (U(-a, a), a = sqrt(6 / (in + out))), zero bias.
+  Linear(Index in_features, Index out_features, bool bias = true, std::uint64_t seed = 0);
+
+  // x: (N, in) -> y: (N, out). `x` must stay alive and unchanged until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x);
+  // dy: (N, out) -> dx: (N, in); dW += dy^T x, db += sum over rows of dy.
+  const Matrix<T>& backward(ConstMatrixMap<T> dy);
+  // Like backward() but without computing dx (the first layer of a stack does not need it).
+  void backward_params_only(ConstMatrixMap<T> dy);
+
+  ParameterList<T> parameters();
+  void zero_grad();
+
+  Index in_features() const { return weight_.cols(); }
+  Index out_features() const { return weight_.rows(); }
+  bool has_bias() const { return has_bias_; }
+  const Matrix<T>& output() const { return y_; }
+  // The precision of the three products (matmul.hpp); float32 unless set. Throws
+  // std::invalid_argument when it cannot run here (check_precision).
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
+
+  Matrix<T> weight_;    // (out, in)
+  RowVector<T> bias_;   // (out)
+  Matrix<T> dweight_;   // (out, in)
+  RowVector<T> dbias_;  // (out)
+
+ private:
+  bool has_bias_;
+  Precision precision_ = Precision::Float32;
+  const T* x_ = nullptr;  // cached input (N, in), owned by the caller
+  Index rows_ = -1;
+  Matrix<T> y_;   // (N, out)
+  Matrix<T> dx_;  // (N, in)
+};
+
+}  // namespace transformer

@@ -1,0 +1,318 @@
+#include "transformer/inference/decoding.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "transformer/checks.hpp"
+
+namespace transformer {
+
+namespace {
+
+// The `keep` largest logits of one row of V, never the padding id 0, as ids best first (ties: the
+// lower id first), and the row's log-sum-exp over ids 1..V-1, so that log p(id) = logit - lse.
+// Log-softmax is monotonic within a row, so these are also the `keep` most probable ids; the
+// softmax itself is never materialised.
+template <typename T>
+double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>& top) {
+  top.clear();
+  for (Index j = 1; j < V; ++j) {
+    if (static_cast<Index>(top.size()) == keep && !(logits[j] > logits[top.back()])) continue;
+    // insert j after every id with a logit >= its own (so equal logits keep increasing ids)
+    auto at = std::upper_bound(top.begin(), top.end(), j, [logits](Index a, Index b) { return logits[a] > logits[b]; });
+    top.insert(at, j);
+    if (static_cast<Index>(top.size()) > keep) top.pop_back();
+  }
+  using Arr = Eigen::Array<T, 1, Eigen::Dynamic>;
+  const Eigen::Map<const Arr> x(logits + 1, V - 1);
+  const T mx = x.maxCoeff();
+  const double sum = static_cast<double>((x - mx).exp().sum());  // Eigen's vectorised exp and sum
+  return static_cast<double>(mx) + std::log(sum);
+}
+
+// Before a decode allocates anything: refuse one whose buffers cannot fit (the encoder pass over
+// src; in every decoder layer the key/value caches of `rows` hypotheses for `steps` positions and
+// the memory's keys and values; scores, step buffers, logits, the output ids), then weights that
+// are not finite (skipped when the caller knows the weights are unchanged since the last decode
+// with this workspace found them finite: the scan costs more than decoding one short sentence).
+template <typename T>
+void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index steps, const char* who,
+                  const std::string& what, DecodeWorkspace<T>* workspace, bool weights_unchanged) {
+  const TransformerConfig& c = model.config();
+  const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
+  const double R = static_cast<double>(rows), n = static_cast<double>(steps), d = static_cast<double>(c.d_model);
+  const double H = static_cast<double>(c.n_heads), dff = static_cast<double>(c.d_ff);
+  const double L = static_cast<double>(c.n_layers), V = static_cast<double>(c.tgt_vocab_size);
+  const double elements = L * encoder_layer_elements(B * S, B, H, S, d, dff) + 4 * B * S * d +
+                          L * (2 * R * n * d + 2 * B * S * d) + R * n * d + R * H * std::max(S, n) +
+                          R * (12 * d + 2 * dff + 2 * V) + n * d;
+  check_memory(who, what, elements * static_cast<double>(sizeof(T)) + B * S * S + B * n * 8);
+  if (workspace != nullptr && &workspace->model != &model) workspace = nullptr;  // refused later
+  if (workspace != nullptr && weights_unchanged && workspace->finite_checked) return;
+  if (workspace != nullptr) workspace->finite_checked = false;
+  check_finite_parameters(model.parameters(), who);
+  if (workspace != nullptr) workspace->finite_checked = true;
+}
+
+[[noreturn]] void throw_nonfinite_logits(const char* who, Index step) {
+  throw NonFiniteError(concat(who, ": the logits of step ", step,
+                              " are not finite: the activations overflowed "
+                              "(the weights are too large); nothing was decoded"));
+}
+
+// The caller's workspace (which must belong to this model), else a fresh one owned by `local`.
+template <typename T>
+DecodeWorkspace<T>& workspace_for(Transformer<T>& model, DecodeWorkspace<T>* workspace,
+                                  std::unique_ptr<DecodeWorkspace<T>>& local) {
+  if (workspace != nullptr) {
+    TCPP_CHECK(&workspace->model == &model, "decode: the workspace belongs to another model");
+    return *workspace;
+  }
+  local = std::make_unique<DecodeWorkspace<T>>(model);
+  return *local;
+}
+
+// The workspace's backend of compute type c, begun for a decode of up to `rows` rows: prepared
+// weights when they pay off (InferenceBackend::wanted), checked against the model's weights unless
+// the caller knows that they did not change since this backend's prepared weights were last checked.
+template <typename T>
+InferenceBackend<T>& begin_backend(DecodeWorkspace<T>& ws, ComputeType c, Index rows, bool weights_unchanged) {
+  if (!weights_unchanged) ++ws.weights_version;  // they may have changed since the last decode
+  const int i = static_cast<int>(c);
+  InferenceBackend<T>& be = ws.backends[i];
+  be.begin(c, InferenceBackend<T>::wanted(c, rows), ws.checked_version[i] != ws.weights_version);
+  if (be.prepared()) ws.checked_version[i] = ws.weights_version;
+  return be;
+}
+}  // namespace
+
+template <typename T>
+TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
+                          Index max_length, DecodeWorkspace<T>* workspace, ComputeType compute,
+                          bool weights_unchanged) {
+  const TransformerConfig& c = model.config();
+  check_compute_type<T>(compute, "greedy_decode");
+  TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
+             "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
+             end_id);
+  TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
+  const Index steps = max_length;
+  const Index B = src.rows();
+  if (B == 0) return TokenMatrix::Zero(0, 1);
+  check_decode(model, src, B, steps, "greedy_decode",
+               concat("max_length ", max_length, " for ", B, " sentences of source length ", src.cols()), workspace,
+               weights_unchanged);
+  TokenMatrix out = TokenMatrix::Zero(B, steps);
+  std::unique_ptr<DecodeWorkspace<T>> local;
+  DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
+  InferenceBackend<T>& be = begin_backend(ws, compute, B, weights_unchanged);
+  InferenceState<T>& st = ws.state;
+  model.infer_start(src, steps, be, st);
+  std::vector<std::int64_t> tokens(static_cast<size_t>(B), start_id);
+  std::vector<std::int64_t> next;
+  std::vector<Index> keep;
+  const Index V = c.tgt_vocab_size;
+  for (Index t = 0; t < steps && st.rows() > 0; ++t) {
+    const Matrix<T>& logits = model.infer_step(tokens.data(), be, st);  // (R, V)
+    const Index R = st.rows();
+    next.resize(static_cast<size_t>(R));
+    int bad = 0;
+#pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
+    for (Index r = 0; r < R; ++r) {
+      const T* row = logits.data() + r * V;
+      bad |= !ConstRowArray<T>(row, V).allFinite();
+      next[static_cast<size_t>(r)] = 1 + first_argmax(row + 1, V - 1);  // never the padding id 0
+    }
+    if (bad) throw_nonfinite_logits("greedy_decode", t);
+    keep.clear();
+    for (Index r = 0; r < R; ++r) {
+      out(st.sentence_of(r), t) = next[static_cast<size_t>(r)];
+      if (next[static_cast<size_t>(r)] != end_id) keep.push_back(r);
+    }
+    if (static_cast<Index>(keep.size()) != R) st.select_rows(keep);  // finished sentences leave the batch
+    tokens.resize(keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) tokens[i] = next[static_cast<size_t>(keep[i])];
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
+                                                     std::int64_t end_id, Index max_length, Index beam_size,
+                                                     double alpha, Index n_best, DecodeWorkspace<T>* workspace,
+                                                     ComputeType compute, bool weights_unchanged) {
+  const TransformerConfig& c = model.config();
+  check_compute_type<T>(compute, "beam_search");
+  TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
+             "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
+             end_id);
+  TCPP_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, "beam_search: beam_size must be in [1, ", kMaxBeamSize,
+             "], got ", beam_size);
+  TCPP_CHECK(n_best >= 1 && n_best <= beam_size, "beam_search: n_best must be in [1, beam_size = ", beam_size,
+             "], got ", n_best);
+  TCPP_CHECK(max_length >= 1, "beam_search: max_length must be >= 1, got ", max_length);
+  TCPP_CHECK(std::isfinite(alpha) && alpha >= 0.0, "beam_search: length_penalty must be a finite number >= 0, got ",
+             alpha);
+  const Index steps = max_length;
+  const Index B = src.rows(), V = c.tgt_vocab_size;
+  auto penalty = [alpha](Index len) { return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha); };
+  TCPP_CHECK(std::isfinite(penalty(steps)), "beam_search: length_penalty ", alpha, " is too large for max_length ",
+             max_length, ": the penalty ((5 + length) / 6) ** length_penalty overflows");
+
+  std::vector<std::vector<BeamHypothesis>> finished(static_cast<size_t>(B));
+  // live beams: one row of the decoder each
+  struct Live {
+    Index sentence;
+    std::vector<std::int64_t> tokens;
+    double log_prob;
+  };
+  std::vector<Live> live;
+  if (B == 0) return finished;
+  check_decode(model, src, B * beam_size, steps, "beam_search",
+               concat("beam_size ", beam_size, " and max_length ", max_length, " for ", B,
+                      " sentences of source length ", src.cols()),
+               workspace, weights_unchanged);
+  live.reserve(static_cast<size_t>(B));
+  for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
+  std::unique_ptr<DecodeWorkspace<T>> local;
+  DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
+  // after the first step every sentence has up to beam_size rows
+  InferenceBackend<T>& be = begin_backend(ws, compute, B * beam_size, weights_unchanged);
+  InferenceState<T>& st = ws.state;
+  model.infer_start(src, steps, be, st);
+  std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
+  // per live row: its best 2k continuations and its log-sum-exp; the best 2k continuations of
+  // each row are enough to refill k beams
+  const Index keep_per_row = std::min<Index>(2 * beam_size, V - 1);
+  std::vector<std::vector<Index>> top;
+  std::vector<double> lse;
+
+  auto sentence_done = [&](Index s, const std::vector<const Live*>& beams, Index t) {
+    auto& fin = finished[static_cast<size_t>(s)];
+    if (beams.empty()) return true;
+    if (static_cast<Index>(fin.size()) < n_best) return false;
+    // the n_best-th best finished score
+    std::vector<double> scores;
+    for (auto& h : fin) scores.push_back(h.score);
+    std::nth_element(scores.begin(), scores.begin() + (n_best - 1), scores.end(), std::greater<double>());
+    const double threshold = scores[static_cast<size_t>(n_best - 1)];
+    // log-probs only fall, so a live beam's best possible score is log_prob / penalty(longest)
+    double best_live = -std::numeric_limits<double>::infinity();
+    for (const Live* l : beams) best_live = std::max(best_live, l->log_prob / penalty(steps));
+    (void)t;
+    return threshold >= best_live;
+  };
+
+  for (Index t = 0; t < steps && !live.empty(); ++t) {
+    const Matrix<T>& logits = model.infer_step(feed.data(), be, st);  // (R, V), row r = live[r]
+    const Index R = st.rows();
+    top.resize(static_cast<size_t>(R));
+    lse.resize(static_cast<size_t>(R));
+    int bad = 0;
+#pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
+    for (Index r = 0; r < R; ++r) {
+      bad |= !ConstRowArray<T>(logits.data() + r * V, V).allFinite();
+      lse[static_cast<size_t>(r)] =
+          top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
+    }
+    if (bad) throw_nonfinite_logits("beam_search", t);
+
+    std::vector<Live> next_live;
+    std::vector<Index> rows;
+    std::vector<std::int64_t> next_feed;
+    // process each sentence's beams (rows of one sentence are contiguous)
+    Index r0 = 0;
+    while (r0 < R) {
+      const Index s = live[static_cast<size_t>(r0)].sentence;
+      Index r1 = r0;
+      while (r1 < R && live[static_cast<size_t>(r1)].sentence == s) ++r1;
+      // candidates (score, row, token)
+      struct Cand {
+        double lp;
+        Index row;
+        std::int64_t tok;
+      };
+      std::vector<Cand> cands;
+      for (Index r = r0; r < r1; ++r) {
+        const T* row = logits.data() + r * V;
+        for (Index tok : top[static_cast<size_t>(r)])
+          cands.push_back(
+              {live[static_cast<size_t>(r)].log_prob + (static_cast<double>(row[tok]) - lse[static_cast<size_t>(r)]), r,
+               tok});
+      }
+      std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.lp > b.lp; });
+      std::vector<const Live*> kept;
+      const size_t first_new = next_live.size();
+      for (const Cand& cd : cands) {
+        if (static_cast<Index>(next_live.size() - first_new) >= beam_size) break;
+        const Live& parent = live[static_cast<size_t>(cd.row)];
+        std::vector<std::int64_t> toks = parent.tokens;
+        toks.push_back(cd.tok);
+        if (cd.tok == end_id) {
+          const Index len = static_cast<Index>(toks.size());
+          finished[static_cast<size_t>(s)].push_back({toks, cd.lp, cd.lp / penalty(len), true});
+        } else if (t + 1 < steps) {
+          next_live.push_back({s, std::move(toks), cd.lp});
+          rows.push_back(cd.row);
+          next_feed.push_back(cd.tok);
+        } else {
+          // cut at max_length: keep as an unfinished hypothesis
+          const Index len = static_cast<Index>(toks.size());
+          finished[static_cast<size_t>(s)].push_back({toks, cd.lp, cd.lp / penalty(len), false});
+          next_live.push_back({s, {}, 0.0});  // placeholder to count toward the beam, removed below
+          rows.push_back(-1);
+          next_feed.push_back(0);
+        }
+      }
+      for (size_t i = first_new; i < next_live.size(); ++i)
+        if (rows[i] >= 0) kept.push_back(&next_live[i]);
+      if (sentence_done(s, kept, t)) {
+        // drop this sentence's live beams
+        next_live.resize(first_new);
+        rows.resize(first_new);
+        next_feed.resize(first_new);
+      }
+      r0 = r1;
+    }
+    // remove placeholders of hypotheses cut at max_length
+    std::vector<Live> compact;
+    std::vector<Index> compact_rows;
+    std::vector<std::int64_t> compact_feed;
+    for (size_t i = 0; i < next_live.size(); ++i) {
+      if (rows[i] < 0) continue;
+      compact.push_back(std::move(next_live[i]));
+      compact_rows.push_back(rows[i]);
+      compact_feed.push_back(next_feed[i]);
+    }
+    live.swap(compact);
+    feed.swap(compact_feed);
+    if (!live.empty()) st.select_rows(compact_rows);
+  }
+  // any beams still alive at the end (cannot happen when steps ran out, kept for safety)
+  for (const Live& l : live) {
+    const Index len = static_cast<Index>(l.tokens.size());
+    finished[static_cast<size_t>(l.sentence)].push_back({l.tokens, l.log_prob, l.log_prob / penalty(len), false});
+  }
+  for (auto& fin : finished) {
+    std::stable_sort(fin.begin(), fin.end(),
+                     [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; });
+    if (static_cast<Index>(fin.size()) > n_best) fin.resize(static_cast<size_t>(n_best));
+  }
+  return finished;
+}
+
+template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
+                                          DecodeWorkspace<float>*, ComputeType, bool);
+template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
+                                           DecodeWorkspace<double>*, ComputeType, bool);
+template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
+                                                                     std::int64_t, Index, Index, double, Index,
+                                                                     DecodeWorkspace<float>*, ComputeType, bool);
+template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap, std::int64_t,
+                                                                      std::int64_t, Index, Index, double, Index,
+                                                                      DecodeWorkspace<double>*, ComputeType, bool);
+
+}  // namespace transformer

@@ -1,0 +1,336 @@
+#include "transformer/kernels/bf16_gemm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+// The kernel needs a compiler that knows AVX512_BF16 (GCC 10+, Clang 9+) on x86-64. It is compiled
+// with function target attributes, never with -m flags for the whole file: inline functions of
+// headers (std::, Eigen) instantiated here must stay plain x86-64 code, since the linker may keep
+// this file's copy for the whole extension.
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
+#define TCPP_BF16_KERNEL 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define TCPP_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define TCPP_BF16_KERNEL 0
+#endif
+
+namespace transformer::bf16 {
+
+// ---------------------------------------------------------------------------------------------
+// Which CPUs may run it
+
+bool cpu_supported() {
+#if TCPP_BF16_KERNEL
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid(1, a, b, c, d);
+    const bool osxsave = (c >> 27) & 1u;
+    if (!osxsave) return false;
+    // the OS must save the SSE, AVX and AVX-512 (opmask, ZMM0-15 upper halves, ZMM16-31) state
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0xE6u) != 0xE6u) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u;
+    __cpuid_count(7, 1, a, b, c, d);
+    const bool bf16 = (a >> 5) & 1u;
+    return f && bw && vl && bf16;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+static bool disabled_by_environment() {
+  const char* v = std::getenv(kDisableEnv);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+bool supported() { return cpu_supported() && !disabled_by_environment(); }
+
+std::string unsupported_reason() {
+#if !TCPP_BF16_KERNEL
+  return "this build has no bfloat16 kernel (it needs an x86-64 compiler that knows AVX512_BF16: GCC 10+ or "
+         "Clang 9+)";
+#else
+  if (!cpu_supported())
+    return "this CPU (or its operating system) does not support AVX512_BF16 with AVX512F/BW/VL, which the "
+           "bfloat16 matrix products need";
+  if (disabled_by_environment())
+    return std::string("the environment variable ") + kDisableEnv + " turns the bfloat16 kernel off";
+  return "";
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// The readable reference
+
+float round_to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const std::uint32_t exponent = u & 0x7F800000u;
+  if (exponent == 0) {
+    u &= 0x80000000u;  // zero or subnormal: signed zero
+  } else if (exponent == 0x7F800000u) {
+    if (u & 0x007FFFFFu) u = (u | 0x00400000u) & 0xFFFF0000u;  // NaN stays a (quiet) NaN
+  } else {
+    // add half an ulp of bfloat16, minus one unless the kept part is odd (ties to even); a carry
+    // into the exponent is the correct rounding (up to infinity past the largest value)
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+  }
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+static void check_args(const char* who, Index M, Index N, Index K, Index lda, bool trans_a, Index ldb, bool trans_b,
+                       float beta, Index ldc) {
+  TCPP_CHECK(M >= 0 && N >= 0 && K >= 0, who, ": sizes must be >= 0, got M ", M, ", N ", N, ", K ", K);
+  TCPP_CHECK(beta == 0.0f || beta == 1.0f, who, ": beta must be 0 or 1, got ", beta);
+  TCPP_CHECK(lda >= std::max<Index>(1, trans_a ? M : K), who, ": lda ", lda, " is too small");
+  TCPP_CHECK(ldb >= std::max<Index>(1, trans_b ? K : N), who, ": ldb ", ldb, " is too small");
+  TCPP_CHECK(ldc >= std::max<Index>(1, N), who, ": ldc ", ldc, " is too small");
+}
+
+void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
+                    bool trans_b, float beta, float* C, Index ldc) {
+  check_args("bf16::gemm_reference", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  for (Index i = 0; i < M; ++i)
+    for (Index j = 0; j < N; ++j) {
+      double sum = 0.0;
+      for (Index k = 0; k < K; ++k) {
+        const float a = trans_a ? A[k * lda + i] : A[i * lda + k];
+        const float b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+        sum += static_cast<double>(round_to_bf16(a)) * static_cast<double>(round_to_bf16(b));
+      }
+      float& c = C[i * ldc + j];
+      c = static_cast<float>(beta == 0.0f ? sum : static_cast<double>(c) + sum);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+
+#if TCPP_BF16_KERNEL
+namespace {
+
+constexpr int kVectors = static_cast<int>(kNR / 16);  // 16-float vectors per tile row
+static_assert(kNR % 16 == 0 && kMR <= 16 && kKC % 32 == 0, "bf16 kernel tile sizes");
+
+// Lanes [0, n) of a 16-lane mask (n may be <= 0 or >= 16).
+inline __mmask16 first_lanes(Index n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Pack `width` (kMR or kNR) lines of an operand for k in [k0, k0 + kc) into one panel of
+// pairs, dst[p*width + w] = (line w at k0 + 2p, line w at k0 + 2p + 1). Lines past `count` and
+// the k past kc are zero.
+//
+// pairs_in_line: line w is contiguous in k (src + (first + w)*ld + k): two neighbouring floats of
+//   one line make a pair. 32 floats at a time become 16 words, stored with stride `width`; or,
+//   with line_major, the panel is stored line by line instead, dst[w*pairs + p] (A panels from a
+//   row-major A: no transposition, the micro-kernel reads its broadcasts with that stride).
+TCPP_BF16_TARGET void pack_pairs_in_line(const float* src, Index ld, Index first, Index count, Index width, Index k0,
+                                         Index kc, std::uint32_t* dst, bool line_major) {
+  const Index pairs = (kc + 1) / 2;
+  alignas(64) std::uint32_t words[16];
+  for (Index w = 0; w < width; ++w) {
+    if (w >= count) {
+      for (Index p = 0; p < pairs; ++p) dst[line_major ? w * pairs + p : p * width + w] = 0;
+      continue;
+    }
+    const float* s = src + (first + w) * ld + k0;
+    for (Index p0 = 0; p0 < pairs; p0 += 16) {
+      const Index left = kc - 2 * p0;  // floats left in this line
+      const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(left), s + 2 * p0);
+      const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(left - 16), s + 2 * p0 + 16);
+      // bf16 [lo0..lo15, hi0..hi15]: word q is the pair (s[2q], s[2q + 1])
+      const __m512i pair_words = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+      const Index n = std::min<Index>(16, pairs - p0);
+      if (line_major) {
+        _mm512_mask_storeu_epi32(dst + w * pairs + p0, first_lanes(n), pair_words);
+        continue;
+      }
+      _mm512_store_si512(words, pair_words);
+      std::uint32_t* d = dst + p0 * width + w;
+      for (Index q = 0; q < n; ++q) d[q * width] = words[q];
+    }
+  }
+}
+
+// across_lines: the pair's two values are in two consecutive lines of the source (k is the line:
+//   src + (k0 + k)*ld + first + w), 16 w at a time: convert both lines, interleave the halves.
+TCPP_BF16_TARGET void pack_pairs_across_lines(const float* src, Index ld, Index first, Index count, Index width,
+                                              Index k0, Index kc, std::uint32_t* dst) {
+  const Index pairs = (kc + 1) / 2;
+  for (Index p = 0; p < pairs; ++p) {
+    const float* r0 = src + (k0 + 2 * p) * ld + first;
+    const bool has_odd = 2 * p + 1 < kc;
+    for (Index w0 = 0; w0 < width; w0 += 16) {
+      const __mmask16 m = first_lanes(std::min(count, width) - w0);
+      const __m512 even = _mm512_maskz_loadu_ps(m, r0 + w0);
+      const __m512 odd = has_odd ? _mm512_maskz_loadu_ps(m, r0 + ld + w0) : _mm512_setzero_ps();
+      const __m512i e = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(even));
+      const __m512i o = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(odd));
+      const __m512i words = _mm512_or_si512(e, _mm512_slli_epi32(o, 16));
+      _mm512_mask_storeu_epi32(dst + p * width + w0, first_lanes(width - w0), words);
+    }
+  }
+}
+
+// One kMR x kNR tile: C[0..rows) x [0..cols) (+)= A panel . B panel over `pairs` k pairs. The A
+// panel is pair-major (word p*kMR + i) or, LineMajorA, row by row (word i*pairs + p).
+template <bool LineMajorA>
+TCPP_BF16_TARGET inline void micro_kernel(Index pairs, const std::uint32_t* a, const std::uint32_t* b, float* c,
+                                          Index ldc, Index rows, Index cols, bool accumulate) {
+  __m512 acc[kMR][kVectors];
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < kVectors; ++v) acc[i][v] = _mm512_setzero_ps();
+  const Index row_step = LineMajorA ? pairs : 1, pair_step = LineMajorA ? 1 : kMR;
+  for (Index p = 0; p < pairs; ++p) {
+    __m512bh bv[kVectors];
+    for (int v = 0; v < kVectors; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + p * kNR + 16 * v);
+    const std::uint32_t* ap = a + p * pair_step;
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i * row_step]));
+      for (int v = 0; v < kVectors; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
+  }
+  __mmask16 masks[kVectors];
+  for (int v = 0; v < kVectors; ++v) masks[v] = first_lanes(cols - 16 * v);
+  // constant indices only (a loop to `rows` would keep the accumulators in memory)
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i) {
+    if (i >= rows) break;
+    float* ci = c + i * ldc;
+    for (int v = 0; v < kVectors; ++v) {
+      __m512 r = acc[i][v];
+      if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(masks[v], ci + 16 * v));
+      _mm512_mask_storeu_ps(ci + 16 * v, masks[v], r);
+    }
+  }
+}
+
+// What one product's k block needs to find its packed panels and C.
+struct Block {
+  Index M, N, pairs;             // rows and columns of C, k pairs in this block
+  Index row_panels, col_panels;  // panels per block of C (the unit of work)
+  Index blocks_n;                // blocks of C per row of blocks
+  const std::uint32_t* a;        // packed A: panel ip at a + ip*pairs*kMR
+  bool a_line_major;             // A panels stored row by row (see micro_kernel)
+  const std::uint32_t* b;        // packed B: panel jp at b + jp*pairs*kNR
+  float* c;
+  Index ldc;
+  bool accumulate;
+};
+
+// Block `blk` of C: for each B panel (kept in L1), every A panel of the block.
+TCPP_BF16_TARGET void compute_block(const Block& s, Index blk) {
+  const Index ip0 = (blk / s.blocks_n) * s.row_panels, jp0 = (blk % s.blocks_n) * s.col_panels;
+  const Index ip1 = std::min((s.M + kMR - 1) / kMR, ip0 + s.row_panels);
+  const Index jp1 = std::min((s.N + kNR - 1) / kNR, jp0 + s.col_panels);
+  for (Index jp = jp0; jp < jp1; ++jp) {
+    const std::uint32_t* bp = s.b + jp * s.pairs * kNR;
+    for (Index ip = ip0; ip < ip1; ++ip) {
+      const std::uint32_t* ap = s.a + ip * s.pairs * kMR;
+      float* cp = s.c + ip * kMR * s.ldc + jp * kNR;
+      const Index rows = std::min(kMR, s.M - ip * kMR), cols = std::min(kNR, s.N - jp * kNR);
+      if (s.a_line_major)
+        micro_kernel<true>(s.pairs, ap, bp, cp, s.ldc, rows, cols, s.accumulate);
+      else
+        micro_kernel<false>(s.pairs, ap, bp, cp, s.ldc, rows, cols, s.accumulate);
+    }
+  }
+}
+
+// A 64-byte aligned buffer of words of the calling thread, grown when needed.
+std::uint32_t* workspace(std::vector<std::uint32_t>& buf, Index words) {
+  const size_t need = static_cast<size_t>(words) + 16;
+  if (buf.size() < need) buf.assign(need, 0u);
+  const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
+  const size_t skip_words = ((64 - addr % 64) % 64) / sizeof(std::uint32_t);
+  return buf.data() + skip_words;
+}
+
+#ifdef _OPENMP
+inline int thread_count() { return omp_get_num_threads(); }
+#else
+inline int thread_count() { return 1; }
+#endif
+
+}  // namespace
+#endif  // TCPP_BF16_KERNEL
+
+void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
+          float beta, float* C, Index ldc) {
+  check_args("bf16::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  if (!cpu_supported()) throw std::runtime_error("bf16::gemm: " + unsupported_reason());
+#if TCPP_BF16_KERNEL
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      for (Index i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  const Index MP = (M + kMR - 1) / kMR, NP = (N + kNR - 1) / kNR;
+  const Index max_pairs = (std::min(K, kKC) + 1) / 2;
+  thread_local std::vector<std::uint32_t> a_buf, b_buf;
+  std::uint32_t* a_pack = workspace(a_buf, MP * max_pairs * kMR);
+  std::uint32_t* b_pack = workspace(b_buf, NP * max_pairs * kNR);
+  const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
+#pragma omp parallel if (parallel)
+  {
+    // blocks of C: start from 4 x 4 panels (48 x 128) and halve the larger side until every
+    // thread has several blocks
+    const Index want = 4 * static_cast<Index>(thread_count());
+    Index rp = std::min<Index>(4, MP), cp = std::min<Index>(4, NP);
+    auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
+    while (blocks() < want && (rp > 1 || cp > 1)) {
+      if (rp >= cp)
+        rp = (rp + 1) / 2;
+      else
+        cp = (cp + 1) / 2;
+      if (rp == 1 && cp == 1) break;
+    }
+    const Index blocks_n = (NP + cp - 1) / cp, n_blocks = blocks();
+    for (Index k0 = 0; k0 < K; k0 += kKC) {
+      const Index kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+      // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
+#pragma omp for schedule(static) nowait
+      for (Index ip = 0; ip < MP; ++ip) {
+        std::uint32_t* dst = a_pack + ip * pairs * kMR;
+        const Index rows = std::min(kMR, M - ip * kMR);
+        if (trans_a)  // op(A)[i, k] = A[k*lda + i]: the pair is in two lines of A
+          pack_pairs_across_lines(A, lda, ip * kMR, rows, kMR, k0, kc, dst);
+        else
+          pack_pairs_in_line(A, lda, ip * kMR, rows, kMR, k0, kc, dst, true);
+      }
+#pragma omp for schedule(static)
+      for (Index jp = 0; jp < NP; ++jp) {
+        std::uint32_t* dst = b_pack + jp * pairs * kNR;
+        const Index cols = std::min(kNR, N - jp * kNR);
+        if (trans_b)  // op(B)[k, j] = B[j*ldb + k]: the pair is in one line of B
+          pack_pairs_in_line(B, ldb, jp * kNR, cols, kNR, k0, kc, dst, false);
+        else
+          pack_pairs_across_lines(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
+      }
+      const Block s{M, N, pairs, rp, cp, blocks_n, a_pack, !trans_a, b_pack, C, ldc, beta != 0.0f || k0 > 0};
+#pragma omp for schedule(static)
+      for (Index blk = 0; blk < n_blocks; ++blk) compute_block(s, blk);
+    }
+  }
+#endif
+}
+
+}  // namespace transformer::bf16

@@ -1,0 +1,441 @@
+#include "transformer/kernels/quantized_linear.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+
+#include "transformer/kernels/bf16_gemm.hpp"
+
+// As in bf16_gemm.cpp: the kernels are compiled with function target attributes (never -m flags
+// for the whole file) and run only after a CPUID check.
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
+#define TCPP_LOWP_KERNEL 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define TCPP_INT8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define TCPP_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define TCPP_LOWP_KERNEL 0
+#endif
+
+namespace transformer {
+
+// ---------------------------------------------------------------------------------------------
+// Names, and what this CPU can run
+
+ComputeType parse_compute_type(const std::string& name) {
+  if (name == "float32") return ComputeType::Float32;
+  if (name == "int8") return ComputeType::Int8;
+  if (name == "bf16") return ComputeType::BFloat16;
+  throw std::invalid_argument("compute_type must be 'float32', 'int8' or 'bf16', got '" + name + "'");
+}
+
+std::string to_string(ComputeType c) {
+  switch (c) {
+    case ComputeType::Int8:
+      return "int8";
+    case ComputeType::BFloat16:
+      return "bf16";
+    default:
+      return "float32";
+  }
+}
+
+namespace {
+bool cpu_has_vnni() {
+#if TCPP_LOWP_KERNEL
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid(1, a, b, c, d);
+    if (!((c >> 27) & 1u)) return false;  // OSXSAVE
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0xE6u) != 0xE6u) return false;  // the OS saves the AVX-512 state
+    __cpuid_count(7, 0, a, b, c, d);
+    const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u, vnni = (c >> 11) & 1u;
+    return f && bw && vl && vnni;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool int8_disabled_by_environment() {
+  const char* v = std::getenv(kDisableInt8Env);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+}  // namespace
+
+bool compute_type_supported(ComputeType c) {
+  if (c == ComputeType::Int8) return cpu_has_vnni() && !int8_disabled_by_environment();
+  if (c == ComputeType::BFloat16) return bf16::supported();
+  return true;
+}
+
+std::string compute_type_unsupported_reason(ComputeType c) {
+  if (c == ComputeType::BFloat16) return bf16::unsupported_reason();
+  if (c != ComputeType::Int8) return "";
+#if !TCPP_LOWP_KERNEL
+  return "this build has no int8 kernel (it needs an x86-64 compiler that knows AVX512_VNNI: GCC 10+ or Clang 9+)";
+#else
+  if (!cpu_has_vnni())
+    return "this CPU (or its operating system) does not support AVX512_VNNI with AVX512F/BW/VL, which the int8 "
+           "products need";
+  if (int8_disabled_by_environment())
+    return std::string("the environment variable ") + kDisableInt8Env + " turns the int8 kernel off";
+  return "";
+#endif
+}
+
+template <typename T>
+void check_compute_type(ComputeType c, const char* who) {
+  if (c == ComputeType::Float32) return;
+  TCPP_CHECK((std::is_same<T, float>::value), who, ": compute_type '", to_string(c),
+             "' needs a float32 model (float64 models are for gradient checks); use compute_type 'float32'");
+  TCPP_CHECK(compute_type_supported(c), who, ": compute_type '", to_string(c),
+             "' is not available: ", compute_type_unsupported_reason(c), "; use compute_type 'float32'",
+             c == ComputeType::Int8 && compute_type_supported(ComputeType::BFloat16) ? " or 'bf16'" : "",
+             c == ComputeType::BFloat16 && compute_type_supported(ComputeType::Int8) ? " or 'int8'" : "");
+}
+
+template void check_compute_type<float>(ComputeType, const char*);
+template void check_compute_type<double>(ComputeType, const char*);
+
+// ---------------------------------------------------------------------------------------------
+// Packing and quantising
+
+namespace {
+constexpr Index per_word(ComputeType t) { return t == ComputeType::Int8 ? 4 : 2; }
+
+// the upper 16 bits of round_to_bf16(x): its bfloat16 encoding
+inline std::uint32_t bf16_bits(float x) {
+  const float r = bf16::round_to_bf16(x);
+  std::uint32_t u;
+  std::memcpy(&u, &r, sizeof u);
+  return u >> 16;
+}
+
+inline float bf16_value(std::uint32_t bits) {
+  const std::uint32_t u = bits << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The int8 code of x with the row's 127 / max|x| (ties to even; the result is in [-127, 127]).
+inline int quantize(float x, float inv) {
+  const float q = std::nearbyint(x * inv);
+  return static_cast<int>(std::min(127.0f, std::max(-127.0f, q)));
+}
+}  // namespace
+
+void QuantizedLinear::pack(ComputeType type, const float* W, Index N, Index K, Index ldw, const float* b) {
+  TCPP_CHECK(type == ComputeType::Int8 || type == ComputeType::BFloat16,
+             "QuantizedLinear: compute type must be int8 or bf16, got ", to_string(type));
+  TCPP_CHECK(N > 0 && K > 0 && ldw >= K, "QuantizedLinear: bad shape (", N, ", ", K, ") with leading dimension ", ldw);
+  type_ = type;
+  N_ = N;
+  K_ = K;
+  const Index pw = per_word(type);
+  KW_ = (K + pw - 1) / pw;
+  panels_ = (N + kPanel - 1) / kPanel;
+  data_.assign(static_cast<size_t>(panels_ * KW_ * kPanel), 0u);
+  bias_.assign(static_cast<size_t>(panels_ * kPanel), 0.0f);
+  std::copy(b, b + N, bias_.begin());
+  w_scale_.assign(static_cast<size_t>(panels_ * kPanel), 0.0f);
+  offset_.assign(static_cast<size_t>(panels_ * kPanel), 0);
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 16))
+  for (Index n = 0; n < N; ++n) {
+    const float* w = W + n * ldw;
+    const Index p = n / kPanel, j = n % kPanel;
+    std::uint32_t* dst = data_.data() + p * KW_ * kPanel + j;  // word w at dst[w * kPanel]
+    if (type == ComputeType::Int8) {
+      float amax = 0.0f;
+      for (Index k = 0; k < K; ++k) amax = std::max(amax, std::abs(w[k]));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      w_scale_[static_cast<size_t>(n)] = amax / 127.0f;
+      std::int32_t sum = 0;
+      for (Index k = 0; k < K; ++k) {
+        const int q = quantize(w[k], inv);
+        sum += q;
+        dst[(k / 4) * kPanel] |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(static_cast<std::int8_t>(q)))
+                                 << (8 * (k % 4));
+      }
+      offset_[static_cast<size_t>(n)] = -128 * sum;
+    } else {
+      for (Index k = 0; k < K; ++k) dst[(k / 2) * kPanel] |= bf16_bits(w[k]) << (16 * (k % 2));
+    }
+  }
+}
+
+float QuantizedLinear::weight(Index n, Index k) const {
+  TCPP_CHECK(n >= 0 && n < N_ && k >= 0 && k < K_, "QuantizedLinear::weight: index out of range");
+  const Index pw = per_word(type_);
+  const std::uint32_t word = data_[static_cast<size_t>(((n / kPanel) * KW_ + k / pw) * kPanel + n % kPanel)];
+  if (type_ == ComputeType::Int8) {
+    const auto q = static_cast<std::int8_t>(static_cast<std::uint8_t>(word >> (8 * (k % 4))));
+    return static_cast<float>(q) * w_scale_[static_cast<size_t>(n)];
+  }
+  return bf16_value((word >> (16 * (k % 2))) & 0xFFFFu);
+}
+
+#if TCPP_LOWP_KERNEL
+namespace {
+// quantize_rows' int8 rounding of one row, 16 values at a time (the same operations: the
+// maximum |x|, x * (127 / max) rounded to nearest even, clamped, + 128); false when the row holds
+// NaN or inf (the caller's plain loop handles it).
+TCPP_INT8_TARGET bool quantize_row_int8(const float* x, Index K, std::uint8_t* bytes, float* scale) {
+  __m512 vmax = _mm512_setzero_ps();
+  __mmask16 unordered = 0;
+  Index k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m512 v = _mm512_loadu_ps(x + k);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  float amax = _mm512_reduce_max_ps(vmax);
+  bool nan = unordered != 0;
+  for (Index i = k; i < K; ++i) {
+    amax = std::max(amax, std::abs(x[i]));
+    nan |= x[i] != x[i];
+  }
+  if (nan || !std::isfinite(amax)) return false;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (k = 0; k + 16 <= K; k += 16) {
+    __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + k), vinv),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + k),
+                     _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), offset)));
+  }
+  for (; k < K; ++k) bytes[k] = static_cast<std::uint8_t>(quantize(x[k], inv) + 128);
+  *scale = amax / 127.0f;
+  return true;
+}
+}  // namespace
+#endif
+
+void QuantizedLinear::quantize_rows(const float* x, Index R, Index ldx, bool vectorised) const {
+  xw_.resize(static_cast<size_t>(R * KW_));
+  xs_.resize(static_cast<size_t>(R));
+  for (Index r = 0; r < R; ++r) {
+    const float* xr = x + r * ldx;
+    std::uint32_t* dst = xw_.data() + r * KW_;
+#if TCPP_LOWP_KERNEL
+    if (vectorised && type_ == ComputeType::Int8) {
+      auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
+      if (quantize_row_int8(xr, K_, bytes, &xs_[static_cast<size_t>(r)])) {
+        for (Index k = K_; k < 4 * KW_; ++k) bytes[k] = 128;
+        continue;
+      }
+    }
+#else
+    (void)vectorised;
+#endif
+    if (type_ == ComputeType::Int8) {
+      // bytes xq + 128 in natural order: word w holds k = 4w .. 4w+3, the padding 128 (xq = 0)
+      auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
+      float amax = 0.0f;
+      bool nan = false;  // std::max passes NaN by: look for it separately
+      for (Index k = 0; k < K_; ++k) {
+        amax = std::max(amax, std::abs(xr[k]));
+        nan |= xr[k] != xr[k];
+      }
+      if (nan || !std::isfinite(amax)) {  // NaN or inf in: the result is NaN, which decoding reports
+        std::fill(bytes, bytes + 4 * KW_, std::uint8_t(128));
+        xs_[static_cast<size_t>(r)] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (Index k = 0; k < K_; ++k) bytes[k] = static_cast<std::uint8_t>(quantize(xr[k], inv) + 128);
+      for (Index k = K_; k < 4 * KW_; ++k) bytes[k] = 128;
+      xs_[static_cast<size_t>(r)] = amax / 127.0f;
+    } else {
+      auto* halves = reinterpret_cast<std::uint16_t*>(dst);
+      for (Index k = 0; k < K_; ++k) halves[k] = static_cast<std::uint16_t>(bf16_bits(xr[k]));
+      for (Index k = K_; k < 2 * KW_; ++k) halves[k] = 0;
+    }
+  }
+}
+
+void QuantizedLinear::apply_reference(const float* x, Index R, Index ldx, float* y, Index ldy) const {
+  quantize_rows(x, R, ldx, /*vectorised=*/false);
+  for (Index r = 0; r < R; ++r) {
+    const std::uint32_t* xr = xw_.data() + r * KW_;
+    for (Index n = 0; n < N_; ++n) {
+      const std::uint32_t* w = data_.data() + (n / kPanel) * KW_ * kPanel + n % kPanel;
+      if (type_ == ComputeType::Int8) {
+        std::int64_t acc = 0;
+        for (Index k = 0; k < K_; ++k) {
+          const int xq = static_cast<int>((xr[k / 4] >> (8 * (k % 4))) & 0xFFu) - 128;
+          // the byte is an int8 weight: sign extension is the point
+          const int wq = static_cast<std::int8_t>(  // NOLINT(bugprone-signed-char-misuse)
+              static_cast<std::uint8_t>(w[(k / 4) * kPanel] >> (8 * (k % 4))));
+          acc += xq * wq;
+        }
+        y[r * ldy + n] = static_cast<float>(static_cast<double>(acc) * w_scale_[static_cast<size_t>(n)] *
+                                                xs_[static_cast<size_t>(r)] +
+                                            bias_[static_cast<size_t>(n)]);
+      } else {
+        double acc = 0;
+        for (Index k = 0; k < K_; ++k)
+          acc += static_cast<double>(bf16_value((xr[k / 2] >> (16 * (k % 2))) & 0xFFFFu)) *
+                 bf16_value((w[(k / 2) * kPanel] >> (16 * (k % 2))) & 0xFFFFu);
+        y[r * ldy + n] = static_cast<float>(acc + bias_[static_cast<size_t>(n)]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernels
+
+#if TCPP_LOWP_KERNEL
+namespace {
+
+// Rows 0..MR of one panel over wc words: MR x 32 int32 sums in registers, started from the
+// offset (-128 sum Wq, first word block) or from the partial sums kept in y (as int32 bits); after
+// the last block they are scaled and the bias added. nb < 32 valid outputs are read and written
+// with a mask. `ahead`: the next block of the panel, prefetched in step.
+template <int MR>
+TCPP_INT8_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::uint32_t* P, Index wc,
+                                const std::int32_t* offset, bool first, bool last, float* y, Index ldy, Index nb,
+                                const float* xs, const float* ws, const float* bias, const std::uint32_t* ahead) {
+  const __mmask16 m0 = static_cast<__mmask16>(nb >= 16 ? 0xFFFF : (1u << nb) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(nb >= 32 ? 0xFFFF : nb <= 16 ? 0 : (1u << (nb - 16)) - 1);
+  __m512i acc[MR][2];
+  if (first) {
+    const __m512i o0 = _mm512_loadu_si512(offset), o1 = _mm512_loadu_si512(offset + 16);
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = o0;
+      acc[i][1] = o1;
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = _mm512_maskz_loadu_epi32(m0, y + i * ldy);
+      acc[i][1] = _mm512_maskz_loadu_epi32(m1, y + i * ldy + 16);
+    }
+  }
+  for (Index w = 0; w < wc; ++w) {
+    if (ahead != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32 + 16), _MM_HINT_T0);
+    }
+    const __m512i w0 = _mm512_loadu_si512(P + w * 32), w1 = _mm512_loadu_si512(P + w * 32 + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[i * ldx + w]));
+      acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], xv, w0);  // u8 (x) times s8 (W), 4 per lane
+      acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], xv, w1);
+    }
+  }
+  if (last) {
+    const __m512 s0 = _mm512_loadu_ps(ws), s1 = _mm512_loadu_ps(ws + 16);
+    const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xsv = _mm512_set1_ps(xs[i]);
+      _mm512_mask_storeu_ps(y + i * ldy, m0,
+                            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][0]), s0), xsv, b0));
+      _mm512_mask_storeu_ps(y + i * ldy + 16, m1,
+                            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][1]), s1), xsv, b1));
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      _mm512_mask_storeu_epi32(y + i * ldy, m0, acc[i][0]);
+      _mm512_mask_storeu_epi32(y + i * ldy + 16, m1, acc[i][1]);
+    }
+  }
+}
+
+// The same for bfloat16 pairs: float sums started from the bias or the partial sums in y.
+template <int MR>
+TCPP_BF16_TARGET void bf16_rows(const std::uint32_t* x, Index ldx, const std::uint32_t* P, Index wc,
+                                const std::int32_t* /*offset*/, bool first, bool /*last*/, float* y, Index ldy,
+                                Index nb, const float* /*xs*/, const float* /*ws*/, const float* bias,
+                                const std::uint32_t* ahead) {
+  const __mmask16 m0 = static_cast<__mmask16>(nb >= 16 ? 0xFFFF : (1u << nb) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(nb >= 32 ? 0xFFFF : nb <= 16 ? 0 : (1u << (nb - 16)) - 1);
+  __m512 acc[MR][2];
+  if (first) {
+    const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = b0;
+      acc[i][1] = b1;
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = _mm512_maskz_loadu_ps(m0, y + i * ldy);
+      acc[i][1] = _mm512_maskz_loadu_ps(m1, y + i * ldy + 16);
+    }
+  }
+  for (Index w = 0; w < wc; ++w) {
+    if (ahead != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32 + 16), _MM_HINT_T0);
+    }
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(P + w * 32), w1 = (__m512bh)_mm512_loadu_si512(P + w * 32 + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[i * ldx + w]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], xv, w0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], xv, w1);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(y + i * ldy + 16, m1, acc[i][1]);
+  }
+}
+
+using RowsFn = void (*)(const std::uint32_t*, Index, const std::uint32_t*, Index, const std::int32_t*, bool, bool,
+                        float*, Index, Index, const float*, const float*, const float*, const std::uint32_t*);
+constexpr RowsFn kInt8Rows[] = {nullptr,       int8_rows<1>,  int8_rows<2>, int8_rows<3>, int8_rows<4>,
+                                int8_rows<5>,  int8_rows<6>,  int8_rows<7>, int8_rows<8>, int8_rows<9>,
+                                int8_rows<10>, int8_rows<11>, int8_rows<12>};
+constexpr RowsFn kBf16Rows[] = {nullptr,       bf16_rows<1>,  bf16_rows<2>, bf16_rows<3>, bf16_rows<4>,
+                                bf16_rows<5>,  bf16_rows<6>,  bf16_rows<7>, bf16_rows<8>, bf16_rows<9>,
+                                bf16_rows<10>, bf16_rows<11>, bf16_rows<12>};
+
+}  // namespace
+#endif
+
+void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index ldy) const {
+  TCPP_CHECK(compute_type_supported(type_), "QuantizedLinear: compute_type '", to_string(type_),
+             "' is not available: ", compute_type_unsupported_reason(type_));
+  if (R <= 0) return;
+  quantize_rows(x, R, ldx, /*vectorised=*/true);
+#if TCPP_LOWP_KERNEL
+  static_assert(kPanel == 32 && kRowBlock == 12, "the kernels are written for 32-wide panels, 12 rows");
+  const RowsFn* rows = type_ == ComputeType::Int8 ? kInt8Rows : kBf16Rows;
+  const std::uint32_t* xw = xw_.data();
+  const float* xs = xs_.data();
+#pragma omp parallel for schedule(static) if (panels_ * K_ * R >= (1 << 15))
+  for (Index p = 0; p < panels_; ++p) {
+    const Index n0 = p * kPanel, nb = std::min(kPanel, N_ - n0);
+    const std::uint32_t* P = data_.data() + p * KW_ * kPanel;
+    const std::uint32_t* end = data_.data() + data_.size();
+    for (Index w0 = 0; w0 < KW_; w0 += kWordBlock) {
+      const Index wc = std::min(kWordBlock, KW_ - w0);
+      const std::uint32_t* next = P + (w0 + wc) * kPanel;
+      const std::uint32_t* ahead = next + wc * kPanel <= end ? next : nullptr;
+      for (Index r0 = 0; r0 < R; r0 += kRowBlock) {
+        const Index rb = std::min(kRowBlock, R - r0);
+        rows[rb](xw + r0 * KW_ + w0, KW_, P + w0 * kPanel, wc, offset_.data() + n0, w0 == 0, w0 + wc >= KW_,
+                 y + r0 * ldy + n0, ldy, nb, xs + r0, w_scale_.data() + n0, bias_.data() + n0,
+                 r0 == 0 ? ahead : nullptr);
+      }
+    }
+  }
+#else
+  (void)y, (void)ldy;
+#endif
+}
+
+}  // namespace transformer

@@ -1,0 +1,249 @@
+// test_kernels.cpp — the matrix-product kernels against their readable references: the float32
+// GEMM (f32::gemm against f32::gemm_reference), the bfloat16 GEMM (bf16::gemm against
+// bf16::gemm_reference) and the int8 decoding product (QuantizedLinear::apply against
+// apply_reference), each where the CPU can run it (skipped otherwise). The references themselves
+// are checked on every CPU: against a plain float64 product, or against the rounding they state.
+//
+// Tolerances are bounds, not guesses. A float32 sum of K products, in any order, is within
+// K u sum_k |a_k b_k| of the exact sum (u = 2^-24, the unit roundoff); the reference rounds the
+// exact sum once (u |sum|). Every check below allows (K + 3) u (sum_k |a_k b_k| + |bias| + |C|).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/f32_gemm.hpp"
+#include "transformer/kernels/quantized_linear.hpp"
+
+using transformer::Index;
+using namespace transformer::testing;
+
+namespace {
+
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // float32
+
+// One product C (M, N) = beta C + op(A) op(B) [+ bias] with random inputs, in the layout the
+// kernels take (row-major, leading dimensions = the stored widths).
+struct Product {
+  Index M, N, K;
+  bool trans_a, trans_b;
+  float beta;
+  bool with_bias;
+  std::vector<float> A, B, C0, bias;
+  Index lda() const { return trans_a ? M : K; }
+  Index ldb() const { return trans_b ? K : N; }
+  float a(Index i, Index k) const { return trans_a ? A[k * M + i] : A[i * K + k]; }
+  float b(Index k, Index j) const { return trans_b ? B[j * K + k] : B[k * N + j]; }
+
+  Product(Index m, Index n, Index k, bool ta, bool tb, float bt, bool bias_, std::uint64_t seed)
+      : M(m), N(n), K(k), trans_a(ta), trans_b(tb), beta(bt), with_bias(bias_) {
+    A = uniform<float>(static_cast<size_t>(M * K), seed);
+    B = uniform<float>(static_cast<size_t>(K * N), seed + 1);
+    C0 = uniform<float>(static_cast<size_t>(M * N), seed + 2);
+    bias = uniform<float>(static_cast<size_t>(N), seed + 3);
+  }
+
+  std::string name() const {
+    return "M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) + (trans_a ? " A^T" : "") +
+           (trans_b ? " B^T" : "") + (beta != 0.0f ? " beta 1" : "") + (with_bias ? " bias" : "");
+  }
+
+  // The exact product in float64 of the values `round` makes of the inputs (float products of
+  // floats are exact in double; the float64 sum is within K 2^-53 of exact, far below the
+  // tolerances), and the bound (K + 3) u (sum |a b| + |bias| + |beta C|) of each element.
+  template <typename Round>
+  void exact(Round round, std::vector<double>& want, std::vector<double>& bound) const {
+    want.assign(static_cast<size_t>(M * N), 0.0);
+    bound.assign(static_cast<size_t>(M * N), 0.0);
+    for (Index i = 0; i < M; ++i)
+      for (Index j = 0; j < N; ++j) {
+        double sum = 0.0, magnitude = 0.0;
+        for (Index k = 0; k < K; ++k) {
+          const double p = static_cast<double>(round(a(i, k))) * static_cast<double>(round(b(k, j)));
+          sum += p;
+          magnitude += std::fabs(p);
+        }
+        if (beta != 0.0f) {
+          sum += C0[i * N + j];
+          magnitude += std::fabs(C0[i * N + j]);
+        }
+        if (with_bias) {
+          sum += bias[j];
+          magnitude += std::fabs(bias[j]);
+        }
+        want[i * N + j] = sum;
+        bound[i * N + j] = static_cast<double>(K + 3) * kUnitRoundoff * magnitude;
+      }
+  }
+};
+
+// Odd shapes (partial register tiles and panels, k blocks that do not divide K, a single row or
+// column), every transposition, beta 0 and 1, with and without bias.
+std::vector<Product> products(bool bias) {
+  std::vector<Product> out;
+  const Index shapes[][3] = {{1, 1, 1}, {7, 33, 5}, {13, 31, 257}, {12, 64, 300}, {37, 70, 513}, {100, 3, 40}};
+  std::uint64_t seed = 1;
+  for (const auto& s : shapes)
+    for (int t = 0; t < 8; ++t) {  // bit 0: A transposed, bit 1: B transposed, bit 2: beta 1
+      const bool with_bias = bias && (seed % 3 != 0);
+      out.emplace_back(s[0], s[1], s[2], (t & 1) != 0, (t & 2) != 0, (t & 4) != 0 ? 1.0f : 0.0f, with_bias, seed);
+      seed += 10;
+    }
+  return out;
+}
+
+float identity(float x) { return x; }
+
+void test_f32_reference() {
+  for (const Product& p : products(true)) {
+    std::vector<float> C = p.C0;
+    transformer::f32::gemm_reference(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b,
+                                     p.beta, C.data(), p.N, p.with_bias ? p.bias.data() : nullptr);
+    std::vector<double> want, bound;
+    p.exact(identity, want, bound);
+    // the reference rounds the float64 sum once: within u |exact| (and the float64 sum's own error)
+    for (size_t i = 0; i < want.size(); ++i) bound[i] = kUnitRoundoff * std::fabs(want[i]) + 1e-12;
+    CHECK_WITHIN("f32::gemm_reference " + p.name(), C.data(), want.data(), bound.data(), C.size());
+  }
+}
+
+void test_f32_kernel() {
+  if (!transformer::f32::supported()) skip("the float32 AVX-512 kernel cannot run on this CPU (or is turned off)");
+  for (const Product& p : products(true)) {
+    const float* bias = p.with_bias ? p.bias.data() : nullptr;
+    std::vector<float> C = p.C0, R = p.C0;
+    transformer::f32::gemm(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b, p.beta,
+                           C.data(), p.N, bias);
+    transformer::f32::gemm_reference(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b,
+                                     p.beta, R.data(), p.N, bias);
+    std::vector<double> want, bound;
+    p.exact(identity, want, bound);
+    CHECK_WITHIN("f32::gemm against f32::gemm_reference, " + p.name(), C.data(), R.data(), bound.data(), C.size());
+  }
+}
+
+void test_bf16_reference() {
+  for (const Product& p : products(false)) {
+    std::vector<float> C = p.C0;
+    transformer::bf16::gemm_reference(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b,
+                                      p.beta, C.data(), p.N);
+    std::vector<double> want, bound;
+    p.exact(transformer::bf16::round_to_bf16, want, bound);
+    for (size_t i = 0; i < want.size(); ++i) bound[i] = kUnitRoundoff * std::fabs(want[i]) + 1e-12;
+    CHECK_WITHIN("bf16::gemm_reference " + p.name(), C.data(), want.data(), bound.data(), C.size());
+  }
+}
+
+void test_bf16_kernel() {
+  if (!transformer::bf16::supported()) skip(transformer::bf16::unsupported_reason());
+  for (const Product& p : products(false)) {
+    std::vector<float> C = p.C0, R = p.C0;
+    transformer::bf16::gemm(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b, p.beta,
+                            C.data(), p.N);
+    transformer::bf16::gemm_reference(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b,
+                                      p.beta, R.data(), p.N);
+    // the products of bfloat16 values (8 significant bits) are exact in float32: only the sums round
+    std::vector<double> want, bound;
+    p.exact(transformer::bf16::round_to_bf16, want, bound);
+    CHECK_WITHIN("bf16::gemm against bf16::gemm_reference, " + p.name(), C.data(), R.data(), bound.data(), C.size());
+  }
+}
+
+// y (R, N) = x (R, K) W^T + b for the int8 tests; N and K cover partial panels and words.
+struct Int8Case {
+  Index R, N, K;
+  std::vector<float> x, W, b;
+  transformer::QuantizedLinear q;
+  Int8Case(Index r, Index n, Index k, std::uint64_t seed) : R(r), N(n), K(k) {
+    x = uniform<float>(static_cast<size_t>(R * K), seed);
+    W = uniform<float>(static_cast<size_t>(N * K), seed + 1);
+    b = uniform<float>(static_cast<size_t>(N), seed + 2);
+    q.pack(transformer::ComputeType::Int8, W.data(), N, K, K, b.data());
+  }
+  std::string name() const { return "R " + std::to_string(R) + " N " + std::to_string(N) + " K " + std::to_string(K); }
+};
+
+std::vector<Int8Case> int8_cases() {
+  std::vector<Int8Case> out;
+  const Index shapes[][3] = {{1, 1, 1}, {3, 33, 7}, {12, 64, 256}, {13, 45, 300}, {25, 96, 1023}};
+  std::uint64_t seed = 100;
+  for (const auto& s : shapes) {
+    out.emplace_back(s[0], s[1], s[2], seed);
+    seed += 10;
+  }
+  return out;
+}
+
+// The reference's statement: every weight within half a step (w_scale / 2) of its int8 value,
+// every input within half of its row's step, so y within sum_k (|x_k| w_scale / 2 + |w'_k|
+// x_scale / 2) of the float product (plus float rounding: 1e-5 of the magnitude).
+void test_int8_reference() {
+  for (Int8Case& c : int8_cases()) {
+    std::vector<float> y(static_cast<size_t>(c.R * c.N));
+    c.q.apply_reference(c.x.data(), c.R, c.K, y.data(), c.N);
+    std::vector<double> want(y.size()), bound(y.size());
+    for (Index r = 0; r < c.R; ++r) {
+      const float* xr = c.x.data() + r * c.K;
+      double x_max = 0.0;
+      for (Index k = 0; k < c.K; ++k) x_max = std::max(x_max, std::fabs(static_cast<double>(xr[k])));
+      const double x_step = x_max / 127.0;
+      for (Index n = 0; n < c.N; ++n) {
+        const float* wn = c.W.data() + n * c.K;
+        double w_max = 0.0;
+        for (Index k = 0; k < c.K; ++k) w_max = std::max(w_max, std::fabs(static_cast<double>(wn[k])));
+        const double w_step = w_max / 127.0;
+        double sum = c.b[n], error = 0.0, magnitude = std::fabs(c.b[n]);
+        for (Index k = 0; k < c.K; ++k) {
+          const double w = wn[k], wq = c.q.weight(n, k);
+          CHECK(std::fabs(w - wq) <= w_step * (0.5 + 1e-5));
+          sum += static_cast<double>(xr[k]) * w;
+          error += std::fabs(xr[k]) * w_step / 2 + std::fabs(wq) * x_step / 2;
+          magnitude += std::fabs(static_cast<double>(xr[k]) * w);
+        }
+        want[r * c.N + n] = sum;
+        bound[r * c.N + n] = error * (1 + 1e-5) + 1e-5 * magnitude;
+      }
+    }
+    CHECK_WITHIN("QuantizedLinear::apply_reference (int8) against x W^T + b, " + c.name(), y.data(), want.data(),
+                 bound.data(), y.size());
+  }
+}
+
+// The kernel sums the same int8 products exactly in int32 as the reference does in int64; only the
+// final scaling rounds (in float32 against the reference's float64): a few float32 roundings of the
+// terms, allowed as 1e-6 of sum_k |x_k w_k| + |b| (one int8 step of difference in any product
+// would be far larger).
+void test_int8_kernel() {
+  using transformer::ComputeType;
+  if (!transformer::compute_type_supported(ComputeType::Int8))
+    skip(transformer::compute_type_unsupported_reason(ComputeType::Int8));
+  for (Int8Case& c : int8_cases()) {
+    std::vector<float> y(static_cast<size_t>(c.R * c.N)), ref(y.size());
+    c.q.apply(c.x.data(), c.R, c.K, y.data(), c.N);
+    c.q.apply_reference(c.x.data(), c.R, c.K, ref.data(), c.N);
+    std::vector<double> bound(y.size());
+    for (Index r = 0; r < c.R; ++r)
+      for (Index n = 0; n < c.N; ++n) {
+        double magnitude = std::fabs(c.b[n]);
+        for (Index k = 0; k < c.K; ++k)
+          magnitude += std::fabs(static_cast<double>(c.x[r * c.K + k]) * c.W[n * c.K + k]);
+        bound[r * c.N + n] = 1e-6 * magnitude;
+      }
+    CHECK_WITHIN("QuantizedLinear::apply (int8) against apply_reference, " + c.name(), y.data(), ref.data(),
+                 bound.data(), y.size());
+  }
+}
+
+}  // namespace
+
+int main() {
+  run("f32::gemm_reference against a float64 product", test_f32_reference);
+  run("f32::gemm against f32::gemm_reference", test_f32_kernel);
+  run("bf16::gemm_reference against a float64 product of the rounded inputs", test_bf16_reference);
+  run("bf16::gemm against bf16::gemm_reference", test_bf16_kernel);
+  run("QuantizedLinear int8 reference against its rounding bound", test_int8_reference);
+  run("QuantizedLinear int8 kernel against its reference", test_int8_kernel);
+  return finish();
+}
