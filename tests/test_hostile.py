@@ -12,20 +12,33 @@ the case says less); a crash fails that case only.
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import pytest
 
 from hostile_cases import CASES, shared_cases
-from hostile_cases.runner import ASAN, PASSING, Server
+from hostile_cases.runner import ASAN, COVERAGE_VARIABLE, PASSING, Server
 
 SHARED = shared_cases()
+
+
+def _coverage_environment() -> dict:
+    """Under pytest-cov, the server and the API cases' children measure the package as this process
+    does (their data files are combined with its own at the end): those cases count for line
+    coverage as when they ran in the test process."""
+    try:
+        import coverage
+    except ImportError:
+        return {}
+    cov = coverage.Coverage.current()
+    return {} if cov is None else {COVERAGE_VARIABLE: os.path.abspath(cov.config.data_file)}
 
 
 @pytest.fixture(scope="module")
 def server():
     with tempfile.TemporaryFile() as log:
-        s = Server(log)
+        s = Server(log, _coverage_environment())
         yield s
         s.close()
 

@@ -93,8 +93,9 @@ SMALL_TRAIN = [
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The environment of a command: this one without the package's variables (the data set's
-    location among them: cases never read the real data), one OpenMP thread, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMER_CPP_")}
+    location among them: cases never read the real data) and coverage's (a fresh interpreter is
+    not measured), one OpenMP thread, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFORMER_CPP_", "COVERAGE_"))}
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra or {})
     return env

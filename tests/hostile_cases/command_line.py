@@ -45,7 +45,7 @@ from .base import (
 )
 
 
-# --- 9. the command line ----------------------------------------------------------------------------
+# --- the command line ----------------------------------------------------------------------------
 
 SENT = "The cat and the dog."
 
@@ -247,7 +247,7 @@ cli(
     stdin=b"The cat\x00 and the dog.\n" + SENT.encode(),
     check=lambda c, r: _n_lines(2)(c, r),
 )
-# standard input with old Mac line ends was one line: one translation for two sentences
+# every line end is one on standard input (old Mac ones too): one translation per sentence
 for _what, _stdin in (
     ("lone carriage returns", b"The cat.\rThe dog.\r"),
     ("CR LF and no final line end", b"The cat.\r\nThe dog."),
@@ -1083,7 +1083,7 @@ for _argv, _fragment in [
 ]:
     cli(f"{_argv[0]}: {' '.join(_argv[-2:])}", (lambda a: lambda c: a)(_argv), match=(_fragment,), status=2)
 
-# ``--out ''`` (an unset shell variable) once trained into the current directory and exited 0
+# an empty path (an unset shell variable) is refused, never taken for the current directory
 for _argv in [
     ["train", "--out", ""],
     ["train", "--data", ""],

@@ -22,7 +22,7 @@ from .base import (
 )
 
 
-# --- 4. data: loading, splitting, encoding, batching ------------------------------------------------
+# --- data: loading, splitting, encoding, batching ------------------------------------------------
 
 
 def _load(c, payload: bytes, name: str = "pairs.txt", **kw: Any) -> Any:

@@ -26,7 +26,7 @@ from .base import (
 )
 
 
-# --- 1. layers and functions of the core ----------------------------------------------------------
+# --- layers and functions of the core ----------------------------------------------------------
 
 
 @api("linear: strided (non-contiguous) input")

@@ -34,7 +34,7 @@ from .base import (
 )
 
 
-# --- 2. the Transformer -----------------------------------------------------------------------------
+# --- the Transformer -----------------------------------------------------------------------------
 
 
 @api("model: logits not overwritten by the next forward")

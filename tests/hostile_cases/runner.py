@@ -61,6 +61,7 @@ CLASSES = ("clear-error", "handled", "crash", "traceback", "unclear-error", "sil
 FAILING = ("crash", "traceback", "unclear-error", "silent-wrong", "hang")
 PASSING = ("clear-error", "handled")
 USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError)  # FloatingPointError is an ArithmeticError
+COVERAGE_VARIABLE = "HOSTILE_CASES_COVERAGE"  # the server measures into this data file (pytest-cov's)
 DEFAULT_MEMORY = 2 << 30  # bytes of address space per case
 DEFAULT_TIMEOUT = 180.0  # seconds per case
 
@@ -188,6 +189,20 @@ def _pidfd(pid: int) -> Optional[int]:
         return None
 
 
+def _save_coverage(save: bool = True) -> None:
+    """Under the test suite's coverage measurement, stop measuring and write what this process
+    measured to a data file of its own (coverage names it after the process, so a forked child does
+    not overwrite its parent's); or, with ``save=False``, only stop."""
+    if os.environ.get(COVERAGE_VARIABLE):
+        import coverage
+
+        cov = coverage.Coverage.current()
+        if cov is not None:
+            cov.stop()
+            if save:
+                cov.save()
+
+
 def _io_dir(ctx: Context) -> Path:
     """Where a case's captured output goes: next to its work directory, never inside it."""
     path = ctx.work.parent / f"{ctx.work.name}.io"
@@ -199,6 +214,32 @@ def _redirect(fd: int, path: Path, flags: int) -> None:
     new = os.open(path, flags, 0o644)
     os.dup2(new, fd)
     os.close(new)
+
+
+def _isolated(fn: Any, timeout: float = 120.0) -> Optional[str]:
+    """Run ``fn()`` (a case's prepare step or its checks) in a forked child, so that this process
+    never runs the core; None when it returned, else what went wrong (an AssertionError's message
+    for a failed check, ``RuntimeError`` for anything else)."""
+
+    def child(w: int) -> int:
+        _save_coverage(save=False)
+        try:
+            fn()
+            report = {"ok": True}
+        except AssertionError as exc:
+            report = {"ok": False, "message": str(exc)}
+        except BaseException as exc:  # noqa: BLE001
+            report = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "where": traceback.format_exc()[-1500:]}
+        os.write(w, json.dumps(report).encode("utf-8", "replace"))
+        return 0
+
+    exited, data = _fork(child, timeout)
+    if exited is None or not data:
+        raise RuntimeError("a prepare step or check died or hung")
+    report = json.loads(data.decode("utf-8"))
+    if "error" in report:
+        raise RuntimeError(f"{report['error']}\n{report['where']}")
+    return None if report["ok"] else report["message"]
 
 
 # --------------------------------------------------------------------------------------- API cases
@@ -225,6 +266,7 @@ def run_api(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
             os.write(w, json.dumps(report).encode("utf-8", "replace"))
         except BaseException:  # noqa: BLE001
             return 3
+        _save_coverage()
         return 0
 
     exited, data = _fork(child, timeout)
@@ -284,6 +326,7 @@ def _cli_forked(case: Case, argv: List[str], stdin: bytes, ctx: Context, memory:
 
     def child(w: int) -> int:
         os.close(w)
+        _save_coverage(save=False)  # command lines are not measured (as elsewhere in the suite)
         _redirect(0, paths["stdin"], os.O_RDONLY)
         _redirect(1, paths["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         _redirect(2, paths["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -362,7 +405,9 @@ def _cli_fresh(case: Case, argv: List[str], stdin: bytes, ctx: Context, memory: 
 
 def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, Any]:
     if case.prepare is not None:
-        case.prepare(ctx)
+        failed = _isolated(lambda: case.prepare(ctx))
+        if failed is not None:
+            raise RuntimeError(f"the prepare step failed: {failed}")
     argv = case.fn(ctx)
     stdin = case.stdin(ctx) if callable(case.stdin) else case.stdin
     run = _cli_fresh if case.in_fresh_interpreter() else _cli_forked
@@ -393,21 +438,19 @@ def classify_cli(case: Case, ctx: Context, res: Result) -> Dict[str, Any]:
         if case.expect == "error":
             return {"class": "silent-wrong", "detail": "exit status 0 for input that had to be refused"}
         if case.check is not None:
-            try:
-                case.check(ctx, res)
-            except AssertionError as exc:
-                return {"class": "silent-wrong", "detail": f"check failed: {exc}"[:600]}
+            failed = _isolated(lambda: case.check(ctx, res))
+            if failed is not None:
+                return {"class": "silent-wrong", "detail": f"check failed: {failed}"[:600]}
         return {"class": "handled", "detail": ""}
     error_lines = [l for l in err_text.splitlines() if "error" in l]
     detail = error_lines[0][:400] if error_lines else (err_text.strip().splitlines() or ["(no message)"])[-1][:400]
     if case.expect == "ok":
         return {"class": "unclear-error", "detail": f"exit {res.rc} for input that should work: {detail}"}
     if case.check is not None and case.partial:  # a partial success (translate with some bad lines)
-        try:
-            case.check(ctx, res)
-            return {"class": "clear-error", "detail": detail}
-        except AssertionError as exc:
-            return {"class": "silent-wrong", "detail": f"check failed: {exc}"[:600]}
+        failed = _isolated(lambda: case.check(ctx, res))
+        if failed is not None:
+            return {"class": "silent-wrong", "detail": f"check failed: {failed}"[:600]}
+        return {"class": "clear-error", "detail": detail}
     missing = [_show(m) for m in case.match if not found(m, " ".join(error_lines))]
     if len(error_lines) != 1 or missing:
         why = f"{len(error_lines)} error lines" if len(error_lines) != 1 else f"missing {missing}"
@@ -415,10 +458,9 @@ def classify_cli(case: Case, ctx: Context, res: Result) -> Dict[str, Any]:
     if case.status is not None and res.rc != case.status:
         return {"class": "unclear-error", "detail": f"{detail}  [exit status {res.rc}, expected {case.status}]"}
     if case.after is not None:
-        try:
-            case.after(ctx, res)
-        except AssertionError as exc:
-            return {"class": "silent-wrong", "detail": f"after the error: {exc}"[:600]}
+        failed = _isolated(lambda: case.after(ctx, res))
+        if failed is not None:
+            return {"class": "silent-wrong", "detail": f"after the error: {failed}"[:600]}
     return {"class": "clear-error", "detail": detail}
 
 
@@ -523,6 +565,7 @@ def serve() -> None:
             shutil.rmtree(_io_dir(ctx), ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        _save_coverage()
 
 
 def setup_context(root: Path) -> Context:
@@ -534,10 +577,17 @@ def setup_context(root: Path) -> Context:
 class Server:
     """The test process's end of ``serve()``: one fresh interpreter that runs every case."""
 
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: Any, env: Optional[Dict[str, str]] = None) -> None:
         tests = Path(__file__).resolve().parent.parent
-        boot = f"import sys; sys.path.insert(0, {str(tests)!r}); from hostile_cases.runner import serve; serve()"
-        env = cli_env()
+        boot = (
+            "import os, sys\n"
+            f"if os.environ.get({COVERAGE_VARIABLE!r}):\n"  # measured from before the package's import
+            f"    import coverage; coverage.Coverage(data_file=os.environ[{COVERAGE_VARIABLE!r}], data_suffix=True).start()\n"
+            f"sys.path.insert(0, {str(tests)!r})\n"
+            "from hostile_cases.runner import serve\n"
+            "serve()\n"
+        )
+        env = dict(cli_env(), **(env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
         )

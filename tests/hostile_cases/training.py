@@ -29,7 +29,7 @@ from .base import (
 )
 
 
-# --- 5. training ------------------------------------------------------------------------------------
+# --- training ------------------------------------------------------------------------------------
 
 
 def _trainer(c, config: Any = None, ckpt: bool = False, n: int = 40, **kw: Any) -> Any:
@@ -334,8 +334,8 @@ def _rmodel() -> Any:
 
 @api("empty paths: the Python API refuses them in the same words and writes nothing")
 def _(c):
-    """``--out ''`` (an unset shell variable) once trained into the current directory: every path
-    argument refuses the empty string, naming itself."""
+    """An empty path (an unset shell variable) is never taken for the current directory: every path
+    argument refuses it, naming itself."""
     from transformer_cpp.plotting import save_positional_encoding_figures
 
     cwd = c.work / "cwd"

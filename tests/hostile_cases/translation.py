@@ -21,7 +21,7 @@ from .base import (
 )
 
 
-# --- 7. translation and evaluation ------------------------------------------------------------------
+# --- translation and evaluation ------------------------------------------------------------------
 
 
 @api(
@@ -194,7 +194,7 @@ def _(c):
 err("greedy decoding: a float source", lambda c: tl.greedy_decode(translator(c).model, np.ones((1, 3)), 1, 2, 4), "src")
 
 
-# --- 8. the HTTP app (serve.create_app through FastAPI's TestClient) ---------------------------------
+# --- the HTTP app (serve.create_app through FastAPI's TestClient) ---------------------------------
 
 
 def _serve(c: Context, **options: Any) -> Any:
