@@ -2,8 +2,9 @@
 ``tools/hostile_campaign.py``: each case once, with its name, its call (API code, or a command
 line with its standard input and files) and what must come of it (an exception of a given type
 naming given fragments, or a correct result). ``base`` defines cases and their fixtures, ``runner``
-runs and classifies them; the other modules hold the cases, grouped by what they attack. Cases
-registered under ``campaign_only()`` (too slow for the test suite) run in the campaign only.
+runs and classifies them; the other modules hold the cases, grouped by what they attack, and
+``extras`` the campaign-only ones (too slow for the test suite), registered under
+``campaign_only()``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from .base import CASES, Case, Context, Result, campaign_only, setup
 with campaign_only():
     from . import extras  # noqa: F401
 
-names = [c.name for c in CASES]
-_duplicates = sorted({n for n in names if names.count(n) > 1})
+_names = [c.name for c in CASES]
+_duplicates = sorted({n for n in _names if _names.count(n) > 1})
 if _duplicates:
     raise RuntimeError(f"duplicate hostile case names: {_duplicates}")
 

@@ -57,14 +57,6 @@ class Context:
     run: Path  # a run directory trained on it for 2 epochs (checkpoints epoch-0001, epoch-0002)
     work: Path = Path()  # a fresh directory for the current case
 
-    def to_json(self) -> str:
-        return json.dumps({"root": str(self.root), "data": str(self.data), "run": str(self.run)})
-
-    @classmethod
-    def from_json(cls, text: str) -> "Context":
-        d = json.loads(text)
-        return cls(Path(d["root"]), Path(d["data"]), Path(d["run"]))
-
 
 SMALL_TRAIN = [
     "--preset",

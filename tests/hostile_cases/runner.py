@@ -28,10 +28,13 @@ as ``TRANSFORMER_CPP_MEMORY_LIMIT`` instead) and a time limit, and is classified
     the time limit passed.
 
 API cases and most command-line cases run in a child forked from a process that has imported
-``transformer_cpp`` once (milliseconds per case instead of an interpreter start): the command line
-as ``transformer_cpp.cli.main(argv)`` with standard input, output and error on files. That process
-never runs the core itself, so no OpenMP thread pool is inherited. ``serve()`` is such a process
-for the test suite (``tests/test_hostile.py``); ``tools/hostile_campaign.py`` is one itself.
+``transformer_cpp`` once, with what the commands import later (``warm_up``): milliseconds per case
+instead of an interpreter start. A command line runs as ``transformer_cpp.cli.main(argv)`` with
+standard input, output and error on files. That process never runs the core itself (a case's
+prepare step and checks run in forked children too), so no child inherits OpenMP threads.
+``serve()`` is such a process for the test suite (``tests/test_hostile.py``), which also has the
+server and the API cases' children measure line coverage under pytest-cov;
+``tools/hostile_campaign.py`` is one itself.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from typing import Any, Dict, List, Optional
 
 import transformer_cpp.cli  # noqa: F401  (imported once here, not in every forked command)
 
-from .base import Case, Context, Result, ServerError, cli_env, found
+from .base import Case, Context, Result, ServerError, cli_env, found, setup
 
 CLASSES = ("clear-error", "handled", "crash", "traceback", "unclear-error", "silent-wrong", "hang")
 FAILING = ("crash", "traceback", "unclear-error", "silent-wrong", "hang")
@@ -554,7 +557,7 @@ def serve() -> None:
     try:
         started = time.monotonic()
         warm_up()
-        ctx = setup_context(root)
+        ctx = setup(root)
         answers.write(json.dumps({"ready": round(time.monotonic() - started, 1)}) + "\n")
         for n, line in enumerate(iter(requests.readline, b"")):
             name = json.loads(line)
@@ -568,16 +571,14 @@ def serve() -> None:
         _save_coverage()
 
 
-def setup_context(root: Path) -> Context:
-    from .base import setup
-
-    return setup(root)
-
-
 class Server:
     """The test process's end of ``serve()``: one fresh interpreter that runs every case."""
 
     def __init__(self, log: Any, env: Optional[Dict[str, str]] = None) -> None:
+        self.log, self.env = log, env
+        self._start()
+
+    def _start(self) -> None:
         tests = Path(__file__).resolve().parent.parent
         boot = (
             "import os, sys\n"
@@ -587,11 +588,10 @@ class Server:
             "from hostile_cases.runner import serve\n"
             "serve()\n"
         )
-        env = dict(cli_env(), **(env or {}))
+        env = dict(cli_env(), **(self.env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
+            [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
         )
-        self.log = log
         self.ready = self._answer(900)["ready"]
 
     def _answer(self, timeout: float) -> Dict[str, Any]:
@@ -604,6 +604,8 @@ class Server:
         return json.loads(line)
 
     def run(self, case: Case) -> Dict[str, Any]:
+        if self.proc.poll() is not None:  # stopped after an earlier failure: the next case starts one
+            self._start()
         self.proc.stdin.write((json.dumps(case.name) + "\n").encode())
         self.proc.stdin.flush()
         return self._answer((case.timeout or DEFAULT_TIMEOUT) + 120)
