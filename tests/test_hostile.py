@@ -25,8 +25,8 @@ SHARED = shared_cases()
 
 def _coverage_environment() -> dict:
     """Under pytest-cov, the server and the API cases' children measure the package as this process
-    does (their data files are combined with its own at the end): those cases count for line
-    coverage as when they ran in the test process."""
+    does (their data files are combined with its own at the end): API calls count for line
+    coverage wherever they run."""
     try:
         import coverage
     except ImportError:
