@@ -2,6 +2,9 @@
 
 - ``ARCHITECTURE.md`` and ``CHANGELOG.md`` live at the repository root, where people browsing the
   source look for them; the site shows them as the pages ``architecture.md`` and ``changelog.md``.
+- The API reference imports the package (``force_inspection``: the model's signature and docstring
+  are made from the core's tables when the class is created). Importing a ``__main__`` module runs
+  its command, so each one is replaced by an empty module before the reference is read.
 - ``<!-- train-options -->`` in a page becomes the table of ``transformer-cpp train``'s options and
   the Python argument each one sets. The table is made from the command line itself: every option
   is given on its own to ``transformer_cpp.cli.train.request_from_args`` and the request compared
@@ -14,6 +17,8 @@ from __future__ import annotations
 import argparse
 import copy
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -22,6 +27,7 @@ from mkdocs.structure.files import File
 ROOT = Path(__file__).resolve().parent.parent
 ROOT_PAGES = {"architecture.md": "ARCHITECTURE.md", "changelog.md": "CHANGELOG.md"}
 MARKER = "<!-- train-options -->"
+PRESETS_MARKER = "<!-- presets -->"
 
 # Options that set no field of the request: where they go in Python.
 _OUTSIDE_REQUEST = {
@@ -29,6 +35,14 @@ _OUTSIDE_REQUEST = {
     "resume": "`task.resume_trainer(request, out, report)` instead of `new_trainer`",
     "mpi_timeout": "`distributed.from_environment(timeout=...)`",
 }
+
+
+def on_config(config: Any) -> Any:
+    package = ROOT / "python" / "transformer_cpp"
+    for main in package.rglob("__main__.py"):
+        name = ".".join(main.relative_to(package.parent).with_suffix("").parts)
+        sys.modules.setdefault(name, types.ModuleType(name, "a command (python -m), not documented here"))
+    return config
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -41,7 +55,29 @@ def on_files(files: Any, config: Any) -> Any:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, train_options_table())
+    if PRESETS_MARKER in markdown:
+        markdown = markdown.replace(PRESETS_MARKER, presets_table())
     return markdown
+
+
+def _settings(values: Dict[str, Any]) -> str:
+    return ", ".join(f"`{k}` {v!r}" if isinstance(v, str) else f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}"
+                     for k, v in values.items())
+
+
+def presets_table() -> str:
+    """The presets as the package defines them (``PRESETS``, ``RECIPES``)."""
+    from transformer_cpp.task import PRESETS, preset_recipe
+
+    rows = ["| preset | architecture (`Transformer`) | data | training (`TrainConfig`) |", "|---|---|---|---|"]
+    for name in PRESETS:
+        recipe = preset_recipe(name)
+        arch = _settings({**PRESETS[name], **recipe.get("model", {})})
+        grow = recipe.get("grow")
+        if grow:
+            arch += f"; model size auto: {_settings(grow['arch'])} from {grow['min_epochs']:g} epochs in the budget"
+        rows.append(f"| `{name}` | {arch} | {_settings(recipe['data'])} | {_settings(recipe['train'])} |")
+    return "\n".join(rows)
 
 
 def _train_parser() -> argparse.ArgumentParser:
