@@ -61,8 +61,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 def _settings(values: Dict[str, Any]) -> str:
-    return ", ".join(f"`{k}` {v!r}" if isinstance(v, str) else f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}"
-                     for k, v in values.items())
+    return ", ".join(
+        f"`{k}` {v!r}" if isinstance(v, str) else f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}"
+        for k, v in values.items()
+    )
 
 
 def presets_table() -> str:

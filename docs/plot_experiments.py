@@ -56,8 +56,15 @@ def draw(runs: dict, out: Path) -> None:
         for i, run in enumerate(members):
             threads = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}"
             label = "\n".join(textwrap.wrap(f"{run['name']} ({threads})", 48))
-            ax.plot(run["epoch"]["minutes"], run["epoch"]["val_bleu"], STYLES[i % len(STYLES)], ms=4, lw=1.4,
-                    label=label, color=f"C{i}")
+            ax.plot(
+                run["epoch"]["minutes"],
+                run["epoch"]["val_bleu"],
+                STYLES[i % len(STYLES)],
+                ms=4,
+                lw=1.4,
+                label=label,
+                color=f"C{i}",
+            )
         when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
         ax.set_title(f"{PANELS[number]}\n{cpus.pop()}\n{when}", fontsize=10.5)
         ax.set_xlabel("training minutes")
@@ -65,8 +72,11 @@ def draw(runs: dict, out: Path) -> None:
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False)
-    fig.suptitle("Validation BLEU against training minutes (English to Spanish, Tatoeba); "
-                 "docs/experiments.md describes every run", fontsize=13)
+    fig.suptitle(
+        "Validation BLEU against training minutes (English to Spanish, Tatoeba); "
+        "docs/experiments.md describes every run",
+        fontsize=13,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97), h_pad=2.0)
     fig.savefig(out, dpi=72)
     plt.close(fig)

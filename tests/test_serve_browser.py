@@ -64,8 +64,10 @@ def test_page_translates_a_typed_sentence_and_draws_the_attention_map(translator
         assert max(range(6), key=row0.__getitem__) == 4
 
         # a second sentence with beam search, sent with the Enter key, replaces translation and map
-        browser.js("(() => { const s = document.getElementById('beam-size'); s.value = '3';"
-                   " s.dispatchEvent(new Event('change')); return s.value; })()")
+        browser.js(
+            "(() => { const s = document.getElementById('beam-size'); s.value = '3';"
+            " s.dispatchEvent(new Event('change')); return s.value; })()"
+        )
         browser.click("#source")
         browser.js("(() => { document.getElementById('source').value = ''; return true; })()")
         browser.type("f e\n")
