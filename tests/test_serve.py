@@ -239,6 +239,8 @@ BAD_REQUESTS = [
     ("blank text", dict(json={"text": "  \t "}), 422),
     ("empty texts", dict(json={"texts": []}), 422),
     ("an empty text in texts", dict(json={"texts": ["a", ""]}), 422),
+    ("zero-width spaces only", dict(json={"text": "\u200b\u200b"}), 422),
+    ("format characters only in texts", dict(json={"texts": ["a", "\ufeff\u2060\u200d"]}), 422),
     ("a lone surrogate", dict(content=b'{"text": "a \\ud800"}', headers=JSON), 422),
     ("1 MB text", dict(json={"text": "a " * 500_000}), 413),
     ("text over max_chars", dict(json={"text": "a" * 1001}), 422),
@@ -342,7 +344,7 @@ def test_health_info_openapi_and_page(client, translator):
         "max_attention_weights": 262144,
         "read_timeout": 10.0,
     }
-    assert info["batching"] == {"max_batch": 32, "max_wait_ms": 5.0, "max_batch_tokens": 16384}
+    assert info["batching"] == {"max_batch": 32, "max_wait_ms": 5.0, "max_batch_tokens": 16384, "batch_seconds": 1.0}
     schema = client.get("/openapi.json").json()
     post = schema["paths"]["/translate"]["post"]
     props = post["requestBody"]["content"]["application/json"]["schema"]["properties"]

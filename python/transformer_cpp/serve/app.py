@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import html
 import http
 import importlib
@@ -118,6 +119,7 @@ def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str
             "max_batch": config.max_batch,
             "max_wait_ms": config.max_wait_ms,
             "max_batch_tokens": config.max_batch_tokens,
+            "batch_seconds": config.batch_seconds,
         },
         "defaults": {"beam_size": config.beam_size, "length_penalty": config.length_penalty},
         "limits": {
@@ -523,37 +525,34 @@ def guarded_protocol(
     if http_protocol is None:
         http_protocol = uvicorn_choices()["http"]
     base = import_from_string(HTTP_PROTOCOLS[http_protocol]) if isinstance(http_protocol, str) else http_protocol
-    overloaded = json.dumps(
-        {
-            "error": f"the server has {max_connections} connections open, the most it keeps (max_connections); "
-            "retry later",
-            "status": 503,
-        }
-    ).encode("utf-8")
+    overloaded = (
+        503,
+        f"the server has {max_connections} connections open, the most it keeps (max_connections); retry later",
+    )
+    too_large = (431, f"the request line and headers are over {max_header_bytes:,} bytes (max_header_bytes)")
 
-    async def over_capacity(scope: Dict[str, Any], receive: Any, send: Any) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 503,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(overloaded)).encode("ascii")),
-                    (b"connection", b"close"),
-                    (b"retry-after", b"1"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": overloaded})
+    async def guard(inner: Any, over_capacity: bool, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        """The app behind a connection: 503 over the connection cap, 431 for headers over the
+        limit (they arrived whole in one read), else ``inner``."""
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        size += sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
+        refusal = overloaded if over_capacity else too_large if size > max_header_bytes else None
+        if refusal is None:
+            await inner(scope, receive, send)
+            return
+        _log.info("%s: %s", _who(scope), refusal[1])
+        headers = [("Connection", "close")] + ([("Retry-After", "1")] if refusal[0] == 503 else [])
+        await _send_json(send, refusal[0], refusal[1], headers)
 
     class GuardedProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._deadline: Optional[asyncio.TimerHandle] = None
             self._partial = 0  # bytes of request line and headers received so far
-            if len(self.connections) > max_connections:
-                self.app = over_capacity
-                _log.warning("connection from %s refused: %d connections open (max_connections)", self._peer(), max_connections)
+            over_capacity = len(self.connections) > max_connections
+            if over_capacity:
+                _log.warning("%s: over %d connections open (max_connections)", self._peer(), max_connections)
+            self.app = functools.partial(guard, self.app, over_capacity)
             self._arm()
 
         def _peer(self) -> str:
@@ -578,9 +577,7 @@ def guarded_protocol(
             if self._between_requests():
                 self._partial += len(data)
                 if self._partial > max_header_bytes:
-                    self._refuse(
-                        431, f"the request line and headers are over {max_header_bytes:,} bytes (max_header_bytes)"
-                    )
+                    self._refuse(*too_large)
             else:
                 self._partial = 0
 

@@ -4,8 +4,9 @@ One :class:`Batcher` owns the translator (a model refuses calls from two threads
 Requests are split into sentences (:func:`encode_text`) and queued; each batch is led by the
 request that has had the least decoding work so far and filled with sentences of the same
 decoding options, one per request in turn, up to ``max_batch`` sentences and ``max_batch_tokens``
-of work (beam size x (source tokens + most output tokens) each), waiting at most ``max_wait_ms``
-after the oldest one arrived for the batch to fill. The batch is decoded in the batcher's single
+of work (beam size x (source tokens + most output tokens) each; less when the speed measured on
+the last batches says the batch would take longer than ``batch_seconds``), waiting at most
+``max_wait_ms`` after the oldest one arrived for the batch to fill. The batch is decoded in the batcher's single
 worker thread, off the event loop (the C++ decoders release the GIL). Sentences that waited during
 the previous decode are taken at once, so a busy server batches without waiting at all; a small
 request that arrives while a large one is decoded waits for one decode call, not for the large
@@ -165,7 +166,8 @@ class Batcher:
     sentences and returns their results in order. The loop task (started on first use or by
     :meth:`start`) forms each batch from the request that has had the least decoding work so far
     (the oldest among equals) and fills it with sentences of the same options, one sentence per
-    request in turn, up to ``max_batch`` sentences and ``max_batch_tokens`` of work, waiting up to
+    request in turn, up to ``max_batch`` sentences and ``max_batch_tokens`` of work (less when the
+    speed of the last batches says that would take longer than ``batch_seconds``), waiting up to
     ``max_wait_ms`` after the oldest one arrived; :func:`decode_items` runs in the worker thread.
     A request that arrives while a large one is decoded is therefore in the next batch: it waits
     for one decode call, not for the whole large request. :meth:`close` answers the requests still
@@ -184,6 +186,7 @@ class Batcher:
         self._wakeup: Optional[asyncio.Event] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self.closing = False
+        self._rate: Optional[float] = None  # decoding work per second, smoothed over the last batches
         self.stats = {
             "requests": 0,
             "sentences": 0,
@@ -312,10 +315,18 @@ class Batcher:
         if any(job.future.done() or not job.waiting for job in self._jobs):
             self._jobs = collections.deque(j for j in self._jobs if not j.future.done() and j.waiting)
 
+    def batch_budget(self) -> int:
+        """Most work in the next batch: ``max_batch_tokens``, or less when the speed measured on
+        the last batches says that much would take longer than ``batch_seconds``."""
+        cfg = self.config
+        if not cfg.batch_seconds or self._rate is None:
+            return cfg.max_batch_tokens
+        return max(1, min(cfg.max_batch_tokens, int(self._rate * cfg.batch_seconds)))
+
     def _take(self) -> Tuple[Optional[DecodeOptions], List[QueuedSentence]]:
         """The next batch: the options of the request with the least work decoded so far (the
         oldest among equals), and sentences with those options, one per request in turn (least
-        served first), up to ``max_batch`` sentences and ``max_batch_tokens`` of work (at least
+        served first), up to ``max_batch`` sentences and :meth:`batch_budget` of work (at least
         one sentence, however large)."""
         self._prune()
         if not self._jobs:
@@ -324,6 +335,7 @@ class Batcher:
         options = self._jobs[order[0]].options
         candidates = [self._jobs[k] for k in order if self._jobs[k].options == options]
         cfg = self.config
+        budget = self.batch_budget()
         batch: List[QueuedSentence] = []
         work = 0
         added = True
@@ -333,7 +345,7 @@ class Batcher:
                 if not job.waiting or len(batch) >= cfg.max_batch:
                     continue
                 item = job.waiting[0]
-                if batch and work + item.work > cfg.max_batch_tokens:
+                if batch and work + item.work > budget:
                     continue  # a smaller sentence of another request may still fit
                 job.waiting.popleft()
                 job.served += item.work
@@ -384,7 +396,10 @@ class Batcher:
                         item.job.fail(failure)
                 continue
             finally:
-                self.stats["decode_seconds"] += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                self.stats["decode_seconds"] += elapsed
+            rate = sum(item.work for item in batch) / max(elapsed, 1e-4)
+            self._rate = rate if self._rate is None else 0.5 * (self._rate + rate)
             for item, result in zip(batch, results):
                 if item.job is not None:
                     item.job.done(item.index, result)

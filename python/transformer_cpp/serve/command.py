@@ -94,6 +94,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "bounds how long a request waits behind a large one (a larger sentence is decoded alone)",
     )
     g.add_argument(
+        "--batch-seconds",
+        type=non_negative_number,
+        default=d.batch_seconds,
+        help=f"how long one decode call should take (default {d.batch_seconds:g} s): batches hold at most the "
+        "work the last ones decoded in that time, so a request waits about that long behind a large one "
+        "on a slow or busy machine too (0 = by --max-batch-tokens alone)",
+    )
+    g.add_argument(
         "--beam-size",
         type=setting("Translator", "beam_size"),
         default=d.beam_size,
@@ -233,6 +241,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         max_request_tokens=args.max_request_tokens,
         max_attention_weights=args.max_attention_weights,
         max_batch_tokens=args.max_batch_tokens,
+        batch_seconds=args.batch_seconds,
         read_timeout=args.read_timeout,
         allowed_hosts=args.allowed_hosts,
     )

@@ -62,6 +62,11 @@ class ServeConfig:
         max_batch_tokens: most decoding work, in the same tokens, in one decode call. The
             decoder cannot be interrupted, so this bounds how long a request that arrives while
             a large one is decoded waits for its turn (a sentence over it is decoded alone).
+        batch_seconds: how long one decode call should take: the batcher measures how much work
+            it decodes per second and makes batches of at most that much work times
+            ``batch_seconds`` (and at most ``max_batch_tokens``), so that on a slow or busy
+            machine a request still waits about this long behind a large one; 0 = by
+            ``max_batch_tokens`` alone.
         read_timeout: seconds a client has to send a whole request (its headers, then its body);
             a slower one gets 408 and its connection is closed.
         allowed_hosts: names accepted in the ``Host`` header besides ``localhost`` and loopback
@@ -87,6 +92,7 @@ class ServeConfig:
     max_request_tokens: int = 128 * 1024
     max_attention_weights: int = 256 * 1024
     max_batch_tokens: int = 16 * 1024
+    batch_seconds: float = 1.0
     read_timeout: float = 10.0
     allowed_hosts: Optional[Tuple[str, ...]] = None
 
@@ -104,6 +110,7 @@ class ServeConfig:
         ):
             object.__setattr__(self, name, integer("ServeConfig", name, getattr(self, name), 1))
         object.__setattr__(self, "max_wait_ms", number("ServeConfig", "max_wait_ms", self.max_wait_ms, 0))
+        object.__setattr__(self, "batch_seconds", number("ServeConfig", "batch_seconds", self.batch_seconds, 0))
         object.__setattr__(
             self, "read_timeout", number("ServeConfig", "read_timeout", self.read_timeout, 0, low_open=True)
         )
