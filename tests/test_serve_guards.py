@@ -137,8 +137,7 @@ def json_body(raw: bytes) -> dict:
 
 def post_request(path: str, body: bytes, host: str = HOST) -> bytes:
     return (
-        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
@@ -231,9 +230,7 @@ def test_a_small_request_is_answered_while_the_largest_runs(endless_run, start):
     calls; a one-word request sent meanwhile is answered within seconds, before the large one.
     When the large request's client disconnects, its remaining sentences are dropped and the
     server logs one line."""
-    server = start(
-        endless_run, "--max-length", "600", "--max-request-tokens", "100000000", "--batch-seconds", "0.2"
-    )
+    server = start(endless_run, "--max-length", "600", "--max-request-tokens", "100000000", "--batch-seconds", "0.2")
     big = connect(server, timeout=120)
     try:
         big.sendall(post_request("/translate", json.dumps({"texts": ["a b c d e"] * 64, "beam_size": 8}).encode()))
@@ -392,9 +389,7 @@ def test_graceful_timeout_0_stops_at_once_and_answers_503(endless_run, start):
 def test_a_request_over_the_grace_period_gets_503(endless_run, start):
     """With --graceful-timeout 1, a request still decoding when the grace period ends gets a JSON
     503 (not a text/plain 500) and the server exits 0 without a traceback."""
-    server = start(
-        endless_run, "--graceful-timeout", "1", "--max-length", "600", "--max-request-tokens", "100000000"
-    )
+    server = start(endless_run, "--graceful-timeout", "1", "--max-length", "600", "--max-request-tokens", "100000000")
     sock = connect(server, timeout=60)
     sock.sendall(post_request("/translate", json.dumps({"texts": ["a b c d e"] * 64, "beam_size": 8}).encode()))
     with httpx.Client(base_url=server.url, timeout=30) as c:
@@ -442,9 +437,10 @@ class Panicking:
 def test_a_tokenizer_that_panics_gets_a_json_error_and_the_server_goes_on(endless, tok):
     src, tgt = Panicking(tok), Panicking(tok)
     translator = Translator(endless.model, src, tgt)
-    with serve.background_server(serve.create_app(translator), HOST, 0) as url, httpx.Client(
-        base_url=url, timeout=60
-    ) as c:
+    with (
+        serve.background_server(serve.create_app(translator), HOST, 0) as url,
+        httpx.Client(base_url=url, timeout=60) as c,
+    ):
         src.encode_panics = True
         r = c.post("/translate", json={"texts": ["a", "b"]})
         assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text[:300]
@@ -464,9 +460,10 @@ def test_host_header_must_name_this_machine_on_loopback(endless):
     """On a loopback address a request whose Host header names another machine (DNS rebinding:
     a web page whose domain resolves to 127.0.0.1) is refused with a JSON 400; loopback names with
     any port pass, and allowed_hosts adds names."""
-    with serve.background_server(serve.create_app(endless), HOST, 0) as url, httpx.Client(
-        base_url=url, timeout=30
-    ) as c:
+    with (
+        serve.background_server(serve.create_app(endless), HOST, 0) as url,
+        httpx.Client(base_url=url, timeout=30) as c,
+    ):
         port = url.rsplit(":", 1)[1]
         for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.evil"):
             r = c.get("/info", headers={"Host": host})
@@ -476,7 +473,12 @@ def test_host_header_must_name_this_machine_on_loopback(endless):
             assert c.get("/health", headers={"Host": host}).status_code == 200, host
     app = serve.create_app(endless, allowed_hosts=["translate.example.org", "*.lan"])
     with serve.background_server(app, HOST, 0) as url, httpx.Client(base_url=url, timeout=30) as c:
-        for host, status in (("translate.example.org", 200), ("box.lan", 200), ("example.org", 400), ("localhost", 200)):
+        for host, status in (
+            ("translate.example.org", 200),
+            ("box.lan", 200),
+            ("example.org", 400),
+            ("localhost", 200),
+        ):
             assert c.get("/health", headers={"Host": host}).status_code == status, host
     with pytest.raises(TypeError, match="allowed_hosts"):
         serve.ServeConfig(allowed_hosts="example.org")
@@ -485,9 +487,10 @@ def test_host_header_must_name_this_machine_on_loopback(endless):
 
 
 def test_docs_page_loads_nothing_from_elsewhere(endless):
-    with serve.background_server(serve.create_app(endless), HOST, 0) as url, httpx.Client(
-        base_url=url, timeout=30
-    ) as c:
+    with (
+        serve.background_server(serve.create_app(endless), HOST, 0) as url,
+        httpx.Client(base_url=url, timeout=30) as c,
+    ):
         r = c.get("/docs")
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
         assert "<script" not in r.text.lower() and "cdn" not in r.text.lower()

@@ -164,7 +164,9 @@ def _is_loopback(name: str) -> bool:
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
-    return any(p == "*" or p == name or (p.startswith("*.") and (name == p[2:] or name.endswith(p[1:]))) for p in patterns)
+    return any(
+        p == "*" or p == name or (p.startswith("*.") and (name == p[2:] or name.endswith(p[1:]))) for p in patterns
+    )
 
 
 def host_refusal(scope: Dict[str, Any], allowed_hosts: Optional[Tuple[str, ...]]) -> Optional[str]:
@@ -196,7 +198,9 @@ def host_refusal(scope: Dict[str, Any], allowed_hosts: Optional[Tuple[str, ...]]
     return f"the Host header {header[:100]!r} is not a name of this server; {hint}"
 
 
-async def _send_json(send: Callable[..., Any], status: int, message: str, headers: Sequence[Tuple[str, str]] = ()):
+async def _send_json(
+    send: Callable[..., Any], status: int, message: str, headers: Sequence[Tuple[str, str]] = ()
+) -> None:
     body = json.dumps({"error": message, "status": status}).encode("utf-8")
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii"))]
     raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
@@ -421,9 +425,10 @@ def create_app(
         lengths = [len(e.ids) for e in encoded]
         work = check_work(lengths, [options.limit(n) for n in lengths], beam_size, attention, config, where)
         job = batcher.enqueue(encoded, beam_size=beam_size, n_best=n_best, return_attention=attention, work=work)
-        watch = asyncio.ensure_future(_client_left(request.receive))
+        watch: asyncio.Future[None] = asyncio.ensure_future(_client_left(request.receive))
         try:
-            await asyncio.wait({job.future, watch}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: List[asyncio.Future[Any]] = [job.future, watch]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if not job.future.done():
                 raise ClientGone(f"the client disconnected; its {len(encoded)} sentences were not all decoded")
             results = job.future.result()
@@ -552,7 +557,8 @@ def guarded_protocol(
             over_capacity = len(self.connections) > max_connections
             if over_capacity:
                 _log.warning("%s: over %d connections open (max_connections)", self._peer(), max_connections)
-            self.app = functools.partial(guard, self.app, over_capacity)
+            inner: Any = getattr(self, "app")  # uvicorn's app, set by the base class
+            self.app = functools.partial(guard, inner, over_capacity)
             self._arm()
 
         def _peer(self) -> str:
@@ -595,7 +601,12 @@ def guarded_protocol(
         def _cut(self) -> None:
             self._deadline = None
             cycle = getattr(self, "cycle", None)
-            if cycle is not None and cycle.more_body and not cycle.response_complete and not self.transport.is_closing():
+            if (
+                cycle is not None
+                and cycle.more_body
+                and not cycle.response_complete
+                and not self.transport.is_closing()
+            ):
                 _log.info("%s: connection closed: its request body did not arrive in time (read_timeout)", self._peer())
                 self.transport.close()
 
@@ -605,8 +616,9 @@ def guarded_protocol(
             self.transport.close()
 
         def connection_lost(self, exc: Optional[Exception]) -> None:
-            if getattr(self, "_deadline", None) is not None:
-                self._deadline.cancel()
+            deadline = getattr(self, "_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
                 self._deadline = None
             super().connection_lost(exc)
 

@@ -218,9 +218,7 @@ class Batcher:
         """Answer the requests still queued with 503 (the server is shutting down), wait for the
         decode in progress, then stop the loop task and the worker thread."""
         self.closing = True
-        stopping = ServeError(
-            503, "the server shut down before this request was decoded", headers={"Retry-After": "1"}
-        )
+        stopping = ServeError(503, "the server shut down before this request was decoded", headers={"Retry-After": "1"})
         for job in self._jobs:
             job.waiting.clear()
             job.fail(stopping)

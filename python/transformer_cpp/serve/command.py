@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from .._runtime import set_num_threads
 from ..options import (
@@ -37,11 +37,11 @@ _DESCRIPTION = (
     "Concurrent requests are batched into one decode call, a small request never waiting behind a large "
     "one for more than one decode call. Requests are bounded in bytes, texts, characters, tokens and "
     "attention weights; clients in time and connections. SIGTERM finishes the requests in flight "
-    "(--graceful-timeout), then exits 0. Needs the serve extra: pip install \"transformer-cpp[serve]\"."
+    '(--graceful-timeout), then exits 0. Needs the serve extra: pip install "transformer-cpp[serve]".'
 )
 
 
-def _host_list(text: str) -> tuple:
+def _host_list(text: str) -> Tuple[str, ...]:
     """An argparse type: comma-separated host names (``example.org,*.example.org`` or ``*``)."""
     try:
         return host_patterns([h for h in text.split(",") if h.strip()] or [text])

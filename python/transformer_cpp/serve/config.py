@@ -306,9 +306,7 @@ async def read_json_body(request: Any, config: ServeConfig) -> Any:
         raise ClientGone("the client disconnected while sending its request") from None
     if body is None:
         await _drain(request, drain_cap, drain_time)
-        raise ServeError(
-            413, f"the request body is over {config.max_request_bytes:,} bytes (max_request_bytes)"
-        )
+        raise ServeError(413, f"the request body is over {config.max_request_bytes:,} bytes (max_request_bytes)")
     if not body.strip():
         raise ServeError(400, 'the request body is empty; send a JSON object such as {"text": "..."}')
     try:
