@@ -52,6 +52,7 @@ __all__ = [
     "background_server",
     "create_app",
     "guarded_protocol",
+    "host_refusal",
     "serve",
     "uvicorn_choices",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "api_models",
     "check_work",
     "field_name",
+    "host_patterns",
     "is_json",
     "parse_request",
     "read_json_body",
