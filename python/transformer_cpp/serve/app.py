@@ -662,7 +662,9 @@ def serve(
     (0: not at all; ``None``: until they end) for the requests in flight; requests still running
     then get 503, requests still queued too, and the decode in progress is finished. The HTTP
     guards (``config.read_timeout``, ``max_connections``, ``max_header_bytes``) are
-    :func:`guarded_protocol`'s; ``keep_alive_timeout`` is uvicorn's ``timeout_keep_alive``.
+    :func:`guarded_protocol`'s; ``keep_alive_timeout`` is uvicorn's ``timeout_keep_alive``. The
+    process's soft limit of open files is raised (up to its hard limit) to leave room for
+    ``max_connections`` connections.
     """
     try:
         import uvicorn
