@@ -142,7 +142,8 @@ def host_patterns(hosts: Any) -> Tuple[str, ...]:
     for host in hosts:
         if not isinstance(host, str):
             raise TypeError(f"ServeConfig: allowed_hosts must hold host names (str), got {type(host).__name__}")
-        name = host.strip().lower().rstrip(".")
+        name = host.strip().lower()
+        name = (name.split(":")[0] if name.count(":") == 1 else name).rstrip(".")  # any port matches
         rest = name[2:] if name.startswith("*.") else name
         if not name or (name != "*" and (not rest or any(c in rest for c in " \t/,*@[]") or rest.startswith("."))):
             raise ValueError(
