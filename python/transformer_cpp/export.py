@@ -50,6 +50,8 @@ transformer-cpp, using it needs ``pip install 'transformer-cpp[transformers]'``)
     print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
     # Transformers 4.x also has the translation pipeline (Transformers 5 removed it):
+    from transformers import pipeline
+
     translate = pipeline("translation", model="exported-hf")
     translate("How are you?", num_beams=1)[0]["translation_text"]
 
