@@ -49,6 +49,7 @@ PUBLIC_NAMES = [
     "evaluate_translation",
     "export_ctranslate2",
     "export_torch",
+    "export_transformers",
     "get_num_threads",
     "load_checkpoint",
     "load_tatoeba",
