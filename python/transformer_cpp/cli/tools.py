@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import average_checkpoints, list_checkpoints, mark_best
+from ..checkpoint import AVERAGED_NAME, BEST_FILE, average_checkpoints, list_checkpoints, mark_best, refuse_foreign
 from ..export import QUANTIZATIONS, export_ctranslate2, export_torch
 from ..options import count_option, path_option
 from ..plotting import save_positional_encoding_figures
@@ -43,7 +43,8 @@ def add_average_parser(sub: Any) -> None:
         "average",
         help="average the last checkpoints of a run into one",
         description="Average the weights of the newest N checkpoints of a run into the checkpoint "
-        "'averaged' (for translating; 'latest', which --resume continues, is unchanged).",
+        "'averaged' (for translating; 'latest', which --resume continues, is unchanged). An 'averaged' "
+        "that is not a checkpoint (a file or directory of the user's) is never replaced.",
     )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
     p.add_argument(
@@ -60,6 +61,11 @@ def run_average(args: argparse.Namespace) -> int:
     if len(found) < 2:
         raise UserError(f"'{run}' holds {len(found)} checkpoint(s); averaging needs at least 2")
     paths = found[-args.last :]
+    # before any work: what the command replaces must be its own
+    hint = "move it elsewhere to average into this run"
+    refuse_foreign(run / AVERAGED_NAME, "", hint)
+    if args.mark_best:
+        refuse_foreign(run / BEST_FILE, "", hint)
     path, _ = average_checkpoints(paths, run)
     assert path is not None  # written, since run_dir was given
     if args.mark_best:

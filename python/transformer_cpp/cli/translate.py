@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..checkpoint import read_checkpoint_config
+from ..checkpoint import BEST_FILE, LATEST_FILE, read_checkpoint_config
 from ..data import DataRecord
 from ..options import add_decoding_options, count_option, encoding_option, limits_of, path_option, setting
 from ..task import check_same_split, load_pairs, load_split
@@ -135,15 +135,42 @@ def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str]]:
     return pairs.english, pairs.spanish
 
 
+def _check_output(output: str, ckpt_dir: Path, inputs: List[Tuple[str, Optional[str]]]) -> None:
+    """Refuse an ``--output`` that cannot be written, or that is one of the command's inputs (the
+    pairs, the data file, the checkpoint's files, the run's pointers): the translations are
+    written there, and an input is never overwritten."""
+    out = Path(output)
+    folder = out.parent
+    if out.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UserError(f"--output '{output}' cannot be written (not a file in a writable directory)")
+    if not out.exists():
+        return
+    run = ckpt_dir.parent
+    inputs = inputs + [("the run's 'latest' pointer", str(run / LATEST_FILE)), ("the run's 'best' pointer", str(run / BEST_FILE))]
+    for label, path in inputs:
+        try:
+            same = path is not None and os.path.samefile(out, path)
+        except OSError:  # no such file: not an input
+            same = False
+        if same:
+            raise UserError(
+                f"--output '{output}' is {label} ('{path}'): the translations would overwrite it; choose another --output"
+            )
+    if out.resolve().parent == ckpt_dir.resolve():
+        raise UserError(
+            f"--output '{output}' is a file of the checkpoint '{ckpt_dir}': the translations would overwrite it; "
+            "choose another --output"
+        )
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     """``transformer-cpp evaluate``."""
     set_threads(args.threads)
-    if args.output is not None:  # before the work, not after it
-        folder = Path(args.output).parent
-        if Path(args.output).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise UserError(f"--output '{args.output}' cannot be written (not a file in a writable directory)")
     ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
     record = DataRecord.from_dict(cfg.get("data")) if cfg.get("data") else None
+    if args.output is not None:  # before the work, not after it
+        data_file = args.data if args.data is not None else (record.path if record is not None else None)
+        _check_output(args.output, ckpt_dir, [("the --pairs file", args.pairs), ("the data file", data_file)])
     translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
     if args.pairs is not None:
         sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
@@ -239,7 +266,11 @@ def add_evaluate_parser(sub: Any) -> None:
         help="score on this pairs file instead of the run's split",
     )
     p.add_argument(
-        "--output", type=path_option, default=None, metavar="FILE", help="write the translations here, one per line"
+        "--output",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="write the translations here, one per line (never over an input: the pairs, the data file, the checkpoint)",
     )
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"

@@ -161,6 +161,7 @@ class Trainer:
                     "Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)"
                 )
             self.run_dir.check_writable()  # before any work, not after an epoch
+            self.run_dir.check_own_entries()  # nothing of the user's under a name a run writes
         self.data_info = dict(data_info) if data_info is not None else None
         _check_vocabularies(model, src_tokenizer, tgt_tokenizer, train_data, valid_data)
         _configure_model(model, self.config)
