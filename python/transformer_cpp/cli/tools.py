@@ -11,7 +11,7 @@ from ..checkpoint import AVERAGED_NAME, BEST_FILE, average_checkpoints, list_che
 from ..export import QUANTIZATIONS, export_ctranslate2, export_torch
 from ..options import count_option, path_option
 from ..plotting import save_positional_encoding_figures
-from .common import UserError
+from .common import UserError, terminate_as_interrupt
 
 __all__ = [
     "add_average_parser",
@@ -84,10 +84,11 @@ def run_export(args: argparse.Namespace) -> int:
             f"--quantization is for --to ctranslate2 (the {args.to} export keeps the model's weights as they are)"
         )
     try:
-        if args.to == "ctranslate2":
-            out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
-        else:
-            out = export_torch(args.model, args.out)
+        with terminate_as_interrupt():  # a killed export removes its staging directory
+            if args.to == "ctranslate2":
+                out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
+            else:
+                out = export_torch(args.model, args.out)
     except ImportError as exc:  # an optional dependency (its extra is named in the message)
         raise UserError(str(exc)) from None
     print(f"exported to {args.to}: {out}")
