@@ -356,7 +356,8 @@ def check_resume_request(
             "--resume continues the run in --out with its own settings, and these options differ "
             "from it: " + ", ".join(conflicts) + "; drop them, or start a new run with another --out"
         )
-    return {k: v for k, v in train.items() if k in CHANGEABLE_ON_RESUME}
+    # the changes are the options given: a preset's value is not a request to change the run
+    return {k: v for k, v in request.training.items() if k in CHANGEABLE_ON_RESUME}
 
 
 # ------------------------------------------------------------------------------------ data parallel
@@ -602,11 +603,12 @@ def _resume_here(request: TrainRequest, out: Path, parallel: Any, report: Report
         train,
         valid,
         checkpoint_dir=out,
-        epochs=changes.get("epochs"),
         threads=request.threads,
         progress=None if request.progress else False,
-        time_budget=changes.get("time_budget"),
         parallel=parallel,
+        # every other setting a resumed run may change (epochs, time budget, pruning, averaging):
+        # one that from_checkpoint did not take would fail here, not be ignored
+        **{k: v for k, v in changes.items() if k not in ("threads", "progress")},
     )
     trainer.config.adaptive_threads = request.adaptive_threads  # how threads are used: not part of the run
     report(

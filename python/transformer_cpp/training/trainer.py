@@ -284,6 +284,8 @@ class Trainer:
         threads: Optional[int] = None,
         progress: Optional[bool] = None,
         time_budget: Optional[float] = None,
+        keep_checkpoints: Optional[int] = None,
+        average_last: Optional[int] = None,
         parallel: Any = None,
     ) -> "Trainer":
         """A trainer that continues the run saved at ``path`` (a run directory, one checkpoint
@@ -291,8 +293,9 @@ class Trainer:
 
         ``train_data`` and ``valid_data`` must be the same encoded pairs as in the saved run
         (checked with a hash). The model, tokenizers, optimiser state, settings and history come
-        from the checkpoint; ``epochs`` (the total to reach), ``threads``, ``progress`` and
-        ``time_budget`` may be changed. New checkpoints go to ``checkpoint_dir``, by default the run
+        from the checkpoint; ``epochs`` (the total to reach), ``threads``, ``progress``,
+        ``time_budget``, ``keep_checkpoints`` and ``average_last`` may be changed (None keeps the
+        run's). New checkpoints go to ``checkpoint_dir``, by default the run
         directory that holds ``path``. ``parallel`` (a
         :class:`~transformer_cpp.distributed.DataParallel`) must have as many ranks as the run had.
 
@@ -308,7 +311,15 @@ class Trainer:
             )
         if ckpt.trainer_state is None or ckpt.train_config is None:
             raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
-        config = _resumed_config(ckpt, epochs=epochs, threads=threads, progress=progress, time_budget=time_budget)
+        config = _resumed_config(
+            ckpt,
+            epochs=epochs,
+            threads=threads,
+            progress=progress,
+            time_budget=time_budget,
+            keep_checkpoints=keep_checkpoints,
+            average_last=average_last,
+        )
         trainer = cls(
             ckpt.model,
             train_data,
