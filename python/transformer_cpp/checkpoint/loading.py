@@ -146,7 +146,7 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
 def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> SubwordTokenizer:
     data = _read_file(ckpt, fname, files, _MAX_TOKENIZER_BYTES)
     try:
-        return SubwordTokenizer.from_str(data.decode("utf-8"))
+        return SubwordTokenizer.from_str(data.decode("utf-8"), source=str(ckpt / fname))
     except (UnicodeDecodeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
 

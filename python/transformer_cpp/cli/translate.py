@@ -146,7 +146,10 @@ def _check_output(output: str, ckpt_dir: Path, inputs: List[Tuple[str, Optional[
     if not out.exists():
         return
     run = ckpt_dir.parent
-    inputs = inputs + [("the run's 'latest' pointer", str(run / LATEST_FILE)), ("the run's 'best' pointer", str(run / BEST_FILE))]
+    inputs = inputs + [
+        ("the run's 'latest' pointer", str(run / LATEST_FILE)),
+        ("the run's 'best' pointer", str(run / BEST_FILE)),
+    ]
     for label, path in inputs:
         try:
             same = path is not None and os.path.samefile(out, path)
