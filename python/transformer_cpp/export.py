@@ -405,7 +405,7 @@ def remove_stale_staging(out: Path) -> List[Path]:
     process is gone): only those named as :class:`_staging` names them for ``out``; the paths
     removed."""
     parent = out.absolute().parent
-    removed = []
+    removed: List[Path] = []
     try:
         children = list(parent.iterdir())
     except OSError:

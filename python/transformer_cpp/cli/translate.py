@@ -127,12 +127,12 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str]]:
-    """The pairs of ``path``; lines that are not valid in ``encoding`` are left out and reported
-    by line number, with every other line left out."""
+def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str], List[int]]:
+    """The pairs of ``path`` and their line numbers; lines that are not valid in ``encoding`` are
+    left out and reported by line number, with every other line left out."""
     record = DataRecord(encoding=encoding, decode_errors="skip")
     pairs = load_pairs(path, record, console.say, sampling="first")
-    return pairs.english, pairs.spanish
+    return pairs.english, pairs.spanish, pairs.line_numbers
 
 
 def _check_output(output: str, ckpt_dir: Path, inputs: List[Tuple[str, Optional[str]]]) -> None:
@@ -176,7 +176,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         _check_output(args.output, ckpt_dir, [("the --pairs file", args.pairs), ("the data file", data_file)])
     translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
     if args.pairs is not None:
-        sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
+        sources, references, lines = _read_pairs_file(args.pairs, args.encoding or "utf-8")
         what = f"{args.pairs}"
     else:
         if record is None:
@@ -192,6 +192,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         check_same_split(args.split, record, rebuilt)
         sources, references = split[args.split]
         what = f"the {args.split} split"
+        lines = []
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     if not sources:
@@ -205,11 +206,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         tgt_lang=record.tgt_lang if record is not None else "es",
     )
-    if args.output is not None:
+    for i, why in result.skipped[:20]:
+        where = f"line {lines[i]} of {args.pairs}" if lines else f"pair {i + 1} of the {args.split} split"
+        console.say(f"{PROG} evaluate: {where} cannot be scored here, left out: {why}")
+    if len(result.skipped) > 20:
+        console.say(f"{PROG} evaluate: {len(result.skipped) - 20:,} more pairs cannot be scored here, left out")
+    if args.output is not None:  # one line per pair (empty for a pair left out)
         Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+    left_out = f" ({len(result.skipped):,} left out: see above)" if result.skipped else ""
     print(f"checkpoint  {ckpt_dir}")
     print(
-        f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+        f"pairs       {what}: {result.sentences} sentence pairs{left_out}, beam size {args.beam_size}"
         + (f", compute type {args.compute_type}" if args.compute_type != "float32" else "")
     )
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
@@ -223,7 +230,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"accuracy    {result.accuracy:.4f}")
     if args.output is not None:
         print(f"hypotheses  {args.output}")
-    for i in range(min(args.examples, len(sources))):
+    for i in [i for i in range(len(sources)) if i not in dict(result.skipped)][: args.examples]:
         print(f"\n  source     {sources[i]}\n  reference  {result.references[i]}\n  output     {result.hypotheses[i]}")
     return 0
 

@@ -187,7 +187,7 @@ def split_sentences(
     else:
         parts = train_val_test_split(len(sources), record.valid_fraction, record.test_fraction, seed=record.split_seed)
     chosen = [([sources[i] for i in idx], [targets[i] for i in idx]) for idx in parts]
-    split = Split(*chosen)
+    split = Split(train=chosen[0], valid=chosen[1], test=chosen[2])
     if lines is not None and len(lines) == len(sources):
         split.lines = {name: [lines[i] for i in idx] for name, idx in zip(("train", "valid", "test"), parts)}
     digests = {name: split_digest(*split[name]) for name in ("train", "valid", "test")}
@@ -306,8 +306,8 @@ def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, rep
         + ", ".join(f"{p:g}% <= {v}" for p, v in pct.items())
     )
     if option:
-        kept = sum(n <= option for n in lengths) / len(lengths) * 100
-        report(f"max length {option} tokens (--max-length) keeps {kept:.2f}% of the training pairs")
+        share = sum(n <= option for n in lengths) / len(lengths) * 100
+        report(f"max length {option} tokens (--max-length) keeps {share:.2f}% of the training pairs")
         return int(option)
     limit = length_limit(lengths, LENGTH_COVERAGE)
     ceiling = min(AUTOMATIC_LENGTH_CAP, OUTLIER_FACTOR * length_limit(lengths, 99.0))
@@ -317,11 +317,11 @@ def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, rep
     covered = limit
     limit = max((n for n in lengths if n <= ceiling), default=ceiling)  # the longest pair within it
     outliers = [i for i, n in enumerate(lengths) if n > limit]
-    long = set(long)
+    counted_from_words = set(long)
     lines = split.lines.get("train")
     named = [
         (f"line {lines[i]}" if lines else f"training pair {i + 1}")
-        + (f" (at least {lengths[i]:,} tokens)" if i in long else f" ({lengths[i]:,} tokens)")
+        + (f" (at least {lengths[i]:,} tokens)" if i in counted_from_words else f" ({lengths[i]:,} tokens)")
         for i in outliers[:5]
     ]
     more = f" and {len(outliers) - 5:,} more" if len(outliers) > 5 else ""
