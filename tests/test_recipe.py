@@ -326,6 +326,50 @@ def test_resume_with_the_same_command(cli_run):
     assert "--d-model 64 (the run has 32)" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_resume_applies_every_setting_it_may_change(cli_run, tmp_path):
+    """Each option that ``--resume`` accepts takes effect (none is accepted and ignored)."""
+    import shutil
+
+    from transformer_cpp.task import CHANGEABLE_ON_RESUME
+
+    root, _, args, _ = cli_run
+    out = args.index("--out") + 1
+    first, second = tmp_path / "a", tmp_path / "b"
+    for copy in (first, second):
+        shutil.copytree(root / "run", copy)
+    done = int((first / "latest").read_text().strip().split("-")[1])  # 2, or 3 after another test resumed
+
+    given = ["--epochs", str(done + 2), "--keep-checkpoints", "1", "--time-budget", "30", "--fixed-threads"]
+    result = run_cli("train", *args[:out], str(first), *args[out + 1 :], *given, "--resume")
+    assert result.returncode == 0, result.stderr
+    newest = f"epoch-{done + 2:04d}"
+    saved = json.loads((first / newest / "config.json").read_text())["train_config"]
+    assert (saved["epochs"], saved["keep_checkpoints"], saved["time_budget"]) == (done + 2, 1, 30.0)
+    assert (saved["threads"], saved["progress"], saved["adaptive_threads"]) == (1, False, False)
+    kept = {p.name for p in list_checkpoints(first)}  # the newest one, and the best (never pruned)
+    assert newest in kept and kept - {best_checkpoint(first).name, "averaged"} <= {newest}, kept
+
+    result = run_cli(
+        "train",
+        *args[:out],
+        str(second),
+        *args[out + 1 :],
+        "--epochs",
+        str(done + 1),
+        "--average-last",
+        "3",
+        "--resume",
+    )
+    assert result.returncode == 0, result.stderr
+    names = [p.name for p in list_checkpoints(second) if p.name != "averaged"]
+    averaged = json.loads((second / "averaged" / "config.json").read_text())
+    assert averaged["data"]["averaged_from"] == names[-3:]
+    saved = json.loads((second / f"epoch-{done + 1:04d}" / "config.json").read_text())["train_config"]
+    assert saved["average_last"] == 3
+    covered = {"epochs", "keep_checkpoints", "time_budget", "threads", "progress", "average_last"}
+    assert set(CHANGEABLE_ON_RESUME) == covered  # a setting added there gets a check here
+
+
 def test_evaluate_on_a_pairs_file_equals_sacrebleu(cli_run, tmp_path):
     import sacrebleu
 
