@@ -33,7 +33,13 @@ def run_figures(args: argparse.Namespace) -> int:
 def add_figures_parser(sub: Any) -> None:
     """``transformer-cpp figures``."""
     p = sub.add_parser("figures", help="render the positional-encoding figures to PNG files")
-    p.add_argument("--out", type=path_option, default="figures", help="output directory (default: figures)")
+    p.add_argument(
+        "--out",
+        type=path_option,
+        default="figures",
+        help="output directory (default: figures); a file there under a figure's name that transformer-cpp did "
+        "not draw is never replaced",
+    )
     p.set_defaults(func=run_figures)
 
 
