@@ -115,7 +115,10 @@ class Trainer:
         valid_data: validation pairs (loss and accuracy after each epoch), or ``None``.
         config: the :class:`TrainConfig` (default settings if ``None``).
         src_tokenizer, tgt_tokenizer: needed to write checkpoints (they are saved with them).
-        checkpoint_dir: the run directory for a checkpoint after every epoch, or ``None``.
+        checkpoint_dir: the run directory for a checkpoint after every epoch, or ``None``; one
+            that holds something of the user's under a name a run writes (a directory
+            ``epoch-0002`` without a checkpoint manifest, say) is refused at once with
+            ``FileExistsError`` naming it.
         data_info: JSON-serialisable description of the data (file, number of pairs, split seed,
             fractions, languages...), stored in each checkpoint so that the split can be rebuilt.
         parallel: a :class:`~transformer_cpp.distributed.DataParallel` to train on several
