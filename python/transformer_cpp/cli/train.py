@@ -113,6 +113,8 @@ def _check_out(run: RunDirectory, resume: bool) -> None:
         raise UserError(f"nothing to resume: '{run.path}' holds no checkpoint")
     if not resume and existing:
         raise UserError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
+    if not resume:
+        run.check_own_entries()  # a resumed run is checked once its checkpoint has been read
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..checkpoint import read_checkpoint_config
+from ..checkpoint import BEST_FILE, LATEST_FILE, read_checkpoint_config
 from ..data import DataRecord
 from ..options import add_decoding_options, count_option, encoding_option, limits_of, path_option, setting
 from ..task import check_same_split, load_pairs, load_split
@@ -128,26 +128,56 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str]]:
-    """The pairs of ``path``; lines that are not valid in ``encoding`` are left out and reported
-    by line number, with every other line left out."""
+def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str], List[int]]:
+    """The pairs of ``path`` and their line numbers; lines that are not valid in ``encoding`` are
+    left out and reported by line number, with every other line left out."""
     record = DataRecord(encoding=encoding, decode_errors="skip")
     pairs = load_pairs(path, record, console.say, sampling="first")
-    return pairs.english, pairs.spanish
+    return pairs.english, pairs.spanish, pairs.line_numbers
+
+
+def _check_output(output: str, ckpt_dir: Path, inputs: List[Tuple[str, Optional[str]]]) -> None:
+    """Refuse an ``--output`` that cannot be written, or that is one of the command's inputs (the
+    pairs, the data file, the checkpoint's files, the run's pointers): the translations are
+    written there, and an input is never overwritten."""
+    out = Path(output)
+    folder = out.parent
+    if out.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UserError(f"--output '{output}' cannot be written (not a file in a writable directory)")
+    if not out.exists():
+        return
+    run = ckpt_dir.parent
+    inputs = inputs + [
+        ("the run's 'latest' pointer", str(run / LATEST_FILE)),
+        ("the run's 'best' pointer", str(run / BEST_FILE)),
+    ]
+    for label, path in inputs:
+        try:
+            same = path is not None and os.path.samefile(out, path)
+        except OSError:  # no such file: not an input
+            same = False
+        if same:
+            raise UserError(
+                f"--output '{output}' is {label} ('{path}'): the translations would overwrite it; choose another --output"
+            )
+    if out.resolve().parent == ckpt_dir.resolve():
+        raise UserError(
+            f"--output '{output}' is a file of the checkpoint '{ckpt_dir}': the translations would overwrite it; "
+            "choose another --output"
+        )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """``transformer-cpp evaluate``."""
     set_threads(args.threads)
-    if args.output is not None:  # before the work, not after it
-        folder = Path(args.output).parent
-        if Path(args.output).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise UserError(f"--output '{args.output}' cannot be written (not a file in a writable directory)")
     ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
     record = DataRecord.from_dict(cfg.get("data")) if cfg.get("data") else None
+    if args.output is not None:  # before the work, not after it
+        data_file = args.data if args.data is not None else (record.path if record is not None else None)
+        _check_output(args.output, ckpt_dir, [("the --pairs file", args.pairs), ("the data file", data_file)])
     translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
     if args.pairs is not None:
-        sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
+        sources, references, lines = _read_pairs_file(args.pairs, args.encoding or "utf-8")
         what = f"{args.pairs}"
     else:
         if record is None:
@@ -163,6 +193,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         check_same_split(args.split, record, rebuilt)
         sources, references = split[args.split]
         what = f"the {args.split} split"
+        lines = []
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     if not sources:
@@ -176,11 +207,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         tgt_lang=record.tgt_lang if record is not None else "es",
     )
-    if args.output is not None:
+    for i, why in result.skipped[:20]:
+        where = f"line {lines[i]} of {args.pairs}" if lines else f"pair {i + 1} of the {args.split} split"
+        console.say(f"{PROG} evaluate: {where} cannot be scored here, left out: {why}")
+    if len(result.skipped) > 20:
+        console.say(f"{PROG} evaluate: {len(result.skipped) - 20:,} more pairs cannot be scored here, left out")
+    if args.output is not None:  # one line per pair (empty for a pair left out)
         Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+    left_out = f" ({len(result.skipped):,} left out: see above)" if result.skipped else ""
     print(f"checkpoint  {ckpt_dir}")
     print(
-        f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+        f"pairs       {what}: {result.sentences} sentence pairs{left_out}, beam size {args.beam_size}"
         + (f", compute type {args.compute_type}" if args.compute_type != "float32" else "")
     )
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
@@ -194,7 +231,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"accuracy    {result.accuracy:.4f}")
     if args.output is not None:
         print(f"hypotheses  {args.output}")
-    for i in range(min(args.examples, len(sources))):
+    for i in [i for i in range(len(sources)) if i not in dict(result.skipped)][: args.examples]:
         print(f"\n  source     {sources[i]}\n  reference  {result.references[i]}\n  output     {result.hypotheses[i]}")
     return 0
 
@@ -240,7 +277,11 @@ def add_evaluate_parser(sub: Any) -> None:
         help="score on this pairs file instead of the run's split",
     )
     p.add_argument(
-        "--output", type=path_option, default=None, metavar="FILE", help="write the translations here, one per line"
+        "--output",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="write the translations here, one per line (never over an input: the pairs, the data file, the checkpoint)",
     )
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"

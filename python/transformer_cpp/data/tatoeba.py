@@ -161,7 +161,8 @@ class TatoebaPairs:
 
     ``pairs[i]`` is ``(english, spanish)``; ``len(pairs)`` the number of pairs. Iterating
     yields the same tuples. ``attributions[i]`` is the third column of the line ("" if the line
-    had none). ``license`` is :data:`TATOEBA_LICENSE`.
+    had none); ``line_numbers[i]`` the line's number in the file (1-based; empty when the pairs did
+    not come from a file). ``license`` is :data:`TATOEBA_LICENSE`.
     """
 
     english: List[str]
@@ -170,12 +171,16 @@ class TatoebaPairs:
     stats: LoadStats = field(default_factory=LoadStats)
     source: Optional[Path] = None
     license: str = TATOEBA_LICENSE
+    line_numbers: List[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not (len(self.english) == len(self.spanish) == len(self.attributions)):
+        if not (len(self.english) == len(self.spanish) == len(self.attributions)) or (
+            self.line_numbers and len(self.line_numbers) != len(self.english)
+        ):
             raise ValueError(
-                f"TatoebaPairs: english ({len(self.english)}), spanish ({len(self.spanish)}) and "
-                f"attributions ({len(self.attributions)}) must have the same length"
+                f"TatoebaPairs: english ({len(self.english)}), spanish ({len(self.spanish)}), "
+                f"attributions ({len(self.attributions)}) and line_numbers ({len(self.line_numbers)}, or none) "
+                "must have the same length"
             )
 
     def __len__(self) -> int:
@@ -301,6 +306,7 @@ def _parse(
     english: List[str] = []
     spanish: List[str] = []
     attributions: List[str] = []
+    numbers: List[int] = []
     lines = _read_lines(path, caller)
     try:
         for raw in lines:
@@ -331,6 +337,7 @@ def _parse(
             english.append(en)
             spanish.append(es)
             attributions.append("\t".join(fields[2:]).strip())
+            numbers.append(stats.read)
             stats.kept += 1
     finally:
         lines.close()
@@ -343,7 +350,7 @@ def _parse(
         logger.info(
             "%s: skipped %d of %d lines in %s (%s)", caller, stats.skipped, stats.read, path, stats.describe_skipped()
         )
-    return TatoebaPairs(english, spanish, attributions, stats, path)
+    return TatoebaPairs(english, spanish, attributions, stats, path, line_numbers=numbers)
 
 
 def _check_readable(txt: Path, caller: str) -> None:
@@ -552,4 +559,5 @@ def load_tatoeba(
     pairs.english = [pairs.english[i] for i in keep]
     pairs.spanish = [pairs.spanish[i] for i in keep]
     pairs.attributions = [pairs.attributions[i] for i in keep]
+    pairs.line_numbers = [pairs.line_numbers[i] for i in keep]
     return pairs
