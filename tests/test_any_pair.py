@@ -194,7 +194,9 @@ def test_two_aligned_files(tmp_path):
         read_pairs(f"{src},{tgt}", columns="2,1")
     # one line more in the source file: the error names that line and both files
     src.write_text("Le chat.\nLe chien.\n\nLa maison.\nEt un de trop.\n", encoding="utf-8")
-    with pytest.raises(LineCountMismatch, match=r"line 5 of '.*train\.fr' has no counterpart, '.*train\.en' has only 4"):
+    with pytest.raises(
+        LineCountMismatch, match=r"line 5 of '.*train\.fr' has no counterpart, '.*train\.en' has only 4"
+    ):
         read_pairs(f"{src},{tgt}")
     tgt.write_text("The cat.\n", encoding="utf-8")
     with pytest.raises(LineCountMismatch) as info:
@@ -214,10 +216,14 @@ def test_train_on_two_aligned_files_and_evaluate(tmp_path):
     (tmp_path / "c.es").write_text("".join(f"{es}\n" for _, es, _ in lines), encoding="utf-8")
     (tmp_path / "c.en").write_text("".join(f"{en}\n" for en, _, _ in lines), encoding="utf-8")
     data = f"{tmp_path / 'c.es'},{tmp_path / 'c.en'}"
-    result = run("train", *SMALL, "--data", data, "--source-lang", "es", "--target-lang", "en", "--out", str(tmp_path / "r"))
+    result = run(
+        "train", *SMALL, "--data", data, "--source-lang", "es", "--target-lang", "en", "--out", str(tmp_path / "r")
+    )
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "r" / "epoch-0001" / "config.json").read_text())["data"]
-    assert record["path"] == str((tmp_path / "c.es").resolve()) and record["target_path"] == str((tmp_path / "c.en").resolve())
+    assert record["path"] == str((tmp_path / "c.es").resolve()) and record["target_path"] == str(
+        (tmp_path / "c.en").resolve()
+    )
     assert (record["src_lang"], record["tgt_lang"], record["source_column"]) == ("es", "en", None)
     result = run("evaluate", "--model", str(tmp_path / "r"), "--examples", "1")
     assert result.returncode == 0, result.stderr
@@ -353,7 +359,10 @@ def test_quickstart_without_local_data_downloads_the_pair(tmp_path, server):
     assert "source: column 2, French (fr); target: column 1, English (en)" in result.stderr
     assert "Tatoeba archive sha256 " + hashlib.sha256(server.files["fra-eng.zip"]).hexdigest() in result.stderr
     record = json.loads((tmp_path / "r" / "epoch-0001" / "config.json").read_text())["data"]
-    assert record["tatoeba_pair"] == "fra-eng" and record["archive_sha256"] == hashlib.sha256(server.files["fra-eng.zip"]).hexdigest()
+    assert (
+        record["tatoeba_pair"] == "fra-eng"
+        and record["archive_sha256"] == hashlib.sha256(server.files["fra-eng.zip"]).hexdigest()
+    )
     # the same languages without a pair of their own and without data: told what to pass
     result = run("train", *SMALL, "--source-lang", "fr", "--target-lang", "de", "--out", str(tmp_path / "r2"), env=env)
     assert result.returncode != 0 and "no data given for fr -> de" in result.stderr and "--data" in result.stderr
@@ -368,7 +377,9 @@ def es_en_run(tmp_path_factory):
     data = write_tatoeba_file(root / "spa.txt", n=400)
     args = list(SMALL)
     args[args.index("--epochs") + 1] = "6"
-    result = run("train", *args, "--source-lang", "es", "--target-lang", "en", "--data", str(data), "--out", str(root / "run"))
+    result = run(
+        "train", *args, "--source-lang", "es", "--target-lang", "en", "--data", str(data), "--out", str(root / "run")
+    )
     assert result.returncode == 0, result.stderr
     return root, data, result
 
@@ -378,7 +389,12 @@ def test_languages_recorded_and_followed(es_en_run):
     assert "source: column 2, Spanish (es); target: column 1, English (en)" in result.stderr
     assert "es -> en" in result.stderr.splitlines()[-1]
     record = json.loads((root / "run" / "latest").parent.joinpath("epoch-0006", "config.json").read_text())["data"]
-    assert (record["src_lang"], record["tgt_lang"], record["source_column"], record["target_column"]) == ("es", "en", 2, 1)
+    assert (record["src_lang"], record["tgt_lang"], record["source_column"], record["target_column"]) == (
+        "es",
+        "en",
+        2,
+        1,
+    )
     from transformer_cpp import Translator
 
     translator = Translator.from_checkpoint(root / "run")
@@ -418,7 +434,9 @@ def test_evaluate_pairs_with_the_columns_the_other_way_round_is_refused(es_en_ru
 
 def test_task_reads_with_the_record(tmp_path):
     spa = write_tatoeba_file(tmp_path / "spa.txt", n=200)
-    split, record = task.load_split(str(spa), DataRecord(src_lang="es", tgt_lang="en", vocab_size=300).check(), task.quiet)
+    split, record = task.load_split(
+        str(spa), DataRecord(src_lang="es", tgt_lang="en", vocab_size=300).check(), task.quiet
+    )
     assert record.source_column == 2 and record.target_column == 1 and record.pairs_loaded == 200
     assert all(s.startswith("El ") for s in split.train[0]) and all(t.startswith("The ") for t in split.train[1])
     again, rebuilt = task.load_split(record.path, record, task.quiet)

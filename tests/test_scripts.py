@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import List, Tuple
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -88,7 +87,11 @@ def same_but_dots(cleaned: str, text: str, lang: str) -> bool:
     return " ".join(cleaned.replace(".", "").split()) == " ".join(want.replace(".", "").split())
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 @given(corpus())
 def test_every_script_survives_the_pipeline(tmp_path_factory, case):
     src_lang, tgt_lang, pairs = case
@@ -146,7 +149,9 @@ def test_a_language_pair_without_spaces_trains_and_translates(tmp_path):
         src_tok.vocab_size, tgt_tok.vocab_size, d_model=32, n_layers=1, n_heads=2, d_ff=64, dropout=0.0, seed=0
     )
     with threads(1):
-        Trainer(model, train, None, TrainConfig(epochs=15, batch_size=32, warmup=100, lr_scale=1.0, progress=False)).fit()
+        Trainer(
+            model, train, None, TrainConfig(epochs=15, batch_size=32, warmup=100, lr_scale=1.0, progress=False)
+        ).fit()
     translator = tc.Translator(model, src_tok, tgt_tok, src_lang="ja", tgt_lang="th")
     sources, references = split.test
     outputs = translator.translate_batch(sources)

@@ -206,7 +206,7 @@ def _fit(trainer: Trainer, out: Path) -> int:
     langs = trainer.data_info or {}
     console.say(
         f"model saved in {out} (translation uses {_best_name(out)}), {langs.get('src_lang', 'en')} -> "
-        f"{langs.get('tgt_lang', 'es')}; try: {PROG} translate --model {out} \"A sentence to translate.\""
+        f'{langs.get("tgt_lang", "es")}; try: {PROG} translate --model {out} "A sentence to translate."'
     )
     return 0
 

@@ -141,9 +141,7 @@ def run_translate(args: argparse.Namespace) -> int:
 SWAPPED_LOSS_RATIO = 0.8
 
 
-def _read_pairs_file(
-    path: str, encoding: str, translator: Any, columns: Optional[str]
-) -> Tuple[List[str], List[str]]:
+def _read_pairs_file(path: str, encoding: str, translator: Any, columns: Optional[str]) -> Tuple[List[str], List[str]]:
     """The pairs of ``path`` in the model's direction: the columns chosen by the model's languages
     (``columns`` as given, or from the file's name), then checked against the model itself (see
     :data:`SWAPPED_LOSS_RATIO`): columns that look the other way round are refused when they were
@@ -161,7 +159,9 @@ def _read_pairs_file(
     given, swapped = order_losses(translator, sources, references)
     if swapped < SWAPPED_LOSS_RATIO * given:
         where = (
-            f"columns {pairs.columns[0]} and {pairs.columns[1]}" if pairs.columns else f"'{pairs.source}' and '{pairs.target_file}'"
+            f"columns {pairs.columns[0]} and {pairs.columns[1]}"
+            if pairs.columns
+            else f"'{pairs.source}' and '{pairs.target_file}'"
         )
         problem = (
             f"the pairs of {path} look the other way round for this {record.direction} model: its loss is "
@@ -169,7 +169,9 @@ def _read_pairs_file(
         )
         if columns is None:
             fix = (
-                f"--columns {pairs.columns[1]},{pairs.columns[0]}" if pairs.columns else "the two files the other way round"
+                f"--columns {pairs.columns[1]},{pairs.columns[0]}"
+                if pairs.columns
+                else "the two files the other way round"
             )
             raise UserError(f"{problem}; pass {fix} (source then target), or --columns with the file's languages")
         console.say(f"{PROG} evaluate: warning: {problem}; scoring them as --columns says")

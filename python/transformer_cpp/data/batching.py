@@ -143,7 +143,9 @@ def encode_pairs(
     src_ids, src_offsets = _encode_ragged(src_list, src_tokenizer)
     tgt_ids, tgt_offsets = _encode_ragged(tgt_list, tgt_tokenizer)
     src_len, tgt_len = np.diff(src_offsets), np.diff(tgt_offsets)
-    fits = np.ones(len(src_list), dtype=bool) if max_length is None else (src_len <= max_length) & (tgt_len <= max_length)
+    fits = (
+        np.ones(len(src_list), dtype=bool) if max_length is None else (src_len <= max_length) & (tgt_len <= max_length)
+    )
     keep = np.flatnonzero(fits).astype(np.int64)
     removed = len(src_list) - len(keep)
     if not len(keep):

@@ -148,7 +148,12 @@ def file_sha256(path: Union[str, os.PathLike[str]]) -> str:
 def _paths(cache: Path, pair: str) -> Tuple[Path, Path, Path, Path]:
     """(archive, checksum record, pairs file, about file) of ``pair`` in ``cache``."""
     lang = pair.split("-")[0]
-    return cache / f"{pair}.zip", cache / f"{pair}.zip.sha256", cache / pair / f"{lang}.txt", cache / pair / "_about.txt"
+    return (
+        cache / f"{pair}.zip",
+        cache / f"{pair}.zip.sha256",
+        cache / pair / f"{lang}.txt",
+        cache / pair / "_about.txt",
+    )
 
 
 def _recorded_sha256(record: Path) -> Optional[str]:

@@ -97,7 +97,9 @@ class DataRecord:
         self.src_lang = language_code(self.src_lang, "DataRecord: src_lang")
         self.tgt_lang = language_code(self.tgt_lang, "DataRecord: tgt_lang")
         if self.src_lang == self.tgt_lang:
-            raise ValueError(f"DataRecord: the source and target languages are both {self.src_lang!r}; they must differ")
+            raise ValueError(
+                f"DataRecord: the source and target languages are both {self.src_lang!r}; they must differ"
+            )
         return self
 
     @property

@@ -332,7 +332,9 @@ def parse_data_spec(data: Union[str, "os.PathLike[str]", DataSpec], caller: str 
         return DataSpec("tatoeba", pair=check_tatoeba_pair(data[len("tatoeba:") :], caller))
     if "," in data and not Path(data).expanduser().exists():
         cuts = [i for i, ch in enumerate(data) if ch == "," and 0 < i < len(data) - 1]
-        existing = [i for i in cuts if Path(data[:i]).expanduser().is_file() and Path(data[i + 1 :]).expanduser().is_file()]
+        existing = [
+            i for i in cuts if Path(data[:i]).expanduser().is_file() and Path(data[i + 1 :]).expanduser().is_file()
+        ]
         if len(existing) == 1 or (not existing and len(cuts) == 1):
             i = (existing or cuts)[0]
             return DataSpec(
@@ -381,14 +383,14 @@ def resolve_data(
         if spec.path is not None:
             return spec
         assert spec.pair is not None
-        path = cached_tatoeba(spec.pair, cache_dir, download=download, urls=urls, caller=caller)
-        return DataSpec("tatoeba", path=path, pair=spec.pair)
-    for label, path in (("", spec.path), (" (target file)", spec.target_path)):
-        if path is not None:
-            path = path.expanduser()
-            if not path.is_file():
-                raise _not_a_file(path, caller, where + (label if spec.kind == "aligned" else ""))
-    return DataSpec(spec.kind, spec.path.expanduser() if spec.path else None, spec.target_path and spec.target_path.expanduser())
+        cached = cached_tatoeba(spec.pair, cache_dir, download=download, urls=urls, caller=caller)
+        return DataSpec("tatoeba", path=cached, pair=spec.pair)
+    for label, given in (("", spec.path), (" (target file)", spec.target_path)):
+        if given is not None and not given.expanduser().is_file():
+            raise _not_a_file(given.expanduser(), caller, where + (label if spec.kind == "aligned" else ""))
+    return DataSpec(
+        spec.kind, spec.path.expanduser() if spec.path else None, spec.target_path and spec.target_path.expanduser()
+    )
 
 
 def _tatoeba_code(name: str) -> Optional[str]:
@@ -475,14 +477,15 @@ def choose_columns(
     if src == tgt:
         raise ValueError(f"{caller}: the source and target languages are both {src!r}; they must differ")
     items = _column_items(columns, caller)
-    if items and all(isinstance(i, int) for i in items):
-        if len(items) != 2 or items[0] == items[1] or min(items) < 1:  # type: ignore[type-var]
+    numbers = [i for i in items if isinstance(i, int)]
+    if items and len(numbers) == len(items):
+        if len(numbers) != 2 or numbers[0] == numbers[1] or min(numbers) < 1:
             raise ValueError(
                 f"{caller}: column numbers must be two different columns >= 1, source then target "
                 f"(such as 2,1), got {columns!r}"
             )
-        return int(items[0]), int(items[1])
-    if items and any(isinstance(i, int) for i in items):
+        return numbers[0], numbers[1]
+    if numbers:
         raise ValueError(
             f"{caller}: columns must be two column numbers (2,1) or the languages of the file's columns (en,es), "
             f"not both, got {columns!r}"
@@ -769,7 +772,9 @@ def _read(
         )
     else:
         chosen = choose_columns(columns, "en", "es", None, caller=caller) if columns is not None else (1, 2)
-    cleaning = (language_code(languages[0], caller), language_code(languages[1], caller)) if clean and languages else None
+    cleaning = (
+        (language_code(languages[0], caller), language_code(languages[1], caller)) if clean and languages else None
+    )
     if sampling == "first" or num_samples is None:
         return _parse(spec, num_samples, chosen, cleaning, attributions, caller, encoding, errors)
     pairs = _parse(spec, None, chosen, cleaning, attributions, caller, encoding, errors)
@@ -842,5 +847,3 @@ def _undecodable(
         encoding,
         detail,
     )
-
-

@@ -39,6 +39,7 @@ from ..data import (
     read_pairs,
     split_by_source,
     tatoeba_pair_for,
+    token_lengths,
     train_val_test_split,
 )
 from ..model import Transformer
@@ -156,11 +157,17 @@ def load_pairs(
     report(message)
     src, tgt = language_name(record.src_lang), language_name(record.tgt_lang)
     if pairs.columns is not None:
-        report(f"source: column {pairs.columns[0]}, {src} ({record.src_lang}); target: column {pairs.columns[1]}, {tgt} ({record.tgt_lang})")
+        report(
+            f"source: column {pairs.columns[0]}, {src} ({record.src_lang}); target: column {pairs.columns[1]}, {tgt} ({record.tgt_lang})"
+        )
     else:
-        report(f"source: {pairs.source}, {src} ({record.src_lang}); target: {pairs.target_file}, {tgt} ({record.tgt_lang})")
+        report(
+            f"source: {pairs.source}, {src} ({record.src_lang}); target: {pairs.target_file}, {tgt} ({record.tgt_lang})"
+        )
     if pairs.sha256:
-        report(f"Tatoeba archive sha256 {pairs.sha256}; licence CC-BY 2.0 FR, authors in {pairs.about or 'the archive'}")
+        report(
+            f"Tatoeba archive sha256 {pairs.sha256}; licence CC-BY 2.0 FR, authors in {pairs.about or 'the archive'}"
+        )
     if stats.undecodable:
         report(
             f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
@@ -295,7 +302,7 @@ def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, rep
     """The training length limit: ``option`` if > 0, else the length that covers
     :data:`LENGTH_COVERAGE` percent of the training pairs; reports the percentiles."""
     src, tgt = split.train
-    lengths = [max(len(a), len(b)) for a, b in zip(src_tok.encode_batch(src), tgt_tok.encode_batch(tgt))]
+    lengths = np.maximum(token_lengths(src, src_tok), token_lengths(tgt, tgt_tok))  # a chunk at a time
     pct = length_percentiles(lengths)
     report(
         "training pair lengths in tokens (longer side, start and end included): "
