@@ -228,6 +228,10 @@ def test_train_on_two_aligned_files_and_evaluate(tmp_path):
     result = run("evaluate", "--model", str(tmp_path / "r"), "--examples", "1")
     assert result.returncode == 0, result.stderr
     assert "languages   es -> en" in result.stdout and "source     El " in result.stdout
+    # resumed on the files it recorded
+    result = run("train", "--out", str(tmp_path / "r"), "--resume", "--epochs", "2", "--threads", "1", "--no-progress")
+    assert result.returncode == 0 and "resuming" in result.stderr, result.stderr
+    assert (tmp_path / "r" / "latest").read_text().strip() == "epoch-0002"
     # a second file with another number of lines: the command says where, in one line
     (tmp_path / "d.en").write_text("The cat.\n", encoding="utf-8")
     result = run("train", *SMALL, "--data", f"{tmp_path / 'c.es'},{tmp_path / 'd.en'}", "--out", str(tmp_path / "r2"))
@@ -363,6 +367,13 @@ def test_quickstart_without_local_data_downloads_the_pair(tmp_path, server):
         record["tatoeba_pair"] == "fra-eng"
         and record["archive_sha256"] == hashlib.sha256(server.files["fra-eng.zip"]).hexdigest()
     )
+    # the default direction, as the quickstart runs it: English to Spanish, spa-eng downloaded
+    server.files["spa-eng.zip"] = fra_zip_bytes([(en, en.replace("The", "El")) for en, _ in many]).replace(
+        b"fra.txt", b"spa.txt"
+    )
+    result = run("train", *SMALL, "--out", str(tmp_path / "quick"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert server.requests == ["fra-eng.zip", "spa-eng.zip"] and "English (en); target: column 2" in result.stderr
     # the same languages without a pair of their own and without data: told what to pass
     result = run("train", *SMALL, "--source-lang", "fr", "--target-lang", "de", "--out", str(tmp_path / "r2"), env=env)
     assert result.returncode != 0 and "no data given for fr -> de" in result.stderr and "--data" in result.stderr

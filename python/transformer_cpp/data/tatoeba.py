@@ -327,7 +327,7 @@ def parse_data_spec(data: Union[str, "os.PathLike[str]", DataSpec], caller: str 
     if isinstance(data, DataSpec):
         return data
     if not isinstance(data, str):
-        return DataSpec("file", _path(f"{caller}: data", data))
+        return DataSpec("file", _path(f"{caller}: path", data))
     if data.startswith("tatoeba:"):
         return DataSpec("tatoeba", pair=check_tatoeba_pair(data[len("tatoeba:") :], caller))
     if "," in data and not Path(data).expanduser().exists():
@@ -344,7 +344,7 @@ def parse_data_spec(data: Union[str, "os.PathLike[str]", DataSpec], caller: str 
             raise ValueError(
                 f"{caller}: {data!r} is neither a file nor two files 'SOURCE,TARGET' (a name is missing around the comma)"
             )
-    return DataSpec("file", _path(f"{caller}: data", data))
+    return DataSpec("file", _path(f"{caller}: path", data))
 
 
 def _not_a_file(path: Path, caller: str, where: str) -> OSError:
