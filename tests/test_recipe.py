@@ -92,15 +92,15 @@ def test_num_samples_draws_a_seeded_random_sample(tmp_path):
     path = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
     lines = path.read_text(encoding="utf-8").splitlines()
     first = tdata.load_tatoeba(path, num_samples=50, sampling="first")
-    assert first.english == [ln.split("\t")[0] for ln in lines[:50]]
+    assert first.sources == [ln.split("\t")[0] for ln in lines[:50]]
     a = tdata.load_tatoeba(path, num_samples=50)
     b = tdata.load_tatoeba(path, num_samples=50, seed=0)
     c = tdata.load_tatoeba(path, num_samples=50, seed=1)
-    assert len(a) == 50 and a.english == b.english and a.english != c.english
-    assert a.english != first.english
+    assert len(a) == 50 and a.sources == b.sources and a.sources != c.sources
+    assert a.sources != first.sources
     # the sample is a subset of the file, kept in file order, attributions aligned
     position = {ln: i for i, ln in enumerate(lines)}
-    rows = [position["\t".join(p)] for p in zip(a.english, a.spanish, a.attributions)]
+    rows = [position["\t".join(p)] for p in zip(a.sources, a.targets, a.attributions)]
     assert rows == sorted(rows) and len(set(rows)) == 50
     assert len(tdata.load_tatoeba(path, num_samples=10_000)) == 200
     with pytest.raises(ValueError, match="sampling must be 'random' or 'first', got"):

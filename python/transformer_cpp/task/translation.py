@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,21 +26,26 @@ import numpy as np
 from ..checkpoint import TRAINER_STATE_FILE, load_checkpoint, read_checkpoint_config
 from ..config import MODEL_FIELDS, defaults, option_fields
 from ..data import (
+    DATA_ENV_VAR,
+    DEFAULT_TATOEBA_PAIR,
     SPLIT_BY_SOURCE,
     DataRecord,
     EncodedPairs,
-    TatoebaPairs,
+    LineCountMismatch,
+    SentencePairs,
     UndecodableLineError,
     encode_pairs,
     length_limit,
     length_percentiles,
-    load_tatoeba,
+    read_pairs,
     split_by_source,
+    tatoeba_pair_for,
+    token_lengths,
     train_val_test_split,
 )
 from ..model import Transformer
 from ..precision import choose_precision, choose_size
-from ..text import clean_corpus
+from ..text import language_name
 from ..tokenizer import SubwordTokenizer
 from ..training import TrainConfig, Trainer, world_size_problem
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, SIZE_FIELDS, preset_config, preset_recipe
@@ -113,23 +119,64 @@ def _line_numbers(numbers: Sequence[int], shown: int = 20) -> str:
     return head[0] if len(head) == 1 else ", ".join(head[:-1]) + " and " + head[-1]
 
 
-def load_pairs(path: Optional[str], record: DataRecord, report: Report = say, **kwargs: Any) -> TatoebaPairs:
-    """:func:`~transformer_cpp.data.load_tatoeba` with the record's encoding and policy for
-    undecodable lines (``kwargs``: its sampling arguments); reports how many lines it kept and, by
-    reason, how many it left out."""
+def load_pairs(
+    path: Optional[str], record: DataRecord, report: Report = say, *, clean: bool = False, **kwargs: Any
+) -> SentencePairs:
+    """:func:`~transformer_cpp.data.read_pairs` as ``record`` says: its languages and columns,
+    encoding and policy for undecodable lines (``kwargs``: its sampling arguments; ``clean``: clean
+    each sentence in its language as it is read). Without ``path`` (and without
+    ``$TRANSFORMER_CPP_DATA``) the Tatoeba pair of the two languages. Reports where the pairs come
+    from, which column is which language, how many lines it kept and, by reason, how many it left
+    out."""
+    pair = tatoeba_pair_for(record.src_lang, record.tgt_lang)
+    if path is None and not os.environ.get(DATA_ENV_VAR) and pair is None:
+        raise TaskError(
+            f"no data given for {record.direction}, and no Tatoeba pair holds both languages (each pairs "
+            "English with another language): pass --data FILE (a tab-separated file, two aligned files "
+            f"'SOURCE,TARGET', or tatoeba:LLL-eng), or set {DATA_ENV_VAR}"
+        )
+    target_path = record.target_path
+    if path is not None and target_path is not None and "," not in path and not Path(path).is_dir():
+        path = f"{path},{target_path}"  # the run's two aligned files
     try:
-        pairs = load_tatoeba(path, encoding=record.encoding, errors=record.decode_errors, **kwargs)
+        pairs = read_pairs(
+            path,
+            columns=record.read_columns(),
+            languages=(record.src_lang, record.tgt_lang),
+            clean=clean,
+            pair=pair or DEFAULT_TATOEBA_PAIR,
+            encoding=record.encoding,
+            errors=record.decode_errors,
+            attributions=False,
+            **kwargs,
+        )
     except UndecodableLineError as exc:
         raise TaskError(
             f"'{exc.path}' line {exc.line} is not valid {exc.encoding}: {exc.detail}. If the file uses "
             f"another encoding, name it with --encoding (e.g. --encoding latin-1); --decode-errors skip "
             f"leaves such lines out instead"
         ) from None
+    except LineCountMismatch as exc:
+        raise TaskError(str(exc).split(": ", 1)[1]) from None
     stats = pairs.stats
-    message = f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
+    where = f"{pairs.source},{pairs.target_file}" if pairs.target_file else str(pairs.source)
+    message = f"loaded {len(pairs):,} sentence pairs from {where}"
     if stats.skipped:
         message += f"; left out {stats.skipped:,} of {stats.read:,} lines ({stats.describe_skipped()})"
     report(message)
+    src, tgt = language_name(record.src_lang), language_name(record.tgt_lang)
+    if pairs.columns is not None:
+        report(
+            f"source: column {pairs.columns[0]}, {src} ({record.src_lang}); target: column {pairs.columns[1]}, {tgt} ({record.tgt_lang})"
+        )
+    else:
+        report(
+            f"source: {pairs.source}, {src} ({record.src_lang}); target: {pairs.target_file}, {tgt} ({record.tgt_lang})"
+        )
+    if pairs.sha256:
+        report(
+            f"Tatoeba archive sha256 {pairs.sha256}; licence CC-BY 2.0 FR, authors in {pairs.about or 'the archive'}"
+        )
     if stats.undecodable:
         report(
             f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
@@ -195,16 +242,35 @@ def split_sentences(
 
 
 def load_split(path: Optional[str], record: DataRecord, report: Report = say) -> Tuple[Split, DataRecord]:
-    """Load, clean and split the pairs as ``record`` says; returns the split and the record with
-    the file's absolute path, the number of pairs loaded and each part's digest."""
+    """Load, clean (each side in its language, as it is read) and split the pairs as ``record``
+    says; returns the split and the record with the file's absolute path, the columns read, the
+    number of pairs loaded and each part's digest."""
     pairs = load_pairs(
-        path, record, report, num_samples=record.num_samples or None, sampling=record.sampling, seed=record.split_seed
+        path,
+        record,
+        report,
+        clean=True,
+        num_samples=record.num_samples or None,
+        sampling=record.sampling,
+        seed=record.split_seed,
     )
-    sources = clean_corpus(pairs.english, record.src_lang)
-    targets = clean_corpus(pairs.spanish, record.tgt_lang)
-    split, record = split_sentences(sources, targets, record, report, pairs.line_numbers or None)
+    loaded = len(pairs)
+    sources, targets = pairs.sources, pairs.targets
+    lines = pairs.line_numbers or None
+    pairs.sources, pairs.targets = [], []  # the split's lists are the only ones kept
+    split, record = split_sentences(sources, targets, record, report, lines)
+    del sources, targets
     resolved = str(Path(pairs.source).resolve()) if pairs.source else None
-    return split, record.replace(path=resolved, pairs_loaded=len(pairs))
+    columns = pairs.columns or (None, None)
+    return split, record.replace(
+        path=resolved,
+        target_path=str(Path(pairs.target_file).resolve()) if pairs.target_file else None,
+        source_column=columns[0],
+        target_column=columns[1],
+        tatoeba_pair=pairs.source.parent.name if pairs.sha256 and pairs.source else None,
+        archive_sha256=pairs.sha256,
+        pairs_loaded=loaded,
+    )
 
 
 def check_same_split(name: str, recorded: DataRecord, rebuilt: DataRecord) -> None:
@@ -293,13 +359,16 @@ def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, rep
     bound = int(option) if option else AUTOMATIC_LENGTH_CAP
     long = _surely_longer(src, tgt, bound)
     if long:
-        lengths = [max(_fewest_tokens(a, bound), _fewest_tokens(b, bound)) for a, b in zip(src, tgt)]
-        kept = sorted(set(range(len(src))) - set(long))
-        counted = zip(src_tok.encode_batch([src[i] for i in kept]), tgt_tok.encode_batch([tgt[i] for i in kept]))
-        for i, (a, b) in zip(kept, counted):
-            lengths[i] = max(len(a), len(b))
+        lengths = np.zeros(len(src), dtype=np.int64)
+        for i in long:
+            lengths[i] = max(_fewest_tokens(src[i], bound), _fewest_tokens(tgt[i], bound))
+        skip = set(long)
+        kept = [i for i in range(len(src)) if i not in skip]
+        lengths[kept] = np.maximum(  # a chunk at a time
+            token_lengths([src[i] for i in kept], src_tok), token_lengths([tgt[i] for i in kept], tgt_tok)
+        )
     else:
-        lengths = [max(len(a), len(b)) for a, b in zip(src_tok.encode_batch(src), tgt_tok.encode_batch(tgt))]
+        lengths = np.maximum(token_lengths(src, src_tok), token_lengths(tgt, tgt_tok))  # a chunk at a time
     pct = length_percentiles(lengths)
     report(
         "training pair lengths in tokens (longer side, start and end included): "

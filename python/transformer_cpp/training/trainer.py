@@ -393,7 +393,14 @@ class Trainer:
         n = self.config.val_bleu_sentences
         if not n or self.valid_data is None or self.tgt_tokenizer is None:
             return None
-        return bleu_of_encoded(self.model if model is None else model, self.valid_data, self.tgt_tokenizer, n)
+        tgt_lang = (self.data_info or {}).get("tgt_lang")
+        return bleu_of_encoded(
+            self.model if model is None else model,
+            self.valid_data,
+            self.tgt_tokenizer,
+            n,
+            tgt_lang=tgt_lang if isinstance(tgt_lang, str) else None,
+        )
 
     # ------------------------------------------------------------------ training
 

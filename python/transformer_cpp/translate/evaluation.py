@@ -13,11 +13,28 @@ from sacrebleu.metrics.chrf import CHRF
 
 from .._checks import integer
 from ..data import EncodedPairs, batches, encode_pairs, sentence_key
-from ..text import clean_sentence
+from ..text import clean_sentence, language_code
 from .decoding import DecodeOptions, decode_rows
 from .translator import LongInputWarning, Translator
 
-__all__ = ["EvaluationResult", "bleu_of_encoded", "evaluate", "evaluate_loss"]
+__all__ = ["EvaluationResult", "bleu_of_encoded", "bleu_tokenizer", "evaluate", "evaluate_loss", "order_losses"]
+
+# Languages written without spaces between words, whose BLEU counts characters (sacrebleu's
+# "char" tokenizer): a sentence would otherwise be one or two "words" for 13a.
+_NO_SPACE_LANGUAGES = frozenset({"ja", "th", "lo", "km", "my", "bo"})
+
+
+def bleu_tokenizer(lang: Optional[str]) -> str:
+    """The sacrebleu tokenizer BLEU uses for text in ``lang``: ``"zh"`` for Chinese (and
+    Cantonese), ``"char"`` for the other languages written without spaces between words
+    (Japanese, Thai, Lao, Khmer, Burmese, Tibetan), ``"13a"`` (sacrebleu's default) for every
+    other language and for ``None``."""
+    if lang is None:
+        return "13a"
+    primary = language_code(lang, "bleu_tokenizer").partition("-")[0]
+    if primary in ("zh", "yue"):
+        return "zh"
+    return "char" if primary in _NO_SPACE_LANGUAGES else "13a"
 
 
 @dataclass
@@ -83,8 +100,8 @@ def evaluate(
 
     The references are cleaned with :func:`clean_sentence` in ``tgt_lang`` (as the training
     targets were; ``None`` to leave them as they are) and scored against the translations with
-    ``sacrebleu.corpus_bleu`` / ``corpus_chrf`` (default settings: 13a tokenisation, chrF with
-    character n-grams up to 6). The loss and accuracy are teacher-forced and token-weighted over
+    sacrebleu's BLEU (tokenised for ``tgt_lang``, :func:`bleu_tokenizer`: 13a for most languages)
+    and chrF (character n-grams up to 6). The loss and accuracy are teacher-forced and token-weighted over
     every pair. Every source is translated whole (see :class:`Translator`).
 
     A pair the model cannot translate or score here (one whose batch is refused, a sentence too
@@ -114,14 +131,14 @@ def evaluate(
         raise ValueError(f"evaluate: no pair can be scored; pair {first + 1}: {failed[first]}")
     kept_hyps = [cast(str, hyps[i]) for i in kept]
     kept_refs = [refs[i] for i in kept]
-    bleu = BLEU()
+    bleu = BLEU(tokenize=bleu_tokenizer(tgt_lang))
     chrf = CHRF()
     bleu_score = bleu.corpus_score(kept_hyps, [kept_refs])
     chrf_score = chrf.corpus_score(kept_hyps, [kept_refs])
     multi_hyps, multi_refs = _group_references([sources[i] for i in kept], kept_hyps, kept_refs)
     # sacrebleu takes None for a source with fewer references than the others
     streams = cast(List[Sequence[str]], multi_refs)
-    multi_bleu = BLEU().corpus_score(multi_hyps, streams)
+    multi_bleu = BLEU(tokenize=bleu_tokenizer(tgt_lang)).corpus_score(multi_hyps, streams)
     multi_chrf = CHRF().corpus_score(multi_hyps, streams)
     return EvaluationResult(
         bleu=float(bleu_score.score),
@@ -211,6 +228,32 @@ def _loss_of_each(
     return sums[0] / tokens, sums[1] / tokens, len(scored)
 
 
+def order_losses(
+    translator: Translator, firsts: Sequence[str], seconds: Sequence[str], limit: int = 64, batch_size: int = 64
+) -> Tuple[float, float]:
+    """The model's teacher-forced loss on up to ``limit`` pairs spread over the lists, read both
+    ways: ``(loss of firsts -> seconds, loss of seconds -> firsts)``, each side cleaned as the
+    side it stands for. A model scores its own direction far better than the reverse (its source
+    vocabulary and its decoder know one language each), so a clearly lower second loss says that
+    the two columns are the other way round."""
+    firsts, seconds = list(firsts), list(seconds)
+    if len(firsts) != len(seconds) or not firsts:
+        raise ValueError(f"order_losses: expected two non-empty parallel lists, got {len(firsts)} and {len(seconds)}")
+    limit = integer("order_losses", "limit", limit, 1)
+    rows = np.unique(np.linspace(0, len(firsts) - 1, min(limit, len(firsts))).round().astype(np.int64))
+    a, b = [firsts[i] for i in rows], [seconds[i] for i in rows]
+    tgt = translator.tgt_lang
+
+    def loss(src: List[str], ref: List[str]) -> float:
+        refs = [clean_sentence(r, tgt) if tgt else r.strip() for r in ref]
+        enc = encode_pairs(
+            [translator.clean(s) for s in src], refs, translator.src_tokenizer, translator.tgt_tokenizer, None
+        )
+        return evaluate_loss(translator.model, enc, batch_size)[0]
+
+    return loss(a, b), loss(b, a)
+
+
 def _group_references(
     sources: Sequence[str], hyps: Sequence[str], refs: Sequence[str]
 ) -> Tuple[List[str], List[List[Optional[str]]]]:
@@ -252,10 +295,16 @@ def evaluate_loss(model: Any, encoded: EncodedPairs, batch_size: int = 64) -> Tu
 
 
 def bleu_of_encoded(
-    model: Any, encoded: EncodedPairs, tgt_tokenizer: Any, limit: int = 0, batch_size: int = 64
+    model: Any,
+    encoded: EncodedPairs,
+    tgt_tokenizer: Any,
+    limit: int = 0,
+    batch_size: int = 64,
+    tgt_lang: Optional[str] = None,
 ) -> float:
-    """Greedy corpus BLEU (sacrebleu, default 13a) of ``model`` on ``limit`` pairs of ``encoded``
-    spread evenly over it (all with 0): hypotheses and references decoded with ``tgt_tokenizer``.
+    """Greedy corpus BLEU (sacrebleu, tokenised for ``tgt_lang``: :func:`bleu_tokenizer`) of
+    ``model`` on ``limit`` pairs of ``encoded`` spread evenly over it (all with 0): hypotheses and
+    references decoded with ``tgt_tokenizer``.
     Evenly spread, not the first ones: the Tatoeba file is sorted by length, so the first pairs
     would be the shortest and their BLEU would flatter the model."""
     limit = integer("bleu_of_encoded", "limit", limit, 0)
@@ -270,4 +319,4 @@ def bleu_of_encoded(
         found = decode_rows(model, sources, tgt_tokenizer.start_id, tgt_tokenizer.end_id, DecodeOptions())
         hyps.extend(tgt_tokenizer.decode(h[0].ids) for h in found)
         refs.extend(tgt_tokenizer.decode(encoded.tgt[r, : encoded.tgt_lengths[r]]) for r in rows)
-    return float(BLEU().corpus_score(hyps, [refs]).score)
+    return float(BLEU(tokenize=bleu_tokenizer(tgt_lang)).corpus_score(hyps, [refs]).score)
