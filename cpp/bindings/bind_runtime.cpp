@@ -50,7 +50,8 @@ void bind_runtime(py::module_& m) {
       "ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.");
 
   // The decoding kernels on their own, for the tests that compare them with NumPy.
-  m.def("_have_decode_kernels", &have_decode_kernels, "Whether the AVX2 or AVX-512 decoding kernels may run (build and instruction-set level).");
+  m.def("_have_decode_kernels", &have_decode_kernels,
+        "Whether the AVX2 or AVX-512 decoding kernels may run (build and instruction-set level).");
   m.def(
       "_decode_linear",
       [](const py::handle& x, const py::handle& W, const py::handle& b, const std::string& kernel) {

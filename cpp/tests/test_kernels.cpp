@@ -13,13 +13,12 @@
 // exact sum once (u |sum|). Every check below allows (K + 3) u (sum_k |a_k b_k| + |bias| + |C|).
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "check.hpp"
-#include <limits>
-#include <stdexcept>
-
 #include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/kernels/f32_gemm.hpp"
@@ -295,8 +294,8 @@ void test_packed_linear() {
     std::vector<float> y(static_cast<size_t>(c.R * c.N), std::numeric_limits<float>::quiet_NaN()), ref(y);
     p.apply(c.x.data(), c.R, c.K, y.data(), c.N);
     p.apply_reference(c.x.data(), c.R, c.K, ref.data(), c.N);
-    CHECK_WITHIN("PackedLinear::apply against a float64 product, " + c.name(), y.data(), c.want.data(),
-                 c.bound.data(), y.size());
+    CHECK_WITHIN("PackedLinear::apply against a float64 product, " + c.name(), y.data(), c.want.data(), c.bound.data(),
+                 y.size());
     CHECK_WITHIN("PackedLinear::apply_reference against a float64 product, " + c.name(), ref.data(), c.want.data(),
                  c.bound.data(), ref.size());
   }

@@ -46,8 +46,8 @@ TCPP_AVX2_TARGET inline float reduce_add(__m256 a) {
 
 // Rows r0..r0+RB of x against weight rows n0..n0+nb (nb <= 4): RB x 4 accumulators.
 template <int RB>
-TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float* W, Index nb, const float* b,
-                                           float* y, Index ldy) {
+TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float* W, Index nb, const float* b, float* y,
+                                           Index ldy) {
   __m256 acc[RB][4];
   for (int i = 0; i < RB; ++i)
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -205,20 +205,20 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
       // xq = (xq + 128) - 128 byte by byte (wrapping), then |xq| and sign(xq) * Wq
       const __m256i xq = _mm256_sub_epi8(_mm256_set1_epi32(static_cast<int>(x[i * ldx + w])), offset);
       const __m256i ax = _mm256_abs_epi8(xq);
-      acc[i][0] = _mm256_add_epi32(acc[i][0],
-                                   _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xq)), ones));
-      acc[i][1] = _mm256_add_epi32(acc[i][1],
-                                   _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xq)), ones));
+      acc[i][0] =
+          _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xq)), ones));
+      acc[i][1] =
+          _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xq)), ones));
     }
   }
   for (int i = 0; i < MR; ++i) {
     __m256i out0 = acc[i][0], out1 = acc[i][1];
     if (last) {  // y = acc * w_scale * x_scale + b
       const __m256 xsv = _mm256_set1_ps(xs[i]);
-      out0 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out0), _mm256_loadu_ps(ws)), xsv,
-                                                 _mm256_loadu_ps(bias)));
-      out1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out1), _mm256_loadu_ps(ws + 8)),
-                                                 xsv, _mm256_loadu_ps(bias + 8)));
+      out0 = _mm256_castps_si256(
+          _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out0), _mm256_loadu_ps(ws)), xsv, _mm256_loadu_ps(bias)));
+      out1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out1), _mm256_loadu_ps(ws + 8)), xsv,
+                                                 _mm256_loadu_ps(bias + 8)));
     }
     if (full) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + i * ldy), out0);
@@ -270,10 +270,10 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
     __m256i out0 = acc[i][0], out1 = acc[i][1];
     if (last) {
       const __m256 xsv = _mm256_set1_ps(xs[i]);
-      out0 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out0), _mm256_loadu_ps(ws)), xsv,
-                                                 _mm256_loadu_ps(bias)));
-      out1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out1), _mm256_loadu_ps(ws + 8)),
-                                                 xsv, _mm256_loadu_ps(bias + 8)));
+      out0 = _mm256_castps_si256(
+          _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out0), _mm256_loadu_ps(ws)), xsv, _mm256_loadu_ps(bias)));
+      out1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out1), _mm256_loadu_ps(ws + 8)), xsv,
+                                                 _mm256_loadu_ps(bias + 8)));
     }
     if (full) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + i * ldy), out0);
@@ -359,8 +359,8 @@ TCPP_AVX2_TARGET bool quantize_row(const float* x, Index K, std::uint8_t* bytes,
   const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   const __m256i offset = _mm256_set1_epi32(128);
   for (k = 0; k + 8 <= K; k += 8) {
-    __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 q =
+        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
     const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(q), offset);  // 1..255
     // 8 int32 to 8 bytes: pack to 16 bits, then 8 bits (per 128-bit half), then the halves' words

@@ -241,8 +241,8 @@ namespace {
 // nb < 32 valid outputs are read and written with a mask. With `ahead`, the same amount of packed
 // weights starting there is prefetched into L1, 128 bytes per k, in step with their use.
 template <int MR>
-TCPP_AVX512_TARGET void panel_rows(const float* x, Index ldx, const float* P, Index kc, const float* bias, bool first, float* y,
-                       Index ldy, Index nb, const float* ahead) {
+TCPP_AVX512_TARGET void panel_rows(const float* x, Index ldx, const float* P, Index kc, const float* bias, bool first,
+                                   float* y, Index ldy, Index nb, const float* ahead) {
   const __mmask16 m0 = static_cast<__mmask16>(nb >= 16 ? 0xFFFF : (1u << nb) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(nb >= 32 ? 0xFFFF : nb <= 16 ? 0 : (1u << (nb - 16)) - 1);
   __m512 acc[MR][2];

@@ -254,7 +254,8 @@ void QuantizedLinear::quantize_rows(const float* x, Index R, Index ldx, bool vec
     if (vectorised && type_ == ComputeType::Int8) {
       auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
       float* scale = &xs_[static_cast<size_t>(r)];
-      if (int8_kernel_avx512() ? quantize_row_int8(xr, K_, bytes, scale) : avx2::quantize_row_int8(xr, K_, bytes, scale)) {
+      if (int8_kernel_avx512() ? quantize_row_int8(xr, K_, bytes, scale)
+                               : avx2::quantize_row_int8(xr, K_, bytes, scale)) {
         for (Index k = K_; k < 4 * KW_; ++k) bytes[k] = 128;
         continue;
       }
