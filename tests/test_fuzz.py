@@ -1047,10 +1047,11 @@ def test_fuzz_options_api_and_command_line(owner, data):
     with a message naming it, or taken exactly (no rounding 2.7 to 2, no string read as a
     number) and within its documented range; the command line's option, given the same number,
     refuses it or takes it alike, with the same message."""
-    import argparse
+    import contextlib
+    import io
     import math
 
-    from transformer_cpp import options
+    from transformer_cpp import cli
     from transformer_cpp.training import TrainConfig
     from transformer_cpp.translate import Translator
 
@@ -1096,11 +1097,21 @@ def test_fuzz_options_api_and_command_line(owner, data):
         or (name == "epochs" and value == 0)
     ):  # the command line asks for at least one epoch
         return
-    try:
-        options.setting(owner, name, minimum=1 if name == "epochs" else None)(repr(value))
-        cli_error = None
-    except argparse.ArgumentTypeError as exc:
-        cli_error = str(exc)
+    # the option, then one the command line always refuses: nothing runs whether or not it takes the
+    # first; argparse converts options in order, so the error names the first one it refuses
+    if owner == "TrainConfig":
+        argv, sentinel = ["train", f"{flag}={value!r}", "--d-model=0"], "argument --d-model: "
+    else:
+        argv, sentinel = ["translate", "--model", "m", f"{flag}={value!r}", "--threads=0"], "argument --threads: "
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit):
+        cli.main(argv)
+    refused = err.getvalue().strip().split(" error: ", 1)[1]
+    refused = refused[: refused.rindex(" (see ")]  # the parser's pointer to --help, after the message
+    cli_error = None if refused.startswith(sentinel) else refused
+    if cli_error is not None:
+        assert cli_error.startswith(f"argument {flag}: "), cli_error
+        cli_error = cli_error[len(f"argument {flag}: ") :]
     assert cli_error == api_error, f"{flag} {value!r}: the command line says {cli_error!r}, the API {api_error!r}"
 
 

@@ -138,10 +138,10 @@ def test_settings_of_the_wrong_type_are_a_type_error():
 
 
 def test_a_passing_spike_does_not_move_the_governor():
-    """Decoding batches of 30 ms on a busy machine: a few slow units at 1 thread started a probe of
-    2 threads, which beat the spiked window and moved there, although 2 threads were 7% slower
-    (bench, session 11: 0.92x of 1 thread). The current count is now timed again after a probe
-    that wins, and the move is made only against that."""
+    """Decoding batches of 30 ms on a busy machine where 2 threads are 7% slower than 1: a few slow
+    units at 1 thread start a probe of 2 threads, which beats the spiked window. The current count
+    is timed again after a probe that wins, and the move is made only against that, so the
+    governor stays at 1 thread."""
     speeds = {1: 1.0, 2: 1.07}  # one core busy: 2 threads a little slower
     g = ThreadGovernor(2, lambda n: None, window=4, first_probe=6)
     spike = {"units": 0}

@@ -12,6 +12,8 @@ redraws are reduced to their last state and long text is cut.
 from __future__ import annotations
 
 import json
+import os
+import re
 import pathlib
 import sys
 import tempfile
@@ -98,9 +100,27 @@ def _small_png(data: str) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def _machine_paths() -> List[tuple]:
+    """(absolute prefix, what a reader sees instead) for the paths of the machine that runs the
+    notebooks: its Python environment, the data file's folder, the repository."""
+    pairs = [(sys.prefix.rstrip("/") + "/", "<python>/"), (str(ROOT) + "/", "")]
+    data = os.environ.get("TRANSFORMER_CPP_DATA")
+    if data:
+        pairs.insert(0, (os.path.dirname(os.path.dirname(os.path.abspath(data))) + "/", ""))
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def without_machine_paths(text: str) -> str:
+    """``text`` with the absolute paths of this machine made relative (outputs are read elsewhere)."""
+    for prefix, shown in _machine_paths():
+        text = text.replace(prefix, shown)
+    # a warning raised in a cell names the kernel's temporary file for it
+    return re.sub(r"/[^\s:]*/ipykernel_\d+/\d+\.py", "<cell>", text)
+
+
 def shrink(nb: Any) -> Any:
     """Progress-bar redraws reduced to their final state, long streams cut, images made smaller,
-    timings dropped."""
+    timings dropped, this machine's absolute paths made relative."""
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -119,11 +139,13 @@ def shrink(nb: Any) -> Any:
         cell.outputs = merged
         for out in cell.outputs:
             if out["output_type"] == "stream":
-                text = _last_redraw(out["text"])
+                text = without_machine_paths(_last_redraw(out["text"]))
                 if len(text) > MAX_STREAM_CHARS:
                     text = text[:MAX_STREAM_CHARS] + f"\n[... {len(text) - MAX_STREAM_CHARS} characters cut]\n"
                 out["text"] = text
-            elif "image/png" in out.get("data", {}):
+            elif "text/plain" in out.get("data", {}):
+                out["data"]["text/plain"] = without_machine_paths(out["data"]["text/plain"])
+            if "image/png" in out.get("data", {}):
                 out["data"]["image/png"] = _small_png(out["data"]["image/png"])
     return nb
 
