@@ -11,6 +11,12 @@
 #define TCPP_X86_CPUID 0
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+
 namespace transformer {
 
 const char* isa_name(Isa isa) {
@@ -19,6 +25,8 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::Avx2:
       return "avx2";
+    case Isa::Neon:
+      return "neon";
     default:
       return "generic";
   }
@@ -52,6 +60,8 @@ Isa detect() {
   if (!avx2) return Isa::Generic;
   if (avx512f && (saved & kXcr0Avx512) == kXcr0Avx512) return Isa::Avx512;
   return Isa::Avx2;
+#elif defined(__aarch64__)
+  return Isa::Neon;
 #else
   return Isa::Generic;
 #endif
@@ -75,11 +85,15 @@ Decision decide() {
     asked = Isa::Avx512;
   } else if (name == "avx2") {
     asked = Isa::Avx2;
+  } else if (name == "neon") {
+    asked = Isa::Neon;
   } else if (name != "generic") {
-    out.error = std::string(kIsaEnv) + " must be 'avx512', 'avx2' or 'generic', got '" + env + "'";
+    out.error = std::string(kIsaEnv) + " must be 'avx512', 'avx2', 'neon' or 'generic', got '" + env + "'";
     return out;
   }
-  if (static_cast<int>(asked) > static_cast<int>(cpu)) {
+  // x86 levels and neon never mix; within x86 the levels are ordered
+  const bool other_family = asked != Isa::Generic && ((asked == Isa::Neon) != (cpu == Isa::Neon));
+  if (other_family || (asked != Isa::Neon && static_cast<int>(asked) > static_cast<int>(cpu))) {
     out.error = std::string(kIsaEnv) + "=" + env + " asks for more than this CPU (or its operating system) " +
                 "supports: its level is '" + isa_name(cpu) + "'; set it to '" + isa_name(cpu) +
                 "' or lower, or unset it";
@@ -109,6 +123,22 @@ bool cpu_has_avx_vnni() {
     if (__get_cpuid_max(0, nullptr) < 7) return false;
     __cpuid_count(7, 1, a, b, c, d);
     return ((a >> 4) & 1u) != 0;  // CPUID.(EAX=7, ECX=1):EAX[4] AVX-VNNI
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_arm_dotprod() {
+#if defined(__aarch64__) && defined(__linux__)
+  static const bool ok = (getauxval(AT_HWCAP) & (1ul << 20)) != 0;  // HWCAP_ASIMDDP
+  return ok;
+#elif defined(__aarch64__) && defined(__APPLE__)
+  static const bool ok = [] {
+    int value = 0;
+    size_t size = sizeof value;
+    return sysctlbyname("hw.optional.arm.FEAT_DotProd", &value, &size, nullptr, 0) == 0 && value != 0;
   }();
   return ok;
 #else

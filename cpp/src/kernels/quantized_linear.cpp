@@ -11,6 +11,7 @@
 #include "transformer/kernels/avx2.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/kernels/isa.hpp"
+#include "transformer/kernels/neon.hpp"
 
 // As in bf16_gemm.cpp: the kernels are compiled with function target attributes (never -m flags
 // for the whole file) and run only after a CPUID check.
@@ -80,8 +81,9 @@ bool int8_disabled_by_environment() {
 
 bool compute_type_supported(ComputeType c) {
   if (c == ComputeType::Int8)
-    return TCPP_LOWP_KERNEL && !int8_disabled_by_environment() &&
-           ((cpu_has_vnni() && isa_allows(Isa::Avx512)) || isa_allows(Isa::Avx2));
+    return !int8_disabled_by_environment() &&
+           ((TCPP_LOWP_KERNEL && ((cpu_has_vnni() && isa_allows(Isa::Avx512)) || isa_allows(Isa::Avx2))) ||
+            neon::int8_supported());
   if (c == ComputeType::BFloat16) return bf16::supported();
   return true;
 }
@@ -89,8 +91,17 @@ bool compute_type_supported(ComputeType c) {
 std::string compute_type_unsupported_reason(ComputeType c) {
   if (c == ComputeType::BFloat16) return bf16::unsupported_reason();
   if (c != ComputeType::Int8) return "";
-#if !TCPP_LOWP_KERNEL
-  return "this build has no int8 kernel (it needs an x86-64 compiler that knows AVX512_VNNI: GCC 10+ or Clang 9+)";
+#if defined(__aarch64__)
+  if (int8_disabled_by_environment())
+    return std::string("the environment variable ") + kDisableInt8Env + " turns the int8 kernel off";
+  if (!cpu_has_arm_dotprod()) return "this CPU has no ARMv8.2 int8 dot product (sdot), which the int8 products need";
+  if (!isa_allows(Isa::Neon))
+    return std::string("the instruction-set level is 'generic' (") + kIsaEnv +
+           "), below the neon that the int8 products need";
+  return neon::int8_supported() ? "" : "this build has no int8 kernel (it needs GCC 10+ or Clang for +dotprod)";
+#elif !TCPP_LOWP_KERNEL
+  return "this build has no int8 kernel (it needs an x86-64 compiler that knows AVX512_VNNI: GCC 10+ or Clang 9+, "
+         "or an AArch64 one)";
 #else
   if (int8_disabled_by_environment())
     return std::string("the environment variable ") + kDisableInt8Env + " turns the int8 kernel off";
@@ -107,6 +118,7 @@ std::string compute_type_unsupported_reason(ComputeType c) {
 std::string compute_type_kernel(ComputeType c) {
   if (!compute_type_supported(c)) return "unavailable";
   if (c == ComputeType::Int8) {
+    if (neon::int8_supported()) return "neon_dotprod";
     if (cpu_has_vnni() && isa_allows(Isa::Avx512)) return "avx512_vnni";
     return cpu_has_avx_vnni() ? "avx_vnni" : "avx2";
   }
@@ -433,6 +445,10 @@ void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index 
              "' is not available: ", compute_type_unsupported_reason(type_));
   if (R <= 0) return;
   quantize_rows(x, R, ldx, /*vectorised=*/true);
+  if (type_ == ComputeType::Int8 && neon::int8_supported()) {
+    neon::int8_linear(data_.data(), w_scale_.data(), bias_.data(), N_, KW_, xw_.data(), xs_.data(), R, y, ldy);
+    return;
+  }
 #if TCPP_LOWP_KERNEL
   static_assert(kPanel == 32 && kRowBlock == 12, "the kernels are written for 32-wide panels, 12 rows");
   if (type_ == ComputeType::Int8 && !int8_kernel_avx512()) {

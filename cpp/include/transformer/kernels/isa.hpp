@@ -9,6 +9,10 @@
 //   avx512   AVX-512F, and the OS saves the ZMM and opmask state. The kernels that need more
 //            (AVX512_BF16, AVX512_VNNI) check their own features too
 //
+// On 64-bit ARM the levels are generic and neon (AArch64 always has NEON; Eigen uses it at every
+// level). The neon kernels that need more (the int8 dot product `sdot` of ARMv8.2) check their own
+// feature too. x86 levels are refused on ARM, and neon on x86-64.
+//
 // The level is the highest the CPU has, or the one TRANSFORMER_CPP_ISA names (avx512 | avx2 |
 // generic, any case), so that tests and the bench can run the avx2 or generic kernels on a larger
 // CPU, as CTranslate2's CT2_FORCE_CPU_ISA does. A level above the CPU's is refused, not lowered:
@@ -25,12 +29,12 @@
 
 namespace transformer {
 
-enum class Isa { Generic = 0, Avx2 = 1, Avx512 = 2 };
+enum class Isa { Generic = 0, Avx2 = 1, Avx512 = 2, Neon = 3 };
 
 // The environment variable that forces a level.
 constexpr const char* kIsaEnv = "TRANSFORMER_CPP_ISA";
 
-// "generic" | "avx2" | "avx512"
+// "generic" | "avx2" | "avx512" | "neon"
 const char* isa_name(Isa isa);
 
 // The highest level this CPU (and its operating system) supports. Read once.
@@ -41,11 +45,21 @@ Isa cpu_isa();
 // variable names an unknown level or one this CPU lacks.
 Isa active_isa();
 
-// Whether the kernels of `level` may run: active_isa() >= level.
-inline bool isa_allows(Isa level) { return static_cast<int>(active_isa()) >= static_cast<int>(level); }
+// Whether the kernels of `level` may run: generic always; neon when the level is neon; an x86 level
+// when the active level is an x86 level at least as high.
+inline bool isa_allows(Isa level) {
+  if (level == Isa::Generic) return true;
+  const Isa active = active_isa();
+  if (level == Isa::Neon || active == Isa::Neon) return active == level;
+  return static_cast<int>(active) >= static_cast<int>(level);
+}
 
 // AVX-VNNI: the VEX-encoded 256-bit int8 dot product (vpdpbusd ymm) of Intel's cores since Alder
 // Lake and AMD's since Zen 5; with AVX2 it serves int8 decoding where AVX-512 is not there.
 bool cpu_has_avx_vnni();
+
+// The int8 dot product of ARMv8.2 (`sdot`, FEAT_DotProd): Apple M1 and later, Cortex-A55/A76 and
+// later, Neoverse. Read from the operating system once (Linux: HWCAP_ASIMDDP; macOS: sysctl).
+bool cpu_has_arm_dotprod();
 
 }  // namespace transformer
