@@ -2,7 +2,7 @@
 similarity (no model needed), and, from a trained run, a cross-attention map of one translation
 and the training curve (loss, accuracy, validation BLEU).
 
-    python docs/make_figures.py --run runs/quick          # the README's main job
+    python docs/make_figures.py --run runs/quick          # a run of the quick preset
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
         "pe_cosine_similarity.png": cosine_similarity_plot(pe, position=1000, zoom=(950, 1050)),
     }
     translator = Translator.from_checkpoint(args.run)
-    result = translator.translate(args.sentence, beam_size=4, return_attention=True)  # as the main job
+    result = translator.translate(args.sentence, beam_size=4, return_attention=True)  # beam 4, as in the docs
     name = sorted(result.attention)[-1]  # the last decoder layer's cross-attention
     weights = result.attention[name].mean(axis=0)  # averaged over the heads
     figures["attention.png"] = attention_heatmap(

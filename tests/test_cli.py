@@ -110,6 +110,17 @@ def test_translate_arguments_and_stdin(trained_run):
     assert result.returncode == 0 and "warning" in result.stderr and "tokens" in result.stderr
 
 
+def test_translate_leaves_lines_of_invisible_characters_empty(trained_run):
+    """A line of zero-width spaces or other format characters has nothing to translate: its output
+    line is empty, as for a blank line, not an invented translation."""
+    root, _, _ = trained_run
+    model = str(root / "run" / "epoch-0002")
+    result = run("translate", "--model", model, stdin="The cat.\n\u200b\u200b\n\ufeff\u2060 \u200d\nThe dog.\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")[:-1]
+    assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[2] == "" and lines[3], lines
+
+
 def test_evaluate(trained_run):
     root, _, _ = trained_run
     result = run("evaluate", "--model", str(root / "run"), "--examples", "1")

@@ -239,6 +239,8 @@ BAD_REQUESTS = [
     ("blank text", dict(json={"text": "  \t "}), 422),
     ("empty texts", dict(json={"texts": []}), 422),
     ("an empty text in texts", dict(json={"texts": ["a", ""]}), 422),
+    ("zero-width spaces only", dict(json={"text": "\u200b\u200b"}), 422),
+    ("format characters only in texts", dict(json={"texts": ["a", "\ufeff\u2060\u200d"]}), 422),
     ("a lone surrogate", dict(content=b'{"text": "a \\ud800"}', headers=JSON), 422),
     ("1 MB text", dict(json={"text": "a " * 500_000}), 413),
     ("text over max_chars", dict(json={"text": "a" * 1001}), 422),
@@ -337,13 +339,17 @@ def test_health_info_openapi_and_page(client, translator):
         "max_chars": 1000,
         "max_beam_size": 8,
         "max_queue": 1024,
+        "max_source_tokens": 256,
+        "max_request_tokens": 131072,
+        "max_attention_weights": 262144,
+        "read_timeout": 10.0,
     }
-    assert info["batching"] == {"max_batch": 32, "max_wait_ms": 5.0}
+    assert info["batching"] == {"max_batch": 32, "max_wait_ms": 5.0, "max_batch_tokens": 16384, "batch_seconds": 1.0}
     schema = client.get("/openapi.json").json()
     post = schema["paths"]["/translate"]["post"]
     props = post["requestBody"]["content"]["application/json"]["schema"]["properties"]
     assert set(props) == {"text", "texts", "beam_size", "n_best", "return_attention"}
-    assert {"200", "413", "415", "422", "503"} <= set(post["responses"])
+    assert {"200", "408", "413", "415", "422", "503"} <= set(post["responses"])
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     for needle in ('id="source"', 'id="translate"', 'id="output"', 'id="attention"', "/translate"):
@@ -494,6 +500,10 @@ def _start_server(model_dir: Path, *extra: str) -> "tuple[subprocess.Popen, str]
     raise AssertionError("the server did not start:\n" + "".join(lines))
 
 
+def translator_checkpoint_name(run: Path) -> str:
+    return Path(Translator.from_checkpoint(run).checkpoint).name
+
+
 def test_command_line_server_finishes_in_flight_requests_on_sigterm(translator, tmp_path):
     """`transformer-cpp serve` loads the checkpoint, answers, and on SIGTERM finishes the request in
     flight (held in the batcher by --max-wait-ms 1500), then exits 0."""
@@ -502,7 +512,9 @@ def test_command_line_server_finishes_in_flight_requests_on_sigterm(translator, 
     proc, url = _start_server(run, "--max-wait-ms", "1500")
     try:
         info = httpx.get(url + "/info", timeout=30).json()
-        assert info["checkpoint"] and Path(info["checkpoint"]).parent == run.resolve()
+        # the run directory's name and the checkpoint's, not the absolute path
+        assert info["checkpoint"] == f"run/{translator_checkpoint_name(run)}"
+        assert str(tmp_path) not in httpx.get(url + "/info", timeout=30).text
         assert info["batching"]["max_wait_ms"] == 1500 and info["threads"] == 1
         answer = {}
 

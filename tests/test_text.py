@@ -9,6 +9,7 @@ import pytest
 from transformer_cpp.text import (
     clean_corpus,
     clean_sentence,
+    is_blank,
     nonbreaking_prefixes,
     normalize,
     numeric_only_prefixes,
@@ -156,3 +157,30 @@ def test_clean_corpus_errors():
         clean_corpus(["ok", 5], "en")  # type: ignore[list-item]
     with pytest.raises(ValueError, match="clean_corpus: unsupported language"):
         clean_corpus(["ok"], "zz")
+
+
+@pytest.mark.parametrize(
+    "text, blank",
+    [
+        ("", True),
+        (" \t\n\u00a0\u3000", True),
+        ("\u200b\u200b", True),  # zero-width spaces (Cf)
+        ("\ufeff\u2060\u200c\u200d\u200e\u202e", True),  # BOM, word joiner, (non-)joiners, direction marks
+        ("\U000e0041\U000e007f", True),  # tag characters
+        ("\u3164\u115f\ufe0f\u034f", True),  # Hangul fillers, a variation selector, the grapheme joiner
+        ("\x00\x07", True),  # control characters
+        ("a", False),
+        ("\u200b\u00e9\u200b", False),
+        ("\U0001f600", False),
+        ("\u0301", False),  # a combining accent alone still shows
+        ("\u200d\U0001f468", False),
+    ],
+)
+def test_is_blank_sees_only_visible_characters(text, blank):
+    """Text made only of whitespace and of characters that draw nothing has nothing to translate."""
+    assert is_blank(text) is blank
+
+
+def test_is_blank_rejects_non_strings():
+    with pytest.raises(TypeError, match="is_blank: expected a str"):
+        is_blank(None)  # type: ignore[arg-type]

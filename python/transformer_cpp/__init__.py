@@ -41,7 +41,7 @@ from .layers import (
     ScaledDotProductAttention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
-from .export import export_ctranslate2, export_torch
+from .export import export_ctranslate2, export_torch, export_transformers
 from .optim import Adam
 from .model import NonFiniteError, Transformer
 from .task import PRESETS, RECIPES, preset_config, preset_recipe
@@ -90,6 +90,7 @@ __all__ = [
     "evaluate_translation",
     "export_ctranslate2",
     "export_torch",
+    "export_transformers",
     "get_num_threads",
     "load_tatoeba",
     "load_checkpoint",

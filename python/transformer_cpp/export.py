@@ -1,17 +1,19 @@
-"""Export a trained model to other runtimes: CTranslate2, and plain PyTorch.
+"""Export a trained model to other runtimes: CTranslate2, plain PyTorch, Hugging Face Transformers.
 
 ::
 
     transformer-cpp export --model runs/quick --to ctranslate2 exported-ct2 [--quantization int8]
     transformer-cpp export --model runs/quick --to torch exported-torch
+    transformer-cpp export --model runs/quick --to transformers exported-hf
 
-or :func:`export_ctranslate2` / :func:`export_torch` from Python. ``--model`` is what
-``translate`` takes: a run directory (its ``best`` checkpoint) or one checkpoint directory. The
-output directory must not exist, or be empty; it is written under a temporary name and renamed
-into place, so a failed export leaves nothing behind. Both exports hold the two subword
-vocabularies as Hugging Face ``tokenizers`` files (``source_tokenizer.json``,
-``target_tokenizer.json``): transformer-cpp encodes a sentence as ``" " + sentence`` without the
-tokenizer's own special tokens, between its start (id 1) and end (id 2) tokens.
+or :func:`export_ctranslate2` / :func:`export_torch` / :func:`export_transformers` from Python.
+``--model`` is what ``translate`` takes: a run directory (its ``best`` checkpoint) or one checkpoint
+directory. The output directory must not exist, or be empty; it is written under a temporary name
+and renamed into place, so a failed export leaves nothing behind. The CTranslate2 and PyTorch
+exports hold the two subword vocabularies as Hugging Face ``tokenizers`` files
+(``source_tokenizer.json``, ``target_tokenizer.json``): transformer-cpp encodes a sentence as
+``" " + sentence`` without the tokenizer's own special tokens, between its start (id 1) and end
+(id 2) tokens.
 
 **CTranslate2** (:func:`export_ctranslate2`; needs ``pip install 'transformer-cpp[ctranslate2]'``):
 a CTranslate2 model directory written through ``ctranslate2.specs.TransformerSpec``, the mapping
@@ -34,7 +36,76 @@ it needs ``torch``, ``safetensors`` and ``tokenizers``): ``model.safetensors`` (
 with our parameter names), ``config.json`` and ``transformer_torch.py``, a small module definition
 in plain PyTorch that loads them and computes our logits (see that file's docstring).
 
-The exports are tested to give our tokens and logits (``tests/test_export.py``).
+**Hugging Face Transformers** (:func:`export_transformers`; writing needs nothing beyond
+transformer-cpp, using it needs ``pip install 'transformer-cpp[transformers]'``): a MarianMT model
+(``config.json``, ``generation_config.json``, ``model.safetensors``) and its tokenizer
+(``tokenizer.json``, ``tokenizer_config.json``), which the library's own classes load, no
+``trust_remote_code``::
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained("exported-hf")
+    model = AutoModelForSeq2SeqLM.from_pretrained("exported-hf")
+    batch = tokenizer(["How are you?"], return_tensors="pt", padding=True)
+    print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+
+    # Transformers 4.x also has the translation pipeline (Transformers 5 removed it):
+    from transformers import pipeline
+
+    translate = pipeline("translation", model="exported-hf")
+    translate("How are you?", num_beams=1)[0]["translation_text"]
+
+``generate`` searches greedily, as ``transformer-cpp translate`` does by default, and gives our
+tokens (the tests compare them, and the log-probabilities, on more than 100 sentences); the
+pipeline searches with 4 beams unless told ``num_beams=1`` (its own default, which overrides the
+model's). How the model maps:
+
+* MarianMT is the paper's architecture as transformer-cpp builds it by default: post-norm
+  sub-layers ``LN(x + sublayer(x))``, ReLU feed-forward, embeddings times ``sqrt(d_model)`` plus
+  sinusoidal positions, biases everywhere, the output bias as ``final_logits_bias``. A pre-norm
+  model has no MarianMT equivalent and is refused (export it to CTranslate2 or PyTorch).
+* Positions: MarianMT computes its own table, sines in the first half of the model dimension and
+  cosines in the second (our ``concatenated`` layout). For the ``interleaved`` layout (sine and
+  cosine of each frequency side by side, the default) the export reorders the model dimension:
+  every weight that reads it, writes it or normalises it is permuted by the same
+  :func:`marian_permutation`, which changes no result, only the order of terms in sums.
+* LayerNorm epsilon: MarianMT's is fixed at 1e-5, transformer-cpp's default is 1e-6. A model
+  trained with 1e-5 (``train --layer-norm-eps 1e-5``) exports exactly (up to float32 rounding);
+  any other epsilon becomes 1e-5, which moves the log-probabilities by a few 1e-5, a few times
+  float32 rounding (``transformer_cpp.json`` says ``"exact"`` or not; the tests bound the
+  difference for a model trained with 1e-6). No change of the weights can make up for it: the
+  positions are added to the embeddings unscaled, which fixes the scale of the first LayerNorm's
+  input.
+* Special tokens: the decoder starts from our start token (``decoder_start_token_id`` 1, not
+  Marian's usual padding id), ends at our end token (``eos_token_id`` 2), never outputs padding
+  (``suppress_tokens`` [0]) and is not forced to end (``forced_eos_token_id`` none).
+* One tokenizer for two vocabularies. A Transformers translation model has one tokenizer, which
+  encodes the source and decodes the output. The export's tokenizer has one vocabulary made of
+  the target vocabulary with its own ids, then each source token that the target vocabulary
+  lacks. Both vocabularies are byte-level BPE, where a token stands for the same bytes whichever
+  vocabulary holds it, so the tokenizer encodes with the source merges (producing source tokens
+  only, under their new ids) and decodes any id to its bytes. The encoder's embedding has our
+  source rows under the new ids (zeros for target-only tokens, which encoding never produces);
+  the decoder's embedding and output layer keep our target rows and ids, and the extra ids get
+  zero weights and a ``final_logits_bias`` of ``-inf``: never predicted, and the log-probabilities
+  over the target vocabulary are ours. So the tokenizer is a plain ``PreTrainedTokenizerFast``
+  from ``tokenizer.json``, which ``AutoTokenizer`` and the pipeline load without custom code (a
+  tokenizer class with two vocabularies, as Marian's own SentencePiece tokenizer has, would need
+  ``trust_remote_code``). With one shared vocabulary there are no extra ids.
+* Text: the tokenizer cleans whitespace as ``translate`` does (NFC, whitespace runs to one space,
+  stripped), adds the leading space, and decodes to one line; ``translate`` also removes dots that
+  end no sentence (``"Hello.world"``), which the tokenizer does not, so such input can differ.
+  An empty sentence is ``<start> <end>`` without the token of one space that ``translate`` adds.
+* Lengths and precision: MarianMT builds positions for 1,024 tokens (``MARIAN_POSITIONS``), so
+  longer sources cannot be translated; ``generate`` stops at 512 tokens (``max_length``, where
+  ``translate`` stops at ``1.5 * source tokens + 10``: pass ``max_new_tokens`` for that). Weights
+  are float32.
+
+``transformer_cpp.json`` in the directory records where the model came from and the epsilon, and
+``README.md`` is a model card for sharing it.
+
+The exports are tested to give our tokens and logits (``tests/test_export.py``,
+``tests/test_export_transformers.py``).
 """
 
 from __future__ import annotations
@@ -52,16 +123,24 @@ import numpy as np
 from ._checks import path
 from ._runtime import positional_encoding
 from .checkpoint import load_checkpoint
+from .tokenizer import SPECIAL_TOKENS
 from ._version import __version__
 
 __all__ = [
     "CTRANSLATE2_OPTIONS",
+    "MARIAN_LAYER_NORM_EPS",
+    "MARIAN_MAX_LENGTH",
+    "MARIAN_POSITIONS",
     "QUANTIZATIONS",
     "TORCH_MODULE_FILE",
+    "TRANSFORMERS_FILES",
     "convert_to_ctranslate2",
+    "convert_to_marian",
     "export_ctranslate2",
     "export_torch",
+    "export_transformers",
     "import_ctranslate2",
+    "marian_permutation",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -317,6 +396,312 @@ def export_torch(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
         _write_tokenizers(tmp, ckpt.src_tokenizer, ckpt.tgt_tokenizer)
         _write_json(tmp / "config.json", dict(_provenance(ckpt, "torch"), module=TORCH_MODULE_FILE))
     return out
+
+
+# ------------------------------------------------------------------------------------ Hugging Face Transformers
+
+#: Marian's LayerNorm epsilon: ``nn.LayerNorm``'s default, which MarianMT does not make configurable.
+MARIAN_LAYER_NORM_EPS = 1e-5
+#: Rows of the sinusoid tables MarianMT builds when it loads the model: the longest source or output.
+MARIAN_POSITIONS = 1024
+#: ``generation_config.json``'s ``max_length``: most output tokens, the decoder's start token included.
+MARIAN_MAX_LENGTH = 512
+#: What ``export_transformers`` writes.
+TRANSFORMERS_FILES = (
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "transformer_cpp.json",
+)
+
+
+def marian_permutation(d_model: int, layout: str) -> np.ndarray:
+    """The order of our model dimension in which our positional table is Marian's.
+
+    Marian's table (``MarianSinusoidalPositionalEmbedding``) holds the sines of the frequencies
+    ``10000**(-2i/d)``, ``i = 0, 1, ...``, in its first ``ceil(d/2)`` columns and their cosines in the
+    rest. Our ``"concatenated"`` layout is that table (it needs an even ``d``); in the
+    ``"interleaved"`` layout column ``2i`` holds the sine and ``2i + 1`` the cosine of frequency ``i``.
+    Returns ``perm`` such that ``ours[:, perm]`` is Marian's table: every even column, then every odd
+    one (or the identity for the concatenated layout).
+    """
+    if layout == "concatenated":
+        return np.arange(d_model)
+    if layout == "interleaved":
+        return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+    raise ValueError(f"marian_permutation: unknown layout {layout!r}; expected 'interleaved' or 'concatenated'")
+
+
+def _marian_vocabulary(src_tok: Any, tgt_tok: Any) -> Tuple[Dict[str, int], np.ndarray]:
+    """The vocabulary of the exported tokenizer and, for each of its ids, the source id (-1 for a
+    token the source vocabulary lacks).
+
+    It holds the target vocabulary with the target ids (so the decoder, its embedding and its output
+    layer keep ours, and a generated id is our id), then each source token that the target
+    vocabulary lacks, in source id order. Both vocabularies are byte-level, so a token names the
+    same bytes in either: the tokenizer encodes with the source merges (only source tokens come
+    out) and decodes any id to its bytes."""
+    merged = dict(sorted(tgt_tok.get_vocab().items(), key=lambda item: item[1]))
+    if list(merged.values()) != list(range(tgt_tok.vocab_size)):
+        raise ValueError("export_transformers: the target vocabulary's ids are not 0 .. vocab_size - 1")
+    src_vocab = src_tok.get_vocab()
+    for token, _ in sorted(src_vocab.items(), key=lambda item: item[1]):
+        merged.setdefault(token, len(merged))
+    source_ids = np.full(len(merged), -1, dtype=np.int64)
+    for token, i in merged.items():
+        if token in src_vocab:
+            source_ids[i] = src_vocab[token]
+    return merged, source_ids
+
+
+#: A run of what Python's ``\s`` matches in text (the Rust regex's ``\s`` lacks the separators U+001C-U+001F).
+_WHITESPACE_RUN = r"[\s\x1c-\x1f]+"
+
+
+def _marian_tokenizer(src_tok: Any, merged: Dict[str, int]) -> str:
+    """``tokenizer.json`` of the export (see the module docstring): the source tokenizer's byte-level
+    BPE (its merges, normaliser and pre-tokenizer) over the merged vocabulary, with our input
+    whitespace handling and leading space, ``<start> ... <end>`` around every sentence, and a decoder
+    that writes bytes, one space per whitespace run, stripped."""
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, processors
+
+    document = json.loads(src_tok.to_str())["tokenizer"]
+    model = document["model"]
+    if model.get("type") != "BPE" or model.get("ignore_merges") or model.get("dropout"):
+        raise ValueError("export_transformers: the source tokenizer is not a plain byte-level BPE")
+    model["vocab"] = merged
+    tok = Tokenizer.from_str(json.dumps(document, ensure_ascii=False))
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.NFC(),
+            normalizers.Replace(Regex(_WHITESPACE_RUN), " "),
+            normalizers.Strip(),
+            normalizers.Prepend(" "),
+            tok.normalizer,  # the source tokenizer's own: NFC, lower case if it lowercases
+        ]
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{SPECIAL_TOKENS[_START_ID]} $A {SPECIAL_TOKENS[_END_ID]}",
+        special_tokens=[(SPECIAL_TOKENS[_START_ID], _START_ID), (SPECIAL_TOKENS[_END_ID], _END_ID)],
+    )
+    tok.decoder = decoders.Sequence(
+        [tok.decoder, decoders.Replace(Regex(_WHITESPACE_RUN), " "), decoders.Strip(" ", 1, 1)]
+    )
+    return tok.to_str()
+
+
+def convert_to_marian(model: Any, src_tok: Any, tgt_tok: Any) -> Dict[str, Any]:
+    """MarianMT's files for ``model`` (a :class:`~transformer_cpp.Transformer`) and its tokenizers:
+    ``{"config": ..., "generation_config": ..., "weights": {name: float32 array}, "tokenizer": str,
+    "tokenizer_config": ...}``, written as they are by :func:`export_transformers`. Needs neither
+    PyTorch nor Transformers.
+
+    The mapping (``P`` is :func:`marian_permutation`; ``W[:, P]`` reorders the inputs of a layer that
+    reads the model dimension, ``W[P]`` and ``b[P]`` the outputs of one that writes it; LayerNorm
+    weights are permuted, attention heads are untouched):
+
+    * embeddings: ``model.encoder.embed_tokens`` <- our source embedding, one row per id of the
+      exported tokenizer (:func:`_marian_vocabulary`; zeros for target-only tokens, which the
+      tokenizer never produces); ``model.decoder.embed_tokens`` <- our target embedding (the same
+      ids; zeros for the extra ids); both scaled by ``sqrt(d_model)`` (``scale_embedding``),
+      positions from Marian's own table;
+    * each layer: ``self_attn`` / ``encoder_attn`` ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` <-
+      our ``self_attention`` / ``cross_attention`` ``query``, ``key``, ``value``, ``output``;
+      ``self_attn_layer_norm`` <- ``norm1``, ``encoder_attn_layer_norm`` <- ``norm2`` (decoder),
+      ``fc1`` / ``fc2`` <- ``feed_forward.linear1`` / ``linear2`` (ReLU), ``final_layer_norm`` <- the
+      layer's last norm; post-norm sub-layers ``LN(x + sublayer(x))`` as ours;
+    * ``lm_head`` <- our output weight (tied to the decoder embedding when ours is,
+      ``tie_word_embeddings``), ``final_logits_bias`` <- our output bias; for the extra ids zeros
+      and ``-inf``, never predicted. The decoder has as many ids as the encoder
+      (``decoder_vocab_size == vocab_size``), which Transformers 4.x requires of Marian models
+      with separate embeddings.
+
+    Raises:
+        ValueError: a model MarianMT cannot express (pre-norm: MarianMT normalises after each
+            sub-layer and has no LayerNorm after a stack), or tokenizers that do not fit the model.
+    """
+    cfg = model.config
+    if cfg["pre_norm"]:
+        raise ValueError(
+            "export_transformers: this model is pre-norm (LayerNorm before each sub-layer and after each stack); "
+            "MarianMT is post-norm only, so it cannot express it. Export it with --to ctranslate2 or --to torch, "
+            "which support both"
+        )
+    for side, tok, key in (("source", src_tok, "src_vocab_size"), ("target", tgt_tok, "tgt_vocab_size")):
+        if tok.vocab_size != cfg[key]:
+            raise ValueError(
+                f"export_transformers: the {side} tokenizer has {tok.vocab_size} tokens but the model's {key} is "
+                f"{cfg[key]}"
+            )
+    d, n = int(cfg["d_model"]), int(cfg["n_layers"])
+    perm = marian_permutation(d, cfg["layout"])
+    params = {name: np.asarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
+    merged, source_ids = _marian_vocabulary(src_tok, tgt_tok)
+
+    src_embedding = params["encoder.embedding.weight"][:, perm]
+    encoder_embedding = np.zeros((len(merged), d), dtype=np.float32)
+    known = source_ids >= 0
+    encoder_embedding[known] = src_embedding[source_ids[known]]
+    v_tgt = int(cfg["tgt_vocab_size"])
+
+    def target_rows(rows: np.ndarray, fill: float = 0.0) -> np.ndarray:  # our target ids, then the extra ids
+        full = np.full((len(merged),) + rows.shape[1:], fill, dtype=np.float32)
+        full[:v_tgt] = rows
+        return full
+
+    weights: Dict[str, np.ndarray] = {
+        "model.encoder.embed_tokens.weight": encoder_embedding,
+        "model.decoder.embed_tokens.weight": target_rows(params["decoder.embedding.weight"][:, perm]),
+        "final_logits_bias": target_rows(params["output.bias"], -np.inf)[None, :],
+    }
+    if not cfg["share_embeddings"]:
+        weights["lm_head.weight"] = target_rows(params["output.weight"][:, perm])
+
+    def reads(ours: str, theirs: str) -> None:  # a layer that reads the model dimension
+        weights[theirs + ".weight"] = params[ours + ".weight"][:, perm]
+        weights[theirs + ".bias"] = params[ours + ".bias"]
+
+    def writes(ours: str, theirs: str) -> None:  # a layer (or LayerNorm) that writes it
+        weight = params[ours + ".weight"]
+        weights[theirs + ".weight"] = weight[perm] if weight.ndim == 1 else weight[perm, :]
+        weights[theirs + ".bias"] = params[ours + ".bias"][perm]
+
+    def attention(ours: str, theirs: str) -> None:
+        for a, b in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
+            reads(f"{ours}.{a}", f"{theirs}.{b}")
+        writes(f"{ours}.output", f"{theirs}.out_proj")
+
+    for side in ("encoder", "decoder"):
+        for i in range(n):
+            ours, theirs = f"{side}.layers.{i}", f"model.{side}.layers.{i}"
+            attention(f"{ours}.self_attention", f"{theirs}.self_attn")
+            writes(f"{ours}.norm1", f"{theirs}.self_attn_layer_norm")
+            if side == "decoder":
+                attention(f"{ours}.cross_attention", f"{theirs}.encoder_attn")
+                writes(f"{ours}.norm2", f"{theirs}.encoder_attn_layer_norm")
+            reads(f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
+            writes(f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
+            writes(f"{ours}.norm3" if side == "decoder" else f"{ours}.norm2", f"{theirs}.final_layer_norm")
+    weights = {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in weights.items()}
+
+    special = {"pad_token_id": _PAD_ID, "bos_token_id": _START_ID, "eos_token_id": _END_ID}
+    config = {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": len(merged),
+        "decoder_vocab_size": len(merged),
+        "share_encoder_decoder_embeddings": False,
+        "tie_word_embeddings": bool(cfg["share_embeddings"]),
+        "d_model": d,
+        "encoder_layers": n,
+        "decoder_layers": n,
+        "encoder_attention_heads": int(cfg["n_heads"]),
+        "decoder_attention_heads": int(cfg["n_heads"]),
+        "encoder_ffn_dim": int(cfg["d_ff"]),
+        "decoder_ffn_dim": int(cfg["d_ff"]),
+        "activation_function": "relu",
+        "dropout": float(cfg["dropout"]),
+        "activation_dropout": float(cfg["dropout"]),
+        "attention_dropout": 0.0,
+        "encoder_layerdrop": 0.0,
+        "decoder_layerdrop": 0.0,
+        "max_position_embeddings": MARIAN_POSITIONS,
+        "scale_embedding": True,
+        "is_encoder_decoder": True,
+        "use_cache": True,
+        "decoder_start_token_id": _START_ID,
+        "forced_eos_token_id": None,
+        **special,
+    }
+    generation_config = {
+        "decoder_start_token_id": _START_ID,
+        "forced_eos_token_id": None,
+        "suppress_tokens": [_PAD_ID],
+        "num_beams": 1,
+        "do_sample": False,
+        "max_length": MARIAN_MAX_LENGTH,
+        **special,
+    }
+    names = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_TOKENS))
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **names,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": MARIAN_POSITIONS,
+        "padding_side": "right",
+        "clean_up_tokenization_spaces": False,
+        "split_special_tokens": True,
+    }
+    return {
+        "config": config,
+        "generation_config": generation_config,
+        "weights": weights,
+        "tokenizer": _marian_tokenizer(src_tok, merged),
+        "tokenizer_config": tokenizer_config,
+    }
+
+
+def export_transformers(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
+    """Export the checkpoint at ``checkpoint_dir`` (a run directory: its ``best`` checkpoint; or one
+    checkpoint directory) as a Hugging Face Transformers MarianMT model with its tokenizer into
+    ``out_dir``; returns ``out_dir``. See the module docstring for what is exact and how to load it.
+
+    Raises:
+        ValueError: a pre-norm model (MarianMT is post-norm only), a missing or damaged checkpoint
+            (:class:`~transformer_cpp.checkpoint.CheckpointError`).
+        OSError: an output directory that exists and is not empty (``FileExistsError``) or cannot
+            be written.
+    """
+    from safetensors.numpy import save_file
+
+    out = _check_out_dir(out_dir)
+    ckpt = _load(checkpoint_dir)
+    files = convert_to_marian(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    eps = float(ckpt.model.config["layer_norm_eps"])
+    provenance = _provenance(ckpt, "transformers")
+    with _staging(out) as tmp:
+        save_file(files["weights"], str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _write_json(tmp / "config.json", files["config"])
+        _write_json(tmp / "generation_config.json", files["generation_config"])
+        (tmp / "tokenizer.json").write_text(files["tokenizer"], encoding="utf-8")
+        _write_json(tmp / "tokenizer_config.json", files["tokenizer_config"])
+        _write_json(
+            tmp / "transformer_cpp.json",
+            dict(
+                provenance,
+                architecture="MarianMTModel",
+                layer_norm_eps={"model": eps, "marian": MARIAN_LAYER_NORM_EPS},
+                exact=eps == MARIAN_LAYER_NORM_EPS and ckpt.model.config["dtype"] == "float32",
+                tokenization="the pipeline's tokenizer (tokenizer.json): source merges, target ids",
+            ),
+        )
+        (tmp / "README.md").write_text(_model_card(provenance), encoding="utf-8")
+    return out
+
+
+def _model_card(provenance: Dict[str, Any]) -> str:
+    """A short model card: the languages, the pipeline tag and how to run the model."""
+    src, tgt = provenance["src_lang"], provenance["tgt_lang"]
+    cfg = provenance["model"]
+    return (
+        "---\n"
+        f"language:\n- {src}\n- {tgt}\n"
+        "library_name: transformers\n"
+        "pipeline_tag: translation\n"
+        "tags:\n- marian\n- transformer-cpp\n"
+        "---\n\n"
+        f"# {src} to {tgt} translation\n\n"
+        f"A Transformer ({cfg['n_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads) trained with "
+        f"transformer-cpp {provenance['transformer_cpp_version']} and exported as a MarianMT model.\n\n"
+        "```python\n"
+        "from transformers import pipeline\n\n"
+        'translate = pipeline("translation", model="path/to/this/directory")\n'
+        'print(translate("...")[0]["translation_text"])\n'
+        "```\n"
+    )
 
 
 # ------------------------------------------------------------------------------------ shared

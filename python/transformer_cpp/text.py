@@ -52,6 +52,7 @@ from typing import Iterable, Optional, Tuple
 __all__ = [
     "resolve_language",
     "check_text",
+    "is_blank",
     "normalize",
     "clean_sentence",
     "clean_corpus",
@@ -88,6 +89,31 @@ def check_text(text: str, caller: str) -> str:
             "valid UTF-8?)"
         )
     return text
+
+
+# Code points that Unicode marks as default-ignorable (drawn as nothing) without being format
+# characters (Cf): the combining grapheme joiner, the Hangul fillers, the Khmer inherent vowels,
+# the Mongolian free variation selectors and the variation selectors.
+_INVISIBLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]")
+_BLANK_CATEGORIES = frozenset(("Cc", "Cf", "Zs", "Zl", "Zp"))
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: it holds only whitespace, control characters, format
+    characters (Unicode category Cf: zero-width spaces and joiners, the byte-order mark, direction
+    marks, tags) and the other code points Unicode draws as nothing (variation selectors, Hangul
+    fillers). Such a text has nothing to translate: the server refuses it as it refuses
+    whitespace, and ``transformer-cpp translate`` leaves its output line empty.
+
+    Raises:
+        TypeError: if ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"is_blank: expected a str, got {type(text).__name__}")
+    for ch in text:
+        if not (ch.isspace() or unicodedata.category(ch) in _BLANK_CATEGORIES or _INVISIBLE.match(ch)):
+            return False
+    return True
 
 
 def normalize(text: str) -> str:

@@ -8,7 +8,7 @@ import os
 
 import transformer_cpp as tc
 
-from .base import SENT, api, cli, ctok, sparse
+from .base import SENT, api, cli, ctok, script, sparse
 from .command_line import _ev, _ex, _exported, _n_lines, _run_ok, _tr, _trn
 
 # --- long inputs ----------------------------------------------------------------------------------
@@ -115,4 +115,83 @@ cli(
     expect="either",
     check=_exported("model.bin"),
     timeout=300,
+)
+
+
+# --- a real server (transformer-cpp serve on 127.0.0.1) ------------------------------------------
+
+script(
+    "serve: slow and vanishing clients, then SIGTERM with --graceful-timeout 0, against a real server",
+    r"""
+import json, re, signal, socket, subprocess, sys, threading, time
+import transformer_cpp as tc
+from transformer_cpp.checkpoint import save_checkpoint
+
+tok = tc.SubwordTokenizer.build_from_corpus(["the cat sat on the mat", "a dog and a tree"] * 20, 300, min_frequency=1)
+model = tc.Transformer(tok.vocab_size, tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0)
+save_checkpoint("run", model, tok, tok, optimizer=False)
+argv = [sys.executable, "-m", "transformer_cpp", "serve", "--model", "run", "--port", "0", "--threads", "1",
+        "--read-timeout", "1", "--graceful-timeout", "0", "--max-wait-ms", "20000"]
+proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+lines = []
+port = None
+while port is None:
+    line = proc.stdout.readline()
+    assert line, "".join(lines)
+    lines.append(line)
+    m = re.search(r"Uvicorn running on http://127.0.0.1:(\d+)", line)
+    port = m and int(m.group(1))
+threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+
+def connect():
+    return socket.create_connection(("127.0.0.1", port), timeout=15)
+
+def answer(sock):
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data
+
+def post(body, host="127.0.0.1"):
+    return (f"POST /translate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+try:
+    silent, half = connect(), connect()
+    half.sendall(post(b'{"text": "the cat"}' + b" " * 50)[:-30])
+    for sock in (silent, half):
+        data = answer(sock)
+        assert data.startswith(b"HTTP/1.1 408") and b"read_timeout" in data, data[:200]
+    leaving = connect()
+    leaving.sendall(post(b'{"text": "the cat"}' + b" " * 50)[:-30])
+    time.sleep(0.2)
+    leaving.close()
+    rebound = connect()
+    rebound.sendall(b"GET /info HTTP/1.1\r\nHost: rebound.example\r\n\r\n")
+    data = answer(rebound)
+    assert data.startswith(b"HTTP/1.1 400") and b"Host" in data and b"checkpoint" not in data, data[:300]
+    stalled = connect()
+    stalled.sendall(b"POST /translate HTTP/1.1\r\n")
+    waiting = connect()
+    waiting.sendall(post(b'{"text": "the cat"}'))
+    time.sleep(1.0)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    data = answer(waiting)
+    assert data.startswith(b"HTTP/1.1 503") and b"application/json" in data, data[:300]
+    assert proc.wait(20) == 0
+    assert time.monotonic() - started < 10
+    time.sleep(0.2)
+    log = "".join(lines)
+    assert "Traceback" not in log, log[-3000:]
+    assert sum("disconnected" in line for line in lines) == 1, log[-3000:]
+finally:
+    if proc.poll() is None:
+        proc.kill()
+print("OK")
+""",
+    timeout=120,
 )

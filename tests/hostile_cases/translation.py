@@ -279,6 +279,21 @@ serve_case("an object nested 30000 deep in text", 400, "deeply")(
 serve_case("a number literal 1e999", 422, "beam_size")(
     lambda cl: _post(cl, content=b'{"text": "The cat.", "beam_size": 1e999}')
 )
+serve_case("a text of zero-width spaces and format characters", 422, "empty")(
+    lambda cl: _post(cl, {"text": "\u200b\u200b\ufeff\u2060"})
+)
+serve_case("1,000 emoji in one text (4 tokens each)", 422, "max_source_tokens")(
+    lambda cl: _post(cl, {"text": "\U0001f600" * 1000, "beam_size": 8})
+)
+serve_case("a request over max_request_tokens", 422, "max_request_tokens", max_request_tokens=1000)(
+    lambda cl: _post(cl, {"texts": ["The cat."] * 20, "beam_size": 8})
+)
+serve_case("return_attention over max_attention_weights", 422, "max_attention_weights", max_attention_weights=5000)(
+    lambda cl: _post(cl, {"texts": ["The cat and the dog. " * 8] * 64, "return_attention": True})
+)
+serve_case("a Host header naming another machine", 400, "host", allowed_hosts=["testserver"])(
+    lambda cl: cl.get("/info", headers={"host": "rebound.example"})
+)
 serve_case("GET /translate", 405)(lambda cl: cl.get("/translate"))
 serve_case("an unknown path", 404)(lambda cl: cl.get("/nothing/here"))
 
@@ -297,3 +312,40 @@ def _(c):
             assert len(a["target_pieces"]) >= 1 and len(a["source_pieces"]) >= 2
         info = client.get("/info").json()
         assert info["limits"]["max_texts"] == 64
+
+
+@api("serve: /docs loads no script and nothing from elsewhere")
+def _(c):
+    with _serve(c) as client:
+        r = client.get("/docs")
+        assert r.status_code == 200 and "<script" not in r.text.lower() and "//cdn" not in r.text.lower(), r.text[:300]
+        assert client.get("/redoc").status_code == 404
+
+
+@api("serve: a tokenizer that panics (a BaseException) gets a JSON 500, and the server goes on")
+def _(c):
+    from fastapi.testclient import TestClient
+
+    from transformer_cpp.serve import create_app
+
+    class PanicException(BaseException):  # what the tokenizers library raises when its Rust code panics
+        pass
+
+    t = translator(c)
+    real = t.src_tokenizer
+
+    class Panicking:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def encode(self, text: str, *args: Any, **kwargs: Any) -> Any:
+            if "boom" in text:
+                raise PanicException("called `Result::unwrap()` on an `Err` value")
+            return real.encode(text, *args, **kwargs)
+
+    t.src_tokenizer = Panicking()
+    with TestClient(create_app(t, threads=1)) as client:
+        r = client.post("/translate", json={"text": "boom"})
+        assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text[:300]
+        assert "tokenizer" in r.json()["error"], r.json()
+        assert client.post("/translate", json={"text": "The cat."}).status_code == 200

@@ -1,5 +1,5 @@
 """The smaller commands: ``figures`` (the positional-encoding figures), ``average`` (checkpoint
-averaging) and ``export`` (CTranslate2, PyTorch)."""
+averaging) and ``export`` (CTranslate2, PyTorch, Hugging Face Transformers)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import average_checkpoints, list_checkpoints, mark_best
-from ..export import QUANTIZATIONS, export_ctranslate2, export_torch
+from ..export import QUANTIZATIONS, export_ctranslate2, export_torch, export_transformers
 from ..options import count_option, path_option
 from ..plotting import save_positional_encoding_figures
 from .common import UserError
@@ -80,6 +80,8 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         if args.to == "ctranslate2":
             out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
+        elif args.to == "transformers":
+            out = export_transformers(args.model, args.out)
         else:
             out = export_torch(args.model, args.out)
     except ImportError as exc:  # an optional dependency (its extra is named in the message)
@@ -92,16 +94,21 @@ def add_export_parser(sub: Any) -> None:
     """``transformer-cpp export``."""
     p = sub.add_parser(
         "export",
-        help="export a trained model to CTranslate2 or PyTorch",
+        help="export a trained model to CTranslate2, PyTorch or Hugging Face Transformers",
         description="Write the model (the run's best checkpoint) and its tokenizers for another "
-        "runtime: a CTranslate2 model directory (exact in float32) or a PyTorch state dict "
+        "runtime: a CTranslate2 model directory (exact in float32), a PyTorch state dict "
         "with a small module definition, transformer_torch.py, that needs no "
-        "transformer-cpp. OUT must not exist or be empty.",
+        "transformer-cpp, or a Hugging Face Transformers MarianMT model with its tokenizer "
+        "(AutoModelForSeq2SeqLM and AutoTokenizer load it; greedy generate gives the same "
+        "tokens; post-norm models only; exact for a LayerNorm epsilon of 1e-5, MarianMT's, "
+        "and within a few 1e-5 in log-probability otherwise). OUT must not exist or be empty.",
     )
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
     )
-    p.add_argument("--to", required=True, choices=("ctranslate2", "torch"), help="the runtime to export for")
+    p.add_argument(
+        "--to", required=True, choices=("ctranslate2", "torch", "transformers"), help="the runtime to export for"
+    )
     p.add_argument("out", type=path_option, metavar="OUT", help="the directory to write (new, or empty)")
     p.add_argument(
         "--quantization",

@@ -15,7 +15,7 @@ from ..checkpoint import read_checkpoint_config
 from ..data import DataRecord
 from ..options import add_decoding_options, count_option, encoding_option, limits_of, path_option, setting
 from ..task import check_same_split, load_pairs, load_split
-from ..text import check_text
+from ..text import check_text, is_blank
 from ..translate import LongInputWarning, Translator, evaluate
 from .common import PROG, UserError, console, set_threads
 
@@ -108,7 +108,8 @@ def run_translate(args: argparse.Namespace) -> int:
         console.say(
             f"{PROG} translate: {len(bad) - 20:,} more {what}s are not valid UTF-8; their output lines are left empty"
         )
-    todo = [(n, s) for n, s in enumerate(sentences, 1) if s is not None and s.strip()]
+    # blank lines (whitespace, or only invisible characters such as zero-width spaces) stay empty
+    todo = [(n, s) for n, s in enumerate(sentences, 1) if s is not None and not is_blank(s)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LongInputWarning)
         done, failed = _translate_lines(translator, todo, args)

@@ -27,30 +27,54 @@ The app (FastAPI on uvicorn) has five routes:
 * ``GET /info``: model configuration, vocabulary sizes, checkpoint, package version, limits.
 * ``GET /``: a page with a text box, the translation and the cross-attention map of the last
   translation (an SVG heat map).
-* ``GET /openapi.json`` and ``GET /docs``: the OpenAPI schema FastAPI generates.
+* ``GET /openapi.json``: the OpenAPI schema FastAPI generates; ``GET /docs``: the routes and that
+  schema as a page with no script and nothing loaded from elsewhere (no Swagger UI or ReDoc,
+  which load theirs from a CDN).
 
 **Batching.** One :class:`Batcher` owns the translator and gathers the sentences of concurrent
 requests with the same decoding options (``beam_size``, ``n_best``) into one C++ decode call,
-waiting at most ``max_wait_ms`` for a batch to fill. It decodes through the package's one decode
+waiting at most ``max_wait_ms`` for a batch to fill. A decode call cannot be interrupted, so
+batches are bounded in work (``max_batch_tokens``, and the work the last calls decoded in
+``batch_seconds``) and each one is led by the request that has had the least decoding so far: a
+small request that arrives while a large one is decoded is in the next call. The work of a
+sentence is counted in tokens, beam size x (source tokens + most output tokens). A request whose
+client disconnects has its waiting sentences dropped. It decodes through the package's one decode
 path, :func:`~transformer_cpp.translate.decode_rows`, with the cleaning, encoding, output limit
 (``1.5 * source + 10``) and cut of :meth:`Translator.translate_batch
 <transformer_cpp.translate.Translator.translate_batch>`, so a server answer equals the offline
 translation of the same text.
 
-**Bad requests.** Every error is a JSON object ``{"error": message, "status": code}``: 415 when
-the content type is not JSON, 413 for a body over ``max_request_bytes``, 400 for a body that is
-not valid JSON, 422 for a missing, unknown or wrong-typed field, an empty text, a text over
-``max_chars`` characters, more than ``max_texts`` texts, or a beam size / ``n_best`` out of
-range, and 503 (with ``Retry-After``) when more than ``max_queue`` sentences would wait. No field
-names a file. The server binds 127.0.0.1 unless told otherwise.
+**Bad requests.** Every error is a JSON object ``{"error": message, "status": code}``, its
+message naming the limit and its value: 415 when the content type is not JSON, 413 for a body
+over ``max_request_bytes``, 408 for a body that does not arrive within ``read_timeout``, 400 for
+a body that is not valid JSON or a ``Host`` header refused (see below), 422 for a missing, unknown
+or wrong-typed field, an empty text (whitespace, or only invisible characters such as zero-width
+spaces: :func:`transformer_cpp.text.is_blank`), a text over ``max_chars`` characters or
+``max_source_tokens`` tokens, more than ``max_texts`` texts, a beam size / ``n_best`` out of
+range, a request over ``max_request_tokens`` of decoding work, or ``return_attention`` over
+``max_attention_weights`` weights (source tokens x most output tokens), 500 when the model's
+tokenizer fails (a panic of the ``tokenizers`` library included), and 503 (with ``Retry-After``)
+when more than ``max_queue`` sentences would wait. No field names a file; ``/info`` shows the
+checkpoint as its run directory's name and its own, not its path. Failures are logged as one line
+each (a client that disconnects, too), never a traceback.
+
+**Host check.** The server binds 127.0.0.1 unless told otherwise. A request that arrives on a
+loopback address must name ``localhost``, ``127.0.0.1`` or ``[::1]`` (any port) in its ``Host``
+header, so that a web page whose own domain name resolves to 127.0.0.1 (DNS rebinding) cannot
+call the server; ``allowed_hosts`` (``--allowed-hosts``) adds names, ``"*"`` any.
 
 **HTTP stack.** :func:`serve` and :func:`background_server` run uvicorn with its C HTTP parser
 ``httptools`` and the ``uvloop`` event loop when they are importable (the ``serve`` extra
 installs both), else with the pure-Python ``h11`` parser and asyncio's loop
-(:func:`uvicorn_choices`).
+(:func:`uvicorn_choices`), inside :func:`guarded_protocol`: a client has ``read_timeout`` (10 s)
+to send its request line and headers and as long for its body, else 408 and the connection is
+closed; headers over 16 KiB get 431; beyond 256 open connections a request gets 503; idle
+keep-alive connections close after 5 s. The texts are encoded and the answers' JSON written in
+worker threads, off the event loop.
 
 **Shutdown.** On SIGTERM (or Ctrl-C) uvicorn stops accepting connections and lets the requests
-in flight finish (their sentences are still decoded), then the batcher is closed and
+in flight finish for up to ``--graceful-timeout`` seconds (30; 0: no wait), then answers those
+still running or queued with a JSON 503, finishes the decode call in progress and
 ``transformer-cpp serve`` exits with status 0.
 
 The modules: :mod:`~transformer_cpp.serve.config` (settings and request checks),
@@ -60,7 +84,8 @@ The modules: :mod:`~transformer_cpp.serve.config` (settings and request checks),
 
 # the names of __all__, and, as explicit re-exports, the others that tests and tools import
 from .app import PAGE_HTML as PAGE_HTML
-from .app import background_server, create_app, serve, uvicorn_choices
+from .app import background_server, create_app, guarded_protocol, serve, uvicorn_choices
+from .app import host_refusal as host_refusal
 from .batcher import Batcher
 from .batcher import EncodedText as EncodedText
 from .batcher import QueueFull as QueueFull
@@ -71,6 +96,7 @@ from .command import add_serve_parser, main
 from .command import config_from_args as config_from_args
 from .command import run_from_args as run_from_args
 from .config import ServeConfig, ServeError
+from .config import check_work as check_work
 from .config import parse_request as parse_request
 from .config import read_json_body as read_json_body
 
@@ -80,6 +106,7 @@ __all__ = [
     "Batcher",
     "create_app",
     "background_server",
+    "guarded_protocol",
     "uvicorn_choices",
     "add_serve_parser",
     "serve",

@@ -1,11 +1,16 @@
 """The batcher: gathers the sentences of concurrent requests into batched decode calls.
 
 One :class:`Batcher` owns the translator (a model refuses calls from two threads at once).
-Requests are split into sentences (:func:`encode_text`) and queued; the batcher takes the oldest
-sentence and up to ``max_batch - 1`` more with the same decoding options, waiting at most
-``max_wait_ms`` after the oldest one arrived for the batch to fill, and decodes the batch in its
-single worker thread, off the event loop (the C++ decoders release the GIL). Sentences that waited
-during the previous decode are taken at once, so a busy server batches without waiting at all.
+Requests are split into sentences (:func:`encode_text`) and queued; each batch is led by the
+request that has had the least decoding work so far and filled with sentences of the same
+decoding options, one per request in turn, up to ``max_batch`` sentences and ``max_batch_tokens``
+of work (beam size x (source tokens + most output tokens) each; less when the speed measured on
+the last batches says the batch would take longer than ``batch_seconds``), waiting at most
+``max_wait_ms`` after the oldest one arrived for the batch to fill. The batch is decoded in the batcher's single
+worker thread, off the event loop (the C++ decoders release the GIL). Sentences that waited during
+the previous decode are taken at once, so a busy server batches without waiting at all; a small
+request that arrives while a large one is decoded waits for one decode call, not for the large
+request.
 
 A batch is decoded by :func:`decode_items` through the package's one decode path,
 :func:`~transformer_cpp.translate.decode_rows` (the attention maps through
@@ -27,7 +32,7 @@ import numpy as np
 
 from .._runtime import get_num_threads, set_num_threads
 from ..translate import DecodeOptions, Translator, cross_attention, decode_rows, one_line, token_piece
-from .config import ServeConfig, ServeError
+from .config import ServeConfig, ServeError, text_work
 
 __all__ = ["Batcher", "EncodedText", "QueueFull", "QueuedSentence", "decode_items", "encode_text"]
 
@@ -60,11 +65,16 @@ def encode_text(translator: Translator, text: str) -> EncodedText:
 
 
 class _Job:
-    """The sentences of one request and the future its handler waits on."""
+    """The sentences of one request: those still waiting, the work decoded so far, and the future
+    its handler waits on."""
 
-    def __init__(self, count: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, count: int, options: DecodeOptions, arrival: float, loop: asyncio.AbstractEventLoop) -> None:
         self.results: List[Optional[Dict[str, Any]]] = [None] * count
         self.remaining = count
+        self.options = options
+        self.arrival = arrival
+        self.waiting: Deque[QueuedSentence] = collections.deque()
+        self.served = 0  # decoding work taken into batches so far (tokens, as text_work counts)
         self.future: asyncio.Future[List[Dict[str, Any]]] = loop.create_future()
 
     def done(self, index: int, result: Dict[str, Any]) -> None:
@@ -77,6 +87,13 @@ class _Job:
         if not self.future.done():
             self.future.set_exception(exc)
 
+    def cancel(self) -> None:
+        """Give the request up (its client left, or it was cancelled): its waiting sentences are
+        dropped, not decoded."""
+        self.waiting.clear()
+        if not self.future.done():
+            self.future.cancel()
+
 
 @dataclass
 class QueuedSentence:
@@ -85,9 +102,10 @@ class QueuedSentence:
     source: str  # the cleaned input
     ids: List[int]  # encoder input [start, ..., end]
     return_attention: bool
-    job: _Job  # the request it belongs to
+    job: Optional[_Job]  # the request it belongs to
     index: int  # position in the request
     warning: Optional[str] = None
+    work: int = 0  # decoding work in tokens (text_work); what a batch may hold is max_batch_tokens
 
 
 def decode_items(
@@ -116,11 +134,12 @@ def decode_items(
             res["warning"] = it.warning
         results.append(res)
 
-    wanted = [i for i, it in enumerate(items) if it.return_attention]
-    if wanted:
-        outputs = [found[i][0].ids for i in wanted]
-        maps = cross_attention(model, [rows[i] for i in wanted], outputs, tgt.start_id)
-        for i, gen, layers in zip(wanted, outputs, maps):
+    # the attention maps one sentence at a time: a padded batch of them would hold every layer's
+    # weights for the longest output and source of the batch
+    for i, it in enumerate(items):
+        if it.return_attention:
+            gen = found[i][0].ids
+            layers = cross_attention(model, [rows[i]], [gen], tgt.start_id)[0]
             layer = max(layers, key=lambda name: int(name.split(".")[2]))  # the last decoder layer
             mean = np.asarray(layers[layer], dtype=np.float64).mean(axis=0)  # (output tokens, source tokens)
             results[i]["attention"] = {
@@ -140,14 +159,19 @@ class QueueFull(ServeError):
 
 
 class Batcher:
-    """Gathers the sentences of concurrent requests into batched decode calls.
+    """Gathers the sentences of concurrent requests into batched decode calls, fairly.
 
     The batcher owns ``translator``: its model is only used from the batcher's one worker thread.
-    :meth:`submit` queues a request's sentences and returns their results in order; the loop
-    task (started on first use or by :meth:`start`) takes up to ``max_batch`` sentences with the
-    same options, oldest first, waiting up to ``max_wait_ms`` after the oldest one arrived, and
-    runs :func:`decode_items` in the worker thread. :meth:`close` decodes what is queued, then
-    stops.
+    :meth:`submit` (or :meth:`enqueue`, then awaiting the job's future) queues a request's
+    sentences and returns their results in order. The loop task (started on first use or by
+    :meth:`start`) forms each batch from the request that has had the least decoding work so far
+    (the oldest among equals) and fills it with sentences of the same options, one sentence per
+    request in turn, up to ``max_batch`` sentences and ``max_batch_tokens`` of work (less when the
+    speed of the last batches says that would take longer than ``batch_seconds``), waiting up to
+    ``max_wait_ms`` after the oldest one arrived; :func:`decode_items` runs in the worker thread.
+    A request that arrives while a large one is decoded is therefore in the next batch: it waits
+    for one decode call, not for the whole large request. :meth:`close` answers the requests still
+    queued with 503 and stops after the decode in progress.
     """
 
     def __init__(self, translator: Translator, config: ServeConfig, threads: Optional[int] = None) -> None:
@@ -156,12 +180,13 @@ class Batcher:
         # OpenMP's thread count belongs to the thread that sets it: the worker thread gets the
         # count of the thread that made the batcher (or ``threads``), not the library default.
         self.threads = int(threads) if threads is not None else get_num_threads()
-        self._pending: Deque[Tuple[DecodeOptions, float, QueuedSentence]] = collections.deque()
+        self._jobs: Deque[_Job] = collections.deque()  # requests with waiting sentences, by arrival
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._task: Optional[asyncio.Task[None]] = None
         self._wakeup: Optional[asyncio.Event] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self.closing = False
+        self._rate: Optional[float] = None  # decoding work per second, smoothed over the last batches
         self.stats = {
             "requests": 0,
             "sentences": 0,
@@ -177,7 +202,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         if self._task is not None and not self._task.done() and self._loop is loop:
             return
-        if self._pending and self._loop is not loop:
+        self._prune()
+        if self._jobs and self._loop is not loop:
             raise RuntimeError("Batcher.start: sentences of another event loop are still queued")
         self._loop = loop
         self.closing = False
@@ -189,8 +215,14 @@ class Batcher:
         self._task = loop.create_task(self._run(), name="transformer-cpp-batcher")
 
     async def close(self) -> None:
-        """Decode the sentences still queued, then stop the loop task and the worker thread."""
+        """Answer the requests still queued with 503 (the server is shutting down), wait for the
+        decode in progress, then stop the loop task and the worker thread."""
         self.closing = True
+        stopping = ServeError(503, "the server shut down before this request was decoded", headers={"Retry-After": "1"})
+        for job in self._jobs:
+            job.waiting.clear()
+            job.fail(stopping)
+        self._jobs.clear()
         if self._task is not None:
             assert self._wakeup is not None
             self._wakeup.set()
@@ -203,7 +235,7 @@ class Batcher:
     @property
     def queued(self) -> int:
         """Sentences waiting for a decode."""
-        return len(self._pending)
+        return sum(len(job.waiting) for job in self._jobs if not job.future.done())
 
     # --- requests --------------------------------------------------------------------------
     def decode_options(self, beam_size: int, n_best: int) -> DecodeOptions:
@@ -217,6 +249,48 @@ class Batcher:
             compute_type=self.translator.compute_type,
         )
 
+    def enqueue(
+        self,
+        encoded: Sequence[EncodedText],
+        *,
+        beam_size: int = 1,
+        n_best: int = 1,
+        return_attention: bool = False,
+        work: Optional[Sequence[int]] = None,
+    ) -> _Job:
+        """Queue one request's sentences (from :func:`encode_text`); their results come as the
+        returned job's ``future``. ``work``: each sentence's decoding work (:func:`text_work`),
+        computed here when not given. Call :meth:`_Job.cancel` on a request given up.
+
+        Raises:
+            ServeError: 503 when the server is shutting down; :class:`QueueFull` when more than
+                ``max_queue`` sentences would wait.
+        """
+        if self.closing:
+            raise ServeError(503, "the server is shutting down", headers={"Retry-After": "1"})
+        options = self.decode_options(beam_size, n_best)
+        self.start()
+        queued = self.queued
+        if queued + len(encoded) > self.config.max_queue:
+            self.stats["rejected_queue_full"] += 1
+            raise QueueFull(
+                f"the server is busy: {queued} sentences are waiting (at most {self.config.max_queue}, "
+                "max_queue); retry later"
+            )
+        if work is None:
+            work = [text_work(len(e.ids), options.limit(len(e.ids)), beam_size) for e in encoded]
+        assert self._loop is not None and self._wakeup is not None
+        job = _Job(len(encoded), options, self._loop.time(), self._loop)
+        for i, ((source, ids, warning), w) in enumerate(zip(encoded, work)):
+            job.waiting.append(QueuedSentence(source, ids, bool(return_attention), job, i, warning, int(w)))
+        if encoded:
+            self._jobs.append(job)
+        else:
+            job.future.set_result([])
+        self.stats["requests"] += 1
+        self._wakeup.set()
+        return job
+
     async def submit(
         self,
         encoded: Sequence[EncodedText],
@@ -225,44 +299,58 @@ class Batcher:
         n_best: int = 1,
         return_attention: bool = False,
     ) -> List[Dict[str, Any]]:
-        """Queue one request's sentences (from :func:`encode_text`) and wait for their results."""
-        if self.closing:
-            raise ServeError(503, "the server is shutting down", headers={"Retry-After": "1"})
-        options = self.decode_options(beam_size, n_best)
-        self.start()
-        if len(self._pending) + len(encoded) > self.config.max_queue:
-            self.stats["rejected_queue_full"] += 1
-            raise QueueFull(
-                f"the server is busy: {len(self._pending)} sentences are waiting (at most "
-                f"{self.config.max_queue}); retry later"
-            )
-        assert self._loop is not None and self._wakeup is not None
-        job = _Job(len(encoded), self._loop)
-        now = self._loop.time()
-        for i, (source, ids, warning) in enumerate(encoded):
-            self._pending.append((options, now, QueuedSentence(source, ids, bool(return_attention), job, i, warning)))
-        self.stats["requests"] += 1
-        self._wakeup.set()
-        return await job.future
+        """Queue one request's sentences (from :func:`encode_text`) and wait for their results;
+        a cancelled wait drops the sentences not decoded yet."""
+        job = self.enqueue(encoded, beam_size=beam_size, n_best=n_best, return_attention=return_attention)
+        try:
+            return await job.future
+        finally:
+            job.cancel()  # nothing when it is done; else its waiting sentences are dropped
 
     # --- the loop --------------------------------------------------------------------------
+    def _prune(self) -> None:
+        """Forget the requests that are answered, given up, or have nothing left to decode."""
+        if any(job.future.done() or not job.waiting for job in self._jobs):
+            self._jobs = collections.deque(j for j in self._jobs if not j.future.done() and j.waiting)
+
+    def batch_budget(self) -> int:
+        """Most work in the next batch: ``max_batch_tokens``, or less when the speed measured on
+        the last batches says that much would take longer than ``batch_seconds``."""
+        cfg = self.config
+        if not cfg.batch_seconds or self._rate is None:
+            return cfg.max_batch_tokens
+        return max(1, min(cfg.max_batch_tokens, int(self._rate * cfg.batch_seconds)))
+
     def _take(self) -> Tuple[Optional[DecodeOptions], List[QueuedSentence]]:
-        """The oldest live sentence's options and up to ``max_batch`` live sentences with them."""
-        options = None
+        """The next batch: the options of the request with the least work decoded so far (the
+        oldest among equals), and sentences with those options, one per request in turn (least
+        served first), up to ``max_batch`` sentences and :meth:`batch_budget` of work (at least
+        one sentence, however large)."""
+        self._prune()
+        if not self._jobs:
+            return None, []
+        order = sorted(range(len(self._jobs)), key=lambda k: (self._jobs[k].served, k))
+        options = self._jobs[order[0]].options
+        candidates = [self._jobs[k] for k in order if self._jobs[k].options == options]
+        cfg = self.config
+        budget = self.batch_budget()
         batch: List[QueuedSentence] = []
-        kept: Deque[Tuple[DecodeOptions, float, QueuedSentence]] = collections.deque()
-        while self._pending and len(batch) < self.config.max_batch:
-            entry = self._pending.popleft()
-            o, _, item = entry
-            if item.job.future.done():  # the request is gone (cancelled or failed)
-                continue
-            if options is None:
-                options = o
-            if o == options:
+        work = 0
+        added = True
+        while added and len(batch) < cfg.max_batch:
+            added = False
+            for job in candidates:
+                if not job.waiting or len(batch) >= cfg.max_batch:
+                    continue
+                item = job.waiting[0]
+                if batch and work + item.work > budget:
+                    continue  # a smaller sentence of another request may still fit
+                job.waiting.popleft()
+                job.served += item.work
                 batch.append(item)
-            else:
-                kept.append(entry)
-        self._pending.extendleft(reversed(kept))
+                work += item.work
+                added = True
+        self._prune()
         return options, batch
 
     async def _run(self) -> None:
@@ -270,15 +358,16 @@ class Batcher:
         loop, wakeup, cfg = self._loop, self._wakeup, self.config
         max_wait = cfg.max_wait_ms / 1000.0
         while True:
-            if not self._pending:
+            self._prune()
+            if not self._jobs:
                 if self.closing:
                     return
                 wakeup.clear()
                 await wakeup.wait()
                 continue
             # wait for the batch to fill, at most max_wait after its oldest sentence arrived
-            while len(self._pending) < cfg.max_batch and not self.closing:
-                remaining = self._pending[0][1] + max_wait - loop.time()
+            while self.queued < cfg.max_batch and not self.closing and self._jobs:
+                remaining = min(job.arrival for job in self._jobs) + max_wait - loop.time()
                 if remaining <= 0:
                     break
                 wakeup.clear()
@@ -295,11 +384,20 @@ class Batcher:
             started = time.perf_counter()
             try:
                 results = await loop.run_in_executor(self._executor, decode_items, self.translator, batch, options)
-            except Exception as exc:  # a failed decode fails its requests, not the server
+            except BaseException as exc:  # a failed decode fails its requests, not the server
+                if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                    raise
+                # the tokenizers library panics with a BaseException that is not an Exception
+                failure = ServeError(500, f"decoding failed: {type(exc).__name__}: {exc}")
                 for item in batch:
-                    item.job.fail(exc)
+                    if item.job is not None:
+                        item.job.fail(failure)
                 continue
             finally:
-                self.stats["decode_seconds"] += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                self.stats["decode_seconds"] += elapsed
+            rate = sum(item.work for item in batch) / max(elapsed, 1e-4)
+            self._rate = rate if self._rate is None else 0.5 * (self._rate + rate)
             for item, result in zip(batch, results):
-                item.job.done(item.index, result)
+                if item.job is not None:
+                    item.job.done(item.index, result)

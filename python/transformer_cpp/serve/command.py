@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from .._runtime import set_num_threads
 from ..options import (
@@ -20,17 +20,41 @@ from ..options import (
     threads_option,
 )
 from ..translate import DecodeOptions, Translator
-from .app import serve, uvicorn_choices
-from .config import SERVE_EXTRA_HINT, ServeConfig
+from .app import (
+    DEFAULT_KEEP_ALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES,
+    serve,
+    uvicorn_choices,
+)
+from .config import SERVE_EXTRA_HINT, ServeConfig, host_patterns
 
 __all__ = ["add_serve_parser", "config_from_args", "main", "run_from_args"]
 
 _DESCRIPTION = (
     "Serve a trained model over HTTP (FastAPI on uvicorn): POST /translate (JSON), GET /health, "
     "GET /info, a web page at / with the cross-attention map, the OpenAPI schema at /docs. "
-    "Concurrent requests are batched into one decode call. SIGTERM finishes the requests in flight, "
-    'then exits 0. Needs the serve extra: pip install "transformer-cpp[serve]".'
+    "Concurrent requests are batched into one decode call, a small request never waiting behind a large "
+    "one for more than one decode call. Requests are bounded in bytes, texts, characters, tokens and "
+    "attention weights; clients in time and connections. SIGTERM finishes the requests in flight "
+    '(--graceful-timeout), then exits 0. Needs the serve extra: pip install "transformer-cpp[serve]".'
 )
+
+
+def _host_list(text: str) -> Tuple[str, ...]:
+    """An argparse type: comma-separated host names (``example.org,*.example.org`` or ``*``)."""
+    try:
+        return host_patterns([h for h in text.split(",") if h.strip()] or [text])
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("ServeConfig: allowed_hosts", "--allowed-hosts")) from None
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type for a number of seconds > 0."""
+    value = non_negative_number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +84,22 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         type=non_negative_number,
         default=d.max_wait_ms,
         help=f"how long a batch waits to fill after its first sentence (default {d.max_wait_ms:g} ms)",
+    )
+    g.add_argument(
+        "--max-batch-tokens",
+        type=count_option("max_batch_tokens", 1),
+        default=d.max_batch_tokens,
+        help=f"most decoding work per decode call, in tokens: beam size x (source + most output tokens) summed "
+        f"over its sentences (default {d.max_batch_tokens:,}); a decode call cannot be interrupted, so this "
+        "bounds how long a request waits behind a large one (a larger sentence is decoded alone)",
+    )
+    g.add_argument(
+        "--batch-seconds",
+        type=non_negative_number,
+        default=d.batch_seconds,
+        help=f"how long one decode call should take (default {d.batch_seconds:g} s): batches hold at most the "
+        "work the last ones decoded in that time, so a request waits about that long behind a large one "
+        "on a slow or busy machine too (0 = by --max-batch-tokens alone)",
     )
     g.add_argument(
         "--beam-size",
@@ -112,12 +152,68 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.max_queue,
         help=f"most sentences waiting for a decode (default {d.max_queue:,})",
     )
+    g.add_argument(
+        "--max-source-tokens",
+        type=count_option("max_source_tokens", 1),
+        default=d.max_source_tokens,
+        help=f"most tokens per text once encoded (default {d.max_source_tokens:,}; an emoji is up to 4 tokens)",
+    )
+    g.add_argument(
+        "--max-request-tokens",
+        type=count_option("max_request_tokens", 1),
+        default=d.max_request_tokens,
+        help="most decoding work per request, in tokens: beam size x (source tokens + most output tokens, "
+        f"1.5 x source + 10 or --max-length) summed over its texts (default {d.max_request_tokens:,})",
+    )
+    g.add_argument(
+        "--max-attention-weights",
+        type=count_option("max_attention_weights", 1),
+        default=d.max_attention_weights,
+        help="most attention weights per answer with return_attention: source tokens x most output tokens "
+        f"summed over its texts (default {d.max_attention_weights:,}, a few megabytes of JSON)",
+    )
     g = p.add_argument_group("server")
     g.add_argument(
         "--graceful-timeout",
         type=non_negative_number,
         default=30.0,
-        help="on SIGTERM, wait this many seconds for requests in flight (default 30)",
+        help="on SIGTERM, wait this many seconds for the requests in flight (default 30; 0 = no wait); "
+        "requests still unanswered then get 503",
+    )
+    g.add_argument(
+        "--read-timeout",
+        type=_positive_seconds,
+        default=d.read_timeout,
+        help=f"seconds a client has to send its request line and headers, and as long for its body "
+        f"(default {d.read_timeout:g}); a slower client gets 408 and is disconnected",
+    )
+    g.add_argument(
+        "--keep-alive-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_KEEP_ALIVE_TIMEOUT,
+        help=f"seconds an idle keep-alive connection stays open (default {DEFAULT_KEEP_ALIVE_TIMEOUT:g})",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=count_option("max_connections", 1),
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=f"most connections open at once (default {DEFAULT_MAX_CONNECTIONS}); a connection over it gets 503",
+    )
+    g.add_argument(
+        "--max-header-bytes",
+        type=count_option("max_header_bytes", 256),
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help=f"largest request line and headers (default {DEFAULT_MAX_HEADER_BYTES:,} bytes); larger get 431",
+    )
+    g.add_argument(
+        "--allowed-hosts",
+        type=_host_list,
+        default=None,
+        metavar="NAMES",
+        help="comma-separated names accepted in the Host header besides localhost and loopback addresses "
+        "(*.example.org: a domain and its subdomains; *: any). By default, requests that arrive on a loopback "
+        "address must name localhost, 127.0.0.1 or [::1], so that a web page cannot reach the server by "
+        "pointing its own domain at 127.0.0.1 (DNS rebinding); on other addresses any name is accepted",
     )
     g.add_argument(
         "--log-level",
@@ -141,6 +237,13 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         max_texts=args.max_texts,
         max_chars=args.max_chars,
         max_queue=args.max_queue,
+        max_source_tokens=args.max_source_tokens,
+        max_request_tokens=args.max_request_tokens,
+        max_attention_weights=args.max_attention_weights,
+        max_batch_tokens=args.max_batch_tokens,
+        batch_seconds=args.batch_seconds,
+        read_timeout=args.read_timeout,
+        allowed_hosts=args.allowed_hosts,
     )
 
 
@@ -168,7 +271,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(
             f"transformer-cpp serve: warning: listening on {args.host}, reachable from other machines; the "
-            "server has no authentication",
+            "server has no authentication"
+            + ("" if args.allowed_hosts else " and accepts any Host header there (see --allowed-hosts)"),
             file=sys.stderr,
             flush=True,
         )
@@ -177,9 +281,12 @@ def run_from_args(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         config=config,
-        graceful_timeout=args.graceful_timeout or None,
+        graceful_timeout=args.graceful_timeout,
         log_level=args.log_level,
         access_log=args.access_log,
+        max_connections=args.max_connections,
+        keep_alive_timeout=args.keep_alive_timeout,
+        max_header_bytes=args.max_header_bytes,
     )
 
 
