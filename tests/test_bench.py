@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from transformer_cpp import bench, kernels
+from transformer_cpp import build_info as tc_build_info
+from transformer_cpp.bench import machine as bench_machine
 
 try:
     import torch  # noqa: F401
@@ -279,3 +281,44 @@ def test_useful_flops_count_only_real_tokens():
     padded = bench.forward_matmul_flops(shapes, dense.src.shape[0], s, t)
     assert bench.useful_forward_flops(shapes, dense) == padded
     assert 0 < bench.useful_forward_flops(shapes, full) < padded
+
+
+def test_isa_restarts_with_every_library_held_to_the_level(tmp_path):
+    # generic runs on any CPU: the bench restarts itself with the variables of that level, and the
+    # report says which level ran and which kernels
+    out = tmp_path / "generic.json"
+    env = {k: v for k, v in os.environ.items() if k not in bench_machine.ISA_VARIABLES}
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_cpp.bench", "--quick", "--isa", "generic", "--no-torch", "--no-ctranslate2"]
+        + ["--skip-scaling", "--skip-memory", "--skip-busy", "--skip-serving", "--skip-mpi", "--skip-decode"]
+        + ["--threads", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "restarting with every library held to generic" in proc.stderr
+    assert "instruction-set level generic (every library held to it)" in proc.stdout
+    r = json.loads(out.read_text())
+    assert r["machine"]["build"]["isa"] == "generic"
+    assert r["machine"]["isa_environment"] == bench_machine.ISA_LEVELS["generic"]
+    assert r["machine"]["build"]["kernels"]["decode_float32"] == "eigen"  # no SIMD kernel of our own
+
+
+def test_isa_above_the_cpu_is_refused_by_name():
+    order = ["generic", "avx2", "avx512"]
+    cpu = tc_build_info()["isa_cpu"]
+    if cpu == "avx512":
+        with pytest.raises(ValueError, match="isa must be one of avx512, avx2, generic, got 'avx9'"):
+            bench_machine.isa_environment("avx9")
+        return
+    above = order[order.index(cpu) + 1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_cpp.bench", "--quick", "--isa", above],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert f"--isa {above}: this CPU's highest level is {cpu}; choose {cpu} or lower" in proc.stderr

@@ -5,13 +5,19 @@ edges directly: row counts across the 12-row blocks, output widths that leave a 
 32-wide panel, and K that is not a multiple of the 128-wide k blocks.
 """
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+import transformer_cpp as tc
 from transformer_cpp import kernels
 
-# Builds without AVX-512 (-Ccmake.define.TRANSFORMER_CPP_NATIVE=OFF, other CPUs) have no few-row
-# kernel, and their "packed" product is the plain loop; both are still checked below.
+# At the generic instruction-set level (TRANSFORMER_CPP_ISA=generic, CPUs without AVX2 + FMA, other
+# architectures) there is no few-row kernel and "packed" is the plain loop; both are still checked.
 HAVE_KERNELS = kernels.have_decode_kernels()
 
 
@@ -118,3 +124,85 @@ def test_fingerprint_sees_every_single_change():
     assert kernels.fingerprint(np.zeros(5, np.uint8)) != kernels.fingerprint(np.zeros(6, np.uint8))
     with pytest.raises(ValueError, match="contiguous"):
         kernels.fingerprint(w[::2])
+
+
+# ------------------------------------------------------------------ instruction-set levels
+
+LEVELS = ("generic", "avx2", "avx512")
+
+AT_LEVEL = r"""
+import json, numpy as np, transformer_cpp as tc
+from transformer_cpp import kernels
+rng = np.random.default_rng(7)
+out = {"info": tc.build_info(), "errors": {}}
+for rows, n_out, k_in in [(1, 70, 64), (3, 251, 128), (6, 33, 16), (13, 517, 272), (32, 96, 384)]:
+    x = rng.standard_normal((rows, k_in)).astype(np.float32)
+    W = rng.standard_normal((n_out, k_in)).astype(np.float32)
+    b = rng.standard_normal(n_out).astype(np.float32)
+    ref = x.astype(np.float64) @ W.astype(np.float64).T + b
+    scale = np.abs(x).max() * np.abs(W).max() * np.sqrt(k_in)
+    names = ["packed"] + (["few_rows"] if kernels.have_decode_kernels() and k_in % 16 == 0 else [])
+    for kernel in names:
+        err = float(np.abs(kernels.decode_linear(x, W, b, kernel) - ref).max() / scale)
+        out["errors"][f"{kernel} {rows}x{n_out}x{k_in}"] = err
+    if kernels.have_compute_type("int8"):
+        got = kernels.quantized_linear(x, W, b, "int8", "kernel")
+        want = kernels.quantized_linear(x, W, b, "int8", "reference")
+        magnitude = np.abs(x).astype(np.float64) @ np.abs(W).astype(np.float64).T + np.abs(b)
+        out["errors"][f"int8 {rows}x{n_out}x{k_in}"] = float((np.abs(got - want) / magnitude).max())
+v = rng.standard_normal(1001).astype(np.float32)
+v[[10, 700]] = 9.0
+v[3] = np.nan
+out["argmax"] = kernels.first_argmax(v)
+print(json.dumps(out))
+"""
+
+
+def _run_at(level, script=AT_LEVEL):
+    env = dict(os.environ, TRANSFORMER_CPP_ISA=level)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_build_info_names_the_level_and_the_kernels():
+    info = tc.build_info()
+    assert info["isa"] in LEVELS and info["isa_cpu"] in LEVELS
+    assert LEVELS.index(info["isa"]) <= LEVELS.index(info["isa_cpu"])
+    kernels_run = info["kernels"]
+    assert set(kernels_run) >= {"f32_gemm", "bf16_gemm", "decode_float32", "decode_int8", "decode_bf16"}
+    expected = {"generic": "eigen", "avx2": "avx2", "avx512": "avx512"}[info["isa"]]
+    assert kernels_run["decode_float32"] == expected
+    assert kernels.have_decode_kernels() == (info["isa"] != "generic")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_every_level_the_cpu_has_gives_the_reference_products(level):
+    cpu = tc.build_info()["isa_cpu"]
+    if LEVELS.index(level) > LEVELS.index(cpu):
+        pytest.skip(f"this CPU's level is {cpu}")
+    r = _run_at(level)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["info"]["isa"] == level and out["info"]["isa_cpu"] == cpu
+    assert out["info"]["kernels"]["decode_float32"] == {"generic": "eigen"}.get(level, level)
+    if level != "generic":
+        assert out["info"]["kernels"]["decode_int8"] != "unavailable"
+        assert any(k.startswith("few_rows") for k in out["errors"])
+    # float32: sums in another order than float64 (see tolerance() above); int8: exact integer
+    # sums, only the final scaling rounds
+    for name, err in out["errors"].items():
+        assert err < (1e-6 if name.startswith("int8") else 4e-6), (level, name, err)
+    assert out["argmax"] == 10
+
+
+def test_a_level_above_the_cpu_or_an_unknown_one_is_refused_at_import():
+    r = _run_at("avx9000", "import transformer_cpp")
+    assert r.returncode != 0
+    assert "TRANSFORMER_CPP_ISA must be 'avx512', 'avx2', 'neon' or 'generic', got 'avx9000'" in r.stderr
+    cpu = tc.build_info()["isa_cpu"]
+    if cpu == "avx512":
+        pytest.skip("no level above this CPU's")
+    above = LEVELS[LEVELS.index(cpu) + 1]
+    r = _run_at(above.upper(), "import transformer_cpp")
+    assert r.returncode != 0
+    assert f"TRANSFORMER_CPP_ISA={above.upper()} asks for more than this CPU" in r.stderr
+    assert f"its level is '{cpu}'" in r.stderr

@@ -235,11 +235,9 @@ def test_unsupported_cpu_is_a_clear_error():
     r = subprocess.run([sys.executable, "-c", UNSUPPORTED], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    # the reason names the switch where the CPU has the instructions, else what the CPU lacks
-    expected = (
-        "TRANSFORMER_CPP_DISABLE_INT8 turns the int8 kernel off" if HAVE["int8"] else "does not support AVX512_VNNI"
-    )
-    assert expected in lines[0]
+    # the reason names the switch (checked first, at any instruction-set level), or a build
+    # without the kernels (not x86-64)
+    assert "TRANSFORMER_CPP_DISABLE_INT8 turns the int8 kernel off" in lines[0] or "this build has no" in lines[0]
     assert lines[1].startswith("decode: greedy_decode: compute_type 'int8' is not available: ")
     assert "use compute_type 'float32'" in lines[1]
     assert lines[2] == "float32: (1, 4)" or lines[2].startswith("float32: (1, ")

@@ -14,6 +14,10 @@ the outputs (``--cpu-time``: per second of the worker's CPU time, which with ``-
 work done whatever else runs on the machine). The summary gives each build's median rate per case,
 the median of the per-round ratios new/baseline, and whether the builds decoded the same tokens.
 Nothing is asserted.
+
+``--isa`` runs the builds at forced instruction-set levels (``TRANSFORMER_CPP_ISA``), one level for
+every build or one per ``--python``: ``--python .venv/bin/python --python .venv/bin/python --isa
+generic,avx2`` compares one build's generic path with its AVX2 kernels.
 """
 
 from __future__ import annotations
@@ -91,6 +95,11 @@ def main() -> int:
         "whatever else runs on the machine)",
     )
     p.add_argument("--python", action="append", help="an interpreter per build (first: baseline)")
+    p.add_argument(
+        "--isa",
+        default=None,
+        help="TRANSFORMER_CPP_ISA for the builds (avx512, avx2, generic): one level, or one per --python, comma-separated",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cases", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -99,18 +108,27 @@ def main() -> int:
     cases = [(int(b), c) for b in args.batches.split(",") for c in args.compute_types.split(",")]
     pythons = args.python or [sys.executable]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    levels = args.isa.split(",") if args.isa else [None]
+    if len(levels) == 1:
+        levels = levels * len(pythons)
+    if len(levels) != len(pythons):
+        p.error(f"--isa: {len(levels)} levels for {len(pythons)} builds")
     tmp = tempfile.mkdtemp(prefix="decode_speed_")
     procs = []
-    for py in pythons:
+    for py, level in zip(pythons, levels):
+        worker_env = dict(env, TRANSFORMER_CPP_ISA=level) if level else env
         cmd = [os.path.abspath(py) if os.sep in py else py, os.path.abspath(__file__), "--worker"]
         cmd += ["--shapes", args.shapes, "--threads", str(args.threads), "--sentences", str(args.sentences)]
         cmd += ["--seed", str(args.seed), "--cases", json.dumps(cases)] + (["--cpu-time"] if args.cpu_time else [])
-        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp))
+        procs.append(
+            subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env, cwd=tmp)
+        )
     for pr in procs:
         assert pr.stdout.readline().strip() == "ready"
     clock = "CPU" if args.cpu_time else "wall"
     print(
         f"{args.shapes} shapes, {args.threads} threads, {args.sentences} sentences, {clock} time, load {os.getloadavg()[0]:.2f}"
+        + (f", levels {args.isa}" if args.isa else "")
     )
     rates = {case: [[] for _ in procs] for case in cases}
     digests = {case: [set() for _ in procs] for case in cases}

@@ -2,6 +2,7 @@
 #include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/kernels/f32_gemm.hpp"
+#include "transformer/kernels/isa.hpp"
 #include "transformer/kernels/quantized_linear.hpp"
 #include "transformer/layers/positional_encoding.hpp"
 #include "transformer/random.hpp"
@@ -10,6 +11,13 @@
 namespace transformer::bindings {
 
 void bind_runtime(py::module_& m) {
+  // A TRANSFORMER_CPP_ISA that names no level, or one above this CPU's, stops the import with its
+  // message (isa.hpp) rather than at the first product.
+  try {
+    (void)active_isa();
+  } catch (const std::invalid_argument& e) {
+    throw py::import_error(std::string("transformer_cpp: ") + e.what());
+  }
   m.def(
       "set_num_threads",
       [](const py::object& n) {
@@ -42,7 +50,8 @@ void bind_runtime(py::module_& m) {
       "ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.");
 
   // The decoding kernels on their own, for the tests that compare them with NumPy.
-  m.def("_have_decode_kernels", &have_decode_kernels, "Whether this build has the AVX-512 decoding kernels.");
+  m.def("_have_decode_kernels", &have_decode_kernels,
+        "Whether the AVX2 or AVX-512 decoding kernels may run (build and instruction-set level).");
   m.def(
       "_decode_linear",
       [](const py::handle& x, const py::handle& W, const py::handle& b, const std::string& kernel) {
@@ -63,7 +72,9 @@ void bind_runtime(py::module_& m) {
               p.apply_reference(xs.array.data(), xs.rows, xs.cols, y.data(), y.cols());
           });
         } else if (kernel == "few_rows") {
-          if (!have_decode_kernels()) throw py::value_error("_decode_linear: this build has no few_rows kernel");
+          if (!have_decode_kernels())
+            throw py::value_error(std::string("_decode_linear: no few_rows kernel at instruction-set level '") +
+                                  isa_name(active_isa()) + "'");
           if (w.cols % 16 != 0) throw py::value_error("_decode_linear: few_rows needs K % 16 == 0");
           without_gil([&] {
             few_rows_linear(xs.array.data(), xs.rows, w.cols, w.array.data(), w.rows, bs.array.data(), y.data());

@@ -9,6 +9,11 @@
 #include <thread>
 
 #include "transformer/checks.hpp"
+#include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/decode_kernels.hpp"
+#include "transformer/kernels/f32_gemm.hpp"
+#include "transformer/kernels/isa.hpp"
+#include "transformer/kernels/quantized_linear.hpp"
 #include "transformer/tensor.hpp"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -116,6 +121,15 @@ std::map<std::string, std::string> build_info() {
 #endif
   info["simd"] = Eigen::SimdInstructionSetsInUse();
   info["hardware_threads"] = std::to_string(std::thread::hardware_concurrency());
+  // the instruction-set level (isa.hpp) and what runs at it; "kernel." keys become the
+  // "kernels" dictionary of the Python build_info()
+  info["isa"] = isa_name(active_isa());
+  info["isa_cpu"] = isa_name(cpu_isa());
+  info["kernel.f32_gemm"] = f32::supported() ? "avx512" : "eigen";
+  info["kernel.bf16_gemm"] = bf16::supported() ? "avx512_bf16" : "unavailable";
+  info["kernel.decode_float32"] = have_decode_kernels() ? decode_kernels_isa() : "eigen";
+  info["kernel.decode_int8"] = compute_type_kernel(ComputeType::Int8);
+  info["kernel.decode_bf16"] = compute_type_kernel(ComputeType::BFloat16);
   return info;
 }
 

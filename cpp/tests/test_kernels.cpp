@@ -1,20 +1,28 @@
 // test_kernels.cpp — the matrix-product kernels against their readable references: the float32
 // GEMM (f32::gemm against f32::gemm_reference), the bfloat16 GEMM (bf16::gemm against
-// bf16::gemm_reference) and the int8 decoding product (QuantizedLinear::apply against
-// apply_reference), each where the CPU can run it (skipped otherwise). The references themselves
-// are checked on every CPU: against a plain float64 product, or against the rounding they state.
+// bf16::gemm_reference), the float32 decoding products (PackedLinear::apply and few_rows_linear
+// against a float64 product, PackedLinear::apply_reference too, first_argmax against a plain loop)
+// and the int8 decoding product (QuantizedLinear::apply against apply_reference), each where the
+// CPU can run it (skipped otherwise). The references themselves are checked on every CPU: against
+// a plain float64 product, or against the rounding they state. Each kernel runs at the process's
+// instruction-set level (isa.hpp): ctest runs this program once per level, TRANSFORMER_CPP_ISA set
+// (a level above the CPU's is reported as skipped).
 //
 // Tolerances are bounds, not guesses. A float32 sum of K products, in any order, is within
 // K u sum_k |a_k b_k| of the exact sum (u = 2^-24, the unit roundoff); the reference rounds the
 // exact sum once (u |sum|). Every check below allows (K + 3) u (sum_k |a_k b_k| + |bias| + |C|).
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "check.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/kernels/f32_gemm.hpp"
+#include "transformer/kernels/isa.hpp"
 #include "transformer/kernels/quantized_linear.hpp"
 
 using transformer::Index;
@@ -23,6 +31,7 @@ using namespace transformer::testing;
 namespace {
 
 constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // float32
+constexpr int kSkipReturnCode = 77;                // ctest's SKIP_RETURN_CODE (cpp/tests/CMakeLists.txt)
 
 // One product C (M, N) = beta C + op(A) op(B) [+ bias] with random inputs, in the layout the
 // kernels take (row-major, leading dimensions = the stored widths).
@@ -236,9 +245,103 @@ void test_int8_kernel() {
   }
 }
 
+// The float32 decoding products: y (R, N) = x (R, K) W^T + b against the float64 product, within
+// the (K + 3) u bound of any summation order. Shapes: row counts across the register tiles (12 rows
+// AVX-512, 6 AVX2), a partial last 32-wide panel and half panel, K across the 128-value k blocks.
+struct DecodeCase {
+  Index R, N, K;
+  std::vector<float> x, W, b;
+  std::vector<double> want, bound;
+  DecodeCase(Index r, Index n, Index k, std::uint64_t seed) : R(r), N(n), K(k) {
+    x = uniform<float>(static_cast<size_t>(R * K), seed);
+    W = uniform<float>(static_cast<size_t>(N * K), seed + 1);
+    b = uniform<float>(static_cast<size_t>(N), seed + 2);
+    want.assign(static_cast<size_t>(R * N), 0.0);
+    bound.assign(want.size(), 0.0);
+    for (Index i = 0; i < R; ++i)
+      for (Index j = 0; j < N; ++j) {
+        double sum = b[j], magnitude = std::fabs(b[j]);
+        for (Index k2 = 0; k2 < K; ++k2) {
+          const double p = static_cast<double>(x[i * K + k2]) * W[j * K + k2];
+          sum += p;
+          magnitude += std::fabs(p);
+        }
+        want[i * N + j] = sum;
+        bound[i * N + j] = static_cast<double>(K + 3) * kUnitRoundoff * magnitude;
+      }
+  }
+  std::string name() const {
+    return "R " + std::to_string(R) + " N " + std::to_string(N) + " K " + std::to_string(K) + " at " +
+           transformer::isa_name(transformer::active_isa());
+  }
+};
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> cases;
+  std::uint64_t seed = 500;
+  for (Index R : {1, 3, 5, 6, 7, 12, 13, 32})
+    for (const auto& nk : {std::pair<Index, Index>{32, 16}, {70, 48}, {251, 64}, {517, 272}}) {
+      cases.emplace_back(R, nk.first, nk.second, seed);
+      seed += 3;
+    }
+  return cases;
+}
+
+void test_packed_linear() {
+  for (DecodeCase& c : decode_cases()) {
+    transformer::PackedLinear<float> p;
+    p.pack(c.W.data(), c.N, c.K, c.K, c.b.data());
+    std::vector<float> y(static_cast<size_t>(c.R * c.N), std::numeric_limits<float>::quiet_NaN()), ref(y);
+    p.apply(c.x.data(), c.R, c.K, y.data(), c.N);
+    p.apply_reference(c.x.data(), c.R, c.K, ref.data(), c.N);
+    CHECK_WITHIN("PackedLinear::apply against a float64 product, " + c.name(), y.data(), c.want.data(), c.bound.data(),
+                 y.size());
+    CHECK_WITHIN("PackedLinear::apply_reference against a float64 product, " + c.name(), ref.data(), c.want.data(),
+                 c.bound.data(), ref.size());
+  }
+}
+
+void test_few_rows_linear() {
+  if (!transformer::have_decode_kernels())
+    skip(std::string("no few-row kernel at level ") + transformer::isa_name(transformer::active_isa()));
+  for (DecodeCase& c : decode_cases()) {
+    if (c.K % 16 != 0) continue;
+    std::vector<float> y(static_cast<size_t>(c.R * c.N), std::numeric_limits<float>::quiet_NaN());
+    transformer::few_rows_linear(c.x.data(), c.R, c.K, c.W.data(), c.N, c.b.data(), y.data());
+    CHECK_WITHIN("few_rows_linear against a float64 product, " + c.name(), y.data(), c.want.data(), c.bound.data(),
+                 y.size());
+  }
+}
+
+// first_argmax against the plain loop: ties (the first wins), NaNs (never chosen over a number),
+// lengths around the vector widths.
+void test_first_argmax() {
+  for (Index n : {1, 7, 8, 9, 16, 17, 33, 1000}) {
+    std::vector<float> v = uniform<float>(static_cast<size_t>(n), 900 + static_cast<std::uint64_t>(n));
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant == 1 && n > 3) v[n / 2] = v[n - 1] = 5.0f;  // a tie: the first
+      if (variant == 2) v[0] = std::numeric_limits<float>::quiet_NaN();
+      Index want = 0;
+      for (Index j = 1; j < n; ++j)
+        if (v[j] > v[want] || v[want] != v[want]) want = j;
+      CHECK(transformer::first_argmax(v.data(), n) == want);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
+  try {
+    std::printf("instruction-set level %s (CPU %s)\n", transformer::isa_name(transformer::active_isa()),
+                transformer::isa_name(transformer::cpu_isa()));
+  } catch (const std::invalid_argument& e) {  // a forced level above this CPU's
+    std::printf("skipped: %s\n", e.what());
+    return kSkipReturnCode;
+  }
+  run("PackedLinear<float>::apply against a float64 product", test_packed_linear);
+  run("few_rows_linear against a float64 product", test_few_rows_linear);
+  run("first_argmax against the plain loop", test_first_argmax);
   run("f32::gemm_reference against a float64 product", test_f32_reference);
   run("f32::gemm against f32::gemm_reference", test_f32_kernel);
   run("bf16::gemm_reference against a float64 product of the rounded inputs", test_bf16_reference);

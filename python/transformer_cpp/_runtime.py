@@ -6,7 +6,7 @@ import math
 import os
 import warnings
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -123,9 +123,22 @@ def get_num_threads() -> int:
     return int(_core.get_num_threads())
 
 
-def build_info() -> Dict[str, str]:
-    """What the extension was built with: compiler, flags, OpenMP, Eigen version, SIMD level."""
-    return dict(_core.build_info())
+def build_info() -> Dict[str, Any]:
+    """What the extension was built with (compiler, flags, OpenMP, Eigen version and its SIMD
+    level) and what runs here: ``"isa"``, the instruction-set level of the core's kernels
+    (``"avx512"``, ``"avx2"`` or ``"generic"``: the highest this CPU has, or the one the
+    ``TRANSFORMER_CPP_ISA`` environment variable forces), ``"isa_cpu"``, the CPU's own level, and
+    ``"kernels"``, which kernel runs each product at that level (e.g. ``{"decode_float32": "avx2",
+    "decode_int8": "avx2", "f32_gemm": "eigen", ...}``). Every other value is a string."""
+    info: Dict[str, Any] = {}
+    kernels: Dict[str, str] = {}
+    for key, value in _core.build_info().items():
+        if key.startswith("kernel."):
+            kernels[key[len("kernel.") :]] = value
+        else:
+            info[key] = value
+    info["kernels"] = kernels
+    return info
 
 
 def memory_limit_bytes() -> float:

@@ -13,6 +13,11 @@ In float32 the dense layers' products run on an AVX-512 kernel when the CPU has 
 ``cpp/include/transformer/kernels/f32_gemm.hpp``; Eigen's GEMM otherwise); :func:`f32_matmul` is that
 kernel on its own, with its readable reference.
 
+Which kernels run is decided at run time by the CPU's instruction-set level (``avx512``, ``avx2``
+or ``generic``), which the ``TRANSFORMER_CPP_ISA`` environment variable can lower (see
+``cpp/include/transformer/kernels/isa.hpp``); ``transformer_cpp.build_info()`` names the level and
+the kernel of each product.
+
 ``Transformer.greedy_decode(..., compute_type="int8" | "bf16")`` multiplies by a low-precision
 copy of the weights (see ``cpp/include/transformer/kernels/quantized_linear.hpp``); :func:`quantized_linear`
 is that kernel on its own, with its reference and the dequantised weight it multiplies with.
@@ -45,8 +50,9 @@ _KERNELS = ("packed", "packed_reference", "few_rows")
 
 
 def have_decode_kernels() -> bool:
-    """Whether this build has the float32 AVX-512 kernels (a ``-march=native`` build on a CPU
-    with AVX-512F). Without them decoding uses Eigen's GEMM for every product."""
+    """Whether the float32 decoding kernels (AVX2 + FMA or AVX-512) run here: an x86-64 build at
+    instruction-set level ``avx2`` or ``avx512``. Without them decoding uses the dense layers'
+    GEMM for every product."""
     return bool(_core._have_decode_kernels())
 
 
@@ -58,8 +64,8 @@ def decode_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, kernel: s
         weight: (N, K), ``(out_features, in_features)`` as in :class:`transformer_cpp.Linear`.
         bias: (N,).
         kernel: ``"packed"`` (pack the weight into panels, then the register-blocked kernel; the
-            plain loop when the build has no AVX-512 kernels), ``"packed_reference"`` (the
-            plain loop over the packed layout) or ``"few_rows"`` (the unpacked AVX-512 kernel,
+            plain loop at the generic level), ``"packed_reference"`` (the plain loop over the
+            packed layout) or ``"few_rows"`` (the unpacked AVX2 or AVX-512 kernel,
             which needs ``K % 16 == 0``).
 
     Returns:
@@ -146,7 +152,8 @@ def _compute_type(name: str, who: str) -> str:
 
 def have_compute_type(name: str) -> bool:
     """Whether decoding with compute type ``name`` can run here: ``"float32"`` always; ``"int8"``
-    needs AVX512_VNNI (with AVX512F/BW/VL; ``TRANSFORMER_CPP_DISABLE_INT8`` turns it off),
+    needs AVX2 + FMA (AVX-VNNI or AVX512_VNNI where the CPU has them; ``TRANSFORMER_CPP_DISABLE_INT8``
+    turns it off),
     ``"bf16"`` AVX512_BF16 (``TRANSFORMER_CPP_DISABLE_BF16``)."""
     return bool(_core._compute_type_supported(_compute_type(name, "have_compute_type")))
 
@@ -169,7 +176,8 @@ def quantized_linear(
 
     Args:
         x: (R, K); weight: (N, K); bias: (N,) (converted to float32).
-        kernel: ``"kernel"`` (AVX512_VNNI / AVX512_BF16; ValueError on a CPU without them),
+        kernel: ``"kernel"`` (int8: AVX512_VNNI, AVX-VNNI or AVX2; bf16: AVX512_BF16; ValueError
+            where none runs),
             ``"reference"`` (the same rounding, products summed exactly in int64 or float64) or
             ``"weight"`` (the (N, K) dequantised weight the kernel multiplies with; ``x`` unused).
 

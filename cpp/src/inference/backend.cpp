@@ -122,7 +122,7 @@ template <typename T>
 void InferenceBackend<T>::plain(const Matrix<T>& x, const T* W, const T* b, Index N, Matrix<T>& y) const {
   const Index R = x.rows(), K = x.cols();
   if constexpr (std::is_same_v<T, float>) {
-    if (have_decode_kernels() && R <= kFewRows && K % 16 == 0) {
+    if (have_decode_kernels() && R <= few_rows() && K % 16 == 0) {
       few_rows_linear(x.data(), R, K, W, N, b, y.data());
       return;
     }

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "transformer/kernels/isa.hpp"
+
 // The kernel needs a compiler that knows AVX512_BF16 (GCC 10+, Clang 9+) on x86-64. It is compiled
 // with function target attributes, never with -m flags for the whole file: inline functions of
 // headers (std::, Eigen) instantiated here must stay plain x86-64 code, since the linker may keep
@@ -55,7 +57,7 @@ static bool disabled_by_environment() {
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
-bool supported() { return cpu_supported() && !disabled_by_environment(); }
+bool supported() { return cpu_supported() && !disabled_by_environment() && isa_allows(Isa::Avx512); }
 
 std::string unsupported_reason() {
 #if !TCPP_BF16_KERNEL
@@ -67,6 +69,9 @@ std::string unsupported_reason() {
            "bfloat16 matrix products need";
   if (disabled_by_environment())
     return std::string("the environment variable ") + kDisableEnv + " turns the bfloat16 kernel off";
+  if (!isa_allows(Isa::Avx512))
+    return std::string("the instruction-set level is '") + isa_name(active_isa()) + "' (" + kIsaEnv +
+           "), below the avx512 that the bfloat16 matrix products need";
   return "";
 #endif
 }

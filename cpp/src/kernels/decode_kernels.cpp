@@ -5,27 +5,35 @@
 #include <limits>
 #include <type_traits>
 
+#include "transformer/kernels/avx2.hpp"
+#include "transformer/kernels/isa.hpp"
 #include "transformer/random.hpp"
 
-#if defined(__AVX512F__)
+// The AVX-512 kernels are compiled with function target attributes, never with -m flags for the
+// whole file (see bf16_gemm.cpp), and run only when isa_allows(Isa::Avx512); the AVX2 ones are in
+// avx2.cpp. The fingerprint's vector loop alone follows the build's flags.
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
+#define TCPP_DECODE_KERNELS 1
 #include <immintrin.h>
+#define TCPP_AVX512_TARGET __attribute__((target("avx512f")))
+#else
+#define TCPP_DECODE_KERNELS 0
 #endif
 
 namespace transformer {
 
-bool have_decode_kernels() {
-#if defined(__AVX512F__)
-  return true;
-#else
-  return false;
-#endif
+bool have_decode_kernels() { return TCPP_DECODE_KERNELS && isa_allows(Isa::Avx2); }
+
+const char* decode_kernels_isa() {
+  if (!have_decode_kernels()) return "reference";
+  return isa_allows(Isa::Avx512) ? "avx512" : "avx2";
 }
 
 namespace {
-#if defined(__AVX512F__)
+#if TCPP_DECODE_KERNELS
 // The sums of the 16 lanes of each of a, b, c, d, as one 4-float vector [sum a, sum b, sum c,
 // sum d]: a transpose-and-add tree, about 2.5x fewer operations than four separate reductions.
-inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
+TCPP_AVX512_TARGET inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
   // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] and the same for c, d
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
   const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
@@ -38,11 +46,12 @@ inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
 }
 
-// y (R, N) = x (R, K) W^T + b with W (N, K) row-major and K % 16 == 0. Tiles of 4 weight rows x 4
-// input rows keep 16 accumulators in registers: each step of 16 k loads 8 vectors and does 16 FMAs.
-void few_rows_linear_f32_impl(const float* x, Index R, Index K, const float* W, Index N, const float* b, float* y) {
-#pragma omp parallel for schedule(static) if (N * K >= (1 << 17))
-  for (Index n0 = 0; n0 < N; n0 += 4) {
+// y (R, N) = x (R, K) W^T + b for weight rows n0..n0+4 with W (N, K) row-major and K % 16 == 0.
+// Tiles of 4 weight rows x 4 input rows keep 16 accumulators in registers: each step of 16 k loads
+// 8 vectors and does 16 FMAs.
+TCPP_AVX512_TARGET void few_rows_avx512(const float* x, Index R, Index K, const float* W, Index N, const float* b,
+                                        float* y, Index n0) {
+  {
     const Index nb = std::min<Index>(4, N - n0);
     for (Index r0 = 0; r0 < R; r0 += 4) {
       const Index rb = std::min<Index>(4, R - r0);
@@ -85,10 +94,16 @@ void few_rows_linear_f32_impl(const float* x, Index R, Index K, const float* W, 
 }  // namespace
 
 void few_rows_linear(const float* x, Index R, Index K, const float* W, Index N, const float* b, float* y) {
-  TCPP_CHECK(have_decode_kernels(), "few_rows_linear: this build has no AVX-512 kernels");
+  TCPP_CHECK(have_decode_kernels(), "few_rows_linear: no AVX2 or AVX-512 kernels at this instruction-set level (",
+             isa_name(active_isa()), ")");
   TCPP_CHECK(K % 16 == 0, "few_rows_linear: K must be a multiple of 16, got ", K);
-#if defined(__AVX512F__)
-  few_rows_linear_f32_impl(x, R, K, W, N, b, y);
+#if TCPP_DECODE_KERNELS
+  if (!isa_allows(Isa::Avx512)) {
+    avx2::few_rows_linear(x, R, K, W, N, b, y);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 17))
+  for (Index n0 = 0; n0 < N; n0 += 4) few_rows_avx512(x, R, K, W, N, b, y, n0);
 #else
   (void)x, (void)R, (void)W, (void)N, (void)b, (void)y;
 #endif
@@ -130,13 +145,13 @@ std::uint64_t fingerprint(const void* data, std::size_t bytes, std::uint64_t see
   return h;
 }
 
-template <typename T>
-Index first_argmax(const T* v, Index n) {
+#if TCPP_DECODE_KERNELS
+namespace {
+TCPP_AVX512_TARGET Index first_argmax_avx512(const float* v, Index n) {
   Index j = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    // pass 1: the maximum, 16 lanes at a time (max_ps returns its second operand, the
-    // accumulator, when the loaded value is NaN, so the accumulator never holds NaN)
+  // pass 1: the maximum, 16 lanes at a time (max_ps returns its second operand, the accumulator,
+  // when the loaded value is NaN, so the accumulator never holds NaN)
+  {
     if (n >= 16) {
       __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
       for (; j + 16 <= n; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(v + j), m);
@@ -153,9 +168,25 @@ Index first_argmax(const T* v, Index n) {
         if (v[i] == best) return i;
     }
   }
-#endif
+  // fewer than 16 values, or all NaN
   Index best = 0;
   for (j = 1; j < n; ++j)
+    if (v[j] > v[best] || v[best] != v[best]) best = j;
+  return best;
+}
+}  // namespace
+#endif
+
+template <typename T>
+Index first_argmax(const T* v, Index n) {
+#if TCPP_DECODE_KERNELS
+  if constexpr (std::is_same_v<T, float>) {
+    if (isa_allows(Isa::Avx512)) return first_argmax_avx512(v, n);
+    if (isa_allows(Isa::Avx2)) return avx2::first_argmax(v, n);
+  }
+#endif
+  Index best = 0;
+  for (Index j = 1; j < n; ++j)
     if (v[j] > v[best] || v[best] != v[best]) best = j;
   return best;
 }
@@ -202,7 +233,7 @@ void PackedLinear<T>::apply_reference(const T* x, Index R, Index ldx, T* y, Inde
     }
 }
 
-#if defined(__AVX512F__)
+#if TCPP_DECODE_KERNELS
 namespace {
 
 // Rows r0..r0+MR of one panel over kc values of k: MR x 32 accumulators (2 vectors per row),
@@ -210,8 +241,8 @@ namespace {
 // nb < 32 valid outputs are read and written with a mask. With `ahead`, the same amount of packed
 // weights starting there is prefetched into L1, 128 bytes per k, in step with their use.
 template <int MR>
-inline void panel_rows(const float* x, Index ldx, const float* P, Index kc, const float* bias, bool first, float* y,
-                       Index ldy, Index nb, const float* ahead) {
+TCPP_AVX512_TARGET void panel_rows(const float* x, Index ldx, const float* P, Index kc, const float* bias, bool first,
+                                   float* y, Index ldy, Index nb, const float* ahead) {
   const __mmask16 m0 = static_cast<__mmask16>(nb >= 16 ? 0xFFFF : (1u << nb) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(nb >= 32 ? 0xFFFF : nb <= 16 ? 0 : (1u << (nb - 16)) - 1);
   __m512 acc[MR][2];
@@ -232,7 +263,7 @@ inline void panel_rows(const float* x, Index ldx, const float* P, Index kc, cons
       _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32 + 16), _MM_HINT_T0);
     }
-    const __m512 w0 = _mm512_load_ps(P + k * 32), w1 = _mm512_load_ps(P + k * 32 + 16);
+    const __m512 w0 = _mm512_loadu_ps(P + k * 32), w1 = _mm512_loadu_ps(P + k * 32 + 16);
     for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_set1_ps(x[i * ldx + k]);
       acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
@@ -256,8 +287,15 @@ constexpr PanelRowsFn kPanelRows[] = {nullptr,        panel_rows<1>,  panel_rows
 
 template <typename T>
 void PackedLinear<T>::apply(const T* x, Index R, Index ldx, T* y, Index ldy) const {
-#if defined(__AVX512F__)
+#if TCPP_DECODE_KERNELS
   if constexpr (std::is_same_v<T, float>) {
+    if (!isa_allows(Isa::Avx512)) {
+      if (isa_allows(Isa::Avx2))
+        avx2::packed_linear(data_.data(), bias_.data(), N_, K_, kKBlock, x, R, ldx, y, ldy);
+      else
+        apply_reference(x, R, ldx, y, ldy);
+      return;
+    }
     static_assert(kPanel == 32 && kRowBlock == 12, "the AVX-512 kernel is written for 32-wide panels, 12 rows");
 #pragma omp parallel for schedule(static) if (panels_ * K_ * R >= (1 << 15))
     for (Index p = 0; p < panels_; ++p) {

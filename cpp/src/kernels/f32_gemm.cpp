@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "transformer/kernels/isa.hpp"
+
 // Compiled with function target attributes, never with -m flags for the whole file (see
 // bf16_gemm.cpp: inline functions of headers instantiated here must stay plain x86-64 code).
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
@@ -43,7 +45,7 @@ bool supported() {
   static const bool ok = [] {
     const char* v = std::getenv(kDisableEnv);
     const bool disabled = v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-    return cpu_supported() && !disabled;
+    return cpu_supported() && !disabled && isa_allows(Isa::Avx512);
   }();
   return ok;
 }

@@ -8,7 +8,10 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "transformer/kernels/avx2.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/isa.hpp"
+#include "transformer/kernels/neon.hpp"
 
 // As in bf16_gemm.cpp: the kernels are compiled with function target attributes (never -m flags
 // for the whole file) and run only after a CPUID check.
@@ -67,6 +70,9 @@ bool cpu_has_vnni() {
 #endif
 }
 
+// Whether int8 products run on the AVX512_VNNI kernel (else the AVX2 or AVX-VNNI one of avx2.cpp)
+bool int8_kernel_avx512() { return cpu_has_vnni() && isa_allows(Isa::Avx512); }
+
 bool int8_disabled_by_environment() {
   const char* v = std::getenv(kDisableInt8Env);
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
@@ -74,7 +80,10 @@ bool int8_disabled_by_environment() {
 }  // namespace
 
 bool compute_type_supported(ComputeType c) {
-  if (c == ComputeType::Int8) return cpu_has_vnni() && !int8_disabled_by_environment();
+  if (c == ComputeType::Int8)
+    return !int8_disabled_by_environment() &&
+           ((TCPP_LOWP_KERNEL && ((cpu_has_vnni() && isa_allows(Isa::Avx512)) || isa_allows(Isa::Avx2))) ||
+            neon::int8_supported());
   if (c == ComputeType::BFloat16) return bf16::supported();
   return true;
 }
@@ -82,16 +91,39 @@ bool compute_type_supported(ComputeType c) {
 std::string compute_type_unsupported_reason(ComputeType c) {
   if (c == ComputeType::BFloat16) return bf16::unsupported_reason();
   if (c != ComputeType::Int8) return "";
-#if !TCPP_LOWP_KERNEL
-  return "this build has no int8 kernel (it needs an x86-64 compiler that knows AVX512_VNNI: GCC 10+ or Clang 9+)";
-#else
-  if (!cpu_has_vnni())
-    return "this CPU (or its operating system) does not support AVX512_VNNI with AVX512F/BW/VL, which the int8 "
-           "products need";
+#if defined(__aarch64__)
   if (int8_disabled_by_environment())
     return std::string("the environment variable ") + kDisableInt8Env + " turns the int8 kernel off";
+  if (!cpu_has_arm_dotprod()) return "this CPU has no ARMv8.2 int8 dot product (sdot), which the int8 products need";
+  if (!isa_allows(Isa::Neon))
+    return std::string("the instruction-set level is 'generic' (") + kIsaEnv +
+           "), below the neon that the int8 products need";
+  return neon::int8_supported() ? "" : "this build has no int8 kernel (it needs GCC 10+ or Clang for +dotprod)";
+#elif !TCPP_LOWP_KERNEL
+  return "this build has no int8 kernel (it needs an x86-64 compiler that knows AVX512_VNNI: GCC 10+ or Clang 9+, "
+         "or an AArch64 one)";
+#else
+  if (int8_disabled_by_environment())
+    return std::string("the environment variable ") + kDisableInt8Env + " turns the int8 kernel off";
+  if (cpu_isa() == Isa::Generic)
+    return "this CPU (or its operating system) supports neither AVX2 with FMA nor AVX512_VNNI, which the int8 "
+           "products need";
+  if (!isa_allows(Isa::Avx2))
+    return std::string("the instruction-set level is 'generic' (") + kIsaEnv +
+           "), below the avx2 that the int8 products need";
   return "";
 #endif
+}
+
+std::string compute_type_kernel(ComputeType c) {
+  if (!compute_type_supported(c)) return "unavailable";
+  if (c == ComputeType::Int8) {
+    if (neon::int8_supported()) return "neon_dotprod";
+    if (cpu_has_vnni() && isa_allows(Isa::Avx512)) return "avx512_vnni";
+    return cpu_has_avx_vnni() ? "avx_vnni" : "avx2";
+  }
+  if (c == ComputeType::BFloat16) return "avx512_bf16";
+  return "";
 }
 
 template <typename T>
@@ -233,7 +265,9 @@ void QuantizedLinear::quantize_rows(const float* x, Index R, Index ldx, bool vec
 #if TCPP_LOWP_KERNEL
     if (vectorised && type_ == ComputeType::Int8) {
       auto* bytes = reinterpret_cast<std::uint8_t*>(dst);
-      if (quantize_row_int8(xr, K_, bytes, &xs_[static_cast<size_t>(r)])) {
+      float* scale = &xs_[static_cast<size_t>(r)];
+      if (int8_kernel_avx512() ? quantize_row_int8(xr, K_, bytes, scale)
+                               : avx2::quantize_row_int8(xr, K_, bytes, scale)) {
         for (Index k = K_; k < 4 * KW_; ++k) bytes[k] = 128;
         continue;
       }
@@ -411,8 +445,18 @@ void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index 
              "' is not available: ", compute_type_unsupported_reason(type_));
   if (R <= 0) return;
   quantize_rows(x, R, ldx, /*vectorised=*/true);
+  if (type_ == ComputeType::Int8 && neon::int8_supported()) {
+    neon::int8_linear(data_.data(), w_scale_.data(), bias_.data(), N_, KW_, xw_.data(), xs_.data(), R, y, ldy);
+    return;
+  }
 #if TCPP_LOWP_KERNEL
   static_assert(kPanel == 32 && kRowBlock == 12, "the kernels are written for 32-wide panels, 12 rows");
+  if (type_ == ComputeType::Int8 && !int8_kernel_avx512()) {
+    const auto product = cpu_has_avx_vnni() ? avx2::int8_linear_vnni : avx2::int8_linear;
+    product(data_.data(), offset_.data(), w_scale_.data(), bias_.data(), N_, KW_, kWordBlock, xw_.data(), xs_.data(), R,
+            y, ldy);
+    return;
+  }
   const RowsFn* rows = type_ == ComputeType::Int8 ? kInt8Rows : kBf16Rows;
   const std::uint32_t* xw = xw_.data();
   const float* xs = xs_.data();

@@ -13,11 +13,12 @@ import time
 from dataclasses import replace
 from typing import Any, Dict, List, Optional
 
+from .._runtime import build_info
 from ..options import count_option, threads_option
 from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
-from .machine import available_cores, log, machine_facts, set_all_threads
+from .machine import ISA_LEVELS, available_cores, isa_environment, log, machine_facts, set_all_threads
 from .memory import MEMORY_CHILDREN, child_memory, measure_memory
 from .peers import import_ctranslate2_or_reason, import_torch
 from .report import JSON_SCHEMA_VERSION, evaluate_targets, format_report, jsonable
@@ -44,6 +45,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="threads for every library (default: all cores available to the process)",
     )
     p.add_argument("--quick", action="store_true", help="tiny shapes and few steps: a smoke test for CI")
+    p.add_argument(
+        "--isa",
+        choices=tuple(ISA_LEVELS),
+        default=None,
+        help="hold this package, PyTorch (ATen, oneDNN, MKL) and CTranslate2 to one instruction-set level "
+        "(the bench restarts itself with the variables that do it), e.g. avx2 to measure what a CPU "
+        "without AVX-512 would see; a level above this CPU's is refused",
+    )
     p.add_argument(
         "--json",
         nargs="?",
@@ -102,8 +111,25 @@ def _shapes_from_args(args: argparse.Namespace) -> BenchShapes:
     return replace(shapes, **changes)
 
 
+def _restart_at_level(level: str) -> None:
+    """Replace this process by the same command with every library held to ``level`` (the
+    libraries read their variables when they load, which has already happened here)."""
+    env = isa_environment(level)
+    log(f"restarting with every library held to {level}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     """Run the benchmark described by parsed ``args``; print the table (and JSON). Returns 0."""
+    if args.isa is not None:
+        order = ("generic", "avx2", "avx512")
+        cpu = str(build_info().get("isa_cpu", "generic"))
+        if cpu in order and order.index(args.isa) > order.index(cpu):
+            raise ValueError(f"--isa {args.isa}: this CPU's highest level is {cpu}; choose {cpu} or lower")
+    if args.isa is not None and any(os.environ.get(k) != v for k, v in ISA_LEVELS[args.isa].items()):
+        _restart_at_level(args.isa)
     threads = args.threads if args.threads is not None else available_cores()
     if threads < 1:
         raise ValueError(f"--threads must be >= 1, got {threads}")

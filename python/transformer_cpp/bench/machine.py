@@ -21,7 +21,16 @@ import numpy as np
 from .._runtime import build_info, set_num_threads
 from .._version import __version__
 
-__all__ = ["THREAD_ENV", "available_cores", "log", "machine_facts", "set_all_threads"]
+__all__ = [
+    "ISA_LEVELS",
+    "ISA_VARIABLES",
+    "THREAD_ENV",
+    "available_cores",
+    "isa_environment",
+    "log",
+    "machine_facts",
+    "set_all_threads",
+]
 
 
 def available_cores() -> int:
@@ -41,6 +50,48 @@ THREAD_ENV = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
+
+
+# Instruction-set levels the bench can force, and for each the variables that hold every library to
+# it: this package (TRANSFORMER_CPP_ISA), PyTorch's own kernels (ATEN_CPU_CAPABILITY), oneDNN
+# inside PyTorch (ONEDNN_MAX_CPU_ISA, and DNNL_ for older releases), MKL (MKL_ENABLE_INSTRUCTIONS)
+# and CTranslate2 (CT2_FORCE_CPU_ISA). So a larger CPU can measure what an AVX2 laptop would see.
+ISA_LEVELS = {
+    "avx512": {
+        "TRANSFORMER_CPP_ISA": "avx512",
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "ONEDNN_MAX_CPU_ISA": "ALL",
+        "DNNL_MAX_CPU_ISA": "ALL",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+        "CT2_FORCE_CPU_ISA": "AVX512",
+    },
+    "avx2": {
+        "TRANSFORMER_CPP_ISA": "avx2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "DNNL_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "CT2_FORCE_CPU_ISA": "AVX2",
+    },
+    "generic": {
+        "TRANSFORMER_CPP_ISA": "generic",
+        "ATEN_CPU_CAPABILITY": "default",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "DNNL_MAX_CPU_ISA": "SSE41",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "CT2_FORCE_CPU_ISA": "GENERIC",
+    },
+}
+ISA_VARIABLES = tuple(ISA_LEVELS["avx2"])
+
+
+def isa_environment(level: str) -> Dict[str, str]:
+    """This process's environment with every library held to instruction-set ``level``."""
+    if level not in ISA_LEVELS:
+        raise ValueError(f"isa must be one of {', '.join(ISA_LEVELS)}, got {level!r}")
+    env = dict(os.environ)
+    env.update(ISA_LEVELS[level])
+    return env
 
 
 def _openblas_set_threads(n: int) -> Optional[str]:
@@ -114,7 +165,10 @@ def machine_facts() -> Dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "transformer_cpp": __version__,
-        "build": {k: v for k, v in build_info().items() if k in ("compiler", "flags", "openmp", "simd")},
+        "build": {
+            k: v for k, v in build_info().items() if k in ("compiler", "flags", "openmp", "simd", "isa", "kernels")
+        },
+        "isa_environment": {k: os.environ[k] for k in ISA_VARIABLES if k in os.environ},
     }
     try:
         facts["load_average_start"] = round(os.getloadavg()[0], 2)

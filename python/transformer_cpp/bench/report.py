@@ -247,6 +247,15 @@ def format_report(results: Dict[str, Any]) -> str:
         f"load average {m.get('load_average_start', '?')} at start, {m.get('load_average_end', '?')} at end"
         + ("  (machine busy: timings are noisy)" if results.get("busy") else ""),
     ]
+    build = m.get("build", {})
+    if "isa" in build:
+        kernels = ", ".join(f"{k} {v}" for k, v in sorted(build.get("kernels", {}).items()))
+        held = m.get("isa_environment", {})
+        lines.append(
+            f"instruction-set level {build['isa']}"
+            + (" (every library held to it)" if held else "")
+            + (f"; kernels: {kernels}" if kernels else "")
+        )
     for note in results.get("notes", []):
         lines.append(f"note: {note}")
     targets = {t["key"]: t for t in results.get("targets", [])}

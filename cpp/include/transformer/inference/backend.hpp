@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "transformer/kernels/decode_kernels.hpp"
+#include "transformer/kernels/isa.hpp"
 #include "transformer/kernels/quantized_linear.hpp"
 #include "transformer/tensor.hpp"
 
@@ -50,9 +51,15 @@ class InferenceBackend {
   // Plain float32 products of up to this many rows use the few-row kernel (it reads W as it is;
   // the dense layers' kernel packs W on every call).
   static constexpr Index kFewRows = tuning::kFewRows;
-  // Preparing float32 weights is worth it only for float builds with the AVX-512 kernels; int8
-  // and bf16 always prepare theirs (check_compute_type says whether they can run).
-  static bool available() { return std::is_same_v<T, float> && have_decode_kernels(); }
+  // Preparing float32 weights is worth it only for float builds with the AVX-512 kernels (at the
+  // avx2 level Eigen's products on the weights as they are decode as fast at batch 32, and the
+  // panels would cost a second copy of the weights); int8 and bf16 always prepare theirs
+  // (check_compute_type says whether they can run).
+  static bool available() { return std::is_same_v<T, float> && have_decode_kernels() && isa_allows(Isa::Avx512); }
+  // Plain float32 products of up to this many rows use the few-row kernel: kFewRows with the
+  // AVX-512 kernel; at the avx2 level only the products of a step at batch 1 to 3 (beyond, Eigen
+  // is as fast).
+  static Index few_rows() { return isa_allows(Isa::Avx512) ? kFewRows : kMinRows - 1; }
   // Whether a decode of `rows` rows (after the first step) in compute type c prepares weights.
   static bool wanted(ComputeType c, Index rows) {
     return c != ComputeType::Float32 || (available() && rows >= kMinRows);

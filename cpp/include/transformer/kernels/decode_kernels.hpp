@@ -3,7 +3,9 @@
 // A decoding step multiplies a handful of rows (one per live hypothesis) by every weight of the
 // decoder and by the (V, d) output projection. A general GEMM re-packs the weight for every such
 // product, and for a few rows that packing costs as much as the product itself. Two kernels
-// avoid it (float, AVX-512; elsewhere the dense layers' GEMM, see InferenceBackend in inference/backend.hpp):
+// avoid it (float; AVX-512 here, AVX2 + FMA in avx2.cpp, chosen at run time by the instruction-set
+// level of isa.hpp; at the generic level the dense layers' GEMM, see InferenceBackend in
+// inference/backend.hpp):
 //
 // * few_rows_linear reads W (N, K) as it is: tiles of 4 weight rows x 4 input rows, 16-lane
 //   partial dot products, summed horizontally at the end. No set-up; best below ~4 rows.
@@ -28,9 +30,12 @@
 
 namespace transformer {
 
-// True when this build has the float AVX-512 kernels (compiled with -march=native on a machine
-// with AVX-512F); without them the decoder uses Eigen's GEMM for every product.
+// True when the float kernels may run: an x86-64 build at instruction-set level avx2 or avx512
+// (isa.hpp). Without them the decoder uses the dense layers' GEMM for every product.
 bool have_decode_kernels();
+
+// Which kernels run: "avx512", "avx2" or "reference" (PackedLinear's plain loop, no few-row kernel).
+const char* decode_kernels_isa();
 
 // y (R, N) = x (R, K) W^T + b, all row-major and contiguous, W (N, K). Requires
 // have_decode_kernels() and K % 16 == 0.
@@ -44,7 +49,7 @@ void few_rows_linear(const float* x, Index R, Index K, const float* W, Index N, 
 std::uint64_t fingerprint(const void* data, std::size_t bytes, std::uint64_t seed);
 
 // The index of the first largest of v[0..n) (n >= 1); NaNs are never chosen over a number.
-// Vectorised for float when the build has the AVX-512 kernels.
+// Vectorised for float at the avx2 and avx512 levels.
 template <typename T>
 Index first_argmax(const T* v, Index n);
 
@@ -58,8 +63,8 @@ class PackedLinear {
   // Pack W (N, K), leading dimension ldw >= K, and the bias b (N). Repacking reuses the memory.
   void pack(const T* W, Index N, Index K, Index ldw, const T* b);
 
-  // y (R, N), leading dimension ldy, = x (R, K), leading dimension ldx, W^T + b. The AVX-512
-  // kernel for float when the build has it, else the plain loop of apply_reference.
+  // y (R, N), leading dimension ldy, = x (R, K), leading dimension ldx, W^T + b. For float the
+  // AVX-512 or AVX2 kernel by the instruction-set level, else the plain loop of apply_reference.
   void apply(const T* x, Index R, Index ldx, T* y, Index ldy) const;
   // The same product as three plain loops over the packed layout (the readable reference).
   void apply_reference(const T* x, Index R, Index ldx, T* y, Index ldy) const;

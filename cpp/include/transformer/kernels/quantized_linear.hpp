@@ -57,6 +57,8 @@ constexpr const char* kDisableInt8Env = "TRANSFORMER_CPP_DISABLE_INT8";
 // Whether this CPU and build can run the kernel of compute type c (float32: always), and why not.
 bool compute_type_supported(ComputeType c);
 std::string compute_type_unsupported_reason(ComputeType c);
+// The kernel that runs compute type c (int8 or bf16) here ("avx512_vnni", ...), or "unavailable".
+std::string compute_type_kernel(ComputeType c);
 
 // Throws std::invalid_argument "<who>: compute_type 'int8' ..." when c cannot run with scalar type T
 // on this CPU; says what to use instead.
