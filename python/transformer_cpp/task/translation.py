@@ -358,6 +358,7 @@ def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, rep
     # tokens is at least its words (an enormous line costs no tokenizing)
     bound = int(option) if option else AUTOMATIC_LENGTH_CAP
     long = _surely_longer(src, tgt, bound)
+    lengths: Any  # int64 array: one length per training pair
     if long:
         lengths = np.zeros(len(src), dtype=np.int64)
         for i in long:
