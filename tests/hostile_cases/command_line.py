@@ -202,7 +202,12 @@ cli(
     match=("set_num_threads: 1024 threads need", "ulimit -v"),
     needs_rlimit=True,
 )
-cli("translate: --max-length 1", _tr("--max-length", "1", SENT, SENT, model="fixture"), expect="ok", check=_n_lines(2))
+cli(
+    "translate: --max-output-tokens 1",
+    _tr("--max-output-tokens", "1", SENT, SENT, model="fixture"),
+    expect="ok",
+    check=_n_lines(2),
+)
 cli(
     "translate: --length-penalty 1e-320",
     _tr("--beam-size", "2", "--length-penalty", "1e-320", SENT, model="fixture"),
@@ -1145,14 +1150,14 @@ def _rtranslator() -> Any:
 def _decoding_option_says_the_same(flag: str, text: str, option: str, value: Any) -> None:
     translator = _rtranslator()
     tok = translator.src_tokenizer
-    if option == "max_length":
-        call = lambda: tc.Translator(translator.model, tok, tok, max_length=value)  # noqa: E731
+    if option == "max_output_tokens":
+        call = lambda: tc.Translator(translator.model, tok, tok, max_output_tokens=value)  # noqa: E731
     else:
         call = lambda: translator.translate_batch(["a b"], **{option: value})  # noqa: E731
     message = str(raises(call, ValueError))
     assert message.startswith(f"Translator: {option} must be "), message
     for command_ in ("translate", "evaluate"):
-        if command_ == "evaluate" and option == "max_length":
+        if command_ == "evaluate" and option == "max_output_tokens":
             continue
         line = parse_error([command_, "--model", "m", flag, text])
         assert f"argument {flag}: {message}" in line, line
@@ -1165,15 +1170,15 @@ for _flag, _text, _option, _value in [
     ("--length-penalty", "nan", "length_penalty", float("nan")),
     ("--length-penalty", "-1", "length_penalty", -1.0),
     ("--batch-size", "0", "batch_size", 0),
-    ("--max-length", "1000000000", "max_length", 1000000000),
+    ("--max-output-tokens", "1000000000", "max_output_tokens", 1000000000),
 ]:
     api(f"translate and evaluate {_flag} {_text} and Translator say the same")(
         (lambda f, t, o, v: lambda c: _decoding_option_says_the_same(f, t, o, v))(_flag, _text, _option, _value)
     )
 err(
-    "translator: a per-call max_length 0",
-    lambda c: _rtranslator().translate("a b", max_length=0),
-    "Translator: max_length must be",
+    "translator: a per-call max_output_tokens 0",
+    lambda c: _rtranslator().translate("a b", max_output_tokens=0),
+    "Translator: max_output_tokens must be",
     raises=ValueError,
 )
 

@@ -47,7 +47,10 @@ def add_average_parser(sub: Any) -> None:
     )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
     p.add_argument(
-        "--last", type=count_option("last", 1), default=5, help="how many of the newest checkpoints (default 5)"
+        "--last",
+        type=count_option("last", 1),
+        default=5,
+        help="how many of the newest checkpoints (default 5; train --average-last N does this at the end of a run)",
     )
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=run_average)

@@ -13,7 +13,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..checkpoint import read_checkpoint_config
 from ..data import DataRecord
-from ..options import add_decoding_options, count_option, encoding_option, limits_of, path_option, setting
+from ..options import (
+    add_decoding_options,
+    count_option,
+    deprecated_alias,
+    encoding_option,
+    limits_of,
+    path_option,
+    setting,
+)
 from ..task import check_same_split, load_pairs, load_split
 from ..text import check_text, is_blank
 from ..translate import LongInputWarning, Translator, evaluate
@@ -83,7 +91,9 @@ def _translate_lines(
 def run_translate(args: argparse.Namespace) -> int:
     """``transformer-cpp translate``."""
     set_threads(args.threads)
-    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
+    translator = Translator.from_checkpoint(
+        args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
+    )
     bad: List[Tuple[int, str]] = []
     if args.sentences:
         sentences: List[Optional[str]] = []
@@ -213,13 +223,14 @@ def add_translate_parser(sub: Any) -> None:
     )
     add_decoding_options(p)
     p.add_argument(
-        "--max-length",
-        type=setting("Translator", "max_length"),
+        "--max-output-tokens",
+        type=setting("Translator", "max_output_tokens"),
         default=None,
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
-        + limits_of("Translator")["max_length"].describe()
+        + limits_of("Translator")["max_output_tokens"].describe()
         + ")",
     )
+    deprecated_alias(p, "--max-length", "--max-output-tokens")
     p.set_defaults(func=run_translate)
 
 
