@@ -716,7 +716,7 @@ cli(
 )
 cli("train: --num-samples 1", _trn("--num-samples", "1"), expect="either", check=_run_ok())
 cli("train: --num-samples 3", _trn("--num-samples", "3"), expect="either", check=_run_ok())
-cli("train: --heads 3 with --d-model 16", _trn("--heads", "3"), match=("divisible",))
+cli("train: --n-heads 3 with --d-model 16", _trn("--n-heads", "3"), match=("divisible",))
 cli("train: --dropout nan", _trn("--dropout", "nan"), match=("dropout",))
 cli("train: --dropout -0.1", _trn("--dropout", "-0.1"), match=("dropout",))
 cli("train: --time-budget 1e-7", _trn("--time-budget", "1e-7"), expect="ok", check=_run_ok())
@@ -885,7 +885,7 @@ cli(
     _quick(
         lambda c: str(c.data),
         *("--batch-size", "16", "--max-tokens", "300", "--time-budget", "0", "--epochs", "1"),
-        *("--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2", "--threads", "1"),
+        *("--d-model", "16", "--d-ff", "32", "--n-layers", "1", "--n-heads", "2", "--threads", "1"),
         *("--num-samples", "50"),
     ),
     expect="ok",
@@ -1058,7 +1058,7 @@ for _argv, _fragment in [
         ["train", "--d-model", "1000000"],
         "argument --d-model: Transformer: d_model must be an integer in [1, 16384], got 1000000",
     ),
-    (["train", "--layers", "100000"], "argument --layers: Transformer: n_layers must be an integer in [1, 256]"),
+    (["train", "--n-layers", "100000"], "argument --n-layers: Transformer: n_layers must be an integer in [1, 256]"),
     (["train", "--dropout", "1"], "argument --dropout: Transformer: dropout must be a number in [0, 1), got 1.0"),
     (
         ["train", "--max-length", "1000000000"],
@@ -1196,10 +1196,10 @@ def _nothing_read(name: str) -> Callable[[Context, Result], None]:
 
 # refused by the core's memory check before anything is allocated, before the data is read
 cli(
-    "train: --d-model 16384 --layers 256",
+    "train: --d-model 16384 --n-layers 256",
     lambda c: (
         ["train", "--preset", "tiny", "--data", str(c.data), "--no-progress", "--threads", "1"]
-        + ["--d-model", "16384", "--layers", "256", "--out", str(c.work / "a")]
+        + ["--d-model", "16384", "--n-layers", "256", "--out", str(c.work / "a")]
     ),
     match=("needs", "more than"),
     after=_nothing_read("a"),
