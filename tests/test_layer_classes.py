@@ -64,7 +64,15 @@ def test_every_layer_with_dropout_runs_inference_by_default():
         if "training" in inspect.signature(getattr(tc, name).forward).parameters
     }
     defaults["Transformer"] = inspect.signature(tc.Transformer.forward).parameters["training"].default
-    assert set(defaults) == {"Dropout", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer"}
+    assert set(defaults) == {
+        "Dropout",
+        "FeedForward",
+        "EncoderLayer",
+        "DecoderLayer",
+        "Encoder",
+        "Decoder",
+        "Transformer",
+    }
     assert all(default is False for default in defaults.values()), defaults
     ones = np.ones((4, 64))
     np.testing.assert_array_equal(tc.Dropout(0.5, seed=3)(ones), ones)  # no mask, no scaling

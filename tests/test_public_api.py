@@ -298,9 +298,7 @@ def test_deprecated_aliases_are_pinned_and_left_out_of_help():
             assert not re.search(rf"(?<![\w-]){re.escape(old)}(?![\w-])", text), (command, old)
 
 
-@pytest.mark.parametrize(
-    "command, old", [(command, old) for command, aliases in DEPRECATED.items() for old in aliases]
-)
+@pytest.mark.parametrize("command, old", [(command, old) for command, aliases in DEPRECATED.items() for old in aliases])
 def test_deprecated_alias_works_as_its_replacement_and_warns(command, old, capsys):
     new, value = DEPRECATED[command][old]
     p = _subparsers()[command]

@@ -163,11 +163,25 @@ def deprecated_alias(parser: Any, old: str, replacement: str, *, value: Any = No
     ``old`` sets (``--fixed-threads`` sets ``adaptive_threads`` to False, as ``--no-adaptive-threads``)."""
     target = parser._option_string_actions[replacement]
     if value is not None or target.nargs == 0:
-        parser.add_argument(old, action=DeprecatedAlias, dest=target.dest, replacement=replacement, nargs=0,
-                            const=value, default=argparse.SUPPRESS)
+        parser.add_argument(
+            old,
+            action=DeprecatedAlias,
+            dest=target.dest,
+            replacement=replacement,
+            nargs=0,
+            const=value,
+            default=argparse.SUPPRESS,
+        )
     else:
-        parser.add_argument(old, action=DeprecatedAlias, dest=target.dest, replacement=replacement,
-                            type=target.type, metavar=target.metavar, default=argparse.SUPPRESS)
+        parser.add_argument(
+            old,
+            action=DeprecatedAlias,
+            dest=target.dest,
+            replacement=replacement,
+            type=target.type,
+            metavar=target.metavar,
+            default=argparse.SUPPRESS,
+        )
 
 
 def or_value(convert: Any, value: str, name: str, described: str) -> Tuple[Any, str]:
