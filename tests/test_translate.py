@@ -291,3 +291,19 @@ def test_adaptive_threads_and_max_output_tokens_are_checked_when_set(translator)
         assert len(translator.translate_batch(["a b c d"], return_attention=True)[0].target_ids) <= 3
     finally:
         translator.max_output_tokens = None
+
+
+def test_a_run_directory_translates_with_its_best_checkpoint_as_the_help_says(translator, tmp_path):
+    from transformer_cpp import cli
+    from transformer_cpp.checkpoint import mark_best
+
+    model, tok = translator.model, translator.src_tokenizer
+    for name in ("epoch-0001", "epoch-0002"):
+        save_checkpoint(tmp_path, model, tok, tok, name=name, optimizer=False)
+    assert Translator.from_checkpoint(tmp_path).checkpoint.name == "epoch-0002"  # no best yet: the latest
+    mark_best(tmp_path, "epoch-0001")
+    assert Translator.from_checkpoint(tmp_path).checkpoint.name == "epoch-0001"
+    commands = next(a for a in cli.build_parser()._actions if hasattr(a, "choices") and a.choices).choices
+    for command in ("translate", "evaluate", "serve", "export"):
+        (model_help,) = [a.help for a in commands[command]._actions if "--model" in a.option_strings]
+        assert "its best checkpoint by validation BLEU, its latest if it has none" in model_help, command

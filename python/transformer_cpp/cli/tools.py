@@ -107,7 +107,10 @@ def add_export_parser(sub: Any) -> None:
         "and within a few 1e-5 in log-probability otherwise). OUT must not exist or be empty.",
     )
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     p.add_argument(
         "--to", required=True, choices=("ctranslate2", "torch", "transformers"), help="the runtime to export for"

@@ -219,7 +219,10 @@ def add_translate_parser(sub: Any) -> None:
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     add_decoding_options(p)
     p.add_argument(
@@ -254,7 +257,10 @@ def add_evaluate_parser(sub: Any) -> None:
         "--output", type=path_option, default=None, metavar="FILE", help="write the translations here, one per line"
     )
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     p.add_argument(
         "--data", type=path_option, default=None, help="the data file (default: the one the run was trained on)"

@@ -61,7 +61,10 @@ def _positive_seconds(text: str) -> float:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     d = ServeConfig()
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument(

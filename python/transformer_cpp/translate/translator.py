@@ -262,9 +262,9 @@ class Translator:
         compute_type: str = "float32",
         max_length: Optional[int] = None,
     ) -> "Translator":
-        """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint);
-        ``max_output_tokens`` (old name ``max_length``, deprecated) and ``compute_type`` as for the
-        constructor.
+        """Load the model and tokenizers of a checkpoint: a run directory (its ``best`` checkpoint,
+        or its ``latest`` when it has no ``best``) or one checkpoint directory. ``max_output_tokens``
+        (old name ``max_length``, deprecated) and ``compute_type`` as for the constructor.
 
         Raises:
             transformer_cpp.checkpoint.CheckpointError: a missing or damaged checkpoint.
