@@ -208,6 +208,20 @@ cli(
     expect="ok",
     check=_n_lines(2),
 )
+
+
+def _same_as_max_output_tokens_1_with_a_deprecation_line(c: Context, res: Result) -> None:
+    assert len(lines_of(res)) == 2, res.out
+    assert "translate: warning: --max-length is deprecated and will be removed; use --max-output-tokens" in res.err
+    assert res.err.count("deprecated") == 1, res.err
+
+
+cli(
+    "translate: --max-length 1, the old spelling of --max-output-tokens",
+    _tr("--max-length", "1", SENT, SENT, model="fixture"),
+    expect="ok",
+    check=_same_as_max_output_tokens_1_with_a_deprecation_line,
+)
 cli(
     "translate: --length-penalty 1e-320",
     _tr("--beam-size", "2", "--length-penalty", "1e-320", SENT, model="fixture"),
