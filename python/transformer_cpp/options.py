@@ -22,12 +22,12 @@ from .training import TrainConfig
 from .translate import COMPUTE_TYPES, DecodeOptions, Translator
 
 __all__ = [
+    "DeprecatedAlias",
     "MAX_COUNT",
     "MAX_LENGTH_RANGE",
     "VOCAB_RANGE",
     "add_compute_type_option",
     "add_decoding_options",
-    "DeprecatedAlias",
     "checked",
     "config_options",
     "count_option",
@@ -159,29 +159,18 @@ class DeprecatedAlias(argparse.Action):
 
 def deprecated_alias(parser: Any, old: str, replacement: str, *, value: Any = None) -> None:
     """Accept option ``old`` as a deprecated spelling of ``replacement``, an option ``parser`` (or
-    one of its groups) already has: the same destination and type. ``value``: for a flag, the value
-    ``old`` sets (``--fixed-threads`` sets ``adaptive_threads`` to False, as ``--no-adaptive-threads``)."""
+    one of its groups) already has: the same destination and type. A flag's alias sets ``value``
+    (``--fixed-threads`` sets ``adaptive_threads`` to False, as ``--no-adaptive-threads`` does)."""
     target = parser._option_string_actions[replacement]
-    if value is not None or target.nargs == 0:
-        parser.add_argument(
-            old,
-            action=DeprecatedAlias,
-            dest=target.dest,
-            replacement=replacement,
-            nargs=0,
-            const=value,
-            default=argparse.SUPPRESS,
-        )
+    if target.nargs == 0:
+        if value is None:
+            raise ValueError(f"deprecated_alias: {replacement} is a flag; give the value {old} sets")
+        how: Dict[str, Any] = {"nargs": 0, "const": value}
     else:
-        parser.add_argument(
-            old,
-            action=DeprecatedAlias,
-            dest=target.dest,
-            replacement=replacement,
-            type=target.type,
-            metavar=target.metavar,
-            default=argparse.SUPPRESS,
-        )
+        how = {"type": target.type, "metavar": target.metavar}
+    parser.add_argument(
+        old, action=DeprecatedAlias, dest=target.dest, replacement=replacement, default=argparse.SUPPRESS, **how
+    )
 
 
 def or_value(convert: Any, value: str, name: str, described: str) -> Tuple[Any, str]:
