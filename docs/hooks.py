@@ -9,7 +9,8 @@
   the Python argument each one sets. The table is made from the command line itself: every option
   is given on its own to ``transformer_cpp.cli.train.request_from_args`` and the request compared
   with the one without it, so the table cannot drift from the code. An option that reaches no
-  Python argument and is not described below fails the build.
+  Python argument and is not described below fails the build. A deprecated spelling of an option
+  (hidden from ``--help``) is named in the row of the option that replaces it.
 """
 
 from __future__ import annotations
@@ -118,33 +119,48 @@ def _python_name(section: str, name: str, value: Any, flag: bool) -> str:
 
 def train_options_table() -> str:
     from transformer_cpp.cli.train import request_from_args
+    from transformer_cpp.options import DeprecatedAlias
 
     parser = _train_parser()
     defaults = parser.parse_args([])
     base = _request_fields(request_from_args(defaults))
     rows: List[str] = ["| option | Python | what it sets |", "|---|---|---|"]
+    old_spellings: Dict[str, List[str]] = {}
     for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
-        flag = action.nargs == 0
-        probe: Any = True if flag else object()
-        if isinstance(action, argparse.BooleanOptionalAction):
-            probe = True
-        elif isinstance(action, argparse._StoreConstAction):
-            probe = action.const
+        if isinstance(action, DeprecatedAlias):
+            replaced = parser._option_string_actions[action.replacement]
+            old_spellings.setdefault(replaced.dest, []).extend(action.option_strings)
+
+    def targets_of(action: Any, probe: Any, flag: bool) -> List[str]:
         args = copy.copy(defaults)
         setattr(args, action.dest, probe)
         changed = _request_fields(request_from_args(args))
-        targets = [
+        return [
             _python_name(section, name, value, flag)
             for (section, name), value in changed.items()
             if (section, name) not in base or base[(section, name)] is not value and base[(section, name)] != value
         ]
+
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, DeprecatedAlias)):
+            continue
+        # a flag that sets one value shows it; --x / --no-x sets either
+        flag = action.nargs == 0 and not isinstance(action, argparse.BooleanOptionalAction)
+        probe: Any = True if action.nargs == 0 else object()
+        if isinstance(action, argparse.BooleanOptionalAction):
+            probe = True
+        elif isinstance(action, argparse._StoreConstAction):
+            probe = action.const
+        targets = targets_of(action, probe, flag)
+        if not targets and isinstance(action, argparse.BooleanOptionalAction):
+            targets = targets_of(action, False, flag)  # a flag that is on by default: its --no- form
         if not targets:
             if action.dest not in _OUTSIDE_REQUEST:
                 raise RuntimeError(f"docs/hooks.py: train option {action.option_strings} reaches no Python argument")
             targets = [_OUTSIDE_REQUEST[action.dest]]
         options = ", ".join(f"`{o}`" for o in action.option_strings)
+        if action.dest in old_spellings:
+            options += " (deprecated: " + ", ".join(f"`{o}`" for o in old_spellings[action.dest]) + ")"
         text = " ".join((action.help or "").replace("%%", "%").replace("|", "\\|").split())
         rows.append(f"| {options} | {'; '.join(targets)} | {_summary(text)} |")
     return "\n".join(rows)

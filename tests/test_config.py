@@ -70,13 +70,12 @@ def test_the_tables_describe_every_field():
             assert config.to_dict()[f.name] == vocab.get(f.name, f.default)
             if f.default is not None and f.name not in ("src_vocab_size", "tgt_vocab_size"):
                 assert f.limit.check("", f.name, f.default) == f.default, f"{f.name}: its default is allowed"
+    # one name per setting: the command line spells each model field as Python does (--n-layers);
+    # Adam's epsilon is TrainConfig's adam_eps (--adam-eps) beside the layer norm's epsilon
     assert {f.name: f.option for f in MODEL_FIELDS if f.option != f.name} == {
         "src_vocab_size": None,
         "tgt_vocab_size": None,
-        "n_layers": "layers",
-        "n_heads": "heads",
         "max_length": None,
-        "share_embeddings": "tie_embeddings",
         "seed": None,
     }
     assert {f.name: f.option for f in OPTIMIZER_FIELDS if f.option != f.name} == {
@@ -221,19 +220,21 @@ def test_every_field_with_an_option_is_a_command_line_option():
     train = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" train"))
     options = {opt: action for action in train._actions for opt in action.option_strings}
     for f in MODEL_FIELDS + OPTIMIZER_FIELDS:
-        flag_name = "--" + (f.option or f.name).replace("_", "-")
+        # named as Python names the setting: the model's keyword, TrainConfig's field
+        setting = f.name if f in MODEL_FIELDS else (f.option or f.name)
+        flag_name = "--" + setting.replace("_", "-")
         if f.option is None:
             assert flag_name not in options or f.name in ("max_length", "seed"), f  # those are other options
             continue
         action = options[flag_name]
-        assert action.dest == f.option and action.default is None, f  # None: the preset's value
+        assert action.dest == setting and action.default is None, f  # None: the preset's value
         assert f.help.replace("%", "%%")[:30] in action.help, f
         if f.limit.kind in ("integer", "number"):
             assert f.limit.describe() in action.help
         if f.limit.kind == "flag":
-            assert "--no-" + f.option.replace("_", "-") in options
+            assert "--no-" + setting.replace("_", "-") in options
     # the command line's option values become the model's and TrainConfig's settings
-    args = parser.parse_args(["train", "--layers", "3", "--tie-embeddings", "--adam-eps", "1e-8", "--warmup", "7"])
+    args = parser.parse_args(["train", "--n-layers", "3", "--share-embeddings", "--adam-eps", "1e-8", "--warmup", "7"])
     request = request_from_args(args)
     assert request.architecture == {"n_layers": 3, "share_embeddings": True}
     assert request.training == {"adam_eps": 1e-8, "warmup": 7}

@@ -82,7 +82,7 @@ def runs(tok, tmp_path_factory):
 
 def _ours(run: Path, sentences: list, max_length=None) -> list:
     """Our greedy output ids (end token included) through the Translator, as translate prints them."""
-    translator = Translator.from_checkpoint(run, max_length=max_length)
+    translator = Translator.from_checkpoint(run, max_output_tokens=max_length)
     return [t.target_ids for t in translator.translate_batch(sentences, return_attention=True)]
 
 
@@ -122,7 +122,7 @@ def test_ctranslate2_export_gives_our_greedy_tokens(runs, tok, tmp_path, variant
         )
         theirs = [[tok.token_to_id(t) for t in r.hypotheses[0]][:n] for r, n in zip(results, limits)]
         assert theirs == ours, cap
-        texts = Translator.from_checkpoint(run, max_length=cap).translate_batch(sentences)
+        texts = Translator.from_checkpoint(run, max_output_tokens=cap).translate_batch(sentences)
         assert [tok.decode(t) for t in theirs] == texts
 
 

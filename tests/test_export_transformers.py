@@ -202,7 +202,7 @@ def test_generate_gives_our_greedy_tokens(exported, variant):
     hf, tokenizer = _load(directory)
     sentences = _sentences()
     for cap in (None, 4):  # our output limit (1.5 x source tokens + 10), then a limit that cuts the longer outputs
-        translator = Translator.from_checkpoint(run, max_length=cap)
+        translator = Translator.from_checkpoint(run, max_output_tokens=cap)
         ours = [t.target_ids for t in translator.translate_batch(sentences, return_attention=True)]
         _check_varied(ours, cut=cap is not None)
         # in one padded batch; each sentence's output cut at its own limit, as ours are
@@ -285,7 +285,7 @@ def test_pipeline_gives_our_translations(exported, variant):
     run, _, _, _, directory = exported[variant]
     sentences = _sentences() + ["  a   b\tc ", "f\n e"]  # whitespace is cleaned as translate does
     cap = 12  # most outputs end before it; those that do not are cut at the same token
-    ours = Translator.from_checkpoint(run, max_length=cap).translate_batch(sentences)
+    ours = Translator.from_checkpoint(run, max_output_tokens=cap).translate_batch(sentences)
     assert len(set(ours)) >= 10
     assert _translate_with_pipeline(directory, sentences, cap) == ours
 

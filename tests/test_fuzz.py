@@ -941,7 +941,7 @@ SENTENCE = st.one_of(
 GOOD_OPTIONS = {
     "beam_size": [1, 1, 2, 3],
     "length_penalty": [0.0, 0.6, 2.0],
-    "max_length": [None, 1, 4],
+    "max_output_tokens": [None, 1, 4],
     "batch_size": [1, 2, 64],
 }
 
@@ -977,9 +977,9 @@ def valid_option(name, value) -> bool:
         return isinstance(value, bool)
     if name == "length_penalty":
         return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 10
-    if name == "max_length" and value is None:
+    if name == "max_output_tokens" and value is None:
         return True
-    high = {"beam_size": 1024, "max_length": 100_000, "batch_size": 100_000}[name]
+    high = {"beam_size": 1024, "max_output_tokens": 100_000, "batch_size": 100_000}[name]
     return good_int(value, 1, high)
 
 
@@ -1070,7 +1070,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
         if cls.LIMITS[name].kind == "flag":
             assert isinstance(value, (bool, np.bool_)) and got is bool(value), (name, value, got)
         elif value is None:
-            assert name in ("threads", "max_length") and got is None, (name, got)
+            assert name in ("threads", "max_output_tokens") and got is None, (name, got)
         else:
             limit = cls.LIMITS[name]
             assert not isinstance(value, (bool, str, bytes, list)), f"{owner} took {name}={value!r}"
@@ -1084,7 +1084,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
         flag = {
             "beam_size": "--beam-size",
             "length_penalty": "--length-penalty",
-            "max_length": "--max-length",
+            "max_output_tokens": "--max-output-tokens",
             "batch_size": "--batch-size",
         }[name]
     integer = cls.LIMITS[name].integer

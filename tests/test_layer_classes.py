@@ -1,5 +1,7 @@
 """The Python layers are classes (isinstance works) with one surface over their C++ objects."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -53,12 +55,39 @@ def test_layer_is_a_class_with_the_common_surface(name, dtype):
     assert all(not np.any(p.grad) for p in params.values())
 
 
+def test_every_layer_with_dropout_runs_inference_by_default():
+    """One default for the training mode: a forward call without ``training`` is inference, for
+    every layer that has dropout and for the model."""
+    defaults = {
+        name: inspect.signature(getattr(tc, name).forward).parameters["training"].default
+        for name in CASES
+        if "training" in inspect.signature(getattr(tc, name).forward).parameters
+    }
+    defaults["Transformer"] = inspect.signature(tc.Transformer.forward).parameters["training"].default
+    assert set(defaults) == {
+        "Dropout",
+        "FeedForward",
+        "EncoderLayer",
+        "DecoderLayer",
+        "Encoder",
+        "Decoder",
+        "Transformer",
+    }
+    assert all(default is False for default in defaults.values()), defaults
+    ones = np.ones((4, 64))
+    np.testing.assert_array_equal(tc.Dropout(0.5, seed=3)(ones), ones)  # no mask, no scaling
+    assert not np.array_equal(tc.Dropout(0.5, seed=3)(ones, training=True), ones)
+    ffn = tc.FeedForward(D, F, dropout=0.5, seed=1, dtype="float64")
+    np.testing.assert_array_equal(ffn(x), ffn(x, training=False))
+    assert not np.array_equal(ffn(x, training=True), ffn(x, training=False))
+
+
 def test_attributes_reach_the_core_object():
     d = tc.Dropout(0.5, seed=3)
-    y1 = d(np.ones((4, 64)))
+    y1 = d(np.ones((4, 64)), training=True)
     d.calls = 0  # a setter of the C++ object, through the wrapper
     assert d.calls == 0
-    np.testing.assert_array_equal(d(np.ones((4, 64))), y1)
+    np.testing.assert_array_equal(d(np.ones((4, 64)), training=True), y1)
     lin = tc.Linear(5, 7)
     assert (lin.in_features, lin.out_features) == (5, 7)
     with pytest.raises(AttributeError):

@@ -75,9 +75,9 @@ def test_dropout_same_mask_for_any_thread_count():
     n = tc.get_num_threads()
     try:
         tc.set_num_threads(1)
-        a = tc.Dropout(0.5, seed=7).forward(x)
+        a = tc.Dropout(0.5, seed=7).forward(x, training=True)
         tc.set_num_threads(2)
-        b = tc.Dropout(0.5, seed=7).forward(x)
+        b = tc.Dropout(0.5, seed=7).forward(x, training=True)
     finally:
         tc.set_num_threads(n)
     np.testing.assert_array_equal(a, b)

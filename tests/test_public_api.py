@@ -1,13 +1,18 @@
 """The public API is pinned: ``transformer_cpp.__all__`` and every subcommand of the command line
 with its options. A name or an option that disappears (or one that appears) fails here, so that a
-change to what users call is made on purpose, with this list."""
+change to what users call is made on purpose, with this list. Old spellings of options stay as
+deprecated aliases: they still work, warn on standard error and are left out of --help."""
 
 from __future__ import annotations
 
 import argparse
+import re
+
+import pytest
 
 import transformer_cpp as tc
 from transformer_cpp import cli
+from transformer_cpp.options import DeprecatedAlias
 
 PUBLIC_NAMES = [
     "Adam",
@@ -153,6 +158,7 @@ CLI = {
         "--max-connections",
         "--max-header-bytes",
         "--max-length",
+        "--max-output-tokens",
         "--max-queue",
         "--max-request-bytes",
         "--max-request-tokens",
@@ -167,6 +173,7 @@ CLI = {
     ],
     "train": [
         "--adam-eps",
+        "--adaptive-threads",
         "--average-last",
         "--batch-size",
         "--beta1",
@@ -198,9 +205,13 @@ CLI = {
         "--max-length",
         "--max-tokens",
         "--mpi-timeout",
+        "--n-heads",
+        "--n-layers",
+        "--no-adaptive-threads",
         "--no-decay",
         "--no-pre-norm",
         "--no-progress",
+        "--no-share-embeddings",
         "--no-tie-embeddings",
         "--num-samples",
         "--out",
@@ -210,6 +221,7 @@ CLI = {
         "--resume",
         "--sampling",
         "--seed",
+        "--share-embeddings",
         "--source-lang",
         "--split-seed",
         "--target-lang",
@@ -230,12 +242,33 @@ CLI = {
         "--help",
         "--length-penalty",
         "--max-length",
+        "--max-output-tokens",
         "--model",
         "--threads",
         "-h",
         "sentences",
     ],
 }
+
+# command -> deprecated option -> (its replacement, the arguments that give both a value)
+DEPRECATED = {
+    "train": {
+        "--layers": ("--n-layers", ["3"]),
+        "--heads": ("--n-heads", ["2"]),
+        "--tie-embeddings": ("--share-embeddings", []),
+        "--no-tie-embeddings": ("--no-share-embeddings", []),
+        "--fixed-threads": ("--no-adaptive-threads", []),
+    },
+    "translate": {"--max-length": ("--max-output-tokens", ["7"])},
+    "serve": {"--max-length": ("--max-output-tokens", ["7"])},
+}
+# the arguments every parse of the command needs
+_REQUIRED = {"train": [], "translate": ["--model", "m"], "serve": ["--model", "m"]}
+
+
+def _subparsers():
+    parser = cli.build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 
 
 def test_all_is_pinned():
@@ -255,3 +288,44 @@ def test_command_line_is_pinned():
     assert sorted(found) == sorted(CLI)
     for name, options in CLI.items():
         assert found[name] == options, name
+
+
+def test_deprecated_aliases_are_pinned_and_left_out_of_help():
+    for command, aliases in DEPRECATED.items():
+        for old, (new, _) in aliases.items():
+            assert old in CLI[command] and new in CLI[command], (command, old)
+    for command, p in _subparsers().items():
+        aliases = [a for a in p._actions if isinstance(a, DeprecatedAlias)]
+        hidden = {o for a in aliases for o in a.option_strings}
+        assert hidden == set(DEPRECATED.get(command, {})), command
+        assert all(a.help == argparse.SUPPRESS for a in aliases), command
+        text = p.format_help()
+        for old in hidden:
+            assert not re.search(rf"(?<![\w-]){re.escape(old)}(?![\w-])", text), (command, old)
+
+
+@pytest.mark.parametrize("command, old", [(command, old) for command, aliases in DEPRECATED.items() for old in aliases])
+def test_deprecated_alias_works_as_its_replacement_and_warns(command, old, capsys):
+    new, value = DEPRECATED[command][old]
+    p = _subparsers()[command]
+    with_new = p.parse_args([*_REQUIRED[command], new, *value])
+    assert capsys.readouterr().err == ""
+    with_old = p.parse_args([*_REQUIRED[command], old, *value])
+    assert vars(with_old) == vars(with_new)
+    assert vars(with_old) != vars(p.parse_args(_REQUIRED[command])), "the alias sets something"
+    err = capsys.readouterr().err
+    assert err == f"transformer-cpp {command}: warning: {old} is deprecated and will be removed; use {new}\n"
+
+
+def test_train_aliases_make_the_same_request():
+    from transformer_cpp.cli.train import request_from_args
+
+    p = _subparsers()["train"]
+    old = p.parse_args(["--layers", "3", "--heads", "2", "--tie-embeddings", "--fixed-threads"])
+    new = p.parse_args(["--n-layers", "3", "--n-heads", "2", "--share-embeddings", "--no-adaptive-threads"])
+    request = request_from_args(new)
+    assert request == request_from_args(old)
+    assert request.architecture == {"n_layers": 3, "n_heads": 2, "share_embeddings": True}
+    assert request.adaptive_threads is False
+    assert request_from_args(p.parse_args([])).adaptive_threads is True
+    assert request_from_args(p.parse_args(["--adaptive-threads"])).adaptive_threads is True

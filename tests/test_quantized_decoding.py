@@ -297,9 +297,9 @@ def test_command_line_compute_type(tmp_path):
         "32",
         "--d-ff",
         "64",
-        "--layers",
+        "--n-layers",
         "1",
-        "--heads",
+        "--n-heads",
         "2",
         "--batch-size",
         "32",
@@ -406,8 +406,8 @@ def test_server_decodes_with_the_translators_compute_type(compute_type, beam_siz
     from transformer_cpp.serve import Batcher, QueuedSentence, ServeConfig, decode_items, encode_text
 
     t = _translator(compute_type)
-    t.max_length = 12
+    t.max_output_tokens = 12
     encoded = [encode_text(t, s) for s in ["a b c", "c a"]]
     items = [QueuedSentence(e.source, e.ids, False, None, i, e.warning) for i, e in enumerate(encoded)]
     got = [r["text"] for r in decode_items(t, items, Batcher(t, ServeConfig()).decode_options(beam_size, 1))]
-    assert got == t.translate_batch(["a b c", "c a"], beam_size=beam_size, max_length=12)
+    assert got == t.translate_batch(["a b c", "c a"], beam_size=beam_size, max_output_tokens=12)

@@ -123,13 +123,13 @@ COMPUTE_TYPES = [
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_batches_decode_as_the_translator_with_its_compute_type_and_output_limit(translator, compute_type, beam_size):
     """decode_items goes through the Translator's decode path: with the translator's compute type
-    and max_length, a batch gives the offline texts, scores and hypotheses."""
+    and max_output_tokens, a batch gives the offline texts, scores and hypotheses."""
     t = Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, compute_type=compute_type)
-    t.max_length = 3  # cuts "a b c d e" short
+    t.max_output_tokens = 3  # cuts "a b c d e" short
     texts = ["a b c d e", "c a", "f"]
     batcher = serve.Batcher(t, serve.ServeConfig(max_beam_size=3))
     options = batcher.decode_options(beam_size, beam_size)
-    assert (options.compute_type, options.max_length, options.n_best) == (compute_type, 3, beam_size)
+    assert (options.compute_type, options.max_output_tokens, options.n_best) == (compute_type, 3, beam_size)
     items = [
         serve.QueuedSentence(enc.source, enc.ids, False, None, i, enc.warning)
         for i, enc in enumerate(serve.encode_text(t, x) for x in texts)

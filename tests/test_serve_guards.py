@@ -230,7 +230,9 @@ def test_a_small_request_is_answered_while_the_largest_runs(endless_run, start):
     calls; a one-word request sent meanwhile is answered within seconds, before the large one.
     When the large request's client disconnects, its remaining sentences are dropped and the
     server logs one line."""
-    server = start(endless_run, "--max-length", "1000", "--max-request-tokens", "100000000", "--batch-seconds", "0.2")
+    server = start(
+        endless_run, "--max-output-tokens", "1000", "--max-request-tokens", "100000000", "--batch-seconds", "0.2"
+    )
     big = connect(server, timeout=120)
     try:
         big.sendall(post_request("/translate", json.dumps({"texts": ["a b c d e"] * 64, "beam_size": 8}).encode()))
@@ -390,7 +392,7 @@ def test_a_request_over_the_grace_period_gets_503(endless_run, start):
     """With --graceful-timeout 0.5, a request still decoding when the grace period ends gets a JSON
     503 (not a text/plain 500) and the server exits 0 without a traceback."""
     server = start(
-        endless_run, "--graceful-timeout", "0.5", "--max-length", "1000", "--max-request-tokens", "100000000"
+        endless_run, "--graceful-timeout", "0.5", "--max-output-tokens", "1000", "--max-request-tokens", "100000000"
     )
     sock = connect(server, timeout=60)
     sock.sendall(post_request("/translate", json.dumps({"texts": ["a b c d e"] * 64, "beam_size": 8}).encode()))

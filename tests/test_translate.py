@@ -130,13 +130,40 @@ def test_long_input_is_translated_whole(translator, tok):
     assert len(t.target_ids) <= 1.5 * 14 + 10
 
 
-def test_max_length_limits_the_output(translator):
-    t = translator.translate("a b c d e", max_length=3, return_attention=True)
+def test_max_output_tokens_limits_the_output(translator):
+    t = translator.translate("a b c d e", max_output_tokens=3, return_attention=True)
     assert len(t.target_ids) == 3 and not t.finished and t.text == "e d c"
-    assert (
-        Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, max_length=1000).max_length
-        == 1000
-    )
+    model, src, tgt = translator.model, translator.src_tokenizer, translator.tgt_tokenizer
+    assert Translator(model, src, tgt, max_output_tokens=1000).max_output_tokens == 1000
+
+
+def test_max_length_is_a_deprecated_name_of_max_output_tokens(translator, tmp_path):
+    """The old name still works everywhere the new one does, with a DeprecationWarning that points
+    at the caller's line and names the new one."""
+    model, src, tgt = translator.model, translator.src_tokenizer, translator.tgt_tokenizer
+    save_checkpoint(tmp_path, model, src, tgt, optimizer=False)
+    calls = {
+        "Translator.from_checkpoint": lambda: Translator.from_checkpoint(tmp_path, max_length=3).translate("a b c d e"),
+        "Translator": lambda: Translator(model, src, tgt, max_length=3).translate("a b c d e"),
+        "Translator.translate": lambda: translator.translate("a b c d e", max_length=3),
+        "Translator.translate_batch": lambda: translator.translate_batch(["a b c d e"], max_length=3)[0],
+    }
+    for who, call in calls.items():
+        with pytest.warns(DeprecationWarning, match=f"^{who}: max_length is deprecated .* use max_output_tokens") as w:
+            assert call() == "e d c", who
+        assert len(w) == 1 and w[0].filename == __file__, (who, w[0].filename)
+    with pytest.warns(DeprecationWarning, match="use max_output_tokens"):
+        translator.max_length = 3
+    try:
+        assert translator.max_output_tokens == 3
+        with pytest.warns(DeprecationWarning, match="use max_output_tokens"):
+            assert translator.max_length == 3
+    finally:
+        translator.max_output_tokens = None
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="give only max_output_tokens"):
+        translator.translate("a", max_length=3, max_output_tokens=4)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="max_output_tokens must be"):
+        translator.translate("a", max_length=0)
 
 
 def test_bad_arguments(translator, tok):
@@ -146,8 +173,8 @@ def test_bad_arguments(translator, tok):
         translator.translate_batch("a b")
     with pytest.raises(ValueError, match="beam_size"):
         translator.translate("a", beam_size=0)
-    with pytest.raises(ValueError, match="max_length"):
-        translator.translate("a", max_length=0)
+    with pytest.raises(ValueError, match="max_output_tokens"):
+        translator.translate("a", max_output_tokens=0)
     other = tc.SubwordTokenizer.build_from_corpus(["x y z"] * 3, 9, min_frequency=1)
     with pytest.raises(ValueError, match="tgt_tokenizer has"):
         Translator(translator.model, tok, other)
@@ -243,24 +270,40 @@ def test_a_translation_is_one_line_whatever_the_model_emits():
     model.parameters()["output.bias"].value[newline[0]] = 1e3
     src = np.array([tok.encode("the cat")])
     assert tok.decode(model.greedy_decode(src, tok.start_id, tok.end_id, 5)[0]) == "\n" * 5
-    assert translator.translate_batch(["the cat", "the dog"], max_length=5) == ["", ""]
-    assert translator.translate("the cat", max_length=5, beam_size=2) == ""
+    assert translator.translate_batch(["the cat", "the dog"], max_output_tokens=5) == ["", ""]
+    assert translator.translate("the cat", max_output_tokens=5, beam_size=2) == ""
     assert one_line(" a\n\n b\r\nc\u2028d\x0b e\t") == "a b c d e"
 
 
-def test_adaptive_threads_and_max_length_are_checked_when_set(translator):
-    """translator.max_length = 'x' failed at the next translation with "invalid literal for int()",
+def test_adaptive_threads_and_max_output_tokens_are_checked_when_set(translator):
+    """translator.max_output_tokens = 'x' failed at the next translation with "invalid literal for int()",
     2.5 with an internal TypeError."""
     with pytest.raises(TypeError, match="Translator: adaptive_threads must be True or False, got 'no'"):
         translator.adaptive_threads = "no"
     assert translator.adaptive_threads is True
     for bad in (-1, "x", 2.5, 10**6):  # a value of the wrong type: TypeError, the same message
         error = ValueError if isinstance(bad, int) else TypeError
-        with pytest.raises(error, match=r"Translator: max_length must be an integer in \[1, 100000\]"):
-            translator.max_length = bad
-    assert translator.max_length is None
-    translator.max_length = 3
+        with pytest.raises(error, match=r"Translator: max_output_tokens must be an integer in \[1, 100000\]"):
+            translator.max_output_tokens = bad
+    assert translator.max_output_tokens is None
+    translator.max_output_tokens = 3
     try:
         assert len(translator.translate_batch(["a b c d"], return_attention=True)[0].target_ids) <= 3
     finally:
-        translator.max_length = None
+        translator.max_output_tokens = None
+
+
+def test_a_run_directory_translates_with_its_best_checkpoint_as_the_help_says(translator, tmp_path):
+    from transformer_cpp import cli
+    from transformer_cpp.checkpoint import mark_best
+
+    model, tok = translator.model, translator.src_tokenizer
+    for name in ("epoch-0001", "epoch-0002"):
+        save_checkpoint(tmp_path, model, tok, tok, name=name, optimizer=False)
+    assert Translator.from_checkpoint(tmp_path).checkpoint.name == "epoch-0002"  # no best yet: the latest
+    mark_best(tmp_path, "epoch-0001")
+    assert Translator.from_checkpoint(tmp_path).checkpoint.name == "epoch-0001"
+    commands = next(a for a in cli.build_parser()._actions if hasattr(a, "choices") and a.choices).choices
+    for command in ("translate", "evaluate", "serve", "export"):
+        (model_help,) = [a.help for a in commands[command]._actions if "--model" in a.option_strings]
+        assert "its best checkpoint by validation BLEU, its latest if it has none" in model_help, command

@@ -86,7 +86,7 @@ void bind_dropout(py::module_& m) {
                 call.run(in.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward(in.map(), training); });
             return rows_out<T>(y, in.lead_shape);
           },
-          py::arg("x"), py::arg("training") = true)
+          py::arg("x"), py::arg("training") = false)
       .def(
           "backward",
           [](H& h, const py::handle& dout) {

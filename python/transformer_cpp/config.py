@@ -13,8 +13,9 @@ check every field with one message format (``"Transformer: d_model must be an in
   checkpoints store as JSON);
 - :class:`~transformer_cpp.TrainConfig`'s optimiser settings (``warmup``, ``lr_scale``, ...,
   ``adam_eps``: the fields that have an option);
-- the command line's architecture and optimisation options (``--d-model``, ``--layers``,
-  ``--warmup``, ...), with the ranges in their help and the same checks.
+- the command line's architecture and optimisation options (``--d-model``, ``--n-layers``,
+  ``--warmup``, ...: the model's field names and TrainConfig's setting names, with dashes), with
+  the ranges in their help and the same checks.
 
 Adding a field is one row (and one member) in the core plus its use.
 """

@@ -9,6 +9,10 @@ the same surface:
   writable NumPy views of the C++ memory (writing ``.value[...]`` changes the layer);
 * ``zero_grad()`` — the only thing that clears parameter gradients.
 
+A layer with dropout (``Dropout``, ``FeedForward``, the encoder and decoder layers and stacks, like
+``Transformer.forward``) takes ``training=False`` by default: a forward pass is inference
+(deterministic, no dropout) unless ``training=True`` asks for the training one.
+
 Other attributes of the C++ object (``in_features``, ``calls``, ``table``, ...) are read and set
 through the wrapper. ``float32`` is what models train with; ``float64`` exists so that tests can
 check every backward pass against finite differences. The functions (softmax, loss, masks) are in
@@ -138,14 +142,15 @@ class Linear(Layer):
 
 class Dropout(Layer):
     """Inverted dropout. ``forward(x, training=True)`` zeroes each element with probability ``rate``
-    and scales the rest by ``1 / (1 - rate)``; with ``training=False`` it is the identity.
-    Masks depend only on ``seed`` and the call count (``.calls``), never on the thread count."""
+    and scales the rest by ``1 / (1 - rate)``; with ``training=False``, the default of every layer,
+    it is the identity. Masks depend only on ``seed`` and the call count (``.calls``), never on the
+    thread count."""
 
     def __init__(self, rate: float = 0.1, *, seed: int = 0, dtype: Any = "float32") -> None:
         super().__init__(core_class("Dropout", dtype)(rate, seed))
         self._args = f"rate={rate}, dtype={_dtype_name(dtype)!r}"
 
-    def forward(self, x: Any, training: bool = True) -> np.ndarray:
+    def forward(self, x: Any, training: bool = False) -> np.ndarray:
         return cast(np.ndarray, self._core.forward(x, training))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._checks import EMPTY_PATH, Limit
@@ -22,6 +23,7 @@ from .training import TrainConfig
 from .translate import COMPUTE_TYPES, DecodeOptions, Translator
 
 __all__ = [
+    "DeprecatedAlias",
     "MAX_COUNT",
     "MAX_LENGTH_RANGE",
     "VOCAB_RANGE",
@@ -31,6 +33,7 @@ __all__ = [
     "columns_option",
     "config_options",
     "count_option",
+    "deprecated_alias",
     "encoding_option",
     "fraction_option",
     "language_option",
@@ -112,17 +115,18 @@ def count_option(name: str, low: int, high: int = MAX_COUNT, *, zero: str = "") 
 def config_options(
     group: Any, fields: Sequence[Any], owner: str, extra: Optional[Dict[str, Tuple[str, str]]] = None
 ) -> None:
-    """An option for every field of a configuration table that has one (``--`` + its option name):
-    flags as --name / --no-name, the others checked by the field's limit, its range in the help.
-    Messages name the value as ``owner`` does: the Transformer by the field's name, TrainConfig by
-    the option's (``adam_eps``). ``extra``: {field: (value, what it means)}, one more choice the
-    command resolves itself (``--precision auto``)."""
+    """An option for every field of a configuration table that has one, named as ``owner`` names
+    the setting, with dashes: the Transformer by the field's name (``n_layers``: ``--n-layers``),
+    TrainConfig by the field's option name (``eps`` is TrainConfig's ``adam_eps``: ``--adam-eps``);
+    messages name the value the same way. Flags as --name / --no-name, the others checked by the
+    field's limit, its range in the help. ``extra``: {field: (value, what it means)}, one more
+    choice the command resolves itself (``--precision auto``)."""
     for f in option_fields(fields):
-        flag, text = "--" + f.option.replace("_", "-"), f.help.replace("%", "%%")
+        name = f.option if owner == "TrainConfig" else f.name
+        flag, text = "--" + name.replace("_", "-"), f.help.replace("%", "%%")
         if f.limit.kind == "flag":
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
-        name = f.option if owner == "TrainConfig" else f.name
         convert, described = checked(f.limit, owner, name), f.limit.describe()
         choices = list(f.limit.choices) if f.limit.kind == "choice" else []
         if extra and f.name in extra:
@@ -136,6 +140,40 @@ def config_options(
             metavar="{" + ",".join(choices) + "}" if choices else None,
             help=f"{text} ({described})",
         )
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of an option, still accepted so that commands written with it keep working:
+    it sets what its replacement sets (the value it is given, or ``const`` for a flag) and prints one
+    line to standard error naming the replacement. It is left out of ``--help``."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, replacement: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated and will be removed; use {self.replacement}",
+            file=sys.stderr,
+            flush=True,
+        )
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def deprecated_alias(parser: Any, old: str, replacement: str, *, value: Any = None) -> None:
+    """Accept option ``old`` as a deprecated spelling of ``replacement``, an option ``parser`` (or
+    one of its groups) already has: the same destination and type. A flag's alias sets ``value``
+    (``--fixed-threads`` sets ``adaptive_threads`` to False, as ``--no-adaptive-threads`` does)."""
+    target = parser._option_string_actions[replacement]
+    if target.nargs == 0:
+        if value is None:
+            raise ValueError(f"deprecated_alias: {replacement} is a flag; give the value {old} sets")
+        how: Dict[str, Any] = {"nargs": 0, "const": value}
+    else:
+        how = {"type": target.type, "metavar": target.metavar}
+    parser.add_argument(
+        old, action=DeprecatedAlias, dest=target.dest, replacement=replacement, default=argparse.SUPPRESS, **how
+    )
 
 
 def or_value(convert: Any, value: str, name: str, described: str) -> Tuple[Any, str]:

@@ -202,7 +202,26 @@ cli(
     match=("set_num_threads: 1024 threads need", "ulimit -v"),
     needs_rlimit=True,
 )
-cli("translate: --max-length 1", _tr("--max-length", "1", SENT, SENT, model="fixture"), expect="ok", check=_n_lines(2))
+cli(
+    "translate: --max-output-tokens 1",
+    _tr("--max-output-tokens", "1", SENT, SENT, model="fixture"),
+    expect="ok",
+    check=_n_lines(2),
+)
+
+
+def _same_as_max_output_tokens_1_with_a_deprecation_line(c: Context, res: Result) -> None:
+    assert len(lines_of(res)) == 2, res.out
+    assert "translate: warning: --max-length is deprecated and will be removed; use --max-output-tokens" in res.err
+    assert res.err.count("deprecated") == 1, res.err
+
+
+cli(
+    "translate: --max-length 1, the old spelling of --max-output-tokens",
+    _tr("--max-length", "1", SENT, SENT, model="fixture"),
+    expect="ok",
+    check=_same_as_max_output_tokens_1_with_a_deprecation_line,
+)
 cli(
     "translate: --length-penalty 1e-320",
     _tr("--beam-size", "2", "--length-penalty", "1e-320", SENT, model="fixture"),
@@ -711,7 +730,7 @@ cli(
 )
 cli("train: --num-samples 1", _trn("--num-samples", "1"), expect="either", check=_run_ok())
 cli("train: --num-samples 3", _trn("--num-samples", "3"), expect="either", check=_run_ok())
-cli("train: --heads 3 with --d-model 16", _trn("--heads", "3"), match=("divisible",))
+cli("train: --n-heads 3 with --d-model 16", _trn("--n-heads", "3"), match=("divisible",))
 cli("train: --dropout nan", _trn("--dropout", "nan"), match=("dropout",))
 cli("train: --dropout -0.1", _trn("--dropout", "-0.1"), match=("dropout",))
 cli("train: --time-budget 1e-7", _trn("--time-budget", "1e-7"), expect="ok", check=_run_ok())
@@ -880,7 +899,7 @@ cli(
     _quick(
         lambda c: str(c.data),
         *("--batch-size", "16", "--max-tokens", "300", "--time-budget", "0", "--epochs", "1"),
-        *("--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2", "--threads", "1"),
+        *("--d-model", "16", "--d-ff", "32", "--n-layers", "1", "--n-heads", "2", "--threads", "1"),
         *("--num-samples", "50"),
     ),
     expect="ok",
@@ -1053,7 +1072,7 @@ for _argv, _fragment in [
         ["train", "--d-model", "1000000"],
         "argument --d-model: Transformer: d_model must be an integer in [1, 16384], got 1000000",
     ),
-    (["train", "--layers", "100000"], "argument --layers: Transformer: n_layers must be an integer in [1, 256]"),
+    (["train", "--n-layers", "100000"], "argument --n-layers: Transformer: n_layers must be an integer in [1, 256]"),
     (["train", "--dropout", "1"], "argument --dropout: Transformer: dropout must be a number in [0, 1), got 1.0"),
     (
         ["train", "--max-length", "1000000000"],
@@ -1145,14 +1164,14 @@ def _rtranslator() -> Any:
 def _decoding_option_says_the_same(flag: str, text: str, option: str, value: Any) -> None:
     translator = _rtranslator()
     tok = translator.src_tokenizer
-    if option == "max_length":
-        call = lambda: tc.Translator(translator.model, tok, tok, max_length=value)  # noqa: E731
+    if option == "max_output_tokens":
+        call = lambda: tc.Translator(translator.model, tok, tok, max_output_tokens=value)  # noqa: E731
     else:
         call = lambda: translator.translate_batch(["a b"], **{option: value})  # noqa: E731
     message = str(raises(call, ValueError))
     assert message.startswith(f"Translator: {option} must be "), message
     for command_ in ("translate", "evaluate"):
-        if command_ == "evaluate" and option == "max_length":
+        if command_ == "evaluate" and option == "max_output_tokens":
             continue
         line = parse_error([command_, "--model", "m", flag, text])
         assert f"argument {flag}: {message}" in line, line
@@ -1165,15 +1184,15 @@ for _flag, _text, _option, _value in [
     ("--length-penalty", "nan", "length_penalty", float("nan")),
     ("--length-penalty", "-1", "length_penalty", -1.0),
     ("--batch-size", "0", "batch_size", 0),
-    ("--max-length", "1000000000", "max_length", 1000000000),
+    ("--max-output-tokens", "1000000000", "max_output_tokens", 1000000000),
 ]:
     api(f"translate and evaluate {_flag} {_text} and Translator say the same")(
         (lambda f, t, o, v: lambda c: _decoding_option_says_the_same(f, t, o, v))(_flag, _text, _option, _value)
     )
 err(
-    "translator: a per-call max_length 0",
-    lambda c: _rtranslator().translate("a b", max_length=0),
-    "Translator: max_length must be",
+    "translator: a per-call max_output_tokens 0",
+    lambda c: _rtranslator().translate("a b", max_output_tokens=0),
+    "Translator: max_output_tokens must be",
     raises=ValueError,
 )
 
@@ -1191,10 +1210,10 @@ def _nothing_read(name: str) -> Callable[[Context, Result], None]:
 
 # refused by the core's memory check before anything is allocated, before the data is read
 cli(
-    "train: --d-model 16384 --layers 256",
+    "train: --d-model 16384 --n-layers 256",
     lambda c: (
         ["train", "--preset", "tiny", "--data", str(c.data), "--no-progress", "--threads", "1"]
-        + ["--d-model", "16384", "--layers", "256", "--out", str(c.work / "a")]
+        + ["--d-model", "16384", "--n-layers", "256", "--out", str(c.work / "a")]
     ),
     match=("needs", "more than"),
     after=_nothing_read("a"),

@@ -986,7 +986,7 @@ _TOK = _rng.integers(1, 50, (_B, _T))
 _BIG = _rng.standard_normal((256, 512)).astype(np.float32)
 _HAMMERED = {
     "Linear": _layer_call(lambda: tc.Linear(512, 512), lambda l: l.forward(_BIG), (256, 512)),
-    "Dropout": _layer_call(lambda: tc.Dropout(0.5), lambda l: l.forward(_BIG), (256, 512)),
+    "Dropout": _layer_call(lambda: tc.Dropout(0.5), lambda l: l.forward(_BIG, training=True), (256, 512)),
     "ReLU": _layer_call(lambda: tc.ReLU(), lambda l: l.forward(_BIG), (256, 512)),
     "LayerNorm": _layer_call(lambda: tc.LayerNorm(512), lambda l: l.forward(_BIG), (256, 512)),
     "Embedding": _layer_call(lambda: tc.Embedding(50, _D), lambda l: l.forward(_TOK), (_B, _T, _D)),
@@ -1038,7 +1038,12 @@ MUTATION_CASES: Dict[str, Any] = {
         (2, 5, 8),
     ),
     "ReLU": (lambda: tc.ReLU(dtype="float64"), lambda l, a: l.forward(a[0]), [_MX], (2, 5, 8)),
-    "Dropout": (lambda: tc.Dropout(0.3, seed=2, dtype="float64"), lambda l, a: l.forward(a[0]), [_MX], (2, 5, 8)),
+    "Dropout": (
+        lambda: tc.Dropout(0.3, seed=2, dtype="float64"),
+        lambda l, a: l.forward(a[0], training=True),
+        [_MX],
+        (2, 5, 8),
+    ),
     "FeedForward": (
         lambda: tc.FeedForward(8, 16, dropout=0.2, seed=1, dtype="float64"),
         lambda l, a: l.forward(a[0], training=True),

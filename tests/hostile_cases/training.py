@@ -129,9 +129,9 @@ err(
 )
 err("Translator: adaptive_threads 'no'", lambda c: setattr(translator(c), "adaptive_threads", "no"), "adaptive_threads")
 err(
-    "Translator: max_length set to 'x' after construction",
-    lambda c: setattr(translator(c), "max_length", "x"),
-    "max_length",
+    "Translator: max_output_tokens set to 'x' after construction",
+    lambda c: setattr(translator(c), "max_output_tokens", "x"),
+    "max_output_tokens",
 )
 err(
     "batches: drop_remainder with a token budget",

@@ -40,8 +40,16 @@ err(
     lambda c: (lambda t: tc.Translator(t.model, t.tgt_tokenizer, rtok()))(translator(c)),
     "tokens",
 )
-err("translator: max_length 0", lambda c: tc.Translator.from_checkpoint(c.run, max_length=0), "max_length")
-err("translator: max_length True", lambda c: translator(c).translate("The cat.", max_length=True), "max_length")
+err(
+    "translator: max_output_tokens 0",
+    lambda c: tc.Translator.from_checkpoint(c.run, max_output_tokens=0),
+    "max_output_tokens",
+)
+err(
+    "translator: max_output_tokens True",
+    lambda c: translator(c).translate("The cat.", max_output_tokens=True),
+    "max_output_tokens",
+)
 err(
     "translator: length_penalty as a string",
     lambda c: translator(c).translate("The cat.", length_penalty="0.6"),
@@ -108,9 +116,9 @@ err(
 )
 
 
-@api("translator: max_length 1")
+@api("translator: max_output_tokens 1")
 def _(c):
-    r = translator(c).translate("The cat and the dog.", max_length=1, return_attention=True)
+    r = translator(c).translate("The cat and the dog.", max_output_tokens=1, return_attention=True)
     assert len(r.target_ids) <= 1
 
 

@@ -55,9 +55,8 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
           // the upper bounds of the sizes: beyond them no model fits in a computer's memory (the
           // memory a model of the requested sizes needs is checked as well)
           field<&C::d_model>("d_model", Limit::integer(1, 16384), "model width"),
-          field<&C::n_layers>("n_layers", Limit::integer(1, 256), "encoder layers and decoder layers", "layers"),
-          field<&C::n_heads>("n_heads", Limit::integer(1, 1024), "attention heads (d_model must be divisible by them)",
-                             "heads"),
+          field<&C::n_layers>("n_layers", Limit::integer(1, 256), "encoder layers and decoder layers"),
+          field<&C::n_heads>("n_heads", Limit::integer(1, 1024), "attention heads (d_model must be divisible by them)"),
           field<&C::d_ff>("d_ff", Limit::integer(1, 262144), "inner width of the feed-forward networks"),
           field<&C::dropout>("dropout", Limit::number(0.0, 1.0, false, true),
                              "dropout rate on the embeddings, the sub-layer outputs and inside the feed-forward "
@@ -72,8 +71,7 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
                               "layer normalisation before each sub-layer (and after each stack) instead of "
                               "after it (the paper's post-norm)"),
           field<&C::share_embeddings>("share_embeddings", Limit::flag(),
-                                      "tie the decoder embedding to the output layer (fewer weights)",
-                                      "tie_embeddings"),
+                                      "tie the decoder embedding to the output layer (fewer weights)"),
           field<&C::layer_norm_eps>("layer_norm_eps", Limit::number(0.0, kInf, true),
                                     "epsilon inside the layer normalisation's square root"),
           field<&C::seed>("seed", Limit::integer(0, kMaxSeed), "seed of the initial weights and the dropout masks",

@@ -239,7 +239,7 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     """Load a checkpoint written by :func:`save_checkpoint`.
 
     Args:
-        path: a run directory (its ``latest`` checkpoint is read) or a checkpoint directory.
+        path: a run directory (the checkpoint ``prefer`` names is read) or a checkpoint directory.
         optimizer: also restore the Adam moments, ``step`` and ``dropout_calls`` (to resume
             training). Translation does not need them, and with ``False`` the optimiser file is
             not even read.

@@ -54,7 +54,10 @@ def add_average_parser(sub: Any) -> None:
     )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
     p.add_argument(
-        "--last", type=count_option("last", 1), default=5, help="how many of the newest checkpoints (default 5)"
+        "--last",
+        type=count_option("last", 1),
+        default=5,
+        help="how many of the newest checkpoints (default 5; train --average-last N does this at the end of a run)",
     )
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
     p.set_defaults(func=run_average)
@@ -117,7 +120,10 @@ def add_export_parser(sub: Any) -> None:
         "and within a few 1e-5 in log-probability otherwise). OUT must not exist or be empty.",
     )
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     p.add_argument(
         "--to", required=True, choices=("ctranslate2", "torch", "transformers"), help="the runtime to export for"

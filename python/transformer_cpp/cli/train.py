@@ -21,6 +21,7 @@ from ..options import (
     columns_option,
     config_options,
     count_option,
+    deprecated_alias,
     encoding_option,
     fraction_option,
     language_option,
@@ -47,7 +48,7 @@ from .common import PROG, UserError, console, set_threads
 __all__ = ["add_train_parser", "request_from_args", "run_train"]
 
 # TrainConfig's own settings that options set, by their field names; the architecture options
-# (--d-model, --layers, ...) and the optimiser's (--warmup, --lr-scale, ...) are made from the
+# (--d-model, --n-layers, ...) and the optimiser's (--warmup, --lr-scale, ...) are made from the
 # core's configuration tables (each field that has an option).
 _TRAIN_OPTIONS = (
     "batch_size",
@@ -87,17 +88,16 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> Dict[str, Any]:
 
 def request_from_args(args: argparse.Namespace) -> TrainRequest:
     """What the options of ``train`` ask for, by setting (the options left out are not in it)."""
-    arch_options = {f.option: f.name for f in option_fields(MODEL_FIELDS)}
     train_options: List[str] = [*_TRAIN_OPTIONS, *(f.option for f in option_fields(OPTIMIZER_FIELDS))]
     return TrainRequest(
         preset=args.preset,
         data_path=args.data,
-        architecture={arch_options[k]: v for k, v in _given(args, list(arch_options)).items()},
+        architecture=_given(args, [f.name for f in option_fields(MODEL_FIELDS)]),
         training=_given(args, train_options),
         data={_DATA_OPTIONS[k]: v for k, v in _given(args, list(_DATA_OPTIONS)).items()},
         threads=args.threads,
         progress=not args.no_progress,
-        adaptive_threads=not args.fixed_threads,
+        adaptive_threads=args.adaptive_threads is not False,
     )
 
 
@@ -266,10 +266,12 @@ def add_train_parser(sub: Any) -> None:
     )
     p.add_argument("--threads", type=threads_option(), default=None, help="C++ threads (default: all cores)")
     p.add_argument(
-        "--fixed-threads",
-        action="store_true",
-        help="always use all --threads threads (by default the run times its steps and uses fewer "
-        "while that is faster: another program holding a core slows every thread's share)",
+        "--adaptive-threads",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="time the steps and use fewer of the --threads threads while that is faster, as when another "
+        "program holds a core (the default); --no-adaptive-threads always uses them all, so that a run "
+        "repeats bit for bit",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -378,7 +380,7 @@ def add_train_parser(sub: Any) -> None:
         p.add_argument_group(
             f"architecture (default: the preset's; the {DEFAULT_PRESET} preset trains {grown} instead when a "
             f"step of that model measures fast enough for {grow['min_epochs']:g} epochs in the time budget, "
-            "unless --d-model, --layers, --heads, --d-ff or --dropout is given)"
+            "unless --d-model, --n-layers, --n-heads, --d-ff or --dropout is given)"
         ),
         MODEL_FIELDS,
         "Transformer",
@@ -435,5 +437,14 @@ def add_train_parser(sub: Any) -> None:
     add_setting(
         "val-bleu-sentences", "greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)"
     )
-    add_setting("average-last", "at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
+    add_setting(
+        "average-last",
+        "at the end, average the newest N checkpoints into 'averaged', as 'average --last N' does (0 or 1 = off)",
+    )
+    # old spellings, still accepted: each prints one line naming its replacement
+    for old, new in (("--layers", "--n-layers"), ("--heads", "--n-heads")):
+        deprecated_alias(p, old, new)
+    deprecated_alias(p, "--tie-embeddings", "--share-embeddings", value=True)
+    deprecated_alias(p, "--no-tie-embeddings", "--no-share-embeddings", value=False)
+    deprecated_alias(p, "--fixed-threads", "--no-adaptive-threads", value=False)
     p.set_defaults(func=run_train)

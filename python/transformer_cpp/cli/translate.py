@@ -17,6 +17,7 @@ from ..options import (
     add_decoding_options,
     columns_option,
     count_option,
+    deprecated_alias,
     encoding_option,
     limits_of,
     path_option,
@@ -91,7 +92,9 @@ def _translate_lines(
 def run_translate(args: argparse.Namespace) -> int:
     """``transformer-cpp translate``."""
     set_threads(args.threads)
-    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
+    translator = Translator.from_checkpoint(
+        args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
+    )
     console.say(f"translating {translator.src_lang} -> {translator.tgt_lang} with {translator.checkpoint}")
     bad: List[Tuple[int, str]] = []
     if args.sentences:
@@ -297,17 +300,21 @@ def add_translate_parser(sub: Any) -> None:
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     add_decoding_options(p)
     p.add_argument(
-        "--max-length",
-        type=setting("Translator", "max_length"),
+        "--max-output-tokens",
+        type=setting("Translator", "max_output_tokens"),
         default=None,
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
-        + limits_of("Translator")["max_length"].describe()
+        + limits_of("Translator")["max_output_tokens"].describe()
         + ")",
     )
+    deprecated_alias(p, "--max-length", "--max-output-tokens")
     p.set_defaults(func=run_translate)
 
 
@@ -347,7 +354,10 @@ def add_evaluate_parser(sub: Any) -> None:
         help="write the translations here, one per line (never over an input: the pairs, the data file, the checkpoint)",
     )
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     p.add_argument(
         "--data", type=path_option, default=None, help="the data file (default: the one the run was trained on)"

@@ -113,7 +113,7 @@ def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str
         },
         "source_language": translator.src_lang,
         "trained_length": translator.trained_length,
-        "max_output_tokens": translator.max_length,
+        "max_output_tokens": translator.max_output_tokens,
         "compute_type": translator.compute_type,
         "threads": threads,
         "batching": {

@@ -245,7 +245,7 @@ class Batcher:
             beam_size=beam_size,
             length_penalty=self.config.length_penalty,
             n_best=n_best,
-            max_length=self.translator.max_length,
+            max_output_tokens=self.translator.max_output_tokens,
             compute_type=self.translator.compute_type,
         )
 

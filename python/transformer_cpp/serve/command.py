@@ -13,6 +13,7 @@ from ..options import (
     add_compute_type_option,
     checked,
     count_option,
+    deprecated_alias,
     limits_of,
     non_negative_number,
     path_option,
@@ -60,7 +61,10 @@ def _positive_seconds(text: str) -> float:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     d = ServeConfig()
     p.add_argument(
-        "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"
+        "--model",
+        type=path_option,
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument(
@@ -114,11 +118,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"beam search length-penalty exponent (default {d.length_penalty})",
     )
     g.add_argument(
-        "--max-length",
-        type=count_option("max_length", 1),
+        "--max-output-tokens",
+        type=setting("Translator", "max_output_tokens"),
         default=None,
-        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
+        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
+        + limits_of("Translator")["max_output_tokens"].describe()
+        + ")",
     )
+    deprecated_alias(g, "--max-length", "--max-output-tokens")
     add_compute_type_option(g)
     g = p.add_argument_group("limits (a request over one gets a 4xx JSON error; a full queue 503)")
     g.add_argument(
@@ -163,7 +170,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         type=count_option("max_request_tokens", 1),
         default=d.max_request_tokens,
         help="most decoding work per request, in tokens: beam size x (source tokens + most output tokens, "
-        f"1.5 x source + 10 or --max-length) summed over its texts (default {d.max_request_tokens:,})",
+        f"1.5 x source + 10 or --max-output-tokens) summed over its texts (default {d.max_request_tokens:,})",
     )
     g.add_argument(
         "--max-attention-weights",
@@ -258,7 +265,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.threads is not None:
         set_num_threads(args.threads)
-    translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
+    translator = Translator.from_checkpoint(
+        args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
+    )
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
     stack = uvicorn_choices()
     print(

@@ -57,7 +57,7 @@ class ServeConfig:
             tokens: an emoji is four bytes, so up to four byte-level tokens).
         max_request_tokens: most decoding work in one request, counted in tokens: the sum over
             its texts of beam size x (source tokens + most output tokens), the output limit being
-            ``1.5 x source + 10`` tokens or the translator's ``max_length``.
+            ``1.5 x source + 10`` tokens or the translator's ``max_output_tokens``.
         max_attention_weights: most attention weights one answer may hold with
             ``return_attention``: the sum over its texts of source tokens x most output tokens.
         max_batch_tokens: most decoding work, in the same tokens, in one decode call. The

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..checkpoint import TRAINER_STATE_FILE, load_checkpoint, read_checkpoint_config
-from ..config import MODEL_FIELDS, defaults, option_fields
+from ..config import MODEL_FIELDS, defaults
 from ..data import (
     DATA_ENV_VAR,
     DEFAULT_TATOEBA_PAIR,
@@ -490,8 +490,7 @@ def check_resume_request(
     grow = size_growth(request) if request.preset is not None else None
     if grow is not None and all(model_cfg.get(k) == v for k, v in grow["arch"].items()):
         arch.update(grow["arch"])  # model size auto chose the larger model when the run started
-    options = {f.name: f.option for f in option_fields(MODEL_FIELDS)}
-    options.update(max_length_option="max_length")
+    options = {"max_length_option": "max_length"}  # the other options are named as their settings
     saved_data = record.to_dict()
     section_defaults = {"architecture": defaults(MODEL_FIELDS), "training": TrainConfig().to_dict(), "data": {}}
     conflicts = []

@@ -76,7 +76,7 @@ class DecodeOptions:
     #: Hypotheses kept per sentence (at most ``beam_size``; greedy decoding has one).
     n_best: int = 1
     #: Most tokens to generate per sentence; ``None``: :func:`output_limit` of its source length.
-    max_length: Optional[int] = None
+    max_output_tokens: Optional[int] = None
     #: Precision of the decoder's matrix products: "float32", "int8" or "bf16" (the model is not changed).
     compute_type: str = "float32"
 
@@ -85,7 +85,7 @@ class DecodeOptions:
         "beam_size": Limit(True, 1, 1024),
         "length_penalty": Limit(False, 0, 10),
         "n_best": Limit(True, 1, 1024),
-        "max_length": Limit(True, 1, 100_000),
+        "max_output_tokens": Limit(True, 1, 100_000),
     }
 
     def __post_init__(self) -> None:
@@ -93,7 +93,7 @@ class DecodeOptions:
             value = getattr(self, f.name)
             if f.name == "compute_type":
                 checked = check_compute_type("DecodeOptions", value)
-            elif f.name == "max_length" and value is None:
+            elif f.name == "max_output_tokens" and value is None:
                 checked = None
             else:
                 checked = self.LIMITS[f.name].check("DecodeOptions", f.name, value)
@@ -103,7 +103,7 @@ class DecodeOptions:
 
     def limit(self, source_tokens: int) -> int:
         """Most tokens to generate for a source of ``source_tokens`` tokens."""
-        return output_limit(source_tokens) if self.max_length is None else self.max_length
+        return output_limit(source_tokens) if self.max_output_tokens is None else self.max_output_tokens
 
 
 class Hypothesis(NamedTuple):
@@ -143,7 +143,7 @@ def decode_rows(
     (``options.n_best`` of them; one for greedy decoding).
 
     The rows are padded into one batch and decoded for as many steps as the longest sentence's
-    limit needs; each sentence's output is then cut to its own limit (``options.max_length``, else
+    limit needs; each sentence's output is then cut to its own limit (``options.max_output_tokens``, else
     :func:`output_limit` of its own length), so a sentence translates the same alone or in a batch.
     """
     options = options or DecodeOptions()

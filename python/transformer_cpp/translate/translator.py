@@ -14,7 +14,7 @@ exactly as the training sentences did, and are encoded as ``[start, ..., end]``.
 **every input is translated whole**, whatever its length (the sinusoidal positional encodings
 exist for every position; the model's table is a cache that grows). Each sentence may produce up
 to :func:`~transformer_cpp.translate.output_limit` tokens, ``1.5 * source tokens + 10``, or fewer
-with ``max_length``. A model translates best what is as long as its training pairs; an input
+with ``max_output_tokens``. A model translates best what is as long as its training pairs; an input
 longer than the longest training pair the checkpoint records gets a :class:`LongInputWarning`
 (the translation is still made, of the whole input).
 
@@ -112,6 +112,25 @@ class Translation:
         return self.text
 
 
+def _warn_max_length(who: str, stacklevel: int) -> None:
+    warnings.warn(
+        f"{who}: max_length is deprecated and will be removed; use max_output_tokens (the same setting)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def _renamed_max_length(max_output_tokens: Optional[int], max_length: Optional[int], who: str) -> Optional[int]:
+    """``max_output_tokens``, or the value given under its old name ``max_length`` (with a
+    ``DeprecationWarning`` pointing at the caller's caller)."""
+    if max_length is None:
+        return max_output_tokens
+    _warn_max_length(who, 4)
+    if max_output_tokens is not None:
+        raise TypeError(f"{who}: max_length is the old name of max_output_tokens; give only max_output_tokens")
+    return max_length
+
+
 def token_piece(tokenizer: Any, token_id: int) -> str:
     """A readable label for one token id: ``▁`` for a leading space, ``<end>`` for specials."""
     if token_id in tokenizer.special_ids:
@@ -131,8 +150,9 @@ class Translator:
             (``"en"``); ``None`` skips cleaning.
         tgt_lang: language of the output (``None``: not known; a checkpoint records both, and
             :meth:`from_checkpoint` sets them).
-        max_length: most tokens to generate per sentence (default: ``1.5 * source tokens + 10``
-            each; a number caps that).
+        max_output_tokens: most tokens to generate per sentence (default: ``1.5 * source tokens +
+            10`` each; a number caps that). ``max_length`` is its old name, still accepted with a
+            ``DeprecationWarning``.
         trained_length: the longest training pair in tokens (inputs beyond it get a
             :class:`LongInputWarning`), or ``None``.
         compute_type: the precision of the decoder's matrix products (the model is not changed):
@@ -152,10 +172,10 @@ class Translator:
 
     @classmethod
     def check(cls, name: str, value: Any) -> Any:
-        """``value`` if it is allowed for option ``name`` (``max_length`` may be ``None``), else
-        ``TypeError`` (a value of the wrong type) or ``ValueError`` (out of range) naming the option
-        and what it allows."""
-        if name == "max_length" and value is None:
+        """``value`` if it is allowed for option ``name`` (``max_output_tokens`` may be ``None``),
+        else ``TypeError`` (a value of the wrong type) or ``ValueError`` (out of range) naming the
+        option and what it allows."""
+        if name == "max_output_tokens" and value is None:
             return None
         if name not in cls.LIMITS:
             raise ValueError(f"Translator: unknown option {name!r}")
@@ -169,10 +189,12 @@ class Translator:
         *,
         src_lang: Optional[str] = "en",
         tgt_lang: Optional[str] = None,
-        max_length: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
         trained_length: Optional[int] = None,
         compute_type: str = "float32",
+        max_length: Optional[int] = None,
     ) -> None:
+        max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator")
         if src_lang is not None:  # a string that is no language fails here, not per sentence
             src_lang = resolve_language(src_lang, "Translator: src_lang")
         if tgt_lang is not None:
@@ -191,21 +213,32 @@ class Translator:
                 raise ValueError(
                     f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
                 )
-        self.max_length = max_length  # checked by the property
+        self.max_output_tokens = max_output_tokens  # checked by the property
         self.compute_type = compute_type  # checked by the property
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
         self._adaptive_threads = True
         self._governor: Optional[ThreadGovernor] = None
 
     @property
-    def max_length(self) -> Optional[int]:
+    def max_output_tokens(self) -> Optional[int]:
         """Most tokens to generate per sentence (``None``: ``1.5 * source tokens + 10`` each);
         checked when set, as the constructor checks it."""
-        return self._max_length
+        return self._max_output_tokens
+
+    @max_output_tokens.setter
+    def max_output_tokens(self, value: Optional[int]) -> None:
+        self._max_output_tokens = self._limit(value)
+
+    @property
+    def max_length(self) -> Optional[int]:
+        """The old name of :attr:`max_output_tokens` (deprecated: it warns)."""
+        _warn_max_length("Translator", 3)
+        return self._max_output_tokens
 
     @max_length.setter
     def max_length(self, value: Optional[int]) -> None:
-        self._max_length = self._limit(value)
+        _warn_max_length("Translator", 3)
+        self.max_output_tokens = value
 
     @property
     def compute_type(self) -> str:
@@ -228,14 +261,21 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: Union[str, Path], *, max_length: Optional[int] = None, compute_type: str = "float32"
+        cls,
+        path: Union[str, Path],
+        *,
+        max_output_tokens: Optional[int] = None,
+        compute_type: str = "float32",
+        max_length: Optional[int] = None,
     ) -> "Translator":
-        """Load the model and tokenizers of a checkpoint (a run directory or one checkpoint);
-        ``compute_type`` as for the constructor.
+        """Load the model and tokenizers of a checkpoint: a run directory (its ``best`` checkpoint,
+        or its ``latest`` when it has no ``best``) or one checkpoint directory. ``max_output_tokens``
+        (old name ``max_length``, deprecated) and ``compute_type`` as for the constructor.
 
         Raises:
             transformer_cpp.checkpoint.CheckpointError: a missing or damaged checkpoint.
         """
+        max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.from_checkpoint")
         ckpt = load_checkpoint(path, optimizer=False)
         data = ckpt.data or {}
         trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
@@ -245,7 +285,7 @@ class Translator:
             ckpt.tgt_tokenizer,
             src_lang=data.get("src_lang", "en"),  # records without languages are English to Spanish
             tgt_lang=data.get("tgt_lang", "es"),
-            max_length=max_length,
+            max_output_tokens=max_output_tokens,
             trained_length=trained,
             compute_type=compute_type,
         )
@@ -253,8 +293,8 @@ class Translator:
         return translator
 
     @classmethod
-    def _limit(cls, max_length: Optional[int]) -> Optional[int]:
-        return cast(Optional[int], cls.check("max_length", max_length))
+    def _limit(cls, max_output_tokens: Optional[int]) -> Optional[int]:
+        return cast(Optional[int], cls.check("max_output_tokens", max_output_tokens))
 
     def clean(self, sentence: str) -> str:
         """The input as the model sees it: :func:`clean_sentence` in ``src_lang``.
@@ -288,8 +328,9 @@ class Translator:
         *,
         beam_size: int = 1,
         length_penalty: float = DEFAULT_LENGTH_PENALTY,
-        max_length: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
         return_attention: bool = False,
+        max_length: Optional[int] = None,
     ) -> Union[str, Translation]:
         """Translate one sentence.
 
@@ -299,8 +340,9 @@ class Translator:
             length_penalty: GNMT length-penalty exponent for beam search (scores are divided by
                 ``((5 + length) / 6) ** length_penalty``; default
                 :data:`~transformer_cpp.model.DEFAULT_LENGTH_PENALTY`).
-            max_length: most tokens to generate (default: the translator's ``max_length``, else
-                ``1.5 * source tokens + 10``).
+            max_output_tokens: most tokens to generate (default: the translator's
+                ``max_output_tokens``, else ``1.5 * source tokens + 10``); ``max_length`` is its
+                old name (deprecated: it warns).
             return_attention: return a :class:`Translation` with the cross-attention weights
                 instead of the text.
 
@@ -312,13 +354,14 @@ class Translator:
                 f"Translator.translate: expected a str, got {type(sentence).__name__}; "
                 "use translate_batch for several sentences"
             )
+        max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.translate")
         return cast(
             Union[str, "Translation"],
             self.translate_batch(
                 [sentence],
                 beam_size=beam_size,
                 length_penalty=length_penalty,
-                max_length=max_length,
+                max_output_tokens=max_output_tokens,
                 return_attention=return_attention,
                 _stacklevel=3,
             )[0],
@@ -330,23 +373,25 @@ class Translator:
         *,
         beam_size: int = 1,
         length_penalty: float = DEFAULT_LENGTH_PENALTY,
-        max_length: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
         return_attention: bool = False,
         batch_size: int = 64,
+        max_length: Optional[int] = None,
         _stacklevel: int = 2,
     ) -> List[Any]:
         """Translate several sentences (``batch_size`` at a time); a list of texts, or of
         :class:`Translation` with ``return_attention=True``. See :meth:`translate`."""
         if isinstance(sentences, str):
             raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
+        max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.translate_batch")
         sentences = list(sentences)
         beam_size = self.check("beam_size", beam_size)
         batch_size = self.check("batch_size", batch_size)
         return_attention = _flag("Translator", "return_attention", return_attention)
         length_penalty = self.check("length_penalty", length_penalty)
-        limit = self._limit(max_length) if max_length is not None else self.max_length
+        limit = self._limit(max_output_tokens) if max_output_tokens is not None else self.max_output_tokens
         options = DecodeOptions(
-            beam_size=beam_size, length_penalty=length_penalty, max_length=limit, compute_type=self.compute_type
+            beam_size=beam_size, length_penalty=length_penalty, max_output_tokens=limit, compute_type=self.compute_type
         )
         encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
         results: List[Translation] = []
