@@ -1,9 +1,10 @@
-"""Where the tests find the Tatoeba data: the same place as the README's main job.
+"""Where the tests find the Tatoeba data.
 
-The main job reads ``${TRANSFORMER_CPP_DATA:-../shared/data/spa-eng/spa.txt}`` (relative to the
-repository root). When ``TRANSFORMER_CPP_DATA`` is unset, the tests point it at that same file, so
-``python -m pytest`` needs no set-up and never downloads anything. Without the file and the
-variable, the real-data tests fail with the message of ``load_tatoeba`` (nothing skips in CI).
+As ``transformer-cpp train`` does: ``TRANSFORMER_CPP_DATA`` when it is set (how an offline
+machine points at a local copy), else the cache, else the download. When the variable is unset
+and a copy sits at ``../shared/data/spa-eng/spa.txt`` beside the repository (the layout of the
+offline machines that run CI), the tests use that copy, so the suite never downloads there.
+Without any of them the real-data tests fail with the message of ``load_tatoeba`` (nothing skips).
 """
 
 from __future__ import annotations

@@ -495,3 +495,98 @@ def test_check_writable(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(OSError, match=rf"--out '{tmp_path / 'file' / 'run'}' cannot be written"):
         ck.check_writable(tmp_path / "file" / "run", "--out")
+
+
+# --- nothing of the user's is replaced or deleted -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["epoch-0002", "averaged"])
+@pytest.mark.parametrize("kind", ["directory", "file", "link"])
+def test_saving_never_replaces_what_it_did_not_write(tmp_path, tok, trained, name, kind):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    theirs = tmp_path / name
+    if kind == "directory":
+        theirs.mkdir()
+        (theirs / "notes.txt").write_text("mine")
+    elif kind == "file":
+        theirs.write_text("mine")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        theirs.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FileExistsError, match=f"'{theirs}' was not written by transformer-cpp"):
+        _save(tmp_path, model, tok, name=name)
+    if kind == "directory":
+        assert (theirs / "notes.txt").read_text() == "mine"
+    elif kind == "file":
+        assert theirs.read_text() == "mine"
+    else:
+        assert theirs.is_symlink()
+    assert load_checkpoint(tmp_path).path.name == "epoch-0001"  # latest did not move
+
+
+def test_a_checkpoint_holding_a_file_of_the_user_is_neither_replaced_nor_pruned(tmp_path, tok, trained):
+    model, _ = trained
+    first = _save(tmp_path, model, tok, name="epoch-0001")
+    (first / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds 'notes.txt', which its manifest does not list"):
+        _save(tmp_path, model, tok, name="epoch-0001")
+    for epoch in range(2, 5):
+        _save(tmp_path, model, tok, name=checkpoint_name(epoch), keep=1)
+    assert (first / "notes.txt").read_text() == "mine"
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001", "epoch-0004"]
+
+
+def test_a_damaged_checkpoint_of_this_program_is_replaced(tmp_path, tok, trained):
+    model, _ = trained
+    first = _save(tmp_path, model, tok, name="epoch-0001", trainer_state={"run": 1})
+    (first / "model.safetensors").write_bytes(b"half")  # still listed in its manifest: ours
+    _save(tmp_path, model, tok, name="epoch-0001", trainer_state={"run": 2})
+    assert load_checkpoint(tmp_path).trainer_state == {"run": 2}
+
+
+@pytest.mark.parametrize("pointer", ["latest", "best"])
+def test_a_file_of_the_user_named_like_a_pointer_is_not_replaced(tmp_path, tok, trained, pointer):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    (tmp_path / pointer).write_text("my notes\n")
+    with pytest.raises(FileExistsError, match=f"'{tmp_path / pointer}' was not written by transformer-cpp"):
+        if pointer == "latest":
+            _save(tmp_path, model, tok, name="epoch-0002")
+        else:
+            ck.mark_best(tmp_path, "epoch-0001")
+    assert (tmp_path / pointer).read_text() == "my notes\n"
+    assert not (tmp_path / "epoch-0002").exists()
+
+
+def test_the_lock_file_and_temporaries_of_the_user_are_left_alone(tmp_path, tok, trained):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    theirs = [tmp_path / ".tmp-notes", tmp_path / ".tmp-epoch-0002-12345-not-hex!"]
+    for path in theirs:
+        path.write_text("mine")
+    ours = tmp_path / ".tmp-epoch-0002-12345-abcdef12"
+    ours.mkdir()
+    _save(tmp_path, model, tok, name="epoch-0002")
+    assert not ours.exists() and all(p.read_text() == "mine" for p in theirs)
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".lock").write_text("my lock notes")
+    with pytest.raises(FileExistsError, match="does not hold a process id"):
+        _save(other, model, tok, name="epoch-0001")
+    assert (other / ".lock").read_text() == "my lock notes"
+
+
+def test_foreign_entries_lists_what_a_run_would_write_over(tmp_path, tok, trained):
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001")
+    (tmp_path / "epoch-0003").mkdir()
+    (tmp_path / "averaged").write_text("x")
+    (tmp_path / "epoch-00004").mkdir()  # not a name a run writes (it writes epoch-0004)
+    (tmp_path / "notes.txt").write_text("x")  # nor this
+    found = ck.foreign_entries(tmp_path)
+    assert [(p.name, "config.json" in why or "directory" in why) for p, why in found] == [
+        ("averaged", True),
+        ("epoch-0003", True),
+    ]

@@ -69,7 +69,7 @@ def test_load_txt(tmp_path):
     assert len(pairs) == 5
     assert pairs[0] == ("Go.", "Ve.")
     assert pairs[-1] == ("What year is it?", "¿Qué año es?")
-    assert pairs.english[2] == "Run!" and pairs.spanish[2] == "¡Corre!"
+    assert pairs.sources[2] == "Run!" and pairs.targets[2] == "¡Corre!"
     assert pairs.attributions[0] == ATTR and pairs.attributions[2] == ""
     assert list(pairs)[1] == ("Hi.", "Hola.")
     assert pairs[1:3] == [("Hi.", "Hola."), ("Run!", "¡Corre!")]
@@ -158,7 +158,7 @@ def test_a_file_in_another_encoding_is_refused_or_decoded_as_named(tmp_path):
 
 def test_nothing_valid_raises(tmp_path):
     path = write_txt(tmp_path / "spa.txt", ["", "no tab", "still no tab"])
-    with pytest.raises(ValueError, match=r"no valid 'English<TAB>Spanish' line.*1 empty, 2 without a tab"):
+    with pytest.raises(ValueError, match=r"no valid sentence pair.*1 empty, 2 without a tab"):
         load_tatoeba(path)
 
 
@@ -470,8 +470,8 @@ def test_real_tatoeba_file_end_to_end():
     assert full[0][0] and full[0][1]
     pairs = load_tatoeba(path, num_samples=3000)
     assert len(pairs) == 3000
-    en = clean_corpus(pairs.english, "en")
-    es = clean_corpus(pairs.spanish, "es")
+    en = clean_corpus(pairs.sources, "en")
+    es = clean_corpus(pairs.targets, "es")
     en_tok = SubwordTokenizer.build_from_corpus(en, 1000)
     es_tok = SubwordTokenizer.build_from_corpus(es, 1000)
     for tok, sentences in ((en_tok, en), (es_tok, es)):

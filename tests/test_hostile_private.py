@@ -71,5 +71,5 @@ def test_line_ends_across_read_chunks(tmp_path, monkeypatch):
     ).encode()
     (tmp_path / "p.txt").write_bytes(payload)
     pairs = tdata.load_tatoeba(tmp_path / "p.txt")
-    assert pairs.english == [f"The cat {i}." for i in range(7)]
+    assert pairs.sources == [f"The cat {i}." for i in range(7)]
     assert (pairs.stats.read, pairs.stats.empty) == (9, 2)

@@ -92,15 +92,15 @@ def test_num_samples_draws_a_seeded_random_sample(tmp_path):
     path = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
     lines = path.read_text(encoding="utf-8").splitlines()
     first = tdata.load_tatoeba(path, num_samples=50, sampling="first")
-    assert first.english == [ln.split("\t")[0] for ln in lines[:50]]
+    assert first.sources == [ln.split("\t")[0] for ln in lines[:50]]
     a = tdata.load_tatoeba(path, num_samples=50)
     b = tdata.load_tatoeba(path, num_samples=50, seed=0)
     c = tdata.load_tatoeba(path, num_samples=50, seed=1)
-    assert len(a) == 50 and a.english == b.english and a.english != c.english
-    assert a.english != first.english
+    assert len(a) == 50 and a.sources == b.sources and a.sources != c.sources
+    assert a.sources != first.sources
     # the sample is a subset of the file, kept in file order, attributions aligned
     position = {ln: i for i, ln in enumerate(lines)}
-    rows = [position["\t".join(p)] for p in zip(a.english, a.spanish, a.attributions)]
+    rows = [position["\t".join(p)] for p in zip(a.sources, a.targets, a.attributions)]
     assert rows == sorted(rows) and len(set(rows)) == 50
     assert len(tdata.load_tatoeba(path, num_samples=10_000)) == 200
     with pytest.raises(ValueError, match="sampling must be 'random' or 'first', got"):
@@ -116,6 +116,59 @@ def test_length_percentiles_and_limit():
     assert pct[50.0] == 500 and pct[99.5] == 995 and pct[100.0] == 1000
     assert tdata.length_limit(lengths, 99.9) == 999
     assert sum(n <= tdata.length_limit(lengths, 99.5) for n in lengths) / len(lengths) >= 0.995
+
+
+def _split_with(train_src, train_tgt, lines=None):
+    from transformer_cpp.task import Split
+
+    split = Split(train=(train_src, train_tgt), valid=([], []), test=([], []))
+    if lines is not None:
+        split.lines = {"train": lines, "valid": [], "test": []}
+    return split
+
+
+def test_an_outlier_pair_does_not_set_the_automatic_length(tok):
+    from transformer_cpp.task import AUTOMATIC_LENGTH_CAP, choose_max_length, encode_split
+
+    src, tgt = reversal_pairs(300, seed=4)
+    huge = " ".join(["a b c"] * 40_000)  # 120,000 words: no tokenizing needed to know it is too long
+    long = " ".join(["a b c"] * 30)  # 90 tokens: far longer than the rest, shorter than the cap
+    src, tgt = src + [huge, long], tgt + ["c b a", long]
+    lines = list(range(2, 2 + len(src)))  # the line of each pair in its data file
+    said = []
+    limit = choose_max_length(_split_with(src, tgt, lines), tok, tok, 0, said.append)
+    longest = max(len(t) for t in tok.encode_batch(src[:300] + tgt[:300]))
+    assert limit == longest < AUTOMATIC_LENGTH_CAP
+    message = said[-1]
+    assert f"line {lines[300]} (at least 120,002 tokens)" in message and f"line {lines[301]} (" in message
+    assert "2 pair(s) far longer than the rest" in message and "--max-length" in message
+    encoded = encode_split(_split_with(src, tgt), "train", tok, tok, limit)
+    assert len(encoded) == 300 and encoded.removed == 2 and list(encoded.indices) == list(range(300))
+    # a limit given is applied as given, and the enormous pair is still not tokenized
+    said.clear()
+    assert choose_max_length(_split_with(src, tgt), tok, tok, 200, said.append) == 200
+    assert "keeps 99.67% of the training pairs" in said[-1]
+    # without line numbers, a pair is named by its place in the training part
+    said.clear()
+    choose_max_length(_split_with(src, tgt), tok, tok, 0, said.append)
+    assert "training pair 301 (at least 120,002 tokens)" in said[-1]
+
+
+def test_train_with_one_enormous_line_names_it_and_trains_on_the_rest(tmp_path):
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=300)
+    lines = data.read_text(encoding="utf-8").splitlines()
+    huge = " ".join(["the cat and the dog"] * 30_000)
+    lines.insert(150, f"{huge}.\t{huge}.\tCC-BY")
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli(
+        "train", "--preset", "tiny", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2",
+        "--batch-size", "64", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1",
+        "--data", str(data), "--num-samples", "0", "--epochs", "1", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "data file line 151 (at least 150,00" in result.stderr and "left out of training" in result.stderr
+    record = json.loads((tmp_path / "run" / "epoch-0001" / "config.json").read_text())["data"]
+    assert record["max_length"] < 64 and record["pairs_loaded"] == 301
 
 
 def test_token_batches_respect_the_budget(tok):
@@ -324,6 +377,77 @@ def test_resume_with_the_same_command(cli_run):
     result = run_cli("train", *args, "--epochs", "4", "--resume", "--label-smoothing", "0.3", "--d-model", "64")
     assert result.returncode == 1 and "--label-smoothing 0.3 (the run has 0.0)" in result.stderr
     assert "--d-model 64 (the run has 32)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_resume_applies_every_setting_it_may_change(cli_run, tmp_path):
+    """Each option that ``--resume`` accepts takes effect (none is accepted and ignored)."""
+    import shutil
+
+    from transformer_cpp.task import CHANGEABLE_ON_RESUME
+
+    root, _, args, _ = cli_run
+    out = args.index("--out") + 1
+    first, second = tmp_path / "a", tmp_path / "b"
+    for copy in (first, second):
+        shutil.copytree(root / "run", copy)
+    done = int((first / "latest").read_text().strip().split("-")[1])  # 2, or 3 after another test resumed
+
+    given = ["--epochs", str(done + 2), "--keep-checkpoints", "1", "--time-budget", "30", "--fixed-threads"]
+    result = run_cli("train", *args[:out], str(first), *args[out + 1 :], *given, "--resume")
+    assert result.returncode == 0, result.stderr
+    newest = f"epoch-{done + 2:04d}"
+    saved = json.loads((first / newest / "config.json").read_text())["train_config"]
+    assert (saved["epochs"], saved["keep_checkpoints"], saved["time_budget"]) == (done + 2, 1, 30.0)
+    assert (saved["threads"], saved["progress"], saved["adaptive_threads"]) == (1, False, False)
+    kept = {p.name for p in list_checkpoints(first)}  # the newest one, and the best (never pruned)
+    assert newest in kept and kept - {best_checkpoint(first).name, "averaged"} <= {newest}, kept
+
+    result = run_cli(
+        "train",
+        *args[:out],
+        str(second),
+        *args[out + 1 :],
+        "--epochs",
+        str(done + 1),
+        "--average-last",
+        "3",
+        "--resume",
+    )
+    assert result.returncode == 0, result.stderr
+    names = [p.name for p in list_checkpoints(second) if p.name != "averaged"]
+    averaged = json.loads((second / "averaged" / "config.json").read_text())
+    assert averaged["data"]["averaged_from"] == names[-3:]
+    saved = json.loads((second / f"epoch-{done + 1:04d}" / "config.json").read_text())["train_config"]
+    assert saved["average_last"] == 3
+    covered = {"epochs", "keep_checkpoints", "time_budget", "threads", "progress", "average_last"}
+    assert set(CHANGEABLE_ON_RESUME) == covered  # a setting added there gets a check here
+
+
+def test_evaluate_names_and_leaves_out_a_pair_it_cannot_translate(cli_run, tmp_path):
+    root, _, _, _ = cli_run
+    huge = " ".join(["the cat and the dog"] * 20_000)  # too long for the memory of any decoder here
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(
+        f"The cat and the dog.\tEl gato y el perro.\n{huge}.\tEl gato.\nThe tree and the car.\tEl árbol y el coche.\n",
+        encoding="utf-8",
+    )
+    hyps = tmp_path / "hyps.txt"
+    result = run_cli("evaluate", "--model", str(root / "run"), "--pairs", str(pairs), "--output", str(hyps))
+    assert result.returncode == 0, result.stderr
+    assert f"line 2 of {pairs} cannot be scored here, left out" in result.stderr
+    assert "2 sentence pairs (1 left out: see above)" in result.stdout
+    outputs = hyps.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(outputs) == 3 and outputs[1] == "" and outputs[0] and outputs[2]  # one line per pair
+    # the scores are those of the other pairs alone
+    alone = tmp_path / "alone.txt"
+    alone.write_text("".join(line + "\n" for i, line in enumerate(pairs.read_text().splitlines()) if i != 1))
+    again = run_cli("evaluate", "--model", str(root / "run"), "--pairs", str(alone))
+    assert again.returncode == 0, again.stderr
+
+    def scores(text):
+        return [line for line in text.splitlines() if line.startswith(("BLEU", "chrF", "loss", "accuracy"))]
+
+    assert scores(result.stdout) == scores(again.stdout)
 
 
 def test_evaluate_on_a_pairs_file_equals_sacrebleu(cli_run, tmp_path):

@@ -9,7 +9,11 @@ import pytest
 from transformer_cpp.text import (
     clean_corpus,
     clean_sentence,
+    cleaning_rules,
     is_blank,
+    language_code,
+    language_iso3,
+    language_name,
     nonbreaking_prefixes,
     normalize,
     numeric_only_prefixes,
@@ -37,13 +41,51 @@ def test_language_names_and_case_are_accepted():
     assert {"en", "es"} <= set(supported_languages())
 
 
-def test_unknown_language_raises_value_error_naming_supported_ones():
-    with pytest.raises(ValueError, match=r"clean_sentence: unsupported language 'xx'.*\ben\b.*\bes\b"):
-        clean_sentence("Hi.", "xx")
-    with pytest.raises(ValueError, match="nonbreaking_prefixes"):
-        nonbreaking_prefixes("klingon")
+def test_text_that_is_no_language_code_is_refused():
+    with pytest.raises(ValueError, match=r"clean_sentence: 'klingon!' is not a language code; expected an ISO 639"):
+        clean_sentence("Hi.", "klingon!")
+    with pytest.raises(ValueError, match="clean_corpus: '' is not a language code"):
+        clean_corpus(["Hi."], "")
+    with pytest.raises(ValueError, match=r"nonbreaking_prefixes: no non-breaking prefix list for 'ja'.*\ben\b.*\bes\b"):
+        nonbreaking_prefixes("ja")
     with pytest.raises(TypeError, match="lang must be a str"):
         clean_sentence("Hi.", None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "lang, code, rules",
+    [
+        ("en", "en", "prefix"),
+        ("English", "en", "prefix"),
+        ("eng", "en", "prefix"),
+        ("spa", "es", "prefix"),
+        ("fra", "fr", "prefix"),
+        ("cmn", "zh", "prefix"),
+        ("zh-Hant", "zh-hant", "prefix"),
+        ("pt_BR", "pt-br", "prefix"),
+        ("jpn", "ja", "generic"),
+        ("japanese", "ja", "generic"),
+        ("th", "th", "generic"),
+        ("ar", "ar", "generic"),
+        ("ko", "ko", "generic"),
+        ("tok", "tok", "generic"),  # a code the table does not list is used as it is
+    ],
+)
+def test_language_codes_and_the_rules_they_choose(lang, code, rules):
+    assert language_code(lang) == code
+    assert cleaning_rules(lang) == rules
+
+
+def test_generic_rules_change_only_whitespace():
+    # the prefix rules would drop the dot of "それは.テスト"; the generic rules keep every character
+    assert clean_sentence("  それは.テスト\u3000です。\t", "ja") == "それは.テスト です。"
+    assert clean_sentence("ภาษาไทย.ไม่มี   ช่องว่าง", "th") == "ภาษาไทย.ไม่มี ช่องว่าง"
+    assert clean_sentence("He said no. then left.", "tok") == "He said no. then left."
+    assert clean_sentence("He said no. then left.", "en") == "He said no then left."
+    # NFC, as in every language: a decomposed Hangul syllable is composed
+    assert clean_sentence("\u1112\u1161\u11ab", "ko") == "\ud55c"
+    assert language_iso3("fr") == "fra" and language_iso3("zh") == "cmn" and language_iso3("tok") is None
+    assert language_name("es") == "Spanish" and language_name("tok") == "tok"
 
 
 # ---------------------------------------------------------------- cleaning rules
@@ -155,8 +197,8 @@ def test_clean_corpus_errors():
         clean_corpus("Hello there.", "en")
     with pytest.raises(TypeError, match="sentence 1 is a int"):
         clean_corpus(["ok", 5], "en")  # type: ignore[list-item]
-    with pytest.raises(ValueError, match="clean_corpus: unsupported language"):
-        clean_corpus(["ok"], "zz")
+    with pytest.raises(ValueError, match="clean_corpus: 'english!' is not a language code"):
+        clean_corpus(["ok"], "english!")
 
 
 @pytest.mark.parametrize(

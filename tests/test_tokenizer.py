@@ -246,8 +246,103 @@ def test_load_errors(tmp_path, tok):
 
     doc = json.loads(tok.to_str())
     doc["tokenizer"] = {"model": "broken"}
-    with pytest.raises(ValueError, match="damaged SubwordTokenizer"):
+    with pytest.raises(
+        ValueError,
+        match=r"not a tokenizer this program writes \(damaged, or made elsewhere\): the tokenizer lacks the field",
+    ):
         SubwordTokenizer.from_str(json.dumps(doc))
 
     with pytest.raises(TypeError, match="from_str: expected a str"):
         SubwordTokenizer.from_str(b"{}")  # type: ignore[arg-type]
+
+
+# --- saved tokenizers from elsewhere ------------------------------------------------------------
+
+#: A regular expression whose search backtracks past the regex library's limit on a long word:
+#: the tokenizers library panics on it (a BaseException, not an Exception).
+PATHOLOGICAL = r"(\w+\s?)*$"
+
+
+def _split_first(doc):
+    tokenizer = doc["tokenizer"]
+    split = {"type": "Split", "pattern": {"Regex": PATHOLOGICAL}, "behavior": "Isolated", "invert": False}
+    tokenizer["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, tokenizer["pre_tokenizer"]]}
+
+
+def _edit(path, value):
+    def edit(doc):
+        *parents, last = path
+        part = doc["tokenizer"]
+        for key in parents:
+            part = part[key]
+        part[last] = value
+
+    return edit
+
+
+def _extra_token(doc):
+    doc["tokenizer"]["added_tokens"].append(dict(doc["tokenizer"]["added_tokens"][0], id=4, content="<mask>"))
+
+
+def _gap_in_vocab(doc):
+    vocab = doc["tokenizer"]["model"]["vocab"]
+    last = max(vocab, key=vocab.get)
+    vocab[last] += 10
+
+
+FOREIGN_PARTS = [
+    (_split_first, 'pre_tokenizer.type is "Sequence", this program writes "ByteLevel"'),
+    (_edit(["normalizer"], {"type": "Replace", "pattern": {"Regex": PATHOLOGICAL}, "content": ""}), "normalizer.type"),
+    (_edit(["normalizer", "normalizers"], [{"type": "NFC"}, {"type": "Lowercase"}]), "normalizer.normalizers"),
+    (_edit(["model", "dropout"], 0.5), "model.dropout is 0.5"),
+    (_edit(["model", "type"], "WordPiece"), 'model.type is "WordPiece"'),
+    (_edit(["model", "byte_fallback"], True), "model.byte_fallback"),
+    (_edit(["pre_tokenizer", "add_prefix_space"], True), "pre_tokenizer.add_prefix_space"),
+    (_edit(["pre_tokenizer", "use_regex"], False), "pre_tokenizer.use_regex"),
+    (_edit(["decoder"], {"type": "Replace", "pattern": {"String": "a"}, "content": "b"}), "decoder.type"),
+    (_edit(["post_processor"], {"type": "ByteLevel"}), "post_processor"),
+    (_edit(["padding"], {"strategy": "BatchLongest"}), "padding"),
+    (_edit(["truncation"], {"max_length": 3}), "truncation"),
+    (_edit(["model", "surprise"], 1), "'surprise', which this program never writes"),
+    (_extra_token, "added_tokens must be the 4 special tokens"),
+    (_gap_in_vocab, "model.vocab must number its"),
+]
+
+
+@pytest.mark.parametrize("edit,fragment", FOREIGN_PARTS, ids=[f for _, f in FOREIGN_PARTS])
+def test_a_tokenizer_file_with_parts_this_program_never_writes_is_refused(tmp_path, tok, capfd, edit, fragment):
+    doc = json.loads(tok.to_str())
+    edit(doc)
+    path = tmp_path / "tok.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ValueError) as caught:
+        SubwordTokenizer.load(path)
+    message = str(caught.value)
+    assert "tok.json" in message and "not a tokenizer this program writes" in message and fragment in message, message
+    assert "panicked" not in capfd.readouterr().err  # refused before the library reads it
+
+
+def test_every_tokenizer_this_program_writes_is_accepted(tmp_path):
+    for lowercase in (False, True):
+        for size in (70, 300):
+            made = SubwordTokenizer.build_from_corpus(CORPUS, size, min_frequency=1, lowercase=lowercase)
+            made.save(tmp_path / "t.json")
+            again = SubwordTokenizer.load(tmp_path / "t.json")
+            assert again == made and again.encode("¿Qué tal?") == made.encode("¿Qué tal?")
+
+
+def test_a_failure_inside_the_tokenizers_library_is_a_value_error_naming_the_file(tok):
+    from tokenizers import Tokenizer
+
+    doc = json.loads(tok.to_str())
+    _split_first(doc)
+    hf = Tokenizer.from_str(json.dumps(doc["tokenizer"]))  # the library itself accepts it
+    wrapped = SubwordTokenizer(hf, source="models/src_tokenizer.json")
+    long_word = "a" * 5000 + "!"
+    for call in (
+        lambda: wrapped.encode(long_word),
+        lambda: wrapped.encode_batch([long_word, "b"]),
+        lambda: wrapped.tokens(long_word),
+    ):
+        with pytest.raises(ValueError, match=r"tokenizer file 'models/src_tokenizer.json'.*tokenizers library failed"):
+            call()

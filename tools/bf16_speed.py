@@ -32,9 +32,9 @@ from transformer_cpp.bench import TUTORIAL_SHAPES, make_batches
 
 def quick_batches(path: str, pairs: int, count: int, seed: int) -> Tuple[dict, List[Tuple[np.ndarray, ...]]]:
     data = tc.load_tatoeba(path, num_samples=pairs, seed=seed)
-    src_tok = tc.SubwordTokenizer.build_from_corpus(data.english, 4000)
-    tgt_tok = tc.SubwordTokenizer.build_from_corpus(data.spanish, 4000)
-    enc = tc.encode_pairs(data.english, data.spanish, src_tok, tgt_tok, 35)
+    src_tok = tc.SubwordTokenizer.build_from_corpus(data.sources, 4000)
+    tgt_tok = tc.SubwordTokenizer.build_from_corpus(data.targets, 4000)
+    enc = tc.encode_pairs(data.sources, data.targets, src_tok, tgt_tok, 35)
     all_batches = list(tc.batches(enc, max_tokens=1500, seed=seed))
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(all_batches), size=min(count, len(all_batches)), replace=False)

@@ -44,8 +44,8 @@ def main() -> None:
             sampling=record.sampling,
             seed=record.split_seed,
         )
-        sources = clean_corpus(pairs.english, record.src_lang)
-        targets = clean_corpus(pairs.spanish, record.tgt_lang)
+        sources = clean_corpus(pairs.sources, record.src_lang)
+        targets = clean_corpus(pairs.targets, record.tgt_lang)
         split, rebuilt = task.split_sentences(sources, targets, record, task.quiet)
         task.check_same_split("test", record, rebuilt.replace(path=record.path, pairs_loaded=len(pairs)))
     except (OSError, ValueError) as exc:

@@ -31,9 +31,9 @@ def write_batches(shapes: str, data: str, pairs: int, count: int, seed: int, pat
 
     if shapes == "quick":
         d = tc.load_tatoeba(data, num_samples=pairs, seed=seed)
-        src_tok = tc.SubwordTokenizer.build_from_corpus(d.english, 4000)
-        tgt_tok = tc.SubwordTokenizer.build_from_corpus(d.spanish, 4000)
-        enc = tc.encode_pairs(d.english, d.spanish, src_tok, tgt_tok, 35)
+        src_tok = tc.SubwordTokenizer.build_from_corpus(d.sources, 4000)
+        tgt_tok = tc.SubwordTokenizer.build_from_corpus(d.targets, 4000)
+        enc = tc.encode_pairs(d.sources, d.targets, src_tok, tgt_tok, 35)
         every = list(tc.batches(enc, max_tokens=1500, seed=seed))
         rng = np.random.default_rng(seed)
         picked = rng.choice(len(every), size=min(count, len(every)), replace=False)

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from ._version import __version__
 from ._runtime import build_info, get_num_threads, positional_encoding, set_num_threads
-from .data import TatoebaPairs, batches, encode_pairs, load_tatoeba, split_by_source, train_val_test_split
+from .data import (
+    SentencePairs,
+    TatoebaPairs,
+    batches,
+    encode_pairs,
+    load_tatoeba,
+    read_pairs,
+    split_by_source,
+    train_val_test_split,
+)
 from .functional import (
     decoder_self_attention_mask,
     look_ahead_mask,
@@ -72,6 +81,7 @@ __all__ = [
     "ReLU",
     "ScaledDotProductAttention",
     "SubwordTokenizer",
+    "SentencePairs",
     "TatoebaPairs",
     "TrainConfig",
     "Trainer",
@@ -93,6 +103,7 @@ __all__ = [
     "export_transformers",
     "get_num_threads",
     "load_tatoeba",
+    "read_pairs",
     "load_checkpoint",
     "average_checkpoints",
     "look_ahead_mask",

@@ -9,11 +9,12 @@
 or :func:`export_ctranslate2` / :func:`export_torch` / :func:`export_transformers` from Python.
 ``--model`` is what ``translate`` takes: a run directory (its ``best`` checkpoint) or one checkpoint
 directory. The output directory must not exist, or be empty; it is written under a temporary name
-and renamed into place, so a failed export leaves nothing behind. The CTranslate2 and PyTorch
-exports hold the two subword vocabularies as Hugging Face ``tokenizers`` files
-(``source_tokenizer.json``, ``target_tokenizer.json``): transformer-cpp encodes a sentence as
-``" " + sentence`` without the tokenizer's own special tokens, between its start (id 1) and end
-(id 2) tokens.
+and renamed into place, so a failed export leaves nothing behind (one killed outright leaves its
+staging directory, ``.export-<OUT>-<pid>-<random>``, which the next export to the same place
+removes). The CTranslate2 and PyTorch exports hold the two subword vocabularies as Hugging Face
+``tokenizers`` files (``source_tokenizer.json``, ``target_tokenizer.json``): transformer-cpp encodes
+a sentence as ``" " + sentence`` without the tokenizer's own special tokens, between its start
+(id 1) and end (id 2) tokens.
 
 **CTranslate2** (:func:`export_ctranslate2`; needs ``pip install 'transformer-cpp[ctranslate2]'``):
 a CTranslate2 model directory written through ``ctranslate2.specs.TransformerSpec``, the mapping
@@ -112,6 +113,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import uuid
@@ -768,15 +770,56 @@ def _check_out_dir(out_dir: PathLike) -> Path:
     return out
 
 
+#: The staging directory of an export: ``.export-<output name>-<pid>-<8 hex digits>`` beside it.
+_STAGING_RE = re.compile(r"^\.export-(?P<name>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs on this machine (one of another user's still runs)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False
+    return False
+
+
+def remove_stale_staging(out: Path) -> List[Path]:
+    """Remove the staging directories that exports to ``out`` left when they were killed (their
+    process is gone): only those named as :class:`_staging` names them for ``out``; the paths
+    removed."""
+    parent = out.absolute().parent
+    removed: List[Path] = []
+    try:
+        children = list(parent.iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        match = _STAGING_RE.match(child.name)
+        if (
+            match is not None
+            and match.group("name") == out.name
+            and _process_gone(int(match.group("pid")))
+            and child.is_dir()
+            and not child.is_symlink()
+        ):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
+
+
 class _staging:
     """A temporary directory beside ``out`` that becomes ``out`` when the block succeeds and is
-    removed when it fails."""
+    removed when it fails; what earlier exports to ``out`` left when they were killed is removed
+    first."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.tmp = out.absolute().parent / f".tmp-{out.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp = out.absolute().parent / f".export-{out.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def __enter__(self) -> Path:
+        remove_stale_staging(self.out)
         self.tmp.mkdir()
         return self.tmp
 

@@ -16,7 +16,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._checks import EMPTY_PATH, Limit
 from .config import option_fields
-from .data import DataRecord, check_encoding, check_fractions
+from .data import DataRecord, check_encoding, check_fractions, choose_columns
+from .text import language_code
 from .training import TrainConfig
 from .translate import COMPUTE_TYPES, DecodeOptions, Translator
 
@@ -27,10 +28,12 @@ __all__ = [
     "add_compute_type_option",
     "add_decoding_options",
     "checked",
+    "columns_option",
     "config_options",
     "count_option",
     "encoding_option",
     "fraction_option",
+    "language_option",
     "limits_of",
     "non_negative_number",
     "or_value",
@@ -170,6 +173,31 @@ def fraction_option(name: str) -> Any:
 def encoding_option(text: str) -> str:
     try:
         return check_encoding(text, "--encoding")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def language_option(text: str) -> str:
+    """A language code or English name (``es``, ``fra``, ``japanese``), as its code."""
+    try:
+        return language_code(text, "language")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+
+
+def columns_option(text: str) -> str:
+    """``--columns``: two column numbers, source then target (``2,1``), or the languages of a
+    file's columns in order (``en,es``); its form is checked here, its fit to the languages when
+    the data is read."""
+    try:
+        numbers = [x.strip() for x in text.split(",")]
+        if all(x.isdigit() for x in numbers):
+            choose_columns(text, "en", "es", caller="--columns")
+            return ",".join(numbers)
+        langs = [language_code(x, "--columns") for x in numbers]
+        if len(langs) < 2 or len(set(langs)) != len(langs):
+            raise ValueError("--columns: name the language of each column once, in order, such as en,es")
+        return ",".join(langs)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -435,7 +435,9 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike[str]]) -> L
     Files: ``pe_heatmap_2048x512.png`` (depth on y, position on x), ``pe_cosine_similarity.png``
     (position 1000, zoom 950-1050), ``pe_tokens_50x256.png`` (one row per token) and
     ``pe_rotating_rings.png`` (positions 1, 10, 100, 1000 of a 2048 x 64 table). This is what
-    ``transformer-cpp figures --out DIR`` runs.
+    ``transformer-cpp figures --out DIR`` runs. The files are marked as this program's (their PNG
+    ``Software`` text); a file of one of these names that is not such a figure is never replaced
+    (``FileExistsError`` naming it, before anything is drawn).
 
     Returns:
         The paths written, in that order.
@@ -446,21 +448,67 @@ def save_positional_encoding_figures(out_dir: Union[str, os.PathLike[str]]) -> L
     out = _path(f"{who}: out_dir", out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{who}: {str(out)!r} exists and is not a directory")
+    names = ("pe_heatmap_2048x512.png", "pe_cosine_similarity.png", "pe_tokens_50x256.png", "pe_rotating_rings.png")
+    for name in names:  # a file is written again only when it is one of these figures
+        if (out / name).exists() or (out / name).is_symlink():
+            reason = _not_our_figure(out / name)
+            if reason is not None:
+                raise FileExistsError(
+                    f"{who}: '{out / name}' was not written by transformer-cpp ({reason}); it is left as it is: "
+                    "move it elsewhere, or choose another output directory"
+                )
     out.mkdir(parents=True, exist_ok=True)
 
     pe_big = positional_encoding(2048, 512)
-    figures = [
-        ("pe_heatmap_2048x512.png", positional_encoding_heatmap(pe_big, position_axis="x")),
-        ("pe_cosine_similarity.png", cosine_similarity_plot(pe_big, position=1000, zoom=(950, 1050))),
-        ("pe_tokens_50x256.png", positional_encoding_heatmap(positional_encoding(50, 256), position_axis="y")),
-        ("pe_rotating_rings.png", rotating_rings_plot(positional_encoding(2048, 64), positions=(1, 10, 100, 1000))),
-    ]
+    figures = zip(
+        names,
+        (
+            positional_encoding_heatmap(pe_big, position_axis="x"),
+            cosine_similarity_plot(pe_big, position=1000, zoom=(950, 1050)),
+            positional_encoding_heatmap(positional_encoding(50, 256), position_axis="y"),
+            rotating_rings_plot(positional_encoding(2048, 64), positions=(1, 10, 100, 1000)),
+        ),
+    )
     paths: List[pathlib.Path] = []
     for name, fig in figures:
         path = out / name
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, metadata={"Software": _SOFTWARE})
         paths.append(path)
     return paths
+
+
+#: What the PNG files this module writes say in their ``Software`` text: the mark by which a figure
+#: is recognised as this program's (and so may be written again).
+_SOFTWARE = "transformer-cpp"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _not_our_figure(path: pathlib.Path) -> Optional[str]:
+    """Why the existing ``path`` is not a PNG file this module wrote, or None when it is one (its
+    ``Software`` text, a ``tEXt`` chunk before the image data, is :data:`_SOFTWARE`)."""
+    if path.is_symlink():
+        return "it is a symbolic link"
+    if not path.is_file():
+        return "it is not a regular file"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)  # the text chunks come before the image data
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror or exc}"
+    if not head.startswith(_PNG_SIGNATURE):
+        return "it is not a PNG file"
+    at = len(_PNG_SIGNATURE)
+    while at + 8 <= len(head):
+        size = int.from_bytes(head[at : at + 4], "big")
+        kind = head[at + 4 : at + 8]
+        if kind in (b"IDAT", b"IEND"):
+            break
+        if kind == b"tEXt":
+            keyword, _, text = head[at + 8 : at + 8 + size].partition(b"\0")
+            if keyword == b"Software" and text.decode("latin-1").startswith(_SOFTWARE):
+                return None
+        at += 12 + size
+    return "it is a PNG file that transformer-cpp did not make"
 
 
 # --------------------------------------------------------------------------------------------

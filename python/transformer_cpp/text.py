@@ -1,11 +1,19 @@
-"""Sentence cleaning for the English–Spanish corpus.
+"""Sentence cleaning, chosen per language, and language codes.
 
 The NMT tutorial that this project follows cleans every sentence before it learns a subword
 vocabulary: dots that do not end a sentence are removed, so that the only dots left are
-sentence ends and the dots of known abbreviations. This module implements that step with
-explicit, documented rules.
+sentence ends and the dots of known abbreviations. Those rules need a list of the language's
+abbreviations; this module applies them where ``sacremoses`` ships one (the *prefix rules*), and
+a Unicode-generic cleaning in every other language (the *generic rules*).
 
-Rules of :func:`clean_sentence`, applied to each whitespace-separated token:
+Generic rules (every language without a prefix list: Japanese, Thai, Arabic, Korean, Hebrew,
+Vietnamese, ...; see :func:`cleaning_rules`): the text is normalised to Unicode NFC
+(:func:`normalize`), every run of whitespace becomes one space, and the result is stripped.
+Nothing else changes: no character is removed, added or replaced (apart from NFC's canonical
+equivalents), so text in any script, with or without spaces between words, keeps every
+character. A sentence that is not blank never becomes empty.
+
+Prefix rules of :func:`clean_sentence`, applied to each whitespace-separated token:
 
 1. The text is normalised first (:func:`normalize`: Unicode NFC), and every run of whitespace
    (spaces, tabs, newlines, no-break spaces) becomes one space; the result is stripped.
@@ -34,12 +42,17 @@ Rules of :func:`clean_sentence`, applied to each whitespace-separated token:
    ``"Helloworld"``, as in the tutorial) or a dot followed by a lower-case word
    (``"He said no. then left"`` becomes ``"He said no then left"``).
 
-``?`` and ``!`` are never touched, and nothing but dots and whitespace is ever changed.
+``?`` and ``!`` are never touched, and nothing but dots and whitespace is ever changed (a
+token made only of removed dots disappears; a sentence that is not blank keeps at least one
+character).
 
-Languages: every language for which ``sacremoses`` ships a list (``"en"``, ``"es"``, ``"fr"``,
-...; full names such as ``"english"`` are accepted too, case-insensitively). An unknown
-language raises :class:`ValueError` naming the supported ones; there is no silent fallback
-to English.
+Languages (:func:`language_code`): an ISO 639 code (``"en"``, ``"es"``, ``"ja"``; three-letter
+codes such as ``"fra"`` or ``"jpn"``, as the Tatoeba file names use, become the two-letter code
+where there is one), optionally with a region or script subtag (``"pt-br"``, ``"zh-hant"``: the
+rules follow the first subtag), or an English name (``"english"``, ``"japanese"``), in any
+case. The prefix rules apply to the languages :func:`supported_languages` lists, the generic
+rules to every other code. Text that is not a language code (``"klingon!"``, ``""``) is a
+:class:`ValueError`: no language is ever guessed.
 """
 
 from __future__ import annotations
@@ -50,6 +63,11 @@ import unicodedata
 from typing import Iterable, Optional, Tuple
 
 __all__ = [
+    "CLEANING_RULES",
+    "cleaning_rules",
+    "language_code",
+    "language_iso3",
+    "language_name",
     "resolve_language",
     "check_text",
     "is_blank",
@@ -131,31 +149,123 @@ def normalize(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+# (two-letter code or the code used here, ISO 639-3 code, English name): the languages of the
+# Tatoeba pairs files (named by their ISO 639-3 code) and other common ones. A three-letter code
+# listed here stands for its two-letter one; an unlisted code is used as it is.
+_LANGUAGES = (
+    ("af", "afr", "afrikaans"), ("am", "amh", "amharic"), ("ar", "ara", "arabic"),
+    ("az", "aze", "azerbaijani"), ("be", "bel", "belarusian"), ("bg", "bul", "bulgarian"),
+    ("bn", "ben", "bengali"), ("br", "bre", "breton"), ("bs", "bos", "bosnian"),
+    ("ca", "cat", "catalan"), ("cs", "ces", "czech"), ("cy", "cym", "welsh"), ("da", "dan", "danish"),
+    ("de", "deu", "german"), ("el", "ell", "greek"), ("en", "eng", "english"),
+    ("eo", "epo", "esperanto"), ("es", "spa", "spanish"), ("et", "est", "estonian"),
+    ("eu", "eus", "basque"), ("fa", "pes", "persian"), ("fi", "fin", "finnish"),
+    ("fr", "fra", "french"), ("ga", "gle", "irish"), ("gl", "glg", "galician"),
+    ("gu", "guj", "gujarati"), ("he", "heb", "hebrew"), ("hi", "hin", "hindi"),
+    ("hr", "hrv", "croatian"), ("hu", "hun", "hungarian"), ("hy", "hye", "armenian"),
+    ("id", "ind", "indonesian"), ("is", "isl", "icelandic"), ("it", "ita", "italian"),
+    ("ja", "jpn", "japanese"), ("ka", "kat", "georgian"), ("kk", "kaz", "kazakh"),
+    ("km", "khm", "khmer"), ("kn", "kan", "kannada"), ("ko", "kor", "korean"),
+    ("ku", "kur", "kurdish"), ("la", "lat", "latin"), ("lo", "lao", "lao"),
+    ("lt", "lit", "lithuanian"), ("lv", "lvs", "latvian"), ("mk", "mkd", "macedonian"),
+    ("ml", "mal", "malayalam"), ("mn", "mon", "mongolian"), ("mr", "mar", "marathi"),
+    ("ms", "zsm", "malay"), ("my", "mya", "burmese"), ("nb", "nob", "norwegian"),
+    ("ne", "npi", "nepali"), ("nl", "nld", "dutch"), ("or", "ory", "oriya"),
+    ("pa", "pan", "punjabi"), ("pl", "pol", "polish"), ("pt", "por", "portuguese"),
+    ("ro", "ron", "romanian"), ("ru", "rus", "russian"), ("si", "sin", "sinhala"),
+    ("sk", "slk", "slovak"), ("sl", "slv", "slovenian"), ("sq", "sqi", "albanian"),
+    ("sr", "srp", "serbian"), ("sv", "swe", "swedish"), ("sw", "swh", "swahili"),
+    ("ta", "tam", "tamil"), ("te", "tel", "telugu"), ("th", "tha", "thai"),
+    ("tl", "tgl", "tagalog"), ("tr", "tur", "turkish"), ("tt", "tat", "tatar"),
+    ("ug", "uig", "uyghur"), ("uk", "ukr", "ukrainian"), ("ur", "urd", "urdu"),
+    ("uz", "uzb", "uzbek"), ("vi", "vie", "vietnamese"), ("yue", "yue", "cantonese"),
+    ("zh", "cmn", "chinese"),
+)  # fmt: skip
+# more three-letter codes that stand for a two-letter one (macrolanguage or other spellings)
+_MORE_ISO3 = {"zho": "zh", "fas": "fa", "msa": "ms", "nor": "nb", "lav": "lv", "nep": "ne", "swa": "sw", "ori": "or"}
+_CODE_FORM = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{1,8})*")
+
+#: The two ways :func:`clean_sentence` cleans (see the module docstring).
+CLEANING_RULES = ("prefix", "generic")
+
+
 @functools.lru_cache(maxsize=None)
 def _language_table() -> dict[str, str]:
-    """Map every accepted language name or code (lower case) to its sacremoses code."""
+    """Map every accepted language name, two-letter and three-letter code (lower case) to its code."""
     from sacremoses.corpus import NonbreakingPrefixes
 
-    return {name.lower(): code for name, code in NonbreakingPrefixes().available_langs.items()}
+    table = {iso3: code for code, iso3, _ in _LANGUAGES}
+    table.update(_MORE_ISO3)
+    table.update({name: code for code, _, name in _LANGUAGES})
+    table.update({code: code for code, _, _ in _LANGUAGES})
+    table.update({name.lower(): code for name, code in NonbreakingPrefixes().available_langs.items()})
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _prefix_languages() -> frozenset[str]:
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    return frozenset(NonbreakingPrefixes().available_langs.values())
 
 
 def supported_languages() -> Tuple[str, ...]:
-    """Return the sorted language codes for which non-breaking prefix lists exist."""
-    return tuple(sorted(set(_language_table().values())))
+    """Return the sorted language codes whose sentences are cleaned with the prefix rules (a
+    non-breaking prefix list ships with ``sacremoses``); every other language code is cleaned
+    with the generic rules."""
+    return tuple(sorted(_prefix_languages()))
+
+
+def language_code(lang: str, caller: str = "language_code") -> str:
+    """The language code of ``lang`` (see the module docstring): ``"English"`` and ``"eng"`` give
+    ``"en"``, ``"jpn"`` gives ``"ja"``, ``"pt_BR"`` gives ``"pt-br"``; an unlisted well-formed code
+    is returned in lower case. ``TypeError`` for a non-string, ``ValueError`` naming ``caller`` for
+    text that is not a language code."""
+    if not isinstance(lang, str):
+        raise TypeError(f"{caller}: lang must be a str such as 'en' or 'es', got {type(lang).__name__}")
+    key = lang.strip().lower().replace("_", "-")
+    table = _language_table()
+    if key in table:
+        return table[key]
+    if _CODE_FORM.fullmatch(key):
+        primary, _, rest = key.partition("-")
+        primary = table.get(primary, primary)
+        return f"{primary}-{rest}" if rest else primary
+    raise ValueError(
+        f"{caller}: {lang!r} is not a language code; expected an ISO 639 code such as 'en', 'es', 'ja' or "
+        "'fra' (optionally with a region or script: 'pt-br'), or an English name such as 'japanese'"
+    )
+
+
+def language_iso3(lang: str) -> Optional[str]:
+    """The ISO 639-3 code of a language as the Tatoeba files name it (``"fr"`` -> ``"fra"``,
+    ``"zh"`` -> ``"cmn"``), or None when the table does not list the language."""
+    primary = language_code(lang, "language_iso3").partition("-")[0]
+    return next((iso3 for code, iso3, _ in _LANGUAGES if code == primary), None)
+
+
+def language_name(lang: str) -> str:
+    """The English name of a language code (``"es"`` -> ``"Spanish"``), or the code itself when
+    it is not in the table (``"tok"`` -> ``"tok"``)."""
+    code = language_code(lang, "language_name")
+    names = {c: name for c, _, name in _LANGUAGES}
+    primary, _, rest = code.partition("-")
+    if primary not in names:
+        return code
+    return names[primary].capitalize() + (f" ({rest})" if rest else "")
+
+
+def cleaning_rules(lang: str) -> str:
+    """``"prefix"`` when sentences in ``lang`` are cleaned with the non-breaking prefix rules (a
+    list ships with ``sacremoses``), ``"generic"`` otherwise (see the module docstring)."""
+    primary = language_code(lang, "cleaning_rules").partition("-")[0]
+    return "prefix" if primary in _prefix_languages() else "generic"
 
 
 def resolve_language(lang: str, caller: str) -> str:
-    """The language code of ``lang`` (a code or a full name, any case), else ``TypeError`` /
-    ``ValueError`` naming ``caller`` and the supported languages."""
-    if not isinstance(lang, str):
-        raise TypeError(f"{caller}: lang must be a str such as 'en' or 'es', got {type(lang).__name__}")
-    code = _language_table().get(lang.strip().lower())
-    if code is None:
-        raise ValueError(
-            f"{caller}: unsupported language {lang!r}; expected one of "
-            f"{', '.join(supported_languages())} (or a full name such as 'english')"
-        )
-    return code
+    """The language code of ``lang``, as :func:`language_code` gives it (``caller`` names who asked
+    in the messages)."""
+    return language_code(lang, caller)
 
 
 @functools.lru_cache(maxsize=None)
@@ -184,9 +294,10 @@ def nonbreaking_prefixes(lang: str = "en") -> frozenset[str]:
     Prefixes marked numeric-only by Moses are excluded: see :func:`numeric_only_prefixes`.
 
     Raises:
-        ValueError: if ``lang`` is not a supported language.
+        ValueError: if ``lang`` is not a language code, or one without a list (see
+            :func:`supported_languages`).
     """
-    return _prefix_lists(resolve_language(lang, "nonbreaking_prefixes"))[0]
+    return _prefix_lists(_with_prefix_list(lang, "nonbreaking_prefixes"))[0]
 
 
 def numeric_only_prefixes(lang: str = "en") -> frozenset[str]:
@@ -194,9 +305,20 @@ def numeric_only_prefixes(lang: str = "en") -> frozenset[str]:
     ``"No. 5"``).
 
     Raises:
-        ValueError: if ``lang`` is not a supported language.
+        ValueError: if ``lang`` is not a language code, or one without a list.
     """
-    return _prefix_lists(resolve_language(lang, "numeric_only_prefixes"))[1]
+    return _prefix_lists(_with_prefix_list(lang, "numeric_only_prefixes"))[1]
+
+
+def _with_prefix_list(lang: str, caller: str) -> str:
+    """The code of the prefix list of ``lang``; ValueError naming the languages that have one."""
+    primary = language_code(lang, caller).partition("-")[0]
+    if primary not in _prefix_languages():
+        raise ValueError(
+            f"{caller}: no non-breaking prefix list for {lang!r} (its sentences are cleaned with the generic "
+            f"rules); lists exist for {', '.join(supported_languages())}"
+        )
+    return primary
 
 
 def _starts_sentence(token: Optional[str]) -> bool:
@@ -251,7 +373,8 @@ def _clean_token(token: str, next_token: Optional[str], always: frozenset[str], 
 
 
 def clean_sentence(text: str, lang: str = "en") -> str:
-    """Clean one sentence: remove dots that do not end a sentence, collapse whitespace.
+    """Clean one sentence: NFC, whitespace collapsed, and with the prefix rules (languages with a
+    non-breaking prefix list) dots that do not end a sentence removed.
 
     See the module docstring for the exact rules. Examples::
 
@@ -261,23 +384,29 @@ def clean_sentence(text: str, lang: str = "en") -> str:
         'Helloworld , he said then left.'
         >>> clean_sentence("La Sra. García vive en EE.UU.", "es")
         'La Sra. García vive en EE.UU.'
+        >>> clean_sentence("  それは.テスト です。 ", "ja")
+        'それは.テスト です。'
 
     Args:
         text: the sentence.
-        lang: language code or name whose non-breaking prefixes apply (``"en"``, ``"es"``...).
+        lang: its language: a code or an English name (``"en"``, ``"es"``, ``"ja"``...), which
+            chooses the rules (:func:`cleaning_rules`).
 
     Raises:
         TypeError: if ``text`` is not a ``str``.
-        ValueError: if ``lang`` is not supported, or ``text`` is not valid Unicode (see :func:`check_text`).
+        ValueError: if ``lang`` is not a language code, or ``text`` is not valid Unicode (see
+            :func:`check_text`).
     """
     if not isinstance(text, str):
         raise TypeError(f"clean_sentence: expected text to be a str, got {type(text).__name__}")
     check_text(text, "clean_sentence")
-    code = resolve_language(lang, "clean_sentence")
-    always, numeric = _prefix_lists(code)
+    primary = language_code(lang, "clean_sentence").partition("-")[0]
     tokens = _WHITESPACE.split(normalize(text).strip())
     if tokens == [""]:
         return ""
+    if primary not in _prefix_languages():
+        return " ".join(tokens)
+    always, numeric = _prefix_lists(primary)
     cleaned = []
     for i, token in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
@@ -292,11 +421,11 @@ def clean_corpus(sentences: Iterable[str], lang: str = "en") -> list[str]:
     Raises:
         TypeError: if ``sentences`` is a single ``str`` (pass a list of sentences) or holds
             something that is not a ``str`` (the message gives its index).
-        ValueError: if ``lang`` is not supported.
+        ValueError: if ``lang`` is not a language code.
     """
     if isinstance(sentences, (str, bytes)):
         raise TypeError("clean_corpus: expected an iterable of sentences, got a single string")
-    code = resolve_language(lang, "clean_corpus")
+    code = language_code(lang, "clean_corpus")
     result = []
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):

@@ -31,7 +31,7 @@ import os
 import threading
 import uuid
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union, cast
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union, cast
 
 import numpy as np
 
@@ -126,8 +126,172 @@ def _learn_byte_level_bpe(
             n_special + _BYTE_ALPHABET_SIZE,
             _UNK,
         )
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
+    with _library_errors(name):
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
     return tok
+
+
+def _is_library_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of the ``tokenizers`` library (pyo3's ``PanicException``, which
+    derives from ``BaseException``: ``except Exception`` does not catch it)."""
+    return type(exc).__name__ == "PanicException"
+
+
+@contextlib.contextmanager
+def _library_errors(what: str) -> Iterator[None]:
+    """Turn a failure inside the ``tokenizers`` library, a panic included, into a ``ValueError``
+    that starts with ``what`` (which names the tokenizer and the call); Python's own exits
+    (Ctrl-C, ``SystemExit``) and this module's errors pass through."""
+    try:
+        yield
+    except (TypeError, ValueError):
+        raise
+    except BaseException as exc:  # noqa: B036  (the library's panics are BaseExceptions)
+        if not (isinstance(exc, Exception) or _is_library_panic(exc)):
+            raise
+        raise _library_failure(what, exc) from None
+
+
+def _library_failure(what: str, exc: BaseException) -> ValueError:
+    """The ValueError that stands for ``exc``, a failure of the tokenizers library, in one line."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return ValueError(f"{what}: the tokenizers library failed: {detail}")
+
+
+class _Unwritten(ValueError):
+    """A part of a saved tokenizer that this module never writes."""
+
+
+def _expect(value: Any, allowed: Any, where: str) -> None:
+    """``value`` must equal ``allowed`` (or be one of a tuple of allowed values)."""
+    options = allowed if isinstance(allowed, tuple) else (allowed,)
+    if not any(value is option if option in (None, True, False) else value == option for option in options):
+        described = " or ".join(json.dumps(o) for o in options)
+        raise _Unwritten(f"{where} is {json.dumps(value)[:80]}, this program writes {described}")
+
+
+def _check_keys(
+    part: Any, where: str, known: Tuple[str, ...], required: Tuple[str, ...] = (), kind: Optional[str] = None
+) -> Dict[str, Any]:
+    """``part`` as a JSON object of type ``kind`` (its ``"type"`` field, checked first) with only
+    ``known`` keys and every ``required`` one."""
+    if not isinstance(part, dict):
+        raise _Unwritten(f"{where} is {json.dumps(part)[:40]}, this program writes an object")
+    if kind is not None:
+        _expect(part.get("type"), kind, f"{where}.type")
+    unknown = sorted(set(part) - set(known))
+    if unknown:
+        raise _Unwritten(f"{where} has the field {unknown[0]!r}, which this program never writes")
+    missing = [k for k in required if k not in part]
+    if missing:
+        raise _Unwritten(f"{where} lacks the field {missing[0]!r}")
+    return part
+
+
+def _check_flags(part: Dict[str, Any], where: str, names: Tuple[str, ...]) -> None:
+    for name in names:
+        if name in part and not isinstance(part[name], bool):
+            raise _Unwritten(f"{where}.{name} is {json.dumps(part[name])[:40]}, expected true or false")
+
+
+def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
+    """Refuse a saved Hugging Face tokenizer built of anything but what
+    :func:`_learn_byte_level_bpe` makes (NFC and, with ``lowercase``, Lowercase normalisation;
+    ByteLevel pre-tokenizer and decoder; a plain BPE model; the four special tokens; no post-processor,
+    padding or truncation), before the library reads it: a file from elsewhere could hold any
+    component (a regular expression that makes the library panic, a dropout that makes encoding
+    random), and none of them is this program's. ``_Unwritten`` saying what differs."""
+    top = _check_keys(
+        tokenizer,
+        "the tokenizer",
+        (
+            "version",
+            "truncation",
+            "padding",
+            "added_tokens",
+            "normalizer",
+            "pre_tokenizer",
+            "post_processor",
+            "decoder",
+            "model",
+        ),
+        ("added_tokens", "normalizer", "pre_tokenizer", "decoder", "model"),
+    )
+    for name in ("truncation", "padding", "post_processor"):
+        _expect(top.get(name), None, name)
+    if not isinstance(top.get("version", ""), str):
+        raise _Unwritten("version is not a string")
+
+    added = top["added_tokens"]
+    if not isinstance(added, list) or len(added) != len(SPECIAL_TOKENS):
+        raise _Unwritten(f"added_tokens must be the {len(SPECIAL_TOKENS)} special tokens {', '.join(SPECIAL_TOKENS)}")
+    for i, (entry, token) in enumerate(zip(added, SPECIAL_TOKENS)):
+        where = f"added_tokens[{i}]"
+        entry = _check_keys(
+            entry,
+            where,
+            ("id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"),
+            ("id", "content"),
+        )
+        _expect(entry["content"], token, f"{where}.content")
+        _expect(entry["id"], i, f"the id of the special token {token}")
+        _check_flags(entry, where, ("single_word", "lstrip", "rstrip", "normalized", "special"))
+
+    normalizer = _check_keys(top["normalizer"], "normalizer", ("type", "normalizers"), ("normalizers",), "Sequence")
+    steps = normalizer["normalizers"]
+    expected_steps = [{"type": "NFC"}] + ([{"type": "Lowercase"}] if lowercase is True else [])
+    if steps != expected_steps:
+        raise _Unwritten(
+            f"normalizer.normalizers is {json.dumps(steps)[:120]}, this program writes {json.dumps(expected_steps)}"
+            + (" for this tokenizer's 'lowercase' setting" if isinstance(steps, list) and len(steps) <= 2 else "")
+        )
+
+    byte_level = ("type", "add_prefix_space", "trim_offsets", "use_regex")
+    pre = _check_keys(top["pre_tokenizer"], "pre_tokenizer", byte_level, kind="ByteLevel")
+    _expect(pre.get("add_prefix_space", False), False, "pre_tokenizer.add_prefix_space")
+    _expect(pre.get("use_regex", True), True, "pre_tokenizer.use_regex")
+    _check_flags(pre, "pre_tokenizer", ("trim_offsets",))
+    decoder = _check_keys(top["decoder"], "decoder", byte_level, kind="ByteLevel")
+    _check_flags(decoder, "decoder", ("add_prefix_space", "trim_offsets", "use_regex"))
+
+    model = _check_keys(
+        top["model"],
+        "model",
+        (
+            "type",
+            "dropout",
+            "unk_token",
+            "continuing_subword_prefix",
+            "end_of_word_suffix",
+            "fuse_unk",
+            "byte_fallback",
+            "ignore_merges",
+            "vocab",
+            "merges",
+        ),
+        ("vocab", "merges"),
+        "BPE",
+    )
+    _expect(model.get("dropout"), None, "model.dropout")
+    _expect(model.get("unk_token", _UNK), _UNK, "model.unk_token")
+    _expect(model.get("continuing_subword_prefix"), None, "model.continuing_subword_prefix")
+    _expect(model.get("end_of_word_suffix"), None, "model.end_of_word_suffix")
+    _expect(model.get("byte_fallback", False), False, "model.byte_fallback")
+    _expect(model.get("ignore_merges", False), False, "model.ignore_merges")
+    _check_flags(model, "model", ("fuse_unk",))
+    vocab = model["vocab"]
+    if not isinstance(vocab, dict) or len(vocab) > MAX_VOCAB_SIZE:
+        raise _Unwritten(f"model.vocab must be an object of at most {MAX_VOCAB_SIZE} tokens")
+    ids = vocab.values()
+    if not all(type(v) is int for v in ids) or sorted(ids) != list(range(len(vocab))):
+        raise _Unwritten(f"model.vocab must number its {len(vocab)} tokens 0 to {len(vocab) - 1}, each once")
+    merges = model["merges"]
+    if not isinstance(merges, list) or not all(
+        (isinstance(m, str) and m.count(" ") == 1)
+        or (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m))
+        for m in merges
+    ):
+        raise _Unwritten("model.merges must be a list of pairs of tokens")
 
 
 def _parse_document(s: Any, caller: str) -> Tuple[Any, bool]:
@@ -151,13 +315,19 @@ def _parse_document(s: Any, caller: str) -> Tuple[Any, bool]:
         )
     if document.get("special_tokens") != list(SPECIAL_TOKENS) or "tokenizer" not in document:
         raise ValueError(f"{caller}: damaged SubwordTokenizer: special tokens or tokenizer missing")
-    try:
-        hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
-    except Exception as exc:  # tokenizers raises its own Exception subclass
-        raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
     lowercase = document.get("lowercase", False)
     if not isinstance(lowercase, bool):
         raise ValueError(f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}")
+    try:
+        _check_written_here(document["tokenizer"], lowercase)
+    except _Unwritten as exc:
+        raise ValueError(f"{caller}: not a tokenizer this program writes (damaged, or made elsewhere): {exc}") from None
+    try:
+        hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
+    except BaseException as exc:  # noqa: B036  (tokenizers raises an Exception, or panics)
+        if not (isinstance(exc, Exception) or _is_library_panic(exc)):
+            raise
+        raise ValueError(f"{caller}: damaged SubwordTokenizer: {' '.join(str(exc).split())}") from None
     return hf, lowercase
 
 
@@ -190,7 +360,7 @@ class SubwordTokenizer:
         tok.decode(ids)                       # '¿Qué año?'
     """
 
-    def __init__(self, hf_tokenizer: Any, *, lowercase: bool = False) -> None:
+    def __init__(self, hf_tokenizer: Any, *, lowercase: bool = False, source: Optional[str] = None) -> None:
         if not all(hasattr(hf_tokenizer, a) for a in ("token_to_id", "get_vocab_size", "encode", "decode")):
             raise TypeError(
                 f"SubwordTokenizer: expected a trained tokenizers.Tokenizer, got "
@@ -199,6 +369,9 @@ class SubwordTokenizer:
             )
         self._tok = hf_tokenizer
         self._lowercase = _flag("SubwordTokenizer", "lowercase", lowercase)
+        if source is not None and not isinstance(source, str):
+            raise TypeError(f"SubwordTokenizer: source must be a str or None, got {type(source).__name__}")
+        self._source = source  # the file it was read from, named in errors
         for expected_id, token in enumerate(SPECIAL_TOKENS):
             got = hf_tokenizer.token_to_id(token)
             if got != expected_id:
@@ -361,7 +534,9 @@ class SubwordTokenizer:
             if len(texts) == 1:
                 return [self._tok.encode(texts[0], add_special_tokens=False)]
             return cast(List[Any], self._tok.encode_batch(texts, add_special_tokens=False))
-        except Exception:
+        except BaseException as exc:  # noqa: B036  (the library's panics are BaseExceptions)
+            if not (isinstance(exc, Exception) or _is_library_panic(exc)):
+                raise
             for i, text in enumerate(texts):
                 bad = _unicode_error(
                     text[1:],
@@ -371,7 +546,16 @@ class SubwordTokenizer:
                 )
                 if bad is not None:
                     raise bad from None
-            raise
+            raise _library_failure(self._what(caller), exc) from None
+
+    def _what(self, caller: str) -> str:
+        """How errors name the call ``caller`` of this tokenizer: with the file it was read from."""
+        return f"SubwordTokenizer.{caller}" + (f" (tokenizer file '{self._source}')" if self._source else "")
+
+    def _library_errors(self, caller: str) -> "contextlib.AbstractContextManager[None]":
+        """A block in which a failure of the tokenizers library (a panic included) is a ValueError
+        naming the call and the file this tokenizer was read from."""
+        return _library_errors(self._what(caller))
 
     def _wrap(self, ids: List[int], add_special_tokens: bool) -> List[int]:
         if add_special_tokens:  # checked by the caller
@@ -422,12 +606,13 @@ class SubwordTokenizer:
         pieces = self._encode_all([" " + text], "tokens")[0].tokens
         decoder = self._tok.decoder
         shown = []
-        for piece in pieces:
-            if piece == _UNK:
-                shown.append(piece)
-                continue
-            readable = decoder.decode([piece])
-            shown.append(readable.replace(" ", "\u2581"))
+        with self._library_errors("tokens"):
+            for piece in pieces:
+                if piece == _UNK:
+                    shown.append(piece)
+                    continue
+                readable = decoder.decode([piece])
+                shown.append(readable.replace(" ", "\u2581"))
         return shown
 
     # ------------------------------------------------------------------ decoding
@@ -491,7 +676,9 @@ class SubwordTokenizer:
         values = self._select(self._check_ids(ids, "decode"), skip_special_tokens)
         if not values:
             return ""
-        return self._finish(self._tok.decode(values, skip_special_tokens=False))
+        with self._library_errors("decode"):
+            text = self._tok.decode(values, skip_special_tokens=False)
+        return self._finish(text)
 
     def decode_batch(
         self, batch: Union[Iterable[IdSequence], np.ndarray], skip_special_tokens: bool = True
@@ -512,7 +699,8 @@ class SubwordTokenizer:
         else:
             rows = list(batch)
         selected = [self._select(self._check_ids(r, "decode_batch"), skip_special_tokens) for r in rows]
-        texts = self._tok.decode_batch(selected, skip_special_tokens=False) if selected else []
+        with self._library_errors("decode_batch"):
+            texts = self._tok.decode_batch(selected, skip_special_tokens=False) if selected else []
         return [self._finish(t) if sel else "" for t, sel in zip(texts, selected)]
 
     # ------------------------------------------------------------------ vocabulary
@@ -552,21 +740,30 @@ class SubwordTokenizer:
         return json.dumps(document, ensure_ascii=False, sort_keys=True)
 
     @classmethod
-    def from_str(cls, s: str) -> "SubwordTokenizer":
-        """Rebuild a tokenizer from the output of :meth:`to_str`.
+    def from_str(cls, s: str, *, source: Optional[str] = None) -> "SubwordTokenizer":
+        """Rebuild a tokenizer from the output of :meth:`to_str`; ``source`` names where the text
+        came from (a file) in every error about it, then and later.
+
+        Only what this class writes is accepted: byte-level BPE with NFC (and Lowercase)
+        normalisation and the four special tokens; any other component of the Hugging Face format
+        (a regular expression, a dropout, a post-processor, ...) is refused before the library
+        reads it. A failure of the library, then or when the tokenizer runs, is a ``ValueError``.
 
         Raises:
             TypeError: if ``s`` is not a ``str``.
             ValueError: if ``s`` is not a serialised ``SubwordTokenizer`` (not JSON, wrong
-                format name or version, damaged tokenizer).
+                format name or version, a component this class does not write, damaged tokenizer).
         """
-        return cls._from_str(s, "SubwordTokenizer.from_str")
+        if source is not None and not isinstance(source, str):
+            raise TypeError(f"SubwordTokenizer.from_str: source must be a str or None, got {type(source).__name__}")
+        caller = f"SubwordTokenizer.from_str({source!r})" if source else "SubwordTokenizer.from_str"
+        return cls._from_str(s, caller, source)
 
     @classmethod
-    def _from_str(cls, s: Any, caller: str) -> "SubwordTokenizer":
+    def _from_str(cls, s: Any, caller: str, source: Optional[str]) -> "SubwordTokenizer":
         hf, lowercase = _parse_document(s, caller)
         try:
-            return cls(hf, lowercase=lowercase)
+            return cls(hf, lowercase=lowercase, source=source)
         except ValueError as exc:
             raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
 
@@ -607,4 +804,4 @@ class SubwordTokenizer:
             raise ValueError(
                 f"SubwordTokenizer.load: {path!r} is not a SubwordTokenizer file (not UTF-8 text)"
             ) from None
-        return cls._from_str(text, f"SubwordTokenizer.load({path!r})")
+        return cls._from_str(text, f"SubwordTokenizer.load({path!r})", path)

@@ -444,3 +444,56 @@ def _(c):
     assert len(names) == 10, names
     for n in names:
         tc.load_checkpoint(c.work / "run" / n)
+
+
+# --- what the user owns in a run directory --------------------------------------------------------
+
+
+def _users_entry(c, name: str, kind: str) -> Path:
+    run = c.work / "run"
+    run.mkdir(exist_ok=True)
+    if kind == "directory":
+        (run / name).mkdir()
+        (run / name / "notes.txt").write_text("mine")
+    else:
+        (run / name).write_text("mine")
+    return run
+
+
+for _name, _kind in (
+    ("epoch-0001", "directory"),
+    ("epoch-0001", "file"),
+    ("averaged", "directory"),
+    ("latest", "file"),
+):
+
+    @api(
+        f"save_checkpoint: over a {_kind} of the user's named {_name}", "error", ("was not written by transformer-cpp",)
+    )
+    def _(c, name=_name, kind=_kind):
+        run = _users_entry(c, name, kind)
+        try:
+            _save(c, name=None if name in ("latest", "epoch-0001") else name, trainer_state={"epoch": 1})
+        finally:
+            mine = run / name / "notes.txt" if kind == "directory" else run / name
+            assert mine.read_text() == "mine", "the user's file was changed"
+
+
+@api("lock_run: a .lock of the user's", "error", ("does not hold a process id",))
+def _(c):
+    run = _users_entry(c, ".lock", "file")
+    try:
+        with ck.lock_run(run):
+            pass
+    finally:
+        assert (run / ".lock").read_text() == "mine"
+
+
+@api("save_checkpoint: pruning leaves a checkpoint holding a note of the user's")
+def _(c):
+    first = _save(c, name="epoch-0001", run_id="r")
+    (first / "notes.txt").write_text("mine")
+    for epoch in (2, 3):
+        _save(c, name=f"epoch-{epoch:04d}", run_id="r", keep=1)
+    assert (first / "notes.txt").read_text() == "mine"
+    assert [p.name for p in ck.list_checkpoints(c.work / "run")] == ["epoch-0001", "epoch-0003"]

@@ -1440,3 +1440,197 @@ cli(
         None if "left out 40 of 120 lines" in r.err and "lines 1, 4, 7" in r.err else fail(r.err[-1000:])
     ),
 )
+
+
+# --- what the user owns: never replaced, overwritten or deleted -----------------------------------
+
+
+def _users_dir(where: str, name: str = "notes.txt") -> Callable[[Context], None]:
+    """A prepare step: a directory of the user's, ``<work>/<where>``, holding one note."""
+
+    def prepare(c: Context) -> None:
+        (c.work / where).mkdir(parents=True)
+        (c.work / where / name).write_text("mine")
+
+    return prepare
+
+
+def _still_there(*paths: str, text: str = "mine") -> Callable[[Context, Result], None]:
+    def after(c: Context, res: Result) -> None:
+        for path in paths:
+            assert (c.work / path).read_text() == text, f"{path} was changed"
+
+    return after
+
+
+cli(
+    "train: --out holds a directory of the user's named like a checkpoint",
+    _trn(),
+    prepare=_users_dir("out/epoch-0001"),
+    match=("out/epoch-0001'", "transformer-cpp did not write", "no checkpoint manifest"),
+    after=_still_there("out/epoch-0001/notes.txt"),
+)
+cli(
+    "train: --out holds a file of the user's named like a pointer",
+    _trn(),
+    prepare=lambda c: ((c.work / "out").mkdir(), (c.work / "out" / "best").write_text("mine")),
+    match=("out/best'", "does not hold one checkpoint name"),
+    after=_still_there("out/best"),
+)
+cli(
+    "train: --out holds other files of the user's",
+    _trn("--keep-checkpoints", "1"),
+    prepare=lambda c: ((c.work / "out").mkdir(), (c.work / "out" / ".tmp-notes").write_text("mine")),
+    expect="ok",
+    check=lambda c, r: _still_there("out/.tmp-notes")(c, r),
+)
+cli(
+    "train --resume: a directory of the user's where the next checkpoint goes",
+    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress", "--threads", "1"],
+    prepare=lambda c: (copy_run(c), _users_dir("run/epoch-0003")(c)),
+    match=("run/epoch-0003'", "did not write"),
+    after=_still_there("run/epoch-0003/notes.txt"),
+)
+cli(
+    "average: a file of the user's named averaged",
+    _av(),
+    prepare=lambda c: (copy_run(c), (c.work / "run" / "averaged").write_text("mine")),
+    match=("run/averaged' was not written by transformer-cpp",),
+    after=_still_there("run/averaged"),
+)
+cli(
+    "average: a directory of the user's named averaged",
+    _av(),
+    prepare=lambda c: (copy_run(c), _users_dir("run/averaged")(c)),
+    match=("run/averaged' was not written by transformer-cpp", "no checkpoint manifest"),
+    after=_still_there("run/averaged/notes.txt"),
+)
+cli(
+    "average: a checkpoint's directory holding a note of the user's",
+    _av("--last", "2"),
+    prepare=lambda c: (
+        copy_run(c),
+        command(c, "average", "--model", str(c.work / "run")),
+        (c.work / "run" / "averaged" / "notes.txt").write_text("mine"),
+    ),
+    match=("holds 'notes.txt', which its manifest does not list",),
+    after=_still_there("run/averaged/notes.txt"),
+)
+cli(
+    "average --mark-best: a best of the user's",
+    _av("--mark-best"),
+    prepare=lambda c: (copy_run(c), (c.work / "run" / "best").write_text("mine")),
+    match=("run/best' was not written by transformer-cpp",),
+    after=lambda c, r: (
+        _still_there("run/best")(c, r) if not (c.work / "run" / "averaged").exists() else fail("averaged")
+    ),
+)
+cli(
+    "evaluate: --output is the --pairs file",
+    lambda c: _ev("--pairs", str(c.work / "p.txt"), "--output", str(c.work / "p.txt"))(c),
+    prepare=_pairs_file("p.txt", "\n".join(PAIRS).encode()),
+    match=("is the --pairs file",),
+    after=lambda c, r: None if (c.work / "p.txt").read_bytes() == "\n".join(PAIRS).encode() else fail("overwritten"),
+)
+cli(
+    "evaluate: --output is a link to the data file",
+    lambda c: _ev("--output", str(c.work / "link.txt"))(c),
+    prepare=lambda c: (c.work / "link.txt").symlink_to(c.data),
+    match=("is the data file",),
+)
+cli(
+    "evaluate: --output is the checkpoint's config.json",
+    lambda c: _ev("--output", str(latest(c.work / "run") / "config.json"), model="run")(c),
+    prepare=_prep_run(lambda r: None),
+    match=("a file of the checkpoint",),
+)
+
+
+def _one_line_skipped(c: Context, res: Result) -> None:
+    assert f"line 2 of {c.work / 'p.txt'} cannot be scored here, left out" in res.err, res.err[-1000:]
+    assert "11 sentence pairs (1 left out" in res.out, res.out[-500:]
+    outputs = (c.work / "h.txt").read_text().split("\n")[:-1]
+    assert len(outputs) == 12 and outputs[1] == "" and all(o for i, o in enumerate(outputs) if i != 1)
+
+
+cli(
+    "evaluate: one pair too long to translate here",
+    lambda c: _ev("--pairs", str(c.work / "p.txt"), "--output", str(c.work / "h.txt"))(c),
+    prepare=_pairs_file(
+        "p.txt",
+        "\n".join(PAIRS[:1] + [f"{' '.join(['The cat and the dog'] * 20_000)}.\tEl gato."] + PAIRS[1:11]).encode(),
+    ),
+    expect="ok",
+    check=_one_line_skipped,
+)
+
+
+def _resumed_with(*names: str) -> Callable[[Context, Result], None]:
+    def check(c: Context, res: Result) -> None:
+        have = sorted(p.name for p in ck.list_checkpoints(c.work / "run"))
+        assert have == sorted(names), have
+
+    return check
+
+
+def _resume(*args: str) -> Callable[[Context], List[str]]:
+    return lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--no-progress", "--threads", "1", *args]
+
+
+cli(
+    "train --resume --keep-checkpoints 1",
+    _resume("--epochs", "3", "--keep-checkpoints", "1"),
+    prepare=_prep_run(lambda r: (r / "best").write_text("epoch-0002\n")),
+    expect="ok",
+    check=_resumed_with("epoch-0002", "epoch-0003"),  # the newest, and the best (never pruned)
+)
+cli(
+    "train --resume --average-last 3",
+    _resume("--epochs", "3", "--average-last", "3"),
+    prepare=_prep_run(lambda r: None),
+    expect="ok",
+    check=lambda c, r: (
+        None
+        if json.loads((c.work / "run" / "averaged" / "config.json").read_text())["data"]["averaged_from"]
+        == ["epoch-0001", "epoch-0002", "epoch-0003"]
+        else fail("not averaged")
+    ),
+)
+
+
+def _enormous_line(c: Context) -> None:
+    lines = c.data.read_text(encoding="utf-8").splitlines()
+    huge = " ".join(["the cat and the dog"] * 40_000)
+    lines.insert(100, f"{huge}.\t{huge}.\tCC-BY")
+    (c.work / "big.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+cli(
+    "train: one enormous line with --num-samples 0",
+    _trn("--num-samples", "0", data="big.txt"),
+    prepare=_enormous_line,
+    expect="ok",
+    check=lambda c, r: (
+        None
+        if "data file line 101 (at least 200,00" in r.err and "left out of training" in r.err
+        else fail(r.err[-1500:])
+    ),
+)
+
+
+def _tokenizer_with_a_regex(run: Path) -> None:
+    def edit(doc: Any) -> None:
+        split = {"type": "Split", "pattern": {"Regex": r"(\w+\s?)*$"}, "behavior": "Isolated", "invert": False}
+        tokenizer = doc["tokenizer"]
+        tokenizer["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, tokenizer["pre_tokenizer"]]}
+
+    for ckpt in ck.list_checkpoints(run):
+        edit_json_file(ckpt, "src_tokenizer.json", edit)
+
+
+cli(
+    "translate: a tokenizer file with a pathological regular expression",
+    _tr("a" * 5000 + "!"),
+    prepare=_prep_run(_tokenizer_with_a_regex),
+    match=("src_tokenizer.json", "not a tokenizer this program writes", "pre_tokenizer.type"),
+)

@@ -195,3 +195,50 @@ print("OK")
 """,
     timeout=120,
 )
+
+
+# --- what the user owns --------------------------------------------------------------------------
+
+
+def _users_picture(c):
+    from matplotlib.figure import Figure
+
+    (c.work / "figs").mkdir()
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    fig.savefig(c.work / "figs" / "pe_tokens_50x256.png")
+
+
+cli(
+    "figures: a picture of the user's under a figure's name",
+    lambda c: ["figures", "--out", str(c.work / "figs")],
+    prepare=_users_picture,
+    match=("pe_tokens_50x256.png' was not written by transformer-cpp", "PNG file that transformer-cpp did not make"),
+    after=lambda c, r: None if len(os.listdir(c.work / "figs")) == 1 else (_ for _ in ()).throw(AssertionError("drew")),
+)
+
+
+def _killed_export(c):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    stale = c.work / f".export-exported-{proc.pid}-0123abcd"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+
+
+def _no_staging_left(c, res):
+    _exported("model.safetensors")(c, res)
+    left = [p.name for p in c.work.iterdir() if p.name.startswith(".export-")]
+    assert not left, left
+
+
+cli(
+    "export: what an export killed before left beside the output",
+    _ex("--to", "torch"),
+    prepare=_killed_export,
+    expect="ok",
+    check=_no_staging_left,
+)

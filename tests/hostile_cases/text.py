@@ -369,3 +369,57 @@ def _(c):
         ValueError,
         "build_from_corpus: sentence 1 is not valid Unicode",
     )
+
+
+# --- tokenizer files from elsewhere --------------------------------------------------------------
+
+_PATHOLOGICAL = r"(\w+\s?)*$"  # backtracks past the regex library's limit on a long word
+
+
+def _with_split(doc):
+    split = {"type": "Split", "pattern": {"Regex": _PATHOLOGICAL}, "behavior": "Isolated", "invert": False}
+    tokenizer = doc["tokenizer"]
+    tokenizer["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, tokenizer["pre_tokenizer"]]}
+    return doc
+
+
+def _load_edited(c, edit):
+    path = c.work / "tok.json"
+    path.write_text(json.dumps(edit(json.loads(ctok().to_str()))))
+    return tc.SubwordTokenizer.load(path)
+
+
+err(
+    "tokenizer: load a file with a Split pre-tokenizer (a regular expression)",
+    lambda c: _load_edited(c, _with_split),
+    "tok.json",
+    "not a tokenizer this program writes",
+    "pre_tokenizer.type",
+)
+err(
+    "tokenizer: load a file with BPE dropout",
+    lambda c: _load_edited(c, lambda d: (d["tokenizer"]["model"].update(dropout=0.9), d)[1]),
+    "tok.json",
+    "model.dropout",
+)
+err(
+    "tokenizer: load a file with a post-processor",
+    lambda c: _load_edited(c, lambda d: (d["tokenizer"].update(post_processor={"type": "ByteLevel"}), d)[1]),
+    "post_processor",
+)
+
+
+def _panicking(c):
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_str(json.dumps(_with_split(json.loads(ctok().to_str()))["tokenizer"]))
+    return tc.SubwordTokenizer(hf, source="tok.json").encode("a" * 5000 + "!")
+
+
+err(
+    "tokenizer: the tokenizers library panics while encoding",
+    _panicking,
+    "tok.json",
+    "tokenizers library failed",
+    raises=ValueError,
+)

@@ -25,13 +25,13 @@ from .base import (
 
 
 @api(
-    "translator: unknown source language",
+    "translator: a source language that is no language code",
     expect="error",
-    match=("Translator: src_lang: unsupported language 'klingon'",),
+    match=("Translator: src_lang: 'klingon!' is not a language code",),
 )
 def _(c):
     t = translator(c)
-    t2 = tc.Translator(t.model, t.src_tokenizer, t.tgt_tokenizer, src_lang="klingon")
+    t2 = tc.Translator(t.model, t.src_tokenizer, t.tgt_tokenizer, src_lang="klingon!")
     return t2.translate("The cat.")
 
 

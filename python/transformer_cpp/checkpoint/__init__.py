@@ -31,6 +31,14 @@ size ``config.json`` records): a damaged or foreign directory with a checkpoint'
 counted or deleted, the one just written and ``best`` are always kept. A checkpoint is deleted by
 renaming it to a temporary name first, so a half-deleted one is never listed.
 
+Nothing of the user's is replaced or deleted. A checkpoint is recognised by its manifest
+(``config.json`` with the format name and the list of its files, and nothing else in the
+directory), a pointer by holding one checkpoint name, the lock file by holding a process id, a
+temporary by its full name (``.tmp-<what>-<pid>-<8 hex digits>``). Writing a checkpoint, a
+pointer or the lock over anything else of that name, a directory of the user's called
+``epoch-0002`` or ``averaged`` say, is refused with ``FileExistsError`` naming it
+(:func:`foreign_entries` lists such entries of a run directory before any work).
+
 One writer at a time. Writing into a run directory takes its lock, ``<run>/.lock``
 (``fcntl.flock``; :func:`lock_run`); a trainer holds it for the whole of ``fit`` and the command
 line for the whole command, so a second process that tries to train or save into the same
@@ -70,8 +78,10 @@ from .layout import (
     RunLockedError,
     best_checkpoint,
     checkpoint_name,
+    foreign_entries,
     latest_checkpoint,
     list_checkpoints,
+    refuse_foreign,
     resolve_checkpoint,
 )
 from .loading import average_checkpoints, load_checkpoint, read_checkpoint_config
@@ -94,6 +104,8 @@ __all__ = [
     "lock_run",
     "check_writable",
     "nonfinite_tensors",
+    "foreign_entries",
+    "refuse_foreign",
     "FORMAT_NAME",
     "FORMAT_VERSION",
 ]

@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover  (not POSIX: no run-directory lock)
     fcntl = None  # type: ignore[assignment]
 
 from .._checks import path as _path
-from .layout import LATEST_FILE, LOCK_FILE, TMP_PREFIX, PathLike, RunLockedError
+from .layout import LATEST_FILE, LOCK_FILE, TMP_PREFIX, PathLike, RunLockedError, is_temporary, refuse_foreign
 
 
 def sha256(data: bytes) -> str:
@@ -81,15 +81,16 @@ def remove_path(path: Path) -> None:
 
 
 def remove_stale_temporaries(run: Path) -> None:
-    """Remove what interrupted writes and deletions left in ``run`` (hidden ``.tmp-*`` files and
-    directories), except those in use in this process. Called with the run's lock held, so no
+    """Remove what interrupted writes and deletions left in ``run`` (hidden files and directories
+    named as :func:`temporary` names them, ``.tmp-<what>-<pid>-<8 hex digits>``), except those in
+    use in this process; nothing else, whatever its name. Called with the run's lock held, so no
     other process is writing there."""
     try:
         children = list(run.iterdir())
     except OSError:
         return
     for child in children:
-        if child.name.startswith(TMP_PREFIX) and child not in _in_flight:
+        if is_temporary(child.name) and child not in _in_flight:
             remove_path(child)
 
 
@@ -158,8 +159,9 @@ def _acquire(run: Path) -> int:
     """Lock ``run``; the lock file's descriptor, or -1 when this platform cannot lock."""
     if fcntl is None:
         return -1
+    refuse_foreign(run / LOCK_FILE, "lock_run", "move it elsewhere, or use another directory for the run")
     try:
-        fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError:
         return -1  # e.g. a read-only directory: writing will fail with its own message
     try:
@@ -194,7 +196,9 @@ def check_writable(run_dir: PathLike, what: str = "run directory") -> Path:
 
 
 def write_pointer(run: Path, name: str, pointer: str = LATEST_FILE) -> None:
-    """Make ``run/pointer`` hold ``name`` (atomically: a temporary file renamed into place)."""
+    """Make ``run/pointer`` hold ``name`` (atomically: a temporary file renamed into place); a
+    file of that name that is not a pointer (the user's) is refused, not replaced."""
+    refuse_foreign(run / pointer, "writing a checkpoint pointer", "move it elsewhere, or use another run directory")
     with temporary(run, pointer) as tmp:
         try:
             write_bytes(tmp, (name + "\n").encode("utf-8"))

@@ -30,10 +30,16 @@ AVERAGED_NAME = "averaged"
 LOCK_FILE = ".lock"
 #: The prefix of the hidden temporary files and directories of a write or a deletion in progress.
 TMP_PREFIX = ".tmp-"
+#: Size beyond which a config.json is not a checkpoint's (its manifest and settings take kilobytes).
+MAX_CONFIG_BYTES = 16 << 20
 
 _NAME_RE = re.compile(r"^epoch-(\d{4,})(?:-batch-(\d{6,}))?$")
+#: A temporary of this program: ``.tmp-<what>-<pid>-<8 hex digits>`` (see ``files.temporary``).
+_TMP_RE = re.compile(r"^\.tmp-.+-\d+-[0-9a-f]{8}$")
 #: Size beyond which a pointer file is not one (it holds one checkpoint name).
 _MAX_POINTER_BYTES = 4096
+#: Size beyond which a lock file is not this program's (it holds a process id).
+_MAX_LOCK_BYTES = 64
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -96,6 +102,110 @@ def order_key(name: str) -> Optional[Tuple[int, int]]:
     if match.group(2) is None:
         return epoch, 0
     return epoch - 1, int(match.group(2))
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is that of a temporary file or directory this program makes in a run
+    directory (``.tmp-<what>-<pid>-<8 hex digits>``); other hidden names are the user's."""
+    return _TMP_RE.match(name) is not None
+
+
+def _written_name(name: str) -> bool:
+    """Whether this program writes a checkpoint named ``name`` (as :func:`checkpoint_name` spells
+    it, or ``averaged``)."""
+    key = order_key(name)
+    if key is None:
+        return name == AVERAGED_NAME
+    epochs_done, batches = key
+    return checkpoint_name(epochs_done, batches) == name
+
+
+def _not_a_checkpoint(path: Path) -> Optional[str]:
+    """Why the directory ``path`` is not a checkpoint this program wrote, or None when it is one:
+    a directory (not a link) whose ``config.json`` is a checkpoint manifest and which holds
+    nothing but the files that manifest lists. A checkpoint whose files were since damaged is
+    still one of ours; a user's directory with a checkpoint's name is not."""
+    if path.is_symlink():
+        return "it is a symbolic link"
+    if not path.is_dir():
+        return "it is not a directory"
+    manifest = path / CONFIG_FILE
+    try:
+        if manifest.is_symlink() or not manifest.is_file():
+            return f"it has no checkpoint manifest '{CONFIG_FILE}'"
+        if manifest.stat().st_size > MAX_CONFIG_BYTES:
+            return f"its '{CONFIG_FILE}' is not a checkpoint manifest"
+        config = json.loads(manifest.read_text(encoding="utf-8"))
+        files = config.get("files") if isinstance(config, dict) else None
+        if not isinstance(config, dict) or config.get("format") != FORMAT_NAME or not isinstance(files, dict):
+            return f"its '{CONFIG_FILE}' is not a checkpoint manifest"
+        for child in sorted(path.iterdir()):
+            if child.name != CONFIG_FILE and child.name not in files:
+                return f"it holds '{child.name}', which its manifest does not list"
+            if child.is_symlink() or not child.is_file():
+                return f"its '{child.name}' is not a regular file"
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        return f"its '{CONFIG_FILE}' is not a checkpoint manifest"
+    return None
+
+
+def _small_text(path: Path, most: int) -> Optional[str]:
+    """The text of the regular file ``path`` if it holds at most ``most`` bytes of UTF-8, else None."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > most:
+            return None
+        return path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def not_written_here(path: Path) -> Optional[str]:
+    """Why ``path``, an entry of a run directory under a name this program writes (a checkpoint,
+    ``averaged``, ``latest``, ``best``, ``.lock``), is not this program's own, or None when it is.
+
+    A checkpoint is recognised by its manifest (:func:`_not_a_checkpoint`), a pointer by holding
+    one checkpoint name, the lock file by holding a process id. What is not recognised is the
+    user's: it is never replaced nor deleted."""
+    name = path.name
+    if name in (LATEST_FILE, BEST_FILE):
+        text = _small_text(path, _MAX_POINTER_BYTES)
+        if text is None or not _written_name(text.strip()):
+            return "it does not hold one checkpoint name, as a pointer does"
+        return None
+    if name == LOCK_FILE:
+        text = _small_text(path, _MAX_LOCK_BYTES)
+        if text is None or not (text.strip() == "" or text.strip().isdigit()):
+            return "it does not hold a process id, as a run's lock file does"
+        return None
+    return _not_a_checkpoint(path)
+
+
+def foreign_entries(run: Path) -> List[Tuple[Path, str]]:
+    """The entries of ``run`` under names this program writes (checkpoints, ``averaged``, the
+    pointers, the lock file) that it did not write, each with why: ``(path, reason)``."""
+    if not run.is_dir():
+        return []
+    found = []
+    for child in sorted(run.iterdir()):
+        if _written_name(child.name) or child.name in (LATEST_FILE, BEST_FILE, LOCK_FILE):
+            reason = not_written_here(child)
+            if reason is not None:
+                found.append((child, reason))
+    return found
+
+
+def refuse_foreign(path: Path, what: str, hint: str) -> None:
+    """Raise ``FileExistsError`` when ``path`` exists and is not this program's own (see
+    :func:`not_written_here`), naming it, why, and ``hint`` (what the user can do); ``what``
+    (the caller) starts the message unless empty."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    reason = not_written_here(path)
+    if reason is not None:
+        raise FileExistsError(
+            f"{what + ': ' if what else ''}'{path}' was not written by transformer-cpp ({reason}); it is left as "
+            f"it is: {hint}"
+        )
 
 
 def _checkpoint_dirs(run: Path) -> List[Path]:

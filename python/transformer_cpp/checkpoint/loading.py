@@ -21,6 +21,7 @@ from .layout import (
     CONFIG_FILE,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MAX_CONFIG_BYTES,
     MODEL_FILE,
     OPTIMIZER_FILE,
     SRC_TOKENIZER_FILE,
@@ -33,9 +34,8 @@ from .layout import (
 )
 from .saving import describe_bad, nonfinite_tensors, save_checkpoint
 
-#: Sizes beyond which a config.json or a trainer_state.json is not one (a checkpoint's other files
-#: are bounded by what config.json records and what the architecture needs).
-_MAX_CONFIG_BYTES = 16 << 20
+#: Size beyond which a trainer_state.json is not one (a checkpoint's other files are bounded by
+#: what config.json records, MAX_CONFIG_BYTES, and what the architecture needs).
 _MAX_STATE_BYTES = 1 << 30
 
 
@@ -146,7 +146,7 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
 def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> SubwordTokenizer:
     data = _read_file(ckpt, fname, files, _MAX_TOKENIZER_BYTES)
     try:
-        return SubwordTokenizer.from_str(data.decode("utf-8"))
+        return SubwordTokenizer.from_str(data.decode("utf-8"), source=str(ckpt / fname))
     except (UnicodeDecodeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
 
@@ -215,10 +215,10 @@ def read_checkpoint_config(path: PathLike, prefer: str = "latest") -> Tuple[Path
     config_path = ckpt / CONFIG_FILE
     try:
         size = config_path.stat().st_size
-        if size > _MAX_CONFIG_BYTES:
+        if size > MAX_CONFIG_BYTES:
             raise CheckpointError(
                 f"checkpoint '{ckpt}': '{CONFIG_FILE}' has {size:,} bytes, more than a checkpoint "
-                f"configuration ({_MAX_CONFIG_BYTES:,} at most); it is damaged"
+                f"configuration ({MAX_CONFIG_BYTES:,} at most); it is damaged"
             )
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -44,7 +44,9 @@ from .layout import (
     complete_config,
     latest_checkpoint,
     list_checkpoints,
+    not_written_here,
     order_key,
+    refuse_foreign,
 )
 
 
@@ -103,7 +105,8 @@ def save_checkpoint(
         optimizer: also save the optimiser moments (needed to resume training, not to translate).
         keep: keep only the newest ``keep`` complete checkpoints of this run (``None`` or 0:
             keep all). The one just written and ``best`` are always kept; checkpoints of other
-            runs and damaged directories are never deleted.
+            runs, damaged directories and checkpoints holding a file their manifest does not list
+            are never deleted.
         run_id: the run this checkpoint belongs to (recorded in ``config.json``; pruning only
             deletes checkpoints of the same run). Default: the run of the checkpoint ``latest``
             names, else a new one.
@@ -116,6 +119,9 @@ def save_checkpoint(
             not match the model, state that is not JSON-serialisable, weights or moments that
             hold NaN or infinite values).
         RunLockedError: another process is writing into ``run_dir``.
+        FileExistsError: ``run_dir/name`` or ``run_dir/latest`` exists and was not written by
+            this program (a checkpoint is recognised by its manifest, ``config.json``); it is
+            never replaced.
     """
     run = _path("save_checkpoint: run_dir", run_dir)
     if name is None:
@@ -179,9 +185,14 @@ def save_checkpoint(
         raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
 
     with lock_run(run):
+        target = run / name
+        # what is replaced must be this program's: a checkpoint (by its manifest) and the pointer
+        hint = "move it elsewhere, or write the run into another directory"
+        refuse_foreign(target, "save_checkpoint", hint)
+        if name != AVERAGED_NAME:
+            refuse_foreign(run / LATEST_FILE, "save_checkpoint", hint)
         config["run_id"] = run_id or _latest_run_id(run) or uuid.uuid4().hex[:16]
         config_bytes = json_bytes(config)
-        target = run / name
         with temporary(run, name) as tmp, temporary(run, f"old-{name}") as trash:
             tmp.mkdir()
             try:
@@ -241,7 +252,7 @@ def _prune(run: Path, keep: int, protect: Path, run_id: str) -> None:
     except CheckpointError:
         best = None
     for old in ours[: max(0, len(ours) - keep)]:
-        if old != protect and old != best:
+        if old != protect and old != best and not_written_here(old) is None:  # never a file of the user's
             remove_checkpoint(old)
 
 

@@ -4,14 +4,26 @@ one-line argument parser, and the console (in a data-parallel run only rank 0 sp
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from typing import NoReturn, Optional
+import threading
+from typing import Any, Iterator, NoReturn, Optional
 
 from .._runtime import build_info, set_num_threads
 from .._version import __version__
 from ..task import TaskError
 
-__all__ = ["PROG", "Console", "Parser", "UserError", "console", "set_threads", "version_text"]
+__all__ = [
+    "PROG",
+    "Console",
+    "Parser",
+    "UserError",
+    "console",
+    "set_threads",
+    "terminate_as_interrupt",
+    "version_text",
+]
 
 PROG = "transformer-cpp"
 
@@ -47,6 +59,25 @@ class Console:
 
 #: The console of this process.
 console = Console()
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """A ``with`` block in which SIGTERM (``kill``) interrupts like Ctrl-C, so that the command
+    removes what it was writing on the way out instead of dying with it half written (in the
+    main thread; elsewhere the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def set_threads(threads: Optional[int]) -> None:

@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import average_checkpoints, list_checkpoints, mark_best
+from ..checkpoint import AVERAGED_NAME, BEST_FILE, average_checkpoints, list_checkpoints, mark_best, refuse_foreign
 from ..export import QUANTIZATIONS, export_ctranslate2, export_torch, export_transformers
 from ..options import count_option, path_option
 from ..plotting import save_positional_encoding_figures
-from .common import UserError
+from .common import UserError, terminate_as_interrupt
 
 __all__ = [
     "add_average_parser",
@@ -33,7 +33,13 @@ def run_figures(args: argparse.Namespace) -> int:
 def add_figures_parser(sub: Any) -> None:
     """``transformer-cpp figures``."""
     p = sub.add_parser("figures", help="render the positional-encoding figures to PNG files")
-    p.add_argument("--out", type=path_option, default="figures", help="output directory (default: figures)")
+    p.add_argument(
+        "--out",
+        type=path_option,
+        default="figures",
+        help="output directory (default: figures); a file there under a figure's name that transformer-cpp did "
+        "not draw is never replaced",
+    )
     p.set_defaults(func=run_figures)
 
 
@@ -43,7 +49,8 @@ def add_average_parser(sub: Any) -> None:
         "average",
         help="average the last checkpoints of a run into one",
         description="Average the weights of the newest N checkpoints of a run into the checkpoint "
-        "'averaged' (for translating; 'latest', which --resume continues, is unchanged).",
+        "'averaged' (for translating; 'latest', which --resume continues, is unchanged). An 'averaged' "
+        "that is not a checkpoint (a file or directory of the user's) is never replaced.",
     )
     p.add_argument("--model", type=path_option, required=True, help="run directory")
     p.add_argument(
@@ -60,6 +67,11 @@ def run_average(args: argparse.Namespace) -> int:
     if len(found) < 2:
         raise UserError(f"'{run}' holds {len(found)} checkpoint(s); averaging needs at least 2")
     paths = found[-args.last :]
+    # before any work: what the command replaces must be its own
+    hint = "move it elsewhere to average into this run"
+    refuse_foreign(run / AVERAGED_NAME, "", hint)
+    if args.mark_best:
+        refuse_foreign(run / BEST_FILE, "", hint)
     path, _ = average_checkpoints(paths, run)
     assert path is not None  # written, since run_dir was given
     if args.mark_best:
@@ -78,12 +90,13 @@ def run_export(args: argparse.Namespace) -> int:
             f"--quantization is for --to ctranslate2 (the {args.to} export keeps the model's weights as they are)"
         )
     try:
-        if args.to == "ctranslate2":
-            out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
-        elif args.to == "transformers":
-            out = export_transformers(args.model, args.out)
-        else:
-            out = export_torch(args.model, args.out)
+        with terminate_as_interrupt():  # a killed export removes its staging directory
+            if args.to == "ctranslate2":
+                out = export_ctranslate2(args.model, args.out, quantization=args.quantization)
+            elif args.to == "transformers":
+                out = export_transformers(args.model, args.out)
+            else:
+                out = export_torch(args.model, args.out)
     except ImportError as exc:  # an optional dependency (its extra is named in the message)
         raise UserError(str(exc)) from None
     print(f"exported to {args.to}: {out}")

@@ -18,10 +18,12 @@ from ..distributed import MPIUnavailable, from_environment, launched_world
 from ..options import (
     MAX_LENGTH_RANGE,
     VOCAB_RANGE,
+    columns_option,
     config_options,
     count_option,
     encoding_option,
     fraction_option,
+    language_option,
     limits_of,
     path_option,
     seconds_option,
@@ -63,6 +65,9 @@ _TRAIN_OPTIONS = (
 )
 # Data options: command-line option (dest) -> DataRecord field.
 _DATA_OPTIONS = {
+    "source_lang": "src_lang",
+    "target_lang": "tgt_lang",
+    "columns": "columns",
     "num_samples": "num_samples",
     "sampling": "sampling",
     "vocab_size": "vocab_size",
@@ -113,6 +118,8 @@ def _check_out(run: RunDirectory, resume: bool) -> None:
         raise UserError(f"nothing to resume: '{run.path}' holds no checkpoint")
     if not resume and existing:
         raise UserError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
+    if not resume:
+        run.check_own_entries()  # a resumed run is checked once its checkpoint has been read
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -198,9 +205,10 @@ def _fit(trainer: Trainer, out: Path) -> int:
         if last["val_bleu"]:
             summary += f", validation BLEU {last['val_bleu'][-1]:.2f}"
         console.say(f"done after epoch {last['epoch'][-1]} ({trainer.elapsed / 60:.1f} minutes): {summary}")
+    langs = trainer.data_info or {}
     console.say(
-        f"model saved in {out} (translation uses {_best_name(out)}); try: {PROG} translate --model {out} "
-        f'"you should pay for it."'
+        f"model saved in {out} (translation uses {_best_name(out)}), {langs.get('src_lang', 'en')} -> "
+        f'{langs.get("tgt_lang", "es")}; try: {PROG} translate --model {out} "A sentence to translate."'
     )
     return 0
 
@@ -213,8 +221,10 @@ def add_train_parser(sub: Any) -> None:
     """``transformer-cpp train``."""
     p = sub.add_parser(
         "train",
-        help="train an English-to-Spanish model on the Tatoeba pairs",
-        description="Train a Transformer on English-Spanish pairs. A checkpoint is written "
+        help="train a translation model from sentence pairs (default: Tatoeba English to Spanish)",
+        description="Train a Transformer to translate from --source-lang into --target-lang "
+        "(default en -> es) on sentence pairs: a tab-separated file, two aligned text files or a "
+        "Tatoeba pair (see --data). A checkpoint is written "
         "after every epoch (and on Ctrl-C); the same command with --resume "
         "continues exactly. Options left out take the preset's value. Presets: "
         "quick (10 minutes), standard (about an hour), tutorial (the TensorFlow "
@@ -230,7 +240,11 @@ def add_train_parser(sub: Any) -> None:
         "--data",
         type=path_option,
         default=None,
-        help="spa.txt or spa-eng.zip (default: $TRANSFORMER_CPP_DATA, else the download cache)",
+        metavar="DATA",
+        help="the sentence pairs: a tab-separated file (.txt, .tsv, or a .zip holding one; see --columns), "
+        "two aligned files of one sentence a line 'SOURCE_FILE,TARGET_FILE', or tatoeba:LLL-eng (the "
+        "manythings.org Tatoeba pair, e.g. tatoeba:fra-eng, downloaded once into the cache). Default: "
+        "$TRANSFORMER_CPP_DATA, else the Tatoeba pair of the two languages from the cache, else its download",
     )
     p.add_argument(
         "--out", type=path_option, default=None, help="run directory for checkpoints (default: runs/<preset>)"
@@ -268,6 +282,31 @@ def add_train_parser(sub: Any) -> None:
     )
     g = p.add_argument_group("data")
     g.add_argument(
+        "--source-lang",
+        type=language_option,
+        default=None,
+        metavar="LANG",
+        help="language to translate from: a code (en, es, fr, ja, ...) or an English name; cleaning follows "
+        "it (default en)",
+    )
+    g.add_argument(
+        "--target-lang",
+        type=language_option,
+        default=None,
+        metavar="LANG",
+        help="language to translate into (default es)",
+    )
+    g.add_argument(
+        "--columns",
+        type=columns_option,
+        default=None,
+        metavar="COLS",
+        help="which columns of a tab-separated file hold the source and the target: the languages of its "
+        "columns in order (en,es: the languages pick), or two column numbers, source then target (2,1). "
+        "Default: a Tatoeba file (spa.txt, fra-eng.zip) is English then the other language; any other file "
+        "is source<TAB>target",
+    )
+    g.add_argument(
         "--num-samples",
         type=count_option("num_samples", 0),
         default=None,
@@ -292,7 +331,7 @@ def add_train_parser(sub: Any) -> None:
         action="store_const",
         const=True,
         default=None,
-        help="one subword vocabulary for English and Spanish, decoder embedding tied to the output layer",
+        help="one subword vocabulary for both languages, decoder embedding tied to the output layer",
     )
     g.add_argument(
         "--valid-fraction",

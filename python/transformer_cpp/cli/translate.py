@@ -11,12 +11,20 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..checkpoint import read_checkpoint_config
+from ..checkpoint import BEST_FILE, LATEST_FILE, read_checkpoint_config
 from ..data import DataRecord
-from ..options import add_decoding_options, count_option, encoding_option, limits_of, path_option, setting
+from ..options import (
+    add_decoding_options,
+    columns_option,
+    count_option,
+    encoding_option,
+    limits_of,
+    path_option,
+    setting,
+)
 from ..task import check_same_split, load_pairs, load_split
 from ..text import check_text, is_blank
-from ..translate import LongInputWarning, Translator, evaluate
+from ..translate import LongInputWarning, Translator, evaluate, order_losses
 from .common import PROG, UserError, console, set_threads
 
 __all__ = ["add_evaluate_parser", "add_translate_parser", "run_evaluate", "run_translate"]
@@ -84,6 +92,7 @@ def run_translate(args: argparse.Namespace) -> int:
     """``transformer-cpp translate``."""
     set_threads(args.threads)
     translator = Translator.from_checkpoint(args.model, max_length=args.max_length, compute_type=args.compute_type)
+    console.say(f"translating {translator.src_lang} -> {translator.tgt_lang} with {translator.checkpoint}")
     bad: List[Tuple[int, str]] = []
     if args.sentences:
         sentences: List[Optional[str]] = []
@@ -128,26 +137,93 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_pairs_file(path: str, encoding: str) -> Tuple[List[str], List[str]]:
-    """The pairs of ``path``; lines that are not valid in ``encoding`` are left out and reported
-    by line number, with every other line left out."""
-    record = DataRecord(encoding=encoding, decode_errors="skip")
+#: evaluate --pairs refuses the file's column order when the model's loss with the two columns
+#: swapped is below this share of its loss with them as read.
+SWAPPED_LOSS_RATIO = 0.8
+
+
+def _read_pairs_file(
+    path: str, encoding: str, translator: Any, columns: Optional[str]
+) -> Tuple[List[str], List[str], List[int]]:
+    """The pairs of ``path`` in the model's direction: the columns chosen by the model's languages
+    (``columns`` as given, or from the file's name), then checked against the model itself (see
+    :data:`SWAPPED_LOSS_RATIO`): columns that look the other way round are refused when they were
+    guessed, and warned about when ``--columns`` chose them. Lines that are not valid in
+    ``encoding`` are left out and reported by line number, with every other line left out. Also
+    returns each pair's line number in the file."""
+    record = DataRecord(
+        encoding=encoding,
+        decode_errors="skip",
+        src_lang=translator.src_lang or "en",
+        tgt_lang=translator.tgt_lang or "es",
+        columns=columns,
+    )
     pairs = load_pairs(path, record, console.say, sampling="first")
-    return pairs.english, pairs.spanish
+    sources, references = pairs.sources, pairs.targets
+    given, swapped = order_losses(translator, sources, references)
+    if swapped < SWAPPED_LOSS_RATIO * given:
+        where = (
+            f"columns {pairs.columns[0]} and {pairs.columns[1]}"
+            if pairs.columns
+            else f"'{pairs.source}' and '{pairs.target_file}'"
+        )
+        problem = (
+            f"the pairs of {path} look the other way round for this {record.direction} model: its loss is "
+            f"{swapped:.2f} with {where} swapped, {given:.2f} as read"
+        )
+        if columns is None:
+            fix = (
+                f"--columns {pairs.columns[1]},{pairs.columns[0]}"
+                if pairs.columns
+                else "the two files the other way round"
+            )
+            raise UserError(f"{problem}; pass {fix} (source then target), or --columns with the file's languages")
+        console.say(f"{PROG} evaluate: warning: {problem}; scoring them as --columns says")
+    return sources, references, pairs.line_numbers
+
+
+def _check_output(output: str, ckpt_dir: Path, inputs: List[Tuple[str, Optional[str]]]) -> None:
+    """Refuse an ``--output`` that cannot be written, or that is one of the command's inputs (the
+    pairs, the data file, the checkpoint's files, the run's pointers): the translations are
+    written there, and an input is never overwritten."""
+    out = Path(output)
+    folder = out.parent
+    if out.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UserError(f"--output '{output}' cannot be written (not a file in a writable directory)")
+    if not out.exists():
+        return
+    run = ckpt_dir.parent
+    inputs = inputs + [
+        ("the run's 'latest' pointer", str(run / LATEST_FILE)),
+        ("the run's 'best' pointer", str(run / BEST_FILE)),
+    ]
+    for label, path in inputs:
+        try:
+            same = path is not None and os.path.samefile(out, path)
+        except OSError:  # no such file: not an input
+            same = False
+        if same:
+            raise UserError(
+                f"--output '{output}' is {label} ('{path}'): the translations would overwrite it; choose another --output"
+            )
+    if out.resolve().parent == ckpt_dir.resolve():
+        raise UserError(
+            f"--output '{output}' is a file of the checkpoint '{ckpt_dir}': the translations would overwrite it; "
+            "choose another --output"
+        )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """``transformer-cpp evaluate``."""
     set_threads(args.threads)
-    if args.output is not None:  # before the work, not after it
-        folder = Path(args.output).parent
-        if Path(args.output).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise UserError(f"--output '{args.output}' cannot be written (not a file in a writable directory)")
     ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
     record = DataRecord.from_dict(cfg.get("data")) if cfg.get("data") else None
+    if args.output is not None:  # before the work, not after it
+        data_file = args.data if args.data is not None else (record.path if record is not None else None)
+        _check_output(args.output, ckpt_dir, [("the --pairs file", args.pairs), ("the data file", data_file)])
     translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
     if args.pairs is not None:
-        sources, references = _read_pairs_file(args.pairs, args.encoding or "utf-8")
+        sources, references, lines = _read_pairs_file(args.pairs, args.encoding or "utf-8", translator, args.columns)
         what = f"{args.pairs}"
     else:
         if record is None:
@@ -159,10 +235,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise UserError("the run kept no test split (test fraction 0); use --split valid or --pairs FILE")
         if args.encoding is not None:  # e.g. the data file was converted since
             record = record.replace(encoding=args.encoding)
+        if args.columns is not None:
+            raise UserError("--columns is for --pairs; the run's split is read with the columns it recorded")
         split, rebuilt = load_split(args.data if args.data is not None else record.path, record, console.say)
         check_same_split(args.split, record, rebuilt)
         sources, references = split[args.split]
         what = f"the {args.split} split"
+        lines = []
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     if not sources:
@@ -174,13 +253,20 @@ def run_evaluate(args: argparse.Namespace) -> int:
         beam_size=args.beam_size,
         length_penalty=args.length_penalty,
         batch_size=args.batch_size,
-        tgt_lang=record.tgt_lang if record is not None else "es",
+        tgt_lang=translator.tgt_lang,
     )
-    if args.output is not None:
+    for i, why in result.skipped[:20]:
+        where = f"line {lines[i]} of {args.pairs}" if lines else f"pair {i + 1} of the {args.split} split"
+        console.say(f"{PROG} evaluate: {where} cannot be scored here, left out: {why}")
+    if len(result.skipped) > 20:
+        console.say(f"{PROG} evaluate: {len(result.skipped) - 20:,} more pairs cannot be scored here, left out")
+    if args.output is not None:  # one line per pair (empty for a pair left out)
         Path(args.output).write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+    left_out = f" ({len(result.skipped):,} left out: see above)" if result.skipped else ""
     print(f"checkpoint  {ckpt_dir}")
+    print(f"languages   {translator.src_lang} -> {translator.tgt_lang}")
     print(
-        f"pairs       {what}: {result.sentences} sentence pairs, beam size {args.beam_size}"
+        f"pairs       {what}: {result.sentences} sentence pairs{left_out}, beam size {args.beam_size}"
         + (f", compute type {args.compute_type}" if args.compute_type != "float32" else "")
     )
     print(f"BLEU        {result.bleu:.2f}   ({result.bleu_signature})")
@@ -194,7 +280,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"accuracy    {result.accuracy:.4f}")
     if args.output is not None:
         print(f"hypotheses  {args.output}")
-    for i in range(min(args.examples, len(sources))):
+    for i in [i for i in range(len(sources)) if i not in dict(result.skipped)][: args.examples]:
         print(f"\n  source     {sources[i]}\n  reference  {result.references[i]}\n  output     {result.hypotheses[i]}")
     return 0
 
@@ -205,7 +291,9 @@ def add_translate_parser(sub: Any) -> None:
         "translate",
         help="translate sentences with a trained model",
         description="Translate the sentences given as arguments, or one per line from "
-        "standard input; prints one translation per line.",
+        "standard input; prints one translation per line. The model translates from the source "
+        "language into the target language it was trained for (train --source-lang/--target-lang, "
+        "recorded in its checkpoints; said on standard error).",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
     p.add_argument(
@@ -229,18 +317,34 @@ def add_evaluate_parser(sub: Any) -> None:
         "evaluate",
         help="BLEU, chrF, loss and accuracy on held-out pairs or a pairs file",
         description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
-        "'English<TAB>Spanish[<TAB>...]' lines (--pairs), or on the run's own test (or "
-        "validation) split, rebuilt from the checkpoint's record.",
+        "sentence pairs (--pairs), or on the run's own test (or validation) split, rebuilt from the "
+        "checkpoint's record. The model translates from the source language into the target "
+        "language recorded when it was trained; the output names them.",
     )
     p.add_argument(
         "--pairs",
         type=path_option,
         default=None,
         metavar="FILE",
-        help="score on this pairs file instead of the run's split",
+        help="score on this pairs file instead of the run's split: a tab-separated file or two aligned files "
+        "'SOURCE_FILE,TARGET_FILE'. Its source column is the model's source language: a Tatoeba file "
+        "(spa.txt) is English first, another file source<TAB>target unless --columns says otherwise; a "
+        "file whose columns look the other way round for the model is refused",
     )
     p.add_argument(
-        "--output", type=path_option, default=None, metavar="FILE", help="write the translations here, one per line"
+        "--columns",
+        type=columns_option,
+        default=None,
+        metavar="COLS",
+        help="the columns of --pairs: the languages of its columns in order (en,es: the model's languages "
+        "pick), or two column numbers, source then target (2,1)",
+    )
+    p.add_argument(
+        "--output",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="write the translations here, one per line (never over an input: the pairs, the data file, the checkpoint)",
     )
     p.add_argument(
         "--model", type=path_option, required=True, help="run directory (its best checkpoint) or checkpoint directory"

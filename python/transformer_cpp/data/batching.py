@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -14,7 +14,20 @@ from .._checks import flag as _flag, integer as _integer, seed as _seed
 
 logger = logging.getLogger("transformer_cpp.data")
 
-__all__ = ["Batch", "EncodedPairs", "batch_plan", "batches", "encode_pairs", "make_batch", "num_batches"]
+__all__ = [
+    "Batch",
+    "EncodedPairs",
+    "ENCODE_CHUNK",
+    "batch_plan",
+    "batches",
+    "encode_pairs",
+    "make_batch",
+    "num_batches",
+    "token_lengths",
+]
+
+#: Sentences encoded at a time: the token lists of one chunk are the only ones alive at once.
+ENCODE_CHUNK = 8192
 
 
 @dataclass(eq=False)
@@ -44,13 +57,45 @@ class EncodedPairs:
         return int(self.src.shape[0])
 
 
-def _pad(rows: List[List[int]]) -> np.ndarray:
-    """Stack id lists into a zero-padded (len(rows), longest) int64 array."""
-    width = max(len(r) for r in rows)
-    out = np.zeros((len(rows), width), dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return out
+def _encode_ragged(sentences: List[str], tokenizer: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """``(ids, offsets)``: the token ids of every sentence (start and end included) one after the
+    other as int32, and where each sentence starts (``offsets[i]:offsets[i + 1]``), encoded a
+    chunk of :data:`ENCODE_CHUNK` sentences at a time, so that no list of every sentence's token
+    list is ever built."""
+    pieces: List[np.ndarray] = []
+    lengths = np.empty(len(sentences), dtype=np.int64)
+    for start in range(0, len(sentences), ENCODE_CHUNK):
+        rows = tokenizer.encode_batch(sentences[start : start + ENCODE_CHUNK], add_special_tokens=True)
+        lengths[start : start + len(rows)] = [len(r) for r in rows]
+        pieces.append(np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(sum(map(len, rows)))))
+    offsets = np.zeros(len(sentences) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+    return ids, offsets
+
+
+def token_lengths(sentences: Sequence[str], tokenizer: Any) -> np.ndarray:
+    """The number of tokens of each sentence, start and end included, as an int64 array (encoded
+    a chunk at a time: memory for one chunk's tokens, not the corpus's)."""
+    if isinstance(sentences, str):
+        raise TypeError("token_lengths: expected a list of sentences, got a single string")
+    items = list(sentences) if not isinstance(sentences, list) else sentences
+    lengths = np.empty(len(items), dtype=np.int64)
+    for start in range(0, len(items), ENCODE_CHUNK):
+        rows = tokenizer.encode_batch(items[start : start + ENCODE_CHUNK], add_special_tokens=True)
+        lengths[start : start + len(rows)] = [len(r) for r in rows]
+    return lengths
+
+
+def _pad(ids: np.ndarray, offsets: np.ndarray, fits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The sentences of a ragged encoding where ``fits`` is true as a zero-padded (kept, longest)
+    int64 array, and their lengths."""
+    all_lengths = np.diff(offsets)
+    lengths = all_lengths[fits]
+    out = np.zeros((len(lengths), int(lengths.max())), dtype=np.int64)
+    # row-major order of the non-padding cells is the order of the kept ids
+    out[np.arange(out.shape[1])[None, :] < lengths[:, None]] = ids[np.repeat(fits, all_lengths)]
+    return out, lengths
 
 
 def encode_pairs(
@@ -64,7 +109,9 @@ def encode_pairs(
 
     A pair is removed when either side has more than ``max_length`` tokens, start and end
     included (the tutorial's filter); ``None`` keeps every pair. Each side is padded with id 0
-    after its end token up to the longest kept sentence of that side.
+    after its end token up to the longest kept sentence of that side. The sentences are encoded
+    a chunk at a time into one flat array per side, so that the memory needed is about that of
+    the result.
 
     Args:
         src_sentences, tgt_sentences: parallel lists of sentences.
@@ -79,7 +126,8 @@ def encode_pairs(
     caller = "encode_pairs"
     if isinstance(src_sentences, str) or isinstance(tgt_sentences, str):
         raise TypeError(f"{caller}: expected lists of sentences, got a single string")
-    src_list, tgt_list = list(src_sentences), list(tgt_sentences)
+    src_list = src_sentences if isinstance(src_sentences, list) else list(src_sentences)
+    tgt_list = tgt_sentences if isinstance(tgt_sentences, list) else list(tgt_sentences)
     if len(src_list) != len(tgt_list):
         raise ValueError(
             f"{caller}: {len(src_list)} source sentences but {len(tgt_list)} target sentences; expected parallel lists"
@@ -92,26 +140,27 @@ def encode_pairs(
         if getattr(tok, "pad_id", 0) != 0:
             raise ValueError(f"{caller}: {label}.pad_id is {tok.pad_id}; padding must be id 0")
 
-    src_ids = src_tokenizer.encode_batch(src_list, add_special_tokens=True)
-    tgt_ids = tgt_tokenizer.encode_batch(tgt_list, add_special_tokens=True)
-    keep = [
-        i
-        for i, (s, t) in enumerate(zip(src_ids, tgt_ids))
-        if max_length is None or (len(s) <= max_length and len(t) <= max_length)
-    ]
+    src_ids, src_offsets = _encode_ragged(src_list, src_tokenizer)
+    tgt_ids, tgt_offsets = _encode_ragged(tgt_list, tgt_tokenizer)
+    src_len, tgt_len = np.diff(src_offsets), np.diff(tgt_offsets)
+    fits = (
+        np.ones(len(src_list), dtype=bool) if max_length is None else (src_len <= max_length) & (tgt_len <= max_length)
+    )
+    keep = np.flatnonzero(fits).astype(np.int64)
     removed = len(src_list) - len(keep)
-    if not keep:
+    if not len(keep):
         raise ValueError(f"{caller}: all {len(src_list)} pairs are longer than max_length={max_length} tokens")
-    src_kept = [src_ids[i] for i in keep]
-    tgt_kept = [tgt_ids[i] for i in keep]
     if removed:
         logger.info("%s: removed %d of %d pairs longer than %s tokens", caller, removed, len(src_list), max_length)
+    src, src_lengths = _pad(src_ids, src_offsets, fits)
+    del src_ids
+    tgt, tgt_lengths = _pad(tgt_ids, tgt_offsets, fits)
     return EncodedPairs(
-        src=_pad(src_kept),
-        tgt=_pad(tgt_kept),
-        src_lengths=np.array([len(s) for s in src_kept], dtype=np.int64),
-        tgt_lengths=np.array([len(t) for t in tgt_kept], dtype=np.int64),
-        indices=np.array(keep, dtype=np.int64),
+        src=src,
+        tgt=tgt,
+        src_lengths=src_lengths,
+        tgt_lengths=tgt_lengths,
+        indices=keep,
         removed=removed,
         max_length=max_length,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from .._checks import Limit
+from ..text import language_code
 from ..tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS
 from .split import check_fractions
 from .tatoeba import DECODE_ERRORS, SAMPLING_MODES, check_encoding
@@ -29,9 +30,18 @@ SPLIT_BY_PAIR = "by-pair"
 class DataRecord:
     """The data settings of a run and what the data gave (see the module docstring)."""
 
-    #: Source and target language codes (cleaning and tokenization follow them).
+    #: Source and target language codes (cleaning and tokenization follow them; a record without
+    #: them is English to Spanish, as every run was before they could be chosen).
     src_lang: str = "en"
     tgt_lang: str = "es"
+    #: The columns option as given: the languages of a tab-separated file's columns ("en,es"),
+    #: or its source and target column numbers ("2,1"); None to choose them from the file's name
+    #: (a Tatoeba file: English first) or take source<TAB>target.
+    columns: Optional[str] = None
+    #: The 1-based columns the sources and targets were read from (None before the data is read,
+    #: and for two aligned files); a record without them read columns 1 and 2.
+    source_column: Optional[int] = None
+    target_column: Optional[int] = None
     #: How the pairs were split: :data:`SPLIT_BY_SOURCE` or :data:`SPLIT_BY_PAIR`.
     split: str = SPLIT_BY_SOURCE
     #: Pairs read from the file (0 = all) and how they were chosen ("random" or "first", the shortest).
@@ -50,8 +60,13 @@ class DataRecord:
     #: How the file was read: its text encoding, and "strict" (stop at an undecodable line) or "skip".
     encoding: str = "utf-8"
     decode_errors: str = "strict"
-    #: The file (absolute path), how many pairs it gave, and a digest of each split's pairs.
+    #: The file (absolute path; the source sentences of two aligned files, ``target_path`` the
+    #: target ones), how many pairs it gave, and a digest of each split's pairs.
     path: Optional[str] = None
+    target_path: Optional[str] = None
+    #: The Tatoeba pair ("fra-eng") when the data came from the cache, and its archive's SHA-256.
+    tatoeba_pair: Optional[str] = None
+    archive_sha256: Optional[str] = None
     pairs_loaded: Optional[int] = None
     split_digests: Dict[str, str] = field(default_factory=dict)
     #: Keys of the stored section that are not fields here (checkpoint averaging adds
@@ -79,7 +94,25 @@ class DataRecord:
                 limit.check("DataRecord", name, value)
         check_fractions(self.valid_fraction, self.test_fraction, "DataRecord")
         check_encoding(self.encoding, "DataRecord")
+        self.src_lang = language_code(self.src_lang, "DataRecord: src_lang")
+        self.tgt_lang = language_code(self.tgt_lang, "DataRecord: tgt_lang")
+        if self.src_lang == self.tgt_lang:
+            raise ValueError(
+                f"DataRecord: the source and target languages are both {self.src_lang!r}; they must differ"
+            )
         return self
+
+    @property
+    def direction(self) -> str:
+        """``"es -> en"``: the source and target languages."""
+        return f"{self.src_lang} -> {self.tgt_lang}"
+
+    def read_columns(self) -> Any:
+        """The columns to read the data with: the recorded ones once the data was read, else the
+        columns option as given (None: chosen from the file)."""
+        if self.source_column is not None and self.target_column is not None:
+            return (int(self.source_column), int(self.target_column))
+        return self.columns
 
     @classmethod
     def from_dict(cls, values: Optional[Mapping[str, Any]]) -> "DataRecord":
@@ -89,6 +122,8 @@ class DataRecord:
         values = dict(values or {})
         legacy: Dict[str, Any] = {
             "sampling": "first",
+            "source_column": None if values.get("target_path") else 1,
+            "target_column": None if values.get("target_path") else 2,
             "split": SPLIT_BY_PAIR,
             "decode_errors": "strict" if "encoding" in values else "skip",
         }

@@ -177,12 +177,13 @@ def split_by_source(
     part_of_group[order[in_test]] = 0
     part_of_group[order[~in_test & (before < test_end + n_valid)]] = 1
     part = part_of_group[groups]
-    target_keys = [sentence_key(t) for t in targets]
-    test_refs = {target_keys[i] for i in np.flatnonzero(part == 0)}
-    valid_refs = {target_keys[i] for i in np.flatnonzero(part == 1)}
+    del group_of  # the keys of the sources: memory for the next step
+    # each target's key made when it is looked at, not kept for every pair
+    test_refs = {sentence_key(targets[i]) for i in np.flatnonzero(part == 0)}
+    valid_refs = {sentence_key(targets[i]) for i in np.flatnonzero(part == 1)}
     keep = np.ones(n, dtype=bool)
-    for i in range(n):
-        key = target_keys[i]
+    for i in np.flatnonzero(part != 0).tolist():
+        key = sentence_key(targets[i])
         if (part[i] == 2 and (key in test_refs or key in valid_refs)) or (part[i] == 1 and key in test_refs):
             keep[i] = False
     train = np.flatnonzero((part == 2) & keep).astype(np.int64)

@@ -5,8 +5,10 @@ data-parallel runs and the tools all call it."""
 
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, PRESETS, RECIPES, SIZE_FIELDS, preset_config, preset_recipe
 from .translation import (
+    AUTOMATIC_LENGTH_CAP,
     CHANGEABLE_ON_RESUME,
     LENGTH_COVERAGE,
+    OUTLIER_FACTOR,
     SetupSteps,
     Silent,
     Split,
@@ -30,10 +32,12 @@ from .translation import (
 )
 
 __all__ = [
+    "AUTOMATIC_LENGTH_CAP",
     "AUTO_PRECISION",
     "CHANGEABLE_ON_RESUME",
     "DEFAULT_PRESET",
     "LENGTH_COVERAGE",
+    "OUTLIER_FACTOR",
     "PRESETS",
     "RECIPES",
     "SIZE_FIELDS",

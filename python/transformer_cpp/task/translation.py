@@ -12,8 +12,10 @@ choose the length limit (:func:`choose_max_length`), encode (:func:`encode_split
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,28 +26,35 @@ import numpy as np
 from ..checkpoint import TRAINER_STATE_FILE, load_checkpoint, read_checkpoint_config
 from ..config import MODEL_FIELDS, defaults, option_fields
 from ..data import (
+    DATA_ENV_VAR,
+    DEFAULT_TATOEBA_PAIR,
     SPLIT_BY_SOURCE,
     DataRecord,
     EncodedPairs,
-    TatoebaPairs,
+    LineCountMismatch,
+    SentencePairs,
     UndecodableLineError,
     encode_pairs,
     length_limit,
     length_percentiles,
-    load_tatoeba,
+    read_pairs,
     split_by_source,
+    tatoeba_pair_for,
+    token_lengths,
     train_val_test_split,
 )
 from ..model import Transformer
 from ..precision import choose_precision, choose_size
-from ..text import clean_corpus
+from ..text import language_name
 from ..tokenizer import SubwordTokenizer
 from ..training import TrainConfig, Trainer, world_size_problem
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, SIZE_FIELDS, preset_config, preset_recipe
 
 __all__ = [
+    "AUTOMATIC_LENGTH_CAP",
     "CHANGEABLE_ON_RESUME",
     "LENGTH_COVERAGE",
+    "OUTLIER_FACTOR",
     "SetupSteps",
     "Silent",
     "Split",
@@ -70,6 +79,12 @@ __all__ = [
 
 #: Share of the training pairs that the automatic length limit (max_length_option 0) keeps.
 LENGTH_COVERAGE = 99.9
+#: The automatic length limit is at most this many tokens, and at most OUTLIER_FACTOR times the
+#: length that covers 99% of the training pairs: a few pairs far longer than the rest (a stray
+#: paragraph, lines run together) are left out of training, named, instead of setting the
+#: length of the model's batches. ``--max-length`` sets any limit in its range.
+AUTOMATIC_LENGTH_CAP = 1024
+OUTLIER_FACTOR = 4
 #: TrainConfig settings a resumed run may change (they do not alter what a step computes).
 CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last")
 
@@ -104,23 +119,64 @@ def _line_numbers(numbers: Sequence[int], shown: int = 20) -> str:
     return head[0] if len(head) == 1 else ", ".join(head[:-1]) + " and " + head[-1]
 
 
-def load_pairs(path: Optional[str], record: DataRecord, report: Report = say, **kwargs: Any) -> TatoebaPairs:
-    """:func:`~transformer_cpp.data.load_tatoeba` with the record's encoding and policy for
-    undecodable lines (``kwargs``: its sampling arguments); reports how many lines it kept and, by
-    reason, how many it left out."""
+def load_pairs(
+    path: Optional[str], record: DataRecord, report: Report = say, *, clean: bool = False, **kwargs: Any
+) -> SentencePairs:
+    """:func:`~transformer_cpp.data.read_pairs` as ``record`` says: its languages and columns,
+    encoding and policy for undecodable lines (``kwargs``: its sampling arguments; ``clean``: clean
+    each sentence in its language as it is read). Without ``path`` (and without
+    ``$TRANSFORMER_CPP_DATA``) the Tatoeba pair of the two languages. Reports where the pairs come
+    from, which column is which language, how many lines it kept and, by reason, how many it left
+    out."""
+    pair = tatoeba_pair_for(record.src_lang, record.tgt_lang)
+    if path is None and not os.environ.get(DATA_ENV_VAR) and pair is None:
+        raise TaskError(
+            f"no data given for {record.direction}, and no Tatoeba pair holds both languages (each pairs "
+            "English with another language): pass --data FILE (a tab-separated file, two aligned files "
+            f"'SOURCE,TARGET', or tatoeba:LLL-eng), or set {DATA_ENV_VAR}"
+        )
+    target_path = record.target_path
+    if path is not None and target_path is not None and "," not in path and not Path(path).is_dir():
+        path = f"{path},{target_path}"  # the run's two aligned files
     try:
-        pairs = load_tatoeba(path, encoding=record.encoding, errors=record.decode_errors, **kwargs)
+        pairs = read_pairs(
+            path,
+            columns=record.read_columns(),
+            languages=(record.src_lang, record.tgt_lang),
+            clean=clean,
+            pair=pair or DEFAULT_TATOEBA_PAIR,
+            encoding=record.encoding,
+            errors=record.decode_errors,
+            attributions=False,
+            **kwargs,
+        )
     except UndecodableLineError as exc:
         raise TaskError(
             f"'{exc.path}' line {exc.line} is not valid {exc.encoding}: {exc.detail}. If the file uses "
             f"another encoding, name it with --encoding (e.g. --encoding latin-1); --decode-errors skip "
             f"leaves such lines out instead"
         ) from None
+    except LineCountMismatch as exc:
+        raise TaskError(str(exc).split(": ", 1)[1]) from None
     stats = pairs.stats
-    message = f"loaded {len(pairs):,} sentence pairs from {pairs.source}"
+    where = f"{pairs.source},{pairs.target_file}" if pairs.target_file else str(pairs.source)
+    message = f"loaded {len(pairs):,} sentence pairs from {where}"
     if stats.skipped:
         message += f"; left out {stats.skipped:,} of {stats.read:,} lines ({stats.describe_skipped()})"
     report(message)
+    src, tgt = language_name(record.src_lang), language_name(record.tgt_lang)
+    if pairs.columns is not None:
+        report(
+            f"source: column {pairs.columns[0]}, {src} ({record.src_lang}); target: column {pairs.columns[1]}, {tgt} ({record.tgt_lang})"
+        )
+    else:
+        report(
+            f"source: {pairs.source}, {src} ({record.src_lang}); target: {pairs.target_file}, {tgt} ({record.tgt_lang})"
+        )
+    if pairs.sha256:
+        report(
+            f"Tatoeba archive sha256 {pairs.sha256}; licence CC-BY 2.0 FR, authors in {pairs.about or 'the archive'}"
+        )
     if stats.undecodable:
         report(
             f"{pairs.source}: not valid {stats.encoding}, left out: line{'s' if stats.undecodable > 1 else ''} "
@@ -131,11 +187,13 @@ def load_pairs(path: Optional[str], record: DataRecord, report: Report = say, **
 
 @dataclass
 class Split:
-    """A run's cleaned sentence pairs in three parts, each ``(sources, targets)``."""
+    """A run's cleaned sentence pairs in three parts, each ``(sources, targets)``; ``lines`` holds
+    each part's line numbers in the data file, when known (messages name a pair by its line)."""
 
     train: Tuple[List[str], List[str]]
     valid: Tuple[List[str], List[str]]
     test: Tuple[List[str], List[str]]
+    lines: Dict[str, List[int]] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Tuple[List[str], List[str]]:
         if name not in ("train", "valid", "test"):
@@ -154,10 +212,15 @@ def split_digest(sources: Sequence[str], targets: Sequence[str]) -> str:
 
 
 def split_sentences(
-    sources: Sequence[str], targets: Sequence[str], record: DataRecord, report: Report = say
+    sources: Sequence[str],
+    targets: Sequence[str],
+    record: DataRecord,
+    report: Report = say,
+    lines: Optional[Sequence[int]] = None,
 ) -> Tuple[Split, DataRecord]:
     """Split cleaned pairs as ``record`` says (by source sentence, or pair by pair for runs that
-    recorded that); returns the split and the record with each part's digest."""
+    recorded that); returns the split and the record with each part's digest. ``lines``: the
+    pairs' line numbers in the data file, kept with each part."""
     if record.split == SPLIT_BY_SOURCE:
         by_source = split_by_source(
             sources, targets, record.valid_fraction, record.test_fraction, seed=record.split_seed
@@ -171,22 +234,43 @@ def split_sentences(
     else:
         parts = train_val_test_split(len(sources), record.valid_fraction, record.test_fraction, seed=record.split_seed)
     chosen = [([sources[i] for i in idx], [targets[i] for i in idx]) for idx in parts]
-    split = Split(*chosen)
+    split = Split(train=chosen[0], valid=chosen[1], test=chosen[2])
+    if lines is not None and len(lines) == len(sources):
+        split.lines = {name: [lines[i] for i in idx] for name, idx in zip(("train", "valid", "test"), parts)}
     digests = {name: split_digest(*split[name]) for name in ("train", "valid", "test")}
     return split, record.replace(split_digests=digests)
 
 
 def load_split(path: Optional[str], record: DataRecord, report: Report = say) -> Tuple[Split, DataRecord]:
-    """Load, clean and split the pairs as ``record`` says; returns the split and the record with
-    the file's absolute path, the number of pairs loaded and each part's digest."""
+    """Load, clean (each side in its language, as it is read) and split the pairs as ``record``
+    says; returns the split and the record with the file's absolute path, the columns read, the
+    number of pairs loaded and each part's digest."""
     pairs = load_pairs(
-        path, record, report, num_samples=record.num_samples or None, sampling=record.sampling, seed=record.split_seed
+        path,
+        record,
+        report,
+        clean=True,
+        num_samples=record.num_samples or None,
+        sampling=record.sampling,
+        seed=record.split_seed,
     )
-    sources = clean_corpus(pairs.english, record.src_lang)
-    targets = clean_corpus(pairs.spanish, record.tgt_lang)
-    split, record = split_sentences(sources, targets, record, report)
+    loaded = len(pairs)
+    sources, targets = pairs.sources, pairs.targets
+    lines = pairs.line_numbers or None
+    pairs.sources, pairs.targets = [], []  # the split's lists are the only ones kept
+    split, record = split_sentences(sources, targets, record, report, lines)
+    del sources, targets
     resolved = str(Path(pairs.source).resolve()) if pairs.source else None
-    return split, record.replace(path=resolved, pairs_loaded=len(pairs))
+    columns = pairs.columns or (None, None)
+    return split, record.replace(
+        path=resolved,
+        target_path=str(Path(pairs.target_file).resolve()) if pairs.target_file else None,
+        source_column=columns[0],
+        target_column=columns[1],
+        tatoeba_pair=pairs.source.parent.name if pairs.sha256 and pairs.source else None,
+        archive_sha256=pairs.sha256,
+        pairs_loaded=loaded,
+    )
 
 
 def check_same_split(name: str, recorded: DataRecord, rebuilt: DataRecord) -> None:
@@ -208,18 +292,49 @@ def check_same_split(name: str, recorded: DataRecord, rebuilt: DataRecord) -> No
         )
 
 
+def _fewest_tokens(sentence: str, bound: int) -> int:
+    """How many tokens this program's tokenizers make of ``sentence`` at least, start and end
+    included, known without tokenizing it (so that an enormous line costs no tokenizing): one per
+    word between ASCII spaces, tabs or line breaks (a piece of the byte-level pre-tokenizer never
+    spans one), and two. Only counted for a sentence of more than ``bound`` characters (a shorter
+    one has at most ``bound`` words); 0 for it."""
+    if len(sentence) <= bound:
+        return 0
+    return len(sentence.encode("utf-8", "surrogatepass").split()) + 2
+
+
+def _surely_longer(sources: Sequence[str], targets: Sequence[str], bound: int) -> List[int]:
+    """The positions of the pairs that have more than ``bound`` tokens on one side for certain
+    (:func:`_fewest_tokens`)."""
+    return [
+        i
+        for i, (src, tgt) in enumerate(zip(sources, targets))
+        if max(_fewest_tokens(src, bound), _fewest_tokens(tgt, bound)) > bound
+    ]
+
+
 def encode_split(
     split: Split, name: str, src_tok: Any, tgt_tok: Any, max_length: Optional[int]
 ) -> Optional[EncodedPairs]:
-    """The ``name`` part encoded (pairs longer than ``max_length`` left out), or None if it is empty."""
+    """The ``name`` part encoded (pairs longer than ``max_length`` left out, those with more words
+    than ``max_length`` before they are tokenized), or None if it is empty."""
     src, tgt = split[name]
     if not src:
         return None
+    long = set(_surely_longer(src, tgt, max_length)) if max_length else set()
+    kept = [i for i in range(len(src)) if i not in long]
     try:
-        return encode_pairs(src, tgt, src_tok, tgt_tok, max_length)
+        if not kept:
+            raise ValueError(f"all {len(src)} pairs are longer than max_length={max_length} tokens")
+        encoded = encode_pairs([src[i] for i in kept], [tgt[i] for i in kept], src_tok, tgt_tok, max_length)
     except ValueError as exc:
         hint = "; raise --max-length (0 = automatic)" if "longer than max_length" in str(exc) else ""
         raise TaskError(f"the {name} split has no usable pair: {exc}{hint}") from None
+    if not long:
+        return encoded
+    return dataclasses.replace(
+        encoded, indices=np.asarray(kept, dtype=np.int64)[encoded.indices], removed=encoded.removed + len(long)
+    )
 
 
 def _encode_valid(
@@ -235,27 +350,70 @@ def _encode_valid(
 
 def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, report: Report = say) -> int:
     """The training length limit: ``option`` if > 0, else the length that covers
-    :data:`LENGTH_COVERAGE` percent of the training pairs; reports the percentiles."""
+    :data:`LENGTH_COVERAGE` percent of the training pairs, capped (:data:`AUTOMATIC_LENGTH_CAP`,
+    :data:`OUTLIER_FACTOR`: the pairs beyond the cap are reported by their line in the data
+    file); reports the percentiles."""
     src, tgt = split.train
-    lengths = [max(len(a), len(b)) for a, b in zip(src_tok.encode_batch(src), tgt_tok.encode_batch(tgt))]
+    # a pair with more words than any limit the run may take is not tokenized: its length in
+    # tokens is at least its words (an enormous line costs no tokenizing)
+    bound = int(option) if option else AUTOMATIC_LENGTH_CAP
+    long = _surely_longer(src, tgt, bound)
+    if long:
+        lengths = np.zeros(len(src), dtype=np.int64)
+        for i in long:
+            lengths[i] = max(_fewest_tokens(src[i], bound), _fewest_tokens(tgt[i], bound))
+        skip = set(long)
+        kept = [i for i in range(len(src)) if i not in skip]
+        lengths[kept] = np.maximum(  # a chunk at a time
+            token_lengths([src[i] for i in kept], src_tok), token_lengths([tgt[i] for i in kept], tgt_tok)
+        )
+    else:
+        lengths = np.maximum(token_lengths(src, src_tok), token_lengths(tgt, tgt_tok))  # a chunk at a time
     pct = length_percentiles(lengths)
     report(
         "training pair lengths in tokens (longer side, start and end included): "
         + ", ".join(f"{p:g}% <= {v}" for p, v in pct.items())
     )
     if option:
-        kept = sum(n <= option for n in lengths) / len(lengths) * 100
-        report(f"max length {option} tokens (--max-length) keeps {kept:.2f}% of the training pairs")
+        share = sum(n <= option for n in lengths) / len(lengths) * 100
+        report(f"max length {option} tokens (--max-length) keeps {share:.2f}% of the training pairs")
         return int(option)
     limit = length_limit(lengths, LENGTH_COVERAGE)
-    report(f"max length {limit} tokens: covers {LENGTH_COVERAGE}% of the training pairs")
+    ceiling = min(AUTOMATIC_LENGTH_CAP, OUTLIER_FACTOR * length_limit(lengths, 99.0))
+    if limit <= ceiling:
+        report(f"max length {limit} tokens: covers {LENGTH_COVERAGE}% of the training pairs")
+        return limit
+    covered = limit
+    limit = max((n for n in lengths if n <= ceiling), default=ceiling)  # the longest pair within it
+    outliers = [i for i, n in enumerate(lengths) if n > limit]
+    counted_from_words = set(long)
+    lines = split.lines.get("train")
+    named = [
+        (f"line {lines[i]}" if lines else f"training pair {i + 1}")
+        + (f" (at least {lengths[i]:,} tokens)" if i in counted_from_words else f" ({lengths[i]:,} tokens)")
+        for i in outliers[:5]
+    ]
+    more = f" and {len(outliers) - 5:,} more" if len(outliers) > 5 else ""
+    report(
+        f"max length {limit} tokens, not the {covered:,} that would cover {LENGTH_COVERAGE}% of the training pairs: "
+        f"{len(outliers):,} pair(s) far longer than the rest (over {ceiling} tokens: {OUTLIER_FACTOR}x the length "
+        f"of 99% of them, {AUTOMATIC_LENGTH_CAP} at most) are left out of training: data file "
+        f"{', '.join(named)}{more}; --max-length sets another limit"
+    )
     return limit
 
 
 def build_tokenizers(split: Split, record: DataRecord, report: Report = say) -> Tuple[Any, Any]:
-    """The subword tokenizers of the training part: one per language, or one shared (``joint_vocab``)."""
+    """The subword tokenizers of the training part: one per language, or one shared (``joint_vocab``);
+    pairs with more words than the length limit can be (``max_length_option``, else
+    :data:`AUTOMATIC_LENGTH_CAP`) are left out of the corpus, as they are of training."""
     vocab = int(record.vocab_size)
     src, tgt = split.train
+    # pairs too long for any limit the run may take are never trained on: not learnt from either
+    long = set(_surely_longer(src, tgt, int(record.max_length_option or 0) or AUTOMATIC_LENGTH_CAP))
+    if long and len(long) < len(src):
+        src = [s for i, s in enumerate(src) if i not in long]
+        tgt = [t for i, t in enumerate(tgt) if i not in long]
     if record.joint_vocab:
         tok = SubwordTokenizer.build_from_corpus(list(src) + list(tgt), vocab)
         report(f"joint subword vocabulary: {tok.vocab_size:,} tokens (target {vocab:,})")
@@ -356,7 +514,8 @@ def check_resume_request(
             "--resume continues the run in --out with its own settings, and these options differ "
             "from it: " + ", ".join(conflicts) + "; drop them, or start a new run with another --out"
         )
-    return {k: v for k, v in train.items() if k in CHANGEABLE_ON_RESUME}
+    # the changes are the options given: a preset's value is not a request to change the run
+    return {k: v for k, v in request.training.items() if k in CHANGEABLE_ON_RESUME}
 
 
 # ------------------------------------------------------------------------------------ data parallel
@@ -602,11 +761,12 @@ def _resume_here(request: TrainRequest, out: Path, parallel: Any, report: Report
         train,
         valid,
         checkpoint_dir=out,
-        epochs=changes.get("epochs"),
         threads=request.threads,
         progress=None if request.progress else False,
-        time_budget=changes.get("time_budget"),
         parallel=parallel,
+        # every other setting a resumed run may change (epochs, time budget, pruning, averaging):
+        # one that from_checkpoint did not take would fail here, not be ignored
+        **{k: v for k, v in changes.items() if k not in ("threads", "progress")},
     )
     trainer.config.adaptive_threads = request.adaptive_threads  # how threads are used: not part of the run
     report(

@@ -22,6 +22,7 @@ from ..checkpoint import (
     LOCK_FILE,
     average_checkpoints,
     check_writable,
+    foreign_entries,
     list_checkpoints,
     lock_run,
     mark_best,
@@ -62,6 +63,19 @@ class RunDirectory:
         """Create the directory if needed and check that files can be written in it (before any work,
         not after the first epoch); ``OSError`` naming it otherwise."""
         return check_writable(self.path, self.what)
+
+    def check_own_entries(self) -> None:
+        """Refuse, before any work, a directory that holds something of the user's under a name a
+        run writes (a checkpoint name, ``averaged``, ``latest``, ``best``, ``.lock``): a run
+        never replaces what it did not write. ``FileExistsError`` naming the first such entries."""
+        found = foreign_entries(self.path)
+        if found:
+            listed = "; ".join(f"'{path}' ({reason})" for path, reason in found[:3])
+            more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+            raise FileExistsError(
+                f"{self.what} '{self.path}' holds what transformer-cpp did not write under a name a run "
+                f"writes: {listed}{more}; it is left as it is: move it elsewhere, or choose another directory"
+            )
 
     def lock(self) -> "contextlib.AbstractContextManager[Path]":
         """The run's lock for a ``with`` block (:func:`~transformer_cpp.checkpoint.lock_run`): one

@@ -115,7 +115,10 @@ class Trainer:
         valid_data: validation pairs (loss and accuracy after each epoch), or ``None``.
         config: the :class:`TrainConfig` (default settings if ``None``).
         src_tokenizer, tgt_tokenizer: needed to write checkpoints (they are saved with them).
-        checkpoint_dir: the run directory for a checkpoint after every epoch, or ``None``.
+        checkpoint_dir: the run directory for a checkpoint after every epoch, or ``None``; one
+            that holds something of the user's under a name a run writes (a directory
+            ``epoch-0002`` without a checkpoint manifest, say) is refused at once with
+            ``FileExistsError`` naming it.
         data_info: JSON-serialisable description of the data (file, number of pairs, split seed,
             fractions, languages...), stored in each checkpoint so that the split can be rebuilt.
         parallel: a :class:`~transformer_cpp.distributed.DataParallel` to train on several
@@ -161,6 +164,7 @@ class Trainer:
                     "Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)"
                 )
             self.run_dir.check_writable()  # before any work, not after an epoch
+            self.run_dir.check_own_entries()  # nothing of the user's under a name a run writes
         self.data_info = dict(data_info) if data_info is not None else None
         _check_vocabularies(model, src_tokenizer, tgt_tokenizer, train_data, valid_data)
         _configure_model(model, self.config)
@@ -283,6 +287,8 @@ class Trainer:
         threads: Optional[int] = None,
         progress: Optional[bool] = None,
         time_budget: Optional[float] = None,
+        keep_checkpoints: Optional[int] = None,
+        average_last: Optional[int] = None,
         parallel: Any = None,
     ) -> "Trainer":
         """A trainer that continues the run saved at ``path`` (a run directory, one checkpoint
@@ -290,8 +296,9 @@ class Trainer:
 
         ``train_data`` and ``valid_data`` must be the same encoded pairs as in the saved run
         (checked with a hash). The model, tokenizers, optimiser state, settings and history come
-        from the checkpoint; ``epochs`` (the total to reach), ``threads``, ``progress`` and
-        ``time_budget`` may be changed. New checkpoints go to ``checkpoint_dir``, by default the run
+        from the checkpoint; ``epochs`` (the total to reach), ``threads``, ``progress``,
+        ``time_budget``, ``keep_checkpoints`` and ``average_last`` may be changed (None keeps the
+        run's). New checkpoints go to ``checkpoint_dir``, by default the run
         directory that holds ``path``. ``parallel`` (a
         :class:`~transformer_cpp.distributed.DataParallel`) must have as many ranks as the run had.
 
@@ -307,7 +314,15 @@ class Trainer:
             )
         if ckpt.trainer_state is None or ckpt.train_config is None:
             raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
-        config = _resumed_config(ckpt, epochs=epochs, threads=threads, progress=progress, time_budget=time_budget)
+        config = _resumed_config(
+            ckpt,
+            epochs=epochs,
+            threads=threads,
+            progress=progress,
+            time_budget=time_budget,
+            keep_checkpoints=keep_checkpoints,
+            average_last=average_last,
+        )
         trainer = cls(
             ckpt.model,
             train_data,
@@ -378,7 +393,14 @@ class Trainer:
         n = self.config.val_bleu_sentences
         if not n or self.valid_data is None or self.tgt_tokenizer is None:
             return None
-        return bleu_of_encoded(self.model if model is None else model, self.valid_data, self.tgt_tokenizer, n)
+        tgt_lang = (self.data_info or {}).get("tgt_lang")
+        return bleu_of_encoded(
+            self.model if model is None else model,
+            self.valid_data,
+            self.tgt_tokenizer,
+            n,
+            tgt_lang=tgt_lang if isinstance(tgt_lang, str) else None,
+        )
 
     # ------------------------------------------------------------------ training
 

@@ -20,7 +20,7 @@ from .decoding import (
     output_limit,
     pad_rows,
 )
-from .evaluation import EvaluationResult, bleu_of_encoded, evaluate, evaluate_loss
+from .evaluation import EvaluationResult, bleu_of_encoded, bleu_tokenizer, evaluate, evaluate_loss, order_losses
 from .translator import LongInputWarning, Translation, Translator, token_piece
 
 __all__ = [
@@ -32,11 +32,13 @@ __all__ = [
     "Translation",
     "Translator",
     "bleu_of_encoded",
+    "bleu_tokenizer",
     "check_compute_type",
     "cross_attention",
     "decode_rows",
     "evaluate",
     "evaluate_loss",
+    "order_losses",
     "greedy_decode",
     "greedy_decode_reference",
     "greedy_reference",

@@ -129,6 +129,8 @@ class Translator:
         src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
         src_lang: language of the input, for :func:`~transformer_cpp.text.clean_sentence`
             (``"en"``); ``None`` skips cleaning.
+        tgt_lang: language of the output (``None``: not known; a checkpoint records both, and
+            :meth:`from_checkpoint` sets them).
         max_length: most tokens to generate per sentence (default: ``1.5 * source tokens + 10``
             each; a number caps that).
         trained_length: the longest training pair in tokens (inputs beyond it get a
@@ -166,16 +168,20 @@ class Translator:
         tgt_tokenizer: Any,
         *,
         src_lang: Optional[str] = "en",
+        tgt_lang: Optional[str] = None,
         max_length: Optional[int] = None,
         trained_length: Optional[int] = None,
         compute_type: str = "float32",
     ) -> None:
-        if src_lang is not None:
-            resolve_language(src_lang, "Translator: src_lang")  # an unknown language fails here, not per sentence
+        if src_lang is not None:  # a string that is no language fails here, not per sentence
+            src_lang = resolve_language(src_lang, "Translator: src_lang")
+        if tgt_lang is not None:
+            tgt_lang = resolve_language(tgt_lang, "Translator: tgt_lang")
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.src_lang = src_lang
+        self.tgt_lang = tgt_lang
         self.trained_length = None if trained_length is None else int(trained_length)
         for label, tok, key in (
             ("src_tokenizer", src_tokenizer, "src_vocab_size"),
@@ -237,7 +243,8 @@ class Translator:
             ckpt.model,
             ckpt.src_tokenizer,
             ckpt.tgt_tokenizer,
-            src_lang=data.get("src_lang", "en"),
+            src_lang=data.get("src_lang", "en"),  # records without languages are English to Spanish
+            tgt_lang=data.get("tgt_lang", "es"),
             max_length=max_length,
             trained_length=trained,
             compute_type=compute_type,
