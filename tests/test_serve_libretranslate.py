@@ -116,3 +116,12 @@ def test_libretranslatepy_against_the_command_line_server(translator, tmp_path):
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_health_info_and_page_say_the_languages(client):
+    health = client.get("/health").json()
+    assert (health["source_language"], health["target_language"]) == ("en", "es")
+    info = client.get("/info").json()
+    assert (info["source_language"], info["target_language"]) == ("en", "es")
+    assert info["languages"] == "English -> Spanish"
+    assert "info.languages" in client.get("/").text  # the page shows them above the model's shape

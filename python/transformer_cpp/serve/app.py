@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._version import __version__
+from ..text import language_name
 from ..translate import Translator
 from .batcher import Batcher, EncodedText, encode_text
 from .config import (
@@ -102,6 +103,13 @@ def _checkpoint_name(path: Any) -> Optional[str]:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
+def _languages(translator: Translator) -> Optional[str]:
+    """``"English -> Spanish"``: the model's direction as a person reads it (None when unknown)."""
+    if translator.src_lang is None or translator.tgt_lang is None:
+        return None
+    return f"{language_name(translator.src_lang)} -> {language_name(translator.tgt_lang)}"
+
+
 def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str, Any]:
     """The answer of ``GET /info``."""
     return {
@@ -114,6 +122,8 @@ def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str
             "target": int(translator.tgt_tokenizer.vocab_size),
         },
         "source_language": translator.src_lang,
+        "target_language": translator.tgt_lang,
+        "languages": _languages(translator),
         "trained_length": translator.trained_length,
         "max_output_tokens": translator.max_length,
         "compute_type": translator.compute_type,
@@ -501,7 +511,12 @@ def create_app(
         stats["mean_batch"] = round(stats["sentences"] / stats["batches"], 3) if stats["batches"] else None
         if batcher.closing:
             return JSONResponse({"status": "shutting down", "batcher": stats}, status_code=503)
-        return {"status": "ok", "batcher": stats}
+        return {
+            "status": "ok",
+            "source_language": source_lang,
+            "target_language": target_lang,
+            "batcher": stats,
+        }
 
     @app.get("/info", summary="The model, its checkpoint, the package version and the server's limits")
     async def info() -> Any:

@@ -21,51 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from ..text import language_name
 from .config import ServeConfig, ServeError, check_texts
 
 __all__ = ["FIELDS", "LibreRequest", "is_libre_request", "language_list", "libre_answer", "parse_libre_request"]
 
 #: The fields a LibreTranslate ``/translate`` request may carry.
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key")
-
-# English names of the languages a client shows in its menus (ISO 639-1 codes); other codes are
-# shown as the code itself.
-_NAMES = {
-    "ar": "Arabic",
-    "bg": "Bulgarian",
-    "ca": "Catalan",
-    "cs": "Czech",
-    "da": "Danish",
-    "de": "German",
-    "el": "Greek",
-    "en": "English",
-    "eo": "Esperanto",
-    "es": "Spanish",
-    "et": "Estonian",
-    "fa": "Persian",
-    "fi": "Finnish",
-    "fr": "French",
-    "he": "Hebrew",
-    "hi": "Hindi",
-    "hu": "Hungarian",
-    "id": "Indonesian",
-    "it": "Italian",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "lt": "Lithuanian",
-    "nl": "Dutch",
-    "pl": "Polish",
-    "pt": "Portuguese",
-    "ro": "Romanian",
-    "ru": "Russian",
-    "sk": "Slovak",
-    "sv": "Swedish",
-    "th": "Thai",
-    "tr": "Turkish",
-    "uk": "Ukrainian",
-    "vi": "Vietnamese",
-    "zh": "Chinese",
-}
 
 
 @dataclass(frozen=True)
@@ -167,6 +129,6 @@ def language_list(source_lang: Optional[str], target_lang: Optional[str]) -> Lis
     if source_lang is None or target_lang is None:
         return []
     return [
-        {"code": source_lang, "name": _NAMES.get(source_lang, source_lang), "targets": [target_lang]},
-        {"code": target_lang, "name": _NAMES.get(target_lang, target_lang), "targets": []},
+        {"code": source_lang, "name": language_name(source_lang), "targets": [target_lang]},
+        {"code": target_lang, "name": language_name(target_lang), "targets": []},
     ]
