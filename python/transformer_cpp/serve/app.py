@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._version import __version__
+from ..text import language_name
 from ..translate import Translator
 from .batcher import Batcher, EncodedText, encode_text
 from .config import (
@@ -40,9 +41,11 @@ from .config import (
     api_models,
     check_work,
     field_name,
+    is_form,
     parse_request,
     read_json_body,
 )
+from .libretranslate import is_libre_request, language_list, libre_answer, parse_libre_request
 
 __all__ = [
     "DEFAULT_KEEP_ALIVE_TIMEOUT",
@@ -100,6 +103,13 @@ def _checkpoint_name(path: Any) -> Optional[str]:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
+def _languages(translator: Translator) -> Optional[str]:
+    """``"English -> Spanish"``: the model's direction as a person reads it (None when unknown)."""
+    if translator.src_lang is None or translator.tgt_lang is None:
+        return None
+    return f"{language_name(translator.src_lang)} -> {language_name(translator.tgt_lang)}"
+
+
 def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str, Any]:
     """The answer of ``GET /info``."""
     return {
@@ -112,6 +122,8 @@ def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str
             "target": int(translator.tgt_tokenizer.vocab_size),
         },
         "source_language": translator.src_lang,
+        "target_language": translator.tgt_lang,
+        "languages": _languages(translator),
         "trained_length": translator.trained_length,
         "max_output_tokens": translator.max_output_tokens,
         "compute_type": translator.compute_type,
@@ -415,11 +427,11 @@ def create_app(
 
     # The body is read and checked here (not by FastAPI) to answer each kind of bad request with
     # its own status; openapi_extra documents it.
-    async def translate(request: Request) -> Any:
-        body = await read_json_body(request, config)
-        texts, beam_size, n_best, attention = parse_request(body, config)
-        single = isinstance(body, dict) and body.get("text") is not None
-        where: Callable[[int], str] = (lambda i: "text") if single else (lambda i: f"texts[{i}]")
+    async def decode(
+        request: Request, texts: List[str], beam_size: int, n_best: int, attention: bool, where: Callable[[int], str]
+    ) -> List[Dict[str, Any]]:
+        """Encode (off the loop), check the work, queue in the batcher and wait for the results;
+        a client that disconnects meanwhile has its waiting sentences dropped."""
         loop = asyncio.get_running_loop()
         encoded = await loop.run_in_executor(None, _encode_texts, translator, texts, where)
         options = batcher.decode_options(beam_size, n_best)
@@ -432,10 +444,34 @@ def create_app(
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if not job.future.done():
                 raise ClientGone(f"the client disconnected; its {len(encoded)} sentences were not all decoded")
-            results = job.future.result()
+            results: List[Dict[str, Any]] = job.future.result()
+            return results
         finally:
             watch.cancel()
             job.cancel()  # nothing when it is answered; else its waiting sentences are dropped
+
+    source_lang = getattr(translator, "src_lang", None)
+    target_lang = getattr(translator, "tgt_lang", None)
+
+    async def translate(request: Request) -> Any:
+        body = await read_json_body(request, config, forms=True)
+        loop = asyncio.get_running_loop()
+        if is_libre_request(body):  # LibreTranslate's fields (q, source, target, ...)
+            req = parse_libre_request(body, config, source_lang, target_lang)
+            where: Callable[[int], str] = (lambda i: f"q[{i}]") if req.as_list else (lambda i: "q")
+            results = await decode(request, req.texts, req.beam_size, req.n_best, False, where)
+            answer = libre_answer(req, results, str(source_lang))
+            return Response(await loop.run_in_executor(None, _render, answer), media_type="application/json")
+        if is_form(request.headers.get("content-type")):
+            raise ServeError(
+                415,
+                "send the request as JSON (Content-Type: application/json); forms are accepted only with "
+                "LibreTranslate's fields (q, source, target)",
+            )
+        texts, beam_size, n_best, attention = parse_request(body, config)
+        single = isinstance(body, dict) and body.get("text") is not None
+        where = (lambda i: "text") if single else (lambda i: f"texts[{i}]")
+        results = await decode(request, texts, beam_size, n_best, attention, where)
         payload = {"translations": results, "beam_size": beam_size, "n_best": n_best}
         return Response(await loop.run_in_executor(None, _render, payload), media_type="application/json")
 
@@ -465,13 +501,22 @@ def create_app(
         },
     )(translate)
 
+    @app.get("/languages", summary="The model's languages, in LibreTranslate's form")
+    async def languages() -> Any:
+        return language_list(source_lang, target_lang)
+
     @app.get("/health", summary="Liveness, with the batcher's counters")
     async def health() -> Any:
         stats: Dict[str, Any] = dict(batcher.stats, queued=batcher.queued)
         stats["mean_batch"] = round(stats["sentences"] / stats["batches"], 3) if stats["batches"] else None
         if batcher.closing:
             return JSONResponse({"status": "shutting down", "batcher": stats}, status_code=503)
-        return {"status": "ok", "batcher": stats}
+        return {
+            "status": "ok",
+            "source_language": source_lang,
+            "target_language": target_lang,
+            "batcher": stats,
+        }
 
     @app.get("/info", summary="The model, its checkpoint, the package version and the server's limits")
     async def info() -> Any:

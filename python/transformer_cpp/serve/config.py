@@ -21,15 +21,19 @@ from ..text import is_blank
 from ..translate import DecodeOptions
 
 __all__ = [
+    "FORM",
     "SERVE_EXTRA_HINT",
     "ClientGone",
     "ServeConfig",
     "ServeError",
     "api_models",
+    "check_texts",
     "check_work",
     "field_name",
     "host_patterns",
+    "is_form",
     "is_json",
+    "parse_form",
     "parse_request",
     "read_json_body",
     "text_work",
@@ -229,6 +233,31 @@ def api_models() -> Dict[str, Any]:
     return {"request": TranslateRequest, "response": TranslateResponse, "error": ErrorResponse}
 
 
+#: The media type of HTML forms, which LibreTranslate clients send.
+FORM = "application/x-www-form-urlencoded"
+
+
+def is_form(content_type: Optional[str]) -> bool:
+    """Whether a Content-Type header names a URL-encoded form."""
+    return bool(content_type) and str(content_type).split(";", 1)[0].strip().lower() == FORM
+
+
+def parse_form(body: bytes, config: ServeConfig) -> Dict[str, Any]:
+    """A URL-encoded form as a dict: a field given once is a string, one given several times a
+    list; :class:`ServeError` 400 when it is not UTF-8 or has too many fields."""
+    from urllib.parse import parse_qs
+
+    try:
+        fields = parse_qs(
+            body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=config.max_texts + 16
+        )
+    except UnicodeDecodeError:
+        raise ServeError(400, "the form is not UTF-8") from None
+    except ValueError as exc:  # too many fields
+        raise ServeError(400, f"the form has too many fields: {exc}") from None
+    return {k: v[0] if len(v) == 1 else v for k, v in fields.items()}
+
+
 def is_json(content_type: Optional[str]) -> bool:
     """Whether a Content-Type header names JSON (``application/json`` or ``application/*+json``)."""
     if not content_type:
@@ -262,15 +291,17 @@ def _timed_out(config: ServeConfig) -> ServeError:
     )
 
 
-async def read_json_body(request: Any, config: ServeConfig) -> Any:
-    """The parsed JSON body of ``request``, or :class:`ServeError` 415 / 413 / 400, or 408 when the
-    body does not arrive within ``config.read_timeout`` seconds; :class:`ClientGone` when the
-    client disconnects while sending it."""
+async def read_json_body(request: Any, config: ServeConfig, forms: bool = False) -> Any:
+    """The parsed JSON body of ``request`` (with ``forms``, a URL-encoded form too, as
+    :func:`parse_form` gives it), or :class:`ServeError` 415 / 413 / 400, or 408 when the body does
+    not arrive within ``config.read_timeout`` seconds; :class:`ClientGone` when the client
+    disconnects while sending it."""
     from starlette.requests import ClientDisconnect
 
     drain_cap = max(16 * config.max_request_bytes, 4 << 20)
     drain_time = config.read_timeout
-    if not is_json(request.headers.get("content-type")):
+    form = forms and is_form(request.headers.get("content-type"))
+    if not form and not is_json(request.headers.get("content-type")):
         await _drain(request, drain_cap, drain_time)
         raise ServeError(
             415,
@@ -309,6 +340,8 @@ async def read_json_body(request: Any, config: ServeConfig) -> Any:
     if body is None:
         await _drain(request, drain_cap, drain_time)
         raise ServeError(413, f"the request body is over {config.max_request_bytes:,} bytes (max_request_bytes)")
+    if form:
+        return parse_form(body, config)
     if not body.strip():
         raise ServeError(400, 'the request body is empty; send a JSON object such as {"text": "..."}')
     try:
@@ -320,6 +353,27 @@ async def read_json_body(request: Any, config: ServeConfig) -> Any:
             if not isinstance(exc, RecursionError)
             else "the request body nests too deeply",
         ) from None
+
+
+def check_texts(texts: Sequence[str], config: ServeConfig, where: Callable[[int], str], status: int = 422) -> None:
+    """:class:`ServeError` ``status`` when there are more than ``max_texts`` texts, or one is over
+    ``max_chars`` characters or empty once whitespace and invisible characters are removed
+    (``where(i)`` names text ``i`` in the message)."""
+    if len(texts) > config.max_texts:
+        raise ServeError(
+            status, f"{len(texts):,} texts in one request; at most {config.max_texts} are accepted (max_texts)"
+        )
+    for i, t in enumerate(texts):
+        if len(t) > config.max_chars:
+            raise ServeError(
+                status, f"{where(i)} has {len(t):,} characters; at most {config.max_chars:,} are accepted (max_chars)"
+            )
+        if is_blank(t):
+            raise ServeError(
+                status,
+                f"{where(i)} is empty"
+                + (" (it holds only invisible characters such as zero-width spaces)" if t.strip() else ""),
+            )
 
 
 def parse_request(body: Any, config: ServeConfig) -> Tuple[List[str], int, int, bool]:
@@ -347,21 +401,7 @@ def parse_request(body: Any, config: ServeConfig) -> Tuple[List[str], int, int, 
     where: Callable[[int], str] = (lambda i: "text") if req.text is not None else (lambda i: f"texts[{i}]")
     if not texts:
         raise ServeError(422, '"texts" is empty; give at least one sentence')
-    if len(texts) > config.max_texts:
-        raise ServeError(
-            422, f"{len(texts):,} texts in one request; at most {config.max_texts} are accepted (max_texts)"
-        )
-    for i, t in enumerate(texts):
-        if len(t) > config.max_chars:
-            raise ServeError(
-                422, f"{where(i)} has {len(t):,} characters; at most {config.max_chars:,} are accepted (max_chars)"
-            )
-        if is_blank(t):
-            raise ServeError(
-                422,
-                f"{where(i)} is empty"
-                + (" (it holds only invisible characters such as zero-width spaces)" if t.strip() else ""),
-            )
+    check_texts(texts, config, where)
     beam_size = config.beam_size if req.beam_size is None else req.beam_size
     if not 1 <= beam_size <= config.max_beam_size:
         raise ServeError(422, f"beam_size must be between 1 and {config.max_beam_size}, got {beam_size}")
