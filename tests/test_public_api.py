@@ -89,6 +89,7 @@ CLI = {
     "bench": [
         "--child-memory",
         "--help",
+        "--isa",
         "--json",
         "--no-ctranslate2",
         "--no-torch",

@@ -161,7 +161,7 @@ def test_train_with_one_enormous_line_names_it_and_trains_on_the_rest(tmp_path):
     lines.insert(150, f"{huge}.\t{huge}.\tCC-BY")
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = run_cli(
-        "train", "--preset", "tiny", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--heads", "2",
+        "train", "--preset", "tiny", "--d-model", "16", "--d-ff", "32", "--n-layers", "1", "--n-heads", "2",
         "--batch-size", "64", "--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1",
         "--data", str(data), "--num-samples", "0", "--epochs", "1", "--out", str(tmp_path / "run"),
     )  # fmt: skip
@@ -392,7 +392,7 @@ def test_resume_applies_every_setting_it_may_change(cli_run, tmp_path):
         shutil.copytree(root / "run", copy)
     done = int((first / "latest").read_text().strip().split("-")[1])  # 2, or 3 after another test resumed
 
-    given = ["--epochs", str(done + 2), "--keep-checkpoints", "1", "--time-budget", "30", "--fixed-threads"]
+    given = ["--epochs", str(done + 2), "--keep-checkpoints", "1", "--time-budget", "30", "--no-adaptive-threads"]
     result = run_cli("train", *args[:out], str(first), *args[out + 1 :], *given, "--resume")
     assert result.returncode == 0, result.stderr
     newest = f"epoch-{done + 2:04d}"

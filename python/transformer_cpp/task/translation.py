@@ -379,13 +379,13 @@ def choose_max_length(split: Split, src_tok: Any, tgt_tok: Any, option: int, rep
         share = sum(n <= option for n in lengths) / len(lengths) * 100
         report(f"max length {option} tokens (--max-length) keeps {share:.2f}% of the training pairs")
         return int(option)
-    limit = length_limit(lengths, LENGTH_COVERAGE)
+    limit = int(length_limit(lengths, LENGTH_COVERAGE))
     ceiling = min(AUTOMATIC_LENGTH_CAP, OUTLIER_FACTOR * length_limit(lengths, 99.0))
     if limit <= ceiling:
         report(f"max length {limit} tokens: covers {LENGTH_COVERAGE}% of the training pairs")
         return limit
     covered = limit
-    limit = max((n for n in lengths if n <= ceiling), default=ceiling)  # the longest pair within it
+    limit = int(max((n for n in lengths if n <= ceiling), default=ceiling))  # the longest pair within it
     outliers = [i for i, n in enumerate(lengths) if n > limit]
     counted_from_words = set(long)
     lines = split.lines.get("train")

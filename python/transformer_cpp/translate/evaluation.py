@@ -3,6 +3,8 @@ teacher-forced loss and accuracy."""
 
 from __future__ import annotations
 
+import math
+
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
@@ -246,10 +248,24 @@ def order_losses(
 
     def loss(src: List[str], ref: List[str]) -> float:
         refs = [clean_sentence(r, tgt) if tgt else r.strip() for r in ref]
-        enc = encode_pairs(
-            [translator.clean(s) for s in src], refs, translator.src_tokenizer, translator.tgt_tokenizer, None
-        )
-        return evaluate_loss(translator.model, enc, batch_size)[0]
+        sums = [0.0, 0]  # loss x tokens, tokens
+
+        def score(chunk: List[int]) -> None:
+            enc = encode_pairs(
+                [translator.clean(src[i]) for i in chunk],
+                [refs[i] for i in chunk],
+                translator.src_tokenizer,
+                translator.tgt_tokenizer,
+                None,
+            )
+            value, _, tokens = evaluate_loss(translator.model, enc, batch_size)
+            sums[0] += value * tokens
+            sums[1] += tokens
+
+        # a pair the model cannot score (a source too long for the memory) is left out here too;
+        # evaluate names it
+        _each_or_alone(list(range(len(src))), batch_size, {}, score)
+        return sums[0] / sums[1] if sums[1] else math.inf
 
     return loss(a, b), loss(b, a)
 
