@@ -122,9 +122,12 @@ def _small_png(data: str) -> str:
 
 def _machine_paths(work: Optional[pathlib.Path] = None) -> List[tuple]:
     """(absolute prefix, what a reader sees instead) for the paths of the machine that runs the
-    notebooks: its Python environment, the data file's folder, the repository, and the notebook's
-    working directory ``work``."""
+    notebooks: its Python environment, the data file's folder, the repository, the notebook's
+    working directory ``work``, and the home directory (where the data cache is by default)."""
     pairs = [(sys.prefix.rstrip("/") + "/", "<python>/"), (str(ROOT) + "/", "")]
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~"):
+        pairs.append((home.rstrip("/") + "/", "~/"))
     if work is not None:
         for form in {str(work), os.path.realpath(work)}:
             pairs.append((form.rstrip("/") + "/", ""))
