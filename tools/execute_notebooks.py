@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 KERNEL_NAME = "transformer-cpp-notebooks"
 CELL_TIMEOUT = 600  # seconds per cell, with small settings (None with --full: training runs for its budget)
-MAX_STREAM_CHARS = 3000  # text kept per stream output
+MAX_STREAM_CHARS = 6000  # text kept per stream output (a training run's epoch lines fit)
 MAX_IMAGE_WIDTH = 720  # pixels; wider figures are scaled down and stored with a 256-colour palette
 
 
