@@ -207,7 +207,8 @@ def test_the_experiment_plot_has_small_panels_of_one_cpu_and_one_scale(tmp_path)
 # ------------------------------------------------------------------- the product, not its making
 
 # Phrases that narrate the project's making or point at a build machine. "target" alone is
-# legitimate (target language, target tokens); the project's targets are not.
+# legitimate (target language, target tokens, "target: column 2" in what train reports); the
+# project's targets are not, nor a "Targets:" heading or label at the start of a line.
 _HISTORY = [
     r"\bsessions? \d",
     r"\bissue\b",
@@ -218,7 +219,7 @@ _HISTORY = [
     r"\bstage \d",
     r"project's targets?",
     r"issue's targets?",
-    r"\btargets?:",
+    r"(?m)^[#*\s-]*targets?:",
     r"/work/",
     r"/tmp/",
     r"/root/",
@@ -268,8 +269,15 @@ def test_the_history_check_finds_what_it_looks_for():
         "scratch files in /work/clean7/runs",
         "the project's target",
         "our run took 10 minutes",
+        "## Targets: 45 BLEU",
+        "intro\n**Targets:** 45 BLEU",
     ]
     for sample in samples:
         assert any(re.search(p, sample, re.I) for p in _HISTORY), sample
-    for fine in ("21,300 target tokens/s", "the target language", "CPU issues one instruction every 2 cycles"):
+    for fine in (
+        "21,300 target tokens/s",
+        "the target language",
+        "CPU issues one instruction every 2 cycles",
+        "source: column 1, English (en); target: column 2, Spanish (es)",
+    ):
         assert not any(re.search(p, fine, re.I) for p in _HISTORY), fine

@@ -2,22 +2,32 @@
 sees the figures on GitHub without running anything.
 
     python tools/execute_notebooks.py            # all notebooks, small settings (TRANSFORMER_CPP_QUICK=1)
+    python tools/execute_notebooks.py --full --threads 2 notebooks/03_train_and_translate.ipynb
 
-The notebooks run exactly as ``tests/test_notebooks.py`` runs them (a kernel on this interpreter,
-``TRANSFORMER_CPP_QUICK=1``, a temporary working directory), so the committed outputs have the
-structure of a fresh test run, which that test checks. Outputs are kept small: progress-bar
-redraws are reduced to their last state and long text is cut.
+The notebooks run as ``tests/test_notebooks.py`` runs them (a kernel on this interpreter, a
+temporary working directory), so the committed outputs have the structure of a fresh test run,
+which that test checks. By default they run with ``TRANSFORMER_CPP_QUICK=1`` (small settings, as
+in the test). ``--full`` runs them with their own default settings instead: notebook 03 then
+trains the ``quick`` recipe for its 10-minute budget, so that the saved outputs show a model
+that translates (the test's quick run has the same cells and kinds of output); without a time
+limit per cell. ``--threads N`` gives the kernel ``OMP_NUM_THREADS=N``. The data file is found as
+the notebooks find it (``TRANSFORMER_CPP_DATA``, else the cache, else the download).
+
+Outputs are kept small: progress-bar redraws are reduced to their last state and long text is
+cut; absolute paths of the machine that ran them (its Python, the data folder, the repository,
+the working directory) are made relative.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import re
 import pathlib
+import re
 import sys
 import tempfile
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Optional, Set
 
 import nbformat
 from nbclient import NotebookClient
@@ -25,8 +35,8 @@ from nbclient import NotebookClient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 KERNEL_NAME = "transformer-cpp-notebooks"
-CELL_TIMEOUT = 600  # seconds per cell
-MAX_STREAM_CHARS = 3000  # text kept per stream output
+CELL_TIMEOUT = 600  # seconds per cell, with small settings (None with --full: training runs for its budget)
+MAX_STREAM_CHARS = 6000  # text kept per stream output (a training run's epoch lines fit)
 MAX_IMAGE_WIDTH = 720  # pixels; wider figures are scaled down and stored with a 256-colour palette
 
 
@@ -48,14 +58,24 @@ def kernel_manager(kernel_dir: pathlib.Path, env: Dict[str, str]) -> Any:
     return KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
 
 
-def execute(path: pathlib.Path, scratch: pathlib.Path) -> Any:
-    """The notebook at ``path`` executed with small settings in ``scratch`` (raises on a cell error)."""
+def execute(path: pathlib.Path, scratch: pathlib.Path, *, full: bool = False, threads: Optional[int] = None) -> Any:
+    """The notebook at ``path`` executed in ``scratch / "work"`` (raises on a cell error): with small
+    settings (``TRANSFORMER_CPP_QUICK=1``), or with ``full`` its own default settings; ``threads``:
+    the kernel's ``OMP_NUM_THREADS``."""
     nb = nbformat.read(path, as_version=4)
     work = scratch / "work"
     work.mkdir(parents=True)
-    km = kernel_manager(scratch / "kernels", {"TRANSFORMER_CPP_QUICK": "1"})
+    # "0", not unset, with full: the kernel inherits this process's environment
+    env = {"TRANSFORMER_CPP_QUICK": "0" if full else "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    km = kernel_manager(scratch / "kernels", env)
     NotebookClient(
-        nb, km=km, timeout=CELL_TIMEOUT, allow_errors=False, resources={"metadata": {"path": str(work)}}
+        nb,
+        km=km,
+        timeout=None if full else CELL_TIMEOUT,
+        allow_errors=False,
+        resources={"metadata": {"path": str(work)}},
     ).execute()
     return nb
 
@@ -100,27 +120,36 @@ def _small_png(data: str) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _machine_paths() -> List[tuple]:
+def _machine_paths(work: Optional[pathlib.Path] = None) -> List[tuple]:
     """(absolute prefix, what a reader sees instead) for the paths of the machine that runs the
-    notebooks: its Python environment, the data file's folder, the repository."""
+    notebooks: its Python environment, the data file's folder, the repository, the notebook's
+    working directory ``work``, and the home directory (where the data cache is by default)."""
     pairs = [(sys.prefix.rstrip("/") + "/", "<python>/"), (str(ROOT) + "/", "")]
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~"):
+        pairs.append((home.rstrip("/") + "/", "~/"))
+    if work is not None:
+        for form in {str(work), os.path.realpath(work)}:
+            pairs.append((form.rstrip("/") + "/", ""))
     data = os.environ.get("TRANSFORMER_CPP_DATA")
     if data:
         pairs.insert(0, (os.path.dirname(os.path.dirname(os.path.abspath(data))) + "/", ""))
     return sorted(pairs, key=lambda p: -len(p[0]))
 
 
-def without_machine_paths(text: str) -> str:
-    """``text`` with the absolute paths of this machine made relative (outputs are read elsewhere)."""
-    for prefix, shown in _machine_paths():
+def without_machine_paths(text: str, work: Optional[pathlib.Path] = None) -> str:
+    """``text`` with the absolute paths of this machine (and of the working directory ``work``) made
+    relative (outputs are read elsewhere)."""
+    for prefix, shown in _machine_paths(work):
         text = text.replace(prefix, shown)
     # a warning raised in a cell names the kernel's temporary file for it
     return re.sub(r"/[^\s:]*/ipykernel_\d+/\d+\.py", "<cell>", text)
 
 
-def shrink(nb: Any) -> Any:
+def shrink(nb: Any, work: Optional[pathlib.Path] = None) -> Any:
     """Progress-bar redraws reduced to their final state, long streams cut, images made smaller,
-    timings dropped, this machine's absolute paths made relative."""
+    timings dropped, this machine's absolute paths (and those of the working directory ``work``)
+    made relative."""
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -139,22 +168,35 @@ def shrink(nb: Any) -> Any:
         cell.outputs = merged
         for out in cell.outputs:
             if out["output_type"] == "stream":
-                text = without_machine_paths(_last_redraw(out["text"]))
+                text = without_machine_paths(_last_redraw(out["text"]), work)
                 if len(text) > MAX_STREAM_CHARS:
                     text = text[:MAX_STREAM_CHARS] + f"\n[... {len(text) - MAX_STREAM_CHARS} characters cut]\n"
                 out["text"] = text
             elif "text/plain" in out.get("data", {}):
-                out["data"]["text/plain"] = without_machine_paths(out["data"]["text/plain"])
+                out["data"]["text/plain"] = without_machine_paths(out["data"]["text/plain"], work)
             if "image/png" in out.get("data", {}):
                 out["data"]["image/png"] = _small_png(out["data"]["image/png"])
     return nb
 
 
 def main(argv: List[str]) -> int:
-    paths = [pathlib.Path(a) for a in argv] or sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=pathlib.Path, help="default: every notebook in notebooks/")
+    parser.add_argument(
+        "--full", action="store_true", help="the notebooks' own settings, not TRANSFORMER_CPP_QUICK=1 (long runs)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the kernel")
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    paths = args.notebooks or sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+    for path in paths:
+        if not path.is_file():
+            parser.error(f"no notebook at '{path}'")
     for path in paths:
         with tempfile.TemporaryDirectory() as scratch:
-            nb = shrink(execute(path, pathlib.Path(scratch)))
+            work = pathlib.Path(scratch) / "work"
+            nb = shrink(execute(path, pathlib.Path(scratch), full=args.full, threads=args.threads), work)
         nbformat.write(nb, path)
         print(f"{path}: {path.stat().st_size / 1024:.0f} KiB")
     return 0
