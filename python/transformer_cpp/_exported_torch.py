@@ -33,7 +33,7 @@ with a final LayerNorm after each stack, as ``config.json`` says):
 
 Greedy decoding (:func:`greedy_decode`) never outputs the padding id and stops a sentence at its
 end token. Input text: transformer-cpp cleans each sentence before encoding it (whitespace runs
-become one space; dots that end no sentence, as in ``"Hello.world"``, are removed);
+become one space, and two sentences typed without a space, as in ``"ofendas.Tom"``, get one);
 :func:`translate` does the whitespace part only, so ordinary sentences give the same tokens.
 """
 

@@ -94,8 +94,9 @@ model's). How the model maps:
   tokenizer class with two vocabularies, as Marian's own SentencePiece tokenizer has, would need
   ``trust_remote_code``). With one shared vocabulary there are no extra ids.
 * Text: the tokenizer cleans whitespace as ``translate`` does (NFC, whitespace runs to one space,
-  stripped), adds the leading space, and decodes to one line; ``translate`` also removes dots that
-  end no sentence (``"Hello.world"``), which the tokenizer does not, so such input can differ.
+  stripped), adds the leading space, and decodes to one line; ``translate`` also puts a space
+  between two sentences typed without one (``"ofendas.Tom"``), which the tokenizer does not, so
+  such input can differ.
   An empty sentence is ``<start> <end>`` without the token of one space that ``translate`` adds.
 * Lengths and precision: MarianMT builds positions for 1,024 tokens (``MARIAN_POSITIONS``), so
   longer sources cannot be translated; ``generate`` stops at 512 tokens (``max_length``, where

@@ -1,50 +1,32 @@
 """Sentence cleaning, chosen per language, and language codes.
 
-The NMT tutorial that this project follows cleans every sentence before it learns a subword
-vocabulary: dots that do not end a sentence are removed, so that the only dots left are
-sentence ends and the dots of known abbreviations. Those rules need a list of the language's
-abbreviations; this module applies them where ``sacremoses`` ships one (the *prefix rules*), and
-a Unicode-generic cleaning in every other language (the *generic rules*).
+Cleaning makes the text of a corpus uniform before a subword vocabulary is learnt from it, and the
+translator cleans what it is asked to translate the same way. It never removes a character that
+shows: it changes whitespace only, so a sentence keeps every letter, digit and punctuation mark,
+in any script, and a sentence that is not blank never becomes empty.
 
 Generic rules (every language without a prefix list: Japanese, Thai, Arabic, Korean, Hebrew,
 Vietnamese, ...; see :func:`cleaning_rules`): the text is normalised to Unicode NFC
 (:func:`normalize`), every run of whitespace becomes one space, and the result is stripped.
-Nothing else changes: no character is removed, added or replaced (apart from NFC's canonical
-equivalents), so text in any script, with or without spaces between words, keeps every
-character. A sentence that is not blank never becomes empty.
+Nothing else changes, so text with or without spaces between words keeps its form.
 
-Prefix rules of :func:`clean_sentence`, applied to each whitespace-separated token:
+Prefix rules (the languages for which ``sacremoses`` ships a list of non-breaking prefixes, the
+abbreviations whose dot does not end a sentence: :func:`supported_languages`):
 
-1. The text is normalised first (:func:`normalize`: Unicode NFC), and every run of whitespace
-   (spaces, tabs, newlines, no-break spaces) becomes one space; the result is stripped.
-2. **Non-breaking prefixes keep their dot.** If a token, after removing opening punctuation
-   (``( " ' « ¿ ¡`` ...) and closing punctuation (``) " ' » , ; : ? !`` ...), is a prefix from
-   the language's list followed by one dot (``Mr.``, ``Dr.``, ``Sra.``, ``EE.UU.``, ``e.g.``),
-   it is kept verbatim, inner dots included. The lists are the Moses lists shipped inside
-   ``sacremoses`` (see :func:`nonbreaking_prefixes`). Matching is case-sensitive, as in Moses.
-   A few prefixes only count before a number (English ``No. 5``, ``Art. 3``, ``pp. 7``): see
-   :func:`numeric_only_prefixes`.
-3. **Initialisms keep their dots.** A token made of two or more single letters each followed
-   by a dot (``U.S.A.``, ``U.N.``, ``a.m.``, ``p.m.``, ``a.C.``) is kept verbatim. The prefix
-   lists already treat every single capital letter as a non-breaking initial (``J. K.
-   Rowling``); this rule extends that to initials written without spaces, so ``"U.S.A. is
-   big"`` stays ``"U.S.A. is big"`` and ``"at 9 a.m. sharp"`` does not become ``"am"``.
-4. **Numbers keep their dots**: a dot between two digits (``3.14``, Spanish ``10.000``), or a
-   dot that starts a token and is followed by a digit (``.5``), is kept.
-5. **Ellipses are kept**: a run of two or more dots (``...``) is punctuation, not a sentence
-   end, and is left as it is.
-6. **Sentence-final dots are kept**: the last dot of a token is a sentence end when nothing
-   follows it in the text, or when the next token starts like a sentence — an upper-case
-   letter, a digit or opening punctuation (``"I'm sorry. I didn't mean it."``, ``"¿Vienes?"``).
-   Closing quotes or brackets may stand between the dot and the next token (``"Sí."``).
-   A dot followed directly by ``, ; : ? !`` is not a sentence end.
-7. **Every other dot is removed**: a dot glued to the next letter (``"Hello.world"`` becomes
-   ``"Helloworld"``, as in the tutorial) or a dot followed by a lower-case word
-   (``"He said no. then left"`` becomes ``"He said no then left"``).
+1. Everything the generic rules do: NFC, whitespace runs collapsed to one space, stripped.
+2. **Run-on sentences are separated.** A dot between a lower-case letter and an upper-case letter
+   with no space after it (``"No te ofendas.Tom se comporta así."``) ends a sentence: a space is
+   put after the dot (``"ofendas. Tom"``), so the two sentences are tokenised as they would be if
+   the space had been typed.
+3. **Except after a non-breaking prefix**: when the word before such a dot is a prefix from the
+   language's list (``"Sra.García"``, ``"Dr.Smith"``; the Moses lists inside ``sacremoses``, see
+   :func:`nonbreaking_prefixes`, matched case-sensitively as in Moses), or a single letter (an
+   initial: ``"a.C."``, *antes de Cristo*), the dot belongs to the abbreviation and nothing is
+   inserted. Initialisms in capitals (``U.S.A.``, ``EE.UU.``) never have a lower-case letter
+   before a dot, so rule 2 does not apply to them.
 
-``?`` and ``!`` are never touched, and nothing but dots and whitespace is ever changed (a
-token made only of removed dots disappears; a sentence that is not blank keeps at least one
-character).
+Every other dot is left where it is: sentence ends, abbreviations (``etc.``, ``p.m.``), numbers
+(``3.14``, ``10.000``), ellipses and dots inside words or names (``Node.js``).
 
 Languages (:func:`language_code`): an ISO 639 code (``"en"``, ``"es"``, ``"ja"``; three-letter
 codes such as ``"fra"`` or ``"jpn"``, as the Tatoeba file names use, become the two-letter code
@@ -79,16 +61,7 @@ __all__ = [
     "supported_languages",
 ]
 
-# Characters that may open a sentence or a quotation before a word ("¿Qué", «Sí», (see)).
-_OPENING = "\"'“‘«‹([{¿¡—–-"
-# Characters that may close a word after its dot ("Sí.", (etc.), p.m.?).
-_CLOSING_QUOTES = "\"'”’»›)]}"
-_CLOSING_PUNCT = ",;:?!"
-_CLOSING = _CLOSING_QUOTES + _CLOSING_PUNCT
-
 _WHITESPACE = re.compile(r"\s+")
-# Two or more single letters each followed by a dot: U.S.A., a.m., a.C.
-_INITIALISM = re.compile(r"(?:[^\W\d_]\.){2,}")
 _NUMERIC_ONLY_MARKER = "#NUMERIC_ONLY#"
 
 
@@ -301,8 +274,9 @@ def nonbreaking_prefixes(lang: str = "en") -> frozenset[str]:
 
 
 def numeric_only_prefixes(lang: str = "en") -> frozenset[str]:
-    """Return the words that keep their dot in ``lang`` only before a number (``"No"`` in
-    ``"No. 5"``).
+    """Return the words that Moses treats as non-breaking prefixes in ``lang`` only before a
+    number (``"No"`` in ``"No. 5"``). Cleaning never splits after them either way: a dot before a
+    digit is not between two letters.
 
     Raises:
         ValueError: if ``lang`` is not a language code, or one without a list.
@@ -321,67 +295,42 @@ def _with_prefix_list(lang: str, caller: str) -> str:
     return primary
 
 
-def _starts_sentence(token: Optional[str]) -> bool:
-    """Whether a token can begin a new sentence (``None`` means end of text)."""
-    if token is None:
-        return True
-    first = token[0]
-    return first.isupper() or first.isdigit() or first in _OPENING
-
-
-def _clean_token(token: str, next_token: Optional[str], always: frozenset[str], numeric: frozenset[str]) -> str:
-    """Apply the dot rules of the module docstring to one whitespace-free token."""
+def _split_run_on(token: str, always: frozenset[str]) -> str:
+    """Rules 2 and 3 of the module docstring on one whitespace-free token: a space after each dot
+    that joins a lower-case letter to an upper-case one, unless the word before it is a prefix."""
     if "." not in token:
         return token
-    # Split the token into opening punctuation, body and closing punctuation.
-    end = len(token)
-    while end > 0 and token[end - 1] in _CLOSING:
-        end -= 1
-    start = 0
-    while start < end and token[start] in _OPENING:
-        start += 1
-    head, body, tail = token[:start], token[start:end], token[end:]
-    if not body:
-        return token  # only punctuation, no dot to judge
-
-    if body.endswith(".") and not body.endswith(".."):
-        stem = body[:-1]
-        if stem in always:
-            return token
-        if stem in numeric and next_token is not None and next_token[0].isdigit():
-            return token
-        if _INITIALISM.fullmatch(body):
-            return token
-
-    last_is_final = not any(c in _CLOSING_PUNCT for c in tail) and _starts_sentence(next_token)
     out = []
-    n = len(body)
-    for i, ch in enumerate(body):
+    word_start = 0  # where the word before the current dot starts
+    for i, ch in enumerate(token):
+        out.append(ch)
         if ch != ".":
-            out.append(ch)
+            if not (ch.isalnum() or ch in "-'’"):
+                word_start = i + 1
             continue
-        prev_ch = body[i - 1] if i > 0 else ""
-        next_ch = body[i + 1] if i + 1 < n else ""
-        if prev_ch == "." or next_ch == ".":
-            out.append(ch)  # part of an ellipsis
-        elif next_ch.isdigit() and (prev_ch.isdigit() or i == 0):
-            out.append(ch)  # decimal or thousands separator, or ".5"
-        elif i == n - 1 and last_is_final:
-            out.append(ch)  # the sentence ends here
-        # any other dot does not end a sentence: drop it
-    return head + "".join(out) + tail
+        prev_ch = token[i - 1] if i > 0 else ""
+        next_ch = token[i + 1] if i + 1 < len(token) else ""
+        if prev_ch.islower() and next_ch.isupper():
+            word = token[word_start:i]
+            last = word.rpartition(".")[2]  # "C" of "a.C", "ej" of "p.ej"
+            if len(last) > 1 and word not in always and last not in always:
+                out.append(" ")
+                word_start = i + 1
+    return "".join(out)
 
 
 def clean_sentence(text: str, lang: str = "en") -> str:
     """Clean one sentence: NFC, whitespace collapsed, and with the prefix rules (languages with a
-    non-breaking prefix list) dots that do not end a sentence removed.
+    non-breaking prefix list) run-on sentences separated. Only whitespace changes.
 
     See the module docstring for the exact rules. Examples::
 
         >>> clean_sentence("Mr. Smith went to  Washington.")
         'Mr. Smith went to Washington.'
         >>> clean_sentence("Hello.world ,  he said. then left.")
-        'Helloworld , he said then left.'
+        'Hello.world , he said. then left.'
+        >>> clean_sentence("No te ofendas.Tom es así.", "es")
+        'No te ofendas. Tom es así.'
         >>> clean_sentence("La Sra. García vive en EE.UU.", "es")
         'La Sra. García vive en EE.UU.'
         >>> clean_sentence("  それは.テスト です。 ", "ja")
@@ -406,13 +355,8 @@ def clean_sentence(text: str, lang: str = "en") -> str:
         return ""
     if primary not in _prefix_languages():
         return " ".join(tokens)
-    always, numeric = _prefix_lists(primary)
-    cleaned = []
-    for i, token in enumerate(tokens):
-        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-        cleaned.append(_clean_token(token, nxt, always, numeric))
-    # A token may have become empty only if it was made of dots we removed; drop those.
-    return " ".join(t for t in cleaned if t)
+    always = _prefix_lists(primary)[0]
+    return " ".join(_split_run_on(token, always) for token in tokens)
 
 
 def clean_corpus(sentences: Iterable[str], lang: str = "en") -> list[str]:
