@@ -62,7 +62,8 @@ def bf16_gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0, torch_module:
     ``n x n`` products after an untimed one, ``2 n^3`` FLOPs each): PyTorch's bfloat16 ``matmul``
     (oneDNN's AVX512_BF16 / AMX kernels where the CPU has them) and our AVX512_BF16 kernel
     (:func:`transformer_cpp.kernels.bf16_matmul`, float32 inputs rounded while packing). The peak
-    is the faster of the two; each is reported. Empty when neither can run."""
+    is the faster of the two; each is reported. Empty when neither can run: both need a CPU with
+    bf16 dot-product instructions (:func:`transformer_cpp.kernels.have_bf16`)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -77,7 +78,10 @@ def bf16_gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0, torch_module:
             times.append(time.perf_counter() - t0)
         return 2.0 * n**3 / min(times) / 1e9
 
-    if torch_module is not None:
+    # Without bf16 dot-product instructions (AVX512_BF16, AMX) PyTorch's bfloat16 matmul converts
+    # to float32 and back element by element: orders of magnitude below its float32 rate, and
+    # minutes per product at this size. It is then no peer anyone would choose, so it is left out.
+    if torch_module is not None and kernels.have_bf16():
         ta = torch_module.from_numpy(a).to(torch_module.bfloat16)
         tb = torch_module.from_numpy(b).to(torch_module.bfloat16)
         out["torch_gflops"] = best_of(lambda: torch_module.matmul(ta, tb))
