@@ -173,6 +173,38 @@ def test_license_citation_and_project_metadata():
     assert any(d.startswith("mkdocs") for d in project["optional-dependencies"]["docs"])
 
 
+def test_the_package_index_description_has_no_link_into_the_source_tree(monkeypatch):
+    # An index shows the description without the repository: an image or a link to a file of
+    # the tree would be broken there. The description is README.md through the substitutions of
+    # pyproject.toml (hatch-fancy-pypi-readme, the provider scikit-build-core is told to use).
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    from hatch_fancy_pypi_readme._builder import build_text
+    from hatch_fancy_pypi_readme._config import load_and_validate_config
+    from readme_renderer.markdown import render
+
+    pyproject = tomllib.loads(_read(ROOT / "pyproject.toml"))
+    assert "readme" in pyproject["project"]["dynamic"] and "readme" not in pyproject["project"]
+    assert pyproject["tool"]["scikit-build"]["metadata"]["readme"]["provider"].endswith("fancy_pypi_readme")
+    config = load_and_validate_config(pyproject["tool"]["hatch"]["metadata"]["hooks"]["fancy-pypi-readme"])
+    readme = _read(ROOT / "README.md")
+    # the README itself does link into the tree (on a repository host those links work) ...
+    assert re.search(r"!\[[^\]]*\]\(docs/", readme) and re.search(r"\]\(docs/[^)]*\.md", readme)
+    monkeypatch.chdir(ROOT)  # the fragments' paths are relative to the project
+    text = build_text(config.fragments, config.substitutions, version="0", package_name="transformer-cpp")
+    # ... the description keeps every line, the image's description and the web links
+    assert len(text.splitlines()) == len(readme.splitlines())
+    assert "*Cross-attention of a model trained for ten minutes" in text
+    assert "](https://" in text
+    # and renders, as the index renders it, with no image or link that is not a web address
+    page = render(text, variant="GFM")
+    assert page and "<h2" in page
+    assert re.findall(r'(?:src|href)="(?!https?://|mailto:|#)[^"]*"', page) == []
+    assert "<img" not in page
+
+
 # ------------------------------------------------------------------------ the experiment plot
 
 
