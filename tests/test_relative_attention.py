@@ -347,9 +347,11 @@ def test_float32_agrees_with_float64():
     l32.zero_grad()
     dx64, dx32 = l64.backward(dout), l32.backward(dout.astype(np.float32))
     np.testing.assert_allclose(dx32, dx64, rtol=0, atol=2e-5 * np.abs(dx64).max())
+    # relative to the largest parameter gradient: key.bias's true gradient is 0 (a shift of each
+    # score row), so float32 leaves only rounding there
+    scale = max(np.abs(p.grad).max() for p in l64.parameters().values())
     for name, p in l32.parameters().items():
-        g64 = l64.parameters()[name].grad
-        np.testing.assert_allclose(p.grad, g64, rtol=0, atol=5e-5 * max(np.abs(g64).max(), 1e-3), err_msg=name)
+        np.testing.assert_allclose(p.grad, l64.parameters()[name].grad, rtol=0, atol=2e-5 * scale, err_msg=name)
     l32.infer_reset(2, 4)
     l32.infer_memory(memory.astype(np.float32))
     np.testing.assert_allclose(l32.infer(x.astype(np.float32)), y64, rtol=0, atol=2e-5 * np.abs(y64).max())
