@@ -55,20 +55,21 @@ void bind_relative(py::module_& m) {
             const Index d = h.layer.d_model();
             auto X = call.btc(x, "x", d, /*keep=*/true);
             const Index B = X.lead_shape[0], Tq = X.lead_shape[1];
-            if (Tq == 0) throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
+            if (Tq == 0)
+              throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
             RowsInput<T> Mem;
             Index M = 0;
             if (!memory.is_none()) {
               Mem = call.btc(memory, "memory", d, /*keep=*/true);
               if (Mem.lead_shape[0] != B)
-                throw py::value_error(concat(who, ": memory must have the batch size of x (", B, "), got ",
-                                             describe(Mem.array)));
+                throw py::value_error(
+                    concat(who, ": memory must have the batch size of x (", B, "), got ", describe(Mem.array)));
               M = Mem.lead_shape[1];
             }
             const double heads = static_cast<double>(h.layer.n_heads());
             call.check(concat("a batch of ", B, " sequences of length ", Tq, " with ", M, " memory positions"),
-                       attention_elements(static_cast<double>(X.rows), static_cast<double>(B * (M + Tq)), B, heads,
-                                          Tq, M + Tq, d) +
+                       attention_elements(static_cast<double>(X.rows), static_cast<double>(B * (M + Tq)), B, heads, Tq,
+                                          M + Tq, d) +
                            2.0 * static_cast<double>(B * (M + Tq) * d));
             const T* mp = M > 0 ? Mem.array.data() : nullptr;
             const Matrix<T>& y = call.run({B, Tq}, [&]() -> const Matrix<T>& {
@@ -123,8 +124,8 @@ void bind_relative(py::module_& m) {
             if (h.cache.batch == 0) throw std::runtime_error(concat(who, ": call infer_reset(batch, mem_len) first"));
             auto Mem = as_btc<T>(memory, who, "memory", h.layer.d_model(), false);
             if (Mem.lead_shape[0] != h.cache.batch)
-              throw py::value_error(concat(who, ": memory must have the cache's batch size (", h.cache.batch,
-                                           "), got ", describe(Mem.array)));
+              throw py::value_error(concat(who, ": memory must have the cache's batch size (", h.cache.batch, "), got ",
+                                           describe(Mem.array)));
             // (weights are not scanned here: one step of evaluation costs less than the scan, and a
             // non-finite weight makes the output of infer() non-finite, which it refuses)
             const Index M = Mem.lead_shape[1];
@@ -144,7 +145,8 @@ void bind_relative(py::module_& m) {
             if (B != h.cache.batch)
               throw py::value_error(
                   concat(who, ": x must have the cache's batch size (", h.cache.batch, "), got ", describe(X.array)));
-            if (Tq == 0) throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
+            if (Tq == 0)
+              throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
             without_gil([&] { h.layer.infer(X.map(), Tq, h.cache, h.y); });
             check_output(h.y, who);
             return copy_out<T>(h.y.data(), {B, Tq, h.layer.d_model()});
@@ -152,8 +154,8 @@ void bind_relative(py::module_& m) {
           py::arg("x"),
           "New positions x (batch, T, d_model) attend to the cached positions and to themselves (causal), as "
           "forward(x, memory) does; then they join the cache. Returns (batch, T, d_model).")
-      .def_property_readonly("infer_length", [](H& h) { return h.cache.length; },
-                             "Positions held in the evaluation cache.")
+      .def_property_readonly(
+          "infer_length", [](H& h) { return h.cache.length; }, "Positions held in the evaluation cache.")
       .def("parameters", parameters_method<T, H>())
       .def("zero_grad", zero_grad_method<H>("RelativeMultiHeadAttention.zero_grad"));
 
@@ -165,7 +167,8 @@ void bind_relative(py::module_& m) {
             throw py::value_error(concat(who, ": x must have shape (..., T, L), got ", describe(in.array)));
           const Index L = in.cols, Tq = in.lead_shape.back();
           if (Tq == 0 || L < Tq)
-            throw py::value_error(concat(who, ": x must have shape (..., T, L) with L >= T >= 1, got ", describe(in.array)));
+            throw py::value_error(
+                concat(who, ": x must have shape (..., T, L) with L >= T >= 1, got ", describe(in.array)));
           const Index G = in.rows / Tq;
           py::array_t<T> out(shape_of(in.array));
           T* o = out.mutable_data();

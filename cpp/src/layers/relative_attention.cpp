@@ -188,13 +188,13 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Con
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
     const Eigen::OuterStride<> sd(d), s2d(2 * d);
-    ConstStridedMap<T> Qu(qu_.data() + b * T_len * d + h * dk, T_len, dk, sd);              // (T, dk)
-    ConstStridedMap<T> Qv(qv_.data() + b * T_len * d + h * dk, T_len, dk, sd);              // (T, dk)
-    ConstStridedMap<T> K(kv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);                  // (L, dk)
-    ConstStridedMap<T> V(kv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);              // (L, dk)
-    ConstStridedMap<T> P(rk_.data() + h * dk, L, dk, sd);                                   // (L, dk)
-    MatrixMap<T> S(weights_.data() + bh * T_len * L, T_len, L);                             // (T, L)
-    StridedMap<T> O(ctx_.data() + b * T_len * d + h * dk, T_len, dk, sd);                   // (T, dk)
+    ConstStridedMap<T> Qu(qu_.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
+    ConstStridedMap<T> Qv(qv_.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
+    ConstStridedMap<T> K(kv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);      // (L, dk)
+    ConstStridedMap<T> V(kv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);  // (L, dk)
+    ConstStridedMap<T> P(rk_.data() + h * dk, L, dk, sd);                       // (L, dk)
+    MatrixMap<T> S(weights_.data() + bh * T_len * L, T_len, L);                 // (T, L)
+    StridedMap<T> O(ctx_.data() + b * T_len * d + h * dk, T_len, dk, sd);       // (T, dk)
     // position terms (b) + (d) for every distance once: BD_raw = (Q + v) P^T, column p distance L-1-p
     S.noalias() = Qv * P.transpose();
     // the relative shift: entry (i, j) reads distance M + i - j
@@ -229,19 +229,19 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout)
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
     const Eigen::OuterStride<> sd(d), s2d(2 * d);
-    ConstStridedMap<T> Qu(qu_.data() + b * T_len * d + h * dk, T_len, dk, sd);    // (T, dk)
-    ConstStridedMap<T> Qv(qv_.data() + b * T_len * d + h * dk, T_len, dk, sd);    // (T, dk)
-    ConstStridedMap<T> K(kv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);        // (L, dk)
-    ConstStridedMap<T> V(kv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);    // (L, dk)
-    ConstStridedMap<T> P(rk_.data() + h * dk, L, dk, sd);                         // (L, dk)
-    ConstMatrixMap<T> A(weights_.data() + bh * T_len * L, T_len, L);              // (T, L)
-    ConstStridedMap<T> dO(dctx.data() + b * T_len * d + h * dk, T_len, dk, sd);   // (T, dk)
-    MatrixMap<T> dS(dscores_.data() + bh * T_len * L, T_len, L);                  // (T, L)
-    StridedMap<T> dK(dkv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);           // (L, dk)
-    StridedMap<T> dV(dkv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);       // (L, dk)
-    StridedMap<T> dQu(dqu_.data() + b * T_len * d + h * dk, T_len, dk, sd);       // (T, dk)
-    StridedMap<T> dQv(dqv_.data() + b * T_len * d + h * dk, T_len, dk, sd);       // (T, dk)
-    StridedMap<T> dP(drk_.data() + b * L * d + h * dk, L, dk, sd);                // (L, dk) this sequence's share
+    ConstStridedMap<T> Qu(qu_.data() + b * T_len * d + h * dk, T_len, dk, sd);   // (T, dk)
+    ConstStridedMap<T> Qv(qv_.data() + b * T_len * d + h * dk, T_len, dk, sd);   // (T, dk)
+    ConstStridedMap<T> K(kv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);       // (L, dk)
+    ConstStridedMap<T> V(kv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);   // (L, dk)
+    ConstStridedMap<T> P(rk_.data() + h * dk, L, dk, sd);                        // (L, dk)
+    ConstMatrixMap<T> A(weights_.data() + bh * T_len * L, T_len, L);             // (T, L)
+    ConstStridedMap<T> dO(dctx.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
+    MatrixMap<T> dS(dscores_.data() + bh * T_len * L, T_len, L);                 // (T, L)
+    StridedMap<T> dK(dkv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);          // (L, dk)
+    StridedMap<T> dV(dkv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);      // (L, dk)
+    StridedMap<T> dQu(dqu_.data() + b * T_len * d + h * dk, T_len, dk, sd);      // (T, dk)
+    StridedMap<T> dQv(dqv_.data() + b * T_len * d + h * dk, T_len, dk, sd);      // (T, dk)
+    StridedMap<T> dP(drk_.data() + b * L * d + h * dk, L, dk, sd);               // (L, dk) this sequence's share
     // O = A V: dA = dO V^T, dV = A^T dO
     dS.noalias() = dO * V.transpose();
     dV.noalias() = A.transpose() * dO;
@@ -436,8 +436,8 @@ void RelativeMultiHeadAttention<T>::infer(ConstMatrixMap<T> x, Index T_len, Rela
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
     const Eigen::OuterStride<> sd(d), s2d(2 * d);
-    ConstStridedMap<T> Qu(qs.data() + b * T_len * 2 * d + h * dk, T_len, dk, s2d);      // (T, dk)
-    ConstStridedMap<T> Qv(qs.data() + b * T_len * 2 * d + d + h * dk, T_len, dk, s2d);  // (T, dk)
+    ConstStridedMap<T> Qu(qs.data() + b * T_len * 2 * d + h * dk, T_len, dk, s2d);       // (T, dk)
+    ConstStridedMap<T> Qv(qs.data() + b * T_len * 2 * d + d + h * dk, T_len, dk, s2d);   // (T, dk)
     ConstStridedMap<T> K(kv.data() + (b * cap + off) * 2 * d + h * dk, L, dk, s2d);      // (L, dk)
     ConstStridedMap<T> V(kv.data() + (b * cap + off) * 2 * d + d + h * dk, L, dk, s2d);  // (L, dk)
     ConstStridedMap<T> P(pos.data() + h * dk, L, dk, sd);                                // (L, dk) distance 0..L-1
