@@ -73,7 +73,10 @@ void bind_relative(py::module_& m) {
                            2.0 * static_cast<double>(B * (M + Tq) * d));
             const T* mp = M > 0 ? Mem.array.data() : nullptr;
             const Matrix<T>& y = call.run({B, Tq}, [&]() -> const Matrix<T>& {
-              return h.layer.forward(X.map(), ConstMatrixMap<T>(mp, B * M, d), B, Tq, M);
+              // through the SelfAttention interface, as a language model's block calls it
+              h.layer.set_memory(mp, M);
+              SelfAttention<T>& attention = h.layer;
+              return attention.forward(X.map(), B, Tq, /*causal=*/true);
             });
             return copy_out<T>(y.data(), {B, Tq, d});
           },
