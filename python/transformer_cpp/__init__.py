@@ -47,6 +47,7 @@ from .layers import (
     MultiHeadAttention,
     PositionalEmbedding,
     ReLU,
+    RelativeMultiHeadAttention,
     ScaledDotProductAttention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
@@ -79,6 +80,7 @@ __all__ = [
     "RECIPES",
     "PositionalEmbedding",
     "ReLU",
+    "RelativeMultiHeadAttention",
     "ScaledDotProductAttention",
     "SubwordTokenizer",
     "SentencePairs",

@@ -151,6 +151,110 @@ class MultiHeadAttention_float32:
     @property
     def n_heads(self) -> int: ...
 
+class RelativeMultiHeadAttention_float32:
+    """
+    Transformer-XL relative multi-head attention over [memory ; x], causal, with a stop-gradient memory and an evaluation cache.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0, clamp_len: int | None = None) -> None: ...
+    def attention_weights(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        The attention weights of the last forward, (B, heads, T, M + T).
+        """
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient
+        """
+    def forward(
+        self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike | None = None
+    ) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x (B, T, d_model), memory (B, M, d_model) or None -> (B, T, d_model)
+        """
+    def infer(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        New positions x (batch, T, d_model) attend to the cached positions and to themselves (causal), as forward(x, memory) does; then they join the cache. Returns (batch, T, d_model).
+        """
+    def infer_memory(self, memory: numpy.typing.ArrayLike) -> None:
+        """
+        The memory (batch, M, d_model), the hidden states of the layer below, becomes the cached positions (their keys and values; the last mem_len are kept).
+        """
+    def infer_reset(self, batch: int, mem_len: int) -> None:
+        """
+        Empty the evaluation cache, for `batch` sequences keeping the last `mem_len` positions. The cache holds keys and values made by the current weights: reset it after they change.
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def clamp_len(self) -> int | None:
+        """
+        Distances beyond clamp_len use the sinusoid of clamp_len (None: no clamp).
+        """
+    @clamp_len.setter
+    def clamp_len(self, value: int | None) -> None: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def infer_length(self) -> int:
+        """
+        Positions held in the evaluation cache.
+        """
+    @property
+    def n_heads(self) -> int: ...
+
+class RelativeMultiHeadAttention_float64:
+    """
+    Transformer-XL relative multi-head attention over [memory ; x], causal, with a stop-gradient memory and an evaluation cache.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0, clamp_len: int | None = None) -> None: ...
+    def attention_weights(self) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        The attention weights of the last forward, (B, heads, T, M + T).
+        """
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient
+        """
+    def forward(
+        self, x: numpy.typing.ArrayLike, memory: numpy.typing.ArrayLike | None = None
+    ) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x (B, T, d_model), memory (B, M, d_model) or None -> (B, T, d_model)
+        """
+    def infer(self, x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        New positions x (batch, T, d_model) attend to the cached positions and to themselves (causal), as forward(x, memory) does; then they join the cache. Returns (batch, T, d_model).
+        """
+    def infer_memory(self, memory: numpy.typing.ArrayLike) -> None:
+        """
+        The memory (batch, M, d_model), the hidden states of the layer below, becomes the cached positions (their keys and values; the last mem_len are kept).
+        """
+    def infer_reset(self, batch: int, mem_len: int) -> None:
+        """
+        Empty the evaluation cache, for `batch` sequences keeping the last `mem_len` positions. The cache holds keys and values made by the current weights: reset it after they change.
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def clamp_len(self) -> int | None:
+        """
+        Distances beyond clamp_len use the sinusoid of clamp_len (None: no clamp).
+        """
+    @clamp_len.setter
+    def clamp_len(self, value: int | None) -> None: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def infer_length(self) -> int:
+        """
+        Positions held in the evaluation cache.
+        """
+    @property
+    def n_heads(self) -> int: ...
+
 class ScaledDotProductAttention_float64:
     """
     softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.
@@ -1256,6 +1360,16 @@ def positional_encoding(
 def set_num_threads(n: int) -> None:
     """
     Set the number of threads used by OpenMP loops and Eigen's GEMM.
+    """
+
+def rel_shift_float32(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    out[..., i, j] = x[..., i, j + T-1-i] for j <= L-T+i, else 0.
+    """
+
+def rel_shift_float64(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+    """
+    out[..., i, j] = x[..., i, j + T-1-i] for j <= L-T+i, else 0.
     """
 
 def softmax_backward_float32(

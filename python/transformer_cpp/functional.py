@@ -22,6 +22,7 @@ __all__ = [
     "masked_accuracy",
     "masked_cross_entropy",
     "padding_mask",
+    "rel_shift",
     "scaled_dot_product_attention",
     "softmax",
     "softmax_backward",
@@ -53,6 +54,14 @@ def softmax_backward(y: ArrayLike, dy: ArrayLike) -> np.ndarray:
     """Gradient of the softmax input from its output ``y`` and the output gradient ``dy``:
     ``y * (dy - sum(dy * y, axis=-1))``."""
     return cast(np.ndarray, _function("softmax_backward", y)(y, dy))
+
+
+def rel_shift(x: ArrayLike) -> np.ndarray:
+    """Transformer-XL's relative shift of scores ``x`` (..., T, L), L >= T: ``out[..., i, j] =
+    x[..., i, j + T-1-i]`` for ``j <= L-T+i``, else 0. When column ``p`` of ``x`` belongs to the
+    relative distance ``L-1-p``, entry ``(i, j)`` of the result belongs to distance ``L-T+i-j``:
+    query ``i`` of a segment that follows ``L-T`` memory positions against key ``j``."""
+    return cast(np.ndarray, _function("rel_shift", x)(x))
 
 
 def padding_mask(tokens: ArrayLike) -> np.ndarray:

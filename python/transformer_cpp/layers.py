@@ -43,6 +43,7 @@ __all__ = [
     "MultiHeadAttention",
     "PositionalEmbedding",
     "ReLU",
+    "RelativeMultiHeadAttention",
     "ScaledDotProductAttention",
     "core_class",
 ]
@@ -330,6 +331,36 @@ class MultiHeadAttention(Layer):
         b, tq, _ = _btc_shape(x, who, "x")
         tk = tq if memory is None else _btc_shape(memory, who, "memory")[1]
         return cast(np.ndarray, self._core.forward(x, memory, _as_mask(mask, b, tq, tk, who)))
+
+    def attention_weights(self) -> np.ndarray:
+        return cast(np.ndarray, self._core.attention_weights())
+
+
+class RelativeMultiHeadAttention(Layer):
+    """Transformer-XL's relative multi-head attention with a segment memory (Dai et al. 2019).
+
+    ``forward(x, memory=None)``: queries from the segment ``x`` (B, T, d_model), keys and values
+    from ``[memory ; x]`` with ``memory`` (B, M, d_model) the previous segment's hidden states of
+    the layer below. Query ``i`` sees every memory position and the segment positions ``<= i``;
+    its score for key ``j`` is ``((q_i + u) . k_j + (q_i + v) . W_{k,R} R_{i-j}) / sqrt(d_k)`` with
+    ``R`` the sinusoids of the relative distance (distances beyond ``clamp_len`` use
+    ``clamp_len``'s). ``backward(dout)`` returns ``dx``: the memory is a stop-gradient input.
+    Parameters: ``query|key|value|output.weight|bias``, ``position.weight`` (W_{k,R}), and ``u``,
+    ``v`` (n_heads, d_k), this layer's own (a model shares them across layers by tying them).
+
+    Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memory(memory)``
+    (optional) and ``infer(x)`` for each new segment or token: it attends to the cached positions
+    (their keys and values are kept, not recomputed) and joins them; the last ``mem_len`` stay.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, seed: int = 0, clamp_len: Any = None, dtype: Any = "float32"
+    ) -> None:
+        super().__init__(core_class("RelativeMultiHeadAttention", dtype)(d_model, n_heads, seed, clamp_len))
+        self._args = f"d_model={d_model}, n_heads={n_heads}"
+
+    def forward(self, x: np.ndarray, memory: Any = None) -> np.ndarray:
+        return cast(np.ndarray, self._core.forward(x, memory))
 
     def attention_weights(self) -> np.ndarray:
         return cast(np.ndarray, self._core.attention_weights())

@@ -1,0 +1,191 @@
+// Bindings of Transformer-XL's relative multi-head attention (with its segment memory and its
+// evaluation cache) and of the relative shift.
+#include <optional>
+
+#include "bindings.hpp"
+#include "transformer/layers/relative_attention.hpp"
+
+namespace transformer::bindings {
+
+namespace {
+
+// The layer, what its last forward keeps, and its evaluation cache.
+template <typename T>
+struct RelativeHolder : Holder<RelativeMultiHeadAttention<T>> {
+  using Holder<RelativeMultiHeadAttention<T>>::Holder;
+  RelativeAttentionCache<T> cache;
+  Matrix<T> y;  // output of the last infer
+};
+
+Index clamp_arg(const py::handle& v, const char* who) {
+  return v.is_none() ? -1 : static_cast<Index>(int_arg(v, who, "clamp_len", 0));
+}
+
+template <typename T>
+void bind_relative(py::module_& m) {
+  using H = RelativeHolder<T>;
+  py::class_<H>(m, class_name<T>("RelativeMultiHeadAttention").c_str(),
+                "Transformer-XL relative multi-head attention over [memory ; x], causal, with a stop-gradient "
+                "memory and an evaluation cache.")
+      .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed,
+                       const py::object& clamp_len) {
+             const char* who = "RelativeMultiHeadAttention";
+             return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who),
+                          clamp_arg(clamp_len, who));
+           }),
+           py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0, py::arg("clamp_len") = py::none())
+      .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
+      .def_property_readonly("n_heads", [](H& h) { return h.layer.n_heads(); })
+      .def_property_readonly("d_k", [](H& h) { return h.layer.d_k(); })
+      .def_property(
+          "clamp_len",
+          [](H& h) -> py::object {
+            return h.layer.clamp_len() < 0 ? py::object(py::none()) : py::object(py::int_(h.layer.clamp_len()));
+          },
+          [](H& h, const py::object& v) {
+            check_idle(h.busy, "RelativeMultiHeadAttention.clamp_len", "layer");
+            h.layer.set_clamp_len(clamp_arg(v, "RelativeMultiHeadAttention"));
+          },
+          "Distances beyond clamp_len use the sinusoid of clamp_len (None: no clamp).")
+      .def(
+          "forward",
+          [](H& h, const py::handle& x, const py::handle& memory) {
+            LayerForward<T, H> call(h, "RelativeMultiHeadAttention.forward");
+            const char* who = call.who();
+            const Index d = h.layer.d_model();
+            auto X = call.btc(x, "x", d, /*keep=*/true);
+            const Index B = X.lead_shape[0], Tq = X.lead_shape[1];
+            if (Tq == 0)
+              throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
+            RowsInput<T> Mem;
+            Index M = 0;
+            if (!memory.is_none()) {
+              Mem = call.btc(memory, "memory", d, /*keep=*/true);
+              if (Mem.lead_shape[0] != B)
+                throw py::value_error(
+                    concat(who, ": memory must have the batch size of x (", B, "), got ", describe(Mem.array)));
+              M = Mem.lead_shape[1];
+            }
+            const double heads = static_cast<double>(h.layer.n_heads());
+            call.check(concat("a batch of ", B, " sequences of length ", Tq, " with ", M, " memory positions"),
+                       attention_elements(static_cast<double>(X.rows), static_cast<double>(B * (M + Tq)), B, heads, Tq,
+                                          M + Tq, d) +
+                           2.0 * static_cast<double>(B * (M + Tq) * d));
+            const T* mp = M > 0 ? Mem.array.data() : nullptr;
+            const Matrix<T>& y = call.run({B, Tq}, [&]() -> const Matrix<T>& {
+              // through the SelfAttention interface, as a language model's block calls it
+              h.layer.set_memory(mp, M);
+              SelfAttention<T>& attention = h.layer;
+              return attention.forward(X.map(), B, Tq, /*causal=*/true);
+            });
+            return copy_out<T>(y.data(), {B, Tq, d});
+          },
+          py::arg("x"), py::arg("memory") = py::none(),
+          "x (B, T, d_model), memory (B, M, d_model) or None -> (B, T, d_model)")
+      .def(
+          "backward",
+          [](H& h, const py::handle& dout) {
+            LayerBackward<T, H> call(h, "RelativeMultiHeadAttention.backward");
+            auto d = call.dout_btc(dout, h.layer.d_model());
+            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+            call.check_gradient(dx);
+            call.check_parameter_gradients();
+            return copy_out<T>(dx.data(), {h.lead[0], h.lead[1], h.layer.d_model()});
+          },
+          py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient")
+      .def(
+          "attention_weights",
+          [](H& h) {
+            check_idle(h.busy, "RelativeMultiHeadAttention.attention_weights", "layer");
+            if (!h.has_forward)
+              throw std::runtime_error("RelativeMultiHeadAttention.attention_weights: call forward() first");
+            const auto& l = h.layer;
+            return copy_out<T>(l.attention_weights().data(),
+                               {l.batch(), l.n_heads(), l.query_length(), l.memory_length() + l.query_length()});
+          },
+          "The attention weights of the last forward, (B, heads, T, M + T).")
+      .def(
+          "infer_reset",
+          [](H& h, const py::object& batch, const py::object& mem_len) {
+            const char* who = "RelativeMultiHeadAttention.infer_reset";
+            InUse use(h.busy, who);
+            const Index B = int_arg(batch, who, "batch", 1);
+            const Index W = int_arg(mem_len, who, "mem_len", 0);
+            check_memory(who, concat("a cache of ", B, " sequences of ", W, " positions"),
+                         static_cast<double>(sizeof(T)) * 4.0 * static_cast<double>(B * (W + 1)) *
+                             static_cast<double>(h.layer.d_model()));
+            h.cache.reset(B, W);
+          },
+          py::arg("batch"), py::arg("mem_len"),
+          "Empty the evaluation cache, for `batch` sequences keeping the last `mem_len` positions. The cache "
+          "holds keys and values made by the current weights: reset it after they change.")
+      .def(
+          "infer_memory",
+          [](H& h, const py::handle& memory) {
+            const char* who = "RelativeMultiHeadAttention.infer_memory";
+            InUse use(h.busy, who);
+            if (h.cache.batch == 0) throw std::runtime_error(concat(who, ": call infer_reset(batch, mem_len) first"));
+            auto Mem = as_btc<T>(memory, who, "memory", h.layer.d_model(), false);
+            if (Mem.lead_shape[0] != h.cache.batch)
+              throw py::value_error(concat(who, ": memory must have the cache's batch size (", h.cache.batch, "), got ",
+                                           describe(Mem.array)));
+            // (weights are not scanned here: one step of evaluation costs less than the scan, and a
+            // non-finite weight makes the output of infer() non-finite, which it refuses)
+            const Index M = Mem.lead_shape[1];
+            without_gil([&] { h.layer.infer_memory(Mem.map(), M, h.cache); });
+          },
+          py::arg("memory"),
+          "The memory (batch, M, d_model), the hidden states of the layer below, becomes the cached positions "
+          "(their keys and values; the last mem_len are kept).")
+      .def(
+          "infer",
+          [](H& h, const py::handle& x) {
+            const char* who = "RelativeMultiHeadAttention.infer";
+            InUse use(h.busy, who);
+            if (h.cache.batch == 0) throw std::runtime_error(concat(who, ": call infer_reset(batch, mem_len) first"));
+            auto X = as_btc<T>(x, who, "x", h.layer.d_model(), false);
+            const Index B = X.lead_shape[0], Tq = X.lead_shape[1];
+            if (B != h.cache.batch)
+              throw py::value_error(
+                  concat(who, ": x must have the cache's batch size (", h.cache.batch, "), got ", describe(X.array)));
+            if (Tq == 0)
+              throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
+            without_gil([&] { h.layer.infer(X.map(), Tq, h.cache, h.y); });
+            check_output(h.y, who);
+            return copy_out<T>(h.y.data(), {B, Tq, h.layer.d_model()});
+          },
+          py::arg("x"),
+          "New positions x (batch, T, d_model) attend to the cached positions and to themselves (causal), as "
+          "forward(x, memory) does; then they join the cache. Returns (batch, T, d_model).")
+      .def_property_readonly(
+          "infer_length", [](H& h) { return h.cache.length; }, "Positions held in the evaluation cache.")
+      .def("parameters", parameters_method<T, H>())
+      .def("zero_grad", zero_grad_method<H>("RelativeMultiHeadAttention.zero_grad"));
+
+  m.def((std::string("rel_shift") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& x) {
+          const char* who = "rel_shift";
+          auto in = as_rows<T>(x, who, "x", -1);
+          if (in.array.ndim() < 2)
+            throw py::value_error(concat(who, ": x must have shape (..., T, L), got ", describe(in.array)));
+          const Index L = in.cols, Tq = in.lead_shape.back();
+          if (Tq == 0 || L < Tq)
+            throw py::value_error(
+                concat(who, ": x must have shape (..., T, L) with L >= T >= 1, got ", describe(in.array)));
+          const Index G = in.rows / Tq;
+          py::array_t<T> out(shape_of(in.array));
+          T* o = out.mutable_data();
+          without_gil([&] { relative_shift<T>(in.array.data(), o, G, Tq, L); });
+          return out;
+        },
+        py::arg("x"), "out[..., i, j] = x[..., i, j + T-1-i] for j <= L-T+i, else 0.");
+}
+
+}  // namespace
+
+void bind_relative_attention(py::module_& m) {
+  bind_relative<float>(m);
+  bind_relative<double>(m);
+}
+
+}  // namespace transformer::bindings
