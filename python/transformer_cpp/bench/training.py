@@ -90,8 +90,7 @@ def _bf16_trainers(
         # PyTorch's bf16 autocast runs here too, but with its bf16 products emulated in float32
         # arithmetic: far slower than its own float32 step, so no one's fastest mode.
         notes.append(
-            "PyTorch bf16 autocast skipped: without bf16 dot-product instructions it is slower than "
-            "PyTorch float32"
+            "PyTorch bf16 autocast skipped: without bf16 dot-product instructions it is slower than PyTorch float32"
         )
     return steps, notes
 
