@@ -116,8 +116,9 @@ def torch_gpt_loss(weights, tokens, d, n_layers, n_heads, pre_norm, eps=1e-6):
 @pytest.mark.parametrize("pre_norm,tied", [(True, True), (False, False)])
 def test_loss_and_gradients_match_pytorch_gpt_float32(pre_norm, tied):
     d, L, H, V = 16, 2, 4, 11
-    lm = LanguageModel(V, d_model=d, n_layers=L, n_heads=H, d_ff=24, dropout=0.0, pre_norm=pre_norm,
-                       share_embeddings=tied, seed=5)
+    lm = LanguageModel(
+        V, d_model=d, n_layers=L, n_heads=H, d_ff=24, dropout=0.0, pre_norm=pre_norm, share_embeddings=tied, seed=5
+    )
     rng = np.random.default_rng(0)
     for p in lm.parameters().values():
         p.value[...] += (0.05 * rng.standard_normal(p.value.shape)).astype(np.float32)
@@ -176,8 +177,19 @@ def test_train_step_lowers_the_loss_of_a_repeated_sequence():
 
 def test_config_is_one_table_with_the_attention_names():
     names = [f.name for f in LM_FIELDS]
-    assert names == ["vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "dropout", "max_len", "attention",
-                     "pre_norm", "share_embeddings", "seed"]
+    assert names == [
+        "vocab_size",
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "d_ff",
+        "dropout",
+        "max_len",
+        "attention",
+        "pre_norm",
+        "share_embeddings",
+        "seed",
+    ]
     lm = LanguageModel(5, d_model=8, n_heads=2, n_layers=1, d_ff=8)
     assert lm.config["attention"] == "softmax" and LanguageModel.from_config(lm.config).config == lm.config
 

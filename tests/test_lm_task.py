@@ -14,8 +14,20 @@ from transformer_cpp.task import LmTrainRequest, bits_per_character, generate, l
 from transformer_cpp.task import resume_lm_trainer
 
 LINES = ["the cat sat on the mat.", "a dog ran to the log!", "so the cat and the dog met."]
-TINY = dict(d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0, seq_len=16, batch_size=8, eval_chars=512,
-            threads=1, adaptive_threads=False, warmup=10, lr_scale=2.0)
+TINY = dict(
+    d_model=16,
+    n_layers=1,
+    n_heads=2,
+    d_ff=32,
+    dropout=0.0,
+    seq_len=16,
+    batch_size=8,
+    eval_chars=512,
+    threads=1,
+    adaptive_threads=False,
+    warmup=10,
+    lr_scale=0.1,
+)
 
 
 @pytest.fixture
@@ -53,7 +65,11 @@ def test_bits_per_character_is_the_mean_cross_entropy_over_every_character(text_
     trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=1, **TINY), text_file.parent / "run", quiet)
     ids = trainer.ids["valid"][:50]
     logits = trainer.model.forward(ids[None, :-1])[0].astype(np.float64)
-    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    logp = (
+        logits
+        - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True))
+        - logits.max(1, keepdims=True)
+    )
     expected = -logp[np.arange(49), ids[1:]].mean() / math.log(2)
     # windows of 16 + 1: each character after the first scored once, with its context cut at 16
     assert bits_per_character(trainer.model, ids, 64) == pytest.approx(expected, rel=1e-5)
@@ -72,7 +88,9 @@ def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
     resumed = resume_lm_trainer(out, {"steps": 40}, quiet)
     assert resumed.model.step == 30
     resumed.fit()
-    straight = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=40, eval_every=10, **TINY), tmp_path / "b", quiet)
+    straight = new_lm_trainer(
+        LmTrainRequest(text=str(text_file), steps=40, eval_every=10, **TINY), tmp_path / "b", quiet
+    )
     straight.fit()
     for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
         np.testing.assert_array_equal(p.value, q.value, err_msg=name)
@@ -89,9 +107,32 @@ def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
 
 def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
     out = tmp_path / "cli"
-    args = ["--text", str(text_file), "--out", str(out), "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
-            "--d-ff", "32", "--seq-len", "16", "--batch-size", "4", "--steps", "6", "--eval-every", "3",
-            "--threads", "1", "--eval-chars", "256"]
+    args = [
+        "--text",
+        str(text_file),
+        "--out",
+        str(out),
+        "--d-model",
+        "16",
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "32",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "4",
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--threads",
+        "1",
+        "--eval-chars",
+        "256",
+    ]
     assert main(["train-lm", *args]) == 0
     printed = capsys.readouterr().out
     assert "step 6" in printed and "bits per character" in printed
@@ -112,8 +153,27 @@ def test_foreign_files_in_the_run_directory_are_refused(text_file, tmp_path, cap
     out = tmp_path / "mine"
     out.mkdir()
     (out / "latest").write_text("my notes, not a pointer\n")
-    code = main(["train-lm", "--text", str(text_file), "--out", str(out), "--steps", "1", "--d-model", "8",
-                 "--n-heads", "2", "--n-layers", "1", "--d-ff", "8", "--seq-len", "8"])
+    code = main(
+        [
+            "train-lm",
+            "--text",
+            str(text_file),
+            "--out",
+            str(out),
+            "--steps",
+            "1",
+            "--d-model",
+            "8",
+            "--n-heads",
+            "2",
+            "--n-layers",
+            "1",
+            "--d-ff",
+            "8",
+            "--seq-len",
+            "8",
+        ]
+    )
     assert code == 1 and "not written by this program" in capsys.readouterr().err
     assert (out / "latest").read_text() == "my notes, not a pointer\n"
 

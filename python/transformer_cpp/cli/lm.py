@@ -66,9 +66,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
 
 def run_generate(args: argparse.Namespace) -> int:
     ckpt = load_lm(args.model)
-    text = ckpt.generate(
-        args.prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed
-    )
+    text = ckpt.generate(args.prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     print(args.prompt + text)
     return 0
 
@@ -105,11 +103,23 @@ def add_lm_parsers(sub: Any) -> None:
     p.add_argument("--d-ff", dest="d_ff", type=int, help=f"feed-forward width (default {d.d_ff})")
     p.add_argument("--dropout", type=float, help=f"dropout rate (default {d.dropout})")
     p.add_argument("--attention", help=f"the blocks' self-attention (default {d.attention!r})")
-    p.add_argument("--pre-norm", dest="pre_norm", action=argparse.BooleanOptionalAction, default=None,
-                   help="layer normalisation before each sub-layer (default; --no-pre-norm: the paper's post-norm)")
-    p.add_argument("--share-embeddings", dest="share_embeddings", action=argparse.BooleanOptionalAction,
-                   default=None, help="the output projection is the token embedding (default)")
-    p.add_argument("--seq-len", dest="seq_len", type=int, help=f"characters of context per window (default {d.seq_len})")
+    p.add_argument(
+        "--pre-norm",
+        dest="pre_norm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="layer normalisation before each sub-layer (default; --no-pre-norm: the paper's post-norm)",
+    )
+    p.add_argument(
+        "--share-embeddings",
+        dest="share_embeddings",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the output projection is the token embedding (default)",
+    )
+    p.add_argument(
+        "--seq-len", dest="seq_len", type=int, help=f"characters of context per window (default {d.seq_len})"
+    )
     p.add_argument("--batch-size", dest="batch_size", type=int, help=f"windows per step (default {d.batch_size})")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--steps", type=int, help="stop when the model has taken this many steps (default 1000)")
@@ -118,33 +128,54 @@ def add_lm_parsers(sub: Any) -> None:
     p.add_argument("--warmup", type=int, help=f"warm-up steps of the learning-rate schedule (default {d.warmup})")
     p.add_argument("--lr-scale", dest="lr_scale", type=float, help=f"multiplies the schedule (default {d.lr_scale})")
     p.add_argument("--clip-norm", dest="clip_norm", type=float, help=f"gradient clipping (default {d.clip_norm})")
-    p.add_argument("--eval-every", dest="eval_every", type=int, help=f"steps between progress lines (default {d.eval_every})")
-    p.add_argument("--eval-chars", dest="eval_chars", type=int,
-                   help=f"validation characters scored at each progress line (default {d.eval_chars})")
-    p.add_argument("--checkpoint-every", dest="checkpoint_every", type=float,
-                   help=f"seconds between checkpoints (default {d.checkpoint_every:g}; one is written at the end)")
+    p.add_argument(
+        "--eval-every", dest="eval_every", type=int, help=f"steps between progress lines (default {d.eval_every})"
+    )
+    p.add_argument(
+        "--eval-chars",
+        dest="eval_chars",
+        type=int,
+        help=f"validation characters scored at each progress line (default {d.eval_chars})",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        dest="checkpoint_every",
+        type=float,
+        help=f"seconds between checkpoints (default {d.checkpoint_every:g}; one is written at the end)",
+    )
     p.add_argument("--keep", type=int, help=f"checkpoints of the run kept (default {d.keep})")
     p.add_argument("--threads", type=int, help="C++ threads at most (default: every core)")
-    p.add_argument("--adaptive-threads", dest="adaptive_threads", action=argparse.BooleanOptionalAction,
-                   default=None, help="use fewer threads while that is faster (default; --no-adaptive-threads: "
-                   "--threads throughout)")
+    p.add_argument(
+        "--adaptive-threads",
+        dest="adaptive_threads",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="use fewer threads while that is faster (default; --no-adaptive-threads: --threads throughout)",
+    )
     p.add_argument("--seed", type=int, help="seed of the weights, dropout and batches (default 0)")
     p.set_defaults(func=run_train_lm)
 
-    g = sub.add_parser("generate", help="continue a prompt with a trained language model",
-                       description="Sample a continuation of --prompt from a language model (train-lm's --out or "
-                       "one of its checkpoints). The same --seed gives the same text.")
+    g = sub.add_parser(
+        "generate",
+        help="continue a prompt with a trained language model",
+        description="Sample a continuation of --prompt from a language model (train-lm's --out or "
+        "one of its checkpoints). The same --seed gives the same text.",
+    )
     g.add_argument("--model", required=True, help="run directory or checkpoint of train-lm")
     g.add_argument("--prompt", default="", help="the text to continue (default: the start of a line)")
-    g.add_argument("--max-tokens", dest="max_tokens", type=int, default=200, help="characters to generate (default 200)")
+    g.add_argument(
+        "--max-tokens", dest="max_tokens", type=int, default=200, help="characters to generate (default 200)"
+    )
     g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature, 0 = most likely (default 0.8)")
     g.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0 = all)")
     g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     g.set_defaults(func=run_generate)
 
-    e = sub.add_parser("evaluate-lm", help="bits per character of a language model on its held-out text",
-                       description="Bits per character of a train-lm model on the held-out test part of its text, "
-                       "or on --text FILE.")
+    e = sub.add_parser(
+        "evaluate-lm",
+        help="bits per character of a language model on its held-out text",
+        description="Bits per character of a train-lm model on the held-out test part of its text, or on --text FILE.",
+    )
     e.add_argument("--model", required=True, help="run directory or checkpoint of train-lm")
     e.add_argument("--text", help="score this text file instead of the held-out test text")
     e.add_argument("--seq-len", dest="seq_len", type=int, help="context per window (default: the training seq-len)")

@@ -128,7 +128,9 @@ class LmTrainRequest:
         if sum(x is not None for x in (self.steps, self.time_budget, self.epochs)) > 1:
             raise ValueError("LmTrainRequest: give at most one of steps, time_budget and epochs")
         if not isinstance(self.text, str) or not self.text:
-            raise ValueError(f"LmTrainRequest: text must be 'shakespeare' or the path of a text file, got {self.text!r}")
+            raise ValueError(
+                f"LmTrainRequest: text must be 'shakespeare' or the path of a text file, got {self.text!r}"
+            )
         # the architecture: the core's own checks, with its messages (vocab_size is the text's)
         LanguageModelConfig(vocab_size=2, **self.architecture())
 
@@ -368,8 +370,10 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
         manifest = json.loads((p / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"'{p / CONFIG_FILE}' cannot be read as JSON: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME or not isinstance(
-        manifest.get("files"), dict
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT_NAME
+        or not isinstance(manifest.get("files"), dict)
     ):
         raise CheckpointError(f"'{p}' is not a checkpoint of this program")
     if manifest.get("kind") != LM_KIND:
@@ -418,8 +422,10 @@ class LmTrainer:
     governor: Optional[ThreadGovernor] = None
 
     def __post_init__(self) -> None:
-        self.ids = {name: self.vocabulary.encode(getattr(self.split, name), unknown=self.vocabulary.chars[0])
-                    for name in ("train", "valid", "test")}
+        self.ids = {
+            name: self.vocabulary.encode(getattr(self.split, name), unknown=self.vocabulary.chars[0])
+            for name in ("train", "valid", "test")
+        }
         if len(self.ids["train"]) < self.request.seq_len + 1:
             raise ValueError(
                 f"seq_len {self.request.seq_len} is too long for a training text of {len(self.ids['train'])} "
@@ -585,8 +591,17 @@ def new_lm_trainer(request: LmTrainRequest, out: Union[str, "os.PathLike[str]"],
 
 
 # the settings a resumed run may change (the architecture and the text are the checkpoint's)
-_RESUMABLE = ("steps", "time_budget", "epochs", "eval_every", "eval_chars", "checkpoint_every", "keep", "threads",
-              "adaptive_threads")
+_RESUMABLE = (
+    "steps",
+    "time_budget",
+    "epochs",
+    "eval_every",
+    "eval_chars",
+    "checkpoint_every",
+    "keep",
+    "threads",
+    "adaptive_threads",
+)
 
 
 def resume_lm_trainer(
@@ -614,8 +629,16 @@ def resume_lm_trainer(
         raise ValueError(f"the text '{request.text}' is not the one this run was trained on (its digest differs)")
     split = split_text(source.text)
     trainer = LmTrainer(
-        request, out_path, ckpt.model, ckpt.vocabulary, split, source, report, run_id=ckpt.run_id,
-        history=list(ckpt.state.get("history", [])), elapsed=float(ckpt.state.get("elapsed", 0.0)),
+        request,
+        out_path,
+        ckpt.model,
+        ckpt.vocabulary,
+        split,
+        source,
+        report,
+        run_id=ckpt.run_id,
+        history=list(ckpt.state.get("history", [])),
+        elapsed=float(ckpt.state.get("elapsed", 0.0)),
     )
     report(f"resuming {ckpt.path} at step {ckpt.model.step}")
     return trainer
