@@ -134,8 +134,8 @@ def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
         "256",
     ]
     assert main(["train-lm", *args]) == 0
-    printed = capsys.readouterr().out
-    assert "step 6" in printed and "bits per character" in printed
+    printed = capsys.readouterr()
+    assert "step 6" in printed.err and "bits per character on the held-out test text" in printed.out
     assert main(["train-lm", *args]) == 1  # a run is there: --resume or another --out
     assert "--resume" in capsys.readouterr().err
     assert main(["train-lm", "--out", str(out), "--resume", "--steps", "8", "--threads", "1"]) == 0

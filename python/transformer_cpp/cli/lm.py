@@ -60,7 +60,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
                 raise UserError(str(exc)) from None
             trainer = new_lm_trainer(request, out, report=console.say)
         trainer.fit()
-        console.say(f"held-out test: {trainer.evaluate('test'):.3f} bits per character")
+        print(f"{trainer.evaluate('test'):.4f} bits per character on the held-out test text")
     return 0
 
 

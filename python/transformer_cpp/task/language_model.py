@@ -388,9 +388,9 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
     _assign(p, MODEL_FILE, model.parameters(), _read_checked(p, MODEL_FILE, manifest))
     opt = manifest.get("optimizer") or {}
     model.configure_optimizer(**opt.get("config", {}))
+    model.step = int(opt.get("step", 0))
     if optimizer:
         _assign(p, OPTIMIZER_FILE, model.optimizer_state(), _read_checked(p, OPTIMIZER_FILE, manifest))
-        model.step = int(opt.get("step", 0))
         model.dropout_calls = int(opt.get("dropout_calls", 0))
     state = json.loads(_read_checked(p, STATE_FILE, manifest).decode("utf-8"))
     return LmCheckpoint(path=p, model=model, vocabulary=vocabulary, state=state, run_id=str(manifest.get("run_id")))
@@ -578,7 +578,7 @@ def new_lm_trainer(request: LmTrainRequest, out: Union[str, "os.PathLike[str]"],
     split = split_text(source.text)
     vocabulary = CharVocabulary.from_text(split.train)
     model = LanguageModel(
-        vocabulary.vocab_size, max_len=max(request.seq_len, 16), seed=request.seed, **request.architecture()
+        vocabulary.vocab_size, max_len=max(request.seq_len, 16), **request.architecture()
     )
     model.configure_optimizer(warmup=request.warmup, lr_scale=request.lr_scale, clip_norm=request.clip_norm)
     sizes = split.sizes()
