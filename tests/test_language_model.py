@@ -41,7 +41,7 @@ def test_gradients_match_central_differences_float64(options):
     numeric, analytic = [], []
     for name, p in lm.parameters().items():
         flat = p.value.reshape(-1)
-        for i in rng.choice(flat.size, size=min(3, flat.size), replace=False):  # a few entries of each
+        for i in rng.choice(flat.size, size=min(2, flat.size), replace=False):  # a few entries of each
             old = flat[i]
             flat[i] = old + eps
             up, _ = lm.evaluate_loss(tokens)
@@ -54,7 +54,7 @@ def test_gradients_match_central_differences_float64(options):
             numeric.append(n)
             analytic.append(a)
     numeric, analytic = np.array(numeric), np.array(analytic)
-    assert len(numeric) >= 40
+    assert len(numeric) >= 30
     rel = np.linalg.norm(numeric - analytic) / (np.linalg.norm(numeric) + np.linalg.norm(analytic))
     assert rel <= 1e-6
 

@@ -122,8 +122,8 @@ void bind_language_model_class(py::module_& m) {
             LmInUse<T> in_use(h, who);
             if (h.state.rows < 1) throw std::runtime_error(concat(who, ": call start_generation() first"));
             if (t.shape(0) != h.state.rows)
-              throw py::value_error(concat(who, ": tokens must hold one id per sequence (", h.state.rows, "), got ",
-                                           describe(t)));
+              throw py::value_error(
+                  concat(who, ": tokens must hold one id per sequence (", h.state.rows, "), got ", describe(t)));
             const Index V = h.model.config().vocab_size;
             for (py::ssize_t i = 0; i < t.shape(0); ++i)
               if (t.data()[i] < 0 || t.data()[i] >= V)

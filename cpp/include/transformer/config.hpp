@@ -191,16 +191,16 @@ void check_fields(const Config& c) {
 // (config.cpp) with what it allows; checks, the Python class, keyword arguments, checkpoint JSON
 // and command-line options come from the member and its row.
 struct LanguageModelConfig {
-  std::int64_t vocab_size = 0;       // tokens, the padding id 0 included
-  std::int64_t d_model = 256;        // model width
-  std::int64_t n_layers = 4;         // blocks
-  std::int64_t n_heads = 4;          // attention heads, d_k = d_model / n_heads
-  std::int64_t d_ff = 1024;          // inner width of the feed-forward network
-  double dropout = 0.1;              // on the embedding, the sub-layer outputs and inside the feed-forward network
-  std::int64_t max_len = 1024;       // positional-table rows built up front (a cache: longer inputs extend it)
+  std::int64_t vocab_size = 0;        // tokens, the padding id 0 included
+  std::int64_t d_model = 256;         // model width
+  std::int64_t n_layers = 4;          // blocks
+  std::int64_t n_heads = 4;           // attention heads, d_k = d_model / n_heads
+  std::int64_t d_ff = 1024;           // inner width of the feed-forward network
+  double dropout = 0.1;               // on the embedding, the sub-layer outputs and inside the feed-forward network
+  std::int64_t max_len = 1024;        // positional-table rows built up front (a cache: longer inputs extend it)
   std::string attention = "softmax";  // the blocks' self-attention (language_model_attention_names())
-  bool pre_norm = true;              // x + F(LN(x)) and a final LayerNorm (GPT-2), or LN(x + F(x)) (the paper)
-  bool share_embeddings = true;      // the output projection is the token embedding
+  bool pre_norm = true;               // x + F(LN(x)) and a final LayerNorm (GPT-2), or LN(x + F(x)) (the paper)
+  bool share_embeddings = true;       // the output projection is the token embedding
   std::uint64_t seed = 0;
 };
 

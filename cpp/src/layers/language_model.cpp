@@ -80,8 +80,7 @@ const Matrix<T>& LanguageModelBlock<T>::backward(ConstMatrixMap<T> dout) {
       [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, dh_);
   residual_backward<T>(
       pre_norm_, norm1_, dropout1_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_->backward(d); }, cmap(dh_), dtmp_,
-      dx_);
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_->backward(d); }, cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 
@@ -176,10 +175,11 @@ void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, cons
   const LanguageModelConfig& c = config_;
   const double B = static_cast<double>(tokens.rows()), Tl = static_cast<double>(tokens.cols());
   const double d = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
-  const double elements = static_cast<double>(c.n_layers) *
-                              encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff)) +
-                          4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
-  check_memory(concat("LanguageModel.", who), concat("a batch of ", tokens.rows(), " sequences of length ", tokens.cols()),
+  const double elements =
+      static_cast<double>(c.n_layers) * encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff)) +
+      4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
+  check_memory(concat("LanguageModel.", who),
+               concat("a batch of ", tokens.rows(), " sequences of length ", tokens.cols()),
                elements * static_cast<double>(sizeof(T)) + Tl * Tl);
   check_finite_parameters(parameters(), concat("LanguageModel.", who));
 }
@@ -337,10 +337,11 @@ template <typename T>
 void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelState<T>& state) {
   TCPP_CHECK(has_cached_step(), "LanguageModel: attention '", config_.attention,
              "' has no key/value-cached step; generate with forward() over the context instead");
-  TCPP_CHECK(rows >= 1 && capacity >= 1, "LanguageModel.infer_start: rows and capacity must be >= 1, got ", rows, " and ",
-             capacity);
+  TCPP_CHECK(rows >= 1 && capacity >= 1, "LanguageModel.infer_start: rows and capacity must be >= 1, got ", rows,
+             " and ", capacity);
   const double d = static_cast<double>(config_.d_model);
-  check_memory("LanguageModel.infer_start", concat("key/value caches of ", rows, " sequences of ", capacity, " positions"),
+  check_memory("LanguageModel.infer_start",
+               concat("key/value caches of ", rows, " sequences of ", capacity, " positions"),
                2.0 * static_cast<double>(config_.n_layers) * static_cast<double>(rows) * static_cast<double>(capacity) *
                    d * static_cast<double>(sizeof(T)));
   check_finite_parameters(parameters(), "LanguageModel.infer_start");
@@ -389,7 +390,8 @@ template <typename T>
 ParameterList<T> LanguageModel<T>::parameters() {
   ParameterList<T> ps;
   append_parameters(ps, embedding_.parameters(), "embedding");
-  for (size_t i = 0; i < layers_.size(); ++i) append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
+  for (size_t i = 0; i < layers_.size(); ++i)
+    append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
   if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
   if (!config_.share_embeddings)
     ps.push_back({"output.weight", out_weight_.data(), dout_weight_.data(), {config_.vocab_size, config_.d_model}});

@@ -577,9 +577,7 @@ def new_lm_trainer(request: LmTrainRequest, out: Union[str, "os.PathLike[str]"],
         report(f"text: {source.attribution}")
     split = split_text(source.text)
     vocabulary = CharVocabulary.from_text(split.train)
-    model = LanguageModel(
-        vocabulary.vocab_size, max_len=max(request.seq_len, 16), **request.architecture()
-    )
+    model = LanguageModel(vocabulary.vocab_size, max_len=max(request.seq_len, 16), **request.architecture())
     model.configure_optimizer(warmup=request.warmup, lr_scale=request.lr_scale, clip_norm=request.clip_norm)
     sizes = split.sizes()
     report(

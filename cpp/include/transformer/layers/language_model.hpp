@@ -124,7 +124,8 @@ class LanguageModel {
   // Whether infer_step can run (the blocks' attention has a cached step): softmax attention.
   bool has_cached_step() const;
 
-  ParameterList<T> parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*, (untied) output.weight, output.bias
+  ParameterList<T>
+  parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*, (untied) output.weight, output.bias
   void zero_grad();
   const LanguageModelConfig& config() const { return config_; }
   const OptimizerConfig& optimizer_config() const { return opt_config_; }
@@ -157,14 +158,14 @@ class LanguageModel {
   Dropout<T> dropout_;                  // after the embedding
   Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
   std::unique_ptr<Adam<T>> adam_;
-  Index B_ = -1, T_ = 0;                // shape of the last forward (-1: none that backward may follow)
-  const Matrix<T>* y_ = nullptr;        // (B*T, d) the last hidden states
-  Matrix<T> x_;                         // (B*T, d) embedded and dropped-out input
-  Matrix<T> logits_;                    // (B*T, V)
-  Matrix<T> dy_, dx_;                   // (B*T, d)
-  Matrix<T> loss_partial_;              // scratch of the fused loss's bias gradient
-  TokenMatrix inputs_;                  // (B, T)
-  std::vector<std::int64_t> labels_;    // (B*T)
+  Index B_ = -1, T_ = 0;              // shape of the last forward (-1: none that backward may follow)
+  const Matrix<T>* y_ = nullptr;      // (B*T, d) the last hidden states
+  Matrix<T> x_;                       // (B*T, d) embedded and dropped-out input
+  Matrix<T> logits_;                  // (B*T, V)
+  Matrix<T> dy_, dx_;                 // (B*T, d)
+  Matrix<T> loss_partial_;            // scratch of the fused loss's bias gradient
+  TokenMatrix inputs_;                // (B, T)
+  std::vector<std::int64_t> labels_;  // (B*T)
   double last_grad_norm_ = 0.0;
 };
 
