@@ -26,11 +26,12 @@ namespace transformer::bindings {
 void bind_runtime(py::module_& m);
 void bind_positional_encoding(py::module_& m);
 void bind_parameter(py::module_& m);
-void bind_layers(py::module_& m);          // Linear, Dropout, attention, feed-forward, encoder/decoder
-void bind_basic_layers(py::module_& m);    // LayerNorm, ReLU, softmax, embeddings, loss, Adam
-void bind_config(py::module_& m);          // Limit, ConfigField, TransformerConfig, OptimizerConfig
-void bind_model(py::module_& m);           // Transformer
-void bind_language_model(py::module_& m);  // LanguageModel
+void bind_layers(py::module_& m);        // Linear, Dropout, attention, feed-forward, encoder/decoder
+void bind_basic_layers(py::module_& m);  // LayerNorm, ReLU, softmax, embeddings, loss, Adam
+void bind_config(py::module_& m);        // Limit, ConfigField, TransformerConfig, OptimizerConfig
+void bind_model(py::module_& m);         // Transformer
+// LanguageModel (decoder-only)
+void bind_language_model(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);

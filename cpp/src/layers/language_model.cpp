@@ -118,16 +118,17 @@ double lm_parameters(const LanguageModelConfig& c) {
          (c.pre_norm ? 2 * d : 0.0);
 }
 
-const LanguageModelConfig& checked(const LanguageModelConfig& c) {
+// The vocabulary size of a configuration that check_config allows (before anything is allocated).
+Index checked_vocab_size(const LanguageModelConfig& c) {
   check_config(c);
-  return c;
+  return c.vocab_size;
 }
 }  // namespace
 
 template <typename T>
 LanguageModel<T>::LanguageModel(const LanguageModelConfig& c)
     : embedding_(checked_size<T>("LanguageModel",
-                                 concat("a model with vocab_size ", checked(c).vocab_size, ", d_model ", c.d_model,
+                                 concat("a model with vocab_size ", checked_vocab_size(c), ", d_model ", c.d_model,
                                         ", n_layers ", c.n_layers, ", d_ff ", c.d_ff, " and max_len ", c.max_len),
                                  lm_parameters(c), static_cast<double>(c.max_len) * static_cast<double>(c.d_model),
                                  c.vocab_size),
@@ -162,8 +163,7 @@ T* LanguageModel<T>::output_weight_grad() {
 template <typename T>
 void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, const char* who) {
   TCPP_CHECK(tokens.rows() > 0 && tokens.cols() >= min_length, "LanguageModel.", who, ": tokens must have shape (B, ",
-             min_length > 1 ? "T+1" : "T", ") with B >= 1 and ", min_length > 1 ? "T >= 1" : "T >= 1", ", got (",
-             tokens.rows(), ", ", tokens.cols(), ")");
+             min_length > 1 ? "T+1" : "T", ") with B >= 1 and T >= 1, got (", tokens.rows(), ", ", tokens.cols(), ")");
   const Index V = config_.vocab_size;
   for (Index i = 0; i < tokens.size(); ++i) {
     const std::int64_t t = tokens.data()[i];
