@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from transformer_cpp import LanguageModel
 from transformer_cpp.cli import main
 from transformer_cpp.data.lm_text import CharVocabulary, split_text
 from transformer_cpp.task import LmTrainRequest, bits_per_character, generate, load_lm, new_lm_trainer
@@ -103,6 +104,29 @@ def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
     assert one != ckpt.generate("the ", 40, temperature=0.8, top_k=5, seed=4)
     greedy = generate(ckpt.model, ckpt.vocabulary, "the ", 20, temperature=0)
     assert greedy == generate(ckpt.model, ckpt.vocabulary, "the ", 20, temperature=0, seed=9)
+
+
+def test_generation_keeps_to_the_context_and_matches_the_full_forward():
+    vocabulary = CharVocabulary.from_text("abcdefg")
+    lm = LanguageModel(vocabulary.vocab_size, d_model=8, n_layers=2, n_heads=2, d_ff=16, dropout=0.0, dtype="float64")
+    rng = np.random.default_rng(0)
+    for p in lm.parameters().values():
+        p.value[...] += 0.3 * rng.standard_normal(p.value.shape)
+    window, keep = 8, 4
+    got = generate(lm, vocabulary, "abc", 30, temperature=0, context=window)
+    # the reference: the model run over the same context for every character (the key/value
+    # caches restart from the last half of a full context)
+    seq, fed, want = [int(i) for i in vocabulary.encode("abc")], 3, []
+    for _ in range(30):
+        logits = lm.forward(np.array([seq[-fed:]]))[0, -1]
+        logits[0] = -np.inf
+        nxt = int(np.argmax(logits))
+        want.append(nxt)
+        seq.append(nxt)
+        fed = keep if fed >= window else fed + 1
+    assert got == vocabulary.decode(want)
+    sampled = generate(lm, vocabulary, "abc", 30, temperature=1.0, top_k=3, seed=5, context=window)
+    assert sampled == generate(lm, vocabulary, "abc", 30, temperature=1.0, top_k=3, seed=5, context=window)
 
 
 def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):

@@ -197,42 +197,62 @@ def generate(
     temperature: float = 1.0,
     top_k: int = 0,
     seed: int = 0,
+    context: Optional[int] = None,
 ) -> str:
     """``prompt`` continued by ``max_tokens`` characters sampled from the model (the continuation
-    only is returned). With softmax attention each character costs one key/value-cached step;
-    otherwise the model is run over the last ``max_len`` characters for each. The same seed gives
-    the same text. An empty prompt starts after a newline (the start of a line)."""
+    only is returned). The same seed gives the same text. An empty prompt starts after a newline
+    (the start of a line).
+
+    Each character sees at most ``context`` characters (default the model's ``max_len``; the
+    task passes the training ``seq_len``): positions beyond those a model was trained on are
+    positions it never learnt. With softmax attention each character costs one key/value-cached
+    step; when the context is full the caches start again from its last half. Other attention
+    runs the model over the last ``context`` characters for each character."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"generate: max_tokens must be an integer >= 0, got {max_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
         raise ValueError(f"generate: temperature must be a finite number >= 0, got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"generate: top_k must be an integer >= 0 (0: every token), got {top_k!r}")
-    context = prompt if prompt else "\n"
-    ids = [int(i) for i in vocabulary.encode(context)]
+    window = int(model.config["max_len"]) if context is None else context
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise ValueError(f"generate: context must be an integer >= 2, got {context!r}")
+    seq = [int(i) for i in vocabulary.encode(prompt if prompt else "\n")]
     rng = np.random.default_rng(seed)
     out: List[int] = []
     if max_tokens == 0:
         return ""
-    if model.has_cached_step:
-        model.start_generation(1, len(ids) + max_tokens)
-        logits = None
-        for i in ids:
-            logits = model.generation_step(np.array([i], dtype=np.int64))
-        assert logits is not None
-        for _ in range(max_tokens):
-            nxt = sample_next(logits[0], float(temperature), top_k, rng)
-            out.append(nxt)
-            if len(out) < max_tokens:
-                logits = model.generation_step(np.array([nxt], dtype=np.int64))
-    else:
-        window = int(model.config["max_len"])
-        seq = list(ids)
+    if not model.has_cached_step:
         for _ in range(max_tokens):
             logits = model.forward(np.array([seq[-window:]], dtype=np.int64))
             nxt = sample_next(logits[0, -1], float(temperature), top_k, rng)
             out.append(nxt)
             seq.append(nxt)
+        return vocabulary.decode(out)
+
+    def restart(piece: List[int]) -> np.ndarray:
+        """Fresh caches fed with ``piece``: the logits after its last id."""
+        model.start_generation(1, window)
+        last = np.empty((1, 0))
+        for i in piece:
+            last = model.generation_step(np.array([i], dtype=np.int64))
+        return last
+
+    keep = window // 2
+    logits = restart(seq[-window:])
+    fed = min(len(seq), window)
+    while True:
+        nxt = sample_next(logits[0], float(temperature), top_k, rng)
+        out.append(nxt)
+        seq.append(nxt)
+        if len(out) == max_tokens:
+            break
+        if fed >= window:  # the context is full: start again from its last half
+            logits = restart(seq[-keep:])
+            fed = keep
+        else:
+            logits = model.generation_step(np.array([nxt], dtype=np.int64))
+            fed += 1
     return vocabulary.decode(out)
 
 
@@ -318,7 +338,8 @@ class LmCheckpoint:
     run_id: str
 
     def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
-        """:func:`generate` with this model and vocabulary."""
+        """:func:`generate` with this model and vocabulary, the context its training windows had."""
+        options.setdefault("context", int(self.state["request"]["seq_len"]))
         return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
 
 
@@ -451,7 +472,8 @@ class LmTrainer:
         return bits_per_character(self.model, ids, self.request.seq_len, self.request.batch_size)
 
     def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
-        """:func:`generate` with the model being trained."""
+        """:func:`generate` with the model being trained (the context of its training windows)."""
+        options.setdefault("context", self.request.seq_len)
         return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
 
     # ------------------------------------------------------------ state
