@@ -276,6 +276,8 @@ void bind_config(py::module_& m) {
       m, "TransformerConfig", "The model's architecture (ConfigTable<TransformerConfig> in the core).", &check_config);
   bind_config_class<OptimizerConfig>(m, "OptimizerConfig",
                                      "Adam, the learning-rate schedule, clipping and label smoothing.", &validate);
+  bind_config_class<LanguageModelConfig>(
+      m, "LanguageModelConfig", "The language model's architecture (ConfigTable<LanguageModelConfig>).", &check_config);
 }
 
 }  // namespace transformer::bindings

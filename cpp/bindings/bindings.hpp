@@ -32,6 +32,8 @@ void bind_config(py::module_& m);        // Limit, ConfigField, TransformerConfi
 void bind_model(py::module_& m);         // Transformer
 // RelativeMultiHeadAttention (Transformer-XL), rel_shift
 void bind_relative_attention(py::module_& m);
+// LanguageModel (decoder-only)
+void bind_language_model(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);

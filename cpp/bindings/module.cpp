@@ -144,4 +144,5 @@ PYBIND11_MODULE(_core, m) {
   bind_config(m);
   bind_model(m);
   bind_relative_attention(m);
+  bind_language_model(m);
 }

@@ -3,7 +3,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace transformer {
 
@@ -169,6 +173,70 @@ std::string value_text(const FieldValue& v) {
   if (const auto* u = std::get_if<std::uint64_t>(&v)) return std::to_string(*u);
   if (const auto* d = std::get_if<double>(&v)) return python_repr(*d);
   return quoted(std::get<std::string>(v));
+}
+
+// ---------------------------------------------------------------- LanguageModelConfig
+
+namespace {
+// The number of members of an aggregate: the most initialisers it takes (a member missing from
+// its table would be invisible to Python, so the table is refused instead).
+struct AnyLmMember {
+  template <typename M>
+  operator M() const;  // NOLINT(google-explicit-constructor): only named in unevaluated contexts
+};
+template <typename C, typename Seq, typename = void>
+struct TakesLmInitialisers : std::false_type {};
+template <typename C, std::size_t... I>
+struct TakesLmInitialisers<C, std::index_sequence<I...>, std::void_t<decltype(C{(void(I), AnyLmMember{})...})>>
+    : std::true_type {};
+template <typename C, std::size_t N = 0>
+constexpr std::size_t lm_member_count() {
+  if constexpr (TakesLmInitialisers<C, std::make_index_sequence<N + 1>>::value)
+    return lm_member_count<C, N + 1>();
+  else
+    return N;
+}
+}  // namespace
+
+const std::vector<ConfigField<LanguageModelConfig>>& ConfigTable<LanguageModelConfig>::fields() {
+  using C = LanguageModelConfig;
+  static const std::vector<ConfigField<C>> table = [] {
+    std::vector<ConfigField<C>> t{
+        field<&C::vocab_size>("vocab_size", Limit::integer(2), "vocabulary size (the padding id 0 included)",
+                              kNoOption),
+        field<&C::d_model>("d_model", Limit::integer(1, 16384), "model width"),
+        field<&C::n_layers>("n_layers", Limit::integer(1, 256), "blocks (causal self-attention and feed-forward)"),
+        field<&C::n_heads>("n_heads", Limit::integer(1, 1024), "attention heads (d_model must be divisible by them)"),
+        field<&C::d_ff>("d_ff", Limit::integer(1, 262144), "inner width of the feed-forward networks"),
+        field<&C::dropout>("dropout", Limit::number(0.0, 1.0, false, true),
+                           "dropout rate on the embedding, the sub-layer outputs and inside the feed-forward "
+                           "networks"),
+        field<&C::max_len>("max_len", Limit::integer(1),
+                           "positional-table rows built up front; a cache: longer sequences extend it", kNoOption),
+        field<&C::attention>("attention", Limit::one_of(language_model_attention_names()),
+                             "the blocks' causal self-attention"),
+        field<&C::pre_norm>("pre_norm", Limit::flag(),
+                            "layer normalisation before each sub-layer and after the last block (GPT-2) instead "
+                            "of after each sub-layer (the paper's post-norm)"),
+        field<&C::share_embeddings>("share_embeddings", Limit::flag(),
+                                    "tie the output projection to the token embedding (fewer weights)"),
+        field<&C::seed>("seed", Limit::integer(0, std::numeric_limits<std::uint64_t>::max()),
+                        "seed of the initial weights and the dropout masks"),
+    };
+    if (t.size() != lm_member_count<C>())
+      throw std::logic_error("LanguageModelConfig has " + std::to_string(lm_member_count<C>()) +
+                             " members but its table lists " + std::to_string(t.size()) +
+                             ": add the new member to ConfigTable<LanguageModelConfig>");
+    return t;
+  }();
+  return table;
+}
+
+void check_config(const LanguageModelConfig& c) {
+  check_fields(c);
+  if (c.d_model % c.n_heads != 0)
+    throw std::invalid_argument("LanguageModel: d_model " + std::to_string(c.d_model) +
+                                " is not divisible by n_heads " + std::to_string(c.n_heads));
 }
 
 }  // namespace transformer

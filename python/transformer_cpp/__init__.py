@@ -53,7 +53,7 @@ from .layers import (
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch, export_transformers
 from .optim import Adam
-from .model import NonFiniteError, Transformer
+from .model import LanguageModel, NonFiniteError, Transformer
 from .task import PRESETS, RECIPES, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
 from .tokenizer import SubwordTokenizer
@@ -89,6 +89,7 @@ __all__ = [
     "Trainer",
     "TrainingDiverged",
     "TrainingInterrupted",
+    "LanguageModel",
     "Transformer",
     "Translation",
     "Translator",

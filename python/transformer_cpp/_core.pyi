@@ -949,6 +949,208 @@ class OptimizerConfig:
         The fields as a dict, in the table's order (JSON-serialisable).
         """
 
+class LanguageModelConfig:
+    """
+    The language model's architecture (ConfigTable<LanguageModelConfig>).
+    """
+
+    __hash__: typing.ClassVar[None]  # type: ignore[assignment]
+    @staticmethod
+    def fields() -> list[ConfigField]:
+        """
+        The table of the fields, in order: list of ConfigField.
+        """
+    def __eq__(self, arg0: object) -> bool: ...
+    def __init__(self, **kwargs: typing.Any) -> None:
+        """
+        Every field by keyword (the others keep their defaults), each checked against its row of fields(): TypeError for an unknown name or a value of the wrong type, ValueError for one out of range.
+        """
+    def __repr__(self) -> str: ...
+    def to_dict(self) -> dict[str, typing.Any]:
+        """
+        The fields as a dict, in the table's order (JSON-serialisable).
+        """
+
+class LanguageModel_float32:
+    """
+    The decoder-only (GPT-style) language model.
+    """
+    def __init__(self, config: LanguageModelConfig) -> None:
+        """
+        A model of this architecture (checked again for the memory it needs).
+        """
+    def backward(self, dlogits: numpy.typing.ArrayLike) -> None:
+        """
+        Accumulate every parameter gradient from d loss / d logits (B, T, V).
+        """
+    def compute_gradients(self, tokens: numpy.typing.ArrayLike, training: bool = True) -> tuple[float, int]:
+        """
+        train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).
+        """
+    def config(self) -> LanguageModelConfig:
+        """
+        The architecture.
+        """
+    def configure_optimizer(self, config: OptimizerConfig) -> None:
+        """
+        Adam, the schedule and clipping of the following train_steps.
+        """
+    def evaluate_loss(self, tokens: numpy.typing.ArrayLike) -> tuple[float, int]:
+        """
+        tokens (B, T+1): mean cross-entropy (nats) of tokens[:, 1:] given the tokens before, in inference mode; returns (loss, labels scored).
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        tokens (B, T) int ids -> logits (B, T, vocab_size): position t predicts the token after it.
+        """
+    def generation_step(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        Feed one token per sequence at the next position: logits (rows, vocab_size) of the token after it.
+        """
+    def learning_rate(self, step: int) -> float: ...
+    def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
+        """
+        Names of the parameters (and, with optimizer_state, Adam moments) holding NaN or inf.
+        """
+    def optimizer_config(self) -> OptimizerConfig:
+        """
+        The optimiser's configuration.
+        """
+    def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
+        """
+        Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def set_dropout_seed(self, seed: int) -> None:
+        """
+        Seed the dropout masks (the counter is kept).
+        """
+    def start_generation(self, rows: int, capacity: int) -> None:
+        """
+        Empty key/value caches for `rows` sequences of up to `capacity` positions.
+        """
+    def train_step(self, tokens: numpy.typing.ArrayLike) -> tuple[float, int]:
+        """
+        tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:]. Forward, mean cross-entropy, backward and one Adam step; returns (loss, labels scored).
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def dropout_calls(self) -> int:
+        """
+        Training forwards so far: the dropout masks' counter (restore it to resume exactly).
+        """
+    @dropout_calls.setter
+    def dropout_calls(self, value: int) -> None: ...
+    @property
+    def generation_position(self) -> int:
+        """
+        Positions fed since start_generation.
+        """
+    @property
+    def has_cached_step(self) -> bool:
+        """
+        Whether generation can use the key/value-cached step (softmax attention).
+        """
+    @property
+    def last_grad_norm(self) -> float: ...
+    @property
+    def step(self) -> int:
+        """
+        Optimiser steps taken so far.
+        """
+    @step.setter
+    def step(self, value: int) -> None: ...
+
+class LanguageModel_float64:
+    """
+    The decoder-only (GPT-style) language model.
+    """
+    def __init__(self, config: LanguageModelConfig) -> None:
+        """
+        A model of this architecture (checked again for the memory it needs).
+        """
+    def backward(self, dlogits: numpy.typing.ArrayLike) -> None:
+        """
+        Accumulate every parameter gradient from d loss / d logits (B, T, V).
+        """
+    def compute_gradients(self, tokens: numpy.typing.ArrayLike, training: bool = True) -> tuple[float, int]:
+        """
+        train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).
+        """
+    def config(self) -> LanguageModelConfig:
+        """
+        The architecture.
+        """
+    def configure_optimizer(self, config: OptimizerConfig) -> None:
+        """
+        Adam, the schedule and clipping of the following train_steps.
+        """
+    def evaluate_loss(self, tokens: numpy.typing.ArrayLike) -> tuple[float, int]:
+        """
+        tokens (B, T+1): mean cross-entropy (nats) of tokens[:, 1:] given the tokens before, in inference mode; returns (loss, labels scored).
+        """
+    def forward(self, tokens: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        tokens (B, T) int ids -> logits (B, T, vocab_size): position t predicts the token after it.
+        """
+    def generation_step(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        Feed one token per sequence at the next position: logits (rows, vocab_size) of the token after it.
+        """
+    def learning_rate(self, step: int) -> float: ...
+    def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
+        """
+        Names of the parameters (and, with optimizer_state, Adam moments) holding NaN or inf.
+        """
+    def optimizer_config(self) -> OptimizerConfig:
+        """
+        The optimiser's configuration.
+        """
+    def optimizer_state(self) -> collections.OrderedDict[str, Parameter]:
+        """
+        Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def set_dropout_seed(self, seed: int) -> None:
+        """
+        Seed the dropout masks (the counter is kept).
+        """
+    def start_generation(self, rows: int, capacity: int) -> None:
+        """
+        Empty key/value caches for `rows` sequences of up to `capacity` positions.
+        """
+    def train_step(self, tokens: numpy.typing.ArrayLike) -> tuple[float, int]:
+        """
+        tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:]. Forward, mean cross-entropy, backward and one Adam step; returns (loss, labels scored).
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def dropout_calls(self) -> int:
+        """
+        Training forwards so far: the dropout masks' counter (restore it to resume exactly).
+        """
+    @dropout_calls.setter
+    def dropout_calls(self, value: int) -> None: ...
+    @property
+    def generation_position(self) -> int:
+        """
+        Positions fed since start_generation.
+        """
+    @property
+    def has_cached_step(self) -> bool:
+        """
+        Whether generation can use the key/value-cached step (softmax attention).
+        """
+    @property
+    def last_grad_norm(self) -> float: ...
+    @property
+    def step(self) -> int:
+        """
+        Optimiser steps taken so far.
+        """
+    @step.setter
+    def step(self, value: int) -> None: ...
+
 class Transformer_float32:
     """
     The encoder-decoder Transformer.

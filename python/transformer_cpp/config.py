@@ -28,9 +28,11 @@ from typing import Any, Dict, List, Sequence, Tuple
 from . import _core
 
 __all__ = [
+    "LM_FIELDS",
     "MODEL_FIELDS",
     "OPTIMIZER_FIELDS",
     "ConfigField",
+    "LanguageModelConfig",
     "OptimizerConfig",
     "TransformerConfig",
     "defaults",
@@ -48,6 +50,9 @@ ConfigField = _core.ConfigField
 MODEL_FIELDS: Tuple[Any, ...] = tuple(TransformerConfig.fields())
 #: The optimiser's fields (``OptimizerConfig``), in the table's order.
 OPTIMIZER_FIELDS: Tuple[Any, ...] = tuple(OptimizerConfig.fields())
+LanguageModelConfig = _core.LanguageModelConfig
+#: The language model's fields (``LanguageModelConfig``), in the table's order.
+LM_FIELDS: Tuple[Any, ...] = tuple(LanguageModelConfig.fields())
 
 _TYPES = {"integer": int, "number": float, "flag": bool, "choice": str}
 

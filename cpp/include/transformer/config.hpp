@@ -108,7 +108,7 @@ struct MemberOf<M C::*> {
 
 template <typename M>
 FieldValue to_value(const M& m) {
-  if constexpr (std::is_same_v<M, bool>) {
+  if constexpr (std::is_same_v<M, bool> || std::is_same_v<M, std::string>) {
     return m;
   } else if constexpr (std::is_enum_v<M>) {
     return to_string(m);  // the enum's own to_string, found by argument-dependent lookup
@@ -125,6 +125,8 @@ template <typename M>
 void from_value(const FieldValue& v, M& m) {
   if constexpr (std::is_same_v<M, bool>) {
     m = std::get<bool>(v);
+  } else if constexpr (std::is_same_v<M, std::string>) {
+    m = std::get<std::string>(v);
   } else if constexpr (std::is_enum_v<M>) {
     parse_name(std::get<std::string>(v), m);  // the enum's parse_name, found by argument-dependent lookup
   } else if constexpr (std::is_integral_v<M>) {
@@ -182,5 +184,41 @@ void check_fields(const Config& c) {
     if (!ok) throw std::invalid_argument(f.limit.message(ConfigTable<Config>::owner(), f.name, value_text(v)));
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The decoder-only language model's configuration (layers/language_model.hpp). As for
+// TransformerConfig, each member is listed once more in ConfigTable<LanguageModelConfig>
+// (config.cpp) with what it allows; checks, the Python class, keyword arguments, checkpoint JSON
+// and command-line options come from the member and its row.
+struct LanguageModelConfig {
+  std::int64_t vocab_size = 0;        // tokens, the padding id 0 included
+  std::int64_t d_model = 256;         // model width
+  std::int64_t n_layers = 4;          // blocks
+  std::int64_t n_heads = 4;           // attention heads, d_k = d_model / n_heads
+  std::int64_t d_ff = 1024;           // inner width of the feed-forward network
+  double dropout = 0.1;               // on the embedding, the sub-layer outputs and inside the feed-forward network
+  std::int64_t max_len = 1024;        // positional-table rows built up front (a cache: longer inputs extend it)
+  std::string attention = "softmax";  // the blocks' self-attention (language_model_attention_names())
+  bool pre_norm = true;               // x + F(LN(x)) and a final LayerNorm (GPT-2), or LN(x + F(x)) (the paper)
+  bool share_embeddings = true;       // the output projection is the token embedding
+  std::uint64_t seed = 0;
+};
+
+// The self-attention a language model's blocks may use, by name: the one list that the table's
+// row and the factory (make_self_attention in language_model.cpp) read.
+inline const std::vector<std::string>& language_model_attention_names() {
+  static const std::vector<std::string> names{"softmax"};
+  return names;
+}
+
+template <>
+struct ConfigTable<LanguageModelConfig> {
+  static const char* owner() { return "LanguageModel"; }
+  static const std::vector<ConfigField<LanguageModelConfig>>& fields();
+};
+
+// Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed: every
+// field against its row, then d_model divisible by n_heads.
+void check_config(const LanguageModelConfig& c);
 
 }  // namespace transformer

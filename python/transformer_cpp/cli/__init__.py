@@ -9,6 +9,9 @@ Subcommands::
     transformer-cpp evaluate --model runs/tutorial                       # BLEU, chrF, loss, accuracy
     transformer-cpp figures --out figures                                # positional-encoding figures
     transformer-cpp export --model runs/tutorial --to ctranslate2 out    # or --to torch (see export.py)
+    transformer-cpp train-lm --text shakespeare --time-budget 300 --out runs/lm   # a character LM
+    transformer-cpp generate --model runs/lm --prompt "ROMEO:" --max-tokens 200 --seed 1
+    transformer-cpp evaluate-lm --model runs/lm                          # held-out bits per character
 
 The data file is ``--data``, else ``$TRANSFORMER_CPP_DATA``, else the download cache (see
 :func:`transformer_cpp.data.load_tatoeba`); it is read as UTF-8 unless ``--encoding`` names
@@ -42,6 +45,7 @@ from ..serve import add_serve_parser
 from ..task import Silent
 from ..training import TrainingDiverged
 from .common import PROG, Parser, UserError, console, version_text
+from .lm import add_lm_parsers
 from .tools import add_average_parser, add_export_parser, add_figures_parser
 from .train import add_train_parser
 from .translate import add_evaluate_parser, add_translate_parser
@@ -63,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_translate_parser(sub)
     add_evaluate_parser(sub)
+    add_lm_parsers(sub)  # train-lm, generate, evaluate-lm
     add_average_parser(sub)
     add_export_parser(sub)
     add_serve_parser(sub)  # the HTTP server: its dependencies are imported when it runs

@@ -1,7 +1,20 @@
 """The translation task: presets and recipes (:mod:`.presets`), and everything between a data file
 and a trainer (:mod:`.translation`): the split and its record, the vocabularies, the length
-limit, automatic precision and size, new and resumed trainers. The command line, the notebooks,
-data-parallel runs and the tools all call it."""
+limit, automatic precision and size, new and resumed trainers; and the language-model task
+(:mod:`.language_model`: a decoder-only model on a long text, bits per character, sampling). The
+command line, the notebooks, data-parallel runs and the tools all call it."""
+
+from .language_model import (
+    LmCheckpoint,
+    LmTrainer,
+    LmTrainRequest,
+    bits_per_character,
+    generate,
+    load_lm,
+    new_lm_trainer,
+    resume_lm_trainer,
+    sample_next,
+)
 
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, PRESETS, RECIPES, SIZE_FIELDS, preset_config, preset_recipe
 from .translation import (
@@ -37,6 +50,9 @@ __all__ = [
     "CHANGEABLE_ON_RESUME",
     "DEFAULT_PRESET",
     "LENGTH_COVERAGE",
+    "LmCheckpoint",
+    "LmTrainRequest",
+    "LmTrainer",
     "OUTLIER_FACTOR",
     "PRESETS",
     "RECIPES",
@@ -46,19 +62,25 @@ __all__ = [
     "Split",
     "TaskError",
     "TrainRequest",
+    "bits_per_character",
     "build_tokenizers",
     "check_resume_request",
     "check_same_split",
     "choose_max_length",
     "encode_split",
+    "generate",
     "load_pairs",
+    "load_lm",
     "load_split",
+    "new_lm_trainer",
     "new_trainer",
     "preset_config",
     "preset_recipe",
     "quiet",
     "requested_settings",
+    "resume_lm_trainer",
     "resume_trainer",
+    "sample_next",
     "say",
     "size_growth",
     "split_digest",

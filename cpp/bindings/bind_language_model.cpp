@@ -1,0 +1,218 @@
+// Bindings of the decoder-only language model: forward/backward, train_step/evaluate_loss with the
+// GIL released, hierarchical parameters, optimiser state for checkpoints, and the key/value-cached
+// generation step (the sampling is Python's, over these logits).
+#include <exception>
+
+#include "bindings.hpp"
+#include "transformer/layers/language_model.hpp"
+
+namespace transformer::bindings {
+
+namespace {
+
+template <typename T>
+struct LanguageModelHolder {
+  explicit LanguageModelHolder(const LanguageModelConfig& c) : model(c) {}
+  LanguageModel<T> model;
+  LanguageModelState<T> state;  // the generation caches, kept between steps
+  Index B = -1, T_len = 0;      // shape of the last forward() that backward() may follow
+  bool busy = false;            // a call that released the GIL is running on this model
+};
+
+// A model keeps activations and scratch as members: one call at a time (InUse, bindings.hpp).
+template <typename T>
+class LmInUse : public InUse {
+ public:
+  LmInUse(LanguageModelHolder<T>& h, const char* who) : InUse(h.busy, who, "LanguageModel") {}
+};
+
+ConstTokenMap tmap(const py::array_t<std::int64_t, py::array::c_style>& a) {
+  return ConstTokenMap(a.data(), a.shape(0), a.shape(1));
+}
+
+template <typename T>
+void bind_language_model_class(py::module_& m) {
+  using H = LanguageModelHolder<T>;
+  py::class_<H>(m, class_name<T>("LanguageModel").c_str(), "The decoder-only (GPT-style) language model.")
+      .def(py::init([](const LanguageModelConfig& c) { return new H(c); }), py::arg("config"),
+           "A model of this architecture (checked again for the memory it needs).")
+      .def(
+          "forward",
+          [](H& h, const py::handle& tokens, bool training) {
+            auto t = as_tokens(tokens, "LanguageModel.forward", "tokens", 2);
+            LmInUse<T> in_use(h, "LanguageModel.forward");
+            h.B = -1;
+            const Matrix<T>& logits =
+                without_gil([&]() -> const Matrix<T>& { return h.model.forward(tmap(t), training); });
+            h.B = t.shape(0);
+            h.T_len = t.shape(1);
+            return copy_out<T>(logits.data(), {h.B, h.T_len, logits.cols()});
+          },
+          py::arg("tokens"), py::arg("training") = false,
+          "tokens (B, T) int ids -> logits (B, T, vocab_size): position t predicts the token after it.")
+      .def(
+          "backward",
+          [](H& h, const py::handle& dlogits) {
+            LmInUse<T> in_use(h, "LanguageModel.backward");
+            if (h.B < 0) throw std::runtime_error("LanguageModel.backward: call forward() first");
+            const Index V = h.model.config().vocab_size;
+            auto d = as_floats<T>(dlogits, "LanguageModel.backward", "dlogits", 3);
+            if (d.shape(0) != h.B || d.shape(1) != h.T_len || d.shape(2) != V)
+              throw py::value_error(concat("LanguageModel.backward: dlogits must have shape (", h.B, ", ", h.T_len,
+                                           ", ", V, "), got ", describe(d)));
+            check_finite_input(d.data(), static_cast<Index>(d.size()), "LanguageModel.backward", "dlogits");
+            without_gil([&] { h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.T_len, V)); });
+            check_parameter_gradients(h.model.parameters(), "LanguageModel.backward");
+          },
+          py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
+      .def(
+          "train_step",
+          [](H& h, const py::handle& tokens) {
+            auto t = as_tokens(tokens, "LanguageModel.train_step", "tokens", 2);
+            LmInUse<T> in_use(h, "LanguageModel.train_step");
+            h.B = -1;
+            const LossStats s = without_gil([&] { return h.model.train_step(tmap(t)); });
+            return py::make_tuple(s.loss, s.count);
+          },
+          py::arg("tokens"),
+          "tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:]. Forward, mean cross-entropy, backward "
+          "and one Adam step; returns (loss, labels scored).")
+      .def(
+          "compute_gradients",
+          [](H& h, const py::handle& tokens, bool training) {
+            auto t = as_tokens(tokens, "LanguageModel.compute_gradients", "tokens", 2);
+            LmInUse<T> in_use(h, "LanguageModel.compute_gradients");
+            h.B = -1;
+            const LossStats s = without_gil([&] { return h.model.compute_gradients(tmap(t), training); });
+            return py::make_tuple(s.loss, s.count);
+          },
+          py::arg("tokens"), py::arg("training") = true,
+          "train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).")
+      .def(
+          "evaluate_loss",
+          [](H& h, const py::handle& tokens) {
+            auto t = as_tokens(tokens, "LanguageModel.evaluate_loss", "tokens", 2);
+            LmInUse<T> in_use(h, "LanguageModel.evaluate_loss");
+            h.B = -1;
+            const LossStats s = without_gil([&] { return h.model.evaluate_loss(tmap(t)); });
+            return py::make_tuple(s.loss, s.count);
+          },
+          py::arg("tokens"),
+          "tokens (B, T+1): mean cross-entropy (nats) of tokens[:, 1:] given the tokens before, in inference "
+          "mode; returns (loss, labels scored).")
+      .def_property_readonly(
+          "has_cached_step", [](H& h) { return h.model.has_cached_step(); },
+          "Whether generation can use the key/value-cached step (softmax attention).")
+      .def(
+          "start_generation",
+          [](H& h, const py::object& rows, const py::object& capacity) {
+            const char* who = "LanguageModel.start_generation";
+            const Index r = int_arg(rows, who, "rows", 1, 1 << 20);
+            const Index c = int_arg(capacity, who, "capacity", 1);
+            LmInUse<T> in_use(h, who);
+            without_gil([&] { h.model.infer_start(r, c, h.state); });
+          },
+          py::arg("rows"), py::arg("capacity"),
+          "Empty key/value caches for `rows` sequences of up to `capacity` positions.")
+      .def(
+          "generation_step",
+          [](H& h, const py::handle& tokens) {
+            const char* who = "LanguageModel.generation_step";
+            auto t = as_tokens(tokens, who, "tokens", 1);
+            LmInUse<T> in_use(h, who);
+            if (h.state.rows < 1) throw std::runtime_error(concat(who, ": call start_generation() first"));
+            if (t.shape(0) != h.state.rows)
+              throw py::value_error(
+                  concat(who, ": tokens must hold one id per sequence (", h.state.rows, "), got ", describe(t)));
+            const Index V = h.model.config().vocab_size;
+            for (py::ssize_t i = 0; i < t.shape(0); ++i)
+              if (t.data()[i] < 0 || t.data()[i] >= V)
+                throw py::value_error(concat(who, ": token id ", t.data()[i], " is out of range for vocab_size ", V));
+            const Matrix<T>& logits =
+                without_gil([&]() -> const Matrix<T>& { return h.model.infer_step(t.data(), h.state); });
+            return copy_out<T>(logits.data(), {logits.rows(), logits.cols()});
+          },
+          py::arg("tokens"),
+          "Feed one token per sequence at the next position: logits (rows, vocab_size) of the token after it.")
+      .def_property_readonly(
+          "generation_position", [](H& h) { return h.state.position(); }, "Positions fed since start_generation.")
+      .def("parameters",
+           [](py::object self) {
+             check_idle(self.cast<H&>().busy, "LanguageModel.parameters", "LanguageModel");
+             return parameters_dict<T>(self.cast<H&>().model.parameters(), self);
+           })
+      .def("zero_grad",
+           [](H& h) {
+             check_idle(h.busy, "LanguageModel.zero_grad", "LanguageModel");
+             h.model.zero_grad();
+           })
+      .def(
+          "configure_optimizer",
+          [](H& h, const OptimizerConfig& o) {
+            check_idle(h.busy, "LanguageModel.configure_optimizer", "LanguageModel");
+            h.model.set_optimizer_config(o);
+          },
+          py::arg("config"), "Adam, the schedule and clipping of the following train_steps.")
+      .def(
+          "optimizer_config", [](H& h) { return h.model.optimizer_config(); }, "The optimiser's configuration.")
+      .def(
+          "optimizer_state",
+          [](py::object self) {
+            check_idle(self.cast<H&>().busy, "LanguageModel.optimizer_state", "LanguageModel");
+            return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self);
+          },
+          "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
+      .def_property(
+          "step",
+          [](H& h) {
+            check_idle(h.busy, "LanguageModel.step", "LanguageModel");
+            return h.model.optimizer().step_count();
+          },
+          [](H& h, const py::object& s) {
+            check_idle(h.busy, "LanguageModel.step", "LanguageModel");
+            h.model.optimizer().set_step_count(int_arg(s, "LanguageModel", "step", 0));
+          },
+          "Optimiser steps taken so far.")
+      .def_property(
+          "dropout_calls", [](H& h) { return h.model.dropout_calls(); },
+          [](H& h, const py::object& c) {
+            check_idle(h.busy, "LanguageModel.dropout_calls", "LanguageModel");
+            h.model.set_dropout_calls(seed_arg(c, "LanguageModel", "dropout_calls"));
+          },
+          "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
+      .def(
+          "set_dropout_seed",
+          [](H& h, const py::object& seed) {
+            check_idle(h.busy, "LanguageModel.set_dropout_seed", "LanguageModel");
+            h.model.set_dropout_seed(seed_arg(seed, "LanguageModel", "dropout seed"));
+          },
+          py::arg("seed"), "Seed the dropout masks (the counter is kept).")
+      .def(
+          "learning_rate",
+          [](H& h, const py::object& step) {
+            return h.model.learning_rate(int_arg(step, "LanguageModel.learning_rate", "step", 1));
+          },
+          py::arg("step"))
+      .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
+      .def(
+          "nonfinite_parameters",
+          [](H& h, bool optimizer_state) {
+            check_idle(h.busy, "LanguageModel.nonfinite_parameters", "LanguageModel");
+            std::vector<std::string> bad = nonfinite_parameters(h.model.parameters());
+            if (optimizer_state && h.model.has_optimizer())
+              for (auto& name : nonfinite_parameters(h.model.optimizer().state())) bad.push_back(name);
+            return bad;
+          },
+          py::arg("optimizer_state") = true,
+          "Names of the parameters (and, with optimizer_state, Adam moments) holding NaN or inf.")
+      .def("config", [](H& h) { return h.model.config(); }, "The architecture.");
+}
+
+}  // namespace
+
+void bind_language_model(py::module_& m) {
+  bind_language_model_class<float>(m);
+  bind_language_model_class<double>(m);
+}
+
+}  // namespace transformer::bindings

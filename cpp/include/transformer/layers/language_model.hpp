@@ -1,0 +1,172 @@
+// language_model.hpp — the decoder-only (GPT-style) language model: token embedding * sqrt(d) +
+// sinusoidal positions, N blocks of causal self-attention and feed-forward network with residual
+// connections, an output projection to the vocabulary, softmax cross-entropy and Adam.
+//
+// post-norm (the paper's):   h = LN1(x + Dropout(Attn(x)))          y = LN2(h + Dropout(FFN(h)))
+// pre-norm (GPT-2, default): h = x + Dropout(Attn(LN1(x)))          y = h + Dropout(FFN(LN2(h)))
+//                            and a final LN after the last block
+// logits = y W^T + b, W (V, d) the token embedding's weight when share_embeddings.
+//
+// The block's attention is any SelfAttention<T> (self_attention.hpp), made by name from the
+// configuration's `attention` (make_self_attention).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transformer/config.hpp"
+#include "transformer/inference/backend.hpp"
+#include "transformer/layers/attention.hpp"
+#include "transformer/layers/dropout.hpp"
+#include "transformer/layers/embedding.hpp"
+#include "transformer/layers/feed_forward.hpp"
+#include "transformer/layers/layer_norm.hpp"
+#include "transformer/layers/loss.hpp"
+#include "transformer/layers/optimizer.hpp"
+#include "transformer/layers/self_attention.hpp"
+#include "transformer/layers/transformer.hpp"
+
+namespace transformer {
+
+// Causal softmax attention as a SelfAttention: MultiHeadAttention with a look-ahead mask, and its
+// key/value-cached step for generation.
+template <typename T>
+class CausalSoftmaxAttention : public SelfAttention<T> {
+ public:
+  CausalSoftmaxAttention(Index d_model, Index n_heads, std::uint64_t seed) : mha_(d_model, n_heads, seed) {}
+
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override;
+  const Matrix<T>& backward(ConstMatrixMap<T> dout) override { return mha_.backward(dout); }
+  ParameterList<T> parameters() override { return mha_.parameters(); }
+  void zero_grad() override { mha_.zero_grad(); }
+  Index d_model() const override { return mha_.d_model(); }
+  Index n_heads() const override { return mha_.n_heads(); }
+
+  MultiHeadAttention<T> mha_;
+
+ private:
+  std::vector<std::uint8_t> mask_;  // (T, T) look-ahead mask shared by every sequence
+  Index mask_len_ = -1;             // T of mask_ (-1: none)
+  bool mask_causal_ = false;
+};
+
+// The attention named `name` (one of language_model_attention_names()); std::invalid_argument
+// listing the names otherwise.
+template <typename T>
+std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& name, Index d_model, Index n_heads,
+                                                      std::uint64_t seed);
+
+// One block: the causal self-attention and the feed-forward network as residual sub-layers
+// (stack.hpp), post-norm or pre-norm.
+template <typename T>
+class LanguageModelBlock {
+ public:
+  LanguageModelBlock(const LanguageModelConfig& c, std::uint64_t seed);
+
+  // x (B*T, d) -> (B*T, d); `x` must stay alive until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool training);
+  const Matrix<T>& backward(ConstMatrixMap<T> dout);  // -> dx (B*T, d); parameter gradients accumulate
+
+  ParameterList<T> parameters();  // self_attention.*, norm1.*, feed_forward.*, norm2.*
+  void zero_grad();
+  std::vector<Dropout<T>*> dropouts();
+
+  std::unique_ptr<SelfAttention<T>> self_attention_;
+  LayerNorm<T> norm1_;
+  FeedForward<T> feed_forward_;
+  LayerNorm<T> norm2_;
+  bool pre_norm_;
+
+ private:
+  Dropout<T> dropout1_, dropout2_;
+  bool has_forward_ = false;
+  Matrix<T> r1_, out_;        // pre-norm residual sums (B*T, d)
+  Matrix<T> dtmp_, dh_, dx_;  // (B*T, d) gradient buffers
+};
+
+// The generation state of R sequences: each block's keys and values of the positions fed so far
+// (softmax attention), buffers, and the last step's logits.
+template <typename T>
+struct LanguageModelState {
+  std::vector<KVCache<T>> caches;  // one per block
+  InferenceBackend<T> backend;     // plain float products
+  InferenceScratch<T> scratch;
+  Matrix<T> logits;  // (R, V)
+  Index rows = 0;
+  Index position() const { return caches.empty() ? 0 : caches.front().length; }
+};
+
+template <typename T>
+class LanguageModel {
+ public:
+  // Checks the configuration (check_config) and the memory the weights need first.
+  explicit LanguageModel(const LanguageModelConfig& config);
+
+  // tokens (B, T) -> logits (B*T, V); row b*T + t predicts the token after tokens[b, t].
+  const Matrix<T>& forward(ConstTokenMap tokens, bool training);
+  // dlogits (B*T, V) of the last forward: accumulates every parameter gradient.
+  void backward(ConstMatrixMap<T> dlogits);
+  // tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:] (label 0, padding, is ignored).
+  // zero_grad, forward (training), mean cross-entropy, backward, clipping, one Adam step. Refuses
+  // (NonFiniteError, nothing changed) non-finite weights, loss, gradient norm or update.
+  LossStats train_step(ConstTokenMap tokens);
+  // The same loss and gradients as train_step, without the update (gradients stay in parameters()).
+  LossStats compute_gradients(ConstTokenMap tokens, bool training);
+  // The mean cross-entropy in inference mode (no dropout, no update); count = labels scored.
+  LossStats evaluate_loss(ConstTokenMap tokens);
+
+  // Generation with a key/value cache (softmax attention): start R empty sequences with room for
+  // `capacity` positions, then feed one token per sequence per step: logits (R, V) of the next.
+  void infer_start(Index rows, Index capacity, LanguageModelState<T>& state);
+  const Matrix<T>& infer_step(const std::int64_t* tokens, LanguageModelState<T>& state);
+  // Whether infer_step can run (the blocks' attention has a cached step): softmax attention.
+  bool has_cached_step() const;
+
+  ParameterList<T>
+  parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*, (untied) output.weight, output.bias
+  void zero_grad();
+  const LanguageModelConfig& config() const { return config_; }
+  const OptimizerConfig& optimizer_config() const { return opt_config_; }
+  void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
+  Adam<T>& optimizer();                                 // created on first use
+  bool has_optimizer() const { return adam_ != nullptr; }
+  double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
+  double last_grad_norm() const { return last_grad_norm_; }
+  std::uint64_t dropout_calls() const { return dropout_.calls(); }
+  void set_dropout_calls(std::uint64_t calls);
+  void set_dropout_seed(std::uint64_t seed);
+  std::vector<Dropout<T>*> dropouts();
+
+  PositionalEmbedding<T> embedding_;
+  std::vector<std::unique_ptr<LanguageModelBlock<T>>> layers_;
+  std::unique_ptr<LayerNorm<T>> final_norm_;  // pre-norm only
+  RowVector<T> out_bias_, dout_bias_;         // (V)
+
+ private:
+  T* output_weight();
+  T* output_weight_grad();
+  void check_tokens(ConstTokenMap tokens, Index min_length, const char* who);
+  // inputs tokens[:, :-1] into inputs_, labels tokens[:, 1:] into labels_
+  void split_shifted(ConstTokenMap tokens);
+  // embedding, blocks, final norm: the last hidden states (B*T, d)
+  const Matrix<T>& hidden(ConstTokenMap tokens, bool training);
+
+  LanguageModelConfig config_;
+  OptimizerConfig opt_config_;
+  Dropout<T> dropout_;                  // after the embedding
+  Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
+  std::unique_ptr<Adam<T>> adam_;
+  Index B_ = -1, T_ = 0;              // shape of the last forward (-1: none that backward may follow)
+  const Matrix<T>* y_ = nullptr;      // (B*T, d) the last hidden states
+  Matrix<T> x_;                       // (B*T, d) embedded and dropped-out input
+  Matrix<T> logits_;                  // (B*T, V)
+  Matrix<T> dy_, dx_;                 // (B*T, d)
+  Matrix<T> loss_partial_;            // scratch of the fused loss's bias gradient
+  TokenMatrix inputs_;                // (B, T)
+  std::vector<std::int64_t> labels_;  // (B*T)
+  double last_grad_norm_ = 0.0;
+};
+
+}  // namespace transformer

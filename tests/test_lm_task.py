@@ -1,0 +1,222 @@
+"""The language-model task end to end on a tiny text written here: the split, training, bits per
+character, checkpoints, resuming exactly, seeded generation, the commands, and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from transformer_cpp import LanguageModel
+from transformer_cpp.cli import main
+from transformer_cpp.data.lm_text import CharVocabulary, split_text
+from transformer_cpp.task import LmTrainRequest, bits_per_character, generate, load_lm, new_lm_trainer
+from transformer_cpp.task import resume_lm_trainer
+
+LINES = ["the cat sat on the mat.", "a dog ran to the log!", "so the cat and the dog met."]
+TINY = dict(
+    d_model=16,
+    n_layers=1,
+    n_heads=2,
+    d_ff=32,
+    dropout=0.0,
+    seq_len=16,
+    batch_size=8,
+    eval_chars=512,
+    threads=1,
+    adaptive_threads=False,
+    warmup=10,
+    lr_scale=0.1,
+)
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "tiny.txt"
+    path.write_text("\n".join(LINES[i] for i in rng.integers(0, 3, size=240)) + "\n", encoding="utf-8")
+    return path
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def test_split_cuts_at_line_starts_and_keeps_every_character():
+    text = "".join(f"line {i}\n" for i in range(200))
+    s = split_text(text, 0.05, 0.05)
+    assert s.train + s.valid + s.test == text
+    assert s.valid.startswith("line ") and s.test.startswith("line ")
+    assert abs(len(s.test) - 0.05 * len(text)) < 10 and abs(len(s.valid) - 0.05 * len(text)) < 10
+    with pytest.raises(ValueError, match="too short"):
+        split_text("one line only")
+
+
+def test_vocabulary_round_trip_and_unknown_characters():
+    v = CharVocabulary.from_text("hello world")
+    assert v.vocab_size == len(set("hello world")) + 1
+    assert v.decode(v.encode("hello")) == "hello" and 0 not in v.encode("hello")
+    assert CharVocabulary.from_str(v.to_str()).chars == v.chars
+    with pytest.raises(ValueError, match="'z' at position 0 is not in the model's vocabulary"):
+        v.encode("z")
+
+
+def test_bits_per_character_is_the_mean_cross_entropy_over_every_character(text_file):
+    trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=1, **TINY), text_file.parent / "run", quiet)
+    ids = trainer.ids["valid"][:50]
+    logits = trainer.model.forward(ids[None, :-1])[0].astype(np.float64)
+    logp = (
+        logits
+        - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True))
+        - logits.max(1, keepdims=True)
+    )
+    expected = -logp[np.arange(49), ids[1:]].mean() / math.log(2)
+    # windows of 16 + 1: each character after the first scored once, with its context cut at 16
+    assert bits_per_character(trainer.model, ids, 64) == pytest.approx(expected, rel=1e-5)
+    assert bits_per_character(trainer.model, ids, 16) != pytest.approx(expected, rel=1e-9)
+
+
+def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
+    out = tmp_path / "run"
+    trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=30, eval_every=10, **TINY), out, quiet)
+    trainer.fit()
+    bpcs = [e["valid_bpc"] for e in trainer.history]
+    assert len(bpcs) == 3 and all(math.isfinite(b) for b in bpcs)
+    assert bpcs[-1] < bpcs[0] - 0.5  # learning
+    assert (out / "latest").read_text().strip() == "epoch-0001-batch-000030"
+
+    resumed = resume_lm_trainer(out, {"steps": 40}, quiet)
+    assert resumed.model.step == 30
+    resumed.fit()
+    straight = new_lm_trainer(
+        LmTrainRequest(text=str(text_file), steps=40, eval_every=10, **TINY), tmp_path / "b", quiet
+    )
+    straight.fit()
+    for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
+        np.testing.assert_array_equal(p.value, q.value, err_msg=name)
+
+    ckpt = load_lm(out)
+    assert ckpt.path.name == "epoch-0001-batch-000040"
+    one = ckpt.generate("the ", 40, temperature=0.8, top_k=5, seed=3)
+    assert one == ckpt.generate("the ", 40, temperature=0.8, top_k=5, seed=3)
+    assert len(one) == 40 and set(one) <= set(ckpt.vocabulary.chars)
+    assert one != ckpt.generate("the ", 40, temperature=0.8, top_k=5, seed=4)
+    greedy = generate(ckpt.model, ckpt.vocabulary, "the ", 20, temperature=0)
+    assert greedy == generate(ckpt.model, ckpt.vocabulary, "the ", 20, temperature=0, seed=9)
+
+
+def test_generation_keeps_to_the_context_and_matches_the_full_forward():
+    vocabulary = CharVocabulary.from_text("abcdefg")
+    lm = LanguageModel(vocabulary.vocab_size, d_model=8, n_layers=2, n_heads=2, d_ff=16, dropout=0.0, dtype="float64")
+    rng = np.random.default_rng(0)
+    for p in lm.parameters().values():
+        p.value[...] += 0.3 * rng.standard_normal(p.value.shape)
+    window, keep = 8, 4
+    got = generate(lm, vocabulary, "abc", 30, temperature=0, context=window)
+    # the reference: the model run over the same context for every character (the key/value
+    # caches restart from the last half of a full context)
+    seq, fed, want = [int(i) for i in vocabulary.encode("abc")], 3, []
+    for _ in range(30):
+        logits = lm.forward(np.array([seq[-fed:]]))[0, -1]
+        logits[0] = -np.inf
+        nxt = int(np.argmax(logits))
+        want.append(nxt)
+        seq.append(nxt)
+        fed = keep if fed >= window else fed + 1
+    assert got == vocabulary.decode(want)
+    sampled = generate(lm, vocabulary, "abc", 30, temperature=1.0, top_k=3, seed=5, context=window)
+    assert sampled == generate(lm, vocabulary, "abc", 30, temperature=1.0, top_k=3, seed=5, context=window)
+
+
+def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
+    out = tmp_path / "cli"
+    args = [
+        "--text",
+        str(text_file),
+        "--out",
+        str(out),
+        "--d-model",
+        "16",
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "32",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "4",
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--threads",
+        "1",
+        "--eval-chars",
+        "256",
+    ]
+    assert main(["train-lm", *args]) == 0
+    printed = capsys.readouterr()
+    assert "step 6" in printed.err and "bits per character on the held-out test text" in printed.out
+    assert main(["train-lm", *args]) == 1  # a run is there: --resume or another --out
+    assert "--resume" in capsys.readouterr().err
+    assert main(["train-lm", "--out", str(out), "--resume", "--steps", "8", "--threads", "1"]) == 0
+    assert load_lm(out).model.step == 8
+    capsys.readouterr()
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "12", "--seed", "1"]) == 0
+    first = capsys.readouterr().out
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "12", "--seed", "1"]) == 0
+    assert capsys.readouterr().out == first and first.startswith("the") and len(first.rstrip("\n")) == 15
+    assert main(["evaluate-lm", "--model", str(out)]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+
+
+def test_foreign_files_in_the_run_directory_are_refused(text_file, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "latest").write_text("my notes, not a pointer\n")
+    code = main(
+        [
+            "train-lm",
+            "--text",
+            str(text_file),
+            "--out",
+            str(out),
+            "--steps",
+            "1",
+            "--d-model",
+            "8",
+            "--n-heads",
+            "2",
+            "--n-layers",
+            "1",
+            "--d-ff",
+            "8",
+            "--seq-len",
+            "8",
+        ]
+    )
+    assert code == 1 and "not written by this program" in capsys.readouterr().err
+    assert (out / "latest").read_text() == "my notes, not a pointer\n"
+
+
+def test_bad_input_gives_clear_errors(tmp_path, text_file, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n\n")
+    assert main(["train-lm", "--text", str(empty), "--out", str(tmp_path / "e")]) == 1
+    assert "holds no text" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="seq_len 100000 is too long"):
+        new_lm_trainer(LmTrainRequest(text=str(text_file), seq_len=100000, d_model=8, n_heads=2), tmp_path / "s", quiet)
+    with pytest.raises(ValueError, match=r"attention must be .*'softmax'.*got 'fast'"):
+        LmTrainRequest(attention="fast")
+    assert main(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "a"), "--attention", "fast"]) == 1
+    assert "'softmax'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="at most one of steps, time_budget and epochs"):
+        LmTrainRequest(steps=3, epochs=1.0)
+    assert main(["train-lm", "--text", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "m")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="temperature"):
+        trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=1, **TINY), tmp_path / "t", quiet)
+        generate(trainer.model, trainer.vocabulary, "the", 3, temperature=-1)
