@@ -4,6 +4,8 @@
 // As in bind_layers.cpp, every forward and backward is a LayerForward / LayerBackward: one call at
 // a time, finite inputs (owned copies of those backward reads again), the memory the buffers need,
 // the work without the GIL, then a finite output.
+#include <memory>
+
 #include "bindings.hpp"
 #include "transformer/layers/linear_attention.hpp"
 
@@ -80,8 +82,7 @@ void bind_linear_kernel(py::module_& m) {
             });
             return copy_out<T>(out.data(), {G, Tn, d});
           },
-          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
-          "q, k, v (G, T, d) -> out (G, T, d)")
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false, "q, k, v (G, T, d) -> out (G, T, d)")
       .def(
           "backward",
           [](K& s, const py::handle& dout) {
@@ -96,9 +97,9 @@ void bind_linear_kernel(py::module_& m) {
               s.dq.resize(G * Tn, d);
               s.dk.resize(G * Tn, d);
               s.dv.resize(G * Tn, d);
-              linear_attention_backward<T>(s.q, d, s.k, d, s.v, d, G, 1, Tn, d, s.causal, s.out.data(), d,
-                                           s.den.data(), s.state.data(), dO.data(), d, s.dq.data(), d, s.dk.data(), d,
-                                           s.dv.data(), d);
+              linear_attention_backward<T>(s.q, d, s.k, d, s.v, d, G, 1, Tn, d, s.causal, s.out.data(), d, s.den.data(),
+                                           s.state.data(), dO.data(), d, s.dq.data(), d, s.dk.data(), d, s.dv.data(),
+                                           d);
             });
             call.check_gradient(s.dq, "gradient of q");
             call.check_gradient(s.dk, "gradient of k");
@@ -173,8 +174,8 @@ void bind_linear_layer(py::module_& m) {
             const double rows = static_cast<double>(X.rows), bh = static_cast<double>(B * heads);
             call.check(concat("a batch of ", B, " sequences of length ", Tn),
                        10 * rows * static_cast<double>(d) + bh * static_cast<double>(Tn + dk * dk + dk));
-            const Matrix<T>& y = call.run(
-                {B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, c); });
+            const Matrix<T>& y =
+                call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, c); });
             return copy_out<T>(y.data(), {B, Tn, d});
           },
           py::arg("x"), py::arg("causal") = false, "x (B, T, d_model) -> (B, T, d_model)")
@@ -206,8 +207,8 @@ void bind_linear_layer(py::module_& m) {
             const Index R = int_arg(rows, who, "rows", 1);
             const Index heads = h.layer.n_heads(), dk = h.layer.d_k(), d = h.layer.d_model();
             check_memory(who, concat("a state of ", R, " rows"),
-                         static_cast<double>(R) *
-                             static_cast<double>(heads * linear_attention_state_size(dk) + 4 * d) * sizeof(T));
+                         static_cast<double>(R) * static_cast<double>(heads * linear_attention_state_size(dk) + 4 * d) *
+                             sizeof(T));
             auto s = std::make_unique<S>();
             s->d_model = d;
             s->n_heads = heads;

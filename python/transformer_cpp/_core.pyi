@@ -188,7 +188,9 @@ class LinearMultiHeadAttention_float32:
         """
         Free what the last forward kept for backward.
         """
-    def step(self, x: numpy.typing.ArrayLike, state: LinearAttentionState_float32) -> numpy.typing.NDArray[numpy.float32]:
+    def step(
+        self, x: numpy.typing.ArrayLike, state: LinearAttentionState_float32
+    ) -> numpy.typing.NDArray[numpy.float32]:
         """
         x (rows, d_model): one new position per row -> y (rows, d_model); advances the state
         """
@@ -265,7 +267,9 @@ class LinearMultiHeadAttention_float64:
         """
         Free what the last forward kept for backward.
         """
-    def step(self, x: numpy.typing.ArrayLike, state: LinearAttentionState_float64) -> numpy.typing.NDArray[numpy.float64]:
+    def step(
+        self, x: numpy.typing.ArrayLike, state: LinearAttentionState_float64
+    ) -> numpy.typing.NDArray[numpy.float64]:
         """
         x (rows, d_model): one new position per row -> y (rows, d_model); advances the state
         """

@@ -390,6 +390,8 @@ class LinearMultiHeadAttention(Layer):
         self._args = f"d_model={d_model}, n_heads={n_heads}"
 
     def forward(self, x: np.ndarray, causal: bool = False) -> np.ndarray:
+        if isinstance(causal, np.bool_):
+            causal = bool(causal)
         return cast(np.ndarray, self._core.forward(x, causal))
 
     def release(self) -> None:

@@ -45,15 +45,15 @@ struct ChunkBuffers {
     if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
   }
   void ensure(Index C, Index d) {
-    grow(fq, C * d);  // (C, d) phi(Q_c)
-    grow(fk, C * d);  // (C, d) phi(K_c)
-    grow(a, C * C);   // (C, C) phi(Q_c) phi(K_c)^T, lower triangle
-    grow(da, C * C);  // (C, C) its gradient
-    grow(u, C * d);   // (C, d) dout / den
-    grow(w, C);       // (C)    gradient of den
+    grow(fq, C * d);     // (C, d) phi(Q_c)
+    grow(fk, C * d);     // (C, d) phi(K_c)
+    grow(a, C * C);      // (C, C) phi(Q_c) phi(K_c)^T, lower triangle
+    grow(da, C * C);     // (C, C) its gradient
+    grow(u, C * d);      // (C, d) dout / den
+    grow(w, C);          // (C)    gradient of den
     grow(s, d * d + d);  // (d, d) + (d) the backward's prefix sums S and z
-    grow(r, d * d);   // (d, d) the backward's suffix (or total) sum
-    grow(rz, d);      // (d)    ... and that of the denominator
+    grow(r, d * d);      // (d, d) the backward's suffix (or total) sum
+    grow(rz, d);         // (d)    ... and that of the denominator
   }
 };
 
@@ -98,7 +98,7 @@ void linear_attention_forward(const T* q, Index q_stride, const T* k, Index k_st
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
     ChunkBuffers<T>& cb = chunk_buffers<T>(C, d);
-    MatrixMap<T> S(state + bh * ss, d, d);  // (d, d) sum of phi(K_j)^T V_j so far
+    MatrixMap<T> S(state + bh * ss, d, d);    // (d, d) sum of phi(K_j)^T V_j so far
     RowMap<T> z(state + bh * ss + d * d, d);  // (d)    sum of phi(K_j) so far
     T* dn = den + bh * T_len;                 // (T)
     S.setZero();
@@ -115,9 +115,9 @@ void linear_attention_forward(const T* q, Index q_stride, const T* k, Index k_st
     for (Index t0 = 0; t0 < T_len; t0 += C) {
       const Index n = std::min(C, T_len - t0);
       const ConstStridedMap<T> Q = head_rows(q, q_stride, b, h, T_len, d, t0, n);  // (n, d)
-      StridedMap<T> O = head_rows_mut(out, out_stride, b, h, T_len, d, t0, n);      // (n, d)
-      ColMap<T> den_c(dn + t0, n);                                                   // (n)
-      MatrixMap<T> Fq(cb.fq.data(), n, d);                                           // (n, d)
+      StridedMap<T> O = head_rows_mut(out, out_stride, b, h, T_len, d, t0, n);     // (n, d)
+      ColMap<T> den_c(dn + t0, n);                                                 // (n)
+      MatrixMap<T> Fq(cb.fq.data(), n, d);                                         // (n, d)
       feature_map<T>(Q, Fq);
       // the positions before the chunk, through the state
       O.noalias() = Fq * S;
@@ -169,16 +169,16 @@ void linear_attention_forward(const T* q, Index q_stride, const T* k, Index k_st
 template <typename T>
 void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,
                                Index B, Index H, Index T_len, Index d, bool causal, const T* out, Index out_stride,
-                               const T* den, const T* state, const T* dout, Index dout_stride, T* dq,
-                               Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride) {
+                               const T* den, const T* state, const T* dout, Index dout_stride, T* dq, Index dq_stride,
+                               T* dk_out, Index dk_stride, T* dv, Index dv_stride) {
   const Index C = tuning::kLinearAttentionChunk, ss = linear_attention_state_size(d);
 #pragma omp parallel for schedule(static)
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
     ChunkBuffers<T>& cb = chunk_buffers<T>(C, d);
-    const T* dn = den + bh * T_len;       // (T)
-    MatrixMap<T> R(cb.r.data(), d, d);    // (d, d) sum of phi(Q_i)^T u_i (after the chunk, or all)
-    RowMap<T> rz(cb.rz.data(), d);        // (d)    sum of w_i phi(Q_i)   (likewise)
+    const T* dn = den + bh * T_len;     // (T)
+    MatrixMap<T> R(cb.r.data(), d, d);  // (d, d) sum of phi(Q_i)^T u_i (after the chunk, or all)
+    RowMap<T> rz(cb.rz.data(), d);      // (d)    sum of w_i phi(Q_i)   (likewise)
     auto rows = [&](const T* base, Index stride, Index t0, Index n) {
       return head_rows(base, stride, b, h, T_len, d, t0, n);
     };
@@ -229,8 +229,7 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
     zp.setZero();
     for (Index t0 = 0; t0 < T_len; t0 += C) {
       const Index n = std::min(C, T_len - t0);
-      const ConstStridedMap<T> Q = rows(q, q_stride, t0, n), K = rows(k, k_stride, t0, n),
-                               V = rows(v, v_stride, t0, n);
+      const ConstStridedMap<T> Q = rows(q, q_stride, t0, n), K = rows(k, k_stride, t0, n), V = rows(v, v_stride, t0, n);
       StridedMap<T> dQ = rows_mut(dq, dq_stride, t0, n), dK = rows_mut(dk_out, dk_stride, t0, n),
                     dV = rows_mut(dv, dv_stride, t0, n);
       MatrixMap<T> Fq(cb.fq.data(), n, d), Fk(cb.fk.data(), n, d), U(cb.u.data(), n, d);
@@ -263,8 +262,7 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
     const Index last = ((T_len - 1) / C) * C;
     for (Index t0 = last; t0 >= 0; t0 -= C) {
       const Index n = std::min(C, T_len - t0);
-      const ConstStridedMap<T> Q = rows(q, q_stride, t0, n), K = rows(k, k_stride, t0, n),
-                               V = rows(v, v_stride, t0, n);
+      const ConstStridedMap<T> Q = rows(q, q_stride, t0, n), K = rows(k, k_stride, t0, n), V = rows(v, v_stride, t0, n);
       StridedMap<T> dK = rows_mut(dk_out, dk_stride, t0, n), dV = rows_mut(dv, dv_stride, t0, n);
       MatrixMap<T> Fq(cb.fq.data(), n, d), Fk(cb.fk.data(), n, d), U(cb.u.data(), n, d);
       ColMap<T> w(cb.w.data(), n);
@@ -282,8 +280,8 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
 }
 
 template <typename T>
-void linear_attention_step(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,
-                           Index R, Index H, Index d, T* state, T* out, Index out_stride) {
+void linear_attention_step(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride, Index R,
+                           Index H, Index d, T* state, T* out, Index out_stride) {
   const Index ss = linear_attention_state_size(d);
   const T eps = static_cast<T>(kLinearAttentionEps);
 #pragma omp parallel for schedule(static) if (R * H > 1 && R * H * ss >= tuning::kParallelMin)
@@ -347,9 +345,9 @@ const Matrix<T>& LinearMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (B*T, 3d)
   qkv_.resize(x.rows(), 3 * d_);
   dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(qkv_), b_in_.data());
-  ctx_.resize(x.rows(), d_);                                   // (B*T, d)
-  den_.resize(B * h_, T_len);                                  // (B*H, T)
-  state_.resize(B * h_, linear_attention_state_size(dk_));     // (B*H, d_k^2 + d_k)
+  ctx_.resize(x.rows(), d_);                                // (B*T, d)
+  den_.resize(B * h_, T_len);                               // (B*H, T)
+  state_.resize(B * h_, linear_attention_state_size(dk_));  // (B*H, d_k^2 + d_k)
   const T* base = qkv_.data();
   linear_attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, T_len, dk_, causal,
                               ctx_.data(), d_, den_.data(), state_.data());
@@ -369,8 +367,8 @@ const Matrix<T>& LinearMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   const T* base = qkv_.data();
   T* dbase = dqkv_.data();
   linear_attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B_, h_, T_, dk_, causal_,
-                               ctx_.data(), d_, den_.data(), state_.data(), dctx.data(), d_, dbase, 3 * d_,
-                               dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_);
+                               ctx_.data(), d_, den_.data(), state_.data(), dctx.data(), d_, dbase, 3 * d_, dbase + d_,
+                               3 * d_, dbase + 2 * d_, 3 * d_);
   // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
   // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
   ConstMatrixMap<T> x(x_, rows, d_);
@@ -419,8 +417,7 @@ void LinearMultiHeadAttention<T>::reset_state(LinearAttentionState<T>& st, Index
 
 template <typename T>
 void LinearMultiHeadAttention<T>::step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, Matrix<T>& y) const {
-  TCPP_CHECK(x.cols() == d_, "LinearMultiHeadAttention: step input has ", x.cols(), " features, expected d_model ",
-             d_);
+  TCPP_CHECK(x.cols() == d_, "LinearMultiHeadAttention: step input has ", x.cols(), " features, expected d_model ", d_);
   TCPP_CHECK(st.s.cols() == h_ * linear_attention_state_size(dk_) && x.rows() == st.rows() && x.rows() > 0,
              "LinearMultiHeadAttention: the step has ", x.rows(), " rows but the state was reset for ", st.rows(),
              " rows of this layer's shape");
@@ -443,10 +440,10 @@ template void linear_attention_forward<double>(const double*, Index, const doubl
                                                Index, Index, Index, bool, double*, Index, double*, double*);
 template void linear_attention_backward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
                                                Index, Index, Index, bool, const float*, Index, const float*,
-                                               const float*, const float*, Index, float*, Index, float*, Index,
-                                               float*, Index);
-template void linear_attention_backward<double>(const double*, Index, const double*, Index, const double*, Index,
-                                                Index, Index, Index, Index, bool, const double*, Index, const double*,
+                                               const float*, const float*, Index, float*, Index, float*, Index, float*,
+                                               Index);
+template void linear_attention_backward<double>(const double*, Index, const double*, Index, const double*, Index, Index,
+                                                Index, Index, Index, bool, const double*, Index, const double*,
                                                 const double*, const double*, Index, double*, Index, double*, Index,
                                                 double*, Index);
 template void linear_attention_step<float>(const float*, Index, const float*, Index, const float*, Index, Index, Index,

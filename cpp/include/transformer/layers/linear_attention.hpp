@@ -49,16 +49,16 @@ void linear_attention_forward(const T* q, Index q_stride, const T* k, Index k_st
 template <typename T>
 void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,
                                Index B, Index H, Index T_len, Index d, bool causal, const T* out, Index out_stride,
-                               const T* den, const T* state, const T* dout, Index dout_stride, T* dq,
-                               Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride);
+                               const T* den, const T* state, const T* dout, Index dout_stride, T* dq, Index dq_stride,
+                               T* dk_out, Index dk_stride, T* dv, Index dv_stride);
 
 // One RNN step of causal linear attention for R rows (sequences) x H heads: row r's new position
 // reads q + r*q_stride + h*d (likewise k, v). state (R*H, linear_attention_state_size(d)) holds
 // S and z of the positions so far and is advanced by this one; out gets the step's output. Equal
 // to the causal form of linear_attention_forward at that position.
 template <typename T>
-void linear_attention_step(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,
-                           Index R, Index H, Index d, T* state, T* out, Index out_stride);
+void linear_attention_step(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride, Index R,
+                           Index H, Index d, T* state, T* out, Index out_stride);
 
 // The generation state of a LinearMultiHeadAttention: S and z per (row, head), and the buffers of
 // a step.
