@@ -24,16 +24,17 @@ template <typename T>
 using ConstRowMap = Eigen::Map<const RowVector<T>>;
 
 // phi(x) = elu(x) + 1 = x + 1 for x > 0, e^x otherwise, element-wise:          x (n, d) -> f (n, d)
-// (both branches are evaluated; e^x of a large x is inf, never selected, never NaN)
+// written as e^min(x, 0) + max(x, 0), which is the same at every x and vectorises (no branch).
 template <typename T, typename In>
 void feature_map(const In& x, MatrixMap<T> f) {
-  f.array() = (x.array() > T(0)).select(x.array() + T(1), x.array().exp());
+  f.array() = x.array().min(T(0)).exp() + x.array().max(T(0));
 }
 
-// g *= phi'(x) element-wise, with f = phi(x): phi'(x) = 1 for x > 0, e^x = phi(x) otherwise.
-template <typename T, typename In, typename Out>
-void times_feature_map_grad(const In& x, const MatrixMap<T>& f, Out&& g) {
-  g.array() *= (x.array() > T(0)).select(T(1), f.array());
+// g *= phi'(x) element-wise, given f = phi(x): phi'(x) = 1 for x > 0, e^x = phi(x) otherwise, which
+// is min(phi(x), 1) exactly (phi(x) > 1 exactly when x > 0).
+template <typename T, typename Out>
+void times_feature_map_grad(const MatrixMap<T>& f, Out&& g) {
+  g.array() *= f.array().min(T(1));
 }
 
 // The buffers of one thread's chunk: a few (chunk, d), (chunk, chunk) and (d, d) blocks, grown
@@ -206,7 +207,7 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
         dQ.noalias() += w * z;
         R.noalias() += Fq.transpose() * U;
         rz.noalias() += w.transpose() * Fq;
-        times_feature_map_grad<T>(Q, Fq, dQ);
+        times_feature_map_grad<T>(Fq, dQ);
       }
       for (Index t0 = 0; t0 < T_len; t0 += C) {  // dK, dV
         const Index n = std::min(C, T_len - t0);
@@ -217,7 +218,7 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
         dK.noalias() = V * R.transpose();
         dK.rowwise() += rz;
         dV.noalias() = Fk * R;
-        times_feature_map_grad<T>(K, Fk, dK);
+        times_feature_map_grad<T>(Fk, dK);
       }
       continue;
     }
@@ -248,7 +249,7 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
       dQ.noalias() = U * Sp.transpose();
       dQ.noalias() += w * zp;
       dQ.noalias() += dA * Fk;
-      times_feature_map_grad<T>(Q, Fq, dQ);
+      times_feature_map_grad<T>(Fq, dQ);
       // the in-chunk parts of d phi(K_c) and dV_c (the later chunks add theirs below)
       dK.noalias() = dA.transpose() * Fq;
       dV.noalias() = A.transpose() * U;
@@ -272,7 +273,7 @@ void linear_attention_backward(const T* q, Index q_stride, const T* k, Index k_s
       dK.noalias() += V * R.transpose();
       dK.rowwise() += rz;
       dV.noalias() += Fk * R;
-      times_feature_map_grad<T>(K, Fk, dK);
+      times_feature_map_grad<T>(Fk, dK);
       R.noalias() += Fq.transpose() * U;
       rz.noalias() += w.transpose() * Fq;
     }
