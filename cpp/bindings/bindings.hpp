@@ -34,6 +34,8 @@ void bind_model(py::module_& m);         // Transformer
 void bind_relative_attention(py::module_& m);
 // LanguageModel (decoder-only)
 void bind_language_model(py::module_& m);
+// LinearAttention, LinearMultiHeadAttention and its generation state
+void bind_linear_attention(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);

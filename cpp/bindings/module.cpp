@@ -145,4 +145,5 @@ PYBIND11_MODULE(_core, m) {
   bind_model(m);
   bind_relative_attention(m);
   bind_language_model(m);
+  bind_linear_attention(m);
 }

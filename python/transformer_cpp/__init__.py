@@ -24,6 +24,7 @@ from .data import (
 )
 from .functional import (
     decoder_self_attention_mask,
+    linear_attention,
     look_ahead_mask,
     masked_accuracy,
     masked_cross_entropy,
@@ -44,6 +45,8 @@ from .layers import (
     Layer,
     LayerNorm,
     Linear,
+    LinearAttention,
+    LinearMultiHeadAttention,
     MultiHeadAttention,
     PositionalEmbedding,
     ReLU,
@@ -74,6 +77,8 @@ __all__ = [
     "Layer",
     "LayerNorm",
     "Linear",
+    "LinearAttention",
+    "LinearMultiHeadAttention",
     "MultiHeadAttention",
     "NonFiniteError",
     "PRESETS",
@@ -105,6 +110,7 @@ __all__ = [
     "export_torch",
     "export_transformers",
     "get_num_threads",
+    "linear_attention",
     "load_tatoeba",
     "read_pairs",
     "load_checkpoint",

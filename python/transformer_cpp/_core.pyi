@@ -123,6 +123,164 @@ class ScaledDotProductAttention_float32:
     def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
     def zero_grad(self) -> None: ...
 
+class LinearAttention_float32:
+    """
+    Linear attention phi(Q) (phi(K)^T V) / (phi(Q) . sum phi(K) + eps), phi = elu + 1, over a batch of (T, d) heads; causal by chunked cumulative sums.
+    """
+    def __init__(self) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]
+    ]:
+        """
+        dout (G, T, d) -> (dq, dk, dv)
+        """
+    def forward(
+        self,
+        q: numpy.typing.ArrayLike,
+        k: numpy.typing.ArrayLike,
+        v: numpy.typing.ArrayLike,
+        causal: bool = False,
+    ) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        q, k, v (G, T, d) -> out (G, T, d)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def state(self) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        """
+        (S, z) of the last forward over the whole sequence: S (G, d, d) = sum phi(K_j)^T V_j, z (G, d) = sum phi(K_j)
+        """
+    def zero_grad(self) -> None: ...
+
+class LinearAttentionState_float32:
+    """
+    The generation state of a LinearMultiHeadAttention: S (d_k x d_k) and z (d_k) per row and head.
+    """
+    def values(self) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        """
+        Copies (S, z): S (rows, n_heads, d_k, d_k) = sum phi(k)^T v, z (rows, n_heads, d_k) = sum phi(k)
+        """
+    @property
+    def length(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+
+class LinearMultiHeadAttention_float32:
+    """
+    Multi-head linear attention: the projections of MultiHeadAttention around linear attention.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients
+        """
+    def forward(self, x: numpy.typing.ArrayLike, causal: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x (B, T, d_model) -> (B, T, d_model)
+        """
+    def new_state(self, rows: int) -> LinearAttentionState_float32:
+        """
+        An empty generation state for `rows` sequences.
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def release(self) -> None:
+        """
+        Free what the last forward kept for backward.
+        """
+    def step(
+        self, x: numpy.typing.ArrayLike, state: LinearAttentionState_float32
+    ) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x (rows, d_model): one new position per row -> y (rows, d_model); advances the state
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+
+class LinearAttention_float64:
+    """
+    Linear attention phi(Q) (phi(K)^T V) / (phi(Q) . sum phi(K) + eps), phi = elu + 1, over a batch of (T, d) heads; causal by chunked cumulative sums.
+    """
+    def __init__(self) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]
+    ]:
+        """
+        dout (G, T, d) -> (dq, dk, dv)
+        """
+    def forward(
+        self,
+        q: numpy.typing.ArrayLike,
+        k: numpy.typing.ArrayLike,
+        v: numpy.typing.ArrayLike,
+        causal: bool = False,
+    ) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        q, k, v (G, T, d) -> out (G, T, d)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def state(self) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        """
+        (S, z) of the last forward over the whole sequence: S (G, d, d) = sum phi(K_j)^T V_j, z (G, d) = sum phi(K_j)
+        """
+    def zero_grad(self) -> None: ...
+
+class LinearAttentionState_float64:
+    """
+    The generation state of a LinearMultiHeadAttention: S (d_k x d_k) and z (d_k) per row and head.
+    """
+    def values(self) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        """
+        Copies (S, z): S (rows, n_heads, d_k, d_k) = sum phi(k)^T v, z (rows, n_heads, d_k) = sum phi(k)
+        """
+    @property
+    def length(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+
+class LinearMultiHeadAttention_float64:
+    """
+    Multi-head linear attention: the projections of MultiHeadAttention around linear attention.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients
+        """
+    def forward(self, x: numpy.typing.ArrayLike, causal: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x (B, T, d_model) -> (B, T, d_model)
+        """
+    def new_state(self, rows: int) -> LinearAttentionState_float64:
+        """
+        An empty generation state for `rows` sequences.
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def release(self) -> None:
+        """
+        Free what the last forward kept for backward.
+        """
+    def step(
+        self, x: numpy.typing.ArrayLike, state: LinearAttentionState_float64
+    ) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x (rows, d_model): one new position per row -> y (rows, d_model); advances the state
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+
 class MultiHeadAttention_float32:
     """
     Multi-head attention: projections, heads, scaled dot-product attention, output projection.

@@ -1,5 +1,5 @@
 """The Transformer's functions over the C++ core: softmax, the masked loss and accuracy, masks,
-scaled dot-product attention and the learning-rate schedule of the paper.
+scaled dot-product attention, linear attention and the learning-rate schedule of the paper.
 
 Functions choose the float32 or float64 core from their input array: float64 input runs the
 float64 core, anything else float32. Token id 0 is padding everywhere: loss and accuracy ignore
@@ -18,6 +18,8 @@ from ._checks import integer as _integer
 __all__ = [
     "attention_inputs",
     "decoder_self_attention_mask",
+    "linear_attention",
+    "linear_attention_inputs",
     "look_ahead_mask",
     "masked_accuracy",
     "masked_cross_entropy",
@@ -179,3 +181,38 @@ def scaled_dot_product_attention(
     q3, k3, v3, m, lead = attention_inputs(q, k, v, mask, "scaled_dot_product_attention")
     out, w = getattr(_core, f"ScaledDotProductAttention_{dtype}")().forward(q3, k3, v3, m)
     return out.reshape(lead + out.shape[1:]), w.reshape(lead + w.shape[1:])
+
+
+def linear_attention_inputs(
+    q: Any, k: Any, v: Any, causal: Any, who: str
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Tuple[int, ...]]:
+    """Linear attention's arguments as the core takes them: ``q``, ``k``, ``v`` of one shape
+    (..., T, d) flattened to (G, T, d), and the leading dimensions; ``ValueError`` (``TypeError``
+    for a ``causal`` that is not a bool) naming ``who`` otherwise."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{who}: causal must be True or False, got {causal!r}")
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim < 2 or not (q.shape == k.shape == v.shape):
+        raise ValueError(
+            f"{who}: q, k, v must have one shape (..., T, d) of rank >= 2 (self-attention: the queries, keys "
+            f"and values of the same positions), got shapes {q.shape}, {k.shape}, {v.shape}"
+        )
+    lead = q.shape[:-2]
+    g = int(np.prod(lead)) if lead else 1
+    t, d = q.shape[-2:]
+    return q.reshape(g, t, d), k.reshape(g, t, d), v.reshape(g, t, d), lead
+
+
+def linear_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False) -> np.ndarray:
+    """Linear attention (Katharopoulos et al. 2020) computed in C++.
+
+    ``out_i = phi(q_i) sum_j phi(k_j)^T v_j / (phi(q_i) . sum_j phi(k_j) + 1e-6)`` with the feature
+    map ``phi(x) = elu(x) + 1``; the sums run over every position ``j``, or over ``j <= i`` with
+    ``causal=True``. Time and memory are linear in the length T. Shapes: ``q``, ``k``, ``v``
+    (..., T, d), e.g. (B, heads, T, d); the output has the same shape. The dtype follows ``q``
+    (float64 stays float64, anything else is float32).
+    """
+    dtype = "float64" if np.asarray(q).dtype == np.float64 else "float32"
+    q3, k3, v3, lead = linear_attention_inputs(q, k, v, causal, "linear_attention")
+    out = getattr(_core, f"LinearAttention_{dtype}")().forward(q3, k3, v3, bool(causal))
+    return cast(np.ndarray, out.reshape(lead + out.shape[1:]))

@@ -27,7 +27,7 @@ from typing import Any, List, Tuple, cast
 import numpy as np
 
 from . import _core
-from .functional import attention_inputs
+from .functional import attention_inputs, linear_attention_inputs
 
 __all__ = [
     "Decoder",
@@ -40,6 +40,8 @@ __all__ = [
     "Layer",
     "LayerNorm",
     "Linear",
+    "LinearAttention",
+    "LinearMultiHeadAttention",
     "MultiHeadAttention",
     "PositionalEmbedding",
     "ReLU",
@@ -364,6 +366,74 @@ class RelativeMultiHeadAttention(Layer):
 
     def attention_weights(self) -> np.ndarray:
         return cast(np.ndarray, self._core.attention_weights())
+class LinearAttention(Layer):
+    """Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs") with its backward.
+
+    ``out_i = phi(q_i) sum_j phi(k_j)^T v_j / (phi(q_i) . sum_j phi(k_j) + 1e-6)``, ``phi(x) = elu(x) + 1``,
+    summing over every position ``j`` or, with ``causal=True``, over ``j <= i`` (by cumulative sums in
+    chunks: time and memory linear in T, no (T, T) matrix). ``forward(q, k, v, causal=False)`` takes
+    ``q``, ``k``, ``v`` of one shape (..., T, d) and returns the output of that shape;
+    ``backward(dout)`` returns ``(dq, dk, dv)``. ``state()`` gives ``(S, z)`` of the last forward,
+    ``S = sum_j phi(k_j)^T v_j`` (..., d, d) and ``z = sum_j phi(k_j)`` (..., d).
+    """
+
+    def __init__(self, *, dtype: Any = "float32") -> None:
+        super().__init__(core_class("LinearAttention", dtype)())
+        self._args = f"dtype={np.dtype(dtype).name!r}"
+        self._lead: Tuple[int, ...] = ()
+
+    def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False) -> np.ndarray:
+        q3, k3, v3, lead = linear_attention_inputs(q, k, v, causal, "linear_attention")
+        out = self._core.forward(q3, k3, v3, bool(causal))
+        self._lead = lead
+        return cast(np.ndarray, out.reshape(lead + out.shape[1:]))
+
+    def backward(self, dout: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        dout = np.asarray(dout)
+        g = int(np.prod(self._lead)) if self._lead else 1
+        dq, dk, dv = self._core.backward(dout.reshape((g,) + dout.shape[len(self._lead) :]))
+        lead = self._lead
+        return dq.reshape(lead + dq.shape[1:]), dk.reshape(lead + dk.shape[1:]), dv.reshape(lead + dv.shape[1:])
+
+    def state(self) -> Tuple[np.ndarray, np.ndarray]:
+        s, z = self._core.state()
+        return s.reshape(self._lead + s.shape[1:]), z.reshape(self._lead + z.shape[1:])
+
+
+class LinearMultiHeadAttention(Layer):
+    """Multi-head linear attention: the Q, K, V and output projections of :class:`MultiHeadAttention`
+    (same parameter names ``query|key|value|output.weight|bias``, same layout and, for one seed, the
+    same initial values) around :class:`LinearAttention` per head instead of softmax attention.
+
+    ``forward(x, causal=False)``: self-attention over ``x`` (B, T, d_model); with ``causal=True``
+    position t attends to positions <= t. Time and memory are linear in T. ``backward(dout)``
+    returns ``dx`` and accumulates the parameter gradients; ``release()`` frees what forward kept.
+
+    Generation uses the RNN form: ``state = layer.new_state(rows)``, then ``layer.step(x_t, state)``
+    with ``x_t`` (rows, d_model), one new position per sequence, returns its output (rows, d_model)
+    in constant time per position, equal to the causal forward at that position.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, seed: int = 0, dtype: Any = "float32") -> None:
+        super().__init__(core_class("LinearMultiHeadAttention", dtype)(d_model, n_heads, seed))
+        self._args = f"d_model={d_model}, n_heads={n_heads}"
+
+    def forward(self, x: np.ndarray, causal: bool = False) -> np.ndarray:
+        if isinstance(causal, np.bool_):
+            causal = bool(causal)
+        return cast(np.ndarray, self._core.forward(x, causal))
+
+    def release(self) -> None:
+        """Free the activations the last forward kept for backward."""
+        self._core.release()
+
+    def new_state(self, rows: int) -> Any:
+        """An empty generation state for ``rows`` sequences (``.rows``, ``.length``, ``.values()``)."""
+        return self._core.new_state(rows)
+
+    def step(self, x: np.ndarray, state: Any) -> np.ndarray:
+        """One new position per sequence: ``x`` (rows, d_model) -> (rows, d_model); advances ``state``."""
+        return cast(np.ndarray, self._core.step(x, state))
 
 
 class EncoderLayer(Layer):

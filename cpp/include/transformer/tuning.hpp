@@ -82,4 +82,13 @@ constexpr Index kFewRows = 64;
 // seed, so that the pieces can be hashed in parallel. Not swept.
 constexpr Index kFingerprintPieceBytes = 1 << 20;
 
+// --- linear attention ---------------------------------------------------------------------------
+
+// Positions per chunk of causal linear attention (layers/linear_attention.cpp). Inside a chunk the
+// masked product phi(Q_c) phi(K_c)^T V_c is a GEMM of chunk x chunk x d; across chunks a d x d
+// state carries the prefix. Work per position is about 2 * chunk * d (the in-chunk products) plus
+// 2 * d * d (the state), so at d = 64 a chunk of 64 balances them, and its buffers (a few
+// 64 x 64 blocks, 16 KB each in float32) stay in L1/L2. Not swept.
+constexpr Index kLinearAttentionChunk = 64;
+
 }  // namespace transformer::tuning
