@@ -366,6 +366,8 @@ class RelativeMultiHeadAttention(Layer):
 
     def attention_weights(self) -> np.ndarray:
         return cast(np.ndarray, self._core.attention_weights())
+
+
 class LinearAttention(Layer):
     """Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs") with its backward.
 
