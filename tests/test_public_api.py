@@ -24,6 +24,7 @@ PUBLIC_NAMES = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LSHSelfAttention",
     "Layer",
     "LayerNorm",
     "Linear",
