@@ -24,8 +24,8 @@ void bind_lsh(py::module_& m) {
              const char* who = "LSHSelfAttention";
              const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
              auto* h = new H(int_arg(d_model, who, "d_model", 1), int_arg(n_heads, who, "n_heads", 1),
-                             int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes),
-                             nb, seed_arg(seed, who));
+                             int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
+                             seed_arg(seed, who));
              h->flag = check_setting(Limit::flag(), who, "causal", causal).cast<bool>();
              return h;
            }),
@@ -38,7 +38,9 @@ void bind_lsh(py::module_& m) {
       .def_property_readonly("n_hashes", [](H& h) { return h.layer.n_hashes(); })
       .def_property_readonly(
           "n_buckets",
-          [](H& h) -> py::object { return h.layer.n_buckets() ? py::object(py::int_(h.layer.n_buckets())) : py::none(); },
+          [](H& h) -> py::object {
+            return h.layer.n_buckets() ? py::object(py::int_(h.layer.n_buckets())) : py::none();
+          },
           "The number of buckets, or None: 2 * max(1, length // chunk) for each input")
       .def_property_readonly("causal", [](H& h) { return h.flag; })
       .def_property(

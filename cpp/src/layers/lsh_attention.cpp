@@ -335,7 +335,7 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
   ConstStridedMap<T> V(qv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));
   ConstStridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));
   ConstStridedMap<T> O(ctx_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));
-  ConstStridedMap<T> dO(dctx + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));              // (T, d_k)
+  ConstStridedMap<T> dO(dctx + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));                // (T, d_k)
   StridedMap<T> dQ(dqv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));      // (T, d_k)
   StridedMap<T> dV(dqv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
   StridedMap<T> dK(dkeys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));            // (T, d_k)

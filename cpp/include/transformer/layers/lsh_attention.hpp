@@ -100,15 +100,15 @@ class LSHSelfAttention : public SelfAttention<T> {
  private:
   // Buffers of one (sequence, head) item, one set per thread, resized only when shapes grow.
   struct Scratch {
-    Matrix<T> q, k, v;                 // (T, d_k) rows gathered in sorted order
-    Matrix<T> o;                       // (T, d_k) forward: a round's output; backward: dO, sorted
-    Matrix<T> dq, dk, dv;              // (T, d_k) a round's gradients in sorted order
-    Matrix<T> s, dp;                   // (chunk, 2 chunk) scores / probabilities, and dP
-    Matrix<T> allowed;                 // (chunk, 2 chunk) 1 where the query may attend to the key, else 0
-    Matrix<T> proj;                    // (T, n_buckets/2) k R
-    std::vector<T> z, dd;              // (T) a round's log-partitions; backward: Z and D sorted
-    std::vector<std::int32_t> count;   // (n_buckets + 1) counting sort
-    std::vector<std::int32_t> ck;      // (T, n_hashes) chunk_of of the positions in sorted order
+    Matrix<T> q, k, v;                // (T, d_k) rows gathered in sorted order
+    Matrix<T> o;                      // (T, d_k) forward: a round's output; backward: dO, sorted
+    Matrix<T> dq, dk, dv;             // (T, d_k) a round's gradients in sorted order
+    Matrix<T> s, dp;                  // (chunk, 2 chunk) scores / probabilities, and dP
+    Matrix<T> allowed;                // (chunk, 2 chunk) 1 where the query may attend to the key, else 0
+    Matrix<T> proj;                   // (T, n_buckets/2) k R
+    std::vector<T> z, dd;             // (T) a round's log-partitions; backward: Z and D sorted
+    std::vector<std::int32_t> count;  // (n_buckets + 1) counting sort
+    std::vector<std::int32_t> ck;     // (T, n_hashes) chunk_of of the positions in sorted order
   };
 
   void draw_rotations();
@@ -130,12 +130,12 @@ class LSHSelfAttention : public SelfAttention<T> {
   const T* x_ = nullptr;  // (B*T, d) the caller's input
   Index B_ = 0, T_ = 0, nb_ = 0;
   bool causal_ = false;
-  Matrix<T> rot_;                    // (H*n_hashes*d_k, n_buckets/2)
-  Matrix<T> qv_;                     // (B*T, 2d) = [Q | V]
-  Matrix<T> keys_;                   // (B*T, d) k = q / ||q|| per head
-  Matrix<T> inv_norm_;               // (B*T, H) 1 / ||q|| (0 for q = 0)
-  Matrix<T> ctx_;                    // (B*T, d) the heads' combined outputs, before W_o
-  Matrix<T> lse_;                    // (B*H, T) log-partition over all rounds; -inf: attends to itself only
+  Matrix<T> rot_;                       // (H*n_hashes*d_k, n_buckets/2)
+  Matrix<T> qv_;                        // (B*T, 2d) = [Q | V]
+  Matrix<T> keys_;                      // (B*T, d) k = q / ||q|| per head
+  Matrix<T> inv_norm_;                  // (B*T, H) 1 / ||q|| (0 for q = 0)
+  Matrix<T> ctx_;                       // (B*T, d) the heads' combined outputs, before W_o
+  Matrix<T> lse_;                       // (B*H, T) log-partition over all rounds; -inf: attends to itself only
   std::vector<std::int32_t> bucket_;    // (B, H, n_hashes, T)
   std::vector<std::int32_t> perm_;      // (B, H, n_hashes, T) sorted index -> position
   std::vector<std::int32_t> chunk_of_;  // (B, H, T, n_hashes) the chunk of position t in round r
