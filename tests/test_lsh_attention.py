@@ -162,6 +162,7 @@ CASES = [
     (3, 16, 12, 3, 3, 2, 4, True),
     (1, 20, 4, 1, 2, 8, 16, True),
     (2, 5, 4, 2, 2, 2, 2, False),
+    (1, 300, 4, 1, 16, 2, None, True),  # hashed in blocks of rows (tuning::kLshHashRows = 256)
 ]
 
 

@@ -82,4 +82,12 @@ constexpr Index kFewRows = 64;
 // seed, so that the pieces can be hashed in parallel. Not swept.
 constexpr Index kFingerprintPieceBytes = 1 << 20;
 
+// --- LSH attention ----------------------------------------------------------------------------
+
+// LSH attention hashes the keys of a head in blocks of this many rows (a (rows, n_buckets/2)
+// product and its argmax), so the scratch stays O(rows x n_buckets) instead of O(T x n_buckets):
+// with the default n_buckets = 2 T / chunk a whole-sequence block would grow as T^2 / chunk.
+// 256 rows of 128 rotated float32 values are 128 KB, within L2. Not swept.
+constexpr Index kLshHashRows = 256;
+
 }  // namespace transformer::tuning

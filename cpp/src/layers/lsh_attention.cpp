@@ -23,8 +23,10 @@ double lsh_attention_elements(double rows, double B, double H, double T, double 
   const double kept = rows * (2 * d + 3 * d) + rows * H + B * H * T + 3 * B * H * n_hashes * T;
   const double backward = rows * (2 * d + 3 * d);
   const double dk = d / H;
-  const double per_thread = T * (7 * dk + n_buckets / 2 + n_hashes + 2) + 3 * chunk * 2 * chunk + n_buckets;
-  return kept + backward + threads * per_thread;
+  const double rotations = n_hashes * d * n_buckets / 2;
+  const double hash_rows = std::min(T, static_cast<double>(tuning::kLshHashRows));
+  const double per_thread = T * (7 * dk + n_hashes + 2) + hash_rows * n_buckets / 2 + 3 * chunk * 2 * chunk + n_buckets;
+  return kept + backward + rotations + threads * per_thread;
 }
 
 namespace {
@@ -152,24 +154,29 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
     inv_norm_(b * Tn + t, h) = inv;
     K.row(t) = Q.row(t) * inv;
   }
-  ensure(s.proj, Tn, half);
+  // the rotated keys in blocks of rows: O(rows x n_buckets) scratch, not O(T x n_buckets)
+  const Index block = std::min(Tn, tuning::kLshHashRows);
+  ensure(s.proj, block, half);
   ensure(s.count, nb_ + 1);
   for (Index r = 0; r < nh_; ++r) {
-    // proj = K R_(h,r)                                                 (T, n_buckets/2)
-    ConstMatrixMap<T> R(rot_.data() + (h * nh_ + r) * dk_ * half, dk_, half);
-    MatrixMap<T> P(s.proj.data(), Tn, half);
-    P.noalias() = K * R;
+    ConstMatrixMap<T> R(rot_.data() + (h * nh_ + r) * dk_ * half, dk_, half);  // (d_k, n_buckets/2)
     std::int32_t* bucket = bucket_.data() + (bh * nh_ + r) * Tn;
-    // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties to
-    // the first half (the first occurrence in the concatenation)
-    for (Index t = 0; t < Tn; ++t) {
-      const T* p = P.data() + t * half;
-      Index imax = 0, imin = 0;
-      for (Index j = 1; j < half; ++j) {
-        if (p[j] > p[imax]) imax = j;
-        if (p[j] < p[imin]) imin = j;
+    for (Index t0 = 0; t0 < Tn; t0 += block) {
+      const Index n = std::min(block, Tn - t0);
+      // proj = K R_(h,r)                                               (n, n_buckets/2)
+      MatrixMap<T> P(s.proj.data(), n, half);
+      P.noalias() = K.middleRows(t0, n) * R;
+      // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties
+      // to the first half (the first occurrence in the concatenation)
+      for (Index t = 0; t < n; ++t) {
+        const T* p = P.data() + t * half;
+        Index imax = 0, imin = 0;
+        for (Index j = 1; j < half; ++j) {
+          if (p[j] > p[imax]) imax = j;
+          if (p[j] < p[imin]) imin = j;
+        }
+        bucket[t0 + t] = static_cast<std::int32_t>(p[imax] >= -p[imin] ? imax : half + imin);
       }
-      bucket[t] = static_cast<std::int32_t>(p[imax] >= -p[imin] ? imax : half + imin);
     }
     // stable counting sort by bucket: positions in increasing order within a bucket
     std::int32_t* count = s.count.data();

@@ -105,7 +105,7 @@ class LSHSelfAttention : public SelfAttention<T> {
     Matrix<T> dq, dk, dv;             // (T, d_k) a round's gradients in sorted order
     Matrix<T> s, dp;                  // (chunk, 2 chunk) scores / probabilities, and dP
     Matrix<T> allowed;                // (chunk, 2 chunk) 1 where the query may attend to the key, else 0
-    Matrix<T> proj;                   // (T, n_buckets/2) k R
+    Matrix<T> proj;                   // (kLshHashRows, n_buckets/2) k R of a block of rows
     std::vector<T> z, dd;             // (T) a round's log-partitions; backward: Z and D sorted
     std::vector<std::int32_t> count;  // (n_buckets + 1) counting sort
     std::vector<std::int32_t> ck;     // (T, n_hashes) chunk_of of the positions in sorted order
