@@ -23,6 +23,7 @@ CASES = {
     "PositionalEmbedding": (lambda dt: tc.PositionalEmbedding(V, D, 16, dtype=dt), lambda m: m(tokens)),
     "ScaledDotProductAttention": (lambda dt: tc.ScaledDotProductAttention(dtype=dt), lambda m: m(x, x, x)[0]),
     "MultiHeadAttention": (lambda dt: tc.MultiHeadAttention(D, H, dtype=dt), lambda m: m(x)),
+    "LSHSelfAttention": (lambda dt: tc.LSHSelfAttention(D, H, chunk=2, n_hashes=2, dtype=dt), lambda m: m(x)),
     "EncoderLayer": (lambda dt: tc.EncoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x)),
     "DecoderLayer": (lambda dt: tc.DecoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x, x)),
     "Encoder": (lambda dt: tc.Encoder(V, D, 1, H, F, 0.0, 16, dtype=dt), lambda m: m(tokens)),
