@@ -26,6 +26,7 @@ CASES = {
     "RelativeMultiHeadAttention": (lambda dt: tc.RelativeMultiHeadAttention(D, H, dtype=dt), lambda m: m(x, x)),
     "LinearAttention": (lambda dt: tc.LinearAttention(dtype=dt), lambda m: m(x, x, x, causal=True)),
     "LinearMultiHeadAttention": (lambda dt: tc.LinearMultiHeadAttention(D, H, dtype=dt), lambda m: m(x, causal=True)),
+    "LSHSelfAttention": (lambda dt: tc.LSHSelfAttention(D, H, chunk=2, n_hashes=2, dtype=dt), lambda m: m(x)),
     "EncoderLayer": (lambda dt: tc.EncoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x)),
     "DecoderLayer": (lambda dt: tc.DecoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x, x)),
     "Encoder": (lambda dt: tc.Encoder(V, D, 1, H, F, 0.0, 16, dtype=dt), lambda m: m(tokens)),

@@ -25,6 +25,7 @@ PUBLIC_NAMES = [
     "EncoderLayer",
     "FeedForward",
     "LanguageModel",
+    "LSHSelfAttention",
     "Layer",
     "LayerNorm",
     "Linear",

@@ -146,4 +146,5 @@ PYBIND11_MODULE(_core, m) {
   bind_relative_attention(m);
   bind_language_model(m);
   bind_linear_attention(m);
+  bind_lsh_attention(m);
 }

@@ -1567,6 +1567,134 @@ class Transformer_float64:
     @step.setter
     def step(self, value: int) -> None: ...
 
+class LSHSelfAttention_float32:
+    """
+    Reformer's LSH self-attention: shared-QK heads hashed by random rotations, sorted by bucket, attending within chunks and one chunk back, n_hashes rounds combined.
+    """
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        chunk: int = 64,
+        n_hashes: int = 4,
+        n_buckets: int | None = None,
+        causal: bool = False,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients
+        """
+    def buckets(self) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        The buckets of the last forward, (B, n_heads, n_hashes, T)
+        """
+    def forward(self, x: numpy.typing.ArrayLike, causal: bool | None = None) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x (B, T, d_model) -> (B, T, d_model); causal None: the layer's setting
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def rotations(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        The random rotations of the last forward, (n_heads, n_hashes, d_k, n_buckets/2)
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def calls(self) -> int:
+        """
+        The forward count that, with the seed, draws the next forward's rotations
+        """
+    @calls.setter
+    def calls(self, value: int) -> None: ...
+    @property
+    def causal(self) -> bool: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def freeze_hash(self) -> bool:
+        """
+        True: forward does not advance calls, so every forward hashes with the same rotations
+        """
+    @freeze_hash.setter
+    def freeze_hash(self, value: bool) -> None: ...
+    @property
+    def n_buckets(self) -> int | None:
+        """
+        The number of buckets, or None: 2 * max(1, length // chunk) for each input
+        """
+    @property
+    def n_hashes(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+
+class LSHSelfAttention_float64:
+    """
+    Reformer's LSH self-attention: shared-QK heads hashed by random rotations, sorted by bucket, attending within chunks and one chunk back, n_hashes rounds combined.
+    """
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        chunk: int = 64,
+        n_hashes: int = 4,
+        n_buckets: int | None = None,
+        causal: bool = False,
+        seed: int = 0,
+    ) -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients
+        """
+    def buckets(self) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        The buckets of the last forward, (B, n_heads, n_hashes, T)
+        """
+    def forward(self, x: numpy.typing.ArrayLike, causal: bool | None = None) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x (B, T, d_model) -> (B, T, d_model); causal None: the layer's setting
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def rotations(self) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        The random rotations of the last forward, (n_heads, n_hashes, d_k, n_buckets/2)
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def calls(self) -> int:
+        """
+        The forward count that, with the seed, draws the next forward's rotations
+        """
+    @calls.setter
+    def calls(self, value: int) -> None: ...
+    @property
+    def causal(self) -> bool: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def d_k(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def freeze_hash(self) -> bool:
+        """
+        True: forward does not advance calls, so every forward hashes with the same rotations
+        """
+    @freeze_hash.setter
+    def freeze_hash(self, value: bool) -> None: ...
+    @property
+    def n_buckets(self) -> int | None:
+        """
+        The number of buckets, or None: 2 * max(1, length // chunk) for each input
+        """
+    @property
+    def n_hashes(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+
 def _check_memory(who: str, what: str, bytes: typing.SupportsFloat | typing.SupportsIndex) -> None:
     """
     ValueError '<who>: <what> needs N, more than the M of memory available' when bytes > the limit.

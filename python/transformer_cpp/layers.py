@@ -37,6 +37,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LSHSelfAttention",
     "Layer",
     "LayerNorm",
     "Linear",
@@ -436,6 +437,59 @@ class LinearMultiHeadAttention(Layer):
     def step(self, x: np.ndarray, state: Any) -> np.ndarray:
         """One new position per sequence: ``x`` (rows, d_model) -> (rows, d_model); advances ``state``."""
         return cast(np.ndarray, self._core.step(x, state))
+
+
+class LSHSelfAttention(Layer):
+    """Reformer's LSH self-attention (Kitaev et al. 2020): O(T) memory instead of O(T^2).
+
+    Shared QK: the query projection gives the queries and the keys are the same vectors normalised
+    to unit length; a value and an output projection as in :class:`MultiHeadAttention`
+    (parameters ``query|value|output.weight|bias``). Per head and hash round, positions are
+    hashed with a random rotation ``R`` (``h(x) = argmax([xR; -xR])``), sorted by (bucket,
+    position) and cut into chunks of ``chunk`` positions (the last may be shorter); each chunk
+    attends to itself and to the chunk before. A position attends to itself only when it has no
+    other key in any round (its output is then its value); ``causal`` blocks later positions.
+    ``n_hashes`` rounds are combined as one softmax over the union of their windows, each key
+    counted once (Reformer, App. A). Scores are scaled by ``1/sqrt(d_k)``.
+
+    ``n_buckets=None`` chooses ``2 * max(1, length // chunk)`` for each input; a given
+    ``n_buckets`` must be even. The rotations of a forward are drawn from ``seed`` and the forward
+    count ``.calls``, which each forward advances unless ``.freeze_hash`` is True; ``backward``
+    uses the buckets of the last forward. ``rotations()`` and ``buckets()`` return those of the
+    last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_hashes, T)``.
+
+    ``forward(x, causal=None)`` with ``x`` (B, T, d_model); ``causal=None`` uses the layer's setting.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        chunk: int = 64,
+        n_hashes: int = 4,
+        n_buckets: Any = None,
+        causal: bool = False,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
+        core = core_class("LSHSelfAttention", dtype)(d_model, n_heads, chunk, n_hashes, n_buckets, causal, seed)
+        super().__init__(core)
+        self._args = (
+            f"d_model={d_model}, n_heads={n_heads}, chunk={chunk}, n_hashes={n_hashes}, "
+            f"n_buckets={n_buckets}, causal={causal}, dtype={_dtype_name(dtype)!r}"
+        )
+
+    def forward(self, x: Any, causal: Any = None) -> np.ndarray:
+        return cast(np.ndarray, self._core.forward(x, causal))
+
+    def rotations(self) -> np.ndarray:
+        """The random rotations of the last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)``."""
+        return cast(np.ndarray, self._core.rotations())
+
+    def buckets(self) -> np.ndarray:
+        """The bucket of every position in the last forward, ``(B, n_heads, n_hashes, T)``."""
+        return cast(np.ndarray, self._core.buckets())
 
 
 class EncoderLayer(Layer):

@@ -90,5 +90,12 @@ constexpr Index kFingerprintPieceBytes = 1 << 20;
 // 2 * d * d (the state), so at d = 64 a chunk of 64 balances them, and its buffers (a few
 // 64 x 64 blocks, 16 KB each in float32) stay in L1/L2. Not swept.
 constexpr Index kLinearAttentionChunk = 64;
+// --- LSH attention ----------------------------------------------------------------------------
+
+// LSH attention hashes the keys of a head in blocks of this many rows (a (rows, n_buckets/2)
+// product and its argmax), so the scratch stays O(rows x n_buckets) instead of O(T x n_buckets):
+// with the default n_buckets = 2 T / chunk a whole-sequence block would grow as T^2 / chunk.
+// 256 rows of 128 rotated float32 values are 128 KB, within L2. Not swept.
+constexpr Index kLshHashRows = 256;
 
 }  // namespace transformer::tuning

@@ -1,0 +1,152 @@
+// lsh_attention.hpp — Reformer's LSH self-attention (Kitaev et al. 2020, §2 and App. A).
+//
+// Full attention compares every query with every key: O(T^2) time and memory. LSH attention
+// compares a query only with keys that are likely to be near it. Per head and per hash round:
+//
+//   shared QK:  one projection gives the queries q; the keys are the same vectors normalised,
+//               k_j = q_j / ||q_j|| (a zero q gives k = 0), so a query and its key hash alike.
+//   hash:       h(x) = argmax([x R ; -x R]) with a random rotation R (d_k, n_buckets/2).
+//   sort:       positions sorted by (bucket, position), a stable counting sort.
+//   chunk:      the sorted sequence cut into chunks of `chunk` positions (the last may be
+//               shorter); the queries of chunk c attend to the keys of chunks c and c-1 (Eq. 5;
+//               chunk 0 has no previous chunk: nothing wraps around).
+//   masks:      causal: key position <= query position (original positions); a query never
+//               attends to its own position unless it has no other key in any round (then its
+//               output is its own value: the paper's self mask of -1e5, taken to its limit).
+//   rounds:     with n_hashes rounds a query sees the union of its windows. A (query, key) pair
+//               met in N rounds has log N subtracted from its score in each (App. A), and the
+//               rounds' outputs are combined with weights softmax_r(z_r), z_r the log-partition
+//               (log-sum-exp) of round r (Eqs. 12-16). Together this is exactly a softmax over the
+//               union of the windows, each key counted once.
+//
+// Scores are q_i . k_j / sqrt(d_k). Parameters (PyTorch layout (out, in)): query.weight/bias,
+// value.weight/bias, output.weight/bias; no key projection (keys are the normalised queries).
+//
+// Randomness: the rotations of a forward are drawn from (seed, calls()) by a counter-based
+// generator, independent of the thread count; each forward advances calls() unless
+// freeze_hash() is set. Backward uses the buckets of its forward; a recomputation (a reversible
+// stack's) gets the same buckets by restoring calls() before it, or with freeze_hash. The bucket
+// assignment and the sort are constants for the backward: argmax has no gradient.
+//
+// Cost per head and round: the hash (T x d_k x n_buckets/2) and, per chunk, two (chunk x d_k) by
+// (d_k x 2 chunk) products forward and five backward on rows gathered into sorted order so that a
+// chunk and its window are contiguous blocks. Nothing of size T x T exists.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transformer/layers/linear.hpp"
+#include "transformer/layers/self_attention.hpp"
+#include "transformer/tensor.hpp"
+
+namespace transformer {
+
+// Elements of type T that an LSHSelfAttention forward and backward over `rows` = B*T rows keep
+// (projections, keys, outputs, gradients, the integer bucket tables counted as elements) plus the
+// per-thread scratch of `threads` threads: for the memory checks of the bindings.
+double lsh_attention_elements(double rows, double B, double H, double T, double d, double n_hashes, double n_buckets,
+                              double chunk, double threads);
+
+template <typename T>
+class LSHSelfAttention : public SelfAttention<T> {
+ public:
+  // Rounds beyond this buy nothing (8 already nearly matches full attention, Reformer Fig. 4) and
+  // each pair's duplicate count costs n_hashes.
+  static constexpr Index kMaxHashes = 64;
+
+  // n_buckets = 0: 2 * max(1, T / chunk) for a sequence of T positions (about one chunk per
+  // bucket, as trax chooses). Throws std::invalid_argument for d_model % n_heads != 0, chunk < 1,
+  // n_hashes < 1, or n_buckets odd or < 2 (other than 0).
+  LSHSelfAttention(Index d_model, Index n_heads, Index chunk = 64, Index n_hashes = 4, Index n_buckets = 0,
+                   std::uint64_t seed = 0);
+
+  // x (B*T_len, d) -> (B*T_len, d). x must stay alive and unchanged until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override;
+  // dout (B*T_len, d) -> dx (B*T_len, d); parameter gradients accumulate.
+  const Matrix<T>& backward(ConstMatrixMap<T> dout) override;
+
+  ParameterList<T> parameters() override;  // query, value, output . weight/bias
+  void zero_grad() override;
+  void release() override;
+
+  Index d_model() const override { return d_; }
+  Index n_heads() const override { return h_; }
+  Index d_k() const { return dk_; }
+  Index chunk() const { return chunk_; }
+  Index n_hashes() const { return nh_; }
+  Index n_buckets() const { return nb_setting_; }  // 0: chosen from the length
+  // The number of buckets a sequence of T_len positions is hashed into.
+  Index buckets_for(Index T_len) const;
+
+  std::uint64_t calls() const { return calls_; }
+  void set_calls(std::uint64_t c) { calls_ = c; }
+  bool freeze_hash() const { return freeze_; }
+  void set_freeze_hash(bool f) { freeze_ = f; }
+
+  bool has_forward() const { return x_ != nullptr; }
+  Index batch() const { return B_; }
+  Index length() const { return T_; }
+  Index last_n_buckets() const { return nb_; }
+  // The rotations of the last forward: (H * n_hashes * d_k, n_buckets/2) = (H, n_hashes, d_k, n_buckets/2).
+  const Matrix<T>& rotations() const { return rot_; }
+  // The buckets of the last forward: (B, H, n_hashes, T) flattened.
+  const std::vector<std::int32_t>& buckets() const { return bucket_; }
+
+  Matrix<T> w_in_, dw_in_;     // (2d, d): rows [W_q; W_v]
+  RowVector<T> b_in_, db_in_;  // (2d)
+  Linear<T> out_;              // W_o (d, d)
+
+ private:
+  // Buffers of one (sequence, head) item, one set per thread, resized only when shapes grow.
+  struct Scratch {
+    Matrix<T> q, k, v;                // (T, d_k) rows gathered in sorted order
+    Matrix<T> o;                      // (T, d_k) forward: a round's output; backward: dO, sorted
+    Matrix<T> dq, dk, dv;             // (T, d_k) a round's gradients in sorted order
+    Matrix<T> s, dp;                  // (chunk, 2 chunk) scores / probabilities, and dP
+    Matrix<T> allowed;                // (chunk, 2 chunk) 1 where the query may attend to the key, else 0
+    Matrix<T> proj;                   // (kLshHashRows, n_buckets/2) k R of a block of rows
+    std::vector<T> z, dd;             // (T) a round's log-partitions; backward: Z and D sorted
+    std::vector<std::int32_t> count;  // (n_buckets + 1) counting sort
+    std::vector<std::int32_t> ck;     // (T, n_hashes) chunk_of of the positions in sorted order
+  };
+
+  void draw_rotations();
+  void hash_item(Index b, Index h, Scratch& s);
+  void forward_item(Index b, Index h, bool causal, Scratch& s);
+  void backward_item(Index b, Index h, const T* dctx, Scratch& s);
+  // Scores of one chunk of round r against its window, masked and count-corrected:
+  //   S (nq, nk) = Q_s[q0:q0+nq] K_s[k0:k0+nk]^T / sqrt(d_k) - log N, blocked pairs -inf.
+  //   allowed (nq, nk) = 1 where the pair is not blocked. perm: sorted index -> position of the round.
+  void chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal, Scratch& s) const;
+
+  Index d_, h_, dk_, chunk_, nh_, nb_setting_;
+  std::uint64_t hash_seed_;
+  std::vector<T> log_count_;  // (n_hashes + 1) log N
+  std::uint64_t calls_ = 0;
+  bool freeze_ = false;
+
+  // the last forward, kept for backward
+  const T* x_ = nullptr;  // (B*T, d) the caller's input
+  Index B_ = 0, T_ = 0, nb_ = 0;
+  bool causal_ = false;
+  Matrix<T> rot_;                       // (H*n_hashes*d_k, n_buckets/2)
+  Matrix<T> qv_;                        // (B*T, 2d) = [Q | V]
+  Matrix<T> keys_;                      // (B*T, d) k = q / ||q|| per head
+  Matrix<T> inv_norm_;                  // (B*T, H) 1 / ||q|| (0 for q = 0)
+  Matrix<T> ctx_;                       // (B*T, d) the heads' combined outputs, before W_o
+  Matrix<T> lse_;                       // (B*H, T) log-partition over all rounds; -inf: attends to itself only
+  std::vector<std::int32_t> bucket_;    // (B, H, n_hashes, T)
+  std::vector<std::int32_t> perm_;      // (B, H, n_hashes, T) sorted index -> position
+  std::vector<std::int32_t> chunk_of_;  // (B, H, T, n_hashes) the chunk of position t in round r
+
+  // backward
+  Matrix<T> dqv_;    // (B*T, 2d) = [dQ | dV]
+  Matrix<T> dkeys_;  // (B*T, d) gradient of the normalised keys
+  Matrix<T> dx_;     // (B*T, d)
+
+  std::vector<Scratch> scratch_;  // one per thread
+  Scratch& scratch();
+};
+
+}  // namespace transformer

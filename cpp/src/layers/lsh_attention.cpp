@@ -1,0 +1,493 @@
+#include "transformer/layers/lsh_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "transformer/checks.hpp"
+#include "transformer/kernels/matmul.hpp"
+#include "transformer/random.hpp"
+#include "transformer/tuning.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace transformer {
+
+double lsh_attention_elements(double rows, double B, double H, double T, double d, double n_hashes, double n_buckets,
+                              double chunk, double threads) {
+  // kept: [Q|V], keys, ctx, output, 1/||q||, lse, three int tables (counted as elements);
+  // backward: [dQ|dV], dkeys, dx, dctx
+  const double kept = rows * (2 * d + 3 * d) + rows * H + B * H * T + 3 * B * H * n_hashes * T;
+  const double backward = rows * (2 * d + 3 * d);
+  const double dk = d / H;
+  const double rotations = n_hashes * d * n_buckets / 2;
+  const double hash_rows = std::min(T, static_cast<double>(tuning::kLshHashRows));
+  const double per_thread = T * (7 * dk + n_hashes + 2) + hash_rows * n_buckets / 2 + 3 * chunk * 2 * chunk + n_buckets;
+  return kept + backward + rotations + threads * per_thread;
+}
+
+namespace {
+
+template <typename T>
+T neg_inf() {
+  return -std::numeric_limits<T>::infinity();
+}
+
+int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+int thread_id() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+// resize only when the shape grows (a Matrix keeps its allocation when shrunk by conservative use)
+template <typename T>
+void ensure(Matrix<T>& m, Index rows, Index cols) {
+  if (m.rows() < rows || m.cols() < cols) m.resize(std::max(rows, m.rows()), std::max(cols, m.cols()));
+}
+template <typename V>
+void ensure(std::vector<V>& v, Index n) {
+  if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// to.row(i) = from.row(perm[i]): a round's rows in sorted order, so that a chunk and its window
+// are contiguous blocks                                                       (n, d_k)
+template <typename T, typename Src>
+void gather_sorted(const Src& from, const std::int32_t* perm, Index n, Matrix<T>& to) {
+  for (Index i = 0; i < n; ++i) to.row(i) = from.row(perm[i]);
+}
+
+}  // namespace
+
+template <typename T>
+LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk, Index n_hashes, Index n_buckets,
+                                      std::uint64_t seed)
+    // the whole layer's size is checked before its first weight is allocated
+    : out_(checked_size<T>("LSHSelfAttention", concat("d_model ", d_model), 3 * (double(d_model) * d_model + d_model),
+                           0, d_model > 0 ? d_model : 1),
+           d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+      d_(d_model),
+      h_(n_heads),
+      chunk_(chunk),
+      nh_(n_hashes),
+      nb_setting_(n_buckets),
+      hash_seed_(splitmix64(seed + 5)) {
+  TCPP_CHECK(d_model > 0 && n_heads > 0, "LSHSelfAttention: d_model and n_heads must be positive, got ", d_model,
+             " and ", n_heads);
+  TCPP_CHECK(d_model % n_heads == 0, "LSHSelfAttention: d_model ", d_model, " is not divisible by n_heads ", n_heads);
+  TCPP_CHECK(chunk >= 1, "LSHSelfAttention: chunk must be an integer >= 1, got ", chunk);
+  TCPP_CHECK(n_hashes >= 1 && n_hashes <= kMaxHashes, "LSHSelfAttention: n_hashes must be an integer in [1, ",
+             kMaxHashes, "], got ", n_hashes);
+  TCPP_CHECK(n_buckets == 0 || (n_buckets >= 2 && n_buckets % 2 == 0 && n_buckets <= (Index(1) << 30)),
+             "LSHSelfAttention: n_buckets must be an even integer in [2, 2**30] (h(x) = argmax([xR; -xR]) uses "
+             "n_buckets/2 rotations), or None to choose 2 * max(1, length // chunk), got ",
+             n_buckets);
+  dk_ = d_model / n_heads;
+  // W_q, W_v and W_o come from the streams MultiHeadAttention uses for W_q, W_v and W_o, so the
+  // two layers built with one seed start from the same projections
+  w_in_.resize(2 * d_, d_);
+  dw_in_ = Matrix<T>::Zero(2 * d_, d_);
+  b_in_ = RowVector<T>::Zero(2 * d_);
+  db_in_ = RowVector<T>::Zero(2 * d_);
+  const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
+  const std::uint64_t stream[2] = {1, 3};
+  for (int part = 0; part < 2; ++part) {
+    Rng rng(splitmix64(seed + stream[part]));
+    T* w = w_in_.data() + part * d_ * d_;
+    for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
+  }
+  log_count_.resize(static_cast<size_t>(nh_ + 1));
+  for (Index n = 1; n <= nh_; ++n) log_count_[static_cast<size_t>(n)] = static_cast<T>(std::log(double(n)));
+}
+
+template <typename T>
+Index LSHSelfAttention<T>::buckets_for(Index T_len) const {
+  return nb_setting_ > 0 ? nb_setting_ : 2 * std::max<Index>(1, T_len / chunk_);
+}
+
+template <typename T>
+typename LSHSelfAttention<T>::Scratch& LSHSelfAttention<T>::scratch() {
+  return scratch_[static_cast<size_t>(thread_id())];
+}
+
+// R (H*n_hashes*d_k, n_buckets/2) with N(0, 1) entries: element e is a Box-Muller draw from the
+// counter-based uniforms (hash seed, stream 1, calls, 2e) and (..., 2e + 1), the same numbers
+// whatever the thread count.
+template <typename T>
+void LSHSelfAttention<T>::draw_rotations() {
+  const Index half = nb_ / 2;
+  rot_.resize(h_ * nh_ * dk_, half);
+  T* r = rot_.data();
+  const Index n = rot_.size();
+  const std::uint64_t counter = calls_;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (Index e = 0; e < n; ++e) {
+    const auto i = static_cast<std::uint64_t>(e);
+    const double u1 = 1.0 - counter_uniform(hash_seed_, 1, counter, 2 * i);  // (0, 1]
+    const double u2 = counter_uniform(hash_seed_, 1, counter, 2 * i + 1);
+    r[e] = static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+}
+
+// Keys, buckets and the sort of one (sequence, head) for every round.
+template <typename T>
+void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
+  const Index Tn = T_, d = d_, half = nb_ / 2, bh = b * h_ + h;
+  ConstStridedMap<T> Q(qv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
+  StridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));             // (T, d_k)
+  // k_t = q_t / ||q_t||; a zero q gives k = 0 (and no gradient through the norm)
+  for (Index t = 0; t < Tn; ++t) {
+    const T n = Q.row(t).norm();
+    const T inv = n > T(0) ? T(1) / n : T(0);
+    inv_norm_(b * Tn + t, h) = inv;
+    K.row(t) = Q.row(t) * inv;
+  }
+  // the rotated keys in blocks of rows: O(rows x n_buckets) scratch, not O(T x n_buckets)
+  const Index block = std::min(Tn, tuning::kLshHashRows);
+  ensure(s.proj, block, half);
+  ensure(s.count, nb_ + 1);
+  for (Index r = 0; r < nh_; ++r) {
+    ConstMatrixMap<T> R(rot_.data() + (h * nh_ + r) * dk_ * half, dk_, half);  // (d_k, n_buckets/2)
+    std::int32_t* bucket = bucket_.data() + (bh * nh_ + r) * Tn;
+    for (Index t0 = 0; t0 < Tn; t0 += block) {
+      const Index n = std::min(block, Tn - t0);
+      // proj = K R_(h,r)                                               (n, n_buckets/2)
+      MatrixMap<T> P(s.proj.data(), n, half);
+      P.noalias() = K.middleRows(t0, n) * R;
+      // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties
+      // to the first half (the first occurrence in the concatenation)
+      for (Index t = 0; t < n; ++t) {
+        const T* p = P.data() + t * half;
+        Index imax = 0, imin = 0;
+        for (Index j = 1; j < half; ++j) {
+          if (p[j] > p[imax]) imax = j;
+          if (p[j] < p[imin]) imin = j;
+        }
+        bucket[t0 + t] = static_cast<std::int32_t>(p[imax] >= -p[imin] ? imax : half + imin);
+      }
+    }
+    // stable counting sort by bucket: positions in increasing order within a bucket
+    std::int32_t* count = s.count.data();
+    std::fill(count, count + nb_ + 1, 0);
+    for (Index t = 0; t < Tn; ++t) ++count[bucket[t] + 1];
+    for (Index j = 0; j < nb_; ++j) count[j + 1] += count[j];
+    std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
+    std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
+    for (Index t = 0; t < Tn; ++t) {
+      const std::int32_t i = count[bucket[t]]++;
+      perm[i] = static_cast<std::int32_t>(t);
+      chunk_of[t * nh_ + r] = static_cast<std::int32_t>(i / chunk_);
+    }
+  }
+}
+
+template <typename T>
+void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal,
+                                       Scratch& s) const {
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+  MatrixMap<T> S(s.s.data(), nq, nk);
+  MatrixMap<T> A(s.allowed.data(), nq, nk);
+  S.noalias() = (s.q.middleRows(q0, nq) * s.k.middleRows(k0, nk).transpose()) * scale;
+  const std::int32_t* ck = s.ck.data();
+  for (Index i = 0; i < nq; ++i) {
+    const std::int32_t pi = perm[q0 + i];
+    const std::int32_t* ci = ck + (q0 + i) * nh_;
+    T* srow = S.data() + i * nk;
+    T* arow = A.data() + i * nk;
+    for (Index j = 0; j < nk; ++j) {
+      const std::int32_t pj = perm[k0 + j];
+      // causal: only earlier positions; never the query's own position (see forward's end)
+      const bool ok = causal ? pj < pi : pj != pi;
+      arow[j] = ok ? T(1) : T(0);
+      if (!ok) {
+        srow[j] = neg_inf<T>();
+        continue;
+      }
+      if (nh_ > 1) {
+        // N = the rounds in which key pj is in query pi's window (its chunk or the one before)
+        const std::int32_t* cj = ck + (k0 + j) * nh_;
+        Index n = 0;
+        for (Index r = 0; r < nh_; ++r) n += (cj[r] == ci[r]) | (cj[r] + 1 == ci[r]);
+        srow[j] -= log_count_[static_cast<size_t>(n)];
+      }
+    }
+  }
+}
+
+template <typename T>
+void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s) {
+  const Index Tn = T_, d = d_, m = std::min(chunk_, T_), bh = b * h_ + h;
+  ConstStridedMap<T> Q(qv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));      // (T, d_k)
+  ConstStridedMap<T> V(qv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
+  ConstStridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));            // (T, d_k)
+  StridedMap<T> O(ctx_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));                  // (T, d_k)
+  T* Z = lse_.data() + bh * Tn;                                                                           // (T)
+  O.setZero();
+  std::fill(Z, Z + Tn, neg_inf<T>());
+  s.q.resize(Tn, dk_);
+  s.k.resize(Tn, dk_);
+  s.v.resize(Tn, dk_);
+  s.o.resize(Tn, dk_);
+  ensure(s.s, m, 2 * m);
+  ensure(s.allowed, m, 2 * m);
+  ensure(s.ck, Tn * nh_);
+  ensure(s.z, Tn);
+  const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
+  for (Index r = 0; r < nh_; ++r) {
+    const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
+    gather_sorted(Q, perm, Tn, s.q);
+    gather_sorted(K, perm, Tn, s.k);
+    gather_sorted(V, perm, Tn, s.v);
+    for (Index i = 0; i < Tn; ++i) std::copy_n(chunk_of + perm[i] * nh_, nh_, s.ck.data() + i * nh_);
+    for (Index q0 = 0; q0 < Tn; q0 += m) {
+      // chunk [q0, q0+nq) attends to [k0, q0+nq): itself and the chunk before
+      const Index nq = std::min(m, Tn - q0), k0 = std::max<Index>(0, q0 - m), nk = q0 + nq - k0;
+      chunk_scores(perm, q0, nq, k0, nk, causal, s);
+      MatrixMap<T> P(s.s.data(), nq, nk);  // scores -> probabilities of this round
+      // P = softmax(S) row by row; z_i = log sum_j exp(S_ij), -inf when every key is blocked
+      for (Index i = 0; i < nq; ++i) {
+        RowArray<T> row(P.data() + i * nk, nk);
+        ConstRowArray<T> ok(s.allowed.data() + i * nk, nk);
+        const T mx = row.maxCoeff();
+        if (mx == neg_inf<T>()) {
+          row.setZero();
+          s.z[static_cast<size_t>(q0 + i)] = neg_inf<T>();
+          continue;
+        }
+        row = (row - mx).exp() * ok;  // blocked keys: exactly 0
+        const T l = row.sum();
+        row *= T(1) / l;
+        s.z[static_cast<size_t>(q0 + i)] = mx + std::log(l);
+      }
+      // o (nq, d_k) = P V_window
+      s.o.middleRows(q0, nq).noalias() = P * s.v.middleRows(k0, nk);
+    }
+    // combine with the rounds before: Z = logaddexp(Z, z_r), O = (e^Z O + e^z_r o_r) / e^Z_new
+    // (Eqs. 12-16 as a running softmax over the rounds)
+    for (Index i = 0; i < Tn; ++i) {
+      const T zr = s.z[static_cast<size_t>(i)];
+      if (zr == neg_inf<T>()) continue;
+      const Index p = perm[i];
+      if (Z[p] == neg_inf<T>()) {
+        O.row(p) = s.o.row(i);
+        Z[p] = zr;
+        continue;
+      }
+      const T mx = std::max(Z[p], zr);
+      const T a = std::exp(Z[p] - mx), c = std::exp(zr - mx), sum = a + c;
+      O.row(p) = (O.row(p) * a + s.o.row(i) * c) * (T(1) / sum);
+      Z[p] = mx + std::log(sum);
+    }
+  }
+  // a query with no key other than itself in any round attends to itself: o = v
+  for (Index t = 0; t < Tn; ++t)
+    if (Z[t] == neg_inf<T>()) O.row(t) = V.row(t);
+}
+
+template <typename T>
+const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) {
+  TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "LSHSelfAttention: input has ", x.rows(),
+             " rows, expected B*T = ", B, "*", T_len);
+  TCPP_CHECK(x.cols() == d_, "LSHSelfAttention: input has ", x.cols(), " features, expected d_model ", d_);
+  TCPP_CHECK(T_len <= std::numeric_limits<std::int32_t>::max(), "LSHSelfAttention: length ", T_len,
+             " is beyond the 2**31 - 1 positions the sort tables hold");
+  x_ = nullptr;  // no forward to go back through until this one is done
+  B_ = B;
+  T_ = T_len;
+  causal_ = causal;
+  nb_ = buckets_for(T_len);
+  draw_rotations();
+  if (!freeze_) ++calls_;
+  const Index rows = B * T_len, items = B * h_;
+  // [Q | V] = x [W_q; W_v]^T + [b_q | b_v]                              (B*T, 2d)
+  qv_.resize(rows, 2 * d_);
+  dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(qv_), b_in_.data());
+  keys_.resize(rows, d_);
+  inv_norm_.resize(rows, h_);
+  ctx_.resize(rows, d_);
+  lse_.resize(items, T_len);
+  const auto tables = static_cast<size_t>(items * nh_ * T_len);
+  bucket_.resize(tables);
+  perm_.resize(tables);
+  chunk_of_.resize(tables);
+  if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
+  // (sequence, head) items are independent; each is done by one thread in a fixed order
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+  for (Index it = 0; it < items; ++it) {
+    Scratch& s = scratch();
+    hash_item(it / h_, it % h_, s);
+    forward_item(it / h_, it % h_, causal, s);
+  }
+  x_ = x.data();
+  return out_.forward(cmap(ctx_));
+}
+
+template <typename T>
+void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch& s) {
+  const Index Tn = T_, d = d_, m = std::min(chunk_, T_), bh = b * h_ + h;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
+  ConstStridedMap<T> Q(qv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));
+  ConstStridedMap<T> V(qv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));
+  ConstStridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));
+  ConstStridedMap<T> O(ctx_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));
+  ConstStridedMap<T> dO(dctx + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));                // (T, d_k)
+  StridedMap<T> dQ(dqv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));      // (T, d_k)
+  StridedMap<T> dV(dqv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
+  StridedMap<T> dK(dkeys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));            // (T, d_k)
+  const T* Z = lse_.data() + bh * Tn;
+  dQ.setZero();
+  dV.setZero();
+  dK.setZero();
+  s.q.resize(Tn, dk_);
+  s.k.resize(Tn, dk_);
+  s.v.resize(Tn, dk_);
+  s.o.resize(Tn, dk_);
+  s.dq.resize(Tn, dk_);
+  s.dk.resize(Tn, dk_);
+  s.dv.resize(Tn, dk_);
+  ensure(s.s, m, 2 * m);
+  ensure(s.dp, m, 2 * m);
+  ensure(s.allowed, m, 2 * m);
+  ensure(s.ck, Tn * nh_);
+  ensure(s.z, Tn);
+  ensure(s.dd, Tn);
+  const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
+  // The forward is one softmax over the union of the rounds' windows: with p_rij = exp(s_rij - Z_i)
+  // (s already count-corrected), o_i = sum_r sum_j p_rij v_j and sum_r sum_j p_rij = 1. So
+  //   dv_j  += sum p_rij do_i                          dp_rij = do_i . v_j
+  //   ds_rij = p_rij (dp_rij - D_i),  D_i = sum_rj p_rij dp_rij = do_i . o_i
+  //   dq_i  += sum_j ds_rij k_j / sqrt(d_k)            dk_j  += sum_i ds_rij q_i / sqrt(d_k)
+  // round by round on rows gathered into sorted order, then scattered back (added).
+  for (Index r = 0; r < nh_; ++r) {
+    const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
+    gather_sorted(Q, perm, Tn, s.q);
+    gather_sorted(K, perm, Tn, s.k);
+    gather_sorted(V, perm, Tn, s.v);
+    gather_sorted(dO, perm, Tn, s.o);
+    for (Index i = 0; i < Tn; ++i) {
+      const Index p = perm[i];
+      std::copy_n(chunk_of + p * nh_, nh_, s.ck.data() + i * nh_);
+      s.z[static_cast<size_t>(i)] = Z[p];
+      s.dd[static_cast<size_t>(i)] = dO.row(p).dot(O.row(p));
+    }
+    s.dq.setZero();
+    s.dk.setZero();
+    s.dv.setZero();
+    for (Index q0 = 0; q0 < Tn; q0 += m) {
+      const Index nq = std::min(m, Tn - q0), k0 = std::max<Index>(0, q0 - m), nk = q0 + nq - k0;
+      chunk_scores(perm, q0, nq, k0, nk, causal_, s);
+      MatrixMap<T> P(s.s.data(), nq, nk);
+      for (Index i = 0; i < nq; ++i) {
+        RowArray<T> row(P.data() + i * nk, nk);
+        const T z = s.z[static_cast<size_t>(q0 + i)];
+        if (z == neg_inf<T>()) {
+          row.setZero();  // attends to itself only: no score reaches the output
+          continue;
+        }
+        row = (row - z).exp() * ConstRowArray<T>(s.allowed.data() + i * nk, nk);
+      }
+      auto dOc = s.o.middleRows(q0, nq);  // (nq, d_k)
+      // dV_window += P^T dO_chunk                                        (nk, d_k)
+      s.dv.middleRows(k0, nk).noalias() += P.transpose() * dOc;
+      // dP = dO_chunk V_window^T                                         (nq, nk)
+      MatrixMap<T> dP(s.dp.data(), nq, nk);
+      dP.noalias() = dOc * s.v.middleRows(k0, nk).transpose();
+      // dS = P (dP - D) / sqrt(d_k), in place of dP
+      for (Index i = 0; i < nq; ++i) {
+        RowArray<T> g(dP.data() + i * nk, nk);
+        g = ConstRowArray<T>(P.data() + i * nk, nk) * (g - s.dd[static_cast<size_t>(q0 + i)]) * scale;
+      }
+      // dQ_chunk += dS K_window; dK_window += dS^T Q_chunk
+      s.dq.middleRows(q0, nq).noalias() += dP * s.k.middleRows(k0, nk);
+      s.dk.middleRows(k0, nk).noalias() += dP.transpose() * s.q.middleRows(q0, nq);
+    }
+    for (Index i = 0; i < Tn; ++i) {
+      const Index p = perm[i];
+      dQ.row(p) += s.dq.row(i);
+      dK.row(p) += s.dk.row(i);
+      dV.row(p) += s.dv.row(i);
+    }
+  }
+  for (Index t = 0; t < Tn; ++t) {
+    // a query that attended to itself only: o = v
+    if (Z[t] == neg_inf<T>()) dV.row(t) += dO.row(t);
+    // k = q / ||q||: dk/dq = (I - k k^T) / ||q||, so dq += (dk - k (k . dk)) / ||q||
+    const T inv = inv_norm_(b * Tn + t, h);
+    dQ.row(t) += (dK.row(t) - K.row(t) * K.row(t).dot(dK.row(t))) * inv;
+  }
+}
+
+template <typename T>
+const Matrix<T>& LSHSelfAttention<T>::backward(ConstMatrixMap<T> dout) {
+  if (x_ == nullptr) throw std::runtime_error("LSHSelfAttention: backward() called before forward()");
+  const Index rows = B_ * T_, items = B_ * h_;
+  TCPP_CHECK(dout.rows() == rows && dout.cols() == d_, "LSHSelfAttention: backward got dout of shape (", dout.rows(),
+             ", ", dout.cols(), "), expected (", rows, ", ", d_, ")");
+  // output projection: dctx = dout W_o                                  (B*T, d)
+  const Matrix<T>& dctx = out_.backward(dout);
+  dqv_.resize(rows, 2 * d_);
+  dkeys_.resize(rows, d_);
+  if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+  for (Index it = 0; it < items; ++it) backward_item(it / h_, it % h_, dctx.data(), scratch());
+  // forward was [Q|V] = x [W_q; W_v]^T + b, so d[W_q; W_v] += d[Q|V]^T x, db += column sums,
+  // dx = d[Q|V] [W_q; W_v]
+  ConstMatrixMap<T> x(x_, rows, d_);
+  dense_backward_weight<T>(Precision::Float32, cmap(dqv_), x, mmap(dw_in_));
+  add_column_sums(dqv_.data(), rows, 2 * d_, db_in_.data());
+  dx_.resize(rows, d_);
+  dense_backward_input<T>(Precision::Float32, cmap(dqv_), cmap(w_in_), mmap(dx_));
+  return dx_;
+}
+
+template <typename T>
+ParameterList<T> LSHSelfAttention<T>::parameters() {
+  ParameterList<T> ps;
+  const char* names[2] = {"query", "value"};
+  for (int part = 0; part < 2; ++part) {
+    ps.push_back({std::string(names[part]) + ".weight",
+                  w_in_.data() + part * d_ * d_,
+                  dw_in_.data() + part * d_ * d_,
+                  {d_, d_}});
+    ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
+  }
+  append_parameters(ps, out_.parameters(), "output");
+  return ps;
+}
+
+template <typename T>
+void LSHSelfAttention<T>::zero_grad() {
+  dw_in_.setZero();
+  db_in_.setZero();
+  out_.zero_grad();
+}
+
+template <typename T>
+void LSHSelfAttention<T>::release() {
+  x_ = nullptr;
+  for (Matrix<T>* m : {&qv_, &keys_, &inv_norm_, &ctx_, &lse_, &dqv_, &dkeys_, &dx_}) m->resize(0, 0);
+  bucket_.clear();
+  perm_.clear();
+  chunk_of_.clear();
+  bucket_.shrink_to_fit();
+  perm_.shrink_to_fit();
+  chunk_of_.shrink_to_fit();
+  scratch_.clear();
+}
+
+template class LSHSelfAttention<float>;
+template class LSHSelfAttention<double>;
+
+}  // namespace transformer
