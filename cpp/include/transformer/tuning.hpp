@@ -90,6 +90,7 @@ constexpr Index kFingerprintPieceBytes = 1 << 20;
 // 2 * d * d (the state), so at d = 64 a chunk of 64 balances them, and its buffers (a few
 // 64 x 64 blocks, 16 KB each in float32) stay in L1/L2. Not swept.
 constexpr Index kLinearAttentionChunk = 64;
+
 // --- LSH attention ----------------------------------------------------------------------------
 
 // LSH attention hashes the keys of a head in blocks of this many rows (a (rows, n_buckets/2)
