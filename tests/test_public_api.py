@@ -33,6 +33,7 @@ PUBLIC_NAMES = [
     "PositionalEmbedding",
     "RECIPES",
     "ReLU",
+    "ReversibleStack",
     "ScaledDotProductAttention",
     "SentencePairs",
     "SubwordTokenizer",

@@ -47,6 +47,7 @@ from .layers import (
     MultiHeadAttention,
     PositionalEmbedding,
     ReLU,
+    ReversibleStack,
     ScaledDotProductAttention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
@@ -79,6 +80,7 @@ __all__ = [
     "RECIPES",
     "PositionalEmbedding",
     "ReLU",
+    "ReversibleStack",
     "ScaledDotProductAttention",
     "SubwordTokenizer",
     "SentencePairs",
