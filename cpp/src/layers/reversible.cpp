@@ -79,17 +79,6 @@ ConstMatrixMap<T> rows_cmap(const T* p, Index r0, Index n, Index d) {
   return ConstMatrixMap<T>(p + r0 * d, n, d);
 }
 
-// The dropout of the forward's `counter`-th call on rows [r0, r0 + n): row r draws the mask of row
-// r of the whole (rows, d) matrix, so chunks reproduce the unchunked masks. Multiplying by the
-// mask is also the dropout's backward (the mask is diagonal), so the same call drops out a
-// gradient. Leaves the counter where the forward's call left it.
-template <typename T>
-void apply_dropout(Dropout<T>& dropout, std::uint64_t counter, T* data, Index r0, Index n, Index d, bool training,
-                   const Index* row_ids) {
-  dropout.set_calls(counter);
-  dropout.forward_inplace(rows_map(data, r0, n, d), training, row_ids + r0);
-}
-
 }  // namespace
 
 std::string self_attention_kinds() { return "'softmax'"; }
@@ -177,6 +166,35 @@ const Matrix<T>& ReversibleStack<T>::forward(ConstMatrixMap<T> x, Index B, Index
 }
 
 template <typename T>
+void ReversibleStack<T>::drop_rows(Dropout<T>& owner, std::uint64_t counter, T* data, Index r0, Index n, bool training) {
+  // The dropout of `owner`'s `counter`-th call on rows [r0, r0 + n) of a (rows, d) buffer: row r
+  // draws the mask of row r of the whole matrix, so chunks reproduce the unchunked masks. A copy
+  // of `owner` (the shared worker_) draws it, so no block keeps a mask. Multiplying by the mask is
+  // also the dropout's backward (the mask is diagonal), so the same call drops out a gradient.
+  // `owner`'s counter is left where the forward's call left it.
+  worker_ = owner;
+  worker_.set_calls(counter);
+  worker_.forward_inplace(rows_map(data, r0, n, opt_.d_model), training, row_ids_.data() + r0);
+  owner.set_calls(worker_.calls());
+}
+
+template <typename T>
+void ReversibleStack<T>::release_block(Block& b, bool after_backward) {
+  // The norms and the feed-forward resize their buffers to each call's rows: a call on one zero
+  // row shrinks what the last chunk left (its hidden layer, statistics, gradients) to one row.
+  // Its gradients are exactly zero (zero input, zero dout), so the parameter gradients do not
+  // change. The feed-forward's own dropout mask keeps its capacity (chunk_rows * d_ff).
+  zero_.setZero(1, opt_.d_model);
+  for (LayerNorm<T>* norm : {&b.norm1, &b.norm2}) {
+    norm->forward(cmap(zero_));
+    if (after_backward) norm->backward(cmap(zero_));
+  }
+  b.ff.forward(cmap(zero_), false);
+  if (after_backward) b.ff.backward(cmap(zero_));
+  b.attention->release();
+}
+
+template <typename T>
 void ReversibleStack<T>::g_chunk(Block& b, const T* in, Index r0, Index r1, bool training, T* out) {
   // G(x) = Dropout_g(FFN(norm2(x))) on rows [r0, r1), caching for backward   (r1 - r0, d)
   const Index n = r1 - r0, d = opt_.d_model;
@@ -184,7 +202,7 @@ void ReversibleStack<T>::g_chunk(Block& b, const T* in, Index r0, Index r1, bool
   b.ff.dropout().set_calls(b.calls_ff);
   const Matrix<T>& g = b.ff.forward(cmap(h), training, row_ids_.data() + r0);
   std::memcpy(out + r0 * d, g.data(), static_cast<size_t>(n * d) * sizeof(T));
-  apply_dropout(b.drop_g, b.calls_g, out, r0, n, d, training, row_ids_.data());
+  drop_rows(b.drop_g, b.calls_g, out, r0, n, training);
 }
 
 template <typename T>
@@ -195,16 +213,12 @@ void ReversibleStack<T>::forward_reversible(bool training) {
     b.calls_f = b.drop_f.calls();
     b.calls_ff = b.ff.dropout().calls();
     b.calls_g = b.drop_g.calls();
-    // y1 = x1 + Dropout_f(Attention(norm1(x2))): the norm by chunks into buf_     (rows, d)
-    for (Index r0 = 0; r0 < rows; r0 += chunk) {
-      const Index n = std::min(chunk, rows - r0);
-      rows_map(buf_.data(), r0, n, d) = b.norm1.forward(rows_cmap(x2_.data(), r0, n, d));
-    }
+    // y1 = x1 + Dropout_f(Attention(norm1(x2))); the norm keeps nothing here       (rows, d)
+    b.norm1.forward_inference(x2_.data(), nullptr, buf_.data(), rows);
     const Matrix<T>& a = b.attention->forward(cmap(buf_), B_, T_, opt_.causal);  // (rows, d)
     buf_ = a;
     b.attention->release();  // nothing of the attention is kept: backward recomputes it
-    for (Index r0 = 0; r0 < rows; r0 += chunk)
-      apply_dropout(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), d, training, row_ids_.data());
+    for (Index r0 = 0; r0 < rows; r0 += chunk) drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
     add_arrays(x1_.data(), x1_.data(), buf_.data(), x1_.size());
     // y2 = x2 + G(y1), chunk by chunk (the feed-forward's hidden layer is (chunk, d_ff))
     for (Index r0 = 0; r0 < rows; r0 += chunk) {
@@ -212,6 +226,7 @@ void ReversibleStack<T>::forward_reversible(bool training) {
       g_chunk(b, x1_.data(), r0, r1, training, buf_.data());
       add_arrays(x2_.data() + r0 * d, x2_.data() + r0 * d, buf_.data() + r0 * d, (r1 - r0) * d);
     }
+    release_block(b, false);
   }
 }
 
@@ -284,26 +299,21 @@ void ReversibleStack<T>::backward_reversible() {
       // dG = Dropout_g'(dy2); dh = FFN'(dG); dy1 += norm2'(dh)                  (n, d)
       MatrixMap<T> dg = rows_map(dbuf_.data(), r0, n, d);
       dg = rows_cmap(dx2_.data(), r0, n, d);
-      b.drop_g.backward_inplace(dg);
+      drop_rows(b.drop_g, b.calls_g, dbuf_.data(), r0, n, training);
       const Matrix<T>& dh = b.ff.backward(ConstMatrixMap<T>(dg.data(), n, d));
       const Matrix<T>& dn = b.norm2.backward(cmap(dh));
       add_arrays(dx1_.data() + r0 * d, dx1_.data() + r0 * d, dn.data(), n * d);
     }
-    // F: norm1(x2) into buf_ by chunks, the attention recomputed (cached), x1 = y1 - F(x2)
+    // F: norm1(x2) into dbuf_, the attention recomputed (cached), x1 = y1 - F(x2)
     Matrix<T>& nrm = dbuf_;  // (rows, d) the attention's input, alive until its backward
-    for (Index r0 = 0; r0 < rows; r0 += chunk) {
-      const Index n = std::min(chunk, rows - r0);
-      rows_map(nrm.data(), r0, n, d) = b.norm1.forward(rows_cmap(x2_.data(), r0, n, d));
-    }
+    b.norm1.forward_inference(x2_.data(), nullptr, nrm.data(), rows);
     const Matrix<T>& a = b.attention->forward(cmap(nrm), B_, T_, opt_.causal);  // (rows, d)
     buf_ = a;
-    for (Index r0 = 0; r0 < rows; r0 += chunk)
-      apply_dropout(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), d, training, row_ids_.data());
+    for (Index r0 = 0; r0 < rows; r0 += chunk) drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
     subtract_arrays(x1_.data(), buf_.data(), x1_.size());
     // dF = Dropout_f'(dy1) (the mask again), da = Attention'(dF)                  (rows, d)
     buf_ = dx1_;
-    for (Index r0 = 0; r0 < rows; r0 += chunk)
-      apply_dropout(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), d, training, row_ids_.data());
+    for (Index r0 = 0; r0 < rows; r0 += chunk) drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
     const Matrix<T>& da = b.attention->backward(cmap(buf_));
     // dx2 = dy2 + norm1'(da), the norm recomputed chunk by chunk                  (rows, d)
     for (Index r0 = 0; r0 < rows; r0 += chunk) {
@@ -312,7 +322,7 @@ void ReversibleStack<T>::backward_reversible() {
       const Matrix<T>& dn = b.norm1.backward(rows_cmap(da.data(), r0, n, d));
       add_arrays(dx2_.data() + r0 * d, dx2_.data() + r0 * d, dn.data(), n * d);
     }
-    b.attention->release();
+    release_block(b, true);
   }
 }
 

@@ -109,8 +109,11 @@ class ReversibleStack {
   void forward_ordinary(bool training);
   void backward_reversible();
   void backward_ordinary();
-  // G (or, without the feed-forward, F's norm) on rows [r0, r1); see reversible.cpp.
+  // G on rows [r0, r1) of `in` into the same rows of `out`, caching for backward.
   void g_chunk(Block& b, const T* in, Index r0, Index r1, bool training, T* out);
+  void drop_rows(Dropout<T>& owner, std::uint64_t counter, T* data, Index r0, Index n, bool training);
+  // Shrink what the block's layers keep to one row (after its forward, or its backward).
+  void release_block(Block& b, bool after_backward);
 
   ReversibleStackOptions opt_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -124,6 +127,8 @@ class ReversibleStack {
   Matrix<T> buf_;        // (rows, d) F's norm output, or G / F output, reused
   Matrix<T> dbuf_;       // (rows, d) dropped-out gradient, reused
   Matrix<T> out_, dx_;   // (rows, d) output, input gradient
+  Matrix<T> zero_;       // (1, d) the row release_block runs
+  Dropout<T> worker_;    // draws every block's residual dropout masks (a copy of the block's)
 };
 
 }  // namespace transformer
