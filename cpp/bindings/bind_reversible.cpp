@@ -59,10 +59,11 @@ void bind_reversible_stack(py::module_& m) {
             const double Bd = static_cast<double>(B), Td = static_cast<double>(Tn);
             // reversible: the streams and their gradients plus one block at a time; ordinary: every block
             const double elements =
-                o.reversible ? 10 * rows * d + attention_elements(rows, rows, Bd, H_, Td, Td, d) +
-                                   feed_forward_elements(std::min<double>(rows, static_cast<double>(o.chunk_rows)), d, dff)
-                             : 10 * rows * d + static_cast<double>(o.n_layers) *
-                                                   encoder_layer_elements(rows, Bd, H_, Td, d, dff);
+                o.reversible
+                    ? 10 * rows * d + attention_elements(rows, rows, Bd, H_, Td, Td, d) +
+                          feed_forward_elements(std::min<double>(rows, static_cast<double>(o.chunk_rows)), d, dff)
+                    : 10 * rows * d +
+                          static_cast<double>(o.n_layers) * encoder_layer_elements(rows, Bd, H_, Td, d, dff);
             call.check(concat("a batch of ", B, " sequences of length ", Tn), elements);
             const Matrix<T>& y =
                 call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, training); });

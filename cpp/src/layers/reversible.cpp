@@ -166,7 +166,8 @@ const Matrix<T>& ReversibleStack<T>::forward(ConstMatrixMap<T> x, Index B, Index
 }
 
 template <typename T>
-void ReversibleStack<T>::drop_rows(Dropout<T>& owner, std::uint64_t counter, T* data, Index r0, Index n, bool training) {
+void ReversibleStack<T>::drop_rows(Dropout<T>& owner, std::uint64_t counter, T* data, Index r0, Index n,
+                                   bool training) {
   // The dropout of `owner`'s `counter`-th call on rows [r0, r0 + n) of a (rows, d) buffer: row r
   // draws the mask of row r of the whole matrix, so chunks reproduce the unchunked masks. A copy
   // of `owner` (the shared worker_) draws it, so no block keeps a mask. Multiplying by the mask is
@@ -218,7 +219,8 @@ void ReversibleStack<T>::forward_reversible(bool training) {
     const Matrix<T>& a = b.attention->forward(cmap(buf_), B_, T_, opt_.causal);  // (rows, d)
     buf_ = a;
     b.attention->release();  // nothing of the attention is kept: backward recomputes it
-    for (Index r0 = 0; r0 < rows; r0 += chunk) drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
+    for (Index r0 = 0; r0 < rows; r0 += chunk)
+      drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
     add_arrays(x1_.data(), x1_.data(), buf_.data(), x1_.size());
     // y2 = x2 + G(y1), chunk by chunk (the feed-forward's hidden layer is (chunk, d_ff))
     for (Index r0 = 0; r0 < rows; r0 += chunk) {
@@ -239,16 +241,16 @@ void ReversibleStack<T>::forward_ordinary(bool training) {
     b.calls_f = b.drop_f.calls();
     b.calls_ff = b.ff.dropout().calls();
     b.calls_g = b.drop_g.calls();
-    b.x2 = x2_;                                                                     // (rows, d)
-    const Matrix<T>& n1 = b.norm1.forward(cmap(b.x2));                              // (rows, d)
-    buf_ = b.attention->forward(cmap(n1), B_, T_, opt_.causal);                     // (rows, d)
+    b.x2 = x2_;                                                  // (rows, d)
+    const Matrix<T>& n1 = b.norm1.forward(cmap(b.x2));           // (rows, d)
+    buf_ = b.attention->forward(cmap(n1), B_, T_, opt_.causal);  // (rows, d)
     b.drop_f.forward_inplace(mmap(buf_), training, row_ids_.data());
-    add_arrays(x1_.data(), x1_.data(), buf_.data(), x1_.size());                    // y1
-    b.y1 = x1_;                                                                     // (rows, d)
-    const Matrix<T>& n2 = b.norm2.forward(cmap(b.y1));                              // (rows, d)
-    buf_ = b.ff.forward(cmap(n2), training, row_ids_.data());                       // (rows, d)
+    add_arrays(x1_.data(), x1_.data(), buf_.data(), x1_.size());  // y1
+    b.y1 = x1_;                                                   // (rows, d)
+    const Matrix<T>& n2 = b.norm2.forward(cmap(b.y1));            // (rows, d)
+    buf_ = b.ff.forward(cmap(n2), training, row_ids_.data());     // (rows, d)
     b.drop_g.forward_inplace(mmap(buf_), training, row_ids_.data());
-    add_arrays(x2_.data(), x2_.data(), buf_.data(), x2_.size());                    // y2
+    add_arrays(x2_.data(), x2_.data(), buf_.data(), x2_.size());  // y2
   }
 }
 
@@ -309,11 +311,13 @@ void ReversibleStack<T>::backward_reversible() {
     b.norm1.forward_inference(x2_.data(), nullptr, nrm.data(), rows);
     const Matrix<T>& a = b.attention->forward(cmap(nrm), B_, T_, opt_.causal);  // (rows, d)
     buf_ = a;
-    for (Index r0 = 0; r0 < rows; r0 += chunk) drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
+    for (Index r0 = 0; r0 < rows; r0 += chunk)
+      drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
     subtract_arrays(x1_.data(), buf_.data(), x1_.size());
     // dF = Dropout_f'(dy1) (the mask again), da = Attention'(dF)                  (rows, d)
     buf_ = dx1_;
-    for (Index r0 = 0; r0 < rows; r0 += chunk) drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
+    for (Index r0 = 0; r0 < rows; r0 += chunk)
+      drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
     const Matrix<T>& da = b.attention->backward(cmap(buf_));
     // dx2 = dy2 + norm1'(da), the norm recomputed chunk by chunk                  (rows, d)
     for (Index r0 = 0; r0 < rows; r0 += chunk) {
@@ -382,9 +386,8 @@ double ReversibleStack<T>::activation_bytes() const {
   // masks; the feed-forward's hidden layer, its mask and output.
   const double H = static_cast<double>(opt_.n_heads), dff = static_cast<double>(opt_.d_ff);
   const double T_len = static_cast<double>(T_);
-  const double per_block = 2 * rows * d + 2 * (rows * d + 2 * rows) +
-                           (3 * rows * d + rows * H * T_len + 2 * rows * d) + 2 * rows * d +
-                           (2 * rows * dff + rows * d);
+  const double per_block = 2 * rows * d + 2 * (rows * d + 2 * rows) + (3 * rows * d + rows * H * T_len + 2 * rows * d) +
+                           2 * rows * d + (2 * rows * dff + rows * d);
   return static_cast<double>(blocks_.size()) * per_block * size;
 }
 

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..layers import ReversibleStack
 from .machine import THREAD_ENV, set_all_threads
 
 __all__ = ["child_activation_memory", "format_table", "main", "measure_activation_memory"]
@@ -69,8 +70,6 @@ def child_activation_memory(
     the peak resident memory it adds to the built stack with its gradients, in MiB."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    from ..layers import ReversibleStack
-
     set_all_threads(threads)
     stack = ReversibleStack(
         n_layers, d_model, n_heads, d_ff, dropout, causal=True, reversible=mode == "reversible", seed=seed
@@ -129,7 +128,9 @@ def measure_activation_memory(
             lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
             if proc.returncode != 0 or not lines:
                 last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                raise RuntimeError(f"reversible memory child ({n} layers, {mode}) exited with {proc.returncode}: {last}")
+                raise RuntimeError(
+                    f"reversible memory child ({n} layers, {mode}) exited with {proc.returncode}: {last}"
+                )
             row = json.loads(lines[-1])
             first = row["peak_mb"] if first is None else first
             row["growth"] = row["peak_mb"] / first if first else None
