@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from transformer_cpp.functional import look_ahead_mask
 from gradcheck import rel_error
 from layer_checks import check_against_numeric, parameter_items, randomise_parameters
+from transformer_cpp.bench.reversible import child_activation_memory
+from transformer_cpp.functional import look_ahead_mask
 
 D, HEADS, D_FF = 8, 2, 16
 
@@ -383,3 +384,12 @@ def test_bad_forward_and_backward():
     stack.backward(dout)
     with pytest.raises(RuntimeError, match="already called"):
         stack.backward(dout)
+
+
+def test_memory_bench_child_reports_a_forward_and_backward():
+    row = child_activation_memory(3, "reversible", length=16, d_model=D, n_heads=HEADS, d_ff=D_FF)
+    assert row["layers"] == 3 and row["mode"] == "reversible"
+    assert row["activation_bytes_mb"] == pytest.approx(2 * 16 * D * 4 / 2**20)
+    assert row["peak_mb"] >= row["forward_peak_mb"] >= 0
+    with pytest.raises(ValueError, match="mode must be one of reversible, ordinary"):
+        child_activation_memory(2, "stored", length=16, d_model=D, n_heads=HEADS, d_ff=D_FF)

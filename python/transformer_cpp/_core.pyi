@@ -504,7 +504,7 @@ class ReversibleStack_float32:
         seed: int = 0,
         attention: str = "softmax",
         reversible: bool = True,
-        chunk_rows: int = 64,
+        chunk_rows: int = 256,
         eps: float = 1e-06,
     ) -> None: ...
     def activation_bytes(self) -> float:
@@ -557,7 +557,7 @@ class ReversibleStack_float64:
         seed: int = 0,
         attention: str = "softmax",
         reversible: bool = True,
-        chunk_rows: int = 64,
+        chunk_rows: int = 256,
         eps: float = 1e-06,
     ) -> None: ...
     def activation_bytes(self) -> float:

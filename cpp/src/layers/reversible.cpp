@@ -184,14 +184,20 @@ void ReversibleStack<T>::release_block(Block& b, bool after_backward) {
   // The norms and the feed-forward resize their buffers to each call's rows: a call on one zero
   // row shrinks what the last chunk left (its hidden layer, statistics, gradients) to one row.
   // Its gradients are exactly zero (zero input, zero dout), so the parameter gradients do not
-  // change. The feed-forward's own dropout mask keeps its capacity (chunk_rows * d_ff).
+  // change. The feed-forward runs it in training so that its dropout mask becomes one row too
+  // (its counter is put back); a copy of that dropout then holds one row where the original kept
+  // the capacity of a chunk.
   zero_.setZero(1, opt_.d_model);
   for (LayerNorm<T>* norm : {&b.norm1, &b.norm2}) {
     norm->forward(cmap(zero_));
     if (after_backward) norm->backward(cmap(zero_));
   }
-  b.ff.forward(cmap(zero_), false);
+  Dropout<T>& ff_dropout = b.ff.dropout();
+  const std::uint64_t calls = ff_dropout.calls();
+  b.ff.forward(cmap(zero_), true);
+  ff_dropout.set_calls(calls);
   if (after_backward) b.ff.backward(cmap(zero_));
+  ff_dropout = Dropout<T>(ff_dropout);
   b.attention->release();
 }
 
