@@ -38,15 +38,6 @@
 
 namespace transformer {
 
-namespace tuning {
-// The reversible stack runs its position-wise work (the feed-forward, the norms, the residual
-// dropouts) on chunks of this many rows, so the feed-forward's hidden layer is (chunk, d_ff)
-// instead of (rows, d_ff). A multiple of kLayerNormBlockRows, so that the norms' weight gradients
-// are summed in the same blocks as unchunked. Chunks of 64 rows were slower (each chunk's products
-// read the whole weight matrices again); not swept further.
-constexpr Index kReversibleChunkRows = 256;
-}  // namespace tuning
-
 // The attention kinds make_self_attention knows, for messages: "'softmax'".
 std::string self_attention_kinds();
 
