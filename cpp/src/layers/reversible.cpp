@@ -81,13 +81,22 @@ ConstMatrixMap<T> rows_cmap(const T* p, Index r0, Index n, Index d) {
 
 }  // namespace
 
-std::string self_attention_kinds() { return "'softmax'"; }
+const std::vector<std::string>& self_attention_kinds() {
+  static const std::vector<std::string> kinds{"softmax"};  // each one a case of make_self_attention
+  return kinds;
+}
+
+std::string self_attention_kinds_text() {
+  std::string text;
+  for (const auto& k : self_attention_kinds()) text += (text.empty() ? "'" : ", '") + k + "'";
+  return text;
+}
 
 template <typename T>
 std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, Index d_model, Index n_heads,
                                                       std::uint64_t seed) {
   if (kind == "softmax") return std::make_unique<SoftmaxAttentionAdapter<T>>(d_model, n_heads, seed);
-  throw std::invalid_argument(concat("attention must be one of ", self_attention_kinds(), ", got '", kind, "'"));
+  throw std::invalid_argument(concat("attention must be one of ", self_attention_kinds_text(), ", got '", kind, "'"));
 }
 
 // One reversible block: y1 = x1 + Dropout_f(Attention(norm1(x2))), y2 = x2 + Dropout_g(FFN(norm2(y1))).
@@ -120,9 +129,10 @@ ReversibleStack<T>::ReversibleStack(const ReversibleStackOptions& o) : opt_(o) {
   TCPP_CHECK(o.d_model % o.n_heads == 0, "ReversibleStack: d_model ", o.d_model, " is not divisible by n_heads ",
              o.n_heads);
   TCPP_CHECK(o.chunk_rows > 0, "ReversibleStack: chunk_rows must be a positive integer, got ", o.chunk_rows);
-  if (o.attention != "softmax")  // before anything is allocated
+  const auto& kinds = self_attention_kinds();
+  if (std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end())  // before anything is allocated
     throw std::invalid_argument(
-        concat("ReversibleStack: attention must be one of ", self_attention_kinds(), ", got '", o.attention, "'"));
+        concat("ReversibleStack: attention must be one of ", self_attention_kinds_text(), ", got '", o.attention, "'"));
   const double d = static_cast<double>(o.d_model), dff = static_cast<double>(o.d_ff);
   checked_size<T>("ReversibleStack", concat(o.n_layers, " layers of d_model ", o.d_model, ", d_ff ", o.d_ff),
                   static_cast<double>(o.n_layers) * encoder_layer_parameters(d, dff), 0, 0);

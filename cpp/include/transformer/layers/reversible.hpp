@@ -38,8 +38,9 @@
 
 namespace transformer {
 
-// The attention kinds make_self_attention knows, for messages: "'softmax'".
-std::string self_attention_kinds();
+// The attention kinds make_self_attention knows ("softmax"), and the same for messages: "'softmax'".
+const std::vector<std::string>& self_attention_kinds();
+std::string self_attention_kinds_text();
 
 // A self-attention of the given kind: "softmax" (MultiHeadAttention). Throws std::invalid_argument
 // naming the kinds allowed for any other name.
