@@ -31,6 +31,7 @@ CASES = {
     "DecoderLayer": (lambda dt: tc.DecoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x, x)),
     "Encoder": (lambda dt: tc.Encoder(V, D, 1, H, F, 0.0, 16, dtype=dt), lambda m: m(tokens)),
     "Decoder": (lambda dt: tc.Decoder(V, D, 1, H, F, 0.0, 16, dtype=dt), lambda m: m(tokens, x)),
+    "ReversibleStack": (lambda dt: tc.ReversibleStack(1, D, H, F, 0.0, dtype=dt), lambda m: m(x)),
 }
 
 
@@ -75,6 +76,7 @@ def test_every_layer_with_dropout_runs_inference_by_default():
         "DecoderLayer",
         "Encoder",
         "Decoder",
+        "ReversibleStack",
         "Transformer",
     }
     assert all(default is False for default in defaults.values()), defaults

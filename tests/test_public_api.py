@@ -38,6 +38,7 @@ PUBLIC_NAMES = [
     "RECIPES",
     "ReLU",
     "RelativeMultiHeadAttention",
+    "ReversibleStack",
     "ScaledDotProductAttention",
     "SentencePairs",
     "SubwordTokenizer",

@@ -147,4 +147,5 @@ PYBIND11_MODULE(_core, m) {
   bind_language_model(m);
   bind_linear_attention(m);
   bind_lsh_attention(m);
+  bind_reversible(m);
 }

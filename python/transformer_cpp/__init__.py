@@ -52,6 +52,7 @@ from .layers import (
     PositionalEmbedding,
     ReLU,
     RelativeMultiHeadAttention,
+    ReversibleStack,
     ScaledDotProductAttention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
@@ -88,6 +89,7 @@ __all__ = [
     "PositionalEmbedding",
     "ReLU",
     "RelativeMultiHeadAttention",
+    "ReversibleStack",
     "ScaledDotProductAttention",
     "SubwordTokenizer",
     "SentencePairs",

@@ -751,6 +751,112 @@ class LayerNorm_float64:
     @property
     def eps(self) -> float: ...
 
+class ReversibleStack_float32:
+    """
+    Reformer's reversible residual stack: x1 = x2 = x; per block y1 = x1 + Dropout(Attention(LN(x2))), y2 = x2 + Dropout(FFN(LN(y1))) (the feed-forward by chunks of rows); output (y1 + y2) / 2. Backward rebuilds each block's inputs from its outputs, so activations are stored once.
+    """
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        causal: bool = True,
+        seed: int = 0,
+        attention: str = "softmax",
+        reversible: bool = True,
+        chunk_rows: int = 256,
+        eps: float = 1e-06,
+    ) -> None: ...
+    def activation_bytes(self) -> float:
+        """
+        Bytes of activations held for backward since the last forward (0 before a forward or after backward): the two streams when reversible, every block's cached activations when not.
+        """
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); parameter gradients accumulate
+        """
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x (B, T, d_model) -> (B, T, d_model)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def rebuilt_inputs(self) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        """
+        (x1, x2), each (B, T, d_model): the two streams at the bottom of the stack after backward. A reversible stack rebuilds them from its output; both equal the input up to rounding.
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def attention(self) -> str: ...
+    @property
+    def causal(self) -> bool: ...
+    @property
+    def chunk_rows(self) -> int: ...
+    @property
+    def d_ff(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def reversible(self) -> bool: ...
+
+class ReversibleStack_float64:
+    """
+    Reformer's reversible residual stack: x1 = x2 = x; per block y1 = x1 + Dropout(Attention(LN(x2))), y2 = x2 + Dropout(FFN(LN(y1))) (the feed-forward by chunks of rows); output (y1 + y2) / 2. Backward rebuilds each block's inputs from its outputs, so activations are stored once.
+    """
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        causal: bool = True,
+        seed: int = 0,
+        attention: str = "softmax",
+        reversible: bool = True,
+        chunk_rows: int = 256,
+        eps: float = 1e-06,
+    ) -> None: ...
+    def activation_bytes(self) -> float:
+        """
+        Bytes of activations held for backward since the last forward (0 before a forward or after backward): the two streams when reversible, every block's cached activations when not.
+        """
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); parameter gradients accumulate
+        """
+    def forward(self, x: numpy.typing.ArrayLike, training: bool = False) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x (B, T, d_model) -> (B, T, d_model)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def rebuilt_inputs(self) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        """
+        (x1, x2), each (B, T, d_model): the two streams at the bottom of the stack after backward. A reversible stack rebuilds them from its output; both equal the input up to rounding.
+        """
+    def zero_grad(self) -> None: ...
+    @property
+    def attention(self) -> str: ...
+    @property
+    def causal(self) -> bool: ...
+    @property
+    def chunk_rows(self) -> int: ...
+    @property
+    def d_ff(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def reversible(self) -> bool: ...
+
 class ReLU_float32:
     """
     ReLU: y = max(x, 0).

@@ -47,6 +47,7 @@ __all__ = [
     "PositionalEmbedding",
     "ReLU",
     "RelativeMultiHeadAttention",
+    "ReversibleStack",
     "ScaledDotProductAttention",
     "core_class",
 ]
@@ -622,3 +623,68 @@ class Decoder(Layer):
 
     def forward(self, tokens: Any, memory: Any, source_padding: Any = None, training: bool = False) -> np.ndarray:
         return cast(np.ndarray, self._core.forward(tokens, memory, source_padding, training))
+
+
+class ReversibleStack(Layer):
+    """Reformer's reversible residual stack of ``n_layers`` blocks (Kitaev et al. 2020, Sec. 3).
+
+    The input ``x`` (B, T, d_model) goes into two streams, ``x1 = x2 = x``; block ``i`` computes
+    ``y1 = x1 + Dropout(Attention(LN(x2)))`` and ``y2 = x2 + Dropout(FFN(LN(y1)))`` (pre-norm, the
+    feed-forward run on chunks of ``chunk_rows`` positions), and the output is ``(y1 + y2) / 2``.
+    ``backward`` rebuilds each block's inputs from its outputs (``x2 = y2 - G(y1)``,
+    ``x1 = y1 - F(x2)``), replaying the forward's dropout masks, so the activations of one block
+    are held at a time whatever the depth (``activation_bytes()``). ``reversible=False`` gives the
+    ordinary stack of the same blocks, which keeps every block's activations.
+
+    ``attention`` names the attention inside (``"softmax"``: multi-head attention, with a look-ahead
+    mask when ``causal``). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
+    called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt streams."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        causal: bool = True,
+        attention: str = "softmax",
+        reversible: bool = True,
+        chunk_rows: Any = None,
+        eps: float = 1e-6,
+        seed: int = 0,
+        dtype: Any = "float32",
+    ) -> None:
+        cls = core_class("ReversibleStack", dtype)
+        extra = {} if chunk_rows is None else {"chunk_rows": chunk_rows}
+        super().__init__(
+            cls(
+                n_layers,
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                causal=causal,
+                seed=seed,
+                attention=attention,
+                reversible=reversible,
+                eps=eps,
+                **extra,
+            )
+        )
+        self._args = (
+            f"{n_layers}, {d_model}, n_heads={n_heads}, d_ff={d_ff}, dropout={dropout}, causal={causal}, "
+            f"attention={attention!r}, reversible={reversible}, dtype={_dtype_name(dtype)!r}"
+        )
+
+    def forward(self, x: Any, training: bool = False) -> np.ndarray:
+        return cast(np.ndarray, self._core.forward(x, training))
+
+    def rebuilt_inputs(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The two streams (x1, x2) at the bottom of the stack after ``backward``, each (B, T, d_model)."""
+        return cast(Tuple[np.ndarray, np.ndarray], self._core.rebuilt_inputs())
+
+    def activation_bytes(self) -> float:
+        """Bytes of activations held for ``backward`` since the last forward (0 once it ran)."""
+        return float(self._core.activation_bytes())

@@ -98,5 +98,14 @@ constexpr Index kLinearAttentionChunk = 64;
 // with the default n_buckets = 2 T / chunk a whole-sequence block would grow as T^2 / chunk.
 // 256 rows of 128 rotated float32 values are 128 KB, within L2. Not swept.
 constexpr Index kLshHashRows = 256;
+// --- reversible layers ------------------------------------------------------------------------
+
+// The reversible stack runs its position-wise work (the feed-forward, the norms, the residual
+// dropouts) on chunks of this many rows, so the feed-forward's hidden layer is (chunk, d_ff)
+// instead of (rows, d_ff). A multiple of kLayerNormBlockRows, so that the norms' weight gradients
+// are summed in the same blocks as unchunked. 256 rows keep a chunk's hidden layer small next to
+// the attention's (T, T) weights while its products still have rows enough to run at full speed
+// (each chunk reads the whole weight matrices again). Not swept.
+constexpr Index kReversibleChunkRows = 256;
 
 }  // namespace transformer::tuning

@@ -1,0 +1,187 @@
+"""Activation memory against depth, with and without reversible layers (:class:`ReversibleStack`).
+
+Each configuration (number of layers, reversible or ordinary) runs in a fresh child process
+(``python -m transformer_cpp.bench.reversible --child LAYERS reversible|ordinary ...``,
+:func:`child_activation_memory`): it builds the stack, allocates its gradients, and reads its
+resident memory; then it resets the high-water mark (``/proc/self/clear_refs``), runs one training
+forward and one backward, and reads the high-water mark again. The difference is the memory of
+the activations and working buffers of that forward and backward, without the weights; the
+stack's own count of the bytes it holds after the forward (``activation_bytes()``) is reported
+next to it.
+
+``python -m transformer_cpp.bench.reversible [--length 1024] [--layers 2 4 8 12] [--threads 1]``
+prints the table; :func:`measure_activation_memory` returns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..layers import ReversibleStack
+from .machine import THREAD_ENV, set_all_threads
+
+__all__ = ["child_activation_memory", "format_table", "main", "measure_activation_memory"]
+
+MODES = ("reversible", "ordinary")
+
+
+def _status_kb(field: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak() -> bool:
+    """Reset this process's resident high-water mark (VmHWM) to its current resident size."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def child_activation_memory(
+    n_layers: int,
+    mode: str,
+    length: int,
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    batch: int = 1,
+    dropout: float = 0.1,
+    threads: int = 1,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """In this (fresh) process: one training forward and backward of a stack of ``n_layers`` blocks;
+    the peak resident memory it adds to the built stack with its gradients, in MiB."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    set_all_threads(threads)
+    stack = ReversibleStack(
+        n_layers, d_model, n_heads, d_ff, dropout, causal=True, reversible=mode == "reversible", seed=seed
+    )
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, length, d_model)).astype(np.float32)
+    dout = rng.standard_normal((batch, length, d_model)).astype(np.float32)
+    stack.zero_grad()
+    for p in stack.parameters().values():  # touch every page of the weights and gradients
+        p.grad[...] = 0.0
+    base_kb = _status_kb("VmRSS")
+    reset = _reset_peak()
+    start = time.perf_counter()
+    stack.forward(x, training=True)
+    held = stack.activation_bytes()
+    forward_peak_kb = _status_kb("VmHWM")
+    stack.backward(dout)
+    seconds = time.perf_counter() - start
+    peak_kb = _status_kb("VmHWM")
+    if base_kb is None or peak_kb is None or forward_peak_kb is None or not reset:
+        raise RuntimeError("child_activation_memory needs Linux's /proc/self/status and /proc/self/clear_refs")
+    return {
+        "layers": n_layers,
+        "mode": mode,
+        "length": length,
+        "activation_bytes_mb": held / 2**20,
+        "forward_peak_mb": (forward_peak_kb - base_kb) / 1024,
+        "peak_mb": (peak_kb - base_kb) / 1024,
+        "seconds": seconds,
+    }
+
+
+def measure_activation_memory(
+    layers: Sequence[int] = (2, 4, 8, 12),
+    length: int = 1024,
+    d_model: int = 256,
+    n_heads: int = 4,
+    d_ff: int = 1024,
+    batch: int = 1,
+    threads: int = 1,
+    modes: Sequence[str] = MODES,
+) -> List[Dict[str, Any]]:
+    """One child process per (layers, mode); the rows of :func:`child_activation_memory`, each with
+    its growth over the smallest depth of the same mode (``growth``: peak / peak at layers[0])."""
+    env = dict(os.environ)
+    for key in THREAD_ENV:
+        env[key] = str(threads)
+    rows: List[Dict[str, Any]] = []
+    for mode in modes:
+        first: Optional[float] = None
+        for n in layers:
+            cmd = [sys.executable, "-m", "transformer_cpp.bench.reversible", "--child", str(n), mode]
+            cmd += ["--length", str(length), "--d-model", str(d_model), "--heads", str(n_heads)]
+            cmd += ["--d-ff", str(d_ff), "--batch", str(batch), "--threads", str(threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise RuntimeError(
+                    f"reversible memory child ({n} layers, {mode}) exited with {proc.returncode}: {last}"
+                )
+            row = json.loads(lines[-1])
+            first = row["peak_mb"] if first is None else first
+            row["growth"] = row["peak_mb"] / first if first else None
+            rows.append(row)
+    return rows
+
+
+def format_table(rows: Sequence[Dict[str, Any]]) -> str:
+    head = "| layers | stack | held after forward (MiB) | peak fwd (MiB) | peak fwd+bwd (MiB) | x first | s |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['layers']} | {r['mode']} | {r['activation_bytes_mb']:.1f} | {r['forward_peak_mb']:.1f} | "
+            f"{r['peak_mb']:.1f} | {r['growth']:.2f} | {r['seconds']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m transformer_cpp.bench.reversible",
+        description="Activation memory of a forward and backward against depth, reversible and ordinary stacks.",
+    )
+    ap.add_argument("--layers", type=int, nargs="+", default=[2, 4, 8, 12])
+    ap.add_argument("--length", type=int, default=1024)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--d-ff", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--child", nargs=2, metavar=("LAYERS", "MODE"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        row = child_activation_memory(
+            int(args.child[0]),
+            args.child[1],
+            args.length,
+            args.d_model,
+            args.heads,
+            args.d_ff,
+            batch=args.batch,
+            threads=args.threads,
+        )
+        print(json.dumps(row))
+        return 0
+    rows = measure_activation_memory(
+        args.layers, args.length, args.d_model, args.heads, args.d_ff, args.batch, args.threads
+    )
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
