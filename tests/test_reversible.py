@@ -22,7 +22,9 @@ from transformer_cpp.functional import look_ahead_mask
 D, HEADS, D_FF = 8, 2, 16
 
 
-def make(n_layers=2, dtype="float64", dropout=0.0, reversible=True, causal=True, seed=3, chunk_rows=None):
+def make(
+    n_layers=2, dtype="float64", dropout=0.0, reversible=True, causal=True, seed=3, chunk_rows=None, attention="softmax"
+):
     stack = tc.ReversibleStack(
         n_layers,
         D,
@@ -34,6 +36,7 @@ def make(n_layers=2, dtype="float64", dropout=0.0, reversible=True, causal=True,
         chunk_rows=chunk_rows,
         seed=seed,
         dtype=dtype,
+        attention=attention,
     )
     # move LayerNorm weights and biases away from 1 and 0 (same draws for stacks of the same shape)
     randomise_parameters(stack, seed=11)
@@ -156,9 +159,10 @@ def test_causal_output_ignores_later_positions():
 # --- reversibility --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_backward_rebuilds_the_input_float64(dropout):
-    stack = make(n_layers=4, dropout=dropout)
+def test_backward_rebuilds_the_input_float64(dropout, attention):
+    stack = make(n_layers=4, dropout=dropout, attention=attention)
     x, dout = inputs()
     stack.forward(x, training=True)
     stack.backward(dout)
@@ -189,10 +193,11 @@ def test_the_ordinary_stack_does_not_rebuild():
 # --- gradients ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
 @pytest.mark.parametrize("dropout", [0.0, 0.25])
-def test_gradients_equal_the_ordinary_stack(dropout):
-    rev = make(n_layers=3, dropout=dropout, reversible=True)
-    ordinary = make(n_layers=3, dropout=dropout, reversible=False)
+def test_gradients_equal_the_ordinary_stack(dropout, attention):
+    rev = make(n_layers=3, dropout=dropout, reversible=True, attention=attention)
+    ordinary = make(n_layers=3, dropout=dropout, reversible=False, attention=attention)
     assert list(rev.parameters()) == list(ordinary.parameters())
     for step in range(2):  # the second forward draws new masks, the same in both stacks
         x, dout = inputs(seed=step)
@@ -274,8 +279,9 @@ def test_stack_equals_the_composition_of_the_package_layers(reversible):
         assert np.abs(got[name] - g).max() <= 1e-10 * max(1.0, np.abs(g).max()), name
 
 
-def test_gradients_match_central_differences():
-    stack = make(n_layers=2)
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
+def test_gradients_match_central_differences(attention):
+    stack = make(n_layers=2, attention=attention)
     x, dout = inputs(shape=(2, 3, D))
     stack.zero_grad()
     stack.forward(x)
@@ -343,7 +349,7 @@ def test_activation_bytes_do_not_grow_with_depth():
 
 
 def test_bad_construction():
-    with pytest.raises(ValueError, match="attention must be one of 'softmax', got 'lsh2'"):
+    with pytest.raises(ValueError, match="attention must be one of 'softmax', 'linear', got 'lsh2'"):
         tc.ReversibleStack(2, D, HEADS, D_FF, attention="lsh2")
     with pytest.raises(TypeError, match="attention"):
         tc.ReversibleStack(2, D, HEADS, D_FF, attention=3)

@@ -636,8 +636,8 @@ class ReversibleStack(Layer):
     are held at a time whatever the depth (``activation_bytes()``). ``reversible=False`` gives the
     ordinary stack of the same blocks, which keeps every block's activations.
 
-    ``attention`` names the attention inside (``"softmax"``: multi-head attention, with a look-ahead
-    mask when ``causal``). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
+    ``attention`` names the attention inside: ``"softmax"`` (multi-head attention, with a look-ahead
+    mask when ``causal``) or ``"linear"`` (:class:`LinearMultiHeadAttention`). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
     called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt streams."""
 
     def __init__(

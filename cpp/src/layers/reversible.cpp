@@ -5,6 +5,7 @@
 
 #include "transformer/checks.hpp"
 #include "transformer/layers/attention.hpp"
+#include "transformer/layers/linear_attention.hpp"
 #include "transformer/random.hpp"
 
 namespace transformer {
@@ -82,7 +83,7 @@ ConstMatrixMap<T> rows_cmap(const T* p, Index r0, Index n, Index d) {
 }  // namespace
 
 const std::vector<std::string>& reversible_attention_kinds() {
-  static const std::vector<std::string> kinds{"softmax"};  // each one a case of make_reversible_attention
+  static const std::vector<std::string> kinds{"softmax", "linear"};  // each one a case of make_reversible_attention
   return kinds;
 }
 
@@ -96,6 +97,7 @@ template <typename T>
 std::unique_ptr<SelfAttention<T>> make_reversible_attention(const std::string& kind, Index d_model, Index n_heads,
                                                       std::uint64_t seed) {
   if (kind == "softmax") return std::make_unique<SoftmaxAttentionAdapter<T>>(d_model, n_heads, seed);
+  if (kind == "linear") return std::make_unique<LinearMultiHeadAttention<T>>(d_model, n_heads, seed);
   throw std::invalid_argument(concat("attention must be one of ", reversible_attention_kinds_text(), ", got '", kind, "'"));
 }
 

@@ -38,11 +38,13 @@
 
 namespace transformer {
 
-// The attention kinds make_reversible_attention knows ("softmax"), and the same for messages: "'softmax'".
+// The attention kinds make_reversible_attention knows ("softmax", "linear"), and the same for
+// messages: "'softmax', 'linear'".
 const std::vector<std::string>& reversible_attention_kinds();
 std::string reversible_attention_kinds_text();
 
-// A self-attention of the given kind: "softmax" (MultiHeadAttention). Throws std::invalid_argument
+// A self-attention of the given kind: "softmax" (MultiHeadAttention) or "linear"
+// (LinearMultiHeadAttention). Throws std::invalid_argument
 // naming the kinds allowed for any other name.
 template <typename T>
 std::unique_ptr<SelfAttention<T>> make_reversible_attention(const std::string& kind, Index d_model, Index n_heads,
