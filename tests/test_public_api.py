@@ -35,8 +35,10 @@ PUBLIC_NAMES = [
     "ReLU",
     "ScaledDotProductAttention",
     "SentencePairs",
+    "SoftmaxSelfAttention",
     "SubwordTokenizer",
     "TatoebaPairs",
+    "TiledAttention",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",
@@ -87,6 +89,7 @@ CLI = {
         "-h",
     ],
     "bench": [
+        "--attention",
         "--child-memory",
         "--help",
         "--isa",

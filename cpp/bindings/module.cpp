@@ -143,4 +143,5 @@ PYBIND11_MODULE(_core, m) {
   bind_basic_layers(m);
   bind_config(m);
   bind_model(m);
+  bind_tiled_attention(m);
 }

@@ -48,6 +48,8 @@ from .layers import (
     PositionalEmbedding,
     ReLU,
     ScaledDotProductAttention,
+    SoftmaxSelfAttention,
+    TiledAttention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch, export_transformers
@@ -80,9 +82,11 @@ __all__ = [
     "PositionalEmbedding",
     "ReLU",
     "ScaledDotProductAttention",
+    "SoftmaxSelfAttention",
     "SubwordTokenizer",
     "SentencePairs",
     "TatoebaPairs",
+    "TiledAttention",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",

@@ -82,4 +82,17 @@ constexpr Index kFewRows = 64;
 // seed, so that the pieces can be hashed in parallel. Not swept.
 constexpr Index kFingerprintPieceBytes = 1 << 20;
 
+// --- tiled (memory-linear) softmax attention -------------------------------------------------
+
+// Query rows and keys per block of tiled_attention_forward / _backward. A (64, 64) block of
+// scores is 16 KB in float32 and, with the (64, d_k) blocks of Q, K, V at d_k = 64, the working set
+// stays in L2; the products stay large enough for Eigen's packed GEMM. Smaller blocks skip more of
+// the causal triangle but make more, smaller products. Not swept.
+constexpr Index kTiledQueryBlock = 64;
+constexpr Index kTiledKeyBlock = 64;
+
+// MultiHeadAttention's "auto" runs the tiled path from this many keys on: below it the (T_q, T_k)
+// weights are small and the plain path (two large products) is at least as fast. Not swept.
+constexpr Index kTiledAttentionMinLength = 512;
+
 }  // namespace transformer::tuning
