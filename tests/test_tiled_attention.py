@@ -13,7 +13,7 @@ import transformer_cpp as tc
 from transformer_cpp import MultiHeadAttention, SoftmaxSelfAttention, TiledAttention
 from transformer_cpp.functional import look_ahead_mask
 
-from gradcheck import check_layer, rel_error
+from gradcheck import rel_error
 from layer_checks import check_against_numeric, parameter_items, randomise_parameters
 
 EXACT = 1e-12  # float64: tiled against plain
@@ -70,7 +70,8 @@ def run(tiled, q, k, v, dout, causal=False, key_padding=None):
 CASES = [
     # b, h, tq, tk, d, causal, padded
     (1, 1, 64, 64, 8, True, False),  # one block
-    (2, 3, 130, 130, 16, True, False),  # not a multiple of the block, causal
+    (2, 3, 130, 130, 16, True, False),  # not a multiple of the block (64), causal
+    (1, 2, 300, 300, 8, True, True),  # keys in three blocks, causal and padding
     (2, 2, 130, 130, 16, False, False),
     (2, 2, 100, 150, 8, False, True),  # cross attention with key padding
     (2, 2, 150, 70, 8, False, True),  # more queries than keys
@@ -126,34 +127,19 @@ def test_large_scores_do_not_overflow():
         np.testing.assert_allclose(a, p, rtol=0, atol=1e-9 * max(1.0, np.abs(p).max()))
 
 
-class _Heads:
-    """TiledAttention with q, k, v as the checked inputs (check_layer's layer interface)."""
-
-    def __init__(self, causal, key_padding):
-        self.layer = TiledAttention(dtype="float64")
-        self.causal, self.key_padding = causal, key_padding
-
-    def forward(self, q, k, v):
-        return self.layer.forward(q, k, v, causal=self.causal, key_padding=self.key_padding)
-
-    def backward(self, dout):
-        dq, dk, dv = self.layer.backward(dout)
-        return {"q": dq, "k": dk, "v": dv}
-
-    def parameters(self):
-        return {}
-
-    def zero_grad(self):
-        pass
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_gradient_check(causal):
-    q, k, v, _ = inputs(2, 1, 67, 67, 2, seed=11)  # two blocks of queries and keys
-    kp = np.zeros((2, 67), dtype=bool)
-    kp[1, 60:] = True
-    heads = _Heads(causal, kp)
-    errors = check_layer(heads, {"q": q, "k": k, "v": v}, heads.forward, heads.backward, seed=2)
+    q, k, v, w = inputs(1, 1, 130, 130, 2, seed=11)  # three blocks of queries, two of keys
+    kp = np.zeros((1, 130), dtype=bool)
+    kp[0, 120:] = True
+    layer = TiledAttention(dtype="float64")
+
+    def loss() -> float:
+        return float(np.sum(layer.forward(q, k, v, causal=causal, key_padding=kp) * w))
+
+    loss()
+    dq, dk, dv = layer.backward(w)
+    errors = check_against_numeric(loss, {"q": (q, dq), "k": (k, dk), "v": (v, dv)})
     assert set(errors) == {"q", "k", "v"}
 
 
@@ -204,12 +190,12 @@ def _mha_pair(seed=0):
 
 def test_multi_head_attention_tiled_equals_plain():
     rng = np.random.default_rng(1)
-    b, t, s = 2, 75, 90
+    b, t, s = 2, 150, 190
     x = rng.standard_normal((b, t, 16))
     mem = rng.standard_normal((b, s, 16))
     self_mask = look_ahead_mask(t)
     cross_mask = np.zeros((b, 1, s), dtype=bool)
-    cross_mask[1, 0, 70:] = True
+    cross_mask[1, 0, 170:] = True
     dout = rng.standard_normal((b, t, 16))
     for memory, mask in ((None, self_mask), (mem, cross_mask)):
         plain, tiled = _mha_pair()
@@ -246,8 +232,8 @@ def test_multi_head_attention_auto_and_bad_impl():
 def test_softmax_self_attention_gradient_check(impl):
     layer = SoftmaxSelfAttention(4, 2, seed=3, attention_impl=impl, dtype="float64")
     randomise_parameters(layer, seed=5)
-    x = np.random.default_rng(4).standard_normal((1, 66, 4))
-    w = np.random.default_rng(8).standard_normal((1, 66, 4))
+    x = np.random.default_rng(4).standard_normal((1, 70, 4))
+    w = np.random.default_rng(8).standard_normal((1, 70, 4))
 
     def loss() -> float:
         return float(np.sum(layer.forward(x, causal=True) * w))

@@ -21,7 +21,7 @@ constexpr Index kBr = tuning::kTiledQueryBlock;  // query rows per block
 constexpr Index kBc = tuning::kTiledKeyBlock;    // keys per block
 
 template <typename T>
-using ColArray = Eigen::Array<T, Eigen::Dynamic, 1>;
+using ColArray = Eigen::Array<T, Eigen::Dynamic, 1>;  // one value per query row of a block
 
 // One head's operands: row i of Q at q + i*stride (dk wide), and so on.
 template <typename T>
@@ -104,15 +104,15 @@ void weights_and_score_gradient(const ConstStridedMap<T>& Q, const ConstStridedM
   MatrixMap<T> P(bl.P.data(), ni, nj);
   MatrixMap<T> dS(bl.dP.data(), ni, nj);
   P.noalias() = (Q.middleRows(i0, ni) * K.middleRows(j0, nj).transpose()) * scale;
-  const ColArray<T> Li = Eigen::Map<const ColArray<T>>(L + i0, ni);
-  // a fully blocked row has L = +inf: its scores - L are -inf, and the mask zeroes them anyway
-  P.array().colwise() -= Li.isFinite().select(Li, T(0));
-  P.array() = P.array().exp();
+  for (Index i = 0; i < ni; ++i) {
+    // a fully blocked row has L = +inf; its entries are all blocked and zeroed below
+    const T Li = std::isfinite(L[i0 + i]) ? L[i0 + i] : T(0);
+    P.row(i).array() = (P.row(i).array() - Li).exp();
+  }
   const bool masked = block_masked(m, b, Tk, i0, j0, nj);
   if (masked) mask_block<T>(m, b, Tk, i0, ni, j0, nj, P.data(), T(0));
   dS.noalias() = dO.middleRows(i0, ni) * V.middleRows(j0, nj).transpose();
-  dS.array().colwise() -= Eigen::Map<const ColArray<T>>(D + i0, ni);
-  dS.array() *= P.array();
+  for (Index i = 0; i < ni; ++i) dS.row(i).array() = P.row(i).array() * (dS.row(i).array() - D[i0 + i]);
   if (masked) mask_block<T>(m, b, Tk, i0, ni, j0, nj, dS.data(), T(0));
 }
 
@@ -151,8 +151,6 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
     Matrix<T> acc(kBr, dk);    // (ni, dk) running sum of weights x values
     ColArray<T> mrow(kBr);     // running row maximum of the scores
     ColArray<T> lrow(kBr);     // running row sum of exp(S - m)
-    ColArray<T> alpha(kBr);    // exp(m_old - m_new): rescales what was summed before
-    ColArray<T> shift(kBr);    // the m each row's exponentials are taken against
 #pragma omp for schedule(dynamic, 1)
     for (Index task = 0; task < B * H * nqb; ++task) {
       const Index bh = task / nqb, b = bh / H, h = bh % H;
@@ -167,26 +165,25 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
       lrow.head(ni).setZero();
       const Index jend = key_end(mask, Tk, i0, ni);
       for (Index j0 = 0; j0 < jend; j0 += kBc) {
-        const Index nj = std::min(kBc, Tk - j0);
+        const Index nj = std::min(kBc, jend - j0);
         MatrixMap<T> Sb(S.data(), ni, nj);  // (ni, nj)
         // S = Q_i K_j^T / sqrt(dk), blocked scores -inf
         Sb.noalias() = (Q.middleRows(i0, ni) * K.middleRows(j0, nj).transpose()) * scale;
         const bool masked = block_masked(mask, b, Tk, i0, j0, nj);
         if (masked) mask_block<T>(mask, b, Tk, i0, ni, j0, nj, Sb.data(), -inf);
-        // m_new = max(m, rowmax S); the sums so far were against m, so they scale by exp(m - m_new)
         for (Index i = 0; i < ni; ++i) {
-          const T m_new = std::max(mrow(i), Sb.row(i).maxCoeff());
-          alpha(i) = mrow(i) == -inf ? T(0) : std::exp(mrow(i) - m_new);
-          shift(i) = m_new == -inf ? T(0) : m_new;  // nothing open yet: the row stays zero
+          // m_new = max(m, rowmax S); what was summed against m scales by alpha = exp(m - m_new)
+          auto r = Sb.row(i).array();
+          const T m_new = std::max(mrow(i), r.maxCoeff());
+          const T alpha = mrow(i) == -inf ? T(0) : std::exp(mrow(i) - m_new);
           mrow(i) = m_new;
+          // P~ = exp(S - m_new) (a row with nothing open yet stays zero: the mask below)
+          r = (r - (m_new == -inf ? T(0) : m_new)).exp();
+          if (masked) mask_block<T>(mask, b, Tk, i0 + i, 1, j0, nj, Sb.data() + i * nj, T(0));
+          // l = alpha l + rowsum P~;  acc = alpha acc (+ P~ V_j below)
+          lrow(i) = alpha * lrow(i) + r.sum();
+          if (alpha != T(1)) A.row(i) *= alpha;
         }
-        // P~ = exp(S - m_new); blocked entries exactly 0
-        Sb.array().colwise() -= shift.head(ni);
-        Sb.array() = Sb.array().exp();
-        if (masked) mask_block<T>(mask, b, Tk, i0, ni, j0, nj, Sb.data(), T(0));
-        // l = alpha l + rowsum P~,  acc = alpha acc + P~ V_j
-        lrow.head(ni) = alpha.head(ni) * lrow.head(ni) + Sb.rowwise().sum().array();
-        A.array().colwise() *= alpha.head(ni);
         A.noalias() += Sb * V.middleRows(j0, nj);
       }
       // O = acc / l and L = m + log l; a row with every key blocked has l = 0: O = 0, L = +inf
@@ -251,13 +248,16 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
     dVj.setZero();
     for (Index i0 = query_begin(mask, j0); i0 < Tq; i0 += kBr) {
       const Index ni = std::min(kBr, Tq - i0);
-      weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nj,
+      // with causal, the keys of the block after the query block's last row are blocked for all
+      // its rows: only the first nk keys of the block take part
+      const Index nk = std::min(nj, key_end(mask, Tk, i0, ni) - j0);
+      weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nk,
                                     scale, bl);
-      MatrixMap<T> P(bl.P.data(), ni, nj);
-      MatrixMap<T> dS(bl.dP.data(), ni, nj);
-      dVj.noalias() += P.transpose() * dO.middleRows(i0, ni);  // dV_j += P^T dO_i
-      dKj.noalias() += dS.transpose() * Q.middleRows(i0, ni);  // dK_j += dS^T Q_i
-      if (dQacc != nullptr) dQacc->middleRows(i0, ni).noalias() += dS * K.middleRows(j0, nj);  // dQ_i += dS K_j
+      MatrixMap<T> P(bl.P.data(), ni, nk);
+      MatrixMap<T> dS(bl.dP.data(), ni, nk);
+      dVj.topRows(nk).noalias() += P.transpose() * dO.middleRows(i0, ni);  // dV_j += P^T dO_i
+      dKj.topRows(nk).noalias() += dS.transpose() * Q.middleRows(i0, ni);  // dK_j += dS^T Q_i
+      if (dQacc != nullptr) dQacc->middleRows(i0, ni).noalias() += dS * K.middleRows(j0, nk);  // dQ_i += dS K_j
     }
     head_mut(dk_out, b, h, Tk, dk_stride, dk).middleRows(j0, nj) = dKj * scale;
     head_mut(dv, b, h, Tk, dv_stride, dk).middleRows(j0, nj) = dVj;
@@ -301,7 +301,7 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
       dQi.setZero();
       const Index jend = key_end(mask, Tk, i0, ni);
       for (Index j0 = 0; j0 < jend; j0 += kBc) {
-        const Index nj = std::min(kBc, Tk - j0);
+        const Index nj = std::min(kBc, jend - j0);
         weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nj,
                                       scale, bl);
         dQi.noalias() += MatrixMap<T>(bl.dP.data(), ni, nj) * K.middleRows(j0, nj);
