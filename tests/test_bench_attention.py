@@ -18,7 +18,18 @@ from transformer_cpp.bench import attention as bench_attention
 def quick_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench_attention") / "attention.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", "bench", "--attention", "--quick", "--threads", "1", "--json", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "transformer_cpp",
+            "bench",
+            "--attention",
+            "--quick",
+            "--threads",
+            "1",
+            "--json",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

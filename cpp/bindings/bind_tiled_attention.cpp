@@ -16,7 +16,7 @@ struct HeadsAttention {
   std::vector<Index> lead;       // B, H, Tq, Tk, d of the last forward
   bool has_forward = false;
   bool busy = false;
-  bool tiled = true;              // the kernel: tiled, or plain (attention_forward, for comparison)
+  bool tiled = true;  // the kernel: tiled, or plain (attention_forward, for comparison)
   bool causal = false;
   const T *q = nullptr, *k = nullptr, *v = nullptr;
   std::vector<std::uint8_t> padding;  // (B*H, Tk): the key padding repeated for every head
@@ -66,16 +66,18 @@ void bind_heads_attention(py::module_& m) {
             if (!key_padding.is_none()) {
               auto p = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(key_padding);
               if (!p || p.ndim() != 2 || p.shape(0) != B || p.shape(1) != Tk)
-                throw py::value_error(concat(who, ": key_padding must have shape (", B, ", ", Tk, ") with 1 = blocked"));
+                throw py::value_error(
+                    concat(who, ": key_padding must have shape (", B, ", ", Tk, ") with 1 = blocked"));
               padding.resize(static_cast<size_t>(B * H * Tk));
               for (Index g = 0; g < B * H; ++g)
-                for (Index j = 0; j < Tk; ++j) padding[static_cast<size_t>(g * Tk + j)] = p.data()[(g / H) * Tk + j] != 0;
+                for (Index j = 0; j < Tk; ++j)
+                  padding[static_cast<size_t>(g * Tk + j)] = p.data()[(g / H) * Tk + j] != 0;
             }
             const double g = static_cast<double>(B * H), tq = static_cast<double>(Tq), tk = static_cast<double>(Tk);
             const double linear = g * (2 * tq + 2 * tk) * static_cast<double>(dk) + g * tq;
-            call.check_memory_bytes(concat(B, "x", H, " heads of ", Tq, " queries and ", Tk, " keys"),
-                                    (s.tiled ? linear : linear + 2 * g * tq * tk) * sizeof(T) +
-                                        (s.tiled ? 0.0 : g * tq * tk));
+            call.check_memory_bytes(
+                concat(B, "x", H, " heads of ", Tq, " queries and ", Tk, " keys"),
+                (s.tiled ? linear : linear + 2 * g * tq * tk) * sizeof(T) + (s.tiled ? 0.0 : g * tq * tk));
             const Matrix<T>& out = call.run({B, H, Tq, Tk, dk}, [&]() -> const Matrix<T>& {
               s.q = Q.data();
               s.k = K.data();
@@ -119,12 +121,12 @@ void bind_heads_attention(py::module_& m) {
               if (s.tiled) {
                 tiled_attention_backward<T>(s.q, dk, s.k, dk, s.v, dk, B * H, 1, Tq, Tk, dk,
                                             TiledMask{s.causal, s.padding.empty() ? nullptr : s.padding.data(), {}},
-                                            s.out.data(), dk, s.lse.data(), dO.data(), dk, s.dq.data(), dk,
-                                            s.dk.data(), dk, s.dv.data(), dk);
+                                            s.out.data(), dk, s.lse.data(), dO.data(), dk, s.dq.data(), dk, s.dk.data(),
+                                            dk, s.dv.data(), dk);
               } else {
                 s.dscores.resize(B * H * Tq, Tk);
-                attention_backward<T>(s.q, dk, s.k, dk, s.v, dk, B * H, 1, Tq, Tk, dk, s.weights.data(), dO.data(),
-                                      dk, s.dq.data(), dk, s.dk.data(), dk, s.dv.data(), dk, s.dscores.data());
+                attention_backward<T>(s.q, dk, s.k, dk, s.v, dk, B * H, 1, Tq, Tk, dk, s.weights.data(), dO.data(), dk,
+                                      s.dq.data(), dk, s.dk.data(), dk, s.dv.data(), dk, s.dscores.data());
               }
             });
             call.check_gradient(s.dq, "gradient of q");
@@ -177,15 +179,14 @@ void bind_softmax_self_attention(py::module_& m) {
             const Index B = X.lead_shape[0], Tn = X.lead_shape[1];
             const double rows = static_cast<double>(X.rows), heads = static_cast<double>(h.layer.n_heads());
             const AttentionImpl impl = h.layer.attention().attention_impl();
-            const bool tiled = impl == AttentionImpl::Tiled ||
-                               (impl == AttentionImpl::Auto && Tn >= tuning::kTiledAttentionMinLength);
+            const bool tiled =
+                impl == AttentionImpl::Tiled || (impl == AttentionImpl::Auto && Tn >= tuning::kTiledAttentionMinLength);
             // the tiled kernel keeps no (T, T) weights (nor a mask)
-            const double elements = tiled ? 12 * rows * static_cast<double>(d) + 4 * heads * rows
-                                          : attention_elements(rows, rows, static_cast<double>(B), heads,
-                                                               static_cast<double>(Tn), static_cast<double>(Tn),
-                                                               static_cast<double>(d)) +
-                                                static_cast<double>(B) * static_cast<double>(Tn) *
-                                                    static_cast<double>(Tn) / sizeof(T);
+            const double elements =
+                tiled ? 12 * rows * static_cast<double>(d) + 4 * heads * rows
+                      : attention_elements(rows, rows, static_cast<double>(B), heads, static_cast<double>(Tn),
+                                           static_cast<double>(Tn), static_cast<double>(d)) +
+                            static_cast<double>(B) * static_cast<double>(Tn) * static_cast<double>(Tn) / sizeof(T);
             call.check(concat("a batch of ", B, " sequences of length ", Tn), elements);
             const Matrix<T>& y =
                 call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, causal); });

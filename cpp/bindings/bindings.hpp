@@ -30,7 +30,7 @@ void bind_layers(py::module_& m);        // Linear, Dropout, attention, feed-for
 void bind_basic_layers(py::module_& m);  // LayerNorm, ReLU, softmax, embeddings, loss, Adam
 void bind_config(py::module_& m);        // Limit, ConfigField, TransformerConfig, OptimizerConfig
 void bind_model(py::module_& m);         // Transformer
-void bind_tiled_attention(py::module_& m);  // TiledAttention, SoftmaxSelfAttention, attention_impl
+void bind_tiled_attention(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);

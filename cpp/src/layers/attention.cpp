@@ -213,9 +213,8 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLa
 }
 
 template <typename T>
-const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const RowLayout& l,
-                                                    const AttentionMask& mask, bool causal,
-                                                    const std::uint8_t* key_padding) {
+const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask,
+                                                    bool causal, const std::uint8_t* key_padding) {
   TCPP_CHECK(x.cols() == d_, "MultiHeadAttention: input has ", x.cols(), " features, expected d_model ", d_);
   TCPP_CHECK(x.rows() == l.rows(), "MultiHeadAttention: input has ", x.rows(), " rows, expected ", l.rows());
   self_ = true;
@@ -305,8 +304,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
                                ctx.data(), d_, lse_.data());
   } else {
     weights_.resize(B * h_ * Tq, Tk);
-    attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(),
-                         d_);
+    attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
   }
   if (lq.packed) gather_rows(ctx_pad, lq, ctx_);
   return out_.forward(cmap(ctx_));
@@ -358,9 +356,8 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
                                   ctx_ptr, d_, lse_.data(), dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_,
                                   dbase + 2 * d_, 3 * d_);
     else
-      attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_,
-                            weights_.data(), dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_,
-                            dscores_.data());
+      attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_, weights_.data(),
+                            dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_, dscores_.data());
     if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
@@ -378,8 +375,8 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   dq.resize(B * Tq, d_);
   dkv.resize(B * Tk, 2 * d_);
   if (tiled_)
-    tiled_attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, tmask, ctx_ptr, d_,
-                                lse_.data(), dctx_ptr, d_, dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_);
+    tiled_attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, tmask, ctx_ptr, d_, lse_.data(),
+                                dctx_ptr, d_, dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_);
   else
     attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, weights_.data(), dctx_ptr, d_,
                           dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_, dscores_.data());

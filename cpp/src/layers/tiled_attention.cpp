@@ -67,9 +67,7 @@ void mask_block(const TiledMask& m, Index b, Index Tk, Index i0, Index ni, Index
 
 // The key blocks a query block [i0, i0 + ni) may see: keys [0, end). With causal, keys after the
 // block's last query are blocked for all its rows, so those blocks are skipped.
-Index key_end(const TiledMask& m, Index Tk, Index i0, Index ni) {
-  return m.causal ? std::min(Tk, i0 + ni) : Tk;
-}
+Index key_end(const TiledMask& m, Index Tk, Index i0, Index ni) { return m.causal ? std::min(Tk, i0 + ni) : Tk; }
 // The first query block that may see key block [j0, ..): with causal, queries before j0 see none
 // of it.
 Index query_begin(const TiledMask& m, Index j0) { return m.causal ? (j0 / kBr) * kBr : 0; }
@@ -85,9 +83,9 @@ int threads() {
 // Per-thread blocks of the backward.
 template <typename T>
 struct BackwardBlocks {
-  Matrix<T> P, dP;    // (kBr, kBc) weights and their gradient, then dS
-  Matrix<T> dKj, dVj; // (kBc, dk) one key block's gradients, summed over the query blocks
-  Matrix<T> dQ;       // (Tq, dk) one head's query gradient (fused schedule), or (kBr, dk)
+  Matrix<T> P, dP;     // (kBr, kBc) weights and their gradient, then dS
+  Matrix<T> dKj, dVj;  // (kBc, dk) one key block's gradients, summed over the query blocks
+  Matrix<T> dQ;        // (Tq, dk) one head's query gradient (fused schedule), or (kBr, dk)
 };
 
 // P = exp(S - lse_i) for the block (queries i0.., keys j0..) and dS = P o (dP - D_i), where
@@ -147,17 +145,17 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
   // the blocks are handed out one at a time
 #pragma omp parallel
   {
-    Matrix<T> S(kBr, kBc);     // (ni, nj) scores, then weights exp(S - m), of one block
-    Matrix<T> acc(kBr, dk);    // (ni, dk) running sum of weights x values
-    ColArray<T> mrow(kBr);     // running row maximum of the scores
-    ColArray<T> lrow(kBr);     // running row sum of exp(S - m)
+    Matrix<T> S(kBr, kBc);   // (ni, nj) scores, then weights exp(S - m), of one block
+    Matrix<T> acc(kBr, dk);  // (ni, dk) running sum of weights x values
+    ColArray<T> mrow(kBr);   // running row maximum of the scores
+    ColArray<T> lrow(kBr);   // running row sum of exp(S - m)
 #pragma omp for schedule(dynamic, 1)
     for (Index task = 0; task < B * H * nqb; ++task) {
       const Index bh = task / nqb, b = bh / H, h = bh % H;
       const Index i0 = (task % nqb) * kBr, ni = std::min(kBr, Tq - i0);
-      const auto Q = head(q, b, h, Tq, q_stride, dk);  // (Tq, dk)
-      const auto K = head(k, b, h, Tk, k_stride, dk);  // (Tk, dk)
-      const auto V = head(v, b, h, Tk, v_stride, dk);  // (Tk, dk)
+      const auto Q = head(q, b, h, Tq, q_stride, dk);    // (Tq, dk)
+      const auto K = head(k, b, h, Tk, k_stride, dk);    // (Tk, dk)
+      const auto V = head(v, b, h, Tk, v_stride, dk);    // (Tk, dk)
       auto O = head_mut(out, b, h, Tq, out_stride, dk);  // (Tq, dk)
       auto A = acc.topRows(ni);
       A.setZero();
@@ -219,8 +217,8 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
 template <typename T>
 void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,
                               Index B, Index H, Index Tq, Index Tk, Index dk, const TiledMask& mask, const T* out,
-                              Index out_stride, const T* lse, const T* dout, Index dout_stride, T* dq,
-                              Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride) {
+                              Index out_stride, const T* lse, const T* dout, Index dout_stride, T* dq, Index dq_stride,
+                              T* dk_out, Index dk_stride, T* dv, Index dv_stride) {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
   const Index BH = B * H, nqb = (Tq + kBr - 1) / kBr, nkb = (Tk + kBc - 1) / kBc;
   // D_i = rowsum(dO_i o O_i)                                              (B*H*Tq)
@@ -251,12 +249,12 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
       // with causal, the keys of the block after the query block's last row are blocked for all
       // its rows: only the first nk keys of the block take part
       const Index nk = std::min(nj, key_end(mask, Tk, i0, ni) - j0);
-      weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nk,
-                                    scale, bl);
+      weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nk, scale,
+                                    bl);
       MatrixMap<T> P(bl.P.data(), ni, nk);
       MatrixMap<T> dS(bl.dP.data(), ni, nk);
-      dVj.topRows(nk).noalias() += P.transpose() * dO.middleRows(i0, ni);  // dV_j += P^T dO_i
-      dKj.topRows(nk).noalias() += dS.transpose() * Q.middleRows(i0, ni);  // dK_j += dS^T Q_i
+      dVj.topRows(nk).noalias() += P.transpose() * dO.middleRows(i0, ni);                      // dV_j += P^T dO_i
+      dKj.topRows(nk).noalias() += dS.transpose() * Q.middleRows(i0, ni);                      // dK_j += dS^T Q_i
       if (dQacc != nullptr) dQacc->middleRows(i0, ni).noalias() += dS * K.middleRows(j0, nk);  // dQ_i += dS K_j
     }
     head_mut(dk_out, b, h, Tk, dk_stride, dk).middleRows(j0, nj) = dKj * scale;
@@ -311,14 +309,17 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
   }
 }
 
-#define TCPP_TILED_ATTENTION(T)                                                                                       \
-  template void tiled_attention_forward<T>(const T*, Index, const T*, Index, const T*, Index, Index, Index, Index,   \
-                                           Index, Index, const TiledMask&, T*, Index, T*);                           \
-  template void tiled_attention_backward<T>(const T*, Index, const T*, Index, const T*, Index, Index, Index, Index,  \
-                                            Index, Index, const TiledMask&, const T*, Index, const T*, const T*,     \
-                                            Index, T*, Index, T*, Index, T*, Index);
-TCPP_TILED_ATTENTION(float)
-TCPP_TILED_ATTENTION(double)
-#undef TCPP_TILED_ATTENTION
+template void tiled_attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
+                                             Index, Index, Index, Index, const TiledMask&, float*, Index, float*);
+template void tiled_attention_forward<double>(const double*, Index, const double*, Index, const double*, Index, Index,
+                                              Index, Index, Index, Index, const TiledMask&, double*, Index, double*);
+template void tiled_attention_backward<float>(const float*, Index, const float*, Index, const float*, Index, Index,
+                                              Index, Index, Index, Index, const TiledMask&, const float*, Index,
+                                              const float*, const float*, Index, float*, Index, float*, Index, float*,
+                                              Index);
+template void tiled_attention_backward<double>(const double*, Index, const double*, Index, const double*, Index, Index,
+                                               Index, Index, Index, Index, const TiledMask&, const double*, Index,
+                                               const double*, const double*, Index, double*, Index, double*, Index,
+                                               double*, Index);
 
 }  // namespace transformer

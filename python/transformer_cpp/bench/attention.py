@@ -116,12 +116,8 @@ def _plain_bytes(s: AttentionShapes, n: int) -> float:
 
 
 KINDS: Dict[str, Kind] = {
-    "softmax_plain": Kind(
-        "softmax_plain", "ours softmax (plain)", True, False, _ours(tiled=False), _plain_bytes
-    ),
-    "softmax_tiled": Kind(
-        "softmax_tiled", "ours softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes
-    ),
+    "softmax_plain": Kind("softmax_plain", "ours softmax (plain)", True, False, _ours(tiled=False), _plain_bytes),
+    "softmax_tiled": Kind("softmax_tiled", "ours softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes),
     "torch_sdpa": Kind("torch_sdpa", "PyTorch SDPA", True, True, _torch_sdpa, _linear_bytes),
 }
 

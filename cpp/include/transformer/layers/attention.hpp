@@ -172,12 +172,12 @@ class MultiHeadAttention {
   // (padded copies of packed batches and the gradients of scores, projections and context live in
   // per-thread scratch shared by every MultiHeadAttention; see backward_scratch in attention.cpp)
   AttentionImpl impl_ = AttentionImpl::Plain;
-  bool tiled_ = false;              // the last forward ran the tiled kernel
-  bool causal_ = false;             // its structured mask (tiled): causal, key padding, byte mask
+  bool tiled_ = false;   // the last forward ran the tiled kernel
+  bool causal_ = false;  // its structured mask (tiled): causal, key padding, byte mask
   const std::uint8_t* key_padding_ = nullptr;
   AttentionMask mask_;
-  MaskBuffer mask_buf_;             // (B, T, T) mask built for the plain kernel from a structured one
-  Matrix<T> lse_;                   // (B*H, Tq) log-sum-exp of each row (tiled)
+  MaskBuffer mask_buf_;  // (B, T, T) mask built for the plain kernel from a structured one
+  Matrix<T> lse_;        // (B*H, Tq) log-sum-exp of each row (tiled)
   bool use_tiled(Index Tk) const;
   const Matrix<T>& attend_self(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask, bool causal,
                                const std::uint8_t* key_padding);

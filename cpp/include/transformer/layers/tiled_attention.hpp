@@ -45,8 +45,8 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
 template <typename T>
 void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,
                               Index B, Index H, Index Tq, Index Tk, Index dk, const TiledMask& mask, const T* out,
-                              Index out_stride, const T* lse, const T* dout, Index dout_stride, T* dq,
-                              Index dq_stride, T* dk_out, Index dk_stride, T* dv, Index dv_stride);
+                              Index out_stride, const T* lse, const T* dout, Index dout_stride, T* dq, Index dq_stride,
+                              T* dk_out, Index dk_stride, T* dv, Index dv_stride);
 
 // "plain" | "tiled" | "auto" -> AttentionImpl; throws std::invalid_argument naming what is allowed.
 AttentionImpl parse_attention_impl(const std::string& name);
