@@ -111,8 +111,8 @@ def _linear_bytes(s: AttentionShapes, n: int) -> float:
 
 
 def _plain_bytes(s: AttentionShapes, n: int) -> float:
-    # the weights and their gradient (B, H, n, n) plus the (n, n) mask
-    return _linear_bytes(s, n) + 2.0 * s.batch * s.heads * n * n * 4 + s.batch * n * n
+    # the weights and their gradient (B, H, n, n) in float32 plus the mask, a byte per head and pair
+    return _linear_bytes(s, n) + 9.0 * s.batch * s.heads * n * n
 
 
 KINDS: Dict[str, Kind] = {
@@ -272,7 +272,7 @@ def format_attention_table(r: Mapping[str, Any]) -> str:
         f"{'causal' if s['causal'] else 'not causal'}, {r['dtype']}, {r['threads']} threads "
         "(x = ratio to the best exact softmax at that length)"
     )
-    width = 32
+    width = 36
     lines = [head, "length".rjust(7) + "".join(r["kinds"][k]["label"].rjust(width) for k in kinds)]
     for n in s["lengths"]:
         row = str(n).rjust(7)
@@ -285,7 +285,7 @@ def format_attention_table(r: Mapping[str, Any]) -> str:
                     cell = f"{c['ms']:.1f} ms {q['time']:.2f}x / {c['peak_mb']:.0f} MB {q['memory']:.1f}x"
             else:
                 cell = "skipped" if "skipped" in c else "failed"
-            row += cell.rjust(width)
+            row += "  " + cell.rjust(width - 2)
         lines.append(row)
     cross = {pair: n for pair, n in r.get("crossover", {}).items() if n is not None}
     if cross:
