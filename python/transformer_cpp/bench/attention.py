@@ -24,6 +24,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..layers import TiledAttention
+from .machine import THREAD_ENV, log, machine_facts, set_all_threads
+from .memory import peak_rss
+from .report import JSON_SCHEMA_VERSION, jsonable
+
 __all__ = [
     "AttentionShapes",
     "Kind",
@@ -78,8 +83,6 @@ def _qkv(s: AttentionShapes, n: int, seed: int) -> List[np.ndarray]:
 
 def _ours(tiled: bool) -> Callable[[AttentionShapes, int, int], Step]:
     def setup(s: AttentionShapes, n: int, seed: int) -> Step:
-        from ..layers import TiledAttention
-
         q, k, v, dout = _qkv(s, n, seed)
         layer = TiledAttention(tiled=tiled, dtype="float32")
 
@@ -125,9 +128,6 @@ KINDS: Dict[str, Kind] = {
 def run_child(kind: str, s: AttentionShapes, n: int, threads: int, seed: int) -> Dict[str, Any]:
     """In a fresh process: set the threads, import what the kind needs, read the baseline peak,
     build the inputs, run one untimed and then the timed passes, read the peak again."""
-    from .machine import set_all_threads
-    from .memory import peak_rss
-
     k = KINDS[kind]
     torch_module = None
     if k.needs_torch:
@@ -135,8 +135,6 @@ def run_child(kind: str, s: AttentionShapes, n: int, threads: int, seed: int) ->
 
         torch_module = torch
     set_all_threads(threads, torch_module)
-    from .. import layers  # noqa: F401  (imported before the baseline, like torch)
-
     baseline, source = peak_rss()
     step = k.setup(s, n, seed)
     step()  # untimed: first-touch of buffers, lazy initialisation
@@ -186,14 +184,12 @@ def bench_attention(
     threads: int,
     kinds: Sequence[str],
     seed: int = 0,
-    log: Callable[[str], None] = lambda m: None,
+    progress: Callable[[str], None] = lambda m: None,
 ) -> Dict[str, Any]:
     """Every kind at every length, each in a child process; a kind that failed or could not fit at
     a length is skipped at the longer ones. Returns the results with per-length ratios against the
     fastest (and the smallest) exact softmax kind and the crossovers."""
     env = dict(os.environ)
-    from .machine import THREAD_ENV
-
     for key in THREAD_ENV:
         env[key] = str(threads)
     out: Dict[str, Any] = {
@@ -217,7 +213,7 @@ def bench_attention(
             if avail is not None and need > 0.5 * avail:
                 stopped = f"needs about {need / 2**30:.1f} GiB, more than half of the {avail / 2**30:.1f} GiB available"
                 out["results"][k][str(n)] = {"skipped": stopped}
-                log(f"attention: {k} at {n} skipped: {stopped}")
+                progress(f"attention: {k} at {n} skipped: {stopped}")
                 continue
             cmd = [
                 sys.executable,
@@ -234,7 +230,7 @@ def bench_attention(
                 "--shapes",
                 json.dumps(asdict(s)),
             ]
-            log(f"attention: {k} at length {n}")
+            progress(f"attention: {k} at length {n}")
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
             lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
             if proc.returncode == 0 and lines:
@@ -243,7 +239,7 @@ def bench_attention(
                 last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
                 stopped = f"child exited with {proc.returncode}: {last[:300]}"
                 out["results"][k][str(n)] = {"error": stopped}
-                log(f"attention: {k} at {n} failed: {stopped}")
+                progress(f"attention: {k} at {n} failed: {stopped}")
     # ratios against the best exact softmax kind at each length
     exact = [k for k in kinds if KINDS[k].exact]
     ratios: Dict[str, Dict[str, Dict[str, float]]] = {k: {} for k in kinds}
@@ -295,9 +291,6 @@ def format_attention_table(r: Mapping[str, Any]) -> str:
 
 def run_attention_bench(threads: int, quick: bool, seed: int, with_torch: bool, json_to: Optional[str]) -> int:
     """The ``--attention`` section on its own: measure, print the table, write JSON like the bench."""
-    from .machine import log, machine_facts
-    from .report import JSON_SCHEMA_VERSION, jsonable
-
     s = QUICK_ATTENTION if quick else FULL_ATTENTION
     kinds = [k for k, kind in KINDS.items() if with_torch or not kind.needs_torch]
     notes = []
