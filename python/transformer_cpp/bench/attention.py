@@ -210,8 +210,8 @@ def bench_attention(
                 out["results"][k][str(n)] = {"skipped": stopped}
                 continue
             need = KINDS[k].memory_bytes(s, n)
-            if avail is not None and need > 0.5 * avail:
-                stopped = f"needs about {need / 2**30:.1f} GiB, more than half of the {avail / 2**30:.1f} GiB available"
+            if avail is not None and need > 0.4 * avail:
+                stopped = f"needs about {need / 2**30:.1f} GiB, more than 40% of the {avail / 2**30:.1f} GiB available"
                 out["results"][k][str(n)] = {"skipped": stopped}
                 progress(f"attention: {k} at {n} skipped: {stopped}")
                 continue
