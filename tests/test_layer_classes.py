@@ -27,6 +27,8 @@ CASES = {
     "LinearAttention": (lambda dt: tc.LinearAttention(dtype=dt), lambda m: m(x, x, x, causal=True)),
     "LinearMultiHeadAttention": (lambda dt: tc.LinearMultiHeadAttention(D, H, dtype=dt), lambda m: m(x, causal=True)),
     "LSHSelfAttention": (lambda dt: tc.LSHSelfAttention(D, H, chunk=2, n_hashes=2, dtype=dt), lambda m: m(x)),
+    "SoftmaxSelfAttention": (lambda dt: tc.SoftmaxSelfAttention(D, H, dtype=dt), lambda m: m(x)),
+    "TiledAttention": (lambda dt: tc.TiledAttention(dtype=dt), lambda m: m(x[:, None], x[:, None], x[:, None])),
     "EncoderLayer": (lambda dt: tc.EncoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x)),
     "DecoderLayer": (lambda dt: tc.DecoderLayer(D, H, F, 0.0, dtype=dt), lambda m: m(x, x)),
     "Encoder": (lambda dt: tc.Encoder(V, D, 1, H, F, 0.0, 16, dtype=dt), lambda m: m(tokens)),

@@ -41,8 +41,10 @@ PUBLIC_NAMES = [
     "ReversibleStack",
     "ScaledDotProductAttention",
     "SentencePairs",
+    "SoftmaxSelfAttention",
     "SubwordTokenizer",
     "TatoebaPairs",
+    "TiledAttention",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",
@@ -94,6 +96,7 @@ CLI = {
         "-h",
     ],
     "bench": [
+        "--attention",
         "--child-memory",
         "--help",
         "--isa",

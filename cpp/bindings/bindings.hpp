@@ -38,6 +38,7 @@ void bind_language_model(py::module_& m);
 void bind_linear_attention(py::module_& m);
 void bind_lsh_attention(py::module_& m);
 void bind_reversible(py::module_& m);    // ReversibleStack
+void bind_tiled_attention(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);

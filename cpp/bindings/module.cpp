@@ -148,4 +148,5 @@ PYBIND11_MODULE(_core, m) {
   bind_linear_attention(m);
   bind_lsh_attention(m);
   bind_reversible(m);
+  bind_tiled_attention(m);
 }

@@ -54,6 +54,8 @@ from .layers import (
     RelativeMultiHeadAttention,
     ReversibleStack,
     ScaledDotProductAttention,
+    SoftmaxSelfAttention,
+    TiledAttention,
 )
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch, export_transformers
@@ -91,9 +93,11 @@ __all__ = [
     "RelativeMultiHeadAttention",
     "ReversibleStack",
     "ScaledDotProductAttention",
+    "SoftmaxSelfAttention",
     "SubwordTokenizer",
     "SentencePairs",
     "TatoebaPairs",
+    "TiledAttention",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",

@@ -303,9 +303,18 @@ class MultiHeadAttention_float32:
     def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
     def zero_grad(self) -> None: ...
     @property
+    def attention_impl(self) -> str:
+        """
+        'plain' (keeps the attention weights), 'tiled' (memory linear in the length) or 'auto' (tiled from the length where it pays)
+        """
+    @attention_impl.setter
+    def attention_impl(self, value: str) -> None: ...
+    @property
     def d_k(self) -> int: ...
     @property
     def d_model(self) -> int: ...
+    @property
+    def last_forward_tiled(self) -> bool: ...
     @property
     def n_heads(self) -> int: ...
 
@@ -455,9 +464,18 @@ class MultiHeadAttention_float64:
     def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
     def zero_grad(self) -> None: ...
     @property
+    def attention_impl(self) -> str:
+        """
+        'plain' (keeps the attention weights), 'tiled' (memory linear in the length) or 'auto' (tiled from the length where it pays)
+        """
+    @attention_impl.setter
+    def attention_impl(self, value: str) -> None: ...
+    @property
     def d_k(self) -> int: ...
     @property
     def d_model(self) -> int: ...
+    @property
+    def last_forward_tiled(self) -> bool: ...
     @property
     def n_heads(self) -> int: ...
 
@@ -1994,3 +2012,121 @@ def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: flo
     """
     d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * scale, step counted from 1.
     """
+
+class TiledAttention_float32:
+    """
+    softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, d_k) heads by the tiled kernel, which keeps the output and one log-sum-exp per query row instead of the (T_q, T_k) weights.
+    """
+    def __init__(self, tiled: bool = True) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]
+    ]:
+        """
+        dout (B, H, Tq, d) -> (dq, dk, dv)
+        """
+    def forward(
+        self,
+        q: numpy.typing.ArrayLike,
+        k: numpy.typing.ArrayLike,
+        v: numpy.typing.ArrayLike,
+        causal: bool = False,
+        key_padding: numpy.typing.ArrayLike | None = None,
+    ) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        q (B, H, Tq, d), k and v (B, H, Tk, d), key_padding (B, Tk) with 1 = blocked -> (B, H, Tq, d)
+        """
+    def log_sum_exp(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        Each query row's log-sum-exp of its scaled scores, (B, H, Tq); +inf where every key is blocked.
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def tiled(self) -> bool: ...
+
+class SoftmaxSelfAttention_float32:
+    """
+    Softmax self-attention (MultiHeadAttention) behind the interface of the language model's blocks.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0, attention_impl: str = "auto") -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients
+        """
+    def forward(self, x: numpy.typing.ArrayLike, causal: bool = True) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        x (B, T, d_model) -> (B, T, d_model)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def attention_impl(self) -> str: ...
+    @attention_impl.setter
+    def attention_impl(self, value: str) -> None: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def last_forward_tiled(self) -> bool: ...
+    @property
+    def n_heads(self) -> int: ...
+
+class TiledAttention_float64:
+    """
+    softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, d_k) heads by the tiled kernel, which keeps the output and one log-sum-exp per query row instead of the (T_q, T_k) weights.
+    """
+    def __init__(self, tiled: bool = True) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[
+        numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]
+    ]:
+        """
+        dout (B, H, Tq, d) -> (dq, dk, dv)
+        """
+    def forward(
+        self,
+        q: numpy.typing.ArrayLike,
+        k: numpy.typing.ArrayLike,
+        v: numpy.typing.ArrayLike,
+        causal: bool = False,
+        key_padding: numpy.typing.ArrayLike | None = None,
+    ) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        q (B, H, Tq, d), k and v (B, H, Tk, d), key_padding (B, Tk) with 1 = blocked -> (B, H, Tq, d)
+        """
+    def log_sum_exp(self) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        Each query row's log-sum-exp of its scaled scores, (B, H, Tq); +inf where every key is blocked.
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def tiled(self) -> bool: ...
+
+class SoftmaxSelfAttention_float64:
+    """
+    Softmax self-attention (MultiHeadAttention) behind the interface of the language model's blocks.
+    """
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0, attention_impl: str = "auto") -> None: ...
+    def backward(self, dout: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients
+        """
+    def forward(self, x: numpy.typing.ArrayLike, causal: bool = True) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        x (B, T, d_model) -> (B, T, d_model)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def attention_impl(self) -> str: ...
+    @attention_impl.setter
+    def attention_impl(self, value: str) -> None: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def last_forward_tiled(self) -> bool: ...
+    @property
+    def n_heads(self) -> int: ...

@@ -49,6 +49,8 @@ __all__ = [
     "RelativeMultiHeadAttention",
     "ReversibleStack",
     "ScaledDotProductAttention",
+    "SoftmaxSelfAttention",
+    "TiledAttention",
     "core_class",
 ]
 
@@ -323,11 +325,16 @@ class MultiHeadAttention(Layer):
     ``mask`` broadcasts to (B, Tq, Tk) (also (B, 1, Tq, Tk)); True = blocked.
     ``backward(dout)`` returns ``dx`` (self-attention) or ``(dx, dmemory)`` (cross-attention).
     ``attention_weights()`` gives the last weights (B, n_heads, Tq, Tk).
+    ``attention_impl``: ``"plain"`` keeps those weights; ``"tiled"`` keeps one log-sum-exp per query
+    instead (memory linear in the length, no weights to read); ``"auto"`` is tiled for long inputs.
     Parameters: ``query|key|value|output.weight|bias``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, seed: int = 0, dtype: Any = "float32") -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, *, seed: int = 0, attention_impl: str = "plain", dtype: Any = "float32"
+    ) -> None:
         super().__init__(core_class("MultiHeadAttention", dtype)(d_model, n_heads, seed))
+        self._core.attention_impl = attention_impl
         self._args = f"d_model={d_model}, n_heads={n_heads}"
 
     def forward(self, x: np.ndarray, memory: Any = None, mask: Any = None) -> np.ndarray:
@@ -491,6 +498,42 @@ class LSHSelfAttention(Layer):
     def buckets(self) -> np.ndarray:
         """The bucket of every position in the last forward, ``(B, n_heads, n_hashes, T)``."""
         return cast(np.ndarray, self._core.buckets())
+
+
+class SoftmaxSelfAttention(Layer):
+    """Softmax self-attention as a language model's block uses it: ``forward(x, causal=True)`` with
+    ``x`` (B, T, d_model), ``backward(dout)`` returns ``dx``. The layer of :class:`MultiHeadAttention`
+    (same parameters); ``attention_impl`` defaults to ``"auto"`` (the tiled kernel for long inputs).
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, seed: int = 0, attention_impl: str = "auto", dtype: Any = "float32"
+    ) -> None:
+        super().__init__(core_class("SoftmaxSelfAttention", dtype)(d_model, n_heads, seed, attention_impl))
+        self._args = f"d_model={d_model}, n_heads={n_heads}, attention_impl={attention_impl!r}"
+
+    def forward(self, x: np.ndarray, causal: bool = True) -> np.ndarray:
+        return cast(np.ndarray, self._core.forward(x, causal))
+
+
+class TiledAttention(Layer):
+    """Exact ``softmax(Q K^T / sqrt(d_k) + mask) V`` over (B, H, T, d_k) heads, computed block by block
+    with a running maximum and sum per query, so that the (Tq, Tk) weights are never stored.
+
+    ``forward(q, k, v, causal=False, key_padding=None)``: ``q`` (B, H, Tq, d), ``k`` and ``v``
+    (B, H, Tk, d), ``key_padding`` (B, Tk) with True = blocked; returns the output (B, H, Tq, d).
+    ``backward(dout)`` returns ``(dq, dk, dv)``, recomputing the weights from ``log_sum_exp()``.
+    ``tiled=False`` runs the plain kernel (which stores the weights) on the same inputs.
+    """
+
+    def __init__(self, *, tiled: bool = True, dtype: Any = "float32") -> None:
+        super().__init__(core_class("TiledAttention", dtype)(tiled))
+        self._args = f"tiled={tiled}, dtype={np.dtype(dtype).name!r}"
+
+    def forward(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, key_padding: Any = None
+    ) -> np.ndarray:
+        return cast(np.ndarray, self._core.forward(q, k, v, causal, key_padding))
 
 
 class EncoderLayer(Layer):

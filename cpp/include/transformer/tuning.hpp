@@ -107,5 +107,19 @@ constexpr Index kLshHashRows = 256;
 // the attention's (T, T) weights while its products still have rows enough to run at full speed
 // (each chunk reads the whole weight matrices again). Not swept.
 constexpr Index kReversibleChunkRows = 256;
+// --- tiled (memory-linear) softmax attention -------------------------------------------------
+
+// Query rows and keys per block of tiled_attention_forward / _backward. A (64, 64) block of
+// scores is 16 KB in float32 and, with the (64, d_k) blocks of Q, K, V at d_k = 64, the working set
+// stays in L2; the products stay large enough for Eigen's packed GEMM. With causal attention a key
+// block ends at the diagonal, so only the triangle of a (64, 64) block on it is computed in vain.
+// Compared roughly (CPU time, one thread, n = 2,048, d_k = 64) with (64, 128), (128, 256),
+// (128, 512) and (256, 512): all within the noise of a shared machine. Not swept.
+constexpr Index kTiledQueryBlock = 64;
+constexpr Index kTiledKeyBlock = 64;
+
+// MultiHeadAttention's "auto" runs the tiled path from this many keys on: below it the (T_q, T_k)
+// weights are small and the plain path (two large products) is at least as fast. Not swept.
+constexpr Index kTiledAttentionMinLength = 512;
 
 }  // namespace transformer::tuning

@@ -6,7 +6,9 @@
 
 #include "transformer/checks.hpp"
 #include "transformer/layers/softmax.hpp"
+#include "transformer/layers/tiled_attention.hpp"
 #include "transformer/random.hpp"
+#include "transformer/tuning.hpp"
 
 namespace transformer {
 
@@ -184,7 +186,35 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
 }
 
 template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal,
+                                                const std::uint8_t* key_padding) {
+  TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "MultiHeadAttention: input has ", x.rows(),
+             " rows, expected B*T = ", B, "*", T_len);
+  own_q_ = RowLayout::dense(B, T_len);
+  return attend_self(x, own_q_, AttentionMask{}, causal, key_padding);
+}
+
+template <typename T>
+bool MultiHeadAttention<T>::use_tiled(Index Tk) const {
+  return impl_ == AttentionImpl::Tiled || (impl_ == AttentionImpl::Auto && Tk >= tuning::kTiledAttentionMinLength);
+}
+
+template <typename T>
+void MultiHeadAttention<T>::release() {
+  for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_}) m->resize(0, 0);
+  MaskBuffer().swap(mask_buf_);
+  lq_ = lk_ = nullptr;
+  x_ = mem_ = nullptr;
+}
+
+template <typename T>
 const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask) {
+  return attend_self(x, l, mask, false, nullptr);
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask,
+                                                    bool causal, const std::uint8_t* key_padding) {
   TCPP_CHECK(x.cols() == d_, "MultiHeadAttention: input has ", x.cols(), " features, expected d_model ", d_);
   TCPP_CHECK(x.rows() == l.rows(), "MultiHeadAttention: input has ", x.rows(), " rows, expected ", l.rows());
   self_ = true;
@@ -203,11 +233,27 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, const RowLa
     scatter_rows(qkv_, l, qkv_pad);
     base = qkv_pad.data();
   }
-  weights_.resize(B * h_ * Tn, Tn);
   Matrix<T>& ctx = l.packed ? ctx_pad : ctx_;
   ctx.resize(B * Tn, d_);
-  attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_, mask,
-                       weights_.data(), ctx.data(), d_);
+  tiled_ = use_tiled(Tn);
+  causal_ = causal;
+  key_padding_ = key_padding;
+  mask_ = mask;
+  if (tiled_) {
+    weights_.resize(0, 0);
+    lse_.resize(B * h_, Tn);
+    tiled_attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_,
+                               TiledMask{causal, key_padding, mask}, ctx.data(), d_, lse_.data());
+  } else {
+    AttentionMask mk = mask;
+    if (causal || key_padding != nullptr) {  // the structured mask as the (B, T, T) bytes the plain kernel reads
+      build_attention_mask(mask_buf_, key_padding, B, Tn, Tn, causal);
+      mk = AttentionMask{mask_buf_.data(), Tn * Tn};
+    }
+    weights_.resize(B * h_ * Tn, Tn);
+    attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_, mk,
+                         weights_.data(), ctx.data(), d_);
+  }
   if (l.packed) gather_rows(ctx_pad, l, ctx_);
   return out_.forward(cmap(ctx_));
 }
@@ -245,10 +291,21 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
     scatter_rows(kv_, lk, kv_pad);
     kv = kv_pad.data();
   }
-  weights_.resize(B * h_ * Tq, Tk);
   Matrix<T>& ctx = lq.packed ? ctx_pad : ctx_;
   ctx.resize(B * Tq, d_);
-  attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
+  tiled_ = use_tiled(Tk);
+  causal_ = false;
+  key_padding_ = nullptr;
+  mask_ = mask;
+  if (tiled_) {
+    weights_.resize(0, 0);
+    lse_.resize(B * h_, Tq);
+    tiled_attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, TiledMask{false, nullptr, mask},
+                               ctx.data(), d_, lse_.data());
+  } else {
+    weights_.resize(B * h_ * Tq, Tk);
+    attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
+  }
   if (lq.packed) gather_rows(ctx_pad, lq, ctx_);
   return out_.forward(cmap(ctx_));
 }
@@ -274,8 +331,16 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
     scatter_rows(dctx, lq, dctx_pad_);
     dctx_ptr = dctx_pad_.data();
   }
-  dscores_.resize(weights_.rows(), weights_.cols());
+  if (!tiled_) dscores_.resize(weights_.rows(), weights_.cols());
   ConstMatrixMap<T> x(x_, rq, d_);
+  // the tiled backward reads the forward's output (padded rows rebuilt like the projections)
+  const TiledMask tmask{causal_, key_padding_, mask_};
+  const T* ctx_ptr = ctx_.data();
+  if (tiled_ && lq.packed) {
+    Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
+    scatter_rows(ctx_, lq, ctx_pad);
+    ctx_ptr = ctx_pad.data();
+  }
   // the padded projections of the forward, rebuilt from the packed rows kept
   Matrix<T>& qkv_pad_ = backward_scratch<T>(kQkvPad);
   Matrix<T>& kv_pad_ = backward_scratch<T>(kKvPad);
@@ -286,8 +351,13 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
     Matrix<T>& dpad = lq.packed ? dqkv_pad_ : dqkv_;
     dpad.resize(B * Tq, 3 * d_);
     T* dbase = dpad.data();
-    attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_, weights_.data(),
-                          dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_, dscores_.data());
+    if (tiled_)
+      tiled_attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_, tmask,
+                                  ctx_ptr, d_, lse_.data(), dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_,
+                                  dbase + 2 * d_, 3 * d_);
+    else
+      attention_backward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tq, Tk, dk_, weights_.data(),
+                            dctx_ptr, d_, dbase, 3 * d_, dbase + d_, 3 * d_, dbase + 2 * d_, 3 * d_, dscores_.data());
     if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
@@ -304,8 +374,12 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   Matrix<T>& dkv = lk.packed ? dkv_pad_ : dkv_;
   dq.resize(B * Tq, d_);
   dkv.resize(B * Tk, 2 * d_);
-  attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, weights_.data(), dctx_ptr, d_,
-                        dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_, dscores_.data());
+  if (tiled_)
+    tiled_attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, tmask, ctx_ptr, d_, lse_.data(),
+                                dctx_ptr, d_, dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_);
+  else
+    attention_backward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, weights_.data(), dctx_ptr, d_,
+                          dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_, dscores_.data());
   if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
   if (lk.packed) gather_rows(dkv_pad_, lk, dkv_);
   dense_backward_weight<T>(precision_, cmap(dqkv_), x, mut_rows_of(dw_in_, 0, d_));

@@ -89,6 +89,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run only the HTTP serving measurement (batching against one at a time)",
     )
+    p.add_argument(
+        "--attention",
+        action="store_true",
+        help="only the attention kinds side by side: forward+backward time and peak memory against the "
+        "sequence length (512 ... 16,384; causal, d_head 64, float32), each measurement in its own process",
+    )
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
     p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")
     p.add_argument("--seed", type=count_option("seed", 0), default=0, help="seed of weights and synthetic batches")
@@ -137,6 +143,12 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.child_memory:
         print(json.dumps(jsonable(child_memory(args.child_memory, shapes, threads, args.seed))), flush=True)
         return 0
+
+    if args.attention:
+        from .attention import run_attention_bench
+
+        torch, _ = (None, None) if args.no_torch else import_torch()
+        return run_attention_bench(threads, bool(args.quick), args.seed, torch is not None, args.json)
 
     serving_only = bool(args.serving_only)
     if serving_only:  # nothing compares with PyTorch or CTranslate2: leave them out

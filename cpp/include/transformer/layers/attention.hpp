@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "transformer/inference/backend.hpp"
@@ -62,6 +63,14 @@ struct KVCache {
   void select_rows(const std::vector<Index>& rows, Matrix<T>& scratch);
 };
 
+// Which kernel MultiHeadAttention's training forward and backward run:
+//   Plain: attention_forward / attention_backward, which keep the (B, H, T_q, T_k) weights;
+//   Tiled: tiled_attention_forward / _backward (tiled_attention.hpp), which keep the output and one
+//          log-sum-exp per query row instead, so memory grows linearly with the length;
+//   Auto:  Tiled from tuning::kTiledAttentionMinLength keys on, Plain below.
+// The results agree up to rounding. attention_weights() exists after a Plain forward only.
+enum class AttentionImpl { Plain, Tiled, Auto };
+
 template <typename T>
 class MultiHeadAttention {
  public:
@@ -79,6 +88,10 @@ class MultiHeadAttention {
   const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask);
   const Matrix<T>& forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index Tq, Index Tk,
                            const AttentionMask& mask);
+  // Self-attention with the mask given by its structure, x (B*T, d): with `causal` position t sees
+  // positions <= t; key_padding (B, T) bytes, 1 = blocked, or nullptr (it must stay alive until
+  // backward()). The tiled kernel then needs no (B, T, T) mask buffer.
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal, const std::uint8_t* key_padding);
   // dout (rows, d) -> dx (rows, d). For self-attention dx includes the key and value paths; for
   // cross-attention the memory gradient is in dmemory(). Parameter gradients accumulate.
   const Matrix<T>& backward(ConstMatrixMap<T> dout);
@@ -86,6 +99,15 @@ class MultiHeadAttention {
 
   ParameterList<T> parameters();  // query/key/value/output . weight/bias
   void zero_grad();
+  // Free what forward kept for backward (backward() then needs a new forward).
+  void release();
+
+  // The kernel of the following forwards (see AttentionImpl). With Tiled (or Auto at a long
+  // length), the forward's mask must stay alive until backward(), which reads it again.
+  void set_attention_impl(AttentionImpl impl) { impl_ = impl; }
+  AttentionImpl attention_impl() const { return impl_; }
+  // Whether the last forward ran the tiled kernel (and so kept no attention weights).
+  bool last_forward_tiled() const { return tiled_; }
 
   // Inference (inference/backend.hpp): the products go through `be`, buffers come from `s`, and nothing
   // that forward() keeps for backward() is read or written.
@@ -117,8 +139,15 @@ class MultiHeadAttention {
   // products stay in T. Throws std::invalid_argument when it cannot run here.
   void set_precision(Precision p);
   Precision precision() const { return precision_; }
-  // Weights of the last forward, (B*H*Tq, Tk) = (B, H, Tq, Tk).
-  const Matrix<T>& attention_weights() const { return weights_; }
+  // Weights of the last forward, (B*H*Tq, Tk) = (B, H, Tq, Tk). Throws std::runtime_error after a
+  // tiled forward, which keeps none.
+  const Matrix<T>& attention_weights() const {
+    if (tiled_)
+      throw std::runtime_error(
+          "MultiHeadAttention: the last forward ran the tiled kernel, which keeps no attention weights; "
+          "set attention_impl to 'plain' to read them");
+    return weights_;
+  }
   const Matrix<T>& output() const { return out_.output(); }
   Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(out_.output()); }
 
@@ -142,6 +171,16 @@ class MultiHeadAttention {
   Matrix<T> ctx_;                  // (rows_q, d) heads concatenated, before W_o
   // (padded copies of packed batches and the gradients of scores, projections and context live in
   // per-thread scratch shared by every MultiHeadAttention; see backward_scratch in attention.cpp)
+  AttentionImpl impl_ = AttentionImpl::Plain;
+  bool tiled_ = false;   // the last forward ran the tiled kernel
+  bool causal_ = false;  // its structured mask (tiled): causal, key padding, byte mask
+  const std::uint8_t* key_padding_ = nullptr;
+  AttentionMask mask_;
+  MaskBuffer mask_buf_;  // (B, T, T) mask built for the plain kernel from a structured one
+  Matrix<T> lse_;        // (B*H, Tq) log-sum-exp of each row (tiled)
+  bool use_tiled(Index Tk) const;
+  const Matrix<T>& attend_self(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask, bool causal,
+                               const std::uint8_t* key_padding);
   Matrix<T> dx_;    // (rows_q, d)
   Matrix<T> dmem_;  // (rows_k, d)
 };
