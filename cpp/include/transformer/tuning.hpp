@@ -107,6 +107,7 @@ constexpr Index kLshHashRows = 256;
 // the attention's (T, T) weights while its products still have rows enough to run at full speed
 // (each chunk reads the whole weight matrices again). Not swept.
 constexpr Index kReversibleChunkRows = 256;
+
 // --- tiled (memory-linear) softmax attention -------------------------------------------------
 
 // Query rows and keys per block of tiled_attention_forward / _backward. A (64, 64) block of
