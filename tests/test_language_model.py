@@ -1,6 +1,7 @@
 """The decoder-only language model (LanguageModel): float64 gradients against central differences,
 parity with a readable PyTorch GPT holding the same weights (loss and every gradient), causality,
-the key/value-cached generation step against the full forward, and bad input."""
+the generation step (softmax: key/value cache; linear attention: the RNN form) against the full
+forward, and bad input; with softmax and with linear attention."""
 
 from __future__ import annotations
 
@@ -24,8 +25,13 @@ def tokens_for(vocab: int, shape, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "options",
-    [dict(pre_norm=True, share_embeddings=True), dict(pre_norm=False, share_embeddings=False)],
-    ids=["pre-norm-tied", "post-norm-untied"],
+    [
+        dict(pre_norm=True, share_embeddings=True),
+        dict(pre_norm=False, share_embeddings=False),
+        dict(pre_norm=True, share_embeddings=True, attention="linear"),
+        dict(pre_norm=False, share_embeddings=False, attention="linear"),
+    ],
+    ids=["pre-norm-tied", "post-norm-untied", "linear-pre-norm-tied", "linear-post-norm-untied"],
 )
 def test_gradients_match_central_differences_float64(options):
     lm = LanguageModel(7, dtype="float64", seed=3, **SMALL, **options)
@@ -73,8 +79,10 @@ def sinusoids(length: int, d: int) -> "torch.Tensor":
     return pe
 
 
-def torch_gpt_loss(weights, tokens, d, n_layers, n_heads, pre_norm, eps=1e-6):
-    """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1], written out op by op."""
+def torch_gpt_loss(weights, tokens, d, n_layers, n_heads, pre_norm, eps=1e-6, kind="softmax"):
+    """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1], written out op by op. ``kind``
+    "linear": causal linear attention, out_i = sum_{j<=i} (phi(q_i).phi(k_j)) v_j /
+    (sum_{j<=i} phi(q_i).phi(k_j) + 1e-6) with phi(x) = elu(x) + 1, as its quadratic form."""
     x_ids = torch.as_tensor(tokens[:, :-1])
     y_ids = torch.as_tensor(tokens[:, 1:])
     B, T = x_ids.shape
@@ -91,6 +99,11 @@ def torch_gpt_loss(weights, tokens, d, n_layers, n_heads, pre_norm, eps=1e-6):
         v = h @ weights[p + "value.weight"].T + weights[p + "value.bias"]
         dk = d // n_heads
         q, k, v = (t.view(B, T, n_heads, dk).transpose(1, 2) for t in (q, k, v))
+        if kind == "linear":
+            phi_q, phi_k = (torch.nn.functional.elu(t) + 1 for t in (q, k))
+            a = (phi_q @ phi_k.transpose(-1, -2)).masked_fill(causal, 0.0)
+            ctx = ((a @ v) / (a.sum(-1, keepdim=True) + 1e-6)).transpose(1, 2).reshape(B, T, d)
+            return ctx @ weights[p + "output.weight"].T + weights[p + "output.bias"]
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(dk)
         scores = scores.masked_fill(causal, float("-inf"))
         ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
@@ -115,11 +128,22 @@ def torch_gpt_loss(weights, tokens, d, n_layers, n_heads, pre_norm, eps=1e-6):
     return torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), y_ids.reshape(-1))
 
 
-@pytest.mark.parametrize("pre_norm,tied", [(True, True), (False, False)])
-def test_loss_and_gradients_match_pytorch_gpt_float32(pre_norm, tied):
+@pytest.mark.parametrize(
+    "pre_norm,tied,kind", [(True, True, "softmax"), (False, False, "softmax"), (True, False, "linear")]
+)
+def test_loss_and_gradients_match_pytorch_gpt_float32(pre_norm, tied, kind):
     d, L, H, V = 16, 2, 4, 11
     lm = LanguageModel(
-        V, d_model=d, n_layers=L, n_heads=H, d_ff=24, dropout=0.0, pre_norm=pre_norm, share_embeddings=tied, seed=5
+        V,
+        d_model=d,
+        n_layers=L,
+        n_heads=H,
+        d_ff=24,
+        dropout=0.0,
+        pre_norm=pre_norm,
+        share_embeddings=tied,
+        attention=kind,
+        seed=5,
     )
     rng = np.random.default_rng(0)
     for p in lm.parameters().values():
@@ -127,7 +151,7 @@ def test_loss_and_gradients_match_pytorch_gpt_float32(pre_norm, tied):
     tokens = tokens_for(V, (3, 9), seed=4)
     loss = lm.compute_gradients(tokens, training=False)
     weights = {n: torch.tensor(np.array(p.value), requires_grad=True) for n, p in lm.parameters().items()}
-    ref = torch_gpt_loss(weights, tokens, d, L, H, pre_norm)
+    ref = torch_gpt_loss(weights, tokens, d, L, H, pre_norm, kind=kind)
     ref.backward()
     assert loss == pytest.approx(ref.item(), rel=1e-5)
     for name, p in lm.parameters().items():
@@ -144,8 +168,9 @@ def test_float32_agrees_with_float64():
     assert a.evaluate_loss(tokens)[0] == pytest.approx(b.evaluate_loss(tokens)[0], rel=1e-5)
 
 
-def test_causal_a_later_token_changes_no_earlier_logit():
-    lm = LanguageModel(9, dtype="float64", seed=1, **SMALL)
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_causal_a_later_token_changes_no_earlier_logit(kind):
+    lm = LanguageModel(9, dtype="float64", seed=1, attention=kind, **SMALL)
     tokens = tokens_for(9, (1, 8), seed=7)
     before = lm.forward(tokens)
     changed = tokens.copy()
@@ -156,8 +181,11 @@ def test_causal_a_later_token_changes_no_earlier_logit():
 
 
 @pytest.mark.parametrize("pre_norm", [True, False])
-def test_cached_generation_step_equals_the_full_forward(pre_norm):
-    lm = LanguageModel(9, dtype="float64", seed=4, pre_norm=pre_norm, **SMALL)
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_cached_generation_step_equals_the_full_forward(pre_norm, kind):
+    # softmax: the key/value-cached step; linear: the RNN form, a state (S, z) per block
+    lm = LanguageModel(9, dtype="float64", seed=4, pre_norm=pre_norm, attention=kind, **SMALL)
+    assert lm.has_cached_step
     tokens = tokens_for(9, (2, 20), seed=8)  # longer than max_len: the positional table grows
     full = lm.forward(tokens)
     lm.start_generation(2, 20)
@@ -197,7 +225,7 @@ def test_config_is_one_table_with_the_attention_names():
 
 
 def test_bad_input_is_refused_with_clear_errors():
-    with pytest.raises(ValueError, match=r"attention must be .*'softmax'.*got 'nope'"):
+    with pytest.raises(ValueError, match=r"attention must be 'softmax' or 'linear', got 'nope'"):
         LanguageModel(5, attention="nope")
     with pytest.raises(ValueError, match="not divisible by n_heads"):
         LanguageModel(5, d_model=10, n_heads=4)
@@ -214,3 +242,9 @@ def test_bad_input_is_refused_with_clear_errors():
         lm.forward(np.array([[1.0, 2.0]]))
     with pytest.raises(RuntimeError, match="start_generation"):
         LanguageModel(5, d_model=8, n_heads=2, n_layers=1, d_ff=8).generation_step(np.array([1]))
+    linear = LanguageModel(5, d_model=8, n_heads=2, n_layers=1, d_ff=8, attention="linear")
+    linear.start_generation(1, 2)
+    linear.generation_step(np.array([1]))
+    linear.generation_step(np.array([2]))
+    with pytest.raises(ValueError, match="capacity"):
+        linear.generation_step(np.array([3]))

@@ -106,16 +106,19 @@ def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
     assert greedy == generate(ckpt.model, ckpt.vocabulary, "the ", 20, temperature=0, seed=9)
 
 
-def test_generation_keeps_to_the_context_and_matches_the_full_forward():
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_generation_keeps_to_the_context_and_matches_the_full_forward(kind):
     vocabulary = CharVocabulary.from_text("abcdefg")
-    lm = LanguageModel(vocabulary.vocab_size, d_model=8, n_layers=2, n_heads=2, d_ff=16, dropout=0.0, dtype="float64")
+    lm = LanguageModel(
+        vocabulary.vocab_size, d_model=8, n_layers=2, n_heads=2, d_ff=16, dropout=0.0, attention=kind, dtype="float64"
+    )
     rng = np.random.default_rng(0)
     for p in lm.parameters().values():
         p.value[...] += 0.3 * rng.standard_normal(p.value.shape)
     window, keep = 8, 4
     got = generate(lm, vocabulary, "abc", 30, temperature=0, context=window)
     # the reference: the model run over the same context for every character (the key/value
-    # caches restart from the last half of a full context)
+    # caches, or the linear-attention state, restart from the last half of a full context)
     seq, fed, want = [int(i) for i in vocabulary.encode("abc")], 3, []
     for _ in range(30):
         logits = lm.forward(np.array([seq[-fed:]]))[0, -1]
@@ -169,6 +172,21 @@ def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
     first = capsys.readouterr().out
     assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "12", "--seed", "1"]) == 0
     assert capsys.readouterr().out == first and first.startswith("the") and len(first.rstrip("\n")) == 15
+    assert main(["evaluate-lm", "--model", str(out)]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+
+
+def test_commands_with_linear_attention(text_file, tmp_path, capsys):
+    out = tmp_path / "linear"
+    tiny = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16"]
+    args = ["--text", str(text_file), "--out", str(out), *tiny, "--batch-size", "4", "--steps", "4", "--threads", "1"]
+    assert main(["train-lm", *args, "--eval-chars", "256", "--attention", "linear"]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+    run = load_lm(out)
+    assert run.model.config["attention"] == "linear" and run.model.has_cached_step
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "40", "--seed", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("the") and len(text.rstrip("\n")) == 43
     assert main(["evaluate-lm", "--model", str(out)]) == 0
     assert "bits per character on the held-out test text" in capsys.readouterr().out
 

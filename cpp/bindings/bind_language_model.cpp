@@ -102,7 +102,8 @@ void bind_language_model_class(py::module_& m) {
           "mode; returns (loss, labels scored).")
       .def_property_readonly(
           "has_cached_step", [](H& h) { return h.model.has_cached_step(); },
-          "Whether generation can use the key/value-cached step (softmax attention).")
+          "Whether generation can run one step per token (softmax attention: a key/value cache; linear: its RNN "
+          "state).")
       .def(
           "start_generation",
           [](H& h, const py::object& rows, const py::object& capacity) {
@@ -113,7 +114,8 @@ void bind_language_model_class(py::module_& m) {
             without_gil([&] { h.model.infer_start(r, c, h.state); });
           },
           py::arg("rows"), py::arg("capacity"),
-          "Empty key/value caches for `rows` sequences of up to `capacity` positions.")
+          "Empty generation state (key/value caches, or linear attention's RNN state) for `rows` sequences of up to "
+          "`capacity` positions.")
       .def(
           "generation_step",
           [](H& h, const py::handle& tokens) {

@@ -1309,7 +1309,7 @@ class LanguageModel_float32:
         """
     def start_generation(self, rows: int, capacity: int) -> None:
         """
-        Empty key/value caches for `rows` sequences of up to `capacity` positions.
+        Empty generation state (key/value caches, or linear attention's RNN state) for `rows` sequences of up to `capacity` positions.
         """
     def train_step(self, tokens: numpy.typing.ArrayLike) -> tuple[float, int]:
         """
@@ -1331,7 +1331,7 @@ class LanguageModel_float32:
     @property
     def has_cached_step(self) -> bool:
         """
-        Whether generation can use the key/value-cached step (softmax attention).
+        Whether generation can run one step per token (softmax attention: a key/value cache; linear: its RNN state).
         """
     @property
     def last_grad_norm(self) -> float: ...
@@ -1399,7 +1399,7 @@ class LanguageModel_float64:
         """
     def start_generation(self, rows: int, capacity: int) -> None:
         """
-        Empty key/value caches for `rows` sequences of up to `capacity` positions.
+        Empty generation state (key/value caches, or linear attention's RNN state) for `rows` sequences of up to `capacity` positions.
         """
     def train_step(self, tokens: numpy.typing.ArrayLike) -> tuple[float, int]:
         """
@@ -1421,7 +1421,7 @@ class LanguageModel_float64:
     @property
     def has_cached_step(self) -> bool:
         """
-        Whether generation can use the key/value-cached step (softmax attention).
+        Whether generation can run one step per token (softmax attention: a key/value cache; linear: its RNN state).
         """
     @property
     def last_grad_norm(self) -> float: ...

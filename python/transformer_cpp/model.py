@@ -339,7 +339,8 @@ class LanguageModel:
     the token after it; ``train_step(tokens)`` takes (B, T+1) ids, scores ``tokens[:, 1:]`` given
     ``tokens[:, :-1]`` (mean cross-entropy in nats), backpropagates and takes one Adam step, in
     one C++ call; ``evaluate_loss`` does the same without the update. ``start_generation`` /
-    ``generation_step`` run the key/value-cached step (softmax attention) for sampling.
+    ``generation_step`` run one step per token for sampling (softmax attention: a key/value cache;
+    linear attention: its RNN state, constant time per token).
 
     Args:
         {args}
@@ -397,7 +398,8 @@ class LanguageModel:
         return bool(self._core.has_cached_step)
 
     def start_generation(self, rows: int, capacity: int) -> None:
-        """Empty key/value caches for ``rows`` sequences of up to ``capacity`` positions."""
+        """Empty generation state (key/value caches, or linear attention's RNN state) for ``rows``
+        sequences of up to ``capacity`` positions."""
         self._core.start_generation(rows, capacity)
 
     def generation_step(self, tokens: np.ndarray) -> np.ndarray:

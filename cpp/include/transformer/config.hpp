@@ -207,7 +207,7 @@ struct LanguageModelConfig {
 // The self-attention a language model's blocks may use, by name: the one list that the table's
 // row and the factory (make_self_attention in language_model.cpp) read.
 inline const std::vector<std::string>& language_model_attention_names() {
-  static const std::vector<std::string> names{"softmax"};
+  static const std::vector<std::string> names{"softmax", "linear"};
   return names;
 }
 

@@ -29,6 +29,7 @@ template <typename T>
 std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& name, Index d_model, Index n_heads,
                                                       std::uint64_t seed) {
   if (name == "softmax") return std::make_unique<CausalSoftmaxAttention<T>>(d_model, n_heads, seed);
+  if (name == "linear") return std::make_unique<LinearMultiHeadAttention<T>>(d_model, n_heads, seed);
   std::string names;
   for (const auto& n : language_model_attention_names()) names += (names.empty() ? "'" : ", '") + n + "'";
   throw std::invalid_argument(concat("LanguageModel: attention must be one of ", names, ", got '", name, "'"));
@@ -326,55 +327,96 @@ LossStats LanguageModel<T>::evaluate_loss(ConstTokenMap tokens) {
                           "evaluate_loss", false);
 }
 
+namespace {
+// The block's attention when it is linear attention (its RNN step generates), else nullptr.
+template <typename T>
+const LinearMultiHeadAttention<T>* linear_attention(const LanguageModelBlock<T>& block) {
+  return dynamic_cast<const LinearMultiHeadAttention<T>*>(block.self_attention_.get());
+}
+template <typename T>
+const CausalSoftmaxAttention<T>* softmax_attention(const LanguageModelBlock<T>& block) {
+  return dynamic_cast<const CausalSoftmaxAttention<T>*>(block.self_attention_.get());
+}
+}  // namespace
+
 template <typename T>
 bool LanguageModel<T>::has_cached_step() const {
   for (const auto& layer : layers_)
-    if (dynamic_cast<const CausalSoftmaxAttention<T>*>(layer->self_attention_.get()) == nullptr) return false;
+    if (softmax_attention(*layer) == nullptr && linear_attention(*layer) == nullptr) return false;
   return true;
 }
 
 template <typename T>
 void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelState<T>& state) {
   TCPP_CHECK(has_cached_step(), "LanguageModel: attention '", config_.attention,
-             "' has no key/value-cached step; generate with forward() over the context instead");
+             "' has no cached generation step; generate with forward() over the context instead");
   TCPP_CHECK(rows >= 1 && capacity >= 1, "LanguageModel.infer_start: rows and capacity must be >= 1, got ", rows,
              " and ", capacity);
-  const double d = static_cast<double>(config_.d_model);
-  check_memory("LanguageModel.infer_start",
-               concat("key/value caches of ", rows, " sequences of ", capacity, " positions"),
-               2.0 * static_cast<double>(config_.n_layers) * static_cast<double>(rows) * static_cast<double>(capacity) *
-                   d * static_cast<double>(sizeof(T)));
+  const double d = static_cast<double>(config_.d_model), L = static_cast<double>(config_.n_layers);
+  const double dk = d / static_cast<double>(config_.n_heads);
+  if (config_.attention == "linear")
+    // S (d_k x d_k) and z (d_k) per (sequence, head, block), whatever the capacity
+    check_memory("LanguageModel.infer_start", concat("linear-attention states of ", rows, " sequences"),
+                 L * static_cast<double>(rows) * static_cast<double>(config_.n_heads) * (dk * dk + dk) *
+                     static_cast<double>(sizeof(T)));
+  else
+    check_memory(
+        "LanguageModel.infer_start", concat("key/value caches of ", rows, " sequences of ", capacity, " positions"),
+        2.0 * L * static_cast<double>(rows) * static_cast<double>(capacity) * d * static_cast<double>(sizeof(T)));
   check_finite_parameters(parameters(), "LanguageModel.infer_start");
   embedding_.reserve_positions(capacity);
-  state.caches.resize(layers_.size());
-  for (auto& c : state.caches) c.reset(rows, capacity, config_.d_model);
+  state.caches.clear();
+  state.linear.clear();
+  for (const auto& layer : layers_) {
+    if (const auto* lin = linear_attention(*layer)) {
+      state.linear.emplace_back();
+      lin->reset_state(state.linear.back(), rows);
+    } else {
+      state.caches.emplace_back();
+      state.caches.back().reset(rows, capacity, config_.d_model);
+    }
+  }
   state.rows = rows;
+  state.length = 0;
+  state.capacity = capacity;
   state.backend.begin(ComputeType::Float32, false, true);
 }
 
 template <typename T>
 const Matrix<T>& LanguageModel<T>::infer_step(const std::int64_t* tokens, LanguageModelState<T>& state) {
   const Index R = state.rows, t = state.position(), V = config_.vocab_size;
-  TCPP_CHECK(R >= 1 && !state.caches.empty(), "LanguageModel.infer_step: call infer_start first");
-  TCPP_CHECK(t < state.caches.front().capacity, "LanguageModel.infer_step: the caches hold ", t,
-             " positions, their capacity; start again with a larger capacity");
+  TCPP_CHECK(R >= 1 && state.caches.size() + state.linear.size() == layers_.size(),
+             "LanguageModel.infer_step: call infer_start first");
+  TCPP_CHECK(t < state.capacity, "LanguageModel.infer_step: ", t,
+             " positions were fed, the capacity given to infer_start; start again with a larger capacity");
   InferenceScratch<T>& s = state.scratch;
   // x = embedding[token] * sqrt(d) + PE[t]                                      (R, d)
   embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
+  size_t n_cache = 0, n_linear = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     LanguageModelBlock<T>& block = *layers_[l];
-    const auto& attn = static_cast<const CausalSoftmaxAttention<T>&>(*block.self_attention_);
     // the two residual sub-layers of forward(), without dropout: the new position attends to the
-    // cached ones and itself (append its key and value), then the feed-forward network
-    residual_infer<T>(
-        block.pre_norm_, block.norm1_,
-        [&](const Matrix<T>& in, Matrix<T>& out) { attn.mha_.infer_step(in, state.caches[l], state.backend, s, out); },
-        s.x, s.n, s.a);
+    // positions before and itself (softmax: append its key and value to the cache; linear: add
+    // phi(k)^T v and phi(k) to the state), then the feed-forward network
+    if (const auto* lin = linear_attention(block)) {
+      LinearAttentionState<T>& st = state.linear[n_linear++];
+      residual_infer<T>(
+          block.pre_norm_, block.norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { lin->step(cmap(in), st, out); },
+          s.x, s.n, s.a);
+    } else {
+      const auto& attn = static_cast<const CausalSoftmaxAttention<T>&>(*block.self_attention_);
+      KVCache<T>& cache = state.caches[n_cache++];
+      residual_infer<T>(
+          block.pre_norm_, block.norm1_,
+          [&](const Matrix<T>& in, Matrix<T>& out) { attn.mha_.infer_step(in, cache, state.backend, s, out); }, s.x,
+          s.n, s.a);
+    }
     residual_infer<T>(
         block.pre_norm_, block.norm2_,
         [&](const Matrix<T>& in, Matrix<T>& out) { block.feed_forward_.infer(in, state.backend, s, out); }, s.x, s.n,
         s.a);
   }
+  ++state.length;
   const Matrix<T>* y = &s.x;
   if (final_norm_) {
     s.n.resize(R, s.x.cols());

@@ -102,7 +102,11 @@ def add_lm_parsers(sub: Any) -> None:
     p.add_argument("--n-heads", dest="n_heads", type=int, help=f"attention heads (default {d.n_heads})")
     p.add_argument("--d-ff", dest="d_ff", type=int, help=f"feed-forward width (default {d.d_ff})")
     p.add_argument("--dropout", type=float, help=f"dropout rate (default {d.dropout})")
-    p.add_argument("--attention", help=f"the blocks' self-attention (default {d.attention!r})")
+    p.add_argument(
+        "--attention",
+        help=f"the blocks' self-attention: 'softmax', or 'linear' (linear in the context; generation as "
+        f"an RNN) (default {d.attention!r})",
+    )
     p.add_argument(
         "--pre-norm",
         dest="pre_norm",

@@ -205,9 +205,10 @@ def generate(
 
     Each character sees at most ``context`` characters (default the model's ``max_len``; the
     task passes the training ``seq_len``): positions beyond those a model was trained on are
-    positions it never learnt. With softmax attention each character costs one key/value-cached
-    step; when the context is full the caches start again from its last half. Other attention
-    runs the model over the last ``context`` characters for each character."""
+    positions it never learnt. Each character costs one step: softmax attention appends to
+    key/value caches, linear attention advances its recurrent state (constant time per
+    character); when the context is full the state starts again from its last half. Attention
+    without a step runs the model over the last ``context`` characters for each character."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"generate: max_tokens must be an integer >= 0, got {max_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:

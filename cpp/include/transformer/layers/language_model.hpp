@@ -23,6 +23,7 @@
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/feed_forward.hpp"
 #include "transformer/layers/layer_norm.hpp"
+#include "transformer/layers/linear_attention.hpp"
 #include "transformer/layers/loss.hpp"
 #include "transformer/layers/optimizer.hpp"
 #include "transformer/layers/self_attention.hpp"
@@ -86,16 +87,20 @@ class LanguageModelBlock {
   Matrix<T> dtmp_, dh_, dx_;  // (B*T, d) gradient buffers
 };
 
-// The generation state of R sequences: each block's keys and values of the positions fed so far
-// (softmax attention), buffers, and the last step's logits.
+// The generation state of R sequences: each block's attention state over the positions fed so far
+// (softmax attention: keys and values; linear attention: the RNN state S and z, of constant size),
+// buffers, and the last step's logits.
 template <typename T>
 struct LanguageModelState {
-  std::vector<KVCache<T>> caches;  // one per block
-  InferenceBackend<T> backend;     // plain float products
+  std::vector<KVCache<T>> caches;               // one per block (softmax attention)
+  std::vector<LinearAttentionState<T>> linear;  // one per block (linear attention)
+  InferenceBackend<T> backend;                  // plain float products
   InferenceScratch<T> scratch;
   Matrix<T> logits;  // (R, V)
   Index rows = 0;
-  Index position() const { return caches.empty() ? 0 : caches.front().length; }
+  Index length = 0;    // positions fed so far
+  Index capacity = 0;  // positions there is room for
+  Index position() const { return length; }
 };
 
 template <typename T>
@@ -117,11 +122,13 @@ class LanguageModel {
   // The mean cross-entropy in inference mode (no dropout, no update); count = labels scored.
   LossStats evaluate_loss(ConstTokenMap tokens);
 
-  // Generation with a key/value cache (softmax attention): start R empty sequences with room for
-  // `capacity` positions, then feed one token per sequence per step: logits (R, V) of the next.
+  // Generation one position at a time: start R empty sequences with room for `capacity`
+  // positions, then feed one token per sequence per step: logits (R, V) of the next. Softmax
+  // attention appends to a key/value cache (a step costs O(t)); linear attention advances its
+  // recurrent state (a step costs the same at every position).
   void infer_start(Index rows, Index capacity, LanguageModelState<T>& state);
   const Matrix<T>& infer_step(const std::int64_t* tokens, LanguageModelState<T>& state);
-  // Whether infer_step can run (the blocks' attention has a cached step): softmax attention.
+  // Whether infer_step can run (the blocks' attention has a step): softmax or linear attention.
   bool has_cached_step() const;
 
   ParameterList<T>
