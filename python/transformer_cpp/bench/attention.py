@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..layers import TiledAttention
+from ..layers import LinearAttention, LSHSelfAttention, TiledAttention
 from .machine import THREAD_ENV, log, machine_facts, set_all_threads
 from .memory import peak_rss
 from .report import JSON_SCHEMA_VERSION, jsonable
@@ -109,6 +109,41 @@ def _torch_sdpa(s: AttentionShapes, n: int, seed: int) -> Step:
     return step
 
 
+def _linear(s: AttentionShapes, n: int, seed: int) -> Step:
+    q, k, v, dout = _qkv(s, n, seed)
+    layer = LinearAttention(dtype="float32")
+
+    def step() -> None:
+        layer.forward(q, k, v, causal=s.causal)
+        layer.backward(dout)
+
+    return step
+
+
+# Reformer's settings of the measurement: 4 hashes, chunks of 64 positions.
+LSH_HASHES = 4
+LSH_CHUNK = 64
+
+
+def _lsh(s: AttentionShapes, n: int, seed: int) -> Step:
+    # The layer, with its query/value/output projections (shared QK has no separate key input), on
+    # (batch, n, heads * d_head): a little more work than the kernels of the other kinds.
+    d_model = s.heads * s.d_head
+    x = np.random.default_rng(seed).standard_normal((s.batch, n, d_model)).astype(np.float32)
+    layer = LSHSelfAttention(d_model, s.heads, chunk=LSH_CHUNK, n_hashes=LSH_HASHES, causal=s.causal, seed=seed)
+
+    def step() -> None:
+        y = layer.forward(x)
+        layer.backward(np.ones_like(y))
+
+    return step
+
+
+def _lsh_bytes(s: AttentionShapes, n: int) -> float:
+    # per hash round, each position's window of two chunks of scores and their gradient
+    return LSH_HASHES * (_linear_bytes(s, n) + 16.0 * s.batch * s.heads * n * LSH_CHUNK)
+
+
 def _linear_bytes(s: AttentionShapes, n: int) -> float:
     return 16.0 * s.batch * s.heads * n * s.d_head * 4
 
@@ -122,6 +157,8 @@ KINDS: Dict[str, Kind] = {
     "softmax_plain": Kind("softmax_plain", "ours softmax (plain)", True, False, _ours(tiled=False), _plain_bytes),
     "softmax_tiled": Kind("softmax_tiled", "ours softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes),
     "torch_sdpa": Kind("torch_sdpa", "PyTorch SDPA", True, True, _torch_sdpa, _linear_bytes),
+    "linear": Kind("linear", "ours linear", False, False, _linear, _linear_bytes),
+    "lsh": Kind("lsh", f"ours LSH ({LSH_HASHES} hashes, layer)", False, False, _lsh, _lsh_bytes),
 }
 
 
