@@ -37,7 +37,7 @@ void bind_language_model(py::module_& m);
 // LinearAttention, LinearMultiHeadAttention and its generation state
 void bind_linear_attention(py::module_& m);
 void bind_lsh_attention(py::module_& m);
-void bind_reversible(py::module_& m);    // ReversibleStack
+void bind_reversible(py::module_& m);  // ReversibleStack
 void bind_tiled_attention(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".

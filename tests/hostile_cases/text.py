@@ -316,7 +316,7 @@ def _(c):
 
 @api("text: corpus from a generator")
 def _(c):
-    assert tc.clean_corpus(s for s in ["Hello.world", "Mr. X."]) == ["Helloworld", "Mr. X."]
+    assert tc.clean_corpus(s for s in ["Hello.World", "Mr. X."]) == ["Hello. World", "Mr. X."]
 
 
 @api("tokenizer: vocabulary sizes beyond the bounds name the bounds")

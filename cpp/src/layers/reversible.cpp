@@ -95,10 +95,11 @@ std::string reversible_attention_kinds_text() {
 
 template <typename T>
 std::unique_ptr<SelfAttention<T>> make_reversible_attention(const std::string& kind, Index d_model, Index n_heads,
-                                                      std::uint64_t seed) {
+                                                            std::uint64_t seed) {
   if (kind == "softmax") return std::make_unique<SoftmaxAttentionAdapter<T>>(d_model, n_heads, seed);
   if (kind == "linear") return std::make_unique<LinearMultiHeadAttention<T>>(d_model, n_heads, seed);
-  throw std::invalid_argument(concat("attention must be one of ", reversible_attention_kinds_text(), ", got '", kind, "'"));
+  throw std::invalid_argument(
+      concat("attention must be one of ", reversible_attention_kinds_text(), ", got '", kind, "'"));
 }
 
 // One reversible block: y1 = x1 + Dropout_f(Attention(norm1(x2))), y2 = x2 + Dropout_g(FFN(norm2(y1))).
@@ -133,8 +134,8 @@ ReversibleStack<T>::ReversibleStack(const ReversibleStackOptions& o) : opt_(o) {
   TCPP_CHECK(o.chunk_rows > 0, "ReversibleStack: chunk_rows must be a positive integer, got ", o.chunk_rows);
   const auto& kinds = reversible_attention_kinds();
   if (std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end())  // before anything is allocated
-    throw std::invalid_argument(
-        concat("ReversibleStack: attention must be one of ", reversible_attention_kinds_text(), ", got '", o.attention, "'"));
+    throw std::invalid_argument(concat("ReversibleStack: attention must be one of ", reversible_attention_kinds_text(),
+                                       ", got '", o.attention, "'"));
   const double d = static_cast<double>(o.d_model), dff = static_cast<double>(o.d_ff);
   checked_size<T>("ReversibleStack", concat(o.n_layers, " layers of d_model ", o.d_model, ", d_ff ", o.d_ff),
                   static_cast<double>(o.n_layers) * encoder_layer_parameters(d, dff), 0, 0);
@@ -410,9 +411,9 @@ double ReversibleStack<T>::activation_bytes() const {
 }
 
 template std::unique_ptr<SelfAttention<float>> make_reversible_attention<float>(const std::string&, Index, Index,
-                                                                          std::uint64_t);
+                                                                                std::uint64_t);
 template std::unique_ptr<SelfAttention<double>> make_reversible_attention<double>(const std::string&, Index, Index,
-                                                                            std::uint64_t);
+                                                                                  std::uint64_t);
 template class ReversibleStack<float>;
 template class ReversibleStack<double>;
 

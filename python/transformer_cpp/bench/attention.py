@@ -104,7 +104,7 @@ def _torch_sdpa(s: AttentionShapes, n: int, seed: int) -> Step:
     def step() -> None:
         qq, kk, vv = (t.detach().requires_grad_(True) for t in (q, k, v))
         out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=s.causal)
-        out.backward(dout_t)
+        out.backward(dout_t)  # type: ignore[no-untyped-call]
 
     return step
 
@@ -334,7 +334,7 @@ def run_attention_bench(threads: int, quick: bool, seed: int, with_torch: bool, 
     if not with_torch:
         notes.append("PyTorch SDPA skipped: PyTorch not available or disabled with --no-torch")
     facts = machine_facts()
-    results = {
+    results: Dict[str, Any] = {
         "schema": JSON_SCHEMA_VERSION,
         "quick": quick,
         "threads": threads,

@@ -48,7 +48,7 @@ std::string reversible_attention_kinds_text();
 // naming the kinds allowed for any other name.
 template <typename T>
 std::unique_ptr<SelfAttention<T>> make_reversible_attention(const std::string& kind, Index d_model, Index n_heads,
-                                                      std::uint64_t seed);
+                                                            std::uint64_t seed);
 
 struct ReversibleStackOptions {
   Index n_layers = 2, d_model = 64, n_heads = 4, d_ff = 256;
