@@ -6,6 +6,14 @@ For each kind in :data:`KINDS` and each length, one forward and backward pass of
 --length N``) so that the peak is that pass's own: the resident set size high-water mark after the
 pass minus the one after the imports (:func:`transformer_cpp.bench.memory.peak_rss`).
 
+Beside that section, ``--attention`` runs three more (:func:`measure_attention_sections`): per-token
+generation time against position, KV-cached softmax against linear attention's RNN form, and
+Transformer-XL evaluation per token with state reuse against recomputing the window
+(:mod:`transformer_cpp.bench.per_token`); activation memory against depth with and without
+reversible layers (:func:`transformer_cpp.bench.reversible.bench_depth`). The JSON holds one key per
+section (``attention``, ``generation``, ``depth``, ``xl``) and the report one table each
+(:func:`format_attention_report`).
+
 A kind is one entry of :data:`KINDS`: a name, whether it computes exact softmax attention, and a
 function that builds its inputs for a length and returns the step that runs one forward and
 backward pass. Adding a kind (another attention, another library) is adding one entry.
@@ -27,7 +35,20 @@ import numpy as np
 from ..layers import LinearAttention, LSHSelfAttention, TiledAttention
 from .machine import THREAD_ENV, log, machine_facts, set_all_threads
 from .memory import peak_rss
+from .per_token import (
+    FULL_GENERATION,
+    FULL_XL,
+    QUICK_GENERATION,
+    QUICK_XL,
+    GenerationShapes,
+    XLShapes,
+    bench_generation,
+    bench_xl,
+    format_generation_table,
+    format_xl_table,
+)
 from .report import JSON_SCHEMA_VERSION, jsonable
+from .reversible import FULL_DEPTH, QUICK_DEPTH, DepthShapes, bench_depth, format_depth_table
 
 __all__ = [
     "AttentionShapes",
@@ -37,8 +58,10 @@ __all__ = [
     "FULL_ATTENTION",
     "bench_attention",
     "crossover",
+    "format_attention_report",
     "format_attention_table",
     "main",
+    "measure_attention_sections",
 ]
 
 
@@ -326,30 +349,69 @@ def format_attention_table(r: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_attention_bench(threads: int, quick: bool, seed: int, with_torch: bool, json_to: Optional[str]) -> int:
-    """The ``--attention`` section on its own: measure, print the table, write JSON like the bench."""
-    s = QUICK_ATTENTION if quick else FULL_ATTENTION
-    kinds = [k for k, kind in KINDS.items() if with_torch or not kind.needs_torch]
-    notes = []
-    if not with_torch:
-        notes.append("PyTorch SDPA skipped: PyTorch not available or disabled with --no-torch")
-    facts = machine_facts()
+def measure_attention_sections(
+    threads: int,
+    seed: int = 0,
+    with_torch: bool = True,
+    attention: Optional[AttentionShapes] = FULL_ATTENTION,
+    generation: Optional[GenerationShapes] = FULL_GENERATION,
+    depth: Optional[DepthShapes] = FULL_DEPTH,
+    xl: Optional[XLShapes] = FULL_XL,
+    progress: Callable[[str], None] = log,
+) -> Dict[str, Any]:
+    """The results of ``bench --attention`` at the given shapes (a section given as None is left
+    out): the machine, then ``attention``, ``generation``, ``depth`` and ``xl``; JSON-ready."""
+    notes: List[str] = []
     results: Dict[str, Any] = {
         "schema": JSON_SCHEMA_VERSION,
-        "quick": quick,
         "threads": threads,
-        "machine": facts,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine_facts(),
         "notes": notes,
-        "attention": bench_attention(s, threads, kinds, seed, log),
     }
+    if attention is not None:
+        kinds = [k for k, kind in KINDS.items() if with_torch or not kind.needs_torch]
+        if not with_torch:
+            notes.append("PyTorch SDPA skipped: PyTorch not available or disabled with --no-torch")
+        results["attention"] = bench_attention(attention, threads, kinds, seed, progress)
+    if generation is not None:
+        results["generation"] = bench_generation(generation, threads, seed, progress)
+    if depth is not None:
+        results["depth"] = bench_depth(depth, threads, progress)
+    if xl is not None:
+        results["xl"] = bench_xl(xl, threads, seed, progress)
     try:
         results["machine"]["load_average_end"] = round(os.getloadavg()[0], 2)
     except OSError:  # pragma: no cover
         pass
-    results = jsonable(results)
-    table = format_attention_table(results["attention"])
-    if notes:
-        table += "\n" + "\n".join(f"note: {n}" for n in notes)
+    return dict(jsonable(results))
+
+
+def format_attention_report(results: Mapping[str, Any]) -> str:
+    """One table per section present in ``results``, the machine and date first, the notes last."""
+    m = results.get("machine", {})
+    parts = [f"{m.get('cpu', 'unknown CPU')}, {m.get('cores', '?')} cores, {results.get('date', '')}"]
+    formats = (
+        ("attention", format_attention_table),
+        ("generation", format_generation_table),
+        ("depth", format_depth_table),
+        ("xl", format_xl_table),
+    )
+    parts += [fmt(results[key]) for key, fmt in formats if key in results]
+    parts += [f"note: {n}" for n in results.get("notes", [])]
+    return "\n\n".join(parts)
+
+
+def run_attention_bench(threads: int, quick: bool, seed: int, with_torch: bool, json_to: Optional[str]) -> int:
+    """``bench --attention``: measure every section, print the tables, write JSON like the bench."""
+    if quick:
+        results = measure_attention_sections(
+            threads, seed, with_torch, QUICK_ATTENTION, QUICK_GENERATION, QUICK_DEPTH, QUICK_XL
+        )
+    else:
+        results = measure_attention_sections(threads, seed, with_torch)
+    results = {"quick": quick, **results}
+    table = format_attention_report(results)
     if json_to == "-":
         print(table, file=sys.stderr)
         print(json.dumps(results, indent=2))

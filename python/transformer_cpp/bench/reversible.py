@@ -10,7 +10,9 @@ stack's own count of the bytes it holds after the forward (``activation_bytes()`
 next to it.
 
 ``python -m transformer_cpp.bench.reversible [--length 1024] [--layers 2 4 8 12] [--threads 1]``
-prints the table; :func:`measure_activation_memory` returns it.
+prints the table; :func:`measure_activation_memory` returns it. ``transformer-cpp bench
+--attention`` runs it as its depth section (:func:`bench_depth`, :data:`FULL_DEPTH`), with the
+growth from the shallowest to the deepest stack of each kind.
 """
 
 from __future__ import annotations
@@ -21,14 +23,26 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..layers import ReversibleStack
 from .machine import THREAD_ENV, set_all_threads
 
-__all__ = ["child_activation_memory", "format_table", "main", "measure_activation_memory"]
+__all__ = [
+    "DepthShapes",
+    "FULL_DEPTH",
+    "QUICK_DEPTH",
+    "bench_depth",
+    "child_activation_memory",
+    "depth_growth",
+    "format_depth_table",
+    "format_table",
+    "main",
+    "measure_activation_memory",
+]
 
 MODES = ("reversible", "ordinary")
 
@@ -144,9 +158,82 @@ def format_table(rows: Sequence[Dict[str, Any]]) -> str:
     for r in rows:
         lines.append(
             f"| {r['layers']} | {r['mode']} | {r['activation_bytes_mb']:.1f} | {r['forward_peak_mb']:.1f} | "
-            f"{r['peak_mb']:.1f} | {r['growth']:.2f} | {r['seconds']:.2f} |"
+            f"{r['peak_mb']:.1f} | {'-' if r['growth'] is None else format(r['growth'], '.2f')} | {r['seconds']:.2f} |"
         )
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DepthShapes:
+    """The stacks of the depth section: causal softmax blocks of ``d_model`` with ``heads`` heads
+    (d_head 64 at the full shapes) over ``length`` positions, dropout 0.1 (replayed by the
+    reversible backward)."""
+
+    layers: Sequence[int] = (2, 4, 8, 12)
+    length: int = 1024
+    d_model: int = 256
+    heads: int = 4
+    d_ff: int = 1024
+    batch: int = 1
+
+
+FULL_DEPTH = DepthShapes()
+QUICK_DEPTH = DepthShapes(layers=(2, 4), length=32, d_model=32, heads=2, d_ff=64)
+
+
+def depth_growth(rows: Sequence[Mapping[str, Any]], key: str = "peak_mb") -> Dict[str, Optional[float]]:
+    """Per stack kind: ``key`` at the deepest stack over ``key`` at the shallowest (None when the
+    shallowest is not positive or a kind has fewer than two depths)."""
+    out: Dict[str, Optional[float]] = {}
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        mine = sorted((r for r in rows if r["mode"] == mode), key=lambda r: int(r["layers"]))
+        first, last = float(mine[0][key]), float(mine[-1][key])
+        out[mode] = last / first if len(mine) > 1 and first > 0 else None
+    return out
+
+
+def bench_depth(
+    s: DepthShapes, threads: int, progress: Callable[[str], None] = lambda m: None
+) -> Dict[str, Any]:
+    """:func:`measure_activation_memory` at ``s`` as a section of results: the rows, and the growth
+    from the shallowest to the deepest stack of each kind (peak memory and the bytes held)."""
+    out: Dict[str, Any] = {
+        "method": "one training forward and backward per (layers, stack), each in a fresh process: MB = peak "
+        "RSS (VmHWM, reset after the stack and its gradients are built) - the resident size before the forward",
+        "shapes": asdict(s),
+        "threads": threads,
+        "dtype": "float32",
+    }
+    progress(f"activation memory against depth: {', '.join(map(str, s.layers))} layers, reversible and ordinary")
+    try:
+        rows = measure_activation_memory(s.layers, s.length, s.d_model, s.heads, s.d_ff, s.batch, threads)
+    except RuntimeError as exc:
+        out["error"] = str(exc)[:400]
+        return out
+    out["rows"] = rows
+    out["growth"] = depth_growth(rows)
+    out["growth_held"] = depth_growth(rows, "activation_bytes_mb")
+    return out
+
+
+def format_depth_table(r: Mapping[str, Any]) -> str:
+    """The rows of :func:`format_table` under a heading, then the growth of each kind."""
+    s = r["shapes"]
+    head = (
+        f"Activation memory against depth: length {s['length']}, d_model {s['d_model']}, {s['heads']} heads, "
+        f"d_ff {s['d_ff']}, batch {s['batch']}, {r['dtype']}, {r['threads']} threads"
+    )
+    if "error" in r:
+        return head + "\n  " + r["error"]
+    first, last = min(s["layers"]), max(s["layers"])
+
+    def x(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.2f}x"
+
+    growth = ", ".join(
+        f"{mode} {x(g)} (held {x(r['growth_held'].get(mode))})" for mode, g in r["growth"].items()
+    )
+    return "\n".join([head, format_table(r["rows"]), f"growth from {first} to {last} layers: {growth}"])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

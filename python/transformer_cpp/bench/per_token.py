@@ -1,0 +1,358 @@
+"""Per-token time of ``transformer-cpp bench --attention``: generation and Transformer-XL evaluation.
+
+**Generation** (:func:`bench_generation`): the decoder-only :class:`~transformer_cpp.model.LanguageModel`
+generating one token at a time, ``start_generation`` then ``generation_step`` at positions 1 ... N,
+with softmax attention (each step attends to a key/value cache that grows by one position: its
+time grows with the position) against linear attention's RNN form (each step updates a state of
+fixed size, ``S`` (d_head, d_head) and ``z`` (d_head) per head: the same time at every position).
+The model has one block, ``d_model`` 256, 4 heads of ``d_head`` 64 and ``d_ff`` 1024, and a
+vocabulary of 64 characters: one block because the attention is what differs between the two and
+every further block adds the same attention work again; ``d_head`` 64 as the papers; a small
+vocabulary so that the output projection (the same for both) does not hide the attention. Every
+step is timed; the time at a position is the median of the ``window`` steps around it (one step
+takes tens of microseconds, so a single one is at the mercy of an interrupt), the fastest of
+``repeats`` runs. ``flatness`` is the largest over the smallest of those per-position times; the
+total is the time of the first ``total_steps`` steps of the fastest run.
+
+**Transformer-XL evaluation** (:func:`bench_xl`): a :class:`~transformer_cpp.layers.RelativeMultiHeadAttention`
+layer evaluating one new token with an attention length of ``length`` positions. With state
+reuse (``infer_reset``, ``infer_memory``, then ``infer`` per token) the new token's query attends to
+the ``length - 1`` cached keys and values and itself; recomputing, as a model without a memory must,
+runs the forward over the whole window of ``length`` positions for every new token. Both are timed
+per token, the fastest of ``repeats``; ``speedup`` is recompute over reuse.
+
+Each kind runs in a fresh child process (``python -m transformer_cpp.bench.per_token --child
+generation softmax|linear`` or ``--child xl``) with the thread count set before anything runs, and
+also reports the peak resident memory it added (a key/value cache grows with the position, an RNN
+state does not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .machine import THREAD_ENV, set_all_threads
+from .memory import peak_rss
+
+__all__ = [
+    "GENERATION_KINDS",
+    "FULL_GENERATION",
+    "FULL_XL",
+    "GenerationShapes",
+    "QUICK_GENERATION",
+    "QUICK_XL",
+    "XLShapes",
+    "bench_generation",
+    "bench_xl",
+    "flatness",
+    "format_generation_table",
+    "format_xl_table",
+    "main",
+    "per_position",
+]
+
+# the attention of the language model's blocks -> the label of its generation step
+GENERATION_KINDS = {"softmax": "softmax (KV cache)", "linear": "linear (RNN state)"}
+
+
+@dataclass(frozen=True)
+class GenerationShapes:
+    """What the generation comparison measures (see the module docstring for why these shapes)."""
+
+    positions: Sequence[int] = (1, 64, 512, 1024, 2048, 4096)  # reported; the run generates up to the last
+    total_steps: int = 3072  # the total time is over the first this many steps
+    d_model: int = 256
+    heads: int = 4
+    d_ff: int = 1024
+    vocab: int = 64
+    window: int = 32  # steps around a position whose median is its time
+    curve_points: int = 64  # positions of the per-token curve kept in the results (for a figure)
+    repeats: int = 3  # full runs; the fastest is reported
+
+
+@dataclass(frozen=True)
+class XLShapes:
+    """What the Transformer-XL comparison measures: one layer, one new token at a time."""
+
+    length: int = 512  # attention length: the cached positions and the new one, or the recomputed window
+    d_model: int = 256
+    heads: int = 4
+    tokens: int = 32  # new tokens evaluated with state reuse per run
+    recomputes: int = 3  # window forwards per run
+    repeats: int = 3
+
+
+FULL_GENERATION = GenerationShapes()
+QUICK_GENERATION = GenerationShapes(
+    positions=(1, 8, 32), total_steps=24, d_model=32, heads=2, d_ff=64, vocab=16, window=4, curve_points=8, repeats=1
+)
+FULL_XL = XLShapes()
+QUICK_XL = XLShapes(length=32, d_model=32, heads=2, tokens=4, recomputes=1, repeats=1)
+
+
+def per_position(step_us: Sequence[float], positions: Sequence[int], window: int) -> Dict[int, float]:
+    """The time at each (1-based) position: the median of the ``window`` steps centred on it,
+    shifted to stay within the run (``step_us[i]`` is the step at position ``i + 1``)."""
+    n = len(step_us)
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out: Dict[int, float] = {}
+    for p in positions:
+        if not 1 <= p <= n:
+            raise ValueError(f"position {p} is outside the run's positions 1 ... {n}")
+        w = min(window, n)
+        start = min(max(p - 1 - w // 2, 0), n - w)
+        out[int(p)] = float(np.median(np.asarray(step_us[start : start + w], dtype=float)))
+    return out
+
+
+def flatness(times: Mapping[Any, float]) -> Optional[float]:
+    """The largest time over the smallest (1.0: the same time everywhere); None without positive times."""
+    values = [float(t) for t in times.values()]
+    if not values or min(values) <= 0:
+        return None
+    return max(values) / min(values)
+
+
+def _curve_positions(n: int, points: int) -> List[int]:
+    return sorted({int(round(p)) for p in np.linspace(1, n, max(points, 2))})
+
+
+def child_generation(kind: str, s: GenerationShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
+    """In a fresh process: ``repeats`` generation runs of ``max(positions)`` steps with a one-block
+    language model of attention ``kind``; per-position medians, the fastest run's total."""
+    from ..model import LanguageModel
+
+    if kind not in GENERATION_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(GENERATION_KINDS)}, got {kind!r}")
+    set_all_threads(threads)
+    baseline, source = peak_rss()
+    n = max(s.positions)
+    if s.total_steps > n:
+        raise ValueError(f"total_steps ({s.total_steps}) must not exceed the last position ({n})")
+    model = LanguageModel(
+        s.vocab,
+        d_model=s.d_model,
+        n_layers=1,
+        n_heads=s.heads,
+        d_ff=s.d_ff,
+        dropout=0.0,
+        attention=kind,
+        max_len=n,
+        seed=seed,
+    )
+    tokens = np.random.default_rng(seed).integers(1, s.vocab, size=(n, 1)).astype(np.int64)
+    model.start_generation(1, n)  # untimed: first touch of the caches, lazy initialisation
+    for i in range(min(n, 2 * s.window)):
+        model.generation_step(tokens[i])
+    curve_at = _curve_positions(n, s.curve_points)
+    best: Dict[int, float] = {}
+    curve: Dict[int, float] = {}
+    totals: List[float] = []
+    for _ in range(s.repeats):
+        model.start_generation(1, n)
+        step_us = np.empty(n)
+        for i in range(n):
+            t0 = time.perf_counter()
+            model.generation_step(tokens[i])
+            step_us[i] = 1e6 * (time.perf_counter() - t0)
+        totals.append(float(step_us[: s.total_steps].sum()) / 1000.0)
+        for p, t in per_position(step_us, s.positions, s.window).items():
+            best[p] = min(t, best.get(p, t))
+        for p, t in per_position(step_us, curve_at, s.window).items():
+            curve[p] = min(t, curve.get(p, t))
+    peak, _ = peak_rss()
+    return {
+        "kind": kind,
+        "us_per_token": {str(p): t for p, t in best.items()},
+        "curve_us": [[p, t] for p, t in sorted(curve.items())],
+        "flatness": flatness(best),
+        "total_ms": min(totals),
+        "total_ms_all": totals,
+        "peak_mb": (peak - baseline) / 2**20,
+        "source": source,
+    }
+
+
+def child_xl(s: XLShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
+    """In a fresh process: per-token time of a relative-attention layer at attention length
+    ``s.length``, recomputing the window against reusing the cached state."""
+    from ..layers import RelativeMultiHeadAttention
+
+    set_all_threads(threads)
+    baseline, source = peak_rss()
+    layer = RelativeMultiHeadAttention(s.d_model, s.heads, seed=seed)
+    rng = np.random.default_rng(seed)
+    seq = rng.standard_normal((1, s.length - 1 + s.tokens, s.d_model)).astype(np.float32)
+    memory = seq[:, : s.length - 1]
+
+    def recompute() -> float:
+        t0 = time.perf_counter()
+        layer.forward(seq[:, s.tokens : s.tokens + s.length])  # the window ending at the last new token
+        return time.perf_counter() - t0
+
+    def reuse() -> float:
+        layer.infer_reset(1, s.length - 1)
+        layer.infer_memory(memory)
+        t0 = time.perf_counter()
+        for i in range(s.length - 1, s.length - 1 + s.tokens):
+            layer.infer(seq[:, i : i + 1])
+        return (time.perf_counter() - t0) / s.tokens
+
+    recompute()  # untimed
+    reuse()
+    recompute_s = min(recompute() for _ in range(s.repeats * s.recomputes))
+    reuse_s = min(reuse() for _ in range(s.repeats))
+    peak, _ = peak_rss()
+    return {
+        "recompute_ms": 1000.0 * recompute_s,
+        "reuse_ms": 1000.0 * reuse_s,
+        "speedup": recompute_s / reuse_s if reuse_s > 0 else None,
+        "peak_mb": (peak - baseline) / 2**20,
+        "source": source,
+    }
+
+
+def _run_child(args: List[str], threads: int, what: str) -> Dict[str, Any]:
+    env = dict(os.environ)
+    for key in THREAD_ENV:
+        env[key] = str(threads)
+    cmd = [sys.executable, "-m", "transformer_cpp.bench.per_token", *args, "--threads", str(threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return dict(json.loads(lines[-1]))
+    last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"error": f"{what}: child exited with {proc.returncode}: {last[:300]}"}
+
+
+def bench_generation(
+    s: GenerationShapes, threads: int, seed: int = 0, progress: Callable[[str], None] = lambda m: None
+) -> Dict[str, Any]:
+    """Both kinds, each in a child process; ``speedup``: softmax's total time over linear's."""
+    out: Dict[str, Any] = {
+        "method": "a one-block language model generating one token per step at positions 1 ... N, each "
+        "kind in a fresh process: us per token = the median of the steps around the position, the fastest "
+        "of the runs; flatness = the largest of those over the smallest; total = the first total_steps "
+        "steps of the fastest run",
+        "shapes": asdict(s),
+        "d_head": s.d_model // s.heads,
+        "threads": threads,
+        "dtype": "float32",
+        "kinds": dict(GENERATION_KINDS),
+        "results": {},
+    }
+    for kind in GENERATION_KINDS:
+        progress(f"generation: {kind}, {max(s.positions)} steps x {s.repeats}")
+        out["results"][kind] = _run_child(
+            ["--child", "generation", kind, "--shapes", json.dumps(asdict(s)), "--seed", str(seed)],
+            threads,
+            f"generation {kind}",
+        )
+    soft, lin = out["results"]["softmax"], out["results"]["linear"]
+    out["speedup"] = soft["total_ms"] / lin["total_ms"] if "total_ms" in soft and "total_ms" in lin else None
+    return out
+
+
+def bench_xl(s: XLShapes, threads: int, seed: int = 0, progress: Callable[[str], None] = lambda m: None) -> Dict[str, Any]:
+    """Recompute against state reuse in one child process."""
+    progress(f"Transformer-XL evaluation at attention length {s.length}")
+    out: Dict[str, Any] = {
+        "method": "one relative-attention layer, one new token: reuse = infer over the cached keys and values "
+        "(the mean of the tokens of a run), recompute = forward over the whole window; the fastest of the runs",
+        "shapes": asdict(s),
+        "d_head": s.d_model // s.heads,
+        "threads": threads,
+        "dtype": "float32",
+    }
+    out.update(_run_child(["--child", "xl", "--shapes", json.dumps(asdict(s)), "--seed", str(seed)], threads, "xl"))
+    return out
+
+
+def format_generation_table(r: Mapping[str, Any]) -> str:
+    """Position x kind: microseconds per token, and linear's speedup; flatness and the totals below."""
+    s = r["shapes"]
+    kinds = list(r["kinds"])
+    head = (
+        f"Generation per token: 1 block, d_model {s['d_model']}, {s['heads']} heads, d_head {r['d_head']}, "
+        f"d_ff {s['d_ff']}, vocabulary {s['vocab']}, {r['dtype']}, {r['threads']} threads "
+        f"(us per token: median of {s['window']} steps around the position, fastest of {s['repeats']} runs)"
+    )
+    width = 22
+    label = 22
+    lines = [
+        head,
+        "position".rjust(label) + "".join(r["kinds"][k].rjust(width) for k in kinds) + "softmax/linear".rjust(16),
+    ]
+    res = r["results"]
+
+    def cell(kind: str, p: str) -> Optional[float]:
+        v = res[kind].get("us_per_token", {}).get(p)
+        return None if v is None else float(v)
+
+    for p in map(str, s["positions"]):
+        values = [cell(k, p) for k in kinds]
+        row = p.rjust(label) + "".join(("failed" if v is None else f"{v:.1f} us").rjust(width) for v in values)
+        soft, lin = cell("softmax", p), cell("linear", p)
+        lines.append(row + (f"{soft / lin:.2f}x" if soft and lin else "-").rjust(16))
+    flat = "".join((f"{res[k]['flatness']:.2f}x" if res[k].get("flatness") else "-").rjust(width) for k in kinds)
+    lines.append("flatness".rjust(label) + flat + "  (largest / smallest of the rows above)")
+    total = "".join((f"{res[k]['total_ms']:.1f} ms" if "total_ms" in res[k] else "failed").rjust(width) for k in kinds)
+    speed = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
+    lines.append(f"total, {s['total_steps']} steps".rjust(label) + total + speed.rjust(16))
+    for k in kinds:
+        if "error" in res[k]:
+            lines.append(f"{k}: {res[k]['error']}")
+    return "\n".join(lines)
+
+
+def format_xl_table(r: Mapping[str, Any]) -> str:
+    """One line each: recompute, reuse, speedup."""
+    s = r["shapes"]
+    head = (
+        f"Transformer-XL evaluation per token: attention length {s['length']}, d_model {s['d_model']}, "
+        f"{s['heads']} heads, d_head {r['d_head']}, {r['dtype']}, {r['threads']} threads (one layer)"
+    )
+    if "error" in r:
+        return head + "\n  " + r["error"]
+    return "\n".join(
+        [
+            head,
+            f"  recompute the window   {r['recompute_ms']:10.3f} ms per token",
+            f"  reuse the cached state {r['reuse_ms']:10.3f} ms per token",
+            f"  state reuse is {r['speedup']:.0f}x faster" if r.get("speedup") else "  speedup: -",
+        ]
+    )
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m transformer_cpp.bench.per_token --child generation KIND | --child xl``: one
+    measurement, printed as a JSON line (the parent process runs these)."""
+    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench.per_token")
+    p.add_argument("--child", nargs="+", required=True, metavar="WHAT", help="generation softmax|linear, or xl")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shapes", default=None, help="GenerationShapes or XLShapes as JSON")
+    args = p.parse_args(argv)
+    shapes = json.loads(args.shapes) if args.shapes else {}
+    if args.child[0] == "generation" and len(args.child) == 2:
+        row = child_generation(args.child[1], GenerationShapes(**shapes), args.threads, args.seed)
+    elif args.child == ["xl"]:
+        row = child_xl(XLShapes(**shapes), args.threads, args.seed)
+    else:
+        p.error(f"--child takes 'generation {'|'.join(GENERATION_KINDS)}' or 'xl', got {' '.join(args.child)!r}")
+    print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
