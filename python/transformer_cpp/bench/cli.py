@@ -93,7 +93,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--attention",
         action="store_true",
         help="only the attention kinds side by side: forward+backward time and peak memory against the "
-        "sequence length (512 ... 16,384; causal, d_head 64, float32), each measurement in its own process",
+        "sequence length (512 ... 16,384; causal, d_head 64, float32), per-token generation time against "
+        "position (KV-cached softmax, linear attention's RNN form), activation memory against depth with and "
+        "without reversible layers, and Transformer-XL evaluation with state reuse against recomputing; each "
+        "measurement in its own process",
     )
     p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
     p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")

@@ -40,6 +40,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..layers import RelativeMultiHeadAttention
+from ..model import LanguageModel
 from .machine import THREAD_ENV, set_all_threads
 from .memory import peak_rss
 
@@ -130,8 +132,6 @@ def _curve_positions(n: int, points: int) -> List[int]:
 def child_generation(kind: str, s: GenerationShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
     """In a fresh process: ``repeats`` generation runs of ``max(positions)`` steps with a one-block
     language model of attention ``kind``; per-position medians, the fastest run's total."""
-    from ..model import LanguageModel
-
     if kind not in GENERATION_KINDS:
         raise ValueError(f"kind must be one of {', '.join(GENERATION_KINDS)}, got {kind!r}")
     set_all_threads(threads)
@@ -186,8 +186,6 @@ def child_generation(kind: str, s: GenerationShapes, threads: int, seed: int = 0
 def child_xl(s: XLShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
     """In a fresh process: per-token time of a relative-attention layer at attention length
     ``s.length``, recomputing the window against reusing the cached state."""
-    from ..layers import RelativeMultiHeadAttention
-
     set_all_threads(threads)
     baseline, source = peak_rss()
     layer = RelativeMultiHeadAttention(s.d_model, s.heads, seed=seed)
@@ -263,7 +261,9 @@ def bench_generation(
     return out
 
 
-def bench_xl(s: XLShapes, threads: int, seed: int = 0, progress: Callable[[str], None] = lambda m: None) -> Dict[str, Any]:
+def bench_xl(
+    s: XLShapes, threads: int, seed: int = 0, progress: Callable[[str], None] = lambda m: None
+) -> Dict[str, Any]:
     """Recompute against state reuse in one child process."""
     progress(f"Transformer-XL evaluation at attention length {s.length}")
     out: Dict[str, Any] = {

@@ -192,9 +192,7 @@ def depth_growth(rows: Sequence[Mapping[str, Any]], key: str = "peak_mb") -> Dic
     return out
 
 
-def bench_depth(
-    s: DepthShapes, threads: int, progress: Callable[[str], None] = lambda m: None
-) -> Dict[str, Any]:
+def bench_depth(s: DepthShapes, threads: int, progress: Callable[[str], None] = lambda m: None) -> Dict[str, Any]:
     """:func:`measure_activation_memory` at ``s`` as a section of results: the rows, and the growth
     from the shallowest to the deepest stack of each kind (peak memory and the bytes held)."""
     out: Dict[str, Any] = {
@@ -230,9 +228,7 @@ def format_depth_table(r: Mapping[str, Any]) -> str:
     def x(v: Optional[float]) -> str:
         return "-" if v is None else f"{v:.2f}x"
 
-    growth = ", ".join(
-        f"{mode} {x(g)} (held {x(r['growth_held'].get(mode))})" for mode, g in r["growth"].items()
-    )
+    growth = ", ".join(f"{mode} {x(g)} (held {x(r['growth_held'].get(mode))})" for mode, g in r["growth"].items())
     return "\n".join([head, format_table(r["rows"]), f"growth from {first} to {last} layers: {growth}"])
 
 
