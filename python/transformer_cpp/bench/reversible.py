@@ -222,7 +222,7 @@ def format_depth_table(r: Mapping[str, Any]) -> str:
         f"d_ff {s['d_ff']}, batch {s['batch']}, {r['dtype']}, {r['threads']} threads"
     )
     if "error" in r:
-        return head + "\n  " + r["error"]
+        return head + "\n  " + str(r["error"])
     first, last = min(s["layers"]), max(s["layers"])
 
     def x(v: Optional[float]) -> str:
