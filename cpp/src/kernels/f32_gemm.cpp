@@ -232,8 +232,8 @@ TCPP_F32_TARGET void compute_block(const Block& s, Index blk) { walk_block<kMR, 
 //
 // The same scheme in 8-float vectors. AVX2 has 16 vector registers, so the tile is kMR2 x kNR2 =
 // 6 x 16: 12 accumulators, the two vectors of the B panel and one broadcast A value (the shape of
-// the AVX2 micro-kernels of BLIS and OpenBLAS). The panels are packed by plain loops compiled for
-// AVX2 (packing is a small share of the work: O(MK + NK) against O(MNK)).
+// the AVX2 micro-kernels of BLIS and OpenBLAS). Lines contiguous in k are packed through 8 x 8
+// transposes in registers, the others by plain copies.
 
 constexpr Index kMR2 = 6;
 constexpr Index kNR2 = 16;
@@ -249,23 +249,69 @@ TCPP_F32_AVX2_TARGET void pack_k_major_avx2(const float* src, Index ld, Index fi
   }
 }
 
+// The first `count` of 8 lanes (count may be <= 0 or >= 8), as a maskload / maskstore mask.
+TCPP_F32_AVX2_TARGET inline __m256i first_lanes8(Index count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<Index>(count, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// r[i][j] becomes r[j][i] (an 8 x 8 block of floats, one row per register).
+TCPP_F32_AVX2_TARGET inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);  // per 128-bit half: r[i][0] r[i+1][0] r[i][1] r[i+1][1]
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));  // column 0 of four rows
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);  // the low halves: columns 0..3
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Lines contiguous in k: 8 lines x 8 values of k at a time, transposed through registers.
 TCPP_F32_AVX2_TARGET void pack_lines_avx2(const float* src, Index ld, Index first, Index count, Index width, Index k0,
                                           Index kc, float* dst) {
-  // 8 lines at a time, each read contiguously and written with stride `width`
-  for (Index w = 0; w < width; ++w) {
-    float* d = dst + w;
-    if (w < count) {
-      const float* s = src + (first + w) * ld + k0;
-      for (Index k = 0; k < kc; ++k) d[k * width] = s[k];
-    } else {
-      for (Index k = 0; k < kc; ++k) d[k * width] = 0.0f;
+  for (Index w0 = 0; w0 < width; w0 += 8) {
+    const Index lines = std::min<Index>(8, width - w0);
+    const __m256i store_mask = first_lanes8(lines);
+    for (Index kb = 0; kb < kc; kb += 8) {
+      const Index ks = std::min<Index>(8, kc - kb);
+      const __m256i load_mask = first_lanes8(ks);
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int w = 0; w < 8; ++w) {
+        const float* line = src + (first + w0 + w) * ld + k0 + kb;
+        if (w >= lines || w0 + w >= count)
+          r[w] = _mm256_setzero_ps();
+        else
+          r[w] = ks == 8 ? _mm256_loadu_ps(line) : _mm256_maskload_ps(line, load_mask);
+      }
+      transpose8(r);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        if (k >= ks) break;
+        float* d = dst + (kb + k) * width + w0;
+        if (lines == 8)
+          _mm256_storeu_ps(d, r[k]);
+        else
+          _mm256_maskstore_ps(d, store_mask, r[k]);
+      }
     }
   }
 }
 
 TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc,
                                                    Index rows, Index cols, bool accumulate, const float* bias) {
+  // every loop over the accumulators is unrolled: an index that is not a constant would keep
+  // them in memory
   __m256 acc[kMR2][2];
+#pragma GCC unroll 6
   for (int i = 0; i < kMR2; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (Index k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
@@ -299,6 +345,7 @@ TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, con
   }
   // a tile at the edge of C: through a buffer, element by element, in the same order (C, then bias)
   alignas(32) float tile[kMR2][kNR2];
+#pragma GCC unroll 6
   for (int i = 0; i < kMR2; ++i) {
     _mm256_store_ps(tile[i], acc[i][0]);
     _mm256_store_ps(tile[i] + 8, acc[i][1]);
