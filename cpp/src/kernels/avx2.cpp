@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 // Compiled with function target attributes, never with -m flags for the whole file: inline
 // functions of headers (std::, Eigen) instantiated here must stay plain x86-64 code, since the
@@ -174,7 +175,8 @@ namespace {
 
 // Rows 0..MR of one half panel (16 output features, nb of them valid) over wc words: MR x 2 int32
 // sums, started from zero (first word block) or from the partial sums kept in y (as int32 bits);
-// after the last block they are scaled and the bias added. P + w * 32 holds the 16 words of w.
+// after the last block they are scaled and the bias added. P + w * 32 holds the 16 words of w; x
+// holds the rows' words as signed bytes xq (signed_rows below).
 template <int MR>
 TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::uint32_t* P, Index wc, bool first,
                                 bool last, float* y, Index ldy, Index nb, const float* xs, const float* ws,
@@ -182,7 +184,8 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
   const bool full = nb >= 16;
   const __m256i m0 = first_lanes(nb), m1 = first_lanes(nb - 8);
   auto* yi = reinterpret_cast<int*>(y);  // partial sums between word blocks, as int32 bits
-  __m256i acc[MR][2];
+  __m256i acc[MR][2];  // every loop over them unrolled, so that they stay in registers
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     if (first) {
       acc[i][0] = acc[i][1] = _mm256_setzero_si256();
@@ -193,7 +196,9 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
                        : _mm256_maskload_epi32(yi + i * ldy + 8, m1);
     }
   }
-  const __m256i ones = _mm256_set1_epi16(1), offset = _mm256_set1_epi8(static_cast<char>(0x80));
+  // 8 accumulators, 2 weight vectors, `ones`, xq, |xq| and the two sign products: 15 of the 16
+  // registers, so the rows come as signed bytes (no offset to remove in the loop)
+  const __m256i ones = _mm256_set1_epi16(1);
   for (Index w = 0; w < wc; ++w) {
     if (ahead != nullptr) {
       _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32), _MM_HINT_T0);
@@ -201,9 +206,10 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
     }
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8));
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
-      // xq = (xq + 128) - 128 byte by byte (wrapping), then |xq| and sign(xq) * Wq
-      const __m256i xq = _mm256_sub_epi8(_mm256_set1_epi32(static_cast<int>(x[i * ldx + w])), offset);
+      // |xq| times sign(xq) * Wq
+      const __m256i xq = _mm256_set1_epi32(static_cast<int>(x[i * ldx + w]));
       const __m256i ax = _mm256_abs_epi8(xq);
       acc[i][0] =
           _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xq)), ones));
@@ -211,6 +217,7 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
           _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xq)), ones));
     }
   }
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     __m256i out0 = acc[i][0], out1 = acc[i][1];
     if (last) {  // y = acc * w_scale * x_scale + b
@@ -387,7 +394,11 @@ bool quantize_row_int8(const float* x, Index K, std::uint8_t* bytes, float* scal
 void int8_linear(const std::uint32_t* data, const std::int32_t* offset, const float* w_scale, const float* bias,
                  Index N, Index KW, Index word_block, const std::uint32_t* xw, const float* xs, Index R, float* y,
                  Index ldy) {
-  int8_product(kInt8Tiles, data, offset, w_scale, bias, N, KW, word_block, xw, xs, R, y, ldy);
+  // the rows as signed bytes xq: (xq + 128) xor 0x80 byte by byte, once for every panel
+  thread_local std::vector<std::uint32_t> signed_rows;
+  signed_rows.resize(static_cast<size_t>(R * KW));
+  for (Index i = 0; i < R * KW; ++i) signed_rows[static_cast<size_t>(i)] = xw[i] ^ 0x80808080u;
+  int8_product(kInt8Tiles, data, offset, w_scale, bias, N, KW, word_block, signed_rows.data(), xs, R, y, ldy);
 }
 
 void int8_linear_vnni(const std::uint32_t* data, const std::int32_t* offset, const float* w_scale, const float* bias,
