@@ -150,6 +150,12 @@ for rows, n_out, k_in in [(1, 70, 64), (3, 251, 128), (6, 33, 16), (13, 517, 272
         want = kernels.quantized_linear(x, W, b, "int8", "reference")
         magnitude = np.abs(x).astype(np.float64) @ np.abs(W).astype(np.float64).T + np.abs(b)
         out["errors"][f"int8 {rows}x{n_out}x{k_in}"] = float((np.abs(got - want) / magnitude).max())
+if kernels.have_f32_kernel():
+    a = rng.standard_normal((37, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 45)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).max() * np.abs(b).max() * np.sqrt(300)
+    out["errors"]["f32_gemm 37x45x300"] = float(np.abs(kernels.f32_matmul(a, b) - ref).max() / scale)
 v = rng.standard_normal(1001).astype(np.float32)
 v[[10, 700]] = 9.0
 v[3] = np.nan
@@ -184,6 +190,9 @@ def test_every_level_the_cpu_has_gives_the_reference_products(level):
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["info"]["isa"] == level and out["info"]["isa_cpu"] == cpu
     assert out["info"]["kernels"]["decode_float32"] == {"generic": "eigen"}.get(level, level)
+    if os.environ.get("TRANSFORMER_CPP_DISABLE_F32_KERNEL", "0") in ("", "0"):
+        assert out["info"]["kernels"]["f32_gemm"] == {"generic": "eigen"}.get(level, level)
+        assert ("f32_gemm 37x45x300" in out["errors"]) == (level != "generic")
     if level != "generic":
         assert out["info"]["kernels"]["decode_int8"] != "unavailable"
         assert any(k.startswith("few_rows") for k in out["errors"])

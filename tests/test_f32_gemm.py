@@ -1,12 +1,14 @@
-"""The float32 AVX-512 matrix-product kernel of the dense layers against its readable reference.
+"""The float32 matrix-product kernels of the dense layers (AVX-512, AVX2 + FMA) against their
+readable reference.
 
 Tolerance, and why: the reference sums the K products (and C, and the bias) in float64 and rounds
 once; the kernel sums them in float32 with fused multiply-adds, each step rounding once (at most
 2**-24 of the running sum, itself at most sum_k |a_k b_k| + |C| + |bias|). So, element by element,
 |kernel - reference| <= (K + 3) * 2**-24 * (|A| |B| + |C| + |bias|).
 
-The model-level checks (float64 finite differences, PyTorch parity in float32) run through the
-kernel wherever it is supported, since every float32 dense layer uses it.
+Each kernel the CPU can run is tested on its own (an AVX-512 CPU runs both; ``TRANSFORMER_CPP_ISA``
+lowers the level). The model-level checks (float64 finite differences, PyTorch parity in float32)
+run through the active kernel wherever there is one, since every float32 dense layer uses it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import pytest
 import transformer_cpp as tc
 from transformer_cpp import kernels
 
-needs_kernel = pytest.mark.skipif(not kernels.have_f32_kernel(), reason="no float32 AVX-512 kernel here")
+needs_kernel = pytest.mark.skipif(not kernels.have_f32_kernel(), reason="no float32 kernel runs here")
+# each kernel this CPU can run (at its instruction-set level)
+KERNELS = [
+    pytest.param(k, marks=pytest.mark.skipif(not kernels.have_f32_kernel(k), reason=f"the {k} kernel cannot run here"))
+    for k in ("avx512", "avx2")
+]
 
 U32 = 2.0**-24  # float32 unit roundoff
 
@@ -56,26 +63,28 @@ def test_reference_is_the_float64_product():
             np.testing.assert_allclose(got, exact.astype(np.float32), rtol=1e-6, atol=1e-6)
 
 
-@needs_kernel
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize(
-    "M,N,K", [(1, 1, 1), (13, 33, 7), (12, 32, 256), (11, 31, 257), (50, 70, 300), (257, 129, 513), (100, 4000, 128)]
+    "M,N,K",
+    [(1, 1, 1), (13, 33, 7), (12, 32, 256), (6, 16, 9), (11, 31, 257), (50, 70, 300), (257, 129, 513), (100, 4000, 128)],
 )
-def test_kernel_matches_reference(M, N, K, trans_a, trans_b):
-    """Odd shapes: partial tiles in rows and columns, K across several blocks (kKC = 256)."""
+def test_kernel_matches_reference(M, N, K, trans_a, trans_b, kernel):
+    """Odd shapes: partial tiles in rows and columns (AVX-512 tiles are 12 x 32, AVX2 ones 6 x
+    16), K across several blocks (kKC = 256)."""
     rng = np.random.default_rng(M * 1000 + N + K)
     for with_c, with_bias in ((False, False), (True, False), (False, True), (True, True)):
         a, b, c, bias = operands(rng, M, N, K, trans_a, trans_b, with_c, with_bias)
-        got = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias)
+        got = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel=kernel)
         ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
         assert got.shape == (M, N)
         err = np.abs(got.astype(np.float64) - ref)
         assert np.all(err <= bound(a, b, c, bias, trans_a, trans_b)), float(err.max())
 
 
-@needs_kernel
-def test_kernel_shapes_of_a_training_step():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_shapes_of_a_training_step(kernel):
     """The quick preset's products: forward y = x W^T + b, dx = dy W, dW += dy^T x."""
     rng = np.random.default_rng(1)
     rows = 700
@@ -90,22 +99,22 @@ def test_kernel_shapes_of_a_training_step():
             (dy, w, False, False, None, None),
             (dy, x, True, False, dw, None),
         ):
-            got = kernels.f32_matmul(*args)
+            got = kernels.f32_matmul(*args, kernel=kernel)
             ref = kernels.f32_matmul(*args, kernel="reference")
             a, b, ta, tb, c, bb = args
             assert np.all(np.abs(got.astype(np.float64) - ref) <= bound(a, b, c, bb, ta, tb))
 
 
-@needs_kernel
-def test_kernel_does_not_depend_on_the_thread_count():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_does_not_depend_on_the_thread_count(kernel):
     rng = np.random.default_rng(2)
     a, b, c, bias = operands(rng, 300, 200, 600, True, False, True, True)
     before = tc.get_num_threads()
     try:
         tc.set_num_threads(1)
-        one = kernels.f32_matmul(a, b, True, False, c, bias)
+        one = kernels.f32_matmul(a, b, True, False, c, bias, kernel=kernel)
         tc.set_num_threads(2)
-        two = kernels.f32_matmul(a, b, True, False, c, bias)
+        two = kernels.f32_matmul(a, b, True, False, c, bias, kernel=kernel)
     finally:
         tc.set_num_threads(before)
     np.testing.assert_array_equal(one, two)
@@ -121,6 +130,27 @@ def test_kernel_arguments():
         kernels.f32_matmul(a, a.T, c=np.ones((2, 2), np.float32), kernel="reference")
     with pytest.raises(ValueError, match="bias"):
         kernels.f32_matmul(a, a.T, bias=np.ones(2, np.float32), kernel="reference")
+    with pytest.raises(ValueError, match="kernel must be None, 'avx512' or 'avx2'"):
+        kernels.have_f32_kernel("sse")
+    for k in ("avx512", "avx2"):
+        if not kernels.have_f32_kernel(k):
+            with pytest.raises(ValueError, match=f"the float32 {k} kernel cannot run here"):
+                kernels.f32_matmul(a, a.T, kernel=k)
+
+
+def test_the_active_kernel_is_the_widest_that_runs():
+    """build_info names the kernel of the dense layers: AVX-512 where it runs, else AVX2, else
+    Eigen (or Eigen when the environment turns the kernels off)."""
+    active = tc.build_info()["kernels"]["f32_gemm"]
+    if os.environ.get("TRANSFORMER_CPP_DISABLE_F32_KERNEL", "0") not in ("", "0"):
+        assert active == "eigen"
+    elif kernels.have_f32_kernel("avx512"):
+        assert active == "avx512"
+    elif kernels.have_f32_kernel("avx2"):
+        assert active == "avx2"
+    else:
+        assert active == "eigen"
+    assert kernels.have_f32_kernel() == (active != "eigen")
 
 
 @needs_kernel

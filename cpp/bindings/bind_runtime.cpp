@@ -176,7 +176,14 @@ void bind_runtime(py::module_& m) {
       "op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).");
   // The float32 matrix-product kernel of the dense layers on its own (tests against its reference).
   m.def("_f32_kernel_supported", &f32::supported,
-        "Whether the float32 AVX-512 kernel runs the dense layers' products here (CPU, build, environment).");
+        "Whether a float32 kernel (AVX-512 or AVX2) runs the dense layers' products here (CPU, build, environment).");
+  m.def(
+      "_f32_kernel_runs", [](const std::string& kernel) {
+        if (kernel == "avx512") return f32::kernel_runs(f32::Kernel::Avx512);
+        if (kernel == "avx2") return f32::kernel_runs(f32::Kernel::Avx2);
+        throw py::value_error("_f32_kernel_runs: kernel must be 'avx512' or 'avx2', got '" + kernel + "'");
+      },
+      py::arg("kernel"), "Whether the float32 kernel `kernel` can run here (CPU, build, instruction-set level).");
   m.def(
       "_f32_matmul",
       [](const py::handle& a, const py::handle& b, bool trans_a, bool trans_b, const py::handle& c,
@@ -206,11 +213,16 @@ void bind_runtime(py::module_& m) {
           bias_values = Eigen::Map<const RowVector<float>>(bv.array.data(), N);
         }
         const float* bias_ptr = bias.is_none() ? nullptr : bias_values.data();
-        if (kernel == "avx512") {
-          if (!f32::supported()) throw py::value_error("_f32_matmul: the float32 AVX-512 kernel cannot run here");
+        if (kernel == "auto" || kernel == "avx512" || kernel == "avx2") {
+          f32::Kernel k = f32::active_kernel();
+          if (kernel == "avx512") k = f32::Kernel::Avx512;
+          if (kernel == "avx2") k = f32::Kernel::Avx2;
+          if (k == f32::Kernel::Eigen || !f32::kernel_runs(k))
+            throw py::value_error(concat("_f32_matmul: the float32 ", kernel == "auto" ? "" : kernel + " ",
+                                         "kernel cannot run here"));
           without_gil([&] {
-            f32::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
-                      N, bias_ptr);
+            f32::gemm_with(k, M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
+                           out.data(), N, bias_ptr);
           });
         } else if (kernel == "reference") {
           without_gil([&] {
@@ -218,7 +230,7 @@ void bind_runtime(py::module_& m) {
                                 out.data(), N, bias_ptr);
           });
         } else {
-          throw py::value_error("_f32_matmul: kernel must be 'avx512' or 'reference'");
+          throw py::value_error("_f32_matmul: kernel must be 'auto', 'avx512', 'avx2' or 'reference'");
         }
         return copy_out<float>(out.data(), {M, N});
       },

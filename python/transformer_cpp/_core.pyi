@@ -1863,9 +1863,14 @@ def _decode_linear(
     y = x W^T + b by one decoding kernel (tests).
     """
 
+def _f32_kernel_runs(kernel: str) -> bool:
+    """
+    Whether the float32 kernel `kernel` can run here (CPU, build, instruction-set level).
+    """
+
 def _f32_kernel_supported() -> bool:
     """
-    Whether the float32 AVX-512 kernel runs the dense layers' products here (CPU, build, environment).
+    Whether a float32 kernel (AVX-512 or AVX2) runs the dense layers' products here (CPU, build, environment).
     """
 
 def _f32_matmul(

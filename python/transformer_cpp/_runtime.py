@@ -129,7 +129,7 @@ def build_info() -> Dict[str, Any]:
     (``"avx512"``, ``"avx2"`` or ``"generic"``: the highest this CPU has, or the one the
     ``TRANSFORMER_CPP_ISA`` environment variable forces), ``"isa_cpu"``, the CPU's own level, and
     ``"kernels"``, which kernel runs each product at that level (e.g. ``{"decode_float32": "avx2",
-    "decode_int8": "avx2", "f32_gemm": "eigen", ...}``). Every other value is a string."""
+    "decode_int8": "avx2", "f32_gemm": "avx2", ...}``). Every other value is a string."""
     info: Dict[str, Any] = {}
     kernels: Dict[str, str] = {}
     for key, value in _core.build_info().items():

@@ -9,9 +9,9 @@ and so that a curious reader can call them. Nothing here is needed to use the pa
 and float32 sums (see ``cpp/include/transformer/kernels/bf16_gemm.hpp``); :func:`bf16_matmul` is that
 kernel on its own, with its readable reference.
 
-In float32 the dense layers' products run on an AVX-512 kernel when the CPU has AVX-512F (see
-``cpp/include/transformer/kernels/f32_gemm.hpp``; Eigen's GEMM otherwise); :func:`f32_matmul` is that
-kernel on its own, with its readable reference.
+In float32 the dense layers' products run on an AVX-512 kernel when the CPU has AVX-512F, an
+AVX2 + FMA kernel when it has those (see ``cpp/include/transformer/kernels/f32_gemm.hpp``), and
+Eigen's GEMM otherwise; :func:`f32_matmul` is each kernel on its own, with its readable reference.
 
 Which kernels run is decided at run time by the CPU's instruction-set level (``avx512``, ``avx2``
 or ``generic``), which the ``TRANSFORMER_CPP_ISA`` environment variable can lower (see
@@ -194,14 +194,21 @@ def quantized_linear(
     return _core._quantized_linear(x, weight, bias, compute_type, kernel)
 
 
-_F32_KERNELS = ("avx512", "reference")
+_F32_KERNELS = ("auto", "avx512", "avx2", "reference")
 
 
-def have_f32_kernel() -> bool:
-    """Whether the float32 dense-layer products run on the AVX-512 kernel here: a CPU (and OS)
-    with AVX-512F, a build that has the kernel, and no ``TRANSFORMER_CPP_DISABLE_F32_KERNEL`` in the
-    environment (a non-empty value other than ``"0"`` turns it off: Eigen's GEMM is used then)."""
-    return bool(_core._f32_kernel_supported())
+def have_f32_kernel(kernel: str | None = None) -> bool:
+    """Whether the float32 dense-layer products run on one of the package's kernels here (AVX-512
+    or AVX2 + FMA; Eigen's GEMM otherwise), or, with ``kernel`` (``"avx512"`` or ``"avx2"``),
+    whether that kernel can run: the CPU (and OS) has its instructions, the build has it and the
+    instruction-set level (``TRANSFORMER_CPP_ISA``) allows it. Without ``kernel``,
+    ``TRANSFORMER_CPP_DISABLE_F32_KERNEL`` (a non-empty value other than ``"0"``) turns the kernels
+    off, and the dense layers use Eigen's GEMM."""
+    if kernel is None:
+        return bool(_core._f32_kernel_supported())
+    if kernel not in ("avx512", "avx2"):
+        raise ValueError(f"have_f32_kernel: kernel must be None, 'avx512' or 'avx2', got {kernel!r}")
+    return bool(_core._f32_kernel_runs(kernel))
 
 
 def f32_matmul(
@@ -211,7 +218,7 @@ def f32_matmul(
     trans_b: bool = False,
     c: np.ndarray | None = None,
     bias: np.ndarray | None = None,
-    kernel: str = "avx512",
+    kernel: str = "auto",
 ) -> np.ndarray:
     """``op(a) @ op(b)`` (``+ c``) (``+ bias`` on every row) in float32: the matrix product of the
     float32 dense layers.
@@ -220,9 +227,9 @@ def f32_matmul(
         a, b: 2-D float arrays (converted to float32); ``op(x)`` is ``x.T`` when ``trans_x``.
         c: optional (M, N) float32 array added to the product (the gradient accumulation).
         bias: optional (N,) float32 array added to every row (the layer's bias).
-        kernel: ``"avx512"`` (the kernel; ValueError where :func:`have_f32_kernel` is false) or
-            ``"reference"`` (products summed in float64: the readable loop the tests compare the
-            kernel with).
+        kernel: ``"auto"`` (the kernel the dense layers use), ``"avx512"`` or ``"avx2"`` (that
+            kernel; ValueError where it cannot run, see :func:`have_f32_kernel`) or ``"reference"``
+            (products summed in float64: the readable loop the tests compare the kernels with).
 
     Returns:
         float32 array (M, N).

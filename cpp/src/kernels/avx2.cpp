@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 // Compiled with function target attributes, never with -m flags for the whole file: inline
 // functions of headers (std::, Eigen) instantiated here must stay plain x86-64 code, since the
@@ -49,12 +50,15 @@ template <int RB>
 TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float* W, Index nb, const float* b, float* y,
                                            Index ldy) {
   __m256 acc[RB][4];
+  #pragma GCC unroll 8
   for (int i = 0; i < RB; ++i)
+    #pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
   if (nb == 4) {
     for (Index k = 0; k < K; k += 8) {
       const __m256 w0 = _mm256_loadu_ps(W + k), w1 = _mm256_loadu_ps(W + K + k);
       const __m256 w2 = _mm256_loadu_ps(W + 2 * K + k), w3 = _mm256_loadu_ps(W + 3 * K + k);
+      #pragma GCC unroll 8
       for (int i = 0; i < RB; ++i) {
         const __m256 xv = _mm256_loadu_ps(x + i * K + k);
         acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
@@ -64,17 +68,34 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
       }
     }
     const __m128 bias = _mm_loadu_ps(b);
+    #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i)
       _mm_storeu_ps(y + i * ldy, _mm_add_ps(reduce_add4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias));
     return;
   }
-  for (Index k = 0; k < K; k += 8)  // the last nb < 4 weight rows
+  // the last nb < 4 weight rows: the missing ones repeat the last real row (computed, not stored),
+  // so that every accumulator index is a constant and they stay in registers
+  const float* w[4];
+  #pragma GCC unroll 8
+  for (int j = 0; j < 4; ++j) w[j] = W + std::min<Index>(j, nb - 1) * K;
+  for (Index k = 0; k < K; k += 8) {
+    const __m256 w0 = _mm256_loadu_ps(w[0] + k), w1 = _mm256_loadu_ps(w[1] + k);
+    const __m256 w2 = _mm256_loadu_ps(w[2] + k), w3 = _mm256_loadu_ps(w[3] + k);
+    #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * K + k);
-      for (Index j = 0; j < nb; ++j) acc[i][j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(W + j * K + k), acc[i][j]);
+      acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
+      acc[i][2] = _mm256_fmadd_ps(xv, w2, acc[i][2]);
+      acc[i][3] = _mm256_fmadd_ps(xv, w3, acc[i][3]);
     }
-  for (int i = 0; i < RB; ++i)
-    for (Index j = 0; j < nb; ++j) y[i * ldy + j] = reduce_add(acc[i][j]) + b[j];
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, reduce_add4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    for (Index j = 0; j < nb; ++j) y[i * ldy + j] = sums[j] + b[j];
+  }
 }
 
 // The first `count` of 8 lanes (count may be <= 0 or >= 8), as a maskload / maskstore mask.
@@ -95,11 +116,13 @@ TCPP_AVX2_TARGET void panel_rows(const float* x, Index ldx, const float* P, Inde
   __m256 acc[MR][2];
   if (first) {
     const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);  // zero-filled to the panel
+    #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       acc[i][0] = b0;
       acc[i][1] = b1;
     }
   } else {
+    #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       acc[i][0] = full ? _mm256_loadu_ps(y + i * ldy) : _mm256_maskload_ps(y + i * ldy, m0);
       acc[i][1] = full ? _mm256_loadu_ps(y + i * ldy + 8) : _mm256_maskload_ps(y + i * ldy + 8, m1);
@@ -111,12 +134,14 @@ TCPP_AVX2_TARGET void panel_rows(const float* x, Index ldx, const float* P, Inde
       _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32 + 16), _MM_HINT_T0);
     }
     const __m256 w0 = _mm256_loadu_ps(P + k * 32), w1 = _mm256_loadu_ps(P + k * 32 + 8);
+    #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);
       acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
     }
   }
+  #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     if (full) {
       _mm256_storeu_ps(y + i * ldy, acc[i][0]);
@@ -174,7 +199,8 @@ namespace {
 
 // Rows 0..MR of one half panel (16 output features, nb of them valid) over wc words: MR x 2 int32
 // sums, started from zero (first word block) or from the partial sums kept in y (as int32 bits);
-// after the last block they are scaled and the bias added. P + w * 32 holds the 16 words of w.
+// after the last block they are scaled and the bias added. P + w * 32 holds the 16 words of w; x
+// holds the rows' words as signed bytes xq (signed_rows below).
 template <int MR>
 TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::uint32_t* P, Index wc, bool first,
                                 bool last, float* y, Index ldy, Index nb, const float* xs, const float* ws,
@@ -182,7 +208,8 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
   const bool full = nb >= 16;
   const __m256i m0 = first_lanes(nb), m1 = first_lanes(nb - 8);
   auto* yi = reinterpret_cast<int*>(y);  // partial sums between word blocks, as int32 bits
-  __m256i acc[MR][2];
+  __m256i acc[MR][2];  // every loop over them unrolled, so that they stay in registers
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     if (first) {
       acc[i][0] = acc[i][1] = _mm256_setzero_si256();
@@ -193,7 +220,9 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
                        : _mm256_maskload_epi32(yi + i * ldy + 8, m1);
     }
   }
-  const __m256i ones = _mm256_set1_epi16(1), offset = _mm256_set1_epi8(static_cast<char>(0x80));
+  // 8 accumulators, 2 weight vectors, `ones`, xq, |xq| and the two sign products: 15 of the 16
+  // registers, so the rows come as signed bytes (no offset to remove in the loop)
+  const __m256i ones = _mm256_set1_epi16(1);
   for (Index w = 0; w < wc; ++w) {
     if (ahead != nullptr) {
       _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32), _MM_HINT_T0);
@@ -201,9 +230,10 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
     }
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8));
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
-      // xq = (xq + 128) - 128 byte by byte (wrapping), then |xq| and sign(xq) * Wq
-      const __m256i xq = _mm256_sub_epi8(_mm256_set1_epi32(static_cast<int>(x[i * ldx + w])), offset);
+      // |xq| times sign(xq) * Wq
+      const __m256i xq = _mm256_set1_epi32(static_cast<int>(x[i * ldx + w]));
       const __m256i ax = _mm256_abs_epi8(xq);
       acc[i][0] =
           _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xq)), ones));
@@ -211,6 +241,7 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
           _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xq)), ones));
     }
   }
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     __m256i out0 = acc[i][0], out1 = acc[i][1];
     if (last) {  // y = acc * w_scale * x_scale + b
@@ -242,6 +273,7 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
   const __m256i m0 = first_lanes(nb), m1 = first_lanes(nb - 8);
   auto* yi = reinterpret_cast<int*>(y);
   __m256i acc[MR][2];
+  #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     if (first) {
       acc[i][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset));
@@ -260,12 +292,14 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
     }
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8));
+    #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256i xv = _mm256_set1_epi32(static_cast<int>(x[i * ldx + w]));
       acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], xv, w0);
       acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], xv, w1);
     }
   }
+  #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     __m256i out0 = acc[i][0], out1 = acc[i][1];
     if (last) {
@@ -387,7 +421,11 @@ bool quantize_row_int8(const float* x, Index K, std::uint8_t* bytes, float* scal
 void int8_linear(const std::uint32_t* data, const std::int32_t* offset, const float* w_scale, const float* bias,
                  Index N, Index KW, Index word_block, const std::uint32_t* xw, const float* xs, Index R, float* y,
                  Index ldy) {
-  int8_product(kInt8Tiles, data, offset, w_scale, bias, N, KW, word_block, xw, xs, R, y, ldy);
+  // the rows as signed bytes xq: (xq + 128) xor 0x80 byte by byte, once for every panel
+  thread_local std::vector<std::uint32_t> signed_rows;
+  signed_rows.resize(static_cast<size_t>(R * KW));
+  for (Index i = 0; i < R * KW; ++i) signed_rows[static_cast<size_t>(i)] = xw[i] ^ 0x80808080u;
+  int8_product(kInt8Tiles, data, offset, w_scale, bias, N, KW, word_block, signed_rows.data(), xs, R, y, ldy);
 }
 
 void int8_linear_vnni(const std::uint32_t* data, const std::int32_t* offset, const float* w_scale, const float* bias,

@@ -15,6 +15,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define TCPP_F32_TARGET __attribute__((target("avx512f")))
+#define TCPP_F32_AVX2_TARGET __attribute__((target("avx2,fma")))
 #else
 #define TCPP_F32_KERNEL 0
 #endif
@@ -41,13 +42,39 @@ static bool cpu_supported() {
 #endif
 }
 
-bool supported() {
-  static const bool ok = [] {
+bool kernel_runs(Kernel k) {
+  switch (k) {
+    case Kernel::Avx512:
+      return cpu_supported() && isa_allows(Isa::Avx512);
+    case Kernel::Avx2:
+      return TCPP_F32_KERNEL && isa_allows(Isa::Avx2);
+    default:
+      return false;
+  }
+}
+
+Kernel active_kernel() {
+  static const Kernel k = [] {
     const char* v = std::getenv(kDisableEnv);
-    const bool disabled = v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-    return cpu_supported() && !disabled && isa_allows(Isa::Avx512);
+    if (v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0) return Kernel::Eigen;
+    if (kernel_runs(Kernel::Avx512)) return Kernel::Avx512;
+    if (kernel_runs(Kernel::Avx2)) return Kernel::Avx2;
+    return Kernel::Eigen;
   }();
-  return ok;
+  return k;
+}
+
+bool supported() { return active_kernel() != Kernel::Eigen; }
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::Avx512:
+      return "avx512";
+    case Kernel::Avx2:
+      return "avx2";
+    default:
+      return "eigen";
+  }
 }
 
 static void check_args(const char* who, Index M, Index N, Index K, Index lda, bool trans_a, Index ldb, bool trans_b,
@@ -170,30 +197,182 @@ struct Block {
   Index M, N, kc;                // rows and columns of C, k values in this block
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
   Index blocks_n;                // blocks of C per row of blocks
-  const float* a;                // packed A: panel ip at a + ip*kc*kMR
-  const float* b;                // packed B: panel jp at b + jp*kc*kNR
+  const float* a;                // packed A: panel ip at a + ip*kc*mr
+  const float* b;                // packed B: panel jp at b + jp*kc*nr
   float* c;
   Index ldc;
   bool accumulate;
   const float* bias;  // added by the last k block (nullptr: none)
 };
 
-// Block `blk` of C: for each B panel (kept in L1), every A panel of the block.
-TCPP_F32_TARGET void compute_block(const Block& s, Index blk) {
+using TileFn = void (*)(Index, const float*, const float*, float*, Index, Index, Index, bool, const float*);
+
+// Block `blk` of C: for each B panel (kept in L1), every A panel of the block, MR x NR tiles by
+// `tile` (a template argument, so that it is inlined into each kernel's own copy of this loop).
+template <Index MR, Index NR, TileFn tile>
+inline void walk_block(const Block& s, Index blk) {
   const Index ip0 = (blk / s.blocks_n) * s.row_panels, jp0 = (blk % s.blocks_n) * s.col_panels;
-  const Index ip1 = std::min((s.M + kMR - 1) / kMR, ip0 + s.row_panels);
-  const Index jp1 = std::min((s.N + kNR - 1) / kNR, jp0 + s.col_panels);
+  const Index ip1 = std::min((s.M + MR - 1) / MR, ip0 + s.row_panels);
+  const Index jp1 = std::min((s.N + NR - 1) / NR, jp0 + s.col_panels);
   for (Index jp = jp0; jp < jp1; ++jp) {
-    const float* bp = s.b + jp * s.kc * kNR;
-    const float* bias = s.bias != nullptr ? s.bias + jp * kNR : nullptr;
+    const float* bp = s.b + jp * s.kc * NR;
+    const float* bias = s.bias != nullptr ? s.bias + jp * NR : nullptr;
     for (Index ip = ip0; ip < ip1; ++ip) {
-      const float* ap = s.a + ip * s.kc * kMR;
-      float* cp = s.c + ip * kMR * s.ldc + jp * kNR;
-      const Index rows = std::min(kMR, s.M - ip * kMR), cols = std::min(kNR, s.N - jp * kNR);
-      micro_kernel(s.kc, ap, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
+      const float* ap = s.a + ip * s.kc * MR;
+      float* cp = s.c + ip * MR * s.ldc + jp * NR;
+      const Index rows = std::min(MR, s.M - ip * MR), cols = std::min(NR, s.N - jp * NR);
+      tile(s.kc, ap, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
     }
   }
 }
+
+TCPP_F32_TARGET void compute_block(const Block& s, Index blk) { walk_block<kMR, kNR, micro_kernel>(s, blk); }
+
+// ---------------------------------------------------------------- the AVX2 + FMA kernel
+//
+// The same scheme in 8-float vectors. AVX2 has 16 vector registers, so the tile is kMR2 x kNR2 =
+// 6 x 16: 12 accumulators, the two vectors of the B panel and one broadcast A value (the shape of
+// the AVX2 micro-kernels of BLIS and OpenBLAS). Lines contiguous in k are packed through 8 x 8
+// transposes in registers, the others by plain copies.
+
+constexpr Index kMR2 = 6;
+constexpr Index kNR2 = 16;
+
+TCPP_F32_AVX2_TARGET void pack_k_major_avx2(const float* src, Index ld, Index first, Index count, Index width,
+                                            Index k0, Index kc, float* dst) {
+  const Index n = std::min(count, width);
+  for (Index k = 0; k < kc; ++k) {
+    const float* s = src + (k0 + k) * ld + first;
+    float* d = dst + k * width;
+    for (Index w = 0; w < n; ++w) d[w] = s[w];
+    for (Index w = n; w < width; ++w) d[w] = 0.0f;
+  }
+}
+
+// The first `count` of 8 lanes (count may be <= 0 or >= 8), as a maskload / maskstore mask.
+TCPP_F32_AVX2_TARGET inline __m256i first_lanes8(Index count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<Index>(count, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// r[i][j] becomes r[j][i] (an 8 x 8 block of floats, one row per register).
+TCPP_F32_AVX2_TARGET inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);  // per 128-bit half: r[i][0] r[i+1][0] r[i][1] r[i+1][1]
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));  // column 0 of four rows
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);  // the low halves: columns 0..3
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Lines contiguous in k: 8 lines x 8 values of k at a time, transposed through registers.
+TCPP_F32_AVX2_TARGET void pack_lines_avx2(const float* src, Index ld, Index first, Index count, Index width, Index k0,
+                                          Index kc, float* dst) {
+  for (Index w0 = 0; w0 < width; w0 += 8) {
+    const Index lines = std::min<Index>(8, width - w0);
+    const __m256i store_mask = first_lanes8(lines);
+    for (Index kb = 0; kb < kc; kb += 8) {
+      const Index ks = std::min<Index>(8, kc - kb);
+      const __m256i load_mask = first_lanes8(ks);
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int w = 0; w < 8; ++w) {
+        const float* line = src + (first + w0 + w) * ld + k0 + kb;
+        if (w >= lines || w0 + w >= count)
+          r[w] = _mm256_setzero_ps();
+        else
+          r[w] = ks == 8 ? _mm256_loadu_ps(line) : _mm256_maskload_ps(line, load_mask);
+      }
+      transpose8(r);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        if (k >= ks) break;
+        float* d = dst + (kb + k) * width + w0;
+        if (lines == 8)
+          _mm256_storeu_ps(d, r[k]);
+        else
+          _mm256_maskstore_ps(d, store_mask, r[k]);
+      }
+    }
+  }
+}
+
+TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc,
+                                                   Index rows, Index cols, bool accumulate, const float* bias) {
+  // every loop over the accumulators is unrolled: an index that is not a constant would keep
+  // them in memory
+  __m256 acc[kMR2][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMR2; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (Index k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
+    const float* ak = a + k * kMR2;
+#pragma GCC unroll 6
+    for (int i = 0; i < kMR2; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(ak + i);
+      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+  if (rows == kMR2 && cols == kNR2) {
+    const __m256 bias0 = bias != nullptr ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    const __m256 bias1 = bias != nullptr ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int i = 0; i < kMR2; ++i) {
+      float* ci = c + i * ldc;
+      __m256 r0 = acc[i][0], r1 = acc[i][1];
+      if (accumulate) {
+        r0 = _mm256_add_ps(r0, _mm256_loadu_ps(ci));
+        r1 = _mm256_add_ps(r1, _mm256_loadu_ps(ci + 8));
+      }
+      if (bias != nullptr) {
+        r0 = _mm256_add_ps(r0, bias0);
+        r1 = _mm256_add_ps(r1, bias1);
+      }
+      _mm256_storeu_ps(ci, r0);
+      _mm256_storeu_ps(ci + 8, r1);
+    }
+    return;
+  }
+  // a tile at the edge of C: through a buffer, element by element, in the same order (C, then bias)
+  alignas(32) float tile[kMR2][kNR2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMR2; ++i) {
+    _mm256_store_ps(tile[i], acc[i][0]);
+    _mm256_store_ps(tile[i] + 8, acc[i][1]);
+  }
+  for (Index i = 0; i < rows; ++i)
+    for (Index j = 0; j < cols; ++j) {
+      float v = tile[i][j];
+      if (accumulate) v += c[i * ldc + j];
+      if (bias != nullptr) v += bias[j];
+      c[i * ldc + j] = v;
+    }
+}
+
+TCPP_F32_AVX2_TARGET void compute_block_avx2(const Block& s, Index blk) {
+  walk_block<kMR2, kNR2, micro_kernel_avx2>(s, blk);
+}
+
+// A kernel: its tile and its three steps.
+using PackFn = void (*)(const float*, Index, Index, Index, Index, Index, Index, float*);
+struct Steps {
+  Index mr, nr;
+  PackFn pack_k_major, pack_lines;
+  void (*compute_block)(const Block&, Index);
+};
+
+constexpr Steps kAvx512Steps{kMR, kNR, pack_k_major, pack_lines, compute_block};
+constexpr Steps kAvx2Steps{kMR2, kNR2, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2};
 
 // A 64-byte aligned buffer of the calling thread, grown when needed.
 float* workspace(std::vector<float>& buf, Index floats) {
@@ -213,33 +392,26 @@ inline int thread_count() { return 1; }
 }  // namespace
 #endif  // TCPP_F32_KERNEL
 
-void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
-          float beta, float* C, Index ldc, const float* bias) {
-  check_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
-  if (!cpu_supported()) throw std::runtime_error("f32::gemm: this CPU (or build) has no AVX-512F kernel");
 #if TCPP_F32_KERNEL
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    for (Index i = 0; i < M; ++i)
-      for (Index j = 0; j < N; ++j) {
-        float& c = C[i * ldc + j];
-        c = (beta == 0.0f ? 0.0f : c) + (bias != nullptr ? bias[j] : 0.0f);
-      }
-    return;
-  }
-  const Index MP = (M + kMR - 1) / kMR, NP = (N + kNR - 1) / kNR;
+namespace {
+
+// C = beta C + op(A) op(B) + bias with the steps of one kernel (see the top of the header).
+void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
+         bool trans_b, float beta, float* C, Index ldc, const float* bias) {
+  const Index mr = k.mr, nr = k.nr;
+  const Index MP = (M + mr - 1) / mr, NP = (N + nr - 1) / nr;
   const Index max_kc = std::min(K, kKC);
   // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
-  float* a_pack = workspace(a_buf, MP * max_kc * kMR);
-  float* b_pack = workspace(b_buf, NP * max_kc * kNR);
+  float* a_pack = workspace(a_buf, MP * max_kc * mr);
+  float* b_pack = workspace(b_buf, NP * max_kc * nr);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
-    // blocks of C: start from 4 x 4 panels (48 x 128) and halve the larger side until every
-    // thread has several blocks
+    // blocks of C: start from about 48 x 128 (4 x 4 AVX-512 panels, 8 x 8 AVX2 ones) and halve
+    // the larger side until every thread has several blocks
     const Index want = 4 * static_cast<Index>(thread_count());
-    Index rp = std::min<Index>(4, MP), cp = std::min<Index>(4, NP);
+    Index rp = std::min<Index>(std::max<Index>(1, 48 / mr), MP), cp = std::min<Index>(std::max<Index>(1, 128 / nr), NP);
     auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
     while (blocks() < want && (rp > 1 || cp > 1)) {
       if (rp >= cp)
@@ -254,29 +426,62 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
       // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
 #pragma omp for schedule(static) nowait
       for (Index ip = 0; ip < MP; ++ip) {
-        float* dst = a_pack + ip * kc * kMR;
-        const Index rows = std::min(kMR, M - ip * kMR);
+        float* dst = a_pack + ip * kc * mr;
+        const Index rows = std::min(mr, M - ip * mr);
         if (trans_a)  // op(A)[i, k] = A[k*lda + i]
-          pack_k_major(A, lda, ip * kMR, rows, kMR, k0, kc, dst);
+          k.pack_k_major(A, lda, ip * mr, rows, mr, k0, kc, dst);
         else
-          pack_lines(A, lda, ip * kMR, rows, kMR, k0, kc, dst);
+          k.pack_lines(A, lda, ip * mr, rows, mr, k0, kc, dst);
       }
 #pragma omp for schedule(static)
       for (Index jp = 0; jp < NP; ++jp) {
-        float* dst = b_pack + jp * kc * kNR;
-        const Index cols = std::min(kNR, N - jp * kNR);
+        float* dst = b_pack + jp * kc * nr;
+        const Index cols = std::min(nr, N - jp * nr);
         if (trans_b)  // op(B)[k, j] = B[j*ldb + k]
-          pack_lines(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
+          k.pack_lines(B, ldb, jp * nr, cols, nr, k0, kc, dst);
         else
-          pack_k_major(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
+          k.pack_k_major(B, ldb, jp * nr, cols, nr, k0, kc, dst);
       }
       const Block s{
           M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0, k0 + kc >= K ? bias : nullptr};
 #pragma omp for schedule(static)
-      for (Index blk = 0; blk < n_blocks; ++blk) compute_block(s, blk);
+      for (Index blk = 0; blk < n_blocks; ++blk) k.compute_block(s, blk);
     }
   }
+}
+
+}  // namespace
+#endif  // TCPP_F32_KERNEL
+
+void gemm_with(Kernel kernel, Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B,
+               Index ldb, bool trans_b, float beta, float* C, Index ldc, const float* bias) {
+  check_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  if (!kernel_runs(kernel))
+    throw std::runtime_error(concat("f32::gemm: the ", kernel_name(kernel), " kernel cannot run here (CPU, build or ",
+                                    kIsaEnv, ")"));
+#if TCPP_F32_KERNEL
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (Index i = 0; i < M; ++i)
+      for (Index j = 0; j < N; ++j) {
+        float& c = C[i * ldc + j];
+        c = (beta == 0.0f ? 0.0f : c) + (bias != nullptr ? bias[j] : 0.0f);
+      }
+    return;
+  }
+  run(kernel == Kernel::Avx512 ? kAvx512Steps : kAvx2Steps, M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc,
+      bias);
+#else
+  (void)A, (void)B, (void)C, (void)bias;
 #endif
+}
+
+void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
+          float beta, float* C, Index ldc, const float* bias) {
+  check_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  if (!supported())
+    throw std::runtime_error("f32::gemm: no float32 kernel runs here (CPU, build, or turned off by the environment)");
+  gemm_with(active_kernel(), M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc, bias);
 }
 
 }  // namespace transformer::f32

@@ -18,9 +18,10 @@
 //   by signed bytes and adds pairs into int16 with saturation: fed x + 128 (up to 255) and W (up to
 //   127 in magnitude) a pair reaches 64,770 and saturates. So it is fed |xq| (0..127) and
 //   sign(xq) * Wq (-127..127): a pair is at most 2 * 127 * 127 = 32,258, exact in int16; `vpmaddwd`
-//   by ones then adds pairs of pairs into int32. The rows stay stored as xq + 128 (the VNNI
-//   kernels' words): subtracting 128 byte by byte gives xq back. Tiles of kInt8Rows rows x 16
-//   output features (8 int32 accumulators).
+//   by ones then adds pairs of pairs into int32. The rows arrive as xq + 128 (the VNNI kernels'
+//   words) and are turned into signed bytes once per product (xor 0x80), so the loop needs no
+//   offset register: tiles of kInt8Rows rows x 16 output features keep their 8 int32
+//   accumulators, the 2 weight vectors and the temporaries in the 16 registers.
 // * int8_linear_vnni: the same product with AVX-VNNI (`vpdpbusd` on 256-bit vectors, VEX-encoded):
 //   x + 128 times W summed in int32 directly, from the -128 sum_k Wq offset, like the AVX512_VNNI
 //   kernel. Only for CPUs with AVX-VNNI (isa.hpp, cpu_has_avx_vnni).

@@ -1,5 +1,5 @@
-// f32_gemm.hpp — float32 matrix products with an AVX-512 micro-kernel (the dense layers' products
-// in float32 precision; Eigen's GEMM remains the fallback and the float64 path).
+// f32_gemm.hpp — float32 matrix products with AVX-512 and AVX2 + FMA micro-kernels (the dense
+// layers' products in float32 precision; Eigen's GEMM remains the fallback and the float64 path).
 //
 //   C (M, N) = beta * C + op(A) (M, K) op(B) (K, N) [+ bias]     beta 0 or 1, all row-major float32
 //
@@ -25,8 +25,12 @@
 //     product; packing is split among the threads too). Each element of C is computed by one
 //     thread in a fixed order (k ascending), so results do not depend on the thread count.
 //
-// Chosen at run time by CPUID through function target attributes, so the extension loads and
-// runs (with Eigen) on any x86-64 CPU; kDisableEnv turns the kernel off.
+// The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
+// tile (12 of AVX2's 16 registers accumulate) and panels packed by plain loops.
+//
+// Chosen at run time by CPUID through function target attributes (AVX-512 where the instruction-set
+// level of isa.hpp allows it, else AVX2), so one build runs on any x86-64 CPU, with Eigen where
+// neither can; kDisableEnv turns both off.
 #pragma once
 
 #include "transformer/tensor.hpp"
@@ -43,15 +47,29 @@ constexpr double kParallelMacs = tuning::kF32ParallelMacs;
 // false (the dense layers then use Eigen's GEMM; for comparisons and tests).
 constexpr const char* kDisableEnv = "TRANSFORMER_CPP_DISABLE_F32_KERNEL";
 
-// Whether this build has the kernel, the CPU and OS can run it (AVX512F and the OS saves the
-// AVX-512 state), and kDisableEnv does not turn it off. Read once per process.
+enum class Kernel { Eigen, Avx2, Avx512 };
+
+// "eigen" | "avx2" | "avx512"
+const char* kernel_name(Kernel k);
+
+// Whether this build has kernel k and the CPU, its OS and the instruction-set level (isa.hpp) let
+// it run (kDisableEnv aside: tests run each kernel that can run).
+bool kernel_runs(Kernel k);
+
+// The kernel of the dense layers' float32 products: the widest that runs, or Eigen when none
+// does or kDisableEnv turns them off. Read once per process.
+Kernel active_kernel();
+
+// Whether active_kernel() is one of this file's (not Eigen).
 bool supported();
 
-// C = beta C + op(A) op(B) + bias (see the top of this file) with the AVX-512 kernel.
-// Throws std::runtime_error when the CPU cannot run it and std::invalid_argument for a beta other
-// than 0 or 1 or inconsistent sizes.
+// C = beta C + op(A) op(B) + bias (see the top of this file) with active_kernel(), or with kernel.
+// Throws std::runtime_error when that kernel cannot run here and std::invalid_argument for a beta
+// other than 0 or 1 or inconsistent sizes.
 void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
           float beta, float* C, Index ldc, const float* bias = nullptr);
+void gemm_with(Kernel kernel, Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B,
+               Index ldb, bool trans_b, float beta, float* C, Index ldc, const float* bias = nullptr);
 
 // The readable reference: the same product summed in double, then rounded to float. For tests.
 void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
