@@ -201,7 +201,8 @@ bool MultiHeadAttention<T>::use_tiled(Index Tk) const {
 
 template <typename T>
 void MultiHeadAttention<T>::release() {
-  for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_}) m->resize(0, 0);
+  for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_, &dx_, &dmem_}) *m = Matrix<T>();
+  out_.release();
   MaskBuffer().swap(mask_buf_);
   lq_ = lk_ = nullptr;
   x_ = mem_ = nullptr;
