@@ -313,6 +313,20 @@ def test_reversible_activation_memory_does_not_grow_with_depth():
     assert reversible[8] - reversible[2] < 0.1 * (ordinary[8] - ordinary[2]), (reversible, ordinary)
 
 
+@pytest.mark.parametrize("options", [dict(attention="lsh"), dict(reversible=True)], ids=["lsh", "reversible"])
+def test_the_memory_check_counts_what_the_options_keep(options, monkeypatch):
+    # 4,096 positions: stored (B, H, T, T) weights would be 2 x 2 x 4096^2 floats, 134 MB, in each of
+    # the 3 blocks; LSH attention keeps none, a reversible stack one block's (tiled here: none)
+    tokens = tokens_for(8, (1, 4097), seed=1)
+    lm = LanguageModel(8, d_model=16, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, seed=0, **options)
+    monkeypatch.setenv("TRANSFORMER_CPP_MEMORY_LIMIT", str(120 << 20))
+    loss, count = lm.evaluate_loss(tokens)
+    assert count == 4096 and math.isfinite(loss)
+    monkeypatch.setenv("TRANSFORMER_CPP_MEMORY_LIMIT", str(1 << 20))
+    with pytest.raises(ValueError, match="a batch of 1 sequences of length 4097 needs"):
+        lm.evaluate_loss(tokens)
+
+
 # ------------------------------------------------------------------ configuration
 
 

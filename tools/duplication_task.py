@@ -1,6 +1,6 @@
 """Reformer's duplication task for the language model (not collected by pytest).
 
-    python tools/duplication_task.py --attention lsh --lsh-hashes 4 --time-budget 300 --threads 1
+    python tools/duplication_task.py --attention lsh --lsh-hashes 4 --time-budget 300 --threads 1 --stop-at 0.99
 
 Each sequence is a separator, `--length` random symbols, the separator again and the same
 symbols once more: ``S w1 .. wL S w1 .. wL`` (Kitaev et al. 2020, Sec. 5, with the separator as
@@ -131,16 +131,16 @@ def main(argv=None) -> int:
     p.add_argument("--symbols", type=int, default=16, help="distinct symbols (default 16)")
     p.add_argument("--attention", default="lsh", help="softmax, linear or lsh (default lsh)")
     p.add_argument("--lsh-hashes", dest="lsh_hashes", type=int, default=4, help="hash rounds (default 4)")
-    p.add_argument("--lsh-chunk", dest="lsh_chunk", type=int, default=16, help="positions per chunk (default 16)")
+    p.add_argument("--lsh-chunk", dest="lsh_chunk", type=int, default=8, help="positions per chunk (default 8)")
     p.add_argument("--lsh-buckets", dest="lsh_buckets", type=int, default=0, help="buckets per round (default 0: auto)")
     p.add_argument("--reversible", action="store_true", help="reversible blocks")
-    p.add_argument("--d-model", dest="d_model", type=int, default=64)
+    p.add_argument("--d-model", dest="d_model", type=int, default=32)
     p.add_argument("--n-layers", dest="n_layers", type=int, default=2)
-    p.add_argument("--n-heads", dest="n_heads", type=int, default=4)
-    p.add_argument("--d-ff", dest="d_ff", type=int, default=128)
-    p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam's rate after the warm-up (default 1e-3)")
-    p.add_argument("--warmup", type=int, default=100, help="warm-up steps (default 100)")
+    p.add_argument("--n-heads", dest="n_heads", type=int, default=2)
+    p.add_argument("--d-ff", dest="d_ff", type=int, default=64)
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=3e-3, help="Adam's rate after the warm-up (default 3e-3)")
+    p.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     p.add_argument("--time-budget", dest="time_budget", type=float, default=300.0, help="seconds (default 300)")
     p.add_argument("--stop-at", dest="stop_at", type=float, default=0.0, help="stop at this held-out accuracy")

@@ -9,6 +9,7 @@
 #include "transformer/checks.hpp"
 #include "transformer/layers/stack.hpp"
 #include "transformer/random.hpp"
+#include "transformer/runtime.hpp"
 
 namespace transformer {
 
@@ -180,17 +181,27 @@ void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, cons
     TCPP_CHECK(t >= 0 && t < V, "LanguageModel.", who, ": token id ", t, " at flat index ", i,
                " is out of range for vocab_size ", V);
   }
-  // the activations: every block keeps its input, attention weights (B, H, T, T) and buffers; then
+  // the activations: a block keeps its input, its attention's and feed-forward's buffers and, with
+  // softmax attention on the plain kernel, the weights (B, H, T, T) and a (T, T) mask; every
+  // block keeps them, or one block at a time plus the two streams of a reversible stack; then
   // the logits
   const LanguageModelConfig& c = config_;
   const double B = static_cast<double>(tokens.rows()), Tl = static_cast<double>(tokens.cols());
   const double d = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
-  const double elements =
-      static_cast<double>(c.n_layers) * encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff)) +
-      4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
+  const bool plain = c.attention == "softmax" && tokens.cols() < tuning::kTiledAttentionMinLength;
+  double block = encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff));
+  if (!plain) block -= 2 * B * H * Tl * Tl;  // the weights term of attention_elements
+  if (c.attention == "lsh") {
+    const double buckets = c.lsh_buckets > 0 ? static_cast<double>(c.lsh_buckets)
+                                             : 2.0 * std::max(1.0, std::floor(Tl / static_cast<double>(c.lsh_chunk)));
+    block += lsh_attention_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.lsh_hashes), buckets,
+                                    static_cast<double>(c.lsh_chunk), static_cast<double>(get_num_threads()));
+  }
+  const double elements = (c.reversible ? block + 3 * B * Tl * d : static_cast<double>(c.n_layers) * block) +
+                          4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
   check_memory(concat("LanguageModel.", who),
                concat("a batch of ", tokens.rows(), " sequences of length ", tokens.cols()),
-               elements * static_cast<double>(sizeof(T)) + Tl * Tl);
+               elements * static_cast<double>(sizeof(T)) + (plain ? Tl * Tl : 0.0));
   check_finite_parameters(parameters(), concat("LanguageModel.", who));
 }
 
