@@ -191,6 +191,35 @@ def test_commands_with_linear_attention(text_file, tmp_path, capsys):
     assert "bits per character on the held-out test text" in capsys.readouterr().out
 
 
+def test_commands_with_lsh_attention_and_reversible_blocks(text_file, tmp_path, capsys):
+    out = tmp_path / "lsh"
+    tiny = ["--d-model", "16", "--n-layers", "2", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16"]
+    args = ["--text", str(text_file), "--out", str(out), *tiny, "--batch-size", "4", "--steps", "4", "--threads", "1"]
+    lsh = ["--attention", "lsh", "--lsh-hashes", "2", "--lsh-chunk", "4", "--lsh-buckets", "4", "--reversible"]
+    assert main(["train-lm", *args, "--eval-chars", "256", *lsh]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+    run = load_lm(out)
+    config = run.model.config
+    assert (config["attention"], config["lsh_hashes"], config["lsh_chunk"], config["lsh_buckets"]) == ("lsh", 2, 4, 4)
+    assert config["reversible"] is True and not run.model.has_cached_step
+    # generation runs the model over the window: the same seed, the same text
+    generated = []
+    for _ in range(2):
+        assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "20", "--seed", "1"]) == 0
+        generated.append(capsys.readouterr().out)
+    assert generated[0] == generated[1] and len(generated[0].rstrip("\n")) == 23
+    assert main(["evaluate-lm", "--model", str(out)]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+    # the architecture is the checkpoint's
+    assert main(["train-lm", "--out", str(out), "--resume", "--steps", "6", "--no-reversible"]) == 1
+    assert "reversible cannot be changed" in capsys.readouterr().err
+    bad = ["train-lm", "--text", str(text_file), "--out", str(tmp_path / "b"), "--reversible", "--no-pre-norm"]
+    assert main(bad) == 1
+    assert "reversible=True needs pre_norm=True" in capsys.readouterr().err
+    assert main(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "c"), "--lsh-buckets", "5"]) == 1
+    assert "lsh_buckets must be even" in capsys.readouterr().err
+
+
 def test_foreign_files_in_the_run_directory_are_refused(text_file, tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()

@@ -217,6 +217,28 @@ def test_gradients_equal_the_ordinary_stack(dropout, attention):
         assert not np.allclose(rev.forward(x, training=True), rev.forward(x))
 
 
+def test_lsh_attention_hashes_are_replayed_by_the_rebuild():
+    # 160 positions: three chunks of 64 and four buckets, so the buckets decide what attends to
+    # what; the rebuilt attention must hash with the forward's rotations for x and the gradients
+    # to come out as the ordinary stack's, step after step (each forward draws new rotations)
+    rev = make(n_layers=2, reversible=True, attention="lsh")
+    ordinary = make(n_layers=2, reversible=False, attention="lsh")
+    for step in range(2):
+        x, dout = inputs(shape=(2, 160, D), seed=step)
+        for s in (rev, ordinary):
+            s.zero_grad()
+        assert np.abs(rev.forward(x, training=True) - ordinary.forward(x, training=True)).max() <= 1e-12
+        dx_rev, dx_ord = rev.backward(dout), ordinary.backward(dout)
+        assert np.abs(dx_rev - dx_ord).max() <= 1e-10
+        for r in rev.rebuilt_inputs():
+            assert np.abs(r - x).max() <= 1e-10
+        g_rev, g_ord = grads(rev), grads(ordinary)
+        for name in g_ord:
+            assert np.abs(g_rev[name] - g_ord[name]).max() <= 1e-10 * max(1.0, np.abs(g_ord[name]).max()), name
+    x, _ = inputs(shape=(2, 160, D), seed=0)
+    assert not np.allclose(rev.forward(x), rev.forward(x), atol=1e-6)  # each forward hashes anew
+
+
 class ComposedStack:
     """The ordinary stack written with the package's own layers (dropout off), weights copied
     from a ReversibleStack: each layer object is used once per forward, so it keeps its
@@ -350,7 +372,7 @@ def test_activation_bytes_do_not_grow_with_depth():
 
 
 def test_bad_construction():
-    with pytest.raises(ValueError, match="attention must be one of 'softmax', 'linear', got 'lsh2'"):
+    with pytest.raises(ValueError, match="attention must be one of 'softmax', 'linear', 'lsh', got 'lsh2'"):
         tc.ReversibleStack(2, D, HEADS, D_FF, attention="lsh2")
     with pytest.raises(TypeError, match="attention"):
         tc.ReversibleStack(2, D, HEADS, D_FF, attention=3)

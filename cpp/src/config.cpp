@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "transformer/layers/self_attention.hpp"
+
 namespace transformer {
 
 Limit Limit::integer(std::int64_t low, std::optional<std::uint64_t> high) {
@@ -213,8 +215,15 @@ const std::vector<ConfigField<LanguageModelConfig>>& ConfigTable<LanguageModelCo
                            "networks"),
         field<&C::max_len>("max_len", Limit::integer(1),
                            "positional-table rows built up front; a cache: longer sequences extend it", kNoOption),
-        field<&C::attention>("attention", Limit::one_of(language_model_attention_names()),
-                             "the blocks' causal self-attention"),
+        field<&C::attention>("attention", Limit::one_of(self_attention_kinds()), "the blocks' causal self-attention"),
+        field<&C::lsh_hashes>("lsh_hashes", Limit::integer(1, 64), "LSH attention: hash rounds"),
+        field<&C::lsh_chunk>("lsh_chunk", Limit::integer(1, 1048576),
+                             "LSH attention: positions per chunk (a chunk attends to itself and the one before)"),
+        field<&C::lsh_buckets>("lsh_buckets", Limit::integer(0, 1048576),
+                               "LSH attention: buckets per hash round, even (0: 2 * max(1, length / lsh_chunk))"),
+        field<&C::reversible>("reversible", Limit::flag(),
+                              "the blocks as a reversible residual stack (Reformer): the activations of one "
+                              "block are stored, whatever the depth; needs pre_norm"),
         field<&C::pre_norm>("pre_norm", Limit::flag(),
                             "layer normalisation before each sub-layer and after the last block (GPT-2) instead "
                             "of after each sub-layer (the paper's post-norm)"),
@@ -237,6 +246,13 @@ void check_config(const LanguageModelConfig& c) {
   if (c.d_model % c.n_heads != 0)
     throw std::invalid_argument("LanguageModel: d_model " + std::to_string(c.d_model) +
                                 " is not divisible by n_heads " + std::to_string(c.n_heads));
+  if (c.lsh_buckets % 2 != 0)
+    throw std::invalid_argument("LanguageModel: lsh_buckets must be even (each hash is argmax([xR; -xR])) or 0, got " +
+                                std::to_string(c.lsh_buckets));
+  if (c.reversible && !c.pre_norm)
+    throw std::invalid_argument(
+        "LanguageModel: reversible blocks are pre-norm (y1 = x1 + Attn(LN(x2)), y2 = x2 + FFN(LN(y1))): "
+        "reversible=True needs pre_norm=True");
 }
 
 }  // namespace transformer

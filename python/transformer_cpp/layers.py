@@ -680,7 +680,9 @@ class ReversibleStack(Layer):
     ordinary stack of the same blocks, which keeps every block's activations.
 
     ``attention`` names the attention inside: ``"softmax"`` (multi-head attention, with a look-ahead
-    mask when ``causal``) or ``"linear"`` (:class:`LinearMultiHeadAttention`). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
+    mask when ``causal``), ``"linear"`` (:class:`LinearMultiHeadAttention`) or ``"lsh"``
+    (:class:`LSHSelfAttention` with its default chunk, hashes and buckets; each block's hashes are
+    replayed when backward rebuilds it). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
     called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt streams."""
 
     def __init__(

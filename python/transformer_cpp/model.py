@@ -340,7 +340,11 @@ class LanguageModel:
     ``tokens[:, :-1]`` (mean cross-entropy in nats), backpropagates and takes one Adam step, in
     one C++ call; ``evaluate_loss`` does the same without the update. ``start_generation`` /
     ``generation_step`` run one step per token for sampling (softmax attention: a key/value cache;
-    linear attention: its RNN state, constant time per token).
+    linear attention: its RNN state, constant time per token). ``attention="lsh"`` is Reformer's
+    LSH attention (rotations drawn from the update count, so reproducible between updates) and
+    ``reversible=True`` makes the blocks a reversible residual stack (pre-norm; the activations of
+    one block are stored whatever the depth); neither has a cached step: generation runs
+    :meth:`forward` over the window.
 
     Args:
         {args}
@@ -394,7 +398,8 @@ class LanguageModel:
 
     @property
     def has_cached_step(self) -> bool:
-        """Whether :meth:`generation_step` can run (the blocks' attention has a cached step)."""
+        """Whether :meth:`generation_step` can run: softmax or linear attention in ordinary
+        blocks (LSH attention and reversible blocks have no cached step)."""
         return bool(self._core.has_cached_step)
 
     def start_generation(self, rows: int, capacity: int) -> None:

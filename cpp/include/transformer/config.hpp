@@ -198,18 +198,15 @@ struct LanguageModelConfig {
   std::int64_t d_ff = 1024;           // inner width of the feed-forward network
   double dropout = 0.1;               // on the embedding, the sub-layer outputs and inside the feed-forward network
   std::int64_t max_len = 1024;        // positional-table rows built up front (a cache: longer inputs extend it)
-  std::string attention = "softmax";  // the blocks' self-attention (language_model_attention_names())
+  std::string attention = "softmax";  // the blocks' self-attention (self_attention_kinds())
+  std::int64_t lsh_hashes = 4;        // LSH attention: hash rounds
+  std::int64_t lsh_chunk = 64;        // LSH attention: positions per chunk
+  std::int64_t lsh_buckets = 0;       // LSH attention: buckets per round, even; 0: 2 * max(1, T / lsh_chunk)
+  bool reversible = false;            // the blocks as a reversible stack (pre-norm; activations of one block)
   bool pre_norm = true;               // x + F(LN(x)) and a final LayerNorm (GPT-2), or LN(x + F(x)) (the paper)
   bool share_embeddings = true;       // the output projection is the token embedding
   std::uint64_t seed = 0;
 };
-
-// The self-attention a language model's blocks may use, by name: the one list that the table's
-// row and the factory (make_self_attention in language_model.cpp) read.
-inline const std::vector<std::string>& language_model_attention_names() {
-  static const std::vector<std::string> names{"softmax", "linear"};
-  return names;
-}
 
 template <>
 struct ConfigTable<LanguageModelConfig> {
@@ -218,7 +215,8 @@ struct ConfigTable<LanguageModelConfig> {
 };
 
 // Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed: every
-// field against its row, then d_model divisible by n_heads.
+// field against its row, then d_model divisible by n_heads, an even lsh_buckets, and reversible
+// blocks only pre-norm.
 void check_config(const LanguageModelConfig& c);
 
 }  // namespace transformer

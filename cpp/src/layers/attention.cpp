@@ -201,7 +201,8 @@ bool MultiHeadAttention<T>::use_tiled(Index Tk) const {
 
 template <typename T>
 void MultiHeadAttention<T>::release() {
-  for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_}) m->resize(0, 0);
+  for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_, &dx_, &dmem_}) *m = Matrix<T>();
+  out_.release();
   MaskBuffer().swap(mask_buf_);
   lq_ = lk_ = nullptr;
   x_ = mem_ = nullptr;
@@ -246,9 +247,12 @@ const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const R
                                TiledMask{causal, key_padding, mask}, ctx.data(), d_, lse_.data());
   } else {
     AttentionMask mk = mask;
-    if (causal || key_padding != nullptr) {  // the structured mask as the (B, T, T) bytes the plain kernel reads
+    if (key_padding != nullptr) {  // the structured mask as the (B, T, T) bytes the plain kernel reads
       build_attention_mask(mask_buf_, key_padding, B, Tn, Tn, causal);
       mk = AttentionMask{mask_buf_.data(), Tn * Tn};
+    } else if (causal) {  // one (T, T) look-ahead mask for every sequence (batch stride 0)
+      build_attention_mask(mask_buf_, nullptr, 1, Tn, Tn, true);
+      mk = AttentionMask{mask_buf_.data(), 0};
     }
     weights_.resize(B * h_ * Tn, Tn);
     attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_, mk,

@@ -9,41 +9,29 @@
 #include "transformer/checks.hpp"
 #include "transformer/layers/stack.hpp"
 #include "transformer/random.hpp"
+#include "transformer/runtime.hpp"
 
 namespace transformer {
-
-// ------------------------------------------------------------------ causal softmax attention
-
-template <typename T>
-const Matrix<T>& CausalSoftmaxAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) {
-  // one (T, T) mask for every sequence (batch stride 0): key j > query i blocked when causal
-  if (mask_len_ != T_len || mask_causal_ != causal) {
-    build_attention_mask(mask_, nullptr, 1, T_len, T_len, causal);
-    mask_len_ = T_len;
-    mask_causal_ = causal;
-  }
-  return mha_.forward(x, B, T_len, AttentionMask{mask_.data(), 0});
-}
-
-template <typename T>
-std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& name, Index d_model, Index n_heads,
-                                                      std::uint64_t seed) {
-  if (name == "softmax") return std::make_unique<CausalSoftmaxAttention<T>>(d_model, n_heads, seed);
-  if (name == "linear") return std::make_unique<LinearMultiHeadAttention<T>>(d_model, n_heads, seed);
-  std::string names;
-  for (const auto& n : language_model_attention_names()) names += (names.empty() ? "'" : ", '") + n + "'";
-  throw std::invalid_argument(concat("LanguageModel: attention must be one of ", names, ", got '", name, "'"));
-}
 
 // ------------------------------------------------------------------ block
 
 namespace {
 constexpr double kLayerNormEps = 1e-6;
+
+// The settings of the configuration's attention kind.
+SelfAttentionOptions attention_options(const LanguageModelConfig& c) {
+  SelfAttentionOptions o;
+  o.lsh_chunk = c.lsh_chunk;
+  o.lsh_hashes = c.lsh_hashes;
+  o.lsh_buckets = c.lsh_buckets;
+  return o;
 }
+}  // namespace
 
 template <typename T>
 LanguageModelBlock<T>::LanguageModelBlock(const LanguageModelConfig& c, std::uint64_t seed)
-    : self_attention_(make_self_attention<T>(c.attention, c.d_model, c.n_heads, splitmix64(seed + 1))),
+    : self_attention_(
+          make_self_attention<T>(c.attention, c.d_model, c.n_heads, splitmix64(seed + 1), attention_options(c))),
       norm1_(c.d_model, kLayerNormEps),
       feed_forward_(c.d_model, c.d_ff, c.dropout, splitmix64(seed + 2)),
       norm2_(c.d_model, kLayerNormEps),
@@ -136,9 +124,31 @@ LanguageModel<T>::LanguageModel(const LanguageModelConfig& c)
                  c.d_model, c.max_len, PositionalLayout::Interleaved, splitmix64(c.seed + 1)),
       config_(c),
       dropout_(c.dropout, c.seed, splitmix64(c.seed + 2)) {
-  for (Index i = 0; i < c.n_layers; ++i)
-    layers_.push_back(
-        std::make_unique<LanguageModelBlock<T>>(c, splitmix64(c.seed + 100 + static_cast<std::uint64_t>(i))));
+  if (c.reversible) {
+    ReversibleStackOptions o;
+    o.n_layers = c.n_layers;
+    o.d_model = c.d_model;
+    o.n_heads = c.n_heads;
+    o.d_ff = c.d_ff;
+    o.dropout = c.dropout;
+    o.causal = true;
+    o.seed = splitmix64(c.seed + 100);
+    o.attention = c.attention;
+    o.attention_options = attention_options(c);
+    o.reversible = true;
+    o.eps = kLayerNormEps;
+    reversible_ = std::make_unique<ReversibleStack<T>>(o);
+    for (Index i = 0; i < c.n_layers; ++i)
+      if (auto* lsh = dynamic_cast<LSHSelfAttention<T>*>(&reversible_->attention(i))) lsh_.push_back(lsh);
+  } else {
+    for (Index i = 0; i < c.n_layers; ++i) {
+      layers_.push_back(
+          std::make_unique<LanguageModelBlock<T>>(c, splitmix64(c.seed + 100 + static_cast<std::uint64_t>(i))));
+      if (auto* lsh = dynamic_cast<LSHSelfAttention<T>*>(layers_.back()->self_attention_.get())) lsh_.push_back(lsh);
+    }
+  }
+  // the rotations of a forward are chosen by the model (hidden()), not by a count of forwards
+  for (auto* lsh : lsh_) lsh->set_freeze_hash(true);
   if (c.pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(c.d_model, kLayerNormEps);
   out_bias_ = RowVector<T>::Zero(c.vocab_size);
   dout_bias_ = RowVector<T>::Zero(c.vocab_size);
@@ -171,17 +181,27 @@ void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, cons
     TCPP_CHECK(t >= 0 && t < V, "LanguageModel.", who, ": token id ", t, " at flat index ", i,
                " is out of range for vocab_size ", V);
   }
-  // the activations: every block keeps its input, attention weights (B, H, T, T) and buffers; then
+  // the activations: a block keeps its input, its attention's and feed-forward's buffers and, with
+  // softmax attention on the plain kernel, the weights (B, H, T, T) and a (T, T) mask; every
+  // block keeps them, or one block at a time plus the two streams of a reversible stack; then
   // the logits
   const LanguageModelConfig& c = config_;
   const double B = static_cast<double>(tokens.rows()), Tl = static_cast<double>(tokens.cols());
   const double d = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
-  const double elements =
-      static_cast<double>(c.n_layers) * encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff)) +
-      4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
+  const bool plain = c.attention == "softmax" && tokens.cols() < tuning::kTiledAttentionMinLength;
+  double block = encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff));
+  if (!plain) block -= 2 * B * H * Tl * Tl;  // the weights term of attention_elements
+  if (c.attention == "lsh") {
+    const double buckets = c.lsh_buckets > 0 ? static_cast<double>(c.lsh_buckets)
+                                             : 2.0 * std::max(1.0, std::floor(Tl / static_cast<double>(c.lsh_chunk)));
+    block += lsh_attention_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.lsh_hashes), buckets,
+                                    static_cast<double>(c.lsh_chunk), static_cast<double>(get_num_threads()));
+  }
+  const double elements = (c.reversible ? block + 3 * B * Tl * d : static_cast<double>(c.n_layers) * block) +
+                          4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
   check_memory(concat("LanguageModel.", who),
                concat("a batch of ", tokens.rows(), " sequences of length ", tokens.cols()),
-               elements * static_cast<double>(sizeof(T)) + Tl * Tl);
+               elements * static_cast<double>(sizeof(T)) + (plain ? Tl * Tl : 0.0));
   check_finite_parameters(parameters(), concat("LanguageModel.", who));
 }
 
@@ -191,7 +211,11 @@ const Matrix<T>& LanguageModel<T>::hidden(ConstTokenMap tokens, bool training) {
   const Index B = tokens.rows(), Tl = tokens.cols();
   x_ = embedding_.forward(tokens);  // (B*T, d): embedding * sqrt(d) + PE
   dropout_.forward_inplace(mmap(x_), training);
+  // LSH attention hashes with the rotations of the number of updates taken so far
+  const std::uint64_t draw = adam_ ? static_cast<std::uint64_t>(adam_->step_count()) : 0;
+  for (auto* lsh : lsh_) lsh->set_calls(draw);
   const Matrix<T>* h = &x_;
+  if (reversible_) h = &reversible_->forward(cmap(x_), B, Tl, training);
   for (auto& layer : layers_) h = &layer->forward(cmap(*h), B, Tl, training);
   if (final_norm_) h = &final_norm_->forward(cmap(*h));
   y_ = h;
@@ -230,8 +254,18 @@ void LanguageModel<T>::backward(ConstMatrixMap<T> dlogits) {
   add_column_sums(dlogits.data(), dlogits.rows(), V, dout_bias_.data());
   dy_.resize(y.rows(), d);
   dense_backward_input<T>(Precision::Float32, dlogits, W, mmap(dy_));
+  blocks_backward();
+}
+
+template <typename T>
+void LanguageModel<T>::blocks_backward() {
   // the blocks in reverse (and the final norm first), then the input dropout and the embedding
-  dx_ = stack_backward<T>(cmap(dy_), layers_, final_norm_.get(), [](LanguageModelBlock<T>&) {});
+  if (reversible_) {
+    const Matrix<T>& dn = final_norm_->backward(cmap(dy_));
+    dx_ = reversible_->backward(cmap(dn));
+  } else {
+    dx_ = stack_backward<T>(cmap(dy_), layers_, final_norm_.get(), [](LanguageModelBlock<T>&) {});
+  }
   dropout_.backward_inplace(mmap(dx_));
   embedding_.backward(cmap(dx_));
 }
@@ -288,9 +322,7 @@ LossStats LanguageModel<T>::compute_gradients(ConstTokenMap tokens, bool trainin
   dense_backward_weight<T>(Precision::Float32, cmap(logits_), cmap(y), MatrixMap<T>(output_weight_grad(), V, d));
   dy_.resize(y.rows(), d);
   dense_backward_input<T>(Precision::Float32, cmap(logits_), W, mmap(dy_));
-  dx_ = stack_backward<T>(cmap(dy_), layers_, final_norm_.get(), [](LanguageModelBlock<T>&) {});
-  dropout_.backward_inplace(mmap(dx_));
-  embedding_.backward(cmap(dx_));
+  blocks_backward();
   B_ = -1;  // the logits now hold their gradient: no backward() may follow
   return stats;
 }
@@ -334,13 +366,14 @@ const LinearMultiHeadAttention<T>* linear_attention(const LanguageModelBlock<T>&
   return dynamic_cast<const LinearMultiHeadAttention<T>*>(block.self_attention_.get());
 }
 template <typename T>
-const CausalSoftmaxAttention<T>* softmax_attention(const LanguageModelBlock<T>& block) {
-  return dynamic_cast<const CausalSoftmaxAttention<T>*>(block.self_attention_.get());
+const SoftmaxSelfAttention<T>* softmax_attention(const LanguageModelBlock<T>& block) {
+  return dynamic_cast<const SoftmaxSelfAttention<T>*>(block.self_attention_.get());
 }
 }  // namespace
 
 template <typename T>
 bool LanguageModel<T>::has_cached_step() const {
+  if (reversible_) return false;
   for (const auto& layer : layers_)
     if (softmax_attention(*layer) == nullptr && linear_attention(*layer) == nullptr) return false;
   return true;
@@ -348,6 +381,8 @@ bool LanguageModel<T>::has_cached_step() const {
 
 template <typename T>
 void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelState<T>& state) {
+  TCPP_CHECK(!reversible_, "LanguageModel: reversible blocks have no cached generation step; generate with ",
+             "forward() over the context instead");
   TCPP_CHECK(has_cached_step(), "LanguageModel: attention '", config_.attention,
              "' has no cached generation step; generate with forward() over the context instead");
   TCPP_CHECK(rows >= 1 && capacity >= 1, "LanguageModel.infer_start: rows and capacity must be >= 1, got ", rows,
@@ -404,12 +439,12 @@ const Matrix<T>& LanguageModel<T>::infer_step(const std::int64_t* tokens, Langua
           block.pre_norm_, block.norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { lin->step(cmap(in), st, out); },
           s.x, s.n, s.a);
     } else {
-      const auto& attn = static_cast<const CausalSoftmaxAttention<T>&>(*block.self_attention_);
+      const MultiHeadAttention<T>& attn = softmax_attention(block)->attention();
       KVCache<T>& cache = state.caches[n_cache++];
       residual_infer<T>(
           block.pre_norm_, block.norm1_,
-          [&](const Matrix<T>& in, Matrix<T>& out) { attn.mha_.infer_step(in, cache, state.backend, s, out); }, s.x,
-          s.n, s.a);
+          [&](const Matrix<T>& in, Matrix<T>& out) { attn.infer_step(in, cache, state.backend, s, out); }, s.x, s.n,
+          s.a);
     }
     residual_infer<T>(
         block.pre_norm_, block.norm2_,
@@ -432,6 +467,7 @@ template <typename T>
 ParameterList<T> LanguageModel<T>::parameters() {
   ParameterList<T> ps;
   append_parameters(ps, embedding_.parameters(), "embedding");
+  if (reversible_) append_parameters(ps, reversible_->parameters(), "");
   for (size_t i = 0; i < layers_.size(); ++i)
     append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
   if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
@@ -444,6 +480,7 @@ ParameterList<T> LanguageModel<T>::parameters() {
 template <typename T>
 void LanguageModel<T>::zero_grad() {
   embedding_.zero_grad();
+  if (reversible_) reversible_->zero_grad();
   for (auto& l : layers_) l->zero_grad();
   if (final_norm_) final_norm_->zero_grad();
   dout_weight_.setZero();
@@ -490,6 +527,8 @@ double LanguageModel<T>::learning_rate(Index step) const {
 template <typename T>
 std::vector<Dropout<T>*> LanguageModel<T>::dropouts() {
   std::vector<Dropout<T>*> ds{&dropout_};
+  if (reversible_)
+    for (auto* d : reversible_->dropouts()) ds.push_back(d);
   for (auto& l : layers_)
     for (auto* d : l->dropouts()) ds.push_back(d);
   return ds;
@@ -505,12 +544,6 @@ void LanguageModel<T>::set_dropout_seed(std::uint64_t seed) {
   for (auto* d : dropouts()) d->set_seed(seed);
 }
 
-template class CausalSoftmaxAttention<float>;
-template class CausalSoftmaxAttention<double>;
-template std::unique_ptr<SelfAttention<float>> make_self_attention<float>(const std::string&, Index, Index,
-                                                                          std::uint64_t);
-template std::unique_ptr<SelfAttention<double>> make_self_attention<double>(const std::string&, Index, Index,
-                                                                            std::uint64_t);
 template class LanguageModelBlock<float>;
 template class LanguageModelBlock<double>;
 template class LanguageModel<float>;

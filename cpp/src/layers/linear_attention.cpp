@@ -407,6 +407,7 @@ void LinearMultiHeadAttention<T>::release() {
   x_ = nullptr;
   B_ = T_ = 0;
   for (Matrix<T>* m : {&qkv_, &ctx_, &den_, &state_, &dqkv_, &dx_}) *m = Matrix<T>();
+  out_.release();
 }
 
 template <typename T>

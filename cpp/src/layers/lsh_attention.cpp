@@ -485,6 +485,7 @@ void LSHSelfAttention<T>::release() {
   perm_.shrink_to_fit();
   chunk_of_.shrink_to_fit();
   scratch_.clear();
+  out_.release();
 }
 
 template class LSHSelfAttention<float>;

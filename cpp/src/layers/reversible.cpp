@@ -5,63 +5,12 @@
 
 #include "transformer/checks.hpp"
 #include "transformer/layers/attention.hpp"
-#include "transformer/layers/linear_attention.hpp"
+#include "transformer/layers/lsh_attention.hpp"
 #include "transformer/random.hpp"
 
 namespace transformer {
 
 namespace {
-
-// Softmax self-attention as a SelfAttention: MultiHeadAttention with its queries, keys and
-// values all from x, and (causal) a look-ahead mask.
-template <typename T>
-class SoftmaxAttentionAdapter final : public SelfAttention<T> {
- public:
-  SoftmaxAttentionAdapter(Index d_model, Index n_heads, std::uint64_t seed) : mha_(d_model, n_heads, seed) {}
-
-  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override {
-    AttentionMask mask;  // nothing blocked
-    if (causal) {
-      // one (T, T) look-ahead mask for every batch entry, shared by the adapters of a thread (the
-      // attention reads it during forward only)
-      thread_local std::vector<std::uint8_t> look_ahead;
-      thread_local Index look_ahead_T = 0;
-      if (look_ahead_T != T_len) {
-        build_attention_mask(look_ahead, nullptr, 1, T_len, T_len, true);
-        look_ahead_T = T_len;
-      }
-      mask.data = look_ahead.data();
-      mask.batch_stride = 0;
-    }
-    return mha_.forward(x, B, T_len, mask);
-  }
-
-  const Matrix<T>& backward(ConstMatrixMap<T> dout) override {
-    backward_since_release_ = true;
-    return mha_.backward(dout);
-  }
-
-  // MultiHeadAttention resizes its buffers to each call's shape, so a forward of one zero
-  // position shrinks what it kept (projections, the (B*H*T, T) weights, the context) to one row;
-  // after a backward, a backward of that position shrinks the gradient buffers too. Its
-  // gradients are exactly zero (zero input, zero dout), so the parameter gradients do not change.
-  void release() override {
-    zero_.setZero(1, mha_.d_model());
-    mha_.forward(cmap(zero_), 1, 1, AttentionMask{});
-    if (backward_since_release_) mha_.backward(cmap(zero_));
-    backward_since_release_ = false;
-  }
-
-  ParameterList<T> parameters() override { return mha_.parameters(); }
-  void zero_grad() override { mha_.zero_grad(); }
-  Index d_model() const override { return mha_.d_model(); }
-  Index n_heads() const override { return mha_.n_heads(); }
-
- private:
-  MultiHeadAttention<T> mha_;
-  Matrix<T> zero_;  // (1, d) the position release() runs
-  bool backward_since_release_ = false;
-};
 
 // x[i] -= y[i] over n elements.
 template <typename T>
@@ -82,44 +31,27 @@ ConstMatrixMap<T> rows_cmap(const T* p, Index r0, Index n, Index d) {
 
 }  // namespace
 
-const std::vector<std::string>& reversible_attention_kinds() {
-  static const std::vector<std::string> kinds{"softmax", "linear"};  // each one a case of make_reversible_attention
-  return kinds;
-}
-
-std::string reversible_attention_kinds_text() {
-  std::string text;
-  for (const auto& k : reversible_attention_kinds()) text += (text.empty() ? "'" : ", '") + k + "'";
-  return text;
-}
-
-template <typename T>
-std::unique_ptr<SelfAttention<T>> make_reversible_attention(const std::string& kind, Index d_model, Index n_heads,
-                                                            std::uint64_t seed) {
-  if (kind == "softmax") return std::make_unique<SoftmaxAttentionAdapter<T>>(d_model, n_heads, seed);
-  if (kind == "linear") return std::make_unique<LinearMultiHeadAttention<T>>(d_model, n_heads, seed);
-  throw std::invalid_argument(
-      concat("attention must be one of ", reversible_attention_kinds_text(), ", got '", kind, "'"));
-}
-
 // One reversible block: y1 = x1 + Dropout_f(Attention(norm1(x2))), y2 = x2 + Dropout_g(FFN(norm2(y1))).
 template <typename T>
 struct ReversibleStack<T>::Block {
   Block(const ReversibleStackOptions& o, std::uint64_t seed)
       : norm1(o.d_model, o.eps),
         norm2(o.d_model, o.eps),
-        attention(make_reversible_attention<T>(o.attention, o.d_model, o.n_heads, splitmix64(seed + 1))),
+        attention(make_self_attention<T>(o.attention, o.d_model, o.n_heads, splitmix64(seed + 1), o.attention_options)),
+        lsh(dynamic_cast<LSHSelfAttention<T>*>(attention.get())),
         ff(o.d_model, o.d_ff, o.dropout, splitmix64(seed + 2)),
         drop_f(o.dropout, o.seed, splitmix64(seed + 3)),
         drop_g(o.dropout, o.seed, splitmix64(seed + 4)) {}
 
   LayerNorm<T> norm1, norm2;
   std::unique_ptr<SelfAttention<T>> attention;
+  LSHSelfAttention<T>* lsh;  // the attention when it is LSH attention (its hash counter is replayed), else nullptr
   FeedForward<T> ff;
   Dropout<T> drop_f, drop_g;  // after the attention, after the feed-forward
   // The dropout call counters of the last forward (of drop_f, the feed-forward's, drop_g), which
   // the recomputation in backward replays.
   std::uint64_t calls_f = 0, calls_ff = 0, calls_g = 0;
+  std::uint64_t calls_hash = 0;  // LSH attention's hash counter before the forward
   // Ordinary (non-reversible) stack only: the block's inputs that its norms read in backward.
   Matrix<T> x2, y1;  // (rows, d)
 };
@@ -132,10 +64,13 @@ ReversibleStack<T>::ReversibleStack(const ReversibleStackOptions& o) : opt_(o) {
   TCPP_CHECK(o.d_model % o.n_heads == 0, "ReversibleStack: d_model ", o.d_model, " is not divisible by n_heads ",
              o.n_heads);
   TCPP_CHECK(o.chunk_rows > 0, "ReversibleStack: chunk_rows must be a positive integer, got ", o.chunk_rows);
-  const auto& kinds = reversible_attention_kinds();
-  if (std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end())  // before anything is allocated
-    throw std::invalid_argument(concat("ReversibleStack: attention must be one of ", reversible_attention_kinds_text(),
-                                       ", got '", o.attention, "'"));
+  const auto& kinds = self_attention_kinds();
+  if (std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end()) {  // before anything is allocated
+    std::string names;
+    for (const auto& k : kinds) names += (names.empty() ? "'" : ", '") + k + "'";
+    throw std::invalid_argument(
+        concat("ReversibleStack: attention must be one of ", names, ", got '", o.attention, "'"));
+  }
   const double d = static_cast<double>(o.d_model), dff = static_cast<double>(o.d_ff);
   checked_size<T>("ReversibleStack", concat(o.n_layers, " layers of d_model ", o.d_model, ", d_ff ", o.d_ff),
                   static_cast<double>(o.n_layers) * encoder_layer_parameters(d, dff), 0, 0);
@@ -233,6 +168,7 @@ void ReversibleStack<T>::forward_reversible(bool training) {
     b.calls_f = b.drop_f.calls();
     b.calls_ff = b.ff.dropout().calls();
     b.calls_g = b.drop_g.calls();
+    if (b.lsh) b.calls_hash = b.lsh->calls();
     // y1 = x1 + Dropout_f(Attention(norm1(x2))); the norm keeps nothing here       (rows, d)
     b.norm1.forward_inference(x2_.data(), nullptr, buf_.data(), rows);
     const Matrix<T>& a = b.attention->forward(cmap(buf_), B_, T_, opt_.causal);  // (rows, d)
@@ -260,6 +196,7 @@ void ReversibleStack<T>::forward_ordinary(bool training) {
     b.calls_f = b.drop_f.calls();
     b.calls_ff = b.ff.dropout().calls();
     b.calls_g = b.drop_g.calls();
+    if (b.lsh) b.calls_hash = b.lsh->calls();
     b.x2 = x2_;                                                  // (rows, d)
     const Matrix<T>& n1 = b.norm1.forward(cmap(b.x2));           // (rows, d)
     buf_ = b.attention->forward(cmap(n1), B_, T_, opt_.causal);  // (rows, d)
@@ -328,7 +265,13 @@ void ReversibleStack<T>::backward_reversible() {
     // F: norm1(x2) into dbuf_, the attention recomputed (cached), x1 = y1 - F(x2)
     Matrix<T>& nrm = dbuf_;  // (rows, d) the attention's input, alive until its backward
     b.norm1.forward_inference(x2_.data(), nullptr, nrm.data(), rows);
+    std::uint64_t hash_after = 0;  // LSH: the counter as the forward left it, put back afterwards
+    if (b.lsh) {
+      hash_after = b.lsh->calls();
+      b.lsh->set_calls(b.calls_hash);  // the forward's rotations, so the forward's buckets
+    }
     const Matrix<T>& a = b.attention->forward(cmap(nrm), B_, T_, opt_.causal);  // (rows, d)
+    if (b.lsh) b.lsh->set_calls(hash_after);
     buf_ = a;
     for (Index r0 = 0; r0 < rows; r0 += chunk)
       drop_rows(b.drop_f, b.calls_f, buf_.data(), r0, std::min(chunk, rows - r0), training);
@@ -394,6 +337,21 @@ void ReversibleStack<T>::zero_grad() {
 }
 
 template <typename T>
+SelfAttention<T>& ReversibleStack<T>::attention(Index i) {
+  TCPP_CHECK(i >= 0 && i < static_cast<Index>(blocks_.size()), "ReversibleStack: block ", i, " does not exist (",
+             blocks_.size(), " blocks)");
+  return *blocks_[static_cast<size_t>(i)]->attention;
+}
+
+template <typename T>
+std::vector<Dropout<T>*> ReversibleStack<T>::dropouts() {
+  std::vector<Dropout<T>*> ds;
+  for (auto& b : blocks_)
+    for (Dropout<T>* d : {&b->drop_f, &b->ff.dropout(), &b->drop_g}) ds.push_back(d);
+  return ds;
+}
+
+template <typename T>
 double ReversibleStack<T>::activation_bytes() const {
   if (state_ != State::Forward) return 0.0;
   const double rows = static_cast<double>(B_ * T_), d = static_cast<double>(opt_.d_model);
@@ -410,10 +368,6 @@ double ReversibleStack<T>::activation_bytes() const {
   return static_cast<double>(blocks_.size()) * per_block * size;
 }
 
-template std::unique_ptr<SelfAttention<float>> make_reversible_attention<float>(const std::string&, Index, Index,
-                                                                                std::uint64_t);
-template std::unique_ptr<SelfAttention<double>> make_reversible_attention<double>(const std::string&, Index, Index,
-                                                                                  std::uint64_t);
 template class ReversibleStack<float>;
 template class ReversibleStack<double>;
 

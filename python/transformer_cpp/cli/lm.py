@@ -22,6 +22,10 @@ _OPTIONS = (
     "d_ff",
     "dropout",
     "attention",
+    "lsh_hashes",
+    "lsh_chunk",
+    "lsh_buckets",
+    "reversible",
     "seq_len",
     "batch_size",
     "steps",
@@ -73,7 +77,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_evaluate_lm(args: argparse.Namespace) -> int:
     ckpt = load_lm(args.model)
-    request = LmTrainRequest(**{f.name: ckpt.state["request"][f.name] for f in fields(LmTrainRequest)})
+    saved = ckpt.state["request"]  # a run saved before a field existed has that field's default
+    request = LmTrainRequest(**{f.name: saved[f.name] for f in fields(LmTrainRequest) if f.name in saved})
     source = load_lm_text(args.text or request.text, request.encoding)
     part = split_text(source.text).test if args.text is None else source.text
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
@@ -104,8 +109,31 @@ def add_lm_parsers(sub: Any) -> None:
     p.add_argument("--dropout", type=float, help=f"dropout rate (default {d.dropout})")
     p.add_argument(
         "--attention",
-        help=f"the blocks' self-attention: 'softmax', or 'linear' (linear in the context; generation as "
-        f"an RNN) (default {d.attention!r})",
+        help=f"the blocks' self-attention: 'softmax', 'linear' (linear in the context; generation as "
+        f"an RNN) or 'lsh' (Reformer's LSH attention; generation recomputes the window) (default {d.attention!r})",
+    )
+    p.add_argument(
+        "--lsh-hashes", dest="lsh_hashes", type=int, help=f"LSH attention: hash rounds (default {d.lsh_hashes})"
+    )
+    p.add_argument(
+        "--lsh-chunk",
+        dest="lsh_chunk",
+        type=int,
+        help=f"LSH attention: positions per chunk; a chunk attends to itself and the one before (default {d.lsh_chunk})",
+    )
+    p.add_argument(
+        "--lsh-buckets",
+        dest="lsh_buckets",
+        type=int,
+        help="LSH attention: buckets per hash round, even (default 0: 2 * max(1, seq-len / lsh-chunk))",
+    )
+    p.add_argument(
+        "--reversible",
+        dest="reversible",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the blocks as a reversible residual stack (Reformer): the activations of one block are stored "
+        "whatever the depth; pre-norm only; generation recomputes the window (default: ordinary blocks)",
     )
     p.add_argument(
         "--pre-norm",

@@ -92,6 +92,10 @@ class LmTrainRequest:
     d_ff: int = 1024
     dropout: float = 0.1
     attention: str = "softmax"
+    lsh_hashes: int = 4
+    lsh_chunk: int = 64
+    lsh_buckets: int = 0
+    reversible: bool = False
     pre_norm: bool = True
     share_embeddings: bool = True
     seq_len: int = 128
@@ -207,8 +211,10 @@ def generate(
     task passes the training ``seq_len``): positions beyond those a model was trained on are
     positions it never learnt. Each character costs one step: softmax attention appends to
     key/value caches, linear attention advances its recurrent state (constant time per
-    character); when the context is full the state starts again from its last half. Attention
-    without a step runs the model over the last ``context`` characters for each character."""
+    character); when the context is full the state starts again from its last half. A model
+    without a step (LSH attention, reversible blocks) runs its forward over the last
+    ``context`` characters for each character: the same function as in training, at the cost of
+    a whole window per character."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"generate: max_tokens must be an integer >= 0, got {max_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:

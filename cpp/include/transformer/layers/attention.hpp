@@ -99,7 +99,8 @@ class MultiHeadAttention {
 
   ParameterList<T> parameters();  // query/key/value/output . weight/bias
   void zero_grad();
-  // Free what forward kept for backward (backward() then needs a new forward).
+  // Free what forward kept for backward and the gradients of the last backward (backward() then
+  // needs a new forward).
   void release();
 
   // The kernel of the following forwards (see AttentionImpl). With Tiled (or Auto at a long

@@ -8,7 +8,16 @@
 // logits = y W^T + b, W (V, d) the token embedding's weight when share_embeddings.
 //
 // The block's attention is any SelfAttention<T> (self_attention.hpp), made by name from the
-// configuration's `attention` (make_self_attention).
+// configuration's `attention` (make_self_attention): "softmax", "linear" or "lsh".
+//
+// reversible (Reformer): the blocks are a ReversibleStack (reversible.hpp) instead, pre-norm:
+//   x1 = x2 = x;  y1 = x1 + Dropout(Attn(LN1(x2))),  y2 = x2 + Dropout(FFN(LN2(y1)));  h = (y1 + y2) / 2
+// then the final LN. Backward rebuilds each block's inputs from its outputs, so the activations of
+// one block are held, whatever the depth. A different function from the stack of ordinary blocks.
+//
+// LSH attention draws random rotations: the model's draw them from the number of updates taken
+// (the optimizer's step count), so every training step hashes anew, while evaluation, the gradient
+// of compute_gradients and a resumed run are deterministic.
 #pragma once
 
 #include <cstdint>
@@ -25,39 +34,14 @@
 #include "transformer/layers/layer_norm.hpp"
 #include "transformer/layers/linear_attention.hpp"
 #include "transformer/layers/loss.hpp"
+#include "transformer/layers/lsh_attention.hpp"
 #include "transformer/layers/optimizer.hpp"
+#include "transformer/layers/reversible.hpp"
 #include "transformer/layers/self_attention.hpp"
+#include "transformer/layers/tiled_attention.hpp"
 #include "transformer/layers/transformer.hpp"
 
 namespace transformer {
-
-// Causal softmax attention as a SelfAttention: MultiHeadAttention with a look-ahead mask, and its
-// key/value-cached step for generation.
-template <typename T>
-class CausalSoftmaxAttention : public SelfAttention<T> {
- public:
-  CausalSoftmaxAttention(Index d_model, Index n_heads, std::uint64_t seed) : mha_(d_model, n_heads, seed) {}
-
-  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override;
-  const Matrix<T>& backward(ConstMatrixMap<T> dout) override { return mha_.backward(dout); }
-  ParameterList<T> parameters() override { return mha_.parameters(); }
-  void zero_grad() override { mha_.zero_grad(); }
-  Index d_model() const override { return mha_.d_model(); }
-  Index n_heads() const override { return mha_.n_heads(); }
-
-  MultiHeadAttention<T> mha_;
-
- private:
-  std::vector<std::uint8_t> mask_;  // (T, T) look-ahead mask shared by every sequence
-  Index mask_len_ = -1;             // T of mask_ (-1: none)
-  bool mask_causal_ = false;
-};
-
-// The attention named `name` (one of language_model_attention_names()); std::invalid_argument
-// listing the names otherwise.
-template <typename T>
-std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& name, Index d_model, Index n_heads,
-                                                      std::uint64_t seed);
 
 // One block: the causal self-attention and the feed-forward network as residual sub-layers
 // (stack.hpp), post-norm or pre-norm.
@@ -128,11 +112,14 @@ class LanguageModel {
   // recurrent state (a step costs the same at every position).
   void infer_start(Index rows, Index capacity, LanguageModelState<T>& state);
   const Matrix<T>& infer_step(const std::int64_t* tokens, LanguageModelState<T>& state);
-  // Whether infer_step can run (the blocks' attention has a step): softmax or linear attention.
+  // Whether infer_step can run (the blocks' attention has a step): softmax or linear attention
+  // in ordinary blocks. LSH attention and reversible blocks have none: generate with forward()
+  // over the context.
   bool has_cached_step() const;
 
-  ParameterList<T>
-  parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*, (untied) output.weight, output.bias
+  // embedding.weight, layers.i.* (reversible: ReversibleStack's names), (pre-norm) norm.*, (untied)
+  // output.weight, output.bias
+  ParameterList<T> parameters();
   void zero_grad();
   const LanguageModelConfig& config() const { return config_; }
   const OptimizerConfig& optimizer_config() const { return opt_config_; }
@@ -147,9 +134,10 @@ class LanguageModel {
   std::vector<Dropout<T>*> dropouts();
 
   PositionalEmbedding<T> embedding_;
-  std::vector<std::unique_ptr<LanguageModelBlock<T>>> layers_;
-  std::unique_ptr<LayerNorm<T>> final_norm_;  // pre-norm only
-  RowVector<T> out_bias_, dout_bias_;         // (V)
+  std::vector<std::unique_ptr<LanguageModelBlock<T>>> layers_;  // ordinary blocks (empty when reversible)
+  std::unique_ptr<ReversibleStack<T>> reversible_;              // the blocks when reversible
+  std::unique_ptr<LayerNorm<T>> final_norm_;                    // pre-norm only
+  RowVector<T> out_bias_, dout_bias_;                           // (V)
 
  private:
   T* output_weight();
@@ -157,9 +145,13 @@ class LanguageModel {
   void check_tokens(ConstTokenMap tokens, Index min_length, const char* who);
   // inputs tokens[:, :-1] into inputs_, labels tokens[:, 1:] into labels_
   void split_shifted(ConstTokenMap tokens);
+  // dy_ -> the blocks (and final norm) in reverse, the input dropout, the embedding
+  void blocks_backward();
   // embedding, blocks, final norm: the last hidden states (B*T, d)
   const Matrix<T>& hidden(ConstTokenMap tokens, bool training);
 
+  // LSH attention of the blocks (hash counter frozen; set to the step count before each forward)
+  std::vector<LSHSelfAttention<T>*> lsh_;
   LanguageModelConfig config_;
   OptimizerConfig opt_config_;
   Dropout<T> dropout_;                  // after the embedding

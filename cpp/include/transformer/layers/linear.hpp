@@ -20,6 +20,13 @@ class Linear {
   const Matrix<T>& backward(ConstMatrixMap<T> dy);
   // Like backward() but without computing dx (the first layer of a stack does not need it).
   void backward_params_only(ConstMatrixMap<T> dy);
+  // Free the output and input gradient of the last calls (backward() then needs a new forward).
+  void release() {
+    x_ = nullptr;
+    rows_ = -1;
+    y_ = Matrix<T>();
+    dx_ = Matrix<T>();
+  }
 
   ParameterList<T> parameters();
   void zero_grad();

@@ -21,6 +21,10 @@
 // the feed-forward's hidden layer is (chunk, d_ff), not (rows, d_ff). Each chunk draws the
 // dropout masks of its own rows (Dropout's row ids), so chunking changes nothing but memory.
 //
+// The attention is any kind of make_self_attention. LSH attention draws its hash rotations from
+// a call counter (lsh_attention.hpp): forward records each block's counter and the recomputation
+// restores it, so the rebuilt F hashes into the same buckets as the forward.
+//
 // With `reversible = false` the same blocks form an ordinary stack: each block keeps its own
 // activations and backward is the plain chain rule. It gives the same function and gradients,
 // and is what the reversible stack is measured against.
@@ -38,24 +42,13 @@
 
 namespace transformer {
 
-// The attention kinds make_reversible_attention knows ("softmax", "linear"), and the same for
-// messages: "'softmax', 'linear'".
-const std::vector<std::string>& reversible_attention_kinds();
-std::string reversible_attention_kinds_text();
-
-// A self-attention of the given kind: "softmax" (MultiHeadAttention) or "linear"
-// (LinearMultiHeadAttention). Throws std::invalid_argument
-// naming the kinds allowed for any other name.
-template <typename T>
-std::unique_ptr<SelfAttention<T>> make_reversible_attention(const std::string& kind, Index d_model, Index n_heads,
-                                                            std::uint64_t seed);
-
 struct ReversibleStackOptions {
   Index n_layers = 2, d_model = 64, n_heads = 4, d_ff = 256;
   double dropout = 0.1;
   bool causal = true;
   std::uint64_t seed = 0;
-  std::string attention = "softmax";
+  std::string attention = "softmax";       // a kind of make_self_attention (self_attention.hpp)
+  SelfAttentionOptions attention_options;  // LSH attention's chunk, hashes and buckets
   bool reversible = true;
   Index chunk_rows = tuning::kReversibleChunkRows;  // rows of one feed-forward chunk, > 0
   double eps = 1e-6;                                // LayerNorm
@@ -90,6 +83,11 @@ class ReversibleStack {
   // Bytes of activations the stack holds for backward after a forward: the two streams when it
   // is reversible, every block's cached activations (counted from their shapes) when not.
   double activation_bytes() const;
+
+  // Block i's attention (made by make_self_attention from the options' kind).
+  SelfAttention<T>& attention(Index i);
+  // Every block's dropouts: after the attention, inside and after the feed-forward.
+  std::vector<Dropout<T>*> dropouts();
 
   const ReversibleStackOptions& options() const { return opt_; }
   Index n_layers() const { return opt_.n_layers; }

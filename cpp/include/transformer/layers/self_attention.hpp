@@ -5,7 +5,15 @@
 // (Katharopoulos et al. 2020), LSH attention (Reformer) or relative attention with a memory
 // (Transformer-XL). Each is a class that implements this interface, so the block, the reversible
 // stack and the gradient checks treat them alike.
+//
+// make_self_attention builds one by name ("softmax", "linear", "lsh"): the one factory of the
+// language model's blocks and of the reversible stack.
 #pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "transformer/tensor.hpp"
 
@@ -32,5 +40,26 @@ class SelfAttention {
   virtual Index d_model() const = 0;
   virtual Index n_heads() const = 0;
 };
+
+// The settings of the kinds that have any (LSH attention's); the defaults are LSHSelfAttention's.
+struct SelfAttentionOptions {
+  Index lsh_chunk = 64;   // positions per chunk; a chunk attends to itself and the chunk before
+  Index lsh_hashes = 4;   // hash rounds
+  Index lsh_buckets = 0;  // buckets per round, even; 0: 2 * max(1, T / chunk) for a sequence of T
+};
+
+// The kinds make_self_attention knows, in the order messages list them: "softmax", "linear", "lsh".
+const std::vector<std::string>& self_attention_kinds();
+
+// A self-attention of `kind`:
+//   "softmax"  SoftmaxSelfAttention (tiled_attention.hpp): MultiHeadAttention, exact, tiled from
+//              tuning::kTiledAttentionMinLength keys; a key/value-cached step for generation
+//   "linear"   LinearMultiHeadAttention (linear_attention.hpp); an RNN step for generation
+//   "lsh"      LSHSelfAttention (lsh_attention.hpp) with options' chunk, hashes and buckets
+// Throws std::invalid_argument naming the kinds for any other name, and for bad LSH options.
+template <typename T>
+std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, Index d_model, Index n_heads,
+                                                      std::uint64_t seed,
+                                                      const SelfAttentionOptions& options = SelfAttentionOptions{});
 
 }  // namespace transformer

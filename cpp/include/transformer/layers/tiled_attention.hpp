@@ -52,7 +52,11 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
 AttentionImpl parse_attention_impl(const std::string& name);
 const char* attention_impl_name(AttentionImpl impl);
 
-// Softmax self-attention (MultiHeadAttention) behind the interface of the language model's blocks.
+// Softmax self-attention behind the SelfAttention interface: MultiHeadAttention with queries, keys
+// and values from x and, when causal, the look-ahead mask given by its structure (no (T, T) mask
+// buffer). The kind "softmax" of make_self_attention: the language model's blocks (whose cached
+// generation step is attention().infer_step) and the reversible stack's (which calls release()
+// after each block) use it.
 template <typename T>
 class SoftmaxSelfAttention : public SelfAttention<T> {
  public:
@@ -72,6 +76,7 @@ class SoftmaxSelfAttention : public SelfAttention<T> {
   Index n_heads() const override { return mha_.n_heads(); }
 
   MultiHeadAttention<T>& attention() { return mha_; }
+  const MultiHeadAttention<T>& attention() const { return mha_; }
 
  private:
   MultiHeadAttention<T> mha_;
