@@ -138,6 +138,7 @@ CLI = {
     ],
     "evaluate-lm": [
         "--help",
+        "--memory-length",
         "--model",
         "--seq-len",
         "--text",
@@ -279,6 +280,7 @@ CLI = {
         "--help",
         "--keep",
         "--lr-scale",
+        "--memory-length",
         "--n-heads",
         "--n-layers",
         "--no-adaptive-threads",

@@ -214,7 +214,11 @@ const std::vector<ConfigField<LanguageModelConfig>>& ConfigTable<LanguageModelCo
         field<&C::max_len>("max_len", Limit::integer(1),
                            "positional-table rows built up front; a cache: longer sequences extend it", kNoOption),
         field<&C::attention>("attention", Limit::one_of(language_model_attention_names()),
-                             "the blocks' causal self-attention"),
+                             "the blocks' causal self-attention; relative: Transformer-XL's relative positions "
+                             "(no absolute positional encoding) and a segment memory"),
+        field<&C::memory_length>("memory_length", Limit::integer(0, 1 << 20),
+                                 "relative attention: positions of the preceding segments each block attends to "
+                                 "(a stop-gradient memory carried from segment to segment; 0: none)"),
         field<&C::pre_norm>("pre_norm", Limit::flag(),
                             "layer normalisation before each sub-layer and after the last block (GPT-2) instead "
                             "of after each sub-layer (the paper's post-norm)"),
@@ -237,6 +241,10 @@ void check_config(const LanguageModelConfig& c) {
   if (c.d_model % c.n_heads != 0)
     throw std::invalid_argument("LanguageModel: d_model " + std::to_string(c.d_model) +
                                 " is not divisible by n_heads " + std::to_string(c.n_heads));
+  if (c.memory_length > 0 && c.attention != "relative")
+    throw std::invalid_argument("LanguageModel: memory_length " + std::to_string(c.memory_length) +
+                                " needs attention 'relative' (the segment memory is Transformer-XL's), got '" +
+                                c.attention + "'");
 }
 
 }  // namespace transformer

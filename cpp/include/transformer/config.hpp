@@ -199,6 +199,7 @@ struct LanguageModelConfig {
   double dropout = 0.1;               // on the embedding, the sub-layer outputs and inside the feed-forward network
   std::int64_t max_len = 1024;        // positional-table rows built up front (a cache: longer inputs extend it)
   std::string attention = "softmax";  // the blocks' self-attention (language_model_attention_names())
+  std::int64_t memory_length = 0;     // "relative": positions of the preceding text each block attends to
   bool pre_norm = true;               // x + F(LN(x)) and a final LayerNorm (GPT-2), or LN(x + F(x)) (the paper)
   bool share_embeddings = true;       // the output projection is the token embedding
   std::uint64_t seed = 0;
@@ -207,7 +208,7 @@ struct LanguageModelConfig {
 // The self-attention a language model's blocks may use, by name: the one list that the table's
 // row and the factory (make_self_attention in language_model.cpp) read.
 inline const std::vector<std::string>& language_model_attention_names() {
-  static const std::vector<std::string> names{"softmax", "linear"};
+  static const std::vector<std::string> names{"softmax", "linear", "relative"};
   return names;
 }
 

@@ -9,6 +9,14 @@
 //
 // The block's attention is any SelfAttention<T> (self_attention.hpp), made by name from the
 // configuration's `attention` (make_self_attention).
+//
+// attention "relative" (Transformer-XL, Dai et al. 2019): no absolute positional encoding is added
+// to the embedding; each block's RelativeMultiHeadAttention (relative_attention.hpp) encodes the
+// distance between query and key, and attends to the current segment plus a memory: its own
+// inputs at the last memory_length positions before the segment, kept from the previous forward
+// (segment-level recurrence). The memory is a stop-gradient input: backward sends no gradient
+// into it. Consecutive forwards must therefore feed consecutive segments of the same B texts;
+// reset_memory() starts afresh (a new text, or a stripe that wrapped around).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,7 @@
 #include "transformer/layers/linear_attention.hpp"
 #include "transformer/layers/loss.hpp"
 #include "transformer/layers/optimizer.hpp"
+#include "transformer/layers/relative_attention.hpp"
 #include "transformer/layers/self_attention.hpp"
 #include "transformer/layers/transformer.hpp"
 
@@ -80,7 +89,20 @@ class LanguageModelBlock {
   LayerNorm<T> norm2_;
   bool pre_norm_;
 
+  // ---- relative attention's segment memory (attention "relative"; otherwise unused)
+  RelativeMultiHeadAttention<T>* relative_ = nullptr;  // self_attention_ when it is relative attention
+  Index memory_length_ = 0;                            // positions kept after each forward
+  bool update_memory_ = true;                          // false: the memory stays as it is (a constant input)
+  Index memory_batch_ = 0;                             // sequences the memory holds
+  Index memory_held_ = 0;                              // positions held per sequence, <= memory_length_
+  Matrix<T> memory_;                                   // (memory_batch_*memory_held_, d) the attention's inputs
+  void reset_memory() { memory_batch_ = memory_held_ = 0; }
+
  private:
+  // Relative attention over [memory ; in], then the memory becomes the last memory_length_ rows of
+  // [memory ; in] of each sequence (when update_memory_).                in (B*T, d) -> (B*T, d)
+  const Matrix<T>& relative_forward(ConstMatrixMap<T> in, Index B, Index T_len);
+  Matrix<T> memory_next_;  // (B*memory_length_, d) the next memory, swapped in
   Dropout<T> dropout1_, dropout2_;
   bool has_forward_ = false;
   Matrix<T> r1_, out_;        // pre-norm residual sums (B*T, d)
@@ -94,6 +116,7 @@ template <typename T>
 struct LanguageModelState {
   std::vector<KVCache<T>> caches;               // one per block (softmax attention)
   std::vector<LinearAttentionState<T>> linear;  // one per block (linear attention)
+  std::vector<RelativeAttentionCache<T>> relative;  // one per block (relative attention)
   InferenceBackend<T> backend;                  // plain float products
   InferenceScratch<T> scratch;
   Matrix<T> logits;  // (R, V)
@@ -128,8 +151,22 @@ class LanguageModel {
   // recurrent state (a step costs the same at every position).
   void infer_start(Index rows, Index capacity, LanguageModelState<T>& state);
   const Matrix<T>& infer_step(const std::int64_t* tokens, LanguageModelState<T>& state);
-  // Whether infer_step can run (the blocks' attention has a step): softmax or linear attention.
+  // Relative attention keeps the keys and values of the last capacity - 1 positions (a sliding
+  // window: steps go on past `capacity`).
+  // Whether infer_step can run (the blocks' attention has a step): softmax, linear or relative.
   bool has_cached_step() const;
+
+  // Relative attention's segment memory (attention "relative"). Every forward (training or not)
+  // attends to the memory and then keeps its last memory_length() positions. Changing the length
+  // (0 to keep none; any length, longer than in training too) starts from an empty memory.
+  Index memory_length() const { return memory_length_; }
+  void set_memory_length(Index length);
+  Index memory_held() const;  // positions the memory holds now
+  void reset_memory();
+  // false: forwards attend to the memory but leave it as it is (a constant input, e.g. for a
+  // gradient check); true (default): the memory moves on with each forward.
+  void set_memory_update(bool update);
+  bool memory_update() const { return memory_update_; }
 
   ParameterList<T>
   parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*, (untied) output.weight, output.bias
@@ -174,6 +211,8 @@ class LanguageModel {
   TokenMatrix inputs_;                // (B, T)
   std::vector<std::int64_t> labels_;  // (B*T)
   double last_grad_norm_ = 0.0;
+  Index memory_length_ = 0;
+  bool memory_update_ = true;
 };
 
 }  // namespace transformer
