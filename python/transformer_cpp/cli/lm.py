@@ -89,7 +89,9 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
         ckpt.model, ids, args.seq_len or request.seq_len, request.batch_size, memory_length=args.memory_length
     )
     what = "held-out test text" if args.text is None else f"'{args.text}'"
-    memory = "" if ckpt.model.config["attention"] != "relative" else f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
+    memory = ""
+    if ckpt.model.config["attention"] == "relative":
+        memory = f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
     print(f"{bpc:.4f} bits per character on the {what} ({len(ids):,} characters{memory})")
     return 0
 

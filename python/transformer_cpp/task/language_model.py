@@ -316,7 +316,8 @@ def generate(
         seq.append(nxt)
         if len(out) == max_tokens:
             break
-        if fed >= window and model.config["attention"] != "relative":  # the context is full: start again from its last half
+        # the context is full: start again from its last half (relative attention's window slides)
+        if fed >= window and model.config["attention"] != "relative":
             logits = restart(seq[-keep:])
             fed = keep
         else:
@@ -540,8 +541,8 @@ class LmTrainer:
         if r.memory_length > 0:
             k, count = self.segment_of(step)
             width = len(train) // r.batch_size  # each stripe's characters
-            rows = [train[b * width + k * r.seq_len : b * width + (k + 1) * r.seq_len + 1] for b in range(r.batch_size)]
-            return np.stack(rows)
+            start = k * r.seq_len
+            return np.stack([train[b * width + start : b * width + start + r.seq_len + 1] for b in range(r.batch_size)])
         rng = np.random.default_rng([r.seed, step])
         starts = rng.integers(0, len(train) - r.seq_len, size=r.batch_size)
         return np.stack([train[s : s + r.seq_len + 1] for s in starts])
