@@ -176,3 +176,79 @@ def test_bad_input_is_refused_with_clear_errors():
         lm.forward(tokens_for(5, (3, 3)))
     lm.reset_memory()
     assert lm.forward(tokens_for(5, (3, 3))).shape == (3, 3, 5)
+
+
+# ------------------------------------------------------------------ the task and the commands
+
+LINES = ["the cat sat on the mat.", "a dog ran to the log!", "so the cat and the dog met."]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "tiny.txt"
+    path.write_text("\n".join(LINES[i] for i in rng.integers(0, 3, size=120)) + "\n", encoding="utf-8")
+    return path
+
+
+def test_training_batches_walk_consecutive_stripes_and_reset_when_they_wrap(text_file, tmp_path):
+    from transformer_cpp.task import LmTrainRequest, new_lm_trainer
+
+    tiny = dict(d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.0, threads=1, adaptive_threads=False)
+    request = LmTrainRequest(
+        text=str(text_file), attention="relative", memory_length=8, seq_len=8, batch_size=4, steps=3, **tiny
+    )
+    trainer = new_lm_trainer(request, tmp_path / "run", lambda _: None)
+    train = trainer.ids["train"]
+    width = len(train) // 4
+    k, count = trainer.segment_of(1)
+    assert (k, count) == (0, (width - 1) // 8)
+    previous = None
+    for step in range(1, count + 1):
+        batch = trainer.batch(step)
+        # row b, segment k: characters [b * width + 8k, b * width + 8k + 9) of the training text
+        for b in range(4):
+            start = b * width + 8 * (step - 1)
+            np.testing.assert_array_equal(batch[b], train[start : start + 9])
+        if previous is not None:
+            np.testing.assert_array_equal(batch[:, 0], previous[:, -1])
+        previous = batch
+    assert trainer.segment_of(count + 1) == (0, count)  # the stripes start again
+    np.testing.assert_array_equal(trainer.batch(count + 1), trainer.batch(1))
+    trainer.fit()
+    assert trainer.model.memory_length == 8
+    assert trainer.model.memory_held == 0  # the last evaluation empties it
+
+
+def test_commands_with_relative_attention_and_memory(text_file, tmp_path, capsys):
+    from transformer_cpp.cli import main
+    from transformer_cpp.task import load_lm
+
+    out = tmp_path / "xl"
+    tiny = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "8"]
+    args = ["--text", str(text_file), "--out", str(out), *tiny, "--batch-size", "4", "--steps", "4", "--threads", "1"]
+    assert main(["train-lm", *args, "--eval-chars", "256", "--attention", "relative", "--memory-length", "8"]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+    run = load_lm(out)
+    assert run.model.config["attention"] == "relative" and run.model.memory_length == 8
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "40", "--seed", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("the") and len(text.rstrip("\n")) == 43
+    scores = {}
+    for m in ("0", "8", "32"):
+        assert main(["evaluate-lm", "--model", str(out), "--memory-length", m]) == 0
+        printed = capsys.readouterr().out
+        assert f"memory {m})" in printed
+        scores[m] = float(printed.split()[0])
+    assert len(set(scores.values())) == 3
+    assert main(["evaluate-lm", "--model", str(out), "--memory-length", "-1"]) == 1
+    assert "--memory-length must be >= 0" in capsys.readouterr().err
+    soft = tmp_path / "soft"
+    assert (
+        main(["train-lm", "--text", str(text_file), "--out", str(soft), *tiny, "--steps", "1", "--threads", "1"]) == 0
+    )
+    capsys.readouterr()
+    assert main(["evaluate-lm", "--model", str(soft), "--memory-length", "4"]) == 1
+    assert "needs a model with attention 'relative'" in capsys.readouterr().err
+    assert main(["train-lm", *args[:2], "--out", str(tmp_path / "bad"), "--memory-length", "4"]) == 1
+    assert "needs attention 'relative'" in capsys.readouterr().err

@@ -80,8 +80,7 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
     if args.memory_length is not None and ckpt.model.config["attention"] != "relative":
         raise UserError(
-            f"--memory-length needs a model with attention 'relative', this one has "
-            f"{ckpt.model.config['attention']!r}"
+            f"--memory-length needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
         )
     if args.memory_length is not None and args.memory_length < 0:
         raise UserError(f"--memory-length must be >= 0, got {args.memory_length}")

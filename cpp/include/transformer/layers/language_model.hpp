@@ -116,7 +116,6 @@ template <typename T>
 struct LanguageModelState {
   std::vector<KVCache<T>> caches;               // one per block (softmax attention)
   std::vector<LinearAttentionState<T>> linear;  // one per block (linear attention)
-  std::vector<RelativeAttentionCache<T>> relative;  // one per block (relative attention)
   InferenceBackend<T> backend;                  // plain float products
   InferenceScratch<T> scratch;
   Matrix<T> logits;  // (R, V)
@@ -124,6 +123,8 @@ struct LanguageModelState {
   Index length = 0;    // positions fed so far
   Index capacity = 0;  // positions there is room for
   Index position() const { return length; }
+  // the keys and values of the last positions of each block (relative attention)
+  std::vector<RelativeAttentionCache<T>> relative;
 };
 
 template <typename T>
