@@ -138,6 +138,7 @@ CLI = {
     ],
     "evaluate-lm": [
         "--help",
+        "--memory-length",
         "--model",
         "--seq-len",
         "--text",
@@ -282,6 +283,7 @@ CLI = {
         "--lsh-buckets",
         "--lsh-chunk",
         "--lsh-hashes",
+        "--memory-length",
         "--n-heads",
         "--n-layers",
         "--no-adaptive-threads",

@@ -196,6 +196,34 @@ void bind_language_model_class(py::module_& m) {
           },
           py::arg("step"))
       .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
+      .def_property(
+          "memory_length", [](H& h) { return h.model.memory_length(); },
+          [](H& h, const py::object& m) {
+            check_idle(h.busy, "LanguageModel.memory_length", "LanguageModel");
+            const Index length = int_arg(m, "LanguageModel", "memory_length", 0, 1 << 20);
+            if (length > 0 && h.model.config().attention != "relative")
+              throw py::value_error(concat("LanguageModel: memory_length needs attention 'relative', the model has '",
+                                           h.model.config().attention, "'"));
+            h.model.set_memory_length(length);
+          },
+          "Relative attention: positions of the preceding segments each block attends to (any length; setting it "
+          "empties the memory).")
+      .def_property_readonly(
+          "memory_held", [](H& h) { return h.model.memory_held(); }, "Positions the segment memory holds now.")
+      .def(
+          "reset_memory",
+          [](H& h) {
+            check_idle(h.busy, "LanguageModel.reset_memory", "LanguageModel");
+            h.model.reset_memory();
+          },
+          "Empty the segment memory (a new text, or a stripe that starts again).")
+      .def_property(
+          "memory_update", [](H& h) { return h.model.memory_update(); },
+          [](H& h, bool update) {
+            check_idle(h.busy, "LanguageModel.memory_update", "LanguageModel");
+            h.model.set_memory_update(update);
+          },
+          "True (default): each forward moves the segment memory on; False: forwards read it and leave it as it is.")
       .def(
           "nonfinite_parameters",
           [](H& h, bool optimizer_state) {

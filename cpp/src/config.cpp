@@ -215,7 +215,12 @@ const std::vector<ConfigField<LanguageModelConfig>>& ConfigTable<LanguageModelCo
                            "networks"),
         field<&C::max_len>("max_len", Limit::integer(1),
                            "positional-table rows built up front; a cache: longer sequences extend it", kNoOption),
-        field<&C::attention>("attention", Limit::one_of(self_attention_kinds()), "the blocks' causal self-attention"),
+        field<&C::attention>("attention", Limit::one_of(self_attention_kinds()),
+                             "the blocks' causal self-attention; relative: Transformer-XL's relative positions "
+                             "(no absolute positional encoding) and a segment memory"),
+        field<&C::memory_length>("memory_length", Limit::integer(0, 1 << 20),
+                                 "relative attention: positions of the preceding segments each block attends to "
+                                 "(a stop-gradient memory carried from segment to segment; 0: none)"),
         field<&C::lsh_hashes>("lsh_hashes", Limit::integer(1, 64), "LSH attention: hash rounds"),
         field<&C::lsh_chunk>("lsh_chunk", Limit::integer(1, 1048576),
                              "LSH attention: positions per chunk (a chunk attends to itself and the one before)"),
@@ -253,6 +258,14 @@ void check_config(const LanguageModelConfig& c) {
     throw std::invalid_argument(
         "LanguageModel: reversible blocks are pre-norm (y1 = x1 + Attn(LN(x2)), y2 = x2 + FFN(LN(y1))): "
         "reversible=True needs pre_norm=True");
+  if (c.memory_length > 0 && c.attention != "relative")
+    throw std::invalid_argument("LanguageModel: memory_length " + std::to_string(c.memory_length) +
+                                " needs attention 'relative' (the segment memory is Transformer-XL's), got '" +
+                                c.attention + "'");
+  if (c.reversible && c.attention == "relative")
+    throw std::invalid_argument(
+        "LanguageModel: reversible blocks recompute each block from the next one's output, which a segment "
+        "memory does not allow: reversible=True needs attention 'softmax', 'linear' or 'lsh', got 'relative'");
 }
 
 }  // namespace transformer

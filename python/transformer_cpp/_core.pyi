@@ -1336,6 +1336,29 @@ class LanguageModel_float32:
     @property
     def last_grad_norm(self) -> float: ...
     @property
+    def memory_held(self) -> int:
+        """
+        Positions the segment memory holds now.
+        """
+    @property
+    def memory_length(self) -> int:
+        """
+        Relative attention: positions of the preceding segments each block attends to (any length; setting it empties the memory).
+        """
+    @memory_length.setter
+    def memory_length(self, arg1: typing.Any) -> None: ...
+    @property
+    def memory_update(self) -> bool:
+        """
+        True (default): each forward moves the segment memory on; False: forwards read it and leave it as it is.
+        """
+    @memory_update.setter
+    def memory_update(self, arg1: bool) -> None: ...
+    def reset_memory(self) -> None:
+        """
+        Empty the segment memory (a new text, or a stripe that starts again).
+        """
+    @property
     def step(self) -> int:
         """
         Optimiser steps taken so far.
@@ -1425,6 +1448,29 @@ class LanguageModel_float64:
         """
     @property
     def last_grad_norm(self) -> float: ...
+    @property
+    def memory_held(self) -> int:
+        """
+        Positions the segment memory holds now.
+        """
+    @property
+    def memory_length(self) -> int:
+        """
+        Relative attention: positions of the preceding segments each block attends to (any length; setting it empties the memory).
+        """
+    @memory_length.setter
+    def memory_length(self, arg1: typing.Any) -> None: ...
+    @property
+    def memory_update(self) -> bool:
+        """
+        True (default): each forward moves the segment memory on; False: forwards read it and leave it as it is.
+        """
+    @memory_update.setter
+    def memory_update(self, arg1: bool) -> None: ...
+    def reset_memory(self) -> None:
+        """
+        Empty the segment memory (a new text, or a stripe that starts again).
+        """
     @property
     def step(self) -> int:
         """

@@ -346,6 +346,13 @@ class LanguageModel:
     one block are stored whatever the depth); neither has a cached step: generation runs
     :meth:`forward` over the window.
 
+    ``attention="relative"`` is Transformer-XL: no absolute positions are added to the embedding,
+    each block's attention encodes the distance between query and key, and with
+    ``memory_length`` M > 0 each block also attends to its own inputs at the M positions before
+    the segment, kept from the previous forward (a stop-gradient memory). Consecutive calls must
+    then feed consecutive segments of the same texts; :meth:`reset_memory` starts afresh, and
+    :attr:`memory_length` may be set to any length for evaluation.
+
     Args:
         {args}
         dtype: ``"float32"`` (training) or ``"float64"`` (gradient checks).
@@ -395,6 +402,35 @@ class LanguageModel:
         before, in inference mode."""
         loss, count = self._core.evaluate_loss(tokens)
         return float(loss), int(count)
+
+    @property
+    def memory_length(self) -> int:
+        """Relative attention: positions of the preceding segments each block attends to (settable
+        to any length, longer than in training too, or 0; setting it empties the memory)."""
+        return int(self._core.memory_length)
+
+    @memory_length.setter
+    def memory_length(self, value: int) -> None:
+        self._core.memory_length = value
+
+    @property
+    def memory_held(self) -> int:
+        """Positions the segment memory holds now (at most :attr:`memory_length`)."""
+        return int(self._core.memory_held)
+
+    def reset_memory(self) -> None:
+        """Empty the segment memory: the next segment starts a new text."""
+        self._core.reset_memory()
+
+    @property
+    def memory_update(self) -> bool:
+        """True (default): each forward moves the memory on. False: forwards attend to the memory
+        and leave it unchanged (a constant input, as for a gradient check)."""
+        return bool(self._core.memory_update)
+
+    @memory_update.setter
+    def memory_update(self, value: bool) -> None:
+        self._core.memory_update = _flag("LanguageModel.memory_update", "value", value)
 
     @property
     def has_cached_step(self) -> bool:

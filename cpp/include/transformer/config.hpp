@@ -199,6 +199,7 @@ struct LanguageModelConfig {
   double dropout = 0.1;               // on the embedding, the sub-layer outputs and inside the feed-forward network
   std::int64_t max_len = 1024;        // positional-table rows built up front (a cache: longer inputs extend it)
   std::string attention = "softmax";  // the blocks' self-attention (self_attention_kinds())
+  std::int64_t memory_length = 0;     // "relative": positions of the preceding text each block attends to
   std::int64_t lsh_hashes = 4;        // LSH attention: hash rounds
   std::int64_t lsh_chunk = 64;        // LSH attention: positions per chunk
   std::int64_t lsh_buckets = 0;       // LSH attention: buckets per round, even; 0: 2 * max(1, T / lsh_chunk)

@@ -37,7 +37,10 @@ LanguageModelBlock<T>::LanguageModelBlock(const LanguageModelConfig& c, std::uin
       norm2_(c.d_model, kLayerNormEps),
       pre_norm_(c.pre_norm),
       dropout1_(c.dropout, seed, splitmix64(seed + 3)),
-      dropout2_(c.dropout, seed, splitmix64(seed + 4)) {}
+      dropout2_(c.dropout, seed, splitmix64(seed + 4)) {
+  relative_ = dynamic_cast<RelativeMultiHeadAttention<T>*>(self_attention_.get());
+  memory_length_ = c.memory_length;
+}
 
 template <typename T>
 const Matrix<T>& LanguageModelBlock<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, bool training) {
@@ -48,6 +51,7 @@ const Matrix<T>& LanguageModelBlock<T>::forward(ConstMatrixMap<T> x, Index B, In
       pre_norm_, norm1_, dropout1_,
       [&](ConstMatrixMap<T> in) -> Matrix<T>& {
         // the residual helper drops out the attention's output in place
+        if (relative_ != nullptr) return const_cast<Matrix<T>&>(relative_forward(in, B, T_len));
         return const_cast<Matrix<T>&>(self_attention_->forward(in, B, T_len, true));
       },
       x, training, nullptr, r1_);
@@ -94,6 +98,34 @@ void LanguageModelBlock<T>::zero_grad() {
 template <typename T>
 std::vector<Dropout<T>*> LanguageModelBlock<T>::dropouts() {
   return {&dropout1_, &feed_forward_.dropout(), &dropout2_};
+}
+
+// ------------------------------------------------------------------ block: relative attention's memory
+
+template <typename T>
+const Matrix<T>& LanguageModelBlock<T>::relative_forward(ConstMatrixMap<T> in, Index B, Index T_len) {
+  TCPP_CHECK(memory_held_ == 0 || memory_batch_ == B, "LanguageModel: the memory holds ", memory_batch_,
+             " sequences, the batch has ", B, "; feed the same number of texts or call reset_memory() first");
+  const Index M = memory_held_, d = in.cols();
+  // queries: the segment; keys and values: [memory ; segment] (the memory gets no gradient)
+  const Matrix<T>& out = relative_->forward(in, ConstMatrixMap<T>(memory_.data(), B * M, d), B, T_len, M);
+  if (update_memory_ && memory_length_ > 0) {
+    // the next memory: the last `keep` rows of [memory ; in] of each sequence   (B*keep, d)
+    const Index keep = std::min(memory_length_, M + T_len);
+    memory_next_.resize(B * keep, d);
+    for (Index b = 0; b < B; ++b)
+      for (Index r = 0; r < keep; ++r) {
+        const Index p = M + T_len - keep + r;  // row in [memory ; in] of sequence b
+        const T* src = p < M ? memory_.data() + (b * M + p) * d : in.data() + (b * T_len + p - M) * d;
+        std::copy(src, src + d, memory_next_.data() + (b * keep + r) * d);
+      }
+    memory_.swap(memory_next_);
+    memory_held_ = keep;
+    memory_batch_ = B;
+  } else if (update_memory_) {
+    reset_memory();
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------ model
@@ -150,6 +182,7 @@ LanguageModel<T>::LanguageModel(const LanguageModelConfig& c)
   // the rotations of a forward are chosen by the model (hidden()), not by a count of forwards
   for (auto* lsh : lsh_) lsh->set_freeze_hash(true);
   if (c.pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(c.d_model, kLayerNormEps);
+  memory_length_ = c.memory_length;
   out_bias_ = RowVector<T>::Zero(c.vocab_size);
   dout_bias_ = RowVector<T>::Zero(c.vocab_size);
   if (!c.share_embeddings) {
@@ -209,7 +242,11 @@ template <typename T>
 const Matrix<T>& LanguageModel<T>::hidden(ConstTokenMap tokens, bool training) {
   B_ = -1;  // until this forward completes, no backward may follow
   const Index B = tokens.rows(), Tl = tokens.cols();
-  x_ = embedding_.forward(tokens);  // (B*T, d): embedding * sqrt(d) + PE
+  if (config_.attention == "relative")
+    // relative attention encodes positions itself: embedding * sqrt(d) only  (B*T, d)
+    x_ = embedding_.embedding().forward(tokens, static_cast<T>(std::sqrt(static_cast<double>(config_.d_model))));
+  else
+    x_ = embedding_.forward(tokens);  // (B*T, d): embedding * sqrt(d) + PE
   dropout_.forward_inplace(mmap(x_), training);
   // LSH attention hashes with the rotations of the number of updates taken so far
   const std::uint64_t draw = adam_ ? static_cast<std::uint64_t>(adam_->step_count()) : 0;
@@ -375,8 +412,37 @@ template <typename T>
 bool LanguageModel<T>::has_cached_step() const {
   if (reversible_) return false;
   for (const auto& layer : layers_)
-    if (softmax_attention(*layer) == nullptr && linear_attention(*layer) == nullptr) return false;
+    if (softmax_attention(*layer) == nullptr && linear_attention(*layer) == nullptr && layer->relative_ == nullptr)
+      return false;
   return true;
+}
+
+template <typename T>
+void LanguageModel<T>::set_memory_length(Index length) {
+  TCPP_CHECK(length >= 0, "LanguageModel.set_memory_length: the memory length must be >= 0, got ", length);
+  TCPP_CHECK(length == 0 || config_.attention == "relative", "LanguageModel.set_memory_length: a memory needs ",
+             "attention 'relative', the model has '", config_.attention, "'");
+  memory_length_ = length;
+  for (auto& layer : layers_) {
+    layer->memory_length_ = length;
+    layer->reset_memory();
+  }
+}
+
+template <typename T>
+Index LanguageModel<T>::memory_held() const {
+  return layers_.empty() ? 0 : layers_.front()->memory_held_;
+}
+
+template <typename T>
+void LanguageModel<T>::reset_memory() {
+  for (auto& layer : layers_) layer->reset_memory();
+}
+
+template <typename T>
+void LanguageModel<T>::set_memory_update(bool update) {
+  memory_update_ = update;
+  for (auto& layer : layers_) layer->update_memory_ = update;
 }
 
 template <typename T>
@@ -389,6 +455,7 @@ void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelStat
              " and ", capacity);
   const double d = static_cast<double>(config_.d_model), L = static_cast<double>(config_.n_layers);
   const double dk = d / static_cast<double>(config_.n_heads);
+  const bool relative = config_.attention == "relative";
   if (config_.attention == "linear")
     // S (d_k x d_k) and z (d_k) per (sequence, head, block), whatever the capacity
     check_memory("LanguageModel.infer_start", concat("linear-attention states of ", rows, " sequences"),
@@ -399,11 +466,16 @@ void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelStat
         "LanguageModel.infer_start", concat("key/value caches of ", rows, " sequences of ", capacity, " positions"),
         2.0 * L * static_cast<double>(rows) * static_cast<double>(capacity) * d * static_cast<double>(sizeof(T)));
   check_finite_parameters(parameters(), "LanguageModel.infer_start");
-  embedding_.reserve_positions(capacity);
+  if (!relative) embedding_.reserve_positions(capacity);
   state.caches.clear();
   state.linear.clear();
+  state.relative.clear();
   for (const auto& layer : layers_) {
-    if (const auto* lin = linear_attention(*layer)) {
+    if (layer->relative_ != nullptr) {
+      // the keys and values of the last capacity - 1 positions: a step sees at most `capacity`
+      state.relative.emplace_back();
+      state.relative.back().reset(rows, capacity - 1);
+    } else if (const auto* lin = linear_attention(*layer)) {
       state.linear.emplace_back();
       lin->reset_state(state.linear.back(), rows);
     } else {
@@ -420,20 +492,38 @@ void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelStat
 template <typename T>
 const Matrix<T>& LanguageModel<T>::infer_step(const std::int64_t* tokens, LanguageModelState<T>& state) {
   const Index R = state.rows, t = state.position(), V = config_.vocab_size;
-  TCPP_CHECK(R >= 1 && state.caches.size() + state.linear.size() == layers_.size(),
+  TCPP_CHECK(R >= 1 && state.caches.size() + state.linear.size() + state.relative.size() == layers_.size(),
              "LanguageModel.infer_step: call infer_start first");
-  TCPP_CHECK(t < state.capacity, "LanguageModel.infer_step: ", t,
+  const bool relative = !state.relative.empty();
+  TCPP_CHECK(relative || t < state.capacity, "LanguageModel.infer_step: ", t,
              " positions were fed, the capacity given to infer_start; start again with a larger capacity");
   InferenceScratch<T>& s = state.scratch;
-  // x = embedding[token] * sqrt(d) + PE[t]                                      (R, d)
-  embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
-  size_t n_cache = 0, n_linear = 0;
+  if (relative) {
+    // x = embedding[token] * sqrt(d) (relative attention adds no positional encoding)   (R, d)
+    const Matrix<T>& w = embedding_.embedding().weight_;
+    const T scale = static_cast<T>(std::sqrt(static_cast<double>(config_.d_model)));
+    s.x.resize(R, config_.d_model);
+    for (Index r = 0; r < R; ++r) {
+      TCPP_CHECK(tokens[r] >= 0 && tokens[r] < config_.vocab_size, "LanguageModel.infer_step: token id ", tokens[r],
+                 " is out of range for vocab_size ", config_.vocab_size);
+      s.x.row(r) = w.row(tokens[r]) * scale;
+    }
+  } else {
+    // x = embedding[token] * sqrt(d) + PE[t]                                      (R, d)
+    embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
+  }
+  size_t n_cache = 0, n_linear = 0, n_relative = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     LanguageModelBlock<T>& block = *layers_[l];
     // the two residual sub-layers of forward(), without dropout: the new position attends to the
     // positions before and itself (softmax: append its key and value to the cache; linear: add
     // phi(k)^T v and phi(k) to the state), then the feed-forward network
-    if (const auto* lin = linear_attention(block)) {
+    if (block.relative_ != nullptr) {
+      RelativeAttentionCache<T>& cache = state.relative[n_relative++];
+      residual_infer<T>(
+          block.pre_norm_, block.norm1_,
+          [&](const Matrix<T>& in, Matrix<T>& out) { block.relative_->infer(cmap(in), 1, cache, out); }, s.x, s.n, s.a);
+    } else if (const auto* lin = linear_attention(block)) {
       LinearAttentionState<T>& st = state.linear[n_linear++];
       residual_infer<T>(
           block.pre_norm_, block.norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { lin->step(cmap(in), st, out); },

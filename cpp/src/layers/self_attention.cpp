@@ -4,12 +4,13 @@
 
 #include "transformer/layers/linear_attention.hpp"
 #include "transformer/layers/lsh_attention.hpp"
+#include "transformer/layers/relative_attention.hpp"
 #include "transformer/layers/tiled_attention.hpp"
 
 namespace transformer {
 
 const std::vector<std::string>& self_attention_kinds() {
-  static const std::vector<std::string> kinds{"softmax", "linear", "lsh"};  // each one a case below
+  static const std::vector<std::string> kinds{"softmax", "linear", "lsh", "relative"};  // each one a case below
   return kinds;
 }
 
@@ -21,6 +22,7 @@ std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, I
   if (kind == "lsh")
     return std::make_unique<LSHSelfAttention<T>>(d_model, n_heads, options.lsh_chunk, options.lsh_hashes,
                                                  options.lsh_buckets, seed);
+  if (kind == "relative") return std::make_unique<RelativeMultiHeadAttention<T>>(d_model, n_heads, seed);
   std::string names;
   for (const auto& k : self_attention_kinds()) names += (names.empty() ? "'" : ", '") + k + "'";
   throw std::invalid_argument(concat("attention must be one of ", names, ", got '", kind, "'"));

@@ -22,6 +22,7 @@ _OPTIONS = (
     "d_ff",
     "dropout",
     "attention",
+    "memory_length",
     "lsh_hashes",
     "lsh_chunk",
     "lsh_buckets",
@@ -82,9 +83,20 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     source = load_lm_text(args.text or request.text, request.encoding)
     part = split_text(source.text).test if args.text is None else source.text
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
-    bpc = bits_per_character(ckpt.model, ids, args.seq_len or request.seq_len, request.batch_size)
+    if args.memory_length is not None and ckpt.model.config["attention"] != "relative":
+        raise UserError(
+            f"--memory-length needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
+        )
+    if args.memory_length is not None and args.memory_length < 0:
+        raise UserError(f"--memory-length must be >= 0, got {args.memory_length}")
+    bpc = bits_per_character(
+        ckpt.model, ids, args.seq_len or request.seq_len, request.batch_size, memory_length=args.memory_length
+    )
     what = "held-out test text" if args.text is None else f"'{args.text}'"
-    print(f"{bpc:.4f} bits per character on the {what} ({len(ids):,} characters)")
+    memory = ""
+    if ckpt.model.config["attention"] == "relative":
+        memory = f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
+    print(f"{bpc:.4f} bits per character on the {what} ({len(ids):,} characters{memory})")
     return 0
 
 
@@ -110,7 +122,15 @@ def add_lm_parsers(sub: Any) -> None:
     p.add_argument(
         "--attention",
         help=f"the blocks' self-attention: 'softmax', 'linear' (linear in the context; generation as "
-        f"an RNN) or 'lsh' (Reformer's LSH attention; generation recomputes the window) (default {d.attention!r})",
+        f"an RNN), 'lsh' (Reformer's LSH attention; generation recomputes the window) or 'relative' "
+        f"(Transformer-XL: relative positions, a segment memory) (default {d.attention!r})",
+    )
+    p.add_argument(
+        "--memory-length",
+        dest="memory_length",
+        type=int,
+        help="relative attention: positions of the preceding text each block attends to; training walks the "
+        "text in consecutive segments per batch row and carries this memory across steps (default 0)",
     )
     p.add_argument(
         "--lsh-hashes", dest="lsh_hashes", type=int, help=f"LSH attention: hash rounds (default {d.lsh_hashes})"
@@ -211,4 +231,11 @@ def add_lm_parsers(sub: Any) -> None:
     e.add_argument("--model", required=True, help="run directory or checkpoint of train-lm")
     e.add_argument("--text", help="score this text file instead of the held-out test text")
     e.add_argument("--seq-len", dest="seq_len", type=int, help="context per window (default: the training seq-len)")
+    e.add_argument(
+        "--memory-length",
+        dest="memory_length",
+        type=int,
+        help="relative attention: evaluate with state reuse, each segment attending to this many positions "
+        "before it (any length, longer than in training or 0; default: the training memory)",
+    )
     e.set_defaults(func=run_evaluate_lm)

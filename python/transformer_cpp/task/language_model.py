@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class LmTrainRequest:
     d_ff: int = 1024
     dropout: float = 0.1
     attention: str = "softmax"
+    memory_length: int = 0
     lsh_hashes: int = 4
     lsh_chunk: int = 64
     lsh_buckets: int = 0
@@ -158,17 +159,82 @@ def _windows(ids: np.ndarray, seq_len: int) -> np.ndarray:
     return out
 
 
-def bits_per_character(model: LanguageModel, ids: np.ndarray, seq_len: int, batch_size: int = 32) -> float:
+def stripes(ids: np.ndarray, rows: int) -> np.ndarray:
+    """The text cut into ``rows`` consecutive stripes (at most one per two characters) overlapping
+    by one id, padded at the end with 0: every id but the first is a label of exactly one stripe.
+    (rows, S + 1) with S = ceil((len(ids) - 1) / rows); the first stripe is never padded."""
+    ids = np.asarray(ids, dtype=np.int64)
+    labels = len(ids) - 1
+    rows = max(1, min(rows, labels))
+    width = -(-labels // rows)
+    out = np.zeros((rows, width + 1), dtype=np.int64)
+    for r in range(rows):
+        piece = ids[r * width : r * width + width + 1]
+        out[r, : len(piece)] = piece
+    return out
+
+
+def segments(block: np.ndarray, seq_len: int) -> List[np.ndarray]:
+    """Consecutive (rows, seq_len + 1) windows of a (rows, S + 1) block, overlapping by one column
+    (the last padded with 0): segment k continues segment k - 1 in every row."""
+    width = block.shape[1] - 1
+    out = []
+    for start in range(0, width, seq_len):
+        window = np.zeros((block.shape[0], seq_len + 1), dtype=np.int64)
+        piece = block[:, start : start + seq_len + 1]
+        window[:, : piece.shape[1]] = piece
+        out.append(window)
+    return out
+
+
+def bits_per_character(
+    model: LanguageModel,
+    ids: np.ndarray,
+    seq_len: int,
+    batch_size: int = 32,
+    memory_length: Optional[int] = None,
+) -> float:
     """Mean cross-entropy of ``ids[1:]`` (each given up to ``seq_len`` ids before it), in bits per
-    character: total nats / characters scored / ln 2."""
+    character: total nats / characters scored / ln 2.
+
+    Relative attention (Transformer-XL) reads the text with state reuse: ``batch_size`` stripes
+    of the text, each walked in consecutive segments of ``seq_len`` whose blocks also attend to
+    the memory of the ``memory_length`` positions before (default the model's; any length,
+    0 included). The model's memory length is restored afterwards (with an empty memory)."""
     if len(ids) < 2:
         raise ValueError("bits_per_character: the text must hold at least 2 characters")
+    if model.config["attention"] == "relative":
+        return _bits_per_character_with_memory(model, ids, seq_len, batch_size, memory_length)
+    if memory_length:
+        raise ValueError(
+            f"bits_per_character: a memory length needs attention 'relative', the model has "
+            f"{model.config['attention']!r}"
+        )
     windows = _windows(np.asarray(ids, dtype=np.int64), seq_len)
     nats, count = 0.0, 0
     for i in range(0, len(windows), batch_size):
         loss, n = model.evaluate_loss(windows[i : i + batch_size])
         nats += loss * n
         count += n
+    return nats / count / math.log(2)
+
+
+def _bits_per_character_with_memory(
+    model: LanguageModel, ids: np.ndarray, seq_len: int, batch_size: int, memory_length: Optional[int]
+) -> float:
+    kept = model.memory_length
+    length = kept if memory_length is None else memory_length
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"bits_per_character: memory_length must be an integer >= 0, got {memory_length!r}")
+    nats, count = 0.0, 0
+    try:
+        model.memory_length = length  # an empty memory: the stripes start their text
+        for window in segments(stripes(ids, batch_size), seq_len):
+            loss, n = model.evaluate_loss(window)
+            nats += loss * n
+            count += n
+    finally:
+        model.memory_length = kept
     return nats / count / math.log(2)
 
 
@@ -211,10 +277,11 @@ def generate(
     task passes the training ``seq_len``): positions beyond those a model was trained on are
     positions it never learnt. Each character costs one step: softmax attention appends to
     key/value caches, linear attention advances its recurrent state (constant time per
-    character); when the context is full the state starts again from its last half. A model
-    without a step (LSH attention, reversible blocks) runs its forward over the last
-    ``context`` characters for each character: the same function as in training, at the cost of
-    a whole window per character."""
+    character); when the context is full the state starts again from its last half. Relative
+    attention (Transformer-XL) keeps the keys and values of the last ``context`` - 1 positions
+    and slides on. A model without a step (LSH attention, reversible blocks) runs its forward over
+    the last ``context`` characters for each character: the same function as in training, at the
+    cost of a whole window per character."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"generate: max_tokens must be an integer >= 0, got {max_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
@@ -254,7 +321,8 @@ def generate(
         seq.append(nxt)
         if len(out) == max_tokens:
             break
-        if fed >= window:  # the context is full: start again from its last half
+        # the context is full: start again from its last half (relative attention's window slides)
+        if fed >= window and model.config["attention"] != "relative":
             logits = restart(seq[-keep:])
             fed = keep
         else:
@@ -346,7 +414,8 @@ class LmCheckpoint:
 
     def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
         """:func:`generate` with this model and vocabulary, the context its training windows had."""
-        options.setdefault("context", int(self.state["request"]["seq_len"]))
+        request = self.state["request"]
+        options.setdefault("context", int(request["seq_len"]) + int(request.get("memory_length", 0)))
         return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
 
 
@@ -459,16 +528,38 @@ class LmTrainer:
                 f"seq_len {self.request.seq_len} is too long for a training text of {len(self.ids['train'])} "
                 f"characters: each step needs windows of seq_len + 1 = {self.request.seq_len + 1} characters"
             )
+        r = self.request
+        if r.memory_length > 0 and len(self.ids["train"]) // r.batch_size < r.seq_len + 1:
+            raise ValueError(
+                f"a training text of {len(self.ids['train'])} characters is too short for batch_size "
+                f"{r.batch_size} stripes of at least seq_len + 1 = {r.seq_len + 1} characters (a segment memory "
+                "walks each stripe in consecutive segments): lower batch_size or seq_len"
+            )
 
     # ------------------------------------------------------------ data
     def batch(self, step: int) -> np.ndarray:
         """The (batch_size, seq_len + 1) windows of step ``step`` (1-based): random positions from
-        a generator seeded by the run's seed and the step."""
+        a generator seeded by the run's seed and the step. With a segment memory: row b is the
+        next segment of stripe b of the text (see :meth:`segment_of`)."""
         r = self.request
         train = self.ids["train"]
+        if r.memory_length > 0:
+            k, count = self.segment_of(step)
+            width = len(train) // r.batch_size  # each stripe's characters
+            start = k * r.seq_len
+            return np.stack([train[b * width + start : b * width + start + r.seq_len + 1] for b in range(r.batch_size)])
         rng = np.random.default_rng([r.seed, step])
         starts = rng.integers(0, len(train) - r.seq_len, size=r.batch_size)
         return np.stack([train[s : s + r.seq_len + 1] for s in starts])
+
+    def segment_of(self, step: int) -> Tuple[int, int]:
+        """With a segment memory: ``(k, count)`` — step ``step`` (1-based) feeds segment k of the
+        ``count`` consecutive segments of seq_len characters in each of the batch_size stripes of
+        the training text; after the last one the stripes start again (and the memory is emptied)."""
+        r = self.request
+        width = len(self.ids["train"]) // r.batch_size
+        count = (width - 1) // r.seq_len
+        return (step - 1) % count, count
 
     def evaluate(self, part: str = "test", chars: Optional[int] = None) -> float:
         """Bits per character of a part of the text (``"valid"`` or ``"test"``; its first
@@ -480,7 +571,7 @@ class LmTrainer:
 
     def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
         """:func:`generate` with the model being trained (the context of its training windows)."""
-        options.setdefault("context", self.request.seq_len)
+        options.setdefault("context", self.request.seq_len + self.request.memory_length)
         return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
 
     # ------------------------------------------------------------ state
@@ -540,6 +631,10 @@ class LmTrainer:
             while not over():
                 step = self.model.step + 1
                 tokens = self.batch(step)
+                if r.memory_length > 0 and self.segment_of(step)[0] == 0:
+                    # the stripes start (again): no memory of the text before. (A resumed run and
+                    # the evaluations at progress lines start the next segment with an empty one.)
+                    self.model.reset_memory()
                 t0 = time.perf_counter()
                 losses.append(self.model.train_step(tokens))
                 seconds = time.perf_counter() - t0

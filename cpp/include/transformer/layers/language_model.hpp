@@ -8,7 +8,7 @@
 // logits = y W^T + b, W (V, d) the token embedding's weight when share_embeddings.
 //
 // The block's attention is any SelfAttention<T> (self_attention.hpp), made by name from the
-// configuration's `attention` (make_self_attention): "softmax", "linear" or "lsh".
+// configuration's `attention` (make_self_attention): "softmax", "linear", "lsh" or "relative".
 //
 // reversible (Reformer): the blocks are a ReversibleStack (reversible.hpp) instead, pre-norm:
 //   x1 = x2 = x;  y1 = x1 + Dropout(Attn(LN1(x2))),  y2 = x2 + Dropout(FFN(LN2(y1)));  h = (y1 + y2) / 2
@@ -18,6 +18,14 @@
 // LSH attention draws random rotations: the model's draw them from the number of updates taken
 // (the optimizer's step count), so every training step hashes anew, while evaluation, the gradient
 // of compute_gradients and a resumed run are deterministic.
+//
+// attention "relative" (Transformer-XL, Dai et al. 2019): no absolute positional encoding is added
+// to the embedding; each block's RelativeMultiHeadAttention (relative_attention.hpp) encodes the
+// distance between query and key, and attends to the current segment plus a memory: its own
+// inputs at the last memory_length positions before the segment, kept from the previous forward
+// (segment-level recurrence). The memory is a stop-gradient input: backward sends no gradient
+// into it. Consecutive forwards must therefore feed consecutive segments of the same B texts;
+// reset_memory() starts afresh (a new text, or a stripe that wrapped around).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +45,7 @@
 #include "transformer/layers/lsh_attention.hpp"
 #include "transformer/layers/optimizer.hpp"
 #include "transformer/layers/reversible.hpp"
+#include "transformer/layers/relative_attention.hpp"
 #include "transformer/layers/self_attention.hpp"
 #include "transformer/layers/tiled_attention.hpp"
 #include "transformer/layers/transformer.hpp"
@@ -64,7 +73,20 @@ class LanguageModelBlock {
   LayerNorm<T> norm2_;
   bool pre_norm_;
 
+  // ---- relative attention's segment memory (attention "relative"; otherwise unused)
+  RelativeMultiHeadAttention<T>* relative_ = nullptr;  // self_attention_ when it is relative attention
+  Index memory_length_ = 0;                            // positions kept after each forward
+  bool update_memory_ = true;                          // false: the memory stays as it is (a constant input)
+  Index memory_batch_ = 0;                             // sequences the memory holds
+  Index memory_held_ = 0;                              // positions held per sequence, <= memory_length_
+  Matrix<T> memory_;                                   // (memory_batch_*memory_held_, d) the attention's inputs
+  void reset_memory() { memory_batch_ = memory_held_ = 0; }
+
  private:
+  // Relative attention over [memory ; in], then the memory becomes the last memory_length_ rows of
+  // [memory ; in] of each sequence (when update_memory_).                in (B*T, d) -> (B*T, d)
+  const Matrix<T>& relative_forward(ConstMatrixMap<T> in, Index B, Index T_len);
+  Matrix<T> memory_next_;  // (B*memory_length_, d) the next memory, swapped in
   Dropout<T> dropout1_, dropout2_;
   bool has_forward_ = false;
   Matrix<T> r1_, out_;        // pre-norm residual sums (B*T, d)
@@ -85,6 +107,8 @@ struct LanguageModelState {
   Index length = 0;    // positions fed so far
   Index capacity = 0;  // positions there is room for
   Index position() const { return length; }
+  // the keys and values of the last positions of each block (relative attention)
+  std::vector<RelativeAttentionCache<T>> relative;
 };
 
 template <typename T>
@@ -112,10 +136,23 @@ class LanguageModel {
   // recurrent state (a step costs the same at every position).
   void infer_start(Index rows, Index capacity, LanguageModelState<T>& state);
   const Matrix<T>& infer_step(const std::int64_t* tokens, LanguageModelState<T>& state);
-  // Whether infer_step can run (the blocks' attention has a step): softmax or linear attention
-  // in ordinary blocks. LSH attention and reversible blocks have none: generate with forward()
-  // over the context.
+  // Whether infer_step can run (the blocks' attention has a step): softmax, linear or relative
+  // attention in ordinary blocks (relative attention keeps the keys and values of the last
+  // capacity - 1 positions: a sliding window, so steps go on past `capacity`). LSH attention and
+  // reversible blocks have none: generate with forward() over the context.
   bool has_cached_step() const;
+
+  // Relative attention's segment memory (attention "relative"). Every forward (training or not)
+  // attends to the memory and then keeps its last memory_length() positions. Changing the length
+  // (0 to keep none; any length, longer than in training too) starts from an empty memory.
+  Index memory_length() const { return memory_length_; }
+  void set_memory_length(Index length);
+  Index memory_held() const;  // positions the memory holds now
+  void reset_memory();
+  // false: forwards attend to the memory but leave it as it is (a constant input, e.g. for a
+  // gradient check); true (default): the memory moves on with each forward.
+  void set_memory_update(bool update);
+  bool memory_update() const { return memory_update_; }
 
   // embedding.weight, layers.i.* (reversible: ReversibleStack's names), (pre-norm) norm.*, (untied)
   // output.weight, output.bias
@@ -166,6 +203,8 @@ class LanguageModel {
   TokenMatrix inputs_;                // (B, T)
   std::vector<std::int64_t> labels_;  // (B*T)
   double last_grad_norm_ = 0.0;
+  Index memory_length_ = 0;
+  bool memory_update_ = true;
 };
 
 }  // namespace transformer

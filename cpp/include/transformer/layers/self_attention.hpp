@@ -48,7 +48,8 @@ struct SelfAttentionOptions {
   Index lsh_buckets = 0;  // buckets per round, even; 0: 2 * max(1, T / chunk) for a sequence of T
 };
 
-// The kinds make_self_attention knows, in the order messages list them: "softmax", "linear", "lsh".
+// The kinds make_self_attention knows, in the order messages list them: "softmax", "linear", "lsh",
+// "relative".
 const std::vector<std::string>& self_attention_kinds();
 
 // A self-attention of `kind`:
@@ -56,6 +57,8 @@ const std::vector<std::string>& self_attention_kinds();
 //              tuning::kTiledAttentionMinLength keys; a key/value-cached step for generation
 //   "linear"   LinearMultiHeadAttention (linear_attention.hpp); an RNN step for generation
 //   "lsh"      LSHSelfAttention (lsh_attention.hpp) with options' chunk, hashes and buckets
+//   "relative" RelativeMultiHeadAttention (relative_attention.hpp): Transformer-XL's relative
+//              positions; the language model gives it a segment memory
 // Throws std::invalid_argument naming the kinds for any other name, and for bad LSH options.
 template <typename T>
 std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, Index d_model, Index n_heads,
