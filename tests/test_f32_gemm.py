@@ -68,7 +68,16 @@ def test_reference_is_the_float64_product():
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize(
     "M,N,K",
-    [(1, 1, 1), (13, 33, 7), (12, 32, 256), (6, 16, 9), (11, 31, 257), (50, 70, 300), (257, 129, 513), (100, 4000, 128)],
+    [
+        (1, 1, 1),
+        (13, 33, 7),
+        (12, 32, 256),
+        (6, 16, 9),
+        (11, 31, 257),
+        (50, 70, 300),
+        (257, 129, 513),
+        (100, 4000, 128),
+    ],
 )
 def test_kernel_matches_reference(M, N, K, trans_a, trans_b, kernel):
     """Odd shapes: partial tiles in rows and columns (AVX-512 tiles are 12 x 32, AVX2 ones 6 x

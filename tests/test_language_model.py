@@ -230,7 +230,9 @@ def test_config_is_one_table_with_the_attention_names():
 
 
 def test_bad_input_is_refused_with_clear_errors():
-    with pytest.raises(ValueError, match=r"attention must be one of 'softmax', 'linear', 'lsh', 'relative', got 'nope'"):
+    with pytest.raises(
+        ValueError, match=r"attention must be one of 'softmax', 'linear', 'lsh', 'relative', got 'nope'"
+    ):
         LanguageModel(5, attention="nope")
     with pytest.raises(ValueError, match="not divisible by n_heads"):
         LanguageModel(5, d_model=10, n_heads=4)
