@@ -178,7 +178,8 @@ void bind_runtime(py::module_& m) {
   m.def("_f32_kernel_supported", &f32::supported,
         "Whether a float32 kernel (AVX-512 or AVX2) runs the dense layers' products here (CPU, build, environment).");
   m.def(
-      "_f32_kernel_runs", [](const std::string& kernel) {
+      "_f32_kernel_runs",
+      [](const std::string& kernel) {
         if (kernel == "avx512") return f32::kernel_runs(f32::Kernel::Avx512);
         if (kernel == "avx2") return f32::kernel_runs(f32::Kernel::Avx2);
         throw py::value_error("_f32_kernel_runs: kernel must be 'avx512' or 'avx2', got '" + kernel + "'");
@@ -218,8 +219,8 @@ void bind_runtime(py::module_& m) {
           if (kernel == "avx512") k = f32::Kernel::Avx512;
           if (kernel == "avx2") k = f32::Kernel::Avx2;
           if (k == f32::Kernel::Eigen || !f32::kernel_runs(k))
-            throw py::value_error(concat("_f32_matmul: the float32 ", kernel == "auto" ? "" : kernel + " ",
-                                         "kernel cannot run here"));
+            throw py::value_error(
+                concat("_f32_matmul: the float32 ", kernel == "auto" ? "" : kernel + " ", "kernel cannot run here"));
           without_gil([&] {
             f32::gemm_with(k, M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
                            out.data(), N, bias_ptr);

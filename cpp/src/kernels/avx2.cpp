@@ -50,15 +50,15 @@ template <int RB>
 TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float* W, Index nb, const float* b, float* y,
                                            Index ldy) {
   __m256 acc[RB][4];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < RB; ++i)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
   if (nb == 4) {
     for (Index k = 0; k < K; k += 8) {
       const __m256 w0 = _mm256_loadu_ps(W + k), w1 = _mm256_loadu_ps(W + K + k);
       const __m256 w2 = _mm256_loadu_ps(W + 2 * K + k), w3 = _mm256_loadu_ps(W + 3 * K + k);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < RB; ++i) {
         const __m256 xv = _mm256_loadu_ps(x + i * K + k);
         acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
@@ -68,7 +68,7 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
       }
     }
     const __m128 bias = _mm_loadu_ps(b);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < RB; ++i)
       _mm_storeu_ps(y + i * ldy, _mm_add_ps(reduce_add4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias));
     return;
@@ -76,12 +76,12 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
   // the last nb < 4 weight rows: the missing ones repeat the last real row (computed, not stored),
   // so that every accumulator index is a constant and they stay in registers
   const float* w[4];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < 4; ++j) w[j] = W + std::min<Index>(j, nb - 1) * K;
   for (Index k = 0; k < K; k += 8) {
     const __m256 w0 = _mm256_loadu_ps(w[0] + k), w1 = _mm256_loadu_ps(w[1] + k);
     const __m256 w2 = _mm256_loadu_ps(w[2] + k), w3 = _mm256_loadu_ps(w[3] + k);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < RB; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * K + k);
       acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
@@ -90,7 +90,7 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
       acc[i][3] = _mm256_fmadd_ps(xv, w3, acc[i][3]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < RB; ++i) {
     alignas(16) float sums[4];
     _mm_store_ps(sums, reduce_add4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
@@ -116,13 +116,13 @@ TCPP_AVX2_TARGET void panel_rows(const float* x, Index ldx, const float* P, Inde
   __m256 acc[MR][2];
   if (first) {
     const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);  // zero-filled to the panel
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       acc[i][0] = b0;
       acc[i][1] = b1;
     }
   } else {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       acc[i][0] = full ? _mm256_loadu_ps(y + i * ldy) : _mm256_maskload_ps(y + i * ldy, m0);
       acc[i][1] = full ? _mm256_loadu_ps(y + i * ldy + 8) : _mm256_maskload_ps(y + i * ldy + 8, m1);
@@ -134,14 +134,14 @@ TCPP_AVX2_TARGET void panel_rows(const float* x, Index ldx, const float* P, Inde
       _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32 + 16), _MM_HINT_T0);
     }
     const __m256 w0 = _mm256_loadu_ps(P + k * 32), w1 = _mm256_loadu_ps(P + k * 32 + 8);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);
       acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     if (full) {
       _mm256_storeu_ps(y + i * ldy, acc[i][0]);
@@ -208,7 +208,7 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
   const bool full = nb >= 16;
   const __m256i m0 = first_lanes(nb), m1 = first_lanes(nb - 8);
   auto* yi = reinterpret_cast<int*>(y);  // partial sums between word blocks, as int32 bits
-  __m256i acc[MR][2];  // every loop over them unrolled, so that they stay in registers
+  __m256i acc[MR][2];                    // every loop over them unrolled, so that they stay in registers
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     if (first) {
@@ -273,7 +273,7 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
   const __m256i m0 = first_lanes(nb), m1 = first_lanes(nb - 8);
   auto* yi = reinterpret_cast<int*>(y);
   __m256i acc[MR][2];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     if (first) {
       acc[i][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset));
@@ -292,14 +292,14 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
     }
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256i xv = _mm256_set1_epi32(static_cast<int>(x[i * ldx + w]));
       acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], xv, w0);
       acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], xv, w1);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     __m256i out0 = acc[i][0], out1 = acc[i][1];
     if (last) {

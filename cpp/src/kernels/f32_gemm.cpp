@@ -238,8 +238,8 @@ TCPP_F32_TARGET void compute_block(const Block& s, Index blk) { walk_block<kMR, 
 constexpr Index kMR2 = 6;
 constexpr Index kNR2 = 16;
 
-TCPP_F32_AVX2_TARGET void pack_k_major_avx2(const float* src, Index ld, Index first, Index count, Index width,
-                                            Index k0, Index kc, float* dst) {
+TCPP_F32_AVX2_TARGET void pack_k_major_avx2(const float* src, Index ld, Index first, Index count, Index width, Index k0,
+                                            Index kc, float* dst) {
   const Index n = std::min(count, width);
   for (Index k = 0; k < kc; ++k) {
     const float* s = src + (k0 + k) * ld + first;
@@ -457,8 +457,8 @@ void gemm_with(Kernel kernel, Index M, Index N, Index K, const float* A, Index l
                Index ldb, bool trans_b, float beta, float* C, Index ldc, const float* bias) {
   check_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
   if (!kernel_runs(kernel))
-    throw std::runtime_error(concat("f32::gemm: the ", kernel_name(kernel), " kernel cannot run here (CPU, build or ",
-                                    kIsaEnv, ")"));
+    throw std::runtime_error(
+        concat("f32::gemm: the ", kernel_name(kernel), " kernel cannot run here (CPU, build or ", kIsaEnv, ")"));
 #if TCPP_F32_KERNEL
   if (M == 0 || N == 0) return;
   if (K == 0) {
