@@ -406,6 +406,19 @@ def test_pruning_keeps_best_and_the_run_id_carries_on(tmp_path, tok, trained):
     assert len(ids) == 1 and load_checkpoint(tmp_path).run_id in ids
 
 
+def test_a_new_best_moves_best_before_pruning(tmp_path, tok, trained):
+    # epoch 1 was best; epoch 4 beats it: with keep=1 only epoch 4 stays (best and newest), the
+    # old best is pruned like any other instead of staying behind as neither
+    model, _ = trained
+    _save(tmp_path, model, tok, name="epoch-0001", best=True)
+    for epoch in (2, 3):
+        _save(tmp_path, model, tok, name=checkpoint_name(epoch), keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001", "epoch-0003"]
+    _save(tmp_path, model, tok, name=checkpoint_name(4), keep=1, best=True)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0004"]
+    assert ck.best_checkpoint(tmp_path) == tmp_path / "epoch-0004"
+
+
 def test_a_pointer_file_is_the_checkpoint_it_names(tmp_path, tok, trained):
     model, _ = trained
     _save(tmp_path, model, tok, name="epoch-0001")

@@ -91,6 +91,7 @@ def save_checkpoint(
     optimizer: bool = True,
     keep: Optional[int] = 5,
     run_id: Optional[str] = None,
+    best: bool = False,
 ) -> Path:
     """Write a checkpoint of ``model`` into ``run_dir/name`` atomically; point ``latest`` at it.
 
@@ -110,6 +111,8 @@ def save_checkpoint(
         run_id: the run this checkpoint belongs to (recorded in ``config.json``; pruning only
             deletes checkpoints of the same run). Default: the run of the checkpoint ``latest``
             names, else a new one.
+        best: also point ``best`` at it, before pruning: the checkpoint ``best`` named until
+            then is pruned like any other when it is beyond the newest ``keep``.
 
     Returns:
         The checkpoint directory.
@@ -226,6 +229,8 @@ def save_checkpoint(
                     f"failed: {exc.strerror or exc} (disk full?); it still names the previous "
                     "checkpoint"
                 ) from None
+        if best:
+            write_pointer(run, name, BEST_FILE)
         remove_stale_temporaries(run)
         if keep:
             _prune(run, int(keep), protect=target, run_id=config["run_id"])

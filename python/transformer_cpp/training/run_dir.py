@@ -119,9 +119,11 @@ class RunDirectory:
         data: Optional[Mapping[str, Any]],
         keep: int,
         run_id: str,
+        best: bool = False,
     ) -> Path:
         """Write a resumable checkpoint (with the optimiser), named by the trainer state's position,
-        point ``latest`` at it and prune the run's oldest beyond ``keep`` (0: keep all); its path."""
+        point ``latest`` (and with ``best``, ``best``) at it and prune the run's oldest beyond ``keep``
+        (0: keep all); its path."""
         return save_checkpoint(
             self.path,
             model,
@@ -133,6 +135,7 @@ class RunDirectory:
             optimizer=True,
             keep=keep,
             run_id=run_id,
+            best=best,
         )
 
     def mark_best(self, name: str) -> None:

@@ -340,8 +340,9 @@ class Trainer:
         trainer.last_checkpoint = ckpt.path
         return trainer
 
-    def save_checkpoint(self) -> Path:
-        """Write a checkpoint of the current position into ``checkpoint_dir``; return its path."""
+    def save_checkpoint(self, best: bool = False) -> Path:
+        """Write a checkpoint of the current position into ``checkpoint_dir``; return its path.
+        With ``best``, ``best`` names it too (set before the oldest checkpoints are pruned)."""
         if self.run_dir is None:
             raise ValueError("Trainer.save_checkpoint: no checkpoint_dir was given")
         self.last_checkpoint = self.run_dir.save(
@@ -353,6 +354,7 @@ class Trainer:
             data=self.data_info,
             keep=self.config.keep_checkpoints,
             run_id=self.run_id,
+            best=best,
         )
         return self.last_checkpoint
 
@@ -658,10 +660,8 @@ class _Fit:
         better = improves(bleu, t.best["bleu"])
         if better:  # (before saving: the trainer state in the checkpoint records it)
             t.best = {"bleu": bleu, "checkpoint": checkpoint_name(t.epoch, t.batch_in_epoch)}
-        path = t.save_checkpoint()
-        if better:
-            t.run_dir.mark_best(path.name)
-        return path
+        # best moves before pruning, so the checkpoint it named until now is pruned like any other
+        return t.save_checkpoint(best=better)
 
     def diverged(self, reason: str) -> TrainingDiverged:
         """Save the state before the step that failed (when its weights are finite) and describe
