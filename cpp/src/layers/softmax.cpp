@@ -22,7 +22,10 @@ void softmax_rows(T* x, Index rows, Index cols) {
       r *= T(1) / r.sum();
       continue;
     }
-    r = (r - m).exp();  // (cols), the largest term is exp(0) = 1 so the sum is >= 1
+    // (cols), the largest term is exp(0) = 1 so the sum is >= 1. Masked (-inf) entries are set to
+    // exactly 0: a vectorised exp may return the smallest subnormal for -inf (Eigen's SSE2 double
+    // exp, which a portable build uses) instead of 0
+    r = (r == -std::numeric_limits<T>::infinity()).select(T(0), (r - m).exp());
     r *= T(1) / r.sum();
   }
 }
