@@ -359,7 +359,7 @@ def test_config_json_round_trip_keeps_the_options():
 
 
 def test_bad_combinations_are_refused_with_clear_errors():
-    with pytest.raises(ValueError, match=r"attention must be one of 'softmax', 'linear', 'lsh', got 'LSH'"):
+    with pytest.raises(ValueError, match=r"attention must be one of 'softmax', 'linear', 'lsh', 'relative', got 'LSH'"):
         LanguageModel(5, attention="LSH")
     with pytest.raises(ValueError, match="reversible=True needs pre_norm=True"):
         LanguageModel(5, d_model=8, n_heads=2, reversible=True, pre_norm=False)

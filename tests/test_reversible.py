@@ -374,6 +374,8 @@ def test_activation_bytes_do_not_grow_with_depth():
 def test_bad_construction():
     with pytest.raises(ValueError, match="attention must be one of 'softmax', 'linear', 'lsh', got 'lsh2'"):
         tc.ReversibleStack(2, D, HEADS, D_FF, attention="lsh2")
+    with pytest.raises(ValueError, match="attention must be one of 'softmax', 'linear', 'lsh', got 'relative'"):
+        tc.ReversibleStack(2, D, HEADS, D_FF, attention="relative")
     with pytest.raises(TypeError, match="attention"):
         tc.ReversibleStack(2, D, HEADS, D_FF, attention=3)
     with pytest.raises(ValueError, match="n_layers"):

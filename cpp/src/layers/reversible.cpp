@@ -64,10 +64,13 @@ ReversibleStack<T>::ReversibleStack(const ReversibleStackOptions& o) : opt_(o) {
   TCPP_CHECK(o.d_model % o.n_heads == 0, "ReversibleStack: d_model ", o.d_model, " is not divisible by n_heads ",
              o.n_heads);
   TCPP_CHECK(o.chunk_rows > 0, "ReversibleStack: chunk_rows must be a positive integer, got ", o.chunk_rows);
+  // every kind of make_self_attention but "relative", whose segment memory a recomputation from the
+  // next block's output cannot rebuild (checked before anything is allocated)
   const auto& kinds = self_attention_kinds();
-  if (std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end()) {  // before anything is allocated
+  if (o.attention == "relative" || std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end()) {
     std::string names;
-    for (const auto& k : kinds) names += (names.empty() ? "'" : ", '") + k + "'";
+    for (const auto& k : kinds)
+      if (k != "relative") names += (names.empty() ? "'" : ", '") + k + "'";
     throw std::invalid_argument(
         concat("ReversibleStack: attention must be one of ", names, ", got '", o.attention, "'"));
   }
