@@ -4,7 +4,9 @@
 //
 // Each test program's main() runs its tests with run() and returns finish(): 1 when any check
 // failed (ctest then reports the program as failed), 0 otherwise. A test that cannot run on this
-// CPU calls skip() with the reason; it is reported as skipped, not passed.
+// CPU calls skip() with the reason; it is reported as skipped, not passed. main() starts with
+// level_runs(): a program run at a level above this CPU's (TRANSFORMER_CPP_ISA) returns
+// kSkipReturnCode, since every call of the core refuses such a level.
 #pragma once
 
 #include <cmath>
@@ -17,7 +19,23 @@
 #include <string>
 #include <vector>
 
+#include "transformer/kernels/isa.hpp"
+
 namespace transformer::testing {
+
+constexpr int kSkipReturnCode = 77;  // ctest's SKIP_RETURN_CODE (cpp/tests/CMakeLists.txt)
+
+// Prints the instruction-set level the tests run at; false (printing why) when TRANSFORMER_CPP_ISA
+// names a level above this CPU's or an unknown one.
+inline bool level_runs() {
+  try {
+    std::printf("instruction-set level %s (CPU %s)\n", isa_name(active_isa()), isa_name(cpu_isa()));
+    return true;
+  } catch (const std::invalid_argument& e) {
+    std::printf("skipped: %s\n", e.what());
+    return false;
+  }
+}
 
 struct Counts {
   int failed_checks = 0;

@@ -31,7 +31,6 @@ using namespace transformer::testing;
 namespace {
 
 constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // float32
-constexpr int kSkipReturnCode = 77;                // ctest's SKIP_RETURN_CODE (cpp/tests/CMakeLists.txt)
 
 // One product C (M, N) = beta C + op(A) op(B) [+ bias] with random inputs, in the layout the
 // kernels take (row-major, leading dimensions = the stored widths).
@@ -119,7 +118,8 @@ void test_f32_reference() {
 }
 
 void test_f32_kernel() {
-  if (!transformer::f32::supported()) skip("the float32 AVX-512 kernel cannot run on this CPU (or is turned off)");
+  if (!transformer::f32::supported())
+    skip("no float32 kernel (AVX-512 or AVX2) runs on this CPU (or they are turned off)");
   for (const Product& p : products(true)) {
     const float* bias = p.with_bias ? p.bias.data() : nullptr;
     std::vector<float> C = p.C0, R = p.C0;
@@ -332,13 +332,7 @@ void test_first_argmax() {
 }  // namespace
 
 int main() {
-  try {
-    std::printf("instruction-set level %s (CPU %s)\n", transformer::isa_name(transformer::active_isa()),
-                transformer::isa_name(transformer::cpu_isa()));
-  } catch (const std::invalid_argument& e) {  // a forced level above this CPU's
-    std::printf("skipped: %s\n", e.what());
-    return kSkipReturnCode;
-  }
+  if (!level_runs()) return kSkipReturnCode;
   run("PackedLinear<float>::apply against a float64 product", test_packed_linear);
   run("few_rows_linear against a float64 product", test_few_rows_linear);
   run("first_argmax against the plain loop", test_first_argmax);

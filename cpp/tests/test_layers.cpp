@@ -296,6 +296,7 @@ void test_linear_float() {
 }  // namespace
 
 int main() {
+  if (!level_runs()) return kSkipReturnCode;
   run("softmax forward against a plain loop", test_softmax_forward);
   run("softmax backward against finite differences", test_softmax_backward);
   run("layer norm forward against a plain loop", test_layer_norm_forward);
