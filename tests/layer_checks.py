@@ -88,3 +88,31 @@ def check_against_numeric(
             bad[name] = errors[name]
     assert not bad, f"gradient check failed (relative error > {tolerance} or a nonzero 'zero' gradient): {bad}"
     return errors
+
+
+def check_lm_gradients(lm, tokens: np.ndarray, per_parameter: int = 2, seed: int = 7) -> int:
+    """A float64 language model's ``compute_gradients`` against central differences of
+    ``evaluate_loss`` (step 1e-6) at ``per_parameter`` random entries of every parameter: each entry
+    within 1e-6 relative (+ 1e-8 for gradients that are zero by symmetry), and the relative error
+    of all of them together <= 1e-6. Returns how many entries were compared."""
+    lm.compute_gradients(tokens, training=False)
+    grads = {name: np.array(p.grad) for name, p in lm.parameters().items()}
+    rng = np.random.default_rng(seed)
+    eps = 1e-6
+    numeric, analytic = [], []
+    for name, p in lm.parameters().items():
+        flat = p.value.reshape(-1)
+        for i in rng.choice(flat.size, size=min(per_parameter, flat.size), replace=False):
+            old = flat[i]
+            flat[i] = old + eps
+            up, _ = lm.evaluate_loss(tokens)
+            flat[i] = old - eps
+            down, _ = lm.evaluate_loss(tokens)
+            flat[i] = old
+            n, a = (up - down) / (2 * eps), grads[name].reshape(-1)[i]
+            assert abs(n - a) <= 1e-6 * max(abs(n), abs(a)) + 1e-8, (name, i, n, a)
+            numeric.append(n)
+            analytic.append(a)
+    num, ana = np.array(numeric), np.array(analytic)
+    assert np.linalg.norm(num - ana) / (np.linalg.norm(num) + np.linalg.norm(ana)) <= 1e-6
+    return len(numeric)

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from layer_checks import check_lm_gradients
 from transformer_cpp import LanguageModel
 from transformer_cpp.config import LM_FIELDS
 
@@ -41,28 +42,7 @@ def test_gradients_match_central_differences_float64(options):
     for p in lm.parameters().values():
         p.value[...] += 0.05 * rng.standard_normal(p.value.shape)
     tokens = tokens_for(7, (2, 6), seed=2)
-    lm.compute_gradients(tokens, training=False)
-    grads = {name: np.array(p.grad) for name, p in lm.parameters().items()}
-    eps = 1e-6
-    numeric, analytic = [], []
-    for name, p in lm.parameters().items():
-        flat = p.value.reshape(-1)
-        for i in rng.choice(flat.size, size=min(2, flat.size), replace=False):  # a few entries of each
-            old = flat[i]
-            flat[i] = old + eps
-            up, _ = lm.evaluate_loss(tokens)
-            flat[i] = old - eps
-            down, _ = lm.evaluate_loss(tokens)
-            flat[i] = old
-            n, a = (up - down) / (2 * eps), grads[name].reshape(-1)[i]
-            # each entry; the floor covers gradients that are zero by symmetry (the key bias)
-            assert abs(n - a) <= 1e-6 * max(abs(n), abs(a)) + 1e-8, (name, i, n, a)
-            numeric.append(n)
-            analytic.append(a)
-    numeric, analytic = np.array(numeric), np.array(analytic)
-    assert len(numeric) >= 30
-    rel = np.linalg.norm(numeric - analytic) / (np.linalg.norm(numeric) + np.linalg.norm(analytic))
-    assert rel <= 1e-6
+    assert check_lm_gradients(lm, tokens) >= 30
 
 
 # ------------------------------------------------------------------ a readable PyTorch GPT

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from layer_checks import check_lm_gradients
 from transformer_cpp import LanguageModel
 from transformer_cpp.data.lm_text import CharVocabulary
 from transformer_cpp.task import generate
@@ -38,33 +39,6 @@ def moved(lm: LanguageModel, scale: float = 0.05, seed: int = 1) -> LanguageMode
     return lm
 
 
-def check_gradients_numerically(lm: LanguageModel, tokens: np.ndarray, per_parameter: int = 2) -> int:
-    """compute_gradients against central differences of evaluate_loss, a few entries of every
-    parameter; returns how many entries were compared."""
-    lm.compute_gradients(tokens, training=False)
-    grads = {name: np.array(p.grad) for name, p in lm.parameters().items()}
-    rng = np.random.default_rng(7)
-    eps = 1e-6
-    numeric, analytic = [], []
-    for name, p in lm.parameters().items():
-        flat = p.value.reshape(-1)
-        for i in rng.choice(flat.size, size=min(per_parameter, flat.size), replace=False):
-            old = flat[i]
-            flat[i] = old + eps
-            up, _ = lm.evaluate_loss(tokens)
-            flat[i] = old - eps
-            down, _ = lm.evaluate_loss(tokens)
-            flat[i] = old
-            n, a = (up - down) / (2 * eps), grads[name].reshape(-1)[i]
-            assert abs(n - a) <= 1e-6 * max(abs(n), abs(a)) + 1e-8, (name, i, n, a)
-            numeric.append(n)
-            analytic.append(a)
-    numeric, analytic = np.array(numeric), np.array(analytic)
-    rel = np.linalg.norm(numeric - analytic) / (np.linalg.norm(numeric) + np.linalg.norm(analytic))
-    assert rel <= 1e-6
-    return len(numeric)
-
-
 # ------------------------------------------------------------------ float64 gradients
 
 
@@ -81,7 +55,7 @@ def check_gradients_numerically(lm: LanguageModel, tokens: np.ndarray, per_param
 )
 def test_gradients_match_central_differences_float64(options):
     lm = moved(LanguageModel(7, dtype="float64", seed=3, **{**SMALL, **options}))
-    assert check_gradients_numerically(lm, tokens_for(7, (2, 6), seed=2)) >= 30
+    assert check_lm_gradients(lm, tokens_for(7, (2, 6), seed=2)) >= 30
 
 
 def test_reversible_gradients_with_dropout_match_central_differences_float64():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from layer_checks import check_lm_gradients
 from transformer_cpp import LanguageModel
 from transformer_cpp.task.language_model import bits_per_character, segments, stripes
 
@@ -39,25 +40,7 @@ def test_gradients_with_a_memory_match_central_differences_float64(pre_norm):
     assert lm.memory_held == 5
     grads = {name: np.array(p.grad) for name, p in lm.parameters().items()}
     assert {"layers.0.self_attention.u", "layers.1.self_attention.position.weight"} <= set(grads)
-    eps = 1e-6
-    rng = np.random.default_rng(5)
-    numeric, analytic = [], []
-    for name, p in lm.parameters().items():
-        flat = p.value.reshape(-1)
-        for i in rng.choice(flat.size, size=min(3, flat.size), replace=False):
-            old = flat[i]
-            flat[i] = old + eps
-            up, _ = lm.evaluate_loss(second)
-            flat[i] = old - eps
-            down, _ = lm.evaluate_loss(second)
-            flat[i] = old
-            n, a = (up - down) / (2 * eps), grads[name].reshape(-1)[i]
-            assert abs(n - a) <= 1e-6 * max(abs(n), abs(a)) + 1e-8, (name, i, n, a)
-            numeric.append(n)
-            analytic.append(a)
-    numeric, analytic = np.array(numeric), np.array(analytic)
-    assert len(numeric) >= 40
-    assert np.linalg.norm(numeric - analytic) / (np.linalg.norm(numeric) + np.linalg.norm(analytic)) <= 1e-6
+    assert check_lm_gradients(lm, second, per_parameter=3, seed=5) >= 40
 
 
 def test_the_memory_changes_the_loss_and_no_memory_is_memory_zero():
