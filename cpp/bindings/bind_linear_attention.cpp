@@ -37,6 +37,7 @@ struct LinearKernel {
 template <typename T>
 struct PyLinearState {
   LinearAttentionState<T> st;
+  InferenceBackend<T> backend;  // plain float32 products (the layer's weights may change between steps)
   Index d_model = 0, n_heads = 0, d_k = 0;
   bool busy = false;
 };
@@ -234,7 +235,7 @@ void bind_linear_layer(py::module_& m) {
             check_input(X, who, "x", false);
             check_finite_parameters(h.layer.parameters(), who);
             Matrix<T> y;
-            without_gil([&] { h.layer.step(X.map(), s.st, y); });
+            without_gil([&] { h.layer.step(X.map(), s.st, s.backend, y); });
             check_output(y, who);
             return copy_out<T>(y.data(), {y.rows(), y.cols()});
           },

@@ -14,7 +14,8 @@ template <typename T>
 struct RelativeHolder : Holder<RelativeMultiHeadAttention<T>> {
   using Holder<RelativeMultiHeadAttention<T>>::Holder;
   RelativeAttentionCache<T> cache;
-  Matrix<T> y;  // output of the last infer
+  InferenceBackend<T> backend;  // plain float32 products (the layer's weights may change between calls)
+  Matrix<T> y;                  // output of the last infer
 };
 
 Index clamp_arg(const py::handle& v, const char* who) {
@@ -150,7 +151,7 @@ void bind_relative(py::module_& m) {
                   concat(who, ": x must have the cache's batch size (", h.cache.batch, "), got ", describe(X.array)));
             if (Tq == 0)
               throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
-            without_gil([&] { h.layer.infer(X.map(), Tq, h.cache, h.y); });
+            without_gil([&] { h.layer.infer(X.map(), Tq, h.cache, h.backend, h.y); });
             check_output(h.y, who);
             return copy_out<T>(h.y.data(), {B, Tq, h.layer.d_model()});
           },

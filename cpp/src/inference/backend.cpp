@@ -119,7 +119,7 @@ typename InferenceBackend<T>::Block& InferenceBackend<T>::find(const T* W, const
 }
 
 template <typename T>
-void InferenceBackend<T>::plain(const Matrix<T>& x, const T* W, const T* b, Index N, Matrix<T>& y) const {
+void InferenceBackend<T>::plain(ConstMatrixMap<T> x, const T* W, const T* b, Index N, Matrix<T>& y) const {
   const Index R = x.rows(), K = x.cols();
   if constexpr (std::is_same_v<T, float>) {
     if (have_decode_kernels() && R <= few_rows() && K % 16 == 0) {
@@ -127,12 +127,11 @@ void InferenceBackend<T>::plain(const Matrix<T>& x, const T* W, const T* b, Inde
       return;
     }
   }
-  dense_forward<T>(Precision::Float32, ConstMatrixMap<T>(x.data(), R, K), ConstMatrixMap<T>(W, N, K),
-                   MatrixMap<T>(y.data(), R, N), b);
+  dense_forward<T>(Precision::Float32, x, ConstMatrixMap<T>(W, N, K), MatrixMap<T>(y.data(), R, N), b);
 }
 
 template <typename T>
-void InferenceBackend<T>::linear(const Matrix<T>& x, const T* W, const T* b, Index N, Matrix<T>& y) {
+void InferenceBackend<T>::linear(ConstMatrixMap<T> x, const T* W, const T* b, Index N, Matrix<T>& y) {
   const Index R = x.rows(), K = x.cols();
   y.resize(R, N);
   if (R == 0) return;

@@ -522,12 +522,13 @@ const Matrix<T>& LanguageModel<T>::infer_step(const std::int64_t* tokens, Langua
       RelativeAttentionCache<T>& cache = state.relative[n_relative++];
       residual_infer<T>(
           block.pre_norm_, block.norm1_,
-          [&](const Matrix<T>& in, Matrix<T>& out) { block.relative_->infer(cmap(in), 1, cache, out); }, s.x, s.n, s.a);
+          [&](const Matrix<T>& in, Matrix<T>& out) { block.relative_->infer(cmap(in), 1, cache, state.backend, out); },
+          s.x, s.n, s.a);
     } else if (const auto* lin = linear_attention(block)) {
       LinearAttentionState<T>& st = state.linear[n_linear++];
       residual_infer<T>(
-          block.pre_norm_, block.norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { lin->step(cmap(in), st, out); },
-          s.x, s.n, s.a);
+          block.pre_norm_, block.norm1_,
+          [&](const Matrix<T>& in, Matrix<T>& out) { lin->step(cmap(in), st, state.backend, out); }, s.x, s.n, s.a);
     } else {
       const MultiHeadAttention<T>& attn = softmax_attention(block)->attention();
       KVCache<T>& cache = state.caches[n_cache++];

@@ -418,22 +418,21 @@ void LinearMultiHeadAttention<T>::reset_state(LinearAttentionState<T>& st, Index
 }
 
 template <typename T>
-void LinearMultiHeadAttention<T>::step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, Matrix<T>& y) const {
+void LinearMultiHeadAttention<T>::step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, InferenceBackend<T>& be,
+                                       Matrix<T>& y) const {
   TCPP_CHECK(x.cols() == d_, "LinearMultiHeadAttention: step input has ", x.cols(), " features, expected d_model ", d_);
   TCPP_CHECK(st.s.cols() == h_ * linear_attention_state_size(dk_) && x.rows() == st.rows() && x.rows() > 0,
              "LinearMultiHeadAttention: the step has ", x.rows(), " rows but the state was reset for ", st.rows(),
              " rows of this layer's shape");
   const Index R = x.rows();
   // [Q | K | V] of the new position                                      (R, 3d)
-  st.qkv.resize(R, 3 * d_);
-  dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(st.qkv), b_in_.data());
+  be.linear(x, w_in_.data(), b_in_.data(), 3 * d_, st.qkv);
   st.ctx.resize(R, d_);  // (R, d)
   const T* base = st.qkv.data();
   linear_attention_step<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, R, h_, dk_, st.s.data(),
                            st.ctx.data(), d_);
   ++st.length;
-  y.resize(R, d_);  // (R, d)
-  dense_forward<T>(Precision::Float32, cmap(st.ctx), cmap(out_.weight_), mmap(y), out_.bias_.data());
+  be.linear(st.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (R, d)
 }
 
 template void linear_attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index,

@@ -394,7 +394,7 @@ void RelativeMultiHeadAttention<T>::infer_memory(ConstMatrixMap<T> memory, Index
 
 template <typename T>
 void RelativeMultiHeadAttention<T>::infer(ConstMatrixMap<T> x, Index T_len, RelativeAttentionCache<T>& c,
-                                          Matrix<T>& y) const {
+                                          InferenceBackend<T>& be, Matrix<T>& y) const {
   TCPP_CHECK(c.batch > 0, "RelativeMultiHeadAttention: reset the evaluation cache before use");
   const Index B = c.batch, d = d_, H = h_, dk = dk_;
   TCPP_CHECK(T_len > 0 && x.rows() == B * T_len && x.cols() == d_, "RelativeMultiHeadAttention: x has shape (",
@@ -402,8 +402,7 @@ void RelativeMultiHeadAttention<T>::infer(ConstMatrixMap<T> x, Index T_len, Rela
   const Index n = c.length, L = n + T_len;
   make_room(c, T_len, 2 * d);
   // [Q | K | V] of the new positions                                      (B*T, 3d)
-  c.qkv.resize(B * T_len, 3 * d);
-  dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(c.qkv), b_in_.data());
+  be.linear(x, w_in_.data(), b_in_.data(), 3 * d, c.qkv);
   // their keys and values join the held ones; [Q + u | Q + v]             (B*T, 2d)
   c.q.resize(B * T_len, 2 * d);
   const Eigen::Map<const RowVector<T>> u(u_.data(), d), v(v_.data(), d);
@@ -453,8 +452,7 @@ void RelativeMultiHeadAttention<T>::infer(ConstMatrixMap<T> x, Index T_len, Rela
     O.noalias() = S * V;
   }
   // output projection                                                     (B*T, d)
-  y.resize(B * T_len, d);
-  dense_forward<T>(Precision::Float32, cmap(ctx), cmap(out_.weight_), mmap(y), out_.bias_.data());
+  be.linear(ctx, out_.weight_.data(), out_.bias_.data(), d, y);
   // the oldest positions beyond mem_len leave
   c.length = L;
   if (c.length > c.mem_len) {

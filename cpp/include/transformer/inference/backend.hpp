@@ -73,7 +73,8 @@ class InferenceBackend {
 
   // y (R, N) = x (R, K) W^T + b for a block of the model's weights: W (N, K) row-major and
   // contiguous, b (N); by the prepared block (prepared now if this is its first use) or plainly.
-  void linear(const Matrix<T>& x, const T* W, const T* b, Index N, Matrix<T>& y);
+  void linear(ConstMatrixMap<T> x, const T* W, const T* b, Index N, Matrix<T>& y);
+  void linear(const Matrix<T>& x, const T* W, const T* b, Index N, Matrix<T>& y) { linear(cmap(x), W, b, N, y); }
 
   ComputeType compute_type() const { return type_; }
   bool prepared() const { return prepare_; }
@@ -87,7 +88,7 @@ class InferenceBackend {
     PreparedLinear<T> weights;
   };
   static std::uint64_t fingerprint_of(const Block& blk);
-  void plain(const Matrix<T>& x, const T* W, const T* b, Index N, Matrix<T>& y) const;
+  void plain(ConstMatrixMap<T> x, const T* W, const T* b, Index N, Matrix<T>& y) const;
   Block& find(const T* W, const T* b, Index N, Index K);
 
   ComputeType type_ = ComputeType::Float32;

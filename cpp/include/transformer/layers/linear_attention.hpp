@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "transformer/inference/backend.hpp"
 #include "transformer/layers/linear.hpp"
 #include "transformer/layers/self_attention.hpp"
 #include "transformer/tensor.hpp"
@@ -99,8 +100,9 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
   // Generation (the RNN form): an empty state for `rows` sequences, then one position per step.
   // Nothing that forward() keeps for backward() is read or written.
   void reset_state(LinearAttentionState<T>& st, Index rows) const;
+  // The projections run on `be` (at a few rows, the decoding kernels read the weights as they are).
   //                                                                       x (R, d) -> y (R, d)
-  void step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, Matrix<T>& y) const;
+  void step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, InferenceBackend<T>& be, Matrix<T>& y) const;
 
   Matrix<T> w_in_, dw_in_;     // (3d, d): rows [W_q; W_k; W_v], as MultiHeadAttention
   RowVector<T> b_in_, db_in_;  // (3d)

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "transformer/inference/backend.hpp"
 #include "transformer/layers/linear.hpp"
 #include "transformer/layers/self_attention.hpp"
 #include "transformer/tensor.hpp"
@@ -94,8 +95,10 @@ class RelativeMultiHeadAttention : public SelfAttention<T> {
   void infer_memory(ConstMatrixMap<T> memory, Index M, RelativeAttentionCache<T>& cache) const;
   // New positions x (B*T_len, d) attend to the cached positions and to themselves (causal), as
   // forward(x, memory) does; then their keys and values join the cache and the oldest beyond
-  // mem_len leave it.                                            x (B*T_len, d) -> y (B*T_len, d)
-  void infer(ConstMatrixMap<T> x, Index T_len, RelativeAttentionCache<T>& cache, Matrix<T>& y) const;
+  // mem_len leave it. The projections run on `be` (at a few rows, the decoding kernels read the
+  // weights as they are).                                        x (B*T_len, d) -> y (B*T_len, d)
+  void infer(ConstMatrixMap<T> x, Index T_len, RelativeAttentionCache<T>& cache, InferenceBackend<T>& be,
+             Matrix<T>& y) const;
 
   Index d_model() const override { return d_; }
   Index n_heads() const override { return h_; }
