@@ -436,13 +436,13 @@ namespace {
 template <typename T>
 inline void attend(const T* q, const T* K, const T* V, Index n, Index ld, Index dk, T scale, T* s, T* o) {
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
-  const Eigen::Map<const Vec> qv(q, dk);
-  for (Index j = 0; j < n; ++j) s[j] = scale * Eigen::Map<const Vec>(K + j * ld, dk).dot(qv);
+  const Eigen::OuterStride<> stride(ld);
+  const ConstStridedMap<T> Km(K, n, dk, stride), Vm(V, n, dk, stride);  // (n, dk) each
+  Eigen::Map<Vec> sv(s, n);
+  sv.noalias() = Km * Eigen::Map<const Vec>(q, dk);  // s_j = K_j . q                    (n)
+  sv *= scale;
   masked_softmax_row(s, n, static_cast<const std::uint8_t*>(nullptr));
-  Eigen::Map<Vec> ov(o, dk);
-  ov.setZero();
-  for (Index j = 0; j < n; ++j)
-    if (s[j] != T(0)) ov += s[j] * Eigen::Map<const Vec>(V + j * ld, dk);
+  Eigen::Map<Vec>(o, dk).noalias() = Vm.transpose() * sv;  // o = sum_j s_j V_j        (dk)
 }
 
 }  // namespace
@@ -509,7 +509,11 @@ void MultiHeadAttention<T>::infer_step(const Matrix<T>& x, KVCache<T>& cache, In
   T* ctx = s.ctx.data();
   T* K = cache.k.data();
   T* V = cache.v.data();
-#pragma omp parallel for schedule(dynamic, 16) if (R * h_ > 8)
+  // a thread per (row, head): in chunks of 16 for a batch, one by one for the few heads of a
+  // single sequence once its cache is long enough to be worth waking a second thread
+  const bool parallel = R * h_ > 8 || (R * h_ > 1 && R * h_ * n * dk_ >= kParallelMin);
+  const int chunk = R * h_ > 8 ? 16 : 1;
+#pragma omp parallel for schedule(dynamic, chunk) if (parallel)
   for (Index rh = 0; rh < R * h_; ++rh) {
     const Index r = rh / h_, h = rh % h_;
     // append this position's key and value of head h to row r's cache
