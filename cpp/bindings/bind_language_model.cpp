@@ -102,8 +102,8 @@ void bind_language_model_class(py::module_& m) {
           "mode; returns (loss, labels scored).")
       .def_property_readonly(
           "has_cached_step", [](H& h) { return h.model.has_cached_step(); },
-          "Whether generation can run one step per token (softmax attention: a key/value cache; linear: its RNN "
-          "state).")
+          "Whether generation can run one step per token (softmax and relative attention: a key/value cache; "
+          "linear: its RNN state; LSH attention and reversible blocks have none).")
       .def(
           "start_generation",
           [](H& h, const py::object& rows, const py::object& capacity) {

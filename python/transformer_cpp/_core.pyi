@@ -1331,7 +1331,7 @@ class LanguageModel_float32:
     @property
     def has_cached_step(self) -> bool:
         """
-        Whether generation can run one step per token (softmax attention: a key/value cache; linear: its RNN state).
+        Whether generation can run one step per token (softmax and relative attention: a key/value cache; linear: its RNN state; LSH attention and reversible blocks have none).
         """
     @property
     def last_grad_norm(self) -> float: ...
@@ -1444,7 +1444,7 @@ class LanguageModel_float64:
     @property
     def has_cached_step(self) -> bool:
         """
-        Whether generation can run one step per token (softmax attention: a key/value cache; linear: its RNN state).
+        Whether generation can run one step per token (softmax and relative attention: a key/value cache; linear: its RNN state; LSH attention and reversible blocks have none).
         """
     @property
     def last_grad_norm(self) -> float: ...

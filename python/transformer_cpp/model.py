@@ -434,8 +434,8 @@ class LanguageModel:
 
     @property
     def has_cached_step(self) -> bool:
-        """Whether :meth:`generation_step` can run: softmax or linear attention in ordinary
-        blocks (LSH attention and reversible blocks have no cached step)."""
+        """Whether :meth:`generation_step` can run: softmax, relative or linear attention in
+        ordinary blocks (LSH attention and reversible blocks have no cached step)."""
         return bool(self._core.has_cached_step)
 
     def start_generation(self, rows: int, capacity: int) -> None:
