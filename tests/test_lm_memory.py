@@ -107,6 +107,30 @@ def test_generation_step_equals_the_full_forward(pre_norm):
     assert np.isfinite(lm.generation_step(tokens[:, 0])).all()
 
 
+def test_clamp_len_changes_only_the_positions_farther_than_it():
+    lm = perturbed(LanguageModel(9, dtype="float64", seed=6, **SMALL))
+    tokens = tokens_for(9, (2, 10), seed=3)
+    plain = lm.forward(tokens)
+    assert lm.clamp_len is None
+    lm.clamp_len = 9  # the longest distance of 10 positions: nothing is clamped
+    np.testing.assert_allclose(lm.forward(tokens), plain, rtol=1e-12, atol=1e-12)
+    lm.clamp_len = 3
+    clamped = lm.forward(tokens)
+    # position t attends to distances 0 ... t: up to t = 3 every distance is within the clamp
+    np.testing.assert_allclose(clamped[:, :4], plain[:, :4], rtol=1e-12, atol=1e-12)
+    assert np.abs(clamped[:, 4:] - plain[:, 4:]).max(axis=-1).min() > 1e-6
+    # the generation step encodes distances with the same clamp
+    lm.start_generation(2, 10)
+    for t in range(10):
+        np.testing.assert_allclose(lm.generation_step(tokens[:, t]), clamped[:, t], rtol=1e-10, atol=1e-12)
+    lm.clamp_len = None
+    np.testing.assert_allclose(lm.forward(tokens), plain, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="clamp_len"):
+        lm.clamp_len = -1
+    with pytest.raises(ValueError, match="clamp_len needs attention 'relative'"):
+        LanguageModel(5, d_model=8, n_heads=2, n_layers=1, d_ff=8).clamp_len = 4
+
+
 def test_stripes_and_segments_score_every_label_once():
     ids = np.arange(1, 104, dtype=np.int64)  # 102 labels
     block = stripes(ids, 4)
@@ -226,6 +250,13 @@ def test_commands_with_relative_attention_and_memory(text_file, tmp_path, capsys
     assert len(set(scores.values())) == 3
     assert main(["evaluate-lm", "--model", str(out), "--memory-length", "-1"]) == 1
     assert "--memory-length must be >= 0" in capsys.readouterr().err
+    # a memory of 32 with the distances clamped at 4: another score than without the clamp
+    assert main(["evaluate-lm", "--model", str(out), "--memory-length", "32", "--clamp-len", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "memory 32, distances clamped at 4)" in printed
+    assert float(printed.split()[0]) != scores["32"]
+    assert main(["evaluate-lm", "--model", str(out), "--clamp-len", "-3"]) == 1
+    assert "--clamp-len must be >= 0" in capsys.readouterr().err
     soft = tmp_path / "soft"
     assert (
         main(["train-lm", "--text", str(text_file), "--out", str(soft), *tiny, "--steps", "1", "--threads", "1"]) == 0
@@ -233,5 +264,7 @@ def test_commands_with_relative_attention_and_memory(text_file, tmp_path, capsys
     capsys.readouterr()
     assert main(["evaluate-lm", "--model", str(soft), "--memory-length", "4"]) == 1
     assert "needs a model with attention 'relative'" in capsys.readouterr().err
+    assert main(["evaluate-lm", "--model", str(soft), "--clamp-len", "4"]) == 1
+    assert "--clamp-len needs a model with attention 'relative'" in capsys.readouterr().err
     assert main(["train-lm", *args[:2], "--out", str(tmp_path / "bad"), "--memory-length", "4"]) == 1
     assert "needs attention 'relative'" in capsys.readouterr().err

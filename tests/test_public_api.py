@@ -137,6 +137,7 @@ CLI = {
         "-h",
     ],
     "evaluate-lm": [
+        "--clamp-len",
         "--help",
         "--memory-length",
         "--model",

@@ -208,6 +208,20 @@ void bind_language_model_class(py::module_& m) {
           },
           "Relative attention: positions of the preceding segments each block attends to (any length; setting it "
           "empties the memory).")
+      .def_property(
+          "clamp_len",
+          [](H& h) -> py::object {
+            return h.model.clamp_len() < 0 ? py::none() : py::object(py::int_(h.model.clamp_len()));
+          },
+          [](H& h, const py::object& c) {
+            check_idle(h.busy, "LanguageModel.clamp_len", "LanguageModel");
+            const Index clamp = c.is_none() ? -1 : int_arg(c, "LanguageModel", "clamp_len", 0);
+            if (clamp >= 0 && h.model.config().attention != "relative")
+              throw py::value_error(concat("LanguageModel: clamp_len needs attention 'relative', the model has '",
+                                           h.model.config().attention, "'"));
+            h.model.set_clamp_len(clamp);
+          },
+          "Relative attention: distances beyond it are encoded as it (None: no clamp).")
       .def_property_readonly(
           "memory_held", [](H& h) { return h.model.memory_held(); }, "Positions the segment memory holds now.")
       .def(

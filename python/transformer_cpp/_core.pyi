@@ -1336,6 +1336,13 @@ class LanguageModel_float32:
     @property
     def last_grad_norm(self) -> float: ...
     @property
+    def clamp_len(self) -> typing.Any:
+        """
+        Relative attention: distances beyond it are encoded as it (None: no clamp).
+        """
+    @clamp_len.setter
+    def clamp_len(self, arg1: typing.Any) -> None: ...
+    @property
     def memory_held(self) -> int:
         """
         Positions the segment memory holds now.
@@ -1448,6 +1455,13 @@ class LanguageModel_float64:
         """
     @property
     def last_grad_norm(self) -> float: ...
+    @property
+    def clamp_len(self) -> typing.Any:
+        """
+        Relative attention: distances beyond it are encoded as it (None: no clamp).
+        """
+    @clamp_len.setter
+    def clamp_len(self, arg1: typing.Any) -> None: ...
     @property
     def memory_held(self) -> int:
         """

@@ -414,6 +414,19 @@ class LanguageModel:
         self._core.memory_length = value
 
     @property
+    def clamp_len(self) -> Optional[int]:
+        """Relative attention: distances beyond this many positions are encoded as this one (None,
+        the default: no clamp). Transformer-XL's ``clamp_len``: set it to the longest distance seen
+        in training (``seq_len + memory_length - 1``) to evaluate with a longer memory whose farthest
+        positions then meet only distances the model has learnt."""
+        value = self._core.clamp_len
+        return None if value is None else int(value)
+
+    @clamp_len.setter
+    def clamp_len(self, value: Optional[int]) -> None:
+        self._core.clamp_len = value
+
+    @property
     def memory_held(self) -> int:
         """Positions the segment memory holds now (at most :attr:`memory_length`)."""
         return int(self._core.memory_held)

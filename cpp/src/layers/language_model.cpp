@@ -430,6 +430,16 @@ void LanguageModel<T>::set_memory_length(Index length) {
 }
 
 template <typename T>
+void LanguageModel<T>::set_clamp_len(Index clamp) {
+  TCPP_CHECK(clamp >= -1, "LanguageModel.set_clamp_len: the clamp length must be >= 0 (or -1: none), got ", clamp);
+  TCPP_CHECK(clamp < 0 || config_.attention == "relative", "LanguageModel.set_clamp_len: a clamp length needs ",
+             "attention 'relative', the model has '", config_.attention, "'");
+  clamp_len_ = clamp;
+  for (auto& layer : layers_)
+    if (layer->relative_ != nullptr) layer->relative_->set_clamp_len(clamp);
+}
+
+template <typename T>
 Index LanguageModel<T>::memory_held() const {
   return layers_.empty() ? 0 : layers_.front()->memory_held_;
 }

@@ -89,6 +89,14 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
         )
     if args.memory_length is not None and args.memory_length < 0:
         raise UserError(f"--memory-length must be >= 0, got {args.memory_length}")
+    if args.clamp_len is not None:
+        if ckpt.model.config["attention"] != "relative":
+            raise UserError(
+                f"--clamp-len needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
+            )
+        if args.clamp_len < 0:
+            raise UserError(f"--clamp-len must be >= 0, got {args.clamp_len}")
+        ckpt.model.clamp_len = args.clamp_len
     bpc = bits_per_character(
         ckpt.model, ids, args.seq_len or request.seq_len, request.batch_size, memory_length=args.memory_length
     )
@@ -96,6 +104,8 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     memory = ""
     if ckpt.model.config["attention"] == "relative":
         memory = f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
+        if args.clamp_len is not None:
+            memory += f", distances clamped at {args.clamp_len}"
     print(f"{bpc:.4f} bits per character on the {what} ({len(ids):,} characters{memory})")
     return 0
 
@@ -237,5 +247,13 @@ def add_lm_parsers(sub: Any) -> None:
         type=int,
         help="relative attention: evaluate with state reuse, each segment attending to this many positions "
         "before it (any length, longer than in training or 0; default: the training memory)",
+    )
+    e.add_argument(
+        "--clamp-len",
+        dest="clamp_len",
+        type=int,
+        help="relative attention: encode distances beyond this many positions as this one, e.g. the longest "
+        "distance of training (seq-len + memory-length - 1) when the memory is longer than in training "
+        "(default: no clamp)",
     )
     e.set_defaults(func=run_evaluate_lm)

@@ -153,6 +153,11 @@ class LanguageModel {
   // gradient check); true (default): the memory moves on with each forward.
   void set_memory_update(bool update);
   bool memory_update() const { return memory_update_; }
+  // Relative attention: distances beyond clamp_len() are encoded as clamp_len() (Transformer-XL's
+  // clamp_len: with a memory longer than in training, the farthest positions meet no distance the
+  // model never saw); -1 (default): no clamp. The next forward or start of generation uses it.
+  Index clamp_len() const { return clamp_len_; }
+  void set_clamp_len(Index clamp);
 
   // embedding.weight, layers.i.* (reversible: ReversibleStack's names), (pre-norm) norm.*, (untied)
   // output.weight, output.bias
@@ -205,6 +210,7 @@ class LanguageModel {
   double last_grad_norm_ = 0.0;
   Index memory_length_ = 0;
   bool memory_update_ = true;
+  Index clamp_len_ = -1;
 };
 
 }  // namespace transformer
