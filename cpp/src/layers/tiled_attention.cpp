@@ -83,13 +83,14 @@ int threads() {
 // Per-thread blocks of the backward.
 template <typename T>
 struct BackwardBlocks {
+  Matrix<T> Qs;        // (kBr, dk) one query block times 1/sqrt(dk)
   Matrix<T> P, dP;     // (kBr, kBc) weights and their gradient, then dS
   Matrix<T> dKj, dVj;  // (kBc, dk) one key block's gradients, summed over the query blocks
   Matrix<T> dQ;        // (Tq, dk) one head's query gradient (fused schedule), or (kBr, dk)
 };
 
 // P = exp(S - lse_i) for the block (queries i0.., keys j0..) and dS = P o (dP - D_i), where
-//   S  = Q_i K_j^T / sqrt(dk)      the scores, recomputed (ni, nj)
+//   S  = (Q_i / sqrt(dk)) K_j^T    the scores, recomputed as the forward computed them (ni, nj)
 //   P  = exp(S - L_i)              the forward's weights: L_i is row i's log-sum-exp
 //   dP = dO_i V_j^T                since O = P V                                   (ni, nj)
 //   dS = P o (dP - D_i)            the softmax backward, D_i = sum_j P_ij dP_ij = rowsum(dO_i o O_i)
@@ -101,7 +102,9 @@ void weights_and_score_gradient(const ConstStridedMap<T>& Q, const ConstStridedM
                                 Index Tk, Index i0, Index ni, Index j0, Index nj, T scale, BackwardBlocks<T>& bl) {
   MatrixMap<T> P(bl.P.data(), ni, nj);
   MatrixMap<T> dS(bl.dP.data(), ni, nj);
-  P.noalias() = (Q.middleRows(i0, ni) * K.middleRows(j0, nj).transpose()) * scale;
+  auto Qs = bl.Qs.topRows(ni);
+  Qs = Q.middleRows(i0, ni) * scale;
+  P.noalias() = Qs * K.middleRows(j0, nj).transpose();
   for (Index i = 0; i < ni; ++i) {
     // a fully blocked row has L = +inf; its entries are all blocked and zeroed below
     const T Li = std::isfinite(L[i0 + i]) ? L[i0 + i] : T(0);
@@ -145,6 +148,7 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
   // the blocks are handed out one at a time
 #pragma omp parallel
   {
+    Matrix<T> Qs(kBr, dk);   // (ni, dk) the query block times 1/sqrt(dk)
     Matrix<T> S(kBr, kBc);   // (ni, nj) scores, then weights exp(S - m), of one block
     Matrix<T> acc(kBr, dk);  // (ni, dk) running sum of weights x values
     ColArray<T> mrow(kBr);   // running row maximum of the scores
@@ -159,14 +163,18 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
       auto O = head_mut(out, b, h, Tq, out_stride, dk);  // (Tq, dk)
       auto A = acc.topRows(ni);
       A.setZero();
+      // 1/sqrt(dk) folded into the query block once instead of a pass over every score block (the
+      // same scores when it is a power of two, as at dk = 64)
+      auto Qi = Qs.topRows(ni);
+      Qi = Q.middleRows(i0, ni) * scale;
       mrow.head(ni).setConstant(-inf);
       lrow.head(ni).setZero();
       const Index jend = key_end(mask, Tk, i0, ni);
       for (Index j0 = 0; j0 < jend; j0 += kBc) {
         const Index nj = std::min(kBc, jend - j0);
         MatrixMap<T> Sb(S.data(), ni, nj);  // (ni, nj)
-        // S = Q_i K_j^T / sqrt(dk), blocked scores -inf
-        Sb.noalias() = (Q.middleRows(i0, ni) * K.middleRows(j0, nj).transpose()) * scale;
+        // S = (Q_i / sqrt(dk)) K_j^T, blocked scores -inf
+        Sb.noalias() = Qi * K.middleRows(j0, nj).transpose();
         const bool masked = block_masked(mask, b, Tk, i0, j0, nj);
         if (masked) mask_block<T>(mask, b, Tk, i0, ni, j0, nj, Sb.data(), -inf);
         for (Index i = 0; i < ni; ++i) {
@@ -264,8 +272,8 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
   if (fused) {
 #pragma omp parallel
     {
-      BackwardBlocks<T> bl{Matrix<T>(kBr, kBc), Matrix<T>(kBr, kBc), Matrix<T>(kBc, dk), Matrix<T>(kBc, dk),
-                           Matrix<T>(Tq, dk)};
+      BackwardBlocks<T> bl{Matrix<T>(kBr, dk), Matrix<T>(kBr, kBc), Matrix<T>(kBr, kBc),
+                           Matrix<T>(kBc, dk), Matrix<T>(kBc, dk),  Matrix<T>(Tq, dk)};
 #pragma omp for schedule(dynamic, 1)
       for (Index bh = 0; bh < BH; ++bh) {
         const Index b = bh / H, h = bh % H;
@@ -278,8 +286,8 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
   }
 #pragma omp parallel
   {
-    BackwardBlocks<T> bl{Matrix<T>(kBr, kBc), Matrix<T>(kBr, kBc), Matrix<T>(kBc, dk), Matrix<T>(kBc, dk),
-                         Matrix<T>(kBr, dk)};
+    BackwardBlocks<T> bl{Matrix<T>(kBr, dk), Matrix<T>(kBr, kBc), Matrix<T>(kBr, kBc),
+                         Matrix<T>(kBc, dk), Matrix<T>(kBc, dk),  Matrix<T>(kBr, dk)};
     // pass 1: dK, dV, one task per (head, key block)
 #pragma omp for schedule(dynamic, 1)
     for (Index task = 0; task < BH * nkb; ++task) {
