@@ -1,6 +1,7 @@
 #include "transformer/layers/lsh_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -62,11 +63,37 @@ void ensure(std::vector<V>& v, Index n) {
   if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-// to.row(i) = from.row(perm[i]): a round's rows in sorted order, so that a chunk and its window
-// are contiguous blocks                                                       (n, d_k)
-template <typename T, typename Src>
-void gather_sorted(const Src& from, const std::int32_t* perm, Index n, Matrix<T>& to) {
-  for (Index i = 0; i < n; ++i) to.row(i) = from.row(perm[i]);
+// The rows of a round in sorted order, so that a chunk and its window are contiguous blocks:
+//   to_m.row(i) = from_m.row(perm[i]) for each of the n_m (from, to) pairs    (n, d_k) each
+// One pass over perm for all pairs; the source rows are scattered over memory, so the rows a few
+// steps ahead are prefetched.
+template <typename T, int n_m>
+void gather_sorted(const std::array<const T*, n_m>& from, const std::array<Index, n_m>& stride,
+                   const std::int32_t* perm, Index n, Index width, const std::array<T*, n_m>& to) {
+  constexpr Index ahead = 8, line = 64 / sizeof(T);
+  for (Index i = 0; i < n; ++i) {
+    if (i + ahead < n)
+      for (int m = 0; m < n_m; ++m)
+        for (Index c = 0; c < width; c += line) __builtin_prefetch(from[m] + perm[i + ahead] * stride[m] + c);
+    for (int m = 0; m < n_m; ++m) std::copy_n(from[m] + perm[i] * stride[m], width, to[m] + i * width);
+  }
+}
+
+// The inverse, adding: to_m.row(perm[i]) += from_m.row(i)                   (n, d_k) each
+template <typename T, int n_m>
+void scatter_add_sorted(const std::array<const T*, n_m>& from, const std::int32_t* perm, Index n, Index width,
+                        const std::array<T*, n_m>& to, const std::array<Index, n_m>& stride) {
+  constexpr Index ahead = 8, line = 64 / sizeof(T);
+  for (Index i = 0; i < n; ++i) {
+    if (i + ahead < n)
+      for (int m = 0; m < n_m; ++m)
+        for (Index c = 0; c < width; c += line) __builtin_prefetch(to[m] + perm[i + ahead] * stride[m] + c, 1);
+    for (int m = 0; m < n_m; ++m) {
+      const T* src = from[m] + i * width;
+      T* dst = to[m] + perm[i] * stride[m];
+      for (Index c = 0; c < width; ++c) dst[c] += src[c];
+    }
+  }
 }
 
 }  // namespace
@@ -200,29 +227,54 @@ void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index
   MatrixMap<T> S(s.s.data(), nq, nk);
   MatrixMap<T> A(s.allowed.data(), nq, nk);
   S.noalias() = (s.q.middleRows(q0, nq) * s.k.middleRows(k0, nk).transpose()) * scale;
-  const std::int32_t* ck = s.ck.data();
+  // Row by row, in loops over the keys of the window that the compiler vectorises:
+  //   N_ij = #{r : chunk_r(j) in {chunk_r(i), chunk_r(i) - 1}}    (>= 1: the pair meets in this round)
+  //   S_ij -= log N_ij;  blocked pairs (causal: a key at a later or the same position; else the
+  //   query's own position, see forward's end): S_ij = -inf, allowed_ij = 0
+  const Index Tn = T_;
+  const std::int32_t* ck = s.ck.data();  // (n_hashes, T)
+  const std::int32_t* pos = perm + k0;   // (nk) the window's positions
+  std::int32_t* met = s.met.data();      // (nk) N_ij of row i
+  const T* log_count = log_count_.data();
+  const T blocked = neg_inf<T>();
   for (Index i = 0; i < nq; ++i) {
     const std::int32_t pi = perm[q0 + i];
-    const std::int32_t* ci = ck + (q0 + i) * nh_;
     T* srow = S.data() + i * nk;
     T* arow = A.data() + i * nk;
-    for (Index j = 0; j < nk; ++j) {
-      const std::int32_t pj = perm[k0 + j];
-      // causal: only earlier positions; never the query's own position (see forward's end)
-      const bool ok = causal ? pj < pi : pj != pi;
-      arow[j] = ok ? T(1) : T(0);
-      if (!ok) {
-        srow[j] = neg_inf<T>();
-        continue;
+    if (nh_ > 1) {
+      std::fill(met, met + nk, 0);
+      for (Index r = 0; r < nh_; ++r) {
+        const std::int32_t* cr = ck + r * Tn;
+        const std::int32_t ci = cr[q0 + i];
+        const std::int32_t* cj = cr + k0;
+        // c_i - c_j in {0, 1}, as one unsigned comparison
+        for (Index j = 0; j < nk; ++j) met[j] += static_cast<std::uint32_t>(ci - cj[j]) <= 1u ? 1 : 0;
       }
-      if (nh_ > 1) {
-        // N = the rounds in which key pj is in query pi's window (its chunk or the one before)
-        const std::int32_t* cj = ck + (k0 + j) * nh_;
-        Index n = 0;
-        for (Index r = 0; r < nh_; ++r) n += (cj[r] == ci[r]) | (cj[r] + 1 == ci[r]);
-        srow[j] -= log_count_[static_cast<size_t>(n)];
+      for (Index j = 0; j < nk; ++j) srow[j] -= log_count[met[j]];
+    }
+    if (causal) {
+      for (Index j = 0; j < nk; ++j) {
+        const bool ok = pos[j] < pi;
+        arow[j] = ok ? T(1) : T(0);
+        srow[j] = ok ? srow[j] : blocked;
+      }
+    } else {
+      for (Index j = 0; j < nk; ++j) {
+        const bool ok = pos[j] != pi;
+        arow[j] = ok ? T(1) : T(0);
+        srow[j] = ok ? srow[j] : blocked;
       }
     }
+  }
+}
+
+template <typename T>
+void LSHSelfAttention<T>::sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const {
+  // ck (n_hashes, T): ck[r, i] = the chunk of round r that position perm[i] is in
+  const Index Tn = T_;
+  for (Index i = 0; i < Tn; ++i) {
+    const std::int32_t* c = chunk_of + perm[i] * nh_;
+    for (Index r = 0; r < nh_; ++r) s.ck[static_cast<size_t>(r * Tn + i)] = c[r];
   }
 }
 
@@ -243,14 +295,14 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
   ensure(s.s, m, 2 * m);
   ensure(s.allowed, m, 2 * m);
   ensure(s.ck, Tn * nh_);
+  ensure(s.met, 2 * m);
   ensure(s.z, Tn);
   const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
   for (Index r = 0; r < nh_; ++r) {
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
-    gather_sorted(Q, perm, Tn, s.q);
-    gather_sorted(K, perm, Tn, s.k);
-    gather_sorted(V, perm, Tn, s.v);
-    for (Index i = 0; i < Tn; ++i) std::copy_n(chunk_of + perm[i] * nh_, nh_, s.ck.data() + i * nh_);
+    gather_sorted<T, 3>({Q.data(), K.data(), V.data()}, {2 * d, d, 2 * d}, perm, Tn, dk_,
+                        {s.q.data(), s.k.data(), s.v.data()});
+    sorted_chunks(chunk_of, perm, s);
     for (Index q0 = 0; q0 < Tn; q0 += m) {
       // chunk [q0, q0+nq) attends to [k0, q0+nq): itself and the chunk before
       const Index nq = std::min(m, Tn - q0), k0 = std::max<Index>(0, q0 - m), nk = q0 + nq - k0;
@@ -361,6 +413,7 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
   ensure(s.dp, m, 2 * m);
   ensure(s.allowed, m, 2 * m);
   ensure(s.ck, Tn * nh_);
+  ensure(s.met, 2 * m);
   ensure(s.z, Tn);
   ensure(s.dd, Tn);
   const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
@@ -372,13 +425,11 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
   // round by round on rows gathered into sorted order, then scattered back (added).
   for (Index r = 0; r < nh_; ++r) {
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
-    gather_sorted(Q, perm, Tn, s.q);
-    gather_sorted(K, perm, Tn, s.k);
-    gather_sorted(V, perm, Tn, s.v);
-    gather_sorted(dO, perm, Tn, s.o);
+    gather_sorted<T, 4>({Q.data(), K.data(), V.data(), dO.data()}, {2 * d, d, 2 * d, d}, perm, Tn, dk_,
+                        {s.q.data(), s.k.data(), s.v.data(), s.o.data()});
+    sorted_chunks(chunk_of, perm, s);
     for (Index i = 0; i < Tn; ++i) {
       const Index p = perm[i];
-      std::copy_n(chunk_of + p * nh_, nh_, s.ck.data() + i * nh_);
       s.z[static_cast<size_t>(i)] = Z[p];
       s.dd[static_cast<size_t>(i)] = dO.row(p).dot(O.row(p));
     }
@@ -413,12 +464,8 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
       s.dq.middleRows(q0, nq).noalias() += dP * s.k.middleRows(k0, nk);
       s.dk.middleRows(k0, nk).noalias() += dP.transpose() * s.q.middleRows(q0, nq);
     }
-    for (Index i = 0; i < Tn; ++i) {
-      const Index p = perm[i];
-      dQ.row(p) += s.dq.row(i);
-      dK.row(p) += s.dk.row(i);
-      dV.row(p) += s.dv.row(i);
-    }
+    scatter_add_sorted<T, 3>({s.dq.data(), s.dk.data(), s.dv.data()}, perm, Tn, dk_, {dQ.data(), dK.data(), dV.data()},
+                             {2 * d, d, 2 * d});
   }
   for (Index t = 0; t < Tn; ++t) {
     // a query that attended to itself only: o = v
