@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "transformer/checks.hpp"
+#include "transformer/kernels/f32_gemm.hpp"
 #include "transformer/kernels/matmul.hpp"
 #include "transformer/random.hpp"
 #include "transformer/tuning.hpp"
@@ -94,6 +96,33 @@ void scatter_add_sorted(const std::array<const T*, n_m>& from, const std::int32_
       for (Index c = 0; c < width; ++c) dst[c] += src[c];
     }
   }
+}
+
+// C (M, N) = [C +] op(A) (M, K) op(B) (K, N) on row-major blocks (leading dimensions lda, ldb, ldc;
+// op transposes when its flag is set): the chunk products. float32 runs on the dense layers'
+// float32 kernel where it runs (it packs small blocks with less overhead than Eigen's GEMM, and
+// inside this layer's parallel loop it stays on the calling thread); otherwise Eigen's GEMM.
+template <typename T>
+void block_product(Index M, Index N, Index K, const T* A, Index lda, bool trans_a, const T* B, Index ldb, bool trans_b,
+                   bool accumulate, T* C, Index ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (f32::supported()) {
+      f32::gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, accumulate ? 1.0f : 0.0f, C, ldc);
+      return;
+    }
+  }
+  ConstStridedMap<T> a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
+  ConstStridedMap<T> b(B, trans_b ? N : K, trans_b ? K : N, Eigen::OuterStride<>(ldb));
+  StridedMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
+  if (!accumulate) c.setZero();
+  if (trans_a && trans_b)
+    c.noalias() += a.transpose() * b.transpose();
+  else if (trans_a)
+    c.noalias() += a.transpose() * b;
+  else if (trans_b)
+    c.noalias() += a * b.transpose();
+  else
+    c.noalias() += a * b;
 }
 
 }  // namespace
@@ -192,7 +221,7 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
       const Index n = std::min(block, Tn - t0);
       // proj = K R_(h,r)                                               (n, n_buckets/2)
       MatrixMap<T> P(s.proj.data(), n, half);
-      P.noalias() = K.middleRows(t0, n) * R;
+      block_product<T>(n, half, dk_, K.data() + t0 * d, d, false, R.data(), half, false, false, P.data(), half);
       // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties
       // to the first half (the first occurrence in the concatenation)
       for (Index t = 0; t < n; ++t) {
@@ -226,7 +255,8 @@ void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
   MatrixMap<T> S(s.s.data(), nq, nk);
   MatrixMap<T> A(s.allowed.data(), nq, nk);
-  S.noalias() = (s.q.middleRows(q0, nq) * s.k.middleRows(k0, nk).transpose()) * scale;
+  // S = Q_chunk K_window^T, scaled below                              (nq, nk)
+  block_product<T>(nq, nk, dk_, s.q.data() + q0 * dk_, dk_, false, s.k.data() + k0 * dk_, dk_, true, false, S.data(), nk);
   // Row by row, in loops over the keys of the window that the compiler vectorises:
   //   N_ij = #{r : chunk_r(j) in {chunk_r(i), chunk_r(i) - 1}}    (>= 1: the pair meets in this round)
   //   S_ij -= log N_ij;  blocked pairs (causal: a key at a later or the same position; else the
@@ -250,7 +280,9 @@ void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index
         // c_i - c_j in {0, 1}, as one unsigned comparison
         for (Index j = 0; j < nk; ++j) met[j] += static_cast<std::uint32_t>(ci - cj[j]) <= 1u ? 1 : 0;
       }
-      for (Index j = 0; j < nk; ++j) srow[j] -= log_count[met[j]];
+      for (Index j = 0; j < nk; ++j) srow[j] = srow[j] * scale - log_count[met[j]];
+    } else {
+      for (Index j = 0; j < nk; ++j) srow[j] *= scale;
     }
     if (causal) {
       for (Index j = 0; j < nk; ++j) {
@@ -324,7 +356,8 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
         s.z[static_cast<size_t>(q0 + i)] = mx + std::log(l);
       }
       // o (nq, d_k) = P V_window
-      s.o.middleRows(q0, nq).noalias() = P * s.v.middleRows(k0, nk);
+      block_product<T>(nq, dk_, nk, P.data(), nk, false, s.v.data() + k0 * dk_, dk_, false, false, s.o.data() + q0 * dk_,
+                       dk_);
     }
     // combine with the rounds before: Z = logaddexp(Z, z_r), O = (e^Z O + e^z_r o_r) / e^Z_new
     // (Eqs. 12-16 as a running softmax over the rounds)
@@ -451,18 +484,20 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
       }
       auto dOc = s.o.middleRows(q0, nq);  // (nq, d_k)
       // dV_window += P^T dO_chunk                                        (nk, d_k)
-      s.dv.middleRows(k0, nk).noalias() += P.transpose() * dOc;
+      block_product<T>(nk, dk_, nq, P.data(), nk, true, dOc.data(), dk_, false, true, s.dv.data() + k0 * dk_, dk_);
       // dP = dO_chunk V_window^T                                         (nq, nk)
       MatrixMap<T> dP(s.dp.data(), nq, nk);
-      dP.noalias() = dOc * s.v.middleRows(k0, nk).transpose();
+      block_product<T>(nq, nk, dk_, dOc.data(), dk_, false, s.v.data() + k0 * dk_, dk_, true, false, dP.data(), nk);
       // dS = P (dP - D) / sqrt(d_k), in place of dP
       for (Index i = 0; i < nq; ++i) {
         RowArray<T> g(dP.data() + i * nk, nk);
         g = ConstRowArray<T>(P.data() + i * nk, nk) * (g - s.dd[static_cast<size_t>(q0 + i)]) * scale;
       }
       // dQ_chunk += dS K_window; dK_window += dS^T Q_chunk
-      s.dq.middleRows(q0, nq).noalias() += dP * s.k.middleRows(k0, nk);
-      s.dk.middleRows(k0, nk).noalias() += dP.transpose() * s.q.middleRows(q0, nq);
+      block_product<T>(nq, dk_, nk, dP.data(), nk, false, s.k.data() + k0 * dk_, dk_, false, true, s.dq.data() + q0 * dk_,
+                       dk_);
+      block_product<T>(nk, dk_, nq, dP.data(), nk, true, s.q.data() + q0 * dk_, dk_, false, true, s.dk.data() + k0 * dk_,
+                       dk_);
     }
     scatter_add_sorted<T, 3>({s.dq.data(), s.dk.data(), s.dv.data()}, perm, Tn, dk_, {dQ.data(), dK.data(), dV.data()},
                              {2 * d, d, 2 * d});
