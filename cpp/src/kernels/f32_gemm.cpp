@@ -385,10 +385,8 @@ float* workspace(std::vector<float>& buf, Index floats) {
 
 #ifdef _OPENMP
 inline int thread_count() { return omp_get_num_threads(); }
-inline bool in_parallel() { return omp_in_parallel() != 0; }
 #else
 inline int thread_count() { return 1; }
-inline bool in_parallel() { return false; }
 #endif
 
 }  // namespace
@@ -407,9 +405,7 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
   thread_local std::vector<float> a_buf, b_buf;
   float* a_pack = workspace(a_buf, MP * max_kc * mr);
   float* b_pack = workspace(b_buf, NP * max_kc * nr);
-  // a product called from inside a parallel region (a layer's loop over heads) stays on its thread
-  const bool parallel =
-      static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs && !in_parallel();
+  const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
     // blocks of C: start from about 48 x 128 (4 x 4 AVX-512 panels, 8 x 8 AVX2 ones) and halve

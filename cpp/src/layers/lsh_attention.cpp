@@ -8,13 +8,15 @@
 #include <type_traits>
 
 #include "transformer/checks.hpp"
-#include "transformer/kernels/f32_gemm.hpp"
 #include "transformer/kernels/matmul.hpp"
 #include "transformer/random.hpp"
 #include "transformer/tuning.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 
 namespace transformer {
@@ -98,29 +100,66 @@ void scatter_add_sorted(const std::array<const T*, n_m>& from, const std::int32_
   }
 }
 
-// C (M, N) = [C +] op(A) (M, K) op(B) (K, N) on row-major blocks (leading dimensions lda, ldb, ldc;
-// op transposes when its flag is set): the chunk products. float32 runs on the dense layers'
-// float32 kernel where it runs (it packs small blocks with less overhead than Eigen's GEMM, and
-// inside this layer's parallel loop it stays on the calling thread); otherwise Eigen's GEMM.
+#if defined(__AVX2__) && defined(__FMA__)
+// C (R, 16) = [C +] A (R, K) B (K, 16): R x 16 values of C in 2R AVX registers (R <= 6 of the 16
+// registers leaves room for B and the broadcast); per k two loads of
+// a row of B, R broadcasts of A and 2R fused multiply-adds. A[i, k] is A[i * a_row + k * a_col],
+// so A may be read transposed; B and C are row-major.
+template <int R>
+inline void small_tile(Index K, const float* A, Index a_row, Index a_col, const float* B, Index ldb, float* C,
+                       Index ldc, bool accumulate) {
+  __m256 c[R][2];
+  for (int r = 0; r < R; ++r) {
+    c[r][0] = accumulate ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps();
+    c[r][1] = accumulate ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_setzero_ps();
+  }
+  for (Index k = 0; k < K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(A + r * a_row + k * a_col);
+      c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(C + r * ldc, c[r][0]);
+    _mm256_storeu_ps(C + r * ldc + 8, c[r][1]);
+  }
+}
+#endif
+
+// C (M, N) = [C +] op(A) (M, K) B (K, N): the chunk products, on blocks that are all in cache.
+// op(A)[i, k] is A[i * lda + k], or with trans_a A[k * lda + i]; B and C row-major (a product
+// with a transposed right side reads a transposed copy). In float32 with AVX2 + FMA and N a
+// multiple of 16, a register-tiled loop that reads A and B in place (a general GEMM packs both
+// operands into panels first, which at 64 x 128 blocks costs a third of the multiply-adds);
+// otherwise Eigen's GEMM.
 template <typename T>
-void block_product(Index M, Index N, Index K, const T* A, Index lda, bool trans_a, const T* B, Index ldb, bool trans_b,
+void block_product(Index M, Index N, Index K, const T* A, Index lda, bool trans_a, const T* B, Index ldb,
                    bool accumulate, T* C, Index ldc) {
+#if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float>) {
-    if (f32::supported()) {
-      f32::gemm(M, N, K, A, lda, trans_a, B, ldb, trans_b, accumulate ? 1.0f : 0.0f, C, ldc);
+    if (N % 16 == 0) {
+      const Index a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
+      for (Index j0 = 0; j0 < N; j0 += 16) {
+        Index i0 = 0;
+        for (; i0 + 6 <= M; i0 += 6)
+          small_tile<6>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
+        for (; i0 + 4 <= M; i0 += 4)
+          small_tile<4>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
+        for (; i0 < M; ++i0)
+          small_tile<1>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
+      }
       return;
     }
   }
+#endif
   ConstStridedMap<T> a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
-  ConstStridedMap<T> b(B, trans_b ? N : K, trans_b ? K : N, Eigen::OuterStride<>(ldb));
+  ConstStridedMap<T> b(B, K, N, Eigen::OuterStride<>(ldb));
   StridedMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
   if (!accumulate) c.setZero();
-  if (trans_a && trans_b)
-    c.noalias() += a.transpose() * b.transpose();
-  else if (trans_a)
+  if (trans_a)
     c.noalias() += a.transpose() * b;
-  else if (trans_b)
-    c.noalias() += a * b.transpose();
   else
     c.noalias() += a * b;
 }
@@ -221,7 +260,7 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
       const Index n = std::min(block, Tn - t0);
       // proj = K R_(h,r)                                               (n, n_buckets/2)
       MatrixMap<T> P(s.proj.data(), n, half);
-      block_product<T>(n, half, dk_, K.data() + t0 * d, d, false, R.data(), half, false, false, P.data(), half);
+      P.noalias() = K.middleRows(t0, n) * R;
       // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties
       // to the first half (the first occurrence in the concatenation)
       for (Index t = 0; t < n; ++t) {
@@ -250,13 +289,34 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
 }
 
 template <typename T>
+void LSHSelfAttention<T>::chunks_transposed(const Matrix<T>& x, std::vector<T>& xt) const {
+  // xt (T/m, d_k, m): block c is rows [c m, c m + m) of x transposed, m = min(chunk, T)
+  const Index Tn = T_, m = std::min(chunk_, T_), blocks = (Tn + m - 1) / m;
+  ensure(xt, blocks * dk_ * m);
+  for (Index i = 0; i < Tn; ++i) {
+    T* dst = xt.data() + (i / m) * dk_ * m + i % m;
+    const T* src = x.data() + i * dk_;
+    for (Index k = 0; k < dk_; ++k) dst[k * m] = src[k];
+  }
+}
+
+template <typename T>
+void LSHSelfAttention<T>::times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const {
+  // C (nq, nk) = A (nq, d_k) X_window^T: the window is the chunk before (if any) and chunk q0/m,
+  // each a transposed block of xt (d_k, m) whose first rows are the chunk's
+  const Index m = std::min(chunk_, T_), nk = q0 + nq - k0;
+  if (k0 < q0) block_product<T>(nq, m, dk_, a, dk_, false, xt + (k0 / m) * dk_ * m, m, false, c, nk);
+  block_product<T>(nq, nq, dk_, a, dk_, false, xt + (q0 / m) * dk_ * m, m, false, c + (q0 - k0), nk);
+}
+
+template <typename T>
 void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal,
                                        Scratch& s) const {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
   MatrixMap<T> S(s.s.data(), nq, nk);
   MatrixMap<T> A(s.allowed.data(), nq, nk);
   // S = Q_chunk K_window^T, scaled below                              (nq, nk)
-  block_product<T>(nq, nk, dk_, s.q.data() + q0 * dk_, dk_, false, s.k.data() + k0 * dk_, dk_, true, false, S.data(), nk);
+  times_window_t(s.q.data() + q0 * dk_, s.kt.data(), q0, nq, k0, S.data());
   // Row by row, in loops over the keys of the window that the compiler vectorises:
   //   N_ij = #{r : chunk_r(j) in {chunk_r(i), chunk_r(i) - 1}}    (>= 1: the pair meets in this round)
   //   S_ij -= log N_ij;  blocked pairs (causal: a key at a later or the same position; else the
@@ -334,6 +394,7 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
     gather_sorted<T, 3>({Q.data(), K.data(), V.data()}, {2 * d, d, 2 * d}, perm, Tn, dk_,
                         {s.q.data(), s.k.data(), s.v.data()});
+    chunks_transposed(s.k, s.kt);
     sorted_chunks(chunk_of, perm, s);
     for (Index q0 = 0; q0 < Tn; q0 += m) {
       // chunk [q0, q0+nq) attends to [k0, q0+nq): itself and the chunk before
@@ -356,8 +417,7 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
         s.z[static_cast<size_t>(q0 + i)] = mx + std::log(l);
       }
       // o (nq, d_k) = P V_window
-      block_product<T>(nq, dk_, nk, P.data(), nk, false, s.v.data() + k0 * dk_, dk_, false, false, s.o.data() + q0 * dk_,
-                       dk_);
+      block_product<T>(nq, dk_, nk, P.data(), nk, false, s.v.data() + k0 * dk_, dk_, false, s.o.data() + q0 * dk_, dk_);
     }
     // combine with the rounds before: Z = logaddexp(Z, z_r), O = (e^Z O + e^z_r o_r) / e^Z_new
     // (Eqs. 12-16 as a running softmax over the rounds)
@@ -460,6 +520,8 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
     gather_sorted<T, 4>({Q.data(), K.data(), V.data(), dO.data()}, {2 * d, d, 2 * d, d}, perm, Tn, dk_,
                         {s.q.data(), s.k.data(), s.v.data(), s.o.data()});
+    chunks_transposed(s.k, s.kt);
+    chunks_transposed(s.v, s.vt);
     sorted_chunks(chunk_of, perm, s);
     for (Index i = 0; i < Tn; ++i) {
       const Index p = perm[i];
@@ -484,20 +546,19 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
       }
       auto dOc = s.o.middleRows(q0, nq);  // (nq, d_k)
       // dV_window += P^T dO_chunk                                        (nk, d_k)
-      block_product<T>(nk, dk_, nq, P.data(), nk, true, dOc.data(), dk_, false, true, s.dv.data() + k0 * dk_, dk_);
+      block_product<T>(nk, dk_, nq, P.data(), nk, true, dOc.data(), dk_, true, s.dv.data() + k0 * dk_, dk_);
       // dP = dO_chunk V_window^T                                         (nq, nk)
       MatrixMap<T> dP(s.dp.data(), nq, nk);
-      block_product<T>(nq, nk, dk_, dOc.data(), dk_, false, s.v.data() + k0 * dk_, dk_, true, false, dP.data(), nk);
+      times_window_t(dOc.data(), s.vt.data(), q0, nq, k0, dP.data());
       // dS = P (dP - D) / sqrt(d_k), in place of dP
       for (Index i = 0; i < nq; ++i) {
         RowArray<T> g(dP.data() + i * nk, nk);
         g = ConstRowArray<T>(P.data() + i * nk, nk) * (g - s.dd[static_cast<size_t>(q0 + i)]) * scale;
       }
       // dQ_chunk += dS K_window; dK_window += dS^T Q_chunk
-      block_product<T>(nq, dk_, nk, dP.data(), nk, false, s.k.data() + k0 * dk_, dk_, false, true, s.dq.data() + q0 * dk_,
+      block_product<T>(nq, dk_, nk, dP.data(), nk, false, s.k.data() + k0 * dk_, dk_, true, s.dq.data() + q0 * dk_,
                        dk_);
-      block_product<T>(nk, dk_, nq, dP.data(), nk, true, s.q.data() + q0 * dk_, dk_, false, true, s.dk.data() + k0 * dk_,
-                       dk_);
+      block_product<T>(nk, dk_, nq, dP.data(), nk, true, s.q.data() + q0 * dk_, dk_, true, s.dk.data() + k0 * dk_, dk_);
     }
     scatter_add_sorted<T, 3>({s.dq.data(), s.dk.data(), s.dv.data()}, perm, Tn, dk_, {dQ.data(), dK.data(), dV.data()},
                              {2 * d, d, 2 * d});
