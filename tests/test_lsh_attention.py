@@ -342,6 +342,26 @@ def test_float32_matches_float64(causal):
         np.testing.assert_allclose(p.grad, g, rtol=0, atol=TOL32 * np.abs(g).max())
 
 
+# float32 chunk products on a register-tiled loop where the right side's width is a multiple of 16
+# (with AVX2 + FMA; Eigen's GEMM otherwise): d_k 32 with chunks of 16 takes it for most products,
+# with a shorter last chunk and a row count not a multiple of 4; d_k 10 takes Eigen's for most.
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,h,chunk", [(64, 2, 16), (20, 2, 16), (64, 4, 8)])
+def test_float32_chunk_products_match_float64(causal, d, h, chunk):
+    rng = np.random.default_rng(12)
+    x, dout = rng.standard_normal((2, 2, 77, d))
+    l64 = tc.LSHSelfAttention(d, h, chunk=chunk, n_hashes=3, causal=causal, seed=5, dtype="float64")
+    l32 = tc.LSHSelfAttention(d, h, chunk=chunk, n_hashes=3, causal=causal, seed=5, dtype="float32")
+    for name, p in l32.parameters().items():
+        p.value[...] = l64.parameters()[name].value
+    pairs = [(l32.forward(x.astype(np.float32)), l64.forward(x))]
+    np.testing.assert_array_equal(l32.buckets(), l64.buckets())
+    pairs.append((l32.backward(dout.astype(np.float32)), l64.backward(dout)))
+    pairs += [(p.grad, l64.parameters()[n].grad) for n, p in l32.parameters().items()]
+    for a, b in pairs:
+        np.testing.assert_allclose(a, b, rtol=0, atol=TOL32 * np.abs(b).max())
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 

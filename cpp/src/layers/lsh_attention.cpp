@@ -1,9 +1,11 @@
 #include "transformer/layers/lsh_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "transformer/checks.hpp"
 #include "transformer/kernels/matmul.hpp"
@@ -12,6 +14,9 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 
 namespace transformer {
@@ -62,11 +67,101 @@ void ensure(std::vector<V>& v, Index n) {
   if (static_cast<Index>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-// to.row(i) = from.row(perm[i]): a round's rows in sorted order, so that a chunk and its window
-// are contiguous blocks                                                       (n, d_k)
-template <typename T, typename Src>
-void gather_sorted(const Src& from, const std::int32_t* perm, Index n, Matrix<T>& to) {
-  for (Index i = 0; i < n; ++i) to.row(i) = from.row(perm[i]);
+// The rows of a round in sorted order, so that a chunk and its window are contiguous blocks:
+//   to_m.row(i) = from_m.row(perm[i]) for each of the n_m (from, to) pairs    (n, d_k) each
+// One pass over perm for all pairs; the source rows are scattered over memory, so the rows a few
+// steps ahead are prefetched.
+template <typename T, int n_m>
+void gather_sorted(const std::array<const T*, n_m>& from, const std::array<Index, n_m>& stride,
+                   const std::int32_t* perm, Index n, Index width, const std::array<T*, n_m>& to) {
+  constexpr Index ahead = 8, line = 64 / sizeof(T);
+  for (Index i = 0; i < n; ++i) {
+    if (i + ahead < n)
+      for (int m = 0; m < n_m; ++m)
+        for (Index c = 0; c < width; c += line) __builtin_prefetch(from[m] + perm[i + ahead] * stride[m] + c);
+    for (int m = 0; m < n_m; ++m) std::copy_n(from[m] + perm[i] * stride[m], width, to[m] + i * width);
+  }
+}
+
+// The inverse, adding: to_m.row(perm[i]) += from_m.row(i)                   (n, d_k) each
+template <typename T, int n_m>
+void scatter_add_sorted(const std::array<const T*, n_m>& from, const std::int32_t* perm, Index n, Index width,
+                        const std::array<T*, n_m>& to, const std::array<Index, n_m>& stride) {
+  constexpr Index ahead = 8, line = 64 / sizeof(T);
+  for (Index i = 0; i < n; ++i) {
+    if (i + ahead < n)
+      for (int m = 0; m < n_m; ++m)
+        for (Index c = 0; c < width; c += line) __builtin_prefetch(to[m] + perm[i + ahead] * stride[m] + c, 1);
+    for (int m = 0; m < n_m; ++m) {
+      const T* src = from[m] + i * width;
+      T* dst = to[m] + perm[i] * stride[m];
+      for (Index c = 0; c < width; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// C (R, 16) = [C +] A (R, K) B (K, 16): R x 16 values of C in 2R AVX registers (R <= 6 of the 16
+// registers leaves room for B and the broadcast); per k two loads of
+// a row of B, R broadcasts of A and 2R fused multiply-adds. A[i, k] is A[i * a_row + k * a_col],
+// so A may be read transposed; B and C are row-major.
+template <int R>
+inline void small_tile(Index K, const float* A, Index a_row, Index a_col, const float* B, Index ldb, float* C,
+                       Index ldc, bool accumulate) {
+  __m256 c[R][2];
+  for (int r = 0; r < R; ++r) {
+    c[r][0] = accumulate ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps();
+    c[r][1] = accumulate ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_setzero_ps();
+  }
+  for (Index k = 0; k < K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(A + r * a_row + k * a_col);
+      c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(C + r * ldc, c[r][0]);
+    _mm256_storeu_ps(C + r * ldc + 8, c[r][1]);
+  }
+}
+#endif
+
+// C (M, N) = [C +] op(A) (M, K) B (K, N): the chunk products, on blocks that are all in cache.
+// op(A)[i, k] is A[i * lda + k], or with trans_a A[k * lda + i]; B and C row-major (a product
+// with a transposed right side reads a transposed copy). In float32 with AVX2 + FMA and N a
+// multiple of 16, a register-tiled loop that reads A and B in place (a general GEMM packs both
+// operands into panels first, which at 64 x 128 blocks costs a third of the multiply-adds);
+// otherwise Eigen's GEMM.
+template <typename T>
+void block_product(Index M, Index N, Index K, const T* A, Index lda, bool trans_a, const T* B, Index ldb,
+                   bool accumulate, T* C, Index ldc) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (N % 16 == 0) {
+      const Index a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
+      for (Index j0 = 0; j0 < N; j0 += 16) {
+        Index i0 = 0;
+        for (; i0 + 6 <= M; i0 += 6)
+          small_tile<6>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
+        for (; i0 + 4 <= M; i0 += 4)
+          small_tile<4>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
+        for (; i0 < M; ++i0)
+          small_tile<1>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
+      }
+      return;
+    }
+  }
+#endif
+  ConstStridedMap<T> a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
+  ConstStridedMap<T> b(B, K, N, Eigen::OuterStride<>(ldb));
+  StridedMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
+  if (!accumulate) c.setZero();
+  if (trans_a)
+    c.noalias() += a.transpose() * b;
+  else
+    c.noalias() += a * b;
 }
 
 }  // namespace
@@ -194,35 +289,84 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
 }
 
 template <typename T>
+void LSHSelfAttention<T>::chunks_transposed(const Matrix<T>& x, std::vector<T>& xt) const {
+  // xt (T/m, d_k, m): block c is rows [c m, c m + m) of x transposed, m = min(chunk, T)
+  const Index Tn = T_, m = std::min(chunk_, T_), blocks = (Tn + m - 1) / m;
+  ensure(xt, blocks * dk_ * m);
+  for (Index i = 0; i < Tn; ++i) {
+    T* dst = xt.data() + (i / m) * dk_ * m + i % m;
+    const T* src = x.data() + i * dk_;
+    for (Index k = 0; k < dk_; ++k) dst[k * m] = src[k];
+  }
+}
+
+template <typename T>
+void LSHSelfAttention<T>::times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const {
+  // C (nq, nk) = A (nq, d_k) X_window^T: the window is the chunk before (if any) and chunk q0/m,
+  // each a transposed block of xt (d_k, m) whose first rows are the chunk's
+  const Index m = std::min(chunk_, T_), nk = q0 + nq - k0;
+  if (k0 < q0) block_product<T>(nq, m, dk_, a, dk_, false, xt + (k0 / m) * dk_ * m, m, false, c, nk);
+  block_product<T>(nq, nq, dk_, a, dk_, false, xt + (q0 / m) * dk_ * m, m, false, c + (q0 - k0), nk);
+}
+
+template <typename T>
 void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal,
                                        Scratch& s) const {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
   MatrixMap<T> S(s.s.data(), nq, nk);
   MatrixMap<T> A(s.allowed.data(), nq, nk);
-  S.noalias() = (s.q.middleRows(q0, nq) * s.k.middleRows(k0, nk).transpose()) * scale;
-  const std::int32_t* ck = s.ck.data();
+  // S = Q_chunk K_window^T, scaled below                              (nq, nk)
+  times_window_t(s.q.data() + q0 * dk_, s.kt.data(), q0, nq, k0, S.data());
+  // Row by row, in loops over the keys of the window that the compiler vectorises:
+  //   N_ij = #{r : chunk_r(j) in {chunk_r(i), chunk_r(i) - 1}}    (>= 1: the pair meets in this round)
+  //   S_ij -= log N_ij;  blocked pairs (causal: a key at a later or the same position; else the
+  //   query's own position, see forward's end): S_ij = -inf, allowed_ij = 0
+  const Index Tn = T_;
+  const std::int32_t* ck = s.ck.data();  // (n_hashes, T)
+  const std::int32_t* pos = perm + k0;   // (nk) the window's positions
+  std::int32_t* met = s.met.data();      // (nk) N_ij of row i
+  const T* log_count = log_count_.data();
+  const T blocked = neg_inf<T>();
   for (Index i = 0; i < nq; ++i) {
     const std::int32_t pi = perm[q0 + i];
-    const std::int32_t* ci = ck + (q0 + i) * nh_;
     T* srow = S.data() + i * nk;
     T* arow = A.data() + i * nk;
-    for (Index j = 0; j < nk; ++j) {
-      const std::int32_t pj = perm[k0 + j];
-      // causal: only earlier positions; never the query's own position (see forward's end)
-      const bool ok = causal ? pj < pi : pj != pi;
-      arow[j] = ok ? T(1) : T(0);
-      if (!ok) {
-        srow[j] = neg_inf<T>();
-        continue;
+    if (nh_ > 1) {
+      std::fill(met, met + nk, 0);
+      for (Index r = 0; r < nh_; ++r) {
+        const std::int32_t* cr = ck + r * Tn;
+        const std::int32_t ci = cr[q0 + i];
+        const std::int32_t* cj = cr + k0;
+        // c_i - c_j in {0, 1}, as one unsigned comparison
+        for (Index j = 0; j < nk; ++j) met[j] += static_cast<std::uint32_t>(ci - cj[j]) <= 1u ? 1 : 0;
       }
-      if (nh_ > 1) {
-        // N = the rounds in which key pj is in query pi's window (its chunk or the one before)
-        const std::int32_t* cj = ck + (k0 + j) * nh_;
-        Index n = 0;
-        for (Index r = 0; r < nh_; ++r) n += (cj[r] == ci[r]) | (cj[r] + 1 == ci[r]);
-        srow[j] -= log_count_[static_cast<size_t>(n)];
+      for (Index j = 0; j < nk; ++j) srow[j] = srow[j] * scale - log_count[met[j]];
+    } else {
+      for (Index j = 0; j < nk; ++j) srow[j] *= scale;
+    }
+    if (causal) {
+      for (Index j = 0; j < nk; ++j) {
+        const bool ok = pos[j] < pi;
+        arow[j] = ok ? T(1) : T(0);
+        srow[j] = ok ? srow[j] : blocked;
+      }
+    } else {
+      for (Index j = 0; j < nk; ++j) {
+        const bool ok = pos[j] != pi;
+        arow[j] = ok ? T(1) : T(0);
+        srow[j] = ok ? srow[j] : blocked;
       }
     }
+  }
+}
+
+template <typename T>
+void LSHSelfAttention<T>::sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const {
+  // ck (n_hashes, T): ck[r, i] = the chunk of round r that position perm[i] is in
+  const Index Tn = T_;
+  for (Index i = 0; i < Tn; ++i) {
+    const std::int32_t* c = chunk_of + perm[i] * nh_;
+    for (Index r = 0; r < nh_; ++r) s.ck[static_cast<size_t>(r * Tn + i)] = c[r];
   }
 }
 
@@ -243,14 +387,15 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
   ensure(s.s, m, 2 * m);
   ensure(s.allowed, m, 2 * m);
   ensure(s.ck, Tn * nh_);
+  ensure(s.met, 2 * m);
   ensure(s.z, Tn);
   const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
   for (Index r = 0; r < nh_; ++r) {
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
-    gather_sorted(Q, perm, Tn, s.q);
-    gather_sorted(K, perm, Tn, s.k);
-    gather_sorted(V, perm, Tn, s.v);
-    for (Index i = 0; i < Tn; ++i) std::copy_n(chunk_of + perm[i] * nh_, nh_, s.ck.data() + i * nh_);
+    gather_sorted<T, 3>({Q.data(), K.data(), V.data()}, {2 * d, d, 2 * d}, perm, Tn, dk_,
+                        {s.q.data(), s.k.data(), s.v.data()});
+    chunks_transposed(s.k, s.kt);
+    sorted_chunks(chunk_of, perm, s);
     for (Index q0 = 0; q0 < Tn; q0 += m) {
       // chunk [q0, q0+nq) attends to [k0, q0+nq): itself and the chunk before
       const Index nq = std::min(m, Tn - q0), k0 = std::max<Index>(0, q0 - m), nk = q0 + nq - k0;
@@ -272,7 +417,7 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
         s.z[static_cast<size_t>(q0 + i)] = mx + std::log(l);
       }
       // o (nq, d_k) = P V_window
-      s.o.middleRows(q0, nq).noalias() = P * s.v.middleRows(k0, nk);
+      block_product<T>(nq, dk_, nk, P.data(), nk, false, s.v.data() + k0 * dk_, dk_, false, s.o.data() + q0 * dk_, dk_);
     }
     // combine with the rounds before: Z = logaddexp(Z, z_r), O = (e^Z O + e^z_r o_r) / e^Z_new
     // (Eqs. 12-16 as a running softmax over the rounds)
@@ -361,6 +506,7 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
   ensure(s.dp, m, 2 * m);
   ensure(s.allowed, m, 2 * m);
   ensure(s.ck, Tn * nh_);
+  ensure(s.met, 2 * m);
   ensure(s.z, Tn);
   ensure(s.dd, Tn);
   const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
@@ -372,13 +518,13 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
   // round by round on rows gathered into sorted order, then scattered back (added).
   for (Index r = 0; r < nh_; ++r) {
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
-    gather_sorted(Q, perm, Tn, s.q);
-    gather_sorted(K, perm, Tn, s.k);
-    gather_sorted(V, perm, Tn, s.v);
-    gather_sorted(dO, perm, Tn, s.o);
+    gather_sorted<T, 4>({Q.data(), K.data(), V.data(), dO.data()}, {2 * d, d, 2 * d, d}, perm, Tn, dk_,
+                        {s.q.data(), s.k.data(), s.v.data(), s.o.data()});
+    chunks_transposed(s.k, s.kt);
+    chunks_transposed(s.v, s.vt);
+    sorted_chunks(chunk_of, perm, s);
     for (Index i = 0; i < Tn; ++i) {
       const Index p = perm[i];
-      std::copy_n(chunk_of + p * nh_, nh_, s.ck.data() + i * nh_);
       s.z[static_cast<size_t>(i)] = Z[p];
       s.dd[static_cast<size_t>(i)] = dO.row(p).dot(O.row(p));
     }
@@ -400,25 +546,22 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
       }
       auto dOc = s.o.middleRows(q0, nq);  // (nq, d_k)
       // dV_window += P^T dO_chunk                                        (nk, d_k)
-      s.dv.middleRows(k0, nk).noalias() += P.transpose() * dOc;
+      block_product<T>(nk, dk_, nq, P.data(), nk, true, dOc.data(), dk_, true, s.dv.data() + k0 * dk_, dk_);
       // dP = dO_chunk V_window^T                                         (nq, nk)
       MatrixMap<T> dP(s.dp.data(), nq, nk);
-      dP.noalias() = dOc * s.v.middleRows(k0, nk).transpose();
+      times_window_t(dOc.data(), s.vt.data(), q0, nq, k0, dP.data());
       // dS = P (dP - D) / sqrt(d_k), in place of dP
       for (Index i = 0; i < nq; ++i) {
         RowArray<T> g(dP.data() + i * nk, nk);
         g = ConstRowArray<T>(P.data() + i * nk, nk) * (g - s.dd[static_cast<size_t>(q0 + i)]) * scale;
       }
       // dQ_chunk += dS K_window; dK_window += dS^T Q_chunk
-      s.dq.middleRows(q0, nq).noalias() += dP * s.k.middleRows(k0, nk);
-      s.dk.middleRows(k0, nk).noalias() += dP.transpose() * s.q.middleRows(q0, nq);
+      block_product<T>(nq, dk_, nk, dP.data(), nk, false, s.k.data() + k0 * dk_, dk_, true, s.dq.data() + q0 * dk_,
+                       dk_);
+      block_product<T>(nk, dk_, nq, dP.data(), nk, true, s.q.data() + q0 * dk_, dk_, true, s.dk.data() + k0 * dk_, dk_);
     }
-    for (Index i = 0; i < Tn; ++i) {
-      const Index p = perm[i];
-      dQ.row(p) += s.dq.row(i);
-      dK.row(p) += s.dk.row(i);
-      dV.row(p) += s.dv.row(i);
-    }
+    scatter_add_sorted<T, 3>({s.dq.data(), s.dk.data(), s.dv.data()}, perm, Tn, dk_, {dQ.data(), dK.data(), dV.data()},
+                             {2 * d, d, 2 * d});
   }
   for (Index t = 0; t < Tn; ++t) {
     // a query that attended to itself only: o = v

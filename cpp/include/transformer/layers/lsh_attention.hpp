@@ -101,6 +101,7 @@ class LSHSelfAttention : public SelfAttention<T> {
   // Buffers of one (sequence, head) item, one set per thread, resized only when shapes grow.
   struct Scratch {
     Matrix<T> q, k, v;                // (T, d_k) rows gathered in sorted order
+    std::vector<T> kt, vt;            // (T/chunk, d_k, chunk) K^T and V^T of the sorted rows, chunk by chunk
     Matrix<T> o;                      // (T, d_k) forward: a round's output; backward: dO, sorted
     Matrix<T> dq, dk, dv;             // (T, d_k) a round's gradients in sorted order
     Matrix<T> s, dp;                  // (chunk, 2 chunk) scores / probabilities, and dP
@@ -108,7 +109,8 @@ class LSHSelfAttention : public SelfAttention<T> {
     Matrix<T> proj;                   // (kLshHashRows, n_buckets/2) k R of a block of rows
     std::vector<T> z, dd;             // (T) a round's log-partitions; backward: Z and D sorted
     std::vector<std::int32_t> count;  // (n_buckets + 1) counting sort
-    std::vector<std::int32_t> ck;     // (T, n_hashes) chunk_of of the positions in sorted order
+    std::vector<std::int32_t> ck;     // (n_hashes, T) chunk_of of the positions in sorted order
+    std::vector<std::int32_t> met;    // (2 chunk) the rounds in which a query meets each key of its window
   };
 
   void draw_rotations();
@@ -118,6 +120,12 @@ class LSHSelfAttention : public SelfAttention<T> {
   // Scores of one chunk of round r against its window, masked and count-corrected:
   //   S (nq, nk) = Q_s[q0:q0+nq] K_s[k0:k0+nk]^T / sqrt(d_k) - log N, blocked pairs -inf.
   //   allowed (nq, nk) = 1 where the pair is not blocked. perm: sorted index -> position of the round.
+  // xt = the chunks of x (T, d_k) transposed, each a contiguous (d_k, chunk) block
+  void chunks_transposed(const Matrix<T>& x, std::vector<T>& xt) const;
+  // C (nq, nk) = A (nq, d_k) X_window^T, X_window the rows [k0, q0 + nq) of x, from xt
+  void times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const;
+  // s.ck from chunk_of (T, n_hashes) for a round's order perm
+  void sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const;
   void chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal, Scratch& s) const;
 
   Index d_, h_, dk_, chunk_, nh_, nb_setting_;
