@@ -174,6 +174,24 @@ def test_cached_generation_step_equals_the_full_forward(pre_norm, kind):
         np.testing.assert_allclose(step, full[:, t], rtol=1e-10, atol=1e-12)
 
 
+def test_cached_step_with_a_long_cache_at_two_threads_equals_the_forward():
+    # one sequence, 4 heads: from about 512 cached positions (4 heads x 512 x d_k 16 >= 2**15) the
+    # heads of a step run on separate threads; the logits are those of the forward at any count
+    import transformer_cpp as tc
+
+    lm = LanguageModel(9, d_model=64, n_layers=1, n_heads=4, d_ff=32, dropout=0.0, dtype="float64", seed=2)
+    tokens = tokens_for(9, (1, 700), seed=3)
+    full = lm.forward(tokens)
+    before = tc.get_num_threads()
+    try:
+        tc.set_num_threads(2)
+        lm.start_generation(1, 700)
+        steps = np.stack([lm.generation_step(tokens[:, t]) for t in range(700)], axis=1)
+    finally:
+        tc.set_num_threads(before)
+    np.testing.assert_allclose(steps, full, rtol=1e-9, atol=1e-11)
+
+
 def test_train_step_lowers_the_loss_of_a_repeated_sequence():
     lm = LanguageModel(6, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0, seed=0)
     lm.configure_optimizer(fixed_lr=3e-3)
