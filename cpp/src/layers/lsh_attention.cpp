@@ -116,18 +116,22 @@ template <int R>
 TCPP_LSH_AVX2_TARGET inline void small_tile(Index K, const float* A, Index a_row, Index a_col, const float* B,
                                             Index ldb, float* C, Index ldc, bool accumulate) {
   __m256 c[R][2];
+  // every loop over the accumulators unrolled, so that they stay in registers
+#pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     c[r][0] = accumulate ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps();
     c[r][1] = accumulate ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_setzero_ps();
   }
   for (Index k = 0; k < K; ++k) {
     const __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
+#pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(A + r * a_row + k * a_col);
       c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
       c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
     }
   }
+#pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(C + r * ldc, c[r][0]);
     _mm256_storeu_ps(C + r * ldc + 8, c[r][1]);
