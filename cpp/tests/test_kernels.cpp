@@ -1,5 +1,7 @@
 // test_kernels.cpp — the matrix-product kernels against their readable references: the float32
-// GEMM (f32::gemm against f32::gemm_reference), the bfloat16 GEMM (bf16::gemm against
+// GEMM (f32::gemm against f32::gemm_reference), the attention kernels' block products
+// (block_product against block_product_reference, which runs the AVX2 loop or Eigen by level),
+// the bfloat16 GEMM (bf16::gemm against
 // bf16::gemm_reference), the float32 decoding products (PackedLinear::apply and few_rows_linear
 // against a float64 product, PackedLinear::apply_reference too, first_argmax against a plain loop)
 // and the int8 decoding product (QuantizedLinear::apply against apply_reference), each where the
@@ -20,6 +22,7 @@
 
 #include "check.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/block_product.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/kernels/f32_gemm.hpp"
 #include "transformer/kernels/isa.hpp"
@@ -115,6 +118,46 @@ void test_f32_reference() {
     for (size_t i = 0; i < want.size(); ++i) bound[i] = kUnitRoundoff * std::fabs(want[i]) + 1e-12;
     CHECK_WITHIN("f32::gemm_reference " + p.name(), C.data(), want.data(), bound.data(), C.size());
   }
+}
+
+// block_product at the shapes the attention kernels give it (64 x 128 x 64 blocks, a chunk against
+// its window) and at odd ones: partial 6-row tiles, a last strip narrower than 16 columns (the
+// masked loads), a single column, K = 1. A read in place or transposed, C assigned or accumulated,
+// every operand with a leading dimension wider than its width (so a loop that ignores it fails).
+void test_block_product() {
+  const Index shapes[][3] = {{64, 128, 64}, {128, 64, 64}, {64, 64, 128}, {1, 1, 1},    {5, 7, 3},
+                             {6, 16, 9},    {13, 31, 40},  {7, 33, 1},    {100, 3, 17}, {19, 48, 130}};
+  std::uint64_t seed = 500;
+  for (const auto& s : shapes)
+    for (int t = 0; t < 4; ++t) {  // bit 0: A transposed, bit 1: accumulate into C
+      const Index M = s[0], N = s[1], K = s[2];
+      const bool trans_a = (t & 1) != 0, accumulate = (t & 2) != 0;
+      const Index lda = (trans_a ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+      const std::vector<float> A = uniform<float>(static_cast<size_t>((trans_a ? K : M) * lda), seed);
+      const std::vector<float> B = uniform<float>(static_cast<size_t>(K * ldb), seed + 1);
+      const std::vector<float> C0 = uniform<float>(static_cast<size_t>(M * ldc), seed + 2);
+      seed += 10;
+      std::vector<float> C = C0, R = C0;
+      transformer::block_product<float>(M, N, K, A.data(), lda, trans_a, B.data(), ldb, accumulate, C.data(), ldc);
+      transformer::block_product_reference<float>(M, N, K, A.data(), lda, trans_a, B.data(), ldb, accumulate, R.data(),
+                                                  ldc);
+      // the bound of the header, on every element; the padding between rows of C is untouched
+      std::vector<float> got, want;
+      std::vector<double> bound;
+      for (Index i = 0; i < M; ++i)
+        for (Index j = 0; j < ldc; ++j) {
+          double magnitude = accumulate ? std::fabs(C0[i * ldc + j]) : 0.0;
+          for (Index k = 0; k < K && j < N; ++k)
+            magnitude += std::fabs(double(trans_a ? A[k * lda + i] : A[i * lda + k]) * B[k * ldb + j]);
+          got.push_back(C[i * ldc + j]);
+          want.push_back(j < N ? R[i * ldc + j] : C0[i * ldc + j]);
+          bound.push_back(j < N ? static_cast<double>(K + 3) * kUnitRoundoff * magnitude : 0.0);
+        }
+      const std::string name = "block_product (" + std::string(transformer::block_product_kernel()) + ") M " +
+                               std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                               (trans_a ? " A^T" : "") + (accumulate ? " C +=" : "");
+      CHECK_WITHIN(name, got.data(), want.data(), bound.data(), got.size());
+    }
 }
 
 void test_f32_kernel() {
@@ -338,6 +381,7 @@ int main() {
   run("first_argmax against the plain loop", test_first_argmax);
   run("f32::gemm_reference against a float64 product", test_f32_reference);
   run("f32::gemm against f32::gemm_reference", test_f32_kernel);
+  run("block_product against block_product_reference", test_block_product);
   run("bf16::gemm_reference against a float64 product of the rounded inputs", test_bf16_reference);
   run("bf16::gemm against bf16::gemm_reference", test_bf16_kernel);
   run("QuantizedLinear int8 reference against its rounding bound", test_int8_reference);

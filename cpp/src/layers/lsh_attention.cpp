@@ -8,22 +8,13 @@
 #include <type_traits>
 
 #include "transformer/checks.hpp"
-#include "transformer/kernels/isa.hpp"
+#include "transformer/kernels/block_product.hpp"
 #include "transformer/kernels/matmul.hpp"
 #include "transformer/random.hpp"
 #include "transformer/tuning.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-// The AVX2 + FMA chunk products are compiled with function target attributes (not -m flags for
-// the whole file) and chosen at run time, as the kernels in kernels/avx2.cpp are.
-#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
-#define TCPP_LSH_AVX2 1
-#include <immintrin.h>
-#define TCPP_LSH_AVX2_TARGET __attribute__((target("avx2,fma")))
-#else
-#define TCPP_LSH_AVX2 0
 #endif
 
 namespace transformer {
@@ -105,80 +96,6 @@ void scatter_add_sorted(const std::array<const T*, n_m>& from, const std::int32_
       for (Index c = 0; c < width; ++c) dst[c] += src[c];
     }
   }
-}
-
-#if TCPP_LSH_AVX2
-// C (R, 16) = [C +] A (R, K) B (K, 16): R x 16 values of C in 2R AVX registers (R <= 6 of the 16
-// registers leaves room for B and the broadcast); per k two loads of
-// a row of B, R broadcasts of A and 2R fused multiply-adds. A[i, k] is A[i * a_row + k * a_col],
-// so A may be read transposed; B and C are row-major.
-template <int R>
-TCPP_LSH_AVX2_TARGET inline void small_tile(Index K, const float* A, Index a_row, Index a_col, const float* B,
-                                            Index ldb, float* C, Index ldc, bool accumulate) {
-  __m256 c[R][2];
-  // every loop over the accumulators unrolled, so that they stay in registers
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    c[r][0] = accumulate ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps();
-    c[r][1] = accumulate ? _mm256_loadu_ps(C + r * ldc + 8) : _mm256_setzero_ps();
-  }
-  for (Index k = 0; k < K; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(B + k * ldb), b1 = _mm256_loadu_ps(B + k * ldb + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(A + r * a_row + k * a_col);
-      c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-      c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(C + r * ldc, c[r][0]);
-    _mm256_storeu_ps(C + r * ldc + 8, c[r][1]);
-  }
-}
-
-// block_product's float32 case for N a multiple of 16, in tiles of 6, 4 and 1 rows by 16 columns
-TCPP_LSH_AVX2_TARGET void block_product_avx2(Index M, Index N, Index K, const float* A, Index lda, bool trans_a,
-                                             const float* B, Index ldb, bool accumulate, float* C, Index ldc) {
-  const Index a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
-  for (Index j0 = 0; j0 < N; j0 += 16) {
-    Index i0 = 0;
-    for (; i0 + 6 <= M; i0 += 6)
-      small_tile<6>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
-    for (; i0 + 4 <= M; i0 += 4)
-      small_tile<4>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
-    for (; i0 < M; ++i0)
-      small_tile<1>(K, A + i0 * a_row, a_row, a_col, B + j0, ldb, C + i0 * ldc + j0, ldc, accumulate);
-  }
-}
-#endif
-
-// C (M, N) = [C +] op(A) (M, K) B (K, N): the chunk products, on blocks that are all in cache.
-// op(A)[i, k] is A[i * lda + k], or with trans_a A[k * lda + i]; B and C row-major (a product
-// with a transposed right side reads a transposed copy). In float32 at the avx2 level (the CPU has
-// AVX2 + FMA and TRANSFORMER_CPP_ISA allows it) and N a multiple of 16, a register-tiled loop that
-// reads A and B in place (a general GEMM packs both operands into panels first, which at 64 x 128
-// blocks costs a third of the multiply-adds); otherwise Eigen's GEMM.
-template <typename T>
-void block_product(Index M, Index N, Index K, const T* A, Index lda, bool trans_a, const T* B, Index ldb,
-                   bool accumulate, T* C, Index ldc) {
-#if TCPP_LSH_AVX2
-  if constexpr (std::is_same_v<T, float>) {
-    if (N % 16 == 0 && isa_allows(Isa::Avx2)) {
-      block_product_avx2(M, N, K, A, lda, trans_a, B, ldb, accumulate, C, ldc);
-      return;
-    }
-  }
-#endif
-  ConstStridedMap<T> a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
-  ConstStridedMap<T> b(B, K, N, Eigen::OuterStride<>(ldb));
-  StridedMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
-  if (!accumulate) c.setZero();
-  if (trans_a)
-    c.noalias() += a.transpose() * b;
-  else
-    c.noalias() += a * b;
 }
 
 }  // namespace

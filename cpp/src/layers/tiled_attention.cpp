@@ -11,6 +11,7 @@
 #endif
 
 #include "transformer/checks.hpp"
+#include "transformer/kernels/block_product.hpp"
 #include "transformer/tuning.hpp"
 
 namespace transformer {
@@ -80,6 +81,50 @@ int threads() {
 #endif
 }
 
+// The leading dimension of a copy whose rows have `width` values: a multiple of 16 floats (whole
+// cache lines) that is an odd number of 64-byte lines, so that the rows block_product walks down
+// (16 columns of each) fall into different cache sets. With a power-of-two stride, such as 64
+// values or 4,096, every row maps to the same few sets of L1 and they evict each other.
+Index padded_ld(Index width) {
+  Index ld = (width + 15) / 16 * 16;
+  if ((ld / 16) % 2 == 0) ld += 16;
+  return ld;
+}
+
+// One operand of every head copied into the layout block_product reads fastest. Either the
+// (T, dk) rows, head bh at at(bh) with its rows ld apart; or, with `transposed`, the right side of
+// S = Q K^T and dP = dO V^T: the (dk, kBc) transpose of each key block, block j0 / kBc of head bh
+// at key_block(bh, j0) with its rows ld apart. (A transpose of the whole head would put the rows
+// of a block T values apart, too far for the hardware to keep the block in L1.)
+template <typename T>
+struct HeadCopies {
+  std::vector<T> values;
+  Index ld = 0, per_head = 0, per_block = 0;
+  const T* at(Index bh) const { return values.data() + bh * per_head; }
+  const T* key_block(Index bh, Index j0) const { return at(bh) + (j0 / kBc) * per_block; }
+};
+
+template <typename T>
+HeadCopies<T> heads_copied(const T* x, Index stride, Index B, Index H, Index T_len, Index dk, bool transposed) {
+  HeadCopies<T> c;
+  c.ld = padded_ld(transposed ? kBc : dk);
+  c.per_block = dk * c.ld;
+  c.per_head = transposed ? (T_len + kBc - 1) / kBc * c.per_block : T_len * c.ld;
+  c.values.resize(static_cast<size_t>(B * H * c.per_head));
+#pragma omp parallel for schedule(static) if (B * H * T_len * dk >= tuning::kParallelMin)
+  for (Index bh = 0; bh < B * H; ++bh) {
+    const T* src = x + (bh / H) * T_len * stride + (bh % H) * dk;
+    T* dst = c.values.data() + bh * c.per_head;
+    if (transposed)
+      for (Index j0 = 0; j0 < T_len; j0 += kBc)
+        transpose_block<T>(std::min(kBc, T_len - j0), dk, src + j0 * stride, stride, dst + (j0 / kBc) * c.per_block,
+                           c.ld);
+    else
+      for (Index i = 0; i < T_len; ++i) std::copy(src + i * stride, src + i * stride + dk, dst + i * c.ld);
+  }
+  return c;
+}
+
 // Per-thread blocks of the backward.
 template <typename T>
 struct BackwardBlocks {
@@ -97,14 +142,14 @@ struct BackwardBlocks {
 // Blocked entries get P = 0 and dS = 0 (set, not computed, so that no 0 * inf can appear).
 // On return bl.P holds P and bl.dP holds dS, both (ni, nj) contiguous.
 template <typename T>
-void weights_and_score_gradient(const ConstStridedMap<T>& Q, const ConstStridedMap<T>& K, const ConstStridedMap<T>& V,
-                                const ConstStridedMap<T>& dO, const T* L, const T* D, const TiledMask& m, Index b,
-                                Index Tk, Index i0, Index ni, Index j0, Index nj, T scale, BackwardBlocks<T>& bl) {
+void weights_and_score_gradient(const T* Q, Index ldq, const T* KT, const T* VT, Index ldt, const T* dO, Index ldo,
+                                Index dk, const T* L, const T* D, const TiledMask& m, Index b, Index Tk, Index i0,
+                                Index ni, Index j0, Index nj, T scale, BackwardBlocks<T>& bl) {
   MatrixMap<T> P(bl.P.data(), ni, nj);
   MatrixMap<T> dS(bl.dP.data(), ni, nj);
   auto Qs = bl.Qs.topRows(ni);
-  Qs = Q.middleRows(i0, ni) * scale;
-  P.noalias() = Qs * K.middleRows(j0, nj).transpose();
+  Qs = ConstStridedMap<T>(Q + i0 * ldq, ni, dk, Eigen::OuterStride<>(ldq)) * scale;
+  block_product<T>(ni, nj, dk, Qs.data(), dk, false, KT, ldt, false, P.data(), nj);  // S = Qs K_j^T
   for (Index i = 0; i < ni; ++i) {
     // a fully blocked row has L = +inf; its entries are all blocked and zeroed below
     const T Li = std::isfinite(L[i0 + i]) ? L[i0 + i] : T(0);
@@ -112,7 +157,7 @@ void weights_and_score_gradient(const ConstStridedMap<T>& Q, const ConstStridedM
   }
   const bool masked = block_masked(m, b, Tk, i0, j0, nj);
   if (masked) mask_block<T>(m, b, Tk, i0, ni, j0, nj, P.data(), T(0));
-  dS.noalias() = dO.middleRows(i0, ni) * V.middleRows(j0, nj).transpose();
+  block_product<T>(ni, nj, dk, dO + i0 * ldo, ldo, false, VT, ldt, false, dS.data(), nj);  // dP = dO_i V_j^T
   for (Index i = 0; i < ni; ++i) dS.row(i).array() = P.row(i).array() * (dS.row(i).array() - D[i0 + i]);
   if (masked) mask_block<T>(m, b, Tk, i0, ni, j0, nj, dS.data(), T(0));
 }
@@ -144,6 +189,8 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
   const T inf = std::numeric_limits<T>::infinity();
   const Index nqb = (Tq + kBr - 1) / kBr;
+  const HeadCopies<T> kt = heads_copied(k, k_stride, B, H, Tk, dk, true);   // K^T of each head (dk, Tk)
+  const HeadCopies<T> vc = heads_copied(v, v_stride, B, H, Tk, dk, false);  // V of each head (Tk, dk)
   // every (head, query block) is independent; with causal the later blocks see more keys, so
   // the blocks are handed out one at a time
 #pragma omp parallel
@@ -158,8 +205,7 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
       const Index bh = task / nqb, b = bh / H, h = bh % H;
       const Index i0 = (task % nqb) * kBr, ni = std::min(kBr, Tq - i0);
       const auto Q = head(q, b, h, Tq, q_stride, dk);    // (Tq, dk)
-      const auto K = head(k, b, h, Tk, k_stride, dk);    // (Tk, dk)
-      const auto V = head(v, b, h, Tk, v_stride, dk);    // (Tk, dk)
+      const T* V = vc.at(bh);                            // (Tk, dk)
       auto O = head_mut(out, b, h, Tq, out_stride, dk);  // (Tq, dk)
       auto A = acc.topRows(ni);
       A.setZero();
@@ -174,7 +220,7 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
         const Index nj = std::min(kBc, jend - j0);
         MatrixMap<T> Sb(S.data(), ni, nj);  // (ni, nj)
         // S = (Q_i / sqrt(dk)) K_j^T, blocked scores -inf
-        Sb.noalias() = Qi * K.middleRows(j0, nj).transpose();
+        block_product<T>(ni, nj, dk, Qi.data(), dk, false, kt.key_block(bh, j0), kt.ld, false, Sb.data(), nj);
         const bool masked = block_masked(mask, b, Tk, i0, j0, nj);
         if (masked) mask_block<T>(mask, b, Tk, i0, ni, j0, nj, Sb.data(), -inf);
         for (Index i = 0; i < ni; ++i) {
@@ -190,7 +236,7 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
           lrow(i) = alpha * lrow(i) + r.sum();
           if (alpha != T(1)) A.row(i) *= alpha;
         }
-        A.noalias() += Sb * V.middleRows(j0, nj);
+        block_product<T>(ni, dk, nj, Sb.data(), nj, false, V + j0 * vc.ld, vc.ld, true, A.data(), dk);  // acc += P~ V_j
       }
       // O = acc / l and L = m + log l; a row with every key blocked has l = 0: O = 0, L = +inf
       T* L = lse + bh * Tq + i0;
@@ -239,15 +285,19 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
     for (Index i = 0; i < Tq; ++i) D[static_cast<size_t>(bh * Tq + i)] = O.row(i).dot(dO.row(i));
   }
   const bool fused = BH >= threads();
+  // the operands of every head in the layouts block_product reads fastest
+  const HeadCopies<T> qc = heads_copied(q, q_stride, B, H, Tq, dk, false);         // Q (Tq, dk)
+  const HeadCopies<T> kc = heads_copied(k, k_stride, B, H, Tk, dk, false);         // K (Tk, dk)
+  const HeadCopies<T> kt = heads_copied(k, k_stride, B, H, Tk, dk, true);          // K^T (dk, Tk)
+  const HeadCopies<T> vt = heads_copied(v, v_stride, B, H, Tk, dk, true);          // V^T (dk, Tk)
+  const HeadCopies<T> doc = heads_copied(dout, dout_stride, B, H, Tq, dk, false);  // dO (Tq, dk)
 
   // dK_j, dV_j of key block j0 of head (b, h), from the query blocks that may see it; with
   // dQ != nullptr also dQ_i += dS K_j (unscaled) for each of those query blocks.
   auto key_block = [&](Index b, Index h, Index j0, BackwardBlocks<T>& bl, Matrix<T>* dQacc) {
     const Index bh = b * H + h, nj = std::min(kBc, Tk - j0);
-    const auto Q = head(q, b, h, Tq, q_stride, dk);
-    const auto K = head(k, b, h, Tk, k_stride, dk);
-    const auto V = head(v, b, h, Tk, v_stride, dk);
-    const auto dO = head(dout, b, h, Tq, dout_stride, dk);
+    const T *Q = qc.at(bh), *K = kc.at(bh), *dO = doc.at(bh);
+    const T *KT = kt.key_block(bh, j0), *VT = vt.key_block(bh, j0);  // (dk, nj) each
     auto dKj = bl.dKj.topRows(nj);
     auto dVj = bl.dVj.topRows(nj);
     dKj.setZero();
@@ -257,13 +307,15 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
       // with causal, the keys of the block after the query block's last row are blocked for all
       // its rows: only the first nk keys of the block take part
       const Index nk = std::min(nj, key_end(mask, Tk, i0, ni) - j0);
-      weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nk, scale,
-                                    bl);
-      MatrixMap<T> P(bl.P.data(), ni, nk);
-      MatrixMap<T> dS(bl.dP.data(), ni, nk);
-      dVj.topRows(nk).noalias() += P.transpose() * dO.middleRows(i0, ni);                      // dV_j += P^T dO_i
-      dKj.topRows(nk).noalias() += dS.transpose() * Q.middleRows(i0, ni);                      // dK_j += dS^T Q_i
-      if (dQacc != nullptr) dQacc->middleRows(i0, ni).noalias() += dS * K.middleRows(j0, nk);  // dQ_i += dS K_j
+      weights_and_score_gradient<T>(Q, qc.ld, KT, VT, kt.ld, dO, doc.ld, dk, lse + bh * Tq, D.data() + bh * Tq, mask, b,
+                                    Tk, i0, ni, j0, nk, scale, bl);
+      const T* P = bl.P.data();    // (ni, nk)
+      const T* dS = bl.dP.data();  // (ni, nk)
+      // dV_j += P^T dO_i;  dK_j += dS^T Q_i;  dQ_i += dS K_j
+      block_product<T>(nk, dk, ni, P, nk, true, dO + i0 * doc.ld, doc.ld, true, dVj.data(), dk);
+      block_product<T>(nk, dk, ni, dS, nk, true, Q + i0 * qc.ld, qc.ld, true, dKj.data(), dk);
+      if (dQacc != nullptr)
+        block_product<T>(ni, dk, nk, dS, nk, false, K + j0 * kc.ld, kc.ld, true, dQacc->data() + i0 * dk, dk);
     }
     head_mut(dk_out, b, h, Tk, dk_stride, dk).middleRows(j0, nj) = dKj * scale;
     head_mut(dv, b, h, Tk, dv_stride, dk).middleRows(j0, nj) = dVj;
@@ -299,18 +351,16 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
     for (Index task = 0; task < BH * nqb; ++task) {
       const Index bh = task / nqb, b = bh / H, h = bh % H;
       const Index i0 = (task % nqb) * kBr, ni = std::min(kBr, Tq - i0);
-      const auto Q = head(q, b, h, Tq, q_stride, dk);
-      const auto K = head(k, b, h, Tk, k_stride, dk);
-      const auto V = head(v, b, h, Tk, v_stride, dk);
-      const auto dO = head(dout, b, h, Tq, dout_stride, dk);
+      const T *Q = qc.at(bh), *K = kc.at(bh), *dO = doc.at(bh);
       auto dQi = bl.dQ.topRows(ni);
       dQi.setZero();
       const Index jend = key_end(mask, Tk, i0, ni);
       for (Index j0 = 0; j0 < jend; j0 += kBc) {
         const Index nj = std::min(kBc, jend - j0);
-        weights_and_score_gradient<T>(Q, K, V, dO, lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nj,
-                                      scale, bl);
-        dQi.noalias() += MatrixMap<T>(bl.dP.data(), ni, nj) * K.middleRows(j0, nj);
+        weights_and_score_gradient<T>(Q, qc.ld, kt.key_block(bh, j0), vt.key_block(bh, j0), kt.ld, dO, doc.ld, dk,
+                                      lse + bh * Tq, D.data() + bh * Tq, mask, b, Tk, i0, ni, j0, nj, scale, bl);
+        block_product<T>(ni, dk, nj, bl.dP.data(), nj, false, K + j0 * kc.ld, kc.ld, true, dQi.data(),
+                         dk);  // dQ_i += dS K_j
       }
       head_mut(dq, b, h, Tq, dq_stride, dk).middleRows(i0, ni) = dQi * scale;
     }
