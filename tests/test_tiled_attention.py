@@ -143,13 +143,30 @@ def test_gradient_check(causal):
     assert set(errors) == {"q", "k", "v"}
 
 
-def test_float32_against_float64():
-    q, k, v, dout = inputs(1, 2, 150, 150, 32, seed=7)
-    f64, _ = run(True, q, k, v, dout, True)
-    f32, _ = run(True, *(a.astype(np.float32) for a in (q, k, v, dout)), causal=True)
-    for a, b in zip(f32, f64):
+# float32 runs the block products on the AVX2 loop of kernels/block_product where the CPU has it
+# (float64 always on Eigen's): widths that fill whole 16-column strips and widths that leave a
+# narrower, masked last strip (d 8, 24; 150 and 70 keys), causal, padded and cross attention.
+F32_CASES = [
+    (1, 2, 150, 150, 32, True, False),
+    (2, 2, 300, 300, 64, True, True),
+    (1, 2, 130, 130, 8, False, False),
+    (2, 1, 100, 150, 24, False, True),
+    (1, 2, 150, 70, 16, False, True),
+]
+
+
+@pytest.mark.parametrize("b,h,tq,tk,d,causal,padded", F32_CASES)
+def test_float32_against_float64(b, h, tq, tk, d, causal, padded):
+    q, k, v, dout = inputs(b, h, tq, tk, d, seed=tq + d)
+    kp = None
+    if padded:
+        kp = np.zeros((b, tk), dtype=bool)
+        kp[0, tk - 9 :] = True
+    f64, _ = run(True, q, k, v, dout, causal, kp)
+    f32, _ = run(True, *(a.astype(np.float32) for a in (q, k, v, dout)), causal=causal, key_padding=kp)
+    for name, a, b64 in zip(("out", "dq", "dk", "dv"), f32, f64):
         assert a.dtype == np.float32
-        assert rel_error(a, b) < 1e-5
+        assert rel_error(a, b64) < 1e-5, name
 
 
 def test_result_does_not_depend_on_the_thread_count():
