@@ -137,8 +137,6 @@ LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk,
     T* w = w_in_.data() + part * d_ * d_;
     for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
   }
-  log_count_.resize(static_cast<size_t>(nh_ + 1));
-  for (Index n = 1; n <= nh_; ++n) log_count_[static_cast<size_t>(n)] = static_cast<T>(std::log(double(n)));
 }
 
 template <typename T>
@@ -194,7 +192,7 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
       const Index n = std::min(block, Tn - t0);
       // proj = K R_(h,r)                                               (n, n_buckets/2)
       MatrixMap<T> P(s.proj.data(), n, half);
-      P.noalias() = K.middleRows(t0, n) * R;
+      block_product<T>(n, half, dk_, K.data() + t0 * d, d, false, R.data(), half, false, P.data(), half);
       // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties
       // to the first half (the first occurrence in the concatenation)
       for (Index t = 0; t < n; ++t) {
@@ -258,23 +256,23 @@ void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index
   const Index Tn = T_;
   const std::int32_t* ck = s.ck.data();  // (n_hashes, T)
   const std::int32_t* pos = perm + k0;   // (nk) the window's positions
-  std::int32_t* met = s.met.data();      // (nk) N_ij of row i
-  const T* log_count = log_count_.data();
+  T* met = s.met.data();                 // (nk) N_ij of row i, counted in floating point
   const T blocked = neg_inf<T>();
   for (Index i = 0; i < nq; ++i) {
     const std::int32_t pi = perm[q0 + i];
     T* srow = S.data() + i * nk;
     T* arow = A.data() + i * nk;
     if (nh_ > 1) {
-      std::fill(met, met + nk, 0);
+      std::fill(met, met + nk, T(0));
       for (Index r = 0; r < nh_; ++r) {
         const std::int32_t* cr = ck + r * Tn;
         const std::int32_t ci = cr[q0 + i];
         const std::int32_t* cj = cr + k0;
         // c_i - c_j in {0, 1}, as one unsigned comparison
-        for (Index j = 0; j < nk; ++j) met[j] += static_cast<std::uint32_t>(ci - cj[j]) <= 1u ? 1 : 0;
+        for (Index j = 0; j < nk; ++j) met[j] += static_cast<std::uint32_t>(ci - cj[j]) <= 1u ? T(1) : T(0);
       }
-      for (Index j = 0; j < nk; ++j) srow[j] = srow[j] * scale - log_count[met[j]];
+      // log N by Eigen's vectorised log (a table lookup per key would be a scalar loop)
+      RowArray<T>(srow, nk) = RowArray<T>(srow, nk) * scale - ConstRowArray<T>(met, nk).log();
     } else {
       for (Index j = 0; j < nk; ++j) srow[j] *= scale;
     }

@@ -110,7 +110,7 @@ class LSHSelfAttention : public SelfAttention<T> {
     std::vector<T> z, dd;             // (T) a round's log-partitions; backward: Z and D sorted
     std::vector<std::int32_t> count;  // (n_buckets + 1) counting sort
     std::vector<std::int32_t> ck;     // (n_hashes, T) chunk_of of the positions in sorted order
-    std::vector<std::int32_t> met;    // (2 chunk) the rounds in which a query meets each key of its window
+    std::vector<T> met;               // (2 chunk) the rounds in which a query meets each key of its window
   };
 
   void draw_rotations();
@@ -130,7 +130,6 @@ class LSHSelfAttention : public SelfAttention<T> {
 
   Index d_, h_, dk_, chunk_, nh_, nb_setting_;
   std::uint64_t hash_seed_;
-  std::vector<T> log_count_;  // (n_hashes + 1) log N
   std::uint64_t calls_ = 0;
   bool freeze_ = false;
 
