@@ -21,9 +21,11 @@ namespace transformer {
 
 double lsh_attention_elements(double rows, double B, double H, double T, double d, double n_hashes, double n_buckets,
                               double chunk, double threads) {
-  // kept: [Q|V], keys, ctx, output, 1/||q||, lse, three int tables (counted as elements);
-  // backward: [dQ|dV], dkeys, dx, dctx
-  const double kept = rows * (2 * d + 3 * d) + rows * H + B * H * T + 3 * B * H * n_hashes * T;
+  // kept: [Q|V], keys, ctx, output, 1/||q||, lse, three int tables (counted as elements), each
+  // round's probabilities (T x 2 chunk) and log-partitions; backward: [dQ|dV], dkeys, dx, dctx
+  const double window = 2 * std::min(T, chunk);
+  const double kept =
+      rows * (2 * d + 3 * d) + rows * H + B * H * T + 3 * B * H * n_hashes * T + B * H * n_hashes * T * (window + 1);
   const double backward = rows * (2 * d + 3 * d);
   const double dk = d / H;
   const double rotations = n_hashes * d * n_buckets / 2;
@@ -243,9 +245,9 @@ void LSHSelfAttention<T>::times_window_t(const T* a, const T* xt, Index q0, Inde
 
 template <typename T>
 void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal,
-                                       Scratch& s) const {
+                                       T* S_out, Scratch& s) const {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
-  MatrixMap<T> S(s.s.data(), nq, nk);
+  MatrixMap<T> S(S_out, nq, nk);
   MatrixMap<T> A(s.allowed.data(), nq, nk);
   // S = Q_chunk K_window^T, scaled below                              (nq, nk)
   times_window_t(s.q.data() + q0 * dk_, s.kt.data(), q0, nq, k0, S.data());
@@ -316,14 +318,14 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
   s.k.resize(Tn, dk_);
   s.v.resize(Tn, dk_);
   s.o.resize(Tn, dk_);
-  ensure(s.s, m, 2 * m);
   ensure(s.allowed, m, 2 * m);
   ensure(s.ck, Tn * nh_);
   ensure(s.met, 2 * m);
-  ensure(s.z, Tn);
   const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
   for (Index r = 0; r < nh_; ++r) {
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
+    T* probs = probs_.data() + (bh * nh_ + r) * Tn * 2 * m;  // this round's probabilities, kept
+    T* z = round_lse_.data() + (bh * nh_ + r) * Tn;          // and log-partitions
     gather_sorted<T, 3>({Q.data(), K.data(), V.data()}, {2 * d, d, 2 * d}, perm, Tn, dk_,
                         {s.q.data(), s.k.data(), s.v.data()});
     chunks_transposed(s.k, s.kt);
@@ -331,8 +333,8 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
     for (Index q0 = 0; q0 < Tn; q0 += m) {
       // chunk [q0, q0+nq) attends to [k0, q0+nq): itself and the chunk before
       const Index nq = std::min(m, Tn - q0), k0 = std::max<Index>(0, q0 - m), nk = q0 + nq - k0;
-      chunk_scores(perm, q0, nq, k0, nk, causal, s);
-      MatrixMap<T> P(s.s.data(), nq, nk);  // scores -> probabilities of this round
+      MatrixMap<T> P(probs + q0 * 2 * m, nq, nk);  // scores -> probabilities of this round
+      chunk_scores(perm, q0, nq, k0, nk, causal, P.data(), s);
       // P = softmax(S) row by row; z_i = log sum_j exp(S_ij), -inf when every key is blocked
       for (Index i = 0; i < nq; ++i) {
         RowArray<T> row(P.data() + i * nk, nk);
@@ -340,13 +342,13 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
         const T mx = row.maxCoeff();
         if (mx == neg_inf<T>()) {
           row.setZero();
-          s.z[static_cast<size_t>(q0 + i)] = neg_inf<T>();
+          z[q0 + i] = neg_inf<T>();
           continue;
         }
         row = (row - mx).exp() * ok;  // blocked keys: exactly 0
         const T l = row.sum();
         row *= T(1) / l;
-        s.z[static_cast<size_t>(q0 + i)] = mx + std::log(l);
+        z[q0 + i] = mx + std::log(l);
       }
       // o (nq, d_k) = P V_window
       block_product<T>(nq, dk_, nk, P.data(), nk, false, s.v.data() + k0 * dk_, dk_, false, s.o.data() + q0 * dk_, dk_);
@@ -354,7 +356,7 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
     // combine with the rounds before: Z = logaddexp(Z, z_r), O = (e^Z O + e^z_r o_r) / e^Z_new
     // (Eqs. 12-16 as a running softmax over the rounds)
     for (Index i = 0; i < Tn; ++i) {
-      const T zr = s.z[static_cast<size_t>(i)];
+      const T zr = z[i];
       if (zr == neg_inf<T>()) continue;
       const Index p = perm[i];
       if (Z[p] == neg_inf<T>()) {
@@ -399,6 +401,8 @@ const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Inde
   bucket_.resize(tables);
   perm_.resize(tables);
   chunk_of_.resize(tables);
+  probs_.resize(tables * static_cast<size_t>(2 * std::min(chunk_, T_len)));
+  round_lse_.resize(tables);
   if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
   // (sequence, head) items are independent; each is done by one thread in a fixed order
 #pragma omp parallel for schedule(dynamic, 1) if (items > 1)
@@ -436,25 +440,23 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
   s.dv.resize(Tn, dk_);
   ensure(s.s, m, 2 * m);
   ensure(s.dp, m, 2 * m);
-  ensure(s.allowed, m, 2 * m);
-  ensure(s.ck, Tn * nh_);
-  ensure(s.met, 2 * m);
   ensure(s.z, Tn);
   ensure(s.dd, Tn);
-  const std::int32_t* chunk_of = chunk_of_.data() + bh * Tn * nh_;
   // The forward is one softmax over the union of the rounds' windows: with p_rij = exp(s_rij - Z_i)
-  // (s already count-corrected), o_i = sum_r sum_j p_rij v_j and sum_r sum_j p_rij = 1. So
+  // (s already count-corrected), o_i = sum_r sum_j p_rij v_j and sum_r sum_j p_rij = 1. The
+  // forward kept round r's own probabilities P_rij = exp(s_rij - z_ri), so p_rij = P_rij e^(z_ri - Z_i).
+  // So
   //   dv_j  += sum p_rij do_i                          dp_rij = do_i . v_j
   //   ds_rij = p_rij (dp_rij - D_i),  D_i = sum_rj p_rij dp_rij = do_i . o_i
   //   dq_i  += sum_j ds_rij k_j / sqrt(d_k)            dk_j  += sum_i ds_rij q_i / sqrt(d_k)
   // round by round on rows gathered into sorted order, then scattered back (added).
   for (Index r = 0; r < nh_; ++r) {
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
+    const T* probs = probs_.data() + (bh * nh_ + r) * Tn * 2 * m;  // the forward's P_r
+    const T* zr = round_lse_.data() + (bh * nh_ + r) * Tn;         // and z_r
     gather_sorted<T, 4>({Q.data(), K.data(), V.data(), dO.data()}, {2 * d, d, 2 * d, d}, perm, Tn, dk_,
                         {s.q.data(), s.k.data(), s.v.data(), s.o.data()});
-    chunks_transposed(s.k, s.kt);
     chunks_transposed(s.v, s.vt);
-    sorted_chunks(chunk_of, perm, s);
     for (Index i = 0; i < Tn; ++i) {
       const Index p = perm[i];
       s.z[static_cast<size_t>(i)] = Z[p];
@@ -465,16 +467,18 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
     s.dv.setZero();
     for (Index q0 = 0; q0 < Tn; q0 += m) {
       const Index nq = std::min(m, Tn - q0), k0 = std::max<Index>(0, q0 - m), nk = q0 + nq - k0;
-      chunk_scores(perm, q0, nq, k0, nk, causal_, s);
       MatrixMap<T> P(s.s.data(), nq, nk);
+      const T* Pr = probs + q0 * 2 * m;  // (nq, nk)
       for (Index i = 0; i < nq; ++i) {
         RowArray<T> row(P.data() + i * nk, nk);
-        const T z = s.z[static_cast<size_t>(q0 + i)];
-        if (z == neg_inf<T>()) {
-          row.setZero();  // attends to itself only: no score reaches the output
+        const T Zi = s.z[static_cast<size_t>(q0 + i)], zi = zr[q0 + i];
+        // Z = -inf: attends to itself only, no score reaches the output; z_r = -inf: every key of
+        // this round's window blocked (the forward's row is zero)
+        if (Zi == neg_inf<T>() || zi == neg_inf<T>()) {
+          row.setZero();
           continue;
         }
-        row = (row - z).exp() * ConstRowArray<T>(s.allowed.data() + i * nk, nk);
+        row = ConstRowArray<T>(Pr + i * nk, nk) * std::exp(zi - Zi);
       }
       auto dOc = s.o.middleRows(q0, nq);  // (nq, d_k)
       // dV_window += P^T dO_chunk                                        (nk, d_k)
@@ -556,9 +560,13 @@ void LSHSelfAttention<T>::release() {
   bucket_.clear();
   perm_.clear();
   chunk_of_.clear();
+  probs_.clear();
+  round_lse_.clear();
   bucket_.shrink_to_fit();
   perm_.shrink_to_fit();
   chunk_of_.shrink_to_fit();
+  probs_.shrink_to_fit();
+  round_lse_.shrink_to_fit();
   scratch_.clear();
   out_.release();
 }

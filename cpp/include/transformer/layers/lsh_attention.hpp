@@ -29,8 +29,11 @@
 // assignment and the sort are constants for the backward: argmax has no gradient.
 //
 // Cost per head and round: the hash (T x d_k x n_buckets/2) and, per chunk, two (chunk x d_k) by
-// (d_k x 2 chunk) products forward and five backward on rows gathered into sorted order so that a
-// chunk and its window are contiguous blocks. Nothing of size T x T exists.
+// (d_k x 2 chunk) products forward and four backward on rows gathered into sorted order so that a
+// chunk and its window are contiguous blocks. The forward keeps each round's probabilities
+// (T x 2 chunk per head and round, and the round's log-partitions) for the backward, which
+// therefore neither recomputes the scores nor their masks and counts: memory linear in T, like
+// the rest. Nothing of size T x T exists.
 #pragma once
 
 #include <cstdint>
@@ -126,7 +129,9 @@ class LSHSelfAttention : public SelfAttention<T> {
   void times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const;
   // s.ck from chunk_of (T, n_hashes) for a round's order perm
   void sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const;
-  void chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal, Scratch& s) const;
+  // S is written at `S` (nq, nk contiguous), allowed into s.allowed.
+  void chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal, T* S,
+                    Scratch& s) const;
 
   Index d_, h_, dk_, chunk_, nh_, nb_setting_;
   std::uint64_t hash_seed_;
@@ -146,6 +151,9 @@ class LSHSelfAttention : public SelfAttention<T> {
   std::vector<std::int32_t> bucket_;    // (B, H, n_hashes, T)
   std::vector<std::int32_t> perm_;      // (B, H, n_hashes, T) sorted index -> position
   std::vector<std::int32_t> chunk_of_;  // (B, H, T, n_hashes) the chunk of position t in round r
+  std::vector<T> probs_;                // (B, H, n_hashes, T, 2 chunk) each round's probabilities, sorted order:
+                                        // the rows of chunk q0 hold its (nq, nk) block contiguously
+  std::vector<T> round_lse_;            // (B, H, n_hashes, T) each round's log-partitions z_r, sorted order
 
   // backward
   Matrix<T> dqv_;    // (B*T, 2d) = [dQ | dV]
