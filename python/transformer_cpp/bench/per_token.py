@@ -80,7 +80,9 @@ class GenerationShapes:
     vocab: int = 64
     window: int = 32  # steps around a position whose median is its time
     curve_points: int = 64  # positions of the per-token curve kept in the results (for a figure)
-    repeats: int = 3  # full runs; the fastest is reported
+    # full runs; each position keeps its fastest. A step takes tens of microseconds, so a shared
+    # machine's slower spells show in single runs; five runs are about two seconds per kind.
+    repeats: int = 5
 
 
 @dataclass(frozen=True)
