@@ -385,7 +385,6 @@ const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Inde
   x_ = nullptr;  // no forward to go back through until this one is done
   B_ = B;
   T_ = T_len;
-  causal_ = causal;
   nb_ = buckets_for(T_len);
   draw_rotations();
   if (!freeze_) ++calls_;
@@ -401,8 +400,8 @@ const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Inde
   bucket_.resize(tables);
   perm_.resize(tables);
   chunk_of_.resize(tables);
-  probs_.resize(tables * static_cast<size_t>(2 * std::min(chunk_, T_len)));
-  round_lse_.resize(tables);
+  probs_.resize(items * nh_ * T_len, 2 * std::min(chunk_, T_len));
+  round_lse_.resize(items * nh_, T_len);
   if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
   // (sequence, head) items are independent; each is done by one thread in a fixed order
 #pragma omp parallel for schedule(dynamic, 1) if (items > 1)
@@ -556,17 +555,14 @@ void LSHSelfAttention<T>::zero_grad() {
 template <typename T>
 void LSHSelfAttention<T>::release() {
   x_ = nullptr;
-  for (Matrix<T>* m : {&qv_, &keys_, &inv_norm_, &ctx_, &lse_, &dqv_, &dkeys_, &dx_}) m->resize(0, 0);
+  for (Matrix<T>* m : {&qv_, &keys_, &inv_norm_, &ctx_, &lse_, &probs_, &round_lse_, &dqv_, &dkeys_, &dx_})
+    m->resize(0, 0);
   bucket_.clear();
   perm_.clear();
   chunk_of_.clear();
-  probs_.clear();
-  round_lse_.clear();
   bucket_.shrink_to_fit();
   perm_.shrink_to_fit();
   chunk_of_.shrink_to_fit();
-  probs_.shrink_to_fit();
-  round_lse_.shrink_to_fit();
   scratch_.clear();
   out_.release();
 }

@@ -141,7 +141,6 @@ class LSHSelfAttention : public SelfAttention<T> {
   // the last forward, kept for backward
   const T* x_ = nullptr;  // (B*T, d) the caller's input
   Index B_ = 0, T_ = 0, nb_ = 0;
-  bool causal_ = false;
   Matrix<T> rot_;                       // (H*n_hashes*d_k, n_buckets/2)
   Matrix<T> qv_;                        // (B*T, 2d) = [Q | V]
   Matrix<T> keys_;                      // (B*T, d) k = q / ||q|| per head
@@ -151,9 +150,12 @@ class LSHSelfAttention : public SelfAttention<T> {
   std::vector<std::int32_t> bucket_;    // (B, H, n_hashes, T)
   std::vector<std::int32_t> perm_;      // (B, H, n_hashes, T) sorted index -> position
   std::vector<std::int32_t> chunk_of_;  // (B, H, T, n_hashes) the chunk of position t in round r
-  std::vector<T> probs_;                // (B, H, n_hashes, T, 2 chunk) each round's probabilities, sorted order:
-                                        // the rows of chunk q0 hold its (nq, nk) block contiguously
-  std::vector<T> round_lse_;            // (B, H, n_hashes, T) each round's log-partitions z_r, sorted order
+  // Each round's probabilities, (B*H*n_hashes*T, 2 chunk) in sorted order: the rows of chunk q0 hold
+  // its (nq, nk) block contiguously. An Eigen matrix, not a std::vector, for Eigen's alignment: the
+  // vectorised exp and log run their first elements unvectorised up to an aligned address, so a
+  // buffer whose alignment changed from one allocation to the next would round differently.
+  Matrix<T> probs_;
+  Matrix<T> round_lse_;  // (B*H*n_hashes, T) each round's log-partitions z_r, sorted order
 
   // backward
   Matrix<T> dqv_;    // (B*T, 2d) = [dQ | dV]
