@@ -189,7 +189,7 @@ void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_str
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
   const T inf = std::numeric_limits<T>::infinity();
   const Index nqb = (Tq + kBr - 1) / kBr;
-  const HeadCopies<T> kt = heads_copied(k, k_stride, B, H, Tk, dk, true);   // K^T of each head (dk, Tk)
+  const HeadCopies<T> kt = heads_copied(k, k_stride, B, H, Tk, dk, true);   // K^T of each key block (dk, kBc)
   const HeadCopies<T> vc = heads_copied(v, v_stride, B, H, Tk, dk, false);  // V of each head (Tk, dk)
   // every (head, query block) is independent; with causal the later blocks see more keys, so
   // the blocks are handed out one at a time
@@ -288,8 +288,8 @@ void tiled_attention_backward(const T* q, Index q_stride, const T* k, Index k_st
   // the operands of every head in the layouts block_product reads fastest
   const HeadCopies<T> qc = heads_copied(q, q_stride, B, H, Tq, dk, false);         // Q (Tq, dk)
   const HeadCopies<T> kc = heads_copied(k, k_stride, B, H, Tk, dk, false);         // K (Tk, dk)
-  const HeadCopies<T> kt = heads_copied(k, k_stride, B, H, Tk, dk, true);          // K^T (dk, Tk)
-  const HeadCopies<T> vt = heads_copied(v, v_stride, B, H, Tk, dk, true);          // V^T (dk, Tk)
+  const HeadCopies<T> kt = heads_copied(k, k_stride, B, H, Tk, dk, true);          // K^T per key block (dk, kBc)
+  const HeadCopies<T> vt = heads_copied(v, v_stride, B, H, Tk, dk, true);          // V^T per key block (dk, kBc)
   const HeadCopies<T> doc = heads_copied(dout, dout_stride, B, H, Tq, dk, false);  // dO (Tq, dk)
 
   // dK_j, dV_j of key block j0 of head (b, h), from the query blocks that may see it; with
