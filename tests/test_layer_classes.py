@@ -26,6 +26,7 @@ CASES = {
     "RelativeMultiHeadAttention": (lambda dt: tc.RelativeMultiHeadAttention(D, H, dtype=dt), lambda m: m(x, x)),
     "LinearAttention": (lambda dt: tc.LinearAttention(dtype=dt), lambda m: m(x, x, x, causal=True)),
     "LinearMultiHeadAttention": (lambda dt: tc.LinearMultiHeadAttention(D, H, dtype=dt), lambda m: m(x, causal=True)),
+    "LSHAttention": (lambda dt: tc.LSHAttention(chunk=2, n_hashes=2, dtype=dt), lambda m: m(x[:, None], x[:, None])),
     "LSHSelfAttention": (lambda dt: tc.LSHSelfAttention(D, H, chunk=2, n_hashes=2, dtype=dt), lambda m: m(x)),
     "SoftmaxSelfAttention": (lambda dt: tc.SoftmaxSelfAttention(D, H, dtype=dt), lambda m: m(x)),
     "TiledAttention": (lambda dt: tc.TiledAttention(dtype=dt), lambda m: m(x[:, None], x[:, None], x[:, None])),

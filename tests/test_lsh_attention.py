@@ -433,3 +433,94 @@ def test_bad_input():
         layer.freeze_hash = "no"
     with pytest.raises(ValueError, match="dtype"):
         tc.LSHSelfAttention(8, 2, dtype="float16")
+
+
+# --- the kernel alone (LSHAttention) ------------------------------------------------------------
+
+
+def heads_to_rows(a):
+    """(B, H, T, d_k) -> (B, T, H * d_k): the layer's rows."""
+    b, h, t, dk = a.shape
+    return a.transpose(0, 2, 1, 3).reshape(b, t, h * dk)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel_equals_the_layer_between_its_projections(causal):
+    # the layer is its projections around the kernel: the kernel on the layer's Q and V, with the
+    # same seed, gives the layer's heads forward and the layer's gradients backward
+    rng = np.random.default_rng(21)
+    d, h = 16, 2
+    x, dout = rng.standard_normal((2, 2, 30, d))
+    layer = make_layer(d, h, chunk=4, n_hashes=3, causal=causal)
+    params = params_of(layer)
+    q, _, v = projections(params, x, h)
+    kernel = tc.LSHAttention(chunk=4, n_hashes=3, seed=3, dtype="float64")
+    out = kernel.forward(q, v, causal=causal)
+    assert out.shape == q.shape
+    y = layer.forward(x)
+    np.testing.assert_array_equal(kernel.buckets(), layer.buckets())
+    np.testing.assert_allclose(output_projection(params, out), y, rtol=0, atol=TOL64)
+    # backward: dctx = dout W_o in heads; dx = dQ W_q + dV W_v
+    dctx = (dout @ params["output.weight"]).reshape(2, 30, h, d // h).transpose(0, 2, 1, 3)
+    dq, dv = kernel.backward(dctx)
+    dx = heads_to_rows(dq) @ params["query.weight"] + heads_to_rows(dv) @ params["value.weight"]
+    np.testing.assert_allclose(layer.backward(dout), dx, rtol=0, atol=TOL64)
+
+
+@pytest.mark.parametrize("causal,n_hashes", [(False, 2), (True, 3)])
+def test_kernel_gradients(causal, n_hashes):
+    rng = np.random.default_rng(22)
+    qk, v, w = rng.standard_normal((3, 2, 2, 10, 4))
+    kernel = tc.LSHAttention(chunk=3, n_hashes=n_hashes, n_buckets=4, seed=5, dtype="float64")
+
+    def loss():
+        kernel.calls = 0  # every evaluation hashes with the same rotations
+        return float(np.sum(kernel.forward(qk, v, causal=causal) * w))
+
+    loss()
+    b = kernel.buckets()
+    assert len(np.unique(b)) > 1
+    dqk, dv = kernel.backward(w)
+    check_against_numeric(loss, {"qk": (qk, dqk), "v": (v, dv)})
+    loss()
+    np.testing.assert_array_equal(kernel.buckets(), b)  # no perturbation moved a bucket
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel_float32_matches_float64(causal):
+    # d_k 64 and chunks of 64 as the bench runs it, with a shorter last chunk
+    rng = np.random.default_rng(23)
+    qk, v, dout = rng.standard_normal((3, 1, 2, 333, 64))
+    k64 = tc.LSHAttention(chunk=64, n_hashes=4, seed=6, dtype="float64")
+    k32 = tc.LSHAttention(chunk=64, n_hashes=4, seed=6, dtype="float32")
+    y64, y32 = k64.forward(qk, v, causal), k32.forward(qk.astype(np.float32), v.astype(np.float32), causal)
+    assert y32.dtype == np.float32
+    np.testing.assert_array_equal(k32.buckets(), k64.buckets())
+    pairs = [(y32, y64)] + list(zip(k32.backward(dout.astype(np.float32)), k64.backward(dout)))
+    for a, b in pairs:
+        np.testing.assert_allclose(a, b, rtol=0, atol=TOL32 * np.abs(b).max())
+
+
+def test_kernel_bad_input():
+    kernel = tc.LSHAttention(chunk=4, dtype="float64")
+    with pytest.raises(ValueError, match="LSHAttention: n_buckets must be an even integer"):
+        tc.LSHAttention(n_buckets=3)
+    with pytest.raises(ValueError, match="LSHAttention.*n_hashes"):
+        tc.LSHAttention(n_hashes=0)
+    with pytest.raises(RuntimeError, match="forward"):
+        kernel.backward(np.zeros((1, 1, 4, 8)))
+    with pytest.raises(RuntimeError, match="forward"):
+        kernel.buckets()
+    with pytest.raises(ValueError, match="one shape"):
+        kernel.forward(np.zeros((1, 2, 4, 8)), np.zeros((1, 2, 5, 8)))
+    with pytest.raises(ValueError, match="qk"):
+        kernel.forward(np.zeros((2, 4, 8)), np.zeros((2, 4, 8)))
+    bad = np.zeros((1, 2, 4, 8))
+    bad[0, 1, 2, 3] = np.inf
+    with pytest.raises(ValueError, match="v"):
+        kernel.forward(np.ones((1, 2, 4, 8)), bad)
+    y = kernel.forward(np.ones((1, 2, 4, 8)), np.ones((1, 2, 4, 8)))
+    with pytest.raises(ValueError, match="dout must have the output's shape"):
+        kernel.backward(np.zeros((1, 2, 5, 8)))
+    dqk, dv = kernel.backward(np.ones_like(y))
+    assert dqk.shape == dv.shape == y.shape

@@ -24,6 +24,7 @@ PUBLIC_NAMES = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LSHAttention",
     "LSHSelfAttention",
     "LanguageModel",
     "Layer",

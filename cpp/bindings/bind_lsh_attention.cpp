@@ -1,4 +1,5 @@
-// Binding of LSHSelfAttention (Reformer's LSH attention), float32 and float64.
+// Bindings of Reformer's LSH attention, float32 and float64: the kernel over (B, H, T, d) heads as
+// LSHAttention, and the layer with its projections as LSHSelfAttention.
 //
 // forward and backward are a LayerForward / LayerBackward (bindings.hpp): one call at a time,
 // finite inputs (x owned and kept: backward reads it again), the memory of the buffers and finite
@@ -10,6 +11,122 @@
 namespace transformer::bindings {
 
 namespace {
+
+// The kernel over (B, H, T, d) heads, with the members LayerForward and LayerBackward use and the
+// buffers of one forward and backward.
+template <typename T>
+struct LSHHeads {
+  LSHHeads(Index chunk, Index n_hashes, Index n_buckets, std::uint64_t seed)
+      : layer(chunk, n_hashes, n_buckets, seed) {}
+  LSHAttention<T> layer;
+  std::vector<py::object> keep;  // qk and v (owned copies) of the last forward
+  std::vector<Index> lead;       // B, H, T, d of the last forward
+  bool has_forward = false;
+  bool busy = false;
+  Matrix<T> out, dq, dv;  // (B*H*T, d)
+};
+
+template <typename T>
+void bind_lsh_heads(py::module_& m) {
+  using S = LSHHeads<T>;
+  using L = LSHAttention<T>;
+  py::class_<S>(m, class_name<T>("LSHAttention").c_str(),
+                "Reformer's LSH attention over given shared-QK heads and values (B, H, T, d_k): the kernel of "
+                "LSHSelfAttention without its projections.")
+      .def(py::init([](const py::object& chunk, const py::object& n_hashes, const py::object& n_buckets,
+                       const py::object& seed) {
+             const char* who = "LSHAttention";
+             const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
+             return new S(int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
+                          seed_arg(seed, who));
+           }),
+           py::arg("chunk") = 64, py::arg("n_hashes") = 4, py::arg("n_buckets") = py::none(), py::arg("seed") = 0)
+      .def_property_readonly("chunk", [](S& s) { return s.layer.chunk(); })
+      .def_property_readonly("n_hashes", [](S& s) { return s.layer.n_hashes(); })
+      .def_property_readonly(
+          "n_buckets",
+          [](S& s) -> py::object {
+            return s.layer.n_buckets() ? py::object(py::int_(s.layer.n_buckets())) : py::none();
+          },
+          "The number of buckets, or None: 2 * max(1, length // chunk) for each input")
+      .def_property(
+          "calls", [](S& s) { return s.layer.calls(); },
+          [](S& s, const py::object& c) {
+            check_idle(s.busy, "LSHAttention.calls", "layer");
+            s.layer.set_calls(seed_arg(c, "LSHAttention", "calls"));
+          },
+          "The forward count that, with the seed, draws the next forward's rotations")
+      .def(
+          "forward",
+          [](S& s, const py::handle& qk, const py::handle& v, const py::object& causal) {
+            LayerForward<T, S> call(s, "LSHAttention.forward");
+            const char* who = call.who();
+            const bool c = check_setting(Limit::flag(), who, "causal", causal).cast<bool>();
+            auto Q = as_floats<T>(qk, who, "qk", 4), V = as_floats<T>(v, who, "v", 4);
+            const Index B = Q.shape(0), H = Q.shape(1), Tn = Q.shape(2), dk = Q.shape(3);
+            if (V.shape(0) != B || V.shape(1) != H || V.shape(2) != Tn || V.shape(3) != dk || B == 0 || H == 0 ||
+                Tn == 0 || dk == 0)
+              throw py::value_error(concat(who, ": expected non-empty qk and v of one shape (B, H, T, d); got qk ",
+                                           describe(Q), ", v ", describe(V)));
+            if (Tn > std::numeric_limits<std::int32_t>::max())
+              throw py::value_error(concat(who, ": length ", Tn, " is beyond 2**31 - 1 positions"));
+            call.finite_kept(Q, "qk");  // backward reads both again
+            call.finite_kept(V, "v");
+            const auto dbl = [](Index x) { return static_cast<double>(x); };
+            const double heads = dbl(B * H * Tn * dk);  // the output and the two gradients
+            call.check_memory_bytes(concat(B, "x", H, " heads of length ", Tn),
+                                    (lsh_kernel_elements(dbl(B), dbl(H), dbl(Tn), dbl(dk), dbl(s.layer.n_hashes()),
+                                                         dbl(s.layer.buckets_for(Tn)),
+                                                         dbl(std::min(s.layer.chunk(), Tn)), dbl(get_num_threads())) +
+                                     3 * heads) *
+                                        sizeof(T));
+            const Matrix<T>& out = call.run({B, H, Tn, dk}, [&]() -> const Matrix<T>& {
+              s.out.resize(B * H * Tn, dk);
+              const HeadStrides heads_strides{H * Tn * dk, Tn * dk, dk};
+              s.layer.forward(Q.data(), heads_strides, V.data(), heads_strides, B, H, Tn, dk, c, s.out.data(),
+                              heads_strides);
+              return s.out;
+            });
+            return copy_out<T>(out.data(), {B, H, Tn, dk});
+          },
+          py::arg("qk"), py::arg("v"), py::arg("causal") = false,
+          "qk (B, H, T, d): the shared queries and keys (the keys are their unit vectors), v (B, H, T, d) -> "
+          "(B, H, T, d)")
+      .def(
+          "backward",
+          [](S& s, const py::handle& dout) {
+            LayerBackward<T, S> call(s, "LSHAttention.backward");
+            const Index B = s.lead[0], H = s.lead[1], Tn = s.lead[2], dk = s.lead[3];
+            auto dO = as_floats<T>(dout, call.who(), "dout", 4);
+            if (dO.shape(0) != B || dO.shape(1) != H || dO.shape(2) != Tn || dO.shape(3) != dk)
+              throw py::value_error(concat(call.who(), ": dout must have the output's shape (", B, ", ", H, ", ", Tn,
+                                           ", ", dk, "), got ", describe(dO)));
+            check_finite_input(dO.data(), static_cast<Index>(dO.size()), call.who(), "dout");
+            call.run([&] {
+              s.dq.resize(B * H * Tn, dk);
+              s.dv.resize(B * H * Tn, dk);
+              const HeadStrides heads_strides{H * Tn * dk, Tn * dk, dk};
+              s.layer.backward(dO.data(), heads_strides, s.dq.data(), heads_strides, s.dv.data(), heads_strides);
+            });
+            call.check_gradient(s.dq, "gradient of qk");
+            call.check_gradient(s.dv, "gradient of v");
+            return py::make_tuple(copy_out<T>(s.dq.data(), {B, H, Tn, dk}), copy_out<T>(s.dv.data(), {B, H, Tn, dk}));
+          },
+          py::arg("dout"), "dout (B, H, T, d) -> (dqk, dv)")
+      .def(
+          "buckets",
+          [](S& s) {
+            check_idle(s.busy, "LSHAttention.buckets", "layer");
+            if (!s.has_forward) throw std::runtime_error("LSHAttention.buckets: call forward() first");
+            const L& l = s.layer;
+            py::array_t<std::int64_t> out(std::vector<py::ssize_t>{l.batch(), l.heads(), l.n_hashes(), l.length()});
+            std::copy(l.buckets().begin(), l.buckets().end(), out.mutable_data());
+            return out;
+          },
+          "The buckets of the last forward, (B, H, n_hashes, T)")
+      .def("parameters", [](py::object) { return empty_parameters(); })
+      .def("zero_grad", [](S&) {});
+}
 
 template <typename T>
 void bind_lsh(py::module_& m) {
@@ -117,6 +234,8 @@ void bind_lsh(py::module_& m) {
 }  // namespace
 
 void bind_lsh_attention(py::module_& m) {
+  bind_lsh_heads<float>(m);
+  bind_lsh_heads<double>(m);
   bind_lsh<float>(m);
   bind_lsh<double>(m);
 }

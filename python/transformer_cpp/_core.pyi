@@ -1751,6 +1751,86 @@ class Transformer_float64:
     @step.setter
     def step(self, value: int) -> None: ...
 
+class LSHAttention_float32:
+    """
+    Reformer's LSH attention over given shared-QK heads and values (B, H, T, d_k): the kernel of LSHSelfAttention without its projections.
+    """
+    def __init__(self, chunk: int = 64, n_hashes: int = 4, n_buckets: int | None = None, seed: int = 0) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.float32]]:
+        """
+        dout (B, H, T, d) -> (dqk, dv)
+        """
+    def buckets(self) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        The buckets of the last forward, (B, H, n_hashes, T)
+        """
+    def forward(
+        self, qk: numpy.typing.ArrayLike, v: numpy.typing.ArrayLike, causal: bool = False
+    ) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        qk (B, H, T, d): the shared queries and keys (the keys are their unit vectors), v (B, H, T, d) -> (B, H, T, d)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def calls(self) -> int:
+        """
+        The forward count that, with the seed, draws the next forward's rotations
+        """
+    @calls.setter
+    def calls(self, value: int) -> None: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def n_buckets(self) -> int | None:
+        """
+        The number of buckets, or None: 2 * max(1, length // chunk) for each input
+        """
+    @property
+    def n_hashes(self) -> int: ...
+
+class LSHAttention_float64:
+    """
+    Reformer's LSH attention over given shared-QK heads and values (B, H, T, d_k): the kernel of LSHSelfAttention without its projections.
+    """
+    def __init__(self, chunk: int = 64, n_hashes: int = 4, n_buckets: int | None = None, seed: int = 0) -> None: ...
+    def backward(
+        self, dout: numpy.typing.ArrayLike
+    ) -> tuple[numpy.typing.NDArray[numpy.float64], numpy.typing.NDArray[numpy.float64]]:
+        """
+        dout (B, H, T, d) -> (dqk, dv)
+        """
+    def buckets(self) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        The buckets of the last forward, (B, H, n_hashes, T)
+        """
+    def forward(
+        self, qk: numpy.typing.ArrayLike, v: numpy.typing.ArrayLike, causal: bool = False
+    ) -> numpy.typing.NDArray[numpy.float64]:
+        """
+        qk (B, H, T, d): the shared queries and keys (the keys are their unit vectors), v (B, H, T, d) -> (B, H, T, d)
+        """
+    def parameters(self) -> collections.OrderedDict[str, Parameter]: ...
+    def zero_grad(self) -> None: ...
+    @property
+    def calls(self) -> int:
+        """
+        The forward count that, with the seed, draws the next forward's rotations
+        """
+    @calls.setter
+    def calls(self, value: int) -> None: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def n_buckets(self) -> int | None:
+        """
+        The number of buckets, or None: 2 * max(1, length // chunk) for each input
+        """
+    @property
+    def n_hashes(self) -> int: ...
+
 class LSHSelfAttention_float32:
     """
     Reformer's LSH self-attention: shared-QK heads hashed by random rotations, sorted by bucket, attending within chunks and one chunk back, n_hashes rounds combined.

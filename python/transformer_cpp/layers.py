@@ -37,6 +37,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LSHAttention",
     "LSHSelfAttention",
     "Layer",
     "LayerNorm",
@@ -445,6 +446,32 @@ class LinearMultiHeadAttention(Layer):
     def step(self, x: np.ndarray, state: Any) -> np.ndarray:
         """One new position per sequence: ``x`` (rows, d_model) -> (rows, d_model); advances ``state``."""
         return cast(np.ndarray, self._core.step(x, state))
+
+
+class LSHAttention(Layer):
+    """Reformer's LSH attention over given heads: the kernel of :class:`LSHSelfAttention` without its
+    query, value and output projections, as :class:`TiledAttention` is for softmax attention.
+
+    ``forward(qk, v, causal=False)``: ``qk`` (B, H, T, d) are the shared queries and keys (the keys
+    are their unit vectors), ``v`` (B, H, T, d) the values; returns the output (B, H, T, d).
+    ``backward(dout)`` returns ``(dqk, dv)``. Hashing, chunks, rounds and masks are those of
+    :class:`LSHSelfAttention`; with the same ``seed`` and ``calls`` it draws the same rotations, so
+    its heads equal the layer's on the layer's projections. ``buckets()``: ``(B, H, n_hashes, T)``
+    of the last forward.
+    """
+
+    def __init__(
+        self, *, chunk: int = 64, n_hashes: int = 4, n_buckets: Any = None, seed: int = 0, dtype: Any = "float32"
+    ) -> None:
+        super().__init__(core_class("LSHAttention", dtype)(chunk, n_hashes, n_buckets, seed))
+        self._args = f"chunk={chunk}, n_hashes={n_hashes}, n_buckets={n_buckets}, dtype={_dtype_name(dtype)!r}"
+
+    def forward(self, qk: Any, v: Any, causal: bool = False) -> np.ndarray:
+        return cast(np.ndarray, self._core.forward(qk, v, causal))
+
+    def buckets(self) -> np.ndarray:
+        """The bucket of every position in the last forward, ``(B, H, n_hashes, T)``."""
+        return cast(np.ndarray, self._core.buckets())
 
 
 class LSHSelfAttention(Layer):

@@ -19,19 +19,24 @@
 
 namespace transformer {
 
+double lsh_kernel_elements(double B, double H, double T, double d_k, double n_hashes, double n_buckets, double chunk,
+                           double threads) {
+  // kept: keys, 1/||q||, lse, three int tables (counted as elements), each round's probabilities
+  // (T x 2 chunk) and log-partitions; backward: the keys' gradient
+  const double window = 2 * std::min(T, chunk), rows = B * H * T;
+  const double kept = rows * (d_k + 2) + 3 * rows * n_hashes + rows * n_hashes * (window + 1);
+  const double backward = rows * d_k;
+  const double rotations = n_hashes * H * d_k * n_buckets / 2;
+  const double hash_rows = std::min(T, static_cast<double>(tuning::kLshHashRows));
+  const double per_thread =
+      T * (7 * d_k + n_hashes + 2) + hash_rows * n_buckets / 2 + 3 * chunk * 2 * chunk + n_buckets;
+  return kept + backward + rotations + threads * per_thread;
+}
+
 double lsh_attention_elements(double rows, double B, double H, double T, double d, double n_hashes, double n_buckets,
                               double chunk, double threads) {
-  // kept: [Q|V], keys, ctx, output, 1/||q||, lse, three int tables (counted as elements), each
-  // round's probabilities (T x 2 chunk) and log-partitions; backward: [dQ|dV], dkeys, dx, dctx
-  const double window = 2 * std::min(T, chunk);
-  const double kept =
-      rows * (2 * d + 3 * d) + rows * H + B * H * T + 3 * B * H * n_hashes * T + B * H * n_hashes * T * (window + 1);
-  const double backward = rows * (2 * d + 3 * d);
-  const double dk = d / H;
-  const double rotations = n_hashes * d * n_buckets / 2;
-  const double hash_rows = std::min(T, static_cast<double>(tuning::kLshHashRows));
-  const double per_thread = T * (7 * dk + n_hashes + 2) + hash_rows * n_buckets / 2 + 3 * chunk * 2 * chunk + n_buckets;
-  return kept + backward + rotations + threads * per_thread;
+  // the kernel's, and [Q|V], the heads' outputs, the output; backward: [dQ|dV], dx, dctx
+  return lsh_kernel_elements(B, H, T, d / H, n_hashes, n_buckets, chunk, threads) + rows * 4 * d + rows * 4 * d;
 }
 
 namespace {
@@ -103,6 +108,18 @@ void scatter_add_sorted(const std::array<const T*, n_m>& from, const std::int32_
 }  // namespace
 
 template <typename T>
+LSHAttention<T>::LSHAttention(Index chunk, Index n_hashes, Index n_buckets, std::uint64_t seed, const char* who)
+    : chunk_(chunk), nh_(n_hashes), nb_setting_(n_buckets), hash_seed_(splitmix64(seed + 5)) {
+  TCPP_CHECK(chunk >= 1, who, ": chunk must be an integer >= 1, got ", chunk);
+  TCPP_CHECK(n_hashes >= 1 && n_hashes <= kMaxHashes, who, ": n_hashes must be an integer in [1, ", kMaxHashes,
+             "], got ", n_hashes);
+  TCPP_CHECK(n_buckets == 0 || (n_buckets >= 2 && n_buckets % 2 == 0 && n_buckets <= (Index(1) << 30)), who,
+             ": n_buckets must be an even integer in [2, 2**30] (h(x) = argmax([xR; -xR]) uses "
+             "n_buckets/2 rotations), or None to choose 2 * max(1, length // chunk), got ",
+             n_buckets);
+}
+
+template <typename T>
 LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk, Index n_hashes, Index n_buckets,
                                       std::uint64_t seed)
     // the whole layer's size is checked before its first weight is allocated
@@ -111,21 +128,11 @@ LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk,
            d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
       d_(d_model),
       h_(n_heads),
-      chunk_(chunk),
-      nh_(n_hashes),
-      nb_setting_(n_buckets),
-      hash_seed_(splitmix64(seed + 5)) {
+      dk_(n_heads > 0 ? d_model / n_heads : 0),
+      attn_(chunk, n_hashes, n_buckets, seed, "LSHSelfAttention") {
   TCPP_CHECK(d_model > 0 && n_heads > 0, "LSHSelfAttention: d_model and n_heads must be positive, got ", d_model,
              " and ", n_heads);
   TCPP_CHECK(d_model % n_heads == 0, "LSHSelfAttention: d_model ", d_model, " is not divisible by n_heads ", n_heads);
-  TCPP_CHECK(chunk >= 1, "LSHSelfAttention: chunk must be an integer >= 1, got ", chunk);
-  TCPP_CHECK(n_hashes >= 1 && n_hashes <= kMaxHashes, "LSHSelfAttention: n_hashes must be an integer in [1, ",
-             kMaxHashes, "], got ", n_hashes);
-  TCPP_CHECK(n_buckets == 0 || (n_buckets >= 2 && n_buckets % 2 == 0 && n_buckets <= (Index(1) << 30)),
-             "LSHSelfAttention: n_buckets must be an even integer in [2, 2**30] (h(x) = argmax([xR; -xR]) uses "
-             "n_buckets/2 rotations), or None to choose 2 * max(1, length // chunk), got ",
-             n_buckets);
-  dk_ = d_model / n_heads;
   // W_q, W_v and W_o come from the streams MultiHeadAttention uses for W_q, W_v and W_o, so the
   // two layers built with one seed start from the same projections
   w_in_.resize(2 * d_, d_);
@@ -142,12 +149,12 @@ LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk,
 }
 
 template <typename T>
-Index LSHSelfAttention<T>::buckets_for(Index T_len) const {
+Index LSHAttention<T>::buckets_for(Index T_len) const {
   return nb_setting_ > 0 ? nb_setting_ : 2 * std::max<Index>(1, T_len / chunk_);
 }
 
 template <typename T>
-typename LSHSelfAttention<T>::Scratch& LSHSelfAttention<T>::scratch() {
+typename LSHAttention<T>::Scratch& LSHAttention<T>::scratch() {
   return scratch_[static_cast<size_t>(thread_id())];
 }
 
@@ -155,9 +162,9 @@ typename LSHSelfAttention<T>::Scratch& LSHSelfAttention<T>::scratch() {
 // counter-based uniforms (hash seed, stream 1, calls, 2e) and (..., 2e + 1), the same numbers
 // whatever the thread count.
 template <typename T>
-void LSHSelfAttention<T>::draw_rotations() {
+void LSHAttention<T>::draw_rotations() {
   const Index half = nb_ / 2;
-  rot_.resize(h_ * nh_ * dk_, half);
+  rot_.resize(H_ * nh_ * dk_, half);
   T* r = rot_.data();
   const Index n = rot_.size();
   const std::uint64_t counter = calls_;
@@ -172,15 +179,16 @@ void LSHSelfAttention<T>::draw_rotations() {
 
 // Keys, buckets and the sort of one (sequence, head) for every round.
 template <typename T>
-void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
-  const Index Tn = T_, d = d_, half = nb_ / 2, bh = b * h_ + h;
-  ConstStridedMap<T> Q(qv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
-  StridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));             // (T, d_k)
+void LSHAttention<T>::hash_item(Index b, Index h, Scratch& s) {
+  const Index Tn = T_, half = nb_ / 2, bh = b * H_ + h;
+  ConstStridedMap<T> Q(head(q_, qs_, b, h), Tn, dk_, Eigen::OuterStride<>(qs_.row));  // (T, d_k)
+  MatrixMap<T> K(keys_.data() + bh * Tn * dk_, Tn, dk_);                              // (T, d_k)
+  T* inv_norm = inv_norm_.data() + bh * Tn;
   // k_t = q_t / ||q_t||; a zero q gives k = 0 (and no gradient through the norm)
   for (Index t = 0; t < Tn; ++t) {
     const T n = Q.row(t).norm();
     const T inv = n > T(0) ? T(1) / n : T(0);
-    inv_norm_(b * Tn + t, h) = inv;
+    inv_norm[t] = inv;
     K.row(t) = Q.row(t) * inv;
   }
   // the rotated keys in blocks of rows: O(rows x n_buckets) scratch, not O(T x n_buckets)
@@ -194,7 +202,7 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
       const Index n = std::min(block, Tn - t0);
       // proj = K R_(h,r)                                               (n, n_buckets/2)
       MatrixMap<T> P(s.proj.data(), n, half);
-      block_product<T>(n, half, dk_, K.data() + t0 * d, d, false, R.data(), half, false, P.data(), half);
+      block_product<T>(n, half, dk_, K.data() + t0 * dk_, dk_, false, R.data(), half, false, P.data(), half);
       // h(k) = argmax([kR; -kR]): the first maximum of kR against the first minimum of kR, ties
       // to the first half (the first occurrence in the concatenation)
       for (Index t = 0; t < n; ++t) {
@@ -223,7 +231,7 @@ void LSHSelfAttention<T>::hash_item(Index b, Index h, Scratch& s) {
 }
 
 template <typename T>
-void LSHSelfAttention<T>::chunks_transposed(const Matrix<T>& x, std::vector<T>& xt) const {
+void LSHAttention<T>::chunks_transposed(const Matrix<T>& x, std::vector<T>& xt) const {
   // xt (T/m, d_k, m): block c is rows [c m, c m + m) of x transposed, m = min(chunk, T)
   const Index Tn = T_, m = std::min(chunk_, T_), blocks = (Tn + m - 1) / m;
   ensure(xt, blocks * dk_ * m);
@@ -235,7 +243,7 @@ void LSHSelfAttention<T>::chunks_transposed(const Matrix<T>& x, std::vector<T>& 
 }
 
 template <typename T>
-void LSHSelfAttention<T>::times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const {
+void LSHAttention<T>::times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const {
   // C (nq, nk) = A (nq, d_k) X_window^T: the window is the chunk before (if any) and chunk q0/m,
   // each a transposed block of xt (d_k, m) whose first rows are the chunk's
   const Index m = std::min(chunk_, T_), nk = q0 + nq - k0;
@@ -244,8 +252,8 @@ void LSHSelfAttention<T>::times_window_t(const T* a, const T* xt, Index q0, Inde
 }
 
 template <typename T>
-void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal,
-                                       T* S_out, Scratch& s) const {
+void LSHAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal,
+                                   T* S_out, Scratch& s) const {
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
   MatrixMap<T> S(S_out, nq, nk);
   MatrixMap<T> A(s.allowed.data(), nq, nk);
@@ -295,7 +303,7 @@ void LSHSelfAttention<T>::chunk_scores(const std::int32_t* perm, Index q0, Index
 }
 
 template <typename T>
-void LSHSelfAttention<T>::sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const {
+void LSHAttention<T>::sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const {
   // ck (n_hashes, T): ck[r, i] = the chunk of round r that position perm[i] is in
   const Index Tn = T_;
   for (Index i = 0; i < Tn; ++i) {
@@ -305,13 +313,13 @@ void LSHSelfAttention<T>::sorted_chunks(const std::int32_t* chunk_of, const std:
 }
 
 template <typename T>
-void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s) {
-  const Index Tn = T_, d = d_, m = std::min(chunk_, T_), bh = b * h_ + h;
-  ConstStridedMap<T> Q(qv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));      // (T, d_k)
-  ConstStridedMap<T> V(qv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
-  ConstStridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));            // (T, d_k)
-  StridedMap<T> O(ctx_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));                  // (T, d_k)
-  T* Z = lse_.data() + bh * Tn;                                                                           // (T)
+void LSHAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s) {
+  const Index Tn = T_, m = std::min(chunk_, T_), bh = b * H_ + h;
+  ConstStridedMap<T> Q(head(q_, qs_, b, h), Tn, dk_, Eigen::OuterStride<>(qs_.row));  // (T, d_k)
+  ConstStridedMap<T> V(head(v_, vs_, b, h), Tn, dk_, Eigen::OuterStride<>(vs_.row));  // (T, d_k)
+  ConstMatrixMap<T> K(keys_.data() + bh * Tn * dk_, Tn, dk_);                         // (T, d_k)
+  StridedMap<T> O(head(out_, os_, b, h), Tn, dk_, Eigen::OuterStride<>(os_.row));     // (T, d_k)
+  T* Z = lse_.data() + bh * Tn;                                                       // (T)
   O.setZero();
   std::fill(Z, Z + Tn, neg_inf<T>());
   s.q.resize(Tn, dk_);
@@ -326,7 +334,7 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
     T* probs = probs_.data() + (bh * nh_ + r) * Tn * 2 * m;  // this round's probabilities, kept
     T* z = round_lse_.data() + (bh * nh_ + r) * Tn;          // and log-partitions
-    gather_sorted<T, 3>({Q.data(), K.data(), V.data()}, {2 * d, d, 2 * d}, perm, Tn, dk_,
+    gather_sorted<T, 3>({Q.data(), K.data(), V.data()}, {qs_.row, dk_, vs_.row}, perm, Tn, dk_,
                         {s.q.data(), s.k.data(), s.v.data()});
     chunks_transposed(s.k, s.kt);
     sorted_chunks(chunk_of, perm, s);
@@ -376,6 +384,47 @@ void LSHSelfAttention<T>::forward_item(Index b, Index h, bool causal, Scratch& s
 }
 
 template <typename T>
+void LSHAttention<T>::forward(const T* q, HeadStrides qs, const T* v, HeadStrides vs, Index B, Index H, Index T_len,
+                              Index d_k, bool causal, T* out, HeadStrides os) {
+  TCPP_CHECK(B > 0 && H > 0 && T_len > 0 && d_k > 0, "LSHAttention: B, H, T and d_k must be positive, got ", B, ", ", H,
+             ", ", T_len, ", ", d_k);
+  TCPP_CHECK(T_len <= std::numeric_limits<std::int32_t>::max(), "LSHAttention: length ", T_len,
+             " is beyond the 2**31 - 1 positions the sort tables hold");
+  q_ = nullptr;  // no forward to go back through until this one is done
+  B_ = B;
+  H_ = H;
+  T_ = T_len;
+  dk_ = d_k;
+  nb_ = buckets_for(T_len);
+  qs_ = qs;
+  vs_ = vs;
+  os_ = os;
+  v_ = v;
+  out_ = out;
+  const Index items = B * H, rows = items * T_len;
+  keys_.resize(rows, d_k);
+  inv_norm_.resize(items, T_len);
+  lse_.resize(items, T_len);
+  const auto tables = static_cast<size_t>(items * nh_ * T_len);
+  bucket_.resize(tables);
+  perm_.resize(tables);
+  chunk_of_.resize(tables);
+  probs_.resize(items * nh_ * T_len, 2 * std::min(chunk_, T_len));
+  round_lse_.resize(items * nh_, T_len);
+  draw_rotations();
+  if (!freeze_) ++calls_;
+  if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
+  q_ = q;
+  // (sequence, head) items are independent; each is done by one thread in a fixed order
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+  for (Index it = 0; it < items; ++it) {
+    Scratch& s = scratch();
+    hash_item(it / H, it % H, s);
+    forward_item(it / H, it % H, causal, s);
+  }
+}
+
+template <typename T>
 const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) {
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "LSHSelfAttention: input has ", x.rows(),
              " rows, expected B*T = ", B, "*", T_len);
@@ -385,47 +434,32 @@ const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Inde
   x_ = nullptr;  // no forward to go back through until this one is done
   B_ = B;
   T_ = T_len;
-  nb_ = buckets_for(T_len);
-  draw_rotations();
-  if (!freeze_) ++calls_;
-  const Index rows = B * T_len, items = B * h_;
+  const Index rows = B * T_len;
   // [Q | V] = x [W_q; W_v]^T + [b_q | b_v]                              (B*T, 2d)
   qv_.resize(rows, 2 * d_);
   dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(qv_), b_in_.data());
-  keys_.resize(rows, d_);
-  inv_norm_.resize(rows, h_);
   ctx_.resize(rows, d_);
-  lse_.resize(items, T_len);
-  const auto tables = static_cast<size_t>(items * nh_ * T_len);
-  bucket_.resize(tables);
-  perm_.resize(tables);
-  chunk_of_.resize(tables);
-  probs_.resize(items * nh_ * T_len, 2 * std::min(chunk_, T_len));
-  round_lse_.resize(items * nh_, T_len);
-  if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
-  // (sequence, head) items are independent; each is done by one thread in a fixed order
-#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
-  for (Index it = 0; it < items; ++it) {
-    Scratch& s = scratch();
-    hash_item(it / h_, it % h_, s);
-    forward_item(it / h_, it % h_, causal, s);
-  }
+  // head h of sequence b: rows b*T + t, columns h*d_k of [Q | V] and of ctx
+  const HeadStrides in{T_len * 2 * d_, dk_, 2 * d_}, heads_out{T_len * d_, dk_, d_};
+  attn_.forward(qv_.data(), in, qv_.data() + d_, in, B, h_, T_len, dk_, causal, ctx_.data(), heads_out);
   x_ = x.data();
   return out_.forward(cmap(ctx_));
 }
 
 template <typename T>
-void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch& s) {
-  const Index Tn = T_, d = d_, m = std::min(chunk_, T_), bh = b * h_ + h;
+void LSHAttention<T>::backward_item(Index b, Index h, const T* dout, HeadStrides ds, T* dq, HeadStrides dqs, T* dv,
+                                    HeadStrides dvs, Scratch& s) {
+  const Index Tn = T_, m = std::min(chunk_, T_), bh = b * H_ + h;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
-  ConstStridedMap<T> Q(qv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));
-  ConstStridedMap<T> V(qv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));
-  ConstStridedMap<T> K(keys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));
-  ConstStridedMap<T> O(ctx_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));
-  ConstStridedMap<T> dO(dctx + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));                // (T, d_k)
-  StridedMap<T> dQ(dqv_.data() + b * Tn * 2 * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));      // (T, d_k)
-  StridedMap<T> dV(dqv_.data() + b * Tn * 2 * d + d + h * dk_, Tn, dk_, Eigen::OuterStride<>(2 * d));  // (T, d_k)
-  StridedMap<T> dK(dkeys_.data() + b * Tn * d + h * dk_, Tn, dk_, Eigen::OuterStride<>(d));            // (T, d_k)
+  ConstStridedMap<T> Q(head(q_, qs_, b, h), Tn, dk_, Eigen::OuterStride<>(qs_.row));    // (T, d_k)
+  ConstStridedMap<T> V(head(v_, vs_, b, h), Tn, dk_, Eigen::OuterStride<>(vs_.row));    // (T, d_k)
+  ConstStridedMap<T> O(head(out_, os_, b, h), Tn, dk_, Eigen::OuterStride<>(os_.row));  // (T, d_k)
+  ConstStridedMap<T> dO(head(dout, ds, b, h), Tn, dk_, Eigen::OuterStride<>(ds.row));   // (T, d_k)
+  StridedMap<T> dQ(head(dq, dqs, b, h), Tn, dk_, Eigen::OuterStride<>(dqs.row));        // (T, d_k)
+  StridedMap<T> dV(head(dv, dvs, b, h), Tn, dk_, Eigen::OuterStride<>(dvs.row));        // (T, d_k)
+  ConstMatrixMap<T> K(keys_.data() + bh * Tn * dk_, Tn, dk_);                           // (T, d_k)
+  MatrixMap<T> dK(dkeys_.data() + bh * Tn * dk_, Tn, dk_);                              // (T, d_k)
+  const T* inv_norm = inv_norm_.data() + bh * Tn;
   const T* Z = lse_.data() + bh * Tn;
   dQ.setZero();
   dV.setZero();
@@ -453,7 +487,7 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
     const std::int32_t* perm = perm_.data() + (bh * nh_ + r) * Tn;
     const T* probs = probs_.data() + (bh * nh_ + r) * Tn * 2 * m;  // the forward's P_r
     const T* zr = round_lse_.data() + (bh * nh_ + r) * Tn;         // and z_r
-    gather_sorted<T, 4>({Q.data(), K.data(), V.data(), dO.data()}, {2 * d, d, 2 * d, d}, perm, Tn, dk_,
+    gather_sorted<T, 4>({Q.data(), K.data(), V.data(), dO.data()}, {qs_.row, dk_, vs_.row, ds.row}, perm, Tn, dk_,
                         {s.q.data(), s.k.data(), s.v.data(), s.o.data()});
     chunks_transposed(s.v, s.vt);
     for (Index i = 0; i < Tn; ++i) {
@@ -496,30 +530,49 @@ void LSHSelfAttention<T>::backward_item(Index b, Index h, const T* dctx, Scratch
       block_product<T>(nk, dk_, nq, dP.data(), nk, true, s.q.data() + q0 * dk_, dk_, true, s.dk.data() + k0 * dk_, dk_);
     }
     scatter_add_sorted<T, 3>({s.dq.data(), s.dk.data(), s.dv.data()}, perm, Tn, dk_, {dQ.data(), dK.data(), dV.data()},
-                             {2 * d, d, 2 * d});
+                             {dqs.row, dk_, dvs.row});
   }
   for (Index t = 0; t < Tn; ++t) {
     // a query that attended to itself only: o = v
     if (Z[t] == neg_inf<T>()) dV.row(t) += dO.row(t);
     // k = q / ||q||: dk/dq = (I - k k^T) / ||q||, so dq += (dk - k (k . dk)) / ||q||
-    const T inv = inv_norm_(b * Tn + t, h);
+    const T inv = inv_norm[t];
     dQ.row(t) += (dK.row(t) - K.row(t) * K.row(t).dot(dK.row(t))) * inv;
   }
 }
 
 template <typename T>
+void LSHAttention<T>::backward(const T* dout, HeadStrides ds, T* dq, HeadStrides dqs, T* dv, HeadStrides dvs) {
+  if (q_ == nullptr) throw std::runtime_error("LSHAttention: backward() called before forward()");
+  const Index items = B_ * H_;
+  dkeys_.resize(items * T_, dk_);
+  if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+  for (Index it = 0; it < items; ++it) backward_item(it / H_, it % H_, dout, ds, dq, dqs, dv, dvs, scratch());
+}
+
+template <typename T>
+void LSHAttention<T>::release() {
+  q_ = v_ = out_ = nullptr;
+  for (Matrix<T>* m : {&keys_, &inv_norm_, &lse_, &probs_, &round_lse_, &dkeys_}) m->resize(0, 0);
+  for (std::vector<std::int32_t>* t : {&bucket_, &perm_, &chunk_of_}) {
+    t->clear();
+    t->shrink_to_fit();
+  }
+  scratch_.clear();
+}
+
+template <typename T>
 const Matrix<T>& LSHSelfAttention<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("LSHSelfAttention: backward() called before forward()");
-  const Index rows = B_ * T_, items = B_ * h_;
+  const Index rows = B_ * T_;
   TCPP_CHECK(dout.rows() == rows && dout.cols() == d_, "LSHSelfAttention: backward got dout of shape (", dout.rows(),
              ", ", dout.cols(), "), expected (", rows, ", ", d_, ")");
   // output projection: dctx = dout W_o                                  (B*T, d)
   const Matrix<T>& dctx = out_.backward(dout);
   dqv_.resize(rows, 2 * d_);
-  dkeys_.resize(rows, d_);
-  if (static_cast<int>(scratch_.size()) < max_threads()) scratch_.resize(static_cast<size_t>(max_threads()));
-#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
-  for (Index it = 0; it < items; ++it) backward_item(it / h_, it % h_, dctx.data(), scratch());
+  const HeadStrides heads_in{T_ * 2 * d_, dk_, 2 * d_}, heads_out{T_ * d_, dk_, d_};
+  attn_.backward(dctx.data(), heads_out, dqv_.data(), heads_in, dqv_.data() + d_, heads_in);
   // forward was [Q|V] = x [W_q; W_v]^T + b, so d[W_q; W_v] += d[Q|V]^T x, db += column sums,
   // dx = d[Q|V] [W_q; W_v]
   ConstMatrixMap<T> x(x_, rows, d_);
@@ -555,18 +608,13 @@ void LSHSelfAttention<T>::zero_grad() {
 template <typename T>
 void LSHSelfAttention<T>::release() {
   x_ = nullptr;
-  for (Matrix<T>* m : {&qv_, &keys_, &inv_norm_, &ctx_, &lse_, &probs_, &round_lse_, &dqv_, &dkeys_, &dx_})
-    m->resize(0, 0);
-  bucket_.clear();
-  perm_.clear();
-  chunk_of_.clear();
-  bucket_.shrink_to_fit();
-  perm_.shrink_to_fit();
-  chunk_of_.shrink_to_fit();
-  scratch_.clear();
+  for (Matrix<T>* m : {&qv_, &ctx_, &dqv_, &dx_}) m->resize(0, 0);
+  attn_.release();
   out_.release();
 }
 
+template class LSHAttention<float>;
+template class LSHAttention<double>;
 template class LSHSelfAttention<float>;
 template class LSHSelfAttention<double>;
 

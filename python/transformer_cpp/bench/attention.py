@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..layers import LinearAttention, LSHSelfAttention, TiledAttention
+from ..layers import LinearAttention, LSHAttention, TiledAttention
 from .machine import THREAD_ENV, log, machine_facts, set_all_threads
 from .memory import peak_rss
 from .per_token import (
@@ -149,15 +149,14 @@ LSH_CHUNK = 64
 
 
 def _lsh(s: AttentionShapes, n: int, seed: int) -> Step:
-    # The layer, with its query/value/output projections (shared QK has no separate key input), on
-    # (batch, n, heads * d_head): a little more work than the kernels of the other kinds.
-    d_model = s.heads * s.d_head
-    x = np.random.default_rng(seed).standard_normal((s.batch, n, d_model)).astype(np.float32)
-    layer = LSHSelfAttention(d_model, s.heads, chunk=LSH_CHUNK, n_hashes=LSH_HASHES, causal=s.causal, seed=seed)
+    # The kernel over given heads, like the other kinds: q doubles as the shared queries and keys
+    # (Reformer's shared QK), k is unused.
+    qk, _, v, dout = _qkv(s, n, seed)
+    kernel = LSHAttention(chunk=LSH_CHUNK, n_hashes=LSH_HASHES, seed=seed, dtype="float32")
 
     def step() -> None:
-        y = layer.forward(x)
-        layer.backward(np.ones_like(y))
+        kernel.forward(qk, v, causal=s.causal)
+        kernel.backward(dout)
 
     return step
 
@@ -181,7 +180,7 @@ KINDS: Dict[str, Kind] = {
     "softmax_tiled": Kind("softmax_tiled", "ours softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes),
     "torch_sdpa": Kind("torch_sdpa", "PyTorch SDPA", True, True, _torch_sdpa, _linear_bytes),
     "linear": Kind("linear", "ours linear", False, False, _linear, _linear_bytes),
-    "lsh": Kind("lsh", f"ours LSH ({LSH_HASHES} hashes, layer)", False, False, _lsh, _lsh_bytes),
+    "lsh": Kind("lsh", f"ours LSH ({LSH_HASHES} hashes)", False, False, _lsh, _lsh_bytes),
 }
 
 

@@ -45,37 +45,47 @@
 
 namespace transformer {
 
-// Elements of type T that an LSHSelfAttention forward and backward over `rows` = B*T rows keep
-// (projections, keys, outputs, gradients, the integer bucket tables counted as elements) plus the
-// per-thread scratch of `threads` threads: for the memory checks of the bindings.
+// Where head h of sequence b keeps its row t: at data + b * batch + h * head + t * row. A layer's
+// (B*T, H*d_k) rows are {T * width, d_k, width}; (B, H, T, d_k) heads are {H * T * d_k, T * d_k, d_k}.
+struct HeadStrides {
+  Index batch, head, row;
+};
+
+// Elements of type T that an LSHAttention forward and backward over B sequences of T positions and
+// H heads of d_k keep (keys and their gradient, 1/||q||, log-partitions, the integer tables counted
+// as elements, each round's probabilities, the rotations) plus the per-thread scratch of `threads`
+// threads: for the memory checks of the bindings.
+double lsh_kernel_elements(double B, double H, double T, double d_k, double n_hashes, double n_buckets, double chunk,
+                           double threads);
+// The same for an LSHSelfAttention over `rows` = B*T rows of width d: the kernel's, plus the
+// projections, the heads' outputs, the output and their gradients.
 double lsh_attention_elements(double rows, double B, double H, double T, double d, double n_hashes, double n_buckets,
                               double chunk, double threads);
 
+// The attention itself, over given shared-QK queries and values of B x H heads: no weights. The
+// layer below puts its projections around it; bound alone (Python's LSHAttention) it is the kernel
+// that `bench --attention` sets beside the exact kernels.
 template <typename T>
-class LSHSelfAttention : public SelfAttention<T> {
+class LSHAttention {
  public:
   // Rounds beyond this buy nothing (8 already nearly matches full attention, Reformer Fig. 4) and
   // each pair's duplicate count costs n_hashes.
   static constexpr Index kMaxHashes = 64;
 
   // n_buckets = 0: 2 * max(1, T / chunk) for a sequence of T positions (about one chunk per
-  // bucket, as trax chooses). Throws std::invalid_argument for d_model % n_heads != 0, chunk < 1,
-  // n_hashes < 1, or n_buckets odd or < 2 (other than 0).
-  LSHSelfAttention(Index d_model, Index n_heads, Index chunk = 64, Index n_hashes = 4, Index n_buckets = 0,
-                   std::uint64_t seed = 0);
+  // bucket, as trax chooses). Throws std::invalid_argument for chunk < 1, n_hashes outside
+  // [1, kMaxHashes], or n_buckets odd or < 2 (other than 0), its message starting with `who`.
+  LSHAttention(Index chunk = 64, Index n_hashes = 4, Index n_buckets = 0, std::uint64_t seed = 0,
+               const char* who = "LSHAttention");
 
-  // x (B*T_len, d) -> (B*T_len, d). x must stay alive and unchanged until backward().
-  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override;
-  // dout (B*T_len, d) -> dx (B*T_len, d); parameter gradients accumulate.
-  const Matrix<T>& backward(ConstMatrixMap<T> dout) override;
+  // q: the shared queries and keys, v: the values, each (B, H, T, d_k) in its strides; writes the
+  // output (B, H, T, d_k) at `out`. q, v and out must stay alive and unchanged until backward().
+  void forward(const T* q, HeadStrides qs, const T* v, HeadStrides vs, Index B, Index H, Index T_len, Index d_k,
+               bool causal, T* out, HeadStrides os);
+  // dout (B, H, T, d_k) -> dq and dv (assigned), each in its strides.
+  void backward(const T* dout, HeadStrides ds, T* dq, HeadStrides dqs, T* dv, HeadStrides dvs);
+  void release();
 
-  ParameterList<T> parameters() override;  // query, value, output . weight/bias
-  void zero_grad() override;
-  void release() override;
-
-  Index d_model() const override { return d_; }
-  Index n_heads() const override { return h_; }
-  Index d_k() const { return dk_; }
   Index chunk() const { return chunk_; }
   Index n_hashes() const { return nh_; }
   Index n_buckets() const { return nb_setting_; }  // 0: chosen from the length
@@ -87,18 +97,16 @@ class LSHSelfAttention : public SelfAttention<T> {
   bool freeze_hash() const { return freeze_; }
   void set_freeze_hash(bool f) { freeze_ = f; }
 
-  bool has_forward() const { return x_ != nullptr; }
+  bool has_forward() const { return q_ != nullptr; }
   Index batch() const { return B_; }
+  Index heads() const { return H_; }
   Index length() const { return T_; }
+  Index d_k() const { return dk_; }
   Index last_n_buckets() const { return nb_; }
   // The rotations of the last forward: (H * n_hashes * d_k, n_buckets/2) = (H, n_hashes, d_k, n_buckets/2).
   const Matrix<T>& rotations() const { return rot_; }
   // The buckets of the last forward: (B, H, n_hashes, T) flattened.
   const std::vector<std::int32_t>& buckets() const { return bucket_; }
-
-  Matrix<T> w_in_, dw_in_;     // (2d, d): rows [W_q; W_v]
-  RowVector<T> b_in_, db_in_;  // (2d)
-  Linear<T> out_;              // W_o (d, d)
 
  private:
   // Buffers of one (sequence, head) item, one set per thread, resized only when shapes grow.
@@ -116,36 +124,42 @@ class LSHSelfAttention : public SelfAttention<T> {
     std::vector<T> met;               // (2 chunk) the rounds in which a query meets each key of its window
   };
 
+  // The rows of head h of sequence b in strides st, from base.
+  static const T* head(const T* base, HeadStrides st, Index b, Index h) { return base + b * st.batch + h * st.head; }
+  static T* head(T* base, HeadStrides st, Index b, Index h) { return base + b * st.batch + h * st.head; }
+
   void draw_rotations();
   void hash_item(Index b, Index h, Scratch& s);
   void forward_item(Index b, Index h, bool causal, Scratch& s);
-  void backward_item(Index b, Index h, const T* dctx, Scratch& s);
-  // Scores of one chunk of round r against its window, masked and count-corrected:
-  //   S (nq, nk) = Q_s[q0:q0+nq] K_s[k0:k0+nk]^T / sqrt(d_k) - log N, blocked pairs -inf.
-  //   allowed (nq, nk) = 1 where the pair is not blocked. perm: sorted index -> position of the round.
+  void backward_item(Index b, Index h, const T* dout, HeadStrides ds, T* dq, HeadStrides dqs, T* dv, HeadStrides dvs,
+                     Scratch& s);
   // xt = the chunks of x (T, d_k) transposed, each a contiguous (d_k, chunk) block
   void chunks_transposed(const Matrix<T>& x, std::vector<T>& xt) const;
   // C (nq, nk) = A (nq, d_k) X_window^T, X_window the rows [k0, q0 + nq) of x, from xt
   void times_window_t(const T* a, const T* xt, Index q0, Index nq, Index k0, T* c) const;
   // s.ck from chunk_of (T, n_hashes) for a round's order perm
   void sorted_chunks(const std::int32_t* chunk_of, const std::int32_t* perm, Scratch& s) const;
+  // Scores of one chunk of round r against its window, masked and count-corrected:
+  //   S (nq, nk) = Q_s[q0:q0+nq] K_s[k0:k0+nk]^T / sqrt(d_k) - log N, blocked pairs -inf.
+  //   allowed (nq, nk) = 1 where the pair is not blocked. perm: sorted index -> position of the round.
   // S is written at `S` (nq, nk contiguous), allowed into s.allowed.
   void chunk_scores(const std::int32_t* perm, Index q0, Index nq, Index k0, Index nk, bool causal, T* S,
                     Scratch& s) const;
 
-  Index d_, h_, dk_, chunk_, nh_, nb_setting_;
+  Index chunk_, nh_, nb_setting_;
   std::uint64_t hash_seed_;
   std::uint64_t calls_ = 0;
   bool freeze_ = false;
 
   // the last forward, kept for backward
-  const T* x_ = nullptr;  // (B*T, d) the caller's input
-  Index B_ = 0, T_ = 0, nb_ = 0;
+  const T* q_ = nullptr;  // the caller's queries, values and output, in their strides
+  const T* v_ = nullptr;
+  T* out_ = nullptr;
+  HeadStrides qs_{}, vs_{}, os_{};
+  Index B_ = 0, H_ = 0, T_ = 0, dk_ = 0, nb_ = 0;
   Matrix<T> rot_;                       // (H*n_hashes*d_k, n_buckets/2)
-  Matrix<T> qv_;                        // (B*T, 2d) = [Q | V]
-  Matrix<T> keys_;                      // (B*T, d) k = q / ||q|| per head
-  Matrix<T> inv_norm_;                  // (B*T, H) 1 / ||q|| (0 for q = 0)
-  Matrix<T> ctx_;                       // (B*T, d) the heads' combined outputs, before W_o
+  Matrix<T> keys_;                      // (B*H*T, d_k) k = q / ||q||, head by head
+  Matrix<T> inv_norm_;                  // (B*H, T) 1 / ||q|| (0 for q = 0)
   Matrix<T> lse_;                       // (B*H, T) log-partition over all rounds; -inf: attends to itself only
   std::vector<std::int32_t> bucket_;    // (B, H, n_hashes, T)
   std::vector<std::int32_t> perm_;      // (B, H, n_hashes, T) sorted index -> position
@@ -156,14 +170,64 @@ class LSHSelfAttention : public SelfAttention<T> {
   // buffer whose alignment changed from one allocation to the next would round differently.
   Matrix<T> probs_;
   Matrix<T> round_lse_;  // (B*H*n_hashes, T) each round's log-partitions z_r, sorted order
-
-  // backward
-  Matrix<T> dqv_;    // (B*T, 2d) = [dQ | dV]
-  Matrix<T> dkeys_;  // (B*T, d) gradient of the normalised keys
-  Matrix<T> dx_;     // (B*T, d)
+  Matrix<T> dkeys_;      // (B*H*T, d_k) backward: the gradient of the normalised keys
 
   std::vector<Scratch> scratch_;  // one per thread
   Scratch& scratch();
+};
+
+// The layer: x (B*T, d) -> [Q | V] = x [W_q; W_v]^T + b -> LSHAttention over H heads -> W_o.
+template <typename T>
+class LSHSelfAttention : public SelfAttention<T> {
+ public:
+  static constexpr Index kMaxHashes = LSHAttention<T>::kMaxHashes;
+
+  // Throws std::invalid_argument for d_model % n_heads != 0 and LSHAttention's.
+  LSHSelfAttention(Index d_model, Index n_heads, Index chunk = 64, Index n_hashes = 4, Index n_buckets = 0,
+                   std::uint64_t seed = 0);
+
+  // x (B*T_len, d) -> (B*T_len, d). x must stay alive and unchanged until backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override;
+  // dout (B*T_len, d) -> dx (B*T_len, d); parameter gradients accumulate.
+  const Matrix<T>& backward(ConstMatrixMap<T> dout) override;
+
+  ParameterList<T> parameters() override;  // query, value, output . weight/bias
+  void zero_grad() override;
+  void release() override;
+
+  Index d_model() const override { return d_; }
+  Index n_heads() const override { return h_; }
+  Index d_k() const { return dk_; }
+  Index chunk() const { return attn_.chunk(); }
+  Index n_hashes() const { return attn_.n_hashes(); }
+  Index n_buckets() const { return attn_.n_buckets(); }
+  Index buckets_for(Index T_len) const { return attn_.buckets_for(T_len); }
+
+  std::uint64_t calls() const { return attn_.calls(); }
+  void set_calls(std::uint64_t c) { attn_.set_calls(c); }
+  bool freeze_hash() const { return attn_.freeze_hash(); }
+  void set_freeze_hash(bool f) { attn_.set_freeze_hash(f); }
+
+  bool has_forward() const { return x_ != nullptr; }
+  Index batch() const { return attn_.batch(); }
+  Index length() const { return attn_.length(); }
+  Index last_n_buckets() const { return attn_.last_n_buckets(); }
+  const Matrix<T>& rotations() const { return attn_.rotations(); }
+  const std::vector<std::int32_t>& buckets() const { return attn_.buckets(); }
+
+  Matrix<T> w_in_, dw_in_;     // (2d, d): rows [W_q; W_v]
+  RowVector<T> b_in_, db_in_;  // (2d)
+  Linear<T> out_;              // W_o (d, d)
+
+ private:
+  Index d_, h_, dk_;
+  LSHAttention<T> attn_;
+  const T* x_ = nullptr;  // (B*T, d) the caller's input, kept for backward
+  Index B_ = 0, T_ = 0;
+  Matrix<T> qv_;   // (B*T, 2d) = [Q | V]
+  Matrix<T> ctx_;  // (B*T, d) the heads' outputs, before W_o
+  Matrix<T> dqv_;  // (B*T, 2d) = [dQ | dV]
+  Matrix<T> dx_;   // (B*T, d)
 };
 
 }  // namespace transformer
