@@ -1,7 +1,7 @@
 """``transformer-cpp bench --attention``: a ``--quick --json`` run in a subprocess (every kind at
 every quick length, positive times and memory, the table's shape; the generation, depth and
 Transformer-XL sections' fields and tables), the crossover helper, the table of kinds, and the pure
-functions of the other sections (per-position medians, flatness, growth, the tables on made-up
+functions of the other sections (per-position times, flatness, growth, the tables on made-up
 results). No timing assertions."""
 
 from __future__ import annotations
@@ -149,12 +149,13 @@ def test_quick_run_names_the_machine_and_date(quick_run):
     assert stdout.splitlines()[0].startswith(results["machine"]["cpu"])
 
 
-def test_per_position_takes_the_median_of_a_window_inside_the_run():
+def test_per_position_takes_the_fastest_step_of_a_window_inside_the_run():
     steps = [10.0, 1.0, 2.0, 3.0, 4.0, 50.0, 6.0, 7.0]  # position i + 1
     got = per_token.per_position(steps, [1, 4, 8], window=3)
-    assert got == {1: 2.0, 4: 3.0, 8: 7.0}  # [10, 1, 2], [2, 3, 4], [50, 6, 7]
+    assert got == {1: 1.0, 4: 2.0, 8: 6.0}  # [10, 1, 2], [2, 3, 4], [50, 6, 7]
     assert per_token.per_position(steps, [5], window=1) == {5: 4.0}
-    assert per_token.per_position(steps, [2], window=100) == {2: 5.0}  # the whole run
+    assert per_token.per_position(steps, [6], window=1) == {6: 50.0}
+    assert per_token.per_position(steps, [2], window=100) == {2: 1.0}  # the whole run
     with pytest.raises(ValueError, match="outside the run"):
         per_token.per_position(steps, [9], window=3)
     with pytest.raises(ValueError, match="window"):
