@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 
 from transformer_cpp.bench import attention as bench_attention
@@ -109,6 +110,7 @@ def test_quick_run_has_the_generation_section(quick_run):
         assert sorted(int(p) for p in c["us_per_token"]) == sorted(s.positions), kind
         assert all(math.isfinite(t) and t > 0 for t in c["us_per_token"].values()), c
         assert c["flatness"] == pytest.approx(per_token.flatness(c["us_per_token"]))
+        assert c["partner_us"] > 0 and sorted(c["fastest_us_per_token"]) == sorted(c["us_per_token"])
         assert c["total_ms"] > 0 and c["total_ms"] == min(c["total_ms_all"])
         curve = c["curve_us"]
         assert curve[0][0] == 1 and curve[-1][0] == max(s.positions) and len(curve) <= s.curve_points
@@ -160,6 +162,22 @@ def test_per_position_takes_the_fastest_step_of_a_window_inside_the_run():
         per_token.per_position(steps, [9], window=3)
     with pytest.raises(ValueError, match="window"):
         per_token.per_position(steps, [1], window=0)
+
+
+def test_paired_per_position_divides_out_what_slows_both_steps():
+    # three runs of 8 steps; the own steps grow with the position, and in run 1 a slow spell
+    # doubles every step of the second half, own and partner alike
+    own = np.tile(np.arange(1.0, 9.0) * 10, (3, 1))
+    partner = np.full((3, 8), 5.0)
+    own[1, 4:] *= 2
+    partner[1, 4:] *= 2
+    partner[2, 0] = 4.0  # the partners' fastest step of all
+    got = per_token.paired_per_position(own, partner, [1, 8], window=2)
+    # position 1: windows [10, 20] over [5, 5] (run 2: [4, 5]) -> ratios 2, 2, 2.5, median 2; x 4
+    # position 8: windows [70, 80] over [5, 5], in run 1 [140, 160] over [10, 10] -> 14 in every run
+    assert got == {1: pytest.approx(8.0), 8: pytest.approx(56.0)}
+    with pytest.raises(ValueError, match="one shape"):
+        per_token.paired_per_position(own, partner[:2], [1], window=2)
 
 
 def test_flatness():

@@ -8,13 +8,19 @@ fixed size, ``S`` (d_head, d_head) and ``z`` (d_head) per head: the same time at
 The model has one block, ``d_model`` 256, 4 heads of ``d_head`` 64 and ``d_ff`` 1024, and a
 vocabulary of 64 characters: one block because the attention is what differs between the two and
 every further block adds the same attention work again; ``d_head`` 64 as the papers; a small
-vocabulary so that the output projection (the same for both) does not hide the attention. Every
-step is timed; the time at a position is the fastest of the ``window`` steps around it over all
-``repeats`` runs. A step takes tens of microseconds, and on a shared machine the other tenants
-slow whole stretches of a run (hundreds of milliseconds) by 10-30%; the fastest step is what the
-step costs when nothing else interferes (as :mod:`timeit` advises for the same reason), and it
-keeps a growth in the step's work (the key/value cache's) that a median would show as well. ``flatness`` is the largest over the smallest of those per-position times; the
-total is the time of the first ``total_steps`` steps of the fastest run.
+vocabulary so that the output projection (the same for both) does not hide the attention.
+
+A step takes tens of microseconds, and on a shared machine the other tenants slow whole stretches
+of a run, for a second or more, by 10-50%: long enough that the fastest of several runs can still
+be slow at some positions and not at others, which would read as growth. So every step is paired
+with a step of a *partner*, an identical model whose generation restarts every ``window`` steps
+(it stays at positions 1 ... ``window``), timed right after it: both see the same spell. In each
+run, a position's ratio is the fastest of the ``window`` steps around it over the fastest of
+their partners; over the ``repeats`` runs the median ratio, times the partner's fastest step of
+all, is the time at that position: what the step costs when nothing else interferes, with any
+growth of its work (the key/value cache's) kept. ``flatness`` is the largest over the smallest of
+those per-position times; the total is the time of the first ``total_steps`` steps of the fastest
+run, partners not counted.
 
 **Transformer-XL evaluation** (:func:`bench_xl`): a :class:`~transformer_cpp.layers.RelativeMultiHeadAttention`
 layer evaluating one new token with an attention length of ``length`` positions. With state
@@ -63,6 +69,7 @@ __all__ = [
     "format_generation_table",
     "format_xl_table",
     "main",
+    "paired_per_position",
     "per_position",
 ]
 
@@ -80,11 +87,10 @@ class GenerationShapes:
     heads: int = 4
     d_ff: int = 1024
     vocab: int = 64
-    window: int = 64  # steps around a position; the fastest of them over all runs is its time
+    window: int = 64  # steps around a position, and the partner's positions (see the module docstring)
     curve_points: int = 64  # positions of the per-token curve kept in the results (for a figure)
-    # full runs; each position keeps its fastest step. A shared machine's slower spells last
-    # hundreds of milliseconds, about one run of linear attention: with nine runs one of them
-    # finds each window unhindered (about 2 s for linear attention, 7 s for softmax).
+    # full runs, each position's ratio to its partners the median of them (about 4 s for linear
+    # attention, 10 s for softmax)
     repeats: int = 9
 
 
@@ -108,6 +114,13 @@ FULL_XL = XLShapes()
 QUICK_XL = XLShapes(length=32, d_model=32, heads=2, tokens=5, recomputes=1, repeats=1)
 
 
+def _window(n: int, p: int, window: int) -> slice:
+    """The ``window`` steps centred on (1-based) position ``p``, shifted to stay within ``n`` steps."""
+    w = min(window, n)
+    start = min(max(p - 1 - w // 2, 0), n - w)
+    return slice(start, start + w)
+
+
 def per_position(
     step_us: Union[Sequence[float], np.ndarray], positions: Sequence[int], window: int
 ) -> Dict[int, float]:
@@ -120,10 +133,26 @@ def per_position(
     for p in positions:
         if not 1 <= p <= n:
             raise ValueError(f"position {p} is outside the run's positions 1 ... {n}")
-        w = min(window, n)
-        start = min(max(p - 1 - w // 2, 0), n - w)
-        out[int(p)] = float(np.min(np.asarray(step_us[start : start + w], dtype=float)))
+        out[int(p)] = float(np.min(np.asarray(step_us[_window(n, p, window)], dtype=float)))
     return out
+
+
+def paired_per_position(
+    runs_us: np.ndarray, partners_us: np.ndarray, positions: Sequence[int], window: int
+) -> Dict[int, float]:
+    """The time at each position from runs (repeats, n) whose every step was timed beside a
+    partner's step (same shape): per run the fastest step of the window around the position over
+    the fastest partner step of the same window, the median of that ratio over the runs, times the
+    fastest partner step of all."""
+    runs_us, partners_us = np.asarray(runs_us, dtype=float), np.asarray(partners_us, dtype=float)
+    if runs_us.ndim != 2 or runs_us.shape != partners_us.shape:
+        raise ValueError(
+            f"runs and partners must be (repeats, steps) of one shape, got {runs_us.shape} and {partners_us.shape}"
+        )
+    own = [per_position(r, positions, window) for r in runs_us]
+    partner = [per_position(r, positions, window) for r in partners_us]
+    best = float(partners_us.min())
+    return {p: float(np.median([o[p] / q[p] for o, q in zip(own, partner)])) * best for p in own[0]}
 
 
 def flatness(times: Mapping[Any, float]) -> Optional[float]:
@@ -140,7 +169,8 @@ def _curve_positions(n: int, points: int) -> List[int]:
 
 def child_generation(kind: str, s: GenerationShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
     """In a fresh process: ``repeats`` generation runs of ``max(positions)`` steps with a one-block
-    language model of attention ``kind``; per position the fastest step around it, the fastest run's total."""
+    language model of attention ``kind``, each step paired with a partner's (see the module
+    docstring); the time at each position, the fastest run's total."""
     if kind not in GENERATION_KINDS:
         raise ValueError(f"kind must be one of {', '.join(GENERATION_KINDS)}, got {kind!r}")
     set_all_threads(threads)
@@ -148,41 +178,55 @@ def child_generation(kind: str, s: GenerationShapes, threads: int, seed: int = 0
     n = max(s.positions)
     if s.total_steps > n:
         raise ValueError(f"total_steps ({s.total_steps}) must not exceed the last position ({n})")
-    model = LanguageModel(
-        s.vocab,
-        d_model=s.d_model,
-        n_layers=1,
-        n_heads=s.heads,
-        d_ff=s.d_ff,
-        dropout=0.0,
-        attention=kind,
-        max_len=n,
-        seed=seed,
-    )
+    if s.window < 1:
+        raise ValueError(f"window must be >= 1, got {s.window}")
+
+    def build() -> LanguageModel:
+        return LanguageModel(
+            s.vocab,
+            d_model=s.d_model,
+            n_layers=1,
+            n_heads=s.heads,
+            d_ff=s.d_ff,
+            dropout=0.0,
+            attention=kind,
+            max_len=n,
+            seed=seed,
+        )
+
+    model, partner = build(), build()  # the partner restarts every window steps: positions 1 ... window
+    w = min(s.window, n)
     tokens = np.random.default_rng(seed).integers(1, s.vocab, size=(n, 1)).astype(np.int64)
     model.start_generation(1, n)  # untimed: first touch of the caches, lazy initialisation
-    for i in range(min(n, 2 * s.window)):
+    partner.start_generation(1, w)
+    for i in range(w):
         model.generation_step(tokens[i])
+        partner.generation_step(tokens[i])
     curve_at = _curve_positions(n, s.curve_points)
-    best: Dict[int, float] = {}
-    curve: Dict[int, float] = {}
-    totals: List[float] = []
-    for _ in range(s.repeats):
+    runs = np.empty((s.repeats, n))
+    partners = np.empty((s.repeats, n))
+    for r in range(s.repeats):
         model.start_generation(1, n)
-        step_us = np.empty(n)
         for i in range(n):
+            if i % w == 0:
+                partner.start_generation(1, w)
             t0 = time.perf_counter()
             model.generation_step(tokens[i])
-            step_us[i] = 1e6 * (time.perf_counter() - t0)
-        totals.append(float(step_us[: s.total_steps].sum()) / 1000.0)
-        for p, t in per_position(step_us, s.positions, s.window).items():
-            best[p] = min(t, best.get(p, t))
-        for p, t in per_position(step_us, curve_at, s.window).items():
-            curve[p] = min(t, curve.get(p, t))
+            t1 = time.perf_counter()
+            partner.generation_step(tokens[i % w])
+            t2 = time.perf_counter()
+            runs[r, i] = 1e6 * (t1 - t0)
+            partners[r, i] = 1e6 * (t2 - t1)
+    best = paired_per_position(runs, partners, s.positions, w)
+    curve = paired_per_position(runs, partners, curve_at, w)
+    fastest = {p: min(per_position(run, [p], w)[p] for run in runs) for p in s.positions}
+    totals = [float(run[: s.total_steps].sum()) / 1000.0 for run in runs]
     peak, _ = peak_rss()
     return {
         "kind": kind,
         "us_per_token": {str(p): t for p, t in best.items()},
+        "fastest_us_per_token": {str(p): t for p, t in fastest.items()},  # unpaired: the fastest step around it
+        "partner_us": float(partners.min()),
         "curve_us": [[p, t] for p, t in sorted(curve.items())],
         "flatness": flatness(best),
         "total_ms": min(totals),
@@ -253,7 +297,7 @@ def bench_generation(
     """Both kinds, each in a child process; ``speedup``: softmax's total time over linear's."""
     out: Dict[str, Any] = {
         "method": "a one-block language model generating one token per step at positions 1 ... N, each "
-        "kind in a fresh process: us per token = the fastest of the steps around the position over all runs; flatness = the largest of those over the smallest; total = the first total_steps "
+        "kind in a fresh process: each step paired with a partner's step at positions 1 ... window; us per token = the median over the runs of the fastest step around the position over its partners' fastest, times the partners' fastest step; flatness = the largest of those over the smallest; total = the first total_steps "
         "steps of the fastest run",
         "shapes": asdict(s),
         "d_head": s.d_model // s.heads,
@@ -299,7 +343,7 @@ def format_generation_table(r: Mapping[str, Any]) -> str:
     head = (
         f"Generation per token: 1 block, d_model {s['d_model']}, {s['heads']} heads, d_head {r['d_head']}, "
         f"d_ff {s['d_ff']}, vocabulary {s['vocab']}, {r['dtype']}, {r['threads']} threads "
-        f"(us per token: the fastest of {s['window']} steps around the position in {s['repeats']} runs)"
+        f"(us per token: the fastest of {s['window']} steps around the position, relative to a partner's steps at positions 1-{s['window']} timed beside them, median of {s['repeats']} runs)"
     )
     width = 22
     label = 22

@@ -19,8 +19,10 @@
 //               (log-sum-exp) of round r (Eqs. 12-16). Together this is exactly a softmax over the
 //               union of the windows, each key counted once.
 //
-// Scores are q_i . k_j / sqrt(d_k). Parameters (PyTorch layout (out, in)): query.weight/bias,
-// value.weight/bias, output.weight/bias; no key projection (keys are the normalised queries).
+// Scores are q_i . k_j / sqrt(d_k). LSHAttention is all of the above over given queries and values
+// of B x H heads; LSHSelfAttention, the layer, puts its projections around it. The layer's
+// parameters (PyTorch layout (out, in)): query.weight/bias, value.weight/bias, output.weight/bias;
+// no key projection (keys are the normalised queries).
 //
 // Randomness: the rotations of a forward are drawn from (seed, calls()) by a counter-based
 // generator, independent of the thread count; each forward advances calls() unless
