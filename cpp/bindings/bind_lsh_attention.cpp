@@ -12,6 +12,13 @@ namespace transformer::bindings {
 
 namespace {
 
+// The buckets of a last forward (B, H, n_hashes, T) as a NumPy int64 array.
+py::array_t<std::int64_t> buckets_array(const std::vector<std::int32_t>& buckets, std::vector<py::ssize_t> shape) {
+  py::array_t<std::int64_t> out(shape);
+  std::copy(buckets.begin(), buckets.end(), out.mutable_data());
+  return out;
+}
+
 // The kernel over (B, H, T, d) heads, with the members LayerForward and LayerBackward use and the
 // buffers of one forward and backward.
 template <typename T>
@@ -119,9 +126,7 @@ void bind_lsh_heads(py::module_& m) {
             check_idle(s.busy, "LSHAttention.buckets", "layer");
             if (!s.has_forward) throw std::runtime_error("LSHAttention.buckets: call forward() first");
             const L& l = s.layer;
-            py::array_t<std::int64_t> out(std::vector<py::ssize_t>{l.batch(), l.heads(), l.n_hashes(), l.length()});
-            std::copy(l.buckets().begin(), l.buckets().end(), out.mutable_data());
-            return out;
+            return buckets_array(l.buckets(), {l.batch(), l.heads(), l.n_hashes(), l.length()});
           },
           "The buckets of the last forward, (B, H, n_hashes, T)")
       .def("parameters", [](py::object) { return empty_parameters(); })
@@ -222,9 +227,7 @@ void bind_lsh(py::module_& m) {
             check_idle(h.busy, "LSHSelfAttention.buckets", "layer");
             if (!h.has_forward) throw std::runtime_error("LSHSelfAttention.buckets: call forward() first");
             const L& l = h.layer;
-            py::array_t<std::int64_t> out(std::vector<py::ssize_t>{l.batch(), l.n_heads(), l.n_hashes(), l.length()});
-            std::copy(l.buckets().begin(), l.buckets().end(), out.mutable_data());
-            return out;
+            return buckets_array(l.buckets(), {l.batch(), l.n_heads(), l.n_hashes(), l.length()});
           },
           "The buckets of the last forward, (B, n_heads, n_hashes, T)")
       .def("parameters", parameters_method<T, H>())
