@@ -34,7 +34,8 @@ Each is the fastest of ``repeats`` runs; ``speedup`` is recompute over reuse.
 Each kind runs in a fresh child process (``python -m transformer_cpp.bench.per_token --child
 generation softmax|linear`` or ``--child xl``) with the thread count set before anything runs, and
 also reports the peak resident memory it added (a key/value cache grows with the position, an RNN
-state does not).
+state does not; for generation the figure includes the partner model and its state of ``window``
+positions, the same for both kinds).
 """
 
 from __future__ import annotations
