@@ -238,21 +238,31 @@ TCPP_F32_TARGET void compute_block(const Block& s, Index blk) { walk_block<kMR, 
 constexpr Index kMR2 = 6;
 constexpr Index kNR2 = 16;
 
+// The first `count` of 8 lanes (count may be <= 0 or >= 8), as a maskload / maskstore mask.
+TCPP_F32_AVX2_TARGET inline __m256i first_lanes8(Index count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<Index>(count, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Lines consecutive in k's rows: per k, `width` floats from column `first` of row k0 + k, those
+// past `count` zero. The loads read only the first `count` (masked at the end of a row). The
+// stores write 8 floats: where a panel's line is narrower (A's 6 rows), the last floats land in
+// the next k's place, which that k then overwrites; only stores that would pass the end of the
+// panel are masked.
 TCPP_F32_AVX2_TARGET void pack_k_major_avx2(const float* src, Index ld, Index first, Index count, Index width, Index k0,
                                             Index kc, float* dst) {
   const Index n = std::min(count, width);
   for (Index k = 0; k < kc; ++k) {
     const float* s = src + (k0 + k) * ld + first;
     float* d = dst + k * width;
-    for (Index w = 0; w < n; ++w) d[w] = s[w];
-    for (Index w = n; w < width; ++w) d[w] = 0.0f;
+    for (Index w0 = 0; w0 < width; w0 += 8) {
+      const __m256 v = n - w0 >= 8 ? _mm256_loadu_ps(s + w0) : _mm256_maskload_ps(s + w0, first_lanes8(n - w0));
+      if (width - w0 >= 8 || k * width + w0 + 8 <= kc * width)
+        _mm256_storeu_ps(d + w0, v);
+      else
+        _mm256_maskstore_ps(d + w0, first_lanes8(width - w0), v);
+    }
   }
-}
-
-// The first `count` of 8 lanes (count may be <= 0 or >= 8), as a maskload / maskstore mask.
-TCPP_F32_AVX2_TARGET inline __m256i first_lanes8(Index count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<Index>(count, 0, 8))),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 // r[i][j] becomes r[j][i] (an 8 x 8 block of floats, one row per register).
@@ -297,7 +307,9 @@ TCPP_F32_AVX2_TARGET void pack_lines_avx2(const float* src, Index ld, Index firs
       for (int k = 0; k < 8; ++k) {
         if (k >= ks) break;
         float* d = dst + (kb + k) * width + w0;
-        if (lines == 8)
+        // a panel of one strip narrower than 8 (A's 6 rows) as in pack_k_major_avx2: k ascends,
+        // so the next k overwrites what a full store puts past this one's line
+        if (lines == 8 || (width < 8 && (kb + k) * width + 8 <= kc * width))
           _mm256_storeu_ps(d, r[k]);
         else
           _mm256_maskstore_ps(d, store_mask, r[k]);
