@@ -456,7 +456,9 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
       }
       const Block s{
           M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0, k0 + kc >= K ? bias : nullptr};
-#pragma omp for schedule(static)
+      // blocks handed out as threads become free: a thread slowed by another process on its
+      // core does fewer (each block is still computed by one thread, in the same order)
+#pragma omp for schedule(dynamic)
       for (Index blk = 0; blk < n_blocks; ++blk) k.compute_block(s, blk);
     }
   }

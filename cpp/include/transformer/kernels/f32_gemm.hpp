@@ -21,12 +21,14 @@
 //     16-float vectors of the B panel, broadcasts each of the kMR values of the A panel and issues
 //     kMR * 2 fused multiply-adds. The first k block stores its tile (beta 0: C is never read, so
 //     no pass clears it first), later blocks add to it; the last adds the bias.
-//   * C is cut into blocks of panels spread over the OpenMP threads (one parallel region per
-//     product; packing is split among the threads too). Each element of C is computed by one
-//     thread in a fixed order (k ascending), so results do not depend on the thread count.
+//   * C is cut into blocks of panels handed out to the OpenMP threads as they become free (one
+//     parallel region per product; packing is split among the threads too). Each element of C is
+//     computed by one thread in a fixed order (k ascending), so results do not depend on the
+//     thread count or on which thread took a block.
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
-// tile (12 of AVX2's 16 registers accumulate) and panels packed by plain loops.
+// tile (12 of AVX2's 16 registers accumulate); panels are packed with 8-float loads and stores
+// (lines contiguous in k through 8 x 8 transposes in registers).
 //
 // Chosen at run time by CPUID through function target attributes (AVX-512 where the instruction-set
 // level of isa.hpp allows it, else AVX2), so one build runs on any x86-64 CPU, with Eigen where
