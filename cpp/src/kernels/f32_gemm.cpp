@@ -325,6 +325,13 @@ TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, con
   __m256 acc[kMR2][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMR2; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  // the tile's rows of C (two cache lines each, unless aligned) are fetched while the loop runs
+#pragma GCC unroll 6
+  for (int i = 0; i < kMR2; ++i) {
+    if (i >= rows) break;
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR2 - 1), _MM_HINT_T0);
+  }
   for (Index k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
     const float* ak = a + k * kMR2;
