@@ -256,7 +256,9 @@ TCPP_F32_AVX2_TARGET void pack_k_major_avx2(const float* src, Index ld, Index fi
     const float* s = src + (k0 + k) * ld + first;
     float* d = dst + k * width;
     for (Index w0 = 0; w0 < width; w0 += 8) {
-      const __m256 v = n - w0 >= 8 ? _mm256_loadu_ps(s + w0) : _mm256_maskload_ps(s + w0, first_lanes8(n - w0));
+      const __m256 v = n - w0 >= 8  ? _mm256_loadu_ps(s + w0)
+                       : n - w0 > 0 ? _mm256_maskload_ps(s + w0, first_lanes8(n - w0))
+                                    : _mm256_setzero_ps();
       if (width - w0 >= 8 || k * width + w0 + 8 <= kc * width)
         _mm256_storeu_ps(d + w0, v);
       else
@@ -330,7 +332,7 @@ TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, con
   for (int i = 0; i < kMR2; ++i) {
     if (i >= rows) break;
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR2 - 1), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + cols - 1), _MM_HINT_T0);
   }
   for (Index k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
