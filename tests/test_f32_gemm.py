@@ -182,3 +182,25 @@ def test_model_with_and_without_the_kernel():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         runs.append(np.array([float(v) for v in out.stdout.split()]))
     np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False)])
+def test_wide_product_taken_column_by_column(kernel, trans_a, trans_b):
+    """A product whose B panels of one k block exceed tuning::kF32ColumnOrderBytes (8 MiB; here
+    8,300 columns x 256 k x 4 bytes = 8.5 MB, with either kernel's panel width) takes its blocks of
+    C column by column: each element still matches the reference, accumulate and bias included,
+    and does not depend on the thread count."""
+    rng = np.random.default_rng(3)
+    a, b, c, bias = operands(rng, 50, 8300, 300, trans_a, trans_b, True, True)
+    ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
+    before = tc.get_num_threads()
+    try:
+        tc.set_num_threads(1)
+        one = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel=kernel)
+        tc.set_num_threads(2)
+        two = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel=kernel)
+    finally:
+        tc.set_num_threads(before)
+    assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, trans_a, trans_b))
+    np.testing.assert_array_equal(one, two)

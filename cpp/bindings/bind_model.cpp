@@ -127,8 +127,8 @@ void bind_transformer(py::module_& m) {
             Batch b = token_batch(src, tgt_in, nullptr, "Transformer.forward");
             ModelInUse<T> in_use(h, "Transformer.forward");
             h.B = -1;  // until this forward has succeeded
-            const Matrix<T>& logits = without_gil(
-                [&]() -> const Matrix<T>& { return h.model.forward(tmap(b.src), tmap(b.tgt_in), training); });
+            const ConstMatrixMap<T> logits = without_gil(
+                [&]() -> ConstMatrixMap<T> { return h.model.forward(tmap(b.src), tmap(b.tgt_in), training); });
             h.B = b.tgt_in.shape(0);
             h.Tt = b.tgt_in.shape(1);
             return copy_out<T>(logits.data(), {h.B, h.Tt, logits.cols()});

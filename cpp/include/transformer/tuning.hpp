@@ -44,6 +44,14 @@ constexpr double kBf16ParallelMacs = 1 << 20;
 constexpr Index kF32GemmKC = 256;
 constexpr Index kBf16GemmKC = 256;
 
+// Blocks of C are taken row of blocks by row of blocks, so each row of blocks reads every B panel
+// of a k block again. When those panels are larger than this (a wide product: the logits against
+// a vocabulary of more than 8,192 words), more than a shared L3 slice keeps, blocks are taken
+// column by column instead: each column's B panels are read once while the A panels, far fewer,
+// pass again. Measured on the 550 x 15,500 x 512 logits product (AMD Zen 3, 2 threads): 10-17%
+// faster; narrower products stay in the row order, which was as fast or faster for them.
+constexpr double kF32ColumnOrderBytes = 8.0 * (1 << 20);
+
 // Decoding's few-row kernels: k values (float32 panels) and 4-byte words (int8 / bf16 panels) of
 // a 32-wide panel kept in L1 while every block of rows passes over it: 128 x 32 x 4 bytes = 16 KB
 // and 256 x 32 x 4 bytes = 32 KB. Not swept.

@@ -441,7 +441,9 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
         cp = (cp + 1) / 2;
       if (rp == 1 && cp == 1) break;
     }
-    const Index blocks_n = (NP + cp - 1) / cp, n_blocks = blocks();
+    const Index blocks_n = (NP + cp - 1) / cp, blocks_m = (MP + rp - 1) / rp, n_blocks = blocks();
+    // a wide product takes its blocks column by column (see tuning::kF32ColumnOrderBytes)
+    const bool by_columns = static_cast<double>(NP * nr * max_kc) * sizeof(float) > tuning::kF32ColumnOrderBytes;
     for (Index k0 = 0; k0 < K; k0 += kKC) {
       const Index kc = std::min(kKC, K - k0);
       // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
@@ -468,7 +470,8 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
       // blocks handed out as threads become free: a thread slowed by another process on its
       // core does fewer (each block is still computed by one thread, in the same order)
 #pragma omp for schedule(dynamic)
-      for (Index blk = 0; blk < n_blocks; ++blk) k.compute_block(s, blk);
+      for (Index blk = 0; blk < n_blocks; ++blk)
+        k.compute_block(s, by_columns ? (blk % blocks_m) * blocks_n + blk / blocks_m : blk);
     }
   }
 }

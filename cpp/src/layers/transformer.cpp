@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -219,21 +220,21 @@ void Transformer<T>::set_optimizer_config(const OptimizerConfig& o) {
 }
 
 template <typename T>
-const Matrix<T>& Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training) {
+ConstMatrixMap<T> Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training) {
   check_batch(src, tgt_in, "forward");
-  run(src, tgt_in, nullptr, training, false);
-  const Index bad = first_nonfinite(logits_.data(), logits_.size());
+  const ConstMatrixMap<T> out = run(src, tgt_in, nullptr, training, false);
+  const Index bad = first_nonfinite(out.data(), out.size());
   if (bad >= 0)
-    throw NonFiniteError(concat("Transformer.forward: the logits are not finite (", logits_.data()[bad],
-                                " at flat index ", bad, "): the activations overflowed; the weights are too large"));
+    throw NonFiniteError(concat("Transformer.forward: the logits are not finite (", out.data()[bad], " at flat index ",
+                                bad, "): the activations overflowed; the weights are too large"));
   B_ = tgt_in.rows();  // backward() may follow
   T_ = tgt_in.cols();
-  return logits_;
+  return out;
 }
 
 template <typename T>
-const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
-                                     bool training, bool pack, bool add_bias) {
+ConstMatrixMap<T> Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
+                                      bool training, bool pack, bool add_bias) {
   // Until a forward completes there is no valid state for backward(): the encoder may accept a
   // new batch and the decoder then reject its target ids, leaving the two out of step.
   B_ = -1;
@@ -243,10 +244,18 @@ const Matrix<T>& Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, co
   const Index V = config_.tgt_vocab_size, d = config_.d_model;
   ConstMatrixMap<T> W(output_weight(), V, d);
   // logits = y W^T + b                                                    (rows_tgt, V)
-  logits_.resize(y.rows(), V);
-  dense_forward<T>(config_.precision, cmap(y), W, MatrixMap<T>(logits_.data(), logits_.rows(), V),
-                   add_bias ? out_bias_.data() : nullptr);
-  return logits_;
+  const size_t need = static_cast<size_t>(y.rows()) * static_cast<size_t>(V);
+  if (logits_capacity_ < need) {
+    logits_.reset();  // the old buffer goes before the larger one is allocated
+    logits_capacity_ = 0;
+    const size_t bytes = (need * sizeof(T) + 63) / 64 * 64;  // aligned_alloc wants a multiple of 64
+    logits_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    if (logits_ == nullptr) throw std::bad_alloc();
+    logits_capacity_ = need;
+  }
+  logits_rows_ = y.rows();
+  dense_forward<T>(config_.precision, cmap(y), W, logits_mut(), add_bias ? out_bias_.data() : nullptr);
+  return logits();
 }
 
 template <typename T>
@@ -353,11 +362,11 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   // pass also adds the bias and sums the bias gradient while each row is in cache
   LossStats stats = loss_or_throw(
       [&] {
-        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(), row_targets(tgt_out),
+        return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
                                        opt_config_.label_smoothing, dout_bias_.data(), loss_partial_);
       },
       "train_step");
-  backward_rows(cmap(logits_), true);
+  backward_rows(logits(), true);
   const double lr = learning_rate(adam.step_count() + 1);
   const double clip = opt_config_.clip_norm;
   // without clipping the update's scale is 1 whatever the norm, so the pass that computes the
@@ -382,9 +391,9 @@ LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, Cons
              "Transformer.evaluate: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
              tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   check_batch(src, tgt_in, "evaluate");
-  const Matrix<T>& logits = run(src, tgt_in, tgt_out.data(), false, true);
+  const ConstMatrixMap<T> logits = run(src, tgt_in, tgt_out.data(), false, true);
   return loss_or_throw(
-      [&] { return masked_cross_entropy<T>(cmap(logits), row_targets(tgt_out), nullptr, opt_config_.label_smoothing); },
+      [&] { return masked_cross_entropy<T>(logits, row_targets(tgt_out), nullptr, opt_config_.label_smoothing); },
       "evaluate");
 }
 
@@ -432,11 +441,11 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   run(src, tgt_in, tgt_out.data(), true, true, false);
   LossStats stats = loss_or_throw(
       [&] {
-        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(), row_targets(tgt_out),
+        return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
                                        opt_config_.label_smoothing, dout_bias_.data(), loss_partial_);
       },
       "train_step");
-  backward_rows(cmap(logits_), true);
+  backward_rows(logits(), true);
   // gather: flat = grad * grad_scale, and grad = 0 for the next step (one pass)
   const T gs = static_cast<T>(grad_scale);
   Index offset = 0;

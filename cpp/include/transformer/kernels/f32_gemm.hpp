@@ -22,9 +22,11 @@
 //     kMR * 2 fused multiply-adds. The first k block stores its tile (beta 0: C is never read, so
 //     no pass clears it first), later blocks add to it; the last adds the bias.
 //   * C is cut into blocks of panels handed out to the OpenMP threads as they become free (one
-//     parallel region per product; packing is split among the threads too). Each element of C is
-//     computed by one thread in a fixed order (k ascending), so results do not depend on the
-//     thread count or on which thread took a block.
+//     parallel region per product; packing is split among the threads too), row of blocks by row
+//     of blocks, or column by column when one k block's B panels are larger than
+//     tuning::kF32ColumnOrderBytes (each column's B panels then come from memory once). Each
+//     element of C is computed by one thread in a fixed order (k ascending), so results do not
+//     depend on the thread count, on which thread took a block or on the order of the blocks.
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
 // tile (12 of AVX2's 16 registers accumulate); panels are packed with 8-float loads and stores

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -105,8 +106,8 @@ class Transformer {
  public:
   explicit Transformer(const TransformerConfig& config);
 
-  // src (B, S), tgt_in (B, T) token ids -> logits (B*T, V_tgt).
-  const Matrix<T>& forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training);
+  // src (B, S), tgt_in (B, T) token ids -> logits (B*T, V_tgt), valid until the next pass.
+  ConstMatrixMap<T> forward(ConstTokenMap src, ConstTokenMap tgt_in, bool training);
   // dlogits (B*T, V_tgt): accumulates every parameter gradient.
   void backward(ConstMatrixMap<T> dlogits);
   // zero_grad, forward (training), masked loss, backward, clipping, one Adam step.
@@ -166,7 +167,8 @@ class Transformer {
   void set_dropout_calls(std::uint64_t calls);
   void set_dropout_seed(std::uint64_t seed);
 
-  const Matrix<T>& logits() const { return logits_; }
+  // the last pass's logits (rows, V); after train_step, d loss / d logits
+  ConstMatrixMap<T> logits() const { return ConstMatrixMap<T>(logits_.get(), logits_rows_, config_.tgt_vocab_size); }
   Encoder<T>& encoder() { return *encoder_; }
   Decoder<T>& decoder() { return *decoder_; }
 
@@ -179,8 +181,9 @@ class Transformer {
  private:
   // forward over the rows to compute: all (pack = false) or, with pack, only those that the loss on
   // tgt_out depends on; returns logits (rows, V), without the output bias unless add_bias
-  const Matrix<T>& run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training, bool pack,
-                       bool add_bias = true);
+  ConstMatrixMap<T> run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training, bool pack,
+                        bool add_bias = true);
+  MatrixMap<T> logits_mut() { return MatrixMap<T>(logits_.get(), logits_rows_, config_.tgt_vocab_size); }
   // every gradient from dlogits (rows, V); bias_grad_done: the output bias's gradient is already in
   void backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done);
   const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
@@ -196,7 +199,17 @@ class Transformer {
   Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
   std::unique_ptr<Adam<T>> adam_;
   Index B_ = -1, T_ = 0;
-  Matrix<T> logits_;        // (B*T, V); after train_step, d loss / d logits (computed in place)
+  // (rows, V) logits; after train_step, d loss / d logits (computed in place). The buffer only
+  // grows: the row count changes from batch to batch, and a buffer this large (tens of MB) freed
+  // and allocated again each step comes back from the OS as fresh pages, each one faulted in and
+  // zeroed while the product writes it. 64-byte aligned, so that the vectorised loss pass splits
+  // every row the same way (and sums it in the same order) wherever the buffer lands.
+  struct FreeAligned {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T[], FreeAligned> logits_;
+  size_t logits_capacity_ = 0;  // values
+  Index logits_rows_ = 0;
   Matrix<T> dy_;            // (B*T, d)
   Matrix<T> loss_partial_;  // (row blocks, V) scratch of the fused loss's bias gradient
   double last_grad_norm_ = 0.0;
