@@ -114,18 +114,24 @@ def test_kernel_shapes_of_a_training_step(kernel):
             assert np.all(np.abs(got.astype(np.float64) - ref) <= bound(a, b, c, bb, ta, tb))
 
 
+def at_one_and_two_threads(*args, kernel):
+    """f32_matmul(*args) at 1 thread, then at 2: (one, two)."""
+    before = tc.get_num_threads()
+    try:
+        tc.set_num_threads(1)
+        one = kernels.f32_matmul(*args, kernel=kernel)
+        tc.set_num_threads(2)
+        two = kernels.f32_matmul(*args, kernel=kernel)
+    finally:
+        tc.set_num_threads(before)
+    return one, two
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_does_not_depend_on_the_thread_count(kernel):
     rng = np.random.default_rng(2)
     a, b, c, bias = operands(rng, 300, 200, 600, True, False, True, True)
-    before = tc.get_num_threads()
-    try:
-        tc.set_num_threads(1)
-        one = kernels.f32_matmul(a, b, True, False, c, bias, kernel=kernel)
-        tc.set_num_threads(2)
-        two = kernels.f32_matmul(a, b, True, False, c, bias, kernel=kernel)
-    finally:
-        tc.set_num_threads(before)
+    one, two = at_one_and_two_threads(a, b, True, False, c, bias, kernel=kernel)
     np.testing.assert_array_equal(one, two)
 
 
@@ -194,13 +200,6 @@ def test_wide_product_taken_column_by_column(kernel, trans_a, trans_b):
     rng = np.random.default_rng(3)
     a, b, c, bias = operands(rng, 50, 8300, 300, trans_a, trans_b, True, True)
     ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
-    before = tc.get_num_threads()
-    try:
-        tc.set_num_threads(1)
-        one = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel=kernel)
-        tc.set_num_threads(2)
-        two = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel=kernel)
-    finally:
-        tc.set_num_threads(before)
+    one, two = at_one_and_two_threads(a, b, trans_a, trans_b, c, bias, kernel=kernel)
     assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, trans_a, trans_b))
     np.testing.assert_array_equal(one, two)

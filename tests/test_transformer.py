@@ -112,3 +112,27 @@ def test_resuming_the_dropout_counter_replays_a_step():
         p.value[...] = state[n]
     model.step, model.dropout_calls = step, calls
     assert model.train_step(src, tgt_in, tgt_out)[0] == expected
+
+
+def test_a_larger_batch_before_leaves_no_trace():
+    """The logits buffer is kept between passes and only grows: after a larger batch, a smaller
+    one's forward logits, loss and training step equal a fresh twin's, bit for bit (the pass uses
+    only its own rows of the buffer)."""
+    rng = np.random.default_rng(4)
+    small = reverse_task(rng, 4, 6, 30)
+    large = reverse_task(rng, 12, 10, 30)
+
+    def model():
+        m = tc.Transformer(30, 30, d_model=32, n_layers=1, n_heads=4, d_ff=64, dropout=0.0, max_length=16, seed=9)
+        m.configure_optimizer(warmup=10)
+        return m
+
+    reused, fresh = model(), model()
+    reused.evaluate(*large)
+    reused.forward(large[0], large[1])
+    np.testing.assert_array_equal(reused.forward(small[0], small[1]), fresh.forward(small[0], small[1]))
+    assert reused.evaluate(*small) == fresh.evaluate(*small)
+    reused.evaluate(*large)  # neither forward nor evaluate changes a weight
+    assert reused.train_step(*small) == fresh.train_step(*small)
+    for name, p in reused.parameters().items():
+        np.testing.assert_array_equal(p.value, fresh.parameters()[name].value)

@@ -48,8 +48,9 @@ constexpr Index kBf16GemmKC = 256;
 // of a k block again. When those panels are larger than this (a wide product: the logits against
 // a vocabulary of more than 8,192 words), more than a shared L3 slice keeps, blocks are taken
 // column by column instead: each column's B panels are read once while the A panels, far fewer,
-// pass again. Measured on the 550 x 15,500 x 512 logits product (AMD Zen 3, 2 threads): 10-17%
-// faster; narrower products stay in the row order, which was as fast or faster for them.
+// pass again. Measured on the 550 x 15,500 x 512 logits product (AMD Zen 3, 2 threads,
+// 2026-11-26): 10-17% faster; narrower products stay in the row order, which was as fast or
+// faster for them.
 constexpr double kF32ColumnOrderBytes = 8.0 * (1 << 20);
 
 // Decoding's few-row kernels: k values (float32 panels) and 4-byte words (int8 / bf16 panels) of
