@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -188,6 +189,27 @@ def test_transformers_loads_the_export_with_its_own_classes(exported, variant):
     assert facts["exact"] == (model.config["layer_norm_eps"] == export.MARIAN_LAYER_NORM_EPS)
     card = (directory / "README.md").read_text()
     assert "pipeline_tag: translation" in card and "- en\n- es\n" in card
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_model_card_example_runs(exported, variant):
+    """The model card's code, run as a user would (a new interpreter, the Transformers installed
+    here) on the export, with a sentence of ours in place of the placeholder: it prints our
+    greedy translation."""
+    run, _, _, _, directory = exported[variant]
+    card = (directory / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", card, re.S)
+    assert code is not None, card
+    # a sentence whose translation ends before our output limit (generate's limit is another)
+    sentences = _sentences()
+    results = Translator.from_checkpoint(run).translate_batch(sentences, return_attention=True)
+    sentence, expected = next((s, r.text) for s, r in zip(sentences, results) if r.target_ids[-1:] == [2])
+    source = code.group(1).replace("path/to/this/directory", str(directory))
+    assert repr(export.MODEL_CARD_EXAMPLE) in source
+    source = source.replace(repr(export.MODEL_CARD_EXAMPLE), repr(sentence))
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == repr([expected]), (done.stdout, expected)
 
 
 def test_marian_permutation_maps_our_layout_to_marians():

@@ -50,16 +50,10 @@ transformer-cpp, using it needs ``pip install 'transformer-cpp[transformers]'``)
     batch = tokenizer(["How are you?"], return_tensors="pt", padding=True)
     print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
-    # Transformers 4.x also has the translation pipeline (Transformers 5 removed it):
-    from transformers import pipeline
-
-    translate = pipeline("translation", model="exported-hf")
-    translate("How are you?", num_beams=1)[0]["translation_text"]
-
 ``generate`` searches greedily, as ``transformer-cpp translate`` does by default, and gives our
-tokens (the tests compare them, and the log-probabilities, on more than 100 sentences); the
-pipeline searches with 4 beams unless told ``num_beams=1`` (its own default, which overrides the
-model's). How the model maps:
+tokens (the tests compare them, and the log-probabilities, on more than 100 sentences). The
+Transformers 4 series also has ``pipeline("translation")`` (Transformers 5 removed it), which
+searches with 4 beams unless told ``num_beams=1``. How the model maps:
 
 * MarianMT is the paper's architecture as transformer-cpp builds it by default: post-norm
   sub-layers ``LN(x + sublayer(x))``, ReLU feed-forward, embeddings times ``sqrt(d_model)`` plus
@@ -90,7 +84,7 @@ model's). How the model maps:
   the decoder's embedding and output layer keep our target rows and ids, and the extra ids get
   zero weights and a ``final_logits_bias`` of ``-inf``: never predicted, and the log-probabilities
   over the target vocabulary are ours. So the tokenizer is a plain ``PreTrainedTokenizerFast``
-  from ``tokenizer.json``, which ``AutoTokenizer`` and the pipeline load without custom code (a
+  from ``tokenizer.json``, which ``AutoTokenizer`` loads without custom code (a
   tokenizer class with two vocabularies, as Marian's own SentencePiece tokenizer has, would need
   ``trust_remote_code``). With one shared vocabulary there are no extra ids.
 * Text: the tokenizer cleans whitespace as ``translate`` does (NFC, whitespace runs to one space,
@@ -678,15 +672,20 @@ def export_transformers(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
                 architecture="MarianMTModel",
                 layer_norm_eps={"model": eps, "marian": MARIAN_LAYER_NORM_EPS},
                 exact=eps == MARIAN_LAYER_NORM_EPS and ckpt.model.config["dtype"] == "float32",
-                tokenization="the pipeline's tokenizer (tokenizer.json): source merges, target ids",
+                tokenization="one tokenizer (tokenizer.json): source merges, target ids",
             ),
         )
         (tmp / "README.md").write_text(_model_card(provenance), encoding="utf-8")
     return out
 
 
+# The sentence the model card's example translates: a placeholder for the user's own text.
+MODEL_CARD_EXAMPLE = "Text to translate."
+
+
 def _model_card(provenance: Dict[str, Any]) -> str:
-    """A short model card: the languages, the pipeline tag and how to run the model."""
+    """A short model card: the languages, the pipeline tag and how to run the model with
+    Transformers' ``generate`` (Transformers 5 has no translation pipeline)."""
     src, tgt = provenance["src_lang"], provenance["tgt_lang"]
     cfg = provenance["model"]
     return (
@@ -699,10 +698,15 @@ def _model_card(provenance: Dict[str, Any]) -> str:
         f"# {src} to {tgt} translation\n\n"
         f"A Transformer ({cfg['n_layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads) trained with "
         f"transformer-cpp {provenance['transformer_cpp_version']} and exported as a MarianMT model.\n\n"
+        "With Transformers (and PyTorch) installed, greedy search as `transformer-cpp translate` does "
+        "by default:\n\n"
         "```python\n"
-        "from transformers import pipeline\n\n"
-        'translate = pipeline("translation", model="path/to/this/directory")\n'
-        'print(translate("...")[0]["translation_text"])\n'
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+        'directory = "path/to/this/directory"\n'
+        "tokenizer = AutoTokenizer.from_pretrained(directory)\n"
+        "model = AutoModelForSeq2SeqLM.from_pretrained(directory)\n"
+        f'batch = tokenizer([{MODEL_CARD_EXAMPLE!r}], return_tensors="pt", padding=True)\n'
+        "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))\n"
         "```\n"
     )
 
