@@ -9,6 +9,7 @@
 #include "transformer/core/checks.hpp"
 #include "transformer/core/random.hpp"
 #include "transformer/core/runtime.hpp"
+#include "transformer/kernels/matmul.hpp"
 #include "transformer/layers/stack.hpp"
 
 namespace transformer {
@@ -213,7 +214,8 @@ Index checked_vocab_size(const LanguageModelConfig& c) {
 
 template <typename T>
 LanguageModel<T>::LanguageModel(const LanguageModelConfig& c)
-    : embedding_(checked_size<T>("LanguageModel",
+    : TrainableModel<T>("LanguageModel", c.d_model),
+      embedding_(checked_size<T>("LanguageModel",
                                  concat("a model with vocab_size ", checked_vocab_size(c), ", d_model ", c.d_model,
                                         ", n_layers ", c.n_layers, ", d_ff ", c.d_ff, " and max_len ", c.max_len),
                                  lm_parameters(c), static_cast<double>(c.max_len) * static_cast<double>(c.d_model),
@@ -314,7 +316,7 @@ const Matrix<T>& LanguageModel<T>::hidden(ConstTokenMap tokens, bool training) {
     x_ = embedding_.forward(tokens);  // (B*T, d): embedding * sqrt(d) + PE
   dropout_.forward_inplace(mmap(x_), training);
   // LSH attention hashes with the rotations of the number of updates taken so far
-  const std::uint64_t draw = adam_ ? static_cast<std::uint64_t>(adam_->step_count()) : 0;
+  const auto draw = static_cast<std::uint64_t>(this->step_count());
   for (auto* lsh : lsh_) lsh->set_calls(draw);
   const Matrix<T>* h = &x_;
   if (reversible_) h = &reversible_->forward(cmap(x_), B, Tl, training);
@@ -431,19 +433,10 @@ LossStats LanguageModel<T>::compute_gradients(ConstTokenMap tokens, bool trainin
 
 template <typename T>
 LossStats LanguageModel<T>::train_step(ConstTokenMap tokens) {
-  Adam<T>& adam = optimizer();
-  TCPP_CHECK(adam.step_count() < std::numeric_limits<Index>::max(), "LanguageModel.train_step: the step count ",
-             adam.step_count(), " is at its maximum (2**63 - 1); no update was applied");
+  this->optimizer();
+  this->check_step_count("LanguageModel.train_step");
   LossStats stats = compute_gradients(tokens, true);
-  const double lr = learning_rate(adam.step_count() + 1);
-  const double clip = opt_config_.clip_norm;
-  last_grad_norm_ = clip > 0.0 ? adam.grad_norm() : adam.grad_norm_checked(lr, "LanguageModel.train_step");
-  if (!std::isfinite(last_grad_norm_))
-    throw NonFiniteError(
-        "LanguageModel.train_step: non-finite gradient norm: training has diverged; no update was applied, the "
-        "weights are those of the last good step");
-  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
-  adam.step(lr, scale, true, clip > 0.0 ? "LanguageModel.train_step" : nullptr);
+  this->update("LanguageModel.train_step");
   return stats;
 }
 
@@ -651,43 +644,6 @@ void LanguageModel<T>::zero_grad() {
   if (final_norm_) final_norm_->zero_grad();
   dout_weight_.setZero();
   dout_bias_.setZero();
-}
-
-template <typename T>
-void LanguageModel<T>::set_optimizer_config(const OptimizerConfig& o) {
-  validate(o);
-  opt_config_ = o;
-}
-
-template <typename T>
-Adam<T>& LanguageModel<T>::optimizer() {
-  if (!adam_) {
-    double n = 0;
-    for (const auto& p : parameters()) n += static_cast<double>(p.size());
-    check_memory("LanguageModel", "the Adam moments", 2 * n * sizeof(T));
-    adam_ = std::make_unique<Adam<T>>(parameters(), opt_config_.beta1, opt_config_.beta2, opt_config_.eps);
-  }
-  adam_->beta1 = opt_config_.beta1;
-  adam_->beta2 = opt_config_.beta2;
-  adam_->eps = opt_config_.eps;
-  return *adam_;
-}
-
-template <typename T>
-double LanguageModel<T>::learning_rate(Index step) const {
-  // the schedule of the Transformer (optimizer.hpp), with the model's d_model
-  const OptimizerConfig& o = opt_config_;
-  if (o.fixed_lr > 0.0) {
-    if (o.total_steps <= 0) return o.fixed_lr;
-    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps);
-    return o.fixed_lr * std::max(0.0, std::min(1.0, left));
-  }
-  if (o.total_steps > 0 && step > o.warmup) {
-    const double peak = warmup_learning_rate(o.warmup, config_.d_model, o.warmup, o.lr_scale);
-    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps - o.warmup);
-    return peak * std::max(0.0, left);
-  }
-  return warmup_learning_rate(step, config_.d_model, o.warmup, o.lr_scale);
 }
 
 template <typename T>

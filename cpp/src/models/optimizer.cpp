@@ -8,6 +8,40 @@
 
 namespace transformer {
 
+const std::vector<ConfigField<OptimizerConfig>>& ConfigTable<OptimizerConfig>::fields() {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  using C = OptimizerConfig;
+  static const std::vector<ConfigField<C>> table = complete_table<C>(
+      {
+          field<&C::warmup>("warmup", Limit::integer(1, 1000000000),
+                            "warm-up steps of the schedule lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * "
+                            "warmup^-1.5)"),
+          field<&C::lr_scale>("lr_scale", Limit::number(0.0, kInf, true), "multiplies the learning-rate schedule"),
+          field<&C::fixed_lr>("fixed_lr", Limit::number(0.0),
+                              "a constant learning rate instead of the schedule (0 = the schedule)"),
+          field<&C::beta1>("beta1", Limit::number(0.0, 1.0, false, true), "Adam's first-moment decay (paper 0.9)"),
+          field<&C::beta2>("beta2", Limit::number(0.0, 1.0, false, true), "Adam's second-moment decay (paper 0.98)"),
+          field<&C::eps>("eps", Limit::number(0.0, kInf, true), "Adam's epsilon (paper 1e-9)", "adam_eps"),
+          field<&C::clip_norm>("clip_norm", Limit::number(0.0), "clip gradients to this global norm (0 = off)"),
+          field<&C::label_smoothing>("label_smoothing", Limit::number(0.0, 1.0, false, true),
+                                     "label smoothing (paper 0.1)"),
+          field<&C::total_steps>("total_steps", Limit::integer(0),
+                                 "after the warm-up, decay the learning rate linearly to 0 at this step (0 = no "
+                                 "decay; must be > warmup; with fixed_lr, >= 1 and the decay starts at step 0)",
+                                 kNoOption),
+      },
+      "OptimizerConfig");
+  return table;
+}
+
+void validate(const OptimizerConfig& o) {
+  check_fields(o);
+  // the decay starts after the warm-up; a fixed learning rate has none and decays from step 1
+  if (o.fixed_lr == 0.0)
+    TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, ConfigTable<OptimizerConfig>::owner(),
+               ": total_steps must be 0 (no decay) or > warmup ", o.warmup, ", got ", o.total_steps);
+}
+
 double warmup_learning_rate(Index step, Index d_model, Index warmup, double scale) {
   TCPP_CHECK(step >= 1, "warmup_learning_rate: step is counted from 1, got ", step);
   TCPP_CHECK(d_model > 0, "warmup_learning_rate: d_model must be positive, got ", d_model);
@@ -343,5 +377,86 @@ void Adam<T>::reset_state() {
 
 template class Adam<float>;
 template class Adam<double>;
+
+// ---------------------------------------------------------------- TrainableModel
+
+template <typename T>
+void TrainableModel<T>::set_optimizer_config(const OptimizerConfig& o) {
+  validate(o);
+  opt_config_ = o;
+}
+
+template <typename T>
+Adam<T>& TrainableModel<T>::optimizer() {
+  if (!adam_) {
+    double n = 0;
+    for (const auto& p : parameters()) n += static_cast<double>(p.size());
+    check_memory(owner_, "the Adam moments", 2 * n * sizeof(T));
+    adam_ = std::make_unique<Adam<T>>(parameters(), opt_config_.beta1, opt_config_.beta2, opt_config_.eps);
+  }
+  adam_->beta1 = opt_config_.beta1;
+  adam_->beta2 = opt_config_.beta2;
+  adam_->eps = opt_config_.eps;
+  return *adam_;
+}
+
+template <typename T>
+double TrainableModel<T>::learning_rate(Index step) const {
+  const OptimizerConfig& o = opt_config_;
+  if (o.fixed_lr > 0.0) {
+    if (o.total_steps <= 0) return o.fixed_lr;
+    // fitted to the run's length: from fixed_lr straight down to 0 at `total_steps`
+    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps);
+    return o.fixed_lr * std::max(0.0, std::min(1.0, left));
+  }
+  if (o.total_steps > 0 && step > o.warmup) {
+    // fitted to the run's length: from the peak at `warmup` straight down to 0 at `total_steps`
+    const double peak = warmup_learning_rate(o.warmup, d_model_, o.warmup, o.lr_scale);
+    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps - o.warmup);
+    return peak * std::max(0.0, left);
+  }
+  return warmup_learning_rate(step, d_model_, o.warmup, o.lr_scale);
+}
+
+template <typename T>
+void TrainableModel<T>::check_step_count(const char* who) const {
+  TCPP_CHECK(step_count() < std::numeric_limits<Index>::max(), who, ": the step count ", step_count(),
+             " is at its maximum (2**63 - 1); no update was applied");
+}
+
+template <typename T>
+void TrainableModel<T>::set_norm(double norm, const char* who) {
+  last_grad_norm_ = norm;
+  if (!std::isfinite(norm))
+    throw NonFiniteError(concat(who, ": non-finite gradient norm: training has diverged; no update was applied, ",
+                                "the weights are those of the last good step"));
+}
+
+template <typename T>
+void TrainableModel<T>::update(const char* who) {
+  Adam<T>& adam = optimizer();
+  const double lr = learning_rate(adam.step_count() + 1);
+  const double clip = opt_config_.clip_norm;
+  // without clipping the update's scale is 1 whatever the norm, so the pass that computes the
+  // norm also checks that the update stays finite (refusing, changing nothing, if a weight or
+  // moment would not); with clipping the scale needs the norm first and Adam checks in its pass
+  set_norm(clip > 0.0 ? adam.grad_norm() : adam.grad_norm_checked(lr, who), who);
+  // clipping to a global norm is a factor applied inside the fused Adam pass, which also zeroes
+  // the gradients for the next step (so no separate zero_grad pass is needed)
+  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
+  adam.step(lr, scale, true, clip > 0.0 ? who : nullptr);
+}
+
+template <typename T>
+void TrainableModel<T>::update_flat(const T* grads, double grad_scale, double norm, const char* who) {
+  Adam<T>& adam = optimizer();
+  set_norm(norm, who);
+  const double clip = opt_config_.clip_norm;
+  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
+  adam.step_flat(grads, learning_rate(adam.step_count() + 1), grad_scale * scale, who);
+}
+
+template class TrainableModel<float>;
+template class TrainableModel<double>;
 
 }  // namespace transformer

@@ -59,31 +59,6 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
   return table;
 }
 
-const std::vector<ConfigField<OptimizerConfig>>& ConfigTable<OptimizerConfig>::fields() {
-  using C = OptimizerConfig;
-  static const std::vector<ConfigField<C>> table = complete_table<C>(
-      {
-          field<&C::warmup>("warmup", Limit::integer(1, 1000000000),
-                            "warm-up steps of the schedule lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * "
-                            "warmup^-1.5)"),
-          field<&C::lr_scale>("lr_scale", Limit::number(0.0, kInf, true), "multiplies the learning-rate schedule"),
-          field<&C::fixed_lr>("fixed_lr", Limit::number(0.0),
-                              "a constant learning rate instead of the schedule (0 = the schedule)"),
-          field<&C::beta1>("beta1", Limit::number(0.0, 1.0, false, true), "Adam's first-moment decay (paper 0.9)"),
-          field<&C::beta2>("beta2", Limit::number(0.0, 1.0, false, true), "Adam's second-moment decay (paper 0.98)"),
-          field<&C::eps>("eps", Limit::number(0.0, kInf, true), "Adam's epsilon (paper 1e-9)", "adam_eps"),
-          field<&C::clip_norm>("clip_norm", Limit::number(0.0), "clip gradients to this global norm (0 = off)"),
-          field<&C::label_smoothing>("label_smoothing", Limit::number(0.0, 1.0, false, true),
-                                     "label smoothing (paper 0.1)"),
-          field<&C::total_steps>("total_steps", Limit::integer(0),
-                                 "after the warm-up, decay the learning rate linearly to 0 at this step (0 = no "
-                                 "decay; must be > warmup; with fixed_lr, >= 1 and the decay starts at step 0)",
-                                 kNoOption),
-      },
-      "OptimizerConfig");
-  return table;
-}
-
 void check_config(const TransformerConfig& c) {
   check_fields(c);
   TCPP_CHECK(c.d_model % c.n_heads == 0, "Transformer: d_model ", c.d_model, " is not divisible by n_heads ",
@@ -109,16 +84,8 @@ void validate(const TransformerConfig& c) {
       params, 2.0 * static_cast<double>(c.max_length) * d, 0);
 }
 
-void validate(const OptimizerConfig& o) {
-  check_fields(o);
-  // the decay starts after the warm-up; a fixed learning rate has none and decays from step 1
-  if (o.fixed_lr == 0.0)
-    TCPP_CHECK(o.total_steps == 0 || o.total_steps > o.warmup, ConfigTable<OptimizerConfig>::owner(),
-               ": total_steps must be 0 (no decay) or > warmup ", o.warmup, ", got ", o.total_steps);
-}
-
 template <typename T>
-Transformer<T>::Transformer(const TransformerConfig& c) : config_(c) {
+Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Transformer", c.d_model), config_(c) {
   validate<T>(c);
   encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
                                           c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 1));
@@ -182,12 +149,6 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
       concat("a batch of ", src.rows(), " sequences of source length ", src.cols(), " and target length ", tgt.cols()),
       elements * static_cast<double>(sizeof(T)) + mask_bytes);
   if (!vouched) check_finite_parameters(parameters(), concat("Transformer.", who));
-}
-
-template <typename T>
-void Transformer<T>::set_optimizer_config(const OptimizerConfig& o) {
-  validate(o);
-  opt_config_ = o;
 }
 
 template <typename T>
@@ -263,38 +224,6 @@ const std::int64_t* Transformer<T>::row_targets(ConstTokenMap tgt_out) {
   return targets_.data();
 }
 
-template <typename T>
-Adam<T>& Transformer<T>::optimizer() {
-  if (!adam_) {
-    double n = 0;
-    for (const auto& p : parameters()) n += static_cast<double>(p.size());
-    check_memory("Transformer", "the Adam moments", 2 * n * sizeof(T));
-    adam_ = std::make_unique<Adam<T>>(parameters(), opt_config_.beta1, opt_config_.beta2, opt_config_.eps);
-  }
-  adam_->beta1 = opt_config_.beta1;
-  adam_->beta2 = opt_config_.beta2;
-  adam_->eps = opt_config_.eps;
-  return *adam_;
-}
-
-template <typename T>
-double Transformer<T>::learning_rate(Index step) const {
-  const OptimizerConfig& o = opt_config_;
-  if (o.fixed_lr > 0.0) {
-    if (o.total_steps <= 0) return o.fixed_lr;
-    // fitted to the run's length: from fixed_lr straight down to 0 at `total_steps`
-    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps);
-    return o.fixed_lr * std::max(0.0, std::min(1.0, left));
-  }
-  if (o.total_steps > 0 && step > o.warmup) {
-    // fitted to the run's length: from the peak at `warmup` straight down to 0 at `total_steps`
-    const double peak = warmup_learning_rate(o.warmup, config_.d_model, o.warmup, o.lr_scale);
-    const double left = static_cast<double>(o.total_steps - step) / static_cast<double>(o.total_steps - o.warmup);
-    return peak * std::max(0.0, left);
-  }
-  return warmup_learning_rate(step, config_.d_model, o.warmup, o.lr_scale);
-}
-
 // The masked loss; a non-finite one is a NonFiniteError that says nothing was changed.
 template <typename Loss>
 static LossStats loss_or_throw(Loss&& loss, const char* who) {
@@ -317,13 +246,12 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
              "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
              tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
   check_batch(src, tgt_in, "train_step");
-  TCPP_CHECK(!adam_ || adam_->step_count() < std::numeric_limits<Index>::max(), "Transformer.train_step: the step ",
-             "count ", adam_ ? adam_->step_count() : 0, " is at its maximum (2**63 - 1); no update was applied");
+  this->check_step_count("Transformer.train_step");
   // a batch of padding labels has no loss to learn from: a step would only move the weights by
   // Adam's momentum and advance the schedule, and report a loss of 0
   TCPP_CHECK((tgt_out.array() != 0).any(), "Transformer.train_step: tgt_out holds no target token (every label is ",
              "the padding id 0): there is nothing to learn from; no update was applied");
-  Adam<T>& adam = optimizer();
+  this->optimizer();
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
   // only the rows that matter to the loss are computed ("packed": padding removed)
@@ -334,24 +262,11 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   LossStats stats = loss_or_throw(
       [&] {
         return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
-                                       opt_config_.label_smoothing, dout_bias_.data(), loss_partial_);
+                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_);
       },
       "train_step");
   backward_rows(logits(), true);
-  const double lr = learning_rate(adam.step_count() + 1);
-  const double clip = opt_config_.clip_norm;
-  // without clipping the update's scale is 1 whatever the norm, so the pass that computes the
-  // norm also checks that the update stays finite (refusing, changing nothing, if a weight or
-  // moment would not); with clipping the scale needs the norm first and Adam checks in its pass
-  last_grad_norm_ = clip > 0.0 ? adam.grad_norm() : adam.grad_norm_checked(lr, "Transformer.train_step");
-  if (!std::isfinite(last_grad_norm_))
-    throw NonFiniteError(
-        "Transformer.train_step: non-finite gradient norm: training has diverged; no update was applied, the "
-        "weights are those of the last good step");
-  // clipping to a global norm is a factor applied inside the fused Adam pass, which also zeroes
-  // the gradients for the next step (so no separate zero_grad pass is needed)
-  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
-  adam.step(lr, scale, true, clip > 0.0 ? "Transformer.train_step" : nullptr);
+  this->update("Transformer.train_step");
   grads_zero_ = true;
   return stats;
 }
@@ -364,7 +279,9 @@ LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, Cons
   check_batch(src, tgt_in, "evaluate");
   const ConstMatrixMap<T> logits = run(src, tgt_in, tgt_out.data(), false, true);
   return loss_or_throw(
-      [&] { return masked_cross_entropy<T>(logits, row_targets(tgt_out), nullptr, opt_config_.label_smoothing); },
+      [&] {
+        return masked_cross_entropy<T>(logits, row_targets(tgt_out), nullptr, this->optimizer_config().label_smoothing);
+      },
       "evaluate");
 }
 
@@ -387,7 +304,7 @@ template <typename T>
 void Transformer<T>::zero_flat_gradients() {
   T* flat = flat_gradients();
   std::fill(flat, flat + flat_grads_.size(), T(0));
-  optimizer();
+  this->optimizer();
   flat_pending_ = true;
 }
 
@@ -402,7 +319,7 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   check_batch(src, tgt_in, "train_step");
   TCPP_CHECK((tgt_out.array() != 0).any(), who,
              ": tgt_out holds no target token (every label is the padding id 0): ", "there is nothing to learn from");
-  optimizer();  // the Adam moments exist before the first apply_gradients
+  this->optimizer();  // the Adam moments exist before the first apply_gradients
   T* flat = flat_gradients();
   flat_pending_ = false;
   if (!grads_zero_) zero_grad();
@@ -413,7 +330,7 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   LossStats stats = loss_or_throw(
       [&] {
         return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
-                                       opt_config_.label_smoothing, dout_bias_.data(), loss_partial_);
+                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_);
       },
       "train_step");
   backward_rows(logits(), true);
@@ -464,16 +381,8 @@ void Transformer<T>::apply_gradients(double grad_scale) {
   TCPP_CHECK(flat_pending_, who, ": no gradients to apply (call compute_gradients first; each gradient is applied ",
              "once)");
   TCPP_CHECK(std::isfinite(grad_scale), who, ": grad_scale must be finite, got ", grad_scale);
-  Adam<T>& adam = optimizer();
-  TCPP_CHECK(adam.step_count() < std::numeric_limits<Index>::max(), who, ": the step count ", adam.step_count(),
-             " is at its maximum (2**63 - 1); no update was applied");
-  last_grad_norm_ = flat_gradient_norm(grad_scale);
-  if (!std::isfinite(last_grad_norm_))
-    throw NonFiniteError(concat(who, ": non-finite gradient norm: training has diverged; no update was applied, ",
-                                "the weights are those of the last good step"));
-  const double clip = opt_config_.clip_norm;
-  const double scale = (clip > 0.0 && last_grad_norm_ > clip) ? clip / last_grad_norm_ : 1.0;
-  adam.step_flat(flat_grads_.data(), learning_rate(adam.step_count() + 1), grad_scale * scale, who);
+  this->check_step_count(who);
+  this->update_flat(flat_grads_.data(), grad_scale, flat_gradient_norm(grad_scale), who);
   flat_pending_ = false;
 }
 

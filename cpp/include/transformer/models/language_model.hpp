@@ -48,7 +48,6 @@
 #include "transformer/layers/loss.hpp"
 #include "transformer/models/optimizer.hpp"
 #include "transformer/models/reversible.hpp"
-#include "transformer/models/transformer.hpp"
 
 namespace transformer {
 
@@ -146,7 +145,7 @@ struct LanguageModelState {
 };
 
 template <typename T>
-class LanguageModel {
+class LanguageModel : public TrainableModel<T> {
  public:
   // Checks the configuration (check_config) and the memory the weights need first.
   explicit LanguageModel(const LanguageModelConfig& config);
@@ -195,15 +194,9 @@ class LanguageModel {
 
   // embedding.weight, layers.i.* (reversible: ReversibleStack's names), (pre-norm) norm.*, (untied)
   // output.weight, output.bias
-  ParameterList<T> parameters();
+  ParameterList<T> parameters() override;
   void zero_grad();
   const LanguageModelConfig& config() const { return config_; }
-  const OptimizerConfig& optimizer_config() const { return opt_config_; }
-  void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
-  Adam<T>& optimizer();                                 // created on first use
-  bool has_optimizer() const { return adam_ != nullptr; }
-  double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
-  double last_grad_norm() const { return last_grad_norm_; }
   std::uint64_t dropout_calls() const { return dropout_.calls(); }
   void set_dropout_calls(std::uint64_t calls);
   void set_dropout_seed(std::uint64_t seed);
@@ -229,19 +222,16 @@ class LanguageModel {
   // LSH attention of the blocks (hash counter frozen; set to the step count before each forward)
   std::vector<LSHSelfAttention<T>*> lsh_;
   LanguageModelConfig config_;
-  OptimizerConfig opt_config_;
   Dropout<T> dropout_;                  // after the embedding
   Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
-  std::unique_ptr<Adam<T>> adam_;
-  Index B_ = -1, T_ = 0;              // shape of the last forward (-1: none that backward may follow)
-  const Matrix<T>* y_ = nullptr;      // (B*T, d) the last hidden states
-  Matrix<T> x_;                       // (B*T, d) embedded and dropped-out input
-  Matrix<T> logits_;                  // (B*T, V)
-  Matrix<T> dy_, dx_;                 // (B*T, d)
-  Matrix<T> loss_partial_;            // scratch of the fused loss's bias gradient
-  TokenMatrix inputs_;                // (B, T)
-  std::vector<std::int64_t> labels_;  // (B*T)
-  double last_grad_norm_ = 0.0;
+  Index B_ = -1, T_ = 0;                // shape of the last forward (-1: none that backward may follow)
+  const Matrix<T>* y_ = nullptr;        // (B*T, d) the last hidden states
+  Matrix<T> x_;                         // (B*T, d) embedded and dropped-out input
+  Matrix<T> logits_;                    // (B*T, V)
+  Matrix<T> dy_, dx_;                   // (B*T, d)
+  Matrix<T> loss_partial_;              // scratch of the fused loss's bias gradient
+  TokenMatrix inputs_;                  // (B, T)
+  std::vector<std::int64_t> labels_;    // (B*T)
   Index memory_length_ = 0;
   bool memory_update_ = true;
   Index clamp_len_ = -1;

@@ -1,14 +1,41 @@
-// optimizer.hpp — Adam with the warm-up schedule of the paper, and gradient clipping.
+// optimizer.hpp — Adam with the warm-up schedule of the paper, and gradient clipping; the
+// optimiser's configuration, and what both models train with (TrainableModel).
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)        (torch.optim.Adam)
 //   lr(step) = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5),  step counted from 1.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "transformer/core/config.hpp"
 #include "transformer/core/tensor.hpp"
 
 namespace transformer {
+
+// Adam, the learning-rate schedule, clipping and label smoothing. Each member is listed once
+// more, with what it allows, in ConfigTable<OptimizerConfig> (optimizer.cpp), as for
+// TransformerConfig.
+struct OptimizerConfig {
+  Index warmup = 4000;  // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+  double lr_scale = 1.0;
+  double fixed_lr = 0.0;  // > 0: use this constant learning rate instead of the schedule
+  double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
+  double clip_norm = 0.0;  // > 0: clip gradients to this global L2 norm
+  double label_smoothing = 0.0;
+  Index total_steps = 0;  // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
+                          // (with fixed_lr: >= 1, decay from fixed_lr at step 0 to 0 at this step)
+};
+
+template <>
+struct ConfigTable<OptimizerConfig> {
+  static const char* owner() { return "configure_optimizer"; }
+  static const std::vector<ConfigField<OptimizerConfig>>& fields();
+};
+
+// Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed: every
+// field against its row, then total_steps after the warm-up.
+void validate(const OptimizerConfig& o);
 
 double warmup_learning_rate(Index step, Index d_model, Index warmup = 4000, double scale = 1.0);
 
@@ -59,6 +86,56 @@ class Adam {
   ParameterList<T> params_;
   std::vector<std::vector<T>> m_, v_;
   Index t_ = 0;
+};
+
+// What the Transformer and the language model train with, written once: the optimiser's
+// configuration, Adam over the model's parameters() (created on first use), the learning-rate
+// schedule at the model's width, and the update of a training step (global norm, clipping, one
+// fused Adam pass). A model derives from it and lists its parameters.
+template <typename T>
+class TrainableModel {
+ public:
+  virtual ParameterList<T> parameters() = 0;
+
+  const OptimizerConfig& optimizer_config() const { return opt_config_; }
+  void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
+  Adam<T>& optimizer();                                 // created on first use
+  bool has_optimizer() const { return adam_ != nullptr; }
+  // The schedule at a 1-based step: warmup_learning_rate at the model's d_model; with total_steps,
+  // from the peak at the warm-up's end straight down to 0 at total_steps; or the fixed rate
+  // (decaying from step 0 to 0 at total_steps, when given).
+  double learning_rate(Index step) const;
+  double last_grad_norm() const { return last_grad_norm_; }
+
+ protected:
+  // owner: what messages start with ("Transformer"); d_model: the width the schedule scales by
+  TrainableModel(const char* owner, Index d_model) : owner_(owner), d_model_(d_model) {}
+  ~TrainableModel() = default;
+  TrainableModel(TrainableModel&&) noexcept = default;
+  TrainableModel& operator=(TrainableModel&&) noexcept = default;
+
+  // Updates taken so far (0 before the first).
+  Index step_count() const { return adam_ ? adam_->step_count() : 0; }
+  // Refuses (std::invalid_argument naming who) an update when the step count is at its maximum.
+  void check_step_count(const char* who) const;
+  // One update from the gradients in parameters(): the global norm, clipping to clip_norm, and
+  // one Adam step at learning_rate(step_count() + 1) that also zeroes the gradients. Refuses
+  // (NonFiniteError naming who, nothing changed) a non-finite norm and an update that would make
+  // a weight or an Adam moment non-finite.
+  void update(const char* who);
+  // The same from the contiguous gradients `grads` (parameters() order), each multiplied by
+  // grad_scale, whose global norm (after grad_scale) is `norm`; the parameters' own gradient
+  // storage is left alone.
+  void update_flat(const T* grads, double grad_scale, double norm, const char* who);
+
+ private:
+  // the norm as the update's: a non-finite one is refused, changing nothing
+  void set_norm(double norm, const char* who);
+  const char* owner_;
+  Index d_model_;
+  OptimizerConfig opt_config_;
+  std::unique_ptr<Adam<T>> adam_;
+  double last_grad_norm_ = 0.0;
 };
 
 }  // namespace transformer

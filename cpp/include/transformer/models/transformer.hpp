@@ -40,19 +40,6 @@ struct TransformerConfig {
   Precision precision = Precision::Float32;
 };
 
-// Adam, the learning-rate schedule, clipping and label smoothing (ConfigTable<OptimizerConfig>
-// below lists the members, as for TransformerConfig).
-struct OptimizerConfig {
-  Index warmup = 4000;  // lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-  double lr_scale = 1.0;
-  double fixed_lr = 0.0;  // > 0: use this constant learning rate instead of the schedule
-  double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
-  double clip_norm = 0.0;  // > 0: clip gradients to this global L2 norm
-  double label_smoothing = 0.0;
-  Index total_steps = 0;  // > warmup: after the warm-up, decay linearly from the peak to 0 at this step
-                          // (with fixed_lr: >= 1, decay from fixed_lr at step 0 to 0 at this step)
-};
-
 // The enums of TransformerConfig by name, for its table (see detail::from_value).
 inline void parse_name(const std::string& name, PositionalLayout& out) { out = parse_positional_layout(name); }
 inline void parse_name(const std::string& name, Precision& out) { out = parse_precision(name); }
@@ -67,12 +54,6 @@ struct ConfigTable<TransformerConfig> {
   static const std::vector<ConfigField<TransformerConfig>>& fields();
 };
 
-template <>
-struct ConfigTable<OptimizerConfig> {
-  static const char* owner() { return "configure_optimizer"; }
-  static const std::vector<ConfigField<OptimizerConfig>>& fields();
-};
-
 // Throw std::invalid_argument (ValueError) naming the first bad field and what is allowed: every
 // field against its row of the table (check_fields), then what involves several (d_model divisible
 // by n_heads; total_steps after the warm-up), the precision available (bf16: float32 models on a
@@ -80,7 +61,6 @@ struct ConfigTable<OptimizerConfig> {
 // allocated).
 template <typename T>
 void validate(const TransformerConfig& c);
-void validate(const OptimizerConfig& o);
 // validate<T> without what depends on the scalar type and the machine (precision, memory): every
 // field against its row and the combinations.
 void check_config(const TransformerConfig& c);
@@ -102,7 +82,7 @@ struct InferenceState {
 };
 
 template <typename T>
-class Transformer {
+class Transformer : public TrainableModel<T> {
  public:
   explicit Transformer(const TransformerConfig& config);
 
@@ -148,15 +128,9 @@ class Transformer {
   // Feed tokens[r] at the next position of every row of `state`: logits (R, V), in state.logits.
   const Matrix<T>& infer_step(const std::int64_t* tokens, InferenceBackend<T>& be, InferenceState<T>& state) const;
 
-  ParameterList<T> parameters();
+  ParameterList<T> parameters() override;
   void zero_grad();
   const TransformerConfig& config() const { return config_; }
-  const OptimizerConfig& optimizer_config() const { return opt_config_; }
-  void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
-  Adam<T>& optimizer();                                 // created on first use
-  bool has_optimizer() const { return adam_ != nullptr; }
-  double learning_rate(Index step) const;  // the schedule (or fixed lr) at a 1-based step
-  double last_grad_norm() const { return last_grad_norm_; }
   // The next train_step / evaluate / forward may skip its check that every weight is finite (a pass
   // over all of them, a read of the whole model per step): for a caller that knows nothing can have
   // written the weights since a call that left them finite (a successful train_step: its update is
@@ -193,11 +167,9 @@ class Transformer {
   void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who);
   bool weights_vouched_ = false;  // see vouch_weights_finite(); consumed by the next check_batch
   TransformerConfig config_;
-  OptimizerConfig opt_config_;
   std::unique_ptr<Encoder<T>> encoder_;
   std::unique_ptr<Decoder<T>> decoder_;
   Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
-  std::unique_ptr<Adam<T>> adam_;
   Index B_ = -1, T_ = 0;
   // (rows, V) logits; after train_step, d loss / d logits (computed in place). The buffer only
   // grows: the row count changes from batch to batch, and a buffer this large (tens of MB) freed
@@ -210,9 +182,8 @@ class Transformer {
   std::unique_ptr<T[], FreeAligned> logits_;
   size_t logits_capacity_ = 0;  // values
   Index logits_rows_ = 0;
-  Matrix<T> dy_;            // (B*T, d)
-  Matrix<T> loss_partial_;  // (row blocks, V) scratch of the fused loss's bias gradient
-  double last_grad_norm_ = 0.0;
+  Matrix<T> dy_;               // (B*T, d)
+  Matrix<T> loss_partial_;     // (row blocks, V) scratch of the fused loss's bias gradient
   bool grads_zero_ = false;    // the last train_step's fused Adam pass left every gradient at 0
   std::vector<T> flat_grads_;  // (parameters + kFlatSpareSlots): see flat_gradients()
   bool flat_pending_ = false;  // compute_gradients filled flat_grads_ and apply_gradients has not run
