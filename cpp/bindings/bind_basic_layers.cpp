@@ -11,8 +11,8 @@
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/layer_norm.hpp"
 #include "transformer/layers/loss.hpp"
-#include "transformer/layers/optimizer.hpp"
 #include "transformer/layers/softmax.hpp"
+#include "transformer/models/optimizer.hpp"
 
 namespace transformer::bindings {
 

@@ -1,15 +1,17 @@
 // Bindings of the configuration: Limit, the one check of a setting (numbers, flags, names) with
 // the one message format, for the core and the Python package alike; and the configuration
-// structs as classes made from their tables (TransformerConfig, OptimizerConfig): keyword
-// arguments checked field by field, to_dict(), and fields(), the table itself, from which the
-// Python package derives keyword arguments, docstrings, checkpoint JSON and command-line options.
+// structs as classes made from their tables (TransformerConfig, OptimizerConfig,
+// LanguageModelConfig): keyword arguments checked field by field, to_dict(), and fields(), the
+// table itself, from which the Python package derives keyword arguments, docstrings, checkpoint
+// JSON and command-line options.
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "bindings.hpp"
-#include "transformer/config.hpp"
-#include "transformer/layers/transformer.hpp"
+#include "transformer/core/config.hpp"
+#include "transformer/models/language_model.hpp"
+#include "transformer/models/transformer.hpp"
 
 namespace transformer::bindings {
 

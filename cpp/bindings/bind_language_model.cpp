@@ -4,7 +4,7 @@
 #include <exception>
 
 #include "bindings.hpp"
-#include "transformer/layers/language_model.hpp"
+#include "transformer/models/language_model.hpp"
 
 namespace transformer::bindings {
 

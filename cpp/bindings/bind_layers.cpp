@@ -4,12 +4,12 @@
 // runs, one call at a time, finite inputs (an owned copy of those that backward reads again), the
 // memory its buffers need and finite weights; after it, a finite output (gradients).
 #include "bindings.hpp"
-#include "transformer/layers/attention.hpp"
-#include "transformer/layers/decoder.hpp"
+#include "transformer/attention/attention.hpp"
 #include "transformer/layers/dropout.hpp"
-#include "transformer/layers/encoder.hpp"
 #include "transformer/layers/feed_forward.hpp"
 #include "transformer/layers/linear.hpp"
+#include "transformer/models/decoder.hpp"
+#include "transformer/models/encoder.hpp"
 
 namespace transformer::bindings {
 

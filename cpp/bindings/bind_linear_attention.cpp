@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "bindings.hpp"
-#include "transformer/layers/linear_attention.hpp"
+#include "transformer/attention/linear_attention.hpp"
 
 namespace transformer::bindings {
 

@@ -5,8 +5,8 @@
 // finite inputs (x owned and kept: backward reads it again), the memory of the buffers and finite
 // weights before the work, a finite output and gradients after it.
 #include "bindings.hpp"
-#include "transformer/layers/lsh_attention.hpp"
-#include "transformer/runtime.hpp"
+#include "transformer/attention/lsh_attention.hpp"
+#include "transformer/core/runtime.hpp"
 
 namespace transformer::bindings {
 

@@ -5,7 +5,7 @@
 #include "bindings.hpp"
 #include "transformer/inference/decoding.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
-#include "transformer/layers/transformer.hpp"
+#include "transformer/models/transformer.hpp"
 
 namespace transformer::bindings {
 

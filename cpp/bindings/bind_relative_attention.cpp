@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "bindings.hpp"
-#include "transformer/layers/relative_attention.hpp"
+#include "transformer/attention/relative_attention.hpp"
 
 namespace transformer::bindings {
 

@@ -1,6 +1,6 @@
-// Bindings of the reversible residual stack (layers/reversible.hpp).
+// Bindings of the reversible residual stack (models/reversible.hpp).
 #include "bindings.hpp"
-#include "transformer/layers/reversible.hpp"
+#include "transformer/models/reversible.hpp"
 
 namespace transformer::bindings {
 

@@ -1,12 +1,13 @@
 #include "bindings.hpp"
+#include "transformer/core/random.hpp"
+#include "transformer/core/runtime.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/kernels/build_info.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/kernels/f32_gemm.hpp"
 #include "transformer/kernels/isa.hpp"
 #include "transformer/kernels/quantized_linear.hpp"
 #include "transformer/layers/positional_encoding.hpp"
-#include "transformer/random.hpp"
-#include "transformer/runtime.hpp"
 
 namespace transformer::bindings {
 

@@ -1,8 +1,8 @@
 // Bindings of the tiled (memory-linear) softmax attention: the kernel over (B, H, T, d) heads as
 // TiledAttention, the adapter SoftmaxSelfAttention, and MultiHeadAttention's attention_impl.
 #include "bindings.hpp"
-#include "transformer/layers/tiled_attention.hpp"
-#include "transformer/tuning.hpp"
+#include "transformer/attention/tiled_attention.hpp"
+#include "transformer/core/tuning.hpp"
 
 namespace transformer::bindings {
 

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "transformer/checks.hpp"
-#include "transformer/config.hpp"
-#include "transformer/tensor.hpp"
+#include "transformer/core/checks.hpp"
+#include "transformer/core/config.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace py = pybind11;
 

@@ -1,7 +1,7 @@
 """The model's and the optimiser's configuration: defined once, in the C++ core, and derived here.
 
-Each configuration is a C++ struct with a table of its fields (``ConfigTable`` in
-``cpp/src/layers/transformer.cpp``): name, what it allows (a :class:`~transformer_cpp._checks.Limit`),
+Each configuration is a C++ struct with a table of its fields (``ConfigTable``, beside its struct
+in ``cpp/src/models/``): name, what it allows (a :class:`~transformer_cpp._checks.Limit`),
 default, a line of help and its option, the name of the training setting and of the command-line
 option that set it (``None``: a field the program sets, such as the vocabulary sizes). The core
 binds the structs as :class:`TransformerConfig` and :class:`OptimizerConfig`, whose constructors

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "transformer/checks.hpp"
+#include "transformer/core/checks.hpp"
 
 namespace transformer {
 

@@ -5,9 +5,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "transformer/core/random.hpp"
 #include "transformer/kernels/avx2.hpp"
 #include "transformer/kernels/isa.hpp"
-#include "transformer/random.hpp"
 
 // The AVX-512 kernels are compiled with function target attributes, never with -m flags for the
 // whole file (see bf16_gemm.cpp), and run only when isa_allows(Isa::Avx512); the AVX2 ones are in

@@ -1,6 +1,6 @@
 #include "transformer/layers/dropout.hpp"
 
-#include "transformer/random.hpp"
+#include "transformer/core/random.hpp"
 
 namespace transformer {
 

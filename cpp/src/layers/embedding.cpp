@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "transformer/checks.hpp"
-#include "transformer/random.hpp"
+#include "transformer/core/checks.hpp"
+#include "transformer/core/random.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -1,8 +1,8 @@
 #include "transformer/layers/feed_forward.hpp"
 
-#include "transformer/checks.hpp"
+#include "transformer/core/checks.hpp"
+#include "transformer/core/random.hpp"
 #include "transformer/layers/activations.hpp"
-#include "transformer/random.hpp"
 
 namespace transformer {
 

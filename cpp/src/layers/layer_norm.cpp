@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "transformer/checks.hpp"
+#include "transformer/core/checks.hpp"
 
 namespace transformer {
 

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "transformer/checks.hpp"
-#include "transformer/random.hpp"
+#include "transformer/core/checks.hpp"
+#include "transformer/core/random.hpp"
 
 namespace transformer {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "transformer/checks.hpp"
+#include "transformer/core/checks.hpp"
 
 namespace transformer {
 

@@ -1,6 +1,6 @@
 // decoding.hpp — fast inference: greedy and beam search over the model's inference entry point
 // (Transformer::infer_start / infer_step, which call the layers' own inference methods; see
-// inference/backend.hpp).
+// kernels/inference_backend.hpp).
 //
 // The encoder runs once per batch. For every decoder layer the cross-attention keys and values
 // of the memory are projected once per sentence, and the self-attention keys and values of each
@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "transformer/inference/backend.hpp"
+#include "transformer/kernels/inference_backend.hpp"
 #include "transformer/kernels/quantized_linear.hpp"
-#include "transformer/layers/transformer.hpp"
+#include "transformer/models/transformer.hpp"
 
 namespace transformer {
 

@@ -29,7 +29,7 @@
 
 #include <cstdint>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer::avx2 {
 

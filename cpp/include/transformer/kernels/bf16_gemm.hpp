@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <string>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer::bf16 {
 

@@ -16,7 +16,7 @@
 // attention kernels keep K^T and V^T per head.
 #pragma once
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

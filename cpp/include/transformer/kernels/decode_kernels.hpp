@@ -5,7 +5,7 @@
 // product, and for a few rows that packing costs as much as the product itself. Two kernels
 // avoid it (float; AVX-512 here, AVX2 + FMA in avx2.cpp, chosen at run time by the instruction-set
 // level of isa.hpp; at the generic level the dense layers' GEMM, see InferenceBackend in
-// inference/backend.hpp):
+// kernels/inference_backend.hpp):
 //
 // * few_rows_linear reads W (N, K) as it is: tiles of 4 weight rows x 4 input rows, 16-lane
 //   partial dot products, summed horizontally at the end. No set-up; best below ~4 rows.
@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

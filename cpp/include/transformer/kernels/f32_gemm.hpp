@@ -37,7 +37,7 @@
 // neither can; kDisableEnv turns both off.
 #pragma once
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer::f32 {
 

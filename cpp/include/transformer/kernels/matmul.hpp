@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

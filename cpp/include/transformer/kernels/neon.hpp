@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer::neon {
 

@@ -2,7 +2,7 @@
 //
 // The decoding kernels of decode_kernels.hpp read float32 weights; at a few rows per step the
 // time goes into fetching them. QuantizedLinear keeps the weight in a smaller type, packed once
-// (InferenceBackend, inference/backend.hpp, packs again only when the weights change), and multiplies
+// (InferenceBackend, kernels/inference_backend.hpp, packs again only when the weights change), and multiplies
 // with the CPU's low-precision dot products:
 //
 // * int8 (AVX512_VNNI `vpdpbusd`): every output feature n gets a symmetric scale
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

@@ -1,7 +1,7 @@
 // activations.hpp — ReLU.
 #pragma once
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

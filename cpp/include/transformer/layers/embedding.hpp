@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "transformer/core/tensor.hpp"
 #include "transformer/layers/positional_encoding.hpp"
-#include "transformer/tensor.hpp"
 
 namespace transformer {
 

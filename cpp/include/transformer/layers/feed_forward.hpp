@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "transformer/inference/backend.hpp"
+#include "transformer/kernels/inference_backend.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/linear.hpp"
 
@@ -18,7 +18,7 @@ class FeedForward {
   // x: (N, d_model) -> (N, d_model). `x` must stay alive until backward().
   const Matrix<T>& forward(ConstMatrixMap<T> x, bool training, const Index* row_ids = nullptr);
   const Matrix<T>& backward(ConstMatrixMap<T> dy);  // -> dx (N, d_model)
-  // Inference (inference/backend.hpp): y = max(0, x W1^T + b1) W2^T + b2, no dropout, the products through
+  // Inference (kernels/inference_backend.hpp): y = max(0, x W1^T + b1) W2^T + b2, no dropout, the products through
   // `be`, the hidden layer in s.f; nothing of forward()'s state is touched.   x (N, d) -> y (N, d)
   void infer(const Matrix<T>& x, InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>& y) const;
 

@@ -2,7 +2,7 @@
 //   y = (x - mean) / sqrt(var + eps) * weight + bias,  var the biased (1/d) variance.
 #pragma once
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
+#include "transformer/core/tensor.hpp"
 #include "transformer/kernels/matmul.hpp"
-#include "transformer/tensor.hpp"
 
 namespace transformer {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

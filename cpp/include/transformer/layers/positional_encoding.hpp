@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "transformer/tensor.hpp"
+#include "transformer/core/tensor.hpp"
 
 namespace transformer {
 

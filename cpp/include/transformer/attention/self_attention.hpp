@@ -1,0 +1,68 @@
+// self_attention.hpp — what a block of the decoder-only language model asks of its attention.
+//
+// The language model's blocks read like the paper's (x = norm(x + dropout(attn(x)))) whatever
+// attention computes inside: softmax attention (MultiHeadAttention), linear attention
+// (Katharopoulos et al. 2020), LSH attention (Reformer) or relative attention with a memory
+// (Transformer-XL). Each is a class that implements this interface, so the block, the reversible
+// stack and the gradient checks treat them alike.
+//
+// make_self_attention builds one by name ("softmax", "linear", "lsh"): the one factory of the
+// language model's blocks and of the reversible stack.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transformer/core/tensor.hpp"
+
+namespace transformer {
+
+template <typename T>
+class SelfAttention {
+ public:
+  virtual ~SelfAttention() = default;
+
+  // Self-attention of B sequences of T_len positions:          x (B*T_len, d) -> (B*T_len, d)
+  // Row b*T_len + t is position t of sequence b. With `causal`, position t attends to positions
+  // <= t only. The result stays valid until the next forward; forward keeps what backward needs.
+  virtual const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) = 0;
+  // The gradient of the last forward:                       dout (B*T_len, d) -> dx (B*T_len, d)
+  // Parameter gradients accumulate (+=).
+  virtual const Matrix<T>& backward(ConstMatrixMap<T> dout) = 0;
+
+  virtual ParameterList<T> parameters() = 0;
+  virtual void zero_grad() = 0;
+  // Free what forward kept for backward (a reversible stack keeps no layer's activations).
+  virtual void release() {}
+
+  virtual Index d_model() const = 0;
+  virtual Index n_heads() const = 0;
+};
+
+// The settings of the kinds that have any (LSH attention's); the defaults are LSHSelfAttention's.
+struct SelfAttentionOptions {
+  Index lsh_chunk = 64;   // positions per chunk; a chunk attends to itself and the chunk before
+  Index lsh_hashes = 4;   // hash rounds
+  Index lsh_buckets = 0;  // buckets per round, even; 0: 2 * max(1, T / chunk) for a sequence of T
+};
+
+// The kinds make_self_attention knows, in the order messages list them: "softmax", "linear", "lsh",
+// "relative".
+const std::vector<std::string>& self_attention_kinds();
+
+// A self-attention of `kind`:
+//   "softmax"  SoftmaxSelfAttention (tiled_attention.hpp): MultiHeadAttention, exact, tiled from
+//              tuning::kTiledAttentionMinLength keys; a key/value-cached step for generation
+//   "linear"   LinearMultiHeadAttention (linear_attention.hpp); an RNN step for generation
+//   "lsh"      LSHSelfAttention (lsh_attention.hpp) with options' chunk, hashes and buckets
+//   "relative" RelativeMultiHeadAttention (relative_attention.hpp): Transformer-XL's relative
+//              positions; the language model gives it a segment memory
+// Throws std::invalid_argument naming the kinds for any other name, and for bad LSH options.
+template <typename T>
+std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, Index d_model, Index n_heads,
+                                                      std::uint64_t seed,
+                                                      const SelfAttentionOptions& options = SelfAttentionOptions{});
+
+}  // namespace transformer

@@ -1,0 +1,183 @@
+// tensor.hpp — the few types every layer shares.
+//
+// Activations are row-major Eigen matrices with one row per token: a batch of B sequences of
+// T tokens with C channels is a (B*T, C) matrix. Python sees the same memory as (B, T, C).
+//
+// Gradient policy (every layer follows it):
+//   * forward(...) caches exactly what backward(...) needs, in member buffers that are resized
+//     only when the shapes change (no allocation per step once shapes are stable);
+//   * backward(dout) returns the gradient of the input(s) and ACCUMULATES (+=) into the
+//     parameter gradients;
+//   * only zero_grad() clears parameter gradients.
+#pragma once
+
+#include <Eigen/Core>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transformer/core/tuning.hpp"
+
+namespace transformer {
+
+using Index = Eigen::Index;
+
+template <typename T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+template <typename T>
+using MatrixMap = Eigen::Map<Matrix<T>>;
+template <typename T>
+using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
+// A strided block of a row-major matrix, e.g. one head's columns of (B*T, C).
+template <typename T>
+using StridedMap = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using ConstStridedMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+// One row (or any contiguous run) of values as an Eigen array, for element-wise row kernels.
+template <typename T>
+using RowArray = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+template <typename T>
+using ConstRowArray = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+
+// A whole matrix as the map that layers and kernels take (a view, no copy): cmap to read it, mmap
+// to write it.
+template <typename T>
+ConstMatrixMap<T> cmap(const Matrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+template <typename T>
+MatrixMap<T> mmap(Matrix<T>& m) {
+  return MatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
+// Token ids as they come from NumPy (int64) — row-major (B, T).
+using TokenMatrix = Eigen::Matrix<std::int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstTokenMap = Eigen::Map<const TokenMatrix>;
+// Attention masks: (B, T_q, T_k) bytes, 1 = blocked (may not attend), 0 = allowed.
+using MaskBuffer = std::vector<std::uint8_t>;
+
+// Which rows of a padded batch (B sequences of T positions, row b*T + t) a pass computes: all of
+// them, or ("removing padding") only the listed ones. Position-wise work (projections, LayerNorm,
+// feed-forward, dropout, the output layer) then runs on rows() rows instead of B*T; attention
+// scatters its inputs back into the padded (B, T) layout, where the masks live.
+struct RowLayout {
+  Index B = 0, T = 0;
+  bool packed = false;
+  std::vector<Index> ids;  // packed: the padded row index b*T + t of every computed row, increasing
+  Index rows() const { return packed ? static_cast<Index>(ids.size()) : B * T; }
+  const Index* row_ids() const { return packed ? ids.data() : nullptr; }
+  static RowLayout dense(Index B, Index T) {
+    RowLayout l;
+    l.B = B;
+    l.T = T;
+    return l;
+  }
+};
+
+// A named view of one parameter tensor and its gradient. The storage belongs to a layer which
+// never reallocates it after construction, so views handed out (to Python, to Adam) stay valid
+// for the layer's lifetime.
+template <typename T>
+struct Parameter {
+  std::string name;
+  T* value = nullptr;
+  T* grad = nullptr;
+  std::vector<Index> shape;
+  Index size() const {
+    Index n = 1;
+    for (Index s : shape) n *= s;
+    return n;
+  }
+};
+
+template <typename T>
+using ParameterList = std::vector<Parameter<T>>;
+
+// Append `in` to `out` with `prefix.` before every name.
+template <typename T>
+void append_parameters(ParameterList<T>& out, const ParameterList<T>& in, const std::string& prefix) {
+  for (const auto& p : in) {
+    Parameter<T> q = p;
+    q.name = prefix.empty() ? p.name : prefix + "." + p.name;
+    out.push_back(std::move(q));
+  }
+}
+
+// Errors: std::invalid_argument -> Python ValueError, std::out_of_range -> IndexError,
+// std::runtime_error -> RuntimeError (pybind11's standard translation).
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+// Element-wise helpers that split rows or columns among the OpenMP threads once the work is large
+// enough to pay for a parallel region. Each element is computed by one thread in a fixed order, so
+// results do not depend on the thread count. The thresholds are in tuning.hpp.
+constexpr Index kParallelMin = tuning::kParallelMin;
+constexpr Index kParallelElements = tuning::kParallelElements;
+
+// y.row(r) += b for every row of a row-major (rows, cols) buffer.
+template <typename T>
+void add_row_vector(T* y, Index rows, Index cols, const T* b) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (Index r = 0; r < rows; ++r) {
+    T* yr = y + r * cols;
+    for (Index c = 0; c < cols; ++c) yr[c] += b[c];
+  }
+}
+
+// db += the column sums of a row-major (rows, cols) dy; threads own column ranges and add rows in
+// order.
+template <typename T>
+void add_column_sums(const T* dy, Index rows, Index cols, T* db) {
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+#ifdef _OPENMP
+    const Index nt = omp_get_num_threads(), tid = omp_get_thread_num();
+#else
+    const Index nt = 1, tid = 0;
+#endif
+    // column blocks of 16 so that threads do not share cache lines of db
+    const Index blocks = (cols + 15) / 16;
+    const Index c0 = std::min(cols, 16 * (blocks * tid / nt)), c1 = std::min(cols, 16 * (blocks * (tid + 1) / nt));
+    // sum each chunk of columns over the rows first, then add the sums to db (db + sum, as a
+    // separate reduction would: accumulating the same gradient twice doubles it exactly)
+    for (Index k0 = c0; k0 < c1; k0 += 256) {
+      const Index k1 = std::min(c1, k0 + 256);
+      T acc[256];
+      for (Index c = k0; c < k1; ++c) acc[c - k0] = T(0);
+      for (Index r = 0; r < rows; ++r) {
+        const T* row = dy + r * cols;
+        for (Index c = k0; c < k1; ++c) acc[c - k0] += row[c];
+      }
+      for (Index c = k0; c < k1; ++c) db[c] += acc[c - k0];
+    }
+  }
+}
+
+// out = a + b over n elements (out may alias a or b).
+template <typename T>
+void add_arrays(T* out, const T* a, const T* b, Index n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (Index i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+#define TCPP_CHECK(cond, ...)                                                     \
+  do {                                                                            \
+    if (!(cond)) throw std::invalid_argument(::transformer::concat(__VA_ARGS__)); \
+  } while (0)
+
+}  // namespace transformer

@@ -1,0 +1,287 @@
+#include "transformer/models/decoder.hpp"
+
+#include <new>
+#include <numeric>
+#include <utility>
+
+#include "transformer/core/checks.hpp"
+#include "transformer/core/random.hpp"
+#include "transformer/layers/stack.hpp"
+
+namespace transformer {
+
+template <typename T>
+DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,
+                              std::uint64_t seed)
+    : self_attention_(checked_size<T>("DecoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
+                                      decoder_layer_parameters(d_model, d_ff), 0, d_model),
+                      n_heads, splitmix64(seed + 1)),
+      norm1_(d_model, eps),
+      cross_attention_(d_model, n_heads, splitmix64(seed + 2)),
+      norm2_(d_model, eps),
+      feed_forward_(d_model, d_ff, dropout, splitmix64(seed + 3)),
+      norm3_(d_model, eps),
+      pre_norm_(pre_norm),
+      dropout1_(dropout, seed, splitmix64(seed + 4)),
+      dropout2_(dropout, seed, splitmix64(seed + 5)),
+      dropout3_(dropout, seed, splitmix64(seed + 6)) {}
+
+template <typename T>
+const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len, Index S,
+                                          const AttentionMask& self_mask, const AttentionMask& cross_mask,
+                                          bool training) {
+  TCPP_CHECK(B > 0 && T_len > 0 && S > 0 && x.rows() == B * T_len && memory.rows() == B * S, "DecoderLayer: x has ",
+             x.rows(), " rows and memory ", memory.rows(), ", expected B*T = ", B, "*", T_len, " and B*S = ", B, "*",
+             S);
+  own_x_ = RowLayout::dense(B, T_len);
+  own_m_ = RowLayout::dense(B, S);
+  return forward(x, memory, own_x_, own_m_, self_mask, cross_mask, training);
+}
+
+template <typename T>
+const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, const RowLayout& lx,
+                                          const RowLayout& lm, const AttentionMask& self_mask,
+                                          const AttentionMask& cross_mask, bool training) {
+  x_ = x.data();
+  const Index* ids = lx.row_ids();
+  // post-norm: h1 = LN1(x + Dropout(MaskedSelfAttention(x))), h2 = LN2(h1 + Dropout(CrossAttention(h1,
+  // memory))), y = LN3(h2 + Dropout(FFN(h2))); pre-norm: r1 = x + Dropout(MaskedSelfAttention(LN1(x))),
+  // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory)), y = r2 + Dropout(FFN(LN3(r2)))
+  const Matrix<T>& h1 = residual_forward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        self_attention_.forward(in, lx, self_mask);
+        return self_attention_.output_mut();
+      },
+      x, training, ids, r1_);
+  const Matrix<T>& h2 = residual_forward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        cross_attention_.forward(in, memory, lx, lm, cross_mask);
+        return cross_attention_.output_mut();
+      },
+      cmap(h1), training, ids, r2_);
+  return residual_forward<T>(
+      pre_norm_, norm3_, dropout3_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        feed_forward_.forward(in, training, ids);
+        return feed_forward_.output_mut();
+      },
+      cmap(h2), training, ids, out_);
+}
+
+template <typename T>
+const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
+  if (x_ == nullptr) throw std::runtime_error("DecoderLayer: backward() called before forward()");
+  // the three residual sub-layers in reverse: feed-forward, cross-attention (its queries; the
+  // memory's gradient is kept by the attention), masked self-attention
+  residual_backward<T>(
+      pre_norm_, norm3_, dropout3_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, d3_);
+  residual_backward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return cross_attention_.backward(d); }, cmap(d3_), dtmp_, d2_);
+  residual_backward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(d2_), dtmp_, dx_);
+  return dx_;
+}
+
+template <typename T>
+void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv,
+                                 const SentenceRows& memory_rows, const std::vector<Index>& sentence_of,
+                                 InferenceBackend<T>& be, InferenceScratch<T>& s) const {
+  // the three residual sub-layers of forward(), without dropout: masked self-attention (over the
+  // cache), cross-attention, feed-forward
+  residual_infer<T>(
+      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer_step(in, self, be, s, out); },
+      x, s.n, s.a);
+  residual_infer<T>(
+      pre_norm_, norm2_,
+      [&](const Matrix<T>& in, Matrix<T>& out) {
+        cross_attention_.infer_cross(in, memory_kv, memory_rows, sentence_of, be, s, out);
+      },
+      x, s.n, s.a);
+  residual_infer<T>(
+      pre_norm_, norm3_, [&](const Matrix<T>& in, Matrix<T>& out) { feed_forward_.infer(in, be, s, out); }, x, s.n,
+      s.a);
+}
+
+template <typename T>
+ParameterList<T> DecoderLayer<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, self_attention_.parameters(), "self_attention");
+  append_parameters(ps, norm1_.parameters(), "norm1");
+  append_parameters(ps, cross_attention_.parameters(), "cross_attention");
+  append_parameters(ps, norm2_.parameters(), "norm2");
+  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
+  append_parameters(ps, norm3_.parameters(), "norm3");
+  return ps;
+}
+
+template <typename T>
+void DecoderLayer<T>::zero_grad() {
+  self_attention_.zero_grad();
+  norm1_.zero_grad();
+  cross_attention_.zero_grad();
+  norm2_.zero_grad();
+  feed_forward_.zero_grad();
+  norm3_.zero_grad();
+}
+
+template <typename T>
+std::vector<Dropout<T>*> DecoderLayer<T>::dropouts() {
+  return {&dropout1_, &dropout2_, &feed_forward_.dropout(), &dropout3_};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
+                    Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
+    : embedding_(checked_size<T>("Decoder",
+                                 concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
+                                        ", d_ff ", d_ff, ", max_length ", max_length),
+                                 static_cast<double>(vocab_size) * d_model +
+                                     static_cast<double>(n_layers) * decoder_layer_parameters(d_model, d_ff),
+                                 static_cast<double>(max_length) * d_model, vocab_size),
+                 d_model, max_length, layout, splitmix64(seed + 1)),
+      dropout_(dropout, seed, splitmix64(seed + 2)) {
+  TCPP_CHECK(n_layers > 0, "Decoder: n_layers must be positive, got ", n_layers);
+  for (Index i = 0; i < n_layers; ++i)
+    layers_.push_back(std::make_unique<DecoderLayer<T>>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
+                                                        splitmix64(seed + 200 + static_cast<std::uint64_t>(i))));
+  if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
+                                     const std::uint8_t* source_padding, bool training) {
+  TCPP_CHECK(memory.rows() == tokens.rows() * S, "Decoder: memory has ", memory.rows(),
+             " rows, expected B*S = ", tokens.rows(), "*", S);
+  own_memory_ = RowLayout::dense(tokens.rows(), S);
+  return forward(tokens, memory, own_memory_, source_padding, training, nullptr, false);
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, const RowLayout& memory_layout,
+                                     const std::uint8_t* source_padding, bool training, const std::int64_t* targets,
+                                     bool pack) {
+  const Index B = tokens.rows(), Tt = tokens.cols(), S = memory_layout.T;
+  TCPP_CHECK(B > 0 && Tt > 0, "Decoder: the target batch is empty (shape (", B, ", ", Tt, "))");
+  TCPP_CHECK(memory_layout.B == B && memory.rows() == memory_layout.rows(), "Decoder: memory has ", memory.rows(),
+             " rows for batch ", memory_layout.B, ", expected ", memory_layout.rows(), " rows for batch ", B);
+  // rows to compute: all, or (pack) the positions with an input token or a target — a padding
+  // query whose target is padding too feeds nothing that the loss sees
+  layout_.B = B;
+  layout_.T = Tt;
+  layout_.packed = false;
+  layout_.ids.clear();
+  if (pack) {
+    for (Index i = 0; i < B * Tt; ++i)
+      if (tokens.data()[i] != 0 || (targets != nullptr && targets[i] != 0)) layout_.ids.push_back(i);
+    // nothing to compute (an all-padding batch): run unpacked rather than with zero rows
+    layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * Tt;
+    if (!layout_.packed) layout_.ids.clear();
+  }
+  x_ = embedding_.forward(tokens, layout_);
+  dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
+  B_ = B;
+  T_ = Tt;
+  S_ = S;
+  mem_rows_ = memory.rows();
+  key_padding_.resize(static_cast<size_t>(B * Tt));
+  for (Index i = 0; i < B * Tt; ++i) key_padding_[i] = tokens.data()[i] == 0;
+  // masked self-attention: look-ahead and target padding; cross-attention: source padding
+  build_attention_mask(self_mask_, key_padding_.data(), B, Tt, Tt, true);
+  build_attention_mask(cross_mask_, source_padding, B, Tt, S, false);
+  AttentionMask self_mask{self_mask_.data(), Tt * Tt}, cross_mask{cross_mask_.data(), Tt * S};
+  const Matrix<T>* h = &x_;
+  for (auto& layer : layers_)
+    h = &layer->forward(cmap(*h), memory, layout_, memory_layout, self_mask, cross_mask, training);
+  if (final_norm_) h = &final_norm_->forward(cmap(*h));
+  return *h;
+}
+
+template <typename T>
+void Decoder<T>::infer_start(const Matrix<T>& memory, const SentenceRows& memory_rows, Index max_steps,
+                             InferenceBackend<T>& be, DecoderCache<T>& cache) const {
+  TCPP_CHECK(max_steps >= 1, "Decoder: max_steps must be >= 1, got ", max_steps);
+  TCPP_CHECK(memory.rows() == memory_rows.rows() && memory.cols() == embedding_.dim(), "Decoder: memory has shape (",
+             memory.rows(), ", ", memory.cols(), "), expected (", memory_rows.rows(), ", ", embedding_.dim(), ")");
+  const size_t L = layers_.size();
+  cache.self.resize(L);
+  cache.memory_kv.resize(L);
+  if (&cache.memory_rows != &memory_rows) cache.memory_rows = memory_rows;
+  cache.sentence_of.resize(static_cast<size_t>(memory_rows.B));
+  std::iota(cache.sentence_of.begin(), cache.sentence_of.end(), Index(0));
+  for (size_t l = 0; l < L; ++l) {
+    layers_[l]->cross_attention_.infer_memory(memory, be, cache.memory_kv[l]);
+    cache.self[l].reset(memory_rows.B, max_steps, embedding_.dim());
+  }
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::infer_step(const std::int64_t* tokens, DecoderCache<T>& cache, InferenceBackend<T>& be,
+                                        InferenceScratch<T>& s) const {
+  const Index R = cache.rows(), t = cache.position();
+  // x = embedding[token] * sqrt(d) + PE[t]                                   (R, d)
+  embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s);
+  if (!final_norm_) return s.x;
+  s.n.resize(R, s.x.cols());
+  final_norm_->forward_inference(s.x.data(), nullptr, s.n.data(), R);
+  return s.n;
+}
+
+template <typename T>
+void DecoderCache<T>::select_rows(const std::vector<Index>& rows, Matrix<T>& scratch) {
+  const Index R = this->rows();
+  for (Index r : rows) TCPP_CHECK(r >= 0 && r < R, "Decoder: row ", r, " is not one of the ", R, " rows");
+  for (KVCache<T>& c : self) c.select_rows(rows, scratch);
+  std::vector<Index> sentences(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) sentences[i] = sentence_of[static_cast<size_t>(rows[i])];
+  sentence_of.swap(sentences);
+}
+
+template <typename T>
+const Matrix<T>& Decoder<T>::output() const {
+  if (final_norm_) return final_norm_->output();
+  return layers_.back()->output();
+}
+
+template <typename T>
+void Decoder<T>::backward(ConstMatrixMap<T> dout) {
+  if (B_ < 0) throw std::runtime_error("Decoder: backward() called before forward()");
+  dmemory_.setZero(mem_rows_, embedding_.dim());
+  // every layer attends to the same memory: its gradient is the sum over the layers
+  dx_ = stack_backward<T>(dout, layers_, final_norm_.get(),
+                          [this](DecoderLayer<T>& layer) { dmemory_ += layer.dmemory(); });
+  dropout_.backward_inplace(mmap(dx_));
+  embedding_.backward(cmap(dx_));
+}
+
+template <typename T>
+ParameterList<T> Decoder<T>::parameters() {
+  return stack_parameters<T>(embedding_, layers_, final_norm_.get());
+}
+
+template <typename T>
+void Decoder<T>::zero_grad() {
+  stack_zero_grad<T>(embedding_, layers_, final_norm_.get());
+}
+
+template <typename T>
+std::vector<Dropout<T>*> Decoder<T>::dropouts() {
+  return stack_dropouts<T>(dropout_, layers_);
+}
+
+template struct DecoderCache<float>;
+template struct DecoderCache<double>;
+template class DecoderLayer<float>;
+template class DecoderLayer<double>;
+template class Decoder<float>;
+template class Decoder<double>;
+
+}  // namespace transformer

@@ -1,0 +1,209 @@
+#include "transformer/models/encoder.hpp"
+
+#include <new>
+#include <utility>
+
+#include "transformer/core/checks.hpp"
+#include "transformer/core/random.hpp"
+#include "transformer/layers/stack.hpp"
+
+namespace transformer {
+
+template <typename T>
+EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,
+                              std::uint64_t seed)
+    : self_attention_(checked_size<T>("EncoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
+                                      encoder_layer_parameters(d_model, d_ff), 0, d_model),
+                      n_heads, splitmix64(seed + 1)),
+      norm1_(d_model, eps),
+      feed_forward_(d_model, d_ff, dropout, splitmix64(seed + 2)),
+      norm2_(d_model, eps),
+      pre_norm_(pre_norm),
+      dropout1_(dropout, seed, splitmix64(seed + 3)),
+      dropout2_(dropout, seed, splitmix64(seed + 4)) {}
+
+template <typename T>
+const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask,
+                                          bool training) {
+  TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "EncoderLayer: input has ", x.rows(),
+             " rows, expected B*T = ", B, "*", T_len);
+  own_ = RowLayout::dense(B, T_len);
+  return forward(x, own_, mask, training);
+}
+
+template <typename T>
+const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask,
+                                          bool training) {
+  x_ = x.data();
+  rows_ = x.rows();
+  const Index* ids = layout.row_ids();
+  // post-norm: h = LN1(x + Dropout(SelfAttention(x))), y = LN2(h + Dropout(FFN(h)));
+  // pre-norm: r1 = x + Dropout(SelfAttention(LN1(x))), y = r1 + Dropout(FFN(LN2(r1)))
+  const Matrix<T>& h = residual_forward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        self_attention_.forward(in, layout, mask);
+        return self_attention_.output_mut();
+      },
+      x, training, ids, r1_);
+  return residual_forward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        feed_forward_.forward(in, training, ids);
+        return feed_forward_.output_mut();
+      },
+      cmap(h), training, ids, out_);
+}
+
+template <typename T>
+const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
+  if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
+  // the two residual sub-layers in reverse: feed-forward, then self-attention
+  residual_backward<T>(
+      pre_norm_, norm2_, dropout2_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, dh_);
+  residual_backward<T>(
+      pre_norm_, norm1_, dropout1_,
+      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(dh_), dtmp_, dx_);
+  return dx_;
+}
+
+template <typename T>
+void EncoderLayer<T>::infer(Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be,
+                            InferenceScratch<T>& s) const {
+  // the two residual sub-layers of forward(), without dropout: self-attention, feed-forward
+  residual_infer<T>(
+      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer(in, rows, be, s, out); }, x,
+      s.n, s.a);
+  residual_infer<T>(
+      pre_norm_, norm2_, [&](const Matrix<T>& in, Matrix<T>& out) { feed_forward_.infer(in, be, s, out); }, x, s.n,
+      s.a);
+}
+
+template <typename T>
+ParameterList<T> EncoderLayer<T>::parameters() {
+  ParameterList<T> ps;
+  append_parameters(ps, self_attention_.parameters(), "self_attention");
+  append_parameters(ps, norm1_.parameters(), "norm1");
+  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
+  append_parameters(ps, norm2_.parameters(), "norm2");
+  return ps;
+}
+
+template <typename T>
+void EncoderLayer<T>::zero_grad() {
+  self_attention_.zero_grad();
+  norm1_.zero_grad();
+  feed_forward_.zero_grad();
+  norm2_.zero_grad();
+}
+
+template <typename T>
+std::vector<Dropout<T>*> EncoderLayer<T>::dropouts() {
+  return {&dropout1_, &feed_forward_.dropout(), &dropout2_};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
+                    Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
+    : embedding_(checked_size<T>("Encoder",
+                                 concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
+                                        ", d_ff ", d_ff, ", max_length ", max_length),
+                                 static_cast<double>(vocab_size) * d_model +
+                                     static_cast<double>(n_layers) * encoder_layer_parameters(d_model, d_ff),
+                                 static_cast<double>(max_length) * d_model, vocab_size),
+                 d_model, max_length, layout, splitmix64(seed + 1)),
+      dropout_(dropout, seed, splitmix64(seed + 2)) {
+  TCPP_CHECK(n_layers > 0, "Encoder: n_layers must be positive, got ", n_layers);
+  for (Index i = 0; i < n_layers; ++i)
+    layers_.push_back(std::make_unique<EncoderLayer<T>>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
+                                                        splitmix64(seed + 100 + static_cast<std::uint64_t>(i))));
+  if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
+}
+
+template <typename T>
+const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool pack) {
+  const Index B = tokens.rows(), S = tokens.cols();
+  TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
+  // rows to compute: all, or (pack) only the non-padding positions — padding rows are keys that
+  // every query ignores, so nothing downstream depends on their values
+  layout_.B = B;
+  layout_.T = S;
+  layout_.packed = false;
+  layout_.ids.clear();  // keeps its capacity: no allocation per step
+  if (pack) {
+    for (Index i = 0; i < B * S; ++i)
+      if (tokens.data()[i] != 0) layout_.ids.push_back(i);
+    // nothing to compute (an all-padding batch): run unpacked rather than with zero rows
+    layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * S;
+    if (!layout_.packed) layout_.ids.clear();
+  }
+  x_ = embedding_.forward(tokens, layout_);  // (rows, d): embedding * sqrt(d) + PE
+  dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
+  B_ = B;
+  S_ = S;
+  key_padding_.resize(static_cast<size_t>(B * S));
+  for (Index i = 0; i < B * S; ++i) key_padding_[i] = tokens.data()[i] == 0;
+  build_attention_mask(mask_, key_padding_.data(), B, S, S, false);
+  AttentionMask mask{mask_.data(), S * S};
+  const Matrix<T>* h = &x_;
+  for (auto& layer : layers_) h = &layer->forward(cmap(*h), layout_, mask, training);
+  if (final_norm_) h = &final_norm_->forward(cmap(*h));
+  return *h;
+}
+
+template <typename T>
+void Encoder<T>::infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
+                       Matrix<T>& memory) const {
+  const Index B = tokens.rows(), S = tokens.cols();
+  TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
+  rows.assign(tokens);  // the non-padding positions, sentence by sentence
+  const std::int64_t* tok = tokens.data();
+  const Index* ids = rows.ids.data();
+  // x = embedding[token] * sqrt(d) + PE[t]                                   (rows, d)
+  embedding_.infer(rows.rows(), [&](Index i) { return std::make_pair(tok[ids[i]], ids[i] % S); }, memory);
+  for (const auto& layer : layers_) layer->infer(memory, rows, be, s);
+  if (final_norm_) {
+    s.n.resize(memory.rows(), memory.cols());
+    final_norm_->forward_inference(memory.data(), nullptr, s.n.data(), memory.rows());
+    memory.swap(s.n);
+  }
+}
+
+template <typename T>
+const Matrix<T>& Encoder<T>::output() const {
+  if (final_norm_) return final_norm_->output();
+  return layers_.back()->output();
+}
+
+template <typename T>
+void Encoder<T>::backward(ConstMatrixMap<T> dmemory) {
+  if (B_ < 0) throw std::runtime_error("Encoder: backward() called before forward()");
+  dx_ = stack_backward<T>(dmemory, layers_, final_norm_.get(), [](EncoderLayer<T>&) {});
+  dropout_.backward_inplace(mmap(dx_));
+  embedding_.backward(cmap(dx_));
+}
+
+template <typename T>
+ParameterList<T> Encoder<T>::parameters() {
+  return stack_parameters<T>(embedding_, layers_, final_norm_.get());
+}
+
+template <typename T>
+void Encoder<T>::zero_grad() {
+  stack_zero_grad<T>(embedding_, layers_, final_norm_.get());
+}
+
+template <typename T>
+std::vector<Dropout<T>*> Encoder<T>::dropouts() {
+  return stack_dropouts<T>(dropout_, layers_);
+}
+
+template class EncoderLayer<float>;
+template class EncoderLayer<double>;
+template class Encoder<float>;
+template class Encoder<double>;
+
+}  // namespace transformer
