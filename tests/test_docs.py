@@ -292,6 +292,25 @@ def test_no_page_narrates_the_projects_making():
     assert not found, "\n".join(found[:30])
 
 
+# A machine's own paths: what a tool or CI script takes from the machine comes from an argument,
+# an environment variable or a path relative to the repository.
+_MACHINE_PATHS = [r"/work/", r"(?<![\w}])/tmp/", r"/root/", r"/home/\w", r"\.\./shared/"]
+
+
+def test_no_tool_or_ci_script_names_a_machine_path():
+    found = []
+    for path in sorted([*(ROOT / "tools").rglob("*"), *(ROOT / ".ci").rglob("*")]):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        for n, line in enumerate(_read(path).splitlines(), 1):
+            if any(re.search(p, line) for p in _MACHINE_PATHS):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+    for sample in ('default="/work/shared/data/spa.txt"', "-o /tmp/bench", "../shared/data/spa.txt", "/home/me/x"):
+        assert any(re.search(p, sample) for p in _MACHINE_PATHS), sample
+    assert not any(re.search(p, 'mktemp "${TMPDIR:-/tmp}/emulated.XXXXXX"') for p in _MACHINE_PATHS)
+
+
 def test_the_history_check_finds_what_it_looks_for():
     samples = [
         "as measured in session 11",
