@@ -83,7 +83,8 @@ def test_the_training_page_has_the_option_table_made_from_the_command_line(site)
 
 def test_architecture_and_changelog_are_pages_of_the_site(site):
     assert "code map" in _read(site / "architecture" / "index.html")
-    assert "Unreleased" in _read(site / "changelog" / "index.html")
+    changelog = _read(site / "changelog" / "index.html")
+    assert "Unreleased" in changelog and "0.1.0" in changelog
 
 
 # -------------------------------------------------------------------------------- the examples
@@ -171,6 +172,12 @@ def test_license_citation_and_project_metadata():
     assert "License :: OSI Approved :: MIT License" in project["classifiers"]
     assert {"docs", "test", "torch", "serve"} <= set(project["optional-dependencies"])
     assert any(d.startswith("mkdocs") for d in project["optional-dependencies"]["docs"])
+    # the version is one number: the project's, the citation's and the changelog's latest release
+    version = project["version"]
+    assert re.search(rf"(?m)^version: {re.escape(version)}$", cff), "CITATION.cff has another version"
+    released = re.findall(r"(?m)^## (\d+\.\d+\.\d+) — (20\d\d-\d\d-\d\d)$", _read(ROOT / "CHANGELOG.md"))
+    assert released and released[0][0] == version, f"CHANGELOG.md's latest release is not {version}: {released[:1]}"
+    assert re.search(rf'(?m)^date-released: "{released[0][1]}"$', cff), "CITATION.cff's date is not the release's"
 
 
 def test_the_package_index_description_has_no_link_into_the_source_tree(monkeypatch):
