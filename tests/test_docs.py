@@ -87,6 +87,29 @@ def test_architecture_and_changelog_are_pages_of_the_site(site):
     assert "Unreleased" in changelog and "0.1.0" in changelog
 
 
+def test_architecture_is_a_map_with_the_import_order_and_the_two_traces():
+    text = _read(ROOT / "ARCHITECTURE.md")
+    # a map, not the detail: that is docs/internals.md, which it links
+    assert len(text.encode("utf-8")) <= 15_000, len(text.encode("utf-8"))
+    long = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > 200]
+    assert not long, f"ARCHITECTURE.md lines over 200 characters: {long}"
+    assert "](docs/internals.md" in text and (DOCS / "internals.md").is_file()
+    for heading in ("### Import order", "A training step, from the command line down", "A translation request, from the HTTP"):
+        assert heading in text, heading
+    # the picture names every unit of the order the import test holds
+    source = _read(next(ROOT.glob("tests/**/test_import_layers.py")))
+    order = re.search(r"LAYER_ORDER = \[(.*?)\n\]", source, re.S)
+    assert order, "LAYER_ORDER not found"
+    units = [u for u in re.findall(r'"(\w+)"', order.group(1)) if not u.startswith("__")]
+    picture = text.split("### Import order", 1)[1].split("```")[1]
+    words = set(re.findall(r"[\w]+", picture))
+    assert len(units) > 20 and not [u for u in units if u not in words], [u for u in units if u not in words]
+    # the C++ folders in the order that no header includes upwards
+    cpp = text.split("## The C++ core", 1)[1].split("\n## ", 1)[0]
+    folders = ["core/", "kernels/", "layers/", "attention/", "models/", "inference/"]
+    assert [cpp.index(f"  {f}") for f in folders] == sorted(cpp.index(f"  {f}") for f in folders)
+
+
 # -------------------------------------------------------------------------------- the examples
 
 
