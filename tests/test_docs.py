@@ -94,7 +94,11 @@ def test_architecture_is_a_map_with_the_import_order_and_the_two_traces():
     long = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > 200]
     assert not long, f"ARCHITECTURE.md lines over 200 characters: {long}"
     assert "](docs/internals.md" in text and (DOCS / "internals.md").is_file()
-    for heading in ("### Import order", "A training step, from the command line down", "A translation request, from the HTTP"):
+    for heading in (
+        "### Import order",
+        "A training step, from the command line down",
+        "A translation request, from the HTTP",
+    ):
         assert heading in text, heading
     # the picture names every unit of the order the import test holds
     source = _read(next(ROOT.glob("tests/**/test_import_layers.py")))

@@ -53,7 +53,9 @@ def tutorial_batches(count: int, seed: int) -> Tuple[dict, List[Tuple[np.ndarray
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", choices=("quick", "tutorial"), default="quick")
-    p.add_argument("--data", default=None, help="the quick shapes' pairs (default: $TRANSFORMER_CPP_DATA, the cache, the download)")
+    p.add_argument(
+        "--data", default=None, help="the quick shapes' pairs (default: $TRANSFORMER_CPP_DATA, the cache, the download)"
+    )
     p.add_argument("--pairs", type=int, default=30000, help="pairs to build the vocabularies and batches from")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=10, help="timed steps per precision per round")
