@@ -2,6 +2,8 @@
 
 - ``ARCHITECTURE.md`` and ``CHANGELOG.md`` live at the repository root, where people browsing the
   source look for them; the site shows them as the pages ``architecture.md`` and ``changelog.md``.
+  Their links into ``docs/`` are written from the root (``docs/internals.md``), so on the site,
+  where they sit beside the other pages, ``docs/`` is taken off.
 - The API reference imports the package (``force_inspection``: the model's signature and docstring
   are made from the core's tables when the class is created). Importing a ``__main__`` module runs
   its command, so each one is replaced by an empty module before the reference is read.
@@ -54,6 +56,8 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if page.file.src_uri in ROOT_PAGES:
+        markdown = re.sub(r"\]\(docs/", "](", markdown)
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, train_options_table())
     if PRESETS_MARKER in markdown:

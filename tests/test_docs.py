@@ -83,7 +83,35 @@ def test_the_training_page_has_the_option_table_made_from_the_command_line(site)
 
 def test_architecture_and_changelog_are_pages_of_the_site(site):
     assert "code map" in _read(site / "architecture" / "index.html")
-    assert "Unreleased" in _read(site / "changelog" / "index.html")
+    changelog = _read(site / "changelog" / "index.html")
+    assert "Unreleased" in changelog and "0.1.0" in changelog
+
+
+def test_architecture_is_a_map_with_the_import_order_and_the_two_traces():
+    text = _read(ROOT / "ARCHITECTURE.md")
+    # a map, not the detail: that is docs/internals.md, which it links
+    assert len(text.encode("utf-8")) <= 15_000, len(text.encode("utf-8"))
+    long = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > 200]
+    assert not long, f"ARCHITECTURE.md lines over 200 characters: {long}"
+    assert "](docs/internals.md" in text and (DOCS / "internals.md").is_file()
+    for heading in (
+        "### Import order",
+        "A training step, from the command line down",
+        "A translation request, from the HTTP",
+    ):
+        assert heading in text, heading
+    # the picture names every unit of the order the import test holds
+    source = _read(next(ROOT.glob("tests/**/test_import_layers.py")))
+    order = re.search(r"LAYER_ORDER = \[(.*?)\n\]", source, re.S)
+    assert order, "LAYER_ORDER not found"
+    units = [u for u in re.findall(r'"(\w+)"', order.group(1)) if not u.startswith("__")]
+    picture = text.split("### Import order", 1)[1].split("```")[1]
+    words = set(re.findall(r"[\w]+", picture))
+    assert len(units) > 20 and not [u for u in units if u not in words], [u for u in units if u not in words]
+    # the C++ folders in the order that no header includes upwards
+    cpp = text.split("## The C++ core", 1)[1].split("\n## ", 1)[0]
+    folders = ["core/", "kernels/", "layers/", "attention/", "models/", "inference/"]
+    assert [cpp.index(f"  {f}") for f in folders] == sorted(cpp.index(f"  {f}") for f in folders)
 
 
 # -------------------------------------------------------------------------------- the examples
@@ -171,6 +199,12 @@ def test_license_citation_and_project_metadata():
     assert "License :: OSI Approved :: MIT License" in project["classifiers"]
     assert {"docs", "test", "torch", "serve"} <= set(project["optional-dependencies"])
     assert any(d.startswith("mkdocs") for d in project["optional-dependencies"]["docs"])
+    # the version is one number: the project's, the citation's and the changelog's latest release
+    version = project["version"]
+    assert re.search(rf"(?m)^version: {re.escape(version)}$", cff), "CITATION.cff has another version"
+    released = re.findall(r"(?m)^## (\d+\.\d+\.\d+) — (20\d\d-\d\d-\d\d)$", _read(ROOT / "CHANGELOG.md"))
+    assert released and released[0][0] == version, f"CHANGELOG.md's latest release is not {version}: {released[:1]}"
+    assert re.search(rf'(?m)^date-released: "{released[0][1]}"$', cff), "CITATION.cff's date is not the release's"
 
 
 def test_the_package_index_description_has_no_link_into_the_source_tree(monkeypatch):
@@ -290,6 +324,25 @@ def test_no_page_narrates_the_projects_making():
     # README command 1's own comment names the job it does; that line is the command itself
     found = [f for f in found if "# 1. the main job: install, train" not in f and "the main job: install" not in f]
     assert not found, "\n".join(found[:30])
+
+
+# A machine's own paths: what a tool or CI script takes from the machine comes from an argument,
+# an environment variable or a path relative to the repository.
+_MACHINE_PATHS = [r"/work/", r"(?<![\w}])/tmp/", r"/root/", r"/home/\w", r"\.\./shared/"]
+
+
+def test_no_tool_or_ci_script_names_a_machine_path():
+    found = []
+    for path in sorted([*(ROOT / "tools").rglob("*"), *(ROOT / ".ci").rglob("*")]):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        for n, line in enumerate(_read(path).splitlines(), 1):
+            if any(re.search(p, line) for p in _MACHINE_PATHS):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+    for sample in ('default="/work/shared/data/spa.txt"', "-o /tmp/bench", "../shared/data/spa.txt", "/home/me/x"):
+        assert any(re.search(p, sample) for p in _MACHINE_PATHS), sample
+    assert not any(re.search(p, 'mktemp "${TMPDIR:-/tmp}/emulated.XXXXXX"') for p in _MACHINE_PATHS)
 
 
 def test_the_history_check_finds_what_it_looks_for():

@@ -3,9 +3,10 @@
 // project's virtual environment active:
 //
 //   EIGEN=$(python -c "import cmeel, os; print(os.path.join(os.path.dirname(cmeel.__file__), '..', 'cmeel.prefix', 'include', 'eigen3'))")
+//   mkdir -p build
 //   g++ -O3 -march=native -fno-math-errno -fopenmp -DEIGEN_NO_DEBUG -std=c++17 -Icpp/include -I$EIGEN
-//       tools/bf16_gemm_bench.cpp cpp/src/kernels/bf16_gemm.cpp -o /tmp/bf16_gemm_bench    (one command)
-//   OMP_NUM_THREADS=1 /tmp/bf16_gemm_bench 20      # best of 20 per shape; OMP_NUM_THREADS=2 for both cores
+//       tools/bf16_gemm_bench.cpp cpp/src/kernels/bf16_gemm.cpp -o build/bf16_gemm_bench    (one command)
+//   OMP_NUM_THREADS=1 build/bf16_gemm_bench 20      # best of 20 per shape; OMP_NUM_THREADS=2 for both cores
 //
 // First a correctness sweep (kernel against its reference on odd shapes, all four transpositions),
 // then GFLOP/s of Eigen float32 and of the kernel per shape, best of N, alternating.

@@ -1,13 +1,14 @@
 """Training speed of precision="bf16" against float32, same batches, alternating (not collected by pytest).
 
-    python tools/bf16_speed.py --shapes quick --data ../shared/data/spa-eng/spa.txt --threads 2
+    python tools/bf16_speed.py --shapes quick --data spa.txt --threads 2
     python tools/bf16_speed.py --shapes tutorial --threads 2
 
 ``quick``: the quick preset's model (d_model 128, 2+2 layers, 4 heads, d_ff 512, decoder embedding
 tied to the output layer) with subword vocabularies of about 4,000 tokens built from the data, and
 real batches of at most 1,500 padded tokens (``max_tokens`` of the quick recipe) drawn from it.
 ``tutorial``: the bench's tutorial shapes (d_model 512, 4+4 layers, vocabularies 14,000/15,500,
-batch 64 of random sentences of 4-15 tokens).
+batch 64 of random sentences of 4-15 tokens). ``--data`` is found as ``transformer-cpp train``
+finds it: the option, else ``$TRANSFORMER_CPP_DATA``, else the cache, else the download.
 
 Both models start from the same weights and take the same batches. Each round times ``--steps``
 training steps of one precision, then of the other (the first alternates between rounds), and
@@ -21,7 +22,7 @@ import argparse
 import statistics
 import sys
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from transformer_cpp import kernels
 from transformer_cpp.bench import TUTORIAL_SHAPES, make_batches
 
 
-def quick_batches(path: str, pairs: int, count: int, seed: int) -> Tuple[dict, List[Tuple[np.ndarray, ...]]]:
+def quick_batches(path: Optional[str], pairs: int, count: int, seed: int) -> Tuple[dict, List[Tuple[np.ndarray, ...]]]:
     data = tc.load_tatoeba(path, num_samples=pairs, seed=seed)
     src_tok = tc.SubwordTokenizer.build_from_corpus(data.sources, 4000)
     tgt_tok = tc.SubwordTokenizer.build_from_corpus(data.targets, 4000)
@@ -52,7 +53,9 @@ def tutorial_batches(count: int, seed: int) -> Tuple[dict, List[Tuple[np.ndarray
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", choices=("quick", "tutorial"), default="quick")
-    p.add_argument("--data", default="../shared/data/spa-eng/spa.txt")
+    p.add_argument(
+        "--data", default=None, help="the quick shapes' pairs (default: $TRANSFORMER_CPP_DATA, the cache, the download)"
+    )
     p.add_argument("--pairs", type=int, default=30000, help="pairs to build the vocabularies and batches from")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=10, help="timed steps per precision per round")

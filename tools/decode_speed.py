@@ -1,7 +1,7 @@
 """Greedy decoding speed of two builds of the package, alternating (not collected by pytest).
 
     python tools/decode_speed.py --shapes tutorial --threads 2 \
-        --python /tmp/main-venv/bin/python --python .venv/bin/python
+        --python ../baseline/.venv/bin/python --python .venv/bin/python
 
 Each ``--python`` is an interpreter whose ``transformer_cpp`` is one build (the first is the
 baseline). Every worker builds the same model (``tutorial``: the bench's tutorial shapes, d_model

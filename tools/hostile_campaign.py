@@ -15,12 +15,12 @@ Tatoeba-format file written into a temporary directory; the real data set is nev
 
 Usage (run it niced on a shared machine)::
 
-    OMP_NUM_THREADS=1 nice -n 19 python tools/hostile_campaign.py [--out /tmp/hostile.json]
+    OMP_NUM_THREADS=1 nice -n 19 python tools/hostile_campaign.py [--out hostile.json]
         [--only SUBSTRING] [--shared | --extras] [--memory-gb 2] [--timeout 180] [--list] [--verbose]
 
 It prints one line per case that is not ``clear-error`` or ``handled``, then a table of the
 counts by class, and writes every case's result as JSON to ``--out`` (default
-``/tmp/hostile_campaign.json``). The exit status is 1 when any case is in a failing class.
+``hostile_campaign.json`` in the temporary directory, ``$TMPDIR`` or the system's). The exit status is 1 when any case is in a failing class.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ from hostile_cases.runner import CLASSES, FAILING, run_case, warm_up  # noqa: E4
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="/tmp/hostile_campaign.json", help="where to write the JSON results")
+    parser.add_argument(
+        "--out",
+        default=str(Path(tempfile.gettempdir()) / "hostile_campaign.json"),
+        help="where to write the JSON results (default: %(default)s)",
+    )
     parser.add_argument("--only", action="append", default=[], help="run only cases whose name holds this")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--shared", action="store_true", help="only the cases the test suite runs too")

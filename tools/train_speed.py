@@ -1,7 +1,7 @@
 """Float32 training speed of two builds of the package, alternating (not collected by pytest).
 
     python tools/train_speed.py --shapes quick --threads 2 \
-        --python /work/main/.venv/bin/python --python .venv/bin/python
+        --python ../baseline/.venv/bin/python --python .venv/bin/python
 
 Each ``--python`` is an interpreter whose ``transformer_cpp`` is one build (the first is the
 baseline). The parent writes the batches once (``quick``: the quick preset with ~4,000-token
@@ -9,7 +9,9 @@ subword vocabularies and token batches of at most 1,500 padded tokens from Tatoe
 the bench's tutorial shapes), starts one worker per interpreter (same config, same seed, same
 batches, warmed up), then in each round tells each worker in turn (the order alternates) to time
 ``--steps`` training steps and report target tokens per second. The summary gives each build's
-median rate and the median of the per-round ratios new/baseline. Nothing is asserted.
+median rate and the median of the per-round ratios new/baseline. Nothing is asserted. ``--data``
+(the quick shapes' pairs) is found as ``transformer-cpp train`` finds it: the option, else
+``$TRANSFORMER_CPP_DATA``, else the cache, else the download.
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ def worker(args: argparse.Namespace) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", choices=("quick", "tutorial"), default="quick")
-    p.add_argument("--data", default="/work/shared/data/spa-eng/spa.txt")
+    p.add_argument(
+        "--data", default=None, help="the quick shapes' pairs (default: $TRANSFORMER_CPP_DATA, the cache, the download)"
+    )
     p.add_argument("--pairs", type=int, default=30000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=10, help="timed steps per build per round")
