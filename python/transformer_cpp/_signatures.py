@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -33,10 +34,10 @@ class BoundSignature:
     doc: str  # the docstring after the signature line
     has_self: bool
 
-    def to_inspect(self, owner: str = "") -> inspect.Signature:
-        """The signature with the default values (``...`` where the repr is not a literal); the
-        annotations as pybind11 wrote them, ``transformer_cpp._core.`` and ``owner`` (a
-        ``_float32`` class name, say) left out."""
+    def to_inspect(self) -> inspect.Signature:
+        """The signature with the default values (``...`` where the repr is not a literal) and
+        the annotations as pybind11 wrote them for either scalar type (``numpy.floating`` for
+        ``numpy.float32``, ``Name`` for ``Name_float32``), none where it wrote ``object``."""
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
         params = [inspect.Parameter("self", kind)] if self.has_self else []
         for p in self.params:
@@ -46,13 +47,15 @@ class BoundSignature:
                 params.append(inspect.Parameter(p.name[1:], inspect.Parameter.VAR_POSITIONAL))
             else:
                 default = inspect.Parameter.empty if p.default is None else literal(p.default)
-                params.append(inspect.Parameter(p.name, kind, default=default, annotation=_short(p.annotation, owner)))
-        return inspect.Signature(params, return_annotation=_short(self.returns, owner))
+                params.append(inspect.Parameter(p.name, kind, default=default, annotation=_short(p.annotation)))
+        return inspect.Signature(params, return_annotation=_short(self.returns))
 
 
-def _short(annotation: str, owner: str) -> Any:
-    text = annotation.replace(MODULE + ".", "")
-    return inspect.Signature.empty if not text or text == owner else text
+def _short(annotation: str) -> Any:
+    text = re.sub(r"_float(32|64)\b", "", annotation.replace(MODULE + ".", ""))
+    text = re.sub(r"\bnumpy\.float(32|64)\b", "numpy.floating", text)
+    # "object": the binding takes any value and checks it itself, which says nothing to a reader
+    return inspect.Signature.empty if text in ("", "object") else text
 
 
 def literal(text: str) -> Any:
