@@ -122,7 +122,7 @@ def test_the_committed_stub_is_the_generated_one():
                 difflib.unified_diff(committed.splitlines(True), generated.splitlines(True), "committed", "generated")
             )[:60]
         )
-        pytest.fail(f"_core.pyi is stale: run `{gen_stubs.COMMAND}` after `dev build`\n{diff}")
+        pytest.fail(f"_core.pyi is stale: rebuild the extension, then run `{gen_stubs.COMMAND}`\n{diff}")
 
 
 def test_the_check_sees_a_stale_stub(tmp_path, capsys):
