@@ -36,6 +36,7 @@ LAYER_ORDER = [
     "_core",
     "_version",
     "_exported_torch",
+    "_signatures",
     # the core, wrapped
     "_checks",
     "_runtime",

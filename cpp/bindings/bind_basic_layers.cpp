@@ -25,7 +25,15 @@ template <typename T>
 void bind_layer_norm(py::module_& m) {
   using H = Holder<LayerNorm<T>>;
   py::class_<H>(m, class_name<T>("LayerNorm").c_str(),
-                "LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, biased variance.")
+                R"doc(Layer normalisation over the last axis, as ``torch.nn.LayerNorm(d_model, eps=eps)``.
+
+``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance (divide by
+``d_model``) and ``eps`` inside the square root. Parameters ``"weight"`` (ones) and ``"bias"``
+(zeros), each of shape ``(d_model,)``.
+
+``forward(x)`` maps ``(..., d_model)`` to the same shape. ``forward_residual(a, b)`` computes
+``LN(a + b)`` (the "Add & Norm" of the paper) without a separate sum; after it, ``backward``
+returns ``d(a + b)``, which is the gradient of both ``a`` and ``b``.)doc")
       .def(py::init([](const py::object& d_model, const py::object& eps) {
              return new H(int_arg(d_model, "LayerNorm", "d_model"),
                           float_arg(eps, "LayerNorm", "eps", limits::positive()));
@@ -82,7 +90,8 @@ void bind_layer_norm(py::module_& m) {
 template <typename T>
 void bind_relu(py::module_& m) {
   using H = Holder<ReLU<T>>;
-  py::class_<H>(m, class_name<T>("ReLU").c_str(), "ReLU: y = max(x, 0).")
+  py::class_<H>(m, class_name<T>("ReLU").c_str(),
+                R"doc(``y = max(x, 0)`` element-wise; ``backward(dout)`` passes ``dout`` where ``y > 0``.)doc")
       .def(py::init([]() { return new H(); }))
       .def(
           "forward",
@@ -125,7 +134,13 @@ py::array_t<bool> padding_mask_array(const py::handle& tokens, const char* who) 
 template <typename T>
 void bind_embedding(py::module_& m) {
   using H = Holder<Embedding<T>>;
-  py::class_<H>(m, class_name<T>("Embedding").c_str(), "Token embedding; id 0 is padding (zero row, no gradient).")
+  py::class_<H>(m, class_name<T>("Embedding").c_str(), R"doc(Token embedding with padding id 0.
+
+The ``"weight"`` parameter ``(vocab_size, d_model)`` starts as ``N(0, d_model**-0.5)`` with
+row 0 zero; row 0 never receives gradient (like ``padding_idx=0`` in PyTorch).
+``forward(tokens, scale=1.0)`` maps int ``(B, T)`` ids to ``weight[tokens] * scale`` of shape
+``(B, T, d_model)``; ids outside ``[0, vocab_size)`` raise ``ValueError``.
+``backward(dout)`` accumulates the weight gradient and returns ``None``.)doc")
       .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& seed) {
              const char* who = "Embedding";
              return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"),
@@ -175,7 +190,12 @@ template <typename T>
 void bind_positional_embedding(py::module_& m) {
   using H = Holder<PositionalEmbedding<T>>;
   py::class_<H>(m, class_name<T>("PositionalEmbedding").c_str(),
-                "weight[tokens] * sqrt(d_model) + PE[:T]; id 0 is padding.")
+                R"doc(The input layer of the Transformer: ``weight[tokens] * sqrt(d_model) + PE[:T]``.
+
+``PE`` is the sinusoidal table of :func:`transformer_cpp.positional_encoding` with the given
+``layout`` (``"interleaved"`` or ``"concatenated"``), built once for ``max_length`` positions
+(``.table``) and grown for longer inputs. ``forward(tokens)`` takes int ids ``(B, T)`` and
+returns ``(B, T, d_model)``; the embedding weight is as in :class:`Embedding`.)doc")
       .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& max_length,
                        const py::object& layout, const py::object& seed) {
              const char* who = "PositionalEmbedding";

@@ -247,7 +247,7 @@ void bind_config(py::module_& m) {
       .def(
           "check",
           [](const Limit& l, const std::string& owner, const std::string& name, const py::handle& value) {
-            return check_setting(l, owner, name, value);
+            return py::typing::Union<py::int_, py::float_, py::bool_, py::str>(check_setting(l, owner, name, value));
           },
           py::arg("owner"), py::arg("name"), py::arg("value"),
           "value as an int, float, bool or str if allowed; else TypeError (wrong type) or ValueError (out of "

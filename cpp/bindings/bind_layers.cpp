@@ -23,7 +23,10 @@ template <typename T>
 void bind_linear(py::module_& m) {
   using H = Holder<Linear<T>>;
   py::class_<H>(m, class_name<T>("Linear").c_str(),
-                "Dense layer y = x W^T + b with W of shape (out_features, in_features).")
+                R"doc(Dense layer ``y = x W^T + b``; ``W`` has shape ``(out_features, in_features)`` as in PyTorch.
+
+Weights are Glorot-uniform from ``seed``, the bias starts at zero.
+``forward(x)`` maps ``(..., in_features)`` to ``(..., out_features)``.)doc")
       .def(py::init(
                [](const py::object& in_features, const py::object& out_features, bool bias, const py::object& seed) {
                  const char* who = "Linear";
@@ -63,7 +66,11 @@ void bind_linear(py::module_& m) {
 template <typename T>
 void bind_dropout(py::module_& m) {
   using H = Holder<Dropout<T>>;
-  py::class_<H>(m, class_name<T>("Dropout").c_str(), "Inverted dropout with a seeded, thread-count independent mask.")
+  py::class_<H>(m, class_name<T>("Dropout").c_str(),
+                R"doc(Inverted dropout. ``forward(x, training=True)`` zeroes each element with probability ``rate``
+and scales the rest by ``1 / (1 - rate)``; with ``training=False``, the default of every layer,
+it is the identity. Masks depend only on ``seed`` and the call count (``.calls``), never on the
+thread count.)doc")
       .def(py::init([](const py::object& rate, const py::object& seed) {
              return new H(float_arg(rate, "Dropout", "rate", limits::rate()), seed_arg(seed, "Dropout"), 0);
            }),
@@ -138,7 +145,11 @@ void bind_attention(py::module_& m) {
   // ---- scaled dot-product attention over (G, T, d) groups --------------------------------------
   using S = Sdpa<T>;
   py::class_<S>(m, class_name<T>("ScaledDotProductAttention").c_str(),
-                "softmax(Q K^T / sqrt(d_k) + mask) V over a batch of (T, d_k) groups.")
+                R"doc(``softmax(Q K^T / sqrt(d_k) + mask) V`` with its backward.
+
+``forward(q, k, v, mask=None)`` takes ``q`` (..., Tq, d), ``k`` and ``v`` (..., Tk, d) and a
+mask broadcastable to (..., Tq, Tk) with True = blocked; returns ``(output, weights)``.
+``backward(dout)`` returns ``(dq, dk, dv)``.)doc")
       .def(py::init<>())
       .def(
           "forward",
@@ -203,7 +214,17 @@ void bind_attention(py::module_& m) {
   // ---- multi-head attention -------------------------------------------------------------------
   using H = Holder<MultiHeadAttention<T>>;
   py::class_<H>(m, class_name<T>("MultiHeadAttention").c_str(),
-                "Multi-head attention: projections, heads, scaled dot-product attention, output projection.")
+                R"doc(Multi-head attention (Q, K, V projections, ``n_heads`` heads of ``d_k = d_model / n_heads``,
+concatenation, output projection).
+
+``forward(x, memory=None, mask=None)``: self-attention over ``x`` (B, T, d_model) or, with
+``memory`` (B, S, d_model), cross-attention whose keys and values come from ``memory``.
+``mask`` broadcasts to (B, Tq, Tk) (also (B, 1, Tq, Tk)); True = blocked.
+``backward(dout)`` returns ``dx`` (self-attention) or ``(dx, dmemory)`` (cross-attention).
+``attention_weights()`` gives the last weights (B, n_heads, Tq, Tk).
+``attention_impl``: ``"plain"`` keeps those weights; ``"tiled"`` keeps one log-sum-exp per query
+instead (memory linear in the length, no weights to read); ``"auto"`` is tiled for long inputs.
+Parameters: ``query|key|value|output.weight|bias``.)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed) {
              const char* who = "MultiHeadAttention";
              return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who));
@@ -273,7 +294,9 @@ void bind_attention(py::module_& m) {
 template <typename T>
 void bind_feed_forward(py::module_& m) {
   using H = Holder<FeedForward<T>>;
-  py::class_<H>(m, class_name<T>("FeedForward").c_str(), "FFN(x) = Linear2(Dropout(ReLU(Linear1(x)))).")
+  py::class_<H>(m, class_name<T>("FeedForward").c_str(),
+                R"doc(Position-wise ``Linear(d_model, d_ff) -> ReLU -> Dropout -> Linear(d_ff, d_model)``;
+``forward(x, training=False)`` with ``x`` (..., d_model).)doc")
       .def(py::init([](const py::object& d_model, const py::object& d_ff, const py::object& dropout,
                        const py::object& seed) {
              const char* who = "FeedForward";
@@ -348,8 +371,10 @@ std::tuple<double, double, double> stack_dims(const Stack& s) {
 template <typename T>
 void bind_encoder_decoder(py::module_& m) {
   using E = Holder<EncoderLayer<T>>;
-  py::class_<E>(m, class_name<T>("EncoderLayer").c_str(),
-                "Self-attention and feed-forward sub-layers with residuals and LayerNorm.")
+  py::class_<E>(
+      m, class_name<T>("EncoderLayer").c_str(),
+      R"doc(``x -> LN(x + Dropout(SelfAttention(x))) -> LN(. + Dropout(FFN(.)))`` (post-norm; ``pre_norm=True``
+for the pre-norm variant). ``forward(x, mask=None, training=False)`` with ``x`` (B, T, d_model).)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& d_ff,
                        const py::object& dropout, bool pre_norm, const py::object& eps, const py::object& seed) {
              const LayerArgs a = layer_args("EncoderLayer", d_model, n_heads, d_ff, dropout, eps, seed);
@@ -388,7 +413,10 @@ void bind_encoder_decoder(py::module_& m) {
 
   using D = Holder<DecoderLayer<T>>;
   py::class_<D>(m, class_name<T>("DecoderLayer").c_str(),
-                "Masked self-attention, cross-attention and feed-forward sub-layers with residuals and LayerNorm.")
+                R"doc(Masked self-attention, cross-attention over ``memory`` and FFN, each with residual + LayerNorm.
+
+``forward(x, memory, self_mask=None, cross_mask=None, training=False)``; ``backward(dout)``
+returns ``(dx, dmemory)``.)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& d_ff,
                        const py::object& dropout, bool pre_norm, const py::object& eps, const py::object& seed) {
              const LayerArgs a = layer_args("DecoderLayer", d_model, n_heads, d_ff, dropout, eps, seed);
@@ -437,7 +465,10 @@ void bind_encoder_decoder(py::module_& m) {
       .def("zero_grad", zero_grad_method<D>("DecoderLayer.zero_grad"));
 
   using En = Holder<Encoder<T>>;
-  py::class_<En>(m, class_name<T>("Encoder").c_str(), "Positional embedding, dropout and N encoder layers.")
+  py::class_<En>(
+      m, class_name<T>("Encoder").c_str(),
+      R"doc(Positional embedding, dropout and ``n_layers`` encoder layers. ``forward(tokens, training=False)``
+maps int tokens (B, S) to (B, S, d_model); padding (token 0) keys are masked.)doc")
       .def(py::init([](const py::object& vocab, const py::object& d_model, const py::object& n_layers,
                        const py::object& n_heads, const py::object& d_ff, const py::object& dropout,
                        const py::object& max_length, const py::object& layout, bool pre_norm, const py::object& eps,
@@ -482,7 +513,9 @@ void bind_encoder_decoder(py::module_& m) {
 
   using De = Holder<Decoder<T>>;
   py::class_<De>(m, class_name<T>("Decoder").c_str(),
-                 "Positional embedding, dropout and N decoder layers attending to an encoder memory.")
+                 R"doc(Positional embedding, dropout and ``n_layers`` decoder layers.
+``forward(tokens, memory, source_padding=None, training=False)``: tokens (B, T), memory (B, S, d),
+source_padding bool (B, S) (True = padding key). ``backward(dout)`` returns dmemory.)doc")
       .def(py::init([](const py::object& vocab, const py::object& d_model, const py::object& n_layers,
                        const py::object& n_heads, const py::object& d_ff, const py::object& dropout,
                        const py::object& max_length, const py::object& layout, bool pre_norm, const py::object& eps,

@@ -46,8 +46,14 @@ template <typename T>
 void bind_linear_kernel(py::module_& m) {
   using K = LinearKernel<T>;
   py::class_<K>(m, class_name<T>("LinearAttention").c_str(),
-                "Linear attention phi(Q) (phi(K)^T V) / (phi(Q) . sum phi(K) + eps), phi = elu + 1, over a batch "
-                "of (T, d) heads; causal by chunked cumulative sums.")
+                R"doc(Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs") with its backward.
+
+``out_i = phi(q_i) sum_j phi(k_j)^T v_j / (phi(q_i) . sum_j phi(k_j) + 1e-6)``, ``phi(x) = elu(x) + 1``,
+summing over every position ``j`` or, with ``causal=True``, over ``j <= i`` (by cumulative sums in
+chunks: time and memory linear in T, no (T, T) matrix). ``forward(q, k, v, causal=False)`` takes
+``q``, ``k``, ``v`` of one shape (..., T, d) and returns the output of that shape;
+``backward(dout)`` returns ``(dq, dk, dv)``. ``state()`` gives ``(S, z)`` of the last forward,
+``S = sum_j phi(k_j)^T v_j`` (..., d, d) and ``z = sum_j phi(k_j)`` (..., d).)doc")
       .def(py::init<>())
       .def(
           "forward",
@@ -153,7 +159,17 @@ void bind_linear_layer(py::module_& m) {
 
   using H = Holder<LinearMultiHeadAttention<T>>;
   py::class_<H>(m, class_name<T>("LinearMultiHeadAttention").c_str(),
-                "Multi-head linear attention: the projections of MultiHeadAttention around linear attention.")
+                R"doc(Multi-head linear attention: the Q, K, V and output projections of :class:`MultiHeadAttention`
+(same parameter names ``query|key|value|output.weight|bias``, same layout and, for one seed, the
+same initial values) around :class:`LinearAttention` per head instead of softmax attention.
+
+``forward(x, causal=False)``: self-attention over ``x`` (B, T, d_model); with ``causal=True``
+position t attends to positions <= t. Time and memory are linear in T. ``backward(dout)``
+returns ``dx`` and accumulates the parameter gradients; ``release()`` frees what forward kept.
+
+Generation uses the RNN form: ``state = layer.new_state(rows)``, then ``layer.step(x_t, state)``
+with ``x_t`` (rows, d_model), one new position per sequence, returns its output (rows, d_model)
+in constant time per position, equal to the causal forward at that position.)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed) {
              const char* who = "LinearMultiHeadAttention";
              return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who));

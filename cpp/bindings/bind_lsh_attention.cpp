@@ -38,8 +38,15 @@ void bind_lsh_heads(py::module_& m) {
   using S = LSHHeads<T>;
   using L = LSHAttention<T>;
   py::class_<S>(m, class_name<T>("LSHAttention").c_str(),
-                "Reformer's LSH attention over given shared-QK heads and values (B, H, T, d_k): the kernel of "
-                "LSHSelfAttention without its projections.")
+                R"doc(Reformer's LSH attention over given heads: the kernel of :class:`LSHSelfAttention` without its
+query, value and output projections, as :class:`TiledAttention` is for softmax attention.
+
+``forward(qk, v, causal=False)``: ``qk`` (B, H, T, d) are the shared queries and keys (the keys
+are their unit vectors), ``v`` (B, H, T, d) the values; returns the output (B, H, T, d).
+``backward(dout)`` returns ``(dqk, dv)``. Hashing, chunks, rounds and masks are those of
+:class:`LSHSelfAttention`; with the same ``seed`` and ``calls`` it draws the same rotations, so
+its heads equal the layer's on the layer's projections. ``buckets()``: ``(B, H, n_hashes, T)``
+of the last forward.)doc")
       .def(py::init([](const py::object& chunk, const py::object& n_hashes, const py::object& n_buckets,
                        const py::object& seed) {
              const char* who = "LSHAttention";
@@ -138,8 +145,25 @@ void bind_lsh(py::module_& m) {
   using L = LSHSelfAttention<T>;
   using H = Holder<L>;  // H::flag: the layer's causal setting, used when forward is not told
   py::class_<H>(m, class_name<T>("LSHSelfAttention").c_str(),
-                "Reformer's LSH self-attention: shared-QK heads hashed by random rotations, sorted by bucket, "
-                "attending within chunks and one chunk back, n_hashes rounds combined.")
+                R"doc(Reformer's LSH self-attention (Kitaev et al. 2020): O(T) memory instead of O(T^2).
+
+Shared QK: the query projection gives the queries and the keys are the same vectors normalised
+to unit length; a value and an output projection as in :class:`MultiHeadAttention`
+(parameters ``query|value|output.weight|bias``). Per head and hash round, positions are
+hashed with a random rotation ``R`` (``h(x) = argmax([xR; -xR])``), sorted by (bucket,
+position) and cut into chunks of ``chunk`` positions (the last may be shorter); each chunk
+attends to itself and to the chunk before. A position attends to itself only when it has no
+other key in any round (its output is then its value); ``causal`` blocks later positions.
+``n_hashes`` rounds are combined as one softmax over the union of their windows, each key
+counted once (Reformer, App. A). Scores are scaled by ``1/sqrt(d_k)``.
+
+``n_buckets=None`` chooses ``2 * max(1, length // chunk)`` for each input; a given
+``n_buckets`` must be even. The rotations of a forward are drawn from ``seed`` and the forward
+count ``.calls``, which each forward advances unless ``.freeze_hash`` is True; ``backward``
+uses the buckets of the last forward. ``rotations()`` and ``buckets()`` return those of the
+last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_hashes, T)``.
+
+``forward(x, causal=None)`` with ``x`` (B, T, d_model); ``causal=None`` uses the layer's setting.)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& chunk,
                        const py::object& n_hashes, const py::object& n_buckets, const py::object& causal,
                        const py::object& seed) {

@@ -26,8 +26,20 @@ template <typename T>
 void bind_relative(py::module_& m) {
   using H = RelativeHolder<T>;
   py::class_<H>(m, class_name<T>("RelativeMultiHeadAttention").c_str(),
-                "Transformer-XL relative multi-head attention over [memory ; x], causal, with a stop-gradient "
-                "memory and an evaluation cache.")
+                R"doc(Transformer-XL's relative multi-head attention with a segment memory (Dai et al. 2019).
+
+``forward(x, memory=None)``: queries from the segment ``x`` (B, T, d_model), keys and values
+from ``[memory ; x]`` with ``memory`` (B, M, d_model) the previous segment's hidden states of
+the layer below. Query ``i`` sees every memory position and the segment positions ``<= i``;
+its score for key ``j`` is ``((q_i + u) . k_j + (q_i + v) . W_{k,R} R_{i-j}) / sqrt(d_k)`` with
+``R`` the sinusoids of the relative distance (distances beyond ``clamp_len`` use
+``clamp_len``'s). ``backward(dout)`` returns ``dx``: the memory is a stop-gradient input.
+Parameters: ``query|key|value|output.weight|bias``, ``position.weight`` (W_{k,R}), and ``u``,
+``v`` (n_heads, d_k), this layer's own (a model shares them across layers by tying them).
+
+Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memory(memory)``
+(optional) and ``infer(x)`` for each new segment or token: it attends to the cached positions
+(their keys and values are kept, not recomputed) and joins them; the last ``mem_len`` stay.)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed,
                        const py::object& clamp_len) {
              const char* who = "RelativeMultiHeadAttention";

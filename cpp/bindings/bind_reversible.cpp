@@ -14,9 +14,21 @@ template <typename T>
 void bind_reversible_stack(py::module_& m) {
   using H = Holder<ReversibleStack<T>>;
   py::class_<H>(m, class_name<T>("ReversibleStack").c_str(),
-                "Reformer's reversible residual stack: x1 = x2 = x; per block y1 = x1 + Dropout(Attention(LN(x2))), "
-                "y2 = x2 + Dropout(FFN(LN(y1))) (the feed-forward by chunks of rows); output (y1 + y2) / 2. "
-                "Backward rebuilds each block's inputs from its outputs, so activations are stored once.")
+                R"doc(Reformer's reversible residual stack of ``n_layers`` blocks (Kitaev et al. 2020, Sec. 3).
+
+The input ``x`` (B, T, d_model) goes into two streams, ``x1 = x2 = x``; block ``i`` computes
+``y1 = x1 + Dropout(Attention(LN(x2)))`` and ``y2 = x2 + Dropout(FFN(LN(y1)))`` (pre-norm, the
+feed-forward run on chunks of ``chunk_rows`` positions), and the output is ``(y1 + y2) / 2``.
+``backward`` rebuilds each block's inputs from its outputs (``x2 = y2 - G(y1)``,
+``x1 = y1 - F(x2)``), replaying the forward's dropout masks, so the activations of one block
+are held at a time whatever the depth (``activation_bytes()``). ``reversible=False`` gives the
+ordinary stack of the same blocks, which keeps every block's activations.
+
+``attention`` names the attention inside: ``"softmax"`` (multi-head attention, with a look-ahead
+mask when ``causal``), ``"linear"`` (:class:`LinearMultiHeadAttention`) or ``"lsh"``
+(:class:`LSHSelfAttention` with its default chunk, hashes and buckets; each block's hashes are
+replayed when backward rebuilds it). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
+called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt streams.)doc")
       .def(py::init([](const py::object& n_layers, const py::object& d_model, const py::object& n_heads,
                        const py::object& d_ff, const py::object& dropout, const py::object& causal,
                        const py::object& seed, const py::object& attention, const py::object& reversible,
@@ -32,13 +44,14 @@ void bind_reversible_stack(py::module_& m) {
              o.seed = seed_arg(seed, who);
              o.attention = str_arg(attention, who, "attention");
              o.reversible = flag_arg(reversible, who, "reversible");
-             o.chunk_rows = int_arg(chunk_rows, who, "chunk_rows", 1);
+             // None: the measured default
+             if (!chunk_rows.is_none()) o.chunk_rows = int_arg(chunk_rows, who, "chunk_rows", 1);
              o.eps = float_arg(eps, who, "eps", limits::positive());
              return new H(o);
            }),
            py::arg("n_layers"), py::arg("d_model"), py::arg("n_heads"), py::arg("d_ff"), py::arg("dropout") = 0.1,
            py::arg("causal") = true, py::arg("seed") = 0, py::arg("attention") = "softmax",
-           py::arg("reversible") = true, py::arg("chunk_rows") = tuning::kReversibleChunkRows, py::arg("eps") = 1e-6)
+           py::arg("reversible") = true, py::arg("chunk_rows") = py::none(), py::arg("eps") = 1e-6)
       .def_property_readonly("n_layers", [](H& h) { return h.layer.n_layers(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
       .def_property_readonly("n_heads", [](H& h) { return h.layer.options().n_heads; })

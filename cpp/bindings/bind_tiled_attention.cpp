@@ -36,8 +36,13 @@ template <typename T>
 void bind_heads_attention(py::module_& m) {
   using S = HeadsAttention<T>;
   py::class_<S>(m, class_name<T>("TiledAttention").c_str(),
-                "softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, d_k) heads by the tiled kernel, which keeps "
-                "the output and one log-sum-exp per query row instead of the (T_q, T_k) weights.")
+                R"doc(Exact ``softmax(Q K^T / sqrt(d_k) + mask) V`` over (B, H, T, d_k) heads, computed block by block
+with a running maximum and sum per query, so that the (Tq, Tk) weights are never stored.
+
+``forward(q, k, v, causal=False, key_padding=None)``: ``q`` (B, H, Tq, d), ``k`` and ``v``
+(B, H, Tk, d), ``key_padding`` (B, Tk) with True = blocked; returns the output (B, H, Tq, d).
+``backward(dout)`` returns ``(dq, dk, dv)``, recomputing the weights from ``log_sum_exp()``.
+``tiled=False`` runs the plain kernel (which stores the weights) on the same inputs.)doc")
       .def(py::init([](bool tiled) {
              auto s = new S();
              s->tiled = tiled;
@@ -153,7 +158,9 @@ template <typename T>
 void bind_softmax_self_attention(py::module_& m) {
   using H = Holder<SoftmaxSelfAttention<T>>;
   py::class_<H>(m, class_name<T>("SoftmaxSelfAttention").c_str(),
-                "Softmax self-attention (MultiHeadAttention) behind the interface of the language model's blocks.")
+                R"doc(Softmax self-attention as a language model's block uses it: ``forward(x, causal=True)`` with
+``x`` (B, T, d_model), ``backward(dout)`` returns ``dx``. The layer of :class:`MultiHeadAttention`
+(same parameters); ``attention_impl`` defaults to ``"auto"`` (the tiled kernel for long inputs).)doc")
       .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed,
                        const py::object& impl) {
              const char* who = "SoftmaxSelfAttention";

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <cstdint>
 #include <limits>
@@ -146,10 +147,18 @@ struct PyParameter {
   py::array grad;
 };
 
+// What parameters() returns: an OrderedDict name -> Parameter. A type of its own so that the
+// signatures pybind11 writes (and the stubs generated from them) name it.
+class ParameterDict : public py::object {
+ public:
+  ParameterDict() : py::object(py::module_::import("collections").attr("OrderedDict")()) {}
+  static bool check_(py::handle h) { return h.ptr() != nullptr; }
+};
+
 // OrderedDict name -> PyParameter for a C++ parameter list owned by `owner`.
 template <typename T>
-py::object parameters_dict(const ParameterList<T>& params, py::handle owner) {
-  py::object od = py::module_::import("collections").attr("OrderedDict")();
+ParameterDict parameters_dict(const ParameterList<T>& params, py::handle owner) {
+  ParameterDict od;
   for (const auto& p : params) {
     PyParameter pp{p.name, view<T>(p.value, p.shape, owner), view<T>(p.grad, p.shape, owner)};
     od[py::str(p.name)] = py::cast(std::move(pp));
@@ -234,7 +243,7 @@ void check_output(const Matrix<T>& y, const char* who) {
 }
 
 // parameters() of a layer that has none.
-inline py::object empty_parameters() { return py::module_::import("collections").attr("OrderedDict")(); }
+inline ParameterDict empty_parameters() { return ParameterDict(); }
 
 inline std::vector<Index> shape_of(const py::array& a) { return std::vector<Index>(a.shape(), a.shape() + a.ndim()); }
 
@@ -445,3 +454,8 @@ auto zero_grad_method(const char* who) {
 }
 
 }  // namespace transformer::bindings
+
+template <>
+struct pybind11::detail::handle_type_name<transformer::bindings::ParameterDict> {
+  static constexpr auto name = const_name("collections.OrderedDict[str, transformer_cpp._core.Parameter]");
+};

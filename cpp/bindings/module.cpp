@@ -116,7 +116,9 @@ void bind_parameter(py::module_& m) {
       .def_readonly("name", &PyParameter::name)
       .def_readonly("value", &PyParameter::value)
       .def_readonly("grad", &PyParameter::grad)
-      .def_property_readonly("shape", [](const PyParameter& p) { return p.value.attr("shape"); })
+      .def_property_readonly(
+          "shape",
+          [](const PyParameter& p) { return py::typing::Tuple<py::int_, py::ellipsis>(p.value.attr("shape")); })
       .def("__repr__", [](const PyParameter& p) { return "Parameter(" + p.name + ", " + describe(p.value) + ")"; });
 }
 
