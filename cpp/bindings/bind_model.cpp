@@ -68,8 +68,8 @@ std::vector<Index> max_lengths_arg(const py::handle& v, Index B, const char* who
                                  ",) (one output limit per sentence), got ",
                                  a ? describe(a) : std::string(py::str(py::type::of(v).attr("__name__")))));
   if (a.ndim() != 1 || a.shape(0) != B)
-    throw py::value_error(concat(who, ": max_lengths must have shape (", B, ",) (one output limit per sentence), got ",
-                                 describe(a)));
+    throw py::value_error(
+        concat(who, ": max_lengths must have shape (", B, ",) (one output limit per sentence), got ", describe(a)));
   auto ints = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
   if (kind == 'u')  // a uint64 beyond int64's range must not wrap to a negative limit
     for (py::ssize_t i = 0; i < a.shape(0); ++i)

@@ -1523,9 +1523,11 @@ class Transformer_float32:
         length_penalty: float = 0.6,
         n_best: int = 1,
         compute_type: str = "float32",
-    ) -> list[list[tuple[list[int], float, float, bool]]]:
+        max_lengths: typing.Any = None,
+        return_attention: bool = False,
+    ) -> list[list[tuple[typing.Any, ...]]]:
         """
-        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
+        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).
         """
     def compute_gradients(
         self,
@@ -1562,10 +1564,17 @@ class Transformer_float32:
         The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
     def greedy_decode(
-        self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
-    ) -> numpy.typing.NDArray[numpy.int64]:
+        self,
+        src: numpy.typing.ArrayLike,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        compute_type: str = "float32",
+        max_lengths: typing.Any = None,
+        return_attention: bool = False,
+    ) -> typing.Any:
         """
-        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
+        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens).
         """
     def learning_rate(self, step: int) -> float: ...
     def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:
@@ -1652,9 +1661,11 @@ class Transformer_float64:
         length_penalty: float = 0.6,
         n_best: int = 1,
         compute_type: str = "float32",
-    ) -> list[list[tuple[list[int], float, float, bool]]]:
+        max_lengths: typing.Any = None,
+        return_attention: bool = False,
+    ) -> list[list[tuple[typing.Any, ...]]]:
         """
-        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
+        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).
         """
     def compute_gradients(
         self,
@@ -1691,10 +1702,17 @@ class Transformer_float64:
         The contiguous gradient buffer (a view, not a copy): every parameter's gradient in parameters() order, then 8 spare values for the caller to sum along with them.
         """
     def greedy_decode(
-        self, src: numpy.typing.ArrayLike, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
-    ) -> numpy.typing.NDArray[numpy.int64]:
+        self,
+        src: numpy.typing.ArrayLike,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        compute_type: str = "float32",
+        max_lengths: typing.Any = None,
+        return_attention: bool = False,
+    ) -> typing.Any:
         """
-        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
+        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens).
         """
     def learning_rate(self, step: int) -> float: ...
     def nonfinite_parameters(self, optimizer_state: bool = True) -> list[str]:

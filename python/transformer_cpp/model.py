@@ -278,9 +278,7 @@ class Transformer:
         ``attention[b]`` holds the cross-attention weights that produced sentence ``b``'s tokens,
         recorded while decoding, (layers, heads, its generated tokens, its source tokens).
         """
-        return self._core.greedy_decode(
-            src, start_id, end_id, max_length, compute_type, max_lengths, return_attention
-        )
+        return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type, max_lengths, return_attention)
 
     def beam_search(
         self,
@@ -309,7 +307,15 @@ class Transformer:
         its tokens, its source tokens).
         """
         hypotheses: List[List[Tuple[Any, ...]]] = self._core.beam_search(
-            src, start_id, end_id, max_length, beam_size, length_penalty, n_best, compute_type, max_lengths,
+            src,
+            start_id,
+            end_id,
+            max_length,
+            beam_size,
+            length_penalty,
+            n_best,
+            compute_type,
+            max_lengths,
             return_attention,
         )
         return hypotheses

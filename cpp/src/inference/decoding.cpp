@@ -137,8 +137,8 @@ InferenceBackend<T>& begin_backend(DecodeWorkspace<T>& ws, ComputeType c, Index 
 
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length, DecodeWorkspace<T>* workspace, ComputeType compute,
-                          bool weights_unchanged, DecodeExtras* extras) {
+                          Index max_length, DecodeWorkspace<T>* workspace, ComputeType compute, bool weights_unchanged,
+                          DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "greedy_decode");
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
@@ -197,8 +197,8 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   }
   st.decoder.record_cross = false;
   for (size_t b = 0; b < recorded.size(); ++b)
-    extras->attention.push_back(cross_attention_of(recorded[b], emitted[b], c.n_layers, c.n_heads,
-                                                   source_length(st, static_cast<Index>(b))));
+    extras->attention.push_back(
+        cross_attention_of(recorded[b], emitted[b], c.n_layers, c.n_heads, source_length(st, static_cast<Index>(b))));
   return out;
 }
 

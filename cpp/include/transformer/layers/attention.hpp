@@ -128,8 +128,8 @@ class MultiHeadAttention {
   // With `weights`, the attention weights are kept there: (R * heads, longest source), row
   // r * heads + h; its first (source length of row r's sentence) entries are that head's weights.
   void infer_cross(const Matrix<T>& x, const Matrix<T>& kv, const SentenceRows& memory_rows,
-                   const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s,
-                   Matrix<T>& y, Matrix<T>* weights = nullptr) const;
+                   const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>& y,
+                   Matrix<T>* weights = nullptr) const;
 
   Index d_model() const { return d_; }
   Index n_heads() const { return h_; }
