@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -156,6 +156,7 @@ def decode_rows(
     src = pad_rows(rows)
     limits = np.array([options.limit(len(r)) for r in rows], dtype=np.int64)
     steps = int(limits.max())
+    found: List[List[Tuple[List[int], Optional[float], Optional[np.ndarray]]]]
     if options.beam_size == 1:
         out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
         found = [[([int(v) for v in row if v != 0], None, w)] for row, w in zip(out, weights)]
@@ -214,7 +215,7 @@ def greedy_reference(
     start_id: int,
     end_id: int,
     max_length: int,
-    max_lengths: Optional[Sequence[int]] = None,
+    max_lengths: Optional[Union[Sequence[int], np.ndarray]] = None,
 ) -> np.ndarray:
     """Greedy decoding written plainly: the one reference loop every greedy decoder of this
     package is checked against (the C++ ``Transformer.greedy_decode`` in the tests, CTranslate2
@@ -253,7 +254,7 @@ def greedy_decode_reference(
     start_id: int,
     end_id: int,
     max_length: int,
-    max_lengths: Optional[Sequence[int]] = None,
+    max_lengths: Optional[Union[Sequence[int], np.ndarray]] = None,
 ) -> np.ndarray:
     """Greedy decoding in plain Python: the readable definition of ``Transformer.greedy_decode``.
 
@@ -289,7 +290,7 @@ def greedy_decode(
     end_id: int,
     max_length: int,
     compute_type: str = "float32",
-    max_lengths: Optional[Sequence[int]] = None,
+    max_lengths: Optional[Union[Sequence[int], np.ndarray]] = None,
 ) -> np.ndarray:
     """Greedy decoding: ``model.greedy_decode`` (C++, key/value cache) when the model has it, else
     :func:`greedy_decode_reference` on its ``forward`` (float32 only). Same arguments and result."""
