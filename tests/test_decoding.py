@@ -296,3 +296,126 @@ def test_decoding_leaves_the_last_forward_to_backward(dtype):
         np.testing.assert_array_equal(after[name], weights[name])
     for name, grad in gradients().items():
         np.testing.assert_array_equal(grad, expected[name])
+
+
+# ------------------------------------------------------------------------------------ per-row limits
+
+LIMITS = np.array([3, 10, 1, 5, 7])  # one per row of padded_source(); 10 is the call's max_length
+
+
+def limited_model(dtype):
+    return tc.Transformer(30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_greedy_row_limits_equal_each_row_decoded_alone_with_its_limit(dtype):
+    m, src = limited_model(dtype), padded_source()
+    out = m.greedy_decode(src, START, END, 10, max_lengths=LIMITS)
+    unlimited = m.greedy_decode(src, START, END, 10)
+    for b, limit in enumerate(LIMITS):
+        alone = m.greedy_decode(src[b : b + 1], START, END, int(limit))[0]
+        assert 1 <= alone.size <= limit
+        np.testing.assert_array_equal(out[b, : alone.size], alone)
+        assert not out[b, alone.size :].any()  # the row stopped at its limit, inside the search
+        # the other rows are unaffected: a row's output is the first `limit` tokens of its unlimited one
+        np.testing.assert_array_equal(alone, unlimited[b, : alone.size])
+    # and the plain reference loop with the same limits agrees
+    np.testing.assert_array_equal(out, greedy_decode_reference(m, src, START, END, 10, LIMITS)[:, : out.shape[1]])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_beam_row_limits_equal_each_row_decoded_alone_with_its_limit(dtype):
+    m, src = limited_model(dtype), padded_source()
+    batch = m.beam_search(src, START, END, 10, beam_size=3, length_penalty=0.6, n_best=2, max_lengths=LIMITS)
+    unlimited = m.beam_search(src, START, END, 10, beam_size=3, length_penalty=0.6, n_best=2)
+    for b, limit in enumerate(LIMITS):
+        alone = m.beam_search(src[b : b + 1], START, END, int(limit), beam_size=3, length_penalty=0.6, n_best=2)[0]
+        assert [list(h[0]) for h in batch[b]] == [list(h[0]) for h in alone]
+        assert [h[3] for h in batch[b]] == [h[3] for h in alone]
+        np.testing.assert_allclose(
+            [h[1] for h in batch[b]], [h[1] for h in alone], rtol=1e-5 if dtype == "float32" else 1e-12
+        )
+        assert all(len(h[0]) <= limit for h in batch[b])
+        if limit == 10:  # a row at the call's max_length is decoded as without limits
+            assert [list(h[0]) for h in batch[b]] == [list(h[0]) for h in unlimited[b]]
+
+
+def test_no_row_limits_decode_as_before_token_for_token():
+    # limits equal to max_length everywhere are the same search as none
+    m, src = limited_model("float64"), padded_source()
+    full = np.full(src.shape[0], 10)
+    np.testing.assert_array_equal(
+        m.greedy_decode(src, START, END, 10), m.greedy_decode(src, START, END, 10, max_lengths=full)
+    )
+    np.testing.assert_array_equal(m.greedy_decode(src, START, END, 10), greedy_decode_reference(m, src, START, END, 10))
+    plain = m.beam_search(src, START, END, 10, beam_size=3, n_best=3)
+    limited = m.beam_search(src, START, END, 10, beam_size=3, n_best=3, max_lengths=full)
+    assert [[(list(h[0]), h[1], h[2], h[3]) for h in hs] for hs in plain] == [
+        [(list(h[0]), h[1], h[2], h[3]) for h in hs] for hs in limited
+    ]
+    assert all(len(h) == 4 for hs in plain for h in hs)  # no attention unless asked for
+
+
+@pytest.mark.parametrize("decoder", ["greedy_decode", "beam_search"])
+def test_bad_row_limits_are_refused_by_name(decoder):
+    m, src = limited_model("float64"), padded_source()
+    decode = getattr(m, decoder)
+    for bad, message in (
+        (np.array([3, 4, 0, 5, 6]), r"max_lengths\[2\] is 0; each sentence's limit must be in \[1, max_length = 10\]"),
+        (np.array([3, -1, 2, 5, 6]), r"max_lengths\[1\] is -1; .* in \[1, max_length = 10\]"),
+        (np.array([3, 4, 2, 11, 6]), r"max_lengths\[3\] is 11; .* in \[1, max_length = 10\]"),
+        (np.array([3, 4, 2]), r"max_lengths must have shape \(5,\)"),
+        (np.ones((5, 1), np.int64), r"max_lengths must have shape \(5,\)"),
+        (np.full(5, 3.0), r"max_lengths must be None or an integer array of shape \(5,\).*float64"),
+        (np.ones(5, bool), r"max_lengths must be None or an integer array"),
+        ("3", r"max_lengths must be None or an integer array"),
+        (np.array([2**64 - 1] * 5, np.uint64), r"max_lengths\[0\] is too large"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            decode(src, START, END, 10, max_lengths=bad)
+    # a list of Python ints is an integer array
+    assert decode(src, START, END, 10, max_lengths=[2] * 5) is not None
+
+
+# ------------------------------------------------------------------------------------ attention
+
+
+def forward_cross_attention(m, src_row, tokens):
+    """The reference: a teacher-forced forward pass on [start] + tokens[:-1], each decoder layer's
+    cross-attention (heads, len(tokens), source tokens) -- what the decoders record."""
+    row = [int(v) for v in src_row if v != 0]
+    m.forward(np.array([row]), np.array([[START] + list(tokens)[:-1]]))
+    weights = m.attention_weights()
+    return np.stack([weights[f"decoder.layers.{i}.cross_attention"][0] for i in range(m.config["n_layers"])])
+
+
+# float64 steps and the float64 forward differ by rounding only; float32 ones by a few ulps of
+# weights <= 1 summed over at most 16-wide dot products
+ATTENTION_TOL = {"float64": 1e-12, "float32": 2e-6}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_greedy_records_the_cross_attention_of_its_tokens(dtype):
+    m, src = limited_model(dtype), padded_source()
+    out, attention = m.greedy_decode(src, START, END, 10, max_lengths=LIMITS, return_attention=True)
+    np.testing.assert_array_equal(out, m.greedy_decode(src, START, END, 10, max_lengths=LIMITS))
+    assert len(attention) == src.shape[0]
+    for b in range(src.shape[0]):
+        tokens = [int(v) for v in out[b] if v != 0]
+        ref = forward_cross_attention(m, src[b], tokens)
+        assert attention[b].dtype == np.dtype(dtype) and attention[b].shape == ref.shape
+        assert ref.shape == (2, 2, len(tokens), int((src[b] != 0).sum()))
+        np.testing.assert_allclose(attention[b], ref, rtol=0, atol=ATTENTION_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_beam_search_records_the_cross_attention_of_each_returned_hypothesis(dtype):
+    m, src = limited_model(dtype), padded_source()
+    found = m.beam_search(src, START, END, 10, beam_size=3, n_best=3, max_lengths=LIMITS, return_attention=True)
+    plain = m.beam_search(src, START, END, 10, beam_size=3, n_best=3, max_lengths=LIMITS)
+    for b, hyps in enumerate(found):
+        assert [list(h[0]) for h in hyps] == [list(h[0]) for h in plain[b]]
+        for tokens, _, _, _, weights in hyps:
+            ref = forward_cross_attention(m, src[b], tokens)
+            assert weights.shape == ref.shape
+            np.testing.assert_allclose(weights, ref, rtol=0, atol=ATTENTION_TOL[dtype])

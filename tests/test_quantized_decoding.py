@@ -398,16 +398,3 @@ def test_a_write_through_a_released_view_is_seen(compute_type, batch):
         m.greedy_decode(src, START, END, 8, compute_type=compute_type),
         fresh.greedy_decode(src, START, END, 8, compute_type=compute_type),
     )
-
-
-@pytest.mark.parametrize("compute_type", ["float32", *LOW])
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_server_decodes_with_the_translators_compute_type(compute_type, beam_size):
-    from transformer_cpp.serve import Batcher, QueuedSentence, ServeConfig, decode_items, encode_text
-
-    t = _translator(compute_type)
-    t.max_output_tokens = 12
-    encoded = [encode_text(t, s) for s in ["a b c", "c a"]]
-    items = [QueuedSentence(e.source, e.ids, False, None, i, e.warning) for i, e in enumerate(encoded)]
-    got = [r["text"] for r in decode_items(t, items, Batcher(t, ServeConfig()).decode_options(beam_size, 1))]
-    assert got == t.translate_batch(["a b c", "c a"], beam_size=beam_size, max_output_tokens=12)

@@ -27,7 +27,7 @@ import transformer_cpp as tc
 from transformer_cpp import kernels, serve
 from transformer_cpp.checkpoint import save_checkpoint
 from transformer_cpp.training import TrainConfig, Trainer
-from transformer_cpp.translate import Translator
+from transformer_cpp.translate import Translator, encode_source, translate_encoded
 
 from toy_task import reversal_pairs, tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
@@ -97,7 +97,7 @@ def test_batcher_gathers_requests_and_answers_each_with_its_own(translator, monk
         batcher = serve.Batcher(translator, config)
         batcher.start()
         answers = await asyncio.gather(
-            *(batcher.submit([serve.encode_text(translator, t) for t in ts], beam_size=b) for ts, b in jobs)
+            *(batcher.submit([encode_source(translator, t) for t in ts], beam_size=b) for ts, b in jobs)
         )
         await batcher.close()
         return answers, batcher.stats
@@ -120,29 +120,60 @@ COMPUTE_TYPES = [
 
 
 @pytest.mark.parametrize("compute_type", COMPUTE_TYPES)
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_batches_decode_as_the_translator_with_its_compute_type_and_output_limit(translator, compute_type, beam_size):
-    """decode_items goes through the Translator's decode path: with the translator's compute type
-    and max_output_tokens, a batch gives the offline texts, scores and hypotheses."""
+@pytest.mark.parametrize("beam_size, n_best", [(1, 1), (3, 1), (3, 3)])
+def test_batches_answer_with_the_translators_translations(translator, compute_type, beam_size, n_best):
+    """The batcher's entries are the Translator's translations of the same inputs and options
+    (both call translate_encoded): texts, scores, finished, hypotheses and attention maps, with the
+    translator's compute type and output limit."""
     t = Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, compute_type=compute_type)
     t.max_output_tokens = 3  # cuts "a b c d e" short
     texts = ["a b c d e", "c a", "f"]
     batcher = serve.Batcher(t, serve.ServeConfig(max_beam_size=3))
-    options = batcher.decode_options(beam_size, beam_size)
-    assert (options.compute_type, options.max_output_tokens, options.n_best) == (compute_type, 3, beam_size)
-    items = [
-        serve.QueuedSentence(enc.source, enc.ids, False, None, i, enc.warning)
-        for i, enc in enumerate(serve.encode_text(t, x) for x in texts)
-    ]
+    options = batcher.decode_options(beam_size, n_best)
+    assert (options.compute_type, options.max_output_tokens, options.n_best) == (compute_type, 3, n_best)
+    encoded = [encode_source(t, x) for x in texts]
+    items = [serve.QueuedSentence(e.source, e.ids, True, None, i, e.warning) for i, e in enumerate(encoded)]
     got = serve.decode_items(t, items, options)
     want = t.translate_batch(texts, beam_size=beam_size, return_attention=True)
     assert [r["text"] for r in got] == [w.text for w in want]
+    assert [r["source"] for r in got] == [w.source for w in want] == ["a b c d e", "c a", "f"]
     assert [r["finished"] for r in got] == [w.finished for w in want] and not got[0]["finished"]
     assert [r["score"] for r in got] == [w.score for w in want]
-    if beam_size > 1:
-        assert all(len(r["hypotheses"]) == beam_size and r["hypotheses"][0]["text"] == r["text"] for r in got)
+    for r, w in zip(got, want):
+        att = r["attention"]
+        assert att["source_pieces"] == w.source_pieces and att["target_pieces"] == w.target_pieces
+        # the server rounds the head average to 4 decimals: at most 5e-5 off
+        np.testing.assert_allclose(att["weights"], w.cross_attention().mean(axis=0), rtol=0, atol=5e-5 + 1e-7)
+    if n_best > 1:
+        alternatives = translate_encoded(t, encoded, options)
+        for r, w in zip(got, alternatives):
+            assert len(r["hypotheses"]) == n_best and r["hypotheses"][0]["text"] == r["text"]
+            assert r["hypotheses"] == [{"text": h.text, "score": h.score, "finished": h.finished} for h in w.hypotheses]
     else:
-        assert all(r["score"] is None and "hypotheses" not in r for r in got)
+        assert all("hypotheses" not in r for r in got)
+    if beam_size == 1:
+        assert all(r["score"] is None for r in got)
+
+
+def test_the_batcher_does_not_mix_attention_requests_with_others(translator):
+    """Sentences that want attention maps are decoded in batches of their own (the decode then
+    records the weights), and only they get an attention entry."""
+    enc = [encode_source(translator, x) for x in ("a b", "c d", "e f")]
+
+    async def main():
+        batcher = serve.Batcher(translator, serve.ServeConfig(max_batch=8))
+        plain = batcher.enqueue(enc[:2])
+        maps = batcher.enqueue(enc[2:], return_attention=True)
+        first, second = batcher._take(), batcher._take()
+        await batcher.close()
+        return plain, maps, first, second
+
+    plain, maps, first, second = asyncio.run(main())
+    assert [(it.job, it.return_attention) for it in first[1]] == [(plain, False), (plain, False)]
+    assert [(it.job, it.return_attention) for it in second[1]] == [(maps, True)]
+    answers = serve.decode_items(translator, first[1], first[0]) + serve.decode_items(translator, second[1], second[0])
+    assert [("attention" in a) for a in answers] == [False, False, True]
+    assert [a["text"] for a in answers] == ["b a", "d c", "f e"]
 
 
 def test_serve_config_rejects_bad_settings():

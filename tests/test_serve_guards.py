@@ -31,7 +31,7 @@ import pytest
 
 from transformer_cpp import serve
 from transformer_cpp.checkpoint import save_checkpoint
-from transformer_cpp.translate import Translator
+from transformer_cpp.translate import Translator, encode_source
 
 from toy_task import tiny_model
 from toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
@@ -202,13 +202,13 @@ def test_the_batcher_serves_the_least_served_request_first(endless):
     (not after every sentence of the large one); a batch holds at most max_batch_tokens of work
     unless one sentence alone is larger."""
     config = serve.ServeConfig(max_batch=4, max_batch_tokens=100, batch_seconds=0, max_beam_size=8)
-    enc = serve.encode_text(endless, "a b c d e")  # 7 tokens: beam 2 -> 2 x (7 + 20) = 54 each
+    enc = encode_source(endless, "a b c d e")  # 7 tokens: beam 2 -> 2 x (7 + 20) = 54 each
 
     async def main():
         batcher = serve.Batcher(endless, config)
         big = batcher.enqueue([enc] * 10, beam_size=2)
         first = batcher._take()
-        small = batcher.enqueue([serve.encode_text(endless, "f")], beam_size=1)
+        small = batcher.enqueue([encode_source(endless, "f")], beam_size=1)
         second = batcher._take()
         third = batcher._take()
         huge = batcher.enqueue([enc], beam_size=8)  # 8 x 27 = 216 > 100: alone

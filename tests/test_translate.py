@@ -106,10 +106,11 @@ def test_return_attention(translator, tok):
     w = t.cross_attention()
     assert w.shape == (2, len(t.target_ids), len(t.source_ids))  # (heads, target, source)
     np.testing.assert_allclose(w.sum(axis=-1), 1.0, rtol=1e-5)
-    # the weights are those of a forward pass on [start] + output[:-1]
+    # the weights recorded while decoding are those of a forward pass on [start] + output[:-1]
+    # (float32: the cached steps and the forward pass round apart, by ~1e-8 on weights <= 1)
     model = translator.model
     model.forward(np.array([t.source_ids]), np.array([[tok.start_id] + t.target_ids[:-1]]))
-    np.testing.assert_allclose(model.attention_weights()["decoder.layers.0.cross_attention"][0], w, rtol=1e-6)
+    np.testing.assert_allclose(model.attention_weights()["decoder.layers.0.cross_attention"][0], w, rtol=0, atol=1e-6)
     # in a batch, padding is cut away
     batch = translator.translate_batch(["a", "a b c d e"], return_attention=True)
     assert batch[0].cross_attention().shape == (2, 2, 3)

@@ -57,6 +57,35 @@ ComputeType compute_type_arg(const py::handle& v, const char* who) {
   }
 }
 
+// The decoders' max_lengths argument: None (every sentence gets max_length), or one integer limit
+// per sentence, an integer array (or sequence) of shape (B,); the values are checked by the core.
+std::vector<Index> max_lengths_arg(const py::handle& v, Index B, const char* who) {
+  if (v.is_none()) return {};
+  py::array a = py::array::ensure(v);
+  const char kind = a ? a.dtype().kind() : '?';
+  if (!a || (kind != 'i' && kind != 'u'))
+    throw py::value_error(concat(who, ": max_lengths must be None or an integer array of shape (", B,
+                                 ",) (one output limit per sentence), got ",
+                                 a ? describe(a) : std::string(py::str(py::type::of(v).attr("__name__")))));
+  if (a.ndim() != 1 || a.shape(0) != B)
+    throw py::value_error(
+        concat(who, ": max_lengths must have shape (", B, ",) (one output limit per sentence), got ", describe(a)));
+  auto ints = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (kind == 'u')  // a uint64 beyond int64's range must not wrap to a negative limit
+    for (py::ssize_t i = 0; i < a.shape(0); ++i)
+      if (py_less(py::int_(std::numeric_limits<std::int64_t>::max()), a[py::int_(i)]))
+        throw py::value_error(concat(who, ": max_lengths[", i, "] is too large; each must be at most max_length"));
+  return std::vector<Index>(ints.data(), ints.data() + ints.size());
+}
+
+// One output's recorded cross-attention weights as an array of the model's dtype
+// (layers, heads, tokens, source).
+template <typename T>
+py::array_t<T> attention_array(const CrossAttention& a) {
+  std::vector<T> w(a.weights.begin(), a.weights.end());
+  return copy_out<T>(w.data(), {a.layers, a.heads, a.tokens, a.source});
+}
+
 // Check the three token arrays of a training/evaluation batch.
 struct Batch {
   py::array_t<std::int64_t, py::array::c_style> src, tgt_in, tgt_out;
@@ -339,19 +368,22 @@ void bind_transformer(py::module_& m) {
       .def(
           "greedy_decode",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
-             const py::object& max_length, const py::object& compute_type) {
+             const py::object& max_length, const py::object& compute_type, const py::object& max_lengths,
+             bool return_attention) -> py::object {
             const char* who = "greedy_decode";
             const ComputeType compute = compute_type_arg(compute_type, who);
             auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
             const Index steps = int_arg(max_length, who, "max_length");
+            DecodeExtras extras{max_lengths_arg(max_lengths, s.shape(0), who), return_attention, {}};
             ModelInUse<T> in_use(h, "Transformer.greedy_decode");
             TokenMatrix out;
             // decoding runs the layers' inference methods: the last forward() stays valid for
             // backward() and attention_weights()
             const bool unchanged = h.weights_unchanged();
-            without_gil(
-                [&] { out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged); });
+            without_gil([&] {
+              out = greedy_decode<T>(h.model, tmap(s), start, end, steps, &h.decode, compute, unchanged, &extras);
+            });
             h.weights_dirty = false;  // checked (or unchanged) and finite
             // drop trailing columns that are padding in every row
             Index L = out.cols();
@@ -359,16 +391,22 @@ void bind_transformer(py::module_& m) {
             py::array_t<std::int64_t> r({out.rows(), L});
             for (Index i = 0; i < out.rows(); ++i)
               std::copy(out.data() + i * out.cols(), out.data() + i * out.cols() + L, r.mutable_data() + i * L);
-            return r;
+            if (!return_attention) return std::move(r);
+            py::list attention;
+            for (const CrossAttention& a : extras.attention) attention.append(attention_array<T>(a));
+            return py::make_tuple(r, attention);
           },
           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
-          py::arg("compute_type") = "float32",
-          "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.")
+          py::arg("compute_type") = "float32", py::arg("max_lengths") = py::none(), py::arg("return_attention") = false,
+          "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. "
+          "max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: "
+          "also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens).")
       .def(
           "beam_search",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
              const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
-             const py::object& n_best, const py::object& compute_type) {
+             const py::object& n_best, const py::object& compute_type, const py::object& max_lengths,
+             bool return_attention) {
             const char* who = "beam_search";
             const ComputeType compute = compute_type_arg(compute_type, who);
             auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
@@ -376,12 +414,13 @@ void bind_transformer(py::module_& m) {
             const Index steps = int_arg(max_length, who, "max_length"), beam = int_arg(beam_size, who, "beam_size");
             const Index best = int_arg(n_best, who, "n_best");
             const double alpha = float_arg(length_penalty, who, "length_penalty", limits::non_negative());
+            DecodeExtras extras{max_lengths_arg(max_lengths, s.shape(0), who), return_attention, {}};
             ModelInUse<T> in_use(h, "Transformer.beam_search");
             std::vector<std::vector<BeamHypothesis>> res;
             const bool unchanged = h.weights_unchanged();  // and the last forward() stays valid
             without_gil([&] {
-              res =
-                  beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute, unchanged);
+              res = beam_search<T>(h.model, tmap(s), start, end, steps, beam, alpha, best, &h.decode, compute,
+                                   unchanged, &extras);
             });
             h.weights_dirty = false;
             py::list out;
@@ -390,7 +429,11 @@ void bind_transformer(py::module_& m) {
               for (auto& hyp : sent) {
                 py::array_t<std::int64_t> toks(static_cast<py::ssize_t>(hyp.tokens.size()));
                 std::copy(hyp.tokens.begin(), hyp.tokens.end(), toks.mutable_data());
-                hyps.append(py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished));
+                if (return_attention)
+                  hyps.append(
+                      py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished, attention_array<T>(hyp.attention)));
+                else
+                  hyps.append(py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished));
               }
               out.append(hyps);
             }
@@ -398,7 +441,10 @@ void bind_transformer(py::module_& m) {
           },
           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
-          "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.")
+          py::arg("max_lengths") = py::none(), py::arg("return_attention") = false,
+          "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. "
+          "max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: "
+          "each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).")
       .def("config", [](H& h) { return h.model.config(); }, "The architecture.");
 }
 

@@ -237,8 +237,15 @@ class Transformer:
 
     # --- decoding ---------------------------------------------------------------------------
     def greedy_decode(
-        self, src: np.ndarray, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
-    ) -> np.ndarray:
+        self,
+        src: np.ndarray,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        compute_type: str = "float32",
+        max_lengths: Optional[Any] = None,
+        return_attention: bool = False,
+    ) -> Any:
         """Greedy decoding with a key/value cache, in C++.
 
         Encodes ``src`` (B, S) once, projects the cross-attention keys/values once per sentence,
@@ -263,8 +270,15 @@ class Transformer:
         activations rounded to bfloat16, float32 sums, AVX512_BF16). The low-precision copy of the
         weights is made at the first call and kept like the float32 panels. ``ValueError`` names
         what is missing on a CPU without the instructions, and refuses them for float64 models.
+
+        ``max_lengths``: each sentence's own limit, an integer array of shape (B,) with every value
+        in [1, ``max_length``] (a sentence stops there, inside the search: it gets what it gets
+        decoded alone with that limit); ``None``: ``max_length`` for all. A bad one is a
+        ``ValueError`` naming it. With ``return_attention`` the result is ``(ids, attention)``:
+        ``attention[b]`` holds the cross-attention weights that produced sentence ``b``'s tokens,
+        recorded while decoding, (layers, heads, its generated tokens, its source tokens).
         """
-        return cast(np.ndarray, self._core.greedy_decode(src, start_id, end_id, max_length, compute_type))
+        return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type, max_lengths, return_attention)
 
     def beam_search(
         self,
@@ -276,7 +290,9 @@ class Transformer:
         length_penalty: float = DEFAULT_LENGTH_PENALTY,
         n_best: int = 1,
         compute_type: str = "float32",
-    ) -> List[List[Tuple[np.ndarray, float, float, bool]]]:
+        max_lengths: Optional[Any] = None,
+        return_attention: bool = False,
+    ) -> List[List[Tuple[Any, ...]]]:
         """Beam search with a key/value cache, in C++.
 
         Returns, for every sentence, ``n_best`` hypotheses best first as ``(tokens, score,
@@ -284,11 +300,23 @@ class Transformer:
         ``finished``), ``score = log_prob / ((5 + len) / 6) ** length_penalty`` (GNMT). A sentence
         stops when no live beam can still beat its ``n_best``-th finished hypothesis.
         With ``beam_size=1`` and ``length_penalty=0`` it equals :meth:`greedy_decode`.
-        ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0. ``compute_type``:
-        as for :meth:`greedy_decode`.
+        ``beam_size`` is at most 1024, ``length_penalty`` a finite number >= 0. ``compute_type``
+        and ``max_lengths``: as for :meth:`greedy_decode` (a sentence's limit also bounds the
+        score its live beams may still reach). With ``return_attention`` each hypothesis has a
+        fifth element: its own cross-attention weights, recorded while searching, (layers, heads,
+        its tokens, its source tokens).
         """
-        hypotheses: List[List[Tuple[np.ndarray, float, float, bool]]] = self._core.beam_search(
-            src, start_id, end_id, max_length, beam_size, length_penalty, n_best, compute_type
+        hypotheses: List[List[Tuple[Any, ...]]] = self._core.beam_search(
+            src,
+            start_id,
+            end_id,
+            max_length,
+            beam_size,
+            length_penalty,
+            n_best,
+            compute_type,
+            max_lengths,
+            return_attention,
         )
         return hypotheses
 

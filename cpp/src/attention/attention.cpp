@@ -536,7 +536,7 @@ void MultiHeadAttention<T>::infer_memory(const Matrix<T>& memory, InferenceBacke
 template <typename T>
 void MultiHeadAttention<T>::infer_cross(const Matrix<T>& x, const Matrix<T>& kv, const SentenceRows& memory_rows,
                                         const std::vector<Index>& sentence_of, InferenceBackend<T>& be,
-                                        InferenceScratch<T>& s, Matrix<T>& y) const {
+                                        InferenceScratch<T>& s, Matrix<T>& y, Matrix<T>* weights) const {
   const Index R = x.rows(), S = memory_rows.longest();
   TCPP_CHECK(static_cast<Index>(sentence_of.size()) == R && kv.rows() == memory_rows.rows() && kv.cols() == 2 * d_,
              "MultiHeadAttention: cross-attention of ", R, " rows over a memory of ", kv.rows(), " rows (",
@@ -544,7 +544,8 @@ void MultiHeadAttention<T>::infer_cross(const Matrix<T>& x, const Matrix<T>& kv,
   // Q = x W_q^T + b_q                                                     (R, d)
   be.linear(x, w_in_.data(), b_in_.data(), d_, s.q);
   s.ctx.resize(R, d_);
-  T* scores = s.score_rows(R * h_, S);
+  if (weights != nullptr) weights->resize(R * h_, S);
+  T* scores = weights != nullptr ? weights->data() : s.score_rows(R * h_, S);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
   const T* q = s.q.data();
   T* ctx = s.ctx.data();

@@ -40,7 +40,7 @@ double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>&
 // with this workspace found them finite: the scan costs more than decoding one short sentence).
 template <typename T>
 void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index steps, const char* who,
-                  const std::string& what, DecodeWorkspace<T>* workspace, bool weights_unchanged) {
+                  const std::string& what, DecodeWorkspace<T>* workspace, bool weights_unchanged, bool record) {
   const TransformerConfig& c = model.config();
   const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
   const double R = static_cast<double>(rows), n = static_cast<double>(steps), d = static_cast<double>(c.d_model);
@@ -49,7 +49,9 @@ void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index st
   const double elements = L * encoder_layer_elements(B * S, B, H, S, d, dff) + 4 * B * S * d +
                           L * (2 * R * n * d + 2 * B * S * d) + R * n * d + R * H * std::max(S, n) +
                           R * (12 * d + 2 * dff + 2 * V) + n * d;
-  check_memory(who, what, elements * static_cast<double>(sizeof(T)) + B * S * S + B * n * 8);
+  // recorded cross-attention: every step's weights of every row, then the outputs' own (as double)
+  const double recorded = record ? L * H * R * n * S * (static_cast<double>(sizeof(T)) + 8) : 0.0;
+  check_memory(who, what, elements * static_cast<double>(sizeof(T)) + B * S * S + B * n * 8 + recorded);
   if (workspace != nullptr && &workspace->model != &model) workspace = nullptr;  // refused later
   if (workspace != nullptr && weights_unchanged && workspace->finite_checked) return;
   if (workspace != nullptr) workspace->finite_checked = false;
@@ -61,6 +63,50 @@ void check_decode(Transformer<T>& model, ConstTokenMap src, Index rows, Index st
   throw NonFiniteError(concat(who, ": the logits of step ", step,
                               " are not finite: the activations overflowed "
                               "(the weights are too large); nothing was decoded"));
+}
+
+// Each sentence's output limit: DecodeExtras::max_lengths (checked: one per sentence, each in
+// [1, max_length]), else max_length for all.
+std::vector<Index> sentence_limits(const DecodeExtras* extras, Index B, Index max_length, const char* who) {
+  if (extras == nullptr || extras->max_lengths.empty()) return std::vector<Index>(static_cast<size_t>(B), max_length);
+  const std::vector<Index>& limits = extras->max_lengths;
+  TCPP_CHECK(static_cast<Index>(limits.size()) == B, who, ": max_lengths has ", limits.size(), " entries for ", B,
+             " sentences; give one limit per sentence (shape (", B, ",))");
+  for (size_t b = 0; b < limits.size(); ++b)
+    TCPP_CHECK(limits[b] >= 1 && limits[b] <= max_length, who, ": max_lengths[", b, "] is ", limits[b],
+               "; each sentence's limit must be in [1, max_length = ", max_length, "]");
+  return limits;
+}
+
+// The cross-attention weights of row r in one step's record (per layer, DecoderCache::cross_weights),
+// appended to `out` as (layer, head, source) for a sentence of `source` tokens.
+template <typename T>
+void append_step_weights(const std::vector<Matrix<T>>& step, Index r, Index heads, Index source,
+                         std::vector<double>& out) {
+  for (const Matrix<T>& w : step)
+    for (Index h = 0; h < heads; ++h) {
+      const T* row = w.data() + (r * heads + h) * w.cols();
+      out.insert(out.end(), row, row + source);
+    }
+}
+
+// (tokens, layers, heads, source) weights, one step after the other, as a CrossAttention
+// (layers, heads, tokens, source).
+CrossAttention cross_attention_of(const std::vector<double>& steps, Index tokens, Index layers, Index heads,
+                                  Index source) {
+  CrossAttention a{layers, heads, tokens, source, std::vector<double>(steps.size())};
+  for (Index t = 0; t < tokens; ++t)
+    for (Index lh = 0; lh < layers * heads; ++lh)
+      std::copy_n(steps.data() + (t * layers * heads + lh) * source, source,
+                  a.weights.data() + (lh * tokens + t) * source);
+  return a;
+}
+
+// The source tokens of sentence b (its non-padding positions).
+template <typename T>
+Index source_length(const InferenceState<T>& st, Index b) {
+  const auto& offsets = st.decoder.memory_rows.offsets;
+  return offsets[static_cast<size_t>(b + 1)] - offsets[static_cast<size_t>(b)];
 }
 
 // The caller's workspace (which must belong to this model), else a fresh one owned by `local`.
@@ -91,8 +137,8 @@ InferenceBackend<T>& begin_backend(DecodeWorkspace<T>& ws, ComputeType c, Index 
 
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
-                          Index max_length, DecodeWorkspace<T>* workspace, ComputeType compute,
-                          bool weights_unchanged) {
+                          Index max_length, DecodeWorkspace<T>* workspace, ComputeType compute, bool weights_unchanged,
+                          DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "greedy_decode");
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
@@ -101,16 +147,23 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
   const Index steps = max_length;
   const Index B = src.rows();
+  const std::vector<Index> limits = sentence_limits(extras, B, max_length, "greedy_decode");
+  const bool record = extras != nullptr && extras->record_attention;
+  if (extras != nullptr) extras->attention.clear();
   if (B == 0) return TokenMatrix::Zero(0, 1);
   check_decode(model, src, B, steps, "greedy_decode",
                concat("max_length ", max_length, " for ", B, " sentences of source length ", src.cols()), workspace,
-               weights_unchanged);
+               weights_unchanged, record);
   TokenMatrix out = TokenMatrix::Zero(B, steps);
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   InferenceBackend<T>& be = begin_backend(ws, compute, B, weights_unchanged);
   InferenceState<T>& st = ws.state;
   model.infer_start(src, steps, be, st);
+  st.decoder.record_cross = record;
+  // with record: per sentence, its steps' weights (tokens, layers, heads, source) and its token count
+  std::vector<std::vector<double>> recorded(record ? static_cast<size_t>(B) : 0);
+  std::vector<Index> emitted(static_cast<size_t>(B), 0);
   std::vector<std::int64_t> tokens(static_cast<size_t>(B), start_id);
   std::vector<std::int64_t> next;
   std::vector<Index> keep;
@@ -129,13 +182,23 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
     if (bad) throw_nonfinite_logits("greedy_decode", t);
     keep.clear();
     for (Index r = 0; r < R; ++r) {
-      out(st.sentence_of(r), t) = next[static_cast<size_t>(r)];
-      if (next[static_cast<size_t>(r)] != end_id) keep.push_back(r);
+      const Index b = st.sentence_of(r);
+      out(b, t) = next[static_cast<size_t>(r)];
+      ++emitted[static_cast<size_t>(b)];
+      if (record)
+        append_step_weights(st.decoder.cross_weights, r, c.n_heads, source_length(st, b),
+                            recorded[static_cast<size_t>(b)]);
+      // a sentence stops at the end token or at its own limit
+      if (next[static_cast<size_t>(r)] != end_id && t + 1 < limits[static_cast<size_t>(b)]) keep.push_back(r);
     }
     if (static_cast<Index>(keep.size()) != R) st.select_rows(keep);  // finished sentences leave the batch
     tokens.resize(keep.size());
     for (size_t i = 0; i < keep.size(); ++i) tokens[i] = next[static_cast<size_t>(keep[i])];
   }
+  st.decoder.record_cross = false;
+  for (size_t b = 0; b < recorded.size(); ++b)
+    extras->attention.push_back(
+        cross_attention_of(recorded[b], emitted[b], c.n_layers, c.n_heads, source_length(st, static_cast<Index>(b))));
   return out;
 }
 
@@ -143,7 +206,8 @@ template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
                                                      std::int64_t end_id, Index max_length, Index beam_size,
                                                      double alpha, Index n_best, DecodeWorkspace<T>* workspace,
-                                                     ComputeType compute, bool weights_unchanged) {
+                                                     ComputeType compute, bool weights_unchanged,
+                                                     DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "beam_search");
   TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
@@ -162,27 +226,47 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   TCPP_CHECK(std::isfinite(penalty(steps)), "beam_search: length_penalty ", alpha, " is too large for max_length ",
              max_length, ": the penalty ((5 + length) / 6) ** length_penalty overflows");
 
+  const std::vector<Index> limits = sentence_limits(extras, B, max_length, "beam_search");
+  const bool record = extras != nullptr && extras->record_attention;
   std::vector<std::vector<BeamHypothesis>> finished(static_cast<size_t>(B));
   // live beams: one row of the decoder each
   struct Live {
     Index sentence;
     std::vector<std::int64_t> tokens;
     double log_prob;
+    std::vector<Index> path;  // with record: the decoder row of each step (which made tokens[t])
   };
   std::vector<Live> live;
   if (B == 0) return finished;
   check_decode(model, src, B * beam_size, steps, "beam_search",
                concat("beam_size ", beam_size, " and max_length ", max_length, " for ", B,
                       " sentences of source length ", src.cols()),
-               workspace, weights_unchanged);
+               workspace, weights_unchanged, record);
   live.reserve(static_cast<size_t>(B));
-  for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0});
+  for (Index b = 0; b < B; ++b) live.push_back({b, {}, 0.0, {}});
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   // after the first step every sentence has up to beam_size rows
   InferenceBackend<T>& be = begin_backend(ws, compute, B * beam_size, weights_unchanged);
   InferenceState<T>& st = ws.state;
   model.infer_start(src, steps, be, st);
+  st.decoder.record_cross = record;
+  // with record: every step's cross-attention weights of all its rows, per layer; a hypothesis's
+  // own are read along its path when it is finished
+  std::vector<std::vector<Matrix<T>>> history;
+  auto hypothesis = [&](Index s, std::vector<std::int64_t> toks, double lp, const std::vector<Index>& path,
+                        bool ended) {
+    const Index len = static_cast<Index>(toks.size());
+    BeamHypothesis h{std::move(toks), lp, lp / penalty(len), ended, {}};
+    if (record) {
+      const Index S = source_length(st, s), H = c.n_heads;
+      std::vector<double> steps_w;
+      for (Index t = 0; t < len; ++t)
+        append_step_weights(history[static_cast<size_t>(t)], path[static_cast<size_t>(t)], H, S, steps_w);
+      h.attention = cross_attention_of(steps_w, len, c.n_layers, H, S);
+    }
+    return h;
+  };
   std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
   // per live row: its best 2k continuations and its log-sum-exp; the best 2k continuations of
   // each row are enough to refill k beams
@@ -201,7 +285,8 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
     const double threshold = scores[static_cast<size_t>(n_best - 1)];
     // log-probs only fall, so a live beam's best possible score is log_prob / penalty(longest)
     double best_live = -std::numeric_limits<double>::infinity();
-    for (const Live* l : beams) best_live = std::max(best_live, l->log_prob / penalty(steps));
+    const Index longest = limits[static_cast<size_t>(s)];
+    for (const Live* l : beams) best_live = std::max(best_live, l->log_prob / penalty(longest));
     (void)t;
     return threshold >= best_live;
   };
@@ -219,6 +304,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
           top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
     }
     if (bad) throw_nonfinite_logits("beam_search", t);
+    if (record) history.push_back(st.decoder.cross_weights);
 
     std::vector<Live> next_live;
     std::vector<Index> rows;
@@ -251,18 +337,21 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
         const Live& parent = live[static_cast<size_t>(cd.row)];
         std::vector<std::int64_t> toks = parent.tokens;
         toks.push_back(cd.tok);
+        std::vector<Index> path;
+        if (record) {
+          path = parent.path;
+          path.push_back(cd.row);
+        }
         if (cd.tok == end_id) {
-          const Index len = static_cast<Index>(toks.size());
-          finished[static_cast<size_t>(s)].push_back({toks, cd.lp, cd.lp / penalty(len), true});
-        } else if (t + 1 < steps) {
-          next_live.push_back({s, std::move(toks), cd.lp});
+          finished[static_cast<size_t>(s)].push_back(hypothesis(s, std::move(toks), cd.lp, path, true));
+        } else if (t + 1 < limits[static_cast<size_t>(s)]) {
+          next_live.push_back({s, std::move(toks), cd.lp, std::move(path)});
           rows.push_back(cd.row);
           next_feed.push_back(cd.tok);
         } else {
-          // cut at max_length: keep as an unfinished hypothesis
-          const Index len = static_cast<Index>(toks.size());
-          finished[static_cast<size_t>(s)].push_back({toks, cd.lp, cd.lp / penalty(len), false});
-          next_live.push_back({s, {}, 0.0});  // placeholder to count toward the beam, removed below
+          // cut at the sentence's limit: keep as an unfinished hypothesis
+          finished[static_cast<size_t>(s)].push_back(hypothesis(s, std::move(toks), cd.lp, path, false));
+          next_live.push_back({s, {}, 0.0, {}});  // placeholder to count toward the beam, removed below
           rows.push_back(-1);
           next_feed.push_back(0);
         }
@@ -292,10 +381,9 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
     if (!live.empty()) st.select_rows(compact_rows);
   }
   // any beams still alive at the end (cannot happen when steps ran out, kept for safety)
-  for (const Live& l : live) {
-    const Index len = static_cast<Index>(l.tokens.size());
-    finished[static_cast<size_t>(l.sentence)].push_back({l.tokens, l.log_prob, l.log_prob / penalty(len), false});
-  }
+  for (const Live& l : live)
+    finished[static_cast<size_t>(l.sentence)].push_back(hypothesis(l.sentence, l.tokens, l.log_prob, l.path, false));
+  st.decoder.record_cross = false;
   for (auto& fin : finished) {
     std::stable_sort(fin.begin(), fin.end(),
                      [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; });
@@ -305,14 +393,16 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
 }
 
 template TokenMatrix greedy_decode<float>(Transformer<float>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
-                                          DecodeWorkspace<float>*, ComputeType, bool);
+                                          DecodeWorkspace<float>*, ComputeType, bool, DecodeExtras*);
 template TokenMatrix greedy_decode<double>(Transformer<double>&, ConstTokenMap, std::int64_t, std::int64_t, Index,
-                                           DecodeWorkspace<double>*, ComputeType, bool);
+                                           DecodeWorkspace<double>*, ComputeType, bool, DecodeExtras*);
 template std::vector<std::vector<BeamHypothesis>> beam_search<float>(Transformer<float>&, ConstTokenMap, std::int64_t,
                                                                      std::int64_t, Index, Index, double, Index,
-                                                                     DecodeWorkspace<float>*, ComputeType, bool);
+                                                                     DecodeWorkspace<float>*, ComputeType, bool,
+                                                                     DecodeExtras*);
 template std::vector<std::vector<BeamHypothesis>> beam_search<double>(Transformer<double>&, ConstTokenMap, std::int64_t,
                                                                       std::int64_t, Index, Index, double, Index,
-                                                                      DecodeWorkspace<double>*, ComputeType, bool);
+                                                                      DecodeWorkspace<double>*, ComputeType, bool,
+                                                                      DecodeExtras*);
 
 }  // namespace transformer

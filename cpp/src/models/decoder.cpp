@@ -90,7 +90,7 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
 template <typename T>
 void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv,
                                  const SentenceRows& memory_rows, const std::vector<Index>& sentence_of,
-                                 InferenceBackend<T>& be, InferenceScratch<T>& s) const {
+                                 InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>* cross_weights) const {
   // the three residual sub-layers of forward(), without dropout: masked self-attention (over the
   // cache), cross-attention, feed-forward
   residual_infer<T>(
@@ -99,7 +99,7 @@ void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>
   residual_infer<T>(
       pre_norm_, norm2_,
       [&](const Matrix<T>& in, Matrix<T>& out) {
-        cross_attention_.infer_cross(in, memory_kv, memory_rows, sentence_of, be, s, out);
+        cross_attention_.infer_cross(in, memory_kv, memory_rows, sentence_of, be, s, out, cross_weights);
       },
       x, s.n, s.a);
   residual_infer<T>(
@@ -227,8 +227,10 @@ const Matrix<T>& Decoder<T>::infer_step(const std::int64_t* tokens, DecoderCache
   const Index R = cache.rows(), t = cache.position();
   // x = embedding[token] * sqrt(d) + PE[t]                                   (R, d)
   embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
+  if (cache.record_cross) cache.cross_weights.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l)
-    layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s);
+    layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s,
+                           cache.record_cross ? &cache.cross_weights[l] : nullptr);
   if (!final_norm_) return s.x;
   s.n.resize(R, s.x.cols());
   final_norm_->forward_inference(s.x.data(), nullptr, s.n.data(), R);

@@ -38,11 +38,12 @@ batches are bounded in work (``max_batch_tokens``, and the work the last calls d
 ``batch_seconds``) and each one is led by the request that has had the least decoding so far: a
 small request that arrives while a large one is decoded is in the next call. The work of a
 sentence is counted in tokens, beam size x (source tokens + most output tokens). A request whose
-client disconnects has its waiting sentences dropped. It decodes through the package's one decode
-path, :func:`~transformer_cpp.translate.decode_rows`, with the cleaning, encoding, output limit
-(``1.5 * source + 10``) and cut of :meth:`Translator.translate_batch
-<transformer_cpp.translate.Translator.translate_batch>`, so a server answer equals the offline
-translation of the same text.
+client disconnects has its waiting sentences dropped. Each batch is translated by
+:func:`~transformer_cpp.translate.translate_encoded`, the function :meth:`Translator.translate_batch
+<transformer_cpp.translate.Translator.translate_batch>` calls, on inputs cleaned and encoded by
+:func:`~transformer_cpp.translate.encode_source` (each sentence stopping at its own output limit,
+``1.5 * source + 10``, inside the C++ search), so a server answer is the offline translation of the
+same text; attention maps are recorded by that decode, not by a second pass.
 
 **Bad requests.** Every error is a JSON object ``{"error": message, "status": code}``, its
 message naming the limit and its value: 415 when the content type is not JSON, 413 for a body
@@ -87,11 +88,9 @@ from .app import PAGE_HTML as PAGE_HTML
 from .app import background_server, create_app, guarded_protocol, serve, uvicorn_choices
 from .app import host_refusal as host_refusal
 from .batcher import Batcher
-from .batcher import EncodedText as EncodedText
 from .batcher import QueueFull as QueueFull
 from .batcher import QueuedSentence as QueuedSentence
 from .batcher import decode_items as decode_items
-from .batcher import encode_text as encode_text
 from .command import add_serve_parser, main
 from .command import config_from_args as config_from_args
 from .command import run_from_args as run_from_args

@@ -31,8 +31,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from .._version import __version__
 from ..text import language_name
-from ..translate import Translator
-from .batcher import Batcher, EncodedText, encode_text
+from ..translate import EncodedSource, Translator, encode_source
+from .batcher import Batcher
 from .config import (
     SERVE_EXTRA_HINT,
     ClientGone,
@@ -284,14 +284,14 @@ class _Boundary:
 # ------------------------------------------------------------------------------------ the app
 
 
-def _encode_texts(translator: Translator, texts: Sequence[str], where: Callable[[int], str]) -> List[EncodedText]:
+def _encode_texts(translator: Translator, texts: Sequence[str], where: Callable[[int], str]) -> List[EncodedSource]:
     """Every text cleaned and encoded (in a worker thread, off the event loop), or
     :class:`ServeError`: 422 for a text that cannot be translated, 500 when the model's tokenizer
     fails (a tokenizer file that raises or panics)."""
-    encoded: List[EncodedText] = []
+    encoded: List[EncodedSource] = []
     for i, text in enumerate(texts):
         try:
-            enc = encode_text(translator, text)
+            enc = encode_source(translator, text)
         except (TypeError, ValueError) as exc:  # e.g. a lone surrogate ("\\ud800" in the JSON)
             raise ServeError(422, f"{where(i)} cannot be translated: {exc}") from None
         except BaseException as exc:  # the tokenizers library panics with a BaseException

@@ -1,9 +1,9 @@
 """The batcher: gathers the sentences of concurrent requests into batched decode calls.
 
 One :class:`Batcher` owns the translator (a model refuses calls from two threads at once).
-Requests are split into sentences (:func:`encode_text`) and queued; each batch is led by the
-request that has had the least decoding work so far and filled with sentences of the same
-decoding options, one per request in turn, up to ``max_batch`` sentences and ``max_batch_tokens``
+Requests are split into sentences (:func:`~transformer_cpp.translate.encode_source`) and queued;
+each batch is led by the request that has had the least decoding work so far and filled with
+sentences of the same decoding options (and the same wish for attention maps), one per request in turn, up to ``max_batch`` sentences and ``max_batch_tokens``
 of work (beam size x (source tokens + most output tokens) each; less when the speed measured on
 the last batches says the batch would take longer than ``batch_seconds``), waiting at most
 ``max_wait_ms`` after the oldest one arrived for the batch to fill. The batch is decoded in the batcher's single
@@ -12,11 +12,13 @@ the previous decode are taken at once, so a busy server batches without waiting 
 request that arrives while a large one is decoded waits for one decode call, not for the large
 request.
 
-A batch is decoded by :func:`decode_items` through the package's one decode path,
-:func:`~transformer_cpp.translate.decode_rows` (the attention maps through
-:func:`~transformer_cpp.translate.cross_attention`), with the cleaning, encoding and output limit
-of :meth:`Translator.translate_batch <transformer_cpp.translate.Translator.translate_batch>`: a
-server answer is the offline translation of the same text, alone or in any batch.
+A batch is translated by :func:`decode_items` through
+:func:`~transformer_cpp.translate.translate_encoded`, the function
+:meth:`Translator.translate_batch <transformer_cpp.translate.Translator.translate_batch>` calls for
+each of its chunks, on inputs encoded by :func:`~transformer_cpp.translate.encode_source` as the
+Translator encodes them: a server answer is the offline translation of the same text, alone or in
+any batch. What is the batcher's own is the queue, the gathering of requests, their fairness and
+the answer's JSON entries.
 """
 
 from __future__ import annotations
@@ -26,52 +28,28 @@ import collections
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._runtime import get_num_threads, set_num_threads
-from ..translate import DecodeOptions, Translator, cross_attention, decode_rows, one_line, token_piece
+from ..translate import DecodeOptions, EncodedSource, Translation, Translator, translate_encoded
 from .config import ServeConfig, ServeError, text_work
 
-__all__ = ["Batcher", "EncodedText", "QueueFull", "QueuedSentence", "decode_items", "encode_text"]
-
-
-class EncodedText(NamedTuple):
-    """One input as the batcher takes it (see :func:`encode_text`)."""
-
-    source: str  # the input as cleaned for the model
-    ids: List[int]  # encoder input [start, ..., end]
-    warning: Optional[str]  # the input is longer than every training pair
-
-
-def encode_text(translator: Translator, text: str) -> EncodedText:
-    """One input cleaned and encoded exactly as :meth:`Translator.translate_batch` encodes it; the
-    ``warning`` says what its ``LongInputWarning`` says.
-
-    Raises:
-        TypeError, ValueError: ``text`` is not valid text (:meth:`Translator.clean`).
-    """
-    cleaned = translator.clean(text)
-    ids = list(translator.src_tokenizer.encode(cleaned))
-    warning = None
-    trained = translator.trained_length
-    if trained is not None and len(ids) > trained:
-        warning = (
-            f"the input has {len(ids)} tokens, more than any training pair ({trained}); it is translated "
-            "whole, but the translation may be poorer"
-        )
-    return EncodedText(cleaned, ids, warning)
+__all__ = ["Batcher", "QueueFull", "QueuedSentence", "decode_items"]
 
 
 class _Job:
     """The sentences of one request: those still waiting, the work decoded so far, and the future
     its handler waits on."""
 
-    def __init__(self, count: int, options: DecodeOptions, arrival: float, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, count: int, options: DecodeOptions, attention: bool, arrival: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.results: List[Optional[Dict[str, Any]]] = [None] * count
         self.remaining = count
         self.options = options
+        self.attention = attention  # a batch holds sentences that all want attention maps, or none
         self.arrival = arrival
         self.waiting: Deque[QueuedSentence] = collections.deque()
         self.served = 0  # decoding work taken into batches so far (tokens, as text_work counts)
@@ -111,44 +89,35 @@ class QueuedSentence:
 def decode_items(
     translator: Translator, items: Sequence[QueuedSentence], options: DecodeOptions
 ) -> List[Dict[str, Any]]:
-    """Translate ``items`` with one batched decode call; one result dict per item (the entries of
-    the ``/translate`` answer). Runs in the batcher's worker thread: the only thread that uses the
-    model."""
-    model, tgt = translator.model, translator.tgt_tokenizer
-    rows = [it.ids for it in items]
-    found = decode_rows(model, rows, tgt.start_id, tgt.end_id, options)
-    results = []
-    for it, hyps in zip(items, found):
-        best = hyps[0]
-        res: Dict[str, Any] = {
-            "text": one_line(tgt.decode(best.ids)),
-            "source": it.source,
-            "finished": best.finished,
-            "score": best.score,
-        }
-        if options.n_best > 1:
-            res["hypotheses"] = [
-                {"text": one_line(tgt.decode(h.ids)), "score": h.score, "finished": h.finished} for h in hyps
-            ]
-        if it.warning:
-            res["warning"] = it.warning
-        results.append(res)
+    """Translate ``items`` with one batched decode call (:func:`translate_encoded`); one result dict
+    per item (the entries of the ``/translate`` answer). Runs in the batcher's worker thread: the
+    only thread that uses the model. The attention maps are recorded by that decode when any item
+    asks for them (the batcher does not mix such items with others)."""
+    attention = any(it.return_attention for it in items)
+    encoded = [EncodedSource(it.source, it.ids, it.warning) for it in items]
+    translations = translate_encoded(translator, encoded, options, attention)
+    return [_answer(it, t) for it, t in zip(items, translations)]
 
-    # the attention maps one sentence at a time: a padded batch of them would hold every layer's
-    # weights for the longest output and source of the batch
-    for i, it in enumerate(items):
-        if it.return_attention:
-            gen = found[i][0].ids
-            layers = cross_attention(model, [rows[i]], [gen], tgt.start_id)[0]
-            layer = max(layers, key=lambda name: int(name.split(".")[2]))  # the last decoder layer
-            mean = np.asarray(layers[layer], dtype=np.float64).mean(axis=0)  # (output tokens, source tokens)
-            results[i]["attention"] = {
-                "layer": layer,
-                "source_pieces": [token_piece(translator.src_tokenizer, v) for v in rows[i]],
-                "target_pieces": [token_piece(tgt, v) for v in gen],
-                "weights": np.round(mean, 4).tolist(),
-            }
-    return results
+
+def _answer(item: QueuedSentence, t: Translation) -> Dict[str, Any]:
+    """One ``/translate`` entry: the text, the cleaned source, whether it finished, its score, the
+    hypotheses (``n_best > 1``), the last decoder layer's cross-attention averaged over the heads
+    (when asked for) and the input's warning."""
+    res: Dict[str, Any] = {"text": t.text, "source": t.source, "finished": t.finished, "score": t.score}
+    if t.hypotheses:
+        res["hypotheses"] = [{"text": h.text, "score": h.score, "finished": h.finished} for h in t.hypotheses]
+    if item.warning:
+        res["warning"] = item.warning
+    if item.return_attention:
+        layer = max(t.attention, key=lambda name: int(name.split(".")[2]))  # the last decoder layer
+        mean = np.asarray(t.attention[layer], dtype=np.float64).mean(axis=0)  # (output tokens, source tokens)
+        res["attention"] = {
+            "layer": layer,
+            "source_pieces": t.source_pieces,
+            "target_pieces": t.target_pieces,
+            "weights": np.round(mean, 4).tolist(),
+        }
+    return res
 
 
 class QueueFull(ServeError):
@@ -251,16 +220,16 @@ class Batcher:
 
     def enqueue(
         self,
-        encoded: Sequence[EncodedText],
+        encoded: Sequence[EncodedSource],
         *,
         beam_size: int = 1,
         n_best: int = 1,
         return_attention: bool = False,
         work: Optional[Sequence[int]] = None,
     ) -> _Job:
-        """Queue one request's sentences (from :func:`encode_text`); their results come as the
-        returned job's ``future``. ``work``: each sentence's decoding work (:func:`text_work`),
-        computed here when not given. Call :meth:`_Job.cancel` on a request given up.
+        """Queue one request's sentences (from :func:`~transformer_cpp.translate.encode_source`); their
+        results come as the returned job's ``future``. ``work``: each sentence's decoding work
+        (:func:`text_work`), computed here when not given. Call :meth:`_Job.cancel` on a request given up.
 
         Raises:
             ServeError: 503 when the server is shutting down; :class:`QueueFull` when more than
@@ -280,7 +249,7 @@ class Batcher:
         if work is None:
             work = [text_work(len(e.ids), options.limit(len(e.ids)), beam_size) for e in encoded]
         assert self._loop is not None and self._wakeup is not None
-        job = _Job(len(encoded), options, self._loop.time(), self._loop)
+        job = _Job(len(encoded), options, bool(return_attention), self._loop.time(), self._loop)
         for i, ((source, ids, warning), w) in enumerate(zip(encoded, work)):
             job.waiting.append(QueuedSentence(source, ids, bool(return_attention), job, i, warning, int(w)))
         if encoded:
@@ -293,14 +262,14 @@ class Batcher:
 
     async def submit(
         self,
-        encoded: Sequence[EncodedText],
+        encoded: Sequence[EncodedSource],
         *,
         beam_size: int = 1,
         n_best: int = 1,
         return_attention: bool = False,
     ) -> List[Dict[str, Any]]:
-        """Queue one request's sentences (from :func:`encode_text`) and wait for their results;
-        a cancelled wait drops the sentences not decoded yet."""
+        """Queue one request's sentences (from :func:`~transformer_cpp.translate.encode_source`) and
+        wait for their results; a cancelled wait drops the sentences not decoded yet."""
         job = self.enqueue(encoded, beam_size=beam_size, n_best=n_best, return_attention=return_attention)
         try:
             return await job.future
@@ -330,8 +299,13 @@ class Batcher:
         if not self._jobs:
             return None, []
         order = sorted(range(len(self._jobs)), key=lambda k: (self._jobs[k].served, k))
-        options = self._jobs[order[0]].options
-        candidates = [self._jobs[k] for k in order if self._jobs[k].options == options]
+        lead = self._jobs[order[0]]
+        options = lead.options
+        candidates = [
+            self._jobs[k]
+            for k in order
+            if self._jobs[k].options == options and self._jobs[k].attention == lead.attention
+        ]
         cfg = self.config
         budget = self.batch_budget()
         batch: List[QueuedSentence] = []

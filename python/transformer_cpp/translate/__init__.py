@@ -1,5 +1,6 @@
 """Translation: one decode path (:func:`decode_rows` with :class:`DecodeOptions`), the
-:class:`Translator` built on it, and the evaluation of a model on held-out pairs.
+:class:`Translator` built on it (its batches through :func:`translate_encoded`, which the server
+calls too), and the evaluation of a model on held-out pairs.
 
 ``transformer_cpp.translate`` is the package's inference layer: it sits above the model, the
 tokenizers, the data and the checkpoints, and below training (whose validation BLEU calls
@@ -11,7 +12,6 @@ from .decoding import (
     DecodeOptions,
     Hypothesis,
     check_compute_type,
-    cross_attention,
     decode_rows,
     greedy_decode,
     greedy_decode_reference,
@@ -21,11 +21,20 @@ from .decoding import (
     pad_rows,
 )
 from .evaluation import EvaluationResult, bleu_of_encoded, bleu_tokenizer, evaluate, evaluate_loss, order_losses
-from .translator import LongInputWarning, Translation, Translator, token_piece
+from .translator import (
+    EncodedSource,
+    LongInputWarning,
+    Translation,
+    Translator,
+    encode_source,
+    token_piece,
+    translate_encoded,
+)
 
 __all__ = [
     "COMPUTE_TYPES",
     "DecodeOptions",
+    "EncodedSource",
     "EvaluationResult",
     "Hypothesis",
     "LongInputWarning",
@@ -34,8 +43,8 @@ __all__ = [
     "bleu_of_encoded",
     "bleu_tokenizer",
     "check_compute_type",
-    "cross_attention",
     "decode_rows",
+    "encode_source",
     "evaluate",
     "evaluate_loss",
     "order_losses",
@@ -46,4 +55,5 @@ __all__ = [
     "output_limit",
     "pad_rows",
     "token_piece",
+    "translate_encoded",
 ]

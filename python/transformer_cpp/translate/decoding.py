@@ -1,17 +1,17 @@
-"""The one decode path: pad a batch of token rows, decode it (greedy or beam, any compute type) and
-cut each sentence to its own output limit.
+"""The one decode path: pad a batch of token rows and decode it (greedy or beam, any compute type),
+each sentence stopping at its own output limit inside the C++ search.
 
-:func:`decode_rows` is what :class:`~transformer_cpp.translate.Translator`, the server's batcher
-and the trainer's validation BLEU all call, with one :class:`DecodeOptions` record that holds the
-decoding settings and their one set of defaults. :func:`greedy_reference` is the plain greedy loop
-every greedy decoder is checked against.
+:func:`decode_rows` is what :class:`~transformer_cpp.translate.Translator` (and through it the
+server's batcher) and the trainer's validation BLEU call, with one :class:`DecodeOptions` record
+that holds the decoding settings and their one set of defaults. :func:`greedy_reference` is the
+plain greedy loop every greedy decoder is checked against.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -24,7 +24,6 @@ __all__ = [
     "DecodeOptions",
     "Hypothesis",
     "check_compute_type",
-    "cross_attention",
     "decode_rows",
     "greedy_decode",
     "greedy_decode_reference",
@@ -108,12 +107,15 @@ class DecodeOptions:
 
 class Hypothesis(NamedTuple):
     """One decoded output: its token ids (after the start token; the end token included when the
-    sentence finished), its beam-search score (``None`` for greedy decoding) and whether it ended
-    with the end token rather than at the output limit."""
+    sentence finished), its beam-search score (``None`` for greedy decoding), whether it ended
+    with the end token rather than at the output limit, and (when asked for) the cross-attention
+    weights recorded while decoding it: decoder layer name -> (heads, len(ids), source tokens),
+    row ``t`` the query that produced token ``t``."""
 
     ids: List[int]
     score: Optional[float]
     finished: bool
+    attention: Optional[Dict[str, np.ndarray]] = None
 
 
 def _check_src(src: Any, who: str) -> np.ndarray:
@@ -138,24 +140,26 @@ def decode_rows(
     start_id: int,
     end_id: int,
     options: Optional[DecodeOptions] = None,
+    return_attention: bool = False,
 ) -> List[List[Hypothesis]]:
     """Decode a batch of source token rows in one call: the hypotheses of each sentence, best first
     (``options.n_best`` of them; one for greedy decoding).
 
-    The rows are padded into one batch and decoded for as many steps as the longest sentence's
-    limit needs; each sentence's output is then cut to its own limit (``options.max_output_tokens``, else
-    :func:`output_limit` of its own length), so a sentence translates the same alone or in a batch.
+    The rows are padded into one batch; each sentence stops at its own limit
+    (``options.max_output_tokens``, else :func:`output_limit` of its own length) inside the search,
+    so a sentence translates the same alone or in a batch. With ``return_attention`` each
+    hypothesis carries the cross-attention weights its decoding step recorded.
     """
     options = options or DecodeOptions()
     if not rows:
         return []
     src = pad_rows(rows)
-    limits = [options.limit(len(r)) for r in rows]
-    steps = max(limits)
-    found: List[List[Tuple[List[int], Optional[float]]]]
+    limits = np.array([options.limit(len(r)) for r in rows], dtype=np.int64)
+    steps = int(limits.max())
+    found: List[List[Tuple[List[int], Optional[float], Optional[np.ndarray]]]]
     if options.beam_size == 1:
-        out = greedy_decode(model, src, start_id, end_id, steps, options.compute_type)
-        found = [[([int(v) for v in row if v != 0][:n], None)] for row, n in zip(out, limits)]
+        out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
+        found = [[([int(v) for v in row if v != 0], None, w)] for row, w in zip(out, weights)]
     else:
         raw = model.beam_search(
             src,
@@ -166,37 +170,52 @@ def decode_rows(
             options.length_penalty,
             options.n_best,
             options.compute_type,
+            limits,
+            return_attention,
         )
-        found = [[([int(v) for v in h[0]][:n], float(h[1])) for h in hs] for hs, n in zip(raw, limits)]
-    return [[Hypothesis(ids, score, bool(ids) and ids[-1] == end_id) for ids, score in hs] for hs in found]
+        found = [[([int(v) for v in h[0]], float(h[1]), h[4] if return_attention else None) for h in hs] for hs in raw]
+    return [
+        [Hypothesis(ids, score, bool(ids) and ids[-1] == end_id, _by_layer(w)) for ids, score, w in hs] for hs in found
+    ]
 
 
-def cross_attention(
-    model: Any, rows: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], start_id: int
-) -> List[Dict[str, np.ndarray]]:
-    """The cross-attention weights that produced each output: one teacher-forced forward pass on
-    ``[start] + output[:-1]``. For sentence ``i``, ``{layer name: (heads, len(output), len(row))}``:
-    row ``t`` is the query that produced output token ``t``, column ``j`` source token ``j``."""
-    if not rows:
-        return []
-    src = pad_rows(rows)
-    tgt_in = pad_rows([[int(start_id)] + list(out)[:-1] for out in outputs])
-    if tgt_in.shape[1] == 0:
-        tgt_in = np.zeros((len(rows), 1), dtype=np.int64)
-    model.forward(src, tgt_in, training=False)
-    cross = {name: w for name, w in model.attention_weights().items() if name.endswith("cross_attention")}
-    result = []
-    for i, (row, out) in enumerate(zip(rows, outputs)):
-        t, s = max(len(out), 1), len(row)
-        result.append({name: np.array(w[i, :, :t, :s]) for name, w in cross.items()})
-    return result
+def _greedy(
+    model: Any,
+    src: np.ndarray,
+    start_id: int,
+    end_id: int,
+    steps: int,
+    compute_type: str,
+    limits: np.ndarray,
+    return_attention: bool,
+) -> Tuple[np.ndarray, List[Optional[np.ndarray]]]:
+    """Greedy decoding of ``src`` with per-row ``limits``: the ids and, with ``return_attention``,
+    each row's recorded cross-attention (layers, heads, tokens, source)."""
+    if return_attention:
+        if not hasattr(model, "greedy_decode"):
+            raise ValueError("decode_rows: return_attention needs a model with a C++ greedy_decode")
+        ids, weights = model.greedy_decode(src, start_id, end_id, steps, compute_type, limits, True)
+        return np.asarray(ids, dtype=np.int64), list(weights)
+    return greedy_decode(model, src, start_id, end_id, steps, compute_type, limits), [None] * len(src)
+
+
+def _by_layer(weights: Optional[np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
+    """(layers, heads, tokens, source) weights as ``{decoder layer name: (heads, tokens, source)}``."""
+    if weights is None:
+        return None
+    return {f"decoder.layers.{i}.cross_attention": np.asarray(w) for i, w in enumerate(weights)}
 
 
 # ------------------------------------------------------------------------------------ greedy
 
 
 def greedy_reference(
-    next_logits: Callable[[np.ndarray], Any], batch_size: int, start_id: int, end_id: int, max_length: int
+    next_logits: Callable[[np.ndarray], Any],
+    batch_size: int,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    max_lengths: Optional[Union[Sequence[int], np.ndarray]] = None,
 ) -> np.ndarray:
     """Greedy decoding written plainly: the one reference loop every greedy decoder of this
     package is checked against (the C++ ``Transformer.greedy_decode`` in the tests, CTranslate2
@@ -206,8 +225,9 @@ def greedy_reference(
     ``batch_size`` sentences and returns the logits (B, V) of the token after each (a NumPy array
     or anything ``np.asarray`` takes). ``y_{t+1}`` is the argmax over every token except padding
     (id 0, which a model must never output; ties go to the lowest id). A sentence is finished
-    once it has produced ``end_id``; its later positions are padding (0). Stops when every
-    sentence is finished or after ``max_length`` tokens.
+    once it has produced ``end_id`` or ``max_lengths[b]`` tokens (default: ``max_length`` each);
+    its later positions are padding (0). Stops when every sentence is finished or after
+    ``max_length`` tokens.
 
     Returns:
         int64 (B, L): the generated ids after the start token, up to and including the end token,
@@ -216,18 +236,26 @@ def greedy_reference(
     out = np.zeros((batch_size, 0), dtype=np.int64)
     done = np.zeros(batch_size, dtype=bool)
     start = np.full((batch_size, 1), int(start_id), dtype=np.int64)
-    for _ in range(int(max_length)):
+    limits = np.full(batch_size, int(max_length)) if max_lengths is None else np.asarray(max_lengths)
+    for t in range(int(max_length)):
         logits = np.asarray(next_logits(np.concatenate([start, out], axis=1)))  # (B, V)
         nxt = logits[:, 1:].argmax(axis=-1).astype(np.int64) + 1  # never the padding id 0
         nxt[done] = 0
         out = np.concatenate([out, nxt[:, None]], axis=1)
-        done |= nxt == int(end_id)
+        done |= (nxt == int(end_id)) | (t + 1 >= limits)
         if done.all():
             break
     return out
 
 
-def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int) -> np.ndarray:
+def greedy_decode_reference(
+    model: Any,
+    src: np.ndarray,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    max_lengths: Optional[Union[Sequence[int], np.ndarray]] = None,
+) -> np.ndarray:
     """Greedy decoding in plain Python: the readable definition of ``Transformer.greedy_decode``.
 
     :func:`greedy_reference` with the whole prefix ``[start, y_1, ..., y_t]`` run through
@@ -238,6 +266,7 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
         src: int (B, S) source ids, padded with 0.
         start_id, end_id: the target tokenizer's start and end ids.
         max_length: the most tokens to generate per sentence (the end token included).
+        max_lengths: each sentence's own limit (default: ``max_length`` each).
 
     Returns:
         int64 (B, L): the generated ids after the start token, up to and including the end token,
@@ -245,20 +274,32 @@ def greedy_decode_reference(model: Any, src: np.ndarray, start_id: int, end_id: 
     """
     src = _check_src(src, "greedy_decode_reference")
     return greedy_reference(
-        lambda prefix: model.forward(src, prefix, training=False)[:, -1], src.shape[0], start_id, end_id, max_length
+        lambda prefix: model.forward(src, prefix, training=False)[:, -1],
+        src.shape[0],
+        start_id,
+        end_id,
+        max_length,
+        max_lengths,
     )
 
 
 def greedy_decode(
-    model: Any, src: np.ndarray, start_id: int, end_id: int, max_length: int, compute_type: str = "float32"
+    model: Any,
+    src: np.ndarray,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    compute_type: str = "float32",
+    max_lengths: Optional[Union[Sequence[int], np.ndarray]] = None,
 ) -> np.ndarray:
     """Greedy decoding: ``model.greedy_decode`` (C++, key/value cache) when the model has it, else
     :func:`greedy_decode_reference` on its ``forward`` (float32 only). Same arguments and result."""
     src = _check_src(src, "greedy_decode")
     if hasattr(model, "greedy_decode"):
         return np.asarray(
-            model.greedy_decode(src, int(start_id), int(end_id), int(max_length), compute_type), dtype=np.int64
+            model.greedy_decode(src, int(start_id), int(end_id), int(max_length), compute_type, max_lengths),
+            dtype=np.int64,
         )
     if compute_type != "float32":
         raise ValueError(f"greedy_decode: compute_type {compute_type!r} needs a model with a C++ greedy_decode")
-    return greedy_decode_reference(model, src, start_id, end_id, max_length)
+    return greedy_decode_reference(model, src, start_id, end_id, max_length, max_lengths)

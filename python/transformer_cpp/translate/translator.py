@@ -18,13 +18,14 @@ with ``max_output_tokens``. A model translates best what is as long as its train
 longer than the longest training pair the checkpoint records gets a :class:`LongInputWarning`
 (the translation is still made, of the whole input).
 
-Decoding goes through :func:`~transformer_cpp.translate.decode_rows` (greedy decoding in C++ with a
-key/value cache, or beam search with the GNMT length penalty), the one decode path of the package.
+A batch is translated by :func:`translate_encoded`, which the server's batcher calls too: one
+:func:`~transformer_cpp.translate.decode_rows` call (greedy decoding in C++ with a key/value cache,
+or beam search with the GNMT length penalty, each sentence stopping at its own output limit), the
+one decode path of the package, then the texts and pieces of each output.
 
-Attention. With ``return_attention=True`` the decoded sentence is run once more through
-``Transformer.forward`` (teacher-forced on the model's own output) and the cross-attention
-weights of every decoder layer are returned: row ``i`` is the query that produced output token
-``i``, column ``j`` the source token ``j``.
+Attention. With ``return_attention=True`` the decoder records the cross-attention weights of every
+decoder layer while it decodes (for beam search, those of the returned hypothesis): row ``i`` is
+the query that produced output token ``i``, column ``j`` the source token ``j``.
 
 Output text. A translation is one line: the model can emit any byte (a line break among them,
 from a damaged or barely trained model), but it was trained on cleaned sentences, in which every
@@ -38,7 +39,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -47,9 +48,9 @@ from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_th
 from ..checkpoint import load_checkpoint
 from ..model import DEFAULT_LENGTH_PENALTY
 from ..text import check_text, clean_sentence, resolve_language
-from .decoding import DecodeOptions, check_compute_type, cross_attention, decode_rows, one_line
+from .decoding import DecodeOptions, Hypothesis, check_compute_type, decode_rows, one_line
 
-__all__ = ["LongInputWarning", "Translation", "Translator", "token_piece"]
+__all__ = ["EncodedSource", "LongInputWarning", "Translation", "Translator", "translate_encoded", "token_piece"]
 
 
 class LongInputWarning(UserWarning):
@@ -73,7 +74,10 @@ class Translation:
         finished: whether decoding produced the end token (else it hit the output limit).
         score: beam search's length-normalised log-probability (``None`` for greedy decoding).
         attention: with ``return_attention=True``, decoder layer name ->
-            cross-attention weights ``(heads, len(target_ids), len(source_ids))``.
+            cross-attention weights ``(heads, len(target_ids), len(source_ids))``, recorded while
+            decoding.
+        hypotheses: with ``n_best > 1`` (:func:`translate_encoded`), the ``n_best`` translations
+            of the source, best first (the first one is this translation, without hypotheses).
     """
 
     source: str
@@ -85,6 +89,7 @@ class Translation:
     finished: bool
     score: Optional[float] = None
     attention: Dict[str, np.ndarray] = field(default_factory=dict)
+    hypotheses: List["Translation"] = field(default_factory=list)
 
     def cross_attention(self, layer: int = -1) -> np.ndarray:
         """Cross-attention ``(heads, target, source)`` of decoder layer ``layer`` (default the last).
@@ -129,6 +134,71 @@ def _renamed_max_length(max_output_tokens: Optional[int], max_length: Optional[i
     if max_output_tokens is not None:
         raise TypeError(f"{who}: max_length is the old name of max_output_tokens; give only max_output_tokens")
     return max_length
+
+
+class EncodedSource(NamedTuple):
+    """One input as the model sees it (:func:`encode_source`)."""
+
+    source: str  # the input as cleaned for the model
+    ids: List[int]  # the encoder input [start, ..., end]
+    warning: Optional[str]  # what LongInputWarning says when the input is longer than every training pair
+
+
+def encode_source(translator: "Translator", sentence: str) -> EncodedSource:
+    """``sentence`` cleaned (:meth:`Translator.clean`) and encoded, all of it, with the warning
+    text when it is longer than any training pair (the caller warns, or answers with it).
+
+    Raises:
+        TypeError, ValueError: ``sentence`` is not valid text.
+    """
+    cleaned = translator.clean(sentence)
+    ids = list(translator.src_tokenizer.encode(cleaned))
+    trained = translator.trained_length
+    warning = None
+    if trained is not None and len(ids) > trained:
+        warning = (
+            f"the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens, more than any "
+            f"training pair ({trained}); it is translated whole, but the translation may be poorer"
+        )
+    return EncodedSource(cleaned, ids, warning)
+
+
+def translate_encoded(
+    translator: "Translator",
+    encoded: Sequence[EncodedSource],
+    options: DecodeOptions,
+    return_attention: bool = False,
+) -> List["Translation"]:
+    """Translate encoded inputs (:func:`encode_source`) with one decode call: what
+    :meth:`Translator.translate_batch` does for each chunk and the server's batcher for each batch,
+    so both give the same translations. With ``options.n_best > 1`` each translation lists its
+    :attr:`~Translation.hypotheses`; with ``return_attention`` each carries the cross-attention
+    weights its decoding recorded."""
+    tgt = translator.tgt_tokenizer
+    rows = [e.ids for e in encoded]
+    found = decode_rows(translator.model, rows, tgt.start_id, tgt.end_id, options, return_attention)
+    results = []
+    for enc, hyps in zip(encoded, found):
+        best = _translation(translator, enc, hyps[0])
+        if options.n_best > 1:
+            best.hypotheses = [_translation(translator, enc, h) for h in hyps]
+        results.append(best)
+    return results
+
+
+def _translation(translator: "Translator", enc: EncodedSource, hyp: Hypothesis) -> "Translation":
+    tgt = translator.tgt_tokenizer
+    return Translation(
+        source=enc.source,
+        text=one_line(tgt.decode(hyp.ids)),
+        source_ids=list(enc.ids),
+        target_ids=hyp.ids,
+        source_pieces=[token_piece(translator.src_tokenizer, i) for i in enc.ids],
+        target_pieces=[token_piece(tgt, i) for i in hyp.ids],
+        finished=hyp.finished,
+        score=hyp.score,
+        attention=hyp.attention or {},
+    )
 
 
 def token_piece(tokenizer: Any, token_id: int) -> str:
@@ -310,17 +380,14 @@ class Translator:
     def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int]]:
         """``(cleaned, ids)`` for one input sentence, all of it (see the module docstring); warns
         with :class:`LongInputWarning` when it is longer than any training pair."""
-        cleaned = self.clean(sentence)
-        ids = self.src_tokenizer.encode(cleaned)
-        if self.trained_length is not None and len(ids) > self.trained_length:
-            warnings.warn(
-                f"Translator: the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens, "
-                f"more than any training pair ({self.trained_length}); it is translated whole, but the translation "
-                "may be poorer",
-                LongInputWarning,
-                stacklevel=_stacklevel + 1,
-            )
-        return cleaned, ids
+        enc = self._encoded(sentence, _stacklevel + 1)
+        return enc.source, enc.ids
+
+    def _encoded(self, sentence: str, stacklevel: int) -> EncodedSource:
+        enc = encode_source(self, sentence)
+        if enc.warning:
+            warnings.warn(f"Translator: {enc.warning}", LongInputWarning, stacklevel=stacklevel + 1)
+        return enc
 
     def translate(
         self,
@@ -393,7 +460,7 @@ class Translator:
         options = DecodeOptions(
             beam_size=beam_size, length_penalty=length_penalty, max_output_tokens=limit, compute_type=self.compute_type
         )
-        encoded = [self.encode(s, _stacklevel=_stacklevel + 1) for s in sentences]
+        encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]
         results: List[Translation] = []
         # one governor per translator, kept across calls (and while adaptive_threads is off), so that
         # what it learnt about the machine carries over
@@ -404,41 +471,11 @@ class Translator:
             for start in range(0, len(encoded), int(batch_size)):
                 chunk = encoded[start : start + int(batch_size)]
                 t0 = time.perf_counter()
-                results.extend(self._translate_chunk(chunk, options, return_attention))
+                results.extend(translate_encoded(self, chunk, options, return_attention))
                 if governor is not None:  # work ~ sentences x (source + output length)
-                    work = sum(len(ids) + len(r.target_ids) for (_, ids), r in zip(chunk, results[start:]))
+                    work = sum(len(e.ids) + len(r.target_ids) for e, r in zip(chunk, results[start:]))
                     governor.record(time.perf_counter() - t0, max(work, 1))
         finally:
             if governor is not None:
                 set_num_threads(governor.most)
         return results if return_attention else [r.text for r in results]
-
-    def _translate_chunk(
-        self,
-        encoded: List[Tuple[str, List[int]]],
-        options: DecodeOptions,
-        return_attention: bool,
-    ) -> List[Translation]:
-        rows = [ids for _, ids in encoded]
-        tgt = self.tgt_tokenizer
-        found = decode_rows(self.model, rows, tgt.start_id, tgt.end_id, options)
-        results = []
-        for (cleaned, ids), hyps in zip(encoded, found):
-            best = hyps[0]
-            results.append(
-                Translation(
-                    source=cleaned,
-                    text=one_line(tgt.decode(best.ids)),
-                    source_ids=list(ids),
-                    target_ids=best.ids,
-                    source_pieces=[token_piece(self.src_tokenizer, i) for i in ids],
-                    target_pieces=[token_piece(tgt, i) for i in best.ids],
-                    finished=best.finished,
-                    score=best.score,
-                )
-            )
-        if return_attention and results:
-            weights = cross_attention(self.model, rows, [r.target_ids for r in results], tgt.start_id)
-            for r, w in zip(results, weights):
-                r.attention = w
-        return results

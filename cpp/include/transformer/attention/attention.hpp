@@ -125,9 +125,11 @@ class MultiHeadAttention {
   void infer_memory(const Matrix<T>& memory, InferenceBackend<T>& be, Matrix<T>& kv) const;
   // Cross-attention of query rows: row r attends to the memory rows of sentence sentence_of[r]
   // (memory_rows.offsets), whose keys and values infer_memory put in kv.     x (R, d) -> y (R, d)
+  // With `weights`, the attention weights are kept there: (R * heads, longest source), row
+  // r * heads + h; its first (source length of row r's sentence) entries are that head's weights.
   void infer_cross(const Matrix<T>& x, const Matrix<T>& kv, const SentenceRows& memory_rows,
-                   const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s,
-                   Matrix<T>& y) const;
+                   const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>& y,
+                   Matrix<T>* weights = nullptr) const;
 
   Index d_model() const { return d_; }
   Index n_heads() const { return h_; }

@@ -39,8 +39,28 @@ struct DecodeWorkspace {
   bool finite_checked = false;  // the last decode found every weight finite
 };
 
+// Cross-attention weights recorded while decoding one output: for every decoder layer and head,
+// one row per generated token (the query whose step produced it) over the sentence's source tokens
+// (its non-padding positions). The values of the model's scalar type, held as double.
+struct CrossAttention {
+  Index layers = 0, heads = 0, tokens = 0, source = 0;
+  std::vector<double> weights;  // (layers, heads, tokens, source), row-major
+};
+
+// What a decode may be asked besides its tokens.
+struct DecodeExtras {
+  // Each sentence's own output limit (B entries, each in [1, max_length]), or empty: max_length for
+  // every sentence. A sentence stops at its limit inside the search, as if decoded alone with it.
+  std::vector<Index> max_lengths;
+  // Record the cross-attention weights of the outputs (greedy: `attention`, one per sentence; beam
+  // search: each hypothesis's own).
+  bool record_attention = false;
+  std::vector<CrossAttention> attention;
+};
+
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
 // L <= max_length (the positional table grows to max_length rows if it is shorter).
+// `extras` (optional): per-sentence limits and the cross-attention weights (DecodeExtras).
 // `workspace` (optional, for `model`) keeps packed weights and buffers between calls.
 // `compute` is the matrix products' compute type (quantized_linear.hpp; int8 and bf16 need a
 // float model and the CPU's support, else std::invalid_argument naming what is missing).
@@ -50,13 +70,15 @@ struct DecodeWorkspace {
 template <typename T>
 TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id, std::int64_t end_id,
                           Index max_length, DecodeWorkspace<T>* workspace = nullptr,
-                          ComputeType compute = ComputeType::Float32, bool weights_unchanged = false);
+                          ComputeType compute = ComputeType::Float32, bool weights_unchanged = false,
+                          DecodeExtras* extras = nullptr);
 
 struct BeamHypothesis {
   std::vector<std::int64_t> tokens;  // generated ids (ending with end_id unless cut at max_length)
   double log_prob = 0.0;             // sum of token log-probabilities
   double score = 0.0;                // log_prob / ((5 + len)^alpha / 6^alpha)  (GNMT length penalty)
   bool finished = false;             // ended with end_id
+  CrossAttention attention;          // when DecodeExtras::record_attention
 };
 
 // The largest beam_search accepts: each live beam keeps its own key/value caches.
@@ -69,13 +91,14 @@ constexpr Index kMaxBeamSize = 1024;
 // Beam search with beam size k and GNMT length penalty alpha; returns the n_best hypotheses of
 // each sentence, best first. A sentence stops as soon as no live beam can still beat its
 // n_best-th finished hypothesis (an exact bound, since log-probabilities only decrease), or at
-// max_length. With beam_size 1 this is greedy decoding.
+// max_length (or the sentence's own limit, DecodeExtras::max_lengths: the bound then uses that
+// limit, so a sentence gets what it gets alone with it). With beam_size 1 this is greedy decoding.
 template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
                                                      std::int64_t end_id, Index max_length, Index beam_size,
                                                      double alpha, Index n_best,
                                                      DecodeWorkspace<T>* workspace = nullptr,
                                                      ComputeType compute = ComputeType::Float32,
-                                                     bool weights_unchanged = false);
+                                                     bool weights_unchanged = false, DecodeExtras* extras = nullptr);
 
 }  // namespace transformer

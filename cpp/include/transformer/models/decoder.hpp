@@ -28,6 +28,10 @@ struct DecoderCache {
   std::vector<Matrix<T>> memory_kv;  // per layer: (memory rows, 2d) = [K | V]
   SentenceRows memory_rows;          // the encoder output's rows (sentence b's: memory_rows.offsets)
   std::vector<Index> sentence_of;    // (R) the sentence of each row
+  // With record_cross, each step keeps every layer's cross-attention weights in cross_weights[l]
+  // (MultiHeadAttention::infer_cross's `weights`: (R * heads, longest source)).
+  bool record_cross = false;
+  std::vector<Matrix<T>> cross_weights;  // per layer
   Index rows() const { return static_cast<Index>(sentence_of.size()); }
   Index position() const { return self.empty() ? 0 : self.front().length; }  // positions fed so far
   // Keep rows: new row i is old row rows[i] with its caches (rows may repeat: beam expansion).
@@ -55,9 +59,11 @@ class DecoderLayer {
   // Inference (kernels/inference_backend.hpp) of one new position per hypothesis: x (R, d) updated in place;
   // masked self-attention over `self` (this position appended), cross-attention to the memory
   // keys and values `memory_kv` of sentence sentence_of[r] (rows of memory_rows); no dropout, the
-  // products through `be`, nothing of forward()'s state touched.
+  // products through `be`, nothing of forward()'s state touched. With cross_weights, the
+  // cross-attention weights are kept there (MultiHeadAttention::infer_cross).
   void infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv, const SentenceRows& memory_rows,
-                  const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s) const;
+                  const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s,
+                  Matrix<T>* cross_weights = nullptr) const;
 
   ParameterList<T> parameters();  // self_attention, norm1, cross_attention, norm2, feed_forward, norm3
   void zero_grad();
