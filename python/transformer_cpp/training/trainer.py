@@ -1,11 +1,10 @@
-"""The epoch loop: :class:`Trainer` feeds the model shuffled batches, keeps the history, fits the
-learning-rate schedule to a time budget and validates after each epoch.
+"""The epoch loop: :class:`Trainer` feeds the model a task's batches, keeps the history, fits the
+learning-rate schedule to a time budget or a step limit and validates after each epoch (and every
+``eval_every`` steps when set).
 
-What a step sees. Each epoch the training pairs are shuffled by a generator seeded with
-``(TrainConfig.seed, epoch)`` (:func:`transformer_cpp.data.batch_plan`), optionally bucketed by
-length. Teacher forcing: the decoder reads ``tgt[:, :-1]`` and learns to predict ``tgt[:, 1:]``.
-Loss and accuracy count non-padding target tokens only (``Transformer.last_token_count`` gives
-each batch's count). Where the steps run (this process, or MPI ranks) is :mod:`.steps`' business,
+What a step sees is the task's business (:mod:`.task`): shuffled sentence pairs for translation
+(:mod:`.pairs`, what the constructor trains), windows of text for the language model
+(:meth:`Trainer.for_task`). Where the steps run (this process, or MPI ranks) is :mod:`.steps`' business,
 what is saved where is :mod:`.run_dir`'s, the history and the running sums are :mod:`.state`'s.
 
 Divergence. When a step's loss (or its gradient norm) is NaN or infinite, the core refuses the
@@ -29,19 +28,19 @@ import math
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
-
-import numpy as np
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import Checkpoint, CheckpointError, checkpoint_name, load_checkpoint, nonfinite_tensors
-from ..data import Batch, EncodedPairs, batch_plan, make_batch
-from ..translate import bleu_of_encoded, evaluate_loss
+from ..data import Batch, EncodedPairs
+from ..translate import evaluate_loss
 from .config import TrainConfig, TrainingDiverged, TrainingInterrupted
 from .progress import Progress, epoch_summary
 from .run_dir import RunDirectory, improves
-from .state import STATE_FORMAT, STATE_VERSION, RunningSums, checked_state, data_fingerprint, empty_history
+from .pairs import PairsTask, check_types, no_batch_message
+from .state import STATE_FORMAT, STATE_VERSION, RunningSums, checked_state, empty_history
 from .steps import StopRequest, steps_for
+from .task import TrainingTask
 
 __all__ = ["Trainer"]
 
@@ -51,38 +50,6 @@ History = Dict[str, Dict[str, List[Any]]]
 class _Diverged(Exception):
     """Raised inside an epoch when a value became non-finite; :meth:`Trainer.fit` turns it into
     :class:`TrainingDiverged` after saving what can be saved."""
-
-
-def _check_types(train_data: Any, valid_data: Any) -> None:
-    if not isinstance(train_data, EncodedPairs):
-        raise TypeError(
-            f"Trainer: train_data must be EncodedPairs (from encode_pairs), got {type(train_data).__name__}"
-        )
-    if valid_data is not None and not isinstance(valid_data, EncodedPairs):
-        raise TypeError(f"Trainer: valid_data must be EncodedPairs or None, got {type(valid_data).__name__}")
-
-
-def _check_vocabularies(
-    model: Any, src_tokenizer: Any, tgt_tokenizer: Any, train_data: EncodedPairs, valid_data: Optional[EncodedPairs]
-) -> None:
-    """ValueError when a tokenizer's vocabulary is not the model's, or the pairs hold token ids
-    beyond the model's vocabularies: pairs encoded with other tokenizers would fail only when their
-    batch comes, perhaps after an epoch of training."""
-    for key, tok in (("src_vocab_size", src_tokenizer), ("tgt_vocab_size", tgt_tokenizer)):
-        if tok is not None and tok.vocab_size != model.config[key]:
-            raise ValueError(
-                f"Trainer: the tokenizer has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
-            )
-    for label, data in (("train_data", train_data), ("valid_data", valid_data)):
-        if data is None or not len(data):
-            continue
-        for side, ids, key in (("source", data.src, "src_vocab_size"), ("target", data.tgt, "tgt_vocab_size")):
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= model.config[key]:
-                raise ValueError(
-                    f"Trainer: {label} holds {side} token id {high if high >= 0 else low}, outside the "
-                    f"model's {key} {model.config[key]}; were the pairs encoded with other tokenizers?"
-                )
 
 
 def _resumed_config(ckpt: Checkpoint, **changes: Any) -> TrainConfig:
@@ -145,51 +112,80 @@ class Trainer:
         data_info: Optional[Mapping[str, Any]] = None,
         parallel: Any = None,
     ) -> None:
+        check_types(train_data, valid_data)
+        if checkpoint_dir is not None and (src_tokenizer is None or tgt_tokenizer is None):
+            raise ValueError(
+                "Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)"
+            )
+        self._setup(
+            model,
+            lambda: PairsTask(model, train_data, valid_data, src_tokenizer, tgt_tokenizer, data_info),
+            config,
+            checkpoint_dir,
+            parallel,
+        )
+
+    @classmethod
+    def for_task(
+        cls,
+        model: Any,
+        task: TrainingTask,
+        config: Optional[TrainConfig] = None,
+        *,
+        checkpoint_dir: Union[str, Path, None] = None,
+        parallel: Any = None,
+    ) -> "Trainer":
+        """A trainer of ``model`` on ``task`` (a :class:`~.task.TrainingTask`: the language
+        model's, say); the arguments otherwise as for the constructor, which trains the
+        translation task on encoded pairs."""
+        if not isinstance(task, TrainingTask):
+            raise TypeError(f"Trainer.for_task: task must be a TrainingTask, got {type(task).__name__}")
+        trainer = cls.__new__(cls)
+        trainer._setup(model, lambda: task, config, checkpoint_dir, parallel)
+        return trainer
+
+    def _setup(
+        self,
+        model: Any,
+        make_task: Callable[[], TrainingTask],
+        config: Optional[TrainConfig],
+        checkpoint_dir: Union[str, Path, None],
+        parallel: Any,
+    ) -> None:
         self._steps = steps_for(parallel)
         self.parallel = self._steps.parallel  # None in one process
-        _check_types(train_data, valid_data)
         self.config = config if config is not None else TrainConfig()
         if not isinstance(self.config, TrainConfig):
             raise TypeError(f"Trainer: config must be a TrainConfig, got {type(self.config).__name__}")
         self.model = model
-        self.train_data = train_data
-        self.valid_data = valid_data
-        self.src_tokenizer = src_tokenizer
-        self.tgt_tokenizer = tgt_tokenizer
         self.run_dir: Optional[RunDirectory] = None  # rank 0 alone writes checkpoints
         if checkpoint_dir is not None and self._steps.is_root:
             self.run_dir = RunDirectory(checkpoint_dir, "Trainer: checkpoint_dir")
-            if src_tokenizer is None or tgt_tokenizer is None:
-                raise ValueError(
-                    "Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)"
-                )
             self.run_dir.check_writable()  # before any work, not after an epoch
             self.run_dir.check_own_entries()  # nothing of the user's under a name a run writes
-        self.data_info = dict(data_info) if data_info is not None else None
-        _check_vocabularies(model, src_tokenizer, tgt_tokenizer, train_data, valid_data)
+        self.task = make_task()
         _configure_model(model, self.config)
         self._steps.seed_dropout(model)
         self.epoch = 0
         self.batch_in_epoch = 0
-        self.history: History = empty_history()
+        self.history: History = empty_history(self.task.metrics)
         self.last_checkpoint: Optional[Path] = None
         self._sums = RunningSums()
         self._governor: Optional[ThreadGovernor] = None  # one per Trainer: what it learnt carries over
-        self._fingerprints = {"train": data_fingerprint(train_data), "valid": data_fingerprint(valid_data)}
-        self._plan: Tuple[int, List[np.ndarray]] = (-1, [])
+        self._fingerprints = self.task.fingerprints()
         self.elapsed = 0.0
         self.finished = False
-        self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None}
+        self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None}  # the task's score (BLEU) and where
         self.run_id = uuid.uuid4().hex[:16]  # recorded in each checkpoint: pruning deletes only this run's
         if not self.batch_plan(0):
-            c = self.config
-            raise ValueError(
-                f"Trainer: no training batch: {len(train_data)} training pair(s) make no complete batch of "
-                f"batch_size {c.batch_size} and drop_remainder drops the incomplete one; lower batch_size or "
-                "set drop_remainder=False"
-                if len(train_data)
-                else "Trainer: train_data holds no pair"
-            )
+            raise ValueError(no_batch_message(getattr(self.task, "train_data", None), self.config))
+
+    # the translation task's data and tokenizers (None for another task)
+    train_data = property(lambda self: getattr(self.task, "train_data", None))
+    valid_data = property(lambda self: getattr(self.task, "valid_data", None))
+    src_tokenizer = property(lambda self: getattr(self.task, "src_tokenizer", None))
+    tgt_tokenizer = property(lambda self: getattr(self.task, "tgt_tokenizer", None))
+    data_info = property(lambda self: getattr(self.task, "data_info", None))
 
     @property
     def checkpoint_dir(self) -> Optional[Path]:
@@ -206,27 +202,14 @@ class Trainer:
         """Optimiser steps in the current epoch (with ``max_tokens`` the count varies a little)."""
         return len(self.batch_plan(self.epoch))
 
-    def batch_plan(self, epoch: int) -> List[np.ndarray]:
-        """The training rows of each batch of 0-based ``epoch``, in order (a pure function of
-        the data, the settings and ``epoch``)."""
-        if self._plan[0] != epoch:
-            c = self.config
-            plan = batch_plan(
-                self.train_data,
-                c.batch_size,
-                max_tokens=c.max_tokens,
-                shuffle=True,
-                seed=c.seed,
-                epoch=epoch,
-                bucket_by_length=c.bucket_by_length,
-                drop_remainder=c.drop_remainder,
-            )
-            self._plan = (epoch, plan)
-        return self._plan[1]
+    def batch_plan(self, epoch: int) -> Sequence[Any]:
+        """The batches of 0-based ``epoch``, in order, as the task takes them (a pure function of
+        the data, the settings and ``epoch``): the training rows of each batch for translation."""
+        return self.task.batch_plan(epoch, self.config)
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
         """The batches of 0-based ``epoch`` in training order (what :meth:`fit` feeds the model)."""
-        return (make_batch(self.train_data, idx) for idx in self.batch_plan(epoch))
+        return (self.task.parallel_batch(idx) for idx in self.batch_plan(epoch))
 
     # ------------------------------------------------------------------ state
 
@@ -255,7 +238,7 @@ class Trainer:
         Raises:
             ValueError: if the state is not a trainer state, or was made with other data.
         """
-        values = checked_state(state, self._fingerprints, self.world_size)
+        values = checked_state(state, self._fingerprints, self.world_size, self.task.metrics)
         batches = len(self.batch_plan(values["epoch"]))
         if values["batch_in_epoch"] > batches:
             raise ValueError(
@@ -345,13 +328,11 @@ class Trainer:
         With ``best``, ``best`` names it too (set before the oldest checkpoints are pruned)."""
         if self.run_dir is None:
             raise ValueError("Trainer.save_checkpoint: no checkpoint_dir was given")
-        self.last_checkpoint = self.run_dir.save(
+        self.last_checkpoint = self.task.save(
+            self.run_dir.path,
             self.model,
-            self.src_tokenizer,
-            self.tgt_tokenizer,
             trainer_state=self.state_dict(),
             train_config=self.config.to_dict(),
-            data=self.data_info,
             keep=self.config.keep_checkpoints,
             run_id=self.run_id,
             best=best,
@@ -363,18 +344,18 @@ class Trainer:
         ``<run>/averaged``; point ``best`` at it when its validation BLEU beats the best
         checkpoint's (or when there is no BLEU)."""
         assert self.run_dir is not None
-        averaged = self.run_dir.average_last(self.config.average_last, self.run_id)
+        averaged = self.run_dir.average_last(self.config.average_last, self.run_id, self.task.average)
         if averaged is None:
             return None
         path, model, count = averaged
-        bleu = self.validation_bleu(model)
+        bleu = self.task.score_model(model, self.config)
         best = self.best["bleu"]
         if bleu is None or best is None or bleu > best:
             self.run_dir.mark_best(path.name)
         message = f"averaged the last {count} checkpoints into {path}"
         if bleu is not None:
             versus = f" (best checkpoint {best:.2f})" if best is not None else ""
-            message += f": validation BLEU {bleu:.2f}{versus}"
+            message += f": validation {self.task.score_name} {bleu:.2f}{versus}"
         self._progress.say(message)
         return path
 
@@ -389,20 +370,11 @@ class Trainer:
         return loss, acc
 
     def validation_bleu(self, model: Any = None) -> Optional[float]:
-        """Greedy corpus BLEU (sacrebleu) on ``val_bleu_sentences`` validation pairs (evenly spread),
-        or ``None`` without validation pairs, a target tokenizer or ``val_bleu_sentences``.
-        The references are the encoded targets decoded back to text (exact for these tokenizers)."""
-        n = self.config.val_bleu_sentences
-        if not n or self.valid_data is None or self.tgt_tokenizer is None:
-            return None
-        tgt_lang = (self.data_info or {}).get("tgt_lang")
-        return bleu_of_encoded(
-            self.model if model is None else model,
-            self.valid_data,
-            self.tgt_tokenizer,
-            n,
-            tgt_lang=tgt_lang if isinstance(tgt_lang, str) else None,
-        )
+        """The task's validation score of ``model`` (default the trainer's): for translation the
+        greedy corpus BLEU (sacrebleu) on ``val_bleu_sentences`` validation pairs (evenly spread),
+        or ``None`` without validation pairs, a target tokenizer or ``val_bleu_sentences``. The
+        references are the encoded targets decoded back to text (exact for these tokenizers)."""
+        return self.task.score_model(self.model if model is None else model, self.config)
 
     # ------------------------------------------------------------------ training
 
@@ -486,8 +458,8 @@ class _Fit:
         if t.config.threads is not None:
             set_num_threads(t.config.threads)
         budget = self.budget
-        # "finished" means the budget is spent: a resume with a larger budget trains on
-        t.finished = bool(budget) and t.elapsed >= budget * 0.985
+        # "finished" means the budget (or the step limit) is spent: a resume with a larger one trains on
+        t.finished = bool(self.stop_reason())
         if t.finished:
             return t.history
         self.clock = time.perf_counter() - t.elapsed  # elapsed carries over from earlier fits and resumes
@@ -525,7 +497,7 @@ class _Fit:
         t, model, budget = self.trainer, self.trainer.model, self.budget
         total = t.batches_per_epoch
         skip = t.batch_in_epoch
-        bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}/{target}")
+        bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}/{target}", t.task.unit)
         timed_steps, timed_seconds = 0, 0.0
         partial = False
         governor = t._thread_governor()
@@ -535,7 +507,7 @@ class _Fit:
                 try:
                     r = self.steps.step(
                         model,
-                        t.train_data,
+                        t.task,
                         rows,
                         stop=stop.requested,
                         origin=self.clock,
@@ -558,25 +530,53 @@ class _Fit:
                     if timed_steps % 50 == 0:
                         # epoch ends cost validation and a checkpoint: reserve 3% of the budget for them
                         self.fit_schedule(budget * 0.97 - t.elapsed, timed_seconds / timed_steps)
-                bar.step(self.sums.epoch, model)
+                bar.step(self.postfix(self.sums.epoch))
                 if self.on_batch_end is not None:
                     self.on_batch_end(t)
                 if self.steps.stop_after_step(stop.requested):
                     return None
-                if budget and t.elapsed >= budget * 0.985:
+                if self.stop_reason():
                     t.finished = True
                     partial = t.batch_in_epoch < total
                     break
+                if t.config.eval_every and model.step % t.config.eval_every == 0 and t.batch_in_epoch < total:
+                    self.interim_validation()
             try:
                 entry = self.finish_epoch(partial=partial)
             except FloatingPointError as exc:  # a non-finite validation loss or decoding
                 raise _Diverged(f"in the validation of epoch {t.epoch + 1}: {exc}") from None
             t.elapsed = time.perf_counter() - self.clock
-            bar.finish(entry)
-            self.progress.say(epoch_summary(entry, t.finished, t.elapsed))
+            bar.finish(self.postfix({"loss": entry["loss"], "correct": entry["accuracy"], "tokens": 1}))
+            self.progress.say(epoch_summary(entry, self.stop_reason(), t.elapsed, t.task.describe(entry)))
             return entry
         finally:
             bar.close()
+
+    def stop_reason(self) -> str:
+        """Why the run stops now: its time budget or its step limit is spent (else "")."""
+        t = self.trainer
+        if self.budget and t.elapsed >= self.budget * 0.985:
+            return "time budget spent"
+        if t.config.max_steps and t.model.step >= t.config.max_steps:
+            return "step limit reached"
+        return ""
+
+    def postfix(self, sums: Dict[str, float]) -> Dict[str, str]:
+        """What the progress bar shows: the task's running means and the learning rate."""
+        model = self.trainer.model
+        return {**self.trainer.task.postfix(sums), "lr": f"{model.learning_rate(max(model.step, 1)):.2e}"}
+
+    def interim_validation(self) -> None:
+        """Validate inside the epoch (every ``eval_every`` steps): a history entry with a
+        fractional epoch (its losses the means since the previous entry), its line, a checkpoint."""
+        t = self.trainer
+        try:
+            entry = self.finish_epoch(partial=True)
+        except FloatingPointError as exc:
+            raise _Diverged(f"in the validation at step {t.model.step}: {exc}") from None
+        self.save_and_rank(entry)
+        t.elapsed = time.perf_counter() - self.clock
+        self.progress.say(epoch_summary(entry, "", t.elapsed, t.task.describe(entry)))
 
     def record_step(self, loss: float, acc: float, tokens: int) -> None:
         t = self.trainer
@@ -609,11 +609,7 @@ class _Fit:
         failure = None
         if self.steps.is_root:  # data parallelism: rank 0 validates, the others wait for its entry
             try:
-                if t.valid_data is not None:
-                    entry["val_loss"], entry["val_accuracy"] = t.evaluate()
-                bleu = t.validation_bleu()
-                if bleu is not None:
-                    entry["val_bleu"] = bleu
+                entry.update(t.task.validate(t.model, t.config))
             except FloatingPointError as exc:
                 failure = str(exc)
         failure, entry = self.steps.broadcast(
@@ -643,6 +639,8 @@ class _Fit:
                 total = min(total, self.steps_to_epoch(c.epochs))
         else:
             total = self.steps_to_epoch(c.epochs)
+        if c.max_steps:
+            total = min(total, c.max_steps)
         _configure_model(t.model, c, total_steps=max(total, 1))
 
     def steps_to_epoch(self, epochs: int) -> int:
@@ -656,7 +654,7 @@ class _Fit:
         t = self.trainer
         if t.run_dir is None:
             return None
-        bleu = entry.get("val_bleu")
+        bleu = t.task.score(entry)
         better = improves(bleu, t.best["bleu"])
         if better:  # (before saving: the trainer state in the checkpoint records it)
             t.best = {"bleu": bleu, "checkpoint": checkpoint_name(t.epoch, t.batch_in_epoch)}
