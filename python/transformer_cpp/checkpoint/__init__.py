@@ -65,7 +65,7 @@ package's interface; the file names (``CONFIG_FILE``, ``LOCK_FILE``, ...) are im
 
 from __future__ import annotations
 
-from .files import check_writable, lock_run
+from .files import check_writable, json_bytes as json_bytes, lock_run
 from .layout import (
     AVERAGED_NAME as AVERAGED_NAME,
     BEST_FILE as BEST_FILE,
