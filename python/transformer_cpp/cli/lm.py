@@ -246,7 +246,7 @@ def _add_train_lm(sub: Any) -> None:
         "--checkpoint-every",
         action=DeprecatedAlias,
         dest="checkpoint_every",
-        replacement="--eval-every (a checkpoint is written at every validation; this option is ignored)",
+        replacement="--eval-every",  # seconds then, steps now: the value is not used (a checkpoint at every validation)
         default=argparse.SUPPRESS,
     )
     p.set_defaults(func=run_train_lm)

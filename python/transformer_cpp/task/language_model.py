@@ -61,6 +61,7 @@ LM_KIND = LANGUAGE_MODEL_KIND
 _ARCH = [f.name for f in LM_FIELDS if f.name not in ("vocab_size", "max_len")]
 #: The steps a run takes when no limit (steps, epochs or time budget) is given.
 DEFAULT_STEPS = 1000
+_MOST_EPOCHS = int(TrainConfig.LIMITS["epochs"].high)
 
 
 def _say(message: str) -> None:
@@ -154,7 +155,8 @@ class LmTrainRequest:
             limit = DEFAULT_STEPS
         try:
             return TrainConfig(
-                epochs=1_000_000,  # the limit is the step count or the time budget
+                # the limit is the step count (the epochs it reaches into) or the time budget
+                epochs=-(-limit // steps_per_epoch) if limit else _MOST_EPOCHS,
                 max_steps=limit or 0,
                 time_budget=self.time_budget or 0.0,
                 batch_size=self.batch_size,

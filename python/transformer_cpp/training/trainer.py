@@ -497,7 +497,8 @@ class _Fit:
         t, model, budget = self.trainer, self.trainer.model, self.budget
         total = t.batches_per_epoch
         skip = t.batch_in_epoch
-        bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}/{target}", t.task.unit)
+        of = f"/{target}" if target < TrainConfig.LIMITS["epochs"].high else ""  # (the most: no count to show)
+        bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}{of}", t.task.unit)
         timed_steps, timed_seconds = 0, 0.0
         partial = False
         governor = t._thread_governor()
