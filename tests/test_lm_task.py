@@ -207,7 +207,9 @@ def test_commands_with_lsh_attention_and_reversible_blocks(text_file, tmp_path, 
     # generation runs the model over the window: the same seed, the same text
     generated = []
     for _ in range(2):
-        assert main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "20", "--seed", "1"]) == 0
+        assert (
+            main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "20", "--seed", "1"]) == 0
+        )
         generated.append(capsys.readouterr().out)
     assert generated[0] == generated[1] and len(generated[0].rstrip("\n")) == 23
     assert main(["evaluate-lm", "--model", str(out)]) == 0
@@ -302,8 +304,13 @@ def _write_old_run(run, ckpt, request, source_text, history):
         "elapsed": 1.5,
         "history": history,
         "request": old_request,
-        "text": {"source": "file", "attribution": "", "characters": len(source_text), "sha256": digest(source_text.encode()),
-                 "split": {}},
+        "text": {
+            "source": "file",
+            "attribution": "",
+            "characters": len(source_text),
+            "sha256": digest(source_text.encode()),
+            "split": {},
+        },
     }
     files = {
         "model.safetensors": tensors(model.parameters(), "weights"),
@@ -316,8 +323,12 @@ def _write_old_run(run, ckpt, request, source_text, history):
         "version": 1,
         "kind": "language_model",
         "model": model.config,
-        "optimizer": {"config": model.optimizer_config, "saved": True, "step": model.step,
-                      "dropout_calls": model.dropout_calls},
+        "optimizer": {
+            "config": model.optimizer_config,
+            "saved": True,
+            "step": model.step,
+            "dropout_calls": model.dropout_calls,
+        },
         "run_id": "0123456789abcdef",
         "files": {f: {"bytes": len(b), "sha256": digest(b)} for f, b in sorted(files.items())},
     }
@@ -346,7 +357,9 @@ def test_a_run_of_the_older_layout_resumes_exactly_generates_and_scores(text_fil
     assert resumed.model.step == 12 and resumed.elapsed == 1.5
     assert resumed.history["epoch"]["val_bpc"][0] == 4.2  # the older progress entries, kept
     resumed.fit()
-    straight = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=20, eval_every=6, **TINY), tmp_path / "b", quiet)
+    straight = new_lm_trainer(
+        LmTrainRequest(text=str(text_file), steps=20, eval_every=6, **TINY), tmp_path / "b", quiet
+    )
     straight.fit()
     for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
         np.testing.assert_array_equal(p.value, q.value, err_msg=name)
@@ -355,7 +368,9 @@ def test_a_run_of_the_older_layout_resumes_exactly_generates_and_scores(text_fil
     fresh = tmp_path / "old2"
     _write_old_run(fresh, ckpt, ckpt.request, text_file.read_text(encoding="utf-8"), history)
     capsys.readouterr()
-    assert main(["generate", "--model", str(fresh), "--prompt", "the", "--max-output-tokens", "10", "--threads", "1"]) == 0
+    assert (
+        main(["generate", "--model", str(fresh), "--prompt", "the", "--max-output-tokens", "10", "--threads", "1"]) == 0
+    )
     assert capsys.readouterr().out.startswith("the")
     assert main(["evaluate-lm", "--model", str(fresh), "--threads", "1"]) == 0
     assert "bits per character on the held-out test text" in capsys.readouterr().out
@@ -393,8 +408,25 @@ def test_a_run_of_one_task_given_to_the_other_commands_says_so(text_file, tmp_pa
         assert "translate, evaluate or serve" in lines[0], lines
 
 
-_TINY_ARGS = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16",
-              "--batch-size", "4", "--eval-chars", "256", "--threads", "1", "--no-progress"]
+_TINY_ARGS = [
+    "--d-model",
+    "16",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-chars",
+    "256",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 def test_a_second_writer_into_a_run_directory_fails_at_once(text_file, tmp_path, capsys):

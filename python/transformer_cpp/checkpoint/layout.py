@@ -234,9 +234,7 @@ def check_kind(ckpt: Path, config: Dict[str, Any], expected: str) -> None:
         raise CheckpointError(f"checkpoint '{ckpt}' holds a model of an unknown kind {kind!r}")
     holds, commands = _KINDS[kind]
     wanted = _KINDS[expected][0].split(" (")[0]
-    raise CheckpointError(
-        f"'{ckpt}' holds {holds}, not {wanted}: use it with transformer-cpp {commands}"
-    )
+    raise CheckpointError(f"'{ckpt}' holds {holds}, not {wanted}: use it with transformer-cpp {commands}")
 
 
 def _checkpoint_dirs(run: Path) -> List[Path]:

@@ -188,9 +188,7 @@ def save_checkpoint(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
 
-    return write_checkpoint(
-        run, name, files, config, keep=keep, run_id=run_id, best=best, what="save_checkpoint"
-    )
+    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, best=best, what="save_checkpoint")
 
 
 def write_checkpoint(

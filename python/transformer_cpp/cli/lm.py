@@ -7,7 +7,6 @@ core's table), the same run directory, lock and progress bar."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any, Dict
 
 from ..config import LM_FIELDS, OPTIMIZER_FIELDS
@@ -24,7 +23,15 @@ from ..options import (
     setting,
     threads_option,
 )
-from ..task.language_model import DEFAULT_STEPS, LmTrainRequest, bits_per_character, load_lm, new_lm_trainer, resume_lm_trainer
+from ..task.language_model import (
+    DEFAULT_STEPS,
+    LmTask,
+    LmTrainRequest,
+    bits_per_character,
+    load_lm,
+    new_lm_trainer,
+    resume_lm_trainer,
+)
 from ..training import RunDirectory, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .train import check_out, show_epoch_summaries
@@ -91,10 +98,14 @@ def _fit(trainer: Trainer) -> int:
         trainer.fit()
     except TrainingInterrupted as exc:
         where = f"checkpoint {exc.checkpoint}" if exc.checkpoint else "the last checkpoint"
-        console.say(f"{PROG} train-lm: interrupted; {where} holds the state; continue with the same command and --resume")
+        console.say(
+            f"{PROG} train-lm: interrupted; {where} holds the state; continue with the same command and --resume"
+        )
         return 130
     console.say(f"model saved in {trainer.last_checkpoint}; try: {PROG} generate --model {trainer.checkpoint_dir}")
-    print(f"{trainer.task.evaluate(trainer.model, 'test'):.4f} bits per character on the held-out test text")
+    task = trainer.task
+    assert isinstance(task, LmTask)  # what new_lm_trainer and resume_lm_trainer train
+    print(f"{task.evaluate(trainer.model, 'test'):.4f} bits per character on the held-out test text")
     return 0
 
 
@@ -301,4 +312,3 @@ def add_lm_parsers(sub: Any) -> None:
     )
     _threads(e)
     e.set_defaults(func=run_evaluate_lm)
-

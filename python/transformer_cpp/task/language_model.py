@@ -128,7 +128,9 @@ class LmTrainRequest:
         if self.time_budget == 0:  # as for translation: no budget
             self.time_budget = None
         if self.time_budget is not None and (
-            isinstance(self.time_budget, bool) or not isinstance(self.time_budget, (int, float)) or not self.time_budget > 0
+            isinstance(self.time_budget, bool)
+            or not isinstance(self.time_budget, (int, float))
+            or not self.time_budget > 0
         ):
             raise ValueError(f"LmTrainRequest: time_budget must be a number of minutes > 0, got {self.time_budget!r}")
         if sum(x is not None for x in (self.steps, self.time_budget, self.epochs)) > 1:
@@ -301,11 +303,17 @@ class LmTask(TrainingTask):
     unit = "step"
 
     def __init__(
-        self, request: LmTrainRequest, model: LanguageModel, vocabulary: CharVocabulary, split: TextSplit, source: LmText
+        self,
+        request: LmTrainRequest,
+        model: LanguageModel,
+        vocabulary: CharVocabulary,
+        split: TextSplit,
+        source: LmText,
     ) -> None:
         self.request, self.model, self.vocabulary, self.split, self.source = request, model, vocabulary, split, source
         self.ids = {
-            name: vocabulary.encode(getattr(split, name), unknown=vocabulary.chars[0]) for name in ("train", "valid", "test")
+            name: vocabulary.encode(getattr(split, name), unknown=vocabulary.chars[0])
+            for name in ("train", "valid", "test")
         }
         r, train = request, len(self.ids["train"])
         if train < r.seq_len + 1:
@@ -418,8 +426,14 @@ class LmTask(TrainingTask):
         best: bool,
     ) -> Path:
         return save_lm_checkpoint(
-            run_dir, model, self.vocabulary, self.record(), trainer_state=trainer_state, train_config=train_config,
-            keep=keep, run_id=run_id,
+            run_dir,
+            model,
+            self.vocabulary,
+            self.record(),
+            trainer_state=trainer_state,
+            train_config=train_config,
+            keep=keep,
+            run_id=run_id,
         )
 
     def average(self, run_dir: Path, paths: Sequence[Path]) -> Tuple[Path, Any]:
@@ -442,7 +456,7 @@ def new_lm_trainer(request: LmTrainRequest, out: Union[str, "os.PathLike[str]"],
     """The shared :class:`~transformer_cpp.training.Trainer` of a new run of ``request`` writing
     into ``out`` (refused when it already holds a run or files of the user's under the names a
     run writes); ``trainer.task`` is its :class:`LmTask`."""
-    run = RunDirectory(out, "--out")
+    run = RunDirectory(Path(out), "--out")
     if run.path.exists() and not run.path.is_dir():
         raise ValueError(f"--out '{run.path}' is a file, not a directory")
     run.check_own_entries()
@@ -484,7 +498,7 @@ def resume_lm_trainer(
     """Continue the run in ``out`` from its latest checkpoint, with the same text (checked by its
     digest) and architecture; ``changes`` may set the limit and the bookkeeping (those of
     :data:`CHANGEABLE_ON_RESUME`). A run written before the shared trainer continues at its step."""
-    run = RunDirectory(out, "--out")
+    run = RunDirectory(Path(out), "--out")
     if not run.holds_run():
         raise ValueError(f"nothing to resume: '{run.path}' holds no checkpoint")
     ckpt = load_lm(run.path, optimizer=True)

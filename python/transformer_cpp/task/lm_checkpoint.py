@@ -165,7 +165,9 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
     except (TypeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"checkpoint '{ckpt}': its model configuration is not valid: {exc}") from None
     try:
-        vocabulary = CharVocabulary.from_str(read_file(ckpt, VOCABULARY_FILE, files, _MAX_VOCABULARY_BYTES).decode("utf-8"))
+        vocabulary = CharVocabulary.from_str(
+            read_file(ckpt, VOCABULARY_FILE, files, _MAX_VOCABULARY_BYTES).decode("utf-8")
+        )
     except (UnicodeDecodeError, TypeError, ValueError) as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -179,7 +181,9 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
         model.step = int(opt.get("step", 0))
         if optimizer:
             if not opt.get("saved", False):
-                raise CheckpointError(f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training")
+                raise CheckpointError(
+                    f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training"
+                )
             load_tensors_into(ckpt, OPTIMIZER_FILE, files, model.optimizer_state())
             model.dropout_calls = int(opt.get("dropout_calls", 0))
     except (TypeError, ValueError) as exc:
@@ -225,8 +229,15 @@ def average_lm_checkpoints(run: Path, paths: Sequence[Path]) -> Tuple[Path, Lang
         raise CheckpointError(f"average: the mean of the checkpoints is not finite ({bad[0]})")
     data = {"request": first.request, "text": first.text, "averaged_from": [Path(p).name for p in paths]}
     out = save_lm_checkpoint(
-        run, first.model, first.vocabulary, data, trainer_state=None, train_config=None, keep=None,
-        run_id=first.run_id, name="averaged",
+        run,
+        first.model,
+        first.vocabulary,
+        data,
+        trainer_state=None,
+        train_config=None,
+        keep=None,
+        run_id=first.run_id,
+        name="averaged",
     )
     return out, first.model
 

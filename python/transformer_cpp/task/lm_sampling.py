@@ -15,7 +15,6 @@ from ..model import LanguageModel
 __all__ = ["generate", "sample_next"]
 
 
-
 def sample_next(logits: np.ndarray, temperature: float, top_k: int, rng: np.random.Generator) -> int:
     """One id from logits (V,): the most likely with ``temperature == 0``, else drawn from
     softmax(logits / temperature) over the ``top_k`` most likely (all when 0). The padding id 0

@@ -137,7 +137,11 @@ class PairsTask(TrainingTask):
             return None
         tgt_lang = (self.data_info or {}).get("tgt_lang")
         return bleu_of_encoded(
-            model, self.valid_data, self.tgt_tokenizer, sentences, tgt_lang=tgt_lang if isinstance(tgt_lang, str) else None
+            model,
+            self.valid_data,
+            self.tgt_tokenizer,
+            sentences,
+            tgt_lang=tgt_lang if isinstance(tgt_lang, str) else None,
         )
 
     score_name = "BLEU"

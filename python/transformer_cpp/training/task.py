@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from ..data import Batch
+
 __all__ = ["StepOutcome", "TrainingTask"]
 
 
@@ -55,7 +57,7 @@ class TrainingTask(abc.ABC):
             FloatingPointError: the loss or the update is not finite; nothing was updated.
         """
 
-    def parallel_batch(self, batch: Any) -> Any:
+    def parallel_batch(self, batch: Any) -> Batch:
         """The ``Batch`` of ``batch`` (a share of a global batch) for a data-parallel step."""
         raise ValueError(f"data-parallel training is not available for the {self.kind} task")
 
