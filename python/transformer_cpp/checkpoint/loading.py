@@ -272,9 +272,7 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     optimizer = _flag("load_checkpoint", "optimizer", optimizer)
     ckpt, config = read_checkpoint_config(path, prefer or ("latest" if optimizer else "best"))
     check_kind(ckpt, config, TRANSLATION_KIND)
-    files = config.get("files")
-    model_cfg = config.get("model")
-    opt = config.get("optimizer")
+    files, model_cfg, opt = config.get("files"), config.get("model"), config.get("optimizer")
     if not isinstance(files, dict) or not isinstance(model_cfg, dict) or not isinstance(opt, dict):
         raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
     for section in ("train_config", "data"):

@@ -172,6 +172,45 @@ def _threads(p: Any) -> None:
     )
 
 
+def _add_training_options(g: Any) -> None:
+    """train-lm's windows, steps, validations and checkpoints; the optimiser's options are train's."""
+    d = LmTrainRequest
+    g.add_argument(
+        "--seq-len", type=count_option("seq_len", 1), default=None, help=f"characters per window (default {d.seq_len})"
+    )
+    g.add_argument(
+        "--batch-size",
+        type=setting("TrainConfig", "batch_size"),
+        default=None,
+        help=f"windows per step (default {d.batch_size}; {limits_of('TrainConfig')['batch_size'].describe()})",
+    )
+    config_options(g, _OPTIMIZER, "TrainConfig")
+    g.add_argument(
+        "--eval-every",
+        type=count_option("eval_every", 1),
+        default=None,
+        help=f"steps between validations, each with a line and a checkpoint (default {d.eval_every})",
+    )
+    g.add_argument(
+        "--eval-chars",
+        type=count_option("eval_chars", 2),
+        default=None,
+        help=f"validation characters scored at each validation (default {d.eval_chars})",
+    )
+    g.add_argument(
+        "--keep-checkpoints",
+        type=setting("TrainConfig", "keep_checkpoints"),
+        default=None,
+        help=f"keep the newest N checkpoints of the run (default {d.keep_checkpoints}; 0 = all)",
+    )
+    g.add_argument(
+        "--average-last",
+        type=setting("TrainConfig", "average_last"),
+        default=None,
+        help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)",
+    )
+
+
 def _add_train_lm(sub: Any) -> None:
     d = LmTrainRequest
     p = sub.add_parser(
@@ -216,41 +255,7 @@ def _add_train_lm(sub: Any) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     config_options(p.add_argument_group("architecture"), _ARCHITECTURE, "LanguageModel")
-    g = p.add_argument_group("training")
-    g.add_argument(
-        "--seq-len", type=count_option("seq_len", 1), default=None, help=f"characters per window (default {d.seq_len})"
-    )
-    g.add_argument(
-        "--batch-size",
-        type=setting("TrainConfig", "batch_size"),
-        default=None,
-        help=f"windows per step (default {d.batch_size}; {limits_of('TrainConfig')['batch_size'].describe()})",
-    )
-    config_options(g, _OPTIMIZER, "TrainConfig")
-    g.add_argument(
-        "--eval-every",
-        type=count_option("eval_every", 1),
-        default=None,
-        help=f"steps between validations, each with a line and a checkpoint (default {d.eval_every})",
-    )
-    g.add_argument(
-        "--eval-chars",
-        type=count_option("eval_chars", 2),
-        default=None,
-        help=f"validation characters scored at each validation (default {d.eval_chars})",
-    )
-    g.add_argument(
-        "--keep-checkpoints",
-        type=setting("TrainConfig", "keep_checkpoints"),
-        default=None,
-        help=f"keep the newest N checkpoints of the run (default {d.keep_checkpoints}; 0 = all)",
-    )
-    g.add_argument(
-        "--average-last",
-        type=setting("TrainConfig", "average_last"),
-        default=None,
-        help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)",
-    )
+    _add_training_options(p.add_argument_group("training"))
     # old spellings, still accepted: each prints one line naming its replacement
     deprecated_alias(p, "--keep", "--keep-checkpoints")
     p.add_argument(

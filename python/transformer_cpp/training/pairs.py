@@ -10,17 +10,18 @@ target tokens only (``Transformer.last_token_count`` gives each batch's count).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..checkpoint import average_checkpoints, save_checkpoint
+from ..checkpoint import Checkpoint, CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from ..data import Batch, EncodedPairs, batch_plan, make_batch
 from ..translate import bleu_of_encoded, evaluate_loss
+from .config import TrainConfig
 from .state import data_fingerprint
 from .task import StepOutcome, TrainingTask
 
-__all__ = ["PairsTask"]
+__all__ = ["PairsTask", "check_types", "no_batch_message", "resume_pairs"]
 
 
 def check_types(train_data: Any, valid_data: Any) -> None:
@@ -197,3 +198,50 @@ class PairsTask(TrainingTask):
         path, model = average_checkpoints(paths, run_dir)
         assert path is not None  # written, since a run directory was given
         return path, model
+
+
+def _resumed_config(ckpt: Checkpoint, **changes: Any) -> TrainConfig:
+    """The checkpoint's training settings with ``changes`` (those not None) applied."""
+    assert ckpt.train_config is not None
+    try:
+        values = dict(ckpt.train_config)
+        values.update({k: v for k, v in changes.items() if v is not None})
+        return TrainConfig.from_dict(values)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt.path}': invalid training settings ({exc})") from None
+
+
+def resume_pairs(
+    cls: Any,
+    path: Union[str, Path, Checkpoint],
+    train_data: EncodedPairs,
+    valid_data: Optional[EncodedPairs],
+    changes: Dict[str, Any],
+    checkpoint_dir: Union[str, Path, None],
+    parallel: Any,
+) -> Any:
+    """:meth:`Trainer.from_checkpoint <transformer_cpp.training.Trainer.from_checkpoint>`: a
+    trainer of class ``cls`` continuing the translation run saved at ``path``, its settings
+    with ``changes`` (those not None)."""
+    ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path, optimizer=True)
+    if not ckpt.optimizer_loaded:
+        raise CheckpointError(f"checkpoint '{ckpt.path}' was loaded without its optimiser state; it cannot be resumed")
+    if ckpt.trainer_state is None or ckpt.train_config is None:
+        raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
+    config = _resumed_config(ckpt, **changes)
+    trainer = cls(
+        ckpt.model,
+        train_data,
+        valid_data,
+        config,
+        src_tokenizer=ckpt.src_tokenizer,
+        tgt_tokenizer=ckpt.tgt_tokenizer,
+        checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else ckpt.path.parent,
+        data_info=ckpt.data,
+        parallel=parallel,
+    )
+    if ckpt.run_id is not None:
+        trainer.run_id = ckpt.run_id
+    trainer.load_state_dict(ckpt.trainer_state)
+    trainer.last_checkpoint = ckpt.path
+    return trainer
