@@ -470,3 +470,17 @@ def test_train_lm_speaks_trains_terms(text_file, tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main(["train-lm", "--out", str(out), "--time-budget", "-1"])
     assert bad.value.code == 2 and "time_budget must be" in capsys.readouterr().err
+
+
+def test_average_last_averages_the_runs_last_checkpoints(text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--text", str(text_file), "--out", str(out), *_TINY_ARGS, "--steps", "4", "--eval-every", "2"]
+    assert main(["train-lm", *args, "--keep-checkpoints", "0", "--average-last", "2"]) == 0
+    assert "averaged the last 2 checkpoints" in capsys.readouterr().err
+    two, four = load_lm(out / "epoch-0001-batch-000002"), load_lm(out / "epoch-0001-batch-000004")
+    averaged = load_lm(out / "averaged")
+    assert averaged.trainer_state is None and load_lm(out).path.name == "epoch-0001-batch-000004"
+    for name, p in averaged.model.parameters().items():
+        mean = (two.model.parameters()[name].value.astype(np.float64) + four.model.parameters()[name].value) / 2
+        np.testing.assert_allclose(p.value, mean, rtol=1e-6, atol=1e-7, err_msg=name)  # float32 of a float64 mean
+    assert main(["generate", "--model", str(out / "averaged"), "--max-output-tokens", "5", "--threads", "1"]) == 0
