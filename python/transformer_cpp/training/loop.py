@@ -8,7 +8,7 @@ import itertools
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import checkpoint_name, nonfinite_tensors
@@ -52,7 +52,7 @@ def average_last(t: Any) -> Optional[Path]:
         versus = f" (best checkpoint {best:.2f})" if best is not None else ""
         message += f": validation {t.task.score_name} {bleu:.2f}{versus}"
     progress_of(t).say(message)
-    return path
+    return Path(path)
 
 
 def progress_of(t: Any) -> Progress:
@@ -103,7 +103,7 @@ class Fit:
         # "finished" means the budget (or the step limit) is spent: a resume with a larger one trains on
         t.finished = bool(self.stop_reason())
         if t.finished:
-            return t.history
+            return cast(History, t.history)
         self.clock = time.perf_counter() - t.elapsed  # elapsed carries over from earlier fits and resumes
         self.fit_schedule(budget - t.elapsed, 1.0)  # a first guess; refitted once steps are timed
         self.steps.check_same_weights(t.model)
@@ -131,7 +131,7 @@ class Fit:
         self.steps.check_same_weights(t.model)
         if t.config.average_last > 1 and t.run_dir is not None:
             t.average_checkpoints()
-        return t.history
+        return cast(History, t.history)
 
     def epoch(self, target: int, stop: StopRequest) -> Optional[Dict[str, Any]]:
         """Run the rest of the current epoch; the epoch's history entry, or None if stopped by
@@ -289,7 +289,7 @@ class Fit:
     def steps_to_epoch(self, epochs: int) -> int:
         """Optimiser steps when ``epochs`` epochs are done (estimated from the current epoch's size)."""
         t = self.trainer
-        return int(t.model.step) + (epochs - t.epoch) * t.batches_per_epoch - t.batch_in_epoch
+        return int(t.model.step) + (epochs - int(t.epoch)) * int(t.batches_per_epoch) - int(t.batch_in_epoch)
 
     def save_and_rank(self, entry: Dict[str, Any]) -> Optional[Path]:
         """Save a checkpoint (with a run directory) and point ``best`` at it if its validation BLEU
@@ -302,7 +302,7 @@ class Fit:
         if better:  # (before saving: the trainer state in the checkpoint records it)
             t.best = {"bleu": bleu, "checkpoint": checkpoint_name(t.epoch, t.batch_in_epoch)}
         # best moves before pruning, so the checkpoint it named until now is pruned like any other
-        return t.save_checkpoint(best=better)
+        return cast(Optional[Path], t.save_checkpoint(best=better))
 
     def diverged(self, reason: str) -> TrainingDiverged:
         """Save the state before the step that failed (when its weights are finite) and describe

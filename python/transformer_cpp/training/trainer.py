@@ -264,7 +264,8 @@ class Trainer:
         """
         changes = dict(epochs=epochs, threads=threads, progress=progress, time_budget=time_budget)
         changes.update(keep_checkpoints=keep_checkpoints, average_last=average_last)
-        return resume_pairs(cls, path, train_data, valid_data, changes, checkpoint_dir, parallel)
+        trainer: Trainer = resume_pairs(cls, path, train_data, valid_data, changes, checkpoint_dir, parallel)
+        return trainer
 
     def save_checkpoint(self, best: bool = False) -> Path:
         """Write a checkpoint of the current position into ``checkpoint_dir``; return its path.
