@@ -206,13 +206,14 @@ def test_training_batches_walk_consecutive_stripes_and_reset_when_they_wrap(text
         text=str(text_file), attention="relative", memory_length=8, seq_len=8, batch_size=4, steps=3, **tiny
     )
     trainer = new_lm_trainer(request, tmp_path / "run", lambda _: None)
-    train = trainer.ids["train"]
+    task = trainer.task
+    train = task.ids["train"]
     width = len(train) // 4
-    k, count = trainer.segment_of(1)
+    k, count = task.segment_of(1)
     assert (k, count) == (0, (width - 1) // 8)
     previous = None
     for step in range(1, count + 1):
-        batch = trainer.batch(step)
+        batch = task.batch(step)
         # row b, segment k: characters [b * width + 8k, b * width + 8k + 9) of the training text
         for b in range(4):
             start = b * width + 8 * (step - 1)
@@ -220,8 +221,9 @@ def test_training_batches_walk_consecutive_stripes_and_reset_when_they_wrap(text
         if previous is not None:
             np.testing.assert_array_equal(batch[:, 0], previous[:, -1])
         previous = batch
-    assert trainer.segment_of(count + 1) == (0, count)  # the stripes start again
-    np.testing.assert_array_equal(trainer.batch(count + 1), trainer.batch(1))
+    assert task.segment_of(count + 1) == (0, count)  # the stripes start again
+    assert task.steps_per_epoch == count  # an epoch is one walk along the stripes
+    np.testing.assert_array_equal(task.batch(count + 1), task.batch(1))
     trainer.fit()
     assert trainer.model.memory_length == 8
     assert trainer.model.memory_held == 0  # the last evaluation empties it
@@ -238,7 +240,7 @@ def test_commands_with_relative_attention_and_memory(text_file, tmp_path, capsys
     assert "bits per character on the held-out test text" in capsys.readouterr().out
     run = load_lm(out)
     assert run.model.config["attention"] == "relative" and run.model.memory_length == 8
-    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "40", "--seed", "1"]) == 0
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "40", "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("the") and len(text.rstrip("\n")) == 43
     scores = {}

@@ -64,7 +64,7 @@ def test_vocabulary_round_trip_and_unknown_characters():
 
 def test_bits_per_character_is_the_mean_cross_entropy_over_every_character(text_file):
     trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=1, **TINY), text_file.parent / "run", quiet)
-    ids = trainer.ids["valid"][:50]
+    ids = trainer.task.ids["valid"][:50]
     logits = trainer.model.forward(ids[None, :-1])[0].astype(np.float64)
     logp = (
         logits
@@ -81,7 +81,8 @@ def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
     out = tmp_path / "run"
     trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=30, eval_every=10, **TINY), out, quiet)
     trainer.fit()
-    bpcs = [e["valid_bpc"] for e in trainer.history]
+    bpcs = trainer.history["epoch"]["val_bpc"]
+    assert trainer.history["epoch"]["step"] == [10, 20, 30]
     assert len(bpcs) == 3 and all(math.isfinite(b) for b in bpcs)
     assert bpcs[-1] < bpcs[0] - 0.5  # learning
     assert (out / "latest").read_text().strip() == "epoch-0001-batch-000030"
@@ -163,14 +164,15 @@ def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
     assert main(["train-lm", *args]) == 0
     printed = capsys.readouterr()
     assert "step 6" in printed.err and "bits per character on the held-out test text" in printed.out
+    assert "epoch 1/1:" in printed.err and "bpc=" in printed.err  # train's progress bar, the task's values
     assert main(["train-lm", *args]) == 1  # a run is there: --resume or another --out
     assert "--resume" in capsys.readouterr().err
     assert main(["train-lm", "--out", str(out), "--resume", "--steps", "8", "--threads", "1"]) == 0
     assert load_lm(out).model.step == 8
     capsys.readouterr()
-    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "12", "--seed", "1"]) == 0
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "12", "--seed", "1"]) == 0
     first = capsys.readouterr().out
-    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "12", "--seed", "1"]) == 0
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "12", "--seed", "1"]) == 0
     assert capsys.readouterr().out == first and first.startswith("the") and len(first.rstrip("\n")) == 15
     assert main(["evaluate-lm", "--model", str(out)]) == 0
     assert "bits per character on the held-out test text" in capsys.readouterr().out
@@ -184,7 +186,7 @@ def test_commands_with_linear_attention(text_file, tmp_path, capsys):
     assert "bits per character on the held-out test text" in capsys.readouterr().out
     run = load_lm(out)
     assert run.model.config["attention"] == "linear" and run.model.has_cached_step
-    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "40", "--seed", "1"]) == 0
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "40", "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("the") and len(text.rstrip("\n")) == 43
     assert main(["evaluate-lm", "--model", str(out)]) == 0
@@ -205,7 +207,9 @@ def test_commands_with_lsh_attention_and_reversible_blocks(text_file, tmp_path, 
     # generation runs the model over the window: the same seed, the same text
     generated = []
     for _ in range(2):
-        assert main(["generate", "--model", str(out), "--prompt", "the", "--max-tokens", "20", "--seed", "1"]) == 0
+        assert (
+            main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "20", "--seed", "1"]) == 0
+        )
         generated.append(capsys.readouterr().out)
     assert generated[0] == generated[1] and len(generated[0].rstrip("\n")) == 23
     assert main(["evaluate-lm", "--model", str(out)]) == 0
@@ -245,7 +249,7 @@ def test_foreign_files_in_the_run_directory_are_refused(text_file, tmp_path, cap
             "8",
         ]
     )
-    assert code == 1 and "not written by this program" in capsys.readouterr().err
+    assert code == 1 and "did not write" in capsys.readouterr().err
     assert (out / "latest").read_text() == "my notes, not a pointer\n"
 
 
@@ -258,12 +262,225 @@ def test_bad_input_gives_clear_errors(tmp_path, text_file, capsys):
         new_lm_trainer(LmTrainRequest(text=str(text_file), seq_len=100000, d_model=8, n_heads=2), tmp_path / "s", quiet)
     with pytest.raises(ValueError, match=r"attention must be .*'softmax'.*got 'fast'"):
         LmTrainRequest(attention="fast")
-    assert main(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "a"), "--attention", "fast"]) == 1
-    assert "'softmax'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad_option:  # a bad command line, as for train: status 2
+        main(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "a"), "--attention", "fast"])
+    assert bad_option.value.code == 2 and "'softmax'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="at most one of steps, time_budget and epochs"):
         LmTrainRequest(steps=3, epochs=1.0)
     assert main(["train-lm", "--text", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "m")]) == 1
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(ValueError, match="temperature"):
         trainer = new_lm_trainer(LmTrainRequest(text=str(text_file), steps=1, **TINY), tmp_path / "t", quiet)
-        generate(trainer.model, trainer.vocabulary, "the", 3, temperature=-1)
+        generate(trainer.model, trainer.task.vocabulary, "the", 3, temperature=-1)
+
+
+# ---------------------------------------------------------------------------- runs written before the shared trainer
+
+
+def _write_old_run(run, ckpt, request, source_text, history):
+    """``ckpt`` (a loaded LmCheckpoint with its optimiser) as the language model's own saving code
+    wrote a run before it trained through the shared trainer: the request and the text in
+    trainer_state.json, a checkpoint named by the step alone, no data or train_config section."""
+    import hashlib
+    import json
+
+    from safetensors.numpy import save
+
+    def tensors(params, content):
+        arrays = {n: np.ascontiguousarray(np.array(t.value, copy=True)) for n, t in params.items()}
+        return save(arrays, metadata={"format": "transformer_cpp.checkpoint", "content": content})
+
+    def digest(b):
+        return hashlib.sha256(b).hexdigest()
+
+    model = ckpt.model
+    old_request = dict(request)
+    old_request["keep"] = old_request.pop("keep_checkpoints")
+    old_request.pop("average_last")
+    old_request.pop("progress")
+    old_request["checkpoint_every"] = 600.0
+    state = {
+        "step": model.step,
+        "elapsed": 1.5,
+        "history": history,
+        "request": old_request,
+        "text": {
+            "source": "file",
+            "attribution": "",
+            "characters": len(source_text),
+            "sha256": digest(source_text.encode()),
+            "split": {},
+        },
+    }
+    files = {
+        "model.safetensors": tensors(model.parameters(), "weights"),
+        "optimizer.safetensors": tensors(model.optimizer_state(), "adam"),
+        "vocabulary.json": ckpt.vocabulary.to_str().encode("utf-8"),
+        "trainer_state.json": json.dumps(state).encode("utf-8"),
+    }
+    config = {
+        "format": "transformer_cpp.checkpoint",
+        "version": 1,
+        "kind": "language_model",
+        "model": model.config,
+        "optimizer": {
+            "config": model.optimizer_config,
+            "saved": True,
+            "step": model.step,
+            "dropout_calls": model.dropout_calls,
+        },
+        "run_id": "0123456789abcdef",
+        "files": {f: {"bytes": len(b), "sha256": digest(b)} for f, b in sorted(files.items())},
+    }
+    name = f"epoch-0001-batch-{model.step:06d}"
+    (run / name).mkdir(parents=True)
+    for fname, payload in files.items():
+        (run / name / fname).write_bytes(payload)
+    (run / name / "config.json").write_text(json.dumps(config))
+    (run / "latest").write_text(name + "\n")
+
+
+def test_a_run_of_the_older_layout_resumes_exactly_generates_and_scores(text_file, tmp_path, capsys):
+    # 12 steps with today's trainer, written out in the older layout, resumed to 20: the weights
+    # of a run that was never stopped, bit for bit
+    request = LmTrainRequest(text=str(text_file), steps=12, eval_every=6, **TINY)
+    first = new_lm_trainer(request, tmp_path / "new", quiet)
+    first.fit()
+    ckpt = load_lm(tmp_path / "new", optimizer=True)
+    old = tmp_path / "old"
+    history = [{"step": 6, "elapsed": 0.7, "train_loss": 3.0, "train_bpc": 4.3, "valid_bpc": 4.2, "lr": 1e-3}]
+    _write_old_run(old, ckpt, ckpt.request, text_file.read_text(encoding="utf-8"), history)
+
+    read = load_lm(old)
+    assert read.legacy is not None and read.legacy["step"] == 12 and read.request["keep_checkpoints"] == 3
+    resumed = resume_lm_trainer(old, {"steps": 20}, quiet)
+    assert resumed.model.step == 12 and resumed.elapsed == 1.5
+    assert resumed.history["epoch"]["val_bpc"][0] == 4.2  # the older progress entries, kept
+    resumed.fit()
+    straight = new_lm_trainer(
+        LmTrainRequest(text=str(text_file), steps=20, eval_every=6, **TINY), tmp_path / "b", quiet
+    )
+    straight.fit()
+    for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
+        np.testing.assert_array_equal(p.value, q.value, err_msg=name)
+    assert load_lm(old).legacy is None and load_lm(old).model.step == 20  # written in today's layout
+
+    fresh = tmp_path / "old2"
+    _write_old_run(fresh, ckpt, ckpt.request, text_file.read_text(encoding="utf-8"), history)
+    capsys.readouterr()
+    assert (
+        main(["generate", "--model", str(fresh), "--prompt", "the", "--max-output-tokens", "10", "--threads", "1"]) == 0
+    )
+    assert capsys.readouterr().out.startswith("the")
+    assert main(["evaluate-lm", "--model", str(fresh), "--threads", "1"]) == 0
+    assert "bits per character on the held-out test text" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- one run per task, one writer per run
+
+
+@pytest.fixture
+def translation_run(tmp_path):
+    from toy_task import reversal_tokenizer, tiny_model
+
+    from transformer_cpp.checkpoint import save_checkpoint
+
+    tok = reversal_tokenizer()
+    run = tmp_path / "translation"
+    save_checkpoint(run, tiny_model(tok), tok, tok, optimizer=False)
+    return run
+
+
+def test_a_run_of_one_task_given_to_the_other_commands_says_so(text_file, tmp_path, translation_run, capsys):
+    lm = tmp_path / "lm"
+    assert main(["train-lm", "--text", str(text_file), "--out", str(lm), *_TINY_ARGS, "--steps", "2"]) == 0
+    capsys.readouterr()
+    for command in (["translate", "--model", str(lm), "a b"], ["evaluate", "--model", str(lm)]):
+        assert main(command) == 1, command
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f"transformer-cpp {command[0]}: error:" in lines[0], lines
+        assert "holds a language model (trained by train-lm)" in lines[0] and "generate or evaluate-lm" in lines[0]
+    for command in (["generate", "--model", str(translation_run)], ["evaluate-lm", "--model", str(translation_run)]):
+        assert main(command) == 1, command
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f"transformer-cpp {command[0]}: error:" in lines[0], lines
+        assert "holds a translation model (trained by train)" in lines[0], lines
+        assert "translate, evaluate or serve" in lines[0], lines
+
+
+_TINY_ARGS = [
+    "--d-model",
+    "16",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-chars",
+    "256",
+    "--threads",
+    "1",
+    "--no-progress",
+]
+
+
+def test_a_second_writer_into_a_run_directory_fails_at_once(text_file, tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    code = (
+        "import sys, time\nfrom transformer_cpp.checkpoint import lock_run\n"
+        "with lock_run(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["train-lm", "--text", str(text_file), "--out", str(out), *_TINY_ARGS, "--steps", "2"]) == 1
+        err = capsys.readouterr().err
+        assert "another process" in err and "train-lm: error:" in err, err
+        assert not (out / "latest").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_train_lm_speaks_trains_terms(text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    # the old spellings still work, each naming its replacement on standard error
+    args = ["train-lm", "--text", str(text_file), "--out", str(out), *_TINY_ARGS, "--steps", "4", "--eval-every", "2"]
+    assert main([*args, "--keep", "1", "--checkpoint-every", "600"]) == 0
+    err = capsys.readouterr().err
+    assert "--keep is deprecated and will be removed; use --keep-checkpoints" in err
+    assert "--checkpoint-every is deprecated and will be removed; use --eval-every" in err
+    assert [p.name for p in out.iterdir() if p.name.startswith("epoch-")] == ["epoch-0001-batch-000004"]  # kept 1
+    assert main(["generate", "--model", str(out), "--max-tokens", "5", "--threads", "1"]) == 0
+    printed = capsys.readouterr()
+    assert "--max-tokens is deprecated and will be removed; use --max-output-tokens" in printed.err
+    assert len(printed.out.rstrip("\n")) == 5
+    # --time-budget is minutes, as for train: a resume with a budget already spent trains no more
+    assert main(["train-lm", "--out", str(out), "--resume", "--time-budget", "0.0001", "--threads", "1"]) == 0
+    assert load_lm(out).model.step == 4
+    with pytest.raises(SystemExit) as bad:
+        main(["train-lm", "--out", str(out), "--time-budget", "-1"])
+    assert bad.value.code == 2 and "time_budget must be" in capsys.readouterr().err
+
+
+def test_average_last_averages_the_runs_last_checkpoints(text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--text", str(text_file), "--out", str(out), *_TINY_ARGS, "--steps", "4", "--eval-every", "2"]
+    assert main(["train-lm", *args, "--keep-checkpoints", "0", "--average-last", "2"]) == 0
+    assert "averaged the last 2 checkpoints" in capsys.readouterr().err
+    two, four = load_lm(out / "epoch-0001-batch-000002"), load_lm(out / "epoch-0001-batch-000004")
+    averaged = load_lm(out / "averaged")
+    assert averaged.trainer_state is None and load_lm(out).path.name == "epoch-0001-batch-000004"
+    for name, p in averaged.model.parameters().items():
+        mean = (two.model.parameters()[name].value.astype(np.float64) + four.model.parameters()[name].value) / 2
+        np.testing.assert_allclose(p.value, mean, rtol=1e-6, atol=1e-7, err_msg=name)  # float32 of a float64 mean
+    assert main(["generate", "--model", str(out / "averaged"), "--max-output-tokens", "5", "--threads", "1"]) == 0

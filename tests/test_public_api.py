@@ -144,6 +144,7 @@ CLI = {
         "--model",
         "--seq-len",
         "--text",
+        "--threads",
         "-h",
     ],
     "export": [
@@ -161,11 +162,13 @@ CLI = {
     ],
     "generate": [
         "--help",
+        "--max-output-tokens",
         "--max-tokens",
         "--model",
         "--prompt",
         "--seed",
         "--temperature",
+        "--threads",
         "--top-k",
         "-h",
     ],
@@ -269,6 +272,7 @@ CLI = {
     "train-lm": [
         "--adaptive-threads",
         "--attention",
+        "--average-last",
         "--batch-size",
         "--checkpoint-every",
         "--clip-norm",
@@ -281,6 +285,7 @@ CLI = {
         "--eval-every",
         "--help",
         "--keep",
+        "--keep-checkpoints",
         "--lr-scale",
         "--lsh-buckets",
         "--lsh-chunk",
@@ -290,6 +295,7 @@ CLI = {
         "--n-layers",
         "--no-adaptive-threads",
         "--no-pre-norm",
+        "--no-progress",
         "--no-reversible",
         "--no-share-embeddings",
         "--out",
@@ -332,9 +338,20 @@ DEPRECATED = {
     },
     "translate": {"--max-length": ("--max-output-tokens", ["7"])},
     "serve": {"--max-length": ("--max-output-tokens", ["7"])},
+    "train-lm": {"--keep": ("--keep-checkpoints", ["2"])},
+    "generate": {"--max-tokens": ("--max-output-tokens", ["7"])},
 }
+# command -> deprecated option whose replacement counts in other units -> (the replacement, a value):
+# accepted and named in a warning, its value not used
+RETIRED = {"train-lm": {"--checkpoint-every": ("--eval-every", ["600"])}}
 # the arguments every parse of the command needs
-_REQUIRED = {"train": [], "translate": ["--model", "m"], "serve": ["--model", "m"]}
+_REQUIRED = {
+    "train": [],
+    "translate": ["--model", "m"],
+    "serve": ["--model", "m"],
+    "train-lm": ["--out", "o"],
+    "generate": ["--model", "m"],
+}
 
 
 def _subparsers():
@@ -362,13 +379,13 @@ def test_command_line_is_pinned():
 
 
 def test_deprecated_aliases_are_pinned_and_left_out_of_help():
-    for command, aliases in DEPRECATED.items():
+    for command, aliases in [*DEPRECATED.items(), *RETIRED.items()]:
         for old, (new, _) in aliases.items():
             assert old in CLI[command] and new in CLI[command], (command, old)
     for command, p in _subparsers().items():
         aliases = [a for a in p._actions if isinstance(a, DeprecatedAlias)]
         hidden = {o for a in aliases for o in a.option_strings}
-        assert hidden == set(DEPRECATED.get(command, {})), command
+        assert hidden == set(DEPRECATED.get(command, {})) | set(RETIRED.get(command, {})), command
         assert all(a.help == argparse.SUPPRESS for a in aliases), command
         text = p.format_help()
         for old in hidden:
@@ -384,6 +401,18 @@ def test_deprecated_alias_works_as_its_replacement_and_warns(command, old, capsy
     with_old = p.parse_args([*_REQUIRED[command], old, *value])
     assert vars(with_old) == vars(with_new)
     assert vars(with_old) != vars(p.parse_args(_REQUIRED[command])), "the alias sets something"
+    err = capsys.readouterr().err
+    assert err == f"transformer-cpp {command}: warning: {old} is deprecated and will be removed; use {new}\n"
+
+
+@pytest.mark.parametrize("command, old", [(command, old) for command, aliases in RETIRED.items() for old in aliases])
+def test_retired_option_warns_and_changes_nothing_the_command_uses(command, old, capsys):
+    new, value = RETIRED[command][old]
+    p = _subparsers()[command]
+    plain = vars(p.parse_args(_REQUIRED[command]))
+    with_old = vars(p.parse_args([*_REQUIRED[command], old, *value]))
+    dest = old.lstrip("-").replace("-", "_")
+    assert with_old.pop(dest) == value[0] and with_old == plain
     err = capsys.readouterr().err
     assert err == f"transformer-cpp {command}: warning: {old} is deprecated and will be removed; use {new}\n"
 

@@ -51,6 +51,13 @@ or unexpected tensors, shapes or dtypes that do not match the architecture, NaN 
 values (naming the tensor), tokenizers whose vocabulary does not match the model. Saving refuses
 weights or moments that are not finite, so a checkpoint that loads is a usable one.
 
+Every task writes this format: a manifest's ``kind`` says which (``translation``, the default of a
+manifest without one, or ``language_model``), its ``model`` section is that task's model
+configuration, and its other files are the task's own (tokenizers, or a character vocabulary);
+:func:`write_checkpoint` writes any of them and :func:`read_file`, :func:`read_json` and
+:func:`load_tensors_into` read them back, checked. A run of one task given to the other's loader
+is refused in one line naming the commands that read it (:func:`check_kind`).
+
 The parts: ``layout`` (file and checkpoint names, listing, the pointers), ``files`` (atomic writes,
 temporaries, the lock), ``saving`` and ``loading`` (with averaging). The names below are the
 package's interface; the file names (``CONFIG_FILE``, ``LOCK_FILE``, ...) are importable from it too.
@@ -58,13 +65,14 @@ package's interface; the file names (``CONFIG_FILE``, ``LOCK_FILE``, ...) are im
 
 from __future__ import annotations
 
-from .files import check_writable, lock_run
+from .files import check_writable, json_bytes as json_bytes, lock_run
 from .layout import (
     AVERAGED_NAME as AVERAGED_NAME,
     BEST_FILE as BEST_FILE,
     CONFIG_FILE as CONFIG_FILE,
     FORMAT_NAME,
     FORMAT_VERSION,
+    LANGUAGE_MODEL_KIND as LANGUAGE_MODEL_KIND,
     LATEST_FILE as LATEST_FILE,
     LOCK_FILE as LOCK_FILE,
     MODEL_FILE as MODEL_FILE,
@@ -72,11 +80,14 @@ from .layout import (
     SRC_TOKENIZER_FILE as SRC_TOKENIZER_FILE,
     TGT_TOKENIZER_FILE as TGT_TOKENIZER_FILE,
     TRAINER_STATE_FILE as TRAINER_STATE_FILE,
+    TRANSLATION_KIND as TRANSLATION_KIND,
     Checkpoint,
     CheckpointError,
     PathLike as PathLike,
     RunLockedError,
     best_checkpoint,
+    check_kind as check_kind,
+    checkpoint_kind as checkpoint_kind,
     checkpoint_name,
     foreign_entries,
     latest_checkpoint,
@@ -84,8 +95,16 @@ from .layout import (
     refuse_foreign,
     resolve_checkpoint,
 )
-from .loading import average_checkpoints, load_checkpoint, read_checkpoint_config
-from .saving import mark_best, nonfinite_tensors, save_checkpoint
+from .loading import (
+    average_checkpoints,
+    load_checkpoint,
+    load_tensors_into as load_tensors_into,
+    read_checkpoint_config,
+    read_file as read_file,
+    read_json as read_json,
+)
+from .saving import mark_best, nonfinite_tensors, save_checkpoint, tensor_bytes as tensor_bytes
+from .saving import write_checkpoint as write_checkpoint
 
 __all__ = [
     "CheckpointError",

@@ -17,6 +17,16 @@ from ..tokenizer import SubwordTokenizer
 FORMAT_NAME = "transformer_cpp.checkpoint"
 FORMAT_VERSION = 1
 
+#: What a checkpoint's manifest records as its ``kind``: the task that trained it (a manifest
+#: without one is a translation model's, as every checkpoint was before the language model).
+TRANSLATION_KIND = "translation"
+LANGUAGE_MODEL_KIND = "language_model"
+#: How a message names each task's runs and the commands that read them.
+_KINDS = {
+    TRANSLATION_KIND: ("a translation model (trained by train)", "translate, evaluate or serve"),
+    LANGUAGE_MODEL_KIND: ("a language model (trained by train-lm)", "generate or evaluate-lm"),
+}
+
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -206,6 +216,25 @@ def refuse_foreign(path: Path, what: str, hint: str) -> None:
             f"{what + ': ' if what else ''}'{path}' was not written by transformer-cpp ({reason}); it is left as "
             f"it is: {hint}"
         )
+
+
+def checkpoint_kind(config: Dict[str, Any]) -> str:
+    """The task of the checkpoint whose manifest is ``config`` (translation when it records none)."""
+    kind = config.get("kind", TRANSLATION_KIND)
+    return kind if isinstance(kind, str) else repr(kind)
+
+
+def check_kind(ckpt: Path, config: Dict[str, Any], expected: str) -> None:
+    """Raise :class:`CheckpointError` when the checkpoint ``ckpt`` (manifest ``config``) was not
+    written by task ``expected``, in one line naming what it holds and the commands that read it."""
+    kind = checkpoint_kind(config)
+    if kind == expected:
+        return
+    if kind not in _KINDS:
+        raise CheckpointError(f"checkpoint '{ckpt}' holds a model of an unknown kind {kind!r}")
+    holds, commands = _KINDS[kind]
+    wanted = _KINDS[expected][0].split(" (")[0]
+    raise CheckpointError(f"'{ckpt}' holds {holds}, not {wanted}: use it with transformer-cpp {commands}")
 
 
 def _checkpoint_dirs(run: Path) -> List[Path]:

@@ -27,9 +27,11 @@ from .layout import (
     SRC_TOKENIZER_FILE,
     TGT_TOKENIZER_FILE,
     TRAINER_STATE_FILE,
+    TRANSLATION_KIND,
     Checkpoint,
     CheckpointError,
     PathLike,
+    check_kind,
     resolve_checkpoint,
 )
 from .saving import describe_bad, nonfinite_tensors, save_checkpoint
@@ -143,6 +145,24 @@ def _assign(ckpt: Path, fname: str, targets: Mapping[str, Any], tensors: Mapping
         target.value[...] = tensors[n]
 
 
+def read_file(ckpt: Path, fname: str, files: Mapping[str, Any], most: Optional[int] = None) -> bytes:
+    """The bytes of checkpoint file ``fname``, checked against what the manifest's ``files``
+    records (for every task's own files: a vocabulary, say)."""
+    return _read_file(ckpt, fname, files, most)
+
+
+def read_json(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Any:
+    """Checkpoint file ``fname`` (checked like :func:`read_file`) as JSON."""
+    return _read_json(ckpt, fname, files)
+
+
+def load_tensors_into(ckpt: Path, fname: str, files: Mapping[str, Any], targets: Mapping[str, Any]) -> None:
+    """Read the safetensors file ``fname`` of checkpoint ``ckpt`` into the ``.value`` arrays of
+    ``targets`` (a model's parameters or optimiser state), every name, shape, dtype and value
+    checked first."""
+    _assign(ckpt, fname, targets, _load_tensors(ckpt, fname, files, targets))
+
+
 def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> SubwordTokenizer:
     data = _read_file(ckpt, fname, files, _MAX_TOKENIZER_BYTES)
     try:
@@ -251,9 +271,8 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     """
     optimizer = _flag("load_checkpoint", "optimizer", optimizer)
     ckpt, config = read_checkpoint_config(path, prefer or ("latest" if optimizer else "best"))
-    files = config.get("files")
-    model_cfg = config.get("model")
-    opt = config.get("optimizer")
+    check_kind(ckpt, config, TRANSLATION_KIND)
+    files, model_cfg, opt = config.get("files"), config.get("model"), config.get("optimizer")
     if not isinstance(files, dict) or not isinstance(model_cfg, dict) or not isinstance(opt, dict):
         raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
     for section in ("train_config", "data"):

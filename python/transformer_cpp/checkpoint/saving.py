@@ -37,6 +37,7 @@ from .layout import (
     SRC_TOKENIZER_FILE,
     TGT_TOKENIZER_FILE,
     TRAINER_STATE_FILE,
+    TRANSLATION_KIND,
     CheckpointError,
     PathLike,
     best_checkpoint,
@@ -70,7 +71,7 @@ def describe_bad(bad: List[str]) -> str:
     return ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
 
 
-def _tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
+def tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
     """The ``.value`` arrays of ``tensors`` as the bytes of one safetensors file."""
     from safetensors.numpy import save
 
@@ -162,17 +163,18 @@ def save_checkpoint(
 
     # Everything is serialised before the first byte is written, so that bad input fails early.
     files: Dict[str, bytes] = {
-        MODEL_FILE: _tensor_bytes(model.parameters(), "weights"),
+        MODEL_FILE: tensor_bytes(model.parameters(), "weights"),
         SRC_TOKENIZER_FILE: src_tokenizer.to_str().encode("utf-8"),
         TGT_TOKENIZER_FILE: tgt_tokenizer.to_str().encode("utf-8"),
     }
     if optimizer:
-        files[OPTIMIZER_FILE] = _tensor_bytes(model.optimizer_state(), "adam")
+        files[OPTIMIZER_FILE] = tensor_bytes(model.optimizer_state(), "adam")
     try:
         files[TRAINER_STATE_FILE] = json_bytes(None if trainer_state is None else dict(trainer_state))
         config: Dict[str, Any] = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
+            "kind": TRANSLATION_KIND,
             "model": cfg,
             "optimizer": {
                 "config": model.optimizer_config,
@@ -182,20 +184,42 @@ def save_checkpoint(
             },
             "train_config": None if train_config is None else dict(train_config),
             "data": None if data is None else dict(data),
-            "files": {fname: {"bytes": len(b), "sha256": sha256(b)} for fname, b in sorted(files.items())},
         }
     except (TypeError, ValueError) as exc:
         raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
 
+    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, best=best, what="save_checkpoint")
+
+
+def write_checkpoint(
+    run: Path,
+    name: str,
+    files: Mapping[str, bytes],
+    config: Dict[str, Any],
+    *,
+    keep: Optional[int],
+    run_id: Optional[str],
+    best: bool = False,
+    what: str = "save_checkpoint",
+) -> Path:
+    """Write checkpoint ``name`` of run directory ``run`` from serialised ``files`` and the
+    manifest ``config`` (its ``files`` and ``run_id`` are filled in here), atomically and under
+    the run's lock; point ``latest`` (and with ``best``, ``best``) at it and prune the run's
+    oldest beyond ``keep`` (None or 0: keep all). Every task's checkpoints are written here;
+    ``what`` starts the messages. Its path."""
+    config = dict(config, files={f: {"bytes": len(b), "sha256": sha256(b)} for f, b in sorted(files.items())})
     with lock_run(run):
         target = run / name
         # what is replaced must be this program's: a checkpoint (by its manifest) and the pointer
         hint = "move it elsewhere, or write the run into another directory"
-        refuse_foreign(target, "save_checkpoint", hint)
+        refuse_foreign(target, what, hint)
         if name != AVERAGED_NAME:
-            refuse_foreign(run / LATEST_FILE, "save_checkpoint", hint)
+            refuse_foreign(run / LATEST_FILE, what, hint)
         config["run_id"] = run_id or _latest_run_id(run) or uuid.uuid4().hex[:16]
-        config_bytes = json_bytes(config)
+        try:
+            config_bytes = json_bytes(config)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{what}: state is not JSON-serialisable: {exc}") from None
         with temporary(run, name) as tmp, temporary(run, f"old-{name}") as trash:
             tmp.mkdir()
             try:
@@ -213,7 +237,7 @@ def save_checkpoint(
             except OSError as exc:  # a full disk, a file size limit, a vanished directory
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise type(exc)(
-                    f"save_checkpoint: writing checkpoint '{target}' failed: {exc.strerror or exc} "
+                    f"{what}: writing checkpoint '{target}' failed: {exc.strerror or exc} "
                     f"(disk full?); '{run}' is as it was"
                 ) from None
             except BaseException:
@@ -225,7 +249,7 @@ def save_checkpoint(
                 write_pointer(run, name)
             except OSError as exc:
                 raise type(exc)(
-                    f"save_checkpoint: checkpoint '{target}' is complete, but writing '{LATEST_FILE}' "
+                    f"{what}: checkpoint '{target}' is complete, but writing '{LATEST_FILE}' "
                     f"failed: {exc.strerror or exc} (disk full?); it still names the previous "
                     "checkpoint"
                 ) from None

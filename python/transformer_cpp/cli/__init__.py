@@ -9,8 +9,8 @@ Subcommands::
     transformer-cpp evaluate --model runs/tutorial                       # BLEU, chrF, loss, accuracy
     transformer-cpp figures --out figures                                # positional-encoding figures
     transformer-cpp export --model runs/tutorial --to ctranslate2 out    # or --to torch (see export.py)
-    transformer-cpp train-lm --text shakespeare --time-budget 300 --out runs/lm   # a character LM
-    transformer-cpp generate --model runs/lm --prompt "ROMEO:" --max-tokens 200 --seed 1
+    transformer-cpp train-lm --text shakespeare --time-budget 5 --out runs/lm     # a character LM
+    transformer-cpp generate --model runs/lm --prompt "ROMEO:" --max-output-tokens 200 --seed 1
     transformer-cpp evaluate-lm --model runs/lm                          # held-out bits per character
 
 The data file is ``--data``, else ``$TRANSFORMER_CPP_DATA``, else the download cache (see

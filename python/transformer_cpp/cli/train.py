@@ -45,7 +45,7 @@ from ..task import (
 from ..training import RunDirectory, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads
 
-__all__ = ["add_train_parser", "request_from_args", "run_train"]
+__all__ = ["add_train_parser", "check_out", "request_from_args", "run_train", "show_epoch_summaries"]
 
 # TrainConfig's own settings that options set, by their field names; the architecture options
 # (--d-model, --n-layers, ...) and the optimiser's (--warmup, --lr-scale, ...) are made from the
@@ -101,7 +101,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     )
 
 
-def _show_epoch_summaries() -> None:
+def show_epoch_summaries() -> None:
     """Without a progress bar, the trainer reports each epoch through its logger: show those lines."""
     log = logging.getLogger("transformer_cpp.training")
     if not log.handlers:
@@ -111,15 +111,15 @@ def _show_epoch_summaries() -> None:
     log.setLevel(logging.INFO)
 
 
-def _check_out(run: RunDirectory, resume: bool) -> None:
-    """Refuse to start a run over another one, or to resume none."""
+def check_out(run: RunDirectory, resume: bool) -> None:
+    """Refuse to start a run over another one or over files of the user's, or to resume none."""
+    if not resume:
+        run.check_own_entries()  # a resumed run is checked once its checkpoint has been read
     existing = run.holds_run()
     if resume and not existing:
         raise UserError(f"nothing to resume: '{run.path}' holds no checkpoint")
     if not resume and existing:
         raise UserError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
-    if not resume:
-        run.check_own_entries()  # a resumed run is checked once its checkpoint has been read
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -131,7 +131,7 @@ def run_train(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     request = request_from_args(args)
     run = RunDirectory(out, "--out")
-    _check_out(run, args.resume)
+    check_out(run, args.resume)
     with run.removed_unless_used():
         run.check_writable()  # before any work, not after the first epoch
         with run.lock():  # held to the end: a second `train` into the same --out fails at once
@@ -165,14 +165,14 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
     request = request_from_args(args)
     run = RunDirectory(out, "--out")
 
-    def check_out() -> bool:
-        _check_out(run, args.resume)
+    def checked_out() -> bool:
+        check_out(run, args.resume)
         created = not out.exists()
         if parallel.is_root:
             run.check_writable()
         return created
 
-    created = steps.run("checking --out", check_out)
+    created = steps.run("checking --out", checked_out)
     console.say(f"data-parallel training: {parallel.size} MPI processes; rank 0 writes {out}")
     with contextlib.ExitStack() as stack:
         try:
@@ -190,7 +190,7 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
 
 
 def _fit(trainer: Trainer, out: Path) -> int:
-    _show_epoch_summaries()
+    show_epoch_summaries()
     try:
         trainer.fit()
     except TrainingInterrupted as exc:

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..checkpoint import BEST_FILE, LATEST_FILE, read_checkpoint_config
+from ..checkpoint import BEST_FILE, LATEST_FILE, TRANSLATION_KIND, check_kind, read_checkpoint_config
 from ..data import DataRecord
 from ..options import (
     add_decoding_options,
@@ -220,6 +220,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``transformer-cpp evaluate``."""
     set_threads(args.threads)
     ckpt_dir, cfg = read_checkpoint_config(args.model, "best")
+    check_kind(ckpt_dir, cfg, TRANSLATION_KIND)  # a language model's run: say which commands read it
     record = DataRecord.from_dict(cfg.get("data")) if cfg.get("data") else None
     if args.output is not None:  # before the work, not after it
         data_file = args.data if args.data is not None else (record.path if record is not None else None)

@@ -1,12 +1,13 @@
 """The translation task: presets and recipes (:mod:`.presets`), and everything between a data file
 and a trainer (:mod:`.translation`): the split and its record, the vocabularies, the length
 limit, automatic precision and size, new and resumed trainers; and the language-model task
-(:mod:`.language_model`: a decoder-only model on a long text, bits per character, sampling). The
+(:mod:`.language_model`: a decoder-only model on a long text, its windows, bits per character,
+sampling and checkpoints, trained by the same :class:`~transformer_cpp.training.Trainer`). The
 command line, the notebooks, data-parallel runs and the tools all call it."""
 
 from .language_model import (
     LmCheckpoint,
-    LmTrainer,
+    LmTask,
     LmTrainRequest,
     bits_per_character,
     generate,
@@ -51,8 +52,8 @@ __all__ = [
     "DEFAULT_PRESET",
     "LENGTH_COVERAGE",
     "LmCheckpoint",
+    "LmTask",
     "LmTrainRequest",
-    "LmTrainer",
     "OUTLIER_FACTOR",
     "PRESETS",
     "RECIPES",

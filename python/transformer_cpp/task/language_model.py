@@ -1,58 +1,51 @@
 """The language-model task: a decoder-only model trained on a long text, one character per token;
-its checkpoints, held-out bits per character, and sampling. The command line (``train-lm``,
+what is its own (windows of text, bits per character, generation, its model) beside the trainer,
+run directory and checkpoints that translation uses too. The command line (``train-lm``,
 ``generate``, ``evaluate-lm``), notebooks and tools call it::
 
     from transformer_cpp.task import LmTrainRequest, new_lm_trainer, load_lm
     trainer = new_lm_trainer(LmTrainRequest(text="shakespeare", steps=500), "runs/lm")
-    trainer.fit()
-    print(trainer.evaluate("test"))                       # held-out bits per character
+    trainer.fit()                                          # the shared Trainer
+    print(trainer.task.evaluate(trainer.model, "test"))    # held-out bits per character
     lm = load_lm("runs/lm")
     print(lm.generate("ROMEO:", max_tokens=200, temperature=0.8, top_k=20, seed=1))
 
 Training draws windows of ``seq_len + 1`` characters at random positions of the training text
 (``B`` of them per step, from a generator seeded by the run's seed and the step number, so a
-resumed run draws what an uninterrupted one would). Bits per character are the mean
-cross-entropy in nats per character divided by ln 2, over the text cut into consecutive windows
-(each character but the first scored once, given up to ``seq_len`` characters before it).
+resumed run draws what an uninterrupted one would). An epoch is one pass over the training
+characters (``ceil(characters / (batch_size * seq_len))`` steps; with a segment memory, one walk
+along the stripes). Bits per character are the mean cross-entropy in nats per character divided
+by ln 2, over the text cut into consecutive windows (each character but the first scored once,
+given up to ``seq_len`` characters before it).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
 import os
-import shutil
-import time
-import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
-from ..checkpoint import CheckpointError, checkpoint_name, foreign_entries, latest_checkpoint, list_checkpoints
-from ..checkpoint.files import (
-    fsync_dir,
-    json_bytes,
-    lock_run,
-    remove_checkpoint,
-    remove_stale_temporaries,
-    sha256,
-    temporary,
-    write_bytes,
-    write_pointer,
-)
-from ..checkpoint.layout import CONFIG_FILE, FORMAT_NAME, MODEL_FILE, OPTIMIZER_FILE, not_written_here, refuse_foreign
+from ..checkpoint import LANGUAGE_MODEL_KIND, CheckpointError
 from ..config import LM_FIELDS, LanguageModelConfig
 from ..data.lm_text import CharVocabulary, LmText, TextSplit, load_lm_text, split_text
-from ..model import LanguageModel, NonFiniteError
+from ..model import LanguageModel
+from ..training import TrainConfig, Trainer
+from ..training.run_dir import RunDirectory
+from ..training.state import STATE_FORMAT, STATE_VERSION
+from ..training.task import StepOutcome, TrainingTask
+from .lm_checkpoint import LmCheckpoint, average_lm_checkpoints, legacy_history, load_lm, save_lm_checkpoint
+from .lm_sampling import generate, sample_next
 
 __all__ = [
     "LM_KIND",
     "LmCheckpoint",
+    "LmTask",
     "LmTrainRequest",
-    "LmTrainer",
     "bits_per_character",
     "generate",
     "load_lm",
@@ -64,10 +57,11 @@ __all__ = [
 Report = Callable[[str], None]
 
 #: The ``kind`` a language model's checkpoint manifest records.
-LM_KIND = "language_model"
-VOCABULARY_FILE = "vocabulary.json"
-STATE_FILE = "trainer_state.json"
+LM_KIND = LANGUAGE_MODEL_KIND
 _ARCH = [f.name for f in LM_FIELDS if f.name not in ("vocab_size", "max_len")]
+#: The steps a run takes when no limit (steps, epochs or time budget) is given.
+DEFAULT_STEPS = 1000
+_MOST_EPOCHS = int(TrainConfig.LIMITS["epochs"].high)
 
 
 def _say(message: str) -> None:
@@ -79,9 +73,12 @@ class LmTrainRequest:
     """What a language-model run is asked for: the text, the architecture and the training.
 
     ``text`` is ``"shakespeare"`` (the plays, see :mod:`transformer_cpp.data.lm_text`) or a file.
-    The run stops when the model has taken ``steps`` steps, after ``time_budget`` seconds of this
-    call to :meth:`LmTrainer.fit`, or when it has seen ``epochs`` times the training characters,
-    whichever is given (1000 steps when none is).
+    The run stops when the model has taken ``steps`` steps, when ``time_budget`` minutes of
+    training are spent (counted over every resume, as for translation), or when it has seen
+    ``epochs`` times the training characters, whichever is given (1000 steps when none is).
+    The settings it shares with translation (``time_budget``, ``keep_checkpoints``,
+    ``average_last``, ``threads``, the optimiser's) have :class:`~transformer_cpp.training.TrainConfig`'s
+    meaning, units and limits.
     """
 
     text: str = "shakespeare"
@@ -102,17 +99,18 @@ class LmTrainRequest:
     seq_len: int = 128
     batch_size: int = 32
     steps: Optional[int] = None
-    time_budget: Optional[float] = None
+    time_budget: Optional[float] = None  # minutes
     epochs: Optional[float] = None
     warmup: int = 200
     lr_scale: float = 0.5
     clip_norm: float = 1.0
     eval_every: int = 200
     eval_chars: int = 65536
-    checkpoint_every: float = 600.0
-    keep: int = 3
+    keep_checkpoints: int = 3
+    average_last: int = 0
     threads: Optional[int] = None
     adaptive_threads: bool = True
+    progress: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -120,28 +118,74 @@ class LmTrainRequest:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"LmTrainRequest: {name} must be an integer >= {low}, got {value!r}")
 
-        for name in ("seq_len", "batch_size", "warmup", "eval_every", "eval_chars", "keep"):
+        for name in ("seq_len", "batch_size", "warmup", "eval_every", "eval_chars"):
             positive_int(name, getattr(self, name))
         if self.steps is not None:
             positive_int("steps", self.steps)
-        if self.threads is not None:
-            positive_int("threads", self.threads)
-        for name in ("time_budget", "epochs"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == math.inf):
-                raise ValueError(f"LmTrainRequest: {name} must be a finite number > 0, got {v!r}")
+        v = self.epochs
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+            raise ValueError(f"LmTrainRequest: epochs must be a finite number > 0, got {v!r}")
+        if self.time_budget == 0:  # as for translation: no budget
+            self.time_budget = None
+        if self.time_budget is not None and (
+            isinstance(self.time_budget, bool)
+            or not isinstance(self.time_budget, (int, float))
+            or not self.time_budget > 0
+        ):
+            raise ValueError(f"LmTrainRequest: time_budget must be a number of minutes > 0, got {self.time_budget!r}")
         if sum(x is not None for x in (self.steps, self.time_budget, self.epochs)) > 1:
             raise ValueError("LmTrainRequest: give at most one of steps, time_budget and epochs")
         if not isinstance(self.text, str) or not self.text:
             raise ValueError(
                 f"LmTrainRequest: text must be 'shakespeare' or the path of a text file, got {self.text!r}"
             )
+        # the settings shared with translation: TrainConfig's checks and messages
+        self.train_config(1)
         # the architecture: the core's own checks, with its messages (vocab_size is the text's)
         LanguageModelConfig(vocab_size=2, **self.architecture())
 
     def architecture(self) -> Dict[str, Any]:
         """The model's fields this request sets (all but the vocabulary size and the table cache)."""
         return {name: getattr(self, name) for name in _ARCH}
+
+    def train_config(self, steps_per_epoch: int) -> TrainConfig:
+        """The shared trainer's settings for this request, with epochs of ``steps_per_epoch`` steps."""
+        limit = self.steps
+        if self.epochs is not None:
+            limit = max(1, int(math.ceil(self.epochs * steps_per_epoch)))
+        elif limit is None and self.time_budget is None:
+            limit = DEFAULT_STEPS
+        try:
+            return TrainConfig(
+                # the limit is the step count (the epochs it reaches into) or the time budget
+                epochs=-(-limit // steps_per_epoch) if limit else _MOST_EPOCHS,
+                max_steps=limit or 0,
+                time_budget=self.time_budget or 0.0,
+                batch_size=self.batch_size,
+                eval_every=self.eval_every,
+                seed=self.seed,
+                keep_checkpoints=self.keep_checkpoints,
+                val_bleu_sentences=0,
+                average_last=self.average_last,
+                threads=self.threads,
+                adaptive_threads=self.adaptive_threads,
+                progress=self.progress,
+                warmup=self.warmup,
+                lr_scale=self.lr_scale,
+                clip_norm=self.clip_norm,
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc).replace("TrainConfig:", "LmTrainRequest:", 1)) from None
+
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any], changes: Optional[Mapping[str, Any]] = None) -> "LmTrainRequest":
+        """The request a checkpoint records (a field it lacks has today's default), with ``changes``."""
+        values = {f.name: saved[f.name] for f in fields(cls) if f.name in saved}
+        values.update(changes or {})
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"LmTrainRequest: {exc}") from None
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -238,305 +282,64 @@ def _bits_per_character_with_memory(
     return nats / count / math.log(2)
 
 
-# ---------------------------------------------------------------------------- sampling
+# ---------------------------------------------------------------------------- the task
 
 
-def sample_next(logits: np.ndarray, temperature: float, top_k: int, rng: np.random.Generator) -> int:
-    """One id from logits (V,): the most likely with ``temperature == 0``, else drawn from
-    softmax(logits / temperature) over the ``top_k`` most likely (all when 0). The padding id 0
-    is never drawn."""
-    z = np.array(logits, dtype=np.float64)
-    z[0] = -np.inf
-    if temperature == 0:
-        return int(np.argmax(z))
-    z /= temperature
-    if 0 < top_k < len(z) - 1:
-        cut = np.partition(z, -top_k)[-top_k]
-        z[z < cut] = -np.inf
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    return int(rng.choice(len(p), p=p))
+def _digest(ids: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
-def generate(
-    model: LanguageModel,
-    vocabulary: CharVocabulary,
-    prompt: str,
-    max_tokens: int,
-    *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    seed: int = 0,
-    context: Optional[int] = None,
-) -> str:
-    """``prompt`` continued by ``max_tokens`` characters sampled from the model (the continuation
-    only is returned). The same seed gives the same text. An empty prompt starts after a newline
-    (the start of a line).
-
-    Each character sees at most ``context`` characters (default the model's ``max_len``; the
-    task passes the training ``seq_len``): positions beyond those a model was trained on are
-    positions it never learnt. Each character costs one step: softmax attention appends to
-    key/value caches, linear attention advances its recurrent state (constant time per
-    character); when the context is full the state starts again from its last half. Relative
-    attention (Transformer-XL) keeps the keys and values of the last ``context`` - 1 positions
-    and slides on. A model without a step (LSH attention, reversible blocks) runs its forward over
-    the last ``context`` characters for each character: the same function as in training, at the
-    cost of a whole window per character."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"generate: max_tokens must be an integer >= 0, got {max_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
-        raise ValueError(f"generate: temperature must be a finite number >= 0, got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"generate: top_k must be an integer >= 0 (0: every token), got {top_k!r}")
-    window = int(model.config["max_len"]) if context is None else context
-    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-        raise ValueError(f"generate: context must be an integer >= 2, got {context!r}")
-    seq = [int(i) for i in vocabulary.encode(prompt if prompt else "\n")]
-    rng = np.random.default_rng(seed)
-    out: List[int] = []
-    if max_tokens == 0:
-        return ""
-    if not model.has_cached_step:
-        for _ in range(max_tokens):
-            logits = model.forward(np.array([seq[-window:]], dtype=np.int64))
-            nxt = sample_next(logits[0, -1], float(temperature), top_k, rng)
-            out.append(nxt)
-            seq.append(nxt)
-        return vocabulary.decode(out)
-
-    def restart(piece: List[int]) -> np.ndarray:
-        """Fresh caches fed with ``piece``: the logits after its last id."""
-        model.start_generation(1, window)
-        last = np.empty((1, 0))
-        for i in piece:
-            last = model.generation_step(np.array([i], dtype=np.int64))
-        return last
-
-    keep = window // 2
-    logits = restart(seq[-window:])
-    fed = min(len(seq), window)
-    while True:
-        nxt = sample_next(logits[0], float(temperature), top_k, rng)
-        out.append(nxt)
-        seq.append(nxt)
-        if len(out) == max_tokens:
-            break
-        # the context is full: start again from its last half (relative attention's window slides)
-        if fed >= window and model.config["attention"] != "relative":
-            logits = restart(seq[-keep:])
-            fed = keep
-        else:
-            logits = model.generation_step(np.array([nxt], dtype=np.int64))
-            fed += 1
-    return vocabulary.decode(out)
+def text_digest(text: str) -> str:
+    """The SHA-256 of a text (its UTF-8 bytes): a resume must read the text the run trained on."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-# ---------------------------------------------------------------------------- checkpoints
+class LmTask(TrainingTask):
+    """The language model's side of training: the text's parts as ids, each step's windows, the
+    validation bits per character, and checkpoints with the character vocabulary."""
 
+    kind = LANGUAGE_MODEL_KIND
+    metrics = ("val_bpc",)
+    unit = "step"
 
-def _tensor_bytes(tensors: Any, kind: str) -> bytes:
-    from safetensors.numpy import save
-
-    arrays = {name: np.ascontiguousarray(np.array(t.value, copy=True)) for name, t in tensors.items()}
-    return save(arrays, metadata={"format": FORMAT_NAME, "content": kind})
-
-
-def save_lm_checkpoint(
-    run: Path, model: LanguageModel, vocabulary: CharVocabulary, state: Dict[str, Any], run_id: str, keep: int
-) -> Path:
-    """Write the checkpoint of step ``state['step']`` into ``run`` atomically (a temporary
-    directory renamed into place), point ``latest`` at it and delete this run's oldest beyond
-    ``keep``. Nothing of the user's is replaced (``FileExistsError``)."""
-    bad = model.nonfinite_parameters()
-    if bad:
-        raise NonFiniteError(f"the model holds non-finite values ({', '.join(bad[:3])}); not saved")
-    name = checkpoint_name(0, int(state["step"])) if state["step"] > 0 else checkpoint_name(0)
-    files = {
-        MODEL_FILE: _tensor_bytes(model.parameters(), "weights"),
-        OPTIMIZER_FILE: _tensor_bytes(model.optimizer_state(), "adam"),
-        VOCABULARY_FILE: vocabulary.to_str().encode("utf-8"),
-        STATE_FILE: json_bytes(state),
-    }
-    config = {
-        "format": FORMAT_NAME,
-        "version": 1,
-        "kind": LM_KIND,
-        "model": model.config,
-        "optimizer": {
-            "config": model.optimizer_config,
-            "saved": True,
-            "step": model.step,
-            "dropout_calls": model.dropout_calls,
-        },
-        "run_id": run_id,
-        "files": {f: {"bytes": len(b), "sha256": sha256(b)} for f, b in sorted(files.items())},
-    }
-    with lock_run(run):
-        target = run / name
-        hint = "move it elsewhere, or write the run into another directory"
-        refuse_foreign(target, "train-lm", hint)
-        refuse_foreign(run / "latest", "train-lm", hint)
-        with temporary(run, name) as tmp, temporary(run, f"old-{name}") as trash:
-            tmp.mkdir()
-            try:
-                for fname, payload in files.items():
-                    write_bytes(tmp / fname, payload)
-                write_bytes(tmp / CONFIG_FILE, json_bytes(config))  # last: a directory with it is complete
-                fsync_dir(tmp)
-                if target.exists():
-                    os.replace(target, trash)
-                    os.replace(tmp, target)
-                    shutil.rmtree(trash, ignore_errors=True)
-                else:
-                    os.replace(tmp, target)
-                fsync_dir(run)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        write_pointer(run, name)
-        remove_stale_temporaries(run)
-        ours = list_checkpoints(run, run_id=run_id)
-        for old in ours[: max(0, len(ours) - keep)]:
-            if old != target and not_written_here(old) is None:
-                remove_checkpoint(old)
-    return target
-
-
-@dataclass
-class LmCheckpoint:
-    """A language model read from a checkpoint: the model, its vocabulary, the trainer's state."""
-
-    path: Path
-    model: LanguageModel
-    vocabulary: CharVocabulary
-    state: Dict[str, Any]
-    run_id: str
-
-    def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
-        """:func:`generate` with this model and vocabulary, the context its training windows had."""
-        request = self.state["request"]
-        options.setdefault("context", int(request["seq_len"]) + int(request.get("memory_length", 0)))
-        return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
-
-
-def _read_checked(ckpt: Path, fname: str, manifest: Dict[str, Any]) -> bytes:
-    entry = manifest["files"].get(fname)
-    if not isinstance(entry, dict):
-        raise CheckpointError(f"'{ckpt}': the manifest lists no '{fname}'")
-    try:
-        data = (ckpt / fname).read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"'{ckpt / fname}' cannot be read: {exc.strerror or exc}") from None
-    if len(data) != entry.get("bytes") or sha256(data) != entry.get("sha256"):
-        raise CheckpointError(f"'{ckpt / fname}' is damaged: its size or checksum is not the one recorded")
-    return data
-
-
-def _assign(ckpt: Path, fname: str, targets: Any, data: bytes) -> None:
-    from safetensors.numpy import load
-
-    try:
-        tensors = load(data)
-    except Exception as exc:  # safetensors raises its own error types
-        raise CheckpointError(f"'{ckpt / fname}' is not a readable safetensors file: {exc}") from None
-    if set(tensors) != set(targets):
-        missing = sorted(set(targets) - set(tensors))[:3]
-        extra = sorted(set(tensors) - set(targets))[:3]
-        raise CheckpointError(f"'{ckpt / fname}' does not fit the architecture (missing {missing}, unexpected {extra})")
-    for name, t in targets.items():
-        value = tensors[name]
-        if value.shape != t.value.shape:
-            raise CheckpointError(f"'{ckpt / fname}': {name} has shape {value.shape}, expected {t.value.shape}")
-        if not np.isfinite(value).all():
-            raise CheckpointError(f"'{ckpt / fname}': {name} holds NaN or infinite values")
-        t.value[...] = value
-
-
-def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) -> LmCheckpoint:
-    """The language model of a checkpoint directory, or of a run directory's ``latest``
-    (:class:`CheckpointError` naming what is missing or damaged)."""
-    p = Path(path)
-    if not p.exists():
-        raise CheckpointError(f"'{p}' does not exist")
-    if not (p / CONFIG_FILE).is_file():
-        latest = latest_checkpoint(p)
-        if latest is None:
-            raise CheckpointError(f"'{p}' is neither a checkpoint nor a run directory holding one")
-        p = latest
-    try:
-        manifest = json.loads((p / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"'{p / CONFIG_FILE}' cannot be read as JSON: {exc}") from None
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != FORMAT_NAME
-        or not isinstance(manifest.get("files"), dict)
-    ):
-        raise CheckpointError(f"'{p}' is not a checkpoint of this program")
-    if manifest.get("kind") != LM_KIND:
-        raise CheckpointError(f"'{p}' is not a language model's checkpoint (a translation model's?)")
-    try:
-        model = LanguageModel.from_config(dict(manifest["model"]))
-    except (TypeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"'{p}': its model configuration is not valid: {exc}") from None
-    vocabulary = CharVocabulary.from_str(_read_checked(p, VOCABULARY_FILE, manifest).decode("utf-8"))
-    if vocabulary.vocab_size != model.config["vocab_size"]:
-        raise CheckpointError(f"'{p}': the vocabulary does not match the model's vocab_size")
-    _assign(p, MODEL_FILE, model.parameters(), _read_checked(p, MODEL_FILE, manifest))
-    opt = manifest.get("optimizer") or {}
-    model.configure_optimizer(**opt.get("config", {}))
-    model.step = int(opt.get("step", 0))
-    if optimizer:
-        _assign(p, OPTIMIZER_FILE, model.optimizer_state(), _read_checked(p, OPTIMIZER_FILE, manifest))
-        model.dropout_calls = int(opt.get("dropout_calls", 0))
-    state = json.loads(_read_checked(p, STATE_FILE, manifest).decode("utf-8"))
-    return LmCheckpoint(path=p, model=model, vocabulary=vocabulary, state=state, run_id=str(manifest.get("run_id")))
-
-
-# ---------------------------------------------------------------------------- training
-
-
-def _text_digest(text: str) -> str:
-    return sha256(text.encode("utf-8"))
-
-
-@dataclass
-class LmTrainer:
-    """A language-model run: the model, the text's parts as ids, the run directory, the history.
-    :meth:`fit` trains until the request's limit, with progress lines, validation and
-    checkpoints; Ctrl-C saves a checkpoint and stops."""
-
-    request: LmTrainRequest
-    out: Path
-    model: LanguageModel
-    vocabulary: CharVocabulary
-    split: TextSplit
-    source: LmText
-    report: Report = _say
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
-    history: List[Dict[str, Any]] = field(default_factory=list)
-    elapsed: float = 0.0
-    governor: Optional[ThreadGovernor] = None
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        request: LmTrainRequest,
+        model: LanguageModel,
+        vocabulary: CharVocabulary,
+        split: TextSplit,
+        source: LmText,
+    ) -> None:
+        self.request, self.model, self.vocabulary, self.split, self.source = request, model, vocabulary, split, source
         self.ids = {
-            name: self.vocabulary.encode(getattr(self.split, name), unknown=self.vocabulary.chars[0])
+            name: vocabulary.encode(getattr(split, name), unknown=vocabulary.chars[0])
             for name in ("train", "valid", "test")
         }
-        if len(self.ids["train"]) < self.request.seq_len + 1:
+        r, train = request, len(self.ids["train"])
+        if train < r.seq_len + 1:
             raise ValueError(
-                f"seq_len {self.request.seq_len} is too long for a training text of {len(self.ids['train'])} "
-                f"characters: each step needs windows of seq_len + 1 = {self.request.seq_len + 1} characters"
+                f"seq_len {r.seq_len} is too long for a training text of {train} characters: each step needs "
+                f"windows of seq_len + 1 = {r.seq_len + 1} characters"
             )
-        r = self.request
-        if r.memory_length > 0 and len(self.ids["train"]) // r.batch_size < r.seq_len + 1:
+        if r.memory_length > 0 and train // r.batch_size < r.seq_len + 1:
             raise ValueError(
-                f"a training text of {len(self.ids['train'])} characters is too short for batch_size "
-                f"{r.batch_size} stripes of at least seq_len + 1 = {r.seq_len + 1} characters (a segment memory "
-                "walks each stripe in consecutive segments): lower batch_size or seq_len"
+                f"a training text of {train} characters is too short for batch_size {r.batch_size} stripes of at "
+                f"least seq_len + 1 = {r.seq_len + 1} characters (a segment memory walks each stripe in "
+                "consecutive segments): lower batch_size or seq_len"
             )
 
-    # ------------------------------------------------------------ data
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps of one pass over the training characters (with a segment memory: along the stripes)."""
+        r = self.request
+        if r.memory_length > 0:
+            return self.segment_of(1)[1]
+        return max(1, -(-len(self.ids["train"]) // (r.batch_size * r.seq_len)))
+
+    def batch_plan(self, epoch: int, config: Any) -> Sequence[int]:
+        n = self.steps_per_epoch
+        return range(epoch * n + 1, (epoch + 1) * n + 1)
+
     def batch(self, step: int) -> np.ndarray:
         """The (batch_size, seq_len + 1) windows of step ``step`` (1-based): random positions from
         a generator seeded by the run's seed and the step. With a segment memory: row b is the
@@ -544,7 +347,7 @@ class LmTrainer:
         r = self.request
         train = self.ids["train"]
         if r.memory_length > 0:
-            k, count = self.segment_of(step)
+            k, _ = self.segment_of(step)
             width = len(train) // r.batch_size  # each stripe's characters
             start = k * r.seq_len
             return np.stack([train[b * width + start : b * width + start + r.seq_len + 1] for b in range(r.batch_size)])
@@ -557,210 +360,192 @@ class LmTrainer:
         ``count`` consecutive segments of seq_len characters in each of the batch_size stripes of
         the training text; after the last one the stripes start again (and the memory is emptied)."""
         r = self.request
-        width = len(self.ids["train"]) // r.batch_size
-        count = (width - 1) // r.seq_len
+        count = (len(self.ids["train"]) // r.batch_size - 1) // r.seq_len
         return (step - 1) % count, count
 
-    def evaluate(self, part: str = "test", chars: Optional[int] = None) -> float:
-        """Bits per character of a part of the text (``"valid"`` or ``"test"``; its first
-        ``chars`` characters when given)."""
+    def step(self, model: Any, batch: Any) -> StepOutcome:
+        r = self.request
+        if r.memory_length > 0 and self.segment_of(batch)[0] == 0:
+            # the stripes start (again): no memory of the text before. (A resumed run and the
+            # validations start the next segment with an empty one.)
+            model.reset_memory()
+        loss = model.train_step(self.batch(batch))
+        tokens = r.batch_size * r.seq_len
+        return StepOutcome(loss, 0.0, tokens, tokens)  # the language model counts no accuracy
+
+    def evaluate(self, model: Any, part: str = "test", chars: Optional[int] = None) -> float:
+        """Bits per character of a part of the text (``"train"``, ``"valid"`` or ``"test"``; its
+        first ``chars`` characters when given)."""
         if part not in ("valid", "test", "train"):
             raise ValueError(f"evaluate: part must be 'train', 'valid' or 'test', got {part!r}")
         ids = self.ids[part] if chars is None else self.ids[part][:chars]
-        return bits_per_character(self.model, ids, self.request.seq_len, self.request.batch_size)
+        return bits_per_character(model, ids, self.request.seq_len, self.request.batch_size)
 
-    def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
-        """:func:`generate` with the model being trained (the context of its training windows)."""
-        options.setdefault("context", self.request.seq_len + self.request.memory_length)
-        return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
+    def validate(self, model: Any, config: Any) -> Dict[str, float]:
+        if len(self.ids["valid"][: self.request.eval_chars]) < 2:
+            return {}
+        bpc = self.evaluate(model, "valid", self.request.eval_chars)
+        if not math.isfinite(bpc):
+            raise FloatingPointError(f"the validation bits per character are {bpc}")
+        return {"val_bpc": bpc}
 
-    # ------------------------------------------------------------ state
-    def state(self) -> Dict[str, Any]:
-        """What a checkpoint records of the run besides the weights (JSON)."""
+    def fingerprints(self) -> Dict[str, Optional[str]]:
+        return {"train": _digest(self.ids["train"]), "valid": _digest(self.ids["valid"])}
+
+    def postfix(self, sums: Mapping[str, float]) -> Dict[str, str]:
+        return {"bpc": f"{sums['loss'] / max(sums['tokens'], 1) / math.log(2):.3f}"}
+
+    def describe(self, entry: Mapping[str, Any]) -> str:
+        text = f"step {entry['step']}, train {entry['loss'] / math.log(2):.3f} bpc"
+        if "val_bpc" in entry:
+            text += f", valid {entry['val_bpc']:.3f} bpc"
+        return text
+
+    def record(self) -> Dict[str, Any]:
+        """What a checkpoint's ``data`` section records: the request and the text."""
         return {
-            "step": self.model.step,
-            "elapsed": self.elapsed,
-            "history": self.history,
             "request": asdict(self.request),
             "text": {
                 "source": self.source.source,
                 "attribution": self.source.attribution,
                 "characters": len(self.source.text),
-                "sha256": _text_digest(self.source.text),
+                "sha256": text_digest(self.source.text),
                 "split": self.split.sizes(),
             },
         }
 
-    def save(self) -> Path:
-        """A checkpoint of the run now."""
-        return save_lm_checkpoint(self.out, self.model, self.vocabulary, self.state(), self.run_id, self.request.keep)
-
-    def _total_steps(self) -> Optional[int]:
-        r = self.request
-        if r.steps is not None:
-            return r.steps
-        if r.epochs is not None:
-            return max(1, int(math.ceil(r.epochs * len(self.ids["train"]) / (r.batch_size * r.seq_len))))
-        if r.time_budget is not None:
-            return None
-        return 1000
-
-    # ------------------------------------------------------------ the loop
-    def fit(self) -> Dict[str, Any]:
-        """Train until the limit; returns the last history entry (step, loss, valid bpc, ...).
-        Ctrl-C (or SIGTERM through the command line) saves a checkpoint, then re-raises."""
-        r = self.request
-        total = self._total_steps()
-        most = r.threads or get_num_threads()
-        set_num_threads(most)
-        self.governor = governor_for(self.governor, most, r.adaptive_threads)
-        start_clock = time.perf_counter()
-        start_elapsed = self.elapsed
-        last_save = start_clock
-        losses: List[float] = []
-        tokens_per_step = r.batch_size * r.seq_len
-
-        def over() -> bool:
-            if total is not None:
-                return self.model.step >= total
-            assert r.time_budget is not None  # seconds of this call
-            return time.perf_counter() - start_clock >= r.time_budget
-
-        entry: Dict[str, Any] = {}
-        try:
-            while not over():
-                step = self.model.step + 1
-                tokens = self.batch(step)
-                if r.memory_length > 0 and self.segment_of(step)[0] == 0:
-                    # the stripes start (again): no memory of the text before. (A resumed run and
-                    # the evaluations at progress lines start the next segment with an empty one.)
-                    self.model.reset_memory()
-                t0 = time.perf_counter()
-                losses.append(self.model.train_step(tokens))
-                seconds = time.perf_counter() - t0
-                if self.governor is not None:
-                    self.governor.record(seconds, tokens_per_step)
-                self.elapsed = start_elapsed + time.perf_counter() - start_clock
-                if step % r.eval_every == 0 or over():
-                    entry = self._log(step, losses, tokens_per_step)
-                    losses = []
-                if time.perf_counter() - last_save >= r.checkpoint_every:
-                    self.save()
-                    last_save = time.perf_counter()
-        except KeyboardInterrupt:
-            self.elapsed = start_elapsed + time.perf_counter() - start_clock
-            path = self.save()
-            self.report(f"interrupted at step {self.model.step}: saved {path} (continue with --resume)")
-            raise
-        path = self.save()
-        self.report(f"saved {path}")
-        return entry
-
-    def _log(self, step: int, losses: List[float], tokens_per_step: int) -> Dict[str, Any]:
-        loss = float(np.mean(losses)) if losses else float("nan")
-        valid = self.evaluate("valid", self.request.eval_chars)
-        entry = {
-            "step": step,
-            "elapsed": round(self.elapsed, 2),
-            "train_loss": loss,
-            "train_bpc": loss / math.log(2),
-            "valid_bpc": valid,
-            "lr": self.model.learning_rate(step),
-        }
-        self.history.append(entry)
-        rate = step * tokens_per_step / self.elapsed if self.elapsed > 0 else 0.0
-        self.report(
-            f"step {step}  train {entry['train_bpc']:.3f} bpc  valid {valid:.3f} bpc  lr {entry['lr']:.2e}  "
-            f"{rate:,.0f} chars/s  {self.elapsed:.0f}s"
+    def save(
+        self,
+        run_dir: Path,
+        model: Any,
+        *,
+        trainer_state: Mapping[str, Any],
+        train_config: Mapping[str, Any],
+        keep: int,
+        run_id: str,
+        best: bool,
+    ) -> Path:
+        return save_lm_checkpoint(
+            run_dir,
+            model,
+            self.vocabulary,
+            self.record(),
+            trainer_state=trainer_state,
+            train_config=train_config,
+            keep=keep,
+            run_id=run_id,
         )
-        return entry
+
+    def average(self, run_dir: Path, paths: Sequence[Path]) -> Tuple[Path, Any]:
+        return average_lm_checkpoints(run_dir, paths)
+
+    def generate(self, model: Any, prompt: str, max_tokens: int, **options: Any) -> str:
+        """:func:`generate` with ``model`` and the context of the training windows."""
+        options.setdefault("context", self.request.seq_len + self.request.memory_length)
+        return generate(model, self.vocabulary, prompt, max_tokens, **options)
 
 
-def _check_new_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out '{out}' is a file, not a directory")
-    if out.is_dir():
-        foreign = foreign_entries(out)
-        if foreign:
-            path, why = foreign[0]
-            raise FileExistsError(
-                f"'{path}' was not written by this program ({why}); it is never replaced: move it elsewhere "
-                "or choose another --out"
-            )
-        if latest_checkpoint(out) is not None:
-            raise ValueError(f"'{out}' already holds a run; pass --resume to continue it or choose another --out")
+# ---------------------------------------------------------------------------- new and resumed runs
 
 
-def new_lm_trainer(request: LmTrainRequest, out: Union[str, "os.PathLike[str]"], report: Report = _say) -> LmTrainer:
-    """A new run of ``request`` writing into ``out`` (refused when it already holds a run or
-    files of the user's under the names a run writes)."""
-    out_path = Path(out)
-    _check_new_out(out_path)
+def _trainer(task: LmTask, out: Path) -> Trainer:
+    return Trainer.for_task(task.model, task, task.request.train_config(task.steps_per_epoch), checkpoint_dir=out)
+
+
+def new_lm_trainer(request: LmTrainRequest, out: Union[str, "os.PathLike[str]"], report: Report = _say) -> Trainer:
+    """The shared :class:`~transformer_cpp.training.Trainer` of a new run of ``request`` writing
+    into ``out`` (refused when it already holds a run or files of the user's under the names a
+    run writes); ``trainer.task`` is its :class:`LmTask`."""
+    run = RunDirectory(Path(out), "--out")
+    if run.path.exists() and not run.path.is_dir():
+        raise ValueError(f"--out '{run.path}' is a file, not a directory")
+    run.check_own_entries()
+    if run.holds_run():
+        raise ValueError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
     source = load_lm_text(request.text, request.encoding)
     if source.attribution:
         report(f"text: {source.attribution}")
     split = split_text(source.text)
     vocabulary = CharVocabulary.from_text(split.train)
     model = LanguageModel(vocabulary.vocab_size, max_len=max(request.seq_len, 16), **request.architecture())
-    model.configure_optimizer(warmup=request.warmup, lr_scale=request.lr_scale, clip_norm=request.clip_norm)
     sizes = split.sizes()
     report(
         f"text: {len(source.text):,} characters ({sizes['train']:,} train, {sizes['valid']:,} valid, "
         f"{sizes['test']:,} test), {len(vocabulary.chars)} distinct; model: {model.num_parameters():,} parameters"
     )
-    out_path.mkdir(parents=True, exist_ok=True)
-    return LmTrainer(request, out_path, model, vocabulary, split, source, report)
+    return _trainer(LmTask(request, model, vocabulary, split, source), run.path)
 
 
 # the settings a resumed run may change (the architecture and the text are the checkpoint's)
-_RESUMABLE = (
+CHANGEABLE_ON_RESUME = (
     "steps",
     "time_budget",
     "epochs",
     "eval_every",
     "eval_chars",
-    "checkpoint_every",
-    "keep",
+    "keep_checkpoints",
+    "average_last",
     "threads",
     "adaptive_threads",
+    "progress",
 )
+_LIMITS = ("steps", "time_budget", "epochs")
 
 
 def resume_lm_trainer(
     out: Union[str, "os.PathLike[str]"], changes: Optional[Dict[str, Any]] = None, report: Report = _say
-) -> LmTrainer:
+) -> Trainer:
     """Continue the run in ``out`` from its latest checkpoint, with the same text (checked by its
-    digest) and architecture; ``changes`` may set the limit and the bookkeeping (``steps``,
-    ``time_budget``, ``epochs``, ``eval_every``, ``threads``, ...)."""
-    out_path = Path(out)
-    if latest_checkpoint(out_path) is None:
-        raise ValueError(f"nothing to resume: '{out_path}' holds no checkpoint")
-    ckpt = load_lm(out_path, optimizer=True)
-    saved = dict(ckpt.state["request"])
-    for key, value in (changes or {}).items():
-        if key not in _RESUMABLE:
+    digest) and architecture; ``changes`` may set the limit and the bookkeeping (those of
+    :data:`CHANGEABLE_ON_RESUME`). A run written before the shared trainer continues at its step."""
+    run = RunDirectory(Path(out), "--out")
+    if not run.holds_run():
+        raise ValueError(f"nothing to resume: '{run.path}' holds no checkpoint")
+    ckpt = load_lm(run.path, optimizer=True)
+    changes = dict(changes or {})
+    for key in changes:
+        if key not in CHANGEABLE_ON_RESUME:
             raise ValueError(f"--resume continues the saved run: {key} cannot be changed (it is the checkpoint's)")
-        saved[key] = value
-    if changes and any(k in changes for k in ("steps", "time_budget", "epochs")):
-        for k in ("steps", "time_budget", "epochs"):
-            if k not in changes:
-                saved[k] = None
-    request = LmTrainRequest(**{f.name: saved[f.name] for f in fields(LmTrainRequest) if f.name in saved})
+    if any(k in changes for k in _LIMITS):
+        changes.update({k: None for k in _LIMITS if k not in changes})
+    request = LmTrainRequest.from_saved(ckpt.request, changes)
     source = load_lm_text(request.text, request.encoding)
-    if _text_digest(source.text) != ckpt.state["text"]["sha256"]:
+    if text_digest(source.text) != ckpt.text["sha256"]:
         raise ValueError(f"the text '{request.text}' is not the one this run was trained on (its digest differs)")
-    split = split_text(source.text)
-    trainer = LmTrainer(
-        request,
-        out_path,
-        ckpt.model,
-        ckpt.vocabulary,
-        split,
-        source,
-        report,
-        run_id=ckpt.run_id,
-        history=list(ckpt.state.get("history", [])),
-        elapsed=float(ckpt.state.get("elapsed", 0.0)),
-    )
+    task = LmTask(request, ckpt.model, ckpt.vocabulary, split_text(source.text), source)
+    trainer = _trainer(task, run.path)
+    state = ckpt.trainer_state if ckpt.legacy is None else _legacy_state(ckpt, task)
+    if state is None:
+        raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
+    if ckpt.run_id:
+        trainer.run_id = ckpt.run_id
+    try:
+        trainer.load_state_dict(state)
+    except ValueError as exc:
+        raise CheckpointError(f"checkpoint '{ckpt.path}': {exc}") from None
+    trainer.last_checkpoint = ckpt.path
     report(f"resuming {ckpt.path} at step {ckpt.model.step}")
     return trainer
+
+
+def _legacy_state(ckpt: LmCheckpoint, task: LmTask) -> Dict[str, Any]:
+    """An older run's state as the shared trainer's: the position of its step in epochs of
+    ``task``'s steps, its elapsed time and its progress entries as history."""
+    assert ckpt.legacy is not None
+    n = task.steps_per_epoch
+    epoch, batch = divmod(int(ckpt.legacy["step"]), n)
+    zero = {"loss": 0.0, "correct": 0.0, "tokens": 0}
+    return {
+        "format": STATE_FORMAT,
+        "version": STATE_VERSION,
+        "epoch": epoch,
+        "batch_in_epoch": batch,
+        "step": ckpt.model.step,
+        "epoch_sums": zero,
+        "epoch_seconds": 0.0,
+        "window": zero,
+        "window_steps": 0,
+        "history": legacy_history(ckpt.legacy["history"], n),
+        "elapsed": ckpt.legacy["elapsed"],
+        "run_id": ckpt.run_id,
+    }

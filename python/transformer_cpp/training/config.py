@@ -42,6 +42,8 @@ class TrainConfig:
     batch_size: int = 64  # sentence pairs per optimiser step (when max_tokens is 0)
     max_tokens: int = 0  # > 0: batches of at most this many padded tokens (pairs * longest side), by length
     time_budget: float = 0.0  # > 0: minutes of training; the schedule is fitted to it and training stops on time
+    max_steps: int = 0  # > 0: stop when the model has taken this many optimiser steps (with a checkpoint)
+    eval_every: int = 0  # > 0: also validate (a history entry, a line, a checkpoint) every this many steps
     decay: bool = False  # after the warm-up (from step 1 with fixed_lr), decay linearly to 0 at the run's end
     seed: int = 0  # seeds the per-epoch shuffling (the model has its own seed for weights and dropout)
     log_every: int = 10  # one "batch" history entry per this many steps
@@ -70,6 +72,8 @@ class TrainConfig:
         "batch_size": Limit(True, 1, 1_000_000),
         "max_tokens": Limit(True, 0, 100_000_000),
         "time_budget": Limit(False, 0, 1_000_000, unit="minutes"),  # about two years
+        "max_steps": Limit(True, 0, 2**62),
+        "eval_every": Limit(True, 0, 2**62),
         "decay": Limit.flag(),
         "seed": Limit(True, 0, MAX_SEED),
         "log_every": Limit(True, 1, 1_000_000_000),

@@ -16,7 +16,7 @@ logger = logging.getLogger(__package__)
 class EpochBar:
     """The progress bar of one epoch (nothing without bars); close it when the epoch ends."""
 
-    def __init__(self, shown: bool, total: int, initial: int, desc: str) -> None:
+    def __init__(self, shown: bool, total: int, initial: int, desc: str, unit: str = "batch") -> None:
         self._bar: Optional[Any] = None
         if shown:
             from tqdm.auto import tqdm
@@ -25,32 +25,24 @@ class EpochBar:
                 total=total,
                 initial=initial,
                 desc=desc,
-                unit="batch",
+                unit=unit,
                 leave=True,
                 dynamic_ncols=True,
                 file=sys.stderr,
             )
 
-    def step(self, sums: Dict[str, float], model: Any) -> None:
-        """One batch done: the epoch's running sums (token-weighted) and the model's learning rate."""
+    def step(self, postfix: Dict[str, str]) -> None:
+        """One batch done: ``postfix`` is what the bar shows beside it (the running means, the lr)."""
         if self._bar is None:
             return
-        n = max(sums["tokens"], 1)
-        self._bar.set_postfix(
-            loss=f"{sums['loss'] / n:.4f}",
-            acc=f"{sums['correct'] / n:.4f}",
-            lr=f"{model.learning_rate(model.step):.2e}",
-            refresh=False,
-        )
+        self._bar.set_postfix(postfix, refresh=False)
         self._bar.update(1)
 
-    def finish(self, entry: Dict[str, Any]) -> None:
-        """Show the epoch's history entry on the bar and close it."""
+    def finish(self, postfix: Dict[str, str]) -> None:
+        """Show the epoch's values on the bar and close it."""
         if self._bar is None:
             return
-        self._bar.set_postfix(
-            loss=f"{entry['loss']:.4f}", acc=f"{entry['accuracy']:.4f}", lr=f"{entry['lr']:.2e}", refresh=True
-        )
+        self._bar.set_postfix(postfix, refresh=True)
         self._bar.close()
 
     def close(self) -> None:
@@ -65,8 +57,8 @@ class Progress:
         self.bars = bars and is_root
         self.is_root = is_root
 
-    def epoch_bar(self, total: int, initial: int, desc: str) -> EpochBar:
-        return EpochBar(self.bars, total, initial, desc)
+    def epoch_bar(self, total: int, initial: int, desc: str, unit: str = "batch") -> EpochBar:
+        return EpochBar(self.bars, total, initial, desc, unit)
 
     def say(self, message: str) -> None:
         """One line: written between the bars, or logged at INFO without them; nothing off the root."""
@@ -80,17 +72,12 @@ class Progress:
             logger.info("%s", message)
 
 
-def epoch_summary(entry: Dict[str, Any], finished: bool, elapsed: float) -> str:
-    """One line on an epoch's history entry (``finished``: the time budget is spent; ``elapsed``:
-    seconds of training in all)."""
-    val = ""
-    if "val_loss" in entry:
-        val = f", val_loss {entry['val_loss']:.4f}, val_acc {entry['val_accuracy']:.4f}"
-    if "val_bleu" in entry:
-        val += f", val_bleu {entry['val_bleu']:.2f}"
-    label = f"epoch {entry['epoch']}" + (" (time budget spent)" if finished else "")
+def epoch_summary(entry: Dict[str, Any], stopped: str, elapsed: float, values: str) -> str:
+    """One line on an epoch's history entry: ``values`` (the task's words for its losses and
+    validation), ``stopped`` (why the run ends here, or ""), ``elapsed`` (seconds of training in
+    all)."""
+    label = f"epoch {entry['epoch']}" + (f" ({stopped})" if stopped else "")
     return (
-        f"{label}: loss {entry['loss']:.4f}, acc {entry['accuracy']:.4f}{val}, "
-        f"{entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s, "
+        f"{label}: {values}, {entry['seconds']:.1f} s, {entry['tokens_per_second']:.0f} tokens/s, "
         f"{elapsed / 60:.1f} min in all"
     )

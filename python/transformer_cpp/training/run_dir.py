@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .._checks import path as _path
 from ..checkpoint import (
     LATEST_FILE,
     LOCK_FILE,
-    average_checkpoints,
     check_writable,
     foreign_entries,
     list_checkpoints,
     lock_run,
     mark_best,
-    save_checkpoint,
 )
 
 __all__ = ["RunDirectory", "improves"]
@@ -108,46 +106,18 @@ class RunDirectory:
         """The complete checkpoints, oldest first; with ``run_id``, only that run's."""
         return list_checkpoints(self.path, run_id=run_id)
 
-    def save(
-        self,
-        model: Any,
-        src_tokenizer: Any,
-        tgt_tokenizer: Any,
-        *,
-        trainer_state: Mapping[str, Any],
-        train_config: Mapping[str, Any],
-        data: Optional[Mapping[str, Any]],
-        keep: int,
-        run_id: str,
-        best: bool = False,
-    ) -> Path:
-        """Write a resumable checkpoint (with the optimiser), named by the trainer state's position,
-        point ``latest`` (and with ``best``, ``best``) at it and prune the run's oldest beyond ``keep``
-        (0: keep all); its path."""
-        return save_checkpoint(
-            self.path,
-            model,
-            src_tokenizer,
-            tgt_tokenizer,
-            trainer_state=trainer_state,
-            train_config=train_config,
-            data=data,
-            optimizer=True,
-            keep=keep,
-            run_id=run_id,
-            best=best,
-        )
-
     def mark_best(self, name: str) -> None:
         """Point ``best`` at checkpoint ``name``."""
         mark_best(self.path, name)
 
-    def average_last(self, count: int, run_id: str) -> Optional[Tuple[Path, Any, int]]:
-        """Average the newest ``count`` complete checkpoints of run ``run_id`` into ``averaged``:
-        ``(its path, the averaged model, how many were averaged)``, or None with fewer than two."""
+    def average_last(
+        self, count: int, run_id: str, average: Callable[[Path, Sequence[Path]], Tuple[Path, Any]]
+    ) -> Optional[Tuple[Path, Any, int]]:
+        """Average the newest ``count`` complete checkpoints of run ``run_id`` into ``averaged``
+        with the task's ``average(run directory, checkpoints)``: ``(its path, the averaged model,
+        how many were averaged)``, or None with fewer than two."""
         paths = list_checkpoints(self.path, run_id=run_id)[-count:]
         if len(paths) < 2:
             return None
-        path, model = average_checkpoints(paths, self.path)
-        assert path is not None  # written, since a run directory was given
+        path, model = average(self.path, paths)
         return path, model, len(paths)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -41,24 +41,28 @@ STATE_FORMAT = "transformer_cpp.trainer_state"
 STATE_VERSION = 1
 
 
-def empty_history() -> Dict[str, Dict[str, List[Any]]]:
-    """A history with every series present and empty."""
-    return {
+#: The validation series of a translation run's history (another task names its own).
+TRANSLATION_METRICS = ("val_loss", "val_accuracy", "val_bleu")
+
+
+def empty_history(metrics: Sequence[str] = TRANSLATION_METRICS) -> Dict[str, Dict[str, List[Any]]]:
+    """A history with every series present and empty: the training series and the task's
+    validation ``metrics`` (by default translation's)."""
+    history: Dict[str, Dict[str, List[Any]]] = {
         "batch": {"step": [], "loss": [], "accuracy": [], "lr": []},
         "epoch": {
             "epoch": [],
             "step": [],
             "loss": [],
             "accuracy": [],
-            "val_loss": [],
-            "val_accuracy": [],
-            "val_bleu": [],
+            **{key: [] for key in metrics},
             "lr": [],
             "seconds": [],
             "minutes": [],
             "tokens_per_second": [],
         },
     }
+    return history
 
 
 def data_fingerprint(encoded: Optional[EncodedPairs]) -> Optional[str]:
@@ -171,7 +175,7 @@ def _state_sums(state: Mapping[str, Any], key: str) -> Dict[str, float]:
     }
 
 
-def _checked_values(state: Mapping[str, Any]) -> Dict[str, Any]:
+def _checked_values(state: Mapping[str, Any], metrics: Sequence[str]) -> Dict[str, Any]:
     """The values of a trainer state, each checked for its type and range (a damaged or edited
     trainer_state.json must not resume a run from a negative epoch, or with text for numbers)."""
     best = state.get("best") or {}
@@ -188,7 +192,7 @@ def _checked_values(state: Mapping[str, Any]) -> Dict[str, Any]:
     saved_history = state["history"]
     if not isinstance(saved_history, Mapping):
         raise ValueError(f"history must be an object, got {type(saved_history).__name__}")
-    history = empty_history()
+    history = empty_history(metrics)
     for section, series in history.items():
         saved = saved_history.get(section, {})
         if not isinstance(saved, Mapping):
@@ -219,11 +223,15 @@ def _checked_values(state: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def checked_state(
-    state: Mapping[str, Any], fingerprints: Mapping[str, Optional[str]], world_size: int
+    state: Mapping[str, Any],
+    fingerprints: Mapping[str, Optional[str]],
+    world_size: int,
+    metrics: Sequence[str] = TRANSLATION_METRICS,
 ) -> Dict[str, Any]:
     """The values of a trainer state (what ``Trainer.state_dict`` returned, perhaps read back from
     a checkpoint), each checked for its type and range, for a trainer with data of these
-    ``fingerprints`` (:func:`data_fingerprint`) on ``world_size`` processes.
+    ``fingerprints`` (:func:`data_fingerprint`) on ``world_size`` processes, whose task validates
+    ``metrics``.
 
     Raises:
         ValueError: not a trainer state, another version, other data, another number of
@@ -241,7 +249,7 @@ def checked_state(
                 "number of samples, split, tokenizers or max_length); resuming would not continue the same run"
             )
     try:
-        values = _checked_values(state)
+        values = _checked_values(state, metrics)
     except KeyError as exc:
         raise ValueError(f"Trainer.load_state_dict: damaged trainer state (it lacks {exc})") from None
     except (TypeError, ValueError, AttributeError) as exc:

@@ -28,7 +28,8 @@ from typing import Any, Dict, Optional, TypeVar
 
 import numpy as np
 
-from ..data import Batch, EncodedPairs, make_batch
+from ..data import Batch
+from .task import TrainingTask
 
 __all__ = ["StopRequest", "StepResult", "Steps", "LocalSteps", "ParallelSteps", "steps_for"]
 
@@ -124,15 +125,15 @@ class Steps(abc.ABC):
     def step(
         self,
         model: Any,
-        data: EncodedPairs,
-        rows: np.ndarray,
+        task: TrainingTask,
+        rows: Any,
         *,
         stop: bool,
         origin: float,
         previous_seconds: float,
         where: str,
     ) -> StepResult:
-        """One optimiser step on the global batch ``rows`` of ``data``.
+        """One optimiser step of ``task`` on its global batch ``rows``.
 
         ``stop``: a stop is requested here; ``origin``: the ``time.perf_counter()`` at which the
         run's clock read 0; ``previous_seconds``: this process's previous step time; ``where``:
@@ -169,8 +170,8 @@ class Steps(abc.ABC):
 
 
 class LocalSteps(Steps):
-    """Steps in this process alone: ``Transformer.train_step`` on the whole batch; every agreement
-    is this process's own value."""
+    """Steps in this process alone: the task's step on the whole batch; every agreement is this
+    process's own value."""
 
     def stop_request(self) -> StopRequest:
         return StopRequest()
@@ -181,8 +182,8 @@ class LocalSteps(Steps):
     def step(
         self,
         model: Any,
-        data: EncodedPairs,
-        rows: np.ndarray,
+        task: TrainingTask,
+        rows: Any,
         *,
         stop: bool,
         origin: float,
@@ -190,13 +191,11 @@ class LocalSteps(Steps):
         where: str,
     ) -> StepResult:
         t0 = time.perf_counter()
-        batch = make_batch(data, rows)
-        # transformer_cpp.NonFiniteError (a FloatingPointError) when the step would not be finite:
+        # a FloatingPointError (transformer_cpp.NonFiniteError) when the step would not be finite:
         # the core then changes nothing
-        loss, acc = model.train_step(batch.src, batch.tgt_in, batch.tgt_out)
+        o = task.step(model, rows)
         t1 = time.perf_counter()
-        work = batch.src.size + batch.tgt_in.size
-        return StepResult(loss, acc, model.last_token_count, work, t1 - t0, t1 - origin, t1 - t0)
+        return StepResult(o.loss, o.accuracy, o.tokens, o.work, t1 - t0, t1 - origin, t1 - t0)
 
     def stop_after_step(self, requested: bool) -> bool:
         return requested
@@ -239,8 +238,8 @@ class ParallelSteps(Steps):
     def step(
         self,
         model: Any,
-        data: EncodedPairs,
-        rows: np.ndarray,
+        task: TrainingTask,
+        rows: Any,
         *,
         stop: bool,
         origin: float,
@@ -251,7 +250,7 @@ class ParallelSteps(Steps):
         work = [0]  # this rank's share (none when the batch has fewer pairs than ranks)
 
         def batch_of(share: np.ndarray) -> Batch:
-            b = make_batch(data, share)
+            b = task.parallel_batch(share)
             work[0] = b.src.size + b.tgt_in.size
             return b
 

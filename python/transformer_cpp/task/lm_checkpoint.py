@@ -1,0 +1,260 @@
+"""A language model's checkpoints, in the format every task writes (:mod:`transformer_cpp.checkpoint`):
+a manifest of kind ``language_model`` whose ``model`` section is the ``LanguageModel``'s
+configuration and whose ``data`` section holds the run's request and its text's digest; the
+weights, the Adam moments, the character vocabulary (``vocabulary.json``) and the trainer's state.
+
+Runs written before the language model trained through the shared trainer kept the request and
+the text in ``trainer_state.json`` with the step, the elapsed seconds and a list of progress
+entries; :func:`load_lm` reads those too (:attr:`LmCheckpoint.legacy`), and a resume continues
+them at the same step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..checkpoint import (
+    CONFIG_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LANGUAGE_MODEL_KIND,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    TRAINER_STATE_FILE,
+    CheckpointError,
+    check_kind,
+    checkpoint_name,
+    json_bytes,
+    load_tensors_into,
+    nonfinite_tensors,
+    read_checkpoint_config,
+    read_file,
+    read_json,
+    tensor_bytes,
+    write_checkpoint,
+)
+from ..data.lm_text import CharVocabulary
+from ..model import LanguageModel, NonFiniteError
+from .lm_sampling import generate
+
+__all__ = ["LmCheckpoint", "VOCABULARY_FILE", "average_lm_checkpoints", "load_lm", "save_lm_checkpoint"]
+
+VOCABULARY_FILE = "vocabulary.json"
+#: The most bytes a vocabulary file holds (one JSON string of characters).
+_MAX_VOCABULARY_BYTES = 64 << 20
+
+
+@dataclass
+class LmCheckpoint:
+    """A language model read from a checkpoint.
+
+    Attributes:
+        path: the checkpoint directory read (``latest`` followed).
+        model: the model with its weights (and with ``optimizer``, its Adam moments and counters).
+        vocabulary: its characters.
+        request: the run's request as a dict (:class:`~.language_model.LmTrainRequest`'s fields).
+        text: the text's source, attribution, size, SHA-256 and split sizes.
+        trainer_state: the shared trainer's state (None for an average, or an older run).
+        run_id: the run that wrote it.
+        legacy: an older run's ``{"step", "elapsed", "history"}`` (None for a current one).
+    """
+
+    path: Path
+    model: LanguageModel
+    vocabulary: CharVocabulary
+    request: Dict[str, Any]
+    text: Dict[str, Any]
+    trainer_state: Optional[Dict[str, Any]]
+    run_id: Optional[str]
+    legacy: Optional[Dict[str, Any]] = None
+
+    def generate(self, prompt: str, max_tokens: int, **options: Any) -> str:
+        """:func:`~.lm_sampling.generate` with this model and vocabulary, with the context its
+        training windows had."""
+        options.setdefault("context", int(self.request["seq_len"]) + int(self.request.get("memory_length", 0)))
+        return generate(self.model, self.vocabulary, prompt, max_tokens, **options)
+
+
+def save_lm_checkpoint(
+    run: Path,
+    model: LanguageModel,
+    vocabulary: CharVocabulary,
+    data: Mapping[str, Any],
+    *,
+    trainer_state: Optional[Mapping[str, Any]],
+    train_config: Optional[Mapping[str, Any]],
+    keep: Optional[int],
+    run_id: Optional[str],
+    name: Optional[str] = None,
+) -> Path:
+    """Write a checkpoint of ``model`` into run directory ``run`` (named by the trainer state's
+    position unless ``name`` is given; with a trainer state, the optimiser too): the shared
+    atomic write, ``latest`` moved, the run's oldest pruned beyond ``keep``."""
+    optimizer = trainer_state is not None
+    bad = model.nonfinite_parameters(optimizer)
+    if bad:
+        raise NonFiniteError(f"the model holds non-finite values ({', '.join(bad[:3])}); not saved")
+    if name is None:
+        state = trainer_state or {}
+        name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
+    files = {
+        MODEL_FILE: tensor_bytes(model.parameters(), "weights"),
+        VOCABULARY_FILE: vocabulary.to_str().encode("utf-8"),
+        TRAINER_STATE_FILE: json_bytes(None if trainer_state is None else dict(trainer_state)),
+    }
+    if optimizer:
+        files[OPTIMIZER_FILE] = tensor_bytes(model.optimizer_state(), "adam")
+    config = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "kind": LANGUAGE_MODEL_KIND,
+        "model": model.config,
+        "optimizer": {
+            "config": model.optimizer_config,
+            "saved": optimizer,
+            "step": model.step,
+            "dropout_calls": model.dropout_calls,
+        },
+        "train_config": None if train_config is None else dict(train_config),
+        "data": dict(data),
+    }
+    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, what="train-lm")
+
+
+def _mapping(ckpt: Path, what: str, value: Any) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CheckpointError(f"checkpoint '{ckpt}': {what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _legacy(ckpt: Path, state: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    """An older run's trainer_state.json: ``(request, text, {"step", "elapsed", "history"})``,
+    the request in today's terms (``keep`` is ``keep_checkpoints``, the time budget in minutes)."""
+    state = _mapping(ckpt, f"'{TRAINER_STATE_FILE}'", state)
+    request = dict(_mapping(ckpt, f"'{TRAINER_STATE_FILE}' field 'request'", state.get("request")))
+    text = _mapping(ckpt, f"'{TRAINER_STATE_FILE}' field 'text'", state.get("text"))
+    if "keep" in request:
+        request["keep_checkpoints"] = request.pop("keep")
+    if isinstance(request.get("time_budget"), (int, float)) and not isinstance(request["time_budget"], bool):
+        request["time_budget"] = request["time_budget"] / 60.0  # seconds of one call, then
+    request.pop("checkpoint_every", None)
+    history = state.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
+        raise CheckpointError(f"checkpoint '{ckpt}': '{TRAINER_STATE_FILE}' field 'history' must be a list of objects")
+    elapsed = state.get("elapsed", 0.0)
+    if isinstance(elapsed, bool) or not isinstance(elapsed, (int, float)) or not 0 <= elapsed < math.inf:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{TRAINER_STATE_FILE}' field 'elapsed' must be a number >= 0")
+    return request, text, {"elapsed": float(elapsed), "history": history}
+
+
+def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) -> LmCheckpoint:
+    """The language model of a checkpoint directory, or of a run directory's ``latest``
+    (:class:`CheckpointError` naming what is missing or damaged, or that the run is a
+    translation model's)."""
+    ckpt, manifest = read_checkpoint_config(path, "latest")
+    check_kind(ckpt, manifest, LANGUAGE_MODEL_KIND)
+    files = _mapping(ckpt, f"the 'files' section of '{CONFIG_FILE}'", manifest.get("files"))
+    try:
+        model = LanguageModel.from_config(dict(_mapping(ckpt, "its model configuration", manifest.get("model"))))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': its model configuration is not valid: {exc}") from None
+    try:
+        vocabulary = CharVocabulary.from_str(
+            read_file(ckpt, VOCABULARY_FILE, files, _MAX_VOCABULARY_BYTES).decode("utf-8")
+        )
+    except (UnicodeDecodeError, TypeError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"checkpoint '{ckpt}': '{VOCABULARY_FILE}' is not a vocabulary ({exc})") from None
+    if vocabulary.vocab_size != model.config["vocab_size"]:
+        raise CheckpointError(f"checkpoint '{ckpt}': the vocabulary does not match the model's vocab_size")
+    load_tensors_into(ckpt, MODEL_FILE, files, model.parameters())
+    opt = _mapping(ckpt, f"the 'optimizer' section of '{CONFIG_FILE}'", manifest.get("optimizer", {}))
+    try:
+        model.configure_optimizer(**_mapping(ckpt, "the optimiser settings", opt.get("config", {})))
+        model.step = int(opt.get("step", 0))
+        if optimizer:
+            if not opt.get("saved", False):
+                raise CheckpointError(
+                    f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training"
+                )
+            load_tensors_into(ckpt, OPTIMIZER_FILE, files, model.optimizer_state())
+            model.dropout_calls = int(opt.get("dropout_calls", 0))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"checkpoint '{ckpt}': its optimiser section is not valid: {exc}") from None
+    state = read_json(ckpt, TRAINER_STATE_FILE, files)
+    data = manifest.get("data")
+    legacy = None
+    if data is None:  # an older run: the request and the text were the trainer state's
+        request, text, legacy = _legacy(ckpt, state)
+        legacy["step"] = model.step
+        state = None
+    else:
+        data = _mapping(ckpt, f"the 'data' section of '{CONFIG_FILE}'", data)
+        request = dict(_mapping(ckpt, "its request", data.get("request")))
+        text = _mapping(ckpt, "its text record", data.get("text"))
+        if state is not None:
+            state = _mapping(ckpt, f"'{TRAINER_STATE_FILE}'", state)
+    if not isinstance(request.get("seq_len"), int) or "sha256" not in text:
+        raise CheckpointError(f"checkpoint '{ckpt}': its request or text record lacks seq_len or the text's digest")
+    run_id = manifest.get("run_id")
+    return LmCheckpoint(
+        ckpt, model, vocabulary, request, text, state, run_id if isinstance(run_id, str) else None, legacy
+    )
+
+
+def average_lm_checkpoints(run: Path, paths: Sequence[Path]) -> Tuple[Path, LanguageModel]:
+    """Average the weights of the language-model checkpoints ``paths`` (one run's) into
+    ``run/averaged``, without optimiser state: for generating and scoring, not for resuming."""
+    first = load_lm(paths[0])
+    sums = {k: np.array(p.value, dtype=np.float64) for k, p in first.model.parameters().items()}
+    for path in paths[1:]:
+        other = load_lm(path)
+        if other.model.config != first.model.config or other.run_id != first.run_id:
+            raise CheckpointError(f"average: '{other.path}' is not of the run and architecture of '{first.path}'")
+        for k, p in other.model.parameters().items():
+            sums[k] += p.value
+    for k, p in first.model.parameters().items():
+        p.value[...] = sums[k] / len(paths)
+    bad = nonfinite_tensors(first.model.parameters())
+    if bad:
+        raise CheckpointError(f"average: the mean of the checkpoints is not finite ({bad[0]})")
+    data = {"request": first.request, "text": first.text, "averaged_from": [Path(p).name for p in paths]}
+    out = save_lm_checkpoint(
+        run,
+        first.model,
+        first.vocabulary,
+        data,
+        trainer_state=None,
+        train_config=None,
+        keep=None,
+        run_id=first.run_id,
+        name="averaged",
+    )
+    return out, first.model
+
+
+def legacy_history(entries: List[Dict[str, Any]], steps_per_epoch: int) -> Dict[str, Dict[str, List[Any]]]:
+    """An older run's progress entries as the shared trainer's history (epochs by its steps)."""
+    epoch: Dict[str, List[Any]] = {k: [] for k in ("epoch", "step", "loss", "accuracy", "val_bpc", "lr")}
+    epoch.update({k: [] for k in ("seconds", "minutes", "tokens_per_second")})
+    for e in entries:
+        step = int(e.get("step", 0))
+        epoch["epoch"].append(round(step / steps_per_epoch, 4))
+        epoch["step"].append(step)
+        epoch["loss"].append(float(e.get("train_loss", 0.0)))
+        epoch["accuracy"].append(0.0)
+        epoch["val_bpc"].append(float(e.get("valid_bpc", 0.0)))
+        epoch["lr"].append(float(e.get("lr", 0.0)))
+        epoch["seconds"].append(0.0)
+        epoch["minutes"].append(float(e.get("elapsed", 0.0)) / 60.0)
+        epoch["tokens_per_second"].append(0.0)
+    return {"batch": {"step": [], "loss": [], "accuracy": [], "lr": []}, "epoch": epoch}
