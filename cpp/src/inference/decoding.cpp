@@ -102,6 +102,16 @@ CrossAttention cross_attention_of(const std::vector<double>& steps, Index tokens
   return a;
 }
 
+// The cross-attention of one hypothesis, read through every step's record (`history`: per step,
+// per layer) along its `path` (its decoder row at each step).
+template <typename T>
+CrossAttention attention_along(const std::vector<std::vector<Matrix<T>>>& history, const std::vector<Index>& path,
+                               Index layers, Index heads, Index source) {
+  std::vector<double> steps;
+  for (size_t t = 0; t < path.size(); ++t) append_step_weights(history[t], path[t], heads, source, steps);
+  return cross_attention_of(steps, static_cast<Index>(path.size()), layers, heads, source);
+}
+
 // The source tokens of sentence b (its non-padding positions).
 template <typename T>
 Index source_length(const InferenceState<T>& st, Index b) {
@@ -258,13 +268,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
                         bool ended) {
     const Index len = static_cast<Index>(toks.size());
     BeamHypothesis h{std::move(toks), lp, lp / penalty(len), ended, {}};
-    if (record) {
-      const Index S = source_length(st, s), H = c.n_heads;
-      std::vector<double> steps_w;
-      for (Index t = 0; t < len; ++t)
-        append_step_weights(history[static_cast<size_t>(t)], path[static_cast<size_t>(t)], H, S, steps_w);
-      h.attention = cross_attention_of(steps_w, len, c.n_layers, H, S);
-    }
+    if (record) h.attention = attention_along(history, path, c.n_layers, c.n_heads, source_length(st, s));
     return h;
   };
   std::vector<std::int64_t> feed(static_cast<size_t>(B), start_id);
