@@ -39,13 +39,13 @@ import os
 import sys
 from typing import List, Optional
 
-from ..bench import add_bench_parser
 from ..distributed import PeerFailed, WeightsDrifted
-from ..serve import add_serve_parser
 from ..task import Silent
 from ..training import TrainingDiverged
+from .bench import add_bench_parser
 from .common import PROG, Parser, UserError, console, version_text
 from .lm import add_lm_parsers
+from .serve import add_serve_parser
 from .tools import add_average_parser, add_export_parser, add_figures_parser
 from .train import add_train_parser
 from .translate import add_evaluate_parser, add_translate_parser
