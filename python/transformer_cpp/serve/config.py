@@ -26,7 +26,6 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HEADER_BYTES",
     "FORM",
-    "MAX_COUNT",
     "SERVE_EXTRA_HINT",
     "ClientGone",
     "ServeConfig",
@@ -46,14 +45,11 @@ __all__ = [
     "text_work",
 ]
 
-#: The largest count a setting may ask for (a 64-bit integer).
-MAX_COUNT = 2**63 - 1
-
 #: What to install when FastAPI or uvicorn cannot be imported.
 SERVE_EXTRA_HINT = 'the server needs FastAPI and uvicorn: pip install "transformer-cpp[serve]"'
 
 
-_COUNT = Limit(True, 1, MAX_COUNT)
+_COUNT = Limit(True, 1)  # Python compares them: any size
 _WAIT = Limit(False, 0)  # finite seconds (or ms) >= 0
 _BEAMS = DecodeOptions.LIMITS["beam_size"]
 
@@ -227,7 +223,7 @@ class ServerOptions:
     )
     max_header_bytes: int = setting(
         DEFAULT_MAX_HEADER_BYTES,
-        limit=Limit(True, 256, MAX_COUNT),
+        limit=Limit(True, 256),
         help="largest request line and headers (default {default:,} bytes); larger get 431",
         option="--max-header-bytes",
     )

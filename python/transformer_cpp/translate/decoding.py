@@ -76,8 +76,7 @@ class DecodeOptions:
     length_penalty: float = setting(
         DEFAULT_LENGTH_PENALTY,
         limit=Limit(False, 0, 10),
-        help="beam search length-penalty exponent (default {default}; GNMT's: scores are divided by "
-        "((5 + length) / 6) ** it)",
+        help="beam search length-penalty exponent (default {default})",  # GNMT's: scores / ((5 + length) / 6) ** it
         option="--length-penalty",
     )
     n_best: int = setting(1, limit=Limit(True, 1, 1024), help="hypotheses kept per sentence (at most beam_size)")
