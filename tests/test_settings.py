@@ -86,15 +86,15 @@ EXPECTED = {
         "--keep-checkpoints": None,
         "--val-bleu-sentences": None,
         "--average-last": None,
-        "--layers": '==SUPPRESS==',
-        "--heads": '==SUPPRESS==',
-        "--tie-embeddings": '==SUPPRESS==',
-        "--no-tie-embeddings": '==SUPPRESS==',
-        "--fixed-threads": '==SUPPRESS==',
+        "--layers": "==SUPPRESS==",
+        "--heads": "==SUPPRESS==",
+        "--tie-embeddings": "==SUPPRESS==",
+        "--no-tie-embeddings": "==SUPPRESS==",
+        "--fixed-threads": "==SUPPRESS==",
     },
     "serve": {
         "--model": None,
-        "--host": '127.0.0.1',
+        "--host": "127.0.0.1",
         "--port": 8000,
         "--threads": None,
         "--max-batch": 32,
@@ -104,8 +104,8 @@ EXPECTED = {
         "--beam-size": 1,
         "--length-penalty": 1.0,
         "--max-output-tokens": None,
-        "--max-length": '==SUPPRESS==',
-        "--compute-type": 'float32',
+        "--max-length": "==SUPPRESS==",
+        "--compute-type": "float32",
         "--max-beam-size": None,
         "--max-request-bytes": 65536,
         "--max-texts": 64,
@@ -120,7 +120,7 @@ EXPECTED = {
         "--max-connections": 256,
         "--max-header-bytes": 16384,
         "--allowed-hosts": None,
-        "--log-level": 'info',
+        "--log-level": "info",
         "--access-log": False,
     },
     "bench": {
@@ -194,7 +194,9 @@ def test_each_declared_setting_has_one_option_and_help(cls):
 def test_every_option_of_serve_and_bench_is_declared():
     """Besides --model and the shared --threads and --max-length alias, serve's options are its
     settings' (bench has nothing else)."""
-    owned = {o for cls in (ServeConfig, ServerOptions, DecodeOptions) for s in settings_of(cls).values() for o in s.option}
+    owned = {
+        o for cls in (ServeConfig, ServerOptions, DecodeOptions) for s in settings_of(cls).values() for o in s.option
+    }
     serve = {o for a in _parsers()["serve"]._actions for o in a.option_strings} - {"-h", "--help"}
     assert serve - owned == {"--model", "--threads", "--max-length"}
     bench = {o for a in _parsers()["bench"]._actions for o in a.option_strings} - {"-h", "--help"}
@@ -206,7 +208,9 @@ def test_every_option_of_serve_and_bench_is_declared():
 
 @dataclasses.dataclass
 class Knobs:
-    steps: int = setting(10, limit=Limit(True, 0, 100), option_limit=Limit(True, 1, 100), help="steps", option="--steps")
+    steps: int = setting(
+        10, limit=Limit(True, 0, 100), option_limit=Limit(True, 1, 100), help="steps", option="--steps"
+    )
     rate: float = setting(0.5, limit=Limit(False, 0, 1), help="rate (default {default:g})", option="--rate")
     length: int = setting(0, limit=Limit(True, 2, 50), zero="automatic", help="length", option="--max-length")
     mode: str = setting("a", limit=Limit.one_of(["a", "b"]), help="mode", option="--mode")

@@ -43,7 +43,6 @@ import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _core
-from ._checks import Limit
 
 __all__ = [
     "LM_FIELDS",
@@ -192,7 +191,7 @@ def core_setting(field: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _declared(cls: type) -> Tuple[Setting, ...]:
+def _declared(cls: Any) -> Tuple[Setting, ...]:
     return tuple(
         dataclasses.replace(f.metadata["setting"], name=f.name)
         for f in dataclasses.fields(cls)
@@ -228,8 +227,9 @@ def check_setting(owner: str, declared: Setting, value: Any) -> Any:
 def check_settings(instance: Any, owner: str = "") -> None:
     """Check every declared setting of a dataclass instance and store it as allowed (its
     ``__post_init__``; frozen instances too). ``owner``: the name in messages (its class's)."""
-    owner = owner or type(instance).__name__
-    for s in _declared(type(instance)):
+    cls: Any = type(instance)
+    owner = owner or cls.__name__
+    for s in _declared(cls):
         object.__setattr__(instance, s.name, check_setting(owner, s, getattr(instance, s.name)))
 
 

@@ -104,7 +104,9 @@ class BenchSettings:
         False, limit=_FLAG, help="report ours alone even if PyTorch is installed", option="--no-torch"
     )
     no_ctranslate2: bool = setting(False, limit=_FLAG, help="leave CTranslate2 out", option="--no-ctranslate2")
-    seed: int = setting(0, limit=Limit(True, 0, MAX_SEED), help="seed of weights and synthetic batches", option="--seed")
+    seed: int = setting(
+        0, limit=Limit(True, 0, MAX_SEED), help="seed of weights and synthetic batches", option="--seed"
+    )
     child_memory: Optional[str] = setting(
         None,
         limit=Limit.one_of(list(MEMORY_CHILDREN)),
@@ -250,5 +252,3 @@ def run_bench(args: Any) -> int:
                 f.write("\n")
             print(f"results written to {args.json}")
     return 0
-
-

@@ -73,11 +73,12 @@ def _option_type(s: Setting, owner: str, name: str) -> Callable[[str], Any]:
     checked by its ``option_check``, else by its limit (the message the Python API gives for the
     same value) and its ``option_limit``. 0 is taken as such where ``s.zero`` says what it means."""
     limit = s.limit
-    numeric = limit is not None and limit.kind in ("integer", "number")
+    integer = limit is not None and limit.kind == "integer"
+    numeric = integer or (limit is not None and limit.kind == "number")
     check = as_type(s.option_check) if s.option_check is not None else None
 
     def convert(text: str) -> Any:
-        value = parse_number(text, limit.integer) if numeric else text
+        value = parse_number(text, integer) if numeric else text
         if s.zero and value == 0:
             return 0
         if check is not None:
@@ -110,7 +111,9 @@ def add_option(group: Any, s: Setting, owner: str, default: Any, extra: Optional
     text = text.replace("%", "%%")
     if s.limit is not None and s.limit.kind == "flag":
         if len(s.option) == 2:  # --name/--no-name
-            group.add_argument(s.option[0], action=argparse.BooleanOptionalAction, dest=s.name, default=default, help=text)
+            group.add_argument(
+                s.option[0], action=argparse.BooleanOptionalAction, dest=s.name, default=default, help=text
+            )
         else:
             sets = not s.option[0].startswith("--no-" + s.name.replace("_", "-"))
             group.add_argument(s.option[0], action="store_const", const=sets, dest=s.name, default=default, help=text)
@@ -192,6 +195,7 @@ def config_options(
         s = Setting(name, f.default, f.limit, f.help, options)
         add_option(group, s, owner, None, (extra or {}).get(f.name))
 
+
 class DeprecatedAlias(argparse.Action):
     """An old spelling of an option, still accepted so that commands written with it keep working:
     it sets what its replacement sets (the value it is given, or ``const`` for a flag) and prints one
@@ -256,7 +260,10 @@ def path_option(text: str) -> str:
     return text
 
 
-def add_model_option(p: Any, what: str = "run directory (its best checkpoint by validation BLEU, its latest if it "
-                     "has none) or checkpoint directory") -> None:
+def add_model_option(
+    p: Any,
+    what: str = "run directory (its best checkpoint by validation BLEU, its latest if it "
+    "has none) or checkpoint directory",
+) -> None:
     """The required ``--model`` option of the commands that read a trained model."""
     p.add_argument("--model", type=path_option, required=True, help=what)

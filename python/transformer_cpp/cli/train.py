@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 from ..checkpoint import resolve_checkpoint
 from ..config import MODEL_FIELDS, OPTIMIZER_FIELDS, option_fields, settings_of
@@ -235,7 +235,9 @@ def add_train_parser(sub: Any) -> None:
             )
         },
     )
-    add_settings(p.add_argument_group("optimisation (default: the preset's)"), TrainConfig, only=_OPTIMISATION, unset=True)
+    add_settings(
+        p.add_argument_group("optimisation (default: the preset's)"), TrainConfig, only=_OPTIMISATION, unset=True
+    )
     # old spellings, still accepted: each prints one line naming its replacement
     for old, new in (("--layers", "--n-layers"), ("--heads", "--n-heads")):
         deprecated_alias(p, old, new)

@@ -291,7 +291,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 #: The batch size of translate and evaluate: Translator's option.
 _BATCH_SIZE = Setting(
-    "batch_size", 64, Translator.LIMITS["batch_size"], "sentences decoded together (default {default})", ("--batch-size",)
+    "batch_size",
+    64,
+    Translator.LIMITS["batch_size"],
+    "sentences decoded together (default {default})",
+    ("--batch-size",),
 )
 
 
@@ -301,7 +305,12 @@ def _add_decoding_options(p: Any, *, max_output_tokens: bool = False) -> None:
     add_settings(p, DecodeOptions, only=["beam_size", "length_penalty"], owner="Translator")
     add_option(p, _BATCH_SIZE, "Translator", _BATCH_SIZE.default)
     add_settings(p, TrainConfig, only=["threads"])
-    add_settings(p, DecodeOptions, only=["compute_type"] + (["max_output_tokens"] if max_output_tokens else []), owner="Translator")
+    add_settings(
+        p,
+        DecodeOptions,
+        only=["compute_type"] + (["max_output_tokens"] if max_output_tokens else []),
+        owner="Translator",
+    )
     if max_output_tokens:
         deprecated_alias(p, "--max-length", "--max-output-tokens")
 

@@ -79,7 +79,10 @@ class ServeConfig:
     """
 
     max_batch: int = setting(
-        32, limit=_COUNT, help="most sentences per decode call (default {default}; 1 = one at a time)", option="--max-batch"
+        32,
+        limit=_COUNT,
+        help="most sentences per decode call (default {default}; 1 = one at a time)",
+        option="--max-batch",
     )
     max_wait_ms: float = setting(
         5.0,

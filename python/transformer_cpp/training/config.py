@@ -80,10 +80,16 @@ class TrainConfig:
         option=("--decay", "--no-decay"),
     )
     seed: int = setting(
-        0, limit=Limit(True, 0, MAX_SEED), help="seed of weights, dropout and shuffling (default {default})", option="--seed"
+        0,
+        limit=Limit(True, 0, MAX_SEED),
+        help="seed of weights, dropout and shuffling (default {default})",
+        option="--seed",
     )
     log_every: int = setting(
-        10, limit=Limit(True, 1, 1_000_000_000), help="history entry every N steps (default {default})", option="--log-every"
+        10,
+        limit=Limit(True, 1, 1_000_000_000),
+        help="history entry every N steps (default {default})",
+        option="--log-every",
     )
     bucket_by_length: bool = setting(
         False,
@@ -92,7 +98,10 @@ class TrainConfig:
         option="--bucket-by-length",
     )
     drop_remainder: bool = setting(
-        False, limit=_FLAG, help="drop the last, smaller batch of each epoch (with --batch-size)", option="--drop-remainder"
+        False,
+        limit=_FLAG,
+        help="drop the last, smaller batch of each epoch (with --batch-size)",
+        option="--drop-remainder",
     )
     keep_checkpoints: int = setting(
         5,
@@ -123,7 +132,9 @@ class TrainConfig:
         "repeats bit for bit",
         option=("--adaptive-threads", "--no-adaptive-threads"),
     )
-    progress: bool = setting(True, limit=_FLAG, help="a progress bar per epoch (--no-progress: none)", option="--no-progress")
+    progress: bool = setting(
+        True, limit=_FLAG, help="a progress bar per epoch (--no-progress: none)", option="--no-progress"
+    )
     # the optimiser's settings (the core's table; see the module docstring)
     warmup: int = core_setting(_OPTIMIZER["warmup"])
     lr_scale: float = core_setting(_OPTIMIZER["lr_scale"])
