@@ -7,7 +7,7 @@ import argparse
 from typing import Any, List, Optional
 
 from ..bench import BENCH_DESCRIPTION, BenchSettings, run_bench
-from .common import standalone
+from .common import add_command, standalone
 from .options import add_settings
 
 __all__ = ["add_bench_parser", "main"]
@@ -19,12 +19,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``bench`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "bench", help="benchmark the C++ core against PyTorch (and CTranslate2)", description=BENCH_DESCRIPTION
-    )
-    _add_arguments(p)
-    p.set_defaults(func=run_bench)
-    return p
+    what = "benchmark the C++ core against PyTorch (and CTranslate2)"
+    return add_command(subparsers, "bench", what, BENCH_DESCRIPTION, _add_arguments, run_bench)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -18,6 +18,7 @@ __all__ = [
     "PROG",
     "Console",
     "Parser",
+    "add_command",
     "UserError",
     "console",
     "set_threads",
@@ -95,6 +96,22 @@ def version_text() -> str:
         if key in info:
             lines.append(f"  {key:<16} {info[key]}")
     return "\n".join(lines)
+
+
+def add_command(
+    subparsers: Any,
+    name: str,
+    help: str,
+    description: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` with its options on an ``argparse`` subparsers object; sets
+    ``func`` to ``run``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
 
 
 def standalone(

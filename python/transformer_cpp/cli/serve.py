@@ -15,7 +15,7 @@ from ..config import settings_of
 from ..serve import SERVE_EXTRA_HINT, ServeConfig, ServerOptions, serve, uvicorn_choices
 from ..training import TrainConfig
 from ..translate import DecodeOptions, Translator
-from .common import standalone
+from .common import add_command, standalone
 from .options import add_model_option, add_settings, deprecated_alias, given
 
 __all__ = ["add_serve_parser", "config_from_args", "main", "run_from_args"]
@@ -95,12 +95,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``serve`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "serve", help="serve a trained model over HTTP (API, batching, web page)", description=_DESCRIPTION
-    )
-    _add_arguments(p)
-    p.set_defaults(func=run_from_args)
-    return p
+    what = "serve a trained model over HTTP (API, batching, web page)"
+    return add_command(subparsers, "serve", what, _DESCRIPTION, _add_arguments, run_from_args)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
