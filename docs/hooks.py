@@ -123,7 +123,7 @@ def _python_name(section: str, name: str, value: Any, flag: bool) -> str:
 
 def train_options_table() -> str:
     from transformer_cpp.cli.train import request_from_args
-    from transformer_cpp.options import DeprecatedAlias
+    from transformer_cpp.cli.options import DeprecatedAlias
 
     parser = _train_parser()
     defaults = parser.parse_args([])

@@ -16,6 +16,7 @@ import pytest
 from transformer_cpp import bench, kernels
 from transformer_cpp import build_info as tc_build_info
 from transformer_cpp.bench import machine as bench_machine
+from transformer_cpp.cli import bench as cli_bench
 
 try:
     import torch  # noqa: F401
@@ -165,7 +166,7 @@ def test_batches_teacher_forcing_and_lengths():
 
 def test_main_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(["--steps", "0", "--skip-memory", "--skip-decode", "--skip-scaling", "--quick"])
+        cli_bench.main(["--steps", "0", "--skip-memory", "--skip-decode", "--skip-scaling", "--quick"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--steps" in err and "steps must be an integer in [1, " in err and "got 0" in err
@@ -176,7 +177,7 @@ def test_add_bench_parser_registers_subcommand():
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
-    p = bench.add_bench_parser(sub)
+    p = cli_bench.add_bench_parser(sub)
     assert isinstance(p, argparse.ArgumentParser)
     args = parser.parse_args(["bench", "--quick", "--threads", "1", "--json", "--skip-memory"])
     assert args.func is bench.run_bench and args.quick and args.threads == 1 and args.json == "-"

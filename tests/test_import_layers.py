@@ -1,7 +1,9 @@
 """The package's imports flow one way, bottom to top.
 
 Every module of ``transformer_cpp`` belongs to one *unit*: a top-level module (``model``) or a
-subpackage (``serve``, with all its submodules). The units are listed in ``LAYER_ORDER``, lowest
+subpackage (``serve``, with all its submodules but its ``__main__``: what ``python -m
+transformer_cpp.serve`` runs is an entry point like the package's own, at the top of the order,
+and nothing imports it). The units are listed in ``LAYER_ORDER``, lowest
 first, and a module may import only units listed before its own (and, inside a subpackage, its
 siblings, without a cycle). The test reads the source with ``ast``, so it sees every import,
 function-local ones included, and fails on:
@@ -64,12 +66,11 @@ LAYER_ORDER = [
     "torch_reference",
     "export",
     "plotting",
-    # front ends
-    "options",
+    # front ends (every option, with all argparse code, is in cli)
     "serve",
     "bench",
     "cli",
-    # the package facade and ``python -m transformer_cpp``
+    # the package facade, and what ``python -m transformer_cpp`` (``.serve``, ``.bench``) runs
     "__init__",
     "__main__",
 ]
@@ -113,6 +114,8 @@ def is_package(path: pathlib.Path) -> bool:
 
 
 def unit_of(name: str) -> str:
+    if name.endswith(".__main__"):
+        return "__main__"  # an entry point of ``python -m``
     return name.split(".")[0] if name else ""
 
 
@@ -260,6 +263,11 @@ def test_no_private_names_across_units():
         and any(n.startswith("_") and not n.startswith("__") for n in imp.names)
         # a private module's public names are its unit's interface (``from ._runtime import build_info``)
     ]
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_imports_an_entry_point():
+    bad = [f"{_where(imp)} imports {imp.target}" for imp in IMPORTS if unit_of(imp.target) == "__main__"]
     assert not bad, "\n".join(bad)
 
 

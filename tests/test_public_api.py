@@ -12,7 +12,7 @@ import pytest
 
 import transformer_cpp as tc
 from transformer_cpp import cli
-from transformer_cpp.options import DeprecatedAlias
+from transformer_cpp.cli.options import DeprecatedAlias
 
 PUBLIC_NAMES = [
     "Adam",

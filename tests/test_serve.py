@@ -485,7 +485,7 @@ def test_serve_command_line_options():
             "50",
         ]
     )
-    cfg = serve.config_from_args(args)
+    cfg = cli.serve.config_from_args(args)
     assert (args.host, args.port) == ("127.0.0.1", 8000)
     assert cfg.max_batch == 1 and cfg.max_wait_ms == 0 and cfg.beam_size == 12 and cfg.max_beam_size == 12
     assert cfg.max_chars == 50 and cfg.max_texts == serve.ServeConfig().max_texts

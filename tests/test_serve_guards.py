@@ -533,7 +533,7 @@ def test_command_line_options_of_the_guards(monkeypatch, tmp_path):
             "0",
         ]
     )
-    cfg = serve.config_from_args(args)
+    cfg = cli.serve.config_from_args(args)
     assert (cfg.max_source_tokens, cfg.max_request_tokens, cfg.max_attention_weights) == (100, 5000, 7000)
     assert (cfg.max_batch_tokens, cfg.batch_seconds, cfg.read_timeout) == (900, 0.5, 2.5)
     assert cfg.allowed_hosts == ("example.org", "*.lan")
@@ -542,8 +542,8 @@ def test_command_line_options_of_the_guards(monkeypatch, tmp_path):
         with pytest.raises(SystemExit):
             cli.build_parser().parse_args(["serve", "--model", "m"] + bad)
     seen = {}
-    monkeypatch.setattr(serve.command, "serve", lambda translator, **kw: seen.update(kw) or 0)
+    monkeypatch.setattr(cli.serve, "serve", lambda translator, **kw: seen.update(kw) or 0)
     loaded = types.SimpleNamespace(checkpoint="m/epoch-0001")
-    monkeypatch.setattr(serve.command.Translator, "from_checkpoint", lambda *a, **k: loaded)
-    assert serve.run_from_args(args) == 0
+    monkeypatch.setattr(cli.serve.Translator, "from_checkpoint", lambda *a, **k: loaded)
+    assert cli.serve.run_from_args(args) == 0
     assert seen["graceful_timeout"] == 0  # no grace period, not "wait forever"

@@ -18,12 +18,29 @@ check every field with one message format (``"Transformer: d_model must be an in
   the ranges in their help and the same checks.
 
 Adding a field is one row (and one member) in the core plus its use.
+
+The Python settings (:class:`~transformer_cpp.TrainConfig`, ``DecodeOptions``, ``DataRecord``,
+``ServeConfig``, the server's and the benchmark's settings) are declared the same way: each
+dataclass field once, with :func:`setting` -- its default, its limit (a
+:class:`~transformer_cpp._checks.Limit`), a line of help and its command-line option::
+
+    @dataclass
+    class Settings:
+        steps: int = setting(10, limit=Limit(True, 1, 1000), help="timed steps", option="--steps")
+
+:func:`settings_of` gives the declarations (:class:`Setting` records, which read like the core's
+rows: ``name``, ``default``, ``limit``, ``help``, ``option``), :func:`check_settings` checks an
+instance field by field (the ``__post_init__`` of such a class) and :func:`setting_limits` the
+``LIMITS`` mapping of the fields that their limit alone checks. The command line turns the
+declarations into options (:func:`transformer_cpp.cli.options.add_settings`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _core
 
@@ -34,12 +51,20 @@ __all__ = [
     "ConfigField",
     "LanguageModelConfig",
     "OptimizerConfig",
+    "Setting",
     "TransformerConfig",
+    "check_setting",
+    "check_settings",
+    "core_setting",
     "defaults",
     "describe_fields",
+    "describe_settings",
     "keyword_parameters",
     "option_fields",
     "python_type",
+    "setting",
+    "setting_limits",
+    "settings_of",
 ]
 
 TransformerConfig = _core.TransformerConfig
@@ -95,3 +120,124 @@ def _allowed(field: Any, value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+# ------------------------------------------------------------------------------ Python settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """The declaration of one Python setting (a dataclass field made by :func:`setting`): what a
+    core table row says of a field, and what its command-line option needs beyond that.
+
+    Attributes:
+        name: the field's name.
+        default: its default; ``None`` as the default means that ``None`` is allowed too.
+        limit: the values it allows, or ``None`` (free text, or what ``check`` allows).
+        help: one line for ``--help`` and the class's docstring; ``{default}`` (with any format
+            spec, ``{default:,}``) stands for the default.
+        option: the option strings, ``()`` for a field the command line does not set. A flag's
+            ``--name`` sets True, ``--no-name`` False, both together make ``--name/--no-name``.
+        zero: what 0 means when it is allowed besides the limit (``"automatic"``), else "".
+        check: ``check(owner, name, value) -> value``, as ``Limit.check``: a check of its own,
+            used instead of the limit's by the Python API (raising ``TypeError`` / ``ValueError``).
+        option_check: ``option_check(value) -> value``: the command line's check of the option's
+            value (its text, or the number it reads as when the limit is numeric), instead of the
+            limit's (raising ``ValueError`` / ``TypeError`` with the message the option shows).
+        option_limit: a narrower range for the option than for the setting (or ``None``).
+        const: the value of the option given without one (``--json`` alone), else ``None``.
+        metavar: the option's value's name in ``--help``.
+        hidden: an option left out of ``--help`` (an internal one).
+    """
+
+    name: str
+    default: Any
+    limit: Optional[Any]
+    help: str
+    option: Tuple[str, ...] = ()
+    zero: str = ""
+    check: Optional[Callable[[str, str, Any], Any]] = None
+    option_check: Optional[Callable[[Any], Any]] = None
+    option_limit: Optional[Any] = None
+    const: Any = None
+    metavar: Optional[str] = None
+    hidden: bool = False
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    limit: Optional[Any] = None,
+    option: Union[str, Sequence[str], None] = None,
+    default_factory: Any = dataclasses.MISSING,
+    **more: Any,
+) -> Any:
+    """A dataclass field declared once: its default, limit, help and option (the other
+    attributes of :class:`Setting` as keywords). Use it as a field's default::
+
+        batch_size: int = setting(64, limit=Limit(True, 1, 10**6), help="pairs per step", option="--batch-size")
+    """
+    options = (option,) if isinstance(option, str) else tuple(option or ())
+    shown = None if default is dataclasses.MISSING else default
+    declared = Setting("", shown, limit, help, options, **more)
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"setting": declared})
+
+
+def core_setting(field: Any) -> Any:
+    """A dataclass field declared by a row of the core's table (``ConfigField``): its default,
+    limit and help, named and optioned by the row's option name (``eps`` is ``adam_eps``)."""
+    return setting(field.default, limit=field.limit, help=field.help, option="--" + field.option.replace("_", "-"))
+
+
+@functools.lru_cache(maxsize=None)
+def _declared(cls: Any) -> Tuple[Setting, ...]:
+    return tuple(
+        dataclasses.replace(f.metadata["setting"], name=f.name)
+        for f in dataclasses.fields(cls)
+        if "setting" in f.metadata
+    )
+
+
+def settings_of(cls: Any) -> Dict[str, Setting]:
+    """The settings a dataclass (or an instance of one) declares, by field name, in field order."""
+    return {s.name: s for s in _declared(cls if isinstance(cls, type) else type(cls))}
+
+
+def setting_limits(cls: Any) -> Dict[str, Any]:
+    """``{name: limit}`` of the settings that their limit alone checks (a class's ``LIMITS``)."""
+    return {s.name: s.limit for s in _declared(cls) if s.limit is not None and s.check is None and not s.zero}
+
+
+def check_setting(owner: str, declared: Setting, value: Any) -> Any:
+    """``value`` as setting ``declared`` allows it: ``None`` where the default is ``None``, 0
+    where ``zero`` says what it means, else what its ``check`` or its limit returns (which raise
+    ``TypeError`` / ``ValueError`` naming ``owner``, the setting and what it allows)."""
+    if value is None and declared.default is None:
+        return None
+    if declared.zero and value == 0 and type(value) is int:
+        return 0
+    if declared.check is not None:
+        return declared.check(owner, declared.name, value)
+    if declared.limit is None:
+        return value
+    return declared.limit.check(owner, declared.name, value)
+
+
+def check_settings(instance: Any, owner: str = "") -> None:
+    """Check every declared setting of a dataclass instance and store it as allowed (its
+    ``__post_init__``; frozen instances too). ``owner``: the name in messages (its class's)."""
+    cls: Any = type(instance)
+    owner = owner or cls.__name__
+    for s in _declared(cls):
+        object.__setattr__(instance, s.name, check_setting(owner, s, getattr(instance, s.name)))
+
+
+def describe_settings(cls: type, indent: str = "    ") -> str:
+    """A docstring's list of a dataclass's settings: ``name: help (allowed values; default ...)``."""
+    lines = []
+    for s in _declared(cls):
+        text = s.help.format(default=s.default) if "{default" in s.help else s.help
+        allowed = f"{s.limit.describe()}; " if s.limit is not None else ""
+        lines.append(f"{indent}{s.name}: {text} ({allowed}default {s.default!r}).")
+    return "\n".join(lines)

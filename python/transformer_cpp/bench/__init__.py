@@ -44,8 +44,9 @@ concern:
    ``python -m transformer_cpp.bench.mpi`` runs it alone.
 
 Thread control (:mod:`.machine`): ``--threads N`` sets every library to ``N`` threads
-(:func:`.machine.set_all_threads`). The targets and the table are in :mod:`.report`, the options
-in :mod:`.cli`.
+(:func:`.machine.set_all_threads`). The targets and the table are in :mod:`.report`; the settings
+(:class:`BenchSettings`) and :func:`run_bench` in :mod:`.run`, the command line in
+:mod:`transformer_cpp.cli.bench`.
 
 Use it as ``transformer-cpp bench`` or ``python -m transformer_cpp.bench`` (``--quick`` for tiny
 shapes, ``--json [PATH]`` for machine-readable results). Nothing here asserts timings; each ratio
@@ -57,7 +58,7 @@ imports neither PyTorch nor CTranslate2: they are loaded when a section needs th
 from __future__ import annotations
 
 from .busy import bench_busy
-from .cli import add_bench_parser, main, run_bench
+from .run import BENCH_DESCRIPTION, BenchSettings, run_bench
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import available_cores, set_all_threads
@@ -86,11 +87,12 @@ __all__ = [
     "QUICK_SHAPES",
     "START_ID",
     "TUTORIAL_SHAPES",
+    "BENCH_DESCRIPTION",
     "Batch",
+    "BenchSettings",
     "BenchShapes",
     "CTranslate2Greedy",
     "TorchTrainer",
-    "add_bench_parser",
     "available_cores",
     "bench_busy",
     "bench_decoding",
@@ -105,7 +107,6 @@ __all__ = [
     "forward_matmul_flops",
     "format_report",
     "gemm_peak",
-    "main",
     "make_batches",
     "measure_memory",
     "pad",

@@ -1,5 +1,6 @@
-"""``python -m transformer_cpp.bench [options]``: the options of ``transformer-cpp bench``."""
+"""``python -m transformer_cpp.bench [options]``: the ``transformer-cpp bench`` command
+(:mod:`transformer_cpp.cli.bench`)."""
 
-from .cli import main
+from ..cli.bench import main
 
 raise SystemExit(main())

@@ -39,13 +39,13 @@ import os
 import sys
 from typing import List, Optional
 
-from ..bench import add_bench_parser
 from ..distributed import PeerFailed, WeightsDrifted
-from ..serve import add_serve_parser
 from ..task import Silent
 from ..training import TrainingDiverged
+from .bench import add_bench_parser
 from .common import PROG, Parser, UserError, console, version_text
 from .lm import add_lm_parsers
+from .serve import add_serve_parser
 from .tools import add_average_parser, add_export_parser, add_figures_parser
 from .train import add_train_parser
 from .translate import add_evaluate_parser, add_translate_parser
@@ -111,24 +111,28 @@ def _main(argv: Optional[List[str]]) -> int:
         return 1
     except MemoryError as exc:
         detail = " ".join(str(exc).split())
-        print(
-            f"{PROG} {args.command}: {console.rank_prefix}error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for "
-            "(model, vocabulary, batch, beam or length) need more memory than there is; ask for smaller ones",
-            file=sys.stderr,
+        return _failed(
+            args,
+            f"error: out of memory{f' ({detail})' if detail else ''}: the sizes asked for (model, vocabulary, "
+            "batch, beam or length) need more memory than there is; ask for smaller ones",
         )
-        return 1
     except KeyboardInterrupt:
         if not console.quiet:
             print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug: one line too, but saying so
         message = " ".join(str(exc).split())
-        print(
-            f"{PROG} {args.command}: {console.rank_prefix}internal error: {type(exc).__name__}: {message} (this is a bug; run with "
+        return _failed(
+            args,
+            f"internal error: {type(exc).__name__}: {message} (this is a bug; run with "
             "TRANSFORMER_CPP_DEBUG=1 for the traceback, and please report it)",
-            file=sys.stderr,
         )
-        return 1
+
+
+def _failed(args: argparse.Namespace, what: str) -> int:
+    """Say ``what`` went wrong, in one line naming the command (and the rank); status 1."""
+    print(f"{PROG} {args.command}: {console.rank_prefix}{what}", file=sys.stderr)
+    return 1
 
 
 def _text_streams_in_utf8() -> None:

@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 import threading
-from typing import Any, Iterator, NoReturn, Optional
+from typing import Any, Callable, Iterator, List, NoReturn, Optional
 
 from .._runtime import build_info, set_num_threads
 from .._version import __version__
@@ -18,9 +18,11 @@ __all__ = [
     "PROG",
     "Console",
     "Parser",
+    "add_command",
     "UserError",
     "console",
     "set_threads",
+    "standalone",
     "terminate_as_interrupt",
     "version_text",
 ]
@@ -94,3 +96,38 @@ def version_text() -> str:
         if key in info:
             lines.append(f"  {key:<16} {info[key]}")
     return "\n".join(lines)
+
+
+def add_command(
+    subparsers: Any,
+    name: str,
+    help: str,
+    description: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` with its options on an ``argparse`` subparsers object; sets
+    ``func`` to ``run``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def standalone(
+    module: str,
+    description: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: Optional[List[str]] = None,
+) -> int:
+    """``python -m <module> [options]``: a command's options and run on their own, outside
+    ``transformer-cpp`` (an error it reports is one line and status 1)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (OSError, ValueError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1

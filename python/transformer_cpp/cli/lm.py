@@ -9,19 +9,18 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict
 
-from ..config import LM_FIELDS, OPTIMIZER_FIELDS
+from ..config import LM_FIELDS, OPTIMIZER_FIELDS, settings_of
+from ..data import check_encoding
 from ..data.lm_text import load_lm_text, split_text
-from ..options import (
+from .options import (
     DeprecatedAlias,
+    as_type,
     config_options,
     count_option,
     deprecated_alias,
-    encoding_option,
-    limits_of,
     parse_number,
     path_option,
-    setting,
-    threads_option,
+    setting_type,
 )
 from ..task.language_model import (
     DEFAULT_STEPS,
@@ -32,7 +31,7 @@ from ..task.language_model import (
     new_lm_trainer,
     resume_lm_trainer,
 )
-from ..training import RunDirectory, Trainer, TrainingInterrupted
+from ..training import RunDirectory, TrainConfig, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .train import check_out, show_epoch_summaries
 
@@ -60,6 +59,13 @@ _TRAINING = (
 _ARCHITECTURE = [f for f in LM_FIELDS if f.name not in ("vocab_size", "max_len")]
 # the optimiser's options a language model takes (the others keep the core's defaults)
 _OPTIMIZER = [f for f in OPTIMIZER_FIELDS if f.name in ("warmup", "lr_scale", "clip_norm")]
+# train's settings that train-lm shares (their limits and checks; the help and defaults are the LM's)
+_TRAIN = settings_of(TrainConfig)
+
+
+def _train_type(name: str) -> Any:
+    """The argparse type of TrainConfig's setting ``name``: its text checked as train checks it."""
+    return setting_type(_TRAIN[name], "TrainConfig")
 
 
 def _given(args: argparse.Namespace) -> Dict[str, Any]:
@@ -157,7 +163,7 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
 def _epochs(text: str) -> float:
     """``--epochs`` of train-lm: passes over the training characters, a fraction allowed."""
     value = parse_number(text, False)
-    high = limits_of("TrainConfig")["epochs"].high
+    high = _TRAIN["epochs"].limit.high
     if not (isinstance(value, float) and 0 < value <= high):
         raise argparse.ArgumentTypeError(f"epochs must be a number in (0, {high:g}], got {text!r}")
     return value
@@ -166,9 +172,9 @@ def _epochs(text: str) -> float:
 def _threads(p: Any) -> None:
     p.add_argument(
         "--threads",
-        type=threads_option(),
+        type=_train_type("threads"),
         default=None,
-        help=f"C++ threads (default: all cores; {limits_of('TrainConfig')['threads'].describe()})",
+        help=f"C++ threads (default: all cores; {_TRAIN['threads'].limit.describe()})",
     )
 
 
@@ -180,9 +186,9 @@ def _add_training_options(g: Any) -> None:
     )
     g.add_argument(
         "--batch-size",
-        type=setting("TrainConfig", "batch_size"),
+        type=_train_type("batch_size"),
         default=None,
-        help=f"windows per step (default {d.batch_size}; {limits_of('TrainConfig')['batch_size'].describe()})",
+        help=f"windows per step (default {d.batch_size}; {_TRAIN['batch_size'].limit.describe()})",
     )
     config_options(g, _OPTIMIZER, "TrainConfig")
     g.add_argument(
@@ -199,13 +205,13 @@ def _add_training_options(g: Any) -> None:
     )
     g.add_argument(
         "--keep-checkpoints",
-        type=setting("TrainConfig", "keep_checkpoints"),
+        type=_train_type("keep_checkpoints"),
         default=None,
         help=f"keep the newest N checkpoints of the run (default {d.keep_checkpoints}; 0 = all)",
     )
     g.add_argument(
         "--average-last",
-        type=setting("TrainConfig", "average_last"),
+        type=_train_type("average_last"),
         default=None,
         help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)",
     )
@@ -222,7 +228,7 @@ def _add_train_lm(sub: Any) -> None:
         "validation, training and validation bits per character; at the end the held-out test bits per character.",
     )
     p.add_argument("--text", help=f"'shakespeare' or the path of a text file (default {d.text!r})")
-    p.add_argument("--encoding", type=encoding_option, default=None, help="the text file's encoding (default utf-8)")
+    p.add_argument("--encoding", type=as_type(lambda text: check_encoding(text, "--encoding")), default=None, help="the text file's encoding (default utf-8)")
     p.add_argument("--out", type=path_option, required=True, help="run directory for checkpoints")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     limit = p.add_mutually_exclusive_group()
@@ -231,11 +237,11 @@ def _add_train_lm(sub: Any) -> None:
     )
     limit.add_argument(
         "--time-budget",
-        type=setting("TrainConfig", "time_budget"),
+        type=_train_type("time_budget"),
         default=None,
         metavar="MINUTES",
         help="stop after this many minutes of training (counted over every --resume), with a checkpoint ("
-        + limits_of("TrainConfig")["time_budget"].describe()
+        + _TRAIN["time_budget"].limit.describe()
         + ")",
     )
     limit.add_argument(

@@ -9,9 +9,9 @@ from typing import Any
 
 from ..checkpoint import AVERAGED_NAME, BEST_FILE, average_checkpoints, list_checkpoints, mark_best, refuse_foreign
 from ..export import QUANTIZATIONS, export_ctranslate2, export_torch, export_transformers
-from ..options import count_option, path_option
 from ..plotting import save_positional_encoding_figures
 from .common import UserError, terminate_as_interrupt
+from .options import add_model_option, count_option, path_option
 
 __all__ = [
     "add_average_parser",
@@ -52,7 +52,7 @@ def add_average_parser(sub: Any) -> None:
         "'averaged' (for translating; 'latest', which --resume continues, is unchanged). An 'averaged' "
         "that is not a checkpoint (a file or directory of the user's) is never replaced.",
     )
-    p.add_argument("--model", type=path_option, required=True, help="run directory")
+    add_model_option(p, "run directory")
     p.add_argument(
         "--last",
         type=count_option("last", 1),
@@ -119,12 +119,7 @@ def add_export_parser(sub: Any) -> None:
         "tokens; post-norm models only; exact for a LayerNorm epsilon of 1e-5, MarianMT's, "
         "and within a few 1e-5 in log-probability otherwise). OUT must not exist or be empty.",
     )
-    p.add_argument(
-        "--model",
-        type=path_option,
-        required=True,
-        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
-    )
+    add_model_option(p)
     p.add_argument(
         "--to", required=True, choices=("ctranslate2", "torch", "transformers"), help="the runtime to export for"
     )

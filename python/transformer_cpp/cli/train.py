@@ -10,31 +10,15 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 from ..checkpoint import resolve_checkpoint
-from ..config import MODEL_FIELDS, OPTIMIZER_FIELDS, option_fields
+from ..config import MODEL_FIELDS, OPTIMIZER_FIELDS, option_fields, settings_of
+from ..data import DataRecord
 from ..distributed import MPIUnavailable, from_environment, launched_world
-from ..options import (
-    MAX_LENGTH_RANGE,
-    VOCAB_RANGE,
-    columns_option,
-    config_options,
-    count_option,
-    deprecated_alias,
-    encoding_option,
-    fraction_option,
-    language_option,
-    limits_of,
-    path_option,
-    seconds_option,
-    setting,
-    threads_option,
-)
 from ..task import (
     AUTO_PRECISION,
     DEFAULT_PRESET,
-    LENGTH_COVERAGE,
     PRESETS,
     SetupSteps,
     TrainRequest,
@@ -42,61 +26,34 @@ from ..task import (
     preset_recipe,
     resume_trainer,
 )
-from ..training import RunDirectory, Trainer, TrainingInterrupted
+from ..training import RunDirectory, TrainConfig, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads
+from .options import add_settings, config_options, deprecated_alias, given, path_option, seconds_option
 
 __all__ = ["add_train_parser", "check_out", "request_from_args", "run_train", "show_epoch_summaries"]
 
-# TrainConfig's own settings that options set, by their field names; the architecture options
-# (--d-model, --n-layers, ...) and the optimiser's (--warmup, --lr-scale, ...) are made from the
-# core's configuration tables (each field that has an option).
-_TRAIN_OPTIONS = (
-    "batch_size",
-    "max_tokens",
-    "decay",
-    "log_every",
-    "bucket_by_length",
-    "drop_remainder",
-    "keep_checkpoints",
-    "val_bleu_sentences",
-    "average_last",
-    "epochs",
-    "seed",
-    "time_budget",
+# TrainConfig's settings that train's options set, by group: the first ones beside --data and
+# --out, the others with the optimiser's (the core's table, TrainConfig's last fields); the
+# command itself sets threads, adaptive_threads and progress
+_RUN_SETTINGS = ("epochs", "time_budget", "threads", "adaptive_threads", "progress")
+_BY_ITSELF = ("threads", "adaptive_threads", "progress")
+_OPTIMIZER = tuple(f.option for f in option_fields(OPTIMIZER_FIELDS))
+_OPTIMISATION = _OPTIMIZER + tuple(
+    n for n, s in settings_of(TrainConfig).items() if s.option and n not in _RUN_SETTINGS + _OPTIMIZER
 )
-# Data options: command-line option (dest) -> DataRecord field.
-_DATA_OPTIONS = {
-    "source_lang": "src_lang",
-    "target_lang": "tgt_lang",
-    "columns": "columns",
-    "num_samples": "num_samples",
-    "sampling": "sampling",
-    "vocab_size": "vocab_size",
-    "joint_vocab": "joint_vocab",
-    "split_seed": "split_seed",
-    "valid_fraction": "valid_fraction",
-    "test_fraction": "test_fraction",
-    "max_length": "max_length_option",
-    "encoding": "encoding",
-    "decode_errors": "decode_errors",
-}
-
-
-def _given(args: argparse.Namespace, names: Sequence[str]) -> Dict[str, Any]:
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
 def request_from_args(args: argparse.Namespace) -> TrainRequest:
     """What the options of ``train`` ask for, by setting (the options left out are not in it)."""
-    train_options: List[str] = [*_TRAIN_OPTIONS, *(f.option for f in option_fields(OPTIMIZER_FIELDS))]
+    training = given(args, TrainConfig)
     return TrainRequest(
         preset=args.preset,
         data_path=args.data,
-        architecture=_given(args, [f.name for f in option_fields(MODEL_FIELDS)]),
-        training=_given(args, train_options),
-        data={_DATA_OPTIONS[k]: v for k, v in _given(args, list(_DATA_OPTIONS)).items()},
+        architecture=given(args, [f.name for f in option_fields(MODEL_FIELDS)]),
+        training={k: v for k, v in training.items() if k not in _BY_ITSELF},
+        data=given(args, DataRecord),
         threads=args.threads,
-        progress=not args.no_progress,
+        progress=args.progress is not False,
         adaptive_threads=args.adaptive_threads is not False,
     )
 
@@ -250,30 +207,7 @@ def add_train_parser(sub: Any) -> None:
         "--out", type=path_option, default=None, help="run directory for checkpoints (default: runs/<preset>)"
     )
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    p.add_argument(
-        "--epochs",
-        type=setting("TrainConfig", "epochs", minimum=1),
-        default=None,
-        help="epochs in total, at most 1000000 (default: the preset's; may be raised with --resume)",
-    )
-    p.add_argument(
-        "--time-budget",
-        type=setting("TrainConfig", "time_budget"),
-        default=None,
-        metavar="MINUTES",
-        help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
-        "(0 = no budget; default: the preset's; " + limits_of("TrainConfig")["time_budget"].describe() + ")",
-    )
-    p.add_argument("--threads", type=threads_option(), default=None, help="C++ threads (default: all cores)")
-    p.add_argument(
-        "--adaptive-threads",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="time the steps and use fewer of the --threads threads while that is faster, as when another "
-        "program holds a core (the default); --no-adaptive-threads always uses them all, so that a run "
-        "repeats bit for bit",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_settings(p, TrainConfig, only=_RUN_SETTINGS, unset=True)
     p.add_argument(
         "--mpi-timeout",
         type=seconds_option,
@@ -282,98 +216,7 @@ def add_train_parser(sub: Any) -> None:
         help="under mpiexec: abort every process when a collective call (a step's gradient all-reduce, "
         "the wait for rank 0's validation) takes longer (default $TRANSFORMER_CPP_MPI_TIMEOUT or 600)",
     )
-    g = p.add_argument_group("data")
-    g.add_argument(
-        "--source-lang",
-        type=language_option,
-        default=None,
-        metavar="LANG",
-        help="language to translate from: a code (en, es, fr, ja, ...) or an English name; cleaning follows "
-        "it (default en)",
-    )
-    g.add_argument(
-        "--target-lang",
-        type=language_option,
-        default=None,
-        metavar="LANG",
-        help="language to translate into (default es)",
-    )
-    g.add_argument(
-        "--columns",
-        type=columns_option,
-        default=None,
-        metavar="COLS",
-        help="which columns of a tab-separated file hold the source and the target: the languages of its "
-        "columns in order (en,es: the languages pick), or two column numbers, source then target (2,1). "
-        "Default: a Tatoeba file (spa.txt, fra-eng.zip) is English then the other language; any other file "
-        "is source<TAB>target",
-    )
-    g.add_argument(
-        "--num-samples",
-        type=count_option("num_samples", 0),
-        default=None,
-        help="use N pairs of the file (default: the preset's; 0 = all)",
-    )
-    g.add_argument(
-        "--sampling",
-        choices=("random", "first"),
-        default=None,
-        help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
-        "lines (the file is sorted by length: the N shortest; the tutorial's way)",
-    )
-    g.add_argument(
-        "--vocab-size",
-        type=count_option("vocab_size", *VOCAB_RANGE),
-        default=None,
-        help=f"target size of each subword vocabulary, in [{VOCAB_RANGE[0]}, {VOCAB_RANGE[1]}] (at least "
-        "the 4 special tokens and the 256 byte symbols)",
-    )
-    g.add_argument(
-        "--joint-vocab",
-        action="store_const",
-        const=True,
-        default=None,
-        help="one subword vocabulary for both languages, decoder embedding tied to the output layer",
-    )
-    g.add_argument(
-        "--valid-fraction",
-        type=fraction_option("valid_fraction"),
-        default=None,
-        help="share of pairs for validation, in [0, 1) (default 0.02)",
-    )
-    g.add_argument(
-        "--test-fraction",
-        type=fraction_option("test_fraction"),
-        default=None,
-        help="share of pairs held out for evaluate, in [0, 1) (default 0.03)",
-    )
-    g.add_argument(
-        "--split-seed",
-        type=count_option("split_seed", 0),
-        default=None,
-        help="seed of the sample and of the train/valid/test split by source sentence (default 0)",
-    )
-    g.add_argument(
-        "--max-length",
-        type=count_option("max_length", *MAX_LENGTH_RANGE, zero="automatic"),
-        default=None,
-        help=f"longest training pair in tokens, in [{MAX_LENGTH_RANGE[0]}, {MAX_LENGTH_RANGE[1]}]; longer "
-        f"pairs are left out of training (0 = the length that covers {LENGTH_COVERAGE}%% of them). "
-        "Translation has no length limit.",
-    )
-    g.add_argument(
-        "--encoding",
-        type=encoding_option,
-        default=None,
-        help="text encoding of the data file (default utf-8); a line not valid in it is an error",
-    )
-    g.add_argument(
-        "--decode-errors",
-        choices=("strict", "skip"),
-        default=None,
-        help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
-        "default) or be left out, counted (skip)",
-    )
+    add_settings(p.add_argument_group("data"), DataRecord, owner="", unset=True)
     grow = preset_recipe(DEFAULT_PRESET)["grow"]
     grown = ", ".join(f"{k} {v}" for k, v in grow["arch"].items())
     config_options(
@@ -392,54 +235,8 @@ def add_train_parser(sub: Any) -> None:
             )
         },
     )
-    g = p.add_argument_group("optimisation (default: the preset's)")
-    config_options(g, OPTIMIZER_FIELDS, "TrainConfig")
-
-    def add_setting(flag: str, help: str, **kw: Any) -> None:
-        name = flag.replace("-", "_")
-        g.add_argument(
-            "--" + flag,
-            type=setting("TrainConfig", name),
-            default=None,
-            help=f"{help} ({limits_of('TrainConfig')[name].describe()})",
-            **kw,
-        )
-
-    add_setting("batch-size", "pairs per step (when --max-tokens is 0)")
-    add_setting(
-        "max-tokens", "tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)"
-    )
-    g.add_argument(
-        "--decay",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="after the warm-up, decay the learning rate linearly to 0 at the end of the run",
-    )
-    add_setting("seed", "seed of weights, dropout and shuffling (default 0)")
-    add_setting("log-every", "history entry every N steps (default 10)")
-    g.add_argument(
-        "--bucket-by-length",
-        action="store_const",
-        const=True,
-        default=None,
-        help="batch sentences of similar length together (with --batch-size)",
-    )
-    g.add_argument(
-        "--drop-remainder",
-        action="store_const",
-        const=True,
-        default=None,
-        help="drop the last, smaller batch of each epoch (with --batch-size)",
-    )
-    add_setting(
-        "keep-checkpoints", "keep the newest N checkpoints of the run (default 5; 0 = all); the best one is always kept"
-    )
-    add_setting(
-        "val-bleu-sentences", "greedy validation BLEU on this many pairs after each epoch (default 500; 0 = off)"
-    )
-    add_setting(
-        "average-last",
-        "at the end, average the newest N checkpoints into 'averaged', as 'average --last N' does (0 or 1 = off)",
+    add_settings(
+        p.add_argument_group("optimisation (default: the preset's)"), TrainConfig, only=_OPTIMISATION, unset=True
     )
     # old spellings, still accepted: each prints one line naming its replacement
     for old, new in (("--layers", "--n-layers"), ("--heads", "--n-heads")):

@@ -12,21 +12,22 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..checkpoint import BEST_FILE, LATEST_FILE, TRANSLATION_KIND, check_kind, read_checkpoint_config
-from ..data import DataRecord
-from ..options import (
-    add_decoding_options,
-    columns_option,
-    count_option,
-    deprecated_alias,
-    encoding_option,
-    limits_of,
-    path_option,
-    setting,
-)
+from ..config import Setting
+from ..data import DataRecord, check_encoding, columns_option
 from ..task import check_same_split, load_pairs, load_split
 from ..text import check_text, is_blank
-from ..translate import LongInputWarning, Translator, evaluate, order_losses
+from ..training import TrainConfig
+from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
 from .common import PROG, UserError, console, set_threads
+from .options import (
+    add_model_option,
+    add_option,
+    add_settings,
+    as_type,
+    count_option,
+    deprecated_alias,
+    path_option,
+)
 
 __all__ = ["add_evaluate_parser", "add_translate_parser", "run_evaluate", "run_translate"]
 
@@ -289,6 +290,32 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The batch size of translate and evaluate: Translator's option.
+_BATCH_SIZE = Setting(
+    "batch_size",
+    64,
+    Translator.LIMITS["batch_size"],
+    "sentences decoded together (default {default})",
+    ("--batch-size",),
+)
+
+
+def _add_decoding_options(p: Any, *, max_output_tokens: bool = False) -> None:
+    """The decoding options of ``translate`` and ``evaluate``: Translator's (DecodeOptions'
+    settings, checked as Translator checks them, and its batch size), threads and compute type."""
+    add_settings(p, DecodeOptions, only=["beam_size", "length_penalty"], owner="Translator")
+    add_option(p, _BATCH_SIZE, "Translator", _BATCH_SIZE.default)
+    add_settings(p, TrainConfig, only=["threads"])
+    add_settings(
+        p,
+        DecodeOptions,
+        only=["compute_type"] + (["max_output_tokens"] if max_output_tokens else []),
+        owner="Translator",
+    )
+    if max_output_tokens:
+        deprecated_alias(p, "--max-length", "--max-output-tokens")
+
+
 def add_translate_parser(sub: Any) -> None:
     """``transformer-cpp translate``."""
     p = sub.add_parser(
@@ -300,22 +327,8 @@ def add_translate_parser(sub: Any) -> None:
         "recorded in its checkpoints; said on standard error).",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
-    p.add_argument(
-        "--model",
-        type=path_option,
-        required=True,
-        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
-    )
-    add_decoding_options(p)
-    p.add_argument(
-        "--max-output-tokens",
-        type=setting("Translator", "max_output_tokens"),
-        default=None,
-        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10; "
-        + limits_of("Translator")["max_output_tokens"].describe()
-        + ")",
-    )
-    deprecated_alias(p, "--max-length", "--max-output-tokens")
+    add_model_option(p)
+    _add_decoding_options(p, max_output_tokens=True)
     p.set_defaults(func=run_translate)
 
 
@@ -341,7 +354,7 @@ def add_evaluate_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--columns",
-        type=columns_option,
+        type=as_type(columns_option),
         default=None,
         metavar="COLS",
         help="the columns of --pairs: the languages of its columns in order (en,es: the model's languages "
@@ -354,19 +367,14 @@ def add_evaluate_parser(sub: Any) -> None:
         metavar="FILE",
         help="write the translations here, one per line (never over an input: the pairs, the data file, the checkpoint)",
     )
-    p.add_argument(
-        "--model",
-        type=path_option,
-        required=True,
-        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint directory",
-    )
+    add_model_option(p)
     p.add_argument(
         "--data", type=path_option, default=None, help="the data file (default: the one the run was trained on)"
     )
     p.add_argument("--split", choices=("test", "valid"), default="test", help="which held-out pairs (default test)")
     p.add_argument(
         "--encoding",
-        type=encoding_option,
+        type=as_type(lambda text: check_encoding(text, "--encoding")),
         default=None,
         help="text encoding of --pairs (default utf-8) or --data (default: the run's); lines of --pairs "
         "not valid in it are left out and reported by line number",
@@ -374,7 +382,7 @@ def add_evaluate_parser(sub: Any) -> None:
     p.add_argument(
         "--limit", type=count_option("limit", 0), default=0, help="score only the first N pairs (default all)"
     )
-    add_decoding_options(p)
+    _add_decoding_options(p)
     p.add_argument(
         "--examples", type=count_option("examples", 0), default=0, help="also print the first N translations"
     )

@@ -24,7 +24,7 @@ from .download import (
     file_sha256,
     tatoeba_urls,
 )
-from .record import SPLIT_BY_PAIR, SPLIT_BY_SOURCE, DataRecord
+from .record import LENGTH_COVERAGE, SPLIT_BY_PAIR, SPLIT_BY_SOURCE, DataRecord, columns_option, language_option
 from .split import (
     LENGTH_PERCENTILES,
     SourceSplit,
@@ -63,6 +63,8 @@ from .tatoeba import (
 
 __all__ = [
     "DataRecord",
+    "LENGTH_COVERAGE",
+    "language_option",
     "SPLIT_BY_PAIR",
     "SPLIT_BY_SOURCE",
     "Batch",
@@ -89,6 +91,7 @@ __all__ = [
     "batches",
     "cached_tatoeba",
     "check_encoding",
+    "columns_option",
     "check_fractions",
     "check_tatoeba_pair",
     "choose_columns",

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from .._checks import Limit
+from ..config import check_settings, setting
 from ..text import language_code
 from ..tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS
 from .split import check_fractions
-from .tatoeba import DECODE_ERRORS, SAMPLING_MODES, check_encoding
+from .tatoeba import DECODE_ERRORS, SAMPLING_MODES, check_encoding, choose_columns
 
-__all__ = ["DataRecord", "SPLIT_BY_PAIR", "SPLIT_BY_SOURCE"]
+__all__ = ["DataRecord", "LENGTH_COVERAGE", "SPLIT_BY_PAIR", "SPLIT_BY_SOURCE", "columns_option", "language_option"]
+
+#: Share of the training pairs that the automatic length limit (max_length_option 0) keeps.
+LENGTH_COVERAGE = 99.9
 
 #: Pairs split by source sentence (:func:`~transformer_cpp.data.split_by_source`): no leak.
 SPLIT_BY_SOURCE = "by-source"
@@ -26,40 +30,152 @@ SPLIT_BY_SOURCE = "by-source"
 SPLIT_BY_PAIR = "by-pair"
 
 
+def _language(owner: str, name: str, value: Any) -> str:
+    return language_code(value, f"{owner}: {name}" if owner else name)
+
+
+def language_option(text: str) -> str:
+    """A language option's text (a code or an English name: ``es``, ``fra``, ``japanese``) as its code."""
+    try:
+        return language_code(text, "language")
+    except ValueError as exc:
+        raise ValueError(str(exc).split(": ", 1)[1]) from None
+
+
+def columns_option(text: str) -> str:
+    """The columns option's text: two column numbers, source then target (``2,1``), or the
+    languages of a file's columns in order (``en,es``); its form is checked here, its fit to the
+    languages when the data is read."""
+    numbers = [x.strip() for x in text.split(",")]
+    if all(x.isdigit() for x in numbers):
+        choose_columns(text, "en", "es", caller="--columns")
+        return ",".join(numbers)
+    langs = [language_code(x, "--columns") for x in numbers]
+    if len(langs) < 2 or len(set(langs)) != len(langs):
+        raise ValueError("--columns: name the language of each column once, in order, such as en,es")
+    return ",".join(langs)
+
+
+def _encoding(owner: str, name: str, value: Any) -> Any:
+    check_encoding(value, owner or "encoding")
+    return value  # as given: the record keeps the name the run was asked for
+
+
+_FRACTION = Limit(False, 0, 1, high_open=True)
+
+
 @dataclass
 class DataRecord:
-    """The data settings of a run and what the data gave (see the module docstring)."""
+    """The data settings of a run and what the data gave (see the module docstring). The settings a
+    run chooses are declared with their limits and ``transformer-cpp train`` options."""
 
     #: Source and target language codes (cleaning and tokenization follow them; a record without
     #: them is English to Spanish, as every run was before they could be chosen).
-    src_lang: str = "en"
-    tgt_lang: str = "es"
-    #: The columns option as given: the languages of a tab-separated file's columns ("en,es"),
-    #: or its source and target column numbers ("2,1"); None to choose them from the file's name
-    #: (a Tatoeba file: English first) or take source<TAB>target.
-    columns: Optional[str] = None
+    src_lang: str = setting(
+        "en",
+        check=_language,
+        option_check=language_option,
+        help="language to translate from: a code (en, es, fr, ja, ...) or an English name; cleaning follows "
+        "it (default {default})",
+        option="--source-lang",
+        metavar="LANG",
+    )
+    tgt_lang: str = setting(
+        "es",
+        check=_language,
+        option_check=language_option,
+        help="language to translate into (default {default})",
+        option="--target-lang",
+        metavar="LANG",
+    )
+    #: The columns option as given (None: chosen from the file's name, a Tatoeba file English
+    #: first, else source<TAB>target).
+    columns: Optional[str] = setting(
+        None,
+        option_check=columns_option,
+        help="which columns of a tab-separated file hold the source and the target: the languages of its "
+        "columns in order (en,es: the languages pick), or two column numbers, source then target (2,1). "
+        "Default: a Tatoeba file (spa.txt, fra-eng.zip) is English then the other language; any other file "
+        "is source<TAB>target",
+        option="--columns",
+        metavar="COLS",
+    )
     #: The 1-based columns the sources and targets were read from (None before the data is read,
     #: and for two aligned files); a record without them read columns 1 and 2.
     source_column: Optional[int] = None
     target_column: Optional[int] = None
     #: How the pairs were split: :data:`SPLIT_BY_SOURCE` or :data:`SPLIT_BY_PAIR`.
     split: str = SPLIT_BY_SOURCE
-    #: Pairs read from the file (0 = all) and how they were chosen ("random" or "first", the shortest).
-    num_samples: int = 0
-    sampling: str = "random"
-    #: Subword vocabulary size asked for, per language (or one shared with ``joint_vocab``).
-    vocab_size: int = 8000
-    joint_vocab: bool = False
-    #: Seed of the sampling and of the split, and the held-out shares.
-    split_seed: int = 0
-    valid_fraction: float = 0.02
-    test_fraction: float = 0.03
-    #: The length limit asked for (0 = automatic) and the one used, in tokens.
-    max_length_option: int = 0
+    num_samples: int = setting(
+        0,
+        limit=Limit(True, 0, 2**63 - 1),
+        help="use N pairs of the file (default: the preset's; 0 = all)",
+        option="--num-samples",
+    )
+    sampling: str = setting(
+        "random",
+        limit=Limit.one_of(list(SAMPLING_MODES)),
+        help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
+        "lines (the file is sorted by length: the N shortest; the tutorial's way)",
+        option="--sampling",
+    )
+    vocab_size: int = setting(
+        8000,
+        # the special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
+        limit=Limit(True, len(SPECIAL_TOKENS) + 256, MAX_VOCAB_SIZE),
+        help="target size of each subword vocabulary (at least the 4 special tokens and the 256 byte symbols)",
+        option="--vocab-size",
+    )
+    joint_vocab: bool = setting(
+        False,
+        limit=Limit.flag(),
+        help="one subword vocabulary for both languages, decoder embedding tied to the output layer",
+        option="--joint-vocab",
+    )
+    split_seed: int = setting(
+        0,
+        limit=Limit(True, 0, 2**63 - 1),
+        help="seed of the sample and of the train/valid/test split by source sentence (default {default})",
+        option="--split-seed",
+    )
+    valid_fraction: float = setting(
+        0.02,
+        limit=_FRACTION,
+        option_check=lambda value: check_fractions(value, 0.0)[0],
+        help="share of pairs for validation (default {default})",
+        option="--valid-fraction",
+    )
+    test_fraction: float = setting(
+        0.03,
+        limit=_FRACTION,
+        option_check=lambda value: check_fractions(0.0, value)[1],
+        help="share of pairs held out for evaluate (default {default})",
+        option="--test-fraction",
+    )
+    max_length_option: int = setting(
+        0,
+        limit=Limit(True, 2, 100_000),
+        zero="automatic",
+        help="longest training pair in tokens; longer pairs are left out of training (0 = the length that "
+        f"covers {LENGTH_COVERAGE}% of them). Translation has no length limit.",
+        option="--max-length",
+    )
+    #: The length limit used, in tokens.
     max_length: Optional[int] = None
-    #: How the file was read: its text encoding, and "strict" (stop at an undecodable line) or "skip".
-    encoding: str = "utf-8"
-    decode_errors: str = "strict"
+    encoding: str = setting(
+        "utf-8",
+        check=_encoding,
+        option_check=lambda text: check_encoding(text, "--encoding"),
+        help="text encoding of the data file (default {default}); a line not valid in it is an error",
+        option="--encoding",
+    )
+    decode_errors: str = setting(
+        "strict",
+        limit=Limit.one_of(list(DECODE_ERRORS)),
+        help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
+        "default) or be left out, counted (skip)",
+        option="--decode-errors",
+    )
     #: The file (absolute path; the source sentences of two aligned files, ``target_path`` the
     #: target ones), how many pairs it gave, and a digest of each split's pairs.
     path: Optional[str] = None
@@ -73,29 +189,11 @@ class DataRecord:
     #: ``averaged_from``), kept so that a record read and written again loses nothing.
     extra: Dict[str, Any] = field(default_factory=dict)
 
-    #: The allowed values of the settings a run chooses (the others are what the data gave).
-    LIMITS: ClassVar[Dict[str, Any]] = {
-        "num_samples": Limit(True, 0, 2**63 - 1),
-        "sampling": Limit.one_of(list(SAMPLING_MODES)),
-        # the special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
-        "vocab_size": Limit(True, len(SPECIAL_TOKENS) + 256, MAX_VOCAB_SIZE),
-        "joint_vocab": Limit.flag(),
-        "split_seed": Limit(True, 0, 2**63 - 1),
-        "max_length_option": Limit(True, 2, 100_000),  # or 0: automatic
-        "decode_errors": Limit.one_of(list(DECODE_ERRORS)),
-    }
-
     def check(self) -> "DataRecord":
         """This record, if every setting a run chooses is allowed; else ``TypeError`` /
         ``ValueError`` naming the setting and what it allows."""
-        for name, limit in self.LIMITS.items():
-            value = getattr(self, name)
-            if not (name == "max_length_option" and value == 0):
-                limit.check("DataRecord", name, value)
+        check_settings(self, "DataRecord")
         check_fractions(self.valid_fraction, self.test_fraction, "DataRecord")
-        check_encoding(self.encoding, "DataRecord")
-        self.src_lang = language_code(self.src_lang, "DataRecord: src_lang")
-        self.tgt_lang = language_code(self.tgt_lang, "DataRecord: tgt_lang")
         if self.src_lang == self.tgt_lang:
             raise ValueError(
                 f"DataRecord: the source and target languages are both {self.src_lang!r}; they must differ"

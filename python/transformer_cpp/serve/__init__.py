@@ -80,7 +80,9 @@ still running or queued with a JSON 503, finishes the decode call in progress an
 
 The modules: :mod:`~transformer_cpp.serve.config` (settings and request checks),
 :mod:`~transformer_cpp.serve.batcher`, :mod:`~transformer_cpp.serve.app` (the routes and uvicorn),
-:mod:`~transformer_cpp.serve.command` (the command line); the page is ``page.html``.
+and the page ``page.html``; the command line is :mod:`transformer_cpp.cli.serve`
+(``transformer-cpp serve``, ``python -m transformer_cpp.serve``), its options generated from
+:class:`ServeConfig` and :class:`ServerOptions`.
 """
 
 # the names of __all__, and, as explicit re-exports, the others that tests and tools import
@@ -91,10 +93,8 @@ from .batcher import Batcher
 from .batcher import QueueFull as QueueFull
 from .batcher import QueuedSentence as QueuedSentence
 from .batcher import decode_items as decode_items
-from .command import add_serve_parser, main
-from .command import config_from_args as config_from_args
-from .command import run_from_args as run_from_args
-from .config import ServeConfig, ServeError
+from .config import SERVE_EXTRA_HINT as SERVE_EXTRA_HINT
+from .config import ServeConfig, ServeError, ServerOptions
 from .config import check_work as check_work
 from .config import parse_request as parse_request
 from .config import read_json_body as read_json_body
@@ -102,12 +102,11 @@ from .config import read_json_body as read_json_body
 __all__ = [
     "ServeConfig",
     "ServeError",
+    "ServerOptions",
     "Batcher",
     "create_app",
     "background_server",
     "guarded_protocol",
     "uvicorn_choices",
-    "add_serve_parser",
     "serve",
-    "main",
 ]

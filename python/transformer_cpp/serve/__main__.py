@@ -1,5 +1,6 @@
-"""``python -m transformer_cpp.serve --model DIR [options]``: the ``transformer-cpp serve`` command."""
+"""``python -m transformer_cpp.serve --model DIR [options]``: the ``transformer-cpp serve`` command
+(:mod:`transformer_cpp.cli.serve`)."""
 
-from .command import main
+from ..cli.serve import main
 
 raise SystemExit(main())

@@ -34,6 +34,9 @@ from ..text import language_name
 from ..translate import EncodedSource, Translator, encode_source
 from .batcher import Batcher
 from .config import (
+    DEFAULT_KEEP_ALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES,
     SERVE_EXTRA_HINT,
     ClientGone,
     ServeConfig,
@@ -63,13 +66,6 @@ __all__ = [
 #: The web page served at ``/``: a text box, the translation and the cross-attention map of the
 #: last translation as an SVG heat map (``page.html``, package data).
 PAGE_HTML = resources.files("transformer_cpp.serve").joinpath("page.html").read_text(encoding="utf-8")
-
-#: Most connections open at once; a connection over it gets 503 to its request and is closed.
-DEFAULT_MAX_CONNECTIONS = 256
-#: Seconds an idle keep-alive connection stays open (uvicorn's ``timeout_keep_alive``).
-DEFAULT_KEEP_ALIVE_TIMEOUT = 5.0
-#: Largest request line and headers of one request, in bytes; larger ones get 431.
-DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 
 # uvicorn's logger: its lines look like uvicorn's own and follow --log-level
 _log = logging.getLogger("uvicorn.error")

@@ -16,20 +16,26 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .._checks import integer, number
+from .._checks import Limit
+from ..config import check_settings, describe_settings, setting
 from ..text import is_blank
 from ..translate import DecodeOptions
 
 __all__ = [
+    "DEFAULT_KEEP_ALIVE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HEADER_BYTES",
     "FORM",
     "SERVE_EXTRA_HINT",
     "ClientGone",
     "ServeConfig",
     "ServeError",
+    "ServerOptions",
     "api_models",
     "check_texts",
     "check_work",
     "field_name",
+    "host_list",
     "host_patterns",
     "is_form",
     "is_json",
@@ -43,95 +49,197 @@ __all__ = [
 SERVE_EXTRA_HINT = 'the server needs FastAPI and uvicorn: pip install "transformer-cpp[serve]"'
 
 
+_COUNT = Limit(True, 1)  # Python compares them: any size
+_WAIT = Limit(False, 0)  # finite seconds (or ms) >= 0
+_BEAMS = DecodeOptions.LIMITS["beam_size"]
+
+
+def _hosts(owner: str, name: str, value: Any) -> Tuple[str, ...]:
+    return host_patterns(value)
+
+
+def host_list(text: str) -> Tuple[str, ...]:
+    """The ``--allowed-hosts`` option's text, comma-separated host names, as :func:`host_patterns` gives them."""
+    try:
+        return host_patterns([h for h in text.split(",") if h.strip()] or [text])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc).replace("ServeConfig: allowed_hosts", "--allowed-hosts")) from None
+
+
 @dataclass(frozen=True)
 class ServeConfig:
-    """Batching, decoding defaults, request limits and the HTTP guards of the server.
-
-    Attributes:
-        max_batch: most sentences in one decode call (1 = no batching).
-        max_wait_ms: how long a batch may wait for more sentences after its oldest one arrived.
-        beam_size: beam size of a request that does not give one (1 = greedy decoding).
-        max_beam_size: the largest beam size (and ``n_best``) a request may ask for.
-        length_penalty: GNMT length-penalty exponent of beam search.
-        max_request_bytes: largest request body.
-        max_texts: most texts in one request.
-        max_chars: most characters in one text.
-        max_queue: most sentences waiting for a decode; a request that would exceed it gets 503.
-        max_source_tokens: most tokens in one text once encoded (a character can be several
-            tokens: an emoji is four bytes, so up to four byte-level tokens).
-        max_request_tokens: most decoding work in one request, counted in tokens: the sum over
-            its texts of beam size x (source tokens + most output tokens), the output limit being
-            ``1.5 x source + 10`` tokens or the translator's ``max_output_tokens``.
-        max_attention_weights: most attention weights one answer may hold with
-            ``return_attention``: the sum over its texts of source tokens x most output tokens.
-        max_batch_tokens: most decoding work, in the same tokens, in one decode call. The
-            decoder cannot be interrupted, so this bounds how long a request that arrives while
-            a large one is decoded waits for its turn (a sentence over it is decoded alone).
-        batch_seconds: how long one decode call should take: the batcher measures how much work
-            it decodes per second and makes batches of at most that much work times
-            ``batch_seconds`` (and at most ``max_batch_tokens``), so that on a slow or busy
-            machine a request still waits about this long behind a large one; 0 = by
-            ``max_batch_tokens`` alone.
-        read_timeout: seconds a client has to send a whole request (its headers, then its body);
-            a slower one gets 408 and its connection is closed.
-        allowed_hosts: names accepted in the ``Host`` header besides ``localhost`` and loopback
-            addresses (``"*.example.org"`` for a domain and its subdomains, ``"*"`` for any).
-            ``None``: when the server listens on a loopback address only loopback names are
-            accepted (a web page that points its own domain name at 127.0.0.1, DNS rebinding,
-            cannot reach the server), on any other address every name.
+    """Batching, decoding defaults, request limits and the HTTP guards of the server; each setting
+    with its ``transformer-cpp serve`` option.
 
     The decoding settings default to :class:`~transformer_cpp.translate.DecodeOptions`' and are
-    checked against its limits, so that every request the server accepts can be decoded.
+    checked against its limits, so that every request the server accepts can be decoded. The
+    settings:
+
+    {settings}
     """
 
-    max_batch: int = 32
-    max_wait_ms: float = 5.0
-    beam_size: int = DecodeOptions.beam_size
-    max_beam_size: int = 8
-    length_penalty: float = DecodeOptions.length_penalty
-    max_request_bytes: int = 64 * 1024
-    max_texts: int = 64
-    max_chars: int = 1000
-    max_queue: int = 1024
-    max_source_tokens: int = 256
-    max_request_tokens: int = 128 * 1024
-    max_attention_weights: int = 256 * 1024
-    max_batch_tokens: int = 16 * 1024
-    batch_seconds: float = 1.0
-    read_timeout: float = 10.0
-    allowed_hosts: Optional[Tuple[str, ...]] = None
+    max_batch: int = setting(
+        32,
+        limit=_COUNT,
+        help="most sentences per decode call (default {default}; 1 = one at a time)",
+        option="--max-batch",
+    )
+    max_wait_ms: float = setting(
+        5.0,
+        limit=_WAIT,
+        help="how long a batch waits to fill after its first sentence (default {default:g} ms)",
+        option="--max-wait-ms",
+    )
+    max_batch_tokens: int = setting(
+        16 * 1024,
+        limit=_COUNT,
+        help="most decoding work per decode call, in tokens: beam size x (source + most output tokens) summed "
+        "over its sentences (default {default:,}); a decode call cannot be interrupted, so this bounds how long "
+        "a request waits behind a large one (a larger sentence is decoded alone)",
+        option="--max-batch-tokens",
+    )
+    batch_seconds: float = setting(
+        1.0,
+        limit=_WAIT,
+        help="how long one decode call should take (default {default:g} s): batches hold at most the work the "
+        "last ones decoded in that time, so a request waits about that long behind a large one on a slow or "
+        "busy machine too (0 = by --max-batch-tokens alone)",
+        option="--batch-seconds",
+    )
+    beam_size: int = setting(
+        DecodeOptions.beam_size,
+        limit=_BEAMS,
+        help="beam size of requests that do not give one (default {default} = greedy)",
+        option="--beam-size",
+    )
+    length_penalty: float = setting(
+        DecodeOptions.length_penalty,
+        limit=DecodeOptions.LIMITS["length_penalty"],
+        help="beam search length-penalty exponent (default {default})",
+        option="--length-penalty",
+    )
+    max_beam_size: int = setting(
+        8,
+        limit=_BEAMS,
+        help="largest beam size (and n_best) a request may ask for (default {default}, or --beam-size if larger)",
+        option="--max-beam-size",
+    )
+    max_request_bytes: int = setting(
+        64 * 1024, limit=_COUNT, help="largest request body (default {default:,})", option="--max-request-bytes"
+    )
+    max_texts: int = setting(64, limit=_COUNT, help="most texts per request (default {default})", option="--max-texts")
+    max_chars: int = setting(
+        1000, limit=_COUNT, help="most characters per text (default {default:,})", option="--max-chars"
+    )
+    max_queue: int = setting(
+        1024,
+        limit=_COUNT,
+        help="most sentences waiting for a decode (default {default:,}); a request that would exceed it gets 503",
+        option="--max-queue",
+    )
+    max_source_tokens: int = setting(
+        256,
+        limit=_COUNT,
+        help="most tokens per text once encoded (default {default:,}; an emoji is up to 4 tokens)",
+        option="--max-source-tokens",
+    )
+    max_request_tokens: int = setting(
+        128 * 1024,
+        limit=_COUNT,
+        help="most decoding work per request, in tokens: beam size x (source tokens + most output tokens, "
+        "1.5 x source + 10 or --max-output-tokens) summed over its texts (default {default:,})",
+        option="--max-request-tokens",
+    )
+    max_attention_weights: int = setting(
+        256 * 1024,
+        limit=_COUNT,
+        help="most attention weights per answer with return_attention: source tokens x most output tokens "
+        "summed over its texts (default {default:,}, a few megabytes of JSON)",
+        option="--max-attention-weights",
+    )
+    read_timeout: float = setting(
+        10.0,
+        limit=Limit(False, 0, low_open=True),
+        help="seconds a client has to send its request line and headers, and as long for its body "
+        "(default {default:g}); a slower client gets 408 and is disconnected",
+        option="--read-timeout",
+    )
+    allowed_hosts: Optional[Tuple[str, ...]] = setting(
+        None,
+        check=_hosts,
+        option_check=host_list,
+        help="comma-separated names accepted in the Host header besides localhost and loopback addresses "
+        "(*.example.org: a domain and its subdomains; *: any). By default, requests that arrive on a loopback "
+        "address must name localhost, 127.0.0.1 or [::1], so that a web page cannot reach the server by "
+        "pointing its own domain at 127.0.0.1 (DNS rebinding); on other addresses any name is accepted",
+        option="--allowed-hosts",
+        metavar="NAMES",
+    )
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_batch",
-            "max_request_bytes",
-            "max_texts",
-            "max_chars",
-            "max_queue",
-            "max_source_tokens",
-            "max_request_tokens",
-            "max_attention_weights",
-            "max_batch_tokens",
-        ):
-            object.__setattr__(self, name, integer("ServeConfig", name, getattr(self, name), 1))
-        object.__setattr__(self, "max_wait_ms", number("ServeConfig", "max_wait_ms", self.max_wait_ms, 0))
-        object.__setattr__(self, "batch_seconds", number("ServeConfig", "batch_seconds", self.batch_seconds, 0))
-        object.__setattr__(
-            self, "read_timeout", number("ServeConfig", "read_timeout", self.read_timeout, 0, low_open=True)
-        )
-        limits = DecodeOptions.LIMITS
-        for name, limit in (
-            ("beam_size", limits["beam_size"]),
-            ("max_beam_size", limits["beam_size"]),
-            ("length_penalty", limits["length_penalty"]),
-        ):
-            object.__setattr__(self, name, limit.check("ServeConfig", name, getattr(self, name)))
+        check_settings(self)
         if self.beam_size > self.max_beam_size:
             raise ValueError(
                 f"ServeConfig: beam_size {self.beam_size} is larger than max_beam_size {self.max_beam_size}"
             )
-        if self.allowed_hosts is not None:
-            object.__setattr__(self, "allowed_hosts", host_patterns(self.allowed_hosts))
+
+
+ServeConfig.__doc__ = (ServeConfig.__doc__ or "").replace("    {settings}", describe_settings(ServeConfig))
+
+#: Most connections open at once; a connection over it gets 503 to its request and is closed.
+DEFAULT_MAX_CONNECTIONS = 256
+#: Seconds an idle keep-alive connection stays open (uvicorn's ``timeout_keep_alive``).
+DEFAULT_KEEP_ALIVE_TIMEOUT = 5.0
+#: Largest request line and headers of one request, in bytes; larger ones get 431.
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How ``transformer-cpp serve`` runs the server (:func:`~transformer_cpp.serve.serve`'s
+    keywords): where it listens, its connection limits, shutdown and logs."""
+
+    host: str = setting(
+        "127.0.0.1", help="address to listen on (default {default}: this machine only)", option="--host"
+    )
+    port: int = setting(
+        8000, limit=Limit(True, 0, 65535), help="port (default {default}; 0 = any free port)", option="--port"
+    )
+    graceful_timeout: float = setting(
+        30.0,
+        limit=_WAIT,
+        help="on SIGTERM, wait this many seconds for the requests in flight (default {default:g}; 0 = no wait); "
+        "requests still unanswered then get 503",
+        option="--graceful-timeout",
+    )
+    keep_alive_timeout: float = setting(
+        DEFAULT_KEEP_ALIVE_TIMEOUT,
+        limit=Limit(False, 0, low_open=True),
+        help="seconds an idle keep-alive connection stays open (default {default:g})",
+        option="--keep-alive-timeout",
+    )
+    max_connections: int = setting(
+        DEFAULT_MAX_CONNECTIONS,
+        limit=_COUNT,
+        help="most connections open at once (default {default}); a connection over it gets 503",
+        option="--max-connections",
+    )
+    max_header_bytes: int = setting(
+        DEFAULT_MAX_HEADER_BYTES,
+        limit=Limit(True, 256),
+        help="largest request line and headers (default {default:,} bytes); larger get 431",
+        option="--max-header-bytes",
+    )
+    log_level: str = setting(
+        "info",
+        limit=Limit.one_of(["critical", "error", "warning", "info", "debug"]),
+        help="uvicorn's log level (default {default})",
+        option="--log-level",
+    )
+    access_log: bool = setting(False, limit=Limit.flag(), help="log every request", option="--access-log")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 def host_patterns(hosts: Any) -> Tuple[str, ...]:

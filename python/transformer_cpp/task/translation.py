@@ -24,10 +24,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..checkpoint import TRAINER_STATE_FILE, load_checkpoint, read_checkpoint_config
-from ..config import MODEL_FIELDS, defaults
+from ..config import MODEL_FIELDS, defaults, settings_of
 from ..data import (
     DATA_ENV_VAR,
     DEFAULT_TATOEBA_PAIR,
+    LENGTH_COVERAGE,
     SPLIT_BY_SOURCE,
     DataRecord,
     EncodedPairs,
@@ -77,8 +78,6 @@ __all__ = [
     "split_sentences",
 ]
 
-#: Share of the training pairs that the automatic length limit (max_length_option 0) keeps.
-LENGTH_COVERAGE = 99.9
 #: The automatic length limit is at most this many tokens, and at most OUTLIER_FACTOR times the
 #: length that covers 99% of the training pairs: a few pairs far longer than the rest (a stray
 #: paragraph, lines run together) are left out of training, named, instead of setting the
@@ -490,7 +489,7 @@ def check_resume_request(
     grow = size_growth(request) if request.preset is not None else None
     if grow is not None and all(model_cfg.get(k) == v for k, v in grow["arch"].items()):
         arch.update(grow["arch"])  # model size auto chose the larger model when the run started
-    options = {"max_length_option": "max_length"}  # the other options are named as their settings
+    declared = {**settings_of(TrainConfig), **settings_of(DataRecord)}  # their options' names
     saved_data = record.to_dict()
     section_defaults = {"architecture": defaults(MODEL_FIELDS), "training": TrainConfig().to_dict(), "data": {}}
     conflicts = []
@@ -507,8 +506,9 @@ def check_resume_request(
             # a checkpoint written before a setting existed had its default
             have = saved.get(key, section_defaults[section].get(key))
             if value != have:
-                flag = options.get(key, key).replace("_", "-")
-                conflicts.append(f"--{flag} {value} (the run has {have})")
+                option = declared[key].option if key in declared else ()
+                flag = option[0] if option else "--" + key.replace("_", "-")
+                conflicts.append(f"{flag} {value} (the run has {have})")
     if conflicts:
         raise TaskError(
             "--resume continues the run in --out with its own settings, and these options differ "

@@ -1,10 +1,11 @@
 """Training settings (:class:`TrainConfig`) and the two ways training stops early.
 
-The optimiser's settings are the core's ``OptimizerConfig`` fields that have an option (all but
-``total_steps``, which the trainer fits to the run), named by their option (``eps`` is
-``adam_eps``). They are written out below so that readers and type checkers see them; their
-defaults, limits and help come from the core's table (:data:`transformer_cpp.config.OPTIMIZER_FIELDS`),
-the one home of each, and a test checks that the names and types written here are the table's.
+Each setting is declared once (:func:`transformer_cpp.config.setting`): its default, limit, help
+and the option of ``transformer-cpp train`` that sets it. The optimiser's settings are the core's
+``OptimizerConfig`` fields that have an option (all but ``total_steps``, which the trainer fits to
+the run), named by their option (``eps`` is ``adam_eps``); they are written out below so that
+readers and type checkers see them, and their defaults, limits and help come from the core's table
+(:data:`transformer_cpp.config.OPTIMIZER_FIELDS`), the one home of each.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, Mapping, Optional
 
 from .._checks import Limit
-from ..config import OPTIMIZER_FIELDS, option_fields
+from ..config import (
+    OPTIMIZER_FIELDS,
+    check_setting,
+    core_setting,
+    describe_settings,
+    option_fields,
+    setting,
+    setting_limits,
+    settings_of,
+)
 
 __all__ = ["TrainConfig", "TrainingInterrupted", "TrainingDiverged", "MAX_SEED", "MAX_THREADS"]
 
@@ -25,6 +35,7 @@ MAX_THREADS = 1024  # the core's limit (set_num_threads)
 
 # the optimiser's settings by option name: their default and limit come from the core's table
 _OPTIMIZER = {f.option: f for f in option_fields(OPTIMIZER_FIELDS)}
+_FLAG = Limit.flag()
 
 
 @dataclass
@@ -32,72 +43,130 @@ class TrainConfig:
     """Training settings. The model architecture lives in the model's own config.
 
     The defaults follow the NMT tutorial (batch 64, warm-up 4000, no label smoothing); the paper
-    used label smoothing 0.1. Besides the fields below, the optimiser's settings, the core's
-    ``OptimizerConfig`` fields by their option names (:data:`transformer_cpp.config.OPTIMIZER_FIELDS`):
+    used label smoothing 0.1. Every setting is checked when it is set. The settings:
 
-    {optimizer}
+    {settings}
     """
 
-    epochs: int = 10  # passes over the training pairs (a resumed run trains until this many are done)
-    batch_size: int = 64  # sentence pairs per optimiser step (when max_tokens is 0)
-    max_tokens: int = 0  # > 0: batches of at most this many padded tokens (pairs * longest side), by length
-    time_budget: float = 0.0  # > 0: minutes of training; the schedule is fitted to it and training stops on time
-    max_steps: int = 0  # > 0: stop when the model has taken this many optimiser steps (with a checkpoint)
-    eval_every: int = 0  # > 0: also validate (a history entry, a line, a checkpoint) every this many steps
-    decay: bool = False  # after the warm-up (from step 1 with fixed_lr), decay linearly to 0 at the run's end
-    seed: int = 0  # seeds the per-epoch shuffling (the model has its own seed for weights and dropout)
-    log_every: int = 10  # one "batch" history entry per this many steps
-    bucket_by_length: bool = False  # batch sentences of similar length together (less padding)
-    drop_remainder: bool = False  # drop the last, smaller batch of each epoch
-    keep_checkpoints: int = 5  # keep the newest this many checkpoints (0 = keep all; "best" is always kept)
-    val_bleu_sentences: int = 500  # greedy BLEU on this many validation pairs after each epoch (0 = off)
-    average_last: int = 0  # > 1: at the end, average the newest this many checkpoints into "averaged"
-    threads: Optional[int] = None  # C++ threads (None: leave the current setting)
-    adaptive_threads: bool = True  # use fewer of those threads while that is faster (a busy machine)
-    progress: bool = True  # a tqdm progress bar per epoch
+    epochs: int = setting(
+        10,
+        limit=Limit(True, 0, 1_000_000),
+        option_limit=Limit(True, 1, 1_000_000),  # the command line trains at least one
+        help="epochs in total (default: the preset's; may be raised with --resume)",
+        option="--epochs",
+    )
+    batch_size: int = setting(
+        64, limit=Limit(True, 1, 1_000_000), help="pairs per step (when --max-tokens is 0)", option="--batch-size"
+    )
+    max_tokens: int = setting(
+        0,
+        limit=Limit(True, 0, 100_000_000),
+        help="tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)",
+        option="--max-tokens",
+    )
+    time_budget: float = setting(
+        0.0,
+        limit=Limit(False, 0, 1_000_000, unit="minutes"),  # about two years
+        help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
+        "(0 = no budget; default: the preset's)",
+        option="--time-budget",
+        metavar="MINUTES",
+    )
+    max_steps: int = setting(
+        0,
+        limit=Limit(True, 0, 2**62),
+        help="stop when the model has taken this many optimiser steps, with a checkpoint (0 = no limit)",
+    )
+    eval_every: int = setting(
+        0,
+        limit=Limit(True, 0, 2**62),
+        help="also validate (a history entry, a line, a checkpoint) every this many steps (0 = once per epoch)",
+    )
+    decay: bool = setting(
+        False,
+        limit=_FLAG,
+        help="after the warm-up (from step 1 with --fixed-lr), decay the learning rate linearly to 0 at the "
+        "end of the run",
+        option=("--decay", "--no-decay"),
+    )
+    seed: int = setting(
+        0,
+        limit=Limit(True, 0, MAX_SEED),
+        help="seed of weights, dropout and shuffling (default {default})",
+        option="--seed",
+    )
+    log_every: int = setting(
+        10,
+        limit=Limit(True, 1, 1_000_000_000),
+        help="history entry every N steps (default {default})",
+        option="--log-every",
+    )
+    bucket_by_length: bool = setting(
+        False,
+        limit=_FLAG,
+        help="batch sentences of similar length together (with --batch-size)",
+        option="--bucket-by-length",
+    )
+    drop_remainder: bool = setting(
+        False,
+        limit=_FLAG,
+        help="drop the last, smaller batch of each epoch (with --batch-size)",
+        option="--drop-remainder",
+    )
+    keep_checkpoints: int = setting(
+        5,
+        limit=Limit(True, 0, 1_000_000),
+        help="keep the newest N checkpoints of the run (default {default}; 0 = all); the best one is always kept",
+        option="--keep-checkpoints",
+    )
+    val_bleu_sentences: int = setting(
+        500,
+        limit=Limit(True, 0, 1_000_000_000),
+        help="greedy validation BLEU on this many pairs after each epoch (default {default}; 0 = off)",
+        option="--val-bleu-sentences",
+    )
+    average_last: int = setting(
+        0,
+        limit=Limit(True, 0, 1_000),
+        help="at the end, average the newest N checkpoints into 'averaged', as 'average --last N' does (0 or 1 = off)",
+        option="--average-last",
+    )
+    threads: Optional[int] = setting(
+        None, limit=Limit(True, 1, MAX_THREADS), help="C++ threads (default: all cores)", option="--threads"
+    )
+    adaptive_threads: bool = setting(
+        True,
+        limit=_FLAG,
+        help="time the steps and use fewer of the --threads threads while that is faster, as when another "
+        "program holds a core (the default); --no-adaptive-threads always uses them all, so that a run "
+        "repeats bit for bit",
+        option=("--adaptive-threads", "--no-adaptive-threads"),
+    )
+    progress: bool = setting(
+        True, limit=_FLAG, help="a progress bar per epoch (--no-progress: none)", option="--no-progress"
+    )
     # the optimiser's settings (the core's table; see the module docstring)
-    warmup: int = _OPTIMIZER["warmup"].default
-    lr_scale: float = _OPTIMIZER["lr_scale"].default
-    fixed_lr: float = _OPTIMIZER["fixed_lr"].default
-    beta1: float = _OPTIMIZER["beta1"].default
-    beta2: float = _OPTIMIZER["beta2"].default
-    adam_eps: float = _OPTIMIZER["adam_eps"].default
-    clip_norm: float = _OPTIMIZER["clip_norm"].default
-    label_smoothing: float = _OPTIMIZER["label_smoothing"].default
+    warmup: int = core_setting(_OPTIMIZER["warmup"])
+    lr_scale: float = core_setting(_OPTIMIZER["lr_scale"])
+    fixed_lr: float = core_setting(_OPTIMIZER["fixed_lr"])
+    beta1: float = core_setting(_OPTIMIZER["beta1"])
+    beta2: float = core_setting(_OPTIMIZER["beta2"])
+    adam_eps: float = core_setting(_OPTIMIZER["adam_eps"])
+    clip_norm: float = core_setting(_OPTIMIZER["clip_norm"])
+    label_smoothing: float = core_setting(_OPTIMIZER["label_smoothing"])
 
-    #: The allowed values of each setting (the command line checks its options with these); the
-    #: optimiser's are the core's.
-    LIMITS: ClassVar[Dict[str, Limit]] = {
-        "epochs": Limit(True, 0, 1_000_000),
-        "batch_size": Limit(True, 1, 1_000_000),
-        "max_tokens": Limit(True, 0, 100_000_000),
-        "time_budget": Limit(False, 0, 1_000_000, unit="minutes"),  # about two years
-        "max_steps": Limit(True, 0, 2**62),
-        "eval_every": Limit(True, 0, 2**62),
-        "decay": Limit.flag(),
-        "seed": Limit(True, 0, MAX_SEED),
-        "log_every": Limit(True, 1, 1_000_000_000),
-        "bucket_by_length": Limit.flag(),
-        "drop_remainder": Limit.flag(),
-        "keep_checkpoints": Limit(True, 0, 1_000_000),
-        "val_bleu_sentences": Limit(True, 0, 1_000_000_000),
-        "average_last": Limit(True, 0, 1_000),
-        "threads": Limit(True, 1, MAX_THREADS),
-        "adaptive_threads": Limit.flag(),
-        "progress": Limit.flag(),
-        **{option: f.limit for option, f in _OPTIMIZER.items()},
-    }
+    #: The allowed values of each setting, from the declarations (the optimiser's are the core's).
+    LIMITS: ClassVar[Dict[str, Limit]]
 
     @classmethod
     def check(cls, name: str, value: Any) -> Any:
         """``value`` if it is allowed for setting ``name`` (as an ``int``, ``float`` or ``bool``),
         else ``TypeError`` (a value of the wrong type) or ``ValueError`` (out of range) naming the
         setting and what it allows."""
-        if name == "threads" and value is None:
-            return None
-        if name not in cls.LIMITS:
+        declared = settings_of(cls).get(name)
+        if declared is None:
             raise ValueError(f"TrainConfig: unknown setting {name!r}")
-        return cls.LIMITS[name].check("TrainConfig", name, value)
+        return check_setting("TrainConfig", declared, value)
 
     def __post_init__(self) -> None:
         self._check_combination(self.max_tokens, self.bucket_by_length, self.drop_remainder)
@@ -105,18 +174,12 @@ class TrainConfig:
     def __setattr__(self, name: str, value: Any) -> None:
         """Every setting is checked when it is set, at construction and after it (``config.fixed_lr
         = float("nan")`` is refused like ``TrainConfig(fixed_lr=float("nan"))``)."""
-        if name in self.LIMITS:
+        if name in settings_of(self):
             value = self.check(name, value)
-            if name in ("max_tokens", "bucket_by_length", "drop_remainder") and all(
-                hasattr(self, n) for n in ("max_tokens", "bucket_by_length", "drop_remainder")
-            ):
-                now = {
-                    "max_tokens": self.max_tokens,
-                    "bucket_by_length": self.bucket_by_length,
-                    "drop_remainder": self.drop_remainder,
-                    name: value,
-                }
-                self._check_combination(now["max_tokens"], now["bucket_by_length"], now["drop_remainder"])
+        together = ("max_tokens", "bucket_by_length", "drop_remainder")
+        if name in together and all(hasattr(self, n) for n in together):
+            now = {**{n: getattr(self, n) for n in together}, name: value}
+            self._check_combination(now["max_tokens"], now["bucket_by_length"], now["drop_remainder"])
         object.__setattr__(self, name, value)
 
     @staticmethod
@@ -150,12 +213,8 @@ class TrainConfig:
         return cls(**dict(values))
 
 
-TrainConfig.__doc__ = (TrainConfig.__doc__ or "").replace(
-    "    {optimizer}",
-    "\n".join(
-        f"    {option}: {f.help} ({f.limit.describe()}; default {f.default!r})." for option, f in _OPTIMIZER.items()
-    ),
-)
+TrainConfig.LIMITS = setting_limits(TrainConfig)
+TrainConfig.__doc__ = (TrainConfig.__doc__ or "").replace("    {settings}", describe_settings(TrainConfig))
 
 
 class TrainingInterrupted(KeyboardInterrupt):

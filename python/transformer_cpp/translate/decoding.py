@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Se
 import numpy as np
 
 from .._checks import Limit, choice, integer
+from ..config import check_settings, setting, setting_limits
 from ..kernels import COMPUTE_TYPES, compute_type_unsupported_reason, have_compute_type
 from ..model import DEFAULT_LENGTH_PENALTY
 
@@ -68,41 +69,45 @@ class DecodeOptions:
     naming the option and what it allows).
     """
 
-    #: 1 = greedy decoding; more = beam search with that many live hypotheses per sentence.
-    beam_size: int = 1
-    #: GNMT length-penalty exponent of beam search: scores are divided by ((5 + length) / 6) ** it.
-    length_penalty: float = DEFAULT_LENGTH_PENALTY
-    #: Hypotheses kept per sentence (at most ``beam_size``; greedy decoding has one).
-    n_best: int = 1
-    #: Most tokens to generate per sentence; ``None``: :func:`output_limit` of its source length.
-    max_output_tokens: Optional[int] = None
-    #: Precision of the decoder's matrix products: "float32", "int8" or "bf16" (the model is not changed).
-    compute_type: str = "float32"
+    beam_size: int = setting(
+        1, limit=Limit(True, 1, 1024), help="1 = greedy decoding (default), more = beam search", option="--beam-size"
+    )
+    length_penalty: float = setting(
+        DEFAULT_LENGTH_PENALTY,
+        limit=Limit(False, 0, 10),
+        help="beam search length-penalty exponent (default {default})",  # GNMT's: scores / ((5 + length) / 6) ** it
+        option="--length-penalty",
+    )
+    n_best: int = setting(1, limit=Limit(True, 1, 1024), help="hypotheses kept per sentence (at most beam_size)")
+    max_output_tokens: Optional[int] = setting(
+        None,
+        limit=Limit(True, 1, 100_000),
+        help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
+        option="--max-output-tokens",
+    )
+    compute_type: str = setting(
+        "float32",
+        limit=Limit.one_of(list(COMPUTE_TYPES)),
+        check=lambda owner, name, value: check_compute_type(owner, value),  # and the CPU must have it
+        help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
+        "activations, AVX512_VNNI) or bf16 (AVX512_BF16); the model file is not changed",
+        option="--compute-type",
+    )
 
-    #: The allowed values of the numeric options.
-    LIMITS: ClassVar[Dict[str, Any]] = {
-        "beam_size": Limit(True, 1, 1024),
-        "length_penalty": Limit(False, 0, 10),
-        "n_best": Limit(True, 1, 1024),
-        "max_output_tokens": Limit(True, 1, 100_000),
-    }
+    #: The allowed values of the numeric options, from the declarations.
+    LIMITS: ClassVar[Dict[str, Any]]
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "compute_type":
-                checked = check_compute_type("DecodeOptions", value)
-            elif f.name == "max_output_tokens" and value is None:
-                checked = None
-            else:
-                checked = self.LIMITS[f.name].check("DecodeOptions", f.name, value)
-            object.__setattr__(self, f.name, checked)
+        check_settings(self)
         if self.n_best > self.beam_size:
             raise ValueError(f"DecodeOptions: n_best {self.n_best} is larger than beam_size {self.beam_size}")
 
     def limit(self, source_tokens: int) -> int:
         """Most tokens to generate for a source of ``source_tokens`` tokens."""
         return output_limit(source_tokens) if self.max_output_tokens is None else self.max_output_tokens
+
+
+DecodeOptions.LIMITS = setting_limits(DecodeOptions)
 
 
 class Hypothesis(NamedTuple):

@@ -1,20 +1,20 @@
-"""The benchmark's command line: ``transformer-cpp bench`` (:func:`add_bench_parser`, wired by
-:mod:`transformer_cpp.cli`) and ``python -m transformer_cpp.bench`` (:func:`main`); both parse the
-same options and call :func:`run_bench`, which runs the sections in order and prints the report.
-"""
+"""The benchmark's settings (:class:`BenchSettings`, each with its ``transformer-cpp bench``
+option) and :func:`run_bench`, which runs the sections in order and prints the report; the
+command line is :mod:`transformer_cpp.cli.bench`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
-from dataclasses import replace
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Optional
 
+from .._checks import Limit
 from .._runtime import build_info
-from ..options import count_option, threads_option
+from ..config import check_settings, setting
+from ..training import MAX_SEED, MAX_THREADS
 from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
@@ -26,95 +26,100 @@ from .serving import bench_serving
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, BenchShapes
 from .training import bench_scaling, bench_training
 
-__all__ = ["add_bench_parser", "main", "run_bench"]
+__all__ = ["BENCH_DESCRIPTION", "BenchSettings", "run_bench"]
 
-
-_DESCRIPTION = (
+#: What ``transformer-cpp bench --help`` says the benchmark does.
+BENCH_DESCRIPTION = (
     "Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
     "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
     "with and without request batching; each ratio is shown beside the one the package is built to "
     "reach on a CPU with AVX-512 (the 'target' column)."
 )
+_FLAG = Limit.flag()
+_COUNT = 2**63 - 1
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--threads",
-        type=threads_option(),
-        default=None,
+def _skip(what: str, name: str) -> Any:
+    return setting(False, limit=_FLAG, help=f"skip {what}", option="--skip-" + name)
+
+
+@dataclass
+class BenchSettings:
+    """What one benchmark run measures and how (:func:`run_bench`'s settings)."""
+
+    threads: Optional[int] = setting(
+        None,
+        limit=Limit(True, 1, MAX_THREADS),
         help="threads for every library (default: all cores available to the process)",
+        option="--threads",
     )
-    p.add_argument("--quick", action="store_true", help="tiny shapes and few steps: a smoke test for CI")
-    p.add_argument(
-        "--isa",
-        choices=tuple(ISA_LEVELS),
-        default=None,
+    quick: bool = setting(False, limit=_FLAG, help="tiny shapes and few steps: a smoke test for CI", option="--quick")
+    isa: Optional[str] = setting(
+        None,
+        limit=Limit.one_of(list(ISA_LEVELS)),
         help="hold this package, PyTorch (ATen, oneDNN, MKL) and CTranslate2 to one instruction-set level "
         "(the bench restarts itself with the variables that do it), e.g. avx2 to measure what a CPU "
         "without AVX-512 would see; a level above this CPU's is refused",
+        option="--isa",
     )
-    p.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        default=None,
-        metavar="PATH",
+    json: Optional[str] = setting(
+        None,
         help="machine-readable results: to stdout (the table then goes to stderr) or to PATH",
+        option="--json",
+        const="-",
+        metavar="PATH",
     )
-    p.add_argument(
-        "--steps", type=count_option("steps", 1), default=None, help="timed training steps per implementation"
+    steps: Optional[int] = setting(
+        None, limit=Limit(True, 1, _COUNT), help="timed training steps per implementation", option="--steps"
     )
-    p.add_argument(
-        "--warmup", type=count_option("warmup", 0), default=None, help="untimed training steps per implementation"
+    warmup: Optional[int] = setting(
+        None, limit=Limit(True, 0, _COUNT), help="untimed training steps per implementation", option="--warmup"
     )
-    p.add_argument(
-        "--sentences", type=count_option("sentences", 1), default=None, help="sentences per greedy-decoding batch size"
+    sentences: Optional[int] = setting(
+        None, limit=Limit(True, 1, _COUNT), help="sentences per greedy-decoding batch size", option="--sentences"
     )
-    p.add_argument("--skip-memory", action="store_true", help="skip the peak-memory child processes")
-    p.add_argument("--skip-decode", action="store_true", help="skip greedy decoding")
-    p.add_argument("--skip-scaling", action="store_true", help="skip the thread-scaling measurement")
-    p.add_argument(
-        "--skip-busy",
-        action="store_true",
-        help="skip the busy-machine measurement (a CPU hog on one core: 1 thread against all)",
-    )
-    p.add_argument("--skip-serving", action="store_true", help="skip the HTTP serving measurement")
-    p.add_argument(
-        "--skip-mpi",
-        action="store_true",
-        help="skip the MPI scaling section (1 process of N threads against N ranks; bench/mpi.py)",
-    )
-    p.add_argument(
-        "--serving-only",
-        action="store_true",
+    skip_memory: bool = _skip("the peak-memory child processes", "memory")
+    skip_decode: bool = _skip("greedy decoding", "decode")
+    skip_scaling: bool = _skip("the thread-scaling measurement", "scaling")
+    skip_busy: bool = _skip("the busy-machine measurement (a CPU hog on one core: 1 thread against all)", "busy")
+    skip_serving: bool = _skip("the HTTP serving measurement", "serving")
+    skip_mpi: bool = _skip("the MPI scaling section (1 process of N threads against N ranks; bench/mpi.py)", "mpi")
+    serving_only: bool = setting(
+        False,
+        limit=_FLAG,
         help="run only the HTTP serving measurement (batching against one at a time)",
+        option="--serving-only",
     )
-    p.add_argument(
-        "--attention",
-        action="store_true",
+    attention: bool = setting(
+        False,
+        limit=_FLAG,
         help="only the attention kinds side by side: forward+backward time and peak memory against the "
         "sequence length (512 ... 16,384; causal, d_head 64, float32), per-token generation time against "
         "position (KV-cached softmax, linear attention's RNN form), activation memory against depth with and "
         "without reversible layers, and Transformer-XL evaluation with state reuse against recomputing; each "
         "measurement in its own process",
+        option="--attention",
     )
-    p.add_argument("--no-torch", action="store_true", help="report ours alone even if PyTorch is installed")
-    p.add_argument("--no-ctranslate2", action="store_true", help="leave CTranslate2 out")
-    p.add_argument("--seed", type=count_option("seed", 0), default=0, help="seed of weights and synthetic batches")
-    p.add_argument("--child-memory", choices=MEMORY_CHILDREN, default=None, help=argparse.SUPPRESS)
-
-
-def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register the ``bench`` subcommand on an ``argparse`` subparsers object; sets ``func``."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "bench", help="benchmark the C++ core against PyTorch (and CTranslate2)", description=_DESCRIPTION
+    no_torch: bool = setting(
+        False, limit=_FLAG, help="report ours alone even if PyTorch is installed", option="--no-torch"
     )
-    _add_arguments(p)
-    p.set_defaults(func=run_bench)
-    return p
+    no_ctranslate2: bool = setting(False, limit=_FLAG, help="leave CTranslate2 out", option="--no-ctranslate2")
+    seed: int = setting(
+        0, limit=Limit(True, 0, MAX_SEED), help="seed of weights and synthetic batches", option="--seed"
+    )
+    child_memory: Optional[str] = setting(
+        None,
+        limit=Limit.one_of(list(MEMORY_CHILDREN)),
+        help="run one peak-memory child and print its measurement as JSON",
+        option="--child-memory",
+        hidden=True,
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
-def _shapes_from_args(args: argparse.Namespace) -> BenchShapes:
+def _shapes_from_args(args: Any) -> BenchShapes:
     shapes = QUICK_SHAPES if args.quick else TUTORIAL_SHAPES
     changes = {k: getattr(args, k) for k in ("steps", "warmup", "sentences") if getattr(args, k) is not None}
     return replace(shapes, **changes)
@@ -130,8 +135,9 @@ def _restart_at_level(level: str) -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    """Run the benchmark described by parsed ``args``; print the table (and JSON). Returns 0."""
+def run_bench(args: Any) -> int:
+    """Run the benchmark that ``args`` describes (a :class:`BenchSettings`, or parsed ``bench``
+    options: the same names); print the table (and JSON). Returns 0."""
     if args.isa is not None:
         order = ("generic", "avx2", "avx512")
         cpu = str(build_info().get("isa_cpu", "generic"))
@@ -153,12 +159,12 @@ def run_bench(args: argparse.Namespace) -> int:
         torch, _ = (None, None) if args.no_torch else import_torch()
         return run_attention_bench(threads, bool(args.quick), args.seed, torch is not None, args.json)
 
-    serving_only = bool(args.serving_only)
-    if serving_only:  # nothing compares with PyTorch or CTranslate2: leave them out
-        args.no_torch = args.no_ctranslate2 = True
-    torch, torch_reason = (None, "disabled with --no-torch") if args.no_torch else import_torch()
+    serving_only = bool(args.serving_only)  # nothing then compares with PyTorch or CTranslate2: left out
+    torch, torch_reason = (None, "disabled with --no-torch") if args.no_torch or serving_only else import_torch()
     ct2, ct2_reason = (
-        (None, "disabled with --no-ctranslate2") if args.no_ctranslate2 else import_ctranslate2_or_reason()
+        (None, "disabled with --no-ctranslate2")
+        if args.no_ctranslate2 or serving_only
+        else import_ctranslate2_or_reason()
     )
     how = set_all_threads(threads, torch)
     results: Dict[str, Any] = {
@@ -246,15 +252,3 @@ def run_bench(args: argparse.Namespace) -> int:
                 f.write("\n")
             print(f"results written to {args.json}")
     return 0
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m transformer_cpp.bench [options]`` (the options of ``transformer-cpp bench``)."""
-    parser = argparse.ArgumentParser(prog="python -m transformer_cpp.bench", description=_DESCRIPTION)
-    _add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_bench(args)
-    except ValueError as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
-        return 1
