@@ -1,4 +1,20 @@
-"""Where the tests find the Tatoeba data.
+"""The test suite's layout, and where the tests find the Tatoeba data.
+
+The tests are in folders by what they test:
+
+* ``unit/``: one module, layer or kernel against its reference (NumPy written from the formula,
+  central finite differences, PyTorch), the tokenizer, text, data, configuration, checkpoints,
+  decoding, the C++ tests;
+* ``integration/``: whole workflows: training, translation, the command line, the server, the
+  exports, MPI, the notebooks, the benchmark, the language-model task;
+* ``properties/``: generated and hostile input: the Hypothesis fuzz suite, any writing system,
+  the hostile-input case table;
+* ``repo/``: the repository itself: linters, types, the documentation, the stubs, the public API,
+  the import layers.
+
+What they share is the package ``helpers/`` (toy tasks, gradient checks, the command line in a
+subprocess, the hostile-input cases), imported as ``helpers.<module>``: ``tests/`` is on the path
+(``pythonpath`` in pyproject.toml).
 
 As ``transformer-cpp train`` does: ``TRANSFORMER_CPP_DATA`` when it is set (how an offline
 machine points at a local copy), else the cache, else the download. When the variable is unset

@@ -5,7 +5,7 @@ transformer_cpp._core: the C++ core (private; use the transformer_cpp package)
 # Type stubs of the compiled extension, for editors and type checkers. First written by
 # pybind11-stubgen 3.0 (`pybind11-stubgen transformer_cpp._core -o OUT`), then given argument
 # and return types by hand (the bindings take `object` and check numbers themselves).
-# tests/test_stubs.py fails when this file and the compiled module differ in their names, the
+# tests/repo/test_stubs.py fails when this file and the compiled module differ in their names, the
 # methods and properties of a class, or the argument names of a function: edit it with the bindings.
 from __future__ import annotations
 import collections

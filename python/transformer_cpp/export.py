@@ -106,8 +106,8 @@ model's). How the model maps:
 ``transformer_cpp.json`` in the directory records where the model came from and the epsilon, and
 ``README.md`` is a model card for sharing it.
 
-The exports are tested to give our tokens and logits (``tests/test_export.py``,
-``tests/test_export_transformers.py``).
+The exports are tested to give our tokens and logits (``tests/integration/test_export.py``,
+``tests/integration/test_export_transformers.py``).
 """
 
 from __future__ import annotations
