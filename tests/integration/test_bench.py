@@ -183,6 +183,7 @@ def test_add_bench_parser_registers_subcommand():
     assert args.skip_memory and not args.skip_decode
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(not HAVE_TORCH, reason="needs PyTorch")
 def test_torch_tutorial_loop_and_ours_equal_the_greedy_reference():
     import transformer_cpp as tc

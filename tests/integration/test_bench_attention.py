@@ -43,6 +43,7 @@ def quick_run(tmp_path_factory):
     return json.loads(path.read_text()), proc.stdout
 
 
+@pytest.mark.torch
 def test_quick_results_cover_every_kind_and_length(quick_run):
     results, _ = quick_run
     r = results["attention"]

@@ -176,6 +176,7 @@ _TORCH_CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("variant", ["paper", "tied-concatenated", "pre-norm-float64"])
 def test_torch_export_reproduces_our_logits_and_tokens(runs, tok, tmp_path, variant):
     run, model = runs[variant]

@@ -28,6 +28,8 @@ from transformer_cpp.translate import Translator, output_limit
 
 from helpers.toy_task import one_thread  # noqa: F401  (shared fixture: one C++ thread)
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 # Largest |log-probability difference| allowed (float32, teacher-forced, every target-vocabulary
 # entry at every position). Exported with MarianMT's own LayerNorm epsilon (1e-5) the difference
 # is the rounding of the same sums taken in another order (measured: 6e-6 at logits up to 18);

@@ -33,6 +33,7 @@ def test_notebooks_exist() -> None:
     assert NOTEBOOKS, f"no notebooks found in {NOTEBOOK_DIR}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRANSFORMER_CPP_QUICK", "1")

@@ -9,6 +9,8 @@ from transformer_cpp.functional import padding_mask
 from transformer_cpp.layers import Embedding, PositionalEmbedding
 from helpers.gradcheck import TOLERANCE, numeric_grad, rel_error
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 TOKENS = np.array([[3, 1, 4, 1, 5, 0], [2, 6, 5, 0, 0, 0]])  # repeats and padding
 
 

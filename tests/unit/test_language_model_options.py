@@ -22,6 +22,8 @@ from transformer_cpp.task import generate
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 SMALL = dict(d_model=8, n_layers=2, n_heads=2, d_ff=12, dropout=0.0, max_len=16)
 
 

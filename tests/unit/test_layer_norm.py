@@ -8,6 +8,8 @@ import transformer_cpp as tc
 from transformer_cpp.layers import LayerNorm, ReLU
 from helpers.gradcheck import check_layer
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 
 def layer_norm_reference(x, weight, bias, eps):
     """Written from the definition: biased variance, eps inside the square root."""

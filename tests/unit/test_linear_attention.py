@@ -12,6 +12,8 @@ import transformer_cpp as tc
 from helpers.gradcheck import TOLERANCE, numeric_grad, rel_error
 from helpers.layer_checks import randomise_parameters
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 EPS = 1e-6  # the denominator's eps
 CHUNK = 64  # tuning::kLinearAttentionChunk: lengths around it cross the chunk boundaries
 EXACT = 1e-10  # float64: the chunked cumulative sums against the masked product, the RNN form

@@ -12,6 +12,8 @@ from transformer_cpp.functional import masked_cross_entropy, warmup_learning_rat
 from transformer_cpp.layers import Embedding, LayerNorm
 from transformer_cpp.optim import Adam
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 
 # --- schedule ------------------------------------------------------------------------------------
 

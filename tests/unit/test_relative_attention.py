@@ -172,6 +172,7 @@ def test_memory_lengths_and_clamp(m):
     assert np.all((w > 0) == (np.arange(m + 3)[None] <= m + np.arange(3)[:, None]))
 
 
+@pytest.mark.torch
 def test_pytorch_restatement_with_the_padded_shift():
     """Written from the paper's formulation: AC = (q + u) k^T, BD = (q + v) (W_R R)^T with R for
     distances L-1 ... 0, shifted by padding one zero column, viewing (L+1, T), dropping the first

@@ -7,6 +7,8 @@ import torch
 from transformer_cpp.functional import masked_accuracy, masked_cross_entropy, softmax, softmax_backward
 from helpers.gradcheck import TOLERANCE, numeric_grad, rel_error
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 
 # --- references written from the definitions ---------------------------------------------------
 

@@ -184,6 +184,7 @@ def test_result_does_not_depend_on_the_thread_count():
         assert np.array_equal(a, b)
 
 
+@pytest.mark.torch
 def test_torch_sdpa_parity():
     torch = pytest.importorskip("torch")  # installed by the test extras; not in .ci/sanitize's venv
 

@@ -26,6 +26,8 @@ from transformer_cpp.torch_reference import (
     reference_gradients,
 )
 
+pytestmark = pytest.mark.torch  # the module imports PyTorch
+
 TOL = {"float32": 1e-4, "float64": 1e-10}
 D, H, FF = 16, 4, 24
 
