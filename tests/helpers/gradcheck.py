@@ -24,14 +24,19 @@ def numeric_grad(f: Callable[[], float], x: np.ndarray, eps: float = EPS) -> np.
     assert np.shares_memory(flat, x), "x must be contiguous so it can be perturbed in place"
     g = grad.reshape(-1)
     for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        fp = f()
-        flat[i] = old - eps
-        fm = f()
-        flat[i] = old
-        g[i] = (fp - fm) / (2 * eps)
+        g[i] = central_difference(f, flat, i, eps)
     return grad
+
+
+def central_difference(f: Callable[[], float], flat: np.ndarray, i: int, eps: float = EPS) -> float:
+    """d f / d flat[i] by one central difference, ``flat[i]`` restored afterwards."""
+    old = flat[i]
+    flat[i] = old + eps
+    fp = f()
+    flat[i] = old - eps
+    fm = f()
+    flat[i] = old
+    return (fp - fm) / (2 * eps)
 
 
 def check_layer(

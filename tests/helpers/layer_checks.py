@@ -116,3 +116,13 @@ def check_lm_gradients(lm, tokens: np.ndarray, per_parameter: int = 2, seed: int
     num, ana = np.array(numeric), np.array(analytic)
     assert np.linalg.norm(num - ana) / (np.linalg.norm(num) + np.linalg.norm(ana)) <= 1e-6
     return len(numeric)
+
+
+# The language-model tests' model: two blocks of width 8, no dropout.
+LM_SMALL = dict(d_model=8, n_layers=2, n_heads=2, d_ff=12, dropout=0.0, max_len=16)
+
+
+def tokens_for(vocab: int, shape, seed: int = 0) -> np.ndarray:
+    """Random token ids in [1, vocab) (no padding), int64."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, vocab, size=shape).astype(np.int64)

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
+from transformer_cpp.data import EncodedPairs
+from transformer_cpp.training import TrainConfig, Trainer
 
 SYMBOLS = "abcdef"
 
@@ -56,6 +58,45 @@ def tiny_model(
     )
 
 
+def trained_reversal_model(tok: tc.SubwordTokenizer) -> tc.Transformer:
+    """``tiny_model`` trained on 2,000 reversal pairs for 20 epochs: it translates them exactly."""
+    src, tgt = reversal_pairs(2000, seed=0)
+    model = tiny_model(tok)
+    Trainer(
+        model,
+        tc.encode_pairs(src, tgt, tok, tok, 8),
+        None,
+        TrainConfig(epochs=20, batch_size=32, warmup=100, lr_scale=1.0, progress=False),
+    ).fit()
+    return model
+
+
+def two_layer_model(
+    src_vocab: int, tgt_vocab: int, enc: EncodedPairs, n_pairs: int, steps: int, **arch
+) -> tc.Transformer:
+    """A two-layer model (width 32, 4 heads, no dropout, outputs up to 8 tokens, seed 1) trained
+    for ``steps`` steps on consecutive batches of 32 of the ``n_pairs`` encoded pairs (from the
+    first again after the last)."""
+    model = tc.Transformer(
+        src_vocab, tgt_vocab, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0, max_length=8, seed=1, **arch
+    )
+    model.configure_optimizer(warmup=20)
+    for i in range(steps):
+        rows = slice((32 * i) % n_pairs, (32 * i) % n_pairs + 32)
+        model.train_step(
+            enc.src[rows], np.ascontiguousarray(enc.tgt[rows, :-1]), np.ascontiguousarray(enc.tgt[rows, 1:])
+        )
+    return model
+
+
+def float64_model(**options) -> tc.Transformer:
+    """A two-layer float64 model of width 16 (vocabularies 30 and 25, outputs up to 12 tokens,
+    seed 3) for the exact comparisons of fast paths and decoders; ``options`` added."""
+    return tc.Transformer(
+        30, 25, d_model=16, n_layers=2, n_heads=2, d_ff=32, max_length=12, seed=3, dtype="float64", **options
+    )
+
+
 def write_tatoeba_file(path: Path, n: int = 400, seed: int = 0) -> Path:
     """A tiny English-Spanish file in the manythings.org format."""
     words = [
@@ -74,6 +115,17 @@ def write_tatoeba_file(path: Path, n: int = 400, seed: int = 0) -> Path:
         a, b = (words[int(k)] for k in rng.integers(0, len(words), size=2))
         lines.append(f"The {a[0]} and the {b[0]}.\tEl {a[1]} y el {b[1]}.\tCC-BY 2.0 (France) Attribution: test #{i}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+# The language-model tests' text: three short sentences.
+LINES = ["the cat sat on the mat.", "a dog ran to the log!", "so the cat and the dog met."]
+
+
+def write_tiny_text(path: Path, n_lines: int) -> Path:
+    """``n_lines`` of ``LINES`` drawn at random (seed 0), one a line: a text to train a language model on."""
+    rng = np.random.default_rng(0)
+    path.write_text("\n".join(LINES[i] for i in rng.integers(0, 3, size=n_lines)) + "\n", encoding="utf-8")
     return path
 
 

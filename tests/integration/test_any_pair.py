@@ -7,9 +7,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import os
-import subprocess
-import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Dict, Iterator
 
 import pytest
 
+from helpers.cli import SMALL, run_cli
 from helpers.toy_task import write_tatoeba_file
 from transformer_cpp import task
 from transformer_cpp.data import (
@@ -216,8 +214,8 @@ def test_train_on_two_aligned_files_and_evaluate(tmp_path):
     (tmp_path / "c.es").write_text("".join(f"{es}\n" for _, es, _ in lines), encoding="utf-8")
     (tmp_path / "c.en").write_text("".join(f"{en}\n" for en, _, _ in lines), encoding="utf-8")
     data = f"{tmp_path / 'c.es'},{tmp_path / 'c.en'}"
-    result = run(
-        "train", *SMALL, "--data", data, "--source-lang", "es", "--target-lang", "en", "--out", str(tmp_path / "r")
+    result = run_cli(
+        "train", *ONE_EPOCH, "--data", data, "--source-lang", "es", "--target-lang", "en", "--out", str(tmp_path / "r")
     )
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "r" / "epoch-0001" / "config.json").read_text())["data"]
@@ -225,16 +223,20 @@ def test_train_on_two_aligned_files_and_evaluate(tmp_path):
         (tmp_path / "c.en").resolve()
     )
     assert (record["src_lang"], record["tgt_lang"], record["source_column"]) == ("es", "en", None)
-    result = run("evaluate", "--model", str(tmp_path / "r"), "--examples", "1")
+    result = run_cli("evaluate", "--model", str(tmp_path / "r"), "--examples", "1")
     assert result.returncode == 0, result.stderr
     assert "languages   es -> en" in result.stdout and "source     El " in result.stdout
     # resumed on the files it recorded
-    result = run("train", "--out", str(tmp_path / "r"), "--resume", "--epochs", "2", "--threads", "1", "--no-progress")
+    result = run_cli(
+        "train", "--out", str(tmp_path / "r"), "--resume", "--epochs", "2", "--threads", "1", "--no-progress"
+    )
     assert result.returncode == 0 and "resuming" in result.stderr, result.stderr
     assert (tmp_path / "r" / "latest").read_text().strip() == "epoch-0002"
     # a second file with another number of lines: the command says where, in one line
     (tmp_path / "d.en").write_text("The cat.\n", encoding="utf-8")
-    result = run("train", *SMALL, "--data", f"{tmp_path / 'c.es'},{tmp_path / 'd.en'}", "--out", str(tmp_path / "r2"))
+    result = run_cli(
+        "train", *ONE_EPOCH, "--data", f"{tmp_path / 'c.es'},{tmp_path / 'd.en'}", "--out", str(tmp_path / "r2")
+    )
     assert result.returncode != 0 and "line 2 of" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
@@ -312,43 +314,7 @@ def test_data_resolution_order(fresh, server, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------- the command line
 
-SMALL = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "32",
-    "--d-ff",
-    "64",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--batch-size",
-    "32",
-    "--warmup",
-    "20",
-    "--vocab-size",
-    "300",
-    "--epochs",
-    "1",
-    "--threads",
-    "1",
-    "--no-progress",
-]
-
-
-def run(*args: str, env: Dict[str, str] = None, stdin: str = "", timeout: float = 180) -> subprocess.CompletedProcess:
-    environment = dict(os.environ)
-    environment.pop(DATA_ENV_VAR, None)
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=timeout,
-    )
+ONE_EPOCH = [*SMALL, "--epochs", "1"]
 
 
 def test_quickstart_without_local_data_downloads_the_pair(tmp_path, server):
@@ -357,7 +323,9 @@ def test_quickstart_without_local_data_downloads_the_pair(tmp_path, server):
     many = [(f"The {w} is here.", f"Le {w} est ici.") for w in ("cat", "dog", "car", "tree", "bird", "book")] * 40
     server.files["fra-eng.zip"] = fra_zip_bytes(many)
     env = {CACHE_ENV_VAR: str(tmp_path / "cache"), TATOEBA_URL_ENV_VAR: server.url}
-    result = run("train", *SMALL, "--source-lang", "fr", "--target-lang", "en", "--out", str(tmp_path / "r"), env=env)
+    result = run_cli(
+        "train", *ONE_EPOCH, "--source-lang", "fr", "--target-lang", "en", "--out", str(tmp_path / "r"), env=env
+    )
     assert result.returncode == 0, result.stderr
     assert server.requests == ["fra-eng.zip"]
     assert "source: column 2, French (fr); target: column 1, English (en)" in result.stderr
@@ -371,13 +339,15 @@ def test_quickstart_without_local_data_downloads_the_pair(tmp_path, server):
     server.files["spa-eng.zip"] = fra_zip_bytes([(en, en.replace("The", "El")) for en, _ in many]).replace(
         b"fra.txt", b"spa.txt"
     )
-    result = run("train", *SMALL, "--out", str(tmp_path / "quick"), env=env)
+    result = run_cli("train", *ONE_EPOCH, "--out", str(tmp_path / "quick"), env=env)
     assert result.returncode == 0, result.stderr
     assert server.requests == ["fra-eng.zip", "spa-eng.zip"] and "English (en); target: column 2" in result.stderr
     # the same languages without a pair of their own and without data: told what to pass
-    result = run("train", *SMALL, "--source-lang", "fr", "--target-lang", "de", "--out", str(tmp_path / "r2"), env=env)
+    result = run_cli(
+        "train", *ONE_EPOCH, "--source-lang", "fr", "--target-lang", "de", "--out", str(tmp_path / "r2"), env=env
+    )
     assert result.returncode != 0 and "no data given for fr -> de" in result.stderr and "--data" in result.stderr
-    result = run("train", *SMALL, "--source-lang", "xx!", "--out", str(tmp_path / "r3"), env=env)
+    result = run_cli("train", *ONE_EPOCH, "--source-lang", "xx!", "--out", str(tmp_path / "r3"), env=env)
     assert result.returncode != 0 and "is not a language code" in result.stderr
 
 
@@ -386,9 +356,9 @@ def es_en_run(tmp_path_factory):
     """A Spanish-to-English model of the toy file (trained until it knows its direction)."""
     root = tmp_path_factory.mktemp("es-en")
     data = write_tatoeba_file(root / "spa.txt", n=400)
-    args = list(SMALL)
+    args = list(ONE_EPOCH)
     args[args.index("--epochs") + 1] = "6"
-    result = run(
+    result = run_cli(
         "train", *args, "--source-lang", "es", "--target-lang", "en", "--data", str(data), "--out", str(root / "run")
     )
     assert result.returncode == 0, result.stderr
@@ -410,10 +380,10 @@ def test_languages_recorded_and_followed(es_en_run):
 
     translator = Translator.from_checkpoint(root / "run")
     assert (translator.src_lang, translator.tgt_lang) == ("es", "en")
-    result = run("translate", "--model", str(root / "run"), "El gato y el perro.")
+    result = run_cli("translate", "--model", str(root / "run"), "El gato y el perro.")
     assert result.returncode == 0 and "translating es -> en" in result.stderr
     assert result.stdout.startswith("The "), result.stdout
-    result = run("evaluate", "--model", str(root / "run"), "--examples", "1")
+    result = run_cli("evaluate", "--model", str(root / "run"), "--examples", "1")
     assert result.returncode == 0, result.stderr
     assert "languages   es -> en" in result.stdout and "source     El " in result.stdout
 
@@ -423,23 +393,23 @@ def test_evaluate_pairs_with_the_columns_the_other_way_round_is_refused(es_en_ru
     model = str(root / "run")
     lines = data.read_text(encoding="utf-8").splitlines()[:60]
     # a Tatoeba file: English first, and the model's languages choose the columns
-    ok = run("evaluate", "--model", model, "--pairs", str(data), "--limit", "20")
+    ok = run_cli("evaluate", "--model", model, "--pairs", str(data), "--limit", "20")
     assert ok.returncode == 0 and "source: column 2, Spanish (es)" in ok.stderr, ok.stderr
     # a file of another name is source<TAB>target: English-first pairs are the wrong way round
     english_first = tmp_path / "pairs.tsv"
     english_first.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    wrong = run("evaluate", "--model", model, "--pairs", str(english_first))
+    wrong = run_cli("evaluate", "--model", model, "--pairs", str(english_first))
     assert wrong.returncode != 0 and "look the other way round for this es -> en model" in wrong.stderr
     assert "--columns 2,1" in wrong.stderr and "BLEU" not in wrong.stdout
     # told which column holds which language, or which column is the source, it scores them
     for columns in ("en,es", "2,1"):
-        right = run("evaluate", "--model", model, "--pairs", str(english_first), "--columns", columns)
+        right = run_cli("evaluate", "--model", model, "--pairs", str(english_first), "--columns", columns)
         assert right.returncode == 0 and "BLEU" in right.stdout, right.stderr
     # columns forced the wrong way: scored, but not silently
-    forced = run("evaluate", "--model", model, "--pairs", str(english_first), "--columns", "1,2")
+    forced = run_cli("evaluate", "--model", model, "--pairs", str(english_first), "--columns", "1,2")
     assert forced.returncode == 0 and "warning: the pairs of" in forced.stderr
     # the languages the file's columns are said to hold must include the model's
-    other = run("evaluate", "--model", model, "--pairs", str(english_first), "--columns", "en,fr")
+    other = run_cli("evaluate", "--model", model, "--pairs", str(english_first), "--columns", "en,fr")
     assert other.returncode != 0 and "has no Spanish (es) column" in other.stderr
 
 

@@ -235,24 +235,9 @@ def test_ctranslate2_converts_pre_norm(tmp_path):
 
 def test_quick_without_torch_reports_ours_alone(tmp_path):
     out = tmp_path / "ours.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_cpp.bench",
-            "--quick",
-            "--no-torch",
-            "--no-ctranslate2",
-            "--skip-scaling",
-            "--threads",
-            "1",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    peers = ["--no-torch", "--no-ctranslate2", "--skip-scaling"]
+    command = ["-m", "transformer_cpp.bench", "--quick", *peers, "--threads", "1", "--json", str(out)]
+    proc = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PyTorch comparisons skipped" in proc.stdout  # the table says so
     r = json.loads(out.read_text())

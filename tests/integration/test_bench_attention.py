@@ -22,23 +22,8 @@ from transformer_cpp.bench import per_token, reversible
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench_attention") / "attention.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_cpp",
-            "bench",
-            "--attention",
-            "--quick",
-            "--threads",
-            "1",
-            "--json",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    command = ["-m", "transformer_cpp", "bench", "--attention", "--quick", "--threads", "1", "--json", str(path)]
+    proc = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(path.read_text()), proc.stdout
 

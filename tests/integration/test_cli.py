@@ -8,51 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from transformer_cpp.cli import build_parser
 
+from helpers.cli import SMALL, run_cli, train_args
 from helpers.toy_task import write_tatoeba_file
-
-# A very small model: the point is the plumbing, not the translations.
-SMALL = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "32",
-    "--d-ff",
-    "64",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--batch-size",
-    "32",
-    "--warmup",
-    "20",
-    "--vocab-size",
-    "300",
-    "--no-progress",
-    "--threads",
-    "1",
-]
-
-
-def run(*args: str, stdin: str = "", cwd: Path = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("TRANSFORMER_CPP_DATA", None)  # every command names its data
-    env.pop("TRANSFORMER_CPP_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -69,7 +31,7 @@ def trained_run(tmp_path_factory):
     """``train`` once for the whole module: 2 epochs on 300 pairs."""
     root = tmp_path_factory.mktemp("cli")
     data = write_tatoeba_file(root / "pairs.txt", n=400)
-    result = run(
+    result = run_cli(
         "train", *SMALL, "--data", str(data), "--num-samples", "300", "--epochs", "2", "--out", str(root / "run")
     )
     assert result.returncode == 0, result.stderr
@@ -95,18 +57,18 @@ def test_train_writes_checkpoints(trained_run):
 def test_translate_arguments_and_stdin(trained_run):
     root, _, _ = trained_run
     model = str(root / "run" / "epoch-0002")  # the most trained checkpoint ("best" may be the first)
-    result = run("translate", "--model", model, "The cat and the dog.", "The book and the tree.")
+    result = run_cli("translate", "--model", model, "The cat and the dog.", "The book and the tree.")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 2 and all(lines)
-    result = run(
+    result = run_cli(
         "translate", "--model", model, "--beam-size", "3", stdin="The car and the bird.\n\nThe water and the cat.\n"
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")[:-1]
     assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]
     long = " ".join(["the cat and the dog"] * 10)
-    result = run("translate", "--model", model, long)
+    result = run_cli("translate", "--model", model, long)
     assert result.returncode == 0 and "warning" in result.stderr and "tokens" in result.stderr
 
 
@@ -115,7 +77,7 @@ def test_translate_leaves_lines_of_invisible_characters_empty(trained_run):
     line is empty, as for a blank line, not an invented translation."""
     root, _, _ = trained_run
     model = str(root / "run" / "epoch-0002")
-    result = run("translate", "--model", model, stdin="The cat.\n\u200b\u200b\n\ufeff\u2060 \u200d\nThe dog.\n")
+    result = run_cli("translate", "--model", model, stdin="The cat.\n\u200b\u200b\n\ufeff\u2060 \u200d\nThe dog.\n")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")[:-1]
     assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[2] == "" and lines[3], lines
@@ -123,12 +85,12 @@ def test_translate_leaves_lines_of_invisible_characters_empty(trained_run):
 
 def test_evaluate(trained_run):
     root, _, _ = trained_run
-    result = run("evaluate", "--model", str(root / "run"), "--examples", "1")
+    result = run_cli("evaluate", "--model", str(root / "run"), "--examples", "1")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for label in ("BLEU", "chrF", "loss", "accuracy", "the test split: ", "reference", "tok:13a"):
         assert label in out, out
-    result = run("evaluate", "--model", str(root / "run" / "epoch-0001"), "--split", "valid", "--limit", "5")
+    result = run_cli("evaluate", "--model", str(root / "run" / "epoch-0001"), "--split", "valid", "--limit", "5")
     assert result.returncode == 0 and "valid split: 5 sentence pairs" in result.stdout
 
 
@@ -139,17 +101,17 @@ def test_resume_continues_the_run(trained_run, tmp_path):
     import shutil
 
     shutil.copytree(root / "run", run_dir)
-    result = run("train", "--out", str(run_dir), "--resume", "--epochs", "3", "--no-progress")
+    result = run_cli("train", "--out", str(run_dir), "--resume", "--epochs", "3", "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "resuming" in result.stderr and (run_dir / "latest").read_text().strip() == "epoch-0003"
     state = json.loads((run_dir / "epoch-0003" / "trainer_state.json").read_text())
     assert state["history"]["epoch"]["epoch"] == [1, 2, 3]
     assert_one_line_error(
-        run("train", "--out", str(run_dir), "--resume", "--d-model", "64"),
+        run_cli("train", "--out", str(run_dir), "--resume", "--d-model", "64"),
         "--resume continues the run in --out with its own settings",
         "--d-model 64",
     )
-    assert_one_line_error(run("train", "--out", str(tmp_path / "empty"), "--resume"), "nothing to resume")
+    assert_one_line_error(run_cli("train", "--out", str(tmp_path / "empty"), "--resume"), "nothing to resume")
 
 
 def test_ctrl_c_saves_a_checkpoint(tmp_path):
@@ -157,19 +119,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRANSFORMER_CPP_DATA"}
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transformer_cpp",
-            "train",
-            *SMALL,
-            "--data",
-            str(data),
-            "--epochs",
-            "100000",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "transformer_cpp", *train_args(data, out, 100000)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -190,7 +140,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     assert "Traceback" not in stderr and "--resume" in stderr
     latest = (out / "latest").read_text().strip()
     assert latest.startswith("epoch-")
-    result = run("train", "--out", str(out), "--resume", "--epochs", str(int(latest[6:10]) + 1), "--no-progress")
+    result = run_cli("train", "--out", str(out), "--resume", "--epochs", str(int(latest[6:10]) + 1), "--no-progress")
     assert result.returncode == 0, result.stderr
 
 
@@ -205,7 +155,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     ],
 )
 def test_command_line_mistakes(args, fragments):
-    result = run(*args)
+    result = run_cli(*args)
     assert result.returncode == 2
     assert_one_line_error(result, *fragments)
 
@@ -213,16 +163,18 @@ def test_command_line_mistakes(args, fragments):
 def test_user_errors_print_one_line(trained_run, tmp_path):
     root, data, _ = trained_run
     assert_one_line_error(
-        run("train", *SMALL, "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r")),
+        run_cli("train", *SMALL, "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r")),
         "no such file",
         "missing.txt",
     )
     assert_one_line_error(
-        run("translate", "--model", str(tmp_path / "nowhere"), "hello"), "no such checkpoint directory"
+        run_cli("translate", "--model", str(tmp_path / "nowhere"), "hello"), "no such checkpoint directory"
     )
-    assert_one_line_error(run("train", *SMALL, "--data", str(data), "--out", str(root / "run")), "already holds a run")
     assert_one_line_error(
-        run(
+        run_cli("train", *SMALL, "--data", str(data), "--out", str(root / "run")), "already holds a run"
+    )
+    assert_one_line_error(
+        run_cli(
             "train",
             *SMALL,
             "--data",
@@ -247,18 +199,18 @@ def test_user_errors_print_one_line(trained_run, tmp_path):
     weights = used / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     for command in (["translate", "--model", str(broken), "hello"], ["evaluate", "--model", str(broken)]):
-        assert_one_line_error(run(*command), "model.safetensors", "truncated")
+        assert_one_line_error(run_cli(*command), "model.safetensors", "truncated")
     (used / "config.json").write_text("{")
-    assert_one_line_error(run("translate", "--model", str(broken), "hello"), "config.json' is not valid JSON")
+    assert_one_line_error(run_cli("translate", "--model", str(broken), "hello"), "config.json' is not valid JSON")
 
 
 def test_version_figures_and_help():
-    result = run("--version")
+    result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.startswith("transformer-cpp ")
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # the registered subcommands
     assert {"figures", "train", "translate", "evaluate"} <= set(commands)
-    help_text = run("train", "--help").stdout
+    help_text = run_cli("train", "--help").stdout
     for option in (
         "--preset",
         "--data",

@@ -20,6 +20,7 @@ import transformer_cpp as tc
 from transformer_cpp.data import make_batch
 from transformer_cpp.training import TrainConfig, Trainer
 
+from helpers.cli import SMALL_SAMPLED, train_args
 from helpers.toy_task import reversal_pairs, threads, tiny_model, write_tatoeba_file
 from helpers.toy_task import tok  # noqa: F401  (shared fixture)
 
@@ -264,31 +265,6 @@ def test_weights_that_drift_apart_are_caught(tmp_path):
 # ------------------------------------------------------------------ the command line
 
 
-SMALL = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "32",
-    "--d-ff",
-    "64",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--batch-size",
-    "32",
-    "--warmup",
-    "20",
-    "--vocab-size",
-    "300",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num-samples",
-    "200",
-]
-
-
 def one_error_line(stderr: str, *fragments: str) -> None:
     ours = [line for line in stderr.splitlines() if line.startswith("transformer-cpp")]
     assert len(ours) == 1, stderr
@@ -300,19 +276,7 @@ def one_error_line(stderr: str, *fragments: str) -> None:
 def test_command_line_two_ranks(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=260)
     run_dir = tmp_path / "run"
-    result, _ = launch(
-        sys.executable,
-        "-m",
-        "transformer_cpp",
-        "train",
-        *SMALL,
-        "--data",
-        str(data),
-        "--epochs",
-        "1",
-        "--out",
-        str(run_dir),
-    )
+    result, _ = launch(sys.executable, "-m", "transformer_cpp", *train_args(data, run_dir, 1, SMALL_SAMPLED))
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("model: ") == 1, result.stderr  # rank 0 alone speaks
     assert "data-parallel training: 2 MPI processes" in result.stderr
@@ -322,19 +286,9 @@ def test_command_line_two_ranks(tmp_path):
 
     # --resume as one process: one clear line
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "PMIX_"))}
+    resume = ["train", "--out", str(run_dir), "--resume", "--epochs", "2", "--no-progress"]
     single = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "transformer_cpp",
-            "train",
-            "--out",
-            str(run_dir),
-            "--resume",
-            "--epochs",
-            "2",
-            "--no-progress",
-        ],
+        [sys.executable, "-m", "transformer_cpp", *resume],
         capture_output=True,
         text=True,
         env=env,
@@ -345,19 +299,7 @@ def test_command_line_two_ranks(tmp_path):
     assert single.stderr.count("\n") == 1
 
     # --resume with 3 ranks: one line from rank 0
-    result, _ = launch(
-        sys.executable,
-        "-m",
-        "transformer_cpp",
-        "train",
-        "--out",
-        str(run_dir),
-        "--resume",
-        "--epochs",
-        "2",
-        "--no-progress",
-        n=3,
-    )
+    result, _ = launch(sys.executable, "-m", "transformer_cpp", *resume, n=3)
     assert result.returncode != 0
     one_error_line(result.stderr, "trained as 2 process(es) and this launch has 3")
 
@@ -379,14 +321,7 @@ def test_command_line_sigusr1_to_mpiexec_stops_with_a_checkpoint(tmp_path):
             sys.executable,
             "-m",
             "transformer_cpp",
-            "train",
-            *SMALL,
-            "--data",
-            str(data),
-            "--epochs",
-            "1000",
-            "--out",
-            str(run_dir),
+            *train_args(data, run_dir, 1000, SMALL_SAMPLED),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

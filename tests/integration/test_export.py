@@ -20,7 +20,8 @@ from transformer_cpp.checkpoint import save_checkpoint
 from transformer_cpp.training import output_limit
 from transformer_cpp.translate import Translator
 
-from helpers.toy_task import SYMBOLS, reversal_pairs
+from helpers.cli import run_main
+from helpers.toy_task import SYMBOLS, reversal_pairs, two_layer_model
 from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
 # Largest |logit difference| allowed. The logits are of size ~10; the same sums taken in another
@@ -40,25 +41,7 @@ def _train(tok, steps: int = 150, **arch) -> tc.Transformer:
     not everything, so its outputs have many lengths and some run to the output limit."""
     src, tgt = reversal_pairs(512, seed=0)
     enc = tc.encode_pairs(src, tgt, tok, tok, 8)
-    model = tc.Transformer(
-        tok.vocab_size,
-        tok.vocab_size,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        d_ff=64,
-        dropout=0.0,
-        max_length=8,
-        seed=1,
-        **arch,
-    )
-    model.configure_optimizer(warmup=20)
-    for i in range(steps):
-        rows = slice((32 * i) % 512, (32 * i) % 512 + 32)
-        model.train_step(
-            enc.src[rows], np.ascontiguousarray(enc.tgt[rows, :-1]), np.ascontiguousarray(enc.tgt[rows, 1:])
-        )
-    return model
+    return two_layer_model(tok.vocab_size, tok.vocab_size, enc, 512, steps, **arch)
 
 
 def _sentences(n: int = 60) -> list:
@@ -225,7 +208,7 @@ def test_torch_export_reproduces_our_logits_and_tokens(runs, tok, tmp_path, vari
 def test_torch_export_needs_no_torch(runs, tmp_path):
     """Writing the PyTorch export needs neither torch nor ctranslate2 (blocked here)."""
     run, _ = runs["paper"]
-    result = _run_cli(
+    result = run_main(
         "export", "--model", str(run), "--to", "torch", str(tmp_path / "out"), blocked=("torch", "ctranslate2")
     )
     assert result.returncode == 0, result.stderr
@@ -233,15 +216,6 @@ def test_torch_export_needs_no_torch(runs, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ errors
-
-
-def _run_cli(*args: str, blocked: tuple = ()) -> subprocess.CompletedProcess:
-    """``python -m transformer_cpp ARGS``; the modules in ``blocked`` cannot be imported."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("TRANSFORMER_CPP_DEBUG", None)
-    prelude = "".join(f"sys.modules[{name!r}] = None; " for name in blocked)
-    code = f"import sys; {prelude}from transformer_cpp.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def _one_line_error(result: subprocess.CompletedProcess, status: int, *fragments: str) -> None:
@@ -255,14 +229,14 @@ def _one_line_error(result: subprocess.CompletedProcess, status: int, *fragments
 
 def test_command_line_export(runs, tmp_path):
     run, _ = runs["paper"]
-    result = _run_cli(
+    result = run_main(
         "export", "--model", str(run), "--to", "ctranslate2", str(tmp_path / "ct2"), "--quantization", "int8"
     )
     assert result.returncode == 0, result.stderr
     assert f"exported to ctranslate2: {tmp_path / 'ct2'}" in result.stdout
     assert json.loads((tmp_path / "ct2" / "transformer_cpp.json").read_text())["quantization"] == "int8"
     (tmp_path / "empty").mkdir()  # an existing empty directory is fine
-    result = _run_cli("export", "--model", str(run), "--to", "torch", str(tmp_path / "empty"))
+    result = run_main("export", "--model", str(run), "--to", "torch", str(tmp_path / "empty"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "empty" / "transformer_torch.py").is_file()
 
@@ -271,12 +245,12 @@ def test_bad_arguments_are_one_line_errors(runs, tmp_path):
     run, _ = runs["paper"]
     out = str(tmp_path / "out")
     # the command line itself (status 2)
-    _one_line_error(_run_cli("export", "--model", str(run), out), 2, "--to")
-    _one_line_error(_run_cli("export", "--model", str(run), "--to", "onnx", out), 2, "--to", "invalid choice", "onnx")
-    _one_line_error(_run_cli("export", "--to", "torch", out), 2, "--model")
-    _one_line_error(_run_cli("export", "--model", str(run), "--to", "torch"), 2, "OUT")
+    _one_line_error(run_main("export", "--model", str(run), out), 2, "--to")
+    _one_line_error(run_main("export", "--model", str(run), "--to", "onnx", out), 2, "--to", "invalid choice", "onnx")
+    _one_line_error(run_main("export", "--to", "torch", out), 2, "--model")
+    _one_line_error(run_main("export", "--model", str(run), "--to", "torch"), 2, "OUT")
     _one_line_error(
-        _run_cli("export", "--model", str(run), "--to", "ctranslate2", out, "--quantization", "int3"),
+        run_main("export", "--model", str(run), "--to", "ctranslate2", out, "--quantization", "int3"),
         2,
         "--quantization",
         "int3",
@@ -284,12 +258,12 @@ def test_bad_arguments_are_one_line_errors(runs, tmp_path):
     )
     # what only the command can see (status 1)
     _one_line_error(
-        _run_cli("export", "--model", str(run), "--to", "torch", out, "--quantization", "int8"),
+        run_main("export", "--model", str(run), "--to", "torch", out, "--quantization", "int8"),
         1,
         "--quantization is for --to ctranslate2",
     )
     _one_line_error(
-        _run_cli("export", "--model", str(tmp_path / "nowhere"), "--to", "torch", out),
+        run_main("export", "--model", str(tmp_path / "nowhere"), "--to", "torch", out),
         1,
         "no such checkpoint directory",
     )
@@ -298,19 +272,19 @@ def test_bad_arguments_are_one_line_errors(runs, tmp_path):
     (taken / "keep.txt").write_text("mine")
     for to in ("torch", "ctranslate2"):
         _one_line_error(
-            _run_cli("export", "--model", str(run), "--to", to, str(taken)),
+            run_main("export", "--model", str(run), "--to", to, str(taken)),
             1,
             str(taken),
             "already exists and is not empty",
         )
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
     _one_line_error(
-        _run_cli("export", "--model", str(run), "--to", "torch", str(tmp_path / "no" / "such" / "dir")),
+        run_main("export", "--model", str(run), "--to", "torch", str(tmp_path / "no" / "such" / "dir")),
         1,
         "no such directory",
     )
     _one_line_error(
-        _run_cli("export", "--model", str(run), "--to", "ctranslate2", out, blocked=("ctranslate2",)),
+        run_main("export", "--model", str(run), "--to", "ctranslate2", out, blocked=("ctranslate2",)),
         1,
         "CTranslate2 is not installed",
         "pip install 'transformer-cpp[ctranslate2]'",

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,6 +23,8 @@ from transformer_cpp import export
 from transformer_cpp.checkpoint import load_checkpoint, save_checkpoint
 from transformer_cpp.translate import Translator, output_limit
 
+from helpers.cli import run_main
+from helpers.toy_task import two_layer_model
 from helpers.toy_task import one_thread  # noqa: F401  (shared fixture: one C++ thread)
 
 pytestmark = pytest.mark.torch  # the module imports PyTorch
@@ -75,25 +74,7 @@ def _train(src_tok, tgt_tok, steps: int = 300, **arch) -> tc.Transformer:
     outputs have many lengths, some wrong and some running to the output limit."""
     src, tgt = _pairs(1024, seed=0)
     enc = tc.encode_pairs(src, tgt, src_tok, tgt_tok, None)
-    model = tc.Transformer(
-        src_tok.vocab_size,
-        tgt_tok.vocab_size,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        d_ff=64,
-        dropout=0.0,
-        max_length=8,
-        seed=1,
-        **arch,
-    )
-    model.configure_optimizer(warmup=20)
-    for i in range(steps):
-        rows = slice((32 * i) % 1024, (32 * i) % 1024 + 32)
-        model.train_step(
-            enc.src[rows], np.ascontiguousarray(enc.tgt[rows, :-1]), np.ascontiguousarray(enc.tgt[rows, 1:])
-        )
-    return model
+    return two_layer_model(src_tok.vocab_size, tgt_tok.vocab_size, enc, 1024, steps, **arch)
 
 
 def _sentences(n: int = 120) -> list:
@@ -338,19 +319,10 @@ def test_tokenizer_encodes_as_our_source_and_decodes_as_our_target(tmp_path, low
 # ------------------------------------------------------------------------------------ refusals and the command line
 
 
-def _run_cli(*args: str, blocked: tuple = ()) -> subprocess.CompletedProcess:
-    """``python -m transformer_cpp ARGS``; the modules in ``blocked`` cannot be imported."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("TRANSFORMER_CPP_DEBUG", None)
-    prelude = "".join(f"sys.modules[{name!r}] = None; " for name in blocked)
-    code = f"import sys; {prelude}from transformer_cpp.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
-
-
 def test_command_line_export_needs_neither_torch_nor_transformers(exported, tmp_path):
     run = exported["default"][0]
     out = tmp_path / "hf"
-    result = _run_cli(
+    result = run_main(
         "export", "--model", str(run), "--to", "transformers", str(out), blocked=("torch", "transformers")
     )
     assert result.returncode == 0, result.stderr
@@ -370,7 +342,7 @@ def test_pre_norm_model_is_refused(tmp_path):
     save_checkpoint(run, model, src_tok, tgt_tok, optimizer=False)
     with pytest.raises(ValueError, match="pre-norm.*MarianMT is post-norm only.*--to ctranslate2 or --to torch"):
         export.export_transformers(run, tmp_path / "out")
-    result = _run_cli("export", "--model", str(run), "--to", "transformers", str(tmp_path / "out"))
+    result = run_main("export", "--model", str(run), "--to", "transformers", str(tmp_path / "out"))
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "MarianMT is post-norm only" in result.stderr

@@ -4,6 +4,7 @@ character, checkpoints, resuming exactly, seeded generation, the commands, and b
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from transformer_cpp.data.lm_text import CharVocabulary, split_text
 from transformer_cpp.task import LmTrainRequest, bits_per_character, generate, load_lm, new_lm_trainer
 from transformer_cpp.task import resume_lm_trainer
 
-LINES = ["the cat sat on the mat.", "a dog ran to the log!", "so the cat and the dog met."]
+from helpers.toy_task import write_tiny_text
+
 TINY = dict(
     d_model=16,
     n_layers=1,
@@ -33,10 +35,7 @@ TINY = dict(
 
 @pytest.fixture
 def text_file(tmp_path):
-    rng = np.random.default_rng(0)
-    path = tmp_path / "tiny.txt"
-    path.write_text("\n".join(LINES[i] for i in rng.integers(0, 3, size=240)) + "\n", encoding="utf-8")
-    return path
+    return write_tiny_text(tmp_path / "tiny.txt", 240)
 
 
 def quiet(_: str) -> None:
@@ -176,10 +175,15 @@ def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
     assert "bits per character on the held-out test text" in capsys.readouterr().out
 
 
+def four_steps(text_file: Path, out: Path, n_layers: int) -> list:
+    """``train-lm``'s arguments for 4 steps of a width-16 model of ``n_layers`` blocks on ``text_file``."""
+    tiny = ["--d-model", "16", "--n-layers", str(n_layers), "--n-heads", "2", "--d-ff", "32", "--seq-len", "16"]
+    return ["--text", str(text_file), "--out", str(out), *tiny, "--batch-size", "4", "--steps", "4", "--threads", "1"]
+
+
 def test_commands_with_linear_attention(text_file, tmp_path, capsys):
     out = tmp_path / "linear"
-    tiny = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16"]
-    args = ["--text", str(text_file), "--out", str(out), *tiny, "--batch-size", "4", "--steps", "4", "--threads", "1"]
+    args = four_steps(text_file, out, n_layers=1)
     assert main(["train-lm", *args, "--eval-chars", "256", "--attention", "linear"]) == 0
     assert "bits per character on the held-out test text" in capsys.readouterr().out
     run = load_lm(out)
@@ -193,8 +197,7 @@ def test_commands_with_linear_attention(text_file, tmp_path, capsys):
 
 def test_commands_with_lsh_attention_and_reversible_blocks(text_file, tmp_path, capsys):
     out = tmp_path / "lsh"
-    tiny = ["--d-model", "16", "--n-layers", "2", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16"]
-    args = ["--text", str(text_file), "--out", str(out), *tiny, "--batch-size", "4", "--steps", "4", "--threads", "1"]
+    args = four_steps(text_file, out, n_layers=2)
     lsh = ["--attention", "lsh", "--lsh-hashes", "2", "--lsh-chunk", "4", "--lsh-buckets", "4", "--reversible"]
     assert main(["train-lm", *args, "--eval-chars", "256", *lsh]) == 0
     assert "bits per character on the held-out test text" in capsys.readouterr().out

@@ -4,9 +4,6 @@ evaluation on a pairs file, checkpoint averaging, the time budget, best checkpoi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,15 +14,8 @@ from transformer_cpp.checkpoint import average_checkpoints, best_checkpoint, lis
 from transformer_cpp.training import TrainConfig, Trainer, bleu_of_encoded, output_limit
 from transformer_cpp.translate import LongInputWarning, Translator
 
+from helpers.cli import QUICK, TINY_MODEL, run_cli
 from helpers.toy_task import one_thread, reversal_pairs, tiny_model, tok, write_tatoeba_file  # noqa: F401
-
-
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("TRANSFORMER_CPP_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
 
 
 # ------------------------------------------------------------------------------------ splitting
@@ -329,31 +319,7 @@ def test_time_budget_stops_on_time_with_a_checkpoint(tok, tmp_path):
 def cli_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("recipe")
     data = write_tatoeba_file(root / "pairs.txt", n=600)
-    args = [
-        "--preset",
-        "tiny",
-        "--d-model",
-        "32",
-        "--d-ff",
-        "64",
-        "--n-layers",
-        "1",
-        "--n-heads",
-        "2",
-        "--max-tokens",
-        "400",
-        "--warmup",
-        "20",
-        "--vocab-size",
-        "300",
-        "--no-progress",
-        "--threads",
-        "1",
-        "--data",
-        str(data),
-        "--out",
-        str(root / "run"),
-    ]
+    args = [*TINY_MODEL, "--max-tokens", "400", *QUICK, "--data", str(data), "--out", str(root / "run")]
     result = run_cli("train", *args, "--epochs", "2")
     assert result.returncode == 0, result.stderr
     return root, data, args, result

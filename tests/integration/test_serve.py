@@ -9,11 +9,8 @@ exact and a swapped or lost answer cannot go unnoticed.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -26,34 +23,17 @@ import httpx  # the test extra installs it with FastAPI, uvicorn and Selenium: p
 import transformer_cpp as tc
 from transformer_cpp import kernels, serve
 from transformer_cpp.checkpoint import save_checkpoint
-from transformer_cpp.training import TrainConfig, Trainer
 from transformer_cpp.translate import Translator
 
-from helpers.toy_task import reversal_pairs, tiny_model
+from helpers.serve import HOST, running, start_server
+from helpers.toy_task import reversal_pairs, trained_reversal_model
 from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
-
-HOST = "127.0.0.1"
 
 
 @pytest.fixture(scope="module")
 def translator(tok):
     """A model trained to reverse sequences of a-f."""
-    src, tgt = reversal_pairs(2000, seed=0)
-    model = tiny_model(tok)
-    Trainer(
-        model,
-        tc.encode_pairs(src, tgt, tok, tok, 8),
-        None,
-        TrainConfig(epochs=20, batch_size=32, warmup=100, lr_scale=1.0, progress=False),
-    ).fit()
-    return Translator(model, tok, tok)
-
-
-def running(app):
-    """Serve ``app`` with uvicorn in a thread on a free port of 127.0.0.1; yields the base URL.
-    Idle keep-alive connections stay open for minutes (uvicorn's default is 5 s): on a starved
-    machine a client may pause that long between requests, and would then race the close."""
-    return serve.background_server(app, HOST, 0, timeout_keep_alive=600)
+    return Translator(trained_reversal_model(tok), tok, tok)
 
 
 @pytest.fixture(scope="module")
@@ -463,43 +443,6 @@ def test_serve_command_line_options():
             cli.build_parser().parse_args(["serve", "--model", "m"] + bad)
 
 
-def _start_server(model_dir: Path, *extra: str) -> "tuple[subprocess.Popen, str]":
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transformer_cpp",
-            "serve",
-            "--model",
-            str(model_dir),
-            "--port",
-            "0",
-            "--threads",
-            "1",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    lines = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
-        if m:
-            threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-            proc.output = lines  # type: ignore[attr-defined]
-            return proc, m.group(1)
-    proc.kill()
-    raise AssertionError("the server did not start:\n" + "".join(lines))
-
-
 def translator_checkpoint_name(run: Path) -> str:
     return Path(Translator.from_checkpoint(run).checkpoint).name
 
@@ -509,7 +452,7 @@ def test_command_line_server_finishes_in_flight_requests_on_sigterm(translator, 
     flight (held in the batcher by --max-wait-ms 1500), then exits 0."""
     run = tmp_path / "run"
     save_checkpoint(run, translator.model, translator.src_tokenizer, translator.tgt_tokenizer, optimizer=False)
-    proc, url = _start_server(run, "--max-wait-ms", "1500")
+    proc, url = start_server(run, "--max-wait-ms", "1500")
     try:
         info = httpx.get(url + "/info", timeout=30).json()
         # the run directory's name and the checkpoint's, not the absolute path

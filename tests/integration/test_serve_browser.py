@@ -14,10 +14,17 @@ import json
 
 import pytest
 
+from transformer_cpp.translate import Translator
+
 from helpers.qt_browser import BrowserError, QtBrowser
-from test_serve import running  # the uvicorn-in-a-thread helper
-from test_serve import translator  # noqa: F401  (the trained toy translator fixture)
-from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
+from helpers.serve import running
+from helpers.toy_task import one_thread, tok, trained_reversal_model  # noqa: F401  (shared fixtures)
+
+
+@pytest.fixture(scope="module")
+def translator(tok):
+    """A model trained to reverse sequences of a-f."""
+    return Translator(trained_reversal_model(tok), tok, tok)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +41,7 @@ def text_of(element_id: str) -> str:
     return f"document.getElementById({json.dumps(element_id)}).textContent"
 
 
-def test_page_translates_a_typed_sentence_and_draws_the_attention_map(translator, browser):  # noqa: F811
+def test_page_translates_a_typed_sentence_and_draws_the_attention_map(translator, browser):
     from transformer_cpp import serve
 
     with running(serve.create_app(translator)) as url:

@@ -11,28 +11,18 @@ from __future__ import annotations
 import httpx
 import pytest
 from libretranslatepy import LibreTranslateAPI
-from test_serve import _start_server
-from helpers.toy_task import one_thread, reversal_pairs, tiny_model, tok  # noqa: F401  (shared fixtures)
+from helpers.serve import start_server
+from helpers.toy_task import one_thread, tok, trained_reversal_model  # noqa: F401  (shared fixtures)
 
-import transformer_cpp as tc
 from transformer_cpp import serve
 from transformer_cpp.checkpoint import save_checkpoint
-from transformer_cpp.training import Trainer, TrainConfig
 from transformer_cpp.translate import Translator
 
 
 @pytest.fixture(scope="module")
 def translator(tok):
     """The reversal model of a-f, as a translator of English to Spanish."""
-    src, tgt = reversal_pairs(2000, seed=0)
-    model = tiny_model(tok)
-    Trainer(
-        model,
-        tc.encode_pairs(src, tgt, tok, tok, 8),
-        None,
-        TrainConfig(epochs=20, batch_size=32, warmup=100, lr_scale=1.0, progress=False),
-    ).fit()
-    return Translator(model, tok, tok, src_lang="en", tgt_lang="es")
+    return Translator(trained_reversal_model(tok), tok, tok, src_lang="en", tgt_lang="es")
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +92,7 @@ def test_languages(client):
 def test_libretranslatepy_against_the_command_line_server(translator, tmp_path):
     run = tmp_path / "run"
     save_checkpoint(run, translator.model, translator.src_tokenizer, translator.tgt_tokenizer, optimizer=False)
-    proc, url = _start_server(run)
+    proc, url = start_server(run)
     try:
         lt = LibreTranslateAPI(url)
         assert lt.languages() == [

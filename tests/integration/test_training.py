@@ -259,16 +259,22 @@ def _assert_same_run(history, weights, reference):
         np.testing.assert_array_equal(weights[name], value, err_msg=name)
 
 
-def test_resume_after_an_epoch_is_exact(tok, data, tmp_path, reference_run):
-    first = Trainer(
+def _saving(tok, data, directory, epochs):
+    """A Trainer of a tiny model (dropout 0.1) on ``data`` (train, validation) for ``epochs``
+    epochs, saving its checkpoints into ``directory``."""
+    return Trainer(
         tiny_model(tok, dropout=0.1),
         data[0],
         data[1],
-        _config(epochs=1),
+        _config(epochs=epochs),
         src_tokenizer=tok,
         tgt_tokenizer=tok,
-        checkpoint_dir=tmp_path,
+        checkpoint_dir=directory,
     )
+
+
+def test_resume_after_an_epoch_is_exact(tok, data, tmp_path, reference_run):
+    first = _saving(tok, data, tmp_path, epochs=1)
     first.fit()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["epoch-0001"]
     del first
@@ -281,15 +287,7 @@ def test_resume_after_an_epoch_is_exact(tok, data, tmp_path, reference_run):
 
 
 def test_ctrl_c_saves_the_exact_position_and_resume_continues(tok, data, tmp_path, reference_run):
-    trainer = Trainer(
-        tiny_model(tok, dropout=0.1),
-        data[0],
-        data[1],
-        _config(epochs=3),
-        src_tokenizer=tok,
-        tgt_tokenizer=tok,
-        checkpoint_dir=tmp_path,
-    )
+    trainer = _saving(tok, data, tmp_path, epochs=3)
     stop_at = trainer.batches_per_epoch + 5  # the 5th batch of epoch 2
     previous = signal.getsignal(signal.SIGINT)
 

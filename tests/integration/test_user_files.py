@@ -5,6 +5,7 @@ behind when it is killed. Each is refused by name, or cleaned up, and the user's
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -14,44 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import SMALLEST, run_cli
 from helpers.toy_task import write_tatoeba_file
 
-SMALL = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "16",
-    "--d-ff",
-    "32",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--batch-size",
-    "64",
-    "--warmup",
-    "20",
-    "--vocab-size",
-    "300",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--val-bleu-sentences",
-    "20",
-]
-
-
-def run(*args: str, cwd: Path = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMER_CPP_")}
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
+# none of the package's variables, one OpenMP thread
+run = functools.partial(run_cli, isolated=True)
 
 
 def one_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -69,7 +37,7 @@ def fixture(tmp_path_factory):
     """A tiny data file and a run trained on it for 2 epochs."""
     root = tmp_path_factory.mktemp("files")
     data = write_tatoeba_file(root / "pairs.txt", n=300)
-    result = run("train", *SMALL, "--data", str(data), "--epochs", "2", "--out", str(root / "run"))
+    result = run("train", *SMALLEST, "--data", str(data), "--epochs", "2", "--out", str(root / "run"))
     assert result.returncode == 0, result.stderr
     return root, data
 
@@ -87,7 +55,7 @@ def test_train_refuses_a_directory_of_the_user_named_like_a_checkpoint(fixture, 
     (out / "epoch-0002").mkdir(parents=True)
     (out / "epoch-0002" / "notes.txt").write_text("mine")
     one_error(
-        run("train", *SMALL, "--data", str(data), "--epochs", "2", "--out", str(out)),
+        run("train", *SMALLEST, "--data", str(data), "--epochs", "2", "--out", str(out)),
         f"'{out / 'epoch-0002'}'",
         "no checkpoint manifest",
     )
@@ -101,7 +69,7 @@ def test_train_in_a_directory_with_other_files_of_the_user_leaves_them(fixture, 
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     (out / ".tmp-draft").write_text("mine too")
-    result = run("train", *SMALL, "--data", str(data), "--epochs", "2", "--keep-checkpoints", "1", "--out", str(out))
+    result = run("train", *SMALLEST, "--data", str(data), "--epochs", "2", "--keep-checkpoints", "1", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert (out / "notes.txt").read_text() == "mine" and (out / ".tmp-draft").read_text() == "mine too"
 

@@ -18,7 +18,6 @@ Tolerances, and why:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -28,10 +27,9 @@ import pytest
 import transformer_cpp as tc
 from transformer_cpp import kernels
 
+from helpers.cli import SMALL_SAMPLED, run_cli
+from helpers.kernels import HAVE_BF16, needs_bf16
 from helpers.toy_task import write_tatoeba_file
-
-HAVE_BF16 = kernels.have_bf16()
-needs_bf16 = pytest.mark.skipif(not HAVE_BF16, reason=f"no bfloat16 kernel here: {kernels.bf16_unsupported_reason()}")
 
 U32 = 2.0**-24  # float32 unit roundoff
 U16 = 2.0**-8  # bfloat16 unit roundoff (8 significant bits)
@@ -437,46 +435,12 @@ def test_precision_survives_save_load_and_resume(tmp_path):
 # the command line
 
 
-def run_cli(*args, env_extra=None, timeout=180):
-    env = dict(os.environ)
-    env.pop("TRANSFORMER_CPP_DATA", None)
-    env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-
-
-SMALL = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "32",
-    "--d-ff",
-    "64",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--batch-size",
-    "32",
-    "--warmup",
-    "20",
-    "--vocab-size",
-    "300",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num-samples",
-    "200",
-]
-
-
 @needs_bf16
 def test_cli_train_precision_bf16(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=250)
     run_dir = tmp_path / "run"
     result = run_cli(
-        "train", *SMALL, "--data", str(data), "--epochs", "1", "--precision", "bf16", "--out", str(run_dir)
+        "train", *SMALL_SAMPLED, "--data", str(data), "--epochs", "1", "--precision", "bf16", "--out", str(run_dir)
     )
     assert result.returncode == 0, result.stderr
     assert "precision='bf16'" in result.stderr
@@ -493,7 +457,7 @@ def test_cli_train_precision_bf16(tmp_path):
     off = {"TRANSFORMER_CPP_DISABLE_BF16": "1"}
     result = run_cli(
         "train",
-        *SMALL,
+        *SMALL_SAMPLED,
         "--data",
         str(data),
         "--epochs",
@@ -502,11 +466,11 @@ def test_cli_train_precision_bf16(tmp_path):
         "bf16",
         "--out",
         str(tmp_path / "run2"),
-        env_extra=off,
+        env=off,
     )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "precision 'bf16' is not available" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    result = run_cli("translate", "--model", str(run_dir), "The cat and the dog.", env_extra=off)
+    result = run_cli("translate", "--model", str(run_dir), "The cat and the dog.", env=off)
     assert result.returncode == 0 and result.stdout.strip(), result.stderr
     assert "loaded with precision 'float32'" in result.stderr
 

@@ -8,6 +8,8 @@ import pytest
 import transformer_cpp as tc
 from transformer_cpp.translate import greedy_decode_reference
 
+from helpers.toy_task import float64_model
+
 START, END = 1, 2
 
 
@@ -21,18 +23,7 @@ def log_probs(model, src_row, prefix):
 
 @pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
 def model(request):
-    return tc.Transformer(
-        30,
-        25,
-        d_model=16,
-        n_layers=2,
-        n_heads=2,
-        d_ff=32,
-        max_length=12,
-        seed=3,
-        dtype="float64",
-        pre_norm=request.param,
-    )
+    return float64_model(pre_norm=request.param)
 
 
 def padded_source():

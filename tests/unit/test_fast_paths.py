@@ -11,6 +11,8 @@ import pytest
 
 import transformer_cpp as tc
 
+from helpers.toy_task import float64_model
+
 
 def batch(seed=0):
     rng = np.random.default_rng(seed)
@@ -28,20 +30,7 @@ def batch(seed=0):
 
 
 def model(pre_norm=False, dropout=0.3, share=False):
-    return tc.Transformer(
-        30,
-        25,
-        d_model=16,
-        n_layers=2,
-        n_heads=2,
-        d_ff=32,
-        max_length=12,
-        seed=3,
-        dtype="float64",
-        pre_norm=pre_norm,
-        dropout=dropout,
-        share_embeddings=share,
-    )
+    return float64_model(pre_norm=pre_norm, dropout=dropout, share_embeddings=share)
 
 
 def dense_reference(m, src, tgt_in, tgt_out):

@@ -10,20 +10,13 @@ import math
 import numpy as np
 import pytest
 
-from helpers.layer_checks import check_lm_gradients
+from helpers.layer_checks import LM_SMALL as SMALL, check_lm_gradients, tokens_for
 from transformer_cpp import LanguageModel
 from transformer_cpp.config import LM_FIELDS
 
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch  # the module imports PyTorch
-
-SMALL = dict(d_model=8, n_layers=2, n_heads=2, d_ff=12, dropout=0.0, max_len=16)
-
-
-def tokens_for(vocab: int, shape, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(1, vocab, size=shape).astype(np.int64)
 
 
 @pytest.mark.parametrize(

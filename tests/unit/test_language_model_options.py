@@ -15,7 +15,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers.layer_checks import check_lm_gradients
+from helpers.gradcheck import central_difference
+from helpers.layer_checks import LM_SMALL as SMALL, check_lm_gradients, tokens_for
 from transformer_cpp import LanguageModel
 from transformer_cpp.data.lm_text import CharVocabulary
 from transformer_cpp.task import generate
@@ -23,13 +24,6 @@ from transformer_cpp.task import generate
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch  # the module imports PyTorch
-
-SMALL = dict(d_model=8, n_layers=2, n_heads=2, d_ff=12, dropout=0.0, max_len=16)
-
-
-def tokens_for(vocab: int, shape, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(1, vocab, size=shape).astype(np.int64)
 
 
 def moved(lm: LanguageModel, scale: float = 0.05, seed: int = 1) -> LanguageModel:
@@ -78,13 +72,7 @@ def test_reversible_gradients_with_dropout_match_central_differences_float64():
     for name, p in lm.parameters().items():
         flat = p.value.reshape(-1)
         i = int(rng.integers(flat.size))
-        old = flat[i]
-        flat[i] = old + eps
-        up = loss()
-        flat[i] = old - eps
-        down = loss()
-        flat[i] = old
-        n, a = (up - down) / (2 * eps), grads[name].reshape(-1)[i]
+        n, a = central_difference(loss, flat, i, eps), grads[name].reshape(-1)[i]
         assert abs(n - a) <= 1e-6 * max(abs(n), abs(a)) + 1e-8, (name, i, n, a)
 
 

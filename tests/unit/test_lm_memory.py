@@ -9,16 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.layer_checks import check_lm_gradients
+from helpers.layer_checks import check_lm_gradients, tokens_for
+from helpers.toy_task import write_tiny_text
 from transformer_cpp import LanguageModel
 from transformer_cpp.task.language_model import bits_per_character, segments, stripes
 
 SMALL = dict(d_model=8, n_layers=2, n_heads=2, d_ff=12, dropout=0.0, attention="relative")
-
-
-def tokens_for(vocab: int, shape, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(1, vocab, size=shape).astype(np.int64)
 
 
 def perturbed(lm: LanguageModel, seed: int = 1) -> LanguageModel:
@@ -187,15 +183,10 @@ def test_bad_input_is_refused_with_clear_errors():
 
 # ------------------------------------------------------------------ the task and the commands
 
-LINES = ["the cat sat on the mat.", "a dog ran to the log!", "so the cat and the dog met."]
-
 
 @pytest.fixture
 def text_file(tmp_path):
-    rng = np.random.default_rng(0)
-    path = tmp_path / "tiny.txt"
-    path.write_text("\n".join(LINES[i] for i in rng.integers(0, 3, size=120)) + "\n", encoding="utf-8")
-    return path
+    return write_tiny_text(tmp_path / "tiny.txt", 120)
 
 
 def test_training_batches_walk_consecutive_stripes_and_reset_when_they_wrap(text_file, tmp_path):

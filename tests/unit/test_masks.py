@@ -79,12 +79,17 @@ def small_model(**kw):
     return tc.Transformer(17, 19, **options)
 
 
+def model_and_tokens(pre_norm, seed, src_len, tgt_len):
+    """``small_model``, a generator seeded with ``seed`` and three source rows (ids 1..16) and three
+    target rows (ids 1..18) drawn from it, in that order, without padding."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 17, (3, src_len))
+    return small_model(pre_norm=pre_norm), rng, src, rng.integers(1, 19, (3, tgt_len))
+
+
 @pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
 def test_decoder_output_at_t_ignores_later_target_tokens(pre_norm):
-    model = small_model(pre_norm=pre_norm)
-    rng = np.random.default_rng(1)
-    src = rng.integers(1, 17, (3, 6))
-    tgt = rng.integers(1, 19, (3, 7))
+    model, rng, src, tgt = model_and_tokens(pre_norm, seed=1, src_len=6, tgt_len=7)
     base = model.forward(src, tgt)
     for t in range(7):
         changed = tgt.copy()
@@ -104,11 +109,8 @@ def test_decoder_output_at_t_ignores_later_target_tokens(pre_norm):
 
 @pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
 def test_extra_source_padding_changes_nothing(pre_norm):
-    model = small_model(pre_norm=pre_norm)
-    rng = np.random.default_rng(2)
-    src = rng.integers(1, 17, (3, 5))
+    model, rng, src, tgt = model_and_tokens(pre_norm, seed=2, src_len=5, tgt_len=4)
     src[1, 3:] = 0
-    tgt = rng.integers(1, 19, (3, 4))
     base = model.forward(src, tgt)
     for extra in (1, 4):
         longer = np.concatenate([src, np.zeros((3, extra), int)], axis=1)
@@ -121,10 +123,7 @@ def test_extra_source_padding_changes_nothing(pre_norm):
 
 @pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
 def test_extra_target_padding_changes_nothing_at_real_positions(pre_norm):
-    model = small_model(pre_norm=pre_norm)
-    rng = np.random.default_rng(3)
-    src = rng.integers(1, 17, (3, 5))
-    tgt = rng.integers(1, 19, (3, 4))
+    model, rng, src, tgt = model_and_tokens(pre_norm, seed=3, src_len=5, tgt_len=4)
     tgt[2, 2:] = 0
     real = tgt != 0
     base = model.forward(src, tgt)

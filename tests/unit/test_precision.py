@@ -10,7 +10,8 @@ import pytest
 import transformer_cpp as tc
 from transformer_cpp import kernels, precision
 
-from test_bf16 import SMALL, needs_bf16, run_cli
+from helpers.cli import SMALL_SAMPLED, run_cli
+from helpers.kernels import needs_bf16
 from helpers.toy_task import write_tatoeba_file
 
 TINY_ARCH = dict(d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0, max_length=16)
@@ -83,7 +84,7 @@ def test_presets_ask_for_auto_and_the_python_presets_stay_concrete():
 def test_cli_precision_auto_is_resolved_recorded_and_resumed(tmp_path):
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=250)
     run_dir = tmp_path / "run"
-    cmd = ["train", *SMALL, "--data", str(data), "--precision", "auto", "--out", str(run_dir)]
+    cmd = ["train", *SMALL_SAMPLED, "--data", str(data), "--precision", "auto", "--out", str(run_dir)]
     result = run_cli(*cmd, "--epochs", "1")
     assert result.returncode == 0, result.stderr
     cfg = json.loads((run_dir / "epoch-0001" / "config.json").read_text())
@@ -97,9 +98,7 @@ def test_cli_precision_auto_is_resolved_recorded_and_resumed(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads((run_dir / "epoch-0002" / "config.json").read_text())["model"]["precision"] == chosen
     # where bf16 cannot run, auto is float32, said once, with the reason
-    result = run_cli(
-        *cmd[:-1], str(tmp_path / "run2"), "--epochs", "1", env_extra={"TRANSFORMER_CPP_DISABLE_BF16": "1"}
-    )
+    result = run_cli(*cmd[:-1], str(tmp_path / "run2"), "--epochs", "1", env={"TRANSFORMER_CPP_DISABLE_BF16": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("precision auto: float32 (bf16 cannot run here") == 1
     assert json.loads((tmp_path / "run2" / "epoch-0001" / "config.json").read_text())["model"]["precision"] == (

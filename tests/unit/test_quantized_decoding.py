@@ -14,6 +14,9 @@ import transformer_cpp as tc
 from transformer_cpp import kernels
 from transformer_cpp.translate import Translator
 
+from helpers.cli import SMALL_SAMPLED, run_cli, train_args
+from helpers.toy_task import write_tatoeba_file
+
 START, END = 1, 2
 HAVE = {c: kernels.have_compute_type(c) for c in ("int8", "bf16")}
 needs = {c: pytest.mark.skipif(not HAVE[c], reason=f"{c}: {kernels.compute_type_unsupported_reason(c)}") for c in HAVE}
@@ -138,6 +141,18 @@ def _src(n=6, seed=5):
     return src
 
 
+def assert_decodes_as_a_fresh_copy(m, src, compute_type):
+    """``m`` decodes ``src`` as a freshly built model holding a copy of its weights: nothing cached
+    from before a change of the weights is used."""
+    fresh = _model(seed=999)
+    for name, p in fresh.parameters().items():
+        p.value[...] = m.parameters()[name].value
+    np.testing.assert_array_equal(
+        m.greedy_decode(src, START, END, 8, compute_type=compute_type),
+        fresh.greedy_decode(src, START, END, 8, compute_type=compute_type),
+    )
+
+
 def _float_log_prob(model, src_row, tokens):
     """log p(tokens | src) by the float32 forward pass (the padding id excluded, as decoding does)."""
     tgt_in = np.array([[START] + list(tokens[:-1])])
@@ -190,13 +205,7 @@ def test_low_precision_weights_follow_changes_and_compute_type_switches(compute_
     bias[17] = 0.0
     w = m.parameters()["decoder.layers.1.feed_forward.linear2.weight"].value
     w *= -3.0
-    fresh = _model(seed=999)
-    for name, p in fresh.parameters().items():
-        p.value[...] = m.parameters()[name].value
-    np.testing.assert_array_equal(
-        m.greedy_decode(src, START, END, 8, compute_type=compute_type),
-        fresh.greedy_decode(src, START, END, 8, compute_type=compute_type),
-    )
+    assert_decodes_as_a_fresh_copy(m, src, compute_type)
 
 
 def test_decoders_refuse_bad_compute_types():
@@ -275,58 +284,22 @@ def test_translator_refuses_bad_compute_types():
     assert t.compute_type == "float32"
 
 
-def _run_cli(*args, env_extra=None, timeout=600):
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-
-
 @needs["int8"]
 @needs["bf16"]
 def test_command_line_compute_type(tmp_path):
-    from helpers.toy_task import write_tatoeba_file
-
     data = write_tatoeba_file(tmp_path / "pairs.txt", n=250)
     run_dir = tmp_path / "run"
-    r = _run_cli(
-        "train",
-        "--preset",
-        "tiny",
-        "--d-model",
-        "32",
-        "--d-ff",
-        "64",
-        "--n-layers",
-        "1",
-        "--n-heads",
-        "2",
-        "--batch-size",
-        "32",
-        "--warmup",
-        "20",
-        "--vocab-size",
-        "300",
-        "--no-progress",
-        "--threads",
-        "1",
-        "--num-samples",
-        "200",
-        "--data",
-        str(data),
-        "--epochs",
-        "1",
-        "--out",
-        str(run_dir),
-    )
+    r = run_cli(*train_args(data, run_dir, 1, SMALL_SAMPLED), timeout=600)
     assert r.returncode == 0, r.stderr
     outputs = {}
     for ct in ("float32", "int8", "bf16"):
-        r = _run_cli("translate", "--model", str(run_dir), "--compute-type", ct, "The cat.", "A dog and a cat.")
+        r = run_cli(
+            "translate", "--model", str(run_dir), "--compute-type", ct, "The cat.", "A dog and a cat.", timeout=600
+        )
         assert r.returncode == 0, r.stderr
         outputs[ct] = r.stdout.splitlines()
         assert len(outputs[ct]) == 2
-    r = _run_cli(
+    r = run_cli(
         "evaluate",
         "--model",
         str(run_dir),
@@ -338,30 +311,27 @@ def test_command_line_compute_type(tmp_path):
         "10",
         "--beam-size",
         "2",
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     assert "BLEU" in r.stdout and "beam size 2, compute type int8" in r.stdout
     # where the CPU lacks VNNI: one clear line, no traceback
-    r = _run_cli(
+    r = run_cli(
         "translate",
         "--model",
         str(run_dir),
         "--compute-type",
         "int8",
         "The cat.",
-        env_extra={"TRANSFORMER_CPP_DISABLE_INT8": "1"},
+        env={"TRANSFORMER_CPP_DISABLE_INT8": "1"},
+        timeout=600,
     )
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "compute_type 'int8' is not available" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_command_line_refuses_an_unknown_compute_type():
-    r = subprocess.run(
-        [sys.executable, "-m", "transformer_cpp", "translate", "--model", "nowhere", "--compute-type", "fp8", "hello"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli("translate", "--model", "nowhere", "--compute-type", "fp8", "hello", timeout=120)
     assert r.returncode != 0
     assert "--compute-type: invalid choice: 'fp8' (choose from 'float32', 'int8', 'bf16')" in r.stderr
 
@@ -391,13 +361,7 @@ def test_a_write_through_a_released_view_is_seen(compute_type, batch):
     tgt_in = np.concatenate([np.full((batch, 1), START), tgt[:, :-1]], axis=1)
     m.configure_optimizer(fixed_lr=0.05)
     m.train_step(src, tgt_in, tgt)
-    fresh = _model(seed=999)
-    for name, p in fresh.parameters().items():
-        p.value[...] = m.parameters()[name].value
-    np.testing.assert_array_equal(
-        m.greedy_decode(src, START, END, 8, compute_type=compute_type),
-        fresh.greedy_decode(src, START, END, 8, compute_type=compute_type),
-    )
+    assert_decodes_as_a_fresh_copy(m, src, compute_type)
 
 
 @pytest.mark.parametrize("compute_type", ["float32", *LOW])

@@ -80,13 +80,18 @@ CASES = [
 ]
 
 
+def key_padding(b, tk, last):
+    """A (b, tk) key-padding mask: the last ``last`` keys of the first sequence are padding."""
+    kp = np.zeros((b, tk), dtype=bool)
+    kp[0, tk - last :] = True
+    return kp
+
+
 @pytest.mark.parametrize("b,h,tq,tk,d,causal,padded", CASES)
 def test_tiled_equals_plain_and_reference(b, h, tq, tk, d, causal, padded):
     q, k, v, dout = inputs(b, h, tq, tk, d, seed=tq + tk)
-    kp = None
+    kp = key_padding(b, tk, 17) if padded else None
     if padded:
-        kp = np.zeros((b, tk), dtype=bool)
-        kp[0, tk - 17 :] = True  # the last keys of the first sequence are padding
         kp[-1, 5:9] = True
     tiled, layer = run(True, q, k, v, dout, causal, kp)
     plain, _ = run(False, q, k, v, dout, causal, kp)
@@ -158,10 +163,7 @@ F32_CASES = [
 @pytest.mark.parametrize("b,h,tq,tk,d,causal,padded", F32_CASES)
 def test_float32_against_float64(b, h, tq, tk, d, causal, padded):
     q, k, v, dout = inputs(b, h, tq, tk, d, seed=tq + d)
-    kp = None
-    if padded:
-        kp = np.zeros((b, tk), dtype=bool)
-        kp[0, tk - 9 :] = True
+    kp = key_padding(b, tk, 9) if padded else None
     f64, _ = run(True, q, k, v, dout, causal, kp)
     f32, _ = run(True, *(a.astype(np.float32) for a in (q, k, v, dout)), causal=causal, key_padding=kp)
     for name, a, b64 in zip(("out", "dq", "dk", "dv"), f32, f64):

@@ -127,8 +127,8 @@ MODEL_VARIANTS = {
 }
 
 
-def model_and_reference(options, dtype="float32", dropout=0.0, seed=4):
-    model = tc.Transformer(
+def parity_model(options, dtype="float32", dropout=0.0, seed=4):
+    return tc.Transformer(
         19,
         23,
         d_model=D,
@@ -141,6 +141,10 @@ def model_and_reference(options, dtype="float32", dropout=0.0, seed=4):
         dtype=dtype,
         **options,
     )
+
+
+def model_and_reference(options, dtype="float32", dropout=0.0, seed=4):
+    model = parity_model(options, dtype, dropout, seed)
     ref = build_reference(model.config)
     copy_weights_to_reference(model, ref)
     return model, ref
@@ -156,19 +160,7 @@ def model_batch(rng):
 @pytest.mark.parametrize("variant", list(MODEL_VARIANTS))
 def test_transformer_parity(variant, dtype):
     rng = np.random.default_rng(5)
-    model = tc.Transformer(
-        19,
-        23,
-        d_model=D,
-        n_layers=2,
-        n_heads=H,
-        d_ff=FF,
-        dropout=0.0,
-        max_length=12,
-        seed=6,
-        dtype=dtype,
-        **MODEL_VARIANTS[variant],
-    )
+    model = parity_model(MODEL_VARIANTS[variant], dtype, seed=6)
     randomise_parameters(model, 6, scale=0.1)
     ref = build_reference(model.config)
     assert next(ref.parameters()).dtype == getattr(torch, dtype)

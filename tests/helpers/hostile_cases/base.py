@@ -41,6 +41,8 @@ import numpy as np
 
 import transformer_cpp as tc
 
+from ..cli import SMALLEST
+
 Fragment = Union[str, "re.Pattern[str]"]
 
 # --------------------------------------------------------------------------------------- context
@@ -52,31 +54,6 @@ class Context:
     data: Path  # a tiny Tatoeba-format file (300 pairs)
     run: Path  # a run directory trained on it for 2 epochs (checkpoints epoch-0001, epoch-0002)
     work: Path = Path()  # a fresh directory for the current case
-
-
-SMALL_TRAIN = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "16",
-    "--d-ff",
-    "32",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--batch-size",
-    "64",
-    "--warmup",
-    "20",
-    "--vocab-size",
-    "300",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--val-bleu-sentences",
-    "20",
-]
 
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -96,7 +73,7 @@ def setup(root: Path) -> Context:
 
     data = write_tatoeba_file(root / "pairs.txt", n=300)
     run = root / "run"
-    argv = ["train", *SMALL_TRAIN, "--data", str(data), "--epochs", "2", "--out", str(run)]
+    argv = ["train", *SMALLEST, "--data", str(data), "--epochs", "2", "--out", str(run)]
     proc = subprocess.run(
         [sys.executable, "-m", "transformer_cpp", *argv], capture_output=True, text=True, env=cli_env(), timeout=600
     )

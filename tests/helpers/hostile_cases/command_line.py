@@ -17,10 +17,10 @@ import numpy as np
 import transformer_cpp as tc
 from transformer_cpp import checkpoint as ck
 
+from ..cli import SMALLEST
 from .base import (
     PAIRS,
     zip_file,
-    SMALL_TRAIN,
     SENT,
     Context,
     Result,
@@ -674,7 +674,7 @@ cli("figures: --out under /dev/null", lambda c: ["figures", "--out", "/dev/null/
 def _trn(*args: str, data: str = "fixture", out: str = "out") -> Callable[[Context], List[str]]:
     def argv(c: Context) -> List[str]:
         d = str(c.data if data == "fixture" else (c.work / data if not data.startswith("/") else data))
-        return ["train", *SMALL_TRAIN, "--data", d, "--epochs", "1", "--out", str(c.work / out), *args]
+        return ["train", *SMALLEST, "--data", d, "--epochs", "1", "--out", str(c.work / out), *args]
 
     return argv
 
@@ -1255,7 +1255,7 @@ cli(
 )
 cli(
     "train: --out under a file is refused before the data is read",
-    lambda c: ["train", *SMALL_TRAIN, "--data", str(c.work / "missing.txt"), "--out", str(c.work / "file" / "run")],
+    lambda c: ["train", *SMALLEST, "--data", str(c.work / "missing.txt"), "--out", str(c.work / "file" / "run")],
     match=("--out", "cannot be written"),  # not the missing data: nothing was read
     prepare=lambda c: (c.work / "file").write_text("x"),
     after=lambda c, r: None if "loaded" not in r.err else fail("the data was read"),
