@@ -14,7 +14,7 @@ The tests are in folders by what they test:
 
 Markers (registered in pyproject.toml; they select, nothing skips by default): ``torch`` on every
 test that needs PyTorch, ``slow`` on those that take more than about 10 seconds (``-m "not slow"``
-for a quick run), ``network`` on a test that reaches beyond this machine. No test does: servers,
+for a quick run), ``network`` on a test that reaches beyond the local host. No test does: servers,
 downloads and clients run on 127.0.0.1, and a connection from the test process to any other
 address fails here with an error naming it, unless the test is marked ``network``.
 
@@ -48,7 +48,7 @@ if not os.environ.get(DATA_ENV_VAR) and _SHARED.is_file():
 
 
 class NetworkRefused(ConnectionError):
-    """A test that is not marked ``network`` connected to an address beyond this machine."""
+    """A test that is not marked ``network`` connected to an address beyond the local host."""
 
 
 def _is_local(address: Any) -> bool:

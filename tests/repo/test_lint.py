@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_TREES = ["python", "tests", "tools", "docs"]
 
@@ -34,6 +36,7 @@ def test_python_is_formatted():
     )
 
 
+@pytest.mark.slow  # clang-tidy over every C++ file
 def test_cpp_is_formatted_and_clang_tidy_finds_nothing():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "lint_cpp.py")], cwd=ROOT, capture_output=True, text=True, timeout=900

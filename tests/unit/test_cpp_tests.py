@@ -28,6 +28,7 @@ def _run(args, timeout):
     return proc.stdout
 
 
+@pytest.mark.slow  # a CMake build of the test programs (minutes from scratch)
 def test_cpp_tests_pass():
     import pybind11
 
