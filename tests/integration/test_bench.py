@@ -55,6 +55,7 @@ def quick_results(tmp_path_factory):
     return results, proc.stderr
 
 
+@pytest.mark.slow  # the quick_results fixture runs the quick benchmark
 def test_quick_json_structure(quick_results):
     r, stderr = quick_results
     assert r["schema"] == bench.JSON_SCHEMA_VERSION and r["quick"] is True
@@ -76,6 +77,7 @@ def test_quick_json_structure(quick_results):
         assert title in stderr
 
 
+@pytest.mark.slow  # the quick_results fixture runs the quick benchmark
 def test_quick_decoding_and_memory(quick_results):
     r, _ = quick_results
     dec = r["decoding"]
@@ -114,6 +116,7 @@ def test_quick_decoding_and_memory(quick_results):
         assert {"busy_training", "busy_decoding"} <= {t["key"] for t in r["targets"]}
 
 
+@pytest.mark.slow  # the quick_results fixture runs the quick benchmark
 def test_quick_targets_listed(quick_results):
     r, _ = quick_results
     keys = {t["key"] for t in r["targets"]}

@@ -28,6 +28,7 @@ def quick_run(tmp_path_factory):
     return json.loads(path.read_text()), proc.stdout
 
 
+@pytest.mark.slow  # the quick_run fixture runs the quick benchmark
 @pytest.mark.torch
 def test_quick_results_cover_every_kind_and_length(quick_run):
     results, _ = quick_run
@@ -53,6 +54,7 @@ def test_quick_results_cover_every_kind_and_length(quick_run):
         assert min(r["ratios"][k][n]["time"] for k in exact) == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # the quick_run fixture runs the quick benchmark
 def test_quick_table_has_a_row_per_length_and_a_column_per_kind(quick_run):
     _, stdout = quick_run
     lines = stdout.splitlines()
@@ -85,6 +87,7 @@ def test_a_kind_is_one_entry():
     assert plain(s, 16384) / plain(s, 8192) > 3.5 and tiled(s, 16384) / tiled(s, 8192) == pytest.approx(2.0)
 
 
+@pytest.mark.slow  # the quick_run fixture runs the quick benchmark
 def test_quick_run_has_the_generation_section(quick_run):
     results, stdout = quick_run
     g = results["generation"]
@@ -104,6 +107,7 @@ def test_quick_run_has_the_generation_section(quick_run):
     assert "Generation per token" in stdout and f"total, {s.total_steps} steps" in stdout
 
 
+@pytest.mark.slow  # the quick_run fixture runs the quick benchmark
 def test_quick_run_has_the_depth_section(quick_run):
     results, stdout = quick_run
     d = results["depth"]
@@ -121,6 +125,7 @@ def test_quick_run_has_the_depth_section(quick_run):
     assert f"growth from {layers[0]} to {layers[-1]} layers" in stdout
 
 
+@pytest.mark.slow  # the quick_run fixture runs the quick benchmark
 def test_quick_run_has_the_xl_section(quick_run):
     results, stdout = quick_run
     x = results["xl"]
@@ -131,6 +136,7 @@ def test_quick_run_has_the_xl_section(quick_run):
     assert "Transformer-XL evaluation per token" in stdout and "state reuse is" in stdout
 
 
+@pytest.mark.slow  # the quick_run fixture runs the quick benchmark
 def test_quick_run_names_the_machine_and_date(quick_run):
     results, stdout = quick_run
     assert results["machine"]["cpu"] and results["date"].endswith("UTC")
