@@ -1,7 +1,7 @@
 """Check a trained run against Hugging Face Transformers' ``pipeline("translation")``.
 
 Transformers 5 has no translation pipeline (the test suite runs its steps, tokenize, ``generate``
-and decode, in ``tests/test_export_transformers.py``); the 4.x series, the last that has it,
+and decode, in ``tests/integration/test_export_transformers.py``); the 4.x series, the last that has it,
 conflicts with the ``tokenizers`` and ``huggingface-hub`` versions Transformers 5 installs. So this
 tool runs the pipeline in a child process whose ``PYTHONPATH`` starts with a directory holding
 Transformers 4.x, made once with::

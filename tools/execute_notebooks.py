@@ -4,7 +4,7 @@ sees the figures on GitHub without running anything.
     python tools/execute_notebooks.py            # all notebooks, small settings (TRANSFORMER_CPP_QUICK=1)
     python tools/execute_notebooks.py --full --threads 2 notebooks/03_train_and_translate.ipynb
 
-The notebooks run as ``tests/test_notebooks.py`` runs them (a kernel on this interpreter, a
+The notebooks run as ``tests/integration/test_notebooks.py`` runs them (a kernel on this interpreter, a
 temporary working directory), so the committed outputs have the structure of a fresh test run,
 which that test checks. By default they run with ``TRANSFORMER_CPP_QUICK=1`` (small settings, as
 in the test). ``--full`` runs them with their own default settings instead: notebook 03 then

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """The hostile-input campaign against transformer-cpp: every case of the table in
-``tests/hostile_cases`` (the Python API, damaged checkpoints, the HTTP app and every command-line
+``tests/helpers/hostile_cases`` (the Python API, damaged checkpoints, the HTTP app and every command-line
 subcommand, fed what a careless or hostile user would feed them), the test suite's cases and the
 campaign-only ones too slow for it, classified one by one.
 
 Each case runs in its own process under a time limit and an address-space limit
 (``RLIMIT_AS``, 2 GB by default) and is classified clear-error / handled (passing) or crash /
-traceback / unclear-error / silent-wrong / hang (failing); ``tests/hostile_cases/runner.py`` says
+traceback / unclear-error / silent-wrong / hang (failing); ``tests/helpers/hostile_cases/runner.py`` says
 what each class means. API cases and most command-line cases run in a child forked from this
 process after ``import transformer_cpp`` (so each costs milliseconds, not an interpreter start);
 command lines whose environment or standard output matter at interpreter start or exit run
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import List, Optional
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before the import: the cases' children start without thread pools
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # for helpers.hostile_cases
 
-from hostile_cases import CASES, setup  # noqa: E402  (imports transformer_cpp once; cases fork from here)
-from hostile_cases.runner import CLASSES, FAILING, run_case, warm_up  # noqa: E402
+from helpers.hostile_cases import CASES, setup  # noqa: E402  (imports transformer_cpp once; cases fork from here)
+from helpers.hostile_cases.runner import CLASSES, FAILING, run_case, warm_up  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:

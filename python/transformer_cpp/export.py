@@ -100,8 +100,8 @@ searches with 4 beams unless told ``num_beams=1``. How the model maps:
 ``transformer_cpp.json`` in the directory records where the model came from and the epsilon, and
 ``README.md`` is a model card for sharing it.
 
-The exports are tested to give our tokens and logits (``tests/test_export.py``,
-``tests/test_export_transformers.py``).
+The exports are tested to give our tokens and logits (``tests/integration/test_export.py``,
+``tests/integration/test_export_transformers.py``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ AVX512_BF16 run at half rate (docs/experiments.md has measurements, with their C
 CPUID tells the two kinds apart, so ``auto`` times a
 few training steps of the run's own model in both precisions, on a synthetic batch of the run's
 size, taking turns, and keeps bf16 only if it is clearly faster (:data:`BF16_MARGIN`). The
-two precisions train to the same losses (tests/test_bf16.py compares them); the choice is printed and recorded in the checkpoint like any precision, and ``--resume`` keeps
+two precisions train to the same losses (tests/unit/test_bf16.py compares them); the choice is printed and recorded in the checkpoint like any precision, and ``--resume`` keeps
 what the run chose.
 """
 

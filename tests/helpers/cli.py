@@ -1,0 +1,78 @@
+"""The command line as a user runs it: ``python -m transformer_cpp`` in a fresh interpreter, and
+the training options of the small runs the command-line tests train.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+# A very small model: the point is the plumbing, not the translations.
+TINY_MODEL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--n-heads", "2"]
+# The rest of a quick run: a short warm-up, a small vocabulary, no progress bar, one thread.
+QUICK = ["--warmup", "20", "--vocab-size", "300", "--no-progress", "--threads", "1"]
+SMALL = [*TINY_MODEL, "--batch-size", "32", *QUICK]
+# ... on 200 of the file's pairs
+SMALL_SAMPLED = [*SMALL, "--num-samples", "200"]
+# Smaller still (width 16, batches of 64, BLEU on 20 validation sentences): the hostile-input
+# fixture run and the user-files tests.
+SMALLEST = [
+    *("--preset", "tiny", "--d-model", "16", "--d-ff", "32", "--n-layers", "1", "--n-heads", "2"),
+    *("--batch-size", "64", *QUICK, "--val-bleu-sentences", "20"),
+]
+
+
+def train_args(data: Union[str, Path], out: Union[str, Path], epochs: int, options: Sequence[str] = SMALL) -> List[str]:
+    """The arguments of ``transformer-cpp train`` with ``options`` on ``data`` for ``epochs`` epochs into ``out``."""
+    return ["train", *options, "--data", str(data), "--epochs", str(epochs), "--out", str(out)]
+
+
+# Unset for every command: the data set's location (every command names its data) and the debug
+# switch (an error is one line, not a traceback).
+UNSET = ("TRANSFORMER_CPP_DATA", "TRANSFORMER_CPP_DEBUG")
+
+
+def cli_env(env: Optional[Dict[str, str]] = None, *, isolated: bool = False) -> Dict[str, str]:
+    """This process's environment without ``UNSET`` (with ``isolated``, without any of the
+    package's variables and with one OpenMP thread), plus ``env``."""
+    if isolated:
+        out = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMER_CPP_")}
+        out["OMP_NUM_THREADS"] = "1"
+    else:
+        out = {k: v for k, v in os.environ.items() if k not in UNSET}
+    out.update(env or {})
+    return out
+
+
+def run_cli(
+    *args: str,
+    stdin: str = "",
+    cwd: Optional[Union[str, Path]] = None,
+    env: Optional[Dict[str, str]] = None,
+    isolated: bool = False,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
+    """``python -m transformer_cpp ARGS`` with ``stdin`` as its standard input, in ``cwd``, in
+    ``cli_env(env, isolated=isolated)``; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_cpp", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=cli_env(env, isolated=isolated),
+        timeout=timeout,
+    )
+
+
+def run_main(*args: str, blocked: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """The command line's ``main(ARGS)`` in a fresh interpreter (one OpenMP thread, no debug
+    switch) where the modules in ``blocked`` cannot be imported."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TRANSFORMER_CPP_DEBUG", None)
+    prelude = "".join(f"sys.modules[{name!r}] = None; " for name in blocked)
+    code = f"import sys; {prelude}from transformer_cpp.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)

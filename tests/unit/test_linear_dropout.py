@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+import transformer_cpp as tc
+from helpers.gradcheck import check_layer, rel_error
+
+
+def test_linear_matches_numpy_and_shapes():
+    lin = tc.Linear(5, 3, seed=1)
+    x = np.random.default_rng(0).standard_normal((2, 4, 5)).astype(np.float32)
+    p = lin.parameters()
+    assert list(p) == ["weight", "bias"]
+    assert p["weight"].value.shape == (3, 5) and p["bias"].value.shape == (3,)
+    p["bias"].value[:] = [0.5, -1.0, 2.0]
+    y = lin.forward(x)
+    assert y.shape == (2, 4, 3) and y.dtype == np.float32
+    np.testing.assert_allclose(y, x @ p["weight"].value.T + p["bias"].value, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_gradients_float64():
+    lin = tc.Linear(4, 3, seed=2, dtype="float64")
+    x = np.random.default_rng(1).standard_normal((2, 3, 4))
+    lin.parameters()["bias"].value[:] = np.random.default_rng(2).standard_normal(3)
+    check_layer(lin, {"x": x}, lambda x: lin.forward(x), lambda d: {"x": lin.backward(d)})
+
+
+def test_linear_gradients_accumulate_until_zero_grad():
+    lin = tc.Linear(3, 2, dtype="float64")
+    x = np.ones((4, 3))
+    d = np.ones((4, 2))
+    lin.forward(x)
+    lin.backward(d)
+    g1 = lin.parameters()["weight"].grad.copy()
+    lin.backward(d)
+    np.testing.assert_allclose(lin.parameters()["weight"].grad, 2 * g1)
+    lin.zero_grad()
+    assert not lin.parameters()["weight"].grad.any()
+
+
+def test_linear_bad_input():
+    lin = tc.Linear(4, 3)
+    with pytest.raises(ValueError, match="last dimension 4"):
+        lin.forward(np.zeros((2, 5), np.float32))
+    with pytest.raises(TypeError, match="floating-point"):
+        lin.forward(np.zeros((2, 4), np.int64))
+    with pytest.raises(RuntimeError, match="forward"):
+        tc.Linear(4, 3).backward(np.zeros((2, 3), np.float32))
+    lin.forward(np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        lin.backward(np.zeros((3, 3), np.float32))
+    with pytest.raises(ValueError, match="positive"):
+        tc.Linear(0, 3)
+    with pytest.raises(ValueError, match="dtype"):
+        tc.Linear(2, 3, dtype="int8")
+
+
+def test_dropout_statistics_scaling_and_determinism():
+    x = np.ones((200, 100), np.float32)
+    d = tc.Dropout(0.25, seed=3)
+    y = d.forward(x, training=True)
+    kept = y != 0
+    assert abs(kept.mean() - 0.75) < 0.01  # 20,000 draws: std of the mean is 0.003
+    np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)
+    np.testing.assert_array_equal(d.forward(x, training=False), x)
+    # the same seed and call count give the same mask; the next call a different one
+    d2 = tc.Dropout(0.25, seed=3)
+    np.testing.assert_array_equal(d2.forward(x, training=True), y)
+    assert not np.array_equal(d2.forward(x, training=True), y)
+    d2.calls = 0
+    np.testing.assert_array_equal(d2.forward(x, training=True), y)
+
+
+def test_dropout_same_mask_for_any_thread_count():
+    x = np.ones((300, 300), np.float32)
+    n = tc.get_num_threads()
+    try:
+        tc.set_num_threads(1)
+        a = tc.Dropout(0.5, seed=7).forward(x, training=True)
+        tc.set_num_threads(2)
+        b = tc.Dropout(0.5, seed=7).forward(x, training=True)
+    finally:
+        tc.set_num_threads(n)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_dropout_backward_uses_the_forward_mask():
+    d = tc.Dropout(0.5, seed=1, dtype="float64")
+    x = np.random.default_rng(0).standard_normal((6, 7))
+    y = d.forward(x, training=True)
+    g = np.random.default_rng(1).standard_normal((6, 7))
+    dx = d.backward(g)
+    mask = np.where(y != 0, 2.0, 0.0)
+    assert rel_error(dx, g * mask) < 1e-15
+    with pytest.raises(ValueError, match="rate"):
+        tc.Dropout(1.0)
