@@ -13,7 +13,7 @@ import pathlib
 import re
 from typing import Iterable, List
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "cpp" / "include"
 SOURCE = ROOT / "cpp" / "src"
 
