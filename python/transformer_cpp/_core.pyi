@@ -913,13 +913,13 @@ class _Transformer(typing.Generic[_F]):
         """
         Attention weights of the last forward: name -> (B, heads, T_q, T_k).
         """
-    def greedy_decode(self, src: object, start_id: object, end_id: object, max_length: object, compute_type: object = 'float32') -> numpy.typing.NDArray[numpy.int64]:
+    def greedy_decode(self, src: object, start_id: object, end_id: object, max_length: object, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False) -> object:
         """
-        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0.
+        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens).
         """
-    def beam_search(self, src: object, start_id: object, end_id: object, max_length: object, beam_size: object = 4, length_penalty: object = 0.6, n_best: object = 1, compute_type: object = 'float32') -> list[typing.Any]:
+    def beam_search(self, src: object, start_id: object, end_id: object, max_length: object, beam_size: object = 4, length_penalty: object = 0.6, n_best: object = 1, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False) -> list[typing.Any]:
         """
-        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first.
+        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).
         """
     def config(self) -> TransformerConfig:
         """
