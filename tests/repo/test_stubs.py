@@ -22,7 +22,7 @@ import pytest
 import transformer_cpp
 from transformer_cpp._signatures import split_top_level
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import gen_stubs  # noqa: E402  (tools/: the generator of the stub)
 
 core = importlib.import_module("transformer_cpp._core")
