@@ -1165,6 +1165,53 @@ class Limit:
     @property
     def unit(self) -> str: ...
 
+class AttentionKind:
+    """
+    What one attention kind supports (read-only; the records of the core's attention/kinds.hpp). Every kind is causal.
+    """
+    def __repr__(self) -> str: ...
+    @property
+    def bidirectional(self) -> bool:
+        """
+        Works without a causal mask (causal=False).
+        """
+    @property
+    def cross_attention(self) -> bool:
+        """
+        Works as a decoder's cross-attention.
+        """
+    @property
+    def full_weights(self) -> bool:
+        """
+        Keeps the (B, H, T, T) attention weights on short inputs.
+        """
+    @property
+    def has_cached_step(self) -> bool: ...
+    @property
+    def hashed(self) -> bool:
+        """
+        Hashes positions into buckets (the lsh_* settings).
+        """
+    @property
+    def memory(self) -> bool:
+        """
+        Takes a segment memory of preceding positions and encodes positions itself (memory_length, clamp_len; no absolute positional encoding).
+        """
+    @property
+    def name(self) -> str: ...
+    @property
+    def reversible(self) -> bool:
+        """
+        Works in a reversible stack.
+        """
+    @property
+    def step(self) -> str | None:
+        """
+        The generation step: 'key_value_cache', 'recurrent_state' or None (generation re-reads the context).
+        """
+    @property
+    def summary(self) -> str: ...
+
 class ConfigField:
     """
     One row of a configuration's table (TransformerConfig.fields()).
@@ -2066,6 +2113,16 @@ def _round_to_bf16(x: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.floa
 def attention_mask(
     key_padding: numpy.typing.ArrayLike, query_length: int, causal: bool = False
 ) -> numpy.typing.NDArray[numpy.bool_]: ...
+def attention_kind(name: str) -> AttentionKind:
+    """
+    The record of the attention kind `name`; ValueError naming the kinds for any other name.
+    """
+
+def attention_kinds() -> tuple[AttentionKind, ...]:
+    """
+    The attention kinds' records, in the order messages list them.
+    """
+
 def build_info() -> dict[str, str]:
     """
     Compiler, flags, OpenMP, Eigen version and SIMD level.

@@ -18,16 +18,22 @@ check every field with one message format (``"Transformer: d_model must be an in
   the ranges in their help and the same checks.
 
 Adding a field is one row (and one member) in the core plus its use.
+
+The attention kinds are a table of the core too (``cpp/include/transformer/attention/kinds.hpp``):
+:func:`attention_kinds` gives one read-only :class:`AttentionKind` record per kind (its name, a
+summary, and what it supports: ``memory``, ``has_cached_step``, ``reversible``,
+``cross_attention``, ...), which the package and the command line query rather than naming kinds.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from . import _core
 
 __all__ = [
+    "AttentionKind",
     "LM_FIELDS",
     "MODEL_FIELDS",
     "OPTIMIZER_FIELDS",
@@ -35,14 +41,33 @@ __all__ = [
     "LanguageModelConfig",
     "OptimizerConfig",
     "TransformerConfig",
+    "attention_help",
+    "attention_kind",
+    "attention_kinds",
     "defaults",
     "describe_fields",
     "keyword_parameters",
     "option_fields",
     "python_type",
+    "quoted_kinds",
 ]
 
 TransformerConfig = _core.TransformerConfig
+AttentionKind = _core.AttentionKind
+attention_kind = _core.attention_kind
+attention_kinds = _core.attention_kinds
+
+
+def quoted_kinds(supports: Callable[[Any], bool]) -> str:
+    """The names of the attention kinds for which ``supports(kind)`` holds, quoted for a message:
+    ``"'softmax', 'linear' or 'lsh'"``."""
+    names = [repr(k.name) for k in attention_kinds() if supports(k)]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def attention_help() -> str:
+    """Each attention kind with its summary, for a help text: ``"'softmax' (exact ...); 'linear' (...)"``."""
+    return "; ".join(f"{k.name!r} ({k.summary})" for k in attention_kinds())
 OptimizerConfig = _core.OptimizerConfig
 ConfigField = _core.ConfigField
 

@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict
 
+from ..config import attention_help, attention_kind, quoted_kinds
 from ..data.lm_text import load_lm_text, split_text
 from ..task.language_model import LmTrainRequest, bits_per_character, load_lm, new_lm_trainer, resume_lm_trainer
 from .common import UserError, console, terminate_as_interrupt
@@ -83,16 +84,18 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     source = load_lm_text(args.text or request.text, request.encoding)
     part = split_text(source.text).test if args.text is None else source.text
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
-    if args.memory_length is not None and ckpt.model.config["attention"] != "relative":
+    kind = attention_kind(ckpt.model.config["attention"])
+    if args.memory_length is not None and not kind.memory:
         raise UserError(
-            f"--memory-length needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
+            f"--memory-length needs a model with attention {quoted_kinds(lambda k: k.memory)}, "
+            f"this one has {kind.name!r}"
         )
     if args.memory_length is not None and args.memory_length < 0:
         raise UserError(f"--memory-length must be >= 0, got {args.memory_length}")
     if args.clamp_len is not None:
-        if ckpt.model.config["attention"] != "relative":
+        if not kind.memory:
             raise UserError(
-                f"--clamp-len needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
+                f"--clamp-len needs a model with attention {quoted_kinds(lambda k: k.memory)}, this one has {kind.name!r}"
             )
         if args.clamp_len < 0:
             raise UserError(f"--clamp-len must be >= 0, got {args.clamp_len}")
@@ -102,7 +105,7 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     )
     what = "held-out test text" if args.text is None else f"'{args.text}'"
     memory = ""
-    if ckpt.model.config["attention"] == "relative":
+    if kind.memory:
         memory = f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
         if args.clamp_len is not None:
             memory += f", distances clamped at {args.clamp_len}"
@@ -131,9 +134,7 @@ def add_lm_parsers(sub: Any) -> None:
     p.add_argument("--dropout", type=float, help=f"dropout rate (default {d.dropout})")
     p.add_argument(
         "--attention",
-        help=f"the blocks' self-attention: 'softmax', 'linear' (linear in the context; generation as "
-        f"an RNN), 'lsh' (Reformer's LSH attention; generation recomputes the window) or 'relative' "
-        f"(Transformer-XL: relative positions, a segment memory) (default {d.attention!r})",
+        help=f"the blocks' self-attention: {attention_help()} (default {d.attention!r})",
     )
     p.add_argument(
         "--memory-length",

@@ -44,7 +44,7 @@ from ..checkpoint.files import (
     write_pointer,
 )
 from ..checkpoint.layout import CONFIG_FILE, FORMAT_NAME, MODEL_FILE, OPTIMIZER_FILE, not_written_here, refuse_foreign
-from ..config import LM_FIELDS, LanguageModelConfig
+from ..config import LM_FIELDS, LanguageModelConfig, attention_kind, quoted_kinds
 from ..data.lm_text import CharVocabulary, LmText, TextSplit, load_lm_text, split_text
 from ..model import LanguageModel, NonFiniteError
 
@@ -203,11 +203,11 @@ def bits_per_character(
     0 included). The model's memory length is restored afterwards (with an empty memory)."""
     if len(ids) < 2:
         raise ValueError("bits_per_character: the text must hold at least 2 characters")
-    if model.config["attention"] == "relative":
+    if attention_kind(model.config["attention"]).memory:
         return _bits_per_character_with_memory(model, ids, seq_len, batch_size, memory_length)
     if memory_length:
         raise ValueError(
-            f"bits_per_character: a memory length needs attention 'relative', the model has "
+            f"bits_per_character: a memory length needs attention {quoted_kinds(lambda k: k.memory)}, the model has "
             f"{model.config['attention']!r}"
         )
     windows = _windows(np.asarray(ids, dtype=np.int64), seq_len)
@@ -322,7 +322,7 @@ def generate(
         if len(out) == max_tokens:
             break
         # the context is full: start again from its last half (relative attention's window slides)
-        if fed >= window and model.config["attention"] != "relative":
+        if fed >= window and not attention_kind(model.config["attention"]).memory:
             logits = restart(seq[-keep:])
             fed = keep
         else:
