@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import transformer_cpp as tc
-from transformer_cpp.config import attention_kind, attention_kinds, quoted_kinds
+from transformer_cpp.config import LanguageModelConfig, attention_kind, attention_kinds, quoted_kinds
 
 KINDS = attention_kinds()
 SMALL = dict(d_model=8, n_layers=1, n_heads=2, d_ff=16, max_len=16, pre_norm=True)
@@ -16,7 +16,7 @@ SMALL = dict(d_model=8, n_layers=1, n_heads=2, d_ff=16, max_len=16, pre_norm=Tru
 def test_the_records_name_the_kinds_of_the_configuration_once_each():
     names = [k.name for k in KINDS]
     assert len(set(names)) == len(names)
-    field = next(f for f in tc.LanguageModelConfig.fields() if f.name == "attention")
+    field = next(f for f in LanguageModelConfig.fields() if f.name == "attention")
     assert list(field.limit.choices) == names
     assert all(attention_kind(n).name == n for n in names)
     with pytest.raises(ValueError, match=r"attention must be one of 'softmax', 'linear', 'lsh', 'relative', got 'x'"):

@@ -222,11 +222,12 @@ void bind_attention_kinds(py::module_& m) {
                 "Every kind is causal.")
       .def_property_readonly("name", [](const K& k) { return std::string(k.name); })
       .def_property_readonly("summary", [](const K& k) { return std::string(k.summary); })
-      .def_property_readonly("bidirectional", [](const K& k) { return k.bidirectional; },
-                             "Works without a causal mask (causal=False).")
-      .def_property_readonly("memory", [](const K& k) { return k.memory; },
-                             "Takes a segment memory of preceding positions and encodes positions itself "
-                             "(memory_length, clamp_len; no absolute positional encoding).")
+      .def_property_readonly(
+          "bidirectional", [](const K& k) { return k.bidirectional; }, "Works without a causal mask (causal=False).")
+      .def_property_readonly(
+          "memory", [](const K& k) { return k.memory; },
+          "Takes a segment memory of preceding positions and encodes positions itself "
+          "(memory_length, clamp_len; no absolute positional encoding).")
       .def_property_readonly(
           "step",
           [](const K& k) -> py::object {
@@ -235,14 +236,15 @@ void bind_attention_kinds(py::module_& m) {
           },
           "The generation step: 'key_value_cache', 'recurrent_state' or None (generation re-reads the context).")
       .def_property_readonly("has_cached_step", &K::has_cached_step)
-      .def_property_readonly("reversible", [](const K& k) { return k.reversible; },
-                             "Works in a reversible stack.")
-      .def_property_readonly("cross_attention", [](const K& k) { return k.cross_attention; },
-                             "Works as a decoder's cross-attention.")
-      .def_property_readonly("full_weights", [](const K& k) { return k.full_weights; },
-                             "Keeps the (B, H, T, T) attention weights on short inputs.")
-      .def_property_readonly("hashed", [](const K& k) { return k.hashed; },
-                             "Hashes positions into buckets (the lsh_* settings).")
+      .def_property_readonly(
+          "reversible", [](const K& k) { return k.reversible; }, "Works in a reversible stack.")
+      .def_property_readonly(
+          "cross_attention", [](const K& k) { return k.cross_attention; }, "Works as a decoder's cross-attention.")
+      .def_property_readonly(
+          "full_weights", [](const K& k) { return k.full_weights; },
+          "Keeps the (B, H, T, T) attention weights on short inputs.")
+      .def_property_readonly(
+          "hashed", [](const K& k) { return k.hashed; }, "Hashes positions into buckets (the lsh_* settings).")
       .def("__repr__", [](const K& k) { return concat("AttentionKind('", k.name, "')"); });
   m.def(
       "attention_kinds",
@@ -254,8 +256,7 @@ void bind_attention_kinds(py::module_& m) {
       },
       "The attention kinds' records, in the order messages list them.");
   m.def(
-      "attention_kind",
-      [](const std::string& name) -> const K& { return attention_kind(name, "attention_kind"); },
+      "attention_kind", [](const std::string& name) -> const K& { return attention_kind(name, "attention_kind"); },
       py::arg("name"), py::return_value_policy::reference,
       "The record of the attention kind `name`; ValueError naming the kinds for any other name.");
 }

@@ -68,6 +68,8 @@ def quoted_kinds(supports: Callable[[Any], bool]) -> str:
 def attention_help() -> str:
     """Each attention kind with its summary, for a help text: ``"'softmax' (exact ...); 'linear' (...)"``."""
     return "; ".join(f"{k.name!r} ({k.summary})" for k in attention_kinds())
+
+
 OptimizerConfig = _core.OptimizerConfig
 ConfigField = _core.ConfigField
 

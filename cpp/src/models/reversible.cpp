@@ -71,8 +71,7 @@ ReversibleStack<T>::ReversibleStack(const ReversibleStackOptions& o) : opt_(o) {
   const AttentionKind* kind = find_attention_kind(o.attention);
   if (kind == nullptr || !kind->reversible)
     throw std::invalid_argument(concat("ReversibleStack: attention must be one of ",
-                                       quoted_attention_kinds(works_reversible, ""),
-                                       ", got '", o.attention, "'"));
+                                       quoted_attention_kinds(works_reversible, ""), ", got '", o.attention, "'"));
   const double d = static_cast<double>(o.d_model), dff = static_cast<double>(o.d_ff);
   checked_size<T>("ReversibleStack", concat(o.n_layers, " layers of d_model ", o.d_model, ", d_ff ", o.d_ff),
                   static_cast<double>(o.n_layers) * encoder_layer_parameters(d, dff), 0, 0);

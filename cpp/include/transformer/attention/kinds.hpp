@@ -23,15 +23,15 @@ enum class GenerationStep {
 
 struct AttentionKind {
   const char* name;
-  const char* summary;         // one line for help texts
-  bool bidirectional;          // works without a causal mask (forward(..., causal=false))
-  bool memory;                 // takes a segment memory of preceding positions and encodes positions
-                               // itself (memory_length, clamp_len; no absolute positional encoding)
-  GenerationStep step;         // the generation step it has, if any
-  bool reversible;             // works in a reversible stack (recomputable from the next block's output)
-  bool cross_attention;        // works as a decoder's cross-attention (queries and keys of two sequences)
-  bool full_weights;           // keeps the (B, H, T, T) weights below tuning::kTiledAttentionMinLength keys
-  bool hashed;                 // hashes positions into buckets (LSH options; a per-update hash counter)
+  const char* summary;   // one line for help texts
+  bool bidirectional;    // works without a causal mask (forward(..., causal=false))
+  bool memory;           // takes a segment memory of preceding positions and encodes positions
+                         // itself (memory_length, clamp_len; no absolute positional encoding)
+  GenerationStep step;   // the generation step it has, if any
+  bool reversible;       // works in a reversible stack (recomputable from the next block's output)
+  bool cross_attention;  // works as a decoder's cross-attention (queries and keys of two sequences)
+  bool full_weights;     // keeps the (B, H, T, T) weights below tuning::kTiledAttentionMinLength keys
+  bool hashed;           // hashes positions into buckets (LSH options; a per-update hash counter)
 
   bool has_cached_step() const { return step != GenerationStep::None; }
 };
@@ -40,13 +40,13 @@ struct AttentionKind {
 inline constexpr std::array<AttentionKind, 4> kAttentionKinds{{
     //          bidirectional memory  step                            reversible cross  full_weights hashed
     {"softmax", "exact, tiled for long inputs; generation with a key/value cache",  //
-     true,      false,        GenerationStep::KeyValueCache,  true,      true,  true,        false},
+     true, false, GenerationStep::KeyValueCache, true, true, true, false},
     {"linear", "linear in the context; generation as an RNN",  //
-     true,      false,        GenerationStep::RecurrentState, true,      false, false,       false},
+     true, false, GenerationStep::RecurrentState, true, false, false, false},
     {"lsh", "Reformer's LSH attention; generation recomputes the window",  //
-     true,      false,        GenerationStep::None,           true,      false, false,       true},
+     true, false, GenerationStep::None, true, false, false, true},
     {"relative", "Transformer-XL: relative positions, a segment memory",  //
-     false,     true,         GenerationStep::KeyValueCache,  false,     false, false,       false},
+     false, true, GenerationStep::KeyValueCache, false, false, false, false},
 }};
 
 // The predicates messages list kinds by.
