@@ -3,12 +3,14 @@
 // structs as classes made from their tables (TransformerConfig, OptimizerConfig,
 // LanguageModelConfig): keyword arguments checked field by field, to_dict(), and fields(), the
 // table itself, from which the Python package derives keyword arguments, docstrings, checkpoint
-// JSON and command-line options.
+// JSON and command-line options. And the attention kinds' records (kinds.hpp), read-only:
+// attention_kinds() and attention_kind(name).
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "bindings.hpp"
+#include "transformer/attention/kinds.hpp"
 #include "transformer/core/config.hpp"
 #include "transformer/models/language_model.hpp"
 #include "transformer/models/transformer.hpp"
@@ -199,6 +201,68 @@ py::object check_setting(const Limit& l, const std::string& owner, const std::st
   return py::float_(x);
 }
 
+namespace {
+
+const char* step_name(GenerationStep step) {
+  switch (step) {
+    case GenerationStep::KeyValueCache:
+      return "key_value_cache";
+    case GenerationStep::RecurrentState:
+      return "recurrent_state";
+    case GenerationStep::None:
+      break;
+  }
+  return nullptr;
+}
+
+void bind_attention_kinds(py::module_& m) {
+  using K = AttentionKind;
+  py::class_<K>(m, "AttentionKind",
+                "What one attention kind supports (read-only; the records of the core's attention/kinds.hpp). "
+                "Every kind is causal.")
+      .def_property_readonly("name", [](const K& k) { return std::string(k.name); })
+      .def_property_readonly("summary", [](const K& k) { return std::string(k.summary); })
+      .def_property_readonly(
+          "bidirectional", [](const K& k) { return k.bidirectional; }, "Works without a causal mask (causal=False).")
+      .def_property_readonly(
+          "memory", [](const K& k) { return k.memory; },
+          "Takes a segment memory of preceding positions and encodes positions itself "
+          "(memory_length, clamp_len; no absolute positional encoding).")
+      .def_property_readonly(
+          "step",
+          [](const K& k) -> py::object {
+            if (k.step == GenerationStep::None) return py::none();
+            return py::str(step_name(k.step));
+          },
+          "The generation step: 'key_value_cache', 'recurrent_state' or None (generation re-reads the context).")
+      .def_property_readonly("has_cached_step", &K::has_cached_step)
+      .def_property_readonly(
+          "reversible", [](const K& k) { return k.reversible; }, "Works in a reversible stack.")
+      .def_property_readonly(
+          "cross_attention", [](const K& k) { return k.cross_attention; }, "Works as a decoder's cross-attention.")
+      .def_property_readonly(
+          "full_weights", [](const K& k) { return k.full_weights; },
+          "Keeps the (B, H, T, T) attention weights on short inputs.")
+      .def_property_readonly(
+          "hashed", [](const K& k) { return k.hashed; }, "Hashes positions into buckets (the lsh_* settings).")
+      .def("__repr__", [](const K& k) { return concat("AttentionKind('", k.name, "')"); });
+  m.def(
+      "attention_kinds",
+      [] {
+        py::tuple out(kAttentionKinds.size());
+        for (size_t i = 0; i < kAttentionKinds.size(); ++i)
+          out[i] = py::cast(&kAttentionKinds[i], py::return_value_policy::reference);
+        return out;
+      },
+      "The attention kinds' records, in the order messages list them.");
+  m.def(
+      "attention_kind", [](const std::string& name) -> const K& { return attention_kind(name, "attention_kind"); },
+      py::arg("name"), py::return_value_policy::reference,
+      "The record of the attention kind `name`; ValueError naming the kinds for any other name.");
+}
+
+}  // namespace
+
 void bind_config(py::module_& m) {
   py::class_<Limit>(m, "Limit",
                     "The allowed values of a setting: an integer (integer=True) or a finite number from low to high "
@@ -273,6 +337,8 @@ void bind_config(py::module_& m) {
                     "or None: a field the program sets.")
       .def("__repr__",
            [](const PyConfigField& f) { return "ConfigField(" + f.name + ", " + f.limit.describe() + ")"; });
+
+  bind_attention_kinds(m);
 
   bind_config_class<TransformerConfig>(
       m, "TransformerConfig", "The model's architecture (ConfigTable<TransformerConfig> in the core).", &check_config);

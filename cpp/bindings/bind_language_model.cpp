@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "bindings.hpp"
+#include "transformer/attention/kinds.hpp"
 #include "transformer/models/language_model.hpp"
 
 namespace transformer::bindings {
@@ -201,8 +202,9 @@ void bind_language_model_class(py::module_& m) {
           [](H& h, const py::object& m) {
             check_idle(h.busy, "LanguageModel.memory_length", "LanguageModel");
             const Index length = int_arg(m, "LanguageModel", "memory_length", 0, 1 << 20);
-            if (length > 0 && h.model.config().attention != "relative")
-              throw py::value_error(concat("LanguageModel: memory_length needs attention 'relative', the model has '",
+            if (length > 0 && !attention_kind(h.model.config().attention).memory)
+              throw py::value_error(concat("LanguageModel: memory_length needs attention ",
+                                           quoted_attention_kinds(takes_memory), ", the model has '",
                                            h.model.config().attention, "'"));
             h.model.set_memory_length(length);
           },
@@ -216,8 +218,9 @@ void bind_language_model_class(py::module_& m) {
           [](H& h, const py::object& c) {
             check_idle(h.busy, "LanguageModel.clamp_len", "LanguageModel");
             const Index clamp = c.is_none() ? -1 : int_arg(c, "LanguageModel", "clamp_len", 0);
-            if (clamp >= 0 && h.model.config().attention != "relative")
-              throw py::value_error(concat("LanguageModel: clamp_len needs attention 'relative', the model has '",
+            if (clamp >= 0 && !attention_kind(h.model.config().attention).memory)
+              throw py::value_error(concat("LanguageModel: clamp_len needs attention ",
+                                           quoted_attention_kinds(takes_memory), ", the model has '",
                                            h.model.config().attention, "'"));
             h.model.set_clamp_len(clamp);
           },

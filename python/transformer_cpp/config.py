@@ -33,6 +33,11 @@ rows: ``name``, ``default``, ``limit``, ``help``, ``option``), :func:`check_sett
 instance field by field (the ``__post_init__`` of such a class) and :func:`setting_limits` the
 ``LIMITS`` mapping of the fields that their limit alone checks. The command line turns the
 declarations into options (:func:`transformer_cpp.cli.options.add_settings`).
+
+The attention kinds are a table of the core too (``cpp/include/transformer/attention/kinds.hpp``):
+:func:`attention_kinds` gives one read-only :class:`AttentionKind` record per kind (its name, a
+summary, and what it supports: ``memory``, ``has_cached_step``, ``reversible``,
+``cross_attention``, ...), which the package and the command line query rather than naming kinds.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from . import _core
 
 __all__ = [
+    "AttentionKind",
     "LM_FIELDS",
     "MODEL_FIELDS",
     "OPTIMIZER_FIELDS",
@@ -56,6 +62,9 @@ __all__ = [
     "check_setting",
     "check_settings",
     "core_setting",
+    "attention_help",
+    "attention_kind",
+    "attention_kinds",
     "defaults",
     "describe_fields",
     "describe_settings",
@@ -65,9 +74,27 @@ __all__ = [
     "setting",
     "setting_limits",
     "settings_of",
+    "quoted_kinds",
 ]
 
 TransformerConfig = _core.TransformerConfig
+AttentionKind = _core.AttentionKind
+attention_kind = _core.attention_kind
+attention_kinds = _core.attention_kinds
+
+
+def quoted_kinds(supports: Callable[[Any], bool]) -> str:
+    """The names of the attention kinds for which ``supports(kind)`` holds, quoted for a message:
+    ``"'softmax', 'linear' or 'lsh'"``."""
+    names = [repr(k.name) for k in attention_kinds() if supports(k)]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def attention_help() -> str:
+    """Each attention kind with its summary, for a help text: ``"'softmax' (exact ...); 'linear' (...)"``."""
+    return "; ".join(f"{k.name!r} ({k.summary})" for k in attention_kinds())
+
+
 OptimizerConfig = _core.OptimizerConfig
 ConfigField = _core.ConfigField
 

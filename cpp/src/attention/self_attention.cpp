@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "transformer/attention/kinds.hpp"
 #include "transformer/attention/linear_attention.hpp"
 #include "transformer/attention/lsh_attention.hpp"
 #include "transformer/attention/relative_attention.hpp"
@@ -10,7 +11,7 @@
 namespace transformer {
 
 const std::vector<std::string>& self_attention_kinds() {
-  static const std::vector<std::string> kinds{"softmax", "linear", "lsh", "relative"};  // each one a case below
+  static const std::vector<std::string> kinds = attention_kind_names();  // each one a case below
   return kinds;
 }
 
@@ -23,9 +24,8 @@ std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, I
     return std::make_unique<LSHSelfAttention<T>>(d_model, n_heads, options.lsh_chunk, options.lsh_hashes,
                                                  options.lsh_buckets, seed);
   if (kind == "relative") return std::make_unique<RelativeMultiHeadAttention<T>>(d_model, n_heads, seed);
-  std::string names;
-  for (const auto& k : self_attention_kinds()) names += (names.empty() ? "'" : ", '") + k + "'";
-  throw std::invalid_argument(concat("attention must be one of ", names, ", got '", kind, "'"));
+  (void)attention_kind(kind);  // throws, naming the kinds
+  throw std::logic_error(concat("make_self_attention: attention '", kind, "' has a record but no case"));
 }
 
 template std::unique_ptr<SelfAttention<float>> make_self_attention<float>(const std::string&, Index, Index,

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "transformer/attention/kinds.hpp"
 #include "transformer/core/checks.hpp"
 #include "transformer/core/random.hpp"
 #include "transformer/core/runtime.hpp"
@@ -69,14 +70,16 @@ void check_config(const LanguageModelConfig& c) {
     throw std::invalid_argument(
         "LanguageModel: reversible blocks are pre-norm (y1 = x1 + Attn(LN(x2)), y2 = x2 + FFN(LN(y1))): "
         "reversible=True needs pre_norm=True");
-  if (c.memory_length > 0 && c.attention != "relative")
+  const AttentionKind& kind = attention_kind(c.attention, "LanguageModel");
+  if (c.memory_length > 0 && !kind.memory)
     throw std::invalid_argument("LanguageModel: memory_length " + std::to_string(c.memory_length) +
-                                " needs attention 'relative' (the segment memory is Transformer-XL's), got '" +
-                                c.attention + "'");
-  if (c.reversible && c.attention == "relative")
+                                " needs attention " + quoted_attention_kinds(takes_memory) +
+                                " (the segment memory is Transformer-XL's), got '" + c.attention + "'");
+  if (c.reversible && !kind.reversible)
     throw std::invalid_argument(
         "LanguageModel: reversible blocks recompute each block from the next one's output, which a segment "
-        "memory does not allow: reversible=True needs attention 'softmax', 'linear' or 'lsh', got 'relative'");
+        "memory does not allow: reversible=True needs attention " +
+        quoted_attention_kinds(works_reversible) + ", got '" + c.attention + "'");
 }
 
 // ------------------------------------------------------------------ block
@@ -288,10 +291,11 @@ void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, cons
   const LanguageModelConfig& c = config_;
   const double B = static_cast<double>(tokens.rows()), Tl = static_cast<double>(tokens.cols());
   const double d = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
-  const bool plain = c.attention == "softmax" && tokens.cols() < tuning::kTiledAttentionMinLength;
+  const AttentionKind& kind = attention_kind(c.attention);
+  const bool plain = kind.full_weights && tokens.cols() < tuning::kTiledAttentionMinLength;
   double block = encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff));
   if (!plain) block -= 2 * B * H * Tl * Tl;  // the weights term of attention_elements
-  if (c.attention == "lsh") {
+  if (kind.hashed) {
     const double buckets = c.lsh_buckets > 0 ? static_cast<double>(c.lsh_buckets)
                                              : 2.0 * std::max(1.0, std::floor(Tl / static_cast<double>(c.lsh_chunk)));
     block += lsh_attention_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.lsh_hashes), buckets,
@@ -309,7 +313,7 @@ template <typename T>
 const Matrix<T>& LanguageModel<T>::hidden(ConstTokenMap tokens, bool training) {
   B_ = -1;  // until this forward completes, no backward may follow
   const Index B = tokens.rows(), Tl = tokens.cols();
-  if (config_.attention == "relative")
+  if (attention_kind(config_.attention).memory)
     // relative attention encodes positions itself: embedding * sqrt(d) only  (B*T, d)
     x_ = embedding_.embedding().forward(tokens, static_cast<T>(std::sqrt(static_cast<double>(config_.d_model))));
   else
@@ -468,18 +472,14 @@ const SoftmaxSelfAttention<T>* softmax_attention(const LanguageModelBlock<T>& bl
 
 template <typename T>
 bool LanguageModel<T>::has_cached_step() const {
-  if (reversible_) return false;
-  for (const auto& layer : layers_)
-    if (softmax_attention(*layer) == nullptr && linear_attention(*layer) == nullptr && layer->relative_ == nullptr)
-      return false;
-  return true;
+  return !reversible_ && attention_kind(config_.attention).has_cached_step();
 }
 
 template <typename T>
 void LanguageModel<T>::set_memory_length(Index length) {
   TCPP_CHECK(length >= 0, "LanguageModel.set_memory_length: the memory length must be >= 0, got ", length);
-  TCPP_CHECK(length == 0 || config_.attention == "relative", "LanguageModel.set_memory_length: a memory needs ",
-             "attention 'relative', the model has '", config_.attention, "'");
+  TCPP_CHECK(length == 0 || attention_kind(config_.attention).memory, "LanguageModel.set_memory_length: a memory ",
+             "needs attention ", quoted_attention_kinds(takes_memory), ", the model has '", config_.attention, "'");
   memory_length_ = length;
   for (auto& layer : layers_) {
     layer->memory_length_ = length;
@@ -490,8 +490,8 @@ void LanguageModel<T>::set_memory_length(Index length) {
 template <typename T>
 void LanguageModel<T>::set_clamp_len(Index clamp) {
   TCPP_CHECK(clamp >= -1, "LanguageModel.set_clamp_len: the clamp length must be >= 0 (or -1: none), got ", clamp);
-  TCPP_CHECK(clamp < 0 || config_.attention == "relative", "LanguageModel.set_clamp_len: a clamp length needs ",
-             "attention 'relative', the model has '", config_.attention, "'");
+  TCPP_CHECK(clamp < 0 || attention_kind(config_.attention).memory, "LanguageModel.set_clamp_len: a clamp length ",
+             "needs attention ", quoted_attention_kinds(takes_memory), ", the model has '", config_.attention, "'");
   clamp_len_ = clamp;
   for (auto& layer : layers_)
     if (layer->relative_ != nullptr) layer->relative_->set_clamp_len(clamp);
@@ -523,8 +523,9 @@ void LanguageModel<T>::infer_start(Index rows, Index capacity, LanguageModelStat
              " and ", capacity);
   const double d = static_cast<double>(config_.d_model), L = static_cast<double>(config_.n_layers);
   const double dk = d / static_cast<double>(config_.n_heads);
-  const bool relative = config_.attention == "relative";
-  if (config_.attention == "linear")
+  const AttentionKind& kind = attention_kind(config_.attention);
+  const bool relative = kind.memory;  // positions encoded by the attention: no positional table
+  if (kind.step == GenerationStep::RecurrentState)
     // S (d_k x d_k) and z (d_k) per (sequence, head, block), whatever the capacity
     check_memory("LanguageModel.infer_start", concat("linear-attention states of ", rows, " sequences"),
                  L * static_cast<double>(rows) * static_cast<double>(config_.n_heads) * (dk * dk + dk) *

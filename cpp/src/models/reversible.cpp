@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "transformer/attention/attention.hpp"
+#include "transformer/attention/kinds.hpp"
 #include "transformer/attention/lsh_attention.hpp"
 #include "transformer/core/checks.hpp"
 #include "transformer/core/random.hpp"
@@ -64,16 +65,13 @@ ReversibleStack<T>::ReversibleStack(const ReversibleStackOptions& o) : opt_(o) {
   TCPP_CHECK(o.d_model % o.n_heads == 0, "ReversibleStack: d_model ", o.d_model, " is not divisible by n_heads ",
              o.n_heads);
   TCPP_CHECK(o.chunk_rows > 0, "ReversibleStack: chunk_rows must be a positive integer, got ", o.chunk_rows);
-  // every kind of make_self_attention but "relative", whose segment memory a recomputation from the
-  // next block's output cannot rebuild (checked before anything is allocated)
-  const auto& kinds = self_attention_kinds();
-  if (o.attention == "relative" || std::find(kinds.begin(), kinds.end(), o.attention) == kinds.end()) {
-    std::string names;
-    for (const auto& k : kinds)
-      if (k != "relative") names += (names.empty() ? "'" : ", '") + k + "'";
-    throw std::invalid_argument(
-        concat("ReversibleStack: attention must be one of ", names, ", got '", o.attention, "'"));
-  }
+  // every kind whose record says it works in a reversible stack (not one with a segment memory,
+  // which a recomputation from the next block's output cannot rebuild); checked before anything
+  // is allocated
+  const AttentionKind* kind = find_attention_kind(o.attention);
+  if (kind == nullptr || !kind->reversible)
+    throw std::invalid_argument(concat("ReversibleStack: attention must be one of ",
+                                       quoted_attention_kinds(works_reversible, ""), ", got '", o.attention, "'"));
   const double d = static_cast<double>(o.d_model), dff = static_cast<double>(o.d_ff);
   checked_size<T>("ReversibleStack", concat(o.n_layers, " layers of d_model ", o.d_model, ", d_ff ", o.d_ff),
                   static_cast<double>(o.n_layers) * encoder_layer_parameters(d, dff), 0, 0);

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict
 
-from ..config import LM_FIELDS, OPTIMIZER_FIELDS, settings_of
+from ..config import LM_FIELDS, OPTIMIZER_FIELDS, attention_kind, quoted_kinds, settings_of
 from ..data import check_encoding
 from ..data.lm_text import load_lm_text, split_text
 from .options import (
@@ -125,12 +125,14 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _relative_only(ckpt: Any, option: str, value: Any) -> None:
+def _memory_only(ckpt: Any, option: str, value: Any) -> None:
+    """Refuse ``option`` for a model whose attention kind takes no segment memory."""
     if value is None:
         return
-    if ckpt.model.config["attention"] != "relative":
+    kind = attention_kind(ckpt.model.config["attention"])
+    if not kind.memory:
         raise UserError(
-            f"{option} needs a model with attention 'relative', this one has {ckpt.model.config['attention']!r}"
+            f"{option} needs a model with attention {quoted_kinds(lambda k: k.memory)}, this one has {kind.name!r}"
         )
     if value < 0:
         raise UserError(f"{option} must be >= 0, got {value}")
@@ -143,8 +145,8 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     source = load_lm_text(args.text or request.text, request.encoding)
     part = split_text(source.text).test if args.text is None else source.text
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
-    _relative_only(ckpt, "--memory-length", args.memory_length)
-    _relative_only(ckpt, "--clamp-len", args.clamp_len)
+    _memory_only(ckpt, "--memory-length", args.memory_length)
+    _memory_only(ckpt, "--clamp-len", args.clamp_len)
     if args.clamp_len is not None:
         ckpt.model.clamp_len = args.clamp_len
     bpc = bits_per_character(
@@ -152,7 +154,7 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     )
     what = "held-out test text" if args.text is None else f"'{args.text}'"
     memory = ""
-    if ckpt.model.config["attention"] == "relative":
+    if attention_kind(ckpt.model.config["attention"]).memory:
         memory = f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
         if args.clamp_len is not None:
             memory += f", distances clamped at {args.clamp_len}"

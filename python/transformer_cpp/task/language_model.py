@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..checkpoint import LANGUAGE_MODEL_KIND, CheckpointError
-from ..config import LM_FIELDS, LanguageModelConfig
+from ..config import LM_FIELDS, LanguageModelConfig, attention_kind, quoted_kinds
 from ..data.lm_text import CharVocabulary, LmText, TextSplit, load_lm_text, split_text
 from ..model import LanguageModel
 from ..training import TrainConfig, Trainer
@@ -247,11 +247,11 @@ def bits_per_character(
     0 included). The model's memory length is restored afterwards (with an empty memory)."""
     if len(ids) < 2:
         raise ValueError("bits_per_character: the text must hold at least 2 characters")
-    if model.config["attention"] == "relative":
+    if attention_kind(model.config["attention"]).memory:
         return _bits_per_character_with_memory(model, ids, seq_len, batch_size, memory_length)
     if memory_length:
         raise ValueError(
-            f"bits_per_character: a memory length needs attention 'relative', the model has "
+            f"bits_per_character: a memory length needs attention {quoted_kinds(lambda k: k.memory)}, the model has "
             f"{model.config['attention']!r}"
         )
     windows = _windows(np.asarray(ids, dtype=np.int64), seq_len)

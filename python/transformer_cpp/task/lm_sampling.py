@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..config import attention_kind
 from ..data.lm_text import CharVocabulary
 from ..model import LanguageModel
 
@@ -96,7 +97,7 @@ def generate(
         if len(out) == max_tokens:
             break
         # the context is full: start again from its last half (relative attention's window slides)
-        if fed >= window and model.config["attention"] != "relative":
+        if fed >= window and not attention_kind(model.config["attention"]).memory:
             logits = restart(seq[-keep:])
             fed = keep
         else:

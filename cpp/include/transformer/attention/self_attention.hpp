@@ -6,8 +6,9 @@
 // (Transformer-XL). Each is a class that implements this interface, so the block, the reversible
 // stack and the gradient checks treat them alike.
 //
-// make_self_attention builds one by name ("softmax", "linear", "lsh"): the one factory of the
-// language model's blocks and of the reversible stack.
+// make_self_attention builds one by name ("softmax", "linear", "lsh", "relative"): the one factory
+// of the language model's blocks and of the reversible stack. What a kind supports is its record
+// (kinds.hpp).
 #pragma once
 
 #include <cstdint>
@@ -48,8 +49,8 @@ struct SelfAttentionOptions {
   Index lsh_buckets = 0;  // buckets per round, even; 0: 2 * max(1, T / chunk) for a sequence of T
 };
 
-// The kinds make_self_attention knows, in the order messages list them: "softmax", "linear", "lsh",
-// "relative".
+// The kinds make_self_attention knows, in the order messages list them: the names of the records of
+// kinds.hpp ("softmax", "linear", "lsh", "relative"), which say what each supports.
 const std::vector<std::string>& self_attention_kinds();
 
 // A self-attention of `kind`:

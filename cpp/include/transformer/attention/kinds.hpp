@@ -1,0 +1,65 @@
+// kinds.hpp — what each attention kind supports, as data.
+//
+// One record per kind of make_self_attention (self_attention.hpp). Every caller that needs to know
+// whether a kind can do something (the language model's checks, memory estimates and generation,
+// the reversible stack, the Python package and the command line, through the binding
+// attention_kinds()) reads the record; only the factory and the lookup below compare names.
+// Adding a kind: its class, a row here, a case in make_self_attention.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace transformer {
+
+// How a kind generates one token after another without re-reading its context.
+enum class GenerationStep {
+  None,           // no cached step: generation re-runs forward() over the context
+  KeyValueCache,  // keys and values of the positions so far are kept (softmax, relative)
+  RecurrentState  // a fixed-size state per head (linear attention's RNN form)
+};
+
+struct AttentionKind {
+  const char* name;
+  const char* summary;   // one line for help texts
+  bool bidirectional;    // works without a causal mask (forward(..., causal=false))
+  bool memory;           // takes a segment memory of preceding positions and encodes positions
+                         // itself (memory_length, clamp_len; no absolute positional encoding)
+  GenerationStep step;   // the generation step it has, if any
+  bool reversible;       // works in a reversible stack (recomputable from the next block's output)
+  bool cross_attention;  // works as a decoder's cross-attention (queries and keys of two sequences)
+  bool full_weights;     // keeps the (B, H, T, T) weights below tuning::kTiledAttentionMinLength keys
+  bool hashed;           // hashes positions into buckets (LSH options; a per-update hash counter)
+
+  bool has_cached_step() const { return step != GenerationStep::None; }
+};
+
+// Every kind is causal (forward(..., causal=true)); the table's order is the order messages list them.
+inline constexpr std::array<AttentionKind, 4> kAttentionKinds{{
+    //          bidirectional memory  step                            reversible cross  full_weights hashed
+    {"softmax", "exact, tiled for long inputs; generation with a key/value cache",  //
+     true, false, GenerationStep::KeyValueCache, true, true, true, false},
+    {"linear", "linear in the context; generation as an RNN",  //
+     true, false, GenerationStep::RecurrentState, true, false, false, false},
+    {"lsh", "Reformer's LSH attention; generation recomputes the window",  //
+     true, false, GenerationStep::None, true, false, false, true},
+    {"relative", "Transformer-XL: relative positions, a segment memory",  //
+     false, true, GenerationStep::KeyValueCache, false, false, false, false},
+}};
+
+// The predicates messages list kinds by.
+inline bool takes_memory(const AttentionKind& k) { return k.memory; }
+inline bool works_reversible(const AttentionKind& k) { return k.reversible; }
+
+// The record of `name`, or nullptr for a name that is no kind.
+const AttentionKind* find_attention_kind(std::string_view name) noexcept;
+// The record of `name`; throws std::invalid_argument "<who>: attention must be one of ..., got '<name>'".
+const AttentionKind& attention_kind(std::string_view name, std::string_view who = "");
+// The names of the kinds for which `supports` holds (every kind without it), in the table's order.
+std::vector<std::string> attention_kind_names(bool (*supports)(const AttentionKind&) = nullptr);
+// Those names quoted for a message: "'softmax', 'linear' or 'lsh'" (`last` joins the last two).
+std::string quoted_attention_kinds(bool (*supports)(const AttentionKind&) = nullptr, std::string_view last = "or");
+
+}  // namespace transformer
