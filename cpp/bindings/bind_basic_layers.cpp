@@ -72,17 +72,10 @@ returns ``d(a + b)``, which is the gradient of both ``a`` and ``b``.)doc")
             return rows_out<T>(y, ia.lead_shape);
           },
           py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "LayerNorm.backward");
-            auto d = call.dout_rows(dout, h.layer.dim());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return rows_out<T>(dx, h.lead);
-          },
-          py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
+      .def("backward",
+           backward_method<T, H>(
+               "LayerNorm.backward", [](const auto& l) { return l.dim(); }, Dout::Rows),
+           py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
       .def("parameters", parameters_method<T, H>())
       .def("zero_grad", zero_grad_method<H>("LayerNorm.zero_grad"));
 }

@@ -48,17 +48,10 @@ Weights are Glorot-uniform from ``seed``, the bias starts at zero.
             return rows_out<T>(y, in.lead_shape);
           },
           py::arg("x"), "x: (..., in_features) -> (..., out_features)")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "Linear.backward");
-            auto d = call.dout_rows(dout, h.layer.out_features());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return rows_out<T>(dx, h.lead);
-          },
-          py::arg("dout"), "dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db")
+      .def("backward",
+           backward_method<T, H>(
+               "Linear.backward", [](const auto& l) { return l.out_features(); }, Dout::Rows),
+           py::arg("dout"), "dout: (..., out_features) -> dx: (..., in_features); accumulates dW, db")
       .def("parameters", parameters_method<T, H>())
       .def("zero_grad", zero_grad_method<H>("Linear.zero_grad"));
 }
@@ -120,11 +113,6 @@ AttentionMask mask_arg(const py::handle& obj, Index B, Index Tq, Index Tk, Call&
                                  Tk, ") with 1 = blocked"));
   call.keep(m);
   return AttentionMask{m.data(), m.shape(0) == 1 ? 0 : Tq * Tk};
-}
-
-template <typename T>
-py::array_t<T> btc_out(const Matrix<T>& m, Index B, Index Tn) {
-  return copy_out<T>(m.data(), {B, Tn, m.cols()});
 }
 
 // Scaled dot-product attention over (G, T, d) groups, bound on its own: the state a layer Holder
@@ -315,17 +303,10 @@ void bind_feed_forward(py::module_& m) {
             return rows_out<T>(y, X.lead_shape);
           },
           py::arg("x"), py::arg("training") = false)
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "FeedForward.backward");
-            auto d = call.dout_rows(dout, h.layer.linear2_.out_features());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return rows_out<T>(dx, h.lead);
-          },
-          py::arg("dout"))
+      .def("backward",
+           backward_method<T, H>(
+               "FeedForward.backward", [](const auto& l) { return l.linear2_.out_features(); }, Dout::Rows),
+           py::arg("dout"))
       .def("parameters", parameters_method<T, H>())
       .def("zero_grad", zero_grad_method<H>("FeedForward.zero_grad"));
 }
@@ -397,17 +378,10 @@ for the pre-norm variant). ``forward(x, mask=None, training=False)`` with ``x`` 
             return btc_out<T>(y, B, Tn);
           },
           py::arg("x"), py::arg("mask") = py::none(), py::arg("training") = false)
-      .def(
-          "backward",
-          [](E& h, const py::handle& dout) {
-            LayerBackward<T, E> call(h, "EncoderLayer.backward");
-            auto d = call.dout_btc(dout, h.layer.norm1_.dim());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return btc_out<T>(dx, h.lead[0], h.lead[1]);
-          },
-          py::arg("dout"))
+      .def("backward",
+           backward_method<T, E>(
+               "EncoderLayer.backward", [](const auto& l) { return l.norm1_.dim(); }, Dout::BTC),
+           py::arg("dout"))
       .def("parameters", parameters_method<T, E>())
       .def("zero_grad", zero_grad_method<E>("EncoderLayer.zero_grad"));
 

@@ -196,17 +196,10 @@ in constant time per position, equal to the causal forward at that position.)doc
             return copy_out<T>(y.data(), {B, Tn, d});
           },
           py::arg("x"), py::arg("causal") = false, "x (B, T, d_model) -> (B, T, d_model)")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "LinearMultiHeadAttention.backward");
-            auto d = call.dout_btc(dout, h.layer.d_model());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return copy_out<T>(dx.data(), {h.lead[0], h.lead[1], h.layer.d_model()});
-          },
-          py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients")
+      .def("backward",
+           backward_method<T, H>(
+               "LinearMultiHeadAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
+           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients")
       .def(
           "release",
           [](H& h) {

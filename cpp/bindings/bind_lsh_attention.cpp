@@ -225,17 +225,10 @@ last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_has
           },
           py::arg("x"), py::arg("causal") = py::none(),
           "x (B, T, d_model) -> (B, T, d_model); causal None: the layer's setting")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "LSHSelfAttention.backward");
-            auto d = call.dout_btc(dout, h.layer.d_model());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return copy_out<T>(dx.data(), {h.lead[0], h.lead[1], h.layer.d_model()});
-          },
-          py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients")
+      .def("backward",
+           backward_method<T, H>(
+               "LSHSelfAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
+           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients")
       .def(
           "rotations",
           [](H& h) {

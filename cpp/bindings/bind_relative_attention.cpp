@@ -95,17 +95,10 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
           },
           py::arg("x"), py::arg("memory") = py::none(),
           "x (B, T, d_model), memory (B, M, d_model) or None -> (B, T, d_model)")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "RelativeMultiHeadAttention.backward");
-            auto d = call.dout_btc(dout, h.layer.d_model());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return copy_out<T>(dx.data(), {h.lead[0], h.lead[1], h.layer.d_model()});
-          },
-          py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient")
+      .def("backward",
+           backward_method<T, H>(
+               "RelativeMultiHeadAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
+           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient")
       .def(
           "attention_weights",
           [](H& h) {

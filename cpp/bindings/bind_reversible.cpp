@@ -83,17 +83,10 @@ called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt strea
             return rows_out<T>(y, {B, Tn});
           },
           py::arg("x"), py::arg("training") = false, "x (B, T, d_model) -> (B, T, d_model)")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "ReversibleStack.backward");
-            auto d = call.dout_btc(dout, h.layer.d_model());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return rows_out<T>(dx, h.lead);
-          },
-          py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); parameter gradients accumulate")
+      .def("backward",
+           backward_method<T, H>(
+               "ReversibleStack.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
+           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); parameter gradients accumulate")
       .def(
           "rebuilt_inputs",
           [](H& h) {

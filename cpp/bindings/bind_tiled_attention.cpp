@@ -200,17 +200,10 @@ void bind_softmax_self_attention(py::module_& m) {
             return copy_out<T>(y.data(), {B, Tn, d});
           },
           py::arg("x"), py::arg("causal") = true, "x (B, T, d_model) -> (B, T, d_model)")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "SoftmaxSelfAttention.backward");
-            auto d = call.dout_btc(dout, h.layer.d_model());
-            const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
-            call.check_gradient(dx);
-            call.check_parameter_gradients();
-            return copy_out<T>(dx.data(), {h.lead[0], h.lead[1], h.layer.d_model()});
-          },
-          py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients")
+      .def("backward",
+           backward_method<T, H>(
+               "SoftmaxSelfAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
+           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients")
       .def("parameters", parameters_method<T, H>())
       .def("zero_grad", zero_grad_method<H>("SoftmaxSelfAttention.zero_grad"));
 }

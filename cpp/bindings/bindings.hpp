@@ -8,6 +8,7 @@
 #include <pybind11/typing.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -242,6 +243,12 @@ void check_output(const Matrix<T>& y, const char* who) {
                                 "too large"));
 }
 
+// Copy a (B*T, C) matrix out as a NumPy array of shape (B, T, C).
+template <typename T>
+py::array_t<T> btc_out(const Matrix<T>& m, Index B, Index Tn) {
+  return copy_out<T>(m.data(), {B, Tn, m.cols()});
+}
+
 // parameters() of a layer that has none.
 inline ParameterDict empty_parameters() { return ParameterDict(); }
 
@@ -450,6 +457,24 @@ auto zero_grad_method(const char* who) {
   return [who](H& h) {
     check_idle(h.busy, who, "layer");
     h.layer.zero_grad();
+  };
+}
+
+// backward() of a bound layer H whose backward(dout) returns the gradient of its input:
+// .def("backward", backward_method<T, H>("Linear.backward", width, Dout::Rows), ...). dout has
+// the last output's shape, (..., width(layer)) or (B, T, width(layer)), and is finite; so are the
+// input gradient returned, in the last input's shape, and the parameter gradients accumulated.
+enum class Dout { Rows, BTC };
+template <typename T, typename H, typename Width>
+auto backward_method(const char* who, Width width, Dout shape) {
+  return [who, width, shape](H& h, const py::handle& dout) {
+    LayerBackward<T, H> call(h, who);
+    const Index cols = std::invoke(width, h.layer);
+    auto d = shape == Dout::BTC ? call.dout_btc(dout, cols) : call.dout_rows(dout, cols);
+    const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
+    call.check_gradient(dx);
+    call.check_parameter_gradients();
+    return shape == Dout::BTC ? btc_out<T>(dx, h.lead[0], h.lead[1]) : rows_out<T>(dx, h.lead);
   };
 }
 

@@ -43,20 +43,6 @@ void FeedForward<T>::infer(const Matrix<T>& x, InferenceBackend<T>& be, Inferenc
   be.linear(s.f, linear2_.weight_.data(), linear2_.bias_.data(), linear2_.out_features(), y);  // (N, d_model)
 }
 
-template <typename T>
-ParameterList<T> FeedForward<T>::parameters() {
-  ParameterList<T> ps;
-  append_parameters(ps, linear1_.parameters(), "linear1");
-  append_parameters(ps, linear2_.parameters(), "linear2");
-  return ps;
-}
-
-template <typename T>
-void FeedForward<T>::zero_grad() {
-  linear1_.zero_grad();
-  linear2_.zero_grad();
-}
-
 template class FeedForward<float>;
 template class FeedForward<double>;
 

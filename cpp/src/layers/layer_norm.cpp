@@ -190,12 +190,6 @@ ParameterList<T> LayerNorm<T>::parameters() {
   return ps;
 }
 
-template <typename T>
-void LayerNorm<T>::zero_grad() {
-  dweight_.setZero();
-  dbias_.setZero();
-}
-
 template class LayerNorm<float>;
 template class LayerNorm<double>;
 

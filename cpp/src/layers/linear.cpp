@@ -67,12 +67,6 @@ ParameterList<T> Linear<T>::parameters() {
   return ps;
 }
 
-template <typename T>
-void Linear<T>::zero_grad() {
-  dweight_.setZero();
-  dbias_.setZero();
-}
-
 template class Linear<float>;
 template class Linear<double>;
 

@@ -109,24 +109,12 @@ void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>
 
 template <typename T>
 ParameterList<T> DecoderLayer<T>::parameters() {
-  ParameterList<T> ps;
-  append_parameters(ps, self_attention_.parameters(), "self_attention");
-  append_parameters(ps, norm1_.parameters(), "norm1");
-  append_parameters(ps, cross_attention_.parameters(), "cross_attention");
-  append_parameters(ps, norm2_.parameters(), "norm2");
-  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
-  append_parameters(ps, norm3_.parameters(), "norm3");
-  return ps;
-}
-
-template <typename T>
-void DecoderLayer<T>::zero_grad() {
-  self_attention_.zero_grad();
-  norm1_.zero_grad();
-  cross_attention_.zero_grad();
-  norm2_.zero_grad();
-  feed_forward_.zero_grad();
-  norm3_.zero_grad();
+  return named_parameters<T>({{"self_attention", self_attention_.parameters()},
+                              {"norm1", norm1_.parameters()},
+                              {"cross_attention", cross_attention_.parameters()},
+                              {"norm2", norm2_.parameters()},
+                              {"feed_forward", feed_forward_.parameters()},
+                              {"norm3", norm3_.parameters()}});
 }
 
 template <typename T>
@@ -139,20 +127,8 @@ std::vector<Dropout<T>*> DecoderLayer<T>::dropouts() {
 template <typename T>
 Decoder<T>::Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
                     Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
-    : embedding_(checked_size<T>("Decoder",
-                                 concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
-                                        ", d_ff ", d_ff, ", max_length ", max_length),
-                                 static_cast<double>(vocab_size) * d_model +
-                                     static_cast<double>(n_layers) * decoder_layer_parameters(d_model, d_ff),
-                                 static_cast<double>(max_length) * d_model, vocab_size),
-                 d_model, max_length, layout, splitmix64(seed + 1)),
-      dropout_(dropout, seed, splitmix64(seed + 2)) {
-  TCPP_CHECK(n_layers > 0, "Decoder: n_layers must be positive, got ", n_layers);
-  for (Index i = 0; i < n_layers; ++i)
-    layers_.push_back(std::make_unique<DecoderLayer<T>>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
-                                                        splitmix64(seed + 200 + static_cast<std::uint64_t>(i))));
-  if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
-}
+    : LayerStack<T, DecoderLayer<T>>("Decoder", decoder_layer_parameters(d_model, d_ff), 200, vocab_size, d_model,
+                                     n_layers, n_heads, d_ff, dropout, max_length, layout, pre_norm, eps, seed) {}
 
 template <typename T>
 const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S,
@@ -184,8 +160,8 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
     layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * Tt;
     if (!layout_.packed) layout_.ids.clear();
   }
-  x_ = embedding_.forward(tokens, layout_);
-  dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
+  x_ = this->embedding_.forward(tokens, layout_);
+  this->dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
   B_ = B;
   T_ = Tt;
   S_ = S;
@@ -197,9 +173,9 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
   build_attention_mask(cross_mask_, source_padding, B, Tt, S, false);
   AttentionMask self_mask{self_mask_.data(), Tt * Tt}, cross_mask{cross_mask_.data(), Tt * S};
   const Matrix<T>* h = &x_;
-  for (auto& layer : layers_)
+  for (auto& layer : this->layers_)
     h = &layer->forward(cmap(*h), memory, layout_, memory_layout, self_mask, cross_mask, training);
-  if (final_norm_) h = &final_norm_->forward(cmap(*h));
+  if (this->final_norm_) h = &this->final_norm_->forward(cmap(*h));
   return *h;
 }
 
@@ -207,17 +183,18 @@ template <typename T>
 void Decoder<T>::infer_start(const Matrix<T>& memory, const SentenceRows& memory_rows, Index max_steps,
                              InferenceBackend<T>& be, DecoderCache<T>& cache) const {
   TCPP_CHECK(max_steps >= 1, "Decoder: max_steps must be >= 1, got ", max_steps);
-  TCPP_CHECK(memory.rows() == memory_rows.rows() && memory.cols() == embedding_.dim(), "Decoder: memory has shape (",
-             memory.rows(), ", ", memory.cols(), "), expected (", memory_rows.rows(), ", ", embedding_.dim(), ")");
-  const size_t L = layers_.size();
+  TCPP_CHECK(memory.rows() == memory_rows.rows() && memory.cols() == this->embedding_.dim(),
+             "Decoder: memory has shape (", memory.rows(), ", ", memory.cols(), "), expected (", memory_rows.rows(),
+             ", ", this->embedding_.dim(), ")");
+  const size_t L = this->layers_.size();
   cache.self.resize(L);
   cache.memory_kv.resize(L);
   if (&cache.memory_rows != &memory_rows) cache.memory_rows = memory_rows;
   cache.sentence_of.resize(static_cast<size_t>(memory_rows.B));
   std::iota(cache.sentence_of.begin(), cache.sentence_of.end(), Index(0));
   for (size_t l = 0; l < L; ++l) {
-    layers_[l]->cross_attention_.infer_memory(memory, be, cache.memory_kv[l]);
-    cache.self[l].reset(memory_rows.B, max_steps, embedding_.dim());
+    this->layers_[l]->cross_attention_.infer_memory(memory, be, cache.memory_kv[l]);
+    cache.self[l].reset(memory_rows.B, max_steps, this->embedding_.dim());
   }
 }
 
@@ -226,14 +203,14 @@ const Matrix<T>& Decoder<T>::infer_step(const std::int64_t* tokens, DecoderCache
                                         InferenceScratch<T>& s) const {
   const Index R = cache.rows(), t = cache.position();
   // x = embedding[token] * sqrt(d) + PE[t]                                   (R, d)
-  embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
-  if (cache.record_cross) cache.cross_weights.resize(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l)
-    layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s,
-                           cache.record_cross ? &cache.cross_weights[l] : nullptr);
-  if (!final_norm_) return s.x;
+  this->embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
+  if (cache.record_cross) cache.cross_weights.resize(this->layers_.size());
+  for (size_t l = 0; l < this->layers_.size(); ++l)
+    this->layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s,
+                                 cache.record_cross ? &cache.cross_weights[l] : nullptr);
+  if (!this->final_norm_) return s.x;
   s.n.resize(R, s.x.cols());
-  final_norm_->forward_inference(s.x.data(), nullptr, s.n.data(), R);
+  this->final_norm_->forward_inference(s.x.data(), nullptr, s.n.data(), R);
   return s.n;
 }
 
@@ -248,35 +225,11 @@ void DecoderCache<T>::select_rows(const std::vector<Index>& rows, Matrix<T>& scr
 }
 
 template <typename T>
-const Matrix<T>& Decoder<T>::output() const {
-  if (final_norm_) return final_norm_->output();
-  return layers_.back()->output();
-}
-
-template <typename T>
 void Decoder<T>::backward(ConstMatrixMap<T> dout) {
   if (B_ < 0) throw std::runtime_error("Decoder: backward() called before forward()");
-  dmemory_.setZero(mem_rows_, embedding_.dim());
+  dmemory_.setZero(mem_rows_, this->embedding_.dim());
   // every layer attends to the same memory: its gradient is the sum over the layers
-  dx_ = stack_backward<T>(dout, layers_, final_norm_.get(),
-                          [this](DecoderLayer<T>& layer) { dmemory_ += layer.dmemory(); });
-  dropout_.backward_inplace(mmap(dx_));
-  embedding_.backward(cmap(dx_));
-}
-
-template <typename T>
-ParameterList<T> Decoder<T>::parameters() {
-  return stack_parameters<T>(embedding_, layers_, final_norm_.get());
-}
-
-template <typename T>
-void Decoder<T>::zero_grad() {
-  stack_zero_grad<T>(embedding_, layers_, final_norm_.get());
-}
-
-template <typename T>
-std::vector<Dropout<T>*> Decoder<T>::dropouts() {
-  return stack_dropouts<T>(dropout_, layers_);
+  this->backward_through(dout, [this](DecoderLayer<T>& layer) { dmemory_ += layer.dmemory(); });
 }
 
 template struct DecoderCache<float>;

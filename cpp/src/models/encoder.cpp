@@ -82,20 +82,10 @@ void EncoderLayer<T>::infer(Matrix<T>& x, const SentenceRows& rows, InferenceBac
 
 template <typename T>
 ParameterList<T> EncoderLayer<T>::parameters() {
-  ParameterList<T> ps;
-  append_parameters(ps, self_attention_.parameters(), "self_attention");
-  append_parameters(ps, norm1_.parameters(), "norm1");
-  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
-  append_parameters(ps, norm2_.parameters(), "norm2");
-  return ps;
-}
-
-template <typename T>
-void EncoderLayer<T>::zero_grad() {
-  self_attention_.zero_grad();
-  norm1_.zero_grad();
-  feed_forward_.zero_grad();
-  norm2_.zero_grad();
+  return named_parameters<T>({{"self_attention", self_attention_.parameters()},
+                              {"norm1", norm1_.parameters()},
+                              {"feed_forward", feed_forward_.parameters()},
+                              {"norm2", norm2_.parameters()}});
 }
 
 template <typename T>
@@ -108,20 +98,8 @@ std::vector<Dropout<T>*> EncoderLayer<T>::dropouts() {
 template <typename T>
 Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
                     Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
-    : embedding_(checked_size<T>("Encoder",
-                                 concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers,
-                                        ", d_ff ", d_ff, ", max_length ", max_length),
-                                 static_cast<double>(vocab_size) * d_model +
-                                     static_cast<double>(n_layers) * encoder_layer_parameters(d_model, d_ff),
-                                 static_cast<double>(max_length) * d_model, vocab_size),
-                 d_model, max_length, layout, splitmix64(seed + 1)),
-      dropout_(dropout, seed, splitmix64(seed + 2)) {
-  TCPP_CHECK(n_layers > 0, "Encoder: n_layers must be positive, got ", n_layers);
-  for (Index i = 0; i < n_layers; ++i)
-    layers_.push_back(std::make_unique<EncoderLayer<T>>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
-                                                        splitmix64(seed + 100 + static_cast<std::uint64_t>(i))));
-  if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
-}
+    : LayerStack<T, EncoderLayer<T>>("Encoder", encoder_layer_parameters(d_model, d_ff), 100, vocab_size, d_model,
+                                     n_layers, n_heads, d_ff, dropout, max_length, layout, pre_norm, eps, seed) {}
 
 template <typename T>
 const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool pack) {
@@ -140,8 +118,8 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
     layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * S;
     if (!layout_.packed) layout_.ids.clear();
   }
-  x_ = embedding_.forward(tokens, layout_);  // (rows, d): embedding * sqrt(d) + PE
-  dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
+  x_ = this->embedding_.forward(tokens, layout_);  // (rows, d): embedding * sqrt(d) + PE
+  this->dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
   B_ = B;
   S_ = S;
   key_padding_.resize(static_cast<size_t>(B * S));
@@ -149,8 +127,8 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
   build_attention_mask(mask_, key_padding_.data(), B, S, S, false);
   AttentionMask mask{mask_.data(), S * S};
   const Matrix<T>* h = &x_;
-  for (auto& layer : layers_) h = &layer->forward(cmap(*h), layout_, mask, training);
-  if (final_norm_) h = &final_norm_->forward(cmap(*h));
+  for (auto& layer : this->layers_) h = &layer->forward(cmap(*h), layout_, mask, training);
+  if (this->final_norm_) h = &this->final_norm_->forward(cmap(*h));
   return *h;
 }
 
@@ -163,42 +141,19 @@ void Encoder<T>::infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBacken
   const std::int64_t* tok = tokens.data();
   const Index* ids = rows.ids.data();
   // x = embedding[token] * sqrt(d) + PE[t]                                   (rows, d)
-  embedding_.infer(rows.rows(), [&](Index i) { return std::make_pair(tok[ids[i]], ids[i] % S); }, memory);
-  for (const auto& layer : layers_) layer->infer(memory, rows, be, s);
-  if (final_norm_) {
+  this->embedding_.infer(rows.rows(), [&](Index i) { return std::make_pair(tok[ids[i]], ids[i] % S); }, memory);
+  for (const auto& layer : this->layers_) layer->infer(memory, rows, be, s);
+  if (this->final_norm_) {
     s.n.resize(memory.rows(), memory.cols());
-    final_norm_->forward_inference(memory.data(), nullptr, s.n.data(), memory.rows());
+    this->final_norm_->forward_inference(memory.data(), nullptr, s.n.data(), memory.rows());
     memory.swap(s.n);
   }
 }
 
 template <typename T>
-const Matrix<T>& Encoder<T>::output() const {
-  if (final_norm_) return final_norm_->output();
-  return layers_.back()->output();
-}
-
-template <typename T>
 void Encoder<T>::backward(ConstMatrixMap<T> dmemory) {
   if (B_ < 0) throw std::runtime_error("Encoder: backward() called before forward()");
-  dx_ = stack_backward<T>(dmemory, layers_, final_norm_.get(), [](EncoderLayer<T>&) {});
-  dropout_.backward_inplace(mmap(dx_));
-  embedding_.backward(cmap(dx_));
-}
-
-template <typename T>
-ParameterList<T> Encoder<T>::parameters() {
-  return stack_parameters<T>(embedding_, layers_, final_norm_.get());
-}
-
-template <typename T>
-void Encoder<T>::zero_grad() {
-  stack_zero_grad<T>(embedding_, layers_, final_norm_.get());
-}
-
-template <typename T>
-std::vector<Dropout<T>*> Encoder<T>::dropouts() {
-  return stack_dropouts<T>(dropout_, layers_);
+  this->backward_through(dmemory, [](EncoderLayer<T>&) {});
 }
 
 template class EncoderLayer<float>;

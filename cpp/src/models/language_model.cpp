@@ -148,20 +148,10 @@ const Matrix<T>& LanguageModelBlock<T>::backward(ConstMatrixMap<T> dout) {
 
 template <typename T>
 ParameterList<T> LanguageModelBlock<T>::parameters() {
-  ParameterList<T> ps;
-  append_parameters(ps, self_attention_->parameters(), "self_attention");
-  append_parameters(ps, norm1_.parameters(), "norm1");
-  append_parameters(ps, feed_forward_.parameters(), "feed_forward");
-  append_parameters(ps, norm2_.parameters(), "norm2");
-  return ps;
-}
-
-template <typename T>
-void LanguageModelBlock<T>::zero_grad() {
-  self_attention_->zero_grad();
-  norm1_.zero_grad();
-  feed_forward_.zero_grad();
-  norm2_.zero_grad();
+  return named_parameters<T>({{"self_attention", self_attention_->parameters()},
+                              {"norm1", norm1_.parameters()},
+                              {"feed_forward", feed_forward_.parameters()},
+                              {"norm2", norm2_.parameters()}});
 }
 
 template <typename T>

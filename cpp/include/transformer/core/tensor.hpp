@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -112,6 +113,21 @@ void append_parameters(ParameterList<T>& out, const ParameterList<T>& in, const 
     q.name = prefix.empty() ? p.name : prefix + "." + p.name;
     out.push_back(std::move(q));
   }
+}
+
+// The parameters of a layer made of named parts, each part's names after "<part>.":
+//   named_parameters<T>({{"linear1", linear1_.parameters()}, {"linear2", linear2_.parameters()}})
+template <typename T>
+ParameterList<T> named_parameters(std::initializer_list<std::pair<const char*, ParameterList<T>>> parts) {
+  ParameterList<T> ps;
+  for (const auto& part : parts) append_parameters(ps, part.second, part.first);
+  return ps;
+}
+
+// zero_grad() of every part of a layer.
+template <typename... Parts>
+void zero_grads(Parts&... parts) {
+  (parts.zero_grad(), ...);
 }
 
 // Errors: std::invalid_argument -> Python ValueError, std::out_of_range -> IndexError,

@@ -22,8 +22,10 @@ class FeedForward {
   // `be`, the hidden layer in s.f; nothing of forward()'s state is touched.   x (N, d) -> y (N, d)
   void infer(const Matrix<T>& x, InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>& y) const;
 
-  ParameterList<T> parameters();  // linear1.{weight,bias}, linear2.{weight,bias}
-  void zero_grad();
+  ParameterList<T> parameters() {  // linear1.{weight,bias}, linear2.{weight,bias}
+    return named_parameters<T>({{"linear1", linear1_.parameters()}, {"linear2", linear2_.parameters()}});
+  }
+  void zero_grad() { zero_grads(linear1_, linear2_); }
   const Matrix<T>& output() const { return linear2_.output(); }
   Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(linear2_.output()); }
   Dropout<T>& dropout() { return dropout_; }

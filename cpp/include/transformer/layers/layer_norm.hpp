@@ -23,7 +23,10 @@ class LayerNorm {
   const Matrix<T>& backward(ConstMatrixMap<T> dy);
 
   ParameterList<T> parameters();  // "weight" (d), "bias" (d)
-  void zero_grad();
+  void zero_grad() {
+    dweight_.setZero();
+    dbias_.setZero();
+  }
   Index dim() const { return weight_.cols(); }
   double eps() const { return eps_; }
   const Matrix<T>& output() const { return y_; }

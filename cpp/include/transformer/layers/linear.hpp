@@ -29,7 +29,10 @@ class Linear {
   }
 
   ParameterList<T> parameters();
-  void zero_grad();
+  void zero_grad() {
+    dweight_.setZero();
+    dbias_.setZero();
+  }
 
   Index in_features() const { return weight_.cols(); }
   Index out_features() const { return weight_.rows(); }

@@ -1,11 +1,17 @@
-// stack.hpp — what the encoder and decoder stacks have in common: a positional embedding, N
-// layers and (pre-norm) a final LayerNorm, named "embedding", "layers.i" and "norm".
+// stack.hpp — the residual sub-layer, forward, backward and at inference, written once for every
+// layer of the encoder, the decoder and the language model; and what the encoder and decoder
+// stacks have in common (LayerStack): a positional embedding, N layers and (pre-norm) a final
+// LayerNorm, named "embedding", "layers.i" and "norm".
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "transformer/core/checks.hpp"
+#include "transformer/core/random.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/layer_norm.hpp"
@@ -77,34 +83,6 @@ void residual_infer(bool pre_norm, const LayerNorm<T>& norm, Sub&& sub, Matrix<T
   x += a;
 }
 
-template <typename T, typename Layer>
-ParameterList<T> stack_parameters(PositionalEmbedding<T>& embedding, std::vector<std::unique_ptr<Layer>>& layers,
-                                  LayerNorm<T>* final_norm) {
-  ParameterList<T> ps;
-  append_parameters(ps, embedding.parameters(), "embedding");
-  for (size_t i = 0; i < layers.size(); ++i)
-    append_parameters(ps, layers[i]->parameters(), "layers." + std::to_string(i));
-  if (final_norm) append_parameters(ps, final_norm->parameters(), "norm");
-  return ps;
-}
-
-template <typename T, typename Layer>
-void stack_zero_grad(PositionalEmbedding<T>& embedding, std::vector<std::unique_ptr<Layer>>& layers,
-                     LayerNorm<T>* final_norm) {
-  embedding.zero_grad();
-  for (auto& l : layers) l->zero_grad();
-  if (final_norm) final_norm->zero_grad();
-}
-
-// The stack's own dropout (after the embedding) first, then every layer's.
-template <typename T, typename Layer>
-std::vector<Dropout<T>*> stack_dropouts(Dropout<T>& input_dropout, std::vector<std::unique_ptr<Layer>>& layers) {
-  std::vector<Dropout<T>*> ds{&input_dropout};
-  for (auto& l : layers)
-    for (auto* d : l->dropouts()) ds.push_back(d);
-  return ds;
-}
-
 // Backward through the final norm (if any) and the layers in reverse order; returns the gradient
 // of the stack's input (the buffer of the first layer).
 template <typename T, typename Layer, typename PerLayer>
@@ -122,5 +100,75 @@ ConstMatrixMap<T> stack_backward(ConstMatrixMap<T> dout, std::vector<std::unique
   }
   return d;
 }
+
+// A stack of Layer (EncoderLayer, DecoderLayer): the positional embedding of the input tokens and
+// its dropout, the layers, and (pre-norm) a final LayerNorm. The encoder and the decoder derive
+// from it and run the layers their way (forward, inference); what follows is the same for both.
+template <typename T, typename Layer>
+class LayerStack {
+ public:
+  const Matrix<T>& output() const {  // the last forward's, after the final norm (if any)
+    return final_norm_ ? final_norm_->output() : layers_.back()->output();
+  }
+
+  ParameterList<T> parameters() {  // embedding.weight, layers.i.*, (pre-norm) norm.*
+    ParameterList<T> ps;
+    append_parameters(ps, embedding_.parameters(), "embedding");
+    for (size_t i = 0; i < layers_.size(); ++i)
+      append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
+    if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
+    return ps;
+  }
+  void zero_grad() {
+    embedding_.zero_grad();
+    for (auto& l : layers_) l->zero_grad();
+    if (final_norm_) final_norm_->zero_grad();
+  }
+  // The stack's own dropout (after the embedding) first, then every layer's.
+  std::vector<Dropout<T>*> dropouts() {
+    std::vector<Dropout<T>*> ds{&dropout_};
+    for (auto& l : layers_)
+      for (auto* d : l->dropouts()) ds.push_back(d);
+    return ds;
+  }
+
+  PositionalEmbedding<T> embedding_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<LayerNorm<T>> final_norm_;  // pre-norm only
+
+ protected:
+  // `who` ("Encoder") names the stack in messages; each layer holds layer_parameters weights. The
+  // memory of all weights is checked before any is allocated; layer i is
+  // Layer(d_model, n_heads, d_ff, dropout, pre_norm, eps, splitmix64(seed + layer_seeds + i)).
+  LayerStack(const char* who, double layer_parameters, std::uint64_t layer_seeds, Index vocab_size, Index d_model,
+             Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length, PositionalLayout layout,
+             bool pre_norm, double eps, std::uint64_t seed)
+      : embedding_(checked_size<T>(
+                       who,
+                       concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers, ", d_ff ",
+                              d_ff, ", max_length ", max_length),
+                       static_cast<double>(vocab_size) * d_model + static_cast<double>(n_layers) * layer_parameters,
+                       static_cast<double>(max_length) * d_model, vocab_size),
+                   d_model, max_length, layout, splitmix64(seed + 1)),
+        dropout_(dropout, seed, splitmix64(seed + 2)) {
+    TCPP_CHECK(n_layers > 0, who, ": n_layers must be positive, got ", n_layers);
+    for (Index i = 0; i < n_layers; ++i)
+      layers_.push_back(std::make_unique<Layer>(d_model, n_heads, d_ff, dropout, pre_norm, eps,
+                                                splitmix64(seed + layer_seeds + static_cast<std::uint64_t>(i))));
+    if (pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(d_model, eps);
+  }
+
+  // Backward from the gradient of the output through the final norm, the layers in reverse
+  // (after_layer(layer) after each), the input dropout and the embedding (its gradient accumulates).
+  template <typename AfterLayer>
+  void backward_through(ConstMatrixMap<T> dout, AfterLayer after_layer) {
+    dx_ = stack_backward<T>(dout, layers_, final_norm_.get(), after_layer);
+    dropout_.backward_inplace(MatrixMap<T>(dx_.data(), dx_.rows(), dx_.cols()));
+    embedding_.backward(ConstMatrixMap<T>(dx_.data(), dx_.rows(), dx_.cols()));
+  }
+
+  Dropout<T> dropout_;  // after the embedding
+  Matrix<T> dx_;        // (rows, d) the gradient of the embedded input
+};
 
 }  // namespace transformer

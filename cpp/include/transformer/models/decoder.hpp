@@ -16,6 +16,7 @@
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/feed_forward.hpp"
 #include "transformer/layers/layer_norm.hpp"
+#include "transformer/layers/stack.hpp"
 
 namespace transformer {
 
@@ -66,7 +67,7 @@ class DecoderLayer {
                   Matrix<T>* cross_weights = nullptr) const;
 
   ParameterList<T> parameters();  // self_attention, norm1, cross_attention, norm2, feed_forward, norm3
-  void zero_grad();
+  void zero_grad() { zero_grads(self_attention_, norm1_, cross_attention_, norm2_, feed_forward_, norm3_); }
   std::vector<Dropout<T>*> dropouts();
 
   MultiHeadAttention<T> self_attention_;
@@ -85,8 +86,10 @@ class DecoderLayer {
   Matrix<T> d2_, d3_, dtmp_, dx_;  // gradient buffers (B*T, d)
 };
 
+// The decoder, a LayerStack (stack.hpp) of decoder layers over the target tokens, each attending
+// to the encoder's output (the memory) as well as to the positions before its own.
 template <typename T>
-class Decoder {
+class Decoder : public LayerStack<T, DecoderLayer<T>> {
  public:
   Decoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length,
           PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
@@ -103,7 +106,6 @@ class Decoder {
   // Accumulates parameter gradients; the summed memory gradient is in dmemory().
   void backward(ConstMatrixMap<T> dout);
   const Matrix<T>& dmemory() const { return dmemory_; }
-  const Matrix<T>& output() const;
   // Inference (kernels/inference_backend.hpp), one position at a time over key/value caches. infer_start prepares
   // `cache` for a memory (the encoder's infer: rows of memory_rows) and up to max_steps positions
   // of one hypothesis per sentence (row r of sentence r): each layer's cross-attention keys and
@@ -118,20 +120,11 @@ class Decoder {
   Index batch() const { return B_; }
   Index length() const { return T_; }
 
-  ParameterList<T> parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*
-  void zero_grad();
-  std::vector<Dropout<T>*> dropouts();
-
-  PositionalEmbedding<T> embedding_;
-  std::vector<std::unique_ptr<DecoderLayer<T>>> layers_;
-  std::unique_ptr<LayerNorm<T>> final_norm_;
-
  private:
-  Dropout<T> dropout_;
   Index B_ = -1, T_ = 0, S_ = 0, mem_rows_ = 0;
   RowLayout layout_, own_memory_;
   std::vector<std::uint8_t> key_padding_, self_mask_, cross_mask_;
-  Matrix<T> x_, dx_, dmemory_;
+  Matrix<T> x_, dmemory_;
 };
 
 }  // namespace transformer

@@ -15,6 +15,7 @@
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/feed_forward.hpp"
 #include "transformer/layers/layer_norm.hpp"
+#include "transformer/layers/stack.hpp"
 
 namespace transformer {
 
@@ -36,7 +37,7 @@ class EncoderLayer {
   void infer(Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s) const;
 
   ParameterList<T> parameters();  // self_attention.*, norm1.*, feed_forward.*, norm2.*
-  void zero_grad();
+  void zero_grad() { zero_grads(self_attention_, norm1_, feed_forward_, norm2_); }
   std::vector<Dropout<T>*> dropouts();
 
   MultiHeadAttention<T> self_attention_;
@@ -54,8 +55,9 @@ class EncoderLayer {
   Matrix<T> dtmp_, dh_, dx_;  // (B*T, d) gradient buffers
 };
 
+// The encoder, a LayerStack (stack.hpp) of encoder layers over the source tokens.
 template <typename T>
-class Encoder {
+class Encoder : public LayerStack<T, EncoderLayer<T>> {
  public:
   Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length,
           PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
@@ -70,27 +72,16 @@ class Encoder {
   // memory (rows, d). The positional table must hold S positions (embedding_.reserve_positions).
   void infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
              Matrix<T>& memory) const;
-  const Matrix<T>& output() const;
   // (B, S) bytes, 1 where the last source was padding.
   const std::vector<std::uint8_t>& key_padding() const { return key_padding_; }
   Index batch() const { return B_; }
   Index length() const { return S_; }
 
-  ParameterList<T> parameters();  // embedding.weight, layers.i.*, (pre-norm) norm.*
-  void zero_grad();
-  std::vector<Dropout<T>*> dropouts();
-
-  PositionalEmbedding<T> embedding_;
-  std::vector<std::unique_ptr<EncoderLayer<T>>> layers_;
-  std::unique_ptr<LayerNorm<T>> final_norm_;  // pre-norm only
-
  private:
-  Dropout<T> dropout_;
   Index B_ = -1, S_ = 0;
   RowLayout layout_;
   std::vector<std::uint8_t> key_padding_, mask_;  // (B, S), (B, S, S)
   Matrix<T> x_;                                   // (B*S, d) embedded and dropped-out input
-  Matrix<T> dx_;                                  // (B*S, d)
 };
 
 }  // namespace transformer

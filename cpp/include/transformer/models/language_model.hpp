@@ -97,7 +97,7 @@ class LanguageModelBlock {
   const Matrix<T>& backward(ConstMatrixMap<T> dout);  // -> dx (B*T, d); parameter gradients accumulate
 
   ParameterList<T> parameters();  // self_attention.*, norm1.*, feed_forward.*, norm2.*
-  void zero_grad();
+  void zero_grad() { zero_grads(*self_attention_, norm1_, feed_forward_, norm2_); }
   std::vector<Dropout<T>*> dropouts();
 
   std::unique_ptr<SelfAttention<T>> self_attention_;
