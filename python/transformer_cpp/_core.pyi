@@ -930,6 +930,53 @@ class Adam_float32(_Adam[numpy.float32]): ...
 
 class Adam_float64(_Adam[numpy.float64]): ...
 
+class AttentionKind:
+    """
+    What one attention kind supports (read-only; the records of the core's attention/kinds.hpp). Every kind is causal.
+    """
+    @property
+    def name(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def bidirectional(self) -> bool:
+        """
+        Works without a causal mask (causal=False).
+        """
+    @property
+    def memory(self) -> bool:
+        """
+        Takes a segment memory of preceding positions and encodes positions itself (memory_length, clamp_len; no absolute positional encoding).
+        """
+    @property
+    def step(self) -> object:
+        """
+        The generation step: 'key_value_cache', 'recurrent_state' or None (generation re-reads the context).
+        """
+    @property
+    def has_cached_step(self) -> bool: ...
+    @property
+    def reversible(self) -> bool:
+        """
+        Works in a reversible stack.
+        """
+    @property
+    def cross_attention(self) -> bool:
+        """
+        Works as a decoder's cross-attention.
+        """
+    @property
+    def full_weights(self) -> bool:
+        """
+        Keeps the (B, H, T, T) attention weights on short inputs.
+        """
+    @property
+    def hashed(self) -> bool:
+        """
+        Hashes positions into buckets (the lsh_* settings).
+        """
+    def __repr__(self) -> str: ...
+
 class ConfigField:
     """
     One row of a configuration's table (TransformerConfig.fields()).
@@ -1260,6 +1307,16 @@ def _round_to_bf16(x: object) -> numpy.typing.NDArray[numpy.float32]:
 def _splitmix64(x: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     splitmix64 of x, the core's one seed mixer (random.hpp); Python derives seeds with it.
+    """
+
+def attention_kind(name: str) -> AttentionKind:
+    """
+    The record of the attention kind `name`; ValueError naming the kinds for any other name.
+    """
+
+def attention_kinds() -> tuple[typing.Any, ...]:
+    """
+    The attention kinds' records, in the order messages list them.
     """
 
 def attention_mask(key_padding: object, query_length: object, causal: bool = False) -> numpy.typing.NDArray[numpy.bool]: ...
