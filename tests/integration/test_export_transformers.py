@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -286,7 +285,9 @@ def test_log_probabilities_are_ours(exported, variant):
 
     kind = "exact" if model.config["layer_norm_eps"] == export.MARIAN_LAYER_NORM_EPS else "epsilon changed"
     function_bound = LOGPROB_TOLERANCE_FLOAT64[kind]
-    assert worst(ours64, theirs64) <= function_bound, f"float64 log-probabilities differ by {worst(ours64, theirs64):.3g}"
+    assert worst(ours64, theirs64) <= function_bound, (
+        f"float64 log-probabilities differ by {worst(ours64, theirs64):.3g}"
+    )
     rounding_bound = FLOAT32_ULPS * FLOAT32_UNIT * largest_logit
     assert worst(ours32, ours64) <= rounding_bound, f"our float32 rounding {worst(ours32, ours64):.3g}"
     assert worst(theirs32, theirs64) <= rounding_bound, f"their float32 rounding {worst(theirs32, theirs64):.3g}"

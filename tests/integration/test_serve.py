@@ -23,7 +23,6 @@ import httpx  # the test extra installs it with FastAPI, uvicorn and Selenium: p
 import transformer_cpp as tc
 from transformer_cpp import kernels, serve
 from transformer_cpp.checkpoint import save_checkpoint
-from transformer_cpp.training import TrainConfig, Trainer
 from transformer_cpp.translate import Translator, encode_source, translate_encoded
 
 from helpers.serve import HOST, running, start_server

@@ -68,6 +68,13 @@ def _train_type(name: str) -> Any:
     return setting_type(_TRAIN[name], "TrainConfig")
 
 
+def _train_limit(name: str) -> Any:
+    """The limit of TrainConfig's setting ``name`` (every setting train-lm shares has one)."""
+    limit = _TRAIN[name].limit
+    assert limit is not None, name
+    return limit
+
+
 def _given(args: argparse.Namespace) -> Dict[str, Any]:
     """The options given on the command line (None: left to the request's default)."""
     names = [*_TRAINING, *(f.name for f in _ARCHITECTURE)]
@@ -165,7 +172,7 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
 def _epochs(text: str) -> float:
     """``--epochs`` of train-lm: passes over the training characters, a fraction allowed."""
     value = parse_number(text, False)
-    high = _TRAIN["epochs"].limit.high
+    high = _train_limit("epochs").high
     if not (isinstance(value, float) and 0 < value <= high):
         raise argparse.ArgumentTypeError(f"epochs must be a number in (0, {high:g}], got {text!r}")
     return value
@@ -176,7 +183,7 @@ def _threads(p: Any) -> None:
         "--threads",
         type=_train_type("threads"),
         default=None,
-        help=f"C++ threads (default: all cores; {_TRAIN['threads'].limit.describe()})",
+        help=f"C++ threads (default: all cores; {_train_limit('threads').describe()})",
     )
 
 
@@ -190,7 +197,7 @@ def _add_training_options(g: Any) -> None:
         "--batch-size",
         type=_train_type("batch_size"),
         default=None,
-        help=f"windows per step (default {d.batch_size}; {_TRAIN['batch_size'].limit.describe()})",
+        help=f"windows per step (default {d.batch_size}; {_train_limit('batch_size').describe()})",
     )
     config_options(g, _OPTIMIZER, "TrainConfig")
     g.add_argument(
@@ -230,7 +237,12 @@ def _add_train_lm(sub: Any) -> None:
         "validation, training and validation bits per character; at the end the held-out test bits per character.",
     )
     p.add_argument("--text", help=f"'shakespeare' or the path of a text file (default {d.text!r})")
-    p.add_argument("--encoding", type=as_type(lambda text: check_encoding(text, "--encoding")), default=None, help="the text file's encoding (default utf-8)")
+    p.add_argument(
+        "--encoding",
+        type=as_type(lambda text: check_encoding(text, "--encoding")),
+        default=None,
+        help="the text file's encoding (default utf-8)",
+    )
     p.add_argument("--out", type=path_option, required=True, help="run directory for checkpoints")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     limit = p.add_mutually_exclusive_group()
@@ -243,7 +255,7 @@ def _add_train_lm(sub: Any) -> None:
         default=None,
         metavar="MINUTES",
         help="stop after this many minutes of training (counted over every --resume), with a checkpoint ("
-        + _TRAIN["time_budget"].limit.describe()
+        + _train_limit("time_budget").describe()
         + ")",
     )
     limit.add_argument(

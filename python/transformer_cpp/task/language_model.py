@@ -34,6 +34,7 @@ from ..checkpoint import LANGUAGE_MODEL_KIND, CheckpointError
 from ..config import LM_FIELDS, LanguageModelConfig, attention_kind, quoted_kinds
 from ..data.lm_text import CharVocabulary, LmText, TextSplit, load_lm_text, split_text
 from ..model import LanguageModel
+from ..training.config import MAX_EPOCHS
 from ..training import TrainConfig, Trainer
 from ..training.run_dir import RunDirectory
 from ..training.state import STATE_FORMAT, STATE_VERSION
@@ -61,7 +62,7 @@ LM_KIND = LANGUAGE_MODEL_KIND
 _ARCH = [f.name for f in LM_FIELDS if f.name not in ("vocab_size", "max_len")]
 #: The steps a run takes when no limit (steps, epochs or time budget) is given.
 DEFAULT_STEPS = 1000
-_MOST_EPOCHS = int(TrainConfig.LIMITS["epochs"].high)
+_MOST_EPOCHS = MAX_EPOCHS
 
 
 def _say(message: str) -> None:

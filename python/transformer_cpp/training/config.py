@@ -26,8 +26,10 @@ from ..config import (
     settings_of,
 )
 
-__all__ = ["TrainConfig", "TrainingInterrupted", "TrainingDiverged", "MAX_SEED", "MAX_THREADS"]
+__all__ = ["TrainConfig", "TrainingInterrupted", "TrainingDiverged", "MAX_EPOCHS", "MAX_SEED", "MAX_THREADS"]
 
+#: The most epochs a run may ask for (a time budget or a step limit is what ends longer runs).
+MAX_EPOCHS = 1_000_000
 #: The largest seed: seeds reach the C++ core as 64-bit integers.
 MAX_SEED = 2**63 - 1
 #: The most C++ threads a setting may ask for.
@@ -50,8 +52,8 @@ class TrainConfig:
 
     epochs: int = setting(
         10,
-        limit=Limit(True, 0, 1_000_000),
-        option_limit=Limit(True, 1, 1_000_000),  # the command line trains at least one
+        limit=Limit(True, 0, MAX_EPOCHS),
+        option_limit=Limit(True, 1, MAX_EPOCHS),  # the command line trains at least one
         help="epochs in total (default: the preset's; may be raised with --resume)",
         option="--epochs",
     )

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, cast
 
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import checkpoint_name, nonfinite_tensors
-from .config import TrainConfig, TrainingDiverged, TrainingInterrupted
+from .config import MAX_EPOCHS, TrainConfig, TrainingDiverged, TrainingInterrupted
 from .progress import Progress, epoch_summary
 from .run_dir import improves
 from .steps import StopRequest
@@ -139,7 +139,7 @@ class Fit:
         t, model, budget = self.trainer, self.trainer.model, self.budget
         total = t.batches_per_epoch
         skip = t.batch_in_epoch
-        of = f"/{target}" if target < TrainConfig.LIMITS["epochs"].high else ""  # (the most: no count to show)
+        of = f"/{target}" if target < MAX_EPOCHS else ""  # (the most: no count to show)
         bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}{of}", t.task.unit)
         timed_steps, timed_seconds = 0, 0.0
         partial = False
