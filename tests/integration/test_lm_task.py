@@ -384,7 +384,7 @@ def test_a_run_of_the_older_layout_resumes_exactly_generates_and_scores(text_fil
 
 @pytest.fixture
 def translation_run(tmp_path):
-    from toy_task import reversal_tokenizer, tiny_model
+    from helpers.toy_task import reversal_tokenizer, tiny_model
 
     from transformer_cpp.checkpoint import save_checkpoint
 

@@ -468,7 +468,7 @@ def test_validation_bleu_subset_is_spread_over_the_whole_split():
     seen = []
 
     class EchoModel:
-        def greedy_decode(self, src, start_id, end_id, limit, compute_type="float32"):
+        def greedy_decode(self, src, start_id, end_id, limit, compute_type="float32", max_lengths=None):
             seen.extend(int(v) - 10 for v in src[:, 1])
             return src[:, 1:]
 
