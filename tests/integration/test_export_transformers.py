@@ -131,8 +131,9 @@ def _load(directory):
 
 def _check_varied(outputs: list, cut: bool = False) -> None:
     """The comparison means something: outputs of several lengths and tokens, some finished, and with
-    ``cut`` some stopped by the output limit."""
-    assert len({len(o) for o in outputs}) >= 3, outputs
+    ``cut`` some stopped by the output limit (under a limit of a few tokens two lengths are what
+    the model can vary: the limit's and a shorter, finished one)."""
+    assert len({len(o) for o in outputs}) >= (2 if cut else 3), outputs
     assert len({t for o in outputs for t in o}) >= 5, outputs
     assert any(o and o[-1] == 2 for o in outputs), outputs
     assert not cut or any(o and o[-1] != 2 for o in outputs), outputs

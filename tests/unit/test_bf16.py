@@ -377,10 +377,15 @@ def test_precision_is_checked():
 
 def test_unsupported_cpu_is_a_clear_error(monkeypatch):
     """TRANSFORMER_CPP_DISABLE_BF16 makes the dispatch answer as on a CPU without AVX512_BF16."""
+    monkeypatch.delenv("TRANSFORMER_CPP_DISABLE_BF16", raising=False)
+    without_switch = kernels.bf16_unsupported_reason()
+    # the CPU (and the build) lack the instructions: the switch changes nothing, the reason stays
+    cpu_lacks = "does not support AVX512_BF16" in without_switch or "no bfloat16 kernel" in without_switch
     monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_BF16", "1")
     assert not kernels.have_bf16()
-    # the reason names the switch where the CPU has the instructions, else what the CPU lacks
-    expected = "TRANSFORMER_CPP_DISABLE_BF16" if HAVE_BF16 else "does not support AVX512_BF16"
+    # the reason names what the CPU lacks first, then the switch (even below the avx512 level of
+    # TRANSFORMER_CPP_ISA, where the switch is checked before the level)
+    expected = without_switch if cpu_lacks else "the environment variable TRANSFORMER_CPP_DISABLE_BF16"
     assert expected in kernels.bf16_unsupported_reason()
     with pytest.raises(ValueError, match=r"Transformer: precision 'bf16' is not available: .*use precision 'float32'"):
         tc.Transformer(**CONFIG, precision="bf16")
