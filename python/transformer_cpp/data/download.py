@@ -10,11 +10,12 @@ names its files). The cache (:func:`default_cache_dir`) holds, for each pair::
     fra-eng/_about.txt   the archive's own notes: where the sentences come from, their licence
 
 A download streams into a temporary ``.part`` file beside the archive, with a progress bar on a
-terminal, and is renamed into place only once it is complete: its length is the one the server
-announced, its checksum the one asked for (when one is), and it is a zip archive holding a pairs
-file. An interrupted or refused download therefore never leaves a file that a later run trusts;
-the next run downloads again from the start. A cached archive whose checksum no longer matches
-the recorded one is not used.
+terminal, within a deadline, a minimum rate and a size cap (and the disk's free space), and is
+renamed into the cache with its checksum record only once it is checked whole: its length, its
+checksum (when one is asked for), every member's CRC, the caps on unpacking, the pairs member's
+name for the pair and its reading as pairs (:mod:`.archive`). The ``.part`` file is removed on
+every way out, SIGTERM included. A cache entry that fails a check later is removed, said in one
+warning line, and fetched again (:mod:`.cache`).
 
 Where the archives come from: ``$TRANSFORMER_CPP_TATOEBA_URL`` (a base URL such as
 ``http://127.0.0.1:8000/``, for a mirror or a test server), else :data:`DEFAULT_TATOEBA_BASE_URL`;
@@ -23,30 +24,51 @@ the file is ``<base><pair>.zip``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import logging
 import os
 import re
-import shutil
+import signal
 import sys
 import tempfile
+import threading
+import time
 import urllib.request
-import zipfile
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+
+from .archive import ARCHIVE_ERRORS, check_archive, pick_zip_member
+from .cache import (
+    archive_sha256,
+    entry_paths,
+    entry_problem,
+    file_sha256,
+    install_entry,
+    loose_pairs_problem,
+    remove_entry,
+    require_free_space,
+    trusted_pairs_file,
+)
 
 __all__ = [
     "CACHE_ENV_VAR",
     "DEFAULT_TATOEBA_BASE_URL",
     "DEFAULT_TATOEBA_PAIR",
+    "DOWNLOAD_DEADLINE",
+    "MAX_DOWNLOAD_BYTES",
+    "MIN_DOWNLOAD_RATE",
     "TATOEBA_LICENSE",
     "TATOEBA_URLS",
     "TATOEBA_URL_ENV_VAR",
+    "archive_sha256",
     "cached_tatoeba",
     "check_tatoeba_pair",
     "default_cache_dir",
     "download_tatoeba",
     "file_sha256",
+    "pick_zip_member",
     "tatoeba_urls",
 ]
 
@@ -78,6 +100,15 @@ TATOEBA_URLS: Tuple[str, ...] = (
 _PAIR_NAME = re.compile(r"([a-z]{3})-([a-z]{3})")
 _USER_AGENT = "transformer-cpp data loader (Python urllib)"
 _DOWNLOAD_CHUNK = 1 << 16
+#: The largest archive a download may be (announced or received); Tatoeba's are a few tens of MB.
+MAX_DOWNLOAD_BYTES = 256 << 20
+#: Seconds a download may take in all, however steadily the bytes come.
+DOWNLOAD_DEADLINE = 1800.0
+#: Bytes per second a download must keep up, measured over each :data:`RATE_WINDOW` seconds.
+MIN_DOWNLOAD_RATE = 4096.0
+RATE_WINDOW = 15.0
+#: What a failed download attempt raises (the next URL is tried).
+_DOWNLOAD_ERRORS = (OSError, ValueError, http.client.HTTPException, *ARCHIVE_ERRORS)
 
 
 def default_cache_dir() -> Path:
@@ -110,105 +141,50 @@ def tatoeba_urls(pair: str = DEFAULT_TATOEBA_PAIR) -> List[str]:
     return [base if base.endswith(".zip") else base.rstrip("/") + f"/{pair}.zip"]
 
 
-def _members(archive: zipfile.ZipFile) -> List[str]:
-    return [n for n in archive.namelist() if not n.endswith("/") and not n.startswith("__MACOSX/")]
+class _PartFiles:
+    """The ``.part`` files being written, removed on every way out: ``finally`` for exceptions,
+    and a SIGTERM handler (installed while a download runs in the main thread) that removes them
+    and then lets the signal do what it did before."""
 
+    def __init__(self) -> None:
+        self.live: set = set()
+        self.previous: Any = None
 
-def pick_zip_member(archive: zipfile.ZipFile, zip_path: Path, caller: str, preferred: Sequence[str] = ()) -> str:
-    """The member of ``archive`` that holds the pairs: the one named like ``preferred``
-    (``"fra.txt"``; default ``spa.txt``), else the only ``.txt`` file (files whose name starts with
-    ``_``, like ``_about.txt``, or ``.`` do not count); ``ValueError`` when that is not one file."""
-    names = _members(archive)
-    for wanted in [*preferred, "spa.txt"]:
-        named = [n for n in names if n.rsplit("/", 1)[-1] == wanted]
-        if len(named) == 1:
-            return named[0]
-        if len(named) > 1:
-            break
-    texts = [n for n in names if n.lower().endswith(".txt") and not n.rsplit("/", 1)[-1].startswith(("_", "."))]
-    if len(texts) != 1:
-        found = ", ".join(names) if names else "no files"
-        want = " or ".join([*preferred, "spa.txt"])
-        raise ValueError(
-            f"{caller}: cannot tell which file of '{zip_path}' holds the pairs; expected a member "
-            f"named {want} or exactly one .txt file, found: {found}"
-        )
-    return texts[0]
-
-
-def file_sha256(path: Union[str, os.PathLike[str]]) -> str:
-    """The SHA-256 of a file, in hex, read a block at a time."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _paths(cache: Path, pair: str) -> Tuple[Path, Path, Path, Path]:
-    """(archive, checksum record, pairs file, about file) of ``pair`` in ``cache``."""
-    lang = pair.split("-")[0]
-    return (
-        cache / f"{pair}.zip",
-        cache / f"{pair}.zip.sha256",
-        cache / pair / f"{lang}.txt",
-        cache / pair / "_about.txt",
-    )
-
-
-def _recorded_sha256(record: Path) -> Optional[str]:
-    try:
-        text = record.read_text(encoding="ascii").split()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text[0].lower() if text and re.fullmatch(r"[0-9a-fA-F]{64}", text[0]) else None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _check_readable(txt: Path, caller: str) -> None:
-    """Raise unless ``txt`` is a file whose first line looks like a pair."""
-    try:
-        with open(txt, "rb") as f:
-            first = f.readline(1 << 20)
-    except OSError as exc:
-        raise OSError(f"{caller}: the unpacked data '{txt}' cannot be read: {exc}") from exc
-    if b"\t" not in first:
-        raise ValueError(f"{caller}: the unpacked data '{txt}' does not look like tab-separated sentence pairs")
-
-
-def _unpack(zip_path: Path, cache: Path, pair: str, caller: str) -> Path:
-    """Extract the pairs member of ``zip_path`` (and ``_about.txt``) into ``cache/<pair>/``, each
-    written under a temporary name and renamed; returns the pairs file."""
-    _, _, target, about = _paths(cache, pair)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(zip_path) as archive:
-        member = pick_zip_member(archive, zip_path, caller, [target.name])
-        abouts = [n for n in _members(archive) if n.rsplit("/", 1)[-1] == "_about.txt"]
-        for name, dest in [(member, target)] + ([(abouts[0], about)] if len(abouts) == 1 else []):
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.stem}-", suffix=".txt.part", dir=dest.parent)
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        for path in list(self.live):
             try:
-                with os.fdopen(fd, "wb") as out, archive.open(name) as src:
-                    shutil.copyfileobj(src, out)
-                os.replace(tmp_name, dest)
-            except BaseException:
-                if os.path.exists(tmp_name):
-                    os.unlink(tmp_name)
-                raise
-    _check_readable(target, caller)
-    return target
+                os.unlink(path)
+            except OSError:
+                pass
+        previous = self.previous if self.previous is not None else signal.SIG_DFL
+        signal.signal(signum, previous)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signum)
+
+    @contextlib.contextmanager
+    def new(self, cache: Path, pair: str) -> Iterator[Path]:
+        installed = False
+        if not self.live and threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            installed = True
+        fd, name = tempfile.mkstemp(prefix=f".{pair}-", suffix=".zip.part", dir=cache)
+        os.close(fd)
+        part = Path(name)
+        self.live.add(part)
+        try:
+            yield part
+        finally:
+            self.live.discard(part)
+            if part.exists():
+                part.unlink()
+            if installed:
+                signal.signal(signal.SIGTERM, self.previous if self.previous is not None else signal.SIG_DFL)
+                self.previous = None
+
+
+_PARTS = _PartFiles()
 
 
 def _progress_bar(total: Optional[int], label: str, progress: Optional[bool]) -> Any:
@@ -220,24 +196,65 @@ def _progress_bar(total: Optional[int], label: str, progress: Optional[bool]) ->
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label, file=sys.stderr, leave=False)
 
 
-def _fetch(url: str, part: Path, timeout: float, progress: Optional[bool]) -> str:
-    """Stream ``url`` into ``part``; return its SHA-256. A body shorter than the announced length
-    is an error (the connection broke)."""
+class _Pace:
+    """The overall deadline and the minimum rate (checked over each :data:`RATE_WINDOW`)."""
+
+    def __init__(self, deadline: float, min_rate: float) -> None:
+        self.deadline, self.min_rate = deadline, min_rate
+        self.start = self.window_start = time.monotonic()
+        self.window_bytes = 0
+
+    def check(self, got: int, new: int) -> None:
+        now = time.monotonic()
+        if now - self.start > self.deadline:
+            raise OSError(
+                f"the download took more than {self.deadline:g} s (the deadline) and stopped after {got:,} bytes"
+            )
+        self.window_bytes += new
+        if now - self.window_start >= RATE_WINDOW:
+            rate = self.window_bytes / (now - self.window_start)
+            if rate < self.min_rate:
+                raise OSError(
+                    f"the download came at {rate:,.0f} bytes/s, below the {self.min_rate:,.0f} bytes/s allowed "
+                    f"(stopped after {got:,} bytes)"
+                )
+            self.window_start, self.window_bytes = now, 0
+
+
+def _announced(resp: Any, cache: Path, max_bytes: int, caller: str) -> Optional[int]:
+    """The length the server announces, refused when over ``max_bytes`` or the free space."""
+    length = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
+    total = int(length) if length and length.strip().isdigit() else None
+    if total is not None and total > max_bytes:
+        raise OSError(f"the server announces {total:,} bytes; at most {max_bytes:,} are allowed")
+    if total is not None:
+        require_free_space(cache, total, "the download", caller)
+    return total
+
+
+def _fetch(url: str, part: Path, limits: Tuple[float, float, float, int], progress: Optional[bool], caller: str) -> str:
+    """Stream ``url`` into ``part`` within ``limits`` (per-read timeout, overall deadline, minimum
+    rate, size cap); return its SHA-256. A body shorter than the announced length is an error."""
+    timeout, deadline, min_rate, max_bytes = limits
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     h = hashlib.sha256()
     got = 0
-    with open(part, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
-        length = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
-        total = int(length) if length and length.isdigit() else None
+    pace = _Pace(deadline, min_rate)
+    with open(part, "wb") as out, urllib.request.urlopen(request, timeout=min(timeout, deadline)) as resp:
+        total = _announced(resp, part.parent, max_bytes, caller)
+        read = getattr(resp, "read1", None) or resp.read
         bar = _progress_bar(total, url.rsplit("/", 1)[-1], progress)
         try:
             while True:
-                block = resp.read(_DOWNLOAD_CHUNK)
+                block = read(_DOWNLOAD_CHUNK)
+                pace.check(got, len(block))
                 if not block:
                     break
+                got += len(block)
+                if got > max_bytes:
+                    raise OSError(f"the download passed {max_bytes:,} bytes, the most allowed")
                 out.write(block)
                 h.update(block)
-                got += len(block)
                 if bar is not None:
                     bar.update(len(block))
         finally:
@@ -250,6 +267,11 @@ def _fetch(url: str, part: Path, timeout: float, progress: Optional[bool]) -> st
     return h.hexdigest()
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if text else type(exc).__name__
+
+
 def download_tatoeba(
     cache_dir: Union[str, os.PathLike[str], None] = None,
     *,
@@ -258,15 +280,21 @@ def download_tatoeba(
     timeout: float = 60.0,
     sha256: Optional[str] = None,
     progress: Optional[bool] = None,
+    deadline: float = DOWNLOAD_DEADLINE,
+    min_rate: float = MIN_DOWNLOAD_RATE,
+    max_bytes: int = MAX_DOWNLOAD_BYTES,
 ) -> Path:
     """Download ``pair``'s archive (``spa-eng.zip`` by default) into the cache, record its
     checksum and unpack the pairs (and ``_about.txt``); return the path of the pairs file.
 
     Each URL of ``urls`` (default :func:`tatoeba_urls`) is tried in turn. The download streams
-    into a temporary ``.part`` file and is renamed into place only once it is whole (the
-    announced length), has the checksum ``sha256`` (when given) and is a zip archive holding a
-    pairs file; otherwise the ``.part`` file is deleted and the next URL tried. A progress bar is
-    shown on a terminal (``progress`` True or False to choose).
+    into a temporary ``.part`` file, within an overall ``deadline``, a minimum rate and a size
+    cap (announced and received, and the free space of the disk), and is put in the cache only
+    once it is checked whole: the announced length, the checksum ``sha256`` (when given), every
+    member's CRC and the caps on unpacking (:func:`~.archive.check_archive`), the pairs member
+    named for ``pair`` (``fra.txt``) and reading as pairs. Otherwise the ``.part`` file is deleted
+    (on SIGTERM too) and the next URL tried. A progress bar is shown on a terminal (``progress``
+    True or False to choose).
 
     Args:
         cache_dir: the cache directory (default :func:`default_cache_dir`).
@@ -275,6 +303,8 @@ def download_tatoeba(
         timeout: seconds to wait for each server.
         sha256: the archive's expected SHA-256 (hex); a download with another is refused.
         progress: show a progress bar (None: when standard error is a terminal).
+        deadline, min_rate, max_bytes: seconds for the whole download, bytes per second it must
+            keep up (over each :data:`RATE_WINDOW`), and the largest archive allowed.
 
     Raises:
         OSError: if no URL gave a usable archive (the message lists each URL and its error).
@@ -285,35 +315,33 @@ def download_tatoeba(
     url_list = list(tatoeba_urls(pair) if urls is None else urls)
     if not url_list:
         raise ValueError(f"{caller}: no URL to download from")
+    for name, value in (("timeout", timeout), ("deadline", deadline), ("max_bytes", max_bytes)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{caller}: {name} must be a number > 0, got {value!r}")
+    if isinstance(min_rate, bool) or not isinstance(min_rate, (int, float)) or not min_rate >= 0:
+        raise ValueError(f"{caller}: min_rate must be a number >= 0 (bytes per second), got {min_rate!r}")
     if sha256 is not None and not (isinstance(sha256, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha256)):
         raise ValueError(f"{caller}: sha256 must be 64 hexadecimal digits, got {sha256!r}")
     cache.mkdir(parents=True, exist_ok=True)
-    zip_path, record, _, _ = _paths(cache, pair)
+    paths = entry_paths(cache, pair)
+    wanted = paths[2].name
+    limits = (float(timeout), float(deadline), float(min_rate), int(max_bytes))
     errors = []
     for url in url_list:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{pair}-", suffix=".zip.part", dir=cache)
-        os.close(fd)
-        part = Path(tmp_name)
-        try:
-            logger.info("%s: downloading %s", caller, url)
-            digest = _fetch(url, part, timeout, progress)
-            if sha256 is not None and digest != sha256.lower():
-                raise ValueError(f"its SHA-256 is {digest}, expected {sha256.lower()}")
-            if not zipfile.is_zipfile(part):
-                raise ValueError("the download is not a zip archive")
-            with zipfile.ZipFile(part) as archive:
-                pick_zip_member(archive, Path(url), caller, [f"{pair.split('-')[0]}.txt"])
-            _write_atomically(record, f"{digest}  {zip_path.name}\n".encode("ascii"))
-            os.replace(part, zip_path)
-            txt = _unpack(zip_path, cache, pair, caller)
-            logger.info("%s: cached %s (sha256 %s)", caller, txt, digest)
-            return txt
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            logger.warning("%s: %s failed: %s", caller, url, exc)
-            errors.append(f"{url}: {exc}")
-        finally:
-            if part.exists():
-                part.unlink()
+        with _PARTS.new(cache, pair) as part:
+            try:
+                logger.info("%s: downloading %s", caller, url)
+                digest = _fetch(url, part, limits, progress, caller)
+                if sha256 is not None and digest != sha256.lower():
+                    raise ValueError(f"its SHA-256 is {digest}, expected {sha256.lower()}")
+                member = check_archive(part, wanted, caller, where=url)
+                txt = install_entry(part, digest, member, paths, caller)
+                logger.info("%s: cached %s (sha256 %s)", caller, txt, digest)
+                return txt
+            except _DOWNLOAD_ERRORS as exc:
+                message = _one_line(exc).replace(f"{caller}: '{url}' ", "")
+                logger.warning("%s: %s failed: %s", caller, url, message)
+                errors.append(f"{url}: {message}")
     raise OSError(
         f"{caller}: could not download the Tatoeba pairs {pair} into '{cache}'. Tried: "
         + "; ".join(errors)
@@ -334,39 +362,24 @@ def cached_tatoeba(
     false: ``FileNotFoundError``)."""
     pair = check_tatoeba_pair(pair, caller)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    zip_path, record, txt, _ = _paths(cache, pair)
-    if txt.is_file():
-        return txt
-    if zipfile.is_zipfile(zip_path):  # downloaded before, but not (or no longer) unpacked
-        recorded = _recorded_sha256(record)
-        actual = file_sha256(zip_path)
-        if recorded is None or recorded == actual:
-            if recorded is None:  # cached before checksums were recorded
-                _write_atomically(record, f"{actual}  {zip_path.name}\n".encode("ascii"))
-            return _unpack(zip_path, cache, pair, caller)
-        logger.warning(
-            "%s: '%s' has SHA-256 %s, not the %s recorded when it was downloaded: not used",
-            caller,
-            zip_path,
-            actual,
-            recorded,
-        )
+    paths = entry_paths(cache, pair)
+    zip_path, _, txt, _ = paths
+    problem: Optional[str] = None
+    if zip_path.is_file():
+        problem, member = entry_problem(paths, caller)
+        if member is not None:
+            return trusted_pairs_file(paths, member, caller)
+    elif txt.is_file():
+        problem = loose_pairs_problem(txt, caller)
+        if problem is None:
+            return txt
+    if problem is not None:
+        remove_entry(paths)
+        logger.warning("%s: removed the cached %s (%s)", caller, pair, problem)
         if not download:
-            raise ValueError(
-                f"{caller}: the cached '{zip_path}' has SHA-256 {actual}, not the {recorded} recorded when it "
-                "was downloaded (a damaged file?); delete it to download it again"
-            )
+            raise ValueError(f"{caller}: the cached {pair} was removed: {problem}; allow a download to fetch it again")
     if not download:
         raise FileNotFoundError(
             f"{caller}: no such file '{txt}' and download=False; pass a path or set TRANSFORMER_CPP_DATA"
         )
     return download_tatoeba(cache, pair=pair, urls=urls)
-
-
-def archive_sha256(pairs_file: Path) -> Optional[str]:
-    """The recorded SHA-256 of the archive a cached pairs file (``<cache>/<pair>/<lang>.txt``) was
-    unpacked from, or None when it is not such a file."""
-    pair = pairs_file.parent.name
-    if _PAIR_NAME.fullmatch(pair) is None:
-        return None
-    return _recorded_sha256(pairs_file.parent.parent / f"{pair}.zip.sha256")
