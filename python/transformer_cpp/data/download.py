@@ -268,8 +268,10 @@ def _fetch(url: str, part: Path, limits: Tuple[float, float, float, int], progre
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if text else type(exc).__name__
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, http.client.HTTPException):
+        return f"the server's response broke off or was not HTTP ({text})"
+    return text
 
 
 def download_tatoeba(
@@ -339,7 +341,7 @@ def download_tatoeba(
                 logger.info("%s: cached %s (sha256 %s)", caller, txt, digest)
                 return txt
             except _DOWNLOAD_ERRORS as exc:
-                message = _one_line(exc).replace(f"{caller}: '{url}' ", "")
+                message = _one_line(exc).replace(f"{caller}: '{url}' ", "").removeprefix(f"{caller}: ")
                 logger.warning("%s: %s failed: %s", caller, url, message)
                 errors.append(f"{url}: {message}")
     raise OSError(

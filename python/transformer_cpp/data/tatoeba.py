@@ -175,8 +175,6 @@ class SentencePairs:
 TatoebaPairs = SentencePairs
 
 
-
-
 def _valid_lines(
     spec: DataSpec, columns: Optional[Tuple[int, int]], caller: str, encoding: str, errors: str, stats: LoadStats
 ) -> Iterator[List[str]]:
