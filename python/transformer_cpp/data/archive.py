@@ -14,7 +14,7 @@ import codecs
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, List, Sequence, Tuple
+from typing import IO, Any, List, Sequence, Tuple, Type
 
 __all__ = [
     "ARCHIVE_ERRORS",
@@ -37,7 +37,13 @@ MAX_COMPRESSION_RATIO = 50
 #: Members up to this size are not held to :data:`MAX_COMPRESSION_RATIO`.
 RATIO_FLOOR_BYTES = 8 << 20
 #: What reading a damaged zip archive raises.
-ARCHIVE_ERRORS: Tuple[type, ...] = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
+ARCHIVE_ERRORS: Tuple[Type[Exception], ...] = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+)
 #: At most this share of the non-blank lines of a pairs file may lack a tab.
 _MAX_NO_TAB_SHARE = 0.1
 _TEXT_SUFFIXES = (".txt", ".tsv")

@@ -37,7 +37,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple, Type, Union
 
 from .archive import ARCHIVE_ERRORS, check_archive, pick_zip_member
 from .cache import (
@@ -108,7 +108,7 @@ DOWNLOAD_DEADLINE = 1800.0
 MIN_DOWNLOAD_RATE = 4096.0
 RATE_WINDOW = 15.0
 #: What a failed download attempt raises (the next URL is tried).
-_DOWNLOAD_ERRORS = (OSError, ValueError, http.client.HTTPException, *ARCHIVE_ERRORS)
+_DOWNLOAD_ERRORS: Tuple[Type[Exception], ...] = (OSError, ValueError, http.client.HTTPException, *ARCHIVE_ERRORS)
 
 
 def default_cache_dir() -> Path:
@@ -147,7 +147,7 @@ class _PartFiles:
     and then lets the signal do what it did before."""
 
     def __init__(self) -> None:
-        self.live: set = set()
+        self.live: Set[Path] = set()
         self.previous: Any = None
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
