@@ -4,7 +4,7 @@
 * ``cli.tools.run_figures`` is replaced to make a subcommand fail in ways no input can: an allocation
   failing anyway (``std::bad_alloc`` raised as MemoryError) and a bug (an IndexError): each must be
   one line on standard error, the bug saying so and how to get its traceback.
-* ``data.tatoeba._CHUNK``, the size of the reads of ``load_tatoeba``, is made tiny so that every kind of line
+* ``data.lines._CHUNK``, the size of the reads of ``load_tatoeba``, is made tiny so that every kind of line
   end falls on a read boundary somewhere.
 """
 
@@ -50,9 +50,9 @@ def test_a_bug_is_one_line_that_says_so():
 
 def test_line_ends_across_read_chunks(tmp_path, monkeypatch):
     from transformer_cpp import data as tdata
-    from transformer_cpp.data import tatoeba
+    from transformer_cpp.data import lines as line_reading
 
-    monkeypatch.setattr(tatoeba, "_CHUNK", 3)  # every kind of line end falls on a chunk boundary somewhere
+    monkeypatch.setattr(line_reading, "_CHUNK", 3)  # every kind of line end falls on a chunk boundary somewhere
     lines = [f"The cat {i}.\tEl gato {i}." for i in range(7)]
     payload = (
         lines[0]
