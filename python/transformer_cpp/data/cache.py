@@ -155,9 +155,13 @@ def install_entry(part: Path, digest: str, member: zipfile.ZipInfo, paths: Entry
     out, the pairs unpacked, then the archive renamed and, last, its record written."""
     zip_path, record, _, _ = paths
     remove_entry(paths)
-    txt = unpack_entry(part, member, paths, caller)
-    os.replace(part, zip_path)
-    write_atomically(record, f"{digest}  {zip_path.name}\n".encode("ascii"))
+    try:
+        txt = unpack_entry(part, member, paths, caller)
+        os.replace(part, zip_path)
+        write_atomically(record, f"{digest}  {zip_path.name}\n".encode("ascii"))
+    except BaseException:
+        remove_entry(paths)  # no half-installed entry
+        raise
     return txt
 
 

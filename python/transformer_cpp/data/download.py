@@ -169,6 +169,9 @@ class _PartFiles:
         if not self.live and threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
             installed = True
+            if self.previous == signal.SIG_IGN:  # SIGTERM is ignored: nothing to clean up after
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                installed, self.previous = False, None
         fd, name = tempfile.mkstemp(prefix=f".{pair}-", suffix=".zip.part", dir=cache)
         os.close(fd)
         part = Path(name)
