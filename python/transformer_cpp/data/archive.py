@@ -11,6 +11,7 @@ of any zip for reading, under the same caps.
 from __future__ import annotations
 
 import codecs
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -74,6 +75,12 @@ def pick_zip_member(archive: zipfile.ZipFile, zip_path: Path, caller: str, prefe
         raise ValueError(
             f"{caller}: cannot tell which file of '{zip_path}' holds the pairs; expected a member "
             f"named {want} or exactly one .txt or .tsv file, found: {found}"
+        )
+    other = re.fullmatch(r"([a-z]{3})\.txt", texts[0].rsplit("/", 1)[-1])
+    if preferred and other is not None and f"{other.group(1)}.txt" not in preferred:
+        raise ValueError(
+            f"{caller}: '{zip_path}' holds {texts[0]}, the Tatoeba pairs of another language, not "
+            f"{' or '.join(preferred)}; give the archive of the pair wanted, or a file of another name"
         )
     return texts[0]
 

@@ -195,6 +195,13 @@ def _(c):
         assert time.monotonic() - start < 2.0
 
 
+@api("data: a local spa-eng.zip holding only fra.txt", expect="error", match=("fra.txt", "another language"))
+def _(c):
+    path = c.work / "spa-eng.zip"
+    path.write_bytes(zip_bytes({"fra.txt": ("\n".join(PAIRS) + "\n").encode()}))
+    return tc.load_tatoeba(path)
+
+
 @api("data: a zip holding one .tsv file")
 def _(c):
     path = c.work / "pairs.zip"
