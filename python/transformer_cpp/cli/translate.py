@@ -9,7 +9,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..checkpoint import BEST_FILE, LATEST_FILE, TRANSLATION_KIND, check_kind, read_checkpoint_config
 from ..config import Setting
@@ -84,7 +84,7 @@ class _Report:
         self.what = what  # "argument" or "line"
         self.say = (lambda m: bar.write(m, file=sys.stderr)) if bar is not None else console.say
         self.lines = self.bad = self.failed = self.translated = self.empty = 0
-        self.seen: set = set()
+        self.seen: Set[str] = set()
 
     def batch(self, batch: List[InputLine], done: Dict[int, Any], failed: List[Tuple[int, str]], caught: Any) -> None:
         """Report one batch: its lines that are not UTF-8 (the first 20 of the run), its long-input
@@ -148,7 +148,8 @@ def _translate_batch(
         if args.n_best is None:
             out.write((hyps[0][0] if hyps else "") + "\n")
         elif hyps:
-            out.write("".join(f"{text}\n" for text in n_best_lines(line.number - 1, hyps)))
+            scored = [(text, score if score is not None else float("nan")) for text, score in hyps]
+            out.write("".join(f"{text}\n" for text in n_best_lines(line.number - 1, scored)))
     out.flush()
 
 
@@ -170,6 +171,7 @@ def _input_batches(args: argparse.Namespace, stack: contextlib.ExitStack) -> Tup
     """The input lines in batches, and what a line is called in messages."""
     if args.sentences:
         return argument_lines(args.sentences, args.batch_size), "argument"
+    stream: BinaryIO
     if args.input is not None:
         stream = stack.enter_context(open(args.input, "rb"))
     else:

@@ -499,10 +499,10 @@ class Translator:
 def _checked_n_best(n_best: Any, beam_size: int) -> int:
     """``n_best`` if it is an allowed count no larger than ``beam_size``, else ``TypeError`` or
     ``ValueError`` naming both."""
-    n_best = int(DecodeOptions.LIMITS["n_best"].check("Translator", "n_best", n_best))
-    if n_best > beam_size:
+    kept = cast(int, DecodeOptions.LIMITS["n_best"].check("Translator", "n_best", n_best))
+    if kept > beam_size:
         raise ValueError(
-            f"Translator: n_best {n_best} needs beam_size {n_best} or more (beam search keeps that many "
+            f"Translator: n_best {kept} needs beam_size {kept} or more (beam search keeps that many "
             f"hypotheses), got beam_size {beam_size}"
         )
-    return n_best
+    return kept
