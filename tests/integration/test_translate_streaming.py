@@ -206,3 +206,28 @@ def test_empty_translations_are_named_once(run, tok, tmp_path):
     assert "undertrained" in warning and "--max-output-tokens" in warning
     good = run_cli("translate", "--model", str(run), stdin="a b\n\n")
     assert good.returncode == 0 and good.stdout == "b a\n\n" and "warning" not in good.stderr
+
+
+def test_a_reader_that_leaves_ends_the_stream_quietly(run):
+    """``translate | head -1``: once the output's reader has gone, the command stops without an error."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transformer_cpp", "translate", "--model", str(run), "--threads", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    try:
+        proc.stdin.write(b"a b\n")
+        proc.stdin.flush()
+        assert _readline(proc, 120) == b"b a\n"
+        proc.stdout.close()
+        proc.stdin.write(b"c d\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "error" not in stderr and "Traceback" not in stderr, stderr

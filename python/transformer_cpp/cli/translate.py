@@ -28,7 +28,7 @@ from .options import (
     deprecated_alias,
     path_option,
 )
-from .translate_io import InputLine, StreamReader, argument_lines, atomic_output, n_best_lines, progress_bar
+from .translate_io import InputLine, StreamReader, argument_lines, atomic_output, n_best_lines, progress_bar, unbuffered
 
 __all__ = ["add_evaluate_parser", "add_translate_parser", "run_evaluate", "run_translate"]
 
@@ -173,9 +173,9 @@ def _input_batches(args: argparse.Namespace, stack: contextlib.ExitStack) -> Tup
         return argument_lines(args.sentences, args.batch_size), "argument"
     stream: BinaryIO
     if args.input is not None:
-        stream = stack.enter_context(open(args.input, "rb"))
+        stream = stack.enter_context(open(args.input, "rb", buffering=0))
     else:
-        stream = sys.stdin.buffer
+        stream = unbuffered(sys.stdin.buffer)
         if sys.stdin.isatty():
             console.say("reading sentences from standard input, one per line (end with Ctrl-D)")
     return StreamReader(stream, capacity=max(4 * args.batch_size, 1024)).batches(args.batch_size), "line"

@@ -31,6 +31,7 @@ __all__ = [
     "n_best_lines",
     "progress_bar",
     "split_lines",
+    "unbuffered",
 ]
 
 #: How long (seconds) a batch waits for one more input line before it is translated.
@@ -101,7 +102,8 @@ _END = object()
 class StreamReader:
     """Input lines read from a binary stream by a thread, as they arrive: :meth:`batches` gives
     them in batches (see the module docstring). At most ``capacity`` lines wait to be translated,
-    so a large file is not held in memory."""
+    so a large file is not held in memory. Give it an unbuffered stream (:func:`unbuffered`)
+    when the process may end while it waits."""
 
     def __init__(self, stream: BinaryIO, capacity: int = 4096) -> None:
         self._stream = stream
@@ -111,6 +113,8 @@ class StreamReader:
         self._thread.start()
 
     def _read(self) -> None:
+        # an unbuffered stream (standard input's raw file, say) holds no lock while it waits, so the
+        # interpreter can exit (Ctrl-C) with this thread still waiting for input
         read = getattr(self._stream, "read1", self._stream.read)
         try:
             for number, (raw, size) in enumerate(split_lines(iter(lambda: read(_CHUNK), b"")), 1):
@@ -145,6 +149,11 @@ class StreamReader:
                     break
                 batch.append(item)
             yield batch
+
+
+def unbuffered(stream: Any) -> Any:
+    """The raw file under a buffered binary stream (standard input's), or the stream itself."""
+    return getattr(stream, "raw", stream)
 
 
 @contextlib.contextmanager
