@@ -104,6 +104,8 @@ def _main(argv: Optional[List[str]]) -> int:
     # (TrainingDiverged, NonFiniteError: RuntimeError), a run directory in use
     except Silent:
         return 1
+    except BrokenPipeError:  # the reader of the output has gone: not an error of the command (see main)
+        raise
     except (UserError, OSError, ValueError, RuntimeError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         if not console.quiet or not _said_by_rank_0(exc):  # data parallelism: rank 0 says what all ranks met

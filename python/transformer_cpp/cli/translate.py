@@ -4,21 +4,21 @@ from a checkpoint, on sentences (arguments or standard input) or on held-out pai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..checkpoint import BEST_FILE, LATEST_FILE, TRANSLATION_KIND, check_kind, read_checkpoint_config
 from ..config import Setting
 from ..data import DataRecord, check_encoding, columns_option
 from ..task import check_same_split, load_pairs, load_split
-from ..text import check_text, is_blank
+from ..text import is_blank
 from ..training import TrainConfig
 from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
-from .common import PROG, UserError, console, set_threads
+from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .options import (
     add_model_option,
     add_option,
@@ -28,51 +28,37 @@ from .options import (
     deprecated_alias,
     path_option,
 )
+from .translate_io import InputLine, StreamReader, argument_lines, atomic_output, n_best_lines, progress_bar, unbuffered
 
 __all__ = ["add_evaluate_parser", "add_translate_parser", "run_evaluate", "run_translate"]
 
 
-def _read_input_lines() -> Tuple[List[Optional[str]], List[Tuple[int, str]]]:
-    """Standard input as lines of text, read as bytes and decoded line by line as UTF-8:
-    ``(lines, bad)`` where an undecodable line is ``None`` in ``lines`` and ``(line number, what
-    is wrong)`` in ``bad``. Lines end in ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as
-    data files are read."""
-    data = sys.stdin.buffer.read()
-    raw_lines = re.split(rb"\r\n|\r|\n", data)
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()  # the line end that ends the last line
-    lines: List[Optional[str]] = []
-    bad: List[Tuple[int, str]] = []
-    for number, raw in enumerate(raw_lines, 1):
-        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]  # a UTF-8 byte-order mark
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            lines.append(None)
-            bad.append(
-                (number, f"{exc.reason} at byte {exc.start + 1} ({raw[exc.start : max(exc.end, exc.start + 1)]!r})")
-            )
-    return lines, bad
+def _hypotheses(result: Any) -> List[Tuple[str, Optional[float]]]:
+    """``(text, score)`` of each hypothesis kept for one input, best first."""
+    if isinstance(result, str):
+        return [(result, None)]
+    return [(h.text, h.score) for h in result.hypotheses]
 
 
 def _translate_lines(
     translator: Any, todo: List[Tuple[int, str]], args: argparse.Namespace
-) -> Tuple[Dict[int, str], List[Tuple[int, str]]]:
-    """Translate ``(number, sentence)`` pairs a batch at a time: ``({number: translation}, failed)``.
-    A batch the core refuses (a sentence too long for the memory, say) is retried sentence by
-    sentence, so that one sentence fails alone: ``failed`` holds ``(number, why)``."""
-    done: Dict[int, str] = {}
+) -> Tuple[Dict[int, List[Tuple[str, Optional[float]]]], List[Tuple[int, str]]]:
+    """Translate ``(number, sentence)`` pairs a batch at a time: ``({number: hypotheses}, failed)``
+    (one hypothesis each, ``--n-best`` of them with it). A batch the core refuses (a sentence too
+    long for the memory, say) is retried sentence by sentence, so that one sentence fails alone:
+    ``failed`` holds ``(number, why)``."""
+    done: Dict[int, List[Tuple[str, Optional[float]]]] = {}
     failed: List[Tuple[int, str]] = []
 
     def translate(chunk: List[Tuple[int, str]]) -> None:
-        texts = translator.translate_batch(
+        results = translator.translate_batch(
             [s for _, s in chunk],
             beam_size=args.beam_size,
             length_penalty=args.length_penalty,
             batch_size=args.batch_size,
+            n_best=args.n_best,
         )
-        done.update(zip((n for n, _ in chunk), texts))
+        done.update(zip((n for n, _ in chunk), map(_hypotheses, results)))
 
     for start in range(0, len(todo), args.batch_size):
         chunk = todo[start : start + args.batch_size]
@@ -90,55 +76,135 @@ def _translate_lines(
     return done, failed
 
 
-def run_translate(args: argparse.Namespace) -> int:
-    """``transformer-cpp translate``."""
-    set_threads(args.threads)
-    translator = Translator.from_checkpoint(
-        args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
-    )
-    console.say(f"translating {translator.src_lang} -> {translator.tgt_lang} with {translator.checkpoint}")
-    bad: List[Tuple[int, str]] = []
-    if args.sentences:
-        sentences: List[Optional[str]] = []
-        what = "argument"
-        for number, sentence in enumerate(args.sentences, 1):
-            try:
-                sentences.append(check_text(sentence, "translate"))
-            except ValueError:  # bytes that were not UTF-8 (Python keeps them as lone surrogates)
-                sentences.append(None)
-                bad.append((number, ""))
-    else:
-        if sys.stdin.isatty():
-            console.say("reading sentences from standard input, one per line (end with Ctrl-D)")
-        sentences, bad = _read_input_lines()
-        what = "line"
-    for number, problem in bad[:20]:
-        console.say(
-            f"{PROG} translate: {what} {number} is not valid UTF-8{f' ({problem})' if problem else ''}; its output "
-            "line is left empty"
-        )
-    if len(bad) > 20:
-        console.say(
-            f"{PROG} translate: {len(bad) - 20:,} more {what}s are not valid UTF-8; their output lines are left empty"
-        )
-    # blank lines (whitespace, or only invisible characters such as zero-width spaces) stay empty
-    todo = [(n, s) for n, s in enumerate(sentences, 1) if s is not None and not is_blank(s)]
+class _Report:
+    """What translate says on standard error as it goes (through the progress bar when there is
+    one), and its summary at the end."""
+
+    def __init__(self, what: str, bar: Any) -> None:
+        self.what = what  # "argument" or "line"
+        self.say = (lambda m: bar.write(m, file=sys.stderr)) if bar is not None else console.say
+        self.lines = self.bad = self.failed = self.translated = self.empty = 0
+        self.seen: Set[str] = set()
+
+    def batch(self, batch: List[InputLine], done: Dict[int, Any], failed: List[Tuple[int, str]], caught: Any) -> None:
+        """Report one batch: its lines that are not UTF-8 (the first 20 of the run), its long-input
+        warnings (each once a run, though a refused batch is retried) and its failures."""
+        self.lines += len(batch)
+        for line in batch:
+            if line.text is None:
+                self.bad += 1
+                if self.bad <= 20:
+                    self.say(
+                        f"{PROG} translate: {self.what} {line.number} is not valid UTF-8"
+                        f"{f' ({line.problem})' if line.problem else ''}; its output line is left empty"
+                    )
+        for message in (str(w.message) for w in caught if issubclass(w.category, LongInputWarning)):
+            if message not in self.seen:
+                self.seen.add(message)
+                self.say(f"{PROG} translate: warning: {message}")
+        for number, why in failed:
+            self.say(
+                f"{PROG} translate: {self.what} {number} cannot be translated: {why}; its output line is left empty"
+            )
+        self.failed += len(failed)
+        self.translated += len(done)
+        self.empty += sum(1 for hyps in done.values() if not hyps[0][0])
+
+    def finish(self) -> int:
+        """The summary lines; the exit status (1 when an input was not translated)."""
+        what = self.what
+        if self.bad > 20:
+            self.say(
+                f"{PROG} translate: {self.bad - 20:,} more {what}s are not valid UTF-8; their output lines are left empty"
+            )
+        if self.empty:
+            self.say(
+                f"{PROG} translate: warning: {self.empty:,} of {self.translated:,} translated {what}s gave an empty "
+                "translation (their output lines are empty); this usually means an undertrained model, or too "
+                "short a length limit (--max-output-tokens)"
+            )
+        if self.bad or self.failed:
+            self.say(
+                f"{PROG} translate: {self.bad + self.failed:,} of {self.lines:,} {what}s not translated (see above); "
+                "the others are"
+            )
+            return 1
+        return 0
+
+
+def _translate_batch(
+    translator: Any, batch: List[InputLine], args: argparse.Namespace, out: Any, report: _Report
+) -> None:
+    """Translate one batch of input lines and write its output (flushed): one line per input, or
+    its ``--n-best`` lines. Blank lines (whitespace, or only invisible characters such as
+    zero-width spaces) and lines that cannot be translated give an empty line (no n-best line)."""
+    todo = [(line.number, line.text) for line in batch if line.text is not None and not is_blank(line.text)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LongInputWarning)
         done, failed = _translate_lines(translator, todo, args)
-    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, LongInputWarning)):
-        console.say(f"{PROG} translate: warning: {message}")  # once each, though a refused batch is retried
-    for number, why in failed:
-        console.say(f"{PROG} translate: {what} {number} cannot be translated: {why}; its output line is left empty")
-    for number in range(1, len(sentences) + 1):
-        print(done.get(number, ""))
-    if bad or failed:
-        console.say(
-            f"{PROG} translate: {len(bad) + len(failed):,} of {len(sentences):,} {what}s not translated (see above); "
-            "the others are"
+    report.batch(batch, done, failed, caught)
+    for line in batch:
+        hyps = done.get(line.number)
+        if args.n_best is None:
+            out.write((hyps[0][0] if hyps else "") + "\n")
+        elif hyps:
+            scored = [(text, score if score is not None else float("nan")) for text, score in hyps]
+            out.write("".join(f"{text}\n" for text in n_best_lines(line.number - 1, scored)))
+    out.flush()
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse options that do not go together, and an ``--input`` that cannot be read."""
+    if args.n_best is not None and args.beam_size < max(args.n_best, 2):
+        raise UserError(
+            f"--n-best {args.n_best} needs beam search with at least as many hypotheses: give --beam-size "
+            f"{max(args.n_best, 2)} or more (got {args.beam_size})"
         )
-        return 1
-    return 0
+    if args.input is not None:
+        if args.sentences:
+            raise UserError("give the sentences as arguments or in --input FILE, not both")
+        if not os.path.isfile(args.input) or not os.access(args.input, os.R_OK):
+            raise UserError(f"--input '{args.input}' cannot be read (not a readable file)")
+
+
+def _input_batches(args: argparse.Namespace, stack: contextlib.ExitStack) -> Tuple[Iterator[List[InputLine]], str]:
+    """The input lines in batches, and what a line is called in messages."""
+    if args.sentences:
+        return argument_lines(args.sentences, args.batch_size), "argument"
+    stream: BinaryIO
+    if args.input is not None:
+        stream = stack.enter_context(open(args.input, "rb", buffering=0))
+    else:
+        stream = unbuffered(sys.stdin.buffer)
+        if sys.stdin.isatty():
+            console.say("reading sentences from standard input, one per line (end with Ctrl-D)")
+    return StreamReader(stream, capacity=max(4 * args.batch_size, 1024)).batches(args.batch_size), "line"
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    """``transformer-cpp translate``: the input translated a batch at a time, each batch's output
+    written (and flushed) before the next is read (see :mod:`.translate_io`)."""
+    set_threads(args.threads)
+    _check_arguments(args)
+    translator = Translator.from_checkpoint(
+        args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
+    )
+    if args.output is not None:
+        _check_output(args.output, Path(translator.checkpoint or args.model), [("the --input file", args.input)])
+    console.say(f"translating {translator.src_lang} -> {translator.tgt_lang} with {translator.checkpoint}")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(terminate_as_interrupt())
+        batches, what = _input_batches(args, stack)
+        out = stack.enter_context(atomic_output(args.output))
+        bar = progress_bar(args.input)
+        if bar is not None:
+            stack.callback(bar.close)
+        report = _Report(what, bar)
+        for batch in batches:
+            _translate_batch(translator, batch, args, out, report)
+            if bar is not None:
+                bar.update(sum(line.size for line in batch))
+    return report.finish()
 
 
 #: evaluate --pairs refuses the file's column order when the model's loss with the two columns
@@ -316,18 +382,51 @@ def _add_decoding_options(p: Any, *, max_output_tokens: bool = False) -> None:
         deprecated_alias(p, "--max-length", "--max-output-tokens")
 
 
+def _add_translate_io_options(p: Any) -> None:
+    """translate's ``--input``, ``--output`` and ``--n-best``."""
+    p.add_argument(
+        "--input",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="translate the lines of this file instead of standard input (a progress bar on standard error "
+        "when it is a terminal)",
+    )
+    p.add_argument(
+        "--output",
+        type=path_option,
+        default=None,
+        metavar="FILE",
+        help="write the translations here instead of standard output; the file appears once every line is "
+        "translated (nothing is left behind on an error or Ctrl-C)",
+    )
+    p.add_argument(
+        "--n-best",
+        type=count_option("n-best", 1, 1024),
+        default=None,
+        metavar="N",
+        help="write the N best translations of each input, best first, as 'INDEX ||| translation ||| score' "
+        "(INDEX: the 0-based input line; score: beam search's length-normalised log-probability); "
+        "needs --beam-size N or more (and at least 2)",
+    )
+
+
 def add_translate_parser(sub: Any) -> None:
     """``transformer-cpp translate``."""
     p = sub.add_parser(
         "translate",
         help="translate sentences with a trained model",
         description="Translate the sentences given as arguments, or one per line from "
-        "standard input; prints one translation per line. The model translates from the source "
+        "standard input or --input FILE; prints one translation per line (or, with --n-best N, the N best "
+        "as 'INDEX ||| translation ||| score', INDEX the 0-based input line). Standard input is translated "
+        "as it arrives: each line's translation is printed before the next line is read, and lines "
+        "that arrive together are translated together. The model translates from the source "
         "language into the target language it was trained for (train --source-lang/--target-lang, "
         "recorded in its checkpoints; said on standard error).",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
     add_model_option(p)
+    _add_translate_io_options(p)
     _add_decoding_options(p, max_output_tokens=True)
     p.set_defaults(func=run_translate)
 

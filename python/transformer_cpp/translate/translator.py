@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
@@ -443,11 +443,17 @@ class Translator:
         max_output_tokens: Optional[int] = None,
         return_attention: bool = False,
         batch_size: int = 64,
+        n_best: Optional[int] = None,
         max_length: Optional[int] = None,
         _stacklevel: int = 2,
     ) -> List[Any]:
         """Translate several sentences (``batch_size`` at a time); a list of texts, or of
-        :class:`Translation` with ``return_attention=True``. See :meth:`translate`."""
+        :class:`Translation` with ``return_attention=True`` or ``n_best``. See :meth:`translate`.
+
+        ``n_best=N`` keeps the ``N`` best hypotheses of beam search (``beam_size`` must be at least
+        ``N``): each result is a :class:`Translation` (the best) whose
+        :attr:`~Translation.hypotheses` hold the ``N`` best, best first, each with its text and
+        :attr:`~Translation.score`."""
         if isinstance(sentences, str):
             raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.translate_batch")
@@ -457,8 +463,13 @@ class Translator:
         return_attention = _flag("Translator", "return_attention", return_attention)
         length_penalty = self.check("length_penalty", length_penalty)
         limit = self._limit(max_output_tokens) if max_output_tokens is not None else self.max_output_tokens
+        kept = 1 if n_best is None else _checked_n_best(n_best, beam_size)
         options = DecodeOptions(
-            beam_size=beam_size, length_penalty=length_penalty, max_output_tokens=limit, compute_type=self.compute_type
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            n_best=kept,
+            max_output_tokens=limit,
+            compute_type=self.compute_type,
         )
         encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]
         results: List[Translation] = []
@@ -478,4 +489,20 @@ class Translator:
         finally:
             if governor is not None:
                 set_num_threads(governor.most)
+        if n_best is not None:
+            for r in results:
+                r.hypotheses = r.hypotheses or [replace(r)]  # one kept: the translation itself
+            return results
         return results if return_attention else [r.text for r in results]
+
+
+def _checked_n_best(n_best: Any, beam_size: int) -> int:
+    """``n_best`` if it is an allowed count no larger than ``beam_size``, else ``TypeError`` or
+    ``ValueError`` naming both."""
+    kept = cast(int, DecodeOptions.LIMITS["n_best"].check("Translator", "n_best", n_best))
+    if kept > beam_size:
+        raise ValueError(
+            f"Translator: n_best {kept} needs beam_size {kept} or more (beam search keeps that many "
+            f"hypotheses), got beam_size {beam_size}"
+        )
+    return kept
