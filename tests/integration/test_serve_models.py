@@ -150,3 +150,15 @@ def test_libretranslatepy_against_two_models_on_the_command_line(model, tok, tmp
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_the_page_has_a_pair_selector_fed_by_info(client):
+    page = client.get("/").text
+    assert 'id="pair"' in page and "info.models" in page
+    # what the page sends for the second pair is answered by that pair's model
+    before = _sentences(client, ("es", "en"))
+    r = client.post(
+        "/translate", json={"text": "a b", "beam_size": 1, "return_attention": True, "source": "es", "target": "en"}
+    )
+    assert r.status_code == 200 and r.json()["translations"][0]["text"] == "b a"
+    assert _sentences(client, ("es", "en")) == before + 1
