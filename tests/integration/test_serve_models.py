@@ -22,12 +22,22 @@ def model(tok):
 
 
 @pytest.fixture(scope="module")
-def translators(model, tok):
+def load(model, tok, tmp_path_factory):
+    """A translator of ``source`` to ``target`` with its own copy of the reversal model (saved and
+    loaded: each batcher decodes on its own thread, and a model runs one call at a time)."""
+
+    def make(source, target):
+        run = tmp_path_factory.mktemp(f"{source}-{target}")
+        save_checkpoint(run, model, tok, tok, optimizer=False, data={"src_lang": source, "tgt_lang": target})
+        return Translator.from_checkpoint(run)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def translators(load):
     """The reversal model as two pairs: English to Spanish and Spanish to English."""
-    return [
-        Translator(model, tok, tok, src_lang="en", tgt_lang="es"),
-        Translator(model, tok, tok, src_lang="es", tgt_lang="en"),
-    ]
+    return [load("en", "es"), load("es", "en")]
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +95,12 @@ def test_info_and_health_list_the_models(client):
     assert len(client.get("/health").json()["models"]) == 2
 
 
-def test_two_models_of_one_pair_are_refused(model, tok):
+def test_two_models_of_one_pair_or_one_model_twice_are_refused(model, tok, load):
     a = Translator(model, tok, tok, src_lang="en", tgt_lang="es")
     with pytest.raises(ValueError, match="two models translate en to es"):
-        serve.create_app([a, Translator(model, tok, tok, src_lang="en", tgt_lang="es")])
+        serve.create_app([a, load("en", "es")])
+    with pytest.raises(ValueError, match="the same model object"):
+        serve.create_app([a, Translator(model, tok, tok, src_lang="es", tgt_lang="en")])
 
 
 def test_one_model_keeps_todays_requests(model, tok):
@@ -99,12 +111,9 @@ def test_one_model_keeps_todays_requests(model, tok):
         assert r == {"translatedText": "b a", "detectedLanguage": {"language": "en", "confidence": 0.0}}
 
 
-def test_detect_and_auto_choose_among_the_sources(model, tok):
+def test_detect_and_auto_choose_among_the_sources(load):
     pytest.importorskip("lingua")
-    translators = [
-        Translator(model, tok, tok, src_lang="en", tgt_lang="de"),
-        Translator(model, tok, tok, src_lang="es", tgt_lang="de"),
-    ]
+    translators = [load("en", "de"), load("es", "de")]
     app = serve.create_app(translators)
     with running(app) as url, httpx.Client(base_url=url, timeout=60) as c:
         found = c.post("/detect", json={"q": "¿Dónde está la estación de tren? Muchas gracias, señora."}).json()
@@ -162,3 +171,18 @@ def test_the_page_has_a_pair_selector_fed_by_info(client):
     )
     assert r.status_code == 200 and r.json()["translations"][0]["text"] == "b a"
     assert _sentences(client, ("es", "en")) == before + 1
+
+
+def test_the_command_line_refuses_two_models_of_one_pair(monkeypatch, capsys):
+    import types
+
+    from transformer_cpp import cli
+
+    args = cli.build_parser().parse_args(["serve", "--model", "a", "--model", "b"])
+    assert args.model == ["a", "b"]
+    loaded = {p: types.SimpleNamespace(checkpoint=f"{p}/epoch-0001", src_lang="en", tgt_lang="es") for p in "ab"}
+    monkeypatch.setattr(cli.serve.Translator, "from_checkpoint", lambda path, **k: loaded[path])
+    monkeypatch.setattr(cli.serve, "serve", lambda *a, **k: pytest.fail("served two models of one pair"))
+    assert cli.serve.run_from_args(args) == 2
+    err = capsys.readouterr().err
+    assert "--model a/epoch-0001 and --model b/epoch-0001 both translate en to es" in err

@@ -91,6 +91,11 @@ class ModelRegistry:
                     f"two models translate {key[0]} to {key[1]} ({_checkpoint_name(seen[key].checkpoint)} and "
                     f"{_checkpoint_name(t.checkpoint)}); serve one model per language pair"
                 )
+            if any(other.model is t.model for other in seen.values()):
+                raise ValueError(
+                    f"the same model object is in two translators ({key[0]} to {key[1]} and another); each "
+                    "model decodes on its own thread, so give each pair its own model (load it again)"
+                )
             seen[key] = t
         self.models = [ServedModel(t, Batcher(t, config, threads)) for t in translators]
 
