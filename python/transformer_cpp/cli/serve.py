@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._runtime import set_num_threads
 from ..config import settings_of
@@ -81,7 +81,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         Translator.from_checkpoint(m, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type)
         for m in args.model
     ]
-    pairs = {}
+    pairs: Dict[Tuple[Optional[str], Optional[str]], Any] = {}
     for t in translators:
         key = (t.src_lang, t.tgt_lang)
         if key in pairs:

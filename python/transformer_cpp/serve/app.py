@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import asdict
 from importlib import resources
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .._version import __version__
 from ..translate import EncodedSource, Translator, encode_source
@@ -45,6 +45,9 @@ from .detect import LanguageDetector
 from .libretranslate import is_libre_request, libre_answer, parse_libre_request
 from .protocol import Boundary, guarded_protocol, host_refusal, uvicorn_choices
 from .registry import ModelRegistry, ServedModel
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 __all__ = [
     "DEFAULT_KEEP_ALIVE_TIMEOUT",
@@ -129,7 +132,7 @@ def _docs_page(schema: Dict[str, Any]) -> str:
     )
 
 
-def _error_handlers(app: Any) -> None:
+def _error_handlers(app: FastAPI) -> None:
     """Every error answered as ``{"error": message, "status": code}``."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -212,7 +215,7 @@ async def _answer(payload: Dict[str, Any]) -> Any:
     return Response(body, media_type="application/json")
 
 
-def _translate_route(app: Any, registry: ModelRegistry, detector: LanguageDetector, config: ServeConfig) -> None:
+def _translate_route(app: FastAPI, registry: ModelRegistry, detector: LanguageDetector, config: ServeConfig) -> None:
     """``POST /translate``: the server's JSON API and LibreTranslate's. The body is read and
     checked here (not by FastAPI) to answer each kind of bad request with its own status;
     openapi_extra documents it."""
@@ -256,7 +259,7 @@ def _translate_route(app: Any, registry: ModelRegistry, detector: LanguageDetect
     )(translate)
 
 
-def _detect_route(app: Any, detector: LanguageDetector, config: ServeConfig) -> None:
+def _detect_route(app: FastAPI, detector: LanguageDetector, config: ServeConfig) -> None:
     """``POST /detect``: LibreTranslate's language detection among the served source languages."""
     from fastapi import Request
 
@@ -280,7 +283,7 @@ def _detect_route(app: Any, detector: LanguageDetector, config: ServeConfig) -> 
     app.post("/detect", summary="Detect the language of a text (LibreTranslate's form)")(detect)
 
 
-def _info_routes(app: Any, registry: ModelRegistry, config: ServeConfig) -> None:
+def _info_routes(app: FastAPI, registry: ModelRegistry, config: ServeConfig) -> None:
     """``/languages``, ``/health``, ``/info``, the page and ``/docs``."""
     from fastapi.responses import HTMLResponse, JSONResponse
 

@@ -265,7 +265,7 @@ class _Guards:
             if cycle is None or self._partial:
                 self._refuse(408, f"the request did not arrive within {self.read_timeout:g} seconds (read_timeout)")
             # else an idle keep-alive connection, which uvicorn closes after timeout_keep_alive
-        elif cycle.more_body:  # the body is still coming: the app times it out; else cut it off
+        elif cycle is not None and cycle.more_body:  # the body is still coming: the app times it out; else cut it off
             self._deadline = getattr(self, "loop").call_later(self.read_timeout, self._cut)
 
     def _cut(self) -> None:
