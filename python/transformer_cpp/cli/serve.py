@@ -22,7 +22,8 @@ __all__ = ["add_serve_parser", "config_from_args", "main", "run_from_args"]
 
 _DESCRIPTION = (
     "Serve a trained model over HTTP (FastAPI on uvicorn): POST /translate (JSON), GET /health, "
-    "GET /info, a web page at / with the cross-attention map, the OpenAPI schema at /docs. "
+    "GET /info, the LibreTranslate API (/translate, /languages, /detect), a web page at / with the "
+    "cross-attention map, the OpenAPI schema at /docs. Repeat --model to serve several language pairs. "
     "Concurrent requests are batched into one decode call, a small request never waiting behind a large "
     "one for more than one decode call. Requests are bounded in bytes, texts, characters, tokens and "
     "attention weights; clients in time and connections. SIGTERM finishes the requests in flight "
