@@ -543,7 +543,7 @@ def test_command_line_options_of_the_guards(monkeypatch, tmp_path):
             cli.build_parser().parse_args(["serve", "--model", "m"] + bad)
     seen = {}
     monkeypatch.setattr(cli.serve, "serve", lambda translator, **kw: seen.update(kw) or 0)
-    loaded = types.SimpleNamespace(checkpoint="m/epoch-0001")
+    loaded = types.SimpleNamespace(checkpoint="m/epoch-0001", src_lang="en", tgt_lang="es")
     monkeypatch.setattr(cli.serve.Translator, "from_checkpoint", lambda *a, **k: loaded)
     assert cli.serve.run_from_args(args) == 0
     assert seen["graceful_timeout"] == 0  # no grace period, not "wait forever"

@@ -55,9 +55,9 @@ def test_translate_form_and_alternatives(client):
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"q": "a", "source": "fr", "target": "es"}, "this server translates en to es only"),
-        ({"q": "a", "source": "en", "target": "de"}, "this server translates en to es only"),
-        ({"q": "a", "target": "es"}, "source is missing: this server translates en to es"),
+        ({"q": "a", "source": "fr", "target": "es"}, "no model translates"),
+        ({"q": "a", "source": "en", "target": "de"}, "no model translates"),
+        ({"q": "a", "target": "es"}, "source is missing: this server translates en-es"),
         ({"q": "a", "source": "en", "target": "es", "format": "html"}, "format must be 'text'"),
         ({"q": "a", "source": "en", "target": "es", "alternatives": 99}, "alternatives must be a whole number"),
         ({"q": "a", "source": "en", "target": "es", "colour": "red"}, "unknown field(s) 'colour'"),

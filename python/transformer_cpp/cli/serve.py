@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._runtime import set_num_threads
 from ..config import settings_of
@@ -16,13 +16,14 @@ from ..serve import SERVE_EXTRA_HINT, ServeConfig, ServerOptions, serve, uvicorn
 from ..training import TrainConfig
 from ..translate import DecodeOptions, Translator
 from .common import add_command, standalone
-from .options import add_model_option, add_settings, deprecated_alias, given
+from .options import add_settings, deprecated_alias, given, path_option
 
 __all__ = ["add_serve_parser", "config_from_args", "main", "run_from_args"]
 
 _DESCRIPTION = (
     "Serve a trained model over HTTP (FastAPI on uvicorn): POST /translate (JSON), GET /health, "
-    "GET /info, a web page at / with the cross-attention map, the OpenAPI schema at /docs. "
+    "GET /info, the LibreTranslate API (/translate, /languages, /detect), a web page at / with the "
+    "cross-attention map, the OpenAPI schema at /docs. Repeat --model to serve several language pairs. "
     "Concurrent requests are batched into one decode call, a small request never waiting behind a large "
     "one for more than one decode call. Requests are bounded in bytes, texts, characters, tokens and "
     "attention weights; clients in time and connections. SIGTERM finishes the requests in flight "
@@ -33,7 +34,14 @@ _LIMITS = [n for n in settings_of(ServeConfig) if n not in _BATCHING + ("read_ti
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    add_model_option(p)
+    p.add_argument(
+        "--model",
+        type=path_option,
+        action="append",
+        required=True,
+        help="run directory (its best checkpoint by validation BLEU, its latest if it has none) or checkpoint "
+        "directory; repeat to serve several language pairs, one model each",
+    )
     add_settings(p, ServerOptions, only=["host", "port"])
     add_settings(p, TrainConfig, only=["threads"])
     g = p.add_argument_group("batching and decoding")
@@ -70,13 +78,25 @@ def run_from_args(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.threads is not None:
         set_num_threads(args.threads)
-    translator = Translator.from_checkpoint(
-        args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
-    )
+    translators = [
+        Translator.from_checkpoint(m, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type)
+        for m in args.model
+    ]
+    pairs: Dict[Tuple[Optional[str], Optional[str]], Any] = {}
+    for t in translators:
+        key = (t.src_lang, t.tgt_lang)
+        if key in pairs:
+            print(
+                f"transformer-cpp serve: error: --model {pairs[key]} and --model {t.checkpoint} both translate "
+                f"{key[0]} to {key[1]}; serve one model per language pair",
+                file=sys.stderr,
+            )
+            return 2
+        pairs[key] = t.checkpoint
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
     stack = uvicorn_choices()
     print(
-        f"transformer-cpp serve: {translator.checkpoint} on {where}/ (page), POST /translate, GET /health, "
+        f"transformer-cpp serve: {', '.join(f'{t.checkpoint} ({t.src_lang}-{t.tgt_lang})' for t in translators)} on {where}/ (page), POST /translate, GET /health, "
         f"/info, /docs; batches of up to {config.max_batch} sentences, waiting up to {config.max_wait_ms:g} ms; "
         f"uvicorn with {stack['http']} and {stack['loop']}",
         file=sys.stderr,
@@ -90,7 +110,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    return serve(translator, config=config, **asdict(ServerOptions(**given(args, ServerOptions))))
+    return serve(translators, config=config, **asdict(ServerOptions(**given(args, ServerOptions))))
 
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:

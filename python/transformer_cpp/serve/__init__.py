@@ -78,8 +78,15 @@ in flight finish for up to ``--graceful-timeout`` seconds (30; 0: no wait), then
 still running or queued with a JSON 503, finishes the decode call in progress and
 ``transformer-cpp serve`` exits with status 0.
 
+**Several models.** ``create_app`` takes a translator or a list of them, one per language pair,
+each with its own batcher; requests choose one with ``source`` and ``target`` (optional with one
+model). ``POST /detect`` (LibreTranslate's) detects a text's language among the models' sources.
+
 The modules: :mod:`~transformer_cpp.serve.config` (settings and request checks),
-:mod:`~transformer_cpp.serve.batcher`, :mod:`~transformer_cpp.serve.app` (the routes and uvicorn),
+:mod:`~transformer_cpp.serve.batcher`, :mod:`~transformer_cpp.serve.registry` (the models),
+:mod:`~transformer_cpp.serve.protocol` (the HTTP guards and the ``Host`` check),
+:mod:`~transformer_cpp.serve.detect` (language detection), :mod:`~transformer_cpp.serve.app`
+(the routes and uvicorn),
 and the page ``page.html``; the command line is :mod:`transformer_cpp.cli.serve`
 (``transformer-cpp serve``, ``python -m transformer_cpp.serve``), its options generated from
 :class:`ServeConfig` and :class:`ServerOptions`.
@@ -89,6 +96,7 @@ and the page ``page.html``; the command line is :mod:`transformer_cpp.cli.serve`
 from .app import PAGE_HTML as PAGE_HTML
 from .app import background_server, create_app, guarded_protocol, serve, uvicorn_choices
 from .app import host_refusal as host_refusal
+from .registry import ModelRegistry as ModelRegistry
 from .batcher import Batcher
 from .batcher import QueueFull as QueueFull
 from .batcher import QueuedSentence as QueuedSentence

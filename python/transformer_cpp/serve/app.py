@@ -13,26 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import html
-import http
-import importlib
-import ipaddress
 import json
-import logging
 import signal
 import socket
 import threading
 import time
 from dataclasses import asdict
 from importlib import resources
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .._version import __version__
-from ..text import language_name
 from ..translate import EncodedSource, Translator, encode_source
-from .batcher import Batcher
 from .config import (
     DEFAULT_KEEP_ALIVE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
@@ -42,19 +34,27 @@ from .config import (
     ServeConfig,
     ServeError,
     api_models,
+    check_texts,
     check_work,
     field_name,
     is_form,
     parse_request,
     read_json_body,
 )
-from .libretranslate import is_libre_request, language_list, libre_answer, parse_libre_request
+from .detect import LanguageDetector
+from .libretranslate import is_libre_request, libre_answer, parse_libre_request
+from .protocol import Boundary, guarded_protocol, host_refusal, uvicorn_choices
+from .registry import ModelRegistry, ServedModel
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 __all__ = [
     "DEFAULT_KEEP_ALIVE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HEADER_BYTES",
     "PAGE_HTML",
+    "ModelRegistry",
     "background_server",
     "create_app",
     "guarded_protocol",
@@ -66,215 +66,6 @@ __all__ = [
 #: The web page served at ``/``: a text box, the translation and the cross-attention map of the
 #: last translation as an SVG heat map (``page.html``, package data).
 PAGE_HTML = resources.files("transformer_cpp.serve").joinpath("page.html").read_text(encoding="utf-8")
-
-# uvicorn's logger: its lines look like uvicorn's own and follow --log-level
-_log = logging.getLogger("uvicorn.error")
-
-
-def uvicorn_choices() -> Dict[str, str]:
-    """uvicorn's ``http`` and ``loop`` settings: ``httptools`` (a C HTTP parser) and ``uvloop``
-    when they can be imported (the ``serve`` extra installs both), else the pure-Python ``h11``
-    and asyncio's own loop. Chosen here rather than left to uvicorn's ``auto`` so that the
-    command line can say what it runs and the bench can record it."""
-
-    def importable(name: str) -> bool:
-        try:
-            importlib.import_module(name)
-        except Exception:  # ImportError, or a broken build of the module
-            return False
-        return True
-
-    return {
-        "http": "httptools" if importable("httptools") else "h11",
-        "loop": "uvloop" if importable("uvloop") else "asyncio",
-    }
-
-
-def _checkpoint_name(path: Any) -> Optional[str]:
-    """The checkpoint as ``/info`` shows it: its run directory's name and its own
-    (``quick/epoch-0003``), not the absolute path, which would tell clients about the machine."""
-    if path is None:
-        return None
-    p = Path(path)
-    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
-
-
-def _languages(translator: Translator) -> Optional[str]:
-    """``"English -> Spanish"``: the model's direction as a person reads it (None when unknown)."""
-    if translator.src_lang is None or translator.tgt_lang is None:
-        return None
-    return f"{language_name(translator.src_lang)} -> {language_name(translator.tgt_lang)}"
-
-
-def _info(translator: Translator, config: ServeConfig, threads: int) -> Dict[str, Any]:
-    """The answer of ``GET /info``."""
-    return {
-        "name": "transformer-cpp",
-        "version": __version__,
-        "checkpoint": _checkpoint_name(translator.checkpoint),
-        "model": dict(translator.model.config),
-        "vocab_sizes": {
-            "source": int(translator.src_tokenizer.vocab_size),
-            "target": int(translator.tgt_tokenizer.vocab_size),
-        },
-        "source_language": translator.src_lang,
-        "target_language": translator.tgt_lang,
-        "languages": _languages(translator),
-        "trained_length": translator.trained_length,
-        "max_output_tokens": translator.max_output_tokens,
-        "compute_type": translator.compute_type,
-        "threads": threads,
-        "batching": {
-            "max_batch": config.max_batch,
-            "max_wait_ms": config.max_wait_ms,
-            "max_batch_tokens": config.max_batch_tokens,
-            "batch_seconds": config.batch_seconds,
-        },
-        "defaults": {"beam_size": config.beam_size, "length_penalty": config.length_penalty},
-        "limits": {
-            "max_request_bytes": config.max_request_bytes,
-            "max_texts": config.max_texts,
-            "max_chars": config.max_chars,
-            "max_beam_size": config.max_beam_size,
-            "max_queue": config.max_queue,
-            "max_source_tokens": config.max_source_tokens,
-            "max_request_tokens": config.max_request_tokens,
-            "max_attention_weights": config.max_attention_weights,
-            "read_timeout": config.read_timeout,
-        },
-    }
-
-
-# ------------------------------------------------------------------------------------ the boundary
-
-
-def _host_name(header: str) -> str:
-    """The host of a ``Host`` header, lower case, without its port and final dot."""
-    value = header.strip().lower()
-    if value.startswith("["):  # [::1]:8000
-        end = value.find("]")
-        name = value[: end + 1] if end > 0 else value
-    else:
-        name = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-    return name.rstrip(".")
-
-
-def _is_loopback(name: str) -> bool:
-    """Whether a host name or address (``[::1]`` bracketed or not) names this machine."""
-    if name == "localhost":
-        return True
-    address = name[1:-1] if name.startswith("[") and name.endswith("]") else name
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
-
-
-def _matches(name: str, patterns: Sequence[str]) -> bool:
-    return any(
-        p == "*" or p == name or (p.startswith("*.") and (name == p[2:] or name.endswith(p[1:]))) for p in patterns
-    )
-
-
-def host_refusal(scope: Dict[str, Any], allowed_hosts: Optional[Tuple[str, ...]]) -> Optional[str]:
-    """Why a request's ``Host`` header is refused, or ``None`` when it is accepted.
-
-    With ``allowed_hosts=None`` the check applies when the connection arrived on a loopback
-    address (``scope["server"]``): only ``localhost`` and loopback addresses are accepted, so that
-    a web page whose own domain name resolves to 127.0.0.1 (DNS rebinding) cannot call the server.
-    With ``allowed_hosts``, those names are accepted besides the loopback ones, on any address
-    (``"*"``: any name)."""
-    if allowed_hosts is None:
-        server = scope.get("server")
-        if not server or not isinstance(server[0], str) or not _is_loopback(server[0]):
-            return None
-        patterns: Tuple[str, ...] = ()
-    elif "*" in allowed_hosts:
-        return None
-    else:
-        patterns = allowed_hosts
-    values = [v for k, v in scope.get("headers", ()) if k == b"host"]
-    accepted = "localhost, 127.0.0.1 or [::1]" + (f" or {', '.join(patterns)}" if patterns else "")
-    hint = f"this server answers requests for {accepted} (allowed_hosts; --allowed-hosts on the command line)"
-    if len(values) != 1:
-        return f"the request has {'no' if not values else 'several'} Host header{'s' if values else ''}; {hint}"
-    header = values[0].decode("latin-1")
-    name = _host_name(header)
-    if _is_loopback(name) or _matches(name, patterns):
-        return None
-    return f"the Host header {header[:100]!r} is not a name of this server; {hint}"
-
-
-async def _send_json(
-    send: Callable[..., Any], status: int, message: str, headers: Sequence[Tuple[str, str]] = ()
-) -> None:
-    body = json.dumps({"error": message, "status": status}).encode("utf-8")
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii"))]
-    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _who(scope: Dict[str, Any]) -> str:
-    client = scope.get("client")
-    where = f"{client[0]}:{client[1]}" if client else "a client"
-    return f"{where} - {scope.get('method', '')} {scope.get('path', '')}"
-
-
-class _Boundary:
-    """The app's outermost layer of its own (inside Starlette's error middleware): the ``Host``
-    check (:func:`host_refusal`), and everything a request can raise answered as JSON with one
-    log line, never a traceback. A client that left is logged (``disconnected``); a request
-    cancelled by the server's shutdown gets 503; anything else, an ``Exception`` or not (the
-    ``tokenizers`` library panics with a ``BaseException``), gets 500."""
-
-    def __init__(self, app: Any, allowed_hosts: Optional[Tuple[str, ...]] = None) -> None:
-        self.app = app
-        self.allowed_hosts = allowed_hosts
-
-    async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refused = host_refusal(scope, self.allowed_hosts)
-        if refused is not None:
-            _log.warning("%s: refused: %s", _who(scope), refused)
-            await _send_json(send, 400, refused)
-            return
-        started = False
-
-        async def tracked(message: Dict[str, Any]) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracked)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and hasattr(task, "uncancel"):
-                task.uncancel()  # the answer below is this task's last work
-            _log.info("%s: cancelled: the server is shutting down", _who(scope))
-            if not started:
-                await _send_json(
-                    send, 503, "the server shut down before answering this request", [("Retry-After", "1")]
-                )
-        except ClientGone as exc:
-            _log.info("%s: %s", _who(scope), exc)
-        except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            if type(exc).__name__ == "ClientDisconnect":  # Starlette's, raised while reading a body
-                _log.info("%s: the client disconnected while sending its request", _who(scope))
-                return
-            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:1000]
-            _log.error("%s: internal error: %s", _who(scope), message)
-            _log.debug("the internal error's traceback", exc_info=exc)
-            if not started:
-                await _send_json(send, 500, f"internal error: {message}")
 
 
 # ------------------------------------------------------------------------------------ the app
@@ -341,60 +132,11 @@ def _docs_page(schema: Dict[str, Any]) -> str:
     )
 
 
-def create_app(
-    translator: Translator, config: Optional[ServeConfig] = None, *, threads: Optional[int] = None, **options: Any
-) -> Any:
-    """The ASGI app (FastAPI) serving ``translator``; see :mod:`transformer_cpp.serve` for the API.
-
-    Args:
-        translator: a :class:`~transformer_cpp.translate.Translator`. The app's batcher owns it:
-            do not use its model elsewhere while the app runs.
-        config: a :class:`ServeConfig`, or its fields as keyword ``options``
-            (``max_batch=32, max_wait_ms=5, ...``).
-        threads: C++ threads of the decoding (default: the count of the calling thread,
-            :func:`transformer_cpp.get_num_threads`).
-
-    The batcher starts with the app's lifespan (or on the first request when the host does not
-    run lifespans) and is closed at lifespan shutdown (requests still queued then get 503). It is
-    ``app.state.batcher``.
-    """
-    try:
-        from fastapi import FastAPI, Request
-        from fastapi.exceptions import RequestValidationError
-        from fastapi.responses import HTMLResponse, JSONResponse, Response
-        from starlette.exceptions import HTTPException as StarletteHTTPException
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError(f"{SERVE_EXTRA_HINT} ({exc})") from exc
-
-    if config is None:
-        config = ServeConfig(**options)
-    elif options:
-        config = ServeConfig(**{**asdict(config), **options})
-    batcher = Batcher(translator, config, threads)
-    models = api_models()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Any):  # type: ignore[no-untyped-def]
-        batcher.start()
-        try:
-            yield
-        finally:
-            await batcher.close()
-
-    description = "Translate with a trained transformer-cpp model. Concurrent requests are batched."
-    # no Swagger UI or ReDoc: both load their scripts from a CDN; /docs is a page of its own
-    app = FastAPI(
-        title="transformer-cpp translator",
-        version=__version__,
-        lifespan=lifespan,
-        description=description,
-        docs_url=None,
-        redoc_url=None,
-    )
-    app.state.batcher = batcher
-    app.state.translator = translator
-    app.state.config = config
-    app.add_middleware(_Boundary, allowed_hosts=config.allowed_hosts)
+def _error_handlers(app: FastAPI) -> None:
+    """Every error answered as ``{"error": message, "status": code}``."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def error_response(status: int, message: str, details: Any = None, headers: Optional[Dict[str, str]] = None) -> Any:
         body: Dict[str, Any] = {"error": message, "status": status}
@@ -419,45 +161,76 @@ def create_app(
     async def _internal_error(request: Any, exc: Exception) -> Any:
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    error_doc = {"model": models["error"]}
 
-    # The body is read and checked here (not by FastAPI) to answer each kind of bad request with
-    # its own status; openapi_extra documents it.
-    async def decode(
-        request: Request, texts: List[str], beam_size: int, n_best: int, attention: bool, where: Callable[[int], str]
-    ) -> List[Dict[str, Any]]:
-        """Encode (off the loop), check the work, queue in the batcher and wait for the results;
-        a client that disconnects meanwhile has its waiting sentences dropped."""
-        loop = asyncio.get_running_loop()
-        encoded = await loop.run_in_executor(None, _encode_texts, translator, texts, where)
-        options = batcher.decode_options(beam_size, n_best)
-        lengths = [len(e.ids) for e in encoded]
-        work = check_work(lengths, [options.limit(n) for n in lengths], beam_size, attention, config, where)
-        job = batcher.enqueue(encoded, beam_size=beam_size, n_best=n_best, return_attention=attention, work=work)
-        watch: asyncio.Future[None] = asyncio.ensure_future(_client_left(request.receive))
-        try:
-            waiting: List[asyncio.Future[Any]] = [job.future, watch]
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if not job.future.done():
-                raise ClientGone(f"the client disconnected; its {len(encoded)} sentences were not all decoded")
-            results: List[Dict[str, Any]] = job.future.result()
-            return results
-        finally:
-            watch.cancel()
-            job.cancel()  # nothing when it is answered; else its waiting sentences are dropped
+async def _decode(
+    request: Any,
+    model: ServedModel,
+    config: ServeConfig,
+    texts: List[str],
+    decoding: Tuple[int, int, bool],
+    where: Callable[[int], str],
+) -> List[Dict[str, Any]]:
+    """Encode (off the loop), check the work, queue in the model's batcher and wait for the
+    results; a client that disconnects meanwhile has its waiting sentences dropped."""
+    beam_size, n_best, attention = decoding
+    batcher = model.batcher
+    loop = asyncio.get_running_loop()
+    encoded = await loop.run_in_executor(None, _encode_texts, model.translator, texts, where)
+    options = batcher.decode_options(beam_size, n_best)
+    lengths = [len(e.ids) for e in encoded]
+    work = check_work(lengths, [options.limit(n) for n in lengths], beam_size, attention, config, where)
+    job = batcher.enqueue(encoded, beam_size=beam_size, n_best=n_best, return_attention=attention, work=work)
+    watch: asyncio.Future[None] = asyncio.ensure_future(_client_left(request.receive))
+    try:
+        waiting: List[asyncio.Future[Any]] = [job.future, watch]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not job.future.done():
+            raise ClientGone(f"the client disconnected; its {len(encoded)} sentences were not all decoded")
+        results: List[Dict[str, Any]] = job.future.result()
+        return results
+    finally:
+        watch.cancel()
+        job.cancel()  # nothing when it is answered; else its waiting sentences are dropped
 
-    source_lang = getattr(translator, "src_lang", None)
-    target_lang = getattr(translator, "tgt_lang", None)
+
+def _libre_model(
+    registry: ModelRegistry, detector: LanguageDetector, req: Any
+) -> Tuple[ServedModel, Optional[Dict[str, Any]]]:
+    """The model of a LibreTranslate request, and for ``source: "auto"`` the language found."""
+    if req.source is not None:
+        return registry.pick(req.source, req.target), None
+    candidates = registry.sources(req.target)
+    if len(candidates) <= 1:  # one source to choose: taken, not detected
+        return registry.pick(candidates[0] if candidates else "auto", req.target), (
+            {"language": candidates[0], "confidence": 0.0} if candidates else None
+        )
+    found = detector.detect(" ".join(req.texts), among=candidates)
+    return registry.pick(found[0]["language"], req.target), found[0]
+
+
+async def _answer(payload: Dict[str, Any]) -> Any:
+    from fastapi.responses import Response
+
+    body = await asyncio.get_running_loop().run_in_executor(None, _render, payload)
+    return Response(body, media_type="application/json")
+
+
+def _translate_route(app: FastAPI, registry: ModelRegistry, detector: LanguageDetector, config: ServeConfig) -> None:
+    """``POST /translate``: the server's JSON API and LibreTranslate's. The body is read and
+    checked here (not by FastAPI) to answer each kind of bad request with its own status;
+    openapi_extra documents it."""
+    from fastapi import Request
+
+    models = api_models()
 
     async def translate(request: Request) -> Any:
         body = await read_json_body(request, config, forms=True)
-        loop = asyncio.get_running_loop()
         if is_libre_request(body):  # LibreTranslate's fields (q, source, target, ...)
-            req = parse_libre_request(body, config, source_lang, target_lang)
+            req = parse_libre_request(body, config, registry.pairs())
+            model, detected = _libre_model(registry, detector, req)
             where: Callable[[int], str] = (lambda i: f"q[{i}]") if req.as_list else (lambda i: "q")
-            results = await decode(request, req.texts, req.beam_size, req.n_best, False, where)
-            answer = libre_answer(req, results, str(source_lang))
-            return Response(await loop.run_in_executor(None, _render, answer), media_type="application/json")
+            results = await _decode(request, model, config, req.texts, (req.beam_size, req.n_best, False), where)
+            return await _answer(libre_answer(req, results, detected))
         if is_form(request.headers.get("content-type")):
             raise ServeError(
                 415,
@@ -465,58 +238,73 @@ def create_app(
                 "LibreTranslate's fields (q, source, target)",
             )
         texts, beam_size, n_best, attention = parse_request(body, config)
-        single = isinstance(body, dict) and body.get("text") is not None
-        where = (lambda i: "text") if single else (lambda i: f"texts[{i}]")
-        results = await decode(request, texts, beam_size, n_best, attention, where)
-        payload = {"translations": results, "beam_size": beam_size, "n_best": n_best}
-        return Response(await loop.run_in_executor(None, _render, payload), media_type="application/json")
+        model = registry.pick(body.get("source"), body.get("target"))
+        where = (lambda i: "text") if body.get("text") is not None else (lambda i: f"texts[{i}]")
+        results = await _decode(request, model, config, texts, (beam_size, n_best, attention), where)
+        return await _answer({"translations": results, "beam_size": beam_size, "n_best": n_best})
 
     translate.__annotations__["request"] = Request  # a class, not the string of the postponed annotation
+    error_doc = {"model": models["error"]}
+    example = {"text": "you should pay for it.", "beam_size": 4}
     app.post(
         "/translate",
         summary="Translate one or more sentences",
-        responses={
-            200: {"model": models["response"]},
-            400: error_doc,
-            408: error_doc,
-            413: error_doc,
-            415: error_doc,
-            422: error_doc,
-            503: error_doc,
-        },
+        responses={200: {"model": models["response"]}, **{code: error_doc for code in (400, 408, 413, 415, 422, 503)}},
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": models["request"].model_json_schema(),
-                        "example": {"text": "you should pay for it.", "beam_size": 4},
-                    }
-                },
+                "content": {"application/json": {"schema": models["request"].model_json_schema(), "example": example}},
             }
         },
     )(translate)
 
-    @app.get("/languages", summary="The model's languages, in LibreTranslate's form")
+
+def _detect_route(app: FastAPI, detector: LanguageDetector, config: ServeConfig) -> None:
+    """``POST /detect``: LibreTranslate's language detection among the served source languages."""
+    from fastapi import Request
+
+    async def detect(request: Request) -> Any:
+        body = await read_json_body(request, config, forms=True)
+        if not isinstance(body, dict) or "q" not in body:
+            raise ServeError(400, "q is missing: give the text to detect as q (a string or a list of strings)")
+        unknown = sorted(k for k in body if k not in ("q", "api_key"))
+        if unknown:
+            raise ServeError(400, f"unknown field(s) {', '.join(map(repr, unknown))}; a detect request has q, api_key")
+        q = body["q"]
+        texts = q if isinstance(q, list) else [q]
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise ServeError(400, "q must be a string or a non-empty list of strings")
+        check_texts(texts, config, lambda i: f"q[{i}]" if isinstance(q, list) else "q", status=400)
+        loop = asyncio.get_running_loop()
+        found = [await loop.run_in_executor(None, detector.detect, t) for t in texts]
+        return found if isinstance(q, list) else found[0]
+
+    detect.__annotations__["request"] = Request
+    app.post("/detect", summary="Detect the language of a text (LibreTranslate's form)")(detect)
+
+
+def _info_routes(app: FastAPI, registry: ModelRegistry, config: ServeConfig) -> None:
+    """``/languages``, ``/health``, ``/info``, the page and ``/docs``."""
+    from fastapi.responses import HTMLResponse, JSONResponse
+
+    @app.get("/languages", summary="The models' languages, in LibreTranslate's form")
     async def languages() -> Any:
-        return language_list(source_lang, target_lang)
+        return registry.language_list()
 
-    @app.get("/health", summary="Liveness, with the batcher's counters")
+    @app.get("/health", summary="Liveness, with the batchers' counters")
     async def health() -> Any:
-        stats: Dict[str, Any] = dict(batcher.stats, queued=batcher.queued)
-        stats["mean_batch"] = round(stats["sentences"] / stats["batches"], 3) if stats["batches"] else None
-        if batcher.closing:
-            return JSONResponse({"status": "shutting down", "batcher": stats}, status_code=503)
-        return {
-            "status": "ok",
-            "source_language": source_lang,
-            "target_language": target_lang,
-            "batcher": stats,
-        }
+        per_model = []
+        for m in registry.models:
+            stats: Dict[str, Any] = dict(m.batcher.stats, queued=m.batcher.queued)
+            stats["mean_batch"] = round(stats["sentences"] / stats["batches"], 3) if stats["batches"] else None
+            per_model.append({"source_language": m.source, "target_language": m.target, "batcher": stats})
+        if any(m.batcher.closing for m in registry.models):
+            return JSONResponse({"status": "shutting down", "batcher": per_model[0]["batcher"]}, status_code=503)
+        return {"status": "ok", **per_model[0], "models": per_model}
 
-    @app.get("/info", summary="The model, its checkpoint, the package version and the server's limits")
+    @app.get("/info", summary="The models, their checkpoints, the package version and the server's limits")
     async def info() -> Any:
-        return _info(translator, config, batcher.threads)
+        return registry.info(config)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> Any:
@@ -529,143 +317,75 @@ def create_app(
             headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"},
         )
 
+
+def create_app(
+    translator: Union[Translator, Sequence[Translator]],
+    config: Optional[ServeConfig] = None,
+    *,
+    threads: Optional[int] = None,
+    **options: Any,
+) -> Any:
+    """The ASGI app (FastAPI) serving ``translator``; see :mod:`transformer_cpp.serve` for the API.
+
+    Args:
+        translator: a :class:`~transformer_cpp.translate.Translator`, or several, one per language
+            pair (two of the same pair: ``ValueError``). The app's batchers own them: do not use
+            their models elsewhere while the app runs.
+        config: a :class:`ServeConfig`, or its fields as keyword ``options``
+            (``max_batch=32, max_wait_ms=5, ...``).
+        threads: C++ threads of the decoding (default: the count of the calling thread,
+            :func:`transformer_cpp.get_num_threads`).
+
+    Each model has its own batcher, started with the app's lifespan (or on the first request when
+    the host does not run lifespans) and closed at lifespan shutdown (requests still queued then
+    get 503). ``app.state.batcher`` is the first model's, ``app.state.registry`` has them all.
+    """
+    try:
+        from fastapi import FastAPI
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(f"{SERVE_EXTRA_HINT} ({exc})") from exc
+
+    if config is None:
+        config = ServeConfig(**options)
+    elif options:
+        config = ServeConfig(**{**asdict(config), **options})
+    translators = [translator] if isinstance(translator, Translator) else list(translator)
+    registry = ModelRegistry(translators, config, threads)
+    detector = LanguageDetector(registry.sources())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):  # type: ignore[no-untyped-def]
+        for m in registry.models:
+            m.batcher.start()
+        try:
+            yield
+        finally:
+            for m in registry.models:
+                await m.batcher.close()
+
+    description = "Translate with trained transformer-cpp models. Concurrent requests are batched."
+    # no Swagger UI or ReDoc: both load their scripts from a CDN; /docs is a page of its own
+    app = FastAPI(
+        title="transformer-cpp translator",
+        version=__version__,
+        lifespan=lifespan,
+        description=description,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.registry = registry
+    app.state.batcher = registry.models[0].batcher
+    app.state.translator = registry.models[0].translator
+    app.state.config = config
+    app.add_middleware(Boundary, allowed_hosts=config.allowed_hosts)
+    _error_handlers(app)
+    _translate_route(app, registry, detector, config)
+    _detect_route(app, detector, config)
+    _info_routes(app, registry, config)
     return app
 
 
-# ------------------------------------------------------------------------------------ HTTP layer
-
-
-def _raw_json_response(status: int, message: str) -> bytes:
-    """A whole HTTP/1.1 response with a JSON error body, for the protocol to write itself."""
-    body = json.dumps({"error": message, "status": status}).encode("utf-8")
-    head = (
-        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
-
-
-def guarded_protocol(
-    http_protocol: Any = None,
-    *,
-    read_timeout: float = ServeConfig.read_timeout,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-) -> type:
-    """uvicorn's HTTP protocol ``http_protocol`` (``"httptools"``, ``"h11"`` or a protocol class;
-    default: :func:`uvicorn_choices`'s) with three guards uvicorn lacks, as a class for
-    ``uvicorn.Config(http=...)``:
-
-    * a client has ``read_timeout`` seconds from its request's first byte (or from connecting)
-      to send the request line and headers, else it gets 408 and the connection is closed; its
-      body has as long again (the app answers 408 when it reads a body that does not arrive in
-      time, see :func:`~transformer_cpp.serve.read_json_body`; a body nobody reads is cut off);
-    * request line and headers over ``max_header_bytes`` get 431 and the connection is closed;
-    * a connection beyond ``max_connections`` open ones gets 503 to its request and is closed.
-
-    Idle keep-alive connections are uvicorn's (``timeout_keep_alive``). The errors are JSON, as
-    the app's are.
-    """
-    from uvicorn.config import HTTP_PROTOCOLS
-    from uvicorn.importer import import_from_string
-
-    if http_protocol is None:
-        http_protocol = uvicorn_choices()["http"]
-    base = import_from_string(HTTP_PROTOCOLS[http_protocol]) if isinstance(http_protocol, str) else http_protocol
-    overloaded = (
-        503,
-        f"the server has {max_connections} connections open, the most it keeps (max_connections); retry later",
-    )
-    too_large = (431, f"the request line and headers are over {max_header_bytes:,} bytes (max_header_bytes)")
-
-    async def guard(inner: Any, over_capacity: bool, scope: Dict[str, Any], receive: Any, send: Any) -> None:
-        """The app behind a connection: 503 over the connection cap, 431 for headers over the
-        limit (they arrived whole in one read), else ``inner``."""
-        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-        size += sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
-        refusal = overloaded if over_capacity else too_large if size > max_header_bytes else None
-        if refusal is None:
-            await inner(scope, receive, send)
-            return
-        _log.info("%s: %s", _who(scope), refusal[1])
-        headers = [("Connection", "close")] + ([("Retry-After", "1")] if refusal[0] == 503 else [])
-        await _send_json(send, refusal[0], refusal[1], headers)
-
-    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._deadline: Optional[asyncio.TimerHandle] = None
-            self._partial = 0  # bytes of request line and headers received so far
-            over_capacity = len(self.connections) > max_connections
-            if over_capacity:
-                _log.warning("%s: over %d connections open (max_connections)", self._peer(), max_connections)
-            inner: Any = getattr(self, "app")  # uvicorn's app, set by the base class
-            self.app = functools.partial(guard, inner, over_capacity)
-            self._arm()
-
-        def _peer(self) -> str:
-            client = getattr(self, "client", None)
-            return f"{client[0]}:{client[1]}" if client else "a client"
-
-        def _between_requests(self) -> bool:
-            cycle = getattr(self, "cycle", None)
-            return cycle is None or bool(cycle.response_complete)
-
-        def _arm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline = self.loop.call_later(read_timeout, self._expired)
-
-        def data_received(self, data: bytes) -> None:
-            if self._between_requests() and self._partial == 0:
-                self._arm()  # the first bytes of a request: its clock starts
-            super().data_received(data)
-            if self.transport.is_closing():
-                return
-            if self._between_requests():
-                self._partial += len(data)
-                if self._partial > max_header_bytes:
-                    self._refuse(*too_large)
-            else:
-                self._partial = 0
-
-        def _expired(self) -> None:
-            self._deadline = None
-            if self.transport is None or self.transport.is_closing():
-                return
-            if self._between_requests():
-                if getattr(self, "cycle", None) is None or self._partial:
-                    self._refuse(408, f"the request did not arrive within {read_timeout:g} seconds (read_timeout)")
-                # else an idle keep-alive connection, which uvicorn closes after timeout_keep_alive
-            elif self.cycle.more_body:  # the body is still coming: the app times it out; else cut it off
-                self._deadline = self.loop.call_later(read_timeout, self._cut)
-
-        def _cut(self) -> None:
-            self._deadline = None
-            cycle = getattr(self, "cycle", None)
-            if (
-                cycle is not None
-                and cycle.more_body
-                and not cycle.response_complete
-                and not self.transport.is_closing()
-            ):
-                _log.info("%s: connection closed: its request body did not arrive in time (read_timeout)", self._peer())
-                self.transport.close()
-
-        def _refuse(self, status: int, message: str) -> None:
-            _log.info("%s: %s", self._peer(), message)
-            self.transport.write(_raw_json_response(status, message))
-            self.transport.close()
-
-        def connection_lost(self, exc: Optional[Exception]) -> None:
-            deadline = getattr(self, "_deadline", None)
-            if deadline is not None:
-                deadline.cancel()
-                self._deadline = None
-            super().connection_lost(exc)
-
-    GuardedProtocol.__name__ = GuardedProtocol.__qualname__ = f"Guarded{base.__name__}"
-    return GuardedProtocol
+# ------------------------------------------------------------------------------------ uvicorn
 
 
 def _raise_open_files_limit(needed: int) -> None:
@@ -685,7 +405,7 @@ def _raise_open_files_limit(needed: int) -> None:
 
 
 def serve(
-    translator: Translator,
+    translator: Union[Translator, Sequence[Translator]],
     *,
     host: str = "127.0.0.1",
     port: int = 8000,

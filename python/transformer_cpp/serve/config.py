@@ -307,6 +307,8 @@ def api_models() -> Dict[str, Any]:
         beam_size: Optional[StrictInt] = Field(None, description="1 = greedy decoding; default: the server's")
         n_best: StrictInt = Field(1, description="hypotheses per text (at most beam_size)")
         return_attention: StrictBool = Field(False, description="include the cross-attention map of each translation")
+        source: Optional[StrictStr] = Field(None, description="source language code; needed with several models")
+        target: Optional[StrictStr] = Field(None, description="target language code; needed with several models")
 
     class Attention(BaseModel):
         layer: str

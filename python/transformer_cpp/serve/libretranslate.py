@@ -7,11 +7,13 @@ unchanged.
   text, from beam search) and ``api_key`` (accepted and ignored: the server has no keys). The body
   is JSON or a form (``application/x-www-form-urlencoded``, what ``libretranslatepy`` sends). The
   answer is ``{"translatedText": ...}``: a string for a string, a list for a list.
-* ``GET /languages``: the model's two languages, the source listing the target.
+* ``GET /languages``: the languages of the models served, each source listing its targets.
+* ``POST /detect`` with ``q``: the languages the text may be in, most likely first.
 
-A model translates one direction only, recorded in its checkpoint: ``source`` must be the model's
-source language (or ``"auto"``, taken as that language: the server does not detect languages, and
-the answer's ``detectedLanguage`` says so with a confidence of 0) and ``target`` its target.
+A model translates one direction only, recorded in its checkpoint; ``source`` and ``target``
+choose the model. ``source: "auto"`` is detected among the sources of the models that translate
+to ``target`` (when there is one such source, it is taken without detection, and the answer's
+``detectedLanguage`` says so with a confidence of 0).
 Requests go through the same limits and the same batcher as the server's own API; refusals are
 LibreTranslate's 400 with ``{"error": ...}`` (plus the server's ``status`` field).
 """
@@ -21,10 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from ..text import language_name
 from .config import ServeConfig, ServeError, check_texts
 
-__all__ = ["FIELDS", "LibreRequest", "is_libre_request", "language_list", "libre_answer", "parse_libre_request"]
+__all__ = ["FIELDS", "LibreRequest", "is_libre_request", "libre_answer", "parse_libre_request"]
 
 #: The fields a LibreTranslate ``/translate`` request may carry.
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key")
@@ -33,13 +34,14 @@ FIELDS = ("q", "source", "target", "format", "alternatives", "api_key")
 @dataclass(frozen=True)
 class LibreRequest:
     """A checked LibreTranslate request: the texts, whether ``q`` was a list, the decoding's beam
-    size and hypotheses per text, and whether ``source`` was ``"auto"``."""
+    size and hypotheses per text, the source language (``None`` for ``"auto"``) and the target."""
 
     texts: List[str]
     as_list: bool
     beam_size: int
     n_best: int
-    auto_source: bool
+    source: Optional[str]  # None: "auto"
+    target: str
 
 
 def is_libre_request(body: Any) -> bool:
@@ -54,19 +56,14 @@ def _code(value: Any, field: str) -> str:
     return value.strip().lower()
 
 
-def parse_libre_request(
-    body: Dict[str, Any], config: ServeConfig, source_lang: Optional[str], target_lang: Optional[str]
-) -> LibreRequest:
-    """Check a LibreTranslate request against the model's languages and the server's limits;
-    :class:`ServeError` 400 says what is wrong and what is allowed."""
+def parse_libre_request(body: Dict[str, Any], config: ServeConfig, pairs: str) -> LibreRequest:
+    """Check a LibreTranslate request against the server's limits (``pairs``: the language pairs
+    served, for the messages); :class:`ServeError` 400 says what is wrong and what is allowed. The
+    pair is the caller's to find."""
     unknown = sorted(k for k in body if k not in FIELDS)
     if unknown:
         raise ServeError(
             400, f"unknown field(s) {', '.join(map(repr, unknown))}; a LibreTranslate request has {', '.join(FIELDS)}"
-        )
-    if source_lang is None or target_lang is None:
-        raise ServeError(
-            400, "this model's checkpoint does not record its languages; use POST /translate with text or texts"
         )
     q = body["q"]
     as_list = isinstance(q, list)
@@ -77,14 +74,8 @@ def parse_libre_request(
         raise ServeError(400, "q is an empty list; give at least one text")
     for field in ("source", "target"):
         if field not in body:
-            raise ServeError(400, f"{field} is missing: this server translates {source_lang} to {target_lang}")
+            raise ServeError(400, f"{field} is missing: this server translates {pairs} (source-target)")
     source, target = _code(body["source"], "source"), _code(body["target"], "target")
-    if source not in ("auto", source_lang) or target != target_lang:
-        raise ServeError(
-            400,
-            f"this server translates {source_lang} to {target_lang} only (source {source_lang!r} or 'auto', "
-            f"target {target_lang!r}); got source {source!r}, target {target!r}",
-        )
     fmt = body.get("format", "text")
     if fmt != "text":
         raise ServeError(400, f"format must be 'text' (HTML is not translated), got {fmt!r}")
@@ -106,29 +97,21 @@ def parse_libre_request(
         as_list=as_list,
         beam_size=max(config.beam_size, n_best),
         n_best=n_best,
-        auto_source=source == "auto",
+        source=None if source == "auto" else source,
+        target=target,
     )
 
 
-def libre_answer(req: LibreRequest, results: List[Dict[str, Any]], source_lang: str) -> Dict[str, Any]:
-    """LibreTranslate's answer for the server's ``results`` (one per text, in order)."""
+def libre_answer(
+    req: LibreRequest, results: List[Dict[str, Any]], detected: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """LibreTranslate's answer for the server's ``results`` (one per text, in order); ``detected``:
+    the language found for ``source: "auto"``."""
     texts = [r["text"] for r in results]
     answer: Dict[str, Any] = {"translatedText": texts if req.as_list else texts[0]}
     if req.n_best > 1:
         alternatives = [[h["text"] for h in r.get("hypotheses", [])[1:]] for r in results]
         answer["alternatives"] = alternatives if req.as_list else alternatives[0]
-    if req.auto_source:
-        detected = {"language": source_lang, "confidence": 0.0}
+    if detected is not None:
         answer["detectedLanguage"] = [detected] * len(texts) if req.as_list else detected
     return answer
-
-
-def language_list(source_lang: Optional[str], target_lang: Optional[str]) -> List[Dict[str, Any]]:
-    """``GET /languages``: each language with its code, English name and the targets it can be
-    translated to (empty when the checkpoint records no languages)."""
-    if source_lang is None or target_lang is None:
-        return []
-    return [
-        {"code": source_lang, "name": language_name(source_lang), "targets": [target_lang]},
-        {"code": target_lang, "name": language_name(target_lang), "targets": []},
-    ]
