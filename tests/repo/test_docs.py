@@ -78,7 +78,40 @@ def test_the_training_page_has_the_option_table_made_from_the_command_line(site)
     missing = [o for o in options if o not in page]
     assert not missing, f"train options missing from the docs' table: {missing}"
     assert "TrainConfig(warmup=" in page and "Transformer(d_model=" in page
-    assert "<!-- train-options -->" not in _read(site / "training" / "index.html")
+    assert "<!-- train-options" not in _read(site / "training" / "index.html")
+
+
+def _docs_tables():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import docs_tables
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    return docs_tables
+
+
+def test_the_training_tables_are_in_the_page_and_current(tmp_path):
+    # the tables are Markdown in the repository (a code host shows them), written from the code
+    docs_tables = _docs_tables()
+    page = _read(DOCS / "training.md")
+    assert docs_tables.fill(page) == page, f"docs/training.md's tables are stale: run `{docs_tables.COMMAND}`"
+    for name, header in (("presets", "| preset | architecture"), ("train-options", "| option | Python |")):
+        table = page.split(f"<!-- {name}: made by", 1)[1].split(f"<!-- /{name} -->", 1)[0]
+        assert header in table and table.count("\n|") > 4, name
+    assert "`--d-model`" in page and "`quick`" in page
+    # a stale copy is found and rewritten
+    stale = tmp_path / "training.md"
+    stale.write_text(page.replace("| `--d-model`", "| `--d-mode`"), encoding="utf-8")
+    assert docs_tables.main(["--check", "--page", str(stale)]) == 1
+    assert docs_tables.main(["--page", str(stale)]) == 0 and _read(stale) == page
+
+
+def test_docs_pages_link_only_files_of_the_repository():
+    # a link must work on a code host too, not only on the built site
+    for path in sorted(DOCS.rglob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", _read(path)):
+            if "://" not in target and not target.startswith("mailto:"):
+                assert (path.parent / target).exists(), f"{path.relative_to(ROOT)} links to a missing file: {target}"
 
 
 def test_architecture_and_changelog_are_pages_of_the_site(site):
