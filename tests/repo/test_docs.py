@@ -399,3 +399,23 @@ def test_the_history_check_finds_what_it_looks_for():
         "source: column 1, English (en); target: column 2, Spanish (es)",
     ):
         assert not any(re.search(p, fine, re.I) for p in _HISTORY), fine
+
+
+def test_the_readme_names_every_command_notebook_and_extra():
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    from transformer_cpp.cli import build_parser
+
+    readme = _read(ROOT / "README.md")
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = [c for c in commands if f"`{c}`" not in readme and f"transformer-cpp {c}" not in readme]
+    assert not missing, f"commands of transformer-cpp --help missing from README.md: {missing}"
+    notebooks = [nb.name for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    assert len(notebooks) >= 4 and not [n for n in notebooks if n not in readme]
+    extras = tomllib.loads(_read(ROOT / "pyproject.toml"))["project"]["optional-dependencies"]
+    table = readme.split("| extra | adds |", 1)[1].split("\n\n", 1)[0]
+    assert not [e for e in extras if f"| `{e}` |" not in table], "extras missing from README.md's table"
+    first_screen = readme.split("## Highlights", 1)[0]
+    assert ".ci/" not in first_screen and "WebEngine" not in first_screen and "CI" not in first_screen
