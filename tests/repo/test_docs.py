@@ -78,7 +78,7 @@ def test_the_training_page_has_the_option_table_made_from_the_command_line(site)
     missing = [o for o in options if o not in page]
     assert not missing, f"train options missing from the docs' table: {missing}"
     assert "TrainConfig(warmup=" in page and "Transformer(d_model=" in page
-    assert "<!-- train-options" not in _read(site / "training" / "index.html")
+    assert "<!-- train-options -->" not in _read(site / "training" / "index.html")
 
 
 def _docs_tables():
