@@ -121,8 +121,8 @@ def test_quick_decoding_and_memory(quick_results):
 @pytest.mark.slow  # the quick_results fixture runs the quick benchmark
 def test_quick_table_shows_figures_and_ratios_to_the_peers(quick_results):
     r, stderr = quick_results
-    header = next(line for line in stderr.splitlines() if line.split()[:1] == ["transformer-cpp"])
-    assert header.split() == ["transformer-cpp", "PyTorch", "CTranslate2", "ratio"]
+    # the columns: the figures of each implementation and their ratio, nothing else
+    assert ["transformer-cpp", "PyTorch", "CTranslate2", "ratio"] in [line.split() for line in stderr.splitlines()]
     assert "targets" not in r
     if HAVE_TORCH:
         # the training ratio is the measured one, printed in the training row
