@@ -266,7 +266,7 @@ class Transformer:
 
         ``compute_type`` is the matrix products' precision (the model's weights are not changed):
         ``"float32"``; ``"int8"`` (weights quantised per output feature, activations per row,
-        AVX512_VNNI integer dot products, float32 everywhere else); ``"bf16"`` (weights and
+        integer dot products on AVX2 + FMA or ARM sdot, float32 everywhere else); ``"bf16"`` (weights and
         activations rounded to bfloat16, float32 sums, AVX512_BF16). The low-precision copy of the
         weights is made at the first call and kept like the float32 panels. ``ValueError`` names
         what is missing on a CPU without the instructions, and refuses them for float64 models.

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from transformer_cpp import build_info
 from transformer_cpp.cli import build_parser
 
 from helpers.cli import SMALL, run_cli, train_args
@@ -207,6 +208,15 @@ def test_user_errors_print_one_line(trained_run, tmp_path):
 def test_version_figures_and_help():
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.startswith("transformer-cpp ")
+    # the instruction-set level and the kernel of each product, as docs/install.md says
+    info = build_info()
+    facts = dict(line.split(None, 1) for line in result.stdout.splitlines()[1:])
+    assert facts["isa"].split()[0] == info["isa"]
+    assert facts["kernels"] == ", ".join(f"{k} {v}" for k, v in sorted(info["kernels"].items()))
+    precision = " ".join(run_cli("train", "--help").stdout.split("--precision {", 2)[2].split())
+    # one sentence each: what bf16 does, what decoding uses, what auto does
+    assert "either way" not in precision and "compute type" in precision
+    assert "AVX512_BF16). Decoding" in precision and "int8 or bf16). With auto" in precision
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # the registered subcommands
     assert {"figures", "train", "translate", "evaluate"} <= set(commands)

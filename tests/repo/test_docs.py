@@ -81,6 +81,39 @@ def test_the_training_page_has_the_option_table_made_from_the_command_line(site)
     assert "<!-- train-options -->" not in _read(site / "training" / "index.html")
 
 
+def _docs_tables():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import docs_tables
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    return docs_tables
+
+
+def test_the_training_tables_are_in_the_page_and_current(tmp_path):
+    # the tables are Markdown in the repository (a code host shows them), written from the code
+    docs_tables = _docs_tables()
+    page = _read(DOCS / "training.md")
+    assert docs_tables.fill(page) == page, f"docs/training.md's tables are stale: run `{docs_tables.COMMAND}`"
+    for name, header in (("presets", "| preset | architecture"), ("train-options", "| option | Python |")):
+        table = page.split(f"<!-- {name}: made by", 1)[1].split(f"<!-- /{name} -->", 1)[0]
+        assert header in table and table.count("\n|") > 4, name
+    assert "`--d-model`" in page and "`quick`" in page
+    # a stale copy is found and rewritten
+    stale = tmp_path / "training.md"
+    stale.write_text(page.replace("| `--d-model`", "| `--d-mode`"), encoding="utf-8")
+    assert docs_tables.main(["--check", "--page", str(stale)]) == 1
+    assert docs_tables.main(["--page", str(stale)]) == 0 and _read(stale) == page
+
+
+def test_docs_pages_link_only_files_of_the_repository():
+    # a link must work on a code host too, not only on the built site
+    for path in sorted(DOCS.rglob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", _read(path)):
+            if "://" not in target and not target.startswith("mailto:"):
+                assert (path.parent / target).exists(), f"{path.relative_to(ROOT)} links to a missing file: {target}"
+
+
 def test_architecture_and_changelog_are_pages_of_the_site(site):
     assert "code map" in _read(site / "architecture" / "index.html")
     changelog = _read(site / "changelog" / "index.html")
@@ -366,3 +399,23 @@ def test_the_history_check_finds_what_it_looks_for():
         "source: column 1, English (en); target: column 2, Spanish (es)",
     ):
         assert not any(re.search(p, fine, re.I) for p in _HISTORY), fine
+
+
+def test_the_readme_names_every_command_notebook_and_extra():
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    from transformer_cpp.cli import build_parser
+
+    readme = _read(ROOT / "README.md")
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = [c for c in commands if f"`{c}`" not in readme and f"transformer-cpp {c}" not in readme]
+    assert not missing, f"commands of transformer-cpp --help missing from README.md: {missing}"
+    notebooks = [nb.name for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    assert len(notebooks) >= 4 and not [n for n in notebooks if n not in readme]
+    extras = tomllib.loads(_read(ROOT / "pyproject.toml"))["project"]["optional-dependencies"]
+    table = readme.split("| extra | adds |", 1)[1].split("\n\n", 1)[0]
+    assert not [e for e in extras if f"| `{e}` |" not in table], "extras missing from README.md's table"
+    first_screen = readme.split("## Highlights", 1)[0]
+    assert ".ci/" not in first_screen and "WebEngine" not in first_screen and "CI" not in first_screen

@@ -53,7 +53,8 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
                                "layer), forward and backward: float32, or bf16 mixed precision (bfloat16 inputs "
                                "summed in float32 by AVX512_BF16 instructions; weights, gradients, optimiser, "
                                "normalisation, softmax and loss stay float32; needs a float32 model on a CPU with "
-                               "AVX512_BF16). Decoding runs in float32 either way"),
+                               "AVX512_BF16). Decoding has a precision of its own (the compute type: float32, int8 "
+                               "or bf16)"),
       },
       "TransformerConfig");
   return table;

@@ -1,4 +1,4 @@
-"""``transformer-cpp bench``: our C++ core against PyTorch (and CTranslate2) in one run.
+"""``transformer-cpp bench``: the C++ core against PyTorch (and CTranslate2) in one run.
 
 Everything runs in this process with one thread count for every library (default: all cores the
 process may use), except the peak-memory measurement, which needs a fresh process per
@@ -44,14 +44,13 @@ concern:
    ``python -m transformer_cpp.bench.mpi`` runs it alone.
 
 Thread control (:mod:`.machine`): ``--threads N`` sets every library to ``N`` threads
-(:func:`.machine.set_all_threads`). The targets and the table are in :mod:`.report`; the settings
+(:func:`.machine.set_all_threads`). The table is made in :mod:`.report`; the settings
 (:class:`BenchSettings`) and :func:`run_bench` in :mod:`.run`, the command line in
 :mod:`transformer_cpp.cli.bench`.
 
 Use it as ``transformer-cpp bench`` or ``python -m transformer_cpp.bench`` (``--quick`` for tiny
-shapes, ``--json [PATH]`` for machine-readable results). Nothing here asserts timings; each ratio
-is printed beside the one the package is built to reach on a CPU with AVX-512 (the "target"
-column) and whether this run reached it. Importing this package
+shapes, ``--json [PATH]`` for machine-readable results). Nothing here asserts timings; the table
+gives each figure of this package beside PyTorch's and CTranslate2's and their ratio. Importing this package
 imports neither PyTorch nor CTranslate2: they are loaded when a section needs them.
 """
 
@@ -64,7 +63,7 @@ from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import available_cores, set_all_threads
 from .memory import measure_memory
 from .peers import CTranslate2Greedy, TorchTrainer, check_ctranslate2_exact, convert_to_ctranslate2, trim_outputs
-from .report import JSON_SCHEMA_VERSION, evaluate_targets, format_report
+from .report import JSON_SCHEMA_VERSION, format_report
 from .serving import bench_serving
 from .shapes import (
     END_ID,
@@ -103,7 +102,6 @@ __all__ = [
     "build_ours",
     "check_ctranslate2_exact",
     "convert_to_ctranslate2",
-    "evaluate_targets",
     "forward_matmul_flops",
     "format_report",
     "gemm_peak",

@@ -1,6 +1,6 @@
-"""The benchmark's targets and report: the target the project sets for each figure, whether it is met,
-and the human-readable table (:func:`format_report`) of the results dictionary that
-``transformer-cpp bench --json`` writes.
+"""The benchmark's report: the human-readable table (:func:`format_report`) of the results
+dictionary that ``transformer-cpp bench --json`` writes, with each measured figure and its ratio
+to the same figure of PyTorch or CTranslate2.
 """
 
 from __future__ import annotations
@@ -10,156 +10,19 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .serving import SERVING_CLIENTS
+__all__ = ["JSON_SCHEMA_VERSION", "format_report", "jsonable"]
 
-__all__ = ["JSON_SCHEMA_VERSION", "evaluate_targets", "format_report", "jsonable"]
+#: Version 2: the results no longer carry a "targets" list; the ratios are in their sections.
+JSON_SCHEMA_VERSION = 2
 
-JSON_SCHEMA_VERSION = 1
-
-# The ratios the package is built to reach against its peers on a CPU with AVX-512, each reported with the
-# value this run measured.
-TARGET_TRAIN_RATIO = 1.5  # training tokens/s, ours / PyTorch
-TARGET_TRAIN_PEAK = 0.60  # achieved model GFLOP/s / GEMM peak
-TARGET_DECODE_VS_TORCH = 5.0  # greedy sentences/s at batch 32, ours / PyTorch tutorial loop
-TARGET_DECODE_VS_CT2 = 1.0  # greedy sentences/s at batch 32, ours / CTranslate2 float32
-TARGET_TRAIN_VS_TORCH_BF16 = 1.5  # training tokens/s, best precision of ours / PyTorch bf16 autocast
-TARGET_DECODE_VS_CT2_INT8 = {"32": 1.5, "1": 2.0}  # greedy sentences/s, best of ours / CTranslate2 int8
-TARGET_MEMORY_RATIO = 1.0  # training peak memory (delta over imports), ours / PyTorch, at most
-TARGET_SCALING_PER_THREAD = 0.9  # speed-up from 1 to N threads >= 0.9 N (the target: 2 threads >= 1.8x)
-TARGET_BUSY_RATIO = 1.0  # busy machine: all threads (governed) at least as fast as 1 thread
-TARGET_SERVING_RATIO = 3.0  # requests/s with batching (--max-batch 32) / one at a time (--max-batch 1)
+#: What the table calls this package's column and rows.
+US = "transformer-cpp"
 
 
-def evaluate_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The target ratios with the measured value and whether each is met (None: not measured)."""
-    targets: List[Dict[str, Any]] = []
-
-    def add(key: str, name: str, value: Optional[float], target: float, at_most: bool = False, unit: str = "x") -> None:
-        met = None if value is None else (value <= target if at_most else value >= target)
-        targets.append(
-            {
-                "key": key,
-                "name": name,
-                "value": value,
-                "target": target,
-                "comparison": "<=" if at_most else ">=",
-                "unit": unit,
-                "met": met,
-            }
-        )
-
-    tr = results.get("training") or {}
-    add("train_vs_torch", "training tokens/s, ours / PyTorch", tr.get("ratio"), TARGET_TRAIN_RATIO)
-    add(
-        "train_peak_fraction",
-        "training model GFLOP/s / GEMM peak",
-        (tr.get("ours") or {}).get("peak_fraction"),
-        TARGET_TRAIN_PEAK,
-        unit="%",
-    )
-    dec = (results.get("decoding") or {}).get("batches", {})
-    big = str(max((int(k) for k in dec), default=0))
-    d = dec.get(big, {})
-    add("decode_vs_torch", f"greedy batch {big}, ours / PyTorch loop", d.get("ratio_vs_torch"), TARGET_DECODE_VS_TORCH)
-    add(
-        "decode_vs_ctranslate2",
-        f"greedy batch {big}, ours / CTranslate2",
-        d.get("ratio_vs_ctranslate2"),
-        TARGET_DECODE_VS_CT2,
-    )
-    mem = results.get("memory") or {}
-    add(
-        "memory_vs_torch",
-        "training peak memory (delta), ours / PyTorch",
-        mem.get("ratio_delta"),
-        TARGET_MEMORY_RATIO,
-        at_most=True,
-    )
-    if mem.get("ours_bf16"):
-        add(
-            "memory_bf16_vs_float32",
-            "training peak memory (delta), ours bf16 / ours float32",
-            mem.get("ratio_bf16_delta"),
-            TARGET_MEMORY_RATIO,
-            at_most=True,
-        )
-    targets += _low_precision_targets(results)
-    sc = results.get("scaling") or {}
-    n = int(sc.get("threads", results.get("threads", 1)))
-    if n > 1:
-        add(
-            "thread_scaling",
-            f"training speed-up 1 -> {n} threads (ours)",
-            (sc.get("ours") or {}).get("speedup"),
-            round(TARGET_SCALING_PER_THREAD * n, 3),
-        )
-    bm = results.get("busy_machine") or {}
-    for kind in ("training", "decoding"):
-        if bm.get(kind):
-            add(
-                f"busy_{kind}",
-                f"busy machine (one core hogged), {kind}: {bm['threads']} threads (governed) / 1 thread",
-                bm[kind]["governed_vs_1"],
-                TARGET_BUSY_RATIO,
-            )
-    sv = results.get("serving") or {}
-    if sv:
-        add(
-            "serving_batching",
-            f"serving requests/s at {sv.get('clients', SERVING_CLIENTS)} clients, batching / one at a time",
-            sv.get("ratio"),
-            TARGET_SERVING_RATIO,
-        )
-    return targets
-
-
-def _low_precision_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The low-precision target ratios: training (best precision of ours) against PyTorch bf16
-    autocast, greedy decoding (best compute type of ours) against CTranslate2 int8 at each batch."""
-    out: List[Dict[str, Any]] = []
-
-    def add(key: str, name: str, value: Optional[float], target: float) -> None:
-        out.append(
-            {
-                "key": key,
-                "name": name,
-                "value": value,
-                "target": target,
-                "comparison": ">=",
-                "unit": "x",
-                "met": None if value is None else value >= target,
-            }
-        )
-
-    tr = results.get("training") or {}
-    if "torch_bf16" in tr:
-        add(
-            "train_vs_torch_bf16",
-            "training tokens/s, best of ours / PyTorch bf16 autocast",
-            tr.get("best_ours_vs_torch_bf16"),
-            TARGET_TRAIN_VS_TORCH_BF16,
-        )
-    for bs, entry in ((results.get("decoding") or {}).get("batches") or {}).items():
-        if bs in TARGET_DECODE_VS_CT2_INT8 and "ctranslate2_int8" in entry:
-            add(
-                f"decode_vs_ctranslate2_int8_b{bs}",
-                f"greedy batch {bs}, best of ours / CTranslate2 int8",
-                entry.get("best_ours_vs_ctranslate2_int8"),
-                TARGET_DECODE_VS_CT2_INT8[bs],
-            )
-    return out
-
-
-def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, Any]]) -> List[str]:
-    """The low-precision peers' lines of the report: training in float32 and bf16 (ours, PyTorch),
-    the bf16 GEMM peak, greedy decoding in float32 / int8 / bf16 against CTranslate2."""
+def _format_low_precision(results: Dict[str, Any]) -> List[str]:
+    """The low-precision peers' lines of the report: training in float32 and bf16 (this package,
+    PyTorch), the bf16 GEMM peak, greedy decoding in float32 / int8 / bf16 against CTranslate2."""
     lines: List[str] = []
-
-    def met(key: str) -> str:
-        t = targets.get(key)
-        if not t:
-            return ""
-        return f"   target {t['comparison']} {_fmt(t['target'], t['unit'])}: {({True: 'yes', False: 'NO', None: 'n/a'})[t['met']]}"
 
     g = results.get("gemm_bf16") or {}
     tr = results.get("training") or {}
@@ -168,7 +31,7 @@ def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, 
     if g:
         parts = [
             f"{label} {g[k]:.0f}"
-            for label, k in (("PyTorch bf16 matmul", "torch_gflops"), ("ours AVX512_BF16", "ours_gflops"))
+            for label, k in (("PyTorch bf16 matmul", "torch_gflops"), (f"{US} AVX512_BF16", "ours_gflops"))
             if g.get(k)
         ]
         lines.append(f"   bf16 GEMM peak {g['n']}^2 (GFLOP/s): {_fmt(g.get('gflops'))}  ({', '.join(parts) or 'none'})")
@@ -176,7 +39,7 @@ def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, 
         lines.append(
             f"   {'training, target tokens/s':42}{'float32':>12}{'bf16':>12}{'GFLOP/s':>10}{'% bf16 peak':>13}"
         )
-        for who, f32, b16 in (("ours", "ours", "ours_bf16"), ("PyTorch (bf16 = autocast)", "torch", "torch_bf16")):
+        for who, f32, b16 in ((US, "ours", "ours_bf16"), ("PyTorch (bf16 = autocast)", "torch", "torch_bf16")):
             a, b = tr.get(f32) or {}, tr.get(b16) or {}
             lines.append(
                 f"   {'  ' + who:42}{_fmt(a.get('tokens_per_s')):>12}{_fmt(b.get('tokens_per_s')):>12}"
@@ -184,8 +47,8 @@ def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, 
             )
         if tr.get("best_ours"):
             lines.append(
-                f"     best of ours ({tr['best_ours']}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
-                f"/ PyTorch bf16 autocast {_fmt(tr.get('best_ours_vs_torch_bf16'), 'x')}" + met("train_vs_torch_bf16")
+                f"     {US} at its best ({tr['best_ours']}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
+                f"/ PyTorch bf16 autocast {_fmt(tr.get('best_ours_vs_torch_bf16'), 'x')}"
             )
     for note in tr.get("low_precision_notes") or []:
         lines.append(f"   note: {note}")
@@ -198,13 +61,15 @@ def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, 
     ]
     if any(n.endswith(("int8", "bf16")) for n in names):
         labels = {
-            "ours": "ours f32",
-            "ours_int8": "ours int8",
-            "ours_bf16": "ours bf16",
+            "ours": "f32",
+            "ours_int8": "int8",
+            "ours_bf16": "bf16",
             "ctranslate2": "CT2 f32",
             "ctranslate2_int8": "CT2 int8",
         }
-        lines.append("   greedy decoding, sentences/s" + " " * 12 + "".join(f"{labels[n]:>11}" for n in names))
+        lines.append(
+            f"   greedy decoding, sentences/s ({US}; CT2)" + " " * 12 + "".join(f"{labels[n]:>11}" for n in names)
+        )
         for bs in sorted(batches, key=int):
             e = batches[bs]
             lines.append(
@@ -213,9 +78,9 @@ def _format_low_precision(results: Dict[str, Any], targets: Dict[str, Dict[str, 
             )
             if "ctranslate2_int8" in e:
                 lines.append(
-                    f"     best of ours ({e['best_ours']}) / CTranslate2 int8 "
+                    f"     {US} at its best ({e['best_ours']}) / CTranslate2 int8 "
                     f"{_fmt(e.get('best_ours_vs_ctranslate2_int8'), 'x')}, / CTranslate2 float32 "
-                    f"{_fmt(e.get('best_ours_vs_ctranslate2'), 'x')}" + met(f"decode_vs_ctranslate2_int8_b{bs}")
+                    f"{_fmt(e.get('best_ours_vs_ctranslate2'), 'x')}"
                 )
             lengths = ", ".join(f"{labels[n]} {e[n]['mean_output_tokens']:.1f}" for n in names if n in e)
             lines.append(f"     mean output tokens: {lengths}")
@@ -258,19 +123,11 @@ def format_report(results: Dict[str, Any]) -> str:
         )
     for note in results.get("notes", []):
         lines.append(f"note: {note}")
-    targets = {t["key"]: t for t in results.get("targets", [])}
-    header = f"{'':44}{'ours':>12}{'PyTorch':>12}{'CTranslate2':>13}{'ratio':>9}   target     met"
+    header = f"{'':44}{US:>16}{'PyTorch':>12}{'CTranslate2':>13}{'ratio':>9}"
     lines += ["", header, "-" * len(header)]
 
-    def row(
-        label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str = "", key: Optional[str] = None
-    ) -> None:
-        tgt = met = ""
-        if key and key in targets:
-            t = targets[key]
-            tgt = f"{t['comparison']} {_fmt(t['target'], t['unit'])}"
-            met = {True: "yes", False: "NO", None: "n/a"}[t["met"]]
-        lines.append(f"{label:44}{ours:>12}{torch:>12}{ct2:>13}{ratio:>9}   {tgt:<10} {met}")
+    def row(label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str = "") -> None:
+        lines.append(f"{label:44}{ours:>16}{torch:>12}{ct2:>13}{ratio:>9}")
 
     g = results.get("gemm")
     if g:
@@ -290,7 +147,6 @@ def format_report(results: Dict[str, Any]) -> str:
             _fmt(t.get("tokens_per_s")),
             "",
             _fmt(tr.get("ratio"), "x"),
-            "train_vs_torch",
         )
         row("   model GFLOP/s (matmuls, fwd+bwd = 3x fwd)", _fmt(o["gflops"]), _fmt(t.get("gflops")))
         row(
@@ -299,7 +155,6 @@ def format_report(results: Dict[str, Any]) -> str:
             _fmt(t.get("peak_fraction"), "%"),
             "",
             "",
-            "train_peak_fraction",
         )
         if o.get("useful_gflops") is not None:
             row("   useful GFLOP/s (real tokens)", _fmt(o["useful_gflops"]))
@@ -324,20 +179,17 @@ def format_report(results: Dict[str, Any]) -> str:
         keys = sorted(dec["batches"], key=int)
         for k in keys:
             e = dec["batches"][k]
-            last = k == keys[-1]
             row(
                 f"   batch {k}",
                 _fmt(e["ours"]["sentences_per_s"]),
                 _fmt((e.get("torch") or {}).get("sentences_per_s")),
                 _fmt((e.get("ctranslate2") or {}).get("sentences_per_s")),
                 _fmt(e.get("ratio_vs_torch"), "x"),
-                "decode_vs_torch" if last else None,
             )
             if "ratio_vs_ctranslate2" in e:
                 row(
-                    "     ours / CTranslate2",
+                    f"     {US} / CTranslate2",
                     ratio=_fmt(e["ratio_vs_ctranslate2"], "x"),
-                    key="decode_vs_ctranslate2" if last else None,
                 )
         if dec["ctranslate2"].get("reason"):
             lines.append(f"   CTranslate2: {dec['ctranslate2']['reason']}")
@@ -347,10 +199,10 @@ def format_report(results: Dict[str, Any]) -> str:
                 if n in dec["batches"][k]:
                     agree.append(f"{n} b{k} {dec['batches'][k][n]['identical_to_ours']}")
         if agree:
-            lines.append("   outputs identical to ours: " + ", ".join(agree))
+            lines.append(f"   outputs identical to {US}'s: " + ", ".join(agree))
         first = dec["batches"][keys[0]]["ours"]
         lines.append(
-            f"   ours: {first['method']}; mean output length {first['mean_output_tokens']:.1f} tokens "
+            f"   {US}: {first['method']}; mean output length {first['mean_output_tokens']:.1f} tokens "
             "(a random model rarely emits the end token: near worst-case lengths)"
         )
     mem = results.get("memory")
@@ -369,20 +221,18 @@ def format_report(results: Dict[str, Any]) -> str:
                 _fmt(t.get("delta_mb")),
                 "",
                 _fmt(mem.get("ratio_delta"), "x"),
-                "memory_vs_torch",
             )
             row("   raw peak RSS (MB)", _fmt(o.get("raw_mb")), _fmt(t.get("raw_mb")))
             b = mem.get("ours_bf16") or {}
             if "error" in b:
-                lines.append(f"   ours bf16: error: {b['error']}")
+                lines.append(f"   {US} bf16: error: {b['error']}")
             elif b:
                 row(
-                    "   ours bf16: delta (MB), / ours float32",
+                    "   bf16: delta (MB), / float32",
                     _fmt(b.get("delta_mb")),
                     "",
                     "",
                     _fmt(mem.get("ratio_bf16_delta"), "x"),
-                    "memory_bf16_vs_float32",
                 )
     sc = results.get("scaling")
     if sc:
@@ -391,7 +241,7 @@ def format_report(results: Dict[str, Any]) -> str:
         o, t = sc["ours"], sc.get("torch") or {}
         row("   1 thread", _fmt(o["tokens_per_s_1"]), _fmt(t.get("tokens_per_s_1")))
         row(f"   {n} threads", _fmt(o["tokens_per_s_n"]), _fmt(t.get("tokens_per_s_n")))
-        row("   speed-up", _fmt(o["speedup"], "x"), _fmt(t.get("speedup"), "x"), "", "", "thread_scaling")
+        row("   speed-up", _fmt(o["speedup"], "x"), _fmt(t.get("speedup"), "x"))
         g = sc.get("gemm") or {}
         if g:
             row(
@@ -420,7 +270,7 @@ def format_report(results: Dict[str, Any]) -> str:
                 f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
                 f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})"
             )
-    lines += _format_low_precision(results, targets)
+    lines += _format_low_precision(results)
     sv = results.get("serving")
     if sv:
         if "skipped" in sv:
@@ -446,7 +296,7 @@ def format_report(results: Dict[str, Any]) -> str:
                     f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
                     f"{e['mean_batch']:.1f} sentences per decode call"
                 )
-            row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x"), key="serving_batching")
+            row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x"))
     if results.get("mpi_scaling"):
         from .mpi import format_mpi_scaling  # imported when needed: `python -m transformer_cpp.bench.mpi` runs it
 

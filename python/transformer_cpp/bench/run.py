@@ -21,7 +21,7 @@ from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import ISA_LEVELS, available_cores, isa_environment, log, machine_facts, set_all_threads
 from .memory import MEMORY_CHILDREN, child_memory, measure_memory
 from .peers import import_ctranslate2_or_reason, import_torch
-from .report import JSON_SCHEMA_VERSION, evaluate_targets, format_report, jsonable
+from .report import JSON_SCHEMA_VERSION, format_report, jsonable
 from .serving import bench_serving
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, BenchShapes
 from .training import bench_scaling, bench_training
@@ -32,8 +32,7 @@ __all__ = ["BENCH_DESCRIPTION", "BenchSettings", "run_bench"]
 BENCH_DESCRIPTION = (
     "Benchmark the C++ core against PyTorch (and CTranslate2) in one run: machine GEMM peak, "
     "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
-    "with and without request batching; each ratio is shown beside the one the package is built to "
-    "reach on a CPU with AVX-512 (the 'target' column)."
+    "with and without request batching; each figure beside PyTorch's and CTranslate2's, with their ratio."
 )
 _FLAG = Limit.flag()
 _COUNT = 2**63 - 1
@@ -237,7 +236,6 @@ def run_bench(args: Any) -> int:
         results["machine"].get("load_average_start", 0) > 0.5 * cores
         or results["machine"].get("load_average_end", 0) > threads + 0.5 * cores
     )
-    results["targets"] = evaluate_targets(results)
     results = jsonable(results)
 
     table = format_report(results)

@@ -95,6 +95,14 @@ def version_text() -> str:
     for key in ("compiler", "build_type", "flags", "openmp", "eigen_version", "simd", "hardware_threads"):
         if key in info:
             lines.append(f"  {key:<16} {info[key]}")
+    # the instruction-set level the kernels run at (TRANSFORMER_CPP_ISA may hold it below the CPU's)
+    if "isa" in info:
+        cpu = info.get("isa_cpu")
+        held = f" (this CPU: {cpu})" if cpu and cpu != info["isa"] else ""
+        lines.append(f"  {'isa':<16} {info['isa']}{held}")
+    kernels = info.get("kernels")
+    if isinstance(kernels, dict) and kernels:
+        lines.append(f"  {'kernels':<16} " + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items())))
     return "\n".join(lines)
 
 

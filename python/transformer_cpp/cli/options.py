@@ -127,7 +127,7 @@ def add_option(group: Any, s: Setting, owner: str, default: Any, extra: Optional
     if extra:
         convert, described = or_value(convert, extra[0], name, described)
         choices.append(extra[0])
-        text += " " + extra[1].replace("%", "%%")
+        text = text.rstrip(".") + ". " + extra[1].replace("%", "%%")  # a sentence of its own
     how: Dict[str, Any] = {"nargs": "?", "const": s.const} if s.const is not None else {}
     group.add_argument(
         *s.option,

@@ -230,8 +230,8 @@ def add_train_parser(sub: Any) -> None:
         extra={
             "precision": (
                 AUTO_PRECISION,
-                "auto (the quick and standard presets' default): a few training steps of the model in "
-                "each precision when the run starts, bf16 kept if it is at least 1.10x faster",
+                "With auto (the quick and standard presets' default), a few training steps of the model are "
+                "timed in each precision when the run starts, and bf16 is kept if it is at least 1.10x faster.",
             )
         },
     )

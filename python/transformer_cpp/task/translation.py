@@ -416,13 +416,13 @@ def build_tokenizers(split: Split, record: DataRecord, report: Report = say) -> 
         tgt = [t for i, t in enumerate(tgt) if i not in long]
     if record.joint_vocab:
         tok = SubwordTokenizer.build_from_corpus(list(src) + list(tgt), vocab)
-        report(f"joint subword vocabulary: {tok.vocab_size:,} tokens (target {vocab:,})")
+        report(f"joint subword vocabulary: {tok.vocab_size:,} tokens (asked for {vocab:,})")
         return tok, tok
     src_tok = SubwordTokenizer.build_from_corpus(src, vocab)
     tgt_tok = SubwordTokenizer.build_from_corpus(tgt, vocab)
     report(
         f"subword vocabularies: {record.src_lang} {src_tok.vocab_size:,} tokens, "
-        f"{record.tgt_lang} {tgt_tok.vocab_size:,} tokens (target {vocab:,})"
+        f"{record.tgt_lang} {tgt_tok.vocab_size:,} tokens (asked for {vocab:,})"
     )
     return src_tok, tgt_tok
 

@@ -90,7 +90,7 @@ class DecodeOptions:
         limit=Limit.one_of(list(COMPUTE_TYPES)),
         check=lambda owner, name, value: check_compute_type(owner, value),  # and the CPU must have it
         help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
-        "activations, AVX512_VNNI) or bf16 (AVX512_BF16); the model file is not changed",
+        "activations; AVX2 + FMA or ARM sdot) or bf16 (AVX512_BF16); the model file is not changed",
         option="--compute-type",
     )
 

@@ -227,7 +227,7 @@ class Translator:
             :class:`LongInputWarning`), or ``None``.
         compute_type: the precision of the decoder's matrix products (the model is not changed):
             ``"float32"`` (default), ``"int8"`` (int8 weights per output feature and activations
-            per row, AVX512_VNNI) or ``"bf16"`` (AVX512_BF16). Checked when set: a name outside
+            per row; AVX2 + FMA or ARM sdot) or ``"bf16"`` (AVX512_BF16). Checked when set: a name outside
             these, or one this CPU cannot run, is a ``ValueError`` saying what is missing.
 
     Options (here and in :meth:`translate` / :meth:`translate_batch`) are checked against
