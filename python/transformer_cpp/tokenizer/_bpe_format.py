@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _HFTokenizer
