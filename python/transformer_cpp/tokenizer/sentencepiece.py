@@ -167,7 +167,8 @@ class SentencePieceTokenizer:
                 raise ValueError(f"SentencePieceTokenizer.decode: token id {v} is out of range [0, {len(self._vocab)})")
         special = self.special_ids
         names = {self._pieces[i] for i in special}
-        out, pending = "", []
+        out = ""
+        pending: List[str] = []
         for v in values:
             if skip_special_tokens and v in special:
                 continue
