@@ -121,3 +121,18 @@ def test_damaged_documents_are_one_line_errors(marian_dir):
         with pytest.raises(ValueError, match="not a SentencePieceTokenizer") as err:
             SentencePieceTokenizer.from_str(json.dumps(dict(doc, **change)))
         assert "\n" not in str(err.value)
+
+
+def test_checkpoint_save_and_load_with_sentencepiece_tokenizers(marian_dir, tmp_path):
+    from transformer_cpp.checkpoint import load_checkpoint, save_checkpoint
+
+    import transformer_cpp as tc
+
+    path, _ = marian_dir
+    src = SentencePieceTokenizer.from_marian_dir(path, "source")
+    tgt = SentencePieceTokenizer.from_marian_dir(path, "target")
+    model = tc.Transformer(src.vocab_size, tgt.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_length=8)
+    out = save_checkpoint(tmp_path / "run", model, src, tgt)
+    ckpt = load_checkpoint(out, optimizer=False)
+    assert ckpt.src_tokenizer == src and ckpt.tgt_tokenizer == tgt
+    assert ckpt.tgt_tokenizer.encode("el niño") == tgt.encode("el niño")
