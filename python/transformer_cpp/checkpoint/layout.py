@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .._checks import integer as _integer, path as _path
 from ..model import Transformer
-from ..tokenizer import SubwordTokenizer
+from ..tokenizer import Tokenizer
 
 FORMAT_NAME = "transformer_cpp.checkpoint"
 FORMAT_VERSION = 1
@@ -80,8 +80,8 @@ class Checkpoint:
 
     path: Path
     model: Transformer
-    src_tokenizer: SubwordTokenizer
-    tgt_tokenizer: SubwordTokenizer
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
     trainer_state: Optional[Dict[str, Any]] = None
     train_config: Optional[Dict[str, Any]] = None
     data: Optional[Dict[str, Any]] = None

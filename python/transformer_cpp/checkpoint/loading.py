@@ -14,7 +14,7 @@ from .. import kernels
 from .._checks import flag as _flag, integer as _integer
 from .._runtime import memory_limit_bytes
 from ..model import Transformer
-from ..tokenizer import MAX_FILE_BYTES as _MAX_TOKENIZER_BYTES, SubwordTokenizer
+from ..tokenizer import MAX_FILE_BYTES as _MAX_TOKENIZER_BYTES, Tokenizer, tokenizer_from_str
 from .files import sha256
 from .layout import (
     AVERAGED_NAME,
@@ -163,12 +163,12 @@ def load_tensors_into(ckpt: Path, fname: str, files: Mapping[str, Any], targets:
     _assign(ckpt, fname, targets, _load_tensors(ckpt, fname, files, targets))
 
 
-def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> SubwordTokenizer:
+def _load_tokenizer(ckpt: Path, fname: str, files: Mapping[str, Any]) -> Tokenizer:
     data = _read_file(ckpt, fname, files, _MAX_TOKENIZER_BYTES)
     try:
-        return SubwordTokenizer.from_str(data.decode("utf-8"), source=str(ckpt / fname))
+        return tokenizer_from_str(data.decode("utf-8"), source=str(ckpt / fname))
     except (UnicodeDecodeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a SubwordTokenizer ({exc})") from None
+        raise CheckpointError(f"checkpoint '{ckpt}': '{fname}' is not a tokenizer ({exc})") from None
 
 
 def average_checkpoints(

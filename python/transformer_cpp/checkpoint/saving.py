@@ -13,7 +13,7 @@ import numpy as np
 
 from .._checks import flag as _flag, integer as _integer, path as _path
 from ..model import Transformer
-from ..tokenizer import SubwordTokenizer
+from ..tokenizer import SentencePieceTokenizer, SubwordTokenizer, Tokenizer
 from .files import (
     fsync_dir,
     json_bytes,
@@ -82,8 +82,8 @@ def tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
 def save_checkpoint(
     run_dir: PathLike,
     model: Transformer,
-    src_tokenizer: SubwordTokenizer,
-    tgt_tokenizer: SubwordTokenizer,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
     *,
     name: Optional[str] = None,
     trainer_state: Optional[Mapping[str, Any]] = None,
@@ -143,8 +143,10 @@ def save_checkpoint(
         ("src_tokenizer", src_tokenizer, "src_vocab_size"),
         ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
     ):
-        if not isinstance(tok, SubwordTokenizer):
-            raise ValueError(f"save_checkpoint: {label} must be a SubwordTokenizer, got {type(tok).__name__}")
+        if not isinstance(tok, (SubwordTokenizer, SentencePieceTokenizer)):
+            raise ValueError(
+                f"save_checkpoint: {label} must be a SubwordTokenizer or a SentencePieceTokenizer, got {type(tok).__name__}"
+            )
         if tok.vocab_size != cfg[key]:
             raise ValueError(
                 f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}"

@@ -375,6 +375,8 @@ class Translator:
         """
         if not isinstance(sentence, str):
             raise TypeError(f"Translator: expected a sentence (str), got {type(sentence).__name__}")
+        if not getattr(self.src_tokenizer, "expects_cleaned_text", True):  # the model normalises raw text itself
+            return check_text(sentence, "Translator")
         return clean_sentence(sentence, self.src_lang) if self.src_lang else check_text(sentence, "Translator").strip()
 
     def encode(self, sentence: str, *, _stacklevel: int = 2) -> Tuple[str, List[int]]:

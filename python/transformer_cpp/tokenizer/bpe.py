@@ -28,322 +28,37 @@ import contextlib
 import json
 import logging
 import os
-import threading
-import uuid
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union, cast
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union, cast
 
 import numpy as np
 
-from ._checks import ANY as _ANY_INTEGER, flag as _flag, integer as _integer
+from .._checks import ANY as _ANY_INTEGER, flag as _flag, integer as _integer
+from ._bpe_format import (
+    FORMAT_NAME as _FORMAT_NAME,
+    FORMAT_VERSION as _FORMAT_VERSION,
+    KIND as _KIND,
+    MAX_VOCAB_SIZE,
+    SPECIAL_TOKENS,
+    is_library_panic as _is_library_panic,
+    learn_byte_level_bpe as _learn_byte_level_bpe,
+    library_errors as _library_errors,
+    library_failure as _library_failure,
+    parse_document as _parse_document,
+)
+from ._common import (
+    MAX_FILE_BYTES,
+    read_tokenizer_file as _read_tokenizer_file,
+    unicode_error as _unicode_error,
+    write_atomically as _write_atomically,
+)
 
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer as _HFTokenizer
-
-__all__ = ["MAX_VOCAB_SIZE", "SubwordTokenizer", "SPECIAL_TOKENS"]
+__all__ = ["MAX_FILE_BYTES", "MAX_VOCAB_SIZE", "SubwordTokenizer", "SPECIAL_TOKENS"]
 
 logger = logging.getLogger(__name__)
 
-#: Special tokens in id order: padding is id 0, then start, end and unknown.
-SPECIAL_TOKENS = ("<pad>", "<start>", "<end>", "<unk>")
 _PAD, _START, _END, _UNK = SPECIAL_TOKENS
 
-_FORMAT_NAME = "transformer_cpp.SubwordTokenizer"
-_FORMAT_VERSION = 1
-_BYTE_ALPHABET_SIZE = 256
-#: The largest ``target_vocab_size`` accepted (2**20). Subword vocabularies are far smaller; the
-#: bound keeps an absurd size from reaching the tokenizers library, which aborts the process on one.
-MAX_VOCAB_SIZE = 2**20
-#: The largest file :meth:`SubwordTokenizer.load` reads: a vocabulary of MAX_VOCAB_SIZE tokens and
-#: its merges take a few hundred bytes each.
-MAX_FILE_BYTES = 1 << 30
-
 IdSequence = Union[Sequence[int], np.ndarray]
-
-
-def _unicode_error(text: str, what: str) -> Optional[ValueError]:
-    """A ValueError naming the first lone surrogate of ``text`` (what ``surrogateescape`` makes of
-    bytes that are not UTF-8), or None when ``text`` is valid Unicode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return ValueError(
-            f"{what} is not valid Unicode: it holds the lone surrogate {text[exc.start]!r} at position "
-            f"{exc.start} (bytes that were not UTF-8?); decode the input correctly or replace them"
-        )
-    return None
-
-
-def _require_tokenizers() -> Tuple[Type[_HFTokenizer], ModuleType, ModuleType, ModuleType, ModuleType, ModuleType]:
-    """Import the parts of Hugging Face ``tokenizers`` this module needs."""
-    try:
-        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    except ImportError as exc:  # pragma: no cover - tokenizers is a declared dependency
-        raise ImportError("SubwordTokenizer needs the 'tokenizers' package: pip install tokenizers") from exc
-    return Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-
-def _learn_byte_level_bpe(
-    corpus: List[str], target_vocab_size: int, min_frequency: int, lowercase: bool, name: str
-) -> Any:
-    """A byte-level BPE tokenizer (Hugging Face ``tokenizers``) learnt from ``corpus``: NFC (and
-    lower-case) normalisation, the special tokens first, every byte symbol when the size allows."""
-    Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers = _require_tokenizers()
-    n_special = len(SPECIAL_TOKENS)
-    tok = Tokenizer(models.BPE(unk_token=_UNK))
-    norm = [normalizers.NFC()]
-    if lowercase:
-        norm.append(normalizers.Lowercase())
-    tok.normalizer = normalizers.Sequence(norm)
-    if target_vocab_size < n_special + _BYTE_ALPHABET_SIZE:
-        # the byte symbols the corpus uses (after normalisation) must all fit, or its own text
-        # would encode as <unk>
-        used = len(set(tok.normalizer.normalize_str(" ".join(corpus)).encode("utf-8")))
-        if target_vocab_size < n_special + used:
-            raise ValueError(
-                f"{name}: target_vocab_size {target_vocab_size} cannot hold the {n_special} special "
-                f"tokens and the {used} byte symbols this corpus uses; it must be at least "
-                f"{n_special + used} (at least {n_special + _BYTE_ALPHABET_SIZE} to encode any text)"
-            )
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-
-    trainer_args: Dict[str, Any] = dict(
-        vocab_size=target_vocab_size,
-        min_frequency=int(min_frequency),
-        show_progress=False,
-        special_tokens=list(SPECIAL_TOKENS),
-    )
-    if target_vocab_size >= n_special + _BYTE_ALPHABET_SIZE:
-        trainer_args["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
-    else:
-        trainer_args["limit_alphabet"] = target_vocab_size - n_special
-        logger.warning(
-            "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes the corpus does "
-            "not use will encode as %s and not round-trip",
-            name,
-            target_vocab_size,
-            n_special + _BYTE_ALPHABET_SIZE,
-            _UNK,
-        )
-    with _library_errors(name):
-        tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
-    return tok
-
-
-def _is_library_panic(exc: BaseException) -> bool:
-    """Whether ``exc`` is a panic of the ``tokenizers`` library (pyo3's ``PanicException``, which
-    derives from ``BaseException``: ``except Exception`` does not catch it)."""
-    return type(exc).__name__ == "PanicException"
-
-
-@contextlib.contextmanager
-def _library_errors(what: str) -> Iterator[None]:
-    """Turn a failure inside the ``tokenizers`` library, a panic included, into a ``ValueError``
-    that starts with ``what`` (which names the tokenizer and the call); Python's own exits
-    (Ctrl-C, ``SystemExit``) and this module's errors pass through."""
-    try:
-        yield
-    except (TypeError, ValueError):
-        raise
-    except BaseException as exc:  # noqa: B036  (the library's panics are BaseExceptions)
-        if not (isinstance(exc, Exception) or _is_library_panic(exc)):
-            raise
-        raise _library_failure(what, exc) from None
-
-
-def _library_failure(what: str, exc: BaseException) -> ValueError:
-    """The ValueError that stands for ``exc``, a failure of the tokenizers library, in one line."""
-    detail = " ".join(str(exc).split()) or type(exc).__name__
-    return ValueError(f"{what}: the tokenizers library failed: {detail}")
-
-
-class _Unwritten(ValueError):
-    """A part of a saved tokenizer that this module never writes."""
-
-
-def _expect(value: Any, allowed: Any, where: str) -> None:
-    """``value`` must equal ``allowed`` (or be one of a tuple of allowed values)."""
-    options = allowed if isinstance(allowed, tuple) else (allowed,)
-    if not any(value is option if option in (None, True, False) else value == option for option in options):
-        described = " or ".join(json.dumps(o) for o in options)
-        raise _Unwritten(f"{where} is {json.dumps(value)[:80]}, this program writes {described}")
-
-
-def _check_keys(
-    part: Any, where: str, known: Tuple[str, ...], required: Tuple[str, ...] = (), kind: Optional[str] = None
-) -> Dict[str, Any]:
-    """``part`` as a JSON object of type ``kind`` (its ``"type"`` field, checked first) with only
-    ``known`` keys and every ``required`` one."""
-    if not isinstance(part, dict):
-        raise _Unwritten(f"{where} is {json.dumps(part)[:40]}, this program writes an object")
-    if kind is not None:
-        _expect(part.get("type"), kind, f"{where}.type")
-    unknown = sorted(set(part) - set(known))
-    if unknown:
-        raise _Unwritten(f"{where} has the field {unknown[0]!r}, which this program never writes")
-    missing = [k for k in required if k not in part]
-    if missing:
-        raise _Unwritten(f"{where} lacks the field {missing[0]!r}")
-    return part
-
-
-def _check_flags(part: Dict[str, Any], where: str, names: Tuple[str, ...]) -> None:
-    for name in names:
-        if name in part and not isinstance(part[name], bool):
-            raise _Unwritten(f"{where}.{name} is {json.dumps(part[name])[:40]}, expected true or false")
-
-
-def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
-    """Refuse a saved Hugging Face tokenizer built of anything but what
-    :func:`_learn_byte_level_bpe` makes (NFC and, with ``lowercase``, Lowercase normalisation;
-    ByteLevel pre-tokenizer and decoder; a plain BPE model; the four special tokens; no post-processor,
-    padding or truncation), before the library reads it: a file from elsewhere could hold any
-    component (a regular expression that makes the library panic, a dropout that makes encoding
-    random), and none of them is this program's. ``_Unwritten`` saying what differs."""
-    top = _check_keys(
-        tokenizer,
-        "the tokenizer",
-        (
-            "version",
-            "truncation",
-            "padding",
-            "added_tokens",
-            "normalizer",
-            "pre_tokenizer",
-            "post_processor",
-            "decoder",
-            "model",
-        ),
-        ("added_tokens", "normalizer", "pre_tokenizer", "decoder", "model"),
-    )
-    for name in ("truncation", "padding", "post_processor"):
-        _expect(top.get(name), None, name)
-    if not isinstance(top.get("version", ""), str):
-        raise _Unwritten("version is not a string")
-
-    added = top["added_tokens"]
-    if not isinstance(added, list) or len(added) != len(SPECIAL_TOKENS):
-        raise _Unwritten(f"added_tokens must be the {len(SPECIAL_TOKENS)} special tokens {', '.join(SPECIAL_TOKENS)}")
-    for i, (entry, token) in enumerate(zip(added, SPECIAL_TOKENS)):
-        where = f"added_tokens[{i}]"
-        entry = _check_keys(
-            entry,
-            where,
-            ("id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"),
-            ("id", "content"),
-        )
-        _expect(entry["content"], token, f"{where}.content")
-        _expect(entry["id"], i, f"the id of the special token {token}")
-        _check_flags(entry, where, ("single_word", "lstrip", "rstrip", "normalized", "special"))
-
-    normalizer = _check_keys(top["normalizer"], "normalizer", ("type", "normalizers"), ("normalizers",), "Sequence")
-    steps = normalizer["normalizers"]
-    expected_steps = [{"type": "NFC"}] + ([{"type": "Lowercase"}] if lowercase is True else [])
-    if steps != expected_steps:
-        raise _Unwritten(
-            f"normalizer.normalizers is {json.dumps(steps)[:120]}, this program writes {json.dumps(expected_steps)}"
-            + (" for this tokenizer's 'lowercase' setting" if isinstance(steps, list) and len(steps) <= 2 else "")
-        )
-
-    byte_level = ("type", "add_prefix_space", "trim_offsets", "use_regex")
-    pre = _check_keys(top["pre_tokenizer"], "pre_tokenizer", byte_level, kind="ByteLevel")
-    _expect(pre.get("add_prefix_space", False), False, "pre_tokenizer.add_prefix_space")
-    _expect(pre.get("use_regex", True), True, "pre_tokenizer.use_regex")
-    _check_flags(pre, "pre_tokenizer", ("trim_offsets",))
-    decoder = _check_keys(top["decoder"], "decoder", byte_level, kind="ByteLevel")
-    _check_flags(decoder, "decoder", ("add_prefix_space", "trim_offsets", "use_regex"))
-
-    model = _check_keys(
-        top["model"],
-        "model",
-        (
-            "type",
-            "dropout",
-            "unk_token",
-            "continuing_subword_prefix",
-            "end_of_word_suffix",
-            "fuse_unk",
-            "byte_fallback",
-            "ignore_merges",
-            "vocab",
-            "merges",
-        ),
-        ("vocab", "merges"),
-        "BPE",
-    )
-    _expect(model.get("dropout"), None, "model.dropout")
-    _expect(model.get("unk_token", _UNK), _UNK, "model.unk_token")
-    _expect(model.get("continuing_subword_prefix"), None, "model.continuing_subword_prefix")
-    _expect(model.get("end_of_word_suffix"), None, "model.end_of_word_suffix")
-    _expect(model.get("byte_fallback", False), False, "model.byte_fallback")
-    _expect(model.get("ignore_merges", False), False, "model.ignore_merges")
-    _check_flags(model, "model", ("fuse_unk",))
-    vocab = model["vocab"]
-    if not isinstance(vocab, dict) or len(vocab) > MAX_VOCAB_SIZE:
-        raise _Unwritten(f"model.vocab must be an object of at most {MAX_VOCAB_SIZE} tokens")
-    ids = vocab.values()
-    if not all(type(v) is int for v in ids) or sorted(ids) != list(range(len(vocab))):
-        raise _Unwritten(f"model.vocab must number its {len(vocab)} tokens 0 to {len(vocab) - 1}, each once")
-    merges = model["merges"]
-    if not isinstance(merges, list) or not all(
-        (isinstance(m, str) and m.count(" ") == 1)
-        or (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m))
-        for m in merges
-    ):
-        raise _Unwritten("model.merges must be a list of pairs of tokens")
-
-
-def _parse_document(s: Any, caller: str) -> Tuple[Any, bool]:
-    """The Hugging Face tokenizer and the ``lowercase`` flag of a serialised ``SubwordTokenizer``
-    (what :meth:`SubwordTokenizer.to_str` writes); ``ValueError`` naming ``caller`` and what is
-    wrong otherwise."""
-    if not isinstance(s, str):
-        raise TypeError(f"{caller}: expected a str, got {type(s).__name__}")
-    Tokenizer = _require_tokenizers()[0]
-    try:
-        document = json.loads(s)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{caller}: not a SubwordTokenizer: invalid JSON ({exc})") from None
-    if not isinstance(document, dict) or document.get("format") != _FORMAT_NAME:
-        raise ValueError(f'{caller}: not a SubwordTokenizer: expected a JSON object with "format": "{_FORMAT_NAME}"')
-    version = document.get("version")
-    if version != _FORMAT_VERSION:
-        raise ValueError(
-            f"{caller}: unsupported SubwordTokenizer format version {version!r}; "
-            f"this version of transformer_cpp reads version {_FORMAT_VERSION}"
-        )
-    if document.get("special_tokens") != list(SPECIAL_TOKENS) or "tokenizer" not in document:
-        raise ValueError(f"{caller}: damaged SubwordTokenizer: special tokens or tokenizer missing")
-    lowercase = document.get("lowercase", False)
-    if not isinstance(lowercase, bool):
-        raise ValueError(f"{caller}: damaged SubwordTokenizer: 'lowercase' must be true or false, got {lowercase!r}")
-    try:
-        _check_written_here(document["tokenizer"], lowercase)
-    except _Unwritten as exc:
-        raise ValueError(f"{caller}: not a tokenizer this program writes (damaged, or made elsewhere): {exc}") from None
-    try:
-        hf = Tokenizer.from_str(json.dumps(document["tokenizer"]))
-    except BaseException as exc:  # noqa: B036  (tokenizers raises an Exception, or panics)
-        if not (isinstance(exc, Exception) or _is_library_panic(exc)):
-            raise
-        raise ValueError(f"{caller}: damaged SubwordTokenizer: {' '.join(str(exc).split())}") from None
-    return hf, lowercase
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` (parent directories created) under a temporary name of its own,
-    then rename it, so a crash never leaves half a file and two writers never share a temporary."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class SubwordTokenizer:
@@ -497,6 +212,27 @@ class SubwordTokenizer:
     def lowercase(self) -> bool:
         """Whether text is lower-cased before encoding."""
         return self._lowercase
+
+    @property
+    def kind(self) -> str:
+        """The kind of this tokenizer's saved form: ``"bpe"``."""
+        return _KIND
+
+    @property
+    def adds_start(self) -> bool:
+        """Whether :meth:`encode` puts ``start_id`` in front of the text's ids: always."""
+        return True
+
+    @property
+    def expects_cleaned_text(self) -> bool:
+        """Whether text should be cleaned (:func:`~transformer_cpp.text.clean_sentence`) before
+        it is encoded: always, as the vocabulary was learnt from cleaned text."""
+        return True
+
+    @property
+    def normalization(self) -> str:
+        """What encoding does to text first: ``"nfc"``, or ``"nfc+lowercase"`` with ``lowercase``."""
+        return "nfc+lowercase" if self._lowercase else "nfc"
 
     def __len__(self) -> int:
         return self._vocab_size
@@ -732,6 +468,7 @@ class SubwordTokenizer:
         """Serialise to one JSON string (for embedding in a checkpoint); see :meth:`from_str`."""
         document = {
             "format": _FORMAT_NAME,
+            "kind": _KIND,
             "version": _FORMAT_VERSION,
             "lowercase": self._lowercase,
             "special_tokens": list(SPECIAL_TOKENS),
@@ -785,23 +522,5 @@ class SubwordTokenizer:
             ValueError: if the file is not a saved ``SubwordTokenizer`` (the path is named).
         """
         path = os.fspath(path)
-        if os.path.isdir(path):
-            raise IsADirectoryError(
-                f"SubwordTokenizer.load: {path!r} is a directory; expected a file written by SubwordTokenizer.save"
-            )
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"SubwordTokenizer.load: no such file {path!r}")
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise ValueError(
-                f"SubwordTokenizer.load: {path!r} has {size:,} bytes, more than any SubwordTokenizer file "
-                f"({MAX_FILE_BYTES:,} at most); it is not one"
-            )
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError:
-            raise ValueError(
-                f"SubwordTokenizer.load: {path!r} is not a SubwordTokenizer file (not UTF-8 text)"
-            ) from None
+        text = _read_tokenizer_file(path, "SubwordTokenizer.load", "SubwordTokenizer", "SubwordTokenizer.save")
         return cls._from_str(text, f"SubwordTokenizer.load({path!r})", path)
