@@ -168,3 +168,33 @@ def test_bad_combinations_are_refused(options, message):
     kwargs.update(options)
     with pytest.raises(ValueError, match=message):
         tc.Transformer(**kwargs)
+
+
+def test_config_round_trip_and_older_configs():
+    """A checkpoint's config dict rebuilds the model with the new fields; one written before them
+    (without the keys) rebuilds with the defaults."""
+    model = make(**CASES["marian"])
+    again = tc.Transformer.from_config(model.config)
+    assert again.config == model.config
+    old = {k: v for k, v in make(n_layers=1).config.items()}
+    for key in ("n_encoder_layers", "n_decoder_layers", "activation", "scale_embedding", "share_source_embedding",
+                "pad_id", "start_id", "end_id"):
+        del old[key]
+    rebuilt = tc.Transformer.from_config(old).config
+    assert (rebuilt["activation"], rebuilt["pad_id"], rebuilt["start_id"], rebuilt["end_id"]) == ("relu", 0, 1, 2)
+
+
+def test_decode_rows_pads_with_the_models_padding_id():
+    from transformer_cpp.translate.decoding import DecodeOptions, decode_rows
+
+    model = make(**CASES["marian"])
+    rows = [[3, 4, 0], [5, 0]]
+    options = DecodeOptions()
+    found = decode_rows(model, rows, PAD, 0, options)
+    src = np.array([[3, 4, 0], [5, 0, PAD]])
+    limits = np.array([options.limit(len(r)) for r in rows])
+    direct = model.greedy_decode(src, PAD, 0, int(limits.max()), max_lengths=limits)
+    assert (direct[:, 0] != PAD).all()
+    for hyps, row in zip(found, direct):
+        assert hyps[0].ids == [int(v) for v in row if v != PAD]
+        assert 0 < len(hyps[0].ids)
