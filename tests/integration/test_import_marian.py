@@ -121,14 +121,18 @@ def case(request: Any, tmp_path: Any) -> Dict[str, Any]:
 def test_config_maps_every_option(case: Dict[str, Any]) -> None:
     c, hf = case["ours"].config, case["hf"].config
     assert (c["n_encoder_layers"], c["n_decoder_layers"]) == (2, 3)
-    assert c["activation"] == {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}[hf.activation_function]
+    assert (
+        c["activation"] == {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}[hf.activation_function]
+    )
     assert c["scale_embedding"] == hf.scale_embedding
     # a weight is shared where MarianMTModel holds one tensor for it (with tie_word_embeddings false
     # Transformers ties nothing, whatever share_encoder_decoder_embeddings says)
     model = case["hf"].model
     same = model.encoder.embed_tokens.weight.data_ptr() == model.decoder.embed_tokens.weight.data_ptr()
     assert c["share_source_embedding"] == same
-    assert c["share_embeddings"] == (case["hf"].lm_head.weight.data_ptr() == model.decoder.embed_tokens.weight.data_ptr())
+    assert c["share_embeddings"] == (
+        case["hf"].lm_head.weight.data_ptr() == model.decoder.embed_tokens.weight.data_ptr()
+    )
     assert c["share_embeddings"] == hf.tie_word_embeddings
     assert (c["pad_id"], c["start_id"], c["end_id"]) == (case["pad"], case["pad"], 0)
 

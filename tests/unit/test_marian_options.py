@@ -17,6 +17,7 @@ MARIAN_IDS = dict(pad_id=PAD, start_id=PAD, end_id=0)
 
 def batch(rng, pad=0, start=None):
     """src (3, 5), tgt (3, 4) ids other than pad, rows padded from a position on; tgt column 0 the start id."""
+
     def ids(shape, pad_from):
         tok = rng.integers(0, V - 1, shape)
         tok[tok >= pad] += 1  # every id but pad
@@ -51,8 +52,9 @@ def grads_of(model):
 
 
 def make(**options):
-    model = tc.Transformer(V, V, d_model=D, n_heads=H, d_ff=FF, dropout=0.0, max_length=6, seed=8, dtype="float64",
-                           **options)
+    model = tc.Transformer(
+        V, V, d_model=D, n_heads=H, d_ff=FF, dropout=0.0, max_length=6, seed=8, dtype="float64", **options
+    )
     randomise_parameters(model, 7)
     return model
 
@@ -65,8 +67,14 @@ CASES = {
     "one_embedding": dict(n_layers=1, share_source_embedding=True, share_embeddings=True),
     "marian_ids": dict(n_layers=1, layout="concatenated", **MARIAN_IDS),
     "marian": dict(
-        n_encoder_layers=2, n_decoder_layers=1, activation="swish", scale_embedding=False, share_source_embedding=True,
-        share_embeddings=True, layout="concatenated", **MARIAN_IDS,
+        n_encoder_layers=2,
+        n_decoder_layers=1,
+        activation="swish",
+        scale_embedding=False,
+        share_source_embedding=True,
+        share_embeddings=True,
+        layout="concatenated",
+        **MARIAN_IDS,
     ),
 }
 
@@ -85,7 +93,10 @@ def test_forward_backward_gradients(name):
     analytic = grads_of(model)
     names = list(analytic)
     assert ("encoder.embedding.weight" in names) != bool(options.get("share_source_embedding"))
-    layers = {side: len({n.split(".")[2] for n in names if n.startswith(side + ".layers.")}) for side in ("encoder", "decoder")}
+    layers = {
+        side: len({n.split(".")[2] for n in names if n.startswith(side + ".layers.")})
+        for side in ("encoder", "decoder")
+    }
     assert layers == {"encoder": options.get("n_encoder_layers", 1), "decoder": options.get("n_decoder_layers", 1)}
     check_against_numeric(lambda: float(np.sum(model.forward(src, tgt) * w)), parameter_items(model, analytic, pad))
 
@@ -177,8 +188,16 @@ def test_config_round_trip_and_older_configs():
     again = tc.Transformer.from_config(model.config)
     assert again.config == model.config
     old = {k: v for k, v in make(n_layers=1).config.items()}
-    for key in ("n_encoder_layers", "n_decoder_layers", "activation", "scale_embedding", "share_source_embedding",
-                "pad_id", "start_id", "end_id"):
+    for key in (
+        "n_encoder_layers",
+        "n_decoder_layers",
+        "activation",
+        "scale_embedding",
+        "share_source_embedding",
+        "pad_id",
+        "start_id",
+        "end_id",
+    ):
         del old[key]
     rebuilt = tc.Transformer.from_config(old).config
     assert (rebuilt["activation"], rebuilt["pad_id"], rebuilt["start_id"], rebuilt["end_id"]) == ("relu", 0, 1, 2)

@@ -221,7 +221,10 @@ def _untie_what_differs(config: Dict[str, Any], keys: List[str], get: Any) -> No
     decoder = "model.decoder.embed_tokens.weight"
     if decoder not in keys:
         return
-    for flag, other in (("share_source_embedding", "model.encoder.embed_tokens.weight"), ("share_embeddings", "lm_head.weight")):
+    for flag, other in (
+        ("share_source_embedding", "model.encoder.embed_tokens.weight"),
+        ("share_embeddings", "lm_head.weight"),
+    ):
         if config[flag] and other in keys and not np.array_equal(get(other), get(decoder)):
             config[flag] = False
 
@@ -249,5 +252,3 @@ def load_marian(directory: PathLike, *, dtype: str = "float32") -> Transformer:
     finally:
         close()
     return model
-
-
