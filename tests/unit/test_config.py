@@ -77,6 +77,9 @@ def test_the_tables_describe_every_field():
         "tgt_vocab_size": None,
         "max_length": None,
         "seed": None,
+        "pad_id": None,
+        "start_id": None,
+        "end_id": None,
     }
     assert {f.name: f.option for f in OPTIMIZER_FIELDS if f.option != f.name} == {
         "eps": "adam_eps",

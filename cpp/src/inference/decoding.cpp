@@ -35,6 +35,16 @@ double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>&
   return static_cast<double>(mx) + std::log(sum);
 }
 
+// start_id and end_id are ids of the target vocabulary; end_id is not padding, and start_id is
+// padding only when the model's own start id is (Marian's ids: its decoder never masks position 0).
+void check_special_ids(const TransformerConfig& c, std::int64_t start_id, std::int64_t end_id, const char* who) {
+  TCPP_CHECK(start_id >= 0 && start_id < c.tgt_vocab_size && end_id >= 0 && end_id < c.tgt_vocab_size, who,
+             ": start_id and end_id must be in [0, ", c.tgt_vocab_size, "), got ", start_id, " and ", end_id);
+  TCPP_CHECK(end_id != c.pad_id, who, ": end_id must not be the padding id ", c.pad_id);
+  TCPP_CHECK(start_id != c.pad_id || c.start_id == c.pad_id, who, ": start_id must not be the padding id ", c.pad_id,
+             " (the model's start id is ", c.start_id, ")");
+}
+
 // The first arg max of a row of V over every id but pad.
 template <typename T>
 Index argmax_but(const T* row, Index V, Index pad) {
@@ -163,10 +173,7 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
                           DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "greedy_decode");
-  TCPP_CHECK(start_id >= 0 && start_id < c.tgt_vocab_size && end_id >= 0 && end_id < c.tgt_vocab_size &&
-                 end_id != c.pad_id,
-             "greedy_decode: start_id and end_id must be in [0, ", c.tgt_vocab_size, ") and end_id not the padding id ",
-             c.pad_id, ", got ", start_id, " and ", end_id);
+  check_special_ids(c, start_id, end_id, "greedy_decode");
   TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
   const Index steps = max_length;
   const Index B = src.rows();
@@ -233,10 +240,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
                                                      DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "beam_search");
-  TCPP_CHECK(start_id >= 0 && start_id < c.tgt_vocab_size && end_id >= 0 && end_id < c.tgt_vocab_size &&
-                 end_id != c.pad_id,
-             "beam_search: start_id and end_id must be in [0, ", c.tgt_vocab_size, ") and end_id not the padding id ",
-             c.pad_id, ", got ", start_id, " and ", end_id);
+  check_special_ids(c, start_id, end_id, "beam_search");
   TCPP_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, "beam_search: beam_size must be in [1, ", kMaxBeamSize,
              "], got ", beam_size);
   TCPP_CHECK(n_best >= 1 && n_best <= beam_size, "beam_search: n_best must be in [1, beam_size = ", beam_size,

@@ -208,9 +208,9 @@ LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets,
 }
 
 template LossStats masked_cross_entropy<float>(ConstMatrixMap<float>, const std::int64_t*, Matrix<float>*, double,
-                                                std::int64_t);
+                                               std::int64_t);
 template LossStats masked_cross_entropy<double>(ConstMatrixMap<double>, const std::int64_t*, Matrix<double>*, double,
-                                                 std::int64_t);
+                                                std::int64_t);
 template LossStats output_cross_entropy<float>(MatrixMap<float>, const float*, const std::int64_t*, double, float*,
                                                Matrix<float>&, std::int64_t);
 template LossStats output_cross_entropy<double>(MatrixMap<double>, const double*, const std::int64_t*, double, double*,

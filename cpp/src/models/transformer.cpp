@@ -81,12 +81,11 @@ void check_config(const TransformerConfig& c) {
   TCPP_CHECK(c.layout != PositionalLayout::Concatenated || c.d_model % 2 == 0,
              "Transformer: the concatenated layout needs an even d_model, got ", c.d_model);
   TCPP_CHECK(!c.share_source_embedding || c.src_vocab_size == c.tgt_vocab_size,
-             "Transformer: share_source_embedding needs src_vocab_size equal to tgt_vocab_size, got ",
-             c.src_vocab_size, " and ", c.tgt_vocab_size);
+             "Transformer: share_source_embedding needs src_vocab_size equal to tgt_vocab_size, got ", c.src_vocab_size,
+             " and ", c.tgt_vocab_size);
   const std::int64_t V = std::min(c.src_vocab_size, c.tgt_vocab_size);
   TCPP_CHECK(c.pad_id < V, "Transformer: pad_id must be below both vocabulary sizes (", V, "), got ", c.pad_id);
-  TCPP_CHECK(c.start_id < c.tgt_vocab_size && c.end_id < c.tgt_vocab_size, "Transformer: start_id and end_id must be ",
-             "below tgt_vocab_size ", c.tgt_vocab_size, ", got ", c.start_id, " and ", c.end_id);
+  // start_id and end_id are checked against the vocabulary by the search that takes them
   TCPP_CHECK(c.end_id != c.pad_id, "Transformer: end_id must differ from pad_id, both are ", c.pad_id);
 }
 
@@ -100,8 +99,7 @@ void validate(const TransformerConfig& c) {
   const double V = static_cast<double>(c.tgt_vocab_size), dff = static_cast<double>(c.d_ff);
   const double params = (c.share_source_embedding ? 0.0 : static_cast<double>(c.src_vocab_size) * d) +
                         Le * encoder_layer_parameters(d, dff) + V * d + Ld * decoder_layer_parameters(d, dff) +
-                        (c.share_embeddings ? 0.0 : V * d) + V +
-                        (c.pre_norm ? 4 * d : 0.0);
+                        (c.share_embeddings ? 0.0 : V * d) + V + (c.pre_norm ? 4 * d : 0.0);
   checked_size<T>(
       "Transformer",
       concat("a model with src_vocab_size ", c.src_vocab_size, ", tgt_vocab_size ", c.tgt_vocab_size, ", d_model ",
@@ -112,12 +110,10 @@ void validate(const TransformerConfig& c) {
 template <typename T>
 Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Transformer", c.d_model), config_(c) {
   validate<T>(c);
-  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, encoder_layers(c), c.n_heads, c.d_ff,
-                                          c.dropout, c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
-                                          splitmix64(c.seed + 1));
-  decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, decoder_layers(c), c.n_heads, c.d_ff,
-                                          c.dropout, c.max_length, c.layout, c.pre_norm, c.layer_norm_eps,
-                                          splitmix64(c.seed + 2));
+  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, encoder_layers(c), c.n_heads, c.d_ff, c.dropout,
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 1));
+  decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, decoder_layers(c), c.n_heads, c.d_ff, c.dropout,
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 2));
   // the options that leave the defaults' layers as they are: shared source embedding, padding id,
   // embedding scale, activation
   if (c.share_source_embedding) encoder_->embedding_.embedding().tie_to(decoder_->embedding_.embedding());

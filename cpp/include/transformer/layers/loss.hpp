@@ -18,8 +18,8 @@ struct LossStats {
   Index correct = 0;  // argmax(logits) == target, over non-padding targets
 };
 
-// logits (N, V), targets (N) with ids in [0, V); targets equal to padding_id have no loss. When dlogits != nullptr it is resized to (N, V)
-// and receives d loss / d logits; it may be the matrix behind logits (the gradient then replaces
+// logits (N, V), targets (N) with ids in [0, V); targets equal to padding_id have no loss. When dlogits != nullptr it
+// is resized to (N, V) and receives d loss / d logits; it may be the matrix behind logits (the gradient then replaces
 // the logits in place, row by row). Throws std::invalid_argument for ids out of range and
 // NonFiniteError (a std::runtime_error, see checks.hpp) when the loss is not finite.
 template <typename T>
