@@ -166,7 +166,11 @@ def _safetensors_reader(path: Path) -> Tuple[List[str], Callable[[str], np.ndarr
     from safetensors import safe_open
 
     handle = safe_open(str(path), framework="numpy")
-    return list(handle.keys()), handle.get_tensor, lambda: None
+
+    def get(name: str) -> np.ndarray:
+        return np.asarray(handle.get_tensor(name))  # type: ignore[no-untyped-call]
+
+    return [str(k) for k in handle.keys()], get, lambda: None  # type: ignore[no-untyped-call]
 
 
 def _torch_reader(path: Path) -> Tuple[List[str], Callable[[str], np.ndarray], Callable[[], None]]:
@@ -180,7 +184,8 @@ def _torch_reader(path: Path) -> Tuple[List[str], Callable[[str], np.ndarray], C
     state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
 
     def get(name: str) -> np.ndarray:
-        return state[name].detach().to(torch.float64 if state[name].dtype == torch.float64 else torch.float32).numpy()
+        tensor = state[name].detach()
+        return np.asarray(tensor.to(torch.float64 if tensor.dtype == torch.float64 else torch.float32).numpy())
 
     return list(state.keys()), get, state.clear
 
