@@ -490,11 +490,126 @@ def _marian_tokenizer(src_tok: Any, merged: Dict[str, int]) -> str:
     return tok.to_str()
 
 
-def convert_to_marian(model: Any, src_tok: Any, tgt_tok: Any) -> Dict[str, Any]:
+def _source_embedding(cfg: Dict[str, Any]) -> str:
+    """Our parameter that holds the source embedding (the decoder's when the two are one)."""
+    return "decoder.embedding.weight" if cfg["share_source_embedding"] else "encoder.embedding.weight"
+
+
+def _marian_layers(cfg: Dict[str, Any], params: Dict[str, np.ndarray], perm: np.ndarray) -> Dict[str, np.ndarray]:
+    """MarianMT's names and values of every encoder and decoder layer's weights (see
+    :func:`convert_to_marian`)."""
+    weights: Dict[str, np.ndarray] = {}
+
+    def reads(ours: str, theirs: str) -> None:  # a layer that reads the model dimension
+        weights[theirs + ".weight"] = params[ours + ".weight"][:, perm]
+        weights[theirs + ".bias"] = params[ours + ".bias"]
+
+    def writes(ours: str, theirs: str) -> None:  # a layer (or LayerNorm) that writes it
+        weight = params[ours + ".weight"]
+        weights[theirs + ".weight"] = weight[perm] if weight.ndim == 1 else weight[perm, :]
+        weights[theirs + ".bias"] = params[ours + ".bias"][perm]
+
+    def attention(ours: str, theirs: str) -> None:
+        for a, b in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
+            reads(f"{ours}.{a}", f"{theirs}.{b}")
+        writes(f"{ours}.output", f"{theirs}.out_proj")
+
+    for side in ("encoder", "decoder"):
+        for i in range(_layer_count(cfg, side)):
+            ours, theirs = f"{side}.layers.{i}", f"model.{side}.layers.{i}"
+            attention(f"{ours}.self_attention", f"{theirs}.self_attn")
+            writes(f"{ours}.norm1", f"{theirs}.self_attn_layer_norm")
+            if side == "decoder":
+                attention(f"{ours}.cross_attention", f"{theirs}.encoder_attn")
+                writes(f"{ours}.norm2", f"{theirs}.encoder_attn_layer_norm")
+            reads(f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
+            writes(f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
+            writes(f"{ours}.norm3" if side == "decoder" else f"{ours}.norm2", f"{theirs}.final_layer_norm")
+    return weights
+
+
+def _layer_count(cfg: Dict[str, Any], side: str) -> int:
+    return int(cfg[f"n_{side}_layers"] or cfg["n_layers"])
+
+
+def _marian_configs(
+    cfg: Dict[str, Any], vocab: int, decoder_vocab: int, shared: bool, pad: int, start: int, end: int
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """config.json and generation_config.json of the export."""
+    special = {"pad_token_id": pad, "bos_token_id": start, "eos_token_id": end}
+    config = {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": vocab,
+        "decoder_vocab_size": decoder_vocab,
+        "share_encoder_decoder_embeddings": shared,
+        "tie_word_embeddings": bool(cfg["share_embeddings"]),
+        "d_model": int(cfg["d_model"]),
+        "encoder_layers": _layer_count(cfg, "encoder"),
+        "decoder_layers": _layer_count(cfg, "decoder"),
+        "encoder_attention_heads": int(cfg["n_heads"]),
+        "decoder_attention_heads": int(cfg["n_heads"]),
+        "encoder_ffn_dim": int(cfg["d_ff"]),
+        "decoder_ffn_dim": int(cfg["d_ff"]),
+        "activation_function": cfg["activation"],
+        "dropout": float(cfg["dropout"]),
+        "activation_dropout": float(cfg["dropout"]),
+        "attention_dropout": 0.0,
+        "encoder_layerdrop": 0.0,
+        "decoder_layerdrop": 0.0,
+        "max_position_embeddings": MARIAN_POSITIONS,
+        "scale_embedding": bool(cfg["scale_embedding"]),
+        "is_encoder_decoder": True,
+        "use_cache": True,
+        "decoder_start_token_id": start,
+        "forced_eos_token_id": None,
+        **special,
+    }
+    generation_config = {
+        "decoder_start_token_id": start,
+        "forced_eos_token_id": None,
+        "suppress_tokens": [pad],
+        "num_beams": 1,
+        "do_sample": False,
+        "max_length": MARIAN_MAX_LENGTH,
+        **special,
+    }
+    return config, generation_config
+
+
+def _marian_own_vocabulary(model: Any) -> Dict[str, Any]:
+    """convert_to_marian without tokenizers: the model's vocabularies and special ids as they are."""
+    cfg = model.config
+    perm = marian_permutation(int(cfg["d_model"]), cfg["layout"])
+    params = {name: np.asarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
+    decoder = params["decoder.embedding.weight"][:, perm]
+    weights: Dict[str, np.ndarray] = {
+        "model.encoder.embed_tokens.weight": params[_source_embedding(cfg)][:, perm],
+        "model.decoder.embed_tokens.weight": decoder,
+        "final_logits_bias": params["output.bias"][None, :],
+    }
+    if cfg["share_source_embedding"]:
+        weights["model.shared.weight"] = decoder
+    weights["lm_head.weight"] = decoder if cfg["share_embeddings"] else params["output.weight"][:, perm]
+    weights.update(_marian_layers(cfg, params, perm))
+    weights = {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in weights.items()}
+    ids = (int(cfg["pad_id"]), int(cfg["start_id"]), int(cfg["end_id"]))
+    config, generation_config = _marian_configs(
+        cfg, int(cfg["src_vocab_size"]), int(cfg["tgt_vocab_size"]), bool(cfg["share_source_embedding"]), *ids
+    )
+    return {"config": config, "generation_config": generation_config, "weights": weights}
+
+
+def convert_to_marian(model: Any, src_tok: Any = None, tgt_tok: Any = None) -> Dict[str, Any]:
     """MarianMT's files for ``model`` (a :class:`~transformer_cpp.Transformer`) and its tokenizers:
     ``{"config": ..., "generation_config": ..., "weights": {name: float32 array}, "tokenizer": str,
     "tokenizer_config": ...}``, written as they are by :func:`export_transformers`. Needs neither
     PyTorch nor Transformers.
+
+    Without tokenizers (a model read from MarianMT by
+    :func:`~transformer_cpp.pretrained.load_marian`) only ``config``, ``generation_config`` and
+    ``weights`` are returned, with the model's own vocabularies and special ids: the weights a
+    MarianMT model holds under every name it saves (the shared embedding under each of its names).
 
     The mapping (``P`` is :func:`marian_permutation`; ``W[:, P]`` reorders the inputs of a layer that
     reads the model dimension, ``W[P]`` and ``b[P]`` the outputs of one that writes it; LayerNorm
@@ -521,24 +636,28 @@ def convert_to_marian(model: Any, src_tok: Any, tgt_tok: Any) -> Dict[str, Any]:
             sub-layer and has no LayerNorm after a stack), or tokenizers that do not fit the model.
     """
     cfg = model.config
+    if (src_tok is None) != (tgt_tok is None):
+        raise ValueError("export_transformers: give both tokenizers or neither")
     if cfg["pre_norm"]:
         raise ValueError(
             "export_transformers: this model is pre-norm (LayerNorm before each sub-layer and after each stack); "
             "MarianMT is post-norm only, so it cannot express it. Export it with --to ctranslate2 or --to torch, "
             "which support both"
         )
+    if src_tok is None:
+        return _marian_own_vocabulary(model)
     for side, tok, key in (("source", src_tok, "src_vocab_size"), ("target", tgt_tok, "tgt_vocab_size")):
         if tok.vocab_size != cfg[key]:
             raise ValueError(
                 f"export_transformers: the {side} tokenizer has {tok.vocab_size} tokens but the model's {key} is "
                 f"{cfg[key]}"
             )
-    d, n = int(cfg["d_model"]), int(cfg["n_layers"])
+    d = int(cfg["d_model"])
     perm = marian_permutation(d, cfg["layout"])
     params = {name: np.asarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
     merged, source_ids = _marian_vocabulary(src_tok, tgt_tok)
 
-    src_embedding = params["encoder.embedding.weight"][:, perm]
+    src_embedding = params[_source_embedding(cfg)][:, perm]
     encoder_embedding = np.zeros((len(merged), d), dtype=np.float32)
     known = source_ids >= 0
     encoder_embedding[known] = src_embedding[source_ids[known]]
@@ -556,72 +675,9 @@ def convert_to_marian(model: Any, src_tok: Any, tgt_tok: Any) -> Dict[str, Any]:
     }
     if not cfg["share_embeddings"]:
         weights["lm_head.weight"] = target_rows(params["output.weight"][:, perm])
-
-    def reads(ours: str, theirs: str) -> None:  # a layer that reads the model dimension
-        weights[theirs + ".weight"] = params[ours + ".weight"][:, perm]
-        weights[theirs + ".bias"] = params[ours + ".bias"]
-
-    def writes(ours: str, theirs: str) -> None:  # a layer (or LayerNorm) that writes it
-        weight = params[ours + ".weight"]
-        weights[theirs + ".weight"] = weight[perm] if weight.ndim == 1 else weight[perm, :]
-        weights[theirs + ".bias"] = params[ours + ".bias"][perm]
-
-    def attention(ours: str, theirs: str) -> None:
-        for a, b in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
-            reads(f"{ours}.{a}", f"{theirs}.{b}")
-        writes(f"{ours}.output", f"{theirs}.out_proj")
-
-    for side in ("encoder", "decoder"):
-        for i in range(n):
-            ours, theirs = f"{side}.layers.{i}", f"model.{side}.layers.{i}"
-            attention(f"{ours}.self_attention", f"{theirs}.self_attn")
-            writes(f"{ours}.norm1", f"{theirs}.self_attn_layer_norm")
-            if side == "decoder":
-                attention(f"{ours}.cross_attention", f"{theirs}.encoder_attn")
-                writes(f"{ours}.norm2", f"{theirs}.encoder_attn_layer_norm")
-            reads(f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
-            writes(f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
-            writes(f"{ours}.norm3" if side == "decoder" else f"{ours}.norm2", f"{theirs}.final_layer_norm")
+    weights.update(_marian_layers(cfg, params, perm))
     weights = {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in weights.items()}
-
-    special = {"pad_token_id": _PAD_ID, "bos_token_id": _START_ID, "eos_token_id": _END_ID}
-    config = {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
-        "vocab_size": len(merged),
-        "decoder_vocab_size": len(merged),
-        "share_encoder_decoder_embeddings": False,
-        "tie_word_embeddings": bool(cfg["share_embeddings"]),
-        "d_model": d,
-        "encoder_layers": n,
-        "decoder_layers": n,
-        "encoder_attention_heads": int(cfg["n_heads"]),
-        "decoder_attention_heads": int(cfg["n_heads"]),
-        "encoder_ffn_dim": int(cfg["d_ff"]),
-        "decoder_ffn_dim": int(cfg["d_ff"]),
-        "activation_function": "relu",
-        "dropout": float(cfg["dropout"]),
-        "activation_dropout": float(cfg["dropout"]),
-        "attention_dropout": 0.0,
-        "encoder_layerdrop": 0.0,
-        "decoder_layerdrop": 0.0,
-        "max_position_embeddings": MARIAN_POSITIONS,
-        "scale_embedding": True,
-        "is_encoder_decoder": True,
-        "use_cache": True,
-        "decoder_start_token_id": _START_ID,
-        "forced_eos_token_id": None,
-        **special,
-    }
-    generation_config = {
-        "decoder_start_token_id": _START_ID,
-        "forced_eos_token_id": None,
-        "suppress_tokens": [_PAD_ID],
-        "num_beams": 1,
-        "do_sample": False,
-        "max_length": MARIAN_MAX_LENGTH,
-        **special,
-    }
+    config, generation_config = _marian_configs(cfg, len(merged), len(merged), False, _PAD_ID, _START_ID, _END_ID)
     names = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_TOKENS))
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",

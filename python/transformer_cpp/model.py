@@ -29,7 +29,7 @@ class Transformer:
     """The Transformer of "Attention Is All You Need" with its C++ forward and backward passes.
 
     ``forward(src, tgt_in, training=False)`` maps int token ids ``src`` (B, S) and ``tgt_in`` (B, T)
-    to float logits (B, T, tgt_vocab_size). Token 0 is padding in both. ``backward(dlogits)``
+    to float logits (B, T, tgt_vocab_size). Token ``pad_id`` (0 by default) is padding in both. ``backward(dlogits)``
     accumulates every parameter gradient; ``train_step(src, tgt_in, tgt_out)`` does forward, the
     masked cross-entropy, backward and one Adam step in one C++ call and returns
     ``(loss, accuracy)``; ``evaluate`` does the same without the update.
@@ -250,8 +250,8 @@ class Transformer:
 
         Encodes ``src`` (B, S) once, projects the cross-attention keys/values once per sentence,
         and appends self-attention keys/values one position per step. Returns int64 (B, L): the
-        ids generated after ``start_id``, up to and including ``end_id``, padded with 0 (the
-        padding id is never generated); ``L <= max_length``. Finished sentences leave the batch.
+        ids generated after ``start_id``, up to and including ``end_id``, padded with the model's
+        ``pad_id`` (0 by default; the padding id is never generated); ``L <= max_length``. Finished sentences leave the batch.
 
         float32 models on a CPU with AVX-512 pack the weights once into panels for a small-row
         kernel (batches of 4+ rows) and keep that copy, with the decoder's buffers, between

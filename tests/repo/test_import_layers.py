@@ -65,6 +65,7 @@ LAYER_ORDER = [
     # travel and pictures
     "torch_reference",
     "export",
+    "pretrained",
     "plotting",
     # front ends (every option, with all argparse code, is in cli)
     "serve",

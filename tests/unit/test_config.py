@@ -77,6 +77,15 @@ def test_the_tables_describe_every_field():
         "tgt_vocab_size": None,
         "max_length": None,
         "seed": None,
+        "pad_id": None,
+        "start_id": None,
+        "end_id": None,
+        # the options of imported models (pretrained.load_marian): not training settings
+        "n_encoder_layers": None,
+        "n_decoder_layers": None,
+        "share_source_embedding": None,
+        "activation": None,
+        "scale_embedding": None,
     }
     assert {f.name: f.option for f in OPTIMIZER_FIELDS if f.option != f.name} == {
         "eps": "adam_eps",

@@ -12,14 +12,15 @@ namespace transformer {
 
 namespace {
 
-// The `keep` largest logits of one row of V, never the padding id 0, as ids best first (ties: the
-// lower id first), and the row's log-sum-exp over ids 1..V-1, so that log p(id) = logit - lse.
+// The `keep` largest logits of one row of V, never the padding id `pad`, as ids best first (ties:
+// the lower id first), and the row's log-sum-exp over every id but pad, so that log p(id) = logit - lse.
 // Log-softmax is monotonic within a row, so these are also the `keep` most probable ids; the
 // softmax itself is never materialised.
 template <typename T>
-double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>& top) {
+double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>& top, Index pad) {
   top.clear();
-  for (Index j = 1; j < V; ++j) {
+  for (Index j = 0; j < V; ++j) {
+    if (j == pad) continue;
     if (static_cast<Index>(top.size()) == keep && !(logits[j] > logits[top.back()])) continue;
     // insert j after every id with a logit >= its own (so equal logits keep increasing ids)
     auto at = std::upper_bound(top.begin(), top.end(), j, [logits](Index a, Index b) { return logits[a] > logits[b]; });
@@ -27,10 +28,31 @@ double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>&
     if (static_cast<Index>(top.size()) > keep) top.pop_back();
   }
   using Arr = Eigen::Array<T, 1, Eigen::Dynamic>;
-  const Eigen::Map<const Arr> x(logits + 1, V - 1);
-  const T mx = x.maxCoeff();
-  const double sum = static_cast<double>((x - mx).exp().sum());  // Eigen's vectorised exp and sum
+  // the ids before pad and those after it
+  const Eigen::Map<const Arr> a(logits, pad), b(logits + pad + 1, V - pad - 1);
+  const T mx = std::max(pad > 0 ? a.maxCoeff() : logits[top.front()], pad + 1 < V ? b.maxCoeff() : logits[top.front()]);
+  const double sum = static_cast<double>((a - mx).exp().sum() + (b - mx).exp().sum());  // Eigen's vectorised exp
   return static_cast<double>(mx) + std::log(sum);
+}
+
+// start_id and end_id are ids of the target vocabulary; end_id is not padding, and start_id is
+// padding only when the model's own start id is (Marian's ids: its decoder never masks position 0).
+void check_special_ids(const TransformerConfig& c, std::int64_t start_id, std::int64_t end_id, const char* who) {
+  TCPP_CHECK(start_id >= 0 && start_id < c.tgt_vocab_size && end_id >= 0 && end_id < c.tgt_vocab_size, who,
+             ": start_id and end_id must be in [0, ", c.tgt_vocab_size, "), got ", start_id, " and ", end_id);
+  TCPP_CHECK(end_id != c.pad_id, who, ": end_id must not be the padding id ", c.pad_id);
+  TCPP_CHECK(start_id != c.pad_id || c.start_id == c.pad_id, who, ": start_id must not be the padding id ", c.pad_id,
+             " (the model's start id is ", c.start_id, ")");
+}
+
+// The first arg max of a row of V over every id but pad.
+template <typename T>
+Index argmax_but(const T* row, Index V, Index pad) {
+  if (pad == 0) return 1 + first_argmax(row + 1, V - 1);
+  const Index before = first_argmax(row, pad);
+  if (pad + 1 >= V) return before;
+  const Index after = pad + 1 + first_argmax(row + pad + 1, V - pad - 1);
+  return row[after] > row[before] ? after : before;
 }
 
 // Before a decode allocates anything: refuse one whose buffers cannot fit (the encoder pass over
@@ -151,20 +173,18 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
                           DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "greedy_decode");
-  TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
-             "greedy_decode: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
-             end_id);
+  check_special_ids(c, start_id, end_id, "greedy_decode");
   TCPP_CHECK(max_length >= 1, "greedy_decode: max_length must be >= 1, got ", max_length);
   const Index steps = max_length;
   const Index B = src.rows();
   const std::vector<Index> limits = sentence_limits(extras, B, max_length, "greedy_decode");
   const bool record = extras != nullptr && extras->record_attention;
   if (extras != nullptr) extras->attention.clear();
-  if (B == 0) return TokenMatrix::Zero(0, 1);
+  if (B == 0) return TokenMatrix::Constant(0, 1, c.pad_id);
   check_decode(model, src, B, steps, "greedy_decode",
                concat("max_length ", max_length, " for ", B, " sentences of source length ", src.cols()), workspace,
                weights_unchanged, record);
-  TokenMatrix out = TokenMatrix::Zero(B, steps);
+  TokenMatrix out = TokenMatrix::Constant(B, steps, c.pad_id);
   std::unique_ptr<DecodeWorkspace<T>> local;
   DecodeWorkspace<T>& ws = workspace_for(model, workspace, local);
   InferenceBackend<T>& be = begin_backend(ws, compute, B, weights_unchanged);
@@ -187,7 +207,7 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
     for (Index r = 0; r < R; ++r) {
       const T* row = logits.data() + r * V;
       bad |= !ConstRowArray<T>(row, V).allFinite();
-      next[static_cast<size_t>(r)] = 1 + first_argmax(row + 1, V - 1);  // never the padding id 0
+      next[static_cast<size_t>(r)] = argmax_but(row, V, c.pad_id);  // never the padding id
     }
     if (bad) throw_nonfinite_logits("greedy_decode", t);
     keep.clear();
@@ -220,9 +240,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
                                                      DecodeExtras* extras) {
   const TransformerConfig& c = model.config();
   check_compute_type<T>(compute, "beam_search");
-  TCPP_CHECK(start_id > 0 && start_id < c.tgt_vocab_size && end_id > 0 && end_id < c.tgt_vocab_size,
-             "beam_search: start_id and end_id must be in [1, ", c.tgt_vocab_size, "), got ", start_id, " and ",
-             end_id);
+  check_special_ids(c, start_id, end_id, "beam_search");
   TCPP_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, "beam_search: beam_size must be in [1, ", kMaxBeamSize,
              "], got ", beam_size);
   TCPP_CHECK(n_best >= 1 && n_best <= beam_size, "beam_search: n_best must be in [1, beam_size = ", beam_size,
@@ -305,7 +323,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
     for (Index r = 0; r < R; ++r) {
       bad |= !ConstRowArray<T>(logits.data() + r * V, V).allFinite();
       lse[static_cast<size_t>(r)] =
-          top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)]);
+          top_ids_and_lse(logits.data() + r * V, V, keep_per_row, top[static_cast<size_t>(r)], c.pad_id);
     }
     if (bad) throw_nonfinite_logits("beam_search", t);
     if (record) history.push_back(st.decoder.cross_weights);

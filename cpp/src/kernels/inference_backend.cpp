@@ -148,14 +148,14 @@ Index SentenceRows::longest() const {
   return n;
 }
 
-void SentenceRows::assign(ConstTokenMap tokens) {
+void SentenceRows::assign(ConstTokenMap tokens, std::int64_t padding_id) {
   B = tokens.rows();
   S = tokens.cols();
   ids.clear();
   offsets.assign(static_cast<size_t>(B + 1), 0);
   for (Index b = 0; b < B; ++b) {
     for (Index t = 0; t < S; ++t)
-      if (tokens(b, t) != 0) ids.push_back(b * S + t);
+      if (tokens(b, t) != padding_id) ids.push_back(b * S + t);
     offsets[static_cast<size_t>(b + 1)] = static_cast<Index>(ids.size());
   }
 }

@@ -1,6 +1,10 @@
 #include "transformer/layers/activations.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "transformer/core/checks.hpp"
 
 namespace transformer {
 
@@ -66,6 +70,76 @@ const Matrix<T>& ReLU<T>::backward(ConstMatrixMap<T> dy) {
   return dx_;
 }
 
+Activation parse_activation(const std::string& name) {
+  if (name == "relu") return Activation::Relu;
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "swish") return Activation::Swish;
+  throw std::invalid_argument(concat("activation: unknown activation '", name, "'; expected relu, gelu or swish"));
+}
+
+std::string to_string(Activation a) {
+  switch (a) {
+    case Activation::Gelu:
+      return "gelu";
+    case Activation::Swish:
+      return "swish";
+    default:
+      return "relu";
+  }
+}
+
+namespace {
+
+// Phi(x) and phi(x): the standard normal distribution function and density (gelu); sigmoid (swish)
+template <typename T>
+inline T normal_cdf(T x) {
+  return T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
+}
+template <typename T>
+inline T normal_pdf(T x) {
+  return std::exp(T(-0.5) * x * x) * T(0.5 * M_2_SQRTPI * M_SQRT1_2);
+}
+template <typename T>
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// f(p[i]) for every element, in parallel chunks
+template <typename T, typename F>
+void map_elements(T* p, Index n, F&& f) {
+  const Index chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (Index c = 0; c < chunks; ++c) {
+    const Index begin = c * kChunk, end = std::min(n, begin + kChunk);
+    for (Index i = begin; i < end; ++i) f(i);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void activation_inplace(Activation a, T* x, Index n) {
+  if (a == Activation::Relu) return relu_inplace(x, n);
+  if (a == Activation::Gelu) return map_elements(x, n, [x](Index i) { x[i] = x[i] * normal_cdf(x[i]); });
+  map_elements(x, n, [x](Index i) { x[i] = x[i] * sigmoid(x[i]); });
+}
+
+template <typename T>
+void activation_backward_inplace(Activation a, const T* x, T* dy, Index n) {
+  TCPP_CHECK(a != Activation::Relu, "activation_backward_inplace: relu's derivative takes its output");
+  // gelu' = Phi(x) + x phi(x); swish' = s (1 + x (1 - s)), s = sigmoid(x)
+  if (a == Activation::Gelu)
+    return map_elements(dy, n, [x, dy](Index i) { dy[i] *= normal_cdf(x[i]) + x[i] * normal_pdf(x[i]); });
+  map_elements(dy, n, [x, dy](Index i) {
+    const T s = sigmoid(x[i]);
+    dy[i] *= s * (T(1) + x[i] * (T(1) - s));
+  });
+}
+
+template void activation_inplace<float>(Activation, float*, Index);
+template void activation_inplace<double>(Activation, double*, Index);
+template void activation_backward_inplace<float>(Activation, const float*, float*, Index);
+template void activation_backward_inplace<double>(Activation, const double*, double*, Index);
 template void relu_inplace<float>(float*, Index);
 template void relu_inplace<double>(double*, Index);
 template void relu_backward_inplace<float>(const float*, float*, Index);

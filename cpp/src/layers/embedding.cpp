@@ -18,7 +18,8 @@ namespace {
 // token, so threads split the columns rather than the rows: no two threads touch the same
 // element, and every element sums its rows in the same order whatever the thread count.
 template <typename T>
-void scatter_add_rows(const TokenMatrix& tokens, T scale, ConstMatrixMap<T> dy, Matrix<T>& dweight) {
+void scatter_add_rows(const TokenMatrix& tokens, std::int64_t padding_id, T scale, ConstMatrixMap<T> dy,
+                      Matrix<T>& dweight) {
   const Index n = tokens.size(), d = dweight.cols();
   const std::int64_t* tok = tokens.data();
 #pragma omp parallel if (n * d >= kParallelElements)
@@ -30,7 +31,7 @@ void scatter_add_rows(const TokenMatrix& tokens, T scale, ConstMatrixMap<T> dy, 
 #endif
     const Index c0 = d * tid / nt, c1 = d * (tid + 1) / nt;
     for (Index i = 0; i < n && c1 > c0; ++i) {
-      if (tok[i] == 0) continue;  // padding gets no gradient
+      if (tok[i] == padding_id) continue;  // padding gets no gradient
       dweight.row(tok[i]).segment(c0, c1 - c0) += scale * dy.row(i).segment(c0, c1 - c0);
     }
   }
@@ -76,8 +77,9 @@ const Matrix<T>& Embedding<T>::forward(ConstTokenMap tokens, T scale) {
   const Index n = tokens_.size(), d = dim();
   y_.resize(n, d);  // (B*T, d)
   const std::int64_t* tok = tokens_.data();
+  const Matrix<T>& w = this->w();
 #pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
-  for (Index i = 0; i < n; ++i) y_.row(i) = weight_.row(tok[i]) * scale;
+  for (Index i = 0; i < n; ++i) y_.row(i) = w.row(tok[i]) * scale;
   return y_;
 }
 
@@ -87,17 +89,35 @@ void Embedding<T>::backward(ConstMatrixMap<T> dy) {
   TCPP_CHECK(dy.rows() == tokens_.size() && dy.cols() == dim(), "Embedding: backward got dout of shape (", dy.rows(),
              ", ", dy.cols(), "), expected (", tokens_.size(), ", ", dim(), ")");
   // forward was y_i = weight[token_i] * scale, so dweight[token_i] += scale * dy_i.
-  scatter_add_rows(tokens_, scale_, dy, dweight_);
+  scatter_add_rows(tokens_, padding_id_, scale_, dy, dw());
 }
 
 template <typename T>
 ParameterList<T> Embedding<T>::parameters() {
+  if (tied_) return {};  // the owner lists the weight
   return {{"weight", weight_.data(), dweight_.data(), {weight_.rows(), weight_.cols()}}};
 }
 
 template <typename T>
 void Embedding<T>::zero_grad() {
-  dweight_.setZero();
+  dweight_.setZero();  // empty when tied: the owner zeroes the gradient in use
+}
+
+template <typename T>
+void Embedding<T>::set_padding_id(std::int64_t id) {
+  TCPP_CHECK(id >= 0 && id < vocab_size(), "Embedding: padding id ", id, " is out of range for vocabulary size ",
+             vocab_size());
+  padding_id_ = id;
+  if (!tied_) weight_.row(id).setZero();
+}
+
+template <typename T>
+void Embedding<T>::tie_to(Embedding<T>& owner) {
+  TCPP_CHECK(owner.vocab_size() == vocab_size() && owner.dim() == dim(), "Embedding: cannot share a (",
+             owner.vocab_size(), ", ", owner.dim(), ") embedding with a (", vocab_size(), ", ", dim(), ") one");
+  tied_ = &owner;
+  weight_.resize(0, 0);
+  dweight_.resize(0, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,11 +144,11 @@ template <typename T>
 const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens) {
   const Index batch = tokens.rows(), length = tokens.cols(), d = dim();
   reserve_positions(length);
-  const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
+  const T scale = this->scale();
   embedding_.cache_tokens(tokens, scale);
   y_.resize(batch * length, d);  // (B*T, d)
   const std::int64_t* tok = embedding_.tokens_.data();
-  const Matrix<T>& w = embedding_.weight_;
+  const Matrix<T>& w = embedding_.w();
   // y[b, t] = weight[tokens[b, t]] * sqrt(d) + PE[t], in one pass
 #pragma omp parallel for schedule(static) if (batch * length * d >= kParallelElements)
   for (Index i = 0; i < batch * length; ++i) {
@@ -142,7 +162,7 @@ const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const Row
   if (!layout.packed) return forward(tokens);
   const Index length = tokens.cols(), d = dim();
   reserve_positions(length);
-  const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
+  const T scale = this->scale();
   embedding_.cache_tokens(tokens, scale);  // checks every id
   const Index n = layout.rows();
   // keep only the computed rows' tokens, so backward scatters exactly these rows
@@ -150,7 +170,7 @@ const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const Row
   for (Index r = 0; r < n; ++r) picked(r, 0) = tokens.data()[layout.ids[static_cast<size_t>(r)]];
   embedding_.tokens_.swap(picked);
   y_.resize(n, d);  // (rows, d)
-  const Matrix<T>& w = embedding_.weight_;
+  const Matrix<T>& w = embedding_.w();
   const Index* ids = layout.ids.data();
   const std::int64_t* tok = embedding_.tokens_.data();
 #pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
@@ -168,10 +188,10 @@ void PositionalEmbedding<T>::backward(ConstMatrixMap<T> dy) {
   embedding_.backward(dy);
 }
 
-std::vector<std::uint8_t> padding_mask(ConstTokenMap tokens) {
+std::vector<std::uint8_t> padding_mask(ConstTokenMap tokens, std::int64_t padding_id) {
   std::vector<std::uint8_t> mask(static_cast<size_t>(tokens.size()));
   const std::int64_t* tok = tokens.data();
-  for (Index i = 0; i < tokens.size(); ++i) mask[static_cast<size_t>(i)] = tok[i] == 0 ? 1 : 0;
+  for (Index i = 0; i < tokens.size(); ++i) mask[static_cast<size_t>(i)] = tok[i] == padding_id ? 1 : 0;
   return mask;
 }
 

@@ -16,9 +16,10 @@ FeedForward<T>::FeedForward(Index d_model, Index d_ff, double dropout, std::uint
 
 template <typename T>
 const Matrix<T>& FeedForward<T>::forward(ConstMatrixMap<T> x, bool training, const Index* row_ids) {
-  // h = dropout(relu(x W1^T + b1)), in place in linear1's output buffer   (N, d_ff)
+  // h = dropout(f(x W1^T + b1)), in place in linear1's output buffer     (N, d_ff)
   Matrix<T>& h = const_cast<Matrix<T>&>(linear1_.forward(x));
-  relu_inplace<T>(h.data(), h.size());
+  if (activation_ != Activation::Relu) pre_ = h;
+  activation_inplace<T>(activation_, h.data(), h.size());
   dropout_.forward_inplace(mmap(h), training, row_ids);
   // y = h W2^T + b2                                                       (N, d_model)
   return linear2_.forward(cmap(h));
@@ -31,15 +32,20 @@ const Matrix<T>& FeedForward<T>::backward(ConstMatrixMap<T> dy) {
   dropout_.backward_inplace(dh);
   // h after dropout is 0 exactly where relu or dropout zeroed it; where dropout zeroed it the
   // mask has already zeroed the gradient, so (h > 0) is the relu derivative that remains.
-  const Matrix<T>& h = linear1_.output();
-  relu_backward_inplace<T>(h.data(), dh_.data(), dh_.size());
+  // gelu, swish: their derivative at the kept input
+  if (activation_ == Activation::Relu) {
+    const Matrix<T>& h = linear1_.output();
+    relu_backward_inplace<T>(h.data(), dh_.data(), dh_.size());
+  } else {
+    activation_backward_inplace<T>(activation_, pre_.data(), dh_.data(), dh_.size());
+  }
   return linear1_.backward(cmap(dh_));
 }
 
 template <typename T>
 void FeedForward<T>::infer(const Matrix<T>& x, InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>& y) const {
   be.linear(x, linear1_.weight_.data(), linear1_.bias_.data(), linear1_.out_features(), s.f);  // (N, d_ff)
-  relu_inplace<T>(s.f.data(), s.f.size());
+  activation_inplace<T>(activation_, s.f.data(), s.f.size());
   be.linear(s.f, linear2_.weight_.data(), linear2_.bias_.data(), linear2_.out_features(), y);  // (N, d_model)
 }
 

@@ -12,13 +12,13 @@ namespace {
 // output_cross_entropy sums the bias gradient over fixed blocks of this many rows.
 constexpr Index kLossBlockRows = tuning::kLossBlockRows;
 
-// Every target must be a class index in [0, V); returns how many are not padding (0).
-Index check_targets(const char* who, const std::int64_t* targets, Index rows, Index classes) {
+// Every target must be a class index in [0, V); returns how many are not padding (pad).
+Index check_targets(const char* who, const std::int64_t* targets, Index rows, Index classes, std::int64_t pad) {
   Index count = 0;
   for (Index i = 0; i < rows; ++i) {
     TCPP_CHECK(targets[i] >= 0 && targets[i] < classes, who, ": target id ", targets[i], " at row ", i,
                " is out of range for ", classes, " classes");
-    count += targets[i] != 0;
+    count += targets[i] != pad;
   }
   return count;
 }
@@ -72,13 +72,13 @@ inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t 
 
 template <typename T>
 LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets, Matrix<T>* dlogits,
-                               double label_smoothing) {
+                               double label_smoothing, std::int64_t padding_id) {
   const Index rows = logits.rows(), classes = logits.cols();
   TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
   TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
              "masked_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   LossStats stats;
-  stats.count = check_targets("masked_cross_entropy", targets, rows, classes);
+  stats.count = check_targets("masked_cross_entropy", targets, rows, classes, padding_id);
   if (dlogits != nullptr) dlogits->resize(rows, classes);  // (N, V)
   if (stats.count == 0) {
     if (dlogits != nullptr) dlogits->setZero();
@@ -99,7 +99,7 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
     reduction(min : first_bad) if (rows * classes >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
     const std::int64_t t = targets[i];
-    if (t == 0) {  // padding: no loss, no gradient
+    if (t == padding_id) {  // padding: no loss, no gradient
       if (dp != nullptr) RowArray<T>(dp + i * classes, classes).setZero();
       continue;
     }
@@ -116,13 +116,13 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
 
 template <typename T>
 LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets, double label_smoothing,
-                               T* dbias, Matrix<T>& partial) {
+                               T* dbias, Matrix<T>& partial, std::int64_t padding_id) {
   const Index rows = logits.rows(), classes = logits.cols();
   TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
   TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
              "masked_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   LossStats stats;
-  stats.count = check_targets("masked_cross_entropy", targets, rows, classes);
+  stats.count = check_targets("masked_cross_entropy", targets, rows, classes, padding_id);
   if (stats.count == 0) {
     logits.setZero();
     return stats;
@@ -151,7 +151,7 @@ LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::in
     for (Index i = blk * kLossBlockRows; i < end; ++i) {
       T* row = xp + i * classes;
       const std::int64_t t = targets[i];
-      if (t == 0) {  // padding: no loss, no gradient
+      if (t == padding_id) {  // padding: no loss, no gradient
         RowArray<T>(row, classes).setZero();
         continue;
       }
@@ -181,18 +181,18 @@ LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::in
 }
 
 template <typename T>
-LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets) {
+LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets, std::int64_t padding_id) {
   const Index rows = logits.rows(), classes = logits.cols();
   TCPP_CHECK(classes > 0, "masked_accuracy: logits need at least one class column");
   LossStats stats;
-  stats.count = check_targets("masked_accuracy", targets, rows, classes);
+  stats.count = check_targets("masked_accuracy", targets, rows, classes, padding_id);
   Index correct = 0;
   Index first_nan = rows;  // an arg max over NaN means nothing
   const T* xp = logits.data();
 #pragma omp parallel for schedule(static) reduction(+ : correct) \
     reduction(min : first_nan) if (rows * classes >= kParallelElements)
   for (Index i = 0; i < rows; ++i) {
-    if (targets[i] == 0) continue;
+    if (targets[i] == padding_id) continue;
     ConstRowArray<T> x(xp + i * classes, classes);
     if (x.isNaN().any()) {
       first_nan = std::min(first_nan, i);
@@ -207,13 +207,15 @@ LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets)
   return stats;
 }
 
-template LossStats masked_cross_entropy<float>(ConstMatrixMap<float>, const std::int64_t*, Matrix<float>*, double);
-template LossStats masked_cross_entropy<double>(ConstMatrixMap<double>, const std::int64_t*, Matrix<double>*, double);
+template LossStats masked_cross_entropy<float>(ConstMatrixMap<float>, const std::int64_t*, Matrix<float>*, double,
+                                               std::int64_t);
+template LossStats masked_cross_entropy<double>(ConstMatrixMap<double>, const std::int64_t*, Matrix<double>*, double,
+                                                std::int64_t);
 template LossStats output_cross_entropy<float>(MatrixMap<float>, const float*, const std::int64_t*, double, float*,
-                                               Matrix<float>&);
+                                               Matrix<float>&, std::int64_t);
 template LossStats output_cross_entropy<double>(MatrixMap<double>, const double*, const std::int64_t*, double, double*,
-                                                Matrix<double>&);
-template LossStats masked_accuracy<float>(ConstMatrixMap<float>, const std::int64_t*);
-template LossStats masked_accuracy<double>(ConstMatrixMap<double>, const std::int64_t*);
+                                                Matrix<double>&, std::int64_t);
+template LossStats masked_accuracy<float>(ConstMatrixMap<float>, const std::int64_t*, std::int64_t);
+template LossStats masked_accuracy<double>(ConstMatrixMap<double>, const std::int64_t*, std::int64_t);
 
 }  // namespace transformer

@@ -153,9 +153,13 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
   layout_.T = Tt;
   layout_.packed = false;
   layout_.ids.clear();
+  // (when the start id is the padding id, position 0 holds the start token: never padding)
+  const std::int64_t pad = this->padding_id_;
+  const bool keep_first = start_is_padding_;
+  auto is_padding = [&](Index i) { return tokens.data()[i] == pad && !(keep_first && i % Tt == 0); };
   if (pack) {
     for (Index i = 0; i < B * Tt; ++i)
-      if (tokens.data()[i] != 0 || (targets != nullptr && targets[i] != 0)) layout_.ids.push_back(i);
+      if (!is_padding(i) || (targets != nullptr && targets[i] != pad)) layout_.ids.push_back(i);
     // nothing to compute (an all-padding batch): run unpacked rather than with zero rows
     layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * Tt;
     if (!layout_.packed) layout_.ids.clear();
@@ -167,7 +171,7 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
   S_ = S;
   mem_rows_ = memory.rows();
   key_padding_.resize(static_cast<size_t>(B * Tt));
-  for (Index i = 0; i < B * Tt; ++i) key_padding_[i] = tokens.data()[i] == 0;
+  for (Index i = 0; i < B * Tt; ++i) key_padding_[i] = is_padding(i);
   // masked self-attention: look-ahead and target padding; cross-attention: source padding
   build_attention_mask(self_mask_, key_padding_.data(), B, Tt, Tt, true);
   build_attention_mask(cross_mask_, source_padding, B, Tt, S, false);

@@ -113,7 +113,7 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
   layout_.ids.clear();  // keeps its capacity: no allocation per step
   if (pack) {
     for (Index i = 0; i < B * S; ++i)
-      if (tokens.data()[i] != 0) layout_.ids.push_back(i);
+      if (tokens.data()[i] != this->padding_id_) layout_.ids.push_back(i);
     // nothing to compute (an all-padding batch): run unpacked rather than with zero rows
     layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * S;
     if (!layout_.packed) layout_.ids.clear();
@@ -123,7 +123,7 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
   B_ = B;
   S_ = S;
   key_padding_.resize(static_cast<size_t>(B * S));
-  for (Index i = 0; i < B * S; ++i) key_padding_[i] = tokens.data()[i] == 0;
+  for (Index i = 0; i < B * S; ++i) key_padding_[i] = tokens.data()[i] == this->padding_id_;
   build_attention_mask(mask_, key_padding_.data(), B, S, S, false);
   AttentionMask mask{mask_.data(), S * S};
   const Matrix<T>* h = &x_;
@@ -137,7 +137,7 @@ void Encoder<T>::infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBacken
                        Matrix<T>& memory) const {
   const Index B = tokens.rows(), S = tokens.cols();
   TCPP_CHECK(B > 0 && S > 0, "Encoder: the source batch is empty (shape (", B, ", ", S, "))");
-  rows.assign(tokens);  // the non-padding positions, sentence by sentence
+  rows.assign(tokens, this->padding_id_);  // the non-padding positions, sentence by sentence
   const std::int64_t* tok = tokens.data();
   const Index* ids = rows.ids.data();
   // x = embedding[token] * sqrt(d) + PE[t]                                   (rows, d)

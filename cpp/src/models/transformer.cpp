@@ -21,13 +21,17 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
   static const std::vector<ConfigField<C>> table = complete_table<C>(
       {
           field<&C::src_vocab_size>("src_vocab_size", Limit::integer(2),
-                                    "source vocabulary size (the padding id 0 included)", kNoOption),
+                                    "source vocabulary size (the padding id included)", kNoOption),
           field<&C::tgt_vocab_size>("tgt_vocab_size", Limit::integer(2),
-                                    "target vocabulary size (the padding id 0 included)", kNoOption),
+                                    "target vocabulary size (the padding id included)", kNoOption),
           // the upper bounds of the sizes: beyond them no model fits in a computer's memory (the
           // memory a model of the requested sizes needs is checked as well)
           field<&C::d_model>("d_model", Limit::integer(1, 16384), "model width"),
           field<&C::n_layers>("n_layers", Limit::integer(1, 256), "encoder layers and decoder layers"),
+          field<&C::n_encoder_layers>("n_encoder_layers", Limit::integer(0, 256),
+                                      "encoder layers when they differ from n_layers (0: n_layers)", kNoOption),
+          field<&C::n_decoder_layers>("n_decoder_layers", Limit::integer(0, 256),
+                                      "decoder layers when they differ from n_layers (0: n_layers)", kNoOption),
           field<&C::n_heads>("n_heads", Limit::integer(1, 1024), "attention heads (d_model must be divisible by them)"),
           field<&C::d_ff>("d_ff", Limit::integer(1, 262144), "inner width of the feed-forward networks"),
           field<&C::dropout>("dropout", Limit::number(0.0, 1.0, false, true),
@@ -44,6 +48,20 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
                               "after it (the paper's post-norm)"),
           field<&C::share_embeddings>("share_embeddings", Limit::flag(),
                                       "tie the decoder embedding to the output layer (fewer weights)"),
+          field<&C::share_source_embedding>("share_source_embedding", Limit::flag(),
+                                            "one embedding for the source and the target (a joint vocabulary: "
+                                            "src_vocab_size must equal tgt_vocab_size)",
+                                            kNoOption),
+          field<&C::activation>("activation", Limit::one_of({"relu", "gelu", "swish"}),
+                                "activation of the feed-forward networks: relu, gelu (the exact erf form) or swish "
+                                "(x sigmoid(x), also called SiLU)",
+                                kNoOption),
+          field<&C::scale_embedding>("scale_embedding", Limit::flag(),
+                                     "multiply the token embeddings by sqrt(d_model) before adding the positions",
+                                     kNoOption),
+          field<&C::pad_id>("pad_id", Limit::integer(0), "the padding token id (masked, no loss)", kNoOption),
+          field<&C::start_id>("start_id", Limit::integer(0), "the decoder's first input token id", kNoOption),
+          field<&C::end_id>("end_id", Limit::integer(0), "the token id that ends a translation", kNoOption),
           field<&C::layer_norm_eps>("layer_norm_eps", Limit::number(0.0, kInf, true),
                                     "epsilon inside the layer normalisation's square root"),
           field<&C::seed>("seed", Limit::integer(0, kMaxSeed), "seed of the initial weights and the dropout masks",
@@ -66,6 +84,13 @@ void check_config(const TransformerConfig& c) {
              c.n_heads);
   TCPP_CHECK(c.layout != PositionalLayout::Concatenated || c.d_model % 2 == 0,
              "Transformer: the concatenated layout needs an even d_model, got ", c.d_model);
+  TCPP_CHECK(!c.share_source_embedding || c.src_vocab_size == c.tgt_vocab_size,
+             "Transformer: share_source_embedding needs src_vocab_size equal to tgt_vocab_size, got ", c.src_vocab_size,
+             " and ", c.tgt_vocab_size);
+  const std::int64_t V = std::min(c.src_vocab_size, c.tgt_vocab_size);
+  TCPP_CHECK(c.pad_id < V, "Transformer: pad_id must be below both vocabulary sizes (", V, "), got ", c.pad_id);
+  // start_id and end_id are checked against the vocabulary by the search that takes them
+  TCPP_CHECK(c.end_id != c.pad_id, "Transformer: end_id must differ from pad_id, both are ", c.pad_id);
 }
 
 template <typename T>
@@ -73,11 +98,12 @@ void validate(const TransformerConfig& c) {
   check_config(c);
   check_precision<T>(c.precision, "Transformer");
   // every weight (value and gradient) and the two positional tables, before any is allocated
-  const double d = static_cast<double>(c.d_model), L = static_cast<double>(c.n_layers);
+  const double d = static_cast<double>(c.d_model), Le = static_cast<double>(encoder_layers(c));
+  const double Ld = static_cast<double>(decoder_layers(c));
   const double V = static_cast<double>(c.tgt_vocab_size), dff = static_cast<double>(c.d_ff);
-  const double params = static_cast<double>(c.src_vocab_size) * d + L * encoder_layer_parameters(d, dff) + V * d +
-                        L * decoder_layer_parameters(d, dff) + (c.share_embeddings ? 0.0 : V * d) + V +
-                        (c.pre_norm ? 4 * d : 0.0);
+  const double params = (c.share_source_embedding ? 0.0 : static_cast<double>(c.src_vocab_size) * d) +
+                        Le * encoder_layer_parameters(d, dff) + V * d + Ld * decoder_layer_parameters(d, dff) +
+                        (c.share_embeddings ? 0.0 : V * d) + V + (c.pre_norm ? 4 * d : 0.0);
   checked_size<T>(
       "Transformer",
       concat("a model with src_vocab_size ", c.src_vocab_size, ", tgt_vocab_size ", c.tgt_vocab_size, ", d_model ",
@@ -88,19 +114,29 @@ void validate(const TransformerConfig& c) {
 template <typename T>
 Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Transformer", c.d_model), config_(c) {
   validate<T>(c);
-  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
+  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, encoder_layers(c), c.n_heads, c.d_ff, c.dropout,
                                           c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 1));
-  decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, c.n_layers, c.n_heads, c.d_ff, c.dropout,
+  decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, decoder_layers(c), c.n_heads, c.d_ff, c.dropout,
                                           c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 2));
+  // the options that leave the defaults' layers as they are: shared source embedding, padding id,
+  // embedding scale, activation
+  if (c.share_source_embedding) encoder_->embedding_.embedding().tie_to(decoder_->embedding_.embedding());
+  encoder_->set_padding_id(c.pad_id);
+  decoder_->set_padding_id(c.pad_id);
+  decoder_->set_start_is_padding(c.start_id == c.pad_id);
+  encoder_->embedding_.set_scale(c.scale_embedding);
+  decoder_->embedding_.set_scale(c.scale_embedding);
   // every dense layer's products in the configured precision (the output layer's: run/backward_rows)
   for (auto& layer : encoder_->layers_) {
     layer->self_attention_.set_precision(c.precision);
     layer->feed_forward_.set_precision(c.precision);
+    layer->feed_forward_.set_activation(c.activation);
   }
   for (auto& layer : decoder_->layers_) {
     layer->self_attention_.set_precision(c.precision);
     layer->cross_attention_.set_precision(c.precision);
     layer->feed_forward_.set_precision(c.precision);
+    layer->feed_forward_.set_activation(c.activation);
   }
   out_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
   dout_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
@@ -140,9 +176,10 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
   const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
   const double Tt = static_cast<double>(tgt.cols()), d = static_cast<double>(c.d_model);
   const double H = static_cast<double>(c.n_heads), dff = static_cast<double>(c.d_ff);
-  const double L = static_cast<double>(c.n_layers), V = static_cast<double>(c.tgt_vocab_size);
-  const double elements = L * encoder_layer_elements(B * S, B, H, S, d, dff) +
-                          L * decoder_layer_elements(B * Tt, B * S, B, H, Tt, S, d, dff) + 4 * B * (S + Tt) * d +
+  const double Le = static_cast<double>(encoder_layers(c)), V = static_cast<double>(c.tgt_vocab_size);
+  const double Ld = static_cast<double>(decoder_layers(c));
+  const double elements = Le * encoder_layer_elements(B * S, B, H, S, d, dff) +
+                          Ld * decoder_layer_elements(B * Tt, B * S, B, H, Tt, S, d, dff) + 4 * B * (S + Tt) * d +
                           2 * B * Tt * V;
   const double mask_bytes = B * (S * S + Tt * Tt + Tt * S);
   check_memory(
@@ -250,8 +287,9 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   this->check_step_count("Transformer.train_step");
   // a batch of padding labels has no loss to learn from: a step would only move the weights by
   // Adam's momentum and advance the schedule, and report a loss of 0
-  TCPP_CHECK((tgt_out.array() != 0).any(), "Transformer.train_step: tgt_out holds no target token (every label is ",
-             "the padding id 0): there is nothing to learn from; no update was applied");
+  TCPP_CHECK((tgt_out.array() != config_.pad_id).any(), "Transformer.train_step: tgt_out holds no target token ",
+             "(every label is the padding id ", config_.pad_id,
+             "): there is nothing to learn from; no update was applied");
   this->optimizer();
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
@@ -263,7 +301,8 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   LossStats stats = loss_or_throw(
       [&] {
         return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
-                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_);
+                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_,
+                                       config_.pad_id);
       },
       "train_step");
   backward_rows(logits(), true);
@@ -281,7 +320,8 @@ LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, Cons
   const ConstMatrixMap<T> logits = run(src, tgt_in, tgt_out.data(), false, true);
   return loss_or_throw(
       [&] {
-        return masked_cross_entropy<T>(logits, row_targets(tgt_out), nullptr, this->optimizer_config().label_smoothing);
+        return masked_cross_entropy<T>(logits, row_targets(tgt_out), nullptr, this->optimizer_config().label_smoothing,
+                                       config_.pad_id);
       },
       "evaluate");
 }
@@ -318,8 +358,9 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
              "); they must match");
   TCPP_CHECK(std::isfinite(grad_scale), who, ": grad_scale must be finite, got ", grad_scale);
   check_batch(src, tgt_in, "train_step");
-  TCPP_CHECK((tgt_out.array() != 0).any(), who,
-             ": tgt_out holds no target token (every label is the padding id 0): ", "there is nothing to learn from");
+  TCPP_CHECK((tgt_out.array() != config_.pad_id).any(), who,
+             ": tgt_out holds no target token (every label is the padding id ", config_.pad_id,
+             "): there is nothing to learn from");
   this->optimizer();  // the Adam moments exist before the first apply_gradients
   T* flat = flat_gradients();
   flat_pending_ = false;
@@ -331,7 +372,8 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   LossStats stats = loss_or_throw(
       [&] {
         return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
-                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_);
+                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_,
+                                       config_.pad_id);
       },
       "train_step");
   backward_rows(logits(), true);

@@ -130,10 +130,10 @@ def _check_src(src: Any, who: str) -> np.ndarray:
     return np.ascontiguousarray(src, dtype=np.int64)
 
 
-def pad_rows(rows: Sequence[Sequence[int]]) -> np.ndarray:
-    """int64 (len(rows), longest row): each row of token ids, padded on the right with 0."""
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int = 0) -> np.ndarray:
+    """int64 (len(rows), longest row): each row of token ids, padded on the right with pad_id."""
     width = max((len(r) for r in rows), default=0)
-    src = np.zeros((len(rows), width), dtype=np.int64)
+    src = np.full((len(rows), width), pad_id, dtype=np.int64)
     for i, ids in enumerate(rows):
         src[i, : len(ids)] = ids
     return src
@@ -158,13 +158,14 @@ def decode_rows(
     options = options or DecodeOptions()
     if not rows:
         return []
-    src = pad_rows(rows)
+    pad = int(model.config.get("pad_id", 0))  # the model's padding id (0 unless imported)
+    src = pad_rows(rows, pad)
     limits = np.array([options.limit(len(r)) for r in rows], dtype=np.int64)
     steps = int(limits.max())
     found: List[List[Tuple[List[int], Optional[float], Optional[np.ndarray]]]]
     if options.beam_size == 1:
         out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
-        found = [[([int(v) for v in row if v != 0], None, w)] for row, w in zip(out, weights)]
+        found = [[([int(v) for v in row if v != pad], None, w)] for row, w in zip(out, weights)]
     else:
         raw = model.beam_search(
             src,

@@ -8,8 +8,8 @@
 // and O(1) projections instead of re-running the decoder on the whole prefix. This file holds the
 // search: which tokens to feed, which hypotheses to keep.
 //
-// Generation never emits the padding id 0 (its logit is treated as -inf), so outputs can be
-// padded with 0 after the end token.
+// Generation never emits the model's padding id (config().pad_id, 0 by default: its logit is
+// treated as -inf), so outputs can be padded with it after the end token.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +58,8 @@ struct DecodeExtras {
   std::vector<CrossAttention> attention;
 };
 
-// Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then 0.
+// Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then the
+// padding id.
 // L <= max_length (the positional table grows to max_length rows if it is shorter).
 // `extras` (optional): per-sentence limits and the cross-attention weights (DecodeExtras).
 // `workspace` (optional, for `model`) keeps packed weights and buffers between calls.

@@ -105,8 +105,8 @@ struct SentenceRows {
   std::vector<Index> offsets;  // (B + 1)
   Index rows() const { return static_cast<Index>(ids.size()); }
   Index longest() const;
-  // The non-padding (non-zero) positions of tokens (B, S).
-  void assign(ConstTokenMap tokens);
+  // The non-padding positions of tokens (B, S): those not equal to padding_id.
+  void assign(ConstTokenMap tokens, std::int64_t padding_id = 0);
 };
 
 // Buffers of the inference entry points, reused from call to call. One buffer per shape that a

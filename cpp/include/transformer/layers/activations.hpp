@@ -1,5 +1,7 @@
-// activations.hpp — ReLU.
+// activations.hpp — ReLU, and the feed-forward network's activations by name (relu, gelu, swish).
 #pragma once
+
+#include <string>
 
 #include "transformer/core/tensor.hpp"
 
@@ -23,5 +25,20 @@ template <typename T>
 void relu_inplace(T* x, Index n);
 template <typename T>
 void relu_backward_inplace(const T* y, T* dy, Index n);
+
+// The feed-forward network's activation:
+//   relu   max(x, 0)
+//   gelu   x * Phi(x) = x/2 (1 + erf(x / sqrt 2))   (the exact form, not the tanh approximation)
+//   swish  x * sigmoid(x)                            (also called SiLU)
+enum class Activation { Relu, Gelu, Swish };
+// Parse "relu" / "gelu" / "swish"; throws std::invalid_argument otherwise.
+Activation parse_activation(const std::string& name);
+std::string to_string(Activation a);
+// x = f(x) in place.
+template <typename T>
+void activation_inplace(Activation a, T* x, Index n);
+// dy *= f'(x) given the activation's input x (gelu, swish: relu's derivative needs only its output).
+template <typename T>
+void activation_backward_inplace(Activation a, const T* x, T* dy, Index n);
 
 }  // namespace transformer

@@ -1,5 +1,7 @@
-// embedding.hpp — token embedding (token 0 is padding) and the positional embedding of the paper:
+// embedding.hpp — token embedding (token 0 is padding unless set_padding_id says otherwise) and the
+// positional embedding of the paper:
 //   PositionalEmbedding(tokens) = Embedding(tokens) * sqrt(d_model) + PE[:T]
+// (the factor sqrt(d_model) can be turned off: set_scale)
 #pragma once
 
 #include <cmath>
@@ -26,10 +28,20 @@ class Embedding {
 
   ParameterList<T> parameters();  // "weight" (vocab, d)
   void zero_grad();
-  Index vocab_size() const { return weight_.rows(); }
-  Index dim() const { return weight_.cols(); }
+  Index vocab_size() const { return w().rows(); }
+  Index dim() const { return w().cols(); }
+  // The id whose rows get no gradient (0 by default); its weight row is set to zero.
+  void set_padding_id(std::int64_t id);
+  std::int64_t padding_id() const { return padding_id_; }
+  // Use `owner`'s weight and gradient from now on (one embedding for two vocabularies: the
+  // gradients of both uses are summed in owner's); frees this one's own and lists no parameter.
+  void tie_to(Embedding<T>& owner);
+  bool tied() const { return tied_ != nullptr; }
+  // The weight and gradient in use: this embedding's own, or its owner's when tied.
+  const Matrix<T>& w() const { return tied_ ? tied_->weight_ : weight_; }
+  Matrix<T>& dw() { return tied_ ? tied_->dweight_ : dweight_; }
 
-  Matrix<T> weight_, dweight_;  // (vocab, d)
+  Matrix<T> weight_, dweight_;  // (vocab, d); empty when tied
 
  private:
   template <typename U>
@@ -39,6 +51,8 @@ class Embedding {
 
   TokenMatrix tokens_;  // (B, T) copy of the last input (small)
   T scale_ = T(1);
+  std::int64_t padding_id_ = 0;
+  Embedding<T>* tied_ = nullptr;
   bool has_forward_ = false;
   Matrix<T> y_;  // (B*T, d)
 };
@@ -72,10 +86,15 @@ class PositionalEmbedding {
   const Matrix<T>& table() const { return pe_; }
   Embedding<T>& embedding() { return embedding_; }
   const Embedding<T>& embedding() const { return embedding_; }
+  // Multiply the embedding by sqrt(d_model) (true, the default) or not (false).
+  void set_scale(bool on) { scaled_ = on; }
+  bool scaled() const { return scaled_; }
+  T scale() const { return scaled_ ? static_cast<T>(std::sqrt(static_cast<double>(dim()))) : T(1); }
 
  private:
   Embedding<T> embedding_;
   PositionalLayout layout_;
+  bool scaled_ = true;
   Matrix<T> pe_;  // (cached positions, d), grown by reserve_positions
   Matrix<T> y_;   // (B*T, d)
 };
@@ -91,8 +110,8 @@ void PositionalEmbedding<T>::infer(Index n, Row&& row, Matrix<T>& y) const {
     TCPP_CHECK(at.second >= 0 && at.second < pe_.rows(), "PositionalEmbedding: position ", at.second,
                " is beyond the table's ", pe_.rows(), " rows (reserve_positions first)");
   }
-  const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
-  const Matrix<T>& w = embedding_.weight_;
+  const T scale = this->scale();
+  const Matrix<T>& w = embedding_.w();
   y.resize(n, d);
   auto fill = [&](Index i) {
     const std::pair<std::int64_t, Index> at = row(i);
@@ -106,7 +125,7 @@ void PositionalEmbedding<T>::infer(Index n, Row&& row, Matrix<T>& y) const {
   for (Index i = 0; i < n; ++i) fill(i);
 }
 
-// (B, T) bytes: 1 where tokens == 0 (padding), else 0.
-std::vector<std::uint8_t> padding_mask(ConstTokenMap tokens);
+// (B, T) bytes: 1 where tokens == padding_id, else 0.
+std::vector<std::uint8_t> padding_mask(ConstTokenMap tokens, std::int64_t padding_id = 0);
 
 }  // namespace transformer

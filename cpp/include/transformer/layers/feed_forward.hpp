@@ -1,10 +1,12 @@
-// feed_forward.hpp — the position-wise feed-forward network FFN(x) = max(0, x W1^T + b1) W2^T + b2,
-// with dropout after the ReLU (as PyTorch's nn.TransformerEncoderLayer).
+// feed_forward.hpp — the position-wise feed-forward network FFN(x) = f(x W1^T + b1) W2^T + b2,
+// f = ReLU by default (or GELU, Swish: set_activation), with dropout after f (as PyTorch's
+// nn.TransformerEncoderLayer).
 #pragma once
 
 #include <cstdint>
 
 #include "transformer/kernels/inference_backend.hpp"
+#include "transformer/layers/activations.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/linear.hpp"
 
@@ -34,12 +36,16 @@ class FeedForward {
     linear1_.set_precision(p);
     linear2_.set_precision(p);
   }
+  void set_activation(Activation a) { activation_ = a; }
+  Activation activation() const { return activation_; }
 
   Linear<T> linear1_, linear2_;
 
  private:
   Dropout<T> dropout_;
-  Matrix<T> dh_;  // (N, d_ff)
+  Activation activation_ = Activation::Relu;
+  Matrix<T> dh_;   // (N, d_ff)
+  Matrix<T> pre_;  // (N, d_ff) the activation's input (gelu, swish: their derivative needs it)
 };
 
 }  // namespace transformer

@@ -18,13 +18,13 @@ struct LossStats {
   Index correct = 0;  // argmax(logits) == target, over non-padding targets
 };
 
-// logits (N, V), targets (N) with ids in [0, V). When dlogits != nullptr it is resized to (N, V)
-// and receives d loss / d logits; it may be the matrix behind logits (the gradient then replaces
+// logits (N, V), targets (N) with ids in [0, V); targets equal to padding_id have no loss. When dlogits != nullptr it
+// is resized to (N, V) and receives d loss / d logits; it may be the matrix behind logits (the gradient then replaces
 // the logits in place, row by row). Throws std::invalid_argument for ids out of range and
 // NonFiniteError (a std::runtime_error, see checks.hpp) when the loss is not finite.
 template <typename T>
 LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets, Matrix<T>* dlogits,
-                               double label_smoothing = 0.0);
+                               double label_smoothing = 0.0, std::int64_t padding_id = 0);
 
 // The training loss of the model's output layer, fused: logits (N, V) hold y W^T without the
 // bias. Row by row, while the row is in cache, this adds the bias, computes the masked
@@ -34,10 +34,10 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
 // useful and dbias is unchanged.
 template <typename T>
 LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets, double label_smoothing,
-                               T* dbias, Matrix<T>& partial);
+                               T* dbias, Matrix<T>& partial, std::int64_t padding_id = 0);
 
 // Fraction of non-padding targets whose argmax is right (0 when there are none).
 template <typename T>
-LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets);
+LossStats masked_accuracy(ConstMatrixMap<T> logits, const std::int64_t* targets, std::int64_t padding_id = 0);
 
 }  // namespace transformer

@@ -132,11 +132,20 @@ class LayerStack {
     return ds;
   }
 
+  // The id of padding in the stack's input (0 by default): masked as a key, skipped by packing,
+  // no embedding gradient.
+  void set_padding_id(std::int64_t id) {
+    embedding_.embedding().set_padding_id(id);
+    padding_id_ = id;
+  }
+  std::int64_t padding_id() const { return padding_id_; }
+
   PositionalEmbedding<T> embedding_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<LayerNorm<T>> final_norm_;  // pre-norm only
 
  protected:
+  std::int64_t padding_id_ = 0;
   // `who` ("Encoder") names the stack in messages; each layer holds layer_parameters weights. The
   // memory of all weights is checked before any is allocated; layer i is
   // Layer(d_model, n_heads, d_ff, dropout, pre_norm, eps, splitmix64(seed + layer_seeds + i)).

@@ -98,7 +98,7 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
   const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, Index S, const std::uint8_t* source_padding,
                            bool training);
   // memory holds the rows of memory_layout (e.g. a packed encoder). With pack, only the positions
-  // where tokens != 0 or targets != 0 (targets (B, T) may be nullptr) are computed, and the
+  // where tokens or targets are not padding (targets (B, T) may be nullptr) are computed, and the
   // output has layout().rows() rows.
   const Matrix<T>& forward(ConstTokenMap tokens, ConstMatrixMap<T> memory, const RowLayout& memory_layout,
                            const std::uint8_t* source_padding, bool training, const std::int64_t* targets, bool pack);
@@ -119,11 +119,15 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
                               InferenceScratch<T>& s) const;
   Index batch() const { return B_; }
   Index length() const { return T_; }
+  // The start id equals the padding id (as in Marian): position 0 of every input is the start
+  // token, never masked or skipped as padding.
+  void set_start_is_padding(bool yes) { start_is_padding_ = yes; }
 
  private:
   Index B_ = -1, T_ = 0, S_ = 0, mem_rows_ = 0;
   RowLayout layout_, own_memory_;
   std::vector<std::uint8_t> key_padding_, self_mask_, cross_mask_;
+  bool start_is_padding_ = false;
   Matrix<T> x_, dmemory_;
 };
 

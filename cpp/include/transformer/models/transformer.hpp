@@ -23,15 +23,24 @@ namespace transformer {
 struct TransformerConfig {
   Index src_vocab_size = 0;
   Index tgt_vocab_size = 0;
-  Index d_model = 512;      // model width
-  Index n_layers = 6;       // encoder layers = decoder layers
-  Index n_heads = 8;        // attention heads, d_k = d_model / n_heads
-  Index d_ff = 2048;        // inner width of the feed-forward network
-  double dropout = 0.1;     // on embeddings, sub-layer outputs and inside the feed-forward network
-  Index max_length = 2048;  // positional-table rows built up front (a cache: longer inputs extend it)
+  Index d_model = 512;         // model width
+  Index n_layers = 6;          // encoder layers = decoder layers, unless one of the next two says otherwise
+  Index n_encoder_layers = 0;  // 0: n_layers
+  Index n_decoder_layers = 0;  // 0: n_layers
+  Index n_heads = 8;           // attention heads, d_k = d_model / n_heads
+  Index d_ff = 2048;           // inner width of the feed-forward network
+  double dropout = 0.1;        // on embeddings, sub-layer outputs and inside the feed-forward network
+  Index max_length = 2048;     // positional-table rows built up front (a cache: longer inputs extend it)
   PositionalLayout layout = PositionalLayout::Interleaved;
-  bool pre_norm = false;          // post-norm as in the paper by default
-  bool share_embeddings = false;  // tie the decoder embedding and the output projection
+  bool pre_norm = false;                     // post-norm as in the paper by default
+  bool share_embeddings = false;             // tie the decoder embedding and the output projection
+  bool share_source_embedding = false;       // the encoder uses the decoder's embedding (one vocabulary)
+  Activation activation = Activation::Relu;  // of the feed-forward networks
+  bool scale_embedding = true;               // embeddings multiplied by sqrt(d_model)
+  // the special token ids: padding (masked, skipped by the loss), the decoder's first input, the end
+  std::int64_t pad_id = 0;
+  std::int64_t start_id = 1;
+  std::int64_t end_id = 2;
   double layer_norm_eps = 1e-6;
   std::uint64_t seed = 0;
   // The matrix products of every dense layer (attention projections, feed-forward, output layer),
@@ -43,6 +52,15 @@ struct TransformerConfig {
 // The enums of TransformerConfig by name, for its table (see detail::from_value).
 inline void parse_name(const std::string& name, PositionalLayout& out) { out = parse_positional_layout(name); }
 inline void parse_name(const std::string& name, Precision& out) { out = parse_precision(name); }
+inline void parse_name(const std::string& name, Activation& out) { out = parse_activation(name); }
+
+// The layer counts in use: n_encoder_layers / n_decoder_layers, or n_layers where they are 0.
+inline Index encoder_layers(const TransformerConfig& c) {
+  return c.n_encoder_layers > 0 ? c.n_encoder_layers : c.n_layers;
+}
+inline Index decoder_layers(const TransformerConfig& c) {
+  return c.n_decoder_layers > 0 ? c.n_decoder_layers : c.n_layers;
+}
 
 // The tables. A row: the member, its name, what it allows, a line of help (Python's docstring and
 // the command line's --help), and its option (the name of the command line's option and of the
