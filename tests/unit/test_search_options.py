@@ -202,3 +202,13 @@ def test_translator_prefix_constraints_and_sampling():
         translator.translate("a", target_prefix=" ")
     with pytest.raises(ValueError, match="constraints: 2 constraints need beam_size of at least 3"):
         translator.translate("a", constraints=["a", "b"], beam_size=2)
+
+
+def test_language_model_sampler_top_p_uses_the_same_filter():
+    from transformer_cpp.task.lm_sampling import sample_next
+
+    logits = np.array([5.0, 3.0, 2.9, 0.5, -1.0, 0.0])
+    rng = np.random.default_rng(0)
+    draws = np.bincount([sample_next(logits, 1.0, 0, rng, top_p=0.6) for _ in range(3000)], minlength=6)
+    allowed = reference_distribution(logits, 6, 0.6, 1.0) > 0
+    assert draws[~allowed].sum() == 0 and draws[allowed].min() > 0 and allowed.sum() == 2
