@@ -23,8 +23,7 @@ void follow(ConstraintState& s, const std::vector<Phrase>& phrases, Index c) {
 }
 }  // namespace
 
-ConstraintState advance_constraints(const ConstraintState& s, const std::vector<Phrase>& phrases,
-                                    std::int64_t token) {
+ConstraintState advance_constraints(const ConstraintState& s, const std::vector<Phrase>& phrases, std::int64_t token) {
   ConstraintState n = s;
   if (n.active >= 0) {
     const Phrase& p = phrases[static_cast<size_t>(n.active)];

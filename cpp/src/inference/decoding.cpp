@@ -237,8 +237,8 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
       } else if (sampling.active()) {
         std::vector<Index> ids;
         std::vector<double> probs;
-        next[static_cast<size_t>(r)] = sample_token(row, V, sampling, static_cast<std::uint64_t>(b),
-                                                    static_cast<std::uint64_t>(t), ids, probs);
+        next[static_cast<size_t>(r)] =
+            sample_token(row, V, sampling, static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(t), ids, probs);
       } else {
         next[static_cast<size_t>(r)] = 1 + first_argmax(row + 1, V - 1);  // never the padding id 0
       }
@@ -289,7 +289,13 @@ class BeamRun {
 
   BeamRun(Transformer<T>& model, InferenceState<T>& st, InferenceBackend<T>& be, std::int64_t end_id, Index beam_size,
           double alpha, Index n_best, bool record)
-      : model_(model), st_(st), be_(be), end_id_(end_id), beam_size_(beam_size), alpha_(alpha), n_best_(n_best),
+      : model_(model),
+        st_(st),
+        be_(be),
+        end_id_(end_id),
+        beam_size_(beam_size),
+        alpha_(alpha),
+        n_best_(n_best),
         record_(record) {}
 
   double penalty(Index len) const { return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha_); }
@@ -425,7 +431,8 @@ class BeamRun {
         path = parent.path;
         path.push_back(cd.row);
       }
-      ConstraintState cs = phrases.empty() ? parent.constraints : advance_constraints(parent.constraints, phrases, cd.tok);
+      ConstraintState cs =
+          phrases.empty() ? parent.constraints : advance_constraints(parent.constraints, phrases, cd.tok);
       if (cd.tok == end_id_) {
         finished_[static_cast<size_t>(s)].push_back(hypothesis(parent, std::move(toks), cd.lp, path, true, &cs));
       } else if (t + 1 < limits[static_cast<size_t>(s)]) {
@@ -518,8 +525,8 @@ template <typename T>
 void check_beam_arguments(const Transformer<T>& model, std::int64_t start_id, std::int64_t end_id, Index max_length,
                           Index beam_size, double alpha, Index n_best) {
   const Index V = model.config().tgt_vocab_size;
-  TCPP_CHECK(start_id > 0 && start_id < V && end_id > 0 && end_id < V, "beam_search: start_id and end_id must be in [1, ",
-             V, "), got ", start_id, " and ", end_id);
+  TCPP_CHECK(start_id > 0 && start_id < V && end_id > 0 && end_id < V,
+             "beam_search: start_id and end_id must be in [1, ", V, "), got ", start_id, " and ", end_id);
   TCPP_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, "beam_search: beam_size must be in [1, ", kMaxBeamSize,
              "], got ", beam_size);
   TCPP_CHECK(n_best >= 1 && n_best <= beam_size, "beam_search: n_best must be in [1, beam_size = ", beam_size,
@@ -527,8 +534,8 @@ void check_beam_arguments(const Transformer<T>& model, std::int64_t start_id, st
   TCPP_CHECK(max_length >= 1, "beam_search: max_length must be >= 1, got ", max_length);
   TCPP_CHECK(std::isfinite(alpha) && alpha >= 0.0, "beam_search: length_penalty must be a finite number >= 0, got ",
              alpha);
-  TCPP_CHECK(std::isfinite(std::pow((5.0 + static_cast<double>(max_length)) / 6.0, alpha)), "beam_search: length_penalty ",
-             alpha, " is too large for max_length ", max_length,
+  TCPP_CHECK(std::isfinite(std::pow((5.0 + static_cast<double>(max_length)) / 6.0, alpha)),
+             "beam_search: length_penalty ", alpha, " is too large for max_length ", max_length,
              ": the penalty ((5 + length) / 6) ** length_penalty overflows");
 }
 }  // namespace

@@ -26,8 +26,7 @@ struct ConstraintState {
 ConstraintState start_constraints(const std::vector<Phrase>& phrases);
 
 // The state after generating `token`.
-ConstraintState advance_constraints(const ConstraintState& s, const std::vector<Phrase>& phrases,
-                                    std::int64_t token);
+ConstraintState advance_constraints(const ConstraintState& s, const std::vector<Phrase>& phrases, std::int64_t token);
 
 // The tokens that would advance the state (the next token of the active constraint, or the first
 // token of every unmet one), appended to `out`.
