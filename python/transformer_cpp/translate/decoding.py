@@ -226,35 +226,54 @@ def decode_rows(
         out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
         found = [[([int(v) for v in row if v != 0], None, w, 0)] for row, w in zip(out, weights)]
     else:
-        raw = model.beam_search(
-            src,
-            start_id,
-            end_id,
-            steps,
-            options.beam_size,
-            options.length_penalty,
-            options.n_best,
-            options.compute_type,
-            limits,
-            return_attention,
-            target_prefix,
-            constraints if has_constraints else None,
+        found = _beam(
+            model, src, start_id, end_id, steps, options, limits, return_attention, target_prefix, constraints
         )
-        found = [
-            [
-                (
-                    [int(v) for v in h[0]],
-                    float(h[1]),
-                    h[4] if return_attention else None,
-                    int(h[-1]) if has_constraints else 0,
-                )
-                for h in hs
-            ]
-            for hs in raw
-        ]
     return [
         [Hypothesis(ids, score, bool(ids) and ids[-1] == end_id, _by_layer(w), miss) for ids, score, w, miss in hs]
         for hs in found
+    ]
+
+
+def _beam(
+    model: Any,
+    src: np.ndarray,
+    start_id: int,
+    end_id: int,
+    steps: int,
+    options: DecodeOptions,
+    limits: np.ndarray,
+    return_attention: bool,
+    target_prefix: Optional[Sequence[Sequence[int]]],
+    constraints: Optional[Sequence[Sequence[Sequence[int]]]],
+) -> List[List[Tuple[List[int], Optional[float], Optional[np.ndarray], int]]]:
+    """Beam search of ``src``: per row, (ids, score, attention or None, constraints missing) best first."""
+    has_constraints = constraints is not None and any(len(c) for c in constraints)
+    raw = model.beam_search(
+        src,
+        start_id,
+        end_id,
+        steps,
+        options.beam_size,
+        options.length_penalty,
+        options.n_best,
+        options.compute_type,
+        limits,
+        return_attention,
+        target_prefix,
+        constraints if has_constraints else None,
+    )
+    return [
+        [
+            (
+                [int(v) for v in h[0]],
+                float(h[1]),
+                h[4] if return_attention else None,
+                int(h[-1]) if has_constraints else 0,
+            )
+            for h in hs
+        ]
+        for hs in raw
     ]
 
 
