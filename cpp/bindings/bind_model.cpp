@@ -78,6 +78,45 @@ std::vector<Index> max_lengths_arg(const py::handle& v, Index B, const char* who
   return std::vector<Index>(ints.data(), ints.data() + ints.size());
 }
 
+// A list of token id sequences (None: none), each a sequence of ints.
+std::vector<std::vector<std::int64_t>> id_rows_arg(const py::handle& v, const char* who, const char* name) {
+  std::vector<std::vector<std::int64_t>> out;
+  if (v.is_none()) return out;
+  if (!py::isinstance<py::sequence>(v) || py::isinstance<py::str>(v))
+    throw py::value_error(concat(who, ": ", name, " must be None or a list of token id lists"));
+  for (const py::handle& row : py::reinterpret_borrow<py::sequence>(v)) {
+    if (!py::isinstance<py::sequence>(row) || py::isinstance<py::str>(row))
+      throw py::value_error(concat(who, ": ", name, " must be None or a list of token id lists"));
+    std::vector<std::int64_t> ids;
+    for (const py::handle& id : py::reinterpret_borrow<py::sequence>(row)) ids.push_back(int_arg(id, who, name));
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+// The decoders' target_prefix argument: None, or one id list per sentence (B entries).
+std::vector<std::vector<std::int64_t>> prefixes_arg(const py::handle& v, Index B, const char* who) {
+  auto rows = id_rows_arg(v, who, "target_prefix");
+  if (!v.is_none() && static_cast<Index>(rows.size()) != B)
+    throw py::value_error(concat(who, ": target_prefix has ", rows.size(), " entries for ", B,
+                                 " sentences; give one id list per sentence"));
+  return rows;
+}
+
+// beam_search's constraints argument: None, or per sentence a list of id lists (B entries).
+std::vector<std::vector<Phrase>> constraints_arg(const py::handle& v, Index B, const char* who) {
+  std::vector<std::vector<Phrase>> out;
+  if (v.is_none()) return out;
+  if (!py::isinstance<py::sequence>(v) || py::isinstance<py::str>(v))
+    throw py::value_error(concat(who, ": constraints must be None or, per sentence, a list of token id lists"));
+  for (const py::handle& sentence : py::reinterpret_borrow<py::sequence>(v))
+    out.push_back(id_rows_arg(sentence, who, "constraints"));
+  if (static_cast<Index>(out.size()) != B)
+    throw py::value_error(concat(who, ": constraints has ", out.size(), " entries for ", B,
+                                 " sentences; give one list of constraints per sentence"));
+  return out;
+}
+
 // One output's recorded cross-attention weights as an array of the model's dtype
 // (layers, heads, tokens, source).
 template <typename T>
@@ -369,13 +408,23 @@ void bind_transformer(py::module_& m) {
           "greedy_decode",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
              const py::object& max_length, const py::object& compute_type, const py::object& max_lengths,
-             bool return_attention) -> py::object {
+             bool return_attention, const py::object& target_prefix, const py::object& sampling_topk,
+             const py::object& sampling_topp, const py::object& sampling_temperature,
+             const py::object& seed) -> py::object {
             const char* who = "greedy_decode";
             const ComputeType compute = compute_type_arg(compute_type, who);
             auto s = as_tokens(src, "Transformer.greedy_decode", "src", 2);
             const std::int64_t start = int_arg(start_id, who, "start_id"), end = int_arg(end_id, who, "end_id");
             const Index steps = int_arg(max_length, who, "max_length");
             DecodeExtras extras{max_lengths_arg(max_lengths, s.shape(0), who), return_attention, {}};
+            extras.prefixes = prefixes_arg(target_prefix, s.shape(0), who);
+            extras.sampling.top_k = int_arg(sampling_topk, who, "sampling_topk");
+            extras.sampling.top_p = float_arg(sampling_topp, who, "sampling_topp", limits::non_negative());
+            extras.sampling.temperature =
+                float_arg(sampling_temperature, who, "sampling_temperature", limits::non_negative());
+            const std::int64_t seed_value = int_arg(seed, who, "seed");
+            if (seed_value < 0) throw py::value_error(concat(who, ": seed must be an integer >= 0, got ", seed_value));
+            extras.sampling.seed = static_cast<std::uint64_t>(seed_value);
             ModelInUse<T> in_use(h, "Transformer.greedy_decode");
             TokenMatrix out;
             // decoding runs the layers' inference methods: the last forward() stays valid for
@@ -398,15 +447,20 @@ void bind_transformer(py::module_& m) {
           },
           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"),
           py::arg("compute_type") = "float32", py::arg("max_lengths") = py::none(), py::arg("return_attention") = false,
+          py::arg("target_prefix") = py::none(), py::arg("sampling_topk") = 1, py::arg("sampling_topp") = 1.0,
+          py::arg("sampling_temperature") = 1.0, py::arg("seed") = 0,
           "KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. "
           "max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: "
-          "also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens).")
+          "also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens). "
+          "target_prefix: per sentence, ids each output starts with. sampling_topk > 1: draw each token among "
+          "the k most likely (then the fewest whose probability reaches sampling_topp), logits divided by "
+          "sampling_temperature; sentence b's draws depend only on seed and b.")
       .def(
           "beam_search",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
              const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
              const py::object& n_best, const py::object& compute_type, const py::object& max_lengths,
-             bool return_attention) {
+             bool return_attention, const py::object& target_prefix, const py::object& constraints) {
             const char* who = "beam_search";
             const ComputeType compute = compute_type_arg(compute_type, who);
             auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
@@ -415,6 +469,9 @@ void bind_transformer(py::module_& m) {
             const Index best = int_arg(n_best, who, "n_best");
             const double alpha = float_arg(length_penalty, who, "length_penalty", limits::non_negative());
             DecodeExtras extras{max_lengths_arg(max_lengths, s.shape(0), who), return_attention, {}};
+            extras.prefixes = prefixes_arg(target_prefix, s.shape(0), who);
+            extras.constraints = constraints_arg(constraints, s.shape(0), who);
+            const bool constrained = !constraints.is_none();
             ModelInUse<T> in_use(h, "Transformer.beam_search");
             std::vector<std::vector<BeamHypothesis>> res;
             const bool unchanged = h.weights_unchanged();  // and the last forward() stays valid
@@ -429,11 +486,13 @@ void bind_transformer(py::module_& m) {
               for (auto& hyp : sent) {
                 py::array_t<std::int64_t> toks(static_cast<py::ssize_t>(hyp.tokens.size()));
                 std::copy(hyp.tokens.begin(), hyp.tokens.end(), toks.mutable_data());
-                if (return_attention)
-                  hyps.append(
-                      py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished, attention_array<T>(hyp.attention)));
-                else
-                  hyps.append(py::make_tuple(toks, hyp.score, hyp.log_prob, hyp.finished));
+                py::list fields;
+                for (py::object f : {py::object(toks), py::object(py::float_(hyp.score)),
+                                     py::object(py::float_(hyp.log_prob)), py::object(py::bool_(hyp.finished))})
+                  fields.append(f);
+                if (return_attention) fields.append(attention_array<T>(hyp.attention));
+                if (constrained) fields.append(py::int_(hyp.constraints_missing));
+                hyps.append(py::tuple(fields));
               }
               out.append(hyps);
             }
@@ -442,10 +501,35 @@ void bind_transformer(py::module_& m) {
           py::arg("src"), py::arg("start_id"), py::arg("end_id"), py::arg("max_length"), py::arg("beam_size") = 4,
           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
           py::arg("max_lengths") = py::none(), py::arg("return_attention") = false,
+          py::arg("target_prefix") = py::none(), py::arg("constraints") = py::none(),
           "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. "
+          "target_prefix: per sentence, ids each output starts with; constraints: per sentence, id lists "
+          "that must each appear in every output (fewer than beam_size), each tuple then ending with the "
+          "number of constraints the hypothesis misses (above 0 only when cut at its limit). "
           "max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: "
           "each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).")
       .def("config", [](H& h) { return h.model.config(); }, "The architecture.");
+  if constexpr (std::is_same_v<T, float>)
+    m.def(
+        "sampling_distribution",
+        [](const py::array_t<double, py::array::c_style | py::array::forcecast>& logits, Index top_k, double top_p,
+           double temperature) {
+          const char* who = "sampling_distribution";
+          if (logits.ndim() != 1 || logits.shape(0) < 2)
+            throw py::value_error(concat(who, ": logits must be a 1-D array of at least 2 values"));
+          SamplingOptions s{top_k, top_p, temperature, 0};
+          check_sampling(s, who);
+          std::vector<Index> ids;
+          std::vector<double> probs;
+          sampling_distribution(logits.data(), logits.shape(0), s, ids, probs);
+          py::array_t<double> out(logits.shape(0));
+          std::fill(out.mutable_data(), out.mutable_data() + out.size(), 0.0);
+          for (size_t i = 0; i < ids.size(); ++i) out.mutable_data()[ids[i]] = probs[i];
+          return out;
+        },
+        py::arg("logits"), py::arg("top_k"), py::arg("top_p") = 1.0, py::arg("temperature") = 1.0,
+        "The distribution greedy decoding samples from for one row of logits (padding id 0 never): "
+        "temperature, then top-k, then top-p, renormalised.");
 }
 
 }  // namespace

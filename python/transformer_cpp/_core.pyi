@@ -913,13 +913,13 @@ class _Transformer(typing.Generic[_F]):
         """
         Attention weights of the last forward: name -> (B, heads, T_q, T_k).
         """
-    def greedy_decode(self, src: object, start_id: object, end_id: object, max_length: object, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False) -> object:
+    def greedy_decode(self, src: object, start_id: object, end_id: object, max_length: object, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False, target_prefix: object = None, sampling_topk: object = 1, sampling_topp: object = 1.0, sampling_temperature: object = 1.0, seed: object = 0) -> object:
         """
-        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens).
+        KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens). target_prefix: per sentence, ids each output starts with. sampling_topk > 1: draw each token among the k most likely (then the fewest whose probability reaches sampling_topp), logits divided by sampling_temperature; sentence b's draws depend only on seed and b.
         """
-    def beam_search(self, src: object, start_id: object, end_id: object, max_length: object, beam_size: object = 4, length_penalty: object = 0.6, n_best: object = 1, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False) -> list[typing.Any]:
+    def beam_search(self, src: object, start_id: object, end_id: object, max_length: object, beam_size: object = 4, length_penalty: object = 0.6, n_best: object = 1, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False, target_prefix: object = None, constraints: object = None) -> list[typing.Any]:
         """
-        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).
+        KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. target_prefix: per sentence, ids each output starts with; constraints: per sentence, id lists that must each appear in every output (fewer than beam_size), each tuple then ending with the number of constraints the hypothesis misses (above 0 only when cut at its limit). max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: each hypothesis also carries its cross-attention weights (layers, heads, its tokens, its source tokens).
         """
     def config(self) -> TransformerConfig:
         """
@@ -1366,6 +1366,11 @@ def rel_shift_float32(x: object) -> numpy.typing.NDArray[numpy.float32]:
 def rel_shift_float64(x: object) -> numpy.typing.NDArray[numpy.float64]:
     """
     out[..., i, j] = x[..., i, j + T-1-i] for j <= L-T+i, else 0.
+    """
+
+def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], top_k: typing.SupportsInt | typing.SupportsIndex, top_p: typing.SupportsFloat | typing.SupportsIndex = 1.0, temperature: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> numpy.typing.NDArray[numpy.float64]:
+    """
+    The distribution greedy decoding samples from for one row of logits (padding id 0 never): temperature, then top-k, then top-p, renormalised.
     """
 
 def set_num_threads(n: object) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "have_decode_kernels",
     "decode_linear",
     "first_argmax",
+    "sampling_distribution",
     "fingerprint",
     "have_bf16",
     "bf16_unsupported_reason",
@@ -74,6 +75,13 @@ def decode_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, kernel: s
     if kernel not in _KERNELS:
         raise ValueError(f"decode_linear: kernel must be one of {', '.join(map(repr, _KERNELS))}, got {kernel!r}")
     return _core._decode_linear(x, weight, bias, kernel)
+
+
+def sampling_distribution(logits: np.ndarray, top_k: int, top_p: float = 1.0, temperature: float = 1.0) -> np.ndarray:
+    """The float64 (V,) distribution the C++ sampler draws from for one row of logits: divided by
+    ``temperature``, then the ``top_k`` most likely ids (ties: the lower id), then the fewest of
+    those whose probability reaches ``top_p``, renormalised; the padding id 0 is never drawn."""
+    return np.asarray(_core.sampling_distribution(logits, int(top_k), float(top_p), float(temperature)))
 
 
 def first_argmax(values: np.ndarray) -> int:

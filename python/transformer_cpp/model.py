@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -245,6 +245,11 @@ class Transformer:
         compute_type: str = "float32",
         max_lengths: Optional[Any] = None,
         return_attention: bool = False,
+        target_prefix: Optional[Sequence[Sequence[int]]] = None,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        seed: int = 0,
     ) -> Any:
         """Greedy decoding with a key/value cache, in C++.
 
@@ -277,8 +282,28 @@ class Transformer:
         ``ValueError`` naming it. With ``return_attention`` the result is ``(ids, attention)``:
         ``attention[b]`` holds the cross-attention weights that produced sentence ``b``'s tokens,
         recorded while decoding, (layers, heads, its generated tokens, its source tokens).
+
+        ``target_prefix``: per sentence, the ids its output starts with (each no longer than its
+        limit, ids other than padding and ``end_id``). ``sampling_topk`` above 1 draws each token
+        instead of taking the most likely: logits divided by ``sampling_temperature`` (> 0), then
+        the ``sampling_topk`` most likely, then the fewest of those whose probability reaches
+        ``sampling_topp`` (in (0, 1]). Sentence ``b``'s draws depend only on ``seed`` and ``b``
+        (never on the thread count).
         """
-        return self._core.greedy_decode(src, start_id, end_id, max_length, compute_type, max_lengths, return_attention)
+        return self._core.greedy_decode(
+            src,
+            start_id,
+            end_id,
+            max_length,
+            compute_type,
+            max_lengths,
+            return_attention,
+            target_prefix,
+            sampling_topk,
+            sampling_topp,
+            sampling_temperature,
+            seed,
+        )
 
     def beam_search(
         self,
@@ -292,6 +317,8 @@ class Transformer:
         compute_type: str = "float32",
         max_lengths: Optional[Any] = None,
         return_attention: bool = False,
+        target_prefix: Optional[Sequence[Sequence[int]]] = None,
+        constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None,
     ) -> List[List[Tuple[Any, ...]]]:
         """Beam search with a key/value cache, in C++.
 
@@ -305,6 +332,11 @@ class Transformer:
         score its live beams may still reach). With ``return_attention`` each hypothesis has a
         fifth element: its own cross-attention weights, recorded while searching, (layers, heads,
         its tokens, its source tokens).
+
+        ``target_prefix`` as for :meth:`greedy_decode`. ``constraints``: per sentence, fewer than
+        ``beam_size`` id sequences that must each appear in every output (lexically constrained
+        search, dynamic beam allocation); each hypothesis then ends with the number of constraints
+        it misses, above 0 only for one cut at its limit.
         """
         hypotheses: List[List[Tuple[Any, ...]]] = self._core.beam_search(
             src,
@@ -317,6 +349,8 @@ class Transformer:
             compute_type,
             max_lengths,
             return_attention,
+            target_prefix,
+            constraints,
         )
         return hypotheses
 

@@ -73,6 +73,33 @@ def test_translate_arguments_and_stdin(trained_run):
     assert result.returncode == 0 and "warning" in result.stderr and "tokens" in result.stderr
 
 
+def test_translate_prefix_constraints_and_sampling(trained_run):
+    root, _, _ = trained_run
+    model = str(root / "run" / "epoch-0002")
+    result = run_cli("translate", "--model", model, "--prefix", "Mañana", "The cat.", "The dog.")
+    assert result.returncode == 0, result.stderr
+    assert all(line.lower().startswith("mañana") for line in result.stdout.splitlines()), result.stdout
+    result = run_cli("translate", "--model", model, "--beam-size", "3", "--constraint", "perro", "The cat.")
+    assert result.returncode == 0, result.stderr
+    assert "perro" in result.stdout.lower() or "before 1 of the --constraint texts" in result.stderr
+    sampled = [
+        run_cli("translate", "--model", model, "--sampling-topk", "20", "--seed", "5", "--threads", str(n), "The cat.")
+        for n in (1, 2)
+    ]
+    assert all(r.returncode == 0 for r in sampled) and sampled[0].stdout == sampled[1].stdout
+    for args, fragments in [
+        (["--prefix", "   "], ["--prefix", "encodes to no token"]),
+        (["--beam-size", "2", "--constraint", "a", "--constraint", "b"], ["--constraint", "--beam-size of at least 3"]),
+        (
+            ["--prefix", "el gato y el perro", "--max-output-tokens", "2"],
+            ["--prefix", "more than --max-output-tokens 2"],
+        ),
+        (["--sampling-topp", "0"], ["--sampling-topp"]),
+        (["--sampling-topk", "5", "--beam-size", "2"], ["--sampling-topk 5 needs --beam-size 1"]),
+    ]:
+        assert_one_line_error(run_cli("translate", "--model", model, *args, "The cat."), *fragments)
+
+
 def test_translate_leaves_lines_of_invisible_characters_empty(trained_run):
     """A line of zero-width spaces or other format characters has nothing to translate: its output
     line is empty, as for a blank line, not an invented translation."""

@@ -1086,6 +1086,10 @@ def test_fuzz_options_api_and_command_line(owner, data):
             "length_penalty": "--length-penalty",
             "max_output_tokens": "--max-output-tokens",
             "batch_size": "--batch-size",
+            "sampling_topk": "--sampling-topk",
+            "sampling_topp": "--sampling-topp",
+            "sampling_temperature": "--sampling-temperature",
+            "seed": "--seed",
         }[name]
     integer = cls.LIMITS[name].integer
     if (

@@ -18,6 +18,7 @@ from ..task import check_same_split, load_pairs, load_split
 from ..text import is_blank
 from ..training import TrainConfig
 from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
+from ..translate.translator import encode_target_text
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .options import (
     add_model_option,
@@ -37,7 +38,7 @@ def _hypotheses(result: Any) -> List[Tuple[str, Optional[float]]]:
     """``(text, score)`` of each hypothesis kept for one input, best first."""
     if isinstance(result, str):
         return [(result, None)]
-    return [(h.text, h.score) for h in result.hypotheses]
+    return [(h.text, h.score) for h in result.hypotheses] or [(result.text, result.score)]
 
 
 def _translate_lines(
@@ -57,7 +58,15 @@ def _translate_lines(
             length_penalty=args.length_penalty,
             batch_size=args.batch_size,
             n_best=args.n_best,
+            **_search_options(args),
         )
+        if args.constraint:  # Translations: say which reached the output limit before every constraint
+            for (number, _), t in zip(chunk, results):
+                if t.constraints_missing:
+                    console.say(
+                        f"{PROG} translate: line {number}: the output limit came before {t.constraints_missing} "
+                        "of the --constraint texts; the translation holds the most it could"
+                    )
         done.update(zip((n for n, _ in chunk), map(_hypotheses, results)))
 
     for start in range(0, len(todo), args.batch_size):
@@ -181,6 +190,62 @@ def _input_batches(args: argparse.Namespace, stack: contextlib.ExitStack) -> Tup
     return StreamReader(stream, capacity=max(4 * args.batch_size, 1024)).batches(args.batch_size), "line"
 
 
+# ------------------------------------------------------------- prefix, constraints, sampling
+
+
+def _add_search_options(p: Any) -> None:
+    """``--prefix``, ``--constraint`` and the sampling options of ``translate``."""
+    p.add_argument("--prefix", default=None, metavar="TEXT", help="every translation starts with this text")
+    p.add_argument(
+        "--constraint",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="text every translation must contain (repeatable; beam search with --beam-size above the number of "
+        "constraints)",
+    )
+    add_settings(
+        p, DecodeOptions, only=["sampling_topk", "sampling_topp", "sampling_temperature", "seed"], owner="Translator"
+    )
+
+
+def _check_search_options(translator: Any, args: argparse.Namespace) -> None:
+    """One line naming the option for a --prefix or --constraint the search cannot take."""
+    texts = ([("--prefix", args.prefix)] if args.prefix is not None else []) + [
+        ("--constraint", c) for c in args.constraint
+    ]
+    for option, text in texts:
+        try:
+            ids = encode_target_text(translator, text, option)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if option == "--prefix" and args.max_output_tokens is not None and len(ids) > args.max_output_tokens:
+            raise UserError(
+                f"--prefix {text!r} is {len(ids)} tokens, more than --max-output-tokens {args.max_output_tokens}; "
+                "give a shorter prefix or a larger limit"
+            )
+    if args.constraint and len(args.constraint) >= args.beam_size:
+        raise UserError(
+            f"--constraint: {len(args.constraint)} constraints need --beam-size of at least {len(args.constraint) + 1} "
+            f"(one more than the constraints), got {args.beam_size}"
+        )
+    if args.sampling_topk > 1 and args.beam_size > 1:
+        raise UserError(f"--sampling-topk {args.sampling_topk} needs --beam-size 1, got {args.beam_size}")
+
+
+def _search_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The Translator's arguments of the options _add_search_options adds."""
+    return {
+        "target_prefix": args.prefix,
+        "constraints": args.constraint or None,
+        "return_attention": bool(args.constraint),
+        "sampling_topk": args.sampling_topk,
+        "sampling_topp": args.sampling_topp,
+        "sampling_temperature": args.sampling_temperature,
+        "seed": args.seed,
+    }
+
+
 def run_translate(args: argparse.Namespace) -> int:
     """``transformer-cpp translate``: the input translated a batch at a time, each batch's output
     written (and flushed) before the next is read (see :mod:`.translate_io`)."""
@@ -189,6 +254,7 @@ def run_translate(args: argparse.Namespace) -> int:
     translator = Translator.from_checkpoint(
         args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
     )
+    _check_search_options(translator, args)
     if args.output is not None:
         _check_output(args.output, Path(translator.checkpoint or args.model), [("the --input file", args.input)])
     console.say(f"translating {translator.src_lang} -> {translator.tgt_lang} with {translator.checkpoint}")
@@ -428,6 +494,7 @@ def add_translate_parser(sub: Any) -> None:
     add_model_option(p)
     _add_translate_io_options(p)
     _add_decoding_options(p, max_output_tokens=True)
+    _add_search_options(p)
     p.set_defaults(func=run_translate)
 
 

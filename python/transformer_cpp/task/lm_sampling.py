@@ -1,4 +1,4 @@
-"""Sampling from a language model: one character at a time, seeded, with a temperature and top-k,
+"""Sampling from a language model: one character at a time, seeded, with a temperature, top-k and top-p,
 through the model's cached step where it has one (softmax attention's key/value caches, linear
 attention's recurrent state, relative attention's sliding memory)."""
 
@@ -11,25 +11,24 @@ import numpy as np
 
 from ..config import attention_kind
 from ..data.lm_text import CharVocabulary
+from ..kernels import sampling_distribution
 from ..model import LanguageModel
 
 __all__ = ["generate", "sample_next"]
 
 
-def sample_next(logits: np.ndarray, temperature: float, top_k: int, rng: np.random.Generator) -> int:
+def sample_next(
+    logits: np.ndarray, temperature: float, top_k: int, rng: np.random.Generator, top_p: float = 1.0
+) -> int:
     """One id from logits (V,): the most likely with ``temperature == 0``, else drawn from
-    softmax(logits / temperature) over the ``top_k`` most likely (all when 0). The padding id 0
-    is never drawn."""
+    softmax(logits / temperature) over the ``top_k`` most likely (all when 0), then over the
+    fewest of those whose probability reaches ``top_p`` (the translation sampler's filter,
+    :func:`~transformer_cpp.kernels.sampling_distribution`). The padding id 0 is never drawn."""
     z = np.array(logits, dtype=np.float64)
-    z[0] = -np.inf
     if temperature == 0:
+        z[0] = -np.inf
         return int(np.argmax(z))
-    z /= temperature
-    if 0 < top_k < len(z) - 1:
-        cut = np.partition(z, -top_k)[-top_k]
-        z[z < cut] = -np.inf
-    p = np.exp(z - z.max())
-    p /= p.sum()
+    p = sampling_distribution(z, top_k if top_k > 0 else len(z), top_p, temperature)
     return int(rng.choice(len(p), p=p))
 
 
@@ -41,12 +40,14 @@ def generate(
     *,
     temperature: float = 1.0,
     top_k: int = 0,
+    top_p: float = 1.0,
     seed: int = 0,
     context: Optional[int] = None,
 ) -> str:
     """``prompt`` continued by ``max_tokens`` characters sampled from the model (the continuation
     only is returned). The same seed gives the same text. An empty prompt starts after a newline
-    (the start of a line).
+    (the start of a line). ``top_p`` in (0, 1] keeps, of the ``top_k``, the fewest most likely
+    characters whose probability reaches it (nucleus sampling).
 
     Each character sees at most ``context`` characters (default the model's ``max_len``; the
     task passes the training ``seq_len``): positions beyond those a model was trained on are
@@ -63,6 +64,8 @@ def generate(
         raise ValueError(f"generate: temperature must be a finite number >= 0, got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"generate: top_k must be an integer >= 0 (0: every token), got {top_k!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"generate: top_p must be a number in (0, 1], got {top_p!r}")
     window = int(model.config["max_len"]) if context is None else context
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
         raise ValueError(f"generate: context must be an integer >= 2, got {context!r}")
@@ -74,7 +77,7 @@ def generate(
     if not model.has_cached_step:
         for _ in range(max_tokens):
             logits = model.forward(np.array([seq[-window:]], dtype=np.int64))
-            nxt = sample_next(logits[0, -1], float(temperature), top_k, rng)
+            nxt = sample_next(logits[0, -1], float(temperature), top_k, rng, float(top_p))
             out.append(nxt)
             seq.append(nxt)
         return vocabulary.decode(out)
@@ -91,7 +94,7 @@ def generate(
     logits = restart(seq[-window:])
     fed = min(len(seq), window)
     while True:
-        nxt = sample_next(logits[0], float(temperature), top_k, rng)
+        nxt = sample_next(logits[0], float(temperature), top_k, rng, float(top_p))
         out.append(nxt)
         seq.append(nxt)
         if len(out) == max_tokens:

@@ -93,6 +93,31 @@ class DecodeOptions:
         "activations; AVX2 + FMA or ARM sdot) or bf16 (AVX512_BF16); the model file is not changed",
         option="--compute-type",
     )
+    sampling_topk: int = setting(
+        1,
+        limit=Limit(True, 1, 1_000_000),
+        help="draw each token among the K most likely (default 1: the most likely, no draw; "
+        "K at least the vocabulary size: all tokens); greedy decoding only",
+        option="--sampling-topk",
+    )
+    sampling_topp: float = setting(
+        1.0,
+        limit=Limit(False, 0, 1, low_open=True),
+        help="then among the fewest of those whose probability reaches P (default {default})",
+        option="--sampling-topp",
+    )
+    sampling_temperature: float = setting(
+        1.0,
+        limit=Limit(False, 0, low_open=True),
+        help="logits divided by T before drawing (default {default})",
+        option="--sampling-temperature",
+    )
+    seed: int = setting(
+        0,
+        limit=Limit(True, 0, 2**63 - 1),
+        help="seed of the draws: the same seed gives the same output (default {default})",
+        option="--seed",
+    )
 
     #: The allowed values of the numeric options, from the declarations.
     LIMITS: ClassVar[Dict[str, Any]]
@@ -101,6 +126,11 @@ class DecodeOptions:
         check_settings(self)
         if self.n_best > self.beam_size:
             raise ValueError(f"DecodeOptions: n_best {self.n_best} is larger than beam_size {self.beam_size}")
+        if self.sampling_topk > 1 and self.beam_size > 1:
+            raise ValueError(
+                f"DecodeOptions: sampling_topk {self.sampling_topk} needs beam_size 1 (sampling replaces greedy "
+                f"decoding's choice), got beam_size {self.beam_size}"
+            )
 
     def limit(self, source_tokens: int) -> int:
         """Most tokens to generate for a source of ``source_tokens`` tokens."""
@@ -121,6 +151,8 @@ class Hypothesis(NamedTuple):
     score: Optional[float]
     finished: bool
     attention: Optional[Dict[str, np.ndarray]] = None
+    #: lexical constraints the output does not hold (above 0 only when cut at the output limit)
+    constraints_missing: int = 0
 
 
 def _check_src(src: Any, who: str) -> np.ndarray:
@@ -146,6 +178,8 @@ def decode_rows(
     end_id: int,
     options: Optional[DecodeOptions] = None,
     return_attention: bool = False,
+    target_prefix: Optional[Sequence[Sequence[int]]] = None,
+    constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None,
 ) -> List[List[Hypothesis]]:
     """Decode a batch of source token rows in one call: the hypotheses of each sentence, best first
     (``options.n_best`` of them; one for greedy decoding).
@@ -154,6 +188,9 @@ def decode_rows(
     (``options.max_output_tokens``, else :func:`output_limit` of its own length) inside the search,
     so a sentence translates the same alone or in a batch. With ``return_attention`` each
     hypothesis carries the cross-attention weights its decoding step recorded.
+
+    ``target_prefix``: per row, the ids its output starts with; ``constraints``: per row, id
+    sequences every output must hold (beam search, fewer than ``beam_size`` per row).
     """
     options = options or DecodeOptions()
     if not rows:
@@ -161,28 +198,98 @@ def decode_rows(
     pad = int(model.config.get("pad_id", 0))  # the model's padding id (0 unless imported)
     src = pad_rows(rows, pad)
     limits = np.array([options.limit(len(r)) for r in rows], dtype=np.int64)
+    _check_prefixes(target_prefix, limits)
     steps = int(limits.max())
-    found: List[List[Tuple[List[int], Optional[float], Optional[np.ndarray]]]]
-    if options.beam_size == 1:
-        out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
-        found = [[([int(v) for v in row if v != pad], None, w)] for row, w in zip(out, weights)]
-    else:
-        raw = model.beam_search(
+    found: List[List[Tuple[List[int], Optional[float], Optional[np.ndarray], int]]]
+    has_constraints = constraints is not None and any(len(c) for c in constraints)
+    if has_constraints and options.beam_size == 1:
+        raise ValueError("decode_rows: constraints need beam search: beam_size must be at least 2")
+    if options.beam_size == 1 and (
+        target_prefix is not None or options.sampling_topk > 1 or not hasattr(model, "greedy_decode")
+    ):
+        out = model.greedy_decode(
             src,
             start_id,
             end_id,
             steps,
-            options.beam_size,
-            options.length_penalty,
-            options.n_best,
             options.compute_type,
             limits,
             return_attention,
+            target_prefix,
+            options.sampling_topk,
+            options.sampling_topp,
+            options.sampling_temperature,
+            options.seed,
         )
-        found = [[([int(v) for v in h[0]], float(h[1]), h[4] if return_attention else None) for h in hs] for hs in raw]
+        ids, weights = out if return_attention else (out, [None] * len(src))
+        found = [[([int(v) for v in row if v != pad], None, w, 0)] for row, w in zip(np.asarray(ids), weights)]
+    elif options.beam_size == 1:
+        out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
+        found = [[([int(v) for v in row if v != pad], None, w, 0)] for row, w in zip(out, weights)]
+    else:
+        found = _beam(
+            model, src, start_id, end_id, steps, options, limits, return_attention, target_prefix, constraints
+        )
     return [
-        [Hypothesis(ids, score, bool(ids) and ids[-1] == end_id, _by_layer(w)) for ids, score, w in hs] for hs in found
+        [Hypothesis(ids, score, bool(ids) and ids[-1] == end_id, _by_layer(w), miss) for ids, score, w, miss in hs]
+        for hs in found
     ]
+
+
+def _beam(
+    model: Any,
+    src: np.ndarray,
+    start_id: int,
+    end_id: int,
+    steps: int,
+    options: DecodeOptions,
+    limits: np.ndarray,
+    return_attention: bool,
+    target_prefix: Optional[Sequence[Sequence[int]]],
+    constraints: Optional[Sequence[Sequence[Sequence[int]]]],
+) -> List[List[Tuple[List[int], Optional[float], Optional[np.ndarray], int]]]:
+    """Beam search of ``src``: per row, (ids, score, attention or None, constraints missing) best first."""
+    has_constraints = constraints is not None and any(len(c) for c in constraints)
+    raw = model.beam_search(
+        src,
+        start_id,
+        end_id,
+        steps,
+        options.beam_size,
+        options.length_penalty,
+        options.n_best,
+        options.compute_type,
+        limits,
+        return_attention,
+        target_prefix,
+        constraints if has_constraints else None,
+    )
+    return [
+        [
+            (
+                [int(v) for v in h[0]],
+                float(h[1]),
+                h[4] if return_attention else None,
+                int(h[-1]) if has_constraints else 0,
+            )
+            for h in hs
+        ]
+        for hs in raw
+    ]
+
+
+def _check_prefixes(target_prefix: Optional[Sequence[Sequence[int]]], limits: np.ndarray) -> None:
+    """``ValueError`` for a prefix longer than its row's output limit."""
+    if target_prefix is None:
+        return
+    if len(target_prefix) != len(limits):
+        raise ValueError(f"decode_rows: target_prefix has {len(target_prefix)} entries for {len(limits)} rows")
+    for i, (prefix, limit) in enumerate(zip(target_prefix, limits)):
+        if len(prefix) > int(limit):
+            raise ValueError(
+                f"target_prefix: the prefix of sentence {i + 1} has {len(prefix)} tokens, more than its output "
+                f"limit of {int(limit)} (max_output_tokens, else 1.5 x its source tokens + 10)"
+            )
 
 
 def _greedy(

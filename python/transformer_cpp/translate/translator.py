@@ -50,7 +50,16 @@ from ..model import DEFAULT_LENGTH_PENALTY
 from ..text import check_text, clean_sentence, resolve_language
 from .decoding import DecodeOptions, Hypothesis, check_compute_type, decode_rows, one_line
 
-__all__ = ["EncodedSource", "LongInputWarning", "Translation", "Translator", "translate_encoded", "token_piece"]
+__all__ = [
+    "EncodedSource",
+    "LongInputWarning",
+    "Translation",
+    "Translator",
+    "encode_target_text",
+    "per_input",
+    "translate_encoded",
+    "token_piece",
+]
 
 
 class LongInputWarning(UserWarning):
@@ -90,6 +99,9 @@ class Translation:
     score: Optional[float] = None
     attention: Dict[str, np.ndarray] = field(default_factory=dict)
     hypotheses: List["Translation"] = field(default_factory=list)
+    #: lexical constraints the translation does not hold: 0 unless the search reached the output
+    #: limit before meeting them all (then this is the hypothesis that meets the most)
+    constraints_missing: int = 0
 
     def cross_attention(self, layer: int = -1) -> np.ndarray:
         """Cross-attention ``(heads, target, source)`` of decoder layer ``layer`` (default the last).
@@ -168,6 +180,8 @@ def translate_encoded(
     encoded: Sequence[EncodedSource],
     options: DecodeOptions,
     return_attention: bool = False,
+    target_prefix: Optional[Sequence[Sequence[int]]] = None,
+    constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None,
 ) -> List["Translation"]:
     """Translate encoded inputs (:func:`encode_source`) with one decode call: what
     :meth:`Translator.translate_batch` does for each chunk and the server's batcher for each batch,
@@ -176,7 +190,9 @@ def translate_encoded(
     weights its decoding recorded."""
     tgt = translator.tgt_tokenizer
     rows = [e.ids for e in encoded]
-    found = decode_rows(translator.model, rows, tgt.start_id, tgt.end_id, options, return_attention)
+    found = decode_rows(
+        translator.model, rows, tgt.start_id, tgt.end_id, options, return_attention, target_prefix, constraints
+    )
     results = []
     for enc, hyps in zip(encoded, found):
         best = _translation(translator, enc, hyps[0])
@@ -198,7 +214,36 @@ def _translation(translator: "Translator", enc: EncodedSource, hyp: Hypothesis) 
         finished=hyp.finished,
         score=hyp.score,
         attention=hyp.attention or {},
+        constraints_missing=hyp.constraints_missing,
     )
+
+
+def encode_target_text(translator: "Translator", text: Any, what: str) -> List[int]:
+    """The target tokenizer's ids of ``text`` (stripped) without start and end; ``ValueError``
+    naming ``what`` when it is not text or encodes to no token."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be text (str), got {type(text).__name__}")
+    tgt = translator.tgt_tokenizer
+    stripped = check_text(text, what).strip()
+    ids = [int(i) for i in tgt.encode(stripped, add_special_tokens=False)] if stripped else []
+    ids = [i for i in ids if i not in tgt.special_ids]
+    if not ids:
+        raise ValueError(f"{what} {text!r} encodes to no token; give text with at least one character the model writes")
+    return ids
+
+
+def per_input(value: Any, count: int, what: str, depth: int) -> List[Any]:
+    """``value`` for each of ``count`` inputs: one for all (a str, or a list of str when ``depth``
+    is 2), or a list of one per input."""
+    if value is None:
+        return [None] * count
+    one_for_all = isinstance(value, str) if depth == 1 else (not value or isinstance(value[0], str))
+    if one_for_all:
+        return [value] * count
+    items = list(value)
+    if len(items) != count:
+        raise ValueError(f"{what}: give one for all inputs or one per input ({count}), got {len(items)}")
+    return items
 
 
 def token_piece(tokenizer: Any, token_id: int) -> str:
@@ -391,6 +436,30 @@ class Translator:
             warnings.warn(f"Translator: {enc.warning}", LongInputWarning, stacklevel=stacklevel + 1)
         return enc
 
+    def _search_ids(
+        self, count: int, target_prefix: Any, constraints: Any, beam_size: int
+    ) -> Tuple[Optional[List[List[int]]], Optional[List[List[List[int]]]]]:
+        """The prefix and constraint ids of each of ``count`` sentences (``None``: not asked)."""
+        prefixes = None
+        if target_prefix is not None:
+            prefixes = [
+                encode_target_text(self, p, "target_prefix")
+                for p in per_input(target_prefix, count, "target_prefix", 1)
+            ]
+        wanted = None
+        if constraints is not None:
+            wanted = [
+                [encode_target_text(self, c, "constraint") for c in cs]
+                for cs in per_input(constraints, count, "constraints", 2)
+            ]
+            most = max((len(cs) for cs in wanted), default=0)
+            if most and most >= beam_size:
+                raise ValueError(
+                    f"constraints: {most} constraints need beam_size of at least {most + 1} (one more than the "
+                    f"constraints), got beam_size {beam_size}"
+                )
+        return prefixes, wanted
+
     def translate(
         self,
         sentence: str,
@@ -400,6 +469,7 @@ class Translator:
         max_output_tokens: Optional[int] = None,
         return_attention: bool = False,
         max_length: Optional[int] = None,
+        **search: Any,
     ) -> Union[str, Translation]:
         """Translate one sentence.
 
@@ -414,6 +484,8 @@ class Translator:
                 old name (deprecated: it warns).
             return_attention: return a :class:`Translation` with the cross-attention weights
                 instead of the text.
+            search: ``target_prefix``, ``constraints``, ``sampling_topk``, ``sampling_topp``,
+                ``sampling_temperature``, ``seed``, as for :meth:`translate_batch`.
 
         Returns:
             The translation text, or a :class:`Translation` with ``return_attention=True``.
@@ -433,6 +505,7 @@ class Translator:
                 max_output_tokens=max_output_tokens,
                 return_attention=return_attention,
                 _stacklevel=3,
+                **search,
             )[0],
         )
 
@@ -447,6 +520,12 @@ class Translator:
         batch_size: int = 64,
         n_best: Optional[int] = None,
         max_length: Optional[int] = None,
+        target_prefix: Optional[Union[str, Sequence[str]]] = None,
+        constraints: Optional[Union[Sequence[str], Sequence[Sequence[str]]]] = None,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        seed: int = 0,
         _stacklevel: int = 2,
     ) -> List[Any]:
         """Translate several sentences (``batch_size`` at a time); a list of texts, or of
@@ -455,7 +534,14 @@ class Translator:
         ``n_best=N`` keeps the ``N`` best hypotheses of beam search (``beam_size`` must be at least
         ``N``): each result is a :class:`Translation` (the best) whose
         :attr:`~Translation.hypotheses` hold the ``N`` best, best first, each with its text and
-        :attr:`~Translation.score`."""
+        :attr:`~Translation.score`.
+
+        ``target_prefix``: text every translation starts with (one str for all, or one per
+        sentence). ``constraints``: texts every translation must contain (a list of str for all, or
+        one list per sentence; beam search, fewer than ``beam_size``); a translation that reached
+        its output limit first has :attr:`Translation.constraints_missing` above 0.
+        ``sampling_topk`` (> 1: draw each token among the k most likely), ``sampling_topp``,
+        ``sampling_temperature``, ``seed``: sampling, as :class:`DecodeOptions` declares them."""
         if isinstance(sentences, str):
             raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.translate_batch")
@@ -472,7 +558,12 @@ class Translator:
             n_best=kept,
             max_output_tokens=limit,
             compute_type=self.compute_type,
+            sampling_topk=sampling_topk,
+            sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature,
+            seed=seed,
         )
+        prefixes, wanted = self._search_ids(len(sentences), target_prefix, constraints, beam_size)
         encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]
         results: List[Translation] = []
         # one governor per translator, kept across calls (and while adaptive_threads is off), so that
@@ -484,7 +575,17 @@ class Translator:
             for start in range(0, len(encoded), int(batch_size)):
                 chunk = encoded[start : start + int(batch_size)]
                 t0 = time.perf_counter()
-                results.extend(translate_encoded(self, chunk, options, return_attention))
+                end = start + len(chunk)
+                results.extend(
+                    translate_encoded(
+                        self,
+                        chunk,
+                        options,
+                        return_attention,
+                        None if prefixes is None else prefixes[start:end],
+                        None if wanted is None else wanted[start:end],
+                    )
+                )
                 if governor is not None:  # work ~ sentences x (source + output length)
                     work = sum(len(e.ids) + len(r.target_ids) for e, r in zip(chunk, results[start:]))
                     governor.record(time.perf_counter() - t0, max(work, 1))

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "transformer/inference/constraints.hpp"
+#include "transformer/inference/sampling.hpp"
 #include "transformer/kernels/inference_backend.hpp"
 #include "transformer/kernels/quantized_linear.hpp"
 #include "transformer/models/transformer.hpp"
@@ -56,6 +58,15 @@ struct DecodeExtras {
   // search: each hypothesis's own).
   bool record_attention = false;
   std::vector<CrossAttention> attention;
+  // Each sentence's forced first tokens (B entries, each no longer than the sentence's limit, ids
+  // in [1, V) other than end_id), or empty: the output starts with them, greedy or beam.
+  std::vector<std::vector<std::int64_t>> prefixes;
+  // Beam search only: each sentence's lexical constraints (B entries, each fewer than beam_size
+  // non-empty id sequences, ids in [1, V) other than end_id), or empty (constraints.hpp).
+  std::vector<std::vector<Phrase>> constraints;
+  // Greedy decoding only: draw each token instead of taking the most likely (sampling.hpp); the
+  // stream of sentence b is b.
+  SamplingOptions sampling;
 };
 
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then the
@@ -79,6 +90,7 @@ struct BeamHypothesis {
   double log_prob = 0.0;             // sum of token log-probabilities
   double score = 0.0;                // log_prob / ((5 + len)^alpha / 6^alpha)  (GNMT length penalty)
   bool finished = false;             // ended with end_id
+  Index constraints_missing = 0;     // lexical constraints it does not hold (only when cut at the limit)
   CrossAttention attention;          // when DecodeExtras::record_attention
 };
 
@@ -94,6 +106,10 @@ constexpr Index kMaxBeamSize = 1024;
 // n_best-th finished hypothesis (an exact bound, since log-probabilities only decrease), or at
 // max_length (or the sentence's own limit, DecodeExtras::max_lengths: the bound then uses that
 // limit, so a sentence gets what it gets alone with it). With beam_size 1 this is greedy decoding.
+// With constraints (DecodeExtras::constraints) the candidates of a sentence are grouped in banks by
+// the constraint tokens they have met and the beam is filled from the banks in turn, best bank
+// first; a hypothesis ends only once it holds every constraint. Hypotheses cut at the limit are
+// ranked by the constraints they miss (fewest first), then by score.
 template <typename T>
 std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, ConstTokenMap src, std::int64_t start_id,
                                                      std::int64_t end_id, Index max_length, Index beam_size,
