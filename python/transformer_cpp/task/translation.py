@@ -50,6 +50,7 @@ from ..text import language_name
 from ..tokenizer import SubwordTokenizer
 from ..training import TrainConfig, Trainer, world_size_problem
 from ..training.wording import plural
+from .request_checks import check_training_settings
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, SIZE_FIELDS, preset_config, preset_recipe
 
 __all__ = [
@@ -466,6 +467,7 @@ def requested_settings(
         data = {("max_length_option" if k == "max_length" else k): v for k, v in recipe["data"].items()}
         arch.update(recipe.get("model", {}))
     arch.update(request.architecture)
+    check_training_settings(request.training)
     train.update(request.training)
     data.update(request.data)
     return arch, train, data
