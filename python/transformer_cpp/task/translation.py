@@ -49,6 +49,8 @@ from ..precision import choose_precision, choose_size
 from ..text import language_name
 from ..tokenizer import SubwordTokenizer
 from ..training import TrainConfig, Trainer, world_size_problem
+from ..training.wording import plural
+from .request_checks import check_training_settings
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, SIZE_FIELDS, preset_config, preset_recipe
 
 __all__ = [
@@ -422,7 +424,7 @@ def build_tokenizers(split: Split, record: DataRecord, report: Report = say) -> 
     tgt_tok = SubwordTokenizer.build_from_corpus(tgt, vocab)
     report(
         f"subword vocabularies: {record.src_lang} {src_tok.vocab_size:,} tokens, "
-        f"{record.tgt_lang} {tgt_tok.vocab_size:,} tokens (asked for {vocab:,})"
+        f"{record.tgt_lang} {tgt_tok.vocab_size:,} tokens (asked for {vocab:,} each)"
     )
     return src_tok, tgt_tok
 
@@ -465,6 +467,7 @@ def requested_settings(
         data = {("max_length_option" if k == "max_length" else k): v for k, v in recipe["data"].items()}
         arch.update(recipe.get("model", {}))
     arch.update(request.architecture)
+    check_training_settings(request.training)
     train.update(request.training)
     data.update(request.data)
     return arch, train, data
@@ -693,9 +696,9 @@ def _build_new_run(
     if train is None:
         raise TaskError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
     valid = _encode_valid(split, src_tok, tgt_tok, max_length, report)
-    valid_note = f" ({valid.removed:,} longer ones left out)" if valid is not None and valid.removed else ""
+    valid_note = f" ({plural(valid.removed, 'longer one')} left out)" if valid is not None and valid.removed else ""
     report(
-        f"pairs of at most {max_length} tokens: {len(train):,} train ({train.removed:,} longer ones left out), "
+        f"pairs of at most {max_length} tokens: {len(train):,} train ({plural(train.removed, 'longer one')} left out), "
         f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split.test[0]):,} test "
         f"(held out; split by source sentence)"
     )
@@ -721,9 +724,9 @@ def _build_new_run(
         data_info=record.to_dict(),
         parallel=parallel,
     )
-    budget = f" or {config.time_budget:g} minutes" if config.time_budget else ""
+    budget = f" or {plural(config.time_budget, 'minute')}" if config.time_budget else ""
     report(
-        f"training up to {config.epochs} epochs of about {trainer.batches_per_epoch:,} batches{budget}; "
+        f"training up to {plural(config.epochs, 'epoch')} of about {trainer.batches_per_epoch:,} batches{budget}; "
         f"checkpoints in {out}"
     )
     return trainer
