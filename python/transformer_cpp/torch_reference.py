@@ -107,6 +107,20 @@ _DEFAULTS: Dict[str, Any] = dict(
     precision="float32",
 )
 
+#: Options of the core that the reference does not mirror (a Marian model's): accepted at these
+#: values, which are the core's defaults, and refused at any other (transformers' MarianMTModel is
+#: the reference of an imported model).
+_FIXED: Dict[str, Any] = dict(
+    n_encoder_layers=0,
+    n_decoder_layers=0,
+    activation="relu",
+    scale_embedding=True,
+    share_source_embedding=False,
+    pad_id=0,
+    start_id=1,
+    end_id=2,
+)
+
 _QKV = {"query": 0, "key": 1, "value": 2}
 
 
@@ -366,11 +380,19 @@ class ReferenceTransformer(nn.Module):
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__()
-        unknown = set(config) - set(_DEFAULTS) - {"src_vocab_size", "tgt_vocab_size"}
+        unknown = set(config) - set(_DEFAULTS) - set(_FIXED) - {"src_vocab_size", "tgt_vocab_size"}
         if unknown:
             raise ValueError(f"build_reference: unknown config keys {sorted(unknown)}")
+        for key, value in _FIXED.items():
+            if config.get(key, value) != value and not (
+                key.endswith("_layers") and config[key] == config.get("n_layers")
+            ):
+                raise ValueError(
+                    f"build_reference: {key}={config[key]!r} is not mirrored by the PyTorch reference (only "
+                    f"{value!r}); compare such a model with transformers' MarianMTModel"
+                )
         c = dict(_DEFAULTS)
-        c.update(config)
+        c.update({k: v for k, v in config.items() if k not in _FIXED})
         if "src_vocab_size" not in c or "tgt_vocab_size" not in c:
             raise ValueError("build_reference: the config needs src_vocab_size and tgt_vocab_size")
         self.config = c
