@@ -180,7 +180,7 @@ def test_export_terminated_removes_its_staging_directory(fixture, tmp_path):
     root, _ = fixture
     code = (
         "import os, signal, sys\n"
-        "from transformer_cpp import export\n"
+        "from transformer_cpp.export import torch as export  # the torch exporter's own reference\n"
         "from transformer_cpp.cli import main\n"
         "write = export._write_tokenizers\n"
         "def write_then_terminated(*args):\n"
