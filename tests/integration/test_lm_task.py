@@ -173,6 +173,17 @@ def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
     first = capsys.readouterr().out
     assert main(["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "12", "--seed", "1"]) == 0
     assert capsys.readouterr().out == first and first.startswith("the") and len(first.rstrip("\n")) == 15
+    # nucleus sampling with a tiny p keeps only the most likely token: greedy, whatever the seed
+    gen = ["generate", "--model", str(out), "--prompt", "the", "--max-output-tokens", "12", "--top-p", "1e-9"]
+    assert main([*gen, "--seed", "1"]) == 0
+    nucleus = capsys.readouterr().out
+    assert main([*gen, "--seed", "2"]) == 0
+    assert capsys.readouterr().out == nucleus
+    assert main(["generate", "--model", str(out), "--prompt", "the", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith(nucleus.rstrip("\n")[:15])
+    with pytest.raises(SystemExit):
+        main([*gen[:-2], "--top-p", "1.5"])
+    assert "--top-p: must be a number in (0, 1]" in capsys.readouterr().err
     assert main(["evaluate-lm", "--model", str(out)]) == 0
     assert "bits per character on the held-out test text" in capsys.readouterr().out
 

@@ -170,6 +170,7 @@ CLI = {
         "--temperature",
         "--threads",
         "--top-k",
+        "--top-p",
         "-h",
     ],
     "serve": [

@@ -7,6 +7,7 @@ core's table), the same run directory, lock and progress bar."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Dict
 
 from ..config import LM_FIELDS, OPTIMIZER_FIELDS, attention_kind, quoted_kinds, settings_of
@@ -122,11 +123,27 @@ def _fit(trainer: Trainer) -> int:
     return 0
 
 
+def _probability(text: str) -> float:
+    """--top-p: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
 def run_generate(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     ckpt = load_lm(args.model)
     text = ckpt.generate(
-        args.prompt, args.max_output_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+        args.prompt,
+        args.max_output_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
     )
     print(args.prompt + text)
     return 0
@@ -307,6 +324,12 @@ def add_lm_parsers(sub: Any) -> None:
     )
     g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature, 0 = most likely (default 0.8)")
     g.add_argument("--top-k", type=count_option("top_k", 0), default=0, help="sample among the k most likely (0 = all)")
+    g.add_argument(
+        "--top-p",
+        type=_probability,
+        default=1.0,
+        help="then among the fewest most likely whose probability reaches p (nucleus sampling; 1 = all, the default)",
+    )
     g.add_argument("--seed", type=count_option("seed", 0), default=0, help="seed of the sampling (default 0)")
     _threads(g)
     deprecated_alias(g, "--max-tokens", "--max-output-tokens")
