@@ -122,7 +122,7 @@ def test_prefix_checks(model):
     src = random_source(4, rows=2)
     with pytest.raises(ValueError, match=r"target_prefix\[0\] has 6 tokens, more than the sentence's output limit 5"):
         model.greedy_decode(src, START, END, 5, target_prefix=[[3] * 6, []])
-    with pytest.raises(ValueError, match="not the end id"):
+    with pytest.raises(ValueError, match="nor the end id"):
         model.beam_search(src, START, END, 5, beam_size=2, target_prefix=[[END], []])
     with pytest.raises(ValueError, match="target_prefix has 1 entries for 2 sentences"):
         model.greedy_decode(src, START, END, 5, target_prefix=[[3]])

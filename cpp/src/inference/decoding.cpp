@@ -259,9 +259,8 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
       } else if (sampling.active()) {
         std::vector<Index> ids;
         std::vector<double> probs;
-        next[static_cast<size_t>(r)] =
-            sample_token(row, V, sampling, static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(t), ids, probs,
-                         c.pad_id);
+        next[static_cast<size_t>(r)] = sample_token(row, V, sampling, static_cast<std::uint64_t>(b),
+                                                    static_cast<std::uint64_t>(t), ids, probs, c.pad_id);
       } else {
         next[static_cast<size_t>(r)] = argmax_but(row, V, c.pad_id);  // never the padding id
       }
@@ -284,8 +283,8 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
   }
   st.decoder.record_cross = false;
   for (size_t b = 0; b < recorded.size(); ++b)
-    extras->attention.push_back(
-        cross_attention_of(recorded[b], emitted[b], decoder_layers(c), c.n_heads, source_length(st, static_cast<Index>(b))));
+    extras->attention.push_back(cross_attention_of(recorded[b], emitted[b], decoder_layers(c), c.n_heads,
+                                                   source_length(st, static_cast<Index>(b))));
   return out;
 }
 
@@ -381,8 +380,8 @@ class BeamRun {
 #pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
     for (Index r = 0; r < R; ++r) {
       bad |= !ConstRowArray<T>(logits.data() + r * V, V).allFinite();
-      lse_[static_cast<size_t>(r)] =
-          top_ids_and_lse(logits.data() + r * V, V, keep_per_row_, top_[static_cast<size_t>(r)], model_.config().pad_id);
+      lse_[static_cast<size_t>(r)] = top_ids_and_lse(logits.data() + r * V, V, keep_per_row_,
+                                                     top_[static_cast<size_t>(r)], model_.config().pad_id);
     }
     if (bad) throw_nonfinite_logits("beam_search", t);
   }

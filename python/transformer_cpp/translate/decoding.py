@@ -195,7 +195,7 @@ def decode_rows(
     options = options or DecodeOptions()
     if not rows:
         return []
-    pad = int(model.config.get("pad_id", 0))  # the model's padding id (0 unless imported)
+    pad = int(getattr(model, "config", {}).get("pad_id", 0))  # the model's padding id (0 unless imported)
     src = pad_rows(rows, pad)
     limits = np.array([options.limit(len(r)) for r in rows], dtype=np.int64)
     _check_prefixes(target_prefix, limits)
