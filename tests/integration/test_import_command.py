@@ -11,9 +11,11 @@ import hashlib
 import json
 from typing import Any, Dict, List
 
+import numpy as np
+
 import pytest
 
-from transformer_cpp import Translator, cli, import_pretrained
+from transformer_cpp import Translator, cli, encode_pairs, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
 
 torch = pytest.importorskip("torch")
@@ -226,3 +228,42 @@ def test_opus_mt_hub_names_are_cc_by(marian: Dict[str, Any]) -> None:
     assert model_license("Helsinki-NLP/opus-mt-en-es", marian["path"]) == "CC-BY-4.0"
     assert languages("Helsinki-NLP/opus-mt-de-fr", marian["path"].parent, None, None) == ("de", "fr")
     assert languages("x", marian["path"], "fr", None) == ("fr", "es")  # what is given wins
+
+
+def test_pairs_are_padded_with_the_tokenizers_padding_id(marian: Dict[str, Any]) -> None:
+    from transformer_cpp.data.batching import make_batch
+
+    t = Translator.from_pretrained(marian["path"])
+    targets = ["el gato", "un perro grande ve a mi viejo amigo", "casa"]
+    enc = encode_pairs(SENTENCES[:3], targets, t.src_tokenizer, t.tgt_tokenizer, None)
+    pad = marian["pad"]
+    assert (enc.src_pad_id, enc.tgt_pad_id) == (pad, pad)
+    for i, (s, r) in enumerate(zip(SENTENCES[:3], targets)):
+        src, tgt = t.src_tokenizer.encode(s), t.tgt_tokenizer.encode(r)
+        assert enc.src[i].tolist() == src + [pad] * (enc.src.shape[1] - len(src))
+        # the decoder input starts with the start id (MarianTokenizer's ids do not hold it)
+        tgt = [t.tgt_tokenizer.start_id] + tgt
+        assert enc.tgt[i].tolist() == tgt + [pad] * (enc.tgt.shape[1] - len(tgt))
+    batch = make_batch(enc, np.arange(3))
+    # the labels are each target without its first id; 0 is the end id here, not padding
+    assert batch.num_target_tokens == int((enc.tgt_lengths - 1).sum())
+    assert int(np.count_nonzero(batch.tgt_out == 0)) == 3
+
+
+def test_evaluate_scores_an_imported_run(marian: Dict[str, Any], tmp_path: Any, capsys: Any) -> None:
+    run = tmp_path / "run"
+    import_pretrained(marian["path"], run)
+    pairs = tmp_path / "pairs.tsv"
+    targets = ["el gato corre", "un perro grande", "casa", "el arbol"]
+    pairs.write_text("".join(f"{s}\t{r}\n" for s, r in zip(SENTENCES, targets)), encoding="utf-8")
+    assert cli.main(["evaluate", "--model", str(run), "--pairs", str(pairs)]) == 0
+    out = capsys.readouterr().out
+    loss = float(next(line.split()[1] for line in out.splitlines() if line.startswith("loss")))
+    # MarianMTModel's mean cross-entropy over the same labels (the end id included, padding not)
+    tok = marian["tok"]
+    enc = tok(SENTENCES, text_target=targets, return_tensors="pt", padding=True)
+    labels = enc.pop("labels")
+    labels[labels == marian["pad"]] = -100
+    with torch.no_grad():
+        ref = float(marian["hf"](**enc, labels=labels).loss)
+    assert abs(loss - ref) <= 1e-4
