@@ -61,6 +61,7 @@ from .layers import (
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch, export_transformers
 from .optim import Adam
+from .pretrained import import_pretrained
 from .model import LanguageModel, NonFiniteError, Transformer
 from .task import PRESETS, RECIPES, preset_config, preset_recipe
 from .text import clean_corpus, clean_sentence
@@ -120,6 +121,7 @@ __all__ = [
     "export_torch",
     "export_transformers",
     "get_num_threads",
+    "import_pretrained",
     "linear_attention",
     "load_tatoeba",
     "read_pairs",

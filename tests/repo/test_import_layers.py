@@ -54,6 +54,8 @@ LAYER_ORDER = [
     "tokenizer",
     "data",
     "checkpoint",
+    # published models read in (MarianMT)
+    "pretrained",
     # inference
     "translate",
     # training
@@ -65,7 +67,6 @@ LAYER_ORDER = [
     # travel and pictures
     "torch_reference",
     "export",
-    "pretrained",
     "plotting",
     # front ends (every option, with all argparse code, is in cli)
     "serve",

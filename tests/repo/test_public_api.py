@@ -66,6 +66,7 @@ PUBLIC_NAMES = [
     "export_torch",
     "export_transformers",
     "get_num_threads",
+    "import_pretrained",
     "linear_attention",
     "load_checkpoint",
     "load_tatoeba",
@@ -154,6 +155,14 @@ CLI = {
         "--to",
         "-h",
         "out",
+    ],
+    "import": [
+        "--help",
+        "--out",
+        "--source-lang",
+        "--target-lang",
+        "-h",
+        "source",
     ],
     "figures": [
         "--help",

@@ -9,6 +9,7 @@ Subcommands::
     transformer-cpp evaluate --model runs/tutorial                       # BLEU, chrF, loss, accuracy
     transformer-cpp figures --out figures                                # positional-encoding figures
     transformer-cpp export --model runs/tutorial --to ctranslate2 out    # or --to torch (see export.py)
+    transformer-cpp import Helsinki-NLP/opus-mt-en-es --out runs/opus-en-es   # a published MarianMT model
     transformer-cpp train-lm --text shakespeare --time-budget 5 --out runs/lm     # a character LM
     transformer-cpp generate --model runs/lm --prompt "ROMEO:" --max-output-tokens 200 --seed 1
     transformer-cpp evaluate-lm --model runs/lm                          # held-out bits per character
@@ -46,7 +47,7 @@ from .bench import add_bench_parser
 from .common import PROG, Parser, UserError, console, version_text
 from .lm import add_lm_parsers
 from .serve import add_serve_parser
-from .tools import add_average_parser, add_export_parser, add_figures_parser
+from .tools import add_average_parser, add_export_parser, add_figures_parser, add_import_parser
 from .train import add_train_parser
 from .translate import add_evaluate_parser, add_translate_parser
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lm_parsers(sub)  # train-lm, generate, evaluate-lm
     add_average_parser(sub)
     add_export_parser(sub)
+    add_import_parser(sub)  # a published MarianMT model as a run directory
     add_serve_parser(sub)  # the HTTP server: its dependencies are imported when it runs
     add_bench_parser(sub)  # the benchmark: PyTorch and CTranslate2 are imported when it runs
     return parser

@@ -1,5 +1,6 @@
 """The smaller commands: ``figures`` (the positional-encoding figures), ``average`` (checkpoint
-averaging) and ``export`` (CTranslate2, PyTorch, Hugging Face Transformers)."""
+averaging), ``export`` (CTranslate2, PyTorch, Hugging Face Transformers) and ``import`` (a
+published MarianMT model as a run directory)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from ..checkpoint import AVERAGED_NAME, BEST_FILE, average_checkpoints, list_checkpoints, mark_best, refuse_foreign
 from ..export import QUANTIZATIONS, export_ctranslate2, export_torch, export_transformers
 from ..plotting import save_positional_encoding_figures
+from ..pretrained import PROVENANCE_FILE, import_pretrained
 from .common import UserError, terminate_as_interrupt
 from .options import add_model_option, count_option, path_option
 
@@ -17,9 +19,11 @@ __all__ = [
     "add_average_parser",
     "add_export_parser",
     "add_figures_parser",
+    "add_import_parser",
     "run_average",
     "run_export",
     "run_figures",
+    "run_import",
 ]
 
 
@@ -131,3 +135,51 @@ def add_export_parser(sub: Any) -> None:
         help="CTranslate2 weight type (default: float32, exact; the others are smaller and faster but not exact)",
     )
     p.set_defaults(func=run_export)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """``transformer-cpp import``."""
+    try:
+        path = import_pretrained(args.source, args.out, src_lang=args.source_lang, tgt_lang=args.target_lang)
+    except ImportError as exc:  # huggingface_hub (a Hub name) or PyTorch (pytorch_model.bin)
+        raise UserError(str(exc)) from None
+    cfg = load_provenance(Path(args.out))
+    print(f"imported {args.source} into {path} (license: {cfg.get('license', 'unknown')}; see {PROVENANCE_FILE})")
+    return 0
+
+
+def load_provenance(run: Path) -> dict:  # type: ignore[type-arg]
+    """The provenance record of an imported run (empty when unreadable)."""
+    import json
+
+    try:
+        found = json.loads((run / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def add_import_parser(sub: Any) -> None:
+    """``transformer-cpp import``."""
+    p = sub.add_parser(
+        "import",
+        help="import a published MarianMT (OPUS-MT) model as a run directory",
+        description="Read a Hugging Face MarianMT model (a local directory, or a Hub name such as "
+        "Helsinki-NLP/opus-mt-en-es from the Hugging Face cache, else downloaded) and write it as a run "
+        "directory that translate, evaluate and export read like a trained run. Where it came from "
+        f"(the files' sha256) and its license are recorded in {PROVENANCE_FILE} in the run. No pickled "
+        "code is executed. Fine-tuning an imported model is not supported yet.",
+    )
+    p.add_argument("source", metavar="SOURCE", help="a MarianMT directory or a Hugging Face Hub name")
+    p.add_argument("--out", type=path_option, required=True, help="the run directory to write (new)")
+    p.add_argument(
+        "--source-lang",
+        default=None,
+        help="language of the input (default: the model's tokenizer_config.json, else an opus-mt-xx-yy name)",
+    )
+    p.add_argument(
+        "--target-lang",
+        default=None,
+        help="language of the output (default: the model's tokenizer_config.json, else an opus-mt-xx-yy name)",
+    )
+    p.set_defaults(func=run_import)

@@ -35,7 +35,7 @@ class EncodedPairs:
     """Sentence pairs as padded token ids, ready for :func:`batches`.
 
     Attributes:
-        src: ``(N, S)`` int64 source ids, ``[start, ..., end, 0, 0, ...]``; S is the longest kept
+        src: ``(N, S)`` int64 source ids, ``[start, ..., end, pad, pad, ...]``; S is the longest kept
             source.
         tgt: ``(N, T)`` int64 target ids, same layout.
         src_lengths: ``(N,)`` int64 number of non-padding source tokens per pair.
@@ -43,6 +43,8 @@ class EncodedPairs:
         indices: ``(N,)`` int64 position of each kept pair in the input lists.
         removed: how many input pairs were dropped for being longer than ``max_length``.
         max_length: the limit used (``None`` for none).
+        src_pad_id, tgt_pad_id: the padding id of each side (the tokenizers' ``pad_id``; 0 for
+            this package's own tokenizers, the last id for an imported MarianMT model's).
     """
 
     src: np.ndarray
@@ -52,6 +54,8 @@ class EncodedPairs:
     indices: np.ndarray
     removed: int
     max_length: Optional[int]
+    src_pad_id: int = 0
+    tgt_pad_id: int = 0
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -87,12 +91,12 @@ def token_lengths(sentences: Sequence[str], tokenizer: Any) -> np.ndarray:
     return lengths
 
 
-def _pad(ids: np.ndarray, offsets: np.ndarray, fits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """The sentences of a ragged encoding where ``fits`` is true as a zero-padded (kept, longest)
-    int64 array, and their lengths."""
+def _pad(ids: np.ndarray, offsets: np.ndarray, fits: np.ndarray, pad_id: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """The sentences of a ragged encoding where ``fits`` is true as a (kept, longest) int64 array
+    padded with ``pad_id``, and their lengths."""
     all_lengths = np.diff(offsets)
     lengths = all_lengths[fits]
-    out = np.zeros((len(lengths), int(lengths.max())), dtype=np.int64)
+    out = np.full((len(lengths), int(lengths.max())), pad_id, dtype=np.int64)
     # row-major order of the non-padding cells is the order of the kept ids
     out[np.arange(out.shape[1])[None, :] < lengths[:, None]] = ids[np.repeat(fits, all_lengths)]
     return out, lengths
@@ -105,23 +109,24 @@ def encode_pairs(
     tgt_tokenizer: Any,
     max_length: Optional[int],
 ) -> EncodedPairs:
-    """Encode sentence pairs with start/end tokens, drop pairs that are too long, pad with 0.
+    """Encode sentence pairs with start/end tokens, drop pairs that are too long, pad each side
+    with its tokenizer's padding id.
 
     A pair is removed when either side has more than ``max_length`` tokens, start and end
-    included (the tutorial's filter); ``None`` keeps every pair. Each side is padded with id 0
-    after its end token up to the longest kept sentence of that side. The sentences are encoded
+    included (the tutorial's filter); ``None`` keeps every pair. Each side is padded with its
+    tokenizer's ``pad_id`` (0 when it has none) after its end token up to the longest kept sentence of that side. The sentences are encoded
     a chunk at a time into one flat array per side, so that the memory needed is about that of
     the result.
 
     Args:
         src_sentences, tgt_sentences: parallel lists of sentences.
         src_tokenizer, tgt_tokenizer: :class:`~transformer_cpp.tokenizer.SubwordTokenizer` (or any
-            object with ``encode_batch(texts, add_special_tokens=True)`` and ``pad_id == 0``).
+            object with ``encode_batch(texts, add_special_tokens=True)`` and a ``pad_id``).
         max_length: the longest sequence kept, in tokens, or ``None``.
 
     Raises:
         ValueError: if the lists differ in length or are empty, ``max_length < 2``, a tokenizer's
-            padding id is not 0, or every pair is too long.
+            padding id is not an int >= 0, or every pair is too long.
     """
     caller = "encode_pairs"
     if isinstance(src_sentences, str) or isinstance(tgt_sentences, str):
@@ -136,12 +141,18 @@ def encode_pairs(
         raise ValueError(f"{caller}: no sentence pairs to encode")
     if max_length is not None:
         max_length = _integer(caller, "max_length", max_length, 2)  # the start and end tokens
+    pads = []
     for label, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
-        if getattr(tok, "pad_id", 0) != 0:
-            raise ValueError(f"{caller}: {label}.pad_id is {tok.pad_id}; padding must be id 0")
+        pad = getattr(tok, "pad_id", 0)
+        if isinstance(pad, bool) or not isinstance(pad, (int, np.integer)) or pad < 0:
+            raise ValueError(f"{caller}: {label}.pad_id is {pad!r}; padding must be an id (an int >= 0)")
+        pads.append(int(pad))
 
     src_ids, src_offsets = _encode_ragged(src_list, src_tokenizer)
     tgt_ids, tgt_offsets = _encode_ragged(tgt_list, tgt_tokenizer)
+    if not getattr(tgt_tokenizer, "adds_start", True):  # MarianMT's: the decoder input starts with start_id
+        tgt_ids = np.insert(tgt_ids, tgt_offsets[:-1], int(tgt_tokenizer.start_id))
+        tgt_offsets = tgt_offsets + np.arange(len(tgt_offsets), dtype=tgt_offsets.dtype)
     src_len, tgt_len = np.diff(src_offsets), np.diff(tgt_offsets)
     fits = (
         np.ones(len(src_list), dtype=bool) if max_length is None else (src_len <= max_length) & (tgt_len <= max_length)
@@ -152,9 +163,9 @@ def encode_pairs(
         raise ValueError(f"{caller}: all {len(src_list)} pairs are longer than max_length={max_length} tokens")
     if removed:
         logger.info("%s: removed %d of %d pairs longer than %s tokens", caller, removed, len(src_list), max_length)
-    src, src_lengths = _pad(src_ids, src_offsets, fits)
+    src, src_lengths = _pad(src_ids, src_offsets, fits, pads[0])
     del src_ids
-    tgt, tgt_lengths = _pad(tgt_ids, tgt_offsets, fits)
+    tgt, tgt_lengths = _pad(tgt_ids, tgt_offsets, fits, pads[1])
     return EncodedPairs(
         src=src,
         tgt=tgt,
@@ -163,6 +174,8 @@ def encode_pairs(
         indices=keep,
         removed=removed,
         max_length=max_length,
+        src_pad_id=pads[0],
+        tgt_pad_id=pads[1],
     )
 
 
@@ -178,12 +191,14 @@ class Batch:
         tgt_in: ``(B, T-1)`` decoder input, ``tgt[:, :-1]`` (starts with the start id).
         tgt_out: ``(B, T-1)`` labels, ``tgt[:, 1:]`` (ends with the end id, then padding).
         indices: ``(B,)`` rows of the :class:`EncodedPairs` in this batch.
+        pad_id: the target side's padding id (see :attr:`EncodedPairs.tgt_pad_id`).
     """
 
     src: np.ndarray
     tgt_in: np.ndarray
     tgt_out: np.ndarray
     indices: np.ndarray
+    pad_id: int = 0
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -191,7 +206,7 @@ class Batch:
     @property
     def num_target_tokens(self) -> int:
         """Number of non-padding labels (what the loss averages over)."""
-        return int(np.count_nonzero(self.tgt_out))
+        return int(np.count_nonzero(self.tgt_out != self.pad_id))
 
 
 def num_batches(encoded_or_n: Union[EncodedPairs, int], batch_size: int, *, drop_remainder: bool = False) -> int:
@@ -323,4 +338,5 @@ def make_batch(encoded: EncodedPairs, idx: np.ndarray) -> Batch:
         tgt_in=np.ascontiguousarray(tgt[:, :-1], dtype=np.int64),
         tgt_out=np.ascontiguousarray(tgt[:, 1:], dtype=np.int64),
         indices=np.ascontiguousarray(idx, dtype=np.int64),
+        pad_id=encoded.tgt_pad_id,
     )

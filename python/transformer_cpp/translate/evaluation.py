@@ -121,7 +121,8 @@ def evaluate(
         raise ValueError("evaluate: no sentence pairs to evaluate")
     for name, value in (("beam_size", beam_size), ("length_penalty", length_penalty), ("batch_size", batch_size)):
         Translator.check(name, value)  # a bad option is an error, not a reason to skip every pair
-    refs = [clean_sentence(r, tgt_lang) if tgt_lang else r.strip() for r in references]
+    cleans = bool(getattr(translator.tgt_tokenizer, "expects_cleaned_text", True))  # not a MarianMT model's
+    refs = [clean_sentence(r, tgt_lang) if tgt_lang and cleans else r.strip() for r in references]
     failed: Dict[int, str] = {}
     hyps = _translate_each(
         translator, sources, failed, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size

@@ -47,6 +47,7 @@ from .._checks import Limit, flag as _flag
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import load_checkpoint
 from ..model import DEFAULT_LENGTH_PENALTY
+from ..pretrained import load_pretrained
 from ..text import check_text, clean_sentence, resolve_language
 from .decoding import DecodeOptions, Hypothesis, check_compute_type, decode_rows, one_line
 
@@ -406,6 +407,21 @@ class Translator:
         )
         translator.checkpoint = ckpt.path
         return translator
+
+    @classmethod
+    def from_pretrained(cls, source: Union[str, Path], **kwargs: Any) -> "Translator":
+        """A translator for a published MarianMT model (a directory or a Hub name, as
+        :func:`~transformer_cpp.import_pretrained` takes), read into memory without writing a run.
+        ``src_lang`` / ``tgt_lang`` default to the model's; other keywords as for the constructor."""
+        parts = load_pretrained(source, src_lang=kwargs.pop("src_lang", None), tgt_lang=kwargs.pop("tgt_lang", None))
+        return cls(
+            parts.model,
+            parts.src_tokenizer,
+            parts.tgt_tokenizer,
+            src_lang=parts.src_lang,
+            tgt_lang=parts.tgt_lang,
+            **kwargs,
+        )
 
     @classmethod
     def _limit(cls, max_output_tokens: Optional[int]) -> Optional[int]:

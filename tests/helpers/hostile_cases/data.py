@@ -241,14 +241,14 @@ err(
 
 
 class _FakeTok:
-    pad_id = 5
+    pad_id = -1
 
     def encode_batch(self, texts, add_special_tokens=True):
         return [[1, 2] for _ in texts]
 
 
 err(
-    "encode_pairs: a tokenizer whose padding id is not 0",
+    "encode_pairs: a tokenizer whose padding id is no id (-1)",
     lambda c: tc.encode_pairs(["a"], ["b"], _FakeTok(), rtok(), None),
     "pad_id",
 )
