@@ -4,22 +4,19 @@ holding the file, and the archive checks refuse what they must."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 import tracemalloc
 import zipfile
-from pathlib import Path
 
 import pytest
 
+from helpers.cli import cli_env
 from helpers.hostile_server import PAIRS, HostileServer, good_zip, zip_bytes
 from transformer_cpp.data import read_pairs
 from transformer_cpp.data.archive import check_archive, check_pairs_file
-
-PYTHON_PATH = str(Path(__file__).resolve().parents[2] / "python")
 
 
 def test_sigterm_during_a_download_removes_the_part_file(tmp_path):
@@ -29,7 +26,7 @@ def test_sigterm_during_a_download_removes_the_part_file(tmp_path):
         "from transformer_cpp.data import download_tatoeba\n"
         f"download_tatoeba({str(cache)!r}, urls=[{server.url('slow') + 'spa-eng.zip'!r}], min_rate=0)\n"
     )
-    env = {**os.environ, "PYTHONPATH": PYTHON_PATH}
+    env = cli_env()  # the package this process imports: the installed one, or the tree on PYTHONPATH
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
