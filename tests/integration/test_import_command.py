@@ -14,12 +14,12 @@ from typing import Any, Dict, List
 import numpy as np
 
 import pytest
+from helpers.sentencepiece_models import pieces, train_sentencepiece
 
 from transformer_cpp import Translator, cli, encode_pairs, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
 
 torch = pytest.importorskip("torch")
-spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.torch  # the module imports PyTorch
 
@@ -28,40 +28,17 @@ WORDS = "the cat dog house sees runs quickly under a big small red tree near my 
 SENTENCES = ["the cat runs", "a big red dog sees my old friend", "house", "the small tree near a house runs quickly"]
 
 
-def _train(tmp_path: Any, name: str, lines: List[str]) -> bytes:
-    corpus = tmp_path / f"{name}.txt"
-    corpus.write_text("\n".join(lines), encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(tmp_path / name),
-        vocab_size=50,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-        unk_id=1,
-        eos_id=0,
-        bos_id=-1,
-        pad_id=-1,
-    )
-    return (tmp_path / f"{name}.model").read_bytes()
-
-
-def _pieces(model: bytes) -> List[str]:
-    proc = spm.SentencePieceProcessor(model_proto=model)
-    return [proc.id_to_piece(i) for i in range(proc.get_piece_size())]
-
-
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory: Any) -> Dict[str, Any]:
     """A MarianMT directory named like a published one: tokenizers, config and random weights."""
     tmp = tmp_path_factory.mktemp("marian")
     lines = [" ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(7)) for i in range(300)]
-    src, tgt = _train(tmp, "src", lines), _train(tmp, "tgt", lines[::-1])
+    src, tgt = train_sentencepiece(tmp, "src", lines, 50), train_sentencepiece(tmp, "tgt", lines[::-1], 50)
     out = tmp / "opus-mt-en-es"
     out.mkdir()
     (out / "source.spm").write_bytes(src)
     (out / "target.spm").write_bytes(tgt)
-    order = ["</s>", "<unk>"] + [p for p in dict.fromkeys(_pieces(src) + _pieces(tgt)) if p not in ("</s>", "<unk>")]
+    order = ["</s>", "<unk>"] + [p for p in dict.fromkeys(pieces(src) + pieces(tgt)) if p not in ("</s>", "<unk>")]
     vocab = {p: i for i, p in enumerate(order + ["<pad>"])}
     (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     tok_config = {"separate_vocabs": False, "source_lang": "en", "target_lang": "es"}

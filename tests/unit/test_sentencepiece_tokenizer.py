@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.sentencepiece_models import pieces, train_sentencepiece
 
 from transformer_cpp.tokenizer import SentencePieceTokenizer, SubwordTokenizer, Tokenizer, tokenizer_from_str
 
-spm = pytest.importorskip("sentencepiece")
 marian = pytest.importorskip("transformers.models.marian.tokenization_marian")
 
 WORDS = "the cat dog house año niño café 12 345 runs quickly über straße día mañana".split()
@@ -23,34 +23,11 @@ SENTENCES = [
 ]
 
 
-def _train(tmp_path, name, lines):
-    corpus = tmp_path / f"{name}.txt"
-    corpus.write_text("\n".join(lines), encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(tmp_path / name),
-        vocab_size=60,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-        unk_id=1,
-        eos_id=0,
-        bos_id=-1,
-        pad_id=-1,
-    )
-    return (tmp_path / f"{name}.model").read_bytes()
-
-
-def _pieces(model):
-    proc = spm.SentencePieceProcessor(model_proto=model)
-    return [proc.id_to_piece(i) for i in range(proc.get_piece_size())]
-
-
 @pytest.fixture(params=[False, True], ids=["shared", "separate"])
 def marian_dir(request, tmp_path):
     lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(6)) for i in range(300)]
-    src = _train(tmp_path, "src", lines)
-    tgt = _train(tmp_path, "tgt", lines[::-1] + ["niño straße"] * 20)
+    src = train_sentencepiece(tmp_path, "src", lines, 60)
+    tgt = train_sentencepiece(tmp_path, "tgt", lines[::-1] + ["niño straße"] * 20, 60)
     out = tmp_path / "marian"
     out.mkdir()
     (out / "source.spm").write_bytes(src)
@@ -62,10 +39,10 @@ def marian_dir(request, tmp_path):
 
     separate = request.param
     if separate:
-        (out / "vocab.json").write_text(json.dumps(vocab(_pieces(src))), encoding="utf-8")
-        (out / "target_vocab.json").write_text(json.dumps(vocab(_pieces(tgt))), encoding="utf-8")
+        (out / "vocab.json").write_text(json.dumps(vocab(pieces(src))), encoding="utf-8")
+        (out / "target_vocab.json").write_text(json.dumps(vocab(pieces(tgt))), encoding="utf-8")
     else:
-        (out / "vocab.json").write_text(json.dumps(vocab(_pieces(src) + _pieces(tgt))), encoding="utf-8")
+        (out / "vocab.json").write_text(json.dumps(vocab(pieces(src) + pieces(tgt))), encoding="utf-8")
     (out / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": separate}), encoding="utf-8")
     return out, separate
 
