@@ -6,7 +6,6 @@
 
 #include "transformer/attention/tiled_attention.hpp"
 #include "transformer/core/checks.hpp"
-#include "transformer/core/random.hpp"
 #include "transformer/core/tuning.hpp"
 #include "transformer/layers/softmax.hpp"
 
@@ -88,39 +87,18 @@ void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, 
 template <typename T>
 MultiHeadAttention<T>::MultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed)
     // the whole layer's size is checked before its first weight is allocated
-    : out_(checked_size<T>("MultiHeadAttention", concat("d_model ", d_model), attention_parameters(d_model), 0,
-                           d_model > 0 ? d_model : 1),
-           d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+    : proj_(checked_size<T>("MultiHeadAttention", concat("d_model ", d_model), attention_parameters(d_model), 0,
+                            d_model > 0 ? d_model : 1),
+            {{"query", 1}, {"key", 2}, {"value", 3}}, seed),
       d_(d_model),
       h_(n_heads) {
   TCPP_CHECK(d_model > 0 && n_heads > 0, "MultiHeadAttention: d_model and n_heads must be positive, got ", d_model,
              " and ", n_heads);
   TCPP_CHECK(d_model % n_heads == 0, "MultiHeadAttention: d_model ", d_model, " is not divisible by n_heads ", n_heads);
   dk_ = d_model / n_heads;
-  w_in_.resize(3 * d_, d_);
-  dw_in_ = Matrix<T>::Zero(3 * d_, d_);
-  b_in_ = RowVector<T>::Zero(3 * d_);
-  db_in_ = RowVector<T>::Zero(3 * d_);
-  // each of W_q, W_k, W_v is Glorot-uniform as a (d, d) matrix, from its own stream
-  const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
-  for (int part = 0; part < 3; ++part) {
-    Rng rng(splitmix64(seed + 1 + static_cast<std::uint64_t>(part)));
-    T* w = w_in_.data() + part * d_ * d_;
-    for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
-  }
 }
 
 namespace {
-
-// rows [first, first + n) of a row-major matrix: contiguous, e.g. W_q or [W_k; W_v] of W_in
-template <typename T>
-ConstMatrixMap<T> rows_of(const Matrix<T>& m, Index first, Index n) {
-  return ConstMatrixMap<T>(m.data() + first * m.cols(), n, m.cols());
-}
-template <typename T>
-MatrixMap<T> mut_rows_of(Matrix<T>& m, Index first, Index n) {
-  return MatrixMap<T>(m.data() + first * m.cols(), n, m.cols());
-}
 
 // Packed rows -> the padded (B*T, C) layout, zero at the rows not listed.
 template <typename T>
@@ -202,7 +180,7 @@ bool MultiHeadAttention<T>::use_tiled(Index Tk) const {
 template <typename T>
 void MultiHeadAttention<T>::release() {
   for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_, &dx_, &dmem_}) *m = Matrix<T>();
-  out_.release();
+  proj_.out.release();
   MaskBuffer().swap(mask_buf_);
   lq_ = lk_ = nullptr;
   x_ = mem_ = nullptr;
@@ -224,8 +202,7 @@ const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const R
   lq_ = lk_ = &l;
   const Index B = l.B, Tn = l.T;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
-  qkv_.resize(x.rows(), 3 * d_);
-  dense_forward<T>(precision_, x, cmap(w_in_), mmap(qkv_), b_in_.data());
+  proj_.project(precision_, x, 0, 3, qkv_);
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
   Matrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
@@ -259,7 +236,7 @@ const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const R
                          weights_.data(), ctx.data(), d_);
   }
   if (l.packed) gather_rows(ctx_pad, l, ctx_);
-  return out_.forward(cmap(ctx_));
+  return proj_.out.forward(cmap(ctx_));
 }
 
 template <typename T>
@@ -277,11 +254,9 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   lk_ = &lk;
   const Index B = lq.B, Tq = lq.T, Tk = lk.T;
   // Q = x W_q^T + b_q                                                   (rows_q, d)
-  qkv_.resize(x.rows(), d_);
-  dense_forward<T>(precision_, x, rows_of(w_in_, 0, d_), mmap(qkv_), b_in_.data());
+  proj_.project(precision_, x, 0, 1, qkv_);
   // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (rows_k, 2d)
-  kv_.resize(memory.rows(), 2 * d_);
-  dense_forward<T>(precision_, memory, rows_of(w_in_, d_, 2 * d_), mmap(kv_), b_in_.data() + d_);
+  proj_.project(precision_, memory, 1, 2, kv_);
   const T* q = qkv_.data();
   const T* kv = kv_.data();
   Matrix<T>& q_pad = backward_scratch<T>(kQkvPad);
@@ -311,7 +286,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
     attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
   }
   if (lq.packed) gather_rows(ctx_pad, lq, ctx_);
-  return out_.forward(cmap(ctx_));
+  return proj_.out.forward(cmap(ctx_));
 }
 
 template <typename T>
@@ -329,7 +304,7 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   Matrix<T>& dqkv_ = backward_scratch<T>(kDQkv);
   Matrix<T>& dkv_ = backward_scratch<T>(kDKv);
   // output projection: dctx = dout W_o                                  (rows_q, d)
-  const Matrix<T>& dctx = out_.backward(dout);
+  const Matrix<T>& dctx = proj_.out.backward(dout);
   const T* dctx_ptr = dctx.data();
   if (lq.packed) {  // padding query rows get a zero gradient
     scatter_rows(dctx, lq, dctx_pad_);
@@ -365,10 +340,7 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
     if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
     // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
     // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
-    dense_backward_weight<T>(precision_, cmap(dqkv_), x, mmap(dw_in_));
-    add_column_sums(dqkv_.data(), dqkv_.rows(), 3 * d_, db_in_.data());
-    dx_.resize(rq, d_);
-    dense_backward_input<T>(precision_, cmap(dqkv_), cmap(w_in_), mmap(dx_));
+    proj_.backward(precision_, cmap(dqkv_), x, 0, 3, &dx_);
     return dx_;
   }
   ConstMatrixMap<T> mem(mem_, rk, d_);
@@ -386,44 +358,28 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
                           dq.data(), d_, dkv.data(), 2 * d_, dkv.data() + d_, 2 * d_, dscores_.data());
   if (lq.packed) gather_rows(dqkv_pad_, lq, dqkv_);
   if (lk.packed) gather_rows(dkv_pad_, lk, dkv_);
-  dense_backward_weight<T>(precision_, cmap(dqkv_), x, mut_rows_of(dw_in_, 0, d_));
-  add_column_sums(dqkv_.data(), dqkv_.rows(), d_, db_in_.data());
-  dense_backward_weight<T>(precision_, cmap(dkv_), mem, mut_rows_of(dw_in_, d_, 2 * d_));
-  add_column_sums(dkv_.data(), dkv_.rows(), 2 * d_, db_in_.data() + d_);
-  dx_.resize(rq, d_);
-  dense_backward_input<T>(precision_, cmap(dqkv_), rows_of(w_in_, 0, d_), mmap(dx_));
-  dmem_.resize(rk, d_);
-  dense_backward_input<T>(precision_, cmap(dkv_), rows_of(w_in_, d_, 2 * d_), mmap(dmem_));
+  // Q = x W_q^T + b_q and [K | V] = memory [W_k; W_v]^T + b_kv: dx from the queries, dmemory
+  // from the keys and values
+  proj_.backward(precision_, cmap(dqkv_), x, 0, 1, &dx_);
+  proj_.backward(precision_, cmap(dkv_), mem, 1, 2, &dmem_);
   return dx_;
 }
 
 template <typename T>
 void MultiHeadAttention<T>::set_precision(Precision p) {
   check_precision<T>(p, "MultiHeadAttention");
-  out_.set_precision(p);
+  proj_.out.set_precision(p);
   precision_ = p;
 }
 
 template <typename T>
 ParameterList<T> MultiHeadAttention<T>::parameters() {
-  ParameterList<T> ps;
-  const char* names[3] = {"query", "key", "value"};
-  for (int part = 0; part < 3; ++part) {
-    ps.push_back({std::string(names[part]) + ".weight",
-                  w_in_.data() + part * d_ * d_,
-                  dw_in_.data() + part * d_ * d_,
-                  {d_, d_}});
-    ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
-  }
-  append_parameters(ps, out_.parameters(), "output");
-  return ps;
+  return proj_.parameters();
 }
 
 template <typename T>
 void MultiHeadAttention<T>::zero_grad() {
-  dw_in_.setZero();
-  db_in_.setZero();
-  out_.zero_grad();
+  proj_.zero_grad();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -474,7 +430,7 @@ void MultiHeadAttention<T>::infer(const Matrix<T>& x, const SentenceRows& rows, 
                                   InferenceScratch<T>& s, Matrix<T>& y) const {
   const Index n = x.rows(), B = rows.B, S = rows.longest();
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
-  be.linear(x, w_in_.data(), b_in_.data(), 3 * d_, s.qkv);
+  be.linear(x, proj_.w_in.data(), proj_.b_in.data(), 3 * d_, s.qkv);
   // sentence b's queries against its own keys, which are exactly its rows
   s.ctx.resize(n, d_);
   T* scores = s.score_rows(B * h_, S);
@@ -490,7 +446,7 @@ void MultiHeadAttention<T>::infer(const Matrix<T>& x, const SentenceRows& rows, 
       attend(base + i * 3 * d_, base + d_, base + 2 * d_, len, 3 * d_, dk_, scale, scores + bh * S,
              ctx + (r0 + i) * d_ + h * dk_);
   }
-  be.linear(s.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (rows, d)
+  be.linear(s.ctx, proj_.out.weight_.data(), proj_.out.bias_.data(), d_, y);  // (rows, d)
 }
 
 template <typename T>
@@ -501,7 +457,7 @@ void MultiHeadAttention<T>::infer_step(const Matrix<T>& x, KVCache<T>& cache, In
              cache.capacity, " positions held, for ", cache.k.rows(), " rows; the step has ", x.rows(), ")");
   const Index R = x.rows(), t = cache.length, n = t + 1, stride = cache.capacity * d_;
   // [Q | K | V] of the new position                                      (R, 3d)
-  be.linear(x, w_in_.data(), b_in_.data(), 3 * d_, s.qkv);
+  be.linear(x, proj_.w_in.data(), proj_.b_in.data(), 3 * d_, s.qkv);
   s.ctx.resize(R, d_);
   T* scores = s.score_rows(R * h_, cache.capacity);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk_)));
@@ -524,13 +480,13 @@ void MultiHeadAttention<T>::infer_step(const Matrix<T>& x, KVCache<T>& cache, In
            ctx + r * d_ + h * dk_);
   }
   ++cache.length;
-  be.linear(s.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (R, d)
+  be.linear(s.ctx, proj_.out.weight_.data(), proj_.out.bias_.data(), d_, y);  // (R, d)
 }
 
 template <typename T>
 void MultiHeadAttention<T>::infer_memory(const Matrix<T>& memory, InferenceBackend<T>& be, Matrix<T>& kv) const {
   // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                           (rows, 2d)
-  be.linear(memory, w_in_.data() + d_ * d_, b_in_.data() + d_, 2 * d_, kv);
+  be.linear(memory, proj_.weight(1, 2).data(), proj_.bias(1), 2 * d_, kv);
 }
 
 template <typename T>
@@ -542,7 +498,7 @@ void MultiHeadAttention<T>::infer_cross(const Matrix<T>& x, const Matrix<T>& kv,
              "MultiHeadAttention: cross-attention of ", R, " rows over a memory of ", kv.rows(), " rows (",
              memory_rows.rows(), " expected) for ", sentence_of.size(), " rows");
   // Q = x W_q^T + b_q                                                     (R, d)
-  be.linear(x, w_in_.data(), b_in_.data(), d_, s.q);
+  be.linear(x, proj_.w_in.data(), proj_.b_in.data(), d_, s.q);
   s.ctx.resize(R, d_);
   if (weights != nullptr) weights->resize(R * h_, S);
   T* scores = weights != nullptr ? weights->data() : s.score_rows(R * h_, S);
@@ -558,7 +514,7 @@ void MultiHeadAttention<T>::infer_cross(const Matrix<T>& x, const Matrix<T>& kv,
     const T* base = kv.data() + m0 * 2 * d_ + h * dk_;
     attend(q + r * d_ + h * dk_, base, base + d_, len, 2 * d_, dk_, scale, scores + rh * S, ctx + r * d_ + h * dk_);
   }
-  be.linear(s.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (R, d)
+  be.linear(s.ctx, proj_.out.weight_.data(), proj_.out.bias_.data(), d_, y);  // (R, d)
 }
 
 template void attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index, Index,

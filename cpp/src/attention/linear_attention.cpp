@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "transformer/core/checks.hpp"
-#include "transformer/core/random.hpp"
 #include "transformer/core/tuning.hpp"
 #include "transformer/kernels/matmul.hpp"
 
@@ -311,9 +310,9 @@ void linear_attention_step(const T* q, Index q_stride, const T* k, Index k_strid
 template <typename T>
 LinearMultiHeadAttention<T>::LinearMultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed)
     // the whole layer's size is checked before its first weight is allocated
-    : out_(checked_size<T>("LinearMultiHeadAttention", concat("d_model ", d_model), attention_parameters(d_model), 0,
-                           d_model > 0 ? d_model : 1),
-           d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+    : proj_(checked_size<T>("LinearMultiHeadAttention", concat("d_model ", d_model), attention_parameters(d_model), 0,
+                            d_model > 0 ? d_model : 1),
+            {{"query", 1}, {"key", 2}, {"value", 3}}, seed),
       d_(d_model),
       h_(n_heads) {
   TCPP_CHECK(d_model > 0 && n_heads > 0, "LinearMultiHeadAttention: d_model and n_heads must be positive, got ",
@@ -321,17 +320,6 @@ LinearMultiHeadAttention<T>::LinearMultiHeadAttention(Index d_model, Index n_hea
   TCPP_CHECK(d_model % n_heads == 0, "LinearMultiHeadAttention: d_model ", d_model, " is not divisible by n_heads ",
              n_heads);
   dk_ = d_model / n_heads;
-  w_in_.resize(3 * d_, d_);
-  dw_in_ = Matrix<T>::Zero(3 * d_, d_);
-  b_in_ = RowVector<T>::Zero(3 * d_);
-  db_in_ = RowVector<T>::Zero(3 * d_);
-  // as MultiHeadAttention: each of W_q, W_k, W_v Glorot-uniform as a (d, d) matrix, own stream
-  const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
-  for (int part = 0; part < 3; ++part) {
-    Rng rng(splitmix64(seed + 1 + static_cast<std::uint64_t>(part)));
-    T* w = w_in_.data() + part * d_ * d_;
-    for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
-  }
 }
 
 template <typename T>
@@ -344,15 +332,14 @@ const Matrix<T>& LinearMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index
   T_ = T_len;
   causal_ = causal;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (B*T, 3d)
-  qkv_.resize(x.rows(), 3 * d_);
-  dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(qkv_), b_in_.data());
+  proj_.project(Precision::Float32, x, 0, 3, qkv_);
   ctx_.resize(x.rows(), d_);                                // (B*T, d)
   den_.resize(B * h_, T_len);                               // (B*H, T)
   state_.resize(B * h_, linear_attention_state_size(dk_));  // (B*H, d_k^2 + d_k)
   const T* base = qkv_.data();
   linear_attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, T_len, dk_, causal,
                               ctx_.data(), d_, den_.data(), state_.data());
-  return out_.forward(cmap(ctx_));
+  return proj_.out.forward(cmap(ctx_));
 }
 
 template <typename T>
@@ -362,7 +349,7 @@ const Matrix<T>& LinearMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   TCPP_CHECK(dout.rows() == rows && dout.cols() == d_, "LinearMultiHeadAttention: backward got dout of shape (",
              dout.rows(), ", ", dout.cols(), "), expected (", rows, ", ", d_, ")");
   // output projection: dctx = dout W_o                                  (B*T, d)
-  const Matrix<T>& dctx = out_.backward(dout);
+  const Matrix<T>& dctx = proj_.out.backward(dout);
   // d[Q | K | V]                                                         (B*T, 3d)
   dqkv_.resize(rows, 3 * d_);
   const T* base = qkv_.data();
@@ -373,33 +360,18 @@ const Matrix<T>& LinearMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
   // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
   ConstMatrixMap<T> x(x_, rows, d_);
-  dense_backward_weight<T>(Precision::Float32, cmap(dqkv_), x, mmap(dw_in_));
-  add_column_sums(dqkv_.data(), rows, 3 * d_, db_in_.data());
-  dx_.resize(rows, d_);
-  dense_backward_input<T>(Precision::Float32, cmap(dqkv_), cmap(w_in_), mmap(dx_));
+  proj_.backward(Precision::Float32, cmap(dqkv_), x, 0, 3, &dx_);
   return dx_;
 }
 
 template <typename T>
 ParameterList<T> LinearMultiHeadAttention<T>::parameters() {
-  ParameterList<T> ps;
-  const char* names[3] = {"query", "key", "value"};
-  for (int part = 0; part < 3; ++part) {
-    ps.push_back({std::string(names[part]) + ".weight",
-                  w_in_.data() + part * d_ * d_,
-                  dw_in_.data() + part * d_ * d_,
-                  {d_, d_}});
-    ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
-  }
-  append_parameters(ps, out_.parameters(), "output");
-  return ps;
+  return proj_.parameters();
 }
 
 template <typename T>
 void LinearMultiHeadAttention<T>::zero_grad() {
-  dw_in_.setZero();
-  db_in_.setZero();
-  out_.zero_grad();
+  proj_.zero_grad();
 }
 
 template <typename T>
@@ -407,7 +379,7 @@ void LinearMultiHeadAttention<T>::release() {
   x_ = nullptr;
   B_ = T_ = 0;
   for (Matrix<T>* m : {&qkv_, &ctx_, &den_, &state_, &dqkv_, &dx_}) *m = Matrix<T>();
-  out_.release();
+  proj_.out.release();
 }
 
 template <typename T>
@@ -426,13 +398,13 @@ void LinearMultiHeadAttention<T>::step(ConstMatrixMap<T> x, LinearAttentionState
              " rows of this layer's shape");
   const Index R = x.rows();
   // [Q | K | V] of the new position                                      (R, 3d)
-  be.linear(x, w_in_.data(), b_in_.data(), 3 * d_, st.qkv);
+  be.linear(x, proj_.w_in.data(), proj_.b_in.data(), 3 * d_, st.qkv);
   st.ctx.resize(R, d_);  // (R, d)
   const T* base = st.qkv.data();
   linear_attention_step<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, R, h_, dk_, st.s.data(),
                            st.ctx.data(), d_);
   ++st.length;
-  be.linear(st.ctx, out_.weight_.data(), out_.bias_.data(), d_, y);  // (R, d)
+  be.linear(st.ctx, proj_.out.weight_.data(), proj_.out.bias_.data(), d_, y);  // (R, d)
 }
 
 template void linear_attention_forward<float>(const float*, Index, const float*, Index, const float*, Index, Index,

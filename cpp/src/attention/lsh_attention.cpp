@@ -122,10 +122,12 @@ LSHAttention<T>::LSHAttention(Index chunk, Index n_hashes, Index n_buckets, std:
 template <typename T>
 LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk, Index n_hashes, Index n_buckets,
                                       std::uint64_t seed)
-    // the whole layer's size is checked before its first weight is allocated
-    : out_(checked_size<T>("LSHSelfAttention", concat("d_model ", d_model), 3 * (double(d_model) * d_model + d_model),
-                           0, d_model > 0 ? d_model : 1),
-           d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+    // the whole layer's size is checked before its first weight is allocated; W_q, W_v and W_o
+    // come from the streams MultiHeadAttention uses for them, so the two layers built with one
+    // seed start from the same projections
+    : proj_(checked_size<T>("LSHSelfAttention", concat("d_model ", d_model), 3 * (double(d_model) * d_model + d_model),
+                            0, d_model > 0 ? d_model : 1),
+            {{"query", 1}, {"value", 3}}, seed),
       d_(d_model),
       h_(n_heads),
       dk_(n_heads > 0 ? d_model / n_heads : 0),
@@ -133,19 +135,6 @@ LSHSelfAttention<T>::LSHSelfAttention(Index d_model, Index n_heads, Index chunk,
   TCPP_CHECK(d_model > 0 && n_heads > 0, "LSHSelfAttention: d_model and n_heads must be positive, got ", d_model,
              " and ", n_heads);
   TCPP_CHECK(d_model % n_heads == 0, "LSHSelfAttention: d_model ", d_model, " is not divisible by n_heads ", n_heads);
-  // W_q, W_v and W_o come from the streams MultiHeadAttention uses for W_q, W_v and W_o, so the
-  // two layers built with one seed start from the same projections
-  w_in_.resize(2 * d_, d_);
-  dw_in_ = Matrix<T>::Zero(2 * d_, d_);
-  b_in_ = RowVector<T>::Zero(2 * d_);
-  db_in_ = RowVector<T>::Zero(2 * d_);
-  const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
-  const std::uint64_t stream[2] = {1, 3};
-  for (int part = 0; part < 2; ++part) {
-    Rng rng(splitmix64(seed + stream[part]));
-    T* w = w_in_.data() + part * d_ * d_;
-    for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
-  }
 }
 
 template <typename T>
@@ -436,14 +425,13 @@ const Matrix<T>& LSHSelfAttention<T>::forward(ConstMatrixMap<T> x, Index B, Inde
   T_ = T_len;
   const Index rows = B * T_len;
   // [Q | V] = x [W_q; W_v]^T + [b_q | b_v]                              (B*T, 2d)
-  qv_.resize(rows, 2 * d_);
-  dense_forward<T>(Precision::Float32, x, cmap(w_in_), mmap(qv_), b_in_.data());
+  proj_.project(Precision::Float32, x, 0, 2, qv_);
   ctx_.resize(rows, d_);
   // head h of sequence b: rows b*T + t, columns h*d_k of [Q | V] and of ctx
   const HeadStrides in{T_len * 2 * d_, dk_, 2 * d_}, heads_out{T_len * d_, dk_, d_};
   attn_.forward(qv_.data(), in, qv_.data() + d_, in, B, h_, T_len, dk_, causal, ctx_.data(), heads_out);
   x_ = x.data();
-  return out_.forward(cmap(ctx_));
+  return proj_.out.forward(cmap(ctx_));
 }
 
 template <typename T>
@@ -569,40 +557,25 @@ const Matrix<T>& LSHSelfAttention<T>::backward(ConstMatrixMap<T> dout) {
   TCPP_CHECK(dout.rows() == rows && dout.cols() == d_, "LSHSelfAttention: backward got dout of shape (", dout.rows(),
              ", ", dout.cols(), "), expected (", rows, ", ", d_, ")");
   // output projection: dctx = dout W_o                                  (B*T, d)
-  const Matrix<T>& dctx = out_.backward(dout);
+  const Matrix<T>& dctx = proj_.out.backward(dout);
   dqv_.resize(rows, 2 * d_);
   const HeadStrides heads_in{T_ * 2 * d_, dk_, 2 * d_}, heads_out{T_ * d_, dk_, d_};
   attn_.backward(dctx.data(), heads_out, dqv_.data(), heads_in, dqv_.data() + d_, heads_in);
   // forward was [Q|V] = x [W_q; W_v]^T + b, so d[W_q; W_v] += d[Q|V]^T x, db += column sums,
   // dx = d[Q|V] [W_q; W_v]
   ConstMatrixMap<T> x(x_, rows, d_);
-  dense_backward_weight<T>(Precision::Float32, cmap(dqv_), x, mmap(dw_in_));
-  add_column_sums(dqv_.data(), rows, 2 * d_, db_in_.data());
-  dx_.resize(rows, d_);
-  dense_backward_input<T>(Precision::Float32, cmap(dqv_), cmap(w_in_), mmap(dx_));
+  proj_.backward(Precision::Float32, cmap(dqv_), x, 0, 2, &dx_);
   return dx_;
 }
 
 template <typename T>
 ParameterList<T> LSHSelfAttention<T>::parameters() {
-  ParameterList<T> ps;
-  const char* names[2] = {"query", "value"};
-  for (int part = 0; part < 2; ++part) {
-    ps.push_back({std::string(names[part]) + ".weight",
-                  w_in_.data() + part * d_ * d_,
-                  dw_in_.data() + part * d_ * d_,
-                  {d_, d_}});
-    ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
-  }
-  append_parameters(ps, out_.parameters(), "output");
-  return ps;
+  return proj_.parameters();
 }
 
 template <typename T>
 void LSHSelfAttention<T>::zero_grad() {
-  dw_in_.setZero();
-  db_in_.setZero();
-  out_.zero_grad();
+  proj_.zero_grad();
 }
 
 template <typename T>
@@ -610,7 +583,7 @@ void LSHSelfAttention<T>::release() {
   x_ = nullptr;
   for (Matrix<T>* m : {&qv_, &ctx_, &dqv_, &dx_}) m->resize(0, 0);
   attn_.release();
-  out_.release();
+  proj_.out.release();
 }
 
 template class LSHAttention<float>;

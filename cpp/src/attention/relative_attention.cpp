@@ -18,10 +18,6 @@ template <typename T>
 ConstMatrixMap<T> rows_of(const Matrix<T>& m, Index first, Index n) {
   return ConstMatrixMap<T>(m.data() + first * m.cols(), n, m.cols());
 }
-template <typename T>
-MatrixMap<T> mut_rows_of(Matrix<T>& m, Index first, Index n) {
-  return MatrixMap<T>(m.data() + first * m.cols(), n, m.cols());
-}
 
 // The relative shift of score row i of a (T, L) block in place: entry j <= M + i (M = L - T) takes
 // entry j + T-1-i, the later entries are left as they are (the causal mask covers them). Reading
@@ -85,10 +81,10 @@ template <typename T>
 RelativeMultiHeadAttention<T>::RelativeMultiHeadAttention(Index d_model, Index n_heads, std::uint64_t seed,
                                                           Index clamp_len)
     // the whole layer's size is checked before its first weight is allocated
-    : out_(checked_size<T>("RelativeMultiHeadAttention", concat("d_model ", d_model),
-                           attention_parameters(d_model) + static_cast<double>(d_model) * (d_model + 2), 0,
-                           d_model > 0 ? d_model : 1),
-           d_model > 0 ? d_model : 1, true, splitmix64(seed + 4)),
+    : proj_(checked_size<T>("RelativeMultiHeadAttention", concat("d_model ", d_model),
+                            attention_parameters(d_model) + static_cast<double>(d_model) * (d_model + 2), 0,
+                            d_model > 0 ? d_model : 1),
+            {{"query", 1}, {"key", 2}, {"value", 3}}, seed),
       d_(d_model),
       h_(n_heads),
       clamp_(clamp_len < 0 ? -1 : clamp_len) {
@@ -99,18 +95,13 @@ RelativeMultiHeadAttention<T>::RelativeMultiHeadAttention(Index d_model, Index n
   TCPP_CHECK(d_model % 2 == 0, "RelativeMultiHeadAttention: d_model must be even (the sinusoids of the relative ",
              "distances come in sin/cos pairs), got ", d_model);
   dk_ = d_model / n_heads;
-  w_in_.resize(3 * d_, d_);
-  dw_in_ = Matrix<T>::Zero(3 * d_, d_);
-  b_in_ = RowVector<T>::Zero(3 * d_);
-  db_in_ = RowVector<T>::Zero(3 * d_);
+  // W_{k,R} is Glorot-uniform as a (d, d) matrix like W_q, W_k and W_v, from its own stream
   w_pos_.resize(d_, d_);
   dw_pos_ = Matrix<T>::Zero(d_, d_);
-  // each of W_q, W_k, W_v, W_{k,R} is Glorot-uniform as a (d, d) matrix, from its own stream
-  const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
-  for (int part = 0; part < 4; ++part) {
-    Rng rng(splitmix64(seed + (part < 3 ? 1 + part : 5)));
-    T* w = part < 3 ? w_in_.data() + part * d_ * d_ : w_pos_.data();
-    for (Index i = 0; i < d_ * d_; ++i) w[i] = static_cast<T>(rng.uniform(-a, a));
+  {
+    const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
+    Rng rng(splitmix64(seed + 5));
+    for (Index i = 0; i < d_ * d_; ++i) w_pos_.data()[i] = static_cast<T>(rng.uniform(-a, a));
   }
   // u and v: small values (uniform with standard deviation 0.02), so that the biases start near 0
   u_.resize(h_, dk_);
@@ -164,11 +155,9 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Con
     std::copy(x.data() + b * T_len * d, x.data() + (b + 1) * T_len * d, h_cat_.data() + (b * L + M) * d);
   }
   // Q = x W_q^T + b_q                                                     (B*T, d)
-  q_.resize(B * T_len, d);
-  dense_forward<T>(Precision::Float32, x, rows_of(w_in_, 0, d), mmap(q_), b_in_.data());
+  proj_.project(Precision::Float32, x, 0, 1, q_);
   // [K | V] = h [W_k; W_v]^T + [b_k | b_v]                                (B*L, 2d)
-  kv_.resize(B * L, 2 * d);
-  dense_forward<T>(Precision::Float32, cmap(h_cat_), rows_of(w_in_, d, 2 * d), mmap(kv_), b_in_.data() + d);
+  proj_.project(Precision::Float32, cmap(h_cat_), 1, 2, kv_);
   // Q + u, Q + v: u and v (H, d_k) are d values in the heads' column order (B*T, d) each
   qu_.resize(B * T_len, d);
   qv_.resize(B * T_len, d);
@@ -206,7 +195,7 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Con
     for (Index i = 0; i < T_len; ++i) causal_softmax_row(S.data() + i * L, M + i + 1, L);
     O.noalias() = S * V;
   }
-  const Matrix<T>& y = out_.forward(cmap(ctx_));
+  const Matrix<T>& y = proj_.out.forward(cmap(ctx_));
   has_forward_ = true;
   return y;
 }
@@ -218,7 +207,7 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout)
   TCPP_CHECK(dout.rows() == rows && dout.cols() == d, "RelativeMultiHeadAttention: backward got dout of shape (",
              dout.rows(), ", ", dout.cols(), "), expected (", rows, ", ", d, ")");
   // output projection: dctx = dout W_o                                    (B*T, d)
-  const Matrix<T>& dctx = out_.backward(dout);
+  const Matrix<T>& dctx = proj_.out.backward(dout);
   dscores_.resize(B * H * T_len, L);
   dkv_.resize(B * L, 2 * d);
   dqu_.resize(rows, d);
@@ -267,21 +256,18 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout)
   // u and v are added to every query row of their head: du = column sums of d(Q + u), dv likewise
   add_column_sums(dqu_.data(), rows, d, du_.data());
   add_column_sums(dqv_.data(), rows, d, dv_.data());
-  // dQ = d(Q + u) + d(Q + v); Q = x W_q^T + b_q: dW_q += dQ^T x, db_q += column sums
+  // dQ = d(Q + u) + d(Q + v); Q = x W_q^T + b_q: dW_q += dQ^T x, db_q += column sums, and the
+  // query path of dx, dx = dQ W_q
   add_arrays(dqu_.data(), dqu_.data(), dqv_.data(), rows * d);
   ConstMatrixMap<T> x(x_, rows, d);
-  dense_backward_weight<T>(Precision::Float32, cmap(dqu_), x, mut_rows_of(dw_in_, 0, d));
-  add_column_sums(dqu_.data(), rows, d, db_in_.data());
+  proj_.backward(Precision::Float32, cmap(dqu_), x, 0, 1, &dx_);
   // [K | V] = h W_kv^T + b_kv over memory and segment rows: dW_kv += d[K | V]^T h, db_kv += sums
-  dense_backward_weight<T>(Precision::Float32, cmap(dkv_), cmap(h_cat_), mut_rows_of(dw_in_, d, 2 * d));
-  add_column_sums(dkv_.data(), B * L, 2 * d, db_in_.data() + d);
+  proj_.backward(Precision::Float32, cmap(dkv_), cmap(h_cat_), 1, 2, nullptr);
   // P = R W_{k,R}^T with dP summed over the sequences: dW_{k,R} += dP^T R
   drk_sum_ = rows_of(drk_, 0, L);
   for (Index b = 1; b < B; ++b) drk_sum_ += rows_of(drk_, b * L, L);
   dense_backward_weight<T>(Precision::Float32, cmap(drk_sum_), cmap(R_), mmap(dw_pos_));
-  // dx = dQ W_q + d[K | V] W_kv over the segment's rows only (the memory is a stop-gradient input)
-  dx_.resize(rows, d);
-  dense_backward_input<T>(Precision::Float32, cmap(dqu_), rows_of(w_in_, 0, d), mmap(dx_));
+  // dx += d[K | V] W_kv over the segment's rows only (the memory is a stop-gradient input)
   const Matrix<T>* dkv_x = &dkv_;
   if (M > 0) {
     dkv_x_.resize(rows, 2 * d);
@@ -290,23 +276,16 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout)
                 dkv_x_.data() + b * T_len * 2 * d);
     dkv_x = &dkv_x_;
   }
-  dx_.noalias() += *dkv_x * rows_of(w_in_, d, 2 * d);
+  dx_.noalias() += *dkv_x * proj_.weight(1, 2);
   return dx_;
 }
 
 template <typename T>
 ParameterList<T> RelativeMultiHeadAttention<T>::parameters() {
   ParameterList<T> ps;
-  const char* names[3] = {"query", "key", "value"};
-  for (int part = 0; part < 3; ++part) {
-    ps.push_back({std::string(names[part]) + ".weight",
-                  w_in_.data() + part * d_ * d_,
-                  dw_in_.data() + part * d_ * d_,
-                  {d_, d_}});
-    ps.push_back({std::string(names[part]) + ".bias", b_in_.data() + part * d_, db_in_.data() + part * d_, {d_}});
-  }
+  proj_.append_input_parameters(ps);
   ps.push_back({"position.weight", w_pos_.data(), dw_pos_.data(), {d_, d_}});
-  append_parameters(ps, out_.parameters(), "output");
+  append_parameters(ps, proj_.out.parameters(), "output");
   ps.push_back({"u", u_.data(), du_.data(), {h_, dk_}});
   ps.push_back({"v", v_.data(), dv_.data(), {h_, dk_}});
   return ps;
@@ -314,12 +293,10 @@ ParameterList<T> RelativeMultiHeadAttention<T>::parameters() {
 
 template <typename T>
 void RelativeMultiHeadAttention<T>::zero_grad() {
-  dw_in_.setZero();
-  db_in_.setZero();
+  proj_.zero_grad();
   dw_pos_.setZero();
   du_.setZero();
   dv_.setZero();
-  out_.zero_grad();
 }
 
 template <typename T>
@@ -387,8 +364,8 @@ void RelativeMultiHeadAttention<T>::infer_memory(ConstMatrixMap<T> memory, Index
   // [K | V] of the last `keep` memory rows of each sequence                (keep, 2d) per sequence
   for (Index b = 0; b < c.batch && keep > 0; ++b)
     dense_forward<T>(Precision::Float32, ConstMatrixMap<T>(memory.data() + (b * M + M - keep) * d, keep, d),
-                     rows_of(w_in_, d, 2 * d), MatrixMap<T>(c.kv.data() + b * c.capacity * 2 * d, keep, 2 * d),
-                     b_in_.data() + d);
+                     proj_.weight(1, 2), MatrixMap<T>(c.kv.data() + b * c.capacity * 2 * d, keep, 2 * d),
+                     proj_.bias(1));
   c.length = keep;
 }
 
@@ -402,7 +379,7 @@ void RelativeMultiHeadAttention<T>::infer(ConstMatrixMap<T> x, Index T_len, Rela
   const Index n = c.length, L = n + T_len;
   make_room(c, T_len, 2 * d);
   // [Q | K | V] of the new positions                                      (B*T, 3d)
-  be.linear(x, w_in_.data(), b_in_.data(), 3 * d, c.qkv);
+  be.linear(x, proj_.w_in.data(), proj_.b_in.data(), 3 * d, c.qkv);
   // their keys and values join the held ones; [Q + u | Q + v]             (B*T, 2d)
   c.q.resize(B * T_len, 2 * d);
   const Eigen::Map<const RowVector<T>> u(u_.data(), d), v(v_.data(), d);
@@ -452,7 +429,7 @@ void RelativeMultiHeadAttention<T>::infer(ConstMatrixMap<T> x, Index T_len, Rela
     O.noalias() = S * V;
   }
   // output projection                                                     (B*T, d)
-  be.linear(ctx, out_.weight_.data(), out_.bias_.data(), d, y);
+  be.linear(ctx, proj_.out.weight_.data(), proj_.out.bias_.data(), d, y);
   // the oldest positions beyond mem_len leave
   c.length = L;
   if (c.length > c.mem_len) {

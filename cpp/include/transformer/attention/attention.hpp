@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "transformer/core/tensor.hpp"
+#include "transformer/attention/projections.hpp"
 #include "transformer/kernels/inference_backend.hpp"
-#include "transformer/layers/linear.hpp"
 
 namespace transformer {
 
@@ -151,14 +151,11 @@ class MultiHeadAttention {
           "set attention_impl to 'plain' to read them");
     return weights_;
   }
-  const Matrix<T>& output() const { return out_.output(); }
-  Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(out_.output()); }
-
-  Matrix<T> w_in_, dw_in_;     // (3d, d): rows [W_q; W_k; W_v], as PyTorch's in_proj_weight
-  RowVector<T> b_in_, db_in_;  // (3d)
-  Linear<T> out_;              // W_o (d, d)
+  const Matrix<T>& output() const { return proj_.out.output(); }
+  Matrix<T>& output_mut() { return const_cast<Matrix<T>&>(proj_.out.output()); }
 
  private:
+  AttentionProjections<T> proj_;  // W_in (3d, d) = [W_q; W_k; W_v], and W_o
   Index d_, h_, dk_;
   Precision precision_ = Precision::Float32;
 

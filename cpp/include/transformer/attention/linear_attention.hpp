@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "transformer/attention/projections.hpp"
 #include "transformer/attention/self_attention.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/kernels/inference_backend.hpp"
@@ -104,11 +105,8 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
   //                                                                       x (R, d) -> y (R, d)
   void step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, InferenceBackend<T>& be, Matrix<T>& y) const;
 
-  Matrix<T> w_in_, dw_in_;     // (3d, d): rows [W_q; W_k; W_v], as MultiHeadAttention
-  RowVector<T> b_in_, db_in_;  // (3d)
-  Linear<T> out_;              // W_o (d, d)
-
  private:
+  AttentionProjections<T> proj_;  // W_in (3d, d) = [W_q; W_k; W_v], as MultiHeadAttention, and W_o
   Index d_, h_, dk_;
   const T* x_ = nullptr;  // (B*T, d) input of the last forward (the caller's)
   Index B_ = 0, T_ = 0;

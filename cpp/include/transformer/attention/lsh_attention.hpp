@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "transformer/attention/projections.hpp"
 #include "transformer/attention/self_attention.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/layers/linear.hpp"
@@ -217,11 +218,8 @@ class LSHSelfAttention : public SelfAttention<T> {
   const Matrix<T>& rotations() const { return attn_.rotations(); }
   const std::vector<std::int32_t>& buckets() const { return attn_.buckets(); }
 
-  Matrix<T> w_in_, dw_in_;     // (2d, d): rows [W_q; W_v]
-  RowVector<T> b_in_, db_in_;  // (2d)
-  Linear<T> out_;              // W_o (d, d)
-
  private:
+  AttentionProjections<T> proj_;  // W_in (2d, d) = [W_q; W_v] (queries are also the keys), and W_o
   Index d_, h_, dk_;
   LSHAttention<T> attn_;
   const T* x_ = nullptr;  // (B*T, d) the caller's input, kept for backward

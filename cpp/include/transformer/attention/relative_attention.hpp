@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "transformer/attention/projections.hpp"
 #include "transformer/attention/self_attention.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/kernels/inference_backend.hpp"
@@ -113,14 +114,12 @@ class RelativeMultiHeadAttention : public SelfAttention<T> {
   // Weights of the last forward, (B*H*T, M+T) = (B, H, T, M+T).
   const Matrix<T>& attention_weights() const { return weights_; }
 
-  Matrix<T> w_in_, dw_in_;     // (3d, d): rows [W_q; W_k; W_v]
-  RowVector<T> b_in_, db_in_;  // (3d)
-  Matrix<T> w_pos_, dw_pos_;   // (d, d): W_{k,R}
-  Matrix<T> u_, du_;           // (H, d_k)
-  Matrix<T> v_, dv_;           // (H, d_k)
-  Linear<T> out_;              // W_o (d, d)
+  Matrix<T> w_pos_, dw_pos_;  // (d, d): W_{k,R}
+  Matrix<T> u_, du_;          // (H, d_k)
+  Matrix<T> v_, dv_;          // (H, d_k)
 
  private:
+  AttentionProjections<T> proj_;  // W_in (3d, d) = [W_q; W_k; W_v], and W_o
   // R (L, d): row p holds the sinusoid of distance L-1-p (clamped)
   void sinusoids(Index L, Matrix<T>& R) const;
 
