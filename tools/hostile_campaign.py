@@ -39,7 +39,7 @@ os.environ["OMP_NUM_THREADS"] = "1"  # before the import: the cases' children st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # for helpers.hostile_cases
 
 from helpers.hostile_cases import CASES, setup  # noqa: E402  (imports transformer_cpp once; cases fork from here)
-from helpers.hostile_cases.runner import CLASSES, FAILING, run_case, warm_up  # noqa: E402
+from helpers.hostile_cases.runner import CLASSES, FAILING, resident_bytes, run_case, warm_up  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -74,6 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     memory = int(args.memory_gb * (1 << 30))
     root = Path(tempfile.mkdtemp(prefix="hostile-"))
+    idle = 0
     started = time.monotonic()
     print(f"setting up in {root} ...", file=sys.stderr, flush=True)
     results = []
@@ -81,6 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         warm_up()
         ctx = setup(root)
+        idle = resident_bytes()  # what each forked case starts from
         for i, case in enumerate(cases, 1):
             work = root / "cases" / f"{i:04d}"
             outcome = run_case(case, ctx, work, memory, args.timeout)
@@ -111,11 +113,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{'total':15}" + "".join(f"{n:8}" for n in row) + f"{len(results):8}   ({elapsed / 60:.1f} minutes)")
     Path(args.out).write_text(
         json.dumps(
-            {"counts": counts, "seconds": round(elapsed, 1), "memory_bytes": memory, "results": results},
+            {
+                "counts": counts,
+                "seconds": round(elapsed, 1),
+                "memory_bytes": memory,
+                "idle_bytes": idle,
+                "results": results,
+            },
             indent=1,
             default=str,
         )
     )
+    refused = [r for r in results if r["class"] == "clear-error"]
+    if refused and idle:
+        worst = max(refused, key=lambda r: r.get("peak_bytes", 0))
+        slowest = max(refused, key=lambda r: r.get("command_seconds", r["seconds"]))
+        print(
+            f"refused inputs ({len(refused)}): peak memory at most {worst.get('peak_bytes', 0) / idle:.2f}x the idle "
+            f"process ({idle / 2**20:.0f} MB; {worst['name']}), time to refuse at most "
+            f"{slowest.get('command_seconds', slowest['seconds']):.2f} s "
+            f"({slowest['name']})"
+        )
     print(f"results: {args.out}")
     return 1 if any(counts[k] for k in FAILING) else 0
 

@@ -68,5 +68,13 @@ def test_hostile_case(server, case):
     )
     if case.expect == "error":
         assert outcome["class"] == "clear-error", outcome
+        # refused before memory is taken: the child that ran the case, a copy of the server process,
+        # peaked below 1.5x the server's resident memory (partial cases, which also do the work of
+        # their good inputs, and AddressSanitizer's shadow memory aside)
+        if outcome.get("peak_bytes") and not ASAN and not case.partial:
+            assert outcome["peak_bytes"] < 1.5 * server.idle_bytes, (
+                f"peak {outcome['peak_bytes'] / 2**20:.0f} MB for a refused input, "
+                f"the idle process holds {server.idle_bytes / 2**20:.0f} MB"
+            )
     elif case.expect == "ok":
         assert outcome["class"] == "handled", outcome

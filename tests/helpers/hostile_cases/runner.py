@@ -54,7 +54,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import transformer_cpp.cli  # noqa: F401  (imported once here, not in every forked command)
 
@@ -123,6 +123,39 @@ def _kill(pid: int) -> None:
             kill()
 
 
+# The peak resident memory (bytes) of the children forked since the last reset_child_peak(). A
+# case's child starts as a copy of this process, so its peak over this process's resident memory
+# is what the case itself took.
+_child_peak = 0
+
+
+def reset_child_peak() -> None:
+    global _child_peak
+    _child_peak = 0
+
+
+def child_peak_bytes() -> int:
+    return _child_peak
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _reap(pid: int, options: int) -> Tuple[int, int]:
+    """os.waitpid that also records the child's peak resident memory (``ru_maxrss``, KiB on Linux)."""
+    global _child_peak
+    done, status, usage = os.wait4(pid, options)
+    if done:
+        _child_peak = max(_child_peak, usage.ru_maxrss * 1024)
+    return done, status
+
+
 def _fork(child: Any, timeout: float) -> Any:
     """Run ``child(write_fd)`` in a forked child (its own process group); returns (wait status or
     None after a timeout, the bytes it wrote). The child never returns into this process."""
@@ -149,7 +182,7 @@ def _fork(child: Any, timeout: float) -> Any:
         left = deadline - time.monotonic()
         if left <= 0:
             _kill(pid)
-            os.waitpid(pid, 0)
+            _reap(pid, 0)
             os.close(r)
             if exit_fd is not None:
                 os.close(exit_fd)
@@ -166,7 +199,7 @@ def _fork(child: Any, timeout: float) -> Any:
         else:
             time.sleep(min(left, pause))
         pause = min(2 * pause, 0.05)
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status = _reap(pid, os.WNOHANG)
         if done:
             exited = status
     if exit_fd is not None:
@@ -272,7 +305,9 @@ def run_api(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
         _save_coverage()
         return 0
 
+    reset_child_peak()
     exited, data = _fork(child, timeout)
+    peak = child_peak_bytes()
     if exited is None:
         return {"class": "hang", "detail": f"no result after {timeout:.0f} s"}
     output = out_path.read_text(errors="replace")[-1500:] if out_path.exists() else ""
@@ -286,7 +321,7 @@ def run_api(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
             "output": output,
         }
     report = json.loads(data.decode("utf-8"))
-    return classify_api(case, report) | {"report": report}
+    return classify_api(case, report) | {"report": report, "peak_bytes": peak}
 
 
 def classify_api(case: Case, report: Dict[str, Any]) -> Dict[str, Any]:
@@ -414,7 +449,9 @@ def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
     argv = case.fn(ctx)
     stdin = case.stdin(ctx) if callable(case.stdin) else case.stdin
     run = _cli_fresh if case.in_fresh_interpreter() else _cli_forked
+    reset_child_peak()
     got = run(case, argv, stdin, ctx, memory, timeout)
+    peak = child_peak_bytes() if run is _cli_forked else 0  # a fresh interpreter is no copy of this one
     if got is None:
         return {"class": "hang", "detail": f"no exit after {timeout:.0f} s"}
     res, seconds = got
@@ -423,7 +460,7 @@ def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
         "stderr": res.err[-2000:],
         "stdout": res.out[-500:],
         "command_seconds": round(seconds, 2),
-    }
+    } | ({"peak_bytes": peak} if peak else {})
 
 
 def classify_cli(case: Case, ctx: Context, res: Result) -> Dict[str, Any]:
@@ -558,7 +595,8 @@ def serve() -> None:
         started = time.monotonic()
         warm_up()
         ctx = setup(root)
-        answers.write(json.dumps({"ready": round(time.monotonic() - started, 1)}) + "\n")
+        ready = {"ready": round(time.monotonic() - started, 1), "idle_bytes": resident_bytes()}
+        answers.write(json.dumps(ready) + "\n")
         for n, line in enumerate(iter(requests.readline, b"")):
             name = json.loads(line)
             work = root / "cases" / f"{n:04d}"
@@ -592,7 +630,9 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
         )
-        self.ready = self._answer(900)["ready"]
+        answer = self._answer(900)
+        self.ready = answer["ready"]
+        self.idle_bytes = answer["idle_bytes"]  # resident memory of the process each case forks from
 
     def _answer(self, timeout: float) -> Dict[str, Any]:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
