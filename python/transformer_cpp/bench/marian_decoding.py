@@ -19,8 +19,10 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from .. import kernels
+from ..pretrained import load_marian
 from .machine import log
-from .marian import END_ID, MarianShapes, pad_rows, random_sources
+from .marian_model import END_ID, MarianShapes, pad_rows, random_sources
+from .marian_report import NAMES
 
 __all__ = ["Engine", "bench_marian_decoding", "trim"]
 
@@ -63,7 +65,8 @@ def _transformers(directory: Path, s: MarianShapes, dtype: str) -> Engine:
     import torch
     from transformers import MarianMTModel
 
-    model = MarianMTModel.from_pretrained(str(directory), local_files_only=True, dtype=getattr(torch, dtype)).eval()
+    model = MarianMTModel.from_pretrained(str(directory), local_files_only=True, dtype=getattr(torch, dtype))
+    model.eval()  # type: ignore[no-untyped-call]
 
     def prepare(src: np.ndarray) -> Tuple[Any, Any]:
         ids = torch.from_numpy(src)
@@ -111,8 +114,6 @@ def _engines(
     directory: Path, s: MarianShapes, threads: int, with_torch: bool, with_ct2: bool, workdir: str
 ) -> Tuple[Dict[str, Engine], List[str]]:
     """Every engine that can run here, by name, and notes on those left out."""
-    from ..pretrained import load_marian
-
     notes: List[str] = []
     ours = load_marian(directory)
     engines: Dict[str, Engine] = {"ours": _ours(ours, s, "float32")}
@@ -210,7 +211,7 @@ def bench_marian_decoding(
             entry = _measure(engines, chunks, beam)
             log(
                 f"marian decoding {name}: {time.perf_counter() - t0:.1f}s "
-                + "  ".join(f"{n} {e['tokens_per_s']:.0f} tok/s" for n, e in entry.items())
+                + ", ".join(f"{NAMES[n]} {e['tokens_per_s']:.0f} tokens/s" for n, e in entry.items())
             )
             result["runs"][name] = {
                 "beam": beam,

@@ -30,7 +30,10 @@ def _decoding(dec: Dict[str, Any]) -> List[str]:
     ]
     runs = dec.get("runs") or {}
     names = [n for n in NAMES if any(n in r["engines"] for r in runs.values())]
-    titles = [f"beam {r['beam']}, batch {r['batch']}" if r["beam"] > 1 else f"greedy, batch {r['batch']}" for r in runs.values()]
+    titles = [
+        f"beam {r['beam']}, batch {r['batch']}" if r["beam"] > 1 else f"greedy, batch {r['batch']}"
+        for r in runs.values()
+    ]
 
     def row(label: str, cells: List[str]) -> None:
         lines.append(f"   {label:46}" + "".join(f"{c:>20}" for c in cells))
@@ -84,7 +87,10 @@ def _training(tr: Dict[str, Any]) -> List[str]:
 
 def _import(imp: Dict[str, Any]) -> List[str]:
     lines = [f"1. Import of the saved model (model.safetensors {imp['checkpoint_mb']:.1f} MB), each in a fresh process"]
-    for which, what in (("load_marian", "load_marian (read into memory)"), ("import_pretrained", "import_pretrained (run directory written)")):
+    for which, what in (
+        ("load_marian", "load_marian (read into memory)"),
+        ("import_pretrained", "import_pretrained (run directory written)"),
+    ):
         e = imp.get(which) or {}
         if "error" in e:
             lines.append(f"   {what}: error: {e['error']}")

@@ -29,8 +29,11 @@ from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 import numpy as np
 
 from .. import kernels
+from ..model import Transformer
+from ..pretrained import import_pretrained, load_marian
 from .machine import log, set_all_threads
-from .marian import END_ID, UNK_ID, MarianShapes, pad_rows
+from .marian_model import END_ID, UNK_ID, MarianShapes, pad_rows
+from .marian_report import NAMES
 from .memory import peak_rss, run_memory_child
 
 __all__ = [
@@ -85,16 +88,15 @@ def marian_batches(s: MarianShapes, count: int, seed: int) -> List[MarianBatch]:
 
 
 def _ours(directory: Path, precision: str) -> Any:
-    from ..model import Transformer
-    from ..pretrained import load_marian
-
     model = load_marian(directory)
     if precision != "float32":
         low = Transformer.from_config(dict(model.config, precision=precision))
         for name, p in low.parameters().items():
             p.value[...] = model.parameters()[name].value
         model = low
-    model.configure_optimizer(fixed_lr=FIXED_LR, label_smoothing=LABEL_SMOOTHING, beta1=BETAS[0], beta2=BETAS[1], eps=EPS)
+    model.configure_optimizer(
+        fixed_lr=FIXED_LR, label_smoothing=LABEL_SMOOTHING, beta1=BETAS[0], beta2=BETAS[1], eps=EPS
+    )
     return model
 
 
@@ -153,7 +155,7 @@ class TorchMarian:
         return time.perf_counter() - t0, loss
 
     def evaluate(self, b: MarianBatch) -> float:
-        self.model.eval()
+        self.model.eval()  # type: ignore[no-untyped-call]
         with self.torch.no_grad():
             return float(self.loss(*self.tensors(b)))
 
@@ -194,9 +196,7 @@ def bench_marian_training(directory: Path, s: MarianShapes, with_torch: bool, se
         check["torch"] = trainers["torch"].evaluate(first)
         check["difference"] = abs(check["ours"] - check["torch"])
     result["eval_loss_first_batch"] = check
-    steps: Dict[str, Step] = {
-        n: (t.step if isinstance(t, TorchMarian) else _ours_step(t)) for n, t in trainers.items()
-    }
+    steps: Dict[str, Step] = {n: (t.step if isinstance(t, TorchMarian) else _ours_step(t)) for n, t in trainers.items()}
     times: Dict[str, List[float]] = {n: [] for n in steps}
     losses: Dict[str, List[float]] = {n: [] for n in steps}
     order = list(steps)
@@ -241,14 +241,14 @@ def bench_marian_training(directory: Path, s: MarianShapes, with_torch: bool, se
 def run_marian_child(which: str, directory: Path, s: MarianShapes, threads: int, seed: int) -> Dict[str, Any]:
     """In a fresh process: import what ``which`` needs, read the peak RSS, do the work (the
     training steps of one engine, ``load_marian`` or ``import_pretrained``), read it again."""
-    torch = None
+    torch_module: Any = None
     if which.startswith("torch"):
         import torch
         import transformers  # noqa: F401
-    set_all_threads(threads, torch)
-    import safetensors.numpy  # noqa: F401  (what load_marian reads with)
 
-    from ..pretrained import import_pretrained, load_marian
+        torch_module = torch
+    set_all_threads(threads, torch_module)
+    import safetensors.numpy  # noqa: F401  (what load_marian reads with)
 
     baseline, source = peak_rss()
     t0 = time.perf_counter()
@@ -288,7 +288,7 @@ def run_marian_child(which: str, directory: Path, s: MarianShapes, threads: int,
 def _child(which: str, directory: Path, s: MarianShapes, threads: int, seed: int) -> Dict[str, Any]:
     cmd = [sys.executable, "-m", "transformer_cpp.bench.marian", "--child", which, "--model", str(directory)]
     cmd += ["--shapes", json.dumps(asdict(s)), "--threads", str(threads), "--seed", str(seed)]
-    log(f"marian: {which} in a child process")
+    log(f"marian: {NAMES.get(which, which)} in a child process")
     return run_memory_child(cmd, threads, which)
 
 
