@@ -142,3 +142,19 @@ def test_bad_marian_shapes_is_one_line_on_the_command_line():
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].endswith("--marian-shapes: layers must be an integer >= 1, got '0'")
     assert "Traceback" not in proc.stderr
+
+
+def test_without_peers_reports_transformer_cpp_alone(tmp_path):
+    out = tmp_path / "marian.json"
+    command = ["-m", "transformer_cpp.bench", "--marian", "--quick", "--no-torch", "--no-ctranslate2"]
+    command += ["--skip-memory", "--marian-shapes", "beam_sentences=0,greedy1_sentences=2", "--json", str(out)]
+    proc = subprocess.run([sys.executable, *command, "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CTranslate2 comparison skipped: disabled with --no-ctranslate2" in proc.stdout
+    m = json.loads(out.read_text())["marian"]
+    assert set(m["decoding"]["runs"]) == {"greedy_batch1", "greedy_batch4"}
+    for run in m["decoding"]["runs"].values():
+        assert set(run["engines"]) == set(_ours())
+        assert not [k for k in run if k.startswith("best_ours_vs_")]
+    assert set(m["training"]["engines"]) == {"ours"} | ({"ours_bf16"} if kernels.have_bf16() else set())
+    assert "memory" not in m["training"] and "torch" not in m["training"]["eval_loss_first_batch"]

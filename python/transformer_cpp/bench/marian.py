@@ -83,10 +83,17 @@ __all__ = [
 
 
 def bench_marian(
-    s: MarianShapes, threads: int, with_torch: bool, with_ct2: bool, seed: int = 0, quick: bool = False
+    s: MarianShapes,
+    threads: int,
+    with_torch: bool,
+    with_ct2: bool,
+    seed: int = 0,
+    decode: bool = True,
+    memory: bool = True,
 ) -> Dict[str, Any]:
     """The three measurements of this module on one random model (built in a temporary
-    directory, removed at the end); see the module's description."""
+    directory, removed at the end); see the module's description. Without ``decode`` the
+    decoding is left out, without ``memory`` the training steps' memory children."""
     out: Dict[str, Any] = {"shapes": asdict(s), "notes": []}
     root = Path(tempfile.mkdtemp(prefix="tcpp-marian-"))
     try:
@@ -101,14 +108,16 @@ def bench_marian(
             "in the decoding copy: every output has exactly `steps` tokens",
         }
         out["import"] = measure_import(paths["model"], s, threads, seed, size)
-        out["decoding"] = bench_marian_decoding(paths["decoding"], s, threads, with_torch, with_ct2, seed)
+        if decode:
+            out["decoding"] = bench_marian_decoding(paths["decoding"], s, threads, with_torch, with_ct2, seed)
         out["training"] = bench_marian_training(paths["model"], s, with_torch, seed)
-        out["training"]["memory"] = measure_training_memory(paths["model"], s, threads, with_torch, seed)
+        if memory:
+            out["training"]["memory"] = measure_training_memory(paths["model"], s, threads, with_torch, seed)
         out["model"]["parameters"] = out["training"].pop("parameters")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for section in ("decoding", "training"):
-        out["notes"] += out[section].pop("notes", [])
+        out["notes"] += (out.get(section) or {}).pop("notes", [])
     return out
 
 
@@ -144,7 +153,15 @@ def run_marian_bench(args: Any, threads: int) -> int:
             "PyTorch comparisons skipped: disabled with --no-torch (the model is still built with it)"
         )
     t_start = time.perf_counter()
-    marian = bench_marian(shapes, threads, not args.no_torch, ct2 is not None, args.seed, bool(args.quick))
+    marian = bench_marian(
+        shapes,
+        threads,
+        not args.no_torch,
+        ct2 is not None,
+        args.seed,
+        decode=not args.skip_decode,
+        memory=not args.skip_memory,
+    )
     results["notes"] += marian.pop("notes")
     results["marian"] = marian
     results["elapsed_s"] = time.perf_counter() - t_start

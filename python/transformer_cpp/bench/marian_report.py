@@ -118,7 +118,8 @@ def format_marian(results: Dict[str, Any]) -> str:
     lines += [f"note: {n}" for n in results.get("notes", [])]
     lines.append("")
     lines += _import(r["import"])
-    lines += _decoding(r["decoding"])
+    if r.get("decoding"):
+        lines += _decoding(r["decoding"])
     lines += _training(r["training"])
     lines.append("")
     return "\n".join(lines)

@@ -110,7 +110,8 @@ class BenchSettings:
     marian_shapes: Optional[str] = setting(
         None,
         help="sizes of the MarianMT section as key=value,... (e.g. d_model=32,vocab=200,layers=1,heads=4,"
-        "d_ff=64; see transformer_cpp.bench.marian.MarianShapes for every key)",
+        "d_ff=64; see transformer_cpp.bench.marian.MarianShapes for every key); with --marian, --skip-decode "
+        "and --skip-memory leave out its decoding and its training steps' memory",
         option="--marian-shapes",
         metavar="SIZES",
     )
