@@ -103,6 +103,8 @@ CLI = {
         "--help",
         "--isa",
         "--json",
+        "--marian",
+        "--marian-shapes",
         "--no-ctranslate2",
         "--no-torch",
         "--quick",

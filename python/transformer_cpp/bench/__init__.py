@@ -43,6 +43,14 @@ concern:
    ranks of one thread (needs the ``mpi`` extra, else skipped with a note);
    ``python -m transformer_cpp.bench.mpi`` runs it alone.
 
+7. **MarianMT** (:mod:`.marian`, only with ``--marian``, which runs this section alone): a random
+   model of Helsinki-NLP/opus-mt-en-es's shapes built with Transformers (no download), imported
+   (``load_marian``, ``import_pretrained``: seconds and peak memory against the checkpoint's size),
+   decoded with a fixed output length (beam 4 at batch 32, greedy at batch 1 and 32) by this
+   package, CTranslate2 (int8, float32; converted by its ``TransformersConverter``) and
+   Transformers' ``generate``, and fine-tuned (``train_step`` against ``MarianMTModel`` with
+   ``torch.optim.Adam``, float32 and bf16, with peak memory); ``--marian-shapes`` sets its sizes.
+
 Thread control (:mod:`.machine`): ``--threads N`` sets every library to ``N`` threads
 (:func:`.machine.set_all_threads`). The table is made in :mod:`.report`; the settings
 (:class:`BenchSettings`) and :func:`run_bench` in :mod:`.run`, the command line in

@@ -14,7 +14,7 @@ import os
 import resource
 import subprocess
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from .. import kernels
 from .machine import THREAD_ENV, log, set_all_threads
@@ -22,7 +22,7 @@ from .peers import TorchTrainer
 from .shapes import BenchShapes, make_batches
 from .training import build_ours
 
-__all__ = ["MEMORY_CHILDREN", "child_memory", "measure_memory", "peak_rss"]
+__all__ = ["MEMORY_CHILDREN", "child_memory", "measure_memory", "peak_rss", "run_memory_child"]
 
 # what a memory child can run: our model in float32, our model in bf16 mixed precision, PyTorch's
 MEMORY_CHILDREN = ("ours", "ours_bf16", "torch")
@@ -78,6 +78,25 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
     }
 
 
+def run_memory_child(cmd: List[str], threads: int, what: str, timeout: float = 900) -> Dict[str, Any]:
+    """Run ``cmd`` (a child that prints its measurement as a JSON line) with the thread variables
+    set to ``threads``; its last JSON line, or ``{"error": ...}`` with the last line of its
+    standard error. Once more if it fails (e.g. an editable rebuild raced a source edit)."""
+    env = dict(os.environ)
+    for key in THREAD_ENV:
+        env[key] = str(threads)
+    found: Dict[str, Any] = {}
+    for attempt in (1, 2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode == 0 and lines:
+            return dict(json.loads(lines[-1]))
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        found = {"error": f"child exited with {proc.returncode}: {last[:300]}"}
+        log(f"memory child ({what}) failed, attempt {attempt}: {last[:300]}")
+    return found
+
+
 def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool, seed: int = 0) -> Dict[str, Any]:
     """Peak memory of training steps, ours (float32, and bf16 where the CPU has AVX512_BF16) and
     PyTorch's, each in its own child process."""
@@ -85,9 +104,6 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
         "method": "peak RSS (VmHWM, else ru_maxrss) of a child process after its training "
         "steps; delta = that peak - the peak after imports"
     }
-    env = dict(os.environ)
-    for key in THREAD_ENV:
-        env[key] = str(threads)
     children = ["ours"] + (["ours_bf16"] if kernels.have_bf16() else []) + (["torch"] if with_torch else [])
     for which in children:
         cmd = [
@@ -102,15 +118,7 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
             str(seed),
         ] + (["--quick"] if quick else [])
         log(f"memory: {which} in a child process")
-        for attempt in (1, 2):  # once more if the child fails (e.g. an editable rebuild raced a source edit)
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-            if proc.returncode == 0 and lines:
-                out[which] = json.loads(lines[-1])
-                break
-            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            out[which] = {"error": f"child exited with {proc.returncode}: {last[:300]}"}
-            log(f"memory child ({which}) failed, attempt {attempt}: {last[:300]}")
+        out[which] = run_memory_child(cmd, threads, which)
     ours_delta = out.get("ours", {}).get("delta_mb")
     torch_delta = (out.get("torch") or {}).get("delta_mb")
     # a tiny (quick) model may fit in memory the imports already touched: no ratio then

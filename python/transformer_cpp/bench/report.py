@@ -13,7 +13,8 @@ import numpy as np
 __all__ = ["JSON_SCHEMA_VERSION", "format_report", "jsonable"]
 
 #: Version 2: the results no longer carry a "targets" list; the ratios are in their sections.
-JSON_SCHEMA_VERSION = 2
+#: Version 3: ``bench --marian`` writes a "marian" section (:mod:`.marian`) and "transformers_version".
+JSON_SCHEMA_VERSION = 3
 
 #: What the table calls this package's column and rows.
 US = "transformer-cpp"

@@ -99,6 +99,22 @@ class BenchSettings:
         "measurement in its own process",
         option="--attention",
     )
+    marian: bool = setting(
+        False,
+        limit=_FLAG,
+        help="only the MarianMT section: a random model of opus-mt-en-es's shapes (built with Transformers, "
+        "no download) imported, decoded (beam 4 batch 32, greedy batch 1 and 32, every output the same length) "
+        "and fine-tuned, against CTranslate2 (int8, float32) and PyTorch (generate, MarianMTModel training)",
+        option="--marian",
+    )
+    marian_shapes: Optional[str] = setting(
+        None,
+        help="sizes of the MarianMT section as key=value,... (e.g. d_model=32,vocab=200,layers=1,heads=4,"
+        "d_ff=64; see transformer_cpp.bench.marian.MarianShapes for every key); with --marian, --skip-decode "
+        "and --skip-memory leave out its decoding and its training steps' memory",
+        option="--marian-shapes",
+        metavar="SIZES",
+    )
     no_torch: bool = setting(
         False, limit=_FLAG, help="report ours alone even if PyTorch is installed", option="--no-torch"
     )
@@ -157,6 +173,11 @@ def run_bench(args: Any) -> int:
 
         torch, _ = (None, None) if args.no_torch else import_torch()
         return run_attention_bench(threads, bool(args.quick), args.seed, torch is not None, args.json)
+
+    if getattr(args, "marian", False):
+        from .marian import run_marian_bench
+
+        return run_marian_bench(args, threads)
 
     serving_only = bool(args.serving_only)  # nothing then compares with PyTorch or CTranslate2: left out
     torch, torch_reason = (None, "disabled with --no-torch") if args.no_torch or serving_only else import_torch()
