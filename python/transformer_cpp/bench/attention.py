@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..layers import LinearAttention, LSHAttention, TiledAttention
-from .machine import THREAD_ENV, log, machine_facts, set_all_threads
+from .machine import SOFTWARE, THREAD_ENV, log, machine_facts, set_all_threads
 from .memory import peak_rss
 from .per_token import (
     FULL_GENERATION,
@@ -47,7 +47,7 @@ from .per_token import (
     format_generation_table,
     format_xl_table,
 )
-from .report import JSON_SCHEMA_VERSION, US, jsonable
+from .report import JSON_SCHEMA_VERSION, jsonable
 from .reversible import FULL_DEPTH, QUICK_DEPTH, DepthShapes, bench_depth, format_depth_table
 
 __all__ = [
@@ -176,11 +176,15 @@ def _plain_bytes(s: AttentionShapes, n: int) -> float:
 
 
 KINDS: Dict[str, Kind] = {
-    "softmax_plain": Kind("softmax_plain", f"{US} softmax (plain)", True, False, _ours(tiled=False), _plain_bytes),
-    "softmax_tiled": Kind("softmax_tiled", f"{US} softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes),
+    "softmax_plain": Kind(
+        "softmax_plain", f"{SOFTWARE} softmax (plain)", True, False, _ours(tiled=False), _plain_bytes
+    ),
+    "softmax_tiled": Kind(
+        "softmax_tiled", f"{SOFTWARE} softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes
+    ),
     "torch_sdpa": Kind("torch_sdpa", "PyTorch SDPA", True, True, _torch_sdpa, _linear_bytes),
-    "linear": Kind("linear", f"{US} linear", False, False, _linear, _linear_bytes),
-    "lsh": Kind("lsh", f"{US} LSH ({LSH_HASHES} hashes)", False, False, _lsh, _lsh_bytes),
+    "linear": Kind("linear", f"{SOFTWARE} linear", False, False, _linear, _linear_bytes),
+    "lsh": Kind("lsh", f"{SOFTWARE} LSH ({LSH_HASHES} hashes)", False, False, _lsh, _lsh_bytes),
 }
 
 

@@ -46,7 +46,7 @@ class SearchFields:
         )
 
 
-def _texts(value: Any, count: int, name: str, config: ServeConfig) -> List[Any]:
+def _texts(value: Any, count: int, name: str) -> List[Any]:
     """``value`` for each of ``count`` texts: one for all, or a list of one per text."""
     per_text = isinstance(value, list) and (name == "target_prefix" or any(isinstance(v, list) for v in value))
     if not per_text:
@@ -98,13 +98,13 @@ def parse_search(body: Dict[str, Any], count: int, beam_size: int, config: Serve
     checked, for its ``count`` texts and ``beam_size``; :class:`ServeError` 422 naming the field."""
     prefixes = None
     if body.get("target_prefix") is not None:
-        prefixes = _texts(body["target_prefix"], count, "target_prefix", config)
+        prefixes = _texts(body["target_prefix"], count, "target_prefix")
         listed = isinstance(body["target_prefix"], list)
         for i, text in enumerate(prefixes):
             _check_text(text, f"target_prefix[{i}]" if listed else "target_prefix", config)
     constraints = None
     if body.get("constraints") is not None and body["constraints"] != []:
-        constraints = [list(cs) for cs in _texts(body["constraints"], count, "constraints", config)]
+        constraints = [list(cs) for cs in _texts(body["constraints"], count, "constraints")]
         per_text = len(constraints) == count and any(isinstance(v, list) for v in body["constraints"])
         for i, cs in enumerate(constraints):
             for j, text in enumerate(cs):
