@@ -17,6 +17,7 @@ import pytest
 from helpers.cli import SMALL, run_cli
 from helpers.toy_task import write_tatoeba_file
 from transformer_cpp import task
+from transformer_cpp.task.column_order import detected_shares
 from transformer_cpp.data import (
     CACHE_ENV_VAR,
     DATA_ENV_VAR,
@@ -423,3 +424,25 @@ def test_task_reads_with_the_record(tmp_path):
     again, rebuilt = task.load_split(record.path, record, task.quiet)
     task.check_same_split("test", record, rebuilt)
     assert again.test == split.test
+
+
+def test_train_refuses_columns_that_read_the_other_way_round(tmp_path):
+    """A Spanish<TAB>English file trained with the default en -> es: refused before any training,
+    naming --columns 2,1; with --columns 1,2 it trains as told, with a warning."""
+    spa = write_tatoeba_file(tmp_path / "spa.txt", n=300)
+    swapped = tmp_path / "pairs.tsv"  # not a Tatoeba name: column 1 is the source
+    lines = [line.split("\t") for line in spa.read_text(encoding="utf-8").splitlines()]
+    swapped.write_text("".join(f"{es}\t{en}\n" for en, es, _ in lines), encoding="utf-8")
+    out = tmp_path / "run"
+    refused = run_cli("train", *SMALL, "--data", str(swapped), "--epochs", "1", "--out", str(out))
+    assert refused.returncode != 0 and not out.exists(), refused.stderr
+    (line,) = [x for x in refused.stderr.splitlines() if "look the other way round" in x]
+    assert "for en -> es" in line and "of column 1 reads as Spanish" in line and "of column 2 as English" in line
+    assert "pass --columns 2,1 (source then target)" in line and "epoch" not in refused.stderr
+    forced = run_cli("train", *SMALL, "--data", str(swapped), "--columns", "1,2", "--epochs", "1", "--out", str(out))
+    assert forced.returncode == 0, forced.stderr
+    assert "warning: the pairs of" in forced.stderr and "training as --columns says" in forced.stderr
+    # the right order says nothing
+    shares = detected_shares(*zip(*[(en, es) for en, es, _ in lines]), "en", "es")
+    assert shares is not None and min(shares) > 0.8, shares
+    assert detected_shares(["Hund"], ["chien"], "en", "xx") is None  # a language it cannot tell

@@ -80,6 +80,9 @@ def test_crossover():
 def test_a_kind_is_one_entry():
     for name, kind in bench_attention.KINDS.items():
         assert kind.name == name and kind.label and callable(kind.setup)
+        # a column names the software that ran it
+        assert kind.label.startswith("PyTorch " if kind.needs_torch else "transformer-cpp "), kind.label
+        assert "ours" not in kind.label.lower().split(), kind.label
         assert kind.memory_bytes(bench_attention.FULL_ATTENTION, 1024) > 0
     plain = bench_attention.KINDS["softmax_plain"].memory_bytes
     tiled = bench_attention.KINDS["softmax_tiled"].memory_bytes

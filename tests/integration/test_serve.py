@@ -359,7 +359,14 @@ def test_health_info_openapi_and_page(client, translator):
     schema = client.get("/openapi.json").json()
     post = schema["paths"]["/translate"]["post"]
     props = post["requestBody"]["content"]["application/json"]["schema"]["properties"]
-    assert set(props) == {"text", "texts", "beam_size", "n_best", "return_attention", "source", "target"}
+    assert set(props) == {"text", "texts", "beam_size", "n_best", "return_attention", "source", "target"} | {
+        "target_prefix",
+        "constraints",
+        "sampling_topk",
+        "sampling_topp",
+        "sampling_temperature",
+        "seed",
+    }
     assert {"200", "408", "413", "415", "422", "503"} <= set(post["responses"])
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

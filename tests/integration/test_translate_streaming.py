@@ -203,7 +203,7 @@ def test_empty_translations_are_named_once(run, tok, tmp_path):
     assert result.stdout == "\n\n\n\n"
     (warning,) = [line for line in result.stderr.splitlines() if "warning" in line]
     assert "3 of 3 translated lines gave an empty translation" in warning
-    assert "undertrained" in warning and "--max-output-tokens" in warning
+    assert "undertrained" in warning and "--max-output-tokens" in warning and "the model ended them at once" in warning
     good = run_cli("translate", "--model", str(run), stdin="a b\n\n")
     assert good.returncode == 0 and good.stdout == "b a\n\n" and "warning" not in good.stderr
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..layers import LinearAttention, LSHAttention, TiledAttention
-from .machine import THREAD_ENV, log, machine_facts, set_all_threads
+from .machine import SOFTWARE, THREAD_ENV, log, machine_facts, set_all_threads
 from .memory import peak_rss
 from .per_token import (
     FULL_GENERATION,
@@ -176,11 +176,15 @@ def _plain_bytes(s: AttentionShapes, n: int) -> float:
 
 
 KINDS: Dict[str, Kind] = {
-    "softmax_plain": Kind("softmax_plain", "ours softmax (plain)", True, False, _ours(tiled=False), _plain_bytes),
-    "softmax_tiled": Kind("softmax_tiled", "ours softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes),
+    "softmax_plain": Kind(
+        "softmax_plain", f"{SOFTWARE} softmax (plain)", True, False, _ours(tiled=False), _plain_bytes
+    ),
+    "softmax_tiled": Kind(
+        "softmax_tiled", f"{SOFTWARE} softmax (tiled)", True, False, _ours(tiled=True), _linear_bytes
+    ),
     "torch_sdpa": Kind("torch_sdpa", "PyTorch SDPA", True, True, _torch_sdpa, _linear_bytes),
-    "linear": Kind("linear", "ours linear", False, False, _linear, _linear_bytes),
-    "lsh": Kind("lsh", f"ours LSH ({LSH_HASHES} hashes)", False, False, _lsh, _lsh_bytes),
+    "linear": Kind("linear", f"{SOFTWARE} linear", False, False, _linear, _linear_bytes),
+    "lsh": Kind("lsh", f"{SOFTWARE} LSH ({LSH_HASHES} hashes)", False, False, _lsh, _lsh_bytes),
 }
 
 

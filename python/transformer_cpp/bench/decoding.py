@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import kernels
 from ..model import Transformer
-from .machine import log
+from .machine import SOFTWARE, log
 from .peers import CTranslate2Greedy, check_ctranslate2_exact, trim_outputs
 from .shapes import END_ID, START_ID, BenchShapes, pad, random_sentences
 
@@ -49,7 +49,7 @@ def _low_precision_decoders(
         if kernels.have_compute_type(ct):
             out[f"ours_{ct}"] = (f"C++ greedy_decode, compute_type {ct}", ours(ct), lambda src: src)
         else:
-            notes.append(f"ours {ct} decoding skipped: {kernels.compute_type_unsupported_reason(ct)}")
+            notes.append(f"{SOFTWARE} {ct} decoding skipped: {kernels.compute_type_unsupported_reason(ct)}")
     if ct2_dir is not None:
         os.makedirs(os.path.join(ct2_dir, "int8"), exist_ok=True)
         ct8 = CTranslate2Greedy(model, threads, os.path.join(ct2_dir, "int8"), compute_type="int8")

@@ -24,6 +24,7 @@ from .._version import __version__
 __all__ = [
     "ISA_LEVELS",
     "ISA_VARIABLES",
+    "SOFTWARE",
     "THREAD_ENV",
     "available_cores",
     "isa_environment",
@@ -31,6 +32,9 @@ __all__ = [
     "machine_facts",
     "set_all_threads",
 ]
+
+#: What the benchmark's tables, notes and labels call this package.
+SOFTWARE = "transformer-cpp"
 
 
 def available_cores() -> int:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..export import convert_to_ctranslate2, import_ctranslate2
 from ..model import Transformer
+from .machine import SOFTWARE
 from .shapes import END_ID, START_ID, Batch, BenchShapes, pad, random_sentences
 
 __all__ = [
@@ -231,12 +232,18 @@ def check_ctranslate2_exact(
     lengths = sorted({len(r) for r in ours_batch})
     if ct_batch != ours_batch or ct_single != ours_batch:
         bad = sum(a != b for a, b in zip(ct_batch, ours_batch)) + sum(a != b for a, b in zip(ct_single, ours_batch))
-        return False, f"greedy outputs differ from ours on {bad} of {2 * len(srcs)} decodes of a small random model"
+        return (
+            False,
+            f"greedy outputs differ from {SOFTWARE}'s on {bad} of {2 * len(srcs)} decodes of a small random model",
+        )
     if not worst < 1e-4:
-        return False, f"token log-probabilities differ from ours by up to {worst:.2g} (float32 rounding is ~1e-6)"
+        return (
+            False,
+            f"token log-probabilities differ from {SOFTWARE}'s by up to {worst:.2g} (float32 rounding is ~1e-6)",
+        )
     note = (
         f"identical greedy outputs on {len(srcs)} sentences (output lengths {lengths}) at batch 1 and padded, "
-        f"token log-probs within {worst:.1g} of ours"
+        f"token log-probs within {worst:.1g} of {SOFTWARE}'s"
     )
     torch, _ = import_torch()
     if torch is not None:
@@ -246,6 +253,9 @@ def check_ctranslate2_exact(
         copy_weights_to_reference(model, ref)
         ref.eval()
         if trim_outputs(tutorial_greedy_decode(ref, padded, START_ID, END_ID, max_len)) != ours_batch:
-            return False, "the PyTorch reference loop disagrees with ours on the check model (not a CTranslate2 issue)"
+            return (
+                False,
+                f"the PyTorch reference loop disagrees with {SOFTWARE} on the check model (not a CTranslate2 issue)",
+            )
         note += "; PyTorch tutorial loop identical too"
     return True, note

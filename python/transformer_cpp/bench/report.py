@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from .machine import SOFTWARE
+
 __all__ = ["JSON_SCHEMA_VERSION", "format_report", "jsonable"]
 
 #: Version 2: the results no longer carry a "targets" list; the ratios are in their sections.
@@ -17,7 +19,7 @@ __all__ = ["JSON_SCHEMA_VERSION", "format_report", "jsonable"]
 JSON_SCHEMA_VERSION = 3
 
 #: What the table calls this package's column and rows.
-US = "transformer-cpp"
+US = SOFTWARE
 
 
 def _format_low_precision(results: Dict[str, Any]) -> List[str]:

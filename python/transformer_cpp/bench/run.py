@@ -116,7 +116,7 @@ class BenchSettings:
         metavar="SIZES",
     )
     no_torch: bool = setting(
-        False, limit=_FLAG, help="report ours alone even if PyTorch is installed", option="--no-torch"
+        False, limit=_FLAG, help="report transformer-cpp alone even if PyTorch is installed", option="--no-torch"
     )
     no_ctranslate2: bool = setting(False, limit=_FLAG, help="leave CTranslate2 out", option="--no-ctranslate2")
     seed: int = setting(

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .. import kernels
 from ..model import Transformer
 from .gemm import gemm_peak, gemm_probe
-from .machine import log, set_all_threads
+from .machine import SOFTWARE, log, set_all_threads
 from .peers import TorchTrainer
 from .shapes import Batch, BenchShapes, make_batches, training_step_flops, useful_forward_flops
 
@@ -83,7 +83,7 @@ def _bf16_trainers(
         ours.configure_optimizer()
         steps["ours_bf16"] = timed_steps(ours)
     else:
-        notes.append(f"ours bf16 training skipped: {kernels.bf16_unsupported_reason()}")
+        notes.append(f"{SOFTWARE} bf16 training skipped: {kernels.bf16_unsupported_reason()}")
     if with_torch and kernels.have_bf16():
         steps["torch_bf16"] = TorchTrainer(shapes, model, autocast=True).timed_step
     elif with_torch:

@@ -129,8 +129,9 @@ class _Report:
         if self.empty:
             self.say(
                 f"{PROG} translate: warning: {self.empty:,} of {self.translated:,} translated {what}s gave an empty "
-                "translation (their output lines are empty); this usually means an undertrained model, or too "
-                "short a length limit (--max-output-tokens)"
+                "translation (their output lines are empty): the model ended them at once, or wrote only tokens "
+                "that decode to nothing; this usually means an undertrained model, or too short a length limit "
+                "(--max-output-tokens)"
             )
         if self.bad or self.failed:
             self.say(

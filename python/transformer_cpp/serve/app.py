@@ -45,6 +45,7 @@ from .detect import LanguageDetector
 from .libretranslate import is_libre_request, libre_answer, parse_libre_request
 from .protocol import Boundary, guarded_protocol, host_refusal, uvicorn_choices
 from .registry import ModelRegistry, ServedModel
+from .search import SearchFields, encode_search, parse_search
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -169,17 +170,30 @@ async def _decode(
     texts: List[str],
     decoding: Tuple[int, int, bool],
     where: Callable[[int], str],
+    search: SearchFields = SearchFields(),
 ) -> List[Dict[str, Any]]:
     """Encode (off the loop), check the work, queue in the model's batcher and wait for the
-    results; a client that disconnects meanwhile has its waiting sentences dropped."""
+    results; a client that disconnects meanwhile has its waiting sentences dropped. ``search``:
+    the request's prefix, constraints and sampling (:func:`parse_search`)."""
     beam_size, n_best, attention = decoding
     batcher = model.batcher
     loop = asyncio.get_running_loop()
     encoded = await loop.run_in_executor(None, _encode_texts, model.translator, texts, where)
-    options = batcher.decode_options(beam_size, n_best)
+    options = batcher.decode_options(beam_size, n_best, **search.sampling)
     lengths = [len(e.ids) for e in encoded]
-    work = check_work(lengths, [options.limit(n) for n in lengths], beam_size, attention, config, where)
-    job = batcher.enqueue(encoded, beam_size=beam_size, n_best=n_best, return_attention=attention, work=work)
+    limits = [options.limit(n) for n in lengths]
+    work = check_work(lengths, limits, beam_size, attention, config, where)
+    prefixes, constraints = await loop.run_in_executor(None, encode_search, model.translator, search, limits, where)
+    job = batcher.enqueue(
+        encoded,
+        beam_size=beam_size,
+        n_best=n_best,
+        return_attention=attention,
+        work=work,
+        sampling=search.sampling,
+        target_prefix=prefixes,
+        constraints=constraints,
+    )
     watch: asyncio.Future[None] = asyncio.ensure_future(_client_left(request.receive))
     try:
         waiting: List[asyncio.Future[Any]] = [job.future, watch]
@@ -238,9 +252,10 @@ def _translate_route(app: FastAPI, registry: ModelRegistry, detector: LanguageDe
                 "LibreTranslate's fields (q, source, target)",
             )
         texts, beam_size, n_best, attention = parse_request(body, config)
+        search = parse_search(body, len(texts), beam_size, config)
         model = registry.pick(body.get("source"), body.get("target"))
         where = (lambda i: "text") if body.get("text") is not None else (lambda i: f"texts[{i}]")
-        results = await _decode(request, model, config, texts, (beam_size, n_best, attention), where)
+        results = await _decode(request, model, config, texts, (beam_size, n_best, attention), where, search)
         return await _answer({"translations": results, "beam_size": beam_size, "n_best": n_best})
 
     translate.__annotations__["request"] = Request  # a class, not the string of the postponed annotation

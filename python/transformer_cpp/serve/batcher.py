@@ -10,7 +10,9 @@ the last batches says the batch would take longer than ``batch_seconds``), waiti
 worker thread, off the event loop (the C++ decoders release the GIL). Sentences that waited during
 the previous decode are taken at once, so a busy server batches without waiting at all; a small
 request that arrives while a large one is decoded waits for one decode call, not for the large
-request.
+request. A request with a target prefix, constraints or sampling (:mod:`.search`) is decoded by
+itself, its sentences in order in chunks of ``SEPARATE_CHUNK``, the chunks
+``Translator.translate_batch`` makes (a sampled token depends on its row in the call).
 
 A batch is translated by :func:`decode_items` through
 :func:`~transformer_cpp.translate.translate_encoded`, the function
@@ -35,6 +37,7 @@ import numpy as np
 from .._runtime import get_num_threads, set_num_threads
 from ..translate import DecodeOptions, EncodedSource, Translation, Translator, translate_encoded
 from .config import ServeConfig, ServeError, text_work
+from .search import SEPARATE_CHUNK
 
 __all__ = ["Batcher", "QueueFull", "QueuedSentence", "decode_items"]
 
@@ -44,12 +47,19 @@ class _Job:
     its handler waits on."""
 
     def __init__(
-        self, count: int, options: DecodeOptions, attention: bool, arrival: float, loop: asyncio.AbstractEventLoop
+        self,
+        count: int,
+        options: DecodeOptions,
+        attention: bool,
+        arrival: float,
+        loop: asyncio.AbstractEventLoop,
+        separate: bool = False,
     ) -> None:
         self.results: List[Optional[Dict[str, Any]]] = [None] * count
         self.remaining = count
         self.options = options
         self.attention = attention  # a batch holds sentences that all want attention maps, or none
+        self.separate = separate  # decoded by itself, in chunks of SEPARATE_CHUNK (a prefix, constraints, sampling)
         self.arrival = arrival
         self.waiting: Deque[QueuedSentence] = collections.deque()
         self.served = 0  # decoding work taken into batches so far (tokens, as text_work counts)
@@ -84,6 +94,8 @@ class QueuedSentence:
     index: int  # position in the request
     warning: Optional[str] = None
     work: int = 0  # decoding work in tokens (text_work); what a batch may hold is max_batch_tokens
+    prefix: Optional[List[int]] = None  # target ids the translation starts with
+    constraints: Optional[List[List[int]]] = None  # target id sequences the translation must hold
 
 
 def decode_items(
@@ -95,7 +107,9 @@ def decode_items(
     asks for them (the batcher does not mix such items with others)."""
     attention = any(it.return_attention for it in items)
     encoded = [EncodedSource(it.source, it.ids, it.warning) for it in items]
-    translations = translate_encoded(translator, encoded, options, attention)
+    prefixes = [it.prefix or [] for it in items] if any(it.prefix is not None for it in items) else None
+    wanted = [it.constraints or [] for it in items] if any(it.constraints is not None for it in items) else None
+    translations = translate_encoded(translator, encoded, options, attention, prefixes, wanted)
     return [_answer(it, t) for it, t in zip(items, translations)]
 
 
@@ -106,6 +120,8 @@ def _answer(item: QueuedSentence, t: Translation) -> Dict[str, Any]:
     res: Dict[str, Any] = {"text": t.text, "source": t.source, "finished": t.finished, "score": t.score}
     if t.hypotheses:
         res["hypotheses"] = [{"text": h.text, "score": h.score, "finished": h.finished} for h in t.hypotheses]
+    if item.constraints is not None:
+        res["constraints_missing"] = t.constraints_missing
     if item.warning:
         res["warning"] = item.warning
     if item.return_attention:
@@ -207,15 +223,17 @@ class Batcher:
         return sum(len(job.waiting) for job in self._jobs if not job.future.done())
 
     # --- requests --------------------------------------------------------------------------
-    def decode_options(self, beam_size: int, n_best: int) -> DecodeOptions:
-        """How a request is decoded: its beam size and ``n_best``, the server's length penalty, and
-        the translator's output limit and compute type."""
+    def decode_options(self, beam_size: int, n_best: int, **sampling: Any) -> DecodeOptions:
+        """How a request is decoded: its beam size, ``n_best`` and sampling settings
+        (``sampling_topk``, ...), the server's length penalty, and the translator's output limit
+        and compute type."""
         return DecodeOptions(
             beam_size=beam_size,
             length_penalty=self.config.length_penalty,
             n_best=n_best,
             max_output_tokens=self.translator.max_output_tokens,
             compute_type=self.translator.compute_type,
+            **sampling,
         )
 
     def enqueue(
@@ -226,10 +244,18 @@ class Batcher:
         n_best: int = 1,
         return_attention: bool = False,
         work: Optional[Sequence[int]] = None,
+        sampling: Optional[Dict[str, Any]] = None,
+        target_prefix: Optional[Sequence[Sequence[int]]] = None,
+        constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None,
     ) -> _Job:
         """Queue one request's sentences (from :func:`~transformer_cpp.translate.encode_source`); their
         results come as the returned job's ``future``. ``work``: each sentence's decoding work
         (:func:`text_work`), computed here when not given. Call :meth:`_Job.cancel` on a request given up.
+
+        ``sampling`` (DecodeOptions' ``sampling_topk``, ``sampling_topp``, ``sampling_temperature``,
+        ``seed``), ``target_prefix`` and ``constraints`` (per sentence, target ids): a request with a
+        prefix, constraints or ``sampling_topk`` above 1 is decoded by itself, its sentences in
+        order in chunks of ``SEPARATE_CHUNK`` (as ``Translator.translate_batch`` decodes them).
 
         Raises:
             ServeError: 503 when the server is shutting down; :class:`QueueFull` when more than
@@ -237,7 +263,8 @@ class Batcher:
         """
         if self.closing:
             raise ServeError(503, "the server is shutting down", headers={"Retry-After": "1"})
-        options = self.decode_options(beam_size, n_best)
+        options = self.decode_options(beam_size, n_best, **(sampling or {}))
+        separate = target_prefix is not None or constraints is not None or options.sampling_topk > 1
         self.start()
         queued = self.queued
         if queued + len(encoded) > self.config.max_queue:
@@ -249,9 +276,12 @@ class Batcher:
         if work is None:
             work = [text_work(len(e.ids), options.limit(len(e.ids)), beam_size) for e in encoded]
         assert self._loop is not None and self._wakeup is not None
-        job = _Job(len(encoded), options, bool(return_attention), self._loop.time(), self._loop)
+        job = _Job(len(encoded), options, bool(return_attention), self._loop.time(), self._loop, separate)
         for i, ((source, ids, warning), w) in enumerate(zip(encoded, work)):
-            job.waiting.append(QueuedSentence(source, ids, bool(return_attention), job, i, warning, int(w)))
+            item = QueuedSentence(source, ids, bool(return_attention), job, i, warning, int(w))
+            item.prefix = None if target_prefix is None else list(target_prefix[i])
+            item.constraints = None if constraints is None else [list(c) for c in constraints[i]]
+            job.waiting.append(item)
         if encoded:
             self._jobs.append(job)
         else:
@@ -304,17 +334,21 @@ class Batcher:
         candidates = [
             self._jobs[k]
             for k in order
-            if self._jobs[k].options == options and self._jobs[k].attention == lead.attention
+            if self._jobs[k].options == options
+            and self._jobs[k].attention == lead.attention
+            and not self._jobs[k].separate
         ]
         cfg = self.config
-        budget = self.batch_budget()
+        budget, most = self.batch_budget(), cfg.max_batch
+        if lead.separate:  # its next chunk, whatever its work: the chunk translate_batch decodes
+            candidates, budget, most = [lead], 2**62, SEPARATE_CHUNK
         batch: List[QueuedSentence] = []
         work = 0
         added = True
-        while added and len(batch) < cfg.max_batch:
+        while added and len(batch) < most:
             added = False
             for job in candidates:
-                if not job.waiting or len(batch) >= cfg.max_batch:
+                if not job.waiting or len(batch) >= most:
                     continue
                 item = job.waiting[0]
                 if batch and work + item.work > budget:

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .._checks import Limit
 from ..config import check_settings, describe_settings, setting
@@ -296,7 +296,7 @@ def field_name(loc: Sequence[Any]) -> str:
 def api_models() -> Dict[str, Any]:
     """The pydantic models of the API: ``request``, ``response`` and ``error`` (built on first use:
     pydantic comes with FastAPI, an optional dependency)."""
-    from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+    from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
     class TranslateRequest(BaseModel):
         """Give ``text`` or ``texts``."""
@@ -309,6 +309,18 @@ def api_models() -> Dict[str, Any]:
         return_attention: StrictBool = Field(False, description="include the cross-attention map of each translation")
         source: Optional[StrictStr] = Field(None, description="source language code; needed with several models")
         target: Optional[StrictStr] = Field(None, description="target language code; needed with several models")
+        target_prefix: Optional[Union[StrictStr, List[StrictStr]]] = Field(
+            None, description="text every translation starts with: one for all texts, or one per text"
+        )
+        constraints: Optional[Union[List[StrictStr], List[List[StrictStr]]]] = Field(
+            None,
+            description="texts every translation must contain: one list for all texts, or one per text "
+            "(beam search, beam_size above the number of constraints)",
+        )
+        sampling_topk: Optional[StrictInt] = Field(None, description="above 1: draw each token among the k most likely")
+        sampling_topp: Optional[Union[StrictInt, StrictFloat]] = Field(None, description="nucleus in (0, 1]")
+        sampling_temperature: Optional[Union[StrictInt, StrictFloat]] = Field(None, description="above 0")
+        seed: Optional[StrictInt] = Field(None, description="seed of the draws (the same seed, the same output)")
 
     class Attention(BaseModel):
         layer: str
@@ -329,6 +341,7 @@ def api_models() -> Dict[str, Any]:
         hypotheses: Optional[List[Hypothesis]] = Field(None, description="with n_best > 1, best first")
         attention: Optional[Attention] = None
         warning: Optional[str] = None
+        constraints_missing: Optional[int] = Field(None, description="with constraints: how many it lacks")
 
     class TranslateResponse(BaseModel):
         translations: List[TranslationResult]

@@ -50,6 +50,7 @@ from ..text import language_name
 from ..tokenizer import SubwordTokenizer
 from ..training import TrainConfig, Trainer, world_size_problem
 from ..training.wording import plural
+from .column_order import check_column_order
 from .request_checks import check_training_settings
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, SIZE_FIELDS, preset_config, preset_recipe
 
@@ -674,6 +675,9 @@ def _read_new_run(
     # are checked again when the model is built)
     Transformer(4, 4, seed=config.seed, **_concrete_precision(arch))
     split, record = load_split(request.data_path, record, report)
+    refused = check_column_order(*split.train, record, report)
+    if refused is not None:
+        raise TaskError(refused)
     return arch, config, record, split
 
 
