@@ -455,12 +455,16 @@ def run_cli(case: Case, ctx: Context, memory: int, timeout: float) -> Dict[str, 
     if got is None:
         return {"class": "hang", "detail": f"no exit after {timeout:.0f} s"}
     res, seconds = got
-    return classify_cli(case, ctx, res) | {
-        "rc": res.rc,
-        "stderr": res.err[-2000:],
-        "stdout": res.out[-500:],
-        "command_seconds": round(seconds, 2),
-    } | ({"peak_bytes": peak} if peak else {})
+    return (
+        classify_cli(case, ctx, res)
+        | {
+            "rc": res.rc,
+            "stderr": res.err[-2000:],
+            "stdout": res.out[-500:],
+            "command_seconds": round(seconds, 2),
+        }
+        | ({"peak_bytes": peak} if peak else {})
+    )
 
 
 def classify_cli(case: Case, ctx: Context, res: Result) -> Dict[str, Any]:

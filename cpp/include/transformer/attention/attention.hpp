@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "transformer/core/tensor.hpp"
 #include "transformer/attention/projections.hpp"
+#include "transformer/core/tensor.hpp"
 #include "transformer/kernels/inference_backend.hpp"
 
 namespace transformer {
