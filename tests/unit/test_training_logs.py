@@ -27,9 +27,7 @@ def data(tok):
 
 def _trainer(tok, data, out, epochs=2, **kw):
     config = TrainConfig(epochs=epochs, batch_size=32, warmup=20, log_every=3, progress=False, **kw)
-    return Trainer(
-        tiny_model(tok), data[0], data[1], config, src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=out
-    )
+    return Trainer(tiny_model(tok), data[0], data[1], config, src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=out)
 
 
 def _rows(out, kind):
@@ -97,6 +95,7 @@ def test_a_trainer_without_a_run_directory_writes_no_log(tok, data, tmp_path, mo
 
 def test_tensorboard_event_files_read_back(tok, data, tmp_path):
     from tensorboard.backend.event_processing import event_file_loader  # the test extra has it
+
     trainer = _trainer(tok, data, tmp_path, epochs=1)
     history = trainer.fit()
     files = glob.glob(str(tmp_path / TENSORBOARD_DIR / "events.out.tfevents.*"))

@@ -20,6 +20,7 @@ plain values only, nothing in the file is ever run).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import os
 from pathlib import Path
@@ -27,6 +28,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
+from ..config import MODEL_FIELDS, option_fields, settings_of
+from ..data import DataRecord
+from ..task import DEFAULT_PRESET
+from ..training import TrainConfig
 from ..training.run_dir import CONFIG_FILE
 from .options import DeprecatedAlias
 
@@ -144,7 +149,9 @@ def read_config(path: str, parser: argparse.ArgumentParser) -> List[Tuple[argpar
     if loaded is None:
         return []
     if not isinstance(loaded, dict):
-        raise ConfigError(f"{where}: must be a mapping of option names to values (key: value lines), got {_kind(loaded)}")
+        raise ConfigError(
+            f"{where}: must be a mapping of option names to values (key: value lines), got {_kind(loaded)}"
+        )
     options = _options(parser)
     chosen: List[Tuple[argparse.Action, Any]] = []
     seen: Dict[str, str] = {}
@@ -283,11 +290,6 @@ def register(parser: argparse.ArgumentParser, command: str) -> None:
 def train_values(args: argparse.Namespace, trainer: Any, out: Path) -> Dict[str, Any]:
     """The options of a ``train`` run as it resolved them, by destination: the model's, the
     trainer's and the data record's settings, the preset, the data file, the run directory."""
-    from ..config import MODEL_FIELDS, option_fields, settings_of
-    from ..data import DataRecord
-    from ..task import DEFAULT_PRESET
-    from ..training import TrainConfig
-
     model = trainer.model.config
     values: Dict[str, Any] = {f.name: model.get(f.name) for f in option_fields(MODEL_FIELDS)}
     values.update({n: getattr(trainer.config, n) for n, s in settings_of(TrainConfig).items() if s.option})
@@ -304,8 +306,6 @@ def train_values(args: argparse.Namespace, trainer: Any, out: Path) -> Dict[str,
 
 def lm_values(trainer: Any, out: Path) -> Dict[str, Any]:
     """The options of a ``train-lm`` run as it resolved them (its request), by destination."""
-    import dataclasses
-
     request = trainer.task.request
     values = dataclasses.asdict(request)
     values["no_progress"] = not request.progress

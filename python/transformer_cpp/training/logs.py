@@ -129,7 +129,7 @@ class RunLog:
             self._rewrite([])
         self._open_tensorboard()
 
-    def _rewrite(self, rows: List[Mapping[str, str]]) -> None:
+    def _rewrite(self, rows: Sequence[Mapping[str, str]]) -> None:
         text = io.StringIO()
         out = csv.DictWriter(text, self.columns, extrasaction="ignore", lineterminator="\n")
         out.writeheader()
