@@ -146,3 +146,24 @@ def test_live_plot_is_a_no_op_outside_a_notebook(tok, data):
     trainer = _trainer(tok, data, None, epochs=1)
     trainer.fit(on_batch_end=plot, on_epoch_end=plot)
     assert plot.figure is None and plot.shown == 0
+
+
+def test_a_run_directory_with_only_side_files_is_removed_when_its_command_fails(tmp_path):
+    from transformer_cpp.training import RunDirectory
+
+    run = RunDirectory(tmp_path / "run", "--out")
+    with pytest.raises(RuntimeError, match="before the first checkpoint"):
+        with run.removed_unless_used():
+            run.check_writable()
+            with run.lock():
+                for name in ("config.yaml", LOG_FILE):
+                    (run.path / name).write_text("x\n", encoding="utf-8")
+                (run.path / TENSORBOARD_DIR).mkdir()
+                (run.path / TENSORBOARD_DIR / "events.out.tfevents.1").write_bytes(b"")
+                raise RuntimeError("before the first checkpoint")
+    assert not run.path.exists()
+    run.path.mkdir()
+    (run.path / LOG_FILE).write_text("x\n", encoding="utf-8")
+    (run.path / "notes.txt").write_text("the user's\n", encoding="utf-8")
+    run.remove_if_unused()
+    assert sorted(p.name for p in run.path.iterdir()) == [LOG_FILE, "notes.txt"]
