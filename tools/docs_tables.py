@@ -35,6 +35,7 @@ _OUTSIDE_REQUEST = {
     "out": "the run directory: `task.new_trainer(request, out, report)`",
     "resume": "`task.resume_trainer(request, out, report)` instead of `new_trainer`",
     "mpi_timeout": "`distributed.from_environment(timeout=...)`",
+    "config": "the options of a YAML file (the command line's own; a run's `config.yaml`)",
 }
 
 

@@ -34,6 +34,7 @@ from ..task.language_model import (
 )
 from ..training import RunDirectory, TrainConfig, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
+from .config_file import add_config_option, lm_values, save_run_config, settle_exclusive
 from .train import check_out, show_epoch_summaries
 
 __all__ = ["add_lm_parsers", "run_evaluate_lm", "run_generate", "run_train_lm"]
@@ -88,6 +89,9 @@ def _given(args: argparse.Namespace) -> Dict[str, Any]:
 def run_train_lm(args: argparse.Namespace) -> int:
     """``transformer-cpp train-lm``: the run directory checked and locked for the whole run (a
     second writer fails at once), removed again if the command fails before its first checkpoint."""
+    if args.out is None:
+        raise UserError("--out is required (on the command line or in the --config file)")
+    settle_exclusive(args, ("steps", "time_budget", "epochs"))
     given = _given(args)
     set_threads(args.threads)
     run = RunDirectory(args.out, "--out")
@@ -103,6 +107,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
                 except (TypeError, ValueError) as exc:
                     raise UserError(str(exc)) from None
                 trainer = new_lm_trainer(request, run.path, report=console.say)
+            save_run_config("train-lm", lm_values(trainer, run.path), run.path)
             return _fit(trainer)
 
 
@@ -260,8 +265,9 @@ def _add_train_lm(sub: Any) -> None:
         default=None,
         help="the text file's encoding (default utf-8)",
     )
-    p.add_argument("--out", type=path_option, required=True, help="run directory for checkpoints")
+    p.add_argument("--out", type=path_option, help="run directory for checkpoints (required)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    add_config_option(p, "train-lm")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument(
         "--steps", type=count_option("steps", 1), default=None, help="stop when the model has taken this many steps"

@@ -28,6 +28,7 @@ from ..task import (
 )
 from ..training import RunDirectory, TrainConfig, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads
+from .config_file import add_config_option, save_run_config, train_values
 from .options import add_settings, config_options, deprecated_alias, given, path_option, seconds_option
 
 __all__ = ["add_train_parser", "check_out", "request_from_args", "run_train", "show_epoch_summaries"]
@@ -93,7 +94,7 @@ def run_train(args: argparse.Namespace) -> int:
         run.check_writable()  # before any work, not after the first epoch
         with run.lock():  # held to the end: a second `train` into the same --out fails at once
             build = resume_trainer if args.resume else new_trainer
-            return _fit(build(request, out, console.say), out)
+            return _fit(_saving_config(args, build(request, out, console.say), out), out)
 
 
 def _data_parallel(args: argparse.Namespace) -> Any:
@@ -138,12 +139,19 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
             else:
                 steps.run("locking --out", lambda: None)
             build = resume_trainer if args.resume else new_trainer
-            return _fit(build(request, out, console.say, steps), out)
+            return _fit(_saving_config(args, build(request, out, console.say, steps), out), out)
         except BaseException:
             if created and parallel.is_root:
                 stack.close()
                 run.remove_if_unused()
             raise
+
+
+def _saving_config(args: argparse.Namespace, trainer: Trainer, out: Path) -> Trainer:
+    """``trainer``, once the options its run resolved are written into ``out`` (rank 0)."""
+    if trainer.run_dir is not None:
+        save_run_config("train", train_values(args, trainer, out), out)
+    return trainer
 
 
 def _fit(trainer: Trainer, out: Path) -> int:
@@ -207,6 +215,7 @@ def add_train_parser(sub: Any) -> None:
         "--out", type=path_option, default=None, help="run directory for checkpoints (default: runs/<preset>)"
     )
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    add_config_option(p, "train")
     add_settings(p, TrainConfig, only=_RUN_SETTINGS, unset=True)
     p.add_argument(
         "--mpi-timeout",

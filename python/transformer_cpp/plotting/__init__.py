@@ -37,6 +37,7 @@ from .figures import (
     attention_heatmap,
     mask_plot,
 )
+from .live import LivePlot
 from .positional import (
     positional_encoding_heatmap,
     cosine_similarity_plot,
@@ -61,5 +62,6 @@ __all__ = [
     "mask_plot",
     "history_plot",
     "bleu_by_minutes_plot",
+    "LivePlot",
     "save_positional_encoding_figures",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, cast
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import checkpoint_name, nonfinite_tensors
 from .config import MAX_EPOCHS, TrainConfig, TrainingDiverged, TrainingInterrupted
+from .logs import run_log
 from .progress import Progress, epoch_summary
 from .run_dir import improves
 from .steps import StopRequest
@@ -93,6 +94,7 @@ class Fit:
         self.budget = trainer.config.time_budget * 60.0  # seconds; 0: none
         self.clock = 0.0  # the perf_counter() at which the trainer's elapsed was 0
         self.previous_seconds = 0.0  # this process's previous step
+        self.log = run_log(trainer)  # log.csv and TensorBoard (with a run directory)
 
     def run(self) -> History:
         t = self.trainer
@@ -107,7 +109,7 @@ class Fit:
         self.clock = time.perf_counter() - t.elapsed  # elapsed carries over from earlier fits and resumes
         self.fit_schedule(budget - t.elapsed, 1.0)  # a first guess; refitted once steps are timed
         self.steps.check_same_weights(t.model)
-        with self.steps.stop_request() as stop:
+        with self.steps.stop_request() as stop, self.log:
             while t.epoch < target and not t.finished:
                 try:
                     entry = self.epoch(target, stop)
@@ -225,6 +227,7 @@ class Fit:
         t = self.trainer
         t.batch_in_epoch += 1
         window = self.sums.add(loss, acc, tokens, t.config.log_every)
+        self.log.count(tokens, self.previous_seconds)
         if window is not None:
             step = t.model.step
             h = t.history["batch"]
@@ -232,6 +235,8 @@ class Fit:
             h["loss"].append(window[0])
             h["accuracy"].append(window[1])
             h["lr"].append(t.model.learning_rate(step))
+            position = t.epoch + t.batch_in_epoch / max(t.batches_per_epoch, 1)
+            self.log.step(step, position, window[0], window[1], h["lr"][-1], t.elapsed)
 
     def finish_epoch(self, partial: bool = False) -> Dict[str, Any]:
         """The history entry of the epoch just trained (``partial``: stopped inside it by the
@@ -263,6 +268,7 @@ class Fit:
             raise FloatingPointError(failure)
         for key, value in entry.items():
             t.history["epoch"][key].append(value)
+        self.log.epoch(entry, time.perf_counter() - self.clock)
         if not partial:
             t.epoch += 1
             t.batch_in_epoch = 0

@@ -13,6 +13,7 @@ losses, bit for bit, as a run that was never stopped (with the same thread count
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -26,8 +27,14 @@ from ..checkpoint import (
     lock_run,
     mark_best,
 )
+from .logs import LOG_FILE, TENSORBOARD_DIR
 
-__all__ = ["RunDirectory", "improves"]
+__all__ = ["CONFIG_FILE", "RunDirectory", "SIDE_FILES", "improves"]
+
+#: The options a command-line run ran with (written by ``transformer-cpp train`` and ``train-lm``).
+CONFIG_FILE = "config.yaml"
+#: What a run writes beside its checkpoints: its options, its CSV log, its TensorBoard events.
+SIDE_FILES = (CONFIG_FILE, LOG_FILE, TENSORBOARD_DIR)
 
 
 def improves(bleu: Optional[float], best: Optional[float]) -> bool:
@@ -81,10 +88,17 @@ class RunDirectory:
         return lock_run(self.path)
 
     def remove_if_unused(self) -> None:
-        """Remove the directory if nothing but its lock file is in it (a command that created it
-        failed before its first checkpoint); leave it otherwise, or when it cannot be removed."""
+        """Remove the directory if nothing but its lock file and the files a run writes beside its
+        checkpoints (``config.yaml``, ``log.csv``, ``tensorboard/``) is in it: a command that created
+        it failed before its first checkpoint. Leave it otherwise, or when it cannot be removed."""
         try:
-            if {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+            if {p.name for p in self.path.iterdir()} <= {LOCK_FILE, *SIDE_FILES}:
+                for name in SIDE_FILES:
+                    side = self.path / name
+                    if side.is_dir() and not side.is_symlink():
+                        shutil.rmtree(side)
+                    else:
+                        side.unlink(missing_ok=True)
                 (self.path / LOCK_FILE).unlink(missing_ok=True)
                 self.path.rmdir()
         except OSError:
