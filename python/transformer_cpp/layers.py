@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple, cast
 import numpy as np
 
 from . import _core, _signatures
+from ._checks import blocked as _blocked
 from .functional import attention_inputs, linear_attention_inputs
 
 __all__ = [
@@ -248,9 +249,7 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
     """Normalise a user mask to the contiguous ``(B, Tq, Tk)`` uint8 array the core expects."""
     if mask is None:
         return None
-    m = np.asarray(mask)
-    if m.dtype.kind not in "biuf":
-        raise TypeError(f"{who}: mask must be boolean or numeric (non-zero = blocked), got dtype {m.dtype}")
+    m = _blocked(who, "mask", mask)
     if m.ndim == 4:  # (B, 1, Tq, Tk) or (B, 1, 1, Tk) as in the tutorials
         if m.shape[1] != 1:
             raise ValueError(f"{who}: a 4-D mask must have shape (B, 1, Tq, Tk) to broadcast over heads, got {m.shape}")
@@ -259,7 +258,7 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
         raise ValueError(f"{who}: mask must broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk}), got shape {m.shape}")
     _core._check_memory(who, f"a ({batch}, {tq}, {tk}) mask", 2.0 * float(batch) * float(tq) * float(tk))
     try:
-        m = np.broadcast_to(m != 0, (batch, tq, tk))
+        m = np.broadcast_to(m, (batch, tq, tk))
     except ValueError:
         raise ValueError(
             f"{who}: mask of shape {np.shape(mask)} does not broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk})"
@@ -356,7 +355,14 @@ class SoftmaxSelfAttention(Layer, core="SoftmaxSelfAttention"):
 
 
 class TiledAttention(Layer, core="TiledAttention"):
-    pass
+    def forward(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, key_padding: Any = None
+    ) -> np.ndarray:
+        """``q`` (B, H, Tq, d), ``k`` and ``v`` (B, H, Tk, d), ``key_padding`` (B, Tk) with True (or 1)
+        = blocked -> (B, H, Tq, d)."""
+        if key_padding is not None:
+            key_padding = np.ascontiguousarray(_blocked("TiledAttention.forward", "key_padding", key_padding), np.uint8)
+        return cast(np.ndarray, super().forward(q, k, v, causal, key_padding))
 
 
 class EncoderLayer(Layer, core="EncoderLayer"):
