@@ -374,13 +374,13 @@ def add_lm_parsers(sub: Any) -> None:
     )
     e.add_argument(
         "--memory-length",
-        type=int,
+        type=count_option("memory_length", 0),
         help="relative attention: evaluate with state reuse, each segment attending to this many positions "
         "before it (any length, longer than in training or 0; default: the training memory)",
     )
     e.add_argument(
         "--clamp-len",
-        type=int,
+        type=count_option("clamp_len", 0),
         help="relative attention: encode distances beyond this many positions as this one, e.g. the longest "
         "distance of training (seq-len + memory-length - 1) when the memory is longer than in training "
         "(default: no clamp)",

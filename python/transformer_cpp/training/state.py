@@ -244,8 +244,13 @@ def checked_state(
         ValueError: not a trainer state, another version, other data, another number of
             processes, or a damaged value (naming it).
     """
-    if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+    if not isinstance(state, Mapping):
         raise ValueError("Trainer.load_state_dict: not a transformer_cpp trainer state")
+    if state.get("format") != STATE_FORMAT:
+        raise ValueError(
+            f"Trainer.load_state_dict: not a transformer_cpp trainer state (its format is {state.get('format')!r:.40}, "
+            f"expected {STATE_FORMAT!r})"
+        )
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"Trainer.load_state_dict: unsupported trainer state version {state.get('version')!r}")
     saved = state.get("data_fingerprint") or {}
