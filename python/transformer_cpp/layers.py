@@ -266,6 +266,11 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
     return np.ascontiguousarray(m, dtype=np.uint8)
 
 
+def _padding(who: str, name: str, padding: Any) -> Any:
+    """A key-padding mask (True or 1 = blocked) as the contiguous uint8 array the core reads (None stays None)."""
+    return None if padding is None else np.ascontiguousarray(_blocked(who, name, padding), np.uint8)
+
+
 def _btc_shape(x: Any, who: str, name: str) -> Tuple[int, ...]:
     shape = np.shape(x)
     if len(shape) != 3:
@@ -360,9 +365,8 @@ class TiledAttention(Layer, core="TiledAttention"):
     ) -> np.ndarray:
         """``q`` (B, H, Tq, d), ``k`` and ``v`` (B, H, Tk, d), ``key_padding`` (B, Tk) with True (or 1)
         = blocked -> (B, H, Tq, d)."""
-        if key_padding is not None:
-            key_padding = np.ascontiguousarray(_blocked("TiledAttention.forward", "key_padding", key_padding), np.uint8)
-        return cast(np.ndarray, super().forward(q, k, v, causal, key_padding))
+        padding = _padding("TiledAttention.forward", "key_padding", key_padding)
+        return cast(np.ndarray, super().forward(q, k, v, causal, padding))
 
 
 class EncoderLayer(Layer, core="EncoderLayer"):
@@ -394,7 +398,13 @@ class Encoder(Layer, core="Encoder"):
 
 
 class Decoder(Layer, core="Decoder"):
-    pass
+    def forward(
+        self, tokens: Any, memory: np.ndarray, source_padding: Any = None, training: bool = False
+    ) -> np.ndarray:
+        """``tokens`` (B, T), ``memory`` (B, S, d_model), ``source_padding`` (B, S) with True (or 1)
+        = a padding key -> (B, T, d_model)."""
+        padding = _padding("Decoder.forward", "source_padding", source_padding)
+        return cast(np.ndarray, super().forward(tokens, memory, padding, training))
 
 
 class ReversibleStack(Layer, core="ReversibleStack"):
