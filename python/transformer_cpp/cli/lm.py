@@ -175,8 +175,6 @@ def _memory_only(ckpt: Any, option: str, value: Any) -> None:
         raise UserError(
             f"{option} needs a model with attention {quoted_kinds(lambda k: k.memory)}, this one has {kind.name!r}"
         )
-    if value < 0:
-        raise UserError(f"{option} must be >= 0, got {value}")
 
 
 def run_evaluate_lm(args: argparse.Namespace) -> int:

@@ -237,13 +237,14 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
 
 def load_trainer_state(trainer: Any, ckpt: LmCheckpoint, state: Optional[Mapping[str, Any]]) -> None:
     """Resume ``trainer`` from checkpoint ``ckpt``'s trainer state: every field the shared trainer
-    writes must be there (a language model's state has always had them all), each of its type;
+    writes must be there (a language model's state has always had them all; an older run's state
+    is ``state``, made from what it saved), each of its type;
     ``CheckpointError`` naming the checkpoint, the file and the field otherwise."""
     where = f"checkpoint '{ckpt.path}': '{TRAINER_STATE_FILE}'"
     if state is None:
         raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
     missing = [key for key in trainer.state_dict() if key not in state]
-    if missing:
+    if missing and ckpt.legacy is None:  # (an older run's state is made from what it saved)
         raise CheckpointError(f"{where} lacks the field '{missing[0]}'; it cannot be resumed")
     try:
         trainer.load_state_dict(state)
