@@ -101,7 +101,7 @@ def blocked(owner: str, name: str, value: Any) -> np.ndarray:
     value (NaN, 0.5, 2, +inf): such a mask means something else to whoever made it."""
     m = np.asarray(value)
     if m.dtype == np.bool_:
-        return m
+        return np.asarray(m)
     if m.dtype.kind not in "iuf":
         raise TypeError(
             f"{owner}: {name} must be a boolean or numeric array (True or 1 = blocked), got dtype {m.dtype}"
@@ -114,4 +114,4 @@ def blocked(owner: str, name: str, value: Any) -> np.ndarray:
             f"{owner}: {name} must be boolean (True = blocked), or hold only 0 and 1 (1 = blocked), or be an "
             f"additive mask of 0 and -inf (or <= {ADDITIVE_BLOCKED:g}); got the value {bad.item()!r}"
         )
-    return out
+    return np.asarray(out, dtype=np.bool_)

@@ -137,18 +137,17 @@ def _probability(text: str) -> float:
 
 def _temperature(text: str) -> float:
     """--temperature: a finite number >= 0 (0: the most likely character each time)."""
-    value = parse_number(text, False)
+    value = float(parse_number(text, False))
     if not 0.0 <= value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 = the most likely), got {text!r}")
     return value
 
 
-def _seconds_or_inf(text: str) -> float:
-    """The old --checkpoint-every: seconds > 0, or inf (only at the end); its value is not used."""
-    value = parse_number(text, False)
-    if not value > 0:
+def _seconds_or_inf(text: str) -> str:
+    """The old --checkpoint-every: seconds > 0, or inf (only at the end), checked; its value is not used."""
+    if not parse_number(text, False) > 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 or inf, got {text!r}")
-    return value
+    return text
 
 
 def run_generate(args: argparse.Namespace) -> int:
