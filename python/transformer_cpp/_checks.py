@@ -15,9 +15,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from . import _core
 
-__all__ = ["ANY", "Limit", "choice", "flag", "integer", "number", "path", "seed"]
+__all__ = ["ADDITIVE_BLOCKED", "ANY", "Limit", "blocked", "choice", "flag", "integer", "number", "path", "seed"]
 
 #: The allowed values of a setting: ``Limit(integer, low, high=inf, low_open=False,
 #: high_open=False, unit="")``, ``Limit.flag()``, ``Limit.one_of(names)``; ``check(owner, name,
@@ -86,3 +88,30 @@ def path(what: str, value: Any) -> Path:
     if isinstance(value, str) and not value:  # (a PathLike cannot be empty: Path("") is ".")
         raise ValueError(f"{what}: {EMPTY_PATH}")
     return Path(value).expanduser()
+
+
+#: An additive mask blocks with -inf or a large negative number (the tutorials' -1e9); this one or lower.
+ADDITIVE_BLOCKED = -1e4
+
+
+def blocked(owner: str, name: str, value: Any) -> np.ndarray:
+    """An attention mask as a boolean array of its shape, True = blocked: ``value`` is boolean, or
+    numbers that are 0 (attend) and 1 (blocked), or an additive mask of 0 and -inf (or a number
+    <= -1e4 such as -1e9). ``TypeError`` for another dtype; ``ValueError`` naming the first other
+    value (NaN, 0.5, 2, +inf): such a mask means something else to whoever made it."""
+    m = np.asarray(value)
+    if m.dtype == np.bool_:
+        return np.asarray(m)
+    if m.dtype.kind not in "iuf":
+        raise TypeError(
+            f"{owner}: {name} must be a boolean or numeric array (True or 1 = blocked), got dtype {m.dtype}"
+        )
+    out = m != 0
+    allowed = ~out | (m == 1) | (m <= ADDITIVE_BLOCKED)  # NaN fails every comparison
+    if not allowed.all():
+        bad = m[~allowed].flat[0]
+        raise ValueError(
+            f"{owner}: {name} must be boolean (True = blocked), or hold only 0 and 1 (1 = blocked), or be an "
+            f"additive mask of 0 and -inf (or <= {ADDITIVE_BLOCKED:g}); got the value {bad.item()!r}"
+        )
+    return np.asarray(out, dtype=np.bool_)

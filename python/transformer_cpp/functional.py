@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple, cast
 import numpy as np
 
 from . import _core
-from ._checks import integer as _integer
+from ._checks import blocked as _blocked, integer as _integer
 
 __all__ = [
     "attention_inputs",
@@ -115,8 +115,8 @@ def warmup_learning_rate(step: int, d_model: int, warmup: int = 4000, scale: flo
 # --- masks ----------------------------------------------------------------------------------------
 #
 # Masks are boolean with True = blocked (the query may not attend to that key), as PyTorch's boolean
-# attention masks and the original TensorFlow tutorial's 0/1 masks. Any non-zero value counts as
-# blocked, so additive masks of 0 / -inf (or -1e9) work as well.
+# attention masks and the original TensorFlow tutorial's 0/1 masks; additive masks of 0 / -inf (or
+# -1e9) work as well. Any other value (NaN, 0.5, 2) is refused (``_checks.blocked``).
 
 
 def look_ahead_mask(size: int) -> np.ndarray:
@@ -159,9 +159,9 @@ def attention_inputs(
     m = None
     if mask is not None:
         _core._check_memory(who, f"a mask of {g} groups of ({tq}, {tk})", 2.0 * float(g) * float(tq) * float(tk))
-        mm = np.asarray(mask)
+        mm = _blocked(who, "mask", mask)
         try:
-            mm = np.broadcast_to(mm != 0, lead + (tq, tk))
+            mm = np.broadcast_to(mm, lead + (tq, tk))
         except ValueError:
             raise ValueError(f"{who}: mask of shape {mm.shape} does not broadcast to {lead + (tq, tk)}") from None
         m = np.ascontiguousarray(mm.reshape(g, tq, tk), dtype=np.uint8)
@@ -174,7 +174,7 @@ def scaled_dot_product_attention(
     """``softmax(Q K^T / sqrt(d_k) + mask) V`` computed in C++; returns ``(output, attention_weights)``.
 
     Shapes: ``q`` (..., Tq, d), ``k``/``v`` (..., Tk, d); ``mask`` broadcastable to (..., Tq, Tk),
-    True (non-zero) = blocked. A query whose keys are all blocked gets zero weights and output.
+    True (or 1, or -inf additively) = blocked. A query whose keys are all blocked gets zero weights and output.
     The dtype follows ``q`` (float64 stays float64, anything else is float32).
     """
     dtype = "float64" if np.asarray(q).dtype == np.float64 else "float32"

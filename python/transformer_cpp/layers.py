@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple, cast
 import numpy as np
 
 from . import _core, _signatures
+from ._checks import blocked as _blocked
 from .functional import attention_inputs, linear_attention_inputs
 
 __all__ = [
@@ -248,9 +249,7 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
     """Normalise a user mask to the contiguous ``(B, Tq, Tk)`` uint8 array the core expects."""
     if mask is None:
         return None
-    m = np.asarray(mask)
-    if m.dtype.kind not in "biuf":
-        raise TypeError(f"{who}: mask must be boolean or numeric (non-zero = blocked), got dtype {m.dtype}")
+    m = _blocked(who, "mask", mask)
     if m.ndim == 4:  # (B, 1, Tq, Tk) or (B, 1, 1, Tk) as in the tutorials
         if m.shape[1] != 1:
             raise ValueError(f"{who}: a 4-D mask must have shape (B, 1, Tq, Tk) to broadcast over heads, got {m.shape}")
@@ -259,12 +258,17 @@ def _as_mask(mask: Any, batch: int, tq: int, tk: int, who: str) -> Any:
         raise ValueError(f"{who}: mask must broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk}), got shape {m.shape}")
     _core._check_memory(who, f"a ({batch}, {tq}, {tk}) mask", 2.0 * float(batch) * float(tq) * float(tk))
     try:
-        m = np.broadcast_to(m != 0, (batch, tq, tk))
+        m = np.broadcast_to(m, (batch, tq, tk))
     except ValueError:
         raise ValueError(
             f"{who}: mask of shape {np.shape(mask)} does not broadcast to (B, Tq, Tk) = ({batch}, {tq}, {tk})"
         ) from None
     return np.ascontiguousarray(m, dtype=np.uint8)
+
+
+def _padding(who: str, name: str, padding: Any) -> Any:
+    """A key-padding mask (True or 1 = blocked) as the contiguous uint8 array the core reads (None stays None)."""
+    return None if padding is None else np.ascontiguousarray(_blocked(who, name, padding), np.uint8)
 
 
 def _btc_shape(x: Any, who: str, name: str) -> Tuple[int, ...]:
@@ -356,7 +360,13 @@ class SoftmaxSelfAttention(Layer, core="SoftmaxSelfAttention"):
 
 
 class TiledAttention(Layer, core="TiledAttention"):
-    pass
+    def forward(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, key_padding: Any = None
+    ) -> np.ndarray:
+        """``q`` (B, H, Tq, d), ``k`` and ``v`` (B, H, Tk, d), ``key_padding`` (B, Tk) with True (or 1)
+        = blocked -> (B, H, Tq, d)."""
+        padding = _padding("TiledAttention.forward", "key_padding", key_padding)
+        return cast(np.ndarray, super().forward(q, k, v, causal, padding))
 
 
 class EncoderLayer(Layer, core="EncoderLayer"):
@@ -388,7 +398,13 @@ class Encoder(Layer, core="Encoder"):
 
 
 class Decoder(Layer, core="Decoder"):
-    pass
+    def forward(
+        self, tokens: Any, memory: np.ndarray, source_padding: Any = None, training: bool = False
+    ) -> np.ndarray:
+        """``tokens`` (B, T), ``memory`` (B, S, d_model), ``source_padding`` (B, S) with True (or 1)
+        = a padding key -> (B, T, d_model)."""
+        padding = _padding("Decoder.forward", "source_padding", source_padding)
+        return cast(np.ndarray, super().forward(tokens, memory, padding, training))
 
 
 class ReversibleStack(Layer, core="ReversibleStack"):

@@ -241,15 +241,19 @@ def test_commands_with_relative_attention_and_memory(text_file, tmp_path, capsys
         assert f"memory {m})" in printed
         scores[m] = float(printed.split()[0])
     assert len(set(scores.values())) == 3
-    assert main(["evaluate-lm", "--model", str(out), "--memory-length", "-1"]) == 1
-    assert "--memory-length must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # refused at the door
+        main(["evaluate-lm", "--model", str(out), "--memory-length", "-1"])
+    assert stop.value.code == 2
+    assert "argument --memory-length: memory_length must be an integer in [0, " in capsys.readouterr().err
     # a memory of 32 with the distances clamped at 4: another score than without the clamp
     assert main(["evaluate-lm", "--model", str(out), "--memory-length", "32", "--clamp-len", "4"]) == 0
     printed = capsys.readouterr().out
     assert "memory 32, distances clamped at 4)" in printed
     assert float(printed.split()[0]) != scores["32"]
-    assert main(["evaluate-lm", "--model", str(out), "--clamp-len", "-3"]) == 1
-    assert "--clamp-len must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate-lm", "--model", str(out), "--clamp-len", "-3"])
+    assert stop.value.code == 2
+    assert "argument --clamp-len: clamp_len must be an integer in [0, " in capsys.readouterr().err
     soft = tmp_path / "soft"
     assert (
         main(["train-lm", "--text", str(text_file), "--out", str(soft), *tiny, "--steps", "1", "--threads", "1"]) == 0

@@ -31,6 +31,7 @@ from ..task.language_model import (
     load_lm,
     new_lm_trainer,
     resume_lm_trainer,
+    saved_request,
 )
 from ..training import RunDirectory, TrainConfig, Trainer, TrainingInterrupted
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
@@ -139,6 +140,21 @@ def _probability(text: str) -> float:
     return value
 
 
+def _temperature(text: str) -> float:
+    """--temperature: a finite number >= 0 (0: the most likely character each time)."""
+    value = float(parse_number(text, False))
+    if not 0.0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 = the most likely), got {text!r}")
+    return value
+
+
+def _seconds_or_inf(text: str) -> str:
+    """The old --checkpoint-every: seconds > 0, or inf (only at the end), checked; its value is not used."""
+    if not parse_number(text, False) > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 or inf, got {text!r}")
+    return text
+
+
 def run_generate(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     ckpt = load_lm(args.model)
@@ -163,16 +179,20 @@ def _memory_only(ckpt: Any, option: str, value: Any) -> None:
         raise UserError(
             f"{option} needs a model with attention {quoted_kinds(lambda k: k.memory)}, this one has {kind.name!r}"
         )
-    if value < 0:
-        raise UserError(f"{option} must be >= 0, got {value}")
 
 
 def run_evaluate_lm(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     ckpt = load_lm(args.model)
-    request = LmTrainRequest.from_saved(ckpt.request)
+    request = saved_request(ckpt)
     source = load_lm_text(args.text or request.text, request.encoding)
     part = split_text(source.text).test if args.text is None else source.text
+    what = "held-out test text" if args.text is None else f"'{args.text}'"
+    if len(part) < 2:
+        named = "the held-out test text" if args.text is None else f"text file '{args.text}'"
+        raise UserError(f"{named} holds {len(part)} character(s); bits per character need at least 2")
+    known = set(ckpt.vocabulary.chars)
+    unknown = sum(1 for c in part if c not in known)
     ids = ckpt.vocabulary.encode(part, unknown=ckpt.vocabulary.chars[0])
     _memory_only(ckpt, "--memory-length", args.memory_length)
     _memory_only(ckpt, "--clamp-len", args.clamp_len)
@@ -181,12 +201,13 @@ def run_evaluate_lm(args: argparse.Namespace) -> int:
     bpc = bits_per_character(
         ckpt.model, ids, args.seq_len or request.seq_len, request.batch_size, memory_length=args.memory_length
     )
-    what = "held-out test text" if args.text is None else f"'{args.text}'"
     memory = ""
     if attention_kind(ckpt.model.config["attention"]).memory:
         memory = f", memory {ckpt.model.memory_length if args.memory_length is None else args.memory_length}"
         if args.clamp_len is not None:
             memory += f", distances clamped at {args.clamp_len}"
+    if unknown:  # scored, as the training text's own rare characters would be, as the vocabulary's first
+        memory += f"; {unknown:,} not in the model's vocabulary, scored as {ckpt.vocabulary.chars[0]!r}"
     print(f"{bpc:.4f} bits per character on the {what} ({len(ids):,} characters{memory})")
     return 0
 
@@ -306,6 +327,7 @@ def _add_train_lm(sub: Any) -> None:
         action=DeprecatedAlias,
         dest="checkpoint_every",
         replacement="--eval-every",  # seconds then, steps now: the value is not used (a checkpoint at every validation)
+        type=_seconds_or_inf,
         default=argparse.SUPPRESS,
     )
     p.set_defaults(func=run_train_lm)
@@ -328,7 +350,9 @@ def add_lm_parsers(sub: Any) -> None:
         default=200,
         help="characters to generate, as translate's --max-output-tokens bounds its output (default 200)",
     )
-    g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature, 0 = most likely (default 0.8)")
+    g.add_argument(
+        "--temperature", type=_temperature, default=0.8, help="sampling temperature, 0 = most likely (default 0.8)"
+    )
     g.add_argument("--top-k", type=count_option("top_k", 0), default=0, help="sample among the k most likely (0 = all)")
     g.add_argument(
         "--top-p",
@@ -353,13 +377,13 @@ def add_lm_parsers(sub: Any) -> None:
     )
     e.add_argument(
         "--memory-length",
-        type=int,
+        type=count_option("memory_length", 0),
         help="relative attention: evaluate with state reuse, each segment attending to this many positions "
         "before it (any length, longer than in training or 0; default: the training memory)",
     )
     e.add_argument(
         "--clamp-len",
-        type=int,
+        type=count_option("clamp_len", 0),
         help="relative attention: encode distances beyond this many positions as this one, e.g. the longest "
         "distance of training (seq-len + memory-length - 1) when the memory is longer than in training "
         "(default: no clamp)",

@@ -72,6 +72,8 @@ def read_text_file(path: Union[str, "os.PathLike[str]"], encoding: str = "utf-8"
         text = p.read_text(encoding=encoding)
     except UnicodeDecodeError as exc:
         raise ValueError(f"text file '{p}' is not valid {encoding} (byte {exc.start}): {exc.reason}") from None
+    except LookupError:
+        raise ValueError(f"text file '{p}': unknown text encoding {encoding!r}") from None
     if not text.strip():
         raise ValueError(f"text file '{p}' holds no text: a language model needs a text to learn from")
     return LmText(text=text, source=str(p))

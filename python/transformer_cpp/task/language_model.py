@@ -30,8 +30,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..checkpoint import LANGUAGE_MODEL_KIND, CheckpointError
+from ..checkpoint import CONFIG_FILE, LANGUAGE_MODEL_KIND, TRAINER_STATE_FILE, CheckpointError
 from ..config import LM_FIELDS, LanguageModelConfig, attention_kind, quoted_kinds
+from ..data import check_encoding
 from ..data.lm_text import CharVocabulary, LmText, TextSplit, load_lm_text, split_text
 from ..model import LanguageModel
 from ..training.config import MAX_EPOCHS
@@ -39,7 +40,8 @@ from ..training import TrainConfig, Trainer
 from ..training.run_dir import RunDirectory
 from ..training.state import STATE_FORMAT, STATE_VERSION
 from ..training.task import StepOutcome, TrainingTask
-from .lm_checkpoint import LmCheckpoint, average_lm_checkpoints, legacy_history, load_lm, save_lm_checkpoint
+from .lm_checkpoint import LmCheckpoint, average_lm_checkpoints, legacy_history, load_lm, load_trainer_state
+from .lm_checkpoint import save_lm_checkpoint
 from .lm_sampling import generate, sample_next
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "new_lm_trainer",
     "resume_lm_trainer",
     "sample_next",
+    "saved_request",
 ]
 
 Report = Callable[[str], None]
@@ -140,6 +143,7 @@ class LmTrainRequest:
             raise ValueError(
                 f"LmTrainRequest: text must be 'shakespeare' or the path of a text file, got {self.text!r}"
             )
+        check_encoding(self.encoding, "LmTrainRequest")
         # the settings shared with translation: TrainConfig's checks and messages
         self.train_config(1)
         # the architecture: the core's own checks, with its messages (vocab_size is the text's)
@@ -187,6 +191,17 @@ class LmTrainRequest:
             return cls(**values)
         except TypeError as exc:
             raise ValueError(f"LmTrainRequest: {exc}") from None
+
+
+def saved_request(ckpt: LmCheckpoint, changes: Optional[Mapping[str, Any]] = None) -> LmTrainRequest:
+    """The request checkpoint ``ckpt`` records (``CheckpointError`` naming the checkpoint and its
+    file when a field is not valid), with ``changes``."""
+    try:
+        LmTrainRequest.from_saved(ckpt.request)
+    except ValueError as exc:
+        where = CONFIG_FILE if ckpt.legacy is None else TRAINER_STATE_FILE
+        raise CheckpointError(f"checkpoint '{ckpt.path}': the run's request in '{where}' is not valid: {exc}") from None
+    return LmTrainRequest.from_saved(ckpt.request, changes)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -509,21 +524,16 @@ def resume_lm_trainer(
             raise ValueError(f"--resume continues the saved run: {key} cannot be changed (it is the checkpoint's)")
     if any(k in changes for k in _LIMITS):
         changes.update({k: None for k in _LIMITS if k not in changes})
-    request = LmTrainRequest.from_saved(ckpt.request, changes)
+    request = saved_request(ckpt, changes)
     source = load_lm_text(request.text, request.encoding)
     if text_digest(source.text) != ckpt.text["sha256"]:
         raise ValueError(f"the text '{request.text}' is not the one this run was trained on (its digest differs)")
     task = LmTask(request, ckpt.model, ckpt.vocabulary, split_text(source.text), source)
     trainer = _trainer(task, run.path)
     state = ckpt.trainer_state if ckpt.legacy is None else _legacy_state(ckpt, task)
-    if state is None:
-        raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
     if ckpt.run_id:
         trainer.run_id = ckpt.run_id
-    try:
-        trainer.load_state_dict(state)
-    except ValueError as exc:
-        raise CheckpointError(f"checkpoint '{ckpt.path}': {exc}") from None
+    load_trainer_state(trainer, ckpt, state)
     trainer.last_checkpoint = ckpt.path
     report(f"resuming {ckpt.path} at step {ckpt.model.step}")
     return trainer

@@ -39,11 +39,19 @@ from ..checkpoint import (
     tensor_bytes,
     write_checkpoint,
 )
+from .._checks import flag as _flag, integer as _integer
 from ..data.lm_text import CharVocabulary
 from ..model import LanguageModel, NonFiniteError
 from .lm_sampling import generate
 
-__all__ = ["LmCheckpoint", "VOCABULARY_FILE", "average_lm_checkpoints", "load_lm", "save_lm_checkpoint"]
+__all__ = [
+    "LmCheckpoint",
+    "VOCABULARY_FILE",
+    "average_lm_checkpoints",
+    "load_lm",
+    "load_trainer_state",
+    "save_lm_checkpoint",
+]
 
 VOCABULARY_FILE = "vocabulary.json"
 #: The most bytes a vocabulary file holds (one JSON string of characters).
@@ -160,10 +168,13 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
     ckpt, manifest = read_checkpoint_config(path, "latest")
     check_kind(ckpt, manifest, LANGUAGE_MODEL_KIND)
     files = _mapping(ckpt, f"the 'files' section of '{CONFIG_FILE}'", manifest.get("files"))
+    model_config = dict(_mapping(ckpt, f"the 'model' section of '{CONFIG_FILE}'", manifest.get("model")))
     try:
-        model = LanguageModel.from_config(dict(_mapping(ckpt, "its model configuration", manifest.get("model"))))
+        model = LanguageModel.from_config(model_config)
     except (TypeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"checkpoint '{ckpt}': its model configuration is not valid: {exc}") from None
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': the 'model' section of '{CONFIG_FILE}' is not valid: {exc}"
+        ) from None
     try:
         vocabulary = CharVocabulary.from_str(
             read_file(ckpt, VOCABULARY_FILE, files, _MAX_VOCABULARY_BYTES).decode("utf-8")
@@ -178,18 +189,20 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
     opt = _mapping(ckpt, f"the 'optimizer' section of '{CONFIG_FILE}'", manifest.get("optimizer", {}))
     try:
         model.configure_optimizer(**_mapping(ckpt, "the optimiser settings", opt.get("config", {})))
-        model.step = int(opt.get("step", 0))
+        model.step = _integer("", "step", opt.get("step", 0))
         if optimizer:
-            if not opt.get("saved", False):
+            if not _flag("", "saved", opt.get("saved", False)):
                 raise CheckpointError(
                     f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training"
                 )
             load_tensors_into(ckpt, OPTIMIZER_FILE, files, model.optimizer_state())
-            model.dropout_calls = int(opt.get("dropout_calls", 0))
+            model.dropout_calls = _integer("", "dropout_calls", opt.get("dropout_calls", 0))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, CheckpointError):
             raise
-        raise CheckpointError(f"checkpoint '{ckpt}': its optimiser section is not valid: {exc}") from None
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': the 'optimizer' section of '{CONFIG_FILE}' is not valid: {exc}"
+        ) from None
     state = read_json(ckpt, TRAINER_STATE_FILE, files)
     data = manifest.get("data")
     legacy = None
@@ -199,16 +212,52 @@ def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) ->
         state = None
     else:
         data = _mapping(ckpt, f"the 'data' section of '{CONFIG_FILE}'", data)
-        request = dict(_mapping(ckpt, "its request", data.get("request")))
-        text = _mapping(ckpt, "its text record", data.get("text"))
+        request = dict(_mapping(ckpt, f"the run's request in '{CONFIG_FILE}'", data.get("request")))
+        text = _mapping(ckpt, f"the text record of '{CONFIG_FILE}'", data.get("text"))
         if state is not None:
             state = _mapping(ckpt, f"'{TRAINER_STATE_FILE}'", state)
-    if not isinstance(request.get("seq_len"), int) or "sha256" not in text:
-        raise CheckpointError(f"checkpoint '{ckpt}': its request or text record lacks seq_len or the text's digest")
+    if not isinstance(request.get("seq_len"), int) or not isinstance(text.get("sha256"), str):
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': its request or text record lacks seq_len or the text's digest ('{CONFIG_FILE}')"
+        )
+    try:  # what generation reads of the request (the rest is checked where a run's request is rebuilt)
+        _integer("", "seq_len", request["seq_len"], 1)
+        _integer("", "memory_length", request.get("memory_length", 0), 0)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': the run's request in '{CONFIG_FILE}' is not valid: {exc}"
+        ) from None
     run_id = manifest.get("run_id")
-    return LmCheckpoint(
-        ckpt, model, vocabulary, request, text, state, run_id if isinstance(run_id, str) else None, legacy
-    )
+    if run_id is not None and not isinstance(run_id, str):
+        raise CheckpointError(
+            f"checkpoint '{ckpt}': the run_id of '{CONFIG_FILE}' must be a string, got {run_id!r:.40}"
+        )
+    return LmCheckpoint(ckpt, model, vocabulary, request, text, state, run_id, legacy)
+
+
+def load_trainer_state(trainer: Any, ckpt: LmCheckpoint, state: Optional[Mapping[str, Any]]) -> None:
+    """Resume ``trainer`` from checkpoint ``ckpt``'s trainer state: every field the shared trainer
+    writes must be there (a language model's state has always had them all; an older run's state
+    is ``state``, made from what it saved), each of its type;
+    ``CheckpointError`` naming the checkpoint, the file and the field otherwise."""
+    where = f"checkpoint '{ckpt.path}': '{TRAINER_STATE_FILE}'"
+    if state is None:
+        raise CheckpointError(f"checkpoint '{ckpt.path}' has no trainer state; it cannot be resumed")
+    missing = [key for key in trainer.state_dict() if key not in state]
+    if missing and ckpt.legacy is None:  # (an older run's state is made from what it saved)
+        raise CheckpointError(f"{where} lacks the field '{missing[0]}'; it cannot be resumed")
+    try:
+        trainer.load_state_dict(state)
+    except ValueError as exc:
+        message = str(exc)
+        for prefix in ("Trainer.load_state_dict: damaged trainer state ", "Trainer.load_state_dict: ", "Trainer: "):
+            if message.startswith(prefix):
+                damaged = prefix.endswith("state ")
+                message = message[len(prefix) :]
+                break
+        else:
+            damaged = False
+        raise CheckpointError(f"{where} is damaged {message}" if damaged else f"{where}: {message}") from None
 
 
 def average_lm_checkpoints(run: Path, paths: Sequence[Path]) -> Tuple[Path, LanguageModel]:

@@ -201,11 +201,18 @@ def _checked_values(state: Mapping[str, Any], metrics: Sequence[str]) -> Dict[st
             values = saved.get(key, [])
             if not isinstance(values, list):
                 raise ValueError(f"history.{section}.{key} must be a list, got {type(values).__name__}")
+            for v in values:
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise ValueError(f"history.{section}.{key} must be a list of numbers, it holds {v!r:.40}")
             series[key] = list(values)
     step = state.get("step")
     if step is not None:
         step = _state_number(state, "step", True)
+    if state.get("dropout_calls") is not None:
+        _state_number(state, "dropout_calls", True)
     run_id = state.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        raise ValueError(f"run_id must be a string or null, got {run_id!r:.40}")
     return {
         "epoch": _state_number(state, "epoch", True),
         "batch_in_epoch": _state_number(state, "batch_in_epoch", True),
@@ -237,11 +244,23 @@ def checked_state(
         ValueError: not a trainer state, another version, other data, another number of
             processes, or a damaged value (naming it).
     """
-    if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+    if not isinstance(state, Mapping):
         raise ValueError("Trainer.load_state_dict: not a transformer_cpp trainer state")
+    if state.get("format") != STATE_FORMAT:
+        raise ValueError(
+            f"Trainer.load_state_dict: not a transformer_cpp trainer state (its format is {state.get('format')!r:.40}, "
+            f"expected {STATE_FORMAT!r})"
+        )
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"Trainer.load_state_dict: unsupported trainer state version {state.get('version')!r}")
     saved = state.get("data_fingerprint") or {}
+    if not isinstance(saved, Mapping) or any(
+        not isinstance(saved.get(p), (str, type(None))) for p in ("train", "valid")
+    ):
+        raise ValueError(
+            f"Trainer.load_state_dict: damaged trainer state (data_fingerprint must be an object of digests, "
+            f"got {saved!r:.60})"
+        )
     for part in ("train", "valid"):
         if saved.get(part) is not None and fingerprints[part] is not None and saved[part] != fingerprints[part]:
             raise ValueError(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import List
 
-from . import layers, model, text, data, downloads, training, checkpoints, translation, command_line  # noqa: F401 (they register)
+from . import layers, model, text, data, downloads, training, checkpoints, translation  # noqa: F401 (they register)
+from . import command_line, language_model  # noqa: F401
 from .base import CASES, Case, Context, Result, campaign_only, setup
 
 with campaign_only():

@@ -820,6 +820,97 @@ err(
 )
 
 
+_Q4 = np.zeros((2, 2, 3, 8))
+# every way a layer takes a mask: its name, and a call with the mask given
+_MASKED: Dict[str, Callable[[Any], Any]] = {
+    "multi-head attention": lambda m: tc.MultiHeadAttention(8, 2).forward(_X, mask=m),
+    "encoder layer": lambda m: tc.EncoderLayer(8, 2, 12).forward(_X, mask=m),
+    "decoder layer (self_mask)": lambda m: tc.DecoderLayer(8, 2, 12).forward(_X, _X, self_mask=m),
+    "decoder layer (cross_mask)": lambda m: tc.DecoderLayer(8, 2, 12).forward(_X, _X, cross_mask=m),
+    "ScaledDotProductAttention": lambda m: tc.ScaledDotProductAttention().forward(_X, _X, _X, m),
+    "scaled_dot_product_attention": lambda m: tc.scaled_dot_product_attention(_X, _X, _X, m),
+    "TiledAttention (key_padding)": lambda m: tc.TiledAttention().forward(_Q4, _Q4, _Q4, key_padding=m[:, 0]),
+    "Decoder (source_padding)": lambda m: tc.Decoder(13, 8, 1, 2, 12).forward(np.ones((2, 3), int), _X, m[:, 0]),
+}
+
+
+def _masks_refused(call: Callable[[Any], Any]) -> Callable[[Any], None]:
+    def case(c: Any) -> None:
+        for value in (0.5, np.nan, 2, np.inf, -1.0):
+            mask = np.zeros((2, 3, 3))
+            mask[1, 0, 2] = value
+            exc = raises(lambda: call(mask), ValueError, "must be boolean", "0 and 1", "additive")
+            assert repr(float(value))[:3] in str(exc) or str(value) in str(exc), (value, str(exc))
+        call(np.zeros((2, 3, 3), bool))  # the same call with a boolean mask works
+
+    return case
+
+
+for _name, _call in _MASKED.items():
+    api(f"{_name}: a mask of 0.5, NaN, 2, inf or -1 is refused naming the value")(_masks_refused(_call))
+
+
+@api("masks: 0/1 integers and additive 0/-inf masks are the boolean mask, padding masks too")
+def _(c):
+    q = rand(2, 2, 4, 8)
+    pad = np.array([[0, 0, 1, 1], [0, 0, 0, 1]], bool)
+    tiled = tc.TiledAttention(dtype="float64")
+    base = tiled.forward(q, q, q, key_padding=pad)
+    for same in (pad.astype(np.int64), np.where(pad, -np.inf, 0.0), np.where(pad, -1e9, 0.0)):
+        np.testing.assert_array_equal(tiled.forward(q, q, q, key_padding=same), base)
+    assert not np.allclose(tiled.forward(q, q, q), base)
+    dec, tok, mem = tc.Decoder(13, 8, 1, 2, 12, dropout=0.0, dtype="float64"), np.ones((2, 3), int), rand(2, 4, 8)
+    base = dec.forward(tok, mem, pad)
+    np.testing.assert_array_equal(dec.forward(tok, mem, pad.astype(np.uint8)), base)
+    np.testing.assert_array_equal(dec.forward(tok, mem, np.where(pad, -np.inf, 0.0)), base)
+    assert not np.allclose(dec.forward(tok, mem), base)
+
+
+def _broadcast(shape: tuple, seed: int = 0) -> np.ndarray:
+    """A read-only view with zero strides over its leading axes (np.broadcast_to of the last two)."""
+    return np.broadcast_to(rand(*shape[-2:], seed=seed), shape)
+
+
+@api("layers: broadcast views (zero strides) as inputs and gradients give what their copies give")
+def _(c):
+    d = "float64"
+    x, q4 = _broadcast((2, 4, 8)), _broadcast((2, 2, 4, 8))
+    tok = np.broadcast_to(np.array([1, 2, 3, 4]), (2, 4))
+    pad = np.broadcast_to(np.array([False, False, False, True]), (2, 4))
+    calls: Dict[str, Callable[[], Any]] = {
+        "Linear": lambda: (tc.Linear(8, 3, seed=1, dtype=d), (x,)),
+        "LayerNorm": lambda: (tc.LayerNorm(8, dtype=d), (x,)),
+        "FeedForward": lambda: (tc.FeedForward(8, 12, dropout=0.0, dtype=d), (x,)),
+        "MultiHeadAttention": lambda: (
+            tc.MultiHeadAttention(8, 2, dtype=d),
+            (x, x, np.broadcast_to(pad[:, None], (2, 4, 4))),
+        ),
+        "EncoderLayer": lambda: (tc.EncoderLayer(8, 2, 12, dropout=0.0, dtype=d), (x,)),
+        "DecoderLayer": lambda: (tc.DecoderLayer(8, 2, 12, dropout=0.0, dtype=d), (x, x)),
+        "RelativeMultiHeadAttention": lambda: (tc.RelativeMultiHeadAttention(8, 2, dtype=d), (x,)),
+        "LinearMultiHeadAttention": lambda: (tc.LinearMultiHeadAttention(8, 2, dtype=d), (x,)),
+        "SoftmaxSelfAttention": lambda: (tc.SoftmaxSelfAttention(8, 2, dtype=d), (x,)),
+        "LSHSelfAttention": lambda: (tc.LSHSelfAttention(8, 2, chunk=2, dtype=d), (x,)),
+        "ReversibleStack": lambda: (tc.ReversibleStack(1, 8, 2, 12, dropout=0.0, dtype=d), (x,)),
+        "TiledAttention": lambda: (tc.TiledAttention(dtype=d), (q4, q4, q4, False, pad)),
+        "LSHAttention": lambda: (tc.LSHAttention(chunk=2, dtype=d), (q4, q4)),
+        "Embedding": lambda: (tc.Embedding(13, 8, dtype=d), (tok,)),
+        "Decoder": lambda: (tc.Decoder(13, 8, 1, 2, 12, dropout=0.0, dtype=d), (tok, x, pad)),
+    }
+    for name, make in calls.items():
+        layer, args = make()
+        out = layer.forward(*args)
+        out = out[0] if isinstance(out, tuple) else out
+        copy, copied = make()[0], tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in args)
+        expected = copy.forward(*copied)
+        expected = expected[0] if isinstance(expected, tuple) else expected
+        np.testing.assert_array_equal(out, expected, err_msg=f"{name}.forward")
+        dout = np.broadcast_to(rand(out.shape[-1], seed=3), out.shape)
+        got, want = layer.backward(dout), copy.backward(np.array(dout))
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_array_equal(g, w, err_msg=f"{name}.backward")
+
+
 # --- NaN and infinity ---------------------------------------------------------------------------
 
 for _value in ("nan", "inf"):
