@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import resolve_checkpoint
+from ..checkpoint import TRANSLATION_KIND, check_kind, read_checkpoint_config, resolve_checkpoint
 from ..config import MODEL_FIELDS, OPTIMIZER_FIELDS, option_fields, settings_of
 from ..data import DataRecord
 from ..distributed import MPIUnavailable, from_environment, launched_world
@@ -78,6 +78,8 @@ def check_out(run: RunDirectory, resume: bool) -> None:
         raise UserError(f"nothing to resume: '{run.path}' holds no checkpoint")
     if not resume and existing:
         raise UserError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
+    if resume:  # a language model's run says so before any data is read
+        check_kind(*read_checkpoint_config(run.path, "latest"), TRANSLATION_KIND)
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -399,3 +399,12 @@ cli(
     prepare=lm_copy,
     after=_lm_unchanged,
 )
+
+
+cli(
+    "train --resume: a language model's run is refused before any data is read",
+    lambda c: ["train", "--out", str(c.work / "lm"), "--resume", "--data", str(c.work / "no-such-pairs.tsv")],
+    match=_LM_RUN,
+    prepare=lm_copy,
+    after=_lm_unchanged,
+)
