@@ -369,3 +369,18 @@ def governor_for(previous: Optional[ThreadGovernor], most: int, adaptive: bool) 
         return ThreadGovernor(most)
     set_num_threads(previous.threads)
     return previous
+
+
+def tqdm_class() -> Any:
+    """tqdm's bar for where the program runs: the notebook widget under Jupyter when ipywidgets is
+    installed, else the text bar, which Jupyter shows as well (``tqdm.auto`` would fall back to it
+    with a warning that the widget is missing)."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm.std import tqdm as text_bar
+
+        return text_bar
+    from tqdm.auto import tqdm as auto_bar
+
+    return auto_bar

@@ -19,6 +19,7 @@ import tempfile
 import threading
 from typing import Any, BinaryIO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, TextIO, Tuple
 
+from .._runtime import tqdm_class
 from ..text import check_text
 
 __all__ = [
@@ -185,7 +186,7 @@ def progress_bar(path: Optional[str], stream: Any = None) -> Any:
     stream = sys.stderr if stream is None else stream
     if path is None or not stream.isatty():
         return None
-    from tqdm.auto import tqdm  # only when a bar is shown
+    tqdm = tqdm_class()  # only when a bar is shown
 
     size = os.path.getsize(path)
     return tqdm(total=size, unit="B", unit_scale=True, desc="translating", file=stream, leave=False)

@@ -39,6 +39,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple, Type, Union
 
+from .._runtime import tqdm_class
 from .archive import ARCHIVE_ERRORS, check_archive, pick_zip_member
 from .cache import (
     archive_sha256,
@@ -194,7 +195,7 @@ def _progress_bar(total: Optional[int], label: str, progress: Optional[bool]) ->
     """A tqdm byte bar on standard error (``progress`` None: only on a terminal), or None."""
     if progress is False or (progress is None and not sys.stderr.isatty()):
         return None
-    from tqdm.auto import tqdm
+    tqdm = tqdm_class()
 
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label, file=sys.stderr, leave=False)
 

@@ -8,6 +8,8 @@ import logging
 import sys
 from typing import Any, Dict, Optional
 
+from .._runtime import tqdm_class
+
 __all__ = ["Progress", "EpochBar", "epoch_summary"]
 
 logger = logging.getLogger(__package__)
@@ -19,7 +21,7 @@ class EpochBar:
     def __init__(self, shown: bool, total: int, initial: int, desc: str, unit: str = "batch") -> None:
         self._bar: Optional[Any] = None
         if shown:
-            from tqdm.auto import tqdm
+            tqdm = tqdm_class()
 
             self._bar = tqdm(
                 total=total,
@@ -65,7 +67,7 @@ class Progress:
         if not self.is_root:
             return
         if self.bars:
-            from tqdm.auto import tqdm
+            tqdm = tqdm_class()
 
             tqdm.write(message, file=sys.stderr)
         else:
