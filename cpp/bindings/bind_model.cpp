@@ -241,8 +241,9 @@ void bind_transformer(py::module_& m) {
             const double scale = float_arg(grad_scale, who, "grad_scale", limits::finite());
             Batch b = token_batch(src, tgt_in, &tgt_out, who);
             ModelInUse<T> in_use(h, who);
-            const LossStats s = without_gil(
-                [&] { return h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale, accumulate); });
+            const LossStats s = without_gil([&] {
+              return h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale, accumulate);
+            });
             h.B = -1;
             h.last_count = s.count;
             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;

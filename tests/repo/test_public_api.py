@@ -216,6 +216,7 @@ CLI = {
         "-h",
     ],
     "train": [
+        "--accumulate",
         "--adam-eps",
         "--adaptive-threads",
         "--average-last",
@@ -259,6 +260,7 @@ CLI = {
         "--no-tie-embeddings",
         "--num-samples",
         "--out",
+        "--patience",
         "--pre-norm",
         "--precision",
         "--preset",
@@ -280,6 +282,7 @@ CLI = {
         "-h",
     ],
     "train-lm": [
+        "--accumulate",
         "--adaptive-threads",
         "--attention",
         "--average-last",
@@ -309,6 +312,7 @@ CLI = {
         "--no-reversible",
         "--no-share-embeddings",
         "--out",
+        "--patience",
         "--pre-norm",
         "--resume",
         "--reversible",

@@ -118,11 +118,11 @@ def _fit(trainer: Trainer) -> int:
             f"{PROG} train-lm: interrupted; {where} holds the state; continue with the same command and --resume"
         )
         return 130
-    model, where = trainer.model, trainer.last_checkpoint
+    model, saved = trainer.model, trainer.last_checkpoint
     if trainer.best.get("checkpoint") and trainer.checkpoint_dir is not None:  # ranked (early stopping)
         best = load_lm(trainer.checkpoint_dir)  # its best checkpoint: the run's model
-        model, where = best.model, best.path
-    console.say(f"model saved in {where}; try: {PROG} generate --model {trainer.checkpoint_dir}")
+        model, saved = best.model, best.path
+    console.say(f"model saved in {saved}; try: {PROG} generate --model {trainer.checkpoint_dir}")
     task = trainer.task
     assert isinstance(task, LmTask)  # what new_lm_trainer and resume_lm_trainer train
     print(f"{task.evaluate(model, 'test'):.4f} bits per character on the held-out test text")

@@ -414,6 +414,12 @@ class LmTask(TrainingTask):
     # with early stopping (patience), the validation bits per character rank checkpoints (lower is
     # better: the score is their negative) and "best" names the best one; without, "latest" is the model
     score_name = "bits per character"
+    unscored_average_is_best = False
+
+    def score_model(self, model: Any, config: Any) -> Optional[float]:
+        if not self.has_score(config):
+            return None
+        return -self.evaluate(model, "valid", self.request.eval_chars)
 
     def score(self, entry: Mapping[str, Any]) -> Optional[float]:
         bpc = entry.get("val_bpc")

@@ -45,7 +45,7 @@ def average_last(t: Any) -> Optional[Path]:
     path, model, count = averaged
     bleu = t.task.score_model(model, t.config)
     best = t.best["bleu"]
-    if bleu is None or best is None or bleu > best:
+    if (bleu is None and t.task.unscored_average_is_best) or (bleu is not None and (best is None or bleu > best)):
         t.run_dir.mark_best(path.name)
     message = f"averaged the last {count} checkpoints into {path}"
     if bleu is not None:
@@ -232,9 +232,10 @@ class Fit:
         t = self.trainer
         best, name = t.best["bleu"], t.best["checkpoint"]
         where = f"checkpoint {name}, the run's model" if name is not None and t.run_dir is not None else "no checkpoint"
+        last = "validation" if t.config.patience == 1 else plural(t.config.patience, "validation")
         return (
-            f"stopping early: no better validation {t.task.score_name} in the last "
-            f"{plural(t.config.patience, 'validation')}; the best is {t.task.shown_score(best)} ({where})"
+            f"stopping early: no better validation {t.task.score_name} in the last {last}; the best is "
+            f"{t.task.shown_score(best)} ({where})"
         )
 
     def postfix(self, sums: Dict[str, float]) -> Dict[str, str]:

@@ -83,6 +83,8 @@ class TrainingTask(abc.ABC):
 
     #: What :meth:`score` measures, as messages name it.
     score_name: str = "score"
+    #: Whether an average of checkpoints that no score ranks becomes the run's ``best``.
+    unscored_average_is_best: bool = True
 
     def score(self, entry: Mapping[str, Any]) -> Optional[float]:
         """The value of a history entry that ranks checkpoints for ``best`` (higher is better), or
