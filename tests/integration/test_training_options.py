@@ -212,3 +212,21 @@ def test_the_bar_without_a_time_budget_keeps_the_epoch_total(tok, data, capsys):
     Trainer(tiny_model(tok), data[0], None, _config(epochs=2, progress=True)).fit()
     err = capsys.readouterr().err
     assert "epoch 2/2:" in err and "time budget" not in err and "<" in err
+
+
+def test_train_announces_a_time_budget_without_the_presets_epoch_count(tmp_path, capsys):
+    from transformer_cpp.cli import main
+
+    from helpers.cli import QUICK, TINY_MODEL
+    from helpers.toy_task import write_tatoeba_file
+
+    data = write_tatoeba_file(tmp_path / "pairs.txt", n=200)
+    args = ["train", *TINY_MODEL, *QUICK, "--data", str(data), "--time-budget", "30", "--val-bleu-sentences", "0"]
+    # the preset's epoch count (the quick preset's 1000 stands for none) is not announced ...
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "training for 30 minutes (epochs of about 3 batches); checkpoints in" in err and "up to" not in err
+    # ... an --epochs given with the budget is, as a cap
+    assert main([*args, "--out", str(tmp_path / "b"), "--epochs", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "training for 30 minutes (epochs of about 3 batches, at most 1 epoch); checkpoints in" in err

@@ -87,15 +87,7 @@ __all__ = [
 AUTOMATIC_LENGTH_CAP = 1024
 OUTLIER_FACTOR = 4
 #: TrainConfig settings a resumed run may change (they do not alter what a step computes).
-CHANGEABLE_ON_RESUME = (
-    "epochs",
-    "time_budget",
-    "threads",
-    "progress",
-    "keep_checkpoints",
-    "average_last",
-    "patience",
-)
+CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last", "patience")
 
 Report = Callable[[str], None]
 
@@ -733,8 +725,9 @@ def _build_new_run(
         parallel=parallel,
     )
     batches = f"about {trainer.batches_per_epoch:,} batches"
-    if config.time_budget:  # the epochs are then only a cap (the presets' 1000 means "unbounded")
-        plan = f"for {plural(config.time_budget, 'minute')} (epochs of {batches})"
+    if config.time_budget:  # the epochs are then a cap, if asked for (the presets' 1000 means none)
+        cap = f", at most {plural(config.epochs, 'epoch')}" if "epochs" in request.training else ""
+        plan = f"for {plural(config.time_budget, 'minute')} (epochs of {batches}{cap})"
     else:
         plan = f"up to {plural(config.epochs, 'epoch')} of {batches}"
     report(f"training {plan}; checkpoints in {out}")
