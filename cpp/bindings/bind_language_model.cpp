@@ -90,6 +90,14 @@ void bind_language_model_class(py::module_& m) {
           py::arg("tokens"), py::arg("training") = true,
           "train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).")
       .def(
+          "apply_gradients",
+          [](H& h) {
+            LmInUse<T> in_use(h, "LanguageModel.apply_gradients");
+            without_gil([&] { h.model.apply_gradients(); });
+          },
+          "train_step's update from the gradients in parameters()' .grad (compute_gradients', or a sum of "
+          "several batches' written there): clipping, one Adam step, the gradients zeroed.")
+      .def(
           "evaluate_loss",
           [](H& h, const py::handle& tokens) {
             auto t = as_tokens(tokens, "LanguageModel.evaluate_loss", "tokens", 2);

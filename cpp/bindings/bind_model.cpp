@@ -236,21 +236,24 @@ void bind_transformer(py::module_& m) {
       .def(
           "compute_gradients",
           [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out,
-             const py::object& grad_scale) {
+             const py::object& grad_scale, bool accumulate) {
             const char* who = "Transformer.compute_gradients";
             const double scale = float_arg(grad_scale, who, "grad_scale", limits::finite());
             Batch b = token_batch(src, tgt_in, &tgt_out, who);
             ModelInUse<T> in_use(h, who);
-            const LossStats s = without_gil(
-                [&] { return h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale); });
+            const LossStats s = without_gil([&] {
+              return h.model.compute_gradients(tmap(b.src), tmap(b.tgt_in), tmap(b.tgt_out), scale, accumulate);
+            });
             h.B = -1;
             h.last_count = s.count;
             const double acc = s.count > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.count) : 0.0;
             return py::make_tuple(s.loss, acc);
           },
           py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"), py::arg("grad_scale") = 1.0,
+          py::arg("accumulate") = false,
           "Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() "
-          "(the layers' own are zeroed); no update. Returns (loss, accuracy).")
+          "(the layers' own are zeroed); no update. With accumulate they are added to the gradients "
+          "not yet applied there (several batches, one update). Returns (loss, accuracy).")
       .def(
           "gradient_buffer",
           [](py::object self) {

@@ -306,6 +306,10 @@ class _LanguageModel(typing.Generic[_F]):
         """
         train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).
         """
+    def apply_gradients(self) -> None:
+        """
+        train_step's update from the gradients in parameters()' .grad (compute_gradients', or a sum of several batches' written there): clipping, one Adam step, the gradients zeroed.
+        """
     def evaluate_loss(self, tokens: object) -> tuple[float, int]:
         """
         tokens (B, T+1): mean cross-entropy (nats) of tokens[:, 1:] given the tokens before, in inference mode; returns (loss, labels scored).
@@ -845,9 +849,9 @@ class _Transformer(typing.Generic[_F]):
         """
         Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).
         """
-    def compute_gradients(self, src: object, tgt_in: object, tgt_out: object, grad_scale: object = 1.0) -> tuple[float, float]:
+    def compute_gradients(self, src: object, tgt_in: object, tgt_out: object, grad_scale: object = 1.0, accumulate: bool = False) -> tuple[float, float]:
         """
-        Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. Returns (loss, accuracy).
+        Forward, masked loss and backward; the gradients times grad_scale go to gradient_buffer() (the layers' own are zeroed); no update. With accumulate they are added to the gradients not yet applied there (several batches, one update). Returns (loss, accuracy).
         """
     def gradient_buffer(self) -> numpy.typing.NDArray[_F]:
         """

@@ -148,14 +148,21 @@ class Transformer:
     # train_step in two halves around a sum of gradient_buffer() over processes (see distributed.py)
 
     def compute_gradients(
-        self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray, grad_scale: float = 1.0
+        self,
+        src: np.ndarray,
+        tgt_in: np.ndarray,
+        tgt_out: np.ndarray,
+        grad_scale: float = 1.0,
+        accumulate: bool = False,
     ) -> Tuple[float, float]:
         """The first half of :meth:`train_step`: forward, masked loss and backward; the gradients
         times ``grad_scale`` land in :meth:`gradient_buffer` and nothing is updated. Returns
         ``(loss, accuracy)``. ``grad_scale = last_token_count`` turns the mean over this batch's
         tokens into their sum, so that sums over processes divided by the global token count give
-        the gradient of the whole batch's mean loss."""
-        loss, accuracy = self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale)
+        the gradient of the whole batch's mean loss. With ``accumulate`` the gradients are added to
+        those in the buffer not yet applied (one update from several batches)."""
+        flag = _flag("Transformer.compute_gradients", "accumulate", accumulate)
+        loss, accuracy = self._core.compute_gradients(src, tgt_in, tgt_out, grad_scale, flag)
         return float(loss), float(accuracy)
 
     def gradient_buffer(self) -> np.ndarray:
@@ -458,6 +465,11 @@ class LanguageModel:
         """The loss of :meth:`train_step` and its gradients (in :meth:`parameters`' ``.grad``), no update."""
         loss, _ = self._core.compute_gradients(tokens, _flag("LanguageModel.compute_gradients", "training", training))
         return float(loss)
+
+    def apply_gradients(self) -> None:
+        """The update of :meth:`train_step` from the gradients in :meth:`parameters`' ``.grad``:
+        clipping, one Adam step, the gradients zeroed; refused (nothing changed) as it refuses."""
+        self._core.apply_gradients()
 
     def evaluate_loss(self, tokens: np.ndarray) -> Tuple[float, int]:
         """``(mean cross-entropy in nats, labels scored)`` of ``tokens[:, 1:]`` given the tokens

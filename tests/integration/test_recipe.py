@@ -359,11 +359,13 @@ def test_resume_applies_every_setting_it_may_change(cli_run, tmp_path):
     done = int((first / "latest").read_text().strip().split("-")[1])  # 2, or 3 after another test resumed
 
     given = ["--epochs", str(done + 2), "--keep-checkpoints", "1", "--time-budget", "30", "--no-adaptive-threads"]
+    given += ["--patience", "5"]
     result = run_cli("train", *args[:out], str(first), *args[out + 1 :], *given, "--resume")
     assert result.returncode == 0, result.stderr
     newest = f"epoch-{done + 2:04d}"
     saved = json.loads((first / newest / "config.json").read_text())["train_config"]
     assert (saved["epochs"], saved["keep_checkpoints"], saved["time_budget"]) == (done + 2, 1, 30.0)
+    assert saved["patience"] == 5
     assert (saved["threads"], saved["progress"], saved["adaptive_threads"]) == (1, False, False)
     kept = {p.name for p in list_checkpoints(first)}  # the newest one, and the best (never pruned)
     assert newest in kept and kept - {best_checkpoint(first).name, "averaged"} <= {newest}, kept
@@ -385,7 +387,7 @@ def test_resume_applies_every_setting_it_may_change(cli_run, tmp_path):
     assert averaged["data"]["averaged_from"] == names[-3:]
     saved = json.loads((second / f"epoch-{done + 1:04d}" / "config.json").read_text())["train_config"]
     assert saved["average_last"] == 3
-    covered = {"epochs", "keep_checkpoints", "time_budget", "threads", "progress", "average_last"}
+    covered = {"epochs", "keep_checkpoints", "time_budget", "threads", "progress", "average_last", "patience"}
     assert set(CHANGEABLE_ON_RESUME) == covered  # a setting added there gets a check here
 
 

@@ -218,6 +218,7 @@ CLI = {
         "-h",
     ],
     "train": [
+        "--accumulate",
         "--adam-eps",
         "--adaptive-threads",
         "--average-last",
@@ -262,6 +263,7 @@ CLI = {
         "--no-tie-embeddings",
         "--num-samples",
         "--out",
+        "--patience",
         "--pre-norm",
         "--precision",
         "--preset",
@@ -283,6 +285,7 @@ CLI = {
         "-h",
     ],
     "train-lm": [
+        "--accumulate",
         "--adaptive-threads",
         "--attention",
         "--average-last",
@@ -313,6 +316,7 @@ CLI = {
         "--no-reversible",
         "--no-share-embeddings",
         "--out",
+        "--patience",
         "--pre-norm",
         "--resume",
         "--reversible",

@@ -435,6 +435,13 @@ LossStats LanguageModel<T>::train_step(ConstTokenMap tokens) {
 }
 
 template <typename T>
+void LanguageModel<T>::apply_gradients() {
+  this->optimizer();
+  this->check_step_count("LanguageModel.apply_gradients");
+  this->update("LanguageModel.apply_gradients");
+}
+
+template <typename T>
 LossStats LanguageModel<T>::evaluate_loss(ConstTokenMap tokens) {
   check_tokens(tokens, 2, "evaluate_loss");
   split_shifted(tokens);

@@ -351,7 +351,7 @@ void Transformer<T>::zero_flat_gradients() {
 
 template <typename T>
 LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out,
-                                            double grad_scale) {
+                                            double grad_scale, bool accumulate) {
   const char* who = "Transformer.compute_gradients";
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(), who, ": tgt_out has shape (",
              tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(),
@@ -361,6 +361,8 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   TCPP_CHECK((tgt_out.array() != config_.pad_id).any(), who,
              ": tgt_out holds no target token (every label is the padding id ", config_.pad_id,
              "): there is nothing to learn from");
+  TCPP_CHECK(!accumulate || flat_pending_, who,
+             ": accumulate adds to gradients not yet applied; call compute_gradients without it first");
   this->optimizer();  // the Adam moments exist before the first apply_gradients
   T* flat = flat_gradients();
   flat_pending_ = false;
@@ -377,7 +379,8 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
       },
       "train_step");
   backward_rows(logits(), true);
-  // gather: flat = grad * grad_scale, and grad = 0 for the next step (one pass)
+  // gather: flat = grad * grad_scale (with accumulate, flat += grad * grad_scale), and grad = 0
+  // for the next step (one pass)
   const T gs = static_cast<T>(grad_scale);
   Index offset = 0;
   for (const auto& p : parameters()) {
@@ -386,7 +389,7 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
     const Index n = p.size();
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (Index i = 0; i < n; ++i) {
-      f[i] = g[i] * gs;
+      f[i] = accumulate ? f[i] + g[i] * gs : g[i] * gs;
       g[i] = T(0);
     }
     offset += n;

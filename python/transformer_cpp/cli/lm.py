@@ -54,6 +54,8 @@ _TRAINING = (
     "clip_norm",
     "eval_every",
     "eval_chars",
+    "patience",
+    "accumulate",
     "keep_checkpoints",
     "average_last",
     "threads",
@@ -122,10 +124,14 @@ def _fit(trainer: Trainer) -> int:
             f"{PROG} train-lm: interrupted; {where} holds the state; continue with the same command and --resume"
         )
         return 130
-    console.say(f"model saved in {trainer.last_checkpoint}; try: {PROG} generate --model {trainer.checkpoint_dir}")
+    model, saved = trainer.model, trainer.last_checkpoint
+    if trainer.best.get("checkpoint") and trainer.checkpoint_dir is not None:  # ranked (early stopping)
+        best = load_lm(trainer.checkpoint_dir)  # its best checkpoint: the run's model
+        model, saved = best.model, best.path
+    console.say(f"model saved in {saved}; try: {PROG} generate --model {trainer.checkpoint_dir}")
     task = trainer.task
     assert isinstance(task, LmTask)  # what new_lm_trainer and resume_lm_trainer train
-    print(f"{task.evaluate(trainer.model, 'test'):.4f} bits per character on the held-out test text")
+    print(f"{task.evaluate(model, 'test'):.4f} bits per character on the held-out test text")
     return 0
 
 
@@ -254,6 +260,20 @@ def _add_training_options(g: Any) -> None:
         type=count_option("eval_chars", 2),
         default=None,
         help=f"validation characters scored at each validation (default {d.eval_chars})",
+    )
+    g.add_argument(
+        "--patience",
+        type=_train_type("patience"),
+        default=None,
+        help="stop early after N validations in a row without better validation bits per character; the "
+        f"best checkpoint ('best') is then the run's model (default 0 = off; {_train_limit('patience').describe()})",
+    )
+    g.add_argument(
+        "--accumulate",
+        type=_train_type("accumulate"),
+        default=None,
+        help="take one optimiser step from the gradients of N batches of windows, as from one N times larger "
+        f"batch; --steps counts these steps (default {d.accumulate}; {_train_limit('accumulate').describe()})",
     )
     g.add_argument(
         "--keep-checkpoints",

@@ -39,6 +39,7 @@ from ..training.config import MAX_EPOCHS
 from ..training import TrainConfig, Trainer
 from ..training.run_dir import RunDirectory
 from ..training.state import STATE_FORMAT, STATE_VERSION
+from ..training.accumulate import accumulated_lm_step
 from ..training.task import StepOutcome, TrainingTask
 from .lm_checkpoint import LmCheckpoint, average_lm_checkpoints, legacy_history, load_lm, load_trainer_state
 from .lm_checkpoint import save_lm_checkpoint
@@ -110,6 +111,8 @@ class LmTrainRequest:
     clip_norm: float = 1.0
     eval_every: int = 200
     eval_chars: int = 65536
+    patience: int = 0
+    accumulate: int = 1
     keep_checkpoints: int = 3
     average_last: int = 0
     threads: Optional[int] = None
@@ -154,7 +157,10 @@ class LmTrainRequest:
         return {name: getattr(self, name) for name in _ARCH}
 
     def train_config(self, steps_per_epoch: int) -> TrainConfig:
-        """The shared trainer's settings for this request, with epochs of ``steps_per_epoch`` steps."""
+        """The shared trainer's settings for this request, with epochs of ``steps_per_epoch``
+        batches (``steps`` counts optimiser steps: with ``accumulate``, one per that many batches)."""
+        accumulate = self.accumulate if isinstance(self.accumulate, int) and self.accumulate >= 1 else 1
+        steps_per_epoch = -(-steps_per_epoch // accumulate)
         limit = self.steps
         if self.epochs is not None:
             limit = max(1, int(math.ceil(self.epochs * steps_per_epoch)))
@@ -168,6 +174,8 @@ class LmTrainRequest:
                 time_budget=self.time_budget or 0.0,
                 batch_size=self.batch_size,
                 eval_every=self.eval_every,
+                patience=self.patience,
+                accumulate=self.accumulate,
                 seed=self.seed,
                 keep_checkpoints=self.keep_checkpoints,
                 val_bleu_sentences=0,
@@ -389,6 +397,19 @@ class LmTask(TrainingTask):
         tokens = r.batch_size * r.seq_len
         return StepOutcome(loss, 0.0, tokens, tokens)  # the language model counts no accuracy
 
+    def accumulated_step(self, model: Any, batches: Sequence[Any]) -> StepOutcome:
+        if len(batches) == 1:
+            return self.step(model, batches[0])
+        r = self.request
+
+        def before(i: int) -> None:  # as in step: a segment memory restarts with the stripes
+            if r.memory_length > 0 and self.segment_of(batches[i])[0] == 0:
+                model.reset_memory()
+
+        loss, _ = accumulated_lm_step(model, [self.batch(b) for b in batches], before)
+        tokens = len(batches) * r.batch_size * r.seq_len
+        return StepOutcome(loss, 0.0, tokens, tokens)
+
     def evaluate(self, model: Any, part: str = "test", chars: Optional[int] = None) -> float:
         """Bits per character of a part of the text (``"train"``, ``"valid"`` or ``"test"``; its
         first ``chars`` characters when given)."""
@@ -404,6 +425,26 @@ class LmTask(TrainingTask):
         if not math.isfinite(bpc):
             raise FloatingPointError(f"the validation bits per character are {bpc}")
         return {"val_bpc": bpc}
+
+    # with early stopping (patience), the validation bits per character rank checkpoints (lower is
+    # better: the score is their negative) and "best" names the best one; without, "latest" is the model
+    score_name = "bits per character"
+    unscored_average_is_best = False
+
+    def score_model(self, model: Any, config: Any) -> Optional[float]:
+        if not self.has_score(config):
+            return None
+        return -self.evaluate(model, "valid", self.request.eval_chars)
+
+    def score(self, entry: Mapping[str, Any]) -> Optional[float]:
+        bpc = entry.get("val_bpc")
+        return None if bpc is None or not self.request.patience else -float(bpc)
+
+    def has_score(self, config: Any) -> bool:
+        return bool(self.request.patience) and len(self.ids["valid"][: self.request.eval_chars]) >= 2
+
+    def shown_score(self, value: float) -> str:
+        return f"{-value:.3f}"
 
     def fingerprints(self) -> Dict[str, Optional[str]]:
         return {"train": _digest(self.ids["train"]), "valid": _digest(self.ids["valid"])}
@@ -450,6 +491,7 @@ class LmTask(TrainingTask):
             train_config=train_config,
             keep=keep,
             run_id=run_id,
+            best=best,
         )
 
     def average(self, run_dir: Path, paths: Sequence[Path]) -> Tuple[Path, Any]:
@@ -499,6 +541,7 @@ CHANGEABLE_ON_RESUME = (
     "epochs",
     "eval_every",
     "eval_chars",
+    "patience",
     "keep_checkpoints",
     "average_last",
     "threads",

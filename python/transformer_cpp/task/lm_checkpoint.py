@@ -100,10 +100,11 @@ def save_lm_checkpoint(
     keep: Optional[int],
     run_id: Optional[str],
     name: Optional[str] = None,
+    best: bool = False,
 ) -> Path:
     """Write a checkpoint of ``model`` into run directory ``run`` (named by the trainer state's
     position unless ``name`` is given; with a trainer state, the optimiser too): the shared
-    atomic write, ``latest`` moved, the run's oldest pruned beyond ``keep``."""
+    atomic write, ``latest`` moved (with ``best``, ``best`` too), the run's oldest pruned beyond ``keep``."""
     optimizer = trainer_state is not None
     bad = model.nonfinite_parameters(optimizer)
     if bad:
@@ -132,7 +133,7 @@ def save_lm_checkpoint(
         "train_config": None if train_config is None else dict(train_config),
         "data": dict(data),
     }
-    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, what="train-lm")
+    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, best=best, what="train-lm")
 
 
 def _mapping(ckpt: Path, what: str, value: Any) -> Dict[str, Any]:
@@ -162,10 +163,11 @@ def _legacy(ckpt: Path, state: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dic
 
 
 def load_lm(path: Union[str, "os.PathLike[str]"], *, optimizer: bool = False) -> LmCheckpoint:
-    """The language model of a checkpoint directory, or of a run directory's ``latest``
-    (:class:`CheckpointError` naming what is missing or damaged, or that the run is a
-    translation model's)."""
-    ckpt, manifest = read_checkpoint_config(path, "latest")
+    """The language model of a checkpoint directory, or of a run directory: its ``latest`` with
+    ``optimizer`` (to resume), else its ``best`` when it has one (a run with early stopping),
+    else its ``latest`` (:class:`CheckpointError` naming what is missing or damaged, or that the
+    run is a translation model's)."""
+    ckpt, manifest = read_checkpoint_config(path, "latest" if optimizer else "best")
     check_kind(ckpt, manifest, LANGUAGE_MODEL_KIND)
     files = _mapping(ckpt, f"the 'files' section of '{CONFIG_FILE}'", manifest.get("files"))
     model_config = dict(_mapping(ckpt, f"the 'model' section of '{CONFIG_FILE}'", manifest.get("model")))

@@ -88,7 +88,7 @@ __all__ = [
 AUTOMATIC_LENGTH_CAP = 1024
 OUTLIER_FACTOR = 4
 #: TrainConfig settings a resumed run may change (they do not alter what a step computes).
-CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last")
+CHANGEABLE_ON_RESUME = ("epochs", "time_budget", "threads", "progress", "keep_checkpoints", "average_last", "patience")
 
 Report = Callable[[str], None]
 
@@ -728,11 +728,13 @@ def _build_new_run(
         data_info=record.to_dict(),
         parallel=parallel,
     )
-    budget = f" or {plural(config.time_budget, 'minute')}" if config.time_budget else ""
-    report(
-        f"training up to {plural(config.epochs, 'epoch')} of about {trainer.batches_per_epoch:,} batches{budget}; "
-        f"checkpoints in {out}"
-    )
+    batches = f"about {trainer.batches_per_epoch:,} batches"
+    if config.time_budget:  # the epochs are then a cap, if asked for (the presets' 1000 means none)
+        cap = f", at most {plural(config.epochs, 'epoch')}" if "epochs" in request.training else ""
+        plan = f"for {plural(config.time_budget, 'minute')} (epochs of {batches}{cap})"
+    else:
+        plan = f"up to {plural(config.epochs, 'epoch')} of {batches}"
+    report(f"training {plan}; checkpoints in {out}")
     return trainer
 
 

@@ -84,6 +84,21 @@ class TrainConfig:
         limit=Limit(True, 0, 2**62),
         help="also validate (a history entry, a line, a checkpoint) every this many steps (0 = once per epoch)",
     )
+    patience: int = setting(
+        0,
+        limit=Limit(True, 0, 1_000_000),
+        help="stop early after N validations in a row without a better validation score (the BLEU that "
+        "ranks checkpoints), the best checkpoint staying the run's model (0 = off, the default)",
+        option="--patience",
+    )
+    accumulate: int = setting(
+        1,
+        limit=Limit(True, 1, 1_000_000),
+        help="take one optimiser step from the gradients of N consecutive batches, as from one N times "
+        "larger batch (the loss averaged over all their tokens); the schedule counts these steps "
+        "(default {default})",
+        option="--accumulate",
+    )
     decay: bool = setting(
         False,
         limit=_FLAG,

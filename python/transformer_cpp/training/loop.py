@@ -4,17 +4,17 @@ validations, the checkpoints, and what an interruption or a divergence leaves be
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, cast
 
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import checkpoint_name, nonfinite_tensors
 from .config import MAX_EPOCHS, TrainConfig, TrainingDiverged, TrainingInterrupted
 from .logs import run_log
 from .progress import Progress, epoch_summary
+from .wording import plural
 from .run_dir import improves
 from .steps import StopRequest
 
@@ -46,12 +46,12 @@ def average_last(t: Any) -> Optional[Path]:
     path, model, count = averaged
     bleu = t.task.score_model(model, t.config)
     best = t.best["bleu"]
-    if bleu is None or best is None or bleu > best:
+    if (bleu is None and t.task.unscored_average_is_best) or (bleu is not None and (best is None or bleu > best)):
         t.run_dir.mark_best(path.name)
     message = f"averaged the last {count} checkpoints into {path}"
     if bleu is not None:
-        versus = f" (best checkpoint {best:.2f})" if best is not None else ""
-        message += f": validation {t.task.score_name} {bleu:.2f}{versus}"
+        versus = f" (best checkpoint {t.task.shown_score(best)})" if best is not None else ""
+        message += f": validation {t.task.score_name} {t.task.shown_score(bleu)}{versus}"
     progress_of(t).say(message)
     return Path(path)
 
@@ -70,6 +70,13 @@ def thread_governor(t: Any) -> Optional[ThreadGovernor]:
         set_num_threads(t._governor.most)
     t._governor = governor
     return governor
+
+
+def groups(plan: Sequence[Any], skip: int, size: int) -> Iterator[Sequence[Any]]:
+    """The batches of an epoch's ``plan`` from batch ``skip`` on, ``size`` at a time (the batches of
+    one optimiser step; the last group of the epoch may hold fewer)."""
+    for start in range(skip, len(plan), size):
+        yield plan[start : start + size]
 
 
 class Fit:
@@ -95,6 +102,7 @@ class Fit:
         self.clock = 0.0  # the perf_counter() at which the trainer's elapsed was 0
         self.previous_seconds = 0.0  # this process's previous step
         self.log = run_log(trainer)  # log.csv and TensorBoard (with a run directory)
+        self.validated_and_saved = False  # the epoch ended at a validation inside it, already saved
 
     def run(self) -> History:
         t = self.trainer
@@ -122,7 +130,11 @@ class Fit:
                     raise TrainingInterrupted(
                         f"training interrupted in epoch {t.epoch + 1} after {t.batch_in_epoch} batches{where}", path
                     )
-                path = self.save_and_rank(entry)
+                path = t.last_checkpoint if self.validated_and_saved else self.save_and_rank(entry)
+                self.validated_and_saved = False
+                if self.patience_spent():
+                    t.finished = True
+                    self.progress.say(self.early_stop_message())
                 t.elapsed = time.perf_counter() - self.clock
                 if self.on_epoch_end is not None:
                     self.on_epoch_end(t, entry)
@@ -141,19 +153,20 @@ class Fit:
         t, model, budget = self.trainer, self.trainer.model, self.budget
         total = t.batches_per_epoch
         skip = t.batch_in_epoch
-        of = f"/{target}" if target < MAX_EPOCHS else ""  # (the most: no count to show)
-        bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}{of}", t.task.unit)
+        # no total with the most epochs, nor under a time budget (the epochs are then only a cap)
+        of = f"/{target}" if target < MAX_EPOCHS and not budget else ""
+        bar = self.progress.epoch_bar(total, skip, f"epoch {t.epoch + 1}{of}", t.task.unit, timed=bool(budget))
         timed_steps, timed_seconds = 0, 0.0
         partial = False
         governor = thread_governor(t)
         try:
-            for rows in itertools.islice(t.batch_plan(t.epoch), skip, None):
+            for group in groups(t.batch_plan(t.epoch), skip, t.config.accumulate):
                 where = f"at step {model.step + 1} (epoch {t.epoch + 1}, batch {t.batch_in_epoch + 1})"
                 try:
                     r = self.steps.step(
                         model,
                         t.task,
-                        rows,
+                        group,
                         stop=stop.requested,
                         origin=self.clock,
                         previous_seconds=self.previous_seconds,
@@ -167,7 +180,7 @@ class Fit:
                     governor.record(r.seconds, r.work)
                 self.sums.epoch_seconds += r.seconds
                 t.elapsed, self.previous_seconds = r.elapsed, r.seconds
-                self.record_step(r.loss, r.accuracy, r.tokens)
+                self.record_step(r.loss, r.accuracy, r.tokens, len(group))
                 self.steps.check_weights_on_schedule(model)
                 if t.batch_in_epoch > skip + 2:  # the first steps of an epoch (or a resume) warm caches up
                     timed_steps += 1
@@ -175,7 +188,7 @@ class Fit:
                     if timed_steps % 50 == 0:
                         # epoch ends cost validation and a checkpoint: reserve 3% of the budget for them
                         self.fit_schedule(budget * 0.97 - t.elapsed, timed_seconds / timed_steps)
-                bar.step(self.postfix(self.sums.epoch))
+                bar.step(self.postfix(self.sums.epoch), len(group), budget - t.elapsed if budget else None)
                 if self.on_batch_end is not None:
                     self.on_batch_end(t)
                 if self.steps.stop_after_step(stop.requested):
@@ -185,7 +198,11 @@ class Fit:
                     partial = t.batch_in_epoch < total
                     break
                 if t.config.eval_every and model.step % t.config.eval_every == 0 and t.batch_in_epoch < total:
-                    self.interim_validation()
+                    interim = self.interim_validation()
+                    if self.patience_spent():  # early stopping: this validation ends the run
+                        t.finished = True
+                        self.validated_and_saved = True
+                        return interim
             try:
                 entry = self.finish_epoch(partial=partial)
             except FloatingPointError as exc:  # a non-finite validation loss or decoding
@@ -204,16 +221,34 @@ class Fit:
             return "time budget spent"
         if t.config.max_steps and t.model.step >= t.config.max_steps:
             return "step limit reached"
+        if self.patience_spent():
+            return f"no better validation {t.task.score_name} in {plural(t.config.patience, 'validation')}"
         return ""
+
+    def patience_spent(self) -> bool:
+        """Early stopping: ``patience`` validations in a row gave no better score than the best."""
+        t = self.trainer
+        return bool(t.config.patience) and int(t.best.get("since", 0)) >= t.config.patience
+
+    def early_stop_message(self) -> str:
+        t = self.trainer
+        best, name = t.best["bleu"], t.best["checkpoint"]
+        where = f"checkpoint {name}, the run's model" if name is not None and t.run_dir is not None else "no checkpoint"
+        last = "validation" if t.config.patience == 1 else plural(t.config.patience, "validation")
+        return (
+            f"stopping early: no better validation {t.task.score_name} in the last {last}; the best is "
+            f"{t.task.shown_score(best)} ({where})"
+        )
 
     def postfix(self, sums: Dict[str, float]) -> Dict[str, str]:
         """What the progress bar shows: the task's running means and the learning rate."""
         model = self.trainer.model
         return {**self.trainer.task.postfix(sums), "lr": f"{model.learning_rate(max(model.step, 1)):.2e}"}
 
-    def interim_validation(self) -> None:
+    def interim_validation(self) -> Dict[str, Any]:
         """Validate inside the epoch (every ``eval_every`` steps): a history entry with a
-        fractional epoch (its losses the means since the previous entry), its line, a checkpoint."""
+        fractional epoch (its losses the means since the previous entry), its line, a checkpoint;
+        the entry."""
         t = self.trainer
         try:
             entry = self.finish_epoch(partial=True)
@@ -222,10 +257,11 @@ class Fit:
         self.save_and_rank(entry)
         t.elapsed = time.perf_counter() - self.clock
         self.progress.say(epoch_summary(entry, "", t.elapsed, t.task.describe(entry)))
+        return entry
 
-    def record_step(self, loss: float, acc: float, tokens: int) -> None:
+    def record_step(self, loss: float, acc: float, tokens: int, batches: int = 1) -> None:
         t = self.trainer
-        t.batch_in_epoch += 1
+        t.batch_in_epoch += batches
         window = self.sums.add(loss, acc, tokens, t.config.log_every)
         self.log.count(tokens, self.previous_seconds)
         if window is not None:
@@ -293,20 +329,27 @@ class Fit:
         configure_model(t.model, c, total_steps=max(total, 1))
 
     def steps_to_epoch(self, epochs: int) -> int:
-        """Optimiser steps when ``epochs`` epochs are done (estimated from the current epoch's size)."""
+        """Optimiser steps when ``epochs`` epochs are done (estimated from the current epoch's size;
+        with ``accumulate``, a step per that many batches, the last of an epoch perhaps fewer)."""
         t = self.trainer
-        return int(t.model.step) + (epochs - int(t.epoch)) * int(t.batches_per_epoch) - int(t.batch_in_epoch)
+        n, batches, done = int(t.config.accumulate), int(t.batches_per_epoch), int(t.batch_in_epoch)
+        per_epoch, left = -(-batches // n), -(-(batches - done) // n)
+        return int(t.model.step) + left + (epochs - int(t.epoch) - 1) * per_epoch
 
     def save_and_rank(self, entry: Dict[str, Any]) -> Optional[Path]:
-        """Save a checkpoint (with a run directory) and point ``best`` at it if its validation BLEU
-        is the best so far."""
+        """Rank the validation ``entry`` (its score against the best so far, and the validations
+        since a better one, for early stopping); with a run directory, save a checkpoint and point
+        ``best`` at it if its score is the best so far (a tie too: the newer one)."""
         t = self.trainer
-        if t.run_dir is None:
-            return None
         bleu = t.task.score(entry)
         better = improves(bleu, t.best["bleu"])
-        if better:  # (before saving: the trainer state in the checkpoint records it)
-            t.best = {"bleu": bleu, "checkpoint": checkpoint_name(t.epoch, t.batch_in_epoch)}
+        if bleu is not None:  # (before saving: the trainer state in the checkpoint records it)
+            strictly = t.best["bleu"] is None or bleu > t.best["bleu"]
+            since = 0 if strictly else int(t.best.get("since", 0)) + 1
+            name = checkpoint_name(t.epoch, t.batch_in_epoch) if t.run_dir is not None else None
+            t.best = {"bleu": bleu, "checkpoint": name, "since": since} if better else {**t.best, "since": since}
+        if t.run_dir is None:
+            return None
         # best moves before pruning, so the checkpoint it named until now is pruned like any other
         return cast(Optional[Path], t.save_checkpoint(best=better))
 

@@ -17,6 +17,7 @@ import numpy as np
 from ..checkpoint import Checkpoint, CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from ..data import Batch, EncodedPairs, batch_plan, make_batch
 from ..translate import bleu_of_encoded, evaluate_loss
+from .accumulate import accumulated_pairs_step
 from .config import TrainConfig
 from .state import data_fingerprint
 from .task import StepOutcome, TrainingTask
@@ -118,6 +119,13 @@ class PairsTask(TrainingTask):
         loss, acc = model.train_step(b.src, b.tgt_in, b.tgt_out)
         return StepOutcome(loss, acc, model.last_token_count, b.src.size + b.tgt_in.size)
 
+    def accumulated_step(self, model: Any, batches: Sequence[Any]) -> StepOutcome:
+        if len(batches) == 1:
+            return self.step(model, batches[0])
+        made = [make_batch(self.train_data, rows) for rows in batches]
+        loss, acc, tokens = accumulated_pairs_step(model, made)
+        return StepOutcome(loss, acc, tokens, sum(b.src.size + b.tgt_in.size for b in made))
+
     def parallel_batch(self, batch: Any) -> Batch:
         return make_batch(self.train_data, batch)
 
@@ -146,6 +154,9 @@ class PairsTask(TrainingTask):
         )
 
     score_name = "BLEU"
+
+    def has_score(self, config: Any) -> bool:
+        return self.valid_data is not None and self.tgt_tokenizer is not None and config.val_bleu_sentences > 0
 
     def score_model(self, model: Any, config: Any) -> Optional[float]:
         return self.bleu(model, config.val_bleu_sentences)

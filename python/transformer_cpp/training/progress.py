@@ -10,16 +10,33 @@ from typing import Any, Dict, Optional
 
 from .._runtime import tqdm_class
 
-__all__ = ["Progress", "EpochBar", "epoch_summary"]
+__all__ = ["Progress", "EpochBar", "budget_left", "epoch_summary"]
 
 logger = logging.getLogger(__package__)
 
 
-class EpochBar:
-    """The progress bar of one epoch (nothing without bars); close it when the epoch ends."""
+#: The bar under a time budget: tqdm's own, without its estimate of the epoch's remaining time
+#: (the budget, not the epoch, ends such a run: its time left is in the description).
+TIMED_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
 
-    def __init__(self, shown: bool, total: int, initial: int, desc: str, unit: str = "batch") -> None:
+
+def budget_left(seconds: float) -> str:
+    """What a bar under a time budget says of it: ``"8:05 of the time budget left"`` (h:mm:ss
+    from an hour on)."""
+    s = max(int(seconds), 0)
+    clock = f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return f"{clock} of the time budget left"
+
+
+class EpochBar:
+    """The progress bar of one epoch (nothing without bars); close it when the epoch ends. A
+    ``timed`` bar (a run under a time budget) shows the budget's time left, not the epoch's."""
+
+    def __init__(
+        self, shown: bool, total: int, initial: int, desc: str, unit: str = "batch", timed: bool = False
+    ) -> None:
         self._bar: Optional[Any] = None
+        self._desc = desc
         if shown:
             tqdm = tqdm_class()
 
@@ -31,14 +48,18 @@ class EpochBar:
                 leave=True,
                 dynamic_ncols=True,
                 file=sys.stderr,
+                bar_format=TIMED_FORMAT if timed else None,
             )
 
-    def step(self, postfix: Dict[str, str]) -> None:
-        """One batch done: ``postfix`` is what the bar shows beside it (the running means, the lr)."""
+    def step(self, postfix: Dict[str, str], batches: int = 1, left: Optional[float] = None) -> None:
+        """One step done, of ``batches`` batches: ``postfix`` is what the bar shows beside it (the
+        running means, the lr), ``left`` the seconds left of the time budget (None: no budget)."""
         if self._bar is None:
             return
+        if left is not None:
+            self._bar.set_description(f"{self._desc} ({budget_left(left)})", refresh=False)
         self._bar.set_postfix(postfix, refresh=False)
-        self._bar.update(1)
+        self._bar.update(batches)
 
     def finish(self, postfix: Dict[str, str]) -> None:
         """Show the epoch's values on the bar and close it."""
@@ -59,8 +80,8 @@ class Progress:
         self.bars = bars and is_root
         self.is_root = is_root
 
-    def epoch_bar(self, total: int, initial: int, desc: str, unit: str = "batch") -> EpochBar:
-        return EpochBar(self.bars, total, initial, desc, unit)
+    def epoch_bar(self, total: int, initial: int, desc: str, unit: str = "batch", timed: bool = False) -> EpochBar:
+        return EpochBar(self.bars, total, initial, desc, unit, timed)
 
     def say(self, message: str) -> None:
         """One line: written between the bars, or logged at INFO without them; nothing off the root."""

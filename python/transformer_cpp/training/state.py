@@ -186,6 +186,9 @@ def _checked_values(state: Mapping[str, Any], metrics: Sequence[str]) -> Dict[st
         raise ValueError(f"best.bleu must be a finite number or null, got {bleu!r:.40}")
     if name is not None and not isinstance(name, str):
         raise ValueError(f"best.checkpoint must be a checkpoint name or null, got {name!r:.40}")
+    since = best.get("since", 0)  # (a state written before early stopping has none)
+    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+        raise ValueError(f"best.since must be an integer >= 0, got {since!r:.40}")
     finished = state.get("finished", False)
     if not isinstance(finished, bool):
         raise ValueError(f"finished must be true or false, got {finished!r:.40}")
@@ -222,7 +225,7 @@ def _checked_values(state: Mapping[str, Any], metrics: Sequence[str]) -> Dict[st
         "window_steps": _state_number(state, "window_steps", True),
         "elapsed": _state_number(state, "elapsed", False, 0.0),
         "finished": finished,
-        "best": {"bleu": bleu, "checkpoint": name},
+        "best": {"bleu": bleu, "checkpoint": name, "since": since},
         "history": history,
         "step": step,
         "run_id": run_id if isinstance(run_id, str) and run_id else None,

@@ -133,7 +133,8 @@ class Steps(abc.ABC):
         previous_seconds: float,
         where: str,
     ) -> StepResult:
-        """One optimiser step of ``task`` on its global batch ``rows``.
+        """One optimiser step of ``task`` on its global batches ``rows`` (one, or with gradient
+        accumulation several: :meth:`~.task.TrainingTask.accumulated_step`).
 
         ``stop``: a stop is requested here; ``origin``: the ``time.perf_counter()`` at which the
         run's clock read 0; ``previous_seconds``: this process's previous step time; ``where``:
@@ -193,7 +194,7 @@ class LocalSteps(Steps):
         t0 = time.perf_counter()
         # a FloatingPointError (transformer_cpp.NonFiniteError) when the step would not be finite:
         # the core then changes nothing
-        o = task.step(model, rows)
+        o = task.accumulated_step(model, rows)
         t1 = time.perf_counter()
         return StepResult(o.loss, o.accuracy, o.tokens, o.work, t1 - t0, t1 - origin, t1 - t0)
 
@@ -259,7 +260,7 @@ class ParallelSteps(Steps):
         r = self.parallel.train_step(
             model,
             batch_of,
-            rows,
+            rows[0],  # one batch a step: data parallelism takes no gradient accumulation
             stop=stop,
             elapsed=time.perf_counter() - origin,
             step_seconds=previous_seconds,

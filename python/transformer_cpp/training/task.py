@@ -57,6 +57,18 @@ class TrainingTask(abc.ABC):
             FloatingPointError: the loss or the update is not finite; nothing was updated.
         """
 
+    def accumulated_step(self, model: Any, batches: Sequence[Any]) -> StepOutcome:
+        """One optimiser step of ``model`` from the gradients of ``batches`` together (gradient
+        accumulation, :mod:`.accumulate`): the step on their concatenation, the loss averaged
+        over all their tokens. One batch: :meth:`step`.
+
+        Raises:
+            FloatingPointError: a loss or the update is not finite; nothing was updated.
+        """
+        if len(batches) == 1:
+            return self.step(model, batches[0])
+        raise ValueError(f"gradient accumulation is not available for the {self.kind} task")
+
     def parallel_batch(self, batch: Any) -> Batch:
         """The ``Batch`` of ``batch`` (a share of a global batch) for a data-parallel step."""
         raise ValueError(f"data-parallel training is not available for the {self.kind} task")
@@ -71,11 +83,22 @@ class TrainingTask(abc.ABC):
 
     #: What :meth:`score` measures, as messages name it.
     score_name: str = "score"
+    #: Whether an average of checkpoints that no score ranks becomes the run's ``best``.
+    unscored_average_is_best: bool = True
 
     def score(self, entry: Mapping[str, Any]) -> Optional[float]:
         """The value of a history entry that ranks checkpoints for ``best`` (higher is better), or
         None when the task ranks none."""
         return None
+
+    def has_score(self, config: Any) -> bool:
+        """Whether validation under ``config`` gives :meth:`score` a value (what early stopping
+        compares)."""
+        return False
+
+    def shown_score(self, value: float) -> str:
+        """A :meth:`score` as messages show it."""
+        return f"{value:.2f}"
 
     def score_model(self, model: Any, config: Any) -> Optional[float]:
         """:meth:`score` of ``model`` itself (an average of checkpoints, say), or None."""

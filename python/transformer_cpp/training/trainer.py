@@ -68,7 +68,8 @@ class Trainer:
         history: see :mod:`transformer_cpp.training.state`.
         last_checkpoint: the newest checkpoint written (or loaded), or ``None``.
         elapsed: seconds of training so far (what the time budget counts), over every fit and resume.
-        finished: the time budget is spent. best: the best validation BLEU so far and its checkpoint.
+        finished: the time budget is spent (or early stopping stopped the run). best: the best
+            validation BLEU so far, its checkpoint, and the validations since (``since``).
     """
 
     def __init__(
@@ -147,10 +148,21 @@ class Trainer:
         self._fingerprints = self.task.fingerprints()
         self.elapsed = 0.0
         self.finished = False
-        self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None}  # the task's score (BLEU) and where
+        # the task's score (BLEU) and where; "since": validations since a better one (early stopping)
+        self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None, "since": 0}
         self.run_id = uuid.uuid4().hex[:16]  # recorded in each checkpoint: pruning deletes only this run's
         if not self.batch_plan(0):
             raise ValueError(no_batch_message(getattr(self.task, "train_data", None), self.config))
+        if self.config.accumulate > 1 and self.world_size > 1:
+            raise ValueError(
+                f"Trainer: accumulate {self.config.accumulate} is not available with data parallelism "
+                f"({self.world_size} processes); use accumulate=1 or a larger batch"
+            )
+        if self.config.patience and not self.task.has_score(self.config):
+            raise ValueError(
+                f"Trainer: patience {self.config.patience} needs a validation {self.task.score_name} to compare "
+                "(for translation: validation pairs and val_bleu_sentences > 0); set patience=0 or give them"
+            )
 
     # the translation task's data and tokenizers (None for another task)
     train_data = property(lambda self: getattr(self.task, "train_data", None))
@@ -171,7 +183,8 @@ class Trainer:
 
     @property
     def batches_per_epoch(self) -> int:
-        """Optimiser steps in the current epoch (with ``max_tokens`` the count varies a little)."""
+        """Batches in the current epoch (with ``max_tokens`` the count varies a little): its optimiser
+        steps, or with ``accumulate`` N, N times as many."""
         return len(self.batch_plan(self.epoch))
 
     def batch_plan(self, epoch: int) -> Sequence[Any]:
@@ -244,6 +257,7 @@ class Trainer:
         time_budget: Optional[float] = None,
         keep_checkpoints: Optional[int] = None,
         average_last: Optional[int] = None,
+        patience: Optional[int] = None,
         parallel: Any = None,
     ) -> "Trainer":
         """A trainer that continues the run saved at ``path`` (a run directory, one checkpoint
@@ -252,7 +266,7 @@ class Trainer:
         ``train_data`` and ``valid_data`` must be the same encoded pairs as in the saved run
         (checked with a hash). The model, tokenizers, optimiser state, settings and history come
         from the checkpoint; ``epochs`` (the total to reach), ``threads``, ``progress``,
-        ``time_budget``, ``keep_checkpoints`` and ``average_last`` may be changed (None keeps the
+        ``time_budget``, ``keep_checkpoints``, ``average_last`` and ``patience`` may be changed (None keeps the
         run's). New checkpoints go to ``checkpoint_dir``, by default the run
         directory that holds ``path``. ``parallel`` (a
         :class:`~transformer_cpp.distributed.DataParallel`) must have as many ranks as the run had.
@@ -263,7 +277,7 @@ class Trainer:
             ValueError: different data.
         """
         changes = dict(epochs=epochs, threads=threads, progress=progress, time_budget=time_budget)
-        changes.update(keep_checkpoints=keep_checkpoints, average_last=average_last)
+        changes.update(keep_checkpoints=keep_checkpoints, average_last=average_last, patience=patience)
         trainer: Trainer = resume_pairs(cls, path, train_data, valid_data, changes, checkpoint_dir, parallel)
         return trainer
 

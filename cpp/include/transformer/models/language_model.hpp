@@ -160,6 +160,10 @@ class LanguageModel : public TrainableModel<T> {
   LossStats train_step(ConstTokenMap tokens);
   // The same loss and gradients as train_step, without the update (gradients stay in parameters()).
   LossStats compute_gradients(ConstTokenMap tokens, bool training);
+  // train_step's second half on the gradients in parameters() (compute_gradients', or a sum of
+  // several batches' written there: gradient accumulation): clipping, one Adam step, the
+  // gradients zeroed. Refuses (NonFiniteError, nothing changed) as train_step does.
+  void apply_gradients();
   // The mean cross-entropy in inference mode (no dropout, no update); count = labels scored.
   LossStats evaluate_loss(ConstTokenMap tokens);
 

@@ -122,7 +122,10 @@ class Transformer : public TrainableModel<T> {
   // backward, then every parameter gradient multiplied by grad_scale is copied into
   // flat_gradients() (parameters() order) and the layers' gradients are zeroed. Nothing else
   // changes: no weight, Adam moment or step count. A non-finite loss throws NonFiniteError.
-  LossStats compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out, double grad_scale);
+  // With accumulate, the scaled gradients are added to flat_gradients() instead (gradient
+  // accumulation: one update from several batches); it needs gradients not yet applied.
+  LossStats compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out, double grad_scale,
+                              bool accumulate = false);
   // The contiguous gradient buffer: flat_parameter_count() gradient values, then kFlatSpareSlots
   // values the caller may use to sum its own numbers along with the gradients (same all-reduce).
   static constexpr Index kFlatSpareSlots = 8;
