@@ -10,6 +10,7 @@ import argparse
 import math
 from typing import Any, Dict
 
+from ..checkpoint import LANGUAGE_MODEL_KIND
 from ..config import LM_FIELDS, OPTIMIZER_FIELDS, attention_kind, quoted_kinds, settings_of
 from ..data import check_encoding
 from ..data.lm_text import load_lm_text, split_text
@@ -98,7 +99,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
     given = _given(args)
     set_threads(args.threads)
     run = RunDirectory(args.out, "--out")
-    check_out(run, args.resume)
+    check_out(run, args.resume, LANGUAGE_MODEL_KIND)
     with run.removed_unless_used(), terminate_as_interrupt():
         run.check_writable()
         with run.lock():

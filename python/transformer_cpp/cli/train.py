@@ -69,8 +69,9 @@ def show_epoch_summaries() -> None:
     log.setLevel(logging.INFO)
 
 
-def check_out(run: RunDirectory, resume: bool) -> None:
-    """Refuse to start a run over another one or over files of the user's, or to resume none."""
+def check_out(run: RunDirectory, resume: bool, kind: str = TRANSLATION_KIND) -> None:
+    """Refuse to start a run over another one or over files of the user's, to resume none, or to
+    resume a run of another task than ``kind``."""
     if not resume:
         run.check_own_entries()  # a resumed run is checked once its checkpoint has been read
     existing = run.holds_run()
@@ -78,8 +79,8 @@ def check_out(run: RunDirectory, resume: bool) -> None:
         raise UserError(f"nothing to resume: '{run.path}' holds no checkpoint")
     if not resume and existing:
         raise UserError(f"'{run.path}' already holds a run; pass --resume to continue it or choose another --out")
-    if resume:  # a language model's run says so before any data is read
-        check_kind(*read_checkpoint_config(run.path, "latest"), TRANSLATION_KIND)
+    if resume:  # a run of the other task says so before any data is read
+        check_kind(*read_checkpoint_config(run.path, "latest"), kind)
 
 
 def run_train(args: argparse.Namespace) -> int:
