@@ -375,9 +375,9 @@ def tqdm_class() -> Any:
     """tqdm's bar for where the program runs: the notebook widget under Jupyter when ipywidgets is
     installed, else the text bar, which Jupyter shows as well (``tqdm.auto`` would fall back to it
     with a warning that the widget is missing)."""
-    try:
-        import ipywidgets  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
         from tqdm.std import tqdm as text_bar
 
         return text_bar
