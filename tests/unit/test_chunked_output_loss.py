@@ -38,9 +38,21 @@ def pairs_batch(rng, batch=6, src_len=7, tgt_len=8, src_vocab=40, tgt_vocab=50):
 
 
 def translator(dtype="float32", share=False, precision="float32", vocab=50, **extra):
-    m = tc.Transformer(40 if not extra.get("share_source_embedding") else vocab, vocab, dtype=dtype, d_model=32,
-                       n_layers=2, n_heads=4, d_ff=64, dropout=0.0, max_length=16, seed=1, share_embeddings=share,
-                       precision=precision, **extra)
+    m = tc.Transformer(
+        40 if not extra.get("share_source_embedding") else vocab,
+        vocab,
+        dtype=dtype,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        max_length=16,
+        seed=1,
+        share_embeddings=share,
+        precision=precision,
+        **extra,
+    )
     m.configure_optimizer(label_smoothing=0.1, fixed_lr=1e-3)
     return m
 
@@ -202,8 +214,18 @@ def test_language_model_chunks_match_the_unfused_reference(dtype, share, rows):
     rng = np.random.default_rng(10)
     tokens = rng.integers(1, 30, (3, 11))
     tokens[1, 7:] = 0  # padding labels: not scored
-    lm = tc.LanguageModel(30, dtype=dtype, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0, max_len=16,
-                          seed=2, share_embeddings=share)
+    lm = tc.LanguageModel(
+        30,
+        dtype=dtype,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        max_len=16,
+        seed=2,
+        share_embeddings=share,
+    )
     ref_loss, ref = lm_gradients(lm, UNFUSED, tokens)
     loss, grad = lm_gradients(lm, rows, tokens)
     assert loss == pytest.approx(ref_loss, rel=1e-6 if dtype == "float32" else 1e-14)

@@ -249,8 +249,8 @@ LossStats chunked_output_loss(Precision precision, ConstMatrixMap<T> y, ConstMat
     }
     MatrixMap<T> xc(chunk, n, classes);
     dense_forward<T>(precision, yc, W, xc, nullptr);  // logits_c = y_c W^T (the loss adds the bias)
-    const RowsLoss r = output_loss_rows<T>(xc.data(), n, classes, bias, tc, label_smoothing, stats.count, dbias,
-                                           partial, padding_id);
+    const RowsLoss r =
+        output_loss_rows<T>(xc.data(), n, classes, bias, tc, label_smoothing, stats.count, dbias, partial, padding_id);
     if (r.first_bad < n) throw_nonfinite_loss(c0 + r.first_bad, tc[r.first_bad]);
     total += r.total;
     correct += r.correct;

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "transformer/core/tensor.hpp"
@@ -53,8 +54,9 @@ class OutputLossScratch {
   static T* aligned(std::vector<T>& buf, Index values) {
     const size_t need = static_cast<size_t>(values) + 64 / sizeof(T);
     if (buf.size() < need) buf.resize(need);
-    const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
-    return buf.data() + ((64 - addr % 64) % 64) / sizeof(T);
+    void* p = buf.data();
+    size_t space = buf.size() * sizeof(T);
+    return static_cast<T*>(std::align(64, static_cast<size_t>(values) * sizeof(T), p, space));
   }
   std::vector<T> logits_, partial_;
 };

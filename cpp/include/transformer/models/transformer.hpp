@@ -219,13 +219,13 @@ class Transformer : public TrainableModel<T> {
   std::unique_ptr<T[], FreeAligned> logits_;
   size_t logits_capacity_ = 0;  // values
   Index logits_rows_ = 0;
-  Matrix<T> dy_;               // (B*T, d); grows only, the rows of a step are its first rows
-  Matrix<T> loss_partial_;     // (row blocks, V) scratch of the unfused loss's bias gradient
+  Matrix<T> dy_;                       // (B*T, d); grows only, the rows of a step are its first rows
+  Matrix<T> loss_partial_;             // (row blocks, V) scratch of the unfused loss's bias gradient
   OutputLossScratch<T> loss_scratch_;  // one chunk of logits of the chunked loss
   Index output_chunk_rows_ = 0;        // see set_output_chunk_rows()
-  bool grads_zero_ = false;    // the last train_step's fused Adam pass left every gradient at 0
-  std::vector<T> flat_grads_;  // (parameters + kFlatSpareSlots): see flat_gradients()
-  bool flat_pending_ = false;  // compute_gradients filled flat_grads_ and apply_gradients has not run
+  bool grads_zero_ = false;            // the last train_step's fused Adam pass left every gradient at 0
+  std::vector<T> flat_grads_;          // (parameters + kFlatSpareSlots): see flat_gradients()
+  bool flat_pending_ = false;          // compute_gradients filled flat_grads_ and apply_gradients has not run
 };
 
 }  // namespace transformer
