@@ -206,6 +206,15 @@ void bind_language_model_class(py::module_& m) {
           py::arg("step"))
       .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
       .def_property(
+          "output_chunk_rows", [](H& h) { return h.model.output_chunk_rows(); },
+          [](H& h, const py::object& rows) {
+            check_idle(h.busy, "LanguageModel.output_chunk_rows", "LanguageModel");
+            h.model.set_output_chunk_rows(int_arg(rows, "LanguageModel", "output_chunk_rows", -1));
+          },
+          "Rows per chunk of the training step's output layer and loss, computed together chunk by chunk "
+          "so the (rows, vocabulary) logits are never stored whole: 0 (default) sizes the chunks from the "
+          "vocabulary, n > 0 takes n rows, -1 computes the whole logits matrix (the unfused reference).")
+      .def_property(
           "memory_length", [](H& h) { return h.model.memory_length(); },
           [](H& h, const py::object& m) {
             check_idle(h.busy, "LanguageModel.memory_length", "LanguageModel");

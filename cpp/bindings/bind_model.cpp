@@ -386,6 +386,15 @@ void bind_transformer(py::module_& m) {
           py::arg("optimizer_state") = true,
           "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.")
       .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
+      .def_property(
+          "output_chunk_rows", [](H& h) { return h.model.output_chunk_rows(); },
+          [](H& h, const py::object& rows) {
+            check_model_idle(h, "Transformer.output_chunk_rows");
+            h.model.set_output_chunk_rows(int_arg(rows, "Transformer", "output_chunk_rows", -1));
+          },
+          "Rows per chunk of the training step's output layer and loss, computed together chunk by chunk "
+          "so the (rows, vocabulary) logits are never stored whole: 0 (default) sizes the chunks from the "
+          "vocabulary, n > 0 takes n rows, -1 computes the whole logits matrix (the unfused reference).")
       .def(
           "attention_weights",
           [](H& h) {

@@ -368,6 +368,13 @@ class _LanguageModel(typing.Generic[_F]):
     @property
     def last_grad_norm(self) -> float: ...
     @property
+    def output_chunk_rows(self) -> int:
+        """
+        Rows per chunk of the training step's output layer and loss, computed together chunk by chunk so the (rows, vocabulary) logits are never stored whole: 0 (default) sizes the chunks from the vocabulary, n > 0 takes n rows, -1 computes the whole logits matrix (the unfused reference).
+        """
+    @output_chunk_rows.setter
+    def output_chunk_rows(self, value: object) -> None: ...
+    @property
     def memory_length(self) -> int:
         """
         Relative attention: positions of the preceding segments each block attends to (any length; setting it empties the memory).
@@ -913,6 +920,13 @@ class _Transformer(typing.Generic[_F]):
         """
     @property
     def last_grad_norm(self) -> float: ...
+    @property
+    def output_chunk_rows(self) -> int:
+        """
+        Rows per chunk of the training step's output layer and loss, computed together chunk by chunk so the (rows, vocabulary) logits are never stored whole: 0 (default) sizes the chunks from the vocabulary, n > 0 takes n rows, -1 computes the whole logits matrix (the unfused reference).
+        """
+    @output_chunk_rows.setter
+    def output_chunk_rows(self, value: object) -> None: ...
     def attention_weights(self) -> dict[typing.Any, typing.Any]:
         """
         Attention weights of the last forward: name -> (B, heads, T_q, T_k).

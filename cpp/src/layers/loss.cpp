@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "transformer/core/checks.hpp"
+#include "transformer/kernels/matmul.hpp"
 
 namespace transformer {
 
@@ -68,6 +69,78 @@ inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t 
                               "is corrupt"));
 }
 
+void check_output_loss_args(Index classes, double label_smoothing) {
+  TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
+  TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+             "masked_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+}
+
+// What output_loss_rows found: the rows' summed loss, how many arg maxes were right, and the
+// first row whose loss is not finite (`rows` when none).
+struct RowsLoss {
+  double total = 0.0;
+  Index correct = 0;
+  Index first_bad = 0;
+};
+
+// The row-wise work of the output layer's loss over `rows` rows of logits xp (rows, V) holding
+// y W^T without the bias: adds the bias, computes each row's loss and writes its gradient over
+// it, normalised by `count`, the non-padding targets of the whole batch (so that rows taken
+// chunk by chunk get the gradient of the batch's mean). Each fixed block of kLossBlockRows rows
+// sums its gradients into its own row of `partial` (blocks, V) while they are in cache, and the
+// blocks are added to dbias in block order: the bias gradient does not depend on the thread
+// count. dbias is left unchanged when a row's loss is not finite.
+template <typename T>
+RowsLoss output_loss_rows(T* xp, Index rows, Index classes, const T* bias, const std::int64_t* targets, double eps,
+                          Index count, T* dbias, T* pp, std::int64_t padding_id) {
+  const T inv_count = static_cast<T>(1.0 / static_cast<double>(count));
+  const T smooth = static_cast<T>(eps / static_cast<double>(classes * count));  // eps / (V n)
+  const T hit = static_cast<T>((1.0 - eps) / static_cast<double>(count));       // (1 - eps) / n
+  ConstRowArray<T> b(bias, classes);
+  const Index blocks = (rows + kLossBlockRows - 1) / kLossBlockRows;
+  double total = 0.0;
+  Index correct = 0;
+  Index first_bad = rows;  // first row whose loss is NaN or infinite
+#pragma omp parallel for schedule(static) reduction(+ : total, correct) \
+    reduction(min : first_bad) if (rows * classes >= kParallelElements)
+  for (Index blk = 0; blk < blocks; ++blk) {
+    RowArray<T> pdb(pp + blk * classes, classes);
+    pdb.setZero();
+    const Index end = std::min(rows, (blk + 1) * kLossBlockRows);
+    for (Index i = blk * kLossBlockRows; i < end; ++i) {
+      T* row = xp + i * classes;
+      const std::int64_t t = targets[i];
+      if (t == padding_id) {  // padding: no loss, no gradient
+        RowArray<T>(row, classes).setZero();
+        continue;
+      }
+      RowArray<T>(row, classes) += b;  // logits = y W^T + b
+      const double row_loss = cross_entropy_row<T>(row, row, classes, t, eps, inv_count, smooth, hit, correct);
+      if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
+      total += row_loss;
+      pdb += ConstRowArray<T>(row, classes);
+    }
+  }
+  RowsLoss out;
+  out.total = total;
+  out.correct = correct;
+  out.first_bad = first_bad;
+  if (first_bad < rows) return out;
+  // dbias += the column sums of the gradient: threads own column ranges, blocks added in order
+#pragma omp parallel for schedule(static) if (blocks * classes >= kParallelElements)
+  for (Index c0 = 0; c0 < classes; c0 += 256) {
+    const Index c1 = std::min(classes, c0 + 256);
+    T acc[256];
+    for (Index c = c0; c < c1; ++c) acc[c - c0] = T(0);
+    for (Index blk = 0; blk < blocks; ++blk) {
+      const T* pr = pp + blk * classes;
+      for (Index c = c0; c < c1; ++c) acc[c - c0] += pr[c];
+    }
+    for (Index c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
+  }
+  return out;
+}
+
 }  // namespace
 
 template <typename T>
@@ -118,62 +191,72 @@ template <typename T>
 LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets, double label_smoothing,
                                T* dbias, Matrix<T>& partial, std::int64_t padding_id) {
   const Index rows = logits.rows(), classes = logits.cols();
-  TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
-  TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
-             "masked_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  check_output_loss_args(classes, label_smoothing);
   LossStats stats;
   stats.count = check_targets("masked_cross_entropy", targets, rows, classes, padding_id);
   if (stats.count == 0) {
     logits.setZero();
     return stats;
   }
-  const double eps = label_smoothing;
-  const T inv_count = static_cast<T>(1.0 / static_cast<double>(stats.count));
-  const T smooth = static_cast<T>(eps / static_cast<double>(classes * stats.count));  // eps / (V n)
-  const T hit = static_cast<T>((1.0 - eps) / static_cast<double>(stats.count));       // (1 - eps) / n
-  T* xp = logits.data();
-  ConstRowArray<T> b(bias, classes);
-  // Rows go in fixed blocks; each block sums its rows' gradients into its own row of `partial`
-  // (blocks, V) while they are in cache, and the blocks are added to dbias in block order, so the
-  // bias gradient does not depend on the thread count.
   const Index blocks = (rows + kLossBlockRows - 1) / kLossBlockRows;
-  partial.resize(blocks, classes);
-  T* pp = partial.data();
+  if (partial.size() < blocks * classes) partial.resize(blocks, classes);  // grows only
+  const RowsLoss r = output_loss_rows<T>(logits.data(), rows, classes, bias, targets, label_smoothing, stats.count,
+                                         dbias, partial.data(), padding_id);
+  if (r.first_bad < rows) throw_nonfinite_loss(r.first_bad, targets[r.first_bad]);
+  stats.loss = r.total / static_cast<double>(stats.count);
+  stats.correct = r.correct;
+  return stats;
+}
+
+Index output_chunk_rows(Index classes, Index scalar_bytes) {
+  const Index row_bytes = std::max<Index>(1, classes) * std::max<Index>(1, scalar_bytes);
+  const Index rows = std::max(tuning::kOutputChunkMinRows, tuning::kOutputChunkBytes / row_bytes);
+  return (rows + kLossBlockRows - 1) / kLossBlockRows * kLossBlockRows;  // whole bias-gradient blocks
+}
+
+template <typename T>
+LossStats chunked_output_loss(Precision precision, ConstMatrixMap<T> y, ConstMatrixMap<T> W, const T* bias,
+                              const std::int64_t* targets, double label_smoothing, MatrixMap<T> dW, T* dbias,
+                              MatrixMap<T> dy, OutputLossScratch<T>& scratch, Index chunk_rows,
+                              std::int64_t padding_id) {
+  const Index rows = y.rows(), classes = W.rows(), d = W.cols();
+  check_output_loss_args(classes, label_smoothing);
+  TCPP_CHECK(y.cols() == d && dW.rows() == classes && dW.cols() == d && dy.rows() == rows && dy.cols() == d,
+             "chunked_output_loss: shapes disagree: y (", y.rows(), ", ", y.cols(), "), W (", classes, ", ", d,
+             "), dW (", dW.rows(), ", ", dW.cols(), "), dy (", dy.rows(), ", ", dy.cols(), ")");
+  TCPP_CHECK(chunk_rows >= 0, "chunked_output_loss: chunk_rows must be 0 (sized from the vocabulary) or positive, got ",
+             chunk_rows);
+  LossStats stats;
+  stats.count = check_targets("masked_cross_entropy", targets, rows, classes, padding_id);
+  if (stats.count == 0) {  // no loss: every gradient of the logits is 0
+    dy.setZero();
+    return stats;
+  }
+  const Index R = std::min(rows, chunk_rows > 0 ? chunk_rows : output_chunk_rows(classes, sizeof(T)));
+  const Index blocks = (R + kLossBlockRows - 1) / kLossBlockRows;
+  T* const chunk = scratch.logits(R * classes);  // (R, V) logits of one chunk, then their gradient
+  T* const partial = scratch.partial(blocks * classes);
   double total = 0.0;
   Index correct = 0;
-  Index first_bad = rows;  // first row whose loss is NaN or infinite
-#pragma omp parallel for schedule(static) reduction(+ : total, correct) \
-    reduction(min : first_bad) if (rows * classes >= kParallelElements)
-  for (Index blk = 0; blk < blocks; ++blk) {
-    RowArray<T> pdb(pp + blk * classes, classes);
-    pdb.setZero();
-    const Index end = std::min(rows, (blk + 1) * kLossBlockRows);
-    for (Index i = blk * kLossBlockRows; i < end; ++i) {
-      T* row = xp + i * classes;
-      const std::int64_t t = targets[i];
-      if (t == padding_id) {  // padding: no loss, no gradient
-        RowArray<T>(row, classes).setZero();
-        continue;
-      }
-      RowArray<T>(row, classes) += b;  // logits = y W^T + b
-      const double row_loss = cross_entropy_row<T>(row, row, classes, t, eps, inv_count, smooth, hit, correct);
-      if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
-      total += row_loss;
-      pdb += ConstRowArray<T>(row, classes);
+  for (Index c0 = 0; c0 < rows; c0 += R) {
+    const Index n = std::min(R, rows - c0);
+    const std::int64_t* tc = targets + c0;
+    ConstMatrixMap<T> yc(y.data() + c0 * d, n, d);
+    MatrixMap<T> dyc(dy.data() + c0 * d, n, d);
+    if (std::all_of(tc, tc + n, [&](std::int64_t t) { return t == padding_id; })) {
+      dyc.setZero();  // padding only: the chunk's gradient is 0, nothing to add to dW or dbias
+      continue;
     }
-  }
-  if (first_bad < rows) throw_nonfinite_loss(first_bad, targets[first_bad]);
-  // dbias += the column sums of the gradient: threads own column ranges, blocks added in order
-#pragma omp parallel for schedule(static) if (blocks * classes >= kParallelElements)
-  for (Index c0 = 0; c0 < classes; c0 += 256) {
-    const Index c1 = std::min(classes, c0 + 256);
-    T acc[256];
-    for (Index c = c0; c < c1; ++c) acc[c - c0] = T(0);
-    for (Index blk = 0; blk < blocks; ++blk) {
-      const T* pr = pp + blk * classes;
-      for (Index c = c0; c < c1; ++c) acc[c - c0] += pr[c];
-    }
-    for (Index c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
+    MatrixMap<T> xc(chunk, n, classes);
+    dense_forward<T>(precision, yc, W, xc, nullptr);  // logits_c = y_c W^T (the loss adds the bias)
+    const RowsLoss r =
+        output_loss_rows<T>(xc.data(), n, classes, bias, tc, label_smoothing, stats.count, dbias, partial, padding_id);
+    if (r.first_bad < n) throw_nonfinite_loss(c0 + r.first_bad, tc[r.first_bad]);
+    total += r.total;
+    correct += r.correct;
+    // xc now holds d loss / d logits_c: dW += dlogits_c^T y_c, dy_c = dlogits_c W
+    dense_backward_weight<T>(precision, ConstMatrixMap<T>(xc.data(), n, classes), yc, dW);
+    dense_backward_input<T>(precision, ConstMatrixMap<T>(xc.data(), n, classes), W, dyc);
   }
   stats.loss = total / static_cast<double>(stats.count);
   stats.correct = correct;
@@ -215,6 +298,12 @@ template LossStats output_cross_entropy<float>(MatrixMap<float>, const float*, c
                                                Matrix<float>&, std::int64_t);
 template LossStats output_cross_entropy<double>(MatrixMap<double>, const double*, const std::int64_t*, double, double*,
                                                 Matrix<double>&, std::int64_t);
+template LossStats chunked_output_loss<float>(Precision, ConstMatrixMap<float>, ConstMatrixMap<float>, const float*,
+                                              const std::int64_t*, double, MatrixMap<float>, float*, MatrixMap<float>,
+                                              OutputLossScratch<float>&, Index, std::int64_t);
+template LossStats chunked_output_loss<double>(Precision, ConstMatrixMap<double>, ConstMatrixMap<double>, const double*,
+                                               const std::int64_t*, double, MatrixMap<double>, double*,
+                                               MatrixMap<double>, OutputLossScratch<double>&, Index, std::int64_t);
 template LossStats masked_accuracy<float>(ConstMatrixMap<float>, const std::int64_t*, std::int64_t);
 template LossStats masked_accuracy<double>(ConstMatrixMap<double>, const std::int64_t*, std::int64_t);
 

@@ -394,6 +394,35 @@ static LossStats lm_loss_or_throw(Loss&& loss, const char* who, bool training) {
 }
 
 template <typename T>
+void LanguageModel<T>::set_output_chunk_rows(Index rows) {
+  TCPP_CHECK(rows >= kUnfusedOutputLoss, "LanguageModel.output_chunk_rows: expected 0 (sized from the vocabulary), ",
+             "a positive number of rows or ", kUnfusedOutputLoss, " (the unfused reference), got ", rows);
+  output_chunk_rows_ = rows;
+}
+
+template <typename T>
+LossStats LanguageModel<T>::output_loss(const Matrix<T>& y) {
+  const Index V = config_.vocab_size, d = config_.d_model;
+  ConstMatrixMap<T> W(output_weight(), V, d);
+  MatrixMap<T> dW(output_weight_grad(), V, d);
+  dy_.resize(y.rows(), d);  // no allocation while the batch shape stays
+  if (output_chunk_rows_ != kUnfusedOutputLoss)
+    // chunk by chunk of rows: logits, loss and its gradient, dW, the bias gradient and dy
+    return chunked_output_loss<T>(Precision::Float32, cmap(y), W, out_bias_.data(), labels_.data(), 0.0, dW,
+                                  dout_bias_.data(), mmap(dy_), loss_scratch_, output_chunk_rows_);
+  // the reference: logits without the bias (the fused loss adds it, writes d loss / d logits over
+  // the logits and sums the bias gradient while each row is in cache), then backward() without
+  // the bias gradient
+  logits_.resize(y.rows(), V);
+  dense_forward<T>(Precision::Float32, cmap(y), W, mmap(logits_), nullptr);
+  const LossStats stats =
+      output_cross_entropy<T>(mmap(logits_), out_bias_.data(), labels_.data(), 0.0, dout_bias_.data(), loss_partial_);
+  dense_backward_weight<T>(Precision::Float32, cmap(logits_), cmap(y), dW);
+  dense_backward_input<T>(Precision::Float32, cmap(logits_), W, mmap(dy_));
+  return stats;
+}
+
+template <typename T>
 LossStats LanguageModel<T>::compute_gradients(ConstTokenMap tokens, bool training) {
   check_tokens(tokens, 2, "train_step");
   split_shifted(tokens);
@@ -402,24 +431,9 @@ LossStats LanguageModel<T>::compute_gradients(ConstTokenMap tokens, bool trainin
   zero_grad();
   ConstTokenMap in(inputs_.data(), inputs_.rows(), inputs_.cols());
   const Matrix<T>& y = hidden(in, training);
-  const Index V = config_.vocab_size, d = config_.d_model;
-  // logits without the bias: the fused loss adds it, writes d loss / d logits over the logits and
-  // sums the bias gradient while each row is in cache
-  logits_.resize(y.rows(), V);
-  dense_forward<T>(Precision::Float32, cmap(y), ConstMatrixMap<T>(output_weight(), V, d), mmap(logits_), nullptr);
-  LossStats stats = lm_loss_or_throw(
-      [&] {
-        return output_cross_entropy<T>(mmap(logits_), out_bias_.data(), labels_.data(), 0.0, dout_bias_.data(),
-                                       loss_partial_);
-      },
-      "train_step", true);
+  LossStats stats = lm_loss_or_throw([&] { return output_loss(y); }, "train_step", true);
   B_ = inputs_.rows();
   T_ = inputs_.cols();
-  // backward() without the bias gradient, which the fused loss has summed already
-  ConstMatrixMap<T> W(output_weight(), V, d);
-  dense_backward_weight<T>(Precision::Float32, cmap(logits_), cmap(y), MatrixMap<T>(output_weight_grad(), V, d));
-  dy_.resize(y.rows(), d);
-  dense_backward_input<T>(Precision::Float32, cmap(logits_), W, mmap(dy_));
   blocks_backward();
   B_ = -1;  // the logits now hold their gradient: no backward() may follow
   return stats;

@@ -203,14 +203,18 @@ ConstMatrixMap<T> Transformer<T>::forward(ConstTokenMap src, ConstTokenMap tgt_i
 }
 
 template <typename T>
-ConstMatrixMap<T> Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
-                                      bool training, bool pack, bool add_bias) {
+const Matrix<T>& Transformer<T>::run_hidden(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
+                                            bool training, bool pack) {
   // Until a forward completes there is no valid state for backward(): the encoder may accept a
   // new batch and the decoder then reject its target ids, leaving the two out of step.
   B_ = -1;
   const Matrix<T>& memory = encoder_->forward(src, training, pack);  // (rows_src, d)
-  const Matrix<T>& y = decoder_->forward(tgt_in, cmap(memory), encoder_->layout(), encoder_->key_padding().data(),
-                                         training, tgt_out, pack);  // (rows_tgt, d)
+  return decoder_->forward(tgt_in, cmap(memory), encoder_->layout(), encoder_->key_padding().data(), training, tgt_out,
+                           pack);  // (rows_tgt, d)
+}
+
+template <typename T>
+ConstMatrixMap<T> Transformer<T>::output_logits(const Matrix<T>& y, bool add_bias) {
   const Index V = config_.tgt_vocab_size, d = config_.d_model;
   ConstMatrixMap<T> W(output_weight(), V, d);
   // logits = y W^T + b                                                    (rows_tgt, V)
@@ -226,6 +230,12 @@ ConstMatrixMap<T> Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, c
   logits_rows_ = y.rows();
   dense_forward<T>(config_.precision, cmap(y), W, logits_mut(), add_bias ? out_bias_.data() : nullptr);
   return logits();
+}
+
+template <typename T>
+ConstMatrixMap<T> Transformer<T>::run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out,
+                                      bool training, bool pack) {
+  return output_logits(run_hidden(src, tgt_in, tgt_out, training, pack), true);
 }
 
 template <typename T>
@@ -247,10 +257,18 @@ void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_don
   // logits = y W^T + b, so dW += dlogits^T y, db += column sums, dy = dlogits W
   dense_backward_weight<T>(config_.precision, dlogits, cmap(y), dW);
   if (!bias_grad_done) add_column_sums(dlogits.data(), dlogits.rows(), V, dout_bias_.data());
-  dy_.resize(y.rows(), d);
-  dense_backward_input<T>(config_.precision, dlogits, W, MatrixMap<T>(dy_.data(), dy_.rows(), d));
-  decoder_->backward(cmap(dy_));
+  if (dy_.size() < y.size()) dy_.resize(y.rows(), d);  // grows only
+  const MatrixMap<T> dy(dy_.data(), y.rows(), d);
+  dense_backward_input<T>(config_.precision, dlogits, W, dy);
+  decoder_->backward(ConstMatrixMap<T>(dy.data(), y.rows(), d));
   encoder_->backward(cmap(decoder_->dmemory()));
+}
+
+template <typename T>
+void Transformer<T>::set_output_chunk_rows(Index rows) {
+  TCPP_CHECK(rows >= kUnfusedOutputLoss, "Transformer.output_chunk_rows: expected 0 (sized from the vocabulary), ",
+             "a positive number of rows or ", kUnfusedOutputLoss, " (the unfused reference), got ", rows);
+  output_chunk_rows_ = rows;
 }
 
 template <typename T>
@@ -279,6 +297,41 @@ static LossStats loss_or_throw(Loss&& loss, const char* who) {
 }
 
 template <typename T>
+LossStats Transformer<T>::loss_and_backward(ConstTokenMap tgt_out, const char* who) {
+  grads_zero_ = false;
+  const Matrix<T>& y = decoder_->output();
+  const double eps = this->optimizer_config().label_smoothing;
+  if (output_chunk_rows_ == kUnfusedOutputLoss) {
+    // the reference: the whole logits matrix (without the output bias: the fused loss adds it and
+    // sums its gradient), whose gradient then replaces it in place, and the backward over it
+    output_logits(y, false);
+    LossStats stats = loss_or_throw(
+        [&] {
+          return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out), eps, dout_bias_.data(),
+                                         loss_partial_, config_.pad_id);
+        },
+        who);
+    backward_rows(logits(), true);
+    return stats;
+  }
+  const Index V = config_.tgt_vocab_size, d = config_.d_model, rows = y.rows();
+  if (dy_.size() < y.size()) dy_.resize(rows, d);  // grows only
+  const MatrixMap<T> dy(dy_.data(), rows, d);
+  // chunk by chunk of rows: logits, loss and its gradient, dW, the bias gradient and dy
+  LossStats stats = loss_or_throw(
+      [&] {
+        return chunked_output_loss<T>(config_.precision, cmap(y), ConstMatrixMap<T>(output_weight(), V, d),
+                                      out_bias_.data(), row_targets(tgt_out), eps,
+                                      MatrixMap<T>(output_weight_grad(), V, d), dout_bias_.data(), dy, loss_scratch_,
+                                      output_chunk_rows_, config_.pad_id);
+      },
+      who);
+  decoder_->backward(ConstMatrixMap<T>(dy.data(), rows, d));
+  encoder_->backward(cmap(decoder_->dmemory()));
+  return stats;
+}
+
+template <typename T>
 LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
   TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
              "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
@@ -293,19 +346,10 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
   this->optimizer();
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
-  // only the rows that matter to the loss are computed ("packed": padding removed)
-  // (the output layer's bias is left out of the logits: the fused loss adds it)
-  run(src, tgt_in, tgt_out.data(), true, true, false);
-  // the gradient of the loss replaces the logits in place: one (rows, V) buffer, not two; the loss
-  // pass also adds the bias and sums the bias gradient while each row is in cache
-  LossStats stats = loss_or_throw(
-      [&] {
-        return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
-                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_,
-                                       config_.pad_id);
-      },
-      "train_step");
-  backward_rows(logits(), true);
+  // only the rows that matter to the loss are computed ("packed": padding removed); the output
+  // layer runs with the loss, chunk by chunk of rows, and the backward follows
+  run_hidden(src, tgt_in, tgt_out.data(), true, true);
+  LossStats stats = loss_and_backward(tgt_out, "train_step");
   this->update("Transformer.train_step");
   grads_zero_ = true;
   return stats;
@@ -368,17 +412,9 @@ LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt
   flat_pending_ = false;
   if (!grads_zero_) zero_grad();
   grads_zero_ = false;
-  // the same passes as train_step: logits without the output bias, the fused loss adds it and sums
-  // its gradient, the gradient of the loss replaces the logits in place
-  run(src, tgt_in, tgt_out.data(), true, true, false);
-  LossStats stats = loss_or_throw(
-      [&] {
-        return output_cross_entropy<T>(logits_mut(), out_bias_.data(), row_targets(tgt_out),
-                                       this->optimizer_config().label_smoothing, dout_bias_.data(), loss_partial_,
-                                       config_.pad_id);
-      },
-      "train_step");
-  backward_rows(logits(), true);
+  // the same passes as train_step
+  run_hidden(src, tgt_in, tgt_out.data(), true, true);
+  LossStats stats = loss_and_backward(tgt_out, "train_step");
   // gather: flat = grad * grad_scale (with accumulate, flat += grad * grad_scale), and grad = 0
   // for the next step (one pass)
   const T gs = static_cast<T>(grad_scale);

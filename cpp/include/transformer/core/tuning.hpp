@@ -79,6 +79,20 @@ constexpr Index kLossBlockRows = 16;
 constexpr Index kLayerNormBlockRows = 32;
 constexpr Index kFlatNormBlock = 8192;
 
+// --- the output layer's fused loss --------------------------------------------------------------
+
+// The training step computes the output layer, its loss and the loss's gradient in chunks of rows
+// (chunked_output_loss, layers/loss.hpp), so the (rows, V) logits are never stored whole: a chunk
+// holds about kOutputChunkBytes of logits, at least kOutputChunkMinRows rows. Each chunk runs three
+// products over the whole (V, d) output weight (logits, dW += dlogits^T y, dy = dlogits W), and
+// the GEMM packs W and reads and writes dW once per chunk, so a chunk needs rows enough to amortise
+// that traffic: 64 rows do about 64 multiply-adds per weight value moved, while a chunk sized to
+// an L2 cache (16 rows at a 15,500-word vocabulary) would let the weight traffic dominate. 4 MB of
+// float32 logits is 67 rows at V = 15,500 (the full matrix of a 600-row batch is 37 MB), and
+// every row of a small vocabulary's batch (a few hundred characters) in one chunk. Not swept.
+constexpr Index kOutputChunkBytes = Index(4) << 20;
+constexpr Index kOutputChunkMinRows = 32;
+
 // --- inference --------------------------------------------------------------------------------
 
 // Decoding steps with fewer rows than this multiply float32 weights as they are: packing them

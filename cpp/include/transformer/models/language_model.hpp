@@ -196,6 +196,16 @@ class LanguageModel : public TrainableModel<T> {
   Index clamp_len() const { return clamp_len_; }
   void set_clamp_len(Index clamp);
 
+  // Rows per chunk of the training loss (train_step, compute_gradients), which runs the output
+  // layer, the loss and the output layer's backward chunk by chunk (chunked_output_loss) so that
+  // the (B*T, V) logits are never stored whole: 0 (the default) sizes the chunks from the
+  // vocabulary (tuning::kOutputChunkBytes), n > 0 takes n rows; kUnfusedOutputLoss computes the
+  // whole logits matrix, then output_cross_entropy and the backward products over it: the
+  // readable reference the chunked path is tested against. Results agree up to float rounding.
+  static constexpr Index kUnfusedOutputLoss = -1;
+  void set_output_chunk_rows(Index rows);
+  Index output_chunk_rows() const { return output_chunk_rows_; }
+
   // embedding.weight, layers.i.* (reversible: ReversibleStack's names), (pre-norm) norm.*, (untied)
   // output.weight, output.bias
   ParameterList<T> parameters() override;
@@ -222,6 +232,10 @@ class LanguageModel : public TrainableModel<T> {
   void blocks_backward();
   // embedding, blocks, final norm: the last hidden states (B*T, d)
   const Matrix<T>& hidden(ConstTokenMap tokens, bool training);
+  // The training loss over the hidden states y (B*T, d) and labels_: the output layer, the loss
+  // and the output layer's gradients, with d loss / d y into dy_; chunked or the unfused
+  // reference, see set_output_chunk_rows.
+  LossStats output_loss(const Matrix<T>& y);
 
   // LSH attention of the blocks (hash counter frozen; set to the step count before each forward)
   std::vector<LSHSelfAttention<T>*> lsh_;
@@ -231,9 +245,11 @@ class LanguageModel : public TrainableModel<T> {
   Index B_ = -1, T_ = 0;                // shape of the last forward (-1: none that backward may follow)
   const Matrix<T>* y_ = nullptr;        // (B*T, d) the last hidden states
   Matrix<T> x_;                         // (B*T, d) embedded and dropped-out input
-  Matrix<T> logits_;                    // (B*T, V)
+  Matrix<T> logits_;                    // (B*T, V) of forward, evaluate_loss and the unfused loss
   Matrix<T> dy_, dx_;                   // (B*T, d)
-  Matrix<T> loss_partial_;              // scratch of the fused loss's bias gradient
+  Matrix<T> loss_partial_;              // scratch of the unfused loss's bias gradient
+  OutputLossScratch<T> loss_scratch_;   // one chunk of logits of the chunked loss
+  Index output_chunk_rows_ = 0;         // see set_output_chunk_rows()
   TokenMatrix inputs_;                  // (B, T)
   std::vector<std::int64_t> labels_;    // (B*T)
   Index memory_length_ = 0;

@@ -162,7 +162,18 @@ class Transformer : public TrainableModel<T> {
   void set_dropout_calls(std::uint64_t calls);
   void set_dropout_seed(std::uint64_t seed);
 
-  // the last pass's logits (rows, V); after train_step, d loss / d logits
+  // Rows per chunk of the training loss (train_step, compute_gradients), which runs the output
+  // layer, the loss and the output layer's backward chunk by chunk (chunked_output_loss) so that
+  // the (rows, V) logits are never stored whole: 0 (the default) sizes the chunks from the
+  // vocabulary (tuning::kOutputChunkBytes), n > 0 takes n rows; kUnfusedOutputLoss computes the
+  // whole logits matrix, then output_cross_entropy and the backward products over it: the
+  // readable reference the chunked path is tested against. Results agree up to float rounding.
+  static constexpr Index kUnfusedOutputLoss = -1;
+  void set_output_chunk_rows(Index rows);
+  Index output_chunk_rows() const { return output_chunk_rows_; }
+
+  // the last forward's or evaluate's logits (rows, V); after train_step with the unfused
+  // reference loss, d loss / d logits
   ConstMatrixMap<T> logits() const { return ConstMatrixMap<T>(logits_.get(), logits_rows_, config_.tgt_vocab_size); }
   Encoder<T>& encoder() { return *encoder_; }
   Decoder<T>& decoder() { return *decoder_; }
@@ -175,9 +186,17 @@ class Transformer : public TrainableModel<T> {
 
  private:
   // forward over the rows to compute: all (pack = false) or, with pack, only those that the loss on
-  // tgt_out depends on; returns logits (rows, V), without the output bias unless add_bias
-  ConstMatrixMap<T> run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training, bool pack,
-                        bool add_bias = true);
+  // tgt_out depends on; returns logits (rows, V)
+  ConstMatrixMap<T> run(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training, bool pack);
+  // run's encoder and decoder: the decoder's output y (rows, d), before the output layer
+  const Matrix<T>& run_hidden(ConstTokenMap src, ConstTokenMap tgt_in, const std::int64_t* tgt_out, bool training,
+                              bool pack);
+  // logits = y W^T (+ b with add_bias) into the logits buffer
+  ConstMatrixMap<T> output_logits(const Matrix<T>& y, bool add_bias);
+  // The training loss after run_hidden (training, packed): the output layer, the masked loss and
+  // every gradient (the output layer's, then the decoder's and the encoder's backward); chunked
+  // or the unfused reference, see set_output_chunk_rows. `who` names the step in errors.
+  LossStats loss_and_backward(ConstTokenMap tgt_out, const char* who);
   MatrixMap<T> logits_mut() { return MatrixMap<T>(logits_.get(), logits_rows_, config_.tgt_vocab_size); }
   // every gradient from dlogits (rows, V); bias_grad_done: the output bias's gradient is already in
   void backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done);
@@ -203,11 +222,13 @@ class Transformer : public TrainableModel<T> {
   std::unique_ptr<T[], FreeAligned> logits_;
   size_t logits_capacity_ = 0;  // values
   Index logits_rows_ = 0;
-  Matrix<T> dy_;               // (B*T, d)
-  Matrix<T> loss_partial_;     // (row blocks, V) scratch of the fused loss's bias gradient
-  bool grads_zero_ = false;    // the last train_step's fused Adam pass left every gradient at 0
-  std::vector<T> flat_grads_;  // (parameters + kFlatSpareSlots): see flat_gradients()
-  bool flat_pending_ = false;  // compute_gradients filled flat_grads_ and apply_gradients has not run
+  Matrix<T> dy_;                       // (B*T, d); grows only, the rows of a step are its first rows
+  Matrix<T> loss_partial_;             // (row blocks, V) scratch of the unfused loss's bias gradient
+  OutputLossScratch<T> loss_scratch_;  // one chunk of logits of the chunked loss
+  Index output_chunk_rows_ = 0;        // see set_output_chunk_rows()
+  bool grads_zero_ = false;            // the last train_step's fused Adam pass left every gradient at 0
+  std::vector<T> flat_grads_;          // (parameters + kFlatSpareSlots): see flat_gradients()
+  bool flat_pending_ = false;          // compute_gradients filled flat_grads_ and apply_gradients has not run
 };
 
 }  // namespace transformer
