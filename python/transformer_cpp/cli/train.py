@@ -35,7 +35,7 @@ __all__ = ["add_train_parser", "check_out", "request_from_args", "run_train", "s
 # TrainConfig's settings that train's options set, by group: the first ones beside --data and
 # --out, the others with the optimiser's (the core's table, TrainConfig's last fields); the
 # command itself sets threads, adaptive_threads and progress
-_RUN_SETTINGS = ("epochs", "time_budget", "threads", "adaptive_threads", "progress")
+_RUN_SETTINGS = ("init_from", "epochs", "time_budget", "threads", "adaptive_threads", "progress")
 _BY_ITSELF = ("threads", "adaptive_threads", "progress")
 _OPTIMIZER = tuple(f.option for f in option_fields(OPTIMIZER_FIELDS))
 _OPTIMISATION = _OPTIMIZER + tuple(
