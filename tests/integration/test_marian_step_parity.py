@@ -3,7 +3,8 @@ MarianMTModel itself: the same batch, the loss as ours computes it (label-smooth
 the mean over the targets that are not padding: ``F.cross_entropy(label_smoothing=...,
 ignore_index=pad)``) and ``torch.optim.Adam`` with the same hyper-parameters and learning rate;
 every weight, mapped by the importer's names, within 1e-5 of the largest of its tensor after three
-steps, with a shared tied embedding and with separate vocabularies and an untied output layer.
+steps, with a shared tied embedding and with separate vocabularies and an untied output layer (the
+key projections' biases, whose gradient is 0, within the learning rate per step).
 
 ``final_logits_bias``: Transformers keeps it as a buffer (never trained); this package trains the
 output layer's bias like every other weight, so here the PyTorch model trains it too (made a
@@ -73,8 +74,11 @@ def test_training_steps_equal_pytorch(tmp_path: Any, case: str) -> None:
     settings.update(CASES[case])
     torch.manual_seed(3)
     hf = MarianMTModel(MarianConfig(**settings))
-    with torch.no_grad():
+    with torch.no_grad():  # biases as a trained model has them, not the zeros of the initialisation
         hf.final_logits_bias.normal_(0.0, 0.3)
+        for name, p in hf.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.2)
     hf.save_pretrained(tmp_path / "m")
     ours = load_marian(tmp_path / "m")
     assert ours.config["dropout"] == 0.0
@@ -106,12 +110,18 @@ def test_training_steps_equal_pytorch(tmp_path: Any, case: str) -> None:
         ref.backward()
         optimizer.step()
         loss, _ = ours.train_step(b["src"], b["tgt_in"], b["tgt_out"])
-        assert abs(loss - float(ref)) <= 1e-5 * abs(float(ref))
+        assert abs(loss - float(ref.detach())) <= 1e-5 * abs(float(ref.detach()))
     theirs = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     params = ours.parameters()
     for name, candidates in marian_names(ours.config):
         found = next(n for n in candidates if n in theirs)
         got, want = params[name].value, theirs[found].reshape(params[name].value.shape)
         assert not np.array_equal(got, before[name]), name  # every weight moved
+        if name.endswith(".key.bias"):
+            # its gradient is 0 (softmax ignores a shift of every key's score), so each side's Adam
+            # steps follow its own rounding noise: both stay within the learning rate per step
+            for value in (got, want):
+                assert float(np.abs(value - before[name]).max()) <= STEPS * LR * (1 + 1e-6), name
+            continue
         scale = float(np.abs(want).max())
         assert float(np.abs(got - want).max()) <= 1e-5 * scale, (name, found)
