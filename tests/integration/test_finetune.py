@@ -56,12 +56,11 @@ def imported(tmp_path_factory: Any) -> Dict[str, Any]:
         decoder_start_token_id=pad,
         eos_token_id=0,
         forced_eos_token_id=0,
-        bad_words_ids=[[pad]],
-        num_beams=3,
-        max_length=40,
     )
     torch.manual_seed(0)
     transformers.MarianMTModel(config).save_pretrained(out)
+    rules = {"bad_words_ids": [[pad]], "num_beams": 3, "max_length": 40, "forced_eos_token_id": 0, "eos_token_id": 0}
+    (out / "generation_config.json").write_text(json.dumps(rules), encoding="utf-8")
     run = tmp / "run"
     ckpt = import_pretrained(out, run)
     rng = np.random.default_rng(0)
@@ -137,7 +136,7 @@ def test_evaluate_and_resume_a_finetuned_run(imported: Dict[str, Any], tmp_path:
     "option, shown",
     [
         (["--d-model", "32"], "--d-model 32 (the model has 16)"),
-        (["--vocab-size", "100"], "--vocab-size (the vocabularies are the model's)"),
+        (["--vocab-size", "1000"], "--vocab-size (the vocabularies are the model's)"),
         (["--target-lang", "fr"], "--target-lang fr (the model translates en -> es)"),
     ],
 )
