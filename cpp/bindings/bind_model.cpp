@@ -473,14 +473,14 @@ void bind_transformer(py::module_& m) {
             extras.prefixes = prefixes_arg(target_prefix, s.shape(0), who);
             extras.constraints = constraints_arg(constraints, s.shape(0), who);
             if (length_penalty_mode != "gnmt" && length_penalty_mode != "hf")
-              throw py::value_error(concat(who, ": length_penalty_mode must be 'gnmt' or 'hf', got '",
-                                           length_penalty_mode, "'"));
+              throw py::value_error(
+                  concat(who, ": length_penalty_mode must be 'gnmt' or 'hf', got '", length_penalty_mode, "'"));
             if (early_stopping != "heuristic" && early_stopping != "first" && early_stopping != "never")
-              throw py::value_error(concat(who, ": early_stopping must be 'heuristic', 'first' or 'never', got '",
-                                           early_stopping, "'"));
+              throw py::value_error(
+                  concat(who, ": early_stopping must be 'heuristic', 'first' or 'never', got '", early_stopping, "'"));
             if (length_penalty_mode == "gnmt" && early_stopping != "heuristic")
-              throw py::value_error(concat(who, ": early_stopping '", early_stopping,
-                                           "' is a rule of length_penalty_mode 'hf'"));
+              throw py::value_error(
+                  concat(who, ": early_stopping '", early_stopping, "' is a rule of length_penalty_mode 'hf'"));
             extras.length_rule = length_penalty_mode == "hf" ? LengthRule::Hf : LengthRule::Gnmt;
             extras.early_stopping = early_stopping == "first"   ? EarlyStopping::First
                                     : early_stopping == "never" ? EarlyStopping::Never

@@ -22,6 +22,7 @@ from ..task import (
     PRESETS,
     SetupSteps,
     TrainRequest,
+    finetune_trainer,
     new_trainer,
     preset_recipe,
     resume_trainer,
@@ -92,8 +93,15 @@ def run_train(args: argparse.Namespace) -> int:
     with run.removed_unless_used():
         run.check_writable()  # before any work, not after the first epoch
         with run.lock():  # held to the end: a second `train` into the same --out fails at once
-            build = resume_trainer if args.resume else new_trainer
+            build = _builder(args)
             return _fit(build(request, out, console.say), out)
+
+
+def _builder(args: argparse.Namespace) -> Any:
+    """The task's function that builds this run's trainer: resumed, fine-tuned or new."""
+    if args.resume:
+        return resume_trainer
+    return finetune_trainer if args.init_from is not None else new_trainer
 
 
 def _data_parallel(args: argparse.Namespace) -> Any:
@@ -137,7 +145,7 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
                 steps.run("locking --out", lambda: stack.enter_context(run.lock()))
             else:
                 steps.run("locking --out", lambda: None)
-            build = resume_trainer if args.resume else new_trainer
+            build = _builder(args)
             return _fit(build(request, out, console.say, steps), out)
         except BaseException:
             if created and parallel.is_root:

@@ -1,7 +1,7 @@
 """Fine-tuning: a new run that starts from the model of an existing run or checkpoint (an imported
 MarianMT model, or a run of this package) and trains it on the user's sentence pairs.
 
-``TrainRequest(training={"init_from": RUN, ...})`` (``transformer-cpp train --init-from RUN``)
+``finetune_trainer(TrainRequest(training={"init_from": RUN, ...}), out)`` (``train --init-from RUN``)
 takes from RUN everything that fixes what the model is: the architecture, the weights, both
 tokenizers and the languages. Options that would change them are refused in one line (an
 architecture option must equal RUN's value; the vocabulary options are refused), except the

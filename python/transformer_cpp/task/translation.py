@@ -641,9 +641,7 @@ def new_trainer(request: TrainRequest, out: Path, report: Report = say, steps: O
     (rank 0, shared), chooses the length limit, resolves the automatic precision and size, and
     builds the model. Each step through ``steps`` (data-parallel runs); nothing is written yet."""
     if request.training.get("init_from") is not None:
-        from .finetune import finetune_trainer  # it builds on this module
-
-        return finetune_trainer(request, out, report, steps)
+        raise TaskError("new_trainer: a request with init_from starts from a run: build it with finetune_trainer")
     steps = steps if steps is not None else SetupSteps()
     preset = request.preset or DEFAULT_PRESET
     arch, config, record, split = steps.run("reading the data", lambda: _read_new_run(request, preset, report))
