@@ -472,7 +472,8 @@ void bind_transformer(py::module_& m) {
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
              const py::object& max_length, const py::object& beam_size, const py::object& length_penalty,
              const py::object& n_best, const py::object& compute_type, const py::object& max_lengths,
-             bool return_attention, const py::object& target_prefix, const py::object& constraints) {
+             bool return_attention, const py::object& target_prefix, const py::object& constraints,
+             const std::string& length_penalty_mode, const std::string& early_stopping, bool force_end) {
             const char* who = "beam_search";
             const ComputeType compute = compute_type_arg(compute_type, who);
             auto s = as_tokens(src, "Transformer.beam_search", "src", 2);
@@ -483,6 +484,20 @@ void bind_transformer(py::module_& m) {
             DecodeExtras extras{max_lengths_arg(max_lengths, s.shape(0), who), return_attention, {}};
             extras.prefixes = prefixes_arg(target_prefix, s.shape(0), who);
             extras.constraints = constraints_arg(constraints, s.shape(0), who);
+            if (length_penalty_mode != "gnmt" && length_penalty_mode != "hf")
+              throw py::value_error(
+                  concat(who, ": length_penalty_mode must be 'gnmt' or 'hf', got '", length_penalty_mode, "'"));
+            if (early_stopping != "heuristic" && early_stopping != "first" && early_stopping != "never")
+              throw py::value_error(
+                  concat(who, ": early_stopping must be 'heuristic', 'first' or 'never', got '", early_stopping, "'"));
+            if (length_penalty_mode == "gnmt" && early_stopping != "heuristic")
+              throw py::value_error(
+                  concat(who, ": early_stopping '", early_stopping, "' is a rule of length_penalty_mode 'hf'"));
+            extras.length_rule = length_penalty_mode == "hf" ? LengthRule::Hf : LengthRule::Gnmt;
+            extras.early_stopping = early_stopping == "first"   ? EarlyStopping::First
+                                    : early_stopping == "never" ? EarlyStopping::Never
+                                                                : EarlyStopping::Heuristic;
+            extras.force_end = force_end;
             const bool constrained = !constraints.is_none();
             ModelInUse<T> in_use(h, "Transformer.beam_search");
             std::vector<std::vector<BeamHypothesis>> res;
@@ -514,7 +529,12 @@ void bind_transformer(py::module_& m) {
           py::arg("length_penalty") = 0.6, py::arg("n_best") = 1, py::arg("compute_type") = "float32",
           py::arg("max_lengths") = py::none(), py::arg("return_attention") = false,
           py::arg("target_prefix") = py::none(), py::arg("constraints") = py::none(),
+          py::arg("length_penalty_mode") = "gnmt", py::arg("early_stopping") = "heuristic",
+          py::arg("force_end") = false,
           "KV-cached beam search: per sentence, n_best (tokens, score, log_prob, finished) best first. "
+          "length_penalty_mode 'gnmt': score log_prob / ((5 + len) / 6) ** length_penalty; 'hf': Hugging "
+          "Face generate's rules, log_prob / len ** length_penalty, early_stopping 'heuristic' (its False), "
+          "'first' (True) or 'never'. force_end: at the limit the end token, its log-probability not counted. "
           "target_prefix: per sentence, ids each output starts with; constraints: per sentence, id lists "
           "that must each appear in every output (fewer than beam_size), each tuple then ending with the "
           "number of constraints the hypothesis misses (above 0 only when cut at its limit). "

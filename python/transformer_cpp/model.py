@@ -326,6 +326,9 @@ class Transformer:
         return_attention: bool = False,
         target_prefix: Optional[Sequence[Sequence[int]]] = None,
         constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None,
+        length_penalty_mode: str = "gnmt",
+        early_stopping: str = "heuristic",
+        force_end: bool = False,
     ) -> List[List[Tuple[Any, ...]]]:
         """Beam search with a key/value cache, in C++.
 
@@ -344,6 +347,15 @@ class Transformer:
         ``beam_size`` id sequences that must each appear in every output (lexically constrained
         search, dynamic beam allocation); each hypothesis then ends with the number of constraints
         it misses, above 0 only for one cut at its limit.
+
+        ``length_penalty_mode="hf"`` follows Hugging Face ``generate``: ``score = log_prob /
+        len ** length_penalty`` (``len`` the generated tokens, the end token included), only the
+        first ``beam_size`` candidates of a step may finish, and a sentence stops once
+        ``beam_size`` hypotheses are finished and, by ``early_stopping``, ``"heuristic"``
+        (generate's ``early_stopping=False``: the best live beam scored at its present length does
+        not beat the last of them), ``"first"`` (``True``: at once) or ``"never"`` (the limit as
+        that length). ``force_end``: at a sentence's limit the end token is the only continuation,
+        its log-probability not counted (generate's ``forced_eos_token_id``).
         """
         hypotheses: List[List[Tuple[Any, ...]]] = self._core.beam_search(
             src,
@@ -358,6 +370,9 @@ class Transformer:
             return_attention,
             target_prefix,
             constraints,
+            length_penalty_mode,
+            early_stopping,
+            force_end,
         )
         return hypotheses
 

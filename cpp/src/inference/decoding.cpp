@@ -320,7 +320,18 @@ class BeamRun {
         n_best_(n_best),
         record_(record) {}
 
-  double penalty(Index len) const { return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha_); }
+  double penalty(Index len) const {
+    const double n = static_cast<double>(len);
+    return hf_ ? std::pow(n, alpha_) : std::pow((5.0 + n) / 6.0, alpha_);
+  }
+
+  // Hugging Face's rules (LengthRule::Hf) and the forced end at the limit.
+  void set_rules(const DecodeExtras* extras) {
+    if (extras == nullptr) return;
+    hf_ = extras->length_rule == LengthRule::Hf;
+    early_ = extras->early_stopping;
+    force_end_ = extras->force_end;
+  }
 
   void start(Index B, std::int64_t start_id) {
     finished_.assign(static_cast<size_t>(B), {});
@@ -395,9 +406,14 @@ class BeamRun {
     const auto& phrases = constraints[static_cast<size_t>(s)];
     std::vector<Cand> cands;
     std::vector<std::int64_t> ids;
+    const bool forced = force_end_ && t + 1 >= limits[static_cast<size_t>(s)] && t >= static_cast<Index>(prefix.size());
     for (Index r = r0; r < r1; ++r) {
       const Live& l = live_[static_cast<size_t>(r)];
       ids.clear();
+      if (forced) {  // the end token alone, as if its log-probability were 0
+        cands.push_back({l.log_prob, r, end_id_, 0});
+        continue;
+      }
       if (t < static_cast<Index>(prefix.size())) {
         ids.push_back(prefix[static_cast<size_t>(t)]);
       } else {
@@ -443,8 +459,12 @@ class BeamRun {
   void extend_sentence(const Matrix<T>& logits, Index s, Index r0, Index r1, Index t) {
     const size_t first_new = next_.size();
     const auto& phrases = constraints[static_cast<size_t>(s)];
+    Index rank = -1;
     for (const Cand& cd : candidates(logits, s, r0, r1, t)) {
+      ++rank;
       if (static_cast<Index>(next_.size() - first_new) >= beam_size_) break;
+      const bool ends = cd.tok == end_id_ || t + 1 >= limits[static_cast<size_t>(s)];
+      if (hf_ && ends && rank >= beam_size_) continue;  // Hugging Face: only the first beam_size may finish
       const Live& parent = live_[static_cast<size_t>(cd.row)];
       std::vector<std::int64_t> toks = parent.tokens;
       toks.push_back(cd.tok);
@@ -470,7 +490,7 @@ class BeamRun {
         next_feed_.push_back(model_.config().pad_id);
       }
     }
-    if (sentence_done(s, first_new)) {  // drop this sentence's live beams
+    if (hf_ ? hf_sentence_done(s, first_new, t) : sentence_done(s, first_new)) {  // drop its live beams
       next_.resize(first_new);
       rows_.resize(first_new);
       next_feed_.resize(first_new);
@@ -495,6 +515,27 @@ class BeamRun {
     for (auto& h : fin) scores.push_back(h.score);
     std::nth_element(scores.begin(), scores.begin() + (n_best_ - 1), scores.end(), std::greater<double>());
     return scores[static_cast<size_t>(n_best_ - 1)] >= best_live;
+  }
+
+  // Hugging Face's stop (LengthRule::Hf): beam_size finished hypotheses, and by early_stopping
+  // the best live beam scored at its current length (or at the limit) does not beat the last.
+  bool hf_sentence_done(Index s, size_t first_new, Index t) const {
+    double best_live = -std::numeric_limits<double>::infinity();
+    bool any = false;
+    for (size_t i = first_new; i < next_.size(); ++i)
+      if (rows_[i] >= 0) {
+        any = true;
+        best_live = std::max(best_live, next_[i].log_prob);
+      }
+    if (!any) return true;
+    const auto& fin = finished_[static_cast<size_t>(s)];
+    if (static_cast<Index>(fin.size()) < beam_size_) return false;
+    if (early_ == EarlyStopping::First) return true;
+    const Index len = early_ == EarlyStopping::Never && alpha_ > 0.0 ? limits[static_cast<size_t>(s)] : t + 1;
+    std::vector<double> scores;
+    for (auto& h : fin) scores.push_back(h.score);
+    std::nth_element(scores.begin(), scores.begin() + (beam_size_ - 1), scores.end(), std::greater<double>());
+    return scores[static_cast<size_t>(beam_size_ - 1)] >= best_live / penalty(len);
   }
 
   // the new beams without the placeholders of hypotheses cut at their limit
@@ -530,6 +571,9 @@ class BeamRun {
   double alpha_;
   Index n_best_;
   bool record_;
+  bool hf_ = false;
+  EarlyStopping early_ = EarlyStopping::Heuristic;
+  bool force_end_ = false;
   Index keep_per_row_ = 1;
   std::vector<Live> live_, next_;
   std::vector<Index> rows_;
@@ -573,6 +617,9 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   auto prefixes = sentence_prefixes(extras, limits, V, model.config().pad_id, end_id, "beam_search");
   auto constraints = sentence_constraints(extras, B, beam_size, V, model.config().pad_id, end_id);
   const bool record = extras != nullptr && extras->record_attention;
+  if (extras != nullptr && extras->length_rule == LengthRule::Hf)
+    TCPP_CHECK(std::isfinite(std::pow(static_cast<double>(max_length), alpha)), "beam_search: length_penalty ", alpha,
+               " is too large for max_length ", max_length, ": the penalty length ** length_penalty overflows");
   if (B == 0) return std::vector<std::vector<BeamHypothesis>>();
   check_decode(model, src, B * beam_size, max_length, "beam_search",
                concat("beam_size ", beam_size, " and max_length ", max_length, " for ", B,
@@ -589,6 +636,7 @@ std::vector<std::vector<BeamHypothesis>> beam_search(Transformer<T>& model, Cons
   run.limits = std::move(limits);
   run.prefixes = std::move(prefixes);
   run.constraints = std::move(constraints);
+  run.set_rules(extras);
   run.start(B, start_id);
   for (Index t = 0; t < max_length && run.running(); ++t) run.step(t);
   st.decoder.record_cross = false;

@@ -22,6 +22,7 @@ from ..task import (
     PRESETS,
     SetupSteps,
     TrainRequest,
+    finetune_trainer,
     new_trainer,
     preset_recipe,
     resume_trainer,
@@ -36,7 +37,7 @@ __all__ = ["add_train_parser", "check_out", "request_from_args", "run_train", "s
 # TrainConfig's settings that train's options set, by group: the first ones beside --data and
 # --out, the others with the optimiser's (the core's table, TrainConfig's last fields); the
 # command itself sets threads, adaptive_threads and progress
-_RUN_SETTINGS = ("epochs", "time_budget", "threads", "adaptive_threads", "progress")
+_RUN_SETTINGS = ("init_from", "epochs", "time_budget", "threads", "adaptive_threads", "progress")
 _BY_ITSELF = ("threads", "adaptive_threads", "progress")
 _OPTIMIZER = tuple(f.option for f in option_fields(OPTIMIZER_FIELDS))
 _OPTIMISATION = _OPTIMIZER + tuple(
@@ -96,8 +97,15 @@ def run_train(args: argparse.Namespace) -> int:
     with run.removed_unless_used():
         run.check_writable()  # before any work, not after the first epoch
         with run.lock():  # held to the end: a second `train` into the same --out fails at once
-            build = resume_trainer if args.resume else new_trainer
+            build = _builder(args)
             return _fit(_saving_config(args, build(request, out, console.say), out), out)
+
+
+def _builder(args: argparse.Namespace) -> Any:
+    """The task's function that builds this run's trainer: resumed, fine-tuned or new."""
+    if args.resume:
+        return resume_trainer
+    return finetune_trainer if args.init_from is not None else new_trainer
 
 
 def _data_parallel(args: argparse.Namespace) -> Any:
@@ -141,7 +149,7 @@ def _train_parallel(args: argparse.Namespace, out: Path, parallel: Any) -> int:
                 steps.run("locking --out", lambda: stack.enter_context(run.lock()))
             else:
                 steps.run("locking --out", lambda: None)
-            build = resume_trainer if args.resume else new_trainer
+            build = _builder(args)
             return _fit(_saving_config(args, build(request, out, console.say, steps), out), out)
         except BaseException:
             if created and parallel.is_root:

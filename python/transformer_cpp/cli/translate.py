@@ -18,6 +18,7 @@ from ..task import check_same_split, load_pairs, load_split
 from ..text import is_blank
 from ..training import TrainConfig
 from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
+from ..translate.decoding import checked_defaults, resolved_rules
 from ..translate.translator import encode_target_text
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .options import (
@@ -251,10 +252,11 @@ def run_translate(args: argparse.Namespace) -> int:
     """``transformer-cpp translate``: the input translated a batch at a time, each batch's output
     written (and flushed) before the next is read (see :mod:`.translate_io`)."""
     set_threads(args.threads)
-    _check_arguments(args)
     translator = Translator.from_checkpoint(
         args.model, max_output_tokens=args.max_output_tokens, compute_type=args.compute_type
     )
+    _resolve_decoding(args, translator)
+    _check_arguments(args)
     _check_search_options(translator, args)
     if args.output is not None:
         _check_output(args.output, Path(translator.checkpoint or args.model), [("the --input file", args.input)])
@@ -360,6 +362,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         data_file = args.data if args.data is not None else (record.path if record is not None else None)
         _check_output(args.output, ckpt_dir, [("the --pairs file", args.pairs), ("the data file", data_file)])
     translator = Translator.from_checkpoint(ckpt_dir, compute_type=args.compute_type)
+    _resolve_decoding(args, translator)
     if args.pairs is not None:
         sources, references, lines = _read_pairs_file(args.pairs, args.encoding or "utf-8", translator, args.columns)
         what = f"{args.pairs}"
@@ -433,10 +436,26 @@ _BATCH_SIZE = Setting(
 )
 
 
+#: The decoding options whose default is the model's (an imported model's generation rules).
+_RULES = ("beam_size", "length_penalty", "length_penalty_mode", "early_stopping", "force_end")
+
+
+def _resolve_decoding(args: argparse.Namespace, translator: Any) -> None:
+    """The beam options left out take the model's decoding defaults (else the defaults); the
+    translator then decodes with them."""
+    resolved = resolved_rules(translator.decode_defaults, **{k: getattr(args, k, None) for k in _RULES})
+    try:
+        translator.decode_defaults = checked_defaults({**translator.decode_defaults, **resolved}, "translate")
+    except (TypeError, ValueError) as exc:
+        raise UserError(str(exc).replace("DecodeOptions: ", "")) from None
+    args.beam_size, args.length_penalty = resolved["beam_size"], resolved["length_penalty"]
+
+
 def _add_decoding_options(p: Any, *, max_output_tokens: bool = False) -> None:
     """The decoding options of ``translate`` and ``evaluate``: Translator's (DecodeOptions'
-    settings, checked as Translator checks them, and its batch size), threads and compute type."""
-    add_settings(p, DecodeOptions, only=["beam_size", "length_penalty"], owner="Translator")
+    settings, checked as Translator checks them, and its batch size), threads and compute type;
+    the beam options default to the model's decoding defaults."""
+    add_settings(p, DecodeOptions, only=list(_RULES), owner="Translator", unset=True)
     add_option(p, _BATCH_SIZE, "Translator", _BATCH_SIZE.default)
     add_settings(p, TrainConfig, only=["threads"])
     add_settings(

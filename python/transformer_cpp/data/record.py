@@ -162,6 +162,9 @@ class DataRecord:
     )
     #: The length limit used, in tokens.
     max_length: Optional[int] = None
+    #: Whether the sentences are cleaned in their language as they are read: not for tokenizers
+    #: that normalise raw text themselves (a fine-tuned SentencePiece model's).
+    clean: bool = True
     encoding: str = setting(
         "utf-8",
         check=_encoding,

@@ -23,6 +23,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 from ..checkpoint import LATEST_FILE, list_checkpoints, save_checkpoint
 from ..model import Transformer
 from ..tokenizer import SentencePieceTokenizer
+from .generation import generation_defaults
 from .marian import load_marian
 
 __all__ = ["PROVENANCE_FILE", "PretrainedParts", "import_pretrained", "load_pretrained", "resolve_source"]
@@ -40,7 +41,8 @@ _DOWNLOADED = ["*.json", "*.spm", "*.safetensors", "pytorch_model.bin", "README.
 
 class PretrainedParts(NamedTuple):
     """What :func:`load_pretrained` reads: the model, its tokenizers, its languages (None when not
-    known) and the provenance record."""
+    known), the provenance record and the decoding defaults of its generation rules
+    (:func:`~transformer_cpp.pretrained.generation.generation_defaults`)."""
 
     model: Transformer
     src_tokenizer: SentencePieceTokenizer
@@ -48,6 +50,7 @@ class PretrainedParts(NamedTuple):
     src_lang: Optional[str]
     tgt_lang: Optional[str]
     provenance: Dict[str, Any]
+    decode_defaults: Dict[str, Any] = {}
 
 
 def resolve_source(source: PathLike, who: str = "import_pretrained") -> Path:
@@ -152,6 +155,7 @@ def load_pretrained(
     both SentencePiece tokenizers, the languages and the provenance record."""
     directory = resolve_source(source, who)
     model = load_marian(directory, dtype=dtype)
+    decode_defaults = generation_defaults(directory, model.config)
     src_tok = SentencePieceTokenizer.from_marian_dir(directory, "source")
     tgt_tok = SentencePieceTokenizer.from_marian_dir(directory, "target")
     src, tgt = languages(str(source), directory, src_lang, tgt_lang)
@@ -163,7 +167,7 @@ def load_pretrained(
         "license": model_license(str(source), directory),
         "files": files,
     }
-    return PretrainedParts(model, src_tok, tgt_tok, src, tgt, provenance)
+    return PretrainedParts(model, src_tok, tgt_tok, src, tgt, provenance, decode_defaults)
 
 
 def import_pretrained(
@@ -189,7 +193,12 @@ def import_pretrained(
             f"import_pretrained: the languages of {str(source)!r} are not recorded in it (tokenizer_config.json "
             "source_lang/target_lang, or a name opus-mt-xx-yy); give them (--source-lang and --target-lang)"
         )
-    data = {"src_lang": parts.src_lang, "tgt_lang": parts.tgt_lang, "pretrained": parts.provenance}
+    data = {
+        "src_lang": parts.src_lang,
+        "tgt_lang": parts.tgt_lang,
+        "pretrained": parts.provenance,
+        "decode_defaults": parts.decode_defaults,
+    }
     path = save_checkpoint(run, parts.model, parts.src_tokenizer, parts.tgt_tokenizer, data=data, optimizer=False)
     tmp = run / f".{PROVENANCE_FILE}.tmp"
     tmp.write_text(json.dumps(parts.provenance, indent=2, sort_keys=True) + "\n", encoding="utf-8")

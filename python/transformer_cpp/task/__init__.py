@@ -1,6 +1,6 @@
 """The translation task: presets and recipes (:mod:`.presets`), and everything between a data file
 and a trainer (:mod:`.translation`): the split and its record, the vocabularies, the length
-limit, automatic precision and size, new and resumed trainers; and the language-model task
+limit, automatic precision and size, new and resumed trainers, fine-tuning from a run (:mod:`.finetune`); and the language-model task
 (:mod:`.language_model`: a decoder-only model on a long text, its windows, bits per character,
 sampling and checkpoints, trained by the same :class:`~transformer_cpp.training.Trainer`). The
 command line, the notebooks, data-parallel runs and the tools all call it."""
@@ -17,6 +17,7 @@ from .language_model import (
     sample_next,
 )
 
+from .finetune import finetune_trainer
 from .presets import AUTO_PRECISION, DEFAULT_PRESET, PRESETS, RECIPES, SIZE_FIELDS, preset_config, preset_recipe
 from .translation import (
     AUTOMATIC_LENGTH_CAP,
@@ -69,6 +70,7 @@ __all__ = [
     "check_same_split",
     "choose_max_length",
     "encode_split",
+    "finetune_trainer",
     "generate",
     "load_pairs",
     "load_lm",

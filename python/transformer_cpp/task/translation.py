@@ -251,7 +251,7 @@ def load_split(path: Optional[str], record: DataRecord, report: Report = say) ->
         path,
         record,
         report,
-        clean=True,
+        clean=record.clean,
         num_samples=record.num_samples or None,
         sampling=record.sampling,
         seed=record.split_seed,
@@ -641,6 +641,8 @@ def new_trainer(request: TrainRequest, out: Path, report: Report = say, steps: O
     """A trainer for a new run in ``out``: reads and splits the data, builds the vocabularies
     (rank 0, shared), chooses the length limit, resolves the automatic precision and size, and
     builds the model. Each step through ``steps`` (data-parallel runs); nothing is written yet."""
+    if request.training.get("init_from") is not None:
+        raise TaskError("new_trainer: a request with init_from starts from a run: build it with finetune_trainer")
     steps = steps if steps is not None else SetupSteps()
     preset = request.preset or DEFAULT_PRESET
     arch, config, record, split = steps.run("reading the data", lambda: _read_new_run(request, preset, report))

@@ -40,6 +40,13 @@ _OPTIMIZER = {f.option: f for f in option_fields(OPTIMIZER_FIELDS)}
 _FLAG = Limit.flag()
 
 
+def _run_path(owner: str, name: str, value: Any) -> str:
+    """A run or checkpoint directory, as an absolute path (a resumed run compares it)."""
+    if not isinstance(value, (str, Path)) or not str(value):
+        raise TypeError(f"{owner}: {name} must be the path of a run or checkpoint directory, got {value!r}")
+    return str(Path(value).resolve())
+
+
 @dataclass
 class TrainConfig:
     """Training settings. The model architecture lives in the model's own config.
@@ -161,6 +168,14 @@ class TrainConfig:
     )
     progress: bool = setting(
         True, limit=_FLAG, help="a progress bar per epoch (--no-progress: none)", option="--no-progress"
+    )
+    init_from: Optional[str] = setting(
+        None,
+        check=_run_path,
+        help="fine-tune: start from the model of this run or checkpoint (an imported model, say), with its "
+        "vocabularies and architecture, on the pairs of --data",
+        option="--init-from",
+        metavar="RUN",
     )
     # the optimiser's settings (the core's table; see the module docstring)
     warmup: int = core_setting(_OPTIMIZER["warmup"])

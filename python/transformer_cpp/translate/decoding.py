@@ -10,7 +10,7 @@ plain greedy loop every greedy decoder is checked against.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -22,9 +22,14 @@ from ..model import DEFAULT_LENGTH_PENALTY
 
 __all__ = [
     "COMPUTE_TYPES",
+    "EARLY_STOPPING",
+    "LENGTH_PENALTY_MODES",
     "DecodeOptions",
     "Hypothesis",
+    "DEFAULTABLE",
     "check_compute_type",
+    "checked_defaults",
+    "resolved_rules",
     "decode_rows",
     "greedy_decode",
     "greedy_decode_reference",
@@ -35,6 +40,11 @@ __all__ = [
 ]
 
 _WHITESPACE = re.compile(r"\s+")
+#: How beam search scores hypotheses (DecodeOptions.length_penalty_mode).
+LENGTH_PENALTY_MODES = ("gnmt", "hf")
+#: When a sentence's beam search stops under the "hf" mode, by generate's early_stopping:
+#: False, True, "never".
+EARLY_STOPPING = ("heuristic", "first", "never")
 
 
 def check_compute_type(who: str, value: Any) -> str:
@@ -77,6 +87,27 @@ class DecodeOptions:
         limit=Limit(False, 0, 10),
         help="beam search length-penalty exponent (default {default})",  # GNMT's: scores / ((5 + length) / 6) ** it
         option="--length-penalty",
+    )
+    length_penalty_mode: str = setting(
+        "gnmt",
+        limit=Limit.one_of(list(LENGTH_PENALTY_MODES)),
+        help="beam scores: gnmt (log-prob / ((5 + length) / 6) ** penalty, the default) or hf (Hugging Face "
+        "generate's: log-prob / length ** penalty, its candidate and stopping rules)",
+        option="--length-penalty-mode",
+    )
+    early_stopping: str = setting(
+        "heuristic",
+        limit=Limit.one_of(list(EARLY_STOPPING)),
+        help="with --length-penalty-mode hf, when a sentence stops: heuristic (generate's early_stopping=False, "
+        "the default), first (True) or never ('never')",
+        option="--early-stopping",
+    )
+    force_end: bool = setting(
+        False,
+        limit=Limit.flag(),
+        help="beam search: a hypothesis that reaches the output limit ends with the end token (generate's "
+        "forced_eos_token_id)",
+        option=("--force-end", "--no-force-end"),
     )
     n_best: int = setting(1, limit=Limit(True, 1, 1024), help="hypotheses kept per sentence (at most beam_size)")
     max_output_tokens: Optional[int] = setting(
@@ -124,6 +155,10 @@ class DecodeOptions:
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.length_penalty_mode == "gnmt" and self.early_stopping != "heuristic":
+            raise ValueError(
+                f"DecodeOptions: early_stopping {self.early_stopping!r} is a rule of length_penalty_mode 'hf'"
+            )
         if self.n_best > self.beam_size:
             raise ValueError(f"DecodeOptions: n_best {self.n_best} is larger than beam_size {self.beam_size}")
         if self.sampling_topk > 1 and self.beam_size > 1:
@@ -138,6 +173,27 @@ class DecodeOptions:
 
 
 DecodeOptions.LIMITS = setting_limits(DecodeOptions)
+
+#: The decoding settings a model may carry defaults for (an imported model's generation rules).
+DEFAULTABLE = ("beam_size", "length_penalty", "length_penalty_mode", "early_stopping", "force_end", "max_output_tokens")
+
+
+def checked_defaults(defaults: Any, who: str) -> Dict[str, Any]:
+    """``defaults`` (``{setting: value}`` of :data:`DEFAULTABLE`) checked as :class:`DecodeOptions`
+    checks them; ``ValueError`` / ``TypeError`` naming the first that is not allowed."""
+    if not isinstance(defaults, dict):
+        raise TypeError(f"{who}: expected a dict of decoding settings, got {type(defaults).__name__}")
+    unknown = sorted(str(k) for k in defaults if k not in DEFAULTABLE)
+    if unknown:
+        raise ValueError(f"{who}: unknown decoding setting(s) {', '.join(unknown)} (allowed: {', '.join(DEFAULTABLE)})")
+    DecodeOptions(**defaults)  # checks each
+    return dict(defaults)
+
+
+def resolved_rules(defaults: Dict[str, Any], **given: Any) -> Dict[str, Any]:
+    """Each of ``given`` (beam settings) as given, else from ``defaults``, else DecodeOptions' default."""
+    declared = {f.name: f.default for f in fields(DecodeOptions)}
+    return {k: v if v is not None else defaults.get(k, declared[k]) for k, v in given.items()}
 
 
 class Hypothesis(NamedTuple):
@@ -263,6 +319,7 @@ def _beam(
         return_attention,
         target_prefix,
         constraints if has_constraints else None,
+        **_rules(options),
     )
     return [
         [
@@ -276,6 +333,16 @@ def _beam(
         ]
         for hs in raw
     ]
+
+
+def _rules(options: DecodeOptions) -> Dict[str, Any]:
+    """The beam rules that differ from the defaults (a model without them is still called alike)."""
+    rules: Dict[str, Any] = {}
+    if options.length_penalty_mode != "gnmt":
+        rules.update(length_penalty_mode=options.length_penalty_mode, early_stopping=options.early_stopping)
+    if options.force_end:
+        rules["force_end"] = True
+    return rules
 
 
 def _check_prefixes(target_prefix: Optional[Sequence[Sequence[int]]], limits: np.ndarray) -> None:

@@ -46,10 +46,17 @@ import numpy as np
 from .._checks import Limit, flag as _flag
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import load_checkpoint
-from ..model import DEFAULT_LENGTH_PENALTY
 from ..pretrained import load_pretrained
 from ..text import check_text, clean_sentence, resolve_language
-from .decoding import DecodeOptions, Hypothesis, check_compute_type, decode_rows, one_line
+from .decoding import (
+    DecodeOptions,
+    Hypothesis,
+    check_compute_type,
+    checked_defaults,
+    decode_rows,
+    one_line,
+    resolved_rules,
+)
 
 __all__ = [
     "EncodedSource",
@@ -309,6 +316,7 @@ class Translator:
         trained_length: Optional[int] = None,
         compute_type: str = "float32",
         max_length: Optional[int] = None,
+        decode_defaults: Optional[Dict[str, Any]] = None,
     ) -> None:
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator")
         if src_lang is not None:  # a string that is no language fails here, not per sentence
@@ -329,6 +337,10 @@ class Translator:
                 raise ValueError(
                     f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
                 )
+        #: The decoding settings used when a call leaves them out (an imported model's generation rules).
+        self.decode_defaults = checked_defaults(decode_defaults or {}, "Translator: decode_defaults")
+        if max_output_tokens is None:
+            max_output_tokens = self.decode_defaults.get("max_output_tokens")
         self.max_output_tokens = max_output_tokens  # checked by the property
         self.compute_type = compute_type  # checked by the property
         self.checkpoint: Optional[Path] = None  # set by from_checkpoint
@@ -404,6 +416,7 @@ class Translator:
             max_output_tokens=max_output_tokens,
             trained_length=trained,
             compute_type=compute_type,
+            decode_defaults=data.get("decode_defaults"),
         )
         translator.checkpoint = ckpt.path
         return translator
@@ -420,7 +433,7 @@ class Translator:
             parts.tgt_tokenizer,
             src_lang=parts.src_lang,
             tgt_lang=parts.tgt_lang,
-            **kwargs,
+            **{"decode_defaults": parts.decode_defaults, **kwargs},
         )
 
     @classmethod
@@ -480,8 +493,8 @@ class Translator:
         self,
         sentence: str,
         *,
-        beam_size: int = 1,
-        length_penalty: float = DEFAULT_LENGTH_PENALTY,
+        beam_size: Optional[int] = None,
+        length_penalty: Optional[float] = None,
         max_output_tokens: Optional[int] = None,
         return_attention: bool = False,
         max_length: Optional[int] = None,
@@ -491,17 +504,20 @@ class Translator:
 
         Args:
             sentence: the input (cleaned like the training data before encoding).
-            beam_size: 1 for greedy decoding, more for beam search.
-            length_penalty: GNMT length-penalty exponent for beam search (scores are divided by
-                ``((5 + length) / 6) ** length_penalty``; default
-                :data:`~transformer_cpp.model.DEFAULT_LENGTH_PENALTY`).
+            beam_size: 1 for greedy decoding, more for beam search (default: the translator's
+                :attr:`decode_defaults`, else 1).
+            length_penalty: length-penalty exponent for beam search (default: the
+                :attr:`decode_defaults`, else :data:`~transformer_cpp.model.DEFAULT_LENGTH_PENALTY`);
+                ``length_penalty_mode`` (in ``search``) says how it applies (GNMT's
+                ``((5 + length) / 6) ** length_penalty`` or Hugging Face's ``length ** length_penalty``).
             max_output_tokens: most tokens to generate (default: the translator's
                 ``max_output_tokens``, else ``1.5 * source tokens + 10``); ``max_length`` is its
                 old name (deprecated: it warns).
             return_attention: return a :class:`Translation` with the cross-attention weights
                 instead of the text.
             search: ``target_prefix``, ``constraints``, ``sampling_topk``, ``sampling_topp``,
-                ``sampling_temperature``, ``seed``, as for :meth:`translate_batch`.
+                ``sampling_temperature``, ``seed``, ``length_penalty_mode``, ``early_stopping``,
+                ``force_end``, as for :meth:`translate_batch`.
 
         Returns:
             The translation text, or a :class:`Translation` with ``return_attention=True``.
@@ -529,8 +545,8 @@ class Translator:
         self,
         sentences: Sequence[str],
         *,
-        beam_size: int = 1,
-        length_penalty: float = DEFAULT_LENGTH_PENALTY,
+        beam_size: Optional[int] = None,
+        length_penalty: Optional[float] = None,
         max_output_tokens: Optional[int] = None,
         return_attention: bool = False,
         batch_size: int = 64,
@@ -542,6 +558,9 @@ class Translator:
         sampling_topp: float = 1.0,
         sampling_temperature: float = 1.0,
         seed: int = 0,
+        length_penalty_mode: Optional[str] = None,
+        early_stopping: Optional[str] = None,
+        force_end: Optional[bool] = None,
         _stacklevel: int = 2,
     ) -> List[Any]:
         """Translate several sentences (``batch_size`` at a time); a list of texts, or of
@@ -557,11 +576,23 @@ class Translator:
         one list per sentence; beam search, fewer than ``beam_size``); a translation that reached
         its output limit first has :attr:`Translation.constraints_missing` above 0.
         ``sampling_topk`` (> 1: draw each token among the k most likely), ``sampling_topp``,
-        ``sampling_temperature``, ``seed``: sampling, as :class:`DecodeOptions` declares them."""
+        ``sampling_temperature``, ``seed``: sampling, as :class:`DecodeOptions` declares them.
+        ``length_penalty_mode``, ``early_stopping``, ``force_end``: the beam rules, as
+        :class:`DecodeOptions` declares them; left out (None), each of these and ``beam_size`` /
+        ``length_penalty`` takes the translator's :attr:`decode_defaults`, else the default."""
         if isinstance(sentences, str):
             raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.translate_batch")
         sentences = list(sentences)
+        rules = resolved_rules(
+            self.decode_defaults,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            length_penalty_mode=length_penalty_mode,
+            early_stopping=early_stopping,
+            force_end=force_end,
+        )
+        beam_size, length_penalty = rules.pop("beam_size"), rules.pop("length_penalty")
         beam_size = self.check("beam_size", beam_size)
         batch_size = self.check("batch_size", batch_size)
         return_attention = _flag("Translator", "return_attention", return_attention)
@@ -578,6 +609,7 @@ class Translator:
             sampling_topp=sampling_topp,
             sampling_temperature=sampling_temperature,
             seed=seed,
+            **rules,
         )
         prefixes, wanted = self._search_ids(len(sentences), target_prefix, constraints, beam_size)
         encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]

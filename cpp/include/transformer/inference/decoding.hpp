@@ -50,6 +50,18 @@ struct CrossAttention {
 };
 
 // What a decode may be asked besides its tokens.
+// How beam search scores and stops (DecodeExtras::length_rule).
+// Gnmt: score = log_prob / ((5 + len) / 6) ** alpha; a sentence stops once no live beam can still
+// beat its n_best-th finished hypothesis (an exact bound).
+// Hf: Hugging Face's generate: score = log_prob / len ** alpha (len: the generated tokens, the end
+// token included); only a candidate ranked among the first beam_size of a step's candidates may
+// finish; a sentence stops once beam_size hypotheses are finished and, by early_stopping,
+// Heuristic (early_stopping=False): the best live beam's log_prob / (its length) ** alpha does
+// not beat the beam_size-th finished score; First (True): at once; Never ("never"): as Heuristic
+// with the sentence's limit as the length when alpha > 0.
+enum class LengthRule { Gnmt, Hf };
+enum class EarlyStopping { Heuristic, First, Never };
+
 struct DecodeExtras {
   // Each sentence's own output limit (B entries, each in [1, max_length]), or empty: max_length for
   // every sentence. A sentence stops at its limit inside the search, as if decoded alone with it.
@@ -67,6 +79,11 @@ struct DecodeExtras {
   // Greedy decoding only: draw each token instead of taking the most likely (sampling.hpp); the
   // stream of sentence b is b.
   SamplingOptions sampling;
+  // Beam search only: the length rule (LengthRule) and, at a sentence's limit, the end token in
+  // place of any other, its log-probability not counted (Hugging Face's forced_eos_token_id).
+  LengthRule length_rule = LengthRule::Gnmt;
+  EarlyStopping early_stopping = EarlyStopping::Heuristic;
+  bool force_end = false;
 };
 
 // Greedy decoding: (B, L) ids generated after start_id, up to and including end_id, then the
