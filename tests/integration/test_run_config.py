@@ -42,7 +42,8 @@ def test_train_writes_its_resolved_options_and_repeats_the_run_from_them(tmp_pat
     assert set(saved) <= set(options)  # nothing that is not an option
     # every option with a value, the preset's too (tiny: batches of 64 unless given, warm-up 4000 unless given)
     missing = {k for k in options if not k.startswith("no_")} - set(saved)
-    assert missing == {"columns", "mpi_timeout"}  # no value: the file's default columns, one process
+    # no value: the file's default columns, one process, a new model
+    assert missing == {"columns", "mpi_timeout", "init_from"}
     assert saved["preset"] == "tiny" and saved["d_model"] == 32 and saved["warmup"] == 20 and saved["batch_size"] == 32
     assert saved["data"] == str(data.resolve()) and saved["out"] == str(first) and saved["no_progress"] is True
     assert saved["label_smoothing"] == 0.0 and saved["max_tokens"] == 0 and saved["precision"] == "float32"

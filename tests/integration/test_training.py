@@ -97,6 +97,7 @@ def test_train_config_check_and_limits():
         "drop_remainder",
         "adaptive_threads",
         "progress",
+        "init_from",
     } == {f for f in TrainConfig().to_dict()}  # every setting is checked
     with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
         TrainConfig.check("learning_rate", 1)

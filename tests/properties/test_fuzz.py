@@ -1029,6 +1029,8 @@ TRAIN_FLAGS = {
     "keep_checkpoints": "--keep-checkpoints",
     "val_bleu_sentences": "--val-bleu-sentences",
     "average_last": "--average-last",
+    "patience": "--patience",
+    "accumulate": "--accumulate",
 }
 ANY_VALUE = st.one_of(
     st.integers(-10, 10**7),
@@ -1056,7 +1058,8 @@ def test_fuzz_options_api_and_command_line(owner, data):
     from transformer_cpp.translate import Translator
 
     cls = TrainConfig if owner == "TrainConfig" else Translator
-    names = sorted(cls.LIMITS)  # the flags' limits too (Limit.flag())
+    # the numbers and flags (Limit.flag()); a choice's values are the command line's own choices
+    names = sorted(n for n, limit in cls.LIMITS.items() if limit.kind != "choice")
     name = data.draw(st.sampled_from(names))
     value = data.draw(ANY_VALUE)
     event(f"{owner}.{name}")
@@ -1090,7 +1093,7 @@ def test_fuzz_options_api_and_command_line(owner, data):
             "sampling_topp": "--sampling-topp",
             "sampling_temperature": "--sampling-temperature",
             "seed": "--seed",
-        }[name]
+        }.get(name)  # a flag (force_end) is --force-end / --no-force-end on the command line
     integer = cls.LIMITS[name].integer
     if (
         flag is None

@@ -31,6 +31,12 @@ SUPPRESS = argparse.SUPPRESS
 # option string -> its default, as the hand-written parsers had them (deprecated aliases: SUPPRESS)
 EXPECTED = {
     "train": {
+        # added since the parsers were generated: a YAML file of options, fine-tuning, early
+        # stopping, gradient accumulation
+        "--config": None,
+        "--init-from": None,
+        "--patience": None,
+        "--accumulate": None,
         "--preset": None,
         "--data": None,
         "--out": None,
@@ -139,6 +145,8 @@ EXPECTED = {
         "--skip-mpi": False,
         "--serving-only": False,
         "--attention": False,
+        "--marian": False,
+        "--marian-shapes": None,
         "--no-torch": False,
         "--no-ctranslate2": False,
         "--seed": 0,
