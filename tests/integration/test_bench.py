@@ -77,6 +77,8 @@ def test_quick_json_structure(quick_results):
     # the table went to stderr with every section
     for title in ("GEMM peak", "Training step", "Greedy decoding", "Peak memory"):
         assert title in stderr
+    # and names the software and its compute types, never "ours" (the JSON keys' word)
+    assert "ours" not in stderr.replace("transformer-cpp", ""), [l for l in stderr.splitlines() if "ours" in l]
 
 
 @pytest.mark.slow  # the quick_results fixture runs the quick benchmark

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import platform
 import sys
 from typing import Any, Dict, Optional
@@ -182,5 +183,7 @@ def machine_facts() -> Dict[str, Any]:
 
 
 def log(msg: str) -> None:
-    """A progress line on standard error (the report goes to standard output)."""
+    """A progress line on standard error (the report goes to standard output); the engines' keys
+    (``ours``, ``ours_int8``, ...) are named as the report names them."""
+    msg = re.sub(r"\bours(?:_(int8|bf16))?\b", lambda m: f"{SOFTWARE} {m.group(1)}" if m.group(1) else SOFTWARE, msg)
     print(f"[bench] {msg}", file=sys.stderr, flush=True)

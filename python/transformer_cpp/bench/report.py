@@ -22,6 +22,10 @@ JSON_SCHEMA_VERSION = 3
 US = SOFTWARE
 
 
+#: How the report names this package's compute types (the JSON keeps the keys).
+_COMPUTE = {"ours": "float32", "ours_int8": "int8", "ours_bf16": "bf16"}
+
+
 def _format_low_precision(results: Dict[str, Any]) -> List[str]:
     """The low-precision peers' lines of the report: training in float32 and bf16 (this package,
     PyTorch), the bf16 GEMM peak, greedy decoding in float32 / int8 / bf16 against CTranslate2."""
@@ -50,7 +54,7 @@ def _format_low_precision(results: Dict[str, Any]) -> List[str]:
             )
         if tr.get("best_ours"):
             lines.append(
-                f"     {US} at its best ({tr['best_ours']}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
+                f"     {US} at its best ({_COMPUTE[tr['best_ours']]}) / PyTorch float32 {_fmt(tr.get('best_ours_vs_torch'), 'x')}, "
                 f"/ PyTorch bf16 autocast {_fmt(tr.get('best_ours_vs_torch_bf16'), 'x')}"
             )
     for note in tr.get("low_precision_notes") or []:
@@ -81,7 +85,7 @@ def _format_low_precision(results: Dict[str, Any]) -> List[str]:
             )
             if "ctranslate2_int8" in e:
                 lines.append(
-                    f"     {US} at its best ({e['best_ours']}) / CTranslate2 int8 "
+                    f"     {US} at its best ({_COMPUTE[e['best_ours']]}) / CTranslate2 int8 "
                     f"{_fmt(e.get('best_ours_vs_ctranslate2_int8'), 'x')}, / CTranslate2 float32 "
                     f"{_fmt(e.get('best_ours_vs_ctranslate2'), 'x')}"
                 )
