@@ -79,6 +79,11 @@ void bind_language_model_class(py::module_& m) {
           "tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:]. Forward, mean cross-entropy, backward "
           "and one Adam step; returns (loss, labels scored).")
       .def(
+          "check_batch", [](H& h, Index batch, Index length) { h.model.check_batch(batch, length, "check_batch"); },
+          py::arg("batch"), py::arg("length"),
+          "Raise MemoryError when a training step on (batch, length) tokens (length = T+1, as train_step takes "
+          "them) needs more memory than there is: checked before the batch is built.")
+      .def(
           "compute_gradients",
           [](H& h, const py::handle& tokens, bool training) {
             auto t = as_tokens(tokens, "LanguageModel.compute_gradients", "tokens", 2);

@@ -302,6 +302,10 @@ class _LanguageModel(typing.Generic[_F]):
         """
         tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:]. Forward, mean cross-entropy, backward and one Adam step; returns (loss, labels scored).
         """
+    def check_batch(self, batch: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Raise MemoryError when a training step on (batch, length) tokens (length = T+1, as train_step takes them) needs more memory than there is: checked before the batch is built.
+        """
     def compute_gradients(self, tokens: object, training: bool = True) -> tuple[float, int]:
         """
         train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).

@@ -274,15 +274,27 @@ void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, cons
     TCPP_CHECK(t >= 0 && t < V, "LanguageModel.", who, ": token id ", t, " at flat index ", i,
                " is out of range for vocab_size ", V);
   }
+  check_activations(static_cast<double>(tokens.rows()), static_cast<double>(tokens.cols()), who);
+  check_finite_parameters(parameters(), concat("LanguageModel.", who));
+}
+
+template <typename T>
+void LanguageModel<T>::check_batch(Index batch, Index length, const char* who) const {
+  TCPP_CHECK(batch > 0 && length > 1, "LanguageModel.", who,
+             ": a batch needs B >= 1 sequences of T+1 >= 2 tokens, got ", batch, " of ", length);
+  check_activations(static_cast<double>(batch), static_cast<double>(length), who);
+}
+
+template <typename T>
+void LanguageModel<T>::check_activations(double B, double Tl, const char* who) const {
   // the activations: a block keeps its input, its attention's and feed-forward's buffers and, with
   // softmax attention on the plain kernel, the weights (B, H, T, T) and a (T, T) mask; every
   // block keeps them, or one block at a time plus the two streams of a reversible stack; then
-  // the logits
+  // the logits (and the batch's own token ids)
   const LanguageModelConfig& c = config_;
-  const double B = static_cast<double>(tokens.rows()), Tl = static_cast<double>(tokens.cols());
   const double d = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
   const AttentionKind& kind = attention_kind(c.attention);
-  const bool plain = kind.full_weights && tokens.cols() < tuning::kTiledAttentionMinLength;
+  const bool plain = kind.full_weights && Tl < static_cast<double>(tuning::kTiledAttentionMinLength);
   double block = encoder_layer_elements(B * Tl, B, H, Tl, d, static_cast<double>(c.d_ff));
   if (!plain) block -= 2 * B * H * Tl * Tl;  // the weights term of attention_elements
   if (kind.hashed) {
@@ -293,10 +305,10 @@ void LanguageModel<T>::check_tokens(ConstTokenMap tokens, Index min_length, cons
   }
   const double elements = (c.reversible ? block + 3 * B * Tl * d : static_cast<double>(c.n_layers) * block) +
                           4 * B * Tl * d + B * Tl * static_cast<double>(c.vocab_size);
-  check_memory(concat("LanguageModel.", who),
-               concat("a batch of ", tokens.rows(), " sequences of length ", tokens.cols()),
-               elements * static_cast<double>(sizeof(T)) + (plain ? Tl * Tl : 0.0));
-  check_finite_parameters(parameters(), concat("LanguageModel.", who));
+  check_memory(
+      concat("LanguageModel.", who),
+      concat("a batch of ", static_cast<std::int64_t>(B), " sequences of length ", static_cast<std::int64_t>(Tl)),
+      elements * static_cast<double>(sizeof(T)) + (plain ? Tl * Tl : 0.0) + B * Tl * 8.0);
 }
 
 template <typename T>

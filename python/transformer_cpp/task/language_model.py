@@ -351,6 +351,8 @@ class LmTask(TrainingTask):
                 f"least seq_len + 1 = {r.seq_len + 1} characters (a segment memory walks each stripe in "
                 "consecutive segments): lower batch_size or seq_len"
             )
+        # a step's memory, before the first batch of ids is built
+        model._core.check_batch(r.batch_size, r.seq_len + 1)
 
     @property
     def steps_per_epoch(self) -> int:

@@ -408,3 +408,13 @@ cli(
     prepare=lm_copy,
     after=_lm_unchanged,
 )
+
+
+cli(
+    "train-lm: a batch too large for the memory is refused before its windows are built",
+    lambda c: (
+        ["train-lm", "--text", str(lm_text(c)), "--out", str(c.work / "lm-big"), *LM_ARCH, *LM_TRAINING]
+        + ["--d-model", "512", "--d-ff", "2048", "--batch-size", "1000000", "--steps", "1"]
+    ),
+    match=("a batch of 1000000 sequences of length 17 needs", "more than"),
+)

@@ -158,6 +158,10 @@ class LanguageModel : public TrainableModel<T> {
   // zero_grad, forward (training), mean cross-entropy, backward, clipping, one Adam step. Refuses
   // (NonFiniteError, nothing changed) non-finite weights, loss, gradient norm or update.
   LossStats train_step(ConstTokenMap tokens);
+  // Throws MemoryError-style std::runtime_error (check_memory) when a training step on a batch of
+  // `batch` sequences of `length` tokens (T+1, as train_step takes them) needs more memory than
+  // there is, before any batch is built; `who` names the caller.
+  void check_batch(Index batch, Index length, const char* who) const;
   // The same loss and gradients as train_step, without the update (gradients stay in parameters()).
   LossStats compute_gradients(ConstTokenMap tokens, bool training);
   // train_step's second half on the gradients in parameters() (compute_gradients', or a sum of
@@ -226,6 +230,7 @@ class LanguageModel : public TrainableModel<T> {
   T* output_weight();
   T* output_weight_grad();
   void check_tokens(ConstTokenMap tokens, Index min_length, const char* who);
+  void check_activations(double B, double Tl, const char* who) const;
   // inputs tokens[:, :-1] into inputs_, labels tokens[:, 1:] into labels_
   void split_shifted(ConstTokenMap tokens);
   // dy_ -> the blocks (and final norm) in reverse, the input dropout, the embedding
