@@ -60,11 +60,24 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     )
 
 
+class _StandardError(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to what ``sys.stderr`` is when a line is logged, not when it was made
+    (a program, or a test, may replace the stream between two commands of one process)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def show_epoch_summaries() -> None:
     """Without a progress bar, the trainer reports each epoch through its logger: show those lines."""
     log = logging.getLogger("transformer_cpp.training")
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _StandardError) for h in log.handlers):
+        handler = _StandardError()
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.INFO)
