@@ -291,8 +291,10 @@ def test_log_probabilities_are_ours(exported, variant):
     )
     rounding_bound = FLOAT32_ULPS * FLOAT32_UNIT * largest_logit
     assert worst(ours32, ours64) <= rounding_bound, f"our float32 rounding {worst(ours32, ours64):.3g}"
-    assert worst(theirs32, theirs64) <= rounding_bound, f"their float32 rounding {worst(theirs32, theirs64):.3g}"
-    assert worst(ours32, theirs32) <= function_bound + 2 * rounding_bound, (
+    # PyTorch's float32 kernels (held to the suite's instruction-set level) sum in their own order:
+    # their rounding is bounded at twice ours (seen at 1.004x ours at the generic level)
+    assert worst(theirs32, theirs64) <= 2 * rounding_bound, f"their float32 rounding {worst(theirs32, theirs64):.3g}"
+    assert worst(ours32, theirs32) <= function_bound + 3 * rounding_bound, (
         f"log-probabilities differ by up to {worst(ours32, theirs32):.3g}"
     )
 
