@@ -68,7 +68,7 @@ from .marian_training import (
     run_marian_child,
 )
 from .peers import import_ctranslate2_or_reason, import_torch
-from .report import JSON_SCHEMA_VERSION, jsonable
+from .report import JSON_SCHEMA_VERSION, emit, jsonable
 
 __all__ = [
     "FULL_MARIAN",
@@ -171,16 +171,7 @@ def run_marian_bench(args: Any, threads: int) -> int:
         pass
     results = jsonable(results)
     table = format_marian(results)
-    if args.json == "-":
-        print(table, file=sys.stderr)
-        print(json.dumps(results, indent=2))
-    else:
-        print(table)
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=2)
-                f.write("\n")
-            print(f"results written to {args.json}")
+    emit(results, table, args.json)
     return 0
 
 

@@ -5,7 +5,9 @@ to the same figure of PyTorch or CTranslate2.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -326,3 +328,18 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (float, np.floating)):
         return float(obj) if math.isfinite(float(obj)) else None
     return obj
+
+
+def emit(results: Dict[str, Any], table: str, json_path: Optional[str]) -> None:
+    """Print a section's table, and its JSON to standard output (``json_path`` "-": the table then
+    goes to standard error) or to the file ``json_path``."""
+    if json_path == "-":
+        print(table, file=sys.stderr)
+        print(json.dumps(results, indent=2))
+        return
+    print(table)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+            f.write("\n")
+        print(f"results written to {json_path}")

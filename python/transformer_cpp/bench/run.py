@@ -21,7 +21,7 @@ from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import ISA_LEVELS, available_cores, isa_environment, log, machine_facts, set_all_threads
 from .memory import MEMORY_CHILDREN, child_memory, measure_memory
 from .peers import import_ctranslate2_or_reason, import_torch
-from .report import JSON_SCHEMA_VERSION, format_report, jsonable
+from .report import JSON_SCHEMA_VERSION, emit, format_report, jsonable
 from .serving import bench_serving
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, BenchShapes
 from .training import bench_scaling, bench_training
@@ -260,14 +260,5 @@ def run_bench(args: Any) -> int:
     results = jsonable(results)
 
     table = format_report(results)
-    if args.json == "-":
-        print(table, file=sys.stderr)
-        print(json.dumps(results, indent=2))
-    else:
-        print(table)
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=2)
-                f.write("\n")
-            print(f"results written to {args.json}")
+    emit(results, table, args.json)
     return 0
