@@ -2,8 +2,11 @@
 MarianMTModel itself: the same batch, the loss as ours computes it (label-smoothed cross-entropy,
 the mean over the targets that are not padding: ``F.cross_entropy(label_smoothing=...,
 ignore_index=pad)``) and ``torch.optim.Adam`` with the same hyper-parameters and learning rate;
-every weight, mapped by the importer's names, within 1e-5 of the largest of its tensor after three
-steps, with a shared tied embedding and with separate vocabularies and an untied output layer (the
+every weight, mapped by the importer's names, within 2e-5 of the largest of its tensor after three
+steps (Adam divides each gradient by its own running RMS, so a gradient that the two engines' sum
+orders round apart by a relative d moves its weight apart by about LR x d per step; small gradients
+carry d near 1e-3, more where Eigen's GEMM runs (the generic level): 7e-6 of weights near 0.6
+measured there; a wrong update formula moves weights by LR = 3e-3, 250 times the bound), with a shared tied embedding and with separate vocabularies and an untied output layer (the
 key projections' biases, whose gradient is 0, within the learning rate per step).
 
 ``final_logits_bias``: Transformers keeps it as a buffer (never trained); this package trains the
@@ -124,4 +127,4 @@ def test_training_steps_equal_pytorch(tmp_path: Any, case: str) -> None:
                 assert float(np.abs(value - before[name]).max()) <= STEPS * LR * (1 + 1e-6), name
             continue
         scale = float(np.abs(want).max())
-        assert float(np.abs(got - want).max()) <= 1e-5 * scale, (name, found)
+        assert float(np.abs(got - want).max()) <= 2e-5 * scale, (name, found)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
+from transformer_cpp import kernels
 from helpers.kernels import needs_bf16
 
 UNFUSED = -1
@@ -139,17 +140,27 @@ def test_chunked_gradients_do_not_depend_on_the_thread_count():
     finally:
         tc.set_num_threads(before)
     assert out[0][1] == out[1][1]
-    assert out[0][0] == pytest.approx(out[1][0], rel=1e-12)
-    np.testing.assert_array_equal(out[0][2], out[1][2])
+    if kernels.have_f32_kernel():
+        # the f32 kernels hand whole blocks of C to threads and sum each block in one order
+        assert out[0][0] == pytest.approx(out[1][0], rel=1e-12)
+        np.testing.assert_array_equal(out[0][2], out[1][2])
+    else:
+        # Eigen's GEMM (the generic and neon levels) chooses its depth blocking from the thread
+        # count, so its float32 sums round differently: the bound of the chunked-vs-unfused checks
+        assert out[0][0] == pytest.approx(out[1][0], rel=TOL["float32"])
+        scale = float(np.abs(out[0][2]).max())
+        assert float(np.abs(out[0][2] - out[1][2]).max()) <= TOL["float32"] * scale
 
 
 def overflow_some_rows(m):
-    """Finite output weights whose logit 7 overflows float32 in the rows whose decoder output leans
-    on a direction u (not the first row of the batch of seed 9); returns the good weights."""
+    """Finite output weights whose logit 7 overflows float32 in the rows whose decoder output has a
+    component 18 beyond 1.7 (row 11 first in the batch of seed 9); returns the good weights. One
+    nonzero weight makes the logit one product, h[18] x 2e38, so whether it overflows does not depend
+    on the order of a sum (a dense row of 1e38s overflows in partial sums that differ by kernel)."""
     w = m.parameters()["output.weight"]
     good = w.value.copy()
-    u = np.random.default_rng(1).standard_normal(w.value.shape[1]).astype(np.float32)
-    w.value[7] = (u / np.abs(u).max()) * np.float32(1e38)
+    w.value[7] = 0
+    w.value[7, 18] = np.float32(2e38)
     return good
 
 
