@@ -101,10 +101,11 @@ def check_encoding(encoding: str, caller: str = "load_tatoeba") -> str:
     return name
 
 
-#: The longest line a data file may have (a pair of sentences takes a few hundred bytes): a file
+#: The longest line a data file may have (a pair of sentences takes a few hundred bytes, an aligned
+#: paragraph a few kilobytes): a file
 #: with a longer one is not a file of sentence pairs (a binary file, a damaged or sparse one), and
 #: reading it whole could take all the memory.
-MAX_LINE_BYTES = 1 << 26
+MAX_LINE_BYTES = 1 << 22
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _CHUNK = 1 << 20
 

@@ -15,6 +15,7 @@ contiguous split keeps any passage in one part only.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .._runtime import memory_limit_bytes
 from .download import default_cache_dir
 
 __all__ = [
@@ -63,17 +65,54 @@ class LmText:
     attribution: str = ""
 
 
+#: The largest text file a language model reads (a character model trains on a few megabytes:
+#: Shakespeare's plays are 6.5 MB); a larger file is refused before it is read.
+MAX_TEXT_BYTES = 1 << 30
+#: Bytes of memory per byte of a text while it is read and encoded: the decoded string (1 per
+#: character for ASCII) and the int64 ids of every character (8).
+_MEMORY_PER_TEXT_BYTE = 9
+_TEXT_CHUNK = 1 << 22
+
+
 def read_text_file(path: Union[str, "os.PathLike[str]"], encoding: str = "utf-8") -> LmText:
-    """The text of a file (``ValueError`` naming it when it is empty or not in ``encoding``)."""
+    """The text of a file (``ValueError`` naming it when it is empty, not in ``encoding``, larger
+    than :data:`MAX_TEXT_BYTES` or than the memory its characters' ids need). The size is checked
+    before anything is read, and the file is decoded a few megabytes at a time, so its bytes are
+    never held beside the text."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"text file '{p}' does not exist or is not a file")
     try:
-        text = p.read_text(encoding=encoding)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"text file '{p}' is not valid {encoding} (byte {exc.start}): {exc.reason}") from None
+        decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     except LookupError:
         raise ValueError(f"text file '{p}': unknown text encoding {encoding!r}") from None
+    size = p.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise ValueError(
+            f"text file '{p}' has {size:,} bytes, more than a language-model text may have "
+            f"({MAX_TEXT_BYTES:,} at most); train on a part of it"
+        )
+    room = memory_limit_bytes()
+    if size * _MEMORY_PER_TEXT_BYTE > room:
+        raise ValueError(
+            f"text file '{p}' has {size:,} bytes: reading and encoding it needs about "
+            f"{size * _MEMORY_PER_TEXT_BYTE / 1e9:.1f} GB, more than the {room / 1e9:.1f} GB of memory available"
+        )
+    parts: List[str] = []
+    offset = 0
+    try:
+        with open(p, "rb") as f:
+            while True:
+                data = f.read(_TEXT_CHUNK)
+                parts.append(decoder.decode(data, final=not data))
+                if not data:
+                    break
+                offset += len(data)
+    except UnicodeDecodeError as exc:
+        start = offset + exc.start - len(decoder.getstate()[0])  # bytes the decoder held back belong before
+        raise ValueError(f"text file '{p}' is not valid {encoding} (byte {max(start, 0)}): {exc.reason}") from None
+    text = "".join(parts)
+    del parts
     if not text.strip():
         raise ValueError(f"text file '{p}' holds no text: a language model needs a text to learn from")
     return LmText(text=text, source=str(p))

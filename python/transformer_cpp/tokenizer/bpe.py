@@ -28,7 +28,7 @@ import contextlib
 import json
 import logging
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union, cast
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -59,6 +59,35 @@ logger = logging.getLogger(__name__)
 _PAD, _START, _END, _UNK = SPECIAL_TOKENS
 
 IdSequence = Union[Sequence[int], np.ndarray]
+
+
+#: A text longer than this many characters is encoded in segments of about this length (see
+#: :func:`_segments`): the library's record of a text takes a few hundred bytes per token, so a
+#: sentence of a megabyte would take hundreds of megabytes at once.
+_SEGMENT_CHARS = 1 << 14
+
+
+def _cuttable(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is a single space between two non-space characters."""
+    return text[i] == " " and not text[i - 1].isspace() and not text[i + 1].isspace()
+
+
+def _segments(text: str) -> Iterator[str]:
+    """``text`` cut before single spaces between two non-space characters, into pieces of about
+    :data:`_SEGMENT_CHARS` characters (a piece may be longer where there is no such space). The
+    ByteLevel pre-tokenizer's pieces never cross such a space (each word starts with its one
+    leading space), and the NFC normaliser and lower-casing never join a character to a space, so
+    the segments' ids, one after the other, are the ids of the whole text."""
+    start = 0
+    while len(text) - start > _SEGMENT_CHARS:
+        cut = start + _SEGMENT_CHARS
+        while cut + 1 < len(text) and not _cuttable(text, cut):
+            cut += 1
+        if cut + 1 >= len(text):
+            break
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 class SubwordTokenizer:
@@ -309,7 +338,12 @@ class SubwordTokenizer:
         """
         self._check_text(text, "encode")
         add_special_tokens = _flag("SubwordTokenizer.encode", "add_special_tokens", add_special_tokens)
-        ids = self._encode_all([" " + text], "encode")[0].ids
+        if len(text) <= _SEGMENT_CHARS:
+            ids = self._encode_all([" " + text], "encode")[0].ids
+        else:
+            ids = []
+            for piece in _segments(" " + text):
+                ids.extend(self._encode_all([piece], "encode")[0].ids)
         return self._wrap(ids, add_special_tokens)
 
     def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = True) -> List[List[int]]:

@@ -77,7 +77,7 @@ def _(c):
 @api(
     "data: a 10 GB sparse file",
     expect="error",
-    match=("line 1 is longer than 64 MB: this is not a file of sentence pairs",),
+    match=("line 1 is longer than 4 MB: this is not a file of sentence pairs",),
     raises=ValueError,
     timeout=60,
 )

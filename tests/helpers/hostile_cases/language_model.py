@@ -15,7 +15,19 @@ from typing import Any, Callable, Dict, List
 
 from transformer_cpp import checkpoint as ck
 
-from .base import Context, Result, api, cli, command, edit_config, edit_json_file, latest, one_line_error, parse_error
+from .base import (
+    Context,
+    Result,
+    api,
+    cli,
+    command,
+    edit_config,
+    edit_json_file,
+    latest,
+    one_line_error,
+    parse_error,
+    sparse,
+)
 
 LM_ARCH = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16"]
 LM_TRAINING = ["--batch-size", "4", "--eval-chars", "256", "--threads", "1", "--no-progress"]
@@ -417,4 +429,27 @@ cli(
         + ["--d-model", "512", "--d-ff", "2048", "--batch-size", "1000000", "--steps", "1"]
     ),
     match=("a batch of 1000000 sequences of length 17 needs", "more than"),
+)
+
+
+# --- a text file too large to read -----------------------------------------------------------------
+
+_HUGE_TEXT = ("huge.txt' has 3,221,225,472 bytes, more than a language-model text may have (1,073,741,824 at most)",)
+cli(
+    "train-lm: --text is a 3 GB sparse file, refused before it is read",
+    lambda c: [
+        "train-lm",
+        "--text",
+        str(sparse(c.work / "huge.txt", 3 << 30)),
+        "--out",
+        str(c.work / "lm-new"),
+        *LM_ARCH,
+    ],
+    match=_HUGE_TEXT,
+)
+cli(
+    "evaluate-lm: --text is a 3 GB sparse file, refused before it is read",
+    lambda c: _evaluate(c, "--text", str(sparse(c.work / "huge.txt", 3 << 30))),
+    match=_HUGE_TEXT,
+    prepare=lm_copy,
 )
