@@ -14,6 +14,14 @@ def test_typo_names_the_setting_and_the_closest_name() -> None:
         check_training_settings({"epoch": 3})
 
 
+def test_the_allowed_list_holds_only_what_training_takes() -> None:
+    with pytest.raises(TypeError) as e:
+        check_training_settings({"epoch": 3})
+    allowed = str(e.value).split("(allowed: ", 1)[1].rstrip(")").split(", ")
+    assert "epochs" in allowed and not {"threads", "progress", "adaptive_threads"} & set(allowed)
+    check_training_settings({name: None for name in allowed})  # every name it lists is taken
+
+
 def test_valid_settings_pass_through() -> None:
     _, train, _ = requested_settings(TrainRequest(training={"epochs": 3}), None)
     assert train == {"epochs": 3}

@@ -16,12 +16,12 @@ REQUEST_ARGUMENTS = ("threads", "progress", "adaptive_threads")
 def check_training_settings(training: Mapping[str, Any]) -> None:
     """Raise ``TypeError`` naming the first key of ``training`` that TrainConfig lacks (with the
     closest valid name) or that TrainRequest takes as its own argument."""
-    names = [f.name for f in fields(TrainConfig)]
+    names = [f.name for f in fields(TrainConfig) if f.name not in REQUEST_ARGUMENTS]
     for key in training:
         if key in REQUEST_ARGUMENTS:
             raise TypeError(
                 f"TrainRequest: give {key!r} as TrainRequest({key}=...), not inside training= "
-                f"(training= holds {', '.join(n for n in names if n not in REQUEST_ARGUMENTS)})"
+                f"(training= holds {', '.join(names)})"
             )
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
