@@ -12,7 +12,7 @@ import pytest
 from helpers.layer_checks import check_lm_gradients, tokens_for
 from helpers.toy_task import write_tiny_text
 from transformer_cpp import LanguageModel
-from transformer_cpp.task.language_model import bits_per_character, segments, stripes
+from transformer_cpp.task.lm_evaluation import bits_per_character, segments, stripes
 
 SMALL = dict(d_model=8, n_layers=2, n_heads=2, d_ff=12, dropout=0.0, attention="relative")
 

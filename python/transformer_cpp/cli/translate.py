@@ -19,7 +19,7 @@ from ..text import is_blank
 from ..training import TrainConfig
 from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
 from ..translate.decoding import checked_defaults, resolved_rules
-from ..translate.translator import encode_target_text
+from ..translate.batch import encode_target_text
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .options import (
     add_model_option,

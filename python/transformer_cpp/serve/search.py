@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..text import is_blank
 from ..translate import DecodeOptions, Translator
-from ..translate.translator import encode_target_text
+from ..translate.batch import encode_target_text
 from .config import ServeConfig, ServeError
 
 __all__ = ["SAMPLING_FIELDS", "SEPARATE_CHUNK", "SearchFields", "encode_search", "parse_search"]

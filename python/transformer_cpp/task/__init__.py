@@ -1,6 +1,6 @@
 """The translation task: presets and recipes (:mod:`.presets`), and everything between a data file
-and a trainer (:mod:`.translation`): the split and its record, the vocabularies, the length
-limit, automatic precision and size, new and resumed trainers, fine-tuning from a run (:mod:`.finetune`); and the language-model task
+and a trainer: the split and its record, the vocabularies, the length limit (:mod:`.prepare`),
+automatic precision and size, new and resumed trainers (:mod:`.translation`), fine-tuning from a run (:mod:`.finetune`); and the language-model task
 (:mod:`.language_model`: a decoder-only model on a long text, its windows, bits per character,
 sampling and checkpoints, trained by the same :class:`~transformer_cpp.training.Trainer`). The
 command line, the notebooks, data-parallel runs and the tools all call it."""

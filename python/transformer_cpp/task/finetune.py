@@ -34,17 +34,9 @@ from ..model import Transformer
 from ..training import TrainConfig, Trainer
 from ..training.wording import plural
 from .presets import AUTO_PRECISION, DEFAULT_PRESET
-from .translation import (
-    Report,
-    SetupSteps,
-    TaskError,
-    TrainRequest,
-    choose_max_length,
-    encode_split,
-    load_split,
-    requested_settings,
-    say,
-)
+from .prepare import choose_max_length, encode_split, load_split
+from .reporting import Report, TaskError, say
+from .translation import SetupSteps, TrainRequest, requested_settings
 
 __all__ = ["CARRIED_OVER", "CHANGEABLE_ARCHITECTURE", "FIXED_DATA", "finetune_trainer"]
 

@@ -1,6 +1,6 @@
 """Translation: one decode path (:func:`decode_rows` with :class:`DecodeOptions`), the
-:class:`Translator` built on it (its batches through :func:`translate_encoded`, which the server
-calls too), and the evaluation of a model on held-out pairs.
+:class:`Translator` built on it (its batches through :func:`translate_encoded` in :mod:`.batch`,
+which the server calls too), and the evaluation of a model on held-out pairs.
 
 ``transformer_cpp.translate`` is the package's inference layer: it sits above the model, the
 tokenizers, the data and the checkpoints, and below training (whose validation BLEU calls
@@ -21,15 +21,8 @@ from .decoding import (
     pad_rows,
 )
 from .evaluation import EvaluationResult, bleu_of_encoded, bleu_tokenizer, evaluate, evaluate_loss, order_losses
-from .translator import (
-    EncodedSource,
-    LongInputWarning,
-    Translation,
-    Translator,
-    encode_source,
-    token_piece,
-    translate_encoded,
-)
+from .batch import EncodedSource, LongInputWarning, Translation, encode_source, token_piece, translate_encoded
+from .translator import Translator
 
 __all__ = [
     "COMPUTE_TYPES",

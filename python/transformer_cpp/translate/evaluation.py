@@ -17,7 +17,8 @@ from .._checks import integer
 from ..data import EncodedPairs, batches, encode_pairs, sentence_key
 from ..text import clean_sentence, language_code
 from .decoding import DecodeOptions, decode_rows
-from .translator import LongInputWarning, Translator
+from .batch import LongInputWarning
+from .translator import Translator
 
 __all__ = ["EvaluationResult", "bleu_of_encoded", "bleu_tokenizer", "evaluate", "evaluate_loss", "order_losses"]
 

@@ -18,7 +18,7 @@ with ``max_output_tokens``. A model translates best what is as long as its train
 longer than the longest training pair the checkpoint records gets a :class:`LongInputWarning`
 (the translation is still made, of the whole input).
 
-A batch is translated by :func:`translate_encoded`, which the server's batcher calls too: one
+A batch is translated by :func:`~transformer_cpp.translate.batch.translate_encoded`, which the server's batcher calls too: one
 :func:`~transformer_cpp.translate.decode_rows` call (greedy decoding in C++ with a key/value cache,
 or beam search with the GNMT length penalty, each sentence stopping at its own output limit), the
 one decode path of the package, then the texts and pieces of each output.
@@ -37,104 +37,27 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
-
-import numpy as np
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from .._checks import Limit, flag as _flag
 from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
 from ..checkpoint import load_checkpoint
 from ..pretrained import load_pretrained
 from ..text import check_text, clean_sentence, resolve_language
-from .decoding import (
-    DecodeOptions,
-    Hypothesis,
-    check_compute_type,
-    checked_defaults,
-    decode_rows,
-    one_line,
-    resolved_rules,
+from .batch import (
+    EncodedSource,
+    LongInputWarning,
+    Translation,
+    encode_source,
+    encode_target_text,
+    per_input,
+    translate_encoded,
 )
+from .decoding import DecodeOptions, check_compute_type, checked_defaults, resolved_rules
 
-__all__ = [
-    "EncodedSource",
-    "LongInputWarning",
-    "Translation",
-    "Translator",
-    "encode_target_text",
-    "per_input",
-    "translate_encoded",
-    "token_piece",
-]
-
-
-class LongInputWarning(UserWarning):
-    """An input is longer than any training pair: it is translated whole, but quality may suffer."""
-
-
-# ------------------------------------------------------------------------------------ results
-
-
-@dataclass
-class Translation:
-    """One translation with what is needed to inspect it.
-
-    Attributes:
-        source: the input sentence after cleaning.
-        text: the translation (detokenised).
-        source_ids: the encoder input, ``[start, ..., end]`` (the whole sentence).
-        target_ids: the generated ids (the end token included when ``finished``).
-        source_pieces, target_pieces: readable subword pieces for ``source_ids`` / ``target_ids``
-            (``▁`` marks a leading space), for axis labels.
-        finished: whether decoding produced the end token (else it hit the output limit).
-        score: beam search's length-normalised log-probability (``None`` for greedy decoding).
-        attention: with ``return_attention=True``, decoder layer name ->
-            cross-attention weights ``(heads, len(target_ids), len(source_ids))``, recorded while
-            decoding.
-        hypotheses: with ``n_best > 1`` (:func:`translate_encoded`), the ``n_best`` translations
-            of the source, best first (the first one is this translation, without hypotheses).
-    """
-
-    source: str
-    text: str
-    source_ids: List[int]
-    target_ids: List[int]
-    source_pieces: List[str]
-    target_pieces: List[str]
-    finished: bool
-    score: Optional[float] = None
-    attention: Dict[str, np.ndarray] = field(default_factory=dict)
-    hypotheses: List["Translation"] = field(default_factory=list)
-    #: lexical constraints the translation does not hold: 0 unless the search reached the output
-    #: limit before meeting them all (then this is the hypothesis that meets the most)
-    constraints_missing: int = 0
-
-    def cross_attention(self, layer: int = -1) -> np.ndarray:
-        """Cross-attention ``(heads, target, source)`` of decoder layer ``layer`` (default the last).
-
-        Raises:
-            ValueError: if the translation was made without ``return_attention=True``.
-        """
-        if not self.attention:
-            raise ValueError(
-                "Translation.cross_attention: translate with return_attention=True to get attention weights"
-            )
-        names = sorted(self.attention, key=lambda n: int(n.split(".")[2]))
-        if (
-            isinstance(layer, (bool, np.bool_))
-            or not isinstance(layer, (int, np.integer))
-            or not -len(names) <= int(layer) < len(names)
-        ):
-            raise ValueError(
-                f"Translation.cross_attention: layer must be an integer in [{-len(names)}, {len(names)}) "
-                f"(the model has {len(names)} decoder layer{'s' if len(names) != 1 else ''}), got {layer!r}"
-            )
-        return self.attention[names[int(layer)]]
-
-    def __str__(self) -> str:
-        return self.text
+__all__ = ["Translator"]
 
 
 def _warn_max_length(who: str, stacklevel: int) -> None:
@@ -154,113 +77,6 @@ def _renamed_max_length(max_output_tokens: Optional[int], max_length: Optional[i
     if max_output_tokens is not None:
         raise TypeError(f"{who}: max_length is the old name of max_output_tokens; give only max_output_tokens")
     return max_length
-
-
-class EncodedSource(NamedTuple):
-    """One input as the model sees it (:func:`encode_source`)."""
-
-    source: str  # the input as cleaned for the model
-    ids: List[int]  # the encoder input [start, ..., end]
-    warning: Optional[str]  # what LongInputWarning says when the input is longer than every training pair
-
-
-def encode_source(translator: "Translator", sentence: str) -> EncodedSource:
-    """``sentence`` cleaned (:meth:`Translator.clean`) and encoded, all of it, with the warning
-    text when it is longer than any training pair (the caller warns, or answers with it).
-
-    Raises:
-        TypeError, ValueError: ``sentence`` is not valid text.
-    """
-    cleaned = translator.clean(sentence)
-    ids = list(translator.src_tokenizer.encode(cleaned))
-    trained = translator.trained_length
-    warning = None
-    if trained is not None and len(ids) > trained:
-        warning = (
-            f"the sentence {cleaned[:60]!r}{'...' if len(cleaned) > 60 else ''} has {len(ids)} tokens, more than any "
-            f"training pair ({trained}); it is translated whole, but the translation may be poorer"
-        )
-    return EncodedSource(cleaned, ids, warning)
-
-
-def translate_encoded(
-    translator: "Translator",
-    encoded: Sequence[EncodedSource],
-    options: DecodeOptions,
-    return_attention: bool = False,
-    target_prefix: Optional[Sequence[Sequence[int]]] = None,
-    constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None,
-) -> List["Translation"]:
-    """Translate encoded inputs (:func:`encode_source`) with one decode call: what
-    :meth:`Translator.translate_batch` does for each chunk and the server's batcher for each batch,
-    so both give the same translations. With ``options.n_best > 1`` each translation lists its
-    :attr:`~Translation.hypotheses`; with ``return_attention`` each carries the cross-attention
-    weights its decoding recorded."""
-    tgt = translator.tgt_tokenizer
-    rows = [e.ids for e in encoded]
-    found = decode_rows(
-        translator.model, rows, tgt.start_id, tgt.end_id, options, return_attention, target_prefix, constraints
-    )
-    results = []
-    for enc, hyps in zip(encoded, found):
-        best = _translation(translator, enc, hyps[0])
-        if options.n_best > 1:
-            best.hypotheses = [_translation(translator, enc, h) for h in hyps]
-        results.append(best)
-    return results
-
-
-def _translation(translator: "Translator", enc: EncodedSource, hyp: Hypothesis) -> "Translation":
-    tgt = translator.tgt_tokenizer
-    return Translation(
-        source=enc.source,
-        text=one_line(tgt.decode(hyp.ids)),
-        source_ids=list(enc.ids),
-        target_ids=hyp.ids,
-        source_pieces=[token_piece(translator.src_tokenizer, i) for i in enc.ids],
-        target_pieces=[token_piece(tgt, i) for i in hyp.ids],
-        finished=hyp.finished,
-        score=hyp.score,
-        attention=hyp.attention or {},
-        constraints_missing=hyp.constraints_missing,
-    )
-
-
-def encode_target_text(translator: "Translator", text: Any, what: str) -> List[int]:
-    """The target tokenizer's ids of ``text`` (stripped) without start and end; ``ValueError``
-    naming ``what`` when it is not text or encodes to no token."""
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be text (str), got {type(text).__name__}")
-    tgt = translator.tgt_tokenizer
-    stripped = check_text(text, what).strip()
-    ids = [int(i) for i in tgt.encode(stripped, add_special_tokens=False)] if stripped else []
-    ids = [i for i in ids if i not in tgt.special_ids]
-    if not ids:
-        raise ValueError(f"{what} {text!r} encodes to no token; give text with at least one character the model writes")
-    return ids
-
-
-def per_input(value: Any, count: int, what: str, depth: int) -> List[Any]:
-    """``value`` for each of ``count`` inputs: one for all (a str, or a list of str when ``depth``
-    is 2), or a list of one per input."""
-    if value is None:
-        return [None] * count
-    one_for_all = isinstance(value, str) if depth == 1 else (not value or isinstance(value[0], str))
-    if one_for_all:
-        return [value] * count
-    items = list(value)
-    if len(items) != count:
-        raise ValueError(f"{what}: give one for all inputs or one per input ({count}), got {len(items)}")
-    return items
-
-
-def token_piece(tokenizer: Any, token_id: int) -> str:
-    """A readable label for one token id: ``▁`` for a leading space, ``<end>`` for specials."""
-    if token_id in tokenizer.special_ids:
-        return cast(str, tokenizer.id_to_token(token_id))
-    text = cast(str, tokenizer.decode([token_id]))
-    # byte-level BPE writes a leading space as "Ġ"; decode() drops one leading space, so restore it
-    return ("\u2581" + text) if tokenizer.id_to_token(token_id).startswith("\u0120") else text
 
 
 class Translator:

@@ -1,0 +1,241 @@
+"""The decoder-only language model, a thin Python class over the C++ model."""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Tuple, cast
+
+import numpy as np
+
+from .. import _core
+from .._checks import flag as _flag
+from ..config import LM_FIELDS, describe_fields, keyword_parameters
+from ..layers import core_class
+
+__all__ = ["LanguageModel"]
+
+
+class LanguageModel:
+    """The decoder-only (GPT-style) language model with its C++ forward and backward passes.
+
+    Token embedding times sqrt(d_model) plus sinusoidal positions, ``n_layers`` blocks of causal
+    self-attention and feed-forward network with residual connections (pre-norm by default, as
+    GPT-2, with a final layer normalisation; post-norm as the paper with ``pre_norm=False``), and
+    an output projection to the vocabulary (the token embedding itself with ``share_embeddings``).
+    Token 0 is padding: a label 0 is not scored.
+
+    ``forward(tokens)`` maps int ids (B, T) to logits (B, T, vocab_size), position t predicting
+    the token after it; ``train_step(tokens)`` takes (B, T+1) ids, scores ``tokens[:, 1:]`` given
+    ``tokens[:, :-1]`` (mean cross-entropy in nats), backpropagates and takes one Adam step, in
+    one C++ call; ``evaluate_loss`` does the same without the update. ``start_generation`` /
+    ``generation_step`` run one step per token for sampling (softmax attention: a key/value cache;
+    linear attention: its RNN state, constant time per token). ``attention="lsh"`` is Reformer's
+    LSH attention (rotations drawn from the update count, so reproducible between updates) and
+    ``reversible=True`` makes the blocks a reversible residual stack (pre-norm; the activations of
+    one block are stored whatever the depth); neither has a cached step: generation runs
+    :meth:`forward` over the window.
+
+    ``attention="relative"`` is Transformer-XL: no absolute positions are added to the embedding,
+    each block's attention encodes the distance between query and key, and with
+    ``memory_length`` M > 0 each block also attends to its own inputs at the M positions before
+    the segment, kept from the previous forward (a stop-gradient memory). Consecutive calls must
+    then feed consecutive segments of the same texts; :meth:`reset_memory` starts afresh, and
+    :attr:`memory_length` may be set to any length for evaluation.
+
+    Args:
+        {args}
+        dtype: ``"float32"`` (training) or ``"float64"`` (gradient checks).
+    """
+
+    def __init__(self, vocab_size: int, *, dtype: Any = "float32", **config: Any) -> None:
+        architecture = _core.LanguageModelConfig(vocab_size=vocab_size, **config)
+        core = core_class("LanguageModel", dtype)
+        self.dtype = np.dtype(dtype).name
+        self._core = core(architecture)
+
+    @classmethod
+    def from_config(cls, config: Dict[str, Any]) -> "LanguageModel":
+        """Build from a dict as returned by :attr:`config` (unknown keys are an error)."""
+        return cls(**config)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The architecture as a JSON-serialisable dict (every field and the ``dtype``)."""
+        c: Dict[str, Any] = self._core.config().to_dict()
+        c["dtype"] = self.dtype
+        return c
+
+    def forward(self, tokens: np.ndarray, training: bool = False) -> np.ndarray:
+        """Logits (B, T, vocab_size) for ids (B, T)."""
+        return cast(np.ndarray, self._core.forward(tokens, _flag("LanguageModel.forward", "training", training)))
+
+    __call__ = forward
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        """Accumulate every parameter gradient from ``d loss / d logits`` of the last forward."""
+        self._core.backward(dlogits)
+
+    def train_step(self, tokens: np.ndarray) -> float:
+        """One step on ids (B, T+1): the mean cross-entropy (nats per token) before the update.
+        Raises :class:`NonFiniteError` (nothing updated) when the loss or the update is not finite."""
+        loss, _ = self._core.train_step(tokens)
+        return float(loss)
+
+    def compute_gradients(self, tokens: np.ndarray, training: bool = True) -> float:
+        """The loss of :meth:`train_step` and its gradients (in :meth:`parameters`' ``.grad``), no update."""
+        loss, _ = self._core.compute_gradients(tokens, _flag("LanguageModel.compute_gradients", "training", training))
+        return float(loss)
+
+    def apply_gradients(self) -> None:
+        """The update of :meth:`train_step` from the gradients in :meth:`parameters`' ``.grad``:
+        clipping, one Adam step, the gradients zeroed; refused (nothing changed) as it refuses."""
+        self._core.apply_gradients()
+
+    def evaluate_loss(self, tokens: np.ndarray) -> Tuple[float, int]:
+        """``(mean cross-entropy in nats, labels scored)`` of ``tokens[:, 1:]`` given the tokens
+        before, in inference mode."""
+        loss, count = self._core.evaluate_loss(tokens)
+        return float(loss), int(count)
+
+    @property
+    def memory_length(self) -> int:
+        """Relative attention: positions of the preceding segments each block attends to (settable
+        to any length, longer than in training too, or 0; setting it empties the memory)."""
+        return int(self._core.memory_length)
+
+    @memory_length.setter
+    def memory_length(self, value: int) -> None:
+        self._core.memory_length = value
+
+    @property
+    def clamp_len(self) -> Optional[int]:
+        """Relative attention: distances beyond this many positions are encoded as this one (None,
+        the default: no clamp). Transformer-XL's ``clamp_len``: set it to the longest distance seen
+        in training (``seq_len + memory_length - 1``) to evaluate with a longer memory whose farthest
+        positions then meet only distances the model has learnt."""
+        value = self._core.clamp_len
+        return None if value is None else int(value)
+
+    @clamp_len.setter
+    def clamp_len(self, value: Optional[int]) -> None:
+        self._core.clamp_len = value
+
+    @property
+    def memory_held(self) -> int:
+        """Positions the segment memory holds now (at most :attr:`memory_length`)."""
+        return int(self._core.memory_held)
+
+    def reset_memory(self) -> None:
+        """Empty the segment memory: the next segment starts a new text."""
+        self._core.reset_memory()
+
+    @property
+    def memory_update(self) -> bool:
+        """True (default): each forward moves the memory on. False: forwards attend to the memory
+        and leave it unchanged (a constant input, as for a gradient check)."""
+        return bool(self._core.memory_update)
+
+    @memory_update.setter
+    def memory_update(self, value: bool) -> None:
+        self._core.memory_update = _flag("LanguageModel.memory_update", "value", value)
+
+    @property
+    def has_cached_step(self) -> bool:
+        """Whether :meth:`generation_step` can run: softmax, relative or linear attention in
+        ordinary blocks (LSH attention and reversible blocks have no cached step)."""
+        return bool(self._core.has_cached_step)
+
+    def start_generation(self, rows: int, capacity: int) -> None:
+        """Empty generation state (key/value caches, or linear attention's RNN state) for ``rows``
+        sequences of up to ``capacity`` positions."""
+        self._core.start_generation(rows, capacity)
+
+    def generation_step(self, tokens: np.ndarray) -> np.ndarray:
+        """Feed one id per sequence at the next position: logits (rows, vocab_size) of the next token."""
+        return cast(np.ndarray, self._core.generation_step(tokens))
+
+    def zero_grad(self) -> None:
+        """Clear every parameter gradient."""
+        self._core.zero_grad()
+
+    def parameters(self) -> "OrderedDict[str, Any]":
+        """Ordered dict ``hierarchical name -> Parameter`` with writable ``.value``/``.grad`` views,
+        e.g. ``layers.0.self_attention.query.weight``."""
+        return cast("OrderedDict[str, Any]", self._core.parameters())
+
+    def num_parameters(self) -> int:
+        """Number of trainable scalars."""
+        return int(sum(p.value.size for p in self.parameters().values()))
+
+    def nonfinite_parameters(self, optimizer_state: bool = True) -> List[str]:
+        """Names of the parameters (and Adam moments) holding NaN or infinity."""
+        return list(self._core.nonfinite_parameters(optimizer_state))
+
+    def configure_optimizer(self, **settings: Any) -> None:
+        """Adam and the learning-rate schedule, as :meth:`Transformer.configure_optimizer`
+        (``label_smoothing`` is not used: the loss is the plain cross-entropy)."""
+        self._core.configure_optimizer(_core.OptimizerConfig(**settings))
+
+    @property
+    def optimizer_config(self) -> Dict[str, Any]:
+        """The optimiser's settings as a dict."""
+        settings: Dict[str, Any] = self._core.optimizer_config().to_dict()
+        return settings
+
+    def optimizer_state(self) -> "OrderedDict[str, Any]":
+        """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
+        return cast("OrderedDict[str, Any]", self._core.optimizer_state())
+
+    @property
+    def step(self) -> int:
+        """Optimiser steps taken (settable, to resume)."""
+        return int(self._core.step)
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._core.step = value
+
+    @property
+    def dropout_calls(self) -> int:
+        """The dropout masks' counter (settable, to resume a run exactly)."""
+        return int(self._core.dropout_calls)
+
+    @dropout_calls.setter
+    def dropout_calls(self, value: int) -> None:
+        self._core.dropout_calls = value
+
+    def learning_rate(self, step: Optional[int] = None) -> float:
+        """Learning rate at a 1-based ``step`` (default: the next step)."""
+        return float(self._core.learning_rate(self.step + 1 if step is None else step))
+
+    @property
+    def last_grad_norm(self) -> float:
+        """Global gradient norm of the last ``train_step`` (before clipping)."""
+        return float(self._core.last_grad_norm)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"LanguageModel(vocab_size={c['vocab_size']}, d_model={c['d_model']}, n_layers={c['n_layers']}, "
+            f"n_heads={c['n_heads']}, d_ff={c['d_ff']}, attention={c['attention']!r}, dtype={self.dtype!r}; "
+            f"{self.num_parameters():,} parameters)"
+        )
+
+
+def _derive_lm_signature() -> None:
+    fields = [f for f in LM_FIELDS if f.name != "vocab_size"]
+    init: Any = LanguageModel.__init__
+    init.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("vocab_size", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="int"),
+            *keyword_parameters(fields),
+            inspect.Parameter("dtype", inspect.Parameter.KEYWORD_ONLY, default="float32", annotation="Any"),
+        ],
+        return_annotation="None",
+    )
+    LanguageModel.__doc__ = (LanguageModel.__doc__ or "").replace("        {args}", describe_fields(LM_FIELDS, " " * 8))
+
+
+_derive_lm_signature()
