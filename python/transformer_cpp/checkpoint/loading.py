@@ -272,53 +272,12 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
     optimizer = _flag("load_checkpoint", "optimizer", optimizer)
     ckpt, config = read_checkpoint_config(path, prefer or ("latest" if optimizer else "best"))
     check_kind(ckpt, config, TRANSLATION_KIND)
-    files, model_cfg, opt = config.get("files"), config.get("model"), config.get("optimizer")
-    if not isinstance(files, dict) or not isinstance(model_cfg, dict) or not isinstance(opt, dict):
-        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
-    for section in ("train_config", "data"):
-        if config.get(section) is not None and not isinstance(config[section], dict):
-            raise CheckpointError(
-                f"checkpoint '{ckpt}': the '{section}' section of '{CONFIG_FILE}' must be an object "
-                f"or null, got {type(config[section]).__name__}"
-            )
-
-    if not optimizer and model_cfg.get("precision") == "bf16" and not kernels.have_bf16():
-        # decoding runs in float32 whatever the training precision: a model trained in bf16 is
-        # still translated here; only resuming its training needs the bf16 kernel
-        warnings.warn(
-            f"checkpoint '{ckpt}' was trained with precision 'bf16', which cannot run here "
-            f"({kernels.bf16_unsupported_reason()}); loaded with precision 'float32' (decoding is float32 "
-            "either way)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        model_cfg = dict(model_cfg, precision="float32")
-    try:
-        model = Transformer.from_config(model_cfg)
-        if isinstance(opt.get("config"), dict):
-            model.configure_optimizer(**opt["config"])
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint '{ckpt}': the configuration in '{CONFIG_FILE}' is invalid ({exc})") from None
-
+    files, model_cfg, opt = _sections(ckpt, config)
+    model = _model_of(ckpt, model_cfg, opt, optimizer)
     _assign(ckpt, MODEL_FILE, model.parameters(), _load_tensors(ckpt, MODEL_FILE, files, model.parameters()))
-    optimizer_loaded = False
     if optimizer:
-        if not opt.get("saved", False):
-            raise CheckpointError(f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training")
-        _assign(
-            ckpt,
-            OPTIMIZER_FILE,
-            model.optimizer_state(),
-            _load_tensors(ckpt, OPTIMIZER_FILE, files, model.optimizer_state()),
-        )
-        try:
-            model.step = _integer("", "step", opt.get("step"))
-            model.dropout_calls = _integer("", "dropout_calls", opt.get("dropout_calls"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(
-                f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})"
-            ) from None
-        optimizer_loaded = True
+        _restore_optimizer(ckpt, model, files, opt)
+    optimizer_loaded = optimizer
 
     src_tok = _load_tokenizer(ckpt, SRC_TOKENIZER_FILE, files)
     tgt_tok = _load_tokenizer(ckpt, TGT_TOKENIZER_FILE, files)
@@ -343,3 +302,58 @@ def load_checkpoint(path: PathLike, *, optimizer: bool = True, prefer: Optional[
         optimizer_loaded=optimizer_loaded,
         run_id=run_id if isinstance(run_id, str) and run_id else None,
     )
+
+
+def _sections(ckpt: Path, config: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    """The ``files``, ``model`` and ``optimizer`` sections of a translation checkpoint's manifest;
+    :class:`CheckpointError` when one is missing or ``train_config`` / ``data`` is not an object."""
+    files, model_cfg, opt = config.get("files"), config.get("model"), config.get("optimizer")
+    if not isinstance(files, dict) or not isinstance(model_cfg, dict) or not isinstance(opt, dict):
+        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks its 'model', 'optimizer' or 'files' section")
+    for section in ("train_config", "data"):
+        if config.get(section) is not None and not isinstance(config[section], dict):
+            raise CheckpointError(
+                f"checkpoint '{ckpt}': the '{section}' section of '{CONFIG_FILE}' must be an object "
+                f"or null, got {type(config[section]).__name__}"
+            )
+    return files, model_cfg, opt
+
+
+def _model_of(ckpt: Path, model_cfg: Dict[str, Any], opt: Dict[str, Any], optimizer: bool) -> Transformer:
+    """The model the manifest describes, its optimiser configured. A model trained in bf16 is
+    loaded in float32 (with a warning) on a CPU without the bf16 kernel, unless it is to resume
+    training (``optimizer``): decoding runs in float32 whatever the training precision."""
+    if not optimizer and model_cfg.get("precision") == "bf16" and not kernels.have_bf16():
+        warnings.warn(
+            f"checkpoint '{ckpt}' was trained with precision 'bf16', which cannot run here "
+            f"({kernels.bf16_unsupported_reason()}); loaded with precision 'float32' (decoding is float32 "
+            "either way)",
+            RuntimeWarning,
+            stacklevel=3,  # the caller of load_checkpoint
+        )
+        model_cfg = dict(model_cfg, precision="float32")
+    try:
+        model = Transformer.from_config(model_cfg)
+        if isinstance(opt.get("config"), dict):
+            model.configure_optimizer(**opt["config"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': the configuration in '{CONFIG_FILE}' is invalid ({exc})") from None
+    return model
+
+
+def _restore_optimizer(ckpt: Path, model: Transformer, files: Dict[str, Any], opt: Dict[str, Any]) -> None:
+    """The Adam moments, ``step`` and ``dropout_calls`` put back into ``model``, to resume training;
+    :class:`CheckpointError` when the checkpoint was saved without them or they are damaged."""
+    if not opt.get("saved", False):
+        raise CheckpointError(f"checkpoint '{ckpt}' was saved without optimiser state; it cannot resume training")
+    _assign(
+        ckpt,
+        OPTIMIZER_FILE,
+        model.optimizer_state(),
+        _load_tensors(ckpt, OPTIMIZER_FILE, files, model.optimizer_state()),
+    )
+    try:
+        model.step = _integer("", "step", opt.get("step"))
+        model.dropout_calls = _integer("", "dropout_calls", opt.get("dropout_calls"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint '{ckpt}': '{CONFIG_FILE}' lacks a valid optimiser step ({exc})") from None

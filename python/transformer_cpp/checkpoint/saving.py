@@ -7,7 +7,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -128,6 +128,21 @@ def save_checkpoint(
             never replaced.
     """
     run = _path("save_checkpoint: run_dir", run_dir)
+    name = _checked_name(name, trainer_state)
+    optimizer = _flag("save_checkpoint", "optimizer", optimizer)
+    if keep is not None:
+        keep = _integer("save_checkpoint", "keep", keep)
+    _check_savable(model, src_tokenizer, tgt_tokenizer, optimizer)
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        raise ValueError(f"save_checkpoint: run_id must be a non-empty str or None, got {run_id!r}")
+    # Everything is serialised before the first byte is written, so that bad input fails early.
+    files, config = _serialised(model, src_tokenizer, tgt_tokenizer, trainer_state, train_config, data, optimizer)
+    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, best=best, what="save_checkpoint")
+
+
+def _checked_name(name: Optional[str], trainer_state: Optional[Mapping[str, Any]]) -> str:
+    """``name``, or the name of the epoch and batch ``trainer_state`` records; ``ValueError`` for a
+    name :func:`checkpoint_name` does not make."""
     if name is None:
         state = trainer_state or {}
         name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
@@ -135,9 +150,12 @@ def save_checkpoint(
         raise ValueError(
             f"save_checkpoint: name {name!r} is not a checkpoint name such as 'epoch-0003' (or {AVERAGED_NAME!r})"
         )
-    optimizer = _flag("save_checkpoint", "optimizer", optimizer)
-    if keep is not None:
-        keep = _integer("save_checkpoint", "keep", keep)
+    return name
+
+
+def _check_savable(model: Transformer, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, optimizer: bool) -> None:
+    """``ValueError`` unless both tokenizers are of a saved kind and match the model's vocabulary
+    sizes, and the weights (and with ``optimizer`` the Adam moments) are all finite."""
     cfg = model.config
     for label, tok, key in (
         ("src_tokenizer", src_tokenizer, "src_vocab_size"),
@@ -151,7 +169,6 @@ def save_checkpoint(
             raise ValueError(
                 f"save_checkpoint: {label} has {tok.vocab_size} tokens but the model's {key} is {cfg[key]}"
             )
-
     bad = nonfinite_tensors(model.parameters())
     if optimizer and not bad:
         bad = nonfinite_tensors(model.optimizer_state())
@@ -160,10 +177,19 @@ def save_checkpoint(
             f"save_checkpoint: the model holds non-finite values, in {describe_bad(bad)}; "
             "a checkpoint of it could not be used (has training diverged?)"
         )
-    if run_id is not None and (not isinstance(run_id, str) or not run_id):
-        raise ValueError(f"save_checkpoint: run_id must be a non-empty str or None, got {run_id!r}")
 
-    # Everything is serialised before the first byte is written, so that bad input fails early.
+
+def _serialised(
+    model: Transformer,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    trainer_state: Optional[Mapping[str, Any]],
+    train_config: Optional[Mapping[str, Any]],
+    data: Optional[Mapping[str, Any]],
+    optimizer: bool,
+) -> Tuple[Dict[str, bytes], Dict[str, Any]]:
+    """The bytes of each file of a translation checkpoint and its manifest; ``ValueError`` when
+    the state given is not JSON-serialisable."""
     files: Dict[str, bytes] = {
         MODEL_FILE: tensor_bytes(model.parameters(), "weights"),
         SRC_TOKENIZER_FILE: src_tokenizer.to_str().encode("utf-8"),
@@ -177,7 +203,7 @@ def save_checkpoint(
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "kind": TRANSLATION_KIND,
-            "model": cfg,
+            "model": model.config,
             "optimizer": {
                 "config": model.optimizer_config,
                 "saved": bool(optimizer),
@@ -189,8 +215,7 @@ def save_checkpoint(
         }
     except (TypeError, ValueError) as exc:
         raise ValueError(f"save_checkpoint: state is not JSON-serialisable: {exc}") from None
-
-    return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, best=best, what="save_checkpoint")
+    return files, config
 
 
 def write_checkpoint(

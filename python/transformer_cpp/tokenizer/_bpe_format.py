@@ -156,6 +156,16 @@ def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
     padding or truncation), before the library reads it: a file from elsewhere could hold any
     component (a regular expression that makes the library panic, a dropout that makes encoding
     random), and none of them is this program's. ``_Unwritten`` saying what differs."""
+    top = _checked_top_level(tokenizer)
+    _check_added_tokens(top["added_tokens"])
+    _check_normalizer(top["normalizer"], lowercase)
+    _check_byte_level(top["pre_tokenizer"], top["decoder"])
+    _check_bpe_model(top["model"])
+
+
+def _checked_top_level(tokenizer: Any) -> Dict[str, Any]:
+    """The tokenizer's top-level object: only the known keys, those it needs present, no
+    truncation, padding or post-processor."""
     top = _check_keys(
         tokenizer,
         "the tokenizer",
@@ -176,8 +186,11 @@ def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
         _expect(top.get(name), None, name)
     if not isinstance(top.get("version", ""), str):
         raise _Unwritten("version is not a string")
+    return top
 
-    added = top["added_tokens"]
+
+def _check_added_tokens(added: Any) -> None:
+    """The added tokens are the four special tokens, in order, with ids 0 to 3."""
     if not isinstance(added, list) or len(added) != len(SPECIAL_TOKENS):
         raise _Unwritten(f"added_tokens must be the {len(SPECIAL_TOKENS)} special tokens {', '.join(SPECIAL_TOKENS)}")
     for i, (entry, token) in enumerate(zip(added, SPECIAL_TOKENS)):
@@ -192,7 +205,10 @@ def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
         _expect(entry["id"], i, f"the id of the special token {token}")
         _check_flags(entry, where, ("single_word", "lstrip", "rstrip", "normalized", "special"))
 
-    normalizer = _check_keys(top["normalizer"], "normalizer", ("type", "normalizers"), ("normalizers",), "Sequence")
+
+def _check_normalizer(normalizer: Any, lowercase: Any) -> None:
+    """The normalizer is NFC, followed by Lowercase when ``lowercase`` is True."""
+    normalizer = _check_keys(normalizer, "normalizer", ("type", "normalizers"), ("normalizers",), "Sequence")
     steps = normalizer["normalizers"]
     expected_steps = [{"type": "NFC"}] + ([{"type": "Lowercase"}] if lowercase is True else [])
     if steps != expected_steps:
@@ -201,16 +217,23 @@ def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
             + (" for this tokenizer's 'lowercase' setting" if isinstance(steps, list) and len(steps) <= 2 else "")
         )
 
+
+def _check_byte_level(pre_tokenizer: Any, decoder: Any) -> None:
+    """The pre-tokenizer and the decoder are ByteLevel, with no prefix space and the regex on."""
     byte_level = ("type", "add_prefix_space", "trim_offsets", "use_regex")
-    pre = _check_keys(top["pre_tokenizer"], "pre_tokenizer", byte_level, kind="ByteLevel")
+    pre = _check_keys(pre_tokenizer, "pre_tokenizer", byte_level, kind="ByteLevel")
     _expect(pre.get("add_prefix_space", False), False, "pre_tokenizer.add_prefix_space")
     _expect(pre.get("use_regex", True), True, "pre_tokenizer.use_regex")
     _check_flags(pre, "pre_tokenizer", ("trim_offsets",))
-    decoder = _check_keys(top["decoder"], "decoder", byte_level, kind="ByteLevel")
+    decoder = _check_keys(decoder, "decoder", byte_level, kind="ByteLevel")
     _check_flags(decoder, "decoder", ("add_prefix_space", "trim_offsets", "use_regex"))
 
+
+def _check_bpe_model(model: Any) -> None:
+    """The model is a plain BPE (no dropout, prefix, suffix or byte fallback) whose vocabulary
+    numbers its tokens 0 to n - 1 and whose merges are pairs of tokens."""
     model = _check_keys(
-        top["model"],
+        model,
         "model",
         (
             "type",

@@ -400,6 +400,44 @@ class Translator:
             raise TypeError("Translator.translate_batch: expected a list of sentences, got a single string")
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.translate_batch")
         sentences = list(sentences)
+        batch_size = self.check("batch_size", batch_size)
+        return_attention = _flag("Translator", "return_attention", return_attention)
+        options = self._decode_options(
+            beam_size,
+            length_penalty,
+            max_output_tokens,
+            n_best,
+            sampling_topk=sampling_topk,
+            sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature,
+            seed=seed,
+            length_penalty_mode=length_penalty_mode,
+            early_stopping=early_stopping,
+            force_end=force_end,
+        )
+        prefixes, wanted = self._search_ids(len(sentences), target_prefix, constraints, options.beam_size)
+        encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]
+        results = self._translate_chunks(encoded, options, return_attention, prefixes, wanted, int(batch_size))
+        if n_best is not None:
+            for r in results:
+                r.hypotheses = r.hypotheses or [replace(r)]  # one kept: the translation itself
+            return results
+        return results if return_attention else [r.text for r in results]
+
+    def _decode_options(
+        self,
+        beam_size: Optional[int],
+        length_penalty: Optional[float],
+        max_output_tokens: Optional[int],
+        n_best: Optional[int],
+        *,
+        length_penalty_mode: Optional[str],
+        early_stopping: Optional[str],
+        force_end: Optional[bool],
+        **sampling: Any,
+    ) -> DecodeOptions:
+        """The :class:`DecodeOptions` of one call: each rule left out (None) taken from
+        :attr:`decode_defaults`, else the default, and each value checked."""
         rules = resolved_rules(
             self.decode_defaults,
             beam_size=beam_size,
@@ -408,38 +446,41 @@ class Translator:
             early_stopping=early_stopping,
             force_end=force_end,
         )
-        beam_size, length_penalty = rules.pop("beam_size"), rules.pop("length_penalty")
-        beam_size = self.check("beam_size", beam_size)
-        batch_size = self.check("batch_size", batch_size)
-        return_attention = _flag("Translator", "return_attention", return_attention)
-        length_penalty = self.check("length_penalty", length_penalty)
+        beam = self.check("beam_size", rules.pop("beam_size"))
+        penalty = self.check("length_penalty", rules.pop("length_penalty"))
         limit = self._limit(max_output_tokens) if max_output_tokens is not None else self.max_output_tokens
-        kept = 1 if n_best is None else _checked_n_best(n_best, beam_size)
-        options = DecodeOptions(
-            beam_size=beam_size,
-            length_penalty=length_penalty,
+        kept = 1 if n_best is None else _checked_n_best(n_best, beam)
+        return DecodeOptions(
+            beam_size=beam,
+            length_penalty=penalty,
             n_best=kept,
             max_output_tokens=limit,
             compute_type=self.compute_type,
-            sampling_topk=sampling_topk,
-            sampling_topp=sampling_topp,
-            sampling_temperature=sampling_temperature,
-            seed=seed,
+            **sampling,
             **rules,
         )
-        prefixes, wanted = self._search_ids(len(sentences), target_prefix, constraints, beam_size)
-        encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]
+
+    def _translate_chunks(
+        self,
+        encoded: List[EncodedSource],
+        options: DecodeOptions,
+        return_attention: bool,
+        prefixes: Optional[List[List[int]]],
+        wanted: Optional[List[List[List[int]]]],
+        batch_size: int,
+    ) -> List[Translation]:
+        """Translate ``encoded`` ``batch_size`` at a time, each chunk one decode call, the thread
+        governor told the time and work of each (one governor per translator, kept across calls and
+        while ``adaptive_threads`` is off, so that what it learnt about the machine carries over)."""
         results: List[Translation] = []
-        # one governor per translator, kept across calls (and while adaptive_threads is off), so that
-        # what it learnt about the machine carries over
         governor = governor_for(self._governor, get_num_threads(), self.adaptive_threads)
         if governor is not None:
             self._governor = governor
         try:
-            for start in range(0, len(encoded), int(batch_size)):
-                chunk = encoded[start : start + int(batch_size)]
-                t0 = time.perf_counter()
+            for start in range(0, len(encoded), batch_size):
+                chunk = encoded[start : start + batch_size]
                 end = start + len(chunk)
+                t0 = time.perf_counter()
                 results.extend(
                     translate_encoded(
                         self,
@@ -456,11 +497,7 @@ class Translator:
         finally:
             if governor is not None:
                 set_num_threads(governor.most)
-        if n_best is not None:
-            for r in results:
-                r.hypotheses = r.hypotheses or [replace(r)]  # one kept: the translation itself
-            return results
-        return results if return_attention else [r.text for r in results]
+        return results
 
 
 def _checked_n_best(n_best: Any, beam_size: int) -> int:
