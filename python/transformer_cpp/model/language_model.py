@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Optional, Tuple, cast
 
 import numpy as np
 
@@ -12,11 +11,12 @@ from .. import _core
 from .._checks import flag as _flag
 from ..config import LM_FIELDS, describe_fields, keyword_parameters
 from ..layers import core_class
+from .base import CoreModel
 
 __all__ = ["LanguageModel"]
 
 
-class LanguageModel:
+class LanguageModel(CoreModel):
     """The decoder-only (GPT-style) language model with its C++ forward and backward passes.
 
     Token embedding times sqrt(d_model) plus sinusoidal positions, ``n_layers`` blocks of causal
@@ -54,27 +54,11 @@ class LanguageModel:
         self.dtype = np.dtype(dtype).name
         self._core = core(architecture)
 
-    @classmethod
-    def from_config(cls, config: Dict[str, Any]) -> "LanguageModel":
-        """Build from a dict as returned by :attr:`config` (unknown keys are an error)."""
-        return cls(**config)
-
-    @property
-    def config(self) -> Dict[str, Any]:
-        """The architecture as a JSON-serialisable dict (every field and the ``dtype``)."""
-        c: Dict[str, Any] = self._core.config().to_dict()
-        c["dtype"] = self.dtype
-        return c
-
     def forward(self, tokens: np.ndarray, training: bool = False) -> np.ndarray:
         """Logits (B, T, vocab_size) for ids (B, T)."""
         return cast(np.ndarray, self._core.forward(tokens, _flag("LanguageModel.forward", "training", training)))
 
     __call__ = forward
-
-    def backward(self, dlogits: np.ndarray) -> None:
-        """Accumulate every parameter gradient from ``d loss / d logits`` of the last forward."""
-        self._core.backward(dlogits)
 
     def train_step(self, tokens: np.ndarray) -> float:
         """One step on ids (B, T+1): the mean cross-entropy (nats per token) before the update.
@@ -155,64 +139,10 @@ class LanguageModel:
         """Feed one id per sequence at the next position: logits (rows, vocab_size) of the next token."""
         return cast(np.ndarray, self._core.generation_step(tokens))
 
-    def zero_grad(self) -> None:
-        """Clear every parameter gradient."""
-        self._core.zero_grad()
-
-    def parameters(self) -> "OrderedDict[str, Any]":
-        """Ordered dict ``hierarchical name -> Parameter`` with writable ``.value``/``.grad`` views,
-        e.g. ``layers.0.self_attention.query.weight``."""
-        return cast("OrderedDict[str, Any]", self._core.parameters())
-
-    def num_parameters(self) -> int:
-        """Number of trainable scalars."""
-        return int(sum(p.value.size for p in self.parameters().values()))
-
-    def nonfinite_parameters(self, optimizer_state: bool = True) -> List[str]:
-        """Names of the parameters (and Adam moments) holding NaN or infinity."""
-        return list(self._core.nonfinite_parameters(optimizer_state))
-
     def configure_optimizer(self, **settings: Any) -> None:
         """Adam and the learning-rate schedule, as :meth:`Transformer.configure_optimizer`
         (``label_smoothing`` is not used: the loss is the plain cross-entropy)."""
         self._core.configure_optimizer(_core.OptimizerConfig(**settings))
-
-    @property
-    def optimizer_config(self) -> Dict[str, Any]:
-        """The optimiser's settings as a dict."""
-        settings: Dict[str, Any] = self._core.optimizer_config().to_dict()
-        return settings
-
-    def optimizer_state(self) -> "OrderedDict[str, Any]":
-        """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
-        return cast("OrderedDict[str, Any]", self._core.optimizer_state())
-
-    @property
-    def step(self) -> int:
-        """Optimiser steps taken (settable, to resume)."""
-        return int(self._core.step)
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._core.step = value
-
-    @property
-    def dropout_calls(self) -> int:
-        """The dropout masks' counter (settable, to resume a run exactly)."""
-        return int(self._core.dropout_calls)
-
-    @dropout_calls.setter
-    def dropout_calls(self, value: int) -> None:
-        self._core.dropout_calls = value
-
-    def learning_rate(self, step: Optional[int] = None) -> float:
-        """Learning rate at a 1-based ``step`` (default: the next step)."""
-        return float(self._core.learning_rate(self.step + 1 if step is None else step))
-
-    @property
-    def last_grad_norm(self) -> float:
-        """Global gradient norm of the last ``train_step`` (before clipping)."""
-        return float(self._core.last_grad_norm)
 
     def __repr__(self) -> str:
         c = self.config

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
@@ -12,12 +11,10 @@ from .. import _core
 from .._checks import flag as _flag
 from ..config import MODEL_FIELDS, OPTIMIZER_FIELDS, describe_fields, keyword_parameters
 from ..layers import core_class
+from .base import CoreModel, NonFiniteError
 
 __all__ = ["DEFAULT_LENGTH_PENALTY", "NonFiniteError", "Transformer"]
 
-#: Raised when weights, a loss, a gradient norm or an output hold NaN or infinity (a diverged run,
-#: a damaged checkpoint, an overflow). Both a ``FloatingPointError`` and a ``RuntimeError``.
-NonFiniteError = _core.NonFiniteError
 
 #: Beam search's default GNMT length-penalty exponent, for every decoder of the package
 #: (``Transformer.beam_search``, ``DecodeOptions``, the command line and the server). 1.0 scored
@@ -25,7 +22,7 @@ NonFiniteError = _core.NonFiniteError
 DEFAULT_LENGTH_PENALTY = 1.0
 
 
-class Transformer:
+class Transformer(CoreModel):
     """The Transformer of "Attention Is All You Need" with its C++ forward and backward passes.
 
     ``forward(src, tgt_in, training=False)`` maps int token ids ``src`` (B, S) and ``tgt_in`` (B, T)
@@ -52,62 +49,12 @@ class Transformer:
         # the core checks the rest (precision, memory) before allocating
         self._core = core(architecture)
 
-    # --- construction helpers ---------------------------------------------------------------
-    @classmethod
-    def from_config(cls, config: Dict[str, Any]) -> "Transformer":
-        """Build from a dict as returned by :attr:`config` (unknown keys are an error)."""
-        return cls(**config)
-
-    @property
-    def config(self) -> Dict[str, Any]:
-        """The architecture as a JSON-serialisable dict, every field of ``TransformerConfig`` and the
-        ``dtype`` (``Transformer.from_config`` rebuilds it)."""
-        c: Dict[str, Any] = self._core.config().to_dict()
-        c["dtype"] = self.dtype
-        return c
-
     # --- the model --------------------------------------------------------------------------
     def forward(self, src: np.ndarray, tgt_in: np.ndarray, training: bool = False) -> np.ndarray:
         """Logits (B, T, tgt_vocab_size) for source ids (B, S) and decoder-input ids (B, T)."""
         return cast(np.ndarray, self._core.forward(src, tgt_in, _flag("Transformer.forward", "training", training)))
 
     __call__ = forward
-
-    def backward(self, dlogits: np.ndarray) -> None:
-        """Accumulate every parameter gradient from ``d loss / d logits`` of the last forward."""
-        self._core.backward(dlogits)
-
-    def zero_grad(self) -> None:
-        """Clear every parameter gradient."""
-        self._core.zero_grad()
-
-    def parameters(self) -> "OrderedDict[str, Any]":
-        """Ordered dict ``hierarchical name -> Parameter`` with writable ``.value``/``.grad`` views,
-        e.g. ``encoder.layers.0.self_attention.query.weight``."""
-        return cast("OrderedDict[str, Any]", self._core.parameters())
-
-    def num_parameters(self) -> int:
-        """Number of trainable scalars."""
-        return int(sum(p.value.size for p in self.parameters().values()))
-
-    def nonfinite_parameters(self, optimizer_state: bool = True) -> List[str]:
-        """Names of the parameters holding NaN or infinity (empty when all are finite), and with
-        ``optimizer_state`` the Adam moments ``'<param>.m'`` / ``'<param>.v'`` that do."""
-        return list(
-            self._core.nonfinite_parameters(
-                _flag("Transformer.nonfinite_parameters", "optimizer_state", optimizer_state)
-            )
-        )
-
-    def check_finite(self, who: str = "Transformer", optimizer_state: bool = True) -> None:
-        """Raise :class:`NonFiniteError` naming every parameter (and Adam moment) that holds NaN or
-        infinity, e.g. after loading a checkpoint; ``who`` starts the message."""
-        bad = self.nonfinite_parameters(optimizer_state)
-        if bad:
-            shown = ", ".join(repr(n) for n in bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
-            raise NonFiniteError(
-                f"{who}: {len(bad)} tensor{'s' if len(bad) > 1 else ''} hold NaN or infinite values: {shown}"
-            )
 
     # --- training ---------------------------------------------------------------------------
     def configure_optimizer(self, **settings: Any) -> None:
@@ -126,12 +73,6 @@ class Transformer:
         {args}
         """
         self._core.configure_optimizer(_core.OptimizerConfig(**settings))
-
-    @property
-    def optimizer_config(self) -> Dict[str, Any]:
-        """The optimiser's settings as a dict (``configure_optimizer(**optimizer_config)`` restores them)."""
-        settings: Dict[str, Any] = self._core.optimizer_config().to_dict()
-        return settings
 
     def train_step(self, src: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray) -> Tuple[float, float]:
         """zero_grad, forward (training), masked loss, backward, clipping, one Adam step — all in
@@ -199,44 +140,6 @@ class Transformer:
     def last_token_count(self) -> int:
         """Non-padding target tokens in the last ``train_step``/``evaluate`` batch."""
         return int(self._core.last_token_count)
-
-    @property
-    def step(self) -> int:
-        """Optimiser steps taken (settable, to resume)."""
-        return int(self._core.step)
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._core.step = value
-
-    @property
-    def dropout_calls(self) -> int:
-        """The dropout masks' counter (settable, to resume a run exactly)."""
-        return int(self._core.dropout_calls)
-
-    @dropout_calls.setter
-    def dropout_calls(self, value: int) -> None:
-        self._core.dropout_calls = value
-
-    def learning_rate(self, step: Optional[int] = None) -> float:
-        """Learning rate at a 1-based ``step`` (default: the next step)."""
-        if step is None:
-            if self.step >= 2**63 - 1:
-                raise ValueError(
-                    f"Transformer.learning_rate: the step count {self.step} is at its maximum "
-                    "(2**63 - 1): there is no next step"
-                )
-            step = self.step + 1
-        return float(self._core.learning_rate(step))
-
-    @property
-    def last_grad_norm(self) -> float:
-        """Global gradient norm of the last ``train_step`` (before clipping)."""
-        return float(self._core.last_grad_norm)
-
-    def optimizer_state(self) -> "OrderedDict[str, Any]":
-        """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
-        return cast("OrderedDict[str, Any]", self._core.optimizer_state())
 
     def attention_weights(self) -> Dict[str, np.ndarray]:
         """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k)."""
