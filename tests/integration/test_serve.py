@@ -552,3 +552,24 @@ def test_bench_serving_section_structure():
     results = {"machine": {"cpu": "x", "cores": 2}, "quick": True, "threads": 1, "serving": r}
     table = bench.format_report(results)
     assert "5. Serving over HTTP" in table and f"{r['ratio']:.2f}x" in table
+
+
+def test_requests_follow_the_models_beam_rules(translator):
+    """A model with generation rules of its own (an imported MarianMT model's length-penalty mode,
+    early stopping and forced end) is served with them: the batcher's options carry the rules the
+    server has no option for, and its answers are the Translator's with the same beam size."""
+    rules = {"length_penalty_mode": "hf", "early_stopping": "never", "force_end": True}
+    t = Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer, decode_defaults=rules)
+    batcher = serve.Batcher(t, serve.ServeConfig())
+    options = batcher.decode_options(3, 1)
+    assert {k: getattr(options, k) for k in rules} == rules
+    plain = serve.Batcher(translator, serve.ServeConfig()).decode_options(3, 1)
+    assert (plain.length_penalty_mode, plain.force_end) == ("gnmt", False)
+    texts = ["a b c d e", "c a", "f e d"]
+    encoded = [encode_source(t, x) for x in texts]
+    items = [serve.QueuedSentence(e.source, e.ids, True, None, i, e.warning) for i, e in enumerate(encoded)]
+    got = serve.decode_items(t, items, options)
+    want = t.translate_batch(
+        texts, beam_size=3, length_penalty=serve.ServeConfig().length_penalty, return_attention=True
+    )
+    assert [(r["text"], r["score"]) for r in got] == [(w.text, w.score) for w in want]

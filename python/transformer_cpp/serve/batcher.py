@@ -36,6 +36,7 @@ import numpy as np
 
 from .._runtime import get_num_threads, set_num_threads
 from ..translate import DecodeOptions, EncodedSource, Translation, Translator, translate_encoded
+from ..translate.decoding import resolved_rules
 from .config import ServeConfig, ServeError, text_work
 from .search import SEPARATE_CHUNK
 
@@ -225,14 +226,21 @@ class Batcher:
     # --- requests --------------------------------------------------------------------------
     def decode_options(self, beam_size: int, n_best: int, **sampling: Any) -> DecodeOptions:
         """How a request is decoded: its beam size, ``n_best`` and sampling settings
-        (``sampling_topk``, ...), the server's length penalty, and the translator's output limit
-        and compute type."""
+        (``sampling_topk``, ...), the server's length penalty, the translator's output limit and
+        compute type, and the beam rules the server has no option for (``length_penalty_mode``,
+        ``early_stopping``, ``force_end``) from the translator's :attr:`~Translator.decode_defaults`
+        (an imported model's generation rules), so that a request is decoded as
+        :meth:`Translator.translate_batch` decodes it with the same beam size and length penalty."""
+        rules = resolved_rules(
+            self.translator.decode_defaults, length_penalty_mode=None, early_stopping=None, force_end=None
+        )
         return DecodeOptions(
             beam_size=beam_size,
             length_penalty=self.config.length_penalty,
             n_best=n_best,
             max_output_tokens=self.translator.max_output_tokens,
             compute_type=self.translator.compute_type,
+            **rules,
             **sampling,
         )
 
