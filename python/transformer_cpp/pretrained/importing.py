@@ -71,7 +71,8 @@ def resolve_source(source: PathLike, who: str = "import_pretrained") -> Path:
     except ImportError:
         raise ImportError(
             f"{who}: {name!r} is not a local directory, and reading a Hub model needs the package "
-            "huggingface_hub (pip install huggingface_hub), or pass the path of a downloaded model directory"
+            "huggingface_hub (pip install huggingface_hub; in a checkout of transformer-cpp, pip install '.[hub]'), "
+            "or pass the path of a downloaded model directory"
         ) from None
     try:
         return Path(snapshot_download(name, local_files_only=True, allow_patterns=_DOWNLOADED))
