@@ -149,6 +149,34 @@ def test_decode_rows_passes_the_rules(models: List[Dict[str, Any]]) -> None:
         DecodeOptions(beam_size=4, early_stopping="never")
 
 
+@pytest.mark.parametrize("forced", [None, 0])
+def test_greedy_decoding_equals_generate_with_the_forced_end(models: List[Dict[str, Any]], forced: Any) -> None:
+    """Greedy decoding (``beam_size`` 1) with ``force_end`` ends a sentence that reaches its limit
+    with the end token, as generate's forced-EOS rule does with ``num_beams=1``; without it the
+    sentence ends at the limit with the most likely token."""
+    src = _sources()
+    rows = [[int(v) for v in r if v != PAD] for r in src]
+    cut = 0
+    for m in models:
+        with torch.no_grad():
+            out = m["hf"].generate(
+                input_ids=torch.tensor(src),
+                attention_mask=torch.tensor(src != PAD).long(),
+                num_beams=1,
+                do_sample=False,
+                max_new_tokens=STEPS,
+                forced_eos_token_id=forced,
+            )
+        expected = [_trimmed(r[1:]) for r in out.numpy()]
+        options = DecodeOptions(beam_size=1, force_end=forced is not None, max_output_tokens=STEPS)
+        got = [h[0].ids for h in decode_rows(m["ours"], rows, PAD, 0, options)]
+        assert got == expected
+        cut += sum(len(ids) == STEPS for ids in got)
+        if forced is not None:
+            assert all(ids[-1] == 0 for ids in got)
+    assert cut > 0  # some sentences reach the limit: the rule is exercised
+
+
 def _write_generation(path: Any, **fields: Any) -> None:
     rules = {"bad_words_ids": [[PAD]], "decoder_start_token_id": PAD, "eos_token_id": 0, "pad_token_id": PAD}
     rules.update(fields)

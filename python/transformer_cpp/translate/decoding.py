@@ -105,8 +105,8 @@ class DecodeOptions:
     force_end: bool = setting(
         False,
         limit=Limit.flag(),
-        help="beam search: a hypothesis that reaches the output limit ends with the end token (generate's "
-        "forced_eos_token_id)",
+        help="a hypothesis (of beam search, greedy decoding or sampling) that reaches the output limit ends with "
+        "the end token (generate's forced_eos_token_id)",
         option=("--force-end", "--no-force-end"),
     )
     n_best: int = setting(1, limit=Limit(True, 1, 1024), help="hypotheses kept per sentence (at most beam_size)")
@@ -260,9 +260,11 @@ def decode_rows(
     has_constraints = constraints is not None and any(len(c) for c in constraints)
     if has_constraints and options.beam_size == 1:
         raise ValueError("decode_rows: constraints need beam search: beam_size must be at least 2")
-    if options.beam_size == 1 and (
-        target_prefix is not None or options.sampling_topk > 1 or not hasattr(model, "greedy_decode")
-    ):
+    if options.beam_size > 1:
+        found = _beam(
+            model, src, start_id, end_id, steps, options, limits, return_attention, target_prefix, constraints
+        )
+    elif target_prefix is not None or options.sampling_topk > 1 or not hasattr(model, "greedy_decode"):
         out = model.greedy_decode(
             src,
             start_id,
@@ -279,17 +281,32 @@ def decode_rows(
         )
         ids, weights = out if return_attention else (out, [None] * len(src))
         found = [[([int(v) for v in row if v != pad], None, w, 0)] for row, w in zip(np.asarray(ids), weights)]
-    elif options.beam_size == 1:
+    else:
         out, weights = _greedy(model, src, start_id, end_id, steps, options.compute_type, limits, return_attention)
         found = [[([int(v) for v in row if v != pad], None, w, 0)] for row, w in zip(out, weights)]
-    else:
-        found = _beam(
-            model, src, start_id, end_id, steps, options, limits, return_attention, target_prefix, constraints
-        )
+    if options.beam_size == 1 and options.force_end:
+        _end_at_the_limit(found, limits, end_id, target_prefix)
     return [
         [Hypothesis(ids, score, bool(ids) and ids[-1] == end_id, _by_layer(w), miss) for ids, score, w, miss in hs]
         for hs in found
     ]
+
+
+def _end_at_the_limit(
+    found: List[List[Tuple[List[int], Optional[float], Optional[np.ndarray], int]]],
+    limits: np.ndarray,
+    end_id: int,
+    target_prefix: Optional[Sequence[Sequence[int]]],
+) -> None:
+    """``force_end`` for greedy decoding and sampling, as generate's forced-EOS rule has it: a
+    sentence that reaches its limit without the end token gets the end token as its last token
+    (the choice at the last position; every earlier token and that position's attention row are
+    the same whichever token is chosen there). A prefix that fills the limit is kept as given."""
+    for i, hyps in enumerate(found):
+        ids = hyps[0][0]
+        given = len(target_prefix[i]) if target_prefix is not None else 0
+        if len(ids) == int(limits[i]) and len(ids) > given and ids[-1] != end_id:
+            ids[-1] = end_id
 
 
 def _beam(
