@@ -198,6 +198,33 @@ def test_model_card_example_runs(exported, variant):
     assert done.stdout.strip() == repr([expected]), (done.stdout, expected)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_import_of_the_export_translates_as_the_run(exported, variant, tmp_path):
+    """``import`` reads an export of this package back: the run it makes translates every held-out
+    sentence, greedy and with beam 4, token for token as the run it was exported from (the
+    LayerNorm epsilon, the languages and the decoding defaults come back from the record), and the
+    ids the export masked are never generated."""
+    run, model, src_tok, tgt_tok, directory = exported[variant]
+    imported = tc.import_pretrained(directory, tmp_path / "imported")
+    original, back = Translator.from_checkpoint(run), Translator.from_checkpoint(tmp_path / "imported")
+    assert (back.src_lang, back.tgt_lang, back.decode_defaults) == ("en", "es", {})
+    assert back.model.config["layer_norm_eps"] == model.config["layer_norm_eps"]
+    sentences = _sentences()
+    for beam in (1, 4):
+        want = original.translate_batch(sentences, beam_size=beam, return_attention=True)
+        got = back.translate_batch(sentences, beam_size=beam, return_attention=True)
+        _check_varied([w.target_ids for w in want])
+        assert [g.target_ids for g in got] == [w.target_ids for w in want], beam
+        assert [g.text for g in got] == [w.text for w in want], beam
+        assert max(i for g in got for i in g.target_ids) < tgt_tok.vocab_size
+        if beam > 1:
+            # the same function with its sums in another order (the export permutes the model dimension)
+            np.testing.assert_allclose([g.score for g in got], [w.score for w in want], rtol=0, atol=1e-4)
+    bias = back.model.parameters()["output.bias"].value
+    assert np.all(np.isfinite(bias)) and np.all(bias[tgt_tok.vocab_size :] == -1e9)
+    assert json.loads((imported.parent / "pretrained.json").read_text())["format"] == "transformer-cpp export"
+
+
 def test_marian_permutation_maps_our_layout_to_marians():
     for d in (6, 7, 32):
         table = tc.positional_encoding(50, d, "interleaved")[:, export.marian_permutation(d, "interleaved")]

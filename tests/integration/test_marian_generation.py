@@ -185,7 +185,10 @@ def _write_generation(path: Any, **fields: Any) -> None:
 
 def test_generation_config_becomes_the_decoding_defaults(models: List[Dict[str, Any]]) -> None:
     m = models[0]
-    _write_generation(m["path"], num_beams=6, max_length=512, length_penalty=0.8, forced_eos_token_id=0)
+    # suppressing the padding id changes nothing: the decoders never emit it
+    _write_generation(
+        m["path"], num_beams=6, max_length=512, length_penalty=0.8, forced_eos_token_id=0, suppress_tokens=[PAD]
+    )
     got = generation_defaults(m["path"], m["ours"].config)
     assert got == {
         "length_penalty_mode": "hf",
@@ -205,6 +208,7 @@ def test_generation_config_becomes_the_decoding_defaults(models: List[Dict[str, 
         ("do_sample", True),
         ("min_length", 4),
         ("bad_words_ids", [[PAD], [5]]),
+        ("suppress_tokens", [PAD, 5]),
         ("forced_eos_token_id", 3),
         ("decoder_start_token_id", 2),
         ("num_beam_groups", 2),

@@ -11,7 +11,7 @@ What ``MarianMTModel.generate`` does by default becomes what ``translate`` and
   ``max_new_tokens`` -> ``max_output_tokens``;
 * ``forced_eos_token_id`` (the end id) -> ``force_end``: a hypothesis that reaches the limit ends
   with the end token;
-* ``bad_words_ids`` may only ban the padding id, which the decoders never emit;
+* ``bad_words_ids`` and ``suppress_tokens`` may only ban the padding id, which the decoders never emit;
   ``decoder_start_token_id``, ``eos_token_id`` and ``pad_token_id`` must be the model's.
 
 A field that would make generate's output differ from ours (``do_sample``,
@@ -42,7 +42,6 @@ _NEUTRAL: List[Tuple[str, Any]] = [
     ("num_beam_groups", 1),
     ("diversity_penalty", 0.0),
     ("forced_bos_token_id", None),
-    ("suppress_tokens", None),
     ("begin_suppress_tokens", None),
     ("exponential_decay_length_penalty", None),
     ("sequence_bias", None),
@@ -99,6 +98,9 @@ def generation_defaults(directory: Path, model: Dict[str, Any]) -> Dict[str, Any
     bad = rules.get("bad_words_ids") or []
     if not isinstance(bad, list) or any(_ids(b) != [pad] for b in bad):
         raise _refuse(source, "bad_words_ids", bad, f"[[{pad}]] (the padding id, never emitted) or none")
+    suppressed = rules.get("suppress_tokens") or []
+    if not isinstance(suppressed, list) or any(_ids(t) != [pad] for t in suppressed):
+        raise _refuse(source, "suppress_tokens", suppressed, f"[{pad}] (the padding id, never emitted) or none")
     defaults: Dict[str, Any] = {"length_penalty_mode": "hf"}
     beams = rules.get("num_beams", 1)
     if isinstance(beams, bool) or not isinstance(beams, int) or not 1 <= beams <= 1024:

@@ -22,9 +22,10 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 from ..checkpoint import LATEST_FILE, list_checkpoints, save_checkpoint
 from ..model import Transformer
-from ..tokenizer import SentencePieceTokenizer
+from ..tokenizer import SentencePieceTokenizer, Tokenizer
 from .generation import generation_defaults
 from .marian import load_marian
+from .own_export import is_own_export, read_own_export
 
 __all__ = ["PROVENANCE_FILE", "PretrainedParts", "import_pretrained", "load_pretrained", "resolve_source"]
 
@@ -45,8 +46,8 @@ class PretrainedParts(NamedTuple):
     (:func:`~transformer_cpp.pretrained.generation.generation_defaults`)."""
 
     model: Transformer
-    src_tokenizer: SentencePieceTokenizer
-    tgt_tokenizer: SentencePieceTokenizer
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
     src_lang: Optional[str]
     tgt_lang: Optional[str]
     provenance: Dict[str, Any]
@@ -153,18 +154,29 @@ def load_pretrained(
     who: str = "load_pretrained",
 ) -> PretrainedParts:
     """Read a MarianMT directory or Hub name (see :func:`resolve_source`) into memory: the model,
-    both SentencePiece tokenizers, the languages and the provenance record."""
+    both SentencePiece tokenizers, the languages and the provenance record. A Transformers export
+    of this package is read back as the run it was exported from translated
+    (:mod:`~transformer_cpp.pretrained.own_export`)."""
     directory = resolve_source(source, who)
-    model = load_marian(directory, dtype=dtype)
-    decode_defaults = generation_defaults(directory, model.config)
-    src_tok = SentencePieceTokenizer.from_marian_dir(directory, "source")
-    tgt_tok = SentencePieceTokenizer.from_marian_dir(directory, "target")
-    src, tgt = languages(str(source), directory, src_lang, tgt_lang)
+    if is_own_export(directory):  # a run of this package, exported: as that run translated
+        model, tokenizer, recorded = read_own_export(directory, dtype)
+        src_tok: Tokenizer = tokenizer
+        tgt_tok: Tokenizer = tokenizer
+        decode_defaults: Dict[str, Any] = {}
+        src, tgt = src_lang or recorded["src_lang"], tgt_lang or recorded["tgt_lang"]
+        kind = "transformer-cpp export"
+    else:
+        model = load_marian(directory, dtype=dtype)
+        decode_defaults = generation_defaults(directory, model.config)
+        src_tok = SentencePieceTokenizer.from_marian_dir(directory, "source")
+        tgt_tok = SentencePieceTokenizer.from_marian_dir(directory, "target")
+        src, tgt = languages(str(source), directory, src_lang, tgt_lang)
+        kind = "marian"
     files = {p.name: _sha256(p) for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith(".")}
     provenance = {
         "source": str(source),
         "resolved_path": str(directory),
-        "format": "marian",
+        "format": kind,
         "license": model_license(str(source), directory),
         "files": files,
     }

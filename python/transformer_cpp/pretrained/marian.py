@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -234,10 +234,11 @@ def _untie_what_differs(config: Dict[str, Any], keys: List[str], get: Any) -> No
             config[flag] = False
 
 
-def load_marian(directory: PathLike, *, dtype: str = "float32") -> Transformer:
+def load_marian(directory: PathLike, *, dtype: str = "float32", layer_norm_eps: Optional[float] = None) -> Transformer:
     """The MarianMT model in ``directory`` (``config.json`` and ``model.safetensors`` or
     ``pytorch_model.bin``) as a :class:`~transformer_cpp.Transformer` that computes the same
-    logits. ``dtype`` is the model's (``"float64"`` for gradient checks).
+    logits. ``dtype`` is the model's (``"float64"`` for gradient checks); ``layer_norm_eps`` replaces
+    MarianMT's LayerNorm epsilon (what a model this package exported was trained with).
 
     Raises:
         ValueError: not a Marian model, or an option the core does not implement (named), or
@@ -249,6 +250,8 @@ def load_marian(directory: PathLike, *, dtype: str = "float32") -> Transformer:
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"load_marian: {directory} holds no config.json")
     config = marian_config(json.loads((directory / "config.json").read_text(encoding="utf-8")))
+    if layer_norm_eps is not None:
+        config["layer_norm_eps"] = float(layer_norm_eps)
     keys, get, close = _weights(directory)
     try:
         _untie_what_differs(config, keys, get)

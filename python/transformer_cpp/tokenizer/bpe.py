@@ -538,6 +538,41 @@ class SubwordTokenizer:
         except ValueError as exc:
             raise ValueError(f"{caller}: damaged SubwordTokenizer: {exc}") from None
 
+    @classmethod
+    def from_bpe(
+        cls, vocab: Dict[str, int], merges: List[Any], *, lowercase: bool = False, source: Optional[str] = None
+    ) -> "SubwordTokenizer":
+        """A tokenizer of this class from a byte-level BPE vocabulary and its merges (as a
+        ``tokenizer.json`` holds them under ``model``), with the special tokens first; checked as
+        :meth:`from_str` checks a saved one (``ValueError`` naming what differs)."""
+        flags = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+        added = [dict(flags, content=token, id=i) for i, token in enumerate(SPECIAL_TOKENS)]
+        byte_level = {"type": "ByteLevel", "trim_offsets": True, "use_regex": True}
+        hf = {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": added,
+            "normalizer": {
+                "type": "Sequence",
+                "normalizers": [{"type": "NFC"}] + ([{"type": "Lowercase"}] if lowercase else []),
+            },
+            "pre_tokenizer": dict(byte_level, add_prefix_space=False),
+            "post_processor": None,
+            "decoder": dict(byte_level, add_prefix_space=True),
+            "model": {"type": "BPE", "dropout": None, "unk_token": _UNK, "vocab": vocab, "merges": merges},
+        }
+        document = {
+            "format": _FORMAT_NAME,
+            "kind": _KIND,
+            "version": _FORMAT_VERSION,
+            "lowercase": lowercase,
+            "special_tokens": list(SPECIAL_TOKENS),
+            "tokenizer": hf,
+        }
+        caller = f"SubwordTokenizer.from_bpe({source!r})" if source else "SubwordTokenizer.from_bpe"
+        return cls._from_str(json.dumps(document, ensure_ascii=False), caller, source)
+
     def save(self, path: Union[str, os.PathLike[str]]) -> None:
         """Write the tokenizer to ``path`` as one UTF-8 JSON file (parent directories are
         created). The file is written to a temporary name and renamed, so a crash never leaves
