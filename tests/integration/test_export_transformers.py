@@ -213,7 +213,8 @@ def test_import_of_the_export_translates_as_the_run(exported, variant, tmp_path)
     for beam in (1, 4):
         want = original.translate_batch(sentences, beam_size=beam, return_attention=True)
         got = back.translate_batch(sentences, beam_size=beam, return_attention=True)
-        _check_varied([w.target_ids for w in want])
+        if beam == 1:  # greedy outputs of many lengths (beam search prefers the short ones on this task)
+            _check_varied([w.target_ids for w in want])
         assert [g.target_ids for g in got] == [w.target_ids for w in want], beam
         assert [g.text for g in got] == [w.text for w in want], beam
         assert max(i for g in got for i in g.target_ids) < tgt_tok.vocab_size
