@@ -11,7 +11,8 @@ from typing import Any, Dict
 
 import numpy as np
 import pytest
-from helpers.sentencepiece_models import pieces, train_sentencepiece
+from helpers.marian import tiny_marian_config, write_marian_tokenizers
+from helpers.sentencepiece_models import train_sentencepiece
 
 from transformer_cpp import cli, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
@@ -34,28 +35,16 @@ def imported(tmp_path_factory: Any) -> Dict[str, Any]:
     src, tgt = train_sentencepiece(tmp, "src", lines, 50), train_sentencepiece(tmp, "tgt", lines[::-1], 50)
     out = tmp / "opus-mt-en-es"
     out.mkdir()
-    (out / "source.spm").write_bytes(src)
-    (out / "target.spm").write_bytes(tgt)
-    order = ["</s>", "<unk>"] + [p for p in dict.fromkeys(pieces(src) + pieces(tgt)) if p not in ("</s>", "<unk>")]
-    vocab = {p: i for i, p in enumerate(order + ["<pad>"])}
-    (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    (out / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": False}), encoding="utf-8")
+    vocab = write_marian_tokenizers(out, src, tgt, {"separate_vocabs": False})
     pad = len(vocab) - 1
-    config = transformers.MarianConfig(
-        vocab_size=len(vocab),
-        decoder_vocab_size=len(vocab),
-        d_model=16,
+    config = tiny_marian_config(
+        len(vocab),
         encoder_layers=1,
         decoder_layers=1,
         encoder_attention_heads=2,
         decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
-        pad_token_id=pad,
-        decoder_start_token_id=pad,
-        eos_token_id=0,
         forced_eos_token_id=0,
+        bad_words_ids=None,
     )
     torch.manual_seed(0)
     transformers.MarianMTModel(config).save_pretrained(out)

@@ -14,7 +14,8 @@ from typing import Any, Dict, List
 import numpy as np
 
 import pytest
-from helpers.sentencepiece_models import pieces, train_sentencepiece
+from helpers.marian import tiny_marian_config, write_marian_tokenizers
+from helpers.sentencepiece_models import train_sentencepiece
 
 from transformer_cpp import Translator, cli, encode_pairs, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
@@ -36,32 +37,10 @@ def marian(tmp_path_factory: Any) -> Dict[str, Any]:
     src, tgt = train_sentencepiece(tmp, "src", lines, 50), train_sentencepiece(tmp, "tgt", lines[::-1], 50)
     out = tmp / "opus-mt-en-es"
     out.mkdir()
-    (out / "source.spm").write_bytes(src)
-    (out / "target.spm").write_bytes(tgt)
-    order = ["</s>", "<unk>"] + [p for p in dict.fromkeys(pieces(src) + pieces(tgt)) if p not in ("</s>", "<unk>")]
-    vocab = {p: i for i, p in enumerate(order + ["<pad>"])}
-    (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    tok_config = {"separate_vocabs": False, "source_lang": "en", "target_lang": "es"}
-    (out / "tokenizer_config.json").write_text(json.dumps(tok_config), encoding="utf-8")
+    vocab = write_marian_tokenizers(out, src, tgt, {"separate_vocabs": False, "source_lang": "en", "target_lang": "es"})
+    # weights large enough that the output depends on the source
     pad = len(vocab) - 1
-    config = transformers.MarianConfig(
-        vocab_size=len(vocab),
-        decoder_vocab_size=len(vocab),
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
-        pad_token_id=pad,
-        decoder_start_token_id=pad,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-        bad_words_ids=[[pad]],
-        init_std=0.25,  # weights large enough that the output depends on the source
-    )
+    config = tiny_marian_config(len(vocab), init_std=0.25)
     hf_tok = transformers.MarianTokenizer(
         source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"), vocab=str(out / "vocab.json")
     )

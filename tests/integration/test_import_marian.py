@@ -13,7 +13,9 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 import torch
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianMTModel
+
+from helpers.marian import tiny_marian_config
 
 from transformer_cpp import export
 from transformer_cpp.pretrained import load_marian
@@ -29,27 +31,15 @@ def marian(tmp_path: Any, *, vocab_shared: bool = True, **options: Any) -> Dict[
     v_tgt = V_SRC if vocab_shared else V_TGT
     pad = min(V_SRC, v_tgt) - 1
     settings: Dict[str, Any] = dict(
-        vocab_size=V_SRC,
+        pad=pad,
         decoder_vocab_size=v_tgt,
         share_encoder_decoder_embeddings=vocab_shared,
-        d_model=16,
-        encoder_layers=2,
         decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
-        pad_token_id=pad,
-        decoder_start_token_id=pad,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-        bad_words_ids=[[pad]],
         init_std=0.25,  # weights large enough that the output depends on the source
     )
     settings.update(options)
     torch.manual_seed(7)
-    model = MarianMTModel(MarianConfig(**settings)).eval()
+    model = MarianMTModel(tiny_marian_config(V_SRC, **settings)).eval()
     with torch.no_grad():
         bias = model.final_logits_bias
         bias.normal_(0.0, 0.5)

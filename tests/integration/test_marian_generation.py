@@ -13,7 +13,9 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 import torch
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianMTModel
+
+from helpers.marian import tiny_marian_config
 
 from transformer_cpp.pretrained import load_marian
 from transformer_cpp.pretrained.generation import generation_defaults
@@ -30,24 +32,7 @@ EARLY = {False: "heuristic", True: "first", "never": "never"}
 
 def _model(tmp_path: Any, seed: int) -> Dict[str, Any]:
     torch.manual_seed(seed)
-    config = MarianConfig(
-        vocab_size=VOCAB,
-        decoder_vocab_size=VOCAB,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
-        pad_token_id=PAD,
-        decoder_start_token_id=PAD,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-        bad_words_ids=[[PAD]],
-        init_std=0.25,
-    )
+    config = tiny_marian_config(VOCAB, init_std=0.25)
     model = MarianMTModel(config).eval()
     with torch.no_grad():
         model.final_logits_bias.normal_(0.0, 0.5)

@@ -1,0 +1,56 @@
+"""Small MarianMT models for the tests, built with Transformers' own classes (nothing downloaded):
+a configuration with Marian's special ids, and the tokenizer files of a MarianMT directory from
+SentencePiece models trained in the test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import transformers
+
+from helpers.sentencepiece_models import pieces
+
+
+def tiny_marian_config(vocab_size: int, **fields: Any) -> Any:
+    """A ``MarianConfig`` of a model of width 16 (2 + 2 layers, 4 heads, feed-forward 32, 64
+    positions) over one vocabulary of ``vocab_size`` ids with Marian's special ids: padding, which
+    is also the decoder's start, last (``pad=`` another), end 0, padding banned, no forced end.
+    ``fields`` set any other value."""
+    pad = fields.pop("pad", vocab_size - 1)
+    settings: Dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        decoder_vocab_size=vocab_size,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=None,
+        bad_words_ids=[[pad]],
+    )
+    settings.update(fields)
+    return transformers.MarianConfig(**settings)
+
+
+def write_marian_tokenizers(
+    out: Path, src_spm: bytes, tgt_spm: bytes, tokenizer_config: Dict[str, Any]
+) -> Dict[str, int]:
+    """``source.spm``, ``target.spm``, a shared ``vocab.json`` (``</s>`` 0, ``<unk>`` 1, the pieces
+    of both models, ``<pad>`` last) and ``tokenizer_config.json`` written into ``out``; returns the
+    vocabulary."""
+    (out / "source.spm").write_bytes(src_spm)
+    (out / "target.spm").write_bytes(tgt_spm)
+    first = ("</s>", "<unk>")
+    order = list(first) + [p for p in dict.fromkeys(pieces(src_spm) + pieces(tgt_spm)) if p not in first]
+    vocab = {p: i for i, p in enumerate(order + ["<pad>"])}
+    (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")
+    return vocab
