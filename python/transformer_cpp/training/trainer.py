@@ -151,18 +151,7 @@ class Trainer:
         # the task's score (BLEU) and where; "since": validations since a better one (early stopping)
         self.best: Dict[str, Any] = {"bleu": None, "checkpoint": None, "since": 0}
         self.run_id = uuid.uuid4().hex[:16]  # recorded in each checkpoint: pruning deletes only this run's
-        if not self.batch_plan(0):
-            raise ValueError(no_batch_message(getattr(self.task, "train_data", None), self.config))
-        if self.config.accumulate > 1 and self.world_size > 1:
-            raise ValueError(
-                f"Trainer: accumulate {self.config.accumulate} is not available with data parallelism "
-                f"({self.world_size} processes); use accumulate=1 or a larger batch"
-            )
-        if self.config.patience and not self.task.has_score(self.config):
-            raise ValueError(
-                f"Trainer: patience {self.config.patience} needs a validation {self.task.score_name} to compare "
-                "(for translation: validation pairs and val_bleu_sentences > 0); set patience=0 or give them"
-            )
+        _check_plan(self)
 
     # the translation task's data and tokenizers (None for another task)
     train_data = property(lambda self: getattr(self.task, "train_data", None))
@@ -224,17 +213,7 @@ class Trainer:
             ValueError: if the state is not a trainer state, or was made with other data.
         """
         values = checked_state(state, self._fingerprints, self.world_size, self.task.metrics)
-        batches = len(self.batch_plan(values["epoch"]))
-        if values["batch_in_epoch"] > batches:
-            raise ValueError(
-                f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "
-                f"of {batches} batches (different batch size or data?)"
-            )
-        if values["step"] is not None and values["step"] != self.model.step:
-            raise ValueError(
-                f"Trainer.load_state_dict: the state was saved at step {values['step']} but the "
-                f"model is at step {self.model.step}"
-            )
+        _check_position(self, values)
         # every value checked: now the trainer changes, all at once
         self.epoch, self.batch_in_epoch = values["epoch"], values["batch_in_epoch"]
         self._sums.load(values)
@@ -357,3 +336,37 @@ class Trainer:
             finally:
                 if self._governor is not None:  # leave the core with the threads it was given
                     set_num_threads(self._governor.most)
+
+
+def _check_plan(trainer: Trainer) -> None:
+    """``ValueError`` when the run cannot train as configured: no batch to train on, gradient
+    accumulation with data parallelism, or early stopping without a validation score."""
+    config = trainer.config
+    if not trainer.batch_plan(0):
+        raise ValueError(no_batch_message(getattr(trainer.task, "train_data", None), config))
+    if config.accumulate > 1 and trainer.world_size > 1:
+        raise ValueError(
+            f"Trainer: accumulate {config.accumulate} is not available with data parallelism "
+            f"({trainer.world_size} processes); use accumulate=1 or a larger batch"
+        )
+    if config.patience and not trainer.task.has_score(config):
+        raise ValueError(
+            f"Trainer: patience {config.patience} needs a validation {trainer.task.score_name} to compare "
+            "(for translation: validation pairs and val_bleu_sentences > 0); set patience=0 or give them"
+        )
+
+
+def _check_position(trainer: Trainer, values: Mapping[str, Any]) -> None:
+    """``ValueError`` when a checked trainer state does not fit this trainer: a position past the
+    end of its epoch, or a step count other than its model's."""
+    batches = len(trainer.batch_plan(values["epoch"]))
+    if values["batch_in_epoch"] > batches:
+        raise ValueError(
+            f"Trainer.load_state_dict: the state is {values['batch_in_epoch']} batches into an epoch "
+            f"of {batches} batches (different batch size or data?)"
+        )
+    if values["step"] is not None and values["step"] != trainer.model.step:
+        raise ValueError(
+            f"Trainer.load_state_dict: the state was saved at step {values['step']} but the "
+            f"model is at step {trainer.model.step}"
+        )
