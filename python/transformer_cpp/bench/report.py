@@ -112,8 +112,14 @@ def _fmt(value: Optional[float], kind: str = "num") -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def format_report(results: Dict[str, Any]) -> str:
-    """The human-readable table."""
+def _row(label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str = "") -> str:
+    """One line of the table: a label and the figures of this package, PyTorch, CTranslate2 and their ratio."""
+    return f"{label:44}{ours:>16}{torch:>12}{ct2:>13}{ratio:>9}"
+
+
+def _format_header(results: Dict[str, Any]) -> List[str]:
+    """The lines above the table: the run, the machine and its load, the instruction-set level and
+    kernels, the notes, then the column headings."""
     m = results["machine"]
     lines = [
         f"transformer-cpp bench ({'quick' if results['quick'] else 'full'}): {results['threads']} thread(s), "
@@ -134,185 +140,266 @@ def format_report(results: Dict[str, Any]) -> str:
         lines.append(f"note: {note}")
     header = f"{'':44}{US:>16}{'PyTorch':>12}{'CTranslate2':>13}{'ratio':>9}"
     lines += ["", header, "-" * len(header)]
+    return lines
 
-    def row(label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str = "") -> None:
-        lines.append(f"{label:44}{ours:>16}{torch:>12}{ct2:>13}{ratio:>9}")
 
+def _format_gemm(results: Dict[str, Any]) -> List[str]:
+    """Section 1: the machine's float32 GEMM peak (NumPy)."""
     g = results.get("gemm")
-    if g:
-        row(f"1. GEMM peak, NumPy fp32 {g['n']}^2 (GFLOP/s)", _fmt(g["gflops"]))
+    if not g:
+        return []
+    return [_row(f"1. GEMM peak, NumPy fp32 {g['n']}^2 (GFLOP/s)", _fmt(g["gflops"]))]
+
+
+def _format_training(results: Dict[str, Any]) -> List[str]:
+    """Section 2: the training step's shapes, throughput, GFLOP/s, share of the GEMM peak and step
+    times, this package beside PyTorch."""
     tr = results.get("training")
-    if tr:
-        s = tr["shapes"]
-        lines.append(
-            f"2. Training step: batch {s['batch']}, lengths {s['min_length']}-{s['max_length']}, "
-            f"d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, d_ff {s['d_ff']}, "
-            f"vocab {s['src_vocab']:,}/{s['tgt_vocab']:,}; median of {tr['steps']} steps"
-        )
-        o, t = tr["ours"], tr.get("torch") or {}
-        row(
+    if not tr:
+        return []
+    s = tr["shapes"]
+    lines = [
+        f"2. Training step: batch {s['batch']}, lengths {s['min_length']}-{s['max_length']}, "
+        f"d_model {s['d_model']}, {s['n_layers']}+{s['n_layers']} layers, d_ff {s['d_ff']}, "
+        f"vocab {s['src_vocab']:,}/{s['tgt_vocab']:,}; median of {tr['steps']} steps"
+    ]
+    o, t = tr["ours"], tr.get("torch") or {}
+    lines.append(
+        _row(
             "   target tokens/s",
             _fmt(o["tokens_per_s"]),
             _fmt(t.get("tokens_per_s")),
             "",
             _fmt(tr.get("ratio"), "x"),
         )
-        row("   model GFLOP/s (matmuls, fwd+bwd = 3x fwd)", _fmt(o["gflops"]), _fmt(t.get("gflops")))
-        row(
+    )
+    lines.append(_row("   model GFLOP/s (matmuls, fwd+bwd = 3x fwd)", _fmt(o["gflops"]), _fmt(t.get("gflops"))))
+    lines.append(
+        _row(
             "   % of GEMM peak",
             _fmt(o.get("peak_fraction"), "%"),
             _fmt(t.get("peak_fraction"), "%"),
             "",
             "",
         )
-        if o.get("useful_gflops") is not None:
-            row("   useful GFLOP/s (real tokens)", _fmt(o["useful_gflops"]))
-            row("   useful % of GEMM peak", _fmt(o.get("useful_peak_fraction"), "%"))
-        row(
+    )
+    if o.get("useful_gflops") is not None:
+        lines.append(_row("   useful GFLOP/s (real tokens)", _fmt(o["useful_gflops"])))
+        lines.append(_row("   useful % of GEMM peak", _fmt(o.get("useful_peak_fraction"), "%")))
+    lines.append(
+        _row(
             f"   % of GEMM during the steps ({tr['gemm_during_steps_gflops']:.0f} GFLOP/s)",
             _fmt(o.get("fraction_of_gemm_during_steps"), "%"),
             _fmt(t.get("fraction_of_gemm_during_steps"), "%"),
         )
-        row("   median step time", _fmt(o["step_s_median"], "s"), _fmt(t.get("step_s_median"), "s"))
-        row(
+    )
+    lines.append(_row("   median step time", _fmt(o["step_s_median"], "s"), _fmt(t.get("step_s_median"), "s")))
+    lines.append(
+        _row(
             "   fastest / slowest step (s)",
             f"{min(o['step_s']):.2f}/{max(o['step_s']):.2f}",
             f"{min(t['step_s']):.2f}/{max(t['step_s']):.2f}" if t else "",
         )
+    )
+    return lines
+
+
+def _format_decoding(results: Dict[str, Any]) -> List[str]:
+    """Section 3: greedy decoding's sentences/s at each batch size against PyTorch and CTranslate2,
+    whether their outputs are ours, and our decoder's method and output length."""
     dec = results.get("decoding")
-    if dec:
+    if not dec:
+        return []
+    lines = [
+        f"3. Greedy decoding: {dec['sentences']} sentences, up to {dec['max_length']} tokens "
+        f"(sentences/s; CTranslate2 conversion: {dec['ctranslate2']['status']})"
+    ]
+    keys = sorted(dec["batches"], key=int)
+    for k in keys:
+        e = dec["batches"][k]
         lines.append(
-            f"3. Greedy decoding: {dec['sentences']} sentences, up to {dec['max_length']} tokens "
-            f"(sentences/s; CTranslate2 conversion: {dec['ctranslate2']['status']})"
-        )
-        keys = sorted(dec["batches"], key=int)
-        for k in keys:
-            e = dec["batches"][k]
-            row(
+            _row(
                 f"   batch {k}",
                 _fmt(e["ours"]["sentences_per_s"]),
                 _fmt((e.get("torch") or {}).get("sentences_per_s")),
                 _fmt((e.get("ctranslate2") or {}).get("sentences_per_s")),
                 _fmt(e.get("ratio_vs_torch"), "x"),
             )
-            if "ratio_vs_ctranslate2" in e:
-                row(
+        )
+        if "ratio_vs_ctranslate2" in e:
+            lines.append(
+                _row(
                     f"     {US} / CTranslate2",
                     ratio=_fmt(e["ratio_vs_ctranslate2"], "x"),
                 )
-        if dec["ctranslate2"].get("reason"):
-            lines.append(f"   CTranslate2: {dec['ctranslate2']['reason']}")
-        agree = []
-        for k in keys:
-            for n in ("torch", "ctranslate2"):
-                if n in dec["batches"][k]:
-                    agree.append(f"{n} b{k} {dec['batches'][k][n]['identical_to_ours']}")
-        if agree:
-            lines.append(f"   outputs identical to {US}'s: " + ", ".join(agree))
-        first = dec["batches"][keys[0]]["ours"]
-        lines.append(
-            f"   {US}: {first['method']}; mean output length {first['mean_output_tokens']:.1f} tokens "
-            "(a random model rarely emits the end token: near worst-case lengths)"
-        )
+            )
+    if dec["ctranslate2"].get("reason"):
+        lines.append(f"   CTranslate2: {dec['ctranslate2']['reason']}")
+    agree = []
+    for k in keys:
+        for n in ("torch", "ctranslate2"):
+            if n in dec["batches"][k]:
+                agree.append(f"{n} b{k} {dec['batches'][k][n]['identical_to_ours']}")
+    if agree:
+        lines.append(f"   outputs identical to {US}'s: " + ", ".join(agree))
+    first = dec["batches"][keys[0]]["ours"]
+    lines.append(
+        f"   {US}: {first['method']}; mean output length {first['mean_output_tokens']:.1f} tokens "
+        "(a random model rarely emits the end token: near worst-case lengths)"
+    )
+    return lines
+
+
+def _format_memory(results: Dict[str, Any]) -> List[str]:
+    """Section 4: the peak memory of the training steps (the child processes' measurements), float32
+    against PyTorch and bf16 against float32, or the error that stopped it."""
     mem = results.get("memory")
-    if mem:
-        o, t = mem.get("ours", {}), mem.get("torch") or {}
-        if "error" in o or "error" in t:
-            lines.append(f"4. Peak memory: error: {o.get('error') or t.get('error')}")
-        else:
-            lines.append(
-                f"4. Peak memory of {o.get('steps', '?')} training steps (child processes, "
-                f"{o.get('source', 'peak RSS')})"
-            )
-            row(
-                "   delta over imports (MB)",
-                _fmt(o.get("delta_mb")),
-                _fmt(t.get("delta_mb")),
+    if not mem:
+        return []
+    o, t = mem.get("ours", {}), mem.get("torch") or {}
+    if "error" in o or "error" in t:
+        return [f"4. Peak memory: error: {o.get('error') or t.get('error')}"]
+    lines = [f"4. Peak memory of {o.get('steps', '?')} training steps (child processes, {o.get('source', 'peak RSS')})"]
+    lines.append(
+        _row(
+            "   delta over imports (MB)",
+            _fmt(o.get("delta_mb")),
+            _fmt(t.get("delta_mb")),
+            "",
+            _fmt(mem.get("ratio_delta"), "x"),
+        )
+    )
+    lines.append(_row("   raw peak RSS (MB)", _fmt(o.get("raw_mb")), _fmt(t.get("raw_mb"))))
+    b = mem.get("ours_bf16") or {}
+    if "error" in b:
+        lines.append(f"   {US} bf16: error: {b['error']}")
+    elif b:
+        lines.append(
+            _row(
+                "   bf16: delta (MB), / float32",
+                _fmt(b.get("delta_mb")),
                 "",
-                _fmt(mem.get("ratio_delta"), "x"),
+                "",
+                _fmt(mem.get("ratio_bf16_delta"), "x"),
             )
-            row("   raw peak RSS (MB)", _fmt(o.get("raw_mb")), _fmt(t.get("raw_mb")))
-            b = mem.get("ours_bf16") or {}
-            if "error" in b:
-                lines.append(f"   {US} bf16: error: {b['error']}")
-            elif b:
-                row(
-                    "   bf16: delta (MB), / float32",
-                    _fmt(b.get("delta_mb")),
-                    "",
-                    "",
-                    _fmt(mem.get("ratio_bf16_delta"), "x"),
-                )
+        )
+    return lines
+
+
+def _format_scaling(results: Dict[str, Any]) -> List[str]:
+    """Thread scaling: training tokens/s at 1 and N threads and the speed-up, beside the machine's
+    NumPy GEMM speed-up and the 1-thread model GFLOP/s."""
     sc = results.get("scaling")
-    if sc:
-        n = sc["threads"]
-        lines.append(f"   Thread scaling: training tokens/s at 1 and {n} threads")
-        o, t = sc["ours"], sc.get("torch") or {}
-        row("   1 thread", _fmt(o["tokens_per_s_1"]), _fmt(t.get("tokens_per_s_1")))
-        row(f"   {n} threads", _fmt(o["tokens_per_s_n"]), _fmt(t.get("tokens_per_s_n")))
-        row("   speed-up", _fmt(o["speedup"], "x"), _fmt(t.get("speedup"), "x"))
-        g = sc.get("gemm") or {}
-        if g:
-            row(
+    if not sc:
+        return []
+    n = sc["threads"]
+    lines = [f"   Thread scaling: training tokens/s at 1 and {n} threads"]
+    o, t = sc["ours"], sc.get("torch") or {}
+    lines.append(_row("   1 thread", _fmt(o["tokens_per_s_1"]), _fmt(t.get("tokens_per_s_1"))))
+    lines.append(_row(f"   {n} threads", _fmt(o["tokens_per_s_n"]), _fmt(t.get("tokens_per_s_n"))))
+    lines.append(_row("   speed-up", _fmt(o["speedup"], "x"), _fmt(t.get("speedup"), "x")))
+    g = sc.get("gemm") or {}
+    if g:
+        lines.append(
+            _row(
                 f"   machine: NumPy GEMM GFLOP/s 1 -> {n} threads",
                 f"{g['gflops_1']:.0f}->{g['gflops_n']:.0f}",
                 "",
                 "",
                 _fmt(g["speedup"], "x"),
             )
-        row(
+        )
+    lines.append(
+        _row(
             "   1-thread model GFLOP/s (% of 1-thread GEMM)",
             f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
             f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "",
         )
-    bm = results.get("busy_machine")
-    if bm:
-        n = bm["threads"]
-        lines.append(
-            f"   Busy machine: a CPU hog holds one core; median of {bm['steps']} units after {bm['settle']} "
-            "settling ones, alternating"
-        )
-        for kind in ("training", "decoding"):
-            k = bm[kind]
-            lines.append(
-                f"   {k['unit']}: 1 thread {_fmt(k['seconds_1'], 's')}, {n} fixed {_fmt(k['seconds_fixed'], 's')} "
-                f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
-                f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})"
-            )
-    lines += _format_low_precision(results)
-    sv = results.get("serving")
-    if sv:
-        if "skipped" in sv:
-            lines.append(f"5. Serving: skipped: {sv['skipped']}")
-        else:
-            m = sv["model"]
-            server, client = sv.get("server") or {}, sv.get("client") or {}
-            stack = f"uvicorn with {server['http']} and {server['loop']}" if server else "uvicorn"
-            where = f"; clients in a separate process ({client['loop']})" if client.get("process") == "separate" else ""
-            lines.append(
-                f"5. Serving over HTTP ({stack}, 127.0.0.1{where}): {sv['clients']} concurrent clients, "
-                f"{sv['requests']} one-sentence requests, {sv['threads']} C++ thread(s)"
-            )
-            lines.append(
-                f"   random model of the tiny preset (d_model {m['d_model']}, {m['n_layers']}+{m['n_layers']} "
-                f"layers, vocabularies {m['src_vocab_size']:,}): every output runs to its limit, "
-                f"{sv['mean_output_limit']:.0f} tokens on average"
-            )
-            for name, label in (("batching", "batching"), ("one_at_a_time", "one at a time")):
-                e = sv["modes"][name]
-                row(f"   {label} (--max-batch {e['max_batch']}): requests/s", _fmt(e["requests_per_s"]))
-                lines.append(
-                    f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
-                    f"{e['mean_batch']:.1f} sentences per decode call"
-                )
-            row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x"))
-    if results.get("mpi_scaling"):
-        from .mpi import format_mpi_scaling  # imported when needed: `python -m transformer_cpp.bench.mpi` runs it
+    )
+    return lines
 
-        lines.extend(
-            "6. " + line if i == 0 else "   " + line
-            for i, line in enumerate(format_mpi_scaling(results["mpi_scaling"]))
+
+def _format_busy_machine(results: Dict[str, Any]) -> List[str]:
+    """The busy machine: training and decoding with a CPU hog on one core, at 1 thread, at a fixed N
+    and with the thread governor."""
+    bm = results.get("busy_machine")
+    if not bm:
+        return []
+    n = bm["threads"]
+    lines = [
+        f"   Busy machine: a CPU hog holds one core; median of {bm['steps']} units after {bm['settle']} "
+        "settling ones, alternating"
+    ]
+    for kind in ("training", "decoding"):
+        k = bm[kind]
+        lines.append(
+            f"   {k['unit']}: 1 thread {_fmt(k['seconds_1'], 's')}, {n} fixed {_fmt(k['seconds_fixed'], 's')} "
+            f"({_fmt(k['fixed_vs_1'], 'x')} of 1 thread), {n} governed {_fmt(k['seconds_governed'], 's')} "
+            f"({_fmt(k['governed_vs_1'], 'x')}; threads used {''.join(map(str, k['governed_threads']))})"
         )
+    return lines
+
+
+def _format_serving(results: Dict[str, Any]) -> List[str]:
+    """Section 5: HTTP serving, requests/s and latencies with request batching and one request at a
+    time, and their ratio (or why it was skipped)."""
+    sv = results.get("serving")
+    if not sv:
+        return []
+    if "skipped" in sv:
+        return [f"5. Serving: skipped: {sv['skipped']}"]
+    m = sv["model"]
+    server, client = sv.get("server") or {}, sv.get("client") or {}
+    stack = f"uvicorn with {server['http']} and {server['loop']}" if server else "uvicorn"
+    where = f"; clients in a separate process ({client['loop']})" if client.get("process") == "separate" else ""
+    lines = [
+        f"5. Serving over HTTP ({stack}, 127.0.0.1{where}): {sv['clients']} concurrent clients, "
+        f"{sv['requests']} one-sentence requests, {sv['threads']} C++ thread(s)",
+        f"   random model of the tiny preset (d_model {m['d_model']}, {m['n_layers']}+{m['n_layers']} "
+        f"layers, vocabularies {m['src_vocab_size']:,}): every output runs to its limit, "
+        f"{sv['mean_output_limit']:.0f} tokens on average",
+    ]
+    for name, label in (("batching", "batching"), ("one_at_a_time", "one at a time")):
+        e = sv["modes"][name]
+        lines.append(_row(f"   {label} (--max-batch {e['max_batch']}): requests/s", _fmt(e["requests_per_s"])))
+        lines.append(
+            f"{'':6}latency p50 {e['latency_ms_p50']:.1f} ms, p99 {e['latency_ms_p99']:.1f} ms; "
+            f"{e['mean_batch']:.1f} sentences per decode call"
+        )
+    lines.append(_row("   batching / one at a time", ratio=_fmt(sv["ratio"], "x")))
+    return lines
+
+
+def _format_mpi(results: Dict[str, Any]) -> List[str]:
+    """Section 6: MPI scaling, one process of N threads against N ranks (:mod:`.mpi`'s lines)."""
+    if not results.get("mpi_scaling"):
+        return []
+    from .mpi import format_mpi_scaling  # imported when needed: `python -m transformer_cpp.bench.mpi` runs it
+
+    return [
+        "6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(results["mpi_scaling"]))
+    ]
+
+
+#: The report's sections after its header, in their order.
+_SECTIONS = (
+    _format_gemm,
+    _format_training,
+    _format_decoding,
+    _format_memory,
+    _format_scaling,
+    _format_busy_machine,
+    _format_low_precision,
+    _format_serving,
+    _format_mpi,
+)
+
+
+def format_report(results: Dict[str, Any]) -> str:
+    """The human-readable table."""
+    lines = _format_header(results)
+    for section in _SECTIONS:
+        lines += section(results)
     lines.append("")
     return "\n".join(lines)
 
