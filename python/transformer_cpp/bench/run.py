@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .._checks import Limit
 from .._runtime import build_info
@@ -150,9 +150,9 @@ def _restart_at_level(level: str) -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
-def run_bench(args: Any) -> int:
-    """Run the benchmark that ``args`` describes (a :class:`BenchSettings`, or parsed ``bench``
-    options: the same names); print the table (and JSON). Returns 0."""
+def _check_isa(args: Any) -> None:
+    """Refuse an ``--isa`` level above this CPU's, and restart the process held to the level when
+    its variables are not yet set."""
     if args.isa is not None:
         order = ("generic", "avx2", "avx512")
         cpu = str(build_info().get("isa_cpu", "generic"))
@@ -160,32 +160,25 @@ def run_bench(args: Any) -> int:
             raise ValueError(f"--isa {args.isa}: this CPU's highest level is {cpu}; choose {cpu} or lower")
     if args.isa is not None and any(os.environ.get(k) != v for k, v in ISA_LEVELS[args.isa].items()):
         _restart_at_level(args.isa)
-    threads = args.threads if args.threads is not None else available_cores()
-    if threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {threads}")
-    shapes = _shapes_from_args(args)
-    if args.child_memory:
-        print(json.dumps(jsonable(child_memory(args.child_memory, shapes, threads, args.seed))), flush=True)
-        return 0
 
-    if args.attention:
-        from .attention import run_attention_bench
 
-        torch, _ = (None, None) if args.no_torch else import_torch()
-        return run_attention_bench(threads, bool(args.quick), args.seed, torch is not None, args.json)
-
-    if getattr(args, "marian", False):
-        from .marian import run_marian_bench
-
-        return run_marian_bench(args, threads)
-
-    serving_only = bool(args.serving_only)  # nothing then compares with PyTorch or CTranslate2: left out
+def _import_peers(args: Any, serving_only: bool) -> Tuple[Any, Optional[str], Any, Optional[str]]:
+    """PyTorch and CTranslate2 (each None when disabled or not importable) and why each is missing:
+    ``(torch, torch_reason, ctranslate2, ctranslate2_reason)``."""
     torch, torch_reason = (None, "disabled with --no-torch") if args.no_torch or serving_only else import_torch()
     ct2, ct2_reason = (
         (None, "disabled with --no-ctranslate2")
         if args.no_ctranslate2 or serving_only
         else import_ctranslate2_or_reason()
     )
+    return torch, torch_reason, ct2, ct2_reason
+
+
+def _start_results(
+    args: Any, threads: int, torch: Any, torch_reason: Optional[str], ct2: Any, ct2_reason: Optional[str]
+) -> Dict[str, Any]:
+    """Set every library's threads and return the results' opening entries: the schema, the run's
+    settings, the machine, the peers' versions and the notes on what is left out or not controlled."""
     how = set_all_threads(threads, torch)
     results: Dict[str, Any] = {
         "schema": JSON_SCHEMA_VERSION,
@@ -208,8 +201,21 @@ def run_bench(args: Any) -> int:
         )
     if "not controlled" in how["numpy_blas"]:
         results["notes"].append("NumPy BLAS threads not controlled: the GEMM peak uses NumPy's default")
-    t_start = time.perf_counter()
+    return results
 
+
+def _run_sections(
+    results: Dict[str, Any],
+    args: Any,
+    shapes: BenchShapes,
+    threads: int,
+    torch: Any,
+    ct2: Any,
+    ct2_reason: Optional[str],
+    serving_only: bool,
+) -> None:
+    """Run the measurements that ``args`` asks for, in the report's order, each into its entry of
+    ``results`` (and a note for each one skipped)."""
     if not serving_only:
         log(f"GEMM peak ({shapes.gemm_n}^2 float32)")
         results["gemm"] = gemm_peak(shapes.gemm_n, shapes.gemm_repeats, args.seed)
@@ -246,6 +252,11 @@ def run_bench(args: Any) -> int:
         )
         if "skipped" in results["mpi_scaling"]:
             results["notes"].append(f"MPI scaling skipped: {results['mpi_scaling']['skipped']}")
+
+
+def _finish_results(results: Dict[str, Any], threads: int, t_start: float) -> None:
+    """Add the elapsed time since ``t_start``, the load average at the end and whether the machine
+    was busy to ``results``."""
     results["elapsed_s"] = time.perf_counter() - t_start
     try:
         results["machine"]["load_average_end"] = round(os.getloadavg()[0], 2)
@@ -257,6 +268,37 @@ def run_bench(args: Any) -> int:
         results["machine"].get("load_average_start", 0) > 0.5 * cores
         or results["machine"].get("load_average_end", 0) > threads + 0.5 * cores
     )
+
+
+def run_bench(args: Any) -> int:
+    """Run the benchmark that ``args`` describes (a :class:`BenchSettings`, or parsed ``bench``
+    options: the same names); print the table (and JSON). Returns 0."""
+    _check_isa(args)
+    threads = args.threads if args.threads is not None else available_cores()
+    if threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
+    shapes = _shapes_from_args(args)
+    if args.child_memory:
+        print(json.dumps(jsonable(child_memory(args.child_memory, shapes, threads, args.seed))), flush=True)
+        return 0
+
+    if args.attention:
+        from .attention import run_attention_bench
+
+        torch, _ = (None, None) if args.no_torch else import_torch()
+        return run_attention_bench(threads, bool(args.quick), args.seed, torch is not None, args.json)
+
+    if getattr(args, "marian", False):
+        from .marian import run_marian_bench
+
+        return run_marian_bench(args, threads)
+
+    serving_only = bool(args.serving_only)  # nothing then compares with PyTorch or CTranslate2: left out
+    torch, torch_reason, ct2, ct2_reason = _import_peers(args, serving_only)
+    results = _start_results(args, threads, torch, torch_reason, ct2, ct2_reason)
+    t_start = time.perf_counter()
+    _run_sections(results, args, shapes, threads, torch, ct2, ct2_reason, serving_only)
+    _finish_results(results, threads, t_start)
     results = jsonable(results)
 
     table = format_report(results)
