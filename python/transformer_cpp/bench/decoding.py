@@ -63,6 +63,102 @@ def _low_precision_decoders(
     return out, notes
 
 
+#: A decoder of the rotation: ``(method, run, prepare)``, what it is in the report, a function from a
+#: prepared batch to its output ids and one from a padded batch of ids to its input.
+_Decoder = Tuple[str, Callable[[Any], np.ndarray], Callable[[np.ndarray], Any]]
+
+
+def _torch_decoder(model: Transformer, max_len: int) -> _Decoder:
+    """The PyTorch tutorial's greedy loop on a copy of ``model``'s weights (no key/value cache)."""
+    from ..torch_reference import build_reference, copy_weights_to_reference, tutorial_greedy_decode
+
+    ref = build_reference(model.config)
+    copy_weights_to_reference(model, ref)
+    ref.eval()
+    return (
+        "PyTorch tutorial loop (re-runs the decoder on the prefix, no cache)",
+        lambda src: tutorial_greedy_decode(ref, src, START_ID, END_ID, max_len),
+        lambda src: src,
+    )
+
+
+def _ctranslate2_decoder(
+    model: Transformer, threads: int, max_len: int, workdir: str
+) -> Tuple[CTranslate2Greedy, _Decoder]:
+    """CTranslate2's float32 greedy decoding of ``model`` converted into ``workdir``: the converted
+    model and its decoder."""
+    log("converting the benchmark model to CTranslate2")
+    ct = CTranslate2Greedy(model, threads, workdir)
+    return ct, (
+        "CTranslate2 translate_batch, float32, beam 1",
+        lambda tokens: ct.to_ids(ct.translate(tokens, max_len)),
+        ct.prepare,
+    )
+
+
+def _time_decoders(
+    bs: int,
+    sentences: List[np.ndarray],
+    runners: Dict[str, Callable[[np.ndarray], np.ndarray]],
+    prepare: Dict[str, Callable[[np.ndarray], Any]],
+) -> Tuple[Dict[str, float], Dict[str, List[Tuple[int, ...]]]]:
+    """Decode ``sentences`` in batches of ``bs`` with every decoder: one untimed batch each, then
+    each batch by all of them in rotating order. Returns each decoder's total seconds and its
+    outputs (trimmed token tuples, in sentence order)."""
+    chunks = [pad(sentences[i : i + bs]) for i in range(0, len(sentences), bs)]
+    inputs = {name: [prepare[name](c) for c in chunks] for name in runners}
+    totals = {name: 0.0 for name in runners}
+    outputs: Dict[str, List[Tuple[int, ...]]] = {name: [] for name in runners}
+    names = list(runners)
+    for name in names:  # untimed warm-up batch
+        runners[name](inputs[name][0])
+    t_start = time.perf_counter()
+    for k in range(len(chunks)):
+        order = names[k % len(names) :] + names[: k % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            out = runners[name](inputs[name][k])
+            totals[name] += time.perf_counter() - t0
+            outputs[name].extend(trim_outputs(out))
+    log(
+        f"greedy decoding batch {bs}: {time.perf_counter() - t_start:.1f}s "
+        + "  ".join(f"{n} {totals[n]:.2f}s" for n in names)
+    )
+    return totals, outputs
+
+
+def _batch_entry(
+    totals: Dict[str, float],
+    outputs: Dict[str, List[Tuple[int, ...]]],
+    impls: Dict[str, Dict[str, Any]],
+    n_sentences: int,
+) -> Dict[str, Any]:
+    """One batch size's results: each decoder's sentences/s, seconds, mean output length and method
+    (and how many outputs are ours), our decoders' ratios to each peer, our fastest and its ratios."""
+    names = list(totals)
+    entry: Dict[str, Any] = {}
+    for name in names:
+        entry[name] = {
+            "sentences_per_s": n_sentences / totals[name],
+            "seconds": totals[name],
+            "mean_output_tokens": statistics.mean(len(o) for o in outputs[name]),
+            "method": impls[name]["method"],
+        }
+        if name != "ours":
+            same = sum(a == b for a, b in zip(outputs[name], outputs["ours"]))
+            entry[name]["identical_to_ours"] = f"{same}/{n_sentences}"
+    mine = [n for n in names if n == "ours" or n.startswith("ours_")]
+    for name in names:
+        if name not in mine:
+            entry[f"ratio_vs_{name}"] = entry["ours"]["sentences_per_s"] / entry[name]["sentences_per_s"]
+    best = max(mine, key=lambda n: entry[n]["sentences_per_s"])
+    entry["best_ours"] = best
+    for name in names:
+        if name not in mine:
+            entry[f"best_ours_vs_{name}"] = entry[best]["sentences_per_s"] / entry[name]["sentences_per_s"]
+    return entry
+
+
 def bench_decoding(
     shapes: BenchShapes,
     threads: int,
@@ -91,15 +187,9 @@ def bench_decoding(
         "ours": lambda src: model.greedy_decode(src, START_ID, END_ID, max_len)
     }
     prepare: Dict[str, Callable[[np.ndarray], Any]] = {"ours": lambda src: src}
+    extra: Dict[str, _Decoder] = {}
     if with_torch:
-        from ..torch_reference import build_reference, copy_weights_to_reference, tutorial_greedy_decode
-
-        ref = build_reference(model.config)
-        copy_weights_to_reference(model, ref)
-        ref.eval()
-        impls["torch"] = {"method": "PyTorch tutorial loop (re-runs the decoder on the prefix, no cache)"}
-        runners["torch"] = lambda src: tutorial_greedy_decode(ref, src, START_ID, END_ID, max_len)
-        prepare["torch"] = lambda src: src
+        extra["torch"] = _torch_decoder(model, max_len)
     tmp = None
     ct = None
     if with_ct2:
@@ -107,65 +197,19 @@ def bench_decoding(
         result["ctranslate2"] = {"status": "exact" if exact else "not comparable", "reason": why}
         if exact:
             tmp = tempfile.mkdtemp(prefix="tcpp-ct2-")
-            log("converting the benchmark model to CTranslate2")
-            ct = CTranslate2Greedy(model, threads, tmp)
-            impls["ctranslate2"] = {"method": "CTranslate2 translate_batch, float32, beam 1"}
-
-            def run_ct2(tokens: Any) -> np.ndarray:
-                assert ct is not None  # released only when the runs are over
-                return ct.to_ids(ct.translate(tokens, max_len))
-
-            runners["ctranslate2"] = run_ct2
-            prepare["ctranslate2"] = ct.prepare
+            ct, extra["ctranslate2"] = _ctranslate2_decoder(model, threads, max_len, tmp)
     if low_precision:
-        extra, notes = _low_precision_decoders(model, threads, max_len, tmp if ct is not None else None)
+        lower, notes = _low_precision_decoders(model, threads, max_len, tmp if ct is not None else None)
         result["low_precision_notes"] = notes
-        for name, (method, run, prep) in extra.items():
-            impls[name] = {"method": method}
-            runners[name] = run
-            prepare[name] = prep
+        extra.update(lower)
+    for name, (method, run, prep) in extra.items():
+        impls[name] = {"method": method}
+        runners[name] = run
+        prepare[name] = prep
     try:
         for bs in shapes.decode_batches:
-            chunks = [pad(sentences[i : i + bs]) for i in range(0, len(sentences), bs)]
-            inputs = {name: [prepare[name](c) for c in chunks] for name in runners}
-            totals = {name: 0.0 for name in runners}
-            outputs: Dict[str, List[Tuple[int, ...]]] = {name: [] for name in runners}
-            names = list(runners)
-            for name in names:  # untimed warm-up batch
-                runners[name](inputs[name][0])
-            t_start = time.perf_counter()
-            for k in range(len(chunks)):
-                order = names[k % len(names) :] + names[: k % len(names)]
-                for name in order:
-                    t0 = time.perf_counter()
-                    out = runners[name](inputs[name][k])
-                    totals[name] += time.perf_counter() - t0
-                    outputs[name].extend(trim_outputs(out))
-            log(
-                f"greedy decoding batch {bs}: {time.perf_counter() - t_start:.1f}s "
-                + "  ".join(f"{n} {totals[n]:.2f}s" for n in names)
-            )
-            entry: Dict[str, Any] = {}
-            for name in names:
-                entry[name] = {
-                    "sentences_per_s": len(sentences) / totals[name],
-                    "seconds": totals[name],
-                    "mean_output_tokens": statistics.mean(len(o) for o in outputs[name]),
-                    "method": impls[name]["method"],
-                }
-                if name != "ours":
-                    same = sum(a == b for a, b in zip(outputs[name], outputs["ours"]))
-                    entry[name]["identical_to_ours"] = f"{same}/{len(sentences)}"
-            mine = [n for n in names if n == "ours" or n.startswith("ours_")]
-            for name in names:
-                if name not in mine:
-                    entry[f"ratio_vs_{name}"] = entry["ours"]["sentences_per_s"] / entry[name]["sentences_per_s"]
-            best = max(mine, key=lambda n: entry[n]["sentences_per_s"])
-            entry["best_ours"] = best
-            for name in names:
-                if name not in mine:
-                    entry[f"best_ours_vs_{name}"] = entry[best]["sentences_per_s"] / entry[name]["sentences_per_s"]
-            result["batches"][str(bs)] = entry
+            totals, outputs = _time_decoders(bs, sentences, runners, prepare)
+            result["batches"][str(bs)] = _batch_entry(totals, outputs, impls, len(sentences))
     finally:
         ct = None
         if tmp:
