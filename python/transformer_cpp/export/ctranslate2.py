@@ -68,6 +68,92 @@ def _synthetic_vocabulary(size: int, prefix: str) -> List[str]:
     return names
 
 
+def _ctranslate2_vocabularies(
+    cfg: Dict[str, Any], source_vocabulary: Optional[Sequence[str]], target_vocabulary: Optional[Sequence[str]]
+) -> Tuple[List[str], List[str]]:
+    """The source and target token names of the conversion (synthetic ones for a vocabulary not
+    given), checked: one per id of the model's vocabulary, none repeated."""
+    source_vocab = (
+        list(source_vocabulary) if source_vocabulary is not None else _synthetic_vocabulary(cfg["src_vocab_size"], "s")
+    )
+    target_vocab = (
+        list(target_vocabulary) if target_vocabulary is not None else _synthetic_vocabulary(cfg["tgt_vocab_size"], "t")
+    )
+    for side, vocab, key in (("source", source_vocab, "src_vocab_size"), ("target", target_vocab, "tgt_vocab_size")):
+        if len(vocab) != cfg[key]:
+            raise ValueError(
+                f"convert_to_ctranslate2: the {side} vocabulary has {len(vocab)} tokens but the model's "
+                f"{key} is {cfg[key]}"
+            )
+        if len(set(vocab)) != len(vocab):
+            raise ValueError(f"convert_to_ctranslate2: the {side} vocabulary repeats a token name")
+    return source_vocab, target_vocab
+
+
+def _set_linear(spec: Any, params: Dict[str, np.ndarray], *names: str) -> None:
+    """Set a CTranslate2 linear layer to our layers ``names``, their weights and biases concatenated
+    (one after the other along the outputs)."""
+    spec.weight = np.concatenate([params[n + ".weight"] for n in names])
+    spec.bias = np.concatenate([params[n + ".bias"] for n in names])
+
+
+def _set_norm(spec: Any, params: Dict[str, np.ndarray], name: str) -> None:
+    """Set a CTranslate2 LayerNorm to our LayerNorm ``name``."""
+    spec.gamma, spec.beta = params[name + ".weight"], params[name + ".bias"]
+
+
+def _fill_ctranslate2_stack(
+    side: str, stack: Any, params: Dict[str, np.ndarray], table: np.ndarray, pre_norm: bool
+) -> None:
+    """Set the weights of CTranslate2's encoder or decoder ``stack`` to ours of ``side``: the embedding
+    and the positional table, each layer's attentions, feed-forward and LayerNorms, and with
+    ``pre_norm`` the LayerNorm after the stack."""
+    embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
+    embeddings.weight = params[f"{side}.embedding.weight"]
+    stack.scale_embeddings = True
+    stack.position_encodings.encodings = table
+    for i, layer in enumerate(stack.layer):
+        p = f"{side}.layers.{i}"
+        a = f"{p}.self_attention"
+        _set_linear(layer.self_attention.linear[0], params, f"{a}.query", f"{a}.key", f"{a}.value")
+        _set_linear(layer.self_attention.linear[1], params, f"{a}.output")
+        _set_norm(layer.self_attention.layer_norm, params, f"{p}.norm1")
+        if side == "decoder":
+            c = f"{p}.cross_attention"
+            _set_linear(layer.attention.linear[0], params, f"{c}.query")
+            _set_linear(layer.attention.linear[1], params, f"{c}.key", f"{c}.value")
+            _set_linear(layer.attention.linear[2], params, f"{c}.output")
+            _set_norm(layer.attention.layer_norm, params, f"{p}.norm2")
+        _set_linear(layer.ffn.linear_0, params, f"{p}.feed_forward.linear1")
+        _set_linear(layer.ffn.linear_1, params, f"{p}.feed_forward.linear2")
+        _set_norm(layer.ffn.layer_norm, params, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
+    if pre_norm:  # the LayerNorm after the stack
+        _set_norm(stack.layer_norm, params, f"{side}.norm")
+
+
+def _ctranslate2_spec(model: Any, positions: Optional[int]) -> Any:
+    """CTranslate2's ``TransformerSpec`` of ``model`` holding its weights (see
+    :func:`convert_to_ctranslate2` for the mapping), with a positional table of ``positions`` rows
+    (default ``max_length + 16``)."""
+    from ctranslate2.specs import transformer_spec
+
+    cfg = model.config
+    params = {name: np.ascontiguousarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
+    spec = transformer_spec.TransformerSpec.from_config(
+        cfg["n_layers"], cfg["n_heads"], pre_norm=bool(cfg["pre_norm"]), with_relative_position=False
+    )
+    rows = int(positions) if positions is not None else cfg["max_length"] + 16
+    table = positional_encoding(rows, cfg["d_model"], cfg["layout"]).astype(np.float32)
+    for side, stack in (("encoder", spec.encoder), ("decoder", spec.decoder)):
+        _fill_ctranslate2_stack(side, stack, params, table, bool(cfg["pre_norm"]))
+    if "output.weight" in params:
+        _set_linear(spec.decoder.projection, params, "output")
+    else:  # share_embeddings: the projection is the decoder embedding
+        spec.decoder.projection.weight = params["decoder.embedding.weight"]
+        spec.decoder.projection.bias = params["output.bias"]
+    return spec
+
+
 def convert_to_ctranslate2(
     model: Any,
     output_dir: PathLike,
@@ -114,64 +200,9 @@ def convert_to_ctranslate2(
             f"convert_to_ctranslate2: unknown quantization {quantization!r}; expected one of "
             + ", ".join(QUANTIZATIONS)
         )
-    source_vocab = (
-        list(source_vocabulary) if source_vocabulary is not None else _synthetic_vocabulary(cfg["src_vocab_size"], "s")
-    )
-    target_vocab = (
-        list(target_vocabulary) if target_vocabulary is not None else _synthetic_vocabulary(cfg["tgt_vocab_size"], "t")
-    )
-    for side, vocab, key in (("source", source_vocab, "src_vocab_size"), ("target", target_vocab, "tgt_vocab_size")):
-        if len(vocab) != cfg[key]:
-            raise ValueError(
-                f"convert_to_ctranslate2: the {side} vocabulary has {len(vocab)} tokens but the model's "
-                f"{key} is {cfg[key]}"
-            )
-        if len(set(vocab)) != len(vocab):
-            raise ValueError(f"convert_to_ctranslate2: the {side} vocabulary repeats a token name")
+    source_vocab, target_vocab = _ctranslate2_vocabularies(cfg, source_vocabulary, target_vocabulary)
     import_ctranslate2()
-    from ctranslate2.specs import transformer_spec
-
-    params = {name: np.ascontiguousarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
-    spec = transformer_spec.TransformerSpec.from_config(
-        cfg["n_layers"], cfg["n_heads"], pre_norm=bool(cfg["pre_norm"]), with_relative_position=False
-    )
-    rows = int(positions) if positions is not None else cfg["max_length"] + 16
-    table = positional_encoding(rows, cfg["d_model"], cfg["layout"]).astype(np.float32)
-
-    def linear(s: Any, *names: str) -> None:
-        s.weight = np.concatenate([params[n + ".weight"] for n in names])
-        s.bias = np.concatenate([params[n + ".bias"] for n in names])
-
-    def norm(s: Any, name: str) -> None:
-        s.gamma, s.beta = params[name + ".weight"], params[name + ".bias"]
-
-    for side, stack in (("encoder", spec.encoder), ("decoder", spec.decoder)):
-        embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
-        embeddings.weight = params[f"{side}.embedding.weight"]
-        stack.scale_embeddings = True
-        stack.position_encodings.encodings = table
-        for i, layer in enumerate(stack.layer):
-            p = f"{side}.layers.{i}"
-            a = f"{p}.self_attention"
-            linear(layer.self_attention.linear[0], f"{a}.query", f"{a}.key", f"{a}.value")
-            linear(layer.self_attention.linear[1], f"{a}.output")
-            norm(layer.self_attention.layer_norm, f"{p}.norm1")
-            if side == "decoder":
-                c = f"{p}.cross_attention"
-                linear(layer.attention.linear[0], f"{c}.query")
-                linear(layer.attention.linear[1], f"{c}.key", f"{c}.value")
-                linear(layer.attention.linear[2], f"{c}.output")
-                norm(layer.attention.layer_norm, f"{p}.norm2")
-            linear(layer.ffn.linear_0, f"{p}.feed_forward.linear1")
-            linear(layer.ffn.linear_1, f"{p}.feed_forward.linear2")
-            norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
-        if cfg["pre_norm"]:  # the LayerNorm after the stack
-            norm(stack.layer_norm, f"{side}.norm")
-    if "output.weight" in params:
-        linear(spec.decoder.projection, "output")
-    else:  # share_embeddings: the projection is the decoder embedding
-        spec.decoder.projection.weight = params["decoder.embedding.weight"]
-        spec.decoder.projection.bias = params["output.bias"]
+    spec = _ctranslate2_spec(model, positions)
     spec.register_source_vocabulary(source_vocab)
     spec.register_target_vocabulary(target_vocab)
     spec.config.layer_norm_epsilon = float(cfg["layer_norm_eps"])
