@@ -217,6 +217,71 @@ def _marian_own_vocabulary(model: Any) -> Dict[str, Any]:
     return {"config": config, "generation_config": generation_config, "weights": weights}
 
 
+def _check_marian_arguments(cfg: Dict[str, Any], src_tok: Any, tgt_tok: Any) -> None:
+    """Refuse one tokenizer without the other and a pre-norm model, which MarianMT cannot express."""
+    if (src_tok is None) != (tgt_tok is None):
+        raise ValueError("export_transformers: give both tokenizers or neither")
+    if cfg["pre_norm"]:
+        raise ValueError(
+            "export_transformers: this model is pre-norm (LayerNorm before each sub-layer and after each stack); "
+            "MarianMT is post-norm only, so it cannot express it. Export it with --to ctranslate2 or --to torch, "
+            "which support both"
+        )
+
+
+def _check_tokenizer_sizes(cfg: Dict[str, Any], src_tok: Any, tgt_tok: Any) -> None:
+    """Refuse tokenizers whose vocabulary sizes are not the model's."""
+    for side, tok, key in (("source", src_tok, "src_vocab_size"), ("target", tgt_tok, "tgt_vocab_size")):
+        if tok.vocab_size != cfg[key]:
+            raise ValueError(
+                f"export_transformers: the {side} tokenizer has {tok.vocab_size} tokens but the model's {key} is "
+                f"{cfg[key]}"
+            )
+
+
+def _marian_weights(
+    cfg: Dict[str, Any], params: Dict[str, np.ndarray], perm: np.ndarray, merged: Dict[str, int], source_ids: np.ndarray
+) -> Dict[str, np.ndarray]:
+    """MarianMT's weights over the merged vocabulary (:func:`_marian_vocabulary`): the embeddings, the
+    output layer and bias (zeros and ``-inf`` for the extra ids) and every layer's, as contiguous
+    float32 arrays."""
+    d = int(cfg["d_model"])
+    src_embedding = params[_source_embedding(cfg)][:, perm]
+    encoder_embedding = np.zeros((len(merged), d), dtype=np.float32)
+    known = source_ids >= 0
+    encoder_embedding[known] = src_embedding[source_ids[known]]
+    v_tgt = int(cfg["tgt_vocab_size"])
+
+    def target_rows(rows: np.ndarray, fill: float = 0.0) -> np.ndarray:  # our target ids, then the extra ids
+        full = np.full((len(merged),) + rows.shape[1:], fill, dtype=np.float32)
+        full[:v_tgt] = rows
+        return full
+
+    weights: Dict[str, np.ndarray] = {
+        "model.encoder.embed_tokens.weight": encoder_embedding,
+        "model.decoder.embed_tokens.weight": target_rows(params["decoder.embedding.weight"][:, perm]),
+        "final_logits_bias": target_rows(params["output.bias"], -np.inf)[None, :],
+    }
+    if not cfg["share_embeddings"]:
+        weights["lm_head.weight"] = target_rows(params["output.weight"][:, perm])
+    weights.update(_marian_layers(cfg, params, perm))
+    return {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in weights.items()}
+
+
+def _marian_tokenizer_config() -> Dict[str, Any]:
+    """tokenizer_config.json of the export: a fast tokenizer with our special tokens, right padding."""
+    names = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_TOKENS))
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **names,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": MARIAN_POSITIONS,
+        "padding_side": "right",
+        "clean_up_tokenization_spaces": False,
+        "split_special_tokens": True,
+    }
+
+
 def convert_to_marian(model: Any, src_tok: Any = None, tgt_tok: Any = None) -> Dict[str, Any]:
     """MarianMT's files for ``model`` (a :class:`~transformer_cpp.Transformer`) and its tokenizers:
     ``{"config": ..., "generation_config": ..., "weights": {name: float32 array}, "tokenizer": str,
@@ -253,64 +318,21 @@ def convert_to_marian(model: Any, src_tok: Any = None, tgt_tok: Any = None) -> D
             sub-layer and has no LayerNorm after a stack), or tokenizers that do not fit the model.
     """
     cfg = model.config
-    if (src_tok is None) != (tgt_tok is None):
-        raise ValueError("export_transformers: give both tokenizers or neither")
-    if cfg["pre_norm"]:
-        raise ValueError(
-            "export_transformers: this model is pre-norm (LayerNorm before each sub-layer and after each stack); "
-            "MarianMT is post-norm only, so it cannot express it. Export it with --to ctranslate2 or --to torch, "
-            "which support both"
-        )
+    _check_marian_arguments(cfg, src_tok, tgt_tok)
     if src_tok is None:
         return _marian_own_vocabulary(model)
-    for side, tok, key in (("source", src_tok, "src_vocab_size"), ("target", tgt_tok, "tgt_vocab_size")):
-        if tok.vocab_size != cfg[key]:
-            raise ValueError(
-                f"export_transformers: the {side} tokenizer has {tok.vocab_size} tokens but the model's {key} is "
-                f"{cfg[key]}"
-            )
-    d = int(cfg["d_model"])
-    perm = marian_permutation(d, cfg["layout"])
+    _check_tokenizer_sizes(cfg, src_tok, tgt_tok)
+    perm = marian_permutation(int(cfg["d_model"]), cfg["layout"])
     params = {name: np.asarray(p.value, dtype=np.float32) for name, p in model.parameters().items()}
     merged, source_ids = _marian_vocabulary(src_tok, tgt_tok)
-
-    src_embedding = params[_source_embedding(cfg)][:, perm]
-    encoder_embedding = np.zeros((len(merged), d), dtype=np.float32)
-    known = source_ids >= 0
-    encoder_embedding[known] = src_embedding[source_ids[known]]
-    v_tgt = int(cfg["tgt_vocab_size"])
-
-    def target_rows(rows: np.ndarray, fill: float = 0.0) -> np.ndarray:  # our target ids, then the extra ids
-        full = np.full((len(merged),) + rows.shape[1:], fill, dtype=np.float32)
-        full[:v_tgt] = rows
-        return full
-
-    weights: Dict[str, np.ndarray] = {
-        "model.encoder.embed_tokens.weight": encoder_embedding,
-        "model.decoder.embed_tokens.weight": target_rows(params["decoder.embedding.weight"][:, perm]),
-        "final_logits_bias": target_rows(params["output.bias"], -np.inf)[None, :],
-    }
-    if not cfg["share_embeddings"]:
-        weights["lm_head.weight"] = target_rows(params["output.weight"][:, perm])
-    weights.update(_marian_layers(cfg, params, perm))
-    weights = {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in weights.items()}
+    weights = _marian_weights(cfg, params, perm, merged, source_ids)
     config, generation_config = _marian_configs(cfg, len(merged), len(merged), False, _PAD_ID, _START_ID, _END_ID)
-    names = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_TOKENS))
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        **names,
-        "model_input_names": ["input_ids", "attention_mask"],
-        "model_max_length": MARIAN_POSITIONS,
-        "padding_side": "right",
-        "clean_up_tokenization_spaces": False,
-        "split_special_tokens": True,
-    }
     return {
         "config": config,
         "generation_config": generation_config,
         "weights": weights,
         "tokenizer": _marian_tokenizer(src_tok, merged),
-        "tokenizer_config": tokenizer_config,
+        "tokenizer_config": _marian_tokenizer_config(),
     }
 
 
