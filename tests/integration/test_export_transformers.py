@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import subprocess
 import sys
 
@@ -224,6 +225,25 @@ def test_import_of_the_export_translates_as_the_run(exported, variant, tmp_path)
     bias = back.model.parameters()["output.bias"].value
     assert np.all(np.isfinite(bias)) and np.all(bias[tgt_tok.vocab_size :] == -1e9)
     assert json.loads((imported.parent / "pretrained.json").read_text())["format"] == "transformer-cpp export"
+
+
+def test_a_damaged_export_is_refused_by_name(exported, tmp_path):
+    """An export whose record or tokenizer is not what the export writes is refused in one line
+    naming the file and the field, and nothing is imported."""
+    directory = exported["default"][4]
+    record = json.loads((directory / "transformer_cpp.json").read_text())
+    cases = {
+        "epsilon": ("transformer_cpp.json", dict(record, layer_norm_eps={"model": "tiny"}), "layer_norm_eps.model"),
+        "language": ("transformer_cpp.json", dict(record, src_lang=7), "src_lang is 7"),
+        "tokenizer": ("tokenizer.json", {"model": {"vocab": {}}}, "tokenizer.json is not the tokenizer"),
+    }
+    for name, (file, content, message) in cases.items():
+        damaged = tmp_path / name
+        shutil.copytree(directory, damaged)
+        (damaged / file).write_text(json.dumps(content))
+        with pytest.raises(ValueError, match=re.escape(message)):
+            tc.import_pretrained(damaged, tmp_path / f"{name}-run")
+        assert not (tmp_path / f"{name}-run").exists()
 
 
 def test_marian_permutation_maps_our_layout_to_marians():

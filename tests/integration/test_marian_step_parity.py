@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianMTModel
+
+from helpers.marian import tiny_marian_config
 
 from transformer_cpp.pretrained import load_marian
 from transformer_cpp.pretrained.marian import marian_names
@@ -56,27 +58,20 @@ def _batch(pad: int, v_src: int, v_tgt: int) -> Dict[str, np.ndarray]:
 def test_training_steps_equal_pytorch(tmp_path: Any, case: str) -> None:
     pad = 16
     settings: Dict[str, Any] = dict(
-        vocab_size=17,
+        pad=pad,
         decoder_vocab_size=17,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
         encoder_ffn_dim=24,
         decoder_ffn_dim=24,
         max_position_embeddings=32,
-        pad_token_id=pad,
-        decoder_start_token_id=pad,
-        eos_token_id=0,
         dropout=0.0,
         attention_dropout=0.0,
         activation_dropout=0.0,
         init_std=0.2,
+        bad_words_ids=None,
     )
     settings.update(CASES[case])
     torch.manual_seed(3)
-    hf = MarianMTModel(MarianConfig(**settings))
+    hf = MarianMTModel(tiny_marian_config(17, **settings))
     with torch.no_grad():  # biases as a trained model has them, not the zeros of the initialisation
         hf.final_logits_bias.normal_(0.0, 0.3)
         for name, p in hf.named_parameters():

@@ -168,9 +168,14 @@ def add_import_parser(sub: Any) -> None:
         "Helsinki-NLP/opus-mt-en-es from the Hugging Face cache, else downloaded) and write it as a run "
         "directory that translate, evaluate and export read like a trained run. Where it came from "
         f"(the files' sha256) and its license are recorded in {PROVENANCE_FILE} in the run. No pickled "
-        "code is executed. Fine-tuning an imported model is not supported yet.",
+        "code is executed. A directory written by 'transformer-cpp export --to transformers' is read back as "
+        "the run it was exported from. Fine-tune the imported run with 'train --init-from RUN'.",
     )
-    p.add_argument("source", metavar="SOURCE", help="a MarianMT directory or a Hugging Face Hub name")
+    p.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="a MarianMT directory (an export of this package too) or a Hugging Face Hub name",
+    )
     p.add_argument("--out", type=path_option, required=True, help="the run directory to write (new)")
     p.add_argument(
         "--source-lang",
