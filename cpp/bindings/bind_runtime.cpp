@@ -135,6 +135,13 @@ void bind_runtime(py::module_& m) {
   // The bfloat16 matrix-product kernel on its own, for the tests that compare it with its reference.
   m.def("_bf16_supported", &bf16::supported, "Whether the bfloat16 kernel may run here (CPU, build, environment).");
   m.def("_bf16_unsupported_reason", &bf16::unsupported_reason, "Why not, or '' when it may.");
+  m.def("_bf16_amx_supported", &bf16::amx_supported, "Whether the AMX tiles compute the bf16 products here.");
+  m.def("_bf16_amx_cpu_supported", &bf16::amx_cpu_supported,
+        "Whether the AMX tiles can run here (CPU, OS, build), whatever the environment says.");
+  m.def("_bf16_amx_unsupported_reason", &bf16::amx_unsupported_reason, "Why not, or '' when they do.");
+  m.def(
+      "_bf16_kernel", [] { return std::string(bf16::kernel_name(bf16::active_kernel())); },
+      "The kernel of the bf16 products: 'amx' or 'avx512_bf16'.");
   m.def(
       "_bf16_matmul",
       [](const py::handle& a, const py::handle& b, bool trans_a, bool trans_b, const py::handle& c,
@@ -157,11 +164,16 @@ void bind_runtime(py::module_& m) {
           std::copy(cs.array.data(), cs.array.data() + M * N, out.data());
           beta = 1.0f;
         }
-        if (kernel == "avx512_bf16") {
+        if (kernel == "auto" || kernel == "avx512_bf16" || kernel == "amx") {
           if (!bf16::cpu_supported()) throw py::value_error("_bf16_matmul: " + bf16::unsupported_reason());
+          if (kernel == "amx" && !bf16::amx_cpu_supported())
+            throw py::value_error("_bf16_matmul: " + bf16::amx_unsupported_reason());
+          const bf16::Kernel which = kernel == "amx"           ? bf16::Kernel::Amx
+                                     : kernel == "avx512_bf16" ? bf16::Kernel::Avx512Bf16
+                                                               : bf16::Kernel::Auto;
           without_gil([&] {
             bf16::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
-                       N);
+                       N, which);
           });
         } else if (kernel == "reference") {
           without_gil([&] {
@@ -169,7 +181,7 @@ void bind_runtime(py::module_& m) {
                                  out.data(), N);
           });
         } else {
-          throw py::value_error("_bf16_matmul: kernel must be 'avx512_bf16' or 'reference'");
+          throw py::value_error("_bf16_matmul: kernel must be 'auto', 'avx512_bf16', 'amx' or 'reference'");
         }
         return copy_out<float>(out.data(), {M, N});
       },

@@ -188,19 +188,26 @@ void test_bf16_reference() {
   }
 }
 
+// Each bf16 kernel this CPU runs: AVX512_BF16, and the AMX tiles where the CPU and OS have them.
 void test_bf16_kernel() {
-  if (!transformer::bf16::supported()) skip(transformer::bf16::unsupported_reason());
-  for (const Product& p : products(false)) {
-    std::vector<float> C = p.C0, R = p.C0;
-    transformer::bf16::gemm(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b, p.beta,
-                            C.data(), p.N);
-    transformer::bf16::gemm_reference(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b,
-                                      p.beta, R.data(), p.N);
-    // the products of bfloat16 values (8 significant bits) are exact in float32: only the sums round
-    std::vector<double> want, bound;
-    p.exact(transformer::bf16::round_to_bf16, want, bound);
-    CHECK_WITHIN("bf16::gemm against bf16::gemm_reference, " + p.name(), C.data(), R.data(), bound.data(), C.size());
-  }
+  namespace bf16 = transformer::bf16;
+  if (!bf16::supported()) skip(bf16::unsupported_reason());
+  std::vector<bf16::Kernel> kernels{bf16::Kernel::Avx512Bf16};
+  if (bf16::amx_cpu_supported()) kernels.push_back(bf16::Kernel::Amx);
+  for (const bf16::Kernel kernel : kernels)
+    for (const Product& p : products(false)) {
+      std::vector<float> C = p.C0, R = p.C0;
+      bf16::gemm(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b, p.beta, C.data(), p.N,
+                 kernel);
+      bf16::gemm_reference(p.M, p.N, p.K, p.A.data(), p.lda(), p.trans_a, p.B.data(), p.ldb(), p.trans_b, p.beta,
+                           R.data(), p.N);
+      // the products of bfloat16 values (8 significant bits) are exact in float32: only the sums round
+      std::vector<double> want, bound;
+      p.exact(bf16::round_to_bf16, want, bound);
+      CHECK_WITHIN(
+          std::string("bf16::gemm (") + bf16::kernel_name(kernel) + ") against bf16::gemm_reference, " + p.name(),
+          C.data(), R.data(), bound.data(), C.size());
+    }
 }
 
 // y (R, N) = x (R, K) W^T + b for the int8 tests; N and K cover partial panels and words.

@@ -1246,6 +1246,26 @@ class Transformer_float32(_Transformer[numpy.float32]): ...
 
 class Transformer_float64(_Transformer[numpy.float64]): ...
 
+def _bf16_amx_cpu_supported() -> bool:
+    """
+    Whether the AMX tiles can run here (CPU, OS, build), whatever the environment says.
+    """
+
+def _bf16_amx_supported() -> bool:
+    """
+    Whether the AMX tiles compute the bf16 products here.
+    """
+
+def _bf16_amx_unsupported_reason() -> str:
+    """
+    Why not, or '' when they do.
+    """
+
+def _bf16_kernel() -> str:
+    """
+    The kernel of the bf16 products: 'amx' or 'avx512_bf16'.
+    """
+
 def _bf16_matmul(a: object, b: object, trans_a: bool, trans_b: bool, c: object, kernel: str) -> numpy.typing.NDArray[numpy.float32]:
     """
     op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).

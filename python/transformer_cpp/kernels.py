@@ -38,6 +38,9 @@ __all__ = [
     "have_bf16",
     "bf16_unsupported_reason",
     "bf16_matmul",
+    "bf16_kernel",
+    "have_amx",
+    "amx_unsupported_reason",
     "round_to_bf16",
     "COMPUTE_TYPES",
     "have_compute_type",
@@ -100,7 +103,7 @@ def fingerprint(data: np.ndarray, seed: int = 0) -> int:
     return int(_core._fingerprint(data, int(seed)))
 
 
-_BF16_KERNELS = ("avx512_bf16", "reference")
+_BF16_KERNELS = ("auto", "avx512_bf16", "amx", "reference")
 
 
 def have_bf16() -> bool:
@@ -115,13 +118,31 @@ def bf16_unsupported_reason() -> str:
     return str(_core._bf16_unsupported_reason())
 
 
+def bf16_kernel() -> str:
+    """The instructions of the ``precision="bf16"`` products here: ``"amx"`` (the tile registers of
+    Intel Xeon since Sapphire Rapids, when the OS grants them; ``TRANSFORMER_CPP_DISABLE_AMX`` turns
+    them off) or ``"avx512_bf16"``. Meaningful when :func:`have_bf16` is true."""
+    return str(_core._bf16_kernel())
+
+
+def have_amx(ignore_environment: bool = False) -> bool:
+    """Whether the AMX tiles compute the bf16 products here (or, with ``ignore_environment``,
+    could: CPU, OS and build, whatever ``TRANSFORMER_CPP_DISABLE_AMX`` says)."""
+    return bool(_core._bf16_amx_cpu_supported() if ignore_environment else _core._bf16_amx_supported())
+
+
+def amx_unsupported_reason() -> str:
+    """Why :func:`have_amx` is false, in a sentence (``""`` when it is true)."""
+    return str(_core._bf16_amx_unsupported_reason())
+
+
 def bf16_matmul(
     a: np.ndarray,
     b: np.ndarray,
     trans_a: bool = False,
     trans_b: bool = False,
     c: np.ndarray | None = None,
-    kernel: str = "avx512_bf16",
+    kernel: str = "auto",
 ) -> np.ndarray:
     """``op(a) @ op(b)`` (``+ c``) with every input rounded to bfloat16 and the products summed in
     float32: the matrix product of ``precision="bf16"``.
@@ -129,9 +150,10 @@ def bf16_matmul(
     Args:
         a, b: 2-D float arrays (converted to float32); ``op(x)`` is ``x.T`` when ``trans_x``.
         c: optional (M, N) float32 array added to the product (the gradient accumulation).
-        kernel: ``"avx512_bf16"`` (the kernel; ValueError on a CPU without AVX512_BF16) or
-            ``"reference"`` (the same rounding, products summed in float64: the readable loop the
-            tests compare the kernel with).
+        kernel: ``"auto"`` (what the layers use: :func:`bf16_kernel`), ``"avx512_bf16"`` (the
+            ``vdpbf16ps`` kernel; ValueError on a CPU without AVX512_BF16), ``"amx"`` (the AMX
+            tiles; ValueError on a CPU or OS without them) or ``"reference"`` (the same rounding,
+            products summed in float64: the readable loop the tests compare the kernels with).
 
     Returns:
         float32 array (M, N).

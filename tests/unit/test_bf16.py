@@ -1,10 +1,11 @@
-"""bfloat16 mixed precision: the AVX512_BF16 matrix-product kernel against its reference and against
-float32, and ``Transformer(..., precision="bf16")`` against the same model in float32.
+"""bfloat16 mixed precision: the matrix-product kernels (AVX512_BF16, and the AMX tiles where the CPU
+has them) against their reference and against float32, and ``Transformer(..., precision="bf16")``
+against the same model in float32.
 
 Tolerances, and why:
 
-* kernel vs reference (same bfloat16 inputs, products summed in float64 then rounded): the kernel
-  sums K exact products in float32, each addition rounding once (at most 2**-24 of the running
+* kernel vs reference (same bfloat16 inputs, products summed in float64 then rounded): each kernel
+  sums K exact products in float32 (in its own order), each addition rounding once (at most 2**-24 of the running
   sum, itself at most sum_k |a_k b_k|); so |kernel - reference| <= (K + 2) * 2**-24 * (|A| |B| + |C|)
   element by element (the + 2: the reference's own final rounding and the added C).
 * kernel vs plain float32: each input rounded to bfloat16 is within 2**-8 of itself (8 significant
@@ -28,7 +29,7 @@ import transformer_cpp as tc
 from transformer_cpp import kernels
 
 from helpers.cli import SMALL_SAMPLED, run_cli
-from helpers.kernels import HAVE_BF16, needs_bf16
+from helpers.kernels import BF16_KERNELS, HAVE_BF16, needs_bf16
 from helpers.toy_task import write_tatoeba_file
 
 U32 = 2.0**-24  # float32 unit roundoff
@@ -107,7 +108,8 @@ def test_round_to_bf16_matches_the_bit_rule():
 
 
 @needs_bf16
-def test_the_instruction_rounds_like_the_reference():
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_the_instruction_rounds_like_the_reference(kernel):
     """A product with 1.0 gives the packed (converted) input exactly: the hardware conversion is
     round_to_bf16, subnormals included."""
     rng = np.random.default_rng(1)
@@ -118,7 +120,7 @@ def test_the_instruction_rounds_like_the_reference():
             (rng.standard_normal(500) * 1e-39).astype(np.float32),
         ]
     )
-    got = kernels.bf16_matmul(x[:, None], np.ones((1, 1), np.float32))[:, 0]
+    got = kernels.bf16_matmul(x[:, None], np.ones((1, 1), np.float32), kernel=kernel)[:, 0]
     assert np.array_equal(got.view(np.uint32) & 0x7FFFFFFF, kernels.round_to_bf16(x).view(np.uint32) & 0x7FFFFFFF)
 
 
@@ -157,16 +159,19 @@ def test_reference_is_the_rounded_product(M, trans_a, trans_b):
 
 
 @needs_bf16
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
 @pytest.mark.parametrize("trans_a, trans_b", [(False, True), (False, False), (True, False), (True, True)])
-@pytest.mark.parametrize("M", ODD + [12, 13, 24])
-@pytest.mark.parametrize("N", ODD + [32, 31])
-def test_kernel_matches_reference_on_odd_shapes(M, N, trans_a, trans_b):
+@pytest.mark.parametrize("M", ODD + [12, 13, 24, 32, 64])
+@pytest.mark.parametrize("N", ODD + [32, 31, 64])
+def test_kernel_matches_reference_on_odd_shapes(M, N, trans_a, trans_b, kernel):
+    """Shapes around every tile and panel edge (12 and 32 rows, 16 and 32 columns, 16 k pairs) and
+    k blocks (256 and 512 values: K 1100 takes three of the AMX kernel's, five of the other's)."""
     rng = np.random.default_rng(1000 * M + N)
-    for K in [1, 2, 7, 33, 129, 300]:
+    for K in [1, 2, 7, 31, 32, 33, 129, 300, 1100]:
         a, b = operands(rng, M, N, K, trans_a, trans_b)
         accumulate = (M + N + K) % 2 == 1
         c = rng.standard_normal((M, N)).astype(np.float32) if accumulate else None
-        got = kernels.bf16_matmul(a, b, trans_a, trans_b, c=c)
+        got = kernels.bf16_matmul(a, b, trans_a, trans_b, c=c, kernel=kernel)
         ref = kernels.bf16_matmul(a, b, trans_a, trans_b, c=c, kernel="reference")
         size = np.abs(op(kernels.round_to_bf16(a), trans_a)).astype(np.float64) @ np.abs(
             op(kernels.round_to_bf16(b), trans_b)
@@ -179,16 +184,17 @@ def test_kernel_matches_reference_on_odd_shapes(M, N, trans_a, trans_b):
 
 
 @needs_bf16
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
 @pytest.mark.parametrize("trans_a, trans_b", [(False, True), (False, False), (True, False)])
 @pytest.mark.parametrize(
     "M, N, K", [(1, 1, 1), (7, 33, 129), (129, 7, 33), (150, 400, 128), (64, 128, 1000), (300, 64, 513)]
 )
-def test_kernel_is_float32_within_bf16_rounding(M, N, K, trans_a, trans_b):
+def test_kernel_is_float32_within_bf16_rounding(M, N, K, trans_a, trans_b, kernel):
     """Against plain float32 (no rounding of the inputs): within what rounding to 8 significant
     bits allows, and (for random data) well inside it; and not float32 itself (it does round)."""
     rng = np.random.default_rng(M + N + K)
     a, b = operands(rng, M, N, K, trans_a, trans_b, scale=3.0)
-    got = kernels.bf16_matmul(a, b, trans_a, trans_b).astype(np.float64)
+    got = kernels.bf16_matmul(a, b, trans_a, trans_b, kernel=kernel).astype(np.float64)
     exact = float64_product(a, b, trans_a, trans_b, rounded=False)
     size = np.abs(op(a, trans_a)).astype(np.float64) @ np.abs(op(b, trans_b)).astype(np.float64)
     tol = (2 * U16 + U16**2 + (K + 2) * U32) * size
@@ -202,7 +208,8 @@ def test_kernel_is_float32_within_bf16_rounding(M, N, K, trans_a, trans_b):
 
 
 @needs_bf16
-def test_kernel_shapes_of_a_training_step():
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_kernel_shapes_of_a_training_step(kernel):
     """The three products of a Linear layer at the quick preset's sizes (rows ~1500, d 128,
     d_ff 512, vocabulary 4000), each against float64 within the bfloat16 bound."""
     rng = np.random.default_rng(7)
@@ -211,7 +218,7 @@ def test_kernel_shapes_of_a_training_step():
     W = (rng.standard_normal((V, d)) * 0.1).astype(np.float32)
     dy = (rng.standard_normal((rows, V)) * 1e-3).astype(np.float32)
     for a, b, ta, tb, K in [(x, W, False, True, d), (dy, W, False, False, V), (dy, x, True, False, rows)]:
-        got = kernels.bf16_matmul(a, b, ta, tb).astype(np.float64)
+        got = kernels.bf16_matmul(a, b, ta, tb, kernel=kernel).astype(np.float64)
         exact = float64_product(a, b, ta, tb, rounded=False)
         size = np.abs(op(a, ta)).astype(np.float64) @ np.abs(op(b, tb)).astype(np.float64)
         assert np.all(np.abs(got - exact) <= (2 * U16 + U16**2 + (K + 2) * U32) * size)
@@ -220,7 +227,8 @@ def test_kernel_shapes_of_a_training_step():
 
 
 @needs_bf16
-def test_kernel_does_not_depend_on_the_thread_count():
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_kernel_does_not_depend_on_the_thread_count(kernel):
     rng = np.random.default_rng(3)
     a, b = operands(rng, 333, 257, 700, False, True)
     before = tc.get_num_threads()
@@ -228,7 +236,7 @@ def test_kernel_does_not_depend_on_the_thread_count():
         results = []
         for n in (1, 2, 3):
             tc.set_num_threads(n)
-            results.append(kernels.bf16_matmul(a, b, False, True))
+            results.append(kernels.bf16_matmul(a, b, False, True, kernel=kernel))
     finally:
         tc.set_num_threads(before)
     assert all(np.array_equal(results[0], r) for r in results[1:])
@@ -272,10 +280,22 @@ def batch(rng, B=6, S=9, T=8, src_vocab=40, tgt_vocab=48):
     return src, tgt[:, :-1].copy(), tgt[:, 1:].copy()
 
 
+def use_bf16_kernel(monkeypatch, kernel):
+    """Make the layers' bf16 products run on `kernel` (the AMX tiles are the default where the CPU
+    has them; TRANSFORMER_CPP_DISABLE_AMX, read at every product, turns them off)."""
+    if kernel == "amx":
+        monkeypatch.delenv("TRANSFORMER_CPP_DISABLE_AMX", raising=False)
+    else:
+        monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_AMX", "1")
+    assert kernels.bf16_kernel() == kernel
+
+
 @needs_bf16
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
 @pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("pre_norm", [False, True])
-def test_bf16_model_agrees_with_float32(tied, pre_norm):
+def test_bf16_model_agrees_with_float32(tied, pre_norm, kernel, monkeypatch):
+    use_bf16_kernel(monkeypatch, kernel)
     m32, m16 = twin_models(share_embeddings=tied, pre_norm=pre_norm)
     assert m16.config["precision"] == "bf16" and m32.config["precision"] == "float32"
     rng = np.random.default_rng(11)
@@ -317,7 +337,8 @@ def copy_task(rng, n, vocab=20, max_len=7):
 
 
 @needs_bf16
-def test_bf16_training_lowers_the_loss_like_float32():
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_bf16_training_lowers_the_loss_like_float32(kernel, monkeypatch):
     """320 steps on the copy-reversal task, same initial weights and batches: bf16 learns, and the
     mean loss over the whole run (the area under the curve) is within 15% of float32's.
 
@@ -325,6 +346,7 @@ def test_bf16_training_lowers_the_loss_like_float32():
     and where each curve is in its last 16 steps depends on float32 summation order (measured: last
     epoch 0.331 / 0.334 (bf16 / float32) with Eigen's GEMM, 0.474 / 0.276 with the AVX-512 float32 kernel and the
     fused output loss; whole-run means 1.22 / 1.13 and 1.23 / 1.12, bf16 / float32)."""
+    use_bf16_kernel(monkeypatch, kernel)
     cfg = dict(
         src_vocab_size=20,
         tgt_vocab_size=20,
@@ -363,6 +385,28 @@ def test_bf16_model_decodes_in_float32():
     assert np.array_equal(m32.greedy_decode(src, 1, 2, 10), m16.greedy_decode(src, 1, 2, 10))
     b32, b16 = m32.beam_search(src, 1, 2, 10, beam_size=3), m16.beam_search(src, 1, 2, 10, beam_size=3)
     assert all(np.array_equal(x[0][0], y[0][0]) for x, y in zip(b32, b16))
+
+
+def test_amx_switch_and_kernel_names(monkeypatch):
+    """TRANSFORMER_CPP_DISABLE_AMX hands every bf16 product to the AVX512_BF16 kernel and says so;
+    kernel="amx" is refused by name where the CPU or OS lacks the tiles."""
+    monkeypatch.delenv("TRANSFORMER_CPP_DISABLE_AMX", raising=False)
+    could = kernels.have_amx(ignore_environment=True)
+    assert kernels.have_amx() == (could and HAVE_BF16)
+    if HAVE_BF16:
+        assert kernels.bf16_kernel() == ("amx" if could else "avx512_bf16")
+    monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_AMX", "1")
+    assert not kernels.have_amx()
+    assert kernels.have_amx(ignore_environment=True) == could
+    reason = kernels.amx_unsupported_reason()
+    assert ("TRANSFORMER_CPP_DISABLE_AMX" in reason) if could and HAVE_BF16 else reason
+    if HAVE_BF16:
+        assert kernels.bf16_kernel() == "avx512_bf16"
+    if not could:
+        with pytest.raises(ValueError, match="_bf16_matmul: .*(AMX|bfloat16|AVX512_BF16)"):
+            kernels.bf16_matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), kernel="amx")
+    monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_AMX", "0")  # "0" means not disabled
+    assert kernels.have_amx() == (could and HAVE_BF16)
 
 
 def test_precision_is_checked():

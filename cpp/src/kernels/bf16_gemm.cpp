@@ -23,6 +23,18 @@
 #define TCPP_BF16_KERNEL 0
 #endif
 
+// The AMX tiles need GCC 11+ or Clang 12+, and Linux, whose permission a process asks for before
+// its first tile instruction (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+).
+#if TCPP_BF16_KERNEL && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define TCPP_AMX_KERNEL 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TCPP_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#else
+#define TCPP_AMX_KERNEL 0
+#endif
+
 namespace transformer::bf16 {
 
 // ---------------------------------------------------------------------------------------------
@@ -58,6 +70,55 @@ static bool disabled_by_environment() {
 }
 
 bool supported() { return cpu_supported() && !disabled_by_environment() && isa_allows(Isa::Avx512); }
+
+namespace {
+// What stops the AMX tiles on this CPU and OS, or "" (decided once).
+std::string amx_cpu_problem() {
+#if TCPP_AMX_KERNEL
+  if (!cpu_supported()) return "this CPU (or its operating system) does not support AVX512_BF16";
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool amx_bf16 = (d >> 22) & 1u, amx_tile = (d >> 24) & 1u;
+  if (!amx_bf16 || !amx_tile) return "this CPU has no AMX-BF16 tiles (Intel Xeon since Sapphire Rapids has them)";
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0x60000u) != 0x60000u) return "the operating system does not save the AMX tile state";
+  // palette 1 must offer eight tiles of 16 rows of 64 bytes, the shapes the kernel configures
+  if (__get_cpuid_max(0, nullptr) < 0x1D) return "this CPU does not describe its AMX tiles (CPUID leaf 0x1D)";
+  __cpuid_count(0x1D, 1, a, b, c, d);
+  const unsigned names = b >> 16, bytes_per_row = b & 0xFFFFu, rows = c & 0xFFFFu;
+  if (names < 8 || bytes_per_row < 64 || rows < 16)
+    return "this CPU's AMX palette is smaller than 8 tiles of 16 x 64 bytes";
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
+    return "the operating system refuses this process the AMX tiles (Linux 5.16 or later grants them)";
+  return "";
+#else
+  return "this build has no AMX kernel (it needs Linux and GCC 11+ or Clang 12+ on x86-64)";
+#endif
+}
+
+bool amx_disabled_by_environment() {
+  const char* v = std::getenv(kDisableAmxEnv);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+const std::string& amx_problem() {
+  static const std::string problem = amx_cpu_problem();
+  return problem;
+}
+}  // namespace
+
+bool amx_cpu_supported() { return amx_problem().empty(); }
+
+bool amx_supported() { return supported() && amx_cpu_supported() && !amx_disabled_by_environment(); }
+
+std::string amx_unsupported_reason() {
+  if (!supported()) return unsupported_reason();
+  if (!amx_problem().empty()) return amx_problem();
+  if (amx_disabled_by_environment())
+    return std::string("the environment variable ") + kDisableAmxEnv + " turns the AMX tiles off";
+  return "";
+}
 
 std::string unsupported_reason() {
 #if !TCPP_BF16_KERNEL
@@ -124,46 +185,40 @@ void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool t
 }
 
 // ---------------------------------------------------------------------------------------------
-// The kernel
+// The kernels
 
 #if TCPP_BF16_KERNEL
 namespace {
 
-constexpr int kVectors = static_cast<int>(kNR / 16);  // 16-float vectors per tile row
 static_assert(kNR % 16 == 0 && kMR <= 16 && kKC % 32 == 0, "bf16 kernel tile sizes");
+static_assert(kAmxKC % 32 == 0, "AMX k blocks hold whole tiles (16 pairs)");
 
 // Lanes [0, n) of a 16-lane mask (n may be <= 0 or >= 16).
 inline __mmask16 first_lanes(Index n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
 }
 
-// Pack `width` (kMR or kNR) lines of an operand for k in [k0, k0 + kc) into one panel of
-// pairs, dst[p*width + w] = (line w at k0 + 2p, line w at k0 + 2p + 1). Lines past `count` and
-// the k past kc are zero.
+// Pack `width` lines of an operand for k in [k0, k0 + kc) into one panel of `stored` pairs (at
+// least (kc + 1) / 2; the pairs past kc are zero, as are the lines past `count`). A pair is the
+// line's values at k0 + 2p and k0 + 2p + 1. The panel is pair-major, word p*width + w, or with
+// line_major line by line, word w*stored + p.
 //
 // pairs_in_line: line w is contiguous in k (src + (first + w)*ld + k): two neighbouring floats of
-//   one line make a pair. 32 floats at a time become 16 words, stored with stride `width`; or,
-//   with line_major, the panel is stored line by line instead, dst[w*pairs + p] (A panels from a
-//   row-major A: no transposition, the micro-kernel reads its broadcasts with that stride).
+//   one line make a pair; 32 floats at a time become 16 words.
 TCPP_BF16_TARGET void pack_pairs_in_line(const float* src, Index ld, Index first, Index count, Index width, Index k0,
-                                         Index kc, std::uint32_t* dst, bool line_major) {
-  const Index pairs = (kc + 1) / 2;
+                                         Index kc, Index stored, std::uint32_t* dst, bool line_major) {
   alignas(64) std::uint32_t words[16];
   for (Index w = 0; w < width; ++w) {
-    if (w >= count) {
-      for (Index p = 0; p < pairs; ++p) dst[line_major ? w * pairs + p : p * width + w] = 0;
-      continue;
-    }
-    const float* s = src + (first + w) * ld + k0;
-    for (Index p0 = 0; p0 < pairs; p0 += 16) {
-      const Index left = kc - 2 * p0;  // floats left in this line
+    const float* s = src + (first + std::min(w, count - 1)) * ld + k0;  // lines past count: zeros
+    for (Index p0 = 0; p0 < stored; p0 += 16) {
+      const Index left = w < count ? kc - 2 * p0 : 0;  // floats left in this line
       const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(left), s + 2 * p0);
       const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(left - 16), s + 2 * p0 + 16);
       // bf16 [lo0..lo15, hi0..hi15]: word q is the pair (s[2q], s[2q + 1])
       const __m512i pair_words = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      const Index n = std::min<Index>(16, pairs - p0);
+      const Index n = std::min<Index>(16, stored - p0);
       if (line_major) {
-        _mm512_mask_storeu_epi32(dst + w * pairs + p0, first_lanes(n), pair_words);
+        _mm512_mask_storeu_epi32(dst + w * stored + p0, first_lanes(n), pair_words);
         continue;
       }
       _mm512_store_si512(words, pair_words);
@@ -176,86 +231,179 @@ TCPP_BF16_TARGET void pack_pairs_in_line(const float* src, Index ld, Index first
 // across_lines: the pair's two values are in two consecutive lines of the source (k is the line:
 //   src + (k0 + k)*ld + first + w), 16 w at a time: convert both lines, interleave the halves.
 TCPP_BF16_TARGET void pack_pairs_across_lines(const float* src, Index ld, Index first, Index count, Index width,
-                                              Index k0, Index kc, std::uint32_t* dst) {
-  const Index pairs = (kc + 1) / 2;
-  for (Index p = 0; p < pairs; ++p) {
-    const float* r0 = src + (k0 + 2 * p) * ld + first;
-    const bool has_odd = 2 * p + 1 < kc;
+                                              Index k0, Index kc, Index stored, std::uint32_t* dst, bool line_major) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (Index p = 0; p < stored; ++p) {
+    const bool has_even = 2 * p < kc, has_odd = 2 * p + 1 < kc;
+    const float* r0 = src + (k0 + (has_even ? 2 * p : 0)) * ld + first;
     for (Index w0 = 0; w0 < width; w0 += 16) {
       const __mmask16 m = first_lanes(std::min(count, width) - w0);
-      const __m512 even = _mm512_maskz_loadu_ps(m, r0 + w0);
+      const __m512 even = has_even ? _mm512_maskz_loadu_ps(m, r0 + w0) : _mm512_setzero_ps();
       const __m512 odd = has_odd ? _mm512_maskz_loadu_ps(m, r0 + ld + w0) : _mm512_setzero_ps();
       const __m512i e = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(even));
       const __m512i o = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(odd));
       const __m512i words = _mm512_or_si512(e, _mm512_slli_epi32(o, 16));
-      _mm512_mask_storeu_epi32(dst + p * width + w0, first_lanes(width - w0), words);
-    }
-  }
-}
-
-// One kMR x kNR tile: C[0..rows) x [0..cols) (+)= A panel . B panel over `pairs` k pairs. The A
-// panel is pair-major (word p*kMR + i) or, LineMajorA, row by row (word i*pairs + p).
-template <bool LineMajorA>
-TCPP_BF16_TARGET inline void micro_kernel(Index pairs, const std::uint32_t* a, const std::uint32_t* b, float* c,
-                                          Index ldc, Index rows, Index cols, bool accumulate) {
-  __m512 acc[kMR][kVectors];
-  for (int i = 0; i < kMR; ++i)
-    for (int v = 0; v < kVectors; ++v) acc[i][v] = _mm512_setzero_ps();
-  const Index row_step = LineMajorA ? pairs : 1, pair_step = LineMajorA ? 1 : kMR;
-  for (Index p = 0; p < pairs; ++p) {
-    __m512bh bv[kVectors];
-    for (int v = 0; v < kVectors; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + p * kNR + 16 * v);
-    const std::uint32_t* ap = a + p * pair_step;
-#pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
-      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i * row_step]));
-      for (int v = 0; v < kVectors; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
-    }
-  }
-  __mmask16 masks[kVectors];
-  for (int v = 0; v < kVectors; ++v) masks[v] = first_lanes(cols - 16 * v);
-  // constant indices only (a loop to `rows` would keep the accumulators in memory)
-#pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) {
-    if (i >= rows) break;
-    float* ci = c + i * ldc;
-    for (int v = 0; v < kVectors; ++v) {
-      __m512 r = acc[i][v];
-      if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(masks[v], ci + 16 * v));
-      _mm512_mask_storeu_ps(ci + 16 * v, masks[v], r);
+      const __mmask16 store = first_lanes(width - w0);
+      if (line_major) {  // word (w0 + l)*stored + p
+        const __m512i at = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(w0))),
+                                              _mm512_set1_epi32(static_cast<int>(stored)));
+        _mm512_mask_i32scatter_epi32(dst + p, store, at, words, 4);
+      } else {
+        _mm512_mask_storeu_epi32(dst + p * width + w0, store, words);
+      }
     }
   }
 }
 
 // What one product's k block needs to find its packed panels and C.
 struct Block {
-  Index M, N, pairs;             // rows and columns of C, k pairs in this block
+  Index M, N, pairs;             // rows and columns of C, k pairs stored per panel line
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
   Index blocks_n;                // blocks of C per row of blocks
-  const std::uint32_t* a;        // packed A: panel ip at a + ip*pairs*kMR
-  bool a_line_major;             // A panels stored row by row (see micro_kernel)
-  const std::uint32_t* b;        // packed B: panel jp at b + jp*pairs*kNR
+  const std::uint32_t* a;        // packed A: panel ip at a + ip*pairs*MR
+  bool a_line_major;             // A panels stored row by row (word i*pairs + p)
+  const std::uint32_t* b;        // packed B: panel jp at b + jp*pairs*NR, pair-major
   float* c;
   Index ldc;
   bool accumulate;
 };
 
-// Block `blk` of C: for each B panel (kept in L1), every A panel of the block.
-TCPP_BF16_TARGET void compute_block(const Block& s, Index blk) {
-  const Index ip0 = (blk / s.blocks_n) * s.row_panels, jp0 = (blk % s.blocks_n) * s.col_panels;
-  const Index ip1 = std::min((s.M + kMR - 1) / kMR, ip0 + s.row_panels);
-  const Index jp1 = std::min((s.N + kNR - 1) / kNR, jp0 + s.col_panels);
-  for (Index jp = jp0; jp < jp1; ++jp) {
-    const std::uint32_t* bp = s.b + jp * s.pairs * kNR;
-    for (Index ip = ip0; ip < ip1; ++ip) {
-      const std::uint32_t* ap = s.a + ip * s.pairs * kMR;
-      float* cp = s.c + ip * kMR * s.ldc + jp * kNR;
-      const Index rows = std::min(kMR, s.M - ip * kMR), cols = std::min(kNR, s.N - jp * kNR);
-      if (s.a_line_major)
-        micro_kernel<true>(s.pairs, ap, bp, cp, s.ldc, rows, cols, s.accumulate);
-      else
-        micro_kernel<false>(s.pairs, ap, bp, cp, s.ldc, rows, cols, s.accumulate);
+// The AVX512_BF16 tiles: a kMR x kNR tile of C in 24 registers; per k pair the kNR/16 vectors of
+// the B panel, a broadcast of each of the kMR words of the A panel and kMR * kNR/16 vdpbf16ps.
+struct Avx512Bf16Tiles {
+  static constexpr Index MR = kMR, NR = kNR, KC = kKC, pair_multiple = 1;
+  static constexpr bool a_line_major_always = false;
+  static constexpr int kVectors = static_cast<int>(kNR / 16);  // 16-float vectors per tile row
+
+  static void begin() {}
+  static void end() {}
+
+  // C[0..rows) x [0..cols) (+)= A panel . B panel over `pairs` k pairs. The A panel is pair-major
+  // (word p*kMR + i) or, LineMajorA, row by row (word i*pairs + p).
+  template <bool LineMajorA>
+  TCPP_BF16_TARGET static inline void tile(Index pairs, const std::uint32_t* a, const std::uint32_t* b, float* c,
+                                           Index ldc, Index rows, Index cols, bool accumulate) {
+    __m512 acc[kMR][kVectors];
+    for (int i = 0; i < kMR; ++i)
+      for (int v = 0; v < kVectors; ++v) acc[i][v] = _mm512_setzero_ps();
+    const Index row_step = LineMajorA ? pairs : 1, pair_step = LineMajorA ? 1 : kMR;
+    for (Index p = 0; p < pairs; ++p) {
+      __m512bh bv[kVectors];
+      for (int v = 0; v < kVectors; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + p * kNR + 16 * v);
+      const std::uint32_t* ap = a + p * pair_step;
+#pragma GCC unroll 16
+      for (int i = 0; i < kMR; ++i) {
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i * row_step]));
+        for (int v = 0; v < kVectors; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+      }
     }
+    __mmask16 masks[kVectors];
+    for (int v = 0; v < kVectors; ++v) masks[v] = first_lanes(cols - 16 * v);
+    // constant indices only (a loop to `rows` would keep the accumulators in memory)
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      if (i >= rows) break;
+      float* ci = c + i * ldc;
+      for (int v = 0; v < kVectors; ++v) {
+        __m512 r = acc[i][v];
+        if (accumulate) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(masks[v], ci + 16 * v));
+        _mm512_mask_storeu_ps(ci + 16 * v, masks[v], r);
+      }
+    }
+  }
+
+  TCPP_BF16_TARGET static void panel(const Block& s, const std::uint32_t* ap, const std::uint32_t* bp, float* cp,
+                                     Index rows, Index cols) {
+    if (s.a_line_major)
+      tile<true>(s.pairs, ap, bp, cp, s.ldc, rows, cols, s.accumulate);
+    else
+      tile<false>(s.pairs, ap, bp, cp, s.ldc, rows, cols, s.accumulate);
+  }
+};
+
+#if TCPP_AMX_KERNEL
+// The AMX tiles: a 32 x 32 block of C in four 16 x 16 float32 tile registers (tmm0-3); per 16 k
+// pairs two A tiles (16 rows x 16 pairs each, tmm4-5, read from row-by-row A panels with the
+// panel's row stride) and two B tiles (16 pairs x 16 columns, tmm6-7, read from the pair-major B
+// panel, whose 32-column rows are 128 bytes) and four tdpbf16ps. Panels hold a multiple of 16
+// pairs (zeros past K), so every tile is whole; C's partial blocks go through a 32 x 32 buffer.
+struct AmxTiles {
+  static constexpr Index MR = 32, NR = 32, KC = kAmxKC, pair_multiple = 16;
+  static constexpr bool a_line_major_always = true;
+
+  // The tile shapes (palette 1): eight tiles of 16 rows of 64 bytes. A thread's tile
+  // configuration is its own, so each thread that computes blocks loads it and releases it after.
+  struct alignas(64) Config {
+    std::uint8_t palette = 1, start_row = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {};
+    std::uint8_t rows[16] = {};
+  };
+  TCPP_AMX_TARGET static void begin() {
+    Config cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.bytes_per_row[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+  }
+  TCPP_AMX_TARGET static void end() { _tile_release(); }
+
+  TCPP_AMX_TARGET static void panel(const Block& s, const std::uint32_t* ap, const std::uint32_t* bp, float* cp,
+                                    Index rows, Index cols) {
+    alignas(64) float buf[32 * 32];
+    const bool whole = rows == 32 && cols == 32;
+    float* c = whole ? cp : buf;
+    const Index ld = whole ? s.ldc : 32;
+    if (!whole && s.accumulate)
+      for (Index i = 0; i < 32; ++i)
+        for (Index j = 0; j < 32; ++j) buf[i * 32 + j] = i < rows && j < cols ? cp[i * s.ldc + j] : 0.0f;
+    const long stride = static_cast<long>(ld * sizeof(float));
+    if (s.accumulate) {
+      _tile_loadd(0, c, stride);
+      _tile_loadd(1, c + 16, stride);
+      _tile_loadd(2, c + 16 * ld, stride);
+      _tile_loadd(3, c + 16 * ld + 16, stride);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    const long a_stride = static_cast<long>(s.pairs * sizeof(std::uint32_t));
+    const std::uint32_t* a_low = ap + 16 * s.pairs;
+    for (Index p0 = 0; p0 < s.pairs; p0 += 16) {
+      _tile_loadd(4, ap + p0, a_stride);
+      _tile_loadd(5, a_low + p0, a_stride);
+      _tile_loadd(6, bp + p0 * 32, 128);
+      _tile_loadd(7, bp + p0 * 32 + 16, 128);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, stride);
+    _tile_stored(1, c + 16, stride);
+    _tile_stored(2, c + 16 * ld, stride);
+    _tile_stored(3, c + 16 * ld + 16, stride);
+    if (!whole)
+      for (Index i = 0; i < rows; ++i) std::copy(buf + i * 32, buf + i * 32 + cols, cp + i * s.ldc);
+  }
+};
+#endif
+
+// Block `blk` of C: for each B panel (kept in L1), every A panel of the block.
+template <class Tiles>
+void compute_block(const Block& s, Index blk) {
+  constexpr Index MR = Tiles::MR, NR = Tiles::NR;
+  const Index ip0 = (blk / s.blocks_n) * s.row_panels, jp0 = (blk % s.blocks_n) * s.col_panels;
+  const Index ip1 = std::min((s.M + MR - 1) / MR, ip0 + s.row_panels);
+  const Index jp1 = std::min((s.N + NR - 1) / NR, jp0 + s.col_panels);
+  for (Index jp = jp0; jp < jp1; ++jp) {
+    const std::uint32_t* bp = s.b + jp * s.pairs * NR;
+    for (Index ip = ip0; ip < ip1; ++ip)
+      Tiles::panel(s, s.a + ip * s.pairs * MR, bp, s.c + ip * MR * s.ldc + jp * NR, std::min(MR, s.M - ip * MR),
+                   std::min(NR, s.N - jp * NR));
   }
 }
 
@@ -274,30 +422,28 @@ inline int thread_count() { return omp_get_num_threads(); }
 inline int thread_count() { return 1; }
 #endif
 
-}  // namespace
-#endif  // TCPP_BF16_KERNEL
+// Pairs stored per panel line for a k block of kc values.
+template <class Tiles>
+constexpr Index stored_pairs(Index kc) {
+  const Index pairs = (kc + 1) / 2;
+  return (pairs + Tiles::pair_multiple - 1) / Tiles::pair_multiple * Tiles::pair_multiple;
+}
 
-void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
-          float beta, float* C, Index ldc) {
-  check_args("bf16::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
-  if (!cpu_supported()) throw std::runtime_error("bf16::gemm: " + unsupported_reason());
-#if TCPP_BF16_KERNEL
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (beta == 0.0f)
-      for (Index i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-    return;
-  }
-  const Index MP = (M + kMR - 1) / kMR, NP = (N + kNR - 1) / kNR;
-  const Index max_pairs = (std::min(K, kKC) + 1) / 2;
+// The product with tiles `Tiles` (M, N, K > 0; arguments checked).
+template <class Tiles>
+void run(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
+         float beta, float* C, Index ldc) {
+  constexpr Index MR = Tiles::MR, NR = Tiles::NR, KC = Tiles::KC;
+  const Index MP = (M + MR - 1) / MR, NP = (N + NR - 1) / NR;
+  const Index max_pairs = stored_pairs<Tiles>(std::min(K, KC));
   thread_local std::vector<std::uint32_t> a_buf, b_buf;
-  std::uint32_t* a_pack = workspace(a_buf, MP * max_pairs * kMR);
-  std::uint32_t* b_pack = workspace(b_buf, NP * max_pairs * kNR);
+  std::uint32_t* a_pack = workspace(a_buf, MP * max_pairs * MR);
+  std::uint32_t* b_pack = workspace(b_buf, NP * max_pairs * NR);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
-    // blocks of C: start from 4 x 4 panels (48 x 128) and halve the larger side until every
-    // thread has several blocks
+    // blocks of C: start from 4 x 4 panels and halve the larger side until every thread has
+    // several blocks
     const Index want = 4 * static_cast<Index>(thread_count());
     Index rp = std::min<Index>(4, MP), cp = std::min<Index>(4, NP);
     auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
@@ -308,33 +454,78 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
         cp = (cp + 1) / 2;
       if (rp == 1 && cp == 1) break;
     }
-    const Index blocks_n = (NP + cp - 1) / cp, n_blocks = blocks();
-    for (Index k0 = 0; k0 < K; k0 += kKC) {
-      const Index kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+    const Index blocks_n = (NP + cp - 1) / cp, blocks_m = (MP + rp - 1) / rp, n_blocks = blocks();
+    // a wide product takes its blocks column by column (see tuning::kF32ColumnOrderBytes)
+    const bool by_columns =
+        static_cast<double>(NP * NR * max_pairs) * sizeof(std::uint32_t) > tuning::kF32ColumnOrderBytes;
+    const bool a_line_major = Tiles::a_line_major_always || !trans_a;
+    Tiles::begin();
+    for (Index k0 = 0; k0 < K; k0 += KC) {
+      const Index kc = std::min(KC, K - k0), pairs = stored_pairs<Tiles>(kc);
       // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
 #pragma omp for schedule(static) nowait
       for (Index ip = 0; ip < MP; ++ip) {
-        std::uint32_t* dst = a_pack + ip * pairs * kMR;
-        const Index rows = std::min(kMR, M - ip * kMR);
+        std::uint32_t* dst = a_pack + ip * pairs * MR;
+        const Index rows = std::min(MR, M - ip * MR);
         if (trans_a)  // op(A)[i, k] = A[k*lda + i]: the pair is in two lines of A
-          pack_pairs_across_lines(A, lda, ip * kMR, rows, kMR, k0, kc, dst);
+          pack_pairs_across_lines(A, lda, ip * MR, rows, MR, k0, kc, pairs, dst, a_line_major);
         else
-          pack_pairs_in_line(A, lda, ip * kMR, rows, kMR, k0, kc, dst, true);
+          pack_pairs_in_line(A, lda, ip * MR, rows, MR, k0, kc, pairs, dst, true);
       }
 #pragma omp for schedule(static)
       for (Index jp = 0; jp < NP; ++jp) {
-        std::uint32_t* dst = b_pack + jp * pairs * kNR;
-        const Index cols = std::min(kNR, N - jp * kNR);
+        std::uint32_t* dst = b_pack + jp * pairs * NR;
+        const Index cols = std::min(NR, N - jp * NR);
         if (trans_b)  // op(B)[k, j] = B[j*ldb + k]: the pair is in one line of B
-          pack_pairs_in_line(B, ldb, jp * kNR, cols, kNR, k0, kc, dst, false);
+          pack_pairs_in_line(B, ldb, jp * NR, cols, NR, k0, kc, pairs, dst, false);
         else
-          pack_pairs_across_lines(B, ldb, jp * kNR, cols, kNR, k0, kc, dst);
+          pack_pairs_across_lines(B, ldb, jp * NR, cols, NR, k0, kc, pairs, dst, false);
       }
-      const Block s{M, N, pairs, rp, cp, blocks_n, a_pack, !trans_a, b_pack, C, ldc, beta != 0.0f || k0 > 0};
-#pragma omp for schedule(static)
-      for (Index blk = 0; blk < n_blocks; ++blk) compute_block(s, blk);
+      const Block s{M, N, pairs, rp, cp, blocks_n, a_pack, a_line_major, b_pack, C, ldc, beta != 0.0f || k0 > 0};
+      // blocks handed out as threads become free (each is still computed by one thread, in the
+      // same order)
+#pragma omp for schedule(dynamic)
+      for (Index blk = 0; blk < n_blocks; ++blk)
+        compute_block<Tiles>(s, by_columns ? (blk % blocks_m) * blocks_n + blk / blocks_m : blk);
     }
+    Tiles::end();
   }
+}
+
+}  // namespace
+#endif  // TCPP_BF16_KERNEL
+
+Kernel active_kernel() { return amx_supported() ? Kernel::Amx : Kernel::Avx512Bf16; }
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::Amx:
+      return "amx";
+    case Kernel::Avx512Bf16:
+      return "avx512_bf16";
+    default:
+      return "auto";
+  }
+}
+
+void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
+          float beta, float* C, Index ldc, Kernel kernel) {
+  check_args("bf16::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  if (!cpu_supported()) throw std::runtime_error("bf16::gemm: " + unsupported_reason());
+  if (kernel == Kernel::Auto) kernel = active_kernel();
+  if (kernel == Kernel::Amx && !amx_cpu_supported())
+    throw std::runtime_error("bf16::gemm: " + amx_unsupported_reason());
+#if TCPP_BF16_KERNEL
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      for (Index i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+#if TCPP_AMX_KERNEL
+  if (kernel == Kernel::Amx) return run<AmxTiles>(M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc);
+#endif
+  run<Avx512Bf16Tiles>(M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc);
 #endif
 }
 

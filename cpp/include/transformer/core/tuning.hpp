@@ -43,6 +43,8 @@ constexpr double kBf16ParallelMacs = 1 << 20;
 // 16 KB in bfloat16, so that it stays in a 48 KB L1 data cache while the A panels stream past it.
 constexpr Index kF32GemmKC = 256;
 constexpr Index kBf16GemmKC = 256;
+// The AMX kernel's k block: its A and B panels of 32 lines are 32 KB each at 512 k values.
+constexpr Index kAmxGemmKC = 512;
 
 // Blocks of C are taken row of blocks by row of blocks, so each row of blocks reads every B panel
 // of a k block again. When those panels are larger than this (a wide product: the logits against

@@ -27,8 +27,15 @@
 //     product; packing is split among the threads too). Each element of C is computed by one
 //     thread in a fixed order, so results do not depend on the thread count.
 //
-// The kernel is compiled with function target attributes and chosen at run time by CPUID, so the
-// extension loads (and float32 works) on any x86-64 CPU; `supported()` says whether it may run.
+// On CPUs with AMX (Intel Xeon since Sapphire Rapids) the same packed panels feed the tile
+// registers instead: a 32 x 32 block of C lives in four 16 x 16 float32 tiles, and each
+// `tdpbf16ps` multiplies a 16-row A tile by a 16-column B tile over 16 k pairs (the B panel's rows
+// of 32 columns are two B tiles side by side; A panels are stored row by row, as an A tile reads
+// them). Panels hold a multiple of 16 pairs, zeros past K, so every tile is whole. The tiles sum
+// each product in float32 as vdpbf16ps does, in another order.
+//
+// The kernels are compiled with function target attributes and chosen at run time by CPUID, so the
+// extension loads (and float32 works) on any x86-64 CPU; `supported()` says whether they may run.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +52,8 @@ constexpr Index kKC = tuning::kBf16GemmKC;  // k values per packed block (a B pa
 // products with fewer multiply-adds than this run on the calling thread only
 constexpr double kParallelMacs = tuning::kBf16ParallelMacs;
 
+constexpr Index kAmxKC = tuning::kAmxGemmKC;  // k values per packed block of the AMX kernel
+
 // The environment variable that, set to a non-empty value other than "0", makes supported()
 // false on any CPU (to test the unsupported path and to compare with float32 on one CPU).
 constexpr const char* kDisableEnv = "TRANSFORMER_CPP_DISABLE_BF16";
@@ -55,11 +64,21 @@ bool supported();
 // Why not, in a sentence (empty when supported()).
 std::string unsupported_reason();
 
-// C = beta C + op(A) op(B) (see the top of this file) with the AVX512_BF16 kernel.
-// Throws std::runtime_error when !cpu_supported() (never executes the instructions then) and
-// std::invalid_argument for a beta other than 0 or 1 or inconsistent sizes.
+// The same for the AMX tiles: set, the kernel of every bf16 product is the AVX512_BF16 one.
+constexpr const char* kDisableAmxEnv = "TRANSFORMER_CPP_DISABLE_AMX";
+
+// Which instructions compute a product: Auto is what the layers use, AMX where amx_supported(),
+// else AVX512_BF16.
+enum class Kernel { Auto, Avx512Bf16, Amx };
+Kernel active_kernel();
+const char* kernel_name(Kernel kernel);  // "auto" | "avx512_bf16" | "amx"
+
+// C = beta C + op(A) op(B) (see the top of this file) with `kernel`.
+// Throws std::runtime_error when !cpu_supported(), or for Amx when !amx_cpu_supported() (never
+// executes the instructions then), and std::invalid_argument for a beta other than 0 or 1 or
+// inconsistent sizes.
 void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
-          float beta, float* C, Index ldc);
+          float beta, float* C, Index ldc, Kernel kernel = Kernel::Auto);
 
 // The readable reference: the same product with every input rounded to bfloat16 by
 // round_to_bf16, multiplied and summed in double, then rounded to float. Slow; for tests.
@@ -72,5 +91,13 @@ float round_to_bf16(float x);
 
 // The CPU check alone (ignores kDisableEnv): what gemm() requires.
 bool cpu_supported();
+
+// Whether the AMX tiles compute the bf16 products: supported(), a CPU with AMX-BF16 whose
+// operating system grants this process the tile state, a build that has the kernel, and no
+// kDisableAmxEnv. amx_cpu_supported() is the CPU, OS and build part alone (what Kernel::Amx needs).
+bool amx_supported();
+bool amx_cpu_supported();
+// Why not, in a sentence (empty when amx_supported()).
+std::string amx_unsupported_reason();
 
 }  // namespace transformer::bf16
