@@ -1,10 +1,11 @@
 """Choosing the training precision, and the quick preset's model size, by measuring them:
 ``precision="auto"`` and model size auto (:func:`choose_size`, further down).
 
-bf16 mixed precision (``Transformer(..., precision="bf16")``) is faster than float32 only where the
-CPU's ``vdpbf16ps`` does more multiply-adds per cycle than its float32 FMAs, which some CPUs with
+bf16 mixed precision (``Transformer(..., precision="bf16")``) is faster than float32 where the CPU
+has AMX tiles (Intel Xeon since Sapphire Rapids: about twice as fast per step) or where its
+``vdpbf16ps`` does more multiply-adds per cycle than its float32 FMAs, which some CPUs with
 AVX512_BF16 run at half rate (docs/experiments.md has measurements, with their CPUs). Nothing in
-CPUID tells the two kinds apart, so ``auto`` times a
+CPUID tells the last two kinds apart, so ``auto`` times a
 few training steps of the run's own model in both precisions, on a synthetic batch of the run's
 size, taking turns, and keeps bf16 only if it is clearly faster (:data:`BF16_MARGIN`). The
 two precisions train to the same losses (tests/unit/test_bf16.py compares them); the choice is printed and recorded in the checkpoint like any precision, and ``--resume`` keeps

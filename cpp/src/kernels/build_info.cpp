@@ -39,7 +39,7 @@ std::map<std::string, std::string> build_info() {
   info["isa"] = isa_name(active_isa());
   info["isa_cpu"] = isa_name(cpu_isa());
   info["kernel.f32_gemm"] = f32::kernel_name(f32::active_kernel());
-  info["kernel.bf16_gemm"] = bf16::supported() ? "avx512_bf16" : "unavailable";
+  info["kernel.bf16_gemm"] = bf16::supported() ? bf16::kernel_name(bf16::active_kernel()) : "unavailable";
   info["kernel.decode_float32"] = have_decode_kernels() ? decode_kernels_isa() : "eigen";
   info["kernel.decode_int8"] = compute_type_kernel(ComputeType::Int8);
   info["kernel.decode_bf16"] = compute_type_kernel(ComputeType::BFloat16);

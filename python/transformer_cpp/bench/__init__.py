@@ -8,7 +8,7 @@ concern:
 1. **Machine GEMM peak** (:mod:`.gemm`): float32 ``2048 x 2048`` matrix products in NumPy (best
    of several), the practical ceiling for dense compute on this machine; and the **bfloat16 GEMM
    peak** measured the same way, the best of PyTorch's bfloat16 ``matmul`` (oneDNN) and our
-   AVX512_BF16 kernel: what bf16 training runs against.
+   bf16 kernel (AMX tiles or AVX512_BF16): what bf16 training runs against.
 2. **Training step** (:mod:`.training`) at the ``tutorial`` preset shapes (:mod:`.shapes`: batch
    64, sentences of 4-15 tokens with realistic padding, d_model 512, 4+4 layers, d_ff 512, 8
    heads, vocabularies 14,000/15,500, dropout 0.1, Adam): ``Transformer.train_step`` against the

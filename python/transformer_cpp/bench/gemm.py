@@ -60,8 +60,9 @@ def gemm_probe(n: int = 2048, seed: int = 0) -> Callable[[], float]:
 def bf16_gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0, torch_module: Any = None) -> Dict[str, Any]:
     """The bfloat16 GEMM peak, measured as :func:`gemm_peak` measures float32 (best of ``repeats``
     ``n x n`` products after an untimed one, ``2 n^3`` FLOPs each): PyTorch's bfloat16 ``matmul``
-    (oneDNN's AVX512_BF16 / AMX kernels where the CPU has them) and our AVX512_BF16 kernel
-    (:func:`transformer_cpp.kernels.bf16_matmul`, float32 inputs rounded while packing). The peak
+    (oneDNN's AVX512_BF16 / AMX kernels where the CPU has them) and ours (AMX tiles or
+    AVX512_BF16, ``kernel``: :func:`transformer_cpp.kernels.bf16_matmul`, float32 inputs rounded
+    while packing). The peak
     is the faster of the two; each is reported. Empty when neither can run: both need a CPU with
     bf16 dot-product instructions (:func:`transformer_cpp.kernels.have_bf16`)."""
     rng = np.random.default_rng(seed)
@@ -87,6 +88,7 @@ def bf16_gemm_peak(n: int = 2048, repeats: int = 5, seed: int = 0, torch_module:
         out["torch_gflops"] = best_of(lambda: torch_module.matmul(ta, tb))
     if kernels.have_bf16():
         out["ours_gflops"] = best_of(lambda: kernels.bf16_matmul(a, b))
+        out["kernel"] = kernels.bf16_kernel()
     found = [out[k] for k in ("torch_gflops", "ours_gflops") if k in out]
     out["gflops"] = max(found) if found else None
     return out
