@@ -1,4 +1,4 @@
-// bf16_gemm.hpp — matrix products with bfloat16 inputs and float32 accumulation (AVX512_BF16).
+// bf16_gemm.hpp — matrix products with bfloat16 inputs and float32 accumulation (AVX512_BF16, AMX).
 //
 //   C (M, N) = beta * C + op(A) (M, K) op(B) (K, N)        beta 0 or 1, all row-major float32
 //
@@ -17,6 +17,7 @@
 //   * K is walked in blocks of kKC. For each block, op(A) is packed into panels of kMR rows and
 //     op(B) into panels of kNR columns, k-pair by k-pair:
 //        A panel ip: word (ip*KP + p)*kMR + i = bf16 pair (op(A)[ip*kMR + i, 2p], op(A)[.., 2p + 1])
+//                    (with trans_a; otherwise row by row, word (ip*kMR + i)*KP + p, as A lies)
 //        B panel jp: word (jp*KP + p)*kNR + j = bf16 pair (op(B)[2p, jp*kNR + j], op(B)[2p + 1, ..])
 //     (KP = pairs in the block, an odd K padded with a zero; rows and columns past M and N are
 //     zero). A pair is one 32-bit word: low half the even k, high half the odd k.
@@ -27,8 +28,8 @@
 //     product; packing is split among the threads too). Each element of C is computed by one
 //     thread in a fixed order, so results do not depend on the thread count.
 //
-// On CPUs with AMX (Intel Xeon since Sapphire Rapids) the same packed panels feed the tile
-// registers instead: a 32 x 32 block of C lives in four 16 x 16 float32 tiles, and each
+// On CPUs with AMX (Intel Xeon since Sapphire Rapids) panels of the same kind, 32 lines wide, feed
+// the tile registers instead: a 32 x 32 block of C lives in four 16 x 16 float32 tiles, and each
 // `tdpbf16ps` multiplies a 16-row A tile by a 16-column B tile over 16 k pairs (the B panel's rows
 // of 32 columns are two B tiles side by side; A panels are stored row by row, as an A tile reads
 // them). Panels hold a multiple of 16 pairs, zeros past K, so every tile is whole. The tiles sum
