@@ -310,27 +310,13 @@ cli(
     ),
 )
 
-cli(
-    "translate: Windows line endings",
-    _tr(model="fixture"),
-    expect="ok",
-    stdin=b"The cat.\r\nThe dog.\r\n",
-    check=_same_as_alone("The cat.", "The dog."),
-)
-cli(
-    "translate: a byte-order mark",
-    _tr(model="fixture"),
-    expect="ok",
-    stdin=b"\xef\xbb\xbf" + SENT.encode() + b"\n",
-    check=_same_as_alone(SENT),
-)
-cli(
-    "translate: no final newline",
-    _tr(model="fixture"),
-    expect="ok",
-    stdin=b"The cat.\nThe dog.",
-    check=_same_as_alone("The cat.", "The dog."),
-)
+# standard input in other forms than one sentence a line, each line ending with "\n"
+for _what, _stdin, _lines in (
+    ("Windows line endings", b"The cat.\r\nThe dog.\r\n", ("The cat.", "The dog.")),
+    ("a byte-order mark", b"\xef\xbb\xbf" + SENT.encode() + b"\n", (SENT,)),
+    ("no final newline", b"The cat.\nThe dog.", ("The cat.", "The dog.")),
+):
+    cli(f"translate: {_what}", _tr(model="fixture"), expect="ok", stdin=_stdin, check=_same_as_alone(*_lines))
 cli(
     "translate: nothing on standard input",
     _tr(model="fixture"),
