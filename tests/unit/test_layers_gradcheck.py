@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from helpers.layer_checks import check_against_numeric, parameter_items, randomise_parameters
+from helpers.layer_checks import check_against_numeric, grads_of, parameter_items, randomise_parameters
 
 D, H, FF, V = 8, 2, 12, 11  # d_model, heads, d_ff, vocabulary
 
@@ -21,10 +21,6 @@ def tokens(rng, b, t, vocab=V, pad_from=None):
         if p is not None:
             tok[i, p:] = 0
     return tok
-
-
-def grads_of(layer):
-    return {n: p.grad.copy() for n, p in layer.parameters().items()}
 
 
 # --- feed-forward -------------------------------------------------------------------------------
