@@ -1,16 +1,18 @@
 """The command line as a user runs it: ``python -m transformer_cpp`` in a fresh interpreter (and
-interrupted with Ctrl-C), and the training options of the small runs the command-line tests train.
+interrupted with Ctrl-C), the training options of the small runs the command-line tests train, and
+another process holding a run directory's lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 # A very small model: the point is the plumbing, not the translations.
 TINY_MODEL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--n-heads", "2"]
@@ -103,3 +105,26 @@ def interrupt(
         if proc.poll() is None:
             proc.kill()
     return stderr
+
+
+@contextlib.contextmanager
+def run_locked_elsewhere(run_dir: Union[str, Path]) -> Iterator[subprocess.Popen]:
+    """Another process holding the lock of the run directory ``run_dir`` (``lock_run``, for 60 s at
+    most) through the block: the block starts once it holds it, and it is killed after."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, transformer_cpp.checkpoint as ck\n"
+            "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
