@@ -267,30 +267,11 @@ class ReferenceDecoderLayer(nn.Module):
 
 
 class _Stack(nn.Module):
-    """Shared input layer of the encoder and decoder stacks."""
+    """Shared input layer, ``n_layers`` layers of ``layer_class`` and the final pre-norm LayerNorm
+    of the encoder and decoder stacks."""
 
     pe: torch.Tensor  # the positional-encoding buffer registered in __init__
-
-    def __init__(self, vocab_size: int, d_model: int, dropout: float, max_length: int, layout: str) -> None:
-        super().__init__()
-        self.d_model, self.max_length = d_model, max_length
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
-        self.register_buffer(
-            "pe", torch.from_numpy(positional_encoding(max_length, d_model, layout, "float64")), persistent=False
-        )
-        self.dropout = nn.Dropout(dropout)
-
-    def embed(self, tokens: "torch.Tensor") -> "torch.Tensor":
-        t = tokens.shape[1]
-        if t > self.max_length:
-            raise ValueError(f"torch_reference: sequence length {t} is longer than max_length {self.max_length}")
-        x = self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:t].to(self.embedding.weight.dtype)
-        return cast(torch.Tensor, self.dropout(x))
-
-
-class ReferenceEncoder(_Stack):
-    """Embedding, dropout and ``n_layers`` encoder layers (+ a final LayerNorm when pre-norm).
-    ``forward(tokens) -> (B, S, d)``; padding keys (token 0) are masked."""
+    layer_class: type  # the layer each subclass stacks
 
     def __init__(
         self,
@@ -305,11 +286,31 @@ class ReferenceEncoder(_Stack):
         pre_norm: bool = False,
         eps: float = 1e-6,
     ) -> None:
-        super().__init__(vocab_size, d_model, dropout, max_length, layout)
+        super().__init__()
+        self.d_model, self.max_length = d_model, max_length
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
+        self.register_buffer(
+            "pe", torch.from_numpy(positional_encoding(max_length, d_model, layout, "float64")), persistent=False
+        )
+        self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            ReferenceEncoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps) for _ in range(n_layers)
+            self.layer_class(d_model, n_heads, d_ff, dropout, pre_norm, eps) for _ in range(n_layers)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
+
+    def embed(self, tokens: "torch.Tensor") -> "torch.Tensor":
+        t = tokens.shape[1]
+        if t > self.max_length:
+            raise ValueError(f"torch_reference: sequence length {t} is longer than max_length {self.max_length}")
+        x = self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:t].to(self.embedding.weight.dtype)
+        return cast(torch.Tensor, self.dropout(x))
+
+
+class ReferenceEncoder(_Stack):
+    """Embedding, dropout and ``n_layers`` encoder layers (+ a final LayerNorm when pre-norm).
+    ``forward(tokens) -> (B, S, d)``; padding keys (token 0) are masked."""
+
+    layer_class = ReferenceEncoderLayer
 
     def forward(self, tokens: Any) -> "torch.Tensor":
         tokens = _as_tokens(tokens, self.embedding.weight.device)
@@ -324,24 +325,7 @@ class ReferenceDecoder(_Stack):
     """Embedding, dropout and ``n_layers`` decoder layers (+ a final LayerNorm when pre-norm).
     ``forward(tokens, memory, source_padding=None)`` with source_padding (B, S), True = padding."""
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        n_layers: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        max_length: int = 2048,
-        layout: str = "interleaved",
-        pre_norm: bool = False,
-        eps: float = 1e-6,
-    ) -> None:
-        super().__init__(vocab_size, d_model, dropout, max_length, layout)
-        self.layers = nn.ModuleList(
-            ReferenceDecoderLayer(d_model, n_heads, d_ff, dropout, pre_norm, eps) for _ in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
+    layer_class = ReferenceDecoderLayer
 
     def forward(self, tokens: Any, memory: "torch.Tensor", source_padding: Any = None) -> "torch.Tensor":
         tokens = _as_tokens(tokens, self.embedding.weight.device)

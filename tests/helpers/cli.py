@@ -1,14 +1,18 @@
-"""The command line as a user runs it: ``python -m transformer_cpp`` in a fresh interpreter, and
-the training options of the small runs the command-line tests train.
+"""The command line as a user runs it: ``python -m transformer_cpp`` in a fresh interpreter (and
+interrupted with Ctrl-C), the training options of the small runs the command-line tests train, and
+another process holding a run directory's lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 # A very small model: the point is the plumbing, not the translations.
 TINY_MODEL = ["--preset", "tiny", "--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--n-heads", "2"]
@@ -76,3 +80,51 @@ def run_main(*args: str, blocked: Sequence[str] = ()) -> subprocess.CompletedPro
     prelude = "".join(f"sys.modules[{name!r}] = None; " for name in blocked)
     code = f"import sys; {prelude}from transformer_cpp.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def interrupt(
+    proc: subprocess.Popen, ready: Callable[[], bool], what: str, wait: float, *, feed: bytes = b"", settle: float = 0.0
+) -> Union[str, bytes]:
+    """Ctrl-C for the running command ``proc`` once ``ready()`` (``feed`` first written to its
+    standard input): fails if the command ends before, or if ``what`` is not ready after ``wait``
+    seconds; SIGINT ``settle`` seconds after ``ready()``, then its standard error once it has ended
+    (within 60 s). A command still running when this returns or fails is killed."""
+    try:
+        if feed:
+            proc.stdin.write(feed)
+            proc.stdin.flush()
+        deadline = time.monotonic() + wait
+        while not ready():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"no {what} after {wait:g} s"
+            time.sleep(0.05)
+        time.sleep(settle)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return stderr
+
+
+@contextlib.contextmanager
+def run_locked_elsewhere(run_dir: Union[str, Path]) -> Iterator[subprocess.Popen]:
+    """Another process holding the lock of the run directory ``run_dir`` (``lock_run``, for 60 s at
+    most) through the block: the block starts once it holds it, and it is killed after."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, transformer_cpp.checkpoint as ck\n"
+            "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

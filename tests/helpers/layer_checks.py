@@ -7,9 +7,10 @@ convention, parameters whose true gradient is zero), so these helpers take the p
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 
 import numpy as np
+import pytest
 
 import transformer_cpp as tc
 from .gradcheck import TOLERANCE, numeric_grad, rel_error
@@ -116,6 +117,38 @@ def check_lm_gradients(lm, tokens: np.ndarray, per_parameter: int = 2, seed: int
     num, ana = np.array(numeric), np.array(analytic)
     assert np.linalg.norm(num - ana) / (np.linalg.norm(num) + np.linalg.norm(ana)) <= 1e-6
     return len(numeric)
+
+
+def check_lm_against_torch(
+    lm, tokens: np.ndarray, reference: Callable[[Dict[str, Any]], Any], rel: float, rtol: float, atol: float
+) -> None:
+    """A language model's loss and every gradient of ``compute_gradients`` on ``tokens`` (no
+    dropout) against ``reference(weights)``, a PyTorch loss of tensors holding the same weights
+    (by parameter name), and its autograd: the loss within ``rel``, each gradient within
+    ``rtol`` and ``atol``."""
+    import torch
+
+    loss = lm.compute_gradients(tokens, training=False)
+    weights = {n: torch.tensor(np.array(p.value), requires_grad=True) for n, p in lm.parameters().items()}
+    ref = reference(weights)
+    ref.backward()
+    assert loss == pytest.approx(ref.item(), rel=rel)
+    for name, p in lm.parameters().items():
+        np.testing.assert_allclose(p.grad, weights[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
+
+
+def grads_of(layer) -> Dict[str, np.ndarray]:
+    """A copy of the gradient of each parameter of ``layer``, by name."""
+    return {n: p.grad.copy() for n, p in layer.parameters().items()}
+
+
+def check_accumulated(layer, once: Dict[str, np.ndarray], rtol: float, atol: float) -> None:
+    """After a second backward pass every gradient of ``layer`` is twice ``once``, its gradients
+    after the first (within ``rtol`` and ``atol``), and ``zero_grad`` clears them all."""
+    for n, p in layer.parameters().items():
+        np.testing.assert_allclose(p.grad, 2 * once[n], rtol=rtol, atol=atol)
+    layer.zero_grad()
+    assert all(not p.grad.any() for p in layer.parameters().values())
 
 
 # The language-model tests' model: two blocks of width 8, no dropout.

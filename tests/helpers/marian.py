@@ -1,16 +1,17 @@
 """Small MarianMT models for the tests, built with Transformers' own classes (nothing downloaded):
-a configuration with Marian's special ids, and the tokenizer files of a MarianMT directory from
-SentencePiece models trained in the test."""
+a configuration with Marian's special ids, the tokenizer files of a MarianMT directory from
+SentencePiece models trained in the test, and source rows and output ids in Marian's form."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Sequence, Tuple
 
+import numpy as np
 import transformers
 
-from helpers.sentencepiece_models import pieces
+from helpers.sentencepiece_models import pieces, train_sentencepiece
 
 
 def tiny_marian_config(vocab_size: int, **fields: Any) -> Any:
@@ -54,3 +55,38 @@ def write_marian_tokenizers(
     (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")
     return vocab
+
+
+def marian_directory(tmp: Path, words: Sequence[str], tokenizer_config: Dict[str, Any]) -> Tuple[Path, Dict[str, int]]:
+    """The MarianMT directory ``tmp/opus-mt-en-es`` with the tokenizer files
+    (:func:`write_marian_tokenizers`) of two SentencePiece models of about 50 pieces trained in
+    ``tmp`` on 300 sentences of 7 of ``words`` (the target's in the reverse order), and its
+    vocabulary."""
+    lines = [" ".join(words[(i * 5 + j * 3) % len(words)] for j in range(7)) for i in range(300)]
+    src, tgt = train_sentencepiece(tmp, "src", lines, 50), train_sentencepiece(tmp, "tgt", lines[::-1], 50)
+    out = tmp / "opus-mt-en-es"
+    out.mkdir()
+    return out, write_marian_tokenizers(out, src, tgt, tokenizer_config)
+
+
+def marian_sources(seed: int, lengths: Sequence[int], pad: int) -> np.ndarray:
+    """Source rows of ``lengths`` random ids below ``pad`` (seeded by ``seed``), each followed by
+    the end id 0, padded with ``pad`` to the longest."""
+    rng = np.random.default_rng(seed)
+    rows = [list(rng.integers(1, pad, size=n)) + [0] for n in lengths]
+    src = np.full((len(rows), max(map(len, rows))), pad, dtype=np.int64)
+    for i, r in enumerate(rows):
+        src[i, : len(r)] = r
+    return src
+
+
+def trimmed(row: Any, pad: int) -> List[int]:
+    """The ids of ``row`` up to and including the end id 0, without padding."""
+    out: List[int] = []
+    for v in row:
+        if v == pad:
+            break
+        out.append(int(v))
+        if v == 0:
+            break
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -42,9 +42,16 @@ def reversal_tokenizer() -> tc.SubwordTokenizer:
 
 
 def tiny_model(
-    tok: tc.SubwordTokenizer, *, dropout: float = 0.0, seed: int = 0, d_model: int = 32, max_length: int = 8
+    tok: tc.SubwordTokenizer,
+    *,
+    dropout: float = 0.0,
+    seed: int = 0,
+    d_model: int = 32,
+    max_length: int = 8,
+    **options: Any,
 ) -> tc.Transformer:
-    """A one-layer Transformer small enough to train in a second."""
+    """A one-layer Transformer small enough to train in a second; ``options``: any other argument
+    of :class:`~transformer_cpp.Transformer`."""
     return tc.Transformer(
         tok.vocab_size,
         tok.vocab_size,
@@ -55,6 +62,7 @@ def tiny_model(
         dropout=dropout,
         max_length=max_length,
         seed=seed,
+        **options,
     )
 
 

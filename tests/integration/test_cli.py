@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from transformer_cpp import build_info
 from transformer_cpp.cli import build_parser
 
-from helpers.cli import SMALL, run_cli, train_args
+from helpers.cli import SMALL, interrupt, run_cli, train_args
 from helpers.toy_task import write_tatoeba_file
 
 
@@ -153,17 +151,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
         text=True,
         env=env,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not (out / "latest").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no checkpoint after 60 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stderr = interrupt(proc, (out / "latest").exists, "checkpoint", 60)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "--resume" in stderr
     latest = (out / "latest").read_text().strip()

@@ -11,8 +11,7 @@ from typing import Any, Dict
 
 import numpy as np
 import pytest
-from helpers.marian import tiny_marian_config, write_marian_tokenizers
-from helpers.sentencepiece_models import train_sentencepiece
+from helpers.marian import marian_directory, tiny_marian_config
 
 from transformer_cpp import cli, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
@@ -31,11 +30,7 @@ RAW = "The CAT  runs!"  # what cleaning would change (case, spacing, punctuation
 def imported(tmp_path_factory: Any) -> Dict[str, Any]:
     """A MarianMT directory (SentencePiece models trained here, random weights), imported as a run."""
     tmp = tmp_path_factory.mktemp("finetune")
-    lines = [" ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(7)) for i in range(300)]
-    src, tgt = train_sentencepiece(tmp, "src", lines, 50), train_sentencepiece(tmp, "tgt", lines[::-1], 50)
-    out = tmp / "opus-mt-en-es"
-    out.mkdir()
-    vocab = write_marian_tokenizers(out, src, tgt, {"separate_vocabs": False})
+    out, vocab = marian_directory(tmp, WORDS, {"separate_vocabs": False})
     pad = len(vocab) - 1
     config = tiny_marian_config(
         len(vocab),

@@ -14,8 +14,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 import pytest
-from helpers.marian import tiny_marian_config, write_marian_tokenizers
-from helpers.sentencepiece_models import train_sentencepiece
+from helpers.marian import marian_directory, tiny_marian_config, trimmed
 
 from transformer_cpp import Translator, cli, encode_pairs, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
@@ -33,11 +32,7 @@ SENTENCES = ["the cat runs", "a big red dog sees my old friend", "house", "the s
 def marian(tmp_path_factory: Any) -> Dict[str, Any]:
     """A MarianMT directory named like a published one: tokenizers, config and random weights."""
     tmp = tmp_path_factory.mktemp("marian")
-    lines = [" ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(7)) for i in range(300)]
-    src, tgt = train_sentencepiece(tmp, "src", lines, 50), train_sentencepiece(tmp, "tgt", lines[::-1], 50)
-    out = tmp / "opus-mt-en-es"
-    out.mkdir()
-    vocab = write_marian_tokenizers(out, src, tgt, {"separate_vocabs": False, "source_lang": "en", "target_lang": "es"})
+    out, vocab = marian_directory(tmp, WORDS, {"separate_vocabs": False, "source_lang": "en", "target_lang": "es"})
     # weights large enough that the output depends on the source
     pad = len(vocab) - 1
     config = tiny_marian_config(len(vocab), init_std=0.25)
@@ -61,17 +56,7 @@ def _generate(m: Dict[str, Any]) -> List[List[int]]:
     enc = m["tok"](SENTENCES, return_tensors="pt", padding=True)
     with torch.no_grad():
         out = m["hf"].generate(**enc, num_beams=1, do_sample=False, max_new_tokens=STEPS)
-    found = []
-    for row in out.numpy()[:, 1:]:
-        ids: List[int] = []
-        for v in row:
-            if v == m["pad"]:
-                break
-            ids.append(int(v))
-            if v == 0:
-                break
-        found.append(ids)
-    return found
+    return [trimmed(row, m["pad"]) for row in out.numpy()[:, 1:]]
 
 
 def _ours(translator: Translator) -> List[Any]:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import MarianMTModel
 
-from helpers.marian import tiny_marian_config
+from helpers.marian import marian_sources, tiny_marian_config, trimmed
 
 from transformer_cpp import export
 from transformer_cpp.pretrained import load_marian
@@ -60,24 +60,7 @@ def marian(tmp_path: Any, *, vocab_shared: bool = True, **options: Any) -> Dict[
 
 
 def sources(pad: int) -> np.ndarray:
-    rng = np.random.default_rng(3)
-    rows = [list(rng.integers(1, pad, size=n)) + [0] for n in (3, 6, 1, 8, 5, 2)]
-    src = np.full((len(rows), max(map(len, rows))), pad, dtype=np.int64)
-    for i, r in enumerate(rows):
-        src[i, : len(r)] = r
-    return src
-
-
-def trimmed(row: Any, pad: int) -> List[int]:
-    """Ids up to and including the end id 0, without padding."""
-    out: List[int] = []
-    for v in row:
-        if v == pad:
-            break
-        out.append(int(v))
-        if v == 0:
-            break
-    return out
+    return marian_sources(3, (3, 6, 1, 8, 5, 2), pad)
 
 
 def hf_generate(m: Dict[str, Any], src: np.ndarray, beams: int) -> List[List[int]]:

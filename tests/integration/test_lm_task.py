@@ -33,6 +33,28 @@ TINY = dict(
 )
 
 
+#: ``train-lm``'s options for a width-16 model of one block, batches of 4 windows of 16 characters,
+#: validations of 256 characters, one thread.
+_TINY_MODEL_ARGS = [
+    "--d-model",
+    "16",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-chars",
+    "256",
+    "--threads",
+    "1",
+]
+
+
 @pytest.fixture
 def text_file(tmp_path):
     return write_tiny_text(tmp_path / "tiny.txt", 240)
@@ -40,6 +62,18 @@ def text_file(tmp_path):
 
 def quiet(_: str) -> None:
     pass
+
+
+def assert_resumed_exactly(resumed, text_file: Path, out: Path, steps: int, eval_every: int) -> None:
+    """``resumed`` trained to its end ends with the weights of a TINY run on ``text_file`` of
+    ``steps`` steps, validated every ``eval_every``, trained straight through into ``out``."""
+    resumed.fit()
+    straight = new_lm_trainer(
+        LmTrainRequest(text=str(text_file), steps=steps, eval_every=eval_every, **TINY), out, quiet
+    )
+    straight.fit()
+    for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
+        np.testing.assert_array_equal(p.value, q.value, err_msg=name)
 
 
 def test_split_cuts_at_line_starts_and_keeps_every_character():
@@ -88,13 +122,7 @@ def test_train_checkpoint_resume_exactly_and_generate(text_file, tmp_path):
 
     resumed = resume_lm_trainer(out, {"steps": 40}, quiet)
     assert resumed.model.step == 30
-    resumed.fit()
-    straight = new_lm_trainer(
-        LmTrainRequest(text=str(text_file), steps=40, eval_every=10, **TINY), tmp_path / "b", quiet
-    )
-    straight.fit()
-    for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
-        np.testing.assert_array_equal(p.value, q.value, err_msg=name)
+    assert_resumed_exactly(resumed, text_file, tmp_path / "b", steps=40, eval_every=10)
 
     ckpt = load_lm(out)
     assert ckpt.path.name == "epoch-0001-batch-000040"
@@ -134,32 +162,7 @@ def test_generation_keeps_to_the_context_and_matches_the_full_forward(kind):
 
 def test_commands_train_generate_evaluate(text_file, tmp_path, capsys):
     out = tmp_path / "cli"
-    args = [
-        "--text",
-        str(text_file),
-        "--out",
-        str(out),
-        "--d-model",
-        "16",
-        "--n-layers",
-        "1",
-        "--n-heads",
-        "2",
-        "--d-ff",
-        "32",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "4",
-        "--steps",
-        "6",
-        "--eval-every",
-        "3",
-        "--threads",
-        "1",
-        "--eval-chars",
-        "256",
-    ]
+    args = ["--text", str(text_file), "--out", str(out), *_TINY_MODEL_ARGS, "--steps", "6", "--eval-every", "3"]
     assert main(["train-lm", *args]) == 0
     printed = capsys.readouterr()
     assert "step 6" in printed.err and "bits per character on the held-out test text" in printed.out
@@ -370,13 +373,7 @@ def test_a_run_of_the_older_layout_resumes_exactly_generates_and_scores(text_fil
     resumed = resume_lm_trainer(old, {"steps": 20}, quiet)
     assert resumed.model.step == 12 and resumed.elapsed == 1.5
     assert resumed.history["epoch"]["val_bpc"][0] == 4.2  # the older progress entries, kept
-    resumed.fit()
-    straight = new_lm_trainer(
-        LmTrainRequest(text=str(text_file), steps=20, eval_every=6, **TINY), tmp_path / "b", quiet
-    )
-    straight.fit()
-    for (name, p), q in zip(resumed.model.parameters().items(), straight.model.parameters().values()):
-        np.testing.assert_array_equal(p.value, q.value, err_msg=name)
+    assert_resumed_exactly(resumed, text_file, tmp_path / "b", steps=20, eval_every=6)
     assert load_lm(old).legacy is None and load_lm(old).model.step == 20  # written in today's layout
 
     fresh = tmp_path / "old2"
@@ -422,25 +419,7 @@ def test_a_run_of_one_task_given_to_the_other_commands_says_so(text_file, tmp_pa
         assert "translate, evaluate or serve" in lines[0], lines
 
 
-_TINY_ARGS = [
-    "--d-model",
-    "16",
-    "--n-layers",
-    "1",
-    "--n-heads",
-    "2",
-    "--d-ff",
-    "32",
-    "--seq-len",
-    "16",
-    "--batch-size",
-    "4",
-    "--eval-chars",
-    "256",
-    "--threads",
-    "1",
-    "--no-progress",
-]
+_TINY_ARGS = [*_TINY_MODEL_ARGS, "--no-progress"]
 
 
 def test_a_second_writer_into_a_run_directory_fails_at_once(text_file, tmp_path, capsys):

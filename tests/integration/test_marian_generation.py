@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import MarianMTModel
 
-from helpers.marian import tiny_marian_config
+from helpers.marian import marian_sources, tiny_marian_config, trimmed
 
 from transformer_cpp.pretrained import load_marian
 from transformer_cpp.pretrained.generation import generation_defaults
@@ -44,23 +44,11 @@ def _model(tmp_path: Any, seed: int) -> Dict[str, Any]:
 
 
 def _sources() -> np.ndarray:
-    rng = np.random.default_rng(11)
-    rows = [list(rng.integers(1, PAD, size=n)) + [0] for n in (3, 7, 1, 8, 5, 2, 6, 4)]
-    src = np.full((len(rows), max(map(len, rows))), PAD, dtype=np.int64)
-    for i, r in enumerate(rows):
-        src[i, : len(r)] = r
-    return src
+    return marian_sources(11, (3, 7, 1, 8, 5, 2, 6, 4), PAD)
 
 
 def _trimmed(row: Any) -> List[int]:
-    out: List[int] = []
-    for v in row:
-        if v == PAD:
-            break
-        out.append(int(v))
-        if v == 0:
-            break
-    return out
+    return trimmed(row, PAD)
 
 
 def _generate(hf: Any, src: np.ndarray, **kwargs: Any) -> Any:

@@ -13,6 +13,7 @@ from transformer_cpp.checkpoint import list_checkpoints
 from transformer_cpp.plotting import history_plot
 from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted, evaluate_loss
 
+from helpers.cli import run_locked_elsewhere
 from helpers.toy_task import threads, reversal_pairs, tiny_model
 from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
@@ -511,26 +512,11 @@ def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
     )
     trainer.fit(on_batch_end=try_from_another_process)
     assert seen == ["locked"]
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time, transformer_cpp.checkpoint as ck\n"
-            "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with run_locked_elsewhere(tmp_path):
         step = trainer.model.step
         with pytest.raises(RunLockedError, match="in use by another process"):
             trainer.fit(epochs=2)
         assert trainer.model.step == step  # refused before any step
-    finally:
-        holder.kill()
-        holder.wait()
     with lock_run(tmp_path):  # released by fit, and by the holder's death
         pass
 

@@ -104,18 +104,7 @@ def test_lm_patience_ranks_by_validation_bits_per_character(tmp_path, monkeypatc
 
 
 def _model64(tok):
-    return tc.Transformer(
-        tok.vocab_size,
-        tok.vocab_size,
-        d_model=16,
-        n_layers=1,
-        n_heads=2,
-        d_ff=32,
-        dropout=0.0,
-        max_length=8,
-        seed=2,
-        dtype="float64",
-    )
+    return tiny_model(tok, d_model=16, seed=2, dtype="float64")
 
 
 def test_accumulated_batches_train_as_the_larger_batch(tok, data):

@@ -7,10 +7,8 @@ from __future__ import annotations
 import io
 import os
 import selectors
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,7 +16,7 @@ from transformer_cpp.checkpoint import save_checkpoint
 from transformer_cpp.cli.translate_io import StreamReader, atomic_output, progress_bar, split_lines
 from transformer_cpp.translate import Translator
 
-from helpers.cli import cli_env, run_cli
+from helpers.cli import cli_env, interrupt, run_cli
 from helpers.toy_task import reversal_pairs, tiny_model, trained_reversal_model
 from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
 
@@ -33,6 +31,18 @@ def run(tok, tmp_path_factory):
     return root
 
 
+def _translating(run, *args: str, **popen) -> subprocess.Popen:
+    """``transformer-cpp translate --model RUN ARGS`` started, its three standard streams piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "transformer_cpp", "translate", "--model", str(run), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        **popen,
+    )
+
+
 def _readline(proc: subprocess.Popen, timeout: float) -> str:
     """The next line of the process's standard output, or a failure after ``timeout`` seconds."""
     with selectors.DefaultSelector() as sel:
@@ -42,15 +52,7 @@ def _readline(proc: subprocess.Popen, timeout: float) -> str:
 
 
 def test_each_line_is_translated_before_the_next_arrives(run):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "transformer_cpp", "translate", "--model", str(run), "--threads", "1"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        bufsize=1,
-        env=cli_env(),
-    )
+    proc = _translating(run, "--threads", "1", text=True, bufsize=1)
     try:
         for source, target in zip(SOURCES[:3], TARGETS[:3]):
             proc.stdin.write(source + "\n")
@@ -114,26 +116,12 @@ def test_input_and_output_files(run, tmp_path):
 
 def test_an_interrupted_translation_leaves_no_output_file(run, tmp_path):
     out = tmp_path / "out.txt"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "transformer_cpp", "translate", "--model", str(run), "--output", str(out)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
-    )
-    try:
-        proc.stdin.write(b"a b c\n")
-        proc.stdin.flush()
-        deadline = time.monotonic() + 120
-        while not any(p.name.startswith(".out.txt.") for p in tmp_path.iterdir()):  # being written
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def being_written():
+        return any(p.name.startswith(".out.txt.") for p in tmp_path.iterdir())
+
+    proc = _translating(run, "--output", str(out))
+    stderr = interrupt(proc, being_written, "output file being written", 120, feed=b"a b c\n", settle=1.0)
     assert proc.returncode == 130, stderr
     assert list(tmp_path.iterdir()) == [], "a partial output file is left"
 
@@ -210,13 +198,7 @@ def test_empty_translations_are_named_once(run, tok, tmp_path):
 
 def test_a_reader_that_leaves_ends_the_stream_quietly(run):
     """``translate | head -1``: once the output's reader has gone, the command stops without an error."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "transformer_cpp", "translate", "--model", str(run), "--threads", "1"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
-    )
+    proc = _translating(run, "--threads", "1")
     try:
         proc.stdin.write(b"a b\n")
         proc.stdin.flush()

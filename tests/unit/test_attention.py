@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from helpers.layer_checks import check_against_numeric, parameter_items, randomise_parameters
+from helpers.layer_checks import check_accumulated, check_against_numeric, grads_of, parameter_items
+from helpers.layer_checks import randomise_parameters
 
 TOL64 = 1e-12  # float64 forward vs NumPy: a handful of roundings on O(1) values
 TOL32 = 2e-6  # float32 forward vs a float64 NumPy reference, relative to max |value|
@@ -235,9 +236,6 @@ def test_mha_gradients_accumulate_until_zero_grad():
     d = rng.standard_normal((2, 3, 8))
     mha.forward(x)
     mha.backward(d)
-    g1 = {n: p.grad.copy() for n, p in mha.parameters().items()}
+    g1 = grads_of(mha)
     mha.backward(d)
-    for n, p in mha.parameters().items():
-        np.testing.assert_allclose(p.grad, 2 * g1[n], rtol=1e-14, atol=1e-300)
-    mha.zero_grad()
-    assert not any(p.grad.any() for p in mha.parameters().values())
+    check_accumulated(mha, g1, rtol=1e-14, atol=1e-300)

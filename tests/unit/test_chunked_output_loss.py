@@ -26,6 +26,8 @@ from helpers.kernels import needs_bf16
 
 UNFUSED = -1
 TOL = {"float64": 1e-13, "float32": 5e-6, "bf16": 5e-4}
+#: The size of the translation and language models compared here.
+ARCH = dict(d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0)
 
 
 def pairs_batch(rng, batch=6, src_len=7, tgt_len=8, src_vocab=40, tgt_vocab=50):
@@ -43,11 +45,7 @@ def translator(dtype="float32", share=False, precision="float32", vocab=50, **ex
         40 if not extra.get("share_source_embedding") else vocab,
         vocab,
         dtype=dtype,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        d_ff=64,
-        dropout=0.0,
+        **ARCH,
         max_length=16,
         seed=1,
         share_embeddings=share,
@@ -228,11 +226,7 @@ def test_language_model_chunks_match_the_unfused_reference(dtype, share, rows):
     lm = tc.LanguageModel(
         30,
         dtype=dtype,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        d_ff=64,
-        dropout=0.0,
+        **ARCH,
         max_len=16,
         seed=2,
         share_embeddings=share,

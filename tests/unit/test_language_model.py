@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers.layer_checks import LM_SMALL as SMALL, check_lm_gradients, tokens_for
+from helpers.layer_checks import LM_SMALL as SMALL, check_lm_against_torch, check_lm_gradients, tokens_for
 from transformer_cpp import LanguageModel
 from transformer_cpp.config import LM_FIELDS
 
@@ -124,13 +124,9 @@ def test_loss_and_gradients_match_pytorch_gpt_float32(pre_norm, tied, kind):
     for p in lm.parameters().values():
         p.value[...] += (0.05 * rng.standard_normal(p.value.shape)).astype(np.float32)
     tokens = tokens_for(V, (3, 9), seed=4)
-    loss = lm.compute_gradients(tokens, training=False)
-    weights = {n: torch.tensor(np.array(p.value), requires_grad=True) for n, p in lm.parameters().items()}
-    ref = torch_gpt_loss(weights, tokens, d, L, H, pre_norm, kind=kind)
-    ref.backward()
-    assert loss == pytest.approx(ref.item(), rel=1e-5)
-    for name, p in lm.parameters().items():
-        np.testing.assert_allclose(p.grad, weights[name].grad.numpy(), rtol=2e-4, atol=2e-5, err_msg=name)
+    check_lm_against_torch(
+        lm, tokens, lambda w: torch_gpt_loss(w, tokens, d, L, H, pre_norm, kind=kind), rel=1e-5, rtol=2e-4, atol=2e-5
+    )
 
 
 def test_float32_agrees_with_float64():

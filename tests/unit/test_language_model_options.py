@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from helpers.gradcheck import central_difference
-from helpers.layer_checks import LM_SMALL as SMALL, check_lm_gradients, tokens_for
+from helpers.layer_checks import LM_SMALL as SMALL, check_lm_against_torch, check_lm_gradients, tokens_for
 from transformer_cpp import LanguageModel
 from transformer_cpp.data.lm_text import CharVocabulary
 from transformer_cpp.task import generate
@@ -33,6 +33,18 @@ def moved(lm: LanguageModel, scale: float = 0.05, seed: int = 1) -> LanguageMode
     for p in lm.parameters().values():
         p.value[...] += scale * rng.standard_normal(p.value.shape)
     return lm
+
+
+def greedy_over_windows(lm: LanguageModel, vocabulary: CharVocabulary, prompt: str, n: int, context: int) -> str:
+    """``n`` characters after ``prompt``, each the most likely (padding aside) of the model's full
+    forward over the last ``context`` characters."""
+    seq, want = [int(i) for i in vocabulary.encode(prompt)], []
+    for _ in range(n):
+        logits = lm.forward(np.array([seq[-context:]]))[0, -1]
+        logits[0] = -np.inf
+        want.append(int(np.argmax(logits)))
+        seq.append(want[-1])
+    return vocabulary.decode(want)
 
 
 # ------------------------------------------------------------------ float64 gradients
@@ -153,13 +165,10 @@ def test_loss_and_gradients_match_pytorch_float64(options):
         scale=0.1,
     )
     tokens = tokens_for(V, (3, 8), seed=1)  # 7 inputs: one LSH chunk of 8 holds them all
-    loss = lm.compute_gradients(tokens, training=False)
-    weights = {n: torch.tensor(np.array(p.value), requires_grad=True) for n, p in lm.parameters().items()}
-    ref = torch_lm_loss(weights, tokens, d, L, H, options.get("reversible", False), options.get("attention", "softmax"))
-    ref.backward()
-    assert loss == pytest.approx(ref.item(), rel=1e-12)
-    for name, p in lm.parameters().items():
-        np.testing.assert_allclose(p.grad, weights[name].grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+    reversible, kind = options.get("reversible", False), options.get("attention", "softmax")
+    check_lm_against_torch(
+        lm, tokens, lambda w: torch_lm_loss(w, tokens, d, L, H, reversible, kind), rel=1e-12, rtol=1e-9, atol=1e-12
+    )
 
 
 def test_reversible_blocks_are_another_function_than_ordinary_blocks():
@@ -206,13 +215,7 @@ def test_lsh_with_one_chunk_is_causal_and_generation_recomputes_the_window():
         lm.start_generation(1, 8)
     # generation runs the model over the last `context` characters for each one
     got = generate(lm, vocabulary, "abc", 12, temperature=0, context=6)
-    seq, want = [int(i) for i in vocabulary.encode("abc")], []
-    for _ in range(12):
-        logits = lm.forward(np.array([seq[-6:]]))[0, -1]
-        logits[0] = -np.inf
-        want.append(int(np.argmax(logits)))
-        seq.append(want[-1])
-    assert got == vocabulary.decode(want)
+    assert got == greedy_over_windows(lm, vocabulary, "abc", 12, 6)
 
 
 def test_reversible_generation_recomputes_the_window():
@@ -222,13 +225,7 @@ def test_reversible_generation_recomputes_the_window():
     with pytest.raises(ValueError, match="reversible blocks have no cached generation step"):
         lm.start_generation(1, 8)
     got = generate(lm, vocabulary, "ab", 10, temperature=0, context=5)
-    seq, want = [int(i) for i in vocabulary.encode("ab")], []
-    for _ in range(10):
-        logits = lm.forward(np.array([seq[-5:]]))[0, -1]
-        logits[0] = -np.inf
-        want.append(int(np.argmax(logits)))
-        seq.append(want[-1])
-    assert got == vocabulary.decode(want)
+    assert got == greedy_over_windows(lm, vocabulary, "ab", 10, 5)
 
 
 # ------------------------------------------------------------------ memory against depth

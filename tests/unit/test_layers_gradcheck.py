@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from helpers.layer_checks import check_against_numeric, parameter_items, randomise_parameters
+from helpers.layer_checks import check_against_numeric, grads_of, parameter_items, randomise_parameters
 
 D, H, FF, V = 8, 2, 12, 11  # d_model, heads, d_ff, vocabulary
 
@@ -21,10 +21,6 @@ def tokens(rng, b, t, vocab=V, pad_from=None):
         if p is not None:
             tok[i, p:] = 0
     return tok
-
-
-def grads_of(layer):
-    return {n: p.grad.copy() for n, p in layer.parameters().items()}
 
 
 # --- feed-forward -------------------------------------------------------------------------------
@@ -189,6 +185,14 @@ def test_decoder_stack_gradients(pre_norm):
 # --- the whole model ----------------------------------------------------------------------------
 
 
+def small_model(tgt_vocab=V + 2, **options):
+    """A float64 Transformer of width D (H heads, feed-forward FF) over V source and ``tgt_vocab``
+    target ids, up to 6 positions, one layer; ``options`` add to or replace these."""
+    settings = dict(d_model=D, n_layers=1, n_heads=H, d_ff=FF, max_length=6, dtype="float64")
+    settings.update(options)
+    return tc.Transformer(V, tgt_vocab, **settings)
+
+
 def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
     src = tokens(rng, 3, 5, vocab=src_vocab, pad_from=[3, None, 4])
     tgt = tokens(rng, 3, 4, vocab=tgt_vocab, pad_from=[2, None, 3])
@@ -207,9 +211,7 @@ def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
 )
 def test_transformer_gradients(options):
     rng = np.random.default_rng(6)
-    model = tc.Transformer(
-        V, V + 2, d_model=D, n_heads=H, d_ff=FF, dropout=0.0, max_length=6, seed=8, dtype="float64", **options
-    )
+    model = small_model(dropout=0.0, seed=8, **options)
     randomise_parameters(model, 7)
     names = list(model.parameters())
     assert ("output.weight" in names) != bool(options.get("share_embeddings"))
@@ -236,19 +238,7 @@ def test_transformer_tied_padding_row_gradient():
     masked as a key and never a query there), so on a loss over real positions only its gradient is
     exactly the projection's — checked against central differences."""
     rng = np.random.default_rng(8)
-    model = tc.Transformer(
-        V,
-        V,
-        d_model=D,
-        n_layers=1,
-        n_heads=H,
-        d_ff=FF,
-        dropout=0.0,
-        max_length=6,
-        share_embeddings=True,
-        seed=9,
-        dtype="float64",
-    )
+    model = small_model(V, dropout=0.0, share_embeddings=True, seed=9)
     randomise_parameters(model, 9)
     src, tgt = model_batch(rng, V, V)
     w = rng.standard_normal((3, 4, V)) * (tgt != 0)[..., None]
@@ -267,19 +257,7 @@ def test_transformer_gradients_with_training_dropout(pre_norm):
     before every forward replays the same masks: the finite differences then see the same
     function as the backward."""
     rng = np.random.default_rng(10)
-    model = tc.Transformer(
-        V,
-        V + 2,
-        d_model=D,
-        n_layers=1,
-        n_heads=H,
-        d_ff=FF,
-        dropout=0.3,
-        max_length=6,
-        pre_norm=pre_norm,
-        seed=11,
-        dtype="float64",
-    )
+    model = small_model(dropout=0.3, pre_norm=pre_norm, seed=11)
     randomise_parameters(model, 12)
     src, tgt = model_batch(rng)
     w = rng.standard_normal((3, 4, V + 2))
@@ -378,9 +356,7 @@ def twin_models(seed, **options):
     """Two identical float64 models (same seed, same randomised parameters)."""
     models = []
     for _ in range(2):
-        m = tc.Transformer(
-            V, V + 2, d_model=D, n_layers=1, n_heads=H, d_ff=FF, max_length=6, seed=seed, dtype="float64", **options
-        )
+        m = small_model(seed=seed, **options)
         randomise_parameters(m, seed)
         models.append(m)
     return models

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from helpers.layer_checks import check_against_numeric, parameter_items, randomise_parameters
+from helpers.layer_checks import check_accumulated, check_against_numeric, grads_of, parameter_items
+from helpers.layer_checks import randomise_parameters
 
 TOL64 = 1e-10  # float64 against the NumPy reference: a few hundred roundings on O(1) values
 TOL32 = 1e-4  # float32 against float64, relative to max |value|
@@ -328,13 +329,10 @@ def test_gradient_accumulates_and_zero_grad_clears():
     dout = rng.standard_normal((1, 8, 4))
     layer.forward(x)
     layer.backward(dout)
-    once = {n: p.grad.copy() for n, p in layer.parameters().items()}
+    once = grads_of(layer)
     layer.forward(x)
     layer.backward(dout)
-    for n, p in layer.parameters().items():
-        np.testing.assert_allclose(p.grad, 2 * once[n], rtol=1e-12, atol=0)
-    layer.zero_grad()
-    assert all(not p.grad.any() for p in layer.parameters().values())
+    check_accumulated(layer, once, rtol=1e-12, atol=0)
 
 
 # --- float32 ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from helpers.layer_checks import check_against_numeric, randomise_parameters
+from helpers.layer_checks import check_against_numeric, grads_of, randomise_parameters
 
 D, H, FF, V = 8, 2, 12, 11
 PAD = V - 1  # Marian's ids: padding is the last id and the decoder's start, the end is 0
@@ -45,10 +45,6 @@ def parameter_items(model, analytic, pad):
         else:
             items[name] = (p.value, analytic[name])
     return items
-
-
-def grads_of(model):
-    return {n: p.grad.copy() for n, p in model.parameters().items()}
 
 
 def make(**options):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import transformer_cpp as tc
-from helpers.layer_checks import check_against_numeric, parameter_items, randomise_parameters
+from helpers.layer_checks import check_accumulated, check_against_numeric, grads_of, parameter_items
+from helpers.layer_checks import randomise_parameters
 from transformer_cpp.functional import rel_shift
 
 D, H = 8, 2
@@ -284,12 +285,9 @@ def test_gradients_accumulate_until_zero_grad():
     layer.zero_grad()
     layer.forward(x, memory)
     layer.backward(dout)
-    once = {n: p.grad.copy() for n, p in layer.parameters().items()}
+    once = grads_of(layer)
     layer.backward(dout)
-    for n, p in layer.parameters().items():
-        np.testing.assert_allclose(p.grad, 2 * once[n], rtol=1e-12, atol=1e-14)
-    layer.zero_grad()
-    assert all(not p.grad.any() for p in layer.parameters().values())
+    check_accumulated(layer, once, rtol=1e-12, atol=1e-14)
 
 
 # --- evaluation with state reuse ------------------------------------------------------------------

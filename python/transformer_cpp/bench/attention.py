@@ -47,7 +47,7 @@ from .per_token import (
     format_generation_table,
     format_xl_table,
 )
-from .report import JSON_SCHEMA_VERSION, jsonable
+from .report import JSON_SCHEMA_VERSION, emit, jsonable
 from .reversible import FULL_DEPTH, QUICK_DEPTH, DepthShapes, bench_depth, format_depth_table
 
 __all__ = [
@@ -414,17 +414,7 @@ def run_attention_bench(threads: int, quick: bool, seed: int, with_torch: bool, 
     else:
         results = measure_attention_sections(threads, seed, with_torch)
     results = {"quick": quick, **results}
-    table = format_attention_report(results)
-    if json_to == "-":
-        print(table, file=sys.stderr)
-        print(json.dumps(results, indent=2))
-    else:
-        print(table)
-        if json_to:
-            with open(json_to, "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=2)
-                f.write("\n")
-            print(f"results written to {json_to}")
+    emit(results, format_attention_report(results), json_to)
     return 0
 
 

@@ -48,7 +48,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .machine import log, machine_facts, set_all_threads
+from .machine import log
 from .marian_decoding import bench_marian_decoding
 from .marian_model import (
     END_ID,
@@ -68,7 +68,7 @@ from .marian_training import (
     run_marian_child,
 )
 from .peers import import_ctranslate2_or_reason, import_torch
-from .report import JSON_SCHEMA_VERSION, emit, jsonable
+from .report import emit, jsonable, open_results
 
 __all__ = [
     "FULL_MARIAN",
@@ -134,18 +134,8 @@ def run_marian_bench(args: Any, threads: int) -> int:
     ct2, ct2_reason = (
         (None, "disabled with --no-ctranslate2") if args.no_ctranslate2 else import_ctranslate2_or_reason()
     )
-    how = set_all_threads(threads, torch)
-    results: Dict[str, Any] = {
-        "schema": JSON_SCHEMA_VERSION,
-        "quick": bool(args.quick),
-        "threads": threads,
-        "threads_set_by": how,
-        "machine": machine_facts(),
-        "notes": [],
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
-        "ctranslate2_version": getattr(ct2, "__version__", None),
-    }
+    results = open_results(args.quick, threads, torch, ct2)
+    results["transformers_version"] = transformers.__version__
     if ct2 is None:
         results["notes"].append(f"CTranslate2 comparison skipped: {ct2_reason}")
     if args.no_torch:

@@ -292,18 +292,30 @@ def _run_child(args: List[str], threads: int, what: str) -> Dict[str, Any]:
     return {"error": f"{what}: child exited with {proc.returncode}: {last[:300]}"}
 
 
+def _opening(method: str, s: Any, threads: int) -> Dict[str, Any]:
+    """The first entries of a section's results: how it measures, its shapes and their head width,
+    the threads and the dtype."""
+    return {
+        "method": method,
+        "shapes": asdict(s),
+        "d_head": s.d_model // s.heads,
+        "threads": threads,
+        "dtype": "float32",
+    }
+
+
 def bench_generation(
     s: GenerationShapes, threads: int, seed: int = 0, progress: Callable[[str], None] = lambda m: None
 ) -> Dict[str, Any]:
     """Both kinds, each in a child process; ``speedup``: softmax's total time over linear's."""
     out: Dict[str, Any] = {
-        "method": "a one-block language model generating one token per step at positions 1 ... N, each "
-        "kind in a fresh process: each step paired with a partner's step at positions 1 ... window; us per token = the median over the runs of the fastest step around the position over its partners' fastest, times the partners' fastest step; flatness = the largest of those over the smallest; total = the first total_steps "
-        "steps of the fastest run",
-        "shapes": asdict(s),
-        "d_head": s.d_model // s.heads,
-        "threads": threads,
-        "dtype": "float32",
+        **_opening(
+            "a one-block language model generating one token per step at positions 1 ... N, each "
+            "kind in a fresh process: each step paired with a partner's step at positions 1 ... window; us per token = the median over the runs of the fastest step around the position over its partners' fastest, times the partners' fastest step; flatness = the largest of those over the smallest; total = the first total_steps "
+            "steps of the fastest run",
+            s,
+            threads,
+        ),
         "kinds": dict(GENERATION_KINDS),
         "results": {},
     }
@@ -324,15 +336,13 @@ def bench_xl(
 ) -> Dict[str, Any]:
     """Recompute against state reuse in one child process."""
     progress(f"Transformer-XL evaluation at attention length {s.length}")
-    out: Dict[str, Any] = {
-        "method": "one relative-attention layer, one new token: reuse = infer over the cached keys and values "
+    out = _opening(
+        "one relative-attention layer, one new token: reuse = infer over the cached keys and values "
         "(the median of the tokens of a run after its first, which builds the table of projected relative "
         "positions), recompute = forward over the whole window; the fastest of the runs",
-        "shapes": asdict(s),
-        "d_head": s.d_model // s.heads,
-        "threads": threads,
-        "dtype": "float32",
-    }
+        s,
+        threads,
+    )
     out.update(_run_child(["--child", "xl", "--shapes", json.dumps(asdict(s)), "--seed", str(seed)], threads, "xl"))
     return out
 

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .machine import SOFTWARE
+from .machine import SOFTWARE, machine_facts, set_all_threads
 
 __all__ = ["JSON_SCHEMA_VERSION", "format_report", "jsonable"]
 
@@ -415,6 +415,22 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (float, np.floating)):
         return float(obj) if math.isfinite(float(obj)) else None
     return obj
+
+
+def open_results(quick: bool, threads: int, torch: Any, ct2: Any) -> Dict[str, Any]:
+    """Set every library's threads and return the opening entries of a run's results: the schema,
+    the run's settings, how the threads were set, the machine, an empty list of notes and the
+    versions of PyTorch and CTranslate2 (None for one not imported)."""
+    return {
+        "schema": JSON_SCHEMA_VERSION,
+        "quick": bool(quick),
+        "threads": threads,
+        "threads_set_by": set_all_threads(threads, torch),
+        "machine": machine_facts(),
+        "notes": [],
+        "torch_version": getattr(torch, "__version__", None),
+        "ctranslate2_version": getattr(ct2, "__version__", None),
+    }
 
 
 def emit(results: Dict[str, Any], table: str, json_path: Optional[str]) -> None:

@@ -18,10 +18,10 @@ from ..training import MAX_SEED, MAX_THREADS
 from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
-from .machine import ISA_LEVELS, available_cores, isa_environment, log, machine_facts, set_all_threads
+from .machine import ISA_LEVELS, available_cores, isa_environment, log
 from .memory import MEMORY_CHILDREN, child_memory, measure_memory
 from .peers import import_ctranslate2_or_reason, import_torch
-from .report import JSON_SCHEMA_VERSION, emit, format_report, jsonable
+from .report import emit, format_report, jsonable, open_results
 from .serving import bench_serving
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, BenchShapes
 from .training import bench_scaling, bench_training
@@ -179,17 +179,7 @@ def _start_results(
 ) -> Dict[str, Any]:
     """Set every library's threads and return the results' opening entries: the schema, the run's
     settings, the machine, the peers' versions and the notes on what is left out or not controlled."""
-    how = set_all_threads(threads, torch)
-    results: Dict[str, Any] = {
-        "schema": JSON_SCHEMA_VERSION,
-        "quick": bool(args.quick),
-        "threads": threads,
-        "threads_set_by": how,
-        "machine": machine_facts(),
-        "notes": [],
-        "torch_version": getattr(torch, "__version__", None),
-        "ctranslate2_version": getattr(ct2, "__version__", None),
-    }
+    results = open_results(args.quick, threads, torch, ct2)
     if torch is None:
         results["notes"].append(f"PyTorch comparisons skipped: {torch_reason}")
     if ct2 is None:
@@ -199,7 +189,7 @@ def _start_results(
             "CTranslate2 imported with RTLD_DEEPBIND: it keeps its own OpenMP runtime instead of "
             "sharing (and throttling) the one PyTorch and this package use"
         )
-    if "not controlled" in how["numpy_blas"]:
+    if "not controlled" in results["threads_set_by"]["numpy_blas"]:
         results["notes"].append("NumPy BLAS threads not controlled: the GEMM peak uses NumPy's default")
     return results
 

@@ -359,16 +359,26 @@ def read_pairs(
         OSError: the download failed.
     """
     caller = "read_pairs"
+    num_samples, sampling, seed, encoding, errors = _reading_options(
+        caller, num_samples, sampling, seed, encoding, errors
+    )
+    if clean and languages is None:
+        raise ValueError(f"{caller}: clean=True needs languages=(source language, target language)")
+    spec = resolve_data(data, pair=pair, cache_dir=cache_dir, download=download, urls=urls, caller=caller)
+    return _read(spec, num_samples, columns, languages, clean, sampling, seed, encoding, errors, attributions, caller)
+
+
+def _reading_options(
+    caller: str, num_samples: Optional[int], sampling: str, seed: int, encoding: str, errors: str
+) -> Tuple[Optional[int], str, int, str, str]:
+    """The checked ``(num_samples, sampling, seed, encoding, errors)`` of :func:`read_pairs` and
+    :func:`load_tatoeba`; a bad one is refused with an error naming ``caller``."""
     seed = _seed(caller, "seed", seed)
     encoding = check_encoding(encoding, caller)
     errors = _choice(caller, "errors", errors, DECODE_ERRORS)
     if num_samples is not None:
         num_samples = _integer(caller, "num_samples", num_samples, 1)
-    sampling = _choice(caller, "sampling", sampling, SAMPLING_MODES)
-    if clean and languages is None:
-        raise ValueError(f"{caller}: clean=True needs languages=(source language, target language)")
-    spec = resolve_data(data, pair=pair, cache_dir=cache_dir, download=download, urls=urls, caller=caller)
-    return _read(spec, num_samples, columns, languages, clean, sampling, seed, encoding, errors, attributions, caller)
+    return num_samples, _choice(caller, "sampling", sampling, SAMPLING_MODES), seed, encoding, errors
 
 
 def _read(
@@ -442,11 +452,8 @@ def load_tatoeba(
         OSError: if the download fails.
     """
     caller = "load_tatoeba"
-    seed = _seed(caller, "seed", seed)
-    encoding = check_encoding(encoding, caller)
-    errors = _choice(caller, "errors", errors, DECODE_ERRORS)
-    if num_samples is not None:
-        num_samples = _integer(caller, "num_samples", num_samples, 1)
-    sampling = _choice(caller, "sampling", sampling, SAMPLING_MODES)
+    num_samples, sampling, seed, encoding, errors = _reading_options(
+        caller, num_samples, sampling, seed, encoding, errors
+    )
     spec = resolve_data(path, pair=pair, cache_dir=cache_dir, download=download, urls=urls, caller=caller)
     return _read(spec, num_samples, columns, None, False, sampling, seed, encoding, errors, True, caller)

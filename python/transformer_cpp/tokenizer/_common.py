@@ -1,5 +1,6 @@
 """What every tokenizer of the package shares: the check that text is valid Unicode, the
-atomic write of a saved tokenizer, and the reading of one, with its size cap."""
+atomic write of a saved tokenizer, the reading of one, with its size cap, and equality, hashing
+and pickling by the saved form (:class:`BySavedForm`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import os
 import threading
 import uuid
-from typing import Optional
+from typing import Any, Optional
 
 #: The largest file a tokenizer's ``load`` reads: a vocabulary of MAX_VOCAB_SIZE tokens and its
 #: merges take a few hundred bytes each.
@@ -60,3 +61,30 @@ def read_tokenizer_file(path: str, caller: str, kind: str, writer: str) -> str:
             return f.read()
     except UnicodeDecodeError:
         raise ValueError(f"{caller}: {path!r} is not a {kind} file (not UTF-8 text)") from None
+
+
+class BySavedForm:
+    """A tokenizer that is its saved form: two are equal when their :meth:`to_str` is, and pickling
+    and copying go through :meth:`to_str` and :meth:`from_str`, which every load turns into a
+    tokenizer with the runtime settings of ``__init__`` (a wrapped library's own pickle can lose
+    one: with ``tokenizers``, that text spelling a special token stays ordinary text). It is not
+    hashable: it wraps a mutable object."""
+
+    def to_str(self) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def from_str(cls, s: str, *, source: Optional[str] = None) -> Any:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.to_str() == other.to_str()
+
+    # object types __hash__ as a method, and mypy has no other spelling for "this class is
+    # unhashable"
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        return (type(self).from_str, (self.to_str(),))

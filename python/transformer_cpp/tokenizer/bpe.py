@@ -47,6 +47,7 @@ from ._bpe_format import (
 )
 from ._common import (
     MAX_FILE_BYTES,
+    BySavedForm,
     read_tokenizer_file as _read_tokenizer_file,
     unicode_error as _unicode_error,
     write_atomically as _write_atomically,
@@ -90,7 +91,7 @@ def _segments(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-class SubwordTokenizer:
+class SubwordTokenizer(BySavedForm):
     """A byte-level BPE vocabulary with fixed special ids (``pad_id == 0``).
 
     Build one with :meth:`build_from_corpus`, or restore one with :meth:`load` /
@@ -268,21 +269,6 @@ class SubwordTokenizer:
 
     def __repr__(self) -> str:
         return f"SubwordTokenizer(vocab_size={self._vocab_size}, lowercase={self._lowercase})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SubwordTokenizer):
-            return NotImplemented
-        return self.to_str() == other.to_str()
-
-    # mutable wrapper around a Rust object: not hashable (object types __hash__ as a method, and
-    # mypy has no other spelling for "this class is unhashable")
-    __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self) -> Any:
-        # pickling and copying go through the saved form, which every load turns into a tokenizer
-        # with the runtime settings of __init__ (text that spells a special token stays ordinary
-        # text: the library's own pickle would lose that flag)
-        return (SubwordTokenizer.from_str, (self.to_str(),))
 
     # ------------------------------------------------------------------ encoding
 

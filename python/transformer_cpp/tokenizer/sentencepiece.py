@@ -15,7 +15,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Unio
 
 import numpy as np
 
-from ._common import read_tokenizer_file, write_atomically
+from ._common import BySavedForm, read_tokenizer_file, write_atomically
 from .base import IdSequence
 
 __all__ = ["SentencePieceTokenizer"]
@@ -27,7 +27,7 @@ KIND = "sentencepiece"
 MAX_MODEL_BYTES = 1 << 28
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(BySavedForm):
     """A SentencePiece model plus the piece -> id mapping of the model it feeds."""
 
     def __init__(
@@ -250,13 +250,3 @@ class SentencePieceTokenizer:
             p, "SentencePieceTokenizer.load", "SentencePieceTokenizer", "SentencePieceTokenizer.save"
         )
         return cls.from_str(text, source=p)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SentencePieceTokenizer):
-            return NotImplemented
-        return self.to_str() == other.to_str()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self) -> Any:
-        return (SentencePieceTokenizer.from_str, (self.to_str(),))

@@ -203,11 +203,17 @@ def _translate_each(
     return hyps
 
 
-def _loss_of_each(
-    translator: Translator, sources: List[str], refs: List[str], failed: Dict[int, str], batch_size: int
-) -> Tuple[float, float, int]:
-    """``(loss, accuracy, pairs)``: the teacher-forced loss and accuracy, token-weighted, of the
-    pairs not in ``failed`` (one that fails is added to it)."""
+def _weighted_losses(
+    translator: Translator,
+    sources: List[str],
+    refs: List[str],
+    rows: List[int],
+    failed: Dict[int, str],
+    batch_size: int,
+) -> Tuple[float, float, int, List[int]]:
+    """``(loss x tokens, accuracy x tokens, tokens, rows scored)``: the teacher-forced loss and
+    accuracy of the pairs ``rows``, summed over their tokens (a pair that fails is added to
+    ``failed`` and left out)."""
     sums = [0.0, 0.0, 0]  # loss x tokens, accuracy x tokens, tokens
     scored: List[int] = []
 
@@ -225,11 +231,20 @@ def _loss_of_each(
         sums[2] += tokens
         scored.extend(chunk)
 
-    _each_or_alone([i for i in range(len(sources)) if i not in failed], batch_size, failed, score)
-    tokens = int(sums[2])
+    _each_or_alone(rows, batch_size, failed, score)
+    return sums[0], sums[1], int(sums[2]), scored
+
+
+def _loss_of_each(
+    translator: Translator, sources: List[str], refs: List[str], failed: Dict[int, str], batch_size: int
+) -> Tuple[float, float, int]:
+    """``(loss, accuracy, pairs)``: the teacher-forced loss and accuracy, token-weighted, of the
+    pairs not in ``failed`` (one that fails is added to it)."""
+    rows = [i for i in range(len(sources)) if i not in failed]
+    loss, accuracy, tokens, scored = _weighted_losses(translator, sources, refs, rows, failed, batch_size)
     if not tokens:
         return 0.0, 0.0, len(scored)
-    return sums[0] / tokens, sums[1] / tokens, len(scored)
+    return loss / tokens, accuracy / tokens, len(scored)
 
 
 def order_losses(
@@ -250,24 +265,10 @@ def order_losses(
 
     def loss(src: List[str], ref: List[str]) -> float:
         refs = [clean_sentence(r, tgt) if tgt else r.strip() for r in ref]
-        sums = [0.0, 0]  # loss x tokens, tokens
-
-        def score(chunk: List[int]) -> None:
-            enc = encode_pairs(
-                [translator.clean(src[i]) for i in chunk],
-                [refs[i] for i in chunk],
-                translator.src_tokenizer,
-                translator.tgt_tokenizer,
-                None,
-            )
-            value, _, tokens = evaluate_loss(translator.model, enc, batch_size)
-            sums[0] += value * tokens
-            sums[1] += tokens
-
         # a pair the model cannot score (a source too long for the memory) is left out here too;
         # evaluate names it
-        _each_or_alone(list(range(len(src))), batch_size, {}, score)
-        return sums[0] / sums[1] if sums[1] else math.inf
+        total, _, tokens, _ = _weighted_losses(translator, src, refs, list(range(len(src))), {}, batch_size)
+        return total / tokens if tokens else math.inf
 
     return loss(a, b), loss(b, a)
 

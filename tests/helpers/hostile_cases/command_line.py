@@ -6,8 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -17,7 +15,7 @@ import numpy as np
 import transformer_cpp as tc
 from transformer_cpp import checkpoint as ck
 
-from ..cli import SMALLEST
+from ..cli import SMALLEST, run_locked_elsewhere
 from .base import (
     PAIRS,
     zip_file,
@@ -310,27 +308,13 @@ cli(
     ),
 )
 
-cli(
-    "translate: Windows line endings",
-    _tr(model="fixture"),
-    expect="ok",
-    stdin=b"The cat.\r\nThe dog.\r\n",
-    check=_same_as_alone("The cat.", "The dog."),
-)
-cli(
-    "translate: a byte-order mark",
-    _tr(model="fixture"),
-    expect="ok",
-    stdin=b"\xef\xbb\xbf" + SENT.encode() + b"\n",
-    check=_same_as_alone(SENT),
-)
-cli(
-    "translate: no final newline",
-    _tr(model="fixture"),
-    expect="ok",
-    stdin=b"The cat.\nThe dog.",
-    check=_same_as_alone("The cat.", "The dog."),
-)
+# standard input in other forms than one sentence a line, each line ending with "\n"
+for _what, _stdin, _lines in (
+    ("Windows line endings", b"The cat.\r\nThe dog.\r\n", ("The cat.", "The dog.")),
+    ("a byte-order mark", b"\xef\xbb\xbf" + SENT.encode() + b"\n", (SENT,)),
+    ("no final newline", b"The cat.\nThe dog.", ("The cat.", "The dog.")),
+):
+    cli(f"translate: {_what}", _tr(model="fixture"), expect="ok", stdin=_stdin, check=_same_as_alone(*_lines))
 cli(
     "translate: nothing on standard input",
     _tr(model="fixture"),
@@ -1299,27 +1283,12 @@ def _(c):
     for pointer in ("latest", "best"):
         (run_dir / pointer).write_text("epoch-0001\n")
     (run_dir / ".tmp-latest-4242-0123abcd").write_text("epoch-00")  # a pointer write killed half-way
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time, transformer_cpp.checkpoint as ck\n"
-            "with ck.lock_run(sys.argv[1]):\n    print('locked', flush=True); time.sleep(60)",
-            str(run_dir),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with run_locked_elsewhere(run_dir) as holder:
         started = time.monotonic()
         res = command(c, "train", "--out", str(run_dir), "--resume", "--epochs", "2", "--no-progress")
         one_line_error(res, f"run directory '{run_dir}' is in use by another process (process {holder.pid})")
         assert time.monotonic() - started < 60 and "loaded" not in res.err
         one_line_error(command(c, "average", "--model", str(run_dir), "--last", "1"), "holds 1 checkpoint")
-    finally:
-        holder.kill()
-        holder.wait()
     res = command(c, "train", "--out", str(run_dir), "--resume", "--epochs", "2", "--no-progress")
     assert res.rc == 0, res.err
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".tmp-")]

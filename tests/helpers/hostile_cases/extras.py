@@ -56,29 +56,15 @@ cli(
     check=_n_lines(1),
 )
 
-cli(
-    "translate: OMP_STACKSIZE=1G and OMP_NUM_THREADS=4",
-    _tr(SENT, model="fixture"),
-    env={"OMP_STACKSIZE": "1G", "OMP_NUM_THREADS": "4"},
-    expect="ok",
-    check=_n_lines(1),
-)
-
-cli(
-    "translate: OMP_NUM_THREADS=abc",
-    _tr(SENT, model="fixture"),
-    env={"OMP_NUM_THREADS": "abc"},
-    expect="ok",
-    check=_n_lines(1),
-)
-
-cli(
-    "translate: OMP_NUM_THREADS=0",
-    _tr(SENT, model="fixture"),
-    env={"OMP_NUM_THREADS": "0"},
-    expect="ok",
-    check=_n_lines(1),
-)
+# OpenMP settings the command runs with as they are
+for _env in ({"OMP_STACKSIZE": "1G", "OMP_NUM_THREADS": "4"}, {"OMP_NUM_THREADS": "abc"}, {"OMP_NUM_THREADS": "0"}):
+    cli(
+        "translate: " + " and ".join(f"{k}={v}" for k, v in _env.items()),
+        _tr(SENT, model="fixture"),
+        env=_env,
+        expect="ok",
+        check=_n_lines(1),
+    )
 
 cli(
     "evaluate: --pairs is a 10 GB sparse file",
