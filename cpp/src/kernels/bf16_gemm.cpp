@@ -498,14 +498,7 @@ void run(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, con
 Kernel active_kernel() { return amx_supported() ? Kernel::Amx : Kernel::Avx512Bf16; }
 
 const char* kernel_name(Kernel kernel) {
-  switch (kernel) {
-    case Kernel::Amx:
-      return "amx";
-    case Kernel::Avx512Bf16:
-      return "avx512_bf16";
-    default:
-      return "auto";
-  }
+  return kernel == Kernel::Amx ? "amx" : kernel == Kernel::Avx512Bf16 ? "avx512_bf16" : "auto";
 }
 
 void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
