@@ -40,7 +40,10 @@ def _format_low_precision(results: Dict[str, Any]) -> List[str]:
     if g:
         parts = [
             f"{label} {g[k]:.0f}"
-            for label, k in (("PyTorch bf16 matmul", "torch_gflops"), (f"{US} {g.get('kernel', 'avx512_bf16')}", "ours_gflops"))
+            for label, k in (
+                ("PyTorch bf16 matmul", "torch_gflops"),
+                (f"{US} {g.get('kernel', 'avx512_bf16')}", "ours_gflops"),
+            )
             if g.get(k)
         ]
         lines.append(f"   bf16 GEMM peak {g['n']}^2 (GFLOP/s): {_fmt(g.get('gflops'))}  ({', '.join(parts) or 'none'})")
