@@ -663,6 +663,11 @@ def _trn(*args: str, data: str = "fixture", out: str = "out") -> Callable[[Conte
     return argv
 
 
+def _resume_run(*args: str) -> Callable[[Context], List[str]]:
+    """``train --resume`` of the run in ``work/run`` with ``args``, without a progress bar."""
+    return lambda c: ["train", "--out", str(c.work / "run"), "--resume", *args, "--no-progress"]
+
+
 def _run_ok(*extra: Callable[[Path], Any]) -> Callable[[Context, Result], None]:
     def check(c: Context, res: Result) -> None:
         ckpt = tc.load_checkpoint(c.work / "out")
@@ -690,7 +695,7 @@ cli(
 )
 cli(
     "train: --resume after latest was deleted",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    _resume_run("--epochs", "3"),
     match=("latest",),
     prepare=_prep_run(lambda r: (r / "latest").unlink()),
 )
@@ -732,25 +737,25 @@ cli(
 )
 cli(
     "train: --resume with another --d-model",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--d-model", "32", "--no-progress"],
+    _resume_run("--d-model", "32"),
     match=("--d-model",),
     prepare=_prep_run(lambda r: None),
 )
 cli(
     "train: --resume with a damaged latest",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    _resume_run("--epochs", "3"),
     match=("model.safetensors",),
     prepare=_prep_run(lambda r: (latest(r) / "model.safetensors").write_bytes(b"x")),
 )
 cli(
     "train: --resume with a negative epoch in the trainer state",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    _resume_run("--epochs", "3"),
     match=("epoch",),
     prepare=_prep_run(lambda r: edit_json_file(latest(r), "trainer_state.json", lambda s: s.update(epoch=-3))),
 )
 cli(
     "train: --resume with a batch position beyond the epoch",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    _resume_run("--epochs", "3"),
     match=("batch",),
     prepare=_prep_run(
         lambda r: edit_json_file(latest(r), "trainer_state.json", lambda s: s.update(batch_in_epoch=10**6))
@@ -758,7 +763,7 @@ cli(
 )
 cli(
     "train: --resume with string sums in the trainer state",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    _resume_run("--epochs", "3"),
     match=("trainer",),
     prepare=_prep_run(
         lambda r: edit_json_file(
@@ -768,7 +773,7 @@ cli(
 )
 cli(
     "train: --resume to 3 epochs",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress"],
+    _resume_run("--epochs", "3"),
     expect="ok",
     prepare=_prep_run(lambda r: None),
     check=lambda c, r: (
@@ -802,7 +807,7 @@ cli(
 cli("train: --lr-scale 1e308", _trn("--lr-scale", "1e308"), match=("diverged",))
 cli(
     "train: --precision bf16 on --resume of a float32 run",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--precision", "bf16", "--no-progress"],
+    _resume_run("--precision", "bf16"),
     match=("--precision",),
     prepare=_prep_run(lambda r: None),
 )
@@ -1474,7 +1479,7 @@ cli(
 )
 cli(
     "train --resume: a directory of the user's where the next checkpoint goes",
-    lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--epochs", "3", "--no-progress", "--threads", "1"],
+    _resume_run("--epochs", "3", "--threads", "1"),
     prepare=lambda c: (copy_run(c), _users_dir("run/epoch-0003")(c)),
     match=("run/epoch-0003'", "did not write"),
     after=_still_there("run/epoch-0003/notes.txt"),
@@ -1566,7 +1571,7 @@ def _resumed_newest_and_best(newest: str) -> Callable[[Context, Result], None]:
 
 
 def _resume(*args: str) -> Callable[[Context], List[str]]:
-    return lambda c: ["train", "--out", str(c.work / "run"), "--resume", "--no-progress", "--threads", "1", *args]
+    return _resume_run("--threads", "1", *args)
 
 
 cli(
