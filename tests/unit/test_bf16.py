@@ -395,6 +395,7 @@ def test_amx_switch_and_kernel_names(monkeypatch):
     assert kernels.have_amx() == (could and HAVE_BF16)
     if HAVE_BF16:
         assert kernels.bf16_kernel() == ("amx" if could else "avx512_bf16")
+    assert tc.build_info()["kernels"]["bf16_gemm"] == (kernels.bf16_kernel() if HAVE_BF16 else "unavailable")
     monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_AMX", "1")
     assert not kernels.have_amx()
     assert kernels.have_amx(ignore_environment=True) == could
@@ -402,6 +403,7 @@ def test_amx_switch_and_kernel_names(monkeypatch):
     assert ("TRANSFORMER_CPP_DISABLE_AMX" in reason) if could and HAVE_BF16 else reason
     if HAVE_BF16:
         assert kernels.bf16_kernel() == "avx512_bf16"
+        assert tc.build_info()["kernels"]["bf16_gemm"] == "avx512_bf16"
     if not could:
         with pytest.raises(ValueError, match="_bf16_matmul: .*(AMX|bfloat16|AVX512_BF16)"):
             kernels.bf16_matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), kernel="amx")
