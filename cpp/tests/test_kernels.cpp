@@ -4,8 +4,9 @@
 // the bfloat16 GEMM (bf16::gemm against
 // bf16::gemm_reference), the float32 decoding products (PackedLinear::apply and few_rows_linear
 // against a float64 product, PackedLinear::apply_reference too, first_argmax against a plain loop)
-// and the int8 decoding product (QuantizedLinear::apply against apply_reference), each where the
-// CPU can run it (skipped otherwise). The references themselves are checked on every CPU: against
+// and the int8 decoding product (QuantizedLinear::apply against apply_reference, on the AMX tiles
+// and on the VNNI kernel), the finite checks against a plain loop, each where the CPU can run it
+// (skipped otherwise). The references themselves are checked on every CPU: against
 // a plain float64 product, or against the rounding they state. Each kernel runs at the process's
 // instruction-set level (isa.hpp): ctest runs this program once per level, TRANSFORMER_CPP_ISA set
 // (a level above the CPU's is reported as skipped).
@@ -15,12 +16,15 @@
 // exact sum once (u |sum|). Every check below allows (K + 3) u (sum_k |a_k b_k| + |bias| + |C|).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "check.hpp"
+#include "transformer/core/checks.hpp"
+#include "transformer/kernels/amx.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/kernels/block_product.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
@@ -226,7 +230,9 @@ struct Int8Case {
 
 std::vector<Int8Case> int8_cases() {
   std::vector<Int8Case> out;
-  const Index shapes[][3] = {{1, 1, 1}, {3, 33, 7}, {12, 64, 256}, {13, 45, 300}, {25, 96, 1023}};
+  // the last four run on the AMX tiles where the CPU has them (16 rows or more, K a multiple of 64)
+  const Index shapes[][3] = {{1, 1, 1},    {3, 33, 7},    {12, 64, 256},  {13, 45, 300}, {25, 96, 1023},
+                             {16, 33, 64}, {40, 70, 512}, {129, 40, 128}, {20, 65, 2048}};
   std::uint64_t seed = 100;
   for (const auto& s : shapes) {
     out.emplace_back(s[0], s[1], s[2], seed);
@@ -292,6 +298,34 @@ void test_int8_kernel() {
       }
     CHECK_WITHIN("QuantizedLinear::apply (int8) against apply_reference, " + c.name(), y.data(), ref.data(),
                  bound.data(), y.size());
+    // the AMX tiles and the VNNI kernel sum the same integers exactly and scale them alike
+    std::vector<float> without_amx(y.size());
+    setenv(transformer::amx::kDisableEnv, "1", 1);
+    c.q.apply(c.x.data(), c.R, c.K, without_amx.data(), c.N);
+    unsetenv(transformer::amx::kDisableEnv);
+    CHECK(y == without_amx);
+  }
+}
+
+// first_nonfinite and all_finite against the plain loop: NaN, +inf and -inf at the first, a middle
+// and the last element (past the vector widths and a chunk's end), the largest finite values.
+template <typename T>
+void test_finite_checks() {
+  const T bad[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                   -std::numeric_limits<T>::infinity()};
+  for (Index n : {1, 7, 16, 17, 100, 5000}) {
+    std::vector<T> v = uniform<T>(static_cast<size_t>(n), 700 + static_cast<std::uint64_t>(n));
+    v[0] = std::numeric_limits<T>::max();
+    v[static_cast<size_t>(n - 1)] = -std::numeric_limits<T>::max();
+    CHECK(transformer::all_finite(v.data(), n));
+    CHECK(transformer::first_nonfinite(v.data(), n) == -1);
+    for (T b : bad)
+      for (Index at : {Index{0}, n / 2, n - 1}) {
+        std::vector<T> w = v;
+        w[static_cast<size_t>(at)] = b;
+        CHECK(!transformer::all_finite(w.data(), n));
+        CHECK(transformer::first_nonfinite(w.data(), n) == at);
+      }
   }
 }
 
@@ -386,6 +420,8 @@ int main() {
   run("PackedLinear<float>::apply against a float64 product", test_packed_linear);
   run("few_rows_linear against a float64 product", test_few_rows_linear);
   run("first_argmax against the plain loop", test_first_argmax);
+  run("all_finite and first_nonfinite (float) against the plain loop", test_finite_checks<float>);
+  run("all_finite and first_nonfinite (double) against the plain loop", test_finite_checks<double>);
   run("f32::gemm_reference against a float64 product", test_f32_reference);
   run("f32::gemm against f32::gemm_reference", test_f32_kernel);
   run("block_product against block_product_reference", test_block_product);

@@ -26,6 +26,16 @@ LOW = [pytest.param("int8", marks=needs["int8"]), pytest.param("bf16", marks=nee
 # values), more words than one L1 block (K > 1024 int8, > 512 bf16), row counts across the 12-row
 # register block
 SHAPES = [(1, 1, 1), (1, 33, 5), (3, 31, 16), (12, 64, 130), (13, 70, 257), (30, 40, 1030), (5, 96, 512)]
+# where the CPU has AMX: 16 rows or more and K a whole number of 64-byte tile rows run on the tiles
+# (rows across the 16- and 32-row tile blocks, a partial last panel, K of one and of many tile
+# steps); the last has rows enough but a K that is not (the register kernel)
+AMX_SHAPES = [(16, 33, 64), (17, 64, 128), (31, 70, 256), (32, 32, 64), (45, 96, 512), (129, 40, 128), (20, 65, 2048)]
+AMX_SHAPES += [(24, 40, 100)]
+
+
+def amx_decoding(compute_type):
+    """Whether the AMX tiles compute this compute type's products here (the kernel's name says so)."""
+    return tc.build_info()["kernels"][f"decode_{compute_type}"].startswith("amx+")
 
 
 def _data(R, N, K, seed=0):
@@ -85,6 +95,40 @@ def test_kernel_equals_reference(compute_type, shape):
     tol = 1e-6 if compute_type == "int8" else 2e-5
     err = np.abs(got.astype(np.float64) - ref) / _magnitude(x, W, b)
     assert err.max() <= tol, (compute_type, shape, err.max())
+
+
+@pytest.mark.parametrize("compute_type", LOW)
+@pytest.mark.parametrize("shape", AMX_SHAPES)
+def test_amx_tiles_and_the_register_kernel_agree(compute_type, shape, monkeypatch):
+    if not amx_decoding(compute_type):
+        pytest.skip(f"{compute_type}: this CPU has no AMX tiles for it ({kernels.amx_unsupported_reason()})")
+    x, W, b = _data(*shape, seed=7)
+    ref = kernels.quantized_linear(x, W, b, compute_type, "reference")
+    amx = kernels.quantized_linear(x, W, b, compute_type, "kernel")
+    monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_AMX", "1")
+    assert not amx_decoding(compute_type)
+    register = kernels.quantized_linear(x, W, b, compute_type, "kernel")
+    if compute_type == "int8":  # the same integer sums, scaled alike: equal to the bit
+        np.testing.assert_array_equal(amx, register)
+    for got in (amx, register):  # bf16: float32 sums in two orders, each within the reference's bound
+        err = np.abs(got.astype(np.float64) - ref) / _magnitude(x, W, b)
+        assert err.max() <= (1e-6 if compute_type == "int8" else 2e-5), (shape, err.max())
+
+
+def test_amx_decoding_gives_the_register_kernels_beams(monkeypatch):
+    # a model whose products have K a multiple of 64 and 20 sentences x 4 beams = 80 rows: the
+    # tiles compute every product of the search, and int8 beams are those of the VNNI kernel
+    if not amx_decoding("int8"):
+        pytest.skip(f"int8: this CPU has no AMX tiles for it ({kernels.amx_unsupported_reason()})")
+    m = tc.Transformer(60, 53, d_model=64, n_layers=2, n_heads=4, d_ff=128, max_length=10, seed=3)
+    src = np.random.default_rng(8).integers(3, 60, size=(20, 7))
+    src[2, 3:] = 0
+    amx = m.beam_search(src, START, END, 8, 4, 0.6, 2, compute_type="int8")
+    monkeypatch.setenv("TRANSFORMER_CPP_DISABLE_AMX", "1")
+    register = m.beam_search(src, START, END, 8, 4, 0.6, 2, compute_type="int8")
+    flat = [[(tuple(int(t) for t in h[0]), float(h[1])) for h in hyps] for hyps in amx]
+    assert flat == [[(tuple(int(t) for t in h[0]), float(h[1])) for h in hyps] for hyps in register]
+    assert len({hyps[0][0] for hyps in flat}) > 3  # the sentences' beams differ
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -417,6 +417,7 @@ void KVCache<T>::select_rows(const std::vector<Index>& rows, Matrix<T>& scratch)
   const Index used = capacity > 0 ? length * (k.cols() / capacity) : 0;  // cached columns in use
   for (Matrix<T>* m : {&k, &v}) {
     scratch.resize(n, m->cols());
+#pragma omp parallel for schedule(static) if (n * used >= (1 << 16))  // megabytes per step in beam search
     for (Index i = 0; i < n; ++i) {
       const T* from = m->data() + rows[static_cast<size_t>(i)] * m->cols();
       std::copy(from, from + used, scratch.data() + i * m->cols());

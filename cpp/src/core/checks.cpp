@@ -134,7 +134,7 @@ Index first_nonfinite(const T* p, Index n) {
 #pragma omp parallel for schedule(static) reduction(min : first) if (n >= 4 * kParallelMin)
   for (Index c = 0; c < chunks; ++c) {
     const Index a = c * kChunk, b = std::min(n, a + kChunk);
-    if (ConstRowArray<T>(p + a, b - a).allFinite()) continue;  // the common case, vectorised
+    if (all_finite(p + a, b - a)) continue;  // the common case, vectorised
     for (Index i = a; i < b; ++i)
       if (!std::isfinite(p[i])) {
         first = std::min(first, i);

@@ -18,19 +18,31 @@ namespace {
 // softmax itself is never materialised.
 template <typename T>
 double top_ids_and_lse(const T* logits, Index V, Index keep, std::vector<Index>& top, Index pad) {
-  top.clear();
-  for (Index j = 0; j < V; ++j) {
-    if (j == pad) continue;
-    if (static_cast<Index>(top.size()) == keep && !(logits[j] > logits[top.back()])) continue;
-    // insert j after every id with a logit >= its own (so equal logits keep increasing ids)
-    auto at = std::upper_bound(top.begin(), top.end(), j, [logits](Index a, Index b) { return logits[a] > logits[b]; });
-    top.insert(at, j);
-    if (static_cast<Index>(top.size()) > keep) top.pop_back();
-  }
   using Arr = Eigen::Array<T, 1, Eigen::Dynamic>;
-  // the ids before pad and those after it
+  constexpr Index kChunk = 128;
+  top.clear();
+  T mx = -std::numeric_limits<T>::infinity();
+  // ids [lo, hi) chunk by chunk: a chunk's largest logit (vectorised) is the row's maximum's
+  // candidate, and only a chunk whose largest beats the keep-th best so far is looked at id by id
+  const auto scan = [&](Index lo, Index hi) {
+    for (Index c0 = lo; c0 < hi; c0 += kChunk) {
+      const Index c1 = std::min(hi, c0 + kChunk);
+      const T cmax = Eigen::Map<const Arr>(logits + c0, c1 - c0).maxCoeff();
+      mx = std::max(mx, cmax);
+      if (static_cast<Index>(top.size()) == keep && !(cmax > logits[top.back()])) continue;
+      for (Index j = c0; j < c1; ++j) {
+        if (static_cast<Index>(top.size()) == keep && !(logits[j] > logits[top.back()])) continue;
+        // insert j after every id with a logit >= its own (so equal logits keep increasing ids)
+        auto at =
+            std::upper_bound(top.begin(), top.end(), j, [logits](Index a, Index b) { return logits[a] > logits[b]; });
+        top.insert(at, j);
+        if (static_cast<Index>(top.size()) > keep) top.pop_back();
+      }
+    }
+  };
+  scan(0, pad);  // the ids before pad and those after it
+  scan(pad + 1, V);
   const Eigen::Map<const Arr> a(logits, pad), b(logits + pad + 1, V - pad - 1);
-  const T mx = std::max(pad > 0 ? a.maxCoeff() : logits[top.front()], pad + 1 < V ? b.maxCoeff() : logits[top.front()]);
   const double sum = static_cast<double>((a - mx).exp().sum() + (b - mx).exp().sum());  // Eigen's vectorised exp
   return static_cast<double>(mx) + std::log(sum);
 }
@@ -251,7 +263,7 @@ TokenMatrix greedy_decode(Transformer<T>& model, ConstTokenMap src, std::int64_t
 #pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
     for (Index r = 0; r < R; ++r) {
       const T* row = logits.data() + r * V;
-      bad |= !ConstRowArray<T>(row, V).allFinite();
+      bad |= !all_finite(row, V);
       const Index b = st.sentence_of(r);
       const auto& prefix = prefixes[static_cast<size_t>(b)];
       if (t < static_cast<Index>(prefix.size())) {
@@ -390,7 +402,7 @@ class BeamRun {
     int bad = 0;
 #pragma omp parallel for schedule(static) if (R > 4) reduction(| : bad)
     for (Index r = 0; r < R; ++r) {
-      bad |= !ConstRowArray<T>(logits.data() + r * V, V).allFinite();
+      bad |= !all_finite(logits.data() + r * V, V);
       lse_[static_cast<size_t>(r)] = top_ids_and_lse(logits.data() + r * V, V, keep_per_row_,
                                                      top_[static_cast<size_t>(r)], model_.config().pad_id);
     }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "transformer/kernels/amx.hpp"
 #include "transformer/kernels/isa.hpp"
 
 // The kernel needs a compiler that knows AVX512_BF16 (GCC 10+, Clang 9+) on x86-64. It is compiled
@@ -23,16 +24,12 @@
 #define TCPP_BF16_KERNEL 0
 #endif
 
-// The AMX tiles need GCC 11+ or Clang 12+, and Linux, whose permission a process asks for before
-// its first tile instruction (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+).
-#if TCPP_BF16_KERNEL && defined(__linux__) && \
-    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
-#define TCPP_AMX_KERNEL 1
-#include <sys/syscall.h>
-#include <unistd.h>
+// The AMX kernel (amx.hpp says what it needs) also needs the bf16 one's compiler.
+#if TCPP_BF16_KERNEL && TCPP_AMX_KERNEL
+#define TCPP_BF16_AMX 1
 #define TCPP_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #else
-#define TCPP_AMX_KERNEL 0
+#define TCPP_BF16_AMX 0
 #endif
 
 namespace transformer::bf16 {
@@ -73,49 +70,22 @@ bool supported() { return cpu_supported() && !disabled_by_environment() && isa_a
 
 namespace {
 // What stops the AMX tiles on this CPU and OS, or "" (decided once).
-std::string amx_cpu_problem() {
-#if TCPP_AMX_KERNEL
-  if (!cpu_supported()) return "this CPU (or its operating system) does not support AVX512_BF16";
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  __cpuid_count(7, 0, a, b, c, d);
-  const bool amx_bf16 = (d >> 22) & 1u, amx_tile = (d >> 24) & 1u;
-  if (!amx_bf16 || !amx_tile) return "this CPU has no AMX-BF16 tiles (Intel Xeon since Sapphire Rapids has them)";
-  unsigned xcr0_lo = 0, xcr0_hi = 0;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & 0x60000u) != 0x60000u) return "the operating system does not save the AMX tile state";
-  // palette 1 must offer eight tiles of 16 rows of 64 bytes, the shapes the kernel configures
-  if (__get_cpuid_max(0, nullptr) < 0x1D) return "this CPU does not describe its AMX tiles (CPUID leaf 0x1D)";
-  __cpuid_count(0x1D, 1, a, b, c, d);
-  const unsigned names = b >> 16, bytes_per_row = b & 0xFFFFu, rows = c & 0xFFFFu;
-  if (names < 8 || bytes_per_row < 64 || rows < 16)
-    return "this CPU's AMX palette is smaller than 8 tiles of 16 x 64 bytes";
-  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
-    return "the operating system refuses this process the AMX tiles (Linux 5.16 or later grants them)";
-  return "";
-#else
-  return "this build has no AMX kernel (it needs Linux and GCC 11+ or Clang 12+ on x86-64)";
-#endif
-}
-
-bool amx_disabled_by_environment() {
-  const char* v = std::getenv(kDisableAmxEnv);
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-}
 const std::string& amx_problem() {
-  static const std::string problem = amx_cpu_problem();
+  static const std::string problem = cpu_supported()
+                                         ? amx::cpu_problem(amx::Op::Bf16)
+                                         : "this CPU (or its operating system) does not support AVX512_BF16";
   return problem;
 }
 }  // namespace
 
 bool amx_cpu_supported() { return amx_problem().empty(); }
 
-bool amx_supported() { return supported() && amx_cpu_supported() && !amx_disabled_by_environment(); }
+bool amx_supported() { return supported() && amx_cpu_supported() && !amx::disabled_by_environment(); }
 
 std::string amx_unsupported_reason() {
   if (!supported()) return unsupported_reason();
   if (!amx_problem().empty()) return amx_problem();
-  if (amx_disabled_by_environment())
+  if (amx::disabled_by_environment())
     return std::string("the environment variable ") + kDisableAmxEnv + " turns the AMX tiles off";
   return "";
 }
@@ -321,7 +291,7 @@ struct Avx512Bf16Tiles {
   }
 };
 
-#if TCPP_AMX_KERNEL
+#if TCPP_BF16_AMX
 // The AMX tiles: a 32 x 32 block of C in four 16 x 16 float32 tile registers (tmm0-3); per 16 k
 // pairs two A tiles (16 rows x 16 pairs each, tmm4-5, read from row-by-row A panels with the
 // panel's row stride) and two B tiles (16 pairs x 16 columns, tmm6-7, read from the pair-major B
@@ -331,23 +301,10 @@ struct AmxTiles {
   static constexpr Index MR = 32, NR = 32, KC = kAmxKC, pair_multiple = 16;
   static constexpr bool a_line_major_always = true;
 
-  // The tile shapes (palette 1): eight tiles of 16 rows of 64 bytes. A thread's tile
-  // configuration is its own, so each thread that computes blocks loads it and releases it after.
-  struct alignas(64) Config {
-    std::uint8_t palette = 1, start_row = 0;
-    std::uint8_t reserved[14] = {};
-    std::uint16_t bytes_per_row[16] = {};
-    std::uint8_t rows[16] = {};
-  };
-  TCPP_AMX_TARGET static void begin() {
-    Config cfg;
-    for (int t = 0; t < 8; ++t) {
-      cfg.bytes_per_row[t] = 64;
-      cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-  }
-  TCPP_AMX_TARGET static void end() { _tile_release(); }
+  // a thread's tile configuration is its own: each thread that computes blocks loads it and
+  // releases it after
+  static void begin() { amx::configure(); }
+  static void end() { amx::release(); }
 
   TCPP_AMX_TARGET static void panel(const Block& s, const std::uint32_t* ap, const std::uint32_t* bp, float* cp,
                                     Index rows, Index cols) {
@@ -515,7 +472,7 @@ void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, co
       for (Index i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
     return;
   }
-#if TCPP_AMX_KERNEL
+#if TCPP_BF16_AMX
   if (kernel == Kernel::Amx) return run<AmxTiles>(M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc);
 #endif
   run<Avx512Bf16Tiles>(M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc);

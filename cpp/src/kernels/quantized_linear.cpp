@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "transformer/kernels/amx.hpp"
 #include "transformer/kernels/avx2.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/kernels/isa.hpp"
@@ -24,6 +25,15 @@
 #define TCPP_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #else
 #define TCPP_LOWP_KERNEL 0
+#endif
+
+// The AMX tiles (amx.hpp) take the products of many rows.
+#if TCPP_LOWP_KERNEL && TCPP_AMX_KERNEL
+#define TCPP_AMX_DECODE 1
+#define TCPP_AMX_DECODE_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16,amx-tile,amx-int8,amx-bf16")))
+#else
+#define TCPP_AMX_DECODE 0
 #endif
 
 namespace transformer {
@@ -79,6 +89,12 @@ bool int8_disabled_by_environment() {
 }
 }  // namespace
 
+bool amx_decoding(ComputeType c) {
+  if (c == ComputeType::Float32 || amx::disabled_by_environment()) return false;
+  if (c == ComputeType::Int8 && !int8_kernel_avx512()) return false;
+  return amx::cpu_problem(c == ComputeType::Int8 ? amx::Op::Int8 : amx::Op::Bf16).empty();
+}
+
 bool compute_type_supported(ComputeType c) {
   if (c == ComputeType::Int8)
     return !int8_disabled_by_environment() &&
@@ -119,10 +135,10 @@ std::string compute_type_kernel(ComputeType c) {
   if (!compute_type_supported(c)) return "unavailable";
   if (c == ComputeType::Int8) {
     if (neon::int8_supported()) return "neon_dotprod";
-    if (cpu_has_vnni() && isa_allows(Isa::Avx512)) return "avx512_vnni";
+    if (cpu_has_vnni() && isa_allows(Isa::Avx512)) return amx_decoding(c) ? "amx+avx512_vnni" : "avx512_vnni";
     return cpu_has_avx_vnni() ? "avx_vnni" : "avx2";
   }
-  if (c == ComputeType::BFloat16) return "avx512_bf16";
+  if (c == ComputeType::BFloat16) return amx_decoding(c) ? "amx+avx512_bf16" : "avx512_bf16";
   return "";
 }
 
@@ -440,6 +456,105 @@ constexpr RowsFn kBf16Rows[] = {nullptr,       bf16_rows<1>,  bf16_rows<2>, bf16
 }  // namespace
 #endif
 
+#if TCPP_AMX_DECODE
+namespace {
+// Rows r0 .. r0 + rb - 1 (rb <= 32) of one panel over all KW words (a multiple of 16) on the AMX
+// tiles: the sums of the first 16 rows in tmm0 (columns 0-15) and tmm1 (16-31), of the next 16 in
+// tmm2-3; per 16 words an A tile of 16 rows (tmm4, tmm5: 64 int8 or 32 bf16 values of each row, the
+// rows KW words apart, as quantize_rows lays them) and the panel's two 16-column halves as B tiles
+// (tmm6, tmm7: a panel's lines of 32 words are 128 bytes apart). The rows past R that a tile reads
+// are padding rows of xw. The sums leave through a 32 x 32 buffer and are finished as the AVX-512
+// kernels finish theirs: int8 + offset (exact in int32, so the result is the VNNI kernel's to the
+// bit), times the two scales, + bias; bf16 + bias.
+template <bool Int8>
+TCPP_AMX_DECODE_TARGET void amx_rows(const std::uint32_t* x, Index KW, const std::uint32_t* P, Index rb, Index nb,
+                                     const std::int32_t* offset, const float* xs, const float* ws, const float* bias,
+                                     float* y, Index ldy) {
+  const bool two = rb > 16;
+  _tile_zero(0);
+  _tile_zero(1);
+  if (two) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const long x_stride = static_cast<long>(KW * sizeof(std::uint32_t));
+  const std::uint32_t* x_low = x + 16 * KW;
+  for (Index w0 = 0; w0 < KW; w0 += 16) {
+    _tile_loadd(4, x + w0, x_stride);
+    _tile_loadd(6, P + w0 * 32, 128);
+    _tile_loadd(7, P + w0 * 32 + 16, 128);
+    if constexpr (Int8) {
+      _tile_dpbusd(0, 4, 6);  // u8 (x) times s8 (W), 4 per 32-bit word
+      _tile_dpbusd(1, 4, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if (two) {
+      _tile_loadd(5, x_low + w0, x_stride);
+      if constexpr (Int8) {
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+      } else {
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+  }
+  alignas(64) std::uint32_t buf[32 * 32];  // int32 or float32 sums, 128 bytes a row
+  _tile_stored(0, buf, 128);
+  _tile_stored(1, buf + 16, 128);
+  if (two) {
+    _tile_stored(2, buf + 16 * 32, 128);
+    _tile_stored(3, buf + 16 * 32 + 16, 128);
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(nb >= 16 ? 0xFFFF : (1u << nb) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(nb >= 32 ? 0xFFFF : nb <= 16 ? 0 : (1u << (nb - 16)) - 1);
+  const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
+  for (Index i = 0; i < rb; ++i) {
+    const std::uint32_t* row = buf + i * 32;
+    __m512 v0, v1;
+    if constexpr (Int8) {
+      const __m512i a0 = _mm512_add_epi32(_mm512_load_si512(row), _mm512_loadu_si512(offset));
+      const __m512i a1 = _mm512_add_epi32(_mm512_load_si512(row + 16), _mm512_loadu_si512(offset + 16));
+      const __m512 xsv = _mm512_set1_ps(xs[i]);
+      v0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a0), _mm512_loadu_ps(ws)), xsv, b0);
+      v1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a1), _mm512_loadu_ps(ws + 16)), xsv, b1);
+    } else {
+      v0 = _mm512_add_ps(_mm512_castsi512_ps(_mm512_load_si512(row)), b0);
+      v1 = _mm512_add_ps(_mm512_castsi512_ps(_mm512_load_si512(row + 16)), b1);
+    }
+    _mm512_mask_storeu_ps(y + i * ldy, m0, v0);
+    _mm512_mask_storeu_ps(y + i * ldy + 16, m1, v1);
+  }
+}
+}  // namespace
+
+void QuantizedLinear::apply_amx(Index R, float* y, Index ldy) const {
+  xw_.resize(static_cast<size_t>((R + 31) / 32 * 32 * KW_));  // whole tiles: padding rows past R
+  const auto rows = type_ == ComputeType::Int8 ? amx_rows<true> : amx_rows<false>;
+  const std::uint32_t* xw = xw_.data();
+  const float* xs = xs_.data();
+#pragma omp parallel if (panels_ > 1 && panels_ * K_ * R >= (1 << 15))
+  {
+    amx::configure();
+#pragma omp for schedule(static)
+    for (Index p = 0; p < panels_; ++p) {
+      const Index n0 = p * kPanel, nb = std::min(kPanel, N_ - n0);
+      const std::uint32_t* P = data_.data() + p * KW_ * kPanel;
+      for (Index r0 = 0; r0 < R; r0 += 32)
+        rows(xw + r0 * KW_, KW_, P, std::min<Index>(32, R - r0), nb, offset_.data() + n0, xs + r0, w_scale_.data() + n0,
+             bias_.data() + n0, y + r0 * ldy + n0, ldy);
+    }
+    amx::release();
+  }
+}
+#else
+void QuantizedLinear::apply_amx(Index, float*, Index) const {
+  throw std::logic_error("QuantizedLinear: this build has no AMX kernel");
+}
+#endif
+
 void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index ldy) const {
   TCPP_CHECK(compute_type_supported(type_), "QuantizedLinear: compute_type '", to_string(type_),
              "' is not available: ", compute_type_unsupported_reason(type_));
@@ -457,6 +572,7 @@ void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index 
             y, ldy);
     return;
   }
+  if (R >= tuning::kAmxDecodeRows && KW_ % 16 == 0 && amx_decoding(type_)) return apply_amx(R, y, ldy);
   const RowsFn* rows = type_ == ComputeType::Int8 ? kInt8Rows : kBf16Rows;
   const std::uint32_t* xw = xw_.data();
   const float* xs = xs_.data();

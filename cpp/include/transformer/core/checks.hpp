@@ -37,6 +37,14 @@ std::string format_count(double count);
 // "<who>: <what> needs 1.2 TB, more than the 3.1 GB of memory available".
 void check_memory(const std::string& who, const std::string& what, double bytes);
 
+// Whether p[0, n) holds no NaN or infinity, in one vectorised pass: x * 0 is 0 for every finite x
+// and NaN for NaN and +-inf, and a sum with a NaN in it is NaN. (Eigen's allFinite() ends in a
+// scalar loop.)
+template <typename T>
+bool all_finite(const T* p, Index n) {
+  return !std::isnan((ConstRowArray<T>(p, n) * T(0)).sum());
+}
+
 // Index of the first NaN or infinite element of p[0, n), or -1. Parallel for large n.
 template <typename T>
 Index first_nonfinite(const T* p, Index n);

@@ -60,6 +60,9 @@ constexpr double kF32ColumnOrderBytes = 8.0 * (1 << 20);
 // and 256 x 32 x 4 bytes = 32 KB. Not swept.
 constexpr Index kPackedKBlock = 128;
 constexpr Index kQuantizedWordBlock = 256;
+// Decoding products of this many rows or more run on the AMX tiles where the CPU has them (a tile
+// holds 16 rows; below that, the VNNI / AVX512_BF16 register kernel). Not swept.
+constexpr Index kAmxDecodeRows = 16;
 
 // Memory-bound loops (activations, the finite checks, Adam's norm and update check) work in chunks
 // of this many elements: 64 KB of float32, shared among the threads chunk by chunk. Not swept.

@@ -43,6 +43,7 @@
 #include <string>
 
 #include "transformer/core/tensor.hpp"
+#include "transformer/kernels/amx.hpp"
 
 namespace transformer::bf16 {
 
@@ -66,7 +67,7 @@ bool supported();
 std::string unsupported_reason();
 
 // The same for the AMX tiles: set, the kernel of every bf16 product is the AVX512_BF16 one.
-constexpr const char* kDisableAmxEnv = "TRANSFORMER_CPP_DISABLE_AMX";
+constexpr const char* kDisableAmxEnv = amx::kDisableEnv;
 
 // Which instructions compute a product: Auto is what the layers use, AMX where amx_supported(),
 // else AVX512_BF16.

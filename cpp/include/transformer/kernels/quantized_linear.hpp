@@ -27,6 +27,12 @@
 // kRowBlock x 32 int32 (float) sums in registers. Panels are split among the threads. Everything
 // else in decoding (layer norm, softmax, attention scores, residuals) stays float32.
 //
+// On CPUs with AMX (amx.hpp), products of tuning::kAmxDecodeRows rows or more (beam search, large
+// batches) run on the tiles: the same packed panel is two B tiles side by side (its 32-word lines
+// are 128 bytes apart), the quantised rows are A tiles, `tdpbusd` / `tdpbf16ps` sum 16 words of
+// 16 rows into 16 x 16 tiles, and the sums are finished as above (int8: the same integers, so the
+// same result to the bit).
+//
 // The kernels are compiled with function target attributes and chosen at run time by CPUID, so the
 // extension loads on any x86-64 CPU; check_compute_type says what is missing on one that lacks them.
 #pragma once
@@ -57,6 +63,12 @@ constexpr const char* kDisableInt8Env = "TRANSFORMER_CPP_DISABLE_INT8";
 // Whether this CPU and build can run the kernel of compute type c (float32: always), and why not.
 bool compute_type_supported(ComputeType c);
 std::string compute_type_unsupported_reason(ComputeType c);
+// Whether the AMX tiles (amx.hpp) compute the products of compute type c (int8 or bf16) of
+// tuning::kAmxDecodeRows rows or more whose K is a whole number of 64-byte tile rows (K a multiple
+// of 64 for int8, 32 for bf16): the CPU's AMX-INT8 or AMX-BF16, the kernels of the AVX-512 level,
+// and no TRANSFORMER_CPP_DISABLE_AMX. Fewer rows run on the AVX-512 kernel, which reads each weight
+// once for up to 12 rows.
+bool amx_decoding(ComputeType c);
 // The kernel that runs compute type c (int8 or bf16) here ("avx512_vnni", ...), or "unavailable".
 std::string compute_type_kernel(ComputeType c);
 
@@ -94,6 +106,9 @@ class QuantizedLinear {
   // offset zero), bf16 0) into xw_, and the int8 row scales into xs_. `vectorised`: the int8
   // rounding by AVX-512 (the same operations; apply), else the plain loop (apply_reference).
   void quantize_rows(const float* x, Index R, Index ldx, bool vectorised) const;
+  // apply's product on the AMX tiles, from the quantised rows in xw_ (amx_decoding(type_), KW_ a
+  // multiple of 16)
+  void apply_amx(Index R, float* y, Index ldy) const;
 
   ComputeType type_ = ComputeType::Int8;
   Index N_ = 0, K_ = 0, KW_ = 0, panels_ = 0;
