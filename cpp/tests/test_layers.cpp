@@ -240,7 +240,7 @@ void test_linear_double() {
   lin.zero_grad();
   loss();
   const Matrix<double> dx = lin.backward(ConstMatrixMap<double>(dy.data(), rows, out));
-  const Matrix<double> dweight = lin.dweight_;
+  const Matrix<double> dweight = cmap(lin.dweight_);
   const std::vector<double> dbias(lin.dbias_.data(), lin.dbias_.data() + out);
   const std::vector<double> fd_x = finite_differences(x.data(), x.size(), loss);
   const std::vector<double> fd_w =

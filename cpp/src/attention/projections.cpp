@@ -12,9 +12,9 @@ AttentionProjections<T>::AttentionProjections(Index d_model, std::initializer_li
     : out(d_model, d_model, true, splitmix64(seed + 4)), d_(d_model) {
   const Index n = static_cast<Index>(parts.size());
   w_in.resize(n * d_, d_);
-  dw_in = Matrix<T>::Zero(n * d_, d_);
+  dw_in = GradientBuffer<T>(n * d_, d_);
   b_in = RowVector<T>::Zero(n * d_);
-  db_in = RowVector<T>::Zero(n * d_);
+  db_in = GradientBuffer<T>(1, n * d_);
   const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
   Index part = 0;
   for (const ProjectionPart& p : parts) {

@@ -97,7 +97,7 @@ RelativeMultiHeadAttention<T>::RelativeMultiHeadAttention(Index d_model, Index n
   dk_ = d_model / n_heads;
   // W_{k,R} is Glorot-uniform as a (d, d) matrix like W_q, W_k and W_v, from its own stream
   w_pos_.resize(d_, d_);
-  dw_pos_ = Matrix<T>::Zero(d_, d_);
+  dw_pos_ = GradientBuffer<T>(d_, d_);
   {
     const double a = std::sqrt(6.0 / static_cast<double>(2 * d_));
     Rng rng(splitmix64(seed + 5));
@@ -106,8 +106,8 @@ RelativeMultiHeadAttention<T>::RelativeMultiHeadAttention(Index d_model, Index n
   // u and v: small values (uniform with standard deviation 0.02), so that the biases start near 0
   u_.resize(h_, dk_);
   v_.resize(h_, dk_);
-  du_ = Matrix<T>::Zero(h_, dk_);
-  dv_ = Matrix<T>::Zero(h_, dk_);
+  du_ = GradientBuffer<T>(h_, dk_);
+  dv_ = GradientBuffer<T>(h_, dk_);
   Rng rng(splitmix64(seed + 6));
   const double b = 0.02 * std::sqrt(3.0);
   for (Index i = 0; i < d_; ++i) u_.data()[i] = static_cast<T>(rng.uniform(-b, b));

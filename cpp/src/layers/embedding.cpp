@@ -19,7 +19,7 @@ namespace {
 // element, and every element sums its rows in the same order whatever the thread count.
 template <typename T>
 void scatter_add_rows(const TokenMatrix& tokens, std::int64_t padding_id, T scale, ConstMatrixMap<T> dy,
-                      Matrix<T>& dweight) {
+                      MatrixMap<T> dweight) {
   const Index n = tokens.size(), d = dweight.cols();
   const std::int64_t* tok = tokens.data();
 #pragma omp parallel if (n * d >= kParallelElements)
@@ -49,7 +49,7 @@ Embedding<T>::Embedding(Index vocab_size, Index d_model, std::uint64_t seed) {
   checked_size<T>("Embedding", concat("vocab_size ", vocab_size, " x d_model ", d_model),
                   static_cast<double>(vocab_size) * static_cast<double>(d_model), 0, 0);
   weight_.resize(vocab_size, d_model);
-  dweight_ = Matrix<T>::Zero(vocab_size, d_model);
+  dweight_ = GradientBuffer<T>(vocab_size, d_model);
   // N(0, d^-1/2): embedding * sqrt(d) then has unit scale, like the positional encoding.
   Rng rng(seed);
   const double std = 1.0 / std::sqrt(static_cast<double>(d_model));
@@ -89,7 +89,7 @@ void Embedding<T>::backward(ConstMatrixMap<T> dy) {
   TCPP_CHECK(dy.rows() == tokens_.size() && dy.cols() == dim(), "Embedding: backward got dout of shape (", dy.rows(),
              ", ", dy.cols(), "), expected (", tokens_.size(), ", ", dim(), ")");
   // forward was y_i = weight[token_i] * scale, so dweight[token_i] += scale * dy_i.
-  scatter_add_rows(tokens_, padding_id_, scale_, dy, dw());
+  scatter_add_rows(tokens_, padding_id_, scale_, dy, mmap(dw()));
 }
 
 template <typename T>
@@ -117,7 +117,7 @@ void Embedding<T>::tie_to(Embedding<T>& owner) {
              owner.vocab_size(), ", ", owner.dim(), ") embedding with a (", vocab_size(), ", ", dim(), ") one");
   tied_ = &owner;
   weight_.resize(0, 0);
-  dweight_.resize(0, 0);
+  dweight_.reset();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -70,8 +70,8 @@ LayerNorm<T>::LayerNorm(Index d, double eps) : eps_(eps) {
   checked_size<T>("LayerNorm", concat("d_model ", d), 2.0 * static_cast<double>(d), 0, 0);  // before allocating
   weight_ = RowVector<T>::Ones(d);
   bias_ = RowVector<T>::Zero(d);
-  dweight_ = RowVector<T>::Zero(d);
-  dbias_ = RowVector<T>::Zero(d);
+  dweight_ = GradientBuffer<T>(1, d);
+  dbias_ = GradientBuffer<T>(1, d);
 }
 
 template <typename T>
@@ -176,8 +176,8 @@ const Matrix<T>& LayerNorm<T>::backward(ConstMatrixMap<T> dy) {
   }
   // Add the blocks up in block order.
   for (Index blk = 0; blk < blocks; ++blk) {
-    dweight_.array() += ConstRowArray<T>(pp + blk * 2 * d, d);
-    dbias_.array() += ConstRowArray<T>(pp + blk * 2 * d + d, d);
+    RowArray<T>(dweight_.data(), d) += ConstRowArray<T>(pp + blk * 2 * d, d);
+    RowArray<T>(dbias_.data(), d) += ConstRowArray<T>(pp + blk * 2 * d + d, d);
   }
   return dx_;
 }

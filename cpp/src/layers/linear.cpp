@@ -14,9 +14,9 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_
   checked_size<T>("Linear", concat("in_features ", in_features, " x out_features ", out_features),
                   linear_parameters(static_cast<double>(in_features), static_cast<double>(out_features)), 0, 0);
   weight_.resize(out_features, in_features);
-  dweight_ = Matrix<T>::Zero(out_features, in_features);
+  dweight_ = GradientBuffer<T>(out_features, in_features);
   bias_ = RowVector<T>::Zero(out_features);
-  dbias_ = RowVector<T>::Zero(out_features);
+  dbias_ = GradientBuffer<T>(1, out_features);
   Rng rng(seed);
   const double a = std::sqrt(6.0 / static_cast<double>(in_features + out_features));
   for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));

@@ -244,11 +244,11 @@ LanguageModel<T>::LanguageModel(const LanguageModelConfig& c)
   if (c.pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(c.d_model, kLayerNormEps);
   memory_length_ = c.memory_length;
   out_bias_ = RowVector<T>::Zero(c.vocab_size);
-  dout_bias_ = RowVector<T>::Zero(c.vocab_size);
+  dout_bias_ = GradientBuffer<T>(1, c.vocab_size);
   if (!c.share_embeddings) {
     // Glorot uniform, as for any Linear
     out_weight_.resize(c.vocab_size, c.d_model);
-    dout_weight_ = Matrix<T>::Zero(c.vocab_size, c.d_model);
+    dout_weight_ = GradientBuffer<T>(c.vocab_size, c.d_model);
     Rng rng(splitmix64(c.seed + 3));
     const double a = std::sqrt(6.0 / static_cast<double>(c.vocab_size + c.d_model));
     for (Index i = 0; i < out_weight_.size(); ++i) out_weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));

@@ -139,11 +139,11 @@ Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Tra
     layer->feed_forward_.set_activation(c.activation);
   }
   out_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
-  dout_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
+  dout_bias_ = GradientBuffer<T>(1, c.tgt_vocab_size);
   if (!c.share_embeddings) {
     // Glorot uniform, as for any Linear
     out_weight_.resize(c.tgt_vocab_size, c.d_model);
-    dout_weight_ = Matrix<T>::Zero(c.tgt_vocab_size, c.d_model);
+    dout_weight_ = GradientBuffer<T>(c.tgt_vocab_size, c.d_model);
     Rng rng(splitmix64(c.seed + 3));
     const double a = std::sqrt(6.0 / static_cast<double>(c.tgt_vocab_size + c.d_model));
     for (Index i = 0; i < out_weight_.size(); ++i) out_weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "transformer/core/gradient_buffer.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/kernels/matmul.hpp"
 #include "transformer/layers/linear.hpp"
@@ -54,9 +55,11 @@ class AttentionProjections {
   ParameterList<T> parameters();
   void zero_grad();
 
-  Matrix<T> w_in, dw_in;     // (parts*d, d)
-  RowVector<T> b_in, db_in;  // (parts*d)
-  Linear<T> out;             // W_o (d, d)
+  Matrix<T> w_in;           // (parts*d, d)
+  GradientBuffer<T> dw_in;  // (parts*d, d)
+  RowVector<T> b_in;        // (parts*d)
+  GradientBuffer<T> db_in;  // (1, parts*d)
+  Linear<T> out;            // W_o (d, d)
 
  private:
   Index d_;

@@ -114,9 +114,10 @@ class RelativeMultiHeadAttention : public SelfAttention<T> {
   // Weights of the last forward, (B*H*T, M+T) = (B, H, T, M+T).
   const Matrix<T>& attention_weights() const { return weights_; }
 
-  Matrix<T> w_pos_, dw_pos_;  // (d, d): W_{k,R}
-  Matrix<T> u_, du_;          // (H, d_k)
-  Matrix<T> v_, dv_;          // (H, d_k)
+  Matrix<T> w_pos_;            // (d, d): W_{k,R}
+  GradientBuffer<T> dw_pos_;   // (d, d)
+  Matrix<T> u_, v_;            // (H, d_k)
+  GradientBuffer<T> du_, dv_;  // (H, d_k)
 
  private:
   AttentionProjections<T> proj_;  // W_in (3d, d) = [W_q; W_k; W_v], and W_o

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "transformer/core/gradient_buffer.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/layers/positional_encoding.hpp"
 
@@ -39,9 +40,10 @@ class Embedding {
   bool tied() const { return tied_ != nullptr; }
   // The weight and gradient in use: this embedding's own, or its owner's when tied.
   const Matrix<T>& w() const { return tied_ ? tied_->weight_ : weight_; }
-  Matrix<T>& dw() { return tied_ ? tied_->dweight_ : dweight_; }
+  GradientBuffer<T>& dw() { return tied_ ? tied_->dweight_ : dweight_; }
 
-  Matrix<T> weight_, dweight_;  // (vocab, d); empty when tied
+  Matrix<T> weight_;           // (vocab, d); empty when tied
+  GradientBuffer<T> dweight_;  // (vocab, d); empty when tied
 
  private:
   template <typename U>

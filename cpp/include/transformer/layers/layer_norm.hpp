@@ -2,6 +2,7 @@
 //   y = (x - mean) / sqrt(var + eps) * weight + bias,  var the biased (1/d) variance.
 #pragma once
 
+#include "transformer/core/gradient_buffer.hpp"
 #include "transformer/core/tensor.hpp"
 
 namespace transformer {
@@ -31,7 +32,8 @@ class LayerNorm {
   double eps() const { return eps_; }
   const Matrix<T>& output() const { return y_; }
 
-  RowVector<T> weight_, bias_, dweight_, dbias_;  // (d)
+  RowVector<T> weight_, bias_;         // (d)
+  GradientBuffer<T> dweight_, dbias_;  // (1, d)
 
  private:
   double eps_;

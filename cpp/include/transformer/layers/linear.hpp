@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "transformer/core/gradient_buffer.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/kernels/matmul.hpp"
 
@@ -43,10 +44,10 @@ class Linear {
   void set_precision(Precision p);
   Precision precision() const { return precision_; }
 
-  Matrix<T> weight_;    // (out, in)
-  RowVector<T> bias_;   // (out)
-  Matrix<T> dweight_;   // (out, in)
-  RowVector<T> dbias_;  // (out)
+  Matrix<T> weight_;           // (out, in)
+  RowVector<T> bias_;          // (out)
+  GradientBuffer<T> dweight_;  // (out, in)
+  GradientBuffer<T> dbias_;    // (1, out)
 
  private:
   bool has_bias_;

@@ -40,6 +40,7 @@
 #include "transformer/attention/self_attention.hpp"
 #include "transformer/attention/tiled_attention.hpp"
 #include "transformer/core/config.hpp"
+#include "transformer/core/gradient_buffer.hpp"
 #include "transformer/kernels/inference_backend.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/embedding.hpp"
@@ -224,7 +225,8 @@ class LanguageModel : public TrainableModel<T> {
   std::vector<std::unique_ptr<LanguageModelBlock<T>>> layers_;  // ordinary blocks (empty when reversible)
   std::unique_ptr<ReversibleStack<T>> reversible_;              // the blocks when reversible
   std::unique_ptr<LayerNorm<T>> final_norm_;                    // pre-norm only
-  RowVector<T> out_bias_, dout_bias_;                           // (V)
+  RowVector<T> out_bias_;                                       // (V)
+  GradientBuffer<T> dout_bias_;                                 // (1, V)
 
  private:
   T* output_weight();
@@ -245,18 +247,19 @@ class LanguageModel : public TrainableModel<T> {
   // LSH attention of the blocks (hash counter frozen; set to the step count before each forward)
   std::vector<LSHSelfAttention<T>*> lsh_;
   LanguageModelConfig config_;
-  Dropout<T> dropout_;                  // after the embedding
-  Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
-  Index B_ = -1, T_ = 0;                // shape of the last forward (-1: none that backward may follow)
-  const Matrix<T>* y_ = nullptr;        // (B*T, d) the last hidden states
-  Matrix<T> x_;                         // (B*T, d) embedded and dropped-out input
-  Matrix<T> logits_;                    // (B*T, V) of forward, evaluate_loss and the unfused loss
-  Matrix<T> dy_, dx_;                   // (B*T, d)
-  Matrix<T> loss_partial_;              // scratch of the unfused loss's bias gradient
-  OutputLossScratch<T> loss_scratch_;   // one chunk of logits of the chunked loss
-  Index output_chunk_rows_ = 0;         // see set_output_chunk_rows()
-  TokenMatrix inputs_;                  // (B, T)
-  std::vector<std::int64_t> labels_;    // (B*T)
+  Dropout<T> dropout_;                 // after the embedding
+  Matrix<T> out_weight_;               // (V, d) when not tied
+  GradientBuffer<T> dout_weight_;      // (V, d) when not tied
+  Index B_ = -1, T_ = 0;               // shape of the last forward (-1: none that backward may follow)
+  const Matrix<T>* y_ = nullptr;       // (B*T, d) the last hidden states
+  Matrix<T> x_;                        // (B*T, d) embedded and dropped-out input
+  Matrix<T> logits_;                   // (B*T, V) of forward, evaluate_loss and the unfused loss
+  Matrix<T> dy_, dx_;                  // (B*T, d)
+  Matrix<T> loss_partial_;             // scratch of the unfused loss's bias gradient
+  OutputLossScratch<T> loss_scratch_;  // one chunk of logits of the chunked loss
+  Index output_chunk_rows_ = 0;        // see set_output_chunk_rows()
+  TokenMatrix inputs_;                 // (B, T)
+  std::vector<std::int64_t> labels_;   // (B*T)
   Index memory_length_ = 0;
   bool memory_update_ = true;
   Index clamp_len_ = -1;

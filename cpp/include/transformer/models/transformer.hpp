@@ -8,6 +8,7 @@
 #include <string>
 
 #include "transformer/core/config.hpp"
+#include "transformer/core/gradient_buffer.hpp"
 #include "transformer/kernels/matmul.hpp"
 #include "transformer/layers/loss.hpp"
 #include "transformer/models/decoder.hpp"
@@ -182,7 +183,8 @@ class Transformer : public TrainableModel<T> {
   T* output_weight();
   const T* output_weight() const;
   T* output_weight_grad();
-  RowVector<T> out_bias_, dout_bias_;  // (V)
+  RowVector<T> out_bias_;        // (V)
+  GradientBuffer<T> dout_bias_;  // (1, V)
 
  private:
   // forward over the rows to compute: all (pack = false) or, with pack, only those that the loss on
@@ -209,7 +211,8 @@ class Transformer : public TrainableModel<T> {
   TransformerConfig config_;
   std::unique_ptr<Encoder<T>> encoder_;
   std::unique_ptr<Decoder<T>> decoder_;
-  Matrix<T> out_weight_, dout_weight_;  // (V, d) when not tied
+  Matrix<T> out_weight_;           // (V, d) when not tied
+  GradientBuffer<T> dout_weight_;  // (V, d) when not tied
   Index B_ = -1, T_ = 0;
   // (rows, V) logits; after train_step, d loss / d logits (computed in place). The buffer only
   // grows: the row count changes from batch to batch, and a buffer this large (tens of MB) freed
