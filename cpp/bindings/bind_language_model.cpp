@@ -182,11 +182,11 @@ void bind_language_model_class(py::module_& m) {
           "step",
           [](H& h) {
             check_idle(h.busy, "LanguageModel.step", "LanguageModel");
-            return h.model.optimizer().step_count();
+            return h.model.step_count();
           },
           [](H& h, const py::object& s) {
             check_idle(h.busy, "LanguageModel.step", "LanguageModel");
-            h.model.optimizer().set_step_count(int_arg(s, "LanguageModel", "step", 0));
+            h.model.set_step_count(int_arg(s, "LanguageModel", "step", 0));
           },
           "Optimiser steps taken so far.")
       .def_property(

@@ -354,11 +354,11 @@ void bind_transformer(py::module_& m) {
           "step",
           [](H& h) {
             check_model_idle(h, "Transformer.step");
-            return h.model.optimizer().step_count();
+            return h.model.step_count();
           },
           [](H& h, const py::object& s) {
             check_model_idle(h, "Transformer.step");
-            h.model.optimizer().set_step_count(int_arg(s, "Transformer", "step", 0));
+            h.model.set_step_count(int_arg(s, "Transformer", "step", 0));
           },
           "Optimiser steps taken so far.")
       .def_property(

@@ -43,9 +43,15 @@ void scatter_add_rows(const TokenMatrix& tokens, std::int64_t padding_id, T scal
 // Embedding
 
 template <typename T>
-Embedding<T>::Embedding(Index vocab_size, Index d_model, std::uint64_t seed) {
+Embedding<T>::Embedding(Index vocab_size, Index d_model, std::uint64_t seed, Embedding<T>* owner) {
   TCPP_CHECK(vocab_size > 0, "Embedding: vocab_size must be positive, got ", vocab_size);
   TCPP_CHECK(d_model > 0, "Embedding: d_model must be positive, got ", d_model);
+  if (owner != nullptr) {
+    TCPP_CHECK(owner->vocab_size() == vocab_size && owner->dim() == d_model, "Embedding: cannot share a (",
+               owner->vocab_size(), ", ", owner->dim(), ") embedding with a (", vocab_size, ", ", d_model, ") one");
+    tied_ = owner;
+    return;
+  }
   checked_size<T>("Embedding", concat("vocab_size ", vocab_size, " x d_model ", d_model),
                   static_cast<double>(vocab_size) * static_cast<double>(d_model), 0, 0);
   weight_.resize(vocab_size, d_model);
@@ -125,8 +131,8 @@ void Embedding<T>::tie_to(Embedding<T>& owner) {
 
 template <typename T>
 PositionalEmbedding<T>::PositionalEmbedding(Index vocab_size, Index d_model, Index max_length, PositionalLayout layout,
-                                            std::uint64_t seed)
-    : embedding_(vocab_size, d_model, seed), layout_(layout) {
+                                            std::uint64_t seed, Embedding<T>* shared)
+    : embedding_(vocab_size, d_model, seed, shared), layout_(layout) {
   TCPP_CHECK(max_length > 0, "PositionalEmbedding: max_length must be positive, got ", max_length);
   check_memory("PositionalEmbedding", concat("a positional table of max_length ", max_length, " x d_model ", d_model),
                static_cast<double>(max_length) * static_cast<double>(d_model) * sizeof(T));

@@ -97,9 +97,11 @@ std::vector<Dropout<T>*> EncoderLayer<T>::dropouts() {
 
 template <typename T>
 Encoder<T>::Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout,
-                    Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed)
+                    Index max_length, PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed,
+                    Embedding<T>* shared_embedding)
     : LayerStack<T, EncoderLayer<T>>("Encoder", encoder_layer_parameters(d_model, d_ff), 100, vocab_size, d_model,
-                                     n_layers, n_heads, d_ff, dropout, max_length, layout, pre_norm, eps, seed) {}
+                                     n_layers, n_heads, d_ff, dropout, max_length, layout, pre_norm, eps, seed,
+                                     shared_embedding) {}
 
 template <typename T>
 const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool pack) {

@@ -114,13 +114,14 @@ void validate(const TransformerConfig& c) {
 template <typename T>
 Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Transformer", c.d_model), config_(c) {
   validate<T>(c);
-  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, encoder_layers(c), c.n_heads, c.d_ff, c.dropout,
-                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 1));
+  // the decoder first: with a shared source embedding the encoder embeds with the decoder's (its
+  // own is never made); each stack's weights come from its own seed, whatever the order
   decoder_ = std::make_unique<Decoder<T>>(c.tgt_vocab_size, c.d_model, decoder_layers(c), c.n_heads, c.d_ff, c.dropout,
                                           c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 2));
-  // the options that leave the defaults' layers as they are: shared source embedding, padding id,
-  // embedding scale, activation
-  if (c.share_source_embedding) encoder_->embedding_.embedding().tie_to(decoder_->embedding_.embedding());
+  encoder_ = std::make_unique<Encoder<T>>(c.src_vocab_size, c.d_model, encoder_layers(c), c.n_heads, c.d_ff, c.dropout,
+                                          c.max_length, c.layout, c.pre_norm, c.layer_norm_eps, splitmix64(c.seed + 1),
+                                          c.share_source_embedding ? &decoder_->embedding_.embedding() : nullptr);
+  // the options that leave the defaults' layers as they are: padding id, embedding scale, activation
   encoder_->set_padding_id(c.pad_id);
   decoder_->set_padding_id(c.pad_id);
   decoder_->set_start_is_padding(c.start_id == c.pad_id);

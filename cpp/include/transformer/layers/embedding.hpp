@@ -18,8 +18,9 @@ template <typename T>
 class Embedding {
  public:
   // Weights N(0, d^-1/2) so that embedding * sqrt(d) has unit scale; row 0 (padding) is zero and
-  // receives no gradient (as PyTorch's padding_idx=0).
-  Embedding(Index vocab_size, Index d_model, std::uint64_t seed = 0);
+  // receives no gradient (as PyTorch's padding_idx=0). With `owner`, tied to it from the start
+  // (see tie_to): nothing of its own is allocated.
+  Embedding(Index vocab_size, Index d_model, std::uint64_t seed = 0, Embedding<T>* owner = nullptr);
 
   // tokens: (B, T) ids in [0, vocab) -> (B*T, d) rows weight[token] * scale.
   // Throws std::invalid_argument naming the bad id and the vocabulary size.
@@ -62,8 +63,10 @@ class Embedding {
 template <typename T>
 class PositionalEmbedding {
  public:
+  // With `shared`, the token embedding is tied to that one (Embedding's owner).
   PositionalEmbedding(Index vocab_size, Index d_model, Index max_length = 2048,
-                      PositionalLayout layout = PositionalLayout::Interleaved, std::uint64_t seed = 0);
+                      PositionalLayout layout = PositionalLayout::Interleaved, std::uint64_t seed = 0,
+                      Embedding<T>* shared = nullptr);
 
   // tokens: (B, T) -> (B*T, d) = weight[tokens] * sqrt(d) + PE[:T]. The sinusoid table is a
   // cache: `max_length` rows are built up front and it grows when a longer sequence arrives.

@@ -149,16 +149,17 @@ class LayerStack {
   // `who` ("Encoder") names the stack in messages; each layer holds layer_parameters weights. The
   // memory of all weights is checked before any is allocated; layer i is
   // Layer(d_model, n_heads, d_ff, dropout, pre_norm, eps, splitmix64(seed + layer_seeds + i)).
+  // With shared_embedding, the token embedding is tied to that one from the start.
   LayerStack(const char* who, double layer_parameters, std::uint64_t layer_seeds, Index vocab_size, Index d_model,
              Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length, PositionalLayout layout,
-             bool pre_norm, double eps, std::uint64_t seed)
+             bool pre_norm, double eps, std::uint64_t seed, Embedding<T>* shared_embedding = nullptr)
       : embedding_(checked_size<T>(
                        who,
                        concat("vocab_size ", vocab_size, ", d_model ", d_model, ", n_layers ", n_layers, ", d_ff ",
                               d_ff, ", max_length ", max_length),
                        static_cast<double>(vocab_size) * d_model + static_cast<double>(n_layers) * layer_parameters,
                        static_cast<double>(max_length) * d_model, vocab_size),
-                   d_model, max_length, layout, splitmix64(seed + 1)),
+                   d_model, max_length, layout, splitmix64(seed + 1), shared_embedding),
         dropout_(dropout, seed, splitmix64(seed + 2)) {
     TCPP_CHECK(n_layers > 0, who, ": n_layers must be positive, got ", n_layers);
     for (Index i = 0; i < n_layers; ++i)

@@ -59,8 +59,10 @@ class EncoderLayer {
 template <typename T>
 class Encoder : public LayerStack<T, EncoderLayer<T>> {
  public:
+  // With shared_embedding (a decoder's token embedding), the source tokens are embedded with it.
   Encoder(Index vocab_size, Index d_model, Index n_layers, Index n_heads, Index d_ff, double dropout, Index max_length,
-          PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed);
+          PositionalLayout layout, bool pre_norm, double eps, std::uint64_t seed,
+          Embedding<T>* shared_embedding = nullptr);
 
   // tokens (B, S) -> memory (B*S, d). Padding (token 0) keys are masked in self-attention.
   // With pack, only the non-padding positions are computed: memory is then (layout().rows(), d).

@@ -101,6 +101,13 @@ class TrainableModel {
   void set_optimizer_config(const OptimizerConfig& o);  // validate(o) first
   Adam<T>& optimizer();                                 // created on first use
   bool has_optimizer() const { return adam_ != nullptr; }
+  // Updates taken so far (0 before the first), read without creating the optimiser.
+  Index step_count() const { return adam_ ? adam_->step_count() : 0; }
+  // Set the updates taken (to resume); 0 on a model without an optimiser leaves it without one
+  // (its moments, as large as the weights, are made when training needs them).
+  void set_step_count(Index t) {
+    if (t != 0 || adam_) optimizer().set_step_count(t);
+  }
   // The schedule at a 1-based step: warmup_learning_rate at the model's d_model; with total_steps,
   // from the peak at the warm-up's end straight down to 0 at total_steps; or the fixed rate
   // (decaying from step 0 to 0 at total_steps, when given).
@@ -114,8 +121,6 @@ class TrainableModel {
   TrainableModel(TrainableModel&&) noexcept = default;
   TrainableModel& operator=(TrainableModel&&) noexcept = default;
 
-  // Updates taken so far (0 before the first).
-  Index step_count() const { return adam_ ? adam_->step_count() : 0; }
   // Refuses (std::invalid_argument naming who) an update when the step count is at its maximum.
   void check_step_count(const char* who) const;
   // One update from the gradients in parameters(): the global norm, clipping to clip_norm, and
