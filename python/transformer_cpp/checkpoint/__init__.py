@@ -103,7 +103,8 @@ from .loading import (
     read_file as read_file,
     read_json as read_json,
 )
-from .saving import mark_best, nonfinite_tensors, save_checkpoint, tensor_bytes as tensor_bytes
+from .saving import TensorFile as TensorFile, mark_best, nonfinite_tensors, save_checkpoint
+from .saving import tensor_bytes as tensor_bytes
 from .saving import write_checkpoint as write_checkpoint
 
 __all__ = [

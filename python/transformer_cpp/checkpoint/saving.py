@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import struct
+import sys
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -72,11 +76,90 @@ def describe_bad(bad: List[str]) -> str:
 
 
 def tensor_bytes(tensors: Mapping[str, Any], kind: str) -> bytes:
-    """The ``.value`` arrays of ``tensors`` as the bytes of one safetensors file."""
+    """The ``.value`` arrays of ``tensors`` as the bytes of one safetensors file, made by the
+    safetensors package: a copy of every tensor in memory at once. Checkpoints are written by
+    :class:`TensorFile`, which writes the same bytes (this is its reference) tensor by tensor."""
     from safetensors.numpy import save
 
     arrays = {name: np.ascontiguousarray(np.array(t.value, copy=True)) for name, t in tensors.items()}
     return save(arrays, metadata={"format": FORMAT_NAME, "content": kind})
+
+
+# safetensors' names of the NumPy dtypes, in the order of its dtype enumeration: a file holds its
+# tensors sorted by that order, the last first, then by name
+_SAFETENSORS_DTYPES = {
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "int16": "I16",
+    "uint16": "U16",
+    "float16": "F16",
+    "int32": "I32",
+    "uint32": "U32",
+    "float32": "F32",
+    "float64": "F64",
+    "int64": "I64",
+    "uint64": "U64",
+}
+_DTYPE_RANK = {name: rank for rank, name in enumerate(_SAFETENSORS_DTYPES)}
+_WRITE_CHUNK = 16 << 20  # bytes handed to each write (and to the checksum)
+
+
+class TensorFile:
+    """A safetensors file of the ``.value`` arrays of ``tensors`` (with the metadata of a
+    checkpoint, ``content`` = ``kind``), written straight from the arrays a piece at a time: no
+    copy of a tensor is made, so writing a model costs no memory beyond a small buffer. The bytes
+    are those of :func:`tensor_bytes` (the safetensors package's layout: an 8-byte little-endian
+    header length, the JSON header padded with spaces to a multiple of 8, then the tensors sorted
+    by dtype and name). The arrays must not change until :meth:`write` returns."""
+
+    def __init__(self, tensors: Mapping[str, Any], kind: str) -> None:
+        arrays = {name: np.asarray(getattr(t, "value", t)) for name, t in tensors.items()}
+        for name, a in arrays.items():
+            if a.dtype.name not in _SAFETENSORS_DTYPES:
+                raise ValueError(f"TensorFile: tensor {name!r} has dtype {a.dtype}, which safetensors does not store")
+        order = sorted(arrays, key=lambda n: (-_DTYPE_RANK[arrays[n].dtype.name], n))
+        header: Dict[str, Any] = {"__metadata__": {"format": FORMAT_NAME, "content": kind}}
+        offset = 0
+        for name in order:
+            a = arrays[name]
+            header[name] = {
+                "dtype": _SAFETENSORS_DTYPES[a.dtype.name],
+                "shape": [int(n) for n in a.shape or (1,)],  # a 0-d value as tensor_bytes stores it
+                "data_offsets": [offset, offset + a.nbytes],
+            }
+            offset += a.nbytes
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        text += b" " * (-len(text) % 8)
+        self._header = struct.pack("<Q", len(text)) + text
+        self._arrays = [arrays[name] for name in order]
+        self.size = len(self._header) + offset  # bytes of the file
+
+    def chunks(self) -> Iterator[memoryview]:
+        """The file's bytes in order: the header, then each tensor in pieces of at most 16 MiB
+        (views of the arrays themselves when they are contiguous and little-endian)."""
+        yield memoryview(self._header)
+        for a in self._arrays:
+            flat = a.reshape(-1)  # a view of a contiguous array, else a copy of this one tensor
+            if flat.dtype.byteorder == ">" or (flat.dtype.byteorder == "=" and sys.byteorder == "big"):
+                flat = flat.astype(flat.dtype.newbyteorder("<"))
+            data = memoryview(np.ascontiguousarray(flat).view(np.uint8))
+            for start in range(0, len(data), _WRITE_CHUNK):
+                yield data[start : start + _WRITE_CHUNK]
+
+    def write(self, f: BinaryIO) -> Tuple[int, str]:
+        """Write the file into the open binary file ``f``; its size and hex SHA-256."""
+        digest = hashlib.sha256()
+        written = 0
+        for chunk in self.chunks():
+            digest.update(chunk)
+            f.write(chunk)
+            written += len(chunk)
+        return written, digest.hexdigest()
+
+
+#: What :func:`write_checkpoint` writes into a file: its bytes, or tensors streamed from memory.
+Payload = Union[bytes, TensorFile]
 
 
 def save_checkpoint(
@@ -135,7 +218,8 @@ def save_checkpoint(
     _check_savable(model, src_tokenizer, tgt_tokenizer, optimizer)
     if run_id is not None and (not isinstance(run_id, str) or not run_id):
         raise ValueError(f"save_checkpoint: run_id must be a non-empty str or None, got {run_id!r}")
-    # Everything is serialised before the first byte is written, so that bad input fails early.
+    # Everything is checked and serialised (the tensors laid out, written later straight from the
+    # model) before the first byte is written, so that bad input fails early.
     files, config = _serialised(model, src_tokenizer, tgt_tokenizer, trainer_state, train_config, data, optimizer)
     return write_checkpoint(run, name, files, config, keep=keep, run_id=run_id, best=best, what="save_checkpoint")
 
@@ -187,16 +271,16 @@ def _serialised(
     train_config: Optional[Mapping[str, Any]],
     data: Optional[Mapping[str, Any]],
     optimizer: bool,
-) -> Tuple[Dict[str, bytes], Dict[str, Any]]:
-    """The bytes of each file of a translation checkpoint and its manifest; ``ValueError`` when
-    the state given is not JSON-serialisable."""
-    files: Dict[str, bytes] = {
-        MODEL_FILE: tensor_bytes(model.parameters(), "weights"),
+) -> Tuple[Dict[str, Payload], Dict[str, Any]]:
+    """The contents of each file of a translation checkpoint (bytes, or the tensors' layout) and
+    its manifest; ``ValueError`` when the state given is not JSON-serialisable."""
+    files: Dict[str, Payload] = {
+        MODEL_FILE: TensorFile(model.parameters(), "weights"),
         SRC_TOKENIZER_FILE: src_tokenizer.to_str().encode("utf-8"),
         TGT_TOKENIZER_FILE: tgt_tokenizer.to_str().encode("utf-8"),
     }
     if optimizer:
-        files[OPTIMIZER_FILE] = tensor_bytes(model.optimizer_state(), "adam")
+        files[OPTIMIZER_FILE] = TensorFile(model.optimizer_state(), "adam")
     try:
         files[TRAINER_STATE_FILE] = json_bytes(None if trainer_state is None else dict(trainer_state))
         config: Dict[str, Any] = {
@@ -218,10 +302,23 @@ def _serialised(
     return files, config
 
 
+def _write_file(path: Path, payload: Payload) -> Dict[str, Any]:
+    """Write ``payload`` (bytes, or a :class:`TensorFile` streamed from its arrays) into ``path`` and
+    push it to disk; its manifest entry, ``{"bytes": size, "sha256": hex digest}``."""
+    if isinstance(payload, TensorFile):
+        with open(path, "wb") as f:
+            size, digest = payload.write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        return {"bytes": size, "sha256": digest}
+    write_bytes(path, payload)
+    return {"bytes": len(payload), "sha256": sha256(payload)}
+
+
 def write_checkpoint(
     run: Path,
     name: str,
-    files: Mapping[str, bytes],
+    files: Mapping[str, Payload],
     config: Dict[str, Any],
     *,
     keep: Optional[int],
@@ -229,12 +326,13 @@ def write_checkpoint(
     best: bool = False,
     what: str = "save_checkpoint",
 ) -> Path:
-    """Write checkpoint ``name`` of run directory ``run`` from serialised ``files`` and the
-    manifest ``config`` (its ``files`` and ``run_id`` are filled in here), atomically and under
-    the run's lock; point ``latest`` (and with ``best``, ``best``) at it and prune the run's
-    oldest beyond ``keep`` (None or 0: keep all). Every task's checkpoints are written here;
-    ``what`` starts the messages. Its path."""
-    config = dict(config, files={f: {"bytes": len(b), "sha256": sha256(b)} for f, b in sorted(files.items())})
+    """Write checkpoint ``name`` of run directory ``run`` from serialised ``files`` (each the bytes
+    of a file, or a :class:`TensorFile` written straight from its tensors) and the manifest
+    ``config`` (its ``files`` and ``run_id`` are filled in here, sizes and checksums as each file is
+    written), atomically and under the run's lock; point ``latest`` (and with ``best``, ``best``)
+    at it and prune the run's oldest beyond ``keep`` (None or 0: keep all). Every task's
+    checkpoints are written here; ``what`` starts the messages. Its path."""
+    config = dict(config)
     with lock_run(run):
         target = run / name
         # what is replaced must be this program's: a checkpoint (by its manifest) and the pointer
@@ -244,15 +342,15 @@ def write_checkpoint(
             refuse_foreign(run / LATEST_FILE, what, hint)
         config["run_id"] = run_id or _latest_run_id(run) or uuid.uuid4().hex[:16]
         try:
-            config_bytes = json_bytes(config)
+            json_bytes(config)  # before any file is written; the sizes and checksums are added below
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{what}: state is not JSON-serialisable: {exc}") from None
         with temporary(run, name) as tmp, temporary(run, f"old-{name}") as trash:
             tmp.mkdir()
             try:
-                for fname, payload in files.items():
-                    write_bytes(tmp / fname, payload)
-                write_bytes(tmp / CONFIG_FILE, config_bytes)  # last: a directory with config.json is complete
+                entries = {fname: _write_file(tmp / fname, payload) for fname, payload in files.items()}
+                config["files"] = dict(sorted(entries.items()))
+                write_bytes(tmp / CONFIG_FILE, json_bytes(config))  # last: a directory with config.json is complete
                 fsync_dir(tmp)
                 if target.exists():  # e.g. the same epoch saved again after resuming from an older checkpoint
                     os.replace(target, trash)

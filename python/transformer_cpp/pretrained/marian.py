@@ -18,19 +18,21 @@ architecture maps onto the core's options one to one:
 
 Anything else (a pre-norm or otherwise different Marian variant, an activation the core lacks,
 weights whose shapes disagree with the configuration) is refused with a ``ValueError`` naming the
-field. The weights are copied one tensor at a time into the model: at most the model and one
-tensor (or, for ``pytorch_model.bin``, the memory-mapped file) are held at once.
+field. Each tensor of ``model.safetensors`` is read from the file straight into the model's
+parameter (:mod:`~transformer_cpp.pretrained.weight_files`): the model is all that is held. A
+``pytorch_model.bin`` is memory-mapped and copied one tensor at a time.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ..model import Transformer
+from .weight_files import WeightFile, open_weights
 
 __all__ = ["MARIAN_ACTIVATIONS", "load_marian", "marian_config"]
 
@@ -40,6 +42,8 @@ PathLike = Union[str, Path]
 MARIAN_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 #: ``nn.LayerNorm``'s epsilon, what every MarianMT layer norm uses.
 MARIAN_LAYER_NORM_EPS = 1e-5
+# elements of each tensor held at a time when two are compared
+_COMPARED_ELEMENTS = 1 << 22
 
 # config.json fields of Marian variants the core does not implement, and the value it implements
 _FIXED = {
@@ -162,75 +166,53 @@ def marian_names(config: Dict[str, Any]) -> List[Tuple[str, Tuple[str, ...]]]:
     return names
 
 
-def _safetensors_reader(path: Path) -> Tuple[List[str], Callable[[str], np.ndarray], Callable[[], None]]:
-    from safetensors import safe_open
-
-    handle = safe_open(str(path), framework="numpy")
-
-    def get(name: str) -> np.ndarray:
-        return np.asarray(handle.get_tensor(name))  # type: ignore[no-untyped-call]
-
-    return [str(k) for k in handle.keys()], get, lambda: None  # type: ignore[no-untyped-call]
-
-
-def _torch_reader(path: Path) -> Tuple[List[str], Callable[[str], np.ndarray], Callable[[], None]]:
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError(
-            f"load_marian: {path.name} is a PyTorch file and reading it needs PyTorch (not installed); "
-            "install torch or convert the weights to model.safetensors"
-        ) from e
-    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-
-    def get(name: str) -> np.ndarray:
-        tensor = state[name].detach()
-        return np.asarray(tensor.to(torch.float64 if tensor.dtype == torch.float64 else torch.float32).numpy())
-
-    return list(state.keys()), get, state.clear
-
-
-def _weights(directory: Path) -> Tuple[List[str], Callable[[str], np.ndarray], Callable[[], None]]:
-    if (directory / "model.safetensors").is_file():
-        return _safetensors_reader(directory / "model.safetensors")
-    if (directory / "pytorch_model.bin").is_file():
-        return _torch_reader(directory / "pytorch_model.bin")
-    raise FileNotFoundError(f"load_marian: {directory} holds neither model.safetensors nor pytorch_model.bin")
-
-
-def _copy(model: Transformer, names: List[Tuple[str, Tuple[str, ...]]], keys: List[str], get: Any) -> None:
+def _copy(model: Transformer, names: List[Tuple[str, Tuple[str, ...]]], weights: WeightFile) -> None:
+    """Read each of our parameters from the file, straight into the model's array."""
     params = model.parameters()
-    available = set(keys)
+    available = set(weights.keys)
     for ours, candidates in names:
         found = next((n for n in candidates if n in available), None)
         if found is None:
             raise ValueError(f"load_marian: the weights lack {candidates[0]} (for our {ours})")
-        value = get(found)
-        if ours == "output.bias":
-            value = value.reshape(-1)
+        shape = weights.shape(found)
+        if ours == "output.bias":  # (1, V) in the file
+            shape = (int(np.prod(shape, dtype=np.int64)),)
         target = params[ours].value
-        if value.shape != target.shape:
+        if shape != target.shape:
             raise ValueError(
-                f"load_marian: {found} has shape {tuple(value.shape)} but the configuration gives "
+                f"load_marian: {found} has shape {shape} but the configuration gives "
                 f"{tuple(target.shape)} (vocab_size, decoder_vocab_size, d_model, ffn_dim)"
             )
-        np.copyto(target, value, casting="same_kind")
-        del value
+        weights.read_into(found, target)
 
 
-def _untie_what_differs(config: Dict[str, Any], keys: List[str], get: Any) -> None:
+def _same_tensor(weights: WeightFile, a: str, b: str) -> bool:
+    """``np.array_equal`` of two tensors of the file, compared a block of rows at a time."""
+    shape = weights.shape(a)
+    if shape != weights.shape(b):
+        return False
+    if len(shape) < 2:
+        return bool(np.array_equal(weights.read(a), weights.read(b)))
+    step = max(1, _COMPARED_ELEMENTS // max(1, int(np.prod(shape[1:], dtype=np.int64))))
+    return all(
+        np.array_equal(weights.read(a, i, i + step), weights.read(b, i, i + step)) for i in range(0, shape[0], step)
+    )
+
+
+def _untie_what_differs(config: Dict[str, Any], weights: WeightFile) -> None:
     """Share a weight only where the file holds one value for it: a configuration that ties the
     embeddings (``share_encoder_decoder_embeddings``, ``tie_word_embeddings``) next to a file that
     saves different tensors under the tied names (Transformers ties them only together, with
-    ``tie_word_embeddings``) is read as the file's separate weights. Two tensors held at a time."""
+    ``tie_word_embeddings``) is read as the file's separate weights. Compared a block at a time."""
     decoder = "model.decoder.embed_tokens.weight"
+    keys = weights.keys
     if decoder not in keys:
         return
     for flag, other in (
         ("share_source_embedding", "model.encoder.embed_tokens.weight"),
         ("share_embeddings", "lm_head.weight"),
     ):
-        if config[flag] and other in keys and not np.array_equal(get(other), get(decoder)):
+        if config[flag] and other in keys and not _same_tensor(weights, other, decoder):
             config[flag] = False
 
 
@@ -252,11 +234,11 @@ def load_marian(directory: PathLike, *, dtype: str = "float32", layer_norm_eps: 
     config = marian_config(json.loads((directory / "config.json").read_text(encoding="utf-8")))
     if layer_norm_eps is not None:
         config["layer_norm_eps"] = float(layer_norm_eps)
-    keys, get, close = _weights(directory)
+    weights = open_weights(directory)
     try:
-        _untie_what_differs(config, keys, get)
+        _untie_what_differs(config, weights)
         model = Transformer(dtype=dtype, **config)
-        _copy(model, marian_names(config), keys, get)
+        _copy(model, marian_names(config), weights)
     finally:
-        close()
+        weights.close()
     return model

@@ -28,6 +28,7 @@ from ..checkpoint import (
     OPTIMIZER_FILE,
     TRAINER_STATE_FILE,
     CheckpointError,
+    TensorFile,
     check_kind,
     checkpoint_name,
     json_bytes,
@@ -36,7 +37,6 @@ from ..checkpoint import (
     read_checkpoint_config,
     read_file,
     read_json,
-    tensor_bytes,
     write_checkpoint,
 )
 from .._checks import flag as _flag, integer as _integer
@@ -112,13 +112,13 @@ def save_lm_checkpoint(
     if name is None:
         state = trainer_state or {}
         name = checkpoint_name(int(state.get("epoch", 0)), int(state.get("batch_in_epoch", 0)))
-    files = {
-        MODEL_FILE: tensor_bytes(model.parameters(), "weights"),
+    files: Dict[str, Any] = {
+        MODEL_FILE: TensorFile(model.parameters(), "weights"),
         VOCABULARY_FILE: vocabulary.to_str().encode("utf-8"),
         TRAINER_STATE_FILE: json_bytes(None if trainer_state is None else dict(trainer_state)),
     }
     if optimizer:
-        files[OPTIMIZER_FILE] = tensor_bytes(model.optimizer_state(), "adam")
+        files[OPTIMIZER_FILE] = TensorFile(model.optimizer_state(), "adam")
     config = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
