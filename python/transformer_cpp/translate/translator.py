@@ -383,9 +383,9 @@ class Translator:
         return _answers(results, n_best is not None, return_attention)
 
     def _thread_governor(self) -> Optional[ThreadGovernor]:
-        """The thread governor of the next decode calls (None with ``adaptive_threads`` off): one per
-        translator, kept across calls and while ``adaptive_threads`` is off, so that what it learnt
-        about the machine carries over."""
+        """The thread governor of the next decode calls (None with ``adaptive_threads`` off or a
+        single thread): one per translator, kept across calls and while ``adaptive_threads`` is off,
+        so that what it learnt about the machine carries over."""
         governor = governor_for(self._governor, get_num_threads(), self.adaptive_threads)
         if governor is not None:
             self._governor = governor
