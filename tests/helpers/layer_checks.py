@@ -159,3 +159,19 @@ def tokens_for(vocab: int, shape, seed: int = 0) -> np.ndarray:
     """Random token ids in [1, vocab) (no padding), int64."""
     rng = np.random.default_rng(seed)
     return rng.integers(1, vocab, size=shape).astype(np.int64)
+
+
+def check_input_errors(layer, shape: Tuple[int, int, int]) -> None:
+    """The errors a self-attention layer gives for an input ``x`` other than the (batch, length,
+    d_model) ``shape`` it takes: one dimension fewer, another last dimension, integers; and for a
+    ``causal`` that is not True or False. Each names the layer's forward and what it allows."""
+    batch, length, d_model = shape
+    who = f"{type(layer).__name__}.forward"
+    with pytest.raises(ValueError, match=rf"{who}: x must have shape \(batch, length, {d_model}\)"):
+        layer.forward(np.zeros((length, d_model)))
+    with pytest.raises(ValueError, match=f"{who}: x must have last dimension {d_model}"):
+        layer.forward(np.zeros((batch, length, d_model + 1)))
+    with pytest.raises(TypeError, match=f"{who}: x must be a floating-point array"):
+        layer.forward(np.zeros(shape, dtype=np.int64))
+    with pytest.raises(TypeError, match=f"{who}: causal must be True or False"):
+        layer.forward(np.zeros(shape), causal=1)

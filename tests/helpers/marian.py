@@ -14,22 +14,19 @@ import transformers
 from helpers.sentencepiece_models import pieces, train_sentencepiece
 
 
-def tiny_marian_config(vocab_size: int, **fields: Any) -> Any:
-    """A ``MarianConfig`` of a model of width 16 (2 + 2 layers, 4 heads, feed-forward 32, 64
-    positions) over one vocabulary of ``vocab_size`` ids with Marian's special ids: padding, which
-    is also the decoder's start, last (``pad=`` another), end 0, padding banned, no forced end.
-    ``fields`` set any other value."""
+def tiny_marian_config(vocab_size: int, *, layers: int = 2, heads: int = 4, ffn_dim: int = 32, **fields: Any) -> Any:
+    """A ``MarianConfig`` of a model of width 16 (``layers`` layers of ``heads`` heads and
+    feed-forward width ``ffn_dim`` on each side, 64 positions) over one vocabulary of
+    ``vocab_size`` ids with Marian's special ids: padding, which is also the decoder's start, last
+    (``pad=`` another), end 0, padding banned, no forced end. ``fields`` set any other value (one
+    side's ``decoder_layers``, say)."""
     pad = fields.pop("pad", vocab_size - 1)
+    per_side = {"layers": layers, "attention_heads": heads, "ffn_dim": ffn_dim}
     settings: Dict[str, Any] = dict(
         vocab_size=vocab_size,
         decoder_vocab_size=vocab_size,
         d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
+        **{f"{side}_{name}": value for side in ("encoder", "decoder") for name, value in per_side.items()},
         max_position_embeddings=64,
         pad_token_id=pad,
         decoder_start_token_id=pad,

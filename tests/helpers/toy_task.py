@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -137,6 +137,18 @@ def write_tiny_text(path: Path, n_lines: int) -> Path:
     return path
 
 
+def toy_config(**kw: Any) -> TrainConfig:
+    """The training settings of the toy runs (3 epochs of batches of 32, a short warm-up, a line
+    every batch, no progress bar), with ``kw`` on top."""
+    return TrainConfig(**{**dict(epochs=3, batch_size=32, warmup=50, lr_scale=0.5, log_every=1, progress=False), **kw})
+
+
+def saving_to(tok: tc.SubwordTokenizer, directory: Any) -> Dict[str, Any]:
+    """The Trainer arguments of a toy run that writes its checkpoints into ``directory``: ``tok`` as
+    both tokenizers (they are saved with the model)."""
+    return dict(src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=directory)
+
+
 @contextlib.contextmanager
 def threads(n: int) -> Iterator[None]:
     """Run the block with ``n`` C++ threads, then restore the previous count (toy models are faster
@@ -162,3 +174,10 @@ def one_thread():
 def tok():
     """The reversal task's tokenizer."""
     return reversal_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def data(tok):
+    """The toy runs' pairs of the reversal task: 500 to train on and 100 to validate with (seed 1)."""
+    src, tgt = reversal_pairs(600, seed=1)
+    return tc.encode_pairs(src[:500], tgt[:500], tok, tok, 8), tc.encode_pairs(src[500:], tgt[500:], tok, tok, 8)

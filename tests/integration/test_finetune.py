@@ -32,15 +32,7 @@ def imported(tmp_path_factory: Any) -> Dict[str, Any]:
     tmp = tmp_path_factory.mktemp("finetune")
     out, vocab = marian_directory(tmp, WORDS, {"separate_vocabs": False})
     pad = len(vocab) - 1
-    config = tiny_marian_config(
-        len(vocab),
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        forced_eos_token_id=0,
-        bad_words_ids=None,
-    )
+    config = tiny_marian_config(len(vocab), layers=1, heads=2, forced_eos_token_id=0, bad_words_ids=None)
     torch.manual_seed(0)
     transformers.MarianMTModel(config).save_pretrained(out)
     rules = {"bad_words_ids": [[pad]], "num_beams": 3, "max_length": 40, "forced_eos_token_id": 0, "eos_token_id": 0}

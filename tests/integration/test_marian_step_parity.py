@@ -60,8 +60,7 @@ def test_training_steps_equal_pytorch(tmp_path: Any, case: str) -> None:
     settings: Dict[str, Any] = dict(
         pad=pad,
         decoder_vocab_size=17,
-        encoder_ffn_dim=24,
-        decoder_ffn_dim=24,
+        ffn_dim=24,
         max_position_embeddings=32,
         dropout=0.0,
         attention_dropout=0.0,

@@ -14,22 +14,8 @@ from transformer_cpp.plotting import history_plot
 from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted, evaluate_loss
 
 from helpers.cli import run_locked_elsewhere
-from helpers.toy_task import threads, reversal_pairs, tiny_model
-from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
-
-
-@pytest.fixture(scope="module")
-def data(tok):
-    src, tgt = reversal_pairs(600, seed=1)
-    train = tc.encode_pairs(src[:500], tgt[:500], tok, tok, 8)
-    valid = tc.encode_pairs(src[500:], tgt[500:], tok, tok, 8)
-    return train, valid
-
-
-def _config(**kw) -> TrainConfig:
-    base = dict(epochs=3, batch_size=32, warmup=50, lr_scale=0.5, log_every=1, progress=False)
-    base.update(kw)
-    return TrainConfig(**base)
+from helpers.toy_task import reversal_pairs, saving_to, threads, tiny_model, toy_config
+from helpers.toy_task import data, one_thread, tok  # noqa: F401  (shared fixtures)
 
 
 # --- TrainConfig ------------------------------------------------------------------------------
@@ -125,7 +111,7 @@ def test_train_config_optimizer_settings_are_the_cores():
 
 def test_trainer_configures_the_optimizer(tok, data):
     model = tiny_model(tok)
-    Trainer(model, data[0], config=_config(warmup=123, lr_scale=0.25, clip_norm=1.5, label_smoothing=0.1))
+    Trainer(model, data[0], config=toy_config(warmup=123, lr_scale=0.25, clip_norm=1.5, label_smoothing=0.1))
     oc = model.optimizer_config
     assert (oc["warmup"], oc["lr_scale"], oc["clip_norm"], oc["label_smoothing"]) == (123, 0.25, 1.5, 0.1)
     assert (oc["beta1"], oc["beta2"], oc["eps"]) == (0.9, 0.98, 1e-9)
@@ -149,7 +135,7 @@ def test_trainer_rejects_bad_arguments(tok, data):
 
 def test_epoch_batches_teacher_forcing_and_shuffling(tok, data):
     train = data[0]
-    trainer = Trainer(tiny_model(tok), train, config=_config())
+    trainer = Trainer(tiny_model(tok), train, config=toy_config())
     first = list(trainer.epoch_batches(0))
     assert len(first) == trainer.batches_per_epoch == -(-len(train) // 32)
     for b in first:
@@ -164,22 +150,22 @@ def test_epoch_batches_teacher_forcing_and_shuffling(tok, data):
     other = np.concatenate([b.indices for b in trainer.epoch_batches(1)])
     np.testing.assert_array_equal(order0, again)  # seeded
     assert not np.array_equal(order0, other)  # reshuffled every epoch
-    reseeded = Trainer(tiny_model(tok), train, config=_config(seed=7))
+    reseeded = Trainer(tiny_model(tok), train, config=toy_config(seed=7))
     assert not np.array_equal(order0, np.concatenate([b.indices for b in reseeded.epoch_batches(0)]))
 
 
 def test_drop_remainder_and_bucketing(tok, data):
     train = data[0]
     assert len(train) % 32  # so that there is a remainder to drop
-    dropped = Trainer(tiny_model(tok), train, config=_config(drop_remainder=True))
+    dropped = Trainer(tiny_model(tok), train, config=toy_config(drop_remainder=True))
     sizes = [len(b) for b in dropped.epoch_batches(0)]
     assert dropped.batches_per_epoch == len(sizes) == len(train) // 32 and set(sizes) == {32}
 
     def padding(trainer):
         return sum(int((b.tgt_out == 0).sum()) for b in trainer.epoch_batches(0))
 
-    plain = Trainer(tiny_model(tok), train, config=_config())
-    bucketed = Trainer(tiny_model(tok), train, config=_config(bucket_by_length=True))
+    plain = Trainer(tiny_model(tok), train, config=toy_config())
+    bucketed = Trainer(tiny_model(tok), train, config=toy_config(bucket_by_length=True))
     assert padding(bucketed) < padding(plain)
 
 
@@ -208,7 +194,7 @@ def test_evaluate_loss_is_token_weighted(tok, data):
 
 def test_training_lowers_the_loss_and_records_history(tok, data):
     train, valid = data
-    trainer = Trainer(tiny_model(tok, dropout=0.1), train, valid, _config(epochs=3, log_every=4))
+    trainer = Trainer(tiny_model(tok, dropout=0.1), train, valid, toy_config(epochs=3, log_every=4))
     history = trainer.fit()
     e, b = history["epoch"], history["batch"]
     steps = 3 * trainer.batches_per_epoch
@@ -234,7 +220,7 @@ def test_training_lowers_the_loss_and_records_history(tok, data):
 def test_fit_is_reproducible(tok, data):
     runs = []
     for _ in range(2):
-        trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], None, _config(epochs=1))
+        trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], None, toy_config(epochs=1))
         runs.append(trainer.fit()["batch"]["loss"])
     assert runs[0] == runs[1]
 
@@ -245,7 +231,7 @@ def test_fit_is_reproducible(tok, data):
 @pytest.fixture(scope="module")
 def reference_run(tok, data):
     """Three uninterrupted epochs with dropout on; every step's loss is logged."""
-    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=3))
+    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], toy_config(epochs=3))
     history = trainer.fit()
     weights = {k: p.value.copy() for k, p in trainer.model.parameters().items()}
     return history, weights
@@ -265,13 +251,7 @@ def _saving(tok, data, directory, epochs):
     """A Trainer of a tiny model (dropout 0.1) on ``data`` (train, validation) for ``epochs``
     epochs, saving its checkpoints into ``directory``."""
     return Trainer(
-        tiny_model(tok, dropout=0.1),
-        data[0],
-        data[1],
-        _config(epochs=epochs),
-        src_tokenizer=tok,
-        tgt_tokenizer=tok,
-        checkpoint_dir=directory,
+        tiny_model(tok, dropout=0.1), data[0], data[1], toy_config(epochs=epochs), **saving_to(tok, directory)
     )
 
 
@@ -314,7 +294,7 @@ def test_ctrl_c_saves_the_exact_position_and_resume_continues(tok, data, tmp_pat
 
 
 def test_interrupted_fit_continues_in_memory(tok, data, reference_run):
-    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], _config(epochs=3))
+    trainer = Trainer(tiny_model(tok, dropout=0.1), data[0], data[1], toy_config(epochs=3))
 
     def stop(t):
         if t.model.step == 7:
@@ -328,9 +308,7 @@ def test_interrupted_fit_continues_in_memory(tok, data, reference_run):
 
 
 def test_resume_refuses_other_data(tok, data, tmp_path):
-    Trainer(
-        tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path
-    ).fit()
+    Trainer(tiny_model(tok), data[0], None, toy_config(epochs=1), **saving_to(tok, tmp_path)).fit()
     src, tgt = reversal_pairs(500, seed=99)
     other = tc.encode_pairs(src, tgt, tok, tok, 8)
     with pytest.raises(ValueError, match="train data differ"):
@@ -343,13 +321,7 @@ def test_resume_refuses_other_data(tok, data, tmp_path):
 
 def test_epoch_checkpoints_keep_the_newest(tok, data, tmp_path):
     trainer = Trainer(
-        tiny_model(tok),
-        data[0],
-        None,
-        _config(epochs=4, keep_checkpoints=2),
-        src_tokenizer=tok,
-        tgt_tokenizer=tok,
-        checkpoint_dir=tmp_path,
+        tiny_model(tok), data[0], None, toy_config(epochs=4, keep_checkpoints=2), **saving_to(tok, tmp_path)
     )
     seen = []
     trainer.fit(on_epoch_end=lambda t, entry: seen.append((entry["epoch"], t.last_checkpoint.name)))
@@ -358,9 +330,7 @@ def test_epoch_checkpoints_keep_the_newest(tok, data, tmp_path):
 
 
 def test_second_ctrl_c_stops_at_once(tok, data, tmp_path):
-    trainer = Trainer(
-        tiny_model(tok), data[0], None, _config(epochs=2), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path
-    )
+    trainer = Trainer(tiny_model(tok), data[0], None, toy_config(epochs=2), **saving_to(tok, tmp_path))
     previous = signal.getsignal(signal.SIGINT)
 
     def press_twice(t):
@@ -393,9 +363,9 @@ def test_a_run_whose_batches_are_all_dropped_is_refused(tok, data):
         match=r"Trainer: no training batch: 500 training pair\(s\) make no complete batch "
         r"of batch_size 501 and drop_remainder",
     ):
-        Trainer(model, data[0], config=_config(batch_size=501, drop_remainder=True))
+        Trainer(model, data[0], config=toy_config(batch_size=501, drop_remainder=True))
     assert model.step == 0
-    Trainer(model, data[0], config=_config(batch_size=500, drop_remainder=True))  # one complete batch is enough
+    Trainer(model, data[0], config=toy_config(batch_size=500, drop_remainder=True))  # one complete batch is enough
 
 
 def test_a_diverging_run_stops_with_the_last_good_state(tok, data, tmp_path):
@@ -403,13 +373,7 @@ def test_a_diverging_run_stops_with_the_last_good_state(tok, data, tmp_path):
     from transformer_cpp.training import TrainingDiverged
 
     trainer = Trainer(
-        tiny_model(tok),
-        data[0],
-        data[1],
-        _config(fixed_lr=1e30, epochs=2),
-        src_tokenizer=tok,
-        tgt_tokenizer=tok,
-        checkpoint_dir=tmp_path,
+        tiny_model(tok), data[0], data[1], toy_config(fixed_lr=1e30, epochs=2), **saving_to(tok, tmp_path)
     )
     with pytest.raises(
         TrainingDiverged,
@@ -424,7 +388,7 @@ def test_a_diverging_run_stops_with_the_last_good_state(tok, data, tmp_path):
     assert saved.model.step == step and saved.trainer_state["batch_in_epoch"] == step
     assert not nonfinite_tensors(saved.model.parameters())
     # without a run directory nothing is saved, and the message says so
-    plain = Trainer(tiny_model(tok), data[0], None, _config(fixed_lr=1e30))
+    plain = Trainer(tiny_model(tok), data[0], None, toy_config(fixed_lr=1e30))
     with pytest.raises(TrainingDiverged, match="nothing was saved") as info:
         plain.fit()
     assert info.value.checkpoint is None
@@ -455,13 +419,7 @@ def test_non_finite_weights_are_never_saved_the_last_good_checkpoint_is_named(to
     from transformer_cpp.training import TrainingDiverged
 
     trainer = Trainer(
-        _Exploding(tiny_model(tok), at_step=20),
-        data[0],
-        None,
-        _config(epochs=3),
-        src_tokenizer=tok,
-        tgt_tokenizer=tok,
-        checkpoint_dir=tmp_path,
+        _Exploding(tiny_model(tok), at_step=20), data[0], None, toy_config(epochs=3), **saving_to(tok, tmp_path)
     )
     with pytest.raises(
         TrainingDiverged,
@@ -477,14 +435,7 @@ def test_non_finite_weights_are_never_saved_the_last_good_checkpoint_is_named(to
 def test_checkpoint_dir_is_checked_before_any_work(tok, data, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(OSError, match=r"Trainer: checkpoint_dir '.*file/run' cannot be written"):
-        Trainer(
-            tiny_model(tok),
-            data[0],
-            config=_config(),
-            src_tokenizer=tok,
-            tgt_tokenizer=tok,
-            checkpoint_dir=tmp_path / "file" / "run",
-        )
+        Trainer(tiny_model(tok), data[0], config=toy_config(), **saving_to(tok, tmp_path / "file" / "run"))
 
 
 def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
@@ -507,9 +458,7 @@ def test_fit_holds_the_run_directory_lock(tok, data, tmp_path):
                 ).stdout.strip()
             )
 
-    trainer = Trainer(
-        tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path
-    )
+    trainer = Trainer(tiny_model(tok), data[0], None, toy_config(epochs=1), **saving_to(tok, tmp_path))
     trainer.fit(on_batch_end=try_from_another_process)
     assert seen == ["locked"]
     with run_locked_elsewhere(tmp_path):
@@ -526,14 +475,14 @@ def test_fit_governs_threads_and_gives_them_back(tok, data):
     Trainer, kept across fits) and leaves the core with the two threads after fit; with
     adaptive_threads off there is none."""
     with threads(1):
-        trainer = Trainer(tiny_model(tok), data[0], None, _config(epochs=1, threads=2))
+        trainer = Trainer(tiny_model(tok), data[0], None, toy_config(epochs=1, threads=2))
         trainer.fit()
         governor = trainer._governor
         assert governor is not None and governor.most == 2 and governor._units == trainer.model.step
         assert tc.get_num_threads() == 2
         trainer.fit(epochs=2)
         assert trainer._governor is governor and governor._units == trainer.model.step
-        fixed = Trainer(tiny_model(tok), data[0], None, _config(epochs=1, threads=2, adaptive_threads=False))
+        fixed = Trainer(tiny_model(tok), data[0], None, toy_config(epochs=1, threads=2, adaptive_threads=False))
         fixed.fit()
         assert fixed._governor is None and tc.get_num_threads() == 2
 
@@ -580,9 +529,7 @@ def test_run_directory(tok, data, tmp_path):
             with run.lock():
                 raise RuntimeError("no checkpoint yet")
     assert not run.path.exists()
-    trainer = Trainer(
-        tiny_model(tok), data[0], None, _config(epochs=1), src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=run.path
-    )
+    trainer = Trainer(tiny_model(tok), data[0], None, toy_config(epochs=1), **saving_to(tok, run.path))
     trainer.fit()
     assert trainer.checkpoint_dir == run.path and run.holds_run()
     run.remove_if_unused()  # it holds a checkpoint: kept

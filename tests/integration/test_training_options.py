@@ -12,25 +12,12 @@ import signal
 import numpy as np
 import pytest
 
-import transformer_cpp as tc
 from transformer_cpp.checkpoint import best_checkpoint, list_checkpoints
 from transformer_cpp.task import LmTrainRequest, load_lm, new_lm_trainer, resume_lm_trainer
 from transformer_cpp.training import TrainConfig, Trainer, TrainingInterrupted
 
-from helpers.toy_task import reversal_pairs, tiny_model, write_tiny_text
-from helpers.toy_task import one_thread, tok  # noqa: F401  (shared fixtures)
-
-
-@pytest.fixture(scope="module")
-def data(tok):
-    src, tgt = reversal_pairs(600, seed=1)
-    return tc.encode_pairs(src[:500], tgt[:500], tok, tok, 8), tc.encode_pairs(src[500:], tgt[500:], tok, tok, 8)
-
-
-def _config(**kw) -> TrainConfig:
-    base = dict(epochs=3, batch_size=32, warmup=50, lr_scale=0.5, log_every=1, progress=False)
-    base.update(kw)
-    return TrainConfig(**base)
+from helpers.toy_task import saving_to, tiny_model, toy_config, write_tiny_text
+from helpers.toy_task import data, one_thread, tok  # noqa: F401  (shared fixtures)
 
 
 def _scores(trainer, values):
@@ -43,8 +30,8 @@ def _scores(trainer, values):
 
 
 def test_patience_stops_after_validations_without_a_better_bleu_and_keeps_the_best(tok, data, tmp_path, caplog):
-    make = dict(src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
-    trainer = Trainer(tiny_model(tok), data[0], data[1], _config(epochs=10, patience=2, keep_checkpoints=1), **make)
+    make = saving_to(tok, tmp_path)
+    trainer = Trainer(tiny_model(tok), data[0], data[1], toy_config(epochs=10, patience=2, keep_checkpoints=1), **make)
     _scores(trainer, [10, 20, 20, 15])  # a tie is no better: the 2nd validation without one is the 4th
     with caplog.at_level(logging.INFO, logger="transformer_cpp.training"):
         history = trainer.fit()
@@ -69,8 +56,8 @@ def test_patience_stops_after_validations_without_a_better_bleu_and_keeps_the_be
 
 
 def test_patience_counts_validations_inside_an_epoch(tok, data, tmp_path):
-    make = dict(src_tokenizer=tok, tgt_tokenizer=tok, checkpoint_dir=tmp_path)
-    trainer = Trainer(tiny_model(tok), data[0], data[1], _config(epochs=5, eval_every=5, patience=1), **make)
+    make = saving_to(tok, tmp_path)
+    trainer = Trainer(tiny_model(tok), data[0], data[1], toy_config(epochs=5, eval_every=5, patience=1), **make)
     assert trainer.batches_per_epoch == 16
     _scores(trainer, [5, 4])
     history = trainer.fit()
@@ -81,7 +68,7 @@ def test_patience_counts_validations_inside_an_epoch(tok, data, tmp_path):
 
 def test_patience_needs_a_score_to_compare(tok, data):
     with pytest.raises(ValueError, match="^Trainer: patience 2 needs a validation BLEU to compare"):
-        Trainer(tiny_model(tok), data[0], data[1], _config(patience=2, val_bleu_sentences=0))
+        Trainer(tiny_model(tok), data[0], data[1], toy_config(patience=2, val_bleu_sentences=0))
     with pytest.raises(ValueError, match="patience must be an integer in"):
         TrainConfig(patience=-1)
 
@@ -110,8 +97,8 @@ def _model64(tok):
 def test_accumulated_batches_train_as_the_larger_batch(tok, data):
     # 500 pairs: 16 batches of 32 (the last of 20), or 32 of 16 (the last of 4) taken two at a time,
     # in the same shuffled order: the same pairs in each step
-    big = Trainer(_model64(tok), data[0], data[1], _config(epochs=2, batch_size=32, warmup=8))
-    small = Trainer(_model64(tok), data[0], data[1], _config(epochs=2, batch_size=16, accumulate=2, warmup=8))
+    big = Trainer(_model64(tok), data[0], data[1], toy_config(epochs=2, batch_size=32, warmup=8))
+    small = Trainer(_model64(tok), data[0], data[1], toy_config(epochs=2, batch_size=16, accumulate=2, warmup=8))
     assert (big.batches_per_epoch, small.batches_per_epoch) == (16, 32)
     a, b = big.fit(), small.fit()
     assert big.model.step == small.model.step == 32  # the schedule counts updates, not batches
@@ -133,10 +120,8 @@ def test_an_accumulating_run_resumes_exactly(tok, data, tmp_path):
             tiny_model(tok, dropout=0.1),
             data[0],
             data[1],
-            _config(epochs=2, accumulate=3),
-            src_tokenizer=tok,
-            tgt_tokenizer=tok,
-            checkpoint_dir=directory,
+            toy_config(epochs=2, accumulate=3),
+            **saving_to(tok, directory),
         )
 
     reference = trainer(tmp_path / "ref")
@@ -183,7 +168,7 @@ def test_accumulation_is_refused_with_data_parallelism(tok, data):
             return seed
 
     with pytest.raises(ValueError, match="^Trainer: accumulate 2 is not available with data parallelism"):
-        Trainer(tiny_model(tok), data[0], data[1], _config(accumulate=2), parallel=TwoRanks())
+        Trainer(tiny_model(tok), data[0], data[1], toy_config(accumulate=2), parallel=TwoRanks())
 
 
 # --- the progress bar under a time budget -----------------------------------------------------
@@ -191,7 +176,7 @@ def test_accumulation_is_refused_with_data_parallelism(tok, data):
 
 def test_the_bar_under_a_time_budget_shows_its_time_left_not_an_epoch_total(tok, data, capsys):
     # the quick preset's "unbounded" 1000 epochs within a budget of minutes
-    config = _config(epochs=1000, time_budget=90.0, max_steps=20, progress=True)
+    config = toy_config(epochs=1000, time_budget=90.0, max_steps=20, progress=True)
     Trainer(tiny_model(tok), data[0], None, config).fit()
     err = capsys.readouterr().err
     assert "epoch 2 (1:29:" in err and "of the time budget left)" in err
@@ -200,7 +185,7 @@ def test_the_bar_under_a_time_budget_shows_its_time_left_not_an_epoch_total(tok,
 
 
 def test_the_bar_without_a_time_budget_keeps_the_epoch_total(tok, data, capsys):
-    Trainer(tiny_model(tok), data[0], None, _config(epochs=2, progress=True)).fit()
+    Trainer(tiny_model(tok), data[0], None, toy_config(epochs=2, progress=True)).fit()
     err = capsys.readouterr().err
     assert "epoch 2/2:" in err and "time budget" not in err and "<" in err
 

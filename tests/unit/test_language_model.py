@@ -18,6 +18,9 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch  # the module imports PyTorch
 
+# the PyTorch reference's parts, once PyTorch is known to be there
+from helpers.torch_gpt import affine, layer_norm, merge_heads, next_token_loss, residual_block, sinusoids, split_heads
+
 
 @pytest.mark.parametrize(
     "options",
@@ -43,64 +46,33 @@ def test_gradients_match_central_differences_float64(options):
 # ------------------------------------------------------------------ a readable PyTorch GPT
 
 
-def sinusoids(length: int, d: int) -> "torch.Tensor":
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(the same angle)."""
-    pe = torch.zeros(length, d, dtype=torch.float64)
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    cols = torch.arange(0, d, 2, dtype=torch.float64)
-    angle = pos / torch.pow(10000.0, cols / d)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)[:, : d // 2]
-    return pe
-
-
 def torch_gpt_loss(weights, tokens, d, n_layers, n_heads, pre_norm, eps=1e-6, kind="softmax"):
     """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1], written out op by op. ``kind``
     "linear": causal linear attention, out_i = sum_{j<=i} (phi(q_i).phi(k_j)) v_j /
     (sum_{j<=i} phi(q_i).phi(k_j) + 1e-6) with phi(x) = elu(x) + 1, as its quadratic form."""
     x_ids = torch.as_tensor(tokens[:, :-1])
     y_ids = torch.as_tensor(tokens[:, 1:])
-    B, T = x_ids.shape
+    T = x_ids.shape[1]
     emb = weights["embedding.weight"]
     x = emb[x_ids] * math.sqrt(d) + sinusoids(T, d).to(emb.dtype)
     causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
-    def norm(h, name):
-        return torch.nn.functional.layer_norm(h, (d,), weights[name + ".weight"], weights[name + ".bias"], eps)
-
     def attention(h, p):
-        q = h @ weights[p + "query.weight"].T + weights[p + "query.bias"]
-        k = h @ weights[p + "key.weight"].T + weights[p + "key.bias"]
-        v = h @ weights[p + "value.weight"].T + weights[p + "value.bias"]
-        dk = d // n_heads
-        q, k, v = (t.view(B, T, n_heads, dk).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (split_heads(affine(weights, h, p + name), n_heads) for name in ("query", "key", "value"))
         if kind == "linear":
             phi_q, phi_k = (torch.nn.functional.elu(t) + 1 for t in (q, k))
             a = (phi_q @ phi_k.transpose(-1, -2)).masked_fill(causal, 0.0)
-            ctx = ((a @ v) / (a.sum(-1, keepdim=True) + 1e-6)).transpose(1, 2).reshape(B, T, d)
-            return ctx @ weights[p + "output.weight"].T + weights[p + "output.bias"]
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dk)
+            return affine(weights, merge_heads((a @ v) / (a.sum(-1, keepdim=True) + 1e-6)), p + "output")
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // n_heads)
         scores = scores.masked_fill(causal, float("-inf"))
-        ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
-        return ctx @ weights[p + "output.weight"].T + weights[p + "output.bias"]
-
-    def ffn(h, p):
-        hidden = torch.relu(h @ weights[p + "linear1.weight"].T + weights[p + "linear1.bias"])
-        return hidden @ weights[p + "linear2.weight"].T + weights[p + "linear2.bias"]
+        return affine(weights, merge_heads(torch.softmax(scores, dim=-1) @ v), p + "output")
 
     for i in range(n_layers):
-        p = f"layers.{i}."
-        if pre_norm:
-            x = x + attention(norm(x, p + "norm1"), p + "self_attention.")
-            x = x + ffn(norm(x, p + "norm2"), p + "feed_forward.")
-        else:
-            x = norm(x + attention(x, p + "self_attention."), p + "norm1")
-            x = norm(x + ffn(x, p + "feed_forward."), p + "norm2")
+        x = residual_block(weights, x, attention, f"layers.{i}.", eps, pre_norm)
     if pre_norm:
-        x = norm(x, "norm")
+        x = layer_norm(weights, x, "norm", eps)
     out_w = weights.get("output.weight", emb)
-    logits = x @ out_w.T + weights["output.bias"]
-    return torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), y_ids.reshape(-1))
+    return next_token_loss(x @ out_w.T + weights["output.bias"], y_ids)
 
 
 @pytest.mark.parametrize(

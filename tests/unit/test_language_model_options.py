@@ -25,6 +25,10 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch  # the module imports PyTorch
 
+# the PyTorch references' parts, once PyTorch is known to be there
+from helpers.torch_gpt import affine, feed_forward, layer_norm, merge_heads, next_token_loss, residual_block, sinusoids
+from helpers.torch_gpt import split_heads
+
 
 def moved(lm: LanguageModel, scale: float = 0.05, seed: int = 1) -> LanguageModel:
     """Every weight moved off its initial point (zero biases, unit norms) so that no gradient is
@@ -91,15 +95,6 @@ def test_reversible_gradients_with_dropout_match_central_differences_float64():
 # ------------------------------------------------------------------ readable PyTorch references
 
 
-def sinusoids(length: int, d: int) -> "torch.Tensor":
-    pe = torch.zeros(length, d, dtype=torch.float64)
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    angle = pos / torch.pow(10000.0, torch.arange(0, d, 2, dtype=torch.float64) / d)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)[:, : d // 2]
-    return pe
-
-
 def torch_lm_loss(w, tokens, d, n_layers, n_heads, reversible, kind, eps=1e-6):
     """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1], pre-norm, written out op by op.
 
@@ -109,48 +104,37 @@ def torch_lm_loss(w, tokens, d, n_layers, n_heads, reversible, kind, eps=1e-6):
     are the queries normalised per head) over every earlier position, a position attending to
     itself only when it has no other key (position 0)."""
     x_ids, y_ids = torch.as_tensor(tokens[:, :-1]), torch.as_tensor(tokens[:, 1:])
-    B, T = x_ids.shape
-    dk = d // n_heads
+    T = x_ids.shape[1]
     x = w["embedding.weight"][x_ids] * math.sqrt(d) + sinusoids(T, d)
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
     def norm(h, name):
-        return torch.nn.functional.layer_norm(h, (d,), w[name + ".weight"], w[name + ".bias"], eps)
-
-    def heads(t):
-        return t.view(B, T, n_heads, dk).transpose(1, 2)
+        return layer_norm(w, h, name, eps)
 
     def attention(h, p):
-        q = heads(h @ w[p + "query.weight"].T + w[p + "query.bias"])
-        v = heads(h @ w[p + "value.weight"].T + w[p + "value.bias"])
+        q = split_heads(affine(w, h, p + "query"), n_heads)
+        v = split_heads(affine(w, h, p + "value"), n_heads)
         if kind == "lsh":
             k = q / q.norm(dim=-1, keepdim=True)
             blocked = future | torch.eye(T, dtype=torch.bool)
             blocked[0, 0] = False  # position 0 has no other key
         else:
-            k = heads(h @ w[p + "key.weight"].T + w[p + "key.bias"])
+            k = split_heads(affine(w, h, p + "key"), n_heads)
             blocked = future
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(dk)).masked_fill(blocked, float("-inf"))
-        ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
-        return ctx @ w[p + "output.weight"].T + w[p + "output.bias"]
-
-    def ffn(h, p):
-        hidden = torch.relu(h @ w[p + "linear1.weight"].T + w[p + "linear1.bias"])
-        return hidden @ w[p + "linear2.weight"].T + w[p + "linear2.bias"]
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(d // n_heads)).masked_fill(blocked, float("-inf"))
+        return affine(w, merge_heads(torch.softmax(scores, dim=-1) @ v), p + "output")
 
     x1, x2 = x, x
     for i in range(n_layers):
         p = f"layers.{i}."
         if reversible:
             x1 = x1 + attention(norm(x2, p + "norm1"), p + "self_attention.")
-            x2 = x2 + ffn(norm(x1, p + "norm2"), p + "feed_forward.")
+            x2 = x2 + feed_forward(w, norm(x1, p + "norm2"), p + "feed_forward.")
         else:
-            x = x + attention(norm(x, p + "norm1"), p + "self_attention.")
-            x = x + ffn(norm(x, p + "norm2"), p + "feed_forward.")
+            x = residual_block(w, x, attention, p, eps)
     if reversible:
         x = (x1 + x2) / 2
-    logits = norm(x, "norm") @ w["embedding.weight"].T + w["output.bias"]
-    return torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), y_ids.reshape(-1))
+    return next_token_loss(norm(x, "norm") @ w["embedding.weight"].T + w["output.bias"], y_ids)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import torch
 
 import transformer_cpp as tc
 from helpers.gradcheck import TOLERANCE, numeric_grad, rel_error
-from helpers.layer_checks import randomise_parameters
+from helpers.layer_checks import check_input_errors, randomise_parameters
 
 pytestmark = pytest.mark.torch  # the module imports PyTorch
 
@@ -286,14 +286,7 @@ def test_bad_input():
     x = np.zeros((2, 3, 4))
     with pytest.raises(RuntimeError, match="call forward"):
         layer.backward(x)
-    with pytest.raises(ValueError, match=r"LinearMultiHeadAttention.forward: x must have shape \(batch, length, 4\)"):
-        layer.forward(np.zeros((3, 4)))
-    with pytest.raises(ValueError, match="last dimension 4"):
-        layer.forward(np.zeros((2, 3, 5)))
-    with pytest.raises(TypeError, match="floating-point"):
-        layer.forward(np.zeros((2, 3, 4), dtype=np.int64))
-    with pytest.raises(TypeError, match="causal must be True or False"):
-        layer.forward(x, causal=1)
+    check_input_errors(layer, (2, 3, 4))
     with pytest.raises(ValueError, match="not finite|NaN|finite"):
         layer.forward(np.full((2, 3, 4), np.nan))
     with pytest.raises(ValueError, match="at least one position"):

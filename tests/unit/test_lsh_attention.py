@@ -8,7 +8,7 @@ import pytest
 
 import transformer_cpp as tc
 from helpers.layer_checks import check_accumulated, check_against_numeric, grads_of, parameter_items
-from helpers.layer_checks import randomise_parameters
+from helpers.layer_checks import check_input_errors, randomise_parameters
 
 TOL64 = 1e-10  # float64 against the NumPy reference: a few hundred roundings on O(1) values
 TOL32 = 1e-4  # float32 against float64, relative to max |value|
@@ -409,12 +409,7 @@ def test_bad_input():
         layer.backward(np.zeros((1, 4, 8)))
     with pytest.raises(RuntimeError, match="forward"):
         layer.rotations()
-    with pytest.raises(ValueError, match=r"x must have shape \(batch, length, 8\)"):
-        layer.forward(np.zeros((4, 8)))
-    with pytest.raises(ValueError, match="last dimension 8"):
-        layer.forward(np.zeros((1, 4, 6)))
-    with pytest.raises(TypeError, match="floating-point"):
-        layer.forward(np.zeros((1, 4, 8), dtype=np.int64))
+    check_input_errors(layer, (1, 4, 8))
     x = np.zeros((1, 4, 8))
     x[0, 1, 2] = np.nan
     with pytest.raises(ValueError, match="x"):

@@ -18,7 +18,7 @@ from ..task import check_same_split, load_pairs, load_split
 from ..text import is_blank
 from ..training import TrainConfig
 from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
-from ..translate.decoding import checked_defaults, resolved_rules
+from ..translate.decoding import BEAM_RULES, checked_defaults, resolved_rules
 from ..translate.batch import encode_target_text
 from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
 from .options import (
@@ -436,14 +436,10 @@ _BATCH_SIZE = Setting(
 )
 
 
-#: The decoding options whose default is the model's (an imported model's generation rules).
-_RULES = ("beam_size", "length_penalty", "length_penalty_mode", "early_stopping", "force_end")
-
-
 def _resolve_decoding(args: argparse.Namespace, translator: Any) -> None:
     """The beam options left out take the model's decoding defaults (else the defaults); the
     translator then decodes with them."""
-    resolved = resolved_rules(translator.decode_defaults, **{k: getattr(args, k, None) for k in _RULES})
+    resolved = resolved_rules(translator.decode_defaults, **{k: getattr(args, k, None) for k in BEAM_RULES})
     try:
         translator.decode_defaults = checked_defaults({**translator.decode_defaults, **resolved}, "translate")
     except (TypeError, ValueError) as exc:
@@ -455,7 +451,7 @@ def _add_decoding_options(p: Any, *, max_output_tokens: bool = False) -> None:
     """The decoding options of ``translate`` and ``evaluate``: Translator's (DecodeOptions'
     settings, checked as Translator checks them, and its batch size), threads and compute type;
     the beam options default to the model's decoding defaults."""
-    add_settings(p, DecodeOptions, only=list(_RULES), owner="Translator", unset=True)
+    add_settings(p, DecodeOptions, only=list(BEAM_RULES), owner="Translator", unset=True)
     add_option(p, _BATCH_SIZE, "Translator", _BATCH_SIZE.default)
     add_settings(p, TrainConfig, only=["threads"])
     add_settings(

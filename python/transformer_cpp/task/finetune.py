@@ -34,9 +34,9 @@ from ..model import Transformer
 from ..training import TrainConfig, Trainer
 from ..training.wording import plural
 from .presets import AUTO_PRECISION, DEFAULT_PRESET
-from .prepare import choose_max_length, encode_split, load_split
+from .prepare import choose_max_length, encode_train, encode_valid, load_split
 from .reporting import Report, TaskError, say
-from .translation import SetupSteps, TrainRequest, requested_settings
+from .translation import SetupSteps, TrainRequest, requested_settings, training_config
 
 __all__ = ["CARRIED_OVER", "CHANGEABLE_ARCHITECTURE", "FIXED_DATA", "finetune_trainer"]
 
@@ -107,11 +107,7 @@ def _settings(request: TrainRequest, init_data: Dict[str, Any]) -> Tuple[TrainCo
         data_req.pop(key, None)
     data_req["src_lang"] = init_data.get("src_lang", "en")
     data_req["tgt_lang"] = init_data.get("tgt_lang", "es")
-    settings.setdefault("epochs", 10)
-    config = TrainConfig(
-        threads=request.threads, progress=request.progress, adaptive_threads=request.adaptive_threads, **settings
-    )
-    return config, DataRecord(**data_req).check(), dict(request.architecture)
+    return training_config(request, settings), DataRecord(**data_req).check(), dict(request.architecture)
 
 
 def finetune_trainer(
@@ -142,14 +138,8 @@ def _build(request: TrainRequest, out: Path, parallel: Any, report: Report) -> T
     split, record = load_split(request.data_path, record, report)
     max_length = choose_max_length(split, src_tok, tgt_tok, int(record.max_length_option or 0), report)
     record = record.replace(max_length=max_length)
-    train = encode_split(split, "train", src_tok, tgt_tok, max_length)
-    if train is None:
-        raise TaskError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
-    try:
-        valid = encode_split(split, "valid", src_tok, tgt_tok, max_length)
-    except TaskError as exc:
-        report(f"{exc}: training without validation")
-        valid = None
+    train = encode_train(split, src_tok, tgt_tok, max_length)
+    valid = encode_valid(split, src_tok, tgt_tok, max_length, report)
     report(
         f"pairs of at most {max_length} tokens: {len(train):,} train ({plural(train.removed, 'longer one')} left "
         f"out), {len(valid) if valid is not None else 0:,} validation, {len(split.test[0]):,} test (held out)"

@@ -47,6 +47,7 @@ __all__ = [
     "check_same_split",
     "choose_max_length",
     "encode_split",
+    "encode_train",
     "encode_valid",
     "load_pairs",
     "load_split",
@@ -286,6 +287,14 @@ def encode_split(
     return dataclasses.replace(
         encoded, indices=np.asarray(kept, dtype=np.int64)[encoded.indices], removed=encoded.removed + len(long)
     )
+
+
+def encode_train(split: Split, src_tok: Any, tgt_tok: Any, max_length: Optional[int]) -> EncodedPairs:
+    """The encoded training pairs; :class:`TaskError` when the split has none."""
+    train = encode_split(split, "train", src_tok, tgt_tok, max_length)
+    if train is None:
+        raise TaskError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
+    return train
 
 
 def encode_valid(

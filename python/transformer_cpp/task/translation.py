@@ -34,6 +34,7 @@ from .prepare import (
     check_same_split,
     choose_max_length,
     encode_split,
+    encode_train,
     encode_valid,
     load_pairs,
     load_split,
@@ -116,6 +117,15 @@ def requested_settings(
     train.update(request.training)
     data.update(request.data)
     return arch, train, data
+
+
+def training_config(request: TrainRequest, settings: Dict[str, Any]) -> TrainConfig:
+    """The run's :class:`TrainConfig`: ``settings`` (:func:`requested_settings`' TrainConfig fields;
+    10 epochs when they name none) with the request's threads, progress bar and thread adaptation."""
+    settings.setdefault("epochs", 10)
+    return TrainConfig(
+        threads=request.threads, progress=request.progress, adaptive_threads=request.adaptive_threads, **settings
+    )
 
 
 def size_growth(request: TrainRequest) -> Optional[Dict[str, Any]]:
@@ -305,10 +315,7 @@ def _read_new_run(
 ) -> Tuple[Dict[str, Any], TrainConfig, DataRecord, Split]:
     arch, settings, data_req = requested_settings(request, preset)
     record = DataRecord(**data_req).check()
-    settings.setdefault("epochs", 10)
-    config = TrainConfig(
-        threads=request.threads, progress=request.progress, adaptive_threads=request.adaptive_threads, **settings
-    )
+    config = training_config(request, settings)
     # a batch size against the preset's token budget would be ignored, not applied (given together
     # with max_tokens, it sizes the validation batches)
     if "batch_size" in request.training and config.max_tokens and "max_tokens" not in request.training:
@@ -342,9 +349,7 @@ def _build_new_run(
     max_length = choose_max_length(split, src_tok, tgt_tok, int(record.max_length_option or 0), report)
     record = record.replace(max_length=max_length)
     arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
-    train = encode_split(split, "train", src_tok, tgt_tok, max_length)
-    if train is None:
-        raise TaskError("no training pairs: lower --valid-fraction / --test-fraction or use more --num-samples")
+    train = encode_train(split, src_tok, tgt_tok, max_length)
     valid = encode_valid(split, src_tok, tgt_tok, max_length, report)
     valid_note = f" ({plural(valid.removed, 'longer one')} left out)" if valid is not None and valid.removed else ""
     report(

@@ -1,5 +1,6 @@
 """Subword tokenizers behind one interface (:class:`Tokenizer`): byte-level BPE learnt from a
-corpus (:class:`SubwordTokenizer`, ``bpe.py``); what every kind shares (``base.py``, ``_common.py``)."""
+corpus (:class:`SubwordTokenizer`, ``bpe.py``; learning it in ``_bpe_training.py``, its saved form in
+``_bpe_format.py``); what every kind shares (``base.py``, ``_common.py``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,17 @@
-"""The byte-level BPE of :class:`~transformer_cpp.tokenizer.SubwordTokenizer`: learning it with
-Hugging Face ``tokenizers``, the library's failures as one-line errors, and the check of a saved
-document before the library reads it (only what this program writes is accepted)."""
+"""The saved form of :class:`~transformer_cpp.tokenizer.SubwordTokenizer`: the document it writes
+(:func:`saved_form`, :func:`bpe_tokenizer_json`), the check of a saved document before Hugging Face
+``tokenizers`` reads it (only what this program writes is accepted), and the library's failures as
+one-line errors."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _HFTokenizer
-
-logger = logging.getLogger(__name__.rsplit(".", 1)[0] + ".bpe")
 
 #: Special tokens in id order: padding is id 0, then start, end and unknown.
 SPECIAL_TOKENS = ("<pad>", "<start>", "<end>", "<unk>")
@@ -30,60 +28,12 @@ KIND = "bpe"
 
 
 def require_tokenizers() -> Tuple[Type[_HFTokenizer], ModuleType, ModuleType, ModuleType, ModuleType, ModuleType]:
-    """Import the parts of Hugging Face ``tokenizers`` this module needs."""
+    """Import the parts of Hugging Face ``tokenizers`` that learning and reading a tokenizer need."""
     try:
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     except ImportError as exc:  # pragma: no cover - tokenizers is a declared dependency
         raise ImportError("SubwordTokenizer needs the 'tokenizers' package: pip install tokenizers") from exc
     return Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-
-def learn_byte_level_bpe(
-    corpus: List[str], target_vocab_size: int, min_frequency: int, lowercase: bool, name: str
-) -> Any:
-    """A byte-level BPE tokenizer (Hugging Face ``tokenizers``) learnt from ``corpus``: NFC (and
-    lower-case) normalisation, the special tokens first, every byte symbol when the size allows."""
-    Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers = require_tokenizers()
-    n_special = len(SPECIAL_TOKENS)
-    tok = Tokenizer(models.BPE(unk_token=_UNK))
-    norm = [normalizers.NFC()]
-    if lowercase:
-        norm.append(normalizers.Lowercase())
-    tok.normalizer = normalizers.Sequence(norm)
-    if target_vocab_size < n_special + BYTE_ALPHABET_SIZE:
-        # the byte symbols the corpus uses (after normalisation) must all fit, or its own text
-        # would encode as <unk>
-        used = len(set(tok.normalizer.normalize_str(" ".join(corpus)).encode("utf-8")))
-        if target_vocab_size < n_special + used:
-            raise ValueError(
-                f"{name}: target_vocab_size {target_vocab_size} cannot hold the {n_special} special "
-                f"tokens and the {used} byte symbols this corpus uses; it must be at least "
-                f"{n_special + used} (at least {n_special + BYTE_ALPHABET_SIZE} to encode any text)"
-            )
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-
-    trainer_args: Dict[str, Any] = dict(
-        vocab_size=target_vocab_size,
-        min_frequency=int(min_frequency),
-        show_progress=False,
-        special_tokens=list(SPECIAL_TOKENS),
-    )
-    if target_vocab_size >= n_special + BYTE_ALPHABET_SIZE:
-        trainer_args["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
-    else:
-        trainer_args["limit_alphabet"] = target_vocab_size - n_special
-        logger.warning(
-            "%s: target_vocab_size %d < %d cannot hold all byte symbols; bytes the corpus does "
-            "not use will encode as %s and not round-trip",
-            name,
-            target_vocab_size,
-            n_special + BYTE_ALPHABET_SIZE,
-            _UNK,
-        )
-    with library_errors(name):
-        tok.train_from_iterator(corpus, trainers.BpeTrainer(**trainer_args), length=len(corpus))
-    return tok
 
 
 def is_library_panic(exc: BaseException) -> bool:
@@ -151,7 +101,7 @@ def _check_flags(part: Dict[str, Any], where: str, names: Tuple[str, ...]) -> No
 
 def _check_written_here(tokenizer: Any, lowercase: Any) -> None:
     """Refuse a saved Hugging Face tokenizer built of anything but what
-    :func:`learn_byte_level_bpe` makes (NFC and, with ``lowercase``, Lowercase normalisation;
+    :func:`_bpe_training.learn_byte_level_bpe` makes (NFC and, with ``lowercase``, Lowercase normalisation;
     ByteLevel pre-tokenizer and decoder; a plain BPE model; the four special tokens; no post-processor,
     padding or truncation), before the library reads it: a file from elsewhere could hold any
     component (a regular expression that makes the library panic, a dropout that makes encoding
@@ -270,6 +220,43 @@ def _check_bpe_model(model: Any) -> None:
         for m in merges
     ):
         raise _Unwritten("model.merges must be a list of pairs of tokens")
+
+
+def saved_form(tokenizer: Dict[str, Any], lowercase: bool) -> str:
+    """The saved form of a ``SubwordTokenizer``: one JSON document of this format's name, kind and
+    version, the ``lowercase`` flag, the special tokens and the Hugging Face ``tokenizer`` (a JSON
+    object), which :func:`parse_document` reads back."""
+    document = {
+        "format": FORMAT_NAME,
+        "kind": KIND,
+        "version": FORMAT_VERSION,
+        "lowercase": lowercase,
+        "special_tokens": list(SPECIAL_TOKENS),
+        "tokenizer": tokenizer,
+    }
+    return json.dumps(document, ensure_ascii=False, sort_keys=True)
+
+
+def bpe_tokenizer_json(vocab: Dict[str, int], merges: List[Any], lowercase: bool) -> Dict[str, Any]:
+    """The Hugging Face tokenizer (as a JSON object) of a byte-level BPE vocabulary and its merges,
+    built of what learning makes: the special tokens first, NFC (and Lowercase) normalisation,
+    ByteLevel pre-tokenizer and decoder, no post-processor."""
+    flags = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    byte_level = {"type": "ByteLevel", "trim_offsets": True, "use_regex": True}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [dict(flags, content=token, id=i) for i, token in enumerate(SPECIAL_TOKENS)],
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [{"type": "NFC"}] + ([{"type": "Lowercase"}] if lowercase else []),
+        },
+        "pre_tokenizer": dict(byte_level, add_prefix_space=False),
+        "post_processor": None,
+        "decoder": dict(byte_level, add_prefix_space=True),
+        "model": {"type": "BPE", "dropout": None, "unk_token": _UNK, "vocab": vocab, "merges": merges},
+    }
 
 
 def parse_document(s: Any, caller: str) -> Tuple[Any, bool]:

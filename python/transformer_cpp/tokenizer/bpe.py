@@ -20,31 +20,33 @@ Design:
 
 A saved tokenizer is one JSON document: the Hugging Face tokenizer plus a small header with
 this class's format name and version (see :meth:`SubwordTokenizer.to_str`).
+
+This module holds the class and the helpers of its text on the way in and out (segments, id
+checks, the decoding rules); learning the merges is in ``_bpe_training.py``, the saved form and
+its checks in ``_bpe_format.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union, cast
 
 import numpy as np
 
-from .._checks import ANY as _ANY_INTEGER, flag as _flag, integer as _integer
+from .._checks import flag as _flag
 from ._bpe_format import (
-    FORMAT_NAME as _FORMAT_NAME,
-    FORMAT_VERSION as _FORMAT_VERSION,
     KIND as _KIND,
     MAX_VOCAB_SIZE,
     SPECIAL_TOKENS,
+    bpe_tokenizer_json as _bpe_tokenizer_json,
     is_library_panic as _is_library_panic,
-    learn_byte_level_bpe as _learn_byte_level_bpe,
     library_errors as _library_errors,
     library_failure as _library_failure,
     parse_document as _parse_document,
+    saved_form as _saved_form,
 )
+from ._bpe_training import learn_from_corpus as _learn_from_corpus
 from ._common import (
     MAX_FILE_BYTES,
     BySavedForm,
@@ -55,9 +57,9 @@ from ._common import (
 
 __all__ = ["MAX_FILE_BYTES", "MAX_VOCAB_SIZE", "SubwordTokenizer", "SPECIAL_TOKENS"]
 
-logger = logging.getLogger(__name__)
 
 _PAD, _START, _END, _UNK = SPECIAL_TOKENS
+_PAD_ID, _START_ID, _END_ID, _UNK_ID = range(len(SPECIAL_TOKENS))
 
 IdSequence = Union[Sequence[int], np.ndarray]
 
@@ -91,6 +93,141 @@ def _segments(text: str) -> Iterator[str]:
     yield text[start:]
 
 
+def _library_tokenizer(hf: Any) -> Any:
+    """``hf`` if it looks like a trained ``tokenizers.Tokenizer``, else a ``TypeError``."""
+    if not all(hasattr(hf, a) for a in ("token_to_id", "get_vocab_size", "encode", "decode")):
+        raise TypeError(
+            f"SubwordTokenizer: expected a trained tokenizers.Tokenizer, got "
+            f"{type(hf).__name__}; make one with SubwordTokenizer.build_from_corpus, "
+            "load or from_str"
+        )
+    return hf
+
+
+def _checked_source(source: Any, who: str) -> Optional[str]:
+    """``source`` (what a tokenizer was read from, named in its errors) if it is a ``str`` or
+    ``None``, else a ``TypeError`` naming ``who``."""
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"{who}: source must be a str or None, got {type(source).__name__}")
+    return source
+
+
+def _prepared_vocab_size(hf: Any) -> int:
+    """The vocabulary size of the library tokenizer ``hf``, once its special tokens are checked to
+    have this class's ids (``ValueError`` otherwise) and it is set to encode text that spells one
+    as ordinary text."""
+    for expected_id, token in enumerate(SPECIAL_TOKENS):
+        got = hf.token_to_id(token)
+        if got != expected_id:
+            raise ValueError(
+                f"SubwordTokenizer: special token {token!r} must have id {expected_id}, "
+                f"found {got}; the tokenizer was not built by SubwordTokenizer.build_from_corpus"
+            )
+    # Text that spells a special token ("<end>", "<pad>") is ordinary text: encoded as its bytes,
+    # never as the special id (which would end or blank the sentence). A runtime flag of
+    # tokenizers >= 0.19, not part of the saved JSON, so it is set on every load.
+    if hasattr(hf, "encode_special_tokens"):
+        hf.encode_special_tokens = True
+    return int(hf.get_vocab_size(with_added_tokens=True))
+
+
+def _checked_text(text: Any, caller: str, index: Optional[int] = None) -> str:
+    """``text`` if it is a ``str``, else a ``TypeError`` naming the call (and the text's place in
+    a batch, ``index``)."""
+    if not isinstance(text, str):
+        if index is None:
+            raise TypeError(f"SubwordTokenizer.{caller}: expected a str, got {type(text).__name__}")
+        raise TypeError(f"SubwordTokenizer.{caller}: text {index} is a {type(text).__name__}, expected a str")
+    return text
+
+
+def _encodings(hf: Any, texts: List[str], caller: str, what: str) -> List[Any]:
+    """The ``tokenizers`` encodings of ``texts`` (each with its leading space) by ``hf``, without
+    special tokens. Text that is not valid Unicode is a ValueError naming it and ``caller`` (the
+    library says only "TextInputSequence must be str"); another failure of the library is one
+    naming ``what``."""
+    try:
+        if len(texts) == 1:
+            return [hf.encode(texts[0], add_special_tokens=False)]
+        return cast(List[Any], hf.encode_batch(texts, add_special_tokens=False))
+    except BaseException as exc:  # noqa: B036  (the library's panics are BaseExceptions)
+        if not (isinstance(exc, Exception) or _is_library_panic(exc)):
+            raise
+        for i, text in enumerate(texts):
+            bad = _unicode_error(text[1:], f"{caller}: text {i}" if len(texts) > 1 else f"{caller}: the text")
+            if bad is not None:
+                raise bad from None
+        raise _library_failure(what, exc) from None
+
+
+def _wrapped(ids: List[int], add_special_tokens: bool) -> List[int]:
+    """``ids`` between the start and end tokens (with ``add_special_tokens``), as a new list."""
+    if add_special_tokens:
+        return [_START_ID, *ids, _END_ID]
+    return list(ids)
+
+
+def _readable_pieces(decoder: Any, pieces: List[str]) -> List[str]:
+    """Each byte-level piece as the text it stands for, a space written ``▁`` (``<unk>`` as it is)."""
+    return [piece if piece == _UNK else decoder.decode([piece]).replace(" ", "\u2581") for piece in pieces]
+
+
+def _checked_ids(ids: Any, vocab_size: int, name: str) -> List[int]:
+    """A 1-D list/tuple/array of ints as a list of Python ints in ``[0, vocab_size)``; a
+    ``TypeError`` or ``ValueError`` naming ``name`` otherwise."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name}: expected a sequence of token ids, got a string")
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D array of token ids, got shape {ids.shape}")
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise TypeError(f"{name}: expected integer token ids, got dtype {ids.dtype}")
+        values = [int(v) for v in ids.tolist()]
+    else:
+        try:
+            raw = list(ids)
+        except TypeError:
+            raise TypeError(f"{name}: expected a sequence of token ids, got {type(ids).__name__}") from None
+        values = []
+        for v in raw:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}: token ids must be ints, got {type(v).__name__} {v!r}")
+            values.append(int(v))
+    for v in values:
+        if v < 0 or v >= vocab_size:
+            raise ValueError(f"{name}: token id {v} is out of range [0, {vocab_size})")
+    return values
+
+
+def _kept_rows(batch: Any, vocab_size: int, skip_special_tokens: bool, name: str) -> List[List[int]]:
+    """:func:`_kept_ids` of each row of ``batch``, a list of id sequences or a 2-D array, each row
+    checked by :func:`_checked_ids` (``ValueError`` for an array of another shape)."""
+    if isinstance(batch, np.ndarray) and batch.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array (one row per sequence), got shape {batch.shape}")
+    return [_kept_ids(_checked_ids(row, vocab_size, name), skip_special_tokens) for row in list(batch)]
+
+
+def _kept_ids(ids: List[int], skip_special_tokens: bool) -> List[int]:
+    """The ids decoding turns into text: never padding; with ``skip_special_tokens`` neither the
+    start nor the unknown token, and nothing from the first end token on."""
+    kept = []
+    for v in ids:
+        if skip_special_tokens:
+            if v == _END_ID:
+                break
+            if v in (_PAD_ID, _START_ID, _UNK_ID):
+                continue
+        elif v == _PAD_ID:
+            continue
+        kept.append(v)
+    return kept
+
+
+def _without_leading_space(text: str) -> str:
+    """Decoded text without the one leading space every text is encoded with."""
+    return text[1:] if text.startswith(" ") else text
+
+
 class SubwordTokenizer(BySavedForm):
     """A byte-level BPE vocabulary with fixed special ids (``pad_id == 0``).
 
@@ -106,30 +243,10 @@ class SubwordTokenizer(BySavedForm):
     """
 
     def __init__(self, hf_tokenizer: Any, *, lowercase: bool = False, source: Optional[str] = None) -> None:
-        if not all(hasattr(hf_tokenizer, a) for a in ("token_to_id", "get_vocab_size", "encode", "decode")):
-            raise TypeError(
-                f"SubwordTokenizer: expected a trained tokenizers.Tokenizer, got "
-                f"{type(hf_tokenizer).__name__}; make one with SubwordTokenizer.build_from_corpus, "
-                "load or from_str"
-            )
-        self._tok = hf_tokenizer
+        self._tok = _library_tokenizer(hf_tokenizer)
         self._lowercase = _flag("SubwordTokenizer", "lowercase", lowercase)
-        if source is not None and not isinstance(source, str):
-            raise TypeError(f"SubwordTokenizer: source must be a str or None, got {type(source).__name__}")
-        self._source = source  # the file it was read from, named in errors
-        for expected_id, token in enumerate(SPECIAL_TOKENS):
-            got = hf_tokenizer.token_to_id(token)
-            if got != expected_id:
-                raise ValueError(
-                    f"SubwordTokenizer: special token {token!r} must have id {expected_id}, "
-                    f"found {got}; the tokenizer was not built by SubwordTokenizer.build_from_corpus"
-                )
-        self._vocab_size = int(hf_tokenizer.get_vocab_size(with_added_tokens=True))
-        # Text that spells a special token ("<end>", "<pad>") is ordinary text: encoded as its
-        # bytes, never as the special id (which would end or blank the sentence). A runtime flag of
-        # tokenizers >= 0.19, not part of the saved JSON, so it is set on every load.
-        if hasattr(hf_tokenizer, "encode_special_tokens"):
-            hf_tokenizer.encode_special_tokens = True
+        self._source = _checked_source(source, "SubwordTokenizer")  # the file it was read from, named in errors
+        self._vocab_size = _prepared_vocab_size(hf_tokenizer)
 
     # ------------------------------------------------------------------ building
 
@@ -165,46 +282,10 @@ class SubwordTokenizer(BySavedForm):
                 minimum), if it is above :data:`MAX_VOCAB_SIZE`, if ``min_frequency < 1``, or if
                 the corpus has no non-empty sentence.
         """
-        name = "SubwordTokenizer.build_from_corpus"
-        if isinstance(sentences, (str, bytes)):
-            raise TypeError(f"{name}: expected an iterable of sentences, got a single string")
-        target_vocab_size = _integer(name, "target_vocab_size", target_vocab_size, _ANY_INTEGER)
-        n_special = len(SPECIAL_TOKENS)
-        if target_vocab_size < n_special + 1:
-            raise ValueError(
-                f"{name}: target_vocab_size {target_vocab_size} is too small; it must be at least "
-                f"{n_special + 1} ({n_special} special tokens + 1)"
-            )
-        if target_vocab_size > MAX_VOCAB_SIZE:
-            raise ValueError(
-                f"{name}: target_vocab_size {target_vocab_size} is too large; it must be at most "
-                f"{MAX_VOCAB_SIZE} (2**20)"
-            )
-        min_frequency = _integer(name, "min_frequency", min_frequency, 1, 2**63 - 1)
-        lowercase = _flag(name, "lowercase", lowercase)
-
-        corpus: List[str] = []
-        for i, sentence in enumerate(sentences):
-            if not isinstance(sentence, str):
-                raise TypeError(f"{name}: sentence {i} is a {type(sentence).__name__}, expected a str")
-            bad = _unicode_error(sentence, f"{name}: sentence {i}")
-            if bad is not None:
-                raise bad
-            if sentence.strip():
-                corpus.append(" " + sentence)
-        if not corpus:
-            raise ValueError(f"{name}: the corpus is empty (no non-empty sentence)")
-
-        tok = _learn_byte_level_bpe(corpus, target_vocab_size, int(min_frequency), lowercase, name)
-        result = cls(tok, lowercase=lowercase)
-        logger.info(
-            "%s: learned %d tokens (target %d) from %d sentences",
-            name,
-            result.vocab_size,
-            target_vocab_size,
-            len(corpus),
+        learned = _learn_from_corpus(
+            sentences, target_vocab_size, min_frequency, lowercase, "SubwordTokenizer.build_from_corpus"
         )
-        return result
+        return cls(learned.tokenizer, lowercase=learned.lowercase)
 
     # ------------------------------------------------------------------ properties
 
@@ -272,46 +353,13 @@ class SubwordTokenizer(BySavedForm):
 
     # ------------------------------------------------------------------ encoding
 
-    def _check_text(self, text: Any, caller: str) -> str:
-        if not isinstance(text, str):
-            raise TypeError(f"SubwordTokenizer.{caller}: expected a str, got {type(text).__name__}")
-        return text
-
     def _encode_all(self, texts: List[str], caller: str) -> List[Any]:
-        """``tokenizers`` encodings of ``texts`` (each with its leading space); text that is not
-        valid Unicode is a ValueError naming it (the library says only "TextInputSequence must be
-        str")."""
-        try:
-            if len(texts) == 1:
-                return [self._tok.encode(texts[0], add_special_tokens=False)]
-            return cast(List[Any], self._tok.encode_batch(texts, add_special_tokens=False))
-        except BaseException as exc:  # noqa: B036  (the library's panics are BaseExceptions)
-            if not (isinstance(exc, Exception) or _is_library_panic(exc)):
-                raise
-            for i, text in enumerate(texts):
-                bad = _unicode_error(
-                    text[1:],
-                    f"SubwordTokenizer.{caller}: text {i}"
-                    if len(texts) > 1
-                    else f"SubwordTokenizer.{caller}: the text",
-                )
-                if bad is not None:
-                    raise bad from None
-            raise _library_failure(self._what(caller), exc) from None
+        """``tokenizers`` encodings of ``texts`` (each with its leading space)."""
+        return _encodings(self._tok, texts, f"SubwordTokenizer.{caller}", self._what(caller))
 
     def _what(self, caller: str) -> str:
         """How errors name the call ``caller`` of this tokenizer: with the file it was read from."""
         return f"SubwordTokenizer.{caller}" + (f" (tokenizer file '{self._source}')" if self._source else "")
-
-    def _library_errors(self, caller: str) -> "contextlib.AbstractContextManager[None]":
-        """A block in which a failure of the tokenizers library (a panic included) is a ValueError
-        naming the call and the file this tokenizer was read from."""
-        return _library_errors(self._what(caller))
-
-    def _wrap(self, ids: List[int], add_special_tokens: bool) -> List[int]:
-        if add_special_tokens:  # checked by the caller
-            return [self.start_id, *ids, self.end_id]
-        return list(ids)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
         """Return the token ids of ``text``: ``[start_id, ..., end_id]`` (or without the two
@@ -322,15 +370,11 @@ class SubwordTokenizer(BySavedForm):
             ValueError: if ``text`` is not valid Unicode (a lone surrogate, e.g. from bytes that
                 were decoded with ``errors="surrogateescape"``); the message gives the position.
         """
-        self._check_text(text, "encode")
+        _checked_text(text, "encode")
         add_special_tokens = _flag("SubwordTokenizer.encode", "add_special_tokens", add_special_tokens)
-        if len(text) <= _SEGMENT_CHARS:
-            ids = self._encode_all([" " + text], "encode")[0].ids
-        else:
-            ids = []
-            for piece in _segments(" " + text):
-                ids.extend(self._encode_all([piece], "encode")[0].ids)
-        return self._wrap(ids, add_special_tokens)
+        pieces = [" " + text] if len(text) <= _SEGMENT_CHARS else _segments(" " + text)
+        ids = [i for piece in pieces for i in self._encode_all([piece], "encode")[0].ids]
+        return _wrapped(ids, add_special_tokens)
 
     def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = True) -> List[List[int]]:
         """Encode several texts at once (in parallel, inside ``tokenizers``).
@@ -341,15 +385,10 @@ class SubwordTokenizer(BySavedForm):
         if isinstance(texts, (str, bytes)):
             raise TypeError("SubwordTokenizer.encode_batch: expected a list of texts, got a single string")
         add_special_tokens = _flag("SubwordTokenizer.encode_batch", "add_special_tokens", add_special_tokens)
-        prepared = []
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"SubwordTokenizer.encode_batch: text {i} is a {type(text).__name__}, expected a str")
-            prepared.append(" " + text)
+        prepared = [" " + _checked_text(text, "encode_batch", i) for i, text in enumerate(texts)]
         if not prepared:
             return []
-        encodings = self._encode_all(prepared, "encode_batch")
-        return [self._wrap(e.ids, add_special_tokens) for e in encodings]
+        return [_wrapped(e.ids, add_special_tokens) for e in self._encode_all(prepared, "encode_batch")]
 
     def tokens(self, text: str) -> List[str]:
         """Return the subword pieces of ``text`` as readable strings, for display.
@@ -358,63 +397,13 @@ class SubwordTokenizer(BySavedForm):
         (``"¿Qué año?"`` -> ``['▁¿', 'Qué', '▁año', '?']``, depending on the vocabulary). A piece
         holding only part of a multi-byte character is shown as ``�``. No special tokens.
         """
-        self._check_text(text, "tokens")
+        _checked_text(text, "tokens")
         pieces = self._encode_all([" " + text], "tokens")[0].tokens
         decoder = self._tok.decoder
-        shown = []
-        with self._library_errors("tokens"):
-            for piece in pieces:
-                if piece == _UNK:
-                    shown.append(piece)
-                    continue
-                readable = decoder.decode([piece])
-                shown.append(readable.replace(" ", "\u2581"))
-        return shown
+        with _library_errors(self._what("tokens")):
+            return _readable_pieces(decoder, pieces)
 
     # ------------------------------------------------------------------ decoding
-
-    def _check_ids(self, ids: Any, caller: str) -> List[int]:
-        """Turn a 1-D list/tuple/array of ints into a list of Python ints in range."""
-        name = f"SubwordTokenizer.{caller}"
-        if isinstance(ids, (str, bytes)):
-            raise TypeError(f"{name}: expected a sequence of token ids, got a string")
-        if isinstance(ids, np.ndarray):
-            if ids.ndim != 1:
-                raise ValueError(f"{name}: expected a 1-D array of token ids, got shape {ids.shape}")
-            if ids.size and not np.issubdtype(ids.dtype, np.integer):
-                raise TypeError(f"{name}: expected integer token ids, got dtype {ids.dtype}")
-            values = [int(v) for v in ids.tolist()]
-        else:
-            try:
-                raw = list(ids)
-            except TypeError:
-                raise TypeError(f"{name}: expected a sequence of token ids, got {type(ids).__name__}") from None
-            values = []
-            for v in raw:
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                    raise TypeError(f"{name}: token ids must be ints, got {type(v).__name__} {v!r}")
-                values.append(int(v))
-        for v in values:
-            if v < 0 or v >= self._vocab_size:
-                raise ValueError(f"{name}: token id {v} is out of range [0, {self._vocab_size})")
-        return values
-
-    def _select(self, ids: List[int], skip_special_tokens: bool) -> List[int]:
-        """Apply the decoding rules: stop at end, drop padding (and specials if asked)."""
-        kept = []
-        for v in ids:
-            if skip_special_tokens:
-                if v == self.end_id:
-                    break
-                if v in (self.pad_id, self.start_id, self.unk_id):
-                    continue
-            elif v == self.pad_id:
-                continue
-            kept.append(v)
-        return kept
-
-    def _finish(self, text: str) -> str:
-        return text[1:] if text.startswith(" ") else text
 
     def decode(self, ids: IdSequence, skip_special_tokens: bool = True) -> str:
         """Turn token ids back into text.
@@ -429,12 +418,12 @@ class SubwordTokenizer(BySavedForm):
             ValueError: if an id is outside ``[0, vocab_size)`` or an array is not 1-D.
         """
         skip_special_tokens = _flag("SubwordTokenizer.decode", "skip_special_tokens", skip_special_tokens)
-        values = self._select(self._check_ids(ids, "decode"), skip_special_tokens)
+        values = _kept_ids(_checked_ids(ids, self._vocab_size, "SubwordTokenizer.decode"), skip_special_tokens)
         if not values:
             return ""
-        with self._library_errors("decode"):
+        with _library_errors(self._what("decode")):
             text = self._tok.decode(values, skip_special_tokens=False)
-        return self._finish(text)
+        return _without_leading_space(text)
 
     def decode_batch(
         self, batch: Union[Iterable[IdSequence], np.ndarray], skip_special_tokens: bool = True
@@ -445,19 +434,10 @@ class SubwordTokenizer(BySavedForm):
             TypeError / ValueError: as :meth:`decode`, for the offending row.
         """
         skip_special_tokens = _flag("SubwordTokenizer.decode_batch", "skip_special_tokens", skip_special_tokens)
-        if isinstance(batch, np.ndarray):
-            if batch.ndim != 2:
-                raise ValueError(
-                    f"SubwordTokenizer.decode_batch: expected a 2-D array (one row per sequence), "
-                    f"got shape {batch.shape}"
-                )
-            rows = list(batch)
-        else:
-            rows = list(batch)
-        selected = [self._select(self._check_ids(r, "decode_batch"), skip_special_tokens) for r in rows]
-        with self._library_errors("decode_batch"):
+        selected = _kept_rows(batch, self._vocab_size, skip_special_tokens, "SubwordTokenizer.decode_batch")
+        with _library_errors(self._what("decode_batch")):
             texts = self._tok.decode_batch(selected, skip_special_tokens=False) if selected else []
-        return [self._finish(t) if sel else "" for t, sel in zip(texts, selected)]
+        return [_without_leading_space(t) if sel else "" for t, sel in zip(texts, selected)]
 
     # ------------------------------------------------------------------ vocabulary
 
@@ -468,15 +448,13 @@ class SubwordTokenizer(BySavedForm):
         Raises:
             ValueError: if ``token_id`` is out of range.
         """
-        (value,) = self._check_ids([token_id], "id_to_token")
+        (value,) = _checked_ids([token_id], self._vocab_size, "SubwordTokenizer.id_to_token")
         return cast(str, self._tok.id_to_token(value))
 
     def token_to_id(self, token: str) -> Optional[int]:
         """Return the id of a vocabulary entry (byte-level form, or a special token such as
         ``'<end>'``), or ``None`` if it is not in the vocabulary."""
-        if not isinstance(token, str):
-            raise TypeError(f"SubwordTokenizer.token_to_id: expected a str, got {type(token).__name__}")
-        return cast(Optional[int], self._tok.token_to_id(token))
+        return cast(Optional[int], self._tok.token_to_id(_checked_text(token, "token_to_id")))
 
     def get_vocab(self) -> Dict[str, int]:
         """Return the vocabulary as ``{token: id}`` (byte-level form), special tokens included."""
@@ -486,15 +464,7 @@ class SubwordTokenizer(BySavedForm):
 
     def to_str(self) -> str:
         """Serialise to one JSON string (for embedding in a checkpoint); see :meth:`from_str`."""
-        document = {
-            "format": _FORMAT_NAME,
-            "kind": _KIND,
-            "version": _FORMAT_VERSION,
-            "lowercase": self._lowercase,
-            "special_tokens": list(SPECIAL_TOKENS),
-            "tokenizer": json.loads(self._tok.to_str()),
-        }
-        return json.dumps(document, ensure_ascii=False, sort_keys=True)
+        return _saved_form(json.loads(self._tok.to_str()), self._lowercase)
 
     @classmethod
     def from_str(cls, s: str, *, source: Optional[str] = None) -> "SubwordTokenizer":
@@ -511,8 +481,7 @@ class SubwordTokenizer(BySavedForm):
             ValueError: if ``s`` is not a serialised ``SubwordTokenizer`` (not JSON, wrong
                 format name or version, a component this class does not write, damaged tokenizer).
         """
-        if source is not None and not isinstance(source, str):
-            raise TypeError(f"SubwordTokenizer.from_str: source must be a str or None, got {type(source).__name__}")
+        _checked_source(source, "SubwordTokenizer.from_str")
         caller = f"SubwordTokenizer.from_str({source!r})" if source else "SubwordTokenizer.from_str"
         return cls._from_str(s, caller, source)
 
@@ -531,33 +500,8 @@ class SubwordTokenizer(BySavedForm):
         """A tokenizer of this class from a byte-level BPE vocabulary and its merges (as a
         ``tokenizer.json`` holds them under ``model``), with the special tokens first; checked as
         :meth:`from_str` checks a saved one (``ValueError`` naming what differs)."""
-        flags = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-        added = [dict(flags, content=token, id=i) for i, token in enumerate(SPECIAL_TOKENS)]
-        byte_level = {"type": "ByteLevel", "trim_offsets": True, "use_regex": True}
-        hf = {
-            "version": "1.0",
-            "truncation": None,
-            "padding": None,
-            "added_tokens": added,
-            "normalizer": {
-                "type": "Sequence",
-                "normalizers": [{"type": "NFC"}] + ([{"type": "Lowercase"}] if lowercase else []),
-            },
-            "pre_tokenizer": dict(byte_level, add_prefix_space=False),
-            "post_processor": None,
-            "decoder": dict(byte_level, add_prefix_space=True),
-            "model": {"type": "BPE", "dropout": None, "unk_token": _UNK, "vocab": vocab, "merges": merges},
-        }
-        document = {
-            "format": _FORMAT_NAME,
-            "kind": _KIND,
-            "version": _FORMAT_VERSION,
-            "lowercase": lowercase,
-            "special_tokens": list(SPECIAL_TOKENS),
-            "tokenizer": hf,
-        }
         caller = f"SubwordTokenizer.from_bpe({source!r})" if source else "SubwordTokenizer.from_bpe"
-        return cls._from_str(json.dumps(document, ensure_ascii=False), caller, source)
+        return cls._from_str(_saved_form(_bpe_tokenizer_json(vocab, merges, lowercase), lowercase), caller, source)
 
     def save(self, path: Union[str, os.PathLike[str]]) -> None:
         """Write the tokenizer to ``path`` as one UTF-8 JSON file (parent directories are

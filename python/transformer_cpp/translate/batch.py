@@ -2,16 +2,21 @@
 encoded whole, with the warning text when it is longer than any training pair), one decode call
 for the batch (:func:`translate_encoded`, which :class:`~transformer_cpp.translate.Translator` and
 the server's batcher both call, so they give the same translations), and each result as a
-:class:`Translation` with its pieces, score and attention.
+:class:`Translation` with its pieces, score and attention. :meth:`Translator.translate_batch
+<transformer_cpp.translate.Translator.translate_batch>` encodes each input's prefix and
+constraints with :func:`search_ids` and decodes its inputs a chunk at a time with
+:func:`translate_in_chunks`.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Sequence, cast
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 
+from .._runtime import ThreadGovernor, set_num_threads
 from ..text import check_text
 from .decoding import DecodeOptions, Hypothesis, decode_rows, one_line
 
@@ -23,8 +28,10 @@ __all__ = [
     "encode_source",
     "encode_target_text",
     "per_input",
+    "search_ids",
     "token_piece",
     "translate_encoded",
+    "translate_in_chunks",
 ]
 
 
@@ -158,6 +165,45 @@ def translate_encoded(
     return results
 
 
+def translate_in_chunks(
+    translator: Translates,
+    encoded: Sequence[EncodedSource],
+    options: DecodeOptions,
+    return_attention: bool,
+    prefixes: Optional[Sequence[Sequence[int]]],
+    wanted: Optional[Sequence[Sequence[Sequence[int]]]],
+    batch_size: int,
+    governor: Optional[ThreadGovernor],
+) -> List["Translation"]:
+    """Translate ``encoded`` ``batch_size`` at a time (``prefixes`` and ``wanted``, the
+    constraints, one per input or None), each chunk one :func:`translate_encoded` call; the thread
+    ``governor`` (None: the threads are left as they are) is told the time and work of each chunk,
+    and the core is left with all the threads it governs."""
+    results: List[Translation] = []
+    try:
+        for start in range(0, len(encoded), batch_size):
+            chunk = encoded[start : start + batch_size]
+            end = start + len(chunk)
+            t0 = time.perf_counter()
+            results.extend(
+                translate_encoded(
+                    translator,
+                    chunk,
+                    options,
+                    return_attention,
+                    None if prefixes is None else prefixes[start:end],
+                    None if wanted is None else wanted[start:end],
+                )
+            )
+            if governor is not None:  # work ~ sentences x (source + output length)
+                work = sum(len(e.ids) + len(r.target_ids) for e, r in zip(chunk, results[start:]))
+                governor.record(time.perf_counter() - t0, max(work, 1))
+    finally:
+        if governor is not None:
+            set_num_threads(governor.most)
+    return results
+
+
 def _translation(translator: Translates, enc: EncodedSource, hyp: Hypothesis) -> "Translation":
     tgt = translator.tgt_tokenizer
     return Translation(
@@ -186,6 +232,34 @@ def encode_target_text(translator: Translates, text: Any, what: str) -> List[int
     if not ids:
         raise ValueError(f"{what} {text!r} encodes to no token; give text with at least one character the model writes")
     return ids
+
+
+def search_ids(
+    translator: Translates, count: int, target_prefix: Any, constraints: Any, beam_size: int
+) -> Tuple[Optional[List[List[int]]], Optional[List[List[List[int]]]]]:
+    """The prefix and constraint ids of each of ``count`` inputs (``None``: not asked), from
+    ``target_prefix`` and ``constraints`` as :meth:`Translator.translate_batch` takes them (one for
+    all inputs or one per input); ``ValueError`` for more constraints than ``beam_size`` leaves
+    room for."""
+    prefixes = None
+    if target_prefix is not None:
+        prefixes = [
+            encode_target_text(translator, p, "target_prefix")
+            for p in per_input(target_prefix, count, "target_prefix", 1)
+        ]
+    wanted = None
+    if constraints is not None:
+        wanted = [
+            [encode_target_text(translator, c, "constraint") for c in cs]
+            for cs in per_input(constraints, count, "constraints", 2)
+        ]
+        most = max((len(cs) for cs in wanted), default=0)
+        if most and most >= beam_size:
+            raise ValueError(
+                f"constraints: {most} constraints need beam_size of at least {most + 1} (one more than the "
+                f"constraints), got beam_size {beam_size}"
+            )
+    return prefixes, wanted
 
 
 def per_input(value: Any, count: int, what: str, depth: int) -> List[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -26,7 +26,9 @@ __all__ = [
     "LENGTH_PENALTY_MODES",
     "DecodeOptions",
     "Hypothesis",
+    "BEAM_RULES",
     "DEFAULTABLE",
+    "call_options",
     "check_compute_type",
     "checked_defaults",
     "resolved_rules",
@@ -174,8 +176,10 @@ class DecodeOptions:
 
 DecodeOptions.LIMITS = setting_limits(DecodeOptions)
 
+#: The beam settings a call leaves out (None) to take the model's decoding defaults.
+BEAM_RULES = ("beam_size", "length_penalty", "length_penalty_mode", "early_stopping", "force_end")
 #: The decoding settings a model may carry defaults for (an imported model's generation rules).
-DEFAULTABLE = ("beam_size", "length_penalty", "length_penalty_mode", "early_stopping", "force_end", "max_output_tokens")
+DEFAULTABLE = (*BEAM_RULES, "max_output_tokens")
 
 
 def checked_defaults(defaults: Any, who: str) -> Dict[str, Any]:
@@ -194,6 +198,49 @@ def resolved_rules(defaults: Dict[str, Any], **given: Any) -> Dict[str, Any]:
     """Each of ``given`` (beam settings) as given, else from ``defaults``, else DecodeOptions' default."""
     declared = {f.name: f.default for f in fields(DecodeOptions)}
     return {k: v if v is not None else defaults.get(k, declared[k]) for k, v in given.items()}
+
+
+def call_options(
+    owner: str,
+    defaults: Dict[str, Any],
+    default_limit: Optional[int],
+    compute_type: str,
+    *,
+    max_output_tokens: Optional[int],
+    n_best: Optional[int],
+    **given: Any,
+) -> DecodeOptions:
+    """The :class:`DecodeOptions` of one call of ``owner`` (``"Translator"``): each of the
+    :data:`BEAM_RULES` in ``given`` left out (None) taken from ``defaults``, else the default;
+    ``max_output_tokens`` left out, ``default_limit``; ``n_best`` left out, one hypothesis; the
+    sampling settings in ``given`` as they are. Each value is checked, the messages naming ``owner``."""
+    rules = resolved_rules(defaults, **{name: given.pop(name) for name in BEAM_RULES})
+    beam = DecodeOptions.LIMITS["beam_size"].check(owner, "beam_size", rules.pop("beam_size"))
+    penalty = DecodeOptions.LIMITS["length_penalty"].check(owner, "length_penalty", rules.pop("length_penalty"))
+    limit = default_limit
+    if max_output_tokens is not None:
+        limit = DecodeOptions.LIMITS["max_output_tokens"].check(owner, "max_output_tokens", max_output_tokens)
+    return DecodeOptions(
+        beam_size=beam,
+        length_penalty=penalty,
+        n_best=1 if n_best is None else _checked_n_best(owner, n_best, beam),
+        max_output_tokens=limit,
+        compute_type=compute_type,
+        **given,
+        **rules,
+    )
+
+
+def _checked_n_best(owner: str, n_best: Any, beam_size: int) -> int:
+    """``n_best`` if it is an allowed count no larger than ``beam_size``, else ``TypeError`` or
+    ``ValueError`` naming both."""
+    kept = cast(int, DecodeOptions.LIMITS["n_best"].check(owner, "n_best", n_best))
+    if kept > beam_size:
+        raise ValueError(
+            f"{owner}: n_best {kept} needs beam_size {kept} or more (beam search keeps that many "
+            f"hypotheses), got beam_size {beam_size}"
+        )
+    return kept
 
 
 class Hypothesis(NamedTuple):

@@ -35,27 +35,17 @@ that the command line's output lines stay aligned with its input lines.
 
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from .._checks import Limit, flag as _flag
-from .._runtime import ThreadGovernor, get_num_threads, governor_for, set_num_threads
-from ..checkpoint import load_checkpoint
-from ..pretrained import load_pretrained
+from .._runtime import ThreadGovernor, get_num_threads, governor_for
 from ..text import check_text, clean_sentence, resolve_language
-from .batch import (
-    EncodedSource,
-    LongInputWarning,
-    Translation,
-    encode_source,
-    encode_target_text,
-    per_input,
-    translate_encoded,
-)
-from .decoding import DecodeOptions, check_compute_type, checked_defaults, resolved_rules
+from . import constructors
+from .batch import EncodedSource, LongInputWarning, Translation, encode_source, search_ids, translate_in_chunks
+from .decoding import DecodeOptions, call_options, check_compute_type, checked_defaults
 
 __all__ = ["Translator"]
 
@@ -77,6 +67,29 @@ def _renamed_max_length(max_output_tokens: Optional[int], max_length: Optional[i
     if max_output_tokens is not None:
         raise TypeError(f"{who}: max_length is the old name of max_output_tokens; give only max_output_tokens")
     return max_length
+
+
+def _check_vocab_sizes(model: Any, src_tokenizer: Any, tgt_tokenizer: Any) -> None:
+    """``ValueError`` unless each tokenizer has as many tokens as the model's vocabulary on its side."""
+    for label, tok, key in (
+        ("src_tokenizer", src_tokenizer, "src_vocab_size"),
+        ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
+    ):
+        if tok.vocab_size != model.config[key]:
+            raise ValueError(
+                f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
+            )
+
+
+def _answers(results: List[Translation], n_best: bool, return_attention: bool) -> List[Any]:
+    """What :meth:`Translator.translate_batch` returns of its ``results``: the translations, each
+    with its hypotheses, with ``n_best`` (one kept: the translation itself); the translations with
+    ``return_attention``; else their texts."""
+    if n_best:
+        for r in results:
+            r.hypotheses = r.hypotheses or [replace(r)]
+        return results
+    return results if return_attention else [r.text for r in results]
 
 
 class Translator:
@@ -135,24 +148,14 @@ class Translator:
         decode_defaults: Optional[Dict[str, Any]] = None,
     ) -> None:
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator")
-        if src_lang is not None:  # a string that is no language fails here, not per sentence
-            src_lang = resolve_language(src_lang, "Translator: src_lang")
-        if tgt_lang is not None:
-            tgt_lang = resolve_language(tgt_lang, "Translator: tgt_lang")
+        # a string that is no language fails here, not per sentence
+        self.src_lang = None if src_lang is None else resolve_language(src_lang, "Translator: src_lang")
+        self.tgt_lang = None if tgt_lang is None else resolve_language(tgt_lang, "Translator: tgt_lang")
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
-        self.src_lang = src_lang
-        self.tgt_lang = tgt_lang
         self.trained_length = None if trained_length is None else int(trained_length)
-        for label, tok, key in (
-            ("src_tokenizer", src_tokenizer, "src_vocab_size"),
-            ("tgt_tokenizer", tgt_tokenizer, "tgt_vocab_size"),
-        ):
-            if tok.vocab_size != model.config[key]:
-                raise ValueError(
-                    f"Translator: {label} has {tok.vocab_size} tokens but the model's {key} is {model.config[key]}"
-                )
+        _check_vocab_sizes(model, src_tokenizer, tgt_tokenizer)
         #: The decoding settings used when a call leaves them out (an imported model's generation rules).
         self.decode_defaults = checked_defaults(decode_defaults or {}, "Translator: decode_defaults")
         if max_output_tokens is None:
@@ -220,37 +223,14 @@ class Translator:
             transformer_cpp.checkpoint.CheckpointError: a missing or damaged checkpoint.
         """
         max_output_tokens = _renamed_max_length(max_output_tokens, max_length, "Translator.from_checkpoint")
-        ckpt = load_checkpoint(path, optimizer=False)
-        data = ckpt.data or {}
-        trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
-        translator = cls(
-            ckpt.model,
-            ckpt.src_tokenizer,
-            ckpt.tgt_tokenizer,
-            src_lang=data.get("src_lang", "en"),  # records without languages are English to Spanish
-            tgt_lang=data.get("tgt_lang", "es"),
-            max_output_tokens=max_output_tokens,
-            trained_length=trained,
-            compute_type=compute_type,
-            decode_defaults=data.get("decode_defaults"),
-        )
-        translator.checkpoint = ckpt.path
-        return translator
+        return constructors.from_checkpoint(cls, path, max_output_tokens, compute_type)
 
     @classmethod
     def from_pretrained(cls, source: Union[str, Path], **kwargs: Any) -> "Translator":
         """A translator for a published MarianMT model (a directory or a Hub name, as
         :func:`~transformer_cpp.import_pretrained` takes), read into memory without writing a run.
         ``src_lang`` / ``tgt_lang`` default to the model's; other keywords as for the constructor."""
-        parts = load_pretrained(source, src_lang=kwargs.pop("src_lang", None), tgt_lang=kwargs.pop("tgt_lang", None))
-        return cls(
-            parts.model,
-            parts.src_tokenizer,
-            parts.tgt_tokenizer,
-            src_lang=parts.src_lang,
-            tgt_lang=parts.tgt_lang,
-            **{"decode_defaults": parts.decode_defaults, **kwargs},
-        )
+        return constructors.from_pretrained(cls, source, kwargs)
 
     @classmethod
     def _limit(cls, max_output_tokens: Optional[int]) -> Optional[int]:
@@ -280,30 +260,6 @@ class Translator:
         if enc.warning:
             warnings.warn(f"Translator: {enc.warning}", LongInputWarning, stacklevel=stacklevel + 1)
         return enc
-
-    def _search_ids(
-        self, count: int, target_prefix: Any, constraints: Any, beam_size: int
-    ) -> Tuple[Optional[List[List[int]]], Optional[List[List[List[int]]]]]:
-        """The prefix and constraint ids of each of ``count`` sentences (``None``: not asked)."""
-        prefixes = None
-        if target_prefix is not None:
-            prefixes = [
-                encode_target_text(self, p, "target_prefix")
-                for p in per_input(target_prefix, count, "target_prefix", 1)
-            ]
-        wanted = None
-        if constraints is not None:
-            wanted = [
-                [encode_target_text(self, c, "constraint") for c in cs]
-                for cs in per_input(constraints, count, "constraints", 2)
-            ]
-            most = max((len(cs) for cs in wanted), default=0)
-            if most and most >= beam_size:
-                raise ValueError(
-                    f"constraints: {most} constraints need beam_size of at least {most + 1} (one more than the "
-                    f"constraints), got beam_size {beam_size}"
-                )
-        return prefixes, wanted
 
     def translate(
         self,
@@ -402,11 +358,15 @@ class Translator:
         sentences = list(sentences)
         batch_size = self.check("batch_size", batch_size)
         return_attention = _flag("Translator", "return_attention", return_attention)
-        options = self._decode_options(
-            beam_size,
-            length_penalty,
-            max_output_tokens,
-            n_best,
+        options = call_options(
+            "Translator",
+            self.decode_defaults,
+            self.max_output_tokens,
+            self.compute_type,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_output_tokens=max_output_tokens,
+            n_best=n_best,
             sampling_topk=sampling_topk,
             sampling_topp=sampling_topp,
             sampling_temperature=sampling_temperature,
@@ -415,98 +375,18 @@ class Translator:
             early_stopping=early_stopping,
             force_end=force_end,
         )
-        prefixes, wanted = self._search_ids(len(sentences), target_prefix, constraints, options.beam_size)
+        prefixes, wanted = search_ids(self, len(sentences), target_prefix, constraints, options.beam_size)
         encoded = [self._encoded(s, _stacklevel + 1) for s in sentences]
-        results = self._translate_chunks(encoded, options, return_attention, prefixes, wanted, int(batch_size))
-        if n_best is not None:
-            for r in results:
-                r.hypotheses = r.hypotheses or [replace(r)]  # one kept: the translation itself
-            return results
-        return results if return_attention else [r.text for r in results]
-
-    def _decode_options(
-        self,
-        beam_size: Optional[int],
-        length_penalty: Optional[float],
-        max_output_tokens: Optional[int],
-        n_best: Optional[int],
-        *,
-        length_penalty_mode: Optional[str],
-        early_stopping: Optional[str],
-        force_end: Optional[bool],
-        **sampling: Any,
-    ) -> DecodeOptions:
-        """The :class:`DecodeOptions` of one call: each rule left out (None) taken from
-        :attr:`decode_defaults`, else the default, and each value checked."""
-        rules = resolved_rules(
-            self.decode_defaults,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            length_penalty_mode=length_penalty_mode,
-            early_stopping=early_stopping,
-            force_end=force_end,
+        results = translate_in_chunks(
+            self, encoded, options, return_attention, prefixes, wanted, int(batch_size), self._thread_governor()
         )
-        beam = self.check("beam_size", rules.pop("beam_size"))
-        penalty = self.check("length_penalty", rules.pop("length_penalty"))
-        limit = self._limit(max_output_tokens) if max_output_tokens is not None else self.max_output_tokens
-        kept = 1 if n_best is None else _checked_n_best(n_best, beam)
-        return DecodeOptions(
-            beam_size=beam,
-            length_penalty=penalty,
-            n_best=kept,
-            max_output_tokens=limit,
-            compute_type=self.compute_type,
-            **sampling,
-            **rules,
-        )
+        return _answers(results, n_best is not None, return_attention)
 
-    def _translate_chunks(
-        self,
-        encoded: List[EncodedSource],
-        options: DecodeOptions,
-        return_attention: bool,
-        prefixes: Optional[List[List[int]]],
-        wanted: Optional[List[List[List[int]]]],
-        batch_size: int,
-    ) -> List[Translation]:
-        """Translate ``encoded`` ``batch_size`` at a time, each chunk one decode call, the thread
-        governor told the time and work of each (one governor per translator, kept across calls and
-        while ``adaptive_threads`` is off, so that what it learnt about the machine carries over)."""
-        results: List[Translation] = []
+    def _thread_governor(self) -> Optional[ThreadGovernor]:
+        """The thread governor of the next decode calls (None with ``adaptive_threads`` off or a
+        single thread): one per translator, kept across calls and while ``adaptive_threads`` is off,
+        so that what it learnt about the machine carries over."""
         governor = governor_for(self._governor, get_num_threads(), self.adaptive_threads)
         if governor is not None:
             self._governor = governor
-        try:
-            for start in range(0, len(encoded), batch_size):
-                chunk = encoded[start : start + batch_size]
-                end = start + len(chunk)
-                t0 = time.perf_counter()
-                results.extend(
-                    translate_encoded(
-                        self,
-                        chunk,
-                        options,
-                        return_attention,
-                        None if prefixes is None else prefixes[start:end],
-                        None if wanted is None else wanted[start:end],
-                    )
-                )
-                if governor is not None:  # work ~ sentences x (source + output length)
-                    work = sum(len(e.ids) + len(r.target_ids) for e, r in zip(chunk, results[start:]))
-                    governor.record(time.perf_counter() - t0, max(work, 1))
-        finally:
-            if governor is not None:
-                set_num_threads(governor.most)
-        return results
-
-
-def _checked_n_best(n_best: Any, beam_size: int) -> int:
-    """``n_best`` if it is an allowed count no larger than ``beam_size``, else ``TypeError`` or
-    ``ValueError`` naming both."""
-    kept = cast(int, DecodeOptions.LIMITS["n_best"].check("Translator", "n_best", n_best))
-    if kept > beam_size:
-        raise ValueError(
-            f"Translator: n_best {kept} needs beam_size {kept} or more (beam search keeps that many "
-            f"hypotheses), got beam_size {beam_size}"
-        )
-    return kept
+        return governor

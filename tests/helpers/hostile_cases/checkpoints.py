@@ -101,6 +101,18 @@ err("load: latest names ..", lambda c: _pointer(c, b"..\n"), "damaged")
 
 # A damaged checkpoint whose files are huge (sparse, so cheap to make) fails at once naming the file,
 # instead of reading gigabytes into memory (MemoryError, or the machine's memory).
+def _huge(c, name: str, size: int, recorded: bool = False, **load_kw: Any) -> Any:
+    """Load a copy of the run whose latest checkpoint's ``name`` is a sparse file of ``size`` bytes
+    (``recorded``: its config.json records that size, as for a file written so)."""
+
+    def damage(ckpt: Path) -> None:
+        sparse(ckpt / name, size)
+        if recorded:
+            edit_config(ckpt, lambda cfg: cfg["files"][name].update(bytes=size))
+
+    return _damaged(c, damage, **load_kw)
+
+
 @api("load: latest is a 10 GB sparse file", expect="error", match=("latest",), timeout=30)
 def _(c):
     run = copy_run(c)
@@ -110,9 +122,7 @@ def _(c):
 
 @api("load: config.json is a 10 GB sparse file", expect="error", match=("config.json",), timeout=30)
 def _(c):
-    run = copy_run(c)
-    sparse(latest(run) / "config.json", 10 << 30)
-    return tc.load_checkpoint(run)
+    return _huge(c, "config.json", 10 << 30)
 
 
 @api(
@@ -122,9 +132,7 @@ def _(c):
     timeout=30,
 )
 def _(c):
-    run = copy_run(c)
-    sparse(latest(run) / "model.safetensors", 10 << 30)
-    return tc.load_checkpoint(run)
+    return _huge(c, "model.safetensors", 10 << 30)
 
 
 @api(
@@ -134,11 +142,7 @@ def _(c):
     timeout=30,
 )
 def _(c):
-    run = copy_run(c)
-    ckpt = latest(run)
-    sparse(ckpt / "model.safetensors", 3 << 30)
-    edit_config(ckpt, lambda cfg: cfg["files"]["model.safetensors"].update(bytes=3 << 30))
-    return tc.load_checkpoint(run)
+    return _huge(c, "model.safetensors", 3 << 30, recorded=True)
 
 
 @api(
@@ -148,11 +152,7 @@ def _(c):
     timeout=30,
 )
 def _(c):
-    run = copy_run(c)
-    ckpt = latest(run)
-    sparse(ckpt / "src_tokenizer.json", 3 << 30)
-    edit_config(ckpt, lambda cfg: cfg["files"]["src_tokenizer.json"].update(bytes=3 << 30))
-    return tc.load_checkpoint(run, optimizer=False)
+    return _huge(c, "src_tokenizer.json", 3 << 30, recorded=True, optimizer=False)
 
 
 err(
