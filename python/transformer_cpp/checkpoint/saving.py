@@ -143,7 +143,7 @@ class TensorFile:
             flat = a.reshape(-1)  # a view of a contiguous array, else a copy of this one tensor
             if flat.dtype.byteorder == ">" or (flat.dtype.byteorder == "=" and sys.byteorder == "big"):
                 flat = flat.astype(flat.dtype.newbyteorder("<"))
-            data = memoryview(np.ascontiguousarray(flat).view(np.uint8))
+            data = np.ascontiguousarray(flat).view(np.uint8).data
             for start in range(0, len(data), _WRITE_CHUNK):
                 yield data[start : start + _WRITE_CHUNK]
 

@@ -55,7 +55,7 @@ class WeightFile:
         raise NotImplementedError
 
     def read_into(self, name: str, target: np.ndarray) -> None:
-        """Copy the tensor into ``target`` (C-contiguous, as many elements; the values cast as
+        """Copy the tensor into ``target`` (as many elements; the values cast as
         ``np.copyto(..., casting="same_kind")`` casts them)."""
         raise NotImplementedError
 
@@ -161,20 +161,23 @@ class SafetensorsFile(WeightFile):
         else:
             out = np.empty((), dt)
         if out.nbytes:
-            self._read_bytes_into(begin, memoryview(out.reshape(-1).view(np.uint8)))
+            self._read_bytes_into(begin, out.reshape(-1).view(np.uint8).data)
         return out
 
     def read_into(self, name: str, target: np.ndarray) -> None:
         dt, begin = self._dtype(name), self._tensors[name][2]
-        flat = target.reshape(-1)  # a view: target is C-contiguous
+        if not target.flags.c_contiguous:  # no flat view of it to read into
+            np.copyto(target, self.read(name).reshape(target.shape), casting="same_kind")
+            return
+        flat = target.reshape(-1)  # a view of target
         if dt == target.dtype:  # the file's bytes are the values: read them in place
             if flat.nbytes:
-                self._read_bytes_into(begin, memoryview(flat.view(np.uint8)))
+                self._read_bytes_into(begin, flat.view(np.uint8).data)
             return
         step = max(1, CHUNK_BYTES // dt.itemsize)
         for i in range(0, flat.size, step):
             chunk = np.empty(min(step, flat.size - i), dt)
-            self._read_bytes_into(begin + i * dt.itemsize, memoryview(chunk.view(np.uint8)))
+            self._read_bytes_into(begin + i * dt.itemsize, chunk.view(np.uint8).data)
             np.copyto(flat[i : i + len(chunk)], chunk, casting="same_kind")
 
     def close(self) -> None:
