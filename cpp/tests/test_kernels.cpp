@@ -230,7 +230,8 @@ struct Int8Case {
 
 std::vector<Int8Case> int8_cases() {
   std::vector<Int8Case> out;
-  // the last four run on the AMX tiles where the CPU has them (16 rows or more, K a multiple of 64)
+  // {16, 33, 64} onwards: 16 rows or more and K a multiple of 64, computed on the AMX tiles where
+  // the CPU has them
   const Index shapes[][3] = {{1, 1, 1},    {3, 33, 7},    {12, 64, 256},  {13, 45, 300}, {25, 96, 1023},
                              {16, 33, 64}, {40, 70, 512}, {129, 40, 128}, {20, 65, 2048}};
   std::uint64_t seed = 100;
