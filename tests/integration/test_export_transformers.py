@@ -25,7 +25,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 import transformer_cpp as tc
 from transformer_cpp import export
 from transformer_cpp.checkpoint import load_checkpoint, save_checkpoint
-from transformer_cpp.translate import Translator, output_limit
+from transformer_cpp.translate import Translator, evaluate_loss, output_limit
 
 from helpers.cli import run_main
 from helpers.toy_task import two_layer_model
@@ -126,6 +126,12 @@ def exported(tmp_path_factory):
     return out
 
 
+def _files(src_tok, tgt_tok) -> list:
+    """The files an export of a run with these tokenizers holds."""
+    extra = [] if src_tok == tgt_tok else [export.TARGET_TOKENIZER_FILE]
+    return sorted(list(export.TRANSFORMERS_FILES) + extra)
+
+
 def _load(directory):
     return AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval(), AutoTokenizer.from_pretrained(str(directory))
 
@@ -152,7 +158,7 @@ def _until_end(ids: list) -> list:
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_transformers_loads_the_export_with_its_own_classes(exported, variant):
     run, model, src_tok, tgt_tok, directory = exported[variant]
-    assert sorted(p.name for p in directory.iterdir()) == sorted(export.TRANSFORMERS_FILES)
+    assert sorted(p.name for p in directory.iterdir()) == _files(src_tok, tgt_tok)
     config = AutoConfig.from_pretrained(str(directory))
     assert config.model_type == "marian" and config.decoder_start_token_id == 1 and config.eos_token_id == 2
     hf, info = AutoModelForSeq2SeqLM.from_pretrained(str(directory), output_loading_info=True)
@@ -225,6 +231,43 @@ def test_import_of_the_export_translates_as_the_run(exported, variant, tmp_path)
     bias = back.model.parameters()["output.bias"].value
     assert np.all(np.isfinite(bias)) and np.all(bias[tgt_tok.vocab_size :] == -1e9)
     assert json.loads((imported.parent / "pretrained.json").read_text())["format"] == "transformer-cpp export"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_imported_tokenizers_split_text_as_the_runs(exported, variant, tmp_path):
+    """Each side of the imported run splits text into the run's tokens of that side, with the
+    run's ids (the export's vocabulary keeps the target ids; the source ids map through the
+    tokens), so a fine-tuning batch of the imported run is the run's batch: the target side of
+    the training pairs gets the same ids and the model the same loss."""
+    run, model, src_tok, tgt_tok, directory = exported[variant]
+    tc.import_pretrained(directory, tmp_path / "imported")
+    back = Translator.from_checkpoint(tmp_path / "imported")
+    src, tgt = _pairs(200, seed=7, longest=8)
+    assert [back.tgt_tokenizer.encode(t) for t in tgt] == [tgt_tok.encode(t) for t in tgt]
+    tokens = [[src_tok.id_to_token(i) for i in src_tok.encode(s)] for s in src]
+    assert [[back.src_tokenizer.id_to_token(i) for i in back.src_tokenizer.encode(s)] for s in src] == tokens
+    want = evaluate_loss(model, tc.encode_pairs(src, tgt, src_tok, tgt_tok, None))
+    got = evaluate_loss(back.model, tc.encode_pairs(src, tgt, back.src_tokenizer, back.tgt_tokenizer, None))
+    assert got[2] == want[2]  # the same target tokens
+    # the same function with its sums in another order (the export permutes the model dimension)
+    assert got[:2] == pytest.approx(want[:2], rel=1e-5)
+
+
+def test_an_export_without_the_target_tokenizer_is_refused(exported, tmp_path):
+    """An export of a run with two vocabularies that lacks ``target_tokenizer.json`` (the record
+    names it) is refused in one line naming the file, and nothing is imported: target text split by
+    the source merges would be other tokens, and fine-tuning on them would train on wrong ids."""
+    directory = exported["default"][4]
+    damaged = tmp_path / "damaged"
+    shutil.copytree(directory, damaged)
+    (damaged / export.TARGET_TOKENIZER_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(export.TARGET_TOKENIZER_FILE)):
+        tc.import_pretrained(damaged, tmp_path / "run")
+    record = json.loads((damaged / "transformer_cpp.json").read_text())
+    (damaged / "transformer_cpp.json").write_text(json.dumps(dict(record, target_tokenizer="tokenizer.json")))
+    with pytest.raises(ValueError, match="separate source and target vocabularies"):
+        tc.import_pretrained(damaged, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_damaged_export_is_refused_by_name(exported, tmp_path):
@@ -443,9 +486,15 @@ def test_command_line_export_needs_neither_torch_nor_transformers(exported, tmp_
     )
     assert result.returncode == 0, result.stderr
     assert f"exported to transformers: {out}" in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == sorted(export.TRANSFORMERS_FILES)
+    assert sorted(p.name for p in out.iterdir()) == _files(*exported["default"][2:4])
     # the same files as the Python call wrote
-    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        export.TARGET_TOKENIZER_FILE,
+    ):
         assert (out / name).read_text() == (exported["default"][4] / name).read_text(), name
 
 

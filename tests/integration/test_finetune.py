@@ -17,6 +17,8 @@ from transformer_cpp import cli, import_pretrained
 from transformer_cpp.checkpoint import load_checkpoint
 from transformer_cpp.data import DataRecord
 from transformer_cpp.task import load_split
+from transformer_cpp.task.finetune import _trained_length
+from transformer_cpp.translate import Translator
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -81,6 +83,9 @@ def test_finetuned_run_keeps_the_model_and_records_its_origin(imported: Dict[str
     assert data["pretrained"] == base.data["pretrained"]
     assert data["decode_defaults"] == base.data["decode_defaults"]
     assert data["decode_defaults"]["beam_size"] == 3 and data["decode_defaults"]["force_end"] is True
+    # the imported model was trained elsewhere on pairs of unknown length: no warning for long inputs
+    assert data["trained_length"] is None and data["max_length"] > 0
+    assert Translator.from_checkpoint(out).trained_length is None
     assert json.loads((out / "pretrained.json").read_text()) == json.loads(
         (imported["run"] / "pretrained.json").read_text()
     )
@@ -131,3 +136,13 @@ def test_init_from_a_missing_run_is_one_line(imported: Dict[str, Any], tmp_path:
     assert _train(m, tmp_path / "tuned") == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--init-from" in err
+
+
+def test_trained_length_covers_every_run_of_the_model() -> None:
+    """A fine-tuned run warns beyond the longest pair of all the model's training: RUN's (its own
+    record, or the one RUN carried from its start) and its own; unknown stays unknown."""
+    assert _trained_length({"max_length": 40}, 25) == 40
+    assert _trained_length({"max_length": 20}, 25) == 25
+    assert _trained_length({"max_length": 12, "trained_length": 60}, 25) == 60
+    assert _trained_length({"max_length": 12, "trained_length": None}, 25) is None
+    assert _trained_length({}, 25) is None

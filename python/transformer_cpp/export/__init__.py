@@ -113,6 +113,7 @@ from .common import (
 )
 from .ctranslate2 import convert_to_ctranslate2, export_ctranslate2, import_ctranslate2
 from .torch import export_torch
+from ..pretrained.own_export import TARGET_TOKENIZER_FILE
 from .marian import (
     MODEL_CARD_EXAMPLE,
     MARIAN_LAYER_NORM_EPS,
@@ -131,6 +132,7 @@ __all__ = [
     "MARIAN_MAX_LENGTH",
     "MARIAN_POSITIONS",
     "QUANTIZATIONS",
+    "TARGET_TOKENIZER_FILE",
     "TORCH_MODULE_FILE",
     "TRANSFORMERS_FILES",
     "convert_to_ctranslate2",

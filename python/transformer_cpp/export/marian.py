@@ -8,6 +8,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from ..pretrained.own_export import TARGET_TOKENIZER_FILE
 from ..tokenizer import SPECIAL_TOKENS
 from .common import _PAD_ID, _START_ID, _END_ID, PathLike, _check_out_dir, _load, _provenance, _staging, _write_json
 
@@ -285,8 +286,8 @@ def _marian_tokenizer_config() -> Dict[str, Any]:
 def convert_to_marian(model: Any, src_tok: Any = None, tgt_tok: Any = None) -> Dict[str, Any]:
     """MarianMT's files for ``model`` (a :class:`~transformer_cpp.Transformer`) and its tokenizers:
     ``{"config": ..., "generation_config": ..., "weights": {name: float32 array}, "tokenizer": str,
-    "tokenizer_config": ...}``, written as they are by :func:`export_transformers`. Needs neither
-    PyTorch nor Transformers.
+    "tokenizer_config": ...}`` and, when the two tokenizers differ, ``"target_tokenizer": str``,
+    written as they are by :func:`export_transformers`. Needs neither PyTorch nor Transformers.
 
     Without tokenizers (a model read from MarianMT by
     :func:`~transformer_cpp.pretrained.load_marian`) only ``config``, ``generation_config`` and
@@ -327,13 +328,16 @@ def convert_to_marian(model: Any, src_tok: Any = None, tgt_tok: Any = None) -> D
     merged, source_ids = _marian_vocabulary(src_tok, tgt_tok)
     weights = _marian_weights(cfg, params, perm, merged, source_ids)
     config, generation_config = _marian_configs(cfg, len(merged), len(merged), False, _PAD_ID, _START_ID, _END_ID)
-    return {
+    files = {
         "config": config,
         "generation_config": generation_config,
         "weights": weights,
         "tokenizer": _marian_tokenizer(src_tok, merged),
         "tokenizer_config": _marian_tokenizer_config(),
     }
+    if src_tok != tgt_tok:  # the target side's own merges (its tokens all have their ids in ``merged``)
+        files["target_tokenizer"] = _marian_tokenizer(tgt_tok, merged)
+    return files
 
 
 def export_transformers(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
@@ -359,6 +363,8 @@ def export_transformers(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
         _write_json(tmp / "config.json", files["config"])
         _write_json(tmp / "generation_config.json", files["generation_config"])
         (tmp / "tokenizer.json").write_text(files["tokenizer"], encoding="utf-8")
+        if "target_tokenizer" in files:
+            (tmp / TARGET_TOKENIZER_FILE).write_text(files["target_tokenizer"], encoding="utf-8")
         _write_json(tmp / "tokenizer_config.json", files["tokenizer_config"])
         _write_json(
             tmp / "transformer_cpp.json",
@@ -368,6 +374,7 @@ def export_transformers(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
                 layer_norm_eps={"model": eps, "marian": MARIAN_LAYER_NORM_EPS},
                 exact=eps == MARIAN_LAYER_NORM_EPS and ckpt.model.config["dtype"] == "float32",
                 tokenization="one tokenizer (tokenizer.json): source merges, target ids",
+                target_tokenizer=TARGET_TOKENIZER_FILE if "target_tokenizer" in files else "tokenizer.json",
             ),
         )
         (tmp / "README.md").write_text(_model_card(provenance), encoding="utf-8")

@@ -82,7 +82,8 @@ def resolve_source(source: PathLike, who: str = "import_pretrained") -> Path:
     try:
         return Path(snapshot_download(name, allow_patterns=_DOWNLOADED))
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        reason = reason if len(reason) <= 300 else reason[:300].rsplit(" ", 1)[0] + " ..."
         raise OSError(
             f"{who}: the Hub model {name!r} is not in the local Hugging Face cache and could not be "
             f"downloaded ({type(exc).__name__}: {reason}); download the model directory on a machine "
@@ -159,9 +160,9 @@ def load_pretrained(
     (:mod:`~transformer_cpp.pretrained.own_export`)."""
     directory = resolve_source(source, who)
     if is_own_export(directory):  # a run of this package, exported: as that run translated
-        model, tokenizer, recorded = read_own_export(directory, dtype)
-        src_tok: Tokenizer = tokenizer
-        tgt_tok: Tokenizer = tokenizer
+        model, src_own, tgt_own, recorded = read_own_export(directory, dtype)
+        src_tok: Tokenizer = src_own
+        tgt_tok: Tokenizer = tgt_own
         decode_defaults: Dict[str, Any] = {}
         src, tgt = src_lang or recorded["src_lang"], tgt_lang or recorded["tgt_lang"]
         kind = "transformer-cpp export"

@@ -4,10 +4,13 @@ byte-level BPE ``tokenizer.json`` instead of SentencePiece models.
 
 The export gives both sides one vocabulary (the target's ids, then the source tokens the target
 lacks) and the source tokenizer's merges, and masks the ids no target token has with a
-``final_logits_bias`` of minus infinity. Read back, the model keeps that vocabulary on both
-sides, with a :class:`~transformer_cpp.tokenizer.SubwordTokenizer` of the export's vocabulary and
-merges (it splits text into the same tokens as the run's source tokenizer, and a generated id is
-the run's target id); the masked ids get a bias of :data:`MASKED_BIAS`, finite so that the run can
+``final_logits_bias`` of minus infinity; when the run's two tokenizers differ it adds
+``target_tokenizer.json``, the target tokenizer's merges over the same vocabulary. Read back, the
+model keeps that vocabulary on both sides, with a
+:class:`~transformer_cpp.tokenizer.SubwordTokenizer` per side of the export's vocabulary and that
+side's merges: the source one splits text into the same tokens as the run's source tokenizer, the
+target one as the run's target tokenizer (so fine-tuning and evaluation see the run's target
+tokens), and a generated id is the run's target id; the masked ids get a bias of :data:`MASKED_BIAS`, finite so that the run can
 be saved, trained and averaged, and never generated. The LayerNorm epsilon the run was trained
 with (the export writes MarianMT's) comes back from the record, the languages too, and the decoding
 defaults are the package's own, as the run's were: the model translates as the run it was exported
@@ -27,12 +30,16 @@ from ..tokenizer import SubwordTokenizer
 from ..tokenizer._common import read_tokenizer_file
 from .marian import load_marian
 
-__all__ = ["EXPORT_RECORD", "MASKED_BIAS", "is_own_export", "read_own_export"]
+__all__ = ["EXPORT_RECORD", "MASKED_BIAS", "TARGET_TOKENIZER_FILE", "is_own_export", "read_own_export"]
 
 #: The record an export of this package writes beside the model.
 EXPORT_RECORD = "transformer_cpp.json"
 #: The output bias of the ids the export masked: exp(-1e9) is 0 in float32 and float64.
 MASKED_BIAS = -1e9
+#: What the export adds when the run's source and target tokenizers differ: the target tokenizer's
+#: merges over the same vocabulary, so that target text (fine-tuning, evaluation) is split as the
+#: run's target tokenizer splits it. Transformers does not read it.
+TARGET_TOKENIZER_FILE = "target_tokenizer.json"
 _MAX_RECORD_BYTES = 1 << 20
 
 
@@ -68,9 +75,9 @@ def _epsilon(record: Dict[str, Any]) -> float:
     return float(eps)
 
 
-def _tokenizer(directory: Path) -> SubwordTokenizer:
-    path = str(directory / "tokenizer.json")
-    text = read_tokenizer_file(path, "import", "tokenizer.json", "transformer-cpp export --to transformers")
+def _tokenizer(directory: Path, name: str = "tokenizer.json") -> SubwordTokenizer:
+    path = str(directory / name)
+    text = read_tokenizer_file(path, "import", name, "transformer-cpp export --to transformers")
     try:
         document = json.loads(text)
         model, normalizer = document["model"], document["normalizer"]
@@ -82,6 +89,27 @@ def _tokenizer(directory: Path) -> SubwordTokenizer:
     return SubwordTokenizer.from_bpe(vocab, merges, lowercase=lowercase, source=path)
 
 
+def _target_tokenizer(directory: Path, record: Dict[str, Any], source: SubwordTokenizer) -> SubwordTokenizer:
+    """The target side's tokenizer: ``target_tokenizer.json`` when the record names it, else the
+    source one (the run had one tokenizer). A record of a run whose vocabularies differ that names
+    no target tokenizer is refused: target text split by the source merges would be other tokens."""
+    name = record.get("target_tokenizer", "tokenizer.json")
+    if name == TARGET_TOKENIZER_FILE:
+        return _tokenizer(directory, name)
+    if name != "tokenizer.json":
+        raise ValueError(
+            f"import: {EXPORT_RECORD}'s target_tokenizer is {name!r}; expected 'tokenizer.json' or "
+            f"{TARGET_TOKENIZER_FILE!r}"
+        )
+    run = record.get("model")
+    if isinstance(run, dict) and run.get("src_vocab_size") != run.get("tgt_vocab_size"):
+        raise ValueError(
+            f"import: {EXPORT_RECORD} records a run with separate source and target vocabularies but the export "
+            f"has no {TARGET_TOKENIZER_FILE}; export the run again with `transformer-cpp export --to transformers`"
+        )
+    return source
+
+
 def _unmask(model: Transformer) -> None:
     bias = model.parameters()["output.bias"].value
     masked = ~np.isfinite(bias)
@@ -90,19 +118,24 @@ def _unmask(model: Transformer) -> None:
     bias[masked] = MASKED_BIAS
 
 
-def read_own_export(directory: Path, dtype: str = "float32") -> Tuple[Transformer, SubwordTokenizer, Dict[str, Any]]:
-    """The model, the tokenizer (both sides) and ``{"src_lang", "tgt_lang"}`` of an export of this
-    package (:func:`is_own_export`). ``ValueError`` naming what does not match an export."""
+def read_own_export(
+    directory: Path, dtype: str = "float32"
+) -> Tuple[Transformer, SubwordTokenizer, SubwordTokenizer, Dict[str, Any]]:
+    """The model, the source and target tokenizers and ``{"src_lang", "tgt_lang"}`` of an export of
+    this package (:func:`is_own_export`). ``ValueError`` naming what does not match an export."""
     record = _record(directory) or {}
     model = load_marian(directory, dtype=dtype, layer_norm_eps=_epsilon(record))
     _unmask(model)
-    tokenizer = _tokenizer(directory)
-    if tokenizer.vocab_size != model.config["src_vocab_size"]:
-        raise ValueError(
-            f"import: tokenizer.json has {tokenizer.vocab_size} tokens but the model's vocabulary {model.config['src_vocab_size']}"
-        )
+    src_tok = _tokenizer(directory)
+    tgt_tok = _target_tokenizer(directory, record, src_tok)
+    for name, tokenizer in (("tokenizer.json", src_tok), (TARGET_TOKENIZER_FILE, tgt_tok)):
+        if tokenizer.vocab_size != model.config["src_vocab_size"]:
+            raise ValueError(
+                f"import: {name} has {tokenizer.vocab_size} tokens but the model's vocabulary "
+                f"{model.config['src_vocab_size']}"
+            )
     languages = {side: record.get(side) for side in ("src_lang", "tgt_lang")}
     for side, code in languages.items():
         if code is not None and not isinstance(code, str):
             raise ValueError(f"import: {EXPORT_RECORD}'s {side} is {code!r}; expected a language code")
-    return model, tokenizer, languages
+    return model, src_tok, tgt_tok, languages

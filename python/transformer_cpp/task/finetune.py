@@ -47,6 +47,8 @@ FIXED_DATA = ("vocab_size", "joint_vocab")
 #: Sections of RUN's data record that the new run keeps.
 CARRIED_OVER = ("pretrained", "decode_defaults")
 PROVENANCE_FILE = "pretrained.json"
+#: The data record's key of the longest pair the model was trained on, in all of its runs.
+TRAINED_LENGTH = "trained_length"
 
 
 def _option(name: str) -> str:
@@ -147,6 +149,7 @@ def _build(request: TrainRequest, out: Path, parallel: Any, report: Report) -> T
     model = _model(ckpt.model, arch, max_length)
     data_info = record.to_dict()
     data_info["init_from"] = {"checkpoint": str(ckpt_dir), "run_id": ckpt.run_id}
+    data_info[TRAINED_LENGTH] = _trained_length(init_data, max_length)
     data_info.update({k: init_data[k] for k in CARRIED_OVER if k in init_data})
     trainer = Trainer(
         model,
@@ -167,6 +170,14 @@ def _build(request: TrainRequest, out: Path, parallel: Any, report: Report) -> T
         f"checkpoints in {out}"
     )
     return trainer
+
+
+def _trained_length(init_data: Dict[str, Any], max_length: int) -> Optional[int]:
+    """The longest pair the model has been trained on, in tokens, over RUN's training and this
+    one (what a translator warns beyond): ``None`` when RUN does not record it (an imported
+    model, trained elsewhere on pairs of unknown length)."""
+    before = init_data.get(TRAINED_LENGTH, init_data.get("max_length"))
+    return None if not isinstance(before, int) else max(before, int(max_length))
 
 
 def _write_provenance(out: Path, source: Path, record: Any) -> None:

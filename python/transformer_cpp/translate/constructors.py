@@ -33,7 +33,9 @@ def from_checkpoint(
     directory read."""
     ckpt = load_checkpoint(path, optimizer=False)
     data = ckpt.data or {}
-    trained = data.get("max_length") if isinstance(data.get("max_length"), int) else None
+    # a fine-tuned run records the longest pair of all its training (None: unknown); others their own
+    recorded = data["trained_length"] if "trained_length" in data else data.get("max_length")
+    trained = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
     translator = make(
         ckpt.model,
         ckpt.src_tokenizer,
