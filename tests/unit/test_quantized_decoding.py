@@ -23,8 +23,8 @@ needs = {c: pytest.mark.skipif(not HAVE[c], reason=f"{c}: {kernels.compute_type_
 LOW = [pytest.param("int8", marks=needs["int8"]), pytest.param("bf16", marks=needs["bf16"])]
 
 # (R, N, K): odd sizes, a partial last panel (N % 32), K not a multiple of the word (4 int8, 2 bf16
-# values), more words than one L1 block (K > 1024 int8, > 512 bf16), row counts across the 12-row
-# register block
+# values), more words than one L1 block (K > 1024 int8, > 512 bf16), row counts across the register
+# kernels' passes (6 rows for AVX-512 int8, 12 for bf16)
 SHAPES = [(1, 1, 1), (1, 33, 5), (3, 31, 16), (12, 64, 130), (13, 70, 257), (30, 40, 1030), (5, 96, 512)]
 # where the CPU has AMX: 16 rows or more and K a whole number of 64-byte tile rows run on the tiles
 # (rows across the 16- and 32-row tile blocks, a partial last panel, K of one and of many tile

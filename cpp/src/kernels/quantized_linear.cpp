@@ -574,6 +574,7 @@ void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index 
   }
   if (R >= tuning::kAmxDecodeRows && KW_ % 16 == 0 && amx_decoding(type_)) return apply_amx(R, y, ldy);
   const RowsFn* rows = type_ == ComputeType::Int8 ? kInt8Rows : kBf16Rows;
+  const Index row_step = type_ == ComputeType::Int8 ? tuning::kVnniDecodeRows : kRowBlock;
   const std::uint32_t* xw = xw_.data();
   const float* xs = xs_.data();
 #pragma omp parallel for schedule(static) if (panels_ * K_ * R >= (1 << 15))
@@ -585,8 +586,8 @@ void QuantizedLinear::apply(const float* x, Index R, Index ldx, float* y, Index 
       const Index wc = std::min(kWordBlock, KW_ - w0);
       const std::uint32_t* next = P + (w0 + wc) * kPanel;
       const std::uint32_t* ahead = next + wc * kPanel <= end ? next : nullptr;
-      for (Index r0 = 0; r0 < R; r0 += kRowBlock) {
-        const Index rb = std::min(kRowBlock, R - r0);
+      for (Index r0 = 0; r0 < R; r0 += row_step) {
+        const Index rb = std::min(row_step, R - r0);
         rows[rb](xw + r0 * KW_ + w0, KW_, P + w0 * kPanel, wc, offset_.data() + n0, w0 == 0, w0 + wc >= KW_,
                  y + r0 * ldy + n0, ldy, nb, xs + r0, w_scale_.data() + n0, bias_.data() + n0,
                  r0 == 0 ? ahead : nullptr);

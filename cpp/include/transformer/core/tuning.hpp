@@ -63,6 +63,12 @@ constexpr Index kQuantizedWordBlock = 256;
 // Decoding products of this many rows or more run on the AMX tiles where the CPU has them (a tile
 // holds 16 rows; below that, the VNNI / AVX512_BF16 register kernel). Not swept.
 constexpr Index kAmxDecodeRows = 16;
+// Rows per pass of the AVX-512 VNNI int8 decoding kernel over a weight panel. GCC 12 keeps part of
+// the 24 accumulators of a 12-row pass in memory (a store per product in the inner loop); the 12 of
+// a 6-row pass stay in registers. Beam 4 at batch 32 at opus-mt-en-es's shapes, 2 threads, AMD
+// EPYC (Zen 4), 2026-12-04: 500-560 tokens/s with 12 rows, 760-880 with 6, 670-760 with 8. The
+// AVX512_BF16 kernel measured the same with 6, 8 or 12 and keeps kRowBlock.
+constexpr Index kVnniDecodeRows = 6;
 
 // Memory-bound loops (activations, the finite checks, Adam's norm and update check) work in chunks
 // of this many elements: 64 KB of float32, shared among the threads chunk by chunk. Not swept.
