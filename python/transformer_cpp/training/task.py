@@ -11,7 +11,7 @@ never asks which task it trains.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -42,14 +42,9 @@ class CheckpointRequest:
     best: bool  # point ``best`` at it too
 
     def keywords(self) -> Dict[str, Any]:
-        """The keywords that the checkpoint writers (``save_checkpoint``, ``save_lm_checkpoint``) take."""
-        return dict(
-            trainer_state=self.trainer_state,
-            train_config=self.train_config,
-            keep=self.keep,
-            run_id=self.run_id,
-            best=self.best,
-        )
+        """Every field but ``run_dir``: the keywords that the checkpoint writers
+        (``save_checkpoint``, ``save_lm_checkpoint``) take."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "run_dir"}
 
 
 class TrainingTask(abc.ABC):
