@@ -22,11 +22,12 @@ Adding a field is one row (and one member) in the core plus its use.
 The Python settings (:class:`~transformer_cpp.TrainConfig`, ``DecodeOptions``, ``DataRecord``,
 ``ServeConfig``, the server's and the benchmark's settings) are declared the same way: each
 dataclass field once, with :func:`setting` -- its default, its limit (a
-:class:`~transformer_cpp._checks.Limit`), a line of help and its command-line option::
+:class:`~transformer_cpp._checks.Limit`), a line of help and its command-line option (the
+field's name with dashes unless ``option`` says otherwise: ``steps`` is ``--steps``)::
 
     @dataclass
     class Settings:
-        steps: int = setting(10, limit=Limit(True, 1, 1000), help="timed steps", option="--steps")
+        steps: int = setting(10, limit=Limit(True, 1, 1000), help="timed steps")
 
 :func:`settings_of` gives the declarations (:class:`Setting` records, which read like the core's
 rows: ``name``, ``default``, ``limit``, ``help``, ``option``), :func:`check_settings` checks an
@@ -45,9 +46,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _core
+from ._checks import Limit
 
 __all__ = [
     "AttentionKind",
@@ -61,6 +63,7 @@ __all__ = [
     "TransformerConfig",
     "check_setting",
     "check_settings",
+    "choice_setting",
     "core_setting",
     "attention_help",
     "attention_kind",
@@ -68,6 +71,7 @@ __all__ = [
     "defaults",
     "describe_fields",
     "describe_settings",
+    "flag_setting",
     "keyword_parameters",
     "option_fields",
     "python_type",
@@ -163,8 +167,9 @@ class Setting:
         limit: the values it allows, or ``None`` (free text, or what ``check`` allows).
         help: one line for ``--help`` and the class's docstring; ``{default}`` (with any format
             spec, ``{default:,}``) stands for the default.
-        option: the option strings, ``()`` for a field the command line does not set. A flag's
-            ``--name`` sets True, ``--no-name`` False, both together make ``--name/--no-name``.
+        option: the option strings, ``()`` for a field the command line does not set (by
+            default ``--name``, the field's name with dashes). A flag's ``--name`` sets True,
+            ``--no-name`` False, both together make ``--name/--no-name``.
         zero: what 0 means when it is allowed besides the limit (``"automatic"``), else "".
         check: ``check(owner, name, value) -> value``, as ``Limit.check``: a check of its own,
             used instead of the limit's by the Python API (raising ``TypeError`` / ``ValueError``).
@@ -203,27 +208,45 @@ def setting(
     """A dataclass field declared once: its default, limit, help and option (the other
     attributes of :class:`Setting` as keywords). Use it as a field's default::
 
-        batch_size: int = setting(64, limit=Limit(True, 1, 10**6), help="pairs per step", option="--batch-size")
-    """
+        batch_size: int = setting(64, limit=Limit(True, 1, 10**6), help="pairs per step")
+
+    ``option``: the option strings; ``None`` (the default) gives the field's name with dashes
+    (``--batch-size``), ``()`` no option."""
     options = (option,) if isinstance(option, str) else tuple(option or ())
     shown = None if default is dataclasses.MISSING else default
     declared = Setting("", shown, limit, help, options, **more)
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={"setting": declared})
+    metadata = {"setting": declared, "named_option": option is None}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def choice_setting(default: Any, choices: Iterable[str], help: str, **more: Any) -> Any:
+    """A setting whose value is one of the names ``choices`` (:func:`setting` with ``Limit.one_of``)."""
+    return setting(default, limit=Limit.one_of(list(choices)), help=help, **more)
+
+
+def flag_setting(help: str, default: bool = False, **more: Any) -> Any:
+    """A True / False setting (:func:`setting` with ``Limit.flag()``), off unless ``default``
+    says otherwise: its option ``--name`` turns it on."""
+    return setting(default, limit=Limit.flag(), help=help, **more)
 
 
 def core_setting(field: Any) -> Any:
     """A dataclass field declared by a row of the core's table (``ConfigField``): its default,
-    limit and help, named and optioned by the row's option name (``eps`` is ``adam_eps``)."""
-    return setting(field.default, limit=field.limit, help=field.help, option="--" + field.option.replace("_", "-"))
+    limit and help; the field is named by the row's option name (``eps`` is ``adam_eps``), which
+    names its option too."""
+    return setting(field.default, limit=field.limit, help=field.help)
+
+
+def _named(f: Any) -> Setting:
+    """The setting of dataclass field ``f`` with its name, and its option where that is named by it."""
+    declared: Setting = f.metadata["setting"]
+    option = ("--" + f.name.replace("_", "-"),) if f.metadata["named_option"] else declared.option
+    return dataclasses.replace(declared, name=f.name, option=option)
 
 
 @functools.lru_cache(maxsize=None)
 def _declared(cls: Any) -> Tuple[Setting, ...]:
-    return tuple(
-        dataclasses.replace(f.metadata["setting"], name=f.name)
-        for f in dataclasses.fields(cls)
-        if "setting" in f.metadata
-    )
+    return tuple(_named(f) for f in dataclasses.fields(cls) if "setting" in f.metadata)
 
 
 def settings_of(cls: Any) -> Dict[str, Setting]:

@@ -92,20 +92,14 @@ def measure_models(
 
 
 def measure_precisions(
-    arch: Mapping[str, Any],
-    src_vocab: int,
-    tgt_vocab: int,
-    max_tokens: int,
-    rounds: int = 3,
-    steps: int = 2,
-    seed: int = 0,
-    clock: Callable[[], float] = time.perf_counter,
+    arch: Mapping[str, Any], src_vocab: int, tgt_vocab: int, max_tokens: int, **timing: Any
 ) -> Dict[str, float]:
     """Target tokens per second of a training step of the model ``arch`` (the run's architecture,
-    ``precision`` ignored) in float32 and in bf16 (:func:`measure_models`)."""
+    ``precision`` ignored) in float32 and in bf16 (:func:`measure_models`, which ``timing`` gives
+    its ``rounds``, ``steps``, ``seed`` and ``clock``)."""
     cfg = {k: v for k, v in arch.items() if k != "precision"}
     models = {name: dict(cfg, precision=name) for name in ("float32", "bf16")}
-    return measure_models(models, src_vocab, tgt_vocab, max_tokens, rounds=rounds, steps=steps, seed=seed, clock=clock)
+    return measure_models(models, src_vocab, tgt_vocab, max_tokens, **timing)
 
 
 def choose_precision(

@@ -20,7 +20,7 @@ from transformer_cpp import cli
 from transformer_cpp._checks import Limit
 from transformer_cpp.bench import BenchSettings
 from transformer_cpp.cli.options import add_settings, given
-from transformer_cpp.config import check_settings, setting, setting_limits, settings_of
+from transformer_cpp.config import check_settings, choice_setting, flag_setting, setting, setting_limits, settings_of
 from transformer_cpp.data import DataRecord
 from transformer_cpp.serve import ServeConfig, ServerOptions
 from transformer_cpp.training import TrainConfig
@@ -216,19 +216,17 @@ def test_every_option_of_serve_and_bench_is_declared():
 
 @dataclasses.dataclass
 class Knobs:
-    steps: int = setting(
-        10, limit=Limit(True, 0, 100), option_limit=Limit(True, 1, 100), help="steps", option="--steps"
-    )
-    rate: float = setting(0.5, limit=Limit(False, 0, 1), help="rate (default {default:g})", option="--rate")
+    steps: int = setting(10, limit=Limit(True, 0, 100), option_limit=Limit(True, 1, 100), help="steps")
+    rate: float = setting(0.5, limit=Limit(False, 0, 1), help="rate (default {default:g})")
     length: int = setting(0, limit=Limit(True, 2, 50), zero="automatic", help="length", option="--max-length")
-    mode: str = setting("a", limit=Limit.one_of(["a", "b"]), help="mode", option="--mode")
-    loud: bool = setting(False, limit=Limit.flag(), help="loud", option="--loud")
+    mode: str = choice_setting("a", ["a", "b"], "mode")
+    loud: bool = flag_setting("loud")
     shown: bool = setting(True, limit=Limit.flag(), help="a bar", option="--no-shown")
     both: bool = setting(True, limit=Limit.flag(), help="both", option=("--both", "--no-both"))
-    out: Optional[str] = setting(None, help="where", option="--out", const="-")
-    word: str = setting("X", option_check=str.upper, help="a word", option="--word")
-    secret: Optional[int] = setting(None, limit=Limit(True, 0, 9), help="internal", option="--secret", hidden=True)
-    kept: int = setting(3, limit=Limit(True, 0, 5), help="not an option")
+    out: Optional[str] = setting(None, help="where", const="-")
+    word: str = setting("X", option_check=str.upper, help="a word")
+    secret: Optional[int] = setting(None, limit=Limit(True, 0, 9), help="internal", hidden=True)
+    kept: int = setting(3, limit=Limit(True, 0, 5), help="not an option", option=())
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -247,6 +245,12 @@ def _parser(**kw) -> argparse.ArgumentParser:
     p = _Parser(prog="knobs")
     assert add_settings(p, Knobs, **kw) == [n for n, s in settings_of(Knobs).items() if s.option]
     return p
+
+
+def test_an_option_is_named_by_its_field_unless_declared():
+    options = {n: s.option for n, s in settings_of(Knobs).items()}
+    assert options["steps"] == ("--steps",) and options["loud"] == ("--loud",) and options["kept"] == ()
+    assert options["length"] == ("--max-length",) and options["both"] == ("--both", "--no-both")
 
 
 def test_the_generator_converts_and_checks_by_the_limit():

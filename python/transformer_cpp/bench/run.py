@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .._checks import Limit
 from .._runtime import build_info
-from ..config import check_settings, setting
+from ..config import check_settings, choice_setting, flag_setting, setting
 from ..training import MAX_SEED, MAX_THREADS
 from .busy import bench_busy
 from .decoding import bench_decoding
@@ -34,12 +34,12 @@ BENCH_DESCRIPTION = (
     "training step, greedy decoding, peak memory and thread scaling, and the HTTP server's throughput "
     "with and without request batching; each figure beside PyTorch's and CTranslate2's, with their ratio."
 )
-_FLAG = Limit.flag()
 _COUNT = 2**63 - 1
 
 
-def _skip(what: str, name: str) -> Any:
-    return setting(False, limit=_FLAG, help=f"skip {what}", option="--skip-" + name)
+def _skip(what: str) -> Any:
+    """A flag that leaves ``what`` out of the run."""
+    return flag_setting(f"skip {what}")
 
 
 @dataclass
@@ -50,83 +50,61 @@ class BenchSettings:
         None,
         limit=Limit(True, 1, MAX_THREADS),
         help="threads for every library (default: all cores available to the process)",
-        option="--threads",
     )
-    quick: bool = setting(False, limit=_FLAG, help="tiny shapes and few steps: a smoke test for CI", option="--quick")
-    isa: Optional[str] = setting(
+    quick: bool = flag_setting("tiny shapes and few steps: a smoke test for CI")
+    isa: Optional[str] = choice_setting(
         None,
-        limit=Limit.one_of(list(ISA_LEVELS)),
-        help="hold this package, PyTorch (ATen, oneDNN, MKL) and CTranslate2 to one instruction-set level "
+        ISA_LEVELS,
+        "hold this package, PyTorch (ATen, oneDNN, MKL) and CTranslate2 to one instruction-set level "
         "(the bench restarts itself with the variables that do it), e.g. avx2 to measure what a CPU "
         "without AVX-512 would see; a level above this CPU's is refused",
-        option="--isa",
     )
     json: Optional[str] = setting(
         None,
         help="machine-readable results: to stdout (the table then goes to stderr) or to PATH",
-        option="--json",
         const="-",
         metavar="PATH",
     )
-    steps: Optional[int] = setting(
-        None, limit=Limit(True, 1, _COUNT), help="timed training steps per implementation", option="--steps"
-    )
+    steps: Optional[int] = setting(None, limit=Limit(True, 1, _COUNT), help="timed training steps per implementation")
     warmup: Optional[int] = setting(
-        None, limit=Limit(True, 0, _COUNT), help="untimed training steps per implementation", option="--warmup"
+        None, limit=Limit(True, 0, _COUNT), help="untimed training steps per implementation"
     )
     sentences: Optional[int] = setting(
-        None, limit=Limit(True, 1, _COUNT), help="sentences per greedy-decoding batch size", option="--sentences"
+        None, limit=Limit(True, 1, _COUNT), help="sentences per greedy-decoding batch size"
     )
-    skip_memory: bool = _skip("the peak-memory child processes", "memory")
-    skip_decode: bool = _skip("greedy decoding", "decode")
-    skip_scaling: bool = _skip("the thread-scaling measurement", "scaling")
-    skip_busy: bool = _skip("the busy-machine measurement (a CPU hog on one core: 1 thread against all)", "busy")
-    skip_serving: bool = _skip("the HTTP serving measurement", "serving")
-    skip_mpi: bool = _skip("the MPI scaling section (1 process of N threads against N ranks; bench/mpi.py)", "mpi")
-    serving_only: bool = setting(
-        False,
-        limit=_FLAG,
-        help="run only the HTTP serving measurement (batching against one at a time)",
-        option="--serving-only",
-    )
-    attention: bool = setting(
-        False,
-        limit=_FLAG,
-        help="only the attention kinds side by side: forward+backward time and peak memory against the "
+    skip_memory: bool = _skip("the peak-memory child processes")
+    skip_decode: bool = _skip("greedy decoding")
+    skip_scaling: bool = _skip("the thread-scaling measurement")
+    skip_busy: bool = _skip("the busy-machine measurement (a CPU hog on one core: 1 thread against all)")
+    skip_serving: bool = _skip("the HTTP serving measurement")
+    skip_mpi: bool = _skip("the MPI scaling section (1 process of N threads against N ranks; bench/mpi.py)")
+    serving_only: bool = flag_setting("run only the HTTP serving measurement (batching against one at a time)")
+    attention: bool = flag_setting(
+        "only the attention kinds side by side: forward+backward time and peak memory against the "
         "sequence length (512 ... 16,384; causal, d_head 64, float32), per-token generation time against "
         "position (KV-cached softmax, linear attention's RNN form), activation memory against depth with and "
         "without reversible layers, and Transformer-XL evaluation with state reuse against recomputing; each "
         "measurement in its own process",
-        option="--attention",
     )
-    marian: bool = setting(
-        False,
-        limit=_FLAG,
-        help="only the MarianMT section: a random model of opus-mt-en-es's shapes (built with Transformers, "
+    marian: bool = flag_setting(
+        "only the MarianMT section: a random model of opus-mt-en-es's shapes (built with Transformers, "
         "no download) imported, decoded (beam 4 batch 32, greedy batch 1 and 32, every output the same length) "
         "and fine-tuned, against CTranslate2 (int8, float32) and PyTorch (generate, MarianMTModel training)",
-        option="--marian",
     )
     marian_shapes: Optional[str] = setting(
         None,
         help="sizes of the MarianMT section as key=value,... (e.g. d_model=32,vocab=200,layers=1,heads=4,"
         "d_ff=64; see transformer_cpp.bench.marian.MarianShapes for every key); with --marian, --skip-decode "
         "and --skip-memory leave out its decoding and its training steps' memory",
-        option="--marian-shapes",
         metavar="SIZES",
     )
-    no_torch: bool = setting(
-        False, limit=_FLAG, help="report transformer-cpp alone even if PyTorch is installed", option="--no-torch"
-    )
-    no_ctranslate2: bool = setting(False, limit=_FLAG, help="leave CTranslate2 out", option="--no-ctranslate2")
-    seed: int = setting(
-        0, limit=Limit(True, 0, MAX_SEED), help="seed of weights and synthetic batches", option="--seed"
-    )
-    child_memory: Optional[str] = setting(
+    no_torch: bool = flag_setting("report transformer-cpp alone even if PyTorch is installed")
+    no_ctranslate2: bool = flag_setting("leave CTranslate2 out")
+    seed: int = setting(0, limit=Limit(True, 0, MAX_SEED), help="seed of weights and synthetic batches")
+    child_memory: Optional[str] = choice_setting(
         None,
-        limit=Limit.one_of(list(MEMORY_CHILDREN)),
-        help="run one peak-memory child and print its measurement as JSON",
-        option="--child-memory",
+        MEMORY_CHILDREN,
+        "run one peak-memory child and print its measurement as JSON",
         hidden=True,
     )
 

@@ -81,6 +81,18 @@ def _train_limit(name: str) -> Any:
     return limit
 
 
+def _train_option(g: Any, name: str, help: str, **more: Any) -> None:
+    """The option of TrainConfig's setting ``name`` with train-lm's ``help``: train's option string
+    and check; left out, it is None (the request's default)."""
+    g.add_argument(_TRAIN[name].option[0], type=_train_type(name), default=None, help=help, **more)
+
+
+def _count(g: Any, name: str, low: int, help: str) -> None:
+    """The option of LmTrainRequest's count ``name``: an integer of at least ``low``; left out, it is
+    None (the request's default)."""
+    g.add_argument("--" + name.replace("_", "-"), type=count_option(name, low), default=None, help=help)
+
+
 def _given(args: argparse.Namespace) -> Dict[str, Any]:
     """The options given on the command line (None: left to the request's default)."""
     names = [*_TRAINING, *(f.name for f in _ARCHITECTURE)]
@@ -229,65 +241,35 @@ def _epochs(text: str) -> float:
 
 
 def _threads(p: Any) -> None:
-    p.add_argument(
-        "--threads",
-        type=_train_type("threads"),
-        default=None,
-        help=f"C++ threads (default: all cores; {_train_limit('threads').describe()})",
-    )
+    _train_option(p, "threads", f"C++ threads (default: all cores; {_train_limit('threads').describe()})")
 
 
 def _add_training_options(g: Any) -> None:
     """train-lm's windows, steps, validations and checkpoints; the optimiser's options are train's."""
     d = LmTrainRequest
-    g.add_argument(
-        "--seq-len", type=count_option("seq_len", 1), default=None, help=f"characters per window (default {d.seq_len})"
-    )
-    g.add_argument(
-        "--batch-size",
-        type=_train_type("batch_size"),
-        default=None,
-        help=f"windows per step (default {d.batch_size}; {_train_limit('batch_size').describe()})",
+    _count(g, "seq_len", 1, f"characters per window (default {d.seq_len})")
+    _train_option(
+        g, "batch_size", f"windows per step (default {d.batch_size}; {_train_limit('batch_size').describe()})"
     )
     config_options(g, _OPTIMIZER, "TrainConfig")
-    g.add_argument(
-        "--eval-every",
-        type=count_option("eval_every", 1),
-        default=None,
-        help=f"steps between validations, each with a line and a checkpoint (default {d.eval_every})",
+    _count(g, "eval_every", 1, f"steps between validations, each with a line and a checkpoint (default {d.eval_every})")
+    _count(g, "eval_chars", 2, f"validation characters scored at each validation (default {d.eval_chars})")
+    _train_option(
+        g,
+        "patience",
+        "stop early after N validations in a row without better validation bits per character; the best "
+        f"checkpoint ('best') is then the run's model (default 0 = off; {_train_limit('patience').describe()})",
     )
-    g.add_argument(
-        "--eval-chars",
-        type=count_option("eval_chars", 2),
-        default=None,
-        help=f"validation characters scored at each validation (default {d.eval_chars})",
-    )
-    g.add_argument(
-        "--patience",
-        type=_train_type("patience"),
-        default=None,
-        help="stop early after N validations in a row without better validation bits per character; the "
-        f"best checkpoint ('best') is then the run's model (default 0 = off; {_train_limit('patience').describe()})",
-    )
-    g.add_argument(
-        "--accumulate",
-        type=_train_type("accumulate"),
-        default=None,
-        help="take one optimiser step from the gradients of N batches of windows, as from one N times larger "
+    _train_option(
+        g,
+        "accumulate",
+        "take one optimiser step from the gradients of N batches of windows, as from one N times larger "
         f"batch; --steps counts these steps (default {d.accumulate}; {_train_limit('accumulate').describe()})",
     )
-    g.add_argument(
-        "--keep-checkpoints",
-        type=_train_type("keep_checkpoints"),
-        default=None,
-        help=f"keep the newest N checkpoints of the run (default {d.keep_checkpoints}; 0 = all)",
+    _train_option(
+        g, "keep_checkpoints", f"keep the newest N checkpoints of the run (default {d.keep_checkpoints}; 0 = all)"
     )
-    g.add_argument(
-        "--average-last",
-        type=_train_type("average_last"),
-        default=None,
-        help="at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)",
-    )
+    _train_option(g, "average_last", "at the end, average the newest N checkpoints into 'averaged' (0 or 1 = off)")
 
 
 def _add_train_lm(sub: Any) -> None:
@@ -311,17 +293,14 @@ def _add_train_lm(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     add_config_option(p, "train-lm")
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument(
-        "--steps", type=count_option("steps", 1), default=None, help="stop when the model has taken this many steps"
-    )
-    limit.add_argument(
-        "--time-budget",
-        type=_train_type("time_budget"),
-        default=None,
-        metavar="MINUTES",
-        help="stop after this many minutes of training (counted over every --resume), with a checkpoint ("
+    _count(limit, "steps", 1, "stop when the model has taken this many steps")
+    _train_option(
+        limit,
+        "time_budget",
+        "stop after this many minutes of training (counted over every --resume), with a checkpoint ("
         + _train_limit("time_budget").describe()
         + ")",
+        metavar="MINUTES",
     )
     limit.add_argument(
         "--epochs",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
 from .._checks import Limit
-from ..config import check_settings, setting
+from ..config import check_settings, choice_setting, flag_setting, setting
 from ..text import language_code
 from ..tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS
 from .split import check_fractions
@@ -97,7 +97,6 @@ class DataRecord:
         "columns in order (en,es: the languages pick), or two column numbers, source then target (2,1). "
         "Default: a Tatoeba file (spa.txt, fra-eng.zip) is English then the other language; any other file "
         "is source<TAB>target",
-        option="--columns",
         metavar="COLS",
     )
     #: The 1-based columns the sources and targets were read from (None before the data is read,
@@ -110,47 +109,38 @@ class DataRecord:
         0,
         limit=Limit(True, 0, 2**63 - 1),
         help="use N pairs of the file (default: the preset's; 0 = all)",
-        option="--num-samples",
     )
-    sampling: str = setting(
+    sampling: str = choice_setting(
         "random",
-        limit=Limit.one_of(list(SAMPLING_MODES)),
-        help="how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
+        SAMPLING_MODES,
+        "how --num-samples picks pairs: a random sample seeded by --split-seed, or the first N "
         "lines (the file is sorted by length: the N shortest; the tutorial's way)",
-        option="--sampling",
     )
     vocab_size: int = setting(
         8000,
         # the special tokens and the 256 byte symbols: a smaller vocabulary cannot spell every text
         limit=Limit(True, len(SPECIAL_TOKENS) + 256, MAX_VOCAB_SIZE),
         help="target size of each subword vocabulary (at least the 4 special tokens and the 256 byte symbols)",
-        option="--vocab-size",
     )
-    joint_vocab: bool = setting(
-        False,
-        limit=Limit.flag(),
-        help="one subword vocabulary for both languages, decoder embedding tied to the output layer",
-        option="--joint-vocab",
+    joint_vocab: bool = flag_setting(
+        "one subword vocabulary for both languages, decoder embedding tied to the output layer"
     )
     split_seed: int = setting(
         0,
         limit=Limit(True, 0, 2**63 - 1),
         help="seed of the sample and of the train/valid/test split by source sentence (default {default})",
-        option="--split-seed",
     )
     valid_fraction: float = setting(
         0.02,
         limit=_FRACTION,
         option_check=lambda value: check_fractions(value, 0.0)[0],
         help="share of pairs for validation (default {default})",
-        option="--valid-fraction",
     )
     test_fraction: float = setting(
         0.03,
         limit=_FRACTION,
         option_check=lambda value: check_fractions(0.0, value)[1],
         help="share of pairs held out for evaluate (default {default})",
-        option="--test-fraction",
     )
     max_length_option: int = setting(
         0,
@@ -170,14 +160,12 @@ class DataRecord:
         check=_encoding,
         option_check=lambda text: check_encoding(text, "--encoding"),
         help="text encoding of the data file (default {default}); a line not valid in it is an error",
-        option="--encoding",
     )
-    decode_errors: str = setting(
+    decode_errors: str = choice_setting(
         "strict",
-        limit=Limit.one_of(list(DECODE_ERRORS)),
-        help="what a line that is not valid in the encoding does: stop with its line number (strict, the "
+        DECODE_ERRORS,
+        "what a line that is not valid in the encoding does: stop with its line number (strict, the "
         "default) or be left out, counted (skip)",
-        option="--decode-errors",
     )
     #: The file (absolute path; the source sentences of two aligned files, ``target_path`` the
     #: target ones), how many pairs it gave, and a digest of each split's pairs.

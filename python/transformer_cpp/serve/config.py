@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .._checks import Limit
-from ..config import check_settings, describe_settings, setting
+from ..config import check_settings, choice_setting, describe_settings, flag_setting, setting
 from ..text import is_blank
 from ..translate import DecodeOptions
 
@@ -54,6 +54,12 @@ _WAIT = Limit(False, 0)  # finite seconds (or ms) >= 0
 _BEAMS = DecodeOptions.LIMITS["beam_size"]
 
 
+def _count(default: int, help: str) -> Any:
+    """A setting of how many (sentences, tokens, bytes, connections ...) the server takes at most:
+    any positive integer."""
+    return setting(default, limit=_COUNT, help=help)
+
+
 def _hosts(owner: str, name: str, value: Any) -> Tuple[str, ...]:
     return host_patterns(value)
 
@@ -78,25 +84,17 @@ class ServeConfig:
     {settings}
     """
 
-    max_batch: int = setting(
-        32,
-        limit=_COUNT,
-        help="most sentences per decode call (default {default}; 1 = one at a time)",
-        option="--max-batch",
-    )
+    max_batch: int = _count(32, "most sentences per decode call (default {default}; 1 = one at a time)")
     max_wait_ms: float = setting(
         5.0,
         limit=_WAIT,
         help="how long a batch waits to fill after its first sentence (default {default:g} ms)",
-        option="--max-wait-ms",
     )
-    max_batch_tokens: int = setting(
+    max_batch_tokens: int = _count(
         16 * 1024,
-        limit=_COUNT,
-        help="most decoding work per decode call, in tokens: beam size x (source + most output tokens) summed "
+        "most decoding work per decode call, in tokens: beam size x (source + most output tokens) summed "
         "over its sentences (default {default:,}); a decode call cannot be interrupted, so this bounds how long "
         "a request waits behind a large one (a larger sentence is decoded alone)",
-        option="--max-batch-tokens",
     )
     batch_seconds: float = setting(
         1.0,
@@ -104,65 +102,46 @@ class ServeConfig:
         help="how long one decode call should take (default {default:g} s): batches hold at most the work the "
         "last ones decoded in that time, so a request waits about that long behind a large one on a slow or "
         "busy machine too (0 = by --max-batch-tokens alone)",
-        option="--batch-seconds",
     )
     beam_size: int = setting(
         DecodeOptions.beam_size,
         limit=_BEAMS,
         help="beam size of requests that do not give one (default {default} = greedy)",
-        option="--beam-size",
     )
     length_penalty: float = setting(
         DecodeOptions.length_penalty,
         limit=DecodeOptions.LIMITS["length_penalty"],
         help="beam search length-penalty exponent (default {default})",
-        option="--length-penalty",
     )
     max_beam_size: int = setting(
         8,
         limit=_BEAMS,
         help="largest beam size (and n_best) a request may ask for (default {default}, or --beam-size if larger)",
-        option="--max-beam-size",
     )
-    max_request_bytes: int = setting(
-        64 * 1024, limit=_COUNT, help="largest request body (default {default:,})", option="--max-request-bytes"
+    max_request_bytes: int = _count(64 * 1024, "largest request body (default {default:,})")
+    max_texts: int = _count(64, "most texts per request (default {default})")
+    max_chars: int = _count(1000, "most characters per text (default {default:,})")
+    max_queue: int = _count(
+        1024, "most sentences waiting for a decode (default {default:,}); a request that would exceed it gets 503"
     )
-    max_texts: int = setting(64, limit=_COUNT, help="most texts per request (default {default})", option="--max-texts")
-    max_chars: int = setting(
-        1000, limit=_COUNT, help="most characters per text (default {default:,})", option="--max-chars"
+    max_source_tokens: int = _count(
+        256, "most tokens per text once encoded (default {default:,}; an emoji is up to 4 tokens)"
     )
-    max_queue: int = setting(
-        1024,
-        limit=_COUNT,
-        help="most sentences waiting for a decode (default {default:,}); a request that would exceed it gets 503",
-        option="--max-queue",
-    )
-    max_source_tokens: int = setting(
-        256,
-        limit=_COUNT,
-        help="most tokens per text once encoded (default {default:,}; an emoji is up to 4 tokens)",
-        option="--max-source-tokens",
-    )
-    max_request_tokens: int = setting(
+    max_request_tokens: int = _count(
         128 * 1024,
-        limit=_COUNT,
-        help="most decoding work per request, in tokens: beam size x (source tokens + most output tokens, "
+        "most decoding work per request, in tokens: beam size x (source tokens + most output tokens, "
         "1.5 x source + 10 or --max-output-tokens) summed over its texts (default {default:,})",
-        option="--max-request-tokens",
     )
-    max_attention_weights: int = setting(
+    max_attention_weights: int = _count(
         256 * 1024,
-        limit=_COUNT,
-        help="most attention weights per answer with return_attention: source tokens x most output tokens "
+        "most attention weights per answer with return_attention: source tokens x most output tokens "
         "summed over its texts (default {default:,}, a few megabytes of JSON)",
-        option="--max-attention-weights",
     )
     read_timeout: float = setting(
         10.0,
         limit=Limit(False, 0, low_open=True),
         help="seconds a client has to send its request line and headers, and as long for its body "
         "(default {default:g}); a slower client gets 408 and is disconnected",
-        option="--read-timeout",
     )
     allowed_hosts: Optional[Tuple[str, ...]] = setting(
         None,
@@ -172,7 +151,6 @@ class ServeConfig:
         "(*.example.org: a domain and its subdomains; *: any). By default, requests that arrive on a loopback "
         "address must name localhost, 127.0.0.1 or [::1], so that a web page cannot reach the server by "
         "pointing its own domain at 127.0.0.1 (DNS rebinding); on other addresses any name is accepted",
-        option="--allowed-hosts",
         metavar="NAMES",
     )
 
@@ -199,44 +177,31 @@ class ServerOptions:
     """How ``transformer-cpp serve`` runs the server (:func:`~transformer_cpp.serve.serve`'s
     keywords): where it listens, its connection limits, shutdown and logs."""
 
-    host: str = setting(
-        "127.0.0.1", help="address to listen on (default {default}: this machine only)", option="--host"
-    )
-    port: int = setting(
-        8000, limit=Limit(True, 0, 65535), help="port (default {default}; 0 = any free port)", option="--port"
-    )
+    host: str = setting("127.0.0.1", help="address to listen on (default {default}: this machine only)")
+    port: int = setting(8000, limit=Limit(True, 0, 65535), help="port (default {default}; 0 = any free port)")
     graceful_timeout: float = setting(
         30.0,
         limit=_WAIT,
         help="on SIGTERM, wait this many seconds for the requests in flight (default {default:g}; 0 = no wait); "
         "requests still unanswered then get 503",
-        option="--graceful-timeout",
     )
     keep_alive_timeout: float = setting(
         DEFAULT_KEEP_ALIVE_TIMEOUT,
         limit=Limit(False, 0, low_open=True),
         help="seconds an idle keep-alive connection stays open (default {default:g})",
-        option="--keep-alive-timeout",
     )
-    max_connections: int = setting(
-        DEFAULT_MAX_CONNECTIONS,
-        limit=_COUNT,
-        help="most connections open at once (default {default}); a connection over it gets 503",
-        option="--max-connections",
+    max_connections: int = _count(
+        DEFAULT_MAX_CONNECTIONS, "most connections open at once (default {default}); a connection over it gets 503"
     )
     max_header_bytes: int = setting(
         DEFAULT_MAX_HEADER_BYTES,
         limit=Limit(True, 256),
         help="largest request line and headers (default {default:,} bytes); larger get 431",
-        option="--max-header-bytes",
     )
-    log_level: str = setting(
-        "info",
-        limit=Limit.one_of(["critical", "error", "warning", "info", "debug"]),
-        help="uvicorn's log level (default {default})",
-        option="--log-level",
+    log_level: str = choice_setting(
+        "info", ["critical", "error", "warning", "info", "debug"], "uvicorn's log level (default {default})"
     )
-    access_log: bool = setting(False, limit=Limit.flag(), help="log every request", option="--access-log")
+    access_log: bool = flag_setting("log every request")
 
     def __post_init__(self) -> None:
         check_settings(self)

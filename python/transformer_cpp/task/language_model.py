@@ -40,7 +40,7 @@ from ..training import TrainConfig, Trainer
 from ..training.run_dir import RunDirectory
 from ..training.state import STATE_FORMAT, STATE_VERSION
 from ..training.accumulate import accumulated_lm_step
-from ..training.task import StepOutcome, TrainingTask
+from ..training.task import CheckpointRequest, StepOutcome, TrainingTask
 from .lm_checkpoint import LmCheckpoint, average_lm_checkpoints, legacy_history, load_lm, load_trainer_state
 from .lm_checkpoint import save_lm_checkpoint
 from .lm_evaluation import bits_per_character
@@ -380,28 +380,8 @@ class LmTask(TrainingTask):
             },
         }
 
-    def save(
-        self,
-        run_dir: Path,
-        model: Any,
-        *,
-        trainer_state: Mapping[str, Any],
-        train_config: Mapping[str, Any],
-        keep: int,
-        run_id: str,
-        best: bool,
-    ) -> Path:
-        return save_lm_checkpoint(
-            run_dir,
-            model,
-            self.vocabulary,
-            self.record(),
-            trainer_state=trainer_state,
-            train_config=train_config,
-            keep=keep,
-            run_id=run_id,
-            best=best,
-        )
+    def save(self, model: Any, request: CheckpointRequest) -> Path:
+        return save_lm_checkpoint(request.run_dir, model, self.vocabulary, self.record(), **request.keywords())
 
     def average(self, run_dir: Path, paths: Sequence[Path]) -> Tuple[Path, Any]:
         return average_lm_checkpoints(run_dir, paths)

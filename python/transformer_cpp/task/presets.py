@@ -44,43 +44,33 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     "tiny": dict(d_model=128, n_layers=2, n_heads=4, d_ff=256, dropout=0.1, max_length=15),
 }
 
+
+def _timed(minutes: float, warmup: int, lr_scale: float, average_last: int) -> Dict[str, Dict[str, Any]]:
+    """The recipe of a run fitted to a time budget of ``minutes`` on all the pairs: token batches,
+    label smoothing 0.1, the learning rate decayed to 0 at the budget's end (the epochs only a
+    cap), a 4,000-subword vocabulary, the precision measured when the run starts; the newest
+    ``average_last`` checkpoints averaged at the end."""
+    train = dict(max_tokens=1500, warmup=warmup, lr_scale=lr_scale, label_smoothing=0.1, decay=True)
+    return {
+        "train": dict(train, time_budget=minutes, epochs=1000, average_last=average_last),
+        "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
+        "model": dict(precision=AUTO_PRECISION),
+    }
+
+
 RECIPES: Dict[str, Dict[str, Dict[str, Any]]] = {
     # average_last 2: the last two checkpoints (the last full epoch and the partial one the
-    # budget ends in) averaged, which scored higher validation BLEU than the last alone
+    # budget ends in) averaged, which scored higher validation BLEU than the last alone; bf16
+    # where a step measures at least 1.10x as fast as float32 (CPUs differ: some run vdpbf16ps
+    # at half rate), see precision.py
     "quick": {
-        "train": dict(
-            max_tokens=1500,
-            warmup=600,
-            lr_scale=0.8,
-            label_smoothing=0.1,
-            decay=True,
-            time_budget=10.0,
-            epochs=1000,
-            average_last=2,
-        ),
-        "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
-        # bf16 where a step measures at least 1.10x as fast as float32 (CPUs differ: some run
-        # vdpbf16ps at half rate), see precision.py
-        "model": dict(precision="auto"),
+        **_timed(10.0, warmup=600, lr_scale=0.8, average_last=2),
         # model size auto: d_model 192 where a step measures fast enough for it to get 7.5 epochs
         # in the budget (with fewer it ends behind d_model 128: docs/experiments.md), else the
         # preset's d_model 128
         "grow": dict(arch=dict(d_model=192, d_ff=768, dropout=0.05), min_epochs=7.5),
     },
-    "standard": {
-        "train": dict(
-            max_tokens=1500,
-            warmup=1000,
-            lr_scale=0.7,
-            label_smoothing=0.1,
-            decay=True,
-            time_budget=60.0,
-            epochs=1000,
-            average_last=3,
-        ),
-        "data": dict(num_samples=0, sampling="random", vocab_size=4000, max_length=0),
-        "model": dict(precision="auto"),
-    },
+    "standard": _timed(60.0, warmup=1000, lr_scale=0.7, average_last=3),
     "tutorial": {
         "train": dict(batch_size=64, warmup=4000, epochs=10),
         "data": dict(num_samples=80_000, sampling="first", vocab_size=2**14, max_length=15),

@@ -20,6 +20,7 @@ from ..config import (
     check_setting,
     core_setting,
     describe_settings,
+    flag_setting,
     option_fields,
     setting,
     setting_limits,
@@ -37,7 +38,6 @@ MAX_THREADS = 1024  # the core's limit (set_num_threads)
 
 # the optimiser's settings by option name: their default and limit come from the core's table
 _OPTIMIZER = {f.option: f for f in option_fields(OPTIMIZER_FIELDS)}
-_FLAG = Limit.flag()
 
 
 def _run_path(owner: str, name: str, value: Any) -> str:
@@ -62,41 +62,37 @@ class TrainConfig:
         limit=Limit(True, 0, MAX_EPOCHS),
         option_limit=Limit(True, 1, MAX_EPOCHS),  # the command line trains at least one
         help="epochs in total (default: the preset's; may be raised with --resume)",
-        option="--epochs",
     )
-    batch_size: int = setting(
-        64, limit=Limit(True, 1, 1_000_000), help="pairs per step (when --max-tokens is 0)", option="--batch-size"
-    )
+    batch_size: int = setting(64, limit=Limit(True, 1, 1_000_000), help="pairs per step (when --max-tokens is 0)")
     max_tokens: int = setting(
         0,
         limit=Limit(True, 0, 100_000_000),
         help="tokens per step: batches of similar length with pairs x longest side <= N (0 = --batch-size)",
-        option="--max-tokens",
     )
     time_budget: float = setting(
         0.0,
         limit=Limit(False, 0, 1_000_000, unit="minutes"),  # about two years
         help="stop after this many minutes with a checkpoint; the learning-rate decay is fitted to it "
         "(0 = no budget; default: the preset's)",
-        option="--time-budget",
         metavar="MINUTES",
     )
     max_steps: int = setting(
         0,
         limit=Limit(True, 0, 2**62),
         help="stop when the model has taken this many optimiser steps, with a checkpoint (0 = no limit)",
+        option=(),
     )
     eval_every: int = setting(
         0,
         limit=Limit(True, 0, 2**62),
         help="also validate (a history entry, a line, a checkpoint) every this many steps (0 = once per epoch)",
+        option=(),
     )
     patience: int = setting(
         0,
         limit=Limit(True, 0, 1_000_000),
         help="stop early after N validations in a row without a better validation score (the BLEU that "
         "ranks checkpoints), the best checkpoint staying the run's model (0 = off, the default)",
-        option="--patience",
     )
     accumulate: int = setting(
         1,
@@ -104,77 +100,54 @@ class TrainConfig:
         help="take one optimiser step from the gradients of N consecutive batches, as from one N times "
         "larger batch (the loss averaged over all their tokens); the schedule counts these steps "
         "(default {default})",
-        option="--accumulate",
     )
-    decay: bool = setting(
-        False,
-        limit=_FLAG,
-        help="after the warm-up (from step 1 with --fixed-lr), decay the learning rate linearly to 0 at the "
-        "end of the run",
+    decay: bool = flag_setting(
+        "after the warm-up (from step 1 with --fixed-lr), decay the learning rate linearly to 0 at the end of the run",
         option=("--decay", "--no-decay"),
     )
     seed: int = setting(
         0,
         limit=Limit(True, 0, MAX_SEED),
         help="seed of weights, dropout and shuffling (default {default})",
-        option="--seed",
     )
     log_every: int = setting(
         10,
         limit=Limit(True, 1, 1_000_000_000),
         help="history entry every N steps (default {default})",
-        option="--log-every",
     )
-    bucket_by_length: bool = setting(
-        False,
-        limit=_FLAG,
-        help="batch sentences of similar length together (with --batch-size)",
-        option="--bucket-by-length",
-    )
-    drop_remainder: bool = setting(
-        False,
-        limit=_FLAG,
-        help="drop the last, smaller batch of each epoch (with --batch-size)",
-        option="--drop-remainder",
-    )
+    bucket_by_length: bool = flag_setting("batch sentences of similar length together (with --batch-size)")
+    drop_remainder: bool = flag_setting("drop the last, smaller batch of each epoch (with --batch-size)")
     keep_checkpoints: int = setting(
         5,
         limit=Limit(True, 0, 1_000_000),
         help="keep the newest N checkpoints of the run (default {default}; 0 = all); the best one is always kept",
-        option="--keep-checkpoints",
     )
     val_bleu_sentences: int = setting(
         500,
         limit=Limit(True, 0, 1_000_000_000),
         help="greedy validation BLEU on this many pairs after each epoch (default {default}; 0 = off)",
-        option="--val-bleu-sentences",
     )
     average_last: int = setting(
         0,
         limit=Limit(True, 0, 1_000),
         help="at the end, average the newest N checkpoints into 'averaged', as 'average --last N' does (0 or 1 = off)",
-        option="--average-last",
     )
-    threads: Optional[int] = setting(
-        None, limit=Limit(True, 1, MAX_THREADS), help="C++ threads (default: all cores)", option="--threads"
-    )
-    adaptive_threads: bool = setting(
-        True,
-        limit=_FLAG,
-        help="time the steps and use fewer of the --threads threads while that is faster, as when another "
+    threads: Optional[int] = setting(None, limit=Limit(True, 1, MAX_THREADS), help="C++ threads (default: all cores)")
+    adaptive_threads: bool = flag_setting(
+        "time the steps and use fewer of the --threads threads while that is faster, as when another "
         "program holds a core (the default); --no-adaptive-threads always uses them all, so that a run "
         "repeats bit for bit",
+        default=True,
         option=("--adaptive-threads", "--no-adaptive-threads"),
     )
-    progress: bool = setting(
-        True, limit=_FLAG, help="a progress bar per epoch (--no-progress: none)", option="--no-progress"
+    progress: bool = flag_setting(
+        "a progress bar per epoch (--no-progress: none)", default=True, option="--no-progress"
     )
     init_from: Optional[str] = setting(
         None,
         check=_run_path,
         help="fine-tune: start from the model of this run or checkpoint (an imported model, say), with its "
         "vocabularies and architecture, on the pairs of --data",
-        option="--init-from",
         metavar="RUN",
     )
     # the optimiser's settings (the core's table; see the module docstring)

@@ -16,7 +16,7 @@ from .logs import run_log
 from .progress import Progress, epoch_summary
 from .wording import plural
 from .run_dir import improves
-from .steps import StopRequest
+from .steps import StepContext, StopRequest
 
 __all__ = ["Fit", "average_last", "configure_model", "thread_governor"]
 
@@ -163,15 +163,8 @@ class Fit:
             for group in groups(t.batch_plan(t.epoch), skip, t.config.accumulate):
                 where = f"at step {model.step + 1} (epoch {t.epoch + 1}, batch {t.batch_in_epoch + 1})"
                 try:
-                    r = self.steps.step(
-                        model,
-                        t.task,
-                        group,
-                        stop=stop.requested,
-                        origin=self.clock,
-                        previous_seconds=self.previous_seconds,
-                        where=where,
-                    )
+                    context = StepContext(stop.requested, self.clock, self.previous_seconds, where)
+                    r = self.steps.step(model, t.task, group, context)
                 except FloatingPointError as exc:  # on every rank alike: the step changed nothing
                     raise Diverged(f"{where}: {exc}") from None
                 if not math.isfinite(r.loss):

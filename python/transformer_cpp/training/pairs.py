@@ -20,7 +20,7 @@ from ..translate import bleu_of_encoded, evaluate_loss
 from .accumulate import accumulated_pairs_step
 from .config import TrainConfig
 from .state import data_fingerprint
-from .task import StepOutcome, TrainingTask
+from .task import CheckpointRequest, StepOutcome, TrainingTask
 
 __all__ = ["PairsTask", "check_types", "no_batch_message", "resume_pairs"]
 
@@ -176,33 +176,19 @@ class PairsTask(TrainingTask):
             text += f", val_bleu {entry['val_bleu']:.2f}"
         return text
 
-    def save(
-        self,
-        run_dir: Path,
-        model: Any,
-        *,
-        trainer_state: Mapping[str, Any],
-        train_config: Mapping[str, Any],
-        keep: int,
-        run_id: str,
-        best: bool,
-    ) -> Path:
+    def save(self, model: Any, request: CheckpointRequest) -> Path:
         if self.src_tokenizer is None or self.tgt_tokenizer is None:
             raise ValueError(
                 "Trainer: checkpoint_dir needs src_tokenizer and tgt_tokenizer (they are saved with the model)"
             )
         return save_checkpoint(
-            run_dir,
+            request.run_dir,
             model,
             self.src_tokenizer,
             self.tgt_tokenizer,
-            trainer_state=trainer_state,
-            train_config=train_config,
             data=self.data_info,
             optimizer=True,
-            keep=keep,
-            run_id=run_id,
-            best=best,
+            **request.keywords(),
         )
 
     def average(self, run_dir: Path, paths: Sequence[Path]) -> Tuple[Path, Any]:

@@ -31,7 +31,7 @@ import numpy as np
 from ..data import Batch
 from .task import TrainingTask
 
-__all__ = ["StopRequest", "StepResult", "Steps", "LocalSteps", "ParallelSteps", "steps_for"]
+__all__ = ["StopRequest", "StepContext", "StepResult", "Steps", "LocalSteps", "ParallelSteps", "steps_for"]
 
 _T = TypeVar("_T")
 
@@ -100,6 +100,16 @@ class StepResult:
     schedule_seconds: float  # the step time the schedule is fitted with (the same on every rank)
 
 
+@dataclass(frozen=True)
+class StepContext:
+    """Where the epoch loop stands when it asks for a step."""
+
+    stop: bool  # a stop is requested here
+    origin: float  # the time.perf_counter() at which the run's clock read 0
+    previous_seconds: float  # this process's previous step time
+    where: str  # the step's place, for messages
+
+
 class Steps(abc.ABC):
     """The interface of :class:`LocalSteps` and :class:`ParallelSteps`.
 
@@ -122,23 +132,10 @@ class Steps(abc.ABC):
         """Give ``model`` this process's dropout seed (once, when the trainer is made)."""
 
     @abc.abstractmethod
-    def step(
-        self,
-        model: Any,
-        task: TrainingTask,
-        rows: Any,
-        *,
-        stop: bool,
-        origin: float,
-        previous_seconds: float,
-        where: str,
-    ) -> StepResult:
+    def step(self, model: Any, task: TrainingTask, rows: Any, context: StepContext) -> StepResult:
         """One optimiser step of ``task`` on its global batches ``rows`` (one, or with gradient
-        accumulation several: :meth:`~.task.TrainingTask.accumulated_step`).
-
-        ``stop``: a stop is requested here; ``origin``: the ``time.perf_counter()`` at which the
-        run's clock read 0; ``previous_seconds``: this process's previous step time; ``where``:
-        the step's place, for messages.
+        accumulation several: :meth:`~.task.TrainingTask.accumulated_step`), taken where
+        ``context`` says.
 
         Raises:
             FloatingPointError: the loss, a gradient or the update is not finite (on every rank
@@ -180,23 +177,13 @@ class LocalSteps(Steps):
     def seed_dropout(self, model: Any) -> None:
         pass  # the model's own seed, as it was made
 
-    def step(
-        self,
-        model: Any,
-        task: TrainingTask,
-        rows: Any,
-        *,
-        stop: bool,
-        origin: float,
-        previous_seconds: float,
-        where: str,
-    ) -> StepResult:
+    def step(self, model: Any, task: TrainingTask, rows: Any, context: StepContext) -> StepResult:
         t0 = time.perf_counter()
         # a FloatingPointError (transformer_cpp.NonFiniteError) when the step would not be finite:
         # the core then changes nothing
         o = task.accumulated_step(model, rows)
         t1 = time.perf_counter()
-        return StepResult(o.loss, o.accuracy, o.tokens, o.work, t1 - t0, t1 - origin, t1 - t0)
+        return StepResult(o.loss, o.accuracy, o.tokens, o.work, t1 - t0, t1 - context.origin, t1 - t0)
 
     def stop_after_step(self, requested: bool) -> bool:
         return requested
@@ -236,17 +223,7 @@ class ParallelSteps(Steps):
         # each rank its own dropout masks, deterministically
         model.set_dropout_seed(self.parallel.dropout_seed(int(model.config["seed"])))
 
-    def step(
-        self,
-        model: Any,
-        task: TrainingTask,
-        rows: Any,
-        *,
-        stop: bool,
-        origin: float,
-        previous_seconds: float,
-        where: str,
-    ) -> StepResult:
+    def step(self, model: Any, task: TrainingTask, rows: Any, context: StepContext) -> StepResult:
         t0 = time.perf_counter()
         work = [0]  # this rank's share (none when the batch has fewer pairs than ranks)
 
@@ -261,10 +238,10 @@ class ParallelSteps(Steps):
             model,
             batch_of,
             rows[0],  # one batch a step: data parallelism takes no gradient accumulation
-            stop=stop,
-            elapsed=time.perf_counter() - origin,
-            step_seconds=previous_seconds,
-            where=where,
+            stop=context.stop,
+            elapsed=time.perf_counter() - context.origin,
+            step_seconds=context.previous_seconds,
+            where=context.where,
         )
         t1 = time.perf_counter()
         self._stop = bool(r["stop"])

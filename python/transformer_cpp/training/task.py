@@ -11,13 +11,13 @@ never asks which task it trains.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..data import Batch
 
-__all__ = ["StepOutcome", "TrainingTask"]
+__all__ = ["CheckpointRequest", "StepOutcome", "TrainingTask"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,23 @@ class StepOutcome:
     accuracy: float  # share of those tokens predicted right (NaN when the task does not count it)
     tokens: int  # scored tokens (the weights of the running means)
     work: int  # tokens this process fed the model: what the thread governor times
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """What the trainer asks of a checkpoint besides the model: where it goes and what it records."""
+
+    run_dir: Path  # the run directory
+    trainer_state: Mapping[str, Any]  # what the trainer needs to continue exactly (Trainer.state_dict)
+    train_config: Mapping[str, Any]  # the training settings, as TrainConfig.to_dict gives them
+    keep: int  # keep only the run's newest ``keep`` complete checkpoints (0: all)
+    run_id: str  # the run the checkpoint belongs to (pruning deletes only that run's)
+    best: bool  # point ``best`` at it too
+
+    def keywords(self) -> Dict[str, Any]:
+        """Every field but ``run_dir``: the keywords that the checkpoint writers
+        (``save_checkpoint``, ``save_lm_checkpoint``) take."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "run_dir"}
 
 
 class TrainingTask(abc.ABC):
@@ -124,19 +141,10 @@ class TrainingTask(abc.ABC):
         return text
 
     @abc.abstractmethod
-    def save(
-        self,
-        run_dir: Path,
-        model: Any,
-        *,
-        trainer_state: Mapping[str, Any],
-        train_config: Mapping[str, Any],
-        keep: int,
-        run_id: str,
-        best: bool,
-    ) -> Path:
-        """Write a resumable checkpoint of ``model`` into ``run_dir`` (named by the trainer
-        state's position, ``latest`` moved, the oldest of the run pruned beyond ``keep``)."""
+    def save(self, model: Any, request: CheckpointRequest) -> Path:
+        """Write a resumable checkpoint of ``model`` as ``request`` asks (into its run directory,
+        named by the trainer state's position, ``latest`` moved, the oldest of the run pruned
+        beyond ``keep``)."""
 
     @abc.abstractmethod
     def average(self, run_dir: Path, paths: Sequence[Path]) -> Tuple[Path, Any]:

@@ -37,7 +37,7 @@ from .pairs import PairsTask, check_types, no_batch_message, resume_pairs
 from .state import STATE_FORMAT, STATE_VERSION, RunningSums, checked_state, empty_history
 from .loop import Fit, average_last, configure_model
 from .steps import steps_for
-from .task import TrainingTask
+from .task import CheckpointRequest, TrainingTask
 
 __all__ = ["Trainer"]
 
@@ -265,15 +265,10 @@ class Trainer:
         With ``best``, ``best`` names it too (set before the oldest checkpoints are pruned)."""
         if self.run_dir is None:
             raise ValueError("Trainer.save_checkpoint: no checkpoint_dir was given")
-        self.last_checkpoint = self.task.save(
-            self.run_dir.path,
-            self.model,
-            trainer_state=self.state_dict(),
-            train_config=self.config.to_dict(),
-            keep=self.config.keep_checkpoints,
-            run_id=self.run_id,
-            best=best,
+        request = CheckpointRequest(
+            self.run_dir.path, self.state_dict(), self.config.to_dict(), self.config.keep_checkpoints, self.run_id, best
         )
+        self.last_checkpoint = self.task.save(self.model, request)
         return self.last_checkpoint
 
     def average_checkpoints(self) -> Optional[Path]:

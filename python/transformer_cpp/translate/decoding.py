@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Se
 import numpy as np
 
 from .._checks import Limit, choice, integer
-from ..config import check_settings, setting, setting_limits
+from ..config import check_settings, choice_setting, flag_setting, setting, setting_limits
 from ..kernels import COMPUTE_TYPES, compute_type_unsupported_reason, have_compute_type
 from ..model import DEFAULT_LENGTH_PENALTY
 
@@ -81,75 +81,64 @@ class DecodeOptions:
     naming the option and what it allows).
     """
 
-    beam_size: int = setting(
-        1, limit=Limit(True, 1, 1024), help="1 = greedy decoding (default), more = beam search", option="--beam-size"
-    )
+    beam_size: int = setting(1, limit=Limit(True, 1, 1024), help="1 = greedy decoding (default), more = beam search")
     length_penalty: float = setting(
         DEFAULT_LENGTH_PENALTY,
         limit=Limit(False, 0, 10),
         help="beam search length-penalty exponent (default {default})",  # GNMT's: scores / ((5 + length) / 6) ** it
-        option="--length-penalty",
     )
-    length_penalty_mode: str = setting(
+    length_penalty_mode: str = choice_setting(
         "gnmt",
-        limit=Limit.one_of(list(LENGTH_PENALTY_MODES)),
-        help="beam scores: gnmt (log-prob / ((5 + length) / 6) ** penalty, the default) or hf (Hugging Face "
+        LENGTH_PENALTY_MODES,
+        "beam scores: gnmt (log-prob / ((5 + length) / 6) ** penalty, the default) or hf (Hugging Face "
         "generate's: log-prob / length ** penalty, its candidate and stopping rules)",
-        option="--length-penalty-mode",
     )
-    early_stopping: str = setting(
+    early_stopping: str = choice_setting(
         "heuristic",
-        limit=Limit.one_of(list(EARLY_STOPPING)),
-        help="with --length-penalty-mode hf, when a sentence stops: heuristic (generate's early_stopping=False, "
+        EARLY_STOPPING,
+        "with --length-penalty-mode hf, when a sentence stops: heuristic (generate's early_stopping=False, "
         "the default), first (True) or never ('never')",
-        option="--early-stopping",
     )
-    force_end: bool = setting(
-        False,
-        limit=Limit.flag(),
-        help="a hypothesis (of beam search, greedy decoding or sampling) that reaches the output limit ends with "
+    force_end: bool = flag_setting(
+        "a hypothesis (of beam search, greedy decoding or sampling) that reaches the output limit ends with "
         "the end token (generate's forced_eos_token_id)",
         option=("--force-end", "--no-force-end"),
     )
-    n_best: int = setting(1, limit=Limit(True, 1, 1024), help="hypotheses kept per sentence (at most beam_size)")
+    n_best: int = setting(
+        1, limit=Limit(True, 1, 1024), help="hypotheses kept per sentence (at most beam_size)", option=()
+    )
     max_output_tokens: Optional[int] = setting(
         None,
         limit=Limit(True, 1, 100_000),
         help="most tokens to generate per sentence (default: 1.5 x its source tokens + 10)",
-        option="--max-output-tokens",
     )
-    compute_type: str = setting(
+    compute_type: str = choice_setting(
         "float32",
-        limit=Limit.one_of(list(COMPUTE_TYPES)),
+        COMPUTE_TYPES,
         check=lambda owner, name, value: check_compute_type(owner, value),  # and the CPU must have it
         help="precision of the decoder's matrix products: float32 (default), int8 (int8 weights and "
         "activations; AVX2 + FMA or ARM sdot) or bf16 (AVX512_BF16); the model file is not changed",
-        option="--compute-type",
     )
     sampling_topk: int = setting(
         1,
         limit=Limit(True, 1, 1_000_000),
         help="draw each token among the K most likely (default 1: the most likely, no draw; "
         "K at least the vocabulary size: all tokens); greedy decoding only",
-        option="--sampling-topk",
     )
     sampling_topp: float = setting(
         1.0,
         limit=Limit(False, 0, 1, low_open=True),
         help="then among the fewest of those whose probability reaches P (default {default})",
-        option="--sampling-topp",
     )
     sampling_temperature: float = setting(
         1.0,
         limit=Limit(False, 0, low_open=True),
         help="logits divided by T before drawing (default {default})",
-        option="--sampling-temperature",
     )
     seed: int = setting(
         0,
         limit=Limit(True, 0, 2**63 - 1),
         help="seed of the draws: the same seed gives the same output (default {default})",
-        option="--seed",
     )
 
     #: The allowed values of the numeric options, from the declarations.
