@@ -37,8 +37,8 @@ template <typename T>
 void bind_lsh_heads(py::module_& m) {
   using S = LSHHeads<T>;
   using L = LSHAttention<T>;
-  py::class_<S>(m, class_name<T>("LSHAttention").c_str(),
-                R"doc(Reformer's LSH attention over given heads: the kernel of :class:`LSHSelfAttention` without its
+  py::class_<S> cls(m, class_name<T>("LSHAttention").c_str(),
+                    R"doc(Reformer's LSH attention over given heads: the kernel of :class:`LSHSelfAttention` without its
 query, value and output projections, as :class:`TiledAttention` is for softmax attention.
 
 ``forward(qk, v, causal=False)``: ``qk`` (B, H, T, d) are the shared queries and keys (the keys
@@ -46,15 +46,15 @@ are their unit vectors), ``v`` (B, H, T, d) the values; returns the output (B, H
 ``backward(dout)`` returns ``(dqk, dv)``. Hashing, chunks, rounds and masks are those of
 :class:`LSHSelfAttention`; with the same ``seed`` and ``calls`` it draws the same rotations, so
 its heads equal the layer's on the layer's projections. ``buckets()``: ``(B, H, n_hashes, T)``
-of the last forward.)doc")
-      .def(py::init([](const py::object& chunk, const py::object& n_hashes, const py::object& n_buckets,
-                       const py::object& seed) {
-             const char* who = "LSHAttention";
-             const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
-             return new S(int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
-                          seed_arg(seed, who));
-           }),
-           py::arg("chunk") = 64, py::arg("n_hashes") = 4, py::arg("n_buckets") = py::none(), py::arg("seed") = 0)
+of the last forward.)doc");
+  cls.def(py::init([](const py::object& chunk, const py::object& n_hashes, const py::object& n_buckets,
+                      const py::object& seed) {
+            const char* who = "LSHAttention";
+            const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
+            return new S(int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
+                         seed_arg(seed, who));
+          }),
+          py::arg("chunk") = 64, py::arg("n_hashes") = 4, py::arg("n_buckets") = py::none(), py::arg("seed") = 0)
       .def_property_readonly("chunk", [](S& s) { return s.layer.chunk(); })
       .def_property_readonly("n_hashes", [](S& s) { return s.layer.n_hashes(); })
       .def_property_readonly(
@@ -111,11 +111,7 @@ of the last forward.)doc")
           [](S& s, const py::handle& dout) {
             LayerBackward<T, S> call(s, "LSHAttention.backward");
             const Index B = s.lead[0], H = s.lead[1], Tn = s.lead[2], dk = s.lead[3];
-            auto dO = as_floats<T>(dout, call.who(), "dout", 4);
-            if (dO.shape(0) != B || dO.shape(1) != H || dO.shape(2) != Tn || dO.shape(3) != dk)
-              throw py::value_error(concat(call.who(), ": dout must have the output's shape (", B, ", ", H, ", ", Tn,
-                                           ", ", dk, "), got ", describe(dO)));
-            check_finite_input(dO.data(), static_cast<Index>(dO.size()), call.who(), "dout");
+            auto dO = call.dout_array(dout, {B, H, Tn, dk});
             call.run([&] {
               s.dq.resize(B * H * Tn, dk);
               s.dv.resize(B * H * Tn, dk);
@@ -130,22 +126,20 @@ of the last forward.)doc")
       .def(
           "buckets",
           [](S& s) {
-            check_idle(s.busy, "LSHAttention.buckets", "layer");
-            if (!s.has_forward) throw std::runtime_error("LSHAttention.buckets: call forward() first");
+            check_forward_done(s, "LSHAttention.buckets");
             const L& l = s.layer;
             return buckets_array(l.buckets(), {l.batch(), l.heads(), l.n_hashes(), l.length()});
           },
-          "The buckets of the last forward, (B, H, n_hashes, T)")
-      .def("parameters", [](py::object) { return empty_parameters(); })
-      .def("zero_grad", [](S&) {});
+          "The buckets of the last forward, (B, H, n_hashes, T)");
+  def_no_parameters(cls);
 }
 
 template <typename T>
 void bind_lsh(py::module_& m) {
   using L = LSHSelfAttention<T>;
   using H = Holder<L>;  // H::flag: the layer's causal setting, used when forward is not told
-  py::class_<H>(m, class_name<T>("LSHSelfAttention").c_str(),
-                R"doc(Reformer's LSH self-attention (Kitaev et al. 2020): O(T) memory instead of O(T^2).
+  py::class_<H> cls(m, class_name<T>("LSHSelfAttention").c_str(),
+                    R"doc(Reformer's LSH self-attention (Kitaev et al. 2020): O(T) memory instead of O(T^2).
 
 Shared QK: the query projection gives the queries and the keys are the same vectors normalised
 to unit length; a value and an output projection as in :class:`MultiHeadAttention`
@@ -163,24 +157,22 @@ count ``.calls``, which each forward advances unless ``.freeze_hash`` is True; `
 uses the buckets of the last forward. ``rotations()`` and ``buckets()`` return those of the
 last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_hashes, T)``.
 
-``forward(x, causal=None)`` with ``x`` (B, T, d_model); ``causal=None`` uses the layer's setting.)doc")
-      .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& chunk,
-                       const py::object& n_hashes, const py::object& n_buckets, const py::object& causal,
-                       const py::object& seed) {
-             const char* who = "LSHSelfAttention";
-             const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
-             auto* h = new H(int_arg(d_model, who, "d_model", 1), int_arg(n_heads, who, "n_heads", 1),
-                             int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
-                             seed_arg(seed, who));
-             h->flag = check_setting(Limit::flag(), who, "causal", causal).cast<bool>();
-             return h;
-           }),
-           py::arg("d_model"), py::arg("n_heads"), py::arg("chunk") = 64, py::arg("n_hashes") = 4,
-           py::arg("n_buckets") = py::none(), py::arg("causal") = false, py::arg("seed") = 0)
-      .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
-      .def_property_readonly("n_heads", [](H& h) { return h.layer.n_heads(); })
-      .def_property_readonly("d_k", [](H& h) { return h.layer.d_k(); })
-      .def_property_readonly("chunk", [](H& h) { return h.layer.chunk(); })
+``forward(x, causal=None)`` with ``x`` (B, T, d_model); ``causal=None`` uses the layer's setting.)doc");
+  cls.def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& chunk,
+                      const py::object& n_hashes, const py::object& n_buckets, const py::object& causal,
+                      const py::object& seed) {
+            const char* who = "LSHSelfAttention";
+            const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
+            auto* h = new H(int_arg(d_model, who, "d_model", 1), int_arg(n_heads, who, "n_heads", 1),
+                            int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
+                            seed_arg(seed, who));
+            h->flag = check_setting(Limit::flag(), who, "causal", causal).cast<bool>();
+            return h;
+          }),
+          py::arg("d_model"), py::arg("n_heads"), py::arg("chunk") = 64, py::arg("n_hashes") = 4,
+          py::arg("n_buckets") = py::none(), py::arg("causal") = false, py::arg("seed") = 0);
+  def_head_properties(cls);
+  cls.def_property_readonly("chunk", [](H& h) { return h.layer.chunk(); })
       .def_property_readonly("n_hashes", [](H& h) { return h.layer.n_hashes(); })
       .def_property_readonly(
           "n_buckets",
@@ -224,40 +216,33 @@ last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_has
             return copy_out<T>(y.data(), {B, Tn, d});
           },
           py::arg("x"), py::arg("causal") = py::none(),
-          "x (B, T, d_model) -> (B, T, d_model); causal None: the layer's setting")
-      .def("backward",
-           backward_method<T, H>(
-               "LSHSelfAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
-           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients")
-      .def(
-          "rotations",
-          [](H& h) {
-            check_idle(h.busy, "LSHSelfAttention.rotations", "layer");
-            if (!h.has_forward) throw std::runtime_error("LSHSelfAttention.rotations: call forward() first");
-            const L& l = h.layer;
-            return copy_out<T>(l.rotations().data(), {l.n_heads(), l.n_hashes(), l.d_k(), l.last_n_buckets() / 2});
-          },
-          "The random rotations of the last forward, (n_heads, n_hashes, d_k, n_buckets/2)")
+          "x (B, T, d_model) -> (B, T, d_model); causal None: the layer's setting");
+  def_d_model_backward<T>(cls, "LSHSelfAttention",
+                          "dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients");
+  cls.def(
+         "rotations",
+         [](H& h) {
+           check_forward_done(h, "LSHSelfAttention.rotations");
+           const L& l = h.layer;
+           return copy_out<T>(l.rotations().data(), {l.n_heads(), l.n_hashes(), l.d_k(), l.last_n_buckets() / 2});
+         },
+         "The random rotations of the last forward, (n_heads, n_hashes, d_k, n_buckets/2)")
       .def(
           "buckets",
           [](H& h) {
-            check_idle(h.busy, "LSHSelfAttention.buckets", "layer");
-            if (!h.has_forward) throw std::runtime_error("LSHSelfAttention.buckets: call forward() first");
+            check_forward_done(h, "LSHSelfAttention.buckets");
             const L& l = h.layer;
             return buckets_array(l.buckets(), {l.batch(), l.n_heads(), l.n_hashes(), l.length()});
           },
-          "The buckets of the last forward, (B, n_heads, n_hashes, T)")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("LSHSelfAttention.zero_grad"));
+          "The buckets of the last forward, (B, n_heads, n_hashes, T)");
+  def_parameters<T>(cls, "LSHSelfAttention");
 }
 
 }  // namespace
 
 void bind_lsh_attention(py::module_& m) {
-  bind_lsh_heads<float>(m);
-  bind_lsh_heads<double>(m);
-  bind_lsh<float>(m);
-  bind_lsh<double>(m);
+  for_each_scalar([&](auto t) { bind_lsh_heads<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_lsh<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings
