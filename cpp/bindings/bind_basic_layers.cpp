@@ -260,6 +260,22 @@ void return_gradient_buffer(void* p) {
   if (!spare) spare = std::move(m);  // otherwise m is freed here
 }
 
+// The arguments of masked_cross_entropy and masked_accuracy: logits (N, V) or (B, T, V), and the
+// target ids of their leading shape.
+template <typename T>
+std::pair<RowsInput<T>, py::array_t<std::int64_t, py::array::c_style>> logits_and_targets(const py::handle& logits,
+                                                                                          const py::handle& targets,
+                                                                                          const char* who) {
+  auto lg = as_rows<T>(logits, who, "logits", -1);
+  if (lg.array.ndim() < 2)
+    throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
+  auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
+  if (shape_of(tg) != lg.lead_shape)
+    throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
+                                 describe(lg.array), ", got ", describe(tg)));
+  return {std::move(lg), std::move(tg)};
+}
+
 template <typename T>
 void bind_functions(py::module_& m) {
   m.def((std::string("softmax") + dtype_suffix<T>()).c_str(),
@@ -288,47 +304,37 @@ void bind_functions(py::module_& m) {
         },
         py::arg("y"), py::arg("dy"),
         "Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).");
-  m.def(
-      (std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& logits, const py::handle& targets, const py::object& smoothing,
-         bool compute_grad) -> py::tuple {
-        const char* who = "masked_cross_entropy";
-        const double label_smoothing = float_arg(smoothing, who, "label_smoothing", limits::fraction());
-        auto lg = as_rows<T>(logits, who, "logits", -1);
-        if (lg.array.ndim() < 2)
-          throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
-        auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
-        if (shape_of(tg) != lg.lead_shape)
-          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
-                                       describe(lg.array), ", got ", describe(tg)));
-        std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
-        const LossStats stats =
-            without_gil([&] { return masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing); });
-        if (!compute_grad) return py::make_tuple(stats.loss, py::none());
-        // Hand the gradient buffer to NumPy without copying; the capsule gives it back with the array.
-        Matrix<T>* g = grad.release();
-        py::capsule owner(g, &return_gradient_buffer<T>);
-        std::vector<py::ssize_t> shape(lg.array.shape(), lg.array.shape() + lg.array.ndim());
-        py::array_t<T> dlogits(shape, g->data(), owner);
-        return py::make_tuple(stats.loss, dlogits);
-      },
-      py::arg("logits"), py::arg("targets"), py::arg("label_smoothing") = 0.0, py::arg("compute_grad") = true,
-      "(loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.");
-  m.def(
-      (std::string("masked_accuracy") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& logits, const py::handle& targets) {
-        const char* who = "masked_accuracy";
-        auto lg = as_rows<T>(logits, who, "logits", -1);
-        if (lg.array.ndim() < 2)
-          throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
-        auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
-        if (shape_of(tg) != lg.lead_shape)
-          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
-                                       describe(lg.array), ", got ", describe(tg)));
-        const LossStats stats = without_gil([&] { return masked_accuracy<T>(lg.map(), tg.data()); });
-        return stats.count == 0 ? 0.0 : static_cast<double>(stats.correct) / static_cast<double>(stats.count);
-      },
-      py::arg("logits"), py::arg("targets"), "Fraction of targets != 0 whose argmax over logits is right.");
+  m.def((std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& logits, const py::handle& targets, const py::object& smoothing,
+           bool compute_grad) -> py::tuple {
+          const char* who = "masked_cross_entropy";
+          const double label_smoothing = float_arg(smoothing, who, "label_smoothing", limits::fraction());
+          auto args = logits_and_targets<T>(logits, targets, who);
+          const RowsInput<T>& lg = args.first;
+          const auto& tg = args.second;
+          std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
+          const LossStats stats =
+              without_gil([&] { return masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing); });
+          if (!compute_grad) return py::make_tuple(stats.loss, py::none());
+          // Hand the gradient buffer to NumPy without copying; the capsule gives it back with the array.
+          Matrix<T>* g = grad.release();
+          py::capsule owner(g, &return_gradient_buffer<T>);
+          std::vector<py::ssize_t> shape(lg.array.shape(), lg.array.shape() + lg.array.ndim());
+          py::array_t<T> dlogits(shape, g->data(), owner);
+          return py::make_tuple(stats.loss, dlogits);
+        },
+        py::arg("logits"), py::arg("targets"), py::arg("label_smoothing") = 0.0, py::arg("compute_grad") = true,
+        "(loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.");
+  m.def((std::string("masked_accuracy") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& logits, const py::handle& targets) {
+          const char* who = "masked_accuracy";
+          auto args = logits_and_targets<T>(logits, targets, who);
+          const RowsInput<T>& lg = args.first;
+          const auto& tg = args.second;
+          const LossStats stats = without_gil([&] { return masked_accuracy<T>(lg.map(), tg.data()); });
+          return stats.count == 0 ? 0.0 : static_cast<double>(stats.correct) / static_cast<double>(stats.count);
+        },
+        py::arg("logits"), py::arg("targets"), "Fraction of targets != 0 whose argmax over logits is right.");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,6 +19,33 @@ py::array_t<std::int64_t> buckets_array(const std::vector<std::int32_t>& buckets
   return out;
 }
 
+// The hashing settings LSHAttention and LSHSelfAttention share: the chunk, n_hashes and n_buckets
+// properties, and the forward count `calls` (`name` names the class in messages).
+template <typename H>
+void def_hashing_properties(py::class_<H>& cls) {
+  cls.def_property_readonly("chunk", [](H& h) { return h.layer.chunk(); });
+  cls.def_property_readonly("n_hashes", [](H& h) { return h.layer.n_hashes(); });
+  cls.def_property_readonly(
+      "n_buckets",
+      [](H& h) -> py::object { return h.layer.n_buckets() ? py::object(py::int_(h.layer.n_buckets())) : py::none(); },
+      "The number of buckets, or None: 2 * max(1, length // chunk) for each input");
+}
+template <typename H>
+void def_calls(py::class_<H>& cls, const std::string& name) {
+  cls.def_property(
+      "calls", [](H& h) { return h.layer.calls(); },
+      [name, who = name + ".calls"](H& h, const py::object& c) {
+        check_idle(h.busy, who.c_str(), "layer");
+        h.layer.set_calls(seed_arg(c, name.c_str(), "calls"));
+      },
+      "The forward count that, with the seed, draws the next forward's rotations");
+}
+
+// n_buckets of the constructors: None (0: chosen for each input) or an even count.
+Index n_buckets_arg(const py::object& n_buckets, const char* who) {
+  return n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
+}
+
 // The kernel over (B, H, T, d) heads, with the members LayerForward and LayerBackward use and the
 // buffers of one forward and backward.
 template <typename T>
@@ -50,62 +77,49 @@ of the last forward.)doc");
   cls.def(py::init([](const py::object& chunk, const py::object& n_hashes, const py::object& n_buckets,
                       const py::object& seed) {
             const char* who = "LSHAttention";
-            const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
+            const Index nb = n_buckets_arg(n_buckets, who);
             return new S(int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
                          seed_arg(seed, who));
           }),
-          py::arg("chunk") = 64, py::arg("n_hashes") = 4, py::arg("n_buckets") = py::none(), py::arg("seed") = 0)
-      .def_property_readonly("chunk", [](S& s) { return s.layer.chunk(); })
-      .def_property_readonly("n_hashes", [](S& s) { return s.layer.n_hashes(); })
-      .def_property_readonly(
-          "n_buckets",
-          [](S& s) -> py::object {
-            return s.layer.n_buckets() ? py::object(py::int_(s.layer.n_buckets())) : py::none();
-          },
-          "The number of buckets, or None: 2 * max(1, length // chunk) for each input")
-      .def_property(
-          "calls", [](S& s) { return s.layer.calls(); },
-          [](S& s, const py::object& c) {
-            check_idle(s.busy, "LSHAttention.calls", "layer");
-            s.layer.set_calls(seed_arg(c, "LSHAttention", "calls"));
-          },
-          "The forward count that, with the seed, draws the next forward's rotations")
-      .def(
-          "forward",
-          [](S& s, const py::handle& qk, const py::handle& v, const py::object& causal) {
-            LayerForward<T, S> call(s, "LSHAttention.forward");
-            const char* who = call.who();
-            const bool c = check_setting(Limit::flag(), who, "causal", causal).cast<bool>();
-            auto Q = as_floats<T>(qk, who, "qk", 4), V = as_floats<T>(v, who, "v", 4);
-            const Index B = Q.shape(0), H = Q.shape(1), Tn = Q.shape(2), dk = Q.shape(3);
-            if (V.shape(0) != B || V.shape(1) != H || V.shape(2) != Tn || V.shape(3) != dk || B == 0 || H == 0 ||
-                Tn == 0 || dk == 0)
-              throw py::value_error(concat(who, ": expected non-empty qk and v of one shape (B, H, T, d); got qk ",
-                                           describe(Q), ", v ", describe(V)));
-            if (Tn > std::numeric_limits<std::int32_t>::max())
-              throw py::value_error(concat(who, ": length ", Tn, " is beyond 2**31 - 1 positions"));
-            call.finite_kept(Q, "qk");  // backward reads both again
-            call.finite_kept(V, "v");
-            const auto dbl = [](Index x) { return static_cast<double>(x); };
-            const double heads = dbl(B * H * Tn * dk);  // the output and the two gradients
-            call.check_memory_bytes(concat(B, "x", H, " heads of length ", Tn),
-                                    (lsh_kernel_elements(dbl(B), dbl(H), dbl(Tn), dbl(dk), dbl(s.layer.n_hashes()),
-                                                         dbl(s.layer.buckets_for(Tn)),
-                                                         dbl(std::min(s.layer.chunk(), Tn)), dbl(get_num_threads())) +
-                                     3 * heads) *
-                                        sizeof(T));
-            const Matrix<T>& out = call.run({B, H, Tn, dk}, [&]() -> const Matrix<T>& {
-              s.out.resize(B * H * Tn, dk);
-              const HeadStrides heads_strides{H * Tn * dk, Tn * dk, dk};
-              s.layer.forward(Q.data(), heads_strides, V.data(), heads_strides, B, H, Tn, dk, c, s.out.data(),
-                              heads_strides);
-              return s.out;
-            });
-            return copy_out<T>(out.data(), {B, H, Tn, dk});
-          },
-          py::arg("qk"), py::arg("v"), py::arg("causal") = false,
-          "qk (B, H, T, d): the shared queries and keys (the keys are their unit vectors), v (B, H, T, d) -> "
-          "(B, H, T, d)")
+          py::arg("chunk") = 64, py::arg("n_hashes") = 4, py::arg("n_buckets") = py::none(), py::arg("seed") = 0);
+  def_hashing_properties(cls);
+  def_calls(cls, "LSHAttention");
+  cls.def(
+         "forward",
+         [](S& s, const py::handle& qk, const py::handle& v, const py::object& causal) {
+           LayerForward<T, S> call(s, "LSHAttention.forward");
+           const char* who = call.who();
+           const bool c = check_setting(Limit::flag(), who, "causal", causal).cast<bool>();
+           auto Q = as_floats<T>(qk, who, "qk", 4), V = as_floats<T>(v, who, "v", 4);
+           const Index B = Q.shape(0), H = Q.shape(1), Tn = Q.shape(2), dk = Q.shape(3);
+           if (V.shape(0) != B || V.shape(1) != H || V.shape(2) != Tn || V.shape(3) != dk || B == 0 || H == 0 ||
+               Tn == 0 || dk == 0)
+             throw py::value_error(concat(who, ": expected non-empty qk and v of one shape (B, H, T, d); got qk ",
+                                          describe(Q), ", v ", describe(V)));
+           if (Tn > std::numeric_limits<std::int32_t>::max())
+             throw py::value_error(concat(who, ": length ", Tn, " is beyond 2**31 - 1 positions"));
+           call.finite_kept(Q, "qk");  // backward reads both again
+           call.finite_kept(V, "v");
+           const auto dbl = [](Index x) { return static_cast<double>(x); };
+           const double heads = dbl(B * H * Tn * dk);  // the output and the two gradients
+           call.check_memory_bytes(concat(B, "x", H, " heads of length ", Tn),
+                                   (lsh_kernel_elements(dbl(B), dbl(H), dbl(Tn), dbl(dk), dbl(s.layer.n_hashes()),
+                                                        dbl(s.layer.buckets_for(Tn)),
+                                                        dbl(std::min(s.layer.chunk(), Tn)), dbl(get_num_threads())) +
+                                    3 * heads) *
+                                       sizeof(T));
+           const Matrix<T>& out = call.run({B, H, Tn, dk}, [&]() -> const Matrix<T>& {
+             s.out.resize(B * H * Tn, dk);
+             const HeadStrides heads_strides{H * Tn * dk, Tn * dk, dk};
+             s.layer.forward(Q.data(), heads_strides, V.data(), heads_strides, B, H, Tn, dk, c, s.out.data(),
+                             heads_strides);
+             return s.out;
+           });
+           return copy_out<T>(out.data(), {B, H, Tn, dk});
+         },
+         py::arg("qk"), py::arg("v"), py::arg("causal") = false,
+         "qk (B, H, T, d): the shared queries and keys (the keys are their unit vectors), v (B, H, T, d) -> "
+         "(B, H, T, d)")
       .def(
           "backward",
           [](S& s, const py::handle& dout) {
@@ -162,7 +176,7 @@ last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_has
                       const py::object& n_hashes, const py::object& n_buckets, const py::object& causal,
                       const py::object& seed) {
             const char* who = "LSHSelfAttention";
-            const Index nb = n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
+            const Index nb = n_buckets_arg(n_buckets, who);
             auto* h = new H(int_arg(d_model, who, "d_model", 1), int_arg(n_heads, who, "n_heads", 1),
                             int_arg(chunk, who, "chunk", 1), int_arg(n_hashes, who, "n_hashes", 1, L::kMaxHashes), nb,
                             seed_arg(seed, who));
@@ -172,29 +186,16 @@ last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_has
           py::arg("d_model"), py::arg("n_heads"), py::arg("chunk") = 64, py::arg("n_hashes") = 4,
           py::arg("n_buckets") = py::none(), py::arg("causal") = false, py::arg("seed") = 0);
   def_head_properties(cls);
-  cls.def_property_readonly("chunk", [](H& h) { return h.layer.chunk(); })
-      .def_property_readonly("n_hashes", [](H& h) { return h.layer.n_hashes(); })
-      .def_property_readonly(
-          "n_buckets",
-          [](H& h) -> py::object {
-            return h.layer.n_buckets() ? py::object(py::int_(h.layer.n_buckets())) : py::none();
-          },
-          "The number of buckets, or None: 2 * max(1, length // chunk) for each input")
-      .def_property_readonly("causal", [](H& h) { return h.flag; })
-      .def_property(
-          "calls", [](H& h) { return h.layer.calls(); },
-          [](H& h, const py::object& c) {
-            check_idle(h.busy, "LSHSelfAttention.calls", "layer");
-            h.layer.set_calls(seed_arg(c, "LSHSelfAttention", "calls"));
-          },
-          "The forward count that, with the seed, draws the next forward's rotations")
-      .def_property(
-          "freeze_hash", [](H& h) { return h.layer.freeze_hash(); },
-          [](H& h, const py::object& f) {
-            check_idle(h.busy, "LSHSelfAttention.freeze_hash", "layer");
-            h.layer.set_freeze_hash(check_setting(Limit::flag(), "LSHSelfAttention", "freeze_hash", f).cast<bool>());
-          },
-          "True: forward does not advance calls, so every forward hashes with the same rotations")
+  def_hashing_properties(cls);
+  cls.def_property_readonly("causal", [](H& h) { return h.flag; });
+  def_calls(cls, "LSHSelfAttention");
+  cls.def_property(
+         "freeze_hash", [](H& h) { return h.layer.freeze_hash(); },
+         [](H& h, const py::object& f) {
+           check_idle(h.busy, "LSHSelfAttention.freeze_hash", "layer");
+           h.layer.set_freeze_hash(check_setting(Limit::flag(), "LSHSelfAttention", "freeze_hash", f).cast<bool>());
+         },
+         "True: forward does not advance calls, so every forward hashes with the same rotations")
       .def(
           "forward",
           [](H& h, const py::handle& x, const py::object& causal) {
