@@ -172,8 +172,8 @@ constexpr EnumName<AttentionImpl> kImplNames[] = {
 }  // namespace
 
 AttentionImpl parse_attention_impl(const std::string& name) {
-  if (const auto impl = value_of(kImplNames, name)) return *impl;
-  throw std::invalid_argument("attention_impl must be 'plain', 'tiled' or 'auto', got '" + name + "'");
+  return parse_name(kImplNames, name,
+                    [&] { return "attention_impl must be 'plain', 'tiled' or 'auto', got '" + name + "'"; });
 }
 
 const char* attention_impl_name(AttentionImpl impl) { return name_of(kImplNames, impl, "auto"); }

@@ -77,8 +77,9 @@ constexpr EnumName<Activation> kActivationNames[] = {
 }  // namespace
 
 Activation parse_activation(const std::string& name) {
-  if (const auto a = value_of(kActivationNames, name)) return *a;
-  throw std::invalid_argument(concat("activation: unknown activation '", name, "'; expected relu, gelu or swish"));
+  return parse_name(kActivationNames, name, [&] {
+    return concat("activation: unknown activation '", name, "'; expected relu, gelu or swish");
+  });
 }
 
 std::string to_string(Activation a) { return name_of(kActivationNames, a, "relu"); }

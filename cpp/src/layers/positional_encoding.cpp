@@ -13,9 +13,9 @@ constexpr EnumName<PositionalLayout> kLayoutNames[] = {{PositionalLayout::Interl
 }  // namespace
 
 PositionalLayout parse_positional_layout(const std::string& name) {
-  if (const auto layout = value_of(kLayoutNames, name)) return *layout;
-  throw std::invalid_argument(
-      concat("positional_encoding: unknown layout '", name, "'; expected 'interleaved' or 'concatenated'"));
+  return parse_name(kLayoutNames, name, [&] {
+    return concat("positional_encoding: unknown layout '", name, "'; expected 'interleaved' or 'concatenated'");
+  });
 }
 
 std::string to_string(PositionalLayout layout) { return name_of(kLayoutNames, layout, "concatenated"); }

@@ -4,10 +4,12 @@
 //   constexpr EnumName<Activation> kActivationNames[] = {{Activation::Relu, "relu"}, ...};
 //   name_of(kActivationNames, Activation::Gelu)  // "gelu"
 //   value_of(kActivationNames, "swish")          // Activation::Swish; std::nullopt for an unknown name
+//   parse_name(kActivationNames, name, message)  // the same, std::invalid_argument(message()) when unknown
 #pragma once
 
 #include <cstddef>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace transformer {
@@ -32,6 +34,13 @@ std::optional<E> value_of(const EnumName<E> (&names)[N], const std::string& name
   for (const EnumName<E>& n : names)
     if (name == n.name) return n.value;
   return std::nullopt;
+}
+
+// The value named `name`; std::invalid_argument(message()) when the table does not list it.
+template <typename E, std::size_t N, typename Message>
+E parse_name(const EnumName<E> (&names)[N], const std::string& name, Message&& message) {
+  if (const std::optional<E> v = value_of(names, name)) return *v;
+  throw std::invalid_argument(message());
 }
 
 }  // namespace transformer
