@@ -46,6 +46,20 @@ Index n_buckets_arg(const py::object& n_buckets, const char* who) {
   return n_buckets.is_none() ? 0 : int_arg(n_buckets, who, "n_buckets", 2, Index(1) << 30);
 }
 
+// buckets() of LSHAttention and LSHSelfAttention (`name`): those of the last forward as
+// (B, heads(layer), n_hashes, T), documented by `doc`.
+template <typename H, typename Heads>
+void def_buckets(py::class_<H>& cls, const std::string& name, Heads heads, const char* doc) {
+  cls.def(
+      "buckets",
+      [who = name + ".buckets", heads](H& h) {
+        check_forward_done(h, who.c_str());
+        const auto& l = h.layer;
+        return buckets_array(l.buckets(), {l.batch(), heads(l), l.n_hashes(), l.length()});
+      },
+      doc);
+}
+
 // The kernel over (B, H, T, d) heads, with the members LayerForward and LayerBackward use and the
 // buffers of one forward and backward.
 template <typename T>
@@ -136,15 +150,10 @@ of the last forward.)doc");
             call.check_gradient(s.dv, "gradient of v");
             return py::make_tuple(copy_out<T>(s.dq.data(), {B, H, Tn, dk}), copy_out<T>(s.dv.data(), {B, H, Tn, dk}));
           },
-          py::arg("dout"), "dout (B, H, T, d) -> (dqk, dv)")
-      .def(
-          "buckets",
-          [](S& s) {
-            check_forward_done(s, "LSHAttention.buckets");
-            const L& l = s.layer;
-            return buckets_array(l.buckets(), {l.batch(), l.heads(), l.n_hashes(), l.length()});
-          },
-          "The buckets of the last forward, (B, H, n_hashes, T)");
+          py::arg("dout"), "dout (B, H, T, d) -> (dqk, dv)");
+  def_buckets(
+      cls, "LSHAttention", [](const L& l) { return l.heads(); },
+      "The buckets of the last forward, (B, H, n_hashes, T)");
   def_no_parameters(cls);
 }
 
@@ -221,21 +230,16 @@ last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_has
   def_d_model_backward<T>(cls, "LSHSelfAttention",
                           "dout (B, T, d_model) -> dx (B, T, d_model); accumulates parameter gradients");
   cls.def(
-         "rotations",
-         [](H& h) {
-           check_forward_done(h, "LSHSelfAttention.rotations");
-           const L& l = h.layer;
-           return copy_out<T>(l.rotations().data(), {l.n_heads(), l.n_hashes(), l.d_k(), l.last_n_buckets() / 2});
-         },
-         "The random rotations of the last forward, (n_heads, n_hashes, d_k, n_buckets/2)")
-      .def(
-          "buckets",
-          [](H& h) {
-            check_forward_done(h, "LSHSelfAttention.buckets");
-            const L& l = h.layer;
-            return buckets_array(l.buckets(), {l.batch(), l.n_heads(), l.n_hashes(), l.length()});
-          },
-          "The buckets of the last forward, (B, n_heads, n_hashes, T)");
+      "rotations",
+      [](H& h) {
+        check_forward_done(h, "LSHSelfAttention.rotations");
+        const L& l = h.layer;
+        return copy_out<T>(l.rotations().data(), {l.n_heads(), l.n_hashes(), l.d_k(), l.last_n_buckets() / 2});
+      },
+      "The random rotations of the last forward, (n_heads, n_hashes, d_k, n_buckets/2)");
+  def_buckets(
+      cls, "LSHSelfAttention", [](const L& l) { return l.n_heads(); },
+      "The buckets of the last forward, (B, n_heads, n_hashes, T)");
   def_parameters<T>(cls, "LSHSelfAttention");
 }
 
