@@ -24,8 +24,8 @@ namespace {
 template <typename T>
 void bind_layer_norm(py::module_& m) {
   using H = Holder<LayerNorm<T>>;
-  py::class_<H>(m, class_name<T>("LayerNorm").c_str(),
-                R"doc(Layer normalisation over the last axis, as ``torch.nn.LayerNorm(d_model, eps=eps)``.
+  py::class_<H> cls(m, class_name<T>("LayerNorm").c_str(),
+                    R"doc(Layer normalisation over the last axis, as ``torch.nn.LayerNorm(d_model, eps=eps)``.
 
 ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance (divide by
 ``d_model``) and ``eps`` inside the square root. Parameters ``"weight"`` (ones) and ``"bias"``
@@ -33,12 +33,12 @@ void bind_layer_norm(py::module_& m) {
 
 ``forward(x)`` maps ``(..., d_model)`` to the same shape. ``forward_residual(a, b)`` computes
 ``LN(a + b)`` (the "Add & Norm" of the paper) without a separate sum; after it, ``backward``
-returns ``d(a + b)``, which is the gradient of both ``a`` and ``b``.)doc")
-      .def(py::init([](const py::object& d_model, const py::object& eps) {
-             return new H(int_arg(d_model, "LayerNorm", "d_model"),
-                          float_arg(eps, "LayerNorm", "eps", limits::positive()));
-           }),
-           py::arg("d_model"), py::arg("eps") = 1e-6)
+returns ``d(a + b)``, which is the gradient of both ``a`` and ``b``.)doc");
+  cls.def(py::init([](const py::object& d_model, const py::object& eps) {
+            return new H(int_arg(d_model, "LayerNorm", "d_model"),
+                         float_arg(eps, "LayerNorm", "eps", limits::positive()));
+          }),
+          py::arg("d_model"), py::arg("eps") = 1e-6)
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def_property_readonly("eps", [](H& h) { return h.layer.eps(); })
       .def(
@@ -71,21 +71,19 @@ returns ``d(a + b)``, which is the gradient of both ``a`` and ``b``.)doc")
                 ia.lead_shape, [&]() -> const Matrix<T>& { return h.layer.forward_residual(ia.map(), ib.map()); });
             return rows_out<T>(y, ia.lead_shape);
           },
-          py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both")
-      .def("backward",
-           backward_method<T, H>(
-               "LayerNorm.backward", [](const auto& l) { return l.dim(); }, Dout::Rows),
-           py::arg("dout"), "dout: (..., d_model) -> dx; accumulates the weight and bias gradients")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("LayerNorm.zero_grad"));
+          py::arg("a"), py::arg("b"), "LN(a + b); backward() then returns d(a + b), the gradient of both");
+  def_backward<T>(
+      cls, "LayerNorm", [](const auto& l) { return l.dim(); }, Dout::Rows,
+      "dout: (..., d_model) -> dx; accumulates the weight and bias gradients");
+  def_parameters<T>(cls, "LayerNorm");
 }
 
 template <typename T>
 void bind_relu(py::module_& m) {
   using H = Holder<ReLU<T>>;
-  py::class_<H>(m, class_name<T>("ReLU").c_str(),
-                R"doc(``y = max(x, 0)`` element-wise; ``backward(dout)`` passes ``dout`` where ``y > 0``.)doc")
-      .def(py::init([]() { return new H(); }))
+  py::class_<H> cls(m, class_name<T>("ReLU").c_str(),
+                    R"doc(``y = max(x, 0)`` element-wise; ``backward(dout)`` passes ``dout`` where ``y > 0``.)doc");
+  cls.def(py::init([]() { return new H(); }))
       .def(
           "forward",
           [](H& h, const py::handle& x) {
@@ -106,9 +104,8 @@ void bind_relu(py::module_& m) {
             const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
             return rows_out<T>(dx, h.lead);
           },
-          py::arg("dout"), "dout -> dx = dout where the output was positive, 0 elsewhere")
-      .def("parameters", [](py::object) { return empty_parameters(); })
-      .def("zero_grad", [](H&) {});
+          py::arg("dout"), "dout -> dx = dout where the output was positive, 0 elsewhere");
+  def_no_parameters(cls);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,22 +121,41 @@ py::array_t<bool> padding_mask_array(const py::handle& tokens, const char* who) 
   return out;
 }
 
+// What Embedding and PositionalEmbedding (`name`) share after their forward: backward (the weight
+// gradient, nothing returned), padding_mask, parameters() and zero_grad().
+template <typename T, typename H>
+void def_embedding_methods(py::class_<H>& cls, const std::string& name) {
+  cls.def(
+      "backward",
+      [who = name + ".backward"](H& h, const py::handle& dout) {
+        LayerBackward<T, H> call(h, who.c_str());
+        auto d = call.dout_rows(dout, h.layer.dim());
+        call.run([&] { h.layer.backward(d.map()); });
+        call.check_parameter_gradients();
+      },
+      py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None");
+  cls.def(
+      "padding_mask",
+      [who = name + ".padding_mask"](H&, const py::handle& tokens) { return padding_mask_array(tokens, who.c_str()); },
+      py::arg("tokens"), "bool (B, T), True where tokens == 0");
+  def_parameters<T>(cls, name);
+}
+
 template <typename T>
 void bind_embedding(py::module_& m) {
   using H = Holder<Embedding<T>>;
-  py::class_<H>(m, class_name<T>("Embedding").c_str(), R"doc(Token embedding with padding id 0.
+  py::class_<H> cls(m, class_name<T>("Embedding").c_str(), R"doc(Token embedding with padding id 0.
 
 The ``"weight"`` parameter ``(vocab_size, d_model)`` starts as ``N(0, d_model**-0.5)`` with
 row 0 zero; row 0 never receives gradient (like ``padding_idx=0`` in PyTorch).
 ``forward(tokens, scale=1.0)`` maps int ``(B, T)`` ids to ``weight[tokens] * scale`` of shape
 ``(B, T, d_model)``; ids outside ``[0, vocab_size)`` raise ``ValueError``.
-``backward(dout)`` accumulates the weight gradient and returns ``None``.)doc")
-      .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& seed) {
-             const char* who = "Embedding";
-             return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"),
-                          seed_arg(seed, who));
-           }),
-           py::arg("vocab_size"), py::arg("d_model"), py::arg("seed") = 0)
+``backward(dout)`` accumulates the weight gradient and returns ``None``.)doc");
+  cls.def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& seed) {
+            const char* who = "Embedding";
+            return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"), seed_arg(seed, who));
+          }),
+          py::arg("vocab_size"), py::arg("d_model"), py::arg("seed") = 0)
       .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def(
@@ -161,43 +177,29 @@ row 0 zero; row 0 never receives gradient (like ``padding_idx=0`` in PyTorch).
             });
             return rows_out<T>(y, h.lead);
           },
-          py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "Embedding.backward");
-            auto d = call.dout_rows(dout, h.layer.dim());
-            call.run([&] { h.layer.backward(d.map()); });
-            call.check_parameter_gradients();
-          },
-          py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
-      .def(
-          "padding_mask",
-          [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "Embedding.padding_mask"); },
-          py::arg("tokens"), "bool (B, T), True where tokens == 0")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("Embedding.zero_grad"));
+          py::arg("tokens"), py::arg("scale") = 1.0, "tokens: int (B, T) -> (B, T, d_model) = weight[tokens] * scale");
+  def_embedding_methods<T>(cls, "Embedding");
 }
 
 template <typename T>
 void bind_positional_embedding(py::module_& m) {
   using H = Holder<PositionalEmbedding<T>>;
-  py::class_<H>(m, class_name<T>("PositionalEmbedding").c_str(),
-                R"doc(The input layer of the Transformer: ``weight[tokens] * sqrt(d_model) + PE[:T]``.
+  py::class_<H> cls(m, class_name<T>("PositionalEmbedding").c_str(),
+                    R"doc(The input layer of the Transformer: ``weight[tokens] * sqrt(d_model) + PE[:T]``.
 
 ``PE`` is the sinusoidal table of :func:`transformer_cpp.positional_encoding` with the given
 ``layout`` (``"interleaved"`` or ``"concatenated"``), built once for ``max_length`` positions
 (``.table``) and grown for longer inputs. ``forward(tokens)`` takes int ids ``(B, T)`` and
-returns ``(B, T, d_model)``; the embedding weight is as in :class:`Embedding`.)doc")
-      .def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& max_length,
-                       const py::object& layout, const py::object& seed) {
-             const char* who = "PositionalEmbedding";
-             return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"),
-                          int_arg(max_length, who, "max_length"),
-                          parse_positional_layout(str_arg(layout, who, "layout")), seed_arg(seed, who));
-           }),
-           py::arg("vocab_size"), py::arg("d_model"), py::arg("max_length") = 2048, py::arg("layout") = "interleaved",
-           py::arg("seed") = 0)
+returns ``(B, T, d_model)``; the embedding weight is as in :class:`Embedding`.)doc");
+  cls.def(py::init([](const py::object& vocab_size, const py::object& d_model, const py::object& max_length,
+                      const py::object& layout, const py::object& seed) {
+            const char* who = "PositionalEmbedding";
+            return new H(int_arg(vocab_size, who, "vocab_size"), int_arg(d_model, who, "d_model"),
+                         int_arg(max_length, who, "max_length"),
+                         parse_positional_layout(str_arg(layout, who, "layout")), seed_arg(seed, who));
+          }),
+          py::arg("vocab_size"), py::arg("d_model"), py::arg("max_length") = 2048, py::arg("layout") = "interleaved",
+          py::arg("seed") = 0)
       .def_property_readonly("vocab_size", [](H& h) { return h.layer.vocab_size(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.dim(); })
       .def_property_readonly("max_length", [](H& h) { return h.layer.max_length(); })
@@ -228,22 +230,8 @@ returns ``(B, T, d_model)``; the embedding weight is as in :class:`Embedding`.)d
                 {b, t}, [&]() -> const Matrix<T>& { return h.layer.forward(ConstTokenMap(tok.data(), b, t)); });
             return rows_out<T>(y, h.lead);
           },
-          py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed")
-      .def(
-          "backward",
-          [](H& h, const py::handle& dout) {
-            LayerBackward<T, H> call(h, "PositionalEmbedding.backward");
-            auto d = call.dout_rows(dout, h.layer.dim());
-            call.run([&] { h.layer.backward(d.map()); });
-            call.check_parameter_gradients();
-          },
-          py::arg("dout"), "dout: (B, T, d_model); accumulates the weight gradient (not row 0); returns None")
-      .def(
-          "padding_mask",
-          [](H&, const py::handle& tokens) { return padding_mask_array(tokens, "PositionalEmbedding.padding_mask"); },
-          py::arg("tokens"), "bool (B, T), True where tokens == 0")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("PositionalEmbedding.zero_grad"));
+          py::arg("tokens"), "tokens: int (B, T) -> (B, T, d_model); the table grows past max_length as needed");
+  def_embedding_methods<T>(cls, "PositionalEmbedding");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,6 +258,22 @@ void return_gradient_buffer(void* p) {
   std::unique_ptr<Matrix<T>> m(static_cast<Matrix<T>*>(p));
   auto& spare = spare_gradient<T>();
   if (!spare) spare = std::move(m);  // otherwise m is freed here
+}
+
+// The arguments of masked_cross_entropy and masked_accuracy: logits (N, V) or (B, T, V), and the
+// target ids of their leading shape.
+template <typename T>
+std::pair<RowsInput<T>, py::array_t<std::int64_t, py::array::c_style>> logits_and_targets(const py::handle& logits,
+                                                                                          const py::handle& targets,
+                                                                                          const char* who) {
+  auto lg = as_rows<T>(logits, who, "logits", -1);
+  if (lg.array.ndim() < 2)
+    throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
+  auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
+  if (shape_of(tg) != lg.lead_shape)
+    throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
+                                 describe(lg.array), ", got ", describe(tg)));
+  return {std::move(lg), std::move(tg)};
 }
 
 template <typename T>
@@ -300,47 +304,37 @@ void bind_functions(py::module_& m) {
         },
         py::arg("y"), py::arg("dy"),
         "Gradient of the softmax input given its output y and dy: y * (dy - sum(dy * y)).");
-  m.def(
-      (std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& logits, const py::handle& targets, const py::object& smoothing,
-         bool compute_grad) -> py::tuple {
-        const char* who = "masked_cross_entropy";
-        const double label_smoothing = float_arg(smoothing, who, "label_smoothing", limits::fraction());
-        auto lg = as_rows<T>(logits, who, "logits", -1);
-        if (lg.array.ndim() < 2)
-          throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
-        auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
-        if (shape_of(tg) != lg.lead_shape)
-          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
-                                       describe(lg.array), ", got ", describe(tg)));
-        std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
-        const LossStats stats =
-            without_gil([&] { return masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing); });
-        if (!compute_grad) return py::make_tuple(stats.loss, py::none());
-        // Hand the gradient buffer to NumPy without copying; the capsule gives it back with the array.
-        Matrix<T>* g = grad.release();
-        py::capsule owner(g, &return_gradient_buffer<T>);
-        std::vector<py::ssize_t> shape(lg.array.shape(), lg.array.shape() + lg.array.ndim());
-        py::array_t<T> dlogits(shape, g->data(), owner);
-        return py::make_tuple(stats.loss, dlogits);
-      },
-      py::arg("logits"), py::arg("targets"), py::arg("label_smoothing") = 0.0, py::arg("compute_grad") = true,
-      "(loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.");
-  m.def(
-      (std::string("masked_accuracy") + dtype_suffix<T>()).c_str(),
-      [](const py::handle& logits, const py::handle& targets) {
-        const char* who = "masked_accuracy";
-        auto lg = as_rows<T>(logits, who, "logits", -1);
-        if (lg.array.ndim() < 2)
-          throw py::value_error(concat(who, ": logits must have shape (N, V) or (B, T, V), got ", describe(lg.array)));
-        auto tg = as_tokens(targets, who, "targets", static_cast<int>(lg.array.ndim() - 1));
-        if (shape_of(tg) != lg.lead_shape)
-          throw py::value_error(concat(who, ": targets must have shape ", shape_str(lg.lead_shape), " to match logits ",
-                                       describe(lg.array), ", got ", describe(tg)));
-        const LossStats stats = without_gil([&] { return masked_accuracy<T>(lg.map(), tg.data()); });
-        return stats.count == 0 ? 0.0 : static_cast<double>(stats.correct) / static_cast<double>(stats.count);
-      },
-      py::arg("logits"), py::arg("targets"), "Fraction of targets != 0 whose argmax over logits is right.");
+  m.def((std::string("masked_cross_entropy") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& logits, const py::handle& targets, const py::object& smoothing,
+           bool compute_grad) -> py::tuple {
+          const char* who = "masked_cross_entropy";
+          const double label_smoothing = float_arg(smoothing, who, "label_smoothing", limits::fraction());
+          auto args = logits_and_targets<T>(logits, targets, who);
+          const RowsInput<T>& lg = args.first;
+          const auto& tg = args.second;
+          std::unique_ptr<Matrix<T>> grad = compute_grad ? take_gradient_buffer<T>() : nullptr;
+          const LossStats stats =
+              without_gil([&] { return masked_cross_entropy<T>(lg.map(), tg.data(), grad.get(), label_smoothing); });
+          if (!compute_grad) return py::make_tuple(stats.loss, py::none());
+          // Hand the gradient buffer to NumPy without copying; the capsule gives it back with the array.
+          Matrix<T>* g = grad.release();
+          py::capsule owner(g, &return_gradient_buffer<T>);
+          std::vector<py::ssize_t> shape(lg.array.shape(), lg.array.shape() + lg.array.ndim());
+          py::array_t<T> dlogits(shape, g->data(), owner);
+          return py::make_tuple(stats.loss, dlogits);
+        },
+        py::arg("logits"), py::arg("targets"), py::arg("label_smoothing") = 0.0, py::arg("compute_grad") = true,
+        "(loss, dlogits): softmax cross-entropy averaged over targets != 0, and its gradient.");
+  m.def((std::string("masked_accuracy") + dtype_suffix<T>()).c_str(),
+        [](const py::handle& logits, const py::handle& targets) {
+          const char* who = "masked_accuracy";
+          auto args = logits_and_targets<T>(logits, targets, who);
+          const RowsInput<T>& lg = args.first;
+          const auto& tg = args.second;
+          const LossStats stats = without_gil([&] { return masked_accuracy<T>(lg.map(), tg.data()); });
+          return stats.count == 0 ? 0.0 : static_cast<double>(stats.correct) / static_cast<double>(stats.count);
+        },
+        py::arg("logits"), py::arg("targets"), "Fraction of targets != 0 whose argmax over logits is right.");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,18 +467,12 @@ void bind_adam(py::module_& m) {
 }  // namespace
 
 void bind_basic_layers(py::module_& m) {
-  bind_layer_norm<float>(m);
-  bind_layer_norm<double>(m);
-  bind_relu<float>(m);
-  bind_relu<double>(m);
-  bind_embedding<float>(m);
-  bind_embedding<double>(m);
-  bind_positional_embedding<float>(m);
-  bind_positional_embedding<double>(m);
-  bind_functions<float>(m);
-  bind_functions<double>(m);
-  bind_adam<float>(m);
-  bind_adam<double>(m);
+  for_each_scalar([&](auto t) { bind_layer_norm<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_relu<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_embedding<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_positional_embedding<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_functions<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_adam<decltype(t)>(m); });
   m.def(
       "padding_mask", [](const py::handle& tokens) { return padding_mask_array(tokens, "padding_mask"); },
       py::arg("tokens"), "bool (B, T), True where tokens == 0 (padding)");

@@ -12,6 +12,7 @@
 #include "bindings.hpp"
 #include "transformer/attention/kinds.hpp"
 #include "transformer/core/config.hpp"
+#include "transformer/core/enum_names.hpp"
 #include "transformer/models/language_model.hpp"
 #include "transformer/models/transformer.hpp"
 
@@ -203,17 +204,10 @@ py::object check_setting(const Limit& l, const std::string& owner, const std::st
 
 namespace {
 
-const char* step_name(GenerationStep step) {
-  switch (step) {
-    case GenerationStep::KeyValueCache:
-      return "key_value_cache";
-    case GenerationStep::RecurrentState:
-      return "recurrent_state";
-    case GenerationStep::None:
-      break;
-  }
-  return nullptr;
-}
+// The name of a kind's generation step (None: no name).
+constexpr EnumName<GenerationStep> kStepNames[] = {{GenerationStep::KeyValueCache, "key_value_cache"},
+                                                   {GenerationStep::RecurrentState, "recurrent_state"}};
+const char* step_name(GenerationStep step) { return name_of(kStepNames, step); }
 
 void bind_attention_kinds(py::module_& m) {
   using K = AttentionKind;

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "bindings.hpp"
+#include "model_methods.hpp"
 #include "transformer/attention/kinds.hpp"
 #include "transformer/models/language_model.hpp"
 
@@ -31,12 +32,23 @@ ConstTokenMap tmap(const py::array_t<std::int64_t, py::array::c_style>& a) {
   return ConstTokenMap(a.data(), a.shape(0), a.shape(1));
 }
 
+// train_step, compute_gradients and evaluate_loss: tokens (B, T+1) -> (loss, labels scored) by
+// `step` with the GIL released; no backward() may follow.
+template <typename T, typename Step>
+auto token_loss(LanguageModelHolder<T>& h, const py::handle& tokens, const char* who, Step&& step) {
+  auto t = as_tokens(tokens, who, "tokens", 2);
+  LmInUse<T> in_use(h, who);
+  h.B = -1;
+  const LossStats s = without_gil([&] { return step(tmap(t)); });
+  return py::make_tuple(s.loss, s.count);
+}
+
 template <typename T>
 void bind_language_model_class(py::module_& m) {
   using H = LanguageModelHolder<T>;
-  py::class_<H>(m, class_name<T>("LanguageModel").c_str(), "The decoder-only (GPT-style) language model.")
-      .def(py::init([](const LanguageModelConfig& c) { return new H(c); }), py::arg("config"),
-           "A model of this architecture (checked again for the memory it needs).")
+  py::class_<H> cls(m, class_name<T>("LanguageModel").c_str(), "The decoder-only (GPT-style) language model.");
+  cls.def(py::init([](const LanguageModelConfig& c) { return new H(c); }), py::arg("config"),
+          "A model of this architecture (checked again for the memory it needs).")
       .def(
           "forward",
           [](H& h, const py::handle& tokens, bool training) {
@@ -55,25 +67,14 @@ void bind_language_model_class(py::module_& m) {
           "backward",
           [](H& h, const py::handle& dlogits) {
             LmInUse<T> in_use(h, "LanguageModel.backward");
-            if (h.B < 0) throw std::runtime_error("LanguageModel.backward: call forward() first");
-            const Index V = h.model.config().vocab_size;
-            auto d = as_floats<T>(dlogits, "LanguageModel.backward", "dlogits", 3);
-            if (d.shape(0) != h.B || d.shape(1) != h.T_len || d.shape(2) != V)
-              throw py::value_error(concat("LanguageModel.backward: dlogits must have shape (", h.B, ", ", h.T_len,
-                                           ", ", V, "), got ", describe(d)));
-            check_finite_input(d.data(), static_cast<Index>(d.size()), "LanguageModel.backward", "dlogits");
-            without_gil([&] { h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.T_len, V)); });
-            check_parameter_gradients(h.model.parameters(), "LanguageModel.backward");
+            logits_backward<T>(h.model, dlogits, "LanguageModel.backward", h.B, h.T_len, h.model.config().vocab_size);
           },
           py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
       .def(
           "train_step",
           [](H& h, const py::handle& tokens) {
-            auto t = as_tokens(tokens, "LanguageModel.train_step", "tokens", 2);
-            LmInUse<T> in_use(h, "LanguageModel.train_step");
-            h.B = -1;
-            const LossStats s = without_gil([&] { return h.model.train_step(tmap(t)); });
-            return py::make_tuple(s.loss, s.count);
+            return token_loss(h, tokens, "LanguageModel.train_step",
+                              [&](ConstTokenMap t) { return h.model.train_step(t); });
           },
           py::arg("tokens"),
           "tokens (B, T+1): inputs tokens[:, :-1], labels tokens[:, 1:]. Forward, mean cross-entropy, backward "
@@ -86,11 +87,8 @@ void bind_language_model_class(py::module_& m) {
       .def(
           "compute_gradients",
           [](H& h, const py::handle& tokens, bool training) {
-            auto t = as_tokens(tokens, "LanguageModel.compute_gradients", "tokens", 2);
-            LmInUse<T> in_use(h, "LanguageModel.compute_gradients");
-            h.B = -1;
-            const LossStats s = without_gil([&] { return h.model.compute_gradients(tmap(t), training); });
-            return py::make_tuple(s.loss, s.count);
+            return token_loss(h, tokens, "LanguageModel.compute_gradients",
+                              [&](ConstTokenMap t) { return h.model.compute_gradients(t, training); });
           },
           py::arg("tokens"), py::arg("training") = true,
           "train_step's loss and gradients (in parameters()' .grad) without the update; returns (loss, count).")
@@ -105,11 +103,8 @@ void bind_language_model_class(py::module_& m) {
       .def(
           "evaluate_loss",
           [](H& h, const py::handle& tokens) {
-            auto t = as_tokens(tokens, "LanguageModel.evaluate_loss", "tokens", 2);
-            LmInUse<T> in_use(h, "LanguageModel.evaluate_loss");
-            h.B = -1;
-            const LossStats s = without_gil([&] { return h.model.evaluate_loss(tmap(t)); });
-            return py::make_tuple(s.loss, s.count);
+            return token_loss(h, tokens, "LanguageModel.evaluate_loss",
+                              [&](ConstTokenMap t) { return h.model.evaluate_loss(t); });
           },
           py::arg("tokens"),
           "tokens (B, T+1): mean cross-entropy (nats) of tokens[:, 1:] given the tokens before, in inference "
@@ -152,86 +147,27 @@ void bind_language_model_class(py::module_& m) {
           "Feed one token per sequence at the next position: logits (rows, vocab_size) of the token after it.")
       .def_property_readonly(
           "generation_position", [](H& h) { return h.state.position(); }, "Positions fed since start_generation.")
-      .def("parameters",
-           [](py::object self) {
-             check_idle(self.cast<H&>().busy, "LanguageModel.parameters", "LanguageModel");
-             return parameters_dict<T>(self.cast<H&>().model.parameters(), self);
-           })
-      .def("zero_grad",
-           [](H& h) {
-             check_idle(h.busy, "LanguageModel.zero_grad", "LanguageModel");
-             h.model.zero_grad();
-           })
-      .def(
-          "configure_optimizer",
-          [](H& h, const OptimizerConfig& o) {
-            check_idle(h.busy, "LanguageModel.configure_optimizer", "LanguageModel");
-            h.model.set_optimizer_config(o);
-          },
-          py::arg("config"), "Adam, the schedule and clipping of the following train_steps.")
-      .def(
-          "optimizer_config", [](H& h) { return h.model.optimizer_config(); }, "The optimiser's configuration.")
-      .def(
-          "optimizer_state",
-          [](py::object self) {
-            check_idle(self.cast<H&>().busy, "LanguageModel.optimizer_state", "LanguageModel");
-            return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self);
-          },
-          "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
-      .def_property(
-          "step",
-          [](H& h) {
-            check_idle(h.busy, "LanguageModel.step", "LanguageModel");
-            return h.model.step_count();
-          },
-          [](H& h, const py::object& s) {
-            check_idle(h.busy, "LanguageModel.step", "LanguageModel");
-            h.model.set_step_count(int_arg(s, "LanguageModel", "step", 0));
-          },
-          "Optimiser steps taken so far.")
-      .def_property(
-          "dropout_calls", [](H& h) { return h.model.dropout_calls(); },
-          [](H& h, const py::object& c) {
-            check_idle(h.busy, "LanguageModel.dropout_calls", "LanguageModel");
-            h.model.set_dropout_calls(seed_arg(c, "LanguageModel", "dropout_calls"));
-          },
-          "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
-      .def(
-          "set_dropout_seed",
-          [](H& h, const py::object& seed) {
-            check_idle(h.busy, "LanguageModel.set_dropout_seed", "LanguageModel");
-            h.model.set_dropout_seed(seed_arg(seed, "LanguageModel", "dropout seed"));
-          },
-          py::arg("seed"), "Seed the dropout masks (the counter is kept).")
-      .def(
-          "learning_rate",
-          [](H& h, const py::object& step) {
-            return h.model.learning_rate(int_arg(step, "LanguageModel.learning_rate", "step", 1));
-          },
-          py::arg("step"))
-      .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
-      .def_property(
-          "output_chunk_rows", [](H& h) { return h.model.output_chunk_rows(); },
-          [](H& h, const py::object& rows) {
-            check_idle(h.busy, "LanguageModel.output_chunk_rows", "LanguageModel");
-            h.model.set_output_chunk_rows(int_arg(rows, "LanguageModel", "output_chunk_rows", -1));
-          },
-          "Rows per chunk of the training step's output layer and loss, computed together chunk by chunk "
-          "so the (rows, vocabulary) logits are never stored whole: 0 (default) sizes the chunks from the "
-          "vocabulary, n > 0 takes n rows, -1 computes the whole logits matrix (the unfused reference).")
-      .def_property(
-          "memory_length", [](H& h) { return h.model.memory_length(); },
-          [](H& h, const py::object& m) {
-            check_idle(h.busy, "LanguageModel.memory_length", "LanguageModel");
-            const Index length = int_arg(m, "LanguageModel", "memory_length", 0, 1 << 20);
-            if (length > 0 && !attention_kind(h.model.config().attention).memory)
-              throw py::value_error(concat("LanguageModel: memory_length needs attention ",
-                                           quoted_attention_kinds(takes_memory), ", the model has '",
-                                           h.model.config().attention, "'"));
-            h.model.set_memory_length(length);
-          },
-          "Relative attention: positions of the preceding segments each block attends to (any length; setting it "
-          "empties the memory).")
+      .def("parameters", [](py::object self) {
+        check_idle(self.cast<H&>().busy, "LanguageModel.parameters", "LanguageModel");
+        return parameters_dict<T>(self.cast<H&>().model.parameters(), self);
+      });
+  def_optimizer_methods<T>(cls, "LanguageModel", "Adam, the schedule and clipping of the following train_steps.");
+  def_set_dropout_seed(cls, "LanguageModel");
+  def_learning_rate(cls, "LanguageModel");
+  def_output_chunks(cls, "LanguageModel");
+  cls.def_property(
+         "memory_length", [](H& h) { return h.model.memory_length(); },
+         [](H& h, const py::object& m) {
+           check_idle(h.busy, "LanguageModel.memory_length", "LanguageModel");
+           const Index length = int_arg(m, "LanguageModel", "memory_length", 0, 1 << 20);
+           if (length > 0 && !attention_kind(h.model.config().attention).memory)
+             throw py::value_error(concat("LanguageModel: memory_length needs attention ",
+                                          quoted_attention_kinds(takes_memory), ", the model has '",
+                                          h.model.config().attention, "'"));
+           h.model.set_memory_length(length);
+         },
+         "Relative attention: positions of the preceding segments each block attends to (any length; setting it "
+         "empties the memory).")
       .def_property(
           "clamp_len",
           [](H& h) -> py::object {
@@ -262,26 +198,16 @@ void bind_language_model_class(py::module_& m) {
             check_idle(h.busy, "LanguageModel.memory_update", "LanguageModel");
             h.model.set_memory_update(update);
           },
-          "True (default): each forward moves the segment memory on; False: forwards read it and leave it as it is.")
-      .def(
-          "nonfinite_parameters",
-          [](H& h, bool optimizer_state) {
-            check_idle(h.busy, "LanguageModel.nonfinite_parameters", "LanguageModel");
-            std::vector<std::string> bad = nonfinite_parameters(h.model.parameters());
-            if (optimizer_state && h.model.has_optimizer())
-              for (auto& name : nonfinite_parameters(h.model.optimizer().state())) bad.push_back(name);
-            return bad;
-          },
-          py::arg("optimizer_state") = true,
-          "Names of the parameters (and, with optimizer_state, Adam moments) holding NaN or inf.")
-      .def("config", [](H& h) { return h.model.config(); }, "The architecture.");
+          "True (default): each forward moves the segment memory on; False: forwards read it and leave it as it is.");
+  def_nonfinite_parameters(cls, "LanguageModel",
+                           "Names of the parameters (and, with optimizer_state, Adam moments) holding NaN or inf.");
+  cls.def("config", [](H& h) { return h.model.config(); }, "The architecture.");
 }
 
 }  // namespace
 
 void bind_language_model(py::module_& m) {
-  bind_language_model_class<float>(m);
-  bind_language_model_class<double>(m);
+  for_each_scalar([&](auto t) { bind_language_model_class<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings

@@ -45,16 +45,16 @@ struct PyLinearState {
 template <typename T>
 void bind_linear_kernel(py::module_& m) {
   using K = LinearKernel<T>;
-  py::class_<K>(m, class_name<T>("LinearAttention").c_str(),
-                R"doc(Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs") with its backward.
+  py::class_<K> cls(m, class_name<T>("LinearAttention").c_str(),
+                    R"doc(Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs") with its backward.
 
 ``out_i = phi(q_i) sum_j phi(k_j)^T v_j / (phi(q_i) . sum_j phi(k_j) + 1e-6)``, ``phi(x) = elu(x) + 1``,
 summing over every position ``j`` or, with ``causal=True``, over ``j <= i`` (by cumulative sums in
 chunks: time and memory linear in T, no (T, T) matrix). ``forward(q, k, v, causal=False)`` takes
 ``q``, ``k``, ``v`` of one shape (..., T, d) and returns the output of that shape;
 ``backward(dout)`` returns ``(dq, dk, dv)``. ``state()`` gives ``(S, z)`` of the last forward,
-``S = sum_j phi(k_j)^T v_j`` (..., d, d) and ``z = sum_j phi(k_j)`` (..., d).)doc")
-      .def(py::init<>())
+``S = sum_j phi(k_j)^T v_j`` (..., d, d) and ``z = sum_j phi(k_j)`` (..., d).)doc");
+  cls.def(py::init<>())
       .def(
           "forward",
           [](K& s, const py::handle& q, const py::handle& k, const py::handle& v, const py::handle& causal) {
@@ -95,11 +95,7 @@ chunks: time and memory linear in T, no (T, T) matrix). ``forward(q, k, v, causa
           [](K& s, const py::handle& dout) {
             LayerBackward<T, K> call(s, "linear_attention.backward");
             const Index G = s.lead[0], Tn = s.lead[1], d = s.lead[2];
-            auto dO = as_floats<T>(dout, call.who(), "dout", 3);
-            if (dO.shape(0) != G || dO.shape(1) != Tn || dO.shape(2) != d)
-              throw py::value_error(concat(call.who(), ": dout must have the output's shape (", G, ", ", Tn, ", ", d,
-                                           "), got ", describe(dO)));
-            check_finite_input(dO.data(), static_cast<Index>(dO.size()), call.who(), "dout");
+            auto dO = call.dout_array(dout, {G, Tn, d});
             call.run([&] {
               s.dq.resize(G * Tn, d);
               s.dk.resize(G * Tn, d);
@@ -118,8 +114,7 @@ chunks: time and memory linear in T, no (T, T) matrix). ``forward(q, k, v, causa
       .def(
           "state",
           [](K& s) {
-            check_idle(s.busy, "linear_attention.state", "layer");
-            if (!s.has_forward) throw std::runtime_error("linear_attention.state: call forward() first");
+            check_forward_done(s, "linear_attention.state");
             const Index G = s.lead[0], d = s.lead[2];
             py::array_t<T> S({G, d, d}), z({G, d});
             for (Index g = 0; g < G; ++g) {
@@ -130,17 +125,16 @@ chunks: time and memory linear in T, no (T, T) matrix). ``forward(q, k, v, causa
             return py::make_tuple(S, z);
           },
           "(S, z) of the last forward over the whole sequence: S (G, d, d) = sum phi(K_j)^T V_j, z (G, d) = "
-          "sum phi(K_j)")
-      .def("parameters", [](py::object) { return empty_parameters(); })
-      .def("zero_grad", [](K&) {});
+          "sum phi(K_j)");
+  def_no_parameters(cls);
 }
 
 template <typename T>
-void bind_linear_layer(py::module_& m) {
+void bind_linear_state(py::module_& m) {
   using S = PyLinearState<T>;
-  py::class_<S>(m, class_name<T>("LinearAttentionState").c_str(),
-                "The generation state of a LinearMultiHeadAttention: S (d_k x d_k) and z (d_k) per row and head.")
-      .def_property_readonly("rows", [](S& s) { return s.st.rows(); })
+  py::class_<S> cls(m, class_name<T>("LinearAttentionState").c_str(),
+                    "The generation state of a LinearMultiHeadAttention: S (d_k x d_k) and z (d_k) per row and head.");
+  cls.def_property_readonly("rows", [](S& s) { return s.st.rows(); })
       .def_property_readonly("length", [](S& s) { return s.st.length; })
       .def(
           "values",
@@ -156,10 +150,14 @@ void bind_linear_layer(py::module_& m) {
             return py::make_tuple(Sv, z);
           },
           "Copies (S, z): S (rows, n_heads, d_k, d_k) = sum phi(k)^T v, z (rows, n_heads, d_k) = sum phi(k)");
+}
 
+template <typename T>
+void bind_linear_layer(py::module_& m) {
+  using S = PyLinearState<T>;
   using H = Holder<LinearMultiHeadAttention<T>>;
-  py::class_<H>(m, class_name<T>("LinearMultiHeadAttention").c_str(),
-                R"doc(Multi-head linear attention: the Q, K, V and output projections of :class:`MultiHeadAttention`
+  py::class_<H> cls(m, class_name<T>("LinearMultiHeadAttention").c_str(),
+                    R"doc(Multi-head linear attention: the Q, K, V and output projections of :class:`MultiHeadAttention`
 (same parameter names ``query|key|value|output.weight|bias``, same layout and, for one seed, the
 same initial values) around :class:`LinearAttention` per head instead of softmax attention.
 
@@ -169,46 +167,37 @@ returns ``dx`` and accumulates the parameter gradients; ``release()`` frees what
 
 Generation uses the RNN form: ``state = layer.new_state(rows)``, then ``layer.step(x_t, state)``
 with ``x_t`` (rows, d_model), one new position per sequence, returns its output (rows, d_model)
-in constant time per position, equal to the causal forward at that position.)doc")
-      .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed) {
-             const char* who = "LinearMultiHeadAttention";
-             return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who));
-           }),
-           py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0)
-      .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
-      .def_property_readonly("n_heads", [](H& h) { return h.layer.n_heads(); })
-      .def_property_readonly("d_k", [](H& h) { return h.layer.d_k(); })
-      .def(
-          "forward",
-          [](H& h, const py::handle& x, const py::handle& causal) {
-            LayerForward<T, H> call(h, "LinearMultiHeadAttention.forward");
-            const bool c = bool_arg(causal, call.who(), "causal");
-            const Index d = h.layer.d_model(), heads = h.layer.n_heads(), dk = h.layer.d_k();
-            auto X = call.btc(x, "x", d, /*keep=*/true);  // backward reads x again
-            const Index B = X.lead_shape[0], Tn = X.lead_shape[1];
-            if (B == 0 || Tn == 0)
-              throw py::value_error(concat(call.who(), ": x must hold at least one position, got ", describe(X.array)));
-            const double rows = static_cast<double>(X.rows), bh = static_cast<double>(B * heads);
-            call.check(concat("a batch of ", B, " sequences of length ", Tn),
-                       10 * rows * static_cast<double>(d) + bh * static_cast<double>(Tn + dk * dk + dk));
-            const Matrix<T>& y =
-                call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, c); });
-            return copy_out<T>(y.data(), {B, Tn, d});
-          },
-          py::arg("x"), py::arg("causal") = false, "x (B, T, d_model) -> (B, T, d_model)")
-      .def("backward",
-           backward_method<T, H>(
-               "LinearMultiHeadAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
-           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients")
-      .def(
-          "release",
-          [](H& h) {
-            check_idle(h.busy, "LinearMultiHeadAttention.release", "layer");
-            h.layer.release();
-            h.has_forward = false;
-            h.keep.clear();
-          },
-          "Free what the last forward kept for backward.")
+in constant time per position, equal to the causal forward at that position.)doc");
+  def_heads_init(cls, "LinearMultiHeadAttention");
+  cls.def(
+      "forward",
+      [](H& h, const py::handle& x, const py::handle& causal) {
+        LayerForward<T, H> call(h, "LinearMultiHeadAttention.forward");
+        const bool c = bool_arg(causal, call.who(), "causal");
+        const Index d = h.layer.d_model(), heads = h.layer.n_heads(), dk = h.layer.d_k();
+        auto X = call.btc(x, "x", d, /*keep=*/true);  // backward reads x again
+        const Index B = X.lead_shape[0], Tn = X.lead_shape[1];
+        if (B == 0 || Tn == 0)
+          throw py::value_error(concat(call.who(), ": x must hold at least one position, got ", describe(X.array)));
+        const double rows = static_cast<double>(X.rows), bh = static_cast<double>(B * heads);
+        call.check(concat("a batch of ", B, " sequences of length ", Tn),
+                   10 * rows * static_cast<double>(d) + bh * static_cast<double>(Tn + dk * dk + dk));
+        const Matrix<T>& y =
+            call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, c); });
+        return copy_out<T>(y.data(), {B, Tn, d});
+      },
+      py::arg("x"), py::arg("causal") = false, "x (B, T, d_model) -> (B, T, d_model)");
+  def_d_model_backward<T>(cls, "LinearMultiHeadAttention",
+                          "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients");
+  cls.def(
+         "release",
+         [](H& h) {
+           check_idle(h.busy, "LinearMultiHeadAttention.release", "layer");
+           h.layer.release();
+           h.has_forward = false;
+           h.keep.clear();
+         },
+         "Free what the last forward kept for backward.")
       .def(
           "new_state",
           [](H& h, const py::object& rows) {
@@ -249,18 +238,16 @@ in constant time per position, equal to the causal forward at that position.)doc
             return copy_out<T>(y.data(), {y.rows(), y.cols()});
           },
           py::arg("x"), py::arg("state"),
-          "x (rows, d_model): one new position per row -> y (rows, d_model); advances the state")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("LinearMultiHeadAttention.zero_grad"));
+          "x (rows, d_model): one new position per row -> y (rows, d_model); advances the state");
+  def_parameters<T>(cls, "LinearMultiHeadAttention");
 }
 
 }  // namespace
 
 void bind_linear_attention(py::module_& m) {
-  bind_linear_kernel<float>(m);
-  bind_linear_kernel<double>(m);
-  bind_linear_layer<float>(m);
-  bind_linear_layer<double>(m);
+  for_each_scalar([&](auto t) { bind_linear_kernel<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_linear_state<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_linear_layer<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "bindings.hpp"
+#include "model_methods.hpp"
 #include "transformer/inference/decoding.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/models/transformer.hpp"
@@ -186,9 +187,9 @@ py::tuple loss_step(ModelHolder<T>& h, const py::handle& src, const py::handle& 
 template <typename T>
 void bind_transformer(py::module_& m) {
   using H = ModelHolder<T>;
-  py::class_<H>(m, class_name<T>("Transformer").c_str(), "The encoder-decoder Transformer.")
-      .def(py::init([](const TransformerConfig& c) { return new H(c); }), py::arg("config"),
-           "A model of this architecture (checked again for the precision and the memory it needs).")
+  py::class_<H> cls(m, class_name<T>("Transformer").c_str(), "The encoder-decoder Transformer.");
+  cls.def(py::init([](const TransformerConfig& c) { return new H(c); }), py::arg("config"),
+          "A model of this architecture (checked again for the precision and the memory it needs).")
       .def(
           "forward",
           [](H& h, const py::handle& src, const py::handle& tgt_in, bool training) {
@@ -207,31 +208,19 @@ void bind_transformer(py::module_& m) {
           "backward",
           [](H& h, const py::handle& dlogits) {
             ModelInUse<T> in_use(h, "Transformer.backward");
-            if (h.B < 0) throw std::runtime_error("Transformer.backward: call forward() first");
-            const Index V = h.model.config().tgt_vocab_size;
-            auto d = as_floats<T>(dlogits, "Transformer.backward", "dlogits", 3);
-            if (d.shape(0) != h.B || d.shape(1) != h.Tt || d.shape(2) != V)
-              throw py::value_error(concat("Transformer.backward: dlogits must have shape (", h.B, ", ", h.Tt, ", ", V,
-                                           "), got ", describe(d)));
-            check_finite_input(d.data(), static_cast<Index>(d.size()), "Transformer.backward", "dlogits");
-            without_gil([&] { h.model.backward(ConstMatrixMap<T>(d.data(), h.B * h.Tt, V)); });
-            check_parameter_gradients(h.model.parameters(), "Transformer.backward");
+            logits_backward<T>(h.model, dlogits, "Transformer.backward", h.B, h.Tt, h.model.config().tgt_vocab_size);
           },
-          py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).")
-      .def(
-          "train_step",
-          [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
-            return loss_step(h, src, tgt_in, tgt_out, true);
-          },
-          py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
-          "Forward, masked loss, backward and one Adam step; returns (loss, accuracy).")
-      .def(
-          "evaluate",
-          [](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
-            return loss_step(h, src, tgt_in, tgt_out, false);
-          },
-          py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
-          "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).")
+          py::arg("dlogits"), "Accumulate every parameter gradient from d loss / d logits (B, T, V).");
+  for (const bool train : {true, false})
+    cls.def(
+        train ? "train_step" : "evaluate",
+        [train](H& h, const py::handle& src, const py::handle& tgt_in, const py::handle& tgt_out) {
+          return loss_step(h, src, tgt_in, tgt_out, train);
+        },
+        py::arg("src"), py::arg("tgt_in"), py::arg("tgt_out"),
+        train ? "Forward, masked loss, backward and one Adam step; returns (loss, accuracy)."
+              : "Forward (inference mode) and masked loss/accuracy, no update; returns (loss, accuracy).");
+  cls
       // data parallelism: train_step in two halves around a sum of gradient_buffer() over processes
       .def(
           "compute_gradients",
@@ -283,139 +272,73 @@ void bind_transformer(py::module_& m) {
             without_gil([&] { h.model.apply_gradients(scale); });
           },
           py::arg("grad_scale") = 1.0,
-          "Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.")
-      .def(
-          "set_dropout_seed",
-          [](H& h, const py::object& seed) {
-            check_model_idle(h, "Transformer.set_dropout_seed");
-            h.model.set_dropout_seed(seed_arg(seed, "Transformer", "dropout seed"));
-          },
-          py::arg("seed"), "Seed the dropout masks (the counter is kept).")
-      .def(
-          "weights_fingerprint",
-          [](H& h) {
-            check_model_idle(h, "Transformer.weights_fingerprint");
-            std::uint64_t f = 0;
-            for (const auto& p : h.model.parameters())
-              f = fingerprint(p.value, static_cast<std::size_t>(p.size()) * sizeof(T), f);
-            return f;
-          },
-          "64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).")
+          "Norm, clipping and one Adam step with gradient_buffer() * grad_scale as the gradients.");
+  def_set_dropout_seed(cls, "Transformer");
+  cls.def(
+         "weights_fingerprint",
+         [](H& h) {
+           check_model_idle(h, "Transformer.weights_fingerprint");
+           std::uint64_t f = 0;
+           for (const auto& p : h.model.parameters())
+             f = fingerprint(p.value, static_cast<std::size_t>(p.size()) * sizeof(T), f);
+           return f;
+         },
+         "64-bit fingerprint of every weight's bytes (equal weights, equal fingerprints).")
       .def_property_readonly(
           "last_token_count", [](H& h) { return h.last_count; },
           "Non-padding target tokens in the last train_step/evaluate batch.")
-      .def("parameters",
-           [](py::object self) {
-             // the views' base: a capsule that keeps the model alive and, when the last view of
-             // this set goes, marks the weights as possibly written (see ModelHolder::views)
-             H& h = self.cast<H&>();
-             struct Guard {
-               PyObject* owner;
-               H* holder;
-             };
-             auto* g = new Guard{self.ptr(), &h};
-             Py_INCREF(self.ptr());
-             ++h.views;
-             ++h.view_events;
-             h.finite_known = false;  // the views may be written
-             py::capsule base(g, [](void* p) {
-               auto* guard = static_cast<Guard*>(p);
-               --guard->holder->views;
-               guard->holder->weights_dirty = true;
-               guard->holder->finite_known = false;
-               ++guard->holder->view_events;
-               Py_DECREF(guard->owner);
-               delete guard;
-             });
-             return parameters_dict<T>(h.model.parameters(), base);
-           })
-      .def("zero_grad",
-           [](H& h) {
-             check_model_idle(h, "Transformer.zero_grad");
-             h.model.zero_grad();
-           })
-      .def(
-          "configure_optimizer",
-          [](H& h, const OptimizerConfig& o) {
-            check_model_idle(h, "Transformer.configure_optimizer");
-            h.model.set_optimizer_config(o);
-          },
-          py::arg("config"), "Adam, the schedule, clipping and label smoothing of the following train_steps.")
-      .def(
-          "optimizer_config", [](H& h) { return h.model.optimizer_config(); }, "The optimiser's configuration.")
-      .def(
-          "optimizer_state",
-          [](py::object self) {
-            check_model_idle(self.cast<H&>(), "Transformer.optimizer_state");
-            return parameters_dict<T>(self.cast<H&>().model.optimizer().state(), self);
-          },
-          "Adam moments as an OrderedDict '<param>.m' / '<param>.v' -> Parameter (write .value to restore).")
-      .def_property(
-          "step",
-          [](H& h) {
-            check_model_idle(h, "Transformer.step");
-            return h.model.step_count();
-          },
-          [](H& h, const py::object& s) {
-            check_model_idle(h, "Transformer.step");
-            h.model.set_step_count(int_arg(s, "Transformer", "step", 0));
-          },
-          "Optimiser steps taken so far.")
-      .def_property(
-          "dropout_calls", [](H& h) { return h.model.dropout_calls(); },
-          [](H& h, const py::object& c) {
-            check_model_idle(h, "Transformer.dropout_calls");
-            h.model.set_dropout_calls(seed_arg(c, "Transformer", "dropout_calls"));
-          },
-          "Training forwards so far: the dropout masks' counter (restore it to resume exactly).")
-      .def(
-          "learning_rate",
-          [](H& h, const py::object& step) {
-            return h.model.learning_rate(int_arg(step, "Transformer.learning_rate", "step", 1));
-          },
-          py::arg("step"))
-      .def(
-          "nonfinite_parameters",
-          [](H& h, bool optimizer_state) {
-            check_model_idle(h, "Transformer.nonfinite_parameters");
-            std::vector<std::string> bad = nonfinite_parameters(h.model.parameters());
-            if (optimizer_state && h.model.has_optimizer())
-              for (auto& name : nonfinite_parameters(h.model.optimizer().state())) bad.push_back(name);
-            return bad;
-          },
-          py::arg("optimizer_state") = true,
-          "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.")
-      .def_property_readonly("last_grad_norm", [](H& h) { return h.model.last_grad_norm(); })
-      .def_property(
-          "output_chunk_rows", [](H& h) { return h.model.output_chunk_rows(); },
-          [](H& h, const py::object& rows) {
-            check_model_idle(h, "Transformer.output_chunk_rows");
-            h.model.set_output_chunk_rows(int_arg(rows, "Transformer", "output_chunk_rows", -1));
-          },
-          "Rows per chunk of the training step's output layer and loss, computed together chunk by chunk "
-          "so the (rows, vocabulary) logits are never stored whole: 0 (default) sizes the chunks from the "
-          "vocabulary, n > 0 takes n rows, -1 computes the whole logits matrix (the unfused reference).")
-      .def(
-          "attention_weights",
-          [](H& h) {
-            check_model_idle(h, "Transformer.attention_weights");
-            if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
-            py::dict out;
-            auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
-              out[py::str(name)] =
-                  copy_out<T>(a.attention_weights().data(), {a.batch(), a.n_heads(), a.query_length(), a.key_length()});
-            };
-            auto& enc = h.model.encoder();
-            for (size_t i = 0; i < enc.layers_.size(); ++i)
-              add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
-            auto& dec = h.model.decoder();
-            for (size_t i = 0; i < dec.layers_.size(); ++i) {
-              add("decoder.layers." + std::to_string(i) + ".self_attention", dec.layers_[i]->self_attention_);
-              add("decoder.layers." + std::to_string(i) + ".cross_attention", dec.layers_[i]->cross_attention_);
-            }
-            return out;
-          },
-          "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
+      .def("parameters", [](py::object self) {
+        // the views' base: a capsule that keeps the model alive and, when the last view of
+        // this set goes, marks the weights as possibly written (see ModelHolder::views)
+        H& h = self.cast<H&>();
+        struct Guard {
+          PyObject* owner;
+          H* holder;
+        };
+        auto* g = new Guard{self.ptr(), &h};
+        Py_INCREF(self.ptr());
+        ++h.views;
+        ++h.view_events;
+        h.finite_known = false;  // the views may be written
+        py::capsule base(g, [](void* p) {
+          auto* guard = static_cast<Guard*>(p);
+          --guard->holder->views;
+          guard->holder->weights_dirty = true;
+          guard->holder->finite_known = false;
+          ++guard->holder->view_events;
+          Py_DECREF(guard->owner);
+          delete guard;
+        });
+        return parameters_dict<T>(h.model.parameters(), base);
+      });
+  def_optimizer_methods<T>(cls, "Transformer",
+                           "Adam, the schedule, clipping and label smoothing of the following train_steps.");
+  def_learning_rate(cls, "Transformer");
+  def_nonfinite_parameters(
+      cls, "Transformer",
+      "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.");
+  def_output_chunks(cls, "Transformer");
+  cls.def(
+         "attention_weights",
+         [](H& h) {
+           check_model_idle(h, "Transformer.attention_weights");
+           if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
+           py::dict out;
+           auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
+             out[py::str(name)] =
+                 copy_out<T>(a.attention_weights().data(), {a.batch(), a.n_heads(), a.query_length(), a.key_length()});
+           };
+           auto& enc = h.model.encoder();
+           for (size_t i = 0; i < enc.layers_.size(); ++i)
+             add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
+           auto& dec = h.model.decoder();
+           for (size_t i = 0; i < dec.layers_.size(); ++i) {
+             add("decoder.layers." + std::to_string(i) + ".self_attention", dec.layers_[i]->self_attention_);
+             add("decoder.layers." + std::to_string(i) + ".cross_attention", dec.layers_[i]->cross_attention_);
+           }
+           return out;
+         },
+         "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
       .def(
           "greedy_decode",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,
@@ -567,8 +490,7 @@ void bind_transformer(py::module_& m) {
 }  // namespace
 
 void bind_model(py::module_& m) {
-  bind_transformer<float>(m);
-  bind_transformer<double>(m);
+  for_each_scalar([&](auto t) { bind_transformer<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings

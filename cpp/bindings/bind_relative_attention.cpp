@@ -22,11 +22,23 @@ Index clamp_arg(const py::handle& v, const char* who) {
   return v.is_none() ? -1 : static_cast<Index>(int_arg(v, who, "clamp_len", 0));
 }
 
+// An input of infer_memory or infer (`arg`): (batch, T, d_model) with the batch of the evaluation
+// cache, which infer_reset must have made.
+template <typename T>
+RowsInput<T> cached_input(RelativeHolder<T>& h, const py::handle& x, const char* who, const char* arg) {
+  if (h.cache.batch == 0) throw std::runtime_error(concat(who, ": call infer_reset(batch, mem_len) first"));
+  auto r = as_btc<T>(x, who, arg, h.layer.d_model(), false);
+  if (r.lead_shape[0] != h.cache.batch)
+    throw py::value_error(
+        concat(who, ": ", arg, " must have the cache's batch size (", h.cache.batch, "), got ", describe(r.array)));
+  return r;
+}
+
 template <typename T>
 void bind_relative(py::module_& m) {
   using H = RelativeHolder<T>;
-  py::class_<H>(m, class_name<T>("RelativeMultiHeadAttention").c_str(),
-                R"doc(Transformer-XL's relative multi-head attention with a segment memory (Dai et al. 2019).
+  py::class_<H> cls(m, class_name<T>("RelativeMultiHeadAttention").c_str(),
+                    R"doc(Transformer-XL's relative multi-head attention with a segment memory (Dai et al. 2019).
 
 ``forward(x, memory=None)``: queries from the segment ``x`` (B, T, d_model), keys and values
 from ``[memory ; x]`` with ``memory`` (B, M, d_model) the previous segment's hidden states of
@@ -39,27 +51,25 @@ Parameters: ``query|key|value|output.weight|bias``, ``position.weight`` (W_{k,R}
 
 Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memory(memory)``
 (optional) and ``infer(x)`` for each new segment or token: it attends to the cached positions
-(their keys and values are kept, not recomputed) and joins them; the last ``mem_len`` stay.)doc")
-      .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed,
-                       const py::object& clamp_len) {
-             const char* who = "RelativeMultiHeadAttention";
-             return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who),
-                          clamp_arg(clamp_len, who));
-           }),
-           py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0, py::arg("clamp_len") = py::none())
-      .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
-      .def_property_readonly("n_heads", [](H& h) { return h.layer.n_heads(); })
-      .def_property_readonly("d_k", [](H& h) { return h.layer.d_k(); })
-      .def_property(
-          "clamp_len",
-          [](H& h) -> py::object {
-            return h.layer.clamp_len() < 0 ? py::object(py::none()) : py::object(py::int_(h.layer.clamp_len()));
-          },
-          [](H& h, const py::object& v) {
-            check_idle(h.busy, "RelativeMultiHeadAttention.clamp_len", "layer");
-            h.layer.set_clamp_len(clamp_arg(v, "RelativeMultiHeadAttention"));
-          },
-          "Distances beyond clamp_len use the sinusoid of clamp_len (None: no clamp).")
+(their keys and values are kept, not recomputed) and joins them; the last ``mem_len`` stay.)doc");
+  cls.def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed,
+                      const py::object& clamp_len) {
+            const char* who = "RelativeMultiHeadAttention";
+            return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who),
+                         clamp_arg(clamp_len, who));
+          }),
+          py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0, py::arg("clamp_len") = py::none());
+  def_head_properties(cls);
+  cls.def_property(
+         "clamp_len",
+         [](H& h) -> py::object {
+           return h.layer.clamp_len() < 0 ? py::object(py::none()) : py::object(py::int_(h.layer.clamp_len()));
+         },
+         [](H& h, const py::object& v) {
+           check_idle(h.busy, "RelativeMultiHeadAttention.clamp_len", "layer");
+           h.layer.set_clamp_len(clamp_arg(v, "RelativeMultiHeadAttention"));
+         },
+         "Distances beyond clamp_len use the sinusoid of clamp_len (None: no clamp).")
       .def(
           "forward",
           [](H& h, const py::handle& x, const py::handle& memory) {
@@ -94,22 +104,18 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
             return copy_out<T>(y.data(), {B, Tq, d});
           },
           py::arg("x"), py::arg("memory") = py::none(),
-          "x (B, T, d_model), memory (B, M, d_model) or None -> (B, T, d_model)")
-      .def("backward",
-           backward_method<T, H>(
-               "RelativeMultiHeadAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
-           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient")
-      .def(
-          "attention_weights",
-          [](H& h) {
-            check_idle(h.busy, "RelativeMultiHeadAttention.attention_weights", "layer");
-            if (!h.has_forward)
-              throw std::runtime_error("RelativeMultiHeadAttention.attention_weights: call forward() first");
-            const auto& l = h.layer;
-            return copy_out<T>(l.attention_weights().data(),
-                               {l.batch(), l.n_heads(), l.query_length(), l.memory_length() + l.query_length()});
-          },
-          "The attention weights of the last forward, (B, heads, T, M + T).")
+          "x (B, T, d_model), memory (B, M, d_model) or None -> (B, T, d_model)");
+  def_d_model_backward<T>(cls, "RelativeMultiHeadAttention",
+                          "dout (B, T, d_model) -> dx (B, T, d_model); the memory gets no gradient");
+  cls.def(
+         "attention_weights",
+         [](H& h) {
+           check_forward_done(h, "RelativeMultiHeadAttention.attention_weights");
+           const auto& l = h.layer;
+           return copy_out<T>(l.attention_weights().data(),
+                              {l.batch(), l.n_heads(), l.query_length(), l.memory_length() + l.query_length()});
+         },
+         "The attention weights of the last forward, (B, heads, T, M + T).")
       .def(
           "infer_reset",
           [](H& h, const py::object& batch, const py::object& mem_len) {
@@ -130,11 +136,7 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
           [](H& h, const py::handle& memory) {
             const char* who = "RelativeMultiHeadAttention.infer_memory";
             InUse use(h.busy, who);
-            if (h.cache.batch == 0) throw std::runtime_error(concat(who, ": call infer_reset(batch, mem_len) first"));
-            auto Mem = as_btc<T>(memory, who, "memory", h.layer.d_model(), false);
-            if (Mem.lead_shape[0] != h.cache.batch)
-              throw py::value_error(concat(who, ": memory must have the cache's batch size (", h.cache.batch, "), got ",
-                                           describe(Mem.array)));
+            auto Mem = cached_input(h, memory, who, "memory");
             // (weights are not scanned here: one step of evaluation costs less than the scan, and a
             // non-finite weight makes the output of infer() non-finite, which it refuses)
             const Index M = Mem.lead_shape[1];
@@ -148,12 +150,8 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
           [](H& h, const py::handle& x) {
             const char* who = "RelativeMultiHeadAttention.infer";
             InUse use(h.busy, who);
-            if (h.cache.batch == 0) throw std::runtime_error(concat(who, ": call infer_reset(batch, mem_len) first"));
-            auto X = as_btc<T>(x, who, "x", h.layer.d_model(), false);
+            auto X = cached_input(h, x, who, "x");
             const Index B = X.lead_shape[0], Tq = X.lead_shape[1];
-            if (B != h.cache.batch)
-              throw py::value_error(
-                  concat(who, ": x must have the cache's batch size (", h.cache.batch, "), got ", describe(X.array)));
             if (Tq == 0)
               throw py::value_error(concat(who, ": x must hold at least one position, got ", describe(X.array)));
             without_gil([&] { h.layer.infer(X.map(), Tq, h.cache, h.backend, h.y); });
@@ -164,9 +162,8 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
           "New positions x (batch, T, d_model) attend to the cached positions and to themselves (causal), as "
           "forward(x, memory) does; then they join the cache. Returns (batch, T, d_model).")
       .def_property_readonly(
-          "infer_length", [](H& h) { return h.cache.length; }, "Positions held in the evaluation cache.")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("RelativeMultiHeadAttention.zero_grad"));
+          "infer_length", [](H& h) { return h.cache.length; }, "Positions held in the evaluation cache.");
+  def_parameters<T>(cls, "RelativeMultiHeadAttention");
 
   m.def((std::string("rel_shift") + dtype_suffix<T>()).c_str(),
         [](const py::handle& x) {
@@ -190,8 +187,7 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
 }  // namespace
 
 void bind_relative_attention(py::module_& m) {
-  bind_relative<float>(m);
-  bind_relative<double>(m);
+  for_each_scalar([&](auto t) { bind_relative<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings

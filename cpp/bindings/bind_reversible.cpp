@@ -13,8 +13,8 @@ bool flag_arg(const py::handle& v, const char* who, const char* name) {
 template <typename T>
 void bind_reversible_stack(py::module_& m) {
   using H = Holder<ReversibleStack<T>>;
-  py::class_<H>(m, class_name<T>("ReversibleStack").c_str(),
-                R"doc(Reformer's reversible residual stack of ``n_layers`` blocks (Kitaev et al. 2020, Sec. 3).
+  py::class_<H> cls(m, class_name<T>("ReversibleStack").c_str(),
+                    R"doc(Reformer's reversible residual stack of ``n_layers`` blocks (Kitaev et al. 2020, Sec. 3).
 
 The input ``x`` (B, T, d_model) goes into two streams, ``x1 = x2 = x``; block ``i`` computes
 ``y1 = x1 + Dropout(Attention(LN(x2)))`` and ``y2 = x2 + Dropout(FFN(LN(y1)))`` (pre-norm, the
@@ -28,30 +28,30 @@ ordinary stack of the same blocks, which keeps every block's activations.
 mask when ``causal``), ``"linear"`` (:class:`LinearMultiHeadAttention`) or ``"lsh"``
 (:class:`LSHSelfAttention` with its default chunk, hashes and buckets; each block's hashes are
 replayed when backward rebuilds it). ``forward(x, training=False)``; ``backward(dout)`` returns dx and can be
-called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt streams.)doc")
-      .def(py::init([](const py::object& n_layers, const py::object& d_model, const py::object& n_heads,
-                       const py::object& d_ff, const py::object& dropout, const py::object& causal,
-                       const py::object& seed, const py::object& attention, const py::object& reversible,
-                       const py::object& chunk_rows, const py::object& eps) {
-             const char* who = "ReversibleStack";
-             ReversibleStackOptions o;
-             o.n_layers = int_arg(n_layers, who, "n_layers", 1);
-             o.d_model = int_arg(d_model, who, "d_model", 1);
-             o.n_heads = int_arg(n_heads, who, "n_heads", 1);
-             o.d_ff = int_arg(d_ff, who, "d_ff", 1);
-             o.dropout = float_arg(dropout, who, "dropout", limits::rate());
-             o.causal = flag_arg(causal, who, "causal");
-             o.seed = seed_arg(seed, who);
-             o.attention = str_arg(attention, who, "attention");
-             o.reversible = flag_arg(reversible, who, "reversible");
-             // None: the measured default
-             if (!chunk_rows.is_none()) o.chunk_rows = int_arg(chunk_rows, who, "chunk_rows", 1);
-             o.eps = float_arg(eps, who, "eps", limits::positive());
-             return new H(o);
-           }),
-           py::arg("n_layers"), py::arg("d_model"), py::arg("n_heads"), py::arg("d_ff"), py::arg("dropout") = 0.1,
-           py::arg("causal") = true, py::arg("seed") = 0, py::arg("attention") = "softmax",
-           py::arg("reversible") = true, py::arg("chunk_rows") = py::none(), py::arg("eps") = 1e-6)
+called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt streams.)doc");
+  cls.def(py::init([](const py::object& n_layers, const py::object& d_model, const py::object& n_heads,
+                      const py::object& d_ff, const py::object& dropout, const py::object& causal,
+                      const py::object& seed, const py::object& attention, const py::object& reversible,
+                      const py::object& chunk_rows, const py::object& eps) {
+            const char* who = "ReversibleStack";
+            ReversibleStackOptions o;
+            o.n_layers = int_arg(n_layers, who, "n_layers", 1);
+            o.d_model = int_arg(d_model, who, "d_model", 1);
+            o.n_heads = int_arg(n_heads, who, "n_heads", 1);
+            o.d_ff = int_arg(d_ff, who, "d_ff", 1);
+            o.dropout = float_arg(dropout, who, "dropout", limits::rate());
+            o.causal = flag_arg(causal, who, "causal");
+            o.seed = seed_arg(seed, who);
+            o.attention = str_arg(attention, who, "attention");
+            o.reversible = flag_arg(reversible, who, "reversible");
+            // None: the measured default
+            if (!chunk_rows.is_none()) o.chunk_rows = int_arg(chunk_rows, who, "chunk_rows", 1);
+            o.eps = float_arg(eps, who, "eps", limits::positive());
+            return new H(o);
+          }),
+          py::arg("n_layers"), py::arg("d_model"), py::arg("n_heads"), py::arg("d_ff"), py::arg("dropout") = 0.1,
+          py::arg("causal") = true, py::arg("seed") = 0, py::arg("attention") = "softmax", py::arg("reversible") = true,
+          py::arg("chunk_rows") = py::none(), py::arg("eps") = 1e-6)
       .def_property_readonly("n_layers", [](H& h) { return h.layer.n_layers(); })
       .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
       .def_property_readonly("n_heads", [](H& h) { return h.layer.options().n_heads; })
@@ -82,21 +82,19 @@ called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt strea
                 call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, training); });
             return rows_out<T>(y, {B, Tn});
           },
-          py::arg("x"), py::arg("training") = false, "x (B, T, d_model) -> (B, T, d_model)")
-      .def("backward",
-           backward_method<T, H>(
-               "ReversibleStack.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
-           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); parameter gradients accumulate")
-      .def(
-          "rebuilt_inputs",
-          [](H& h) {
-            check_idle(h.busy, "ReversibleStack.rebuilt_inputs", "layer");
-            if (!h.has_forward || h.layer.has_forward())
-              throw std::runtime_error("ReversibleStack.rebuilt_inputs: call forward() and backward() first");
-            return py::make_tuple(rows_out<T>(h.layer.rebuilt_x1(), h.lead), rows_out<T>(h.layer.rebuilt_x2(), h.lead));
-          },
-          "(x1, x2), each (B, T, d_model): the two streams at the bottom of the stack after backward. A reversible "
-          "stack rebuilds them from its output; both equal the input up to rounding.")
+          py::arg("x"), py::arg("training") = false, "x (B, T, d_model) -> (B, T, d_model)");
+  def_d_model_backward<T>(cls, "ReversibleStack",
+                          "dout (B, T, d_model) -> dx (B, T, d_model); parameter gradients accumulate");
+  cls.def(
+         "rebuilt_inputs",
+         [](H& h) {
+           check_idle(h.busy, "ReversibleStack.rebuilt_inputs", "layer");
+           if (!h.has_forward || h.layer.has_forward())
+             throw std::runtime_error("ReversibleStack.rebuilt_inputs: call forward() and backward() first");
+           return py::make_tuple(rows_out<T>(h.layer.rebuilt_x1(), h.lead), rows_out<T>(h.layer.rebuilt_x2(), h.lead));
+         },
+         "(x1, x2), each (B, T, d_model): the two streams at the bottom of the stack after backward. A reversible "
+         "stack rebuilds them from its output; both equal the input up to rounding.")
       .def(
           "activation_bytes",
           [](H& h) {
@@ -104,16 +102,14 @@ called once per forward; ``rebuilt_inputs()`` then returns the two rebuilt strea
             return h.layer.activation_bytes();
           },
           "Bytes of activations held for backward since the last forward (0 before a forward or after backward): "
-          "the two streams when reversible, every block's cached activations when not.")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("ReversibleStack.zero_grad"));
+          "the two streams when reversible, every block's cached activations when not.");
+  def_parameters<T>(cls, "ReversibleStack");
 }
 
 }  // namespace
 
 void bind_reversible(py::module_& m) {
-  bind_reversible_stack<float>(m);
-  bind_reversible_stack<double>(m);
+  for_each_scalar([&](auto t) { bind_reversible_stack<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings

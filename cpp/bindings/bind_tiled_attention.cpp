@@ -35,20 +35,21 @@ AttentionImpl impl_arg(const py::handle& v, const char* who) {
 template <typename T>
 void bind_heads_attention(py::module_& m) {
   using S = HeadsAttention<T>;
-  py::class_<S>(m, class_name<T>("TiledAttention").c_str(),
-                R"doc(Exact ``softmax(Q K^T / sqrt(d_k) + mask) V`` over (B, H, T, d_k) heads, computed block by block
+  py::class_<S> cls(
+      m, class_name<T>("TiledAttention").c_str(),
+      R"doc(Exact ``softmax(Q K^T / sqrt(d_k) + mask) V`` over (B, H, T, d_k) heads, computed block by block
 with a running maximum and sum per query, so that the (Tq, Tk) weights are never stored.
 
 ``forward(q, k, v, causal=False, key_padding=None)``: ``q`` (B, H, Tq, d), ``k`` and ``v``
 (B, H, Tk, d), ``key_padding`` (B, Tk) with True = blocked; returns the output (B, H, Tq, d).
 ``backward(dout)`` returns ``(dq, dk, dv)``, recomputing the weights from ``log_sum_exp()``.
-``tiled=False`` runs the plain kernel (which stores the weights) on the same inputs.)doc")
-      .def(py::init([](bool tiled) {
-             auto s = new S();
-             s->tiled = tiled;
-             return s;
-           }),
-           py::arg("tiled") = true)
+``tiled=False`` runs the plain kernel (which stores the weights) on the same inputs.)doc");
+  cls.def(py::init([](bool tiled) {
+            auto s = new S();
+            s->tiled = tiled;
+            return s;
+          }),
+          py::arg("tiled") = true)
       .def_property_readonly("tiled", [](S& s) { return s.tiled; })
       .def(
           "forward",
@@ -114,11 +115,7 @@ with a running maximum and sum per query, so that the (Tq, Tk) weights are never
           [](S& s, const py::handle& dout) {
             LayerBackward<T, S> call(s, "TiledAttention.backward");
             const Index B = s.lead[0], H = s.lead[1], Tq = s.lead[2], Tk = s.lead[3], dk = s.lead[4];
-            auto dO = as_floats<T>(dout, call.who(), "dout", 4);
-            if (dO.shape(0) != B || dO.shape(1) != H || dO.shape(2) != Tq || dO.shape(3) != dk)
-              throw py::value_error(concat(call.who(), ": dout must have the output's shape (", B, ", ", H, ", ", Tq,
-                                           ", ", dk, "), got ", describe(dO)));
-            check_finite_input(dO.data(), static_cast<Index>(dO.size()), call.who(), "dout");
+            auto dO = call.dout_array(dout, {B, H, Tq, dk});
             call.run([&] {
               s.dq.resize(B * H * Tq, dk);
               s.dk.resize(B * H * Tk, dk);
@@ -149,33 +146,31 @@ with a running maximum and sum per query, so that the (Tq, Tk) weights are never
               throw std::runtime_error("TiledAttention.log_sum_exp: call forward() of a tiled=True object first");
             return copy_out<T>(s.lse.data(), {s.lead[0], s.lead[1], s.lead[2]});
           },
-          "Each query row's log-sum-exp of its scaled scores, (B, H, Tq); +inf where every key is blocked.")
-      .def("parameters", [](py::object) { return empty_parameters(); })
-      .def("zero_grad", [](S&) {});
+          "Each query row's log-sum-exp of its scaled scores, (B, H, Tq); +inf where every key is blocked.");
+  def_no_parameters(cls);
 }
 
 template <typename T>
 void bind_softmax_self_attention(py::module_& m) {
   using H = Holder<SoftmaxSelfAttention<T>>;
-  py::class_<H>(m, class_name<T>("SoftmaxSelfAttention").c_str(),
-                R"doc(Softmax self-attention as a language model's block uses it: ``forward(x, causal=True)`` with
+  py::class_<H> cls(m, class_name<T>("SoftmaxSelfAttention").c_str(),
+                    R"doc(Softmax self-attention as a language model's block uses it: ``forward(x, causal=True)`` with
 ``x`` (B, T, d_model), ``backward(dout)`` returns ``dx``. The layer of :class:`MultiHeadAttention`
-(same parameters); ``attention_impl`` defaults to ``"auto"`` (the tiled kernel for long inputs).)doc")
-      .def(py::init([](const py::object& d_model, const py::object& n_heads, const py::object& seed,
-                       const py::object& impl) {
-             const char* who = "SoftmaxSelfAttention";
-             return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who),
-                          impl_arg(impl, who));
-           }),
-           py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0, py::arg("attention_impl") = "auto")
-      .def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); })
-      .def_property_readonly("n_heads", [](H& h) { return h.layer.n_heads(); })
-      .def_property(
-          "attention_impl", [](H& h) { return std::string(attention_impl_name(h.layer.attention().attention_impl())); },
-          [](H& h, const py::object& v) {
-            check_idle(h.busy, "SoftmaxSelfAttention.attention_impl", "layer");
-            h.layer.attention().set_attention_impl(impl_arg(v, "SoftmaxSelfAttention"));
-          })
+(same parameters); ``attention_impl`` defaults to ``"auto"`` (the tiled kernel for long inputs).)doc");
+  cls.def(py::init(
+              [](const py::object& d_model, const py::object& n_heads, const py::object& seed, const py::object& impl) {
+                const char* who = "SoftmaxSelfAttention";
+                return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who),
+                             impl_arg(impl, who));
+              }),
+          py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0, py::arg("attention_impl") = "auto");
+  def_model_heads(cls);
+  cls.def_property(
+         "attention_impl", [](H& h) { return std::string(attention_impl_name(h.layer.attention().attention_impl())); },
+         [](H& h, const py::object& v) {
+           check_idle(h.busy, "SoftmaxSelfAttention.attention_impl", "layer");
+           h.layer.attention().set_attention_impl(impl_arg(v, "SoftmaxSelfAttention"));
+         })
       .def_property_readonly("last_forward_tiled", [](H& h) { return h.layer.attention().last_forward_tiled(); })
       .def(
           "forward",
@@ -199,13 +194,10 @@ void bind_softmax_self_attention(py::module_& m) {
                 call.run({B, Tn}, [&]() -> const Matrix<T>& { return h.layer.forward(X.map(), B, Tn, causal); });
             return copy_out<T>(y.data(), {B, Tn, d});
           },
-          py::arg("x"), py::arg("causal") = true, "x (B, T, d_model) -> (B, T, d_model)")
-      .def("backward",
-           backward_method<T, H>(
-               "SoftmaxSelfAttention.backward", [](const auto& l) { return l.d_model(); }, Dout::BTC),
-           py::arg("dout"), "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients")
-      .def("parameters", parameters_method<T, H>())
-      .def("zero_grad", zero_grad_method<H>("SoftmaxSelfAttention.zero_grad"));
+          py::arg("x"), py::arg("causal") = true, "x (B, T, d_model) -> (B, T, d_model)");
+  def_d_model_backward<T>(cls, "SoftmaxSelfAttention",
+                          "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients");
+  def_parameters<T>(cls, "SoftmaxSelfAttention");
 }
 
 // MultiHeadAttention (bound in bind_layers.cpp) gets the property that picks its kernel.
@@ -227,12 +219,9 @@ void bind_attention_impl(py::module_& m) {
 }  // namespace
 
 void bind_tiled_attention(py::module_& m) {
-  bind_heads_attention<float>(m);
-  bind_heads_attention<double>(m);
-  bind_softmax_self_attention<float>(m);
-  bind_softmax_self_attention<double>(m);
-  bind_attention_impl<float>(m);
-  bind_attention_impl<double>(m);
+  for_each_scalar([&](auto t) { bind_heads_attention<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_softmax_self_attention<decltype(t)>(m); });
+  for_each_scalar([&](auto t) { bind_attention_impl<decltype(t)>(m); });
 }
 
 }  // namespace transformer::bindings

@@ -428,6 +428,17 @@ class LayerBackward {
     return d;
   }
 
+  // dout of a kernel bound on its own (no Holder): a float array of the last output's `shape`,
+  // finite.
+  py::array_t<T, py::array::c_style> dout_array(const py::handle& dout, const std::vector<Index>& shape) {
+    auto d = as_floats<T>(dout, who_, "dout", static_cast<int>(shape.size()));
+    if (shape_of(d) != shape)
+      throw py::value_error(
+          concat(who_, ": dout must have the output's shape ", shape_str(shape), ", got ", describe(d)));
+    check_finite_input(d.data(), static_cast<Index>(d.size()), who_, "dout");
+    return d;
+  }
+
   // The work with the GIL released; returns what it returns.
   template <typename Work>
   decltype(auto) run(Work&& work) {
@@ -446,18 +457,61 @@ class LayerBackward {
   InUse in_use_;
 };
 
-// parameters() and zero_grad() of a bound layer H (a Holder): .def("parameters",
-// parameters_method<T, H>()).def("zero_grad", zero_grad_method<H>("Linear.zero_grad")).
+// Every class is bound once per scalar type (Linear_float32, Linear_float64): a family's
+// registration calls for_each_scalar([&](auto t) { bind_linear<decltype(t)>(m); ... }), which
+// binds the family's classes for float, then for double.
+template <typename Bind>
+void for_each_scalar(Bind&& bind) {
+  bind(float());
+  bind(double());
+}
+
+// parameters() and zero_grad() of a bound layer H (a Holder) that `name` names in messages
+// ("Linear": "Linear.zero_grad: this layer is in use by another thread ...").
 template <typename T, typename H>
-auto parameters_method() {
-  return [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); };
+void def_parameters(py::class_<H>& cls, const std::string& name) {
+  cls.def("parameters", [](py::object self) { return parameters_dict<T>(self.cast<H&>().layer.parameters(), self); });
+  cls.def("zero_grad", [who = name + ".zero_grad"](H& h) {
+    check_idle(h.busy, who.c_str(), "layer");
+    h.layer.zero_grad();
+  });
+}
+// The same of an object without parameters: an empty dict, and nothing to zero.
+template <typename H>
+void def_no_parameters(py::class_<H>& cls) {
+  cls.def("parameters", [](py::object) { return empty_parameters(); });
+  cls.def("zero_grad", [](H&) {});
+}
+
+// The d_model and n_heads properties of a bound multi-head layer; def_head_properties adds d_k.
+template <typename H>
+void def_model_heads(py::class_<H>& cls) {
+  cls.def_property_readonly("d_model", [](H& h) { return h.layer.d_model(); });
+  cls.def_property_readonly("n_heads", [](H& h) { return h.layer.n_heads(); });
 }
 template <typename H>
-auto zero_grad_method(const char* who) {
-  return [who](H& h) {
-    check_idle(h.busy, who, "layer");
-    h.layer.zero_grad();
-  };
+void def_head_properties(py::class_<H>& cls) {
+  def_model_heads(cls);
+  cls.def_property_readonly("d_k", [](H& h) { return h.layer.d_k(); });
+}
+// The constructor (d_model, n_heads, seed=0) of a bound multi-head layer that `name` names in
+// messages, then its properties.
+template <typename H>
+void def_heads_init(py::class_<H>& cls, const std::string& name) {
+  cls.def(py::init([name](const py::object& d_model, const py::object& n_heads, const py::object& seed) {
+            const char* who = name.c_str();
+            return new H(int_arg(d_model, who, "d_model"), int_arg(n_heads, who, "n_heads"), seed_arg(seed, who));
+          }),
+          py::arg("d_model"), py::arg("n_heads"), py::arg("seed") = 0);
+  def_head_properties(cls);
+}
+
+// What a method reading the last forward's state checks first: the object is idle, and a forward
+// has run ("<who>: call forward() first" otherwise).
+template <typename H>
+void check_forward_done(const H& h, const char* who) {
+  check_idle(h.busy, who, "layer");
+  if (!h.has_forward) throw std::runtime_error(concat(who, ": call forward() first"));
 }
 
 // backward() of a bound layer H whose backward(dout) returns the gradient of its input:
@@ -466,9 +520,9 @@ auto zero_grad_method(const char* who) {
 // input gradient returned, in the last input's shape, and the parameter gradients accumulated.
 enum class Dout { Rows, BTC };
 template <typename T, typename H, typename Width>
-auto backward_method(const char* who, Width width, Dout shape) {
-  return [who, width, shape](H& h, const py::handle& dout) {
-    LayerBackward<T, H> call(h, who);
+auto backward_method(std::string who, Width width, Dout shape) {
+  return [who = std::move(who), width, shape](H& h, const py::handle& dout) {
+    LayerBackward<T, H> call(h, who.c_str());
     const Index cols = std::invoke(width, h.layer);
     auto d = shape == Dout::BTC ? call.dout_btc(dout, cols) : call.dout_rows(dout, cols);
     const Matrix<T>& dx = call.run([&]() -> const Matrix<T>& { return h.layer.backward(d.map()); });
@@ -476,6 +530,21 @@ auto backward_method(const char* who, Width width, Dout shape) {
     call.check_parameter_gradients();
     return shape == Dout::BTC ? btc_out<T>(dx, h.lead[0], h.lead[1]) : rows_out<T>(dx, h.lead);
   };
+}
+// That backward bound on the class of a layer `name` names ("Linear": "Linear.backward"), with the
+// docstring `doc` (none: nullptr).
+template <typename T, typename H, typename Width>
+void def_backward(py::class_<H>& cls, const std::string& name, Width width, Dout shape, const char* doc) {
+  auto method = backward_method<T, H>(name + ".backward", width, shape);
+  if (doc)
+    cls.def("backward", std::move(method), py::arg("dout"), doc);
+  else
+    cls.def("backward", std::move(method), py::arg("dout"));
+}
+// The same for a layer whose dout is (B, T, d_model).
+template <typename T, typename H>
+void def_d_model_backward(py::class_<H>& cls, const std::string& name, const char* doc) {
+  def_backward<T>(cls, name, [](const auto& l) { return l.d_model(); }, Dout::BTC, doc);
 }
 
 }  // namespace transformer::bindings

@@ -67,17 +67,8 @@ void attention_backward(const T* q, Index q_stride, const T* k, Index k_stride, 
     // forward was O = P V, so dP = dO V^T and dV = P^T dO
     dS.noalias() = dO * V.transpose();
     dV.noalias() = P.transpose() * dO;
-    // P = softmax(S) row-wise, so dS_ij = P_ij (dP_ij - sum_k dP_ik P_ik); then the 1/sqrt(dk).
-    // Where P_ij = 0 (a blocked key) the gradient is exactly 0: it is set, not computed, so that a
-    // huge dP_ij there cannot turn 0 * inf into NaN.
-    for (Index i = 0; i < Tq; ++i) {
-      const T* p = P.data() + i * Tk;
-      T* d = dS.data() + i * Tk;
-      T dot = T(0);
-      for (Index j = 0; j < Tk; ++j)
-        if (p[j] != T(0)) dot += d[j] * p[j];
-      for (Index j = 0; j < Tk; ++j) d[j] = p[j] != T(0) ? p[j] * (d[j] - dot) * scale : T(0);
-    }
+    // P = softmax(S) row-wise: dS from dP, times the 1/sqrt(dk) (0 where P is 0)
+    attention_weights_backward(P.data(), dS.data(), Tq, Tk, scale);
     // S = Q K^T (scaled), so dQ = dS K and dK = dS^T Q
     dQ.noalias() = dS * K;
     dK.noalias() = dS.transpose() * Q;

@@ -59,6 +59,20 @@ void sinusoid_rows(Index rows, Index d, Index clamp, Distance dist, Matrix<T>& o
   }
 }
 
+// What forward and backward read of one (sequence b, head h): Q + u and Q + v (T, dk) of the
+// segment, K and V (L, dk) of [memory ; segment], and the distance encodings P (L, dk).
+template <typename T>
+struct HeadInputs {
+  HeadInputs(const T* qu, const T* qv, const T* kv, const T* rk, Index b, Index h, Index T_len, Index L, Index d,
+             Index dk)
+      : Qu(qu + b * T_len * d + h * dk, T_len, dk, Eigen::OuterStride<>(d)),
+        Qv(qv + b * T_len * d + h * dk, T_len, dk, Eigen::OuterStride<>(d)),
+        K(kv + b * L * 2 * d + h * dk, L, dk, Eigen::OuterStride<>(2 * d)),
+        V(kv + b * L * 2 * d + d + h * dk, L, dk, Eigen::OuterStride<>(2 * d)),
+        P(rk + h * dk, L, dk, Eigen::OuterStride<>(d)) {}
+  ConstStridedMap<T> Qu, Qv, K, V, P;
+};
+
 }  // namespace
 
 template <typename T>
@@ -176,14 +190,11 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Con
 #pragma omp parallel for schedule(static)
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
-    const Eigen::OuterStride<> sd(d), s2d(2 * d);
-    ConstStridedMap<T> Qu(qu_.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
-    ConstStridedMap<T> Qv(qv_.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
-    ConstStridedMap<T> K(kv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);      // (L, dk)
-    ConstStridedMap<T> V(kv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);  // (L, dk)
-    ConstStridedMap<T> P(rk_.data() + h * dk, L, dk, sd);                       // (L, dk)
-    MatrixMap<T> S(weights_.data() + bh * T_len * L, T_len, L);                 // (T, L)
-    StridedMap<T> O(ctx_.data() + b * T_len * d + h * dk, T_len, dk, sd);       // (T, dk)
+    const Eigen::OuterStride<> sd(d);
+    const HeadInputs<T> in(qu_.data(), qv_.data(), kv_.data(), rk_.data(), b, h, T_len, L, d, dk);
+    const auto &Qu = in.Qu, &Qv = in.Qv, &K = in.K, &V = in.V, &P = in.P;
+    MatrixMap<T> S(weights_.data() + bh * T_len * L, T_len, L);            // (T, L)
+    StridedMap<T> O(ctx_.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
     // position terms (b) + (d) for every distance once: BD_raw = (Q + v) P^T, column p distance L-1-p
     S.noalias() = Qv * P.transpose();
     // the relative shift: entry (i, j) reads distance M + i - j
@@ -218,11 +229,8 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout)
   for (Index bh = 0; bh < B * H; ++bh) {
     const Index b = bh / H, h = bh % H;
     const Eigen::OuterStride<> sd(d), s2d(2 * d);
-    ConstStridedMap<T> Qu(qu_.data() + b * T_len * d + h * dk, T_len, dk, sd);   // (T, dk)
-    ConstStridedMap<T> Qv(qv_.data() + b * T_len * d + h * dk, T_len, dk, sd);   // (T, dk)
-    ConstStridedMap<T> K(kv_.data() + b * L * 2 * d + h * dk, L, dk, s2d);       // (L, dk)
-    ConstStridedMap<T> V(kv_.data() + b * L * 2 * d + d + h * dk, L, dk, s2d);   // (L, dk)
-    ConstStridedMap<T> P(rk_.data() + h * dk, L, dk, sd);                        // (L, dk)
+    const HeadInputs<T> in(qu_.data(), qv_.data(), kv_.data(), rk_.data(), b, h, T_len, L, d, dk);
+    const auto &Qu = in.Qu, &Qv = in.Qv, &K = in.K, &V = in.V, &P = in.P;
     ConstMatrixMap<T> A(weights_.data() + bh * T_len * L, T_len, L);             // (T, L)
     ConstStridedMap<T> dO(dctx.data() + b * T_len * d + h * dk, T_len, dk, sd);  // (T, dk)
     MatrixMap<T> dS(dscores_.data() + bh * T_len * L, T_len, L);                 // (T, L)
@@ -234,16 +242,9 @@ const Matrix<T>& RelativeMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout)
     // O = A V: dA = dO V^T, dV = A^T dO
     dS.noalias() = dO * V.transpose();
     dV.noalias() = A.transpose() * dO;
-    // A = softmax(S) over the visible entries: dS_ij = A_ij (dA_ij - sum_k dA_ik A_ik), times the
-    // 1/sqrt(d_k) of the scores; entries of weight 0 (later positions, or underflow) get exactly 0
-    for (Index i = 0; i < T_len; ++i) {
-      const T* a = A.data() + i * L;
-      T* g = dS.data() + i * L;
-      T dot = T(0);
-      for (Index j = 0; j < L; ++j)
-        if (a[j] != T(0)) dot += g[j] * a[j];
-      for (Index j = 0; j < L; ++j) g[j] = a[j] != T(0) ? a[j] * (g[j] - dot) * scale : T(0);
-    }
+    // A = softmax(S) over the visible entries: dS from dA, times the 1/sqrt(d_k) of the scores;
+    // entries of weight 0 (later positions, or underflow) get exactly 0
+    attention_weights_backward(A.data(), dS.data(), T_len, L, scale);
     // content terms S_c = (Q + u) K^T: d(Q + u) = dS K, dK = dS^T (Q + u)
     dQu.noalias() = dS * K;
     dK.noalias() = dS.transpose() * Qu;

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "transformer/core/enum_names.hpp"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -164,23 +166,17 @@ void weights_and_score_gradient(const T* Q, Index ldq, const T* KT, const T* VT,
 
 }  // namespace
 
+namespace {
+constexpr EnumName<AttentionImpl> kImplNames[] = {
+    {AttentionImpl::Plain, "plain"}, {AttentionImpl::Tiled, "tiled"}, {AttentionImpl::Auto, "auto"}};
+}  // namespace
+
 AttentionImpl parse_attention_impl(const std::string& name) {
-  if (name == "plain") return AttentionImpl::Plain;
-  if (name == "tiled") return AttentionImpl::Tiled;
-  if (name == "auto") return AttentionImpl::Auto;
-  throw std::invalid_argument("attention_impl must be 'plain', 'tiled' or 'auto', got '" + name + "'");
+  return parse_name(kImplNames, name,
+                    [&] { return "attention_impl must be 'plain', 'tiled' or 'auto', got '" + name + "'"; });
 }
 
-const char* attention_impl_name(AttentionImpl impl) {
-  switch (impl) {
-    case AttentionImpl::Plain:
-      return "plain";
-    case AttentionImpl::Tiled:
-      return "tiled";
-    default:
-      return "auto";
-  }
-}
+const char* attention_impl_name(AttentionImpl impl) { return name_of(kImplNames, impl, "auto"); }
 
 template <typename T>
 void tiled_attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, const T* v, Index v_stride,

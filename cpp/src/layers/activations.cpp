@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "transformer/core/checks.hpp"
+#include "transformer/core/enum_names.hpp"
 
 namespace transformer {
 
@@ -70,23 +71,18 @@ const Matrix<T>& ReLU<T>::backward(ConstMatrixMap<T> dy) {
   return dx_;
 }
 
+namespace {
+constexpr EnumName<Activation> kActivationNames[] = {
+    {Activation::Relu, "relu"}, {Activation::Gelu, "gelu"}, {Activation::Swish, "swish"}};
+}  // namespace
+
 Activation parse_activation(const std::string& name) {
-  if (name == "relu") return Activation::Relu;
-  if (name == "gelu") return Activation::Gelu;
-  if (name == "swish") return Activation::Swish;
-  throw std::invalid_argument(concat("activation: unknown activation '", name, "'; expected relu, gelu or swish"));
+  return parse_name(kActivationNames, name, [&] {
+    return concat("activation: unknown activation '", name, "'; expected relu, gelu or swish");
+  });
 }
 
-std::string to_string(Activation a) {
-  switch (a) {
-    case Activation::Gelu:
-      return "gelu";
-    case Activation::Swish:
-      return "swish";
-    default:
-      return "relu";
-  }
-}
+std::string to_string(Activation a) { return name_of(kActivationNames, a, "relu"); }
 
 namespace {
 

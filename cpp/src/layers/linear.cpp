@@ -17,9 +17,7 @@ Linear<T>::Linear(Index in_features, Index out_features, bool bias, std::uint64_
   dweight_ = GradientBuffer<T>(out_features, in_features);
   bias_ = RowVector<T>::Zero(out_features);
   dbias_ = GradientBuffer<T>(1, out_features);
-  Rng rng(seed);
-  const double a = std::sqrt(6.0 / static_cast<double>(in_features + out_features));
-  for (Index i = 0; i < weight_.size(); ++i) weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));
+  glorot_uniform(weight_, seed);
 }
 
 template <typename T>

@@ -3,19 +3,22 @@
 #include <cmath>
 
 #include "transformer/core/checks.hpp"
+#include "transformer/core/enum_names.hpp"
 
 namespace transformer {
 
+namespace {
+constexpr EnumName<PositionalLayout> kLayoutNames[] = {{PositionalLayout::Interleaved, "interleaved"},
+                                                       {PositionalLayout::Concatenated, "concatenated"}};
+}  // namespace
+
 PositionalLayout parse_positional_layout(const std::string& name) {
-  if (name == "interleaved") return PositionalLayout::Interleaved;
-  if (name == "concatenated") return PositionalLayout::Concatenated;
-  throw std::invalid_argument(
-      concat("positional_encoding: unknown layout '", name, "'; expected 'interleaved' or 'concatenated'"));
+  return parse_name(kLayoutNames, name, [&] {
+    return concat("positional_encoding: unknown layout '", name, "'; expected 'interleaved' or 'concatenated'");
+  });
 }
 
-std::string to_string(PositionalLayout layout) {
-  return layout == PositionalLayout::Interleaved ? "interleaved" : "concatenated";
-}
+std::string to_string(PositionalLayout layout) { return name_of(kLayoutNames, layout, "concatenated"); }
 
 template <typename T>
 Matrix<T> positional_encoding(Index length, Index depth, PositionalLayout layout) {

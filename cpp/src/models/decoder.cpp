@@ -47,27 +47,11 @@ const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T>
   // post-norm: h1 = LN1(x + Dropout(MaskedSelfAttention(x))), h2 = LN2(h1 + Dropout(CrossAttention(h1,
   // memory))), y = LN3(h2 + Dropout(FFN(h2))); pre-norm: r1 = x + Dropout(MaskedSelfAttention(LN1(x))),
   // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory)), y = r2 + Dropout(FFN(LN3(r2)))
-  const Matrix<T>& h1 = residual_forward<T>(
-      pre_norm_, norm1_, dropout1_,
-      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
-        self_attention_.forward(in, lx, self_mask);
-        return self_attention_.output_mut();
-      },
-      x, training, ids, r1_);
-  const Matrix<T>& h2 = residual_forward<T>(
-      pre_norm_, norm2_, dropout2_,
-      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
-        cross_attention_.forward(in, memory, lx, lm, cross_mask);
-        return cross_attention_.output_mut();
-      },
-      cmap(h1), training, ids, r2_);
-  return residual_forward<T>(
-      pre_norm_, norm3_, dropout3_,
-      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
-        feed_forward_.forward(in, training, ids);
-        return feed_forward_.output_mut();
-      },
-      cmap(h2), training, ids, out_);
+  const Matrix<T>& h1 =
+      layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_, lx, self_mask);
+  const Matrix<T>& h2 = layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h1), training, ids, r2_, cross_attention_,
+                                          memory, lx, lm, cross_mask);
+  return layer_residual<T>(pre_norm_, norm3_, dropout3_, cmap(h2), training, ids, out_, feed_forward_, training, ids);
 }
 
 template <typename T>
@@ -75,15 +59,9 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("DecoderLayer: backward() called before forward()");
   // the three residual sub-layers in reverse: feed-forward, cross-attention (its queries; the
   // memory's gradient is kept by the attention), masked self-attention
-  residual_backward<T>(
-      pre_norm_, norm3_, dropout3_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, d3_);
-  residual_backward<T>(
-      pre_norm_, norm2_, dropout2_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return cross_attention_.backward(d); }, cmap(d3_), dtmp_, d2_);
-  residual_backward<T>(
-      pre_norm_, norm1_, dropout1_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(d2_), dtmp_, dx_);
+  layer_residual_backward<T>(pre_norm_, norm3_, dropout3_, feed_forward_, dout, dtmp_, d3_);
+  layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, cross_attention_, cmap(d3_), dtmp_, d2_);
+  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(d2_), dtmp_, dx_);
   return dx_;
 }
 

@@ -39,32 +39,17 @@ const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& 
   const Index* ids = layout.row_ids();
   // post-norm: h = LN1(x + Dropout(SelfAttention(x))), y = LN2(h + Dropout(FFN(h)));
   // pre-norm: r1 = x + Dropout(SelfAttention(LN1(x))), y = r1 + Dropout(FFN(LN2(r1)))
-  const Matrix<T>& h = residual_forward<T>(
-      pre_norm_, norm1_, dropout1_,
-      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
-        self_attention_.forward(in, layout, mask);
-        return self_attention_.output_mut();
-      },
-      x, training, ids, r1_);
-  return residual_forward<T>(
-      pre_norm_, norm2_, dropout2_,
-      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
-        feed_forward_.forward(in, training, ids);
-        return feed_forward_.output_mut();
-      },
-      cmap(h), training, ids, out_);
+  const Matrix<T>& h =
+      layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_, layout, mask);
+  return layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h), training, ids, out_, feed_forward_, training, ids);
 }
 
 template <typename T>
 const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
   // the two residual sub-layers in reverse: feed-forward, then self-attention
-  residual_backward<T>(
-      pre_norm_, norm2_, dropout2_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, dh_);
-  residual_backward<T>(
-      pre_norm_, norm1_, dropout1_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_.backward(d); }, cmap(dh_), dtmp_, dx_);
+  layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, feed_forward_, dout, dtmp_, dh_);
+  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 
@@ -82,10 +67,7 @@ void EncoderLayer<T>::infer(Matrix<T>& x, const SentenceRows& rows, InferenceBac
 
 template <typename T>
 ParameterList<T> EncoderLayer<T>::parameters() {
-  return named_parameters<T>({{"self_attention", self_attention_.parameters()},
-                              {"norm1", norm1_.parameters()},
-                              {"feed_forward", feed_forward_.parameters()},
-                              {"norm2", norm2_.parameters()}});
+  return attention_block_parameters<T>(self_attention_.parameters(), norm1_, feed_forward_, norm2_);
 }
 
 template <typename T>

@@ -124,34 +124,21 @@ const Matrix<T>& LanguageModelBlock<T>::forward(ConstMatrixMap<T> x, Index B, In
         return const_cast<Matrix<T>&>(self_attention_->forward(in, B, T_len, true));
       },
       x, training, nullptr, r1_);
-  return residual_forward<T>(
-      pre_norm_, norm2_, dropout2_,
-      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
-        feed_forward_.forward(in, training);
-        return feed_forward_.output_mut();
-      },
-      cmap(h), training, nullptr, out_);
+  return layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h), training, nullptr, out_, feed_forward_, training);
 }
 
 template <typename T>
 const Matrix<T>& LanguageModelBlock<T>::backward(ConstMatrixMap<T> dout) {
   if (!has_forward_) throw std::runtime_error("LanguageModelBlock: backward() called before forward()");
   // the two residual sub-layers in reverse: feed-forward, then self-attention
-  residual_backward<T>(
-      pre_norm_, norm2_, dropout2_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return feed_forward_.backward(d); }, dout, dtmp_, dh_);
-  residual_backward<T>(
-      pre_norm_, norm1_, dropout1_,
-      [this](ConstMatrixMap<T> d) -> const Matrix<T>& { return self_attention_->backward(d); }, cmap(dh_), dtmp_, dx_);
+  layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, feed_forward_, dout, dtmp_, dh_);
+  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *self_attention_, cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 
 template <typename T>
 ParameterList<T> LanguageModelBlock<T>::parameters() {
-  return named_parameters<T>({{"self_attention", self_attention_->parameters()},
-                              {"norm1", norm1_.parameters()},
-                              {"feed_forward", feed_forward_.parameters()},
-                              {"norm2", norm2_.parameters()}});
+  return attention_block_parameters<T>(self_attention_->parameters(), norm1_, feed_forward_, norm2_);
 }
 
 template <typename T>
@@ -243,16 +230,8 @@ LanguageModel<T>::LanguageModel(const LanguageModelConfig& c)
   for (auto* lsh : lsh_) lsh->set_freeze_hash(true);
   if (c.pre_norm) final_norm_ = std::make_unique<LayerNorm<T>>(c.d_model, kLayerNormEps);
   memory_length_ = c.memory_length;
-  out_bias_ = RowVector<T>::Zero(c.vocab_size);
-  dout_bias_ = GradientBuffer<T>(1, c.vocab_size);
-  if (!c.share_embeddings) {
-    // Glorot uniform, as for any Linear
-    out_weight_.resize(c.vocab_size, c.d_model);
-    dout_weight_ = GradientBuffer<T>(c.vocab_size, c.d_model);
-    Rng rng(splitmix64(c.seed + 3));
-    const double a = std::sqrt(6.0 / static_cast<double>(c.vocab_size + c.d_model));
-    for (Index i = 0; i < out_weight_.size(); ++i) out_weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));
-  }
+  init_output_layer(c.vocab_size, c.d_model, c.share_embeddings, splitmix64(c.seed + 3), out_weight_, dout_weight_,
+                    out_bias_, dout_bias_);
 }
 
 template <typename T>
@@ -406,22 +385,15 @@ static LossStats lm_loss_or_throw(Loss&& loss, const char* who, bool training) {
 }
 
 template <typename T>
-void LanguageModel<T>::set_output_chunk_rows(Index rows) {
-  TCPP_CHECK(rows >= kUnfusedOutputLoss, "LanguageModel.output_chunk_rows: expected 0 (sized from the vocabulary), ",
-             "a positive number of rows or ", kUnfusedOutputLoss, " (the unfused reference), got ", rows);
-  output_chunk_rows_ = rows;
-}
-
-template <typename T>
 LossStats LanguageModel<T>::output_loss(const Matrix<T>& y) {
   const Index V = config_.vocab_size, d = config_.d_model;
   ConstMatrixMap<T> W(output_weight(), V, d);
   MatrixMap<T> dW(output_weight_grad(), V, d);
   dy_.resize(y.rows(), d);  // no allocation while the batch shape stays
-  if (output_chunk_rows_ != kUnfusedOutputLoss)
+  if (this->output_chunk_rows() != this->kUnfusedOutputLoss)
     // chunk by chunk of rows: logits, loss and its gradient, dW, the bias gradient and dy
     return chunked_output_loss<T>(Precision::Float32, cmap(y), W, out_bias_.data(), labels_.data(), 0.0, dW,
-                                  dout_bias_.data(), mmap(dy_), loss_scratch_, output_chunk_rows_);
+                                  dout_bias_.data(), mmap(dy_), loss_scratch_, this->output_chunk_rows());
   // the reference: logits without the bias (the fused loss adds it, writes d loss / d logits over
   // the logits and sums the bias gradient while each row is in cache), then backward() without
   // the bias gradient
@@ -654,9 +626,7 @@ ParameterList<T> LanguageModel<T>::parameters() {
   for (size_t i = 0; i < layers_.size(); ++i)
     append_parameters(ps, layers_[i]->parameters(), "layers." + std::to_string(i));
   if (final_norm_) append_parameters(ps, final_norm_->parameters(), "norm");
-  if (!config_.share_embeddings)
-    ps.push_back({"output.weight", out_weight_.data(), dout_weight_.data(), {config_.vocab_size, config_.d_model}});
-  ps.push_back({"output.bias", out_bias_.data(), dout_bias_.data(), {config_.vocab_size}});
+  append_output_parameters(ps, config_.share_embeddings, out_weight_, dout_weight_, out_bias_, dout_bias_);
   return ps;
 }
 

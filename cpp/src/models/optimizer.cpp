@@ -401,6 +401,13 @@ Adam<T>& TrainableModel<T>::optimizer() {
 }
 
 template <typename T>
+void TrainableModel<T>::set_output_chunk_rows(Index rows) {
+  TCPP_CHECK(rows >= kUnfusedOutputLoss, owner_, ".output_chunk_rows: expected 0 (sized from the vocabulary), ",
+             "a positive number of rows or ", kUnfusedOutputLoss, " (the unfused reference), got ", rows);
+  output_chunk_rows_ = rows;
+}
+
+template <typename T>
 double TrainableModel<T>::learning_rate(Index step) const {
   const OptimizerConfig& o = opt_config_;
   if (o.fixed_lr > 0.0) {

@@ -139,16 +139,8 @@ Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Tra
     layer->feed_forward_.set_precision(c.precision);
     layer->feed_forward_.set_activation(c.activation);
   }
-  out_bias_ = RowVector<T>::Zero(c.tgt_vocab_size);
-  dout_bias_ = GradientBuffer<T>(1, c.tgt_vocab_size);
-  if (!c.share_embeddings) {
-    // Glorot uniform, as for any Linear
-    out_weight_.resize(c.tgt_vocab_size, c.d_model);
-    dout_weight_ = GradientBuffer<T>(c.tgt_vocab_size, c.d_model);
-    Rng rng(splitmix64(c.seed + 3));
-    const double a = std::sqrt(6.0 / static_cast<double>(c.tgt_vocab_size + c.d_model));
-    for (Index i = 0; i < out_weight_.size(); ++i) out_weight_.data()[i] = static_cast<T>(rng.uniform(-a, a));
-  }
+  init_output_layer(c.tgt_vocab_size, c.d_model, c.share_embeddings, splitmix64(c.seed + 3), out_weight_, dout_weight_,
+                    out_bias_, dout_bias_);
 }
 
 template <typename T>
@@ -266,13 +258,6 @@ void Transformer<T>::backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_don
 }
 
 template <typename T>
-void Transformer<T>::set_output_chunk_rows(Index rows) {
-  TCPP_CHECK(rows >= kUnfusedOutputLoss, "Transformer.output_chunk_rows: expected 0 (sized from the vocabulary), ",
-             "a positive number of rows or ", kUnfusedOutputLoss, " (the unfused reference), got ", rows);
-  output_chunk_rows_ = rows;
-}
-
-template <typename T>
 const std::int64_t* Transformer<T>::row_targets(ConstTokenMap tgt_out) {
   const RowLayout& l = decoder_->layout();
   if (!l.packed) return tgt_out.data();
@@ -302,7 +287,7 @@ LossStats Transformer<T>::loss_and_backward(ConstTokenMap tgt_out, const char* w
   grads_zero_ = false;
   const Matrix<T>& y = decoder_->output();
   const double eps = this->optimizer_config().label_smoothing;
-  if (output_chunk_rows_ == kUnfusedOutputLoss) {
+  if (this->output_chunk_rows() == this->kUnfusedOutputLoss) {
     // the reference: the whole logits matrix (without the output bias: the fused loss adds it and
     // sums its gradient), whose gradient then replaces it in place, and the backward over it
     output_logits(y, false);
@@ -324,7 +309,7 @@ LossStats Transformer<T>::loss_and_backward(ConstTokenMap tgt_out, const char* w
         return chunked_output_loss<T>(config_.precision, cmap(y), ConstMatrixMap<T>(output_weight(), V, d),
                                       out_bias_.data(), row_targets(tgt_out), eps,
                                       MatrixMap<T>(output_weight_grad(), V, d), dout_bias_.data(), dy, loss_scratch_,
-                                      output_chunk_rows_, config_.pad_id);
+                                      this->output_chunk_rows(), config_.pad_id);
       },
       who);
   decoder_->backward(ConstMatrixMap<T>(dy.data(), rows, d));
@@ -332,11 +317,18 @@ LossStats Transformer<T>::loss_and_backward(ConstTokenMap tgt_out, const char* w
   return stats;
 }
 
+namespace {
+// The labels of a loss, tgt_out, have tgt_in's shape (`method` names the call in the message).
+void check_labels(ConstTokenMap tgt_in, ConstTokenMap tgt_out, const char* method) {
+  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(), "Transformer.", method,
+             ": tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (", tgt_in.rows(), ", ",
+             tgt_in.cols(), "); they must match");
+}
+}  // namespace
+
 template <typename T>
 LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
-  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
-             "Transformer.train_step: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
-             tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+  check_labels(tgt_in, tgt_out, "train_step");
   check_batch(src, tgt_in, "train_step");
   this->check_step_count("Transformer.train_step");
   // a batch of padding labels has no loss to learn from: a step would only move the weights by
@@ -358,9 +350,7 @@ LossStats Transformer<T>::train_step(ConstTokenMap src, ConstTokenMap tgt_in, Co
 
 template <typename T>
 LossStats Transformer<T>::evaluate(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out) {
-  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(),
-             "Transformer.evaluate: tgt_out has shape (", tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (",
-             tgt_in.rows(), ", ", tgt_in.cols(), "); they must match");
+  check_labels(tgt_in, tgt_out, "evaluate");
   check_batch(src, tgt_in, "evaluate");
   const ConstMatrixMap<T> logits = run(src, tgt_in, tgt_out.data(), false, true);
   return loss_or_throw(
@@ -398,9 +388,7 @@ template <typename T>
 LossStats Transformer<T>::compute_gradients(ConstTokenMap src, ConstTokenMap tgt_in, ConstTokenMap tgt_out,
                                             double grad_scale, bool accumulate) {
   const char* who = "Transformer.compute_gradients";
-  TCPP_CHECK(tgt_out.rows() == tgt_in.rows() && tgt_out.cols() == tgt_in.cols(), who, ": tgt_out has shape (",
-             tgt_out.rows(), ", ", tgt_out.cols(), ") but tgt_in has (", tgt_in.rows(), ", ", tgt_in.cols(),
-             "); they must match");
+  check_labels(tgt_in, tgt_out, "compute_gradients");
   TCPP_CHECK(std::isfinite(grad_scale), who, ": grad_scale must be finite, got ", grad_scale);
   check_batch(src, tgt_in, "train_step");
   TCPP_CHECK((tgt_out.array() != config_.pad_id).any(), who,
@@ -493,9 +481,7 @@ ParameterList<T> Transformer<T>::parameters() {
   ParameterList<T> ps;
   append_parameters(ps, encoder_->parameters(), "encoder");
   append_parameters(ps, decoder_->parameters(), "decoder");
-  if (!config_.share_embeddings)
-    ps.push_back({"output.weight", out_weight_.data(), dout_weight_.data(), {config_.tgt_vocab_size, config_.d_model}});
-  ps.push_back({"output.bias", out_bias_.data(), dout_bias_.data(), {config_.tgt_vocab_size}});
+  append_output_parameters(ps, config_.share_embeddings, out_weight_, dout_weight_, out_bias_, dout_bias_);
   return ps;
 }
 

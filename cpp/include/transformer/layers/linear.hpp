@@ -1,13 +1,46 @@
 // linear.hpp — the dense layer y = x W^T + b, W stored (out, in) as in PyTorch.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "transformer/core/gradient_buffer.hpp"
+#include "transformer/core/random.hpp"
 #include "transformer/core/tensor.hpp"
 #include "transformer/kernels/matmul.hpp"
 
 namespace transformer {
+
+// Glorot/Xavier uniform values (U(-a, a), a = sqrt(6 / (in + out))) for a weight w of shape
+// (out, in), drawn in order from `seed`: the initial weight of every dense layer.
+template <typename T>
+void glorot_uniform(Matrix<T>& w, std::uint64_t seed) {
+  Rng rng(seed);
+  const double a = std::sqrt(6.0 / static_cast<double>(w.rows() + w.cols()));
+  for (Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<T>(rng.uniform(-a, a));
+}
+
+// The output layer of a model over `vocab` classes from width d: a zero bias and, unless the
+// embedding's weight serves as its weight (`tied`), a weight of its own, Glorot-uniform from
+// `seed`; and their gradient buffers.
+template <typename T>
+void init_output_layer(Index vocab, Index d, bool tied, std::uint64_t seed, Matrix<T>& weight,
+                       GradientBuffer<T>& dweight, RowVector<T>& bias, GradientBuffer<T>& dbias) {
+  bias = RowVector<T>::Zero(vocab);
+  dbias = GradientBuffer<T>(1, vocab);
+  if (tied) return;
+  weight.resize(vocab, d);
+  dweight = GradientBuffer<T>(vocab, d);
+  glorot_uniform(weight, seed);
+}
+// That output layer's parameters, by the names the models give them: output.weight (unless tied),
+// output.bias.
+template <typename T>
+void append_output_parameters(ParameterList<T>& ps, bool tied, Matrix<T>& weight, GradientBuffer<T>& dweight,
+                              RowVector<T>& bias, GradientBuffer<T>& dbias) {
+  if (!tied) ps.push_back({"output.weight", weight.data(), dweight.data(), {weight.rows(), weight.cols()}});
+  ps.push_back({"output.bias", bias.data(), dbias.data(), {bias.size()}});
+}
 
 template <typename T>
 class Linear {

@@ -20,4 +20,18 @@ void masked_softmax_row(T* s, Index n, const std::uint8_t* mask);
 template <typename T>
 void softmax_rows_backward(const T* y, const T* dy, T* dx, Index rows, Index cols);  // dx may alias dy
 
+// The backward of attention weights p (rows, cols), a row-wise softmax of scores scaled by
+// `scale`: d holds dP and becomes the scores' gradient, d_ij = p_ij (dP_ij - sum_k dP_ik p_ik) *
+// scale. Where p_ij = 0 (a blocked key, or an underflow) d_ij is set to exactly 0, not computed,
+// so that a huge dP_ij there cannot turn 0 * inf into NaN.
+template <typename T>
+inline void attention_weights_backward(const T* p, T* d, Index rows, Index cols, T scale) {
+  for (Index i = 0; i < rows; ++i, p += cols, d += cols) {
+    T dot = T(0);
+    for (Index j = 0; j < cols; ++j)
+      if (p[j] != T(0)) dot += d[j] * p[j];
+    for (Index j = 0; j < cols; ++j) d[j] = p[j] != T(0) ? p[j] * (d[j] - dot) * scale : T(0);
+  }
+}
+
 }  // namespace transformer

@@ -14,6 +14,7 @@
 #include "transformer/core/random.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/embedding.hpp"
+#include "transformer/layers/feed_forward.hpp"
 #include "transformer/layers/layer_norm.hpp"
 
 namespace transformer {
@@ -63,6 +64,39 @@ void residual_backward(bool pre_norm, LayerNorm<T>& norm, const Dropout<T>& drop
   const Matrix<T>& d_norm = norm.backward(cmap(d_sub));
   dx.resize(dy.rows(), dy.cols());
   add_arrays(dx.data(), dy.data(), d_norm.data(), dx.size());
+}
+
+// residual_forward and residual_backward of a sub-layer that is one layer F (an attention or the
+// feed-forward network) whose forward(input, args...) fills its output buffer, output_mut(), and
+// whose backward(d output) returns d input.
+template <typename T, typename Layer, typename... Args>
+const Matrix<T>& layer_residual(bool pre_norm, LayerNorm<T>& norm, Dropout<T>& dropout, ConstMatrixMap<T> x,
+                                bool training, const Index* ids, Matrix<T>& sum, Layer& layer, const Args&... args) {
+  return residual_forward<T>(
+      pre_norm, norm, dropout,
+      [&](ConstMatrixMap<T> in) -> Matrix<T>& {
+        layer.forward(in, args...);
+        return layer.output_mut();
+      },
+      x, training, ids, sum);
+}
+template <typename T, typename Layer>
+void layer_residual_backward(bool pre_norm, LayerNorm<T>& norm, const Dropout<T>& dropout, Layer& layer,
+                             ConstMatrixMap<T> dy, Matrix<T>& scratch, Matrix<T>& dx) {
+  residual_backward<T>(
+      pre_norm, norm, dropout, [&layer](ConstMatrixMap<T> d) -> const Matrix<T>& { return layer.backward(d); }, dy,
+      scratch, dx);
+}
+
+// The parameters of a layer of a self-attention and a feed-forward sub-layer (EncoderLayer, the
+// language model's block), by the names both give them.
+template <typename T>
+ParameterList<T> attention_block_parameters(ParameterList<T> attention, LayerNorm<T>& norm1, FeedForward<T>& ff,
+                                            LayerNorm<T>& norm2) {
+  return named_parameters<T>({{"self_attention", std::move(attention)},
+                              {"norm1", norm1.parameters()},
+                              {"feed_forward", ff.parameters()},
+                              {"norm2", norm2.parameters()}});
 }
 
 // One residual sub-layer of an encoder or decoder layer at inference (no dropout, nothing kept),

@@ -201,16 +201,6 @@ class LanguageModel : public TrainableModel<T> {
   Index clamp_len() const { return clamp_len_; }
   void set_clamp_len(Index clamp);
 
-  // Rows per chunk of the training loss (train_step, compute_gradients), which runs the output
-  // layer, the loss and the output layer's backward chunk by chunk (chunked_output_loss) so that
-  // the (B*T, V) logits are never stored whole: 0 (the default) sizes the chunks from the
-  // vocabulary (tuning::kOutputChunkBytes), n > 0 takes n rows; kUnfusedOutputLoss computes the
-  // whole logits matrix, then output_cross_entropy and the backward products over it: the
-  // readable reference the chunked path is tested against. Results agree up to float rounding.
-  static constexpr Index kUnfusedOutputLoss = -1;
-  void set_output_chunk_rows(Index rows);
-  Index output_chunk_rows() const { return output_chunk_rows_; }
-
   // embedding.weight, layers.i.* (reversible: ReversibleStack's names), (pre-norm) norm.*, (untied)
   // output.weight, output.bias
   ParameterList<T> parameters() override;
@@ -257,7 +247,6 @@ class LanguageModel : public TrainableModel<T> {
   Matrix<T> dy_, dx_;                  // (B*T, d)
   Matrix<T> loss_partial_;             // scratch of the unfused loss's bias gradient
   OutputLossScratch<T> loss_scratch_;  // one chunk of logits of the chunked loss
-  Index output_chunk_rows_ = 0;        // see set_output_chunk_rows()
   TokenMatrix inputs_;                 // (B, T)
   std::vector<std::int64_t> labels_;   // (B*T)
   Index memory_length_ = 0;

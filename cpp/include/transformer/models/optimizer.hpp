@@ -114,6 +114,16 @@ class TrainableModel {
   double learning_rate(Index step) const;
   double last_grad_norm() const { return last_grad_norm_; }
 
+  // Rows per chunk of the training loss (train_step, compute_gradients), which runs the output
+  // layer, the loss and the output layer's backward chunk by chunk (chunked_output_loss) so that
+  // the (rows, V) logits are never stored whole: 0 (the default) sizes the chunks from the
+  // vocabulary (tuning::kOutputChunkBytes), n > 0 takes n rows; kUnfusedOutputLoss computes the
+  // whole logits matrix, then output_cross_entropy and the backward products over it: the
+  // readable reference the chunked path is tested against. Results agree up to float rounding.
+  static constexpr Index kUnfusedOutputLoss = -1;
+  void set_output_chunk_rows(Index rows);
+  Index output_chunk_rows() const { return output_chunk_rows_; }
+
  protected:
   // owner: what messages start with ("Transformer"); d_model: the width the schedule scales by
   TrainableModel(const char* owner, Index d_model) : owner_(owner), d_model_(d_model) {}
@@ -141,6 +151,7 @@ class TrainableModel {
   OptimizerConfig opt_config_;
   std::unique_ptr<Adam<T>> adam_;
   double last_grad_norm_ = 0.0;
+  Index output_chunk_rows_ = 0;  // see set_output_chunk_rows()
 };
 
 }  // namespace transformer

@@ -163,16 +163,6 @@ class Transformer : public TrainableModel<T> {
   void set_dropout_calls(std::uint64_t calls);
   void set_dropout_seed(std::uint64_t seed);
 
-  // Rows per chunk of the training loss (train_step, compute_gradients), which runs the output
-  // layer, the loss and the output layer's backward chunk by chunk (chunked_output_loss) so that
-  // the (rows, V) logits are never stored whole: 0 (the default) sizes the chunks from the
-  // vocabulary (tuning::kOutputChunkBytes), n > 0 takes n rows; kUnfusedOutputLoss computes the
-  // whole logits matrix, then output_cross_entropy and the backward products over it: the
-  // readable reference the chunked path is tested against. Results agree up to float rounding.
-  static constexpr Index kUnfusedOutputLoss = -1;
-  void set_output_chunk_rows(Index rows);
-  Index output_chunk_rows() const { return output_chunk_rows_; }
-
   // the last forward's or evaluate's logits (rows, V); after train_step with the unfused
   // reference loss, d loss / d logits
   ConstMatrixMap<T> logits() const { return ConstMatrixMap<T>(logits_.get(), logits_rows_, config_.tgt_vocab_size); }
@@ -228,7 +218,6 @@ class Transformer : public TrainableModel<T> {
   Matrix<T> dy_;                       // (B*T, d); grows only, the rows of a step are its first rows
   Matrix<T> loss_partial_;             // (row blocks, V) scratch of the unfused loss's bias gradient
   OutputLossScratch<T> loss_scratch_;  // one chunk of logits of the chunked loss
-  Index output_chunk_rows_ = 0;        // see set_output_chunk_rows()
   bool grads_zero_ = false;            // the last train_step's fused Adam pass left every gradient at 0
   std::vector<T> flat_grads_;          // (parameters + kFlatSpareSlots): see flat_gradients()
   bool flat_pending_ = false;          // compute_gradients filled flat_grads_ and apply_gradients has not run
