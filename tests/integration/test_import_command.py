@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any, Dict, List
 
 import numpy as np
@@ -132,6 +133,28 @@ def test_hub_name_offline_fails_in_one_line(tmp_path: Any, monkeypatch: Any, cap
     assert cli.main(["import", name, "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and name in err and "pass its path" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_hub_error_keeps_a_shortened_reason(tmp_path: Any, monkeypatch: Any) -> None:
+    """A download that fails with a long message: the error keeps 300 characters of it at most,
+    cut between words and marked with "...", in one line; a short one is kept whole."""
+    hub = pytest.importorskip("huggingface_hub")
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(hub, "snapshot_download", failing)
+    name = "Helsinki-NLP/opus-mt-xx-yy"
+    message = "word " * 200
+    with pytest.raises(OSError) as long_error:
+        import_pretrained(name, tmp_path / "run")
+    reason = str(long_error.value).split("RuntimeError: ", 1)[1].split(")", 1)[0]
+    assert reason.endswith(" ...") and len(reason) <= 304 and "\n" not in str(long_error.value)
+    assert reason[: -len(" ...")].split() == ["word"] * len(reason[: -len(" ...")].split())
+    message = "no route\nto host"
+    with pytest.raises(OSError, match=re.escape("RuntimeError: no route to host)")):
+        import_pretrained(name, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 

@@ -10,8 +10,8 @@ model keeps that vocabulary on both sides, with a
 :class:`~transformer_cpp.tokenizer.SubwordTokenizer` per side of the export's vocabulary and that
 side's merges: the source one splits text into the same tokens as the run's source tokenizer, the
 target one as the run's target tokenizer (so fine-tuning and evaluation see the run's target
-tokens), and a generated id is the run's target id; the masked ids get a bias of :data:`MASKED_BIAS`, finite so that the run can
-be saved, trained and averaged, and never generated. The LayerNorm epsilon the run was trained
+tokens), and a generated id is the run's target id; the masked ids get a bias of
+:data:`MASKED_BIAS`, finite so that the run can be saved, trained and averaged, and never generated. The LayerNorm epsilon the run was trained
 with (the export writes MarianMT's) comes back from the record, the languages too, and the decoding
 defaults are the package's own, as the run's were: the model translates as the run it was exported
 from did.

@@ -33,6 +33,7 @@ from ..data import DataRecord
 from ..model import Transformer
 from ..training import TrainConfig, Trainer
 from ..training.wording import plural
+from ..translate.constructors import TRAINED_LENGTH
 from .presets import AUTO_PRECISION, DEFAULT_PRESET
 from .prepare import choose_max_length, encode_train, encode_valid, load_split
 from .reporting import Report, TaskError, say
@@ -47,8 +48,6 @@ FIXED_DATA = ("vocab_size", "joint_vocab")
 #: Sections of RUN's data record that the new run keeps.
 CARRIED_OVER = ("pretrained", "decode_defaults")
 PROVENANCE_FILE = "pretrained.json"
-#: The data record's key of the longest pair the model was trained on, in all of its runs.
-TRAINED_LENGTH = "trained_length"
 
 
 def _option(name: str) -> str:

@@ -24,6 +24,11 @@ T = TypeVar("T", bound=_FromCheckpoint)
 U = TypeVar("U")
 
 
+#: The data record's key of the longest pair a fine-tuned model was trained on, over all its runs
+#: (``None``: unknown, after an imported model); a run without it warns beyond its ``max_length``.
+TRAINED_LENGTH = "trained_length"
+
+
 def from_checkpoint(
     make: Callable[..., T], path: Union[str, Path], max_output_tokens: Optional[int], compute_type: str
 ) -> T:
@@ -34,7 +39,7 @@ def from_checkpoint(
     ckpt = load_checkpoint(path, optimizer=False)
     data = ckpt.data or {}
     # a fine-tuned run records the longest pair of all its training (None: unknown); others their own
-    recorded = data["trained_length"] if "trained_length" in data else data.get("max_length")
+    recorded = data[TRAINED_LENGTH] if TRAINED_LENGTH in data else data.get("max_length")
     trained = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
     translator = make(
         ckpt.model,
