@@ -4,40 +4,19 @@ their checks, the optimiser's settings, state and counters, and the learning rat
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Type, TypeVar, cast, overload
+from typing import Any, Dict, List, Optional, Type, TypeVar, cast
 
 from .. import _core
+from .._delegated import SettableDelegated
 from .._checks import flag as _flag
 
-__all__ = ["CoreCounter", "CoreModel", "NonFiniteError"]
+__all__ = ["CoreModel", "NonFiniteError"]
 
 _Model = TypeVar("_Model", bound="CoreModel")
 
 #: Raised when weights, a loss, a gradient norm or an output hold NaN or infinity (a diverged run,
 #: a damaged checkpoint, an overflow). Both a ``FloatingPointError`` and a ``RuntimeError``.
 NonFiniteError = _core.NonFiniteError
-
-
-class CoreCounter:
-    """A settable whole-number attribute of a model that the C++ core holds: reading it gives
-    ``int(model._core.<name>)``, setting it sets the core's."""
-
-    def __init__(self, doc: str) -> None:
-        self.__doc__ = doc
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, model: None, owner: Optional[type] = None) -> "CoreCounter": ...
-    @overload
-    def __get__(self, model: "CoreModel", owner: Optional[type] = None) -> int: ...
-    def __get__(self, model: Optional["CoreModel"], owner: Optional[type] = None) -> Any:
-        return self if model is None else int(getattr(model._core, self.name))
-
-    def __set__(self, model: "CoreModel", value: int) -> None:
-        setattr(model._core, self.name, value)
 
 
 class CoreModel:
@@ -107,8 +86,8 @@ class CoreModel:
         """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
         return cast("OrderedDict[str, Any]", self._core.optimizer_state())
 
-    step = CoreCounter("Optimiser steps taken (settable, to resume).")
-    dropout_calls = CoreCounter("The dropout masks' counter (settable, to resume a run exactly).")
+    step = SettableDelegated("_core", "Optimiser steps taken (settable, to resume).")
+    dropout_calls = SettableDelegated("_core", "The dropout masks' counter (settable, to resume a run exactly).")
 
     def learning_rate(self, step: Optional[int] = None) -> float:
         """Learning rate at a 1-based ``step`` (default: the next step)."""

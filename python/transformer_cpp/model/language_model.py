@@ -8,10 +8,11 @@ from typing import Any, Optional, Tuple, cast
 import numpy as np
 
 from .. import _core
+from .._delegated import SettableDelegated
 from .._checks import flag as _flag
 from ..config import LM_FIELDS, describe_fields, keyword_parameters
 from ..layers import core_class
-from .base import CoreCounter, CoreModel
+from .base import CoreModel
 
 __all__ = ["LanguageModel"]
 
@@ -82,9 +83,10 @@ class LanguageModel(CoreModel):
         loss, count = self._core.evaluate_loss(tokens)
         return float(loss), int(count)
 
-    memory_length = CoreCounter(
+    memory_length = SettableDelegated(
+        "_core",
         "Relative attention: positions of the preceding segments each block attends to (settable "
-        "to any length, longer than in training too, or 0; setting it empties the memory)."
+        "to any length, longer than in training too, or 0; setting it empties the memory).",
     )
 
     @property
