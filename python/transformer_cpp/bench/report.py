@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -120,6 +120,14 @@ def _row(label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str 
     return f"{label:44}{ours:>16}{torch:>12}{ct2:>13}{ratio:>9}"
 
 
+def _ours_and_torch(
+    label: str, fmt: Callable[[Dict[str, Any]], str], ours: Dict[str, Any], torch: Dict[str, Any]
+) -> str:
+    """A :func:`_row` of one figure written by ``fmt`` from this package's result and PyTorch's (blank
+    when there is no PyTorch result)."""
+    return _row(label, fmt(ours), fmt(torch) if torch else "")
+
+
 def _format_header(results: Dict[str, Any]) -> List[str]:
     """The lines above the table: the run, the machine and its load, the instruction-set level and
     kernels, the notes, then the column headings."""
@@ -197,13 +205,8 @@ def _format_training(results: Dict[str, Any]) -> List[str]:
         )
     )
     lines.append(_row("   median step time", _fmt(o["step_s_median"], "s"), _fmt(t.get("step_s_median"), "s")))
-    lines.append(
-        _row(
-            "   fastest / slowest step (s)",
-            f"{min(o['step_s']):.2f}/{max(o['step_s']):.2f}",
-            f"{min(t['step_s']):.2f}/{max(t['step_s']):.2f}" if t else "",
-        )
-    )
+    fastest_slowest = lambda r: f"{min(r['step_s']):.2f}/{max(r['step_s']):.2f}"
+    lines.append(_ours_and_torch("   fastest / slowest step (s)", fastest_slowest, o, t))
     return lines
 
 
@@ -312,13 +315,8 @@ def _format_scaling(results: Dict[str, Any]) -> List[str]:
                 _fmt(g["speedup"], "x"),
             )
         )
-    lines.append(
-        _row(
-            "   1-thread model GFLOP/s (% of 1-thread GEMM)",
-            f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
-            f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "",
-        )
-    )
+    of_gemm = lambda r: f"{r['gflops_1']:.0f} ({100 * r['peak_fraction_1']:.0f}%)"
+    lines.append(_ours_and_torch("   1-thread model GFLOP/s (% of 1-thread GEMM)", of_gemm, o, t))
     return lines
 
 
