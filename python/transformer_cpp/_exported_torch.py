@@ -117,32 +117,37 @@ def residual(x: torch.Tensor, sublayer: Any, norm: nn.LayerNorm, dropout: nn.Dro
     return cast(torch.Tensor, norm(x + dropout(sublayer(x))))
 
 
-class EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool, eps: float) -> None:
+class SelfAttentionLayer(nn.Module):
+    """What both layers start with: the self-attention sub-layer, its LayerNorm and dropout."""
+
+    def __init__(self, self_attention: nn.Module, d_model: int, dropout: float, pre_norm: bool, eps: float) -> None:
         super().__init__()
         self.pre_norm = pre_norm
-        self.self_attention = MultiHeadAttention(d_model, n_heads)
+        self.self_attention = self_attention
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+
+
+class EncoderLayer(SelfAttentionLayer):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool, eps: float) -> None:
+        super().__init__(MultiHeadAttention(d_model, n_heads), d_model, dropout, pre_norm, eps)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
         x = residual(x, lambda h: self.self_attention(h, h, blocked), self.norm1, self.dropout1, self.pre_norm)
         return residual(x, self.feed_forward, self.norm2, self.dropout2, self.pre_norm)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(SelfAttentionLayer):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool, eps: float) -> None:
-        super().__init__()
-        self.pre_norm = pre_norm
-        self.self_attention = MultiHeadAttention(d_model, n_heads)
-        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        super().__init__(MultiHeadAttention(d_model, n_heads), d_model, dropout, pre_norm, eps)
         self.cross_attention = MultiHeadAttention(d_model, n_heads)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm3 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(
         self, x: torch.Tensor, memory: torch.Tensor, self_blocked: torch.Tensor, cross_blocked: torch.Tensor

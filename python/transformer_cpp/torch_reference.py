@@ -71,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "transformer_cpp.torch_reference needs PyTorch; install it with pip install 'transformer-cpp[torch]'"
     ) from exc
 
+from ._exported_torch import SelfAttentionLayer, residual
 from ._runtime import positional_encoding
 from .translate import greedy_reference
 
@@ -211,59 +212,46 @@ class ReferenceFeedForward(nn.Module):
         return cast(torch.Tensor, self.linear2(self.dropout(torch.relu(self.linear1(x)))))
 
 
-class ReferenceEncoderLayer(nn.Module):
+class ReferenceEncoderLayer(SelfAttentionLayer):
     """Self-attention and feed-forward sub-layers, post-norm (default) or pre-norm.
     ``forward(x, mask=None)`` with x (B, T, d) and mask broadcastable to (B, T, T)."""
 
     def __init__(
         self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-6
     ) -> None:
-        super().__init__()
-        self.pre_norm = pre_norm
-        self.self_attention = ReferenceMultiHeadAttention(d_model, n_heads)
-        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        super().__init__(ReferenceMultiHeadAttention(d_model, n_heads), d_model, dropout, pre_norm, eps)
         self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x: "torch.Tensor", mask: Any = None) -> "torch.Tensor":
-        if self.pre_norm:
-            x = x + self.dropout1(self.self_attention(self.norm1(x), mask=mask))
-            return cast(torch.Tensor, x + self.dropout2(self.feed_forward(self.norm2(x))))
-        x = self.norm1(x + self.dropout1(self.self_attention(x, mask=mask)))
-        return cast(torch.Tensor, self.norm2(x + self.dropout2(self.feed_forward(x))))
+        x = residual(x, lambda h: self.self_attention(h, mask=mask), self.norm1, self.dropout1, self.pre_norm)
+        return residual(x, self.feed_forward, self.norm2, self.dropout2, self.pre_norm)
 
 
-class ReferenceDecoderLayer(nn.Module):
+class ReferenceDecoderLayer(SelfAttentionLayer):
     """Masked self-attention, cross-attention and feed-forward sub-layers, post- or pre-norm.
     ``forward(x, memory, self_mask=None, cross_mask=None)``."""
 
     def __init__(
         self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-6
     ) -> None:
-        super().__init__()
-        self.pre_norm = pre_norm
-        self.self_attention = ReferenceMultiHeadAttention(d_model, n_heads)
-        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        super().__init__(ReferenceMultiHeadAttention(d_model, n_heads), d_model, dropout, pre_norm, eps)
         self.cross_attention = ReferenceMultiHeadAttention(d_model, n_heads)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout2 = nn.Dropout(dropout)
         self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
         self.norm3 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
     def forward(
         self, x: "torch.Tensor", memory: "torch.Tensor", self_mask: Any = None, cross_mask: Any = None
     ) -> "torch.Tensor":
-        if self.pre_norm:
-            x = x + self.dropout1(self.self_attention(self.norm1(x), mask=self_mask))
-            x = x + self.dropout2(self.cross_attention(self.norm2(x), memory, mask=cross_mask))
-            return cast(torch.Tensor, x + self.dropout3(self.feed_forward(self.norm3(x))))
-        x = self.norm1(x + self.dropout1(self.self_attention(x, mask=self_mask)))
-        x = self.norm2(x + self.dropout2(self.cross_attention(x, memory, mask=cross_mask)))
-        return cast(torch.Tensor, self.norm3(x + self.dropout3(self.feed_forward(x))))
+        x = residual(x, lambda h: self.self_attention(h, mask=self_mask), self.norm1, self.dropout1, self.pre_norm)
+        x = residual(
+            x, lambda h: self.cross_attention(h, memory, mask=cross_mask), self.norm2, self.dropout2, self.pre_norm
+        )
+        return residual(x, self.feed_forward, self.norm3, self.dropout3, self.pre_norm)
 
 
 class _Stack(nn.Module):

@@ -39,6 +39,7 @@ LAYER_ORDER = [
     "_version",
     "_exported_torch",
     "_signatures",
+    "_delegated",
     # the core, wrapped
     "_checks",
     "_runtime",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -120,6 +120,14 @@ def _row(label: str, ours: str = "", torch: str = "", ct2: str = "", ratio: str 
     return f"{label:44}{ours:>16}{torch:>12}{ct2:>13}{ratio:>9}"
 
 
+def _ours_and_torch(
+    label: str, fmt: Callable[[Dict[str, Any]], str], ours: Dict[str, Any], torch: Dict[str, Any]
+) -> str:
+    """A :func:`_row` of one figure written by ``fmt`` from this package's result and PyTorch's (blank
+    when there is no PyTorch result)."""
+    return _row(label, fmt(ours), fmt(torch) if torch else "")
+
+
 def _format_header(results: Dict[str, Any]) -> List[str]:
     """The lines above the table: the run, the machine and its load, the instruction-set level and
     kernels, the notes, then the column headings."""
@@ -146,20 +154,14 @@ def _format_header(results: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _format_gemm(results: Dict[str, Any]) -> List[str]:
+def _format_gemm(g: Dict[str, Any]) -> List[str]:
     """Section 1: the machine's float32 GEMM peak (NumPy)."""
-    g = results.get("gemm")
-    if not g:
-        return []
     return [_row(f"1. GEMM peak, NumPy fp32 {g['n']}^2 (GFLOP/s)", _fmt(g["gflops"]))]
 
 
-def _format_training(results: Dict[str, Any]) -> List[str]:
+def _format_training(tr: Dict[str, Any]) -> List[str]:
     """Section 2: the training step's shapes, throughput, GFLOP/s, share of the GEMM peak and step
     times, this package beside PyTorch."""
-    tr = results.get("training")
-    if not tr:
-        return []
     s = tr["shapes"]
     lines = [
         f"2. Training step: batch {s['batch']}, lengths {s['min_length']}-{s['max_length']}, "
@@ -197,22 +199,14 @@ def _format_training(results: Dict[str, Any]) -> List[str]:
         )
     )
     lines.append(_row("   median step time", _fmt(o["step_s_median"], "s"), _fmt(t.get("step_s_median"), "s")))
-    lines.append(
-        _row(
-            "   fastest / slowest step (s)",
-            f"{min(o['step_s']):.2f}/{max(o['step_s']):.2f}",
-            f"{min(t['step_s']):.2f}/{max(t['step_s']):.2f}" if t else "",
-        )
-    )
+    fastest_slowest = lambda r: f"{min(r['step_s']):.2f}/{max(r['step_s']):.2f}"
+    lines.append(_ours_and_torch("   fastest / slowest step (s)", fastest_slowest, o, t))
     return lines
 
 
-def _format_decoding(results: Dict[str, Any]) -> List[str]:
+def _format_decoding(dec: Dict[str, Any]) -> List[str]:
     """Section 3: greedy decoding's sentences/s at each batch size against PyTorch and CTranslate2,
     whether their outputs are ours, and our decoder's method and output length."""
-    dec = results.get("decoding")
-    if not dec:
-        return []
     lines = [
         f"3. Greedy decoding: {dec['sentences']} sentences, up to {dec['max_length']} tokens "
         f"(sentences/s; CTranslate2 conversion: {dec['ctranslate2']['status']})"
@@ -253,12 +247,9 @@ def _format_decoding(results: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _format_memory(results: Dict[str, Any]) -> List[str]:
+def _format_memory(mem: Dict[str, Any]) -> List[str]:
     """Section 4: the peak memory of the training steps (the child processes' measurements), float32
     against PyTorch and bf16 against float32, or the error that stopped it."""
-    mem = results.get("memory")
-    if not mem:
-        return []
     o, t = mem.get("ours", {}), mem.get("torch") or {}
     if "error" in o or "error" in t:
         return [f"4. Peak memory: error: {o.get('error') or t.get('error')}"]
@@ -289,12 +280,9 @@ def _format_memory(results: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _format_scaling(results: Dict[str, Any]) -> List[str]:
+def _format_scaling(sc: Dict[str, Any]) -> List[str]:
     """Thread scaling: training tokens/s at 1 and N threads and the speed-up, beside the machine's
     NumPy GEMM speed-up and the 1-thread model GFLOP/s."""
-    sc = results.get("scaling")
-    if not sc:
-        return []
     n = sc["threads"]
     lines = [f"   Thread scaling: training tokens/s at 1 and {n} threads"]
     o, t = sc["ours"], sc.get("torch") or {}
@@ -312,22 +300,14 @@ def _format_scaling(results: Dict[str, Any]) -> List[str]:
                 _fmt(g["speedup"], "x"),
             )
         )
-    lines.append(
-        _row(
-            "   1-thread model GFLOP/s (% of 1-thread GEMM)",
-            f"{o['gflops_1']:.0f} ({100 * o['peak_fraction_1']:.0f}%)",
-            f"{t['gflops_1']:.0f} ({100 * t['peak_fraction_1']:.0f}%)" if t else "",
-        )
-    )
+    of_gemm = lambda r: f"{r['gflops_1']:.0f} ({100 * r['peak_fraction_1']:.0f}%)"
+    lines.append(_ours_and_torch("   1-thread model GFLOP/s (% of 1-thread GEMM)", of_gemm, o, t))
     return lines
 
 
-def _format_busy_machine(results: Dict[str, Any]) -> List[str]:
+def _format_busy_machine(bm: Dict[str, Any]) -> List[str]:
     """The busy machine: training and decoding with a CPU hog on one core, at 1 thread, at a fixed N
     and with the thread governor."""
-    bm = results.get("busy_machine")
-    if not bm:
-        return []
     n = bm["threads"]
     lines = [
         f"   Busy machine: a CPU hog holds one core; median of {bm['steps']} units after {bm['settle']} "
@@ -343,12 +323,9 @@ def _format_busy_machine(results: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _format_serving(results: Dict[str, Any]) -> List[str]:
+def _format_serving(sv: Dict[str, Any]) -> List[str]:
     """Section 5: HTTP serving, requests/s and latencies with request batching and one request at a
     time, and their ratio (or why it was skipped)."""
-    sv = results.get("serving")
-    if not sv:
-        return []
     if "skipped" in sv:
         return [f"5. Serving: skipped: {sv['skipped']}"]
     m = sv["model"]
@@ -373,36 +350,37 @@ def _format_serving(results: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _format_mpi(results: Dict[str, Any]) -> List[str]:
+def _format_mpi(mpi: Dict[str, Any]) -> List[str]:
     """Section 6: MPI scaling, one process of N threads against N ranks (:mod:`.mpi`'s lines)."""
-    if not results.get("mpi_scaling"):
-        return []
     from .mpi import format_mpi_scaling  # imported when needed: `python -m transformer_cpp.bench.mpi` runs it
 
-    return [
-        "6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(results["mpi_scaling"]))
-    ]
+    return ["6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(mpi))]
 
 
-#: The report's sections after its header, in their order.
-_SECTIONS = (
-    _format_gemm,
-    _format_training,
-    _format_decoding,
-    _format_memory,
-    _format_scaling,
-    _format_busy_machine,
-    _format_low_precision,
-    _format_serving,
-    _format_mpi,
+#: The report's sections after its header, in their order: the key of the results' entry each
+#: writes, and its lines of that entry (shown when the entry is there and not empty); the
+#: low-precision section (key None) reads several entries.
+_SECTIONS: Tuple[Tuple[Optional[str], Callable[[Dict[str, Any]], List[str]]], ...] = (
+    ("gemm", _format_gemm),
+    ("training", _format_training),
+    ("decoding", _format_decoding),
+    ("memory", _format_memory),
+    ("scaling", _format_scaling),
+    ("busy_machine", _format_busy_machine),
+    (None, _format_low_precision),
+    ("serving", _format_serving),
+    ("mpi_scaling", _format_mpi),
 )
 
 
 def format_report(results: Dict[str, Any]) -> str:
     """The human-readable table."""
     lines = _format_header(results)
-    for section in _SECTIONS:
-        lines += section(results)
+    for key, section in _SECTIONS:
+        if key is None:
+            lines += section(results)
+        elif results.get(key):
+            lines += section(results[key])
     lines.append("")
     return "\n".join(lines)
 

@@ -110,7 +110,7 @@ def add_command(
     subparsers: Any,
     name: str,
     help: str,
-    description: str,
+    description: Optional[str],
     add_arguments: Callable[[argparse.ArgumentParser], None],
     run: Callable[[argparse.Namespace], int],
 ) -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from ..checkpoint import AVERAGED_NAME, BEST_FILE, average_checkpoints, list_che
 from ..export import QUANTIZATIONS, export_ctranslate2, export_torch, export_transformers
 from ..plotting import save_positional_encoding_figures
 from ..pretrained import PROVENANCE_FILE, import_pretrained
-from .common import UserError, terminate_as_interrupt
+from .common import UserError, add_command, terminate_as_interrupt
 from .options import add_model_option, count_option, path_option
 
 __all__ = [
@@ -27,6 +27,32 @@ __all__ = [
 ]
 
 
+_AVERAGE_DESCRIPTION = (
+    "Average the weights of the newest N checkpoints of a run into the checkpoint "
+    "'averaged' (for translating; 'latest', which --resume continues, is unchanged). An 'averaged' "
+    "that is not a checkpoint (a file or directory of the user's) is never replaced."
+)
+
+_EXPORT_DESCRIPTION = (
+    "Write the model (the run's best checkpoint) and its tokenizers for another "
+    "runtime: a CTranslate2 model directory (exact in float32), a PyTorch state dict "
+    "with a small module definition, transformer_torch.py, that needs no "
+    "transformer-cpp, or a Hugging Face Transformers MarianMT model with its tokenizer "
+    "(AutoModelForSeq2SeqLM and AutoTokenizer load it; greedy generate gives the same "
+    "tokens; post-norm models only; exact for a LayerNorm epsilon of 1e-5, MarianMT's, "
+    "and within a few 1e-5 in log-probability otherwise). OUT must not exist or be empty."
+)
+
+_IMPORT_DESCRIPTION = (
+    "Read a Hugging Face MarianMT model (a local directory, or a Hub name such as "
+    "Helsinki-NLP/opus-mt-en-es from the Hugging Face cache, else downloaded) and write it as a run "
+    "directory that translate, evaluate and export read like a trained run. Where it came from "
+    f"(the files' sha256) and its license are recorded in {PROVENANCE_FILE} in the run. No pickled "
+    "code is executed. A directory written by 'transformer-cpp export --to transformers' is read back as "
+    "the run it was exported from. Fine-tune the imported run with 'train --init-from RUN'."
+)
+
+
 def run_figures(args: argparse.Namespace) -> int:
     """``transformer-cpp figures``."""
     for path in save_positional_encoding_figures(args.out):
@@ -34,9 +60,7 @@ def run_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_figures_parser(sub: Any) -> None:
-    """``transformer-cpp figures``."""
-    p = sub.add_parser("figures", help="render the positional-encoding figures to PNG files")
+def _add_figures_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         type=path_option,
@@ -44,18 +68,15 @@ def add_figures_parser(sub: Any) -> None:
         help="output directory (default: figures); a file there under a figure's name that transformer-cpp did "
         "not draw is never replaced",
     )
-    p.set_defaults(func=run_figures)
 
 
-def add_average_parser(sub: Any) -> None:
-    """``transformer-cpp average``."""
-    p = sub.add_parser(
-        "average",
-        help="average the last checkpoints of a run into one",
-        description="Average the weights of the newest N checkpoints of a run into the checkpoint "
-        "'averaged' (for translating; 'latest', which --resume continues, is unchanged). An 'averaged' "
-        "that is not a checkpoint (a file or directory of the user's) is never replaced.",
-    )
+def add_figures_parser(sub: Any) -> None:
+    """``transformer-cpp figures``."""
+    what = "render the positional-encoding figures to PNG files"
+    add_command(sub, "figures", what, None, _add_figures_arguments, run_figures)
+
+
+def _add_average_arguments(p: argparse.ArgumentParser) -> None:
     add_model_option(p, "run directory")
     p.add_argument(
         "--last",
@@ -64,7 +85,12 @@ def add_average_parser(sub: Any) -> None:
         help="how many of the newest checkpoints (default 5; train --average-last N does this at the end of a run)",
     )
     p.add_argument("--mark-best", action="store_true", help="point the run's 'best' at the average")
-    p.set_defaults(func=run_average)
+
+
+def add_average_parser(sub: Any) -> None:
+    """``transformer-cpp average``."""
+    what = "average the last checkpoints of a run into one"
+    add_command(sub, "average", what, _AVERAGE_DESCRIPTION, _add_average_arguments, run_average)
 
 
 def run_average(args: argparse.Namespace) -> int:
@@ -110,19 +136,7 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_export_parser(sub: Any) -> None:
-    """``transformer-cpp export``."""
-    p = sub.add_parser(
-        "export",
-        help="export a trained model to CTranslate2, PyTorch or Hugging Face Transformers",
-        description="Write the model (the run's best checkpoint) and its tokenizers for another "
-        "runtime: a CTranslate2 model directory (exact in float32), a PyTorch state dict "
-        "with a small module definition, transformer_torch.py, that needs no "
-        "transformer-cpp, or a Hugging Face Transformers MarianMT model with its tokenizer "
-        "(AutoModelForSeq2SeqLM and AutoTokenizer load it; greedy generate gives the same "
-        "tokens; post-norm models only; exact for a LayerNorm epsilon of 1e-5, MarianMT's, "
-        "and within a few 1e-5 in log-probability otherwise). OUT must not exist or be empty.",
-    )
+def _add_export_arguments(p: argparse.ArgumentParser) -> None:
     add_model_option(p)
     p.add_argument(
         "--to", required=True, choices=("ctranslate2", "torch", "transformers"), help="the runtime to export for"
@@ -134,7 +148,12 @@ def add_export_parser(sub: Any) -> None:
         default=None,
         help="CTranslate2 weight type (default: float32, exact; the others are smaller and faster but not exact)",
     )
-    p.set_defaults(func=run_export)
+
+
+def add_export_parser(sub: Any) -> None:
+    """``transformer-cpp export``."""
+    what = "export a trained model to CTranslate2, PyTorch or Hugging Face Transformers"
+    add_command(sub, "export", what, _EXPORT_DESCRIPTION, _add_export_arguments, run_export)
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -159,18 +178,7 @@ def load_provenance(run: Path) -> dict:  # type: ignore[type-arg]
     return found if isinstance(found, dict) else {}
 
 
-def add_import_parser(sub: Any) -> None:
-    """``transformer-cpp import``."""
-    p = sub.add_parser(
-        "import",
-        help="import a published MarianMT (OPUS-MT) model as a run directory",
-        description="Read a Hugging Face MarianMT model (a local directory, or a Hub name such as "
-        "Helsinki-NLP/opus-mt-en-es from the Hugging Face cache, else downloaded) and write it as a run "
-        "directory that translate, evaluate and export read like a trained run. Where it came from "
-        f"(the files' sha256) and its license are recorded in {PROVENANCE_FILE} in the run. No pickled "
-        "code is executed. A directory written by 'transformer-cpp export --to transformers' is read back as "
-        "the run it was exported from. Fine-tune the imported run with 'train --init-from RUN'.",
-    )
+def _add_import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "source",
         metavar="SOURCE",
@@ -187,4 +195,9 @@ def add_import_parser(sub: Any) -> None:
         default=None,
         help="language of the output (default: the model's tokenizer_config.json, else an opus-mt-xx-yy name)",
     )
-    p.set_defaults(func=run_import)
+
+
+def add_import_parser(sub: Any) -> None:
+    """``transformer-cpp import``."""
+    what = "import a published MarianMT (OPUS-MT) model as a run directory"
+    add_command(sub, "import", what, _IMPORT_DESCRIPTION, _add_import_arguments, run_import)

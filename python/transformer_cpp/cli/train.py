@@ -28,7 +28,7 @@ from ..task import (
     resume_trainer,
 )
 from ..training import RunDirectory, TrainConfig, Trainer, TrainingInterrupted
-from .common import PROG, UserError, console, set_threads
+from .common import PROG, UserError, add_command, console, set_threads
 from .config_file import add_config_option, save_run_config, train_values
 from .options import add_settings, config_options, deprecated_alias, given, path_option, seconds_option
 
@@ -206,19 +206,18 @@ def _best_name(run: Path) -> str:
     return resolve_checkpoint(run, "best").name
 
 
-def add_train_parser(sub: Any) -> None:
-    """``transformer-cpp train``."""
-    p = sub.add_parser(
-        "train",
-        help="train a translation model from sentence pairs (default: Tatoeba English to Spanish)",
-        description="Train a Transformer to translate from --source-lang into --target-lang "
-        "(default en -> es) on sentence pairs: a tab-separated file, two aligned text files or a "
-        "Tatoeba pair (see --data). A checkpoint is written "
-        "after every epoch (and on Ctrl-C); the same command with --resume "
-        "continues exactly. Options left out take the preset's value. Presets: "
-        "quick (10 minutes), standard (about an hour), tutorial (the TensorFlow "
-        "tutorial's settings), base (the paper's base model), tiny (a first run: 1.5 minutes, short sentences).",
-    )
+_TRAIN_DESCRIPTION = (
+    "Train a Transformer to translate from --source-lang into --target-lang "
+    "(default en -> es) on sentence pairs: a tab-separated file, two aligned text files or a "
+    "Tatoeba pair (see --data). A checkpoint is written "
+    "after every epoch (and on Ctrl-C); the same command with --resume "
+    "continues exactly. Options left out take the preset's value. Presets: "
+    "quick (10 minutes), standard (about an hour), tutorial (the TensorFlow "
+    "tutorial's settings), base (the paper's base model), tiny (a first run: 1.5 minutes, short sentences)."
+)
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",
         choices=sorted(PRESETS),
@@ -277,4 +276,9 @@ def add_train_parser(sub: Any) -> None:
     deprecated_alias(p, "--tie-embeddings", "--share-embeddings", value=True)
     deprecated_alias(p, "--no-tie-embeddings", "--no-share-embeddings", value=False)
     deprecated_alias(p, "--fixed-threads", "--no-adaptive-threads", value=False)
-    p.set_defaults(func=run_train)
+
+
+def add_train_parser(sub: Any) -> None:
+    """``transformer-cpp train``."""
+    what = "train a translation model from sentence pairs (default: Tatoeba English to Spanish)"
+    add_command(sub, "train", what, _TRAIN_DESCRIPTION, _add_train_arguments, run_train)

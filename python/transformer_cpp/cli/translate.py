@@ -20,7 +20,7 @@ from ..training import TrainConfig
 from ..translate import DecodeOptions, LongInputWarning, Translator, evaluate, order_losses
 from ..translate.decoding import BEAM_RULES, checked_defaults, resolved_rules
 from ..translate.batch import encode_target_text
-from .common import PROG, UserError, console, set_threads, terminate_as_interrupt
+from .common import PROG, UserError, add_command, console, set_threads, terminate_as_interrupt
 from .options import (
     add_model_option,
     add_option,
@@ -493,37 +493,40 @@ def _add_translate_io_options(p: Any) -> None:
     )
 
 
-def add_translate_parser(sub: Any) -> None:
-    """``transformer-cpp translate``."""
-    p = sub.add_parser(
-        "translate",
-        help="translate sentences with a trained model",
-        description="Translate the sentences given as arguments, or one per line from "
-        "standard input or --input FILE; prints one translation per line (or, with --n-best N, the N best "
-        "as 'INDEX ||| translation ||| score', INDEX the 0-based input line). Standard input is translated "
-        "as it arrives: each line's translation is printed before the next line is read, and lines "
-        "that arrive together are translated together. The model translates from the source "
-        "language into the target language it was trained for (train --source-lang/--target-lang, "
-        "recorded in its checkpoints; said on standard error).",
-    )
+_TRANSLATE_DESCRIPTION = (
+    "Translate the sentences given as arguments, or one per line from "
+    "standard input or --input FILE; prints one translation per line (or, with --n-best N, the N best "
+    "as 'INDEX ||| translation ||| score', INDEX the 0-based input line). Standard input is translated "
+    "as it arrives: each line's translation is printed before the next line is read, and lines "
+    "that arrive together are translated together. The model translates from the source "
+    "language into the target language it was trained for (train --source-lang/--target-lang, "
+    "recorded in its checkpoints; said on standard error)."
+)
+
+
+def _add_translate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read standard input)")
     add_model_option(p)
     _add_translate_io_options(p)
     _add_decoding_options(p, max_output_tokens=True)
     _add_search_options(p)
-    p.set_defaults(func=run_translate)
 
 
-def add_evaluate_parser(sub: Any) -> None:
-    """``transformer-cpp evaluate``."""
-    p = sub.add_parser(
-        "evaluate",
-        help="BLEU, chrF, loss and accuracy on held-out pairs or a pairs file",
-        description="Score the model (the run's best checkpoint) with sacrebleu: on a file of "
-        "sentence pairs (--pairs), or on the run's own test (or validation) split, rebuilt from the "
-        "checkpoint's record. The model translates from the source language into the target "
-        "language recorded when it was trained; the output names them.",
-    )
+def add_translate_parser(sub: Any) -> None:
+    """``transformer-cpp translate``."""
+    what = "translate sentences with a trained model"
+    add_command(sub, "translate", what, _TRANSLATE_DESCRIPTION, _add_translate_arguments, run_translate)
+
+
+_EVALUATE_DESCRIPTION = (
+    "Score the model (the run's best checkpoint) with sacrebleu: on a file of "
+    "sentence pairs (--pairs), or on the run's own test (or validation) split, rebuilt from the "
+    "checkpoint's record. The model translates from the source language into the target "
+    "language recorded when it was trained; the output names them."
+)
+
+
+def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pairs",
         type=path_option,
@@ -568,4 +571,9 @@ def add_evaluate_parser(sub: Any) -> None:
     p.add_argument(
         "--examples", type=count_option("examples", 0), default=0, help="also print the first N translations"
     )
-    p.set_defaults(func=run_evaluate)
+
+
+def add_evaluate_parser(sub: Any) -> None:
+    """``transformer-cpp evaluate``."""
+    what = "BLEU, chrF, loss and accuracy on held-out pairs or a pairs file"
+    add_command(sub, "evaluate", what, _EVALUATE_DESCRIPTION, _add_evaluate_arguments, run_evaluate)

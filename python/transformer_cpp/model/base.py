@@ -7,6 +7,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Type, TypeVar, cast
 
 from .. import _core
+from .._delegated import SettableDelegated
 from .._checks import flag as _flag
 
 __all__ = ["CoreModel", "NonFiniteError"]
@@ -85,23 +86,8 @@ class CoreModel:
         """Adam moments ``'<param>.m'`` / ``'<param>.v'`` -> Parameter with writable ``.value``."""
         return cast("OrderedDict[str, Any]", self._core.optimizer_state())
 
-    @property
-    def step(self) -> int:
-        """Optimiser steps taken (settable, to resume)."""
-        return int(self._core.step)
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._core.step = value
-
-    @property
-    def dropout_calls(self) -> int:
-        """The dropout masks' counter (settable, to resume a run exactly)."""
-        return int(self._core.dropout_calls)
-
-    @dropout_calls.setter
-    def dropout_calls(self, value: int) -> None:
-        self._core.dropout_calls = value
+    step = SettableDelegated("_core", "Optimiser steps taken (settable, to resume).")
+    dropout_calls = SettableDelegated("_core", "The dropout masks' counter (settable, to resume a run exactly).")
 
     def learning_rate(self, step: Optional[int] = None) -> float:
         """Learning rate at a 1-based ``step`` (default: the next step)."""

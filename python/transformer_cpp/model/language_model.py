@@ -8,6 +8,7 @@ from typing import Any, Optional, Tuple, cast
 import numpy as np
 
 from .. import _core
+from .._delegated import SettableDelegated
 from .._checks import flag as _flag
 from ..config import LM_FIELDS, describe_fields, keyword_parameters
 from ..layers import core_class
@@ -82,15 +83,11 @@ class LanguageModel(CoreModel):
         loss, count = self._core.evaluate_loss(tokens)
         return float(loss), int(count)
 
-    @property
-    def memory_length(self) -> int:
-        """Relative attention: positions of the preceding segments each block attends to (settable
-        to any length, longer than in training too, or 0; setting it empties the memory)."""
-        return int(self._core.memory_length)
-
-    @memory_length.setter
-    def memory_length(self, value: int) -> None:
-        self._core.memory_length = value
+    memory_length = SettableDelegated(
+        "_core",
+        "Relative attention: positions of the preceding segments each block attends to (settable "
+        "to any length, longer than in training too, or 0; setting it empties the memory).",
+    )
 
     @property
     def clamp_len(self) -> Optional[int]:

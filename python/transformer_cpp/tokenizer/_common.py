@@ -1,6 +1,6 @@
 """What every tokenizer of the package shares: the check that text is valid Unicode, the
-atomic write of a saved tokenizer, the reading of one, with its size cap, and equality, hashing
-and pickling by the saved form (:class:`BySavedForm`)."""
+atomic write of a saved tokenizer, the reading of one, with its size cap, the special ids
+(:class:`SpecialIds`), and equality, hashing and pickling by the saved form (:class:`BySavedForm`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,39 @@ import contextlib
 import os
 import threading
 import uuid
-from typing import Any, Optional
+from typing import Any, FrozenSet, NamedTuple, Optional
+
+from .._delegated import Delegated
 
 #: The largest file a tokenizer's ``load`` reads: a vocabulary of MAX_VOCAB_SIZE tokens and its
 #: merges take a few hundred bytes each.
 MAX_FILE_BYTES = 1 << 30
+
+
+class SpecialTokenIds(NamedTuple):
+    """The ids of a tokenizer's special tokens."""
+
+    pad_id: int
+    start_id: int
+    end_id: int
+    unk_id: int
+
+
+class SpecialIds:
+    """The special ids of a tokenizer, read from its ``_special`` (data of the tokenizer, not
+    constants)."""
+
+    _special: SpecialTokenIds
+
+    pad_id = Delegated("_special", "Id of the padding token.")
+    start_id = Delegated("_special", "Id of the start-of-sentence token, the decoder's first input.")
+    end_id = Delegated("_special", "Id of the end-of-sentence token.")
+    unk_id = Delegated("_special", "Id of the unknown token.")
+
+    @property
+    def special_ids(self) -> FrozenSet[int]:
+        """The ids of all special tokens."""
+        return frozenset(self._special)
 
 
 def unicode_error(text: str, what: str) -> Optional[ValueError]:

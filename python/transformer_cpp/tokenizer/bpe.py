@@ -50,6 +50,8 @@ from ._bpe_training import learn_from_corpus as _learn_from_corpus
 from ._common import (
     MAX_FILE_BYTES,
     BySavedForm,
+    SpecialIds,
+    SpecialTokenIds,
     read_tokenizer_file as _read_tokenizer_file,
     unicode_error as _unicode_error,
     write_atomically as _write_atomically,
@@ -228,7 +230,7 @@ def _without_leading_space(text: str) -> str:
     return text[1:] if text.startswith(" ") else text
 
 
-class SubwordTokenizer(BySavedForm):
+class SubwordTokenizer(SpecialIds, BySavedForm):
     """A byte-level BPE vocabulary with fixed special ids (``pad_id == 0``).
 
     Build one with :meth:`build_from_corpus`, or restore one with :meth:`load` /
@@ -289,30 +291,8 @@ class SubwordTokenizer(BySavedForm):
 
     # ------------------------------------------------------------------ properties
 
-    @property
-    def pad_id(self) -> int:
-        """Id of the padding token; always 0."""
-        return 0
-
-    @property
-    def start_id(self) -> int:
-        """Id of the start-of-sentence token."""
-        return 1
-
-    @property
-    def end_id(self) -> int:
-        """Id of the end-of-sentence token."""
-        return 2
-
-    @property
-    def unk_id(self) -> int:
-        """Id of the unknown token (only used when the byte alphabet is incomplete)."""
-        return 3
-
-    @property
-    def special_ids(self) -> frozenset[int]:
-        """The ids of all special tokens."""
-        return frozenset(range(len(SPECIAL_TOKENS)))
+    # the ids of SPECIAL_TOKENS, in their order (unk only appears when the byte alphabet is incomplete)
+    _special = SpecialTokenIds(pad_id=0, start_id=1, end_id=2, unk_id=3)
 
     @property
     def vocab_size(self) -> int:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import base64
 import json
 import os
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 import numpy as np
 
-from ._common import BySavedForm, read_tokenizer_file, write_atomically
+from ._common import BySavedForm, SpecialIds, SpecialTokenIds, read_tokenizer_file, write_atomically
 from .base import IdSequence
 
 __all__ = ["SentencePieceTokenizer"]
@@ -27,7 +27,7 @@ KIND = "sentencepiece"
 MAX_MODEL_BYTES = 1 << 28
 
 
-class SentencePieceTokenizer(BySavedForm):
+class SentencePieceTokenizer(SpecialIds, BySavedForm):
     """A SentencePiece model plus the piece -> id mapping of the model it feeds."""
 
     def __init__(
@@ -66,7 +66,7 @@ class SentencePieceTokenizer(BySavedForm):
         for role, token in self._names.items():
             if token not in self._vocab:
                 raise ValueError(f"{name}: the {role} token {token!r} is not in the vocabulary")
-        self._ids = {role: self._vocab[token] for role, token in self._names.items()}
+        self._special = SpecialTokenIds(**{f"{role}_id": self._vocab[token] for role, token in self._names.items()})
 
     @classmethod
     def from_marian_dir(cls, path: Union[str, "os.PathLike[str]"], side: str = "source") -> "SentencePieceTokenizer":
@@ -103,26 +103,6 @@ class SentencePieceTokenizer(BySavedForm):
     lowercase = False
     adds_start = False
     expects_cleaned_text = False
-
-    @property
-    def pad_id(self) -> int:
-        return self._ids["pad"]
-
-    @property
-    def start_id(self) -> int:
-        return self._ids["start"]
-
-    @property
-    def end_id(self) -> int:
-        return self._ids["end"]
-
-    @property
-    def unk_id(self) -> int:
-        return self._ids["unk"]
-
-    @property
-    def special_ids(self) -> FrozenSet[int]:
-        return frozenset(self._ids.values())
 
     @property
     def vocab_size(self) -> int:
