@@ -243,9 +243,9 @@ void bind_attention_kinds(py::module_& m) {
   m.def(
       "attention_kinds",
       [] {
-        py::tuple out(kAttentionKinds.size());
-        for (size_t i = 0; i < kAttentionKinds.size(); ++i)
-          out[i] = py::cast(&kAttentionKinds[i], py::return_value_policy::reference);
+        const auto& kinds = attention_kinds();
+        py::tuple out(kinds.size());
+        for (size_t i = 0; i < kinds.size(); ++i) out[i] = py::cast(&kinds[i], py::return_value_policy::reference);
         return out;
       },
       "The attention kinds' records, in the order messages list them.");

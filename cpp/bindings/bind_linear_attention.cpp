@@ -242,12 +242,14 @@ in constant time per position, equal to the causal forward at that position.)doc
   def_parameters<T>(cls, "LinearMultiHeadAttention");
 }
 
-}  // namespace
-
 void bind_linear_attention(py::module_& m) {
   for_each_scalar([&](auto t) { bind_linear_kernel<decltype(t)>(m); });
   for_each_scalar([&](auto t) { bind_linear_state<decltype(t)>(m); });
   for_each_scalar([&](auto t) { bind_linear_layer<decltype(t)>(m); });
 }
+
+const AttentionKindBinding registered("linear", bind_linear_attention);
+
+}  // namespace
 
 }  // namespace transformer::bindings

@@ -243,11 +243,13 @@ last forward, ``(n_heads, n_hashes, d_k, n_buckets/2)`` and ``(B, n_heads, n_has
   def_parameters<T>(cls, "LSHSelfAttention");
 }
 
-}  // namespace
-
 void bind_lsh_attention(py::module_& m) {
   for_each_scalar([&](auto t) { bind_lsh_heads<decltype(t)>(m); });
   for_each_scalar([&](auto t) { bind_lsh<decltype(t)>(m); });
 }
+
+const AttentionKindBinding registered("lsh", bind_lsh_attention);
+
+}  // namespace
 
 }  // namespace transformer::bindings

@@ -184,10 +184,12 @@ Evaluation with state reuse: ``infer_reset(batch, mem_len)``, then ``infer_memor
         py::arg("x"), "out[..., i, j] = x[..., i, j + T-1-i] for j <= L-T+i, else 0.");
 }
 
-}  // namespace
-
 void bind_relative_attention(py::module_& m) {
   for_each_scalar([&](auto t) { bind_relative<decltype(t)>(m); });
 }
+
+const AttentionKindBinding registered("relative", bind_relative_attention);
+
+}  // namespace
 
 }  // namespace transformer::bindings

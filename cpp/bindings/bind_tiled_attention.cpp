@@ -216,12 +216,14 @@ void bind_attention_impl(py::module_& m) {
       .def_property_readonly("last_forward_tiled", [](H& h) { return h.layer.last_forward_tiled(); });
 }
 
-}  // namespace
-
 void bind_tiled_attention(py::module_& m) {
   for_each_scalar([&](auto t) { bind_heads_attention<decltype(t)>(m); });
   for_each_scalar([&](auto t) { bind_softmax_self_attention<decltype(t)>(m); });
   for_each_scalar([&](auto t) { bind_attention_impl<decltype(t)>(m); });
 }
+
+const AttentionKindBinding registered("softmax", bind_tiled_attention);
+
+}  // namespace
 
 }  // namespace transformer::bindings

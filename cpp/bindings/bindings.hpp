@@ -28,19 +28,23 @@ namespace transformer::bindings {
 void bind_runtime(py::module_& m);
 void bind_positional_encoding(py::module_& m);
 void bind_parameter(py::module_& m);
-void bind_layers(py::module_& m);        // Linear, Dropout, attention, feed-forward, encoder/decoder
-void bind_basic_layers(py::module_& m);  // LayerNorm, ReLU, softmax, embeddings, loss, Adam
-void bind_config(py::module_& m);        // Limit, ConfigField, TransformerConfig, OptimizerConfig
-void bind_model(py::module_& m);         // Transformer
-// RelativeMultiHeadAttention (Transformer-XL), rel_shift
-void bind_relative_attention(py::module_& m);
-// LanguageModel (decoder-only)
-void bind_language_model(py::module_& m);
-// LinearAttention, LinearMultiHeadAttention and its generation state
-void bind_linear_attention(py::module_& m);
-void bind_lsh_attention(py::module_& m);
-void bind_reversible(py::module_& m);  // ReversibleStack
-void bind_tiled_attention(py::module_& m);
+void bind_layers(py::module_& m);          // Linear, Dropout, attention, feed-forward, encoder/decoder
+void bind_basic_layers(py::module_& m);    // LayerNorm, ReLU, softmax, embeddings, loss, Adam
+void bind_config(py::module_& m);          // Limit, ConfigField, TransformerConfig, OptimizerConfig
+void bind_model(py::module_& m);           // Transformer
+void bind_language_model(py::module_& m);  // LanguageModel (decoder-only)
+void bind_reversible(py::module_& m);      // ReversibleStack
+
+// The classes of each attention kind (kinds.hpp) are bound by the kind's own bind file, which
+// registers its function at load time with one line,
+//   const AttentionKindBinding registered("lsh", bind_lsh_attention);
+// so that adding a kind touches no list here or in module.cpp. bind_attention_kind_classes calls them in
+// the order of the kinds' table, after the layers and before the models; a kind of the table
+// without a binding, or a binding of no kind, is an error at import.
+struct AttentionKindBinding {
+  AttentionKindBinding(const char* kind, void (*bind)(py::module_&)) noexcept;
+};
+void bind_attention_kind_classes(py::module_& m);
 
 // A short description of a NumPy array for error messages: "float64 array of shape (2, 3)".
 std::string describe(const py::array& a);

@@ -1,7 +1,13 @@
+#include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
 
 #include "bindings.hpp"
+#include "transformer/attention/kinds.hpp"
 
 namespace transformer::bindings {
 
@@ -111,6 +117,43 @@ py::array_t<T> copy_out(const T* data, const std::vector<Index>& shape) {
   return out;
 }
 
+namespace {
+// What the attention kinds' bind files registered. A fixed table (constant-initialised, so that
+// registering at load time cannot throw); more kinds than it holds is an error at import.
+struct KindBinding {
+  const char* kind;
+  void (*bind)(py::module_&);
+};
+constexpr size_t kMaxKindBindings = 32;
+std::array<KindBinding, kMaxKindBindings> kind_bindings{};
+size_t n_kind_bindings = 0;
+}  // namespace
+
+AttentionKindBinding::AttentionKindBinding(const char* kind, void (*bind)(py::module_&)) noexcept {
+  if (n_kind_bindings < kMaxKindBindings) kind_bindings[n_kind_bindings] = {kind, bind};
+  ++n_kind_bindings;
+}
+
+void bind_attention_kind_classes(py::module_& m) {
+  if (n_kind_bindings > kMaxKindBindings)
+    throw std::logic_error(concat("transformer_cpp._core: ", n_kind_bindings, " attention kinds registered a binding; ",
+                                  "module.cpp's table holds ", kMaxKindBindings));
+  const auto registered = std::vector<KindBinding>(kind_bindings.begin(), kind_bindings.begin() + n_kind_bindings);
+  for (const KindBinding& b : registered)
+    if (find_attention_kind(b.kind) == nullptr)
+      throw std::logic_error(concat("transformer_cpp._core: a binding is registered for attention '", b.kind,
+                                    "', which is no kind of attention_kinds()"));
+  for (const AttentionKind& kind : attention_kinds()) {
+    auto it = std::find_if(registered.begin(), registered.end(),
+                           [&](const KindBinding& b) { return std::string_view(b.kind) == kind.name; });
+    if (it == registered.end())
+      throw std::logic_error(concat("transformer_cpp._core: attention '", kind.name,
+                                    "' has a record but no binding (its bind file registers one with "
+                                    "AttentionKindBinding)"));
+    it->bind(m);
+  }
+}
+
 void bind_parameter(py::module_& m) {
   py::class_<PyParameter>(m, "Parameter", "A named parameter: writable NumPy views of value and grad.")
       .def_readonly("name", &PyParameter::name)
@@ -145,10 +188,7 @@ PYBIND11_MODULE(_core, m) {
   bind_basic_layers(m);
   bind_config(m);
   bind_model(m);
-  bind_relative_attention(m);
+  bind_attention_kind_classes(m);
   bind_language_model(m);
-  bind_linear_attention(m);
-  bind_lsh_attention(m);
   bind_reversible(m);
-  bind_tiled_attention(m);
 }

@@ -3,14 +3,19 @@
 // One record per kind of make_self_attention (self_attention.hpp). Every caller that needs to know
 // whether a kind can do something (the language model's checks, memory estimates and generation,
 // the reversible stack, the Python package and the command line, through the binding
-// attention_kinds()) reads the record; only the factory and the lookup below compare names.
-// Adding a kind: its class, a row here, a case in make_self_attention.
+// attention_kinds()) reads the record; only the lookup below compares names, and the record's
+// makers build the kind's class, so make_self_attention has no case per kind.
+// Adding a kind: its class and a row of the table in kinds.cpp.
 #pragma once
 
-#include <array>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
+
+#include "transformer/attention/self_attention.hpp"
 
 namespace transformer {
 
@@ -21,33 +26,37 @@ enum class GenerationStep {
   RecurrentState  // a fixed-size state per head (linear attention's RNN form)
 };
 
+// Builds a kind's SelfAttention<T>: (d_model, n_heads, seed, options) -> the layer.
+template <typename T>
+using SelfAttentionMaker = std::unique_ptr<SelfAttention<T>> (*)(Index, Index, std::uint64_t,
+                                                                 const SelfAttentionOptions&);
+
 struct AttentionKind {
   const char* name;
-  const char* summary;   // one line for help texts
-  bool bidirectional;    // works without a causal mask (forward(..., causal=false))
-  bool memory;           // takes a segment memory of preceding positions and encodes positions
-                         // itself (memory_length, clamp_len; no absolute positional encoding)
-  GenerationStep step;   // the generation step it has, if any
-  bool reversible;       // works in a reversible stack (recomputable from the next block's output)
-  bool cross_attention;  // works as a decoder's cross-attention (queries and keys of two sequences)
-  bool full_weights;     // keeps the (B, H, T, T) weights below tuning::kTiledAttentionMinLength keys
-  bool hashed;           // hashes positions into buckets (LSH options; a per-update hash counter)
+  const char* summary;                   // one line for help texts
+  bool bidirectional;                    // works without a causal mask (forward(..., causal=false))
+  bool memory;                           // takes a segment memory of preceding positions and encodes positions
+                                         // itself (memory_length, clamp_len; no absolute positional encoding)
+  GenerationStep step;                   // the generation step it has, if any
+  bool reversible;                       // works in a reversible stack (recomputable from the next block's output)
+  bool cross_attention;                  // works as a decoder's cross-attention (queries and keys of two sequences)
+  bool full_weights;                     // keeps the (B, H, T, T) weights below tuning::kTiledAttentionMinLength keys
+  bool hashed;                           // hashes positions into buckets (LSH options; a per-update hash counter)
+  SelfAttentionMaker<float> make_float;  // the kind's class, for each element type
+  SelfAttentionMaker<double> make_double;
 
   bool has_cached_step() const { return step != GenerationStep::None; }
+  template <typename T>
+  SelfAttentionMaker<T> maker() const {
+    if constexpr (std::is_same_v<T, float>)
+      return make_float;
+    else
+      return make_double;
+  }
 };
 
 // Every kind is causal (forward(..., causal=true)); the table's order is the order messages list them.
-inline constexpr std::array<AttentionKind, 4> kAttentionKinds{{
-    //          bidirectional memory  step                            reversible cross  full_weights hashed
-    {"softmax", "exact, tiled for long inputs; generation with a key/value cache",  //
-     true, false, GenerationStep::KeyValueCache, true, true, true, false},
-    {"linear", "linear in the context; generation as an RNN",  //
-     true, false, GenerationStep::RecurrentState, true, false, false, false},
-    {"lsh", "Reformer's LSH attention; generation recomputes the window",  //
-     true, false, GenerationStep::None, true, false, false, true},
-    {"relative", "Transformer-XL: relative positions, a segment memory",  //
-     false, true, GenerationStep::KeyValueCache, false, false, false, false},
-}};
+const std::vector<AttentionKind>& attention_kinds();
 
 // The predicates messages list kinds by.
 inline bool takes_memory(const AttentionKind& k) { return k.memory; }

@@ -53,13 +53,9 @@ struct SelfAttentionOptions {
 // kinds.hpp ("softmax", "linear", "lsh", "relative"), which say what each supports.
 const std::vector<std::string>& self_attention_kinds();
 
-// A self-attention of `kind`:
-//   "softmax"  SoftmaxSelfAttention (tiled_attention.hpp): MultiHeadAttention, exact, tiled from
-//              tuning::kTiledAttentionMinLength keys; a key/value-cached step for generation
-//   "linear"   LinearMultiHeadAttention (linear_attention.hpp); an RNN step for generation
-//   "lsh"      LSHSelfAttention (lsh_attention.hpp) with options' chunk, hashes and buckets
-//   "relative" RelativeMultiHeadAttention (relative_attention.hpp): Transformer-XL's relative
-//              positions; the language model gives it a segment memory
+// A self-attention of `kind`, built by the maker of its record (kinds.cpp's table names each
+// kind's class: SoftmaxSelfAttention, LinearMultiHeadAttention, LSHSelfAttention with the options'
+// chunk, hashes and buckets, RelativeMultiHeadAttention).
 // Throws std::invalid_argument naming the kinds for any other name, and for bad LSH options.
 template <typename T>
 std::unique_ptr<SelfAttention<T>> make_self_attention(const std::string& kind, Index d_model, Index n_heads,
