@@ -38,6 +38,13 @@ def amx_decoding(compute_type):
     return tc.build_info()["kernels"][f"decode_{compute_type}"].startswith("amx+")
 
 
+def no_amx(compute_type):
+    """The skip reason where the tiles do not compute this compute type's products."""
+    kernel = tc.build_info()["kernels"][f"decode_{compute_type}"]
+    why = f"; {kernels.amx_unsupported_reason()}" if compute_type == "bf16" else ""
+    return f"{compute_type}: the products run on the {kernel} kernel, not on AMX tiles{why}"
+
+
 def _data(R, N, K, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((R, K)).astype(np.float32)
@@ -101,7 +108,7 @@ def test_kernel_equals_reference(compute_type, shape):
 @pytest.mark.parametrize("shape", AMX_SHAPES)
 def test_amx_tiles_and_the_register_kernel_agree(compute_type, shape, monkeypatch):
     if not amx_decoding(compute_type):
-        pytest.skip(f"{compute_type}: this CPU has no AMX tiles for it ({kernels.amx_unsupported_reason()})")
+        pytest.skip(no_amx(compute_type))
     x, W, b = _data(*shape, seed=7)
     ref = kernels.quantized_linear(x, W, b, compute_type, "reference")
     amx = kernels.quantized_linear(x, W, b, compute_type, "kernel")
@@ -119,7 +126,7 @@ def test_amx_decoding_gives_the_register_kernels_beams(monkeypatch):
     # a model whose products have K a multiple of 64 and 20 sentences x 4 beams = 80 rows: the
     # tiles compute every product of the search, and int8 beams are those of the VNNI kernel
     if not amx_decoding("int8"):
-        pytest.skip(f"int8: this CPU has no AMX tiles for it ({kernels.amx_unsupported_reason()})")
+        pytest.skip(no_amx("int8"))
     m = tc.Transformer(60, 53, d_model=64, n_layers=2, n_heads=4, d_ff=128, max_length=10, seed=3)
     src = np.random.default_rng(8).integers(3, 60, size=(20, 7))
     src[2, 3:] = 0
