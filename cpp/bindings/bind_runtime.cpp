@@ -11,6 +11,59 @@
 
 namespace transformer::bindings {
 
+namespace {
+
+// The operands of the tests' matrix-product bindings: a and b (2-D; op(a) is (M, K), op(b) is
+// (K, N)) and the (M, N) output, a copy of c with beta 1 when c is given, else all `fill` with
+// beta 0.
+struct MatmulOperands {
+  RowsInput<float> a, b;
+  Index M = 0, N = 0, K = 0;
+  Matrix<float> out;
+  float beta = 0.0f;
+};
+
+MatmulOperands matmul_operands(const char* who, const py::handle& a, const py::handle& b, bool trans_a, bool trans_b,
+                               const py::handle& c, float fill) {
+  MatmulOperands o;
+  o.a = as_rows<float>(a, who, "a", -1);
+  o.b = as_rows<float>(b, who, "b", -1);
+  if (o.a.lead_shape.size() != 1 || o.b.lead_shape.size() != 1)
+    throw py::value_error(concat(who, ": a and b must be 2-D"));
+  o.M = trans_a ? o.a.cols : o.a.rows;
+  o.K = trans_a ? o.a.rows : o.a.cols;
+  const Index Kb = trans_b ? o.b.cols : o.b.rows;
+  o.N = trans_b ? o.b.rows : o.b.cols;
+  if (o.K != Kb)
+    throw py::value_error(concat(who, ": op(a) is (", o.M, ", ", o.K, ") but op(b) is (", Kb, ", ", o.N, ")"));
+  o.out = Matrix<float>::Constant(o.M, o.N, fill);
+  if (!c.is_none()) {
+    auto cs = as_rows<float>(c, who, "c", o.N);
+    if (cs.lead_shape.size() != 1 || cs.rows != o.M)
+      throw py::value_error(concat(who, ": c must have shape (", o.M, ", ", o.N, ")"));
+    std::copy(cs.array.data(), cs.array.data() + o.M * o.N, o.out.data());
+    o.beta = 1.0f;
+  }
+  return o;
+}
+
+// The operands of the tests' decoding-product bindings, y = x W^T + b: W (N, K), x (M, K), b (N).
+struct LinearOperands {
+  RowsInput<float> w, x, b;
+};
+
+LinearOperands linear_operands(const char* who, const py::handle& x, const py::handle& W, const py::handle& b) {
+  LinearOperands o;
+  o.w = as_rows<float>(W, who, "W", -1);
+  o.x = as_rows<float>(x, who, "x", o.w.cols);
+  o.b = as_rows<float>(b, who, "b", o.w.rows);
+  if (o.w.lead_shape.size() != 1 || o.x.lead_shape.size() != 1 || o.b.rows != 1 || !o.b.lead_shape.empty())
+    throw py::value_error(concat(who, ": x and W must be 2-D, b 1-D"));
+  return o;
+}
+
+}  // namespace
+
 void bind_runtime(py::module_& m) {
   // A TRANSFORMER_CPP_ISA that names no level, or one above this CPU's, stops the import with its
   // message (isa.hpp) rather than at the first product.
@@ -56,12 +109,8 @@ void bind_runtime(py::module_& m) {
   m.def(
       "_decode_linear",
       [](const py::handle& x, const py::handle& W, const py::handle& b, const std::string& kernel) {
-        const char* who = "_decode_linear";
-        auto w = as_rows<float>(W, who, "W", -1);
-        auto xs = as_rows<float>(x, who, "x", w.cols);
-        auto bs = as_rows<float>(b, who, "b", w.rows);
-        if (w.lead_shape.size() != 1 || xs.lead_shape.size() != 1 || bs.rows != 1 || !bs.lead_shape.empty())
-          throw py::value_error("_decode_linear: x and W must be 2-D, b 1-D");
+        const LinearOperands o = linear_operands("_decode_linear", x, W, b);
+        const RowsInput<float>&w = o.w, &xs = o.x, &bs = o.b;
         Matrix<float> y(xs.rows, w.rows);
         if (kernel == "packed" || kernel == "packed_reference") {
           PackedLinear<float> p;
@@ -99,12 +148,8 @@ void bind_runtime(py::module_& m) {
       "_quantized_linear",
       [](const py::handle& x, const py::handle& W, const py::handle& b, const std::string& compute_type,
          const std::string& kernel) {
-        const char* who = "_quantized_linear";
-        auto w = as_rows<float>(W, who, "W", -1);
-        auto xs = as_rows<float>(x, who, "x", w.cols);
-        auto bs = as_rows<float>(b, who, "b", w.rows);
-        if (w.lead_shape.size() != 1 || xs.lead_shape.size() != 1 || bs.rows != 1 || !bs.lead_shape.empty())
-          throw py::value_error("_quantized_linear: x and W must be 2-D, b 1-D");
+        const LinearOperands o = linear_operands("_quantized_linear", x, W, b);
+        const RowsInput<float>&w = o.w, &xs = o.x, &bs = o.b;
         const ComputeType c = parse_compute_type(compute_type);
         if (c == ComputeType::Float32)
           throw py::value_error("_quantized_linear: compute_type must be 'int8' or 'bf16'");
@@ -146,24 +191,8 @@ void bind_runtime(py::module_& m) {
       "_bf16_matmul",
       [](const py::handle& a, const py::handle& b, bool trans_a, bool trans_b, const py::handle& c,
          const std::string& kernel) {
-        const char* who = "_bf16_matmul";
-        auto as = as_rows<float>(a, who, "a", -1);
-        auto bs = as_rows<float>(b, who, "b", -1);
-        if (as.lead_shape.size() != 1 || bs.lead_shape.size() != 1)
-          throw py::value_error("_bf16_matmul: a and b must be 2-D");
-        const Index M = trans_a ? as.cols : as.rows, K = trans_a ? as.rows : as.cols;
-        const Index Kb = trans_b ? bs.cols : bs.rows, N = trans_b ? bs.rows : bs.cols;
-        if (K != Kb)
-          throw py::value_error(concat("_bf16_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
-        Matrix<float> out = Matrix<float>::Zero(M, N);
-        float beta = 0.0f;
-        if (!c.is_none()) {
-          auto cs = as_rows<float>(c, who, "c", N);
-          if (cs.lead_shape.size() != 1 || cs.rows != M)
-            throw py::value_error(concat("_bf16_matmul: c must have shape (", M, ", ", N, ")"));
-          std::copy(cs.array.data(), cs.array.data() + M * N, out.data());
-          beta = 1.0f;
-        }
+        MatmulOperands o = matmul_operands("_bf16_matmul", a, b, trans_a, trans_b, c, 0.0f);
+        const Index M = o.M, N = o.N, K = o.K;
         if (kernel == "auto" || kernel == "avx512_bf16" || kernel == "amx") {
           if (!bf16::cpu_supported()) throw py::value_error("_bf16_matmul: " + bf16::unsupported_reason());
           if (kernel == "amx" && !bf16::amx_cpu_supported())
@@ -172,18 +201,18 @@ void bind_runtime(py::module_& m) {
                                      : kernel == "avx512_bf16" ? bf16::Kernel::Avx512Bf16
                                                                : bf16::Kernel::Auto;
           without_gil([&] {
-            bf16::gemm(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta, out.data(),
-                       N, which);
+            bf16::gemm(M, N, K, o.a.array.data(), o.a.cols, trans_a, o.b.array.data(), o.b.cols, trans_b, o.beta,
+                       o.out.data(), N, which);
           });
         } else if (kernel == "reference") {
           without_gil([&] {
-            bf16::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
-                                 out.data(), N);
+            bf16::gemm_reference(M, N, K, o.a.array.data(), o.a.cols, trans_a, o.b.array.data(), o.b.cols, trans_b,
+                                 o.beta, o.out.data(), N);
           });
         } else {
           throw py::value_error("_bf16_matmul: kernel must be 'auto', 'avx512_bf16', 'amx' or 'reference'");
         }
-        return copy_out<float>(out.data(), {M, N});
+        return copy_out<float>(o.out.data(), {M, N});
       },
       py::arg("a"), py::arg("b"), py::arg("trans_a"), py::arg("trans_b"), py::arg("c"), py::arg("kernel"),
       "op(a) op(b) (+ c) with bfloat16 inputs and float32 sums (tests).");
@@ -203,23 +232,9 @@ void bind_runtime(py::module_& m) {
       [](const py::handle& a, const py::handle& b, bool trans_a, bool trans_b, const py::handle& c,
          const py::handle& bias, const std::string& kernel) {
         const char* who = "_f32_matmul";
-        auto as = as_rows<float>(a, who, "a", -1);
-        auto bs = as_rows<float>(b, who, "b", -1);
-        if (as.lead_shape.size() != 1 || bs.lead_shape.size() != 1)
-          throw py::value_error("_f32_matmul: a and b must be 2-D");
-        const Index M = trans_a ? as.cols : as.rows, K = trans_a ? as.rows : as.cols;
-        const Index Kb = trans_b ? bs.cols : bs.rows, N = trans_b ? bs.rows : bs.cols;
-        if (K != Kb)
-          throw py::value_error(concat("_f32_matmul: op(a) is (", M, ", ", K, ") but op(b) is (", Kb, ", ", N, ")"));
-        Matrix<float> out = Matrix<float>::Constant(M, N, std::nanf(""));  // beta 0 must not read C
-        float beta = 0.0f;
-        if (!c.is_none()) {
-          auto cs = as_rows<float>(c, who, "c", N);
-          if (cs.lead_shape.size() != 1 || cs.rows != M)
-            throw py::value_error(concat("_f32_matmul: c must have shape (", M, ", ", N, ")"));
-          std::copy(cs.array.data(), cs.array.data() + M * N, out.data());
-          beta = 1.0f;
-        }
+        // NaN: beta 0 must not read C
+        MatmulOperands o = matmul_operands(who, a, b, trans_a, trans_b, c, std::nanf(""));
+        const Index M = o.M, N = o.N, K = o.K;
         RowVector<float> bias_values;
         if (!bias.is_none()) {
           auto bv = as_rows<float>(bias, who, "bias", N);
@@ -235,18 +250,18 @@ void bind_runtime(py::module_& m) {
             throw py::value_error(
                 concat("_f32_matmul: the float32 ", kernel == "auto" ? "" : kernel + " ", "kernel cannot run here"));
           without_gil([&] {
-            f32::gemm_with(k, M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
-                           out.data(), N, bias_ptr);
+            f32::gemm_with(k, M, N, K, o.a.array.data(), o.a.cols, trans_a, o.b.array.data(), o.b.cols, trans_b, o.beta,
+                           o.out.data(), N, bias_ptr);
           });
         } else if (kernel == "reference") {
           without_gil([&] {
-            f32::gemm_reference(M, N, K, as.array.data(), as.cols, trans_a, bs.array.data(), bs.cols, trans_b, beta,
-                                out.data(), N, bias_ptr);
+            f32::gemm_reference(M, N, K, o.a.array.data(), o.a.cols, trans_a, o.b.array.data(), o.b.cols, trans_b,
+                                o.beta, o.out.data(), N, bias_ptr);
           });
         } else {
           throw py::value_error("_f32_matmul: kernel must be 'auto', 'avx512', 'avx2' or 'reference'");
         }
-        return copy_out<float>(out.data(), {M, N});
+        return copy_out<float>(o.out.data(), {M, N});
       },
       py::arg("a"), py::arg("b"), py::arg("trans_a"), py::arg("trans_b"), py::arg("c"), py::arg("bias"),
       py::arg("kernel"), "op(a) op(b) (+ c) (+ bias) in float32 (tests).");

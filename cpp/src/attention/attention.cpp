@@ -191,42 +191,49 @@ const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const R
   x_ = x.data();
   mem_ = nullptr;
   lq_ = lk_ = &l;
-  const Index B = l.B, Tn = l.T;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
   proj_.project(precision_, x, 0, 3, qkv_);
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
   Matrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
-  Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
   if (l.packed) {
     scatter_rows(qkv_, l, qkv_pad);
     base = qkv_pad.data();
   }
-  Matrix<T>& ctx = l.packed ? ctx_pad : ctx_;
-  ctx.resize(B * Tn, d_);
-  tiled_ = use_tiled(Tn);
+  return attend_padded(base, 3 * d_, base + d_, base + 2 * d_, 3 * d_, l, l, mask, causal, key_padding);
+}
+
+template <typename T>
+const Matrix<T>& MultiHeadAttention<T>::attend_padded(const T* q, Index ldq, const T* k, const T* v, Index ldkv,
+                                                      const RowLayout& lq, const RowLayout& lk,
+                                                      const AttentionMask& mask, bool causal,
+                                                      const std::uint8_t* key_padding) {
+  const Index B = lq.B, Tq = lq.T, Tk = lk.T;
+  Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
+  Matrix<T>& ctx = lq.packed ? ctx_pad : ctx_;
+  ctx.resize(B * Tq, d_);
+  tiled_ = use_tiled(Tk);
   causal_ = causal;
   key_padding_ = key_padding;
   mask_ = mask;
   if (tiled_) {
     weights_.resize(0, 0);
-    lse_.resize(B * h_, Tn);
-    tiled_attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_,
-                               TiledMask{causal, key_padding, mask}, ctx.data(), d_, lse_.data());
+    lse_.resize(B * h_, Tq);
+    tiled_attention_forward<T>(q, ldq, k, ldkv, v, ldkv, B, h_, Tq, Tk, dk_, TiledMask{causal, key_padding, mask},
+                               ctx.data(), d_, lse_.data());
   } else {
     AttentionMask mk = mask;
-    if (key_padding != nullptr) {  // the structured mask as the (B, T, T) bytes the plain kernel reads
-      build_attention_mask(mask_buf_, key_padding, B, Tn, Tn, causal);
-      mk = AttentionMask{mask_buf_.data(), Tn * Tn};
-    } else if (causal) {  // one (T, T) look-ahead mask for every sequence (batch stride 0)
-      build_attention_mask(mask_buf_, nullptr, 1, Tn, Tn, true);
+    if (key_padding != nullptr) {  // the structured mask as the (B, Tq, Tk) bytes the plain kernel reads
+      build_attention_mask(mask_buf_, key_padding, B, Tq, Tk, causal);
+      mk = AttentionMask{mask_buf_.data(), Tq * Tk};
+    } else if (causal) {  // one (Tq, Tk) look-ahead mask for every sequence (batch stride 0)
+      build_attention_mask(mask_buf_, nullptr, 1, Tq, Tk, true);
       mk = AttentionMask{mask_buf_.data(), 0};
     }
-    weights_.resize(B * h_ * Tn, Tn);
-    attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, B, h_, Tn, Tn, dk_, mk,
-                         weights_.data(), ctx.data(), d_);
+    weights_.resize(B * h_ * Tq, Tk);
+    attention_forward<T>(q, ldq, k, ldkv, v, ldkv, B, h_, Tq, Tk, dk_, mk, weights_.data(), ctx.data(), d_);
   }
-  if (l.packed) gather_rows(ctx_pad, l, ctx_);
+  if (lq.packed) gather_rows(ctx_pad, lq, ctx_);
   return proj_.out.forward(cmap(ctx_));
 }
 
@@ -243,7 +250,6 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   mem_ = memory.data();
   lq_ = &lq;
   lk_ = &lk;
-  const Index B = lq.B, Tq = lq.T, Tk = lk.T;
   // Q = x W_q^T + b_q                                                   (rows_q, d)
   proj_.project(precision_, x, 0, 1, qkv_);
   // [K | V] = memory [W_k; W_v]^T + [b_k | b_v]                         (rows_k, 2d)
@@ -252,7 +258,6 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   const T* kv = kv_.data();
   Matrix<T>& q_pad = backward_scratch<T>(kQkvPad);
   Matrix<T>& kv_pad = backward_scratch<T>(kKvPad);
-  Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
   if (lq.packed) {
     scatter_rows(qkv_, lq, q_pad);
     q = q_pad.data();
@@ -261,23 +266,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
     scatter_rows(kv_, lk, kv_pad);
     kv = kv_pad.data();
   }
-  Matrix<T>& ctx = lq.packed ? ctx_pad : ctx_;
-  ctx.resize(B * Tq, d_);
-  tiled_ = use_tiled(Tk);
-  causal_ = false;
-  key_padding_ = nullptr;
-  mask_ = mask;
-  if (tiled_) {
-    weights_.resize(0, 0);
-    lse_.resize(B * h_, Tq);
-    tiled_attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, TiledMask{false, nullptr, mask},
-                               ctx.data(), d_, lse_.data());
-  } else {
-    weights_.resize(B * h_ * Tq, Tk);
-    attention_forward<T>(q, d_, kv, 2 * d_, kv + d_, 2 * d_, B, h_, Tq, Tk, dk_, mask, weights_.data(), ctx.data(), d_);
-  }
-  if (lq.packed) gather_rows(ctx_pad, lq, ctx_);
-  return proj_.out.forward(cmap(ctx_));
+  return attend_padded(q, d_, kv, kv + d_, 2 * d_, lq, lk, mask, false, nullptr);
 }
 
 template <typename T>

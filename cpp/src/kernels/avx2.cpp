@@ -45,6 +45,21 @@ TCPP_AVX2_TARGET inline float reduce_add(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
 }
 
+// One step of few_rows_tile's k loop: acc[i][j] += x[i, k:k+8] * wj for the RB rows and the four
+// weight vectors.
+template <int RB>
+TCPP_AVX2_TARGET inline void few_rows_step(__m256 (&acc)[RB][4], const float* x, Index K, Index k, __m256 w0, __m256 w1,
+                                           __m256 w2, __m256 w3) {
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) {
+    const __m256 xv = _mm256_loadu_ps(x + i * K + k);
+    acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
+    acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
+    acc[i][2] = _mm256_fmadd_ps(xv, w2, acc[i][2]);
+    acc[i][3] = _mm256_fmadd_ps(xv, w3, acc[i][3]);
+  }
+}
+
 // Rows r0..r0+RB of x against weight rows n0..n0+nb (nb <= 4): RB x 4 accumulators.
 template <int RB>
 TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float* W, Index nb, const float* b, float* y,
@@ -58,14 +73,7 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
     for (Index k = 0; k < K; k += 8) {
       const __m256 w0 = _mm256_loadu_ps(W + k), w1 = _mm256_loadu_ps(W + K + k);
       const __m256 w2 = _mm256_loadu_ps(W + 2 * K + k), w3 = _mm256_loadu_ps(W + 3 * K + k);
-#pragma GCC unroll 8
-      for (int i = 0; i < RB; ++i) {
-        const __m256 xv = _mm256_loadu_ps(x + i * K + k);
-        acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
-        acc[i][2] = _mm256_fmadd_ps(xv, w2, acc[i][2]);
-        acc[i][3] = _mm256_fmadd_ps(xv, w3, acc[i][3]);
-      }
+      few_rows_step<RB>(acc, x, K, k, w0, w1, w2, w3);
     }
     const __m128 bias = _mm_loadu_ps(b);
 #pragma GCC unroll 8
@@ -81,14 +89,7 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
   for (Index k = 0; k < K; k += 8) {
     const __m256 w0 = _mm256_loadu_ps(w[0] + k), w1 = _mm256_loadu_ps(w[1] + k);
     const __m256 w2 = _mm256_loadu_ps(w[2] + k), w3 = _mm256_loadu_ps(w[3] + k);
-#pragma GCC unroll 8
-    for (int i = 0; i < RB; ++i) {
-      const __m256 xv = _mm256_loadu_ps(x + i * K + k);
-      acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
-      acc[i][2] = _mm256_fmadd_ps(xv, w2, acc[i][2]);
-      acc[i][3] = _mm256_fmadd_ps(xv, w3, acc[i][3]);
-    }
+    few_rows_step<RB>(acc, x, K, k, w0, w1, w2, w3);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < RB; ++i) {
@@ -102,6 +103,55 @@ TCPP_AVX2_TARGET inline void few_rows_tile(const float* x, Index K, const float*
 TCPP_AVX2_TARGET inline __m256i first_lanes(Index count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<Index>(count, 0, 8))),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// With `ahead` (the next block of a panel of 32-value lines, 4 bytes a value), prefetches its
+// line k into L1 in step with the use of this block's.
+template <typename V>
+TCPP_AVX2_TARGET inline void prefetch_line(const V* ahead, Index k) {
+  if (ahead != nullptr) {
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32 + 16), _MM_HINT_T0);
+  }
+}
+
+// Line w of a panel of the int8 kernels (16 words, P + w * 32) in two registers, the same line of
+// the next block prefetched (prefetch_line).
+struct Int8Line {
+  __m256i lo, hi;  // words 0-7, 8-15
+};
+TCPP_AVX2_TARGET inline Int8Line load_int8_line(const std::uint32_t* P, const std::uint32_t* ahead, Index w) {
+  prefetch_line(ahead, w);
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8))};
+}
+
+// The int32 partial sums of one row of the int8 kernels kept in y between word blocks: its 16
+// lanes, or with !full the lanes open in m0 (0-7) and m1 (8-15).
+TCPP_AVX2_TARGET inline void load_int8_sums(const int* yr, bool full, __m256i m0, __m256i m1, __m256i& s0,
+                                            __m256i& s1) {
+  s0 = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yr)) : _mm256_maskload_epi32(yr, m0);
+  s1 = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yr + 8)) : _mm256_maskload_epi32(yr + 8, m1);
+}
+
+// One row's result of the int8 kernels: after the last word block y = sums * w_scale * x_scale + b
+// (float), before it the int32 sums themselves; stored as load_int8_sums reads them.
+TCPP_AVX2_TARGET inline void store_int8_row(__m256i s0, __m256i s1, bool last, bool full, float xs, const float* ws,
+                                            const float* bias, int* yr, __m256i m0, __m256i m1) {
+  if (last) {
+    const __m256 xsv = _mm256_set1_ps(xs);
+    s0 = _mm256_castps_si256(
+        _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_loadu_ps(ws)), xsv, _mm256_loadu_ps(bias)));
+    s1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(ws + 8)), xsv,
+                                             _mm256_loadu_ps(bias + 8)));
+  }
+  if (full) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr), s0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr + 8), s1);
+  } else {
+    _mm256_maskstore_epi32(yr, m0, s0);
+    _mm256_maskstore_epi32(yr + 8, m1, s1);
+  }
 }
 
 // Rows 0..MR of one half panel (16 output features, nb of them valid) over kc values of k: MR x 2
@@ -129,10 +179,7 @@ TCPP_AVX2_TARGET void panel_rows(const float* x, Index ldx, const float* P, Inde
     }
   }
   for (Index k = 0; k < kc; ++k) {
-    if (ahead != nullptr) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + k * 32 + 16), _MM_HINT_T0);
-    }
+    prefetch_line(ahead, k);
     const __m256 w0 = _mm256_loadu_ps(P + k * 32), w1 = _mm256_loadu_ps(P + k * 32 + 8);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
@@ -214,22 +261,14 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
     if (first) {
       acc[i][0] = acc[i][1] = _mm256_setzero_si256();
     } else {
-      acc[i][0] = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yi + i * ldy))
-                       : _mm256_maskload_epi32(yi + i * ldy, m0);
-      acc[i][1] = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yi + i * ldy + 8))
-                       : _mm256_maskload_epi32(yi + i * ldy + 8, m1);
+      load_int8_sums(yi + i * ldy, full, m0, m1, acc[i][0], acc[i][1]);
     }
   }
   // 8 accumulators, 2 weight vectors, `ones`, xq, |xq| and the two sign products: 15 of the 16
   // registers, so the rows come as signed bytes (no offset to remove in the loop)
   const __m256i ones = _mm256_set1_epi16(1);
   for (Index w = 0; w < wc; ++w) {
-    if (ahead != nullptr) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32 + 16), _MM_HINT_T0);
-    }
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8));
+    const auto [w0, w1] = load_int8_line(P, ahead, w);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       // |xq| times sign(xq) * Wq
@@ -242,23 +281,7 @@ TCPP_AVX2_TARGET void int8_rows(const std::uint32_t* x, Index ldx, const std::ui
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    __m256i out0 = acc[i][0], out1 = acc[i][1];
-    if (last) {  // y = acc * w_scale * x_scale + b
-      const __m256 xsv = _mm256_set1_ps(xs[i]);
-      out0 = _mm256_castps_si256(
-          _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out0), _mm256_loadu_ps(ws)), xsv, _mm256_loadu_ps(bias)));
-      out1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out1), _mm256_loadu_ps(ws + 8)), xsv,
-                                                 _mm256_loadu_ps(bias + 8)));
-    }
-    if (full) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + i * ldy), out0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + i * ldy + 8), out1);
-    } else {
-      _mm256_maskstore_epi32(yi + i * ldy, m0, out0);
-      _mm256_maskstore_epi32(yi + i * ldy + 8, m1, out1);
-    }
-  }
+  for (int i = 0; i < MR; ++i) store_int8_row(acc[i][0], acc[i][1], last, full, xs[i], ws, bias, yi + i * ldy, m0, m1);
 }
 
 #if TCPP_AVX_VNNI_KERNEL
@@ -279,19 +302,11 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
       acc[i][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset));
       acc[i][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset + 8));
     } else {
-      acc[i][0] = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yi + i * ldy))
-                       : _mm256_maskload_epi32(yi + i * ldy, m0);
-      acc[i][1] = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yi + i * ldy + 8))
-                       : _mm256_maskload_epi32(yi + i * ldy + 8, m1);
+      load_int8_sums(yi + i * ldy, full, m0, m1, acc[i][0], acc[i][1]);
     }
   }
   for (Index w = 0; w < wc; ++w) {
-    if (ahead != nullptr) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + w * 32 + 16), _MM_HINT_T0);
-    }
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + w * 32 + 8));
+    const auto [w0, w1] = load_int8_line(P, ahead, w);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256i xv = _mm256_set1_epi32(static_cast<int>(x[i * ldx + w]));
@@ -300,23 +315,7 @@ TCPP_AVX_VNNI_TARGET void int8_rows_vnni(const std::uint32_t* x, Index ldx, cons
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    __m256i out0 = acc[i][0], out1 = acc[i][1];
-    if (last) {
-      const __m256 xsv = _mm256_set1_ps(xs[i]);
-      out0 = _mm256_castps_si256(
-          _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out0), _mm256_loadu_ps(ws)), xsv, _mm256_loadu_ps(bias)));
-      out1 = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out1), _mm256_loadu_ps(ws + 8)), xsv,
-                                                 _mm256_loadu_ps(bias + 8)));
-    }
-    if (full) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + i * ldy), out0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + i * ldy + 8), out1);
-    } else {
-      _mm256_maskstore_epi32(yi + i * ldy, m0, out0);
-      _mm256_maskstore_epi32(yi + i * ldy + 8, m1, out1);
-    }
-  }
+  for (int i = 0; i < MR; ++i) store_int8_row(acc[i][0], acc[i][1], last, full, xs[i], ws, bias, yi + i * ldy, m0, m1);
 }
 #endif
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "transformer/kernels/amx.hpp"
+#include "transformer/kernels/f32_gemm.hpp"
 #include "transformer/kernels/isa.hpp"
 
 // The kernel needs a compiler that knows AVX512_BF16 (GCC 10+, Clang 9+) on x86-64. It is compiled
@@ -17,7 +18,6 @@
 #if defined(__x86_64__) && \
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define TCPP_BF16_KERNEL 1
-#include <cpuid.h>
 #include <immintrin.h>
 #define TCPP_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #else
@@ -39,23 +39,10 @@ namespace transformer::bf16 {
 
 bool cpu_supported() {
 #if TCPP_BF16_KERNEL
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_max(0, nullptr) < 7) return false;
-    __cpuid(1, a, b, c, d);
-    const bool osxsave = (c >> 27) & 1u;
-    if (!osxsave) return false;
-    // the OS must save the SSE, AVX and AVX-512 (opmask, ZMM0-15 upper halves, ZMM16-31) state
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0xE6u) != 0xE6u) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u;
-    __cpuid_count(7, 1, a, b, c, d);
-    const bool bf16 = (a >> 5) & 1u;
-    return f && bw && vl && bf16;
-  }();
-  return ok;
+  const Avx512Cpuid& w = avx512_cpuid();
+  const unsigned b = w.leaf7_ebx;
+  const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u, bf16 = (w.leaf7_1_eax >> 5) & 1u;
+  return f && bw && vl && bf16;
 #else
   return false;
 #endif
@@ -129,18 +116,9 @@ float round_to_bf16(float x) {
   return r;
 }
 
-static void check_args(const char* who, Index M, Index N, Index K, Index lda, bool trans_a, Index ldb, bool trans_b,
-                       float beta, Index ldc) {
-  TCPP_CHECK(M >= 0 && N >= 0 && K >= 0, who, ": sizes must be >= 0, got M ", M, ", N ", N, ", K ", K);
-  TCPP_CHECK(beta == 0.0f || beta == 1.0f, who, ": beta must be 0 or 1, got ", beta);
-  TCPP_CHECK(lda >= std::max<Index>(1, trans_a ? M : K), who, ": lda ", lda, " is too small");
-  TCPP_CHECK(ldb >= std::max<Index>(1, trans_b ? K : N), who, ": ldb ", ldb, " is too small");
-  TCPP_CHECK(ldc >= std::max<Index>(1, N), who, ": ldc ", ldc, " is too small");
-}
-
 void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
                     bool trans_b, float beta, float* C, Index ldc) {
-  check_args("bf16::gemm_reference", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  f32::check_gemm_args("bf16::gemm_reference", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
   for (Index i = 0; i < M; ++i)
     for (Index j = 0; j < N; ++j) {
       double sum = 0.0;
@@ -364,26 +342,30 @@ void compute_block(const Block& s, Index blk) {
   }
 }
 
-// A 64-byte aligned buffer of words of the calling thread, grown when needed.
-std::uint32_t* workspace(std::vector<std::uint32_t>& buf, Index words) {
-  const size_t need = static_cast<size_t>(words) + 16;
-  if (buf.size() < need) buf.assign(need, 0u);
-  const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
-  const size_t skip_words = ((64 - addr % 64) % 64) / sizeof(std::uint32_t);
-  return buf.data() + skip_words;
-}
-
-#ifdef _OPENMP
-inline int thread_count() { return omp_get_num_threads(); }
-#else
-inline int thread_count() { return 1; }
-#endif
-
 // Pairs stored per panel line for a k block of kc values.
 template <class Tiles>
 constexpr Index stored_pairs(Index kc) {
   const Index pairs = (kc + 1) / 2;
   return (pairs + Tiles::pair_multiple - 1) / Tiles::pair_multiple * Tiles::pair_multiple;
+}
+
+// Inside the product's parallel region: the panels of r lines covering lines [0, n) of op(X),
+// for the k block [k0, k0 + kc) of X (lines of stride ldx), `pairs` pairs a panel line, packed
+// into `packed` and shared among the threads, with no barrier at the end. in_line: each k pair is
+// in one line of X (op(A) without trans_a, op(B) with trans_b), else in two; line_major is passed
+// to the pack functions.
+void pack_pair_panels(const float* X, Index ldx, Index n, Index r, Index k0, Index kc, Index pairs, bool in_line,
+                      bool line_major, std::uint32_t* packed) {
+  const Index count = (n + r - 1) / r;
+#pragma omp for schedule(static) nowait
+  for (Index p = 0; p < count; ++p) {
+    std::uint32_t* dst = packed + p * pairs * r;
+    const Index lines = std::min(r, n - p * r);
+    if (in_line)
+      pack_pairs_in_line(X, ldx, p * r, lines, r, k0, kc, pairs, dst, line_major);
+    else
+      pack_pairs_across_lines(X, ldx, p * r, lines, r, k0, kc, pairs, dst, line_major);
+  }
 }
 
 // The product with tiles `Tiles` (M, N, K > 0; arguments checked).
@@ -394,24 +376,16 @@ void run(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, con
   const Index MP = (M + MR - 1) / MR, NP = (N + NR - 1) / NR;
   const Index max_pairs = stored_pairs<Tiles>(std::min(K, KC));
   thread_local std::vector<std::uint32_t> a_buf, b_buf;
-  std::uint32_t* a_pack = workspace(a_buf, MP * max_pairs * MR);
-  std::uint32_t* b_pack = workspace(b_buf, NP * max_pairs * NR);
+  std::uint32_t* a_pack = f32::aligned_workspace(a_buf, MP * max_pairs * MR);
+  std::uint32_t* b_pack = f32::aligned_workspace(b_buf, NP * max_pairs * NR);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
     // blocks of C: start from 4 x 4 panels and halve the larger side until every thread has
     // several blocks
-    const Index want = 4 * static_cast<Index>(thread_count());
-    Index rp = std::min<Index>(4, MP), cp = std::min<Index>(4, NP);
-    auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
-    while (blocks() < want && (rp > 1 || cp > 1)) {
-      if (rp >= cp)
-        rp = (rp + 1) / 2;
-      else
-        cp = (cp + 1) / 2;
-      if (rp == 1 && cp == 1) break;
-    }
-    const Index blocks_n = (NP + cp - 1) / cp, blocks_m = (MP + rp - 1) / rp, n_blocks = blocks();
+    const f32::BlockGrid g =
+        f32::block_grid(MP, NP, std::min<Index>(4, MP), std::min<Index>(4, NP), 4 * team_slot().count);
+    const Index rp = g.rp, cp = g.cp, blocks_n = g.blocks_n, blocks_m = g.blocks_m, n_blocks = blocks_m * blocks_n;
     // a wide product takes its blocks column by column (see tuning::kF32ColumnOrderBytes)
     const bool by_columns =
         static_cast<double>(NP * NR * max_pairs) * sizeof(std::uint32_t) > tuning::kF32ColumnOrderBytes;
@@ -419,25 +393,12 @@ void run(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, con
     Tiles::begin();
     for (Index k0 = 0; k0 < K; k0 += KC) {
       const Index kc = std::min(KC, K - k0), pairs = stored_pairs<Tiles>(kc);
-      // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
-#pragma omp for schedule(static) nowait
-      for (Index ip = 0; ip < MP; ++ip) {
-        std::uint32_t* dst = a_pack + ip * pairs * MR;
-        const Index rows = std::min(MR, M - ip * MR);
-        if (trans_a)  // op(A)[i, k] = A[k*lda + i]: the pair is in two lines of A
-          pack_pairs_across_lines(A, lda, ip * MR, rows, MR, k0, kc, pairs, dst, a_line_major);
-        else
-          pack_pairs_in_line(A, lda, ip * MR, rows, MR, k0, kc, pairs, dst, true);
-      }
-#pragma omp for schedule(static)
-      for (Index jp = 0; jp < NP; ++jp) {
-        std::uint32_t* dst = b_pack + jp * pairs * NR;
-        const Index cols = std::min(NR, N - jp * NR);
-        if (trans_b)  // op(B)[k, j] = B[j*ldb + k]: the pair is in one line of B
-          pack_pairs_in_line(B, ldb, jp * NR, cols, NR, k0, kc, pairs, dst, false);
-        else
-          pack_pairs_across_lines(B, ldb, jp * NR, cols, NR, k0, kc, pairs, dst, false);
-      }
+      // pack op(A) panels and op(B) panels (one barrier ends both). op(A)[i, k] = A[k*lda + i]
+      // with trans_a: the pair is in two lines of A (a_line_major is true without trans_a);
+      // op(B)[k, j] = B[j*ldb + k] with trans_b: the pair is in one line of B
+      pack_pair_panels(A, lda, M, MR, k0, kc, pairs, !trans_a, a_line_major, a_pack);
+      pack_pair_panels(B, ldb, N, NR, k0, kc, pairs, trans_b, false, b_pack);
+#pragma omp barrier
       const Block s{M, N, pairs, rp, cp, blocks_n, a_pack, a_line_major, b_pack, C, ldc, beta != 0.0f || k0 > 0};
       // blocks handed out as threads become free (each is still computed by one thread, in the
       // same order)
@@ -460,7 +421,7 @@ const char* kernel_name(Kernel kernel) {
 
 void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
           float beta, float* C, Index ldc, Kernel kernel) {
-  check_args("bf16::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  f32::check_gemm_args("bf16::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
   if (!cpu_supported()) throw std::runtime_error("bf16::gemm: " + unsupported_reason());
   if (kernel == Kernel::Auto) kernel = active_kernel();
   if (kernel == Kernel::Amx && !amx_cpu_supported())

@@ -67,6 +67,20 @@ TCPP_BLOCK_AVX2_TARGET inline void tile(Index K, const float* A, Index a_row, In
   }
 }
 
+// The last tile of a strip, of `rows` < 6 rows (none when 0): tile<R> with R == rows, the
+// comparisons made from R = Rmax down.
+template <int Rmax, bool Tail>
+TCPP_BLOCK_AVX2_TARGET inline void last_tile(Index rows, Index K, const float* A, Index a_row, Index a_col,
+                                             const float* B, Index ldb, float* C, Index ldc, bool accumulate,
+                                             __m256i m0, __m256i m1) {
+  if constexpr (Rmax > 0) {
+    if (rows == Rmax)
+      tile<Rmax, Tail>(K, A, a_row, a_col, B, ldb, C, ldc, accumulate, m0, m1);
+    else
+      last_tile<Rmax - 1, Tail>(rows, K, A, a_row, a_col, B, ldb, C, ldc, accumulate, m0, m1);
+  }
+}
+
 // One strip of 16 (or, with Tail, fewer) columns: tiles of 6 rows, then one tile of what remains.
 template <bool Tail>
 TCPP_BLOCK_AVX2_TARGET void strip(Index M, Index K, const float* A, Index a_row, Index a_col, const float* B, Index ldb,
@@ -74,27 +88,7 @@ TCPP_BLOCK_AVX2_TARGET void strip(Index M, Index K, const float* A, Index a_row,
   Index i = 0;
   for (; i + 6 <= M; i += 6)
     tile<6, Tail>(K, A + i * a_row, a_row, a_col, B, ldb, C + i * ldc, ldc, accumulate, m0, m1);
-  const float* a = A + i * a_row;
-  float* c = C + i * ldc;
-  switch (M - i) {
-    case 5:
-      tile<5, Tail>(K, a, a_row, a_col, B, ldb, c, ldc, accumulate, m0, m1);
-      break;
-    case 4:
-      tile<4, Tail>(K, a, a_row, a_col, B, ldb, c, ldc, accumulate, m0, m1);
-      break;
-    case 3:
-      tile<3, Tail>(K, a, a_row, a_col, B, ldb, c, ldc, accumulate, m0, m1);
-      break;
-    case 2:
-      tile<2, Tail>(K, a, a_row, a_col, B, ldb, c, ldc, accumulate, m0, m1);
-      break;
-    case 1:
-      tile<1, Tail>(K, a, a_row, a_col, B, ldb, c, ldc, accumulate, m0, m1);
-      break;
-    default:
-      break;
-  }
+  last_tile<5, Tail>(M - i, K, A + i * a_row, a_row, a_col, B, ldb, C + i * ldc, ldc, accumulate, m0, m1);
 }
 
 // The 16-column strips left to right (each strip of B, K x 16, stays in L1 while the rows of A

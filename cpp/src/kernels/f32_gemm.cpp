@@ -12,7 +12,6 @@
 // bf16_gemm.cpp: inline functions of headers instantiated here must stay plain x86-64 code).
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
 #define TCPP_F32_KERNEL 1
-#include <cpuid.h>
 #include <immintrin.h>
 #define TCPP_F32_TARGET __attribute__((target("avx512f")))
 #define TCPP_F32_AVX2_TARGET __attribute__((target("avx2,fma")))
@@ -24,19 +23,7 @@ namespace transformer::f32 {
 
 static bool cpu_supported() {
 #if TCPP_F32_KERNEL
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_max(0, nullptr) < 7) return false;
-    __cpuid(1, a, b, c, d);
-    if (!((c >> 27) & 1u)) return false;  // OSXSAVE
-    // the OS must save the SSE, AVX and AVX-512 (opmask, ZMM0-15 upper halves, ZMM16-31) state
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0xE6u) != 0xE6u) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    return ((b >> 16) & 1u) != 0;  // AVX512F
-  }();
-  return ok;
+  return ((avx512_cpuid().leaf7_ebx >> 16) & 1u) != 0;  // AVX512F
 #else
   return false;
 #endif
@@ -77,8 +64,20 @@ const char* kernel_name(Kernel k) {
   }
 }
 
-static void check_args(const char* who, Index M, Index N, Index K, Index lda, bool trans_a, Index ldb, bool trans_b,
-                       float beta, Index ldc) {
+BlockGrid block_grid(Index MP, Index NP, Index rp, Index cp, Index want) {
+  auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
+  while (blocks() < want && (rp > 1 || cp > 1)) {
+    if (rp >= cp)
+      rp = (rp + 1) / 2;
+    else
+      cp = (cp + 1) / 2;
+    if (rp == 1 && cp == 1) break;
+  }
+  return {rp, cp, (MP + rp - 1) / rp, (NP + cp - 1) / cp};
+}
+
+void check_gemm_args(const char* who, Index M, Index N, Index K, Index lda, bool trans_a, Index ldb, bool trans_b,
+                     float beta, Index ldc) {
   TCPP_CHECK(M >= 0 && N >= 0 && K >= 0, who, ": sizes must be >= 0, got M ", M, ", N ", N, ", K ", K);
   TCPP_CHECK(beta == 0.0f || beta == 1.0f, who, ": beta must be 0 or 1, got ", beta);
   TCPP_CHECK(lda >= std::max<Index>(1, trans_a ? M : K), who, ": lda ", lda, " is too small");
@@ -88,7 +87,7 @@ static void check_args(const char* who, Index M, Index N, Index K, Index lda, bo
 
 void gemm_reference(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
                     bool trans_b, float beta, float* C, Index ldc, const float* bias) {
-  check_args("f32::gemm_reference", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  check_gemm_args("f32::gemm_reference", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
   for (Index i = 0; i < M; ++i)
     for (Index j = 0; j < N; ++j) {
       double sum = bias != nullptr ? static_cast<double>(bias[j]) : 0.0;
@@ -395,26 +394,29 @@ struct Steps {
 constexpr Steps kAvx512Steps{kMR, kNR, pack_k_major, pack_lines, compute_block};
 constexpr Steps kAvx2Steps{kMR2, kNR2, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2};
 
-// A 64-byte aligned buffer of the calling thread, grown when needed.
-float* workspace(std::vector<float>& buf, Index floats) {
-  const size_t need = static_cast<size_t>(floats) + 16;
-  if (buf.size() < need) buf.assign(need, 0.0f);
-  const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
-  const size_t skip_floats = ((64 - addr % 64) % 64) / sizeof(float);
-  return buf.data() + skip_floats;
-}
-
-#ifdef _OPENMP
-inline int thread_count() { return omp_get_num_threads(); }
-#else
-inline int thread_count() { return 1; }
-#endif
-
 }  // namespace
 #endif  // TCPP_F32_KERNEL
 
 #if TCPP_F32_KERNEL
 namespace {
+
+// Inside the product's parallel region: the panels of r lines covering lines [0, n) of op(X),
+// for the k block [k0, k0 + kc) of X (lines of stride ldx), packed into `packed` and shared among
+// the threads, with no barrier at the end. k_major: X holds the panels' k values in its lines
+// (op(A) with trans_a, op(B) without trans_b); else each panel line is a line of X.
+void pack_panels(const Steps& k, const float* X, Index ldx, Index n, Index r, Index k0, Index kc, bool k_major,
+                 float* packed) {
+  const Index count = (n + r - 1) / r;
+#pragma omp for schedule(static) nowait
+  for (Index p = 0; p < count; ++p) {
+    float* dst = packed + p * kc * r;
+    const Index lines = std::min(r, n - p * r);
+    if (k_major)
+      k.pack_k_major(X, ldx, p * r, lines, r, k0, kc, dst);
+    else
+      k.pack_lines(X, ldx, p * r, lines, r, k0, kc, dst);
+  }
+}
 
 // C = beta C + op(A) op(B) + bias with the steps of one kernel (see the top of the header).
 void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb,
@@ -424,47 +426,25 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
   const Index max_kc = std::min(K, kKC);
   // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
-  float* a_pack = workspace(a_buf, MP * max_kc * mr);
-  float* b_pack = workspace(b_buf, NP * max_kc * nr);
+  float* a_pack = aligned_workspace(a_buf, MP * max_kc * mr);
+  float* b_pack = aligned_workspace(b_buf, NP * max_kc * nr);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
     // blocks of C: start from about 48 x 128 (4 x 4 AVX-512 panels, 8 x 8 AVX2 ones) and halve
     // the larger side until every thread has several blocks
-    const Index want = 4 * static_cast<Index>(thread_count());
-    Index rp = std::min<Index>(std::max<Index>(1, 48 / mr), MP), cp = std::min<Index>(std::max<Index>(1, 128 / nr), NP);
-    auto blocks = [&] { return ((MP + rp - 1) / rp) * ((NP + cp - 1) / cp); };
-    while (blocks() < want && (rp > 1 || cp > 1)) {
-      if (rp >= cp)
-        rp = (rp + 1) / 2;
-      else
-        cp = (cp + 1) / 2;
-      if (rp == 1 && cp == 1) break;
-    }
-    const Index blocks_n = (NP + cp - 1) / cp, blocks_m = (MP + rp - 1) / rp, n_blocks = blocks();
+    const BlockGrid g = block_grid(MP, NP, std::min<Index>(std::max<Index>(1, 48 / mr), MP),
+                                   std::min<Index>(std::max<Index>(1, 128 / nr), NP), 4 * team_slot().count);
+    const Index rp = g.rp, cp = g.cp, blocks_n = g.blocks_n, blocks_m = g.blocks_m, n_blocks = blocks_m * blocks_n;
     // a wide product takes its blocks column by column (see tuning::kF32ColumnOrderBytes)
     const bool by_columns = static_cast<double>(NP * nr * max_kc) * sizeof(float) > tuning::kF32ColumnOrderBytes;
     for (Index k0 = 0; k0 < K; k0 += kKC) {
       const Index kc = std::min(kKC, K - k0);
-      // pack op(A) panels and op(B) panels (the barrier at the end of the second loop ends both)
-#pragma omp for schedule(static) nowait
-      for (Index ip = 0; ip < MP; ++ip) {
-        float* dst = a_pack + ip * kc * mr;
-        const Index rows = std::min(mr, M - ip * mr);
-        if (trans_a)  // op(A)[i, k] = A[k*lda + i]
-          k.pack_k_major(A, lda, ip * mr, rows, mr, k0, kc, dst);
-        else
-          k.pack_lines(A, lda, ip * mr, rows, mr, k0, kc, dst);
-      }
-#pragma omp for schedule(static)
-      for (Index jp = 0; jp < NP; ++jp) {
-        float* dst = b_pack + jp * kc * nr;
-        const Index cols = std::min(nr, N - jp * nr);
-        if (trans_b)  // op(B)[k, j] = B[j*ldb + k]
-          k.pack_lines(B, ldb, jp * nr, cols, nr, k0, kc, dst);
-        else
-          k.pack_k_major(B, ldb, jp * nr, cols, nr, k0, kc, dst);
-      }
+      // pack op(A) panels and op(B) panels (one barrier ends both): op(A)[i, k] = A[k*lda + i]
+      // with trans_a, op(B)[k, j] = B[j*ldb + k] with trans_b
+      pack_panels(k, A, lda, M, mr, k0, kc, trans_a, a_pack);
+      pack_panels(k, B, ldb, N, nr, k0, kc, !trans_b, b_pack);
+#pragma omp barrier
       const Block s{
           M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0, k0 + kc >= K ? bias : nullptr};
       // blocks handed out as threads become free: a thread slowed by another process on its
@@ -481,7 +461,7 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
 
 void gemm_with(Kernel kernel, Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B,
                Index ldb, bool trans_b, float beta, float* C, Index ldc, const float* bias) {
-  check_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  check_gemm_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
   if (!kernel_runs(kernel))
     throw std::runtime_error(
         concat("f32::gemm: the ", kernel_name(kernel), " kernel cannot run here (CPU, build or ", kIsaEnv, ")"));
@@ -504,7 +484,7 @@ void gemm_with(Kernel kernel, Index M, Index N, Index K, const float* A, Index l
 
 void gemm(Index M, Index N, Index K, const float* A, Index lda, bool trans_a, const float* B, Index ldb, bool trans_b,
           float beta, float* C, Index ldc, const float* bias) {
-  check_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
+  check_gemm_args("f32::gemm", M, N, K, lda, trans_a, ldb, trans_b, beta, ldc);
   if (!supported())
     throw std::runtime_error("f32::gemm: no float32 kernel runs here (CPU, build, or turned off by the environment)");
   gemm_with(active_kernel(), M, N, K, A, lda, trans_a, B, ldb, trans_b, beta, C, ldc, bias);

@@ -115,6 +115,27 @@ Isa active_isa() {
   return decision.isa;
 }
 
+const Avx512Cpuid& avx512_cpuid() {
+  static const Avx512Cpuid words = [] {
+    Avx512Cpuid w;
+#if TCPP_X86_CPUID
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, nullptr) < 7) return w;
+    __cpuid(1, a, b, c, d);
+    if (!((c >> 27) & 1u)) return w;                      // OSXSAVE
+    if ((xcr0() & kXcr0Avx512) != kXcr0Avx512) return w;  // the OS saves the AVX-512 state
+    __cpuid_count(7, 0, a, b, c, d);
+    w.leaf7_ebx = b;
+    w.leaf7_ecx = c;
+    w.leaf7_edx = d;
+    __cpuid_count(7, 1, a, b, c, d);
+    w.leaf7_1_eax = a;
+#endif
+    return w;
+  }();
+  return words;
+}
+
 bool cpu_has_avx_vnni() {
 #if TCPP_X86_CPUID
   static const bool ok = [] {

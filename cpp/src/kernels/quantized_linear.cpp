@@ -19,7 +19,6 @@
 #if defined(__x86_64__) && \
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #define TCPP_LOWP_KERNEL 1
-#include <cpuid.h>
 #include <immintrin.h>
 #define TCPP_INT8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define TCPP_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -62,19 +61,10 @@ std::string to_string(ComputeType c) {
 namespace {
 bool cpu_has_vnni() {
 #if TCPP_LOWP_KERNEL
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_max(0, nullptr) < 7) return false;
-    __cpuid(1, a, b, c, d);
-    if (!((c >> 27) & 1u)) return false;  // OSXSAVE
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0xE6u) != 0xE6u) return false;  // the OS saves the AVX-512 state
-    __cpuid_count(7, 0, a, b, c, d);
-    const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u, vnni = (c >> 11) & 1u;
-    return f && bw && vl && vnni;
-  }();
-  return ok;
+  const Avx512Cpuid& w = avx512_cpuid();
+  const unsigned b = w.leaf7_ebx, c = w.leaf7_ecx;
+  const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u, vnni = (c >> 11) & 1u;
+  return f && bw && vl && vnni;
 #else
   return false;
 #endif

@@ -6,10 +6,6 @@
 #include "transformer/core/checks.hpp"
 #include "transformer/core/random.hpp"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace transformer {
 
 namespace {
@@ -24,11 +20,7 @@ void scatter_add_rows(const TokenMatrix& tokens, std::int64_t padding_id, T scal
   const std::int64_t* tok = tokens.data();
 #pragma omp parallel if (n * d >= kParallelElements)
   {
-#ifdef _OPENMP
-    const Index nt = omp_get_num_threads(), tid = omp_get_thread_num();
-#else
-    const Index nt = 1, tid = 0;
-#endif
+    const auto [nt, tid] = team_slot();
     const Index c0 = d * tid / nt, c1 = d * (tid + 1) / nt;
     for (Index i = 0; i < n && c1 > c0; ++i) {
       if (tok[i] == padding_id) continue;  // padding gets no gradient

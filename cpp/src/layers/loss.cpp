@@ -32,6 +32,19 @@ inline bool is_argmax(const ConstRowArray<T>& x, T m, std::int64_t t) {
   return x(t) == m && !(x.head(t) == m).any();
 }
 
+// The constants of the rows' loss and gradient for label smoothing eps over `classes` classes and
+// `count` non-padding targets (see cross_entropy_row).
+template <typename T>
+struct RowScale {
+  RowScale(double eps_, Index classes, Index count)
+      : eps(eps_),
+        inv_count(static_cast<T>(1.0 / static_cast<double>(count))),
+        smooth(static_cast<T>(eps_ / static_cast<double>(classes * count))),  // eps / (V n)
+        hit(static_cast<T>((1.0 - eps_) / static_cast<double>(count))) {}     // (1 - eps) / n
+  double eps;
+  T inv_count, smooth, hit;
+};
+
 // One row of the loss: x (V) are the row's logits, t its target (not padding). Returns the row's
 // loss, adds 1 to `correct` when t is the arg max, and (g != nullptr) writes the row's gradient
 // into g, which may be x itself: everything the loss needs from x is read before g is written.
@@ -40,8 +53,9 @@ inline bool is_argmax(const ConstRowArray<T>& x, T m, std::int64_t t) {
 // and, since d lse / d x_j = softmax_j and sum_j q_j = 1,
 //   dlogits_j = (softmax_j - q_j) / n = softmax_j / n - eps / (V n) - [j == t] (1 - eps) / n.
 template <typename T>
-inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t t, double eps, T inv_count, T smooth,
-                                T hit, Index& correct) {
+inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t t, const RowScale<T>& k,
+                                Index& correct) {
+  const double eps = k.eps;
   ConstRowArray<T> x(xp, classes);
   const T m = x.maxCoeff();  // vectorised; the arg max is not needed, see is_argmax()
   const double x_t = static_cast<double>(x(t));
@@ -53,8 +67,8 @@ inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t 
     g = (x - m).exp();  // (V) unnormalised softmax
     const T s = g.sum();
     lse = static_cast<double>(m) + std::log(static_cast<double>(s));
-    g = g * (inv_count / s) - smooth;
-    g(t) -= hit;
+    g = g * (k.inv_count / s) - k.smooth;
+    g(t) -= k.hit;
   } else {
     lse = static_cast<double>(m) + std::log(static_cast<double>((x - m).exp().sum()));
   }
@@ -69,7 +83,7 @@ inline double cross_entropy_row(const T* xp, T* gp, Index classes, std::int64_t 
                               "is corrupt"));
 }
 
-void check_output_loss_args(Index classes, double label_smoothing) {
+void check_loss_args(Index classes, double label_smoothing) {
   TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
   TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
              "masked_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -93,9 +107,7 @@ struct RowsLoss {
 template <typename T>
 RowsLoss output_loss_rows(T* xp, Index rows, Index classes, const T* bias, const std::int64_t* targets, double eps,
                           Index count, T* dbias, T* pp, std::int64_t padding_id) {
-  const T inv_count = static_cast<T>(1.0 / static_cast<double>(count));
-  const T smooth = static_cast<T>(eps / static_cast<double>(classes * count));  // eps / (V n)
-  const T hit = static_cast<T>((1.0 - eps) / static_cast<double>(count));       // (1 - eps) / n
+  const RowScale<T> k(eps, classes, count);
   ConstRowArray<T> b(bias, classes);
   const Index blocks = (rows + kLossBlockRows - 1) / kLossBlockRows;
   double total = 0.0;
@@ -115,7 +127,7 @@ RowsLoss output_loss_rows(T* xp, Index rows, Index classes, const T* bias, const
         continue;
       }
       RowArray<T>(row, classes) += b;  // logits = y W^T + b
-      const double row_loss = cross_entropy_row<T>(row, row, classes, t, eps, inv_count, smooth, hit, correct);
+      const double row_loss = cross_entropy_row<T>(row, row, classes, t, k, correct);
       if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
       total += row_loss;
       pdb += ConstRowArray<T>(row, classes);
@@ -126,18 +138,8 @@ RowsLoss output_loss_rows(T* xp, Index rows, Index classes, const T* bias, const
   out.correct = correct;
   out.first_bad = first_bad;
   if (first_bad < rows) return out;
-  // dbias += the column sums of the gradient: threads own column ranges, blocks added in order
-#pragma omp parallel for schedule(static) if (blocks * classes >= kParallelElements)
-  for (Index c0 = 0; c0 < classes; c0 += 256) {
-    const Index c1 = std::min(classes, c0 + 256);
-    T acc[256];
-    for (Index c = c0; c < c1; ++c) acc[c - c0] = T(0);
-    for (Index blk = 0; blk < blocks; ++blk) {
-      const T* pr = pp + blk * classes;
-      for (Index c = c0; c < c1; ++c) acc[c - c0] += pr[c];
-    }
-    for (Index c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
-  }
+  // dbias += the column sums of the gradient, the blocks added in order
+  add_column_sums(pp, blocks, classes, dbias);
   return out;
 }
 
@@ -147,9 +149,7 @@ template <typename T>
 LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* targets, Matrix<T>* dlogits,
                                double label_smoothing, std::int64_t padding_id) {
   const Index rows = logits.rows(), classes = logits.cols();
-  TCPP_CHECK(classes > 0, "masked_cross_entropy: logits need at least one class column");
-  TCPP_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
-             "masked_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  check_loss_args(classes, label_smoothing);
   LossStats stats;
   stats.count = check_targets("masked_cross_entropy", targets, rows, classes, padding_id);
   if (dlogits != nullptr) dlogits->resize(rows, classes);  // (N, V)
@@ -158,10 +158,7 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
     return stats;
   }
 
-  const double eps = label_smoothing;
-  const T inv_count = static_cast<T>(1.0 / static_cast<double>(stats.count));
-  const T smooth = static_cast<T>(eps / static_cast<double>(classes * stats.count));  // eps / (V n)
-  const T hit = static_cast<T>((1.0 - eps) / static_cast<double>(stats.count));       // (1 - eps) / n
+  const RowScale<T> k(label_smoothing, classes, stats.count);
   const T* xp = logits.data();
   T* dp = dlogits != nullptr ? dlogits->data() : nullptr;
 
@@ -176,8 +173,8 @@ LossStats masked_cross_entropy(ConstMatrixMap<T> logits, const std::int64_t* tar
       if (dp != nullptr) RowArray<T>(dp + i * classes, classes).setZero();
       continue;
     }
-    const double row_loss = cross_entropy_row(xp + i * classes, dp != nullptr ? dp + i * classes : nullptr, classes, t,
-                                              eps, inv_count, smooth, hit, correct);
+    const double row_loss =
+        cross_entropy_row(xp + i * classes, dp != nullptr ? dp + i * classes : nullptr, classes, t, k, correct);
     if (!std::isfinite(row_loss) && i < first_bad) first_bad = i;
     total += row_loss;
   }
@@ -191,7 +188,7 @@ template <typename T>
 LossStats output_cross_entropy(MatrixMap<T> logits, const T* bias, const std::int64_t* targets, double label_smoothing,
                                T* dbias, Matrix<T>& partial, std::int64_t padding_id) {
   const Index rows = logits.rows(), classes = logits.cols();
-  check_output_loss_args(classes, label_smoothing);
+  check_loss_args(classes, label_smoothing);
   LossStats stats;
   stats.count = check_targets("masked_cross_entropy", targets, rows, classes, padding_id);
   if (stats.count == 0) {
@@ -220,7 +217,7 @@ LossStats chunked_output_loss(Precision precision, ConstMatrixMap<T> y, ConstMat
                               MatrixMap<T> dy, OutputLossScratch<T>& scratch, Index chunk_rows,
                               std::int64_t padding_id) {
   const Index rows = y.rows(), classes = W.rows(), d = W.cols();
-  check_output_loss_args(classes, label_smoothing);
+  check_loss_args(classes, label_smoothing);
   TCPP_CHECK(y.cols() == d && dW.rows() == classes && dW.cols() == d && dy.rows() == rows && dy.cols() == d,
              "chunked_output_loss: shapes disagree: y (", y.rows(), ", ", y.cols(), "), W (", classes, ", ", d,
              "), dW (", dW.rows(), ", ", dW.cols(), "), dy (", dy.rows(), ", ", dy.cols(), ")");

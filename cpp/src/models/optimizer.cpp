@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "transformer/core/checks.hpp"
 
@@ -181,24 +182,26 @@ void Adam<T>::refuse(const char* check_who, double lr) const {
 }
 
 template <typename T>
-void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* check_who) {
+template <typename GradOf>
+void Adam<T>::update(double lr, double grad_scale, bool zero_grads, const char* check_who, Index total,
+                     GradOf grad_of) {
   TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
   TCPP_CHECK(t_ < std::numeric_limits<Index>::max(), "Adam: the step count ", t_,
              " is at its maximum (2**63 - 1); no update was applied");
   TCPP_CHECK(std::isfinite(grad_scale), "Adam: gradient scale must be finite, got ", grad_scale);
+  // T* (step: the parameter's own gradient, which may be zeroed) or const T* (step_flat)
+  using GradPtr = decltype(grad_of(size_t{0}));
   const Coefficients k = coefficients(lr);
   const T b1 = k.b1, b2 = k.b2, one_minus_b1 = k.one_minus_b1, one_minus_b2 = k.one_minus_b2;
   const T step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, e = k.e;
   const T gs = static_cast<T>(grad_scale);
-  Index total = 0;
-  for (const auto& p : params_) total += p.size();
   if (check_who != nullptr) {
     // the update below, computed without writing anything: is every result finite?
     int bad = 0;
 #pragma omp parallel if (total >= kParallelElements) reduction(| : bad)
     for (size_t q = 0; q < params_.size(); ++q) {
       const T* p = params_[q].value;
-      const T* g = params_[q].grad;
+      const T* g = grad_of(q);
       const T* m = m_[q].data();
       const T* v = v_[q].data();
       const Index n = params_[q].size();
@@ -214,7 +217,7 @@ void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* ch
 #pragma omp parallel if (total >= kParallelElements)
   for (size_t q = 0; q < params_.size(); ++q) {
     T* __restrict p = params_[q].value;
-    T* __restrict g = params_[q].grad;
+    GradPtr __restrict g = grad_of(q);
     T* __restrict m = m_[q].data();
     T* __restrict v = v_[q].data();
     const Index n = params_[q].size();
@@ -224,69 +227,26 @@ void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* ch
       m[i] = b1 * m[i] + one_minus_b1 * gi;
       v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
       p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + e);
-      if (zero_grads) g[i] = T(0);
+      if constexpr (!std::is_const_v<std::remove_pointer_t<GradPtr>>)
+        if (zero_grads) g[i] = T(0);
     }
   }
 }
 
 template <typename T>
+void Adam<T>::step(double lr, double grad_scale, bool zero_grads, const char* check_who) {
+  Index total = 0;
+  for (const auto& p : params_) total += p.size();
+  update(lr, grad_scale, zero_grads, check_who, total, [this](size_t q) { return params_[q].grad; });
+}
+
+template <typename T>
 void Adam<T>::step_flat(const T* grads, double lr, double grad_scale, const char* check_who) {
   TCPP_CHECK(grads != nullptr, "Adam.step_flat: no gradient buffer");
-  TCPP_CHECK(std::isfinite(lr) && lr >= 0.0, "Adam: learning rate must be a finite number >= 0, got ", lr);
-  TCPP_CHECK(t_ < std::numeric_limits<Index>::max(), "Adam: the step count ", t_,
-             " is at its maximum (2**63 - 1); no update was applied");
-  TCPP_CHECK(std::isfinite(grad_scale), "Adam: gradient scale must be finite, got ", grad_scale);
-  // the same arithmetic as step(): see there
-  const double t = static_cast<double>(t_ + 1);
-  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
-  const T one_minus_b1 = static_cast<T>(1.0 - beta1), one_minus_b2 = static_cast<T>(1.0 - beta2);
-  const T step_size = static_cast<T>(lr / (1.0 - std::pow(beta1, t)));
-  const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
-  const T e = static_cast<T>(eps);
-  const T gs = static_cast<T>(grad_scale);
   std::vector<Index> offset(params_.size() + 1, 0);  // where each parameter's gradient starts in grads
   for (size_t k = 0; k < params_.size(); ++k) offset[k + 1] = offset[k] + params_[k].size();
-  const Index total = offset.back();
-  if (check_who != nullptr) {
-    int bad = 0;
-#pragma omp parallel if (total >= kParallelElements) reduction(| : bad)
-    for (size_t k = 0; k < params_.size(); ++k) {
-      const T* p = params_[k].value;
-      const T* g = grads + offset[k];
-      const T* m = m_[k].data();
-      const T* v = v_[k].data();
-      const Index n = params_[k].size();
-#pragma omp for schedule(static) nowait
-      for (Index i = 0; i < n; ++i) {
-        const T gi = g[i] * gs;
-        const T mi = b1 * m[i] + one_minus_b1 * gi;
-        const T vi = b2 * v[i] + one_minus_b2 * gi * gi;
-        const T pi = p[i] - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + e);
-        bad |= !(std::isfinite(mi) && std::isfinite(vi) && std::isfinite(pi));
-      }
-    }
-    if (bad)
-      throw NonFiniteError(concat(check_who, ": the update (learning rate ", lr,
-                                  ") would make weights or Adam "
-                                  "moments non-finite: training has diverged; no update was applied, the "
-                                  "weights are those of the last good step"));
-  }
-  ++t_;
-#pragma omp parallel if (total >= kParallelElements)
-  for (size_t k = 0; k < params_.size(); ++k) {
-    T* __restrict p = params_[k].value;
-    const T* __restrict g = grads + offset[k];
-    T* __restrict m = m_[k].data();
-    T* __restrict v = v_[k].data();
-    const Index n = params_[k].size();
-#pragma omp for schedule(static) nowait
-    for (Index i = 0; i < n; ++i) {
-      const T gi = g[i] * gs;
-      m[i] = b1 * m[i] + one_minus_b1 * gi;
-      v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
-      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + e);
-    }
-  }
+  update(lr, grad_scale, false, check_who, offset.back(),
+         [grads, &offset](size_t q) -> const T* { return grads + offset[q]; });
 }
 
 template <typename T>

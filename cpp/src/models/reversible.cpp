@@ -53,6 +53,13 @@ struct ReversibleStack<T>::Block {
   // the recomputation in backward replays.
   std::uint64_t calls_f = 0, calls_ff = 0, calls_g = 0;
   std::uint64_t calls_hash = 0;  // LSH attention's hash counter before the forward
+  // Records the counters above at the start of a forward.
+  void note_calls() {
+    calls_f = drop_f.calls();
+    calls_ff = ff.dropout().calls();
+    calls_g = drop_g.calls();
+    if (lsh) calls_hash = lsh->calls();
+  }
   // Ordinary (non-reversible) stack only: the block's inputs that its norms read in backward.
   Matrix<T> x2, y1;  // (rows, d)
 };
@@ -166,10 +173,7 @@ void ReversibleStack<T>::forward_reversible(bool training) {
   const Index rows = B_ * T_, d = opt_.d_model, chunk = opt_.chunk_rows;
   for (auto& bp : blocks_) {
     Block& b = *bp;
-    b.calls_f = b.drop_f.calls();
-    b.calls_ff = b.ff.dropout().calls();
-    b.calls_g = b.drop_g.calls();
-    if (b.lsh) b.calls_hash = b.lsh->calls();
+    b.note_calls();
     // y1 = x1 + Dropout_f(Attention(norm1(x2))); the norm keeps nothing here       (rows, d)
     b.norm1.forward_inference(x2_.data(), nullptr, buf_.data(), rows);
     const Matrix<T>& a = b.attention->forward(cmap(buf_), B_, T_, opt_.causal);  // (rows, d)
@@ -194,10 +198,7 @@ void ReversibleStack<T>::forward_ordinary(bool training) {
   // feed-forward and dropouts cache theirs; the block keeps the norms' inputs x2 and y1).
   for (auto& bp : blocks_) {
     Block& b = *bp;
-    b.calls_f = b.drop_f.calls();
-    b.calls_ff = b.ff.dropout().calls();
-    b.calls_g = b.drop_g.calls();
-    if (b.lsh) b.calls_hash = b.lsh->calls();
+    b.note_calls();
     b.x2 = x2_;                                                  // (rows, d)
     const Matrix<T>& n1 = b.norm1.forward(cmap(b.x2));           // (rows, d)
     buf_ = b.attention->forward(cmap(n1), B_, T_, opt_.causal);  // (rows, d)

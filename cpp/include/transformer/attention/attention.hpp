@@ -181,6 +181,11 @@ class MultiHeadAttention {
   bool use_tiled(Index Tk) const;
   const Matrix<T>& attend_self(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask, bool causal,
                                const std::uint8_t* key_padding);
+  // The attention and output projection of both forwards, from the projected (padded) queries
+  // (row stride ldq), keys and values (row stride ldkv): ctx_ (rows_q, d), then W_o.
+  const Matrix<T>& attend_padded(const T* q, Index ldq, const T* k, const T* v, Index ldkv, const RowLayout& lq,
+                                 const RowLayout& lk, const AttentionMask& mask, bool causal,
+                                 const std::uint8_t* key_padding);
   Matrix<T> dx_;    // (rows_q, d)
   Matrix<T> dmem_;  // (rows_k, d)
 };

@@ -145,6 +145,19 @@ std::string concat(Args&&... args) {
 constexpr Index kParallelMin = tuning::kParallelMin;
 constexpr Index kParallelElements = tuning::kParallelElements;
 
+// The calling thread's place in the innermost OpenMP team: `count` threads, this one number `id`
+// (1 and 0 outside a parallel region or without OpenMP).
+struct TeamSlot {
+  Index count, id;
+};
+inline TeamSlot team_slot() {
+#ifdef _OPENMP
+  return {omp_get_num_threads(), omp_get_thread_num()};
+#else
+  return {1, 0};
+#endif
+}
+
 // y.row(r) += b for every row of a row-major (rows, cols) buffer.
 template <typename T>
 void add_row_vector(T* y, Index rows, Index cols, const T* b) {
@@ -161,11 +174,7 @@ template <typename T>
 void add_column_sums(const T* dy, Index rows, Index cols, T* db) {
 #pragma omp parallel if (rows * cols >= kParallelMin)
   {
-#ifdef _OPENMP
-    const Index nt = omp_get_num_threads(), tid = omp_get_thread_num();
-#else
-    const Index nt = 1, tid = 0;
-#endif
+    const auto [nt, tid] = team_slot();
     // column blocks of 16 so that threads do not share cache lines of db
     const Index blocks = (cols + 15) / 16;
     const Index c0 = std::min(cols, 16 * (blocks * tid / nt)), c1 = std::min(cols, 16 * (blocks * (tid + 1) / nt));

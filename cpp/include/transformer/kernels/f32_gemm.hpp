@@ -37,6 +37,9 @@
 // neither can; kDisableEnv turns both off.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "transformer/core/tensor.hpp"
 
 namespace transformer::f32 {
@@ -55,6 +58,31 @@ enum class Kernel { Eigen, Avx2, Avx512 };
 
 // "eigen" | "avx2" | "avx512"
 const char* kernel_name(Kernel k);
+
+// A 64-byte aligned buffer of at least `count` 4-byte values (float32 values, packed words) in
+// `buf`, grown when needed: the packed panels of the products here and in bf16_gemm.hpp.
+template <typename W>
+W* aligned_workspace(std::vector<W>& buf, Index count) {
+  static_assert(sizeof(W) == 4, "4-byte values");
+  const size_t need = static_cast<size_t>(count) + 16;
+  if (buf.size() < need) buf.assign(need, W(0));
+  const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
+  const size_t skip = ((64 - addr % 64) % 64) / sizeof(W);
+  return buf.data() + skip;
+}
+
+// How a parallel product cuts C into blocks of rp x cp panels: blocks_m x blocks_n of them.
+struct BlockGrid {
+  Index rp, cp, blocks_m, blocks_n;
+};
+// The grid over MP x NP panels: from blocks of rp x cp panels, the larger side halved until there
+// are `want` blocks or more (or the blocks are single panels).
+BlockGrid block_grid(Index MP, Index NP, Index rp, Index cp, Index want);
+
+// The argument check of the products here and in bf16_gemm.hpp: throws std::invalid_argument,
+// naming `who`, unless M, N, K >= 0, beta is 0 or 1 and lda, ldb, ldc hold op(A), op(B) and C.
+void check_gemm_args(const char* who, Index M, Index N, Index K, Index lda, bool trans_a, Index ldb, bool trans_b,
+                     float beta, Index ldc);
 
 // Whether this build has kernel k and the CPU, its OS and the instruction-set level (isa.hpp) let
 // it run (kDisableEnv aside: tests run each kernel that can run).

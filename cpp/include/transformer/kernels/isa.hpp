@@ -54,6 +54,15 @@ inline bool isa_allows(Isa level) {
   return static_cast<int>(active) >= static_cast<int>(level);
 }
 
+// x86-64: the feature words of CPUID leaf 7 (sub-leaf 0: EBX, ECX, EDX; sub-leaf 1: EAX) when
+// the CPU has that leaf and the operating system saves the AVX-512 state (opmask, ZMM0-15 upper
+// halves, ZMM16-31); all zero otherwise, and on other CPUs, so that every AVX-512 feature reads as
+// absent. The AVX-512 kernels test their features (F, BW, VL, VNNI, BF16) in it. Read once.
+struct Avx512Cpuid {
+  unsigned leaf7_ebx = 0, leaf7_ecx = 0, leaf7_edx = 0, leaf7_1_eax = 0;
+};
+const Avx512Cpuid& avx512_cpuid();
+
 // AVX-VNNI: the VEX-encoded 256-bit int8 dot product (vpdpbusd ymm) of Intel's cores since Alder
 // Lake and AMD's since Zen 5; with AVX2 it serves int8 decoding where AVX-512 is not there.
 bool cpu_has_avx_vnni();

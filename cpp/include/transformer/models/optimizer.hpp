@@ -83,6 +83,11 @@ class Adam {
   };
   Coefficients coefficients(double lr) const;
   [[noreturn]] void refuse(const char* check_who, double lr) const;
+  // step and step_flat: the checks, the optional finiteness pass and the fused update, with
+  // parameter q's gradient at grad_of(q) (T*, zeroed after use when zero_grads, or const T*);
+  // total is the number of elements of all parameters
+  template <typename GradOf>
+  void update(double lr, double grad_scale, bool zero_grads, const char* check_who, Index total, GradOf grad_of);
   ParameterList<T> params_;
   std::vector<std::vector<T>> m_, v_;
   Index t_ = 0;
