@@ -180,6 +180,34 @@ void test_f32_kernel() {
   }
 }
 
+// A row-major op(A) is read in place by the AVX2 kernel (no panels), a transposed one is packed:
+// the two give each element the same multiply-adds in the same order, so the same product from A
+// (a window of a wider matrix: lda > K) and from A^T must agree to the bit, at row counts that
+// leave a partial 6-row tile and with k blocks that do not divide K.
+void test_f32_a_in_place() {
+  if (!transformer::f32::supported())
+    skip("no float32 kernel (AVX-512 or AVX2) runs on this CPU (or they are turned off)");
+  const Index shapes[][3] = {{1, 17, 9}, {7, 33, 300}, {13, 40, 513}, {61, 70, 257}};
+  std::uint64_t seed = 500;
+  for (const auto& s : shapes) {
+    const Index M = s[0], N = s[1], K = s[2], lda = K + 5;
+    const std::vector<float> A = uniform<float>(static_cast<size_t>(M * lda), seed);
+    const std::vector<float> B = uniform<float>(static_cast<size_t>(K * N), seed + 1);
+    const std::vector<float> bias = uniform<float>(static_cast<size_t>(N), seed + 2);
+    std::vector<float> At(static_cast<size_t>(K * M));
+    for (Index i = 0; i < M; ++i)
+      for (Index k = 0; k < K; ++k) At[k * M + i] = A[i * lda + k];
+    for (const float beta : {0.0f, 1.0f}) {
+      const std::vector<float> C0 = uniform<float>(static_cast<size_t>(M * N), seed + 3);
+      std::vector<float> in_place = C0, packed = C0;
+      transformer::f32::gemm(M, N, K, A.data(), lda, false, B.data(), N, false, beta, in_place.data(), N, bias.data());
+      transformer::f32::gemm(M, N, K, At.data(), M, true, B.data(), N, false, beta, packed.data(), N, bias.data());
+      CHECK(in_place == packed);
+    }
+    seed += 10;
+  }
+}
+
 void test_bf16_reference() {
   for (const Product& p : products(false)) {
     std::vector<float> C = p.C0;
@@ -425,6 +453,7 @@ int main() {
   run("all_finite and first_nonfinite (double) against the plain loop", test_finite_checks<double>);
   run("f32::gemm_reference against a float64 product", test_f32_reference);
   run("f32::gemm against f32::gemm_reference", test_f32_kernel);
+  run("f32::gemm: op(A) read in place equals op(A) packed, to the bit", test_f32_a_in_place);
   run("block_product against block_product_reference", test_block_product);
   run("bf16::gemm_reference against a float64 product of the rounded inputs", test_bf16_reference);
   run("bf16::gemm against bf16::gemm_reference", test_bf16_kernel);

@@ -196,7 +196,9 @@ struct Block {
   Index M, N, kc;                // rows and columns of C, k values in this block
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
   Index blocks_n;                // blocks of C per row of blocks
-  const float* a;                // packed A: panel ip at a + ip*kc*mr
+  const float* a;                // packed A: panel ip at a + ip*kc*mr; or, when lda > 0, op(A)
+                                 // itself from this k block's first k: row i at a + i*lda
+  Index lda;                     // 0: a holds packed panels
   const float* b;                // packed B: panel jp at b + jp*kc*nr
   float* c;
   Index ldc;
@@ -206,9 +208,14 @@ struct Block {
 
 using TileFn = void (*)(Index, const float*, const float*, float*, Index, Index, Index, bool, const float*);
 
+// A tile whose A values are read in place: row i of the tile's rows of op(A) at a + i*lda.
+using InPlaceTileFn = void (*)(Index, const float*, Index, const float*, float*, Index, Index, Index, bool,
+                               const float*);
+
 // Block `blk` of C: for each B panel (kept in L1), every A panel of the block, MR x NR tiles by
-// `tile` (a template argument, so that it is inlined into each kernel's own copy of this loop).
-template <Index MR, Index NR, TileFn tile>
+// `tile`, or by `in_place` when op(A) is not packed (template arguments, so that they are inlined
+// into each kernel's own copy of this loop).
+template <Index MR, Index NR, TileFn tile, InPlaceTileFn in_place = nullptr>
 inline void walk_block(const Block& s, Index blk) {
   const Index ip0 = (blk / s.blocks_n) * s.row_panels, jp0 = (blk % s.blocks_n) * s.col_panels;
   const Index ip1 = std::min((s.M + MR - 1) / MR, ip0 + s.row_panels);
@@ -217,10 +224,15 @@ inline void walk_block(const Block& s, Index blk) {
     const float* bp = s.b + jp * s.kc * NR;
     const float* bias = s.bias != nullptr ? s.bias + jp * NR : nullptr;
     for (Index ip = ip0; ip < ip1; ++ip) {
-      const float* ap = s.a + ip * s.kc * MR;
       float* cp = s.c + ip * MR * s.ldc + jp * NR;
       const Index rows = std::min(MR, s.M - ip * MR), cols = std::min(NR, s.N - jp * NR);
-      tile(s.kc, ap, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
+      if constexpr (in_place != nullptr) {
+        if (s.lda > 0) {
+          in_place(s.kc, s.a + ip * MR * s.lda, s.lda, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
+          continue;
+        }
+      }
+      tile(s.kc, s.a + ip * s.kc * MR, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
     }
   }
 }
@@ -319,8 +331,12 @@ TCPP_F32_AVX2_TARGET void pack_lines_avx2(const float* src, Index ld, Index firs
   }
 }
 
-TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc,
-                                                   Index rows, Index cols, bool accumulate, const float* bias) {
+// One 6 x 16 tile; A from its packed panel (lda == 0: a + k*6 + i) or, with InPlace, from op(A)
+// itself (row i at a + i*lda + k; rows past `rows` read the last row again, never stored): the
+// same multiply-adds in the same order either way.
+template <bool InPlace>
+TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, const float* b, float* c, Index ldc,
+                                           Index rows, Index cols, bool accumulate, const float* bias) {
   // every loop over the accumulators is unrolled: an index that is not a constant would keep
   // them in memory
   __m256 acc[kMR2][2];
@@ -333,14 +349,29 @@ TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, con
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + cols - 1), _MM_HINT_T0);
   }
-  for (Index k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
-    const float* ak = a + k * kMR2;
+  if constexpr (InPlace) {
+    const float* row[kMR2];
 #pragma GCC unroll 6
-    for (int i = 0; i < kMR2; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(ak + i);
-      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    for (int i = 0; i < kMR2; ++i) row[i] = a + std::min<Index>(i, rows - 1) * lda;
+    for (Index k = 0; k < kc; ++k) {
+      const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
+#pragma GCC unroll 6
+      for (int i = 0; i < kMR2; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(row[i] + k);
+        acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+      }
+    }
+  } else {
+    for (Index k = 0; k < kc; ++k) {
+      const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
+      const float* ak = a + k * kMR2;
+#pragma GCC unroll 6
+      for (int i = 0; i < kMR2; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(ak + i);
+        acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+      }
     }
   }
   if (rows == kMR2 && cols == kNR2) {
@@ -379,8 +410,13 @@ TCPP_F32_AVX2_TARGET inline void micro_kernel_avx2(Index kc, const float* a, con
     }
 }
 
+TCPP_F32_AVX2_TARGET void micro_kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc, Index rows,
+                                            Index cols, bool accumulate, const float* bias) {
+  avx2_tile<false>(kc, a, 0, b, c, ldc, rows, cols, accumulate, bias);
+}
+
 TCPP_F32_AVX2_TARGET void compute_block_avx2(const Block& s, Index blk) {
-  walk_block<kMR2, kNR2, micro_kernel_avx2>(s, blk);
+  walk_block<kMR2, kNR2, micro_kernel_avx2, avx2_tile<true>>(s, blk);
 }
 
 // A kernel: its tile and its three steps.
@@ -389,10 +425,11 @@ struct Steps {
   Index mr, nr;
   PackFn pack_k_major, pack_lines;
   void (*compute_block)(const Block&, Index);
+  bool reads_a_in_place;  // compute_block reads a row-major op(A) without packing it (Block::lda)
 };
 
-constexpr Steps kAvx512Steps{kMR, kNR, pack_k_major, pack_lines, compute_block};
-constexpr Steps kAvx2Steps{kMR2, kNR2, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2};
+constexpr Steps kAvx512Steps{kMR, kNR, pack_k_major, pack_lines, compute_block, false};
+constexpr Steps kAvx2Steps{kMR2, kNR2, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2, true};
 
 }  // namespace
 #endif  // TCPP_F32_KERNEL
@@ -426,7 +463,8 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
   const Index max_kc = std::min(K, kKC);
   // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
-  float* a_pack = aligned_workspace(a_buf, MP * max_kc * mr);
+  const bool a_in_place = k.reads_a_in_place && !trans_a;
+  float* a_pack = a_in_place ? nullptr : aligned_workspace(a_buf, MP * max_kc * mr);
   float* b_pack = aligned_workspace(b_buf, NP * max_kc * nr);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
@@ -442,11 +480,23 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
       const Index kc = std::min(kKC, K - k0);
       // pack op(A) panels and op(B) panels (one barrier ends both): op(A)[i, k] = A[k*lda + i]
       // with trans_a, op(B)[k, j] = B[j*ldb + k] with trans_b
-      pack_panels(k, A, lda, M, mr, k0, kc, trans_a, a_pack);
+      // (a row-major op(A) is read in place by a kernel that can: its broadcasts need no panels)
+      if (!a_in_place) pack_panels(k, A, lda, M, mr, k0, kc, trans_a, a_pack);
       pack_panels(k, B, ldb, N, nr, k0, kc, !trans_b, b_pack);
 #pragma omp barrier
-      const Block s{
-          M, N, kc, rp, cp, blocks_n, a_pack, b_pack, C, ldc, beta != 0.0f || k0 > 0, k0 + kc >= K ? bias : nullptr};
+      const Block s{M,
+                    N,
+                    kc,
+                    rp,
+                    cp,
+                    blocks_n,
+                    a_in_place ? A + k0 : a_pack,
+                    a_in_place ? lda : 0,
+                    b_pack,
+                    C,
+                    ldc,
+                    beta != 0.0f || k0 > 0,
+                    k0 + kc >= K ? bias : nullptr};
       // blocks handed out as threads become free: a thread slowed by another process on its
       // core does fewer (each block is still computed by one thread, in the same order)
 #pragma omp for schedule(dynamic)

@@ -30,7 +30,11 @@
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
 // tile (12 of AVX2's 16 registers accumulate); panels are packed with 8-float loads and stores
-// (lines contiguous in k through 8 x 8 transposes in registers).
+// (lines contiguous in k through 8 x 8 transposes in registers). It reads a row-major op(A) (not
+// trans_a) in place instead of packing it: its broadcasts load one float of each of the tile's six
+// rows per k, which costs the same from the rows as from a panel, and the product skips a pass
+// over A (the activations and the logits' gradient). The multiply-adds and their order are the
+// same, so the results are too.
 //
 // Chosen at run time by CPUID through function target attributes (AVX-512 where the instruction-set
 // level of isa.hpp allows it, else AVX2), so one build runs on any x86-64 CPU, with Eigen where
