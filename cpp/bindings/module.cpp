@@ -138,20 +138,15 @@ void bind_attention_kind_classes(py::module_& m) {
   if (n_kind_bindings > kMaxKindBindings)
     throw std::logic_error(concat("transformer_cpp._core: ", n_kind_bindings, " attention kinds registered a binding; ",
                                   "module.cpp's table holds ", kMaxKindBindings));
-  const auto registered = std::vector<KindBinding>(kind_bindings.begin(), kind_bindings.begin() + n_kind_bindings);
-  for (const KindBinding& b : registered)
-    if (find_attention_kind(b.kind) == nullptr)
-      throw std::logic_error(concat("transformer_cpp._core: a binding is registered for attention '", b.kind,
-                                    "', which is no kind of attention_kinds()"));
-  for (const AttentionKind& kind : attention_kinds()) {
-    auto it = std::find_if(registered.begin(), registered.end(),
-                           [&](const KindBinding& b) { return std::string_view(b.kind) == kind.name; });
-    if (it == registered.end())
-      throw std::logic_error(concat("transformer_cpp._core: attention '", kind.name,
-                                    "' has a record but no binding (its bind file registers one with "
-                                    "AttentionKindBinding)"));
-    it->bind(m);
-  }
+  std::vector<std::string_view> kinds, bound;
+  for (const AttentionKind& kind : attention_kinds()) kinds.emplace_back(kind.name);
+  for (size_t i = 0; i < n_kind_bindings; ++i) bound.emplace_back(kind_bindings[i].kind);
+  if (const std::string problem = kind_binding_problem(kinds, bound); !problem.empty())
+    throw std::logic_error("transformer_cpp._core: " + problem);
+  for (const AttentionKind& kind : attention_kinds())  // each has exactly one binding
+    std::find_if(kind_bindings.begin(), kind_bindings.begin() + n_kind_bindings, [&](const KindBinding& b) {
+      return std::string_view(b.kind) == kind.name;
+    })->bind(m);
 }
 
 void bind_parameter(py::module_& m) {

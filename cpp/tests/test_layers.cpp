@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "transformer/attention/kinds.hpp"
 #include "transformer/layers/layer_norm.hpp"
 #include "transformer/layers/linear.hpp"
 #include "transformer/layers/softmax.hpp"
@@ -293,10 +294,24 @@ void test_linear_float() {
   CHECK_WITHIN("Linear<float>::backward dbias", lin.dbias_.data(), want.data(), bound.data(), want.size());
 }
 
+// The module's import check of the attention kinds' bindings: each kind bound exactly once.
+void test_kind_binding_problem() {
+  using transformer::kind_binding_problem;
+  const std::vector<std::string_view> kinds{"softmax", "linear", "lsh"};
+  CHECK(kind_binding_problem(kinds, {"lsh", "softmax", "linear"}).empty());
+  CHECK(kind_binding_problem(kinds, {"softmax", "lsh"}) ==
+        "attention 'linear' has a record but no binding (its bind file registers one with AttentionKindBinding)");
+  CHECK(kind_binding_problem(kinds, {"softmax", "linear", "lsh", "lsh"}) ==
+        "attention 'lsh' has 2 bindings registered (each kind's bind file registers it once)");
+  CHECK(kind_binding_problem(kinds, {"softmax", "linear", "lsh", "plain"}) ==
+        "a binding is registered for attention 'plain', which is no kind of attention_kinds()");
+}
+
 }  // namespace
 
 int main() {
   if (!level_runs()) return kSkipReturnCode;
+  run("attention kinds' bindings: each kind bound exactly once", test_kind_binding_problem);
   run("softmax forward against a plain loop", test_softmax_forward);
   run("softmax backward against finite differences", test_softmax_backward);
   run("layer norm forward against a plain loop", test_layer_norm_forward);

@@ -66,6 +66,31 @@ inline bool works_reversible(const AttentionKind& k) { return k.reversible; }
 const AttentionKind* find_attention_kind(std::string_view name) noexcept;
 // The record of `name`; throws std::invalid_argument "<who>: attention must be one of ..., got '<name>'".
 const AttentionKind& attention_kind(std::string_view name, std::string_view who = "");
+// What is wrong with the attention kinds' bindings when the bind files registered bindings for
+// the kinds named `bound` (one name per registration) and the table holds the kinds named `kinds`:
+// a binding of a name that is no kind, a kind without a binding, or a kind bound twice; empty when
+// each kind has exactly one. The module refuses to import with this message (bindings/module.cpp).
+inline std::string kind_binding_problem(const std::vector<std::string_view>& kinds,
+                                        const std::vector<std::string_view>& bound) {
+  const auto count = [](const std::vector<std::string_view>& names, std::string_view name) {
+    Index n = 0;
+    for (std::string_view x : names) n += x == name ? 1 : 0;
+    return n;
+  };
+  for (std::string_view name : bound)
+    if (count(kinds, name) == 0)
+      return "a binding is registered for attention '" + std::string(name) + "', which is no kind of attention_kinds()";
+  for (std::string_view kind : kinds) {
+    const Index n = count(bound, kind);
+    if (n == 0)
+      return "attention '" + std::string(kind) +
+             "' has a record but no binding (its bind file registers one with AttentionKindBinding)";
+    if (n > 1)
+      return "attention '" + std::string(kind) + "' has " + std::to_string(n) +
+             " bindings registered (each kind's bind file registers it once)";
+  }
+  return {};
+}
 // The names of the kinds for which `supports` holds (every kind without it), in the table's order.
 std::vector<std::string> attention_kind_names(bool (*supports)(const AttentionKind&) = nullptr);
 // Those names quoted for a message: "'softmax', 'linear' or 'lsh'" (`last` joins the last two).
