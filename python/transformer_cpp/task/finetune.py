@@ -32,12 +32,18 @@ from ..checkpoint import TRANSLATION_KIND, CheckpointError, check_kind, load_che
 from ..data import DataRecord
 from ..model import Transformer
 from ..training import TrainConfig, Trainer
-from ..training.wording import plural
 from ..translate.constructors import TRAINED_LENGTH
 from .presets import AUTO_PRECISION, DEFAULT_PRESET
-from .prepare import choose_max_length, encode_train, encode_valid, load_split
+from .prepare import load_split
 from .reporting import Report, TaskError, say
-from .translation import SetupSteps, TrainRequest, requested_settings, training_config
+from .translation import (
+    SetupSteps,
+    TrainRequest,
+    encode_for_training,
+    requested_settings,
+    start_trainer,
+    training_config,
+)
 
 __all__ = ["CARRIED_OVER", "CHANGEABLE_ARCHITECTURE", "FIXED_DATA", "finetune_trainer"]
 
@@ -137,37 +143,18 @@ def _build(request: TrainRequest, out: Path, parallel: Any, report: Report) -> T
     record = record.replace(clean=clean)
     report(f"fine-tuning {ckpt_dir} ({languages[0]} -> {languages[1]}): its vocabularies and architecture")
     split, record = load_split(request.data_path, record, report)
-    max_length = choose_max_length(split, src_tok, tgt_tok, int(record.max_length_option or 0), report)
-    record = record.replace(max_length=max_length)
-    train = encode_train(split, src_tok, tgt_tok, max_length)
-    valid = encode_valid(split, src_tok, tgt_tok, max_length, report)
-    report(
-        f"pairs of at most {max_length} tokens: {len(train):,} train ({plural(train.removed, 'longer one')} left "
-        f"out), {len(valid) if valid is not None else 0:,} validation, {len(split.test[0]):,} test (held out)"
-    )
+    record, train, valid = encode_for_training(split, src_tok, tgt_tok, record, report)
+    max_length = int(record.max_length or 0)  # set by encode_for_training
     model = _model(ckpt.model, arch, max_length)
     data_info = record.to_dict()
     data_info["init_from"] = {"checkpoint": str(ckpt_dir), "run_id": ckpt.run_id}
     data_info[TRAINED_LENGTH] = _trained_length(init_data, max_length)
     data_info.update({k: init_data[k] for k in CARRIED_OVER if k in init_data})
-    trainer = Trainer(
-        model,
-        train,
-        valid,
-        config,
-        src_tokenizer=src_tok,
-        tgt_tokenizer=tgt_tok,
-        checkpoint_dir=out,
-        data_info=data_info,
-        parallel=parallel,
+    trainer = start_trainer(
+        request, model, (train, valid), config, (src_tok, tgt_tok), out, data_info, parallel, report
     )
     if trainer.run_dir is not None and "pretrained" in init_data:
         _write_provenance(out, ckpt_dir.parent / PROVENANCE_FILE, init_data["pretrained"])
-    budget = f" or {plural(config.time_budget, 'minute')}" if config.time_budget else ""
-    report(
-        f"training up to {plural(config.epochs, 'epoch')} of about {trainer.batches_per_epoch:,} batches{budget}; "
-        f"checkpoints in {out}"
-    )
     return trainer
 
 

@@ -346,17 +346,9 @@ def _build_new_run(
     parallel: Any,
     report: Report,
 ) -> Trainer:
-    max_length = choose_max_length(split, src_tok, tgt_tok, int(record.max_length_option or 0), report)
-    record = record.replace(max_length=max_length)
-    arch["max_length"] = max(int(arch.get("max_length", 0)), max_length)  # the positional table's first size
-    train = encode_train(split, src_tok, tgt_tok, max_length)
-    valid = encode_valid(split, src_tok, tgt_tok, max_length, report)
-    valid_note = f" ({plural(valid.removed, 'longer one')} left out)" if valid is not None and valid.removed else ""
-    report(
-        f"pairs of at most {max_length} tokens: {len(train):,} train ({plural(train.removed, 'longer one')} left out), "
-        f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split.test[0]):,} test "
-        f"(held out; split by source sentence)"
-    )
+    record, train, valid = encode_for_training(split, src_tok, tgt_tok, record, report)
+    # the positional table's first size
+    arch["max_length"] = max(int(arch.get("max_length", 0)), int(record.max_length or 0))
     if record.joint_vocab:
         arch.setdefault("share_embeddings", True)
     if arch.get("precision") == AUTO_PRECISION:
@@ -368,15 +360,51 @@ def _build_new_run(
         arch = _resolve_auto_size(arch, grow, config, train, src_tok.vocab_size, tgt_tok.vocab_size, parallel, report)
     model = Transformer(src_tok.vocab_size, tgt_tok.vocab_size, seed=config.seed, **arch)
     report(f"model: {model!r}")
+    return start_trainer(
+        request, model, (train, valid), config, (src_tok, tgt_tok), out, record.to_dict(), parallel, report
+    )
+
+
+def encode_for_training(
+    split: Split, src_tok: Any, tgt_tok: Any, record: DataRecord, report: Report
+) -> Tuple[DataRecord, EncodedPairs, Optional[EncodedPairs]]:
+    """The split's training and validation pairs encoded and cut at the length chosen from them
+    (``record``'s option, or what covers 99.9 % of the pairs), ``record`` with that length, and one
+    line of counts: how a new run and a fine-tuning prepare their pairs."""
+    max_length = choose_max_length(split, src_tok, tgt_tok, int(record.max_length_option or 0), report)
+    train = encode_train(split, src_tok, tgt_tok, max_length)
+    valid = encode_valid(split, src_tok, tgt_tok, max_length, report)
+    valid_note = f" ({plural(valid.removed, 'longer one')} left out)" if valid is not None and valid.removed else ""
+    report(
+        f"pairs of at most {max_length} tokens: {len(train):,} train ({plural(train.removed, 'longer one')} left out), "
+        f"{len(valid) if valid is not None else 0:,} validation{valid_note}, {len(split.test[0]):,} test "
+        f"(held out; split by source sentence)"
+    )
+    return record.replace(max_length=max_length), train, valid
+
+
+def start_trainer(
+    request: TrainRequest,
+    model: Transformer,
+    pairs: Tuple[EncodedPairs, Optional[EncodedPairs]],
+    config: TrainConfig,
+    tokenizers: Tuple[Any, Any],
+    out: Path,
+    data_info: Dict[str, Any],
+    parallel: Any,
+    report: Report,
+) -> Trainer:
+    """The trainer of a new run of ``model`` in ``out`` on the (training, validation) ``pairs``,
+    after one line on how long it trains (its time budget, or its epochs) and where it writes."""
     trainer = Trainer(
         model,
-        train,
-        valid,
+        pairs[0],
+        pairs[1],
         config,
-        src_tokenizer=src_tok,
-        tgt_tokenizer=tgt_tok,
+        src_tokenizer=tokenizers[0],
+        tgt_tokenizer=tokenizers[1],
         checkpoint_dir=out,
-        data_info=record.to_dict(),
+        data_info=data_info,
         parallel=parallel,
     )
     batches = f"about {trainer.batches_per_epoch:,} batches"
