@@ -355,8 +355,8 @@ void def_stack_init(py::class_<H>& cls, const std::string& name) {
 template <typename Stack>
 std::tuple<double, double, double> stack_dims(const Stack& s) {
   const auto& first = *s.layers_.front();
-  return {static_cast<double>(first.self_attention_.n_heads()),
-          static_cast<double>(first.feed_forward_.linear1_.out_features()), static_cast<double>(s.layers_.size())};
+  return {static_cast<double>(first.n_heads()), static_cast<double>(first.feed_forward_.linear1_.out_features()),
+          static_cast<double>(s.layers_.size())};
 }
 
 template <typename T>
@@ -409,7 +409,7 @@ returns ``(dx, dmemory)``.)doc");
            if (M.lead_shape[0] != B)
              throw py::value_error(concat(who, ": memory has batch size ", M.lead_shape[0], " but x has ", B));
            call.check(concat(batch_what(B, Tn), " attending to ", S, " memory positions"),
-                      decoder_layer_elements(X.rows, M.rows, B, h.layer.self_attention_.n_heads(), Tn, S, d,
+                      decoder_layer_elements(X.rows, M.rows, B, h.layer.n_heads(), Tn, S, d,
                                              h.layer.feed_forward_.linear1_.out_features()));
            const AttentionMask sm = mask_arg(self_mask, B, Tn, Tn, call);
            const AttentionMask cm = mask_arg(cross_mask, B, Tn, S, call);

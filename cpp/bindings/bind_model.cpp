@@ -333,12 +333,13 @@ void bind_transformer(py::module_& m) {
              add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
            auto& dec = h.model.decoder();
            for (size_t i = 0; i < dec.layers_.size(); ++i) {
-             add("decoder.layers." + std::to_string(i) + ".self_attention", dec.layers_[i]->self_attention_);
+             if (auto* self = dec.layers_[i]->softmax_self_attention())  // linear attention keeps no weights
+               add("decoder.layers." + std::to_string(i) + ".self_attention", *self);
              add("decoder.layers." + std::to_string(i) + ".cross_attention", dec.layers_[i]->cross_attention_);
            }
            return out;
          },
-         "Attention weights of the last forward: name -> (B, heads, T_q, T_k).")
+         "Attention weights of the last forward: name -> (B, heads, T_q, T_k) (a linear self-attention has none).")
       .def(
           "greedy_decode",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,

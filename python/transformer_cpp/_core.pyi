@@ -933,7 +933,7 @@ class _Transformer(typing.Generic[_F]):
     def output_chunk_rows(self, value: object) -> None: ...
     def attention_weights(self) -> dict[typing.Any, typing.Any]:
         """
-        Attention weights of the last forward: name -> (B, heads, T_q, T_k).
+        Attention weights of the last forward: name -> (B, heads, T_q, T_k) (a linear self-attention has none).
         """
     def greedy_decode(self, src: object, start_id: object, end_id: object, max_length: object, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False, target_prefix: object = None, sampling_topk: object = 1, sampling_topp: object = 1.0, sampling_temperature: object = 1.0, seed: object = 0) -> object:
         """

@@ -106,6 +106,7 @@ _DEFAULTS: Dict[str, Any] = dict(
     dtype="float32",
     # our matrix-product precision; the reference computes in its dtype
     precision="float32",
+    decoder_attention="softmax",
 )
 
 #: Options of the core that the reference does not mirror (a Marian model's): accepted at these
@@ -199,6 +200,33 @@ class ReferenceMultiHeadAttention(nn.Module):
         return cast(torch.Tensor, self.output(ctx))
 
 
+class ReferenceLinearAttention(ReferenceMultiHeadAttention):
+    """Causal multi-head linear attention (Katharopoulos et al. 2020) with the parameters of
+    :class:`ReferenceMultiHeadAttention`: with ``phi(x) = elu(x) + 1``, position ``i`` gets
+    ``phi(q_i) S_i / (phi(q_i) . z_i + eps)``, ``S_i = sum_{j <= i} phi(k_j)^T v_j``,
+    ``z_i = sum_{j <= i} phi(k_j)``. ``forward(x, mask=None)``: the mask is not read (a decoder's
+    padding keys come after every position that has a loss)."""
+
+    def forward(self, x: "torch.Tensor", memory: Optional["torch.Tensor"] = None, mask: Any = None) -> "torch.Tensor":
+        if memory is not None:
+            raise ValueError("ReferenceLinearAttention: self-attention only")
+        d = self.d_model
+        q, k, v = (self._heads(t) for t in torch.split(F.linear(x, self.in_proj_weight, self.in_proj_bias), d, dim=-1))
+        fq, fk = F.elu(q) + 1.0, F.elu(k) + 1.0  # (B, H, T, d_k)
+        s = torch.einsum("bhtd,bhte->bhtde", fk, v).cumsum(dim=2)  # S_i for every i
+        z = fk.cumsum(dim=2)  # z_i
+        num = torch.einsum("bhtd,bhtde->bhte", fq, s)
+        den = (fq * z).sum(dim=-1, keepdim=True) + LINEAR_ATTENTION_EPS
+        ctx = (num / den).transpose(1, 2).reshape(x.shape[0], x.shape[1], d)
+        return cast(torch.Tensor, self.output(ctx))
+
+
+#: The denominator's eps of the core's linear attention.
+LINEAR_ATTENTION_EPS = 1e-6
+#: The reference class of each kind of a decoder's self-attention.
+DECODER_SELF_ATTENTION = {"softmax": ReferenceMultiHeadAttention, "linear": ReferenceLinearAttention}
+
+
 class ReferenceFeedForward(nn.Module):
     """``linear2(Dropout(ReLU(linear1(x))))``."""
 
@@ -234,9 +262,16 @@ class ReferenceDecoderLayer(SelfAttentionLayer):
     ``forward(x, memory, self_mask=None, cross_mask=None)``."""
 
     def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-6
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+        attention: str = "softmax",
     ) -> None:
-        super().__init__(ReferenceMultiHeadAttention(d_model, n_heads), d_model, dropout, pre_norm, eps)
+        super().__init__(DECODER_SELF_ATTENTION[attention](d_model, n_heads), d_model, dropout, pre_norm, eps)
         self.cross_attention = ReferenceMultiHeadAttention(d_model, n_heads)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout2 = nn.Dropout(dropout)
@@ -273,6 +308,7 @@ class _Stack(nn.Module):
         layout: str = "interleaved",
         pre_norm: bool = False,
         eps: float = 1e-6,
+        **layer_options: Any,
     ) -> None:
         super().__init__()
         self.d_model, self.max_length = d_model, max_length
@@ -282,7 +318,7 @@ class _Stack(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            self.layer_class(d_model, n_heads, d_ff, dropout, pre_norm, eps) for _ in range(n_layers)
+            self.layer_class(d_model, n_heads, d_ff, dropout, pre_norm, eps, **layer_options) for _ in range(n_layers)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if pre_norm else None
 
@@ -380,7 +416,7 @@ class ReferenceTransformer(nn.Module):
             eps=c["layer_norm_eps"],
         )
         self.encoder = ReferenceEncoder(c["src_vocab_size"], **common)
-        self.decoder = ReferenceDecoder(c["tgt_vocab_size"], **common)
+        self.decoder = ReferenceDecoder(c["tgt_vocab_size"], **common, attention=c["decoder_attention"])
         self.output = _OutputProjection(c["d_model"], c["tgt_vocab_size"], bool(c["share_embeddings"]))
 
     def forward(self, src: Any, tgt_in: Any) -> "torch.Tensor":

@@ -21,9 +21,15 @@ def log_probs(model, src_row, prefix):
     return logits - m - np.log(np.exp(logits - m).sum())
 
 
-@pytest.fixture(params=[False, True], ids=["post-norm", "pre-norm"])
+@pytest.fixture(
+    params=[(False, "softmax"), (True, "softmax"), (False, "linear"), (True, "linear")],
+    ids=["post-norm", "pre-norm", "post-norm-linear-decoder", "pre-norm-linear-decoder"],
+)
 def model(request):
-    return float64_model(pre_norm=request.param)
+    """A float64 model; with a linear decoder self-attention, decoding steps its RNN state (and a
+    beam reorders it) where softmax appends to a key/value cache."""
+    pre_norm, attention = request.param
+    return float64_model(pre_norm=pre_norm, decoder_attention=attention)
 
 
 def padded_source():

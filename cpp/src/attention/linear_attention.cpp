@@ -332,7 +332,7 @@ const Matrix<T>& LinearMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index
   T_ = T_len;
   causal_ = causal;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (B*T, 3d)
-  proj_.project(Precision::Float32, x, 0, 3, qkv_);
+  proj_.project(precision_, x, 0, 3, qkv_);
   ctx_.resize(x.rows(), d_);                                // (B*T, d)
   den_.resize(B * h_, T_len);                               // (B*H, T)
   state_.resize(B * h_, linear_attention_state_size(dk_));  // (B*H, d_k^2 + d_k)
@@ -360,8 +360,15 @@ const Matrix<T>& LinearMultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   // forward was [Q|K|V] = x W_in^T + b_in, so dW_in += d[Q|K|V]^T x, db_in += column sums,
   // and dx = d[Q|K|V] W_in (the three paths summed by the one product)
   ConstMatrixMap<T> x(x_, rows, d_);
-  proj_.backward(Precision::Float32, cmap(dqkv_), x, 0, 3, &dx_);
+  proj_.backward(precision_, cmap(dqkv_), x, 0, 3, &dx_);
   return dx_;
+}
+
+template <typename T>
+void LinearMultiHeadAttention<T>::set_precision(Precision p) {
+  check_precision<T>(p, "LinearMultiHeadAttention");
+  proj_.out.set_precision(p);
+  precision_ = p;
 }
 
 template <typename T>

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <utility>
 
+#include "transformer/attention/tiled_attention.hpp"
 #include "transformer/core/checks.hpp"
 #include "transformer/core/random.hpp"
 #include "transformer/layers/stack.hpp"
@@ -11,11 +12,41 @@
 namespace transformer {
 
 template <typename T>
+void LayoutSelfAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout) {
+  layout_ = &layout;
+  const Index B = layout.B, T_len = layout.T, d = x.cols();
+  if (!layout.packed) {
+    out_ = attention_->forward(x, B, T_len, true);
+    return;
+  }
+  const Index* ids = layout.row_ids();
+  dense_.setZero(B * T_len, d);
+  for (Index i = 0; i < x.rows(); ++i) dense_.row(ids[i]) = x.row(i);
+  const Matrix<T>& y = attention_->forward(cmap(dense_), B, T_len, true);
+  out_.resize(x.rows(), d);
+  for (Index i = 0; i < x.rows(); ++i) out_.row(i) = y.row(ids[i]);
+}
+
+template <typename T>
+const Matrix<T>& LayoutSelfAttention<T>::backward(ConstMatrixMap<T> dout) {
+  if (!layout_->packed) return attention_->backward(dout);
+  const Index* ids = layout_->row_ids();
+  ddense_.setZero(layout_->B * layout_->T, dout.cols());  // (dense_ is the input backward reads)
+  for (Index i = 0; i < dout.rows(); ++i) ddense_.row(ids[i]) = dout.row(i);
+  const Matrix<T>& dx = attention_->backward(cmap(ddense_));
+  dx_.resize(dout.rows(), dout.cols());
+  for (Index i = 0; i < dout.rows(); ++i) dx_.row(i) = dx.row(ids[i]);
+  return dx_;
+}
+
+template <typename T>
 DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,
                               std::uint64_t seed)
-    : self_attention_(checked_size<T>("DecoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
-                                      decoder_layer_parameters(d_model, d_ff), 0, d_model),
-                      n_heads, splitmix64(seed + 1)),
+    : seed_(seed),
+      kind_(&attention_kind("softmax")),
+      self_attention_(kind_->maker<T>()(checked_size<T>("DecoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
+                                                        decoder_layer_parameters(d_model, d_ff), 0, d_model),
+                                        n_heads, splitmix64(seed + 1), SelfAttentionOptions{})),
       norm1_(d_model, eps),
       cross_attention_(d_model, n_heads, splitmix64(seed + 2)),
       norm2_(d_model, eps),
@@ -24,7 +55,47 @@ DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       pre_norm_(pre_norm),
       dropout1_(dropout, seed, splitmix64(seed + 4)),
       dropout2_(dropout, seed, splitmix64(seed + 5)),
-      dropout3_(dropout, seed, splitmix64(seed + 6)) {}
+      dropout3_(dropout, seed, splitmix64(seed + 6)) {
+  set_self_attention(kind_->name);
+}
+
+template <typename T>
+void DecoderLayer<T>::set_self_attention(const std::string& kind) {
+  const AttentionKind& k = attention_kind(kind, "DecoderLayer");
+  TCPP_CHECK(fits_decoder_self_attention(k), "DecoderLayer: attention '", kind,
+             "' does not fit a decoder's masked self-attention (it needs a cached decoding step and no segment "
+             "memory): use one of ",
+             quoted_attention_kinds(fits_decoder_self_attention));
+  if (&k != kind_) {
+    auto made = k.maker<T>()(cross_attention_.d_model(), cross_attention_.n_heads(), splitmix64(seed_ + 1),
+                             SelfAttentionOptions{});
+    made->set_precision(precision_);
+    self_attention_ = std::move(made);
+    kind_ = &k;
+  }
+  // the softmax kind through MultiHeadAttention's own masked, packed path, with the plain kernel
+  // (it keeps the weights that Transformer.attention_weights reads); any other kind over a layout
+  auto* softmax = dynamic_cast<SoftmaxSelfAttention<T>*>(self_attention_.get());
+  softmax_ = softmax != nullptr ? &softmax->attention() : nullptr;
+  if (softmax_ != nullptr) softmax_->set_attention_impl(AttentionImpl::Plain);
+  linear_ = dynamic_cast<const LinearMultiHeadAttention<T>*>(self_attention_.get());
+  layout_attention_.set(self_attention_.get());
+  x_ = nullptr;
+}
+
+template <typename T>
+void DecoderLayer<T>::set_precision(Precision p) {
+  self_attention_->set_precision(p);
+  cross_attention_.set_precision(p);
+  feed_forward_.set_precision(p);
+  precision_ = p;
+}
+
+template <typename T>
+void DecoderLayer<T>::zero_grad() {
+  self_attention_->zero_grad();
+  zero_grads(norm1_, cross_attention_, norm2_, feed_forward_, norm3_);
+}
 
 template <typename T>
 const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T> memory, Index B, Index T_len, Index S,
@@ -48,7 +119,9 @@ const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T>
   // memory))), y = LN3(h2 + Dropout(FFN(h2))); pre-norm: r1 = x + Dropout(MaskedSelfAttention(LN1(x))),
   // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory)), y = r2 + Dropout(FFN(LN3(r2)))
   const Matrix<T>& h1 =
-      layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_, lx, self_mask);
+      softmax_ != nullptr
+          ? layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, *softmax_, lx, self_mask)
+          : layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, layout_attention_, lx);
   const Matrix<T>& h2 = layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h1), training, ids, r2_, cross_attention_,
                                           memory, lx, lm, cross_mask);
   return layer_residual<T>(pre_norm_, norm3_, dropout3_, cmap(h2), training, ids, out_, feed_forward_, training, ids);
@@ -61,18 +134,28 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   // memory's gradient is kept by the attention), masked self-attention
   layer_residual_backward<T>(pre_norm_, norm3_, dropout3_, feed_forward_, dout, dtmp_, d3_);
   layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, cross_attention_, cmap(d3_), dtmp_, d2_);
-  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(d2_), dtmp_, dx_);
+  if (softmax_ != nullptr)
+    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *softmax_, cmap(d2_), dtmp_, dx_);
+  else
+    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, layout_attention_, cmap(d2_), dtmp_, dx_);
   return dx_;
 }
 
 template <typename T>
-void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv,
-                                 const SentenceRows& memory_rows, const std::vector<Index>& sentence_of,
-                                 InferenceBackend<T>& be, InferenceScratch<T>& s, Matrix<T>* cross_weights) const {
+void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, LinearAttentionState<T>& linear,
+                                 const Matrix<T>& memory_kv, const SentenceRows& memory_rows,
+                                 const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s,
+                                 Matrix<T>* cross_weights) const {
   // the three residual sub-layers of forward(), without dropout: masked self-attention (over the
-  // cache), cross-attention, feed-forward
+  // cache or the linear state), cross-attention, feed-forward
   residual_infer<T>(
-      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer_step(in, self, be, s, out); },
+      pre_norm_, norm1_,
+      [&](const Matrix<T>& in, Matrix<T>& out) {
+        if (linear_ != nullptr)
+          linear_->step(cmap(in), linear, be, out);
+        else
+          softmax_->infer_step(in, self, be, s, out);
+      },
       x, s.n, s.a);
   residual_infer<T>(
       pre_norm_, norm2_,
@@ -87,7 +170,7 @@ void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>
 
 template <typename T>
 ParameterList<T> DecoderLayer<T>::parameters() {
-  return named_parameters<T>({{"self_attention", self_attention_.parameters()},
+  return named_parameters<T>({{"self_attention", self_attention_->parameters()},
                               {"norm1", norm1_.parameters()},
                               {"cross_attention", cross_attention_.parameters()},
                               {"norm2", norm2_.parameters()},
@@ -170,13 +253,19 @@ void Decoder<T>::infer_start(const Matrix<T>& memory, const SentenceRows& memory
              ", ", this->embedding_.dim(), ")");
   const size_t L = this->layers_.size();
   cache.self.resize(L);
+  cache.linear.resize(L);
   cache.memory_kv.resize(L);
+  cache.fed = 0;
   if (&cache.memory_rows != &memory_rows) cache.memory_rows = memory_rows;
   cache.sentence_of.resize(static_cast<size_t>(memory_rows.B));
   std::iota(cache.sentence_of.begin(), cache.sentence_of.end(), Index(0));
   for (size_t l = 0; l < L; ++l) {
     this->layers_[l]->cross_attention_.infer_memory(memory, be, cache.memory_kv[l]);
-    cache.self[l].reset(memory_rows.B, max_steps, this->embedding_.dim());
+    const DecoderLayer<T>& layer = *this->layers_[l];
+    if (const auto* lin = layer.linear_self_attention())
+      lin->reset_state(cache.linear[l], memory_rows.B);
+    else
+      cache.self[l].reset(memory_rows.B, max_steps, this->embedding_.dim());
   }
 }
 
@@ -188,8 +277,9 @@ const Matrix<T>& Decoder<T>::infer_step(const std::int64_t* tokens, DecoderCache
   this->embedding_.infer(R, [&](Index r) { return std::make_pair(tokens[r], t); }, s.x);
   if (cache.record_cross) cache.cross_weights.resize(this->layers_.size());
   for (size_t l = 0; l < this->layers_.size(); ++l)
-    this->layers_[l]->infer_step(s.x, cache.self[l], cache.memory_kv[l], cache.memory_rows, cache.sentence_of, be, s,
-                                 cache.record_cross ? &cache.cross_weights[l] : nullptr);
+    this->layers_[l]->infer_step(s.x, cache.self[l], cache.linear[l], cache.memory_kv[l], cache.memory_rows,
+                                 cache.sentence_of, be, s, cache.record_cross ? &cache.cross_weights[l] : nullptr);
+  ++cache.fed;
   if (!this->final_norm_) return s.x;
   s.n.resize(R, s.x.cols());
   this->final_norm_->forward_inference(s.x.data(), nullptr, s.n.data(), R);
@@ -200,7 +290,14 @@ template <typename T>
 void DecoderCache<T>::select_rows(const std::vector<Index>& rows, Matrix<T>& scratch) {
   const Index R = this->rows();
   for (Index r : rows) TCPP_CHECK(r >= 0 && r < R, "Decoder: row ", r, " is not one of the ", R, " rows");
-  for (KVCache<T>& c : self) c.select_rows(rows, scratch);
+  for (KVCache<T>& c : self)
+    if (c.capacity > 0) c.select_rows(rows, scratch);
+  for (LinearAttentionState<T>& st : linear) {
+    if (st.s.rows() == 0) continue;
+    scratch.resize(static_cast<Index>(rows.size()), st.s.cols());
+    for (size_t i = 0; i < rows.size(); ++i) scratch.row(static_cast<Index>(i)) = st.s.row(rows[i]);
+    st.s.swap(scratch);
+  }
   std::vector<Index> sentences(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) sentences[i] = sentence_of[static_cast<size_t>(rows[i])];
   sentence_of.swap(sentences);

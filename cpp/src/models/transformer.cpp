@@ -66,6 +66,11 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
                                     "epsilon inside the layer normalisation's square root"),
           field<&C::seed>("seed", Limit::integer(0, kMaxSeed), "seed of the initial weights and the dropout masks",
                           kNoOption),
+          field<&C::decoder_attention>(
+              "decoder_attention", Limit::one_of(attention_kind_names(fits_decoder_self_attention)),
+              "the decoder's masked self-attention: softmax (the paper's), or linear (Katharopoulos et al. 2020: "
+              "linear in the target length, decoding with a fixed-size state per head instead of a key/value "
+              "cache); the encoder's self-attention and the cross-attention stay softmax"),
           field<&C::precision>("precision", Limit::one_of({"float32", "bf16"}),
                                "matrix products of the dense layers (attention projections, feed-forward, output "
                                "layer), forward and backward: float32, or bf16 mixed precision (bfloat16 inputs "
@@ -133,10 +138,9 @@ Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Tra
     layer->feed_forward_.set_precision(c.precision);
     layer->feed_forward_.set_activation(c.activation);
   }
+  decoder_->set_self_attention(c.decoder_attention);
   for (auto& layer : decoder_->layers_) {
-    layer->self_attention_.set_precision(c.precision);
-    layer->cross_attention_.set_precision(c.precision);
-    layer->feed_forward_.set_precision(c.precision);
+    layer->set_precision(c.precision);
     layer->feed_forward_.set_activation(c.activation);
   }
   init_output_layer(c.tgt_vocab_size, c.d_model, c.share_embeddings, splitmix64(c.seed + 3), out_weight_, dout_weight_,

@@ -36,8 +36,21 @@ EXPORT_VERSION = 1
 # ------------------------------------------------------------------------------------ shared
 
 
-def _load(checkpoint_dir: PathLike) -> Any:
-    return load_checkpoint(checkpoint_dir, optimizer=False)
+def _load(checkpoint_dir: PathLike, who: str) -> Any:
+    ckpt = load_checkpoint(checkpoint_dir, optimizer=False)
+    check_exportable(ckpt.model.config, who)
+    return ckpt
+
+
+def check_exportable(config: Dict[str, Any], who: str) -> None:
+    """ValueError when the model of ``config`` has a layer the other runtimes do not: they hold the
+    paper's softmax attention everywhere, so a decoder with linear self-attention stays here."""
+    kind = config.get("decoder_attention", "softmax")
+    if kind != "softmax":
+        raise ValueError(
+            f"{who}: the model's decoder has {kind} self-attention, which the exported format does not "
+            "have (it holds softmax attention only); only a model with decoder_attention 'softmax' exports"
+        )
 
 
 def _vocabulary(tokenizer: Any) -> List[str]:

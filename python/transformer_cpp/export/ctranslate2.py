@@ -26,6 +26,7 @@ from .common import (
     _vocabulary,
     _write_json,
     _write_tokenizers,
+    check_exportable,
 )
 
 
@@ -191,10 +192,12 @@ def convert_to_ctranslate2(
     ``add_source_eos``). ``quantization`` is one of :data:`QUANTIZATIONS` or None (float32).
 
     Raises:
-        ValueError: vocabularies of the wrong size or with repeated tokens, an unknown quantization.
+        ValueError: vocabularies of the wrong size or with repeated tokens, an unknown quantization,
+            a decoder of linear self-attention (CTranslate2's is softmax).
         ImportError: CTranslate2 is not installed.
     """
     cfg = model.config
+    check_exportable(cfg, "convert_to_ctranslate2")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(
             f"convert_to_ctranslate2: unknown quantization {quantization!r}; expected one of "
@@ -234,7 +237,7 @@ def export_ctranslate2(checkpoint_dir: PathLike, out_dir: PathLike, quantization
         )
     out = _check_out_dir(out_dir)
     import_ctranslate2()  # before any work
-    ckpt = _load(checkpoint_dir)
+    ckpt = _load(checkpoint_dir, "export_ctranslate2")
     src_tok, tgt_tok = ckpt.src_tokenizer, ckpt.tgt_tokenizer
     special = {
         "unk_token": src_tok.id_to_token(_UNK_ID),

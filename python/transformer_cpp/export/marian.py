@@ -10,7 +10,18 @@ import numpy as np
 
 from ..pretrained.own_export import TARGET_TOKENIZER_FILE
 from ..tokenizer import SPECIAL_TOKENS
-from .common import _PAD_ID, _START_ID, _END_ID, PathLike, _check_out_dir, _load, _provenance, _staging, _write_json
+from .common import (
+    _PAD_ID,
+    _START_ID,
+    _END_ID,
+    PathLike,
+    _check_out_dir,
+    _load,
+    _provenance,
+    _staging,
+    _write_json,
+    check_exportable,
+)
 
 
 # ------------------------------------------------------------------------------------ Hugging Face Transformers
@@ -316,9 +327,10 @@ def convert_to_marian(model: Any, src_tok: Any = None, tgt_tok: Any = None) -> D
 
     Raises:
         ValueError: a model MarianMT cannot express (pre-norm: MarianMT normalises after each
-            sub-layer and has no LayerNorm after a stack), or tokenizers that do not fit the model.
+            sub-layer and has no LayerNorm after a stack; a decoder of linear self-attention), or tokenizers that do not fit the model.
     """
     cfg = model.config
+    check_exportable(cfg, "convert_to_marian")
     _check_marian_arguments(cfg, src_tok, tgt_tok)
     if src_tok is None:
         return _marian_own_vocabulary(model)
@@ -354,7 +366,7 @@ def export_transformers(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
     from safetensors.numpy import save_file
 
     out = _check_out_dir(out_dir)
-    ckpt = _load(checkpoint_dir)
+    ckpt = _load(checkpoint_dir, "export_transformers")
     files = convert_to_marian(ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer)
     eps = float(ckpt.model.config["layer_norm_eps"])
     provenance = _provenance(ckpt, "transformers")

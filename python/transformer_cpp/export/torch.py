@@ -39,7 +39,7 @@ def export_torch(checkpoint_dir: PathLike, out_dir: PathLike) -> Path:
     from safetensors.numpy import save_file
 
     out = _check_out_dir(out_dir)
-    ckpt = _load(checkpoint_dir)
+    ckpt = _load(checkpoint_dir, "export_torch")
     weights = {name: np.ascontiguousarray(p.value) for name, p in ckpt.model.parameters().items()}
     with _staging(out) as tmp:
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -285,8 +285,9 @@ class Transformer(CoreModel):
             f"Transformer(src_vocab_size={c['src_vocab_size']}, tgt_vocab_size={c['tgt_vocab_size']}, "
             f"d_model={c['d_model']}, n_layers={c['n_layers']}, n_heads={c['n_heads']}, d_ff={c['d_ff']}, "
             f"dropout={c['dropout']}, max_length={c['max_length']}, dtype={self.dtype!r}, "
-            f"precision={c['precision']!r}; "
-            f"{self.num_parameters():,} parameters)"
+            f"precision={c['precision']!r}"
+            + (f", decoder_attention={c['decoder_attention']!r}" if c["decoder_attention"] != "softmax" else "")
+            + f"; {self.num_parameters():,} parameters)"
         )
 
 

@@ -61,6 +61,9 @@ const std::vector<AttentionKind>& attention_kinds();
 // The predicates messages list kinds by.
 inline bool takes_memory(const AttentionKind& k) { return k.memory; }
 inline bool works_reversible(const AttentionKind& k) { return k.reversible; }
+// A translator's decoder: causal self-attention over its own positions (no segment memory) with a
+// cached step for decoding one position at a time.
+inline bool fits_decoder_self_attention(const AttentionKind& k) { return k.has_cached_step() && !k.memory; }
 
 // The record of `name`, or nullptr for a name that is no kind.
 const AttentionKind* find_attention_kind(std::string_view name) noexcept;

@@ -91,6 +91,8 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
 
   Index d_model() const override { return d_; }
   Index n_heads() const override { return h_; }
+  // The precision of the four projections' products; linear attention itself stays in T.
+  void set_precision(Precision p) override;
   Index d_k() const { return dk_; }
   bool has_forward() const { return x_ != nullptr; }
   bool causal() const { return causal_; }
@@ -108,6 +110,7 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
  private:
   AttentionProjections<T> proj_;  // W_in (3d, d) = [W_q; W_k; W_v], as MultiHeadAttention, and W_o
   Index d_, h_, dk_;
+  Precision precision_ = Precision::Float32;
   const T* x_ = nullptr;  // (B*T, d) input of the last forward (the caller's)
   Index B_ = 0, T_ = 0;
   bool causal_ = false;

@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "transformer/core/tensor.hpp"
+#include "transformer/kernels/matmul.hpp"
 
 namespace transformer {
 
@@ -40,6 +42,13 @@ class SelfAttention {
 
   virtual Index d_model() const = 0;
   virtual Index n_heads() const = 0;
+  // The precision of the kind's dense products (matmul.hpp): float32 by default. A kind that runs
+  // them in bf16 too (softmax, linear) overrides this; any other refuses every precision but
+  // float32 with std::invalid_argument, so that a bf16 model never runs a layer in float32 unsaid.
+  virtual void set_precision(Precision p) {
+    if (p != Precision::Float32)
+      throw std::invalid_argument("this attention kind runs its products in float32 only, not in " + to_string(p));
+  }
 };
 
 // The settings of the kinds that have any (LSH attention's); the defaults are LSHSelfAttention's.

@@ -74,6 +74,7 @@ class SoftmaxSelfAttention : public SelfAttention<T> {
   void release() override { mha_.release(); }
   Index d_model() const override { return mha_.d_model(); }
   Index n_heads() const override { return mha_.n_heads(); }
+  void set_precision(Precision p) override { mha_.set_precision(p); }
 
   MultiHeadAttention<T>& attention() { return mha_; }
   const MultiHeadAttention<T>& attention() const { return mha_; }

@@ -9,9 +9,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "transformer/attention/attention.hpp"
+#include "transformer/attention/kinds.hpp"
+#include "transformer/attention/linear_attention.hpp"
+#include "transformer/attention/self_attention.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/feed_forward.hpp"
@@ -20,23 +24,45 @@
 
 namespace transformer {
 
-// The inference state of a decoder for a batch of hypotheses (kernels/inference_backend.hpp): per layer, the
-// self-attention's keys and values of the positions fed so far and the cross-attention's keys and
-// values of the memory; the memory's rows and which sentence each hypothesis (row) belongs to.
+// The inference state of a decoder for a batch of hypotheses (kernels/inference_backend.hpp): per layer, what the
+// self-attention keeps of the positions fed so far (softmax: their keys and values; linear: the
+// RNN state) and the cross-attention's keys and values of the memory; the memory's rows and which
+// sentence each hypothesis (row) belongs to.
 template <typename T>
 struct DecoderCache {
-  std::vector<KVCache<T>> self;      // per layer
-  std::vector<Matrix<T>> memory_kv;  // per layer: (memory rows, 2d) = [K | V]
-  SentenceRows memory_rows;          // the encoder output's rows (sentence b's: memory_rows.offsets)
-  std::vector<Index> sentence_of;    // (R) the sentence of each row
+  std::vector<KVCache<T>> self;                 // per layer (softmax self-attention)
+  std::vector<LinearAttentionState<T>> linear;  // per layer (linear self-attention)
+  std::vector<Matrix<T>> memory_kv;             // per layer: (memory rows, 2d) = [K | V]
+  Index fed = 0;                                // positions fed so far
+  SentenceRows memory_rows;                     // the encoder output's rows (sentence b's: memory_rows.offsets)
+  std::vector<Index> sentence_of;               // (R) the sentence of each row
   // With record_cross, each step keeps every layer's cross-attention weights in cross_weights[l]
   // (MultiHeadAttention::infer_cross's `weights`: (R * heads, longest source)).
   bool record_cross = false;
   std::vector<Matrix<T>> cross_weights;  // per layer
   Index rows() const { return static_cast<Index>(sentence_of.size()); }
-  Index position() const { return self.empty() ? 0 : self.front().length; }  // positions fed so far
+  Index position() const { return fed; }
   // Keep rows: new row i is old row rows[i] with its caches (rows may repeat: beam expansion).
   void select_rows(const std::vector<Index>& rows, Matrix<T>& scratch);
+};
+
+// A kind's causal self-attention (self_attention.hpp) over the rows of a RowLayout: a packed
+// layout's rows are placed in a zeroed (B*T, d) batch, the kind runs on it, and the rows of the
+// layout are read back (and likewise backward). The rows a packed decoder leaves out are target
+// padding at the end of each sentence: a causal query never reaches them.
+template <typename T>
+class LayoutSelfAttention {
+ public:
+  void set(SelfAttention<T>* attention) { attention_ = attention; }
+  void forward(ConstMatrixMap<T> x, const RowLayout& layout);
+  Matrix<T>& output_mut() { return out_; }
+  const Matrix<T>& backward(ConstMatrixMap<T> dout);
+
+ private:
+  SelfAttention<T>* attention_ = nullptr;
+  const RowLayout* layout_ = nullptr;
+  Matrix<T> dense_, out_;  // the batch's input (kept: the kind's backward reads it), its output rows
+  Matrix<T> ddense_, dx_;  // the same for the gradients
 };
 
 template <typename T>
@@ -44,6 +70,15 @@ class DecoderLayer {
  public:
   DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false, double eps = 1e-6,
                std::uint64_t seed = 0);
+
+  // The masked self-attention's kind (kinds.hpp): "softmax" (MultiHeadAttention, built by the
+  // constructor) or another kind that fits a decoder (fits_decoder_self_attention), which replaces
+  // it with the same seed. Resets the layer's self-attention weights.
+  void set_self_attention(const std::string& kind);
+  const AttentionKind& self_attention_kind() const { return *kind_; }
+  Index n_heads() const { return cross_attention_.n_heads(); }
+  // The dense products of every sub-layer (matmul.hpp).
+  void set_precision(Precision p);
 
   // x: (B*T, d), memory: (B*S, d). self_mask (B, T, T): look-ahead and target padding;
   // cross_mask (B, T, S): source padding. Inputs must stay alive until backward().
@@ -58,19 +93,34 @@ class DecoderLayer {
   const Matrix<T>& dmemory() const { return cross_attention_.dmemory(); }
   const Matrix<T>& output() const { return pre_norm_ ? out_ : norm3_.output(); }
   // Inference (kernels/inference_backend.hpp) of one new position per hypothesis: x (R, d) updated in place;
-  // masked self-attention over `self` (this position appended), cross-attention to the memory
-  // keys and values `memory_kv` of sentence sentence_of[r] (rows of memory_rows); no dropout, the
-  // products through `be`, nothing of forward()'s state touched. With cross_weights, the
-  // cross-attention weights are kept there (MultiHeadAttention::infer_cross).
-  void infer_step(Matrix<T>& x, KVCache<T>& self, const Matrix<T>& memory_kv, const SentenceRows& memory_rows,
-                  const std::vector<Index>& sentence_of, InferenceBackend<T>& be, InferenceScratch<T>& s,
-                  Matrix<T>* cross_weights = nullptr) const;
+  // masked self-attention over what `self` (softmax) or `linear` (linear attention) keeps of the
+  // positions so far (this position added), cross-attention to the memory keys and values
+  // `memory_kv` of sentence sentence_of[r] (rows of memory_rows); no dropout, the products through
+  // `be`, nothing of forward()'s state touched. With cross_weights, the cross-attention weights are
+  // kept there (MultiHeadAttention::infer_cross).
+  void infer_step(Matrix<T>& x, KVCache<T>& self, LinearAttentionState<T>& linear, const Matrix<T>& memory_kv,
+                  const SentenceRows& memory_rows, const std::vector<Index>& sentence_of, InferenceBackend<T>& be,
+                  InferenceScratch<T>& s, Matrix<T>* cross_weights = nullptr) const;
 
   ParameterList<T> parameters();  // self_attention, norm1, cross_attention, norm2, feed_forward, norm3
-  void zero_grad() { zero_grads(self_attention_, norm1_, cross_attention_, norm2_, feed_forward_, norm3_); }
+  void zero_grad();
   std::vector<Dropout<T>*> dropouts();
 
-  MultiHeadAttention<T> self_attention_;
+  // The softmax self-attention (nullptr for another kind) and a linear one (nullptr for another kind).
+  MultiHeadAttention<T>* softmax_self_attention() { return softmax_; }
+  const MultiHeadAttention<T>* softmax_self_attention() const { return softmax_; }
+  const LinearMultiHeadAttention<T>* linear_self_attention() const { return linear_; }
+
+ private:
+  std::uint64_t seed_;
+  const AttentionKind* kind_;
+  std::unique_ptr<SelfAttention<T>> self_attention_;  // the kind's layer
+  MultiHeadAttention<T>* softmax_ = nullptr;          // in it, for the softmax kind
+  const LinearMultiHeadAttention<T>* linear_ = nullptr;
+  LayoutSelfAttention<T> layout_attention_;  // another kind over a layout's rows
+  Precision precision_ = Precision::Float32;
+
+ public:
   LayerNorm<T> norm1_;
   MultiHeadAttention<T> cross_attention_;
   LayerNorm<T> norm2_;
@@ -119,6 +169,10 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
                               InferenceScratch<T>& s) const;
   Index batch() const { return B_; }
   Index length() const { return T_; }
+  // Every layer's masked self-attention of `kind` (DecoderLayer::set_self_attention).
+  void set_self_attention(const std::string& kind) {
+    for (auto& layer : this->layers_) layer->set_self_attention(kind);
+  }
   // The start id equals the padding id (as in Marian): position 0 of every input is the start
   // token, never masked or skipped as padding.
   void set_start_is_padding(bool yes) { start_is_padding_ = yes; }

@@ -36,6 +36,7 @@ class EncoderLayer {
   // dropout, the products through `be`, nothing of forward()'s state touched.
   void infer(Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s) const;
 
+  Index n_heads() const { return self_attention_.n_heads(); }
   ParameterList<T> parameters();  // self_attention.*, norm1.*, feed_forward.*, norm2.*
   void zero_grad() { zero_grads(self_attention_, norm1_, feed_forward_, norm2_); }
   std::vector<Dropout<T>*> dropouts();
