@@ -238,6 +238,7 @@ CLI = {
         "--data",
         "--decay",
         "--decode-errors",
+        "--decoder-attention",
         "--drop-remainder",
         "--dropout",
         "--encoding",
