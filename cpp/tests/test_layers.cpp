@@ -14,6 +14,8 @@
 
 #include "check.hpp"
 #include "transformer/attention/kinds.hpp"
+#include "transformer/attention/linear_attention.hpp"
+#include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/layers/layer_norm.hpp"
 #include "transformer/layers/linear.hpp"
 #include "transformer/layers/softmax.hpp"
@@ -307,6 +309,31 @@ void test_kind_binding_problem() {
         "a binding is registered for attention 'plain', which is no kind of attention_kinds()");
 }
 
+// Linear attention's projections in bf16 (set_precision): the output moves off float32's, by no
+// more than bfloat16 rounding of the products' inputs (8 significant bits: relative 2^-8 each, a
+// few of them compounded through the projections, the attention and the output layer), and the
+// input gradient likewise.
+void test_linear_attention_bf16() {
+  if (!transformer::bf16::supported()) skip(transformer::bf16::unsupported_reason());
+  const Index B = 2, T = 9, d = 32, H = 4;
+  transformer::LinearMultiHeadAttention<float> f32(d, H, 7), b16(d, H, 7);
+  b16.set_precision(transformer::Precision::BFloat16);
+  const std::vector<float> x = uniform<float>(static_cast<size_t>(B * T * d), 61);
+  const std::vector<float> dy = uniform<float>(static_cast<size_t>(B * T * d), 62);
+  const ConstMatrixMap<float> xm(x.data(), B * T, d), dym(dy.data(), B * T, d);
+  const Matrix<float> y32 = f32.forward(xm, B, T, true), y16 = b16.forward(xm, B, T, true);
+  const Matrix<float> dx32 = f32.backward(dym), dx16 = b16.backward(dym);
+  auto compare = [](const char* what, const Matrix<float>& got, const Matrix<float>& want) {
+    const double scale = want.cwiseAbs().maxCoeff(), diff = (got - want).cwiseAbs().maxCoeff();
+    CHECK(diff > 0.0);  // the bf16 products ran
+    if (!(diff <= 8.0 * std::ldexp(1.0, -8) * scale))
+      std::fprintf(stderr, "%s: largest difference %g against a scale of %g\n", what, diff, scale);
+    CHECK(diff <= 8.0 * std::ldexp(1.0, -8) * scale);
+  };
+  compare("output", y16, y32);
+  compare("input gradient", dx16, dx32);
+}
+
 }  // namespace
 
 int main() {
@@ -318,5 +345,6 @@ int main() {
   run("layer norm backward against finite differences", test_layer_norm_backward);
   run("Linear<double> against a plain loop and finite differences", test_linear_double);
   run("Linear<float> against float64 products", test_linear_float);
+  run("linear attention in bf16 against float32", test_linear_attention_bf16);
   return finish();
 }
