@@ -235,6 +235,9 @@ void bind_attention_kinds(py::module_& m) {
       .def_property_readonly(
           "cross_attention", [](const K& k) { return k.cross_attention; }, "Works as a decoder's cross-attention.")
       .def_property_readonly(
+          "key_padding", [](const K& k) { return k.key_padding; },
+          "Masks the padded keys of a bidirectional batch (a translator's encoder).")
+      .def_property_readonly(
           "full_weights", [](const K& k) { return k.full_weights; },
           "Keeps the (B, H, T, T) attention weights on short inputs.")
       .def_property_readonly(

@@ -330,7 +330,8 @@ void bind_transformer(py::module_& m) {
            };
            auto& enc = h.model.encoder();
            for (size_t i = 0; i < enc.layers_.size(); ++i)
-             add("encoder.layers." + std::to_string(i) + ".self_attention", enc.layers_[i]->self_attention_);
+             if (auto* self = enc.layers_[i]->softmax_self_attention())  // linear attention keeps no weights
+               add("encoder.layers." + std::to_string(i) + ".self_attention", *self);
            auto& dec = h.model.decoder();
            for (size_t i = 0; i < dec.layers_.size(); ++i) {
              if (auto* self = dec.layers_[i]->softmax_self_attention())  // linear attention keeps no weights

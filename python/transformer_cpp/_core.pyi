@@ -988,6 +988,11 @@ class AttentionKind:
         Works as a decoder's cross-attention.
         """
     @property
+    def key_padding(self) -> bool:
+        """
+        Masks the padded keys of a bidirectional batch (a translator's encoder).
+        """
+    @property
     def full_weights(self) -> bool:
         """
         Keeps the (B, H, T, T) attention weights on short inputs.

@@ -1,9 +1,10 @@
-"""A translator whose decoder has linear self-attention (``--decoder-attention linear``), from the
-command line to its translations: the tiny preset learns the made-up grammar of test_tiny_preset
-(validation BLEU 100 from about its fifth epoch, as with softmax), the checkpoint keeps the kind,
-the translator decodes with the linear attention's RNN state in float32, int8 and bf16, greedy and
-with a beam, and gives the training pairs' targets; the formats of other runtimes, which hold
-softmax attention only, refuse the model by name. The exactness of the RNN step is
+"""A translator whose encoder and decoder have linear self-attention (``--encoder-attention linear
+--decoder-attention linear``), from the command line to its translations: the tiny preset learns
+the made-up grammar of test_tiny_preset (validation BLEU 100 within its time budget, as with
+softmax), the checkpoint keeps the kinds, the translator encodes each sentence at its own length
+and decodes with the linear attention's RNN state in float32, int8 and bf16, greedy and with a
+beam, and gives the training pairs' targets; the formats of other runtimes, which hold softmax
+attention only, refuse the model by name. The exactness of the inference paths is
 test_decoding's (cached decoding against recomputing the prefix); the gradients are
 test_layers_gradcheck's and test_torch_parity's."""
 
@@ -30,23 +31,24 @@ def linear_run(tmp_path_factory):
     out = tmp / "run"
     result = run_cli(
         "train", "--preset", "tiny", "--data", str(data), "--num-samples", "3000", "--time-budget", "0.5",
-        "--threads", "1", "--no-progress", "--out", str(out), "--decoder-attention", "linear",
+        "--threads", "1", "--no-progress", "--out", str(out), "--encoder-attention", "linear",
+        "--decoder-attention", "linear",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     return data, out, result.stderr
 
 
-def test_a_linear_decoder_learns_the_tiny_preset(linear_run):
+def test_a_linear_translator_learns_the_tiny_preset(linear_run):
     _, out, log = linear_run
     bleu = [float(b) for b in re.findall(r"val_bleu (\d+\.\d+)", log)]
     assert bleu and max(bleu) >= 50, log[-2000:]
     model = Translator.from_checkpoint(out).model
-    assert model.config["decoder_attention"] == "linear"
-    assert "decoder_attention='linear'" in repr(model)
+    assert model.config["encoder_attention"] == model.config["decoder_attention"] == "linear"
+    assert "encoder_attention='linear', decoder_attention='linear'" in repr(model)
 
 
 @pytest.mark.parametrize("compute_type", ["float32", "int8", "bf16"])
-def test_a_linear_decoder_translates_in_every_compute_type(linear_run, compute_type):
+def test_a_linear_translator_translates_in_every_compute_type(linear_run, compute_type):
     if not kernels.have_compute_type(compute_type):
         pytest.skip(f"{compute_type} decoding needs kernels this CPU does not have")
     data, out, _ = linear_run
@@ -58,29 +60,34 @@ def test_a_linear_decoder_translates_in_every_compute_type(linear_run, compute_t
         assert len(wrong) <= 1, (beam, wrong)  # a training pair of a model at validation BLEU 100
 
 
-def test_the_other_runtimes_formats_refuse_a_linear_decoder(linear_run, tmp_path):
+def test_the_other_runtimes_formats_refuse_linear_attention(linear_run, tmp_path):
     _, out, _ = linear_run
     model = Translator.from_checkpoint(out).model
-    with pytest.raises(ValueError, match="convert_to_ctranslate2: the model's decoder has linear self-attention"):
+    with pytest.raises(ValueError, match="convert_to_ctranslate2: the model's encoder has linear self-attention"):
         convert_to_ctranslate2(model, tmp_path / "ct2")
-    with pytest.raises(ValueError, match="convert_to_marian: the model's decoder has linear self-attention"):
+    with pytest.raises(ValueError, match="convert_to_marian: the model's encoder has linear self-attention"):
         convert_to_marian(model)
-    with pytest.raises(ValueError, match="export_torch: the model's decoder has linear self-attention"):
+    with pytest.raises(ValueError, match="export_torch: the model's encoder has linear self-attention"):
         tc.export_torch(out, tmp_path / "torch")
     assert not (tmp_path / "torch").exists() or not any((tmp_path / "torch").iterdir())
 
 
-def test_decoder_attention_names_the_kinds_that_fit():
-    with pytest.raises(ValueError, match="decoder_attention") as e:
-        tc.Transformer(10, 10, d_model=8, n_heads=2, d_ff=8, decoder_attention="lsh")
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_the_attention_options_name_the_kinds_that_fit(side):
+    with pytest.raises(ValueError, match=f"{side}_attention") as e:
+        tc.Transformer(10, 10, d_model=8, n_heads=2, d_ff=8, **{f"{side}_attention": "lsh"})
     assert "'softmax'" in str(e.value) and "'linear'" in str(e.value)
     config = tc.Transformer(10, 10, d_model=8, n_heads=2, d_ff=8).config
-    del config["decoder_attention"]  # a checkpoint written before the option
-    assert tc.Transformer.from_config(config).config["decoder_attention"] == "softmax"
+    del config[f"{side}_attention"]  # a checkpoint written before the option
+    assert tc.Transformer.from_config(config).config[f"{side}_attention"] == "softmax"
+    with pytest.raises(
+        ValueError, match=f"Transformer: {side}_attention must be 'softmax' or 'linear', got 'relative'"
+    ):
+        tc.Transformer(10, 10, d_model=8, n_heads=2, d_ff=8, **{f"{side}_attention": "relative"})
 
 
-def test_a_linear_decoder_trains_in_bf16():
-    """A bf16 model with a linear decoder: its loss is float32's up to bfloat16 rounding (about 2^-8
+def test_linear_attention_trains_in_bf16():
+    """A bf16 model with linear self-attention: its loss is float32's up to bfloat16 rounding (about 2^-8
     relative), and it learns. (That bf16 reaches the linear attention's own projections is the C++
     test test_linear_attention_bf16.)"""
     if not kernels.have_bf16():
@@ -89,7 +96,7 @@ def test_a_linear_decoder_trains_in_bf16():
 
     def model(precision):
         return tc.Transformer(12, 12, d_model=32, n_layers=1, n_heads=4, d_ff=64, dropout=0.0, max_length=8, seed=0,
-                              precision=precision, decoder_attention="linear")  # fmt: skip
+                              precision=precision, encoder_attention="linear", decoder_attention="linear")  # fmt: skip
 
     src = np.array([[3, 4, 5, 0], [6, 7, 8, 9], [10, 11, 0, 0]])
     tgt = np.array([[1, 3, 4, 5, 2, 0], [1, 6, 7, 8, 9, 2], [1, 10, 11, 2, 0, 0]])

@@ -241,6 +241,7 @@ CLI = {
         "--decoder-attention",
         "--drop-remainder",
         "--dropout",
+        "--encoder-attention",
         "--encoding",
         "--epochs",
         "--fixed-lr",

@@ -22,14 +22,20 @@ def log_probs(model, src_row, prefix):
 
 
 @pytest.fixture(
-    params=[(False, "softmax"), (True, "softmax"), (False, "linear"), (True, "linear")],
-    ids=["post-norm", "pre-norm", "post-norm-linear-decoder", "pre-norm-linear-decoder"],
+    params=[
+        (False, "softmax", "softmax"),
+        (True, "softmax", "softmax"),
+        (False, "softmax", "linear"),
+        (True, "linear", "linear"),
+    ],
+    ids=["post-norm", "pre-norm", "post-norm-linear-decoder", "pre-norm-linear-encoder-and-decoder"],
 )
 def model(request):
     """A float64 model; with a linear decoder self-attention, decoding steps its RNN state (and a
-    beam reorders it) where softmax appends to a key/value cache."""
-    pre_norm, attention = request.param
-    return float64_model(pre_norm=pre_norm, decoder_attention=attention)
+    beam reorders it) where softmax appends to a key/value cache; a linear encoder encodes each
+    sentence at its own length."""
+    pre_norm, encoder, decoder = request.param
+    return float64_model(pre_norm=pre_norm, encoder_attention=encoder, decoder_attention=decoder)
 
 
 def padded_source():

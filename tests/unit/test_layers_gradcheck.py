@@ -214,6 +214,7 @@ def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
         dict(n_layers=1, pre_norm=True, share_embeddings=True, layout="concatenated"),
         dict(n_layers=1, decoder_attention="linear"),
         dict(n_layers=1, pre_norm=True, decoder_attention="linear"),
+        dict(n_layers=1, encoder_attention="linear"),
     ],
     ids=[
         "post_norm_2_layers",
@@ -222,6 +223,7 @@ def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
         "pre_norm_shared_concatenated",
         "linear_decoder",
         "pre_norm_linear_decoder",
+        "linear_encoder",
     ],
 )
 def test_transformer_gradients(options):
@@ -254,11 +256,11 @@ def test_transformer_gradients(options):
 def softmax_key_biases(model):
     """The names of the key biases of softmax attentions, whose true gradient is zero; a linear
     self-attention's key bias has a gradient like any weight."""
-    linear = model.config["decoder_attention"] == "linear"
+    linear = tuple(f"{side}." for side in ("encoder", "decoder") if model.config[f"{side}_attention"] == "linear")
     return tuple(
         n
         for n in model.parameters()
-        if n.endswith(ZERO_GRADIENT_SUFFIXES) and not (linear and n.startswith("decoder.") and ".self_attention." in n)
+        if n.endswith(ZERO_GRADIENT_SUFFIXES) and not (n.startswith(linear) and ".self_attention." in n)
     )
 
 
@@ -398,8 +400,9 @@ def twin_models(seed, **options):
         (dict(), 0.1),
         (dict(pre_norm=True, share_embeddings=True), 0.0),
         (dict(decoder_attention="linear"), 0.1),  # the packed rows through the linear attention
+        (dict(encoder_attention="linear", decoder_attention="linear"), 0.0),
     ],
-    ids=["post_norm_label_smoothing", "pre_norm_shared", "linear_decoder"],
+    ids=["post_norm_label_smoothing", "pre_norm_shared", "linear_decoder", "linear_encoder_and_decoder"],
 )
 def test_train_step_gradient_matches_finite_differences(options, smoothing):
     """The gradient train_step applies is the derivative of the loss evaluate() reports."""

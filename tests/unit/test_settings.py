@@ -72,6 +72,8 @@ EXPECTED = {
         "--share-embeddings": None,
         "--no-share-embeddings": None,
         "--layer-norm-eps": None,
+        "--encoder-attention": None,
+        "--decoder-attention": None,
         "--precision": None,
         "--warmup": None,
         "--lr-scale": None,

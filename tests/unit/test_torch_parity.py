@@ -51,9 +51,10 @@ def assert_gradients_close(layer, ref, tol):
     assert set(ours) == set(theirs)
     scale = max(np.abs(g).max() for g in theirs.values())
     # linear attention's weights are not invariant to the key bias: its gradient is compared as any
-    linear = getattr(layer, "config", {}).get("decoder_attention") == "linear"
+    config = getattr(layer, "config", {})
+    linear = tuple(f"{side}." for side in ("encoder", "decoder") if config.get(f"{side}_attention") == "linear")
     for name, g in ours.items():
-        if name.endswith(ZERO_GRADIENT_SUFFIXES) and not (linear and ".self_attention." in name and "decoder" in name):
+        if name.endswith(ZERO_GRADIENT_SUFFIXES) and not (name.startswith(linear) and ".self_attention." in name):
             assert np.abs(g).max() <= tol * scale and np.abs(theirs[name]).max() <= tol * scale, name
         else:
             assert_close(g, theirs[name], tol, name)
@@ -129,6 +130,9 @@ MODEL_VARIANTS = {
     # the decoder's masked self-attention as causal linear attention (ReferenceLinearAttention)
     "linear_decoder": dict(decoder_attention="linear"),
     "linear_decoder_pre_norm": dict(decoder_attention="linear", pre_norm=True, layer_norm_eps=1e-2),
+    # the encoder's self-attention as linear attention over padded sources (their keys masked)
+    "linear_encoder": dict(encoder_attention="linear"),
+    "linear_both_pre_norm": dict(encoder_attention="linear", decoder_attention="linear", pre_norm=True),
 }
 
 
@@ -223,6 +227,7 @@ def test_model_loss_matches_torch(variant):
         ("pre_norm_shared_concatenated", 0.0, 0.0),
         ("shared_embeddings", 0.1, 0.5),
         ("linear_decoder_pre_norm", 0.0, 0.0),  # train_step's packed rows through the linear attention
+        ("linear_both_pre_norm", 0.0, 0.0),
     ],
 )
 def test_training_steps_match_torch_adam(variant, smoothing, clip):

@@ -26,23 +26,23 @@ std::unique_ptr<SelfAttention<T>> make_lsh(Index d_model, Index n_heads, std::ui
 const std::vector<AttentionKind>& attention_kinds() {
   // clang-format off
   static const std::vector<AttentionKind> kinds{
-    //          bidirectional memory  step                            reversible cross  full_weights hashed
+    //          bidirectional memory  step                      reversible cross  key_padding full_weights hashed
     // SoftmaxSelfAttention (tiled_attention.hpp): MultiHeadAttention, exact, tiled from
     // tuning::kTiledAttentionMinLength keys
     {"softmax", "exact, tiled for long inputs; generation with a key/value cache",
-     true, false, GenerationStep::KeyValueCache, true, true, true, false,
+     true, false, GenerationStep::KeyValueCache, true, true, true, true, false,
      make<SoftmaxSelfAttention, float>, make<SoftmaxSelfAttention, double>},
     // LinearMultiHeadAttention (linear_attention.hpp): Katharopoulos et al. 2020
     {"linear", "linear in the context; generation as an RNN",
-     true, false, GenerationStep::RecurrentState, true, false, false, false,
+     true, false, GenerationStep::RecurrentState, true, false, true, false, false,
      make<LinearMultiHeadAttention, float>, make<LinearMultiHeadAttention, double>},
     // LSHSelfAttention (lsh_attention.hpp) with the options' chunk, hashes and buckets
     {"lsh", "Reformer's LSH attention; generation recomputes the window",
-     true, false, GenerationStep::None, true, false, false, true,
+     true, false, GenerationStep::None, true, false, false, false, true,
      make_lsh<float>, make_lsh<double>},
     // RelativeMultiHeadAttention (relative_attention.hpp): the language model gives it a segment memory
     {"relative", "Transformer-XL: relative positions, a segment memory",
-     false, true, GenerationStep::KeyValueCache, false, false, false, false,
+     false, true, GenerationStep::KeyValueCache, false, false, false, false, false,
      make<RelativeMultiHeadAttention, float>, make<RelativeMultiHeadAttention, double>},
   };
   // clang-format on

@@ -324,6 +324,19 @@ LinearMultiHeadAttention<T>::LinearMultiHeadAttention(Index d_model, Index n_hea
 
 template <typename T>
 const Matrix<T>& LinearMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) {
+  return run(x, B, T_len, causal, nullptr);
+}
+
+template <typename T>
+const Matrix<T>& LinearMultiHeadAttention<T>::forward_key_padding(ConstMatrixMap<T> x, Index B, Index T_len,
+                                                                  const std::uint8_t* key_padding) {
+  TCPP_CHECK(key_padding != nullptr, "LinearMultiHeadAttention: forward_key_padding needs the key padding");
+  return run(x, B, T_len, false, key_padding);
+}
+
+template <typename T>
+const Matrix<T>& LinearMultiHeadAttention<T>::run(ConstMatrixMap<T> x, Index B, Index T_len, bool causal,
+                                                  const std::uint8_t* key_padding) {
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "LinearMultiHeadAttention: input has ", x.rows(),
              " rows, expected B*T = ", B, "*", T_len);
   TCPP_CHECK(x.cols() == d_, "LinearMultiHeadAttention: input has ", x.cols(), " features, expected d_model ", d_);
@@ -333,6 +346,9 @@ const Matrix<T>& LinearMultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index
   causal_ = causal;
   // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (B*T, 3d)
   proj_.project(precision_, x, 0, 3, qkv_);
+  if (key_padding != nullptr)  // phi of a padded key is 0: it adds nothing to S and z
+    for (Index i = 0; i < B * T_len; ++i)
+      if (key_padding[i] != 0) qkv_.row(i).segment(d_, d_).setConstant(static_cast<T>(kLinearAttentionMaskedKey));
   ctx_.resize(x.rows(), d_);                                // (B*T, d)
   den_.resize(B * h_, T_len);                               // (B*H, T)
   state_.resize(B * h_, linear_attention_state_size(dk_));  // (B*H, d_k^2 + d_k)
@@ -394,6 +410,28 @@ void LinearMultiHeadAttention<T>::reset_state(LinearAttentionState<T>& st, Index
   TCPP_CHECK(rows > 0, "LinearMultiHeadAttention: a generation state needs at least one row, got ", rows);
   st.s = Matrix<T>::Zero(rows, h_ * linear_attention_state_size(dk_));
   st.length = 0;
+}
+
+template <typename T>
+void LinearMultiHeadAttention<T>::infer(const Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be,
+                                        InferenceScratch<T>& s, Matrix<T>& y) const {
+  TCPP_CHECK(x.cols() == d_ && x.rows() == rows.rows(), "LinearMultiHeadAttention: infer input has shape (", x.rows(),
+             ", ", x.cols(), "), expected (", rows.rows(), ", ", d_, ")");
+  // [Q | K | V] = x [W_q; W_k; W_v]^T + b                               (rows, 3d)
+  be.linear(x, proj_.w_in.data(), proj_.b_in.data(), 3 * d_, s.qkv);
+  s.ctx.resize(x.rows(), d_);
+  const T* qkv = s.qkv.data();
+  // each sentence is a batch of one over its own rows (no padding to mask)
+  for (Index b = 0; b < rows.B; ++b) {
+    const Index r0 = rows.offsets[static_cast<size_t>(b)], len = rows.offsets[static_cast<size_t>(b + 1)] - r0;
+    if (len == 0) continue;
+    std::vector<T> den(static_cast<size_t>(h_ * len)),
+        state(static_cast<size_t>(h_ * linear_attention_state_size(dk_)));
+    const T* base = qkv + r0 * 3 * d_;
+    linear_attention_forward<T>(base, 3 * d_, base + d_, 3 * d_, base + 2 * d_, 3 * d_, 1, h_, len, dk_, false,
+                                s.ctx.data() + r0 * d_, d_, den.data(), state.data());
+  }
+  be.linear(s.ctx, proj_.out.weight_.data(), proj_.out.bias_.data(), d_, y);  // (rows, d)
 }
 
 template <typename T>

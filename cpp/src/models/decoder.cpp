@@ -4,7 +4,6 @@
 #include <numeric>
 #include <utility>
 
-#include "transformer/attention/tiled_attention.hpp"
 #include "transformer/core/checks.hpp"
 #include "transformer/core/random.hpp"
 #include "transformer/layers/stack.hpp"
@@ -12,41 +11,11 @@
 namespace transformer {
 
 template <typename T>
-void LayoutSelfAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout) {
-  layout_ = &layout;
-  const Index B = layout.B, T_len = layout.T, d = x.cols();
-  if (!layout.packed) {
-    out_ = attention_->forward(x, B, T_len, true);
-    return;
-  }
-  const Index* ids = layout.row_ids();
-  dense_.setZero(B * T_len, d);
-  for (Index i = 0; i < x.rows(); ++i) dense_.row(ids[i]) = x.row(i);
-  const Matrix<T>& y = attention_->forward(cmap(dense_), B, T_len, true);
-  out_.resize(x.rows(), d);
-  for (Index i = 0; i < x.rows(); ++i) out_.row(i) = y.row(ids[i]);
-}
-
-template <typename T>
-const Matrix<T>& LayoutSelfAttention<T>::backward(ConstMatrixMap<T> dout) {
-  if (!layout_->packed) return attention_->backward(dout);
-  const Index* ids = layout_->row_ids();
-  ddense_.setZero(layout_->B * layout_->T, dout.cols());  // (dense_ is the input backward reads)
-  for (Index i = 0; i < dout.rows(); ++i) ddense_.row(ids[i]) = dout.row(i);
-  const Matrix<T>& dx = attention_->backward(cmap(ddense_));
-  dx_.resize(dout.rows(), dout.cols());
-  for (Index i = 0; i < dout.rows(); ++i) dx_.row(i) = dx.row(ids[i]);
-  return dx_;
-}
-
-template <typename T>
 DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout, bool pre_norm, double eps,
                               std::uint64_t seed)
-    : seed_(seed),
-      kind_(&attention_kind("softmax")),
-      self_attention_(kind_->maker<T>()(checked_size<T>("DecoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
-                                                        decoder_layer_parameters(d_model, d_ff), 0, d_model),
-                                        n_heads, splitmix64(seed + 1), SelfAttentionOptions{})),
+    : self_attention_(checked_size<T>("DecoderLayer", concat("d_model ", d_model, ", d_ff ", d_ff),
+                                      decoder_layer_parameters(d_model, d_ff), 0, d_model),
+                      n_heads, splitmix64(seed + 1)),
       norm1_(d_model, eps),
       cross_attention_(d_model, n_heads, splitmix64(seed + 2)),
       norm2_(d_model, eps),
@@ -55,46 +24,25 @@ DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       pre_norm_(pre_norm),
       dropout1_(dropout, seed, splitmix64(seed + 4)),
       dropout2_(dropout, seed, splitmix64(seed + 5)),
-      dropout3_(dropout, seed, splitmix64(seed + 6)) {
-  set_self_attention(kind_->name);
-}
+      dropout3_(dropout, seed, splitmix64(seed + 6)) {}
 
 template <typename T>
 void DecoderLayer<T>::set_self_attention(const std::string& kind) {
-  const AttentionKind& k = attention_kind(kind, "DecoderLayer");
-  TCPP_CHECK(fits_decoder_self_attention(k), "DecoderLayer: attention '", kind,
-             "' does not fit a decoder's masked self-attention (it needs a cached decoding step and no segment "
-             "memory): use one of ",
-             quoted_attention_kinds(fits_decoder_self_attention));
-  if (&k != kind_) {
-    auto made = k.maker<T>()(cross_attention_.d_model(), cross_attention_.n_heads(), splitmix64(seed_ + 1),
-                             SelfAttentionOptions{});
-    made->set_precision(precision_);
-    self_attention_ = std::move(made);
-    kind_ = &k;
-  }
-  // the softmax kind through MultiHeadAttention's own masked, packed path, with the plain kernel
-  // (it keeps the weights that Transformer.attention_weights reads); any other kind over a layout
-  auto* softmax = dynamic_cast<SoftmaxSelfAttention<T>*>(self_attention_.get());
-  softmax_ = softmax != nullptr ? &softmax->attention() : nullptr;
-  if (softmax_ != nullptr) softmax_->set_attention_impl(AttentionImpl::Plain);
-  linear_ = dynamic_cast<const LinearMultiHeadAttention<T>*>(self_attention_.get());
-  layout_attention_.set(self_attention_.get());
+  self_attention_.set_kind(kind, fits_decoder_self_attention, "DecoderLayer",
+                           "a decoder's masked self-attention (it needs a cached decoding step and no segment memory)");
   x_ = nullptr;
 }
 
 template <typename T>
 void DecoderLayer<T>::set_precision(Precision p) {
-  self_attention_->set_precision(p);
+  self_attention_.set_precision(p);
   cross_attention_.set_precision(p);
   feed_forward_.set_precision(p);
-  precision_ = p;
 }
 
 template <typename T>
 void DecoderLayer<T>::zero_grad() {
-  self_attention_->zero_grad();
-  zero_grads(norm1_, cross_attention_, norm2_, feed_forward_, norm3_);
+  zero_grads(self_attention_, norm1_, cross_attention_, norm2_, feed_forward_, norm3_);
 }
 
 template <typename T>
@@ -118,10 +66,11 @@ const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T>
   // post-norm: h1 = LN1(x + Dropout(MaskedSelfAttention(x))), h2 = LN2(h1 + Dropout(CrossAttention(h1,
   // memory))), y = LN3(h2 + Dropout(FFN(h2))); pre-norm: r1 = x + Dropout(MaskedSelfAttention(LN1(x))),
   // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory)), y = r2 + Dropout(FFN(LN3(r2)))
-  const Matrix<T>& h1 =
-      softmax_ != nullptr
-          ? layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, *softmax_, lx, self_mask)
-          : layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, layout_attention_, lx);
+  const Matrix<T>& h1 = self_attention_.softmax() != nullptr
+                            ? layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_,
+                                                *self_attention_.softmax(), lx, self_mask)
+                            : layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_,
+                                                lx, true, static_cast<const std::uint8_t*>(nullptr));
   const Matrix<T>& h2 = layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h1), training, ids, r2_, cross_attention_,
                                           memory, lx, lm, cross_mask);
   return layer_residual<T>(pre_norm_, norm3_, dropout3_, cmap(h2), training, ids, out_, feed_forward_, training, ids);
@@ -134,10 +83,10 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   // memory's gradient is kept by the attention), masked self-attention
   layer_residual_backward<T>(pre_norm_, norm3_, dropout3_, feed_forward_, dout, dtmp_, d3_);
   layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, cross_attention_, cmap(d3_), dtmp_, d2_);
-  if (softmax_ != nullptr)
-    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *softmax_, cmap(d2_), dtmp_, dx_);
+  if (auto* softmax = self_attention_.softmax())
+    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *softmax, cmap(d2_), dtmp_, dx_);
   else
-    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, layout_attention_, cmap(d2_), dtmp_, dx_);
+    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(d2_), dtmp_, dx_);
   return dx_;
 }
 
@@ -151,10 +100,10 @@ void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, LinearAttention
   residual_infer<T>(
       pre_norm_, norm1_,
       [&](const Matrix<T>& in, Matrix<T>& out) {
-        if (linear_ != nullptr)
-          linear_->step(cmap(in), linear, be, out);
+        if (const auto* lin = self_attention_.linear())
+          lin->step(cmap(in), linear, be, out);
         else
-          softmax_->infer_step(in, self, be, s, out);
+          self_attention_.softmax()->infer_step(in, self, be, s, out);
       },
       x, s.n, s.a);
   residual_infer<T>(
@@ -170,7 +119,7 @@ void DecoderLayer<T>::infer_step(Matrix<T>& x, KVCache<T>& self, LinearAttention
 
 template <typename T>
 ParameterList<T> DecoderLayer<T>::parameters() {
-  return named_parameters<T>({{"self_attention", self_attention_->parameters()},
+  return named_parameters<T>({{"self_attention", self_attention_.parameters()},
                               {"norm1", norm1_.parameters()},
                               {"cross_attention", cross_attention_.parameters()},
                               {"norm2", norm2_.parameters()},

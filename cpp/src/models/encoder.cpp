@@ -23,6 +23,13 @@ EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       dropout2_(dropout, seed, splitmix64(seed + 4)) {}
 
 template <typename T>
+void EncoderLayer<T>::set_self_attention(const std::string& kind) {
+  self_attention_.set_kind(kind, fits_encoder_self_attention, "EncoderLayer",
+                           "an encoder's self-attention (it needs a bidirectional form that masks padded keys)");
+  x_ = nullptr;
+}
+
+template <typename T>
 const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask,
                                           bool training) {
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "EncoderLayer: input has ", x.rows(),
@@ -33,14 +40,19 @@ const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_
 
 template <typename T>
 const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask,
-                                          bool training) {
+                                          bool training, const std::uint8_t* key_padding) {
+  MultiHeadAttention<T>* softmax = self_attention_.softmax();
+  TCPP_CHECK(softmax != nullptr || key_padding != nullptr, "EncoderLayer: attention '", self_attention_.kind().name,
+             "' takes the key padding of the batch, not a mask");
   x_ = x.data();
   rows_ = x.rows();
   const Index* ids = layout.row_ids();
   // post-norm: h = LN1(x + Dropout(SelfAttention(x))), y = LN2(h + Dropout(FFN(h)));
   // pre-norm: r1 = x + Dropout(SelfAttention(LN1(x))), y = r1 + Dropout(FFN(LN2(r1)))
-  const Matrix<T>& h =
-      layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_, layout, mask);
+  const Matrix<T>& h = softmax != nullptr ? layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_,
+                                                              *softmax, layout, mask)
+                                          : layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_,
+                                                              self_attention_, layout, false, key_padding);
   return layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h), training, ids, out_, feed_forward_, training, ids);
 }
 
@@ -49,7 +61,10 @@ const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
   // the two residual sub-layers in reverse: feed-forward, then self-attention
   layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, feed_forward_, dout, dtmp_, dh_);
-  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(dh_), dtmp_, dx_);
+  if (auto* softmax = self_attention_.softmax())
+    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *softmax, cmap(dh_), dtmp_, dx_);
+  else
+    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 
@@ -58,8 +73,14 @@ void EncoderLayer<T>::infer(Matrix<T>& x, const SentenceRows& rows, InferenceBac
                             InferenceScratch<T>& s) const {
   // the two residual sub-layers of forward(), without dropout: self-attention, feed-forward
   residual_infer<T>(
-      pre_norm_, norm1_, [&](const Matrix<T>& in, Matrix<T>& out) { self_attention_.infer(in, rows, be, s, out); }, x,
-      s.n, s.a);
+      pre_norm_, norm1_,
+      [&](const Matrix<T>& in, Matrix<T>& out) {
+        if (const auto* lin = self_attention_.linear())
+          lin->infer(in, rows, be, s, out);
+        else
+          self_attention_.softmax()->infer(in, rows, be, s, out);
+      },
+      x, s.n, s.a);
   residual_infer<T>(
       pre_norm_, norm2_, [&](const Matrix<T>& in, Matrix<T>& out) { feed_forward_.infer(in, be, s, out); }, x, s.n,
       s.a);
@@ -111,7 +132,7 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
   build_attention_mask(mask_, key_padding_.data(), B, S, S, false);
   AttentionMask mask{mask_.data(), S * S};
   const Matrix<T>* h = &x_;
-  for (auto& layer : this->layers_) h = &layer->forward(cmap(*h), layout_, mask, training);
+  for (auto& layer : this->layers_) h = &layer->forward(cmap(*h), layout_, mask, training, key_padding_.data());
   if (this->final_norm_) h = &this->final_norm_->forward(cmap(*h));
   return *h;
 }

@@ -66,11 +66,15 @@ const std::vector<ConfigField<TransformerConfig>>& ConfigTable<TransformerConfig
                                     "epsilon inside the layer normalisation's square root"),
           field<&C::seed>("seed", Limit::integer(0, kMaxSeed), "seed of the initial weights and the dropout masks",
                           kNoOption),
+          field<&C::encoder_attention>(
+              "encoder_attention", Limit::one_of(attention_kind_names(fits_encoder_self_attention)),
+              "the encoder's self-attention: softmax (the paper's), or linear (Katharopoulos et al. 2020: linear in "
+              "the source length)"),
           field<&C::decoder_attention>(
               "decoder_attention", Limit::one_of(attention_kind_names(fits_decoder_self_attention)),
               "the decoder's masked self-attention: softmax (the paper's), or linear (Katharopoulos et al. 2020: "
               "linear in the target length, decoding with a fixed-size state per head instead of a key/value "
-              "cache); the encoder's self-attention and the cross-attention stay softmax"),
+              "cache); the cross-attention stays softmax"),
           field<&C::precision>("precision", Limit::one_of({"float32", "bf16"}),
                                "matrix products of the dense layers (attention projections, feed-forward, output "
                                "layer), forward and backward: float32, or bf16 mixed precision (bfloat16 inputs "
@@ -133,6 +137,7 @@ Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Tra
   encoder_->embedding_.set_scale(c.scale_embedding);
   decoder_->embedding_.set_scale(c.scale_embedding);
   // every dense layer's products in the configured precision (the output layer's: run/backward_rows)
+  encoder_->set_self_attention(c.encoder_attention);
   for (auto& layer : encoder_->layers_) {
     layer->self_attention_.set_precision(c.precision);
     layer->feed_forward_.set_precision(c.precision);

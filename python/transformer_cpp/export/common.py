@@ -44,13 +44,14 @@ def _load(checkpoint_dir: PathLike, who: str) -> Any:
 
 def check_exportable(config: Dict[str, Any], who: str) -> None:
     """ValueError when the model of ``config`` has a layer the other runtimes do not: they hold the
-    paper's softmax attention everywhere, so a decoder with linear self-attention stays here."""
-    kind = config.get("decoder_attention", "softmax")
-    if kind != "softmax":
-        raise ValueError(
-            f"{who}: the model's decoder has {kind} self-attention, which the exported format does not "
-            "have (it holds softmax attention only); only a model with decoder_attention 'softmax' exports"
-        )
+    paper's softmax attention everywhere, so a model with linear self-attention stays here."""
+    for side in ("encoder", "decoder"):
+        kind = config.get(f"{side}_attention", "softmax")
+        if kind != "softmax":
+            raise ValueError(
+                f"{who}: the model's {side} has {kind} self-attention, which the exported format does not "
+                f"have (it holds softmax attention only); only a model with {side}_attention 'softmax' exports"
+            )
 
 
 def _vocabulary(tokenizer: Any) -> List[str]:

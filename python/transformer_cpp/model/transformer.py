@@ -286,7 +286,7 @@ class Transformer(CoreModel):
             f"d_model={c['d_model']}, n_layers={c['n_layers']}, n_heads={c['n_heads']}, d_ff={c['d_ff']}, "
             f"dropout={c['dropout']}, max_length={c['max_length']}, dtype={self.dtype!r}, "
             f"precision={c['precision']!r}"
-            + (f", decoder_attention={c['decoder_attention']!r}" if c["decoder_attention"] != "softmax" else "")
+            + "".join(f", {k}={c[k]!r}" for k in ("encoder_attention", "decoder_attention") if c[k] != "softmax")
             + f"; {self.num_parameters():,} parameters)"
         )
 

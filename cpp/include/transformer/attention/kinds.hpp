@@ -40,6 +40,7 @@ struct AttentionKind {
   GenerationStep step;                   // the generation step it has, if any
   bool reversible;                       // works in a reversible stack (recomputable from the next block's output)
   bool cross_attention;                  // works as a decoder's cross-attention (queries and keys of two sequences)
+  bool key_padding;                      // masks padded keys of a bidirectional batch (forward_key_padding)
   bool full_weights;                     // keeps the (B, H, T, T) weights below tuning::kTiledAttentionMinLength keys
   bool hashed;                           // hashes positions into buckets (LSH options; a per-update hash counter)
   SelfAttentionMaker<float> make_float;  // the kind's class, for each element type
@@ -64,6 +65,10 @@ inline bool works_reversible(const AttentionKind& k) { return k.reversible; }
 // A translator's decoder: causal self-attention over its own positions (no segment memory) with a
 // cached step for decoding one position at a time.
 inline bool fits_decoder_self_attention(const AttentionKind& k) { return k.has_cached_step() && !k.memory; }
+// A translator's encoder: bidirectional self-attention over a padded batch of sources.
+inline bool fits_encoder_self_attention(const AttentionKind& k) {
+  return k.bidirectional && k.key_padding && !k.memory;
+}
 
 // The record of `name`, or nullptr for a name that is no kind.
 const AttentionKind* find_attention_kind(std::string_view name) noexcept;

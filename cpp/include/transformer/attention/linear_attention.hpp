@@ -28,6 +28,9 @@ namespace transformer {
 
 // The eps of the denominator (the value fast-transformers uses).
 inline constexpr double kLinearAttentionEps = 1e-6;
+// A projected key at which phi(k) = exp(k) underflows to exactly 0 in float and double (a padded
+// key of forward_key_padding).
+inline constexpr double kLinearAttentionMaskedKey = -1e4;
 
 // The recurrent state of one (sequence, head): S (d x d, row-major) then z (d).
 inline constexpr Index linear_attention_state_size(Index d) { return d * d + d; }
@@ -83,6 +86,11 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
 
   // x (B*T_len, d) -> (B*T_len, d). `x` must stay alive and unchanged until backward().
   const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, bool causal) override;
+  // The non-causal form over a padded batch: the projected key of a padded position is set to
+  // kLinearAttentionMaskedKey, where phi (and its derivative) is exactly 0, so that position adds
+  // nothing to any query's sums and gets no gradient through its key and value.
+  const Matrix<T>& forward_key_padding(ConstMatrixMap<T> x, Index B, Index T_len,
+                                       const std::uint8_t* key_padding) override;
   // dout (B*T_len, d) -> dx (B*T_len, d); parameter gradients accumulate.
   const Matrix<T>& backward(ConstMatrixMap<T> dout) override;
   ParameterList<T> parameters() override;  // query/key/value/output . weight/bias
@@ -103,6 +111,11 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
   // Generation (the RNN form): an empty state for `rows` sequences, then one position per step.
   // Nothing that forward() keeps for backward() is read or written.
   void reset_state(LinearAttentionState<T>& st, Index rows) const;
+  // Inference over the sentences of `rows` (x: their rows, no padding), non-causal, each sentence
+  // attending to its own positions; the projections on `be`, nothing of forward()'s state touched.
+  //                                                                    x (rows, d) -> y (rows, d)
+  void infer(const Matrix<T>& x, const SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
+             Matrix<T>& y) const;
   // The projections run on `be` (at a few rows, the decoding kernels read the weights as they are).
   //                                                                       x (R, d) -> y (R, d)
   void step(ConstMatrixMap<T> x, LinearAttentionState<T>& st, InferenceBackend<T>& be, Matrix<T>& y) const;
@@ -114,6 +127,7 @@ class LinearMultiHeadAttention : public SelfAttention<T> {
   const T* x_ = nullptr;  // (B*T, d) input of the last forward (the caller's)
   Index B_ = 0, T_ = 0;
   bool causal_ = false;
+  const Matrix<T>& run(ConstMatrixMap<T> x, Index B, Index T_len, bool causal, const std::uint8_t* key_padding);
   Matrix<T> qkv_;    // (B*T, 3d) = [Q | K | V]
   Matrix<T> ctx_;    // (B*T, d) heads concatenated, before W_o
   Matrix<T> den_;    // (B*H, T) denominators

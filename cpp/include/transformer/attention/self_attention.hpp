@@ -34,6 +34,14 @@ class SelfAttention {
   // The gradient of the last forward:                       dout (B*T_len, d) -> dx (B*T_len, d)
   // Parameter gradients accumulate (+=).
   virtual const Matrix<T>& backward(ConstMatrixMap<T> dout) = 0;
+  // Bidirectional self-attention in which no query sees the keys marked in key_padding (B, T_len)
+  // bytes (1 = padding): an encoder's padded batch. Only a kind whose record says key_padding
+  // overrides it; any other throws std::logic_error (the records keep such calls from happening).
+  virtual const Matrix<T>& forward_key_padding(ConstMatrixMap<T> x, Index B, Index T_len,
+                                               const std::uint8_t* key_padding) {
+    (void)x, (void)B, (void)T_len, (void)key_padding;
+    throw std::logic_error("this attention kind takes no key padding");
+  }
 
   virtual ParameterList<T> parameters() = 0;
   virtual void zero_grad() = 0;

@@ -13,9 +13,8 @@
 #include <vector>
 
 #include "transformer/attention/attention.hpp"
-#include "transformer/attention/kinds.hpp"
+#include "transformer/attention/layer_attention.hpp"
 #include "transformer/attention/linear_attention.hpp"
-#include "transformer/attention/self_attention.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/feed_forward.hpp"
@@ -46,25 +45,6 @@ struct DecoderCache {
   void select_rows(const std::vector<Index>& rows, Matrix<T>& scratch);
 };
 
-// A kind's causal self-attention (self_attention.hpp) over the rows of a RowLayout: a packed
-// layout's rows are placed in a zeroed (B*T, d) batch, the kind runs on it, and the rows of the
-// layout are read back (and likewise backward). The rows a packed decoder leaves out are target
-// padding at the end of each sentence: a causal query never reaches them.
-template <typename T>
-class LayoutSelfAttention {
- public:
-  void set(SelfAttention<T>* attention) { attention_ = attention; }
-  void forward(ConstMatrixMap<T> x, const RowLayout& layout);
-  Matrix<T>& output_mut() { return out_; }
-  const Matrix<T>& backward(ConstMatrixMap<T> dout);
-
- private:
-  SelfAttention<T>* attention_ = nullptr;
-  const RowLayout* layout_ = nullptr;
-  Matrix<T> dense_, out_;  // the batch's input (kept: the kind's backward reads it), its output rows
-  Matrix<T> ddense_, dx_;  // the same for the gradients
-};
-
 template <typename T>
 class DecoderLayer {
  public:
@@ -73,9 +53,9 @@ class DecoderLayer {
 
   // The masked self-attention's kind (kinds.hpp): "softmax" (MultiHeadAttention, built by the
   // constructor) or another kind that fits a decoder (fits_decoder_self_attention), which replaces
-  // it with the same seed. Resets the layer's self-attention weights.
+  // it with the same seed (layer_attention.hpp). Resets the layer's self-attention weights.
   void set_self_attention(const std::string& kind);
-  const AttentionKind& self_attention_kind() const { return *kind_; }
+  const AttentionKind& self_attention_kind() const { return self_attention_.kind(); }
   Index n_heads() const { return cross_attention_.n_heads(); }
   // The dense products of every sub-layer (matmul.hpp).
   void set_precision(Precision p);
@@ -107,20 +87,11 @@ class DecoderLayer {
   std::vector<Dropout<T>*> dropouts();
 
   // The softmax self-attention (nullptr for another kind) and a linear one (nullptr for another kind).
-  MultiHeadAttention<T>* softmax_self_attention() { return softmax_; }
-  const MultiHeadAttention<T>* softmax_self_attention() const { return softmax_; }
-  const LinearMultiHeadAttention<T>* linear_self_attention() const { return linear_; }
+  MultiHeadAttention<T>* softmax_self_attention() { return self_attention_.softmax(); }
+  const MultiHeadAttention<T>* softmax_self_attention() const { return self_attention_.softmax(); }
+  const LinearMultiHeadAttention<T>* linear_self_attention() const { return self_attention_.linear(); }
 
- private:
-  std::uint64_t seed_;
-  const AttentionKind* kind_;
-  std::unique_ptr<SelfAttention<T>> self_attention_;  // the kind's layer
-  MultiHeadAttention<T>* softmax_ = nullptr;          // in it, for the softmax kind
-  const LinearMultiHeadAttention<T>* linear_ = nullptr;
-  LayoutSelfAttention<T> layout_attention_;  // another kind over a layout's rows
-  Precision precision_ = Precision::Float32;
-
- public:
+  LayerSelfAttention<T> self_attention_;
   LayerNorm<T> norm1_;
   MultiHeadAttention<T> cross_attention_;
   LayerNorm<T> norm2_;

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "transformer/attention/attention.hpp"
+#include "transformer/attention/layer_attention.hpp"
 #include "transformer/layers/dropout.hpp"
 #include "transformer/layers/embedding.hpp"
 #include "transformer/layers/feed_forward.hpp"
@@ -25,9 +27,21 @@ class EncoderLayer {
   EncoderLayer(Index d_model, Index n_heads, Index d_ff, double dropout = 0.1, bool pre_norm = false, double eps = 1e-6,
                std::uint64_t seed = 0);
 
+  // The self-attention's kind (kinds.hpp): "softmax" (MultiHeadAttention, built by the
+  // constructor) or another kind that fits an encoder (fits_encoder_self_attention), which replaces
+  // it with the same seed (layer_attention.hpp). Resets the layer's self-attention weights.
+  void set_self_attention(const std::string& kind);
+  const AttentionKind& self_attention_kind() const { return self_attention_.kind(); }
+  // The softmax self-attention (nullptr for another kind).
+  MultiHeadAttention<T>* softmax_self_attention() { return self_attention_.softmax(); }
+  const MultiHeadAttention<T>* softmax_self_attention() const { return self_attention_.softmax(); }
+
   // x: (rows, d) -> (rows, d) for the rows of `layout` (all B*T, or the packed non-padding ones);
-  // mask (B, T, T) in padded coordinates. `x` and `layout` must stay alive until backward().
-  const Matrix<T>& forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask, bool training);
+  // mask (B, T, T) in padded coordinates; key_padding (B, T) bytes, 1 = padding, which a kind
+  // other than softmax needs (softmax reads the mask). `x` and `layout` must stay alive until
+  // backward().
+  const Matrix<T>& forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask, bool training,
+                           const std::uint8_t* key_padding = nullptr);
   // Dense convenience: x (B*T, d).
   const Matrix<T>& forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask, bool training);
   const Matrix<T>& backward(ConstMatrixMap<T> dout);  // -> dx (B*T, d)
@@ -41,7 +55,7 @@ class EncoderLayer {
   void zero_grad() { zero_grads(self_attention_, norm1_, feed_forward_, norm2_); }
   std::vector<Dropout<T>*> dropouts();
 
-  MultiHeadAttention<T> self_attention_;
+  LayerSelfAttention<T> self_attention_;
   LayerNorm<T> norm1_;
   FeedForward<T> feed_forward_;
   LayerNorm<T> norm2_;
@@ -75,6 +89,10 @@ class Encoder : public LayerStack<T, EncoderLayer<T>> {
   // memory (rows, d). The positional table must hold S positions (embedding_.reserve_positions).
   void infer(ConstTokenMap tokens, SentenceRows& rows, InferenceBackend<T>& be, InferenceScratch<T>& s,
              Matrix<T>& memory) const;
+  // Every layer's self-attention of `kind` (EncoderLayer::set_self_attention).
+  void set_self_attention(const std::string& kind) {
+    for (auto& layer : this->layers_) layer->set_self_attention(kind);
+  }
   // (B, S) bytes, 1 where the last source was padding.
   const std::vector<std::uint8_t>& key_padding() const { return key_padding_; }
   Index batch() const { return B_; }

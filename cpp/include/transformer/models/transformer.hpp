@@ -44,8 +44,9 @@ struct TransformerConfig {
   std::int64_t end_id = 2;
   double layer_norm_eps = 1e-6;
   std::uint64_t seed = 0;
-  // The decoder's masked self-attention (a kind of kinds.hpp that fits_decoder_self_attention);
-  // the encoder's self-attention and the cross-attention are softmax.
+  // The encoder's self-attention and the decoder's masked self-attention: kinds of kinds.hpp that
+  // fits_encoder_self_attention / fits_decoder_self_attention; the cross-attention is softmax.
+  std::string encoder_attention = "softmax";
   std::string decoder_attention = "softmax";
   // The matrix products of every dense layer (attention projections, feed-forward, output layer),
   // forward and backward: float32, or bfloat16 inputs with float32 sums (AVX512_BF16). Weights,

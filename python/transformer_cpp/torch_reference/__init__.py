@@ -71,9 +71,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "transformer_cpp.torch_reference needs PyTorch; install it with pip install 'transformer-cpp[torch]'"
     ) from exc
 
-from ._exported_torch import SelfAttentionLayer, residual
-from ._runtime import positional_encoding
-from .translate import greedy_reference
+from .._exported_torch import SelfAttentionLayer, residual
+from .._runtime import positional_encoding
+from ..translate import greedy_reference
+from .attention import (
+    ReferenceLinearAttention,
+    ReferenceMultiHeadAttention,
+    _as_mask,
+    self_attention_reference,
+)
 
 __all__ = [
     "ReferenceDecoder",
@@ -81,6 +87,7 @@ __all__ = [
     "ReferenceEncoder",
     "ReferenceEncoderLayer",
     "ReferenceFeedForward",
+    "ReferenceLinearAttention",
     "ReferenceMultiHeadAttention",
     "ReferenceTransformer",
     "build_reference",
@@ -106,6 +113,7 @@ _DEFAULTS: Dict[str, Any] = dict(
     dtype="float32",
     # our matrix-product precision; the reference computes in its dtype
     precision="float32",
+    encoder_attention="softmax",
     decoder_attention="softmax",
 )
 
@@ -145,86 +153,7 @@ def _as_tokens(x: Any, device: "torch.device") -> "torch.Tensor":
     return t.to(device=device, dtype=torch.long)
 
 
-def _as_mask(mask: Any, device: "torch.device") -> Optional["torch.Tensor"]:
-    """A boolean tensor, True = blocked (any non-zero value blocks), or None."""
-    if mask is None:
-        return None
-    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
-    return (m != 0).to(device)
-
-
 # --- layers ----------------------------------------------------------------------------------------
-
-
-class ReferenceMultiHeadAttention(nn.Module):
-    """Multi-head attention with a packed ``in_proj_weight`` (rows ``[W_q; W_k; W_v]``), like
-    ``nn.MultiheadAttention``, and an ``output`` projection; fully blocked query rows give zeros.
-
-    ``forward(x, memory=None, mask=None)``: x (B, Tq, d); memory (B, Tk, d) for cross-attention;
-    mask broadcastable to (B, Tq, Tk), True = blocked.
-    """
-
-    def __init__(self, d_model: int, n_heads: int) -> None:
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"ReferenceMultiHeadAttention: d_model {d_model} is not divisible by n_heads {n_heads}")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model))
-        self.output = nn.Linear(d_model, d_model)
-
-    def _heads(self, t: "torch.Tensor") -> "torch.Tensor":  # (B, T, d) -> (B, H, T, d_k)
-        b, n, _ = t.shape
-        return t.view(b, n, self.n_heads, self.d_k).transpose(1, 2)
-
-    def forward(self, x: "torch.Tensor", memory: Optional["torch.Tensor"] = None, mask: Any = None) -> "torch.Tensor":
-        d = self.d_model
-        if memory is None:
-            q, k, v = torch.split(F.linear(x, self.in_proj_weight, self.in_proj_bias), d, dim=-1)
-        else:
-            q = F.linear(x, self.in_proj_weight[:d], self.in_proj_bias[:d])
-            k, v = torch.split(F.linear(memory, self.in_proj_weight[d:], self.in_proj_bias[d:]), d, dim=-1)
-        b, tq, tk = x.shape[0], x.shape[1], k.shape[1]
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        blocked = _as_mask(mask, x.device)
-        if blocked is None:
-            ctx = F.scaled_dot_product_attention(q, k, v)
-        else:
-            blocked = blocked.expand(b, tq, tk)
-            dead = blocked.all(dim=-1, keepdim=True)  # (B, Tq, 1): queries with nothing to attend to
-            # SDPA gives NaN for a row with no allowed key: let such rows attend freely, then zero them
-            allowed = ~(blocked & ~dead)
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed.unsqueeze(1))
-            ctx = ctx.masked_fill(dead.unsqueeze(1), 0.0)
-        ctx = ctx.transpose(1, 2).reshape(b, tq, d)
-        return cast(torch.Tensor, self.output(ctx))
-
-
-class ReferenceLinearAttention(ReferenceMultiHeadAttention):
-    """Causal multi-head linear attention (Katharopoulos et al. 2020) with the parameters of
-    :class:`ReferenceMultiHeadAttention`: with ``phi(x) = elu(x) + 1``, position ``i`` gets
-    ``phi(q_i) S_i / (phi(q_i) . z_i + eps)``, ``S_i = sum_{j <= i} phi(k_j)^T v_j``,
-    ``z_i = sum_{j <= i} phi(k_j)``. ``forward(x, mask=None)``: the mask is not read (a decoder's
-    padding keys come after every position that has a loss)."""
-
-    def forward(self, x: "torch.Tensor", memory: Optional["torch.Tensor"] = None, mask: Any = None) -> "torch.Tensor":
-        if memory is not None:
-            raise ValueError("ReferenceLinearAttention: self-attention only")
-        d = self.d_model
-        q, k, v = (self._heads(t) for t in torch.split(F.linear(x, self.in_proj_weight, self.in_proj_bias), d, dim=-1))
-        fq, fk = F.elu(q) + 1.0, F.elu(k) + 1.0  # (B, H, T, d_k)
-        s = torch.einsum("bhtd,bhte->bhtde", fk, v).cumsum(dim=2)  # S_i for every i
-        z = fk.cumsum(dim=2)  # z_i
-        num = torch.einsum("bhtd,bhtde->bhte", fq, s)
-        den = (fq * z).sum(dim=-1, keepdim=True) + LINEAR_ATTENTION_EPS
-        ctx = (num / den).transpose(1, 2).reshape(x.shape[0], x.shape[1], d)
-        return cast(torch.Tensor, self.output(ctx))
-
-
-#: The denominator's eps of the core's linear attention.
-LINEAR_ATTENTION_EPS = 1e-6
-#: The reference class of each kind of a decoder's self-attention.
-DECODER_SELF_ATTENTION = {"softmax": ReferenceMultiHeadAttention, "linear": ReferenceLinearAttention}
 
 
 class ReferenceFeedForward(nn.Module):
@@ -245,9 +174,16 @@ class ReferenceEncoderLayer(SelfAttentionLayer):
     ``forward(x, mask=None)`` with x (B, T, d) and mask broadcastable to (B, T, T)."""
 
     def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False, eps: float = 1e-6
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        pre_norm: bool = False,
+        eps: float = 1e-6,
+        attention: str = "softmax",
     ) -> None:
-        super().__init__(ReferenceMultiHeadAttention(d_model, n_heads), d_model, dropout, pre_norm, eps)
+        super().__init__(self_attention_reference(attention, d_model, n_heads, False), d_model, dropout, pre_norm, eps)
         self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout2 = nn.Dropout(dropout)
@@ -271,7 +207,7 @@ class ReferenceDecoderLayer(SelfAttentionLayer):
         eps: float = 1e-6,
         attention: str = "softmax",
     ) -> None:
-        super().__init__(DECODER_SELF_ATTENTION[attention](d_model, n_heads), d_model, dropout, pre_norm, eps)
+        super().__init__(self_attention_reference(attention, d_model, n_heads, True), d_model, dropout, pre_norm, eps)
         self.cross_attention = ReferenceMultiHeadAttention(d_model, n_heads)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout2 = nn.Dropout(dropout)
@@ -415,7 +351,7 @@ class ReferenceTransformer(nn.Module):
             pre_norm=c["pre_norm"],
             eps=c["layer_norm_eps"],
         )
-        self.encoder = ReferenceEncoder(c["src_vocab_size"], **common)
+        self.encoder = ReferenceEncoder(c["src_vocab_size"], **common, attention=c["encoder_attention"])
         self.decoder = ReferenceDecoder(c["tgt_vocab_size"], **common, attention=c["decoder_attention"])
         self.output = _OutputProjection(c["d_model"], c["tgt_vocab_size"], bool(c["share_embeddings"]))
 
