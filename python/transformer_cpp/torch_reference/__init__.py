@@ -169,22 +169,27 @@ class ReferenceFeedForward(nn.Module):
         return cast(torch.Tensor, self.linear2(self.dropout(torch.relu(self.linear1(x)))))
 
 
-class ReferenceEncoderLayer(SelfAttentionLayer):
+class _ReferenceLayer(SelfAttentionLayer):
+    """What both layers start with: the self-attention of the kind ``attention`` (causal in the
+    decoder), its LayerNorm and dropout, and the feed-forward network."""
+
+    causal = False
+
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float, pre_norm: bool, eps: float, attention: str
+    ) -> None:
+        kind = self_attention_reference(attention, d_model, n_heads, self.causal)
+        super().__init__(kind, d_model, dropout, pre_norm, eps)
+        self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
+
+
+class ReferenceEncoderLayer(_ReferenceLayer):
     """Self-attention and feed-forward sub-layers, post-norm (default) or pre-norm.
     ``forward(x, mask=None)`` with x (B, T, d) and mask broadcastable to (B, T, T)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        pre_norm: bool = False,
-        eps: float = 1e-6,
-        attention: str = "softmax",
-    ) -> None:
-        super().__init__(self_attention_reference(attention, d_model, n_heads, False), d_model, dropout, pre_norm, eps)
-        self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False,
+                 eps: float = 1e-6, attention: str = "softmax") -> None:  # fmt: skip
+        super().__init__(d_model, n_heads, d_ff, dropout, pre_norm, eps, attention)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -193,25 +198,18 @@ class ReferenceEncoderLayer(SelfAttentionLayer):
         return residual(x, self.feed_forward, self.norm2, self.dropout2, self.pre_norm)
 
 
-class ReferenceDecoderLayer(SelfAttentionLayer):
+class ReferenceDecoderLayer(_ReferenceLayer):
     """Masked self-attention, cross-attention and feed-forward sub-layers, post- or pre-norm.
     ``forward(x, memory, self_mask=None, cross_mask=None)``."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        pre_norm: bool = False,
-        eps: float = 1e-6,
-        attention: str = "softmax",
-    ) -> None:
-        super().__init__(self_attention_reference(attention, d_model, n_heads, True), d_model, dropout, pre_norm, eps)
+    causal = True
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, pre_norm: bool = False,
+                 eps: float = 1e-6, attention: str = "softmax") -> None:  # fmt: skip
+        super().__init__(d_model, n_heads, d_ff, dropout, pre_norm, eps, attention)
         self.cross_attention = ReferenceMultiHeadAttention(d_model, n_heads)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.dropout2 = nn.Dropout(dropout)
-        self.feed_forward = ReferenceFeedForward(d_model, d_ff, dropout)
         self.norm3 = nn.LayerNorm(d_model, eps=eps)
         self.dropout3 = nn.Dropout(dropout)
 
