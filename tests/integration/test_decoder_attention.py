@@ -50,7 +50,7 @@ def test_a_linear_translator_learns_the_tiny_preset(linear_run):
 @pytest.mark.parametrize("compute_type", ["float32", "int8", "bf16"])
 def test_a_linear_translator_translates_in_every_compute_type(linear_run, compute_type):
     if not kernels.have_compute_type(compute_type):
-        pytest.skip(f"{compute_type} decoding needs kernels this CPU does not have")
+        pytest.skip(kernels.compute_type_unsupported_reason(compute_type))
     data, out, _ = linear_run
     pairs = [line.split("\t")[:2] for line in data.read_text(encoding="utf-8").splitlines()[:12]]
     translator = Translator.from_checkpoint(out, compute_type=compute_type)
@@ -91,7 +91,7 @@ def test_linear_attention_trains_in_bf16():
     relative), and it learns. (That bf16 reaches the linear attention's own projections is the C++
     test test_linear_attention_bf16.)"""
     if not kernels.have_bf16():
-        pytest.skip("bf16 training needs AVX512_BF16, which this CPU does not have")
+        pytest.skip(kernels.bf16_unsupported_reason())
     import numpy as np
 
     def model(precision):
