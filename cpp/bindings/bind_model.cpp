@@ -4,6 +4,7 @@
 
 #include "bindings.hpp"
 #include "model_methods.hpp"
+#include "transformer/attention/tiled_attention.hpp"
 #include "transformer/inference/decoding.hpp"
 #include "transformer/kernels/decode_kernels.hpp"
 #include "transformer/models/transformer.hpp"
@@ -325,6 +326,12 @@ void bind_transformer(py::module_& m) {
            if (h.B < 0) throw std::runtime_error("Transformer.attention_weights: call forward() first");
            py::dict out;
            auto add = [&](const std::string& name, MultiHeadAttention<T>& a) {
+             if (a.last_forward_tiled())
+               throw std::runtime_error(
+                   concat("Transformer.attention_weights: the last forward ran the tiled kernel in ", name, " (",
+                          a.key_length(), " keys; attention_impl '", attention_impl_name(h.model.attention_impl()),
+                          "'), which keeps no attention weights; set attention_impl = 'plain' before the forward to "
+                          "keep them"));
              out[py::str(name)] =
                  copy_out<T>(a.attention_weights().data(), {a.batch(), a.n_heads(), a.query_length(), a.key_length()});
            };
@@ -340,7 +347,19 @@ void bind_transformer(py::module_& m) {
            }
            return out;
          },
-         "Attention weights of the last forward: name -> (B, heads, T_q, T_k) (a linear self-attention has none).")
+         "Attention weights of the last forward: name -> (B, heads, T_q, T_k) (a linear self-attention has none). "
+         "After a forward that ran the tiled kernel (attention_impl) it raises RuntimeError.")
+      .def_property(
+          "attention_impl", [](H& h) { return std::string(attention_impl_name(h.model.attention_impl())); },
+          [](H& h, const py::object& v) {
+            check_model_idle(h, "Transformer.attention_impl");
+            h.model.set_attention_impl(impl_arg(v, "Transformer"));
+          },
+          "The kernel of every softmax attention's training forward and backward (self- and "
+          "cross-attention): 'auto' (the default: the tiled kernel from the length where it pays, "
+          "whose memory grows linearly with the length, the plain one below it), 'tiled', or 'plain' "
+          "(keeps the attention weights that attention_weights() returns at every length). The "
+          "results agree up to rounding; decoding is not affected.")
       .def(
           "greedy_decode",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,

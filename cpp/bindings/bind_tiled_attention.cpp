@@ -24,14 +24,6 @@ struct HeadsAttention {
   Matrix<T> out, lse, weights, dscores, dq, dk, dv;
 };
 
-// "plain" | "tiled" | "auto" from Python (ValueError / TypeError naming the argument).
-AttentionImpl impl_arg(const py::handle& v, const char* who) {
-  const std::string s = str_arg(v, who, "attention_impl");
-  if (s != "plain" && s != "tiled" && s != "auto")
-    throw py::value_error(concat(who, ": attention_impl must be 'plain', 'tiled' or 'auto', got ", value_repr(v)));
-  return parse_attention_impl(s);
-}
-
 template <typename T>
 void bind_heads_attention(py::module_& m) {
   using S = HeadsAttention<T>;
@@ -180,9 +172,7 @@ void bind_softmax_self_attention(py::module_& m) {
             auto X = call.btc(x, "x", d, /*keep=*/true);
             const Index B = X.lead_shape[0], Tn = X.lead_shape[1];
             const double rows = static_cast<double>(X.rows), heads = static_cast<double>(h.layer.n_heads());
-            const AttentionImpl impl = h.layer.attention().attention_impl();
-            const bool tiled =
-                impl == AttentionImpl::Tiled || (impl == AttentionImpl::Auto && Tn >= tuning::kTiledAttentionMinLength);
+            const bool tiled = runs_tiled(h.layer.attention().attention_impl(), Tn);
             // the tiled kernel keeps no (T, T) weights (nor a mask)
             const double elements =
                 tiled ? 12 * rows * static_cast<double>(d) + 4 * heads * rows
@@ -199,6 +189,17 @@ void bind_softmax_self_attention(py::module_& m) {
                           "dout (B, T, d_model) -> dx (B, T, d_model); accumulates the parameter gradients");
   def_parameters<T>(cls, "SoftmaxSelfAttention");
 }
+
+}  // namespace
+
+AttentionImpl impl_arg(const py::handle& v, const char* who) {
+  const std::string s = str_arg(v, who, "attention_impl");
+  if (s != "plain" && s != "tiled" && s != "auto")
+    throw py::value_error(concat(who, ": attention_impl must be 'plain', 'tiled' or 'auto', got ", value_repr(v)));
+  return parse_attention_impl(s);
+}
+
+namespace {
 
 // MultiHeadAttention (bound in bind_layers.cpp) gets the property that picks its kernel.
 template <typename T>

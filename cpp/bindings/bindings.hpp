@@ -22,6 +22,10 @@
 
 namespace py = pybind11;
 
+namespace transformer {
+enum class AttentionImpl;  // attention/attention.hpp
+}
+
 namespace transformer::bindings {
 
 // One registration function per family; module.cpp calls them all.
@@ -69,6 +73,8 @@ std::uint64_t seed_arg(const py::handle& v, const char* who, const char* name = 
 double float_arg(const py::handle& v, const char* who, const char* name, const Limit& limit);
 // A str argument (TypeError naming it otherwise).
 std::string str_arg(const py::handle& v, const char* who, const char* name);
+// "plain" | "tiled" | "auto": an attention_impl (ValueError / TypeError naming the argument).
+AttentionImpl impl_arg(const py::handle& v, const char* who);
 
 // The ranges of the layers' numeric arguments.
 namespace limits {

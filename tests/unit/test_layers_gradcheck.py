@@ -196,7 +196,10 @@ def small_model(tgt_vocab=V + 2, **options):
     target ids, up to 6 positions, one layer; ``options`` add to or replace these."""
     settings = dict(d_model=D, n_layers=1, n_heads=H, d_ff=FF, max_length=6, dtype="float64")
     settings.update(options)
-    return tc.Transformer(V, tgt_vocab, **settings)
+    impl = settings.pop("attention_impl", "auto")  # the model's kernel setting, not a config field
+    model = tc.Transformer(V, tgt_vocab, **settings)
+    model.attention_impl = impl
+    return model
 
 
 def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
@@ -215,6 +218,9 @@ def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
         dict(n_layers=1, decoder_attention="linear"),
         dict(n_layers=1, pre_norm=True, decoder_attention="linear"),
         dict(n_layers=1, encoder_attention="linear"),
+        # every softmax attention (self and cross) on the tiled kernel
+        dict(n_layers=2, attention_impl="tiled"),
+        dict(n_layers=1, pre_norm=True, decoder_attention="linear", attention_impl="tiled"),
     ],
     ids=[
         "post_norm_2_layers",
@@ -224,6 +230,8 @@ def model_batch(rng, src_vocab=V, tgt_vocab=V + 2):
         "linear_decoder",
         "pre_norm_linear_decoder",
         "linear_encoder",
+        "tiled_2_layers",
+        "tiled_pre_norm_linear_decoder",
     ],
 )
 def test_transformer_gradients(options):
@@ -401,8 +409,9 @@ def twin_models(seed, **options):
         (dict(pre_norm=True, share_embeddings=True), 0.0),
         (dict(decoder_attention="linear"), 0.1),  # the packed rows through the linear attention
         (dict(encoder_attention="linear", decoder_attention="linear"), 0.0),
+        (dict(attention_impl="tiled"), 0.1),  # the packed rows through the tiled kernel
     ],
-    ids=["post_norm_label_smoothing", "pre_norm_shared", "linear_decoder", "linear_encoder_and_decoder"],
+    ids=["post_norm_label_smoothing", "pre_norm_shared", "linear_decoder", "linear_encoder_and_decoder", "tiled"],
 )
 def test_train_step_gradient_matches_finite_differences(options, smoothing):
     """The gradient train_step applies is the derivative of the loss evaluate() reports."""

@@ -133,11 +133,16 @@ MODEL_VARIANTS = {
     # the encoder's self-attention as linear attention over padded sources (their keys masked)
     "linear_encoder": dict(encoder_attention="linear"),
     "linear_both_pre_norm": dict(encoder_attention="linear", decoder_attention="linear", pre_norm=True),
+    # every softmax attention (self and cross) on the tiled kernel, which keeps no weights
+    "tiled": dict(attention_impl="tiled"),
+    "tiled_pre_norm_linear_decoder": dict(attention_impl="tiled", decoder_attention="linear", pre_norm=True),
 }
 
 
 def parity_model(options, dtype="float32", dropout=0.0, seed=4):
-    return tc.Transformer(
+    options = dict(options)
+    impl = options.pop("attention_impl", "auto")  # the model's kernel setting, not a config field
+    model = tc.Transformer(
         19,
         23,
         d_model=D,
@@ -150,6 +155,8 @@ def parity_model(options, dtype="float32", dropout=0.0, seed=4):
         dtype=dtype,
         **options,
     )
+    model.attention_impl = impl
+    return model
 
 
 def model_and_reference(options, dtype="float32", dropout=0.0, seed=4):
@@ -228,6 +235,7 @@ def test_model_loss_matches_torch(variant):
         ("shared_embeddings", 0.1, 0.5),
         ("linear_decoder_pre_norm", 0.0, 0.0),  # train_step's packed rows through the linear attention
         ("linear_both_pre_norm", 0.0, 0.0),
+        ("tiled", 0.0, 0.0),  # train_step's packed rows through the tiled kernel
     ],
 )
 def test_training_steps_match_torch_adam(variant, smoothing, clip):

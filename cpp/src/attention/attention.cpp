@@ -165,7 +165,7 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, Index B, In
 
 template <typename T>
 bool MultiHeadAttention<T>::use_tiled(Index Tk) const {
-  return impl_ == AttentionImpl::Tiled || (impl_ == AttentionImpl::Auto && Tk >= tuning::kTiledAttentionMinLength);
+  return runs_tiled(impl_, Tk);
 }
 
 template <typename T>

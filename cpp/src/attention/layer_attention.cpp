@@ -17,10 +17,10 @@ LayerSelfAttention<T>::LayerSelfAttention(Index d_model, Index n_heads, std::uin
 }
 
 template <typename T>
-void LayerSelfAttention<T>::set_kind(const std::string& kind, bool (*fits)(const AttentionKind&), const char* who,
-                                     const char* use) {
-  const AttentionKind& k = attention_kind(kind, who);
-  TCPP_CHECK(fits(k), who, ": attention '", kind, "' does not fit ", use, ": use ", quoted_attention_kinds(fits));
+void LayerSelfAttention<T>::set_kind(const std::string& kind, const AttentionUse& use) {
+  const AttentionKind& k = attention_kind(kind, use.who);
+  TCPP_CHECK(use.fits(k), use.who, ": attention '", kind, "' does not fit ", use.needs, ": use ",
+             quoted_attention_kinds(use.fits));
   if (&k == kind_) return;
   auto made = k.maker<T>()(d_, attention_->n_heads(), seed_, SelfAttentionOptions{});
   made->set_precision(precision_);
@@ -31,12 +31,17 @@ void LayerSelfAttention<T>::set_kind(const std::string& kind, bool (*fits)(const
 template <typename T>
 void LayerSelfAttention<T>::select(const AttentionKind& k) {
   kind_ = &k;
-  // softmax with the plain kernel: it keeps the weights that Transformer.attention_weights reads
   auto* softmax = dynamic_cast<SoftmaxSelfAttention<T>*>(attention_.get());
   softmax_ = softmax != nullptr ? &softmax->attention() : nullptr;
-  if (softmax_ != nullptr) softmax_->set_attention_impl(AttentionImpl::Plain);
+  if (softmax_ != nullptr) softmax_->set_attention_impl(impl_);
   linear_ = dynamic_cast<const LinearMultiHeadAttention<T>*>(attention_.get());
   layout_ = nullptr;
+}
+
+template <typename T>
+void LayerSelfAttention<T>::set_attention_impl(AttentionImpl impl) {
+  impl_ = impl;
+  if (softmax_ != nullptr) softmax_->set_attention_impl(impl);
 }
 
 template <typename T>

@@ -28,8 +28,7 @@ DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double d
 
 template <typename T>
 void DecoderLayer<T>::set_self_attention(const std::string& kind) {
-  self_attention_.set_kind(kind, fits_decoder_self_attention, "DecoderLayer",
-                           "a decoder's masked self-attention (it needs a cached decoding step and no segment memory)");
+  self_attention_.set_kind(kind, kDecoderSelfAttention);
   x_ = nullptr;
 }
 

@@ -24,8 +24,7 @@ EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double d
 
 template <typename T>
 void EncoderLayer<T>::set_self_attention(const std::string& kind) {
-  self_attention_.set_kind(kind, fits_encoder_self_attention, "EncoderLayer",
-                           "an encoder's self-attention (it needs a bidirectional form that masks padded keys)");
+  self_attention_.set_kind(kind, kEncoderSelfAttention);
   x_ = nullptr;
 }
 

@@ -148,8 +148,19 @@ Transformer<T>::Transformer(const TransformerConfig& c) : TrainableModel<T>("Tra
     layer->set_precision(c.precision);
     layer->feed_forward_.set_activation(c.activation);
   }
+  set_attention_impl(impl_);
   init_output_layer(c.tgt_vocab_size, c.d_model, c.share_embeddings, splitmix64(c.seed + 3), out_weight_, dout_weight_,
                     out_bias_, dout_bias_);
+}
+
+template <typename T>
+void Transformer<T>::set_attention_impl(AttentionImpl impl) {
+  impl_ = impl;
+  for (auto& layer : encoder_->layers_) layer->self_attention_.set_attention_impl(impl);
+  for (auto& layer : decoder_->layers_) {
+    layer->self_attention_.set_attention_impl(impl);
+    layer->cross_attention_.set_attention_impl(impl);
+  }
 }
 
 template <typename T>
@@ -173,16 +184,22 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
   TCPP_CHECK(src.rows() > 0 && src.cols() > 0 && tgt.cols() > 0, "Transformer.", who, ": empty batch (src shape (",
              src.rows(), ", ", src.cols(), "), tgt_in shape (", tgt.rows(), ", ", tgt.cols(), "))");
   // the activations of a padded pass (packed passes need less): every layer keeps its inputs,
-  // attention weights (B, H, Tq, Tk) and masks; then the logits and their gradient
+  // attention weights (B, H, Tq, Tk) unless the tiled kernel runs, and masks; then the logits
+  // and their gradient
   const TransformerConfig& c = config_;
   const double B = static_cast<double>(src.rows()), S = static_cast<double>(src.cols());
   const double Tt = static_cast<double>(tgt.cols()), d = static_cast<double>(c.d_model);
   const double H = static_cast<double>(c.n_heads), dff = static_cast<double>(c.d_ff);
   const double Le = static_cast<double>(encoder_layers(c)), V = static_cast<double>(c.tgt_vocab_size);
   const double Ld = static_cast<double>(decoder_layers(c));
+  // the weights term of attention_elements, for the attention that does not keep them
+  auto weights_not_kept = [&](double Tq, double Tk) {
+    return runs_tiled(impl_, static_cast<Index>(Tk)) ? 2 * B * H * Tq * Tk : 0.0;
+  };
   const double elements = Le * encoder_layer_elements(B * S, B, H, S, d, dff) +
                           Ld * decoder_layer_elements(B * Tt, B * S, B, H, Tt, S, d, dff) + 4 * B * (S + Tt) * d +
-                          2 * B * Tt * V;
+                          2 * B * Tt * V - weights_not_kept(S, S) * Le -
+                          (weights_not_kept(Tt, Tt) + weights_not_kept(Tt, S)) * Ld;
   const double mask_bytes = B * (S * S + Tt * Tt + Tt * S);
   check_memory(
       concat("Transformer.", who),

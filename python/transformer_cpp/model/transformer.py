@@ -142,8 +142,27 @@ class Transformer(CoreModel):
         return int(self._core.last_token_count)
 
     def attention_weights(self) -> Dict[str, np.ndarray]:
-        """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k)."""
+        """Attention weights of the last forward: layer name -> (B, heads, T_q, T_k).
+
+        A linear self-attention keeps none (its layers are left out). After a forward in which a
+        softmax attention ran the tiled kernel (:attr:`attention_impl`) it raises ``RuntimeError``
+        naming the layer.
+        """
         return dict(self._core.attention_weights())
+
+    @property
+    def attention_impl(self) -> str:
+        """The kernel of every softmax attention's training forward and backward (the layers'
+        self- and cross-attention): ``"auto"`` (the default) runs the tiled kernel from 512 keys on,
+        whose memory grows linearly with the length and which keeps no attention weights, and the
+        plain kernel below; ``"tiled"`` always tiles; ``"plain"`` keeps the weights that
+        :meth:`attention_weights` returns at every length. The results agree up to rounding.
+        Decoding does not use it. Settable; not saved with the model."""
+        return str(self._core.attention_impl)
+
+    @attention_impl.setter
+    def attention_impl(self, value: str) -> None:
+        self._core.attention_impl = value
 
     # --- decoding ---------------------------------------------------------------------------
     def greedy_decode(

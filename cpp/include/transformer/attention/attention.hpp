@@ -14,6 +14,7 @@
 
 #include "transformer/attention/projections.hpp"
 #include "transformer/core/tensor.hpp"
+#include "transformer/core/tuning.hpp"
 #include "transformer/kernels/inference_backend.hpp"
 
 namespace transformer {
@@ -70,6 +71,10 @@ struct KVCache {
 //   Auto:  Tiled from tuning::kTiledAttentionMinLength keys on, Plain below.
 // The results agree up to rounding. attention_weights() exists after a Plain forward only.
 enum class AttentionImpl { Plain, Tiled, Auto };
+// Whether `impl` runs the tiled kernel over Tk keys.
+inline bool runs_tiled(AttentionImpl impl, Index Tk) {
+  return impl == AttentionImpl::Tiled || (impl == AttentionImpl::Auto && Tk >= tuning::kTiledAttentionMinLength);
+}
 
 template <typename T>
 class MultiHeadAttention {

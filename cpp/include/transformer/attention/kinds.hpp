@@ -70,6 +70,20 @@ inline bool fits_encoder_self_attention(const AttentionKind& k) {
   return k.bidirectional && k.key_padding && !k.memory;
 }
 
+// A translator layer's use of self-attention: the kinds that fit it, and how messages name the
+// layer and what the use needs.
+struct AttentionUse {
+  bool (*fits)(const AttentionKind&);
+  const char* who;
+  const char* needs;
+};
+inline constexpr AttentionUse kEncoderSelfAttention{
+    fits_encoder_self_attention, "EncoderLayer",
+    "an encoder's self-attention (it needs a bidirectional form that masks padded keys)"};
+inline constexpr AttentionUse kDecoderSelfAttention{
+    fits_decoder_self_attention, "DecoderLayer",
+    "a decoder's masked self-attention (it needs a cached decoding step and no segment memory)"};
+
 // The record of `name`, or nullptr for a name that is no kind.
 const AttentionKind* find_attention_kind(std::string_view name) noexcept;
 // The record of `name`; throws std::invalid_argument "<who>: attention must be one of ..., got '<name>'".

@@ -3,7 +3,8 @@
 //
 // The layer builds softmax attention (MultiHeadAttention) by default; set_kind replaces it with
 // another kind of the records, built by the record's maker from the same seed. The layer then
-// runs softmax through MultiHeadAttention's own masked, packed path (softmax()), and any other kind
+// runs softmax through MultiHeadAttention's own masked, packed path (softmax(): the plain kernel,
+// or the tiled one for long inputs, see set_attention_impl), and any other kind
 // through forward()/backward() here: the rows of a packed RowLayout are placed in a zeroed
 // (B*T, d) batch, the kind runs on it (causal, or with the batch's key padding), and the layout's
 // rows are read back. For a decoder, the rows a packed batch leaves out are target padding after
@@ -28,15 +29,19 @@ class LayerSelfAttention {
  public:
   LayerSelfAttention(Index d_model, Index n_heads, std::uint64_t seed);
 
-  // The kind named `kind`, which must satisfy `fits` (the message names `use` and the kinds that
-  // fit). Resets the attention's weights when the kind changes.
-  void set_kind(const std::string& kind, bool (*fits)(const AttentionKind&), const char* who, const char* use);
+  // The kind named `kind`, which must fit `use` (the message names the use and the kinds that
+  // fit it). Resets the attention's weights when the kind changes.
+  void set_kind(const std::string& kind, const AttentionUse& use);
   const AttentionKind& kind() const { return *kind_; }
   // The softmax kind's MultiHeadAttention (nullptr for another kind); the linear kind's layer
   // (nullptr for another kind), whose RNN step and inference forward decoding calls.
   MultiHeadAttention<T>* softmax() { return softmax_; }
   const MultiHeadAttention<T>* softmax() const { return softmax_; }
   const LinearMultiHeadAttention<T>* linear() const { return linear_; }
+  // The kernel of the softmax kind's training forward and backward (AttentionImpl; Auto, the
+  // default, tiles from tuning::kTiledAttentionMinLength keys); kept when the kind changes, and
+  // ignored by the other kinds.
+  void set_attention_impl(AttentionImpl impl);
 
   // A kind other than softmax over the rows of `layout` (x holds layout.rows() rows); with
   // key_padding (B, T) bytes, 1 = a key no query sees. x and layout must stay alive until backward.
@@ -53,6 +58,7 @@ class LayerSelfAttention {
   Index d_;
   std::uint64_t seed_;
   Precision precision_ = Precision::Float32;
+  AttentionImpl impl_ = AttentionImpl::Auto;
   const AttentionKind* kind_;
   std::unique_ptr<SelfAttention<T>> attention_;
   MultiHeadAttention<T>* softmax_ = nullptr;

@@ -162,6 +162,12 @@ class Transformer : public TrainableModel<T> {
   // written the weights since a call that left them finite (a successful train_step: its update is
   // checked element by element). Applies to the next call only (false withdraws it).
   void vouch_weights_finite(bool vouched = true) { weights_vouched_ = vouched; }
+  // The kernel of every softmax attention's training forward and backward (the layers' self-
+  // and cross-attention; AttentionImpl): Auto, the default, runs the tiled kernel from
+  // tuning::kTiledAttentionMinLength keys on, whose memory grows linearly with the length but
+  // which keeps no attention weights; Plain keeps them at every length.
+  void set_attention_impl(AttentionImpl impl);
+  AttentionImpl attention_impl() const { return impl_; }
   // Number of training forwards so far: the dropout masks' counter (restored on resume).
   std::uint64_t dropout_calls() const;
   void set_dropout_calls(std::uint64_t calls);
@@ -198,6 +204,7 @@ class Transformer : public TrainableModel<T> {
   void backward_rows(ConstMatrixMap<T> dlogits, bool bias_grad_done);
   const std::int64_t* row_targets(ConstTokenMap tgt_out);  // tgt_out for the decoder's computed rows
   std::vector<std::int64_t> targets_;
+  AttentionImpl impl_ = AttentionImpl::Auto;
   // Shapes, then the memory the pass will need (before it allocates); then finite weights, unless
   // the caller vouched for them (vouch_weights_finite) just before this call.
   void check_batch(ConstTokenMap src, ConstTokenMap tgt, const char* who);
