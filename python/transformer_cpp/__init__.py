@@ -34,30 +34,8 @@ from .functional import (
     softmax_backward,
     warmup_learning_rate,
 )
-from .layers import (
-    Decoder,
-    DecoderLayer,
-    Dropout,
-    Embedding,
-    Encoder,
-    EncoderLayer,
-    FeedForward,
-    Layer,
-    LayerNorm,
-    Linear,
-    LinearAttention,
-    LinearMultiHeadAttention,
-    LSHAttention,
-    LSHSelfAttention,
-    MultiHeadAttention,
-    PositionalEmbedding,
-    ReLU,
-    RelativeMultiHeadAttention,
-    ReversibleStack,
-    ScaledDotProductAttention,
-    SoftmaxSelfAttention,
-    TiledAttention,
-)
+from . import layers as _layers
+from .layers import *  # noqa: F403  (every layer class: layers.__all__)
 from .checkpoint import CheckpointError, average_checkpoints, load_checkpoint, save_checkpoint
 from .export import export_ctranslate2, export_torch, export_transformers
 from .optim import Adam
@@ -73,34 +51,12 @@ from .translate import evaluate as evaluate_translation
 __all__ = [
     "Adam",
     "CheckpointError",
-    "Decoder",
-    "DecoderLayer",
-    "Dropout",
-    "Embedding",
-    "Encoder",
-    "EncoderLayer",
-    "FeedForward",
-    "Layer",
-    "LayerNorm",
-    "Linear",
-    "LinearAttention",
-    "LinearMultiHeadAttention",
-    "LSHAttention",
-    "LSHSelfAttention",
-    "MultiHeadAttention",
     "NonFiniteError",
     "PRESETS",
     "RECIPES",
-    "PositionalEmbedding",
-    "ReLU",
-    "RelativeMultiHeadAttention",
-    "ReversibleStack",
-    "ScaledDotProductAttention",
-    "SoftmaxSelfAttention",
     "SubwordTokenizer",
     "SentencePairs",
     "TatoebaPairs",
-    "TiledAttention",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",
@@ -143,3 +99,4 @@ __all__ = [
     "split_by_source",
     "warmup_learning_rate",
 ]
+__all__ += _layers.__all__

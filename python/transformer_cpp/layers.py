@@ -55,7 +55,6 @@ __all__ = [
     "ScaledDotProductAttention",
     "SoftmaxSelfAttention",
     "TiledAttention",
-    "core_class",
 ]
 
 

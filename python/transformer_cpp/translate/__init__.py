@@ -7,46 +7,20 @@ tokenizers, the data and the checkpoints, and below training (whose validation B
 :func:`bleu_of_encoded`), the server and the command line.
 """
 
-from .decoding import (
-    COMPUTE_TYPES,
-    DecodeOptions,
-    Hypothesis,
-    check_compute_type,
-    decode_rows,
-    greedy_decode,
-    greedy_decode_reference,
-    greedy_reference,
-    one_line,
-    output_limit,
-    pad_rows,
-)
-from .evaluation import EvaluationResult, bleu_of_encoded, bleu_tokenizer, evaluate, evaluate_loss, order_losses
+from . import decoding, evaluation
+from .decoding import *  # noqa: F403  (decoding.__all__)
+from .evaluation import *  # noqa: F403  (evaluation.__all__)
 from .batch import EncodedSource, LongInputWarning, Translation, encode_source, token_piece, translate_encoded
 from .translator import Translator
 
 __all__ = [
-    "COMPUTE_TYPES",
-    "DecodeOptions",
     "EncodedSource",
-    "EvaluationResult",
-    "Hypothesis",
     "LongInputWarning",
     "Translation",
     "Translator",
-    "bleu_of_encoded",
-    "bleu_tokenizer",
-    "check_compute_type",
-    "decode_rows",
     "encode_source",
-    "evaluate",
-    "evaluate_loss",
-    "order_losses",
-    "greedy_decode",
-    "greedy_decode_reference",
-    "greedy_reference",
-    "one_line",
-    "output_limit",
-    "pad_rows",
     "token_piece",
     "translate_encoded",
 ]
+__all__ += decoding.__all__
+__all__ += evaluation.__all__

@@ -20,18 +20,14 @@ from ..config import check_settings, choice_setting, flag_setting, setting, sett
 from ..kernels import COMPUTE_TYPES, compute_type_unsupported_reason, have_compute_type
 from ..model import DEFAULT_LENGTH_PENALTY
 
+# the names transformer_cpp.translate exports; the rules of the settings (BEAM_RULES, DEFAULTABLE,
+# EARLY_STOPPING, LENGTH_PENALTY_MODES, call_options, checked_defaults, resolved_rules) are the
+# package's own, for the translator, the command line and the server
 __all__ = [
     "COMPUTE_TYPES",
-    "EARLY_STOPPING",
-    "LENGTH_PENALTY_MODES",
     "DecodeOptions",
     "Hypothesis",
-    "BEAM_RULES",
-    "DEFAULTABLE",
-    "call_options",
     "check_compute_type",
-    "checked_defaults",
-    "resolved_rules",
     "decode_rows",
     "greedy_decode",
     "greedy_decode_reference",
