@@ -99,7 +99,6 @@ CLI = {
     ],
     "bench": [
         "--attention",
-        "--child-memory",
         "--help",
         "--isa",
         "--json",

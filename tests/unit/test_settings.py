@@ -152,7 +152,6 @@ EXPECTED = {
         "--no-torch": False,
         "--no-ctranslate2": False,
         "--seed": 0,
-        "--child-memory": None,
     },
 }
 # what changed on purpose: --no-progress now sets TrainConfig's own setting, progress, and like

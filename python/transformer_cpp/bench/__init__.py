@@ -31,8 +31,7 @@ concern:
    ``compute_type="int8"`` (its CPU recommendation; the same converted model, quantised when
    loaded).
 4. **Peak memory** (:mod:`.memory`) of training steps, ours and PyTorch's, each in a child
-   process (``python -m transformer_cpp.bench --child-memory ours|torch``; peak RSS from
-   ``VmHWM``), **thread scaling** of the training step (1 thread against all threads,
+   process (:mod:`.child`; peak RSS from ``VmHWM``), **thread scaling** of the training step (1 thread against all threads,
    :func:`.training.bench_scaling`) and a **busy machine** (:mod:`.busy`: one core taken by a
    CPU hog; 1 thread, all threads fixed and all threads governed).
 5. **Serving** (:mod:`.serving`): requests per second and p50/p99 latency of the HTTP server
@@ -40,8 +39,7 @@ concern:
    of the ``tiny`` preset, with request batching against ``--max-batch 1`` (needs the ``serve``
    extra, else skipped with a note; ``--serving-only`` runs just this section).
 6. **MPI scaling** (:mod:`.mpi`, imported only when it runs): one process of N threads against N
-   ranks of one thread (needs the ``mpi`` extra, else skipped with a note);
-   ``python -m transformer_cpp.bench.mpi`` runs it alone.
+   ranks of one thread (needs the ``mpi`` extra, else skipped with a note).
 
 7. **MarianMT** (:mod:`.marian`, only with ``--marian``, which runs this section alone): a random
    model of Helsinki-NLP/opus-mt-en-es's shapes built with Transformers (no download), imported

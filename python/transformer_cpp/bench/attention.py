@@ -2,8 +2,8 @@
 
 For each kind in :data:`KINDS` and each length, one forward and backward pass of attention over
 (batch, heads, length, d_head) float32 inputs, causal, is timed and its peak memory read, each
-(kind, length) in a fresh child process (``python -m transformer_cpp.bench.attention --child KIND
---length N``) so that the peak is that pass's own: the resident set size high-water mark after the
+(kind, length) in a fresh child process (the task ``attention`` of :mod:`.child`) so that the
+peak is that pass's own: the resident set size high-water mark after the
 pass minus the one after the imports (:func:`transformer_cpp.bench.memory.peak_rss`).
 
 Beside that section, ``--attention`` runs three more (:func:`measure_attention_sections`): per-token
@@ -21,11 +21,7 @@ backward pass. Adding a kind (another attention, another library) is adding one 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -33,7 +29,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..layers import LinearAttention, LSHAttention, TiledAttention
-from .machine import SOFTWARE, THREAD_ENV, log, machine_facts, set_all_threads
+from .child import run_child
+from .machine import SOFTWARE, log, machine_facts, set_all_threads
 from .memory import peak_rss
 from .per_token import (
     FULL_GENERATION,
@@ -60,7 +57,6 @@ __all__ = [
     "crossover",
     "format_attention_report",
     "format_attention_table",
-    "main",
     "measure_attention_sections",
 ]
 
@@ -188,7 +184,7 @@ KINDS: Dict[str, Kind] = {
 }
 
 
-def run_child(kind: str, s: AttentionShapes, n: int, threads: int, seed: int) -> Dict[str, Any]:
+def child_attention(kind: str, s: AttentionShapes, n: int, threads: int, seed: int) -> Dict[str, Any]:
     """In a fresh process: set the threads, import what the kind needs, read the baseline peak,
     build the inputs, run one untimed and then the timed passes, read the peak again."""
     k = KINDS[kind]
@@ -252,9 +248,6 @@ def bench_attention(
     """Every kind at every length, each in a child process; a kind that failed or could not fit at
     a length is skipped at the longer ones. Returns the results with per-length ratios against the
     fastest (and the smallest) exact softmax kind and the crossovers."""
-    env = dict(os.environ)
-    for key in THREAD_ENV:
-        env[key] = str(threads)
     out: Dict[str, Any] = {
         "method": "one forward and backward pass per (kind, length), each in a fresh process: ms = the "
         "fastest of the timed passes after one untimed pass; MB = peak RSS (VmHWM) after the passes "
@@ -278,30 +271,11 @@ def bench_attention(
                 out["results"][k][str(n)] = {"skipped": stopped}
                 progress(f"attention: {k} at {n} skipped: {stopped}")
                 continue
-            cmd = [
-                sys.executable,
-                "-m",
-                "transformer_cpp.bench.attention",
-                "--child",
-                k,
-                "--length",
-                str(n),
-                "--threads",
-                str(threads),
-                "--seed",
-                str(seed),
-                "--shapes",
-                json.dumps(asdict(s)),
-            ]
             progress(f"attention: {k} at length {n}")
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-            if proc.returncode == 0 and lines:
-                out["results"][k][str(n)] = json.loads(lines[-1])
-            else:
-                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                stopped = f"child exited with {proc.returncode}: {last[:300]}"
-                out["results"][k][str(n)] = {"error": stopped}
+            found = run_child("attention", threads, kind=k, shapes=asdict(s), length=n, seed=seed)
+            out["results"][k][str(n)] = found
+            if "error" in found:
+                stopped = found["error"]
                 progress(f"attention: {k} at {n} failed: {stopped}")
     # ratios against the best exact softmax kind at each length
     exact = [k for k in kinds if KINDS[k].exact]
@@ -416,22 +390,3 @@ def run_attention_bench(threads: int, quick: bool, seed: int, with_torch: bool, 
     results = {"quick": quick, **results}
     emit(results, format_attention_report(results), json_to)
     return 0
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m transformer_cpp.bench.attention --child KIND --length N ...``: one measurement,
-    printed as a JSON line (the parent process runs these)."""
-    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench.attention")
-    p.add_argument("--child", choices=tuple(KINDS), required=True)
-    p.add_argument("--length", type=int, required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shapes", default=None, help="AttentionShapes as JSON")
-    args = p.parse_args(argv)
-    s = AttentionShapes(**json.loads(args.shapes)) if args.shapes else FULL_ATTENTION
-    print(json.dumps(run_child(args.child, s, args.length, args.threads, args.seed)), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -37,16 +37,13 @@ starts from tiny ones). The report is :func:`transformer_cpp.bench.marian_report
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 from .machine import log
 from .marian_decoding import bench_marian_decoding
@@ -61,11 +58,9 @@ from .marian_model import (
 )
 from .marian_report import format_marian
 from .marian_training import (
-    MARIAN_CHILDREN,
     bench_marian_training,
     measure_import,
     measure_training_memory,
-    run_marian_child,
 )
 from .peers import import_ctranslate2_or_reason, import_torch
 from .report import emit, jsonable, open_results
@@ -76,7 +71,6 @@ __all__ = [
     "MarianShapes",
     "bench_marian",
     "build_marian_directory",
-    "main",
     "parse_marian_shapes",
     "run_marian_bench",
 ]
@@ -163,22 +157,3 @@ def run_marian_bench(args: Any, threads: int) -> int:
     table = format_marian(results)
     emit(results, table, args.json)
     return 0
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m transformer_cpp.bench.marian --child KIND --model DIR ...``: one memory
-    measurement in a fresh process, printed as a JSON line (the parent process runs these)."""
-    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench.marian")
-    p.add_argument("--child", choices=MARIAN_CHILDREN, required=True)
-    p.add_argument("--model", required=True, help="the saved MarianMT directory")
-    p.add_argument("--shapes", required=True, help="MarianShapes as JSON")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    s = MarianShapes(**json.loads(args.shapes))
-    print(json.dumps(jsonable(run_marian_child(args.child, Path(args.model), s, args.threads, args.seed))), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

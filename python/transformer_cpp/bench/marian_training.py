@@ -10,16 +10,14 @@ label_smoothing=0.1)``, in float32 and under bf16 autocast. Before any step both
 first batch without dropout: the two losses must agree (the same model, the same loss).
 
 Memory: each engine, ``load_marian`` and ``import_pretrained`` in a fresh process
-(``python -m transformer_cpp.bench.marian --child KIND``, :func:`run_marian_child`), the peak
+(the task ``marian`` of :mod:`.child`, :func:`run_marian_child`), the peak
 resident set size (:func:`~transformer_cpp.bench.memory.peak_rss`) after the imports and after
 the work; the delta is what the work cost.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -34,7 +32,8 @@ from ..pretrained import import_pretrained, load_marian
 from .machine import log, set_all_threads
 from .marian_model import END_ID, UNK_ID, MarianShapes, pad_rows
 from .marian_report import NAMES
-from .memory import peak_rss, run_memory_child
+from .child import run_child
+from .memory import peak_rss
 
 __all__ = [
     "FIXED_LR",
@@ -286,10 +285,13 @@ def run_marian_child(which: str, directory: Path, s: MarianShapes, threads: int,
 
 
 def _child(which: str, directory: Path, s: MarianShapes, threads: int, seed: int) -> Dict[str, Any]:
-    cmd = [sys.executable, "-m", "transformer_cpp.bench.marian", "--child", which, "--model", str(directory)]
-    cmd += ["--shapes", json.dumps(asdict(s)), "--threads", str(threads), "--seed", str(seed)]
     log(f"marian: {NAMES.get(which, which)} in a child process")
-    return run_memory_child(cmd, threads, which)
+    found = run_child(
+        "marian", threads, attempts=2, timeout=900, which=which, model=str(directory), shapes=asdict(s), seed=seed
+    )
+    if "error" in found:
+        log(f"marian child ({which}) failed: {found['error']}")
+    return found
 
 
 def measure_import(directory: Path, s: MarianShapes, threads: int, seed: int, checkpoint_bytes: int) -> Dict[str, Any]:

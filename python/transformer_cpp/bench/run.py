@@ -4,7 +4,6 @@ command line is :mod:`transformer_cpp.cli.bench`."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -19,7 +18,7 @@ from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import ISA_LEVELS, available_cores, isa_environment, log
-from .memory import MEMORY_CHILDREN, child_memory, measure_memory
+from .memory import measure_memory
 from .peers import import_ctranslate2_or_reason, import_torch
 from .report import emit, format_report, jsonable, open_results
 from .serving import bench_serving
@@ -101,12 +100,6 @@ class BenchSettings:
     no_torch: bool = flag_setting("report transformer-cpp alone even if PyTorch is installed")
     no_ctranslate2: bool = flag_setting("leave CTranslate2 out")
     seed: int = setting(0, limit=Limit(True, 0, MAX_SEED), help="seed of weights and synthetic batches")
-    child_memory: Optional[str] = choice_setting(
-        None,
-        MEMORY_CHILDREN,
-        "run one peak-memory child and print its measurement as JSON",
-        hidden=True,
-    )
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -200,7 +193,7 @@ def _run_sections(
     if not args.skip_decode and not serving_only:
         results["decoding"] = bench_decoding(shapes, threads, torch is not None, ct2 is not None, ct2_reason, args.seed)
     if not args.skip_memory and not serving_only:
-        results["memory"] = measure_memory(shapes, threads, torch is not None, bool(args.quick), args.seed)
+        results["memory"] = measure_memory(shapes, threads, torch is not None, args.seed)
     if not args.skip_scaling and threads > 1 and not serving_only:
         results["scaling"] = bench_scaling(shapes, threads, torch is not None, args.seed)
     elif not args.skip_scaling and not serving_only:
@@ -246,10 +239,6 @@ def run_bench(args: Any) -> int:
     if threads < 1:
         raise ValueError(f"--threads must be >= 1, got {threads}")
     shapes = _shapes_from_args(args)
-    if args.child_memory:
-        print(json.dumps(jsonable(child_memory(args.child_memory, shapes, threads, args.seed))), flush=True)
-        return 0
-
     if args.attention:
         from .attention import run_attention_bench
 
