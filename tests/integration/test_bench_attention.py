@@ -249,6 +249,8 @@ def test_xl_and_depth_tables():
         text.splitlines()[-1]
         == "growth from 2 to 12 layers: reversible 1.05x (held 1.00x), ordinary 5.80x (held 1.00x)"
     )
+    failed = reversible.format_depth_table({**d, "error": "reversible memory child (2 layers, reversible): boom"})
+    assert failed.splitlines()[1:] == ["  reversible memory child (2 layers, reversible): boom"]
 
 
 def test_report_has_one_table_per_section():

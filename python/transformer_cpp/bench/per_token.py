@@ -50,6 +50,7 @@ from ..model import LanguageModel
 from .child import run_child
 from .machine import set_all_threads
 from .memory import peak_rss
+from .report import section
 
 __all__ = [
     "GENERATION_KINDS",
@@ -368,13 +369,12 @@ def format_xl_table(r: Mapping[str, Any]) -> str:
         f"Transformer-XL evaluation per token: attention length {s['length']}, d_model {s['d_model']}, "
         f"{s['heads']} heads, d_head {r['d_head']}, {r['dtype']}, {r['threads']} threads (one layer)"
     )
-    if "error" in r:
-        return head + "\n  " + str(r["error"])
-    return "\n".join(
-        [
-            head,
+    return section(
+        head,
+        r,
+        lambda: [
             f"  recompute the window   {r['recompute_ms']:10.3f} ms per token",
             f"  reuse the cached state {r['reuse_ms']:10.3f} ms per token",
             f"  state reuse is {r['speedup']:.0f}x faster" if r.get("speedup") else "  speedup: -",
-        ]
+        ],
     )

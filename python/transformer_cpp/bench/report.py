@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -352,7 +352,7 @@ def _format_serving(sv: Dict[str, Any]) -> List[str]:
 
 def _format_mpi(mpi: Dict[str, Any]) -> List[str]:
     """Section 6: MPI scaling, one process of N threads against N ranks (:mod:`.mpi`'s lines)."""
-    from .mpi import format_mpi_scaling  # imported when needed: `python -m transformer_cpp.bench.mpi` runs it
+    from .mpi import format_mpi_scaling  # imported when needed, like the section itself
 
     return ["6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(mpi))]
 
@@ -383,6 +383,14 @@ def format_report(results: Dict[str, Any]) -> str:
             lines += section(results[key])
     lines.append("")
     return "\n".join(lines)
+
+
+def section(head: str, r: Mapping[str, Any], body: Callable[[], Sequence[str]]) -> str:
+    """A section of a report: its heading, then the lines of ``body``, or the error that stopped the
+    section (``r["error"]``)."""
+    if "error" in r:
+        return head + "\n  " + str(r["error"])
+    return "\n".join([head, *body()])
 
 
 def jsonable(obj: Any) -> Any:

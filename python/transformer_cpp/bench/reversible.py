@@ -24,6 +24,7 @@ import numpy as np
 from ..layers import ReversibleStack
 from .child import run_child
 from .machine import set_all_threads
+from .report import section
 
 __all__ = [
     "DepthShapes",
@@ -213,12 +214,13 @@ def format_depth_table(r: Mapping[str, Any]) -> str:
         f"Activation memory against depth: length {s['length']}, d_model {s['d_model']}, {s['heads']} heads, "
         f"d_ff {s['d_ff']}, batch {s['batch']}, {r['dtype']}, {r['threads']} threads"
     )
-    if "error" in r:
-        return head + "\n  " + str(r["error"])
-    first, last = min(s["layers"]), max(s["layers"])
 
     def x(v: Optional[float]) -> str:
         return "-" if v is None else f"{v:.2f}x"
 
-    growth = ", ".join(f"{mode} {x(g)} (held {x(r['growth_held'].get(mode))})" for mode, g in r["growth"].items())
-    return "\n".join([head, format_table(r["rows"]), f"growth from {first} to {last} layers: {growth}"])
+    def body() -> List[str]:
+        growth = ", ".join(f"{mode} {x(g)} (held {x(r['growth_held'].get(mode))})" for mode, g in r["growth"].items())
+        first, last = min(s["layers"]), max(s["layers"])
+        return [format_table(r["rows"]), f"growth from {first} to {last} layers: {growth}"]
+
+    return section(head, r, body)

@@ -206,7 +206,7 @@ def _run_sections(
             results["notes"].append(f"serving skipped: {results['serving']['skipped']}")
 
     if not args.skip_mpi and not serving_only:
-        from .mpi import bench_mpi_scaling  # imported when needed: `python -m transformer_cpp.bench.mpi` runs it
+        from .mpi import bench_mpi_scaling  # imported when needed: only this section uses MPI
 
         results["mpi_scaling"] = bench_mpi_scaling(
             bool(args.quick), ranks=max(threads, 2), rounds=1 if args.quick else 2, seed=args.seed
