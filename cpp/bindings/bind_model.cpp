@@ -319,6 +319,15 @@ void bind_transformer(py::module_& m) {
       cls, "Transformer",
       "Names of the parameters (and, with optimizer_state, Adam moments '<param>.m'/'.v') holding NaN or inf.");
   def_output_chunks(cls, "Transformer");
+  cls.def_property(
+      "attention_impl", [](H& h) { return std::string(attention_impl_name(h.model.attention_impl())); },
+      [](H& h, const py::object& v) {
+        check_model_idle(h, "Transformer.attention_impl");
+        h.model.set_attention_impl(impl_arg(v, "Transformer"));
+      },
+      "The kernel of every softmax attention's training forward and backward: 'auto' (the default: tiled "
+      "from the length where it pays, memory linear in the length), 'tiled', or 'plain' (keeps the weights "
+      "attention_weights() returns at every length). Decoding does not use it.");
   cls.def(
          "attention_weights",
          [](H& h) {
@@ -347,19 +356,7 @@ void bind_transformer(py::module_& m) {
            }
            return out;
          },
-         "Attention weights of the last forward: name -> (B, heads, T_q, T_k) (a linear self-attention has none). "
-         "After a forward that ran the tiled kernel (attention_impl) it raises RuntimeError.")
-      .def_property(
-          "attention_impl", [](H& h) { return std::string(attention_impl_name(h.model.attention_impl())); },
-          [](H& h, const py::object& v) {
-            check_model_idle(h, "Transformer.attention_impl");
-            h.model.set_attention_impl(impl_arg(v, "Transformer"));
-          },
-          "The kernel of every softmax attention's training forward and backward (self- and "
-          "cross-attention): 'auto' (the default: the tiled kernel from the length where it pays, "
-          "whose memory grows linearly with the length, the plain one below it), 'tiled', or 'plain' "
-          "(keeps the attention weights that attention_weights() returns at every length). The "
-          "results agree up to rounding; decoding is not affected.")
+         "The last forward's attention weights: name -> (B, heads, T_q, T_k); see attention_impl.")
       .def(
           "greedy_decode",
           [](H& h, const py::handle& src, const py::object& start_id, const py::object& end_id,

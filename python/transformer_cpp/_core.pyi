@@ -931,17 +931,17 @@ class _Transformer(typing.Generic[_F]):
         """
     @output_chunk_rows.setter
     def output_chunk_rows(self, value: object) -> None: ...
-    def attention_weights(self) -> dict[typing.Any, typing.Any]:
-        """
-        Attention weights of the last forward: name -> (B, heads, T_q, T_k) (a linear self-attention has none). After a forward that ran the tiled kernel (attention_impl) it raises RuntimeError.
-        """
     @property
     def attention_impl(self) -> str:
         """
-        The kernel of every softmax attention's training forward and backward (self- and cross-attention): 'auto' (the default: the tiled kernel from the length where it pays, whose memory grows linearly with the length, the plain one below it), 'tiled', or 'plain' (keeps the attention weights that attention_weights() returns at every length). The results agree up to rounding; decoding is not affected.
+        The kernel of every softmax attention's training forward and backward: 'auto' (the default: tiled from the length where it pays, memory linear in the length), 'tiled', or 'plain' (keeps the weights attention_weights() returns at every length). Decoding does not use it.
         """
     @attention_impl.setter
     def attention_impl(self, value: object) -> None: ...
+    def attention_weights(self) -> dict[typing.Any, typing.Any]:
+        """
+        The last forward's attention weights: name -> (B, heads, T_q, T_k); see attention_impl.
+        """
     def greedy_decode(self, src: object, start_id: object, end_id: object, max_length: object, compute_type: object = 'float32', max_lengths: object = None, return_attention: bool = False, target_prefix: object = None, sampling_topk: object = 1, sampling_topp: object = 1.0, sampling_temperature: object = 1.0, seed: object = 0) -> object:
         """
         KV-cached greedy decoding: (B, L) ids after the start token, up to and including end_id, then 0. max_lengths: each sentence's own limit (int array (B,), each in [1, max_length]); return_attention: also each sentence's cross-attention weights (layers, heads, its tokens, its source tokens). target_prefix: per sentence, ids each output starts with. sampling_topk > 1: draw each token among the k most likely (then the fewest whose probability reaches sampling_topp), logits divided by sampling_temperature; sentence b's draws depend only on seed and b.

@@ -51,9 +51,13 @@ void LayerSelfAttention<T>::set_precision(Precision p) {
 }
 
 template <typename T>
-void LayerSelfAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout, bool causal,
-                                    const std::uint8_t* key_padding) {
+void LayerSelfAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask,
+                                    bool causal, const std::uint8_t* key_padding) {
   layout_ = &layout;
+  if (softmax_ != nullptr) {
+    softmax_->forward(x, layout, mask);
+    return;
+  }
   const Index B = layout.B, T_len = layout.T;
   auto run = [&](ConstMatrixMap<T> in) -> const Matrix<T>& {
     return key_padding != nullptr ? attention_->forward_key_padding(in, B, T_len, key_padding)
@@ -74,6 +78,7 @@ void LayerSelfAttention<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout
 template <typename T>
 const Matrix<T>& LayerSelfAttention<T>::backward(ConstMatrixMap<T> dout) {
   TCPP_CHECK(layout_ != nullptr, "LayerSelfAttention: backward() called before forward()");
+  if (softmax_ != nullptr) return softmax_->backward(dout);
   if (!layout_->packed) return attention_->backward(dout);
   const Index* ids = layout_->row_ids();
   ddense_.setZero(layout_->B * layout_->T, dout.cols());

@@ -27,12 +27,6 @@ DecoderLayer<T>::DecoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       dropout3_(dropout, seed, splitmix64(seed + 6)) {}
 
 template <typename T>
-void DecoderLayer<T>::set_self_attention(const std::string& kind) {
-  self_attention_.set_kind(kind, kDecoderSelfAttention);
-  x_ = nullptr;
-}
-
-template <typename T>
 void DecoderLayer<T>::set_precision(Precision p) {
   self_attention_.set_precision(p);
   cross_attention_.set_precision(p);
@@ -65,11 +59,8 @@ const Matrix<T>& DecoderLayer<T>::forward(ConstMatrixMap<T> x, ConstMatrixMap<T>
   // post-norm: h1 = LN1(x + Dropout(MaskedSelfAttention(x))), h2 = LN2(h1 + Dropout(CrossAttention(h1,
   // memory))), y = LN3(h2 + Dropout(FFN(h2))); pre-norm: r1 = x + Dropout(MaskedSelfAttention(LN1(x))),
   // r2 = r1 + Dropout(CrossAttention(LN2(r1), memory)), y = r2 + Dropout(FFN(LN3(r2)))
-  const Matrix<T>& h1 = self_attention_.softmax() != nullptr
-                            ? layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_,
-                                                *self_attention_.softmax(), lx, self_mask)
-                            : layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_,
-                                                lx, true, static_cast<const std::uint8_t*>(nullptr));
+  const Matrix<T>& h1 = layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_, lx,
+                                          self_mask, true, static_cast<const std::uint8_t*>(nullptr));
   const Matrix<T>& h2 = layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h1), training, ids, r2_, cross_attention_,
                                           memory, lx, lm, cross_mask);
   return layer_residual<T>(pre_norm_, norm3_, dropout3_, cmap(h2), training, ids, out_, feed_forward_, training, ids);
@@ -82,10 +73,7 @@ const Matrix<T>& DecoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   // memory's gradient is kept by the attention), masked self-attention
   layer_residual_backward<T>(pre_norm_, norm3_, dropout3_, feed_forward_, dout, dtmp_, d3_);
   layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, cross_attention_, cmap(d3_), dtmp_, d2_);
-  if (auto* softmax = self_attention_.softmax())
-    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *softmax, cmap(d2_), dtmp_, dx_);
-  else
-    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(d2_), dtmp_, dx_);
+  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(d2_), dtmp_, dx_);
   return dx_;
 }
 

@@ -23,12 +23,6 @@ EncoderLayer<T>::EncoderLayer(Index d_model, Index n_heads, Index d_ff, double d
       dropout2_(dropout, seed, splitmix64(seed + 4)) {}
 
 template <typename T>
-void EncoderLayer<T>::set_self_attention(const std::string& kind) {
-  self_attention_.set_kind(kind, kEncoderSelfAttention);
-  x_ = nullptr;
-}
-
-template <typename T>
 const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_len, const AttentionMask& mask,
                                           bool training) {
   TCPP_CHECK(B > 0 && T_len > 0 && x.rows() == B * T_len, "EncoderLayer: input has ", x.rows(),
@@ -40,18 +34,15 @@ const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, Index B, Index T_
 template <typename T>
 const Matrix<T>& EncoderLayer<T>::forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask,
                                           bool training, const std::uint8_t* key_padding) {
-  MultiHeadAttention<T>* softmax = self_attention_.softmax();
-  TCPP_CHECK(softmax != nullptr || key_padding != nullptr, "EncoderLayer: attention '", self_attention_.kind().name,
-             "' takes the key padding of the batch, not a mask");
+  TCPP_CHECK(self_attention_.softmax() != nullptr || key_padding != nullptr, "EncoderLayer: attention '",
+             self_attention_.kind().name, "' takes the key padding of the batch, not a mask");
   x_ = x.data();
   rows_ = x.rows();
   const Index* ids = layout.row_ids();
   // post-norm: h = LN1(x + Dropout(SelfAttention(x))), y = LN2(h + Dropout(FFN(h)));
   // pre-norm: r1 = x + Dropout(SelfAttention(LN1(x))), y = r1 + Dropout(FFN(LN2(r1)))
-  const Matrix<T>& h = softmax != nullptr ? layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_,
-                                                              *softmax, layout, mask)
-                                          : layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_,
-                                                              self_attention_, layout, false, key_padding);
+  const Matrix<T>& h = layer_residual<T>(pre_norm_, norm1_, dropout1_, x, training, ids, r1_, self_attention_, layout,
+                                         mask, false, key_padding);
   return layer_residual<T>(pre_norm_, norm2_, dropout2_, cmap(h), training, ids, out_, feed_forward_, training, ids);
 }
 
@@ -60,10 +51,7 @@ const Matrix<T>& EncoderLayer<T>::backward(ConstMatrixMap<T> dout) {
   if (x_ == nullptr) throw std::runtime_error("EncoderLayer: backward() called before forward()");
   // the two residual sub-layers in reverse: feed-forward, then self-attention
   layer_residual_backward<T>(pre_norm_, norm2_, dropout2_, feed_forward_, dout, dtmp_, dh_);
-  if (auto* softmax = self_attention_.softmax())
-    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, *softmax, cmap(dh_), dtmp_, dx_);
-  else
-    layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(dh_), dtmp_, dx_);
+  layer_residual_backward<T>(pre_norm_, norm1_, dropout1_, self_attention_, cmap(dh_), dtmp_, dx_);
   return dx_;
 }
 

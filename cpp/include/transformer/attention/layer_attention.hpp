@@ -2,14 +2,13 @@
 // chose (kinds.hpp).
 //
 // The layer builds softmax attention (MultiHeadAttention) by default; set_kind replaces it with
-// another kind of the records, built by the record's maker from the same seed. The layer then
-// runs softmax through MultiHeadAttention's own masked, packed path (softmax(): the plain kernel,
-// or the tiled one for long inputs, see set_attention_impl), and any other kind
-// through forward()/backward() here: the rows of a packed RowLayout are placed in a zeroed
-// (B*T, d) batch, the kind runs on it (causal, or with the batch's key padding), and the layout's
-// rows are read back. For a decoder, the rows a packed batch leaves out are target padding after
-// each sentence, which a causal query never reaches; an encoder's padded keys are masked by the
-// kind (SelfAttention::forward_key_padding).
+// another kind of the records, built by the record's maker from the same seed. forward() and
+// backward() run softmax through MultiHeadAttention's own masked, packed path (softmax(): the plain
+// kernel, or the tiled one for long inputs, see set_attention_impl), and any other kind here: the rows of a packed
+// RowLayout are placed in a zeroed (B*T, d) batch, the kind runs on it (causal, or with the batch's key padding), and
+// the layout's rows are read back. For a decoder, the rows a packed batch leaves out are target padding after each
+// sentence, which a causal query never reaches; an encoder's padded keys are masked by the kind
+// (SelfAttention::forward_key_padding).
 #pragma once
 
 #include <cstdint>
@@ -43,10 +42,13 @@ class LayerSelfAttention {
   // ignored by the other kinds.
   void set_attention_impl(AttentionImpl impl);
 
-  // A kind other than softmax over the rows of `layout` (x holds layout.rows() rows); with
-  // key_padding (B, T) bytes, 1 = a key no query sees. x and layout must stay alive until backward.
-  void forward(ConstMatrixMap<T> x, const RowLayout& layout, bool causal, const std::uint8_t* key_padding);
-  Matrix<T>& output_mut() { return out_; }
+  // Self-attention over the rows of `layout` (x holds layout.rows() rows): softmax with `mask`
+  // (the batch's (B, T, T) bytes); another kind from the mask's structure, causal or with
+  // key_padding (B, T) bytes, 1 = a key no query sees. x, layout and the masks must stay alive
+  // until backward.
+  void forward(ConstMatrixMap<T> x, const RowLayout& layout, const AttentionMask& mask, bool causal,
+               const std::uint8_t* key_padding);
+  Matrix<T>& output_mut() { return softmax_ != nullptr ? softmax_->output_mut() : out_; }
   const Matrix<T>& backward(ConstMatrixMap<T> dout);
 
   ParameterList<T> parameters() { return attention_->parameters(); }

@@ -52,9 +52,12 @@ class DecoderLayer {
                std::uint64_t seed = 0);
 
   // The masked self-attention's kind (kinds.hpp): "softmax" (MultiHeadAttention, built by the
-  // constructor) or another kind that fits a decoder (fits_decoder_self_attention), which replaces
+  // constructor) or another kind that fits a decoder (kDecoderSelfAttention), which replaces
   // it with the same seed (layer_attention.hpp). Resets the layer's self-attention weights.
-  void set_self_attention(const std::string& kind);
+  void set_self_attention(const std::string& kind) {
+    self_attention_.set_kind(kind, kDecoderSelfAttention);
+    x_ = nullptr;  // the next backward needs a forward of the new kind
+  }
   const AttentionKind& self_attention_kind() const { return self_attention_.kind(); }
   Index n_heads() const { return cross_attention_.n_heads(); }
   // The dense products of every sub-layer (matmul.hpp).

@@ -28,9 +28,12 @@ class EncoderLayer {
                std::uint64_t seed = 0);
 
   // The self-attention's kind (kinds.hpp): "softmax" (MultiHeadAttention, built by the
-  // constructor) or another kind that fits an encoder (fits_encoder_self_attention), which replaces
+  // constructor) or another kind that fits an encoder (kEncoderSelfAttention), which replaces
   // it with the same seed (layer_attention.hpp). Resets the layer's self-attention weights.
-  void set_self_attention(const std::string& kind);
+  void set_self_attention(const std::string& kind) {
+    self_attention_.set_kind(kind, kEncoderSelfAttention);
+    x_ = nullptr;  // the next backward needs a forward of the new kind
+  }
   const AttentionKind& self_attention_kind() const { return self_attention_.kind(); }
   // The softmax self-attention (nullptr for another kind).
   MultiHeadAttention<T>* softmax_self_attention() { return self_attention_.softmax(); }
