@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .machine import SOFTWARE, machine_facts, set_all_threads
+from .mpi import format_mpi_scaling
 
 __all__ = ["JSON_SCHEMA_VERSION", "format_report", "jsonable"]
 
@@ -352,8 +353,6 @@ def _format_serving(sv: Dict[str, Any]) -> List[str]:
 
 def _format_mpi(mpi: Dict[str, Any]) -> List[str]:
     """Section 6: MPI scaling, one process of N threads against N ranks (:mod:`.mpi`'s lines)."""
-    from .mpi import format_mpi_scaling  # imported when needed, like the section itself
-
     return ["6. " + line if i == 0 else "   " + line for i, line in enumerate(format_mpi_scaling(mpi))]
 
 

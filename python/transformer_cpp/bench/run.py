@@ -14,11 +14,14 @@ from .._checks import Limit
 from .._runtime import build_info
 from ..config import check_settings, choice_setting, flag_setting, setting
 from ..training import MAX_SEED, MAX_THREADS
+from .attention import run_attention_bench
 from .busy import bench_busy
 from .decoding import bench_decoding
 from .gemm import bf16_gemm_peak, gemm_peak
 from .machine import ISA_LEVELS, available_cores, isa_environment, log
+from .marian import run_marian_bench
 from .memory import measure_memory
+from .mpi import bench_mpi_scaling
 from .peers import import_ctranslate2_or_reason, import_torch
 from .report import emit, format_report, jsonable, open_results
 from .serving import bench_serving
@@ -206,8 +209,6 @@ def _run_sections(
             results["notes"].append(f"serving skipped: {results['serving']['skipped']}")
 
     if not args.skip_mpi and not serving_only:
-        from .mpi import bench_mpi_scaling  # imported when needed: only this section uses MPI
-
         results["mpi_scaling"] = bench_mpi_scaling(
             bool(args.quick), ranks=max(threads, 2), rounds=1 if args.quick else 2, seed=args.seed
         )
@@ -240,14 +241,10 @@ def run_bench(args: Any) -> int:
         raise ValueError(f"--threads must be >= 1, got {threads}")
     shapes = _shapes_from_args(args)
     if args.attention:
-        from .attention import run_attention_bench
-
         torch, _ = (None, None) if args.no_torch else import_torch()
         return run_attention_bench(threads, bool(args.quick), args.seed, torch is not None, args.json)
 
     if getattr(args, "marian", False):
-        from .marian import run_marian_bench
-
         return run_marian_bench(args, threads)
 
     serving_only = bool(args.serving_only)  # nothing then compares with PyTorch or CTranslate2: left out
