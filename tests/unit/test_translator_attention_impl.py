@@ -135,6 +135,22 @@ def test_the_memory_check_counts_the_weights_only_where_they_are_kept(monkeypatc
         m.forward(src, tgt_in)
 
 
+def test_the_memory_check_counts_no_weights_for_linear_self_attention(monkeypatch):
+    """Linear attention keeps no (S, S) weights: its batch fits where softmax's plain kernel's does not."""
+    src = np.full((1, 2000), 5)
+    tgt_in = np.full((1, 4), 6)
+    monkeypatch.setenv("TRANSFORMER_CPP_MEMORY_LIMIT", str(96 * 2**20))
+    for attention, fits in (("linear", True), ("softmax", False)):
+        m = tc.Transformer(31, 29, d_model=16, n_layers=1, n_heads=8, d_ff=32, max_length=2100,
+                           encoder_attention=attention)  # fmt: skip
+        m.attention_impl = "plain"  # the cross-attention keeps its (4, 2000) weights: small
+        if fits:
+            assert m.forward(src, tgt_in).shape == (1, 4, 29)
+        else:
+            with pytest.raises(ValueError, match=r"source length 2000 .* needs"):
+                m.forward(src, tgt_in)
+
+
 def test_bad_values_are_refused_by_name():
     m = model("auto")
     with pytest.raises(ValueError, match=r"Transformer: attention_impl must be 'plain', 'tiled' or 'auto', got 'fast'"):

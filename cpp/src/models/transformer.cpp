@@ -192,14 +192,17 @@ void Transformer<T>::check_batch(ConstTokenMap src, ConstTokenMap tgt, const cha
   const double H = static_cast<double>(c.n_heads), dff = static_cast<double>(c.d_ff);
   const double Le = static_cast<double>(encoder_layers(c)), V = static_cast<double>(c.tgt_vocab_size);
   const double Ld = static_cast<double>(decoder_layers(c));
-  // the weights term of attention_elements, for the attention that does not keep them
-  auto weights_not_kept = [&](double Tq, double Tk) {
-    return runs_tiled(impl_, static_cast<Index>(Tk)) ? 2 * B * H * Tq * Tk : 0.0;
+  // the weights term of attention_elements, for the attention that does not keep them: a kind
+  // without full weights (linear), or softmax on the tiled kernel
+  auto weights_not_kept = [&](bool full_weights, double Tq, double Tk) {
+    return !full_weights || runs_tiled(impl_, static_cast<Index>(Tk)) ? 2 * B * H * Tq * Tk : 0.0;
   };
+  const bool enc_full = attention_kind(c.encoder_attention).full_weights;
+  const bool dec_full = attention_kind(c.decoder_attention).full_weights;
   const double elements = Le * encoder_layer_elements(B * S, B, H, S, d, dff) +
                           Ld * decoder_layer_elements(B * Tt, B * S, B, H, Tt, S, d, dff) + 4 * B * (S + Tt) * d +
-                          2 * B * Tt * V - weights_not_kept(S, S) * Le -
-                          (weights_not_kept(Tt, Tt) + weights_not_kept(Tt, S)) * Ld;
+                          2 * B * Tt * V - weights_not_kept(enc_full, S, S) * Le -
+                          (weights_not_kept(dec_full, Tt, Tt) + weights_not_kept(true, Tt, S)) * Ld;
   const double mask_bytes = B * (S * S + Tt * Tt + Tt * S);
   check_memory(
       concat("Transformer.", who),
