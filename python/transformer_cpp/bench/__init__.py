@@ -31,9 +31,10 @@ concern:
    ``compute_type="int8"`` (its CPU recommendation; the same converted model, quantised when
    loaded).
 4. **Peak memory** (:mod:`.memory`) of training steps, ours and PyTorch's, each in a child
-   process (:mod:`.child`; peak RSS from ``VmHWM``), **thread scaling** of the training step (1 thread against all threads,
-   :func:`.training.bench_scaling`) and a **busy machine** (:mod:`.busy`: one core taken by a
-   CPU hog; 1 thread, all threads fixed and all threads governed).
+   process (:mod:`.child`; peak RSS from ``VmHWM``), **thread scaling** of the training step (1
+   thread against all threads, :func:`.training.bench_scaling`) and a **busy machine**
+   (:mod:`.busy`: one core taken by a CPU hog; 1 thread, all threads fixed and all threads
+   governed).
 5. **Serving** (:mod:`.serving`): requests per second and p50/p99 latency of the HTTP server
    (:mod:`transformer_cpp.serve`) at 32 concurrent clients (in a child process) on a random model
    of the ``tiny`` preset, with request batching against ``--max-batch 1`` (needs the ``serve``

@@ -2,8 +2,8 @@
 AVX512_BF16, bf16) and PyTorch's.
 
 Each implementation runs in a fresh child process (the task ``memory`` of :mod:`.child`,
-:func:`child_memory`): the peak resident set size after the imports,
-then after ``memory_steps`` training steps; the delta is what the model, its optimiser and its
+:func:`child_memory`): the peak resident set size after the imports, then after
+``memory_steps`` training steps; the delta is what the model, its optimiser and its
 steps cost (see :func:`peak_rss` for where the peak is read).
 """
 

@@ -2,8 +2,8 @@
 thread each, training the same global batches (section 6 of ``transformer-cpp bench``).
 
 Each setting runs in fresh processes (the task ``mpi`` of :mod:`.child`: the ranks under
-``mpiexec -n N --bind-to none``, the single process as a plain child), taking turns for ``rounds`` rounds; each reports target tokens per second
-over its timed steps (after untimed warm-up steps) and, for the ranks, rank 0's split of the step
+``mpiexec -n N --bind-to none``, the single process as a plain child), taking turns for
+``rounds`` rounds; each reports target tokens per second over its timed steps (after untimed warm-up steps) and, for the ranks, rank 0's split of the step
 time: computing its share of the gradients, the gradient all-reduce (including the wait for the
 slowest rank) and the Adam update; plus the all-reduce of the same buffer alone, timed after the
 training steps with every rank ready (a barrier first).

@@ -1,8 +1,8 @@
 """Activation memory against depth, with and without reversible layers (:class:`ReversibleStack`).
 
 Each configuration (number of layers, reversible or ordinary) runs in a fresh child process
-(the task ``depth`` of :mod:`.child`, :func:`child_activation_memory`): it builds the stack, allocates its gradients, and reads its
-resident memory; then it resets the high-water mark (``/proc/self/clear_refs``), runs one training
+(the task ``depth`` of :mod:`.child`, :func:`child_activation_memory`): it builds the stack,
+allocates its gradients, and reads its resident memory; then it resets the high-water mark (``/proc/self/clear_refs``), runs one training
 forward and one backward, and reads the high-water mark again. The difference is the memory of
 the activations and working buffers of that forward and backward, without the weights; the
 stack's own count of the bytes it holds after the forward (``activation_bytes()``) is reported

@@ -3,12 +3,12 @@
 //
 // The layer builds softmax attention (MultiHeadAttention) by default; set_kind replaces it with
 // another kind of the records, built by the record's maker from the same seed. forward() and
-// backward() run softmax through MultiHeadAttention's own masked, packed path (softmax(): the plain
-// kernel, or the tiled one for long inputs, see set_attention_impl), and any other kind here: the rows of a packed
-// RowLayout are placed in a zeroed (B*T, d) batch, the kind runs on it (causal, or with the batch's key padding), and
-// the layout's rows are read back. For a decoder, the rows a packed batch leaves out are target padding after each
-// sentence, which a causal query never reaches; an encoder's padded keys are masked by the kind
-// (SelfAttention::forward_key_padding).
+// backward() run softmax through MultiHeadAttention's own masked, packed path (softmax(): the
+// plain kernel, or the tiled one for long inputs, see set_attention_impl), and any other kind
+// here: the rows of a packed RowLayout are placed in a zeroed (B*T, d) batch, the kind runs on it
+// (causal, or with the batch's key padding), and the layout's rows are read back. For a decoder,
+// the rows a packed batch leaves out are target padding after each sentence, which a causal query
+// never reaches; an encoder's padded keys are masked by the kind (SelfAttention::forward_key_padding).
 #pragma once
 
 #include <cstdint>
