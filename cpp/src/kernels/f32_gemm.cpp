@@ -196,10 +196,11 @@ struct Block {
   Index M, N, kc;                // rows and columns of C, k values in this block
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
   Index blocks_n;                // blocks of C per row of blocks
-  const float* a;                // packed A: panel ip at a + ip*kc*mr; or, when lda > 0, op(A)
+  const float* a;                // packed A: panel ip at a + (ip - a_first)*kc*mr; or, when lda > 0, op(A)
                                  // itself from this k block's first k: row i at a + i*lda
   Index lda;                     // 0: a holds packed panels
-  const float* b;                // packed B: panel jp at b + jp*kc*nr
+  const float* b;                // packed B: panel jp at b + (jp - b_first)*kc*nr
+  Index a_first, b_first;        // the first panel the packed A and B hold (a stripe's)
   float* c;
   Index ldc;
   bool accumulate;
@@ -221,7 +222,7 @@ inline void walk_block(const Block& s, Index blk) {
   const Index ip1 = std::min((s.M + MR - 1) / MR, ip0 + s.row_panels);
   const Index jp1 = std::min((s.N + NR - 1) / NR, jp0 + s.col_panels);
   for (Index jp = jp0; jp < jp1; ++jp) {
-    const float* bp = s.b + jp * s.kc * NR;
+    const float* bp = s.b + (jp - s.b_first) * s.kc * NR;
     const float* bias = s.bias != nullptr ? s.bias + jp * NR : nullptr;
     for (Index ip = ip0; ip < ip1; ++ip) {
       float* cp = s.c + ip * MR * s.ldc + jp * NR;
@@ -232,7 +233,7 @@ inline void walk_block(const Block& s, Index blk) {
           continue;
         }
       }
-      tile(s.kc, s.a + ip * s.kc * MR, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
+      tile(s.kc, s.a + (ip - s.a_first) * s.kc * MR, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
     }
   }
 }
@@ -437,22 +438,30 @@ constexpr Steps kAvx2Steps{kMR2, kNR2, pack_k_major_avx2, pack_lines_avx2, compu
 #if TCPP_F32_KERNEL
 namespace {
 
-// Inside the product's parallel region: the panels of r lines covering lines [0, n) of op(X),
-// for the k block [k0, k0 + kc) of X (lines of stride ldx), packed into `packed` and shared among
-// the threads, with no barrier at the end. k_major: X holds the panels' k values in its lines
-// (op(A) with trans_a, op(B) without trans_b); else each panel line is a line of X.
-void pack_panels(const Steps& k, const float* X, Index ldx, Index n, Index r, Index k0, Index kc, bool k_major,
-                 float* packed) {
-  const Index count = (n + r - 1) / r;
+// Inside the product's parallel region: panels [p0, p1) of r lines, covering lines [p0*r,
+// min(n, p1*r)) of op(X), for the k block [k0, k0 + kc) of X (lines of stride ldx), packed into
+// `packed` (panel p at packed + (p - p0)*kc*r) and shared among the threads, with no barrier at
+// the end. k_major: X holds the panels' k values in its lines (op(A) with trans_a, op(B) without
+// trans_b); else each panel line is a line of X.
+void pack_panels(const Steps& k, const float* X, Index ldx, Index n, Index r, Index p0, Index p1, Index k0, Index kc,
+                 bool k_major, float* packed) {
 #pragma omp for schedule(static) nowait
-  for (Index p = 0; p < count; ++p) {
-    float* dst = packed + p * kc * r;
+  for (Index p = p0; p < p1; ++p) {
+    float* dst = packed + (p - p0) * kc * r;
     const Index lines = std::min(r, n - p * r);
     if (k_major)
       k.pack_k_major(X, ldx, p * r, lines, r, k0, kc, dst);
     else
       k.pack_lines(X, ldx, p * r, lines, r, k0, kc, dst);
   }
+}
+
+// Blocks of C per stripe along the order's outer side: as many as keep the panels of one stripe
+// of the operand that side streams (`panels_per_block` panels of `panel_floats` floats a block)
+// within tuning::kF32StripeBytes, at least one.
+Index stripe_blocks(Index panels_per_block, Index panel_floats) {
+  const double block_bytes = static_cast<double>(panels_per_block * panel_floats) * sizeof(float);
+  return std::max<Index>(1, static_cast<Index>(tuning::kF32StripeBytes / block_bytes));
 }
 
 // C = beta C + op(A) op(B) + bias with the steps of one kernel (see the top of the header).
@@ -464,44 +473,69 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
   // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
   const bool a_in_place = k.reads_a_in_place && !trans_a;
-  float* a_pack = a_in_place ? nullptr : aligned_workspace(a_buf, MP * max_kc * mr);
-  float* b_pack = aligned_workspace(b_buf, NP * max_kc * nr);
+  // blocks of C: start from about 48 x 128 (4 x 4 AVX-512 panels, 8 x 8 AVX2 ones); block_grid
+  // halves the larger side until every thread has several blocks
+  const Index rp0 = std::min<Index>(std::max<Index>(1, 48 / mr), MP),
+              cp0 = std::min<Index>(std::max<Index>(1, 128 / nr), NP);
+  // a wide product takes its blocks column by column (see tuning::kF32ColumnOrderBytes)
+  const bool by_columns = static_cast<double>(NP * nr * max_kc) * sizeof(float) > tuning::kF32ColumnOrderBytes;
+  // The operand whose panels the order reads once per k block (B's by columns, a packed A's by
+  // rows) is packed one stripe of blocks at a time, just before the stripe's blocks use it: the
+  // workspace holds a stripe (at most max(stripe_blocks, 1 block) of panels), not the operand.
+  auto stripe_panels = [](Index first_block_panels, Index panel_floats, Index all) {
+    const Index fit = static_cast<Index>(tuning::kF32StripeBytes / (static_cast<double>(panel_floats) * sizeof(float)));
+    return std::min(all, std::max(first_block_panels, fit));
+  };
+  const Index a_panels = by_columns ? MP : stripe_panels(rp0, max_kc * mr, MP);
+  const Index b_panels = by_columns ? stripe_panels(cp0, max_kc * nr, NP) : NP;
+  float* a_pack = a_in_place ? nullptr : aligned_workspace(a_buf, a_panels * max_kc * mr);
+  float* b_pack = aligned_workspace(b_buf, b_panels * max_kc * nr);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
-    // blocks of C: start from about 48 x 128 (4 x 4 AVX-512 panels, 8 x 8 AVX2 ones) and halve
-    // the larger side until every thread has several blocks
-    const BlockGrid g = block_grid(MP, NP, std::min<Index>(std::max<Index>(1, 48 / mr), MP),
-                                   std::min<Index>(std::max<Index>(1, 128 / nr), NP), 4 * team_slot().count);
-    const Index rp = g.rp, cp = g.cp, blocks_n = g.blocks_n, blocks_m = g.blocks_m, n_blocks = blocks_m * blocks_n;
-    // a wide product takes its blocks column by column (see tuning::kF32ColumnOrderBytes)
-    const bool by_columns = static_cast<double>(NP * nr * max_kc) * sizeof(float) > tuning::kF32ColumnOrderBytes;
+    const BlockGrid g = block_grid(MP, NP, rp0, cp0, 4 * team_slot().count);
+    const Index rp = g.rp, cp = g.cp, blocks_n = g.blocks_n, blocks_m = g.blocks_m;
+    // blocks per stripe along the side the order walks, and how many blocks that side has
+    const Index stripe = by_columns   ? stripe_blocks(cp, max_kc * nr)
+                         : a_in_place ? blocks_m
+                                      : stripe_blocks(rp, max_kc * mr);
+    const Index outer = by_columns ? blocks_n : blocks_m;
     for (Index k0 = 0; k0 < K; k0 += kKC) {
       const Index kc = std::min(kKC, K - k0);
-      // pack op(A) panels and op(B) panels (one barrier ends both): op(A)[i, k] = A[k*lda + i]
-      // with trans_a, op(B)[k, j] = B[j*ldb + k] with trans_b
-      // (a row-major op(A) is read in place by a kernel that can: its broadcasts need no panels)
-      if (!a_in_place) pack_panels(k, A, lda, M, mr, k0, kc, trans_a, a_pack);
-      pack_panels(k, B, ldb, N, nr, k0, kc, !trans_b, b_pack);
+      for (Index s0 = 0; s0 < outer; s0 += stripe) {
+        const Index s1 = std::min(outer, s0 + stripe);
+        // the panels this stripe needs: all of the other operand's (packed with the first stripe)
+        const Index a0 = by_columns ? 0 : s0 * rp, a1 = by_columns ? MP : std::min(MP, s1 * rp);
+        const Index b0 = by_columns ? s0 * cp : 0, b1 = by_columns ? std::min(NP, s1 * cp) : NP;
+        // pack op(A) panels and op(B) panels (one barrier ends both): op(A)[i, k] = A[k*lda + i]
+        // with trans_a, op(B)[k, j] = B[j*ldb + k] with trans_b
+        // (a row-major op(A) is read in place by a kernel that can: its broadcasts need no panels)
+        if (!a_in_place && (!by_columns || s0 == 0)) pack_panels(k, A, lda, M, mr, a0, a1, k0, kc, trans_a, a_pack);
+        if (by_columns || s0 == 0) pack_panels(k, B, ldb, N, nr, b0, b1, k0, kc, !trans_b, b_pack);
 #pragma omp barrier
-      const Block s{M,
-                    N,
-                    kc,
-                    rp,
-                    cp,
-                    blocks_n,
-                    a_in_place ? A + k0 : a_pack,
-                    a_in_place ? lda : 0,
-                    b_pack,
-                    C,
-                    ldc,
-                    beta != 0.0f || k0 > 0,
-                    k0 + kc >= K ? bias : nullptr};
-      // blocks handed out as threads become free: a thread slowed by another process on its
-      // core does fewer (each block is still computed by one thread, in the same order)
+        const Block s{M,
+                      N,
+                      kc,
+                      rp,
+                      cp,
+                      blocks_n,
+                      a_in_place ? A + k0 : a_pack,
+                      a_in_place ? lda : 0,
+                      b_pack,
+                      a_in_place ? 0 : a0,
+                      b0,
+                      C,
+                      ldc,
+                      beta != 0.0f || k0 > 0,
+                      k0 + kc >= K ? bias : nullptr};
+        // the stripe's blocks, handed out as threads become free: a thread slowed by another
+        // process on its core does fewer (each block is still computed by one thread, in the
+        // same order); the loop's closing barrier keeps the panels until every block is done
+        const Index across = by_columns ? blocks_m : blocks_n, n_blocks = (s1 - s0) * across;
 #pragma omp for schedule(dynamic)
-      for (Index blk = 0; blk < n_blocks; ++blk)
-        k.compute_block(s, by_columns ? (blk % blocks_m) * blocks_n + blk / blocks_m : blk);
+        for (Index j = 0; j < n_blocks; ++j)
+          k.compute_block(s, by_columns ? (j % blocks_m) * blocks_n + s0 + j / blocks_m : s0 * blocks_n + j);
+      }
     }
   }
 }

@@ -55,6 +55,12 @@ constexpr Index kAmxGemmKC = 512;
 // faster for them.
 constexpr double kF32ColumnOrderBytes = 8.0 * (1 << 20);
 
+// The operand that the order of the blocks reads once per k block (B by columns, a packed A by
+// rows) is packed in stripes of blocks of at most this many bytes, each just before its blocks
+// run, so that its panels are still in cache when used and the workspace holds one stripe: at the
+// output layer's products (15,500 columns or rows, 256 k values) 2 MB instead of 16 MB.
+constexpr double kF32StripeBytes = 2.0 * (1 << 20);
+
 // Decoding's few-row kernels: k values (float32 panels) and 4-byte words (int8 / bf16 panels) of
 // a 32-wide panel kept in L1 while every block of rows passes over it: 128 x 32 x 4 bytes = 16 KB
 // and 256 x 32 x 4 bytes = 32 KB. Not swept.

@@ -24,8 +24,10 @@
 //   * C is cut into blocks of panels handed out to the OpenMP threads as they become free (one
 //     parallel region per product; packing is split among the threads too), row of blocks by row
 //     of blocks, or column by column when one k block's B panels are larger than
-//     tuning::kF32ColumnOrderBytes (each column's B panels then come from memory once). Each
-//     element of C is computed by one thread in a fixed order (k ascending), so results do not
+//     tuning::kF32ColumnOrderBytes (each column's B panels then come from memory once). The
+//     operand that order reads once per k block (B by columns, a packed A by rows) is packed one
+//     stripe of blocks at a time (tuning::kF32StripeBytes), right before the stripe's blocks
+//     run, so the workspace holds a stripe rather than the whole operand. Each element of C is computed by one thread in a fixed order (k ascending), so results do not
 //     depend on the thread count, on which thread took a block or on the order of the blocks.
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
