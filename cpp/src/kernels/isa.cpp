@@ -136,6 +136,22 @@ const Avx512Cpuid& avx512_cpuid() {
   return words;
 }
 
+bool cpu_splits_512bit_fma() {
+#if TCPP_X86_CPUID
+  static const bool split = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+    if (!amd || __get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    const unsigned family = ((a >> 8) & 0xfu) + ((a >> 20) & 0xffu);  // base + extended family
+    return family == 0x19u;
+  }();
+  return split;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_avx_vnni() {
 #if TCPP_X86_CPUID
   static const bool ok = [] {

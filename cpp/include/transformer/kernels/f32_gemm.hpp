@@ -27,8 +27,9 @@
 //     tuning::kF32ColumnOrderBytes (each column's B panels then come from memory once). The
 //     operand that order reads once per k block (B by columns, a packed A by rows) is packed one
 //     stripe of blocks at a time (tuning::kF32StripeBytes), right before the stripe's blocks
-//     run, so the workspace holds a stripe rather than the whole operand. Each element of C is computed by one thread in a fixed order (k ascending), so results do not
-//     depend on the thread count, on which thread took a block or on the order of the blocks.
+//     run, so the workspace holds a stripe rather than the whole operand. Each element of C is computed by one thread
+//     in a fixed order (k ascending), so results do not depend on the thread count, on which thread took a block or on
+//     the order of the blocks.
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
 // tile (12 of AVX2's 16 registers accumulate); panels are packed with 8-float loads and stores
@@ -39,8 +40,8 @@
 // same, so the results are too.
 //
 // Chosen at run time by CPUID through function target attributes (AVX-512 where the instruction-set
-// level of isa.hpp allows it, else AVX2), so one build runs on any x86-64 CPU, with Eigen where
-// neither can; kDisableEnv turns both off.
+// level of isa.hpp allows it and the CPU runs 512-bit multiply-adds whole, else AVX2), so one
+// build runs on any x86-64 CPU, with Eigen where neither can; kDisableEnv turns both off.
 #pragma once
 
 #include <cstdint>
@@ -94,8 +95,9 @@ void check_gemm_args(const char* who, Index M, Index N, Index K, Index lda, bool
 // it run (kDisableEnv aside: tests run each kernel that can run).
 bool kernel_runs(Kernel k);
 
-// The kernel of the dense layers' float32 products: the widest that runs, or Eigen when none
-// does or kDisableEnv turns them off. Read once per process.
+// The kernel of the dense layers' float32 products: the widest that runs (AVX2 rather than
+// AVX-512 where cpu_splits_512bit_fma()), or Eigen when none does or kDisableEnv turns them off.
+// Read once per process.
 Kernel active_kernel();
 
 // Whether active_kernel() is one of this file's (not Eigen).

@@ -63,6 +63,11 @@ struct Avx512Cpuid {
 };
 const Avx512Cpuid& avx512_cpuid();
 
+// AMD Zen 4 (family 19h; the family's only CPUs with AVX-512): its cores run each 512-bit
+// multiply-add as two 256-bit halves, so a 512-bit kernel does no more multiply-adds per cycle
+// than a 256-bit one. Read from CPUID once; false on other CPUs.
+bool cpu_splits_512bit_fma();
+
 // AVX-VNNI: the VEX-encoded 256-bit int8 dot product (vpdpbusd ymm) of Intel's cores since Alder
 // Lake and AMD's since Zen 5; with AVX2 it serves int8 decoding where AVX-512 is not there.
 bool cpu_has_avx_vnni();
