@@ -194,31 +194,21 @@ def test_model_with_and_without_the_kernel():
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False)])
-def test_wide_product_taken_column_by_column(kernel, trans_a, trans_b):
-    """A product whose B panels of one k block exceed tuning::kF32ColumnOrderBytes (8 MiB; here
+@pytest.mark.parametrize(
+    "M,N,trans_a,trans_b",
+    [(50, 8300, False, True), (50, 8300, True, False), (2900, 45, True, False), (2900, 45, False, False)],
+)
+def test_products_packed_in_stripes(kernel, M, N, trans_a, trans_b):
+    """Wide: a product whose B panels of one k block exceed tuning::kF32ColumnOrderBytes (8 MiB;
     8,300 columns x 256 k x 4 bytes = 8.5 MB, with either kernel's panel width) takes its blocks of
-    C column by column, packing B in stripes of at most tuning::kF32StripeBytes (2 MiB: 5 stripes,
-    the last one partial): each element still matches the reference, accumulate and bias
-    included, and does not depend on the thread count."""
-    rng = np.random.default_rng(3)
-    a, b, c, bias = operands(rng, 50, 8300, 300, trans_a, trans_b, True, True)
-    ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
-    one, two = at_one_and_two_threads(a, b, trans_a, trans_b, c, bias, kernel=kernel)
-    assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, trans_a, trans_b))
-    np.testing.assert_array_equal(one, two)
-
-
-@pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("trans_a,trans_b", [(True, False), (False, False)])
-def test_tall_product_packs_a_in_stripes(kernel, trans_a, trans_b):
-    """A product taken row of blocks by row of blocks whose packed A panels of one k block exceed
-    tuning::kF32StripeBytes (2 MiB; here 2,900 rows x 256 k x 4 bytes = 3 MB) packs A one stripe
-    of rows at a time (the AVX2 kernel reads a row-major A in place, so trans_a False packs
-    nothing there): each element matches the reference, with two k blocks, accumulate and bias,
-    and does not depend on the thread count."""
-    rng = np.random.default_rng(4)
-    a, b, c, bias = operands(rng, 2900, 45, 300, trans_a, trans_b, True, True)
+    C column by column and packs B in stripes of at most tuning::kF32StripeBytes (2 MiB: 5
+    stripes, the last one partial). Tall: a product taken row of blocks by row of blocks whose
+    packed A panels exceed a stripe (2,900 rows x 256 k x 4 bytes = 3 MB) packs A a stripe of rows
+    at a time (the AVX2 kernel reads a row-major A in place: nothing packed there). Each element
+    matches the reference, with two k blocks, accumulate and bias, and does not depend on the
+    thread count."""
+    rng = np.random.default_rng(M + N)
+    a, b, c, bias = operands(rng, M, N, 300, trans_a, trans_b, True, True)
     ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
     one, two = at_one_and_two_threads(a, b, trans_a, trans_b, c, bias, kernel=kernel)
     assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, trans_a, trans_b))
