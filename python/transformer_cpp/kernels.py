@@ -9,7 +9,8 @@ and so that a curious reader can call them. Nothing here is needed to use the pa
 and float32 sums (see ``cpp/include/transformer/kernels/bf16_gemm.hpp``); :func:`bf16_matmul` is that
 kernel on its own, with its readable reference.
 
-In float32 the dense layers' products run on an AVX-512 kernel when the CPU has AVX-512F, an
+In float32 the dense layers' products run on an AVX-512 kernel when the CPU has AVX-512F (and
+runs 512-bit multiply-adds whole: AMD Zen 4, which splits them in two, gets the AVX2 one), an
 AVX2 + FMA kernel when it has those (see ``cpp/include/transformer/kernels/f32_gemm.hpp``), and
 Eigen's GEMM otherwise; :func:`f32_matmul` is each kernel on its own, with its readable reference.
 
