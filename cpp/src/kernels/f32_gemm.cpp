@@ -46,7 +46,8 @@ Kernel active_kernel() {
     if (v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0) return Kernel::Eigen;
     // where a 512-bit multiply-add runs as two 256-bit halves (Zen 4) the 12 x 32 tile gains
     // nothing, and the AVX2 kernel reads a row-major A in place instead of packing it: a
-    // float32 training step at the tutorial shapes was about 8% faster on it there
+    // float32 training step at the tutorial shapes is about 8% faster with it there (AMD EPYC
+    // Zen 4, 2026-12-07, docs/performance.md)
     if (kernel_runs(Kernel::Avx512) && !cpu_splits_512bit_fma()) return Kernel::Avx512;
     if (kernel_runs(Kernel::Avx2)) return Kernel::Avx2;
     return Kernel::Eigen;
@@ -199,8 +200,9 @@ struct Block {
   Index M, N, kc;                // rows and columns of C, k values in this block
   Index row_panels, col_panels;  // panels per block of C (the unit of work)
   Index blocks_n;                // blocks of C per row of blocks
-  const float* a;                // packed A: panel ip at a + (ip - a_first)*kc*mr; or, when lda > 0, op(A)
-                                 // itself from this k block's first k: row i at a + i*lda
+  const float* a;                // packed A: panel ip at a + (ip - a_first)*kc*mr; or, when
+                                 // lda > 0, op(A) itself from this k block's first k: row i at
+                                 // a + i*lda
   Index lda;                     // 0: a holds packed panels
   const float* b;                // packed B: panel jp at b + (jp - b_first)*kc*nr
   Index a_first, b_first;        // the first panel the packed A and B hold (a stripe's)
@@ -459,12 +461,13 @@ void pack_panels(const Steps& k, const float* X, Index ldx, Index n, Index r, In
   }
 }
 
-// Blocks of C per stripe along the order's outer side: as many as keep the panels of one stripe
-// of the operand that side streams (`panels_per_block` panels of `panel_floats` floats a block)
-// within tuning::kF32StripeBytes, at least one.
-Index stripe_blocks(Index panels_per_block, Index panel_floats) {
-  const double block_bytes = static_cast<double>(panels_per_block * panel_floats) * sizeof(float);
-  return std::max<Index>(1, static_cast<Index>(tuning::kF32StripeBytes / block_bytes));
+// Panels of `panel_floats` floats that fit in tuning::kF32StripeBytes. A stripe is as many blocks
+// of `per_block` panels as fit, at least one: at most max(per_block, stripe_fit) panels.
+Index stripe_fit(Index panel_floats) {
+  return static_cast<Index>(tuning::kF32StripeBytes / (static_cast<double>(panel_floats) * sizeof(float)));
+}
+Index stripe_blocks(Index per_block, Index panel_floats) {
+  return std::max<Index>(1, stripe_fit(panel_floats) / per_block);
 }
 
 // C = beta C + op(A) op(B) + bias with the steps of one kernel (see the top of the header).
@@ -484,13 +487,9 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
   const bool by_columns = static_cast<double>(NP * nr * max_kc) * sizeof(float) > tuning::kF32ColumnOrderBytes;
   // The operand whose panels the order reads once per k block (B's by columns, a packed A's by
   // rows) is packed one stripe of blocks at a time, just before the stripe's blocks use it: the
-  // workspace holds a stripe (at most max(stripe_blocks, 1 block) of panels), not the operand.
-  auto stripe_panels = [](Index first_block_panels, Index panel_floats, Index all) {
-    const Index fit = static_cast<Index>(tuning::kF32StripeBytes / (static_cast<double>(panel_floats) * sizeof(float)));
-    return std::min(all, std::max(first_block_panels, fit));
-  };
-  const Index a_panels = by_columns ? MP : stripe_panels(rp0, max_kc * mr, MP);
-  const Index b_panels = by_columns ? stripe_panels(cp0, max_kc * nr, NP) : NP;
+  // workspace holds a stripe, not the operand (block_grid only shrinks rp0 and cp0)
+  const Index a_panels = by_columns ? MP : std::min(MP, std::max(rp0, stripe_fit(max_kc * mr)));
+  const Index b_panels = by_columns ? std::min(NP, std::max(cp0, stripe_fit(max_kc * nr))) : NP;
   float* a_pack = a_in_place ? nullptr : aligned_workspace(a_buf, a_panels * max_kc * mr);
   float* b_pack = aligned_workspace(b_buf, b_panels * max_kc * nr);
   const bool parallel = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kParallelMacs;

@@ -27,9 +27,9 @@
 //     tuning::kF32ColumnOrderBytes (each column's B panels then come from memory once). The
 //     operand that order reads once per k block (B by columns, a packed A by rows) is packed one
 //     stripe of blocks at a time (tuning::kF32StripeBytes), right before the stripe's blocks
-//     run, so the workspace holds a stripe rather than the whole operand. Each element of C is computed by one thread
-//     in a fixed order (k ascending), so results do not depend on the thread count, on which thread took a block or on
-//     the order of the blocks.
+//     run, so the workspace holds a stripe rather than the whole operand. Each element of C is
+//     computed by one thread in a fixed order (k ascending), so results do not depend on the
+//     thread count, on which thread took a block or on the order of the blocks.
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
 // tile (12 of AVX2's 16 registers accumulate); panels are packed with 8-float loads and stores
