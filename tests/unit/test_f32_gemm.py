@@ -204,7 +204,8 @@ def test_products_packed_in_stripes(kernel, M, N, trans_a, trans_b):
     C column by column and packs B in stripes of at most tuning::kF32StripeBytes (2 MiB: 5
     stripes, the last one partial). Tall: a product taken row of blocks by row of blocks whose
     packed A panels exceed a stripe (2,900 rows x 256 k x 4 bytes = 3 MB) packs A a stripe of rows
-    at a time (the AVX2 kernel reads a row-major A in place: nothing packed there). Each element
+    at a time (the AVX2 kernel reads A in place here, row-major or transposed: nothing packed
+    there; test_transposed_a_read_in_place). Each element
     matches the reference, with two k blocks, accumulate and bias, and does not depend on the
     thread count."""
     rng = np.random.default_rng(M + N)
@@ -212,4 +213,20 @@ def test_products_packed_in_stripes(kernel, M, N, trans_a, trans_b):
     ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
     one, two = at_one_and_two_threads(a, b, trans_a, trans_b, c, bias, kernel=kernel)
     assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, trans_a, trans_b))
+    np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("M,N", [(13, 128), (13, 129), (12, 64), (700, 128), (700, 129)])
+def test_transposed_a_read_in_place(kernel, M, N):
+    """A weight gradient's product dW += dy^T x (trans_a) with at most
+    tuning::kF32ColumnsInPlaceMaxN = 128 columns: the AVX2 kernel reads dy's rows in place (six
+    adjacent values per k; a last tile of fewer rows reads none past them), with 129 columns it
+    packs them. Either way, at 1,300 k values (six k blocks, the last partial), with accumulate and
+    bias: each element matches the reference and does not depend on the thread count."""
+    rng = np.random.default_rng(M * N)
+    a, b, c, bias = operands(rng, M, N, 1300, True, False, True, True)
+    ref = kernels.f32_matmul(a, b, True, False, c, bias, kernel="reference")
+    one, two = at_one_and_two_threads(a, b, True, False, c, bias, kernel=kernel)
+    assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, True, False))
     np.testing.assert_array_equal(one, two)

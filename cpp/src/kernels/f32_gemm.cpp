@@ -1,7 +1,6 @@
 #include "transformer/kernels/f32_gemm.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -202,8 +201,9 @@ struct Block {
   Index blocks_n;                // blocks of C per row of blocks
   const float* a;                // packed A: panel ip at a + (ip - a_first)*kc*mr; or, when
                                  // lda > 0, op(A) itself from this k block's first k: row i at
-                                 // a + i*lda
+                                 // a + i*lda, or with a_columns op(A)[i, k] at a + k*lda + i
   Index lda;                     // 0: a holds packed panels
+  bool a_columns;                // op(A) read in place is A transposed (trans_a)
   const float* b;                // packed B: panel jp at b + (jp - b_first)*kc*nr
   Index a_first, b_first;        // the first panel the packed A and B hold (a stripe's)
   float* c;
@@ -214,7 +214,7 @@ struct Block {
 
 using TileFn = void (*)(Index, const float*, const float*, float*, Index, Index, Index, bool, const float*);
 
-// A tile whose A values are read in place: row i of the tile's rows of op(A) at a + i*lda.
+// A tile whose A values are read in place (see Block::a): its first row of op(A) at a.
 using InPlaceTileFn = void (*)(Index, const float*, Index, const float*, float*, Index, Index, Index, bool,
                                const float*);
 
@@ -234,7 +234,8 @@ inline void walk_block(const Block& s, Index blk) {
       const Index rows = std::min(MR, s.M - ip * MR), cols = std::min(NR, s.N - jp * NR);
       if constexpr (in_place != nullptr) {
         if (s.lda > 0) {
-          in_place(s.kc, s.a + ip * MR * s.lda, s.lda, bp, cp, s.ldc, rows, cols, s.accumulate, bias);
+          in_place(s.kc, s.a + ip * MR * (s.a_columns ? 1 : s.lda), s.lda, bp, cp, s.ldc, rows, cols, s.accumulate,
+                   bias);
           continue;
         }
       }
@@ -337,10 +338,14 @@ TCPP_F32_AVX2_TARGET void pack_lines_avx2(const float* src, Index ld, Index firs
   }
 }
 
-// One 6 x 16 tile; A from its packed panel (lda == 0: a + k*6 + i) or, with InPlace, from op(A)
-// itself (row i at a + i*lda + k; rows past `rows` read the last row again, never stored): the
-// same multiply-adds in the same order either way.
-template <bool InPlace>
+// Where a tile's A values are: its packed panel (a + k*6 + i), the rows of a row-major op(A) (row
+// i at a + i*lda + k) or the columns of a transposed one (op(A)[i, k] at a + k*lda + i: the six
+// values of one k are adjacent).
+enum class ASource { Panel, Rows, Columns };
+
+// One 6 x 16 tile, A from `Source`; rows past `rows` read the last row again (never stored), so an
+// edge tile reads nothing past op(A). The same multiply-adds in the same order from every source.
+template <ASource Source>
 TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, const float* b, float* c, Index ldc,
                                            Index rows, Index cols, bool accumulate, const float* bias) {
   // every loop over the accumulators is unrolled: an index that is not a constant would keep
@@ -355,7 +360,34 @@ TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, 
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + cols - 1), _MM_HINT_T0);
   }
-  if constexpr (InPlace) {
+  if constexpr (Source == ASource::Columns) {
+    if (rows == kMR2) {
+      for (Index k = 0; k < kc; ++k) {
+        const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
+        const float* ak = a + k * lda;
+#pragma GCC unroll 6
+        for (int i = 0; i < kMR2; ++i) {
+          const __m256 ai = _mm256_broadcast_ss(ak + i);
+          acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+          acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+        }
+      }
+    } else {
+      Index col[kMR2];
+#pragma GCC unroll 6
+      for (int i = 0; i < kMR2; ++i) col[i] = std::min<Index>(i, rows - 1);
+      for (Index k = 0; k < kc; ++k) {
+        const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
+        const float* ak = a + k * lda;
+#pragma GCC unroll 6
+        for (int i = 0; i < kMR2; ++i) {
+          const __m256 ai = _mm256_broadcast_ss(ak + col[i]);
+          acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+          acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+        }
+      }
+    }
+  } else if constexpr (Source == ASource::Rows) {
     const float* row[kMR2];
 #pragma GCC unroll 6
     for (int i = 0; i < kMR2; ++i) row[i] = a + std::min<Index>(i, rows - 1) * lda;
@@ -418,11 +450,14 @@ TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, 
 
 TCPP_F32_AVX2_TARGET void micro_kernel_avx2(Index kc, const float* a, const float* b, float* c, Index ldc, Index rows,
                                             Index cols, bool accumulate, const float* bias) {
-  avx2_tile<false>(kc, a, 0, b, c, ldc, rows, cols, accumulate, bias);
+  avx2_tile<ASource::Panel>(kc, a, 0, b, c, ldc, rows, cols, accumulate, bias);
 }
 
 TCPP_F32_AVX2_TARGET void compute_block_avx2(const Block& s, Index blk) {
-  walk_block<kMR2, kNR2, micro_kernel_avx2, avx2_tile<true>>(s, blk);
+  if (s.a_columns)
+    walk_block<kMR2, kNR2, micro_kernel_avx2, avx2_tile<ASource::Columns>>(s, blk);
+  else
+    walk_block<kMR2, kNR2, micro_kernel_avx2, avx2_tile<ASource::Rows>>(s, blk);
 }
 
 // A kernel: its tile and its three steps.
@@ -431,7 +466,7 @@ struct Steps {
   Index mr, nr;
   PackFn pack_k_major, pack_lines;
   void (*compute_block)(const Block&, Index);
-  bool reads_a_in_place;  // compute_block reads a row-major op(A) without packing it (Block::lda)
+  bool reads_a_in_place;  // compute_block reads op(A) without packing it (Block::lda, a_columns)
 };
 
 constexpr Steps kAvx512Steps{kMR, kNR, pack_k_major, pack_lines, compute_block, false};
@@ -478,7 +513,9 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
   const Index max_kc = std::min(K, kKC);
   // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
-  const bool a_in_place = k.reads_a_in_place && !trans_a;
+  // a row-major op(A) is read in place by a kernel that can; a transposed one when C is narrow
+  // (tuning::kF32ColumnsInPlaceMaxN)
+  const bool a_in_place = k.reads_a_in_place && (!trans_a || N <= tuning::kF32ColumnsInPlaceMaxN);
   // blocks of C: start from about 48 x 128 (4 x 4 AVX-512 panels, 8 x 8 AVX2 ones); block_grid
   // halves the larger side until every thread has several blocks
   const Index rp0 = std::min<Index>(std::max<Index>(1, 48 / mr), MP),
@@ -521,8 +558,9 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
                       rp,
                       cp,
                       blocks_n,
-                      a_in_place ? A + k0 : a_pack,
+                      a_in_place ? (trans_a ? A + k0 * lda : A + k0) : a_pack,
                       a_in_place ? lda : 0,
+                      trans_a,
                       b_pack,
                       a_in_place ? 0 : a0,
                       b0,
