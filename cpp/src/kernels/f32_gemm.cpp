@@ -360,11 +360,13 @@ TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, 
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + cols - 1), _MM_HINT_T0);
   }
-  if constexpr (Source == ASource::Columns) {
-    if (rows == kMR2) {
+  if constexpr (Source != ASource::Rows) {
+    // a panel is op(A) transposed with stride 6, its rows past `rows` zero: no clamp needed
+    const Index stride = Source == ASource::Panel ? kMR2 : lda;
+    if (Source == ASource::Panel || rows == kMR2) {
       for (Index k = 0; k < kc; ++k) {
         const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
-        const float* ak = a + k * lda;
+        const float* ak = a + k * stride;
 #pragma GCC unroll 6
         for (int i = 0; i < kMR2; ++i) {
           const __m256 ai = _mm256_broadcast_ss(ak + i);
@@ -378,7 +380,7 @@ TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, 
       for (int i = 0; i < kMR2; ++i) col[i] = std::min<Index>(i, rows - 1);
       for (Index k = 0; k < kc; ++k) {
         const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
-        const float* ak = a + k * lda;
+        const float* ak = a + k * stride;
 #pragma GCC unroll 6
         for (int i = 0; i < kMR2; ++i) {
           const __m256 ai = _mm256_broadcast_ss(ak + col[i]);
@@ -387,7 +389,7 @@ TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, 
         }
       }
     }
-  } else if constexpr (Source == ASource::Rows) {
+  } else {
     const float* row[kMR2];
 #pragma GCC unroll 6
     for (int i = 0; i < kMR2; ++i) row[i] = a + std::min<Index>(i, rows - 1) * lda;
@@ -396,17 +398,6 @@ TCPP_F32_AVX2_TARGET inline void avx2_tile(Index kc, const float* a, Index lda, 
 #pragma GCC unroll 6
       for (int i = 0; i < kMR2; ++i) {
         const __m256 ai = _mm256_broadcast_ss(row[i] + k);
-        acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-      }
-    }
-  } else {
-    for (Index k = 0; k < kc; ++k) {
-      const __m256 b0 = _mm256_load_ps(b + k * kNR2), b1 = _mm256_load_ps(b + k * kNR2 + 8);
-      const float* ak = a + k * kMR2;
-#pragma GCC unroll 6
-      for (int i = 0; i < kMR2; ++i) {
-        const __m256 ai = _mm256_broadcast_ss(ak + i);
         acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
         acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
       }
