@@ -38,8 +38,9 @@ void attention_forward(const T* q, Index q_stride, const T* k, Index k_stride, c
     ConstStridedMap<T> V(v + b * Tk * v_stride + h * dk, Tk, dk, Eigen::OuterStride<>(v_stride));   // (Tk, dk)
     MatrixMap<T> P(weights + bh * Tq * Tk, Tq, Tk);                                                 // (Tq, Tk)
     StridedMap<T> O(out + b * Tq * out_stride + h * dk, Tq, dk, Eigen::OuterStride<>(out_stride));  // (Tq, dk)
-    // scores = Q K^T / sqrt(dk)
-    P.noalias() = (Q * K.transpose()) * scale;
+    // scores = Q K^T / sqrt(dk); the scale written first, so that Eigen passes it to its product
+    // as the factor alpha (written after the product, it makes a temporary for the product)
+    P.noalias() = scale * (Q * K.transpose());
     // masked softmax over each row; blocked keys get weight 0, a fully blocked row is all 0
     for (Index i = 0; i < Tq; ++i) masked_softmax_row(P.data() + i * Tk, Tk, mask.row(b, i, Tk));
     // out = P V
