@@ -24,6 +24,7 @@
 
 #include "check.hpp"
 #include "transformer/core/checks.hpp"
+#include "transformer/core/tuning.hpp"
 #include "transformer/kernels/amx.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
 #include "transformer/kernels/block_product.hpp"
@@ -180,14 +181,16 @@ void test_f32_kernel() {
   }
 }
 
-// A row-major op(A) is read in place by the AVX2 kernel (no panels), a transposed one is packed:
-// the two give each element the same multiply-adds in the same order, so the same product from A
-// (a window of a wider matrix: lda > K) and from A^T must agree to the bit, at row counts that
-// leave a partial 6-row tile and with k blocks that do not divide K.
+// The AVX2 kernel reads a row-major op(A) in place (no panels) and a transposed one in place too
+// while C has at most tuning::kF32ColumnsInPlaceMaxN columns, packed beyond: every way gives each
+// element the same multiply-adds in the same order, so the same product from A (a window of a
+// wider matrix: lda > K) and from A^T must agree to the bit, at row counts that leave a partial
+// 6-row tile, with k blocks that do not divide K, and on both sides of that column count.
 void test_f32_a_in_place() {
   if (!transformer::f32::supported())
     skip("no float32 kernel (AVX-512 or AVX2) runs on this CPU (or they are turned off)");
-  const Index shapes[][3] = {{1, 17, 9}, {7, 33, 300}, {13, 40, 513}, {61, 70, 257}};
+  const Index wide = transformer::tuning::kF32ColumnsInPlaceMaxN + 1;  // A^T packed
+  const Index shapes[][3] = {{1, 17, 9}, {7, 33, 300}, {13, 40, 513}, {61, 70, 257}, {13, wide, 300}, {7, wide, 513}};
   std::uint64_t seed = 500;
   for (const auto& s : shapes) {
     const Index M = s[0], N = s[1], K = s[2], lda = K + 5;
