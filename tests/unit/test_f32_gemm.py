@@ -79,11 +79,15 @@ def test_reference_is_the_float64_product():
         (50, 70, 300),
         (257, 129, 513),
         (100, 4000, 128),
+        (600, 40, 600),
+        (37, 45, 1100),
     ],
 )
 def test_kernel_matches_reference(M, N, K, trans_a, trans_b, kernel):
     """Odd shapes: partial tiles in rows and columns (AVX-512 tiles are 12 x 32, AVX2 ones 6 x
-    16), K across several blocks (kKC = 256)."""
+    16), K across several blocks of nearly equal size (at most 256 values of k at AVX-512 and 512
+    at AVX2: 513 is two blocks of 257 and 256 at either, 600 three of 200 or two of 300, 1,100
+    five or three, the last one shorter)."""
     rng = np.random.default_rng(M * 1000 + N + K)
     for with_c, with_bias in ((False, False), (True, False), (False, True), (True, True)):
         a, b, c, bias = operands(rng, M, N, K, trans_a, trans_b, with_c, with_bias)
@@ -200,16 +204,17 @@ def test_model_with_and_without_the_kernel():
 )
 def test_products_packed_in_stripes(kernel, M, N, trans_a, trans_b):
     """Wide: a product whose B panels of one k block exceed tuning::kF32ColumnOrderBytes (8 MiB;
-    8,300 columns x 256 k x 4 bytes = 8.5 MB, with either kernel's panel width) takes its blocks of
+    8,300 columns x 256 k x 4 bytes = 8.5 MB at AVX-512, whose k blocks of 1,024 values are four of
+    256, and twice that at AVX2, two of 512) takes its blocks of
     C column by column and packs B in stripes of at most tuning::kF32StripeBytes (2 MiB: 5
     stripes, the last one partial). Tall: a product taken row of blocks by row of blocks whose
     packed A panels exceed a stripe (2,900 rows x 256 k x 4 bytes = 3 MB) packs A a stripe of rows
     at a time (the AVX2 kernel reads A in place here, row-major or transposed: nothing packed
     there; test_transposed_a_read_in_place). Each element
-    matches the reference, with two k blocks, accumulate and bias, and does not depend on the
+    matches the reference, with several k blocks, accumulate and bias, and does not depend on the
     thread count."""
     rng = np.random.default_rng(M + N)
-    a, b, c, bias = operands(rng, M, N, 300, trans_a, trans_b, True, True)
+    a, b, c, bias = operands(rng, M, N, 1024, trans_a, trans_b, True, True)
     ref = kernels.f32_matmul(a, b, trans_a, trans_b, c, bias, kernel="reference")
     one, two = at_one_and_two_threads(a, b, trans_a, trans_b, c, bias, kernel=kernel)
     assert np.all(np.abs(two.astype(np.float64) - ref) <= bound(a, b, c, bias, trans_a, trans_b))
@@ -222,7 +227,8 @@ def test_transposed_a_read_in_place(kernel, M, N):
     """A weight gradient's product dW += dy^T x (trans_a) with at most
     tuning::kF32ColumnsInPlaceMaxN = 128 columns: the AVX2 kernel reads dy's rows in place (six
     adjacent values per k; a last tile of fewer rows reads none past them), with 129 columns it
-    packs them. Either way, at 1,300 k values (six k blocks, the last partial), with accumulate and
+    packs them. Either way, at 1,300 k values (six k blocks at AVX-512, three at AVX2, the last one
+    shorter), with accumulate and
     bias: each element matches the reference and does not depend on the thread count."""
     rng = np.random.default_rng(M * N)
     a, b, c, bias = operands(rng, M, N, 1300, True, False, True, True)

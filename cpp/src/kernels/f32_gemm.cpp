@@ -455,13 +455,15 @@ TCPP_F32_AVX2_TARGET void compute_block_avx2(const Block& s, Index blk) {
 using PackFn = void (*)(const float*, Index, Index, Index, Index, Index, Index, float*);
 struct Steps {
   Index mr, nr;
+  Index kc;  // at most this many values of k per block (a B panel of kc * nr floats)
   PackFn pack_k_major, pack_lines;
   void (*compute_block)(const Block&, Index);
   bool reads_a_in_place;  // compute_block reads op(A) without packing it (Block::lda, a_columns)
 };
 
-constexpr Steps kAvx512Steps{kMR, kNR, pack_k_major, pack_lines, compute_block, false};
-constexpr Steps kAvx2Steps{kMR2, kNR2, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2, true};
+constexpr Steps kAvx512Steps{kMR, kNR, kKC, pack_k_major, pack_lines, compute_block, false};
+constexpr Steps kAvx2Steps{kMR2, kNR2, tuning::kF32Avx2GemmKC, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2,
+                            true};
 
 }  // namespace
 #endif  // TCPP_F32_KERNEL
@@ -501,7 +503,9 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
          bool trans_b, float beta, float* C, Index ldc, const float* bias) {
   const Index mr = k.mr, nr = k.nr;
   const Index MP = (M + mr - 1) / mr, NP = (N + nr - 1) / nr;
-  const Index max_kc = std::min(K, kKC);
+  // K in blocks of nearly equal size, none above k.kc (600 values of k: two blocks of 300, not
+  // 512 and a short one of 88)
+  const Index k_blocks = (K + k.kc - 1) / k.kc, max_kc = (K + k_blocks - 1) / k_blocks;
   // per calling thread: the products of a model run in the thread that called it, one at a time
   thread_local std::vector<float> a_buf, b_buf;
   // a row-major op(A) is read in place by a kernel that can; a transposed one when C is narrow
@@ -530,8 +534,8 @@ void run(const Steps& k, Index M, Index N, Index K, const float* A, Index lda, b
                          : a_in_place ? blocks_m
                                       : stripe_blocks(rp, max_kc * mr);
     const Index outer = by_columns ? blocks_n : blocks_m;
-    for (Index k0 = 0; k0 < K; k0 += kKC) {
-      const Index kc = std::min(kKC, K - k0);
+    for (Index k0 = 0; k0 < K; k0 += max_kc) {
+      const Index kc = std::min(max_kc, K - k0);
       for (Index s0 = 0; s0 < outer; s0 += stripe) {
         const Index s1 = std::min(outer, s0 + stripe);
         // the panels this stripe needs: all of the other operand's (packed with the first stripe)

@@ -12,8 +12,9 @@
 //   dW        dW += dy^T x   gemm(out, in, N, dy, out, true, x, in, false, 1, dW, in)
 //
 // The layout is bf16_gemm's (the BLIS/GotoBLAS scheme) with float32 panels:
-//   * K is walked in blocks of kKC. For each block op(A) is packed into panels of kMR rows and
-//     op(B) into panels of kNR columns:
+//   * K is walked in blocks of nearly equal size, at most kKC values of k each (K = 600: two of
+//     300). For each block op(A) is packed into panels of kMR rows and op(B) into panels of kNR
+//     columns:
 //        A panel ip: float (ip*KC + k)*kMR + i = op(A)[ip*kMR + i, k0 + k]
 //        B panel jp: float (jp*KC + k)*kNR + j = op(B)[k0 + k, jp*kNR + j]
 //     (rows and columns past M and N are zero).
@@ -32,7 +33,8 @@
 //     thread count, on which thread took a block or on the order of the blocks.
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
-// tile (12 of AVX2's 16 registers accumulate); panels are packed with 8-float loads and stores
+// tile (12 of AVX2's 16 registers accumulate), k blocks of up to tuning::kF32Avx2GemmKC = 512
+// values (its B panels, half as wide, take as many bytes as the AVX-512 kernel's); panels are packed with 8-float loads and stores
 // (lines contiguous in k through 8 x 8 transposes in registers). It reads a row-major op(A) (not
 // trans_a) in place instead of packing it: its broadcasts load one float of each of the tile's six
 // rows per k, which costs the same from the rows as from a panel, and the product skips a pass
