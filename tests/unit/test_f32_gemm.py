@@ -86,8 +86,8 @@ def test_reference_is_the_float64_product():
 def test_kernel_matches_reference(M, N, K, trans_a, trans_b, kernel):
     """Odd shapes: partial tiles in rows and columns (AVX-512 tiles are 12 x 32, AVX2 ones 6 x
     16), K across several blocks of nearly equal size (at most 256 values of k at AVX-512 and 512
-    at AVX2: 513 is two blocks of 257 and 256 at either, 600 three of 200 or two of 300, 1,100
-    five or three, the last one shorter)."""
+    at AVX2: 513 is three blocks of 171 or two of 257 and 256, 600 three of 200 or two of 300,
+    1,100 five or three, the last one shorter)."""
     rng = np.random.default_rng(M * 1000 + N + K)
     for with_c, with_bias in ((False, False), (True, False), (False, True), (True, True)):
         a, b, c, bias = operands(rng, M, N, K, trans_a, trans_b, with_c, with_bias)
@@ -207,7 +207,7 @@ def test_products_packed_in_stripes(kernel, M, N, trans_a, trans_b):
     8,300 columns x 256 k x 4 bytes = 8.5 MB at AVX-512, whose k blocks of 1,024 values are four of
     256, and twice that at AVX2, two of 512) takes its blocks of
     C column by column and packs B in stripes of at most tuning::kF32StripeBytes (2 MiB: 5
-    stripes, the last one partial). Tall: a product taken row of blocks by row of blocks whose
+    stripes at AVX-512, 9 at AVX2, the last one partial). Tall: a product taken row of blocks by row of blocks whose
     packed A panels exceed a stripe (2,900 rows x 256 k x 4 bytes = 3 MB) packs A a stripe of rows
     at a time (the AVX2 kernel reads A in place here, row-major or transposed: nothing packed
     there; test_transposed_a_read_in_place). Each element

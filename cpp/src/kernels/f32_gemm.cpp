@@ -463,7 +463,7 @@ struct Steps {
 
 constexpr Steps kAvx512Steps{kMR, kNR, kKC, pack_k_major, pack_lines, compute_block, false};
 constexpr Steps kAvx2Steps{kMR2, kNR2, tuning::kF32Avx2GemmKC, pack_k_major_avx2, pack_lines_avx2, compute_block_avx2,
-                            true};
+                           true};
 
 }  // namespace
 #endif  // TCPP_F32_KERNEL

@@ -34,14 +34,15 @@
 //
 // The AVX2 + FMA kernel (CPUs without AVX-512) is the same scheme in 8-float vectors: a 6 x 16
 // tile (12 of AVX2's 16 registers accumulate), k blocks of up to tuning::kF32Avx2GemmKC = 512
-// values (its B panels, half as wide, take as many bytes as the AVX-512 kernel's); panels are packed with 8-float loads and stores
-// (lines contiguous in k through 8 x 8 transposes in registers). It reads a row-major op(A) (not
-// trans_a) in place instead of packing it: its broadcasts load one float of each of the tile's six
-// rows per k, which costs the same from the rows as from a panel, and the product skips a pass
-// over A (the activations and the logits' gradient). A transposed op(A) (the weight gradients'
-// dy^T) is read in place too when C is narrow (tuning::kF32ColumnsInPlaceMaxN columns: each A tile
-// is read by few B panels), its six values of one k adjacent in A's row k. The multiply-adds and
-// their order are the same, so the results are too.
+// values (its B panels, half as wide, take as many bytes as the AVX-512 kernel's); panels are
+// packed with 8-float loads and stores (lines contiguous in k through 8 x 8 transposes in
+// registers). It reads a row-major op(A) (not trans_a) in place instead of packing it: its
+// broadcasts load one float of each of the tile's six rows per k, which costs the same from the
+// rows as from a panel, and the product skips a pass over A (the activations and the logits'
+// gradient). A transposed op(A) (the weight gradients' dy^T) is read in place too when C is narrow
+// (tuning::kF32ColumnsInPlaceMaxN columns: each A tile is read by few B panels), its six values of
+// one k adjacent in A's row k. The multiply-adds and their order are the same, so the results are
+// too.
 //
 // Chosen at run time by CPUID through function target attributes (AVX-512 where the instruction-set
 // level of isa.hpp allows it and the CPU runs 512-bit multiply-adds whole, else AVX2), so one
