@@ -70,6 +70,49 @@ def test_dropout_statistics_scaling_and_determinism():
     np.testing.assert_array_equal(d2.forward(x, training=True), y)
 
 
+def _splitmix64(x):
+    """splitmix64 written out in NumPy (uint64 arithmetic wraps modulo 2**64), x an array."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _reference_mask(rows, cols, rate, seed, stream, call):
+    """The scale factors of the `call`-th training forward: element i of the flattened (rows, cols)
+    input is dropped when counter_uniform(seed, stream, call, i) < rate (random.hpp), a uniform
+    from the top 53 bits of four chained splitmix64 mixes."""
+    key = np.array([seed ^ 0x5851F42D4C957F2D], np.uint64)
+    for part in (stream, call):
+        key = _splitmix64(key) ^ np.uint64(part)
+    key = _splitmix64(key)
+    bits = _splitmix64(key ^ np.arange(rows * cols, dtype=np.uint64))
+    u = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 2.0**53)
+    return np.where(u < rate, 0.0, 1.0 / (1.0 - rate)).reshape(rows, cols)
+
+
+@pytest.mark.parametrize("cols", [1, 63, 64, 65, 130])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dropout_mask_is_the_counter_hash(cols, dtype):
+    """Each element's keep/drop decision is the counter hash of its index, whatever the row
+    width (the mask is kept as bits, a row starting a new 64-bit word): forward and backward
+    multiply by exactly the reference's factors, call after call."""
+    rows, rate, seed = 37, 0.3, 11
+    d = tc.Dropout(rate, seed=seed, dtype=dtype)
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal((rows, cols)).astype(dtype)
+    for call in range(3):
+        mask = _reference_mask(rows, cols, rate, seed, 0, call).astype(dtype)
+        np.testing.assert_array_equal(d.forward(x, training=True), x * mask)
+        g = rng.standard_normal((rows, cols)).astype(dtype)
+        np.testing.assert_array_equal(d.backward(g), g * mask)
+    assert d.calls == 3
+    # an inference forward is the identity, and its backward too
+    np.testing.assert_array_equal(d.forward(x, training=False), x)
+    np.testing.assert_array_equal(d.backward(x), x)
+
+
 def test_dropout_same_mask_for_any_thread_count():
     x = np.ones((300, 300), np.float32)
     n = tc.get_num_threads()

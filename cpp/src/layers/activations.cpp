@@ -46,6 +46,17 @@ void relu_backward_inplace(const T* y, T* dy, Index n) {
 }
 
 template <typename T>
+void relu_dropout_backward_inplace(const T* y, T kept_scale, T* dy, Index n) {
+  const Index chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (Index c = 0; c < chunks; ++c) {
+    const Index begin = c * kChunk, len = std::min(kChunk, n - begin);
+    FlatArray<T> ds(dy + begin, len);
+    ds = (ConstFlatArray<T>(y + begin, len) > T(0)).select(ds * kept_scale, T(0));
+  }
+}
+
+template <typename T>
 const Matrix<T>& ReLU<T>::forward(ConstMatrixMap<T> x) {
   rows_ = x.rows();
   y_.resize(x.rows(), x.cols());  // (N, C)
@@ -139,6 +150,8 @@ template void activation_backward_inplace<double>(Activation, const double*, dou
 template void relu_inplace<float>(float*, Index);
 template void relu_inplace<double>(double*, Index);
 template void relu_backward_inplace<float>(const float*, float*, Index);
+template void relu_dropout_backward_inplace<float>(const float*, float, float*, Index);
+template void relu_dropout_backward_inplace<double>(const double*, double, double*, Index);
 template void relu_backward_inplace<double>(const double*, double*, Index);
 
 template class ReLU<float>;

@@ -1,6 +1,9 @@
 #include "transformer/layers/dropout.hpp"
 
+#include <algorithm>
+
 #include "transformer/core/random.hpp"
+#include "transformer/layers/activations.hpp"
 
 namespace transformer {
 
@@ -10,32 +13,68 @@ Dropout<T>::Dropout(double rate, std::uint64_t seed, std::uint64_t stream) : rat
 }
 
 template <typename T>
-void Dropout<T>::make_mask(Index rows, Index cols, const Index* row_ids) {
-  mask_.resize(static_cast<size_t>(rows * cols));
-  const T keep_scale = static_cast<T>(1.0 / (1.0 - rate_));
-  const std::uint64_t call = calls_++;
-  T* mask = mask_.data();
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, bool relu) {
+  rows_ = x.rows();
+  cols_ = x.cols();
+  last_training_ = training && rate_ > 0.0;
+  const Index rows = rows_, cols = cols_;
+  if (!last_training_) {
+    if (relu) relu_inplace<T>(x.data(), x.size());
+    return;
+  }
+  const Index words = words_per_row();
+  kept_.resize(static_cast<size_t>(rows * words));  // a vector's storage only grows; a copy takes the size
+  const T scale = static_cast<T>(1.0 / (1.0 - rate_));
+  const double rate = rate_;
+  const std::uint64_t key = counter_key(seed_, stream_, calls_++);
+  T* const data = x.data();
+  std::uint64_t* const kept = kept_.data();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (Index r = 0; r < rows; ++r) {
+    T* row = data + r * cols;
+    if (relu) RowArray<T>(row, cols) = RowArray<T>(row, cols).max(T(0));  // relu_inplace's expression
+    // element (r, c) draws index (padded row) * cols + c: a packed pass drops what the padded one does
     const std::uint64_t base = static_cast<std::uint64_t>(row_ids ? row_ids[r] : r) * static_cast<std::uint64_t>(cols);
-    for (Index c = 0; c < cols; ++c)
-      mask[r * cols + c] =
-          counter_uniform(seed_, stream_, call, base + static_cast<std::uint64_t>(c)) < rate_ ? T(0) : keep_scale;
+    for (Index w = 0; w < words; ++w) {
+      const Index c0 = w * 64, n = std::min<Index>(64, cols - c0);
+      unsigned char keep[64];
+      for (Index j = 0; j < n; ++j)
+        keep[j] = keyed_uniform(key, base + static_cast<std::uint64_t>(c0 + j)) < rate ? 0 : 1;
+      std::uint64_t bits = 0;
+      for (Index j = 0; j < n; ++j) {
+        bits |= static_cast<std::uint64_t>(keep[j]) << j;
+        row[c0 + j] *= keep[j] ? scale : T(0);  // a product, as a mask of scale factors gives (NaN stays NaN)
+      }
+      kept[r * words + w] = bits;
+    }
+  }
+}
+
+template <typename T>
+void Dropout<T>::apply_mask(const T* src, T* dst) const {
+  const Index rows = rows_, cols = cols_, words = words_per_row();
+  const T scale = static_cast<T>(1.0 / (1.0 - rate_));
+  const std::uint64_t* const kept = kept_.data();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (Index r = 0; r < rows; ++r) {
+    const T* s = src + r * cols;
+    T* d = dst + r * cols;
+    for (Index w = 0; w < words; ++w) {
+      const Index c0 = w * 64, n = std::min<Index>(64, cols - c0);
+      const std::uint64_t bits = kept[r * words + w];
+      for (Index j = 0; j < n; ++j) d[c0 + j] = s[c0 + j] * (((bits >> j) & 1u) != 0 ? scale : T(0));
+    }
   }
 }
 
 template <typename T>
 void Dropout<T>::forward_inplace(MatrixMap<T> x, bool training, const Index* row_ids) {
-  rows_ = x.rows();
-  cols_ = x.cols();
-  last_training_ = training && rate_ > 0.0;
-  if (!last_training_) return;
-  const Index n = x.size();
-  make_mask(x.rows(), x.cols(), row_ids);
-  T* p = x.data();
-  const T* mask = mask_.data();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (Index i = 0; i < n; ++i) p[i] *= mask[i];
+  drop(x, training, row_ids, false);
+}
+
+template <typename T>
+void Dropout<T>::forward_relu_inplace(MatrixMap<T> x, bool training, const Index* row_ids) {
+  drop(x, training, row_ids, true);
 }
 
 template <typename T>
@@ -46,23 +85,32 @@ const Matrix<T>& Dropout<T>::forward(ConstMatrixMap<T> x, bool training) {
 }
 
 template <typename T>
-void Dropout<T>::backward_inplace(MatrixMap<T> dy) const {
+void Dropout<T>::check_backward(Index rows, Index cols) const {
   if (rows_ < 0) throw std::runtime_error("Dropout: backward() called before forward()");
-  TCPP_CHECK(dy.rows() == rows_ && dy.cols() == cols_, "Dropout: backward got dout of shape (", dy.rows(), ", ",
-             dy.cols(), "), expected (", rows_, ", ", cols_, ")");
-  if (!last_training_) return;
+  TCPP_CHECK(rows == rows_ && cols == cols_, "Dropout: backward got dout of shape (", rows, ", ", cols, "), expected (",
+             rows_, ", ", cols_, ")");
+}
+
+template <typename T>
+void Dropout<T>::backward_inplace(MatrixMap<T> dy) const {
+  check_backward(dy.rows(), dy.cols());
   // forward was y = x * mask, so dx = dy * mask.
-  T* p = dy.data();
-  const T* mask = mask_.data();
-  const Index n = dy.size();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (Index i = 0; i < n; ++i) p[i] *= mask[i];
+  if (last_training_) apply_mask(dy.data(), dy.data());
+}
+
+template <typename T>
+void Dropout<T>::backward_into(ConstMatrixMap<T> src, Matrix<T>& dst) const {
+  check_backward(src.rows(), src.cols());
+  dst.resize(src.rows(), src.cols());
+  if (last_training_)
+    apply_mask(src.data(), dst.data());
+  else
+    dst = src;
 }
 
 template <typename T>
 const Matrix<T>& Dropout<T>::backward(ConstMatrixMap<T> dy) {
-  dx_ = dy;
-  backward_inplace(mmap(dx_));
+  backward_into(dy, dx_);
   return dx_;
 }
 

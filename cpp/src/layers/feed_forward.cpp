@@ -18,28 +18,30 @@ template <typename T>
 const Matrix<T>& FeedForward<T>::forward(ConstMatrixMap<T> x, bool training, const Index* row_ids) {
   // h = dropout(f(x W1^T + b1)), in place in linear1's output buffer     (N, d_ff)
   Matrix<T>& h = const_cast<Matrix<T>&>(linear1_.forward(x));
-  if (activation_ != Activation::Relu) pre_ = h;
-  activation_inplace<T>(activation_, h.data(), h.size());
-  dropout_.forward_inplace(mmap(h), training, row_ids);
+  if (activation_ == Activation::Relu) {
+    dropout_.forward_relu_inplace(mmap(h), training, row_ids);  // ReLU and dropout in one pass
+  } else {
+    pre_ = h;
+    activation_inplace<T>(activation_, h.data(), h.size());
+    dropout_.forward_inplace(mmap(h), training, row_ids);
+  }
   // y = h W2^T + b2                                                       (N, d_model)
   return linear2_.forward(cmap(h));
 }
 
 template <typename T>
 const Matrix<T>& FeedForward<T>::backward(ConstMatrixMap<T> dy) {
-  dh_ = linear2_.backward(dy);  // (N, d_ff)
-  MatrixMap<T> dh(dh_.data(), dh_.rows(), dh_.cols());
-  dropout_.backward_inplace(dh);
-  // h after dropout is 0 exactly where relu or dropout zeroed it; where dropout zeroed it the
-  // mask has already zeroed the gradient, so (h > 0) is the relu derivative that remains.
-  // gelu, swish: their derivative at the kept input
+  // dh = dy W2, in linear2's own input-gradient buffer (read only here)   (N, d_ff)
+  Matrix<T>& dh = const_cast<Matrix<T>&>(linear2_.backward(dy));
   if (activation_ == Activation::Relu) {
-    const Matrix<T>& h = linear1_.output();
-    relu_backward_inplace<T>(h.data(), dh_.data(), dh_.size());
+    // h after ReLU and dropout is positive exactly where both kept the element, so their
+    // backward is one pass that needs no mask: dh = (h > 0) ? dh / (1 - rate) : 0
+    relu_dropout_backward_inplace<T>(linear1_.output().data(), dropout_.kept_scale(), dh.data(), dh.size());
   } else {
-    activation_backward_inplace<T>(activation_, pre_.data(), dh_.data(), dh_.size());
+    dropout_.backward_inplace(mmap(dh));
+    activation_backward_inplace<T>(activation_, pre_.data(), dh.data(), dh.size());  // at the kept input
   }
-  return linear1_.backward(cmap(dh_));
+  return linear1_.backward(cmap(dh));
 }
 
 template <typename T>

@@ -1,6 +1,7 @@
 #include "transformer/models/reversible.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "transformer/attention/attention.hpp"
@@ -362,12 +363,15 @@ double ReversibleStack<T>::activation_bytes() const {
   // Per block, what it and its layers cache for backward (their shapes, attention.hpp,
   // feed_forward.hpp, layer_norm.hpp, dropout.hpp): the inputs x2, y1 and the norms' outputs and
   // statistics; the attention's [Q | K | V], (B*H*T, T) weights, context and output; the dropout
-  // masks; the feed-forward's hidden layer, its mask and output.
+  // masks (one bit an element, each row starting a 64-bit word); the feed-forward's hidden layer,
+  // its mask and output.
   const double H = static_cast<double>(opt_.n_heads), dff = static_cast<double>(opt_.d_ff);
   const double T_len = static_cast<double>(T_);
-  const double per_block = 2 * rows * d + 2 * (rows * d + 2 * rows) + (3 * rows * d + rows * H * T_len + 2 * rows * d) +
-                           2 * rows * d + (2 * rows * dff + rows * d);
-  return static_cast<double>(blocks_.size()) * per_block * size;
+  auto mask_bytes = [rows](double cols) { return rows * std::ceil(cols / 64.0) * 8.0; };
+  const double values = 2 * rows * d + 2 * (rows * d + 2 * rows) + (3 * rows * d + rows * H * T_len + 2 * rows * d) +
+                        (rows * dff + rows * d);
+  const double per_block = values * size + 2 * mask_bytes(d) + mask_bytes(dff);
+  return static_cast<double>(blocks_.size()) * per_block;
 }
 
 template class ReversibleStack<float>;

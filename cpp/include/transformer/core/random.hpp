@@ -29,12 +29,17 @@ inline double to_unit_double(std::uint64_t bits) {
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
-inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter, std::uint64_t index) {
+// counter_uniform in two steps: the key of (seed, stream, counter), the same for every element of
+// one mask, then the element's draw from it (a mask's loop computes the key once).
+inline std::uint64_t counter_key(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter) {
   std::uint64_t h = splitmix64(seed ^ 0x5851F42D4C957F2DULL);
   h = splitmix64(h ^ stream);
-  h = splitmix64(h ^ counter);
-  h = splitmix64(h ^ index);
-  return to_unit_double(h);
+  return splitmix64(h ^ counter);
+}
+inline double keyed_uniform(std::uint64_t key, std::uint64_t index) { return to_unit_double(splitmix64(key ^ index)); }
+
+inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter, std::uint64_t index) {
+  return keyed_uniform(counter_key(seed, stream, counter), index);
 }
 
 class Rng {

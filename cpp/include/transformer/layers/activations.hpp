@@ -25,6 +25,10 @@ template <typename T>
 void relu_inplace(T* x, Index n);
 template <typename T>
 void relu_backward_inplace(const T* y, T* dy, Index n);
+// The backward of y = Dropout(ReLU(x)) from its output: dy = (y > 0) ? dy * kept_scale : 0, where
+// kept_scale is the dropout's factor of a kept element (y > 0 only where both kept it).
+template <typename T>
+void relu_dropout_backward_inplace(const T* y, T kept_scale, T* dy, Index n);
 
 // The feed-forward network's activation:
 //   relu   max(x, 0)

@@ -44,7 +44,6 @@ class FeedForward {
  private:
   Dropout<T> dropout_;
   Activation activation_ = Activation::Relu;
-  Matrix<T> dh_;   // (N, d_ff)
   Matrix<T> pre_;  // (N, d_ff) the activation's input (gelu, swish: their derivative needs it)
 };
 

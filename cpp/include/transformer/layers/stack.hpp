@@ -47,19 +47,16 @@ const Matrix<T>& residual_forward(bool pre_norm, LayerNorm<T>& norm, Dropout<T>&
 template <typename T, typename SubBackward>
 void residual_backward(bool pre_norm, LayerNorm<T>& norm, const Dropout<T>& dropout, SubBackward&& sub_backward,
                        ConstMatrixMap<T> dy, Matrix<T>& scratch, Matrix<T>& dx) {
-  auto map = [](Matrix<T>& m) { return MatrixMap<T>(m.data(), m.rows(), m.cols()); };
   auto cmap = [](const Matrix<T>& m) { return ConstMatrixMap<T>(m.data(), m.rows(), m.cols()); };
   if (!pre_norm) {
-    const Matrix<T>& s = norm.backward(dy);  // d(x + F'(x)): to x directly and through F
-    scratch = s;
-    dropout.backward_inplace(map(scratch));
+    const Matrix<T>& s = norm.backward(dy);   // d(x + F'(x)): to x directly and through F
+    dropout.backward_into(cmap(s), scratch);  // scratch = Dropout'(s), one pass
     const Matrix<T>& d_sub = sub_backward(cmap(scratch));
     dx.resize(s.rows(), s.cols());
     add_arrays(dx.data(), s.data(), d_sub.data(), dx.size());
     return;
   }
-  scratch = dy;
-  dropout.backward_inplace(map(scratch));
+  dropout.backward_into(dy, scratch);
   const Matrix<T>& d_sub = sub_backward(cmap(scratch));
   const Matrix<T>& d_norm = norm.backward(cmap(d_sub));
   dx.resize(dy.rows(), dy.cols());
