@@ -94,11 +94,13 @@ def _reference_mask(rows, cols, rate, seed, stream, call):
 
 @pytest.mark.parametrize("cols", [1, 63, 64, 65, 130])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_dropout_mask_is_the_counter_hash(cols, dtype):
+@pytest.mark.parametrize("rate", [0.3, 0.25, 0.1])
+def test_dropout_mask_is_the_counter_hash(cols, dtype, rate):
     """Each element's keep/drop decision is the counter hash of its index, whatever the row
-    width (the mask is kept as bits, a row starting a new 64-bit word): forward and backward
-    multiply by exactly the reference's factors, call after call."""
-    rows, rate, seed = 37, 0.3, 11
+    width (the mask is kept as bits, a row starting a new 64-bit word) and the rate (0.25 * 2^53
+    is a whole number, 0.3 * 2^53 and 0.1 * 2^53 are not: the core compares the draw's bits with
+    a threshold): forward and backward multiply by exactly the reference's factors, call after call."""
+    rows, seed = 37, 11
     d = tc.Dropout(rate, seed=seed, dtype=dtype)
     rng = np.random.default_rng(cols)
     x = rng.standard_normal((rows, cols)).astype(dtype)

@@ -1,6 +1,8 @@
 #include "transformer/layers/dropout.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "transformer/core/random.hpp"
 #include "transformer/layers/activations.hpp"
@@ -11,6 +13,21 @@ template <typename T>
 Dropout<T>::Dropout(double rate, std::uint64_t seed, std::uint64_t stream) : rate_(rate), seed_(seed), stream_(stream) {
   TCPP_CHECK(rate >= 0.0 && rate < 1.0, "Dropout: rate must be in [0, 1), got ", rate);
 }
+
+namespace {
+// 64 bytes of 0 or 1 as the bits of one word (byte j -> bit j): eight bytes at a time, the
+// multiply gathering byte i's low bit into bit 56 + i.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pack_bytes reads bytes as a little-endian word");
+std::uint64_t pack_bytes(const unsigned char* keep) {
+  std::uint64_t bits = 0;
+  for (int b = 0; b < 8; ++b) {
+    std::uint64_t eight;
+    std::memcpy(&eight, keep + 8 * b, sizeof eight);  // little-endian: byte i at bits 8i
+    bits |= ((eight * 0x0102040810204080ULL) >> 56) << (8 * b);
+  }
+  return bits;
+}
+}  // namespace
 
 template <typename T>
 void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, bool relu) {
@@ -25,7 +42,9 @@ void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, bool 
   const Index words = words_per_row();
   kept_.resize(static_cast<size_t>(rows * words));  // a vector's storage only grows; a copy takes the size
   const T scale = static_cast<T>(1.0 / (1.0 - rate_));
-  const double rate = rate_;
+  // u = bits * 2^-53 < rate exactly when bits < rate * 2^53 (exact: a power-of-2 scale), that
+  // is bits < ceil(rate * 2^53): the draw compared as an integer, without the conversion
+  const std::uint64_t drop_below = static_cast<std::uint64_t>(std::ceil(std::ldexp(rate_, 53)));
   const std::uint64_t key = counter_key(seed_, stream_, calls_++);
   T* const data = x.data();
   std::uint64_t* const kept = kept_.data();
@@ -37,15 +56,12 @@ void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, bool 
     const std::uint64_t base = static_cast<std::uint64_t>(row_ids ? row_ids[r] : r) * static_cast<std::uint64_t>(cols);
     for (Index w = 0; w < words; ++w) {
       const Index c0 = w * 64, n = std::min<Index>(64, cols - c0);
-      unsigned char keep[64];
+      unsigned char keep[64] = {};  // 1: kept (0 past n, so that the packing below reads zeros)
       for (Index j = 0; j < n; ++j)
-        keep[j] = keyed_uniform(key, base + static_cast<std::uint64_t>(c0 + j)) < rate ? 0 : 1;
-      std::uint64_t bits = 0;
-      for (Index j = 0; j < n; ++j) {
-        bits |= static_cast<std::uint64_t>(keep[j]) << j;
+        keep[j] = keyed_bits53(key, base + static_cast<std::uint64_t>(c0 + j)) >= drop_below ? 1 : 0;
+      for (Index j = 0; j < n; ++j)
         row[c0 + j] *= keep[j] ? scale : T(0);  // a product, as a mask of scale factors gives (NaN stays NaN)
-      }
-      kept[r * words + w] = bits;
+      kept[r * words + w] = pack_bytes(keep);
     }
   }
 }

@@ -36,6 +36,8 @@ inline std::uint64_t counter_key(std::uint64_t seed, std::uint64_t stream, std::
   h = splitmix64(h ^ stream);
   return splitmix64(h ^ counter);
 }
+// The 53 bits of a keyed draw: keyed_uniform is keyed_bits53 * 2^-53, exactly.
+inline std::uint64_t keyed_bits53(std::uint64_t key, std::uint64_t index) { return splitmix64(key ^ index) >> 11; }
 inline double keyed_uniform(std::uint64_t key, std::uint64_t index) { return to_unit_double(splitmix64(key ^ index)); }
 
 inline double counter_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t counter, std::uint64_t index) {
