@@ -27,6 +27,16 @@ std::uint64_t pack_bytes(const unsigned char* keep) {
   }
   return bits;
 }
+// The inverse: bit j of `bits` as byte j of keep (0 or 1), eight at a time. The multiply copies a
+// byte of bits into every byte, the mask keeps bit i in byte i, and adding 0x7F carries a set bit
+// into bit 7 of its byte (no byte passes 0xFF), which the shift brings down to bit 0.
+void unpack_bits(std::uint64_t bits, unsigned char* keep) {
+  for (int b = 0; b < 8; ++b) {
+    const std::uint64_t spread = (((bits >> (8 * b)) & 0xFFu) * 0x0101010101010101ULL) & 0x8040201008040201ULL;
+    const std::uint64_t eight = ((spread + 0x7F7F7F7F7F7F7F7FULL) >> 7) & 0x0101010101010101ULL;
+    std::memcpy(keep + 8 * b, &eight, sizeof eight);
+  }
+}
 }  // namespace
 
 template <typename T>
@@ -77,8 +87,9 @@ void Dropout<T>::apply_mask(const T* src, T* dst) const {
     T* d = dst + r * cols;
     for (Index w = 0; w < words; ++w) {
       const Index c0 = w * 64, n = std::min<Index>(64, cols - c0);
-      const std::uint64_t bits = kept[r * words + w];
-      for (Index j = 0; j < n; ++j) d[c0 + j] = s[c0 + j] * (((bits >> j) & 1u) != 0 ? scale : T(0));
+      unsigned char keep[64];
+      unpack_bits(kept[r * words + w], keep);
+      for (Index j = 0; j < n; ++j) d[c0 + j] = s[c0 + j] * (keep[j] ? scale : T(0));
     }
   }
 }
