@@ -115,6 +115,29 @@ def test_dropout_mask_is_the_counter_hash(cols, dtype, rate):
     np.testing.assert_array_equal(d.backward(x), x)
 
 
+@pytest.mark.parametrize("d_ff", [64, 100])
+def test_feed_forward_training_forward_is_relu_then_the_reference_mask(d_ff):
+    """The feed-forward's hidden layer in training is ReLU, then dropout with the counter hash's
+    mask of the layer's own stream (ReLU and dropout run as one pass): its output equals the
+    readable reference y = (relu(x W1^T + b1) * mask) W2^T + b2, call after call."""
+    rate, seed = 0.4, 5
+    ff = tc.FeedForward(24, d_ff, dropout=rate, seed=seed, dtype="float64")
+    p = {k: v.value for k, v in ff.parameters().items()}
+    x = np.random.default_rng(d_ff).standard_normal((13, 24))
+    stream = int(_splitmix64(np.array([seed + 3], np.uint64))[0])  # its dropout's stream (feed_forward.cpp)
+    for call in range(2):
+        mask = _reference_mask(13, d_ff, rate, seed, stream, call)
+        h = np.maximum(x @ p["linear1.weight"].T + p["linear1.bias"], 0.0) * mask
+        want = h @ p["linear2.weight"].T + p["linear2.bias"]
+        np.testing.assert_allclose(ff.forward(x, training=True), want, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        ff.forward(x, training=False),
+        np.maximum(x @ p["linear1.weight"].T + p["linear1.bias"], 0.0) @ p["linear2.weight"].T + p["linear2.bias"],
+        rtol=0,
+        atol=1e-12,
+    )
+
+
 def test_dropout_same_mask_for_any_thread_count():
     x = np.ones((300, 300), np.float32)
     n = tc.get_num_threads()
