@@ -1,4 +1,5 @@
-// test_layers.cpp — softmax, layer norm and Linear, forward and backward: the forward passes
+// test_layers.cpp — softmax, layer norm and Linear, forward and backward (and the model's input
+// layer, the embedding and dropout fused in one pass, against its two passes): the forward passes
 // against plain loops written from the formulas, the backward passes against float64 central
 // finite differences of L = sum(dy * y) (so dL/dx is what backward(dy) returns), float32 against
 // the same loops in float64.
@@ -8,7 +9,9 @@
 // float32 to bounds of the float32 rounding (see each check).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,8 @@
 #include "transformer/attention/kinds.hpp"
 #include "transformer/attention/linear_attention.hpp"
 #include "transformer/kernels/bf16_gemm.hpp"
+#include "transformer/layers/dropout.hpp"
+#include "transformer/layers/embedding.hpp"
 #include "transformer/layers/layer_norm.hpp"
 #include "transformer/layers/linear.hpp"
 #include "transformer/layers/softmax.hpp"
@@ -334,6 +339,91 @@ void test_linear_attention_bf16() {
   compare("input gradient", dx16, dx32);
 }
 
+// GrowOnlyMatrix: storage 64-byte aligned, kept while a shape fits in it (no allocation, the same
+// pages), replaced only to grow; a copy holds the same values in storage of its own.
+void test_grow_only_matrix() {
+  transformer::GrowOnlyMatrix<float> m;
+  CHECK(m.rows() == 0 && m.cols() == 0 && m.size() == 0);
+  m.resize(40, 30);
+  float* first = m.data();
+  CHECK(reinterpret_cast<std::uintptr_t>(first) % 64 == 0);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(i);
+  m.resize(7, 100);  // 700 <= 1200 values: the same storage
+  CHECK(m.data() == first && m.rows() == 7 && m.cols() == 100);
+  m.resize(30, 40);
+  CHECK(m.data() == first && transformer::cmap(m).rows() == 30);
+  CHECK(m.row(2)(3) == 83.0f);  // row 2, column 3 of the 40-wide shape: value 2 * 40 + 3
+  transformer::GrowOnlyMatrix<float> c = m;
+  CHECK(c.data() != m.data() && c.rows() == 30 && c.cols() == 40 && transformer::cmap(c) == transformer::cmap(m));
+  m.resize(41, 30);  // more than it holds: new storage
+  CHECK(m.rows() == 41 && reinterpret_cast<std::uintptr_t>(m.data()) % 64 == 0);
+  bool threw = false;
+  try {
+    m.resize(-1, 3);
+  } catch (const std::invalid_argument&) {
+    threw = true;
+  }
+  CHECK(threw);
+  m.release();
+  CHECK(m.size() == 0 && m.data() == nullptr);
+}
+
+// PositionalEmbedding::forward_dropout, the model's input layer in one pass, against its two
+// passes (forward, then Dropout::forward_inplace with a second dropout of the same seed and stream)
+// and against a plain loop: x[r, c] = (w[token, c] * sqrt(d) + PE[position, c]) * mask[r, c], the
+// mask's factors read back through backward(1). Packed and dense layouts, training and not, two
+// calls (the second draws a new mask); the values must be equal, not close: the same arithmetic.
+void test_embedding_dropout_one_pass() {
+  using transformer::Dropout;
+  using transformer::PositionalEmbedding;
+  using transformer::RowLayout;
+  using transformer::TokenMatrix;
+  const Index B = 3, T = 7, d = 70, V = 31;  // d past one 64-bit mask word
+  PositionalEmbedding<double> fused(V, d, 16, transformer::PositionalLayout::Interleaved, 5),
+      twice(V, d, 16, transformer::PositionalLayout::Interleaved, 5);
+  TokenMatrix tokens(B, T);
+  for (Index i = 0; i < B * T; ++i) tokens.data()[i] = (i * 7 + 3) % V;
+  for (Index t = 4; t < T; ++t) tokens(1, t) = 0;  // padding
+  RowLayout packed = RowLayout::dense(B, T);
+  packed.packed = true;
+  for (Index i = 0; i < B * T; ++i)
+    if (tokens.data()[i] != 0) packed.ids.push_back(i);
+  const RowLayout dense = RowLayout::dense(B, T);
+  for (const RowLayout* layout : {static_cast<const RowLayout*>(&packed), &dense}) {
+    const RowLayout& l = *layout;
+    Dropout<double> d1(0.3, 9, 4), d2(0.3, 9, 4);
+    for (bool training : {true, true, false}) {
+      Matrix<double> x;
+      fused.forward_dropout(transformer::ConstTokenMap(tokens.data(), B, T), l, d1, training, x);
+      Matrix<double> want = twice.forward(transformer::ConstTokenMap(tokens.data(), B, T), l);
+      d2.forward_inplace(transformer::mmap(want), training, l.row_ids());
+      CHECK(x.rows() == l.rows() && x.cols() == d);
+      CHECK(x == want);
+      const Matrix<double> ones = Matrix<double>::Ones(l.rows(), d);
+      const Matrix<double> mask = d1.backward(transformer::cmap(ones));
+      CHECK(mask == d2.backward(transformer::cmap(ones)));
+      const double scale = std::sqrt(static_cast<double>(d));
+      double worst = 0.0;
+      for (Index r = 0; r < l.rows(); ++r) {
+        const Index padded = l.packed ? l.ids[static_cast<size_t>(r)] : r;
+        const std::int64_t token = tokens.data()[padded];
+        for (Index c = 0; c < d; ++c) {
+          const double plain = (fused.embedding().w()(token, c) * scale + fused.table()(padded % T, c)) * mask(r, c);
+          worst = std::max(worst, std::abs(x(r, c) - plain));
+        }
+      }
+      CHECK(worst <= 1e-12);
+      // the embedding's backward sees the rows of the layout (the tokens forward_dropout kept)
+      Matrix<double> dy = Matrix<double>::Constant(l.rows(), d, 0.5);
+      fused.zero_grad();
+      twice.zero_grad();
+      fused.backward(transformer::cmap(dy));
+      twice.backward(transformer::cmap(dy));
+      CHECK(fused.embedding().dweight_.cmap() == twice.embedding().dweight_.cmap());
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -346,5 +436,7 @@ int main() {
   run("Linear<double> against a plain loop and finite differences", test_linear_double);
   run("Linear<float> against float64 products", test_linear_float);
   run("linear attention in bf16 against float32", test_linear_attention_bf16);
+  run("GrowOnlyMatrix keeps its storage while shapes fit", test_grow_only_matrix);
+  run("embedding and dropout in one pass against their two passes", test_embedding_dropout_one_pass);
   return finish();
 }

@@ -94,7 +94,7 @@ namespace {
 
 // Packed rows -> the padded (B*T, C) layout, zero at the rows not listed.
 template <typename T>
-void scatter_rows(const Matrix<T>& packed, const RowLayout& l, Matrix<T>& padded) {
+void scatter_rows(ConstMatrixMap<T> packed, const RowLayout& l, GrowOnlyMatrix<T>& padded) {
   const Index C = packed.cols(), n = l.B * l.T;
   padded.resize(n, C);
   // sequence by sequence in parallel: the ids are increasing, so sequence b's packed rows are the
@@ -114,7 +114,7 @@ void scatter_rows(const Matrix<T>& packed, const RowLayout& l, Matrix<T>& padded
 
 // The listed rows of a padded (B*T, C) matrix.
 template <typename T>
-void gather_rows(const Matrix<T>& padded, const RowLayout& l, Matrix<T>& packed) {
+void gather_rows(const GrowOnlyMatrix<T>& padded, const RowLayout& l, GrowOnlyMatrix<T>& packed) {
   const Index n = l.rows();
   packed.resize(n, padded.cols());
 #pragma omp parallel for schedule(static) if (n * padded.cols() >= (1 << 15))
@@ -129,8 +129,8 @@ void gather_rows(const Matrix<T>& padded, const RowLayout& l, Matrix<T>& packed)
 enum BackwardScratch { kDScores, kDCtxPad, kDQkvPad, kDKvPad, kDQkv, kDKv, kQkvPad, kKvPad, kCtxPad, kScratchCount };
 
 template <typename T>
-Matrix<T>& backward_scratch(BackwardScratch slot) {
-  thread_local std::array<Matrix<T>, kScratchCount> buffers;
+GrowOnlyMatrix<T>& backward_scratch(BackwardScratch slot) {
+  thread_local std::array<GrowOnlyMatrix<T>, kScratchCount> buffers;
   return buffers[slot];
 }
 
@@ -171,7 +171,8 @@ bool MultiHeadAttention<T>::use_tiled(Index Tk) const {
 
 template <typename T>
 void MultiHeadAttention<T>::release() {
-  for (Matrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_, &dx_, &dmem_}) *m = Matrix<T>();
+  for (GrowOnlyMatrix<T>* m : {&qkv_, &kv_, &weights_, &ctx_, &lse_}) m->release();
+  for (Matrix<T>* m : {&dx_, &dmem_}) *m = Matrix<T>();
   proj_.out.release();
   MaskBuffer().swap(mask_buf_);
   lq_ = lk_ = nullptr;
@@ -196,9 +197,9 @@ const Matrix<T>& MultiHeadAttention<T>::attend_self(ConstMatrixMap<T> x, const R
   proj_.project(precision_, x, 0, 3, qkv_);
   // attention works in the padded (B, T) layout where the masks live      (B*T, 3d)
   const T* base = qkv_.data();
-  Matrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
+  GrowOnlyMatrix<T>& qkv_pad = backward_scratch<T>(kQkvPad);
   if (l.packed) {
-    scatter_rows(qkv_, l, qkv_pad);
+    scatter_rows(cmap(qkv_), l, qkv_pad);
     base = qkv_pad.data();
   }
   return attend_padded(base, 3 * d_, base + d_, base + 2 * d_, 3 * d_, l, l, mask, causal, key_padding);
@@ -210,8 +211,8 @@ const Matrix<T>& MultiHeadAttention<T>::attend_padded(const T* q, Index ldq, con
                                                       const AttentionMask& mask, bool causal,
                                                       const std::uint8_t* key_padding) {
   const Index B = lq.B, Tq = lq.T, Tk = lk.T;
-  Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
-  Matrix<T>& ctx = lq.packed ? ctx_pad : ctx_;
+  GrowOnlyMatrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
+  GrowOnlyMatrix<T>& ctx = lq.packed ? ctx_pad : ctx_;
   ctx.resize(B * Tq, d_);
   tiled_ = use_tiled(Tk);
   causal_ = causal;
@@ -257,14 +258,14 @@ const Matrix<T>& MultiHeadAttention<T>::forward(ConstMatrixMap<T> x, ConstMatrix
   proj_.project(precision_, memory, 1, 2, kv_);
   const T* q = qkv_.data();
   const T* kv = kv_.data();
-  Matrix<T>& q_pad = backward_scratch<T>(kQkvPad);
-  Matrix<T>& kv_pad = backward_scratch<T>(kKvPad);
+  GrowOnlyMatrix<T>& q_pad = backward_scratch<T>(kQkvPad);
+  GrowOnlyMatrix<T>& kv_pad = backward_scratch<T>(kKvPad);
   if (lq.packed) {
-    scatter_rows(qkv_, lq, q_pad);
+    scatter_rows(cmap(qkv_), lq, q_pad);
     q = q_pad.data();
   }
   if (lk.packed) {
-    scatter_rows(kv_, lk, kv_pad);
+    scatter_rows(cmap(kv_), lk, kv_pad);
     kv = kv_pad.data();
   }
   return attend_padded(q, d_, kv, kv + d_, 2 * d_, lq, lk, mask, false, nullptr);
@@ -278,17 +279,17 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   const Index B = lq.B, Tq = lq.T, Tk = lk.T, rq = lq.rows(), rk = lk.rows();
   TCPP_CHECK(dout.rows() == rq && dout.cols() == d_, "MultiHeadAttention: backward got dout of shape (", dout.rows(),
              ", ", dout.cols(), "), expected (", rq, ", ", d_, ")");
-  Matrix<T>& dscores_ = backward_scratch<T>(kDScores);
-  Matrix<T>& dctx_pad_ = backward_scratch<T>(kDCtxPad);
-  Matrix<T>& dqkv_pad_ = backward_scratch<T>(kDQkvPad);
-  Matrix<T>& dkv_pad_ = backward_scratch<T>(kDKvPad);
-  Matrix<T>& dqkv_ = backward_scratch<T>(kDQkv);
-  Matrix<T>& dkv_ = backward_scratch<T>(kDKv);
+  GrowOnlyMatrix<T>& dscores_ = backward_scratch<T>(kDScores);
+  GrowOnlyMatrix<T>& dctx_pad_ = backward_scratch<T>(kDCtxPad);
+  GrowOnlyMatrix<T>& dqkv_pad_ = backward_scratch<T>(kDQkvPad);
+  GrowOnlyMatrix<T>& dkv_pad_ = backward_scratch<T>(kDKvPad);
+  GrowOnlyMatrix<T>& dqkv_ = backward_scratch<T>(kDQkv);
+  GrowOnlyMatrix<T>& dkv_ = backward_scratch<T>(kDKv);
   // output projection: dctx = dout W_o                                  (rows_q, d)
   const Matrix<T>& dctx = proj_.out.backward(dout);
   const T* dctx_ptr = dctx.data();
   if (lq.packed) {  // padding query rows get a zero gradient
-    scatter_rows(dctx, lq, dctx_pad_);
+    scatter_rows(cmap(dctx), lq, dctx_pad_);
     dctx_ptr = dctx_pad_.data();
   }
   if (!tiled_) dscores_.resize(weights_.rows(), weights_.cols());
@@ -297,18 +298,18 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   const TiledMask tmask{causal_, key_padding_, mask_};
   const T* ctx_ptr = ctx_.data();
   if (tiled_ && lq.packed) {
-    Matrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
-    scatter_rows(ctx_, lq, ctx_pad);
+    GrowOnlyMatrix<T>& ctx_pad = backward_scratch<T>(kCtxPad);
+    scatter_rows(cmap(ctx_), lq, ctx_pad);
     ctx_ptr = ctx_pad.data();
   }
   // the padded projections of the forward, rebuilt from the packed rows kept
-  Matrix<T>& qkv_pad_ = backward_scratch<T>(kQkvPad);
-  Matrix<T>& kv_pad_ = backward_scratch<T>(kKvPad);
-  if (lq.packed) scatter_rows(qkv_, lq, qkv_pad_);
-  if (!self_ && lk.packed) scatter_rows(kv_, lk, kv_pad_);
+  GrowOnlyMatrix<T>& qkv_pad_ = backward_scratch<T>(kQkvPad);
+  GrowOnlyMatrix<T>& kv_pad_ = backward_scratch<T>(kKvPad);
+  if (lq.packed) scatter_rows(cmap(qkv_), lq, qkv_pad_);
+  if (!self_ && lk.packed) scatter_rows(cmap(kv_), lk, kv_pad_);
   if (self_) {
     const T* base = lq.packed ? qkv_pad_.data() : qkv_.data();
-    Matrix<T>& dpad = lq.packed ? dqkv_pad_ : dqkv_;
+    GrowOnlyMatrix<T>& dpad = lq.packed ? dqkv_pad_ : dqkv_;
     dpad.resize(B * Tq, 3 * d_);
     T* dbase = dpad.data();
     if (tiled_)
@@ -327,8 +328,8 @@ const Matrix<T>& MultiHeadAttention<T>::backward(ConstMatrixMap<T> dout) {
   ConstMatrixMap<T> mem(mem_, rk, d_);
   const T* q = lq.packed ? qkv_pad_.data() : qkv_.data();
   const T* kv = lk.packed ? kv_pad_.data() : kv_.data();
-  Matrix<T>& dq = lq.packed ? dqkv_pad_ : dqkv_;
-  Matrix<T>& dkv = lk.packed ? dkv_pad_ : dkv_;
+  GrowOnlyMatrix<T>& dq = lq.packed ? dqkv_pad_ : dqkv_;
+  GrowOnlyMatrix<T>& dkv = lk.packed ? dkv_pad_ : dkv_;
   dq.resize(B * Tq, d_);
   dkv.resize(B * Tk, 2 * d_);
   if (tiled_)

@@ -27,12 +27,6 @@ AttentionProjections<T>::AttentionProjections(Index d_model, std::initializer_li
 }
 
 template <typename T>
-void AttentionProjections<T>::project(Precision p, ConstMatrixMap<T> x, Index first, Index n, Matrix<T>& y) const {
-  y.resize(x.rows(), n * d_);
-  dense_forward<T>(p, x, weight(first, n), mmap(y), bias(first));
-}
-
-template <typename T>
 void AttentionProjections<T>::backward(Precision p, ConstMatrixMap<T> dy, ConstMatrixMap<T> x, Index first, Index n,
                                        Matrix<T>* dx) {
   dense_backward_weight<T>(p, dy, x, MatrixMap<T>(dw_in.data() + first * d_ * d_, n * d_, d_));

@@ -40,13 +40,16 @@ void unpack_bits(std::uint64_t bits, unsigned char* keep) {
 }  // namespace
 
 template <typename T>
-void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, bool relu) {
+void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, const RowFill& before) {
   rows_ = x.rows();
   cols_ = x.cols();
   last_training_ = training && rate_ > 0.0;
   const Index rows = rows_, cols = cols_;
   if (!last_training_) {
-    if (relu) relu_inplace<T>(x.data(), x.size());
+    if (before) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+      for (Index r = 0; r < rows; ++r) before(r, x.data() + r * cols);
+    }
     return;
   }
   const Index words = words_per_row();
@@ -61,7 +64,7 @@ void Dropout<T>::drop(MatrixMap<T> x, bool training, const Index* row_ids, bool 
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (Index r = 0; r < rows; ++r) {
     T* row = data + r * cols;
-    if (relu) RowArray<T>(row, cols) = RowArray<T>(row, cols).max(T(0));  // relu_inplace's expression
+    if (before) before(r, row);
     // element (r, c) draws index (padded row) * cols + c: a packed pass drops what the padded one does
     const std::uint64_t base = static_cast<std::uint64_t>(row_ids ? row_ids[r] : r) * static_cast<std::uint64_t>(cols);
     for (Index w = 0; w < words; ++w) {
@@ -96,12 +99,26 @@ void Dropout<T>::apply_mask(const T* src, T* dst) const {
 
 template <typename T>
 void Dropout<T>::forward_inplace(MatrixMap<T> x, bool training, const Index* row_ids) {
-  drop(x, training, row_ids, false);
+  drop(x, training, row_ids, RowFill());
 }
 
 template <typename T>
 void Dropout<T>::forward_relu_inplace(MatrixMap<T> x, bool training, const Index* row_ids) {
-  drop(x, training, row_ids, true);
+  if (!(training && rate_ > 0.0)) {  // no mask: ReLU alone, over the whole matrix at once
+    drop(x, training, row_ids, RowFill());
+    relu_inplace<T>(x.data(), x.size());
+    return;
+  }
+  const Index cols = x.cols();
+  drop(x, training, row_ids, [cols](Index, T* row) {
+    RowArray<T>(row, cols) = RowArray<T>(row, cols).max(T(0));  // relu_inplace's expression
+  });
+}
+
+template <typename T>
+void Dropout<T>::fill_inplace(MatrixMap<T> x, bool training, const Index* row_ids, const RowFill& fill) {
+  TCPP_CHECK(static_cast<bool>(fill), "Dropout::fill_inplace needs a row fill");
+  drop(x, training, row_ids, fill);
 }
 
 template <typename T>

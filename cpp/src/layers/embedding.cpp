@@ -141,9 +141,7 @@ void PositionalEmbedding<T>::reserve_positions(Index length) {
 template <typename T>
 const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens) {
   const Index batch = tokens.rows(), length = tokens.cols(), d = dim();
-  reserve_positions(length);
-  const T scale = this->scale();
-  embedding_.cache_tokens(tokens, scale);
+  const T scale = start_forward(tokens, RowLayout::dense(batch, length));
   y_.resize(batch * length, d);  // (B*T, d)
   const std::int64_t* tok = embedding_.tokens_.data();
   const Matrix<T>& w = embedding_.w();
@@ -156,17 +154,26 @@ const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens) {
 }
 
 template <typename T>
+T PositionalEmbedding<T>::start_forward(ConstTokenMap tokens, const RowLayout& layout) {
+  reserve_positions(tokens.cols());
+  const T scale = this->scale();
+  embedding_.cache_tokens(tokens, scale);  // checks every id
+  if (layout.packed) {
+    // keep only the computed rows' tokens, so backward scatters exactly these rows
+    const Index n = layout.rows();
+    TokenMatrix picked(n, 1);
+    for (Index r = 0; r < n; ++r) picked(r, 0) = tokens.data()[layout.ids[static_cast<size_t>(r)]];
+    embedding_.tokens_.swap(picked);
+  }
+  return scale;
+}
+
+template <typename T>
 const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const RowLayout& layout) {
   if (!layout.packed) return forward(tokens);
   const Index length = tokens.cols(), d = dim();
-  reserve_positions(length);
-  const T scale = this->scale();
-  embedding_.cache_tokens(tokens, scale);  // checks every id
+  const T scale = start_forward(tokens, layout);
   const Index n = layout.rows();
-  // keep only the computed rows' tokens, so backward scatters exactly these rows
-  TokenMatrix picked(n, 1);
-  for (Index r = 0; r < n; ++r) picked(r, 0) = tokens.data()[layout.ids[static_cast<size_t>(r)]];
-  embedding_.tokens_.swap(picked);
   y_.resize(n, d);  // (rows, d)
   const Matrix<T>& w = embedding_.w();
   const Index* ids = layout.ids.data();
@@ -174,6 +181,23 @@ const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const Row
 #pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
   for (Index r = 0; r < n; ++r) y_.row(r) = w.row(tok[r]) * scale + pe_.row(ids[r] % length);
   return y_;
+}
+
+template <typename T>
+void PositionalEmbedding<T>::forward_dropout(ConstTokenMap tokens, const RowLayout& layout, Dropout<T>& dropout,
+                                             bool training, Matrix<T>& x) {
+  TCPP_CHECK(layout.packed || layout.rows() == tokens.size(), "PositionalEmbedding: a dense layout of ", layout.rows(),
+             " rows for ", tokens.size(), " tokens");
+  const Index length = tokens.cols(), d = dim();
+  const T scale = start_forward(tokens, layout);
+  x.resize(layout.rows(), d);
+  const Matrix<T>& w = embedding_.w();
+  const Index* ids = layout.row_ids();  // packed: row r is padded row ids[r]; dense: row r itself
+  const std::int64_t* tok = embedding_.tokens_.data();
+  // forward()'s expression per row, the dropout's draw and multiply after it while the row is hot
+  dropout.fill_inplace(mmap(x), training, ids, [&](Index r, T* row) {
+    Eigen::Map<RowVector<T>>(row, d) = w.row(tok[r]) * scale + pe_.row((ids ? ids[r] : r) % length);
+  });
 }
 
 template <typename T>

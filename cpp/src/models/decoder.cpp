@@ -161,8 +161,8 @@ const Matrix<T>& Decoder<T>::forward(ConstTokenMap tokens, ConstMatrixMap<T> mem
     layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * Tt;
     if (!layout_.packed) layout_.ids.clear();
   }
-  x_ = this->embedding_.forward(tokens, layout_);
-  this->dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
+  // (rows, d): Dropout(embedding * sqrt(d) + PE), one pass
+  this->embedding_.forward_dropout(tokens, layout_, this->dropout_, training, x_);
   B_ = B;
   T_ = Tt;
   S_ = S;

@@ -110,8 +110,8 @@ const Matrix<T>& Encoder<T>::forward(ConstTokenMap tokens, bool training, bool p
     layout_.packed = !layout_.ids.empty() && static_cast<Index>(layout_.ids.size()) < B * S;
     if (!layout_.packed) layout_.ids.clear();
   }
-  x_ = this->embedding_.forward(tokens, layout_);  // (rows, d): embedding * sqrt(d) + PE
-  this->dropout_.forward_inplace(mmap(x_), training, layout_.row_ids());
+  // (rows, d): Dropout(embedding * sqrt(d) + PE), one pass
+  this->embedding_.forward_dropout(tokens, layout_, this->dropout_, training, x_);
   B_ = B;
   S_ = S;
   key_padding_.resize(static_cast<size_t>(B * S));

@@ -294,12 +294,14 @@ template <typename T>
 const Matrix<T>& LanguageModel<T>::hidden(ConstTokenMap tokens, bool training) {
   B_ = -1;  // until this forward completes, no backward may follow
   const Index B = tokens.rows(), Tl = tokens.cols();
-  if (attention_kind(config_.attention).memory)
+  if (attention_kind(config_.attention).memory) {
     // relative attention encodes positions itself: embedding * sqrt(d) only  (B*T, d)
     x_ = embedding_.embedding().forward(tokens, static_cast<T>(std::sqrt(static_cast<double>(config_.d_model))));
-  else
-    x_ = embedding_.forward(tokens);  // (B*T, d): embedding * sqrt(d) + PE
-  dropout_.forward_inplace(mmap(x_), training);
+    dropout_.forward_inplace(mmap(x_), training);
+  } else {
+    // (B*T, d): Dropout(embedding * sqrt(d) + PE), one pass
+    embedding_.forward_dropout(tokens, RowLayout::dense(B, Tl), dropout_, training, x_);
+  }
   // LSH attention hashes with the rotations of the number of updates taken so far
   const auto draw = static_cast<std::uint64_t>(this->step_count());
   for (auto* lsh : lsh_) lsh->set_calls(draw);

@@ -149,7 +149,7 @@ class MultiHeadAttention {
   Precision precision() const { return precision_; }
   // Weights of the last forward, (B*H*Tq, Tk) = (B, H, Tq, Tk). Throws std::runtime_error after a
   // tiled forward, which keeps none.
-  const Matrix<T>& attention_weights() const {
+  const GrowOnlyMatrix<T>& attention_weights() const {
     if (tiled_)
       throw std::runtime_error(
           "MultiHeadAttention: the last forward ran the tiled kernel, which keeps no attention weights; "
@@ -170,10 +170,10 @@ class MultiHeadAttention {
   const RowLayout* lq_ = nullptr;  // rows of the queries (and keys/values for self-attention)
   const RowLayout* lk_ = nullptr;  // rows of the keys/values
   RowLayout own_q_, own_k_;        // dense layouts for the (B, T) conveniences
-  Matrix<T> qkv_;                  // self: (rows, 3d) = [Q | K | V];  cross: (rows_q, d) = Q
-  Matrix<T> kv_;                   // cross: (rows_k, 2d) = [K | V]
-  Matrix<T> weights_;              // (B*H*Tq, Tk)
-  Matrix<T> ctx_;                  // (rows_q, d) heads concatenated, before W_o
+  GrowOnlyMatrix<T> qkv_;          // self: (rows, 3d) = [Q | K | V];  cross: (rows_q, d) = Q
+  GrowOnlyMatrix<T> kv_;           // cross: (rows_k, 2d) = [K | V]
+  GrowOnlyMatrix<T> weights_;      // (B*H*Tq, Tk)
+  GrowOnlyMatrix<T> ctx_;          // (rows_q, d) heads concatenated, before W_o
   // (padded copies of packed batches and the gradients of scores, projections and context live in
   // per-thread scratch shared by every MultiHeadAttention; see backward_scratch in attention.cpp)
   AttentionImpl impl_ = AttentionImpl::Plain;
@@ -181,8 +181,8 @@ class MultiHeadAttention {
   bool causal_ = false;  // its structured mask (tiled): causal, key padding, byte mask
   const std::uint8_t* key_padding_ = nullptr;
   AttentionMask mask_;
-  MaskBuffer mask_buf_;  // (B, T, T) mask built for the plain kernel from a structured one
-  Matrix<T> lse_;        // (B*H, Tq) log-sum-exp of each row (tiled)
+  MaskBuffer mask_buf_;    // (B, T, T) mask built for the plain kernel from a structured one
+  GrowOnlyMatrix<T> lse_;  // (B*H, Tq) log-sum-exp of each row (tiled)
   bool use_tiled(Index Tk) const;
   const Matrix<T>& attend_self(ConstMatrixMap<T> x, const RowLayout& l, const AttentionMask& mask, bool causal,
                                const std::uint8_t* key_padding);

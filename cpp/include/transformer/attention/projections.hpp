@@ -43,8 +43,13 @@ class AttentionProjections {
   }
   const T* bias(Index first) const { return b_in.data() + first * d_; }
 
-  // y (rows, n*d) = x W^T + b over parts first .. first+n-1; y is resized.
-  void project(Precision p, ConstMatrixMap<T> x, Index first, Index n, Matrix<T>& y) const;
+  // y (rows, n*d) = x W^T + b over parts first .. first+n-1; y (a Matrix or a GrowOnlyMatrix) is
+  // resized.
+  template <typename Buffer>
+  void project(Precision p, ConstMatrixMap<T> x, Index first, Index n, Buffer& y) const {
+    y.resize(x.rows(), n * d_);
+    dense_forward<T>(p, x, weight(first, n), mmap(y), bias(first));
+  }
   // The backward of project given its input x and dy (rows, n*d): dW += dy^T x, db += the column
   // sums of dy; with dx, also dx (rows, d) = dy W (resized and assigned).
   void backward(Precision p, ConstMatrixMap<T> dy, ConstMatrixMap<T> x, Index first, Index n, Matrix<T>* dx);

@@ -5,7 +5,8 @@
 //
 // Gradient policy (every layer follows it):
 //   * forward(...) caches exactly what backward(...) needs, in member buffers that are resized
-//     only when the shapes change (no allocation per step once shapes are stable);
+//     only when the shapes change (no allocation per step once shapes are stable; scratch whose
+//     shape changes from batch to batch is a GrowOnlyMatrix, which allocates only while it grows);
 //   * backward(dout) returns the gradient of the input(s) and ACCUMULATES (+=) into the
 //     parameter gradients;
 //   * only zero_grad() clears parameter gradients.
@@ -19,7 +20,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <memory>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -59,6 +63,90 @@ ConstMatrixMap<T> cmap(const Matrix<T>& m) {
 }
 template <typename T>
 MatrixMap<T> mmap(Matrix<T>& m) {
+  return MatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+
+// A row-major (rows, cols) buffer whose storage only grows: resize() to a shape that fits in what
+// it holds keeps the storage (the values are then unspecified, as after Matrix::resize). Per-step
+// scratch whose shape changes from batch to batch (packed row counts; self- and cross-attention
+// sharing a slot) then allocates only while it grows, and touches fresh pages only then, where a
+// Matrix frees and allocates at every change of size. The storage is 64-byte aligned. It converts
+// to no Matrix, so nothing copies it without a visible call: read and write it through cmap() and
+// mmap(), data() or row().
+template <typename T>
+class GrowOnlyMatrix {
+ public:
+  GrowOnlyMatrix() = default;
+  GrowOnlyMatrix(const GrowOnlyMatrix& o) { *this = o; }
+  GrowOnlyMatrix& operator=(const GrowOnlyMatrix& o) {
+    if (this != &o) {
+      resize(o.rows_, o.cols_);
+      std::copy_n(o.data(), o.size(), data());
+    }
+    return *this;
+  }
+  GrowOnlyMatrix(GrowOnlyMatrix&& o) noexcept { swap(o); }
+  GrowOnlyMatrix& operator=(GrowOnlyMatrix&& o) noexcept {
+    GrowOnlyMatrix(std::move(o)).swap(*this);
+    return *this;
+  }
+  void swap(GrowOnlyMatrix& o) noexcept {
+    std::swap(raw_, o.raw_);
+    std::swap(data_, o.data_);
+    std::swap(capacity_, o.capacity_);
+    std::swap(rows_, o.rows_);
+    std::swap(cols_, o.cols_);
+  }
+
+  void resize(Index rows, Index cols) {
+    if (rows < 0 || cols < 0)
+      throw std::invalid_argument("GrowOnlyMatrix: rows and cols must be >= 0, got " + std::to_string(rows) + " and " +
+                                  std::to_string(cols));
+    const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    if (need > capacity_) {
+      release();  // the old values are not kept: free them before allocating
+      // malloc and a 64-byte offset into it, as Eigen aligns its own storage
+      raw_.reset(std::malloc(need * sizeof(T) + 64));
+      if (!raw_) throw std::bad_alloc();
+      const auto at = (reinterpret_cast<std::uintptr_t>(raw_.get()) + 63) & ~static_cast<std::uintptr_t>(63);
+      data_ = reinterpret_cast<T*>(at);
+      capacity_ = need;
+    }
+    rows_ = rows;
+    cols_ = cols;
+  }
+  // Frees the storage (shape (0, 0)).
+  void release() {
+    raw_.reset();
+    data_ = nullptr;
+    capacity_ = 0;
+    rows_ = cols_ = 0;
+  }
+  Index rows() const { return rows_; }
+  Index cols() const { return cols_; }
+  Index size() const { return rows_ * cols_; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  Eigen::Map<RowVector<T>> row(Index i) { return Eigen::Map<RowVector<T>>(data() + i * cols_, cols_); }
+  Eigen::Map<const RowVector<T>> row(Index i) const {
+    return Eigen::Map<const RowVector<T>>(data() + i * cols_, cols_);
+  }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> raw_;
+  T* data_ = nullptr;
+  size_t capacity_ = 0;
+  Index rows_ = 0, cols_ = 0;
+};
+template <typename T>
+ConstMatrixMap<T> cmap(const GrowOnlyMatrix<T>& m) {
+  return ConstMatrixMap<T>(m.data(), m.rows(), m.cols());
+}
+template <typename T>
+MatrixMap<T> mmap(GrowOnlyMatrix<T>& m) {
   return MatrixMap<T>(m.data(), m.rows(), m.cols());
 }
 

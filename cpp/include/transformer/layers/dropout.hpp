@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "transformer/core/tensor.hpp"
@@ -29,6 +30,12 @@ class Dropout {
   // x = Dropout(ReLU(x)) in one pass over x (the feed-forward's hidden layer): the same values as
   // relu_inplace then forward_inplace.
   void forward_relu_inplace(MatrixMap<T> x, bool training, const Index* row_ids = nullptr);
+  // Row r of x = fill(r, its first value) then dropout of it, in one pass over each row (the
+  // embedding's lookup and positional table, then the dropout after them): the same values as
+  // writing every row with fill, then forward_inplace. fill is called once per row, from the
+  // threads of one parallel loop.
+  using RowFill = std::function<void(Index, T*)>;
+  void fill_inplace(MatrixMap<T> x, bool training, const Index* row_ids, const RowFill& fill);
   // dy -> dx = dy * mask (the same scaled mask as the last forward).
   const Matrix<T>& backward(ConstMatrixMap<T> dy);
   void backward_inplace(MatrixMap<T> dy) const;
@@ -49,8 +56,9 @@ class Dropout {
 
  private:
   // Draws the mask of a training forward over x (recording it in kept_) and multiplies x by it,
-  // after ReLU when `relu`; rows_, cols_ and last_training_ describe x afterwards.
-  void drop(MatrixMap<T> x, bool training, const Index* row_ids, bool relu);
+  // after `before` (when set) has written or transformed each row in the same pass; rows_, cols_
+  // and last_training_ describe x afterwards.
+  void drop(MatrixMap<T> x, bool training, const Index* row_ids, const RowFill& before);
   // dst = src * mask over rows_ x cols_ values (dst may be src).
   void apply_mask(const T* src, T* dst) const;
   void check_backward(Index rows, Index cols) const;  // a forward ran, on this shape

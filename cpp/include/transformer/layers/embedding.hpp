@@ -10,6 +10,7 @@
 
 #include "transformer/core/gradient_buffer.hpp"
 #include "transformer/core/tensor.hpp"
+#include "transformer/layers/dropout.hpp"
 #include "transformer/layers/positional_encoding.hpp"
 
 namespace transformer {
@@ -73,6 +74,11 @@ class PositionalEmbedding {
   const Matrix<T>& forward(ConstTokenMap tokens);
   // Only the rows of `layout` (a packed batch): row r is padded row layout.ids[r].
   const Matrix<T>& forward(ConstTokenMap tokens, const RowLayout& layout);
+  // The model's input layer in one pass over each row: x (layout.rows(), d), resized, = Dropout(
+  // weight[tokens] * sqrt(d) + PE) over the rows of `layout` (all B*T of a dense one), written
+  // into the caller's buffer. The same values as forward(tokens, layout) followed by
+  // dropout.forward_inplace(x, training, layout.row_ids()), without the output of forward().
+  void forward_dropout(ConstTokenMap tokens, const RowLayout& layout, Dropout<T>& dropout, bool training, Matrix<T>& x);
   void backward(ConstMatrixMap<T> dy);  // accumulates into the embedding gradient
   // Inference: y (n, d), row i = weight[token] * sqrt(d) + PE[position] for (token, position) =
   // row(i). Every id is checked; the table must already hold every position (reserve_positions).
@@ -102,6 +108,9 @@ class PositionalEmbedding {
   bool scaled_ = true;
   Matrix<T> pe_;  // (cached positions, d), grown by reserve_positions
   Matrix<T> y_;   // (B*T, d)
+  // Check the ids, grow the table, and keep for backward the tokens of the layout's rows (all of
+  // them for a dense layout): the step every forward starts with. Returns the scale.
+  T start_forward(ConstTokenMap tokens, const RowLayout& layout);
 };
 
 template <typename T>
