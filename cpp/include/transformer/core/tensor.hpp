@@ -106,10 +106,11 @@ class GrowOnlyMatrix {
     if (need > capacity_) {
       release();  // the old values are not kept: free them before allocating
       // malloc and a 64-byte offset into it, as Eigen aligns its own storage
-      raw_.reset(std::malloc(need * sizeof(T) + 64));
+      size_t space = need * sizeof(T) + 64;
+      raw_.reset(std::malloc(space));
       if (!raw_) throw std::bad_alloc();
-      const auto at = (reinterpret_cast<std::uintptr_t>(raw_.get()) + 63) & ~static_cast<std::uintptr_t>(63);
-      data_ = reinterpret_cast<T*>(at);
+      void* at = raw_.get();
+      data_ = static_cast<T*>(std::align(64, need * sizeof(T), at, space));
       capacity_ = need;
     }
     rows_ = rows;
