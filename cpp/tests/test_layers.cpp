@@ -369,58 +369,66 @@ void test_grow_only_matrix() {
 }
 
 // PositionalEmbedding::forward_dropout, the model's input layer in one pass, against its two
-// passes (forward, then Dropout::forward_inplace with a second dropout of the same seed and stream)
-// and against a plain loop: x[r, c] = (w[token, c] * sqrt(d) + PE[position, c]) * mask[r, c], the
-// mask's factors read back through backward(1). Packed and dense layouts, training and not, two
-// calls (the second draws a new mask); the values must be equal, not close: the same arithmetic.
+// passes on the dense batch (forward, then Dropout::forward_inplace with another dropout of the
+// same seed and stream) and against a plain loop: x[r, c] = (w[token, c] * sqrt(d) + PE[position,
+// c]) * mask[r, c], the mask's factors read back through backward(1). Dense: equal to the two
+// passes; packed: row r equal to the two passes' row ids[r] (a packed row draws its padded row's
+// mask). Training twice (a new mask each call), then inference; the values must be equal, not
+// close: the same arithmetic.
 void test_embedding_dropout_one_pass() {
+  using transformer::ConstTokenMap;
   using transformer::Dropout;
   using transformer::PositionalEmbedding;
   using transformer::RowLayout;
   using transformer::TokenMatrix;
   const Index B = 3, T = 7, d = 70, V = 31;  // d past one 64-bit mask word
-  PositionalEmbedding<double> fused(V, d, 16, transformer::PositionalLayout::Interleaved, 5),
-      twice(V, d, 16, transformer::PositionalLayout::Interleaved, 5);
+  const auto layout = transformer::PositionalLayout::Interleaved;
+  PositionalEmbedding<double> packed_one(V, d, 16, layout, 5), dense_one(V, d, 16, layout, 5),
+      twice(V, d, 16, layout, 5);
   TokenMatrix tokens(B, T);
   for (Index i = 0; i < B * T; ++i) tokens.data()[i] = (i * 7 + 3) % V;
   for (Index t = 4; t < T; ++t) tokens(1, t) = 0;  // padding
+  const ConstTokenMap tok(tokens.data(), B, T);
   RowLayout packed = RowLayout::dense(B, T);
   packed.packed = true;
   for (Index i = 0; i < B * T; ++i)
     if (tokens.data()[i] != 0) packed.ids.push_back(i);
   const RowLayout dense = RowLayout::dense(B, T);
-  for (const RowLayout* layout : {static_cast<const RowLayout*>(&packed), &dense}) {
-    const RowLayout& l = *layout;
-    Dropout<double> d1(0.3, 9, 4), d2(0.3, 9, 4);
-    for (bool training : {true, true, false}) {
-      Matrix<double> x;
-      fused.forward_dropout(transformer::ConstTokenMap(tokens.data(), B, T), l, d1, training, x);
-      Matrix<double> want = twice.forward(transformer::ConstTokenMap(tokens.data(), B, T), l);
-      d2.forward_inplace(transformer::mmap(want), training, l.row_ids());
-      CHECK(x.rows() == l.rows() && x.cols() == d);
-      CHECK(x == want);
-      const Matrix<double> ones = Matrix<double>::Ones(l.rows(), d);
-      const Matrix<double> mask = d1.backward(transformer::cmap(ones));
-      CHECK(mask == d2.backward(transformer::cmap(ones)));
-      const double scale = std::sqrt(static_cast<double>(d));
-      double worst = 0.0;
-      for (Index r = 0; r < l.rows(); ++r) {
-        const Index padded = l.packed ? l.ids[static_cast<size_t>(r)] : r;
-        const std::int64_t token = tokens.data()[padded];
-        for (Index c = 0; c < d; ++c) {
-          const double plain = (fused.embedding().w()(token, c) * scale + fused.table()(padded % T, c)) * mask(r, c);
-          worst = std::max(worst, std::abs(x(r, c) - plain));
-        }
+  Dropout<double> d_packed(0.3, 9, 4), d_dense(0.3, 9, 4), d_twice(0.3, 9, 4);
+  const double scale = std::sqrt(static_cast<double>(d));
+  for (bool training : {true, true, false}) {
+    Matrix<double> want = twice.forward(tok);
+    d_twice.forward_inplace(transformer::mmap(want), training);
+    Matrix<double> xd, xp;
+    dense_one.forward_dropout(tok, dense, d_dense, training, xd);
+    packed_one.forward_dropout(tok, packed, d_packed, training, xp);
+    CHECK(xd.rows() == B * T && xd.cols() == d && xd == want);
+    CHECK(xp.rows() == packed.rows() && xp.cols() == d);
+    const Matrix<double> ones = Matrix<double>::Ones(packed.rows(), d);
+    const Matrix<double> mask = d_packed.backward(transformer::cmap(ones));
+    double worst = 0.0;
+    for (Index r = 0; r < packed.rows(); ++r) {
+      const Index padded = packed.ids[static_cast<size_t>(r)];
+      CHECK(xp.row(r) == want.row(padded));
+      const std::int64_t token = tokens.data()[padded];
+      for (Index c = 0; c < d; ++c) {
+        const double plain = (twice.embedding().w()(token, c) * scale + twice.table()(padded % T, c)) * mask(r, c);
+        worst = std::max(worst, std::abs(xp(r, c) - plain));
       }
-      CHECK(worst <= 1e-12);
-      // the embedding's backward sees the rows of the layout (the tokens forward_dropout kept)
-      Matrix<double> dy = Matrix<double>::Constant(l.rows(), d, 0.5);
-      fused.zero_grad();
-      twice.zero_grad();
-      fused.backward(transformer::cmap(dy));
-      twice.backward(transformer::cmap(dy));
-      CHECK(fused.embedding().dweight_.cmap() == twice.embedding().dweight_.cmap());
     }
+    CHECK(worst <= 1e-12);
+    // backward sees the layout's rows: the packed gradient's rows, scattered into the dense batch
+    // (zero at padding), give the dense embedding gradient
+    Matrix<double> dy_packed(packed.rows(), d), dy_dense = Matrix<double>::Zero(B * T, d);
+    for (Index r = 0; r < packed.rows(); ++r) {
+      dy_packed.row(r).setConstant(0.5 + 0.01 * static_cast<double>(r));
+      dy_dense.row(packed.ids[static_cast<size_t>(r)]) = dy_packed.row(r);
+    }
+    for (auto* e : {&packed_one, &dense_one}) e->zero_grad();
+    packed_one.backward(transformer::cmap(dy_packed));
+    dense_one.backward(transformer::cmap(dy_dense));
+    CHECK(packed_one.embedding().dweight_.cmap() == dense_one.embedding().dweight_.cmap());
+    CHECK(packed_one.embedding().dweight_.cmap().cwiseAbs().sum() > 0.0);
   }
 }
 

@@ -169,25 +169,10 @@ T PositionalEmbedding<T>::start_forward(ConstTokenMap tokens, const RowLayout& l
 }
 
 template <typename T>
-const Matrix<T>& PositionalEmbedding<T>::forward(ConstTokenMap tokens, const RowLayout& layout) {
-  if (!layout.packed) return forward(tokens);
-  const Index length = tokens.cols(), d = dim();
-  const T scale = start_forward(tokens, layout);
-  const Index n = layout.rows();
-  y_.resize(n, d);  // (rows, d)
-  const Matrix<T>& w = embedding_.w();
-  const Index* ids = layout.ids.data();
-  const std::int64_t* tok = embedding_.tokens_.data();
-#pragma omp parallel for schedule(static) if (n * d >= kParallelElements)
-  for (Index r = 0; r < n; ++r) y_.row(r) = w.row(tok[r]) * scale + pe_.row(ids[r] % length);
-  return y_;
-}
-
-template <typename T>
 void PositionalEmbedding<T>::forward_dropout(ConstTokenMap tokens, const RowLayout& layout, Dropout<T>& dropout,
                                              bool training, Matrix<T>& x) {
-  TCPP_CHECK(layout.packed || layout.rows() == tokens.size(), "PositionalEmbedding: a dense layout of ", layout.rows(),
-             " rows for ", tokens.size(), " tokens");
+  TCPP_CHECK(layout.B == tokens.rows() && layout.T == tokens.cols(), "PositionalEmbedding: a layout of (", layout.B,
+             ", ", layout.T, ") positions for (", tokens.rows(), ", ", tokens.cols(), ") tokens");
   const Index length = tokens.cols(), d = dim();
   const T scale = start_forward(tokens, layout);
   x.resize(layout.rows(), d);

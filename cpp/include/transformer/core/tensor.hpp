@@ -5,8 +5,9 @@
 //
 // Gradient policy (every layer follows it):
 //   * forward(...) caches exactly what backward(...) needs, in member buffers that are resized
-//     only when the shapes change (no allocation per step once shapes are stable; scratch whose
-//     shape changes from batch to batch is a GrowOnlyMatrix, which allocates only while it grows);
+//     only when the shapes change (no allocation per step once shapes are stable; softmax
+//     attention's buffers and shared scratch, whose shapes change from call to call, are
+//     GrowOnlyMatrix, which allocates only while it grows);
 //   * backward(dout) returns the gradient of the input(s) and ACCUMULATES (+=) into the
 //     parameter gradients;
 //   * only zero_grad() clears parameter gradients.

@@ -72,12 +72,11 @@ class PositionalEmbedding {
   // tokens: (B, T) -> (B*T, d) = weight[tokens] * sqrt(d) + PE[:T]. The sinusoid table is a
   // cache: `max_length` rows are built up front and it grows when a longer sequence arrives.
   const Matrix<T>& forward(ConstTokenMap tokens);
-  // Only the rows of `layout` (a packed batch): row r is padded row layout.ids[r].
-  const Matrix<T>& forward(ConstTokenMap tokens, const RowLayout& layout);
   // The model's input layer in one pass over each row: x (layout.rows(), d), resized, = Dropout(
-  // weight[tokens] * sqrt(d) + PE) over the rows of `layout` (all B*T of a dense one), written
-  // into the caller's buffer. The same values as forward(tokens, layout) followed by
-  // dropout.forward_inplace(x, training, layout.row_ids()), without the output of forward().
+  // weight[tokens] * sqrt(d) + PE) over the rows of `layout` (all B*T of a dense one; of a packed
+  // one, row r is padded row layout.ids[r] and draws that row's mask), written into the caller's
+  // buffer. On a dense layout the same values as forward(tokens) followed by
+  // dropout.forward_inplace(x, training); backward() then takes the layout's rows.
   void forward_dropout(ConstTokenMap tokens, const RowLayout& layout, Dropout<T>& dropout, bool training, Matrix<T>& x);
   void backward(ConstMatrixMap<T> dy);  // accumulates into the embedding gradient
   // Inference: y (n, d), row i = weight[token] * sqrt(d) + PE[position] for (token, position) =
